@@ -1,0 +1,1 @@
+"""Console scripts: dlprim-devices (and later dlprim-train, dlprim-benchmark)."""

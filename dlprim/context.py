@@ -1,0 +1,245 @@
+"""OpenCL context: device choice, one in-order queue, a memory pool, device facts.
+
+Device strings follow DLPrimitives: ``"P:D"`` (platform index : device index), plus
+``"cpu"``, ``"gpu"`` and a plain index over every device of every platform. With no
+string, ``DLPRIM_DEVICE`` decides, else the first GPU, else the first CPU.
+"""
+import os
+import re
+
+import pyopencl as cl
+import pyopencl.tools
+
+__all__ = ["Context", "ExecutionContext", "DeviceError", "list_devices", "DeviceFacts"]
+
+
+class DeviceError(RuntimeError):
+    """No OpenCL platform, or a device string that names no device."""
+
+
+def _icd_vendor_files():
+    vendor_dir = os.environ.get("OCL_ICD_VENDORS", "/etc/OpenCL/vendors")
+    if os.path.isfile(vendor_dir):
+        return [vendor_dir]
+    try:
+        return sorted(os.path.join(vendor_dir, f) for f in os.listdir(vendor_dir))
+    except OSError:
+        return []
+
+
+def _platforms():
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        platforms = []
+    if not platforms:
+        files = _icd_vendor_files()
+        found = ", ".join(files) if files else "no .icd files"
+        vendor_dir = os.environ.get("OCL_ICD_VENDORS", "/etc/OpenCL/vendors")
+        raise DeviceError(
+            "no OpenCL platform found (the ICD loader looked in %s and found: %s). "
+            "Install an OpenCL driver: for CPUs PoCL (`apt-get install pocl-opencl-icd`), "
+            "for GPUs the vendor's driver (NVIDIA, AMD ROCm, Intel compute-runtime)."
+            % (vendor_dir, found))
+    return platforms
+
+
+def list_devices():
+    """Every device as ``(p_index, d_index, platform, device)``, platform by platform."""
+    out = []
+    for p_index, platform in enumerate(_platforms()):
+        try:
+            devices = platform.get_devices()
+        except cl.Error:
+            devices = []
+        for d_index, device in enumerate(devices):
+            out.append((p_index, d_index, platform, device))
+    return out
+
+
+def _describe(devices):
+    return "; ".join("%d:%d %s (%s)" % (p, d, dev.name.strip(), _type_name(dev.type))
+                     for p, d, _, dev in devices)
+
+
+def default_device_string():
+    """What ``Context(None)`` picks, as a ``"P:D"`` string."""
+    env = os.environ.get("DLPRIM_DEVICE")
+    if env:
+        p, d, _, _ = _select(env)
+        return "%d:%d" % (p, d)
+    p, d, _, _ = _select(None)
+    return "%d:%d" % (p, d)
+
+
+def _select(spec):
+    devices = list_devices()
+    if not devices:
+        raise DeviceError("OpenCL platforms exist but expose no devices")
+    if spec is None:
+        spec = os.environ.get("DLPRIM_DEVICE") or None
+    if spec is None:
+        for want in (cl.device_type.GPU, cl.device_type.CPU):
+            for entry in devices:
+                if entry[3].type & want:
+                    return entry
+        return devices[0]
+    text = str(spec).strip().lower()
+    if text in ("cpu", "gpu", "accelerator"):
+        want = {"cpu": cl.device_type.CPU, "gpu": cl.device_type.GPU,
+                "accelerator": cl.device_type.ACCELERATOR}[text]
+        for entry in devices:
+            if entry[3].type & want:
+                return entry
+    elif re.fullmatch(r"\d+:\d+", text):
+        p, d = (int(v) for v in text.split(":"))
+        for entry in devices:
+            if entry[0] == p and entry[1] == d:
+                return entry
+    elif re.fullmatch(r"\d+", text):
+        index = int(text)
+        if index < len(devices):
+            return devices[index]
+    raise DeviceError("no OpenCL device %r; valid: 'cpu', 'gpu', an index 0..%d, or P:D "
+                      "among: %s" % (spec, len(devices) - 1, _describe(devices)))
+
+
+def _type_name(t):
+    for flag, name in ((cl.device_type.GPU, "GPU"), (cl.device_type.CPU, "CPU"),
+                       (cl.device_type.ACCELERATOR, "ACCELERATOR")):
+        if t & flag:
+            return name
+    return cl.device_type.to_string(t)
+
+
+class DeviceFacts:
+    """What kernels and launchers need to know about a device, read once."""
+
+    def __init__(self, device):
+        d = device
+        ext = set(d.extensions.split())
+        self.name = d.name.strip()
+        self.vendor = d.vendor.strip()
+        self.driver_version = d.driver_version.strip()
+        self.platform = d.platform.name.strip()
+        self.type = _type_name(d.type)
+        self.is_gpu = bool(d.type & cl.device_type.GPU)
+        self.is_cpu = bool(d.type & cl.device_type.CPU)
+        self.compute_units = d.max_compute_units
+        self.global_mem = d.global_mem_size
+        self.max_alloc = d.max_mem_alloc_size
+        self.local_mem = d.local_mem_size
+        self.max_work_group = d.max_work_group_size
+        self.opencl_c_version = d.opencl_c_version.strip()
+        self.version = d.version.strip()
+        self.extensions = ext
+        self.fp16 = "cl_khr_fp16" in ext
+        self.fp64 = "cl_khr_fp64" in ext or "cl_amd_fp64" in ext
+        # float atomic add in global memory; otherwise kernels emulate it with atomic_cmpxchg
+        self.float_atomics = "cl_ext_float_atomics" in ext
+        self.int64_atomics = "cl_khr_int64_base_atomics" in ext
+        self.vendor_id = self._vendor_id()
+        self.subgroup_sizes = self._subgroup_sizes(d, ext)
+
+    def _vendor_id(self):
+        if "portable computing" in self.platform.lower():
+            return "pocl"
+        v = self.vendor.lower()
+        for key in ("nvidia", "amd", "intel", "apple", "arm"):
+            if key in v or (key == "amd" and "advanced micro" in v):
+                return key
+        return "other"
+
+    def _subgroup_sizes(self, d, ext):
+        if "cl_intel_subgroups" in ext:
+            try:
+                return list(d.get_info(0x4108))  # CL_DEVICE_SUB_GROUP_SIZES_INTEL
+            except cl.Error:
+                return [8, 16, 32]
+        if "cl_nv_device_attribute_query" in ext:
+            try:
+                return [d.warp_size_nv]
+            except (cl.Error, AttributeError):
+                return [32]
+        if "cl_amd_device_attribute_query" in ext:
+            try:
+                return [d.wavefront_width_amd]
+            except (cl.Error, AttributeError):
+                return [64]
+        return []
+
+    def as_dict(self):
+        return {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(self).items()
+                if k != "extensions"}
+
+
+class _TrackingAllocator:
+    """Counts the bytes the pool hands out, so users can see use and peak."""
+
+    def __init__(self, ctx):
+        self._pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(ctx.queue))
+        self.bytes_in_use = 0
+        self.peak_bytes = 0
+
+    def allocate(self, nbytes):
+        nbytes = max(int(nbytes), 1)
+        buf = self._pool.allocate(nbytes)
+        self.bytes_in_use += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.bytes_in_use)
+        return buf
+
+    def release(self, nbytes):
+        self.bytes_in_use -= max(int(nbytes), 1)
+
+    def free_held(self):
+        self._pool.free_held()
+
+
+class ExecutionContext:
+    """DLPrimitives' handle for 'where work is enqueued'; here the context's one queue."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.queue = ctx.queue
+
+    def finish(self):
+        self.queue.finish()
+
+
+class Context:
+    """An OpenCL device with one in-order queue and a memory pool.
+
+    >>> ctx = Context("cpu")          # or "gpu", "0:1", 2, None
+    >>> ctx.name
+    """
+
+    def __init__(self, device=None, profiling=False):
+        self.p_index, self.d_index, self.platform, self.device = _select(device)
+        self.cl_context = cl.Context([self.device])
+        props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
+        self.queue = cl.CommandQueue(self.cl_context, self.device, properties=props)
+        self.profiling = profiling
+        self.facts = DeviceFacts(self.device)
+        self.memory = _TrackingAllocator(self)
+        self.programs = {}  # filled by dlprim.kernels.program.get
+
+    @property
+    def name(self):
+        return "%s on %s" % (self.facts.name, self.platform.name.strip())
+
+    @property
+    def device_string(self):
+        return "%d:%d" % (self.p_index, self.d_index)
+
+    @property
+    def is_cpu_context(self):
+        return self.facts.is_cpu
+
+    def finish(self):
+        self.queue.finish()
+
+    def make_execution_context(self):
+        return ExecutionContext(self)
+
+    def __repr__(self):
+        return "Context(%r: %s)" % (self.device_string, self.name)

@@ -1,0 +1,209 @@
+"""Tensor: a shape and a dtype over an OpenCL buffer at an element offset.
+
+No autograd lives here. A tensor either owns a buffer from the context's memory pool or
+is a view into someone else's (a Net's arena, another tensor). Kernels receive every
+tensor as two arguments, ``(__global T *x, ulong x_offset)``, with the offset counted in
+elements, so planned tensors can sit anywhere inside one arena.
+"""
+import weakref
+
+import numpy as np
+import pyopencl as cl
+
+__all__ = ["Tensor", "DTYPES", "as_dtype", "cl_type"]
+
+# name -> numpy dtype; DLPrimitives spells float32 "float" and int32 "int"
+DTYPES = {
+    "float32": np.float32, "float": np.float32,
+    "float16": np.float16, "half": np.float16,
+    "int32": np.int32, "int": np.int32,
+    "int64": np.int64, "long": np.int64,
+    "uint8": np.uint8,
+}
+_CL_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half",
+             np.dtype(np.int32): "int", np.dtype(np.int64): "long",
+             np.dtype(np.uint8): "uchar"}
+_DLP_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "float16",
+              np.dtype(np.int32): "int", np.dtype(np.int64): "int64",
+              np.dtype(np.uint8): "uint8"}
+
+
+def as_dtype(dtype):
+    """A numpy dtype from a name ('float', 'int64', ...) or a numpy dtype; else an error."""
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise TypeError("unsupported dtype %r; supported: %s" % (dtype, ", ".join(sorted(DTYPES))))
+        return np.dtype(DTYPES[dtype])
+    dt = np.dtype(dtype)
+    if dt not in _CL_TYPES:
+        raise TypeError("unsupported dtype %s; supported: %s" % (dt, ", ".join(sorted(DTYPES))))
+    return dt
+
+
+def cl_type(dtype):
+    """The OpenCL C type name of a dtype ('float', 'half', 'int', 'long', 'uchar')."""
+    return _CL_TYPES[as_dtype(dtype)]
+
+
+def dlp_name(dtype):
+    """The dtype as DLPrimitives' JSON and .dlp files spell it."""
+    return _DLP_NAMES[as_dtype(dtype)]
+
+
+def _shape_tuple(shape):
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError("negative dimension in shape %s" % (shape,))
+    return shape
+
+
+class Tensor:
+    """An n-dimensional array on an OpenCL device.
+
+    ``Tensor(ctx, (2, 3))`` allocates from the context's pool; ``buffer=`` and ``offset=``
+    (elements) make a view of existing memory instead.
+    """
+
+    def __init__(self, ctx, shape, dtype="float32", buffer=None, offset=0):
+        self.ctx = ctx
+        self.shape = _shape_tuple(shape)
+        self.dtype = as_dtype(dtype)
+        self.offset = int(offset)
+        if buffer is None:
+            if self.offset:
+                raise ValueError("an offset needs an existing buffer")
+            nbytes = self.nbytes
+            buffer = ctx.memory.allocate(nbytes)
+            weakref.finalize(self, ctx.memory.release, nbytes)
+        self.buffer = buffer
+
+    # ----- facts
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+    @property
+    def byte_offset(self):
+        return self.offset * self.dtype.itemsize
+
+    @property
+    def cl_type(self):
+        return _CL_TYPES[self.dtype]
+
+    @property
+    def kernel_args(self):
+        """``(buffer, ulong offset)``: how every kernel takes a tensor."""
+        return (self.buffer, np.uint64(self.offset))
+
+    def __repr__(self):
+        return "Tensor(shape=%s, dtype=%s, offset=%d)" % (self.shape, self.dtype.name, self.offset)
+
+    # ----- construction
+    @classmethod
+    def from_numpy(cls, ctx, array, e=None):
+        array = np.asarray(array)
+        t = cls(ctx, array.shape, array.dtype)
+        t.to_device(array, e)
+        return t
+
+    @classmethod
+    def zeros(cls, ctx, shape, dtype="float32"):
+        t = cls(ctx, shape, dtype)
+        t.zero_()
+        return t
+
+    # ----- views
+    def reshape(self, *shape):
+        """A view with another shape of the same element count; -1 deduces one dimension."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        shape = list(int(s) for s in shape)
+        if shape.count(-1) > 1:
+            raise ValueError("reshape: at most one -1 in %s" % (tuple(shape),))
+        if -1 in shape:
+            rest = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+            if rest == 0 or self.size % rest:
+                raise ValueError("reshape: cannot reshape %s into %s" % (self.shape, tuple(shape)))
+            shape[shape.index(-1)] = self.size // rest
+        if int(np.prod(shape, dtype=np.int64)) != self.size:
+            raise ValueError("reshape: cannot reshape %s (%d elements) into %s"
+                             % (self.shape, self.size, tuple(shape)))
+        return self.view(shape)
+
+    def view(self, shape, offset=0, dtype=None):
+        """A tensor over the same buffer, ``offset`` elements further in."""
+        t = Tensor.__new__(Tensor)
+        t.ctx, t.buffer = self.ctx, self.buffer
+        t.shape = _shape_tuple(shape)
+        t.dtype = self.dtype if dtype is None else as_dtype(dtype)
+        t.offset = self.offset + int(offset)
+        t._owner = self  # keep the owning tensor (and its pool block) alive
+        return t
+
+    # ----- host transfers
+    def _queue(self, e):
+        return e.queue if e is not None else self.ctx.queue
+
+    def _check_array(self, array, what):
+        if tuple(array.shape) != self.shape:
+            raise ValueError("%s: array shape %s does not match tensor shape %s"
+                             % (what, tuple(array.shape), self.shape))
+        if array.dtype != self.dtype:
+            raise TypeError("%s: array dtype %s does not match tensor dtype %s"
+                            % (what, array.dtype, self.dtype))
+
+    def to_device(self, array, e=None, wait=True):
+        """Copy a numpy array of the same shape and dtype into the tensor."""
+        array = np.asarray(array)
+        self._check_array(array, "to_device")
+        if self.size == 0:
+            return
+        cl.enqueue_copy(self._queue(e), self.buffer, np.ascontiguousarray(array),
+                        dst_offset=self.byte_offset, is_blocking=wait)
+
+    def to_host(self, array=None, e=None):
+        """Copy the tensor into ``array`` (checked) or a new array; waits for the copy."""
+        if array is None:
+            array = np.empty(self.shape, self.dtype)
+        else:
+            self._check_array(array, "to_host")
+            if not array.flags.c_contiguous:
+                raise ValueError("to_host: the array must be C-contiguous")
+        if self.size:
+            cl.enqueue_copy(self._queue(e), array, self.buffer,
+                            src_offset=self.byte_offset, is_blocking=True)
+        return array
+
+    def numpy(self):
+        return self.to_host()
+
+    def zero_(self, e=None):
+        """Fill with zeros (enqueued)."""
+        if self.size:
+            cl.enqueue_fill_buffer(self._queue(e), self.buffer, np.uint8(0),
+                                   self.byte_offset, self.nbytes)
+        return self
+
+    def copy_from(self, other, e=None):
+        """Device-to-device copy of a tensor of the same shape and dtype (enqueued)."""
+        if other.shape != self.shape or other.dtype != self.dtype:
+            raise ValueError("copy_from: %s %s into %s %s"
+                             % (other.shape, other.dtype, self.shape, self.dtype))
+        if self.size:
+            cl.enqueue_copy(self._queue(e), self.buffer, other.buffer, byte_count=self.nbytes,
+                            src_offset=other.byte_offset, dst_offset=self.byte_offset)
+        return self

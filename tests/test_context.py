@@ -1,0 +1,72 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+import dlprim as dp
+from dlprim.cli import devices
+
+
+def test_context_facts(ctx):
+    f = ctx.facts
+    assert ctx.name and " on " in ctx.name
+    assert f.compute_units >= 1 and f.global_mem > 0 and f.local_mem > 0
+    assert f.max_work_group >= 1
+    assert f.type in ("CPU", "GPU", "ACCELERATOR")
+    assert isinstance(f.fp16, bool) and isinstance(f.fp64, bool)
+    assert isinstance(f.float_atomics, bool)
+    assert f.opencl_c_version.startswith("OpenCL C")
+
+
+def test_device_strings_select_the_same_device(ctx):
+    by_pd = dp.Context(ctx.device_string)
+    assert by_pd.device == ctx.device
+    index = [(p, d) for p, d, _, _ in dp.list_devices()].index((ctx.p_index, ctx.d_index))
+    assert dp.Context(index).device == ctx.device
+    assert dp.Context(str(index)).device == ctx.device
+    kind = ctx.facts.type.lower()
+    assert dp.Context(kind).facts.type == ctx.facts.type
+
+
+def test_env_variable_picks_default(monkeypatch, ctx):
+    monkeypatch.setenv("DLPRIM_DEVICE", ctx.device_string)
+    assert dp.Context().device == ctx.device
+
+
+def test_bad_device_string_lists_valid_ones():
+    with pytest.raises(dp.DeviceError) as err:
+        dp.Context("9:9")
+    msg = str(err.value)
+    assert "'9:9'" in msg and "valid" in msg and "0:0" in msg
+
+
+def test_no_platform_error(tmp_path):
+    env = dict(os.environ, OCL_ICD_VENDORS=str(tmp_path))
+    code = "import dlprim as dp\ntry:\n    dp.Context()\nexcept dp.DeviceError as e:\n    print('ERR', e)\n"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert "ERR no OpenCL platform found" in out.stdout, out.stdout + out.stderr
+    assert "pocl-opencl-icd" in out.stdout and str(tmp_path) in out.stdout
+
+
+def test_execution_context_and_finish(ctx):
+    e = ctx.make_execution_context()
+    e.finish()
+    ctx.finish()
+    assert e.queue is ctx.queue
+
+
+def test_memory_pool_counts_use_and_peak(ctx):
+    before = ctx.memory.bytes_in_use
+    t = dp.Tensor(ctx, (1000,), "float32")
+    assert ctx.memory.bytes_in_use == before + 4000
+    assert ctx.memory.peak_bytes >= before + 4000
+    del t
+    assert ctx.memory.bytes_in_use == before
+
+
+def test_devices_cli_lists_default(capsys):
+    assert devices.main([]) == 0
+    out = capsys.readouterr().out
+    assert "device" in out and "*" in out and ":" in out

@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+
+import dlprim as dp
+
+DTYPES = [np.float32, np.float16, np.int32, np.int64, np.uint8]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1,), (31,), (33, 2), (2, 3, 65)])
+def test_round_trip_is_exact(ctx, rng, dtype, shape):
+    if np.issubdtype(dtype, np.floating):
+        a = rng.standard_normal(shape).astype(dtype)
+    else:
+        a = rng.integers(0, 200, size=shape).astype(dtype)
+    t = dp.Tensor.from_numpy(ctx, a)
+    assert t.shape == shape and t.dtype == np.dtype(dtype)
+    b = t.numpy()
+    assert b.dtype == a.dtype and np.array_equal(a, b)
+
+
+def test_dlprimitives_style_transfers(ctx):
+    t = dp.Tensor(ctx, (2, 3), "float")
+    e = ctx.make_execution_context()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t.to_device(a, e)
+    out = np.zeros((2, 3), np.float32)
+    t.to_host(out, e)
+    assert np.array_equal(a, out)
+
+
+def test_transfer_mismatch_errors(ctx):
+    t = dp.Tensor(ctx, (2, 3), "float32")
+    with pytest.raises(ValueError, match="shape"):
+        t.to_device(np.zeros((3, 2), np.float32))
+    with pytest.raises(TypeError, match="dtype"):
+        t.to_device(np.zeros((2, 3), np.float64))
+    with pytest.raises(ValueError, match="shape"):
+        t.to_host(np.zeros((6,), np.float32))
+
+
+def test_reshape_is_a_view(ctx):
+    a = np.arange(12, dtype=np.float32)
+    t = dp.Tensor.from_numpy(ctx, a)
+    v = t.reshape(3, -1)
+    assert v.shape == (3, 4) and v.buffer is t.buffer
+    v.to_device(np.ones((3, 4), np.float32))
+    assert np.array_equal(t.numpy(), np.ones(12, np.float32))
+    with pytest.raises(ValueError, match="cannot reshape"):
+        t.reshape(5, -1)
+
+
+def test_views_at_offsets(ctx):
+    t = dp.Tensor.from_numpy(ctx, np.arange(10, dtype=np.int32))
+    v = t.view((3,), offset=4)
+    assert np.array_equal(v.numpy(), [4, 5, 6])
+    v.zero_()
+    assert np.array_equal(t.numpy(), [0, 1, 2, 3, 0, 0, 0, 7, 8, 9])
+    w = dp.Tensor(ctx, (3,), "int32").copy_from(t.view((3,), offset=7))
+    assert np.array_equal(w.numpy(), [7, 8, 9])
+
+
+def test_dtype_names(ctx):
+    for name, np_type in [("float", np.float32), ("int", np.int32), ("int64", np.int64),
+                          ("float16", np.float16), ("uint8", np.uint8)]:
+        assert dp.Tensor(ctx, (2,), name).dtype == np.dtype(np_type)
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        dp.Tensor(ctx, (2,), "complex64")
