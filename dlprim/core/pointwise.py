@@ -1,0 +1,353 @@
+"""The pointwise-broadcast-reduce generator (DLPrimitives' ``pointwise_operation_broadcast_reduce``).
+
+One template serves elementwise layers, activations, optimizer updates and reductions:
+inputs ``x0..``, outputs ``y0..``, scalar params ``w0..`` and an OpenCL statement string
+such as ``"y0 = x0 * w0 + x1;"``. Inputs broadcast numpy-style to the output shape.
+
+``PointwiseBroadcastReduce`` runs the same statements over the broadcast shape of the
+inputs and reduces each ``yi`` over the axes where the output has size 1, with
+``reduce_init``/``reduce`` statements over ``reduce_y0..`` (``"reduce_y0 += y0;"``).
+The reduce statement must also combine two partial results (it is applied again in the
+local-memory tree and in the second pass), as sum, max and min do.
+
+Programs are built once per (code, dtypes, number of dims, work-group layout): shapes and
+strides are kernel arguments (zero stride = broadcast), so a new batch size reuses them.
+"""
+import re
+import weakref
+
+import numpy as np
+
+from ..kernels import program
+from ..tensor import Tensor, as_dtype, cl_type
+
+__all__ = ["PointwiseBroadcast", "PointwiseBroadcastReduce", "pointwise", "pointwise_reduce",
+           "broadcast_shape"]
+
+_NAME_RE = re.compile(r"\b(reduce_y|[xyw])(\d+)\b")
+_WG = 256
+
+
+def broadcast_shape(shapes, what="inputs"):
+    """numpy's broadcast of ``shapes`` (right-aligned, size-1 dims stretch) or a ValueError."""
+    ndim = max([len(s) for s in shapes] + [0])
+    out = [1] * ndim
+    for s in shapes:
+        for k, n in enumerate(s):
+            k += ndim - len(s)
+            if n != out[k] and n != 1 and out[k] != 1:
+                raise ValueError("%s: shapes %s do not broadcast (dimension %d: %d vs %d)"
+                                 % (what, ", ".join(str(tuple(t)) for t in shapes), k, out[k], n))
+            if n != 1:
+                out[k] = n
+    return tuple(out)
+
+
+def _specs(specs, what):
+    out = []
+    for i, spec in enumerate(specs):
+        try:
+            shape, dtype = spec
+        except (TypeError, ValueError):
+            raise ValueError("%s[%d]: expected (shape, dtype), got %r" % (what, i, spec)) from None
+        out.append((tuple(int(n) for n in shape), as_dtype(dtype)))
+    return out
+
+
+def _types(dtype):
+    st = cl_type(dtype)
+    return st, ("float" if st in ("float", "half") else st)
+
+
+def _check_names(text, what, limits):
+    """Every xK/yK/wK/reduce_yK in ``text`` must exist; ``limits`` maps kind -> count."""
+    for m in _NAME_RE.finditer(text):
+        kind, index = m.group(1), int(m.group(2))
+        if kind not in limits:
+            raise ValueError("%s %r: %s%d cannot be used here" % (what, text, kind, index))
+        if index >= limits[kind]:
+            raise ValueError("%s %r: %s%d is unknown (there %s %d %s value%s)"
+                             % (what, text, kind, index, "is" if limits[kind] == 1 else "are",
+                                limits[kind], kind, "" if limits[kind] == 1 else "s"))
+
+
+def _strides(shape, full):
+    """Element strides of a contiguous ``shape`` seen as ``full`` (0 where it broadcasts)."""
+    shape = (1,) * (len(full) - len(shape)) + tuple(shape)
+    out, step = [], 1
+    for n, f in zip(reversed(shape), reversed(full)):
+        out.append(step if n == f and f != 1 else 0)
+        step *= n
+    return out[::-1]
+
+
+def _collapse(full, strides, labels):
+    """Drop size-1 dims and merge neighbours that share a label and are contiguous in
+    every tensor; -> (dims, per-tensor strides, labels)."""
+    dims, st, lab = [], [[] for _ in strides], []
+    for k, n in enumerate(full):
+        if n == 1:
+            continue
+        if dims and lab[-1] == labels[k] and all(
+                s[-1] == t[k] * n for s, t in zip(st, strides)):
+            dims[-1] *= n
+            for s, t in zip(st, strides):
+                s[-1] = t[k]
+            continue
+        dims.append(n)
+        lab.append(labels[k])
+        for s, t in zip(st, strides):
+            s.append(t[k])
+    return dims, st, lab
+
+
+def _param_types(params, what):
+    out = []
+    for i, p in enumerate(params):
+        dt = as_dtype(p)
+        out.append((dt, _types(dt)[1]))
+    return out
+
+
+def _build(ctx, code, family_params, code_fields):
+    try:
+        return program.get(ctx, "pointwise", **family_params)
+    except program.KernelBuildError as err:
+        raise ValueError("pointwise: the expression %s does not compile on %s:\n%s"
+                         % (" / ".join(repr(family_params[f]) for f in code_fields), ctx.name,
+                            err.log.strip())) from None
+
+
+class _Base:
+    def _check_tensors(self, xs, ys, params):
+        for what, ts, specs in (("xs", xs, self.x_specs), ("ys", ys, self.y_specs)):
+            if len(ts) != len(specs):
+                raise ValueError("%s: %s has %d tensors, the spec has %d"
+                                 % (self.name, what, len(ts), len(specs)))
+            for i, (t, (shape, dtype)) in enumerate(zip(ts, specs)):
+                if not isinstance(t, Tensor):
+                    raise ValueError("%s: %s[%d] is not a Tensor" % (self.name, what, i))
+                if t.shape != shape or t.dtype != dtype:
+                    raise ValueError("%s: %s[%d] is %s %s, the spec says %s %s"
+                                     % (self.name, what, i, t.shape, t.dtype.name, shape, dtype.name))
+        if len(params) != len(self.param_types):
+            raise ValueError("%s: expected %d params, got %d"
+                             % (self.name, len(self.param_types), len(params)))
+        return [np.dtype(dt if ct != "float" else np.float32).type(p)
+                for p, (dt, ct) in zip(params, self.param_types)]
+
+    def __call__(self, xs, ys, params=(), queue=None, **kw):
+        launches = self.launches(xs, ys, params, **kw)
+        queue = queue if queue is not None else self.ctx.queue
+        for launch in launches:
+            launch(queue)
+
+
+class PointwiseBroadcast(_Base):
+    """``ys = code(xs, params)`` elementwise; every x broadcasts to the (common) y shape."""
+
+    def __init__(self, ctx, x_specs, y_specs, code, params=(), name=None):
+        self.ctx, self.code = ctx, code
+        self.name = name or "pointwise"
+        self.x_specs, self.y_specs = _specs(x_specs, "x_specs"), _specs(y_specs, "y_specs")
+        self.param_types = _param_types(params, "params")
+        if not self.y_specs:
+            raise ValueError("%s: at least one output is needed" % self.name)
+        out = self.y_specs[0][0]
+        for i, (shape, _) in enumerate(self.y_specs):
+            if shape != out:
+                raise ValueError("%s: y shapes differ: y0 is %s, y%d is %s" % (self.name, out, i, shape))
+        for i, (shape, _) in enumerate(self.x_specs):
+            if len(shape) > len(out) or broadcast_shape([shape, out], self.name) != out:
+                raise ValueError("%s: x%d of shape %s does not broadcast to the output shape %s"
+                                 % (self.name, i, shape, out))
+        _check_names(code, "%s: code" % self.name,
+                     {"x": len(self.x_specs), "y": len(self.y_specs), "w": len(self.param_types)})
+        self.shape, self.size = out, int(np.prod(out, dtype=np.int64))
+        strides = [_strides(s, out) for s, _ in self.x_specs]
+        dims, self._xstrides, _ = _collapse(out, strides, [0] * len(out))
+        self._dims = dims or [1]
+        if not dims:
+            self._xstrides = [[0] for _ in strides]
+        contiguous = _strides(self._dims, self._dims)
+        x_full = tuple(s == contiguous for s in self._xstrides)
+        self._it = np.uint32 if self.size < 2 ** 31 else np.uint64
+        self._wg = min(_WG, ctx.facts.max_work_group)
+        params = dict(MODE="pointwise", NAME=_kernel_name(self.name), CODE=code,
+                      XS=tuple(_types(d) for _, d in self.x_specs),
+                      YS=tuple(_types(d) for _, d in self.y_specs),
+                      WS=tuple(ct for _, ct in self.param_types), DIMS=len(self._dims),
+                      X_FULL=x_full, IT="uint" if self._it is np.uint32 else "ulong",
+                      REDUCE_INIT="", REDUCE="", KEPT=0, RED=0, L0=1, L1=1, REDUCE_DIM0=False)
+        self.program = _build(ctx, code, params, ["CODE"])
+        self._kernel = params["NAME"]
+
+    def launches(self, xs, ys, params=()):
+        params = self._check_tensors(xs, ys, params)
+        if self.size == 0:
+            return []
+        it = self._it
+        args = [it(self.size)] + [it(n) for n in self._dims]
+        for x, st in zip(xs, self._xstrides):
+            args += [x] + [it(s) for s in st]
+        args += list(ys) + params
+        return [program.Launch(self.program, self._kernel, (program.round_up(self.size, self._wg),),
+                               (self._wg,), args)]
+
+
+class PointwiseBroadcastReduce(_Base):
+    """The code over the broadcast shape of the xs, each y reduced over its size-1 axes:
+    ``y = alpha * reduced + beta * y`` (beta=0 never reads y)."""
+
+    def __init__(self, ctx, x_specs, y_specs, code, reduce_init="reduce_y0 = 0;",
+                 reduce="reduce_y0 += y0;", params=(), name=None):
+        self.ctx, self.code = ctx, code
+        self.name = name or "pointwise_reduce"
+        self.x_specs, self.y_specs = _specs(x_specs, "x_specs"), _specs(y_specs, "y_specs")
+        self.param_types = _param_types(params, "params")
+        if not self.y_specs:
+            raise ValueError("%s: at least one output is needed" % self.name)
+        full = broadcast_shape([s for s, _ in self.x_specs], "%s: inputs" % self.name)
+        kept = self._output_shape(full)
+        nx, ny, nw = len(self.x_specs), len(self.y_specs), len(self.param_types)
+        _check_names(code, "%s: code" % self.name, {"x": nx, "y": ny, "w": nw})
+        _check_names(reduce_init, "%s: reduce_init" % self.name, {"reduce_y": ny})
+        _check_names(reduce, "%s: reduce" % self.name, {"reduce_y": ny, "y": ny})
+        self.full_shape, self.out_shape = full, kept
+        labels = [int(k != f) for k, f in zip(kept, full)]  # 1 = reduced
+        strides = [_strides(s, full) for s, _ in self.x_specs]
+        dims, xst, lab = _collapse(full, strides, labels)
+        self._kept = [n for n, l in zip(dims, lab) if not l]
+        self._red = [n for n, l in zip(dims, lab) if l]
+        self._xst = [[s for s, l in zip(st, lab) if not l] + [s for s, l in zip(st, lab) if l]
+                     for st in xst]
+        self.outputs = int(np.prod(self._kept, dtype=np.int64))
+        self.reduced = int(np.prod(self._red, dtype=np.int64))
+        self._it = np.uint32 if int(np.prod(full, dtype=np.int64)) < 2 ** 31 else np.uint64
+        reduce_dim0 = bool(lab) and lab[-1] == 1
+        self._layout(reduce_dim0)
+        params = dict(MODE="reduce", NAME=_kernel_name(self.name), CODE=code,
+                      REDUCE_INIT=reduce_init, REDUCE=reduce,
+                      XS=tuple(_types(d) for _, d in self.x_specs),
+                      YS=tuple(_types(d) for _, d in self.y_specs),
+                      WS=tuple(ct for _, ct in self.param_types),
+                      KEPT=len(self._kept), RED=len(self._red), L0=self._l0, L1=self._l1,
+                      REDUCE_DIM0=reduce_dim0, IT="uint" if self._it is np.uint32 else "ulong",
+                      DIMS=0, X_FULL=())
+        self.program = _build(ctx, code, params, ["CODE", "REDUCE_INIT", "REDUCE"])
+        self._kernel = params["NAME"]
+        self._ws = None
+
+    def _output_shape(self, full):
+        shapes = []
+        for i, (shape, _) in enumerate(self.y_specs):
+            extra = len(shape) - len(full)
+            if extra > 0 and any(n != 1 for n in shape[:extra]):
+                raise ValueError("%s: y%d of shape %s is not a reduction of the full shape %s"
+                                 % (self.name, i, shape, full))
+            s = shape[extra:] if extra > 0 else (1,) * -extra + shape
+            if any(n != f and n != 1 for n, f in zip(s, full)):
+                raise ValueError("%s: y%d of shape %s is not a reduction of the full shape %s "
+                                 "(each dimension must equal it or be 1)" % (self.name, i, shape, full))
+            shapes.append(s)
+        for i, s in enumerate(shapes):
+            if s != shapes[0]:
+                raise ValueError("%s: y shapes differ: y0 is %s, y%d is %s"
+                                 % (self.name, self.y_specs[0][0], i, self.y_specs[i][0]))
+        return shapes[0]
+
+    def _layout(self, reduce_dim0):
+        """Work-group of L0 x L1 threads: LR cooperate on one output (tree in local memory),
+        LO outputs side by side; the contiguous axis goes to local dimension 0. When few
+        work-groups would cover a large reduction, it is cut into chunks (second pass)."""
+        wg = 1 << (min(_WG, self.ctx.facts.max_work_group).bit_length() - 1)
+        pow2 = lambda n: 1 << max(int(n) - 1, 0).bit_length()
+        if reduce_dim0:
+            lr = min(pow2(self.reduced), wg)
+            lo = min(wg // lr, pow2(self.outputs))
+        else:
+            lo = min(pow2(self.outputs), 32, wg)
+            lr = min(wg // lo, pow2(self.reduced))
+        self._lr, self._lo, self._rd0 = lr, lo, reduce_dim0
+        self._l0, self._l1 = (lr, lo) if reduce_dim0 else (lo, lr)
+        groups = -(-self.outputs // lo)
+        target = 4 * self.ctx.facts.compute_units
+        chunks = 1
+        if groups < target and self.reduced >= lr * 64:
+            chunks = min(-(-target // groups), self.reduced // (lr * 16), 1024)
+        self.chunk = -(-self.reduced // max(chunks, 1)) if self.reduced else 1
+        self.chunks = -(-self.reduced // self.chunk) if self.reduced else 1
+
+    def _workspace(self):
+        if self._ws is None:
+            self._ws = [Tensor(self.ctx, (self.chunks * self.outputs,),
+                               np.float32 if _types(d)[1] == "float" else d) for _, d in self.y_specs]
+        return self._ws
+
+    def launches(self, xs, ys, params=(), alpha=1.0, beta=0.0):
+        params = self._check_tensors(xs, ys, params)
+        if self.outputs == 0:
+            return []
+        it, f32 = self._it, np.float32
+        ws = self._workspace() if self.chunks > 1 else list(ys)
+        args = [it(self.outputs), it(self.reduced), it(self.chunk), it(self.chunks)]
+        args += [it(n) for n in self._kept + self._red]
+        for x, st in zip(xs, self._xst):
+            args += [x] + [it(s) for s in st]
+        args += list(ys) + ws + params + [f32(alpha), f32(beta)]
+        o_size = program.round_up(self.outputs, self._lo)
+        gsize = (self._lr, o_size, self.chunks) if self._rd0 else (o_size, self._lr, self.chunks)
+        out = [program.Launch(self.program, self._kernel, gsize, (self._l0, self._l1, 1), args)]
+        if self.chunks > 1:
+            fargs = [it(self.outputs), it(self.chunks)] + ws + list(ys) + [f32(alpha), f32(beta)]
+            out.append(program.Launch(self.program, self._kernel + "_finish",
+                                      (program.round_up(self.outputs, 64),), (64,), fargs))
+        return out
+
+
+def _kernel_name(name):
+    return re.sub(r"\W", "_", name)
+
+
+# ----- functional forms: ops memoized per context by everything that fixes them
+_ops = weakref.WeakKeyDictionary()
+
+
+def _memo(ctx, key, make):
+    cache = _ops.setdefault(ctx, {})
+    op = cache.get(key)
+    if op is None:
+        op = cache[key] = make()
+    return op
+
+
+def _param_specs(params):
+    types, values = [], []
+    for p in params:
+        if isinstance(p, np.generic) and np.dtype(p.dtype) != np.float64:
+            types.append(np.dtype(p.dtype).name)
+        else:
+            types.append("float")
+        values.append(p)
+    return types, values
+
+
+def pointwise(ctx, xs, ys, code, params=(), queue=None):
+    """Build (memoized) and enqueue ``PointwiseBroadcast`` over these tensors now."""
+    types, values = _param_specs(params)
+    xsp = tuple((x.shape, x.dtype.name) for x in xs)
+    ysp = tuple((y.shape, y.dtype.name) for y in ys)
+    op = _memo(ctx, ("pw", xsp, ysp, code, tuple(types)),
+               lambda: PointwiseBroadcast(ctx, xsp, ysp, code, types))
+    op(xs, ys, values, queue=queue)
+
+
+def pointwise_reduce(ctx, xs, ys, code, reduce_init="reduce_y0 = 0;", reduce="reduce_y0 += y0;",
+                     params=(), alpha=1.0, beta=0.0, queue=None):
+    """Build (memoized) and enqueue ``PointwiseBroadcastReduce`` over these tensors now."""
+    types, values = _param_specs(params)
+    xsp = tuple((x.shape, x.dtype.name) for x in xs)
+    ysp = tuple((y.shape, y.dtype.name) for y in ys)
+    op = _memo(ctx, ("pwr", xsp, ysp, code, reduce_init, reduce, tuple(types)),
+               lambda: PointwiseBroadcastReduce(ctx, xsp, ysp, code, reduce_init, reduce, types))
+    op(xs, ys, values, queue=queue, alpha=alpha, beta=beta)

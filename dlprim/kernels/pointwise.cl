@@ -1,0 +1,233 @@
+<%include file="common.h"/>
+## Pointwise-broadcast-reduce generator (see dlprim/core/pointwise.py).
+## XS, YS: lists of (storage type, compute type); WS: compute types of the scalar params.
+## IT: index type. Pointwise: DIMS dims of the output shape, X_FULL[i] when x i is the
+## whole output (indexed linearly). Reduce: KEPT / RED dims, L0 x L1 work-groups with
+## REDUCE_DIM0 telling which local dimension walks the reduction (the contiguous one).
+<%def name="load(i, idx)">${'vload_half(%s, xp%d + xp%d_offset)' % (idx, i, i) if XS[i][0] == 'half' else 'xp%d[xp%d_offset + %s]' % (i, i, idx)}</%def>
+<%def name="xargs(strides)">
+% for i, (st, ct) in enumerate(XS):
+    , __global const ${st} *xp${i}, ulong xp${i}_offset
+    % for k in strides:
+    , ${IT} xs${i}_${k}
+    % endfor
+% endfor
+</%def>
+<%def name="yargs()">
+% for i, (st, ct) in enumerate(YS):
+    , __global ${st} *yp${i}, ulong yp${i}_offset
+% endfor
+</%def>
+<%def name="wargs()">
+% for i, wt in enumerate(WS):
+    , ${wt} w${i}
+% endfor
+</%def>
+<%def name="ystore(i, idx, value)">
+% if YS[i][0] == 'half':
+vstore_half_rte(${value}, ${idx}, yp${i} + yp${i}_offset);
+% else:
+yp${i}[yp${i}_offset + ${idx}] = ${value};
+% endif
+</%def>
+% if MODE == "pointwise":
+__kernel void ${NAME}(${IT} dlp_total
+% for k in range(DIMS):
+    , ${IT} dlp_n${k}
+% endfor
+${xargs(range(DIMS))}${yargs()}${wargs()})
+{
+    ${IT} dlp_i = get_global_id(0);
+    if (dlp_i >= dlp_total)
+        return;
+% for i in range(len(XS)):
+    ${IT} dlp_xo${i} = ${'dlp_i' if X_FULL[i] else '0'};
+% endfor
+% if not all(X_FULL):
+    {
+        ${IT} dlp_rest = dlp_i;
+    % for k in reversed(range(DIMS)):
+        {
+            ${IT} dlp_c = dlp_rest % dlp_n${k};
+            dlp_rest /= dlp_n${k};
+        % for i in range(len(XS)):
+            % if not X_FULL[i]:
+            dlp_xo${i} += dlp_c * xs${i}_${k};
+            % endif
+        % endfor
+        }
+    % endfor
+    }
+% endif
+% for i, (st, ct) in enumerate(XS):
+    ${ct} x${i} = ${load(i, 'dlp_xo%d' % i)};
+% endfor
+% for i, (st, ct) in enumerate(YS):
+    ${ct} y${i};
+% endfor
+    {
+${CODE}
+    }
+% for i in range(len(YS)):
+    ${ystore(i, 'dlp_i', 'y%d' % i)}
+% endfor
+}
+% else:
+<% LR = L0 if REDUCE_DIM0 else L1 %>
+<%def name="final_store(i, idx)">
+% if YS[i][1] == 'float':
+    {
+        float dlp_v = dlp_alpha * reduce_y${i};
+        if (dlp_beta != 0)
+            dlp_v += dlp_beta * ${'vload_half(%s, yp%d + yp%d_offset)' % (idx, i, i) if YS[i][0] == 'half' else 'yp%d[yp%d_offset + %s]' % (i, i, idx)};
+        ${ystore(i, idx, 'dlp_v')}
+    }
+% else:
+    {
+        ${YS[i][1]} dlp_v = (dlp_alpha == 1.0f) ? reduce_y${i} : (${YS[i][1]})(dlp_alpha * reduce_y${i});
+        if (dlp_beta != 0) {
+            ${YS[i][1]} dlp_old = yp${i}[yp${i}_offset + ${idx}];
+            dlp_v += (dlp_beta == 1.0f) ? dlp_old : (${YS[i][1]})(dlp_beta * dlp_old);
+        }
+        yp${i}[yp${i}_offset + ${idx}] = dlp_v;
+    }
+% endif
+</%def>
+__kernel __attribute__((reqd_work_group_size(${L0}, ${L1}, 1)))
+void ${NAME}(${IT} dlp_O, ${IT} dlp_R, ${IT} dlp_chunk, ${IT} dlp_chunks
+% for k in range(KEPT):
+    , ${IT} dlp_k${k}
+% endfor
+% for k in range(RED):
+    , ${IT} dlp_r${k}
+% endfor
+${xargs(['k%d' % k for k in range(KEPT)] + ['r%d' % k for k in range(RED)])}${yargs()}
+% for i, (st, ct) in enumerate(YS):
+    , __global ${ct} *dlp_ws${i}, ulong dlp_ws${i}_offset
+% endfor
+${wargs()}, float dlp_alpha, float dlp_beta)
+{
+% if REDUCE_DIM0:
+    int dlp_lr = get_local_id(0), dlp_lo = get_local_id(1);
+    ${IT} dlp_o = get_global_id(1);
+% else:
+    int dlp_lo = get_local_id(0), dlp_lr = get_local_id(1);
+    ${IT} dlp_o = get_global_id(0);
+% endif
+    ${IT} dlp_chunk_id = get_global_id(2);
+% for i, (st, ct) in enumerate(YS):
+    ${ct} reduce_y${i};
+% endfor
+    {
+${REDUCE_INIT}
+    }
+    if (dlp_o < dlp_O) {
+% for i in range(len(XS)):
+        ${IT} dlp_xb${i} = 0;
+% endfor
+        ${IT} dlp_rest = dlp_o;
+% for k in reversed(range(KEPT)):
+        {
+            ${IT} dlp_c = dlp_rest % dlp_k${k};
+            dlp_rest /= dlp_k${k};
+    % for i in range(len(XS)):
+            dlp_xb${i} += dlp_c * xs${i}_k${k};
+    % endfor
+        }
+% endfor
+        ${IT} dlp_end = min(dlp_chunk_id * dlp_chunk + dlp_chunk, dlp_R);
+        for (${IT} dlp_r = dlp_chunk_id * dlp_chunk + dlp_lr; dlp_r < dlp_end; dlp_r += ${LR}) {
+% for i in range(len(XS)):
+            ${IT} dlp_xo${i} = dlp_xb${i};
+% endfor
+            dlp_rest = dlp_r;
+% for k in reversed(range(RED)):
+            {
+    % if k > 0:
+                ${IT} dlp_c = dlp_rest % dlp_r${k};
+                dlp_rest /= dlp_r${k};
+    % else:
+                ${IT} dlp_c = dlp_rest;
+    % endif
+    % for i in range(len(XS)):
+                dlp_xo${i} += dlp_c * xs${i}_r${k};
+    % endfor
+            }
+% endfor
+% for i, (st, ct) in enumerate(XS):
+            ${ct} x${i} = ${load(i, 'dlp_xo%d' % i)};
+% endfor
+% for i, (st, ct) in enumerate(YS):
+            ${ct} y${i};
+% endfor
+            {
+${CODE}
+            }
+            {
+${REDUCE}
+            }
+        }
+    }
+    // deterministic tree over the LR threads that share an output
+    int dlp_lid = dlp_lo * ${LR} + dlp_lr;
+% for i, (st, ct) in enumerate(YS):
+    __local ${ct} dlp_l${i}[${L0 * L1}];
+    dlp_l${i}[dlp_lid] = reduce_y${i};
+% endfor
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int dlp_s = ${LR // 2}; dlp_s > 0; dlp_s >>= 1) {
+        if (dlp_lr < dlp_s) {
+% for i, (st, ct) in enumerate(YS):
+            ${ct} y${i} = dlp_l${i}[dlp_lid + dlp_s];
+% endfor
+            {
+${REDUCE}
+            }
+% for i in range(len(YS)):
+            dlp_l${i}[dlp_lid] = reduce_y${i};
+% endfor
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (dlp_lr != 0 || dlp_o >= dlp_O)
+        return;
+    if (dlp_chunks > 1) {
+% for i in range(len(YS)):
+        dlp_ws${i}[dlp_ws${i}_offset + dlp_chunk_id * dlp_O + dlp_o] = reduce_y${i};
+% endfor
+        return;
+    }
+% for i in range(len(YS)):
+    ${final_store(i, 'dlp_o')}
+% endfor
+}
+
+// second pass: combine the per-chunk partial results of each output, in chunk order
+__kernel void ${NAME}_finish(${IT} dlp_O, ${IT} dlp_chunks
+% for i, (st, ct) in enumerate(YS):
+    , __global ${ct} *dlp_ws${i}, ulong dlp_ws${i}_offset
+% endfor
+${yargs()}, float dlp_alpha, float dlp_beta)
+{
+    ${IT} dlp_o = get_global_id(0);
+    if (dlp_o >= dlp_O)
+        return;
+% for i, (st, ct) in enumerate(YS):
+    ${ct} reduce_y${i};
+% endfor
+    {
+${REDUCE_INIT}
+    }
+    for (${IT} dlp_c = 0; dlp_c < dlp_chunks; dlp_c++) {
+% for i, (st, ct) in enumerate(YS):
+        ${ct} y${i} = dlp_ws${i}[dlp_ws${i}_offset + dlp_c * dlp_O + dlp_o];
+% endfor
+        {
+${REDUCE}
+        }
+    }
+% for i in range(len(YS)):
+    ${final_store(i, 'dlp_o')}
+% endfor
+}
+% endif
