@@ -1,0 +1,42 @@
+"""Softmax over the channel axis (axis 1), optionally as log-softmax.
+
+    y_c = exp(x_c) / sum_k exp(x_k)          log: y_c = x_c - log sum_k exp(x_k)
+
+For inputs of more than 2 dimensions every position along the trailing axes is a
+separate distribution over the channels (as in segmentation outputs).
+"""
+from ..core.softmax import Softmax as SoftmaxOp
+from .base import Layer, TensorSpec, register
+
+
+@register("Softmax")
+class Softmax(Layer):
+    OPTIONS = {"log": False}
+    BACKWARD_READS_INPUTS = False
+    BACKWARD_READS_OUTPUTS = True  # both derivatives are written in terms of y
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name, **options)
+        if not isinstance(self.options["log"], bool):
+            self.fail("option 'log' must be true or false, got %r" % (self.options["log"],))
+
+    def setup(self, in_specs):
+        if len(in_specs) != 1:
+            self.fail("expects 1 input, got %d" % len(in_specs))
+        spec = in_specs[0]
+        if len(spec.shape) < 2:
+            self.fail("input must have at least 2 dimensions (batch, channels, ...), got "
+                      "shape %s" % (spec.shape,))
+        if spec.dtype.name != "float32":
+            self.fail("input must be float32, got %s" % spec.dtype.name)
+        self.in_specs = list(in_specs)
+        self.op = SoftmaxOp(self.ctx, spec.shape, log=self.options["log"])
+        return [TensorSpec(spec.shape, spec.dtype)], [], 0
+
+    def forward(self, x, y, params, ws):
+        return self.op.launches(x[0], y[0])
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        if dx[0] is None:
+            return []
+        return self.op.backward_launches(y[0], dy[0], dx[0], 1.0 if accumulate[0] else 0.0)
