@@ -158,7 +158,8 @@ class PointwiseBroadcast(_Base):
             if shape != out:
                 raise ValueError("%s: y shapes differ: y0 is %s, y%d is %s" % (self.name, out, i, shape))
         for i, (shape, _) in enumerate(self.x_specs):
-            if len(shape) > len(out) or broadcast_shape([shape, out], self.name) != out:
+            if len(shape) > len(out) or any(n not in (1, m) for n, m in
+                                            zip(reversed(shape), reversed(out))):
                 raise ValueError("%s: x%d of shape %s does not broadcast to the output shape %s"
                                  % (self.name, i, shape, out))
         _check_names(code, "%s: code" % self.name,

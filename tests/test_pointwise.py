@@ -1,0 +1,208 @@
+import itertools
+
+import numpy as np
+import pytest
+
+import dlprim as dp
+from dlprim.core.pointwise import (PointwiseBroadcast, PointwiseBroadcastReduce, pointwise,
+                                   pointwise_reduce)
+
+
+def placed(ctx, array, offset=5, poison=np.nan):
+    """A tensor holding ``array`` at a non-zero offset inside a poisoned buffer."""
+    array = np.asarray(array)
+    fill = poison if array.dtype.kind == "f" else 77
+    whole = np.full(array.size + offset + 3, fill, array.dtype)
+    whole[offset:offset + array.size] = array.ravel()
+    return dp.Tensor.from_numpy(ctx, whole).view(array.shape, offset=offset)
+
+
+def empty(ctx, shape, dtype=np.float32, offset=3):
+    return placed(ctx, np.full(shape, np.nan if np.dtype(dtype).kind == "f" else 99, dtype), offset)
+
+
+BROADCASTS = [
+    ((1,), (33,)),                         # scalar-like
+    ((31, 1), (31, 65)),                   # column
+    ((1, 65), (31, 65)),                   # row
+    ((65,), (31, 65)),                     # lower rank
+    ((1, 3, 1, 1), (2, 3, 5, 7)),          # per-channel vs NCHW
+    ((2, 1, 5, 7), (2, 3, 5, 7)),
+    ((32, 1, 1), (2, 32, 4, 1)),
+    ((129,), (129,)),                      # same shape
+    ((1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("a_shape,b_shape", BROADCASTS + [(b, a) for a, b in BROADCASTS[:5]])
+def test_broadcast_add_mul(ctx, rng, a_shape, b_shape):
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    out = np.broadcast_shapes(a_shape, b_shape)
+    y0, y1 = empty(ctx, out), empty(ctx, out)
+    pointwise(ctx, [placed(ctx, a), placed(ctx, b)], [y0, y1],
+              "float t = x0 * w0; y0 = t + x1; y1 = x0 * x1 - w1;", [1.5, 0.25])
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(y0.numpy(), a64 * 1.5 + b64, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(y1.numpy(), a64 * b64 - 0.25, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 63, 64, 65, 127, 129, 1000])
+def test_edges_and_build_reuse(ctx, rng, n):
+    from dlprim.kernels import program
+    a = rng.standard_normal((n, 3)).astype(np.float32)
+    b = rng.standard_normal((1, 3)).astype(np.float32)
+    builds = program.stats["builds"]
+    op = PointwiseBroadcast(ctx, [((n, 3), "float"), ((1, 3), "float")], [((n, 3), "float")],
+                            "y0 = max(x0, x1);")
+    y = empty(ctx, (n, 3))
+    op([placed(ctx, a), placed(ctx, b)], [y])
+    np.testing.assert_array_equal(y.numpy(), np.maximum(a, b))
+    if n > 31:  # a new batch size reuses the program built for n=31 (n=1 collapses to 1-D)
+        assert program.stats["builds"] == builds
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
+def test_int_dtypes(ctx, rng, dtype):
+    a = rng.integers(0, 100, (33, 7)).astype(dtype)
+    b = rng.integers(1, 9, (7,)).astype(dtype)
+    y = empty(ctx, (33, 7), dtype)
+    pointwise(ctx, [placed(ctx, a), placed(ctx, b)], [y], "y0 = x0 / x1 + x0 % x1;")
+    np.testing.assert_array_equal(y.numpy(), (a // b + a % b).astype(dtype))
+
+
+def test_int_params_and_mixed_types(ctx, rng):
+    a = rng.standard_normal((65,)).astype(np.float32)
+    y = empty(ctx, (65,), np.int32)
+    pointwise(ctx, [placed(ctx, a)], [y], "y0 = (x0 > 0) ? w0 : -1;", [np.int32(7)])
+    np.testing.assert_array_equal(y.numpy(), np.where(a > 0, 7, -1))
+
+
+def test_half_storage(ctx, rng):
+    a = rng.standard_normal((5, 33)).astype(np.float16)
+    b = rng.standard_normal((33,)).astype(np.float32)
+    y = empty(ctx, (5, 33), np.float16)
+    pointwise(ctx, [placed(ctx, a), placed(ctx, b)], [y], "y0 = x0 * 3.0f + x1;")
+    ref = (a.astype(np.float64) * 3 + b).astype(np.float16)  # computed in float, rounded once
+    np.testing.assert_array_equal(y.numpy(), ref)
+
+
+# ----- reductions
+FULL = (3, 5, 33, 4)
+_reduce_ops = {}
+
+
+def reduce_op(ctx, y_shape, code="y0 = x0 * x1;", x_shapes=(FULL, (1, 5, 1, 1)), **kw):
+    key = (y_shape, code, x_shapes, tuple(sorted(kw.items())))
+    if key not in _reduce_ops:
+        _reduce_ops[key] = PointwiseBroadcastReduce(
+            ctx, [(s, "float") for s in x_shapes], [(y_shape, "float")], code, **kw)
+    return _reduce_ops[key]
+
+
+@pytest.mark.parametrize("axes", [a for r in range(5) for a in itertools.combinations(range(4), r)])
+def test_reduce_every_axis_subset(ctx, rng, axes):
+    a = rng.standard_normal(FULL).astype(np.float32)
+    w = rng.standard_normal((1, 5, 1, 1)).astype(np.float32)
+    y_shape = tuple(1 if k in axes else n for k, n in enumerate(FULL))
+    y = empty(ctx, y_shape)
+    reduce_op(ctx, y_shape)([placed(ctx, a), placed(ctx, w)], [y])
+    ref = (a.astype(np.float64) * w).sum(axis=axes, keepdims=True)
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,y_shape", [
+    ((4, 3, 65, 129), (1, 3, 1, 1)),   # BatchNorm sums: few outputs, two passes
+    ((129, 2000), (129, 1)),           # trailing axis
+    ((2000, 65), (1, 65)),             # bias gradient of a fully-connected layer
+    ((70000,), (1,)),                  # everything into one value
+    ((31, 127), (127,)),               # output of lower rank
+])
+def test_reduce_big_shapes(ctx, rng, shape, y_shape):
+    a = rng.standard_normal(shape).astype(np.float32)
+    y = empty(ctx, y_shape)
+    op = reduce_op(ctx, y_shape, "y0 = x0;", (shape,))
+    if shape[0] == 4 or shape == (70000,):
+        assert op.chunks > 1, "expected the two-pass path"
+    op([placed(ctx, a)], [y])
+    full_y = (1,) * (len(shape) - len(y_shape)) + y_shape
+    axes = tuple(k for k, (n, m) in enumerate(zip(shape, full_y)) if n != m)
+    ref = a.astype(np.float64).sum(axis=axes, keepdims=True).reshape(y_shape)
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-3)
+
+
+def test_reduce_alpha_beta(ctx, rng):
+    shape = (4, 3, 65, 129)
+    a = rng.standard_normal(shape).astype(np.float32)
+    prev = rng.standard_normal((1, 3, 1, 1)).astype(np.float32)
+    ref = a.astype(np.float64).sum(axis=(0, 2, 3), keepdims=True)
+    for op in (reduce_op(ctx, (1, 3, 1, 1), "y0 = x0;", (shape,)),
+               reduce_op(ctx, (1, 1, 1, 1), "y0 = x0;", ((1, 3, 1, 1),))):
+        src = a if op.full_shape == shape else prev
+        r = ref if op.full_shape == shape else prev.sum(keepdims=True)
+        y = placed(ctx, prev if op.out_shape == prev.shape else prev[:, :1])
+        op([placed(ctx, src)], [y], alpha=0.5, beta=1.0)
+        np.testing.assert_allclose(y.numpy(), 0.5 * r + (prev if op.out_shape == prev.shape
+                                                         else prev[:, :1]), rtol=1e-4, atol=1e-3)
+        y = empty(ctx, op.out_shape)  # NaN garbage is ignored when beta == 0
+        op([placed(ctx, src)], [y], alpha=2.0)
+        np.testing.assert_allclose(y.numpy(), 2 * r, rtol=1e-4, atol=1e-3)
+
+
+def test_reduce_max_and_two_outputs(ctx, rng):
+    a = rng.standard_normal((7, 300)).astype(np.float32)
+    ymax, ysq = empty(ctx, (7, 1)), empty(ctx, (7, 1))
+    pointwise_reduce(ctx, [placed(ctx, a)], [ymax, ysq], "y0 = x0; y1 = x0 * x0;",
+                     "reduce_y0 = -INFINITY; reduce_y1 = 0;",
+                     "reduce_y0 = max(reduce_y0, y0); reduce_y1 += y1;")
+    np.testing.assert_array_equal(ymax.numpy(), a.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(ysq.numpy(), (a.astype(np.float64) ** 2).sum(1, keepdims=True),
+                               rtol=1e-5)
+
+
+def test_reduce_int_and_half(ctx, rng):
+    a = rng.integers(-1000, 1000, (65, 33)).astype(np.int64)
+    y = empty(ctx, (1, 33), np.int64)
+    pointwise_reduce(ctx, [placed(ctx, a)], [y], "y0 = x0 * 3;", beta=0.0)
+    np.testing.assert_array_equal(y.numpy(), (a * 3).sum(0, keepdims=True))
+    h = rng.standard_normal((3, 129)).astype(np.float16)
+    yh = empty(ctx, (3, 1), np.float16)
+    pointwise_reduce(ctx, [placed(ctx, h)], [yh], "y0 = x0;")
+    np.testing.assert_allclose(yh.numpy().astype(np.float64),
+                               h.astype(np.float64).sum(1, keepdims=True), rtol=2e-3, atol=2e-3)
+
+
+# ----- errors, all raised before anything is enqueued
+def test_errors(ctx):
+    f = "float"
+    with pytest.raises(ValueError, match="do not broadcast"):
+        PointwiseBroadcastReduce(ctx, [((3, 4), f), ((5, 4), f)], [((1, 4), f)], "y0 = x0;")
+    with pytest.raises(ValueError, match="does not broadcast"):
+        PointwiseBroadcast(ctx, [((3, 4), f)], [((3, 5), f)], "y0 = x0;")
+    with pytest.raises(ValueError, match="y shapes differ"):
+        PointwiseBroadcast(ctx, [((3, 4), f)], [((3, 4), f), ((1, 4), f)], "y0 = x0; y1 = x0;")
+    with pytest.raises(ValueError, match="not a reduction"):
+        PointwiseBroadcastReduce(ctx, [((3, 4), f)], [((3, 2), f)], "y0 = x0;")
+    with pytest.raises(ValueError, match="not a reduction"):
+        PointwiseBroadcastReduce(ctx, [((3, 4), f)], [((2, 3, 4), f)], "y0 = x0;")
+    with pytest.raises(ValueError, match="x3 is unknown"):
+        PointwiseBroadcast(ctx, [((3,), f), ((3,), f)], [((3,), f)], "y0 = x3;")
+    with pytest.raises(ValueError, match="w0 is unknown"):
+        PointwiseBroadcast(ctx, [((3,), f)], [((3,), f)], "y0 = x0 * w0;")
+    with pytest.raises(ValueError, match="reduce_y1 is unknown"):
+        PointwiseBroadcastReduce(ctx, [((3,), f)], [((1,), f)], "y0 = x0;",
+                                 reduce="reduce_y1 += y0;")
+    with pytest.raises(ValueError, match=r"'y0 = xx0;'"):  # misspelled: the build error quotes it
+        PointwiseBroadcast(ctx, [((3,), f)], [((3,), f)], "y0 = xx0;")
+    op = PointwiseBroadcast(ctx, [((3,), f)], [((3,), f)], "y0 = x0 * w0;", ["float"])
+    x, y = dp.Tensor(ctx, (3,)), dp.Tensor(ctx, (3,))
+    with pytest.raises(ValueError, match="xs has 2 tensors"):
+        op.launches([x, x], [y], [1.0])
+    with pytest.raises(ValueError, match="ys has 0 tensors"):
+        op.launches([x], [], [1.0])
+    with pytest.raises(ValueError, match="expected 1 params, got 0"):
+        op.launches([x], [y])
+    with pytest.raises(ValueError, match=r"xs\[0\] is \(4,\) float32"):
+        op.launches([dp.Tensor(ctx, (4,))], [y], [1.0])
+    with pytest.raises(ValueError, match=r"ys\[0\] is \(3,\) int32"):
+        op.launches([x], [dp.Tensor(ctx, (3,), "int32")], [1.0])
