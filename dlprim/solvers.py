@@ -1,0 +1,324 @@
+"""Solvers: SGD, Adam and AdamW with PyTorch's numbers, in one kernel launch per step.
+
+A Net keeps every trainable parameter in one contiguous arena and the gradients in
+another of the same layout (``net.param_arena``, ``net.grad_arena``, the first
+``net.trainable_size`` elements), so one pointwise launch updates the whole net; frozen
+parameters and running statistics lie after that range and are never touched. Moments
+live in arenas of the same layout. Nothing here waits for the device.
+
+Two ways to use them:
+
+DLPrimitives style::
+
+    sgd = dp.SGD(ctx); sgd.lr = 0.01; sgd.momentum = 0.9
+    sgd.init(net, e)
+    sgd.step(net, e)            # zero_grad + forward + backward + apply
+
+Pythonic::
+
+    opt = dp.Adam(net, lr=1e-3, weight_decay=1e-4, no_decay=dp.solvers.no_decay_1d)
+    opt.zero_grad(); net.forward(); net.backward(); opt.step()
+"""
+import io
+import json
+import math
+
+import numpy as np
+
+from .core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from .tensor import Tensor
+
+__all__ = ["Solver", "SGD", "Adam", "AdamW", "no_decay_1d", "create_solver"]
+
+
+def no_decay_1d(name, shape):
+    """A ``no_decay`` rule: biases and BatchNorm parameters (1-D) get no weight decay."""
+    return len(shape) <= 1
+
+
+class Solver:
+    """Base: hyperparameters as attributes, one fused update launch over all parameters."""
+    HYPER = {}
+
+    def __init__(self, ctx_or_net, no_decay=None, clip_norm=None, clip_value=None, **hyper):
+        net = ctx_or_net if hasattr(ctx_or_net, "param_arena") else None
+        self.ctx = net.ctx if net is not None else ctx_or_net
+        unknown = sorted(set(hyper) - set(self.HYPER))
+        if unknown:
+            raise TypeError("%s: unknown hyperparameter%s %s; known: %s"
+                            % (type(self).__name__, "s" if len(unknown) > 1 else "",
+                               ", ".join(unknown), ", ".join(sorted(self.HYPER))))
+        for k, v in self.HYPER.items():
+            setattr(self, k, hyper.get(k, v))
+        self.no_decay, self.clip_norm, self.clip_value = no_decay, clip_norm, clip_value
+        self.validate()
+        self.net = None
+        self.step_count = 0
+        if net is not None:
+            self.init(net)
+
+    # ----- checks
+    def validate(self):
+        if not self.lr >= 0:
+            raise ValueError("%s: lr must be >= 0, got %r" % (type(self).__name__, self.lr))
+        if not self.weight_decay >= 0:
+            raise ValueError("%s: weight_decay must be >= 0, got %r"
+                             % (type(self).__name__, self.weight_decay))
+        if self.clip_norm is not None and not self.clip_norm > 0:
+            raise ValueError("%s: clip_norm must be > 0, got %r" % (type(self).__name__, self.clip_norm))
+        if self.clip_value is not None and not self.clip_value > 0:
+            raise ValueError("%s: clip_value must be > 0, got %r" % (type(self).__name__, self.clip_value))
+
+    # ----- setup
+    def init(self, net, e=None):
+        """Bind to ``net``: allocate moments, build the update kernel."""
+        self.net = net
+        n = int(net.trainable_size)
+        self.size = n
+        self.states = {name: Tensor.zeros(self.ctx, (max(n, 1),), "float32")
+                       for name in self.state_names()}
+        self._decay_mask = self._make_decay_mask(net) if self.no_decay else None
+        self._norm = Tensor(self.ctx, (1,), "float32") if self.clip_norm else None
+        self._build()
+        return self
+
+    def _make_decay_mask(self, net):
+        mask = np.zeros(max(self.size, 1), np.float32)
+        for name, (offset, shape, trainable) in net.param_layout.items():
+            if trainable and offset < self.size:
+                mask[offset:offset + int(np.prod(shape, dtype=np.int64))] = \
+                    0.0 if self.no_decay(name, tuple(shape)) else 1.0
+        return Tensor.from_numpy(self.ctx, mask)
+
+    def state_names(self):
+        return []
+
+    def _grad_expr(self):
+        """OpenCL for the gradient as the update sees it: clipped, plus L2 decay if any."""
+        g = "x1"
+        if self.clip_value:
+            g = "clamp(x1, -w_clipv, w_clipv)"
+        if self.clip_norm:
+            g = "(%s) * min(1.0f, w_clipn / (sqrt(x_norm) + 1e-6f))" % g
+        return g
+
+    def _build(self):
+        if self.size == 0:
+            self._update = None
+            return
+        n = (self.size,)
+        xs = [("x0", "p"), ("x1", "g")] + [("x%d" % (i + 2), s) for i, s in enumerate(self.state_names())]
+        extra = []
+        if self._decay_mask is not None:
+            extra.append("mask")
+        if self._norm is not None:
+            extra.append("norm")
+        names = {}
+        for k, what in enumerate(extra):
+            names[what] = "x%d" % (len(xs) + k)
+        code = self.update_code(decay="w_wd * %s" % names["mask"] if "mask" in names else "w_wd")
+        code = code.replace("x_norm", names.get("norm", "0.0f"))
+        self._param_names = self.param_names()
+        for i, pn in enumerate(self._param_names):
+            code = code.replace("w_%s" % pn, "w%d" % i)
+        x_specs = [(n, "float")] * (len(xs) + len(extra))
+        if "norm" in names:
+            x_specs[-1] = ((1,), "float")
+        y_specs = [(n, "float")] * (1 + len(self.state_names()))
+        self._update = PointwiseBroadcast(self.ctx, x_specs, y_specs, code,
+                                          ["float"] * len(self._param_names),
+                                          name=type(self).__name__.lower() + "_update")
+        if self._norm is not None:
+            self._sumsq = PointwiseBroadcastReduce(self.ctx, [(n, "float")], [((1,), "float")],
+                                                   "y0 = x0 * x0;", name="grad_sumsq")
+
+    # ----- the step
+    def zero_grad(self, net=None, e=None):
+        (net or self.net).zero_grad()
+
+    def apply(self, net=None, e=None):
+        """Update the parameters from the accumulated gradients (enqueued, no wait)."""
+        if net is not None and net is not self.net:
+            self.init(net)
+        if self.net is None:
+            raise RuntimeError("%s: call init(net) first" % type(self).__name__)
+        self.validate()
+        self.step_count += 1
+        if self._update is None:
+            return
+        queue = e.queue if e is not None else self.ctx.queue
+        net = self.net
+        p = net.param_arena.view((self.size,))
+        g = net.grad_arena.view((self.size,))
+        moments = [self.states[s] for s in self.state_names()]
+        xs = [p, g] + moments
+        if self._decay_mask is not None:
+            xs.append(self._decay_mask)
+        if self._norm is not None:
+            xs.append(self._norm)
+            self._sumsq([g], [self._norm], queue=queue)
+        values = self.param_values()
+        self._update(xs, [p] + moments, [values[k] for k in self._param_names], queue=queue)
+
+    def step(self, net=None, e=None):
+        """With a net (DLPrimitives style): zero_grad, forward, backward, apply.
+        Without (Pythonic, bound at construction): apply the accumulated gradients."""
+        if net is None:
+            return self.apply(None, e)
+        if net is not self.net:
+            self.init(net, e)
+        self.zero_grad(net, e)
+        net.forward(e)
+        net.backward(e)
+        self.apply(net, e)
+
+    # ----- state
+    def hyperparameters(self):
+        return {k: getattr(self, k) for k in self.HYPER}
+
+    def state_dict(self):
+        """Hyperparameters, step count and moments (host copies), enough to resume."""
+        return {"type": type(self).__name__, "hyper": self.hyperparameters(),
+                "step": self.step_count,
+                "states": {k: t.numpy()[:self.size].copy() for k, t in self.states.items()}}
+
+    def load_state_dict(self, state):
+        if state.get("type") != type(self).__name__:
+            raise ValueError("solver state is for %s, not %s" % (state.get("type"), type(self).__name__))
+        for k, v in state["hyper"].items():
+            setattr(self, k, v)
+        self.step_count = int(state["step"])
+        for k, arr in state["states"].items():
+            if k not in self.states or arr.shape != (self.size,):
+                raise ValueError("solver state %r has shape %s; this net needs (%d,)"
+                                 % (k, arr.shape, self.size))
+            self.states[k].view((self.size,)).to_device(arr.astype(np.float32))
+
+    def save_state(self, path):
+        """Write ``state_dict()`` atomically as .npz (moments) with a JSON header."""
+        from .weights import atomic_write
+        state = self.state_dict()
+        meta = {"type": state["type"], "hyper": state["hyper"], "step": state["step"]}
+        buf = io.BytesIO()
+        np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+                 **state["states"])
+        atomic_write(path, lambda f: f.write(buf.getvalue()))
+
+    def load_state(self, path):
+        with np.load(path) as data:
+            meta = json.loads(bytes(data["__meta__"]).decode())
+            states = {k: data[k] for k in data.files if k != "__meta__"}
+        meta["states"] = states
+        self.load_state_dict(meta)
+
+
+class SGD(Solver):
+    """Stochastic gradient descent with momentum, as ``torch.optim.SGD``.
+
+    g <- g + wd * p;  b <- g on the first step, else momentum * b + (1 - dampening) * g;
+    g <- g + momentum * b (nesterov) or b;  p <- p - lr * g
+    """
+    HYPER = {"lr": 0.1, "momentum": 0.0, "dampening": 0.0, "nesterov": False, "weight_decay": 0.0}
+
+    def validate(self):
+        super().validate()
+        if not self.momentum >= 0:
+            raise ValueError("SGD: momentum must be >= 0, got %r" % self.momentum)
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0")
+
+    def state_names(self):
+        return ["momentum_buffer"]
+
+    def param_names(self):
+        return ["lr", "momentum", "dampening", "nesterov", "wd", "first", "clipv", "clipn"]
+
+    def param_values(self):
+        return {"lr": self.lr, "momentum": self.momentum, "dampening": self.dampening,
+                "nesterov": float(bool(self.nesterov)), "wd": self.weight_decay,
+                "first": float(self.step_count == 1), "clipv": self.clip_value or 0.0,
+                "clipn": self.clip_norm or 0.0}
+
+    def update_code(self, decay):
+        g = self._grad_expr()
+        return ("float g = %s + %s * x0;"
+                "float b = w_first != 0.0f ? g : w_momentum * x2 + (1.0f - w_dampening) * g;"
+                "if (w_momentum != 0.0f) g = w_nesterov != 0.0f ? g + w_momentum * b : b;"
+                "y0 = x0 - w_lr * g; y1 = b;" % (g, decay))
+
+
+class Adam(Solver):
+    """Adam (Kingma & Ba, 2015) as ``torch.optim.Adam``, L2 weight decay, optional AMSGrad.
+
+    g <- g + wd * p;  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;  (v^ <- max(v^, v))
+    p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    """
+    HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0,
+             "amsgrad": False}
+    DECOUPLED = False
+
+    def validate(self):
+        super().validate()
+        name = type(self).__name__
+        for b in ("beta1", "beta2"):
+            if not 0 <= getattr(self, b) < 1:
+                raise ValueError("%s: %s must be in [0, 1), got %r" % (name, b, getattr(self, b)))
+        if not self.eps > 0:
+            raise ValueError("%s: eps must be > 0, got %r" % (name, self.eps))
+
+    def state_names(self):
+        return ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if self.amsgrad else [])
+
+    def init(self, net, e=None):
+        self._amsgrad_built = bool(self.amsgrad)
+        return super().init(net, e)
+
+    def param_names(self):
+        return ["lr", "beta1", "beta2", "eps", "wd", "step", "c2sqrt", "clipv", "clipn"]
+
+    def param_values(self):
+        t = self.step_count
+        return {"lr": self.lr, "beta1": self.beta1, "beta2": self.beta2, "eps": self.eps,
+                "wd": self.weight_decay, "step": self.lr / (1 - self.beta1 ** t),
+                "c2sqrt": math.sqrt(1 - self.beta2 ** t), "clipv": self.clip_value or 0.0,
+                "clipn": self.clip_norm or 0.0}
+
+    def update_code(self, decay):
+        g = self._grad_expr()
+        if self.DECOUPLED:
+            head = "float g = %s; float p = x0 * (1.0f - w_lr * %s);" % (g, decay)
+        else:
+            head = "float g = %s + %s * x0; float p = x0;" % (g, decay)
+        vhat = "fmax(x4, v)" if self.amsgrad else "v"
+        tail = " y3 = vh;" if self.amsgrad else ""
+        return (head + "float m = x2 + (1.0f - w_beta1) * (g - x2);"
+                "float v = w_beta2 * x3 + (1.0f - w_beta2) * (g * g);"
+                "float vh = %s;"
+                "y0 = p - w_step * (m / (sqrt(vh) / w_c2sqrt + w_eps)); y1 = m; y2 = v;%s"
+                % (vhat, tail))
+
+    def apply(self, net=None, e=None):
+        if self.net is not None and bool(self.amsgrad) != self._amsgrad_built:
+            raise ValueError("%s: amsgrad cannot change after init" % type(self).__name__)
+        super().apply(net, e)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019), as ``torch.optim.AdamW``:
+    p <- p (1 - lr wd) before the Adam step."""
+    HYPER = dict(Adam.HYPER, weight_decay=1e-2)
+    DECOUPLED = True
+
+
+_SOLVERS = {"sgd": SGD, "adam": Adam, "adamw": AdamW}
+
+
+def create_solver(net, config):
+    """A solver from a training config's ``solver`` section ({"type": "adam", "lr": ...})."""
+    args = dict(config)
+    kind = str(args.pop("type", "adam")).lower()
+    if kind not in _SOLVERS:
+        raise ValueError("solver.type: unknown %r; known: %s" % (kind, ", ".join(sorted(_SOLVERS))))
+    if args.pop("no_decay_1d", False):
+        args["no_decay"] = no_decay_1d
+    return _SOLVERS[kind](net, **args)
