@@ -1,0 +1,193 @@
+"""Loss layers: SoftmaxWithLoss, NLLLoss, MSELoss.
+
+A reduced loss is a tensor of shape (1,); backpropagation starts from its ``dy`` (the
+Net fills it with the operator's ``loss_weight``). Labels never receive a gradient.
+
+    SoftmaxWithLoss  L = 1/N sum_n (log sum_c exp(x_nc) - x_n,t_n)
+                     dL/dx_nc = dy/N * (softmax(x_n)_c - [c == t_n])
+    NLLLoss          l_n = -x_n,t_n;     L = l (none), sum_n l_n (sum), 1/N sum_n l_n (mean)
+    MSELoss          l_i = (a_i - b_i)^2; L = l (none), sum l (sum), 1/size sum l (mean)
+                     dL/da = 2 dy (a - b) * s = -dL/db, s = 1 or 1/size
+Labels outside [0, C) are ignored (no loss, no gradient); the mean still divides by N.
+"""
+import numpy as np
+
+from ..core.loss import LABEL_DTYPES, NLLLoss as NLLOp, SoftmaxCrossEntropy
+from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from ..tensor import Tensor
+from .base import Layer, TensorSpec, register
+
+REDUCTIONS = ("none", "sum", "mean")
+
+
+def float_scratch(ws, n):
+    """An (n,) float32 view of a byte workspace tensor."""
+    if ws is None or ws.nbytes < 4 * n or ws.byte_offset % 4:
+        raise ValueError("loss: needs a 4-byte aligned workspace of %d bytes, got %r" % (4 * n, ws))
+    return Tensor(ws.ctx, (n,), "float32", buffer=ws.buffer, offset=ws.byte_offset // 4)
+
+
+class _ZeroGrad:
+    """A launch-like callable clearing a gradient that receives nothing (labels)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __call__(self, queue):
+        self.t.zero_(_Queue(queue))
+
+
+class _Queue:
+    def __init__(self, queue):
+        self.queue = queue
+
+
+def no_label_grad(dx, accumulate):
+    """dx = accumulate * dx + 0 for a label input, when one is asked for."""
+    if dx is None or accumulate:
+        return []
+    return [_ZeroGrad(dx)]
+
+
+class _LabelLoss(Layer):
+    """Common checks of (scores (N, C), labels (N,)) losses."""
+    BACKWARD_READS_INPUTS = True
+
+    def check_inputs(self, in_specs):
+        if len(in_specs) != 2:
+            self.fail("expects 2 inputs (scores, labels), got %d" % len(in_specs))
+        x, label = in_specs
+        if len(x.shape) != 2:
+            self.fail("input 0 must be (batch, classes), got shape %s" % (x.shape,))
+        if x.dtype.name != "float32":
+            self.fail("input 0 must be float32, got %s" % x.dtype.name)
+        n = x.shape[0]
+        if not label.shape or label.shape[0] != n or int(np.prod(label.shape)) != n:
+            self.fail("labels must have shape (%d,) to match the batch of input 0 %s, got %s"
+                      % (n, x.shape, label.shape))
+        if label.dtype.name not in LABEL_DTYPES:
+            self.fail("labels must be int32 or int64 (or float32 holding class indices), got %s"
+                      % label.dtype.name)
+        self.in_specs = list(in_specs)
+        return x.shape
+
+    @staticmethod
+    def flat(label):
+        return label if label.ndim == 1 else label.view((label.shape[0],))
+
+
+@register("SoftmaxWithLoss")
+class SoftmaxWithLoss(_LabelLoss):
+    OPTIONS = {}
+
+    def setup(self, in_specs):
+        n, c = self.check_inputs(in_specs)
+        self.op = SoftmaxCrossEntropy(self.ctx, n, c, in_specs[1].dtype)
+        self.n = n
+        return [TensorSpec((1,), "float32")], [], 4 * n
+
+    def forward(self, x, y, params, ws):
+        return self.op.launches(x[0], self.flat(x[1]), float_scratch(ws, self.n), y[0])
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        out = no_label_grad(dx[1], accumulate[1])
+        if dx[0] is not None:
+            out += self.op.backward_launches(x[0], self.flat(x[1]), dy[0], dx[0],
+                                             1.0 if accumulate[0] else 0.0)
+        return out
+
+
+def _check_reduce(layer):
+    if layer.options["reduce"] not in REDUCTIONS:
+        layer.fail("option 'reduce' must be one of %s, got %r"
+                   % (", ".join(REDUCTIONS), layer.options["reduce"]))
+
+
+@register("NLLLoss")
+class NLLLoss(_LabelLoss):
+    OPTIONS = {"reduce": "mean"}
+    BACKWARD_READS_INPUTS = True  # the labels
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name, **options)
+        _check_reduce(self)
+
+    def setup(self, in_specs):
+        n, c = self.check_inputs(in_specs)
+        self.n = n
+        self.op = NLLOp(self.ctx, n, c, in_specs[1].dtype, self.options["reduce"])
+        ws = 0 if self.options["reduce"] == "none" else 4 * n
+        return [TensorSpec(self.op.out_shape, "float32")], [], ws
+
+    def forward(self, x, y, params, ws):
+        rows = None if self.options["reduce"] == "none" else float_scratch(ws, self.n)
+        return self.op.launches(x[0], self.flat(x[1]), y[0], rows)
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        out = no_label_grad(dx[1], accumulate[1])
+        if dx[0] is not None:
+            out += self.op.backward_launches(self.flat(x[1]), dy[0], dx[0],
+                                             1.0 if accumulate[0] else 0.0)
+        return out
+
+
+@register("MSELoss")
+class MSELoss(Layer):
+    OPTIONS = {"reduce": "mean"}
+    BACKWARD_READS_INPUTS = True
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name, **options)
+        _check_reduce(self)
+
+    def setup(self, in_specs):
+        if len(in_specs) != 2:
+            self.fail("expects 2 inputs, got %d" % len(in_specs))
+        a, b = in_specs
+        if a.shape != b.shape:
+            self.fail("inputs must have the same shape, got %s and %s" % (a.shape, b.shape))
+        if a.dtype.name != "float32" or b.dtype.name != "float32":
+            self.fail("inputs must be float32, got %s and %s" % (a.dtype.name, b.dtype.name))
+        self.in_specs = list(in_specs)
+        self.shape = a.shape
+        size = int(np.prod(a.shape, dtype=np.int64))
+        reduce = self.options["reduce"]
+        self.scale = 1.0 / max(size, 1) if reduce == "mean" else 1.0
+        self.out_shape = a.shape if reduce == "none" else (1,)
+        specs = [(a.shape, "float32")] * 2
+        code = "y0 = x0 - x1; y0 = y0 * y0;"
+        if reduce == "none":
+            self.op = PointwiseBroadcast(self.ctx, specs, [(a.shape, "float32")], code,
+                                         name="mse_forward")
+        else:
+            self.op = PointwiseBroadcastReduce(self.ctx, specs, [((1,), "float32")], code,
+                                               name="mse_forward")
+        self.grad_ops = {}
+        return [TensorSpec(self.out_shape, "float32")], [], 0
+
+    def forward(self, x, y, params, ws):
+        if self.options["reduce"] == "none":
+            return self.op.launches(x, y)
+        return self.op.launches(x, y, alpha=self.scale)
+
+    def _grad_op(self, accumulate):
+        # grad = w0 * dy * (a - b) with w0 = +-2 * scale, plus the old dx when accumulating
+        if accumulate not in self.grad_ops:
+            specs = [(self.out_shape, "float32"), (self.shape, "float32"), (self.shape, "float32")]
+            code = "y0 = w0 * x0 * (x1 - x2);"
+            if accumulate:
+                specs.append((self.shape, "float32"))
+                code = "y0 = w0 * x0 * (x1 - x2) + x3;"
+            self.grad_ops[accumulate] = PointwiseBroadcast(
+                self.ctx, specs, [(self.shape, "float32")], code, params=["float"],
+                name="mse_backward")
+        return self.grad_ops[accumulate]
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        out = []
+        for i, sign in ((0, 2.0), (1, -2.0)):
+            if dx[i] is None:
+                continue
+            xs = [dy[0], x[0], x[1]] + ([dx[i]] if accumulate[i] else [])
+            out += self._grad_op(bool(accumulate[i])).launches(xs, [dx[i]], [sign * self.scale])
+        return out

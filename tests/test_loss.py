@@ -1,0 +1,170 @@
+"""SoftmaxWithLoss, NLLLoss and MSELoss against float64 numpy references."""
+import json
+
+import numpy as np
+import pytest
+
+from dlprim.layers import LayerError, TensorSpec, create
+from layer_check import assert_close, check_reference_grads, run_layer
+
+
+def logsumexp(x):
+    m = x.max(axis=1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True)))[:, 0]
+
+
+def valid(labels, c):
+    k = labels.astype(np.int64)
+    return k, (k >= 0) & (k < c)
+
+
+def xent_ref(x, labels):
+    k, ok = valid(labels, x.shape[1])
+    rows = np.where(ok, logsumexp(x) - x[np.arange(len(k)), np.clip(k, 0, x.shape[1] - 1)], 0)
+    return np.array([rows.sum() / len(k)])
+
+
+def xent_grad_ref(x, labels, dy):
+    k, ok = valid(labels, x.shape[1])
+    p = np.exp(x - logsumexp(x)[:, None])
+    p[ok, k[ok]] -= 1
+    return p * ok[:, None] * dy[0] / len(k)
+
+
+def nll_ref(x, labels, reduce):
+    k, ok = valid(labels, x.shape[1])
+    rows = np.where(ok, -x[np.arange(len(k)), np.clip(k, 0, x.shape[1] - 1)], 0)
+    return {"none": rows, "sum": np.array([rows.sum()]),
+            "mean": np.array([rows.sum() / len(k)])}[reduce]
+
+
+def nll_grad_ref(x, labels, dy, reduce):
+    k, ok = valid(labels, x.shape[1])
+    g = np.zeros_like(x)
+    w = dy if reduce == "none" else np.full(len(k), dy[0] / (len(k) if reduce == "mean" else 1))
+    g[np.nonzero(ok)[0], k[ok]] = -w[ok]
+    return g
+
+
+def mse_ref(a, b, reduce):
+    d = (a - b) ** 2
+    return {"none": d, "sum": np.array([d.sum()]), "mean": np.array([d.mean()])}[reduce]
+
+
+def mse_grad_ref(a, b, dy, reduce):
+    s = 1.0 / a.size if reduce == "mean" else 1.0
+    g = 2 * s * dy * (a - b)
+    return g, -g
+
+
+def labels_for(rng, n, c, dtype, invalid=True):
+    k = rng.integers(0, c, n)
+    if invalid and n > 2:
+        k[1], k[2] = -1, c  # ignored labels
+    return k.astype(dtype)
+
+
+def test_reference_gradients():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 3))
+    k = np.array([0, 2, -1, 1])
+    check_reference_grads(lambda xs, ps: [xent_ref(xs[0], k)],
+                          lambda xs, ps, ys, dys: ([xent_grad_ref(xs[0], k, dys[0])], []), [x])
+    for reduce in ("none", "sum", "mean"):
+        check_reference_grads(lambda xs, ps: [nll_ref(xs[0], k, reduce)],
+                              lambda xs, ps, ys, dys: ([nll_grad_ref(xs[0], k, dys[0], reduce)], []),
+                              [x])
+        check_reference_grads(lambda xs, ps: [mse_ref(xs[0], xs[1], reduce)],
+                              lambda xs, ps, ys, dys: (list(mse_grad_ref(xs[0], xs[1], dys[0], reduce)), []),
+                              [x, rng.standard_normal(x.shape)])
+
+
+XENT_SHAPES = [(1, 1), (3, 31), (2, 32), (4, 33), (2, 63), (1, 64), (5, 65), (2, 129), (3, 300),
+               (65, 10), (128, 10)]
+
+
+@pytest.mark.parametrize("shape", XENT_SHAPES)
+def test_softmax_with_loss(ctx, rng, shape):
+    n, c = shape
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    dy = np.array([1.7], np.float32)
+    layer = create(ctx, "SoftmaxWithLoss", "loss", {})
+    for dtype, acc in ((np.int32, False), (np.int64, True), (np.float32, False)):
+        k = labels_for(rng, n, c, dtype)
+        r = run_layer(ctx, layer, [x, k], dy=[dy], accumulate=acc, want_dx=[True, False])
+        x64 = x.astype(np.float64)
+        assert r.y[0].shape == (1,)
+        assert_close(r.y[0], xent_ref(x64, k), rtol=1e-5, what="loss")
+        assert_close(r.dx[0], xent_grad_ref(x64, k, dy.astype(np.float64)), rtol=1e-4,
+                     atol=1e-6, what="dx")
+
+
+def test_softmax_with_loss_label_gradient_is_zero(ctx, rng):
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    k = np.array([0, 1, 2, 3], np.float32)
+    r = run_layer(ctx, create(ctx, "SoftmaxWithLoss", "loss", {}), [x, k], dy=[np.ones(1, np.float32)],
+                  want_dx=[True, True])
+    assert np.all(r.dx[1] == 0)
+
+
+@pytest.mark.parametrize("reduce", ["none", "sum", "mean"])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 33), (65, 10), (2, 129)])
+def test_nll_loss(ctx, rng, shape, reduce):
+    n, c = shape
+    x = rng.standard_normal(shape).astype(np.float32)
+    layer = create(ctx, "NLLLoss", "nll", {"reduce": reduce})
+    for dtype, acc in ((np.int32, False), (np.int64, True), (np.float32, True)):
+        k = labels_for(rng, n, c, dtype)
+        dy = rng.standard_normal((n,) if reduce == "none" else (1,)).astype(np.float32)
+        r = run_layer(ctx, layer, [x, k], dy=[dy], accumulate=acc, want_dx=[True, False])
+        assert_close(r.y[0], nll_ref(x.astype(np.float64), k, reduce), rtol=1e-5, what="loss")
+        assert_close(r.dx[0], nll_grad_ref(x.astype(np.float64), k, dy.astype(np.float64), reduce),
+                     rtol=1e-5, atol=1e-6, what="dx")
+
+
+@pytest.mark.parametrize("reduce", ["none", "sum", "mean"])
+@pytest.mark.parametrize("shape", [(1,), (65,), (3, 33), (2, 3, 4, 5)])
+def test_mse_loss(ctx, rng, shape, reduce):
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape).astype(np.float32)
+    dy = rng.standard_normal(shape if reduce == "none" else (1,)).astype(np.float32)
+    layer = create(ctx, "MSELoss", "mse", {"reduce": reduce})
+    for want, acc in (([True, True], False), ([True, False], True), ([False, True], True)):
+        r = run_layer(ctx, layer, [a, b], dy=[dy], accumulate=acc, want_dx=want)
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        assert_close(r.y[0], mse_ref(a64, b64, reduce), rtol=1e-5, what="loss")
+        grads = mse_grad_ref(a64, b64, dy.astype(np.float64), reduce)
+        for i in range(2):
+            if want[i]:
+                assert_close(r.dx[i], grads[i], rtol=1e-4, atol=1e-6, what="dx%d" % i)
+            else:
+                assert r.dx[i] is None
+
+
+def test_config_round_trip(ctx):
+    for type_name, opts in (("SoftmaxWithLoss", {}), ("NLLLoss", {"reduce": "sum"}),
+                            ("NLLLoss", {}), ("MSELoss", {"reduce": "none"})):
+        layer = create(ctx, type_name, "l", opts)
+        again = create(ctx, type_name, "l", json.loads(json.dumps(layer.config())))
+        assert again.config() == layer.config()
+    assert create(ctx, "MSELoss", "l", {}).config() == {"reduce": "mean"}
+
+
+def test_errors(ctx):
+    with pytest.raises(LayerError, match="NLLLoss 'l'.*'reduce'"):
+        create(ctx, "NLLLoss", "l", {"reduce": "avg"})
+    with pytest.raises(LayerError, match="MSELoss 'l'.*'reduce'"):
+        create(ctx, "MSELoss", "l", {"reduce": "max"})
+    with pytest.raises(LayerError, match="SoftmaxWithLoss 'l'.*unknown option 'log'"):
+        create(ctx, "SoftmaxWithLoss", "l", {"log": True})
+    x = TensorSpec((4, 5))
+    for type_name in ("SoftmaxWithLoss", "NLLLoss"):
+        layer = create(ctx, type_name, "l", {})
+        with pytest.raises(LayerError, match="%s 'l'.*labels must be int32 or int64.*float16" % type_name):
+            layer.setup([x, TensorSpec((4,), "float16")])
+        with pytest.raises(LayerError, match="%s 'l'.*labels must have shape \\(4,\\)" % type_name):
+            layer.setup([x, TensorSpec((3,), "int32")])
+        with pytest.raises(LayerError, match="%s 'l'.*2 inputs" % type_name):
+            layer.setup([x])
+    with pytest.raises(LayerError, match="MSELoss 'l'.*same shape"):
+        create(ctx, "MSELoss", "l", {}).setup([x, TensorSpec((4, 6))])
