@@ -1,0 +1,225 @@
+<%include file="common.h"/>
+## Implicit-GEMM convolution: the im2col (or col2im) gather is fused into the tile loads,
+## so no column buffer exists. One template, three products (per group g):
+##   forward          Y[k, (b,oh,ow)]   = sum_(c,r,s)   W[k, (c,r,s)] * X[(c,r,s), (b,oh,ow)]
+##   backward_data    dX[c, (b,ih,iw)]  = sum_(k,r,s)   W[k, c, r, s] * dY[(k,r,s), (b,ih,iw)]
+##                    (gather: oh = (ih + ph - r*dh) / sh where that divides exactly)
+##   backward_filter  dW[k, (c,r,s)]    = sum_(b,oh,ow) dY[k, (b,oh,ow)] * X[(b,oh,ow), (c,r,s)]
+## Tiles: TM x TN outputs per work-group, TK deep, WM x WN per work-item, strided so that
+## neighbouring work-items touch neighbouring columns. Geometry is either baked in
+## (GEOM_BAKED, faster index arithmetic) or passed as kernel arguments (one build serves
+## every shape, used where builds are slow).
+<%
+    WG_M = TM // WM
+    WG_N = TN // WN
+    WG = WG_M * WG_N
+    A_PER = TM * TK // WG
+    B_PER = TK * TN // WG
+    GEOM = ["IN_C", "OUT_C", "GROUPS", "IN_H", "IN_W", "OUT_H", "OUT_W",
+            "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"]
+    geom_params = "".join("int %s, " % g for g in GEOM) if not GEOM_BAKED else ""
+    act = "ACT_" + ACTIVATION
+%>
+% if GEOM_BAKED:
+%   for name in GEOM:
+#define ${name} ${GEOM_BAKED[name]}
+%   endfor
+% endif
+#define CG (IN_C / GROUPS)
+#define KG (OUT_C / GROUPS)
+#define KHW (KH * KW)
+#define IN_HW (IN_H * IN_W)
+#define OUT_HW (OUT_H * OUT_W)
+% if MODE == "forward":
+#define GEMM_M KG
+#define GEMM_N (batch * OUT_HW)
+#define GEMM_K (CG * KHW)
+% elif MODE == "backward_data":
+#define GEMM_M CG
+#define GEMM_N (batch * IN_HW)
+#define GEMM_K (KG * KHW)
+% else:
+#define GEMM_M KG
+#define GEMM_N (CG * KHW)
+#define GEMM_K (batch * OUT_HW)
+% endif
+
+__kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
+void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
+               __global const float *a, ulong a_offset,
+               __global const float *b, ulong b_offset,
+               __global float *out, ulong out_offset, ulong split_stride,
+% if BIAS:
+               __global const float *bias, ulong bias_offset,
+% endif
+               float alpha, float beta)
+{
+    __local float As[${TK}][${TM + 1}];
+    __local float Bs[${TK}][${TN + 1}];
+    const int tid_n = get_local_id(0), tid_m = get_local_id(1);
+    const int tid = tid_m * ${WG_N} + tid_n;
+    const int m0 = get_group_id(1) * ${TM}, n0 = get_group_id(0) * ${TN};
+    const int g = get_group_id(2) / splits, split = get_group_id(2) % splits;
+    const int k_begin = split * k_per_split;
+    const int k_end = min((int)GEMM_K, k_begin + k_per_split);
+    a += a_offset;
+    b += b_offset;
+    out += out_offset + split * split_stride;
+
+% if MODE == "forward":
+    a += g * KG * GEMM_K;                         // W rows of this group: [KG][CG*KHW]
+    // this work-item always loads B column n0 + tid % TN: decompose it once
+    const int n_ld = n0 + tid % ${TN};
+    const bool n_ok = n_ld < GEMM_N;
+    const int bn = n_ld / OUT_HW, pn = n_ld - bn * OUT_HW;
+    const int ohn = pn / OUT_W, own = pn - ohn * OUT_W;
+    const int ih0 = ohn * SH - PH, iw0 = own * SW - PW;
+    const int x_base = (bn * IN_C + g * CG) * IN_HW;
+% elif MODE == "backward_data":
+    a += g * KG * CG * KHW;                       // W[k][c][r][s] of this group
+    const int n_ld = n0 + tid % ${TN};
+    const bool n_ok = n_ld < GEMM_N;
+    const int bn = n_ld / IN_HW, pn = n_ld - bn * IN_HW;
+    const int ihn = pn / IN_W, iwn = pn - ihn * IN_W;
+    const int th0 = ihn + PH, tw0 = iwn + PW;
+    const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
+% else:
+    out += g * KG * GEMM_N;                       // dW rows of this group
+% endif
+
+    float a_ld[${A_PER}], b_ld[${B_PER}];
+    float acc[${WM}][${WN}];
+    for (int i = 0; i < ${WM}; i++)
+        for (int j = 0; j < ${WN}; j++)
+            acc[i][j] = 0.0f;
+
+## ---- global -> registers for the tile starting at reduction index k0
+<%def name="load_tile(k0)">
+<%
+    WG = (TM // WM) * (TN // WN)
+    A_PER = TM * TK // WG
+    B_PER = TK * TN // WG
+%>
+    {
+% if MODE == "forward":
+        for (int i = 0; i < ${A_PER}; i++) {
+            const int m = m0 + tid / ${TK} + i * ${WG // TK};
+            const int kk = ${k0} + tid % ${TK};
+            a_ld[i] = (m < GEMM_M && kk < k_end) ? a[m * GEMM_K + kk] : 0.0f;
+        }
+        for (int i = 0; i < ${B_PER}; i++) {
+            const int kk = ${k0} + tid / ${TN} + i * ${WG // TN};
+            const int c = kk / KHW, rs = kk - c * KHW;
+            const int r = rs / KW, s = rs - r * KW;
+            const int ih = ih0 + r * DH, iw = iw0 + s * DW;
+            const bool ok = n_ok && kk < k_end && ih >= 0 && ih < IN_H && iw >= 0 && iw < IN_W;
+            b_ld[i] = ok ? b[x_base + (c * IN_H + ih) * IN_W + iw] : 0.0f;
+        }
+% elif MODE == "backward_data":
+        for (int i = 0; i < ${A_PER}; i++) {
+            const int m = m0 + tid / ${TK} + i * ${WG // TK};
+            const int kk = ${k0} + tid % ${TK};
+            const int k = kk / KHW, rs = kk - k * KHW;
+            a_ld[i] = (m < GEMM_M && kk < k_end) ? a[(k * CG + m) * KHW + rs] : 0.0f;
+        }
+        for (int i = 0; i < ${B_PER}; i++) {
+            const int kk = ${k0} + tid / ${TN} + i * ${WG // TN};
+            const int k = kk / KHW, rs = kk - k * KHW;
+            const int r = rs / KW, s = rs - r * KW;
+            const int th = th0 - r * DH, tw = tw0 - s * DW;
+            bool ok = n_ok && kk < k_end && th >= 0 && tw >= 0;
+            const int oh = ok ? th / SH : 0, ow = ok ? tw / SW : 0;
+            ok = ok && oh * SH == th && ow * SW == tw && oh < OUT_H && ow < OUT_W;
+            b_ld[i] = ok ? b[dy_base + (k * OUT_H + oh) * OUT_W + ow] : 0.0f;
+        }
+% else:
+        // the reduction index (b, oh, ow) is shared by this work-item's A and B loads
+        const int kk = ${k0} + tid % ${TK};
+        const bool k_ok = kk < k_end;
+        const int bk = kk / OUT_HW, pk = kk - bk * OUT_HW;
+        const int ohk = pk / OUT_W, owk = pk - ohk * OUT_W;
+        for (int i = 0; i < ${A_PER}; i++) {
+            const int m = m0 + tid / ${TK} + i * ${WG // TK};
+            a_ld[i] = (m < GEMM_M && k_ok) ? a[(bk * OUT_C + g * KG + m) * OUT_HW + pk] : 0.0f;
+        }
+        for (int i = 0; i < ${B_PER}; i++) {
+            const int n = n0 + tid / ${TK} + i * ${WG // TK};
+            const int c = n / KHW, rs = n - c * KHW;
+            const int r = rs / KW, s = rs - r * KW;
+            const int ih = ohk * SH - PH + r * DH, iw = owk * SW - PW + s * DW;
+            const bool ok = k_ok && n < GEMM_N && ih >= 0 && ih < IN_H && iw >= 0 && iw < IN_W;
+            b_ld[i] = ok ? b[((bk * IN_C + g * CG + c) * IN_H + ih) * IN_W + iw] : 0.0f;
+        }
+% endif
+    }
+</%def>
+
+    ${load_tile("k_begin")}
+    for (int k0 = k_begin; k0 < k_end; k0 += ${TK}) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int i = 0; i < ${A_PER}; i++)
+            As[tid % ${TK}][tid / ${TK} + i * ${WG // TK}] = a_ld[i];
+        for (int i = 0; i < ${B_PER}; i++)
+% if MODE == "backward_filter":
+            Bs[tid % ${TK}][tid / ${TK} + i * ${WG // TK}] = b_ld[i];
+% else:
+            Bs[tid / ${TN} + i * ${WG // TN}][tid % ${TN}] = b_ld[i];
+% endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + ${TK} < k_end)
+            ${load_tile("(k0 + %d)" % TK)}
+        for (int kk = 0; kk < ${TK}; kk++) {
+            float ar[${WM}], br[${WN}];
+            for (int i = 0; i < ${WM}; i++)
+                ar[i] = As[kk][tid_m + i * ${WG_M}];
+            for (int j = 0; j < ${WN}; j++)
+                br[j] = Bs[kk][tid_n + j * ${WG_N}];
+            for (int i = 0; i < ${WM}; i++)
+                for (int j = 0; j < ${WN}; j++)
+                    acc[i][j] = mad(ar[i], br[j], acc[i][j]);
+        }
+    }
+
+    // C = act(alpha * acc + beta * C + bias)
+    for (int j = 0; j < ${WN}; j++) {
+        const int n = n0 + tid_n + j * ${WG_N};
+        if (n >= GEMM_N)
+            continue;
+% if MODE == "forward":
+        const int bo = n / OUT_HW, po = n - bo * OUT_HW;
+        const int base = (bo * OUT_C + g * KG) * OUT_HW + po, step = OUT_HW;
+% elif MODE == "backward_data":
+        const int bo = n / IN_HW, po = n - bo * IN_HW;
+        const int base = (bo * IN_C + g * CG) * IN_HW + po, step = IN_HW;
+% else:
+        const int base = n, step = GEMM_N;
+% endif
+        for (int i = 0; i < ${WM}; i++) {
+            const int m = m0 + tid_m + i * ${WG_M};
+            if (m >= GEMM_M)
+                continue;
+            const int idx = base + m * step;
+            float v = alpha * acc[i][j];
+            if (beta != 0.0f)
+                v += beta * out[idx];
+% if BIAS:
+            v += bias[bias_offset + g * GEMM_M + m];
+% endif
+            out[idx] = ${act}(v);
+        }
+    }
+}
+
+// dW = beta * dW + sum over splits of the partial products the split-K launch left in ws
+__kernel void conv_split_reduce(int n, int splits, __global const float *ws, ulong ws_offset,
+                                __global float *out, ulong out_offset, float beta)
+{
+    const int i = get_global_id(0);
+    if (i >= n)
+        return;
+    ws += ws_offset + i;
+    float sum = 0.0f;
+    for (int s = 0; s < splits; s++)
+        sum += ws[s * n];
+    out[out_offset + i] = beta == 0.0f ? sum : beta * out[out_offset + i] + sum;
+}
