@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from dlprim import schedules
+from dlprim import lr_schedules as schedules
 
 torch = pytest.importorskip("torch", reason="PyTorch (test extra) is the reference")
 
