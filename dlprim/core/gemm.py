@@ -1,0 +1,177 @@
+"""GEMM: ``C = act(alpha * op(A) @ op(B) + beta * C + bias)`` in float32.
+
+op(A) is M x K, op(B) is K x N, all matrices row-major with leading dimensions (row
+pitches in elements); ``trans_a`` means A is stored K x M, ``trans_b`` that B is stored
+N x K. ``batch`` > 1 runs strided batches: matrix b of X starts ``b * stride_x`` elements
+after the first. The epilogue (alpha, beta, bias, activation) is fused into the kernel:
+``bias="col"`` adds bias[n] to column n (C = X Wᵀ of an inner product), ``bias="row"``
+adds bias[m] to row m (convolution as W · im2col). With ``beta == 0`` C is not read.
+"""
+import numpy as np
+
+from ..kernels import program
+from ..tensor import Tensor
+from . import gemm_tiles
+
+__all__ = ["Gemm", "gemm", "ACTIVATIONS", "BIAS_MODES"]
+
+ACTIVATIONS = ("identity", "relu", "relu6", "sigmoid", "tanh")
+BIAS_MODES = (None, "row", "col")
+
+
+def _count(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError("Gemm: %s must be a non-negative integer, got %r" % (name, value))
+    return int(value)
+
+
+class Gemm:
+    """A float32 GEMM for fixed M, N, K, transposes, bias mode, activation and batch.
+
+    ``tile`` (dict, optional) overrides the tiling picked from the tuned results or the
+    device table (keys in ``gemm_tiles.TILE_KEYS``).
+    """
+
+    def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
+                 activation="identity", batch=1, tile=None):
+        self.ctx = ctx
+        self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
+        self.batch = _count("batch", batch)
+        self.trans_a, self.trans_b = bool(trans_a), bool(trans_b)
+        if bias not in BIAS_MODES:
+            raise ValueError("Gemm: bias must be None, 'row' or 'col', got %r" % (bias,))
+        if activation not in ACTIVATIONS:
+            raise ValueError("Gemm: unknown activation %r; known: %s"
+                             % (activation, ", ".join(ACTIVATIONS)))
+        self.bias, self.activation = bias, activation
+        self.tile = gemm_tiles.pick_tile(ctx.facts, self.M, self.N)
+        if tile:
+            self.tile = gemm_tiles.check_tile(dict(self.tile, **tile), ctx.facts)
+        # build now the variant that packed, aligned operands use
+        self._program(self._aligned(self._packed("a"), 0, 0), self._aligned(self._packed("b"), 0, 0))
+
+    # ----- facts about the operands
+    def _packed(self, which):
+        """The leading dimension of a packed operand: its stored row length."""
+        if which == "a":
+            return self.M if self.trans_a else self.K
+        if which == "b":
+            return self.K if self.trans_b else self.N
+        return self.N
+
+    def _rows_cols(self, which):
+        if which == "a":
+            return (self.K, self.M) if self.trans_a else (self.M, self.K)
+        if which == "b":
+            return (self.N, self.K) if self.trans_b else (self.K, self.N)
+        return self.M, self.N
+
+    def _aligned(self, ld, offset, stride):
+        """float4 loads are safe when every row of every batch starts 16-byte aligned."""
+        return int(ld % 4 == 0 and offset % 4 == 0 and (self.batch <= 1 or stride % 4 == 0))
+
+    def _program(self, aligned_a, aligned_b):
+        return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
+                           BIAS=self.bias or "none", ACTIVATION=self.activation,
+                           ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, **self.tile)
+
+    @property
+    def flops(self):
+        return 2 * self.M * self.N * self.K * self.batch
+
+    # ----- checks
+    def _check_operand(self, which, t, ld, stride):
+        name = which.upper()
+        if not isinstance(t, Tensor):
+            raise TypeError("Gemm: %s must be a dlprim Tensor, got %s" % (name, type(t).__name__))
+        if t.dtype != np.float32:
+            raise TypeError("Gemm: %s must be float32, got %s" % (name, t.dtype))
+        rows, cols = self._rows_cols(which)
+        ld = self._packed(which) if ld is None else ld
+        ld = _count("ld" + which, ld)
+        stride = _count("stride_" + which, stride)
+        if rows and cols and ld < cols:
+            raise ValueError("Gemm: ld%s=%d is less than the %d columns of stored %s (%d x %d)"
+                             % (which, ld, cols, name, rows, cols))
+        if rows and cols and self.batch:
+            need = (self.batch - 1) * stride + (rows - 1) * ld + cols
+            if t.size < need:
+                raise ValueError("Gemm: %s has %d elements, %s (%d x %d, ld%s=%d, batch=%d, "
+                                 "stride_%s=%d) needs %d" % (name, t.size, name, rows, cols, which,
+                                                             ld, self.batch, which, stride, need))
+            if which == "c" and self.batch > 1 and stride < need - (self.batch - 1) * stride:
+                raise ValueError("Gemm: stride_c=%d makes the %d output matrices overlap"
+                                 % (stride, self.batch))
+        if ld >= 2 ** 31:
+            raise ValueError("Gemm: ld%s=%d does not fit a 32-bit kernel argument" % (which, ld))
+        return ld, stride
+
+    def _check_bias(self, bias):
+        if self.bias is None:
+            if bias is not None:
+                raise ValueError("Gemm: a bias tensor was given but the Gemm was built with bias=None")
+            return None
+        if not isinstance(bias, Tensor):
+            raise ValueError("Gemm: bias=%r needs a bias Tensor" % self.bias)
+        if bias.dtype != np.float32:
+            raise TypeError("Gemm: bias must be float32, got %s" % bias.dtype)
+        want = self.M if self.bias == "row" else self.N
+        if bias.size != want or bias.ndim > 2 or max(bias.shape, default=1) != want:
+            raise ValueError("Gemm: bias (%s) must hold %d values (one per %s), got shape %s"
+                             % (self.bias, want, "row m" if self.bias == "row" else "column n",
+                                bias.shape))
+        return bias
+
+    # ----- launching
+    def launches(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
+                 stride_a=0, stride_b=0, stride_c=0):
+        lda, stride_a = self._check_operand("a", A, lda, stride_a)
+        ldb, stride_b = self._check_operand("b", B, ldb, stride_b)
+        ldc, stride_c = self._check_operand("c", C, ldc, stride_c)
+        bias = self._check_bias(bias)
+        if self.M == 0 or self.N == 0 or self.batch == 0:
+            return []
+        prg = self._program(self._aligned(lda, A.offset, stride_a),
+                            self._aligned(ldb, B.offset, stride_b))
+        t = self.tile
+        wg_m, wg_n = t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]
+        gsize = (-(-self.N // t["TILE_N"]) * wg_n, -(-self.M // t["TILE_M"]) * wg_m, self.batch)
+        i32, u64 = np.int32, np.uint64
+        args = [i32(self.M), i32(self.N), i32(self.K),
+                A, i32(lda), u64(stride_a), B, i32(ldb), u64(stride_b),
+                C, i32(ldc), u64(stride_c),
+                *(bias.kernel_args if bias is not None else (C.buffer, u64(0))),
+                np.float32(alpha), np.float32(beta)]
+        return [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops)]
+
+    def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
+                 stride_a=0, stride_b=0, stride_c=0, queue=None):
+        queue = self.ctx.queue if queue is None else queue
+        for launch in self.launches(A, B, C, bias, alpha, beta, lda, ldb, ldc,
+                                    stride_a, stride_b, stride_c):
+            launch(queue)
+        return C
+
+
+def gemm(ctx, A, B, C=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, bias=None,
+         bias_mode=None, activation="identity"):
+    """C = act(alpha * op(A) @ op(B) + beta * C + bias) on 2-D tensors; returns C.
+
+    C is allocated (zeroed) when None. ``bias_mode`` ('row' or 'col') defaults to 'col'
+    (one value per output column) when a bias is given.
+    """
+    for name, t in (("A", A), ("B", B)):
+        if not isinstance(t, Tensor) or t.ndim != 2:
+            raise ValueError("gemm: %s must be a 2-D Tensor, got %r" % (name, t))
+    M, K = A.shape[::-1] if trans_a else A.shape
+    Kb, N = B.shape[::-1] if trans_b else B.shape
+    if K != Kb:
+        raise ValueError("gemm: op(A) is %d x %d but op(B) is %d x %d" % (M, K, Kb, N))
+    if C is None:
+        C = Tensor.zeros(ctx, (M, N))
+    elif C.shape != (M, N):
+        raise ValueError("gemm: C has shape %s, expected %s" % (C.shape, (M, N)))
+    if bias is not None and bias_mode is None:
+        bias_mode = "col"
+    op = Gemm(ctx, M, N, K, trans_a, trans_b, bias=bias_mode, activation=activation)
+    return op(A, B, C, bias=bias, alpha=alpha, beta=beta)

@@ -1,0 +1,233 @@
+<%include file="common.h"/>
+<%
+# C = act(alpha * op(A) op(B) + beta * C + bias), op(A): M x K, op(B): K x N, row-major.
+# A work-group computes a TILE_M x TILE_N block of C; each thread a BLOCK_M x BLOCK_N
+# register block, strided so that its VEC-wide pieces sit WG_M (WG_N) pieces apart:
+# neighbouring threads then read neighbouring float4s of local memory (no bank
+# conflicts) and write neighbouring columns of C (coalesced).
+WG_M = TILE_M // BLOCK_M
+WG_N = TILE_N // BLOCK_N
+THREADS = WG_M * WG_N
+LDS_A = TILE_M + 4   # padded rows keep float4 alignment and spread the transposing stores
+LDS_B = TILE_N + 4
+KV = TILE_K // 4
+# A is read along K when not transposed, B along K when transposed
+A_CK = not TRANS_A
+B_CK = bool(TRANS_B)
+
+def tile_vectors(TD):
+    nv = TD * TILE_K // 4
+    return nv, (nv + THREADS - 1) // THREADS
+NV_A, LOADS_A = tile_vectors(TILE_M)
+NV_B, LOADS_B = tile_vectors(TILE_N)
+%>
+<%def name="positions(x, TD, CK, NV, LOADS, ld)">
+    // where this thread's float4 pieces of the ${x} tile sit: row d (M or N) and k inside the tile
+    int ${x}_d[${LOADS}], ${x}_k[${LOADS}], ${x}_off[${LOADS}];
+    % for r in range(LOADS):
+    {
+        int l = lid + ${r * THREADS};
+        % if CK:
+        ${x}_k[${r}] = (l % ${KV}) * 4;
+        ${x}_d[${r}] = l / ${KV};
+        ${x}_off[${r}] = ${x}_d[${r}] * ${ld} + ${x}_k[${r}];
+        % else:
+        ${x}_d[${r}] = (l % ${TD // 4}) * 4;
+        ${x}_k[${r}] = l / ${TD // 4};
+        ${x}_off[${r}] = ${x}_k[${r}] * ${ld} + ${x}_d[${r}];
+        % endif
+    }
+    % endfor
+</%def>
+<%def name="load(x, X, CK, NV, LOADS, D, ALIGNED)">
+    // global -> registers; the guarded path zero-fills whatever lies outside the matrix
+    if (full_${x}) {
+    % for r in range(LOADS):
+        % if NV % THREADS:
+        if (lid + ${r * THREADS} < ${NV})
+        % endif
+        % if ALIGNED:
+        ${x}_reg[${r}] = *(__global const float4 *)(${X} + ${x}_off[${r}]);
+        % else:
+        ${x}_reg[${r}] = vload4(0, ${X} + ${x}_off[${r}]);
+        % endif
+    % endfor
+    } else {
+    % for r in range(LOADS):
+        % for c in range(4):
+        <%
+        if CK:
+            inside = "%s_d0 + %s_d[%d] < %s && k0 + %s_k[%d] + %d < K" % (x, x, r, D, x, r, c)
+        else:
+            inside = "%s_d0 + %s_d[%d] + %d < %s && k0 + %s_k[%d] < K" % (x, x, r, c, D, x, r)
+        if NV % THREADS:
+            inside = "lid + %d < %d && " % (r * THREADS, NV) + inside
+        %>
+        ${x}_reg[${r}].s${c} = (${inside}) ? ${X}[${x}_off[${r}] + ${c}] : 0.0f;
+        % endfor
+    % endfor
+    }
+</%def>
+<%def name="store(x, XS, LDS, CK, NV, LOADS)">
+    // registers -> local tile, stored k-major: ${XS}[k][d]
+    % for r in range(LOADS):
+        % if NV % THREADS:
+    if (lid + ${r * THREADS} < ${NV})
+        % endif
+    {
+        % if CK:
+            % for c in range(4):
+        ${XS}[(${x}_k[${r}] + ${c}) * ${LDS} + ${x}_d[${r}]] = ${x}_reg[${r}].s${c};
+            % endfor
+        % else:
+        *(__local float4 *)(${XS} + ${x}_k[${r}] * ${LDS} + ${x}_d[${r}]) = ${x}_reg[${r}];
+        % endif
+    }
+    % endfor
+</%def>
+<%def name="fetch(v, XS, LDS, BLOCK, WG, t)">
+    % for i in range(BLOCK // VEC):
+        % if VEC == 4:
+    {
+        float4 q = *(__local const float4 *)(${XS} + kk * ${LDS} + ${(i * WG) * 4} + ${t} * 4);
+        ${v}[${i * 4}] = q.s0; ${v}[${i * 4 + 1}] = q.s1; ${v}[${i * 4 + 2}] = q.s2; ${v}[${i * 4 + 3}] = q.s3;
+    }
+        % else:
+    ${v}[${i}] = ${XS}[kk * ${LDS} + ${i * WG} + ${t}];
+        % endif
+    % endfor
+</%def>
+
+__kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
+void gemm(int M, int N, int K,
+          __global const float *A, ulong a_offset, int lda, ulong stride_a,
+          __global const float *B, ulong b_offset, int ldb, ulong stride_b,
+          __global float *C, ulong c_offset, int ldc, ulong stride_c,
+          __global const float *bias, ulong bias_offset,
+          float alpha, float beta)
+{
+    __local float4 a_local4[${2 * TILE_K * LDS_A // 4}];
+    __local float4 b_local4[${2 * TILE_K * LDS_B // 4}];
+    __local float *a_local = (__local float *)a_local4;
+    __local float *b_local = (__local float *)b_local4;
+
+    const int tx = get_local_id(0), ty = get_local_id(1);
+    const int lid = ty * ${WG_N} + tx;
+    int gn = get_group_id(0), gm = get_group_id(1);
+% if GROUP > 1:
+    {   // walk the tiles in bands of ${GROUP} tile rows so concurrent groups share A and B in cache
+        const int tiles_n = get_num_groups(0), tiles_m = get_num_groups(1);
+        const int pid = gm * tiles_n + gn;
+        const int band = ${GROUP} * tiles_n;
+        const int first_m = (pid / band) * ${GROUP};
+        const int rows = min(tiles_m - first_m, ${GROUP});
+        gm = first_m + (pid % band) % rows;
+        gn = (pid % band) / rows;
+    }
+% endif
+    const int a_d0 = gm * ${TILE_M}, b_d0 = gn * ${TILE_N};
+    const ulong batch = get_global_id(2);
+
+    __global const float *a_ptr = A + a_offset + batch * stride_a
+% if A_CK:
+        + (ulong)a_d0 * lda;
+% else:
+        + a_d0;
+% endif
+    __global const float *b_ptr = B + b_offset + batch * stride_b
+% if B_CK:
+        + (ulong)b_d0 * ldb;
+% else:
+        + b_d0;
+% endif
+${positions("a", TILE_M, A_CK, NV_A, LOADS_A, "lda")}
+${positions("b", TILE_N, B_CK, NV_B, LOADS_B, "ldb")}
+    float4 a_reg[${LOADS_A}], b_reg[${LOADS_B}];
+    float acc[${BLOCK_M}][${BLOCK_N}];
+    #pragma unroll
+    for (int i = 0; i < ${BLOCK_M}; i++) {
+        #pragma unroll
+        for (int j = 0; j < ${BLOCK_N}; j++)
+            acc[i][j] = 0.0f;
+    }
+
+    const int tiles_k = (K + ${TILE_K - 1}) / ${TILE_K};
+    const bool inner_a = a_d0 + ${TILE_M} <= M, inner_b = b_d0 + ${TILE_N} <= N;
+    int k0 = 0;
+    bool full_a = inner_a && ${TILE_K} <= K, full_b = inner_b && ${TILE_K} <= K;
+    if (tiles_k > 0) {
+${load("a", "a_ptr", A_CK, NV_A, LOADS_A, "M", ALIGNED_A)}
+${load("b", "b_ptr", B_CK, NV_B, LOADS_B, "N", ALIGNED_B)}
+${store("a", "a_local", LDS_A, A_CK, NV_A, LOADS_A)}
+${store("b", "b_local", LDS_B, B_CK, NV_B, LOADS_B)}
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // double-buffered: the next tile travels global -> registers while this one is used
+    for (int t = 0; t < tiles_k; t++) {
+        __local const float *a_s = a_local + (t & 1) * ${TILE_K * LDS_A};
+        __local const float *b_s = b_local + (t & 1) * ${TILE_K * LDS_B};
+        const bool more = t + 1 < tiles_k;
+        if (more) {
+            k0 += ${TILE_K};
+            full_a = inner_a && k0 + ${TILE_K} <= K;
+            full_b = inner_b && k0 + ${TILE_K} <= K;
+% if A_CK:
+            a_ptr += ${TILE_K};
+% else:
+            a_ptr += (ulong)${TILE_K} * lda;
+% endif
+% if B_CK:
+            b_ptr += ${TILE_K};
+% else:
+            b_ptr += (ulong)${TILE_K} * ldb;
+% endif
+${load("a", "a_ptr", A_CK, NV_A, LOADS_A, "M", ALIGNED_A)}
+${load("b", "b_ptr", B_CK, NV_B, LOADS_B, "N", ALIGNED_B)}
+        }
+        #pragma unroll
+        for (int kk = 0; kk < ${TILE_K}; kk++) {
+            float a[${BLOCK_M}], b[${BLOCK_N}];
+${fetch("a", "a_s", LDS_A, BLOCK_M, WG_M, "ty")}
+${fetch("b", "b_s", LDS_B, BLOCK_N, WG_N, "tx")}
+            #pragma unroll
+            for (int i = 0; i < ${BLOCK_M}; i++) {
+                #pragma unroll
+                for (int j = 0; j < ${BLOCK_N}; j++)
+                    acc[i][j] = mad(a[i], b[j], acc[i][j]);
+            }
+        }
+        if (more) {
+            __local float *a_next = a_local + ((t + 1) & 1) * ${TILE_K * LDS_A};
+            __local float *b_next = b_local + ((t + 1) & 1) * ${TILE_K * LDS_B};
+${store("a", "a_next", LDS_A, A_CK, NV_A, LOADS_A)}
+${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B)}
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    // epilogue: alpha * acc + beta * C_old + bias, then the activation
+    __global float *c_ptr = C + c_offset + batch * stride_c;
+    #pragma unroll
+    for (int i = 0; i < ${BLOCK_M}; i++) {
+        const int m = a_d0 + (i / ${VEC} * ${WG_M} + ty) * ${VEC} + i % ${VEC};
+        if (m >= M)
+            continue;
+        #pragma unroll
+        for (int j = 0; j < ${BLOCK_N}; j++) {
+            const int n = b_d0 + (j / ${VEC} * ${WG_N} + tx) * ${VEC} + j % ${VEC};
+            if (n < N) {
+                const ulong at = (ulong)m * ldc + n;
+                float v = alpha * acc[i][j];
+                if (beta != 0.0f)
+                    v += beta * c_ptr[at];
+% if BIAS == "row":
+                v += bias[bias_offset + m];
+% elif BIAS == "col":
+                v += bias[bias_offset + n];
+% endif
+                c_ptr[at] = ACT_${ACTIVATION}(v);
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+import json
+
+import numpy as np
+import pytest
+
+import dlprim as dp
+from dlprim import tune
+from dlprim.core import gemm_tiles
+from dlprim.core.gemm import Gemm, gemm
+
+EDGES = [1, 31, 32, 33, 63, 64, 65, 127, 129]
+# each edge size appears once as M, once as N and once as K
+SHAPES = [(EDGES[i], EDGES[(i + 3) % 9], EDGES[(i + 6) % 9]) for i in range(9)]
+
+ACT = {"identity": lambda x: x, "relu": lambda x: np.maximum(x, 0),
+       "relu6": lambda x: np.clip(x, 0, 6), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+       "tanh": np.tanh}
+
+
+def stored(a, trans):
+    """The array as it lies in memory when the op transposes it."""
+    return np.ascontiguousarray(a.T) if trans else a
+
+
+def reference(a, b, c_old=None, alpha=1.0, beta=0.0, bias=None, mode=None, act="identity"):
+    y = alpha * (a.astype(np.float64) @ b.astype(np.float64))
+    if beta:
+        y += beta * c_old
+    if mode == "row":
+        y += bias[:, None]
+    elif mode == "col":
+        y += bias[None, :]
+    return ACT[act](y)
+
+
+def t(ctx, a):
+    return dp.Tensor.from_numpy(ctx, np.asarray(a, np.float32))
+
+
+def poisoned(ctx, shape):
+    return t(ctx, np.full(shape, np.nan, np.float32))
+
+
+def close(got, want, K):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(K, 1) ** 0.5 + 1e-6)
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_edge_shapes_all_transposes(ctx, rng, trans_a, trans_b):
+    for M, N, K in SHAPES:
+        a = rng.standard_normal((M, K))
+        b = rng.standard_normal((K, N))
+        C = poisoned(ctx, (M, N))  # beta = 0 must not read C, and every element is written
+        Gemm(ctx, M, N, K, trans_a, trans_b)(t(ctx, stored(a, trans_a)), t(ctx, stored(b, trans_b)), C)
+        close(C.numpy(), reference(a, b), K)
+
+
+def test_alpha_beta(ctx, rng):
+    M, N, K = 65, 33, 127
+    a, b, c = (rng.standard_normal(s) for s in ((M, K), (K, N), (M, N)))
+    C = t(ctx, c)
+    Gemm(ctx, M, N, K)(t(ctx, a), t(ctx, b), C, alpha=0.5, beta=-1.5)
+    close(C.numpy(), reference(a, b, c, 0.5, -1.5), K)
+
+
+@pytest.mark.parametrize("mode, act", [("row", "relu"), ("col", "relu6"), (None, "sigmoid"),
+                                       ("row", "tanh"), ("col", "identity")])
+def test_bias_and_activation(ctx, rng, mode, act):
+    M, N, K = 33, 65, 31
+    a, b, c = (3 * rng.standard_normal(s) for s in ((M, K), (K, N), (M, N)))
+    bias = 4 * rng.standard_normal(M if mode == "row" else N)
+    C = t(ctx, c)
+    op = Gemm(ctx, M, N, K, bias=mode, activation=act)
+    op(t(ctx, a), t(ctx, b), C, bias=t(ctx, bias) if mode else None, alpha=0.7, beta=0.3)
+    want = reference(a, b, c, 0.7, 0.3, bias, mode, act)
+    if act == "relu6":
+        assert (want == 6).any() and (want == 0).any()  # the clip is exercised
+    close(C.numpy(), want, K)
+
+
+@pytest.mark.parametrize("trans_a, trans_b, pad", [(0, 0, 5), (1, 1, 3), (0, 1, 4), (1, 0, 8)])
+def test_offsets_and_leading_dims(ctx, rng, trans_a, trans_b, pad):
+    # pad 4 and 8 with offsets that are multiples of 4 take the float4 load path
+    M, N, K = 63, 65, 33
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    sa, sb = stored(a, trans_a), stored(b, trans_b)
+    lda, ldb, ldc = sa.shape[1] + pad, sb.shape[1] + pad, N + 3
+    off_a, off_b, off_c = 4 * pad, 4 * pad + 4, 7
+    arena = np.full(off_a + sa.shape[0] * lda + off_b + sb.shape[0] * ldb
+                    + off_c + M * ldc, -7.0, np.float32)
+    ia, ib = off_a, off_a + sa.shape[0] * lda + off_b
+    ic = ib + sb.shape[0] * ldb + off_c
+    arena[ia:ia + sa.shape[0] * lda].reshape(-1, lda)[:, :sa.shape[1]] = sa
+    arena[ib:ib + sb.shape[0] * ldb].reshape(-1, ldb)[:, :sb.shape[1]] = sb
+    whole = t(ctx, arena)
+    A = whole.view((sa.shape[0] * lda,), ia)
+    B = whole.view((sb.shape[0] * ldb,), ib)
+    C = whole.view((M * ldc,), ic)
+    Gemm(ctx, M, N, K, trans_a, trans_b)(A, B, C, lda=lda, ldb=ldb, ldc=ldc)
+    out = whole.numpy()
+    close(out[ic:].reshape(M, ldc)[:, :N], reference(a, b), K)
+    assert np.all(out[ic:].reshape(M, ldc)[:, N:] == -7)  # padding columns untouched
+    assert np.array_equal(out[:ic], arena[:ic])
+
+
+def test_strided_batch(ctx, rng):
+    M, N, K, batch = 31, 33, 65, 3
+    a = rng.standard_normal((batch, M, K))
+    b = rng.standard_normal((K, N))  # stride_b = 0: one B shared by every batch
+    sc = M * N + 5
+    C = poisoned(ctx, (batch * sc,))
+    op = Gemm(ctx, M, N, K, bias="col", batch=batch)
+    bias = rng.standard_normal(N)
+    op(t(ctx, a), t(ctx, b), C, bias=t(ctx, bias), stride_a=M * K, stride_b=0, stride_c=sc)
+    out = C.numpy()
+    for i in range(batch):
+        close(out[i * sc:i * sc + M * N].reshape(M, N), reference(a[i], b, bias=bias, mode="col"), K)
+
+
+def test_k_zero(ctx, rng):
+    M, N = 33, 31
+    c, bias = rng.standard_normal((M, N)), rng.standard_normal(M)
+    C = t(ctx, c)
+    Gemm(ctx, M, N, 0, bias="row", activation="relu")(
+        t(ctx, np.zeros((M, 0))), t(ctx, np.zeros((0, N))), C, bias=t(ctx, bias), beta=2.0)
+    close(C.numpy(), np.maximum(2 * c + bias[:, None], 0), 1)
+
+
+def test_functional_gemm(ctx, rng):
+    a, b, bias = rng.standard_normal((64, 32)), rng.standard_normal((129, 32)), rng.standard_normal(129)
+    C = gemm(ctx, t(ctx, a), t(ctx, b), trans_b=True, bias=t(ctx, bias), activation="tanh")
+    assert C.shape == (64, 129)
+    close(C.numpy(), reference(a, b.T, bias=bias, mode="col", act="tanh"), 32)
+    with pytest.raises(ValueError, match="op\\(A\\) is 64 x 32 but op\\(B\\) is 129 x 32"):
+        gemm(ctx, t(ctx, a), t(ctx, b))
+
+
+@pytest.mark.parametrize("tile", [dict(VEC=1, BLOCK_M=2, BLOCK_N=4, TILE_K=8),
+                                  dict(GROUP=2, TILE_M=16, TILE_N=16)])
+def test_explicit_tiles(ctx, rng, tile):
+    # scalar local reads; and banded tile order with a ragged last band (9 tile rows)
+    M, N, K = 129, 65, 63
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    C = poisoned(ctx, (M, N))
+    op = Gemm(ctx, M, N, K, tile=tile)
+    assert all(op.tile[k] == v for k, v in tile.items())
+    op(t(ctx, a), t(ctx, b), C)
+    close(C.numpy(), reference(a, b), K)
+
+
+def test_errors(ctx):
+    op = Gemm(ctx, 4, 5, 6, bias="row")
+    A, B, C, bias = t(ctx, np.ones((4, 6))), t(ctx, np.ones((6, 5))), t(ctx, np.ones((4, 5))), t(ctx, np.ones(4))
+    with pytest.raises(ValueError, match="M must be a non-negative integer"):
+        Gemm(ctx, -1, 5, 6)
+    with pytest.raises(ValueError, match="unknown activation 'gelu'"):
+        Gemm(ctx, 4, 5, 6, activation="gelu")
+    with pytest.raises(ValueError, match="bias must be None, 'row' or 'col'"):
+        Gemm(ctx, 4, 5, 6, bias="both")
+    with pytest.raises(ValueError, match="TILE_M=24 must be a multiple of 4 and of BLOCK_M=16"):
+        Gemm(ctx, 4, 5, 6, tile=dict(TILE_M=24, BLOCK_M=16))
+    with pytest.raises(TypeError, match="A must be float32"):
+        op.launches(dp.Tensor.from_numpy(ctx, np.ones((4, 6), np.int32)), B, C, bias)
+    with pytest.raises(ValueError, match="B has 29 elements"):
+        op.launches(A, t(ctx, np.ones(29)), C, bias)
+    with pytest.raises(ValueError, match="lda=5 is less than the 6 columns"):
+        op.launches(A, B, C, bias, lda=5)
+    with pytest.raises(ValueError, match="C has 20 elements.*needs 23"):
+        op.launches(A, B, C, bias, ldc=6)
+    with pytest.raises(ValueError, match="bias=.row. needs a bias Tensor"):
+        op.launches(A, B, C)
+    with pytest.raises(ValueError, match="must hold 4 values"):
+        op.launches(A, B, C, t(ctx, np.ones(5)))
+    with pytest.raises(ValueError, match="built with bias=None"):
+        Gemm(ctx, 4, 5, 6).launches(A, B, C, bias)
+    with pytest.raises(ValueError, match="stride_c=3 makes the 2 output matrices overlap"):
+        Gemm(ctx, 4, 5, 6, batch=2).launches(A, B, t(ctx, np.ones(40)), stride_c=3)
+    assert Gemm(ctx, 0, 5, 6).launches(t(ctx, np.ones(0)), B, t(ctx, np.ones(0))) == []
+
+
+def test_shape_class():
+    assert [gemm_tiles.shape_class(m, n) for m, n in ((64, 64), (63, 64), (64, 1), (1, 1))] == \
+        ["large", "small_m", "small_n", "small"]
+
+
+def test_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DLPRIM_CACHE_DIR", str(tmp_path))
+    assert gemm_tiles.tuned_tile(ctx.facts, "small") is None
+    # a stored entry is what Gemm uses for that shape class
+    mine = dict(TILE_M=16, TILE_N=16, TILE_K=8, BLOCK_M=4, BLOCK_N=4, VEC=4, GROUP=1)
+    path = gemm_tiles.store_tuned(ctx.facts, {"small": mine})
+    assert path.startswith(str(tmp_path))
+    op = Gemm(ctx, 33, 31, 9)
+    assert op.tile == mine
+    a, b = rng.standard_normal((33, 9)), rng.standard_normal((9, 31))
+    close(op(t(ctx, a), t(ctx, b), t(ctx, np.zeros((33, 31)))).numpy(), reference(a, b), 9)
+    # the tuner measures candidates and stores its pick per shape class
+    tune.main(["gemm", "--sizes", "64x8x8", "--candidates", "2", "--repeat", "1"], ctx=ctx)
+    data = json.loads((tmp_path / "gemm_tuning.json").read_text())
+    entry = data[gemm_tiles.device_key(ctx.facts)]
+    assert entry["small"] == mine and set(entry["small_n"]) == set(gemm_tiles.TILE_KEYS)
+    assert "small_n" in capsys.readouterr().out
