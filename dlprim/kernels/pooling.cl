@@ -1,0 +1,123 @@
+<%include file="common.h"/>
+## 2-D max/avg pooling over NCHW planes (see dlprim/core/pool.py).
+## MODE "max" | "avg"; KH, KW, SH, SW, PH, PW: window, stride, padding (fixed by the graph);
+## COUNT_INCLUDE_PAD: avg divides by the window clipped to the padded input, not the input.
+## Shapes that follow the batch (planes, H, W, OH, OW) are arguments.
+#define DT ${dtype}
+
+// The window of output (oh, ow): rows [h0, h1), columns [w0, w1) of the input, and the
+// divisor of the average (PyTorch's rule: the padded-input window, or the valid part).
+#define WINDOW(oh, ow) \
+    int hs = (oh) * ${SH} - ${PH}, ws = (ow) * ${SW} - ${PW}; \
+    int h0 = max(hs, 0), w0 = max(ws, 0); \
+    int h1 = min(hs + ${KH}, H), w1 = min(ws + ${KW}, W);
+% if COUNT_INCLUDE_PAD:
+#define DIVISOR ((float)((min(hs + ${KH}, H + ${PH}) - hs) * (min(ws + ${KW}, W + ${PW}) - ws)))
+% else:
+#define DIVISOR ((float)((h1 - h0) * (w1 - w0)))
+% endif
+
+% if MODE == "max":
+// Index (h*W + w) of the first maximum of the window, scanning rows then columns:
+// ties go to the first index, as the backward pass routes the gradient there.
+inline int window_argmax(__global const DT *x, int H, int W, int oh, int ow)
+{
+    WINDOW(oh, ow)
+    int best = h0 * W + w0;
+    float m = x[best];
+    for (int h = h0; h < h1; h++)
+        for (int w = w0; w < w1; w++) {
+            float v = x[h * W + w];
+            if (v > m) {
+                m = v;
+                best = h * W + w;
+            }
+        }
+    return best;
+}
+% endif
+
+__kernel void pooling_forward(ulong total, int H, int W, int OH, int OW,
+                              __global const DT *x, ulong x_offset,
+                              __global DT *y, ulong y_offset)
+{
+    ulong i = get_global_id(0);
+    if (i >= total)
+        return;
+    int ow = i % OW;
+    int oh = (i / OW) % OH;
+    ulong plane = i / ((ulong)OW * OH);
+    x += x_offset + plane * H * W;
+% if MODE == "max":
+    y[y_offset + i] = x[window_argmax(x, H, W, oh, ow)];
+% else:
+    WINDOW(oh, ow)
+    float s = 0;
+    for (int h = h0; h < h1; h++)
+        for (int w = w0; w < w1; w++)
+            s += x[h * W + w];
+    y[y_offset + i] = s / DIVISOR;
+% endif
+}
+
+// dx gathered per input element from the windows that contain it (no atomics, same
+// result on every run): avg adds dy / divisor, max adds dy where the element is the
+// window's first maximum. dx = beta * dx + gradient; beta == 0 never reads dx.
+__kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
+                               __global const DT *x, ulong x_offset,
+                               __global const DT *dy, ulong dy_offset,
+                               __global DT *dx, ulong dx_offset, float beta)
+{
+    ulong i = get_global_id(0);
+    if (i >= total)
+        return;
+    int w = i % W;
+    int h = (i / W) % H;
+    ulong plane = i / ((ulong)W * H);
+    x += x_offset + plane * H * W;
+    dy += dy_offset + plane * OH * OW;
+    // windows oh with oh*SH - PH <= h < oh*SH - PH + KH
+    int th = h + ${PH} - ${KH} + 1, tw = w + ${PW} - ${KW} + 1;
+    int oh_lo = th <= 0 ? 0 : (th + ${SH} - 1) / ${SH};
+    int ow_lo = tw <= 0 ? 0 : (tw + ${SW} - 1) / ${SW};
+    int oh_hi = min(OH - 1, (h + ${PH}) / ${SH});
+    int ow_hi = min(OW - 1, (w + ${PW}) / ${SW});
+    float g = 0;
+    for (int oh = oh_lo; oh <= oh_hi; oh++)
+        for (int ow = ow_lo; ow <= ow_hi; ow++) {
+% if MODE == "max":
+            if (window_argmax(x, H, W, oh, ow) == h * W + w)
+                g += dy[oh * OW + ow];
+% else:
+            WINDOW(oh, ow)
+            g += dy[oh * OW + ow] / DIVISOR;
+% endif
+        }
+    dx += dx_offset + i;
+    *dx = beta == 0 ? g : beta * *dx + g;
+}
+
+// Global max backward: one work-item per plane finds the first maximum and routes dy there.
+__kernel void global_max_backward(ulong planes, ulong HW,
+                                  __global const DT *x, ulong x_offset,
+                                  __global const DT *dy, ulong dy_offset,
+                                  __global DT *dx, ulong dx_offset, float beta)
+{
+    ulong p = get_global_id(0);
+    if (p >= planes)
+        return;
+    x += x_offset + p * HW;
+    dx += dx_offset + p * HW;
+    ulong best = 0;
+    float m = x[0];
+    for (ulong k = 1; k < HW; k++)
+        if (x[k] > m) {
+            m = x[k];
+            best = k;
+        }
+    float g = dy[dy_offset + p];
+    for (ulong k = 0; k < HW; k++) {
+        float v = k == best ? g : 0.0f;
+        dx[k] = beta == 0 ? v : beta * dx[k] + v;
+    }
+}

@@ -1,0 +1,128 @@
+"""Pooling2D and GlobalPooling (max / avg over NCHW planes).
+
+Pooling2D follows DLPrimitives' defaults (kernel 1, stride 1, pad 0) and PyTorch's output
+size rule, including ``ceil_mode`` (the last window must start inside the input or its
+left padding) and ``count_include_pad`` for averages. Max backward routes dy to the first
+maximum of each window (ties: first index in row-major order).
+"""
+import numpy as np
+
+from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from ..core.pool import MODES, GlobalMaxBackward, Pool2D
+from .base import Layer, TensorSpec, pair, register
+
+
+def _check_mode(layer):
+    if layer.options["mode"] not in MODES:
+        layer.fail("option 'mode': unknown pooling mode %r; expected one of %s"
+                   % (layer.options["mode"], ", ".join(MODES)))
+
+
+def _check_input(layer, in_specs):
+    if len(in_specs) != 1:
+        layer.fail("expects 1 input, got %d" % len(in_specs))
+    spec = in_specs[0]
+    if len(spec.shape) != 4:
+        layer.fail("input must be N,C,H,W; got shape %s" % (spec.shape,))
+    if spec.dtype != np.float32:
+        layer.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+    return spec
+
+
+def _flag(layer, option):
+    value = layer.options[option]
+    if value not in (True, False, 0, 1):
+        layer.fail("option %r must be true/false (or 0/1), got %r" % (option, value))
+    return bool(value)
+
+
+@register("Pooling2D")
+class Pooling2D(Layer):
+    """y[n,c,i,j] = max or mean of x[n,c] over the window at (i*stride - pad)."""
+    OPTIONS = {"mode": "max", "kernel": 1, "stride": 1, "pad": 0,
+               "count_include_pad": False, "ceil_mode": False}
+    BACKWARD_READS_INPUTS = True
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name=name, **options)
+        _check_mode(self)
+        self.kernel = pair(self, "kernel", self.options["kernel"])
+        self.stride = pair(self, "stride", self.options["stride"])
+        self.pad = pair(self, "pad", self.options["pad"])
+        if min(self.kernel) < 1:
+            self.fail("option 'kernel' must be at least 1, got %r" % (self.options["kernel"],))
+        if min(self.stride) < 1:
+            self.fail("option 'stride' must be at least 1, got %r" % (self.options["stride"],))
+        if any(2 * p > k for p, k in zip(self.pad, self.kernel)):
+            self.fail("option 'pad' %r must be at most half of kernel %r"
+                      % (list(self.pad), list(self.kernel)))
+        self.count_include_pad = _flag(self, "count_include_pad")
+        self.ceil_mode = _flag(self, "ceil_mode")
+        # max backward needs x to find the window maxima; avg needs only dy
+        self.BACKWARD_READS_INPUTS = self.options["mode"] == "max"
+
+    def setup(self, in_specs):
+        spec = _check_input(self, in_specs)
+        self.in_specs = list(in_specs)
+        self.op = Pool2D(self.ctx, self.options["mode"], self.kernel, self.stride, self.pad,
+                         self.count_include_pad, self.ceil_mode, spec.dtype)
+        try:
+            out = self.op.output_shape(spec.shape)
+        except ValueError as err:
+            self.fail(str(err))
+        return [TensorSpec(out, spec.dtype)], [], 0
+
+    def forward(self, x, y, params, ws):
+        return self.op.launches(x[0], y[0])
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        if dx[0] is None:
+            return []
+        # avg never reads x: any tensor of x's shape serves as the (unused) argument
+        return self.op.backward_launches(x[0] if x[0] is not None else dx[0], dx[0], dy[0],
+                                         1.0 if accumulate[0] else 0.0)
+
+
+@register("GlobalPooling")
+class GlobalPooling(Layer):
+    """y[n,c,0,0] = max or mean of x[n,c,:,:]."""
+    OPTIONS = {"mode": "max"}
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name=name, **options)
+        _check_mode(self)
+        self.BACKWARD_READS_INPUTS = self.options["mode"] == "max"
+
+    def setup(self, in_specs):
+        spec = _check_input(self, in_specs)
+        self.in_specs = list(in_specs)
+        n, c, h, w = spec.shape
+        self.out_shape = (n, c, 1, 1)
+        io = [(spec.shape, spec.dtype)], [(self.out_shape, spec.dtype)]
+        if self.options["mode"] == "max":
+            self._fwd = PointwiseBroadcastReduce(self.ctx, *io, "y0 = x0;", "reduce_y0 = -INFINITY;",
+                                                 "reduce_y0 = max(reduce_y0, y0);",
+                                                 name="global_max_forward")
+            self._bwd = GlobalMaxBackward(self.ctx, spec.dtype)
+            self._alpha = 1.0
+        else:
+            self._fwd = PointwiseBroadcastReduce(self.ctx, *io, "y0 = x0;", name="global_avg_forward")
+            self._alpha = 1.0 / (h * w)
+            full, small = (spec.shape, spec.dtype), (self.out_shape, spec.dtype)
+            # dx = dy / (H W) broadcast over the plane (+ dx when accumulating)
+            self._bwd = {acc: PointwiseBroadcast(self.ctx, [small] + [full] * acc, [full],
+                                                 "y0 = x0 * w0;" + (" y0 += x1;" if acc else ""),
+                                                 ["float"], name="global_avg_backward")
+                         for acc in (False, True)}
+        return [TensorSpec(self.out_shape, spec.dtype)], [], 0
+
+    def forward(self, x, y, params, ws):
+        return self._fwd.launches([x[0]], [y[0]], alpha=self._alpha)
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        if dx[0] is None:
+            return []
+        acc = bool(accumulate[0])
+        if self.options["mode"] == "max":
+            return self._bwd.launches(x[0], dx[0], dy[0], 1.0 if acc else 0.0)
+        return self._bwd[acc].launches([dy[0]] + [dx[0]] * acc, [dx[0]], [self._alpha])
