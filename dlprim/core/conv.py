@@ -99,8 +99,7 @@ def algorithm_applies(geom, algo, direction="forward"):
         return True
     if algo == "winograd":
         return (geom.kh == geom.kw == 3 and geom.sh == geom.sw == 1 and geom.dh == geom.dw == 1
-                and geom.groups == 1 and direction != "backward_filter"
-                and max(geom.pad) <= 2)
+                and geom.groups == 1 and direction != "backward_filter")
     if algo == "depthwise":
         return geom.groups > 1 and geom.in_c == geom.groups
     raise ValueError("unknown convolution algorithm %r; known: %s" % (algo, ", ".join(ALGORITHMS)))
