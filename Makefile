@@ -4,9 +4,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: demo test opencl install clean
+.PHONY: demo test opencl clean
 
 opencl:
 	@bash tools/ensure-opencl.sh
@@ -14,17 +15,21 @@ opencl:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: setup.cfg pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# dlprim with the plot extra: enough to train and draw the curves
+$(VENV)/.demo: setup.cfg pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[plot]'
 	touch $@
 
-install: opencl $(VENV)/.installed
+# dlprim with the test extras (pytest, PyTorch CPU as a reference, h5py, matplotlib)
+$(VENV)/.test: setup.cfg pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[test]'
+	touch $@
 
-demo: install
-	$(BIN)/python examples/quickstart.py
+demo: opencl $(VENV)/.demo
+	$(BIN)/dlprim-train examples/mnist/config.json --out runs/mnist
 
-test: install
+test: opencl $(VENV)/.test
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info runs

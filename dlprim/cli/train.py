@@ -1,0 +1,7 @@
+"""dlprim-train console script."""
+import sys
+
+from ..train import main
+
+if __name__ == "__main__":
+    sys.exit(main())

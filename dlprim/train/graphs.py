@@ -1,0 +1,65 @@
+"""The net of a training config as a graph dict, and its deploy (inference) version."""
+import copy
+import json
+
+LOSS_TYPES = {"SoftmaxWithLoss", "NLLLoss", "MSELoss"}
+
+
+def training_graph(net_cfg, batch):
+    """The graph dict named by the config's ``net`` entry (path, inline graph, or model)."""
+    if "path" in net_cfg:
+        with open(net_cfg["path"]) as f:
+            graph = json.load(f)
+    elif "graph" in net_cfg:
+        graph = copy.deepcopy(net_cfg["graph"])
+    else:
+        from .. import models
+        spec = net_cfg["model"]
+        args = dict(spec.get("args", {}))
+        args.setdefault("batch", batch)
+        graph = getattr(models, spec["name"])(**args)
+    if hasattr(graph, "to_dict"):
+        graph = graph.to_dict()
+    return graph
+
+
+def _output_name(o):
+    return o if isinstance(o, str) else o["name"]
+
+
+def loss_parts(graph):
+    """(data input, label input, logits tensor, loss output) of a classification graph."""
+    losses = [_output_name(o) for o in graph["outputs"]
+              if not isinstance(o, str) and "loss_weight" in o or _output_name(o).startswith("loss")]
+    if not losses:
+        raise ValueError("net: no loss output (an output named loss* or with loss_weight)")
+    loss = losses[0]
+    op = next((op for op in graph["operators"] if loss in op.get("outputs", [])), None)
+    if op is None or op["type"] not in LOSS_TYPES:
+        raise ValueError("net: the loss output %r is not produced by one of %s"
+                         % (loss, ", ".join(sorted(LOSS_TYPES))))
+    logits, label = op["inputs"][0], op["inputs"][1]
+    data = next(i["name"] for i in graph["inputs"] if i["name"] != label)
+    return data, label, logits, loss
+
+
+def with_logits_output(graph, logits):
+    """The graph with ``logits`` also an output, so the memory plan keeps it readable."""
+    g = copy.deepcopy(graph)
+    if logits not in [_output_name(o) for o in g["outputs"]]:
+        g["outputs"].append(logits)
+    return g
+
+
+def deploy_graph(graph, batch=1):
+    """Inference version: loss operators and the label input removed, a Softmax "prob"
+    on the logits as the output."""
+    data, label, logits, _ = loss_parts(graph)
+    g = copy.deepcopy(graph)
+    g["operators"] = [op for op in g["operators"] if op["type"] not in LOSS_TYPES]
+    g["operators"].append({"name": "prob", "type": "Softmax", "inputs": [logits],
+                           "outputs": ["prob"]})
+    g["inputs"] = [dict(i, shape=[batch] + list(i["shape"][1:])) for i in g["inputs"]
+                   if i["name"] != label]
+    g["outputs"] = ["prob"]
+    return g

@@ -1,0 +1,63 @@
+"""Command line of dlprim-train (also ``python -m dlprim.train``)."""
+import argparse
+import os
+import sys
+
+from ..context import DeviceError
+from ..train_config import ConfigError, apply_overrides, load_config
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="dlprim-train",
+                                description="Train a network from a JSON config (docs/train.md).")
+    p.add_argument("config", help="training config (JSON)")
+    p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--batch", type=int)
+    p.add_argument("--out", help="output folder (model, checkpoints, metrics, plot)")
+    p.add_argument("--resume", nargs="?", const=True,
+                   help="continue from the latest checkpoint in --out, or from this path")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    from .trainer import Trainer, install_sigint
+    args = parse_args(argv)
+    try:
+        cfg = apply_overrides(load_config(args.config), device=args.device, epochs=args.epochs,
+                              batch=args.batch, out=args.out, resume=args.resume)
+    except ConfigError as err:
+        print("dlprim-train: %s" % err, file=sys.stderr)
+        return 2
+    if args.no_progress:
+        cfg["progress"] = False
+    try:
+        trainer = Trainer(cfg)
+        resume = cfg.get("resume")
+        if resume:
+            where = trainer.resume(cfg["out"] if resume is True else resume)
+            print("resumed from %s (epoch %d, batch %d)" % (where, trainer.epoch + 1,
+                                                            trainer.position), flush=True)
+    except (ConfigError, DeviceError, ValueError, FileNotFoundError) as err:
+        print("dlprim-train: %s" % err, file=sys.stderr)
+        return 2
+    print("training on %s" % trainer.ctx.name, flush=True)
+    previous = install_sigint(trainer)
+    try:
+        result = trainer.run()
+    finally:
+        import signal
+        signal.signal(signal.SIGINT, previous)
+    out = os.path.abspath(result.out_dir)
+    if result.interrupted:
+        print("interrupted: checkpoint saved in %s; continue with --resume" %
+              os.path.join(out, "checkpoints"))
+        return 130
+    print("validation accuracy: %s" % ("n/a" if result.val_acc is None else "%.4f" % result.val_acc))
+    print("model:       %s (deploy graph %s)" % (result.model, os.path.join(out, "model-deploy.json")))
+    print("best model:  %s" % os.path.join(out, "best.dlp"))
+    print("checkpoints: %s" % os.path.join(out, "checkpoints"))
+    print("metrics:     %s" % result.metrics)
+    print("plot:        %s" % (result.plot or "not written (install the 'plot' extra: matplotlib)"))
+    return 0

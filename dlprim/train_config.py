@@ -1,0 +1,400 @@
+"""The training config (JSON): load, validate everything before any work, fill defaults.
+
+Every problem found is collected with its field path ("solver.lr: must be > 0",
+"data.train.path: no such directory", "slover: unknown field") and all of them are
+raised together as one ``ConfigError``. Relative paths are taken from the config file's
+directory and returned absolute. Keys starting with "_" are comments and are dropped.
+docs/train.md describes every field.
+"""
+import copy
+import difflib
+import inspect
+import json
+import os
+
+from .data import transforms as _transforms
+from .data.errors import DataError
+
+__all__ = ["ConfigError", "load_config", "validate_config", "apply_overrides", "DEFAULTS"]
+
+DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "out": "runs",
+            "resume": None, "plot": True, "progress": True, "metrics": "csv",
+            "checkpoint": {"every": 1, "keep": 2, "best": True}, "schedule": None}
+_TOP = ["net", "data", "solver"] + list(DEFAULTS)
+_DATA_COMMON = {"type": None, "transforms": [], "num_classes": None, "scale": None,
+                "shuffle": True, "drop_last": False}
+_DATA_TYPES = {  # type -> {field: default}; None in a *_FILES field means required
+    "mnist": {"images": None, "labels": None},
+    "npz": {"path": None, "x": "x", "y": "y", "channels_last": False},
+    "folder": {"path": None, "mode": "RGB"},
+}
+_FILES = {"mnist": {"images": "file", "labels": "file"}, "npz": {"path": "file"},
+          "folder": {"path": "dir"}}
+
+
+class ConfigError(ValueError):
+    """A config with problems; ``.problems`` lists them, each "field.path: what is wrong"."""
+
+    def __init__(self, problems, source=None):
+        self.problems, self.source = list(problems), source
+        head = "%s: " % source if source else ""
+        super().__init__("%sconfig has %d problem%s:\n  %s" % (
+            head, len(self.problems), "" if len(self.problems) == 1 else "s",
+            "\n  ".join(self.problems)))
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class _Checker:
+    """Collects problems; every check returns the value to keep (default when bad)."""
+
+    def __init__(self, base_dir):
+        self.base_dir, self.problems = base_dir, []
+
+    def bad(self, path, message):
+        self.problems.append("%s: %s" % (path or "config", message))
+
+    def fields(self, path, value, known, required=()):
+        """``value`` as a dict without comments; unknown and missing fields reported."""
+        if not isinstance(value, dict):
+            self.bad(path, "must be an object, got %s" % json.dumps(value))
+            return {}
+        value = {k: v for k, v in value.items() if not str(k).startswith("_")}
+        for key in value:
+            if key not in known:
+                near = difflib.get_close_matches(key, known, 1)
+                self.bad(_join(path, key), "unknown field" + (" (did you mean %r?)" % near[0]
+                                                             if near else ""))
+        for key in required:
+            if value.get(key) is None:
+                self.bad(_join(path, key), "required")
+        return value
+
+    def integer(self, path, value, low=1):
+        if not _is_int(value) or value < low:
+            self.bad(path, "%s, got %s" % ("must be a positive integer" if low == 1 else
+                                           "must be an integer >= %d" % low, json.dumps(value)))
+        return value
+
+    def number(self, path, value, low=None, high=None, low_open=True, high_open=True):
+        if not _is_num(value):
+            self.bad(path, "must be a number, got %s" % json.dumps(value))
+        elif low is not None and (value <= low if low_open else value < low):
+            self.bad(path, "must be %s %r, got %r" % (">" if low_open else ">=", low, value))
+        elif high is not None and (value >= high if high_open else value > high):
+            self.bad(path, "must be %s %r, got %r" % ("<" if high_open else "<=", high, value))
+        return value
+
+    def boolean(self, path, value):
+        if not isinstance(value, bool):
+            self.bad(path, "must be true or false, got %s" % json.dumps(value))
+        return value
+
+    def choice(self, path, value, options):
+        if value not in options:
+            self.bad(path, "must be one of %s, got %s" % (", ".join(map(json.dumps, options)),
+                                                           json.dumps(value)))
+        return value
+
+    def path(self, path, value, kind=None, base=None):
+        """``value`` made absolute from ``base``; ``kind`` "file"/"dir" must exist."""
+        if not isinstance(value, str) or not value:
+            self.bad(path, "must be a path string, got %s" % json.dumps(value))
+            return value
+        full = os.path.normpath(os.path.join(base or self.base_dir, os.path.expanduser(value)))
+        if kind == "file" and not os.path.isfile(full):
+            self.bad(path, "no such file: %s" % full)
+        elif kind == "dir" and not os.path.isdir(full):
+            self.bad(path, "no such directory: %s" % full)
+        return full
+
+
+def _join(path, key):
+    return "%s.%s" % (path, key) if path else str(key)
+
+
+def _net(c, value):
+    net = c.fields("net", value, ["path", "graph", "model"])
+    given = [k for k in ("path", "graph", "model") if net.get(k) is not None]
+    if len(given) != 1:
+        c.bad("net", "give exactly one of path, graph, model%s"
+              % (" (got %s)" % ", ".join(given) if given else ""))
+    if net.get("path") is not None:
+        net["path"] = c.path("net.path", net["path"], "file")
+        if os.path.isfile(net["path"]):
+            try:
+                with open(net["path"]) as f:
+                    _graph(c, "net.path", json.load(f))
+            except (ValueError, UnicodeDecodeError) as e:
+                c.bad("net.path", "not valid JSON: %s" % e)
+    if net.get("graph") is not None:
+        _graph(c, "net.graph", net["graph"])
+    if net.get("model") is not None:
+        model = c.fields("net.model", net["model"], ["name", "args"], required=["name"])
+        model.setdefault("args", {})
+        if not isinstance(model["args"], dict):
+            c.bad("net.model.args", "must be an object of keyword arguments")
+        if isinstance(model.get("name"), str):
+            _model_name(c, model["name"])
+        net["model"] = model
+    return net
+
+
+def _graph(c, path, graph):
+    if not isinstance(graph, dict):
+        c.bad(path, "a net must be a JSON object with inputs, outputs and operators")
+        return
+    for key in ("inputs", "operators"):
+        if not isinstance(graph.get(key), list) or not graph.get(key):
+            c.bad(path, "the net needs a non-empty %r list" % key)
+
+
+def _model_name(c, name):
+    try:
+        from . import models
+    except ImportError as e:
+        c.bad("net.model.name", "dlprim.models cannot be imported (%s)" % e)
+        return
+    if not callable(getattr(models, name, None)) or name.startswith("_"):
+        known = [n for n in getattr(models, "__all__", []) if callable(getattr(models, n, None))]
+        c.bad("net.model.name", "no model %r in dlprim.models%s"
+              % (name, " (known: %s)" % ", ".join(known) if known else ""))
+
+
+def _data(c, value):
+    data = c.fields("data", value, ["train", "val"], required=["train"])
+    out = {}
+    for split in ("train", "val"):
+        if data.get(split) is not None:
+            out[split] = _data_entry(c, "data." + split, data[split])
+        else:
+            out[split] = None
+    return out
+
+
+def _data_entry(c, path, value):
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in _DATA_TYPES:
+        if isinstance(value, dict):
+            c.choice(path + ".type", kind, list(_DATA_TYPES))
+        return c.fields(path, value, list(_DATA_COMMON))
+    specific = _DATA_TYPES[kind]
+    entry = c.fields(path, value, list(_DATA_COMMON) + list(specific),
+                     required=[k for k, v in specific.items() if v is None])
+    for key, default in list(_DATA_COMMON.items()) + list(specific.items()):
+        if default is not None:
+            entry.setdefault(key, copy.deepcopy(default))
+        else:
+            entry.setdefault(key, None)
+    for key, kind_of_path in _FILES[kind].items():
+        if entry[key] is not None:
+            entry[key] = c.path(_join(path, key), entry[key], kind_of_path)
+    if entry["num_classes"] is not None:
+        c.integer(path + ".num_classes", entry["num_classes"])
+    if entry["scale"] is not None:
+        c.number(path + ".scale", entry["scale"])
+    for key in ("shuffle", "drop_last") + (("channels_last",) if kind == "npz" else ()):
+        c.boolean(_join(path, key), entry[key])
+    for key in ("x", "y") if kind == "npz" else ():
+        if not isinstance(entry[key], str):
+            c.bad(_join(path, key), "must be an array name (string)")
+    if kind == "folder":
+        c.choice(path + ".mode", entry["mode"], ["RGB", "L"])
+        _need_pillow(c, path + ".type", "image folders")
+    entry["transforms"] = _transform_list(c, path + ".transforms", entry["transforms"])
+    return entry
+
+
+def _need_pillow(c, path, what):
+    try:
+        import PIL.Image  # noqa: F401
+    except ImportError:
+        c.bad(path, "%s need Pillow, which is not installed: pip install 'dlprim[image]'" % what)
+
+
+def _transform_list(c, path, value):
+    if not isinstance(value, list):
+        c.bad(path, "must be a list of transforms")
+        return []
+    for i, item in enumerate(value):
+        here = "%s[%d]" % (path, i)
+        name = item.get("type") if isinstance(item, dict) else None
+        if name not in _transforms.TRANSFORMS:
+            c.choice(here + ".type", name, sorted(_transforms.TRANSFORMS))
+            continue
+        required, optional = _transforms.options_of(name)
+        options = c.fields(here, item, ["type"] + required + list(optional), required=required)
+        options.pop("type")
+        if any(k not in required + list(optional) or options.get(k) is None
+               for k in set(options) | set(required)):
+            continue
+        try:
+            _transforms.TRANSFORMS[name](**options)
+        except DataError as e:
+            c.bad(here, str(e))
+        except ValueError as e:  # "field: problem" from the transform's constructor
+            field, _, problem = str(e).partition(": ")
+            c.bad(here + "." + field, problem) if problem else c.bad(here, str(e))
+    return value
+
+
+_SOLVER_EXTRA = {"no_decay_1d": False, "clip_norm": None, "clip_value": None}
+
+
+def _solver(c, value):
+    """Fields and defaults are the solver classes' own (dlprim.solvers); PyTorch's
+    ``betas: [b1, b2]`` is accepted for beta1/beta2."""
+    from .solvers import _SOLVERS
+    kind = value.get("type", "adam") if isinstance(value, dict) else "adam"
+    if kind not in _SOLVERS:
+        c.choice("solver.type", kind, list(_SOLVERS))
+        return value
+    hyper = dict(_SOLVERS[kind].HYPER, **_SOLVER_EXTRA)
+    adam = "beta1" in hyper
+    solver = c.fields("solver", value, ["type"] + list(hyper) + (["betas"] if adam else []))
+    betas = solver.pop("betas", None)
+    if betas is not None:
+        if isinstance(betas, list) and len(betas) == 2:
+            solver.setdefault("beta1", betas[0])
+            solver.setdefault("beta2", betas[1])
+        else:
+            c.bad("solver.betas", "must be [beta1, beta2], got %s" % json.dumps(betas))
+    solver = dict(hyper, **solver)
+    solver["type"] = kind
+    c.number("solver.lr", solver["lr"], 0)
+    c.number("solver.weight_decay", solver["weight_decay"], 0, low_open=False)
+    for key in ("clip_norm", "clip_value"):
+        if solver[key] is not None:
+            c.number("solver." + key, solver[key], 0)
+    for key in [k for k in ("nesterov", "amsgrad", "no_decay_1d") if k in solver]:
+        c.boolean("solver." + key, solver[key])
+    for key in [k for k in ("momentum", "beta1", "beta2") if k in solver]:
+        c.number("solver." + key, solver[key], 0, 1, low_open=False)
+    if "dampening" in solver:
+        c.number("solver.dampening", solver["dampening"], 0, 1, low_open=False, high_open=False)
+    if solver.get("nesterov") is True and _is_num(solver["momentum"]) and (
+            solver["momentum"] <= 0 or solver["dampening"] != 0):
+        c.bad("solver.nesterov", "needs momentum > 0 and dampening 0")
+    if "eps" in solver:
+        c.number("solver.eps", solver["eps"], 0)
+    return solver
+
+
+def _schedule(c, value, epochs):
+    if value is None:
+        return None
+    from . import lr_schedules as schedules
+    kinds = schedules._SCHEDULES
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in kinds:
+        c.choice("schedule.type", kind, sorted(kinds))
+        return value
+    params = list(inspect.signature(kinds[kind].__init__).parameters.values())[2:]
+    names = [p.name for p in params]
+    sched = c.fields("schedule", value, ["type"] + names,
+                     required=[p.name for p in params if p.default is p.empty
+                               and p.name not in ("T_max", "total_steps")])
+    for p in params:
+        if p.default is not p.empty:
+            sched.setdefault(p.name, p.default)
+    if kind == "cosine":
+        sched.setdefault("T_max", epochs if _is_int(epochs) and epochs > 0 else None)
+    if any(sched.get(n) is None for n in names if n != "total_steps"):
+        return sched
+    trial = {k: v for k, v in sched.items() if k != "type"}
+    if "total_steps" in names:
+        trial.setdefault("total_steps", 1000)  # the trainer sets it from the batches per epoch
+
+    class Probe:  # a stand-in solver: schedules only set lr and momentum/beta1
+        lr, momentum = 0.1, 0.9
+    try:
+        kinds[kind](Probe(), **trial)
+    except (ValueError, TypeError) as e:
+        c.bad("schedule", str(e))
+    return sched
+
+
+def _checkpoint(c, value):
+    ckpt = c.fields("checkpoint", value, list(DEFAULTS["checkpoint"]))
+    ckpt = dict(DEFAULTS["checkpoint"], **ckpt)
+    c.integer("checkpoint.every", ckpt["every"])
+    c.integer("checkpoint.keep", ckpt["keep"], low=0)
+    c.boolean("checkpoint.best", ckpt["best"])
+    return ckpt
+
+
+def _scalars(c, cfg, names, prefix=""):
+    """Check the top-level scalar fields in ``names``; ``prefix`` "--" names CLI flags."""
+    label = (lambda n: "%s%s" % (prefix, n)) if prefix else (lambda n: n)
+    if "epochs" in names:
+        c.integer(label("epochs"), cfg["epochs"])
+    if "batch" in names:
+        c.integer(label("batch"), cfg["batch"])
+    if "seed" in names:
+        c.integer(label("seed"), cfg["seed"], low=0)
+    if "device" in names and cfg["device"] is not None:
+        if not (isinstance(cfg["device"], str) or (_is_int(cfg["device"]) and cfg["device"] >= 0)):
+            c.bad(label("device"), 'must be "cpu", "gpu", "P:D" or a device index')
+        cfg["device"] = str(cfg["device"])
+    if "out" in names:
+        cfg["out"] = c.path(label("out"), cfg["out"])
+        if isinstance(cfg["out"], str) and os.path.isfile(cfg["out"]):
+            c.bad(label("out"), "is a file, not a directory: %s" % cfg["out"])
+    if "resume" in names and cfg["resume"] not in (None, False, True):
+        cfg["resume"] = c.path(label("resume"), cfg["resume"])
+        if isinstance(cfg["resume"], str) and not os.path.exists(cfg["resume"]):
+            c.bad(label("resume"), "no such checkpoint: %s" % cfg["resume"])
+
+
+def validate_config(raw, base_dir=".", source=None):
+    """The checked config with defaults filled in, or ConfigError listing every problem."""
+    c = _Checker(os.path.abspath(base_dir))
+    top = c.fields("", raw, _TOP, required=["net", "data"])
+    cfg = dict(copy.deepcopy(DEFAULTS), **top)
+    cfg["net"] = _net(c, top["net"]) if top.get("net") is not None else None
+    cfg["data"] = _data(c, top["data"]) if top.get("data") is not None else None
+    cfg["solver"] = _solver(c, top.get("solver", {}))
+    _scalars(c, cfg, ("epochs", "batch", "seed", "device", "out", "resume"))
+    cfg["checkpoint"] = _checkpoint(c, cfg["checkpoint"])
+    for key in ("plot", "progress"):
+        c.boolean(key, cfg[key])
+    c.choice("metrics", cfg["metrics"], ["csv", "jsonl"])
+    cfg["schedule"] = _schedule(c, cfg["schedule"], cfg["epochs"])
+    if c.problems:
+        raise ConfigError(c.problems, source)
+    return cfg
+
+
+def load_config(path):
+    """Read and validate the JSON config at ``path`` (relative paths from its folder)."""
+    if not os.path.isfile(path):
+        raise ConfigError(["%s: no such file" % path])
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(["not valid JSON: %s" % e], path) from None
+    return validate_config(raw, os.path.dirname(os.path.abspath(path)), source=path)
+
+
+def apply_overrides(config, device=None, epochs=None, batch=None, out=None, resume=None):
+    """A copy of a validated ``config`` with the command-line values that are not None;
+    paths given here are relative to the current directory."""
+    cfg = copy.deepcopy(config)
+    given = {k: v for k, v in dict(device=device, epochs=epochs, batch=batch, out=out,
+                                   resume=resume).items() if v is not None}
+    cfg.update(given)
+    c = _Checker(os.getcwd())
+    _scalars(c, cfg, list(given), prefix="--")
+    if "epochs" in given and (cfg.get("schedule") or {}).get("type") == "cosine" \
+            and not c.problems and (config.get("schedule") or {}).get("T_max") == config["epochs"]:
+        cfg["schedule"]["T_max"] = cfg["epochs"]
+    if c.problems:
+        raise ConfigError(c.problems, "command line")
+    return cfg
