@@ -1,0 +1,46 @@
+"""Datasets and batch loaders: MNIST idx files, .npz arrays, image folders; transforms;
+a shuffling, prefetching BatchLoader.
+
+``make_source`` and ``make_transforms`` build them from a training config's
+``data.train`` / ``data.val`` entry (see docs/train.md and dlprim.train_config).
+"""
+from .errors import DataError, MissingDataError
+from .idx import read_idx, write_idx
+from .loader import BatchLoader
+from .sources import ArraySource, FolderSource, MnistSource, NpzSource, Source
+from .transforms import (CenterCrop, Compose, HorizontalFlip, Normalize, RandomCrop, Resize,
+                         ToFloat, Transform, from_config as make_transforms)
+
+__all__ = ["DataError", "MissingDataError", "read_idx", "write_idx", "BatchLoader", "Source",
+           "ArraySource", "MnistSource", "NpzSource", "FolderSource", "Transform", "Compose",
+           "ToFloat", "Normalize", "RandomCrop", "HorizontalFlip", "Resize", "CenterCrop",
+           "make_transforms", "make_source", "make_loader"]
+
+
+def make_source(entry, name="data"):
+    """The source described by a config data entry ({"type": "mnist"|"npz"|"folder", ...});
+    paths are taken as given (the config loader has made them absolute)."""
+    kind = entry.get("type")
+    common = {"name": name, "scale": entry.get("scale")}
+    if kind == "mnist":
+        return MnistSource(entry["images"], entry["labels"],
+                           num_classes=entry.get("num_classes") or 10, **common)
+    if kind == "npz":
+        return NpzSource(entry["path"], x=entry.get("x", "x"), y=entry.get("y", "y"),
+                         num_classes=entry.get("num_classes"),
+                         channels_last=entry.get("channels_last", False), **common)
+    if kind == "folder":
+        return FolderSource(entry["path"], mode=entry.get("mode", "RGB"), **common)
+    raise DataError("%s.type: unknown source type %r; known: mnist, npz, folder" % (name, kind))
+
+
+def make_loader(entry, batch, name="data", train=True, seed=0, prefetch=2):
+    """A BatchLoader over ``make_source(entry)`` with the entry's transforms; shuffled
+    (and ``drop_last`` honoured) only for training."""
+    try:
+        transforms = make_transforms(entry.get("transforms"))
+    except ValueError as e:
+        raise DataError("%s.transforms%s" % (name, e)) from None
+    return BatchLoader(make_source(entry, name), batch, shuffle=train and entry.get("shuffle", True),
+                       seed=seed, drop_last=train and entry.get("drop_last", False),
+                       transforms=transforms, prefetch=prefetch)

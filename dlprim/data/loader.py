@@ -1,0 +1,167 @@
+"""BatchLoader: shuffled, transformed, prefetched numpy batches from a source.
+
+Reproducibility: epoch ``e`` visits the samples in ``default_rng([seed, e]).permutation``
+order, and batch ``b`` of that epoch transforms its samples with a generator seeded from
+``[seed, e, b]``. Both depend only on (seed, epoch, batch index), never on what the
+prefetch thread has done, so resuming at (epoch, position) continues the very same
+sequence an uninterrupted run would have produced.
+"""
+import queue
+import threading
+
+import numpy as np
+
+from .errors import DataError
+from .transforms import Compose
+
+__all__ = ["BatchLoader"]
+
+_DONE = object()
+
+
+class _Failure:
+    """An exception raised in the prefetch thread, carried to the consumer."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+class BatchLoader:
+    """Iterate ``(x, y)`` batches: x float32 NCHW C-contiguous, y int32 (N,).
+
+    The last partial batch is yielded (smaller N) unless ``drop_last``. With
+    ``prefetch > 0`` a background thread prepares up to that many batches ahead; an
+    exception there is re-raised in the caller. A ``for`` loop over the loader runs the
+    current epoch from ``position`` and then moves ``epoch`` on by one; ``set_epoch(n)``
+    chooses the epoch explicitly. ``state_dict()``/``load_state_dict()`` give and restore
+    (epoch, position), position counting the batches already handed out this epoch.
+    """
+
+    def __init__(self, source, batch, shuffle=True, seed=0, drop_last=False, transforms=None,
+                 prefetch=2):
+        if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch <= 0:
+            raise ValueError("batch must be a positive integer, got %r" % (batch,))
+        if not isinstance(prefetch, (int, np.integer)) or prefetch < 0:
+            raise ValueError("prefetch must be an integer >= 0, got %r" % (prefetch,))
+        if len(source) == 0:
+            raise DataError("%s: no samples" % getattr(source, "name", "data"))
+        self.source, self.batch, self.shuffle = source, int(batch), bool(shuffle)
+        self.seed, self.drop_last, self.prefetch = int(seed), bool(drop_last), int(prefetch)
+        if transforms is not None and not callable(transforms):
+            transforms = Compose(transforms)
+        self.transforms = transforms
+        self.epoch, self.position = 0, 0
+        self._shape = None
+
+    def __len__(self):
+        n = len(self.source)
+        return n // self.batch if self.drop_last else -(-n // self.batch)
+
+    @property
+    def num_classes(self):
+        return self.source.num_classes
+
+    @property
+    def shape(self):
+        """(C, H, W) of one sample as the batches carry it (after the transforms)."""
+        if self._shape is None:
+            x, _ = self._build(np.array([0]), np.random.default_rng([self.seed, 0, 0]))
+            self._shape = x.shape[1:]
+        return self._shape
+
+    def set_epoch(self, epoch):
+        """Start epoch ``epoch`` from its first batch at the next iteration."""
+        self.epoch, self.position = int(epoch), 0
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
+
+    def load_state_dict(self, state):
+        if state.get("seed", self.seed) != self.seed:
+            raise ValueError("loader state was saved with seed %r, this loader has %r"
+                             % (state["seed"], self.seed))
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+    def order(self, epoch):
+        """The sample indices of ``epoch`` in visiting order."""
+        n = len(self.source)
+        if not self.shuffle:
+            return np.arange(n)
+        return np.random.default_rng([self.seed, epoch]).permutation(n)
+
+    def batch_at(self, epoch, index):
+        """Batch ``index`` of ``epoch``, computed directly (no prefetch, no state change)."""
+        order = self.order(epoch)
+        picked = order[index * self.batch:(index + 1) * self.batch]
+        return self._build(picked, np.random.default_rng([self.seed, epoch, index]))
+
+    def _build(self, indices, rng):
+        images, labels = self.source.fetch(indices)
+        if self.transforms is None and isinstance(images, np.ndarray):
+            return np.ascontiguousarray(images, dtype=np.float32), labels
+        if self.transforms is not None:
+            images = [self.transforms(x, rng) for x in images]
+        first = images[0].shape
+        for i, x in zip(indices, images):
+            if x.shape != first:
+                raise DataError("%s: image at %s is %s, expected %s like the first of its batch"
+                                % (self.source.name, self.source.describe(int(i)),
+                                   "x".join(map(str, x.shape)), "x".join(map(str, first))))
+        if self._shape is not None and first != self._shape:
+            i = int(indices[0])
+            raise DataError("%s: image at %s is %s, expected %s"
+                            % (self.source.name, self.source.describe(i),
+                               "x".join(map(str, first)), "x".join(map(str, self._shape))))
+        return np.ascontiguousarray(np.stack(images), dtype=np.float32), labels
+
+    def __iter__(self):
+        epoch, start = self.epoch, self.position
+        if self._shape is None:
+            self.shape  # noqa: B018 -- fixes the expected sample shape before batching
+        batches = (self.batch_at(epoch, b) for b in range(start, len(self)))
+        produced = self._prefetched(batches) if self.prefetch else batches
+        try:
+            for item in produced:
+                self.position += 1
+                yield item
+        finally:
+            produced.close()
+        self.epoch, self.position = epoch + 1, 0
+
+    def _prefetched(self, batches):
+        """Run the ``batches`` generator in a thread, ``prefetch`` items ahead."""
+        ready = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+
+        def put(item):
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def work():
+            try:
+                for item in batches:
+                    if not put(item):
+                        return
+            except BaseException as e:  # carried to the consumer, re-raised there
+                put(_Failure(e))
+                return
+            put(_DONE)
+
+        thread = threading.Thread(target=work, name="dlprim-prefetch", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = ready.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.error
+                yield item
+        finally:
+            stop.set()
+            thread.join()

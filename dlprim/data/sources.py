@@ -1,0 +1,203 @@
+"""Data sources: indexable (image, label) collections.
+
+Every source has ``len``, ``source[i] -> (image float32 (C, H, W), label int)``,
+``num_classes``, ``shape`` (of one image, as stored), ``name`` (prefix of its error
+messages, e.g. "data.train") and ``describe(i)`` (how an error names sample i).
+uint8 pixels come out scaled to [0, 1] (``ToFloat``); float data is passed through
+unless ``scale`` is given. Labels are checked against ``num_classes`` when loaded, so a
+bad label is reported before training starts.
+"""
+import os
+
+import numpy as np
+
+from .errors import DataError, MissingDataError, require_pillow
+from .idx import read_idx
+from .transforms import ToFloat
+
+__all__ = ["Source", "ArraySource", "MnistSource", "NpzSource", "FolderSource",
+           "IMAGE_EXTENSIONS"]
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".tif", ".tiff",
+                    ".webp")
+
+
+def _check_num_classes(name, num_classes):
+    if (not isinstance(num_classes, (int, np.integer)) or isinstance(num_classes, bool)
+            or num_classes <= 0):
+        raise DataError("%s: num_classes must be a positive integer, got %r" % (name, num_classes))
+    return int(num_classes)
+
+
+def _as_labels(name, labels, count):
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise DataError("%s: labels must be one-dimensional, got shape %s" % (name, labels.shape))
+    if labels.shape[0] != count:
+        raise DataError("%s: %d images but %d labels" % (name, count, labels.shape[0]))
+    if labels.dtype.kind == "f":
+        bad = np.flatnonzero(labels != np.round(labels))
+        if bad.size:
+            raise DataError("%s: label %r at index %d is not a whole number"
+                            % (name, labels[bad[0]].item(), bad[0]))
+    elif labels.dtype.kind not in "iub":
+        raise DataError("%s: labels must be integers, got dtype %s" % (name, labels.dtype))
+    return labels.astype(np.int64)
+
+
+def _check_range(source, labels):
+    bad = np.flatnonzero((labels < 0) | (labels >= source.num_classes))
+    if bad.size:
+        i = int(bad[0])
+        raise DataError("%s: label %d at %s outside 0..%d"
+                        % (source.name, labels[i], source.describe(i), source.num_classes - 1))
+
+
+class Source:
+    """Base of the sources: subclasses set name, num_classes, shape and ``__getitem__``."""
+    name = "data"
+    num_classes = 0
+    shape = ()
+
+    def __len__(self):
+        raise NotImplementedError
+
+    def describe(self, index):
+        return "index %d" % index
+
+    def _index(self, index):
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError("%s: index %d outside 0..%d" % (self.name, index, n - 1))
+        return index % n
+
+    def fetch(self, indices):
+        """Images and labels at ``indices``: (list of CHW float32 arrays or an NCHW array,
+        int32 labels)."""
+        pairs = [self[int(i)] for i in indices]
+        return [p[0] for p in pairs], np.array([p[1] for p in pairs], dtype=np.int32)
+
+    def __repr__(self):
+        return "%s(%r, %d samples, %d classes, shape %s)" % (
+            type(self).__name__, self.name, len(self), self.num_classes, self.shape)
+
+
+class ArraySource(Source):
+    """In-memory images (N, H, W), (N, C, H, W) or with ``channels_last`` (N, H, W, C)."""
+
+    def __init__(self, images, labels, num_classes=None, name="arrays", scale=None,
+                 channels_last=False):
+        self.name = name
+        images = np.asarray(images)
+        if images.ndim == 3:
+            images = images[:, None]
+        elif images.ndim == 4 and channels_last:
+            images = images.transpose(0, 3, 1, 2)
+        elif images.ndim != 4:
+            raise DataError("%s: images must have 3 or 4 dimensions (N[, C], H, W), got shape %s"
+                            % (name, images.shape))
+        if images.dtype.kind not in "uif":
+            raise DataError("%s: images must be numeric, got dtype %s" % (name, images.dtype))
+        self.images = images
+        self.labels = _as_labels(name, labels, images.shape[0])
+        if num_classes is None:
+            num_classes = int(self.labels.max()) + 1 if self.labels.size else 1
+        self.num_classes = _check_num_classes(name, num_classes)
+        self.shape = tuple(images.shape[1:])
+        self._to_float = ToFloat(scale)
+        _check_range(self, self.labels)
+
+    def __len__(self):
+        return self.images.shape[0]
+
+    def __getitem__(self, index):
+        index = self._index(index)
+        return self._to_float(self.images[index]), int(self.labels[index])
+
+    def fetch(self, indices):
+        indices = np.asarray(indices, dtype=np.int64)
+        return self._to_float(self.images[indices]), self.labels[indices].astype(np.int32)
+
+
+class MnistSource(ArraySource):
+    """A pair of MNIST idx files (plain or .gz): images 0x00000803, labels 0x00000801."""
+
+    def __init__(self, images, labels, num_classes=10, name=None, scale=None):
+        data = read_idx(images, ndim=3)
+        targets = read_idx(labels, ndim=1)
+        self.paths = (images, labels)
+        super().__init__(data, targets, num_classes, name or images, scale)
+
+
+class NpzSource(ArraySource):
+    """Arrays ``x`` (images) and ``y`` (labels) of a numpy .npz file."""
+
+    def __init__(self, path, x="x", y="y", num_classes=None, name=None, scale=None,
+                 channels_last=False):
+        if not os.path.isfile(path):
+            raise MissingDataError("%s: no such file" % path)
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                for key in (x, y):
+                    if key not in archive.files:
+                        raise DataError("%s: no array %r (arrays: %s)"
+                                        % (path, key, ", ".join(archive.files) or "none"))
+                images, labels = archive[x], archive[y]
+        except DataError:
+            raise
+        except (OSError, ValueError) as e:
+            raise DataError("%s: cannot read as .npz (%s)" % (path, e)) from None
+        self.path = path
+        super().__init__(images, labels, num_classes, name or path, scale, channels_last)
+
+
+class FolderSource(Source):
+    """Images in one sub-folder per class; sorted class names give indices 0, 1, ...
+
+    ``mode`` is the Pillow mode images are converted to: "RGB" (3 channels) or "L"
+    (grayscale, 1 channel). ``shape`` is that of the first image; sizes may differ
+    between images when a resize/center_crop transform evens them out.
+    """
+
+    def __init__(self, path, mode="RGB", name=None, scale=None, extensions=IMAGE_EXTENSIONS):
+        self.name = name or path
+        self._image = require_pillow("%s: an image folder" % self.name)
+        if mode not in ("RGB", "L"):
+            raise DataError("%s: mode must be 'RGB' or 'L', got %r" % (self.name, mode))
+        if not os.path.isdir(path):
+            raise MissingDataError("%s: no such directory" % path)
+        self.path, self.mode = path, mode
+        self.classes = sorted(d for d in os.listdir(path)
+                              if not d.startswith(".") and os.path.isdir(os.path.join(path, d)))
+        if not self.classes:
+            raise DataError("%s: no class sub-folders in %s" % (self.name, path))
+        self.files, labels = [], []
+        for label, cls in enumerate(self.classes):
+            folder = os.path.join(path, cls)
+            names = sorted(f for f in os.listdir(folder) if f.lower().endswith(extensions))
+            self.files += [os.path.join(folder, f) for f in names]
+            labels += [label] * len(names)
+        if not self.files:
+            raise DataError("%s: no images (%s) in the class folders of %s"
+                            % (self.name, " ".join(extensions), path))
+        self.labels = np.array(labels, dtype=np.int64)
+        self.num_classes = len(self.classes)
+        self._to_float = ToFloat(scale)
+        self.shape = self[0][0].shape
+
+    def __len__(self):
+        return len(self.files)
+
+    def describe(self, index):
+        return "index %d (%s)" % (index, self.files[index])
+
+    def __getitem__(self, index):
+        index = self._index(index)
+        path = self.files[index]
+        try:
+            with self._image.open(path) as im:
+                pixels = np.asarray(im.convert(self.mode))
+        except (OSError, ValueError) as e:
+            raise DataError("%s: cannot read image %s: %s" % (self.name, path, e)) from None
+        pixels = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
+        return self._to_float(pixels), int(self.labels[index])
