@@ -1,0 +1,110 @@
+"""Reduction: sum, sum of squares, sum of absolute values or mean over some axes.
+
+    y = output_scale * R(x)   R = sum x | sum x^2 | sum |x| | mean x over the axes
+    dx = output_scale * dy * (1 | 2x | sign(x) | 1/count)   (dy broadcast back)
+
+The axes are ``dims`` (a list, negative counts from the end) or every axis from
+``start_axis`` on (default 0: everything); not both. ``keep_dim`` (default true) keeps
+reduced axes as size 1; reducing everything without it gives shape (1,).
+"""
+import numpy as np
+
+from ..core.pointwise import PointwiseBroadcast
+from ..core.reduce import Reduce
+from .base import Layer, TensorSpec, register
+
+METHODS = ("sum", "sumsq", "abssum", "mean")
+# derivative factor of each method as code over x1 = x
+_DERIVATIVE = {"sum": "", "mean": "", "sumsq": " * 2.0f * x1",
+               "abssum": " * (x1 > 0.0f ? 1.0f : (x1 < 0.0f ? -1.0f : 0.0f))"}
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+@register("Reduction")
+class Reduction(Layer):
+    OPTIONS = {"method": "sum", "dims": None, "start_axis": None, "keep_dim": True,
+               "output_scale": 1.0}
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name, **options)
+        o = self.options
+        if o["method"] not in METHODS:
+            self.fail("option 'method' must be one of %s, got %r" % (", ".join(METHODS), o["method"]))
+        if o["dims"] is not None and o["start_axis"] is not None:
+            self.fail("options 'dims' and 'start_axis' exclude each other; give one")
+        if o["dims"] is not None and not (isinstance(o["dims"], (list, tuple)) and o["dims"]
+                                          and all(_is_int(d) for d in o["dims"])):
+            self.fail("option 'dims' must be a non-empty list of axes, got %r" % (o["dims"],))
+        if o["start_axis"] is not None and not _is_int(o["start_axis"]):
+            self.fail("option 'start_axis' must be an integer, got %r" % (o["start_axis"],))
+        if not isinstance(o["keep_dim"], bool):
+            self.fail("option 'keep_dim' must be true or false, got %r" % (o["keep_dim"],))
+        if isinstance(o["output_scale"], bool) or not isinstance(o["output_scale"], (int, float)):
+            self.fail("option 'output_scale' must be a number, got %r" % (o["output_scale"],))
+        # sum and mean have constant derivatives: backward needs only dy
+        self.BACKWARD_READS_INPUTS = o["method"] in ("sumsq", "abssum")
+
+    def config(self):
+        return {k: v for k, v in super().config().items() if v is not None}
+
+    def axes(self, ndim):
+        o = self.options
+        if o["dims"] is not None:
+            axes = []
+            for d in o["dims"]:
+                if not -ndim <= d < ndim:
+                    self.fail("option 'dims': axis %d is out of range for %d dimensions" % (d, ndim))
+                axes.append(d % ndim)
+            if len(set(axes)) != len(axes):
+                self.fail("option 'dims' repeats an axis: %r" % (o["dims"],))
+            return tuple(sorted(axes))
+        start = 0 if o["start_axis"] is None else o["start_axis"]
+        if not -ndim <= start < ndim:
+            self.fail("option 'start_axis' %d is out of range for %d dimensions" % (start, ndim))
+        return tuple(range(start % ndim, ndim))
+
+    def setup(self, in_specs):
+        if len(in_specs) != 1:
+            self.fail("expects 1 input, got %d" % len(in_specs))
+        spec = in_specs[0]
+        if spec.dtype.name != "float32":
+            self.fail("input must be float32, got %s" % spec.dtype.name)
+        if not spec.shape:
+            self.fail("input must have at least 1 dimension")
+        self.in_specs = list(in_specs)
+        self.shape = spec.shape
+        axes = self.axes(len(spec.shape))
+        self.op = Reduce(self.ctx, spec.shape, axes, self.options["method"],
+                         keepdims=self.options["keep_dim"])
+        self.out_shape = self.op.out_shape or (1,)
+        self.coeff = float(self.options["output_scale"])
+        if self.options["method"] == "mean":
+            self.coeff /= max(self.op.count, 1)
+        self._bwd = {}
+        return [TensorSpec(self.out_shape, spec.dtype)], [], 0
+
+    def forward(self, x, y, params, ws):
+        return self.op.launches(x[0], y[0].view(self.op.out_shape),
+                                alpha=float(self.options["output_scale"]))
+
+    def _grad_op(self, accumulate):
+        if accumulate not in self._bwd:
+            full = (self.shape, "float32")
+            specs = [(self.op.keep_shape, "float32"), full]
+            code = "y0 = w0 * x0" + _DERIVATIVE[self.options["method"]]
+            if accumulate:
+                specs.append(full)
+                code += " + x2"
+            self._bwd[accumulate] = PointwiseBroadcast(self.ctx, specs, [full], code + ";",
+                                                       params=["float"], name="reduction_backward")
+        return self._bwd[accumulate]
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        if dx[0] is None:
+            return []
+        acc = bool(accumulate[0])
+        xs = [dy[0].view(self.op.keep_shape), x[0]] + ([dx[0]] if acc else [])
+        return self._grad_op(acc).launches(xs, [dx[0]], [self.coeff])
