@@ -1,0 +1,291 @@
+"""Net: a static graph with its own autograd, run from flat lists of prepared launches.
+
+JSON graph -> layers -> shapes (``setup``) -> parameter arenas -> per mode: backprop
+marks and lifetimes (``dlprim.schedule``) -> one planned activation arena
+(``dlprim.memory_plan``) -> forward and backward launch lists bound once.
+
+Two ways to drive it, the DLPrimitives one::
+
+    net = dp.Net(ctx); net.mode = dp.PREDICT
+    net.load_from_json_file("resnet18.json"); net.setup(); net.load_parameters("r18.dlp")
+    net.tensor("data").to_device(batch); net.forward(); out = net.tensor("prob").to_host()
+
+and the Pythonic one::
+
+    net = dp.Net(ctx, models.lenet(batch=64), mode="train")
+    outs = net(data=x, label=y); net.backward()
+"""
+import numpy as np
+
+from . import layers as _layers
+from .graph import GraphError, load_graph
+from .layers.base import PREDICT, TRAIN, LayerError, TensorSpec
+from .net_plan import ExecutionPlan
+from .net_params import ParamStore
+from .tensor import Tensor, as_dtype
+
+__all__ = ["Net", "TRAIN", "PREDICT"]
+
+
+class Net:
+    """A graph of layers with parameters, gradients and planned memory on one Context."""
+
+    def __init__(self, ctx, graph=None, mode=TRAIN, seed=0):
+        self.ctx = ctx
+        self._mode = _check_mode(mode)
+        self._keep = False
+        self.graph = None
+        self.layers = []
+        self._plans = {}
+        self._ready = False
+        if graph is not None:
+            self.load(graph)
+            self.setup()
+            self.initialize_parameters(seed=seed)
+
+    # ----- loading (DLPrimitives names kept)
+    def load(self, source):
+        """Load a graph from a dict, JSON text, a file path or a NetConfig."""
+        self.graph = load_graph(source)
+        self._ready = False
+        self._plans = {}
+
+    def load_from_json(self, source):
+        self.load(source)
+
+    def load_from_json_file(self, path):
+        with open(path) as f:
+            self.load(f.read())
+
+    # ----- setup: layers, shapes, parameters
+    def setup(self):
+        if self.graph is None:
+            raise GraphError("setup: no graph loaded (call load_from_json first)")
+        g = self.graph
+        self.layers = [_layers.create(self.ctx, op.type, op.name, op.options) for op in g.ops]
+        for name, (shape, dtype, _) in g.inputs.items():
+            v = g.values[g.input_values[name]]
+            v.shape, v.dtype = shape, as_dtype(dtype)
+        self._param_specs, self._ws = [], []
+        for op, layer in zip(g.ops, self.layers):
+            in_specs = [TensorSpec(g.values[v].shape, g.values[v].dtype) for v in op.in_values]
+            out_specs, param_specs, ws = _call_layer(layer, op, "setup", in_specs)
+            self._set_outputs(op, layer, out_specs)
+            self._param_specs.append(list(param_specs))
+            self._ws.append(int(ws or 0))
+        self.store = ParamStore(self.ctx, g.ops, self._param_specs)
+        self._alloc_inputs()
+        self._plans = {}
+        self._ready = True
+        self._plan()
+
+    def _set_outputs(self, op, layer, out_specs):
+        if len(out_specs) != len(op.out_values):
+            raise LayerError("%s '%s': gives %d outputs, the graph lists %d (%s)" % (
+                op.type, op.name, len(out_specs), len(op.out_values), ", ".join(op.outputs)))
+        for v, spec in zip(op.out_values, out_specs):
+            value = self.graph.values[v]
+            value.shape = tuple(int(s) for s in spec.shape)
+            value.dtype = as_dtype(spec.dtype)
+
+    def _alloc_inputs(self):
+        self._inputs = {}
+        for name in self.graph.inputs:
+            v = self.graph.values[self.graph.input_values[name]]
+            self._inputs[v.id] = Tensor.zeros(self.ctx, v.shape, v.dtype)
+
+    # ----- batch size changes
+    def reshape(self, shapes=None, **kw):
+        """New input shapes (``{name: shape}`` or keywords); re-plans, never rebuilds kernels.
+
+        With no arguments, picks up shapes set on the input tensors (``tensor.shape = ...``).
+        """
+        self._need_setup()
+        shapes = dict(shapes or {}, **kw)
+        g = self.graph
+        for name in shapes:
+            if name not in g.inputs:
+                raise KeyError("reshape: '%s' is not a net input; inputs: %s"
+                               % (name, ", ".join(g.inputs)))
+        for vid, t in self._inputs.items():
+            g.values[vid].shape = tuple(int(s) for s in shapes.get(g.values[vid].name, t.shape))
+        for op, layer in zip(g.ops, self.layers):
+            in_shapes = [g.values[v].shape for v in op.in_values]
+            out_shapes, ws = _call_layer(layer, op, "reshape", in_shapes)
+            self._set_outputs(op, layer, [TensorSpec(s, g.values[v].dtype)
+                                          for s, v in zip(out_shapes, op.out_values)])
+            self._ws[op.index] = int(ws or 0)
+        old = self._inputs
+        self._alloc_inputs()
+        for vid, t in self._inputs.items():
+            if t.shape == old[vid].shape:
+                self._inputs[vid] = old[vid]
+        self._plans = {}
+        self._plan()
+
+    # ----- modes and plans
+    @property
+    def mode(self):
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode):
+        self._mode = _check_mode(mode)
+        if self._ready:
+            self._plan()
+
+    @property
+    def keep_intermediate_tensors(self):
+        return self._keep
+
+    @keep_intermediate_tensors.setter
+    def keep_intermediate_tensors(self, keep):
+        self._keep = bool(keep)
+        self._plans = {}
+        if self._ready:
+            self._plan()
+
+    def _plan(self):
+        for layer in self.layers:
+            layer.mode = self._mode
+        plan = self._plans.get(self._mode)
+        if plan is None:
+            plan = ExecutionPlan(self, self._mode == TRAIN)
+            self._plans[self._mode] = plan
+        self.plan = plan
+        return plan
+
+    def _need_setup(self):
+        if not self._ready:
+            raise RuntimeError("the net is not set up: call setup() first")
+
+    # ----- running
+    def forward(self, e=None):
+        """Enqueue the forward pass (inputs already written into ``tensor(name)``)."""
+        self._need_setup()
+        queue = e.queue if e is not None else self.ctx.queue
+        for launch in self.plan.forward:
+            launch(queue)
+
+    def backward(self, e=None):
+        """Enqueue the backward pass; parameter gradients are added to ``grad_arena``."""
+        self._need_setup()
+        if self._mode != TRAIN:
+            raise RuntimeError("backward() needs mode TRAIN; the net is in %r" % self._mode)
+        queue = e.queue if e is not None else self.ctx.queue
+        for launch in self.plan.backward:
+            launch(queue)
+
+    def zero_grad(self, e=None):
+        """Zero every parameter gradient: one fill over the gradient arena."""
+        self.store.grad_arena.zero_(e)
+
+    def __call__(self, **inputs):
+        """Write inputs (numpy), run forward, return {output name: numpy array}."""
+        self._need_setup()
+        g = self.graph
+        for name in inputs:
+            if name not in g.inputs:
+                raise KeyError("'%s' is not a net input; inputs: %s" % (name, ", ".join(g.inputs)))
+        arrays = {n: np.asarray(a) for n, a in inputs.items()}
+        if any(a.shape != self.tensor(n).shape for n, a in arrays.items()):
+            self.reshape({n: a.shape for n, a in arrays.items()})
+        for n, a in arrays.items():
+            t = self.tensor(n)
+            t.to_device(np.ascontiguousarray(a, dtype=t.dtype), wait=False)
+        self.forward()
+        return {n: self.tensor(n).to_host() for n in g.outputs}
+
+    # ----- tensors
+    @property
+    def input_names(self):
+        return list(self.graph.inputs)
+
+    @property
+    def output_names(self):
+        return list(self.graph.outputs)
+
+    def _vid(self, name):
+        vid = self.graph.latest.get(name) if self.graph else None
+        if vid is None:
+            raise KeyError("no tensor named '%s' in the net" % name)
+        return vid
+
+    def tensor(self, name):
+        self._need_setup()
+        return self.plan.acts[self._vid(name)]
+
+    def tensor_diff(self, name):
+        self._need_setup()
+        t = self.plan.grads.get(self._vid(name))
+        if t is None:
+            raise KeyError("tensor '%s' has no gradient in mode %r (it reaches no loss or "
+                           "depends on nothing trainable)" % (name, self._mode))
+        return t
+
+    # ----- parameters
+    param_arena = property(lambda self: self.store.param_arena)
+    grad_arena = property(lambda self: self.store.grad_arena)
+    trainable_size = property(lambda self: self.store.trainable_size)
+    param_layout = property(lambda self: self.store.layout)
+    params = property(lambda self: self.store.params)
+    grads = property(lambda self: self.store.grads)
+
+    def param(self, name):
+        return self.store.get(name, self.store.params, "parameter")
+
+    def param_diff(self, name):
+        return self.store.get(name, self.store.grads, "parameter gradient")
+
+    def initialize_parameters(self, e=None, seed=0):
+        """Each layer's default initialisation (PyTorch's), from a seeded generator."""
+        self._need_setup()
+        rng = np.random.default_rng(seed)
+        for op, layer in zip(self.graph.ops, self.layers):
+            layer.init_params(self.store.op_params[op.index], rng)
+        self.ctx.finish()
+
+    def save_parameters(self, path):
+        from . import weights
+        weights.save_dlp(path, self.store.to_numpy())
+
+    def save_parameters_to_hdf5(self, path):
+        from . import weights
+        weights.save_hdf5(path, self.store.to_numpy())
+
+    def load_parameters(self, path, allow_missing=False):
+        """Load a .dlp or .h5 file; a missing parameter is an error unless allow_missing."""
+        from . import weights
+        self.store.from_numpy(weights.load(path), allow_missing, str(path))
+
+    # ----- reports
+    def memory_stats(self):
+        self._need_setup()
+        return self.plan.memory_stats()
+
+    def summary(self):
+        from .net_summary import summary_text
+        return summary_text(self)
+
+    def _repr_html_(self):
+        from .net_summary import summary_html
+        return summary_html(self)
+
+    def __repr__(self):
+        n = len(self.graph.ops) if self.graph else 0
+        return "Net(%d operators, mode=%r%s)" % (n, self._mode, "" if self._ready else ", not set up")
+
+
+def _check_mode(mode):
+    if mode not in (TRAIN, PREDICT):
+        raise ValueError("mode must be %r or %r, got %r" % (TRAIN, PREDICT, mode))
+    return mode
+
+
+def _call_layer(layer, op, method, arg):
+    try:
+        return getattr(layer, method)(arg)
+    except LayerError:
+        raise
+    except (ValueError, TypeError, IndexError) as err:
+        raise LayerError("%s '%s': %s failed: %s" % (op.type, op.name, method, err)) from err

@@ -1,0 +1,111 @@
+"""A Net's parameters: one float32 arena for values, one with the same layout for gradients.
+
+Trainable parameters (of operators that are not frozen) come first, so a solver updates
+them all with one launch over ``[0, trainable_size)``; frozen and non-trainable ones
+(BatchNorm running statistics) follow. Each parameter starts at a multiple of
+``ALIGN`` elements; the padding stays zero in both arenas.
+
+Names are ``<op>.<i>`` unless the operator lists ``params``; operators naming the same
+parameter share one tensor (shapes must agree).
+"""
+from collections import OrderedDict
+
+import numpy as np
+
+from .graph import GraphError
+from .tensor import Tensor
+
+__all__ = ["ParamStore", "ALIGN"]
+
+ALIGN = 64  # elements: 256 bytes, enough for any device's base-address alignment
+
+
+class ParamStore:
+    def __init__(self, ctx, ops, param_specs):
+        entries = OrderedDict()  # name -> [shape, trainable, first op]
+        self.op_param_names = []
+        for op, specs in zip(ops, param_specs):
+            names = op.params if op.params is not None else \
+                ["%s.%d" % (op.name, j) for j in range(len(specs))]
+            if len(names) != len(specs):
+                raise GraphError("operator '%s' lists %d params (%s) but its %s layer has %d"
+                                 % (op.name, len(names), ", ".join(names), op.type, len(specs)))
+            for name, spec in zip(names, specs):
+                if np.dtype(spec.dtype) != np.float32:
+                    raise GraphError("operator '%s': parameter '%s' has dtype %s; parameters "
+                                     "must be float32" % (op.name, name, np.dtype(spec.dtype)))
+                trainable = bool(spec.trainable) and not op.frozen
+                if name in entries:
+                    shape, was, first = entries[name]
+                    if shape != tuple(spec.shape):
+                        raise GraphError("parameter '%s' is shared by operators '%s' and '%s' "
+                                         "with different shapes %s and %s"
+                                         % (name, first, op.name, shape, tuple(spec.shape)))
+                    entries[name][1] = was or trainable
+                else:
+                    entries[name] = [tuple(spec.shape), trainable, op.name]
+            self.op_param_names.append(names)
+        order = [n for n, e in entries.items() if e[1]] + [n for n, e in entries.items() if not e[1]]
+        self.layout = OrderedDict()
+        offset = 0
+        self.trainable_size = 0
+        for name in order:
+            shape, trainable = entries[name][0], entries[name][1]
+            self.layout[name] = (offset, shape, trainable)
+            offset += _round_up(int(np.prod(shape, dtype=np.int64)), ALIGN)
+            if trainable:
+                self.trainable_size = offset
+        self.total_size = offset
+        self.param_arena = Tensor.zeros(ctx, (max(offset, 1),), np.float32)
+        self.grad_arena = Tensor.zeros(ctx, (max(offset, 1),), np.float32)
+        self.params = OrderedDict((n, self.param_arena.view(s, o)) for n, (o, s, _) in self.layout.items())
+        self.grads = OrderedDict((n, self.grad_arena.view(s, o)) for n, (o, s, _) in self.layout.items())
+        self.op_params = [[self.params[n] for n in names] for names in self.op_param_names]
+        # an operator gets a gradient tensor for a parameter only if it trains it
+        self.op_dparams = []
+        for op, specs, names in zip(ops, param_specs, self.op_param_names):
+            self.op_dparams.append([self.grads[n] if (spec.trainable and not op.frozen) else None
+                                    for n, spec in zip(names, specs)])
+        self.op_trains = [any(d is not None for d in ds) for ds in self.op_dparams]
+
+    def get(self, name, table, what):
+        t = table.get(name)
+        if t is None:
+            raise KeyError("no %s named '%s'; the net has: %s" % (what, name, _some(table)))
+        return t
+
+    @property
+    def nbytes(self):
+        return self.total_size * 4
+
+    def to_numpy(self):
+        """OrderedDict name -> float32 array, read with one copy of the arena."""
+        host = self.param_arena.to_host()
+        return OrderedDict((n, host[o:o + int(np.prod(s, dtype=np.int64))].reshape(s).copy())
+                           for n, (o, s, _) in self.layout.items())
+
+    def from_numpy(self, arrays, allow_missing=False, source="the file"):
+        """Write parameters from {name: array}; missing ones are an error unless allowed."""
+        missing = [n for n in self.layout if n not in arrays]
+        if missing and not allow_missing:
+            raise KeyError("parameter%s %s missing from %s" % (
+                "s" if len(missing) > 1 else "", ", ".join("'%s'" % n for n in missing), source))
+        host = self.param_arena.to_host()
+        for name, (offset, shape, _) in self.layout.items():
+            if name not in arrays:
+                continue
+            a = np.asarray(arrays[name])
+            if tuple(a.shape) != shape:
+                raise ValueError("parameter '%s' in %s has shape %s, the net needs %s"
+                                 % (name, source, tuple(a.shape), shape))
+            host[offset:offset + a.size] = a.astype(np.float32, copy=False).ravel()
+        self.param_arena.to_device(host)
+
+
+def _round_up(n, m):
+    return (n + m - 1) // m * m
+
+
+def _some(table, limit=8):
+    names = list(table)
+    return ", ".join(names[:limit]) + (" ..." if len(names) > limit else "") if names else "none"

@@ -1,0 +1,102 @@
+"""A Net's execution plan for one mode: planned arena, tensor views, bound launch lists.
+
+Built once per (mode, input shapes): the schedule says what runs backward and what lives
+when, the memory plan places it in one arena, and every layer is asked once for the
+launches of its forward and backward passes over those placed tensors. Running an
+iteration is then a loop over ``forward`` (and ``backward``) calling each with a queue.
+"""
+import numpy as np
+import pyopencl as cl
+
+from . import memory_plan
+from .schedule import OpFacts, Schedule
+from .tensor import Tensor
+
+__all__ = ["ExecutionPlan", "Fill", "ARENA_ALIGN"]
+
+ARENA_ALIGN = 256  # bytes
+
+
+class Fill:
+    """A prepared fill of a tensor with one float value (a loss weight, or zero)."""
+    __slots__ = ("buffer", "offset", "nbytes", "pattern", "name")
+
+    def __init__(self, tensor, value):
+        self.buffer, self.offset, self.nbytes = tensor.buffer, tensor.byte_offset, tensor.nbytes
+        self.pattern = np.asarray(value, tensor.dtype).reshape(1)
+        self.name = "fill"
+
+    def __call__(self, queue):
+        if self.nbytes:
+            return cl.enqueue_fill_buffer(queue, self.buffer, self.pattern, self.offset, self.nbytes)
+
+
+class ExecutionPlan:
+    def __init__(self, net, train):
+        g, ctx, store = net.graph, net.ctx, net.store
+        self.train = train
+        facts = [OpFacts(has_backward=bool(getattr(layer, "HAS_BACKWARD", True)),
+                         reads_inputs=bool(layer.BACKWARD_READS_INPUTS),
+                         reads_outputs=bool(layer.BACKWARD_READS_OUTPUTS),
+                         inplace=bool(layer.INPLACE), trains=store.op_trains[i],
+                         ws_bytes=net._ws[i]) for i, layer in enumerate(net.layers)]
+        value_bytes = [_nbytes(v) for v in g.values]
+        is_float = [v.dtype.kind == "f" for v in g.values]
+        self.schedule = s = Schedule(g, facts, value_bytes, is_float, train, net.keep_intermediate_tensors)
+        self.memory = plan = memory_plan.place(s.blocks, ARENA_ALIGN)
+        self.arena = Tensor(ctx, (max(plan.arena_bytes, 1),), np.uint8)
+        self.input_bytes = sum(t.nbytes for t in net._inputs.values())
+        self.param_bytes = store.nbytes
+
+        def at(key, shape, dtype):
+            dtype = np.dtype(dtype)
+            return self.arena.view(shape, plan.offsets[key] // dtype.itemsize, dtype)
+
+        self.acts = {}
+        for v in g.values:
+            root = s.storage[v.id]
+            if g.values[root].producer < 0:
+                self.acts[v.id] = net._inputs[root]
+            else:
+                self.acts[v.id] = at("a:%d" % root, v.shape, v.dtype)
+        self.grads = {v.id: at("g:%d" % s.grad_storage[v.id], v.shape, v.dtype)
+                      for v in g.values if s.grad_needed[v.id]}
+        ws = [None if not net._ws[i] else at("w:%d" % i, ((net._ws[i] + 3) // 4,), np.float32)
+              for i in range(len(g.ops))]
+
+        self.forward, self.op_forward = [], []
+        for op, layer in zip(g.ops, net.layers):
+            launches = list(layer.forward([self.acts[v] for v in op.in_values],
+                                          [self.acts[v] for v in op.out_values],
+                                          store.op_params[op.index], ws[op.index]))
+            self.op_forward.append(len(launches))
+            self.forward.extend(launches)
+        self.backward = [Fill(self.grads[vid], w) for vid, w in s.fills]
+        if train:
+            for op, layer in zip(reversed(g.ops), reversed(net.layers)):
+                i = op.index
+                if not s.backward[i]:
+                    continue
+                dx = [self.grads[v] if want else None for v, want in zip(op.in_values, s.dx_wanted[i])]
+                dy = [self.grads.get(v) for v in op.out_values]
+                self.backward.extend(layer.backward(
+                    [self.acts[v] for v in op.in_values], dx,
+                    [self.acts[v] for v in op.out_values], dy,
+                    store.op_params[i], store.op_dparams[i], ws[i], list(s.accumulate[i])))
+
+    def memory_stats(self):
+        """Planned arena bytes against the sum of every tensor it holds, plus the rest."""
+        p = self.memory
+        return {"mode": "train" if self.train else "predict",
+                "arena_bytes": p.arena_bytes, "unplanned_bytes": p.unplanned_bytes,
+                "ratio": (p.arena_bytes / p.unplanned_bytes) if p.unplanned_bytes else 1.0,
+                "params_bytes": self.param_bytes,
+                "grads_bytes": self.param_bytes if self.train else 0,
+                "inputs_bytes": self.input_bytes,
+                "total_bytes": p.arena_bytes + self.input_bytes
+                + self.param_bytes * (2 if self.train else 1),
+                "launches_forward": len(self.forward), "launches_backward": len(self.backward)}
+
+
+def _nbytes(v):
+    return int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize

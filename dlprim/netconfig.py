@@ -1,0 +1,103 @@
+"""NetConfig: build the DLPrimitives JSON net from Python.
+
+>>> cfg = NetConfig()
+>>> cfg.add_input("data", (64, 1, 28, 28))
+>>> cfg.add("Convolution2D", name="conv1", options={"channels_out": 8, "kernel": 3})
+'conv1'
+>>> cfg.add("Activation", options={"activation": "relu"}, inplace=True)   # reads conv1
+'conv1'
+>>> cfg.set_outputs(["conv1"]); net = dlprim.Net(ctx, cfg)
+
+``add`` reads the previous operator's first output unless ``inputs`` says otherwise, and
+writes a tensor named like the operator unless ``outputs`` (or ``inplace``) says otherwise.
+"""
+import copy
+import json
+
+__all__ = ["NetConfig"]
+
+
+class NetConfig:
+    def __init__(self, source=None):
+        self.inputs, self.outputs, self.operators = [], [], []
+        self._last = None
+        if source is not None:
+            from .graph import load_graph
+            d = load_graph(source).to_dict()
+            self.inputs, self.outputs, self.operators = d["inputs"], d["outputs"], d["operators"]
+            if self.operators:
+                self._last = self.operators[-1]["outputs"][0]
+
+    def add_input(self, name, shape, dtype="float", requires_grad=False):
+        """Declare a net input; returns its name."""
+        if any(i["name"] == name for i in self.inputs):
+            raise ValueError("net input '%s' declared twice" % name)
+        spec = {"name": name, "shape": [int(s) for s in shape], "dtype": dtype}
+        if requires_grad:
+            spec["requires_grad"] = True
+        self.inputs.append(spec)
+        if self._last is None:
+            self._last = name
+        return name
+
+    def add(self, type, name=None, inputs=None, outputs=None, options=None, params=None,
+            frozen=False, inplace=False):
+        """Append an operator; returns its output name (a list if it has several)."""
+        if name is None:
+            name = "%s_%d" % (type.lower(), len(self.operators))
+        if any(op["name"] == name for op in self.operators):
+            raise ValueError("operator '%s' added twice" % name)
+        if inputs is None:
+            if self._last is None:
+                inputs = []
+            else:
+                inputs = [self._last]
+        elif isinstance(inputs, str):
+            inputs = [inputs]
+        if outputs is None:
+            outputs = [inputs[0]] if inplace and inputs else [name]
+        elif isinstance(outputs, str):
+            outputs = [outputs]
+        op = {"name": name, "type": type, "inputs": list(inputs), "outputs": list(outputs)}
+        if options:
+            op["options"] = copy.deepcopy(dict(options))
+        if params is not None:
+            op["params"] = list(params)
+        if frozen:
+            op["frozen"] = True
+        self.operators.append(op)
+        self._last = outputs[0]
+        return outputs[0] if len(outputs) == 1 else list(outputs)
+
+    @property
+    def last(self):
+        """The tensor the next ``add`` reads by default."""
+        return self._last
+
+    def set_outputs(self, outputs, loss_weights=None):
+        """Net outputs: names (or {name, loss_weight}); ``loss_weights`` {name: w} adds weights."""
+        if isinstance(outputs, str):
+            outputs = [outputs]
+        loss_weights = loss_weights or {}
+        self.outputs = [{"name": o, "loss_weight": float(loss_weights[o])}
+                        if isinstance(o, str) and o in loss_weights else o for o in outputs]
+
+    def to_dict(self):
+        return {"inputs": copy.deepcopy(self.inputs), "outputs": copy.deepcopy(self.outputs),
+                "operators": copy.deepcopy(self.operators)}
+
+    def to_json(self, indent=2):
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def save(self, path):
+        """Write the JSON net to ``path`` atomically."""
+        from .weights import atomic_write
+        text = self.to_json().encode("utf-8")
+        atomic_write(path, lambda f: f.write(text))
+
+    def __len__(self):
+        return len(self.operators)
+
+    def __repr__(self):
+        return "NetConfig(%d inputs, %d operators, outputs %s)" % (
+            len(self.inputs), len(self.operators), self.outputs)

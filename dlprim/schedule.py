@@ -1,0 +1,187 @@
+"""Backprop marks, in-place sharing and tensor lifetimes for a Graph in one mode.
+
+Pure Python, no OpenCL. The Net gives each operator's facts (``OpFacts``) and each
+value's byte size; ``Schedule`` decides:
+
+* which operators run backward: an operator does when it depends on something trainable
+  (its own non-frozen trainable parameters, or an input that does, or a net input marked
+  ``requires_grad``) and one of its outputs reaches a loss through operators that have a
+  backward pass;
+* which input gradients each backward writes, and whether it assigns or accumulates: the
+  first writer in backward order assigns, later writers add (fan-out sums); a loss value
+  is first written by the fill of its ``loss_weight``;
+* which values share memory: an in-place write reuses its input's memory only if the
+  layer allows it (``INPLACE``), the old value is not a net input, and no backward pass
+  reads the old value (otherwise gradients would be wrong); else it gets memory of its own;
+* the lifetime of every activation, gradient and workspace, as ``memory_plan.Block``s.
+
+Time steps: net inputs at 0, forward of op i at i+1, loss fills at n+1, backward of op i
+at 2n+1-i, the end (outputs read by the user) at 2n+2 (n+1 when predicting).
+"""
+from .memory_plan import Block
+
+__all__ = ["OpFacts", "Schedule"]
+
+
+class OpFacts:
+    """What the schedule needs to know of one operator's layer."""
+    __slots__ = ("has_backward", "reads_inputs", "reads_outputs", "inplace", "trains", "ws_bytes")
+
+    def __init__(self, has_backward=True, reads_inputs=True, reads_outputs=False, inplace=False,
+                 trains=False, ws_bytes=0):
+        self.has_backward, self.reads_inputs, self.reads_outputs = has_backward, reads_inputs, reads_outputs
+        self.inplace, self.trains, self.ws_bytes = inplace, trains, int(ws_bytes)
+
+
+class Schedule:
+    def __init__(self, graph, facts, value_bytes, value_is_float, train, keep_all=False):
+        self.graph, self.facts, self.train, self.keep_all = graph, facts, bool(train), keep_all
+        ops, values = graph.ops, graph.values
+        n = len(ops)
+        self.n = n
+        self.t_end = 2 * n + 2 if self.train else n + 1
+        self.loss_values = {graph.latest[name]: w for name, w in graph.loss_weights.items()}
+        self.output_values = {graph.latest[name] for name in graph.outputs}
+        self.value_bytes = list(value_bytes)
+        self._mark_backward(value_is_float)
+        self._share()
+        self.blocks = self._blocks(value_bytes)
+
+    # ----- autograd marks
+    def t_fwd(self, i):
+        return i + 1
+
+    def t_bwd(self, i):
+        return 2 * self.n + 1 - i
+
+    def _mark_backward(self, is_float):
+        ops, values, facts = self.graph.ops, self.graph.values, self.facts
+        depends = [bool(v.requires_grad and is_float[v.id]) for v in values]
+        for op in ops:
+            f = facts[op.index]
+            dep = f.has_backward and (f.trains or any(depends[v] for v in op.in_values))
+            for v in op.out_values:
+                depends[v] = dep and is_float[v]
+        reaches = [v.id in self.loss_values for v in values]
+        for op in reversed(ops):
+            if facts[op.index].has_backward and any(reaches[v] for v in op.out_values):
+                for v in op.in_values:
+                    reaches[v] = True
+        self.backward = [self.train and facts[op.index].has_backward
+                         and any(depends[v] and reaches[v] for v in op.out_values) for op in ops]
+        self.dx_wanted = [[self.backward[op.index] and depends[v] and reaches[v] for v in op.in_values]
+                          for op in ops]
+        # gradient buffers: every float output of a backward op, every input that gets dx
+        self.grad_needed = [False] * len(values)
+        for op in ops:
+            if self.backward[op.index]:
+                for v in op.out_values:
+                    self.grad_needed[v] = True
+            for v, want in zip(op.in_values, self.dx_wanted[op.index]):
+                if want:
+                    self.grad_needed[v] = True
+        # writers of each gradient in backward order: fill first, then consumers from the last
+        self.accumulate = [[False] * len(op.in_values) for op in ops]
+        self.fills = []  # (value id, value): the loss weight, or 0 for a gradient nobody writes
+        written = [False] * len(values)
+        for vid, w in self.loss_values.items():
+            if self.grad_needed[vid]:
+                self.fills.append((vid, w))
+                written[vid] = True
+        for op in reversed(ops):
+            for pos, v in enumerate(op.in_values):
+                if self.dx_wanted[op.index][pos]:
+                    self.accumulate[op.index][pos] = written[v]
+                    written[v] = True
+        for v in values:
+            if self.grad_needed[v.id] and not written[v.id]:
+                self.fills.append((v.id, 0.0))
+
+    # ----- in-place sharing
+    def _backward_reads(self, vid):
+        v = self.graph.values[vid]
+        if v.producer >= 0 and self.backward[v.producer] and self.facts[v.producer].reads_outputs:
+            return True
+        return any(self.backward[c] and self.facts[c].reads_inputs for c, _ in v.consumers)
+
+    def _share(self):
+        values = self.graph.values
+        self.storage = list(range(len(values)))
+        self.grad_storage = list(range(len(values)))
+        self.inplace_ops = []
+        for op in self.graph.ops:
+            if not self.facts[op.index].inplace:
+                continue
+            for out in op.out_values:
+                name = values[out].name
+                if name not in op.inputs:
+                    continue
+                pos = op.inputs.index(name)
+                old = op.in_values[pos]
+                root = self.storage[old]
+                if (values[root].producer < 0 or self.value_bytes[old] != self.value_bytes[out]
+                        or (self.train and self._backward_reads(old))):
+                    continue
+                self.storage[out] = root
+                self.inplace_ops.append(op.name)
+                if (self.backward[op.index] and self.dx_wanted[op.index][pos]
+                        and op.in_values.count(old) == 1 and self.grad_needed[out]):
+                    self.grad_storage[old] = out
+        for vid in range(len(values)):  # follow in-place chains to the last value's gradient
+            root = vid
+            while self.grad_storage[root] != root:
+                root = self.grad_storage[root]
+            self.grad_storage[vid] = root
+
+    # ----- lifetimes
+    def _value_interval(self, v):
+        start = 0 if v.producer < 0 else self.t_fwd(v.producer)
+        end = start
+        for c, _ in v.consumers:
+            end = max(end, self.t_fwd(c))
+            if self.backward[c] and self.facts[c].reads_inputs:
+                end = max(end, self.t_bwd(c))
+        if v.producer >= 0 and self.backward[v.producer] and self.facts[v.producer].reads_outputs:
+            end = max(end, self.t_bwd(v.producer))
+        if v.id in self.output_values or self.keep_all:
+            end = self.t_end
+        return start, end
+
+    def _grad_interval(self, v):
+        times = [self.t_bwd(c) for c, pos in v.consumers if self.dx_wanted[c][pos]]
+        if any(vid == v.id for vid, _ in self.fills):
+            times.append(self.n + 1)
+        start = min(times) if times else self.n + 1
+        end = max(times) if times else start
+        if v.producer >= 0 and self.backward[v.producer]:
+            end = max(end, self.t_bwd(v.producer))
+        if v.producer < 0 or self.keep_all:
+            end = self.t_end
+        return start, end
+
+    def _blocks(self, value_bytes):
+        values = self.graph.values
+        acts, grads = {}, {}
+        for v in values:
+            root = self.storage[v.id]
+            if values[root].producer >= 0:
+                acts.setdefault(root, []).append(self._value_interval(v))
+            if self.grad_needed[v.id]:
+                grads.setdefault(self.grad_storage[v.id], []).append(self._grad_interval(v))
+        blocks = []
+        for root, spans in acts.items():
+            blocks.append(Block("a:%d" % root, value_bytes[root], [_hull(spans)]))
+        for root, spans in grads.items():
+            blocks.append(Block("g:%d" % root, value_bytes[root], [_hull(spans)]))
+        for op in self.graph.ops:
+            ws = self.facts[op.index].ws_bytes
+            if ws:
+                spans = [(self.t_fwd(op.index),) * 2]
+                if self.backward[op.index]:
+                    spans.append((self.t_bwd(op.index),) * 2)
+                blocks.append(Block("w:%d" % op.index, ws, spans))
+        return blocks
+
+
+def _hull(spans):
+    return (min(a for a, _ in spans), max(b for _, b in spans))

@@ -1,0 +1,142 @@
+"""Memory planner and schedule: pure Python, no OpenCL."""
+import numpy as np
+import pytest
+
+from dlprim.graph import GraphError, load_graph
+from dlprim.memory_plan import Block, check, overlaps, place
+from dlprim.schedule import OpFacts, Schedule
+
+
+def test_overlapping_blocks_never_share_memory_random():
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        blocks = []
+        for i in range(int(rng.integers(1, 60))):
+            spans = []
+            for _ in range(int(rng.integers(1, 3))):
+                a = int(rng.integers(0, 50))
+                spans.append((a, a + int(rng.integers(0, 10))))
+            blocks.append(Block("b%d" % i, int(rng.integers(0, 5000)), spans))
+        plan = place(blocks, alignment=256)
+        check(blocks, plan)
+        for b in blocks:
+            assert plan.offsets[b.name] % 256 == 0
+        assert plan.arena_bytes <= plan.unplanned_bytes
+
+
+def test_reuse_happens_for_a_chain():
+    # a chain: each tensor alive from its producer to its consumer
+    blocks = [Block("t%d" % i, 1000, (i, i + 1)) for i in range(20)]
+    plan = place(blocks, alignment=256)
+    check(blocks, plan)
+    assert plan.arena_bytes == 2 * 1024       # two buffers ping-pong
+    assert plan.unplanned_bytes == 20 * 1024
+
+
+def test_freed_memory_is_reused_below_the_top():
+    # two long-lived blocks with a short one between them; a later block reuses the hole
+    blocks = [Block("long1", 4096, (0, 9)), Block("short", 2048, (0, 1)),
+              Block("long2", 1024, (0, 9)), Block("late", 2048, (3, 4))]
+    plan = place(blocks, alignment=256)
+    check(blocks, plan)
+    assert plan.offsets["late"] == plan.offsets["short"]
+    assert plan.arena_bytes == 4096 + 2048 + 1024
+
+
+def test_check_catches_a_collision():
+    blocks = [Block("a", 100, (0, 3)), Block("b", 100, (2, 5))]
+    from dlprim.memory_plan import Plan
+    with pytest.raises(AssertionError, match="share memory"):
+        check(blocks, Plan({"a": 0, "b": 0}, 256, 512))
+
+
+def test_multi_interval_blocks():
+    a = Block("ws", 100, [(1, 1), (9, 9)])
+    b = Block("x", 100, (2, 8))
+    assert not overlaps(a, b)
+    plan = place([a, b], 256)
+    assert plan.arena_bytes == 256
+    with pytest.raises(ValueError, match="ends before"):
+        Block("bad", 1, (3, 2))
+
+
+def _graph(ops, outputs=("loss",), inputs=(("x", [4]), ("t", [4]))):
+    return load_graph({"inputs": [{"name": n, "shape": s} for n, s in inputs],
+                       "outputs": list(outputs),
+                       "operators": [{"name": n, "type": t, "inputs": i, "outputs": o}
+                                     for n, t, i, o in ops]})
+
+
+FACTS = {"scale": OpFacts(trains=True), "relu": OpFacts(reads_inputs=False, reads_outputs=True,
+                                                        inplace=True),
+         "bn": OpFacts(trains=True, reads_inputs=True, reads_outputs=True),
+         "loss": OpFacts(), "add": OpFacts(reads_inputs=False)}
+
+
+def _schedule(graph, types, train=True, keep=False):
+    facts = [FACTS[t] for t in types]
+    nbytes = [16 for _ in graph.values]
+    return Schedule(graph, facts, nbytes, [True] * len(graph.values), train, keep)
+
+
+def test_schedule_fanout_accumulates_and_inplace_relu_shares():
+    g = _graph([("s1", "scale", ["x"], ["h"]), ("r", "relu", ["h"], ["h"]),
+                ("s2", "scale", ["h"], ["a"]), ("s3", "scale", ["h"], ["b"]),
+                ("add", "add", ["a", "b"], ["c"]), ("loss", "loss", ["c", "t"], ["loss"])])
+    s = _schedule(g, ["scale", "relu", "scale", "scale", "add", "loss"])
+    assert s.backward == [True] * 6
+    # s3 writes dh first (backward order), s2 then accumulates
+    assert s.accumulate[3] == [False] and s.accumulate[2] == [True]
+    # x and t need no gradient
+    assert s.dx_wanted[0] == [False] and s.dx_wanted[5] == [True, False]
+    # relu in place: its output shares the memory of s1's output (s1 reads x, not h)
+    assert s.inplace_ops == ["r"]
+    h0, h1 = g.ops[1].in_values[0], g.ops[1].out_values[0]
+    assert s.storage[h1] == s.storage[h0]
+    assert s.grad_storage[h0] == s.grad_storage[h1]
+
+
+def test_schedule_inplace_refused_when_backward_reads_the_old_value():
+    # bn's backward reads its output; relu in place on it would destroy it in training
+    g = _graph([("bn", "bn", ["x"], ["y"]), ("r", "relu", ["y"], ["y"]),
+                ("loss", "loss", ["y", "t"], ["loss"])])
+    train = _schedule(g, ["bn", "relu", "loss"], train=True)
+    assert train.inplace_ops == []
+    predict = _schedule(g, ["bn", "relu", "loss"], train=False)
+    assert predict.inplace_ops == ["r"]
+
+
+def test_schedule_marks_only_what_reaches_a_loss_and_depends_on_training():
+    g = _graph([("s1", "scale", ["x"], ["a"]), ("side", "scale", ["a"], ["unused"]),
+                ("add", "add", ["x", "t"], ["c"]), ("loss", "loss", ["c", "t"], ["loss"])],
+               outputs=("loss", "unused"))
+    s = _schedule(g, ["scale", "scale", "add", "loss"])
+    # nothing trainable feeds the loss: no backward at all
+    assert s.backward == [False, False, False, False]
+    assert s.fills == []
+
+
+def test_schedule_predict_reuses_more_than_train():
+    ops = [("s%d" % i, "scale", ["x" if i == 0 else "h%d" % (i - 1)], ["h%d" % i])
+           for i in range(10)]
+    ops.append(("loss", "loss", ["h9", "t"], ["loss"]))
+    g = _graph(ops)
+    types = ["scale"] * 10 + ["loss"]
+    train = place(_schedule(g, types, True).blocks)
+    predict = place(_schedule(g, types, False).blocks)
+    assert predict.arena_bytes < train.arena_bytes
+    keep = place(_schedule(g, types, False, keep=True).blocks)
+    assert keep.arena_bytes == keep.unplanned_bytes
+
+
+def test_graph_errors():
+    with pytest.raises(GraphError, match="duplicate operator name 'a'"):
+        _graph([("a", "scale", ["x"], ["y"]), ("a", "scale", ["y"], ["z"])], outputs=())
+    with pytest.raises(GraphError, match="operator 'a': input 'q' is produced by no earlier"):
+        _graph([("a", "scale", ["q"], ["y"])], outputs=())
+    with pytest.raises(GraphError, match="operator 'a': input 'z' is produced only later.*'b'"):
+        _graph([("a", "scale", ["z"], ["y"]), ("b", "scale", ["y"], ["z"])], outputs=())
+    with pytest.raises(GraphError, match="net output 'nope'"):
+        _graph([("a", "scale", ["x"], ["y"])], outputs=("nope",))
+    with pytest.raises(GraphError, match="operator 'b': output 'y' is already produced"):
+        _graph([("a", "scale", ["x"], ["y"]), ("b", "scale", ["x"], ["y"])], outputs=())
