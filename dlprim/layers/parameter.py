@@ -1,0 +1,65 @@
+"""Parameter: a tensor learned by itself, with no inputs; the output is its value.
+
+Options ``shape`` (required), ``dtype`` (default float) and ``is_trainable`` (default
+true). Initialised to zeros. Forward copies the parameter to the output; backward adds
+the output gradient into the parameter gradient.
+"""
+import numpy as np
+
+from ..core.pointwise import PointwiseBroadcast
+from ..tensor import as_dtype, dlp_name
+from .base import Layer, ParamSpec, TensorSpec, register
+
+
+@register("Parameter")
+class Parameter(Layer):
+    OPTIONS = {"shape": None, "dtype": "float", "is_trainable": True}
+    BACKWARD_READS_INPUTS = False
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name, **options)
+        shape = self.options["shape"]
+        if shape is None:
+            self.fail("option 'shape' is required")
+        if not (isinstance(shape, (list, tuple)) and all(
+                isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
+                for n in shape)):
+            self.fail("option 'shape' must be a list of non-negative integers, got %r" % (shape,))
+        try:
+            self.dtype = as_dtype(self.options["dtype"])
+        except TypeError as err:
+            self.fail("option 'dtype': %s" % err)
+        if not isinstance(self.options["is_trainable"], bool):
+            self.fail("option 'is_trainable' must be true or false, got %r"
+                      % (self.options["is_trainable"],))
+        if self.options["is_trainable"] and self.dtype.kind != "f":
+            self.fail("option 'dtype' %s cannot be trainable; set 'is_trainable' to false"
+                      % dlp_name(self.dtype))
+        self.shape = tuple(int(n) for n in shape)
+
+    def setup(self, in_specs):
+        if in_specs:
+            self.fail("takes no inputs, got %d" % len(in_specs))
+        self.in_specs = []
+        io = [(self.shape, self.dtype)]
+        self._copy = PointwiseBroadcast(self.ctx, io, io, "y0 = x0;", name="parameter_copy")
+        self._add = None
+        if self.options["is_trainable"]:
+            self._add = PointwiseBroadcast(self.ctx, io * 2, io, "y0 = x0 + x1;",
+                                           name="parameter_grad")
+        return ([TensorSpec(self.shape, self.dtype)],
+                [ParamSpec(self.shape, self.dtype, self.options["is_trainable"])], 0)
+
+    def reshape(self, in_shapes):
+        return [self.shape], 0
+
+    def init_params(self, params, rng):
+        params[0].zero_()
+
+    def forward(self, x, y, params, ws):
+        return self._copy.launches([params[0]], [y[0]])
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        if dparams[0] is None or self._add is None:
+            return []
+        return self._add.launches([dparams[0], dy[0]], [dparams[0]])
