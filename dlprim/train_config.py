@@ -7,11 +7,11 @@ directory and returned absolute. Keys starting with "_" are comments and are dro
 docs/train.md describes every field.
 """
 import copy
-import difflib
 import inspect
 import json
 import os
 
+from .config_check import Checker, is_int, is_num, join
 from .data import transforms as _transforms
 from .data.errors import DataError
 
@@ -41,82 +41,6 @@ class ConfigError(ValueError):
         super().__init__("%sconfig has %d problem%s:\n  %s" % (
             head, len(self.problems), "" if len(self.problems) == 1 else "s",
             "\n  ".join(self.problems)))
-
-
-def _is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-class _Checker:
-    """Collects problems; every check returns the value to keep (default when bad)."""
-
-    def __init__(self, base_dir):
-        self.base_dir, self.problems = base_dir, []
-
-    def bad(self, path, message):
-        self.problems.append("%s: %s" % (path or "config", message))
-
-    def fields(self, path, value, known, required=()):
-        """``value`` as a dict without comments; unknown and missing fields reported."""
-        if not isinstance(value, dict):
-            self.bad(path, "must be an object, got %s" % json.dumps(value))
-            return {}
-        value = {k: v for k, v in value.items() if not str(k).startswith("_")}
-        for key in value:
-            if key not in known:
-                near = difflib.get_close_matches(key, known, 1)
-                self.bad(_join(path, key), "unknown field" + (" (did you mean %r?)" % near[0]
-                                                             if near else ""))
-        for key in required:
-            if value.get(key) is None:
-                self.bad(_join(path, key), "required")
-        return value
-
-    def integer(self, path, value, low=1):
-        if not _is_int(value) or value < low:
-            self.bad(path, "%s, got %s" % ("must be a positive integer" if low == 1 else
-                                           "must be an integer >= %d" % low, json.dumps(value)))
-        return value
-
-    def number(self, path, value, low=None, high=None, low_open=True, high_open=True):
-        if not _is_num(value):
-            self.bad(path, "must be a number, got %s" % json.dumps(value))
-        elif low is not None and (value <= low if low_open else value < low):
-            self.bad(path, "must be %s %r, got %r" % (">" if low_open else ">=", low, value))
-        elif high is not None and (value >= high if high_open else value > high):
-            self.bad(path, "must be %s %r, got %r" % ("<" if high_open else "<=", high, value))
-        return value
-
-    def boolean(self, path, value):
-        if not isinstance(value, bool):
-            self.bad(path, "must be true or false, got %s" % json.dumps(value))
-        return value
-
-    def choice(self, path, value, options):
-        if value not in options:
-            self.bad(path, "must be one of %s, got %s" % (", ".join(map(json.dumps, options)),
-                                                           json.dumps(value)))
-        return value
-
-    def path(self, path, value, kind=None, base=None):
-        """``value`` made absolute from ``base``; ``kind`` "file"/"dir" must exist."""
-        if not isinstance(value, str) or not value:
-            self.bad(path, "must be a path string, got %s" % json.dumps(value))
-            return value
-        full = os.path.normpath(os.path.join(base or self.base_dir, os.path.expanduser(value)))
-        if kind == "file" and not os.path.isfile(full):
-            self.bad(path, "no such file: %s" % full)
-        elif kind == "dir" and not os.path.isdir(full):
-            self.bad(path, "no such directory: %s" % full)
-        return full
-
-
-def _join(path, key):
-    return "%s.%s" % (path, key) if path else str(key)
 
 
 def _net(c, value):
@@ -194,16 +118,16 @@ def _data_entry(c, path, value):
             entry.setdefault(key, None)
     for key, kind_of_path in _FILES[kind].items():
         if entry[key] is not None:
-            entry[key] = c.path(_join(path, key), entry[key], kind_of_path)
+            entry[key] = c.path(join(path, key), entry[key], kind_of_path)
     if entry["num_classes"] is not None:
         c.integer(path + ".num_classes", entry["num_classes"])
     if entry["scale"] is not None:
         c.number(path + ".scale", entry["scale"])
     for key in ("shuffle", "drop_last") + (("channels_last",) if kind == "npz" else ()):
-        c.boolean(_join(path, key), entry[key])
+        c.boolean(join(path, key), entry[key])
     for key in ("x", "y") if kind == "npz" else ():
         if not isinstance(entry[key], str):
-            c.bad(_join(path, key), "must be an array name (string)")
+            c.bad(join(path, key), "must be an array name (string)")
     if kind == "folder":
         c.choice(path + ".mode", entry["mode"], ["RGB", "L"])
         _need_pillow(c, path + ".type", "image folders")
@@ -278,7 +202,7 @@ def _solver(c, value):
         c.number("solver." + key, solver[key], 0, 1, low_open=False)
     if "dampening" in solver:
         c.number("solver.dampening", solver["dampening"], 0, 1, low_open=False, high_open=False)
-    if solver.get("nesterov") is True and _is_num(solver["momentum"]) and (
+    if solver.get("nesterov") is True and is_num(solver["momentum"]) and (
             solver["momentum"] <= 0 or solver["dampening"] != 0):
         c.bad("solver.nesterov", "needs momentum > 0 and dampening 0")
     if "eps" in solver:
@@ -304,7 +228,7 @@ def _schedule(c, value, epochs):
         if p.default is not p.empty:
             sched.setdefault(p.name, p.default)
     if kind == "cosine":
-        sched.setdefault("T_max", epochs if _is_int(epochs) and epochs > 0 else None)
+        sched.setdefault("T_max", epochs if is_int(epochs) and epochs > 0 else None)
     if any(sched.get(n) is None for n in names if n != "total_steps"):
         return sched
     trial = {k: v for k, v in sched.items() if k != "type"}
@@ -324,7 +248,7 @@ def _checkpoint(c, value):
     ckpt = c.fields("checkpoint", value, list(DEFAULTS["checkpoint"]))
     ckpt = dict(DEFAULTS["checkpoint"], **ckpt)
     c.integer("checkpoint.every", ckpt["every"])
-    c.integer("checkpoint.keep", ckpt["keep"], low=0)
+    c.integer("checkpoint.keep", ckpt["keep"])
     c.boolean("checkpoint.best", ckpt["best"])
     return ckpt
 
@@ -339,7 +263,7 @@ def _scalars(c, cfg, names, prefix=""):
     if "seed" in names:
         c.integer(label("seed"), cfg["seed"], low=0)
     if "device" in names and cfg["device"] is not None:
-        if not (isinstance(cfg["device"], str) or (_is_int(cfg["device"]) and cfg["device"] >= 0)):
+        if not (isinstance(cfg["device"], str) or (is_int(cfg["device"]) and cfg["device"] >= 0)):
             c.bad(label("device"), 'must be "cpu", "gpu", "P:D" or a device index')
         cfg["device"] = str(cfg["device"])
     if "out" in names:
@@ -354,7 +278,7 @@ def _scalars(c, cfg, names, prefix=""):
 
 def validate_config(raw, base_dir=".", source=None):
     """The checked config with defaults filled in, or ConfigError listing every problem."""
-    c = _Checker(os.path.abspath(base_dir))
+    c = Checker(os.path.abspath(base_dir))
     top = c.fields("", raw, _TOP, required=["net", "data"])
     cfg = dict(copy.deepcopy(DEFAULTS), **top)
     cfg["net"] = _net(c, top["net"]) if top.get("net") is not None else None
@@ -390,7 +314,7 @@ def apply_overrides(config, device=None, epochs=None, batch=None, out=None, resu
     given = {k: v for k, v in dict(device=device, epochs=epochs, batch=batch, out=out,
                                    resume=resume).items() if v is not None}
     cfg.update(given)
-    c = _Checker(os.getcwd())
+    c = Checker(os.getcwd())
     _scalars(c, cfg, list(given), prefix="--")
     if "epochs" in given and (cfg.get("schedule") or {}).get("type") == "cosine" \
             and not c.problems and (config.get("schedule") or {}).get("T_max") == config["epochs"]:
