@@ -1,0 +1,153 @@
+"""Elementwise: two inputs combined with numpy broadcasting, then a fused activation.
+
+As DLPrimitives: sum ``c1 a + c2 b``, prod ``c1 c2 a b``, max ``max(c1 a, c2 b)``; and
+min ``min(c1 a, c2 b)``, sub ``c1 a - c2 b``, div ``(c1 a) / (c2 b)``. The activation must
+be one whose derivative follows from y (backward sees only y and dy).
+
+Backward, with g = act'(y) dy:
+  sum  da = c1 g            db = c2 g
+  sub  da = c1 g            db = -c2 g
+  prod da = c1 c2 b g       db = c1 c2 a g
+  div  da = g c1/(c2 b)     db = -g c1 a/(c2 b^2)
+  max  da = [c1 a >= c2 b] c1 g,  db = [c1 a < c2 b] c2 g     (ties go to a)
+  min  da = [c1 a <= c2 b] c1 g,  db = [c1 a > c2 b] c2 g
+A broadcast input's gradient is summed over the axes it was stretched along
+(``PointwiseBroadcastReduce``); an input of the output's shape gets a plain pointwise pass,
+and both inputs share one pass when both have that shape.
+"""
+import numpy as np
+
+from ..core.activation import Y_ACTIVATIONS, backward_code, forward_code
+from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce, broadcast_shape
+from .base import Layer, TensorSpec, register
+
+# y0 from x0 = a, x1 = b, w0 = c1, w1 = c2
+FORWARD = {
+    "sum": "y0 = x0 * w0 + x1 * w1;",
+    "sub": "y0 = x0 * w0 - x1 * w1;",
+    "prod": "y0 = x0 * x1 * (w0 * w1);",
+    "div": "y0 = (x0 * w0) / (x1 * w1);",
+    "max": "y0 = max(x0 * w0, x1 * w1);",
+    "min": "y0 = min(x0 * w0, x1 * w1);",
+}
+# gradient of a (index 0) and b (index 1) from g, a, b, c1 = w0, c2 = w1
+GRAD = {
+    "sum": ("g * w0", "g * w1"),
+    "sub": ("g * w0", "-g * w1"),
+    "prod": ("g * (w0 * w1) * b", "g * (w0 * w1) * a"),
+    "div": ("g * w0 / (w1 * b)", "-g * w0 * a / (w1 * b * b)"),
+    "max": ("(a * w0 >= b * w1 ? g * w0 : 0.0f)", "(a * w0 < b * w1 ? g * w1 : 0.0f)"),
+    "min": ("(a * w0 <= b * w1 ? g * w0 : 0.0f)", "(a * w0 > b * w1 ? g * w1 : 0.0f)"),
+}
+NEEDS_INPUTS = {"prod", "div", "max", "min"}
+
+
+@register("Elementwise")
+class Elementwise(Layer):
+    OPTIONS = {"operation": "sum", "coef1": 1.0, "coef2": 1.0, "activation": "identity"}
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name=name, **options)
+        op = self.options["operation"]
+        if op not in FORWARD:
+            self.fail("option 'operation': unknown operation %r; expected one of %s"
+                      % (op, ", ".join(FORWARD)))
+        if self.options["activation"] not in Y_ACTIVATIONS:
+            self.fail("option 'activation': %r cannot be fused (its gradient needs the input);"
+                      " expected one of %s" % (self.options["activation"], ", ".join(Y_ACTIVATIONS)))
+        for c in ("coef1", "coef2"):
+            v = self.options[c]
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                self.fail("option %r must be a number, got %r" % (c, v))
+        self.coefs = [float(self.options["coef1"]), float(self.options["coef2"])]
+        self.op = op
+        self.BACKWARD_READS_INPUTS = op in NEEDS_INPUTS
+        self.BACKWARD_READS_OUTPUTS = self.options["activation"] != "identity"
+
+    def setup(self, in_specs):
+        if len(in_specs) != 2:
+            self.fail("expects 2 inputs, got %d" % len(in_specs))
+        a, b = in_specs
+        if a.dtype != np.float32 or b.dtype != np.float32:
+            self.fail("inputs must be float32, got %s and %s" % (a.dtype.name, b.dtype.name))
+        try:
+            out = broadcast_shape([a.shape, b.shape], "inputs")
+        except ValueError as err:
+            self.fail(str(err))
+        self.in_specs, self.out_shape = list(in_specs), out
+        dt = a.dtype
+        code = FORWARD[self.op] + " " + forward_code(self.options["activation"], "y0", "y0")
+        self._fwd = PointwiseBroadcast(self.ctx, [(a.shape, dt), (b.shape, dt)], [(out, dt)], code,
+                                       ["float", "float"], name="elementwise_forward")
+        self._bwd = {}
+        return [TensorSpec(out, dt)], [], 0
+
+    def forward(self, x, y, params, ws):
+        return self._fwd.launches(x, y, self.coefs)
+
+    def _inputs(self):
+        """Names and specs of what the gradient code reads: dy, then y when the activation
+        needs it, then a and b when the operation needs them."""
+        dt = np.dtype(np.float32)
+        names = ["dy"] + (["y"] if self.BACKWARD_READS_OUTPUTS else [])
+        specs = [(self.out_shape, dt)] * len(names)
+        if self.BACKWARD_READS_INPUTS:
+            names += ["a", "b"]
+            specs += [(s.shape, dt) for s in self.in_specs]
+        return names, specs
+
+    def _grad_code(self, which, dst):
+        """Statement setting ``dst`` to the gradient of input ``which``."""
+        names, _ = self._inputs()
+        var = {n: "x%d" % k for k, n in enumerate(names)}
+        g = backward_code(self.options["activation"], var["dy"], var.get("y", "0.0f"), "g")
+        ab = "float a = %s, b = %s; " % (var["a"], var["b"]) if "a" in var else ""
+        return "{ float g; %s %s%s = %s; }" % (g, ab, dst, GRAD[self.op][which])
+
+    def _op(self, key):
+        """Pointwise op for the gradients of inputs ``key[0]`` (tuple of indices) with
+        accumulate flags ``key[1]``."""
+        op = self._bwd.get(key)
+        if op is not None:
+            return op
+        which, acc = key
+        dt = np.dtype(np.float32)
+        full = (self.out_shape, dt)
+        xs = self._inputs()[1]
+        if len(which) == 2 or self.in_specs[which[0]].shape == self.out_shape:
+            # gradients with the output's shape: one pointwise pass, dx optionally read back
+            code, extra = [], []
+            for k, i in enumerate(which):
+                code.append(self._grad_code(i, "y%d" % k))
+                if acc[k]:
+                    code.append("y%d += x%d;" % (k, len(xs) + len(extra)))
+                    extra.append(full)
+            op = PointwiseBroadcast(self.ctx, xs + extra, [full] * len(which), " ".join(code),
+                                    ["float", "float"], name="elementwise_backward")
+        else:
+            i = which[0]
+            op = PointwiseBroadcastReduce(self.ctx, xs, [(self.in_specs[i].shape, dt)],
+                                          self._grad_code(i, "y0"), params=["float", "float"],
+                                          name="elementwise_backward_reduce")
+        self._bwd[key] = op
+        return op
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        wanted = [i for i in (0, 1) if dx[i] is not None]
+        if not wanted:
+            return []
+        given = {"dy": dy[0], "y": y[0], "a": x[0], "b": x[1]}
+        ins = [given[n] for n in self._inputs()[0]]
+        same = [i for i in wanted if self.in_specs[i].shape == self.out_shape]
+        groups = [tuple(same)] if same else []
+        groups += [(i,) for i in wanted if i not in same]
+        out = []
+        for which in groups:
+            acc = tuple(bool(accumulate[i]) for i in which)
+            op = self._op((which, acc))
+            if isinstance(op, PointwiseBroadcastReduce):
+                out += op.launches(ins, [dx[which[0]]], self.coefs, beta=1.0 if acc[0] else 0.0)
+            else:
+                extra = [dx[i] for i, a in zip(which, acc) if a]
+                out += op.launches(ins + extra, [dx[i] for i in which], self.coefs)
+        return out
