@@ -1,0 +1,134 @@
+"""Reshape, Flatten, Squeeze: the same elements under another shape.
+
+    Reshape   ``dims``: the new shape; 0 keeps the input's size at that index, one -1 is
+              deduced from the element count (which must be preserved)
+    Flatten   (N, d1, d2, ...) -> (N, d1 * d2 * ...)
+    Squeeze   drop size-1 axes: those in ``dims`` (each must have size 1), or every one
+              with ``all`` (also when ``dims`` is empty)
+
+Forward copies x into y and backward copies dy into dx (adding when accumulating); a
+Net that aliases y to x can skip both.
+"""
+import numpy as np
+
+from ..core.pointwise import PointwiseBroadcast
+from .base import Layer, TensorSpec, register
+
+
+def _int_list(value):
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value)
+
+
+class ViewLayer(Layer):
+    """A layer whose output is its input with another shape."""
+    BACKWARD_READS_INPUTS = False
+
+    def new_shape(self, shape):
+        raise NotImplementedError
+
+    def setup(self, in_specs):
+        if len(in_specs) != 1:
+            self.fail("expects 1 input, got %d" % len(in_specs))
+        spec = in_specs[0]
+        shape = tuple(int(n) for n in self.new_shape(spec.shape))
+        if int(np.prod(shape, dtype=np.int64)) != int(np.prod(spec.shape, dtype=np.int64)):
+            self.fail("output shape %s does not hold the %d elements of input %s"
+                      % (shape, int(np.prod(spec.shape)), spec.shape))
+        self.in_specs = list(in_specs)
+        self.size = int(np.prod(shape, dtype=np.int64))
+        flat = [((self.size,), spec.dtype)]
+        self._copy = PointwiseBroadcast(self.ctx, flat, flat, "y0 = x0;", name="view_copy")
+        self._add = None
+        if spec.dtype.kind == "f":
+            self._add = PointwiseBroadcast(self.ctx, flat * 2, flat, "y0 = x0 + x1;",
+                                           name="view_copy_add")
+        return [TensorSpec(shape, spec.dtype)], [], 0
+
+    def _flat(self, t):
+        return t.view((self.size,))
+
+    def forward(self, x, y, params, ws):
+        return self._copy.launches([self._flat(x[0])], [self._flat(y[0])])
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        if dx[0] is None:
+            return []
+        dxf, dyf = self._flat(dx[0]), self._flat(dy[0])
+        if accumulate[0]:
+            return self._add.launches([dxf, dyf], [dxf])
+        return self._copy.launches([dyf], [dxf])
+
+
+@register("Reshape")
+class Reshape(ViewLayer):
+    OPTIONS = {"dims": None}
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name, **options)
+        dims = self.options["dims"]
+        if dims is None:
+            self.fail("option 'dims' is required")
+        if not _int_list(dims) or any(d < -1 for d in dims):
+            self.fail("option 'dims' must be a list of sizes (0 = keep, -1 = deduce), got %r"
+                      % (dims,))
+        if list(dims).count(-1) > 1:
+            self.fail("option 'dims' may deduce (-1) only one size, got %r" % (list(dims),))
+
+    def new_shape(self, shape):
+        dims = [int(d) for d in self.options["dims"]]
+        out = []
+        for k, d in enumerate(dims):
+            if d == 0:
+                if k >= len(shape):
+                    self.fail("option 'dims': 0 at index %d keeps a size the input %s does not have"
+                              % (k, shape))
+                d = shape[k]
+            out.append(d)
+        total = int(np.prod(shape, dtype=np.int64))
+        if -1 in out:
+            rest = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+            if rest == 0 or total % rest:
+                self.fail("option 'dims' %r cannot hold the %d elements of input %s"
+                          % (dims, total, shape))
+            out[out.index(-1)] = total // rest
+        if int(np.prod(out, dtype=np.int64)) != total:
+            self.fail("option 'dims' %r gives shape %s of %d elements; input %s has %d"
+                      % (dims, tuple(out), int(np.prod(out)), shape, total))
+        return out
+
+
+@register("Flatten")
+class Flatten(ViewLayer):
+    OPTIONS = {}
+
+    def new_shape(self, shape):
+        if not shape:
+            self.fail("input must have a batch axis, got shape ()")
+        return (shape[0], int(np.prod(shape[1:], dtype=np.int64)))
+
+
+@register("Squeeze")
+class Squeeze(ViewLayer):
+    OPTIONS = {"all": False, "dims": []}
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name, **options)
+        if not isinstance(self.options["all"], bool):
+            self.fail("option 'all' must be true or false, got %r" % (self.options["all"],))
+        if not _int_list(self.options["dims"]):
+            self.fail("option 'dims' must be a list of axes, got %r" % (self.options["dims"],))
+
+    def new_shape(self, shape):
+        dims = self.options["dims"]
+        if self.options["all"] or not dims:
+            return tuple(n for n in shape if n != 1)
+        axes = set()
+        for d in dims:
+            if not -len(shape) <= d < len(shape):
+                self.fail("option 'dims': axis %d is out of range for input %s" % (d, shape))
+            if shape[d] != 1:
+                self.fail("option 'dims': axis %d of input %s has size %d, not 1"
+                          % (d, shape, shape[d]))
+            axes.add(d % len(shape))
+        return tuple(n for k, n in enumerate(shape) if k not in axes)
