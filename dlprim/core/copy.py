@@ -1,0 +1,220 @@
+"""Copies: strided copy (slices, concat, transposes and their gradients), fill, copy.
+
+``StridedCopy`` walks an index space ``shape`` and moves ``src[sum(i*src_strides)]`` to
+``dst[sum(i*dst_strides)]`` (element strides from each tensor's start element), as
+``dst = alpha * src + beta * dst``; beta=0 never reads dst, beta=1 accumulates.
+"""
+import numpy as np
+
+from ..kernels import program
+from ..tensor import Tensor, as_dtype, cl_type
+from .pointwise import _memo
+
+__all__ = ["StridedCopy", "Transpose", "Fill", "fill", "copy", "concat", "slice_copy",
+           "contiguous_strides"]
+
+
+def contiguous_strides(shape):
+    out, step = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(step)
+        step *= int(n)
+    return tuple(out[::-1])
+
+
+def _collapse(shape, a, b):
+    """Drop size-1 dims, merge neighbours contiguous in both stride sets."""
+    dims, sa, sb = [], [], []
+    for n, x, y in zip(shape, a, b):
+        if n == 1:
+            continue
+        if dims and sa[-1] == x * n and sb[-1] == y * n:
+            dims[-1] *= n
+            sa[-1], sb[-1] = x, y
+            continue
+        dims.append(n)
+        sa.append(x)
+        sb.append(y)
+    return dims or [1], sa or [0], sb or [0]
+
+
+def _buffer_elements(t):
+    size = getattr(t.buffer, "size", None)
+    return None if size is None else int(size) // t.itemsize
+
+
+class StridedCopy:
+    """``dst[idx] = alpha * src[idx] + beta * dst[idx]`` for idx over ``shape``."""
+
+    def __init__(self, ctx, shape, src_strides, dst_strides, dtype="float"):
+        self.ctx = ctx
+        self.shape = tuple(int(n) for n in shape)
+        self.src_strides = tuple(int(s) for s in src_strides)
+        self.dst_strides = tuple(int(s) for s in dst_strides)
+        for what, st in (("src_strides", self.src_strides), ("dst_strides", self.dst_strides)):
+            if len(st) != len(self.shape):
+                raise ValueError("StridedCopy: %s %s do not match shape %s" % (what, st, self.shape))
+            if any(s < 0 for s in st):
+                raise ValueError("StridedCopy: negative stride in %s %s" % (what, st))
+        self.dtype = as_dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.src_extent = self._extent(self.src_strides)
+        self.dst_extent = self._extent(self.dst_strides)
+        self._dims, self._ss, self._ds = _collapse(self.shape, self.src_strides, self.dst_strides)
+        big = max(self.size, self.src_extent, self.dst_extent) >= 2 ** 32
+        self._it = np.uint64 if big else np.uint32
+        st = cl_type(self.dtype)
+        self.program = program.get(ctx, "strided_copy", DIMS=len(self._dims), STORE=st,
+                                   COMPUTE="float" if st in ("float", "half") else st,
+                                   IT="ulong" if big else "uint")
+
+    def _extent(self, strides):
+        """Elements from the start element to one past the last one touched."""
+        if self.size == 0:
+            return 0
+        return sum((n - 1) * s for n, s in zip(self.shape, strides)) + 1
+
+    def _check(self, t, what, extent):
+        if not isinstance(t, Tensor):
+            raise ValueError("StridedCopy: %s is not a Tensor" % what)
+        if t.dtype != self.dtype:
+            raise ValueError("StridedCopy: %s has dtype %s, expected %s" % (what, t.dtype.name, self.dtype.name))
+        room = _buffer_elements(t)
+        if room is not None and t.offset + extent > room:
+            raise ValueError("StridedCopy: %s at offset %d needs %d elements, its buffer holds %d"
+                             % (what, t.offset, extent, room))
+
+    def launches(self, src, dst, alpha=1.0, beta=0.0):
+        self._check(src, "src", self.src_extent)
+        self._check(dst, "dst", self.dst_extent)
+        if self.size == 0:
+            return []
+        it, args = self._it, [self._it(self.size)]
+        for n, s, d in zip(self._dims, self._ss, self._ds):
+            args += [it(n), it(s), it(d)]
+        args += [src, dst, np.float32(alpha), np.float32(beta)]
+        wg = min(256, self.ctx.facts.max_work_group)
+        return [program.Launch(self.program, "strided_copy", (program.round_up(self.size, wg),),
+                               (wg,), args)]
+
+    def __call__(self, src, dst, alpha=1.0, beta=0.0, queue=None):
+        for launch in self.launches(src, dst, alpha, beta):
+            launch(queue if queue is not None else self.ctx.queue)
+
+
+class Transpose(StridedCopy):
+    """``y = x.transpose(perm)`` (numpy's meaning) for contiguous x and y."""
+
+    def __init__(self, ctx, in_shape, perm, dtype="float"):
+        in_shape = tuple(int(n) for n in in_shape)
+        perm = tuple(int(p) % max(len(in_shape), 1) for p in perm)
+        if sorted(perm) != list(range(len(in_shape))):
+            raise ValueError("Transpose: %s is not a permutation of the %d axes of %s"
+                             % (tuple(perm), len(in_shape), in_shape))
+        self.in_shape, self.perm = in_shape, perm
+        self.out_shape = tuple(in_shape[p] for p in perm)
+        src = contiguous_strides(in_shape)
+        # walk the output in order (coalesced writes); reads follow the permuted strides
+        super().__init__(ctx, self.out_shape, [src[p] for p in perm],
+                         contiguous_strides(self.out_shape), dtype)
+
+    def launches(self, x, y, alpha=1.0, beta=0.0):
+        for what, t, shape in (("x", x, self.in_shape), ("y", y, self.out_shape)):
+            if not isinstance(t, Tensor) or t.shape != shape:
+                raise ValueError("Transpose: %s is %r, expected shape %s" % (what, t, shape))
+        return super().launches(x, y, alpha, beta)
+
+
+class Fill:
+    """Set every element of a tensor of ``shape`` to a value (given per launch)."""
+
+    def __init__(self, ctx, shape, dtype="float"):
+        self.ctx, self.shape, self.dtype = ctx, tuple(int(n) for n in shape), as_dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        # half without cl_khr_fp16: store the 16-bit pattern
+        self._store = "ushort" if self.dtype == np.float16 else cl_type(self.dtype)
+        self.program = program.get(ctx, "fill", dtype=self._store)
+
+    def launches(self, t, value):
+        if not isinstance(t, Tensor) or t.shape != self.shape or t.dtype != self.dtype:
+            raise ValueError("Fill: tensor %r, expected shape %s dtype %s" % (t, self.shape, self.dtype.name))
+        if self.size == 0:
+            return []
+        v = np.float16(value).view(np.uint16) if self._store == "ushort" else self.dtype.type(value)
+        wg = min(256, self.ctx.facts.max_work_group)
+        return [program.Launch(self.program, "fill", (program.round_up(self.size, wg),), (wg,),
+                               [np.uint64(self.size), t.buffer, np.uint64(t.offset), v])]
+
+    def __call__(self, t, value, queue=None):
+        for launch in self.launches(t, value):
+            launch(queue if queue is not None else self.ctx.queue)
+
+
+def fill(ctx, t, value, queue=None):
+    """Set every element of ``t`` to ``value`` (enqueued); returns t."""
+    _memo(ctx, ("fill", t.shape, t.dtype.name), lambda: Fill(ctx, t.shape, t.dtype))(t, value, queue)
+    return t
+
+
+def copy(ctx, src, dst, queue=None):
+    """``dst[...] = src`` for tensors of the same shape and dtype (enqueued)."""
+    if src.shape != dst.shape or src.dtype != dst.dtype:
+        raise ValueError("copy: %s %s into %s %s" % (src.shape, src.dtype.name, dst.shape, dst.dtype.name))
+    strides = contiguous_strides(src.shape)
+    op = _memo(ctx, ("copy", src.shape, src.dtype.name),
+               lambda: StridedCopy(ctx, src.shape, strides, strides, src.dtype))
+    op(src, dst, queue=queue)
+    return dst
+
+
+def _axis(shape, axis, what):
+    if not -len(shape) <= axis < len(shape):
+        raise ValueError("%s: axis %d is out of range for shape %s" % (what, axis, shape))
+    return axis % len(shape)
+
+
+def concat(ctx, tensors, axis, out=None, queue=None):
+    """Join tensors along ``axis`` (numpy.concatenate) into ``out`` or a new tensor."""
+    if not tensors:
+        raise ValueError("concat: no tensors")
+    first = tensors[0]
+    axis = _axis(first.shape, axis, "concat")
+    for i, t in enumerate(tensors):
+        if (t.ndim != first.ndim or t.dtype != first.dtype or
+                any(n != m for k, (n, m) in enumerate(zip(t.shape, first.shape)) if k != axis)):
+            raise ValueError("concat: tensor %d is %s %s, tensor 0 is %s %s (axis %d)"
+                             % (i, t.shape, t.dtype.name, first.shape, first.dtype.name, axis))
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in tensors)
+    if out is None:
+        out = Tensor(ctx, shape, first.dtype)
+    elif out.shape != tuple(shape) or out.dtype != first.dtype:
+        raise ValueError("concat: out is %s %s, expected %s %s" % (out.shape, out.dtype.name, tuple(shape), first.dtype.name))
+    dst_strides = contiguous_strides(shape)
+    start = 0
+    for t in tensors:
+        op = _memo(ctx, ("concat", t.shape, tuple(shape), axis, t.dtype.name),
+                   lambda: StridedCopy(ctx, t.shape, contiguous_strides(t.shape), dst_strides, t.dtype))
+        op(t, out.view((out.size,), offset=start * dst_strides[axis]), queue=queue)
+        start += t.shape[axis]
+    return out
+
+
+def slice_copy(ctx, src, axis, start, stop, out=None, queue=None):
+    """``src[..., start:stop, ...]`` along ``axis`` into ``out`` or a new tensor."""
+    axis = _axis(src.shape, axis, "slice_copy")
+    if not 0 <= start <= stop <= src.shape[axis]:
+        raise ValueError("slice_copy: [%d:%d] outside axis %d of size %d" % (start, stop, axis, src.shape[axis]))
+    shape = list(src.shape)
+    shape[axis] = stop - start
+    if out is None:
+        out = Tensor(ctx, shape, src.dtype)
+    elif out.shape != tuple(shape) or out.dtype != src.dtype:
+        raise ValueError("slice_copy: out is %s %s, expected %s %s"
+                         % (out.shape, out.dtype.name, tuple(shape), src.dtype.name))
+    src_strides = contiguous_strides(src.shape)
+    op = _memo(ctx, ("slice", src.shape, axis, stop - start, src.dtype.name),
+               lambda: StridedCopy(ctx, shape, src_strides, contiguous_strides(shape), src.dtype))
+    op(src.view((src.size - start * src_strides[axis],), offset=start * src_strides[axis]), out,
+       queue=queue)
+    return out
