@@ -39,10 +39,8 @@ class Forward:
 
 class BackwardData:
     def __init__(self, ctx, geom, bias=False, activation="identity"):
-        if bias or activation != "identity":
-            raise ValueError("depthwise backward-data takes no bias or activation")
-        self.ctx, self.geom = ctx, geom
-        self.program, self.geom_args, _ = _program(ctx, geom)
+        self.ctx, self.geom, self.bias = ctx, geom, bool(bias)
+        self.program, self.geom_args, _ = _program(ctx, geom, bias, activation)
 
     def workspace_bytes(self, batch):
         return 0
@@ -51,7 +49,8 @@ class BackwardData:
         g = self.geom
         gsize = (program.round_up(g.in_h * g.in_w, 64), g.in_c, dy.shape[0])
         return [program.Launch(self.program, "depthwise_backward_data", gsize, _local(self.ctx),
-                               self.geom_args + [dy, w, dx, scalar(beta)],
+                               self.geom_args + [dy, w, dx] + ([b] if self.bias else [])
+                               + [scalar(beta)],
                                flops=g.flops(dy.shape[0]))]
 
 

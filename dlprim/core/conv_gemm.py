@@ -1,12 +1,15 @@
 """Implicit-GEMM convolution (``kernels/conv_gemm.cl``): the three directions.
 
 Each direction is one tiled GEMM whose loads gather straight from the NCHW tensors; see
-the template for the index algebra. Plain 1x1 layers go to ``core/gemm.py`` instead.
+the template for the index algebra. Plain 1x1 layers run forward and backward-data on
+``core/gemm.py`` (batched over images); their backward-filter sums over the batch, which
+the implicit GEMM does in its reduction.
 """
 import numpy as np
 
 from ..kernels import program
 from .conv import geometry_args, scalar, ws_view
+from .gemm import Gemm
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm", "tiles_for"]
 
@@ -67,25 +70,34 @@ class ConvGemm:
                               flops=self.geom.flops(batch))
 
 
-def _plain_gemm_module():
-    try:
-        from . import gemm
-    except ImportError:
-        return None
-    return gemm if hasattr(gemm, "Gemm") else None
+class _Plain1x1:
+    """A 1x1, stride-1, pad-0 layer is a GEMM per image; the Gemm's strided batch runs
+    them in one launch: forward y[b] = w @ x[b], backward-data dx[b] = w^T @ dy[b]."""
+
+    def __init__(self, ctx, m, n, k, trans_a, bias, activation):
+        self.ctx, self.shape, self.trans_a = ctx, (m, n, k), trans_a
+        self.bias, self.activation = "row" if bias else None, activation
+        self.ops = {}
+        self.op(1)  # build the kernels now
+
+    def op(self, batch):
+        if batch not in self.ops:
+            m, n, k = self.shape
+            self.ops[batch] = Gemm(self.ctx, m, n, k, trans_a=self.trans_a, bias=self.bias,
+                                   activation=self.activation, batch=batch)
+        return self.ops[batch]
+
+    def launches(self, w, src, dst, b, beta):
+        m, n, k = self.shape
+        return self.op(src.shape[0]).launches(w, src, dst, bias=b, beta=beta, stride_a=0,
+                                              stride_b=k * n, stride_c=m * n)
 
 
 class Forward:
     def __init__(self, ctx, geom, bias=False, activation="identity"):
-        self.geom = geom
-        gemm = _plain_gemm_module() if geom.is_plain_1x1 else None
-        self.plain = None
-        if gemm is not None:
-            # y[b] (K x HW) = w (K x C) @ x[b] (C x HW), batched over b
-            hw = geom.in_h * geom.in_w
-            self.plain = gemm.Gemm(ctx, geom.out_c, hw, geom.in_c, bias="row" if bias else None,
-                                   activation=activation, batch=1)
-            self.hw = hw
+        if geom.is_plain_1x1:
+            self.op = _Plain1x1(ctx, geom.out_c, geom.in_h * geom.in_w, geom.in_c, False,
+                                bias, activation)
         else:
             self.op = ConvGemm(ctx, geom, "forward", bias, activation)
 
@@ -93,24 +105,16 @@ class Forward:
         return 0
 
     def launches(self, x, w, y, b, ws, beta):
-        batch = x.shape[0]
-        if self.plain is not None:
-            return _batched_plain(self.plain, batch, w, x, y, b, beta, self.geom.in_c * self.hw,
-                                  self.geom.out_c * self.hw)
-        return [self.op.launch(batch, w, x, y, b, beta=beta)]
+        if isinstance(self.op, _Plain1x1):
+            return self.op.launches(w, x, y, b, beta)
+        return [self.op.launch(x.shape[0], w, x, y, b, beta=beta)]
 
 
 class BackwardData:
     def __init__(self, ctx, geom, bias=False, activation="identity"):
-        self.geom = geom
-        gemm = _plain_gemm_module() if geom.is_plain_1x1 else None
-        self.plain = None
-        if gemm is not None:
-            # dx[b] (C x HW) = w^T (C x K) @ dy[b] (K x HW)
-            hw = geom.in_h * geom.in_w
-            self.plain = gemm.Gemm(ctx, geom.in_c, hw, geom.out_c, trans_a=True,
-                                   bias="row" if bias else None, activation=activation, batch=1)
-            self.hw = hw
+        if geom.is_plain_1x1:
+            self.op = _Plain1x1(ctx, geom.in_c, geom.in_h * geom.in_w, geom.out_c, True,
+                                bias, activation)
         else:
             self.op = ConvGemm(ctx, geom, "backward_data", bias, activation)
 
@@ -118,18 +122,9 @@ class BackwardData:
         return 0
 
     def launches(self, dy, w, dx, b, ws, beta):
-        batch = dy.shape[0]
-        if self.plain is not None:
-            return _batched_plain(self.plain, batch, w, dy, dx, b, beta,
-                                  self.geom.out_c * self.hw, self.geom.in_c * self.hw)
-        return [self.op.launch(batch, w, dy, dx, b, beta=beta)]
-
-
-def _batched_plain(gemm_op, batch, w, src, dst, b, beta, src_stride, dst_stride):
-    """One GEMM launch per batch item would be many; the Gemm's own batch does it once."""
-    gemm_op.batch = batch
-    return gemm_op.launches(w, src.reshape(batch, -1), dst.reshape(batch, -1), bias=b,
-                            beta=beta, stride_a=0, stride_b=src_stride, stride_c=dst_stride)
+        if isinstance(self.op, _Plain1x1):
+            return self.op.launches(w, dy, dx, b, beta)
+        return [self.op.launch(dy.shape[0], w, dy, dx, b, beta=beta)]
 
 
 class BackwardFilter:

@@ -54,11 +54,16 @@ __kernel void depthwise_forward(${geom_params}
 }
 
 // dx[b,c,ih,iw] = sum_(j<KG, r, s) w[c*KG+j, r, s] * dy[b, c*KG+j, oh, ow]
-//   where oh = (ih + PH - r*DH) / SH divides exactly (the gather form: no atomics)
+//   where oh = (ih + PH - r*DH) / SH divides exactly (the gather form: no atomics);
+// with bias and activation it is a transposed depthwise convolution's forward pass
 __kernel void depthwise_backward_data(${geom_params}
                                       __global const float *dy, ulong dy_offset,
                                       __global const float *w, ulong w_offset,
-                                      __global float *dx, ulong dx_offset, float beta)
+                                      __global float *dx, ulong dx_offset,
+% if BIAS:
+                                      __global const float *bias, ulong bias_offset,
+% endif
+                                      float beta)
 {
     const int p = get_global_id(0), c = get_global_id(1), b = get_global_id(2);
     if (p >= IN_H * IN_W)
@@ -87,7 +92,12 @@ __kernel void depthwise_backward_data(${geom_params}
         }
     }
     const ulong idx = dx_offset + (b * IN_C + c) * IN_H * IN_W + p;
-    dx[idx] = beta == 0.0f ? sum : beta * dx[idx] + sum;
+    if (beta != 0.0f)
+        sum += beta * dx[idx];
+% if BIAS:
+    sum += bias[bias_offset + c];
+% endif
+    dx[idx] = ${act}(sum);
 }
 
 // dw[k,r,s] = beta*dw + sum_(b,oh,ow) dy[b,k,oh,ow] * x[b, k/KG, oh*SH-PH+r*DH, ow*SW-PW+s*DW]

@@ -1,0 +1,256 @@
+"""Convolution2D and TransposedConvolution2D (NCHW, float32), bias and activation fused.
+
+Convolution2D:  y = act(conv(x, w) + b), w of shape [out, in/groups, kh, kw] (PyTorch's).
+TransposedConvolution2D: the adjoint of a convolution, w of shape [in, out/groups, kh, kw];
+its forward is a convolution's backward-data and its backward-data a convolution's forward
+(``core/conv.py`` does both).
+
+Backward, with g = dy * act'(y) (computed into the workspace unless act is identity):
+  dx = conv_transpose(g, w)       (conv_forward(g, w) for the transposed layer)
+  dw += correlate(x, g)           (correlate(g, x) for the transposed layer)
+  db += sum over n, h, w of g
+
+The algorithm (gemm / winograd / depthwise) is picked per layer from the shape and the
+device; ``layer.algo`` (not a JSON option) forces one for testing or tuning.
+"""
+import numpy as np
+
+from ..core.activation import backward_code
+from ..core.conv import (ACTIVATIONS, ALGORITHMS, ConvBackwardData, ConvBackwardFilter,
+                         ConvForward, ConvGeometry, ws_view)
+from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from .base import Layer, ParamSpec, TensorSpec, pair, register
+
+__all__ = ["Convolution2D", "TransposedConvolution2D"]
+
+
+def _pad4(layer, value):
+    """pad as (top, left, bottom, right) from an int, [h, w] or [top, left, bottom, right]."""
+    if isinstance(value, (list, tuple)) and len(value) == 4:
+        if not all(isinstance(v, (int, np.integer)) for v in value) or min(value) < 0:
+            layer.fail("option 'pad' must hold non-negative ints, got %r" % (value,))
+        return tuple(int(v) for v in value)
+    h, w = pair(layer, "pad", value)
+    return (h, w, h, w)
+
+
+class _ConvBase(Layer):
+    BACKWARD_READS_INPUTS = True
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name=name, **options)
+        o = self.options
+        for req in ("channels_out", "kernel"):
+            if o[req] is None:
+                self.fail("option %r is required" % req)
+        if not isinstance(o["channels_out"], (int, np.integer)) or o["channels_out"] < 1:
+            self.fail("option 'channels_out' must be a positive int, got %r" % (o["channels_out"],))
+        if not isinstance(o["channels_in"], (int, np.integer)) or o["channels_in"] < -1 \
+                or o["channels_in"] == 0:
+            self.fail("option 'channels_in' must be a positive int (or -1: deduced), got %r"
+                      % (o["channels_in"],))
+        self.kernel = pair(self, "kernel", o["kernel"])
+        self.stride = pair(self, "stride", o["stride"])
+        self.dilate = pair(self, "dilate", o["dilate"])
+        self.pad = _pad4(self, o["pad"])
+        for opt, v in (("kernel", self.kernel), ("stride", self.stride), ("dilate", self.dilate)):
+            if min(v) < 1:
+                self.fail("option %r must be at least 1, got %r" % (opt, o[opt]))
+        if not isinstance(o["groups"], (int, np.integer)) or o["groups"] < 1:
+            self.fail("option 'groups' must be a positive int, got %r" % (o["groups"],))
+        if o["bias"] not in (True, False, 0, 1):
+            self.fail("option 'bias' must be true or false, got %r" % (o["bias"],))
+        if o["activation"] not in ACTIVATIONS:
+            self.fail("option 'activation': unknown %r; known: %s"
+                      % (o["activation"], ", ".join(ACTIVATIONS)))
+        self.groups, self.bias = int(o["groups"]), bool(o["bias"])
+        self.activation = o["activation"]
+        # dy * act'(y) needs y
+        self.BACKWARD_READS_OUTPUTS = self.activation != "identity"
+        self.algo = "auto"
+        self._bwd = None
+
+    def _check_input(self, in_specs):
+        if len(in_specs) != 1:
+            self.fail("expects 1 input, got %d" % len(in_specs))
+        spec = in_specs[0]
+        if len(spec.shape) != 4:
+            self.fail("input must be N,C,H,W; got shape %s" % (spec.shape,))
+        if spec.dtype != np.float32:
+            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        c = spec.shape[1]
+        c_in = self.options["channels_in"]
+        if c_in != -1 and c_in != c:
+            self.fail("input has %d channels, option 'channels_in' is %d" % (c, c_in))
+        for what, n in (("input channels", c), ("channels_out", self.options["channels_out"])):
+            if n % self.groups:
+                self.fail("option 'groups' (%d) does not divide %s (%d)" % (self.groups, what, n))
+        return spec
+
+    def _check_span(self, hw):
+        span = [d * (k - 1) + 1 for d, k in zip(self.dilate, self.kernel)]
+        padded = [hw[0] + self.pad[0] + self.pad[2], hw[1] + self.pad[1] + self.pad[3]]
+        if span[0] > padded[0] or span[1] > padded[1]:
+            self.fail("option 'kernel' %r (dilated span %dx%d) is larger than the padded input "
+                      "%dx%d" % (list(self.kernel), span[0], span[1], padded[0], padded[1]))
+
+    def _setup_common(self, geom, in_shape, out_shape):
+        """Activation backward, bias reduction and the workspace plan."""
+        if self.algo not in ALGORITHMS:
+            self.fail("algo %r is unknown; known: %s" % (self.algo, ", ".join(ALGORITHMS)))
+        self.geom, self.out_shape = geom, tuple(out_shape)
+        f32 = np.float32
+        y_spec = (self.out_shape, f32)
+        self.act_bwd = None
+        if self.activation != "identity":
+            self.act_bwd = PointwiseBroadcast(
+                self.ctx, [y_spec, y_spec], [y_spec],
+                backward_code(self.activation, "x0", "x1", "y0"), name="conv_act_backward")
+        self.bias_bwd = None
+        if self.bias:
+            n_out = self.out_shape[1]
+            self.bias_bwd = PointwiseBroadcastReduce(self.ctx, [y_spec], [((1, n_out, 1, 1), f32)],
+                                                     "y0 = x0;", name="conv_bias_backward")
+        batch = in_shape[0]
+        self.act_bytes = 4 * int(np.prod(self.out_shape)) if self.act_bwd else 0
+        fwd_ws = self._forward_op().workspace_bytes(batch)
+        bwd_ws = 0
+        if self.mode == "train":
+            bwd_ws = self.act_bytes + max(op.workspace_bytes(batch) for op in self._backward_ops())
+        return max(fwd_ws, bwd_ws)
+
+    def _op_ws(self, ws, start):
+        return None if ws is None else ws.view((ws.size - start,), offset=start)
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        want_dw = dparams[0] is not None
+        want_db = self.bias and dparams[1] is not None
+        if dx[0] is None and not want_dw and not want_db:
+            return []
+        out = []
+        g = dy[0]
+        if self.act_bwd is not None:
+            g = ws_view(ws, 0, int(np.prod(self.out_shape))).reshape(self.out_shape)
+            out += self.act_bwd.launches([dy[0], y[0]], [g])
+        op_ws = self._op_ws(ws, self.act_bytes)
+        data_op, filter_op = self._backward_ops()
+        w = params[0]
+        if dx[0] is not None:
+            out += self._data_launches(data_op, g, w, dx[0], op_ws, 1.0 if accumulate[0] else 0.0)
+        if want_dw:
+            out += self._filter_launches(filter_op, x[0], g, dparams[0], op_ws)
+        if want_db:
+            out += self.bias_bwd.launches([g], [dparams[1].reshape(1, -1, 1, 1)], alpha=1.0, beta=1.0)
+        return out
+
+    def init_params(self, params, rng):
+        # PyTorch: kaiming_uniform(a=sqrt(5)) -> U(-1/sqrt(fan_in), 1/sqrt(fan_in)), bias alike
+        # fan_in = w.shape[1] * kh * kw for both layers, as torch computes it from the weight
+        fan_in = int(np.prod(params[0].shape[1:]))
+        bound = 1.0 / np.sqrt(fan_in)
+        for p in params:
+            p.to_device(rng.uniform(-bound, bound, p.shape).astype(np.float32))
+
+
+COMMON_OPTIONS = {"channels_out": None, "channels_in": -1, "kernel": None, "stride": 1, "pad": 0,
+                  "dilate": 1, "groups": 1, "bias": True, "activation": "identity"}
+
+
+@register("Convolution2D")
+class Convolution2D(_ConvBase):
+    """y[n,k] = act(b[k] + sum_(c in group(k), r, s) w[k,c,r,s] x[n,c,oh*sh-pt+r*dh, ow*sw-pl+s*dw])."""
+    OPTIONS = dict(COMMON_OPTIONS)
+
+    def setup(self, in_specs):
+        spec = self._check_input(in_specs)
+        self.in_specs = list(in_specs)
+        n, c, h, w = spec.shape
+        self._check_span((h, w))
+        k = self.options["channels_out"]
+        geom = ConvGeometry(c, k, (h, w), self.kernel, self.stride, self.pad, self.dilate,
+                            self.groups)
+        self._fwd = None
+        self._bwd = None
+        out_shape = geom.out_shape(n)
+        ws = self._setup_common(geom, spec.shape, out_shape)
+        params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])
+        return [TensorSpec(out_shape)], params, ws
+
+    def _forward_op(self):
+        if self._fwd is None:
+            self._fwd = ConvForward(self.ctx, self.geom, self.bias, self.activation, self.algo)
+        return self._fwd
+
+    def _backward_ops(self):
+        if self._bwd is None:
+            self._bwd = (ConvBackwardData(self.ctx, self.geom, algo=self.algo),
+                         ConvBackwardFilter(self.ctx, self.geom, algo=self.algo))
+        return self._bwd
+
+    def forward(self, x, y, params, ws):
+        b = params[1] if self.bias else None
+        return self._forward_op().launches(x[0], params[0], y[0], b, self._op_ws(ws, 0))
+
+    def _data_launches(self, op, g, w, dx, ws, beta):
+        return op.launches(g, w, dx, ws=ws, beta=beta)
+
+    def _filter_launches(self, op, x, g, dw, ws):
+        return op.launches(x, g, dw, ws=ws, beta=1.0)
+
+
+@register("TransposedConvolution2D")
+class TransposedConvolution2D(_ConvBase):
+    """The adjoint of Convolution2D: out = (in-1)*stride - pad_t - pad_b + dilate*(k-1) +
+    output_pad + 1; y = act(b + conv_transpose(x, w))."""
+    OPTIONS = dict(COMMON_OPTIONS, output_pad=0)
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name=name, **options)
+        self.output_pad = pair(self, "output_pad", self.options["output_pad"])
+        if any(op >= s for op, s in zip(self.output_pad, self.stride)):
+            self.fail("option 'output_pad' %r must be smaller than stride %r"
+                      % (list(self.output_pad), list(self.stride)))
+
+    def setup(self, in_specs):
+        spec = self._check_input(in_specs)
+        self.in_specs = list(in_specs)
+        n, c, h, w = spec.shape
+        k = self.options["channels_out"]
+        out_hw = [(i - 1) * s - p0 - p1 + d * (kk - 1) + op + 1 for i, s, p0, p1, d, kk, op in
+                  zip((h, w), self.stride, self.pad[:2], self.pad[2:], self.dilate, self.kernel,
+                      self.output_pad)]
+        if min(out_hw) < 1:
+            self.fail("options 'kernel'/'pad' give an empty output %s for input %dx%d"
+                      % (out_hw, h, w))
+        # the convolution whose backward-data this layer's forward is
+        geom = ConvGeometry(k, c, out_hw, self.kernel, self.stride, self.pad, self.dilate,
+                            self.groups)
+        self._fwd = None
+        self._bwd = None
+        out_shape = geom.in_shape(n)
+        ws = self._setup_common(geom, spec.shape, out_shape)
+        params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])
+        return [TensorSpec(out_shape)], params, ws
+
+    def _forward_op(self):
+        if self._fwd is None:
+            self._fwd = ConvBackwardData(self.ctx, self.geom, self.bias, self.activation, self.algo)
+        return self._fwd
+
+    def _backward_ops(self):
+        if self._bwd is None:
+            self._bwd = (ConvForward(self.ctx, self.geom, algo=self.algo),
+                         ConvBackwardFilter(self.ctx, self.geom, algo=self.algo))
+        return self._bwd
+
+    def forward(self, x, y, params, ws):
+        b = params[1] if self.bias else None
+        return self._forward_op().launches(x[0], params[0], y[0], b, self._op_ws(ws, 0))
+
+    def _data_launches(self, op, g, w, dx, ws, beta):
+        return op.launches(g, w, dx, ws=ws, beta=beta)
+
+    def _filter_launches(self, op, x, g, dw, ws):
+        # dw[cin, cout] = sum x[cin] * g[cout]: the convolution's filter gradient with
+        # its input g (transposed output) and its output gradient x
+        return op.launches(g, x, dw, ws=ws, beta=1.0)

@@ -1,0 +1,272 @@
+"""Convolution2D / TransposedConvolution2D against float64 numpy references, every algorithm."""
+import zlib
+
+import numpy as np
+import pytest
+
+from dlprim import Tensor
+from dlprim.core.conv import ConvBackwardFilter, ConvGeometry
+from dlprim.layers import LayerError, TensorSpec, create
+from layer_check import assert_close, check_reference_grads, run_layer
+
+# ---------------------------------------------------------------- numpy references (float64)
+
+
+def _windows(shape_hw, out_hw, k, stride, dil):
+    """Slices of the padded input that tap (r, s) of every output position reads."""
+    for r in range(k[0]):
+        for s in range(k[1]):
+            yield r, s, (slice(r * dil[0], r * dil[0] + stride[0] * (out_hw[0] - 1) + 1, stride[0]),
+                         slice(s * dil[1], s * dil[1] + stride[1] * (out_hw[1] - 1) + 1, stride[1]))
+
+
+def conv_ref(x, w, stride, pad, dil, groups):
+    n, c, h, wd = x.shape
+    k, cg, kh, kw = w.shape
+    kg = k // groups
+    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[2]), (pad[1], pad[3])))
+    oh = (h + pad[0] + pad[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd + pad[1] + pad[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    y = np.zeros((n, k, oh, ow))
+    for g in range(groups):
+        for r, s, (sh, sw) in _windows((h, wd), (oh, ow), (kh, kw), stride, dil):
+            y[:, g * kg:(g + 1) * kg] += np.einsum(
+                "nchw,kc->nkhw", xp[:, g * cg:(g + 1) * cg, sh, sw], w[g * kg:(g + 1) * kg, :, r, s])
+    return y
+
+
+def conv_backward_ref(x, w, dy, stride, pad, dil, groups):
+    """(dx, dw) of y = conv(x, w): scatter dy back through every tap."""
+    n, c, h, wd = x.shape
+    k, cg, kh, kw = w.shape
+    kg = k // groups
+    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[2]), (pad[1], pad[3])))
+    dxp, dw = np.zeros_like(xp), np.zeros_like(w)
+    for g in range(groups):
+        cs, ks = slice(g * cg, (g + 1) * cg), slice(g * kg, (g + 1) * kg)
+        for r, s, (sh, sw) in _windows((h, wd), dy.shape[2:], (kh, kw), stride, dil):
+            dxp[:, cs, sh, sw] += np.einsum("nkhw,kc->nchw", dy[:, ks], w[ks, :, r, s])
+            dw[ks, :, r, s] += np.einsum("nkhw,nchw->kc", dy[:, ks], xp[:, cs, sh, sw])
+    return dxp[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + wd], dw
+
+
+ACT = {"identity": (lambda v: v, lambda y: np.ones_like(y)),
+       "relu": (lambda v: np.maximum(v, 0), lambda y: (y > 0) * 1.0),
+       "relu6": (lambda v: np.clip(v, 0, 6), lambda y: ((y > 0) & (y < 6)) * 1.0),
+       "sigmoid": (lambda v: 1 / (1 + np.exp(-v)), lambda y: y * (1 - y)),
+       "tanh": (np.tanh, lambda y: 1 - y * y)}
+
+
+def transposed_ref(x, w, stride, pad, dil, groups, out_hw):
+    """y = conv_transpose(x, w): the adjoint of conv over an input of size out_hw."""
+    n = x.shape[0]
+    cout = w.shape[1] * groups
+    dx, _ = conv_backward_ref(np.zeros((n, cout) + tuple(out_hw)), w, x, stride, pad, dil, groups)
+    return dx
+
+
+def layer_reference(case, x, w, b, dy):
+    """(y, dx, dw, db) of the whole layer: act(conv + b) and its gradients."""
+    stride, pad, dil, groups = case["stride"], case["pad"], case["dilate"], case["groups"]
+    act, dact = ACT[case["activation"]]
+    if case["transposed"]:
+        out_hw = case["out_hw"]
+        z = transposed_ref(x, w, stride, pad, dil, groups, out_hw)
+    else:
+        z = conv_ref(x, w, stride, pad, dil, groups)
+    if b is not None:
+        z = z + b[None, :, None, None]
+    y = act(z)
+    g = dy * dact(y)
+    if case["transposed"]:
+        # dx = conv(g, w); dw from the convolution whose input is g and output gradient x
+        dx = conv_ref(g, w, stride, pad, dil, groups)
+        _, dw = conv_backward_ref(g, w, x, stride, pad, dil, groups)
+    else:
+        dx, dw = conv_backward_ref(x, w, g, stride, pad, dil, groups)
+    db = g.sum(axis=(0, 2, 3)) if b is not None else None
+    return y, dx, dw, db
+
+
+def test_reference_gradients_by_finite_differences():
+    for stride, pad, dil, groups in (((2, 1), (1, 0, 2, 1), (1, 2), 2), ((1, 1), (0, 0, 0, 0), (1, 1), 1)):
+        w0 = np.random.default_rng(1).standard_normal((4, 6 // groups, 3, 2))
+        check_reference_grads(
+            lambda xs, ps: [conv_ref(xs[0], ps[0], stride, pad, dil, groups)],
+            lambda xs, ps, ys, dys: (lambda r: ([r[0]], [r[1]]))(
+                conv_backward_ref(xs[0], ps[0], dys[0], stride, pad, dil, groups)),
+            [np.random.default_rng(2).standard_normal((2, 6, 7, 6))], [w0])
+    # the transposed layer's reference: forward and backward of the adjoint
+    w1 = np.random.default_rng(3).standard_normal((4, 3, 3, 3))
+    st, pd, dl = (2, 2), (1, 1, 1, 0), (1, 1)
+
+    def t_fwd(xs, ps):
+        return [transposed_ref(xs[0], ps[0], st, pd, dl, 2, (10, 9))]
+
+    def t_bwd(xs, ps, ys, dys):
+        _, dw = conv_backward_ref(dys[0], ps[0], xs[0], st, pd, dl, 2)
+        return [conv_ref(dys[0], ps[0], st, pd, dl, 2)], [dw]
+    check_reference_grads(t_fwd, t_bwd, [np.random.default_rng(4).standard_normal((2, 4, 5, 4))], [w1])
+
+
+# ---------------------------------------------------------------- the layers on the device
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _case(n, c, k, hw, kernel, stride=1, pad=0, dilate=1, groups=1, bias=True,
+          activation="identity", algo="gemm", transposed=False, output_pad=0):
+    pad4 = tuple(pad) if isinstance(pad, list) and len(pad) == 4 else _pair(pad) * 2
+    return dict(n=n, c=c, k=k, hw=hw, kernel=_pair(kernel), stride=_pair(stride), pad=pad4,
+                pad_option=pad, dilate=_pair(dilate), groups=groups, bias=bias,
+                activation=activation, algo=algo, transposed=transposed, output_pad=output_pad)
+
+
+CONV_CASES = {
+    "k1_plain_gemm": _case(3, 5, 7, (6, 5), 1),
+    "k1_s2_g2": _case(1, 6, 4, (7, 7), 1, stride=2, groups=2, bias=False, activation="relu"),
+    "k3_p1": _case(3, 3, 17, (9, 11), 3, pad=1, activation="relu"),
+    "k3_s2_d2_asym_g2": _case(1, 4, 6, (9, 8), 3, stride=2, pad=[0, 1, 2, 1], dilate=2, groups=2,
+                              activation="sigmoid"),
+    "k5_s2": _case(3, 8, 5, (11, 9), 5, stride=2, pad=2, bias=False, activation="tanh"),
+    "k7_s2_p3": _case(1, 3, 16, (11, 11), 7, stride=2, pad=3, activation="relu6"),
+    "k3_d2_g2": _case(3, 4, 4, (11, 10), 3, pad=2, dilate=2, groups=2),
+    "edges_33x65": _case(3, 33, 65, (5, 7), 3, pad=1),
+    "rect_kernel": _case(3, 5, 3, (7, 9), [3, 1], stride=[1, 2], pad=[1, 0], activation="relu"),
+    "winograd_p1": _case(3, 5, 9, (9, 7), 3, pad=1, activation="relu", algo="winograd"),
+    "winograd_asym": _case(1, 17, 8, (6, 10), 3, pad=[0, 2, 1, 0], bias=False, algo="winograd"),
+    "winograd_p0": _case(3, 6, 13, (8, 9), 3, activation="tanh", algo="winograd"),
+    "depthwise_k3": _case(3, 8, 8, (9, 7), 3, pad=1, groups=8, activation="relu6", algo="depthwise"),
+    "depthwise_k5_s2": _case(1, 6, 6, (11, 9), 5, stride=2, pad=2, groups=6, bias=False,
+                             algo="depthwise"),
+    "depthwise_mult2": _case(3, 4, 8, (7, 7), 3, stride=2, pad=[1, 0, 0, 1], dilate=2, groups=4,
+                             activation="sigmoid", algo="depthwise"),
+    "depthwise_on_gemm": _case(1, 8, 8, (7, 9), 3, pad=1, groups=8),
+    "auto": _case(3, 6, 6, (5, 5), 3, pad=1, groups=6, algo="auto"),
+}
+
+TRANSPOSED_CASES = {
+    "t_k3_s2_outpad": _case(3, 4, 6, (5, 6), 3, stride=2, pad=1, transposed=True, output_pad=1),
+    "t_k5_d2_g2_asym": _case(1, 6, 4, (5, 5), 5, stride=2, pad=[1, 2, 0, 1], dilate=2, groups=2,
+                             activation="relu", transposed=True),
+    "t_k1_plain_gemm": _case(3, 5, 3, (7, 7), 1, bias=True, activation="tanh", transposed=True),
+    "t_winograd": _case(1, 7, 5, (6, 7), 3, pad=1, transposed=True, algo="winograd"),
+    "t_depthwise": _case(3, 6, 6, (5, 7), 3, stride=2, pad=1, groups=6, activation="relu6",
+                         transposed=True, algo="depthwise", output_pad=1),
+}
+
+
+def _make_layer(ctx, case, name):
+    opts = dict(channels_out=case["k"], kernel=list(case["kernel"]), stride=list(case["stride"]),
+                pad=case["pad_option"], dilate=list(case["dilate"]), groups=case["groups"],
+                bias=case["bias"], activation=case["activation"])
+    if case["transposed"]:
+        opts["output_pad"] = case["output_pad"]
+        layer = create(ctx, "TransposedConvolution2D", name, opts)
+    else:
+        layer = create(ctx, "Convolution2D", name, opts)
+    layer.algo = case["algo"]
+    return layer
+
+
+def _run_case(ctx, case, name, accumulate):
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    layer = _make_layer(ctx, case, name)
+    x = rng.standard_normal((case["n"], case["c"]) + case["hw"]).astype(np.float32)
+    out_specs, param_specs, _ = layer.setup([TensorSpec(x.shape)])
+    if case["transposed"]:
+        case = dict(case, out_hw=out_specs[0].shape[2:])
+    w = (rng.standard_normal(param_specs[0].shape) * 0.5).astype(np.float32)
+    b = rng.standard_normal(case["k"]).astype(np.float32) if case["bias"] else None
+    dy = rng.standard_normal(out_specs[0].shape).astype(np.float32)
+    res = run_layer(ctx, layer, [x], params=[w] + ([b] if b is not None else []), dy=[dy],
+                    accumulate=accumulate)
+    y, dx, dw, db = layer_reference(case, x.astype(np.float64), w.astype(np.float64),
+                                    None if b is None else b.astype(np.float64), dy.astype(np.float64))
+    assert_close(res.y[0], y, what="%s y" % name)
+    assert_close(res.dx[0], dx, rtol=2e-4, atol=2e-4, what="%s dx" % name)
+    assert_close(res.dparams[0], dw, rtol=2e-4, atol=3e-4, what="%s dw" % name)
+    if b is not None:
+        assert_close(res.dparams[1], db, rtol=2e-4, atol=3e-4, what="%s db" % name)
+    return layer
+
+
+@pytest.mark.parametrize("name", sorted(CONV_CASES))
+def test_convolution2d(ctx, name):
+    case = CONV_CASES[name]
+    layer = _run_case(ctx, case, name, accumulate=len(name) % 2 == 0)
+    data_op, filter_op = layer._backward_ops()
+    want = case["algo"] if case["algo"] != "auto" else "depthwise"
+    assert layer._forward_op().algo == want and data_op.algo == want
+    assert filter_op.algo == ("depthwise" if want == "depthwise" else "gemm")
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPOSED_CASES))
+def test_transposed_convolution2d(ctx, name):
+    case = TRANSPOSED_CASES[name]
+    layer = _run_case(ctx, case, name, accumulate=len(name) % 2 == 1)
+    assert layer._forward_op().algo == case["algo"]
+
+
+def test_transposed_output_shape(ctx):
+    layer = create(ctx, "TransposedConvolution2D", "up",
+                   dict(channels_out=3, kernel=4, stride=2, pad=1, output_pad=1))
+    out, params, _ = layer.setup([TensorSpec((2, 5, 7, 6))])
+    assert out[0].shape == (2, 3, 15, 13) and params[0].shape == (5, 3, 4, 4)
+
+
+def test_backward_filter_split_k(ctx, rng):
+    """The split reduction (partials in the workspace, then summed) on a long reduction."""
+    geom = ConvGeometry(3, 5, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1))
+    op = ConvBackwardFilter(ctx, geom, algo="gemm", splits=4)
+    assert op.impl.split_plan(3)[0] == 4 and op.workspace_bytes(3) > 0
+    x = rng.standard_normal((3, 3, 9, 9))
+    dy = rng.standard_normal((3, 5, 9, 9))
+    dw0 = rng.standard_normal(geom.weight_shape)
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, dy, dw0)]
+    ws = Tensor(ctx, (op.workspace_bytes(3),), "uint8")
+    op(t[0], t[1], t[2], ws=ws, beta=1.0)
+    _, dw = conv_backward_ref(x, rng.standard_normal(geom.weight_shape), dy, (1, 1), (1, 1, 1, 1),
+                              (1, 1), 1)
+    assert_close(t[2].numpy(), dw0 + dw, rtol=1e-4, atol=1e-4, what="split-K dw")
+
+
+def test_predict_mode_forward_and_params(ctx):
+    layer = create(ctx, "Convolution2D", "p", dict(channels_out=4, kernel=3, pad=1))
+    x = np.random.default_rng(5).standard_normal((1, 3, 5, 5)).astype(np.float32)
+    res = run_layer(ctx, layer, [x], mode="predict")
+    w, b = res.params
+    bound = 1 / np.sqrt(3 * 9)
+    assert w.shape == (4, 3, 3, 3) and np.abs(w).max() <= bound and np.abs(b).max() <= bound
+    assert w.std() > bound / 3  # filled, not left at zero
+    assert_close(res.y[0], conv_ref(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1) + b[None, :, None, None])
+    assert layer.config() == dict(channels_out=4, channels_in=-1, kernel=3, stride=1, pad=1,
+                                  dilate=1, groups=1, bias=True, activation="identity")
+
+
+@pytest.mark.parametrize("options, shape, message", [
+    (dict(channels_out=4, channels_in=5, kernel=3), (1, 3, 8, 8), "channels_in"),
+    (dict(channels_out=4, kernel=3, groups=2), (1, 3, 8, 8), "groups"),
+    (dict(channels_out=3, kernel=3, groups=2), (1, 4, 8, 8), "groups"),
+    (dict(channels_out=4, kernel=7), (1, 3, 5, 5), "kernel"),
+    (dict(channels_out=4, kernel=3, dilate=3), (1, 3, 6, 6), "kernel"),
+    (dict(channels_out=4, kernel=3, stride=-1), None, "stride"),
+    (dict(channels_out=4, kernel=3, stride=0), None, "stride"),
+    (dict(channels_out=4, kernel=3, activation="gelu"), None, "activation"),
+    (dict(kernel=3), None, "channels_out"),
+    (dict(channels_out=4, kernel=3, pad=[1, 2, 3]), None, "pad"),
+])
+def test_option_errors(ctx, options, shape, message):
+    with pytest.raises(LayerError, match=r"Convolution2D 'bad': .*%s" % message):
+        layer = create(ctx, "Convolution2D", "bad", options)
+        layer.setup([TensorSpec(shape)])
+
+
+def test_transposed_option_errors(ctx):
+    with pytest.raises(LayerError, match=r"TransposedConvolution2D 'up': .*output_pad"):
+        create(ctx, "TransposedConvolution2D", "up", dict(channels_out=2, kernel=3, stride=2,
+                                                          output_pad=2))
+    with pytest.raises(LayerError, match=r"TransposedConvolution2D 'up': .*channels_in"):
+        create(ctx, "TransposedConvolution2D", "up", dict(
+            channels_out=2, channels_in=3, kernel=3)).setup([TensorSpec((1, 4, 5, 5))])
