@@ -1,0 +1,49 @@
+"""Transpose: permute the axes, ``y = x.transpose(dims)`` (numpy's meaning).
+
+``dims`` is any permutation of the input's axes (negative counts from the end). Channel
+shuffle is Reshape (N, g, C/g, H, W) -> Transpose [0, 2, 1, 3, 4] -> Reshape (N, C, H, W).
+Backward applies the inverse permutation to dy.
+"""
+import numpy as np
+
+from ..core.copy import Transpose as TransposeOp
+from .base import Layer, TensorSpec, register
+
+
+@register("Transpose")
+class Transpose(Layer):
+    OPTIONS = {"dims": None}
+    BACKWARD_READS_INPUTS = False
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name, **options)
+        dims = self.options["dims"]
+        if dims is None:
+            self.fail("option 'dims' is required (a permutation of the axes)")
+        if not (isinstance(dims, (list, tuple)) and all(
+                isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims)):
+            self.fail("option 'dims' must be a list of axes, got %r" % (dims,))
+
+    def setup(self, in_specs):
+        if len(in_specs) != 1:
+            self.fail("expects 1 input, got %d" % len(in_specs))
+        spec = in_specs[0]
+        n = len(spec.shape)
+        dims = self.options["dims"]
+        perm = [d + n if d < 0 else d for d in dims]
+        if sorted(perm) != list(range(n)):
+            self.fail("option 'dims' %r is not a permutation of the %d axes of input %s"
+                      % (list(dims), n, spec.shape))
+        inverse = [perm.index(k) for k in range(n)]
+        self.in_specs = list(in_specs)
+        self.fwd = TransposeOp(self.ctx, spec.shape, perm, spec.dtype)
+        self.bwd = TransposeOp(self.ctx, self.fwd.out_shape, inverse, spec.dtype)
+        return [TensorSpec(self.fwd.out_shape, spec.dtype)], [], 0
+
+    def forward(self, x, y, params, ws):
+        return self.fwd.launches(x[0], y[0])
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        if dx[0] is None:
+            return []
+        return self.bwd.launches(dy[0], dx[0], beta=1.0 if accumulate[0] else 0.0)
