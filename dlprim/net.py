@@ -229,13 +229,13 @@ class Net:
     trainable_size = property(lambda self: self.store.trainable_size)
     param_layout = property(lambda self: self.store.layout)
     params = property(lambda self: self.store.params)
-    grads = property(lambda self: self.store.grads)
+    grads = property(lambda self: (self.store.grad_arena, self.store.grads)[1])
 
     def param(self, name):
         return self.store.get(name, self.store.params, "parameter")
 
     def param_diff(self, name):
-        return self.store.get(name, self.store.grads, "parameter gradient")
+        return self.store.get(name, self.grads, "parameter gradient")
 
     def initialize_parameters(self, e=None, seed=0):
         """Each layer's default initialisation (PyTorch's), from a seeded generator."""

@@ -56,17 +56,26 @@ class ParamStore:
             if trainable:
                 self.trainable_size = offset
         self.total_size = offset
+        self.ctx, self._ops, self._specs = ctx, ops, param_specs
         self.param_arena = Tensor.zeros(ctx, (max(offset, 1),), np.float32)
-        self.grad_arena = Tensor.zeros(ctx, (max(offset, 1),), np.float32)
         self.params = OrderedDict((n, self.param_arena.view(s, o)) for n, (o, s, _) in self.layout.items())
-        self.grads = OrderedDict((n, self.grad_arena.view(s, o)) for n, (o, s, _) in self.layout.items())
         self.op_params = [[self.params[n] for n in names] for names in self.op_param_names]
-        # an operator gets a gradient tensor for a parameter only if it trains it
-        self.op_dparams = []
-        for op, specs, names in zip(ops, param_specs, self.op_param_names):
-            self.op_dparams.append([self.grads[n] if (spec.trainable and not op.frozen) else None
-                                    for n, spec in zip(names, specs)])
-        self.op_trains = [any(d is not None for d in ds) for ds in self.op_dparams]
+        self.op_trains = [any(spec.trainable for spec in specs) and not op.frozen
+                          for op, specs in zip(ops, param_specs)]
+        self._grad_arena = None
+
+    @property
+    def grad_arena(self):
+        """Made on first use, so a net that only predicts holds no gradient memory."""
+        if self._grad_arena is None:
+            self._grad_arena = Tensor.zeros(self.ctx, (max(self.total_size, 1),), np.float32)
+            self.grads = OrderedDict((n, self._grad_arena.view(s, o))
+                                     for n, (o, s, _) in self.layout.items())
+            # an operator gets a gradient tensor for a parameter only if it trains it
+            self.op_dparams = [[self.grads[n] if (spec.trainable and not op.frozen) else None
+                                for n, spec in zip(names, specs)]
+                               for op, specs, names in zip(self._ops, self._specs, self.op_param_names)]
+        return self._grad_arena
 
     def get(self, name, table, what):
         t = table.get(name)

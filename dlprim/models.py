@@ -1,0 +1,248 @@
+"""Model builders: classic nets as NetConfigs, with torchvision's parameter names.
+
+Every builder takes ``batch``, ``classes`` and ``train``; the image nets also take
+``image_size``. ``train=True`` adds an int ``label`` input and a ``SoftmaxWithLoss``
+named ``loss``; ``train=False`` ends with a ``Softmax`` named ``prob``. The layers match
+DLPrimitives' benchmark nets operator for operator (same types and options), and each
+operator's ``params`` carry torchvision's state-dict names ("conv1.weight",
+"layer1.0.bn1.running_mean", "fc.bias", ...), so PyTorch weights map one to one.
+As in those nets, dropout is left out (it is inactive at inference; ``dropout=True``
+puts it back where torchvision has it).
+"""
+from .netconfig import NetConfig
+
+__all__ = ["lenet", "mlp", "alexnet", "vgg16", "resnet18", "resnet34", "resnet50",
+           "mobilenet_v2", "BUILDERS"]
+
+BN_OPTIONS = {"eps": 1e-5, "momentum": 0.1}
+
+
+class _Builder:
+    def __init__(self, batch, channels, image_size):
+        self.cfg = NetConfig()
+        self.cfg.add_input("data", [batch, channels, image_size, image_size])
+        self.batch, self.size, self.channels = batch, image_size, channels
+
+    def conv(self, name, cout, kernel, stride=1, pad=0, groups=1, bias=False, act=None, src=None):
+        opts = {"bias": bias, "groups": groups, "kernel": [kernel, kernel], "stride": [stride, stride],
+                "dilate": [1, 1], "pad": [pad, pad], "channels_out": cout, "channels_in": self.channels}
+        if act:
+            opts["activation"] = act
+        params = [name + ".weight"] + ([name + ".bias"] if bias else [])
+        out = self.cfg.add("Convolution2D", name=name, inputs=src, options=opts, params=params)
+        self.channels = cout
+        self.size = (self.size + 2 * pad - kernel) // stride + 1
+        return out
+
+    def bn(self, name):
+        return self.cfg.add("BatchNorm", name=name, options=dict(BN_OPTIONS),
+                            params=[name + "." + p for p in ("running_mean", "running_var",
+                                                             "weight", "bias")])
+
+    def act(self, name, kind="relu"):
+        return self.cfg.add("Activation", name=name, options={"activation": kind}, inplace=True)
+
+    def pool(self, name, kernel, stride, pad=0, mode="max"):
+        self.size = (self.size + 2 * pad - kernel) // stride + 1
+        return self.cfg.add("Pooling2D", name=name, options={
+            "kernel": [kernel, kernel], "stride": [stride, stride], "pad": [pad, pad],
+            "count_include_pad": False, "mode": mode})
+
+    def adaptive_avg(self, name, target):
+        """torchvision's AdaptiveAvgPool2d(target) where it is a plain pooling."""
+        if self.size % target:
+            return None  # no fixed pooling equals it; the classifier then takes what there is
+        k = self.size // target
+        return self.pool(name, k, k, mode="avg")
+
+    def fc(self, name, outputs, act=None):
+        inputs = self.channels * self.size * self.size
+        opts = {"bias": True, "outputs": outputs, "inputs": inputs}
+        if act:
+            opts["activation"] = act
+        out = self.cfg.add("InnerProduct", name=name, options=opts,
+                           params=[name + ".weight", name + ".bias"])
+        self.channels, self.size = outputs, 1
+        return out
+
+    def dropout(self, name, ratio):
+        return self.cfg.add("Dropout", name=name, options={"ratio": ratio}, inplace=True)
+
+    def finish(self, train):
+        logits = self.cfg.last
+        if train:
+            self.cfg.add_input("label", [self.batch], dtype="int")
+            self.cfg.add("SoftmaxWithLoss", name="loss", inputs=[logits, "label"], outputs=["loss"])
+            self.cfg.set_outputs(["loss"])
+        else:
+            self.cfg.add("Softmax", name="prob", inputs=[logits], outputs=["prob"])
+            self.cfg.set_outputs(["prob"])
+        return self.cfg
+
+
+def lenet(batch=64, classes=10, train=True, image_size=28, channels=1):
+    """The MNIST net of DLPrimitives' mnist_train.json (two 5x5 convs, two FCs)."""
+    b = _Builder(batch, channels, image_size)
+    cfg = b.cfg
+    cfg.add("Convolution2D", name="conv1", params=["conv1.weight", "conv1.bias"], options={
+        "channels_out": 32, "kernel": [5, 5], "pad": [2, 2], "activation": "relu"})
+    cfg.add("Pooling2D", name="pool1", options={"kernel": 2, "stride": 2})
+    cfg.add("Convolution2D", name="conv2", params=["conv2.weight", "conv2.bias"], options={
+        "channels_out": 64, "kernel": [5, 5], "pad": [2, 2], "activation": "relu"})
+    cfg.add("Pooling2D", name="pool2", options={"kernel": 2, "stride": 2})
+    cfg.add("InnerProduct", name="fc1", params=["fc1.weight", "fc1.bias"],
+            options={"outputs": 256, "activation": "relu"})
+    cfg.add("InnerProduct", name="fc2", params=["fc2.weight", "fc2.bias"],
+            options={"outputs": classes})
+    return b.finish(train)
+
+
+def mlp(batch=64, inputs=784, hidden=(256, 128), classes=10, train=True):
+    """Fully connected layers with ReLU; input ``data`` is (batch, inputs)."""
+    b = _Builder(batch, inputs, 1)
+    b.cfg.inputs[0]["shape"] = [batch, inputs]
+    for i, width in enumerate(hidden):
+        b.fc("fc%d" % (i + 1), width, act="relu")
+    b.fc("fc%d" % (len(hidden) + 1), classes)
+    return b.finish(train)
+
+
+def alexnet(batch=16, image_size=224, classes=1000, train=True, dropout=False):
+    b = _Builder(batch, 3, image_size)
+    b.conv("features.0", 64, 11, 4, 2, bias=True, act="relu")
+    b.pool("features.2", 3, 2)
+    b.conv("features.3", 192, 5, 1, 2, bias=True, act="relu")
+    b.pool("features.5", 3, 2)
+    b.conv("features.6", 384, 3, 1, 1, bias=True, act="relu")
+    b.conv("features.8", 256, 3, 1, 1, bias=True, act="relu")
+    b.conv("features.10", 256, 3, 1, 1, bias=True, act="relu")
+    b.pool("features.12", 3, 2)
+    b.adaptive_avg("avgpool", 6)
+    if dropout:
+        b.dropout("classifier.0", 0.5)
+    b.fc("classifier.1", 4096, act="relu")
+    if dropout:
+        b.dropout("classifier.3", 0.5)
+    b.fc("classifier.4", 4096, act="relu")
+    b.fc("classifier.6", classes)
+    return b.finish(train)
+
+
+def vgg16(batch=16, image_size=224, classes=1000, train=True, dropout=False):
+    b = _Builder(batch, 3, image_size)
+    index = 0
+    for stage, (width, convs) in enumerate([(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)]):
+        for _ in range(convs):
+            b.conv("features.%d" % index, width, 3, 1, 1, bias=True, act="relu")
+            index += 2
+        b.pool("features.%d" % index, 2, 2)
+        index += 1
+    b.adaptive_avg("avgpool", 7)
+    b.fc("classifier.0", 4096, act="relu")
+    if dropout:
+        b.dropout("classifier.2", 0.5)
+    b.fc("classifier.3", 4096, act="relu")
+    if dropout:
+        b.dropout("classifier.5", 0.5)
+    b.fc("classifier.6", classes)
+    return b.finish(train)
+
+
+def _resnet(blocks, bottleneck, batch, image_size, classes, train):
+    b = _Builder(batch, 3, image_size)
+    b.conv("conv1", 64, 7, 2, 3)
+    b.bn("bn1")
+    b.act("relu")
+    x = b.pool("maxpool", 3, 2, 1)
+    expansion = 4 if bottleneck else 1
+    for stage, count in enumerate(blocks):
+        width = 64 * 2 ** stage
+        for i in range(count):
+            p = "layer%d.%d" % (stage + 1, i)
+            stride = 2 if (i == 0 and stage > 0) else 1
+            cin, size_in = b.channels, b.size
+            if bottleneck:
+                b.conv(p + ".conv1", width, 1, src=x)
+                b.bn(p + ".bn1")
+                b.act(p + ".relu1")
+                b.conv(p + ".conv2", width, 3, stride, 1)
+                b.bn(p + ".bn2")
+                b.act(p + ".relu2")
+                b.conv(p + ".conv3", width * 4, 1)
+                main = b.bn(p + ".bn3")
+            else:
+                b.conv(p + ".conv1", width, 3, stride, 1, src=x)
+                b.bn(p + ".bn1")
+                b.act(p + ".relu1")
+                b.conv(p + ".conv2", width, 3, 1, 1)
+                main = b.bn(p + ".bn2")
+            shortcut = x
+            if stride != 1 or cin != width * expansion:
+                cout, size_out = b.channels, b.size
+                b.channels, b.size = cin, size_in
+                b.conv(p + ".downsample.0", width * expansion, 1, stride, src=x)
+                shortcut = b.bn(p + ".downsample.1")
+                b.channels, b.size = cout, size_out
+            x = b.cfg.add("Elementwise", name=p + ".add", inputs=[main, shortcut],
+                          options={"operation": "sum", "activation": "relu"})
+    b.cfg.add("GlobalPooling", name="avgpool", options={"mode": "avg"})
+    b.size = 1
+    b.fc("fc", classes)
+    return b.finish(train)
+
+
+def resnet18(batch=16, image_size=224, classes=1000, train=True):
+    return _resnet([2, 2, 2, 2], False, batch, image_size, classes, train)
+
+
+def resnet34(batch=16, image_size=224, classes=1000, train=True):
+    return _resnet([3, 4, 6, 3], False, batch, image_size, classes, train)
+
+
+def resnet50(batch=16, image_size=224, classes=1000, train=True):
+    return _resnet([3, 4, 6, 3], True, batch, image_size, classes, train)
+
+
+def mobilenet_v2(batch=16, image_size=224, classes=1000, train=True, dropout=False):
+    """torchvision's MobileNetV2 (width 1.0): inverted residuals with ReLU6."""
+    b = _Builder(batch, 3, image_size)
+    b.conv("features.0.0", 32, 3, 2, 1)
+    b.bn("features.0.1")
+    x = b.act("features.0.2", "relu6")
+    index = 1
+    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            p = "features.%d.conv" % index
+            cin, hidden = b.channels, b.channels * t
+            layer = 0
+            src = x
+            if t != 1:
+                b.conv("%s.%d.0" % (p, layer), hidden, 1, src=src)
+                b.bn("%s.%d.1" % (p, layer))
+                b.act("%s.%d.2" % (p, layer), "relu6")
+                layer, src = layer + 1, None
+            b.conv("%s.%d.0" % (p, layer), hidden, 3, stride, 1, groups=hidden, src=src)
+            b.bn("%s.%d.1" % (p, layer))
+            b.act("%s.%d.2" % (p, layer), "relu6")
+            b.conv("%s.%d" % (p, layer + 1), c, 1)
+            out = b.bn("%s.%d" % (p, layer + 2))
+            if stride == 1 and cin == c:
+                out = b.cfg.add("Elementwise", name="features.%d.add" % index, inputs=[x, out],
+                                options={"operation": "sum"})
+            x = out
+            index += 1
+    b.conv("features.18.0", 1280, 1)
+    b.bn("features.18.1")
+    b.act("features.18.2", "relu6")
+    b.cfg.add("GlobalPooling", name="avgpool", options={"mode": "avg"})
+    b.size = 1
+    if dropout:
+        b.dropout("classifier.0", 0.2)
+    b.fc("classifier.1", classes)
+    return b.finish(train)
+
+
+BUILDERS = {"lenet": lenet, "mlp": mlp, "alexnet": alexnet, "vgg16": vgg16, "resnet18": resnet18,
+            "resnet34": resnet34, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
