@@ -1,0 +1,123 @@
+"""Batch normalisation launchers (Ioffe & Szegedy 2015) over x seen as (N, C, S).
+
+Every step is the pointwise-broadcast-reduce generator:
+- ``stats``: per-channel mean and E[x^2] in one reduction pass (sum and sum of squares
+  times 1/M, M = N*S), then a C-sized pass: biased variance for normalising, and the
+  running statistics updated as PyTorch does,
+  ``running = (1 - momentum) running + momentum * batch`` with the *unbiased* variance.
+- ``apply``: ``y = (x - mean) / sqrt(var + eps) * gamma + beta``.
+- ``backward``: per-channel sums of dy and dy*xhat, then dgamma/dbeta and dx.
+
+Shapes are fixed when built (a new batch size builds new launchers, same programs).
+"""
+import numpy as np
+
+from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+
+__all__ = ["BatchNormOps"]
+
+F = np.dtype(np.float32)
+
+
+class BatchNormOps:
+    """The launchers of one BatchNorm over ``shape`` = (N, C, S)."""
+
+    def __init__(self, ctx, shape, eps, affine):
+        self.ctx = ctx
+        self.shape = tuple(int(v) for v in shape)
+        n, c, s = self.shape
+        self.M = n * s
+        self.eps, self.affine = float(eps), bool(affine)
+        full, ch, vec = (self.shape, F), ((1, c, 1), F), ((c,), F)
+        self._full, self._ch = full, ch
+        self._sums = PointwiseBroadcastReduce(
+            ctx, [full], [ch, ch], "y0 = x0; y1 = x0 * x0;",
+            "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
+            name="bn_sums")
+        # mean, E[x^2], running mean, running var -> mean, var, running mean, running var
+        self._update = PointwiseBroadcast(
+            ctx, [vec] * 4, [vec] * 4,
+            "float m = x0; float v = max(x1 - m * m, 0.0f); y0 = m; y1 = v; "
+            "y2 = (1.0f - w0) * x2 + w0 * m; y3 = (1.0f - w0) * x3 + w1 * v;",
+            ["float", "float"], name="bn_update_stats")
+        affine_code = " * x3 + x4" if self.affine else ""
+        self._apply = PointwiseBroadcast(
+            ctx, [full, ch, ch] + [ch, ch] * self.affine, [full],
+            "y0 = (x0 - x1) * rsqrt(x2 + w0)%s;" % affine_code, ["float"], name="bn_apply")
+        # sum dy, sum dy * xhat over each channel
+        self._grad_sums = PointwiseBroadcastReduce(
+            ctx, [full, full, ch, ch], [ch, ch],
+            "y0 = x1; y1 = x1 * (x0 - x2) * rsqrt(x3 + w0);",
+            "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
+            params=["float"], name="bn_grad_sums")
+        self._add = PointwiseBroadcast(ctx, [vec, vec], [vec], "y0 = x0 + x1;", name="bn_param_grad")
+        self._dx = {}
+
+    def stats_launches(self, x, mean, var, running_mean, running_var, momentum):
+        """Batch mean and biased variance into ``mean``/``var`` (C,), running stats updated."""
+        m = self.M
+        unbiased = momentum * m / (m - 1)
+        c = self.shape[1]
+        mean3, var3 = mean.view((1, c, 1)), var.view((1, c, 1))
+        return (self._sums.launches([x], [mean3, var3], alpha=1.0 / m)
+                + self._update.launches([mean, var, running_mean, running_var],
+                                        [mean, var, running_mean, running_var],
+                                        [momentum, unbiased]))
+
+    def apply_launches(self, x, y, mean, var, gamma=None, beta=None):
+        c = self.shape[1]
+        xs = [x, mean.view((1, c, 1)), var.view((1, c, 1))]
+        if self.affine:
+            xs += [gamma.view((1, c, 1)), beta.view((1, c, 1))]
+        return self._apply.launches(xs, [y], [self.eps])
+
+    def _dx_op(self, batch_stats, accumulate):
+        # inputs: x, dy, mean, var, sum dy, sum dy*xhat, [gamma], [dx]
+        key = (batch_stats, accumulate)
+        if key not in self._dx:
+            full, ch = self._full, self._ch
+            xs = [full, full, ch, ch, ch, ch] + [ch] * self.affine + [full] * accumulate
+            gamma = "x6" if self.affine else "1.0f"
+            if batch_stats:
+                # dx = gamma istd (dy - sum(dy)/M - xhat sum(dy xhat)/M)
+                code = ("float istd = rsqrt(x3 + w0); float xhat = (x0 - x2) * istd; "
+                        "y0 = %s * istd * (x1 - w1 * (x4 + xhat * x5));" % gamma)
+            else:
+                # fixed statistics: y is affine in x, dx = gamma istd dy
+                code = "y0 = %s * rsqrt(x3 + w0) * x1;" % gamma
+            if accumulate:
+                code += " y0 += x%d;" % (len(xs) - 1)
+            self._dx[key] = PointwiseBroadcast(self.ctx, xs, [full], code, ["float", "float"],
+                                               name="bn_backward_data")
+        return self._dx[key]
+
+    def backward_launches(self, x, dy, mean, var, sums, gamma=None, dx=None, accumulate=False,
+                          dgamma=None, dbeta=None, batch_stats=True):
+        """Gradients of BN with statistics ``mean``/``var`` (the batch's when
+        ``batch_stats``, else fixed). ``sums`` = two (C,) scratch tensors for sum(dy) and
+        sum(dy*xhat). dgamma/dbeta are added to; dx = accumulate*dx + grad.
+
+        With xhat = (x - mu) istd, istd = 1/sqrt(var + eps), y = gamma xhat + beta and
+        batch statistics (mu, var depend on x):
+            dbeta  = sum dy,   dgamma = sum dy xhat
+            dx     = gamma istd / M * (M dy - sum dy - xhat sum(dy xhat))
+        With fixed statistics only the first term remains: dx = gamma istd dy.
+        """
+        c = self.shape[1]
+        ch = lambda t: t.view((1, c, 1))
+        s_dy, s_dyx = sums
+        out = []
+        if dx is not None or dgamma is not None or dbeta is not None:
+            out += self._grad_sums.launches([x, dy, ch(mean), ch(var)], [ch(s_dy), ch(s_dyx)],
+                                            [self.eps])
+        for grad, s in ((dgamma, s_dyx), (dbeta, s_dy)):
+            if grad is not None:
+                out += self._add.launches([s, grad], [grad])
+        if dx is not None:
+            xs = [x, dy, ch(mean), ch(var), ch(s_dy), ch(s_dyx)]
+            if self.affine:
+                xs.append(ch(gamma))
+            if accumulate:
+                xs.append(dx)
+            out += self._dx_op(batch_stats, accumulate).launches(xs, [dx], [self.eps, 1.0 / self.M])
+        return out

@@ -1,0 +1,102 @@
+"""BatchNorm over the channel axis of (N, C) or (N, C, H, W) inputs.
+
+    y = (x - mean) / sqrt(var + eps) * weight + bias
+
+Train mode (unless ``use_global_stats``) normalises with the batch's mean and biased
+variance and updates the running statistics as PyTorch does (momentum, unbiased variance);
+predict mode, or ``use_global_stats``, uses the running values. Parameters, in
+DLPrimitives' order: running_mean, running_var (not trainable), weight, bias (``affine``).
+DLPrimitives has no fused activation for BatchNorm, so neither does this layer.
+"""
+import numpy as np
+
+from ..core.bn import BatchNormOps
+from ..tensor import Tensor
+from .base import TRAIN, Layer, ParamSpec, TensorSpec, register
+
+
+@register("BatchNorm")
+class BatchNorm(Layer):
+    OPTIONS = {"features": -1, "eps": 1e-5, "momentum": 0.1, "affine": True,
+               "use_global_stats": False}
+    BACKWARD_READS_INPUTS = True
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name=name, **options)
+        o = self.options
+        for key in ("eps", "momentum"):
+            if isinstance(o[key], bool) or not isinstance(o[key], (int, float, np.integer, np.floating)):
+                self.fail("option %r must be a number, got %r" % (key, o[key]))
+        if not o["eps"] > 0:
+            self.fail("option 'eps' must be positive, got %r" % (o["eps"],))
+        if not 0 <= o["momentum"] <= 1:
+            self.fail("option 'momentum' must be in [0, 1], got %r" % (o["momentum"],))
+        features = o["features"]
+        if isinstance(features, bool) or not isinstance(features, (int, np.integer)) \
+                or not (features == -1 or features > 0):
+            self.fail("option 'features' must be a positive int or -1 (deduce), got %r" % (features,))
+        for key in ("affine", "use_global_stats"):
+            if o[key] not in (True, False, 0, 1):
+                self.fail("option %r must be true/false, got %r" % (key, o[key]))
+        self.affine = bool(o["affine"])
+        self.use_global_stats = bool(o["use_global_stats"])
+        self._batch = None
+
+    @property
+    def batch_stats(self):
+        """Whether this pass normalises with the batch's statistics."""
+        return self.mode == TRAIN and not self.use_global_stats
+
+    def setup(self, in_specs):
+        if len(in_specs) != 1:
+            self.fail("expects 1 input, got %d" % len(in_specs))
+        spec = in_specs[0]
+        if len(spec.shape) not in (2, 4):
+            self.fail("input must be (N, C) or (N, C, H, W); got shape %s" % (spec.shape,))
+        if spec.dtype != np.float32:
+            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        c = spec.shape[1]
+        if self.options["features"] not in (-1, c):
+            self.fail("option 'features' is %d but the input has %d channels"
+                      % (self.options["features"], c))
+        self.in_specs = list(in_specs)
+        n = spec.shape[0]
+        s = int(np.prod(spec.shape[2:], dtype=np.int64))
+        if self.batch_stats and n * s < 2:
+            self.fail("train mode needs more than one value per channel, input %s" % (spec.shape,))
+        self.features, self.view_shape = c, (n, c, s)
+        self.ops = BatchNormOps(self.ctx, self.view_shape, self.options["eps"], self.affine)
+        if self._batch is None or self._batch[0].shape != (c,):
+            # batch mean, variance and backward sums live from forward to backward: own memory
+            self._batch = [Tensor(self.ctx, (c,)) for _ in range(4)]
+        params = [ParamSpec((c,), trainable=False), ParamSpec((c,), trainable=False)]
+        if self.affine:
+            params += [ParamSpec((c,)), ParamSpec((c,))]
+        return [TensorSpec(spec.shape, spec.dtype)], params, 0
+
+    def init_params(self, params, rng):
+        for p, value in zip(params, (0.0, 1.0, 1.0, 0.0)):
+            p.to_device(np.full(p.shape, value, p.dtype))
+
+    def _stats(self, params):
+        return (self._batch[0], self._batch[1]) if self.batch_stats else (params[0], params[1])
+
+    def forward(self, x, y, params, ws):
+        xv, yv = x[0].view(self.view_shape), y[0].view(self.view_shape)
+        out = []
+        if self.batch_stats:
+            out += self.ops.stats_launches(xv, self._batch[0], self._batch[1], params[0], params[1],
+                                           float(self.options["momentum"]))
+        mean, var = self._stats(params)
+        gamma, beta = (params[2], params[3]) if self.affine else (None, None)
+        return out + self.ops.apply_launches(xv, yv, mean, var, gamma, beta)
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        mean, var = self._stats(params)
+        dgamma = dparams[2] if self.affine and len(dparams) > 2 else None
+        dbeta = dparams[3] if self.affine and len(dparams) > 3 else None
+        dxv = dx[0].view(self.view_shape) if dx[0] is not None else None
+        return self.ops.backward_launches(
+            x[0].view(self.view_shape), dy[0].view(self.view_shape), mean, var, self._batch[2:],
+            gamma=params[2] if self.affine else None, dx=dxv, accumulate=bool(accumulate[0]),
+            dgamma=dgamma, dbeta=dbeta, batch_stats=self.batch_stats)

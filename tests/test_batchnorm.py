@@ -1,0 +1,184 @@
+"""BatchNorm in train and predict modes against float64 numpy references, running
+statistics after several steps against PyTorch's update rule."""
+import json
+
+import numpy as np
+import pytest
+
+from dlprim import Tensor
+from dlprim.layers import LayerError, TensorSpec, create, run
+from layer_check import assert_close, check_reference_grads, place, run_layer
+
+EPS = 1e-5
+
+
+def axes(x):
+    return (0,) + tuple(range(2, x.ndim))
+
+
+def ch(v, x):
+    """A per-channel vector shaped to broadcast against x."""
+    return v.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+def bn_ref(x, gamma, beta, mean=None, var=None):
+    """Forward; with mean/var None uses the batch's (biased) statistics."""
+    if mean is None:
+        mean, var = x.mean(axis=axes(x)), x.var(axis=axes(x))
+    return (x - ch(mean, x)) / np.sqrt(ch(var, x) + EPS) * ch(gamma, x) + ch(beta, x)
+
+
+def bn_grad_ref(x, gamma, dy, mean=None, var=None):
+    """(dx, dgamma, dbeta); batch statistics when mean/var are None:
+    dx = gamma istd / M (M dy - sum dy - xhat sum(dy xhat))."""
+    batch = mean is None
+    if batch:
+        mean, var = x.mean(axis=axes(x)), x.var(axis=axes(x))
+    m = x.size // x.shape[1]
+    istd = 1 / np.sqrt(ch(var, x) + EPS)
+    xhat = (x - ch(mean, x)) * istd
+    s_dy = dy.sum(axis=axes(x))
+    s_dyx = (dy * xhat).sum(axis=axes(x))
+    if batch:
+        dx = ch(gamma, x) * istd / m * (m * dy - ch(s_dy, x) - xhat * ch(s_dyx, x))
+    else:
+        dx = ch(gamma, x) * istd * dy
+    return dx, s_dyx, s_dy
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 4, 5)])
+@pytest.mark.parametrize("batch", [True, False])
+def test_reference_backward_matches_finite_differences(shape, batch):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape)
+    gamma, beta = rng.uniform(0.5, 1.5, shape[1]), rng.standard_normal(shape[1])
+    mean, var = (None, None) if batch else (rng.standard_normal(shape[1]), rng.uniform(0.5, 2, shape[1]))
+
+    def fwd(xs, ps):
+        return [bn_ref(xs[0], ps[0], ps[1], mean, var)]
+
+    def bwd(xs, ps, ys, dys):
+        dx, dg, db = bn_grad_ref(xs[0], ps[0], dys[0], mean, var)
+        return [dx], [dg, db]
+    check_reference_grads(fwd, bwd, [x], [gamma, beta])
+
+
+def params_for(rng, c):
+    return [rng.standard_normal(c) * 0.1, rng.uniform(0.5, 1.5, c),
+            rng.uniform(0.5, 1.5, c), rng.standard_normal(c)]
+
+
+SHAPES = [(2, 3, 4, 5), (16, 3, 40, 40), (8, 33), (1, 65, 3, 3), (4, 1, 1, 31), (2, 64, 2, 2), (3, 2, 63, 1), (5, 32)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_train_mode(ctx, shape, accumulate):
+    rng = np.random.default_rng(shape[1])
+    x = rng.standard_normal(shape) * 2 + 0.5
+    dy = rng.standard_normal(shape)
+    p = params_for(rng, shape[1])
+    layer = create(ctx, "BatchNorm", "bn", {})
+    r = run_layer(ctx, layer, [x.astype(np.float32)], params=p, dy=[dy.astype(np.float32)],
+                  accumulate=accumulate, mode="train")
+    assert_close(r.y[0], bn_ref(x, p[2], p[3]), rtol=1e-4, atol=1e-4, what="y")
+    dx, dg, db = bn_grad_ref(x, p[2], dy)
+    assert_close(r.dx[0], dx, rtol=1e-3, atol=1e-4, what="dx")
+    assert r.dparams[0] is None and r.dparams[1] is None   # running stats are not trainable
+    assert_close(r.dparams[2], dg, rtol=1e-4, atol=1e-4, what="dweight")
+    assert_close(r.dparams[3], db, rtol=1e-4, atol=1e-4, what="dbias")
+    m = x.size // shape[1]
+    assert_close(r.params[0], 0.9 * p[0] + 0.1 * x.mean(axis=axes(x)), what="running_mean")
+    assert_close(r.params[1], 0.9 * p[1] + 0.1 * x.var(axis=axes(x)) * m / (m - 1),
+                 what="running_var")
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (8, 33), (1, 65, 3, 3)])
+@pytest.mark.parametrize("how", ["predict", "use_global_stats"])
+def test_running_statistics_modes(ctx, shape, how):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape)
+    dy = rng.standard_normal(shape)
+    p = params_for(rng, shape[1])
+    options = {"use_global_stats": True} if how == "use_global_stats" else {}
+    layer = create(ctx, "BatchNorm", "bn", options)
+    r = run_layer(ctx, layer, [x.astype(np.float32)], params=p, dy=[dy.astype(np.float32)],
+                  accumulate=True, mode="train" if how == "use_global_stats" else "predict")
+    assert_close(r.y[0], bn_ref(x, p[2], p[3], p[0], p[1]), rtol=1e-4, atol=1e-5, what="y")
+    dx, dg, db = bn_grad_ref(x, p[2], dy, p[0], p[1])
+    assert_close(r.dx[0], dx, rtol=1e-4, atol=1e-5, what="dx")
+    assert_close(r.dparams[2], dg, rtol=1e-4, atol=1e-4, what="dweight")
+    assert_close(r.dparams[3], db, rtol=1e-4, atol=1e-4, what="dbias")
+    assert_close(r.params[0], p[0], what="running_mean unchanged")
+    assert_close(r.params[1], p[1], what="running_var unchanged")
+
+
+def test_not_affine(ctx, rng):
+    x = rng.standard_normal((4, 5, 3, 3))
+    dy = rng.standard_normal(x.shape)
+    layer = create(ctx, "BatchNorm", "bn", {"affine": False})
+    r = run_layer(ctx, layer, [x.astype(np.float32)], dy=[dy.astype(np.float32)])
+    assert len(r.params) == 2
+    assert_close(r.y[0], bn_ref(x, np.ones(5), np.zeros(5)), rtol=1e-4, atol=1e-4)
+    assert_close(r.dx[0], bn_grad_ref(x, np.ones(5), dy)[0], rtol=1e-3, atol=1e-4)
+
+
+def test_init_params(ctx):
+    r = run_layer(ctx, create(ctx, "BatchNorm", "bn", {}), [np.array([[1, 2, 3], [2, 3, 5]], np.float32)],
+                  mode="predict")
+    for got, want in zip(r.params, (0, 1, 1, 0)):
+        assert_close(got, np.full(3, want))
+
+
+def test_running_statistics_after_several_steps_match_pytorch(ctx):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    shape = (4, 6, 5, 5)
+    layer = create(ctx, "BatchNorm", "bn", {"momentum": 0.3})
+    layer.mode = "train"
+    layer.setup([TensorSpec(shape)])
+    ref = torch.nn.BatchNorm2d(6, eps=EPS, momentum=0.3).double()
+    params = [place(ctx, np.full(6, v, np.float32)) for v in (0, 1, 1, 0)]
+    x_t, y_t = place(ctx, np.zeros(shape, np.float32)), Tensor(ctx, shape)
+    plan = layer.forward([x_t], [y_t], params, None)   # one plan, re-run every step
+    for step in range(5):
+        x = rng.standard_normal(shape) * (step + 1) + step
+        x_t.to_device(x.astype(np.float32))
+        run(plan, ctx.queue)
+        with torch.no_grad():
+            y_ref = ref(torch.from_numpy(x)).numpy()
+        assert_close(y_t.numpy(), y_ref, rtol=1e-4, atol=1e-4, what="y step %d" % step)
+    assert_close(params[0].numpy(), ref.running_mean.numpy(), rtol=1e-5, atol=1e-5)
+    assert_close(params[1].numpy(), ref.running_var.numpy(), rtol=1e-5, atol=1e-5)
+    layer.mode = "predict"
+    layer.setup([TensorSpec(shape)])
+    run(layer.forward([x_t], [y_t], params, None), ctx.queue)
+    ref.eval()
+    with torch.no_grad():
+        assert_close(y_t.numpy(), ref(torch.from_numpy(x)).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_config_round_trips():
+    options = {"eps": 9.999999747378752e-06, "momentum": 0.10000002384185791, "features": 64}
+    cfg = json.loads(json.dumps(create(None, "BatchNorm", "bn", options).config()))
+    assert {k: cfg[k] for k in options} == options
+    assert create(None, "BatchNorm", "bn", cfg).config() == cfg
+
+
+@pytest.mark.parametrize("options, option", [
+    ({"eps": 0}, "eps"), ({"eps": "small"}, "eps"), ({"momentum": 1.5}, "momentum"),
+    ({"features": 0}, "features"), ({"affine": "yes"}, "affine"), ({"fused": "relu"}, "fused"),
+])
+def test_bad_options_name_layer_and_option(options, option):
+    with pytest.raises(LayerError) as err:
+        create(None, "BatchNorm", "bad", options)
+    assert "BatchNorm 'bad'" in str(err.value) and option in str(err.value)
+
+
+def test_bad_inputs(ctx):
+    with pytest.raises(LayerError, match="BatchNorm 'bn'.*'features' is 4.*3 channels"):
+        create(ctx, "BatchNorm", "bn", {"features": 4}).setup([TensorSpec((2, 3, 4, 4))])
+    with pytest.raises(LayerError, match="BatchNorm 'bn'.*shape"):
+        create(ctx, "BatchNorm", "bn", {}).setup([TensorSpec((2, 3, 4))])
+    with pytest.raises(LayerError, match="more than one value per channel"):
+        create(ctx, "BatchNorm", "bn", {}).setup([TensorSpec((1, 3))])
