@@ -12,6 +12,7 @@ Labels outside [0, C) are ignored (no loss, no gradient); the mean still divides
 """
 import numpy as np
 
+from ..core.copy import Fill
 from ..core.loss import LABEL_DTYPES, NLLLoss as NLLOp, SoftmaxCrossEntropy
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..tensor import Tensor
@@ -27,26 +28,11 @@ def float_scratch(ws, n):
     return Tensor(ws.ctx, (n,), "float32", buffer=ws.buffer, offset=ws.byte_offset // 4)
 
 
-class _ZeroGrad:
-    """A launch-like callable clearing a gradient that receives nothing (labels)."""
-
-    def __init__(self, t):
-        self.t = t
-
-    def __call__(self, queue):
-        self.t.zero_(_Queue(queue))
-
-
-class _Queue:
-    def __init__(self, queue):
-        self.queue = queue
-
-
-def no_label_grad(dx, accumulate):
+def no_label_grad(ctx, dx, accumulate):
     """dx = accumulate * dx + 0 for a label input, when one is asked for."""
     if dx is None or accumulate:
         return []
-    return [_ZeroGrad(dx)]
+    return Fill(ctx, dx.shape, dx.dtype).launches(dx, 0)
 
 
 class _LabelLoss(Layer):
@@ -90,7 +76,7 @@ class SoftmaxWithLoss(_LabelLoss):
         return self.op.launches(x[0], self.flat(x[1]), float_scratch(ws, self.n), y[0])
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
-        out = no_label_grad(dx[1], accumulate[1])
+        out = no_label_grad(self.ctx, dx[1], accumulate[1])
         if dx[0] is not None:
             out += self.op.backward_launches(x[0], self.flat(x[1]), dy[0], dx[0],
                                              1.0 if accumulate[0] else 0.0)
@@ -124,7 +110,7 @@ class NLLLoss(_LabelLoss):
         return self.op.launches(x[0], self.flat(x[1]), y[0], rows)
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
-        out = no_label_grad(dx[1], accumulate[1])
+        out = no_label_grad(self.ctx, dx[1], accumulate[1])
         if dx[0] is not None:
             out += self.op.backward_launches(self.flat(x[1]), dy[0], dx[0],
                                              1.0 if accumulate[0] else 0.0)

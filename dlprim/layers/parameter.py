@@ -6,7 +6,7 @@ the output gradient into the parameter gradient.
 """
 import numpy as np
 
-from ..core.pointwise import PointwiseBroadcast
+from ..core.copy import StridedCopy
 from ..tensor import as_dtype, dlp_name
 from .base import Layer, ParamSpec, TensorSpec, register
 
@@ -41,12 +41,8 @@ class Parameter(Layer):
         if in_specs:
             self.fail("takes no inputs, got %d" % len(in_specs))
         self.in_specs = []
-        io = [(self.shape, self.dtype)]
-        self._copy = PointwiseBroadcast(self.ctx, io, io, "y0 = x0;", name="parameter_copy")
-        self._add = None
-        if self.options["is_trainable"]:
-            self._add = PointwiseBroadcast(self.ctx, io * 2, io, "y0 = x0 + x1;",
-                                           name="parameter_grad")
+        size = int(np.prod(self.shape, dtype=np.int64))
+        self._copy = StridedCopy(self.ctx, (size,), (1,), (1,), self.dtype)
         return ([TensorSpec(self.shape, self.dtype)],
                 [ParamSpec(self.shape, self.dtype, self.options["is_trainable"])], 0)
 
@@ -57,9 +53,9 @@ class Parameter(Layer):
         params[0].zero_()
 
     def forward(self, x, y, params, ws):
-        return self._copy.launches([params[0]], [y[0]])
+        return self._copy.launches(params[0], y[0])
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
-        if dparams[0] is None or self._add is None:
+        if dparams[0] is None or not self.options["is_trainable"]:
             return []
-        return self._add.launches([dparams[0], dy[0]], [dparams[0]])
+        return self._copy.launches(dy[0], dparams[0], beta=1.0)  # parameter gradients add

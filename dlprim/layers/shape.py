@@ -11,7 +11,7 @@ Net that aliases y to x can skip both.
 """
 import numpy as np
 
-from ..core.pointwise import PointwiseBroadcast
+from ..core.copy import StridedCopy
 from .base import Layer, TensorSpec, register
 
 
@@ -37,27 +37,16 @@ class ViewLayer(Layer):
                       % (shape, int(np.prod(spec.shape)), spec.shape))
         self.in_specs = list(in_specs)
         self.size = int(np.prod(shape, dtype=np.int64))
-        flat = [((self.size,), spec.dtype)]
-        self._copy = PointwiseBroadcast(self.ctx, flat, flat, "y0 = x0;", name="view_copy")
-        self._add = None
-        if spec.dtype.kind == "f":
-            self._add = PointwiseBroadcast(self.ctx, flat * 2, flat, "y0 = x0 + x1;",
-                                           name="view_copy_add")
+        self._copy = StridedCopy(self.ctx, (self.size,), (1,), (1,), spec.dtype)
         return [TensorSpec(shape, spec.dtype)], [], 0
 
-    def _flat(self, t):
-        return t.view((self.size,))
-
     def forward(self, x, y, params, ws):
-        return self._copy.launches([self._flat(x[0])], [self._flat(y[0])])
+        return self._copy.launches(x[0], y[0])
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         if dx[0] is None:
             return []
-        dxf, dyf = self._flat(dx[0]), self._flat(dy[0])
-        if accumulate[0]:
-            return self._add.launches([dxf, dyf], [dxf])
-        return self._copy.launches([dyf], [dxf])
+        return self._copy.launches(dy[0], dx[0], beta=1.0 if accumulate[0] else 0.0)
 
 
 @register("Reshape")
