@@ -1,0 +1,114 @@
+"""InnerProduct: a fully connected layer, y = act(x W^T + b), bias and activation fused.
+
+x of any rank is flattened from axis 1 to (N, inputs); W is [outputs, inputs] (PyTorch's
+Linear). With g = dy * act'(y):
+  dx = g W          (N x outputs @ outputs x inputs)
+  dW += g^T x       (outputs x N @ N x inputs)
+  db += sum over n of g
+"""
+import numpy as np
+
+from ..core.activation import backward_code
+from ..core.conv import ACTIVATIONS, ws_view
+from ..core.gemm import Gemm
+from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from .base import Layer, ParamSpec, TensorSpec, register
+
+__all__ = ["InnerProduct"]
+
+
+@register("InnerProduct")
+class InnerProduct(Layer):
+    """y[n, o] = act(b[o] + sum_i W[o, i] x[n, i])."""
+    OPTIONS = {"outputs": None, "inputs": -1, "bias": True, "activation": "identity"}
+    BACKWARD_READS_INPUTS = True
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name=name, **options)
+        o = self.options
+        if o["outputs"] is None:
+            self.fail("option 'outputs' is required")
+        if isinstance(o["outputs"], bool) or not isinstance(o["outputs"], (int, np.integer)) \
+                or o["outputs"] < 1:
+            self.fail("option 'outputs' must be a positive int, got %r" % (o["outputs"],))
+        if isinstance(o["inputs"], bool) or not isinstance(o["inputs"], (int, np.integer)) \
+                or o["inputs"] < -1 or o["inputs"] == 0:
+            self.fail("option 'inputs' must be a positive int (or -1: deduced), got %r"
+                      % (o["inputs"],))
+        if o["bias"] not in (True, False, 0, 1):
+            self.fail("option 'bias' must be true or false, got %r" % (o["bias"],))
+        if o["activation"] not in ACTIVATIONS:
+            self.fail("option 'activation': unknown %r; known: %s"
+                      % (o["activation"], ", ".join(ACTIVATIONS)))
+        self.bias, self.activation = bool(o["bias"]), o["activation"]
+        self.BACKWARD_READS_OUTPUTS = self.activation != "identity"
+
+    def setup(self, in_specs):
+        if len(in_specs) != 1:
+            self.fail("expects 1 input, got %d" % len(in_specs))
+        spec = in_specs[0]
+        if len(spec.shape) < 2:
+            self.fail("input must have a batch axis and features; got shape %s" % (spec.shape,))
+        if spec.dtype != np.float32:
+            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        self.in_specs = list(in_specs)
+        n, inputs = spec.shape[0], int(np.prod(spec.shape[1:]))
+        if self.options["inputs"] != -1 and self.options["inputs"] != inputs:
+            self.fail("input has %d features (shape %s flattened from axis 1), option 'inputs' "
+                      "is %d" % (inputs, spec.shape, self.options["inputs"]))
+        outputs = self.options["outputs"]
+        self.n, self.inputs, self.outputs = n, inputs, outputs
+        self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,
+                         bias="col" if self.bias else None, activation=self.activation)
+        self._bwd = None
+        y_spec = ((n, outputs), np.float32)
+        self.act_bwd = None
+        if self.activation != "identity":
+            self.act_bwd = PointwiseBroadcast(self.ctx, [y_spec, y_spec], [y_spec],
+                                              backward_code(self.activation, "x0", "x1", "y0"),
+                                              name="ip_act_backward")
+        self.bias_bwd = None
+        if self.bias:
+            self.bias_bwd = PointwiseBroadcastReduce(self.ctx, [y_spec], [((1, outputs), np.float32)],
+                                                     "y0 = x0;", name="ip_bias_backward")
+        ws = 4 * n * outputs if self.act_bwd is not None and self.mode == "train" else 0
+        params = [ParamSpec((outputs, inputs))] + ([ParamSpec((outputs,))] if self.bias else [])
+        return [TensorSpec((n, outputs))], params, ws
+
+    def init_params(self, params, rng):
+        # PyTorch Linear: kaiming_uniform(a=sqrt(5)) -> U(+-1/sqrt(inputs)); bias alike
+        bound = 1.0 / np.sqrt(self.inputs)
+        for p in params:
+            p.to_device(rng.uniform(-bound, bound, p.shape).astype(np.float32))
+
+    def forward(self, x, y, params, ws):
+        return self._fwd.launches(x[0].reshape(self.n, self.inputs), params[0], y[0],
+                                  bias=params[1] if self.bias else None)
+
+    def _backward_ops(self):
+        if self._bwd is None:
+            n, i, o = self.n, self.inputs, self.outputs
+            self._bwd = (Gemm(self.ctx, n, i, o),                 # dx = g @ W
+                         Gemm(self.ctx, o, i, n, trans_a=True))   # dW += g^T @ x
+        return self._bwd
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        want_dw = dparams[0] is not None
+        want_db = self.bias and dparams[1] is not None
+        if dx[0] is None and not want_dw and not want_db:
+            return []
+        out = []
+        g = dy[0]
+        if self.act_bwd is not None:
+            g = ws_view(ws, 0, self.n * self.outputs).reshape(self.n, self.outputs)
+            out += self.act_bwd.launches([dy[0], y[0]], [g])
+        data_op, filter_op = self._backward_ops()
+        if dx[0] is not None:
+            out += data_op.launches(g, params[0], dx[0].reshape(self.n, self.inputs),
+                                    beta=1.0 if accumulate[0] else 0.0)
+        if want_dw:
+            out += filter_op.launches(g, x[0].reshape(self.n, self.inputs), dparams[0], beta=1.0)
+        if want_db:
+            out += self.bias_bwd.launches([g], [dparams[1].reshape(1, self.outputs)],
+                                          alpha=1.0, beta=1.0)
+        return out

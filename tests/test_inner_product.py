@@ -1,0 +1,91 @@
+"""InnerProduct against a float64 numpy reference."""
+import numpy as np
+import pytest
+
+from dlprim.layers import LayerError, TensorSpec, create
+from layer_check import assert_close, check_reference_grads, run_layer
+
+ACT = {"identity": (lambda v: v, lambda y: np.ones_like(y)),
+       "relu": (lambda v: np.maximum(v, 0), lambda y: (y > 0) * 1.0),
+       "relu6": (lambda v: np.clip(v, 0, 6), lambda y: ((y > 0) & (y < 6)) * 1.0),
+       "sigmoid": (lambda v: 1 / (1 + np.exp(-v)), lambda y: y * (1 - y)),
+       "tanh": (np.tanh, lambda y: 1 - y * y)}
+
+
+def ip_ref(x, w, b, act):
+    z = x.reshape(x.shape[0], -1) @ w.T
+    return ACT[act][0](z + (0 if b is None else b))
+
+
+def ip_backward_ref(x, w, b, y, dy, act):
+    g = dy * ACT[act][1](y)
+    x2 = x.reshape(x.shape[0], -1)
+    return (g @ w).reshape(x.shape), g.T @ x2, (None if b is None else g.sum(axis=0))
+
+
+def test_reference_gradients_by_finite_differences():
+    rng = np.random.default_rng(0)
+    for act in ("identity", "tanh", "sigmoid"):
+        check_reference_grads(
+            lambda xs, ps: [ip_ref(xs[0], ps[0], ps[1], act)],
+            lambda xs, ps, ys, dys: (lambda r: ([r[0]], [r[1], r[2]]))(
+                ip_backward_ref(xs[0], ps[0], ps[1], ys[0], dys[0], act)),
+            [rng.standard_normal((3, 2, 2, 2))], [rng.standard_normal((5, 8)), rng.standard_normal(5)])
+
+
+CASES = [
+    # (x shape, outputs, bias, activation, accumulate)
+    ((3, 17), 1, True, "identity", False),
+    ((1, 31), 32, False, "relu", True),
+    ((5, 33), 33, True, "sigmoid", False),
+    ((2, 3, 7, 3), 63, True, "tanh", True),      # rank 4, flattened from axis 1
+    ((64, 129), 65, True, "relu6", False),
+    ((65, 127), 64, False, "identity", True),
+    ((33, 4, 8), 31, True, "relu", False),
+]
+
+
+@pytest.mark.parametrize("shape, outputs, bias, act, accumulate", CASES)
+def test_inner_product(ctx, shape, outputs, bias, act, accumulate):
+    rng = np.random.default_rng(outputs * 7 + len(shape))
+    layer = create(ctx, "InnerProduct", "fc", dict(outputs=outputs, bias=bias, activation=act))
+    x = rng.standard_normal(shape).astype(np.float32)
+    inputs = int(np.prod(shape[1:]))
+    w = (rng.standard_normal((outputs, inputs)) / np.sqrt(inputs)).astype(np.float32)
+    b = rng.standard_normal(outputs).astype(np.float32) if bias else None
+    dy = rng.standard_normal((shape[0], outputs)).astype(np.float32)
+    res = run_layer(ctx, layer, [x], params=[w] + ([b] if bias else []), dy=[dy],
+                    accumulate=accumulate)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    b64 = None if b is None else b.astype(np.float64)
+    y = ip_ref(x64, w64, b64, act)
+    dx, dw, db = ip_backward_ref(x64, w64, b64, y, dy.astype(np.float64), act)
+    assert_close(res.y[0], y, what="y")
+    assert_close(res.dx[0], dx, rtol=2e-4, atol=2e-4, what="dx")
+    assert_close(res.dparams[0], dw, rtol=2e-4, atol=3e-4, what="dW")
+    if bias:
+        assert_close(res.dparams[1], db, rtol=2e-4, atol=3e-4, what="db")
+    assert layer.BACKWARD_READS_OUTPUTS == (act != "identity")
+
+
+def test_init_and_config(ctx):
+    layer = create(ctx, "InnerProduct", "fc", dict(outputs=7))
+    x = np.random.default_rng(3).standard_normal((2, 50)).astype(np.float32)
+    res = run_layer(ctx, layer, [x], mode="predict")
+    w, b = res.params
+    bound = 1 / np.sqrt(50)
+    assert np.abs(w).max() <= bound and np.abs(b).max() <= bound and w.std() > bound / 3
+    assert_close(res.y[0], x @ w.T + b)
+    assert layer.config() == dict(outputs=7, inputs=-1, bias=True, activation="identity")
+
+
+@pytest.mark.parametrize("options, shape, message", [
+    (dict(outputs=4, inputs=10), (2, 3, 3), "inputs"),
+    (dict(), (2, 3), "outputs"),
+    (dict(outputs=0), (2, 3), "outputs"),
+    (dict(outputs=4, activation="swish"), (2, 3), "activation"),
+    (dict(outputs=4), (5,), "input"),
+])
+def test_option_errors(ctx, options, shape, message):
+    with pytest.raises(LayerError, match=r"InnerProduct 'fc': .*%s" % message):
+        create(ctx, "InnerProduct", "fc", options).setup([TensorSpec(shape)])
