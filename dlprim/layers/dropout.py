@@ -1,0 +1,97 @@
+"""Dropout: in train mode each element is kept with probability 1 - ratio and scaled by
+1 / (1 - ratio) (inverted dropout, as PyTorch); predict mode is the identity.
+
+The mask comes from the counter-based Philox stream (dlprim/core/random.py): element i of
+step t uses uniform value i of the stream (key, offset = t * counters(size)), kept when
+u >= ratio. The key is ``seed`` in its low 32 bits and a CRC of the layer's name in the
+high 32 bits, so a seed reproduces every mask and two Dropout layers never share one.
+The uniform values of the current step stay in the layer's own tensor for backward.
+"""
+import zlib
+
+import numpy as np
+
+from ..core.pointwise import PointwiseBroadcast
+from ..core.random import RandomFill, counters
+from ..tensor import Tensor
+from .base import TRAIN, Layer, TensorSpec, register
+
+
+@register("Dropout")
+class Dropout(Layer):
+    OPTIONS = {"ratio": 0.5, "seed": 0}
+    BACKWARD_READS_INPUTS = False
+    BACKWARD_READS_OUTPUTS = False
+    INPLACE = True
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name=name, **options)
+        ratio = self.options["ratio"]
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.integer, np.floating)) \
+                or not 0 <= ratio < 1:
+            self.fail("option 'ratio' must be a number in [0, 1), got %r" % (ratio,))
+        seed = self.options["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 32:
+            self.fail("option 'seed' must be an int in [0, 2**32), got %r" % (seed,))
+        self.ratio = float(ratio)
+        self.key = (zlib.crc32(self.name.encode()) << 32) | int(seed)
+        self.step_offset = 0   # Philox counter of the next mask; moves on every train step
+        self._u = None
+
+    def setup(self, in_specs):
+        if len(in_specs) != 1:
+            self.fail("expects 1 input, got %d" % len(in_specs))
+        spec = in_specs[0]
+        if spec.dtype != np.float32:
+            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        self.in_specs = list(in_specs)
+        io = (spec.shape, spec.dtype)
+        self._copy = PointwiseBroadcast(self.ctx, [io], [io], "y0 = x0;", name="dropout_copy")
+        self._add = PointwiseBroadcast(self.ctx, [io, io], [io], "y0 = x0 + x1;", name="dropout_add")
+        if self.mode == TRAIN and self.ratio > 0:
+            self._fill = RandomFill(self.ctx, spec.shape, "uniform")
+            if self._u is None or self._u.shape != spec.shape:
+                self._u = Tensor(self.ctx, spec.shape)
+            # y = x * scale where u >= ratio; dx = dy * scale there (+ dx)
+            code = "y0 = x1 >= w0 ? x0 * w1 : 0.0f;"
+            self._apply = {acc: PointwiseBroadcast(self.ctx, [io, io] + [io] * acc, [io],
+                                                   code + (" y0 += x2;" if acc else ""),
+                                                   ["float", "float"], name="dropout_apply")
+                           for acc in (False, True)}
+        return [TensorSpec(spec.shape, spec.dtype)], [], 0
+
+    @property
+    def active(self):
+        return self.mode == TRAIN and self.ratio > 0
+
+    def _scalars(self):
+        return [self.ratio, 1.0 / (1.0 - self.ratio)]
+
+    def forward(self, x, y, params, ws):
+        if not self.active:
+            same = x[0].buffer is y[0].buffer and x[0].offset == y[0].offset
+            return [] if same else self._copy.launches(x, y)
+        fill = self._fill.launches(self._u, self.key, self.step_offset)
+        return [_NextMask(self, fill[0])] + self._apply[False].launches([x[0], self._u], y, self._scalars())
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+        if dx[0] is None:
+            return []
+        acc = bool(accumulate[0])
+        if not self.active:
+            return self._add.launches([dy[0], dx[0]], dx) if acc else self._copy.launches(dy, dx)
+        return self._apply[acc].launches([dy[0], self._u] + dx * acc, dx, self._scalars())
+
+
+class _NextMask:
+    """Fill the mask from the layer's current counter, then move the counter on: re-running
+    a planned iteration gives a new mask, and re-planning continues the same stream."""
+
+    def __init__(self, layer, launch):
+        self.layer, self.launch, self.name = layer, launch, "dropout_mask"
+
+    def __call__(self, queue):
+        RandomFill.set_counter(self.launch, self.layer.key, self.layer.step_offset)
+        event = self.launch(queue)
+        self.layer.step_offset += counters(self.layer._u.size)
+        return event
