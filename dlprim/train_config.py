@@ -11,9 +11,8 @@ import inspect
 import json
 import os
 
-from .config_check import Checker, is_int, is_num, join
-from .data import transforms as _transforms
-from .data.errors import DataError
+from .config_check import Checker, is_int, is_num
+from .data.config import check_data
 
 __all__ = ["ConfigError", "load_config", "validate_config", "apply_overrides", "DEFAULTS"]
 
@@ -21,17 +20,6 @@ DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "out": "runs",
             "resume": None, "plot": True, "progress": True, "metrics": "csv",
             "checkpoint": {"every": 1, "keep": 2, "best": True}, "schedule": None}
 _TOP = ["net", "data", "solver"] + list(DEFAULTS)
-_DATA_COMMON = {"type": None, "transforms": [], "num_classes": None, "scale": None,
-                "shuffle": True, "drop_last": False}
-_DATA_TYPES = {  # type -> {field: default}; None in a *_FILES field means required
-    "mnist": {"images": None, "labels": None},
-    "npz": {"path": None, "x": "x", "y": "y", "channels_last": False},
-    "folder": {"path": None, "mode": "RGB"},
-}
-_FILES = {"mnist": {"images": "file", "labels": "file"}, "npz": {"path": "file"},
-          "folder": {"path": "dir"}}
-
-
 class ConfigError(ValueError):
     """A config with problems; ``.problems`` lists them, each "field.path: what is wrong"."""
 
@@ -89,83 +77,6 @@ def _model_name(c, name):
         known = [n for n in getattr(models, "__all__", []) if callable(getattr(models, n, None))]
         c.bad("net.model.name", "no model %r in dlprim.models%s"
               % (name, " (known: %s)" % ", ".join(known) if known else ""))
-
-
-def _data(c, value):
-    data = c.fields("data", value, ["train", "val"], required=["train"])
-    out = {}
-    for split in ("train", "val"):
-        if data.get(split) is not None:
-            out[split] = _data_entry(c, "data." + split, data[split])
-        else:
-            out[split] = None
-    return out
-
-
-def _data_entry(c, path, value):
-    kind = value.get("type") if isinstance(value, dict) else None
-    if kind not in _DATA_TYPES:
-        if isinstance(value, dict):
-            c.choice(path + ".type", kind, list(_DATA_TYPES))
-        return c.fields(path, value, list(_DATA_COMMON))
-    specific = _DATA_TYPES[kind]
-    entry = c.fields(path, value, list(_DATA_COMMON) + list(specific),
-                     required=[k for k, v in specific.items() if v is None])
-    for key, default in list(_DATA_COMMON.items()) + list(specific.items()):
-        if default is not None:
-            entry.setdefault(key, copy.deepcopy(default))
-        else:
-            entry.setdefault(key, None)
-    for key, kind_of_path in _FILES[kind].items():
-        if entry[key] is not None:
-            entry[key] = c.path(join(path, key), entry[key], kind_of_path)
-    if entry["num_classes"] is not None:
-        c.integer(path + ".num_classes", entry["num_classes"])
-    if entry["scale"] is not None:
-        c.number(path + ".scale", entry["scale"])
-    for key in ("shuffle", "drop_last") + (("channels_last",) if kind == "npz" else ()):
-        c.boolean(join(path, key), entry[key])
-    for key in ("x", "y") if kind == "npz" else ():
-        if not isinstance(entry[key], str):
-            c.bad(join(path, key), "must be an array name (string)")
-    if kind == "folder":
-        c.choice(path + ".mode", entry["mode"], ["RGB", "L"])
-        _need_pillow(c, path + ".type", "image folders")
-    entry["transforms"] = _transform_list(c, path + ".transforms", entry["transforms"])
-    return entry
-
-
-def _need_pillow(c, path, what):
-    try:
-        import PIL.Image  # noqa: F401
-    except ImportError:
-        c.bad(path, "%s need Pillow, which is not installed: pip install 'dlprim[image]'" % what)
-
-
-def _transform_list(c, path, value):
-    if not isinstance(value, list):
-        c.bad(path, "must be a list of transforms")
-        return []
-    for i, item in enumerate(value):
-        here = "%s[%d]" % (path, i)
-        name = item.get("type") if isinstance(item, dict) else None
-        if name not in _transforms.TRANSFORMS:
-            c.choice(here + ".type", name, sorted(_transforms.TRANSFORMS))
-            continue
-        required, optional = _transforms.options_of(name)
-        options = c.fields(here, item, ["type"] + required + list(optional), required=required)
-        options.pop("type")
-        if any(k not in required + list(optional) or options.get(k) is None
-               for k in set(options) | set(required)):
-            continue
-        try:
-            _transforms.TRANSFORMS[name](**options)
-        except DataError as e:
-            c.bad(here, str(e))
-        except ValueError as e:  # "field: problem" from the transform's constructor
-            field, _, problem = str(e).partition(": ")
-            c.bad(here + "." + field, problem) if problem else c.bad(here, str(e))
-    return value
 
 
 _SOLVER_EXTRA = {"no_decay_1d": False, "clip_norm": None, "clip_value": None}
@@ -282,7 +193,7 @@ def validate_config(raw, base_dir=".", source=None):
     top = c.fields("", raw, _TOP, required=["net", "data"])
     cfg = dict(copy.deepcopy(DEFAULTS), **top)
     cfg["net"] = _net(c, top["net"]) if top.get("net") is not None else None
-    cfg["data"] = _data(c, top["data"]) if top.get("data") is not None else None
+    cfg["data"] = check_data(c, top["data"]) if top.get("data") is not None else None
     cfg["solver"] = _solver(c, top.get("solver", {}))
     _scalars(c, cfg, ("epochs", "batch", "seed", "device", "out", "resume"))
     cfg["checkpoint"] = _checkpoint(c, cfg["checkpoint"])

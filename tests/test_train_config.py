@@ -171,3 +171,38 @@ def test_bundled_example_config():
     assert np.bincount(val.source.labels).tolist() == [100] * 10
     x, y = next(iter(val))
     assert x.shape == (64, 1, 28, 28) and abs(float(x.mean())) < 0.5   # normalised
+
+
+def test_data_files_looked_into_before_any_work(project):
+    root, write = project
+    (root / "data" / "junk.gz").write_bytes(b"\x1f\x8b" + b"\0" * 8)
+    write_idx(str(root / "data" / "lb5.gz"), np.zeros(5, np.uint8))
+    (root / "empty").mkdir()
+    raw = _minimal()
+    raw["data"] = {"train": {"type": "mnist", "images": "data/lb.gz", "labels": "data/lb5.gz"},
+                   "val": {"type": "npz", "path": "data/v.npz", "y": "labels"}}
+    with pytest.raises(ConfigError) as info:
+        load_config(write(raw))
+    assert info.value.problems == [
+        "data.train.images: %s: idx magic 0x00000801 has 1 dimensions, expected 3 "
+        "(magic 0x00000803)" % (root / "data" / "lb.gz"),
+        "data.val.y: no array 'labels' in %s (arrays: x, y)" % (root / "data" / "v.npz")]
+    raw["data"] = {"train": {"type": "mnist", "images": "data/im.gz", "labels": "data/lb5.gz"},
+                   "val": {"type": "mnist", "images": "data/junk.gz", "labels": "data/lb.gz"}}
+    with pytest.raises(ConfigError) as info:
+        load_config(write(raw))
+    assert info.value.problems[0] == "data.train.labels: 5 labels for 6 images"
+    assert info.value.problems[1].startswith("data.val.images: %s: corrupt gzip data"
+                                             % (root / "data" / "junk.gz"))
+    if _has_pillow():
+        raw["data"] = {"train": {"type": "folder", "path": "empty"}}
+        with pytest.raises(ConfigError, match="data.train.path: no class sub-folders in"):
+            load_config(write(raw))
+
+
+def _has_pillow():
+    try:
+        import PIL.Image  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import DataError, MissingDataError
 
-__all__ = ["read_idx", "write_idx", "IDX_TYPES"]
+__all__ = ["read_idx", "read_idx_shape", "write_idx", "IDX_TYPES"]
 
 # type code -> big-endian numpy dtype
 IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -32,9 +32,8 @@ def _read_bytes(path):
     return raw
 
 
-def read_idx(path, ndim=None):
-    """The array stored in idx file ``path``; ``ndim`` checks the number of dimensions."""
-    raw = _read_bytes(path)
+def _header(path, raw, ndim):
+    """(dtype, shape, header size) from the leading bytes ``raw`` of idx file ``path``."""
     if len(raw) < 4:
         raise DataError("%s: too short for an idx header (%d bytes)" % (path, len(raw)))
     magic = int.from_bytes(raw[:4], "big")
@@ -49,7 +48,27 @@ def read_idx(path, ndim=None):
     if len(raw) < header:
         raise DataError("%s: idx header cut short" % path)
     shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims))
-    dtype = np.dtype(IDX_TYPES[code])
+    return np.dtype(IDX_TYPES[code]), shape, header
+
+
+def read_idx_shape(path, ndim=None):
+    """The shape recorded in the header of idx file ``path``, reading only the header."""
+    if not os.path.isfile(path):
+        raise MissingDataError("%s: no such file" % path)
+    with open(path, "rb") as f:
+        gz = f.read(2) == _GZIP_MAGIC
+    try:
+        with (gzip.open if gz else open)(path, "rb") as f:
+            head = f.read(4 + 4 * 255)
+    except (OSError, EOFError) as e:
+        raise DataError("%s: corrupt gzip data (%s)" % (path, e)) from None
+    return _header(path, head, ndim)[1]
+
+
+def read_idx(path, ndim=None):
+    """The array stored in idx file ``path``; ``ndim`` checks the number of dimensions."""
+    raw = _read_bytes(path)
+    dtype, shape, header = _header(path, raw, ndim)
     want = int(np.prod(shape)) * dtype.itemsize
     have = len(raw) - header
     if have != want:

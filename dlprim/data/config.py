@@ -1,0 +1,136 @@
+"""The ``data`` section of a training config: its schema and checks.
+
+Checks record problems on a ``config_check.Checker`` (all of them, by field path) and
+look cheaply inside the data files (idx headers, .npz array names, class folders), so a
+wrong file is reported with the config's other problems, before any work.
+"""
+import copy
+import os
+
+import numpy as np
+
+from ..config_check import join
+from . import transforms as _transforms
+from .errors import DataError
+from .idx import read_idx_shape
+
+__all__ = ["check_data", "DATA_TYPES"]
+
+_DATA_COMMON = {"type": None, "transforms": [], "num_classes": None, "scale": None,
+                "shuffle": True, "drop_last": False}
+DATA_TYPES = {  # type -> {field: default}; a None default means the field is required
+    "mnist": {"images": None, "labels": None},
+    "npz": {"path": None, "x": "x", "y": "y", "channels_last": False},
+    "folder": {"path": None, "mode": "RGB"},
+}
+_FILES = {"mnist": {"images": "file", "labels": "file"}, "npz": {"path": "file"},
+          "folder": {"path": "dir"}}
+
+
+def check_data(c, value):
+    """The checked ``data`` section: train (required) and val (None when absent)."""
+    data = c.fields("data", value, ["train", "val"], required=["train"])
+    out = {}
+    for split in ("train", "val"):
+        if data.get(split) is not None:
+            out[split] = _data_entry(c, "data." + split, data[split])
+        else:
+            out[split] = None
+    return out
+
+
+def _data_entry(c, path, value):
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in DATA_TYPES:
+        if isinstance(value, dict):
+            c.choice(path + ".type", kind, list(DATA_TYPES))
+        return c.fields(path, value, list(_DATA_COMMON))
+    specific = DATA_TYPES[kind]
+    before = len(c.problems)
+    entry = c.fields(path, value, list(_DATA_COMMON) + list(specific),
+                     required=[k for k, v in specific.items() if v is None])
+    for key, default in list(_DATA_COMMON.items()) + list(specific.items()):
+        if default is not None:
+            entry.setdefault(key, copy.deepcopy(default))
+        else:
+            entry.setdefault(key, None)
+    for key, kind_of_path in _FILES[kind].items():
+        if entry[key] is not None:
+            entry[key] = c.path(join(path, key), entry[key], kind_of_path)
+    if entry["num_classes"] is not None:
+        c.integer(path + ".num_classes", entry["num_classes"])
+    if entry["scale"] is not None:
+        c.number(path + ".scale", entry["scale"])
+    for key in ("shuffle", "drop_last") + (("channels_last",) if kind == "npz" else ()):
+        c.boolean(join(path, key), entry[key])
+    for key in ("x", "y") if kind == "npz" else ():
+        if not isinstance(entry[key], str):
+            c.bad(join(path, key), "must be an array name (string)")
+    if kind == "folder":
+        c.choice(path + ".mode", entry["mode"], ["RGB", "L"])
+        _need_pillow(c, path + ".type", "image folders")
+    if len(c.problems) == before:
+        _probe(c, path, kind, entry)
+    entry["transforms"] = _transform_list(c, path + ".transforms", entry["transforms"])
+    return entry
+
+
+def _probe(c, path, kind, entry):
+    """Cheap look inside the data files (headers, array names, class folders), so that a
+    wrong file is reported with the config's other problems, before any work."""
+    if kind == "mnist":
+        counts = {}
+        for key, ndim in (("images", 3), ("labels", 1)):
+            try:
+                counts[key] = read_idx_shape(entry[key], ndim)[0]
+            except DataError as e:
+                c.bad(join(path, key), str(e))
+        if len(counts) == 2 and counts["images"] != counts["labels"]:
+            c.bad(path + ".labels", "%d labels for %d images" % (counts["labels"], counts["images"]))
+    elif kind == "npz":
+        try:
+            with np.load(entry["path"], allow_pickle=False) as archive:
+                names = archive.files
+        except (OSError, ValueError) as e:
+            c.bad(path + ".path", "cannot read as .npz (%s)" % e)
+            return
+        for key in ("x", "y"):
+            if entry[key] not in names:
+                c.bad(join(path, key), "no array %r in %s (arrays: %s)"
+                      % (entry[key], entry["path"], ", ".join(names) or "none"))
+    elif not any(os.path.isdir(os.path.join(entry["path"], d)) and not d.startswith(".")
+                 for d in os.listdir(entry["path"])):
+        c.bad(path + ".path", "no class sub-folders in %s" % entry["path"])
+
+
+def _need_pillow(c, path, what):
+    try:
+        import PIL.Image  # noqa: F401
+    except ImportError:
+        c.bad(path, "%s need Pillow, which is not installed: pip install 'dlprim[image]'" % what)
+
+
+def _transform_list(c, path, value):
+    if not isinstance(value, list):
+        c.bad(path, "must be a list of transforms")
+        return []
+    for i, item in enumerate(value):
+        here = "%s[%d]" % (path, i)
+        name = item.get("type") if isinstance(item, dict) else None
+        if name not in _transforms.TRANSFORMS:
+            c.choice(here + ".type", name, sorted(_transforms.TRANSFORMS))
+            continue
+        required, optional = _transforms.options_of(name)
+        options = c.fields(here, item, ["type"] + required + list(optional), required=required)
+        options.pop("type")
+        if any(k not in required + list(optional) or options.get(k) is None
+               for k in set(options) | set(required)):
+            continue
+        try:
+            _transforms.TRANSFORMS[name](**options)
+        except DataError as e:
+            c.bad(here, str(e))
+        except ValueError as e:  # "field: problem" from the transform's constructor
+            field, _, problem = str(e).partition(": ")
+            c.bad(here + "." + field, problem) if problem else c.bad(here, str(e))
+    return value
