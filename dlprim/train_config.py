@@ -20,6 +20,8 @@ DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "out": "runs",
             "resume": None, "plot": True, "progress": True, "metrics": "csv",
             "checkpoint": {"every": 1, "keep": 2, "best": True}, "schedule": None}
 _TOP = ["net", "data", "solver"] + list(DEFAULTS)
+
+
 class ConfigError(ValueError):
     """A config with problems; ``.problems`` lists them, each "field.path: what is wrong"."""
 
