@@ -1,0 +1,143 @@
+"""dlprim beside PyTorch CUDA on the same GPU, with the protocol of the reference anchors.
+
+For alexnet, resnet18, resnet50, vgg16 and mobilenet_v2 (DLPrimitives' benchmark nets,
+tests/data/nets) at batch 16 and 64, inference and training:
+- infer: host->device copy of the batch, forward, device->host copy of the output;
+- train: copy in, zero grads, forward, loss, backward, Adam step.
+PyTorch runs FP32 with TF32 off (the same arithmetic as OpenCL FP32) and with its
+defaults (TF32). Warm-up 5, mean of 20. Prints a table with the ratios, and the
+DLPrimitives figures of the anchors for comparison.
+
+    python benchmarks/side_by_side.py [--nets resnet18,vgg16] [--batches 16,64] [--modes infer,train]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+NETS = ["alexnet", "resnet18", "resnet50", "vgg16", "mobilenet_v2"]
+# DLPrimitives C++ OpenCL on an H200 (reference anchors): (net, batch, mode) -> ms
+DLPRIMITIVES = {
+    ("alexnet", 16, "infer"): 3.11, ("resnet18", 16, "infer"): 4.33, ("resnet50", 16, "infer"): 12.63,
+    ("vgg16", 16, "infer"): 17.27, ("mobilenet_v2", 16, "infer"): 5.17,
+    ("alexnet", 16, "train"): 9.51, ("resnet18", 16, "train"): 18.11, ("resnet50", 16, "train"): 55.12,
+    ("vgg16", 16, "train"): 77.29, ("mobilenet_v2", 16, "train"): 27.97,
+    ("alexnet", 64, "infer"): 8.86, ("resnet18", 64, "infer"): 13.80, ("resnet50", 64, "infer"): 35.56,
+    ("vgg16", 64, "infer"): 60.55, ("mobilenet_v2", 64, "infer"): 17.61,
+    ("alexnet", 64, "train"): 22.23, ("resnet18", 64, "train"): 58.85, ("resnet50", 64, "train"): 172.69,
+    ("vgg16", 64, "train"): 281.74, ("mobilenet_v2", 64, "train"): 80.32,
+}
+
+
+def dlprim_ms(ctx, net, batch, mode, warmup, iters):
+    from dlprim.cli.benchmark import run_net
+    with open(os.path.join(os.path.dirname(HERE), "tests", "data", "nets", "%s-b16.js" % net)) as f:
+        graph = json.load(f)
+    for inp in graph["inputs"]:
+        inp["shape"] = [batch] + inp["shape"][1:]
+    return run_net(ctx, graph, train=mode == "train", warmup=warmup, iters=iters)["mean_ms"]
+
+
+def torch_ms(net, batch, mode, tf32, warmup, iters):
+    import torch
+    import torchvision
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    model = getattr(torchvision.models, net)().cuda()
+    x_host = torch.randn(batch, 3, 224, 224)
+    y_host = torch.randint(0, 1000, (batch,))
+    if mode == "train":
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        loss_fn = torch.nn.CrossEntropyLoss()
+    else:
+        model.eval()
+
+    def iteration():
+        x = x_host.cuda(non_blocking=False)
+        if mode == "train":
+            y = y_host.cuda()
+            opt.zero_grad()
+            out = model(x)
+            loss_fn(out, y).backward()
+            opt.step()
+        else:
+            with torch.no_grad():
+                out = model(x)
+        return out.cpu()
+
+    for _ in range(warmup):
+        iteration()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        iteration()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(np.mean(times))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--nets", default=",".join(NETS))
+    p.add_argument("--batches", default="16,64")
+    p.add_argument("--modes", default="infer,train")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--json", help="also write the rows here")
+    args = p.parse_args()
+    import dlprim as dp
+    ctx = dp.Context(os.environ.get("DLPRIM_DEVICE", "gpu"))
+    print("dlprim on %s (driver %s)" % (ctx.name, ctx.facts.driver_version), flush=True)
+    rows = []
+    for mode in args.modes.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            for net in args.nets.split(","):
+                row = {"net": net, "batch": batch, "mode": mode}
+                try:
+                    row["dlprim"] = dlprim_ms(ctx, net, batch, mode, args.warmup, args.iters)
+                except Exception as err:  # a failing net is reported in the table, not fatal
+                    row["error"] = "%s: %s" % (type(err).__name__, str(err)[:120])
+                if not args.no_torch:
+                    row["torch_fp32"] = torch_ms(net, batch, mode, False, args.warmup, args.iters)
+                    row["torch_tf32"] = torch_ms(net, batch, mode, True, args.warmup, args.iters)
+                row["dlprimitives"] = DLPRIMITIVES.get((net, batch, mode))
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print()
+    print("| net | batch | mode | dlprim ms | PyTorch fp32 | PyTorch tf32 | DLPrimitives | vs fp32 | vs DLPrimitives |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    ratios_fp32, ratios_dlp = [], []
+    for r in rows:
+        ours = r.get("dlprim")
+        f32, t32, dlp = r.get("torch_fp32"), r.get("torch_tf32"), r.get("dlprimitives")
+        vs32 = f32 / ours if ours and f32 else None
+        vsdlp = dlp / ours if ours and dlp else None
+        if vs32:
+            ratios_fp32.append(vs32)
+        if vsdlp:
+            ratios_dlp.append(vsdlp)
+        fmt = lambda v: "%.2f" % v if v else ("failed" if v is None and "error" in r else "")
+        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["net"], r["batch"], r["mode"], fmt(ours), fmt(f32), fmt(t32), fmt(dlp),
+            "%.2fx" % vs32 if vs32 else "", "%.2fx" % vsdlp if vsdlp else ""))
+    gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+    print("\ngeometric mean of speed: %.2fx PyTorch fp32 (%d rows), %.2fx DLPrimitives (%d rows)"
+          % (gm(ratios_fp32), len(ratios_fp32), gm(ratios_dlp), len(ratios_dlp)))
+
+
+if __name__ == "__main__":
+    main()

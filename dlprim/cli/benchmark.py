@@ -1,0 +1,165 @@
+"""dlprim-benchmark: time a whole net (inference or a training step) as DLPrimitives does.
+
+A timed iteration is: host->device copy of the batch, forward (+ loss, backward and an
+Adam step with --train), device->host copy of the output; ``ctx.finish()`` closes it.
+Warm-up iterations come first; the mean and median of the timed ones are reported.
+
+    dlprim-benchmark resnet18 --batch 16 --train
+    dlprim-benchmark net.json --batch 64 --profile
+    dlprim-benchmark gemm            # the GEMM micro-benchmark
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def build_graph(net, batch, image_size, classes, train):
+    """A graph dict from a JSON file or a ``dlprim.models`` builder name."""
+    if os.path.isfile(net):
+        with open(net) as f:
+            graph = json.load(f)
+        for inp in graph.get("inputs", []):
+            inp["shape"] = [batch] + list(inp["shape"][1:])
+        return graph
+    from .. import models
+    builder = getattr(models, net, None)
+    if builder is None or net.startswith("_"):
+        raise SystemExit("dlprim-benchmark: %r is neither a file nor a model in dlprim.models "
+                         "(%s)" % (net, ", ".join(models.__all__)))
+    return builder(batch=batch, image_size=image_size, classes=classes, train=train).to_dict()
+
+
+def _inputs(net, rng):
+    arrays = {}
+    for name in net.input_names:
+        t = net.tensor(name)
+        if t.dtype.kind == "f":
+            arrays[name] = rng.standard_normal(t.shape).astype(t.dtype)
+        else:
+            classes = 10
+            arrays[name] = rng.integers(0, classes, size=t.shape).astype(t.dtype)
+    return arrays
+
+
+def run_net(ctx, graph, train=False, warmup=5, iters=20, profile=False, seed=0):
+    """Time ``graph``; returns a dict of figures (and the per-kernel profile if asked)."""
+    from .. import PREDICT, TRAIN, Net
+    from ..solvers import Adam
+    net = Net(ctx, graph, mode=TRAIN if train else PREDICT, seed=seed)
+    solver = Adam(net, lr=1e-4) if train else None
+    rng = np.random.default_rng(seed)
+    arrays = _inputs(net, rng)
+    out_name = [n for n in net.output_names if not n.startswith("loss")] or net.output_names
+    out = net.tensor(out_name[0])
+    host_out = np.empty(out.shape, out.dtype)
+
+    def iteration():
+        for name, a in arrays.items():
+            net.tensor(name).to_device(a, wait=False)
+        if train:
+            solver.zero_grad()
+        net.forward()
+        if train:
+            net.backward()
+            solver.apply()
+        out.to_host(host_out)
+
+    for _ in range(warmup):
+        iteration()
+    ctx.finish()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        iteration()
+        ctx.finish()
+        times.append(time.perf_counter() - start)
+    # host time spent enqueueing one pass, measured with the device kept busy
+    launches = len(net.plan.forward) + (len(net.plan.backward) if train else 0)
+    start = time.perf_counter()
+    for launch in net.plan.forward:
+        launch(ctx.queue)
+    host = time.perf_counter() - start
+    ctx.finish()
+    result = {"mean_ms": 1e3 * float(np.mean(times)), "median_ms": 1e3 * float(np.median(times)),
+              "launches": launches, "host_us_per_launch": 1e6 * host / max(len(net.plan.forward), 1),
+              "memory": net.memory_stats(), "pool_peak_bytes": ctx.memory.peak_bytes}
+    if profile:
+        result["profile"] = _profile(ctx, net, train)
+    return result
+
+
+def _profile(ctx, net, train):
+    """Per-operator forward times and per-kernel backward times from OpenCL events."""
+    import pyopencl as cl
+    if not ctx.queue.properties & cl.command_queue_properties.PROFILING_ENABLE:
+        raise SystemExit("dlprim-benchmark: --profile needs a profiling queue")
+    plan = net.plan
+    events = [launch(ctx.queue) for launch in plan.forward]
+    bwd = [(launch, launch(ctx.queue)) for launch in plan.backward] if train else []
+    ctx.finish()
+    rows, k = [], 0
+    for op, count in zip(net.graph.ops, plan.op_forward):
+        ms = sum((e.profile.end - e.profile.start) * 1e-6 for e in events[k:k + count] if e is not None)
+        rows.append(("forward", op.name, op.type, ms))
+        k += count
+    by_kernel = {}
+    for launch, e in bwd:
+        if e is not None:
+            name = getattr(launch, "name", type(launch).__name__)
+            by_kernel[name] = by_kernel.get(name, 0.0) + (e.profile.end - e.profile.start) * 1e-6
+    rows += [("backward", name, "kernel", ms) for name, ms in sorted(by_kernel.items(), key=lambda kv: -kv[1])]
+    return rows
+
+
+def _format_profile(rows):
+    lines = ["%-9s %-28s %-22s %9s" % ("pass", "operator / kernel", "type", "ms")]
+    for p, name, kind, ms in rows:
+        lines.append("%-9s %-28s %-22s %9.3f" % (p, name[:28], kind[:22], ms))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    from ..context import Context
+    p = argparse.ArgumentParser(prog="dlprim-benchmark", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("net", help="net JSON file, a dlprim.models name, or 'gemm'")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--train", action="store_true", help="forward + loss + backward + Adam step")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--device", default=None)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--classes", type=int, default=1000)
+    p.add_argument("--profile", action="store_true", help="per-layer table from OpenCL events")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = p.parse_args(argv)
+    if args.warmup < 0 or args.iters < 1 or args.batch < 1:
+        p.error("--warmup must be >= 0, --iters and --batch >= 1")
+    ctx = Context(args.device, profiling=args.profile)
+    if args.net == "gemm":
+        from ..core.gemm_bench import main as gemm_main
+        return gemm_main(ctx)
+    graph = build_graph(args.net, args.batch, args.image_size, args.classes, args.train)
+    res = run_net(ctx, graph, args.train, args.warmup, args.iters, args.profile)
+    if args.json:
+        print(json.dumps({k: v for k, v in res.items()}, default=str))
+        return 0
+    mem = res["memory"]
+    print("%s  batch %d  %s  on %s" % (args.net, args.batch, "train" if args.train else "infer", ctx.name))
+    print("time per batch: mean %.3f ms, median %.3f ms (%d iterations after %d warm-up)"
+          % (res["mean_ms"], res["median_ms"], args.iters, args.warmup))
+    print("launches per iteration: %d; host time %.1f us per launch"
+          % (res["launches"], res["host_us_per_launch"]))
+    print("device memory: arena %.1f MiB (unplanned %.1f MiB), total %.1f MiB"
+          % (mem["arena_bytes"] / 2**20, mem["unplanned_bytes"] / 2**20, mem["total_bytes"] / 2**20))
+    if args.profile:
+        print(_format_profile(res["profile"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
