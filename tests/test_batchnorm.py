@@ -182,3 +182,13 @@ def test_bad_inputs(ctx):
         create(ctx, "BatchNorm", "bn", {}).setup([TensorSpec((2, 3, 4))])
     with pytest.raises(LayerError, match="more than one value per channel"):
         create(ctx, "BatchNorm", "bn", {}).setup([TensorSpec((1, 3))])
+
+
+def test_train_forward_after_predict_setup_checks_the_batch(ctx):
+    layer = create(ctx, "BatchNorm", "bn", {})
+    layer.mode = "predict"
+    layer.setup([TensorSpec((1, 3))])
+    layer.mode = "train"
+    p = [place(ctx, np.ones(3, np.float32)) for _ in range(4)]
+    with pytest.raises(LayerError, match="more than one value per channel"):
+        layer.forward([place(ctx, np.ones((1, 3), np.float32))], [Tensor(ctx, (1, 3))], p, None)

@@ -124,3 +124,15 @@ def test_bad_options_name_layer_and_option(options, option):
     with pytest.raises(LayerError) as err:
         create(None, "Dropout", "bad", options)
     assert "Dropout 'bad'" in str(err.value) and option in str(err.value)
+
+
+def test_mode_switch_after_setup(ctx):
+    """A Net sets layers up once and switches modes by re-planning only."""
+    layer = create(ctx, "Dropout", "drop", {"ratio": 0.3, "seed": 5})
+    layer.mode = "predict"
+    layer.setup([TensorSpec((40,))])
+    layer.mode = "train"
+    x = place(ctx, np.ones(40, np.float32))
+    y = Tensor(ctx, (40,))
+    run(layer.forward([x], [y], [], None), ctx.queue)
+    assert np.array_equal(y.numpy() != 0, expected_mask("drop", 5, 40, 0))

@@ -62,8 +62,7 @@ class BatchNorm(Layer):
         self.in_specs = list(in_specs)
         n = spec.shape[0]
         s = int(np.prod(spec.shape[2:], dtype=np.int64))
-        if self.batch_stats and n * s < 2:
-            self.fail("train mode needs more than one value per channel, input %s" % (spec.shape,))
+        self._check_batch(spec.shape)
         self.features, self.view_shape = c, (n, c, s)
         self.ops = BatchNormOps(self.ctx, self.view_shape, self.options["eps"], self.affine)
         if self._batch is None or self._batch[0].shape != (c,):
@@ -78,12 +77,17 @@ class BatchNorm(Layer):
         for p, value in zip(params, (0.0, 1.0, 1.0, 0.0)):
             p.to_device(np.full(p.shape, value, p.dtype))
 
+    def _check_batch(self, shape):
+        if self.batch_stats and int(np.prod(shape, dtype=np.int64)) // shape[1] < 2:
+            self.fail("train mode needs more than one value per channel, input %s" % (shape,))
+
     def _stats(self, params):
         return (self._batch[0], self._batch[1]) if self.batch_stats else (params[0], params[1])
 
     def forward(self, x, y, params, ws):
         xv, yv = x[0].view(self.view_shape), y[0].view(self.view_shape)
         out = []
+        self._check_batch(x[0].shape)   # a Net may switch to train mode after setup
         if self.batch_stats:
             out += self.ops.stats_launches(xv, self._batch[0], self._batch[1], params[0], params[1],
                                            float(self.options["momentum"]))

@@ -48,7 +48,7 @@ class Dropout(Layer):
         io = (spec.shape, spec.dtype)
         self._copy = PointwiseBroadcast(self.ctx, [io], [io], "y0 = x0;", name="dropout_copy")
         self._add = PointwiseBroadcast(self.ctx, [io, io], [io], "y0 = x0 + x1;", name="dropout_add")
-        if self.mode == TRAIN and self.ratio > 0:
+        if self.ratio > 0:   # built in either mode: a Net switches modes without setup
             self._fill = RandomFill(self.ctx, spec.shape, "uniform")
             if self._u is None or self._u.shape != spec.shape:
                 self._u = Tensor(self.ctx, spec.shape)
