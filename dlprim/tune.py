@@ -26,14 +26,19 @@ def _tiles(*rows):
 
 
 # (TILE_M, TILE_N, TILE_K, BLOCK_M, BLOCK_N, VEC, GROUP), most promising first
-_GPU = _tiles((128, 128, 16, 8, 8, 4, 8), (128, 128, 8, 8, 8, 4, 8), (128, 64, 16, 8, 4, 4, 8),
-              (64, 128, 16, 4, 8, 4, 8), (64, 64, 16, 4, 4, 4, 8), (128, 128, 16, 8, 8, 4, 1),
-              (32, 64, 16, 4, 4, 4, 1), (64, 32, 16, 4, 4, 4, 1), (32, 32, 16, 4, 4, 4, 1))
+_GPU = _tiles((128, 128, 16, 8, 8, 4, 8), (128, 128, 8, 8, 8, 4, 8), (256, 128, 8, 16, 8, 4, 8),
+              (128, 256, 8, 8, 16, 4, 8), (128, 128, 16, 8, 8, 4, 1), (64, 128, 16, 8, 8, 4, 8),
+              (128, 64, 16, 8, 8, 4, 8), (64, 128, 16, 4, 8, 4, 8), (128, 64, 16, 8, 4, 4, 8),
+              (64, 64, 16, 4, 4, 4, 8), (64, 64, 16, 8, 8, 4, 8), (32, 64, 16, 4, 4, 4, 1),
+              (64, 32, 16, 4, 4, 4, 1), (32, 32, 16, 4, 4, 4, 1))
 _CPU = _tiles((32, 32, 16, 4, 4, 4, 1), (16, 16, 16, 4, 4, 4, 1), (64, 64, 16, 8, 8, 4, 1),
               (32, 32, 8, 4, 4, 1, 1))
 
-DEFAULT_SIZES = {"gpu": ["2048", "32x2048x2048", "2048x32x2048", "32x32x4096"],
-                 "cpu": ["256", "16x256x256", "256x16x256", "16x16x256"]}
+# one size per shape class (the class of a size depends on the device's compute units)
+DEFAULT_SIZES = {"gpu": ["4096", "1024", "64x50176x576", "50176x64x576", "32x8192x2048",
+                         "8192x32x2048", "32x32x4096"],
+                 "cpu": ["256", "64", "64x512x64", "512x64x64", "16x256x256", "256x16x256",
+                         "16x16x256"]}
 
 
 def gemm_candidates(facts):
@@ -75,7 +80,7 @@ def tune_gemm(ctx, sizes, candidates, repeat=5, out=None):
     rng = np.random.default_rng(0)
     by_class = {}
     for M, N, K in sizes:
-        by_class.setdefault(gemm_tiles.shape_class(M, N), []).append((M, N, K))
+        by_class.setdefault(gemm_tiles.shape_class(M, N, 1, ctx.facts.compute_units), []).append((M, N, K))
     best = {}
     for cls, shapes in by_class.items():
         totals = []

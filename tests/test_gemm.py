@@ -7,6 +7,7 @@ import dlprim as dp
 from dlprim import tune
 from dlprim.core import gemm_tiles
 from dlprim.core.gemm import Gemm, gemm
+from dlprim.kernels import program
 
 EDGES = [1, 31, 32, 33, 63, 64, 65, 127, 129]
 # each edge size appears once as M, once as N and once as K
@@ -63,10 +64,12 @@ def test_alpha_beta(ctx, rng):
     close(C.numpy(), reference(a, b, c, 0.5, -1.5), K)
 
 
-@pytest.mark.parametrize("mode, act", [("row", "relu"), ("col", "relu6"), (None, "sigmoid"),
-                                       ("row", "tanh"), ("col", "identity")])
-def test_bias_and_activation(ctx, rng, mode, act):
-    M, N, K = 33, 65, 31
+@pytest.mark.parametrize("mode, act, N", [("row", "relu", 65), ("col", "relu6", 68),
+                                          (None, "sigmoid", 68), ("row", "tanh", 68),
+                                          ("col", "identity", 65)])
+def test_bias_and_activation(ctx, rng, mode, act, N):
+    # N = 68: float4 epilogue on whole groups of 4 columns, scalar on the ragged rest
+    M, K = 33, 31
     a, b, c = (3 * rng.standard_normal(s) for s in ((M, K), (K, N), (M, N)))
     bias = 4 * rng.standard_normal(M if mode == "row" else N)
     C = t(ctx, c)
@@ -80,27 +83,34 @@ def test_bias_and_activation(ctx, rng, mode, act):
 
 @pytest.mark.parametrize("trans_a, trans_b, pad", [(0, 0, 5), (1, 1, 3), (0, 1, 4), (1, 0, 8)])
 def test_offsets_and_leading_dims(ctx, rng, trans_a, trans_b, pad):
-    # pad 4 and 8 with offsets that are multiples of 4 take the float4 load path
+    # even pads put every row at a multiple of 4 elements: the float4 load/store paths
     M, N, K = 63, 65, 33
     a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     sa, sb = stored(a, trans_a), stored(b, trans_b)
-    lda, ldb, ldc = sa.shape[1] + pad, sb.shape[1] + pad, N + 3
-    off_a, off_b, off_c = 4 * pad, 4 * pad + 4, 7
-    arena = np.full(off_a + sa.shape[0] * lda + off_b + sb.shape[0] * ldb
-                    + off_c + M * ldc, -7.0, np.float32)
-    ia, ib = off_a, off_a + sa.shape[0] * lda + off_b
-    ic = ib + sb.shape[0] * ldb + off_c
+    lda, ldb, ldc = (program.round_up(n, 4) + pad for n in (sa.shape[1], sb.shape[1], N))
+    off = 4 if pad % 2 == 0 else 7
+
+    def place(start, rows, ld):
+        begin = program.round_up(start, 4) + off
+        return begin, begin + rows * ld
+
+    ia, end = place(0, sa.shape[0], lda)
+    ib, end = place(end, sb.shape[0], ldb)
+    ic, end = place(end, M, ldc)
+    arena = np.full(end + 5, -7.0, np.float32)
     arena[ia:ia + sa.shape[0] * lda].reshape(-1, lda)[:, :sa.shape[1]] = sa
     arena[ib:ib + sb.shape[0] * ldb].reshape(-1, ldb)[:, :sb.shape[1]] = sb
     whole = t(ctx, arena)
     A = whole.view((sa.shape[0] * lda,), ia)
     B = whole.view((sb.shape[0] * ldb,), ib)
     C = whole.view((M * ldc,), ic)
-    Gemm(ctx, M, N, K, trans_a, trans_b)(A, B, C, lda=lda, ldb=ldb, ldc=ldc)
+    op = Gemm(ctx, M, N, K, trans_a, trans_b)
+    assert op._aligned(lda, ia, 0) == op._aligned(ldb, ib, 0) == op._aligned(ldc, ic, 0) == (pad % 2 == 0)
+    op(A, B, C, lda=lda, ldb=ldb, ldc=ldc)
     out = whole.numpy()
-    close(out[ic:].reshape(M, ldc)[:, :N], reference(a, b), K)
-    assert np.all(out[ic:].reshape(M, ldc)[:, N:] == -7)  # padding columns untouched
-    assert np.array_equal(out[:ic], arena[:ic])
+    close(out[ic:end].reshape(M, ldc)[:, :N], reference(a, b), K)
+    assert np.all(out[ic:end].reshape(M, ldc)[:, N:] == -7)  # padding columns untouched
+    assert np.array_equal(out[:ic], arena[:ic]) and np.array_equal(out[end:], arena[end:])
 
 
 def test_strided_batch(ctx, rng):
@@ -179,8 +189,10 @@ def test_errors(ctx):
 
 
 def test_shape_class():
-    assert [gemm_tiles.shape_class(m, n) for m, n in ((64, 64), (63, 64), (64, 1), (1, 1))] == \
-        ["large", "small_m", "small_n", "small"]
+    shapes = ((128, 128), (64, 64), (128, 64), (63, 64), (64, 1), (1, 1), (2048, 2048))
+    assert [gemm_tiles.shape_class(m, n, 1, 132) for m, n in shapes] == \
+        ["medium", "narrow_m", "narrow_n", "small_m", "small_n", "small", "large"]
+    assert gemm_tiles.shape_class(128, 128, batch=200, compute_units=132) == "large"
 
 
 def test_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):

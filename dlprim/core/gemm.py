@@ -44,11 +44,11 @@ class Gemm:
             raise ValueError("Gemm: unknown activation %r; known: %s"
                              % (activation, ", ".join(ACTIVATIONS)))
         self.bias, self.activation = bias, activation
-        self.tile = gemm_tiles.pick_tile(ctx.facts, self.M, self.N)
+        self.tile = gemm_tiles.pick_tile(ctx.facts, self.M, self.N, self.batch)
         if tile:
             self.tile = gemm_tiles.check_tile(dict(self.tile, **tile), ctx.facts)
         # build now the variant that packed, aligned operands use
-        self._program(self._aligned(self._packed("a"), 0, 0), self._aligned(self._packed("b"), 0, 0))
+        self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"))
 
     # ----- facts about the operands
     def _packed(self, which):
@@ -70,10 +70,11 @@ class Gemm:
         """float4 loads are safe when every row of every batch starts 16-byte aligned."""
         return int(ld % 4 == 0 and offset % 4 == 0 and (self.batch <= 1 or stride % 4 == 0))
 
-    def _program(self, aligned_a, aligned_b):
+    def _program(self, aligned_a, aligned_b, aligned_c):
         return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
                            BIAS=self.bias or "none", ACTIVATION=self.activation,
-                           ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, **self.tile)
+                           ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
+                           ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0, **self.tile)
 
     @property
     def flops(self):
@@ -132,7 +133,8 @@ class Gemm:
         if self.M == 0 or self.N == 0 or self.batch == 0:
             return []
         prg = self._program(self._aligned(lda, A.offset, stride_a),
-                            self._aligned(ldb, B.offset, stride_b))
+                            self._aligned(ldb, B.offset, stride_b),
+                            self._aligned(ldc, C.offset, stride_c))
         t = self.tile
         wg_m, wg_n = t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]
         gsize = (-(-self.N // t["TILE_N"]) * wg_n, -(-self.M // t["TILE_M"]) * wg_m, self.batch)

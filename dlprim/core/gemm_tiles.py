@@ -9,7 +9,7 @@ is cut into) and ``GROUP`` (tile rows walked together for cache reuse; 1 = plain
 import json
 import os
 
-__all__ = ["TILE_KEYS", "shape_class", "default_tile", "tuned_tile", "pick_tile",
+__all__ = ["TILE_KEYS", "CLASSES", "shape_class", "default_tile", "tuned_tile", "pick_tile",
            "check_tile", "cache_dir", "cache_file", "device_key", "store_tuned"]
 
 TILE_KEYS = ("TILE_M", "TILE_N", "TILE_K", "BLOCK_M", "BLOCK_N", "VEC", "GROUP")
@@ -20,24 +20,43 @@ def _tile(tm, tn, tk, bm, bn, vec=4, group=1):
     return dict(zip(TILE_KEYS, (tm, tn, tk, bm, bn, vec, group)))
 
 
+CLASSES = ("large", "medium", "narrow_m", "narrow_n", "small_m", "small_n", "small")
+
 # family -> shape class -> tile; CPUs (PoCL) get small tiles and one config for every
 # class, which also keeps the number of builds low there.
 _TABLE = {
-    "gpu": {"large": _tile(128, 128, 16, 8, 8, 4, 8), "small_m": _tile(32, 64, 16, 4, 4),
-            "small_n": _tile(64, 32, 16, 4, 4), "small": _tile(32, 32, 16, 4, 4)},
-    "intel": {"large": _tile(64, 64, 16, 4, 4), "small_m": _tile(32, 64, 16, 4, 4),
-              "small_n": _tile(64, 32, 16, 4, 4), "small": _tile(32, 32, 16, 4, 4)},
-    "cpu": dict.fromkeys(("large", "small_m", "small_n", "small"), _tile(32, 32, 16, 4, 4)),
-    "other": dict.fromkeys(("large", "small_m", "small_n", "small"), _tile(32, 32, 8, 4, 4)),
+    "gpu": {"large": _tile(128, 128, 16, 8, 8, 4, 8), "medium": _tile(64, 64, 16, 4, 4, 4, 8),
+            "narrow_m": _tile(64, 128, 16, 8, 8), "narrow_n": _tile(128, 64, 16, 8, 8),
+            "small_m": _tile(32, 64, 16, 4, 4), "small_n": _tile(64, 32, 16, 4, 4),
+            "small": _tile(32, 32, 16, 4, 4)},
+    "intel": dict({"large": _tile(64, 64, 16, 4, 4), "small_m": _tile(32, 64, 16, 4, 4),
+                   "small_n": _tile(64, 32, 16, 4, 4), "small": _tile(32, 32, 16, 4, 4)},
+                  medium=_tile(32, 32, 16, 4, 4), narrow_m=_tile(64, 64, 16, 4, 4),
+                  narrow_n=_tile(64, 64, 16, 4, 4)),
+    "cpu": dict.fromkeys(CLASSES, _tile(32, 32, 16, 4, 4)),
+    "other": dict.fromkeys(CLASSES, _tile(32, 32, 8, 4, 4)),
 }
 
 
-def shape_class(M, N):
-    """'large', 'small_m', 'small_n' or 'small' (both sides under 64)."""
+def shape_class(M, N, batch=1, compute_units=0):
+    """Which tile shape suits C's shape.
+
+    'small' (M and N under 64), 'small_m' / 'small_n' (one side under 64), 'narrow_m' /
+    'narrow_n' (one side 64..127, where a 128-high tile would idle half its threads),
+    'medium' (too few 128x128 tiles to give every compute unit one), else 'large'.
+    """
     small_m, small_n = M < SMALL, N < SMALL
     if small_m and small_n:
         return "small"
-    return "small_m" if small_m else "small_n" if small_n else "large"
+    if small_m or small_n:
+        return "small_m" if small_m else "small_n"
+    if M < 2 * SMALL:
+        return "narrow_m"
+    if N < 2 * SMALL:
+        return "narrow_n"
+    if -(-M // 128) * -(-N // 128) * batch < compute_units:
+        return "medium"
+    return "large"
 
 
 def _family(facts):
@@ -134,8 +153,8 @@ def tuned_tile(facts, cls):
         return None  # stale or foreign entry: fall back to the table
 
 
-def pick_tile(facts, M, N):
-    cls = shape_class(M, N)
+def pick_tile(facts, M, N, batch=1):
+    cls = shape_class(M, N, batch, facts.compute_units)
     return tuned_tile(facts, cls) or default_tile(facts, cls)
 
 

@@ -213,20 +213,41 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B)}
         const int m = a_d0 + (i / ${VEC} * ${WG_M} + ty) * ${VEC} + i % ${VEC};
         if (m >= M)
             continue;
-        #pragma unroll
-        for (int j = 0; j < ${BLOCK_N}; j++) {
-            const int n = b_d0 + (j / ${VEC} * ${WG_N} + tx) * ${VEC} + j % ${VEC};
-            if (n < N) {
-                const ulong at = (ulong)m * ldc + n;
-                float v = alpha * acc[i][j];
-                if (beta != 0.0f)
-                    v += beta * c_ptr[at];
+        __global float *c_row = c_ptr + (ulong)m * ldc;
 % if BIAS == "row":
-                v += bias[bias_offset + m];
-% elif BIAS == "col":
-                v += bias[bias_offset + n];
+        const float bias_m = bias[bias_offset + m];
 % endif
-                c_ptr[at] = ACT_${ACTIVATION}(v);
+        #pragma unroll
+        for (int jv = 0; jv < ${BLOCK_N // VEC}; jv++) {
+            const int n = b_d0 + (jv * ${WG_N} + tx) * ${VEC};
+% if VEC == 4 and ALIGNED_C:
+            if (n + 3 < N) {  // whole float4: one 16-byte load/store
+                float4 v = alpha * (float4)(acc[i][jv * 4], acc[i][jv * 4 + 1],
+                                            acc[i][jv * 4 + 2], acc[i][jv * 4 + 3]);
+                if (beta != 0.0f)
+                    v += beta * *(__global const float4 *)(c_row + n);
+    % if BIAS == "row":
+                v += bias_m;
+    % elif BIAS == "col":
+                v += vload4(0, bias + bias_offset + n);
+    % endif
+                *(__global float4 *)(c_row + n) = ACT_${ACTIVATION}(v);
+                continue;
+            }
+% endif
+            #pragma unroll
+            for (int w = 0; w < ${VEC}; w++) {
+                if (n + w < N) {
+                    float v = alpha * acc[i][jv * ${VEC} + w];
+                    if (beta != 0.0f)
+                        v += beta * c_row[n + w];
+% if BIAS == "row":
+                    v += bias_m;
+% elif BIAS == "col":
+                    v += bias[bias_offset + n + w];
+% endif
+                    c_row[n + w] = ACT_${ACTIVATION}(v);
+                }
             }
         }
     }

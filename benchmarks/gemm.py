@@ -1,0 +1,147 @@
+"""GEMM throughput: dlprim's OpenCL kernel beside torch.matmul (FP32, TF32 off).
+
+    python benchmarks/gemm.py [--device gpu] [--repeat 20] [--sweep] [--ptx DIR]
+
+Shapes: square 1024..8192 and every distinct convolution of ResNet-50 at batch 64
+(224x224 input) as conv-by-GEMM: M = out channels, N = batch*Ho*Wo, K = in_ch*kh*kw.
+Times are medians of OpenCL profiling events (CUDA events for torch) after a warm-up.
+``--sweep`` also times every tuner candidate tile at 4096³.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import dlprim as dp  # noqa: E402
+from dlprim import tune  # noqa: E402
+from dlprim.core.gemm import Gemm  # noqa: E402
+
+
+def resnet50_convs(batch=64, size=224):
+    """Distinct (M, N, K, name) of ResNet-50 (v1.5: stride on the 3x3) convolutions."""
+    shapes = {}
+
+    def conv(cin, cout, k, stride, hw, name):
+        pad = k // 2
+        out = (hw + 2 * pad - k) // stride + 1
+        key = (cout, batch * out * out, cin * k * k)
+        shapes.setdefault(key, name)
+        return out
+
+    hw = conv(3, 64, 7, 2, size, "conv1 7x7/2")
+    hw = (hw + 2 - 3) // 2 + 1  # max pool 3x3/2
+    cin = 64
+    for stage, (width, blocks, stride) in enumerate(((64, 3, 1), (128, 4, 2), (256, 6, 2),
+                                                      (512, 3, 2)), start=1):
+        for b in range(blocks):
+            s = stride if b == 0 else 1
+            tag = "layer%d.%d" % (stage, min(b, 1))
+            conv(cin, width, 1, 1, hw, tag + " 1x1 reduce")
+            out = conv(width, width, 3, s, hw, tag + " 3x3/%d" % s)
+            conv(width, width * 4, 1, 1, out, tag + " 1x1 expand")
+            if b == 0:
+                conv(cin, width * 4, 1, s, hw, tag + " downsample/%d" % s)
+            cin, hw = width * 4, out
+    return [(m, n, k, name) for (m, n, k), name in shapes.items()]
+
+
+def time_dlprim(ctx, op, A, B, C, repeat):
+    launches = op.launches(A, B, C)
+    for launch in launches:  # warm-up
+        launch(ctx.queue)
+    ctx.finish()
+    events = [launches[0](ctx.queue) for _ in range(repeat)]
+    ctx.finish()
+    return statistics.median((e.profile.end - e.profile.start) * 1e-9 for e in events)
+
+
+def time_torch(torch, a, b, repeat):
+    torch.matmul(a, b)
+    torch.cuda.synchronize()
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(repeat)]
+    for start, end in pairs:
+        start.record()
+        c = torch.matmul(a, b)
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1e-3 for s, e in pairs), c
+
+
+def run_shape(ctx, torch, M, N, K, repeat, tile=None):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K), np.float32)
+    b = rng.standard_normal((K, N), np.float32)
+    A, B = dp.Tensor.from_numpy(ctx, a), dp.Tensor.from_numpy(ctx, b)
+    C = dp.Tensor.from_numpy(ctx, np.full((M, N), np.nan, np.float32))  # every element written
+    op = Gemm(ctx, M, N, K, tile=tile)
+    t_ours = time_dlprim(ctx, op, A, B, C, repeat)
+    row = {"M": M, "N": N, "K": K, "dlprim_s": t_ours, "tile": op.tile}
+    if torch is not None:
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        row["torch_s"], tc = time_torch(torch, ta, tb, repeat)
+        ours = torch.from_numpy(C.numpy()).cuda()
+        row["rel_err"] = float(torch.linalg.norm(ours - tc) / torch.linalg.norm(tc))
+        del ta, tb, tc, ours
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--sweep", action="store_true", help="time every tuner candidate at 4096³")
+    parser.add_argument("--tiles", help="JSON list of extra tiles for --sweep")
+    parser.add_argument("--json", help="write all rows here")
+    parser.add_argument("--ptx", help="write the built gemm programs' binaries (PTX on NVIDIA) here")
+    args = parser.parse_args()
+    ctx = dp.Context(args.device, profiling=True)
+    try:
+        import torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if not torch.cuda.is_available():
+            torch = None
+    except ImportError:
+        torch = None
+    print("device: %s, driver %s" % (ctx.name, ctx.facts.driver_version))
+    rows = []
+    if args.sweep:
+        extra = json.loads(args.tiles) if args.tiles else []
+        for tile in tune.gemm_candidates(ctx.facts) + extra:
+            row = run_shape(ctx, None, 4096, 4096, 4096, max(5, args.repeat // 2), tile)
+            print("sweep 4096³ %-40s %7.2f TFLOP/s" % (tune._describe(row["tile"]),
+                                                      2 * 4096 ** 3 / row["dlprim_s"] / 1e12))
+            rows.append(dict(row, sweep=True))
+    shapes = [(s, s, s, "square %d" % s) for s in (1024, 2048, 4096, 8192)] + resnet50_convs()
+    table = []
+    for M, N, K, name in shapes:
+        row = dict(run_shape(ctx, torch, M, N, K, args.repeat), name=name)
+        rows.append(row)
+        flop = 2.0 * M * N * K
+        ours = flop / row["dlprim_s"] / 1e12
+        theirs = flop / row["torch_s"] / 1e12 if "torch_s" in row else float("nan")
+        table.append("| %-26s | %4d | %6d | %4d | %6.2f | %6.2f | %5.2f | %.1e |"
+                     % (name, M, N, K, ours, theirs, ours / theirs, row.get("rel_err", np.nan)))
+    if args.ptx:
+        os.makedirs(args.ptx, exist_ok=True)
+        for i, (key, prg) in enumerate(ctx.programs.items()):
+            with open(os.path.join(args.ptx, "gemm%d.ptx" % i), "wb") as f:
+                f.write(prg.binaries[0])
+            with open(os.path.join(args.ptx, "gemm%d.key" % i), "w") as f:
+                f.write(repr(key))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print("| shape                      |    M |      N |    K | dlprim TFLOP/s | torch TFLOP/s "
+          "| ratio | rel err |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()
