@@ -270,3 +270,13 @@ def test_transposed_option_errors(ctx):
     with pytest.raises(LayerError, match=r"TransposedConvolution2D 'up': .*channels_in"):
         create(ctx, "TransposedConvolution2D", "up", dict(
             channels_out=2, channels_in=3, kernel=3)).setup([TensorSpec((1, 4, 5, 5))])
+
+
+@pytest.mark.parametrize("name", ["edges_33x65", "winograd_p1", "depthwise_mult2"])
+def test_gpu_configuration(ctx, monkeypatch, name):
+    """The GPU variant (geometry baked in as constants, large tiles, fixed work-groups) on
+    this device, so that it is checked where the tests run."""
+    monkeypatch.setattr(ctx.facts, "is_gpu", True)
+    case = dict(CONV_CASES, **TRANSPOSED_CASES)[name]
+    layer = _run_case(ctx, case, name, accumulate=True)
+    assert layer._forward_op().impl.__class__.__module__.endswith(case["algo"])
