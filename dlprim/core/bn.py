@@ -1,9 +1,10 @@
 """Batch normalisation launchers (Ioffe & Szegedy 2015) over x seen as (N, C, S).
 
 Every step is the pointwise-broadcast-reduce generator:
-- ``stats``: per-channel mean and E[x^2] in one reduction pass (sum and sum of squares
-  times 1/M, M = N*S), then a C-sized pass: biased variance for normalising, and the
-  running statistics updated as PyTorch does,
+- ``stats``: per-channel count, mean and sum of squared deviations in one reduction pass
+  (partial results merged with Chan's formula, M = N*S values per channel), then a
+  C-sized pass: biased variance for normalising, and the running statistics updated as
+  PyTorch does,
   ``running = (1 - momentum) running + momentum * batch`` with the *unbiased* variance.
 - ``apply``: ``y = (x - mean) / sqrt(var + eps) * gamma + beta``.
 - ``backward``: per-channel sums of dy and dy*xhat, then dgamma/dbeta and dx.
@@ -30,16 +31,21 @@ class BatchNormOps:
         self.eps, self.affine = float(eps), bool(affine)
         full, ch, vec = (self.shape, F), ((1, c, 1), F), ((c,), F)
         self._full, self._ch = full, ch
-        self._sums = PointwiseBroadcastReduce(
-            ctx, [full], [ch, ch], "y0 = x0; y1 = x0 * x0;",
-            "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
-            name="bn_sums")
-        # mean, E[x^2], running mean, running var -> mean, var, running mean, running var
+        # count, mean, M2 (sum of squared deviations) merged pairwise (Chan et al. 1979):
+        # n = na + nb, d = mean_b - mean_a, mean = mean_a + d nb/n, M2 = M2a + M2b + d^2 na nb/n.
+        # One pass over x, and no cancellation when |mean| >> std (unlike E[x^2] - mean^2).
+        self._moments = PointwiseBroadcastReduce(
+            ctx, [full], [ch, ch, ch], "y0 = 1.0f; y1 = x0; y2 = 0.0f;",
+            "reduce_y0 = 0; reduce_y1 = 0; reduce_y2 = 0;",
+            "if (y0 > 0) { float n = reduce_y0 + y0; float d = y1 - reduce_y1; "
+            "reduce_y1 += d * (y0 / n); reduce_y2 += y2 + d * d * (reduce_y0 * (y0 / n)); "
+            "reduce_y0 = n; }", name="bn_moments")
+        # mean, M2, running mean, running var -> mean, biased var, running mean, running var
         self._update = PointwiseBroadcast(
             ctx, [vec] * 4, [vec] * 4,
-            "float m = x0; float v = max(x1 - m * m, 0.0f); y0 = m; y1 = v; "
+            "float m = x0; float v = x1 * w2; y0 = m; y1 = v; "
             "y2 = (1.0f - w0) * x2 + w0 * m; y3 = (1.0f - w0) * x3 + w1 * v;",
-            ["float", "float"], name="bn_update_stats")
+            ["float", "float", "float"], name="bn_update_stats")
         affine_code = " * x3 + x4" if self.affine else ""
         self._apply = PointwiseBroadcast(
             ctx, [full, ch, ch] + [ch, ch] * self.affine, [full],
@@ -53,16 +59,17 @@ class BatchNormOps:
         self._add = PointwiseBroadcast(ctx, [vec, vec], [vec], "y0 = x0 + x1;", name="bn_param_grad")
         self._dx = {}
 
-    def stats_launches(self, x, mean, var, running_mean, running_var, momentum):
-        """Batch mean and biased variance into ``mean``/``var`` (C,), running stats updated."""
+    def stats_launches(self, x, mean, var, running_mean, running_var, momentum, scratch):
+        """Batch mean and biased variance into ``mean``/``var`` (C,), running stats updated;
+        ``scratch``: a (C,) tensor free during forward."""
         m = self.M
         unbiased = momentum * m / (m - 1)
         c = self.shape[1]
-        mean3, var3 = mean.view((1, c, 1)), var.view((1, c, 1))
-        return (self._sums.launches([x], [mean3, var3], alpha=1.0 / m)
+        ch = lambda t: t.view((1, c, 1))
+        return (self._moments.launches([x], [ch(scratch), ch(mean), ch(var)])
                 + self._update.launches([mean, var, running_mean, running_var],
                                         [mean, var, running_mean, running_var],
-                                        [momentum, unbiased]))
+                                        [momentum, unbiased, 1.0 / m]))
 
     def apply_launches(self, x, y, mean, var, gamma=None, beta=None):
         c = self.shape[1]

@@ -90,7 +90,7 @@ class BatchNorm(Layer):
         self._check_batch(x[0].shape)   # a Net may switch to train mode after setup
         if self.batch_stats:
             out += self.ops.stats_launches(xv, self._batch[0], self._batch[1], params[0], params[1],
-                                           float(self.options["momentum"]))
+                                           float(self.options["momentum"]), self._batch[2])
         mean, var = self._stats(params)
         gamma, beta = (params[2], params[3]) if self.affine else (None, None)
         return out + self.ops.apply_launches(xv, yv, mean, var, gamma, beta)
