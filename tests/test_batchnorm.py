@@ -192,3 +192,12 @@ def test_train_forward_after_predict_setup_checks_the_batch(ctx):
     p = [place(ctx, np.ones(3, np.float32)) for _ in range(4)]
     with pytest.raises(LayerError, match="more than one value per channel"):
         layer.forward([place(ctx, np.ones((1, 3), np.float32))], [Tensor(ctx, (1, 3))], p, None)
+
+
+def test_batch_variance_accurate_when_mean_is_large(ctx):
+    """E[x^2] - mean^2 in float32 would lose about 3 digits here."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((8, 4, 16, 16)) + 30).astype(np.float32)
+    r = run_layer(ctx, create(ctx, "BatchNorm", "bn", {}), [x],
+                  params=[np.zeros(4), np.ones(4), np.ones(4), np.zeros(4)])
+    assert_close(r.y[0], bn_ref(x.astype(np.float64), np.ones(4), np.zeros(4)), rtol=0, atol=1e-5)
