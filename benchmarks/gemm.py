@@ -3,7 +3,8 @@
     python benchmarks/gemm.py [--device gpu] [--repeat 20] [--sweep] [--ptx DIR]
 
 Shapes: square 1024..8192 and every distinct convolution of ResNet-50 at batch 64
-(224x224 input) as conv-by-GEMM: M = out channels, N = batch*Ho*Wo, K = in_ch*kh*kw.
+(224x224 input) as conv-by-GEMM: M = out channels, N = batch*Ho*Wo, K = in_ch*kh*kw;
+then its final fully connected layer's shapes (few tiles, long K: split-K).
 Times are medians of OpenCL profiling events (CUDA events for torch) after a warm-up.
 ``--sweep`` also times every tuner candidate tile at 4096³.
 """
@@ -117,7 +118,8 @@ def main():
             print("sweep 4096³ %-40s %7.2f TFLOP/s" % (tune._describe(row["tile"]),
                                                       2 * 4096 ** 3 / row["dlprim_s"] / 1e12))
             rows.append(dict(row, sweep=True))
-    shapes = [(s, s, s, "square %d" % s) for s in (1024, 2048, 4096, 8192)] + resnet50_convs()
+    shapes = [(s, s, s, "square %d" % s) for s in (1024, 2048, 4096, 8192)] + resnet50_convs() \
+        + [(64, 1000, 2048, "fc (X·Wᵀ as M=batch)"), (2048, 64, 1000, "fc backward-data-like")]
     table = []
     for M, N, K, name in shapes:
         row = dict(run_shape(ctx, torch, M, N, K, args.repeat), name=name)

@@ -189,9 +189,10 @@ def test_errors(ctx):
 
 
 def test_shape_class():
-    shapes = ((128, 128), (64, 64), (128, 64), (63, 64), (64, 1), (1, 1), (2048, 2048))
+    shapes = ((128, 128), (64, 64), (128, 64), (63, 64), (64, 1), (1, 1), (2048, 2048),
+              (4096, 4096))
     assert [gemm_tiles.shape_class(m, n, 1, 132) for m, n in shapes] == \
-        ["medium", "narrow_m", "narrow_n", "small_m", "small_n", "small", "large"]
+        ["medium", "narrow_m", "narrow_n", "small_m", "small_n", "small", "large", "huge"]
     assert gemm_tiles.shape_class(128, 128, batch=200, compute_units=132) == "large"
 
 
@@ -212,3 +213,25 @@ def test_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):
     entry = data[gemm_tiles.device_key(ctx.facts)]
     assert entry["small"] == mine and set(entry["small_n"]) == set(gemm_tiles.TILE_KEYS)
     assert "small_n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (1, 1)])
+def test_split_k(ctx, rng, trans_a, trans_b):
+    # K cut into parts summed by a second kernel that also applies beta, bias, activation
+    M, N, K, batch = 33, 31, 129, 2
+    a, b = rng.standard_normal((batch, M, K)), rng.standard_normal((batch, K, N))
+    c, bias = rng.standard_normal((batch, M, N)), rng.standard_normal(M)
+    op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="row", activation="tanh", batch=batch,
+              split_k=3)
+    assert (op.splits, op.k_chunk) == (3, 48)
+    sa = np.stack([stored(x, trans_a) for x in a])
+    sb = np.stack([stored(x, trans_b) for x in b])
+    C = t(ctx, c)
+    launches = op.launches(t(ctx, sa), t(ctx, sb), C, bias=t(ctx, bias), alpha=0.5, beta=0.25,
+                           stride_a=M * K, stride_b=K * N, stride_c=M * N)
+    assert [launch.name for launch in launches] == ["gemm", "gemm_reduce"]
+    for launch in launches:
+        launch(ctx.queue)
+    out = C.numpy()
+    for i in range(batch):
+        close(out[i], reference(a[i], b[i], c[i], 0.5, 0.25, bias, "row", "tanh"), K)

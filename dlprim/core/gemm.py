@@ -29,11 +29,13 @@ class Gemm:
     """A float32 GEMM for fixed M, N, K, transposes, bias mode, activation and batch.
 
     ``tile`` (dict, optional) overrides the tiling picked from the tuned results or the
-    device table (keys in ``gemm_tiles.TILE_KEYS``).
+    device table (keys in ``gemm_tiles.TILE_KEYS``). ``split_k`` (optional) cuts K into
+    that many parts computed in parallel into a workspace and summed by a second kernel;
+    by default GPUs split when C has too few tiles to occupy the device.
     """
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
-                 activation="identity", batch=1, tile=None):
+                 activation="identity", batch=1, tile=None, split_k=None):
         self.ctx = ctx
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
         self.batch = _count("batch", batch)
@@ -47,8 +49,30 @@ class Gemm:
         self.tile = gemm_tiles.pick_tile(ctx.facts, self.M, self.N, self.batch)
         if tile:
             self.tile = gemm_tiles.check_tile(dict(self.tile, **tile), ctx.facts)
+        self.splits, self.k_chunk = self._split(split_k)
+        self._workspace = None
         # build now the variant that packed, aligned operands use
         self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"))
+
+    def _split(self, split_k):
+        """(parts, k per part) for split-K; (1, K) when K is not split."""
+        t, facts = self.tile, self.ctx.facts
+        if split_k is not None:
+            parts = _count("split_k", split_k)
+            if parts < 1:
+                raise ValueError("Gemm: split_k must be at least 1, got %d" % parts)
+        elif facts.is_gpu:
+            # fewer threads than a quarter of what the device keeps in flight: each part
+            # must still keep 256 or more of K
+            threads = (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"]) \
+                * -(-self.M // t["TILE_M"]) * -(-self.N // t["TILE_N"]) * max(self.batch, 1)
+            parts = min(facts.compute_units * 512 // threads, self.K // 256, 16)
+        else:
+            parts = 1
+        if parts <= 1 or self.K == 0:
+            return 1, self.K
+        k_chunk = program.round_up(-(-self.K // parts), t["TILE_K"])
+        return -(-self.K // k_chunk), k_chunk
 
     # ----- facts about the operands
     def _packed(self, which):
@@ -70,9 +94,11 @@ class Gemm:
         """float4 loads are safe when every row of every batch starts 16-byte aligned."""
         return int(ld % 4 == 0 and offset % 4 == 0 and (self.batch <= 1 or stride % 4 == 0))
 
-    def _program(self, aligned_a, aligned_b, aligned_c):
+    def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True):
+        """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc)."""
+        bias, act = (self.bias or "none", self.activation) if epilogue else ("none", "identity")
         return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
-                           BIAS=self.bias or "none", ACTIVATION=self.activation,
+                           BIAS=bias, ACTIVATION=act,
                            ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
                            ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0, **self.tile)
 
@@ -132,19 +158,31 @@ class Gemm:
         bias = self._check_bias(bias)
         if self.M == 0 or self.N == 0 or self.batch == 0:
             return []
-        prg = self._program(self._aligned(lda, A.offset, stride_a),
-                            self._aligned(ldb, B.offset, stride_b),
-                            self._aligned(ldc, C.offset, stride_c))
+        i32, u64, f32 = np.int32, np.uint64, np.float32
+        bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
+        aligned_ab = (self._aligned(lda, A.offset, stride_a), self._aligned(ldb, B.offset, stride_b))
         t = self.tile
         wg_m, wg_n = t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]
-        gsize = (-(-self.N // t["TILE_N"]) * wg_n, -(-self.M // t["TILE_M"]) * wg_m, self.batch)
-        i32, u64 = np.int32, np.uint64
-        args = [i32(self.M), i32(self.N), i32(self.K),
-                A, i32(lda), u64(stride_a), B, i32(ldb), u64(stride_b),
-                C, i32(ldc), u64(stride_c),
-                *(bias.kernel_args if bias is not None else (C.buffer, u64(0))),
-                np.float32(alpha), np.float32(beta)]
-        return [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops)]
+        gsize = (-(-self.N // t["TILE_N"]) * wg_n, -(-self.M // t["TILE_M"]) * wg_m,
+                 self.batch * self.splits)
+        head = [i32(self.M), i32(self.N), i32(self.K), i32(self.k_chunk), i32(self.splits),
+                A, i32(lda), u64(stride_a), B, i32(ldb), u64(stride_b)]
+        if self.splits == 1:
+            prg = self._program(*aligned_ab, self._aligned(ldc, C.offset, stride_c))
+            args = head + [C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
+            return [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops)]
+        # split-K: partial products into the workspace, then sum + epilogue into C
+        if self._workspace is None:
+            self._workspace = Tensor(self.ctx, (self.batch * self.splits, self.M, self.N))
+        W, mn = self._workspace, self.M * self.N
+        first = self._program(*aligned_ab, self._aligned(self.N, 0, mn), epilogue=False)
+        args = head + [W, i32(self.N), u64(mn), W.buffer, u64(0), f32(alpha), f32(0)]
+        reduce_args = [i32(self.M), i32(self.N), i32(self.splits), W,
+                       C, i32(ldc), u64(stride_c), *bias_args, f32(beta)]
+        return [program.Launch(first, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops),
+                program.Launch(self._program(*aligned_ab, 0), "gemm_reduce",
+                               (program.round_up(self.N, 32), program.round_up(self.M, 4),
+                                self.batch), (32, 4, 1), reduce_args)]
 
     def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
                  stride_a=0, stride_b=0, stride_c=0, queue=None):

@@ -20,16 +20,17 @@ def _tile(tm, tn, tk, bm, bn, vec=4, group=1):
     return dict(zip(TILE_KEYS, (tm, tn, tk, bm, bn, vec, group)))
 
 
-CLASSES = ("large", "medium", "narrow_m", "narrow_n", "small_m", "small_n", "small")
+CLASSES = ("huge", "large", "medium", "narrow_m", "narrow_n", "small_m", "small_n", "small")
 
 # family -> shape class -> tile; CPUs (PoCL) get small tiles and one config for every
 # class, which also keeps the number of builds low there.
 _TABLE = {
-    "gpu": {"large": _tile(128, 128, 16, 8, 8, 4, 8), "medium": _tile(64, 64, 16, 4, 4, 4, 8),
+    "gpu": {"huge": _tile(128, 256, 8, 8, 16, 4, 8), "large": _tile(128, 128, 16, 8, 8, 4, 8),
+            "medium": _tile(128, 64, 16, 8, 8, 4, 8),
             "narrow_m": _tile(64, 128, 16, 8, 8), "narrow_n": _tile(128, 64, 16, 8, 8),
             "small_m": _tile(32, 64, 16, 4, 4), "small_n": _tile(64, 32, 16, 4, 4),
             "small": _tile(32, 32, 16, 4, 4)},
-    "intel": dict({"large": _tile(64, 64, 16, 4, 4), "small_m": _tile(32, 64, 16, 4, 4),
+    "intel": dict({"huge": _tile(64, 64, 16, 4, 4), "large": _tile(64, 64, 16, 4, 4), "small_m": _tile(32, 64, 16, 4, 4),
                    "small_n": _tile(64, 32, 16, 4, 4), "small": _tile(32, 32, 16, 4, 4)},
                   medium=_tile(32, 32, 16, 4, 4), narrow_m=_tile(64, 64, 16, 4, 4),
                   narrow_n=_tile(64, 64, 16, 4, 4)),
@@ -43,7 +44,9 @@ def shape_class(M, N, batch=1, compute_units=0):
 
     'small' (M and N under 64), 'small_m' / 'small_n' (one side under 64), 'narrow_m' /
     'narrow_n' (one side 64..127, where a 128-high tile would idle half its threads),
-    'medium' (too few 128x128 tiles to give every compute unit one), else 'large'.
+    'medium' (too few 128x128 tiles to give every compute unit one), 'huge' (enough
+    128x256 tiles for 2.5 per compute unit, so the last partial wave costs little), else
+    'large'.
     """
     small_m, small_n = M < SMALL, N < SMALL
     if small_m and small_n:
@@ -56,6 +59,8 @@ def shape_class(M, N, batch=1, compute_units=0):
         return "narrow_n"
     if -(-M // 128) * -(-N // 128) * batch < compute_units:
         return "medium"
+    if -(-M // 128) * -(-N // 256) * batch * 2 >= 5 * compute_units:
+        return "huge"
     return "large"
 
 

@@ -99,7 +99,7 @@ NV_B, LOADS_B = tile_vectors(TILE_N)
 </%def>
 
 __kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
-void gemm(int M, int N, int K,
+void gemm(int M, int N, int K, int k_chunk, int splits,
           __global const float *A, ulong a_offset, int lda, ulong stride_a,
           __global const float *B, ulong b_offset, int ldb, ulong stride_b,
           __global float *C, ulong c_offset, int ldc, ulong stride_c,
@@ -126,19 +126,24 @@ void gemm(int M, int N, int K,
     }
 % endif
     const int a_d0 = gm * ${TILE_M}, b_d0 = gn * ${TILE_N};
-    const ulong batch = get_global_id(2);
+    // split-K: z = batch * splits + part; part sums k in [part * k_chunk, +k_chunk) and
+    // writes its own C (a workspace that gemm_reduce sums); splits = 1 is a plain GEMM
+    const ulong z = get_global_id(2);
+    const ulong batch = z / splits;
+    const int k_begin = (int)(z % splits) * k_chunk;
+    K = min(K - k_begin, k_chunk);
 
     __global const float *a_ptr = A + a_offset + batch * stride_a
 % if A_CK:
-        + (ulong)a_d0 * lda;
+        + (ulong)a_d0 * lda + k_begin;
 % else:
-        + a_d0;
+        + a_d0 + (ulong)k_begin * lda;
 % endif
     __global const float *b_ptr = B + b_offset + batch * stride_b
 % if B_CK:
-        + (ulong)b_d0 * ldb;
+        + (ulong)b_d0 * ldb + k_begin;
 % else:
-        + b_d0;
+        + b_d0 + (ulong)k_begin * ldb;
 % endif
 ${positions("a", TILE_M, A_CK, NV_A, LOADS_A, "lda")}
 ${positions("b", TILE_N, B_CK, NV_B, LOADS_B, "ldb")}
@@ -207,7 +212,7 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B)}
     }
 
     // epilogue: alpha * acc + beta * C_old + bias, then the activation
-    __global float *c_ptr = C + c_offset + batch * stride_c;
+    __global float *c_ptr = C + c_offset + z * stride_c;
     #pragma unroll
     for (int i = 0; i < ${BLOCK_M}; i++) {
         const int m = a_d0 + (i / ${VEC} * ${WG_M} + ty) * ${VEC} + i % ${VEC};
@@ -251,4 +256,30 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B)}
             }
         }
     }
+}
+
+// split-K second pass: C = act(sum of the partial products + beta * C + bias);
+// the partials (alpha already applied) lie packed, M x N each, batch-major.
+__kernel void gemm_reduce(int M, int N, int splits,
+                          __global const float *W, ulong w_offset,
+                          __global float *C, ulong c_offset, int ldc, ulong stride_c,
+                          __global const float *bias, ulong bias_offset, float beta)
+{
+    const int n = get_global_id(0), m = get_global_id(1);
+    const ulong batch = get_global_id(2);
+    if (m >= M || n >= N)
+        return;
+    __global const float *w = W + w_offset + batch * splits * (ulong)M * N + (ulong)m * N + n;
+    float v = 0.0f;
+    for (int p = 0; p < splits; p++)
+        v += w[(ulong)p * M * N];
+    __global float *c = C + c_offset + batch * stride_c + (ulong)m * ldc + n;
+    if (beta != 0.0f)
+        v += beta * *c;
+% if BIAS == "row":
+    v += bias[bias_offset + m];
+% elif BIAS == "col":
+    v += bias[bias_offset + n];
+% endif
+    *c = ACT_${ACTIVATION}(v);
 }
