@@ -206,3 +206,17 @@ def test_errors(ctx):
         op.launches([dp.Tensor(ctx, (4,))], [y], [1.0])
     with pytest.raises(ValueError, match=r"ys\[0\] is \(3,\) int32"):
         op.launches([x], [dp.Tensor(ctx, (3,), "int32")], [1.0])
+
+
+def test_reduce_many_chunks(ctx, rng, monkeypatch):
+    import dlprim.core.pointwise as pw
+    monkeypatch.setattr(pw, "_GROUPS_PER_CU", 1000)  # force more chunks than the finish group
+    a = rng.standard_normal((300001,)).astype(np.float32)
+    op = PointwiseBroadcastReduce(ctx, [(a.shape, "float")], [((1,), "float"), ((1,), "float")],
+                                  "y0 = x0; y1 = x0;", "reduce_y0 = 0; reduce_y1 = -INFINITY;",
+                                  "reduce_y0 += y0; reduce_y1 = max(reduce_y1, y1);")
+    assert op.chunks > 64
+    s, m = empty(ctx, (1,)), empty(ctx, (1,))
+    op([placed(ctx, a)], [s, m], alpha=1.0)
+    np.testing.assert_allclose(s.numpy(), [a.astype(np.float64).sum()], rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(m.numpy(), [a.max()])

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..kernels import program
 from ..tensor import Tensor, as_dtype, cl_type
-from .pointwise import _memo
+from .pointwise import _ELEMS, _memo, divisor_args
 
 __all__ = ["StridedCopy", "Transpose", "Fill", "fill", "copy", "concat", "slice_copy",
            "contiguous_strides"]
@@ -61,12 +61,12 @@ class StridedCopy:
         self.src_extent = self._extent(self.src_strides)
         self.dst_extent = self._extent(self.dst_strides)
         self._dims, self._ss, self._ds = _collapse(self.shape, self.src_strides, self.dst_strides)
-        big = max(self.size, self.src_extent, self.dst_extent) >= 2 ** 32
+        big = max(self.size, self.src_extent, self.dst_extent) >= 2 ** 31
         self._it = np.uint64 if big else np.uint32
         st = cl_type(self.dtype)
         self.program = program.get(ctx, "strided_copy", DIMS=len(self._dims), STORE=st,
                                    COMPUTE="float" if st in ("float", "half") else st,
-                                   IT="ulong" if big else "uint")
+                                   IT="ulong" if big else "uint", ELEMS=_ELEMS)
 
     def _extent(self, strides):
         """Elements from the start element to one past the last one touched."""
@@ -91,10 +91,11 @@ class StridedCopy:
             return []
         it, args = self._it, [self._it(self.size)]
         for n, s, d in zip(self._dims, self._ss, self._ds):
-            args += [it(n), it(s), it(d)]
+            args += divisor_args(it, n) + [it(s), it(d)]
         args += [src, dst, np.float32(alpha), np.float32(beta)]
         wg = min(256, self.ctx.facts.max_work_group)
-        return [program.Launch(self.program, "strided_copy", (program.round_up(self.size, wg),),
+        items = -(-self.size // _ELEMS)
+        return [program.Launch(self.program, "strided_copy", (program.round_up(items, wg),),
                                (wg,), args)]
 
     def __call__(self, src, dst, alpha=1.0, beta=0.0, queue=None):

@@ -4,6 +4,12 @@
 ## IT: index type. Pointwise: DIMS dims of the output shape, X_FULL[i] when x i is the
 ## whole output (indexed linearly). Reduce: KEPT / RED dims, L0 x L1 work-groups with
 ## REDUCE_DIM0 telling which local dimension walks the reduction (the contiguous one).
+% if IT == "uint":
+// x / n by a precomputed multiplier (Granlund-Montgomery; exact for x < 2^31)
+#define DLP_DIV(x, n) ((mul_hi((x), n##_m) + (x)) >> n##_l)
+% else:
+#define DLP_DIV(x, n) ((x) / (n))
+% endif
 <%def name="load(i, idx)">${'vload_half(%s, xp%d + xp%d_offset)' % (idx, i, i) if XS[i][0] == 'half' else 'xp%d[xp%d_offset + %s]' % (i, i, idx)}</%def>
 <%def name="xargs(strides)">
 % for i, (st, ct) in enumerate(XS):
@@ -33,43 +39,54 @@ yp${i}[yp${i}_offset + ${idx}] = ${value};
 % if MODE == "pointwise":
 __kernel void ${NAME}(${IT} dlp_total
 % for k in range(DIMS):
-    , ${IT} dlp_n${k}
+    , ${IT} dlp_n${k}, uint dlp_n${k}_m, uint dlp_n${k}_l
 % endfor
 ${xargs(range(DIMS))}${yargs()}${wargs()})
 {
-    ${IT} dlp_i = get_global_id(0);
-    if (dlp_i >= dlp_total)
-        return;
-% for i in range(len(XS)):
-    ${IT} dlp_xo${i} = ${'dlp_i' if X_FULL[i] else '0'};
-% endfor
-% if not all(X_FULL):
+    // ELEMS elements per work-item, a global size apart (coalesced); every load is
+    // issued before any store so that several are in flight
+    ${IT} dlp_first = get_global_id(0), dlp_step = get_global_size(0);
+% for j in range(ELEMS):
+    ${IT} dlp_i${j} = dlp_first + ${j} * dlp_step;
+    % for i in range(len(XS)):
+    ${IT} dlp_xo${i}_${j} = ${'dlp_i%d' % j if X_FULL[i] else '0'};
+    % endfor
+    % if not all(X_FULL):
     {
-        ${IT} dlp_rest = dlp_i;
-    % for k in reversed(range(DIMS)):
+        ${IT} dlp_rest = dlp_i${j};
+        % for k in reversed(range(DIMS)):
         {
-            ${IT} dlp_c = dlp_rest % dlp_n${k};
-            dlp_rest /= dlp_n${k};
-        % for i in range(len(XS)):
-            % if not X_FULL[i]:
-            dlp_xo${i} += dlp_c * xs${i}_${k};
-            % endif
-        % endfor
+            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_n${k});
+            ${IT} dlp_c = dlp_rest - dlp_q * dlp_n${k};
+            dlp_rest = dlp_q;
+            % for i in range(len(XS)):
+                % if not X_FULL[i]:
+            dlp_xo${i}_${j} += dlp_c * xs${i}_${k};
+                % endif
+            % endfor
         }
+        % endfor
+    }
+    % endif
+    % for i, (st, ct) in enumerate(XS):
+    ${ct} dlp_x${i}_${j} = (dlp_i${j} < dlp_total) ? ${load(i, 'dlp_xo%d_%d' % (i, j))} : 0;
+    % endfor
+% endfor
+% for j in range(ELEMS):
+    if (dlp_i${j} < dlp_total) {
+    % for i, (st, ct) in enumerate(XS):
+        ${ct} x${i} = dlp_x${i}_${j};
+    % endfor
+    % for i, (st, ct) in enumerate(YS):
+        ${ct} y${i};
+    % endfor
+        {
+${CODE}
+        }
+    % for i in range(len(YS)):
+        ${ystore(i, 'dlp_i%d' % j, 'y%d' % i)}
     % endfor
     }
-% endif
-% for i, (st, ct) in enumerate(XS):
-    ${ct} x${i} = ${load(i, 'dlp_xo%d' % i)};
-% endfor
-% for i, (st, ct) in enumerate(YS):
-    ${ct} y${i};
-% endfor
-    {
-${CODE}
-    }
-% for i in range(len(YS)):
-    ${ystore(i, 'dlp_i', 'y%d' % i)}
 % endfor
 }
 % else:
@@ -96,10 +113,10 @@ ${CODE}
 __kernel __attribute__((reqd_work_group_size(${L0}, ${L1}, 1)))
 void ${NAME}(${IT} dlp_O, ${IT} dlp_R, ${IT} dlp_chunk, ${IT} dlp_chunks
 % for k in range(KEPT):
-    , ${IT} dlp_k${k}
+    , ${IT} dlp_k${k}, uint dlp_k${k}_m, uint dlp_k${k}_l
 % endfor
 % for k in range(RED):
-    , ${IT} dlp_r${k}
+    , ${IT} dlp_r${k}, uint dlp_r${k}_m, uint dlp_r${k}_l
 % endfor
 ${xargs(['k%d' % k for k in range(KEPT)] + ['r%d' % k for k in range(RED)])}${yargs()}
 % for i, (st, ct) in enumerate(YS):
@@ -107,13 +124,13 @@ ${xargs(['k%d' % k for k in range(KEPT)] + ['r%d' % k for k in range(RED)])}${ya
 % endfor
 ${wargs()}, float dlp_alpha, float dlp_beta)
 {
+    // output groups run along dimension 0 only (other dimensions have small limits)
 % if REDUCE_DIM0:
     int dlp_lr = get_local_id(0), dlp_lo = get_local_id(1);
-    ${IT} dlp_o = get_global_id(1);
 % else:
     int dlp_lo = get_local_id(0), dlp_lr = get_local_id(1);
-    ${IT} dlp_o = get_global_id(0);
 % endif
+    ${IT} dlp_o = (${IT})get_group_id(0) * ${L0 * L1 // LR} + dlp_lo;
     ${IT} dlp_chunk_id = get_global_id(2);
 % for i, (st, ct) in enumerate(YS):
     ${ct} reduce_y${i};
@@ -128,44 +145,57 @@ ${REDUCE_INIT}
         ${IT} dlp_rest = dlp_o;
 % for k in reversed(range(KEPT)):
         {
-            ${IT} dlp_c = dlp_rest % dlp_k${k};
-            dlp_rest /= dlp_k${k};
+            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_k${k});
+            ${IT} dlp_c = dlp_rest - dlp_q * dlp_k${k};
+            dlp_rest = dlp_q;
     % for i in range(len(XS)):
             dlp_xb${i} += dlp_c * xs${i}_k${k};
     % endfor
         }
 % endfor
         ${IT} dlp_end = min(dlp_chunk_id * dlp_chunk + dlp_chunk, dlp_R);
-        for (${IT} dlp_r = dlp_chunk_id * dlp_chunk + dlp_lr; dlp_r < dlp_end; dlp_r += ${LR}) {
-% for i in range(len(XS)):
-            ${IT} dlp_xo${i} = dlp_xb${i};
-% endfor
-            dlp_rest = dlp_r;
-% for k in reversed(range(RED)):
-            {
-    % if k > 0:
-                ${IT} dlp_c = dlp_rest % dlp_r${k};
-                dlp_rest /= dlp_r${k};
-    % else:
-                ${IT} dlp_c = dlp_rest;
-    % endif
+        // ELEMS loads in flight per pass, then the code and reduce in index order
+        for (${IT} dlp_r = dlp_chunk_id * dlp_chunk + dlp_lr; dlp_r < dlp_end;
+             dlp_r += ${ELEMS * LR}) {
+% for j in range(ELEMS):
     % for i in range(len(XS)):
-                dlp_xo${i} += dlp_c * xs${i}_r${k};
+            ${IT} dlp_xo${i}_${j} = dlp_xb${i};
     % endfor
-            }
-% endfor
-% for i, (st, ct) in enumerate(XS):
-            ${ct} x${i} = ${load(i, 'dlp_xo%d' % i)};
-% endfor
-% for i, (st, ct) in enumerate(YS):
-            ${ct} y${i};
-% endfor
+            dlp_rest = dlp_r + ${j * LR};
+    % for k in reversed(range(RED)):
             {
+        % if k > 0:
+                ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_r${k});
+                ${IT} dlp_c = dlp_rest - dlp_q * dlp_r${k};
+                dlp_rest = dlp_q;
+        % else:
+                ${IT} dlp_c = dlp_rest;
+        % endif
+        % for i in range(len(XS)):
+                dlp_xo${i}_${j} += dlp_c * xs${i}_r${k};
+        % endfor
+            }
+    % endfor
+    % for i, (st, ct) in enumerate(XS):
+            ${ct} dlp_x${i}_${j} = (dlp_r + ${j * LR} < dlp_end) ? ${load(i, 'dlp_xo%d_%d' % (i, j))} : 0;
+    % endfor
+% endfor
+% for j in range(ELEMS):
+            if (dlp_r + ${j * LR} < dlp_end) {
+    % for i, (st, ct) in enumerate(XS):
+                ${ct} x${i} = dlp_x${i}_${j};
+    % endfor
+    % for i, (st, ct) in enumerate(YS):
+                ${ct} y${i};
+    % endfor
+                {
 ${CODE}
-            }
-            {
+                }
+                {
 ${REDUCE}
+                }
             }
+% endfor
         }
     }
     // deterministic tree over the LR threads that share an output
@@ -202,23 +232,24 @@ ${REDUCE}
 % endfor
 }
 
-// second pass: combine the per-chunk partial results of each output, in chunk order
-__kernel void ${NAME}_finish(${IT} dlp_O, ${IT} dlp_chunks
+// second pass: a work-group of ${FINISH_WG} per output combines its chunks' partial
+// results (thread t takes chunks t, t + ${FINISH_WG}, ...), then a tree as above
+__kernel __attribute__((reqd_work_group_size(${FINISH_WG}, 1, 1)))
+void ${NAME}_finish(${IT} dlp_O, ${IT} dlp_chunks
 % for i, (st, ct) in enumerate(YS):
     , __global ${ct} *dlp_ws${i}, ulong dlp_ws${i}_offset
 % endfor
 ${yargs()}, float dlp_alpha, float dlp_beta)
 {
-    ${IT} dlp_o = get_global_id(0);
-    if (dlp_o >= dlp_O)
-        return;
+    int dlp_t = get_local_id(0);
+    ${IT} dlp_o = get_group_id(0);
 % for i, (st, ct) in enumerate(YS):
     ${ct} reduce_y${i};
 % endfor
     {
 ${REDUCE_INIT}
     }
-    for (${IT} dlp_c = 0; dlp_c < dlp_chunks; dlp_c++) {
+    for (${IT} dlp_c = dlp_t; dlp_c < dlp_chunks; dlp_c += ${FINISH_WG}) {
 % for i, (st, ct) in enumerate(YS):
         ${ct} y${i} = dlp_ws${i}[dlp_ws${i}_offset + dlp_c * dlp_O + dlp_o];
 % endfor
@@ -226,6 +257,27 @@ ${REDUCE_INIT}
 ${REDUCE}
         }
     }
+% for i, (st, ct) in enumerate(YS):
+    __local ${ct} dlp_f${i}[${FINISH_WG}];
+    dlp_f${i}[dlp_t] = reduce_y${i};
+% endfor
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int dlp_s = ${FINISH_WG // 2}; dlp_s > 0; dlp_s >>= 1) {
+        if (dlp_t < dlp_s) {
+% for i, (st, ct) in enumerate(YS):
+            ${ct} y${i} = dlp_f${i}[dlp_t + dlp_s];
+% endfor
+            {
+${REDUCE}
+            }
+% for i in range(len(YS)):
+            dlp_f${i}[dlp_t] = reduce_y${i};
+% endfor
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (dlp_t != 0)
+        return;
 % for i in range(len(YS)):
     ${final_store(i, 'dlp_o')}
 % endfor
