@@ -52,6 +52,7 @@ class BatchLoader:
         self.transforms = transforms
         self.epoch, self.position = 0, 0
         self._shape = None
+        self._order = (None, None)  # (epoch, its order): computed once per epoch
 
     def __len__(self):
         n = len(self.source)
@@ -84,10 +85,12 @@ class BatchLoader:
 
     def order(self, epoch):
         """The sample indices of ``epoch`` in visiting order."""
-        n = len(self.source)
-        if not self.shuffle:
-            return np.arange(n)
-        return np.random.default_rng([self.seed, epoch]).permutation(n)
+        if self._order[0] != epoch:
+            n = len(self.source)
+            order = (np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle
+                     else np.arange(n))
+            self._order = (epoch, order)
+        return self._order[1]
 
     def batch_at(self, epoch, index):
         """Batch ``index`` of ``epoch``, computed directly (no prefetch, no state change)."""
@@ -101,17 +104,12 @@ class BatchLoader:
             return np.ascontiguousarray(images, dtype=np.float32), labels
         if self.transforms is not None:
             images = [self.transforms(x, rng) for x in images]
-        first = images[0].shape
+        expected = self._shape or images[0].shape
         for i, x in zip(indices, images):
-            if x.shape != first:
-                raise DataError("%s: image at %s is %s, expected %s like the first of its batch"
+            if x.shape != expected:
+                raise DataError("%s: image at %s is %s, expected %s"
                                 % (self.source.name, self.source.describe(int(i)),
-                                   "x".join(map(str, x.shape)), "x".join(map(str, first))))
-        if self._shape is not None and first != self._shape:
-            i = int(indices[0])
-            raise DataError("%s: image at %s is %s, expected %s"
-                            % (self.source.name, self.source.describe(i),
-                               "x".join(map(str, first)), "x".join(map(str, self._shape))))
+                                   "x".join(map(str, x.shape)), "x".join(map(str, expected))))
         return np.ascontiguousarray(np.stack(images), dtype=np.float32), labels
 
     def __iter__(self):
