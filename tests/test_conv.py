@@ -199,7 +199,7 @@ def test_convolution2d(ctx, name):
     data_op, filter_op = layer._backward_ops()
     want = case["algo"] if case["algo"] != "auto" else "depthwise"
     assert layer._forward_op().algo == want and data_op.algo == want
-    assert filter_op.algo == ("depthwise" if want == "depthwise" else "gemm")
+    assert filter_op.algo == want
 
 
 @pytest.mark.parametrize("name", sorted(TRANSPOSED_CASES))

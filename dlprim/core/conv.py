@@ -9,12 +9,13 @@ or forced for testing:
   partial products summed by a second kernel). 1x1, stride-1, pad-0, ungrouped layers
   run as a plain batched GEMM (``core/gemm.py``) where that module exists.
 - ``"winograd"``: F(2x2, 3x3) for 3x3 stride-1 undilated ungrouped layers
-  (``core/conv_winograd.py``), forward and backward-data.
+  (``core/conv_winograd.py``), all three directions.
 - ``"depthwise"``: direct kernels when every group has one input channel
   (``core/conv_depthwise.py``).
 
 Tensors are NCHW float32; weights ``[out_c, in_c/groups, kh, kw]``. The batch size is read
-from the tensors at ``launches`` time and stays a kernel argument.
+from the tensors at ``launches`` time and stays a kernel argument; ``batch`` given to a
+constructor is the size whose kernels are built at once (tiles may depend on it).
 """
 import importlib
 
@@ -99,7 +100,7 @@ def algorithm_applies(geom, algo, direction="forward"):
         return True
     if algo == "winograd":
         return (geom.kh == geom.kw == 3 and geom.sh == geom.sw == 1 and geom.dh == geom.dw == 1
-                and geom.groups == 1 and direction != "backward_filter")
+                and geom.groups == 1)
     if algo == "depthwise":
         return geom.groups > 1 and geom.in_c == geom.groups
     raise ValueError("unknown convolution algorithm %r; known: %s" % (algo, ", ".join(ALGORITHMS)))
@@ -178,10 +179,11 @@ class ConvForward(_Op):
     """``y = act(conv(x, w) + b) (+ beta * y)``."""
     direction, impl_class = "forward", "Forward"
 
-    def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto"):
+    def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16):
         if activation not in ACTIVATIONS:
             raise ValueError("unknown activation %r; known: %s" % (activation, ", ".join(ACTIVATIONS)))
-        super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation))
+        super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation,
+                                               batch=batch))
         self.bias = bool(bias)
 
     def launches(self, x, w, y, b=None, ws=None, beta=0.0):
@@ -204,10 +206,11 @@ class ConvBackwardData(_Op):
     also the forward pass of a transposed convolution (bias per input channel)."""
     direction, impl_class = "backward_data", "BackwardData"
 
-    def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto"):
+    def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16):
         if activation not in ACTIVATIONS:
             raise ValueError("unknown activation %r; known: %s" % (activation, ", ".join(ACTIVATIONS)))
-        super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation))
+        super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation,
+                                               batch=batch))
         self.bias = bool(bias)
 
     def launches(self, dy, w, dx, b=None, ws=None, beta=0.0):
@@ -229,8 +232,8 @@ class ConvBackwardFilter(_Op):
     """``dw = beta * dw + correlate(x, dy)`` (beta=1: gradients add up)."""
     direction, impl_class = "backward_filter", "BackwardFilter"
 
-    def __init__(self, ctx, geom, algo="auto", splits=None):
-        super().__init__(ctx, geom, algo, dict(splits=splits))
+    def __init__(self, ctx, geom, algo="auto", splits=None, batch=16):
+        super().__init__(ctx, geom, algo, dict(splits=splits, batch=batch))
 
     def launches(self, x, dy, dw, ws=None, beta=1.0):
         batch = x.shape[0]

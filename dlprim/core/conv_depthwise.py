@@ -22,7 +22,7 @@ def _local(ctx):
 
 
 class Forward:
-    def __init__(self, ctx, geom, bias=False, activation="identity"):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
         self.ctx, self.geom, self.bias = ctx, geom, bool(bias)
         self.program, self.geom_args, _ = _program(ctx, geom, bias, activation)
 
@@ -38,7 +38,7 @@ class Forward:
 
 
 class BackwardData:
-    def __init__(self, ctx, geom, bias=False, activation="identity"):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
         self.ctx, self.geom, self.bias = ctx, geom, bool(bias)
         self.program, self.geom_args, _ = _program(ctx, geom, bias, activation)
 
@@ -55,7 +55,7 @@ class BackwardData:
 
 
 class BackwardFilter:
-    def __init__(self, ctx, geom, splits=None):
+    def __init__(self, ctx, geom, splits=None, batch=16):
         self.ctx, self.geom = ctx, geom
         self.program, self.geom_args, self.wg = _program(ctx, geom)
 

@@ -14,33 +14,54 @@ from .gemm import Gemm
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm", "tiles_for"]
 
 
-def tiles_for(ctx, m, n):
-    """(TM, TN, TK, WM, WN) for a GEMM of m x n outputs on this device."""
+# (TM, TN, TK, WM, WN) on GPUs, largest first; every one satisfies the template's load
+# mappings (work-group size a multiple of TN and TK, tiles a multiple of the work-group)
+GPU_TILES = ((128, 128, 16, 8, 8), (64, 128, 16, 8, 8), (64, 64, 16, 4, 4), (32, 64, 16, 4, 4))
+CPU_TILES = (32, 32, 8, 4, 4)
+
+
+def _pow2_at_least(n):
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def tiles_for(ctx, m, n, groups=1, fill=True):
+    """Tiles for an m x n GEMM (times ``groups``): the largest tile that does not overhang
+    m and, with ``fill``, still gives most compute units a work-group."""
     if not ctx.facts.is_gpu:
-        return 32, 32, 8, 4, 4
-    if m <= 64:
-        return 64, 128, 16, 8, 8
-    return 128, 128, 16, 8, 8
+        return CPU_TILES
+    fitting = [t for t in GPU_TILES if t[0] <= max(32, _pow2_at_least(m))
+               and t[1] <= max(64, _pow2_at_least(n))]
+    if not fill:
+        return fitting[0]
+    want = ctx.facts.compute_units * 3 // 4
+    for t in fitting:
+        if -(-m // t[0]) * -(-n // t[1]) * groups >= want:
+            return t
+    return fitting[-1]
 
 
 class ConvGemm:
-    """One implicit-GEMM direction (``mode``) for a geometry, kernels built here."""
+    """One implicit-GEMM direction (``mode``) for a geometry. Forward and backward-data
+    pick their tiles per batch size (their N grows with it); ``batch`` is the size whose
+    kernels are built at once."""
 
-    def __init__(self, ctx, geom, mode, bias=False, activation="identity", tiles=None):
+    def __init__(self, ctx, geom, mode, bias=False, activation="identity", batch=16):
         self.ctx, self.geom, self.mode = ctx, geom, mode
-        g = geom
-        cg, kg, khw = g.in_c // g.groups, g.out_c // g.groups, g.kh * g.kw
-        # GEMM M and the batch-independent one of N/K, to size the tiles
-        self.gemm_m = {"forward": kg, "backward_data": cg, "backward_filter": kg}[mode]
-        n_hint = {"forward": 64 * g.out_h * g.out_w, "backward_data": 64 * g.in_h * g.in_w,
-                  "backward_filter": cg * khw}[mode]
-        self.tiles = tiles or tiles_for(ctx, self.gemm_m, n_hint)
-        tm, tn, tk, wm, wn = self.tiles
-        baked, self.geom_args = geometry_args(ctx, geom)
-        self.program = program.get(ctx, "conv_gemm", MODE=mode, TM=tm, TN=tn, TK=tk, WM=wm,
-                                   WN=wn, BIAS=bool(bias), ACTIVATION=activation,
-                                   GEOM_BAKED=baked)
+        self.baked, self.geom_args = geometry_args(ctx, geom)
+        self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
+                           GEOM_BAKED=self.baked)
         self.bias = bool(bias)
+        self.program(batch)
+
+    def tiles(self, batch):
+        m, n, _ = self.dims(batch)
+        # backward-filter fills the device by splitting its reduction instead
+        return tiles_for(self.ctx, m, n, self.geom.groups, fill=self.mode != "backward_filter")
+
+    def program(self, batch):
+        tm, tn, tk, wm, wn = self.tiles(batch)
+        return program.get(self.ctx, "conv_gemm", TM=tm, TN=tn, TK=tk, WM=wm, WN=wn,
+                           **self.params)
 
     def dims(self, batch):
         g = self.geom
@@ -53,7 +74,7 @@ class ConvGemm:
 
     def launch(self, batch, a, b, out, bias=None, alpha=1.0, beta=0.0, splits=1,
                k_per_split=None, split_stride=0):
-        tm, tn, tk, wm, wn = self.tiles
+        tm, tn, tk, wm, wn = self.tiles(batch)
         m, n, k = self.dims(batch)
         if k_per_split is None:
             k_per_split = k
@@ -66,7 +87,7 @@ class ConvGemm:
         if self.bias:
             args.append(bias)
         args += [scalar(alpha), scalar(beta)]
-        return program.Launch(self.program, "conv_gemm", gsize, local, args,
+        return program.Launch(self.program(batch), "conv_gemm", gsize, local, args,
                               flops=self.geom.flops(batch))
 
 
@@ -94,12 +115,12 @@ class _Plain1x1:
 
 
 class Forward:
-    def __init__(self, ctx, geom, bias=False, activation="identity"):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
         if geom.is_plain_1x1:
             self.op = _Plain1x1(ctx, geom.out_c, geom.in_h * geom.in_w, geom.in_c, False,
                                 bias, activation)
         else:
-            self.op = ConvGemm(ctx, geom, "forward", bias, activation)
+            self.op = ConvGemm(ctx, geom, "forward", bias, activation, batch)
 
     def workspace_bytes(self, batch):
         return 0
@@ -111,12 +132,12 @@ class Forward:
 
 
 class BackwardData:
-    def __init__(self, ctx, geom, bias=False, activation="identity"):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
         if geom.is_plain_1x1:
             self.op = _Plain1x1(ctx, geom.in_c, geom.in_h * geom.in_w, geom.out_c, True,
                                 bias, activation)
         else:
-            self.op = ConvGemm(ctx, geom, "backward_data", bias, activation)
+            self.op = ConvGemm(ctx, geom, "backward_data", bias, activation, batch)
 
     def workspace_bytes(self, batch):
         return 0
@@ -128,20 +149,20 @@ class BackwardData:
 
 
 class BackwardFilter:
-    def __init__(self, ctx, geom, splits=None):
+    def __init__(self, ctx, geom, splits=None, batch=16):
         self.ctx, self.geom, self.forced_splits = ctx, geom, splits
-        self.op = ConvGemm(ctx, geom, "backward_filter")
+        self.op = ConvGemm(ctx, geom, "backward_filter", batch=batch)
 
     def split_plan(self, batch):
         """(splits, k_per_split): cut the batch*pixels reduction so the GPU fills up."""
         m, n, k = self.op.dims(batch)
-        tm, tn, tk = self.op.tiles[:3]
+        tm, tn, tk = self.op.tiles(batch)[:3]
         if self.forced_splits:
             splits = self.forced_splits
         else:
             work_groups = -(-m // tm) * -(-n // tn) * self.geom.groups
             target = 2 * self.ctx.facts.compute_units
-            splits = max(1, min(-(-target // work_groups), k // 1024, 64))
+            splits = max(1, min(-(-target // work_groups), k // 512, 256))
         k_per_split = program.round_up(-(-k // splits), tk)
         return -(-k // k_per_split), k_per_split
 
@@ -156,7 +177,7 @@ class BackwardFilter:
             return [self.op.launch(batch, dy, x, dw, beta=beta)]
         size = int(np.prod(self.geom.weight_shape))
         partial = ws_view(ws, 0, splits * size)
-        reduce = program.Launch(self.op.program, "conv_split_reduce",
+        reduce = program.Launch(self.op.program(batch), "conv_split_reduce",
                                 (program.round_up(size, 256),), (256,) if self.ctx.facts.is_gpu
                                 else None, [np.int32(size), np.int32(splits), partial, dw,
                                             scalar(beta)])

@@ -1,77 +1,100 @@
 """Winograd F(2x2, 3x3) convolution for 3x3, stride-1, undilated, ungrouped layers.
 
-Four launches: filter transform, input transform, 16 GEMMs (the implicit-GEMM kernel as a
-16-group 1x1 convolution), output transform. The filter transform is a launch of its own
-at the start of every pass, so it runs once per forward (once per weight update in
+Forward: filter transform, input transform, 16 GEMMs (``core/gemm.py``, batched over the
+transform element), output transform. The filter transform is a launch of its own at
+the start of every pass, so it runs once per forward (once per weight update in
 training) and never reads stale weights after a load.
 
 Backward-data is the same algorithm on the transposed problem: dx is the correlation of dy
 with the filter rotated by 180 degrees and with input/output channels swapped, padded by
 ``2 - pad`` (``winograd_filter`` with ``flip``).
+
+Backward-filter transforms x (as forward) and dy (``winograd_dy``), sums the 16 products
+over batch and tiles with the implicit-GEMM filter-gradient kernel (split-K), and maps the
+4x4 result back to 3x3 (``winograd_filter_grad``).
 """
 import numpy as np
 
 from ..kernels import program
 from .conv import ConvGeometry, ws_view
-from .conv_gemm import ConvGemm
+from .conv_gemm import BackwardFilter as GemmBackwardFilter
+from .gemm import Gemm
 
-__all__ = ["Forward", "BackwardData", "WinogradPlan"]
+__all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan"]
+
+
+class _Tiles:
+    """2x2 output tiles over an out_h x out_w plane, and the launch helpers."""
+
+    def __init__(self, ctx, out_hw):
+        self.ctx = ctx
+        self.out_h, self.out_w = out_hw
+        self.tiles_w = -(-self.out_w // 2)
+        self.tiles = -(-self.out_h // 2) * self.tiles_w
+
+    def launch(self, prg, name, channels, batch, args):
+        gpu = self.ctx.facts.is_gpu
+        return program.Launch(prg, name, (program.round_up(self.tiles, 64), channels, batch),
+                              (64, 1, 1) if gpu else None, args)
+
+    def matrix_launch(self, prg, name, rows, cols, args):
+        gpu = self.ctx.facts.is_gpu
+        return program.Launch(prg, name, (program.round_up(cols, 16), program.round_up(rows, 16)),
+                              (16, 16) if gpu else None, args)
 
 
 class WinogradPlan:
     """``y (out_c, out_hw) = act(correlate3x3(x (in_c, in_hw), w) + bias) + beta*y``."""
 
-    def __init__(self, ctx, in_c, out_c, in_hw, out_hw, pad_hw, flip, bias, activation):
+    def __init__(self, ctx, in_c, out_c, in_hw, out_hw, pad_hw, flip, bias, activation, batch):
         self.ctx = ctx
         self.in_c, self.out_c, self.flip, self.bias = in_c, out_c, flip, bias
         self.in_h, self.in_w = in_hw
-        self.out_h, self.out_w = out_hw
         self.pad_h, self.pad_w = pad_hw
-        self.tiles_w = -(-self.out_w // 2)
-        self.tiles = -(-self.out_h // 2) * self.tiles_w
+        self.t = _Tiles(ctx, out_hw)
         self.program = program.get(ctx, "winograd", ACTIVATION=activation, BIAS=bool(bias))
-        gemm_geom = ConvGeometry(16 * in_c, 16 * out_c, (1, self.tiles), (1, 1), groups=16)
-        self.gemm = ConvGemm(ctx, gemm_geom, "forward")
+        self.gemms = {}
+        self.gemm(batch)
+
+    def gemm(self, batch):
+        """M[xi] (out_c x BT) = U[xi] (out_c x in_c) @ V[xi] (in_c x BT), 16 batches."""
+        if batch not in self.gemms:
+            self.gemms[batch] = Gemm(self.ctx, self.out_c, batch * self.t.tiles, self.in_c,
+                                     batch=16)
+        return self.gemms[batch]
 
     def sizes(self, batch):
         """Float counts of U, V and M in the workspace."""
-        return (16 * self.out_c * self.in_c, batch * 16 * self.in_c * self.tiles,
-                batch * 16 * self.out_c * self.tiles)
+        bt = batch * self.t.tiles
+        return 16 * self.out_c * self.in_c, 16 * self.in_c * bt, 16 * self.out_c * bt
 
     def workspace_bytes(self, batch):
         return 4 * sum(self.sizes(batch))
 
     def launches(self, x, w, y, b, ws, beta):
         batch = x.shape[0]
+        bt = batch * self.t.tiles
         nu, nv, nm = self.sizes(batch)
-        u = ws_view(ws, 0, nu).reshape(16 * self.out_c, self.in_c, 1, 1)
-        v = ws_view(ws, 4 * nu, nv).reshape(batch, 16 * self.in_c, 1, self.tiles)
-        m = ws_view(ws, 4 * (nu + nv), nm).reshape(batch, 16 * self.out_c, 1, self.tiles)
-        i32 = np.int32
-        local = (64, 1, 1) if self.ctx.facts.is_gpu else None
-        t_global = program.round_up(self.tiles, 64)
-        filt = program.Launch(self.program, "winograd_filter",
-                              (program.round_up(self.in_c, 16), program.round_up(self.out_c, 16)),
-                              (16, 16) if self.ctx.facts.is_gpu else None,
-                              [i32(self.out_c), i32(self.in_c), i32(self.flip), w, u])
-        inp = program.Launch(self.program, "winograd_input", (t_global, self.in_c, batch), local,
-                             [i32(self.in_c), i32(self.in_h), i32(self.in_w), i32(self.tiles_w),
-                              i32(self.tiles), i32(self.pad_h), i32(self.pad_w), x, v])
-        gemm = self.gemm.launch(batch, u, v, m)
-        args = [i32(self.out_c), i32(self.out_h), i32(self.out_w), i32(self.tiles_w),
-                i32(self.tiles), m, y]
-        if self.bias:
-            args.append(b)
-        args.append(np.float32(beta))
-        out = program.Launch(self.program, "winograd_output", (t_global, self.out_c, batch),
-                             local, args)
-        return [filt, inp, gemm, out]
+        u, v, m = ws_view(ws, 0, nu), ws_view(ws, 4 * nu, nv), ws_view(ws, 4 * (nu + nv), nm)
+        i32, t = np.int32, self.t
+        filt = t.matrix_launch(self.program, "winograd_filter", self.out_c, self.in_c,
+                               [i32(self.out_c), i32(self.in_c), i32(self.flip), w, u])
+        inp = t.launch(self.program, "winograd_input", self.in_c, batch,
+                       [i32(self.in_c), i32(self.in_h), i32(self.in_w), i32(t.tiles_w),
+                        i32(t.tiles), i32(bt), i32(self.pad_h), i32(self.pad_w), x, v])
+        gemm = self.gemm(batch).launches(u, v, m, stride_a=self.out_c * self.in_c,
+                                         stride_b=self.in_c * bt, stride_c=self.out_c * bt)
+        args = [i32(self.out_c), i32(t.out_h), i32(t.out_w), i32(t.tiles_w), i32(t.tiles),
+                i32(bt), m, y] + ([b] if self.bias else []) + [np.float32(beta)]
+        out = t.launch(self.program, "winograd_output", self.out_c, batch, args)
+        return [filt, inp] + gemm + [out]
 
 
 class Forward:
-    def __init__(self, ctx, geom, bias=False, activation="identity"):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
         self.plan = WinogradPlan(ctx, geom.in_c, geom.out_c, (geom.in_h, geom.in_w),
-                                 (geom.out_h, geom.out_w), geom.pad[:2], False, bias, activation)
+                                 (geom.out_h, geom.out_w), geom.pad[:2], False, bias,
+                                 activation, batch)
 
     def workspace_bytes(self, batch):
         return self.plan.workspace_bytes(batch)
@@ -81,13 +104,61 @@ class Forward:
 
 
 class BackwardData:
-    def __init__(self, ctx, geom, bias=False, activation="identity"):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
         self.plan = WinogradPlan(ctx, geom.out_c, geom.in_c, (geom.out_h, geom.out_w),
                                  (geom.in_h, geom.in_w), (2 - geom.pad[0], 2 - geom.pad[1]),
-                                 True, bias, activation)
+                                 True, bias, activation, batch)
 
     def workspace_bytes(self, batch):
         return self.plan.workspace_bytes(batch)
 
     def launches(self, dy, w, dx, b, ws, beta):
         return self.plan.launches(dy, w, dx, b, ws, beta)
+
+
+class BackwardFilter:
+    """dW = beta*dW + G^T (sum over tiles of (A dY A^T) .* (B^T d B)) G."""
+
+    def __init__(self, ctx, geom, splits=None, batch=16):
+        self.ctx, self.geom, self.splits = ctx, geom, splits
+        self.t = _Tiles(ctx, (geom.out_h, geom.out_w))
+        self.program = program.get(ctx, "winograd", ACTIVATION="identity", BIAS=False)
+        self.sums = {}
+        self.sum_op(batch)
+
+    def sum_op(self, batch):
+        """dU[xi] = dM[xi] V[xi]^T: a 16-group 1x1 filter gradient over BT pixels."""
+        if batch not in self.sums:
+            g = self.geom
+            bt_geom = ConvGeometry(16 * g.in_c, 16 * g.out_c, (1, batch * self.t.tiles), (1, 1),
+                                   groups=16)
+            self.sums[batch] = GemmBackwardFilter(self.ctx, bt_geom, self.splits, batch=1)
+        return self.sums[batch]
+
+    def sizes(self, batch):
+        g, bt = self.geom, batch * self.t.tiles
+        return 16 * g.in_c * bt, 16 * g.out_c * bt, 16 * g.out_c * g.in_c
+
+    def workspace_bytes(self, batch):
+        return 4 * sum(self.sizes(batch)) + self.sum_op(batch).workspace_bytes(1)
+
+    def launches(self, x, dy, dw, ws, beta):
+        g, t, i32 = self.geom, self.t, np.int32
+        batch = x.shape[0]
+        bt = batch * t.tiles
+        nv, nm, nu = self.sizes(batch)
+        v = ws_view(ws, 0, nv).reshape(1, 16 * g.in_c, 1, bt)
+        dm = ws_view(ws, 4 * nv, nm).reshape(1, 16 * g.out_c, 1, bt)
+        du = ws_view(ws, 4 * (nv + nm), nu).reshape(16 * g.out_c, g.in_c, 1, 1)
+        rest = 4 * (nv + nm + nu)
+        inner_ws = ws.view((ws.size - rest,), offset=rest)
+        inp = t.launch(self.program, "winograd_input", g.in_c, batch,
+                       [i32(g.in_c), i32(g.in_h), i32(g.in_w), i32(t.tiles_w), i32(t.tiles),
+                        i32(bt), i32(g.pad[0]), i32(g.pad[1]), x, v])
+        dyt = t.launch(self.program, "winograd_dy", g.out_c, batch,
+                       [i32(g.out_c), i32(g.out_h), i32(g.out_w), i32(t.tiles_w), i32(t.tiles),
+                        i32(bt), dy, dm])
+        sums = self.sum_op(batch).launches(v, dm, du, inner_ws, 0.0)
+        back = t.matrix_launch(self.program, "winograd_filter_grad", g.out_c, g.in_c,
+                               [i32(g.out_c), i32(g.in_c), du, dw, np.float32(beta)])
+        return [inp, dyt] + sums + [back]

@@ -1,10 +1,12 @@
 <%include file="common.h"/>
 ## Winograd F(2x2, 3x3) (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks",
 ## 2015): each 2x2 output tile is A^T [ (G g G^T) .* (B^T d B) ] A over a 4x4 input tile d.
-## The 16 elementwise products summed over input channels are 16 GEMMs, run by the
-## implicit-GEMM kernel as a 1x1 convolution with 16 groups; these kernels do the three
-## transforms around it. Layouts (T = tiles per image, xi = 0..15 the transform element):
-##   U[xi][out_c][in_c]   V[b][xi][in_c][T]   M[b][xi][out_c][T]
+## The 16 elementwise products summed over input channels are 16 GEMMs (a batched GEMM);
+## these kernels do the transforms around them. Layouts (T = tiles per image, BT = batch*T,
+## column b*T + t, xi = 0..15 the transform element):
+##   U[xi][out_c][in_c]   V[xi][in_c][BT]   M[xi][out_c][BT]
+## Backward-filter (Lavin & Gray, section 5): dM = A dY A^T per output tile,
+## dU[xi] = dM[xi] V[xi]^T summed over tiles, dW = G^T dU G.
 <% act = "ACT_" + ACTIVATION %>
 
 // U = G g G^T with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]. With flip the filter of
@@ -42,7 +44,7 @@ __kernel void winograd_filter(int out_c, int in_c, int flip,
 }
 
 // V = B^T d B with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]; d read with zero padding
-__kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tiles,
+__kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tiles, int bt,
                              int pad_h, int pad_w,
                              __global const float *x, ulong x_offset,
                              __global float *v, ulong v_offset)
@@ -66,8 +68,8 @@ __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tile
         e[2][j] = d[2][j] - d[1][j];
         e[3][j] = d[1][j] - d[3][j];
     }
-    v += v_offset + (b * 16 * in_c + c) * tiles + t;
-    const int xi_step = in_c * tiles;
+    v += v_offset + c * bt + b * tiles + t;
+    const int xi_step = in_c * bt;
     for (int i = 0; i < 4; i++) {
         v[(i * 4 + 0) * xi_step] = e[i][0] - e[i][2];
         v[(i * 4 + 1) * xi_step] = e[i][1] + e[i][2];
@@ -77,7 +79,7 @@ __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tile
 }
 
 // Y = A^T m A with A^T = [1 1 1 0; 0 1 -1 -1], then y = act(Y + bias + beta * y)
-__kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int tiles,
+__kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int tiles, int bt,
                               __global const float *m, ulong m_offset,
                               __global float *y, ulong y_offset,
 % if BIAS:
@@ -88,8 +90,8 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
     const int t = get_global_id(0), k = get_global_id(1), b = get_global_id(2);
     if (t >= tiles)
         return;
-    __global const float *src = m + m_offset + (b * 16 * out_c + k) * tiles + t;
-    const int xi_step = out_c * tiles;
+    __global const float *src = m + m_offset + k * bt + b * tiles + t;
+    const int xi_step = out_c * bt;
     float p[4][4];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++)
@@ -120,5 +122,66 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
                 val += beta * dst[h * out_w + ww];
             dst[h * out_w + ww] = ${act}(val);
         }
+    }
+}
+
+// dM = A dY A^T with A = [1 0; 1 1; 1 -1; 0 -1]: the adjoint of the output transform
+__kernel void winograd_dy(int out_c, int out_h, int out_w, int tiles_w, int tiles, int bt,
+                          __global const float *dy, ulong dy_offset,
+                          __global float *dm, ulong dm_offset)
+{
+    const int t = get_global_id(0), k = get_global_id(1), b = get_global_id(2);
+    if (t >= tiles)
+        return;
+    const int th = t / tiles_w, tw = t - th * tiles_w;
+    __global const float *src = dy + dy_offset + (b * out_c + k) * out_h * out_w;
+    float d[2][2];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            const int h = th * 2 + i, w = tw * 2 + j;
+            d[i][j] = (h < out_h && w < out_w) ? src[h * out_w + w] : 0.0f;
+        }
+    float q[4][2];
+    for (int j = 0; j < 2; j++) {
+        q[0][j] = d[0][j];
+        q[1][j] = d[0][j] + d[1][j];
+        q[2][j] = d[0][j] - d[1][j];
+        q[3][j] = -d[1][j];
+    }
+    dm += dm_offset + k * bt + b * tiles + t;
+    const int xi_step = out_c * bt;
+    for (int i = 0; i < 4; i++) {
+        dm[(i * 4 + 0) * xi_step] = q[i][0];
+        dm[(i * 4 + 1) * xi_step] = q[i][0] + q[i][1];
+        dm[(i * 4 + 2) * xi_step] = q[i][0] - q[i][1];
+        dm[(i * 4 + 3) * xi_step] = -q[i][1];
+    }
+}
+
+// dW[k][c] = beta * dW + G^T dU[:, k, c] G, G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1]
+__kernel void winograd_filter_grad(int out_c, int in_c,
+                                   __global const float *du, ulong du_offset,
+                                   __global float *dw, ulong dw_offset, float beta)
+{
+    const int c = get_global_id(0), k = get_global_id(1);
+    if (k >= out_c || c >= in_c)
+        return;
+    __global const float *src = du + du_offset + k * in_c + c;
+    const int xi_step = out_c * in_c;
+    float u[4][4];
+    for (int i = 0; i < 16; i++)
+        u[i / 4][i % 4] = src[i * xi_step];
+    float t[3][4];
+    for (int j = 0; j < 4; j++) {
+        t[0][j] = u[0][j] + 0.5f * (u[1][j] + u[2][j]);
+        t[1][j] = 0.5f * (u[1][j] - u[2][j]);
+        t[2][j] = 0.5f * (u[1][j] + u[2][j]) + u[3][j];
+    }
+    __global float *dst = dw + dw_offset + (k * in_c + c) * 9;
+    for (int r = 0; r < 3; r++) {
+        const float g[3] = {t[r][0] + 0.5f * (t[r][1] + t[r][2]), 0.5f * (t[r][1] - t[r][2]),
+                            0.5f * (t[r][1] + t[r][2]) + t[r][3]};
+        for (int s = 0; s < 3; s++)
+            dst[r * 3 + s] = beta == 0.0f ? g[s] : beta * dst[r * 3 + s] + g[s];
     }
 }

@@ -98,7 +98,7 @@ class _ConvBase(Layer):
         """Activation backward, bias reduction and the workspace plan."""
         if self.algo not in ALGORITHMS:
             self.fail("algo %r is unknown; known: %s" % (self.algo, ", ".join(ALGORITHMS)))
-        self.geom, self.out_shape = geom, tuple(out_shape)
+        self.geom, self.out_shape, self.batch = geom, tuple(out_shape), in_shape[0]
         f32 = np.float32
         y_spec = (self.out_shape, f32)
         self.act_bwd = None
@@ -178,13 +178,14 @@ class Convolution2D(_ConvBase):
 
     def _forward_op(self):
         if self._fwd is None:
-            self._fwd = ConvForward(self.ctx, self.geom, self.bias, self.activation, self.algo)
+            self._fwd = ConvForward(self.ctx, self.geom, self.bias, self.activation, self.algo,
+                                    self.batch)
         return self._fwd
 
     def _backward_ops(self):
         if self._bwd is None:
-            self._bwd = (ConvBackwardData(self.ctx, self.geom, algo=self.algo),
-                         ConvBackwardFilter(self.ctx, self.geom, algo=self.algo))
+            self._bwd = (ConvBackwardData(self.ctx, self.geom, algo=self.algo, batch=self.batch),
+                         ConvBackwardFilter(self.ctx, self.geom, algo=self.algo, batch=self.batch))
         return self._bwd
 
     def forward(self, x, y, params, ws):
@@ -234,13 +235,14 @@ class TransposedConvolution2D(_ConvBase):
 
     def _forward_op(self):
         if self._fwd is None:
-            self._fwd = ConvBackwardData(self.ctx, self.geom, self.bias, self.activation, self.algo)
+            self._fwd = ConvBackwardData(self.ctx, self.geom, self.bias, self.activation, self.algo,
+                                         self.batch)
         return self._fwd
 
     def _backward_ops(self):
         if self._bwd is None:
-            self._bwd = (ConvForward(self.ctx, self.geom, algo=self.algo),
-                         ConvBackwardFilter(self.ctx, self.geom, algo=self.algo))
+            self._bwd = (ConvForward(self.ctx, self.geom, algo=self.algo, batch=self.batch),
+                         ConvBackwardFilter(self.ctx, self.geom, algo=self.algo, batch=self.batch))
         return self._bwd
 
     def forward(self, x, y, params, ws):

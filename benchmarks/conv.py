@@ -1,0 +1,238 @@
+"""Convolution throughput per layer: dlprim's algorithms beside cuDNN (FP32, TF32 off).
+
+    python benchmarks/conv.py [--device gpu] [--batches 16 64] [--repeat 5] [--out DIR]
+
+Shapes: the distinct convolutions of ResNet-50 (v1.5), VGG-16 and MobileNet-V2 on
+224x224 inputs. For each shape and batch: GFLOP/s of forward, backward-data and
+backward-filter for every algorithm that applies (gemm, winograd, depthwise), and of
+``torch.nn.functional.conv2d`` / ``aten.convolution_backward`` in the same process.
+Times are medians over ``--repeat`` runs after a warm-up: OpenCL profiling events (first
+start to last end of a pass's launches), CUDA events for torch. At the first batch every
+result is also compared with torch's (relative L2 error).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import dlprim as dp  # noqa: E402
+from dlprim.core.conv import (ConvBackwardData, ConvBackwardFilter, ConvForward,  # noqa: E402
+                              ConvGeometry, algorithm_applies)
+
+DIRECTIONS = ("forward", "backward_data", "backward_filter")
+OPS = {"forward": ConvForward, "backward_data": ConvBackwardData,
+       "backward_filter": ConvBackwardFilter}
+
+
+def net_shapes():
+    """(net, cin, cout, k, stride, hw, groups) of every convolution, in net order."""
+    out = []
+    # ResNet-50 v1.5
+    out.append(("resnet50", 3, 64, 7, 2, 224, 1))
+    hw, cin = 56, 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for b in range(blocks):
+            s = stride if b == 0 else 1
+            out.append(("resnet50", cin, width, 1, 1, hw, 1))
+            out.append(("resnet50", width, width, 3, s, hw, 1))
+            o = hw // s
+            out.append(("resnet50", width, width * 4, 1, 1, o, 1))
+            if b == 0:
+                out.append(("resnet50", cin, width * 4, 1, s, hw, 1))
+            cin, hw = width * 4, o
+    # VGG-16
+    hw, cin = 224, 3
+    for width, n in ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3)):
+        for _ in range(n):
+            out.append(("vgg16", cin, width, 3, 1, hw, 1))
+            cin = width
+        hw //= 2
+    # MobileNet-V2
+    out.append(("mobilenet_v2", 3, 32, 3, 2, 224, 1))
+    hw, cin = 112, 32
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                       (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            if t != 1:
+                out.append(("mobilenet_v2", cin, hidden, 1, 1, hw, 1))
+            out.append(("mobilenet_v2", hidden, hidden, 3, stride, hw, hidden))
+            hw = hw // stride
+            out.append(("mobilenet_v2", hidden, c, 1, 1, hw, 1))
+            cin = c
+    out.append(("mobilenet_v2", cin, 1280, 1, 1, hw, 1))
+    return out
+
+
+def distinct_shapes():
+    seen = {}
+    for net, cin, cout, k, s, hw, g in net_shapes():
+        key = (cin, cout, k, s, hw, g)
+        seen.setdefault(key, []).append(net)
+    return [(key, sorted(set(nets))) for key, nets in seen.items()]
+
+
+def geometry(key):
+    cin, cout, k, s, hw, g = key
+    p = k // 2
+    return ConvGeometry(cin, cout, (hw, hw), (k, k), (s, s), (p, p, p, p), (1, 1), g)
+
+
+def algorithms(geom, direction):
+    return [a for a in ("gemm", "winograd", "depthwise") if algorithm_applies(geom, a, direction)]
+
+
+def build_ops(ctx, key):
+    geom = geometry(key)
+    return {(d, a): OPS[d](ctx, geom, algo=a) for d in DIRECTIONS for a in algorithms(geom, d)}
+
+
+def time_launches(ctx, launches, repeat):
+    for launch in launches:
+        launch(ctx.queue)
+    ctx.finish()
+    runs = []
+    for _ in range(repeat):
+        runs.append([launch(ctx.queue) for launch in launches])
+    ctx.finish()
+    return statistics.median((r[-1].profile.end - r[0].profile.start) * 1e-9 for r in runs)
+
+
+def time_torch(torch, fn, repeat):
+    fn()
+    torch.cuda.synchronize()
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(repeat)]
+    for start, end in pairs:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1e-3 for s, e in pairs)
+
+
+def rel_err(a, b):
+    return float(np.linalg.norm(a.astype(np.float64) - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def run_shape(ctx, torch, key, ops, batch, repeat, check):
+    geom = geometry(key)
+    F = torch.nn.functional
+    x_t = torch.randn(geom.in_shape(batch), device="cuda")
+    w_t = torch.randn(geom.weight_shape, device="cuda") / np.sqrt(np.prod(geom.weight_shape[1:]))
+    dy_t = torch.randn(geom.out_shape(batch), device="cuda")
+    stride, pad = (geom.sh, geom.sw), (geom.pad[0], geom.pad[1])
+    conv = lambda: F.conv2d(x_t, w_t, None, stride, pad, 1, geom.groups)  # noqa: E731
+
+    def backward(mask):
+        return lambda: torch.ops.aten.convolution_backward(
+            dy_t, x_t, w_t, None, stride, pad, (1, 1), False, (0, 0), geom.groups, mask)
+    torch_fns = {"forward": conv, "backward_data": backward([True, False, False]),
+                 "backward_filter": backward([False, True, False])}
+    row = {"batch": batch, "gflop": geom.flops(batch) * 1e-9, "torch": {}, "dlprim": {}, "err": {}}
+    for d in DIRECTIONS:
+        row["torch"][d] = geom.flops(batch) * 1e-9 / time_torch(torch, torch_fns[d], repeat)
+    x = dp.Tensor.from_numpy(ctx, x_t.cpu().numpy())
+    w = dp.Tensor.from_numpy(ctx, w_t.cpu().numpy())
+    dy = dp.Tensor.from_numpy(ctx, dy_t.cpu().numpy())
+    y = dp.Tensor(ctx, geom.out_shape(batch))
+    dx = dp.Tensor(ctx, geom.in_shape(batch))
+    dw = dp.Tensor(ctx, geom.weight_shape)
+    refs = None
+    if check:
+        refs = {"forward": conv().cpu().numpy()}
+        gx, gw, _ = torch_fns["backward_data"]()[0], torch_fns["backward_filter"]()[1], None
+        refs["backward_data"], refs["backward_filter"] = gx.cpu().numpy(), gw.cpu().numpy()
+    for (d, a), op in ops.items():
+        ws_bytes = op.workspace_bytes(batch)
+        ws = dp.Tensor(ctx, (ws_bytes,), "uint8") if ws_bytes else None
+        if d == "forward":
+            launches, out = op.launches(x, w, y, ws=ws), y
+        elif d == "backward_data":
+            launches, out = op.launches(dy, w, dx, ws=ws), dx
+        else:
+            launches, out = op.launches(x, dy, dw, ws=ws, beta=0.0), dw
+        t = time_launches(ctx, launches, repeat)
+        row["dlprim"]["%s/%s" % (d, a)] = geom.flops(batch) * 1e-9 / t
+        if check:
+            row["err"]["%s/%s" % (d, a)] = rel_err(out.numpy(), refs[d])
+        del ws
+    return row
+
+
+def fmt_shape(key):
+    cin, cout, k, s, hw, g = key
+    return "%d->%d k%d s%d %d%s" % (cin, cout, k, s, hw, " dw" if g > 1 else "")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--batches", type=int, nargs="+", default=[16, 64])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--limit", type=int, default=0, help="only the first N distinct shapes")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    ctx = dp.Context(args.device, profiling=True)
+    shapes = distinct_shapes()
+    if args.limit:
+        shapes = shapes[:args.limit]
+    t0 = time.time()
+    with ThreadPoolExecutor(16) as pool:  # kernel builds release the GIL
+        all_ops = list(pool.map(lambda s: build_ops(ctx, s[0]), shapes))
+    print("device: %s, driver %s; torch %s cudnn %s; %d shapes, kernels built in %.1f s"
+          % (ctx.facts.name, ctx.facts.driver_version, torch.__version__,
+             torch.backends.cudnn.version(), len(shapes), time.time() - t0), flush=True)
+    rows = []
+    for (key, nets), ops in zip(shapes, all_ops):
+        for i, batch in enumerate(args.batches):
+            try:
+                row = run_shape(ctx, torch, key, ops, batch, args.repeat, check=i == 0)
+            except Exception as err:  # keep the sweep going; the table shows the failure
+                row = {"batch": batch, "error": "%s: %s" % (type(err).__name__, err)}
+            row.update(shape=fmt_shape(key), nets=nets)
+            rows.append(row)
+            ctx.memory.free_held()
+            torch.cuda.empty_cache()
+    with open(os.path.join(args.out, "conv_bench.json"), "w") as f:
+        json.dump({"device": ctx.facts.name, "driver": ctx.facts.driver_version,
+                   "torch": torch.__version__, "rows": rows}, f, indent=1)
+    print(table(rows))
+    print("total %.1f s" % (time.time() - t0))
+
+
+def table(rows):
+    """Markdown: GFLOP/s per direction, best dlprim algorithm and cuDNN, ratio best/cuDNN."""
+    short = {"gemm": "g", "winograd": "w", "depthwise": "d"}
+    lines = ["| shape | N | fwd dlprim | fwd cuDNN | bwd-data dlprim | bwd-data cuDNN | "
+             "bwd-filter dlprim | bwd-filter cuDNN | max err |", "|" + "---|" * 9]
+    for r in rows:
+        if "error" in r:
+            lines.append("| %s | %d | %s |" % (r["shape"], r["batch"], r["error"][:150]))
+            continue
+        cells = []
+        for d in DIRECTIONS:
+            mine = {a.split("/")[1]: v for a, v in r["dlprim"].items() if a.startswith(d)}
+            best = max(mine.values())
+            cells.append("%s (%.2fx)" % (" ".join("%s:%.0f" % (short[a], v)
+                                                   for a, v in sorted(mine.items())),
+                                          best / r["torch"][d]))
+            cells.append("%.0f" % r["torch"][d])
+        err = max(r["err"].values()) if r["err"] else float("nan")
+        lines.append("| %s | %d | %s | %.1e |" % (r["shape"], r["batch"], " | ".join(cells), err))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
