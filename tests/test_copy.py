@@ -24,13 +24,20 @@ def cached(cls, ctx, *args):
 
 @pytest.mark.parametrize("shape,perm", [
     ((31, 65), (1, 0)), ((1, 129), (1, 0)), ((2, 3, 33, 5), (0, 2, 3, 1)),
-    ((2, 3, 33, 5), (3, 1, 0, 2)), ((4, 63, 64), (0, 2, 1)), ((7,), (0,))])
+    ((2, 3, 33, 5), (3, 1, 0, 2)), ((4, 63, 64), (0, 2, 1)), ((7,), (0,)),
+    ((2, 33, 5, 7), (0, 2, 3, 1)), ((2, 5, 7, 33), (0, 3, 1, 2)), ((1, 129, 1, 65), (3, 1, 2, 0))])
 def test_transpose(ctx, rng, shape, perm):
     a = rng.standard_normal(shape).astype(np.float32)
     op = cached(cp.Transpose, ctx, shape, perm)
     y = placed(ctx, np.full(op.out_shape, np.nan, np.float32))
     op(placed(ctx, a), y)
     np.testing.assert_array_equal(y.numpy(), a.transpose(perm))
+    tiled = shape in ((31, 65), (4, 63, 64), (2, 33, 5, 7), (2, 5, 7, 33), (1, 129, 1, 65))
+    assert (op._tiled is not None) == tiled
+    if tiled:  # the tiled kernel honours alpha/beta too
+        prev = y.numpy()
+        op(placed(ctx, a), y, alpha=2.0, beta=-1.0)
+        np.testing.assert_allclose(y.numpy(), 2 * a.transpose(perm) - prev, rtol=1e-6, atol=1e-6)
 
 
 def test_strided_alpha_beta_accumulate(ctx, rng):
@@ -52,10 +59,11 @@ def test_strided_alpha_beta_accumulate(ctx, rng):
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "uint8", "float16"])
-def test_dtypes(ctx, rng, dtype):
-    a = (rng.standard_normal((33, 5)) * 50).astype(dtype)
-    op = cached(cp.Transpose, ctx, (33, 5), (1, 0), dtype)
-    y = dp.Tensor(ctx, (5, 33), dtype)
+@pytest.mark.parametrize("shape", [(33, 5), (33, 65)])  # strided and tiled
+def test_dtypes(ctx, rng, dtype, shape):
+    a = (rng.standard_normal(shape) * 50).astype(dtype)
+    op = cached(cp.Transpose, ctx, shape, (1, 0), dtype)
+    y = dp.Tensor(ctx, shape[::-1], dtype)
     op(placed(ctx, a), y)
     np.testing.assert_array_equal(y.numpy(), a.T)
     acc = placed(ctx, a.T.copy())

@@ -103,8 +103,30 @@ class StridedCopy:
             launch(queue if queue is not None else self.ctx.queue)
 
 
+def _merge_axes(shape, perm):
+    """Drop size-1 axes and merge input axes that stay neighbours in the output:
+    -> (shape, perm) of the same transpose with the fewest axes."""
+    keep = [a for a in perm if shape[a] != 1]
+    groups = []  # runs of consecutive input axes, in output order
+    for a in keep:
+        if groups and groups[-1][-1] + 1 == a:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    merged = [int(np.prod([shape[a] for a in groups[g]])) for g in order]
+    rank = {g: i for i, g in enumerate(order)}
+    return merged, [rank[g] for g in range(len(groups))]
+
+
 class Transpose(StridedCopy):
-    """``y = x.transpose(perm)`` (numpy's meaning) for contiguous x and y."""
+    """``y = x.transpose(perm)`` (numpy's meaning) for contiguous x and y.
+
+    After merging axes, a swap of the last two ((M, N) -> (N, M), batched or not; NCHW <->
+    NHWC is one) goes through a local-memory tile; other permutations walk the output in
+    order (coalesced writes, strided reads)."""
+
+    TILE, ROWS = 32, 8
 
     def __init__(self, ctx, in_shape, perm, dtype="float"):
         in_shape = tuple(int(n) for n in in_shape)
@@ -115,15 +137,29 @@ class Transpose(StridedCopy):
         self.in_shape, self.perm = in_shape, perm
         self.out_shape = tuple(in_shape[p] for p in perm)
         src = contiguous_strides(in_shape)
-        # walk the output in order (coalesced writes); reads follow the permuted strides
         super().__init__(ctx, self.out_shape, [src[p] for p in perm],
                          contiguous_strides(self.out_shape), dtype)
+        shape, order = _merge_axes(in_shape, perm)
+        self._tiled = None
+        if order in ([1, 0], [0, 2, 1]) and min(shape[-2:]) >= 8 and (len(shape) == 2 or shape[0] < 65536):
+            self._bmn = ([1] + shape)[-3:]
+            st = cl_type(self.dtype)
+            self._tiled = program.get(ctx, "transpose", TILE=self.TILE, ROWS=self.ROWS, STORE=st,
+                                      COMPUTE="float" if st in ("float", "half") else st)
 
     def launches(self, x, y, alpha=1.0, beta=0.0):
         for what, t, shape in (("x", x, self.in_shape), ("y", y, self.out_shape)):
             if not isinstance(t, Tensor) or t.shape != shape:
                 raise ValueError("Transpose: %s is %r, expected shape %s" % (what, t, shape))
-        return super().launches(x, y, alpha, beta)
+        if self._tiled is None or self.size == 0:
+            return super().launches(x, y, alpha, beta)
+        self._check(x, "x", self.size)
+        self._check(y, "y", self.size)
+        b, m, n = self._bmn
+        t = self.TILE
+        gsize = (program.round_up(n, t), program.round_up(m, t) // t * self.ROWS, b)
+        return [program.Launch(self._tiled, "transpose_tiled", gsize, (t, self.ROWS, 1),
+                               [np.uint64(m), np.uint64(n), x, y, np.float32(alpha), np.float32(beta)])]
 
 
 class Fill:

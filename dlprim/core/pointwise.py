@@ -321,7 +321,8 @@ class PointwiseBroadcastReduce(_Base):
 
 
 def _kernel_name(name):
-    return re.sub(r"\W", "_", name)
+    # prefixed so that a name such as "max" or "exp" cannot clash with an OpenCL builtin
+    return "pw_" + re.sub(r"\W", "_", name)
 
 
 # ----- functional forms: ops memoized per context by everything that fixes them
