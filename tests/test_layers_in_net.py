@@ -6,8 +6,8 @@ import pytest
 import dlprim as dp
 
 
-def op(name, type_name, inputs, options=None):
-    return {"name": name, "type": type_name, "inputs": inputs, "outputs": [name],
+def op(name, type_name, inputs, options=None, output=None):
+    return {"name": name, "type": type_name, "inputs": inputs, "outputs": [output or name],
             "options": options or {}}
 
 
@@ -18,9 +18,9 @@ CHAIN = [
     op("tr", "Transpose", ["up"], {"dims": [0, 2, 3, 1]}),
     op("sl", "Slice", ["tr"], {"dim": 1, "begin": 1, "end": 3}),
     op("red", "Reduction", ["sl"], {"dims": [1], "keep_dim": False, "method": "sumsq"}),
-    op("fl", "Flatten", ["red"]),
-    op("sm", "Softmax", ["fl"], {"log": True}),
-    op("loss", "NLLLoss", ["sm", "label"]),
+    op("fl", "Flatten", ["red"], output="red"),  # in place
+    op("sm", "Softmax", ["red"], {"log": True}, output="red"),  # in place
+    op("loss", "NLLLoss", ["red", "label"]),
 ]
 XENT = [
     op("w", "Parameter", [], {"shape": [4, 1, 6, 1]}),

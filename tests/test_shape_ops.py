@@ -66,3 +66,13 @@ def test_bad_shapes(ctx, type_name, opts, shape, match):
 def test_bad_options(ctx, type_name, opts, match):
     with pytest.raises(LayerError, match="%s 'v': .*%s" % (type_name, match)):
         create(ctx, type_name, "v", opts)
+
+
+def test_in_place_is_free(ctx, rng):
+    from layer_check import place
+    layer = create(ctx, "Flatten", "f", {})
+    assert layer.INPLACE
+    layer.setup([TensorSpec((2, 3, 4))])
+    t = place(ctx, rng.standard_normal((2, 3, 4)).astype(np.float32))
+    assert layer.forward([t], [t.view((2, 12))], [], None) == []
+    assert layer.backward([t], [t], [t], [t.view((2, 12))], [], [], None, [False]) == []

@@ -67,3 +67,22 @@ def test_config_round_trip_and_errors(ctx):
     with pytest.raises(LayerError, match="Softmax 'sm'.*2 dimensions"):
         from dlprim.layers import TensorSpec
         create(ctx, "Softmax", "sm", {}).setup([TensorSpec((5,))])
+
+
+@pytest.mark.parametrize("shape", [(3, 65), (2, 5, 3, 4)])
+def test_in_place(ctx, rng, shape):
+    from dlprim.layers import TensorSpec, run
+    from layer_check import place
+    x = rng.standard_normal(shape).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    layer = create(ctx, "Softmax", "sm", {})
+    assert layer.INPLACE
+    layer.setup([TensorSpec(shape)])
+    t = place(ctx, x)
+    run(layer.forward([t], [t], [], None), ctx.queue)
+    y_ref = softmax_ref(x.astype(np.float64), False)
+    assert_close(t.numpy(), y_ref, rtol=1e-5, atol=1e-6, what="y in place")
+    g = place(ctx, dy)
+    run(layer.backward([t], [g], [t], [g], [], [], None, [False]), ctx.queue)
+    assert_close(g.numpy(), softmax_grad_ref(y_ref, dy.astype(np.float64), False), rtol=1e-4,
+                 atol=1e-5, what="dx in place")

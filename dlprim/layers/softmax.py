@@ -14,6 +14,7 @@ class Softmax(Layer):
     OPTIONS = {"log": False}
     BACKWARD_READS_INPUTS = False
     BACKWARD_READS_OUTPUTS = True  # both derivatives are written in terms of y
+    INPLACE = True  # each element is read before it is overwritten, by the same work item
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name, **options)
