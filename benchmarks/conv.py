@@ -89,9 +89,10 @@ def algorithms(geom, direction):
     return [a for a in ("gemm", "winograd", "depthwise") if algorithm_applies(geom, a, direction)]
 
 
-def build_ops(ctx, key):
+def build_ops(ctx, key, batch):
     geom = geometry(key)
-    return {(d, a): OPS[d](ctx, geom, algo=a) for d in DIRECTIONS for a in algorithms(geom, d)}
+    return {(d, a): OPS[d](ctx, geom, algo=a, batch=batch)
+            for d in DIRECTIONS for a in algorithms(geom, d)}
 
 
 def time_launches(ctx, launches, repeat):
@@ -190,15 +191,17 @@ def main():
         shapes = shapes[:args.limit]
     t0 = time.time()
     with ThreadPoolExecutor(16) as pool:  # kernel builds release the GIL
-        all_ops = list(pool.map(lambda s: build_ops(ctx, s[0]), shapes))
+        jobs = [(s[0], b) for s in shapes for b in args.batches]
+        built = dict(zip(jobs, pool.map(lambda j: build_ops(ctx, *j), jobs)))
     print("device: %s, driver %s; torch %s cudnn %s; %d shapes, kernels built in %.1f s"
           % (ctx.facts.name, ctx.facts.driver_version, torch.__version__,
              torch.backends.cudnn.version(), len(shapes), time.time() - t0), flush=True)
     rows = []
-    for (key, nets), ops in zip(shapes, all_ops):
+    for key, nets in shapes:
         for i, batch in enumerate(args.batches):
             try:
-                row = run_shape(ctx, torch, key, ops, batch, args.repeat, check=i == 0)
+                row = run_shape(ctx, torch, key, built[key, batch], batch, args.repeat,
+                                check=i == 0)
             except Exception as err:  # keep the sweep going; the table shows the failure
                 row = {"batch": batch, "error": "%s: %s" % (type(err).__name__, err)}
             row.update(shape=fmt_shape(key), nets=nets)

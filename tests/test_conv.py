@@ -280,3 +280,13 @@ def test_gpu_configuration(ctx, monkeypatch, name):
     case = dict(CONV_CASES, **TRANSPOSED_CASES)[name]
     layer = _run_case(ctx, case, name, accumulate=True)
     assert layer._forward_op().impl.__class__.__module__.endswith(case["algo"])
+
+
+def test_strided_backward_data_runs_per_phase(ctx):
+    """Stride 2 backward-data gathers per stride phase (the k5_s2 and k1_s2 cases check
+    its values): four launches, and none reads taps that cannot reach its rows."""
+    layer = _make_layer(ctx, CONV_CASES["k5_s2"], "phases")
+    layer.setup([TensorSpec((3, 8, 11, 9))])
+    data_op = layer._backward_ops()[0]
+    phases = data_op.impl.op.phases(3)
+    assert len(phases) == 4 and sum(d[2] for _, d in phases) == 5 * 5 * 5

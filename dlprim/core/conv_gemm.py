@@ -48,8 +48,11 @@ class ConvGemm:
     def __init__(self, ctx, geom, mode, bias=False, activation="identity", batch=16):
         self.ctx, self.geom, self.mode = ctx, geom, mode
         self.baked, self.geom_args = geometry_args(ctx, geom)
+        # strided backward-data runs per stride phase (see the template)
+        self.phased = (mode == "backward_data" and max(geom.sh, geom.sw) > 1
+                       and geom.dh == geom.dw == 1)
         self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
-                           GEOM_BAKED=self.baked)
+                           GEOM_BAKED=self.baked, PHASES=self.phased)
         self.bias = bool(bias)
         self.program(batch)
 
@@ -68,22 +71,49 @@ class ConvGemm:
         cg, kg, khw = g.in_c // g.groups, g.out_c // g.groups, g.kh * g.kw
         if self.mode == "forward":
             return kg, batch * g.out_h * g.out_w, cg * khw
+        if self.mode == "backward_data" and self.phased:
+            return (cg, batch * -(-g.in_h // g.sh) * -(-g.in_w // g.sw),
+                    kg * -(-g.kh // g.sh) * -(-g.kw // g.sw))
         if self.mode == "backward_data":
             return cg, batch * g.in_h * g.in_w, kg * khw
         return kg, cg * khw, batch * g.out_h * g.out_w
 
+    def phases(self, batch):
+        """Per stride phase (ph, pw): its kernel arguments and (m, n, k)."""
+        g = self.geom
+        out = []
+        for ph in range(g.sh):
+            for pw in range(g.sw):
+                ihp, iwp = -(-(g.in_h - ph) // g.sh), -(-(g.in_w - pw) // g.sw)
+                if ihp <= 0 or iwp <= 0:
+                    continue
+                r0, s0 = (ph + g.pad[0]) % g.sh, (pw + g.pad[1]) % g.sw
+                rh, rw = max(0, -(-(g.kh - r0) // g.sh)), max(0, -(-(g.kw - s0) // g.sw))
+                qh, qw = (ph + g.pad[0] - r0) // g.sh, (pw + g.pad[1] - s0) // g.sw
+                dims = (g.in_c // g.groups, batch * ihp * iwp, g.out_c // g.groups * rh * rw)
+                out.append(([ph, pw, ihp, iwp, r0, s0, rh, rw, qh, qw], dims))
+        return out
+
+    def launches(self, batch, a, b, out, bias=None, alpha=1.0, beta=0.0):
+        """All launches of this direction (one, or one per stride phase)."""
+        if not self.phased:
+            return [self.launch(batch, a, b, out, bias, alpha, beta)]
+        return [self.launch(batch, a, b, out, bias, alpha, beta, phase=p, dims=d)
+                for p, d in self.phases(batch)]
+
     def launch(self, batch, a, b, out, bias=None, alpha=1.0, beta=0.0, splits=1,
-               k_per_split=None, split_stride=0):
+               k_per_split=None, split_stride=0, phase=None, dims=None):
         tm, tn, tk, wm, wn = self.tiles(batch)
-        m, n, k = self.dims(batch)
+        m, n, k = dims or self.dims(batch)
         if k_per_split is None:
             k_per_split = k
         local = (tn // wn, tm // wm, 1)
         groups = self.geom.groups * splits
-        gsize = (program.round_up(n, tn) // tn * local[0],
+        gsize = (max(1, program.round_up(n, tn) // tn) * local[0],
                  program.round_up(m, tm) // tm * local[1], groups)
-        args = [np.int32(batch)] + self.geom_args + [np.int32(splits), np.int32(k_per_split),
-                                                     a, b, out, np.uint64(split_stride)]
+        args = [np.int32(batch)] + self.geom_args + [np.int32(splits), np.int32(k_per_split)]
+        args += [np.int32(v) for v in phase or []]
+        args += [a, b, out, np.uint64(split_stride)]
         if self.bias:
             args.append(bias)
         args += [scalar(alpha), scalar(beta)]
@@ -145,7 +175,7 @@ class BackwardData:
     def launches(self, dy, w, dx, b, ws, beta):
         if isinstance(self.op, _Plain1x1):
             return self.op.launches(w, dy, dx, b, beta)
-        return [self.op.launch(dy.shape[0], w, dy, dx, b, beta=beta)]
+        return self.op.launches(dy.shape[0], w, dy, dx, b, beta=beta)
 
 
 class BackwardFilter:

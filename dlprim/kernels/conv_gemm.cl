@@ -4,6 +4,9 @@
 ##   forward          Y[k, (b,oh,ow)]   = sum_(c,r,s)   W[k, (c,r,s)] * X[(c,r,s), (b,oh,ow)]
 ##   backward_data    dX[c, (b,ih,iw)]  = sum_(k,r,s)   W[k, c, r, s] * dY[(k,r,s), (b,ih,iw)]
 ##                    (gather: oh = (ih + ph - r*dh) / sh where that divides exactly)
+##   backward_data with PHASES (stride > 1, no dilation): one launch per stride phase
+##                    (ih % sh, iw % sw); only the taps r = r0 + r'*sh reach such rows, so
+##                    no tap is wasted: oh = ih' + qh - r' with ih = ih'*sh + ph.
 ##   backward_filter  dW[k, (c,r,s)]    = sum_(b,oh,ow) dY[k, (b,oh,ow)] * X[(b,oh,ow), (c,r,s)]
 ## Tiles: TM x TN outputs per work-group, TK deep, WM x WN per work-item, strided so that
 ## neighbouring work-items touch neighbouring columns. Geometry is either baked in
@@ -34,6 +37,10 @@
 #define GEMM_M KG
 #define GEMM_N (batch * OUT_HW)
 #define GEMM_K (CG * KHW)
+% elif MODE == "backward_data" and PHASES:
+#define GEMM_M CG
+#define GEMM_N (batch * ihp * iwp)
+#define GEMM_K (KG * rh * rw)
 % elif MODE == "backward_data":
 #define GEMM_M CG
 #define GEMM_N (batch * IN_HW)
@@ -46,6 +53,9 @@
 
 __kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
 void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
+% if PHASES:
+               int ph, int pw, int ihp, int iwp, int r0, int s0, int rh, int rw, int qh, int qw,
+% endif
                __global const float *a, ulong a_offset,
                __global const float *b, ulong b_offset,
                __global float *out, ulong out_offset, ulong split_stride,
@@ -75,6 +85,14 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     const int ohn = pn / OUT_W, own = pn - ohn * OUT_W;
     const int ih0 = ohn * SH - PH, iw0 = own * SW - PW;
     const int x_base = (bn * IN_C + g * CG) * IN_HW;
+% elif MODE == "backward_data" and PHASES:
+    a += g * KG * CG * KHW;
+    const int n_ld = n0 + tid % ${TN};
+    const bool n_ok = n_ld < GEMM_N;
+    const int bn = n_ld / (ihp * iwp), pn = n_ld - bn * (ihp * iwp);
+    const int ihn = pn / iwp, iwn = pn - ihn * iwp;   // position within the phase
+    const int oh0 = ihn + qh, ow0 = iwn + qw;
+    const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
 % elif MODE == "backward_data":
     a += g * KG * CG * KHW;                       // W[k][c][r][s] of this group
     const int n_ld = n0 + tid % ${TN};
@@ -114,6 +132,21 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
             const int ih = ih0 + r * DH, iw = iw0 + s * DW;
             const bool ok = n_ok && kk < k_end && ih >= 0 && ih < IN_H && iw >= 0 && iw < IN_W;
             b_ld[i] = ok ? b[x_base + (c * IN_H + ih) * IN_W + iw] : 0.0f;
+        }
+% elif MODE == "backward_data" and PHASES:
+        for (int i = 0; i < ${A_PER}; i++) {
+            const int m = m0 + tid / ${TK} + i * ${WG // TK};
+            const int kk = ${k0} + tid % ${TK};
+            const int k = kk / (rh * rw), rs = kk - k * (rh * rw);
+            const int r = r0 + (rs / rw) * SH, s = s0 + (rs % rw) * SW;
+            a_ld[i] = (m < GEMM_M && kk < k_end) ? a[(k * CG + m) * KHW + r * KW + s] : 0.0f;
+        }
+        for (int i = 0; i < ${B_PER}; i++) {
+            const int kk = ${k0} + tid / ${TN} + i * ${WG // TN};
+            const int k = kk / (rh * rw), rs = kk - k * (rh * rw);
+            const int oh = oh0 - rs / rw, ow = ow0 - rs % rw;
+            const bool ok = n_ok && kk < k_end && oh >= 0 && oh < OUT_H && ow >= 0 && ow < OUT_W;
+            b_ld[i] = ok ? b[dy_base + (k * OUT_H + oh) * OUT_W + ow] : 0.0f;
         }
 % elif MODE == "backward_data":
         for (int i = 0; i < ${A_PER}; i++) {
@@ -188,6 +221,10 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 % if MODE == "forward":
         const int bo = n / OUT_HW, po = n - bo * OUT_HW;
         const int base = (bo * OUT_C + g * KG) * OUT_HW + po, step = OUT_HW;
+% elif MODE == "backward_data" and PHASES:
+        const int bo = n / (ihp * iwp), po = n - bo * (ihp * iwp);
+        const int ih = (po / iwp) * SH + ph, iw = (po % iwp) * SW + pw;
+        const int base = (bo * IN_C + g * CG) * IN_HW + ih * IN_W + iw, step = IN_HW;
 % elif MODE == "backward_data":
         const int bo = n / IN_HW, po = n - bo * IN_HW;
         const int base = (bo * IN_C + g * CG) * IN_HW + po, step = IN_HW;
