@@ -110,3 +110,14 @@ def test_errors(ctx):
         cp.slice_copy(ctx, dp.Tensor(ctx, (2, 3)), 1, 2, 4)
     with pytest.raises(ValueError, match="Fill: tensor"):
         cp.Fill(ctx, (3,)).launches(dp.Tensor(ctx, (4,)), 1.0)
+
+
+def test_64bit_index_path(ctx, rng, monkeypatch):
+    import dlprim.core.pointwise as pw
+    monkeypatch.setattr(pw, "_UINT_LIMIT", 1)
+    a = rng.standard_normal((3, 33, 5)).astype(np.float32)
+    op = cp.Transpose(ctx, a.shape, (2, 0, 1))
+    assert op._it is np.uint64
+    y = dp.Tensor(ctx, (5, 3, 33))
+    op(placed(ctx, a), y)
+    np.testing.assert_array_equal(y.numpy(), a.transpose(2, 0, 1))

@@ -220,3 +220,20 @@ def test_reduce_many_chunks(ctx, rng, monkeypatch):
     op([placed(ctx, a)], [s, m], alpha=1.0)
     np.testing.assert_allclose(s.numpy(), [a.astype(np.float64).sum()], rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(m.numpy(), [a.max()])
+
+
+def test_64bit_index_path(ctx, rng, monkeypatch):
+    import dlprim.core.pointwise as pw
+    monkeypatch.setattr(pw, "_UINT_LIMIT", 1)  # what tensors of 2^31+ elements get
+    a = rng.standard_normal((3, 65, 33)).astype(np.float32)
+    b = rng.standard_normal((65, 1)).astype(np.float32)
+    op = PointwiseBroadcast(ctx, [(a.shape, "float"), (b.shape, "float")], [(a.shape, "float")],
+                            "y0 = x0 - x1;")
+    assert op._it is np.uint64
+    y = empty(ctx, a.shape)
+    op([placed(ctx, a), placed(ctx, b)], [y])
+    np.testing.assert_array_equal(y.numpy(), a - b)
+    r = empty(ctx, (1, 65, 1))
+    pointwise_reduce(ctx, [placed(ctx, a), placed(ctx, b)], [r], "y0 = x0 * x1;")
+    np.testing.assert_allclose(r.numpy(), (a.astype(np.float64) * b).sum(axis=(0, 2), keepdims=True),
+                               rtol=1e-5, atol=1e-5)

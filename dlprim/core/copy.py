@@ -8,7 +8,7 @@ import numpy as np
 
 from ..kernels import program
 from ..tensor import Tensor, as_dtype, cl_type
-from .pointwise import _ELEMS, _memo, divisor_args
+from .pointwise import _ELEMS, _memo, divisor_args, index_type
 
 __all__ = ["StridedCopy", "Transpose", "Fill", "fill", "copy", "concat", "slice_copy",
            "contiguous_strides"]
@@ -61,7 +61,7 @@ class StridedCopy:
         self.src_extent = self._extent(self.src_strides)
         self.dst_extent = self._extent(self.dst_strides)
         self._dims, self._ss, self._ds = _collapse(self.shape, self.src_strides, self.dst_strides)
-        big = max(self.size, self.src_extent, self.dst_extent) >= 2 ** 31
+        big = index_type(max(self.size, self.src_extent, self.dst_extent)) is np.uint64
         self._it = np.uint64 if big else np.uint32
         st = cl_type(self.dtype)
         self.program = program.get(ctx, "strided_copy", DIMS=len(self._dims), STORE=st,

@@ -26,6 +26,7 @@ __all__ = ["PointwiseBroadcast", "PointwiseBroadcastReduce", "pointwise", "point
 
 _NAME_RE = re.compile(r"\b(reduce_y|[xyw])(\d+)\b")
 _WG = 256
+_UINT_LIMIT = 2 ** 31  # fast division is exact below it (tests lower it to reach 64-bit paths)
 _GROUPS_PER_CU = 4  # below this many work-groups a large reduction is cut into chunks
 _ELEMS = 4  # elements per work-item: loads in flight (H200: 2.4 -> 3.4 TB/s on a scale)
 
@@ -71,6 +72,11 @@ def _check_names(text, what, limits):
             raise ValueError("%s %r: %s%d is unknown (there %s %d %s value%s)"
                              % (what, text, kind, index, "is" if limits[kind] == 1 else "are",
                                 limits[kind], kind, "" if limits[kind] == 1 else "s"))
+
+
+def index_type(largest):
+    """uint32 index math while every index stays below _UINT_LIMIT, else uint64."""
+    return np.uint32 if largest < _UINT_LIMIT else np.uint64
 
 
 def divisor_args(it, n):
@@ -184,7 +190,7 @@ class PointwiseBroadcast(_Base):
             self._xstrides = [[0] for _ in strides]
         contiguous = _strides(self._dims, self._dims)
         x_full = tuple(s == contiguous for s in self._xstrides)
-        self._it = np.uint32 if self.size < 2 ** 31 else np.uint64
+        self._it = index_type(self.size)
         self._wg = min(_WG, ctx.facts.max_work_group)
         params = dict(MODE="pointwise", NAME=_kernel_name(self.name), CODE=code,
                       XS=tuple(_types(d) for _, d in self.x_specs),
@@ -238,7 +244,7 @@ class PointwiseBroadcastReduce(_Base):
                      for st in xst]
         self.outputs = int(np.prod(self._kept, dtype=np.int64))
         self.reduced = int(np.prod(self._red, dtype=np.int64))
-        self._it = np.uint32 if int(np.prod(full, dtype=np.int64)) < 2 ** 31 else np.uint64
+        self._it = index_type(int(np.prod(full, dtype=np.int64)))
         reduce_dim0 = bool(lab) and lab[-1] == 1
         self._layout(reduce_dim0)
         params = dict(MODE="reduce", NAME=_kernel_name(self.name), CODE=code,
