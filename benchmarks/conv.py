@@ -86,7 +86,8 @@ def geometry(key):
 
 
 def algorithms(geom, direction):
-    return [a for a in ("gemm", "winograd", "depthwise") if algorithm_applies(geom, a, direction)]
+    return [a for a in ("gemm", "winograd2", "winograd4", "depthwise")
+            if algorithm_applies(geom, a, direction)]
 
 
 def build_ops(ctx, key, batch):
@@ -217,7 +218,7 @@ def main():
 
 def table(rows):
     """Markdown: GFLOP/s per direction, best dlprim algorithm and cuDNN, ratio best/cuDNN."""
-    short = {"gemm": "g", "winograd": "w", "depthwise": "d"}
+    short = {"gemm": "g", "winograd2": "w2", "winograd4": "w4", "depthwise": "d"}
     lines = ["| shape | N | fwd dlprim | fwd cuDNN | bwd-data dlprim | bwd-data cuDNN | "
              "bwd-filter dlprim | bwd-filter cuDNN | max err |", "|" + "---|" * 9]
     for r in rows:

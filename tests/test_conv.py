@@ -135,8 +135,9 @@ CONV_CASES = {
     "edges_33x65": _case(3, 33, 65, (5, 7), 3, pad=1),
     "rect_kernel": _case(3, 5, 3, (7, 9), [3, 1], stride=[1, 2], pad=[1, 0], activation="relu"),
     "winograd_p1": _case(3, 5, 9, (9, 7), 3, pad=1, activation="relu", algo="winograd"),
-    "winograd_asym": _case(1, 17, 8, (6, 10), 3, pad=[0, 2, 1, 0], bias=False, algo="winograd"),
-    "winograd_p0": _case(3, 6, 13, (8, 9), 3, activation="tanh", algo="winograd"),
+    "winograd_asym": _case(1, 17, 8, (6, 10), 3, pad=[0, 2, 1, 0], bias=False, algo="winograd2"),
+    "winograd_p0": _case(3, 6, 13, (8, 9), 3, activation="tanh", algo="winograd4"),
+    "winograd_tiny_out": _case(3, 4, 5, (3, 6), 3, pad=1, activation="relu", algo="winograd"),
     "depthwise_k3": _case(3, 8, 8, (9, 7), 3, pad=1, groups=8, activation="relu6", algo="depthwise"),
     "depthwise_k5_s2": _case(1, 6, 6, (11, 9), 5, stride=2, pad=2, groups=6, bias=False,
                              algo="depthwise"),
@@ -152,6 +153,7 @@ TRANSPOSED_CASES = {
                              activation="relu", transposed=True),
     "t_k1_plain_gemm": _case(3, 5, 3, (7, 7), 1, bias=True, activation="tanh", transposed=True),
     "t_winograd": _case(1, 7, 5, (6, 7), 3, pad=1, transposed=True, algo="winograd"),
+    "t_winograd2": _case(3, 5, 6, (5, 5), 3, pad=2, transposed=True, algo="winograd2"),
     "t_depthwise": _case(3, 6, 6, (5, 7), 3, stride=2, pad=1, groups=6, activation="relu6",
                          transposed=True, algo="depthwise", output_pad=1),
 }
@@ -290,3 +292,13 @@ def test_strided_backward_data_runs_per_phase(ctx):
     data_op = layer._backward_ops()[0]
     phases = data_op.impl.op.phases(3)
     assert len(phases) == 4 and sum(d[2] for _, d in phases) == 5 * 5 * 5
+
+
+def test_winograd_tile_choice(ctx):
+    """'winograd' means F(4x4,3x3) unless the output is under 4x4 (both checked above)."""
+    for name, tile in (("winograd_p1", 4), ("winograd_tiny_out", 2), ("winograd_asym", 2)):
+        case = CONV_CASES[name]
+        layer = _make_layer(ctx, case, name)
+        layer.setup([TensorSpec((case["n"], case["c"]) + case["hw"])])
+        assert layer._forward_op().impl.plan.t.m == tile
+        assert layer._backward_ops()[1].impl.t.m == tile

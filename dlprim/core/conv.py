@@ -8,8 +8,8 @@ or forced for testing:
   reduction over batch*pixels across work-groups when the output is small (split-K, the
   partial products summed by a second kernel). 1x1, stride-1, pad-0, ungrouped layers
   run as a plain batched GEMM (``core/gemm.py``) where that module exists.
-- ``"winograd"``: F(2x2, 3x3) for 3x3 stride-1 undilated ungrouped layers
-  (``core/conv_winograd.py``), all three directions.
+- ``"winograd"``: F(4x4, 3x3) (F(2x2, 3x3) for tiny outputs) for 3x3 stride-1 undilated
+  ungrouped layers (``core/conv_winograd.py``), all three directions.
 - ``"depthwise"``: direct kernels when every group has one input channel
   (``core/conv_depthwise.py``).
 
@@ -27,7 +27,9 @@ from ..tensor import Tensor
 __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilter",
            "choose_algorithm", "ALGORITHMS", "ACTIVATIONS"]
 
-ALGORITHMS = ("auto", "gemm", "winograd", "depthwise")
+# "winograd" picks its tile (F(4x4,3x3) unless the output is tiny); "winograd2" and
+# "winograd4" force F(2x2,3x3) / F(4x4,3x3)
+ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise")
 ACTIVATIONS = ("identity", "relu", "relu6", "sigmoid", "tanh")
 GEOM_NAMES = ("IN_C", "OUT_C", "GROUPS", "IN_H", "IN_W", "OUT_H", "OUT_W",
               "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW")
@@ -98,7 +100,7 @@ def algorithm_applies(geom, algo, direction="forward"):
     """Whether ``algo`` can compute ``direction`` for ``geom``."""
     if algo == "gemm":
         return True
-    if algo == "winograd":
+    if algo.startswith("winograd") and algo in ALGORITHMS:
         return (geom.kh == geom.kw == 3 and geom.sh == geom.sw == 1 and geom.dh == geom.dw == 1
                 and geom.groups == 1)
     if algo == "depthwise":
@@ -165,7 +167,10 @@ class _Op:
     def __init__(self, ctx, geom, algo, impl_args):
         self.ctx, self.geom = ctx, geom
         self.algo = _resolve(ctx, geom, algo, self.direction)
-        module = importlib.import_module(".conv_" + self.algo, __package__)
+        family = "winograd" if self.algo.startswith("winograd") else self.algo
+        module = importlib.import_module(".conv_" + family, __package__)
+        if self.algo != family:
+            impl_args = dict(impl_args, tile=int(self.algo[-1]))
         self.impl = getattr(module, self.impl_class)(ctx, geom, **impl_args)
 
     def workspace_bytes(self, batch):

@@ -1,13 +1,16 @@
-"""Winograd F(2x2, 3x3) convolution for 3x3, stride-1, undilated, ungrouped layers.
+"""Winograd F(MxM, 3x3) convolution (M = 4 or 2) for 3x3, stride-1, undilated, ungrouped
+layers. F(4x4, 3x3) does 36 products per 16 outputs where direct convolution does 144
+(F(2x2, 3x3): 16 per 4, against 36); M = 2 only serves outputs smaller than 4x4.
 
-Forward: filter transform, input transform, 16 GEMMs (``core/gemm.py``, batched over the
-transform element), output transform. The filter transform is a launch of its own at
+Forward: filter transform, input transform, (M+2)^2 GEMMs (``core/gemm.py``, batched over
+the transform element), output transform. The filter transform is a launch of its own at
 the start of every pass, so it runs once per forward (once per weight update in
 training) and never reads stale weights after a load.
 
 Backward-data is the same algorithm on the transposed problem: dx is the correlation of dy
 with the filter rotated by 180 degrees and with input/output channels swapped, padded by
 ``2 - pad`` (``winograd_filter`` with ``flip``).
+All transforms are written out at render time from the matrices in ``kernels/winograd.cl``.
 
 Backward-filter transforms x (as forward) and dy (``winograd_dy``), sums the 16 products
 over batch and tiles with the implicit-GEMM filter-gradient kernel (split-K), and maps the
@@ -20,17 +23,26 @@ from .conv import ConvGeometry, ws_view
 from .conv_gemm import BackwardFilter as GemmBackwardFilter
 from .gemm import Gemm
 
-__all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan"]
+__all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile"]
+
+
+def choose_tile(out_hw, tile=None):
+    """M of F(MxM, 3x3): 4 (fewest products) unless the output is smaller than 4x4."""
+    if tile is not None:
+        if tile not in (2, 4):
+            raise ValueError("Winograd tile must be 2 or 4, got %r" % (tile,))
+        return tile
+    return 4 if min(out_hw) >= 4 else 2
 
 
 class _Tiles:
-    """2x2 output tiles over an out_h x out_w plane, and the launch helpers."""
+    """MxM output tiles over an out_h x out_w plane, and the launch helpers."""
 
-    def __init__(self, ctx, out_hw):
-        self.ctx = ctx
+    def __init__(self, ctx, out_hw, m):
+        self.ctx, self.m, self.elems = ctx, m, (m + 2) ** 2
         self.out_h, self.out_w = out_hw
-        self.tiles_w = -(-self.out_w // 2)
-        self.tiles = -(-self.out_h // 2) * self.tiles_w
+        self.tiles_w = -(-self.out_w // m)
+        self.tiles = -(-self.out_h // m) * self.tiles_w
 
     def launch(self, prg, name, channels, batch, args):
         gpu = self.ctx.facts.is_gpu
@@ -46,27 +58,29 @@ class _Tiles:
 class WinogradPlan:
     """``y (out_c, out_hw) = act(correlate3x3(x (in_c, in_hw), w) + bias) + beta*y``."""
 
-    def __init__(self, ctx, in_c, out_c, in_hw, out_hw, pad_hw, flip, bias, activation, batch):
+    def __init__(self, ctx, in_c, out_c, in_hw, out_hw, pad_hw, flip, bias, activation, batch,
+                 tile):
         self.ctx = ctx
         self.in_c, self.out_c, self.flip, self.bias = in_c, out_c, flip, bias
         self.in_h, self.in_w = in_hw
         self.pad_h, self.pad_w = pad_hw
-        self.t = _Tiles(ctx, out_hw)
-        self.program = program.get(ctx, "winograd", ACTIVATION=activation, BIAS=bool(bias))
+        self.t = _Tiles(ctx, out_hw, choose_tile(out_hw, tile))
+        self.program = program.get(ctx, "winograd", ACTIVATION=activation, BIAS=bool(bias),
+                                   TILE=self.t.m)
         self.gemms = {}
         self.gemm(batch)
 
     def gemm(self, batch):
-        """M[xi] (out_c x BT) = U[xi] (out_c x in_c) @ V[xi] (in_c x BT), 16 batches."""
+        """M[xi] (out_c x BT) = U[xi] (out_c x in_c) @ V[xi] (in_c x BT), one per xi."""
         if batch not in self.gemms:
             self.gemms[batch] = Gemm(self.ctx, self.out_c, batch * self.t.tiles, self.in_c,
-                                     batch=16)
+                                     batch=self.t.elems)
         return self.gemms[batch]
 
     def sizes(self, batch):
         """Float counts of U, V and M in the workspace."""
-        bt = batch * self.t.tiles
-        return 16 * self.out_c * self.in_c, 16 * self.in_c * bt, 16 * self.out_c * bt
+        bt, e = batch * self.t.tiles, self.t.elems
+        return e * self.out_c * self.in_c, e * self.in_c * bt, e * self.out_c * bt
 
     def workspace_bytes(self, batch):
         return 4 * sum(self.sizes(batch))
@@ -91,10 +105,10 @@ class WinogradPlan:
 
 
 class Forward:
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, tile=None):
         self.plan = WinogradPlan(ctx, geom.in_c, geom.out_c, (geom.in_h, geom.in_w),
                                  (geom.out_h, geom.out_w), geom.pad[:2], False, bias,
-                                 activation, batch)
+                                 activation, batch, tile)
 
     def workspace_bytes(self, batch):
         return self.plan.workspace_bytes(batch)
@@ -104,10 +118,10 @@ class Forward:
 
 
 class BackwardData:
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, tile=None):
         self.plan = WinogradPlan(ctx, geom.out_c, geom.in_c, (geom.out_h, geom.out_w),
                                  (geom.in_h, geom.in_w), (2 - geom.pad[0], 2 - geom.pad[1]),
-                                 True, bias, activation, batch)
+                                 True, bias, activation, batch, tile)
 
     def workspace_bytes(self, batch):
         return self.plan.workspace_bytes(batch)
@@ -119,10 +133,12 @@ class BackwardData:
 class BackwardFilter:
     """dW = beta*dW + G^T (sum over tiles of (A dY A^T) .* (B^T d B)) G."""
 
-    def __init__(self, ctx, geom, splits=None, batch=16):
+    def __init__(self, ctx, geom, splits=None, batch=16, tile=None):
         self.ctx, self.geom, self.splits = ctx, geom, splits
-        self.t = _Tiles(ctx, (geom.out_h, geom.out_w))
-        self.program = program.get(ctx, "winograd", ACTIVATION="identity", BIAS=False)
+        out_hw = (geom.out_h, geom.out_w)
+        self.t = _Tiles(ctx, out_hw, choose_tile(out_hw, tile))
+        self.program = program.get(ctx, "winograd", ACTIVATION="identity", BIAS=False,
+                                   TILE=self.t.m)
         self.sums = {}
         self.sum_op(batch)
 
@@ -130,14 +146,15 @@ class BackwardFilter:
         """dU[xi] = dM[xi] V[xi]^T: a 16-group 1x1 filter gradient over BT pixels."""
         if batch not in self.sums:
             g = self.geom
-            bt_geom = ConvGeometry(16 * g.in_c, 16 * g.out_c, (1, batch * self.t.tiles), (1, 1),
-                                   groups=16)
+            e = self.t.elems
+            bt_geom = ConvGeometry(e * g.in_c, e * g.out_c, (1, batch * self.t.tiles), (1, 1),
+                                   groups=e)
             self.sums[batch] = GemmBackwardFilter(self.ctx, bt_geom, self.splits, batch=1)
         return self.sums[batch]
 
     def sizes(self, batch):
-        g, bt = self.geom, batch * self.t.tiles
-        return 16 * g.in_c * bt, 16 * g.out_c * bt, 16 * g.out_c * g.in_c
+        g, bt, e = self.geom, batch * self.t.tiles, self.t.elems
+        return e * g.in_c * bt, e * g.out_c * bt, e * g.out_c * g.in_c
 
     def workspace_bytes(self, batch):
         return 4 * sum(self.sizes(batch)) + self.sum_op(batch).workspace_bytes(1)
@@ -147,9 +164,10 @@ class BackwardFilter:
         batch = x.shape[0]
         bt = batch * t.tiles
         nv, nm, nu = self.sizes(batch)
-        v = ws_view(ws, 0, nv).reshape(1, 16 * g.in_c, 1, bt)
-        dm = ws_view(ws, 4 * nv, nm).reshape(1, 16 * g.out_c, 1, bt)
-        du = ws_view(ws, 4 * (nv + nm), nu).reshape(16 * g.out_c, g.in_c, 1, 1)
+        e = t.elems
+        v = ws_view(ws, 0, nv).reshape(1, e * g.in_c, 1, bt)
+        dm = ws_view(ws, 4 * nv, nm).reshape(1, e * g.out_c, 1, bt)
+        du = ws_view(ws, 4 * (nv + nm), nu).reshape(e * g.out_c, g.in_c, 1, 1)
         rest = 4 * (nv + nm + nu)
         inner_ws = ws.view((ws.size - rest,), offset=rest)
         inp = t.launch(self.program, "winograd_input", g.in_c, batch,

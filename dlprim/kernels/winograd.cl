@@ -1,21 +1,59 @@
 <%include file="common.h"/>
-## Winograd F(2x2, 3x3) (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks",
-## 2015): each 2x2 output tile is A^T [ (G g G^T) .* (B^T d B) ] A over a 4x4 input tile d.
-## The 16 elementwise products summed over input channels are 16 GEMMs (a batched GEMM);
-## these kernels do the transforms around them. Layouts (T = tiles per image, BT = batch*T,
-## column b*T + t, xi = 0..15 the transform element):
+## Winograd F(MxM, 3x3), M = 2 or 4 (Lavin & Gray, "Fast Algorithms for Convolutional
+## Neural Networks", 2015): each MxM output tile is A^T [ (G g G^T) .* (B^T d B) ] A over
+## an (M+2)x(M+2) input tile d. The elementwise products summed over input channels are
+## (M+2)^2 GEMMs (a batched GEMM); these kernels do the transforms around them, spelled
+## out at render time from the matrices below (zeros dropped, +-1 without a multiply).
+## Layouts (T = tiles per image, BT = batch*T, column b*T + t, xi the transform element):
 ##   U[xi][out_c][in_c]   V[xi][in_c][BT]   M[xi][out_c][BT]
-## Backward-filter (Lavin & Gray, section 5): dM = A dY A^T per output tile,
+## Backward-filter (ibid., section 5): dM = A dY A^T per output tile,
 ## dU[xi] = dM[xi] V[xi]^T summed over tiles, dW = G^T dU G.
-<% act = "ACT_" + ACTIVATION %>
+<%!
+    from fractions import Fraction as F
+    MATRICES = {
+        2: dict(BT=[[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+                G=[[1, 0, 0], [F(1, 2), F(1, 2), F(1, 2)], [F(1, 2), F(-1, 2), F(1, 2)], [0, 0, 1]],
+                AT=[[1, 1, 1, 0], [0, 1, -1, -1]]),
+        4: dict(BT=[[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                    [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+                G=[[F(1, 4), 0, 0], [F(-1, 6), F(-1, 6), F(-1, 6)], [F(-1, 6), F(1, 6), F(-1, 6)],
+                   [F(1, 24), F(1, 12), F(1, 6)], [F(1, 24), F(-1, 12), F(1, 6)], [0, 0, 1]],
+                AT=[[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                    [0, 1, -1, 8, -8, 1]]),
+    }
 
-// U = G g G^T with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]. With flip the filter of
-// the transposed problem (backward data) is built: U'[xi][c][k] from g rotated by 180 degrees.
+    def lin(coefs, terms):
+        """sum_j coefs[j] * terms[j] as a C expression."""
+        out = ""
+        for c, t in zip(coefs, terms):
+            if c == 0:
+                continue
+            if c == 1 or c == -1:
+                out += ("+" if c > 0 else "-") + t
+            else:
+                out += "%+.10ef*%s" % (float(c), t)
+        if not out:
+            return "0.0f"
+        return out[1:] if out[0] == "+" else out
+
+    def col(mat, j):
+        return [row[j] for row in mat]
+%>
+<%
+    M = TILE
+    A = M + 2
+    mats = MATRICES[M]
+    BT, G, AT = mats["BT"], mats["G"], mats["AT"]
+    act = "ACT_" + ACTIVATION
+%>
+
+// U = G g G^T. With flip the filter of the transposed problem (backward data) is built:
+// U'[xi][c][k] from g rotated by 180 degrees.
 __kernel void winograd_filter(int out_c, int in_c, int flip,
                               __global const float *w, ulong w_offset,
                               __global float *u, ulong u_offset)
 {
-    const int o = get_global_id(1), i = get_global_id(0);
+    const int i = get_global_id(0), o = get_global_id(1);
     if (o >= out_c || i >= in_c)
         return;
     // weight index [k][c]: forward (k, c) = (o, i); flipped (k, c) = (i, o)
@@ -26,24 +64,21 @@ __kernel void winograd_filter(int out_c, int in_c, int flip,
     for (int r = 0; r < 3; r++)
         for (int s = 0; s < 3; s++)
             g[r][s] = flip ? src[(2 - r) * 3 + (2 - s)] : src[r * 3 + s];
-    float t[4][3];
-    for (int s = 0; s < 3; s++) {
-        t[0][s] = g[0][s];
-        t[1][s] = 0.5f * (g[0][s] + g[1][s] + g[2][s]);
-        t[2][s] = 0.5f * (g[0][s] - g[1][s] + g[2][s]);
-        t[3][s] = g[2][s];
-    }
+% for a in range(A):
+%   for s in range(3):
+    const float t${a}_${s} = ${lin(G[a], ["g[%d][%d]" % (r, s) for r in range(3)])};
+%   endfor
+% endfor
     u += u_offset + o * in_c + i;
     const int xi_step = out_c * in_c;
-    for (int r = 0; r < 4; r++) {
-        u[(r * 4 + 0) * xi_step] = t[r][0];
-        u[(r * 4 + 1) * xi_step] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
-        u[(r * 4 + 2) * xi_step] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
-        u[(r * 4 + 3) * xi_step] = t[r][2];
-    }
+% for a in range(A):
+%   for b in range(A):
+    u[${a * A + b} * xi_step] = ${lin(G[b], ["t%d_%d" % (a, s) for s in range(3)])};
+%   endfor
+% endfor
 }
 
-// V = B^T d B with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]; d read with zero padding
+// V = B^T d B; d read with zero padding
 __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tiles, int bt,
                              int pad_h, int pad_w,
                              __global const float *x, ulong x_offset,
@@ -53,32 +88,29 @@ __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tile
     if (t >= tiles)
         return;
     const int th = t / tiles_w, tw = t - th * tiles_w;
-    const int h0 = th * 2 - pad_h, w0 = tw * 2 - pad_w;
+    const int h0 = th * ${M} - pad_h, w0 = tw * ${M} - pad_w;
     __global const float *src = x + x_offset + (b * in_c + c) * in_h * in_w;
-    float d[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) {
+    float d[${A}][${A}];
+    for (int i = 0; i < ${A}; i++)
+        for (int j = 0; j < ${A}; j++) {
             const int h = h0 + i, ww = w0 + j;
             d[i][j] = (h >= 0 && h < in_h && ww >= 0 && ww < in_w) ? src[h * in_w + ww] : 0.0f;
         }
-    float e[4][4];
-    for (int j = 0; j < 4; j++) {
-        e[0][j] = d[0][j] - d[2][j];
-        e[1][j] = d[1][j] + d[2][j];
-        e[2][j] = d[2][j] - d[1][j];
-        e[3][j] = d[1][j] - d[3][j];
-    }
+% for a in range(A):
+%   for j in range(A):
+    const float e${a}_${j} = ${lin(BT[a], ["d[%d][%d]" % (k, j) for k in range(A)])};
+%   endfor
+% endfor
     v += v_offset + c * bt + b * tiles + t;
     const int xi_step = in_c * bt;
-    for (int i = 0; i < 4; i++) {
-        v[(i * 4 + 0) * xi_step] = e[i][0] - e[i][2];
-        v[(i * 4 + 1) * xi_step] = e[i][1] + e[i][2];
-        v[(i * 4 + 2) * xi_step] = e[i][2] - e[i][1];
-        v[(i * 4 + 3) * xi_step] = e[i][1] - e[i][3];
-    }
+% for a in range(A):
+%   for b in range(A):
+    v[${a * A + b} * xi_step] = ${lin(BT[b], ["e%d_%d" % (a, k) for k in range(A)])};
+%   endfor
+% endfor
 }
 
-// Y = A^T m A with A^T = [1 1 1 0; 0 1 -1 -1], then y = act(Y + bias + beta * y)
+// Y = A^T m A, then y = act(Y + bias + beta * y)
 __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int tiles, int bt,
                               __global const float *m, ulong m_offset,
                               __global float *y, ulong y_offset,
@@ -92,15 +124,20 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
         return;
     __global const float *src = m + m_offset + k * bt + b * tiles + t;
     const int xi_step = out_c * bt;
-    float p[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++)
-            p[i][j] = src[(i * 4 + j) * xi_step];
-    float q[2][4];
-    for (int j = 0; j < 4; j++) {
-        q[0][j] = p[0][j] + p[1][j] + p[2][j];
-        q[1][j] = p[1][j] - p[2][j] - p[3][j];
-    }
+    float p[${A}][${A}];
+    for (int i = 0; i < ${A * A}; i++)
+        p[i / ${A}][i % ${A}] = src[i * xi_step];
+% for a in range(M):
+%   for j in range(A):
+    const float q${a}_${j} = ${lin(AT[a], ["p[%d][%d]" % (k, j) for k in range(A)])};
+%   endfor
+% endfor
+    float r[${M}][${M}];
+% for a in range(M):
+%   for j in range(M):
+    r[${a}][${j}] = ${lin(AT[j], ["q%d_%d" % (a, k) for k in range(A)])};
+%   endfor
+% endfor
     const int th = t / tiles_w, tw = t - th * tiles_w;
     __global float *dst = y + y_offset + (b * out_c + k) * out_h * out_w;
 % if BIAS:
@@ -108,16 +145,15 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
 % else:
     const float bk = 0.0f;
 % endif
-    for (int i = 0; i < 2; i++) {
-        const int h = th * 2 + i;
+    for (int i = 0; i < ${M}; i++) {
+        const int h = th * ${M} + i;
         if (h >= out_h)
             continue;
-        const float r[2] = {q[i][0] + q[i][1] + q[i][2], q[i][1] - q[i][2] - q[i][3]};
-        for (int j = 0; j < 2; j++) {
-            const int ww = tw * 2 + j;
+        for (int j = 0; j < ${M}; j++) {
+            const int ww = tw * ${M} + j;
             if (ww >= out_w)
                 continue;
-            float val = r[j] + bk;
+            float val = r[i][j] + bk;
             if (beta != 0.0f)
                 val += beta * dst[h * out_w + ww];
             dst[h * out_w + ww] = ${act}(val);
@@ -125,7 +161,7 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
     }
 }
 
-// dM = A dY A^T with A = [1 0; 1 1; 1 -1; 0 -1]: the adjoint of the output transform
+// dM = A dY A^T: the adjoint of the output transform
 __kernel void winograd_dy(int out_c, int out_h, int out_w, int tiles_w, int tiles, int bt,
                           __global const float *dy, ulong dy_offset,
                           __global float *dm, ulong dm_offset)
@@ -135,30 +171,27 @@ __kernel void winograd_dy(int out_c, int out_h, int out_w, int tiles_w, int tile
         return;
     const int th = t / tiles_w, tw = t - th * tiles_w;
     __global const float *src = dy + dy_offset + (b * out_c + k) * out_h * out_w;
-    float d[2][2];
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) {
-            const int h = th * 2 + i, w = tw * 2 + j;
+    float d[${M}][${M}];
+    for (int i = 0; i < ${M}; i++)
+        for (int j = 0; j < ${M}; j++) {
+            const int h = th * ${M} + i, w = tw * ${M} + j;
             d[i][j] = (h < out_h && w < out_w) ? src[h * out_w + w] : 0.0f;
         }
-    float q[4][2];
-    for (int j = 0; j < 2; j++) {
-        q[0][j] = d[0][j];
-        q[1][j] = d[0][j] + d[1][j];
-        q[2][j] = d[0][j] - d[1][j];
-        q[3][j] = -d[1][j];
-    }
+% for a in range(A):
+%   for j in range(M):
+    const float q${a}_${j} = ${lin(col(AT, a), ["d[%d][%d]" % (k, j) for k in range(M)])};
+%   endfor
+% endfor
     dm += dm_offset + k * bt + b * tiles + t;
     const int xi_step = out_c * bt;
-    for (int i = 0; i < 4; i++) {
-        dm[(i * 4 + 0) * xi_step] = q[i][0];
-        dm[(i * 4 + 1) * xi_step] = q[i][0] + q[i][1];
-        dm[(i * 4 + 2) * xi_step] = q[i][0] - q[i][1];
-        dm[(i * 4 + 3) * xi_step] = -q[i][1];
-    }
+% for a in range(A):
+%   for b in range(A):
+    dm[${a * A + b} * xi_step] = ${lin(col(AT, b), ["q%d_%d" % (a, l) for l in range(M)])};
+%   endfor
+% endfor
 }
 
-// dW[k][c] = beta * dW + G^T dU[:, k, c] G, G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1]
+// dW[k][c] = beta * dW + G^T dU[:, k, c] G
 __kernel void winograd_filter_grad(int out_c, int in_c,
                                    __global const float *du, ulong du_offset,
                                    __global float *dw, ulong dw_offset, float beta)
@@ -168,20 +201,20 @@ __kernel void winograd_filter_grad(int out_c, int in_c,
         return;
     __global const float *src = du + du_offset + k * in_c + c;
     const int xi_step = out_c * in_c;
-    float u[4][4];
-    for (int i = 0; i < 16; i++)
-        u[i / 4][i % 4] = src[i * xi_step];
-    float t[3][4];
-    for (int j = 0; j < 4; j++) {
-        t[0][j] = u[0][j] + 0.5f * (u[1][j] + u[2][j]);
-        t[1][j] = 0.5f * (u[1][j] - u[2][j]);
-        t[2][j] = 0.5f * (u[1][j] + u[2][j]) + u[3][j];
-    }
+    float u[${A}][${A}];
+    for (int i = 0; i < ${A * A}; i++)
+        u[i / ${A}][i % ${A}] = src[i * xi_step];
+% for r in range(3):
+%   for j in range(A):
+    const float t${r}_${j} = ${lin(col(G, r), ["u[%d][%d]" % (k, j) for k in range(A)])};
+%   endfor
+% endfor
     __global float *dst = dw + dw_offset + (k * in_c + c) * 9;
-    for (int r = 0; r < 3; r++) {
-        const float g[3] = {t[r][0] + 0.5f * (t[r][1] + t[r][2]), 0.5f * (t[r][1] - t[r][2]),
-                            0.5f * (t[r][1] + t[r][2]) + t[r][3]};
-        for (int s = 0; s < 3; s++)
-            dst[r * 3 + s] = beta == 0.0f ? g[s] : beta * dst[r * 3 + s] + g[s];
-    }
+    float g;
+% for r in range(3):
+%   for s in range(3):
+    g = ${lin(col(G, s), ["t%d_%d" % (r, l) for l in range(A)])};
+    dst[${r * 3 + s}] = beta == 0.0f ? g : beta * dst[${r * 3 + s}] + g;
+%   endfor
+% endfor
 }
