@@ -63,6 +63,8 @@ class Net:
             raise GraphError("setup: no graph loaded (call load_from_json first)")
         g = self.graph
         self.layers = [_layers.create(self.ctx, op.type, op.name, op.options) for op in g.ops]
+        for layer in self.layers:
+            layer.mode = self._mode  # some layers check shapes per mode in setup
         for name, (shape, dtype, _) in g.inputs.items():
             v = g.values[g.input_values[name]]
             v.shape, v.dtype = shape, as_dtype(dtype)
@@ -150,10 +152,19 @@ class Net:
             layer.mode = self._mode
         plan = self._plans.get(self._mode)
         if plan is None:
+            self._mode_workspaces()
             plan = ExecutionPlan(self, self._mode == TRAIN)
             self._plans[self._mode] = plan
         self.plan = plan
         return plan
+
+    def _mode_workspaces(self):
+        """Layers may size their workspace by mode (backward scratch only when training):
+        ask again, for the current shapes, before planning a mode. No kernel is rebuilt."""
+        g = self.graph
+        for op, layer in zip(g.ops, self.layers):
+            _, ws = _call_layer(layer, op, "reshape", [g.values[v].shape for v in op.in_values])
+            self._ws[op.index] = int(ws or 0)
 
     def _need_setup(self):
         if not self._ready:
@@ -244,6 +255,15 @@ class Net:
         for op, layer in zip(self.graph.ops, self.layers):
             layer.init_params(self.store.op_params[op.index], rng)
         self.ctx.finish()
+
+    def get_parameters(self):
+        """{name: numpy array} of every parameter (one read of the arena)."""
+        return self.store.to_numpy()
+
+    def set_parameters(self, arrays, allow_missing=False):
+        """Write parameters from {name: array} (a PyTorch state dict's numpy values map one
+        to one for dlprim.models nets); names the net lacks are ignored."""
+        self.store.from_numpy(arrays, allow_missing, "the given arrays")
 
     def save_parameters(self, path):
         from . import weights

@@ -61,7 +61,8 @@ class ExecutionPlan:
                 self.acts[v.id] = at("a:%d" % root, v.shape, v.dtype)
         self.grads = {v.id: at("g:%d" % s.grad_storage[v.id], v.shape, v.dtype)
                       for v in g.values if s.grad_needed[v.id]}
-        ws = [None if not net._ws[i] else at("w:%d" % i, ((net._ws[i] + 3) // 4,), np.float32)
+        # a workspace is a uint8 tensor of the bytes the layer asked for (256-byte aligned)
+        ws = [None if not net._ws[i] else at("w:%d" % i, (net._ws[i],), np.uint8)
               for i in range(len(g.ops))]
 
         self.forward, self.op_forward = [], []

@@ -8,6 +8,7 @@ import pyopencl as cl
 
 from dlprim.kernels.program import Launch
 from dlprim.layers.base import REGISTRY, Layer, ParamSpec, TensorSpec, register
+from dlprim.tensor import Tensor
 
 BUILDS = {"count": 0}
 _PROGRAMS = {}
@@ -177,7 +178,10 @@ class TwiceWS(_Base):
         return [TensorSpec(s[0].shape)], [], int(np.prod(s[0].shape)) * 4
 
     def forward(self, x, y, p, ws):
-        return [self.L("twice_via_ws", y[0], x[0], ws, y[0])]
+        # the Net gives a uint8 workspace of the asked bytes; view it as floats
+        assert ws.dtype == np.uint8 and ws.nbytes == x[0].nbytes and ws.byte_offset % 256 == 0
+        wsf = Tensor(self.ctx, x[0].shape, np.float32, buffer=ws.buffer, offset=ws.byte_offset // 4)
+        return [self.L("twice_via_ws", y[0], x[0], wsf, y[0])]
 
     def backward(self, x, dx, y, dy, p, dp, ws, acc):
         if dx[0] is None:

@@ -140,8 +140,8 @@ def test_lenet_trains_with_sgd_and_round_trips_its_parameters(ctx, rng, tmp_path
     labels = rng.integers(0, 10, size=16).astype(np.int32)
     images = patterns[labels] + 0.3 * rng.standard_normal((16, 1, 28, 28)).astype(np.float32)
     losses = []
-    lr = np.float32(0.05)
-    for step in range(12):
+    lr = np.float32(0.02)
+    for step in range(20):
         net.zero_grad()
         losses.append(float(net(data=images, label=labels)["loss"].reshape(-1)[0]))
         net.backward()
@@ -150,7 +150,8 @@ def test_lenet_trains_with_sgd_and_round_trips_its_parameters(ctx, rng, tmp_path
         w, g = net.param_arena.to_host(), net.grad_arena.to_host()
         w[:n] -= lr * g[:n]
         net.param_arena.to_device(w)
-    assert losses[-1] < 0.5 * losses[0], losses
+    assert losses[-1] < 0.75 * losses[0], losses
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses  # falls at every step
     path = str(tmp_path / "lenet.dlp")
     net.save_parameters(path)
     net.mode = dp.PREDICT
