@@ -218,20 +218,25 @@ def test_transposed_output_shape(ctx):
     assert out[0].shape == (2, 3, 15, 13) and params[0].shape == (5, 3, 4, 4)
 
 
-def test_backward_filter_split_k(ctx, rng):
+@pytest.mark.parametrize("algo, groups", [("gemm", 1), ("winograd4", 1), ("depthwise", 3)])
+def test_backward_filter_split_reduction(ctx, rng, algo, groups):
     """The split reduction (partials in the workspace, then summed) on a long reduction."""
-    geom = ConvGeometry(3, 5, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1))
-    op = ConvBackwardFilter(ctx, geom, algo="gemm", splits=4)
-    assert op.impl.split_plan(3)[0] == 4 and op.workspace_bytes(3) > 0
+    geom = ConvGeometry(3, 6, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1), groups=groups)
+    op = ConvBackwardFilter(ctx, geom, algo=algo, splits=4)
+    assert op.algo == algo and op.workspace_bytes(3) > 0
+    if algo == "gemm":
+        assert op.impl.split_plan(3)[0] == 4
+    if algo == "depthwise":
+        assert op.impl.chunk_plan(3)[0] == 4
     x = rng.standard_normal((3, 3, 9, 9))
-    dy = rng.standard_normal((3, 5, 9, 9))
+    dy = rng.standard_normal((3, 6, 9, 9))
     dw0 = rng.standard_normal(geom.weight_shape)
     t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, dy, dw0)]
     ws = Tensor(ctx, (op.workspace_bytes(3),), "uint8")
     op(t[0], t[1], t[2], ws=ws, beta=1.0)
-    _, dw = conv_backward_ref(x, rng.standard_normal(geom.weight_shape), dy, (1, 1), (1, 1, 1, 1),
-                              (1, 1), 1)
-    assert_close(t[2].numpy(), dw0 + dw, rtol=1e-4, atol=1e-4, what="split-K dw")
+    _, dw = conv_backward_ref(x, np.zeros(geom.weight_shape), dy, (1, 1), (1, 1, 1, 1), (1, 1),
+                              groups)
+    assert_close(t[2].numpy(), dw0 + dw, rtol=1e-4, atol=1e-4, what="%s split dw" % algo)
 
 
 def test_predict_mode_forward_and_params(ctx):

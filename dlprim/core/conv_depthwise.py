@@ -3,7 +3,7 @@ direct kernels from ``kernels/depthwise.cl`` for the three directions."""
 import numpy as np
 
 from ..kernels import program
-from .conv import geometry_args, scalar
+from .conv import geometry_args, scalar, ws_view
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter"]
 
@@ -14,7 +14,7 @@ def _program(ctx, geom, bias=False, activation="identity"):
     baked, args = geometry_args(ctx, geom)
     wg = REDUCE_WG if ctx.facts.is_gpu else 32
     return program.get(ctx, "depthwise", BIAS=bool(bias), ACTIVATION=activation,
-                       GEOM_BAKED=baked, WG=wg), args, wg
+                       GEOM_BAKED=baked, WG=wg, KH_T=1, KW_T=1, TAPS=1), args, wg
 
 
 def _local(ctx):
@@ -55,16 +55,43 @@ class BackwardData:
 
 
 class BackwardFilter:
+    """Per (channel, chunk of batch*pixels) partial tap sums, then a sum over chunks."""
+
     def __init__(self, ctx, geom, splits=None, batch=16):
-        self.ctx, self.geom = ctx, geom
-        self.program, self.geom_args, self.wg = _program(ctx, geom)
+        self.ctx, self.geom, self.forced_chunks = ctx, geom, splits
+        baked, self.geom_args = geometry_args(ctx, geom)
+        self.wg = REDUCE_WG if ctx.facts.is_gpu else 32
+        # the tap count sizes a register array, so the kernel size is always baked in
+        self.program = program.get(ctx, "depthwise", BIAS=False, ACTIVATION="identity",
+                                   GEOM_BAKED=baked, WG=self.wg, KH_T=geom.kh, KW_T=geom.kw,
+                                   TAPS=geom.kh * geom.kw)
+
+    def chunk_plan(self, batch):
+        """(chunks, chunk): enough work-groups to fill the device, >= 16 items a work-item."""
+        total = batch * self.geom.out_h * self.geom.out_w
+        if self.forced_chunks:
+            chunks = self.forced_chunks
+        else:
+            want = -(-4 * self.ctx.facts.compute_units // self.geom.out_c)
+            chunks = max(1, min(want, total // (16 * self.wg)))
+        chunk = -(-total // chunks)
+        return -(-total // chunk), chunk
 
     def workspace_bytes(self, batch):
-        return 0
+        g = self.geom
+        return 4 * self.chunk_plan(batch)[0] * g.out_c * g.kh * g.kw
 
     def launches(self, x, dy, dw, ws, beta):
         g = self.geom
-        gsize = (self.wg, g.kh * g.kw, g.out_c)
-        args = [np.int32(x.shape[0])] + self.geom_args + [x, dy, dw, scalar(beta)]
-        return [program.Launch(self.program, "depthwise_backward_filter", gsize, (self.wg, 1, 1),
-                               args, flops=g.flops(x.shape[0]))]
+        batch = x.shape[0]
+        chunks, chunk = self.chunk_plan(batch)
+        n = g.out_c * g.kh * g.kw
+        part = ws_view(ws, 0, chunks * n)
+        args = [np.int32(batch)] + self.geom_args + [np.int32(chunk), x, dy, part]
+        sums = program.Launch(self.program, "depthwise_backward_filter",
+                              (self.wg, chunks, g.out_c), (self.wg, 1, 1), args,
+                              flops=g.flops(batch))
+        total = program.Launch(self.program, "depthwise_filter_sum", (program.round_up(n, 64),),
+                               (64,) if self.ctx.facts.is_gpu else None,
+                               [np.int32(n), np.int32(chunks), part, dw, scalar(beta)])
+        return [sums, total]

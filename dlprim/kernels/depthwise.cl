@@ -101,35 +101,62 @@ __kernel void depthwise_backward_data(${geom_params}
 }
 
 // dw[k,r,s] = beta*dw + sum_(b,oh,ow) dy[b,k,oh,ow] * x[b, k/KG, oh*SH-PH+r*DH, ow*SW-PW+s*DW]
-// one work-group per (k, r, s); its work-items stride over batch*pixels, then reduce
+// in two launches: a work-group per (k, chunk of batch*pixels) reads each dy once and
+// keeps all KH*KW tap sums in registers, then reduces them in local memory into
+// part[chunk][k][tap]; depthwise_filter_sum adds the chunks into dw.
 __kernel __attribute__((reqd_work_group_size(${WG}, 1, 1)))
-void depthwise_backward_filter(int batch, ${geom_params}
+void depthwise_backward_filter(int batch, ${geom_params}int chunk,
                                __global const float *x, ulong x_offset,
                                __global const float *dy, ulong dy_offset,
-                               __global float *dw, ulong dw_offset, float beta)
+                               __global float *part, ulong part_offset)
 {
-    __local float part[${WG}];
-    const int lid = get_local_id(0), rs = get_group_id(1), k = get_group_id(2);
-    const int r = rs / KW, s = rs - r * KW;
+    __local float red[${WG}];
+    const int lid = get_local_id(0), ch = get_group_id(1), k = get_group_id(2);
     const int total = batch * OUT_H * OUT_W;
-    float sum = 0.0f;
-    for (int i = lid; i < total; i += ${WG}) {
+    const int end = min(total, (ch + 1) * chunk);
+    float acc[${TAPS}];
+    for (int t = 0; t < ${TAPS}; t++)
+        acc[t] = 0.0f;
+    for (int i = ch * chunk + lid; i < end; i += ${WG}) {
         const int b = i / (OUT_H * OUT_W), p = i - b * (OUT_H * OUT_W);
         const int oh = p / OUT_W, ow = p - oh * OUT_W;
-        const int ih = oh * SH - PH + r * DH, iw = ow * SW - PW + s * DW;
-        if (ih >= 0 && ih < IN_H && iw >= 0 && iw < IN_W)
-            sum = mad(dy[dy_offset + (b * OUT_C + k) * OUT_H * OUT_W + p],
-                      x[x_offset + ((b * IN_C + k / KG) * IN_H + ih) * IN_W + iw], sum);
+        const float g = dy[dy_offset + (b * OUT_C + k) * OUT_H * OUT_W + p];
+        __global const float *src = x + x_offset + (b * IN_C + k / KG) * IN_H * IN_W;
+#pragma unroll
+        for (int r = 0; r < ${KH_T}; r++) {
+            const int ih = oh * SH - PH + r * DH;
+            const bool row_ok = ih >= 0 && ih < IN_H;
+#pragma unroll
+            for (int s = 0; s < ${KW_T}; s++) {
+                const int iw = ow * SW - PW + s * DW;
+                if (row_ok && iw >= 0 && iw < IN_W)
+                    acc[r * ${KW_T} + s] = mad(g, src[ih * IN_W + iw], acc[r * ${KW_T} + s]);
+            }
+        }
     }
-    part[lid] = sum;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int step = ${WG // 2}; step > 0; step >>= 1) {
-        if (lid < step)
-            part[lid] += part[lid + step];
+    for (int t = 0; t < ${TAPS}; t++) {
+        red[lid] = acc[t];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int step = ${WG // 2}; step > 0; step >>= 1) {
+            if (lid < step)
+                red[lid] += red[lid + step];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (lid == 0)
+            part[part_offset + (ch * OUT_C + k) * ${TAPS} + t] = red[0];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (lid == 0) {
-        const ulong idx = dw_offset + k * KHW + rs;
-        dw[idx] = beta == 0.0f ? part[0] : beta * dw[idx] + part[0];
-    }
+}
+
+// dw = beta * dw + sum over chunks of part
+__kernel void depthwise_filter_sum(int n, int chunks, __global const float *part, ulong part_offset,
+                                   __global float *dw, ulong dw_offset, float beta)
+{
+    const int i = get_global_id(0);
+    if (i >= n)
+        return;
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; c++)
+        sum += part[part_offset + c * n + i];
+    dw[dw_offset + i] = beta == 0.0f ? sum : beta * dw[dw_offset + i] + sum;
 }
