@@ -22,7 +22,7 @@ def bn(c):
 
 
 class SmallNet(nn.Module):
-    """conv-BN-ReLU(in place)-maxpool-conv-global pooling-flatten, as the NetConfig below."""
+    """conv-BN-ReLU(in place)-maxpool-conv+ReLU-global pooling-flatten, as small_config."""
 
     def __init__(self):
         super().__init__()
@@ -31,7 +31,7 @@ class SmallNet(nn.Module):
 
     def forward(self, x):
         h = torch.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2, 2)
-        return self.conv2(h).mean((2, 3))
+        return torch.relu(self.conv2(h)).mean((2, 3))
 
 
 def small_config(batch):
@@ -45,7 +45,7 @@ def small_config(batch):
     cfg.add("Activation", name="relu", options={"activation": "relu"}, inplace=True)
     cfg.add("Pooling2D", name="pool", options={"kernel": 2, "stride": 2, "mode": "max"})
     cfg.add("Convolution2D", name="conv2", params=["conv2.weight", "conv2.bias"],
-            options={"channels_out": 5, "kernel": 1, "bias": True})
+            options={"channels_out": 5, "kernel": 1, "bias": True, "activation": "relu"})
     cfg.add("GlobalPooling", name="gp", options={"mode": "avg"})
     cfg.add("Flatten", name="flat")
     cfg.add("SoftmaxWithLoss", name="loss", inputs=["flat", "label"])
@@ -162,10 +162,11 @@ def close_gradient(a, b, what, tol=1e-2, floor=1e-6):
     assert np.abs(a - b).max() < 5 * tol * max(np.abs(b).max(), floor), what
 
 
-def check_against_torch(ctx, model, cfg, x, labels, grad_tol=1e-2):
+def check_against_torch(ctx, model, cfg, x, labels, grad_tol=1e-2, start=dp.TRAIN):
     state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    net = dp.Net(ctx, cfg, mode=dp.TRAIN)
+    net = dp.Net(ctx, cfg, mode=start)
     net.set_parameters(state)
+    net.mode = dp.TRAIN
     # train: loss, every parameter gradient, updated running statistics
     out = net(data=x, label=labels)
     net.backward()
@@ -192,7 +193,8 @@ def check_against_torch(ctx, model, cfg, x, labels, grad_tol=1e-2):
     return net
 
 
-def test_small_conv_bn_net_matches_torch(ctx, rng):
+@pytest.mark.parametrize("start", [dp.TRAIN, dp.PREDICT])
+def test_small_conv_bn_net_matches_torch(ctx, rng, start):
     needs("Convolution2D", "BatchNorm", "Activation", "Pooling2D", "GlobalPooling", "Flatten",
           "SoftmaxWithLoss")
     torch.manual_seed(0)
@@ -200,7 +202,8 @@ def test_small_conv_bn_net_matches_torch(ctx, rng):
     randomize(model, 1)
     x = rng.standard_normal((4, 3, 12, 12)).astype(np.float32)
     labels = rng.integers(0, 5, 4).astype(np.int32)
-    net = check_against_torch(ctx, model, small_config(4), x, labels)
+    # set up in either mode first: switching to train must size backward workspaces anew
+    net = check_against_torch(ctx, model, small_config(4), x, labels, start=start)
     # BatchNorm reads its input in backward, so the in-place ReLU after it shares memory
     # only when predicting
     assert net.plan.schedule.inplace_ops == ["relu"]
