@@ -69,11 +69,17 @@ class Interpolate2D:
         tables = [axis_table(h, oh, method, scale[0], align_corners),
                   axis_table(w, ow, method, scale[1], align_corners)]
         self.tables = [Tensor.from_numpy(ctx, a) for pair in tables for a in pair]
-        self.prg = program.get(ctx, "interp")
+        big = max(n * c * h * w, n * c * oh * ow) >= 2 ** 31
+        self.prg = program.get(ctx, "interp", IT="ulong" if big else "uint")
 
     def _dims(self):
         n, c, h, w = self.in_shape
-        return [np.uint64(h), np.uint64(w), np.uint64(self.out_shape[2]), np.uint64(self.out_shape[3])]
+        return [np.int32(h), np.int32(w), np.int32(self.out_shape[2]), np.int32(self.out_shape[3])]
+
+    @staticmethod
+    def _grid(h, w, planes):
+        """(column, row, plane) work items; 32 columns per work-group for coalescing."""
+        return (round_up(w, 32), h, planes), (32, 1, 1)
 
     @staticmethod
     def _check(what, t, shape):
@@ -84,22 +90,21 @@ class Interpolate2D:
     def launches(self, x, y):
         self._check("x", x, self.in_shape)
         self._check("y", y, self.out_shape)
-        total = y.size
-        if total == 0:
+        if y.size == 0:
             return []
-        return [Launch(self.prg, "interp_forward", (round_up(total, 256),), None,
-                       [np.uint64(total)] + self._dims() + self.tables + [x, y])]
+        n, c, oh, ow = self.out_shape
+        return [Launch(self.prg, "interp_forward", *self._grid(oh, ow, n * c),
+                       args=self._dims() + self.tables + [x, y])]
 
     def backward_launches(self, dy, dx, beta=0.0):
         """dx = beta * dx + the adjoint of the resampling applied to dy."""
         self._check("dy", dy, self.out_shape)
         self._check("dx", dx, self.in_shape)
-        total = dx.size
-        if total == 0:
+        if dx.size == 0:
             return []
-        return [Launch(self.prg, "interp_backward", (round_up(total, 256),), None,
-                       [np.uint64(total)] + self._dims() + self.tables
-                       + [dy, dx, np.float32(beta)])]
+        n, c, h, w = self.in_shape
+        return [Launch(self.prg, "interp_backward", *self._grid(h, w, n * c),
+                       args=self._dims() + self.tables + [dy, dx, np.float32(beta)])]
 
     def __call__(self, x, y, queue=None):
         for launch in self.launches(x, y):

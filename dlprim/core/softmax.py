@@ -23,9 +23,10 @@ def axis_split(shape, axis=1):
 
 
 def row_work_group(ctx, n):
-    """Power-of-two work-group size for reducing a row of ``n`` elements (32..256)."""
+    """Power-of-two work-group size for reducing a row of ``n`` elements: about 8
+    elements per work item, 32 to 1024 items (long rows need many to hide latency)."""
     wg = 32
-    while wg < n and wg < 256:
+    while wg * 8 < n and wg < 1024:
         wg *= 2
     while wg > ctx.facts.max_work_group:
         wg //= 2

@@ -5,8 +5,10 @@
 //   w[o],   w[O + o]     their weights (the second is 0 for nearest)
 //   idx[2O + i], idx[2O + I + i]   first and one-past-last output index reading source i
 // Backward gathers over that range instead of scattering, so no atomics are needed.
+// Work items form a 3-D grid (column, row, plane): no index division; IT is the type of
+// plane offsets (uint when they fit).
 
-__kernel void interp_forward(ulong total, ulong H, ulong W, ulong OH, ulong OW,
+__kernel void interp_forward(int H, int W, int OH, int OW,
                              __global const int *iy, ulong iy_offset,
                              __global const float *wy, ulong wy_offset,
                              __global const int *ix, ulong ix_offset,
@@ -14,27 +16,26 @@ __kernel void interp_forward(ulong total, ulong H, ulong W, ulong OH, ulong OW,
                              __global const float *x, ulong x_offset,
                              __global float *y, ulong y_offset)
 {
-    ulong i = get_global_id(0);
-    if (i >= total)
+    int ox = get_global_id(0), oy = get_global_id(1);
+    ${IT} plane = get_global_id(2);
+    if (ox >= OW || oy >= OH)
         return;
     iy += iy_offset; wy += wy_offset; ix += ix_offset; wx += wx_offset;
-    ulong ox = i % OW, t = i / OW;
-    ulong oy = t % OH, plane = t / OH;
-    __global const float *xp = x + x_offset + plane * H * W;
-    int r0 = iy[oy], r1 = iy[OH + oy], c0 = ix[ox], c1 = ix[OW + ox];
+    __global const float *xp = x + x_offset + plane * (${IT})(H * W);
+    int r0 = iy[oy] * W, r1 = iy[OH + oy] * W, c0 = ix[ox], c1 = ix[OW + ox];
     float a0 = wy[oy], a1 = wy[OH + oy], b0 = wx[ox], b1 = wx[OW + ox];
-    y[y_offset + i] = a0 * (b0 * xp[r0 * W + c0] + b1 * xp[r0 * W + c1])
-                    + a1 * (b0 * xp[r1 * W + c0] + b1 * xp[r1 * W + c1]);
+    y[y_offset + plane * (${IT})(OH * OW) + oy * OW + ox] =
+        a0 * (b0 * xp[r0 + c0] + b1 * xp[r0 + c1]) + a1 * (b0 * xp[r1 + c0] + b1 * xp[r1 + c1]);
 }
 
 // weight of source index s in output index o along one axis
-inline float axis_weight(__global const int *idx, __global const float *w, ulong O, ulong o, int s)
+inline float axis_weight(__global const int *idx, __global const float *w, int O, int o, int s)
 {
     return (idx[o] == s ? w[o] : 0.0f) + (idx[O + o] == s ? w[O + o] : 0.0f);
 }
 
 // dx[p, r, c] = beta * dx[p, r, c] + sum_{oy, ox} wy(oy, r) * wx(ox, c) * dy[p, oy, ox]
-__kernel void interp_backward(ulong total, ulong H, ulong W, ulong OH, ulong OW,
+__kernel void interp_backward(int H, int W, int OH, int OW,
                               __global const int *iy, ulong iy_offset,
                               __global const float *wy, ulong wy_offset,
                               __global const int *ix, ulong ix_offset,
@@ -42,15 +43,12 @@ __kernel void interp_backward(ulong total, ulong H, ulong W, ulong OH, ulong OW,
                               __global const float *dy, ulong dy_offset,
                               __global float *dx, ulong dx_offset, float beta)
 {
-    ulong i = get_global_id(0);
-    if (i >= total)
+    int c = get_global_id(0), r = get_global_id(1);
+    ${IT} plane = get_global_id(2);
+    if (c >= W || r >= H)
         return;
     iy += iy_offset; wy += wy_offset; ix += ix_offset; wx += wx_offset;
-    int c = i % W;
-    ulong t = i / W;
-    int r = t % H;
-    ulong plane = t / H;
-    __global const float *dyp = dy + dy_offset + plane * OH * OW;
+    __global const float *dyp = dy + dy_offset + plane * (${IT})(OH * OW);
     int y_begin = iy[2 * OH + r], y_end = iy[2 * OH + H + r];
     int x_begin = ix[2 * OW + c], x_end = ix[2 * OW + W + c];
     float g = 0.0f;
@@ -61,5 +59,6 @@ __kernel void interp_backward(ulong total, ulong H, ulong W, ulong OH, ulong OW,
             row += axis_weight(ix, wx, OW, ox, c) * dyp[oy * OW + ox];
         g += a * row;
     }
-    dx[dx_offset + i] = (beta == 0.0f) ? g : g + beta * dx[dx_offset + i];
+    ${IT} i = dx_offset + plane * (${IT})(H * W) + r * W + c;
+    dx[i] = (beta == 0.0f) ? g : g + beta * dx[i];
 }
