@@ -26,6 +26,8 @@ __all__ = ["PointwiseBroadcast", "PointwiseBroadcastReduce", "pointwise", "point
 
 _NAME_RE = re.compile(r"\b(reduce_y|[xyw])(\d+)\b")
 _WG = 256
+# CPU drivers run a work-group's items in one thread: small groups reduce 2-6x faster on PoCL
+_CPU_REDUCE_WG = 8
 _UINT_LIMIT = 2 ** 31  # fast division is exact below it (tests lower it to reach 64-bit paths)
 _GROUPS_PER_CU = 4  # below this many work-groups a large reduction is cut into chunks
 _ELEMS = 4  # elements per work-item: loads in flight (H200: 2.4 -> 3.4 TB/s on a scale)
@@ -281,7 +283,8 @@ class PointwiseBroadcastReduce(_Base):
         """Work-group of L0 x L1 threads: LR cooperate on one output (tree in local memory),
         LO outputs side by side; the contiguous axis goes to local dimension 0. When few
         work-groups would cover a large reduction, it is cut into chunks (second pass)."""
-        wg = 1 << (min(_WG, self.ctx.facts.max_work_group).bit_length() - 1)
+        cap = _CPU_REDUCE_WG if self.ctx.facts.is_cpu else _WG
+        wg = 1 << (min(cap, self.ctx.facts.max_work_group).bit_length() - 1)
         pow2 = lambda n: 1 << max(int(n) - 1, 0).bit_length()
         if reduce_dim0:
             lr = min(pow2(self.reduced), wg)
