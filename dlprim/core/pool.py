@@ -41,7 +41,7 @@ def _check_tensor(what, t, ndim, dtype):
 
 class Pool2D:
     """Max or average pooling with a fixed window; ``launches(x, y)`` and
-    ``backward_launches(x, dx, dy, beta)`` (``dx = beta*dx + grad``)."""
+    ``backward_launches(x, y, dx, dy, beta)`` (``dx = beta*dx + grad``)."""
 
     def __init__(self, ctx, mode, kernel, stride, pad=(0, 0), count_include_pad=False,
                  ceil_mode=False, dtype="float32"):
@@ -88,14 +88,17 @@ class Pool2D:
                                (program.round_up(max(total, 1), LOCAL),), (LOCAL,),
                                [np.uint64(total)] + sizes + [x, y])]
 
-    def backward_launches(self, x, dx, dy, beta=0.0):
+    def backward_launches(self, x, y, dx, dy, beta=0.0):
+        """dx = beta*dx + grad; max reads x and the forward output y, avg neither (any
+        tensors of those shapes fill the slots)."""
         sizes = self._sizes(x, dy)
-        if dx.shape != x.shape:
-            raise ValueError("pooling: dx shape %s differs from x shape %s" % (dx.shape, x.shape))
+        if dx.shape != x.shape or y.shape != dy.shape:
+            raise ValueError("pooling: dx %s / x %s, y %s / dy %s must match"
+                             % (dx.shape, x.shape, y.shape, dy.shape))
         total = dx.size
         return [program.Launch(self.program, "pooling_backward",
                                (program.round_up(max(total, 1), LOCAL),), (LOCAL,),
-                               [np.uint64(total)] + sizes + [x, dy, dx, np.float32(beta)])]
+                               [np.uint64(total)] + sizes + [x, y, dy, dx, np.float32(beta)])]
 
     def __call__(self, x, y, queue=None):
         for launch in self.launches(x, y):

@@ -62,9 +62,12 @@ __kernel void pooling_forward(ulong total, int H, int W, int OH, int OW,
 
 // dx gathered per input element from the windows that contain it (no atomics, same
 // result on every run): avg adds dy / divisor, max adds dy where the element is the
-// window's first maximum. dx = beta * dx + gradient; beta == 0 never reads dx.
+// window's first maximum. Max compares with the window's output y first and scans the
+// window only on a match (to give ties to the first index). dx = beta * dx + gradient;
+// beta == 0 never reads dx.
 __kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
                                __global const DT *x, ulong x_offset,
+                               __global const DT *y, ulong y_offset,
                                __global const DT *dy, ulong dy_offset,
                                __global DT *dx, ulong dx_offset, float beta)
 {
@@ -76,6 +79,10 @@ __kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
     ulong plane = i / ((ulong)W * H);
     x += x_offset + plane * H * W;
     dy += dy_offset + plane * OH * OW;
+    y += y_offset + plane * OH * OW;
+% if MODE == "max":
+    float v = x[h * W + w];
+% endif
     // windows oh with oh*SH - PH <= h < oh*SH - PH + KH
     int th = h + ${PH} - ${KH} + 1, tw = w + ${PW} - ${KW} + 1;
     int oh_lo = th <= 0 ? 0 : (th + ${SH} - 1) / ${SH};
@@ -86,7 +93,7 @@ __kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
     for (int oh = oh_lo; oh <= oh_hi; oh++)
         for (int ow = ow_lo; ow <= ow_hi; ow++) {
 % if MODE == "max":
-            if (window_argmax(x, H, W, oh, ow) == h * W + w)
+            if (v == y[oh * OW + ow] && window_argmax(x, H, W, oh, ow) == h * W + w)
                 g += dy[oh * OW + ow];
 % else:
             WINDOW(oh, ow)

@@ -58,8 +58,8 @@ class Pooling2D(Layer):
                       % (list(self.pad), list(self.kernel)))
         self.count_include_pad = _flag(self, "count_include_pad")
         self.ceil_mode = _flag(self, "ceil_mode")
-        # max backward needs x to find the window maxima; avg needs only dy
-        self.BACKWARD_READS_INPUTS = self.options["mode"] == "max"
+        # max backward finds the window maxima from x and y; avg needs only dy
+        self.BACKWARD_READS_INPUTS = self.BACKWARD_READS_OUTPUTS = self.options["mode"] == "max"
 
     def setup(self, in_specs):
         spec = _check_input(self, in_specs)
@@ -78,8 +78,9 @@ class Pooling2D(Layer):
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         if dx[0] is None:
             return []
-        # avg never reads x: any tensor of x's shape serves as the (unused) argument
-        return self.op.backward_launches(x[0] if x[0] is not None else dx[0], dx[0], dy[0],
+        # avg reads neither x nor y: tensors of their shapes fill the unused slots
+        return self.op.backward_launches(x[0] if x[0] is not None else dx[0],
+                                         y[0] if y[0] is not None else dy[0], dx[0], dy[0],
                                          1.0 if accumulate[0] else 0.0)
 
 
