@@ -73,15 +73,15 @@ def time_torch(torch, a, b, repeat):
     return statistics.median(s.elapsed_time(e) * 1e-3 for s, e in pairs), c
 
 
-def run_shape(ctx, torch, M, N, K, repeat, tile=None):
+def run_shape(ctx, torch, M, N, K, repeat, tile=None, split_k=None):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((M, K), np.float32)
     b = rng.standard_normal((K, N), np.float32)
     A, B = dp.Tensor.from_numpy(ctx, a), dp.Tensor.from_numpy(ctx, b)
     C = dp.Tensor.from_numpy(ctx, np.full((M, N), np.nan, np.float32))  # every element written
-    op = Gemm(ctx, M, N, K, tile=tile)
+    op = Gemm(ctx, M, N, K, tile=tile, split_k=split_k)
     t_ours = time_dlprim(ctx, op, A, B, C, repeat)
-    row = {"M": M, "N": N, "K": K, "dlprim_s": t_ours, "tile": op.tile}
+    row = {"M": M, "N": N, "K": K, "dlprim_s": t_ours, "tile": op.tile, "splits": op.splits}
     if torch is not None:
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         row["torch_s"], tc = time_torch(torch, ta, tb, repeat)
@@ -97,6 +97,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--sweep", action="store_true", help="time every tuner candidate at 4096³")
     parser.add_argument("--tiles", help="JSON list of extra tiles for --sweep")
+    parser.add_argument("--split-sweep", action="store_true",
+                        help="time split-K 1..16 on shapes with few tiles or long K")
     parser.add_argument("--json", help="write all rows here")
     parser.add_argument("--ptx", help="write the built gemm programs' binaries (PTX on NVIDIA) here")
     args = parser.parse_args()
@@ -118,6 +120,16 @@ def main():
             print("sweep 4096³ %-40s %7.2f TFLOP/s" % (tune._describe(row["tile"]),
                                                       2 * 4096 ** 3 / row["dlprim_s"] / 1e12))
             rows.append(dict(row, sweep=True))
+    if args.split_sweep:
+        for M, N, K in ((1024, 1024, 1024), (512, 3136, 4608), (512, 3136, 2048),
+                        (256, 12544, 2304), (256, 12544, 1024), (2048, 3136, 512),
+                        (64, 1000, 2048), (32, 8192, 2048), (32, 32, 4096), (1024, 1024, 4096)):
+            line = []
+            for split in (1, 2, 3, 4, 8, 16):
+                row = run_shape(ctx, None, M, N, K, args.repeat, split_k=split)
+                line.append("%d:%.1f" % (row["splits"], 2 * M * N * K / row["dlprim_s"] / 1e12))
+            auto = run_shape(ctx, None, M, N, K, args.repeat)
+            print("split %5dx%6dx%5d auto=%d  %s" % (M, N, K, auto["splits"], "  ".join(line)))
     shapes = [(s, s, s, "square %d" % s) for s in (1024, 2048, 4096, 8192)] + resnet50_convs() \
         + [(64, 1000, 2048, "fc (X·Wᵀ as M=batch)"), (2048, 64, 1000, "fc backward-data-like")]
     table = []
