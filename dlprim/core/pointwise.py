@@ -31,6 +31,7 @@ _CPU_REDUCE_WG = 8
 _UINT_LIMIT = 2 ** 31  # fast division is exact below it (tests lower it to reach 64-bit paths)
 _GROUPS_PER_CU = 4  # below this many work-groups a large reduction is cut into chunks
 _ELEMS = 4  # elements per work-item: loads in flight (H200: 2.4 -> 3.4 TB/s on a scale)
+_REDUCE_ELEMS = 4  # loads in flight per pass of a reduction loop
 
 
 def broadcast_shape(shapes, what="inputs"):
@@ -256,7 +257,7 @@ class PointwiseBroadcastReduce(_Base):
                       WS=tuple(ct for _, ct in self.param_types),
                       KEPT=len(self._kept), RED=len(self._red), L0=self._l0, L1=self._l1,
                       REDUCE_DIM0=reduce_dim0, IT="uint" if self._it is np.uint32 else "ulong",
-                      DIMS=0, X_FULL=(), ELEMS=_ELEMS, FINISH_WG=self._finish_wg)
+                      DIMS=0, X_FULL=(), ELEMS=_REDUCE_ELEMS, FINISH_WG=self._finish_wg)
         self.program = _build(ctx, code, params, ["CODE", "REDUCE_INIT", "REDUCE"])
         self._kernel = params["NAME"]
         self._ws = None
