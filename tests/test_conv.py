@@ -307,3 +307,16 @@ def test_winograd_tile_choice(ctx):
         layer.setup([TensorSpec((case["n"], case["c"]) + case["hw"])])
         assert layer._forward_op().impl.plan.t.m == tile
         assert layer._backward_ops()[1].impl.t.m == tile
+
+
+def test_mode_switch_resizes_workspace(ctx):
+    """Set up for predict, then train: reshape (what a Net calls) asks for backward room."""
+    layer = create(ctx, "Convolution2D", "m", dict(channels_out=6, kernel=3, pad=1,
+                                                    activation="relu"))
+    layer.algo = "winograd"
+    layer.mode = "predict"
+    _, _, ws_predict = layer.setup([TensorSpec((2, 5, 8, 8))])
+    layer.mode = "train"
+    _, ws_train = layer.reshape([(2, 5, 8, 8)])
+    # backward keeps dy * relu'(y) (2*6*8*8 floats) beside the backward-data workspace
+    assert ws_train >= ws_predict + 4 * 2 * 6 * 8 * 8
