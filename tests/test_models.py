@@ -105,7 +105,9 @@ def test_reference_nets_set_up(ctx, name):
     assert net.memory_stats()["arena_bytes"] < net.memory_stats()["unplanned_bytes"]
 
 
-@pytest.mark.parametrize("name, size", [("resnet18", 64), ("mobilenet_v2", 64)])
+# vgg16 at batch 1 takes over a minute on a 2-core CPU: set up only (above)
+@pytest.mark.parametrize("name, size", [("resnet18", 64), ("mobilenet_v2", 64), ("resnet50", 64),
+                                        ("alexnet", 224)])
 def test_reference_nets_run_forward_and_backward(ctx, rng, name, size):
     g = _batch1(reference(REFERENCE[name]), size)
     needs_layers(g)
@@ -116,8 +118,8 @@ def test_reference_nets_run_forward_and_backward(ctx, rng, name, size):
     net.backward()
     ctx.finish()
     assert np.isfinite(net.grad_arena.to_host()).all()
-    assert np.abs(net.param_diff("fc.weight" if "resnet" in name else "classifier.1.weight")
-                  .to_host()).sum() > 0
+    for op in (g["operators"][0], g["operators"][-1]):  # gradients reach the first layer
+        assert np.abs(net.param_diff(op["params"][0]).to_host()).sum() > 0, op["name"]
 
 
 def test_mnist_train_json_runs(ctx, rng):
