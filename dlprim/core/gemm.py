@@ -173,9 +173,7 @@ class Gemm:
             args = head + [C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
             return [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops)]
         # split-K: partial products into the workspace, then sum + epilogue into C
-        # partials sit a little more than M*N apart: power-of-two strides made the
-        # parts collide in the memory system (1024³ ran slower with 4 parts than 3)
-        part = program.round_up(self.M * self.N, 4) + 64
+        part = program.round_up(self.M * self.N, 4)  # keeps every part 16-byte aligned
         if self._workspace is None:
             self._workspace = Tensor(self.ctx, (self.batch * self.splits * part,))
         W = self._workspace
