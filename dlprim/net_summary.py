@@ -8,25 +8,31 @@ __all__ = ["summary_rows", "summary_text", "summary_html"]
 HEADER = ("operator", "type", "output shapes", "params", "MFLOPs", "output KiB")
 
 
-def _flops(layer):
+def _flops(layer, launches):
+    """The layer's own count if it has one, else what its forward launches declare."""
     f = getattr(layer, "flops", None)
     if callable(f):
         f = f()
+    if f is None:
+        f = sum(getattr(launch, "flops", 0) or 0 for launch in launches) or None
     return None if f is None else float(f)
 
 
 def summary_rows(net):
-    g, store = net.graph, net.store
+    g, store, plan = net.graph, net.store, net.plan
+    starts = np.concatenate([[0], np.cumsum(plan.op_forward)]).astype(int)
+    inplace = set(plan.schedule.inplace_ops)
     rows = []
     for op, layer in zip(g.ops, net.layers):
         shapes = " ".join("x".join(map(str, g.values[v].shape)) or "()" for v in op.out_values)
         nparams = sum(int(np.prod(store.layout[n][1], dtype=np.int64))
                       for n in store.op_param_names[op.index])
-        flops = _flops(layer)
+        flops = _flops(layer, plan.forward[starts[op.index]:starts[op.index + 1]])
         out_bytes = sum(int(np.prod(g.values[v].shape, dtype=np.int64)) * g.values[v].dtype.itemsize
                         for v in op.out_values)
         rows.append((op.name, op.type, shapes, str(nparams),
-                     "-" if flops is None else "%.1f" % (flops / 1e6), "%.1f" % (out_bytes / 1024)))
+                     "-" if flops is None else "%.1f" % (flops / 1e6),
+                     "%.1f%s" % (out_bytes / 1024, " in place" if op.name in inplace else "")))
     return rows
 
 

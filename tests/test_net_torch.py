@@ -209,6 +209,10 @@ def test_small_conv_bn_net_matches_torch(ctx, rng, start):
     assert net.plan.schedule.inplace_ops == ["relu"]
     net.mode = dp.TRAIN
     assert net.plan.schedule.inplace_ops == ["relu"]  # BN keeps its input, not its output
+    rows = {line.split()[0]: line for line in net.summary().splitlines()}
+    assert rows["relu"].endswith("in place")
+    # conv1: 2 * N*H*W * C_out * C_in*k*k multiply-adds, from the launches' own counts
+    assert "%.1f" % (2 * 4 * 12 * 12 * 8 * 3 * 9 / 1e6) in rows["conv1"].split()
 
 
 @pytest.mark.parametrize("name, builder, module, grad_tol", [
