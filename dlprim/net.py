@@ -217,7 +217,10 @@ class Net:
         return list(self.graph.outputs)
 
     def _vid(self, name):
-        vid = self.graph.latest.get(name) if self.graph else None
+        # a net input's name means the buffer users write, even if an operator later
+        # overwrites the name in place; any other name means its latest value
+        g = self.graph
+        vid = None if g is None else g.input_values.get(name, g.latest.get(name))
         if vid is None:
             raise KeyError("no tensor named '%s' in the net" % name)
         return vid

@@ -146,6 +146,24 @@ def test_inplace_op_whose_backward_reads_its_input_gets_its_own_buffer(ctx, data
     np.testing.assert_allclose(out["loss"][0], 0.5 * np.sum(dh1 ** 2), rtol=1e-4)
 
 
+def test_inplace_on_a_net_input_leaves_the_users_data_alone(ctx, rng):
+    x = rng.standard_normal(32).astype(np.float32)
+    ops = [op("r", "_TestRelu", ["x"], ["x"]), op("s", "_TestScale", ["x"], ["y"])]
+    net = dp.Net(ctx, graph(ops, outputs=["y"], inputs=[{"name": "x", "shape": [32]}]),
+                 mode=dp.PREDICT)
+    y1 = net(x=x)["y"]
+    np.testing.assert_allclose(y1, weights(net)["s.0"] * np.maximum(x, 0), rtol=1e-6)
+    # tensor("x") is the input buffer users write, untouched by the in-place relu
+    assert np.array_equal(net.tensor("x").to_host(), x)
+    net.forward()  # run again without rewriting the input: same result
+    np.testing.assert_allclose(net.tensor("y").to_host(), y1)
+    assert net.plan.schedule.inplace_ops == []
+    # shapes set on the input tensor are picked up by reshape()
+    net.tensor("x").shape = (5,)
+    net.reshape()
+    assert net.tensor("y").shape == (5,)
+
+
 def test_mode_switch_reuses_cached_plans_and_sets_layer_mode(ctx, data):
     x, t = data
     net = dp.Net(ctx, graph(FANOUT), seed=3)
