@@ -76,7 +76,7 @@ class Schedule:
         for op in ops:
             if self.backward[op.index]:
                 for v in op.out_values:
-                    self.grad_needed[v] = True
+                    self.grad_needed[v] = bool(is_float[v])
             for v, want in zip(op.in_values, self.dx_wanted[op.index]):
                 if want:
                     self.grad_needed[v] = True
