@@ -235,3 +235,19 @@ def test_split_k(ctx, rng, trans_a, trans_b):
     out = C.numpy()
     for i in range(batch):
         close(out[i], reference(a[i], b[i], c[i], 0.5, 0.25, bias, "row", "tanh"), K)
+
+
+def test_split_k_choice_on_gpus(ctx, rng, monkeypatch):
+    # the automatic rule, seen as a 132-unit GPU (tiles stay the CPU's 32x32, 64 threads)
+    monkeypatch.setattr(ctx.facts, "is_gpu", True)
+    monkeypatch.setattr(ctx.facts, "compute_units", 132)
+    assert Gemm(ctx, 2048, 2048, 2048).splits == 1        # fills the device
+    assert Gemm(ctx, 512, 512, 1024).splits == 2          # 6% filled
+    assert Gemm(ctx, 512, 512, 512).splits == 1           # ... but K too short to share
+    assert Gemm(ctx, 0, 31, 4096).splits == 1
+    op = Gemm(ctx, 31, 31, 4096)                          # one tile: 16 parts of 256
+    assert (op.splits, op.k_chunk) == (16, 256)
+    a, b = rng.standard_normal((31, 4096)), rng.standard_normal((4096, 31))
+    C = poisoned(ctx, (31, 31))
+    op(t(ctx, a), t(ctx, b), C)
+    close(C.numpy(), reference(a, b), 4096)

@@ -62,12 +62,20 @@ class Gemm:
             if parts < 1:
                 raise ValueError("Gemm: split_k must be at least 1, got %d" % parts)
         elif facts.is_gpu:
-            # under 80% of one wave of tiles leaves compute units idle: split K until the
-            # tiles fill a wave (measured on an H100: 1.3x on 256x12544x2304, 9x on
-            # 64x1000x2048), keeping 128 or more of K per part
-            tiles = -(-self.M // t["TILE_M"]) * -(-self.N // t["TILE_N"]) * max(self.batch, 1)
-            slots = facts.compute_units * gemm_tiles.resident_groups(t)
-            parts = min(-(-slots // tiles), self.K // 128, 16) if 5 * tiles < 4 * slots else 1
+            # too few threads for the device: split K. Calibrated on an H100 (2048 threads
+            # per compute unit): under 3% filled, enough parts for ~25% (64x1000x2048:
+            # 2.0 -> 11.9 TFLOP/s with 16 parts); under 20%, two parts (256x12544x2304:
+            # 32.7 -> 40.3) -- more parts there lost to the extra pass and to partial
+            # waves; past 20% splitting lost (2048x3136x512: 31.0 -> 27.5 with 2 parts)
+            wg = (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"])
+            tiles = -(-self.M // t["TILE_M"]) * -(-self.N // t["TILE_N"]) * self.batch
+            fill = wg * tiles / (facts.compute_units * 2048.0)
+            if tiles == 0 or self.K < 256:
+                parts = 1
+            elif fill < 0.03:
+                parts = min(int(np.ceil(0.25 / fill)), self.K // 128, 16)
+            else:
+                parts = 2 if fill < 0.2 and self.K >= 1024 else 1
         else:
             parts = 1
         if parts <= 1 or self.K == 0:

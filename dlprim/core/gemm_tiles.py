@@ -10,7 +10,7 @@ import json
 import os
 
 __all__ = ["TILE_KEYS", "CLASSES", "shape_class", "default_tile", "tuned_tile", "pick_tile",
-           "check_tile", "resident_groups", "cache_dir", "cache_file", "device_key", "store_tuned"]
+           "check_tile", "cache_dir", "cache_file", "device_key", "store_tuned"]
 
 TILE_KEYS = ("TILE_M", "TILE_N", "TILE_K", "BLOCK_M", "BLOCK_N", "VEC", "GROUP")
 SMALL = 64  # M or N under this is a "small" side: big tiles would leave most threads idle
@@ -76,15 +76,6 @@ def _family(facts):
 
 def default_tile(facts, cls):
     return dict(_TABLE[_family(facts)][cls])
-
-
-def resident_groups(tile):
-    """Work-groups of this tile one compute unit runs at once, as estimated for a GPU
-    with 64K 32-bit registers and 2048 threads per compute unit (NVIDIA since Volta;
-    AMD's CUs hold about as much): accumulators plus operand and address registers."""
-    threads = (tile["TILE_M"] // tile["BLOCK_M"]) * (tile["TILE_N"] // tile["BLOCK_N"])
-    regs = tile["BLOCK_M"] * tile["BLOCK_N"] + 2 * (tile["BLOCK_M"] + tile["BLOCK_N"]) + 24
-    return max(1, min(2048 // threads, 65536 // (threads * regs), 32))
 
 
 def check_tile(tile, facts):
