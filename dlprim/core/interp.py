@@ -78,8 +78,8 @@ class Interpolate2D:
 
     @staticmethod
     def _grid(h, w, planes):
-        """(column, row, plane) work items; 32 columns per work-group for coalescing."""
-        return (round_up(w, 32), h, planes), (32, 1, 1)
+        """(column, row, plane) work items in 32 x 8 work-groups (rows of 32 coalesce)."""
+        return (round_up(w, 32), round_up(h, 8), planes), (32, 8, 1)
 
     @staticmethod
     def _check(what, t, shape):
