@@ -169,6 +169,33 @@ def run_shape(ctx, torch, key, ops, batch, repeat, check):
     return row
 
 
+def compare_vec(ctx, shapes, batch, repeat):
+    """GFLOP/s of the implicit-GEMM kernels with scalar and with float4 local reads."""
+    from dlprim.core import conv_gemm
+    print("| shape | N | fwd scalar | fwd float4 | bwd-filter scalar | bwd-filter float4 |")
+    picked = [k for k, _ in shapes if k[2] > 1 and k[5] == 1 and k[0] >= 64][:10]
+    for key in picked:
+        geom = geometry(key)
+        x = dp.Tensor.from_numpy(ctx, np.random.default_rng(0).standard_normal(
+            geom.in_shape(batch), np.float32))
+        w = dp.Tensor.from_numpy(ctx, np.ones(geom.weight_shape, np.float32))
+        y = dp.Tensor(ctx, geom.out_shape(batch))
+        cells = []
+        for d in ("forward", "backward_filter"):
+            for vec in (False, True):
+                conv_gemm.VEC_READS = vec
+                op = OPS[d](ctx, geom, algo="gemm", batch=batch)
+                ws_bytes = op.workspace_bytes(batch)
+                ws = dp.Tensor(ctx, (ws_bytes,), "uint8") if ws_bytes else None
+                launches = op.launches(x, w, y, ws=ws) if d == "forward" else \
+                    op.launches(x, y, w, ws=ws)
+                cells.append("%.0f" % (geom.flops(batch) * 1e-9 / time_launches(ctx, launches,
+                                                                                 repeat)))
+        conv_gemm.VEC_READS = True
+        print("| %s | %d | %s |" % (fmt_shape(key), batch, " | ".join(cells)), flush=True)
+        ctx.memory.free_held()
+
+
 def fmt_shape(key):
     cin, cout, k, s, hw, g = key
     return "%d->%d k%d s%d %d%s" % (cin, cout, k, s, hw, " dw" if g > 1 else "")
@@ -181,6 +208,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--limit", type=int, default=0, help="only the first N distinct shapes")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--compare-vec", action="store_true",
+                    help="first time the gemm kernels with scalar and float4 local reads")
     args = ap.parse_args()
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -188,6 +217,8 @@ def main():
     torch.backends.cudnn.benchmark = True
     ctx = dp.Context(args.device, profiling=True)
     shapes = distinct_shapes()
+    if args.compare_vec:
+        compare_vec(ctx, shapes, args.batches[-1], args.repeat)
     if args.limit:
         shapes = shapes[:args.limit]
     t0 = time.time()

@@ -18,6 +18,7 @@ __all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm", "tiles_for"]
 # mappings (work-group size a multiple of TN and TK, tiles a multiple of the work-group)
 GPU_TILES = ((128, 128, 16, 8, 8), (64, 128, 16, 8, 8), (64, 64, 16, 4, 4), (32, 64, 16, 4, 4))
 CPU_TILES = (32, 32, 8, 4, 4)
+VEC_READS = True  # float4 local-memory reads on GPUs (benchmarks/conv.py --compare-vec)
 
 
 def _pow2_at_least(n):
@@ -63,7 +64,9 @@ class ConvGemm:
 
     def program(self, batch):
         tm, tn, tk, wm, wn = self.tiles(batch)
-        return program.get(self.ctx, "conv_gemm", TM=tm, TN=tn, TK=tk, WM=wm, WN=wn,
+        # float4 reads of the local tiles where every work-item owns runs of 4
+        vec = 4 if VEC_READS and self.ctx.facts.is_gpu and wm % 4 == 0 and wn % 4 == 0 else 1
+        return program.get(self.ctx, "conv_gemm", TM=tm, TN=tn, TK=tk, WM=wm, WN=wn, VEC=vec,
                            **self.params)
 
     def dims(self, batch):

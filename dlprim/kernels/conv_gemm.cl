@@ -22,6 +22,13 @@
             "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"]
     geom_params = "".join("int %s, " % g for g in GEOM) if not GEOM_BAKED else ""
     act = "ACT_" + ACTIVATION
+    PAD = 4 if VEC == 4 else 1
+
+    def col_of(tid, idx, wg):
+        """The tile row/column of a work-item's idx-th accumulator (see VEC)."""
+        if VEC == 4:
+            return "%s * 4 + (%s & 3) + (%s >> 2) * %d" % (tid, idx, idx, wg * 4)
+        return "%s + %s * %d" % (tid, idx, wg)
 %>
 % if GEOM_BAKED:
 %   for name in GEOM:
@@ -64,8 +71,11 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 % endif
                float alpha, float beta)
 {
-    __local float As[${TK}][${TM + 1}];
-    __local float Bs[${TK}][${TN + 1}];
+    // VEC = 4: each work-item owns runs of 4 rows/columns, read as float4 from local
+    // memory (rows padded by 4 to keep them 16-byte aligned); VEC = 1: single strided
+    // rows/columns, rows padded by 1 against bank conflicts
+    __local float As[${TK}][${TM + PAD}] __attribute__((aligned(16)));
+    __local float Bs[${TK}][${TN + PAD}] __attribute__((aligned(16)));
     const int tid_n = get_local_id(0), tid_m = get_local_id(1);
     const int tid = tid_m * ${WG_N} + tid_n;
     const int m0 = get_group_id(1) * ${TM}, n0 = get_group_id(0) * ${TN};
@@ -203,10 +213,21 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
             ${load_tile("(k0 + %d)" % TK)}
         for (int kk = 0; kk < ${TK}; kk++) {
             float ar[${WM}], br[${WN}];
+% if VEC == 4:
+            for (int i = 0; i < ${WM // 4}; i++) {
+                const float4 v = *(__local const float4 *)&As[kk][tid_m * 4 + i * ${WG_M * 4}];
+                ar[4 * i] = v.s0; ar[4 * i + 1] = v.s1; ar[4 * i + 2] = v.s2; ar[4 * i + 3] = v.s3;
+            }
+            for (int j = 0; j < ${WN // 4}; j++) {
+                const float4 v = *(__local const float4 *)&Bs[kk][tid_n * 4 + j * ${WG_N * 4}];
+                br[4 * j] = v.s0; br[4 * j + 1] = v.s1; br[4 * j + 2] = v.s2; br[4 * j + 3] = v.s3;
+            }
+% else:
             for (int i = 0; i < ${WM}; i++)
                 ar[i] = As[kk][tid_m + i * ${WG_M}];
             for (int j = 0; j < ${WN}; j++)
                 br[j] = Bs[kk][tid_n + j * ${WG_N}];
+% endif
             for (int i = 0; i < ${WM}; i++)
                 for (int j = 0; j < ${WN}; j++)
                     acc[i][j] = mad(ar[i], br[j], acc[i][j]);
@@ -215,7 +236,7 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 
     // C = act(alpha * acc + beta * C + bias)
     for (int j = 0; j < ${WN}; j++) {
-        const int n = n0 + tid_n + j * ${WG_N};
+        const int n = n0 + ${col_of("tid_n", "j", WG_N)};
         if (n >= GEMM_N)
             continue;
 % if MODE == "forward":
@@ -232,7 +253,7 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
         const int base = n, step = GEMM_N;
 % endif
         for (int i = 0; i < ${WM}; i++) {
-            const int m = m0 + tid_m + i * ${WG_M};
+            const int m = m0 + ${col_of("tid_m", "i", WG_M)};
             if (m >= GEMM_M)
                 continue;
             const int idx = base + m * step;
