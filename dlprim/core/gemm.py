@@ -38,6 +38,9 @@ class Gemm:
                  activation="identity", batch=1, tile=None, split_k=None):
         self.ctx = ctx
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
+        if max(self.M, self.N, self.K) >= 2 ** 31:
+            raise ValueError("Gemm: M, N and K must be under 2^31, got %d, %d, %d"
+                             % (self.M, self.N, self.K))
         self.batch = _count("batch", batch)
         self.trans_a, self.trans_b = bool(trans_a), bool(trans_b)
         if bias not in BIAS_MODES:
@@ -129,17 +132,20 @@ class Gemm:
         if rows and cols and ld < cols:
             raise ValueError("Gemm: ld%s=%d is less than the %d columns of stored %s (%d x %d)"
                              % (which, ld, cols, name, rows, cols))
+        # the kernel offsets the loads inside one tile (span rows of ld) in 32-bit ints
+        span = max(self.tile["TILE_M"], self.tile["TILE_N"], self.tile["TILE_K"])
+        if which != "c" and ld * span >= 2 ** 31:
+            raise ValueError("Gemm: ld%s=%d is too large (the kernel needs ld * %d < 2^31)"
+                             % (which, ld, span))
         if rows and cols and self.batch:
             need = (self.batch - 1) * stride + (rows - 1) * ld + cols
             if t.size < need:
                 raise ValueError("Gemm: %s has %d elements, %s (%d x %d, ld%s=%d, batch=%d, "
                                  "stride_%s=%d) needs %d" % (name, t.size, name, rows, cols, which,
                                                              ld, self.batch, which, stride, need))
-            if which == "c" and self.batch > 1 and stride < need - (self.batch - 1) * stride:
+            if which == "c" and self.batch > 1 and stride < (rows - 1) * ld + cols:
                 raise ValueError("Gemm: stride_c=%d makes the %d output matrices overlap"
                                  % (stride, self.batch))
-        if ld >= 2 ** 31:
-            raise ValueError("Gemm: ld%s=%d does not fit a 32-bit kernel argument" % (which, ld))
         return ld, stride
 
     def _check_bias(self, bias):
