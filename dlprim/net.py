@@ -78,8 +78,8 @@ class Net:
         self.store = ParamStore(self.ctx, g.ops, self._param_specs)
         self._alloc_inputs()
         self._plans = {}
-        self._ready = True
         self._plan()
+        self._ready = True
 
     def _set_outputs(self, op, layer, out_specs):
         if len(out_specs) != len(op.out_values):
