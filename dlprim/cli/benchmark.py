@@ -30,7 +30,10 @@ def build_graph(net, batch, image_size, classes, train):
     if builder is None or net.startswith("_"):
         raise SystemExit("dlprim-benchmark: %r is neither a file nor a model in dlprim.models "
                          "(%s)" % (net, ", ".join(models.__all__)))
-    return builder(batch=batch, image_size=image_size, classes=classes, train=train).to_dict()
+    import inspect
+    wanted = dict(batch=batch, image_size=image_size, classes=classes, train=train)
+    accepted = inspect.signature(builder).parameters
+    return builder(**{k: v for k, v in wanted.items() if k in accepted}).to_dict()
 
 
 def _inputs(net, rng):
@@ -122,6 +125,23 @@ def _format_profile(rows):
     return "\n".join(lines)
 
 
+MICRO = ("gemm", "conv")
+
+
+def _micro(name, device):
+    """The GEMM and convolution micro-benchmarks live in the source tree's benchmarks/
+    (they compare with PyTorch when it is installed)."""
+    import runpy
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "benchmarks", name + ".py")
+    if not os.path.isfile(script):
+        raise SystemExit("dlprim-benchmark %s: needs a source checkout (benchmarks/%s.py)"
+                         % (name, name))
+    sys.argv = [script] + (["--device", device] if device else [])
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
 def main(argv=None):
     from ..context import Context
     p = argparse.ArgumentParser(prog="dlprim-benchmark", description=__doc__,
@@ -139,10 +159,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.warmup < 0 or args.iters < 1 or args.batch < 1:
         p.error("--warmup must be >= 0, --iters and --batch >= 1")
+    if args.net in MICRO:
+        return _micro(args.net, args.device)
     ctx = Context(args.device, profiling=args.profile)
-    if args.net == "gemm":
-        from ..core.gemm_bench import main as gemm_main
-        return gemm_main(ctx)
     graph = build_graph(args.net, args.batch, args.image_size, args.classes, args.train)
     res = run_net(ctx, graph, args.train, args.warmup, args.iters, args.profile)
     if args.json:

@@ -1,0 +1,48 @@
+"""dlprim-benchmark on tiny nets: every mode runs and reports what it promises."""
+import json
+
+import pytest
+
+import dlprim as dp
+from dlprim.cli import benchmark
+from dlprim import models
+
+
+def test_run_net_inference_and_training(ctx):
+    graph = models.lenet(batch=2, train=True).to_dict()
+    infer = benchmark.run_net(ctx, models.lenet(batch=2, train=False).to_dict(), warmup=1, iters=2)
+    train = benchmark.run_net(ctx, graph, train=True, warmup=1, iters=2)
+    for res in (infer, train):
+        assert res["mean_ms"] > 0 and res["median_ms"] > 0
+        assert res["launches"] > 0 and res["host_us_per_launch"] > 0
+        assert res["memory"]["arena_bytes"] > 0
+    assert train["launches"] > infer["launches"]
+
+
+def test_profile_table_names_every_operator(ctx):
+    pctx = dp.Context(ctx.device_string, profiling=True)
+    graph = models.lenet(batch=2, train=True).to_dict()
+    res = benchmark.run_net(pctx, graph, train=True, warmup=0, iters=1, profile=True)
+    forward = [r for r in res["profile"] if r[0] == "forward"]
+    assert [r[1] for r in forward] == [op["name"] for op in graph["operators"]]
+    assert any(r[0] == "backward" for r in res["profile"])
+    assert all(r[3] >= 0 for r in res["profile"])
+
+
+def test_cli_json_file_and_model_name(ctx, tmp_path, capsys):
+    path = tmp_path / "mlp.json"
+    path.write_text(json.dumps(models.mlp(batch=4, hidden=(8,), train=False).to_dict()))
+    assert benchmark.main([str(path), "--batch", "3", "--warmup", "0", "--iters", "1",
+                           "--device", ctx.device_string]) == 0
+    out = capsys.readouterr().out
+    assert "batch 3" in out and "time per batch" in out and "launches per iteration" in out
+    assert benchmark.main(["mlp", "--batch", "2", "--train", "--iters", "1", "--warmup", "0",
+                           "--device", ctx.device_string, "--profile"]) == 0
+    assert "forward" in capsys.readouterr().out
+
+
+def test_cli_errors():
+    with pytest.raises(SystemExit, match="neither a file nor a model"):
+        benchmark.main(["no_such_net", "--iters", "1"])
+    with pytest.raises(SystemExit):
+        benchmark.main(["mlp", "--iters", "0"])
