@@ -70,7 +70,8 @@ class Interpolate2D:
                   axis_table(w, ow, method, scale[1], align_corners)]
         self.tables = [Tensor.from_numpy(ctx, a) for pair in tables for a in pair]
         big = max(n * c * h * w, n * c * oh * ow) >= 2 ** 31
-        self.prg = program.get(ctx, "interp", IT="ulong" if big else "uint")
+        self.prg = program.get(ctx, "interp", IT="ulong" if big else "uint",
+                               NEAREST=method != "bilinear")
 
     def _dims(self):
         n, c, h, w = self.in_shape
