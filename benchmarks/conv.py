@@ -196,6 +196,31 @@ def compare_vec(ctx, shapes, batch, repeat):
         ctx.memory.free_held()
 
 
+def compare_filter_sum(ctx, shapes, batches, repeat):
+    """GFLOP/s of Winograd backward-filter with its transform-domain sum on each path."""
+    from dlprim.core import conv_winograd
+    print("| shape | N | wino bwd-filter split-K | wino bwd-filter Gemm |")
+    picked = [k for k, _ in shapes if k[2] == 3 and k[3] == 1 and k[0] >= 64 and k[5] == 1]
+    for key in picked:
+        geom = geometry(key)
+        for batch in batches:
+            rng = np.random.default_rng(0)
+            x = dp.Tensor.from_numpy(ctx, rng.standard_normal(geom.in_shape(batch), np.float32))
+            dy = dp.Tensor.from_numpy(ctx, rng.standard_normal(geom.out_shape(batch), np.float32))
+            dw = dp.Tensor(ctx, geom.weight_shape)
+            cells = []
+            for mode in ("split", "gemm"):
+                conv_winograd.FILTER_SUM = mode
+                op = OPS["backward_filter"](ctx, geom, algo="winograd4", batch=batch)
+                ws = dp.Tensor(ctx, (op.workspace_bytes(batch),), "uint8")
+                t = time_launches(ctx, op.launches(x, dy, dw, ws=ws, beta=0.0), repeat)
+                cells.append("%.0f" % (geom.flops(batch) * 1e-9 / t))
+                del ws
+            conv_winograd.FILTER_SUM = "auto"
+            print("| %s | %d | %s |" % (fmt_shape(key), batch, " | ".join(cells)), flush=True)
+            ctx.memory.free_held()
+
+
 def fmt_shape(key):
     cin, cout, k, s, hw, g = key
     return "%d->%d k%d s%d %d%s" % (cin, cout, k, s, hw, " dw" if g > 1 else "")
@@ -208,8 +233,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--limit", type=int, default=0, help="only the first N distinct shapes")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--compare-vec", action="store_true",
-                    help="first time the gemm kernels with scalar and float4 local reads")
+    ap.add_argument("--compare", action="store_true",
+                    help="first time kernel variants: gemm with scalar / float4 local reads, "
+                         "Winograd backward-filter sums on split-K / the batched Gemm")
     args = ap.parse_args()
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -217,8 +243,9 @@ def main():
     torch.backends.cudnn.benchmark = True
     ctx = dp.Context(args.device, profiling=True)
     shapes = distinct_shapes()
-    if args.compare_vec:
+    if args.compare:
         compare_vec(ctx, shapes, args.batches[-1], args.repeat)
+        compare_filter_sum(ctx, shapes, args.batches, args.repeat)
     if args.limit:
         shapes = shapes[:args.limit]
     t0 = time.time()

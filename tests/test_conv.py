@@ -279,7 +279,8 @@ def test_transposed_option_errors(ctx):
             channels_out=2, channels_in=3, kernel=3)).setup([TensorSpec((1, 4, 5, 5))])
 
 
-@pytest.mark.parametrize("name", ["edges_33x65", "winograd_p1", "depthwise_mult2"])
+@pytest.mark.parametrize("name", ["edges_33x65", "winograd_p1", "depthwise_mult2",
+                                  "t_k3_s2_outpad"])
 def test_gpu_configuration(ctx, monkeypatch, name):
     """The GPU variant (geometry baked in as constants, large tiles, fixed work-groups) on
     this device, so that it is checked where the tests run."""
@@ -320,3 +321,19 @@ def test_mode_switch_resizes_workspace(ctx):
     _, ws_train = layer.reshape([(2, 5, 8, 8)])
     # backward keeps dy * relu'(y) (2*6*8*8 floats) beside the backward-data workspace
     assert ws_train >= ws_predict + 4 * 2 * 6 * 8 * 8
+
+
+def test_winograd_filter_sum_on_batched_gemm(ctx, rng, monkeypatch):
+    """Backward-filter's transform-domain sum on the batched Gemm instead of split-K."""
+    from dlprim.core import conv_winograd
+    from dlprim.core.gemm import Gemm
+    monkeypatch.setattr(conv_winograd, "FILTER_SUM", "gemm")
+    geom = ConvGeometry(5, 7, (9, 8), (3, 3), (1, 1), (1, 0, 1, 2))
+    op = ConvBackwardFilter(ctx, geom, algo="winograd4")
+    assert isinstance(op.impl.sum_op(2), Gemm)
+    x, dy = rng.standard_normal((2, 5, 9, 8)), rng.standard_normal((2, 7, 9, 8))
+    dw0 = rng.standard_normal(geom.weight_shape)
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, dy, dw0)]
+    op(t[0], t[1], t[2], ws=Tensor(ctx, (op.workspace_bytes(2),), "uint8"), beta=1.0)
+    _, dw = conv_backward_ref(x, np.zeros(geom.weight_shape), dy, (1, 1), (1, 0, 1, 2), (1, 1), 1)
+    assert_close(t[2].numpy(), dw0 + dw, rtol=1e-4, atol=1e-4, what="winograd gemm-sum dw")

@@ -65,7 +65,10 @@ class ConvGemm:
     def program(self, batch):
         tm, tn, tk, wm, wn = self.tiles(batch)
         # float4 reads of the local tiles where every work-item owns runs of 4
-        vec = 4 if VEC_READS and self.ctx.facts.is_gpu and wm % 4 == 0 and wn % 4 == 0 else 1
+        # (not where the reduction is short: then the strided epilogue stores dominate)
+        k = self.dims(batch)[2]
+        vec = 4 if (VEC_READS and self.ctx.facts.is_gpu and wm % 4 == 0 and wn % 4 == 0
+                    and (self.mode == "backward_filter" or k >= 256)) else 1
         return program.get(self.ctx, "conv_gemm", TM=tm, TN=tn, TK=tk, WM=wm, WN=wn, VEC=vec,
                            **self.params)
 

@@ -25,6 +25,11 @@ from .gemm import Gemm
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile"]
 
+# how backward-filter sums dU[xi] = dM[xi] V[xi]^T over batch*tiles: "gemm" (the batched
+# Gemm, one launch), "split" (implicit-GEMM filter-gradient kernel with split-K), or
+# "auto": gemm where its tiles alone fill the device (benchmarks/conv.py --compare)
+FILTER_SUM = "auto"
+
 
 def choose_tile(out_hw, tile=None):
     """M of F(MxM, 3x3): 4 (fewest products) unless the output is smaller than 4x4."""
@@ -142,14 +147,23 @@ class BackwardFilter:
         self.sums = {}
         self.sum_op(batch)
 
+    def use_gemm(self):
+        g, cus = self.geom, self.ctx.facts.compute_units
+        if FILTER_SUM != "auto" or self.splits:
+            return FILTER_SUM == "gemm" and not self.splits
+        return self.ctx.facts.is_gpu and \
+            self.t.elems * -(-g.out_c // 128) * -(-g.in_c // 128) >= cus
+
     def sum_op(self, batch):
-        """dU[xi] = dM[xi] V[xi]^T: a 16-group 1x1 filter gradient over BT pixels."""
+        """dU[xi] = dM[xi] V[xi]^T: a batched GEMM over xi, or an (xi-grouped) 1x1 filter
+        gradient over BT pixels with split-K."""
         if batch not in self.sums:
-            g = self.geom
-            e = self.t.elems
-            bt_geom = ConvGeometry(e * g.in_c, e * g.out_c, (1, batch * self.t.tiles), (1, 1),
-                                   groups=e)
-            self.sums[batch] = GemmBackwardFilter(self.ctx, bt_geom, self.splits, batch=1)
+            g, e, bt = self.geom, self.t.elems, batch * self.t.tiles
+            if self.use_gemm():
+                self.sums[batch] = Gemm(self.ctx, g.out_c, g.in_c, bt, trans_b=True, batch=e)
+            else:
+                bt_geom = ConvGeometry(e * g.in_c, e * g.out_c, (1, bt), (1, 1), groups=e)
+                self.sums[batch] = GemmBackwardFilter(self.ctx, bt_geom, self.splits, batch=1)
         return self.sums[batch]
 
     def sizes(self, batch):
@@ -157,7 +171,8 @@ class BackwardFilter:
         return e * g.in_c * bt, e * g.out_c * bt, e * g.out_c * g.in_c
 
     def workspace_bytes(self, batch):
-        return 4 * sum(self.sizes(batch)) + self.sum_op(batch).workspace_bytes(1)
+        op = self.sum_op(batch)
+        return 4 * sum(self.sizes(batch)) + (0 if isinstance(op, Gemm) else op.workspace_bytes(1))
 
     def launches(self, x, dy, dw, ws, beta):
         g, t, i32 = self.geom, self.t, np.int32
@@ -176,7 +191,12 @@ class BackwardFilter:
         dyt = t.launch(self.program, "winograd_dy", g.out_c, batch,
                        [i32(g.out_c), i32(g.out_h), i32(g.out_w), i32(t.tiles_w), i32(t.tiles),
                         i32(bt), dy, dm])
-        sums = self.sum_op(batch).launches(v, dm, du, inner_ws, 0.0)
+        op = self.sum_op(batch)
+        if isinstance(op, Gemm):
+            sums = op.launches(dm, v, du, stride_a=g.out_c * bt, stride_b=g.in_c * bt,
+                               stride_c=g.out_c * g.in_c)
+        else:
+            sums = op.launches(v, dm, du, inner_ws, 0.0)
         back = t.matrix_launch(self.program, "winograd_filter_grad", g.out_c, g.in_c,
                                [i32(g.out_c), i32(g.in_c), du, dw, np.float32(beta)])
         return [inp, dyt] + sums + [back]

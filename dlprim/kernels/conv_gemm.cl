@@ -145,8 +145,8 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
         }
 % elif MODE == "backward_data" and PHASES:
         for (int i = 0; i < ${A_PER}; i++) {
-            const int m = m0 + tid / ${TK} + i * ${WG // TK};
-            const int kk = ${k0} + tid % ${TK};
+            const int m = m0 + tid % ${TM};
+            const int kk = ${k0} + tid / ${TM} + i * ${WG // TM};
             const int k = kk / (rh * rw), rs = kk - k * (rh * rw);
             const int r = r0 + (rs / rw) * SH, s = s0 + (rs % rw) * SW;
             a_ld[i] = (m < GEMM_M && kk < k_end) ? a[(k * CG + m) * KHW + r * KW + s] : 0.0f;
@@ -160,8 +160,8 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
         }
 % elif MODE == "backward_data":
         for (int i = 0; i < ${A_PER}; i++) {
-            const int m = m0 + tid / ${TK} + i * ${WG // TK};
-            const int kk = ${k0} + tid % ${TK};
+            const int m = m0 + tid % ${TM};
+            const int kk = ${k0} + tid / ${TM} + i * ${WG // TM};
             const int k = kk / KHW, rs = kk - k * KHW;
             a_ld[i] = (m < GEMM_M && kk < k_end) ? a[(k * CG + m) * KHW + rs] : 0.0f;
         }
@@ -201,7 +201,11 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     for (int k0 = k_begin; k0 < k_end; k0 += ${TK}) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int i = 0; i < ${A_PER}; i++)
+% if MODE == "backward_data":
+            As[tid / ${TM} + i * ${WG // TM}][tid % ${TM}] = a_ld[i];
+% else:
             As[tid % ${TK}][tid / ${TK} + i * ${WG // TK}] = a_ld[i];
+% endif
         for (int i = 0; i < ${B_PER}; i++)
 % if MODE == "backward_filter":
             Bs[tid % ${TK}][tid / ${TK} + i * ${WG // TK}] = b_ld[i];
