@@ -161,3 +161,17 @@ def test_lenet_trains_with_sgd_and_round_trips_its_parameters(ctx, rng, tmp_path
     other = dp.Net(ctx, cfg, mode=dp.PREDICT, seed=2)
     other.load_parameters(path)
     assert np.array_equal(other(data=images, label=labels)["loss"], expected)
+
+
+def test_mlp_and_dropout_variants_run(ctx, rng):
+    cfg = models.mlp(batch=3, inputs=33, hidden=(65, 31), classes=5)
+    needs_layers(cfg.to_dict())
+    net = dp.Net(ctx, cfg, seed=0)
+    out = net(data=rng.standard_normal((3, 33)).astype(np.float32), label=np.array([0, 4, 2], np.int32))
+    assert np.isfinite(out["loss"]).all()
+    net.backward()
+    assert np.abs(net.param_diff("fc1.weight").to_host()).sum() > 0
+    for builder in (models.alexnet, models.vgg16, models.mobilenet_v2):
+        ops = builder(batch=1, image_size=64, dropout=True).to_dict()["operators"]
+        drops = [op for op in ops if op["type"] == "Dropout"]
+        assert drops and all(op["inputs"] == op["outputs"] for op in drops)
