@@ -175,3 +175,18 @@ def test_mlp_and_dropout_variants_run(ctx, rng):
         ops = builder(batch=1, image_size=64, dropout=True).to_dict()["operators"]
         drops = [op for op in ops if op["type"] == "Dropout"]
         assert drops and all(op["inputs"] == op["outputs"] for op in drops)
+
+
+def test_reshape_with_real_layers_builds_nothing_and_matches_a_fresh_net(ctx, rng):
+    from dlprim.kernels import program
+    cfg = models.resnet18(batch=2, image_size=32, classes=10, train=False)
+    needs_layers(cfg.to_dict())
+    net = dp.Net(ctx, cfg, mode=dp.PREDICT, seed=3)
+    net(data=rng.standard_normal((2, 3, 32, 32)).astype(np.float32))
+    builds = program.stats["builds"]
+    x = rng.standard_normal((5, 3, 32, 32)).astype(np.float32)
+    got = net(data=x)["prob"]  # a new batch size: reshape, same kernels
+    assert program.stats["builds"] == builds
+    fresh = dp.Net(ctx, models.resnet18(batch=5, image_size=32, classes=10, train=False),
+                   mode=dp.PREDICT, seed=3)
+    np.testing.assert_allclose(got, fresh(data=x)["prob"], rtol=1e-5, atol=1e-7)
