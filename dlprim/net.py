@@ -243,7 +243,7 @@ class Net:
     trainable_size = property(lambda self: self.store.trainable_size)
     param_layout = property(lambda self: self.store.layout)
     params = property(lambda self: self.store.params)
-    grads = property(lambda self: (self.store.grad_arena, self.store.grads)[1])
+    grads = property(lambda self: (self.store.ensure_grads(), self.store.grads)[1])
 
     def param(self, name):
         return self.store.get(name, self.store.params, "parameter")

@@ -66,7 +66,10 @@ class ParamStore:
 
     @property
     def grad_arena(self):
-        """Made on first use, so a net that only predicts holds no gradient memory."""
+        return self.ensure_grads()
+
+    def ensure_grads(self):
+        """The gradient arena, made on first use: a net that only predicts holds none."""
         if self._grad_arena is None:
             self._grad_arena = Tensor.zeros(self.ctx, (max(self.total_size, 1),), np.float32)
             self.grads = OrderedDict((n, self._grad_arena.view(s, o))

@@ -74,7 +74,7 @@ class ExecutionPlan:
             self.forward.extend(launches)
         self.backward = [Fill(self.grads[vid], w) for vid, w in s.fills]
         if train:
-            store.grad_arena  # noqa: B018  (made on first use)
+            store.ensure_grads()
             for op, layer in zip(reversed(g.ops), reversed(net.layers)):
                 i = op.index
                 if not s.backward[i]:
