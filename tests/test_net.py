@@ -62,6 +62,29 @@ def test_fanout_gradients_sum_and_match_reference(ctx, data):
     assert net.plan.schedule.inplace_ops == ["r"]  # relu ran in place
 
 
+def test_inplace_after_another_reader_shares_gradients_correctly(ctx, data):
+    # h is read by "add" first, then overwritten in place by the relu: the relu's backward
+    # writes dh first (in place over its dy), and add's contribution is added after it
+    x, t = data
+    ops = [op("s1", "_TestScale", ["x"], ["h"]), op("add", "_TestAdd", ["h", "x"], ["a"]),
+           op("r", "_TestRelu", ["h"], ["h"]), op("s3", "_TestScale", ["h"], ["b"]),
+           op("add2", "_TestAdd", ["a", "b"], ["c"]), op("loss", "_TestSqLoss", ["c", "t"], ["loss"])]
+    net = dp.Net(ctx, graph(ops), seed=8)
+    assert net.plan.schedule.inplace_ops == ["r"]
+    out = net(x=x, t=t)
+    net.backward()
+    w = weights(net)
+    x64 = x.astype(np.float64)
+    h = w["s1.0"] * x64
+    c = (h + x64) + w["s3.0"] * np.maximum(h, 0)
+    dc = c - t
+    dh = dc + dc * w["s3.0"] * (h > 0)
+    np.testing.assert_allclose(out["loss"][0], 0.5 * np.sum(dc ** 2), rtol=1e-5)
+    np.testing.assert_allclose(net.param_diff("s3.0").to_host()[0], np.sum(dc * np.maximum(h, 0)),
+                               rtol=1e-4)
+    np.testing.assert_allclose(net.param_diff("s1.0").to_host()[0], np.sum(dh * x64), rtol=1e-4)
+
+
 def test_param_gradients_accumulate_until_zeroed(ctx, data):
     x, t = data
     net = dp.Net(ctx, graph(FANOUT), seed=3)
