@@ -36,8 +36,7 @@ class OpFacts:
 class Schedule:
     def __init__(self, graph, facts, value_bytes, value_is_float, train, keep_all=False):
         self.graph, self.facts, self.train, self.keep_all = graph, facts, bool(train), keep_all
-        ops, values = graph.ops, graph.values
-        n = len(ops)
+        n = len(graph.ops)
         self.n = n
         self.t_end = 2 * n + 2 if self.train else n + 1
         self.loss_values = {graph.latest[name]: w for name, w in graph.loss_weights.items()}
