@@ -161,3 +161,66 @@ def test_dlprimitives_style_attributes(ctx):
     net.set_grads(g)
     sgd.apply(net)
     np.testing.assert_allclose(net.params()[:net.trainable_size], net.init - 0.5, rtol=1e-6)
+
+
+def test_dlprimitives_style_step_on_a_real_net(ctx):
+    from dlprim import models
+    net = dp.Net(ctx, models.mlp(batch=4, inputs=12, hidden=(8,), classes=3), mode="train")
+    e = ctx.make_execution_context()
+    adam = dp.Adam(ctx)
+    adam.lr = 0.05
+    adam.init(net, e)
+    rng = np.random.default_rng(0)
+    net.tensor("data").to_device(rng.standard_normal((4, 12)).astype(np.float32))
+    net.tensor("label").to_device(np.array([0, 1, 2, 1], net.tensor("label").dtype))
+    losses = []
+    for _ in range(20):
+        adam.step(net, e)          # zero_grad + forward + backward + apply
+        losses.append(float(net.tensor("loss").numpy()[0]))
+    assert losses[-1] < 0.5 * losses[0]
+    assert adam.step_count == 20
+
+
+RESUME_SCRIPT = r"""
+import sys, numpy as np, dlprim as dp
+from dlprim import models
+ctx = dp.Context(sys.argv[1])
+net = dp.Net(ctx, models.mlp(batch=4, inputs=12, hidden=(8,), classes=3), mode="train", seed=1)
+opt = dp.AdamW(net, lr=0.01)
+if sys.argv[2] != "-":
+    net.load_parameters(sys.argv[2] + "/w.dlp")
+    opt.load_state(sys.argv[2] + "/s.npz")
+rng = np.random.default_rng(int(sys.argv[3]))
+for _ in range(int(sys.argv[4])):
+    net.tensor("data").to_device(rng.standard_normal((4, 12)).astype(np.float32))
+    net.tensor("label").to_device(rng.integers(0, 3, 4).astype(net.tensor("label").dtype))
+    opt.zero_grad(); net.forward(); net.backward(); opt.step()
+net.save_parameters(sys.argv[5] + "/w.dlp")
+opt.save_state(sys.argv[5] + "/s.npz")
+"""
+
+
+def test_resume_in_a_fresh_process_matches_an_uninterrupted_run(ctx, tmp_path):
+    import subprocess
+    import sys
+    from dlprim import weights
+
+    def run(*args):
+        out = subprocess.run([sys.executable, "-c", RESUME_SCRIPT, ctx.device_string] +
+                             [str(a) for a in args], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+
+    for d in ("whole", "a", "b"):
+        (tmp_path / d).mkdir()
+    run("-", 7, 6, tmp_path / "whole")
+    # the same stream of batches cut in two: the second process skips what the first used
+    run("-", 7, 3, tmp_path / "a")
+    script_b = RESUME_SCRIPT.replace("rng = np.random.default_rng(int(sys.argv[3]))",
+                                     "rng = np.random.default_rng(int(sys.argv[3]))\n"
+                                     "[(rng.standard_normal((4, 12)), rng.integers(0, 3, 4)) for _ in range(3)]")
+    out = subprocess.run([sys.executable, "-c", script_b, ctx.device_string, str(tmp_path / "a"),
+                          "7", "3", str(tmp_path / "b")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    whole, resumed = weights.load(tmp_path / "whole" / "w.dlp"), weights.load(tmp_path / "b" / "w.dlp")
+    for k in whole:
+        assert np.array_equal(whole[k], resumed[k]), k

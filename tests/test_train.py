@@ -146,3 +146,29 @@ def test_cli_trains_and_reports_paths(ctx, config, capsys, monkeypatch):
     assert main([str(config), "--epochs", "1", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "model:" in out and "metrics:" in out and "checkpoints:" in out
+
+
+def test_ctrl_c_saves_a_checkpoint_and_stops(ctx, config):
+    import signal
+    from dlprim.train.trainer import install_sigint
+
+    class InterruptAt(Trainer):
+        steps = 0
+
+        def train_step(self, x, y):
+            out = super().train_step(x, y)
+            InterruptAt.steps += 1
+            if InterruptAt.steps == 3:
+                os.kill(os.getpid(), signal.SIGINT)   # what Ctrl-C sends
+            return out
+
+    cfg = load_config(str(config))
+    t = InterruptAt(cfg, ctx)
+    previous = install_sigint(t)
+    try:
+        result = t.run()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert result.interrupted and InterruptAt.steps == 3
+    state = checkpoint.load_state(checkpoint.find(cfg["out"]))
+    assert (state["epoch"], state["position"], state["step"]) == (0, 3, 3)
