@@ -37,12 +37,17 @@ DLPRIMITIVES = {
 
 
 def dlprim_ms(ctx, net, batch, mode, warmup, iters):
+    """(ms per batch, peak bytes in use) of one row; earlier rows' nets are freed first."""
+    import gc
     from dlprim.cli.benchmark import run_net
+    gc.collect()
+    ctx.memory.peak_bytes = ctx.memory.bytes_in_use
     with open(os.path.join(os.path.dirname(HERE), "tests", "data", "nets", "%s-b16.js" % net)) as f:
         graph = json.load(f)
     for inp in graph["inputs"]:
         inp["shape"] = [batch] + inp["shape"][1:]
-    return run_net(ctx, graph, train=mode == "train", warmup=warmup, iters=iters)["mean_ms"]
+    res = run_net(ctx, graph, train=mode == "train", warmup=warmup, iters=iters)
+    return res["mean_ms"], ctx.memory.peak_bytes
 
 
 def torch_ms(net, batch, mode, tf32, warmup, iters):
@@ -51,6 +56,8 @@ def torch_ms(net, batch, mode, tf32, warmup, iters):
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
     model = getattr(torchvision.models, net)().cuda()
     x_host = torch.randn(batch, 3, 224, 224)
     y_host = torch.randint(0, 1000, (batch,))
@@ -83,7 +90,7 @@ def torch_ms(net, batch, mode, tf32, warmup, iters):
         iteration()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    return 1e3 * float(np.mean(times))
+    return 1e3 * float(np.mean(times)), torch.cuda.max_memory_allocated()
 
 
 def main():
@@ -105,12 +112,14 @@ def main():
             for net in args.nets.split(","):
                 row = {"net": net, "batch": batch, "mode": mode}
                 try:
-                    row["dlprim"] = dlprim_ms(ctx, net, batch, mode, args.warmup, args.iters)
+                    row["dlprim"], row["dlprim_peak_bytes"] = dlprim_ms(ctx, net, batch, mode,
+                                                                        args.warmup, args.iters)
                 except Exception as err:  # a failing net is reported in the table, not fatal
                     row["error"] = "%s: %s" % (type(err).__name__, str(err)[:120])
                 if not args.no_torch:
-                    row["torch_fp32"] = torch_ms(net, batch, mode, False, args.warmup, args.iters)
-                    row["torch_tf32"] = torch_ms(net, batch, mode, True, args.warmup, args.iters)
+                    row["torch_fp32"], row["torch_peak_bytes"] = torch_ms(
+                        net, batch, mode, False, args.warmup, args.iters)
+                    row["torch_tf32"], _ = torch_ms(net, batch, mode, True, args.warmup, args.iters)
                 row["dlprimitives"] = DLPRIMITIVES.get((net, batch, mode))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -134,6 +143,11 @@ def main():
         print("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
             r["net"], r["batch"], r["mode"], fmt(ours), fmt(f32), fmt(t32), fmt(dlp),
             "%.2fx" % vs32 if vs32 else "", "%.2fx" % vsdlp if vsdlp else ""))
+    print("\npeak device memory in use (MiB): dlprim / PyTorch fp32")
+    for r in rows:
+        if r.get("dlprim_peak_bytes") and r.get("torch_peak_bytes"):
+            print("  %s b%d %s: %.0f / %.0f" % (r["net"], r["batch"], r["mode"],
+                                              r["dlprim_peak_bytes"] / 2**20, r["torch_peak_bytes"] / 2**20))
     gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
     print("\ngeometric mean of speed: %.2fx PyTorch fp32 (%d rows), %.2fx DLPrimitives (%d rows)"
           % (gm(ratios_fp32), len(ratios_fp32), gm(ratios_dlp), len(ratios_dlp)))
