@@ -337,3 +337,23 @@ def test_winograd_filter_sum_on_batched_gemm(ctx, rng, monkeypatch):
     op(t[0], t[1], t[2], ws=Tensor(ctx, (op.workspace_bytes(2),), "uint8"), beta=1.0)
     _, dw = conv_backward_ref(x, np.zeros(geom.weight_shape), dy, (1, 1), (1, 0, 1, 2), (1, 1), 1)
     assert_close(t[2].numpy(), dw0 + dw, rtol=1e-4, atol=1e-4, what="winograd gemm-sum dw")
+
+
+def test_algorithm_table():
+    """The choice per direction on GPUs (docs/benchmarks.md) and on CPUs."""
+    from types import SimpleNamespace
+    from dlprim.core.conv import choose_algorithm
+    gpu = SimpleNamespace(facts=SimpleNamespace(is_gpu=True))
+    cpu = SimpleNamespace(facts=SimpleNamespace(is_gpu=False))
+    dirs = ("forward", "backward_data", "backward_filter")
+
+    def pick(ctx, *args, **kw):
+        g = ConvGeometry(*args, **kw)
+        return tuple(choose_algorithm(ctx, g, d) for d in dirs)
+    assert pick(gpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("winograd",) * 3
+    assert pick(cpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("gemm",) * 3
+    assert pick(gpu, 3, 64, (224, 224), (3, 3), pad=(1, 1, 1, 1)) == ("gemm", "winograd", "gemm")
+    assert pick(gpu, 128, 128, (56, 56), (3, 3), (2, 2), (1, 1, 1, 1)) == ("gemm",) * 3
+    assert pick(gpu, 96, 96, (112, 112), (3, 3), (2, 2), (1, 1, 1, 1), groups=96) == \
+        ("depthwise",) * 3
+    assert pick(gpu, 256, 64, (56, 56), (1, 1)) == ("gemm",) * 3

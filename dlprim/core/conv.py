@@ -109,12 +109,22 @@ def algorithm_applies(geom, algo, direction="forward"):
 
 
 def choose_algorithm(ctx, geom, direction="forward"):
-    """The algorithm for one direction: a small table over shape and device."""
+    """The algorithm for one direction: a small table over shape and device.
+
+    From benchmarks/conv.py on an H100/H200 (docs/benchmarks.md, "Convolutions"): depthwise
+    wherever it applies; Winograd for 3x3 stride-1 layers once the channels its GEMMs sum
+    over (input channels forward, output channels backward-data) and the other side are
+    at least 64 -- with 3 input channels implicit GEMM wins forward and backward-filter,
+    Winograd still wins backward-data; implicit GEMM otherwise. PoCL/CPUs: gemm.
+    """
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
-    if (ctx.facts.is_gpu and algorithm_applies(geom, "winograd", direction)
-            and geom.in_c >= 64 and geom.out_c >= 64):
-        return "winograd"
+    if ctx.facts.is_gpu and algorithm_applies(geom, "winograd", direction):
+        if direction == "backward_data":
+            if geom.out_c >= 64:
+                return "winograd"
+        elif geom.in_c >= 64 and geom.out_c >= 64:
+            return "winograd"
     return "gemm"
 
 
