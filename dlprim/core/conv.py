@@ -130,7 +130,8 @@ def choose_algorithm(ctx, geom, direction="forward"):
 
 def _resolve(ctx, geom, algo, direction):
     if algo not in ALGORITHMS:
-        raise ValueError("unknown convolution algorithm %r; known: %s" % (algo, ", ".join(ALGORITHMS)))
+        raise ValueError("unknown convolution algorithm %r; known: %s"
+                         % (algo, ", ".join(ALGORITHMS)))
     if algo == "auto":
         return choose_algorithm(ctx, geom, direction)
     if not algorithm_applies(geom, algo, direction):
@@ -164,6 +165,12 @@ def check_workspace(ws, need):
                          % (need, "none" if ws is None else ws.nbytes))
 
 
+def _check_activation(activation):
+    if activation not in ACTIVATIONS:
+        raise ValueError("unknown activation %r; known: %s"
+                         % (activation, ", ".join(ACTIVATIONS)))
+
+
 def _enqueue(launches, queue, ctx):
     queue = queue or ctx.queue
     for launch in launches:
@@ -195,8 +202,7 @@ class ConvForward(_Op):
     direction, impl_class = "forward", "Forward"
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16):
-        if activation not in ACTIVATIONS:
-            raise ValueError("unknown activation %r; known: %s" % (activation, ", ".join(ACTIVATIONS)))
+        _check_activation(activation)
         super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation,
                                                batch=batch))
         self.bias = bool(bias)
@@ -222,8 +228,7 @@ class ConvBackwardData(_Op):
     direction, impl_class = "backward_data", "BackwardData"
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16):
-        if activation not in ACTIVATIONS:
-            raise ValueError("unknown activation %r; known: %s" % (activation, ", ".join(ACTIVATIONS)))
+        _check_activation(activation)
         super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation,
                                                batch=batch))
         self.bias = bool(bias)

@@ -136,11 +136,14 @@ class _ConvBase(Layer):
         data_op, filter_op = self._backward_ops()
         w = params[0]
         if dx[0] is not None:
-            out += self._data_launches(data_op, g, w, dx[0], op_ws, 1.0 if accumulate[0] else 0.0)
+            # the data op takes (gradient, w, dx) in both layers: conv backward-data, or
+            # the transposed layer's adjoint, a convolution forward
+            out += data_op.launches(g, w, dx[0], ws=op_ws, beta=1.0 if accumulate[0] else 0.0)
         if want_dw:
             out += self._filter_launches(filter_op, x[0], g, dparams[0], op_ws)
         if want_db:
-            out += self.bias_bwd.launches([g], [dparams[1].reshape(1, -1, 1, 1)], alpha=1.0, beta=1.0)
+            out += self.bias_bwd.launches([g], [dparams[1].reshape(1, -1, 1, 1)],
+                                          alpha=1.0, beta=1.0)
         return out
 
     def init_params(self, params, rng):
@@ -158,7 +161,8 @@ COMMON_OPTIONS = {"channels_out": None, "channels_in": -1, "kernel": None, "stri
 
 @register("Convolution2D")
 class Convolution2D(_ConvBase):
-    """y[n,k] = act(b[k] + sum_(c in group(k), r, s) w[k,c,r,s] x[n,c,oh*sh-pt+r*dh, ow*sw-pl+s*dw])."""
+    """y[n,k,oh,ow] = act(b[k] + sum_(c in group(k), r, s) w[k,c,r,s] *
+    x[n, c, oh*sh - pt + r*dh, ow*sw - pl + s*dw])."""
     OPTIONS = dict(COMMON_OPTIONS)
 
     def setup(self, in_specs):
@@ -191,9 +195,6 @@ class Convolution2D(_ConvBase):
     def forward(self, x, y, params, ws):
         b = params[1] if self.bias else None
         return self._forward_op().launches(x[0], params[0], y[0], b, self._op_ws(ws, 0))
-
-    def _data_launches(self, op, g, w, dx, ws, beta):
-        return op.launches(g, w, dx, ws=ws, beta=beta)
 
     def _filter_launches(self, op, x, g, dw, ws):
         return op.launches(x, g, dw, ws=ws, beta=1.0)
@@ -248,9 +249,6 @@ class TransposedConvolution2D(_ConvBase):
     def forward(self, x, y, params, ws):
         b = params[1] if self.bias else None
         return self._forward_op().launches(x[0], params[0], y[0], b, self._op_ws(ws, 0))
-
-    def _data_launches(self, op, g, w, dx, ws, beta):
-        return op.launches(g, w, dx, ws=ws, beta=beta)
 
     def _filter_launches(self, op, x, g, dw, ws):
         # dw[cin, cout] = sum x[cin] * g[cout]: the convolution's filter gradient with

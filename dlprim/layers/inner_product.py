@@ -69,8 +69,9 @@ class InnerProduct(Layer):
                                               name="ip_act_backward")
         self.bias_bwd = None
         if self.bias:
-            self.bias_bwd = PointwiseBroadcastReduce(self.ctx, [y_spec], [((1, outputs), np.float32)],
-                                                     "y0 = x0;", name="ip_bias_backward")
+            self.bias_bwd = PointwiseBroadcastReduce(self.ctx, [y_spec],
+                                                     [((1, outputs), np.float32)], "y0 = x0;",
+                                                     name="ip_bias_backward")
         ws = 4 * n * outputs if self.act_bwd is not None and self.mode == "train" else 0
         params = [ParamSpec((outputs, inputs))] + ([ParamSpec((outputs,))] if self.bias else [])
         return [TensorSpec((n, outputs))], params, ws
