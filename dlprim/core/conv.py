@@ -157,6 +157,9 @@ def check_tensor(what, t, shape):
         raise ValueError("%s: shape %s, expected %s" % (what, tuple(t.shape), tuple(shape)))
     if t.dtype != np.float32:
         raise TypeError("%s: dtype %s, only float32 is supported" % (what, t.dtype))
+    if t.size >= 2 ** 31:
+        raise ValueError("%s: %d elements; the convolution kernels index with 32-bit ints"
+                         % (what, t.size))
 
 
 def check_workspace(ws, need):
