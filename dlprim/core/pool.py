@@ -3,7 +3,9 @@
 Window, stride and padding are fixed when the op is built (they are template constants);
 the batch, channel and spatial sizes are read from the tensors at ``launches`` time.
 Backward gathers each input element's gradient from the windows that contain it, so it
-needs no atomics and gives the same bits on every run. Global average / max *forward* and
+needs no atomics and gives the same bits on every run; max pooling's training forward
+keeps each window's argmax (int32, as PyTorch keeps its int64 indices), so backward reads
+neither x nor y. Global average / max *forward* and
 global average backward are plain pointwise reductions (dlprim/core/pointwise.py).
 """
 import numpy as np
@@ -40,8 +42,8 @@ def _check_tensor(what, t, ndim, dtype):
 
 
 class Pool2D:
-    """Max or average pooling with a fixed window; ``launches(x, y)`` and
-    ``backward_launches(x, y, dx, dy, beta)`` (``dx = beta*dx + grad``)."""
+    """Max or average pooling with a fixed window; ``launches(x, y, index)`` and
+    ``backward_launches(dx, dy, index, beta)`` (``dx = beta*dx + grad``)."""
 
     def __init__(self, ctx, mode, kernel, stride, pad=(0, 0), count_include_pad=False,
                  ceil_mode=False, dtype="float32"):
@@ -57,10 +59,15 @@ class Pool2D:
         self.kernel, self.stride, self.pad = kernel, stride, pad
         self.ceil_mode = bool(ceil_mode)
         self.dtype = np.dtype(dtype)
-        self.program = program.get(
-            ctx, "pooling", dtype=cl_type(self.dtype), MODE=mode,
-            KH=kernel[0], KW=kernel[1], SH=stride[0], SW=stride[1], PH=pad[0], PW=pad[1],
-            COUNT_INCLUDE_PAD=bool(count_include_pad) and mode == "avg")
+        self._params = dict(dtype=cl_type(self.dtype), MODE=mode, KH=kernel[0], KW=kernel[1],
+                            SH=stride[0], SW=stride[1], PH=pad[0], PW=pad[1],
+                            COUNT_INCLUDE_PAD=bool(count_include_pad) and mode == "avg")
+        self.program = self._program(0)
+
+    def _program(self, size):
+        """The program for tensors of up to ``size`` elements (32-bit indices when they fit)."""
+        return program.get(self.ctx, "pooling", IDX="uint" if size < 2 ** 31 else "ulong",
+                           **self._params)
 
     def output_shape(self, in_shape):
         if len(in_shape) != 4:
@@ -81,24 +88,34 @@ class Pool2D:
                              % (y.shape, self.output_shape(x.shape), x.shape))
         return [np.int32(v) for v in (x.shape[2], x.shape[3], y.shape[2], y.shape[3])]
 
-    def launches(self, x, y):
+    def launches(self, x, y, index=None):
+        """y = pooling of x; max mode may also keep each window's argmax in ``index``
+        (int32, y's shape), which its backward needs."""
         sizes = self._sizes(x, y)
-        total = y.size
-        return [program.Launch(self.program, "pooling_forward",
-                               (program.round_up(max(total, 1), LOCAL),), (LOCAL,),
-                               [np.uint64(total)] + sizes + [x, y])]
+        args = [np.uint64(y.size)] + sizes + [x, y]
+        name = "pooling_forward"
+        if index is not None:
+            if self.mode != "max" or index.shape != y.shape or index.dtype != np.int32:
+                raise ValueError("pooling: an index (int32, shape %s) is kept by max pooling only"
+                                 % (y.shape,))
+            args.append(index)
+            name = "pooling_forward_index"
+        return [program.Launch(self._program(x.size), name,
+                               (program.round_up(max(y.size, 1), LOCAL),), (LOCAL,), args)]
 
-    def backward_launches(self, x, y, dx, dy, beta=0.0):
-        """dx = beta*dx + grad; max reads x and the forward output y, avg neither (any
-        tensors of those shapes fill the slots)."""
-        sizes = self._sizes(x, dy)
-        if dx.shape != x.shape or y.shape != dy.shape:
-            raise ValueError("pooling: dx %s / x %s, y %s / dy %s must match"
-                             % (dx.shape, x.shape, y.shape, dy.shape))
-        total = dx.size
-        return [program.Launch(self.program, "pooling_backward",
-                               (program.round_up(max(total, 1), LOCAL),), (LOCAL,),
-                               [np.uint64(total)] + sizes + [x, y, dy, dx, np.float32(beta)])]
+    def backward_launches(self, dx, dy, index=None, beta=0.0):
+        """dx = beta*dx + grad; max needs the ``index`` its forward kept, avg nothing."""
+        if dx.ndim != 4 or dy.shape != self.output_shape(dx.shape):
+            raise ValueError("pooling: dy shape %s does not match dx shape %s" % (dy.shape, dx.shape))
+        if (self.mode == "max") != (index is not None):
+            raise ValueError("pooling: backward of max pooling needs its forward's index, avg none")
+        if index is not None and (index.shape != dy.shape or index.dtype != np.int32):
+            raise ValueError("pooling: index %s %s, expected int32 %s" % (index.shape, index.dtype, dy.shape))
+        sizes = [np.int32(v) for v in (dx.shape[2], dx.shape[3], dy.shape[2], dy.shape[3])]
+        args = [np.uint64(dx.size)] + sizes + ([index] if index is not None else []) + \
+            [dy, dx, np.float32(beta)]
+        return [program.Launch(self._program(dx.size), "pooling_backward",
+                               (program.round_up(max(dx.size, 1), LOCAL),), (LOCAL,), args)]
 
     def __call__(self, x, y, queue=None):
         for launch in self.launches(x, y):
@@ -111,7 +128,7 @@ class GlobalMaxBackward:
     def __init__(self, ctx, dtype="float32"):
         self.ctx, self.dtype = ctx, np.dtype(dtype)
         # any window works: only the global kernel of the family is used
-        self.program = program.get(ctx, "pooling", dtype=cl_type(self.dtype), MODE="max",
+        self.program = program.get(ctx, "pooling", dtype=cl_type(self.dtype), MODE="max", IDX="ulong",
                                    KH=1, KW=1, SH=1, SW=1, PH=0, PW=0, COUNT_INCLUDE_PAD=False)
 
     def launches(self, x, dx, dy, beta=0.0):

@@ -2,7 +2,8 @@
 ## 2-D max/avg pooling over NCHW planes (see dlprim/core/pool.py).
 ## MODE "max" | "avg"; KH, KW, SH, SW, PH, PW: window, stride, padding (fixed by the graph);
 ## COUNT_INCLUDE_PAD: avg divides by the window clipped to the padded input, not the input.
-## Shapes that follow the batch (planes, H, W, OH, OW) are arguments.
+## Shapes that follow the batch (planes, H, W, OH, OW) are arguments. IDX: the index type,
+## uint unless a tensor has 2^31 elements or more (64-bit division is slow on GPUs).
 #define DT ${dtype}
 
 // The window of output (oh, ow): rows [h0, h1), columns [w0, w1) of the input, and the
@@ -37,19 +38,23 @@ inline int window_argmax(__global const DT *x, int H, int W, int oh, int ow)
 }
 % endif
 
-__kernel void pooling_forward(ulong total, int H, int W, int OH, int OW,
-                              __global const DT *x, ulong x_offset,
-                              __global DT *y, ulong y_offset)
+<%def name="forward_kernel(name, save_index)">
+__kernel void ${name}(ulong total, int H, int W, int OH, int OW,
+                      __global const DT *x, ulong x_offset,
+                      __global DT *y, ulong y_offset${", __global int *index, ulong index_offset" if save_index else ""})
 {
-    ulong i = get_global_id(0);
+    ${IDX} i = get_global_id(0);
     if (i >= total)
         return;
-    int ow = i % OW;
-    int oh = (i / OW) % OH;
-    ulong plane = i / ((ulong)OW * OH);
+    ${IDX} q = i / OW, plane = q / OH;
+    int ow = i - q * OW, oh = q - plane * OH;
     x += x_offset + plane * H * W;
 % if MODE == "max":
-    y[y_offset + i] = x[window_argmax(x, H, W, oh, ow)];
+    int best = window_argmax(x, H, W, oh, ow);
+    y[y_offset + i] = x[best];
+    % if save_index:
+    index[index_offset + i] = best;
+    % endif
 % else:
     WINDOW(oh, ow)
     float s = 0;
@@ -59,29 +64,32 @@ __kernel void pooling_forward(ulong total, int H, int W, int OH, int OW,
     y[y_offset + i] = s / DIVISOR;
 % endif
 }
+</%def>
+${forward_kernel("pooling_forward", False)}
+% if MODE == "max":
+// training: also keep each window's argmax (plane-local h*W + w) for backward
+${forward_kernel("pooling_forward_index", True)}
+% endif
 
 // dx gathered per input element from the windows that contain it (no atomics, same
 // result on every run): avg adds dy / divisor, max adds dy where the element is the
-// window's first maximum. Max compares with the window's output y first and scans the
-// window only on a match (to give ties to the first index). dx = beta * dx + gradient;
-// beta == 0 never reads dx.
+// window's saved argmax. dx = beta * dx + gradient; beta == 0 never reads dx.
 __kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
-                               __global const DT *x, ulong x_offset,
-                               __global const DT *y, ulong y_offset,
+% if MODE == "max":
+                               __global const int *index, ulong index_offset,
+% endif
                                __global const DT *dy, ulong dy_offset,
                                __global DT *dx, ulong dx_offset, float beta)
 {
-    ulong i = get_global_id(0);
+    ${IDX} i = get_global_id(0);
     if (i >= total)
         return;
-    int w = i % W;
-    int h = (i / W) % H;
-    ulong plane = i / ((ulong)W * H);
-    x += x_offset + plane * H * W;
+    ${IDX} q = i / W, plane = q / H;
+    int w = i - q * W, h = q - plane * H;
     dy += dy_offset + plane * OH * OW;
-    y += y_offset + plane * OH * OW;
 % if MODE == "max":
-    float v = x[h * W + w];
+    index += index_offset + plane * OH * OW;
+    int me = h * W + w;
 % endif
     // windows oh with oh*SH - PH <= h < oh*SH - PH + KH
     int th = h + ${PH} - ${KH} + 1, tw = w + ${PW} - ${KW} + 1;
@@ -93,7 +101,7 @@ __kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
     for (int oh = oh_lo; oh <= oh_hi; oh++)
         for (int ow = ow_lo; ow <= ow_hi; ow++) {
 % if MODE == "max":
-            if (v == y[oh * OW + ow] && window_argmax(x, H, W, oh, ow) == h * W + w)
+            if (index[oh * OW + ow] == me)
                 g += dy[oh * OW + ow];
 % else:
             WINDOW(oh, ow)

@@ -3,13 +3,15 @@
 Pooling2D follows DLPrimitives' defaults (kernel 1, stride 1, pad 0) and PyTorch's output
 size rule, including ``ceil_mode`` (the last window must start inside the input or its
 left padding) and ``count_include_pad`` for averages. Max backward routes dy to the first
-maximum of each window (ties: first index in row-major order).
+maximum of each window (ties: first index in row-major order), kept by the training
+forward in the layer's own int32 tensor of the output's shape.
 """
 import numpy as np
 
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..core.pool import MODES, GlobalMaxBackward, Pool2D
-from .base import Layer, TensorSpec, pair, register
+from ..tensor import Tensor
+from .base import TRAIN, Layer, TensorSpec, pair, register
 
 
 def _check_mode(layer):
@@ -41,11 +43,13 @@ class Pooling2D(Layer):
     """y[n,c,i,j] = max or mean of x[n,c] over the window at (i*stride - pad)."""
     OPTIONS = {"mode": "max", "kernel": 1, "stride": 1, "pad": 0,
                "count_include_pad": False, "ceil_mode": False}
-    BACKWARD_READS_INPUTS = True
+    # max backward reads the argmax its training forward kept, avg only dy
+    BACKWARD_READS_INPUTS = False
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
         _check_mode(self)
+        self._index = None
         self.kernel = pair(self, "kernel", self.options["kernel"])
         self.stride = pair(self, "stride", self.options["stride"])
         self.pad = pair(self, "pad", self.options["pad"])
@@ -58,8 +62,6 @@ class Pooling2D(Layer):
                       % (list(self.pad), list(self.kernel)))
         self.count_include_pad = _flag(self, "count_include_pad")
         self.ceil_mode = _flag(self, "ceil_mode")
-        # max backward finds the window maxima from x and y; avg needs only dy
-        self.BACKWARD_READS_INPUTS = self.BACKWARD_READS_OUTPUTS = self.options["mode"] == "max"
 
     def setup(self, in_specs):
         spec = _check_input(self, in_specs)
@@ -73,15 +75,21 @@ class Pooling2D(Layer):
         return [TensorSpec(out, spec.dtype)], [], 0
 
     def forward(self, x, y, params, ws):
-        return self.op.launches(x[0], y[0])
+        index = None
+        if self.options["mode"] == "max" and self.mode == TRAIN:
+            # own memory: the argmax lives from forward to backward
+            if self._index is None or self._index.shape != y[0].shape:
+                self._index = Tensor(self.ctx, y[0].shape, "int32")
+            index = self._index
+        return self.op.launches(x[0], y[0], index)
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         if dx[0] is None:
             return []
-        # avg reads neither x nor y: tensors of their shapes fill the unused slots
-        return self.op.backward_launches(x[0] if x[0] is not None else dx[0],
-                                         y[0] if y[0] is not None else dy[0], dx[0], dy[0],
-                                         1.0 if accumulate[0] else 0.0)
+        index = self._index if self.options["mode"] == "max" else None
+        if self.options["mode"] == "max" and (index is None or index.shape != dy[0].shape):
+            self.fail("backward needs a forward planned in train mode first")
+        return self.op.backward_launches(dx[0], dy[0], index, 1.0 if accumulate[0] else 0.0)
 
 
 @register("GlobalPooling")
