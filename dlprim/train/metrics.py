@@ -38,29 +38,13 @@ class MetricsLog:
 
 
 def plot(rows, path):
-    """Loss and accuracy curves as a PNG; returns False (and writes nothing) without
-    matplotlib (the ``plot`` extra)."""
+    """Loss and accuracy curves per epoch as a PNG (``dlprim.plot``); returns False (and
+    writes nothing) without matplotlib (the ``plot`` extra)."""
+    from ..plot import MISSING_MATPLOTLIB, save_training_curves
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        save_training_curves(rows, path, x="epoch")
+    except ImportError as err:
+        if str(err) != MISSING_MATPLOTLIB:
+            raise
         return False
-    epochs = [r["epoch"] for r in rows]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
-    for key, label, ax in (("train_loss", "train", ax_loss), ("val_loss", "validation", ax_loss),
-                           ("train_acc", "train", ax_acc), ("val_acc", "validation", ax_acc)):
-        pts = [(e, r[key]) for e, r in zip(epochs, rows) if r.get(key) is not None]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-    ax_loss.set(xlabel="epoch", ylabel="loss", title="loss")
-    ax_acc.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
-    for ax in (ax_loss, ax_acc):
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    atomic_write(path, lambda f: f.write(buf.getvalue()))
     return True
