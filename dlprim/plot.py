@@ -10,12 +10,13 @@ validation column filled only at the end of each epoch plots as its own points.
 
 matplotlib is optional (the ``plot`` extra); without it these functions raise an
 ImportError that says how to install it. Figures are made without pyplot, so nothing
-here touches matplotlib's global state or backend.
+here changes matplotlib's backend or global state; in IPython they display as images.
 """
 import csv
 import io
 import json
 import os
+import sys
 
 __all__ = ["read_metrics", "training_curves", "save_training_curves", "MISSING_MATPLOTLIB"]
 
@@ -52,7 +53,23 @@ def _figure_class():
         from matplotlib.figure import Figure
     except ImportError:
         raise ImportError(MISSING_MATPLOTLIB) from None
+    _show_inline_in_ipython(Figure)
     return Figure
+
+
+def _show_inline_in_ipython(figure_class):
+    """Let a notebook show our figures as images. IPython renders a matplotlib Figure as
+    text unless a PNG formatter is registered for it, which only loading pyplot does."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return
+    png = shell.display_formatter.formatters["image/png"]
+    try:
+        png.lookup_by_type(figure_class)
+    except KeyError:
+        from IPython.core.pylabtools import print_figure
+        png.for_type(figure_class, lambda fig: print_figure(fig, "png"))
 
 
 def training_curves(rows, x=None, title=None, figsize=(10, 4)):
