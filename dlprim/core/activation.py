@@ -35,6 +35,8 @@ ACTIVATIONS = {
     "gelu": Activation("(0.5f * x * (1.0f + erf(x * %s)))" % _SQRT1_2,
                        "(dy * (0.5f * (1.0f + erf(x * %s)) + x * %s * exp(-0.5f * x * x)))"
                        % (_SQRT1_2, _INV_SQRT_2PI), False, ()),
+    # erf' = 2/sqrt(pi) e^(-x^2)
+    "erf": Activation("erf(x)", "(dy * 1.12837916709551257f * exp(-x * x))", False, ()),
     # u = sqrt(2/pi)(x + 0.044715 x^3), y = x/2 (1 + tanh u);
     # y' = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3*0.044715 x^2)
     "gelu_tanh": Activation(

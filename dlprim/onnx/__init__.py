@@ -1,0 +1,42 @@
+"""ONNX in and out: import a model as a NetConfig and weights (or a ready Net), export a Net.
+
+    cfg, weights = dlprim.onnx.to_netconfig("resnet.onnx", batch=8)   # no device needed
+    net = dlprim.onnx.load("resnet.onnx", ctx)                        # a ready Net
+    dlprim.onnx.save(net, "out.onnx")                                 # or net.to_onnx(...)
+
+Needs the ``onnx`` package (the ``onnx`` extra); importing dlprim does not. A model with
+operators dlprim cannot run is rejected before anything is built, with every such
+operator listed (``UnsupportedModelError``). See docs/onnx.md for the operator matrix.
+"""
+from .errors import OnnxImportError, UnsupportedModelError
+
+__all__ = ["to_netconfig", "load", "save", "OnnxImportError", "UnsupportedModelError"]
+
+
+def to_netconfig(path_or_model, batch=None):
+    """(NetConfig, {parameter name: numpy array}) for an ONNX file path, bytes or ModelProto.
+
+    ``batch`` sets the first dimension of every input (default: the model's own, or 1
+    where the model leaves it symbolic).
+    """
+    from .importer import import_model
+    return import_model(path_or_model, batch)
+
+
+def load(path_or_model, ctx, batch=None, mode="predict"):
+    """A Net on ``ctx`` with the model's weights, set up in ``mode`` ("predict" or "train").
+
+    In train mode the imported weights are trainable parameters and BatchNorm uses batch
+    statistics; add a loss to the NetConfig from ``to_netconfig`` to fine-tune.
+    """
+    from ..net import Net
+    cfg, weights = to_netconfig(path_or_model, batch)
+    net = Net(ctx, cfg, mode=mode)
+    net.set_parameters(weights)
+    return net
+
+
+def save(net, path, opset=None):
+    """Write ``net`` (a set-up Net, with its current weights) as an ONNX model file."""
+    from .export import export_net
+    return export_net(net, path, opset)

@@ -1,0 +1,43 @@
+"""Constant folding: a node whose inputs are all known at import is evaluated with onnx's
+numpy reference implementation, so shape arithmetic (Shape -> Gather -> Unsqueeze ->
+Concat -> Reshape) and constant subgraphs become plain arrays."""
+import numpy as np
+
+from .errors import OnnxImportError
+
+__all__ = ["evaluate", "constant_value"]
+
+
+def constant_value(node):
+    """The array a Constant node holds."""
+    a = node.attrs
+    for key, conv in (("value", np.asarray), ("value_float", np.float32),
+                      ("value_floats", lambda v: np.asarray(v, np.float32)),
+                      ("value_int", np.int64), ("value_ints", lambda v: np.asarray(v, np.int64))):
+        if key in a:
+            return np.asarray(conv(a[key]))
+    raise OnnxImportError("Constant '%s': no supported value attribute (has %s)"
+                          % (node.name, ", ".join(a) or "none"))
+
+
+def evaluate(node, values, opsets):
+    """Outputs of ``node`` (list of arrays) from input arrays ``values`` (None = absent)."""
+    if node.op_type == "Constant":
+        return [constant_value(node)]
+    if node.op_type == "Identity":
+        return [values[0]]
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    names = [n if v is not None else "" for n, v in zip(node.inputs, values)]
+    ins = [helper.make_tensor_value_info(n, 0, None) for n in dict.fromkeys(names) if n]
+    outs = [helper.make_tensor_value_info(n, 0, None) for n in node.outputs if n]
+    graph = helper.make_graph([node.proto], "fold", ins, outs)
+    model = helper.make_model(graph, opset_imports=[
+        helper.make_opsetid(d, v) for d, v in opsets.items()])
+    feeds = {n: v for n, v in zip(node.inputs, values) if n and v is not None}
+    try:
+        results = ReferenceEvaluator(model).run(None, feeds)
+    except Exception as err:
+        raise OnnxImportError("%s '%s': constant folding failed: %s"
+                              % (node.op_type, node.name, err)) from None
+    return [np.asarray(r) for r in results]

@@ -1,0 +1,307 @@
+"""ONNX graph -> NetConfig and weights, without a device.
+
+Every ONNX tensor is either a *constant* (an initializer, a Constant, a Shape of a
+tensor whose shape is known, or a node whose inputs are all constants: evaluated now,
+see ``fold``) or a *runtime* tensor of the dlprim net, whose shape the converters track.
+dlprim tensors keep the ONNX names, so ``net.tensor(onnx_name)`` works for the outputs
+of converted nodes; constants read by an operator at run time become non-trainable
+``Parameter`` operators, weights of Conv/Gemm/BatchNormalization become the parameters
+of the dlprim layer, named as the ONNX initializers.
+
+Steps: read -> drop nodes no output needs -> fuse patterns (``rewrite``) -> list
+unsupported operators (error before anything is converted) -> convert in order ->
+name the net outputs as the model's.
+"""
+from collections import OrderedDict
+
+import numpy as np
+
+from ..netconfig import NetConfig
+from . import ops_math, ops_nn, ops_shape  # noqa: F401  (fill the converter table)
+from .errors import OnnxImportError, UnsupportedModelError
+from .fold import evaluate
+from .model_reader import DEFAULT_DOMAINS, read_model
+from .registry import CONVERTERS, Unsupported
+from .rewrite import rewrite
+
+__all__ = ["import_model", "Importer", "FIRST_OPSET"]
+
+FIRST_OPSET = 9
+# layers whose fused activation may absorb a following Relu/Clip/Sigmoid/Tanh
+FUSABLE = ("Convolution2D", "TransposedConvolution2D", "InnerProduct", "Elementwise")
+FUSABLE_ACTIVATIONS = ("relu", "relu6", "sigmoid", "tanh")
+DTYPES = {"float32": "float", "int32": "int", "int64": "int64", "float16": "float16",
+          "uint8": "uint8"}
+
+
+def import_model(path_or_model, batch=None):
+    info = read_model(path_or_model)
+    imp = Importer(info, batch)
+    return imp.run()
+
+
+def live_nodes(nodes, outputs):
+    """The nodes some model output depends on, in their order."""
+    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    need, keep, stack = set(outputs), set(), list(outputs)
+    while stack:
+        i = producer.get(stack.pop())
+        if i is None or i in keep:
+            continue
+        keep.add(i)
+        for name in nodes[i].inputs:
+            if name and name not in need:
+                need.add(name)
+                stack.append(name)
+    return [n for i, n in enumerate(nodes) if i in keep]
+
+
+class Importer:
+    def __init__(self, info, batch=None):
+        if info.opset is None:
+            raise OnnxImportError("the model imports no default-domain opset")
+        if info.opset < FIRST_OPSET:
+            raise OnnxImportError("opset %d is older than the first supported, %d"
+                                  % (info.opset, FIRST_OPSET))
+        self.info, self.opset, self.batch = info, info.opset, batch
+        self.cfg = NetConfig()
+        self.consts = dict(info.initializers)
+        self.shapes = {}        # dlprim tensor -> shape
+        self.alias = {}         # ONNX runtime tensor -> dlprim tensor
+        self.weights = OrderedDict()
+        self.producer = {}      # dlprim tensor -> the operator dict writing it
+        self.materialized = {}  # constant name -> dlprim tensor of its Parameter
+        self.poisoned = set()
+        self.problems = []
+        self.nodes = live_nodes(info.nodes, info.outputs)
+        self.nodes = rewrite(self.nodes, self.consts, info.outputs)
+        self.consumers = {}
+        for node in self.nodes:
+            for name in node.inputs:
+                if name:
+                    self.consumers.setdefault(name, []).append(node)
+        self.graph_outputs = set(info.outputs)
+        self.used_names = {n for node in self.nodes for n in node.inputs + node.outputs}
+        self.used_names |= set(info.initializers) | {i[0] for i in info.inputs}
+        self.op_names = set()
+
+    # ----- the passes
+    def run(self):
+        const = self._static_constants()
+        problems = []
+        for node in self.nodes:
+            if all(n in const for n in node.outputs if n):
+                continue
+            if node.domain not in DEFAULT_DOMAINS and not node.domain.startswith("dlprim"):
+                problems.append((node.op_type, node.name, "domain '%s'" % node.domain))
+            elif node.op_type not in CONVERTERS:
+                problems.append((node.op_type, node.name, ""))
+        if problems:
+            raise UnsupportedModelError(problems)
+        self._add_inputs()
+        for node in self.nodes:
+            self._convert(node)
+        if self.problems:
+            raise UnsupportedModelError(self.problems)
+        self._name_outputs()
+        return self.cfg, self.weights
+
+    def _static_constants(self):
+        """Names known at import: folding needs no shapes beyond the (static) inputs."""
+        const = set(self.consts)
+        for node in self.nodes:
+            ins = [n for n in node.inputs if n]
+            if node.op_type in ("Constant", "Shape", "Size") or \
+                    (ins and all(n in const for n in ins) and node.op_type not in RANDOM):
+                const.update(n for n in node.outputs if n)
+        return const
+
+    def _add_inputs(self):
+        for name, shape, dtype in self.info.inputs:
+            if shape is None:
+                raise OnnxImportError("model input '%s' has no shape" % name)
+            shape = list(shape)
+            if shape and (self.batch is not None or shape[0] is None):
+                shape[0] = int(self.batch) if self.batch is not None else 1
+            if any(d is None for d in shape):
+                raise OnnxImportError("model input '%s' has symbolic dimensions %s beyond the "
+                                      "batch; export it with fixed sizes" % (name, shape))
+            kind = DTYPES.get(np.dtype(dtype).name if dtype is not None else "float32")
+            if kind is None:
+                raise OnnxImportError("model input '%s' has dtype %s, not supported"
+                                      % (name, np.dtype(dtype).name))
+            self.cfg.add_input(name, shape, kind)
+            self.shapes[name] = tuple(shape)
+            self.alias[name] = name
+
+    def _convert(self, node):
+        ins = [n for n in node.inputs if n]
+        if any(n in self.poisoned for n in ins):
+            self.poisoned.update(node.outputs)
+            return
+        if node.op_type in ("Shape", "Size") and ins and not self.is_const(ins[0]):
+            self._fold_shape(node)
+            return
+        if all(self.is_const(n) for n in ins) and (ins or node.op_type == "Constant") \
+                and node.op_type not in RANDOM:
+            values = [self.consts[n] if n else None for n in node.inputs]
+            for name, v in zip(node.outputs, evaluate(node, values, self.info.opsets)):
+                if name:
+                    self.consts[name] = v
+            return
+        try:
+            CONVERTERS[node.op_type](self, node)
+        except Unsupported as why:
+            self.problems.append((node.op_type, node.name, str(why)))
+            self.poisoned.update(node.outputs)
+
+    def _fold_shape(self, node):
+        shape = np.array(self.shape(node.inputs[0]), np.int64)
+        if node.op_type == "Size":
+            self.consts[node.outputs[0]] = np.array(int(np.prod(shape)), np.int64)
+            return
+        start, end = node.attr("start", 0), node.attr("end", None)
+        self.consts[node.outputs[0]] = shape[start:end]
+
+    def _name_outputs(self):
+        """The net outputs carry the model's output names."""
+        claimed, outputs = set(), []
+        inputs = {i["name"] for i in self.cfg.inputs}
+        for o in self.info.outputs:
+            if o in self.poisoned:
+                continue
+            t = self.value(o)
+            if t != o:
+                if t in inputs or t in claimed:
+                    self.add("Reshape", [t], self.shapes[t], output=o, name=o + "/copy",
+                             options={"dims": [0] + list(self.shapes[t][1:])})
+                else:
+                    self._rename(t, o)
+            claimed.add(o)
+            outputs.append(o)
+        self.cfg.set_outputs(outputs)
+
+    def _rename(self, old, new):
+        for op in self.cfg.operators:
+            op["inputs"] = [new if n == old else n for n in op["inputs"]]
+            op["outputs"] = [new if n == old else n for n in op["outputs"]]
+        for k, v in self.alias.items():
+            if v == old:
+                self.alias[k] = new
+        self.shapes[new] = self.shapes[old]
+        if old in self.producer:
+            self.producer[new] = self.producer.pop(old)
+
+    # ----- what converters use
+    def is_const(self, name):
+        return name in self.consts
+
+    def const(self, name, what="input"):
+        """The constant array of ``name``; a runtime tensor there is an Unsupported."""
+        if name not in self.consts:
+            raise Unsupported("%s '%s' must be a constant (known at import)" % (what, name))
+        return self.consts[name]
+
+    def shape(self, name):
+        if name in self.consts:
+            return tuple(self.consts[name].shape)
+        return self.shapes[self.value(name)]
+
+    def value(self, name):
+        """The dlprim tensor holding ONNX tensor ``name`` (a constant becomes a Parameter)."""
+        if name in self.alias:
+            return self.alias[name]
+        if name in self.consts:
+            if name not in self.materialized:
+                self.materialized[name] = self._parameter(name, self.consts[name])
+            return self.materialized[name]
+        raise OnnxImportError("tensor '%s' is produced by no node and is not a model input"
+                              % name)
+
+    def _parameter(self, name, array):
+        a = np.asarray(array)
+        if a.dtype.kind != "f":
+            raise Unsupported("integer constant '%s' read at run time" % name)
+        a = a.astype(np.float32).reshape(a.shape or (1,))
+        pname = self.param(name, a)
+        trainable = name in self.info.initializers
+        t = self.fresh(name) if name in self.alias.values() else name
+        return self.add("Parameter", [], a.shape, output=t, name=self.fresh_op("const/" + name),
+                        options={"shape": list(a.shape), "is_trainable": trainable},
+                        params=[pname])
+
+    def param(self, name, array):
+        """Register a weight under ``name`` (another name if taken by a different array)."""
+        a = np.ascontiguousarray(array, dtype=np.float32)
+        base, k = name, 1
+        while name in self.weights:
+            old = self.weights[name]
+            if old.shape == a.shape and np.array_equal(old, a):
+                return name
+            name = "%s_%d" % (base, k)
+            k += 1
+        self.weights[name] = a
+        return name
+
+    def constant(self, array, base):
+        """A new constant (under a fresh name from ``base``); returns its name."""
+        name = self.fresh(base)
+        self.consts[name] = np.asarray(array)
+        return name
+
+    def fresh(self, base):
+        name, k = base, 1
+        while name in self.used_names or name in self.shapes:
+            name = "%s_%d" % (base, k)
+            k += 1
+        self.used_names.add(name)
+        return name
+
+    def fresh_op(self, base):
+        name, k = base, 1
+        while name in self.op_names:
+            name = "%s_%d" % (base, k)
+            k += 1
+        self.op_names.add(name)
+        return name
+
+    def add(self, type, inputs, shape, node=None, output=None, name=None, options=None,
+            params=None, frozen=False):
+        """Append a dlprim operator writing ``output`` (default: node's first output, else a
+        fresh name) of ``shape``; returns the output tensor name."""
+        if output is None:
+            output = node.outputs[0] if node is not None and node.outputs[0] not in self.alias \
+                else self.fresh((node.outputs[0] if node is not None else type) + "/t")
+        name = self.fresh_op(name or (node.name if node is not None else type))
+        self.cfg.add(type, name=name, inputs=list(inputs), outputs=[output], options=options,
+                     params=params, frozen=frozen)
+        self.shapes[output] = tuple(int(s) for s in shape)
+        self.producer[output] = self.cfg.operators[-1]
+        if node is not None and output == node.outputs[0]:
+            self.alias[output] = output
+        return output
+
+    def out(self, node, tensor, i=0):
+        """Record that ONNX output i of ``node`` is dlprim tensor ``tensor``."""
+        self.alias[node.outputs[i]] = tensor
+
+    def fuse_activation(self, node, activation):
+        """Fold ``activation`` into the layer producing ``node``'s input when that layer has
+        none and nothing else reads its output; True if done."""
+        src = node.inputs[0]
+        t = self.alias.get(src)
+        op = self.producer.get(t)
+        if op is None or t != src or op["type"] not in FUSABLE or \
+                activation not in FUSABLE_ACTIVATIONS or \
+                op.get("options", {}).get("activation", "identity") != "identity" or \
+                len(self.consumers.get(src, ())) != 1 or src in self.graph_outputs:
+            return False
+        op.setdefault("options", {})["activation"] = activation
+        out = node.outputs[0]
+        self._rename(t, out)
+        self.alias[out] = out
+        return True
+
+
+RANDOM = ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+          "Multinomial", "Bernoulli")

@@ -1,0 +1,203 @@
+"""Converters of pointwise and reducing operators: activations, Clip, arithmetic,
+Softmax/LogSoftmax, Reduce*, Dropout, Identity, Cast."""
+import numpy as np
+
+from .registry import Unsupported, converts
+from .rewrite import ACTIVATION
+
+FLOAT_MAX = 3.4028234663852886e38
+
+SIMPLE = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hardswish",
+          "Erf": "erf", "Softplus": "softplus", "Mish": "mish"}
+
+
+def activation(b, node, act, **options):
+    """Activation ``act`` of node's first input, folded into its producer when possible."""
+    if not options and b.fuse_activation(node, act):
+        return
+    x = node.inputs[0]
+    b.add("Activation", [b.value(x)], b.shape(x), node, options=dict(activation=act, **options))
+
+
+@converts(*SIMPLE)
+def simple_activation(b, node):
+    activation(b, node, SIMPLE[node.op_type])
+
+
+@converts(ACTIVATION)
+def fused_activation(b, node):
+    activation(b, node, node.attr("activation"))
+
+
+@converts("LeakyRelu")
+def leaky_relu(b, node):
+    activation(b, node, "leaky_relu", negative_slope=float(node.attr("alpha", 0.01)))
+
+
+@converts("Elu")
+def elu(b, node):
+    activation(b, node, "elu", alpha=float(node.attr("alpha", 1.0)))
+
+
+@converts("Gelu")
+def gelu(b, node):
+    approx = node.attr("approximate", "none")
+    if approx not in ("none", "tanh"):
+        raise Unsupported("approximate %r" % approx)
+    activation(b, node, "gelu" if approx == "none" else "gelu_tanh")
+
+
+@converts("Abs")
+def abs_(b, node):
+    x = node.inputs[0]
+    b.add("Abs", [b.value(x)], b.shape(x), node)
+
+
+def _bounds(b, node):
+    if b.opset < 11:
+        return node.attr("min", -FLOAT_MAX), node.attr("max", FLOAT_MAX)
+    lo = float(b.const(node.inputs[1], "min").reshape(())) if node.input(1) else -FLOAT_MAX
+    hi = float(b.const(node.inputs[2], "max").reshape(())) if node.input(2) else FLOAT_MAX
+    return lo, hi
+
+
+@converts("Clip")
+def clip(b, node):
+    lo, hi = _bounds(b, node)
+    if lo == 0.0 and hi == 6.0:
+        activation(b, node, "relu6")
+    elif lo == 0.0 and hi >= FLOAT_MAX:
+        activation(b, node, "relu")
+    else:
+        if not lo < hi:
+            raise Unsupported("min %g is not below max %g" % (lo, hi))
+        x = node.inputs[0]
+        b.add("Hardtanh", [b.value(x)], b.shape(x), node,
+              options={"min_val": max(lo, -FLOAT_MAX), "max_val": min(hi, FLOAT_MAX)})
+
+
+@converts("HardSigmoid")
+def hard_sigmoid(b, node):
+    alpha, beta = float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))
+    if np.isclose(alpha, 1 / 6) and np.isclose(beta, 0.5):
+        activation(b, node, "hardsigmoid")
+        return
+    # max(0, min(1, alpha x + beta)): an affine Elementwise against a constant one, clipped
+    x = node.inputs[0]
+    one = b.constant(np.ones(1, np.float32), node.name + ".one")
+    t = b.add("Elementwise", [b.value(x), b.value(one)], b.shape(x), name=node.name + "/affine",
+              output=b.fresh(node.outputs[0] + "/affine"),
+              options={"operation": "sum", "coef1": alpha, "coef2": beta})
+    b.add("Hardtanh", [t], b.shape(x), node, options={"min_val": 0.0, "max_val": 1.0})
+
+
+ARITHMETIC = {"Add": "sum", "Sub": "sub", "Mul": "prod", "Div": "div", "Max": "max",
+              "Min": "min", "Sum": "sum"}
+
+
+@converts(*ARITHMETIC)
+def arithmetic(b, node):
+    ins = [n for n in node.inputs if n]
+    if len(ins) == 1:
+        b.out(node, b.value(ins[0]))
+        return
+    op = ARITHMETIC[node.op_type]
+    cur = ins[0]
+    for k, other in enumerate(ins[1:]):
+        shape = tuple(np.broadcast_shapes(b.shape(cur), b.shape(other)))
+        last = k == len(ins) - 2
+        out = b.add("Elementwise", [b.value(cur), b.value(other)], shape,
+                    node if last else None, name=node.name,
+                    output=None if last else b.fresh(node.outputs[0] + "/%d" % k),
+                    options={"operation": op})
+        b.alias[out] = out
+        cur = out
+    b.out(node, cur)
+
+
+@converts("Softmax", "LogSoftmax")
+def softmax(b, node):
+    x = node.inputs[0]
+    shape = b.shape(x)
+    rank = len(shape)
+    axis = int(node.attr("axis", 1 if b.opset < 13 else -1)) % rank
+    opts = {"log": node.op_type == "LogSoftmax"}
+    if axis == 1 and (rank == 2 or b.opset >= 13):
+        b.add("Softmax", [b.value(x)], shape, node, options=opts)
+        return
+    # dlprim's Softmax works over axis 1 with every later position separate: put the
+    # softmax axis (before opset 13: everything from it on, flattened) at axis 1
+    inner = shape[axis:] if b.opset < 13 else shape[axis:axis + 1]
+    rest = shape[axis + len(inner):]
+    view = (int(np.prod(shape[:axis])), int(np.prod(inner)), int(np.prod(rest)))
+    dims = [-1] + list(view[1:]) if axis else list(view)
+    t = b.add("Reshape", [b.value(x)], view, name=node.name + "/in",
+              output=b.fresh(node.outputs[0] + "/in"), options={"dims": dims})
+    t = b.add("Softmax", [t], view, name=node.name, output=b.fresh(node.outputs[0] + "/sm"),
+              options=opts)
+    b.add("Reshape", [t], shape, node, name=node.name + "/out",
+          options={"dims": [-1] + [int(d) for d in shape[1:]]})
+
+
+REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceSumSquare": "sumsq",
+          "ReduceL1": "abssum", "ReduceMax": "max"}
+
+
+def _axes(b, node, rank):
+    from_input = b.opset >= 18 or (node.op_type == "ReduceSum" and b.opset >= 13)
+    axes = (b.const(node.inputs[1], "axes") if node.input(1) else None) if from_input \
+        else node.attr("axes")
+    if axes is None or len(axes) == 0:
+        return None if node.attr("noop_with_empty_axes", 0) else list(range(rank))
+    return sorted(int(a) % rank for a in np.asarray(axes).reshape(-1))
+
+
+@converts(*REDUCE)
+def reduce_(b, node):
+    x = node.inputs[0]
+    shape = b.shape(x)
+    axes = _axes(b, node, len(shape))
+    if axes is None:
+        b.out(node, b.value(x))
+        return
+    keep = bool(node.attr("keepdims", 1))
+    out = tuple(1 if i in axes else d for i, d in enumerate(shape)) if keep else \
+        tuple(d for i, d in enumerate(shape) if i not in axes) or (1,)
+    method = REDUCE[node.op_type]
+    if len(shape) == 4 and axes == [2, 3] and keep and method in ("mean", "max"):
+        b.add("GlobalPooling", [b.value(x)], out, node,
+              options={"mode": "avg" if method == "mean" else "max"})
+    elif method == "max":
+        raise Unsupported("max over axes %s (only over H and W of N, C, H, W, keepdims)" % axes)
+    else:
+        b.add("Reduction", [b.value(x)], out, node,
+              options={"method": method, "dims": axes, "keep_dim": keep})
+
+
+@converts("Dropout")
+def dropout(b, node):
+    if len(node.outputs) > 1 and node.outputs[1] and \
+            (b.consumers.get(node.outputs[1]) or node.outputs[1] in b.graph_outputs):
+        raise Unsupported("the mask output is read")
+    ratio = node.attr("ratio", 0.5)
+    if b.opset >= 12:
+        ratio = float(b.const(node.inputs[1], "ratio").reshape(())) if node.input(1) else 0.5
+    x = node.inputs[0]
+    if ratio == 0.0:
+        b.out(node, b.value(x))
+        return
+    b.add("Dropout", [b.value(x)], b.shape(x), node, options={"ratio": float(ratio)})
+
+
+@converts("Identity")
+def identity(b, node):
+    b.out(node, b.value(node.inputs[0]))
+
+
+@converts("Cast")
+def cast(b, node):
+    from onnx import TensorProto
+    if node.attr("to") != TensorProto.FLOAT:
+        raise Unsupported("cast of a run-time tensor to type %s (only float32 tensors run)"
+                          % node.attr("to"))
+    b.out(node, b.value(node.inputs[0]))

@@ -1,0 +1,328 @@
+"""Converters of layers with weights or windows: Conv, ConvTranspose, Gemm, MatMul,
+BatchNormalization, MaxPool, AveragePool, Global*Pool, Pad, Resize/Upsample, LRN."""
+import numpy as np
+
+from .registry import Unsupported, converts
+
+
+def _image(b, node, what="input"):
+    shape = b.shape(node.inputs[0])
+    if len(shape) != 4:
+        raise Unsupported("%s of shape %s: only 2-D (N, C, H, W) is supported" % (what, shape))
+    return shape
+
+
+def _pairs(node, key, default):
+    v = node.attr(key, default)
+    if len(v) != 2:
+        raise Unsupported("attribute %s %s: only 2-D windows are supported" % (key, list(v)))
+    return [int(a) for a in v]
+
+
+def window(node, hw, kernel):
+    """(strides, dilations, pads [top, left, bottom, right]) with auto_pad resolved."""
+    strides = _pairs(node, "strides", [1, 1])
+    dilations = _pairs(node, "dilations", [1, 1])
+    pads = [int(p) for p in node.attr("pads", [0, 0, 0, 0])]
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0, 0, 0, 0]
+        for i in range(2):
+            out = -(-hw[i] // strides[i])
+            total = max((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - hw[i], 0)
+            small = total // 2
+            pads[i], pads[i + 2] = (small, total - small) if auto == "SAME_UPPER" \
+                else (total - small, small)
+    elif auto == "VALID":
+        pads = [0, 0, 0, 0]
+    elif auto != "NOTSET":
+        raise Unsupported("auto_pad %r" % auto)
+    if len(pads) != 4:
+        raise Unsupported("pads %s: only 2-D windows are supported" % pads)
+    return strides, dilations, pads
+
+
+def _pad_option(pads):
+    return pads[:2] if pads[:2] == pads[2:] else list(pads)
+
+
+@converts("Conv")
+def conv(b, node):
+    n, c, h, w = _image(b, node)
+    weight = b.const(node.inputs[1], "weight")
+    if weight.ndim != 4:
+        raise Unsupported("weight of shape %s: only 2-D convolutions" % (weight.shape,))
+    k, _, kh, kw = weight.shape
+    group = int(node.attr("group", 1))
+    strides, dil, pads = window(node, (h, w), (kh, kw))
+    params = [b.param(node.inputs[1], weight)]
+    if node.input(2):
+        params.append(b.param(node.inputs[2], b.const(node.inputs[2], "bias")))
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    b.add("Convolution2D", [b.value(node.inputs[0])], (n, k, oh, ow), node, params=params,
+          options={"channels_out": int(k), "channels_in": int(c), "kernel": [int(kh), int(kw)],
+                   "stride": strides, "pad": _pad_option(pads), "dilate": dil, "groups": group,
+                   "bias": len(params) == 2})
+
+
+@converts("ConvTranspose")
+def conv_transpose(b, node):
+    n, c, h, w = _image(b, node)
+    weight = b.const(node.inputs[1], "weight")
+    if weight.ndim != 4:
+        raise Unsupported("weight of shape %s: only 2-D convolutions" % (weight.shape,))
+    group = int(node.attr("group", 1))
+    _, kper, kh, kw = weight.shape
+    k = kper * group
+    strides = _pairs(node, "strides", [1, 1])
+    dil = _pairs(node, "dilations", [1, 1])
+    out_pad = _pairs(node, "output_padding", [0, 0])
+    pads = [int(p) for p in node.attr("pads", [0, 0, 0, 0])]
+    full = [(i - 1) * s + d * (kk - 1) + 1 for i, s, d, kk in zip((h, w), strides, dil, (kh, kw))]
+    auto, target = node.attr("auto_pad", "NOTSET"), node.attr("output_shape")
+    if target is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = list(target)[-2:] if target is not None else [i * s for i, s in zip((h, w), strides)]
+        pads = [0, 0, 0, 0]
+        for i in range(2):
+            total = full[i] + out_pad[i] - target[i]
+            if total < 0:
+                out_pad[i] -= total
+                total = 0
+            small = total // 2
+            pads[i], pads[i + 2] = (total - small, small) if auto == "SAME_LOWER" else (small, total - small)
+    elif auto == "VALID":
+        pads = [0, 0, 0, 0]
+    if any(op >= s for op, s in zip(out_pad, strides)):
+        raise Unsupported("output padding %s is not smaller than the stride %s" % (out_pad, strides))
+    params = [b.param(node.inputs[1], weight)]
+    if node.input(2):
+        params.append(b.param(node.inputs[2], b.const(node.inputs[2], "bias")))
+    oh = full[0] - pads[0] - pads[2] + out_pad[0]
+    ow = full[1] - pads[1] - pads[3] + out_pad[1]
+    b.add("TransposedConvolution2D", [b.value(node.inputs[0])], (n, k, oh, ow), node,
+          params=params,
+          options={"channels_out": int(k), "channels_in": int(c), "kernel": [int(kh), int(kw)],
+                   "stride": strides, "pad": _pad_option(pads), "dilate": dil, "groups": group,
+                   "bias": len(params) == 2, "output_pad": out_pad})
+
+
+def _inner_product(b, node, x, w, bias, w_name, b_name, output=None):
+    """InnerProduct of 2-D ``x`` with weight w [outputs, inputs] and optional bias."""
+    params = [b.param(w_name, w)]
+    if bias is not None:
+        params.append(b.param(b_name, bias))
+    n = b.shape(x)[0]
+    return b.add("InnerProduct", [b.value(x)], (n, w.shape[0]), node, params=params,
+                 output=output, options={"outputs": int(w.shape[0]), "inputs": int(w.shape[1]),
+                                         "bias": bias is not None})
+
+
+@converts("Gemm")
+def gemm(b, node):
+    a = node.inputs[0]
+    if node.attr("transA", 0):
+        raise Unsupported("transA=1 (the data operand transposed)")
+    if len(b.shape(a)) != 2:
+        raise Unsupported("operand A of shape %s is not 2-D" % (b.shape(a),))
+    weight = b.const(node.inputs[1], "B (weights)")
+    w = weight if node.attr("transB", 0) else weight.T
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    w = w * np.float32(alpha) if alpha != 1.0 else w
+    if w.shape[1] != b.shape(a)[1]:
+        raise Unsupported("B of shape %s does not match A %s" % (weight.shape, b.shape(a)))
+    bias = None
+    if node.input(2):
+        c = b.const(node.inputs[2], "C (bias)")
+        m = w.shape[0]
+        if c.size == 1:
+            c = np.full(m, c.reshape(()), np.float32)
+        elif c.size != m or (c.ndim == 2 and c.shape[0] != 1):
+            raise Unsupported("C of shape %s is not a bias of %d outputs" % (c.shape, m))
+        bias = c.reshape(m) * np.float32(beta)
+    _inner_product(b, node, a, w, bias, node.inputs[1], node.input(2))
+
+
+@converts("MatMul")
+def matmul(b, node):
+    a = node.inputs[0]
+    if b.is_const(a) or not b.is_const(node.inputs[1]):
+        raise Unsupported("only data x constant 2-D matrix products are supported")
+    weight = b.const(node.inputs[1])
+    shape = b.shape(a)
+    if weight.ndim != 2 or len(shape) < 2 or shape[-1] != weight.shape[0]:
+        raise Unsupported("operands of shapes %s and %s" % (shape, weight.shape))
+    if len(shape) == 2:
+        _inner_product(b, node, a, weight.T, None, node.inputs[1], None)
+        return
+    rows = int(np.prod(shape[:-1]))
+    flat = b.add("Reshape", [b.value(a)], (rows, shape[-1]), output=b.fresh(a + "/rows"),
+                 name=node.name + "/rows", options={"dims": [-1, int(shape[-1])]})
+    b.alias[flat] = flat
+    y = _inner_product(b, None, flat, weight.T, None, node.inputs[1], None,
+                       output=b.fresh(node.outputs[0] + "/rows"))
+    out = tuple(shape[:-1]) + (int(weight.shape[1]),)
+    b.alias[y] = y
+    # -1 first: the batch is deduced, so the net still reshapes to other batch sizes
+    b.add("Reshape", [y], out, node, options={"dims": [-1] + [int(d) for d in out[1:]]})
+
+
+@converts("BatchNormalization")
+def batch_norm(b, node):
+    shape = b.shape(node.inputs[0])
+    if len(shape) not in (2, 4):
+        raise Unsupported("input of shape %s: (N, C) or (N, C, H, W) only" % (shape,))
+    if any(b.consumers.get(o) or o in b.graph_outputs for o in node.outputs[1:] if o):
+        raise Unsupported("the batch mean/variance outputs are read")
+    names = [node.inputs[i] for i in (3, 4, 1, 2)]  # dlprim order: mean, var, weight, bias
+    params = [b.param(n, b.const(n, "statistics/affine input")) for n in names]
+    b.add("BatchNorm", [b.value(node.inputs[0])], shape, node, params=params, options={
+        "features": int(shape[1]), "eps": float(node.attr("epsilon", 1e-5)),
+        "momentum": 1.0 - float(node.attr("momentum", 0.9)), "affine": True})
+
+
+@converts("MaxPool", "AveragePool")
+def pool(b, node):
+    n, c, h, w = _image(b, node)
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise Unsupported("the Indices output is read")
+    kernel = _pairs(node, "kernel_shape", [1, 1])
+    strides, dil, pads = window(node, (h, w), kernel)
+    if dil != [1, 1]:
+        raise Unsupported("dilations %s" % dil)
+    if pads[:2] != pads[2:]:
+        raise Unsupported("asymmetric padding %s" % pads)
+    if any(2 * p > k for p, k in zip(pads, kernel)):
+        raise Unsupported("padding %s above half the window %s" % (pads[:2], kernel))
+    ceil = bool(node.attr("ceil_mode", 0))
+    out = []
+    for i, size in enumerate((h, w)):
+        span = size + 2 * pads[i] - kernel[i]
+        o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
+        if ceil and (o - 1) * strides[i] >= size + pads[i]:
+            o -= 1  # a window may not start in the right padding (PyTorch's rule)
+        out.append(o)
+    mode = "max" if node.op_type == "MaxPool" else "avg"
+    b.add("Pooling2D", [b.value(node.inputs[0])], (n, c, out[0], out[1]), node, options={
+        "mode": mode, "kernel": kernel, "stride": strides, "pad": pads[:2], "ceil_mode": ceil,
+        "count_include_pad": bool(node.attr("count_include_pad", 0))})
+
+
+@converts("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(b, node):
+    shape = b.shape(node.inputs[0])
+    mode = "avg" if node.op_type == "GlobalAveragePool" else "max"
+    if len(shape) == 4:
+        b.add("GlobalPooling", [b.value(node.inputs[0])], shape[:2] + (1, 1), node,
+              options={"mode": mode})
+    elif mode == "avg" and len(shape) > 2:
+        b.add("Reduction", [b.value(node.inputs[0])], shape[:2] + (1,) * (len(shape) - 2), node,
+              options={"method": "mean", "dims": list(range(2, len(shape))), "keep_dim": True})
+    else:
+        raise Unsupported("input of shape %s" % (shape,))
+
+
+@converts("Pad")
+def pad(b, node):
+    """Zero padding of H and W as a 1x1 depthwise convolution of ones with that padding
+    (exact: every output is 1 * x or 0); negative pads crop with Slice."""
+    shape = b.shape(node.inputs[0])
+    if node.attr("mode", "constant") != "constant":
+        raise Unsupported("mode %r (only constant zero padding)" % node.attr("mode"))
+    pads = node.attr("pads") if node.input(1) is None else b.const(node.inputs[1], "pads")
+    value = node.attr("value", 0.0)
+    if node.input(2):
+        value = float(b.const(node.inputs[2], "constant_value").reshape(-1)[0])
+    if node.input(3):
+        axes = [int(a) % len(shape) for a in b.const(node.inputs[3], "axes")]
+        full = [0] * (2 * len(shape))
+        for i, a in enumerate(axes):
+            full[a], full[a + len(shape)] = int(pads[i]), int(pads[i + len(axes)])
+        pads = full
+    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
+    if value != 0.0:
+        raise Unsupported("padding value %g (only 0)" % value)
+    if len(shape) != 4 or any(pads[i] for i in (0, 1, 4, 5)):
+        raise Unsupported("pads %s: only H and W of (N, C, H, W) may be padded" % pads)
+    x = b.value(node.inputs[0])
+    cur = list(shape)
+    for axis, lo, hi in ((2, pads[2], pads[6]), (3, pads[3], pads[7])):
+        if lo < 0 or hi < 0:
+            begin, end = max(-lo, 0), cur[axis] - max(-hi, 0)
+            cur[axis] = end - begin
+            x = b.add("Slice", [x], cur, output=b.fresh(node.outputs[0] + "/crop"),
+                      name=node.name + "/crop", options={"dim": axis, "begin": begin, "end": end})
+    grow = [max(pads[2], 0), max(pads[3], 0), max(pads[6], 0), max(pads[7], 0)]
+    if not any(grow):
+        b.out(node, x)
+        return
+    ones = b.param(node.name + ".ones", np.ones((cur[1], 1, 1, 1), np.float32))
+    out = (cur[0], cur[1], cur[2] + grow[0] + grow[2], cur[3] + grow[1] + grow[3])
+    b.add("Convolution2D", [x], out, node, params=[ones], frozen=True, options={
+        "channels_out": cur[1], "channels_in": cur[1], "kernel": [1, 1], "pad": grow,
+        "groups": cur[1], "bias": False})
+
+
+def _resize_method(b, node):
+    mode = node.attr("mode", "nearest")
+    ctm = node.attr("coordinate_transformation_mode",
+                    "half_pixel" if b.opset >= 11 and node.op_type == "Resize" else "asymmetric")
+    if node.attr("antialias", 0):
+        raise Unsupported("antialias")
+    if mode == "nearest":
+        nearest = node.attr("nearest_mode", "round_prefer_floor")
+        if ctm == "asymmetric" and (nearest == "floor" or node.op_type == "Upsample"):
+            return "nearest", False
+        if ctm in ("half_pixel", "pytorch_half_pixel") and nearest == "round_prefer_ceil":
+            return "nearest-exact", False
+        if ctm in ("half_pixel", "pytorch_half_pixel") and nearest == "round_prefer_floor":
+            return "nearest-integer", False  # exact only for integer factors, checked later
+    if mode in ("linear", "bilinear") and node.op_type == "Resize":
+        if ctm in ("half_pixel", "pytorch_half_pixel"):
+            return "bilinear", False
+        if ctm == "align_corners":
+            return "bilinear", True
+    raise Unsupported("mode %r with coordinate_transformation_mode %r" % (mode, ctm))
+
+
+@converts("Resize", "Upsample")
+def resize(b, node):
+    n, c, h, w = _image(b, node)
+    method, corners = _resize_method(b, node)
+    if node.op_type == "Upsample" and node.input(1) is None:
+        scales, sizes = node.attr("scales"), None
+    elif node.op_type == "Upsample" or b.opset < 11:
+        scales, sizes = b.const(node.inputs[1], "scales"), None
+    else:
+        scales = b.const(node.inputs[2], "scales") if node.input(2) else None
+        sizes = b.const(node.inputs[3], "sizes") if node.input(3) else None
+    if node.attr("axes") is not None:
+        raise Unsupported("attribute axes")
+    opts = {"method": method}
+    if sizes is not None and np.asarray(sizes).size:
+        sizes = [int(s) for s in sizes]
+        if sizes[:2] != [n, c]:
+            raise Unsupported("sizes %s change N or C" % sizes)
+        oh, ow = sizes[2:]
+        factors = (oh / h, ow / w)
+        opts.update(out_h=oh, out_w=ow)
+    else:
+        scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+        if len(scales) != 4 or scales[:2] != [1.0, 1.0]:
+            raise Unsupported("scales %s: only H and W may be resized" % scales)
+        oh, ow = int(h * scales[2]), int(w * scales[3])
+        factors = scales[2:]
+        opts.update(scale_y=scales[2], scale_x=scales[3])
+    if method == "nearest-integer":
+        if not all(f >= 1 and float(f).is_integer() for f in factors):
+            raise Unsupported("nearest mode %r with the non-integer factors %s"
+                              % (node.attr("nearest_mode", "round_prefer_floor"), list(factors)))
+        opts["method"] = "nearest"  # integer upsampling: every rounding rule picks floor(o/s)
+    if corners:
+        opts["align_corners"] = True
+    b.add("Interpolation", [b.value(node.inputs[0])], (n, c, oh, ow), node, options=opts)
+
+
+@converts("LRN")
+def lrn(b, node):
+    raise Unsupported("dlprim has no LRN layer")
