@@ -276,6 +276,11 @@ class Net:
         from . import weights
         weights.save_hdf5(path, self.store.to_numpy())
 
+    def to_onnx(self, path, opset=None):
+        """Export as an ONNX model with the current weights (needs the onnx extra)."""
+        from . import onnx
+        return onnx.save(self, path, opset)
+
     def load_parameters(self, path, allow_missing=False):
         """Load a .dlp or .h5 file; a missing parameter is an error unless allow_missing."""
         from . import weights

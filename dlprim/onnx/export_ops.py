@@ -1,0 +1,289 @@
+"""dlprim layers as ONNX nodes, one function per layer type:
+``fn(e, op, layer, ins, outs, params)`` with ``e`` the ``export.ExportGraph``, ``ins`` /
+``outs`` the ONNX tensor names of the operator's values and ``params`` its initializers."""
+import numpy as np
+
+__all__ = ["EXPORTERS", "activation"]
+
+EXPORTERS = {}
+
+
+def exports(*types):
+    def wrap(fn):
+        for t in types:
+            EXPORTERS[t] = fn
+        return fn
+    return wrap
+
+
+def activation(e, act, x, out, name, options=None):
+    """Nodes computing ``act(x)`` into ``out``."""
+    o = options or {}
+    n = e.node
+    if act == "identity":
+        n("Identity", [x], [out], name)
+    elif act in ("relu", "sigmoid", "tanh", "erf"):
+        n({"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "erf": "Erf"}[act], [x], [out], name)
+    elif act == "relu6":
+        n("Clip", [x, e.scalar(0.0), e.scalar(6.0)], [out], name)
+    elif act == "leaky_relu":
+        n("LeakyRelu", [x], [out], name, alpha=float(o.get("negative_slope", 0.01)))
+    elif act == "elu":
+        n("Elu", [x], [out], name, alpha=float(o.get("alpha", 1.0)))
+    elif act in ("silu", "swish"):
+        n("Mul", [x, n("Sigmoid", [x], name=name + "/sigmoid")], [out], name)
+    elif act == "hardsigmoid":
+        n("HardSigmoid", [x], [out], name, alpha=1.0 / 6, beta=0.5)
+    elif act == "hardswish":
+        if e.opset >= 14:
+            n("HardSwish", [x], [out], name)
+        else:
+            n("Mul", [x, n("HardSigmoid", [x], name=name + "/gate", alpha=1.0 / 6, beta=0.5)], [out], name)
+    elif act in ("gelu", "gelu_tanh") and e.opset >= 20:
+        n("Gelu", [x], [out], name, approximate="none" if act == "gelu" else "tanh")
+    elif act == "gelu":  # x/2 (1 + erf(x / sqrt 2))
+        t = n("Erf", [n("Div", [x, e.scalar(np.sqrt(2.0))], name=name + "/div")], name=name + "/erf")
+        t = n("Mul", [x, n("Add", [t, e.scalar(1.0)], name=name + "/add")], name=name + "/mul")
+        n("Mul", [t, e.scalar(0.5)], [out], name)
+    elif act == "gelu_tanh":  # x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cube = n("Mul", [x, n("Mul", [x, x], name=name + "/sq")], name=name + "/cube")
+        u = n("Add", [x, n("Mul", [cube, e.scalar(0.044715)], name=name + "/c")], name=name + "/u")
+        t = n("Tanh", [n("Mul", [u, e.scalar(np.sqrt(2 / np.pi))], name=name + "/k")], name=name + "/tanh")
+        t = n("Mul", [x, n("Add", [t, e.scalar(1.0)], name=name + "/add")], name=name + "/mul")
+        n("Mul", [t, e.scalar(0.5)], [out], name)
+    elif act == "mish":  # x tanh(softplus(x))
+        t = n("Tanh", [n("Softplus", [x], name=name + "/softplus")], name=name + "/tanh")
+        n("Mul", [x, t], [out], name)
+    elif act == "softplus":  # log(1 + e^(beta x)) / beta; the linear part above threshold agrees to e^-threshold
+        beta = float(o.get("beta", 1.0))
+        if beta == 1.0:
+            n("Softplus", [x], [out], name)
+        else:
+            t = n("Softplus", [n("Mul", [x, e.scalar(beta)], name=name + "/scale")], name=name + "/sp")
+            n("Div", [t, e.scalar(beta)], [out], name)
+    else:
+        raise ValueError("%s: activation %r has no ONNX export" % (name, act))
+
+
+def _then(e, op, act, ins_node, outs, options=None, **attrs):
+    """``ins_node`` = (op_type, inputs): that node, then the fused activation, into outs[0]."""
+    op_type, inputs = ins_node
+    if act == "identity":
+        e.node(op_type, inputs, outs, op.name, **attrs)
+    else:
+        t = e.node(op_type, inputs, name=op.name, **attrs)
+        activation(e, act, t, outs[0], op.name + "/" + act, options)
+
+
+@exports("Convolution2D", "TransposedConvolution2D")
+def conv(e, op, layer, ins, outs, params):
+    attrs = dict(kernel_shape=list(layer.kernel), strides=list(layer.stride),
+                 dilations=list(layer.dilate), group=layer.groups, pads=list(layer.pad))
+    op_type = "Conv"
+    if op.type == "TransposedConvolution2D":
+        op_type = "ConvTranspose"
+        attrs["output_padding"] = list(layer.output_pad)
+    _then(e, op, layer.activation, (op_type, ins + params), outs, **attrs)
+
+
+@exports("InnerProduct")
+def inner_product(e, op, layer, ins, outs, params):
+    x = ins[0]
+    if len(e.shape(op.in_values[0])) != 2:
+        x = e.node("Flatten", [x], name=op.name + "/flatten", axis=1)
+    _then(e, op, layer.options["activation"], ("Gemm", [x] + params), outs, transB=1)
+
+
+@exports("BatchNorm")
+def batch_norm(e, op, layer, ins, outs, params):
+    mean, var = params[:2]
+    if layer.options["affine"]:
+        scale, bias = params[2:]
+    else:
+        c = e.shape(op.in_values[0])[1]
+        scale, bias = e.const(np.ones(c, np.float32), "ones"), e.const(np.zeros(c, np.float32), "zeros")
+    e.node("BatchNormalization", [ins[0], scale, bias, mean, var], outs, op.name,
+           epsilon=float(layer.options["eps"]), momentum=1.0 - float(layer.options["momentum"]))
+
+
+@exports("Activation")
+def activation_layer(e, op, layer, ins, outs, params):
+    activation(e, layer.options["activation"], ins[0], outs[0], op.name, layer.options)
+
+
+@exports("Threshold")
+def threshold(e, op, layer, ins, outs, params):
+    from onnx import TensorProto
+    t = e.node("Greater", [ins[0], e.scalar(float(layer.options["threshold"]))], name=op.name + "/gt")
+    e.node("Cast", [t], outs, op.name, to=TensorProto.FLOAT)
+
+
+@exports("Hardtanh")
+def hardtanh(e, op, layer, ins, outs, params):
+    o = layer.options
+    e.node("Clip", [ins[0], e.scalar(float(o["min_val"])), e.scalar(float(o["max_val"]))], outs, op.name)
+
+
+@exports("Abs")
+def abs_(e, op, layer, ins, outs, params):
+    e.node("Abs", ins, outs, op.name)
+
+
+ELEMENTWISE = {"sum": "Add", "sub": "Sub", "prod": "Mul", "div": "Div", "max": "Max", "min": "Min"}
+
+
+@exports("Elementwise")
+def elementwise(e, op, layer, ins, outs, params):
+    a, b = ins
+    c1, c2 = layer.coefs
+    if c1 != 1.0:
+        a = e.node("Mul", [a, e.scalar(c1)], name=op.name + "/coef1")
+    if c2 != 1.0:
+        b = e.node("Mul", [b, e.scalar(c2)], name=op.name + "/coef2")
+    _then(e, op, layer.options["activation"], (ELEMENTWISE[layer.op], [a, b]), outs)
+
+
+@exports("Pooling2D")
+def pooling(e, op, layer, ins, outs, params):
+    attrs = dict(kernel_shape=list(layer.kernel), strides=list(layer.stride),
+                 pads=list(layer.pad) * 2, ceil_mode=int(layer.ceil_mode))
+    if layer.options["mode"] == "max":
+        e.node("MaxPool", ins, outs, op.name, **attrs)
+    else:
+        e.node("AveragePool", ins, outs, op.name, count_include_pad=int(layer.count_include_pad),
+               **attrs)
+
+
+@exports("GlobalPooling")
+def global_pooling(e, op, layer, ins, outs, params):
+    e.node("GlobalMaxPool" if layer.options["mode"] == "max" else "GlobalAveragePool", ins, outs,
+           op.name)
+
+
+@exports("Concat")
+def concat(e, op, layer, ins, outs, params):
+    e.node("Concat", ins, outs, op.name, axis=int(layer.options["dim"]))
+
+
+@exports("Slice")
+def slice_(e, op, layer, ins, outs, params):
+    shape = e.shape(op.in_values[0])
+    axis = int(layer.options["dim"]) % len(shape)
+    begin, end = layer.bounds(shape[axis])
+    e.node("Slice", [ins[0], e.ints([begin]), e.ints([end]), e.ints([axis])], outs, op.name)
+
+
+@exports("Reshape", "Flatten", "Squeeze")
+def reshape(e, op, layer, ins, outs, params):
+    # the output shape with the batch kept symbolic where the layer keeps it (dims 0)
+    out = list(e.shape(op.out_values[0]))
+    if op.type == "Reshape":
+        out = [int(d) for d in layer.options["dims"]]
+    elif op.type == "Flatten":
+        out = [0, -1]
+    e.node("Reshape", [ins[0], e.ints(out, op.name + ".shape")], outs, op.name)
+
+
+@exports("Transpose")
+def transpose(e, op, layer, ins, outs, params):
+    rank = len(e.shape(op.in_values[0]))
+    e.node("Transpose", ins, outs, op.name, perm=[int(d) % rank for d in layer.options["dims"]])
+
+
+@exports("Softmax")
+def softmax(e, op, layer, ins, outs, params):
+    e.node("LogSoftmax" if layer.options["log"] else "Softmax", ins, outs, op.name, axis=1)
+
+
+@exports("Dropout")
+def dropout(e, op, layer, ins, outs, params):
+    e.node("Identity", ins, outs, op.name)
+
+
+@exports("Parameter")
+def parameter(e, op, layer, ins, outs, params):
+    e.node("Identity", params, outs, op.name)
+
+
+@exports("Interpolation")
+def interpolation(e, op, layer, ins, outs, params):
+    o = layer.options
+    if o["method"] == "bilinear":
+        attrs = dict(mode="linear", coordinate_transformation_mode="align_corners"
+                     if o["align_corners"] else "half_pixel")
+    elif o["method"] == "nearest":
+        attrs = dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    else:
+        attrs = dict(mode="nearest", coordinate_transformation_mode="half_pixel",
+                     nearest_mode="round_prefer_ceil")
+    if o["scale_y"] > 0:
+        scales = e.const(np.array([1, 1, o["scale_y"], o["scale_x"]], np.float32), op.name + ".scales")
+        e.node("Resize", [ins[0], "", scales], outs, op.name, **attrs)
+    else:
+        sizes = e.ints(list(e.shape(op.out_values[0])), op.name + ".sizes")
+        e.node("Resize", [ins[0], "", "", sizes], outs, op.name, **attrs)
+
+
+REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "sumsq": "ReduceSumSquare", "abssum": "ReduceL1"}
+
+
+@exports("Reduction")
+def reduction(e, op, layer, ins, outs, params):
+    o = layer.options
+    rank = len(e.shape(op.in_values[0]))
+    axes = layer.axes(rank)
+    keep = int(o["keep_dim"])
+    op_type = REDUCE[o["method"]]
+    t = ins[0]
+    if e.opset >= 18 or op_type == "ReduceSum":
+        t = e.node(op_type, [t, e.ints(axes)], name=op.name, keepdims=keep)
+    else:
+        t = e.node(op_type, [t], name=op.name, keepdims=keep, axes=list(axes))
+    if float(o["output_scale"]) != 1.0:
+        t = e.node("Mul", [t, e.scalar(float(o["output_scale"]))], name=op.name + "/scale")
+    # dlprim gives (1,) where ONNX reduces to a scalar
+    e.node("Reshape", [t, e.ints(list(e.shape(op.out_values[0])))], outs, op.name + "/shape")
+
+
+def _to_one(e, op, t, outs):
+    e.node("Reshape", [t, e.ints([1])], outs, op.name + "/shape")
+
+
+@exports("SoftmaxWithLoss")
+def softmax_loss(e, op, layer, ins, outs, params):
+    labels = _int_labels(e, op, ins[1])
+    _to_one(e, op, e.node("SoftmaxCrossEntropyLoss", [ins[0], labels], name=op.name,
+                          reduction="mean"), outs)
+
+
+@exports("NLLLoss")
+def nll_loss(e, op, layer, ins, outs, params):
+    labels = _int_labels(e, op, ins[1])
+    reduce = layer.options["reduce"]
+    if reduce == "none":
+        e.node("NegativeLogLikelihoodLoss", [ins[0], labels], outs, op.name, reduction="none")
+    else:
+        _to_one(e, op, e.node("NegativeLogLikelihoodLoss", [ins[0], labels], name=op.name,
+                              reduction=reduce), outs)
+
+
+def _int_labels(e, op, labels):
+    from onnx import TensorProto
+    shape = e.shape(op.in_values[1])
+    if len(shape) == 2:
+        labels = e.node("Reshape", [labels, e.ints([-1])], name=op.name + "/labels")
+    if e.net.graph.values[op.in_values[1]].dtype.kind == "f":
+        labels = e.node("Cast", [labels], name=op.name + "/cast", to=TensorProto.INT64)
+    return labels
+
+
+@exports("MSELoss")
+def mse_loss(e, op, layer, ins, outs, params):
+    d = e.node("Sub", ins, name=op.name + "/sub")
+    reduce = layer.options["reduce"]
+    if reduce == "none":
+        e.node("Mul", [d, d], outs, op.name)
+        return
+    sq = e.node("Mul", [d, d], name=op.name + "/sq")
+    t = e.node("ReduceMean" if reduce == "mean" else "ReduceSum", [sq], name=op.name, keepdims=0)
+    _to_one(e, op, t, outs)

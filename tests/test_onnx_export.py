@@ -1,0 +1,152 @@
+"""ONNX export: dlprim nets -> ONNX (onnx.checker inside save) -> onnxruntime gives the
+same outputs; the dlprim.models nets also come back through the importer unchanged."""
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+import dlprim as dp  # noqa: E402
+import dlprim.onnx as dox  # noqa: E402
+from dlprim import models  # noqa: E402
+
+MODELS = [("lenet", {}), ("mlp", {}), ("alexnet", {"image_size": 64}),
+          ("vgg16", {"image_size": 32}), ("resnet18", {"image_size": 32}),
+          ("resnet50", {"image_size": 32}), ("mobilenet_v2", {"image_size": 32})]
+
+
+def run_ort(path, feeds):
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(None, feeds)))
+
+
+def check_close(y, ref, rtol=1e-4):
+    assert y.shape == ref.shape, (y.shape, ref.shape)
+    scale = float(np.abs(ref).max())
+    err = float(np.abs(y - ref).max())
+    assert err <= rtol * max(scale, 1e-3), "max error %g, largest output %g" % (err, scale)
+
+
+def with_logits(cfg):
+    """The net's outputs plus the logits feeding its final Softmax (a near-uniform
+    probability would hide errors)."""
+    logits = cfg.operators[-1]["inputs"][0]
+    cfg.set_outputs([logits] + cfg.outputs)
+    return cfg
+
+
+@pytest.mark.parametrize("name,kw", MODELS, ids=[m[0] for m in MODELS])
+def test_models_round_trip(ctx, tmp_path, name, kw):
+    cfg = with_logits(models.BUILDERS[name](batch=2, classes=10, train=False, **kw))
+    net = dp.Net(ctx, cfg, mode="predict", seed=3)
+    x = np.random.default_rng(0).standard_normal(net.tensor("data").shape).astype(np.float32)
+    ours = net(data=x)
+    path = tmp_path / (name + ".onnx")
+    net.to_onnx(path)
+    onnx.checker.check_model(str(path))
+    ref = run_ort(path, {"data": x})
+    assert set(ref) == set(ours)
+    for k in ours:
+        check_close(ours[k], ref[k])
+    again = dox.load(path, ctx)(data=x)
+    for k in ours:
+        check_close(again[k], ref[k])
+
+
+def test_training_net_exports_its_loss(ctx, tmp_path):
+    net = dp.Net(ctx, models.lenet(batch=4), mode="predict", seed=1)
+    x = np.random.default_rng(1).standard_normal((4, 1, 28, 28)).astype(np.float32)
+    label = np.array([3, 0, 9, 3], np.int32)
+    loss = net(data=x, label=label)["loss"]
+    dox.save(net, tmp_path / "lenet.onnx")
+    ref = run_ort(tmp_path / "lenet.onnx", {"data": x, "label": label})["loss"]
+    check_close(loss, ref)
+
+
+def zoo():
+    """A net with every exported layer type and the variants of their options."""
+    cfg = dp.NetConfig()
+    cfg.add_input("data", (2, 4, 8, 8))
+    cfg.add_input("label", (2,), dtype="int")
+    cfg.add_input("target", (2, 6))
+    c = cfg.add("Convolution2D", name="conv", inputs="data", options={
+        "channels_out": 6, "kernel": [3, 2], "pad": [1, 0, 1, 1], "activation": "sigmoid"})
+    t = cfg.add("TransposedConvolution2D", name="deconv", inputs=c, options={
+        "channels_out": 4, "kernel": 3, "stride": 2, "pad": 1, "output_pad": 1, "groups": 2,
+        "activation": "relu6"})
+    bn = cfg.add("BatchNorm", name="bn", inputs=t, options={"affine": False})
+    outs = []
+    for act in ("relu", "tanh", "leaky_relu", "elu", "gelu", "gelu_tanh", "silu", "hardswish",
+                "hardsigmoid", "mish", "softplus", "erf"):
+        opts = {"activation": act}
+        if act == "softplus":
+            opts["beta"] = 2.0
+        if act == "leaky_relu":
+            opts["negative_slope"] = 0.2
+        outs.append(cfg.add("Activation", name="act_" + act, inputs=bn, options=opts))
+    outs.append(cfg.add("Threshold", name="thr", inputs=bn, options={"threshold": 0.1}))
+    outs.append(cfg.add("Hardtanh", name="htanh", inputs=bn, options={"min_val": -0.5, "max_val": 0.7}))
+    outs.append(cfg.add("Abs", name="abs", inputs=bn))
+    p = cfg.add("Parameter", name="scale", inputs=[], options={"shape": [1, 4, 1, 1]})
+    for op in ("sum", "sub", "prod", "div", "max", "min"):
+        outs.append(cfg.add("Elementwise", name="ew_" + op, inputs=[bn, p], options={
+            "operation": op, "coef1": 1.5, "coef2": -0.5 if op != "div" else 2.0,
+            "activation": "tanh" if op == "sum" else "identity"}))
+    outs.append(cfg.add("Pooling2D", name="avg", inputs=bn, options={
+        "mode": "avg", "kernel": 3, "stride": 2, "pad": 1, "count_include_pad": True, "ceil_mode": True}))
+    pooled = cfg.add("Pooling2D", name="max", inputs=bn, options={"kernel": 2, "stride": 2})
+    outs.append(pooled)
+    outs.append(cfg.add("GlobalPooling", name="gmax", inputs=bn, options={"mode": "max"}))
+    cat = cfg.add("Concat", name="cat", inputs=[pooled, c], options={"dim": 1})
+    outs.append(cfg.add("Slice", name="slice", inputs=cat, options={"dim": 1, "begin": 2, "end": -3}))
+    outs.append(cfg.add("Transpose", name="tr", inputs=cat, options={"dims": [0, 2, 3, 1]}))
+    outs.append(cfg.add("Interpolation", name="up_near", inputs=c, options={"method": "nearest", "scale_y": 2.0, "scale_x": 2.0}))
+    outs.append(cfg.add("Interpolation", name="up_exact", inputs=c, options={"method": "nearest-exact", "out_h": 5, "out_w": 11}))
+    outs.append(cfg.add("Interpolation", name="up_lin", inputs=c, options={"method": "bilinear", "out_h": 13, "out_w": 7}))
+    outs.append(cfg.add("Interpolation", name="up_corner", inputs=c, options={"method": "bilinear", "scale_y": 1.5, "scale_x": 2.0, "align_corners": True}))
+    for m in ("sum", "mean", "sumsq", "abssum"):
+        outs.append(cfg.add("Reduction", name="red_" + m, inputs=bn, options={
+            "method": m, "dims": [1, 3], "keep_dim": m == "mean", "output_scale": 0.5}))
+    outs.append(cfg.add("Reduction", name="red_all", inputs=bn, options={"keep_dim": False}))
+    g = cfg.add("GlobalPooling", name="gavg", inputs=c, options={"mode": "avg"})
+    sq = cfg.add("Squeeze", name="squeeze", inputs=g, options={"dims": [2, 3]})
+    r = cfg.add("Reshape", name="reshape", inputs=bn, options={"dims": [0, -1, 4]})
+    outs.append(cfg.add("Flatten", name="flatten", inputs=r))
+    d = cfg.add("Dropout", name="drop", inputs=sq, options={"ratio": 0.3})
+    fc = cfg.add("InnerProduct", name="fc", inputs=c, options={"outputs": 6, "activation": "relu"})
+    outs.append(cfg.add("Softmax", name="logsm", inputs=fc, options={"log": True}))
+    outs.append(cfg.add("NLLLoss", name="nll", inputs=["logsm", "label"], options={"reduce": "sum"}))
+    outs.append(cfg.add("SoftmaxWithLoss", name="ce", inputs=[d, "label"]))
+    outs.append(cfg.add("MSELoss", name="mse", inputs=[d, "target"]))
+    outs.append(cfg.add("Softmax", name="sm", inputs=bn))
+    cfg.set_outputs(outs)
+    return cfg
+
+
+@pytest.mark.parametrize("opset", [13, 17, 20])
+def test_every_layer_type_matches_onnxruntime(ctx, tmp_path, opset):
+    net = dp.Net(ctx, zoo(), mode="predict", seed=5)
+    rng = np.random.default_rng(2)
+    params = {k: rng.uniform(0.5, 1.5, v.shape).astype(np.float32) if k.startswith("bn.")
+              else v for k, v in net.get_parameters().items()}
+    params["scale.0"] = rng.uniform(0.5, 1.5, (1, 4, 1, 1)).astype(np.float32)
+    net.set_parameters(params)
+    feeds = {"data": rng.standard_normal((2, 4, 8, 8)).astype(np.float32),
+             "label": np.array([1, 4], np.int32),
+             "target": rng.standard_normal((2, 6)).astype(np.float32)}
+    ours = net(**feeds)
+    model = dox.save(net, tmp_path / "zoo.onnx", opset=opset)
+    assert model.opset_import[0].version == opset
+    ref = run_ort(tmp_path / "zoo.onnx", feeds)
+    for k in ours:
+        check_close(ours[k], ref[k])
+
+
+def test_export_needs_a_set_up_net_and_a_known_opset(ctx, tmp_path):
+    with pytest.raises(RuntimeError, match="set up"):
+        dox.save(dp.Net(ctx), tmp_path / "x.onnx")
+    net = dp.Net(ctx, models.mlp(batch=2, inputs=4, hidden=(3,), train=False))
+    with pytest.raises(ValueError, match="opset 13"):
+        net.to_onnx(tmp_path / "x.onnx", opset=11)
+    assert not (tmp_path / "x.onnx").exists()
