@@ -196,11 +196,10 @@ class Trainer:
                    "lr": float(self.solver.lr), "seconds": seconds,
                    "images_per_s": images / seconds if seconds > 0 else None}
             self.metrics.add(row)
-            if self.progress:
-                print("epoch %d: train loss %.4f acc %.4f%s" % (
-                    row["epoch"], row["train_loss"], row["train_acc"],
-                    "" if val_acc is None else ", val loss %.4f acc %.4f" % (val_loss, val_acc)),
-                    flush=True)
+            print("epoch %d: train loss %.4f acc %.4f%s" % (
+                row["epoch"], row["train_loss"], row["train_acc"],
+                "" if val_acc is None else ", val loss %.4f acc %.4f" % (val_loss, val_acc)),
+                flush=True)
             if self.schedule and not self.per_iteration:
                 self.schedule.step(val_loss if type(self.schedule).__name__ == "ReduceLROnPlateau"
                                    else None)
