@@ -159,6 +159,21 @@ print("accuracy: dlprim %.3f, onnxruntime %.3f" % (np.mean(ours.argmax(1) == lab
 assert np.abs(ours - theirs).max() < 1e-4
 
 # %% [markdown]
+# ## 5. And back to ONNX
+# `net.to_onnx(path)` (or `dlprim.onnx.save(net, path)`) exports a dlprim net with its
+# current weights, so a model trained with dlprim can go to any ONNX runtime.
+
+# %%
+net.to_onnx("runs/digits_from_dlprim.onnx")
+exported = onnxruntime.InferenceSession("runs/digits_from_dlprim.onnx",
+                                        providers=["CPUExecutionProvider"])
+feed = {exported.get_inputs()[0].name: images[:100]}
+print("input:", exported.get_inputs()[0].name, exported.get_inputs()[0].shape)
+difference = np.abs(exported.run(None, feed)[0] - ours[:100]).max()
+print("largest difference: %.2e" % difference)
+assert difference < 1e-4
+
+# %% [markdown]
 # The imported model is an ordinary dlprim net: `cfg.save("digits.json")` and
 # `net.save_parameters("digits.dlp")` store it in the DLPrimitives formats, and it can be
 # trained further (load it with `mode="train"` and add a loss, as in 04_finetune).
