@@ -88,19 +88,25 @@ class Importer:
     # ----- the passes
     def run(self):
         const = self._static_constants()
-        problems = []
+        unknown = set()
         for node in self.nodes:
             if all(n in const for n in node.outputs if n):
                 continue
-            if node.domain not in DEFAULT_DOMAINS and not node.domain.startswith("dlprim"):
-                problems.append((node.op_type, node.name, "domain '%s'" % node.domain))
+            if node.domain not in DEFAULT_DOMAINS:
+                self.problems.append((node.op_type, node.name, "domain '%s'" % node.domain))
             elif node.op_type not in CONVERTERS:
-                problems.append((node.op_type, node.name, ""))
-        if problems:
-            raise UnsupportedModelError(problems)
+                self.problems.append((node.op_type, node.name, "no converter"))
+            else:
+                continue
+            unknown.add(id(node))
         self._add_inputs()
+        # convert the rest too, so that unsupported variants (a Pad mode, a Resize
+        # transformation) are listed with the unknown operators in one error
         for node in self.nodes:
-            self._convert(node)
+            if id(node) in unknown:
+                self.poisoned.update(node.outputs)
+            else:
+                self._convert(node)
         if self.problems:
             raise UnsupportedModelError(self.problems)
         self._name_outputs()
@@ -154,6 +160,11 @@ class Importer:
         except Unsupported as why:
             self.problems.append((node.op_type, node.name, str(why)))
             self.poisoned.update(node.outputs)
+        except OnnxImportError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise OnnxImportError("%s '%s': cannot convert: %s" % (node.op_type, node.name, err)) \
+                from err
 
     def _fold_shape(self, node):
         shape = np.array(self.shape(node.inputs[0]), np.int64)

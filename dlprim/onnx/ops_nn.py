@@ -90,7 +90,8 @@ def conv_transpose(b, node):
                 out_pad[i] -= total
                 total = 0
             small = total // 2
-            pads[i], pads[i + 2] = (total - small, small) if auto == "SAME_LOWER" else (small, total - small)
+            # the larger half at the start, except for SAME_UPPER (the ONNX rule)
+            pads[i], pads[i + 2] = (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
     elif auto == "VALID":
         pads = [0, 0, 0, 0]
     if any(op >= s for op, s in zip(out_pad, strides)):
