@@ -15,7 +15,8 @@ import dlprim.onnx as dox  # noqa: E402
 from dlprim.cli import convert  # noqa: E402
 
 node = helper.make_node
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 def small_model(nodes, inits=None, opset=13, outputs=("y",)):

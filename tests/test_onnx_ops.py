@@ -18,16 +18,17 @@ def rand(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def make(nodes, inputs, outputs, inits=None, opset=17):
-    """Serialized model: ``inputs`` {name: shape} (float), ``outputs`` names, ``inits``
-    {name: array} as initializers."""
+def make(nodes, inputs, outputs, inits=None, opset=17, proto=False):
+    """Serialized model (or the ModelProto): ``inputs`` {name: shape} (float), ``outputs``
+    names, ``inits`` {name: array} as initializers."""
     g = helper.make_graph(
         nodes, "test", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
         [numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset <= 18 else 9
-    return m.SerializeToString()
+    if opset <= 20:  # what onnxruntime reads; newer opsets keep onnx's own IR version
+        m.ir_version = 8 if opset <= 18 else 9
+    return m if proto else m.SerializeToString()
 
 
 def check(ctx, data, feeds, rtol=1e-4):
@@ -270,3 +271,30 @@ def test_batch_argument_and_reshape(ctx):
     net = dox.load(m, ctx, batch=4)
     assert net.tensor("x").shape == (4, 3, 5, 5)
     check(ctx, m.SerializeToString(), {"x": rand(3, 3, 5, 5)})  # another batch: re-planned
+
+
+def test_newest_opset_against_the_reference_evaluator(ctx):
+    """The newest opset the installed onnx knows (onnxruntime may lag behind it)."""
+    from onnx.reference import ReferenceEvaluator
+    newest = onnx.defs.onnx_opset_version()
+    nodes = [node("Conv", ["x", "w"], ["c"], pads=[1, 0, 1, 0]), node("Relu", ["c"], ["r"]),
+             node("MaxPool", ["r"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+             node("Split", ["mp"], ["a", "b"], axis=1, num_outputs=2),
+             node("Concat", ["b", "a"], ["cat"], axis=1),
+             node("ReduceMean", ["cat", "axes"], ["mean"], keepdims=1),
+             node("Resize", ["mean", "", "scales"], ["up"], mode="linear"),
+             node("Gelu", ["up"], ["gelu"]), node("HardSwish", ["gelu"], ["hs"]),
+             node("Unsqueeze", ["hs", "ax0"], ["u"]), node("Squeeze", ["u", "ax0"], ["sq"]),
+             node("Slice", ["sq", "st", "en", "ax3"], ["sl"]),
+             node("Transpose", ["sl"], ["tr"], perm=[0, 3, 2, 1]), node("Flatten", ["tr"], ["fl"]),
+             node("Gemm", ["fl", "fc"], ["y"], transB=1), node("Softmax", ["y"], ["prob"])]
+    inits = {"w": rand(4, 3, 3, 2), "axes": np.array([1], np.int64),
+             "scales": np.array([1, 1, 2, 2], np.float32), "ax0": np.array([0], np.int64),
+             "st": np.array([1], np.int64), "en": np.array([-1], np.int64), "ax3": np.array([3], np.int64),
+             "fc": rand(5, 32)}
+    model = make(nodes, {"x": (2, 3, 8, 8)}, ["y", "prob"], inits, newest, proto=True)
+    x = rand(2, 3, 8, 8)
+    ref = ReferenceEvaluator(model).run(None, {"x": x})
+    ours = dox.load(model, ctx)(x=x)
+    for y, r in zip((ours["y"], ours["prob"]), ref):
+        np.testing.assert_allclose(y, r, rtol=1e-4, atol=1e-4 * float(np.abs(r).max()))
