@@ -45,3 +45,18 @@ def test_family_matches_onnxruntime(ctx, family, opset):
     y = net(data=x.numpy())["logits"]
     assert y.shape == ref.shape
     check_close(y, ref)
+
+
+def test_symbolic_batch_is_set_and_changed(ctx):
+    """A model exported with a symbolic batch (its shape arithmetic folded at import) runs
+    at the batch it was loaded with and at another one after a re-plan."""
+    model = build("shufflenet")
+    x = torch.from_numpy(np.random.default_rng(8).standard_normal((3,) + IMAGE, dtype=np.float32))
+    f = io.BytesIO()
+    torch.onnx.export(model, x, f, opset_version=13, dynamo=False, input_names=["data"],
+                      output_names=["logits"], dynamic_axes={"data": {0: "n"}, "logits": {0: "n"}})
+    sess = ort.InferenceSession(f.getvalue(), providers=["CPUExecutionProvider"])
+    net = dox.load(f.getvalue(), ctx, batch=3)
+    check_close(net(data=x.numpy())["logits"], sess.run(None, {"data": x.numpy()})[0])
+    x5 = np.concatenate([x.numpy(), x.numpy()[:2] * 0.5])
+    check_close(net(data=x5)["logits"], sess.run(None, {"data": x5})[0])
