@@ -88,6 +88,7 @@ def zoo():
     outs.append(cfg.add("Threshold", name="thr", inputs=bn, options={"threshold": 0.1}))
     outs.append(cfg.add("Hardtanh", name="htanh", inputs=bn, options={"min_val": -0.5, "max_val": 0.7}))
     outs.append(cfg.add("Abs", name="abs", inputs=bn))
+    outs.append(cfg.add("LRN", name="lrn", inputs=bn, options={"size": 3, "alpha": 0.5, "k": 2.0}))
     p = cfg.add("Parameter", name="scale", inputs=[], options={"shape": [1, 4, 1, 1]})
     for op in ("sum", "sub", "prod", "div", "max", "min"):
         outs.append(cfg.add("Elementwise", name="ew_" + op, inputs=[bn, p], options={

@@ -79,6 +79,7 @@ def test_conv_transpose_gemm_matmul_batchnorm(ctx):
              output_padding=[1, 0], group=2),
         node("ConvTranspose", ["x", "wt"], ["deconv_shape"], strides=[2, 2], output_shape=[10, 9], group=2),
         node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["bn"], epsilon=1e-3),
+        node("LRN", ["x"], ["lrn"], size=3, alpha=0.5, beta=0.6, bias=2.0),
         node("Flatten", ["x"], ["flat"]),
         node("Gemm", ["flat", "gw", "gc"], ["gemm"], alpha=0.5, beta=2.0),
         node("Gemm", ["flat", "gw2"], ["gemm_t"], transB=1),
@@ -91,7 +92,7 @@ def test_conv_transpose_gemm_matmul_batchnorm(ctx):
              "gw2": rand(7, 80), "shape3": np.array([0, 4, -1], np.int64), "mw": rand(20, 3),
              "mb": rand(3)}
     data = make(nodes, {"x": (2, 4, 5, 4)},
-                ["deconv", "deconv_shape", "bn", "gemm", "gemm_t", "mm_bias"], inits)
+                ["deconv", "deconv_shape", "bn", "lrn", "gemm", "gemm_t", "mm_bias"], inits)
     assert "BatchNorm" in op_types(data)
     check(ctx, data, {"x": rand(2, 4, 5, 4)})
 

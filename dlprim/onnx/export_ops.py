@@ -154,6 +154,13 @@ def pooling(e, op, layer, ins, outs, params):
                **attrs)
 
 
+@exports("LRN")
+def lrn(e, op, layer, ins, outs, params):
+    o = layer.options
+    e.node("LRN", ins, outs, op.name, size=int(o["size"]), alpha=float(o["alpha"]),
+           beta=float(o["beta"]), bias=float(o["k"]))
+
+
 @exports("GlobalPooling")
 def global_pooling(e, op, layer, ins, outs, params):
     e.node("GlobalMaxPool" if layer.options["mode"] == "max" else "GlobalAveragePool", ins, outs,

@@ -1,5 +1,5 @@
 """Converters of layers with weights or windows: Conv, ConvTranspose, Gemm, MatMul,
-BatchNormalization, MaxPool, AveragePool, Global*Pool, Pad, Resize/Upsample, LRN."""
+BatchNormalization, MaxPool, AveragePool, Global*Pool, LRN, Pad, Resize/Upsample."""
 import numpy as np
 
 from .registry import Unsupported, converts
@@ -326,4 +326,7 @@ def resize(b, node):
 
 @converts("LRN")
 def lrn(b, node):
-    raise Unsupported("dlprim has no LRN layer")
+    x = node.inputs[0]
+    b.add("LRN", [b.value(x)], b.shape(x), node, options={
+        "size": int(node.attr("size")), "alpha": float(node.attr("alpha", 1e-4)),
+        "beta": float(node.attr("beta", 0.75)), "k": float(node.attr("bias", 1.0))})
