@@ -70,13 +70,19 @@ def test_runnable_examples_run(page, tmp_path, monkeypatch):
     device = os.environ.get("DLPRIM_TEST_DEVICE")
     if device:
         monkeypatch.setenv("DLPRIM_DEVICE", device)
+    from dlprim.layers.base import REGISTRY
+    registered = dict(REGISTRY)  # a page may register an example layer: forget it after
     namespace = {"__name__": "__docs__"}
-    for line, src in blocks:
-        try:
-            exec(compile(src, "%s:%d" % (page, line), "exec"), namespace)
-        except Exception as err:
-            raise AssertionError("%s, the block at line %d failed: %s: %s"
-                                 % (page, line, type(err).__name__, err)) from err
+    try:
+        for line, src in blocks:
+            try:
+                exec(compile(src, "%s:%d" % (page, line), "exec"), namespace)
+            except Exception as err:
+                raise AssertionError("%s, the block at line %d failed: %s: %s"
+                                     % (page, line, type(err).__name__, err)) from err
+    finally:
+        REGISTRY.clear()
+        REGISTRY.update(registered)
 
 
 def slug(heading):
