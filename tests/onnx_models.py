@@ -272,11 +272,32 @@ def regnet():
     return nn.Sequential(conv_bn(3, 8, 3, 2), RegNetBlock(8, 16, 2), RegNetBlock(16, 16, 1), Classifier(16))
 
 
+class UNet(nn.Module):
+    """An encoder-decoder (beyond the classification families): strided conv with GELU,
+    transposed convolution, nearest and bilinear upsampling, skip concatenation, LeakyReLU,
+    a global mean broadcast back, per-pixel logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(3, 8, 3, 2, 1)
+        self.up = nn.ConvTranspose2d(8, 4, 2, 2)
+        self.mix = nn.Conv2d(7, 6, 3, padding=1)
+        self.head = nn.Conv2d(6, CLASSES, 1)
+
+    def forward(self, x):
+        a = F.gelu(self.down(x))
+        near = F.interpolate(a, scale_factor=2, mode="nearest")
+        lin = F.interpolate(a, size=x.shape[2:], mode="bilinear", align_corners=False)
+        y = self.mix(torch.cat([self.up(a), x], 1)) + lin[:, :6] + near[:, 2:]
+        y = F.leaky_relu(y, 0.1)
+        return self.head(y - y.mean((2, 3), keepdim=True))
+
+
 FAMILIES = {"alexnet": alexnet, "vgg": vgg, "resnet_basic": resnet_basic,
             "resnet_bottleneck": resnet_bottleneck, "resnext": resnext, "wide_resnet": wide_resnet,
             "densenet": densenet, "squeezenet": squeezenet, "googlenet": googlenet,
             "mobilenet_v2": mobilenet_v2, "mobilenet_v3": mobilenet_v3, "shufflenet": shufflenet,
-            "mnasnet": mnasnet, "efficientnet": efficientnet, "regnet": regnet}
+            "mnasnet": mnasnet, "efficientnet": efficientnet, "regnet": regnet, "unet": UNet}
 
 
 def randomize_batchnorm(model, seed=0):

@@ -108,14 +108,14 @@ def conv_transpose(b, node):
                    "bias": len(params) == 2, "output_pad": out_pad})
 
 
-def _inner_product(b, node, x, w, bias, w_name, b_name, output=None):
+def _inner_product(b, node, x, w, bias, w_name, b_name, output=None, name=None):
     """InnerProduct of 2-D ``x`` with weight w [outputs, inputs] and optional bias."""
     params = [b.param(w_name, w)]
     if bias is not None:
         params.append(b.param(b_name, bias))
     n = b.shape(x)[0]
     return b.add("InnerProduct", [b.value(x)], (n, w.shape[0]), node, params=params,
-                 output=output, options={"outputs": int(w.shape[0]), "inputs": int(w.shape[1]),
+                 output=output, name=name, options={"outputs": int(w.shape[0]), "inputs": int(w.shape[1]),
                                          "bias": bias is not None})
 
 
@@ -153,15 +153,17 @@ def matmul(b, node):
     shape = b.shape(a)
     if weight.ndim != 2 or len(shape) < 2 or shape[-1] != weight.shape[0]:
         raise Unsupported("operands of shapes %s and %s" % (shape, weight.shape))
+    # a third input is the bias of a following Add (folded by ``rewrite``)
+    bias = b.const(node.inputs[2]) if node.input(2) else None
     if len(shape) == 2:
-        _inner_product(b, node, a, weight.T, None, node.inputs[1], None)
+        _inner_product(b, node, a, weight.T, bias, node.inputs[1], node.input(2))
         return
     rows = int(np.prod(shape[:-1]))
     flat = b.add("Reshape", [b.value(a)], (rows, shape[-1]), output=b.fresh(a + "/rows"),
                  name=node.name + "/rows", options={"dims": [-1, int(shape[-1])]})
     b.alias[flat] = flat
-    y = _inner_product(b, None, flat, weight.T, None, node.inputs[1], None,
-                       output=b.fresh(node.outputs[0] + "/rows"))
+    y = _inner_product(b, None, flat, weight.T, bias, node.inputs[1], node.input(2),
+                       output=b.fresh(node.outputs[0] + "/rows"), name=node.name)
     out = tuple(shape[:-1]) + (int(weight.shape[1]),)
     b.alias[y] = y
     # -1 first: the batch is deduced, so the net still reshapes to other batch sizes

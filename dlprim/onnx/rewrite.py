@@ -5,6 +5,7 @@
     Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 1/2)   -> gelu (PyTorch's export before opset 20)
     Pad(constant 0, spatial) -> Conv                -> the convolution's own padding
     Pad(constant 0, spatial) -> AveragePool          -> its padding, counted in the average
+    Add(MatMul(x, W), b), W and b constant           -> an InnerProduct with bias
 
 A pattern is folded only where its inner tensors are read by nothing else and are not
 model outputs. The folded nodes keep the name of the node that writes the result.
@@ -155,7 +156,24 @@ def _pad_into(g, node):
     return True
 
 
-RULES = {"Mul": (_gated, _gelu), "Conv": (_pad_into,), "AveragePool": (_pad_into,)}
+def _matmul_bias(g, node):
+    """Add(MatMul(x, W), b) with W a constant matrix and b a constant vector: MatMul with
+    b as a third input (the InnerProduct's bias)."""
+    for k in (0, 1):
+        mm = g.made_by(node.inputs[k], "MatMul")
+        if mm is None or len(mm.inputs) != 2 or not g.only_reader(node.inputs[k], node):
+            continue
+        w, bias = g.const(mm.inputs[1]), g.const(node.inputs[1 - k])
+        if w is None or bias is None or w.ndim != 2 or bias.ndim != 1 or bias.shape[0] != w.shape[1]:
+            continue
+        g.replace([mm, node], Node("MatMul", mm.name, mm.inputs + [node.inputs[1 - k]],
+                                   node.outputs, {}, mm.domain, mm.proto))
+        return True
+    return False
+
+
+RULES = {"Mul": (_gated, _gelu), "Conv": (_pad_into,), "AveragePool": (_pad_into,),
+         "Add": (_matmul_bias,)}
 
 
 def rewrite(nodes, consts, outputs=()):
