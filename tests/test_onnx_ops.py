@@ -137,10 +137,19 @@ def test_arithmetic_with_constants_and_broadcast(ctx):
     nodes = [node("Sub", ["k", "x"], ["sub"]), node("Div", ["x", "c"], ["div"]),
              node("Max", ["x", "y"], ["max"]), node("Min", ["x", "c"], ["min"]),
              node("Sum", ["x", "y", "c"], ["sum3"]), node("Mul", ["x", "y"], ["mul"]),
-             node("Add", ["x", "x"], ["twice"])]
-    inits = {"k": np.float32(2.5), "c": RNG.uniform(0.5, 2, (3, 1, 1)).astype(np.float32)}
+             node("Add", ["x", "x"], ["twice"]),
+             # a constant silu pattern: folded by the rewrite, then read as a Parameter
+             node("Sigmoid", ["c"], ["sc"]), node("Mul", ["c", "sc"], ["silu_c"]),
+             node("Add", ["x", "silu_c"], ["plus_const"]),
+             # a constant subgraph evaluated at import
+             node("Shape", ["x"], ["shp"]), node("ConstantOfShape", ["shp"], ["ones"],
+                                                 value=numpy_helper.from_array(np.ones(1, np.float32))),
+             node("Range", ["r0", "r5", "r1"], ["ramp"]), node("Mul", ["ones", "ramp"], ["grid"]),
+             node("Mul", ["x", "grid"], ["ramped"])]
+    inits = {"k": np.float32(2.5), "c": RNG.uniform(0.5, 2, (3, 1, 1)).astype(np.float32),
+             "r0": np.float32(0), "r5": np.float32(5), "r1": np.float32(1)}
     data = make(nodes, {"x": (2, 3, 4, 5), "y": (1, 3, 1, 5)},
-                ["sub", "div", "max", "min", "sum3", "mul", "twice"], inits)
+                ["sub", "div", "max", "min", "sum3", "mul", "twice", "plus_const", "ramped"], inits)
     check(ctx, data, {"x": rand(2, 3, 4, 5), "y": rand(1, 3, 1, 5)})
 
 

@@ -118,7 +118,7 @@ class Importer:
         for node in self.nodes:
             ins = [n for n in node.inputs if n]
             if node.op_type in ("Constant", "Shape", "Size") or \
-                    (ins and all(n in const for n in ins) and node.op_type not in RANDOM):
+                    (ins and all(n in const for n in ins) and foldable(node)):
                 const.update(n for n in node.outputs if n)
         return const
 
@@ -149,13 +149,15 @@ class Importer:
             self._fold_shape(node)
             return
         if all(self.is_const(n) for n in ins) and (ins or node.op_type == "Constant") \
-                and node.op_type not in RANDOM:
+                and foldable(node):
             values = [self.consts[n] if n else None for n in node.inputs]
             for name, v in zip(node.outputs, evaluate(node, values, self.info.opsets)):
                 if name:
                     self.consts[name] = v
             return
         try:
+            if node.op_type not in CONVERTERS:
+                raise Unsupported("no converter, and its inputs are not all constant")
             CONVERTERS[node.op_type](self, node)
         except Unsupported as why:
             self.problems.append((node.op_type, node.name, str(why)))
@@ -312,6 +314,13 @@ class Importer:
         self._rename(t, out)
         self.alias[out] = out
         return True
+
+
+def foldable(node):
+    """Whether ``node`` may be evaluated at import when its inputs are constant: not random,
+    and an ONNX node (a pattern folded by ``rewrite`` has no proto to evaluate)."""
+    return node.op_type not in RANDOM and (node.proto is not None or
+                                           node.op_type in ("Constant", "Identity"))
 
 
 RANDOM = ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",

@@ -8,7 +8,8 @@
     Add(MatMul(x, W), b), W and b constant           -> an InnerProduct with bias
 
 A pattern is folded only where its inner tensors are read by nothing else and are not
-model outputs. The folded nodes keep the name of the node that writes the result.
+model outputs. The folded nodes keep the name of the node that writes the result; they
+have no ONNX proto, so they are converted even when their inputs are all constant.
 """
 import numpy as np
 
@@ -151,7 +152,7 @@ def _pad_into(g, node):
         if p[:2] != p[2:] or any(2 * a > b for a, b in zip(p, k)):
             return False  # dlprim's pooling pads symmetrically, at most half the window
     new = Node(node.op_type, node.name, [pad.inputs[0]] + node.inputs[1:], node.outputs, attrs,
-               node.domain, node.proto)
+               node.domain)
     g.replace([pad, node], new)
     return True
 
@@ -167,7 +168,7 @@ def _matmul_bias(g, node):
         if w is None or bias is None or w.ndim != 2 or bias.ndim != 1 or bias.shape[0] != w.shape[1]:
             continue
         g.replace([mm, node], Node("MatMul", mm.name, mm.inputs + [node.inputs[1 - k]],
-                                   node.outputs, {}, mm.domain, mm.proto))
+                                   node.outputs, {}, mm.domain))
         return True
     return False
 
