@@ -5,7 +5,7 @@ import numpy as np
 
 from .errors import OnnxImportError
 
-__all__ = ["evaluate", "constant_value"]
+__all__ = ["evaluate", "constant_value", "foldable", "RANDOM"]
 
 
 def constant_value(node):
@@ -41,3 +41,14 @@ def evaluate(node, values, opsets):
         raise OnnxImportError("%s '%s': constant folding failed: %s"
                               % (node.op_type, node.name, err)) from None
     return [np.asarray(r) for r in results]
+
+
+def foldable(node):
+    """Whether ``node`` may be evaluated at import when its inputs are constant: not random,
+    and an ONNX node (a pattern folded by ``rewrite`` has no proto to evaluate)."""
+    return node.op_type not in RANDOM and (node.proto is not None or
+                                           node.op_type in ("Constant", "Identity"))
+
+
+RANDOM = ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+          "Multinomial", "Bernoulli")

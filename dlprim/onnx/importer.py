@@ -17,10 +17,10 @@ from collections import OrderedDict
 import numpy as np
 
 from ..netconfig import NetConfig
-from . import ops_math, ops_nn, ops_shape  # noqa: F401  (fill the converter table)
+from . import ops_math, ops_nn, ops_pool, ops_shape  # noqa: F401  (fill the converter table)
 from .errors import OnnxImportError, UnsupportedModelError
-from .fold import evaluate
-from .model_reader import DEFAULT_DOMAINS, read_model
+from .fold import evaluate, foldable
+from .model_reader import DEFAULT_DOMAINS, live_nodes, read_model
 from .registry import CONVERTERS, Unsupported
 from .rewrite import rewrite
 
@@ -38,22 +38,6 @@ def import_model(path_or_model, batch=None):
     info = read_model(path_or_model)
     imp = Importer(info, batch)
     return imp.run()
-
-
-def live_nodes(nodes, outputs):
-    """The nodes some model output depends on, in their order."""
-    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
-    need, keep, stack = set(outputs), set(), list(outputs)
-    while stack:
-        i = producer.get(stack.pop())
-        if i is None or i in keep:
-            continue
-        keep.add(i)
-        for name in nodes[i].inputs:
-            if name and name not in need:
-                need.add(name)
-                stack.append(name)
-    return [n for i, n in enumerate(nodes) if i in keep]
 
 
 class Importer:
@@ -314,14 +298,3 @@ class Importer:
         self._rename(t, out)
         self.alias[out] = out
         return True
-
-
-def foldable(node):
-    """Whether ``node`` may be evaluated at import when its inputs are constant: not random,
-    and an ONNX node (a pattern folded by ``rewrite`` has no proto to evaluate)."""
-    return node.op_type not in RANDOM and (node.proto is not None or
-                                           node.op_type in ("Constant", "Identity"))
-
-
-RANDOM = ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-          "Multinomial", "Bernoulli")

@@ -6,7 +6,7 @@ import numpy as np
 
 from .errors import OnnxImportError, require_onnx
 
-__all__ = ["Node", "ModelInfo", "read_model", "load_proto"]
+__all__ = ["Node", "ModelInfo", "read_model", "load_proto", "live_nodes"]
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -116,3 +116,19 @@ def read_model(path_or_model):
         nodes.append(Node(n.op_type, n.name or "%s_%d" % (n.op_type, i), n.input, n.output,
                           attrs, n.domain, n))
     return ModelInfo(opsets, inits, inputs, outputs, nodes)
+
+
+def live_nodes(nodes, outputs):
+    """The nodes some model output depends on, in their order."""
+    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    need, keep, stack = set(outputs), set(), list(outputs)
+    while stack:
+        i = producer.get(stack.pop())
+        if i is None or i in keep:
+            continue
+        keep.add(i)
+        for name in nodes[i].inputs:
+            if name and name not in need:
+                need.add(name)
+                stack.append(name)
+    return [n for i, n in enumerate(nodes) if i in keep]
