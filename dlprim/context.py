@@ -169,6 +169,7 @@ class DeviceFacts:
         return []
 
     def as_dict(self):
+        """The facts as a plain dict (extensions left out), e.g. for reports."""
         return {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(self).items()
                 if k != "extensions"}
 
@@ -203,6 +204,7 @@ class ExecutionContext:
         self.queue = ctx.queue
 
     def finish(self):
+        """Wait until everything enqueued on the queue has run."""
         self.queue.finish()
 
 
@@ -225,20 +227,25 @@ class Context:
 
     @property
     def name(self):
+        """The device and platform names, as one readable string."""
         return "%s on %s" % (self.facts.name, self.platform.name.strip())
 
     @property
     def device_string(self):
+        """The ``"P:D"`` string that selects this device again."""
         return "%d:%d" % (self.p_index, self.d_index)
 
     @property
     def is_cpu_context(self):
+        """True for a CPU device (PoCL, Intel's or AMD's CPU runtimes)."""
         return self.facts.is_cpu
 
     def finish(self):
+        """Wait until everything enqueued on the context's queue has run."""
         self.queue.finish()
 
     def make_execution_context(self):
+        """The DLPrimitives-style ``ExecutionContext`` over this context's queue."""
         return ExecutionContext(self)
 
     def __repr__(self):

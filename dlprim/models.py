@@ -108,6 +108,7 @@ def mlp(batch=64, inputs=784, hidden=(256, 128), classes=10, train=True):
 
 
 def alexnet(batch=16, image_size=224, classes=1000, train=True, dropout=False):
+    """torchvision's AlexNet: five convolutions with ReLU, three max poolings, three FCs."""
     b = _Builder(batch, 3, image_size)
     b.conv("features.0", 64, 11, 4, 2, bias=True, act="relu")
     b.pool("features.2", 3, 2)
@@ -129,6 +130,7 @@ def alexnet(batch=16, image_size=224, classes=1000, train=True, dropout=False):
 
 
 def vgg16(batch=16, image_size=224, classes=1000, train=True, dropout=False):
+    """torchvision's VGG-16 (configuration D): thirteen 3x3 convolutions, three FCs."""
     b = _Builder(batch, 3, image_size)
     index = 0
     for stage, (width, convs) in enumerate([(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)]):
@@ -192,14 +194,17 @@ def _resnet(blocks, bottleneck, batch, image_size, classes, train):
 
 
 def resnet18(batch=16, image_size=224, classes=1000, train=True):
+    """torchvision's ResNet-18: basic residual blocks [2, 2, 2, 2] with BatchNorm."""
     return _resnet([2, 2, 2, 2], False, batch, image_size, classes, train)
 
 
 def resnet34(batch=16, image_size=224, classes=1000, train=True):
+    """torchvision's ResNet-34: basic residual blocks [3, 4, 6, 3] with BatchNorm."""
     return _resnet([3, 4, 6, 3], False, batch, image_size, classes, train)
 
 
 def resnet50(batch=16, image_size=224, classes=1000, train=True):
+    """torchvision's ResNet-50: bottleneck blocks [3, 4, 6, 3] with BatchNorm."""
     return _resnet([3, 4, 6, 3], True, batch, image_size, classes, train)
 
 

@@ -18,6 +18,11 @@ __all__ = ["NetConfig"]
 
 
 class NetConfig:
+    """A DLPrimitives JSON net under construction: inputs, outputs and operators.
+
+    ``NetConfig(source)`` starts from an existing net (dict, JSON text, file path or another
+    NetConfig); ``dlprim.Net(ctx, cfg)`` builds it.
+    """
     def __init__(self, source=None):
         self.inputs, self.outputs, self.operators = [], [], []
         self._last = None
@@ -83,10 +88,12 @@ class NetConfig:
                         if isinstance(o, str) and o in loss_weights else o for o in outputs]
 
     def to_dict(self):
+        """The net as a JSON-ready dict (a deep copy)."""
         return {"inputs": copy.deepcopy(self.inputs), "outputs": copy.deepcopy(self.outputs),
                 "operators": copy.deepcopy(self.operators)}
 
     def to_json(self, indent=2):
+        """The net as JSON text."""
         return json.dumps(self.to_dict(), indent=indent)
 
     def save(self, path):

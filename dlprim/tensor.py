@@ -82,26 +82,32 @@ class Tensor:
     # ----- facts
     @property
     def size(self):
+        """The number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def ndim(self):
+        """The number of dimensions."""
         return len(self.shape)
 
     @property
     def nbytes(self):
+        """The size of the data in bytes."""
         return self.size * self.dtype.itemsize
 
     @property
     def itemsize(self):
+        """Bytes per element."""
         return self.dtype.itemsize
 
     @property
     def byte_offset(self):
+        """Where the data starts in the buffer, in bytes."""
         return self.offset * self.dtype.itemsize
 
     @property
     def cl_type(self):
+        """The OpenCL C type of an element (``"float"``, ``"int"``, ``"half"`` ...)."""
         return _CL_TYPES[self.dtype]
 
     @property
@@ -115,6 +121,7 @@ class Tensor:
     # ----- construction
     @classmethod
     def from_numpy(cls, ctx, array, e=None):
+        """A new tensor with the shape, dtype and content of ``array``."""
         array = np.asarray(array)
         t = cls(ctx, array.shape, array.dtype)
         t.to_device(array, e)
@@ -122,6 +129,7 @@ class Tensor:
 
     @classmethod
     def zeros(cls, ctx, shape, dtype="float32"):
+        """A new tensor filled with zeros (the fill is enqueued)."""
         t = cls(ctx, shape, dtype)
         t.zero_()
         return t
@@ -189,6 +197,7 @@ class Tensor:
         return array
 
     def numpy(self):
+        """The content as a new numpy array (waits for the device)."""
         return self.to_host()
 
     def zero_(self, e=None):

@@ -106,6 +106,7 @@ def _describe(tile):
 
 
 def main(argv=None, ctx=None):
+    """The dlprim-tune program (``ctx`` for tests); returns the exit status."""
     parser = argparse.ArgumentParser(prog="dlprim-tune", description=__doc__.splitlines()[0])
     parser.add_argument("kernel", choices=["gemm"])
     parser.add_argument("--sizes", nargs="+", help="N or MxNxK; default: one per shape class")

@@ -79,6 +79,7 @@ def dlp_bytes(arrays):
 
 
 def save_dlp(path, arrays):
+    """Write {name: array} as a DLPrimitives .dlp file, atomically."""
     data = dlp_bytes(arrays)
     atomic_write(path, lambda f: f.write(data))
 
@@ -122,6 +123,7 @@ def _h5py():
 
 
 def save_hdf5(path, arrays):
+    """Write {name: array} as an HDF5 file, one dataset per name, atomically (needs h5py)."""
     h5py = _h5py()
 
     def write(f):
@@ -132,6 +134,7 @@ def save_hdf5(path, arrays):
 
 
 def load_hdf5(path):
+    """{name: array} of every dataset in an HDF5 file (needs h5py)."""
     h5py = _h5py()
     out = OrderedDict()
     with h5py.File(path, "r") as h5:

@@ -143,6 +143,7 @@ def _micro(name, device):
 
 
 def main(argv=None):
+    """The dlprim-benchmark program; returns the exit status."""
     from ..context import Context
     p = argparse.ArgumentParser(prog="dlprim-benchmark", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -12,6 +12,7 @@ __all__ = ["main"]
 
 
 def main(argv=None):
+    """The dlprim-convert program; returns the exit status."""
     parser = argparse.ArgumentParser(prog="dlprim-convert", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="the ONNX model file")

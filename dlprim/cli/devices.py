@@ -12,6 +12,7 @@ def _mib(n):
 
 
 def rows():
+    """One dict per OpenCL device: the table's columns as strings."""
     default = default_device_string()
     out = []
     for p, d, platform, device in list_devices():
@@ -28,6 +29,7 @@ def rows():
 
 
 def format_table(table):
+    """The rows as an aligned text table with a header."""
     cols = ["default", "device", "name", "platform", "type", "units", "memory", "local",
             "opencl", "fp16", "fp64"]
     width = {c: max(len(c), *(len(r[c]) for r in table)) for c in cols}
@@ -39,6 +41,7 @@ def format_table(table):
 
 
 def main(argv=None):
+    """The dlprim-devices program; returns the exit status."""
     parser = argparse.ArgumentParser(prog="dlprim-devices", description=__doc__)
     parser.parse_args(argv)
     try:

@@ -79,6 +79,7 @@ def get(ctx, name, **params):
 
 
 def round_up(n, m):
+    """``n`` rounded up to a multiple of ``m`` (global sizes of launches)."""
     return (int(n) + m - 1) // m * m
 
 
