@@ -24,24 +24,29 @@ class Schedule:
         self._apply()
 
     def lr_at(self, t):
+        """The learning rate after ``t`` calls to ``step()`` (each schedule's formula)."""
         raise NotImplementedError
 
     def _apply(self):
         self.solver.lr = self.lr_at(self.last_step)
 
     def step(self, metric=None):
+        """Advance one step (an epoch or an iteration, as you call it); returns the new lr."""
         self.last_step += 1
         self._apply()
         return self.solver.lr
 
     @property
     def lr(self):
+        """The solver's current learning rate."""
         return self.solver.lr
 
     def state_dict(self):
+        """The step count and base lr: all a resumed run needs."""
         return {"type": type(self).__name__, "last_step": self.last_step, "base_lr": self.base_lr}
 
     def load_state_dict(self, state):
+        """Continue from a ``state_dict()``; sets the solver's lr at once."""
         self.last_step = int(state["last_step"])
         self.base_lr = float(state["base_lr"])
         self._apply()
@@ -196,6 +201,9 @@ class ReduceLROnPlateau(Schedule):
         return a > ref
 
     def step(self, metric=None):
+        """Record ``metric`` (required: e.g. the validation loss); lower the lr by ``factor``
+        after more than ``patience`` steps without improvement, then wait ``cooldown`` steps.
+        """
         if metric is None:
             raise ValueError("ReduceLROnPlateau.step needs the metric (e.g. validation loss)")
         metric = float(metric)
@@ -216,12 +224,14 @@ class ReduceLROnPlateau(Schedule):
         return self.solver.lr
 
     def state_dict(self):
+        """The step count plus the best metric, bad-step and cooldown counters and lr."""
         state = super().state_dict()
         state.update(best=self.best, bad_steps=self.bad_steps, cooldown_left=self.cooldown_left,
                      current_lr=self.current_lr)
         return state
 
     def load_state_dict(self, state):
+        """Continue from a ``state_dict()``."""
         self.best, self.bad_steps = float(state["best"]), int(state["bad_steps"])
         self.cooldown_left, self.current_lr = int(state["cooldown_left"]), float(state["current_lr"])
         super().load_state_dict(state)

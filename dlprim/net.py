@@ -51,14 +51,20 @@ class Net:
         self._plans = {}
 
     def load_from_json(self, source):
+        """DLPrimitives' name for ``load``: a dict or JSON text."""
         self.load(source)
 
     def load_from_json_file(self, path):
+        """Load the graph from a JSON file (DLPrimitives' name)."""
         with open(path) as f:
             self.load(f.read())
 
     # ----- setup: layers, shapes, parameters
     def setup(self):
+        """Create the layers, infer every shape, lay out the parameters and plan the current
+        mode (builds the kernels). Call after ``load``; ``initialize_parameters`` or
+        ``load_parameters`` then fill the weights.
+        """
         if self.graph is None:
             raise GraphError("setup: no graph loaded (call load_from_json first)")
         g = self.graph
@@ -128,6 +134,9 @@ class Net:
     # ----- modes and plans
     @property
     def mode(self):
+        """``"train"`` or ``"predict"`` (``dp.TRAIN``, ``dp.PREDICT``). Setting it on a set-up
+        net switches to that mode's plan (made once, then reused); no kernel is rebuilt.
+        """
         return self._mode
 
     @mode.setter
@@ -138,6 +147,9 @@ class Net:
 
     @property
     def keep_intermediate_tensors(self):
+        """When True, every activation keeps its own memory, so all of them stay readable
+        after ``forward`` (debugging; uses more memory). Re-plans the net.
+        """
         return self._keep
 
     @keep_intermediate_tensors.setter
@@ -210,10 +222,12 @@ class Net:
     # ----- tensors
     @property
     def input_names(self):
+        """Names of the net's inputs, in the order of the JSON."""
         return list(self.graph.inputs)
 
     @property
     def output_names(self):
+        """Names of the net's outputs, in the order of the JSON."""
         return list(self.graph.outputs)
 
     def _vid(self, name):
@@ -226,10 +240,14 @@ class Net:
         return vid
 
     def tensor(self, name):
+        """The Tensor holding activation ``name`` in the current plan (an input: the buffer
+        to write; any other name: its latest value).
+        """
         self._need_setup()
         return self.plan.acts[self._vid(name)]
 
     def tensor_diff(self, name):
+        """The gradient Tensor of activation ``name`` (train mode, after ``backward``)."""
         self._need_setup()
         t = self.plan.grads.get(self._vid(name))
         if t is None:
@@ -238,17 +256,25 @@ class Net:
         return t
 
     # ----- parameters
-    param_arena = property(lambda self: self.store.param_arena)
-    grad_arena = property(lambda self: self.store.grad_arena)
-    trainable_size = property(lambda self: self.store.trainable_size)
-    param_layout = property(lambda self: self.store.layout)
-    params = property(lambda self: self.store.params)
-    grads = property(lambda self: (self.store.ensure_grads(), self.store.grads)[1])
+    param_arena = property(lambda self: self.store.param_arena,
+                           doc="The float32 Tensor holding every parameter.")
+    grad_arena = property(lambda self: self.store.grad_arena,
+                          doc="The parameter gradients, same layout as ``param_arena``.")
+    trainable_size = property(lambda self: self.store.trainable_size,
+                              doc="Elements at the start of the arenas that a solver updates.")
+    param_layout = property(lambda self: self.store.layout,
+                            doc="{name: (offset, shape, trainable)} of every parameter.")
+    params = property(lambda self: self.store.params,
+                      doc="{name: Tensor} views of the parameters.")
+    grads = property(lambda self: (self.store.ensure_grads(), self.store.grads)[1],
+                     doc="{name: Tensor} views of the parameter gradients.")
 
     def param(self, name):
+        """The parameter Tensor called ``name`` (a view into the parameter arena)."""
         return self.store.get(name, self.store.params, "parameter")
 
     def param_diff(self, name):
+        """The gradient Tensor of parameter ``name`` (a view into the gradient arena)."""
         return self.store.get(name, self.grads, "parameter gradient")
 
     def initialize_parameters(self, e=None, seed=0):
@@ -269,10 +295,12 @@ class Net:
         self.store.from_numpy(arrays, allow_missing, "the given arrays")
 
     def save_parameters(self, path):
+        """Write every parameter to a DLPrimitives .dlp file (atomically)."""
         from . import weights
         weights.save_dlp(path, self.store.to_numpy())
 
     def save_parameters_to_hdf5(self, path):
+        """Write every parameter to an HDF5 file, one dataset each (needs h5py)."""
         from . import weights
         weights.save_hdf5(path, self.store.to_numpy())
 
@@ -288,10 +316,14 @@ class Net:
 
     # ----- reports
     def memory_stats(self):
+        """The current plan's memory in bytes: arena, unplanned sum of its tensors, ratio,
+        parameters, gradients, inputs, total; and the number of launches per pass.
+        """
         self._need_setup()
         return self.plan.memory_stats()
 
     def summary(self):
+        """A text table of the operators: output shapes, parameters, MFLOPs, memory."""
         from .net_summary import summary_text
         return summary_text(self)
 

@@ -59,6 +59,7 @@ class Solver:
 
     # ----- checks
     def validate(self):
+        """Check the hyperparameters; a ValueError names the bad one."""
         if not self.lr >= 0:
             raise ValueError("%s: lr must be >= 0, got %r" % (type(self).__name__, self.lr))
         if not self.weight_decay >= 0:
@@ -91,6 +92,7 @@ class Solver:
         return Tensor.from_numpy(self.ctx, mask)
 
     def state_names(self):
+        """Names of the per-parameter moment arenas this solver keeps."""
         return []
 
     def _grad_expr(self):
@@ -134,6 +136,7 @@ class Solver:
 
     # ----- the step
     def zero_grad(self, net=None, e=None):
+        """Zero the parameter gradients of the net (one fill)."""
         (net or self.net).zero_grad()
 
     def apply(self, net=None, e=None):
@@ -174,6 +177,7 @@ class Solver:
 
     # ----- state
     def hyperparameters(self):
+        """{name: value} of the hyperparameters."""
         return {k: getattr(self, k) for k in self.HYPER}
 
     def state_dict(self):
@@ -183,6 +187,7 @@ class Solver:
                 "states": {k: t.numpy()[:self.size].copy() for k, t in self.states.items()}}
 
     def load_state_dict(self, state):
+        """Restore what ``state_dict()`` gave (same solver type and net size)."""
         if state.get("type") != type(self).__name__:
             raise ValueError("solver state is for %s, not %s" % (state.get("type"), type(self).__name__))
         for k, v in state["hyper"].items():
@@ -205,6 +210,7 @@ class Solver:
         atomic_write(path, lambda f: f.write(buf.getvalue()))
 
     def load_state(self, path):
+        """Restore a state written by ``save_state(path)``."""
         with np.load(path) as data:
             meta = json.loads(bytes(data["__meta__"]).decode())
             states = {k: data[k] for k in data.files if k != "__meta__"}
@@ -231,15 +237,18 @@ class SGD(Solver):
         return ["momentum_buffer"]
 
     def param_names(self):
+        """Names of the scalar parameters the update kernel takes, in order (``w_<name>``)."""
         return ["lr", "momentum", "dampening", "nesterov", "wd", "first", "clipv", "clipn"]
 
     def param_values(self):
+        """{name: value} of those scalars for the coming step."""
         return {"lr": self.lr, "momentum": self.momentum, "dampening": self.dampening,
                 "nesterov": float(bool(self.nesterov)), "wd": self.weight_decay,
                 "first": float(self.step_count == 1), "clipv": self.clip_value or 0.0,
                 "clipn": self.clip_norm or 0.0}
 
     def update_code(self, decay):
+        """The OpenCL statements of one element's update (``decay``: the decay term)."""
         g = self._grad_expr()
         return ("float g = %s + %s * x0;"
                 "float b = w_first != 0.0f ? g : w_momentum * x2 + (1.0f - w_dampening) * g;"
@@ -274,9 +283,11 @@ class Adam(Solver):
         return super().init(net, e)
 
     def param_names(self):
+        """Names of the scalar parameters the update kernel takes, in order (``w_<name>``)."""
         return ["lr", "beta1", "beta2", "eps", "wd", "step", "c2sqrt", "clipv", "clipn"]
 
     def param_values(self):
+        """{name: value} of those scalars for the coming step."""
         t = self.step_count
         return {"lr": self.lr, "beta1": self.beta1, "beta2": self.beta2, "eps": self.eps,
                 "wd": self.weight_decay, "step": self.lr / (1 - self.beta1 ** t),
@@ -284,6 +295,7 @@ class Adam(Solver):
                 "clipn": self.clip_norm or 0.0}
 
     def update_code(self, decay):
+        """The OpenCL statements of one element's update (``decay``: the decay term)."""
         g = self._grad_expr()
         if self.DECOUPLED:
             head = "float g = %s; float p = x0 * (1.0f - w_lr * %s);" % (g, decay)
