@@ -60,6 +60,7 @@ class BatchLoader:
 
     @property
     def num_classes(self):
+        """The source's number of classes."""
         return self.source.num_classes
 
     @property
@@ -75,9 +76,11 @@ class BatchLoader:
         self.epoch, self.position = int(epoch), 0
 
     def state_dict(self):
+        """{epoch, position, seed}: where the next batch comes from."""
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
 
     def load_state_dict(self, state):
+        """Resume at a ``state_dict()`` (the seed must match)."""
         if state.get("seed", self.seed) != self.seed:
             raise ValueError("loader state was saved with seed %r, this loader has %r"
                              % (state["seed"], self.seed))

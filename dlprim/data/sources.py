@@ -63,6 +63,7 @@ class Source:
         raise NotImplementedError
 
     def describe(self, index):
+        """Sample ``index`` in words, for error messages."""
         return "index %d" % index
 
     def _index(self, index):

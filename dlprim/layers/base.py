@@ -97,6 +97,7 @@ class Layer:
 
     # ----- options
     def parse(self, options):
+        """Set ``self.options`` from the JSON options and OPTIONS' defaults; unknown ones fail."""
         unknown = sorted(set(options) - set(self.OPTIONS))
         if unknown:
             self.fail("unknown option%s %s; known options: %s"
@@ -105,6 +106,7 @@ class Layer:
         self.options = {k: options.get(k, v) for k, v in self.OPTIONS.items()}
 
     def fail(self, message):
+        """Raise a LayerError starting with the layer's type and name."""
         raise LayerError("%s '%s': %s" % (self.type_name, self.name, message))
 
     def config(self):

@@ -61,5 +61,6 @@ def find(path):
 
 
 def load_state(folder):
+    """The training state (``state.json``) of a checkpoint folder."""
     with open(os.path.join(folder, "state.json")) as f:
         return json.load(f)

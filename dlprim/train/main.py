@@ -8,6 +8,7 @@ from ..train_config import ConfigError, apply_overrides, load_config
 
 
 def parse_args(argv):
+    """The parsed command line of dlprim-train."""
     p = argparse.ArgumentParser(prog="dlprim-train",
                                 description="Train a network from a JSON config (docs/train.md).")
     p.add_argument("config", help="training config (JSON)")
@@ -22,6 +23,7 @@ def parse_args(argv):
 
 
 def main(argv=None):
+    """The dlprim-train program; returns the exit status (0, 2 bad config, 130 interrupted)."""
     from .trainer import Trainer, install_sigint
     args = parse_args(argv)
     try:

@@ -11,15 +11,18 @@ FIELDS = ["epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "seco
 
 
 class MetricsLog:
+    """The per-epoch rows of a run, rewritten to ``metrics.csv`` (or ``.jsonl``) after each."""
     def __init__(self, out_dir, kind="csv"):
         self.kind = kind
         self.path = os.path.join(out_dir, "metrics." + kind)
         self.rows = []
 
     def restore(self, rows):
+        """Start from the rows of a checkpoint (when resuming)."""
         self.rows = [dict(r) for r in rows]
 
     def add(self, row):
+        """Append one epoch's row (the FIELDS) and rewrite the file atomically."""
         self.rows.append({k: row.get(k) for k in FIELDS})
         self._write()
 

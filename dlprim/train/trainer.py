@@ -80,6 +80,7 @@ class Trainer:
                              % (n, self.logits_name, classes))
 
     def request_stop(self):
+        """Make ``run()`` save a checkpoint after the current step and return."""
         self._stop = True
 
     # ----- one batch
@@ -97,6 +98,7 @@ class Trainer:
         return loss, int(np.sum(pred == y))
 
     def train_step(self, x, y):
+        """One step on batch (x, y): zero-grad, forward, backward, update; -> (loss, correct)."""
         self._feed(x, y)
         self.solver.zero_grad()
         self.net.forward()
@@ -130,11 +132,13 @@ class Trainer:
                 "metrics": self.metrics.rows, "seed": self.cfg["seed"]}
 
     def save_checkpoint(self):
+        """Write a checkpoint of weights, solver, schedule and position; returns its folder."""
         return checkpoint.save(os.path.join(self.out, "checkpoints"), self.step, self.net,
                                self.solver, self._state(), self.graph,
                                keep=self.cfg["checkpoint"]["keep"] or 1)
 
     def resume(self, path):
+        """Load the checkpoint at ``path`` (a folder or an output directory); returns it."""
         folder = checkpoint.find(path)
         if folder is None:
             raise FileNotFoundError("resume: no checkpoint in %s" % path)
@@ -156,6 +160,9 @@ class Trainer:
 
     # ----- the loop
     def run(self):
+        """Train the remaining epochs (validating, logging, checkpointing) and save the model;
+        returns a ``TrainResult``.
+        """
         os.makedirs(self.out, exist_ok=True)
         epochs = self.cfg["epochs"]
         val_loss = val_acc = None
