@@ -28,12 +28,15 @@ class PointwiseLayer(Layer):
         self.INPLACE = from_y
 
     def check_options(self):
+        """Check the layer's options once, at construction (``self.fail`` on a bad one)."""
         pass
 
     def param_values(self):
+        """The scalar parameters ``w0, w1, ...`` of the code, as floats."""
         return []
 
     def forward_statements(self):
+        """OpenCL statements setting ``y0`` from ``x0`` (and the ``w`` scalars)."""
         raise NotImplementedError
 
     def backward_statements(self):

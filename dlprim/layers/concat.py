@@ -37,6 +37,7 @@ class _AxisLayer(Layer):
 
 @register("Concat")
 class Concat(_AxisLayer):
+    """Joins its inputs along axis ``dim`` (all other sizes equal)."""
     OPTIONS = {"dim": 1}
 
     def __init__(self, ctx, name=None, **options):
@@ -85,6 +86,7 @@ class Concat(_AxisLayer):
 
 @register("Slice")
 class Slice(_AxisLayer):
+    """Elements ``[begin, end)`` of axis ``dim`` (negative indices count from the end)."""
     OPTIONS = {"dim": 1, "begin": 0, "end": None}
 
     def __init__(self, ctx, name=None, **options):
@@ -96,6 +98,7 @@ class Slice(_AxisLayer):
             self.fail("option 'end' must be an integer or null, got %r" % (self.options["end"],))
 
     def bounds(self, size):
+        """The checked ``(begin, end)`` on an axis of ``size`` elements."""
         begin, end = self.options["begin"], self.options["end"]
         b = begin + size if begin < 0 else begin
         e = size if end is None else (end + size if end < 0 else end)

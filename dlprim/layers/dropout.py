@@ -19,6 +19,9 @@ from .base import TRAIN, Layer, TensorSpec, register
 
 @register("Dropout")
 class Dropout(Layer):
+    """Inverted dropout: in training each element is zeroed with probability ``ratio`` and
+    the rest scaled by 1 / (1 - ratio); in predict mode the identity. Masks come from Philox.
+    """
     OPTIONS = {"ratio": 0.5, "seed": 0}
     BACKWARD_READS_INPUTS = False
     BACKWARD_READS_OUTPUTS = False
@@ -62,6 +65,7 @@ class Dropout(Layer):
 
     @property
     def active(self):
+        """Whether elements are dropped now (train mode and ratio > 0)."""
         return self.mode == TRAIN and self.ratio > 0
 
     def _scalars(self):

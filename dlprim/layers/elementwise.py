@@ -44,6 +44,9 @@ NEEDS_INPUTS = {"prod", "div", "max", "min"}
 
 @register("Elementwise")
 class Elementwise(Layer):
+    """Two inputs combined elementwise (numpy broadcasting): ``operation`` sum
+    (``coef1 * a + coef2 * b``), prod, max, min, ... with a fused activation.
+    """
     OPTIONS = {"operation": "sum", "coef1": 1.0, "coef2": 1.0, "activation": "identity"}
 
     def __init__(self, ctx, name=None, **options):

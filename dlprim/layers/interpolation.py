@@ -12,6 +12,7 @@ from .base import Layer, TensorSpec, register
 
 @register("Interpolation")
 class Interpolation(Layer):
+    """Resizes (N, C, H, W) maps: nearest or bilinear, to a size or by scale factors."""
     OPTIONS = {"method": None, "out_h": -1, "out_w": -1, "scale_y": -1.0, "scale_x": -1.0,
                "align_corners": False}
     BACKWARD_READS_INPUTS = False
@@ -45,6 +46,7 @@ class Interpolation(Layer):
             self.fail("option 'align_corners' applies only to method 'bilinear'")
 
     def out_size(self, h, w):
+        """The output (height, width) for an input of ``h`` x ``w``."""
         o = self.options
         if o["out_h"] > 0:
             return o["out_h"], o["out_w"]

@@ -64,6 +64,7 @@ class _LabelLoss(Layer):
 
 @register("SoftmaxWithLoss")
 class SoftmaxWithLoss(_LabelLoss):
+    """Mean cross entropy of logits (N, C) against integer class labels (N,)."""
     OPTIONS = {}
 
     def setup(self, in_specs):
@@ -91,6 +92,7 @@ def _check_reduce(layer):
 
 @register("NLLLoss")
 class NLLLoss(_LabelLoss):
+    """Negative log-likelihood of log-probabilities (N, C) at the labels; mean, sum or none."""
     OPTIONS = {"reduce": "mean"}
     BACKWARD_READS_INPUTS = True  # the labels
 
@@ -119,6 +121,7 @@ class NLLLoss(_LabelLoss):
 
 @register("MSELoss")
 class MSELoss(Layer):
+    """Squared error between two inputs of one shape; mean, sum or none."""
     OPTIONS = {"reduce": "mean"}
     BACKWARD_READS_INPUTS = True
 

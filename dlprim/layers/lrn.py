@@ -14,6 +14,7 @@ from .base import Layer, TensorSpec, register
 
 @register("LRN")
 class LRN(Layer):
+    """Local response normalisation across channels (see the module docstring)."""
     OPTIONS = {"size": None, "alpha": 1e-4, "beta": 0.75, "k": 1.0}
     BACKWARD_READS_INPUTS = True
 

@@ -13,6 +13,9 @@ from .base import Layer, ParamSpec, TensorSpec, register
 
 @register("Parameter")
 class Parameter(Layer):
+    """A net-level tensor with no input: its one output is a parameter of ``shape``
+    (trainable or not), e.g. a learned bias map or a constant imported from ONNX.
+    """
     OPTIONS = {"shape": None, "dtype": "float", "is_trainable": True}
     BACKWARD_READS_INPUTS = False
 

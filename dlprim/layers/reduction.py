@@ -25,6 +25,7 @@ def _is_int(v):
 
 @register("Reduction")
 class Reduction(Layer):
+    """Sum, sum of squares, sum of absolute values or mean over the chosen axes."""
     OPTIONS = {"method": "sum", "dims": None, "start_axis": None, "keep_dim": True,
                "output_scale": 1.0}
 
@@ -51,6 +52,7 @@ class Reduction(Layer):
         return {k: v for k, v in super().config().items() if v is not None}
 
     def axes(self, ndim):
+        """The reduced axes, checked and sorted, for an input of ``ndim`` dimensions."""
         o = self.options
         if o["dims"] is not None:
             axes = []

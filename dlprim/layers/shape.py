@@ -30,6 +30,7 @@ class ViewLayer(Layer):
     INPLACE = True
 
     def new_shape(self, shape):
+        """The output shape for an input of ``shape`` (same element count)."""
         raise NotImplementedError
 
     def setup(self, in_specs):
@@ -58,6 +59,7 @@ class ViewLayer(Layer):
 
 @register("Reshape")
 class Reshape(ViewLayer):
+    """The input with the shape ``dims`` (0 keeps a dimension, -1 infers one); no copy."""
     OPTIONS = {"dims": None}
 
     def __init__(self, ctx, name=None, **options):
@@ -96,6 +98,7 @@ class Reshape(ViewLayer):
 
 @register("Flatten")
 class Flatten(ViewLayer):
+    """(N, ...) -> (N, product of the rest); no copy."""
     OPTIONS = {}
 
     def new_shape(self, shape):
@@ -106,6 +109,7 @@ class Flatten(ViewLayer):
 
 @register("Squeeze")
 class Squeeze(ViewLayer):
+    """Removes size-1 dimensions (``dims``, or all of them with ``all``); no copy."""
     OPTIONS = {"all": False, "dims": []}
 
     def __init__(self, ctx, name=None, **options):

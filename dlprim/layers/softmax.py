@@ -11,6 +11,7 @@ from .base import Layer, TensorSpec, register
 
 @register("Softmax")
 class Softmax(Layer):
+    """Softmax (or log-softmax with ``log``) over axis 1."""
     OPTIONS = {"log": False}
     BACKWARD_READS_INPUTS = False
     BACKWARD_READS_OUTPUTS = True  # both derivatives are written in terms of y
