@@ -72,6 +72,9 @@ class BatchNormOps:
                                         [momentum, unbiased, 1.0 / m]))
 
     def apply_launches(self, x, y, mean, var, gamma=None, beta=None):
+        """y = gamma * (x - mean) / sqrt(var + eps) + beta per channel (without gamma/beta
+        when not affine), with the fused activation.
+        """
         c = self.shape[1]
         xs = [x, mean.view((1, c, 1)), var.view((1, c, 1))]
         if self.affine:

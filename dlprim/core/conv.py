@@ -66,15 +66,19 @@ class ConvGeometry:
 
     @property
     def weight_shape(self):
+        """(out_c, in_c / groups, kh, kw): PyTorch's weight layout."""
         return (self.out_c, self.in_c // self.groups, self.kh, self.kw)
 
     def in_shape(self, batch):
+        """The input shape (batch, in_c, in_h, in_w)."""
         return (batch, self.in_c, self.in_h, self.in_w)
 
     def out_shape(self, batch):
+        """The output shape (batch, out_c, out_h, out_w)."""
         return (batch, self.out_c, self.out_h, self.out_w)
 
     def values(self):
+        """Every size of the geometry as one tuple (kernel arguments and cache keys)."""
         return (self.in_c, self.out_c, self.groups, self.in_h, self.in_w, self.out_h,
                 self.out_w, self.kh, self.kw, self.sh, self.sw, self.pad[0], self.pad[1],
                 self.dh, self.dw)
@@ -86,6 +90,7 @@ class ConvGeometry:
 
     @property
     def is_plain_1x1(self):
+        """True for a 1x1, stride-1, unpadded, ungrouped convolution (a plain GEMM)."""
         return (self.kh == self.kw == 1 and self.sh == self.sw == 1 and self.groups == 1
                 and not any(self.pad))
 
@@ -211,6 +216,7 @@ class ConvForward(_Op):
         self.bias = bool(bias)
 
     def launches(self, x, w, y, b=None, ws=None, beta=0.0):
+        """y = act(conv(x, w) + b + beta * y); ``ws``: the workspace, when one is needed."""
         batch = x.shape[0]
         g = self.geom
         check_tensor("conv forward x", x, g.in_shape(batch))
@@ -237,6 +243,7 @@ class ConvBackwardData(_Op):
         self.bias = bool(bias)
 
     def launches(self, dy, w, dx, b=None, ws=None, beta=0.0):
+        """dx = beta * dx + conv_transpose(dy, w)."""
         batch = dy.shape[0]
         g = self.geom
         check_tensor("conv backward-data dy", dy, g.out_shape(batch))
@@ -259,6 +266,7 @@ class ConvBackwardFilter(_Op):
         super().__init__(ctx, geom, algo, dict(splits=splits, batch=batch))
 
     def launches(self, x, dy, dw, ws=None, beta=1.0):
+        """dw = beta * dw + correlate(x, dy)."""
         batch = x.shape[0]
         g = self.geom
         check_tensor("conv backward-filter x", x, g.in_shape(batch))

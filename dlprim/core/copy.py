@@ -15,6 +15,7 @@ __all__ = ["StridedCopy", "Transpose", "Fill", "fill", "copy", "concat", "slice_
 
 
 def contiguous_strides(shape):
+    """Element strides of a C-contiguous array of ``shape``."""
     out, step = [], 1
     for n in reversed(tuple(shape)):
         out.append(step)
@@ -85,6 +86,7 @@ class StridedCopy:
                              % (what, t.offset, extent, room))
 
     def launches(self, src, dst, alpha=1.0, beta=0.0):
+        """dst = alpha * src + beta * dst over the configured strides (beta 0 never reads dst)."""
         self._check(src, "src", self.src_extent)
         self._check(dst, "dst", self.dst_extent)
         if self.size == 0:
@@ -148,6 +150,7 @@ class Transpose(StridedCopy):
                                       COMPUTE="float" if st in ("float", "half") else st)
 
     def launches(self, x, y, alpha=1.0, beta=0.0):
+        """y = alpha * x.transpose(perm) + beta * y."""
         for what, t, shape in (("x", x, self.in_shape), ("y", y, self.out_shape)):
             if not isinstance(t, Tensor) or t.shape != shape:
                 raise ValueError("Transpose: %s is %r, expected shape %s" % (what, t, shape))
@@ -173,6 +176,7 @@ class Fill:
         self.program = program.get(ctx, "fill", dtype=self._store)
 
     def launches(self, t, value):
+        """Set every element of ``t`` to ``value``."""
         if not isinstance(t, Tensor) or t.shape != self.shape or t.dtype != self.dtype:
             raise ValueError("Fill: tensor %r, expected shape %s dtype %s" % (t, self.shape, self.dtype.name))
         if self.size == 0:

@@ -116,6 +116,7 @@ class Gemm:
 
     @property
     def flops(self):
+        """Floating-point operations of one call: 2 M N K per batch entry."""
         return 2 * self.M * self.N * self.K * self.batch
 
     # ----- checks
@@ -167,6 +168,9 @@ class Gemm:
     # ----- launching
     def launches(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
                  stride_a=0, stride_b=0, stride_c=0):
+        """C = act(alpha * op(A) op(B) + bias + beta * C) over the given tensors, with leading
+        dimensions and batch strides in elements (None: packed); checked before anything is built.
+        """
         lda, stride_a = self._check_operand("a", A, lda, stride_a)
         ldb, stride_b = self._check_operand("b", B, ldb, stride_b)
         ldc, stride_c = self._check_operand("c", C, ldc, stride_c)

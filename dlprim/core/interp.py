@@ -89,6 +89,7 @@ class Interpolate2D:
                              % (what, t.shape, t.dtype.name, shape))
 
     def launches(self, x, y):
+        """y = the resampled x."""
         self._check("x", x, self.in_shape)
         self._check("y", y, self.out_shape)
         if y.size == 0:

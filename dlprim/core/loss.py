@@ -116,6 +116,7 @@ class NLLLoss:
         return out
 
     def backward_launches(self, label, dy, dx, beta=0.0):
+        """dx = beta * dx - dy (scaled as the reduction) at each label, 0 elsewhere."""
         _check("NLLLoss: labels", label, (self.n,), self.label_dtype)
         _check("NLLLoss: dy", dy, self.out_shape, np.float32)
         _check("NLLLoss: dx", dx, (self.n, self.c), np.float32)

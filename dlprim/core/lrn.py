@@ -41,6 +41,7 @@ class LRN:
                              % (what, t.shape, t.dtype.name, tuple(shape)))
 
     def launches(self, x, y):
+        """y = LRN(x)."""
         grid, args = self._geometry(x.shape)
         self._check("y", y, x.shape)
         if x.size == 0:

@@ -206,6 +206,7 @@ class PointwiseBroadcast(_Base):
         self._kernel = params["NAME"]
 
     def launches(self, xs, ys, params=()):
+        """Prepared launches of the code over these tensors and scalar params."""
         params = self._check_tensors(xs, ys, params)
         if self.size == 0:
             return []
@@ -311,6 +312,7 @@ class PointwiseBroadcastReduce(_Base):
         return self._ws
 
     def launches(self, xs, ys, params=(), alpha=1.0, beta=0.0):
+        """Prepared launches: each y = alpha * (the code reduced) + beta * y."""
         params = self._check_tensors(xs, ys, params)
         if self.outputs == 0:
             return []

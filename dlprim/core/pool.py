@@ -70,6 +70,7 @@ class Pool2D:
                            **self._params)
 
     def output_shape(self, in_shape):
+        """The (N, C, OH, OW) output for an (N, C, H, W) input."""
         if len(in_shape) != 4:
             raise ValueError("pooling: input must be N,C,H,W; got shape %s" % (tuple(in_shape),))
         n, c, h, w = in_shape
@@ -132,6 +133,7 @@ class GlobalMaxBackward:
                                    KH=1, KW=1, SH=1, SW=1, PH=0, PW=0, COUNT_INCLUDE_PAD=False)
 
     def launches(self, x, dx, dy, beta=0.0):
+        """dx = beta * dx + dy at the first maximum of each plane of x, 0 elsewhere."""
         _check_tensor("global pooling input", x, 4, self.dtype)
         if dx.shape != x.shape or dy.shape != x.shape[:2] + (1, 1):
             raise ValueError("global max backward: x %s, dx %s, dy %s" % (x.shape, dx.shape, dy.shape))

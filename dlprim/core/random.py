@@ -60,12 +60,14 @@ def _unit(words):
 
 
 def philox_uniform(n, low=0.0, high=1.0, seed=0, offset=0):
+    """numpy reference: the first ``n`` uniform float32 values in [low, high) of the stream."""
     low32 = np.float32(low)
     span = np.float32(high) - low32
     return low32 + span * _unit(philox_bits(n, seed, offset))
 
 
 def philox_normal(n, mean=0.0, std=1.0, seed=0, offset=0):
+    """numpy reference: the first ``n`` normal values (Box-Muller) of the stream."""
     w = philox_bits(counters(n) * 4, seed, offset).reshape(-1, 2)
     u1 = ((w[:, 0] >> np.uint32(8)).astype(np.float64) + 1) / 16777216.0
     u2 = _unit(w[:, 1]).astype(np.float64)
@@ -105,6 +107,9 @@ class RandomFill:
         self.program = program.get(ctx, "random", DIST=dist, STORE=cl_type(self.dtype))
 
     def launches(self, t, seed=0, offset=0, advance=False):
+        """Fill ``t`` from the Philox stream (seed, offset); with ``advance`` every call of the
+        launch moves the offset on, so each run draws new numbers.
+        """
         if not isinstance(t, Tensor) or t.shape != self.shape or t.dtype != self.dtype:
             raise ValueError("RandomFill: tensor %r, expected shape %s dtype %s"
                              % (t, self.shape, self.dtype.name))

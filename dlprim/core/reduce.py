@@ -83,6 +83,7 @@ class Reduce:
                                             name="reduce_" + op)
 
     def launches(self, x, y, alpha=1.0, beta=0.0):
+        """y = alpha * reduce(x) + beta * y."""
         _check(x, self.in_shape, self.dtype, "Reduce: x")
         _check(y, self.out_shape, self.dtype, "Reduce: y")
         if self.op == "mean":
@@ -122,6 +123,7 @@ class ArgMax:
             "{ reduce_y0 = y0; reduce_y1 = y1; }", name="argmax")
 
     def launches(self, x, y):
+        """y = the index of the first maximum of x along the axis."""
         _check(x, self.in_shape, self.dtype, "ArgMax: x")
         _check(y, self.out_shape, self.index_dtype, "ArgMax: y")
         return self._op.launches([x, self._index], [self._values, y.view(self.keep_shape)])

@@ -62,6 +62,7 @@ class Softmax:
                 [np.uint64(positions), np.uint64(self.C), np.uint64(self.inner)])
 
     def launches(self, x, y):
+        """y = softmax (or log-softmax) of x over axis 1."""
         _check("x", x, self.shape)
         _check("y", y, self.shape)
         if x.size == 0:
