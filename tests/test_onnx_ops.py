@@ -278,6 +278,7 @@ def test_batch_argument_and_reshape(ctx):
     assert cfg.inputs[0]["shape"] == [1, 3, 5, 5]  # a symbolic batch defaults to 1
     assert [op["type"] for op in cfg.operators] == ["Convolution2D", "Flatten", "InnerProduct"]
     assert cfg.operators[0]["options"]["activation"] == "relu"  # Relu folded into the conv
+    assert cfg.operators[1]["inputs"] == cfg.operators[1]["outputs"] == ["r"]  # in place
     assert sorted(weights) == ["fc", "w"]
     net = dox.load(m, ctx, batch=4)
     assert net.tensor("x").shape == (4, 3, 5, 5)

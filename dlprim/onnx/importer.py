@@ -30,6 +30,8 @@ FIRST_OPSET = 9
 # layers whose fused activation may absorb a following Relu/Clip/Sigmoid/Tanh
 FUSABLE = ("Convolution2D", "TransposedConvolution2D", "InnerProduct", "Elementwise")
 FUSABLE_ACTIVATIONS = ("relu", "relu6", "sigmoid", "tanh")
+# layers written in place (output named as the input) when nothing else reads the input
+IN_PLACE = ("Activation", "Hardtanh", "Dropout", "Reshape", "Flatten", "Squeeze", "Softmax")
 DTYPES = {"float32": "float", "int32": "int", "int64": "int64", "float16": "float16",
           "uint8": "uint8"}
 
@@ -266,6 +268,8 @@ class Importer:
             params=None, frozen=False):
         """Append a dlprim operator writing ``output`` (default: node's first output, else a
         fresh name) of ``shape``; returns the output tensor name."""
+        if output is None and type in IN_PLACE and inputs and self._only_reader(node, inputs[0]):
+            output = inputs[0]  # in place: the planner may then share the input's memory
         if output is None:
             output = node.outputs[0] if node is not None and node.outputs[0] not in self.alias \
                 else self.fresh((node.outputs[0] if node is not None else type) + "/t")
@@ -274,9 +278,19 @@ class Importer:
                      params=params, frozen=frozen)
         self.shapes[output] = tuple(int(s) for s in shape)
         self.producer[output] = self.cfg.operators[-1]
-        if node is not None and output == node.outputs[0]:
-            self.alias[output] = output
+        if node is not None and (output == node.outputs[0] or output == inputs[0]):
+            self.alias[node.outputs[0]] = output
         return output
+
+    def _only_reader(self, node, t):
+        """``node`` is the one reader of dlprim tensor ``t`` (through any ONNX name), which is
+        neither a model output nor a net input."""
+        if node is None or any(i["name"] == t for i in self.cfg.inputs):
+            return False
+        names = [n for n, v in self.alias.items() if v == t]
+        if node.inputs[0] not in names or any(n in self.graph_outputs for n in names):
+            return False
+        return sum(len(self.consumers.get(n, ())) for n in names) == 1
 
     def out(self, node, tensor, i=0):
         """Record that ONNX output i of ``node`` is dlprim tensor ``tensor``."""
