@@ -88,11 +88,13 @@ class Importer:
         self._add_inputs()
         # convert the rest too, so that unsupported variants (a Pad mode, a Resize
         # transformation) are listed with the unknown operators in one error
+        self.converted = set()
         for node in self.nodes:
             if id(node) in unknown:
                 self.poisoned.update(node.outputs)
             else:
                 self._convert(node)
+            self.converted.add(id(node))
         if self.problems:
             raise UnsupportedModelError(self.problems)
         self._name_outputs()
@@ -290,7 +292,8 @@ class Importer:
         names = [n for n, v in self.alias.items() if v == t]
         if node.inputs[0] not in names or any(n in self.graph_outputs for n in names):
             return False
-        return sum(len(self.consumers.get(n, ())) for n in names) == 1
+        # readers still to convert, this node included (converted ones read nothing more)
+        return sum(id(c) not in self.converted for n in names for c in self.consumers.get(n, ())) == 1
 
     def out(self, node, tensor, i=0):
         """Record that ONNX output i of ``node`` is dlprim tensor ``tensor``."""
