@@ -3,14 +3,15 @@
 Every ONNX tensor is either a *constant* (an initializer, a Constant, a Shape of a
 tensor whose shape is known, or a node whose inputs are all constants: evaluated now,
 see ``fold``) or a *runtime* tensor of the dlprim net, whose shape the converters track.
-dlprim tensors keep the ONNX names, so ``net.tensor(onnx_name)`` works for the outputs
-of converted nodes; constants read by an operator at run time become non-trainable
-``Parameter`` operators, weights of Conv/Gemm/BatchNormalization become the parameters
-of the dlprim layer, named as the ONNX initializers.
+dlprim tensors keep the ONNX names (except where a layer writes in place over its
+input, see ``IN_PLACE``); constants read by an operator at run time become
+non-trainable ``Parameter`` operators, weights of Conv/Gemm/BatchNormalization become the
+parameters of the dlprim layer, named as the ONNX initializers.
 
 Steps: read -> drop nodes no output needs -> fuse patterns (``rewrite``) -> list
-unsupported operators (error before anything is converted) -> convert in order ->
-name the net outputs as the model's.
+operators without converter -> convert the others in order, listing unsupported
+variants -> one error with every problem, or name the net outputs as the model's.
+Nothing touches a device.
 """
 from collections import OrderedDict
 
