@@ -96,6 +96,7 @@ def training_curves(rows, x=None, title=None, figsize=(10, 4)):
         raise ValueError("training_curves: the rows have none of the columns %s"
                          % ", ".join(key for _, curves in _PANELS for key, _ in curves))
     fig = _figure_class()(figsize=figsize)
+    from matplotlib.ticker import MaxNLocator
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (name, curves) in zip(axes, panels):
         for key, label in curves:
@@ -104,6 +105,8 @@ def training_curves(rows, x=None, title=None, figsize=(10, 4)):
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label,
                         marker="o" if len(pts) <= 30 else None)
         ax.set(xlabel=x, ylabel=name, title=name)
+        if all(isinstance(r.get(x), int) for r in rows if r.get(x) is not None):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no epoch 1.5
         ax.grid(alpha=0.3)
         ax.legend()
     if title:

@@ -44,6 +44,7 @@ def test_training_curves_draws_what_the_rows_hold(tmp_path):
     train, val = loss.get_lines()
     assert list(train.get_xdata()) == [1, 2, 3] and list(train.get_ydata()) == [1.5, 0.9, 0.5]
     assert list(val.get_xdata()) == [1, 3]  # the empty validation cell is skipped
+    assert all(float(t).is_integer() for t in loss.get_xticks())  # whole epochs only
     # steps by default when logged; a loss-only log gets one panel
     steps = [{"step": i, "train_loss": 1.0 / (i + 1)} for i in range(50)]
     fig = plot.training_curves(steps)
