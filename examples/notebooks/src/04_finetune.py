@@ -3,8 +3,9 @@
 #
 # Transfer learning in miniature. We train a small CNN on the MNIST digits 0-4, save
 # it, and then reuse its convolutional features for a new task, the digits 5-9: the
-# loaded layers are **frozen** (the JSON flag `"frozen": true`) and only a new
-# classification head is trained. Finally the model is saved and reloaded.
+# loaded convolutions are **frozen** (the JSON flag `"frozen": true`), a new
+# classification head replaces the old one, and only the fully connected layers train.
+# Finally the model is saved and reloaded.
 
 # %%
 import json
@@ -118,7 +119,7 @@ print("parameters: %d trainable of %d" % (sum(n for n, t in sizes.values() if t)
 print("before training, digits 5-9: %.3f" % accuracy(net, digits("val", 5)))
 
 # %% [markdown]
-# Two epochs over the digits 5-9:
+# Two epochs over the digits 5-9. The frozen convolutions must come out unchanged.
 
 # %%
 ft_rows = train(net, digits("train", 5), epochs=2)
@@ -130,7 +131,7 @@ frozen_after = net.get_parameters()
 for name in ("conv1.0", "conv1.1", "conv2.0", "conv2.1"):
     assert np.array_equal(frozen_before[name], frozen_after[name]), name
 print("frozen layers unchanged")
-dlprim.plot.training_curves(ft_rows, title="fine-tuning on digits 5-9")
+dlprim.plot.training_curves(ft_rows, title="fine-tuning on the digits 5-9")
 
 # %% [markdown]
 # ## 3. Save and reload
