@@ -60,6 +60,11 @@ def test_code_blocks_parse_and_the_marker_sits_on_python():
 RUN_PAGES = [p for p in PAGES if RUNNABLE in open(p).read()]
 
 
+def test_the_pages_a_new_user_follows_have_runnable_examples():
+    assert {"README.md", "docs/getting-started.md", "docs/python-api.md",
+            "docs/architecture.md"} <= {rel(p) for p in RUN_PAGES}
+
+
 @pytest.mark.parametrize("page", [rel(p) for p in RUN_PAGES])
 def test_runnable_examples_run(page, tmp_path, monkeypatch):
     blocks = [(line, src) for line, lang, runnable, src in code_blocks(open(os.path.join(ROOT, page)).read())
