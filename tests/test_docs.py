@@ -135,6 +135,8 @@ def test_operators_page_documents_every_operator_and_option():
     sections = _sections(os.path.join(ROOT, "docs", "operators.md"))
     problems = []
     for type_name, cls in sorted(REGISTRY.items()):
+        if not cls.__module__.startswith("dlprim."):
+            continue  # layers that tests register for themselves
         section = sections.get(type_name)
         if section is None:
             problems.append("no '## %s' section" % type_name)
