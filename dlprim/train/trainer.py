@@ -219,7 +219,7 @@ class Trainer:
                 self.save_checkpoint()
         self._save_model("model")
         if self.cfg["plot"]:
-            self._plot_ok = metrics.plot(self.metrics.rows, os.path.join(self.out, "curves.png"))
+            metrics.plot(self.metrics.rows, os.path.join(self.out, "curves.png"))
         return self._result(False, val_acc, val_loss)
 
     def _bar(self, total, initial, desc):
