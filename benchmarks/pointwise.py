@@ -19,33 +19,7 @@ import dlprim as dp  # noqa: E402
 from dlprim.core.copy import Transpose  # noqa: E402
 from dlprim.core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce  # noqa: E402
 from dlprim.core.random import RandomFill  # noqa: E402
-
-
-def time_launches(ctx, launches, repeat):
-    for launch in launches:
-        launch(ctx.queue)
-    ctx.finish()
-    times = []
-    for _ in range(repeat):
-        events = [launch(ctx.queue) for launch in launches]
-        ctx.finish()
-        times.append(sum(e.profile.end - e.profile.start for e in events) * 1e-3)
-    return statistics.median(times)
-
-
-def time_torch(fn, repeat):
-    import torch
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+from harness import time_cuda as time_torch, time_launches  # noqa: E402  (benchmarks/harness.py)
 
 
 def cases(ctx):

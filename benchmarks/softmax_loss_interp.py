@@ -7,17 +7,11 @@ OpenCL profiling events (median over ``--repeat`` runs after a warm-up, all laun
 a pass summed). With PyTorch and CUDA the same operation is timed with CUDA events.
 Labels of loss layers are int32 class indices.
 """
-import argparse
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import dlprim as dp  # noqa: E402
-from dlprim.layers import TensorSpec, create  # noqa: E402
-from layers import time_launches  # noqa: E402  (benchmarks/layers.py)
+from harness import layer_table  # noqa: E402  (benchmarks/harness.py)
 
 MID = (16, 64, 56, 56)
 
@@ -55,48 +49,6 @@ def cases():
     ]
 
 
-def time_layer(ctx, type_name, options, specs, repeat):
-    layer = create(ctx, type_name, "layer", options)
-    outs, _, ws_bytes = layer.setup([TensorSpec(s, d) for s, d in specs])
-    rng = np.random.default_rng(0)
-    xs = [dp.Tensor.from_numpy(ctx, rng.standard_normal(s).astype(np.float32) if d == "float32"
-                               else rng.integers(0, specs[0][0][1], s).astype(d)) for s, d in specs]
-    dxs = [dp.Tensor(ctx, s) if d == "float32" else None for s, d in specs]
-    ys = [dp.Tensor(ctx, o.shape) for o in outs]
-    dys = [dp.Tensor.from_numpy(ctx, rng.standard_normal(o.shape).astype(np.float32)) for o in outs]
-    ws = dp.Tensor(ctx, (ws_bytes,), "uint8") if ws_bytes else None
-    fwd = layer.forward(xs, ys, [], ws)
-    bwd = layer.backward(xs, dxs, ys, dys, [], [], ws, [False] * len(xs))
-    return time_launches(ctx, fwd, repeat), time_launches(ctx, bwd, repeat), len(fwd), len(bwd)
-
-
-def time_torch(fn, specs, repeat):
-    from layers import time_torch as median_fwd_bwd
-    return median_fwd_bwd(fn, [s for s, d in specs if d == "float32"], repeat)
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--repeat", type=int, default=50)
-    ap.add_argument("names", nargs="*", help="only layers whose title contains one of these")
-    args = ap.parse_args()
-    ctx = dp.Context(args.device, profiling=True)
-    try:
-        import torch
-        have_torch = torch.cuda.is_available()
-    except ImportError:
-        have_torch = False
-    print("device: %s, driver %s" % (ctx.name, ctx.facts.driver_version))
-    print("| layer | launches fwd/bwd | fwd us | bwd us | torch fwd us | torch bwd us |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for title, type_name, options, specs, fn in cases():
-        if args.names and not any(n in title for n in args.names):
-            continue
-        f, b, nf, nb = time_layer(ctx, type_name, options, specs, args.repeat)
-        tf, tb = time_torch(fn, specs, args.repeat) if have_torch else (float("nan"),) * 2
-        print("| %s | %d/%d | %.1f | %.1f | %.1f | %.1f |" % (title, nf, nb, f, b, tf, tb))
-
 
 if __name__ == "__main__":
-    main()
+    layer_table(__doc__.splitlines()[0], cases)
