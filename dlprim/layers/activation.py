@@ -50,11 +50,7 @@ class PointwiseLayer(Layer):
         return float(value)
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
-        if spec.dtype != np.float32:
-            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        spec = self.single_input(in_specs)
         self.in_specs = list(in_specs)
         io = [(spec.shape, spec.dtype)]
         types = ["float"] * len(self.param_values())

@@ -109,6 +109,25 @@ class Layer:
         """Raise a LayerError starting with the layer's type and name."""
         raise LayerError("%s '%s': %s" % (self.type_name, self.name, message))
 
+    def single_input(self, in_specs, layout=None, ndims=None, min_ndim=0, float32=True):
+        """The spec of the layer's one input, checked: exactly one input, a rank among
+        ``ndims`` (or at least ``min_ndim``; ``layout`` names it in the error, e.g.
+        "(N, C, H, W)"), and float32 unless ``float32=False``."""
+        if len(in_specs) != 1:
+            self.fail("expects 1 input, got %d" % len(in_specs))
+        spec = in_specs[0]
+        rank = len(spec.shape)
+        if (ndims is not None and rank not in ndims) or rank < min_ndim:
+            if layout:
+                want = "be " + layout
+            else:
+                want = "have %s dimensions" % (" or ".join(map(str, ndims)) if ndims is not None
+                                               else "at least %d" % min_ndim)
+            self.fail("input must %s, got shape %s" % (want, spec.shape))
+        if float32 and spec.dtype != np.float32:
+            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        return spec
+
     def config(self):
         """The JSON options that rebuild this layer (round-trips unchanged)."""
         return _jsonable(dict(self.options))

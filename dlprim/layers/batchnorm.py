@@ -51,13 +51,7 @@ class BatchNorm(Layer):
         return self.mode == TRAIN and not self.use_global_stats
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
-        if len(spec.shape) not in (2, 4):
-            self.fail("input must be (N, C) or (N, C, H, W); got shape %s" % (spec.shape,))
-        if spec.dtype != np.float32:
-            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        spec = self.single_input(in_specs, "(N, C) or (N, C, H, W)", ndims=(2, 4))
         c = spec.shape[1]
         if self.options["features"] not in (-1, c):
             self.fail("option 'features' is %d but the input has %d channels"

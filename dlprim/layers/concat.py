@@ -108,9 +108,7 @@ class Slice(_AxisLayer):
         return b, e
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
+        spec = self.single_input(in_specs, float32=False)
         axis = self.axis(spec.shape)
         b, e = self.bounds(spec.shape[axis])
         shape = list(spec.shape)

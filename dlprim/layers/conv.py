@@ -71,13 +71,7 @@ class _ConvBase(Layer):
         self._bwd = None
 
     def _check_input(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
-        if len(spec.shape) != 4:
-            self.fail("input must be N,C,H,W; got shape %s" % (spec.shape,))
-        if spec.dtype != np.float32:
-            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        spec = self.single_input(in_specs, "(N, C, H, W)", ndims=(4,))
         c = spec.shape[1]
         c_in = self.options["channels_in"]
         if c_in != -1 and c_in != c:

@@ -42,11 +42,7 @@ class Dropout(Layer):
         self._u = None
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
-        if spec.dtype != np.float32:
-            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        spec = self.single_input(in_specs)
         self.in_specs = list(in_specs)
         io = (spec.shape, spec.dtype)
         self._copy = PointwiseBroadcast(self.ctx, [io], [io], "y0 = x0;", name="dropout_copy")

@@ -44,13 +44,7 @@ class InnerProduct(Layer):
         self.BACKWARD_READS_OUTPUTS = self.activation != "identity"
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
-        if len(spec.shape) < 2:
-            self.fail("input must have a batch axis and features; got shape %s" % (spec.shape,))
-        if spec.dtype != np.float32:
-            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        spec = self.single_input(in_specs, "(N, features, ...)", min_ndim=2)
         self.in_specs = list(in_specs)
         n, inputs = spec.shape[0], int(np.prod(spec.shape[1:]))
         if self.options["inputs"] != -1 and self.options["inputs"] != inputs:

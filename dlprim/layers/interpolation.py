@@ -53,13 +53,7 @@ class Interpolation(Layer):
         return int(h * o["scale_y"]), int(w * o["scale_x"])
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
-        if len(spec.shape) != 4:
-            self.fail("input must be (N, C, H, W), got shape %s" % (spec.shape,))
-        if spec.dtype.name != "float32":
-            self.fail("input must be float32, got %s" % spec.dtype.name)
+        spec = self.single_input(in_specs, "(N, C, H, W)", ndims=(4,))
         oh, ow = self.out_size(spec.shape[2], spec.shape[3])
         if oh < 1 or ow < 1:
             self.fail("output size %dx%d from input %s is empty; use a larger scale"

@@ -33,11 +33,7 @@ class LRN(Layer):
             self.fail("option 'k' must be positive (the base of a power), got %r" % (o["k"],))
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
-        if len(spec.shape) < 2 or spec.dtype != np.float32:
-            self.fail("input must be float32 (N, C, ...), got %s %s" % (spec.dtype.name, spec.shape))
+        spec = self.single_input(in_specs, "(N, C, ...)", min_ndim=2)
         o = self.options
         self.in_specs = list(in_specs)
         self.op = LRNOp(self.ctx, spec.shape[1], int(o["size"]), o["alpha"], o["beta"], o["k"])

@@ -6,8 +6,6 @@ left padding) and ``count_include_pad`` for averages. Max backward routes dy to 
 maximum of each window (ties: first index in row-major order), kept by the training
 forward in the layer's own int32 tensor of the output's shape.
 """
-import numpy as np
-
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..core.pool import MODES, GlobalMaxBackward, Pool2D
 from ..tensor import Tensor
@@ -21,14 +19,7 @@ def _check_mode(layer):
 
 
 def _check_input(layer, in_specs):
-    if len(in_specs) != 1:
-        layer.fail("expects 1 input, got %d" % len(in_specs))
-    spec = in_specs[0]
-    if len(spec.shape) != 4:
-        layer.fail("input must be N,C,H,W; got shape %s" % (spec.shape,))
-    if spec.dtype != np.float32:
-        layer.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
-    return spec
+    return layer.single_input(in_specs, "(N, C, H, W)", ndims=(4,))
 
 
 def _flag(layer, option):

@@ -69,13 +69,7 @@ class Reduction(Layer):
         return tuple(range(start % ndim, ndim))
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
-        if spec.dtype.name != "float32":
-            self.fail("input must be float32, got %s" % spec.dtype.name)
-        if not spec.shape:
-            self.fail("input must have at least 1 dimension")
+        spec = self.single_input(in_specs, min_ndim=1)
         self.in_specs = list(in_specs)
         self.shape = spec.shape
         axes = self.axes(len(spec.shape))

@@ -34,9 +34,7 @@ class ViewLayer(Layer):
         raise NotImplementedError
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
+        spec = self.single_input(in_specs, float32=False)
         shape = tuple(int(n) for n in self.new_shape(spec.shape))
         if int(np.prod(shape, dtype=np.int64)) != int(np.prod(spec.shape, dtype=np.int64)):
             self.fail("output shape %s does not hold the %d elements of input %s"

@@ -23,14 +23,7 @@ class Softmax(Layer):
             self.fail("option 'log' must be true or false, got %r" % (self.options["log"],))
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
-        if len(spec.shape) < 2:
-            self.fail("input must have at least 2 dimensions (batch, channels, ...), got "
-                      "shape %s" % (spec.shape,))
-        if spec.dtype.name != "float32":
-            self.fail("input must be float32, got %s" % spec.dtype.name)
+        spec = self.single_input(in_specs, min_ndim=2)
         self.in_specs = list(in_specs)
         self.op = SoftmaxOp(self.ctx, spec.shape, log=self.options["log"])
         return [TensorSpec(spec.shape, spec.dtype)], [], 0

@@ -26,9 +26,7 @@ class Transpose(Layer):
             self.fail("option 'dims' must be a list of axes, got %r" % (dims,))
 
     def setup(self, in_specs):
-        if len(in_specs) != 1:
-            self.fail("expects 1 input, got %d" % len(in_specs))
-        spec = in_specs[0]
+        spec = self.single_input(in_specs, float32=False)
         n = len(spec.shape)
         dims = self.options["dims"]
         perm = [d + n if d < 0 else d for d in dims]
