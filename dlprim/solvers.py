@@ -105,34 +105,42 @@ class Solver:
         return g
 
     def _build(self):
+        """Build the update kernel and prepare its launches over the net's arenas once;
+        a step only re-binds the scalar hyperparameters and enqueues."""
+        self._launches = []
         if self.size == 0:
-            self._update = None
             return
         n = (self.size,)
-        xs = [("x0", "p"), ("x1", "g")] + [("x%d" % (i + 2), s) for i, s in enumerate(self.state_names())]
-        extra = []
+        p = self.net.param_arena.view(n)
+        g = self.net.grad_arena.view(n)
+        moments = [self.states[s] for s in self.state_names()]
+        xs = [p, g] + moments
+        decay = "w_wd"
         if self._decay_mask is not None:
-            extra.append("mask")
+            decay = "w_wd * x%d" % len(xs)
+            xs.append(self._decay_mask)
+        code = self.update_code(decay=decay)
         if self._norm is not None:
-            extra.append("norm")
-        names = {}
-        for k, what in enumerate(extra):
-            names[what] = "x%d" % (len(xs) + k)
-        code = self.update_code(decay="w_wd * %s" % names["mask"] if "mask" in names else "w_wd")
-        code = code.replace("x_norm", names.get("norm", "0.0f"))
+            code = code.replace("x_norm", "x%d" % len(xs))
+            xs.append(self._norm)
+            sumsq = PointwiseBroadcastReduce(self.ctx, [(n, "float")], [((1,), "float")],
+                                             "y0 = x0 * x0;", name="grad_sumsq")
+            self._launches += sumsq.launches([g], [self._norm])
         self._param_names = self.param_names()
         for i, pn in enumerate(self._param_names):
             code = code.replace("w_%s" % pn, "w%d" % i)
-        x_specs = [(n, "float")] * (len(xs) + len(extra))
-        if "norm" in names:
-            x_specs[-1] = ((1,), "float")
-        y_specs = [(n, "float")] * (1 + len(self.state_names()))
-        self._update = PointwiseBroadcast(self.ctx, x_specs, y_specs, code,
+        self._update = PointwiseBroadcast(self.ctx, [(x.shape, "float") for x in xs],
+                                          [(n, "float")] * (1 + len(moments)), code,
                                           ["float"] * len(self._param_names),
                                           name=type(self).__name__.lower() + "_update")
-        if self._norm is not None:
-            self._sumsq = PointwiseBroadcastReduce(self.ctx, [(n, "float")], [((1,), "float")],
-                                                   "y0 = x0 * x0;", name="grad_sumsq")
+        # hyperparameters are bound at each step (set_params); zeros hold their places
+        self._update_launches = self._update.launches(xs, [p] + moments,
+                                                      [0.0] * len(self._param_names))
+        self._launches += self._update_launches
+
+    def _values(self):
+        values = self.param_values()
+        return [values[k] for k in self._param_names]
 
     # ----- the step
     def zero_grad(self, net=None, e=None):
@@ -147,21 +155,12 @@ class Solver:
             raise RuntimeError("%s: call init(net) first" % type(self).__name__)
         self.validate()
         self.step_count += 1
-        if self._update is None:
+        if not self._launches:
             return
         queue = e.queue if e is not None else self.ctx.queue
-        net = self.net
-        p = net.param_arena.view((self.size,))
-        g = net.grad_arena.view((self.size,))
-        moments = [self.states[s] for s in self.state_names()]
-        xs = [p, g] + moments
-        if self._decay_mask is not None:
-            xs.append(self._decay_mask)
-        if self._norm is not None:
-            xs.append(self._norm)
-            self._sumsq([g], [self._norm], queue=queue)
-        values = self.param_values()
-        self._update(xs, [p] + moments, [values[k] for k in self._param_names], queue=queue)
+        self._update.set_params(self._update_launches, self._values())
+        for launch in self._launches:
+            launch(queue)
 
     def step(self, net=None, e=None):
         """With a net (DLPrimitives style): zero_grad, forward, backward, apply.

@@ -237,3 +237,21 @@ def test_64bit_index_path(ctx, rng, monkeypatch):
     pointwise_reduce(ctx, [placed(ctx, a), placed(ctx, b)], [r], "y0 = x0 * x1;")
     np.testing.assert_allclose(r.numpy(), (a.astype(np.float64) * b).sum(axis=(0, 2), keepdims=True),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_set_params_rebinds_prepared_launches(ctx):
+    from dlprim.core.pointwise import PointwiseBroadcast
+    x = dp.Tensor.from_numpy(ctx, np.arange(33, dtype=np.float32))
+    y = dp.Tensor(ctx, (33,))
+    op = PointwiseBroadcast(ctx, [((33,), "float")], [((33,), "float")], "y0 = x0 * w0 + w1;",
+                            ["float", "float"])
+    launches = op.launches([x], [y], [2.0, 1.0])
+    for launch in launches:
+        launch(ctx.queue)
+    assert np.array_equal(y.numpy(), np.arange(33) * 2.0 + 1.0)
+    op.set_params(launches, [-1.0, 0.5])
+    for launch in launches:
+        launch(ctx.queue)
+    assert np.array_equal(y.numpy(), np.arange(33) * -1.0 + 0.5)
+    with pytest.raises(ValueError, match="expected 2 params"):
+        op.set_params(launches, [1.0])

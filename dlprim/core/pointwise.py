@@ -151,6 +151,9 @@ class _Base:
                 if t.shape != shape or t.dtype != dtype:
                     raise ValueError("%s: %s[%d] is %s %s, the spec says %s %s"
                                      % (self.name, what, i, t.shape, t.dtype.name, shape, dtype.name))
+        return self._typed_params(params)
+
+    def _typed_params(self, params):
         if len(params) != len(self.param_types):
             raise ValueError("%s: expected %d params, got %d"
                              % (self.name, len(self.param_types), len(params)))
@@ -218,6 +221,17 @@ class PointwiseBroadcast(_Base):
         items = -(-self.size // _ELEMS)
         return [program.Launch(self.program, self._kernel, (program.round_up(items, self._wg),),
                                (self._wg,), args)]
+
+
+    def set_params(self, launches, params):
+        """Re-bind the scalar params of launches this op prepared (they are the kernel's
+        last arguments): values that change every call, such as a solver's step-dependent
+        factors, without preparing new launches."""
+        values = self._typed_params(params)
+        for launch in launches:
+            first = launch.kernel.num_args - len(values)
+            for i, value in enumerate(values):
+                launch.kernel.set_arg(first + i, value)
 
 
 class PointwiseBroadcastReduce(_Base):
