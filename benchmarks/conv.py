@@ -96,7 +96,9 @@ def build_ops(ctx, key, batch):
             for d in DIRECTIONS for a in algorithms(geom, d)}
 
 
-def time_launches(ctx, launches, repeat):
+def time_launches(ctx, launches, repeat, per_launch=None):
+    """Median seconds of one pass over ``launches``; with ``per_launch`` (a list), also
+    appends (kernel name, global size, median microseconds) of each launch to it."""
     for launch in launches:
         launch(ctx.queue)
     ctx.finish()
@@ -104,6 +106,10 @@ def time_launches(ctx, launches, repeat):
     for _ in range(repeat):
         runs.append([launch(ctx.queue) for launch in launches])
     ctx.finish()
+    if per_launch is not None:
+        for i, launch in enumerate(launches):
+            us = statistics.median((r[i].profile.end - r[i].profile.start) * 1e-3 for r in runs)
+            per_launch.append((launch.name, launch.gsize, us))
     return statistics.median((r[-1].profile.end - r[0].profile.start) * 1e-9 for r in runs)
 
 
@@ -124,7 +130,7 @@ def rel_err(a, b):
     return float(np.linalg.norm(a.astype(np.float64) - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def run_shape(ctx, torch, key, ops, batch, repeat, check):
+def run_shape(ctx, torch, key, ops, batch, repeat, check, show_launches=False):
     geom = geometry(key)
     F = torch.nn.functional
     x_t = torch.randn(geom.in_shape(batch), device="cuda")
@@ -161,8 +167,14 @@ def run_shape(ctx, torch, key, ops, batch, repeat, check):
             launches, out = op.launches(dy, w, dx, ws=ws), dx
         else:
             launches, out = op.launches(x, dy, dw, ws=ws, beta=0.0), dw
-        t = time_launches(ctx, launches, repeat)
+        per_launch = [] if show_launches else None
+        t = time_launches(ctx, launches, repeat, per_launch)
         row["dlprim"]["%s/%s" % (d, a)] = geom.flops(batch) * 1e-9 / t
+        if show_launches:
+            print("%s N=%d %s/%s: %.1f us = %s" % (
+                fmt_shape(key), batch, d, a, t * 1e6,
+                " + ".join("%s%s %.1f" % (n, list(g), us) for n, g, us in per_launch)),
+                flush=True)
         if check:
             row["err"]["%s/%s" % (d, a)] = rel_err(out.numpy(), refs[d])
         del ws
@@ -232,6 +244,10 @@ def main():
     ap.add_argument("--batches", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--limit", type=int, default=0, help="only the first N distinct shapes")
+    ap.add_argument("--only", nargs="+", default=[],
+                    help='shapes as the table names them, e.g. "256->256 k3 s2 28"')
+    ap.add_argument("--launches", action="store_true",
+                    help="print each dlprim launch's time (kernel, global size, microseconds)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--compare", action="store_true",
                     help="first time kernel variants: gemm with scalar / float4 local reads, "
@@ -246,6 +262,10 @@ def main():
     if args.compare:
         compare_vec(ctx, shapes, args.batches[-1], args.repeat)
         compare_filter_sum(ctx, shapes, args.batches, args.repeat)
+    if args.only:
+        shapes = [s for s in shapes if fmt_shape(s[0]) in args.only]
+        if not shapes:
+            ap.error("--only matched no shape; names look like %r" % fmt_shape(distinct_shapes()[0][0]))
     if args.limit:
         shapes = shapes[:args.limit]
     t0 = time.time()
@@ -260,7 +280,7 @@ def main():
         for i, batch in enumerate(args.batches):
             try:
                 row = run_shape(ctx, torch, key, built[key, batch], batch, args.repeat,
-                                check=i == 0)
+                                check=i == 0, show_launches=args.launches)
             except Exception as err:  # keep the sweep going; the table shows the failure
                 row = {"batch": batch, "error": "%s: %s" % (type(err).__name__, err)}
             row.update(shape=fmt_shape(key), nets=nets)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dlprim import Tensor
-from dlprim.core.conv import ConvBackwardFilter, ConvGeometry
+from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from dlprim.layers import LayerError, TensorSpec, create
 from layer_check import assert_close, check_reference_grads, run_layer
 
@@ -239,6 +239,43 @@ def test_backward_filter_split_reduction(ctx, rng, algo, groups):
     assert_close(t[2].numpy(), dw0 + dw, rtol=1e-4, atol=1e-4, what="%s split dw" % algo)
 
 
+@pytest.mark.parametrize("direction, stride, gpu", [
+    ("forward", (1, 1), False), ("forward", (2, 1), True), ("backward_data", (1, 1), False),
+    ("backward_data", (2, 2), False), ("backward_data", (2, 2), True),
+    ("backward_data", (3, 2), True)])
+def test_split_reduction_forward_and_backward_data(ctx, rng, monkeypatch, direction, stride,
+                                                   gpu):
+    """Forward and backward-data with split-K: partials, then beta, bias and activation
+    applied once by the reduction; strided backward-data per phase (PoCL) and with every
+    phase in one launch (the GPU variant)."""
+    if gpu:
+        monkeypatch.setattr(ctx.facts, "is_gpu", True)
+    geom = ConvGeometry(7, 9, (9, 8), (3, 3), stride, (1, 0, 2, 1))
+    cls = ConvForward if direction == "forward" else ConvBackwardData
+    op = cls(ctx, geom, bias=True, activation="relu", algo="gemm", splits=3)
+    impl = op.impl.op
+    assert impl.split_plan(2, 3)[0] > 1 and op.workspace_bytes(2) > 0
+    assert impl.merged == (ctx.facts.is_gpu and direction == "backward_data" and max(stride) > 1)
+    x, dy = rng.standard_normal(geom.in_shape(2)), rng.standard_normal(geom.out_shape(2))
+    w = rng.standard_normal(geom.weight_shape) * 0.3
+    if direction == "forward":
+        src, bias, out0 = x, rng.standard_normal(9), rng.standard_normal(geom.out_shape(2))
+        ref = conv_ref(x, w, stride, geom.pad, (1, 1), 1)
+    else:
+        src, bias, out0 = dy, rng.standard_normal(7), rng.standard_normal(geom.in_shape(2))
+        ref, _ = conv_backward_ref(x, w, dy, stride, geom.pad, (1, 1), 1)
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (src, w, out0, bias)]
+    op(t[0], t[1], t[2], t[3], ws=Tensor(ctx, (op.workspace_bytes(2),), "uint8"), beta=0.5)
+    want = np.maximum(ref + 0.5 * out0 + bias[None, :, None, None], 0)
+    assert_close(t[2].numpy(), want, rtol=1e-4, atol=1e-4, what="%s split" % direction)
+
+
+def test_splits_only_for_gemm(ctx):
+    geom = ConvGeometry(4, 4, (6, 6), (3, 3), pad=(1, 1, 1, 1))
+    with pytest.raises(ValueError, match="splits"):
+        ConvForward(ctx, geom, algo="winograd", splits=2)
+
+
 def test_predict_mode_forward_and_params(ctx):
     layer = create(ctx, "Convolution2D", "p", dict(channels_out=4, kernel=3, pad=1))
     x = np.random.default_rng(5).standard_normal((1, 3, 5, 5)).astype(np.float32)
@@ -280,7 +317,7 @@ def test_transposed_option_errors(ctx):
 
 
 @pytest.mark.parametrize("name", ["edges_33x65", "winograd_p1", "depthwise_mult2",
-                                  "t_k3_s2_outpad"])
+                                  "t_k3_s2_outpad", "k5_s2", "k1_s2_g2"])
 def test_gpu_configuration(ctx, monkeypatch, name):
     """The GPU variant (geometry baked in as constants, large tiles, fixed work-groups) on
     this device, so that it is checked where the tests run."""

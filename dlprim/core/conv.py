@@ -4,9 +4,10 @@ Three algorithms, chosen per layer from the shape and the device (``choose_algor
 or forced for testing:
 
 - ``"gemm"``: implicit GEMM (``kernels/conv_gemm.cl``); the im2col/col2im gather is part
-  of the tile loads. Backward-data gathers (no atomics); backward-filter splits the long
-  reduction over batch*pixels across work-groups when the output is small (split-K, the
-  partial products summed by a second kernel). 1x1, stride-1, pad-0, ungrouped layers
+  of the tile loads. Backward-data gathers (no atomics), per stride phase when strided.
+  Every direction splits its reduction across work-groups where the tiles alone would
+  leave the GPU idle (split-K, the partial products summed by a second kernel; ``splits``
+  forces the count for testing). 1x1, stride-1, pad-0, ungrouped layers
   run as a plain batched GEMM (``core/gemm.py``) where that module exists.
 - ``"winograd"``: F(4x4, 3x3) (F(2x2, 3x3) for tiny outputs) for 3x3 stride-1 undilated
   ungrouped layers (``core/conv_winograd.py``), all three directions.
@@ -190,12 +191,17 @@ class _Op:
     direction = None
 
     def __init__(self, ctx, geom, algo, impl_args):
-        self.ctx, self.geom = ctx, geom
+        self.ctx, self.geom, self.splits = ctx, geom, impl_args.get("splits")
         self.algo = _resolve(ctx, geom, algo, self.direction)
         family = "winograd" if self.algo.startswith("winograd") else self.algo
         module = importlib.import_module(".conv_" + family, __package__)
         if self.algo != family:
             impl_args = dict(impl_args, tile=int(self.algo[-1]))
+        if self.direction != "backward_filter" and impl_args.pop("splits", None):
+            if family != "gemm":
+                raise ValueError("splits: only the gemm algorithm splits its reduction "
+                                 "(algorithm %r)" % self.algo)
+            impl_args["splits"] = self.splits
         self.impl = getattr(module, self.impl_class)(ctx, geom, **impl_args)
 
     def workspace_bytes(self, batch):
@@ -209,10 +215,11 @@ class ConvForward(_Op):
     """``y = act(conv(x, w) + b) (+ beta * y)``."""
     direction, impl_class = "forward", "Forward"
 
-    def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16):
+    def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
+                 splits=None):
         _check_activation(activation)
         super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation,
-                                               batch=batch))
+                                               batch=batch, splits=splits))
         self.bias = bool(bias)
 
     def launches(self, x, w, y, b=None, ws=None, beta=0.0):
@@ -236,10 +243,11 @@ class ConvBackwardData(_Op):
     also the forward pass of a transposed convolution (bias per input channel)."""
     direction, impl_class = "backward_data", "BackwardData"
 
-    def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16):
+    def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
+                 splits=None):
         _check_activation(activation)
         super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation,
-                                               batch=batch))
+                                               batch=batch, splits=splits))
         self.bias = bool(bias)
 
     def launches(self, dy, w, dx, b=None, ws=None, beta=0.0):

@@ -44,23 +44,57 @@ def tiles_for(ctx, m, n, groups=1, fill=True):
 class ConvGemm:
     """One implicit-GEMM direction (``mode``) for a geometry. Forward and backward-data
     pick their tiles per batch size (their N grows with it); ``batch`` is the size whose
-    kernels are built at once."""
+    kernels are built at once.
 
-    def __init__(self, ctx, geom, mode, bias=False, activation="identity", batch=16):
+    Where the tiles alone leave the GPU half idle (small batches, deep layers), the
+    reduction is split (split-K, ``split_plan``); the partial outputs go to the workspace
+    and ``conv_split_reduce`` adds them up and applies beta, bias and the activation.
+    """
+
+    def __init__(self, ctx, geom, mode, bias=False, activation="identity", batch=16,
+                 min_chunk=None):
         self.ctx, self.geom, self.mode = ctx, geom, mode
+        self.min_chunk = min_chunk or 512
         self.baked, self.geom_args = geometry_args(ctx, geom)
-        # strided backward-data runs per stride phase (see the template)
+        # strided backward-data runs per stride phase (see the template); on GPUs all
+        # phases share one launch with their sizes baked in
         self.phased = (mode == "backward_data" and max(geom.sh, geom.sw) > 1
                        and geom.dh == geom.dw == 1)
+        self.phase_table = self._phase_table() if self.phased else []
+        self.merged = self.phased and self.baked is not None
         self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
-                           GEOM_BAKED=self.baked, PHASES=self.phased)
+                           GEOM_BAKED=self.baked, PHASES=self.phased, MERGED=self.merged,
+                           PHASE_LIST=tuple(self.phase_table) if self.merged else ())
         self.bias = bool(bias)
         self.program(batch)
+
+    def _phase_table(self):
+        """Per stride phase (ph, pw): the kernel's phase constants (ph, pw, ihp, iwp, r0,
+        s0, rh, rw, qh, qw, taps); rh/rw are at least 1, taps = 0 where no tap reaches."""
+        g = self.geom
+        out = []
+        for ph in range(g.sh):
+            for pw in range(g.sw):
+                ihp, iwp = -(-(g.in_h - ph) // g.sh), -(-(g.in_w - pw) // g.sw)
+                if ihp <= 0 or iwp <= 0:
+                    continue
+                r0, s0 = (ph + g.pad[0]) % g.sh, (pw + g.pad[1]) % g.sw
+                rh, rw = max(0, -(-(g.kh - r0) // g.sh)), max(0, -(-(g.kw - s0) // g.sw))
+                qh, qw = (ph + g.pad[0] - r0) // g.sh, (pw + g.pad[1] - s0) // g.sw
+                out.append((ph, pw, ihp, iwp, r0, s0, max(rh, 1), max(rw, 1), qh, qw, rh * rw))
+        return out
+
+    def working_groups(self):
+        """Groups times the stride phases that have taps: the independent GEMMs."""
+        if not self.phased:
+            return self.geom.groups
+        return self.geom.groups * max(1, sum(1 for p in self.phase_table if p[-1]))
 
     def tiles(self, batch):
         m, n, _ = self.dims(batch)
         # backward-filter fills the device by splitting its reduction instead
-        return tiles_for(self.ctx, m, n, self.geom.groups, fill=self.mode != "backward_filter")
+        return tiles_for(self.ctx, m, n, self.working_groups(),
+                         fill=self.mode != "backward_filter")
 
     def program(self, batch):
         tm, tn, tk, wm, wn = self.tiles(batch)
@@ -73,48 +107,120 @@ class ConvGemm:
                            **self.params)
 
     def dims(self, batch):
+        """(m, n, k) of the GEMM; for stride phases the largest n and k of any phase."""
         g = self.geom
         cg, kg, khw = g.in_c // g.groups, g.out_c // g.groups, g.kh * g.kw
         if self.mode == "forward":
             return kg, batch * g.out_h * g.out_w, cg * khw
         if self.mode == "backward_data" and self.phased:
-            return (cg, batch * -(-g.in_h // g.sh) * -(-g.in_w // g.sw),
-                    kg * -(-g.kh // g.sh) * -(-g.kw // g.sw))
+            return (cg, batch * max(p[2] * p[3] for p in self.phase_table),
+                    kg * max(p[-1] for p in self.phase_table))
         if self.mode == "backward_data":
             return cg, batch * g.in_h * g.in_w, kg * khw
         return kg, cg * khw, batch * g.out_h * g.out_w
 
     def phases(self, batch):
-        """Per stride phase (ph, pw): its kernel arguments and (m, n, k)."""
+        """Per stride phase: its kernel arguments and (m, n, k)."""
         g = self.geom
-        out = []
-        for ph in range(g.sh):
-            for pw in range(g.sw):
-                ihp, iwp = -(-(g.in_h - ph) // g.sh), -(-(g.in_w - pw) // g.sw)
-                if ihp <= 0 or iwp <= 0:
-                    continue
-                r0, s0 = (ph + g.pad[0]) % g.sh, (pw + g.pad[1]) % g.sw
-                rh, rw = max(0, -(-(g.kh - r0) // g.sh)), max(0, -(-(g.kw - s0) // g.sw))
-                qh, qw = (ph + g.pad[0] - r0) // g.sh, (pw + g.pad[1] - s0) // g.sw
-                dims = (g.in_c // g.groups, batch * ihp * iwp, g.out_c // g.groups * rh * rw)
-                out.append(([ph, pw, ihp, iwp, r0, s0, rh, rw, qh, qw], dims))
-        return out
+        return [(list(p), (g.in_c // g.groups, batch * p[2] * p[3], g.out_c // g.groups * p[-1]))
+                for p in self.phase_table]
 
-    def launches(self, batch, a, b, out, bias=None, alpha=1.0, beta=0.0):
-        """All launches of this direction (one, or one per stride phase)."""
-        if not self.phased:
-            return [self.launch(batch, a, b, out, bias, alpha, beta)]
-        return [self.launch(batch, a, b, out, bias, alpha, beta, phase=p, dims=d)
-                for p, d in self.phases(batch)]
+    def out_layout(self):
+        """(plane, channels) of the output tensor: bias index = (i / plane) % channels."""
+        g = self.geom
+        if self.mode == "forward":
+            return g.out_h * g.out_w, g.out_c
+        if self.mode == "backward_data":
+            return g.in_h * g.in_w, g.in_c
+        return 1, 1
+
+    def out_size(self, batch):
+        g = self.geom
+        if self.mode == "forward":
+            return int(np.prod(g.out_shape(batch)))
+        if self.mode == "backward_data":
+            return int(np.prod(g.in_shape(batch)))
+        return int(np.prod(g.weight_shape))
+
+    def split_plan(self, batch, forced=None):
+        """(splits, k_per_split) of the reduction (see ``_gpu_splits``)."""
+        m, n, k = self.dims(batch)
+        tm, tn, tk, wm, wn = self.tiles(batch)
+        k = max(k, 1)
+        if forced:
+            splits = forced
+        elif not self.ctx.facts.is_gpu:
+            splits = 1
+        else:
+            work_groups = -(-m // tm) * -(-n // tn) * self.working_groups()
+            splits = self._gpu_splits(batch, work_groups, (tm // wm) * (tn // wn), k)
+        k_per_split = program.round_up(-(-k // splits), tk)
+        return -(-k // k_per_split), k_per_split
+
+    def _gpu_splits(self, batch, work_groups, threads, k):
+        """Backward-filter (small output, long reduction): enough parts for two work-groups
+        per compute unit, each summing at least ``min_chunk``. Forward and backward-data
+        (the output can be large): the count minimising a model of the time -- the GEMM
+        at a fixed rate slowed by the share of the GPU its work-groups leave idle (three
+        128-thread or two 256-thread work-groups of these tiles fit per compute unit),
+        plus the partial buffers' write and read at 10 FLOPs per byte. Fitted to
+        benchmarks/conv.py on an H200."""
+        cus = self.ctx.facts.compute_units
+        if self.mode == "backward_filter":
+            want = -(-2 * cus // work_groups)
+            chunk = self.min_chunk
+            if work_groups * min(want, k // chunk) < cus:
+                chunk = min(chunk, 128)  # under one work-group per compute unit: go finer
+            return max(1, min(want, k // chunk, 256))
+        flops, out_bytes = self.geom.flops(batch), 4 * self.out_size(batch)
+        fit = cus * (3 if threads <= 128 else 2)
+        best, best_cost = 1, None
+        for splits in range(1, 17):
+            if splits > 1 and k // splits < self.min_chunk:
+                break
+            cost = flops / min(1.0, work_groups * splits / fit) + \
+                (10.0 * (splits + 1) * out_bytes if splits > 1 else 0.0)
+            if best_cost is None or cost < 0.95 * best_cost:
+                best, best_cost = splits, cost
+        return best
+
+    def workspace_bytes(self, batch, forced=None):
+        splits = self.split_plan(batch, forced)[0]
+        return 0 if splits == 1 else 4 * splits * self.out_size(batch)
+
+    def launches(self, batch, a, b, out, bias=None, beta=0.0, ws=None, forced=None):
+        """Every launch of this direction: the GEMM (one launch, or one per stride phase
+        where phases are not merged) and, with split-K, the reduction of the partials."""
+        splits, k_per_split = self.split_plan(batch, forced)
+        size = self.out_size(batch)
+        dst = out if splits == 1 else ws_view(ws, 0, splits * size)
+        kw = dict(splits=splits, k_per_split=k_per_split,
+                  split_stride=size if splits > 1 else 0)
+        if self.phased and not self.merged:
+            gemms = [self.launch(batch, a, b, dst, bias, beta=beta, phase=p, dims=d, **kw)
+                     for p, d in self.phases(batch)]
+        else:
+            gemms = [self.launch(batch, a, b, dst, bias, beta=beta, **kw)]
+        if splits == 1:
+            return gemms
+        plane, channels = self.out_layout()
+        args = [np.int32(size), np.int32(splits), np.int32(plane), np.int32(channels), dst, out]
+        if self.bias:
+            args.append(bias)
+        reduce = program.Launch(self.program(batch), "conv_split_reduce",
+                                (program.round_up(size, 256),),
+                                (256,) if self.ctx.facts.is_gpu else None,
+                                args + [scalar(beta)])
+        return gemms + [reduce]
 
     def launch(self, batch, a, b, out, bias=None, alpha=1.0, beta=0.0, splits=1,
                k_per_split=None, split_stride=0, phase=None, dims=None):
         tm, tn, tk, wm, wn = self.tiles(batch)
         m, n, k = dims or self.dims(batch)
         if k_per_split is None:
-            k_per_split = k
+            k_per_split = max(k, 1)
         local = (tn // wn, tm // wm, 1)
-        groups = self.geom.groups * splits
+        groups = self.geom.groups * splits * (len(self.phase_table) if self.merged else 1)
         gsize = (max(1, program.round_up(n, tn) // tn) * local[0],
                  program.round_up(m, tm) // tm * local[1], groups)
         args = [np.int32(batch)] + self.geom_args + [np.int32(splits), np.int32(k_per_split)]
@@ -150,72 +256,55 @@ class _Plain1x1:
                                               stride_b=k * n, stride_c=m * n)
 
 
-class Forward:
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+class _DataDirection:
+    """Forward or backward-data: the batched Gemm for plain 1x1 layers, else ConvGemm;
+    ``splits`` forces the split-K count (tests)."""
+    mode = None
+
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, splits=None):
+        self.splits = splits
         if geom.is_plain_1x1:
-            self.op = _Plain1x1(ctx, geom.out_c, geom.in_h * geom.in_w, geom.in_c, False,
+            m, k = (geom.out_c, geom.in_c) if self.mode == "forward" else (geom.in_c, geom.out_c)
+            self.op = _Plain1x1(ctx, m, geom.in_h * geom.in_w, k, self.mode != "forward",
                                 bias, activation)
         else:
-            self.op = ConvGemm(ctx, geom, "forward", bias, activation, batch)
+            self.op = ConvGemm(ctx, geom, self.mode, bias, activation, batch)
 
     def workspace_bytes(self, batch):
-        return 0
-
-    def launches(self, x, w, y, b, ws, beta):
         if isinstance(self.op, _Plain1x1):
-            return self.op.launches(w, x, y, b, beta)
-        return [self.op.launch(x.shape[0], w, x, y, b, beta=beta)]
+            return 0
+        return self.op.workspace_bytes(batch, self.splits)
 
-
-class BackwardData:
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
-        if geom.is_plain_1x1:
-            self.op = _Plain1x1(ctx, geom.in_c, geom.in_h * geom.in_w, geom.out_c, True,
-                                bias, activation)
-        else:
-            self.op = ConvGemm(ctx, geom, "backward_data", bias, activation, batch)
-
-    def workspace_bytes(self, batch):
-        return 0
-
-    def launches(self, dy, w, dx, b, ws, beta):
+    def launches(self, src, w, dst, b, ws, beta):
         if isinstance(self.op, _Plain1x1):
-            return self.op.launches(w, dy, dx, b, beta)
-        return self.op.launches(dy.shape[0], w, dy, dx, b, beta=beta)
+            return self.op.launches(w, src, dst, b, beta)
+        return self.op.launches(src.shape[0], w, src, dst, b, beta=beta, ws=ws,
+                                forced=self.splits)
+
+
+class Forward(_DataDirection):
+    mode = "forward"
+
+
+class BackwardData(_DataDirection):
+    mode = "backward_data"
 
 
 class BackwardFilter:
-    def __init__(self, ctx, geom, splits=None, batch=16):
+    """dW: the reduction runs over batch*pixels, so split-K is its usual way to fill the
+    GPU; ``min_chunk`` is the shortest slice of it one work-group sums."""
+
+    def __init__(self, ctx, geom, splits=None, batch=16, min_chunk=None):
         self.ctx, self.geom, self.forced_splits = ctx, geom, splits
-        self.op = ConvGemm(ctx, geom, "backward_filter", batch=batch)
+        self.op = ConvGemm(ctx, geom, "backward_filter", batch=batch, min_chunk=min_chunk)
 
     def split_plan(self, batch):
-        """(splits, k_per_split): cut the batch*pixels reduction so the GPU fills up."""
-        m, n, k = self.op.dims(batch)
-        tm, tn, tk = self.op.tiles(batch)[:3]
-        if self.forced_splits:
-            splits = self.forced_splits
-        else:
-            work_groups = -(-m // tm) * -(-n // tn) * self.geom.groups
-            target = 2 * self.ctx.facts.compute_units
-            splits = max(1, min(-(-target // work_groups), k // 512, 256))
-        k_per_split = program.round_up(-(-k // splits), tk)
-        return -(-k // k_per_split), k_per_split
+        """(splits, k_per_split) of the batch*pixels reduction."""
+        return self.op.split_plan(batch, self.forced_splits)
 
     def workspace_bytes(self, batch):
-        splits, _ = self.split_plan(batch)
-        return 0 if splits == 1 else splits * int(np.prod(self.geom.weight_shape)) * 4
+        return self.op.workspace_bytes(batch, self.forced_splits)
 
     def launches(self, x, dy, dw, ws, beta):
-        batch = x.shape[0]
-        splits, k_per_split = self.split_plan(batch)
-        if splits == 1:
-            return [self.op.launch(batch, dy, x, dw, beta=beta)]
-        size = int(np.prod(self.geom.weight_shape))
-        partial = ws_view(ws, 0, splits * size)
-        reduce = program.Launch(self.op.program(batch), "conv_split_reduce",
-                                (program.round_up(size, 256),), (256,) if self.ctx.facts.is_gpu
-                                else None, [np.int32(size), np.int32(splits), partial, dw,
-                                            scalar(beta)])
-        return [self.op.launch(batch, dy, x, partial, splits=splits, k_per_split=k_per_split,
-                               split_stride=size), reduce]
+        return self.op.launches(x.shape[0], dy, x, dw, beta=beta, ws=ws,
+                                forced=self.forced_splits)

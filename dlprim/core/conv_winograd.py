@@ -12,9 +12,10 @@ with the filter rotated by 180 degrees and with input/output channels swapped, p
 ``2 - pad`` (``winograd_filter`` with ``flip``).
 All transforms are written out at render time from the matrices in ``kernels/winograd.cl``.
 
-Backward-filter transforms x (as forward) and dy (``winograd_dy``), sums the 16 products
-over batch and tiles with the implicit-GEMM filter-gradient kernel (split-K), and maps the
-4x4 result back to 3x3 (``winograd_filter_grad``).
+Backward-filter transforms x (as forward) and dy (``winograd_dy``), sums the (M+2)^2
+products over batch and tiles with the batched Gemm (or, forced, the implicit-GEMM
+filter-gradient kernel with split-K), and maps the result back to 3x3
+(``winograd_filter_grad``).
 """
 import numpy as np
 
@@ -27,8 +28,9 @@ __all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_
 
 # how backward-filter sums dU[xi] = dM[xi] V[xi]^T over batch*tiles: "gemm" (the batched
 # Gemm, one launch), "split" (implicit-GEMM filter-gradient kernel with split-K), or
-# "auto": gemm where its tiles alone fill the device (benchmarks/conv.py --compare)
+# "auto": gemm unless the layer forces a split count (benchmarks/conv.py --compare)
 FILTER_SUM = "auto"
+GEMM_SUM_TILE = dict(TILE_M=64, TILE_N=128, TILE_K=16, BLOCK_M=8, BLOCK_N=8, VEC=4, GROUP=1)
 
 
 def choose_tile(out_hw, tile=None):
@@ -148,22 +150,26 @@ class BackwardFilter:
         self.sum_op(batch)
 
     def use_gemm(self):
-        g, cus = self.geom, self.ctx.facts.compute_units
         if FILTER_SUM != "auto" or self.splits:
             return FILTER_SUM == "gemm" and not self.splits
-        return self.ctx.facts.is_gpu and \
-            self.t.elems * -(-g.out_c // 128) * -(-g.in_c // 128) >= cus
+        return True
 
     def sum_op(self, batch):
-        """dU[xi] = dM[xi] V[xi]^T: a batched GEMM over xi, or an (xi-grouped) 1x1 filter
-        gradient over BT pixels with split-K."""
+        """dU[xi] = dM[xi] V[xi]^T: a batched GEMM over xi (on GPUs with 64 x 128 tiles
+        where in_c fills them: they led the other tilings and the split-K sum in
+        benchmarks/conv.py on an H200), or an (xi-grouped) 1x1 filter gradient over BT
+        pixels with split-K."""
         if batch not in self.sums:
             g, e, bt = self.geom, self.t.elems, batch * self.t.tiles
             if self.use_gemm():
-                self.sums[batch] = Gemm(self.ctx, g.out_c, g.in_c, bt, trans_b=True, batch=e)
+                tile = GEMM_SUM_TILE if self.ctx.facts.is_gpu and g.in_c >= 128 else None
+                self.sums[batch] = Gemm(self.ctx, g.out_c, g.in_c, bt, trans_b=True, batch=e,
+                                        tile=tile)
             else:
                 bt_geom = ConvGeometry(e * g.in_c, e * g.out_c, (1, bt), (1, 1), groups=e)
-                self.sums[batch] = GemmBackwardFilter(self.ctx, bt_geom, self.splits, batch=1)
+                # the sum over batch*tiles is short: split it finer than a plain layer's
+                self.sums[batch] = GemmBackwardFilter(self.ctx, bt_geom, self.splits, batch=1,
+                                                      min_chunk=128)
         return self.sums[batch]
 
     def sizes(self, batch):

@@ -4,10 +4,17 @@
 ##   forward          Y[k, (b,oh,ow)]   = sum_(c,r,s)   W[k, (c,r,s)] * X[(c,r,s), (b,oh,ow)]
 ##   backward_data    dX[c, (b,ih,iw)]  = sum_(k,r,s)   W[k, c, r, s] * dY[(k,r,s), (b,ih,iw)]
 ##                    (gather: oh = (ih + ph - r*dh) / sh where that divides exactly)
-##   backward_data with PHASES (stride > 1, no dilation): one launch per stride phase
-##                    (ih % sh, iw % sw); only the taps r = r0 + r'*sh reach such rows, so
-##                    no tap is wasted: oh = ih' + qh - r' with ih = ih'*sh + ph.
+##   backward_data with PHASES (stride > 1, no dilation): per stride phase (ih % sh,
+##                    iw % sw) only the taps r = r0 + r'*sh reach such rows, so no tap is
+##                    wasted: oh = ih' + qh - r' with ih = ih'*sh + ph. A phase that no tap
+##                    reaches (taps = 0; rh, rw then 1) only writes its epilogue.
 ##   backward_filter  dW[k, (c,r,s)]    = sum_(b,oh,ow) dY[k, (b,oh,ow)] * X[(b,oh,ow), (c,r,s)]
+## MERGED (GPUs, geometry baked): every stride phase in one launch; get_group_id(2) picks
+## the phase, whose sizes are compile-time constants (a switch over PHASE_LIST), so the
+## loads divide by constants and the phases share the device instead of queueing.
+## SPLIT (split-K): each work-group sums a k_per_split slice of the reduction and writes
+## its raw sum to a partial buffer (out + split * split_stride); conv_split_reduce adds the
+## partials and applies beta, bias and the activation.
 ## Tiles: TM x TN outputs per work-group, TK deep, WM x WN per work-item, strided so that
 ## neighbouring work-items touch neighbouring columns. Geometry is either baked in
 ## (GEOM_BAKED, faster index arithmetic) or passed as kernel arguments (one build serves
@@ -15,20 +22,10 @@
 <%
     WG_M = TM // WM
     WG_N = TN // WN
-    WG = WG_M * WG_N
-    A_PER = TM * TK // WG
-    B_PER = TK * TN // WG
     GEOM = ["IN_C", "OUT_C", "GROUPS", "IN_H", "IN_W", "OUT_H", "OUT_W",
             "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"]
     geom_params = "".join("int %s, " % g for g in GEOM) if not GEOM_BAKED else ""
-    act = "ACT_" + ACTIVATION
     PAD = 4 if VEC == 4 else 1
-
-    def col_of(tid, idx, wg):
-        """The tile row/column of a work-item's idx-th accumulator (see VEC)."""
-        if VEC == 4:
-            return "%s * 4 + (%s & 3) + (%s >> 2) * %d" % (tid, idx, idx, wg * 4)
-        return "%s + %s * %d" % (tid, idx, wg)
 %>
 % if GEOM_BAKED:
 %   for name in GEOM:
@@ -47,7 +44,7 @@
 % elif MODE == "backward_data" and PHASES:
 #define GEMM_M CG
 #define GEMM_N (batch * ihp * iwp)
-#define GEMM_K (KG * rh * rw)
+#define GEMM_K (KG * taps)
 % elif MODE == "backward_data":
 #define GEMM_M CG
 #define GEMM_N (batch * IN_HW)
@@ -57,69 +54,6 @@
 #define GEMM_N (CG * KHW)
 #define GEMM_K (batch * OUT_HW)
 % endif
-
-__kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
-void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
-% if PHASES:
-               int ph, int pw, int ihp, int iwp, int r0, int s0, int rh, int rw, int qh, int qw,
-% endif
-               __global const float *a, ulong a_offset,
-               __global const float *b, ulong b_offset,
-               __global float *out, ulong out_offset, ulong split_stride,
-% if BIAS:
-               __global const float *bias, ulong bias_offset,
-% endif
-               float alpha, float beta)
-{
-    // VEC = 4: each work-item owns runs of 4 rows/columns, read as float4 from local
-    // memory (rows padded by 4 to keep them 16-byte aligned); VEC = 1: single strided
-    // rows/columns, rows padded by 1 against bank conflicts
-    __local float As[${TK}][${TM + PAD}] __attribute__((aligned(16)));
-    __local float Bs[${TK}][${TN + PAD}] __attribute__((aligned(16)));
-    const int tid_n = get_local_id(0), tid_m = get_local_id(1);
-    const int tid = tid_m * ${WG_N} + tid_n;
-    const int m0 = get_group_id(1) * ${TM}, n0 = get_group_id(0) * ${TN};
-    const int g = get_group_id(2) / splits, split = get_group_id(2) % splits;
-    const int k_begin = split * k_per_split;
-    const int k_end = min((int)GEMM_K, k_begin + k_per_split);
-    a += a_offset;
-    b += b_offset;
-    out += out_offset + split * split_stride;
-
-% if MODE == "forward":
-    a += g * KG * GEMM_K;                         // W rows of this group: [KG][CG*KHW]
-    // this work-item always loads B column n0 + tid % TN: decompose it once
-    const int n_ld = n0 + tid % ${TN};
-    const bool n_ok = n_ld < GEMM_N;
-    const int bn = n_ld / OUT_HW, pn = n_ld - bn * OUT_HW;
-    const int ohn = pn / OUT_W, own = pn - ohn * OUT_W;
-    const int ih0 = ohn * SH - PH, iw0 = own * SW - PW;
-    const int x_base = (bn * IN_C + g * CG) * IN_HW;
-% elif MODE == "backward_data" and PHASES:
-    a += g * KG * CG * KHW;
-    const int n_ld = n0 + tid % ${TN};
-    const bool n_ok = n_ld < GEMM_N;
-    const int bn = n_ld / (ihp * iwp), pn = n_ld - bn * (ihp * iwp);
-    const int ihn = pn / iwp, iwn = pn - ihn * iwp;   // position within the phase
-    const int oh0 = ihn + qh, ow0 = iwn + qw;
-    const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
-% elif MODE == "backward_data":
-    a += g * KG * CG * KHW;                       // W[k][c][r][s] of this group
-    const int n_ld = n0 + tid % ${TN};
-    const bool n_ok = n_ld < GEMM_N;
-    const int bn = n_ld / IN_HW, pn = n_ld - bn * IN_HW;
-    const int ihn = pn / IN_W, iwn = pn - ihn * IN_W;
-    const int th0 = ihn + PH, tw0 = iwn + PW;
-    const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
-% else:
-    out += g * KG * GEMM_N;                       // dW rows of this group
-% endif
-
-    float a_ld[${A_PER}], b_ld[${B_PER}];
-    float acc[${WM}][${WN}];
-    for (int i = 0; i < ${WM}; i++)
-        for (int j = 0; j < ${WN}; j++)
-            acc[i][j] = 0.0f;
 
 ## ---- global -> registers for the tile starting at reduction index k0
 <%def name="load_tile(k0)">
@@ -197,6 +131,86 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     }
 </%def>
 
+__kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
+void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
+% if PHASES and not MERGED:
+               int ph, int pw, int ihp, int iwp, int r0, int s0, int rh, int rw, int qh, int qw,
+               int taps,
+% endif
+               __global const float *a, ulong a_offset,
+               __global const float *b, ulong b_offset,
+               __global float *out, ulong out_offset, ulong split_stride,
+% if BIAS:
+               __global const float *bias, ulong bias_offset,
+% endif
+               float alpha, float beta)
+{
+    // VEC = 4: each work-item owns runs of 4 rows/columns, read as float4 from local
+    // memory (rows padded by 4 to keep them 16-byte aligned); VEC = 1: single strided
+    // rows/columns, rows padded by 1 against bank conflicts
+    __local float As[${TK}][${TM + PAD}] __attribute__((aligned(16)));
+    __local float Bs[${TK}][${TN + PAD}] __attribute__((aligned(16)));
+    const int tid_n = get_local_id(0), tid_m = get_local_id(1);
+    const int tid = tid_m * ${WG_N} + tid_n;
+    const int m0 = get_group_id(1) * ${TM}, n0 = get_group_id(0) * ${TN};
+<%def name="gemm_body()">
+<%
+    WG_M, WG_N = TM // WM, TN // WN
+    WG = WG_M * WG_N
+    A_PER, B_PER = TM * TK // WG, TK * TN // WG
+    act = "ACT_" + ACTIVATION
+
+    def col_of(tid, idx, wg):
+        """The tile row/column of a work-item's idx-th accumulator (see VEC)."""
+        if VEC == 4:
+            return "%s * 4 + (%s & 3) + (%s >> 2) * %d" % (tid, idx, idx, wg * 4)
+        return "%s + %s * %d" % (tid, idx, wg)
+%>
+    // z = (phase * GROUPS + g) * splits + split
+    const int z = get_group_id(2)${" % (GROUPS * splits)" if MERGED else ""};
+    const int g = z / splits, split = z % splits;
+    const int k_begin = split * k_per_split;
+    const int k_end = min((int)GEMM_K, k_begin + k_per_split);
+    a += a_offset;
+    b += b_offset;
+    out += out_offset + split * split_stride;
+
+% if MODE == "forward":
+    a += g * KG * GEMM_K;                         // W rows of this group: [KG][CG*KHW]
+    // this work-item always loads B column n0 + tid % TN: decompose it once
+    const int n_ld = n0 + tid % ${TN};
+    const bool n_ok = n_ld < GEMM_N;
+    const int bn = n_ld / OUT_HW, pn = n_ld - bn * OUT_HW;
+    const int ohn = pn / OUT_W, own = pn - ohn * OUT_W;
+    const int ih0 = ohn * SH - PH, iw0 = own * SW - PW;
+    const int x_base = (bn * IN_C + g * CG) * IN_HW;
+% elif MODE == "backward_data" and PHASES:
+    a += g * KG * CG * KHW;
+    const int n_ld = n0 + tid % ${TN};
+    const bool n_ok = n_ld < GEMM_N;
+    const int bn = n_ld / (ihp * iwp), pn = n_ld - bn * (ihp * iwp);
+    const int ihn = pn / iwp, iwn = pn - ihn * iwp;   // position within the phase
+    const int oh0 = ihn + qh, ow0 = iwn + qw;
+    const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
+% elif MODE == "backward_data":
+    a += g * KG * CG * KHW;                       // W[k][c][r][s] of this group
+    const int n_ld = n0 + tid % ${TN};
+    const bool n_ok = n_ld < GEMM_N;
+    const int bn = n_ld / IN_HW, pn = n_ld - bn * IN_HW;
+    const int ihn = pn / IN_W, iwn = pn - ihn * IN_W;
+    const int th0 = ihn + PH, tw0 = iwn + PW;
+    const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
+% else:
+    out += g * KG * GEMM_N;                       // dW rows of this group
+% endif
+
+    float a_ld[${A_PER}], b_ld[${B_PER}];
+    float acc[${WM}][${WN}];
+    for (int i = 0; i < ${WM}; i++)
+        for (int j = 0; j < ${WN}; j++)
+            acc[i][j] = 0.0f;
+
+
     ${load_tile("k_begin")}
     for (int k0 = k_begin; k0 < k_end; k0 += ${TK}) {
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -261,6 +275,10 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
             if (m >= GEMM_M)
                 continue;
             const int idx = base + m * step;
+            if (splits > 1) {  // a partial sum: conv_split_reduce finishes it
+                out[idx] = acc[i][j];
+                continue;
+            }
             float v = alpha * acc[i][j];
             if (beta != 0.0f)
                 v += beta * out[idx];
@@ -270,11 +288,34 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
             out[idx] = ${act}(v);
         }
     }
+</%def>
+% if MERGED:
+    // this work-group's stride phase, its sizes as constants
+    switch (get_group_id(2) / (GROUPS * splits)) {
+%   for i, (ph, pw, ihp, iwp, r0, s0, rh, rw, qh, qw, taps) in enumerate(PHASE_LIST):
+    case ${i}: {
+        const int ph = ${ph}, pw = ${pw}, ihp = ${ihp}, iwp = ${iwp}, r0 = ${r0}, s0 = ${s0};
+        const int rh = ${rh}, rw = ${rw}, qh = ${qh}, qw = ${qw}, taps = ${taps};
+        if (n0 >= GEMM_N)
+            return;
+        ${gemm_body()}
+        break;
+    }
+%   endfor
+    }
+% else:
+    ${gemm_body()}
+% endif
 }
 
-// dW = beta * dW + sum over splits of the partial products the split-K launch left in ws
-__kernel void conv_split_reduce(int n, int splits, __global const float *ws, ulong ws_offset,
-                                __global float *out, ulong out_offset, float beta)
+// out = act(beta * out + sum over splits of the partials in ws + bias[(i / plane) % channels])
+__kernel void conv_split_reduce(int n, int splits, int plane, int channels,
+                                __global const float *ws, ulong ws_offset,
+                                __global float *out, ulong out_offset,
+% if BIAS:
+                                __global const float *bias, ulong bias_offset,
+% endif
+                                float beta)
 {
     const int i = get_global_id(0);
     if (i >= n)
@@ -283,5 +324,9 @@ __kernel void conv_split_reduce(int n, int splits, __global const float *ws, ulo
     float sum = 0.0f;
     for (int s = 0; s < splits; s++)
         sum += ws[s * n];
-    out[out_offset + i] = beta == 0.0f ? sum : beta * out[out_offset + i] + sum;
+    float v = beta == 0.0f ? sum : beta * out[out_offset + i] + sum;
+% if BIAS:
+    v += bias[bias_offset + (i / plane) % channels];
+% endif
+    out[out_offset + i] = ${"ACT_" + ACTIVATION}(v);
 }
