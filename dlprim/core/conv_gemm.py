@@ -85,10 +85,13 @@ class ConvGemm:
         return out
 
     def working_groups(self):
-        """Groups times the stride phases that have taps: the independent GEMMs."""
+        """The independent GEMMs, counted in work of the longest: groups, times the stride
+        phases weighted by their taps (a 3x3 stride-2 layer's phases have 4, 2, 2 and 1,
+        so its work-groups of the short phases finish early: 9/4 of one phase)."""
         if not self.phased:
             return self.geom.groups
-        return self.geom.groups * max(1, sum(1 for p in self.phase_table if p[-1]))
+        taps = [p[-1] for p in self.phase_table]
+        return self.geom.groups * max(1.0, sum(taps) / max(max(taps), 1))
 
     def tiles(self, batch):
         m, n, _ = self.dims(batch)
@@ -96,7 +99,8 @@ class ConvGemm:
         return tiles_for(self.ctx, m, n, self.working_groups(),
                          fill=self.mode != "backward_filter")
 
-    def program(self, batch):
+    def program(self, batch, split=False):
+        """The program for ``batch``; ``split``: its GEMM writes raw partial sums."""
         tm, tn, tk, wm, wn = self.tiles(batch)
         # float4 reads of the local tiles where every work-item owns runs of 4
         # (not where the reduction is short: then the strided epilogue stores dominate)
@@ -104,7 +108,7 @@ class ConvGemm:
         vec = 4 if (VEC_READS and self.ctx.facts.is_gpu and wm % 4 == 0 and wn % 4 == 0
                     and (self.mode == "backward_filter" or k >= 256)) else 1
         return program.get(self.ctx, "conv_gemm", TM=tm, TN=tn, TK=tk, WM=wm, WN=wn, VEC=vec,
-                           **self.params)
+                           SPLIT=bool(split), **self.params)
 
     def dims(self, batch):
         """(m, n, k) of the GEMM; for stride phases the largest n and k of any phase."""
@@ -152,14 +156,15 @@ class ConvGemm:
         elif not self.ctx.facts.is_gpu:
             splits = 1
         else:
-            work_groups = -(-m // tm) * -(-n // tn) * self.working_groups()
+            work_groups = int(-(-m // tm) * -(-n // tn) * self.working_groups())
             splits = self._gpu_splits(batch, work_groups, (tm // wm) * (tn // wn), k)
         k_per_split = program.round_up(-(-k // splits), tk)
         return -(-k // k_per_split), k_per_split
 
     def _gpu_splits(self, batch, work_groups, threads, k):
-        """Backward-filter (small output, long reduction): enough parts for two work-groups
-        per compute unit, each summing at least ``min_chunk``. Forward and backward-data
+        """Backward-filter (small output, long reduction): enough parts for four work-groups
+        per compute unit, each summing at least ``min_chunk`` (less where that leaves
+        the reduction whole or the GPU mostly idle). Forward and backward-data
         (the output can be large): the count minimising a model of the time -- the GEMM
         at a fixed rate slowed by the share of the GPU its work-groups leave idle (three
         128-thread or two 256-thread work-groups of these tiles fit per compute unit),
@@ -167,12 +172,17 @@ class ConvGemm:
         benchmarks/conv.py on an H200."""
         cus = self.ctx.facts.compute_units
         if self.mode == "backward_filter":
-            want = -(-2 * cus // work_groups)
+            want = -(-4 * cus // work_groups)
             chunk = self.min_chunk
+            if k // chunk < 2:
+                chunk = min(chunk, 192)  # a short reduction still splits
             if work_groups * min(want, k // chunk) < cus:
                 chunk = min(chunk, 128)  # under one work-group per compute unit: go finer
             return max(1, min(want, k // chunk, 256))
         flops, out_bytes = self.geom.flops(batch), 4 * self.out_size(batch)
+        if self.phased:
+            # phases no tap reaches (1x1 stride 2: three of four) still write every partial
+            out_bytes *= len(self.phase_table) / max(1, sum(1 for p in self.phase_table if p[-1]))
         fit = cus * (3 if threads <= 128 else 2)
         best, best_cost = 1, None
         for splits in range(1, 17):
@@ -180,7 +190,7 @@ class ConvGemm:
                 break
             cost = flops / min(1.0, work_groups * splits / fit) + \
                 (10.0 * (splits + 1) * out_bytes if splits > 1 else 0.0)
-            if best_cost is None or cost < 0.95 * best_cost:
+            if best_cost is None or cost < best_cost:
                 best, best_cost = splits, cost
         return best
 
@@ -207,7 +217,7 @@ class ConvGemm:
         args = [np.int32(size), np.int32(splits), np.int32(plane), np.int32(channels), dst, out]
         if self.bias:
             args.append(bias)
-        reduce = program.Launch(self.program(batch), "conv_split_reduce",
+        reduce = program.Launch(self.program(batch, True), "conv_split_reduce",
                                 (program.round_up(size, 256),),
                                 (256,) if self.ctx.facts.is_gpu else None,
                                 args + [scalar(beta)])
@@ -229,7 +239,7 @@ class ConvGemm:
         if self.bias:
             args.append(bias)
         args += [scalar(alpha), scalar(beta)]
-        return program.Launch(self.program(batch), "conv_gemm", gsize, local, args,
+        return program.Launch(self.program(batch, splits > 1), "conv_gemm", gsize, local, args,
                               flops=self.geom.flops(batch))
 
 

@@ -52,9 +52,16 @@ class _Tiles:
         self.tiles = -(-self.out_h // m) * self.tiles_w
 
     def launch(self, prg, name, channels, batch, args):
-        gpu = self.ctx.facts.is_gpu
-        return program.Launch(prg, name, (program.round_up(self.tiles, 64), channels, batch),
-                              (64, 1, 1) if gpu else None, args)
+        """One work-item per (tile, channel, image). Work-groups of 64 span several
+        channels where an image has fewer than 64 tiles (deep layers: 4 tiles at 7x7),
+        so that no work-item idles for want of tiles."""
+        if not self.ctx.facts.is_gpu:
+            return program.Launch(prg, name, (self.tiles, channels, batch), None, args)
+        lx = min(64, 1 << max(self.tiles - 1, 0).bit_length())
+        ly = 64 // lx
+        return program.Launch(prg, name, (program.round_up(self.tiles, lx),
+                                          program.round_up(channels, ly), batch),
+                              (lx, ly, 1), args)
 
     def matrix_launch(self, prg, name, rows, cols, args):
         gpu = self.ctx.facts.is_gpu

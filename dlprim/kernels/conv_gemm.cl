@@ -13,7 +13,7 @@
 ## the phase, whose sizes are compile-time constants (a switch over PHASE_LIST), so the
 ## loads divide by constants and the phases share the device instead of queueing.
 ## SPLIT (split-K): each work-group sums a k_per_split slice of the reduction and writes
-## its raw sum to a partial buffer (out + split * split_stride); conv_split_reduce adds the
+## its raw sum (no beta, bias or activation) to a partial buffer (out + split * split_stride); conv_split_reduce adds the
 ## partials and applies beta, bias and the activation.
 ## Tiles: TM x TN outputs per work-group, TK deep, WM x WN per work-item, strided so that
 ## neighbouring work-items touch neighbouring columns. Geometry is either baked in
@@ -275,10 +275,9 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
             if (m >= GEMM_M)
                 continue;
             const int idx = base + m * step;
-            if (splits > 1) {  // a partial sum: conv_split_reduce finishes it
-                out[idx] = acc[i][j];
-                continue;
-            }
+% if SPLIT:
+            out[idx] = acc[i][j];  // a partial sum: conv_split_reduce finishes it
+% else:
             float v = alpha * acc[i][j];
             if (beta != 0.0f)
                 v += beta * out[idx];
@@ -286,6 +285,7 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
             v += bias[bias_offset + g * GEMM_M + m];
 % endif
             out[idx] = ${act}(v);
+% endif
         }
     }
 </%def>

@@ -85,7 +85,7 @@ __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tile
                              __global float *v, ulong v_offset)
 {
     const int t = get_global_id(0), c = get_global_id(1), b = get_global_id(2);
-    if (t >= tiles)
+    if (t >= tiles || c >= in_c)
         return;
     const int th = t / tiles_w, tw = t - th * tiles_w;
     const int h0 = th * ${M} - pad_h, w0 = tw * ${M} - pad_w;
@@ -120,7 +120,7 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
                               float beta)
 {
     const int t = get_global_id(0), k = get_global_id(1), b = get_global_id(2);
-    if (t >= tiles)
+    if (t >= tiles || k >= out_c)
         return;
     __global const float *src = m + m_offset + k * bt + b * tiles + t;
     const int xi_step = out_c * bt;
@@ -167,7 +167,7 @@ __kernel void winograd_dy(int out_c, int out_h, int out_w, int tiles_w, int tile
                           __global float *dm, ulong dm_offset)
 {
     const int t = get_global_id(0), k = get_global_id(1), b = get_global_id(2);
-    if (t >= tiles)
+    if (t >= tiles || k >= out_c)
         return;
     const int th = t / tiles_w, tw = t - th * tiles_w;
     __global const float *src = dy + dy_offset + (b * out_c + k) * out_h * out_w;
