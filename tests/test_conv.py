@@ -254,7 +254,7 @@ def test_split_reduction_forward_and_backward_data(ctx, rng, monkeypatch, direct
     cls = ConvForward if direction == "forward" else ConvBackwardData
     op = cls(ctx, geom, bias=True, activation="relu", algo="gemm", splits=3)
     impl = op.impl.op
-    assert impl.split_plan(2, 3)[0] > 1 and op.workspace_bytes(2) > 0
+    assert impl.split_plan(2)[0] > 1 and op.workspace_bytes(2) > 0
     assert impl.merged == (ctx.facts.is_gpu and direction == "backward_data" and max(stride) > 1)
     x, dy = rng.standard_normal(geom.in_shape(2)), rng.standard_normal(geom.out_shape(2))
     w = rng.standard_normal(geom.weight_shape) * 0.3

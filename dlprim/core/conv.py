@@ -191,17 +191,18 @@ class _Op:
     direction = None
 
     def __init__(self, ctx, geom, algo, impl_args):
-        self.ctx, self.geom, self.splits = ctx, geom, impl_args.get("splits")
+        self.ctx, self.geom = ctx, geom
         self.algo = _resolve(ctx, geom, algo, self.direction)
         family = "winograd" if self.algo.startswith("winograd") else self.algo
         module = importlib.import_module(".conv_" + family, __package__)
         if self.algo != family:
             impl_args = dict(impl_args, tile=int(self.algo[-1]))
-        if self.direction != "backward_filter" and impl_args.pop("splits", None):
-            if family != "gemm":
-                raise ValueError("splits: only the gemm algorithm splits its reduction "
-                                 "(algorithm %r)" % self.algo)
-            impl_args["splits"] = self.splits
+        # every backward-filter takes a split count; forward/backward-data only on gemm
+        if self.direction != "backward_filter" and impl_args["splits"] is None:
+            del impl_args["splits"]
+        elif self.direction != "backward_filter" and family != "gemm":
+            raise ValueError("splits: only the gemm algorithm splits its reduction "
+                             "(algorithm %r)" % self.algo)
         self.impl = getattr(module, self.impl_class)(ctx, geom, **impl_args)
 
     def workspace_bytes(self, batch):

@@ -52,9 +52,9 @@ class ConvGemm:
     """
 
     def __init__(self, ctx, geom, mode, bias=False, activation="identity", batch=16,
-                 min_chunk=None):
+                 min_chunk=None, splits=None):
         self.ctx, self.geom, self.mode = ctx, geom, mode
-        self.min_chunk = min_chunk or 512
+        self.min_chunk, self.forced_splits = min_chunk or 512, splits
         self.baked, self.geom_args = geometry_args(ctx, geom)
         # strided backward-data runs per stride phase (see the template); on GPUs all
         # phases share one launch with their sizes baked in
@@ -62,11 +62,12 @@ class ConvGemm:
                        and geom.dh == geom.dw == 1)
         self.phase_table = self._phase_table() if self.phased else []
         self.merged = self.phased and self.baked is not None
+        self.share = self._share()
         self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
                            GEOM_BAKED=self.baked, PHASES=self.phased, MERGED=self.merged,
                            PHASE_LIST=tuple(self.phase_table) if self.merged else ())
         self.bias = bool(bias)
-        self.program(batch)
+        self.program(batch, self.split_plan(batch)[0] > 1)  # build what batch will launch
 
     def _phase_table(self):
         """Per stride phase (ph, pw): the kernel's phase constants (ph, pw, ihp, iwp, r0,
@@ -84,7 +85,7 @@ class ConvGemm:
                 out.append((ph, pw, ihp, iwp, r0, s0, max(rh, 1), max(rw, 1), qh, qw, rh * rw))
         return out
 
-    def working_groups(self):
+    def _share(self):
         """The independent GEMMs, counted in work of the longest: groups, times the stride
         phases weighted by their taps (a 3x3 stride-2 layer's phases have 4, 2, 2 and 1,
         so its work-groups of the short phases finish early: 9/4 of one phase)."""
@@ -96,7 +97,7 @@ class ConvGemm:
     def tiles(self, batch):
         m, n, _ = self.dims(batch)
         # backward-filter fills the device by splitting its reduction instead
-        return tiles_for(self.ctx, m, n, self.working_groups(),
+        return tiles_for(self.ctx, m, n, self.share,
                          fill=self.mode != "backward_filter")
 
     def program(self, batch, split=False):
@@ -146,17 +147,18 @@ class ConvGemm:
             return int(np.prod(g.in_shape(batch)))
         return int(np.prod(g.weight_shape))
 
-    def split_plan(self, batch, forced=None):
-        """(splits, k_per_split) of the reduction (see ``_gpu_splits``)."""
+    def split_plan(self, batch):
+        """(splits, k_per_split) of the reduction: the forced count, else ``_gpu_splits``
+        on GPUs, else 1."""
         m, n, k = self.dims(batch)
         tm, tn, tk, wm, wn = self.tiles(batch)
         k = max(k, 1)
-        if forced:
-            splits = forced
+        if self.forced_splits:
+            splits = self.forced_splits
         elif not self.ctx.facts.is_gpu:
             splits = 1
         else:
-            work_groups = int(-(-m // tm) * -(-n // tn) * self.working_groups())
+            work_groups = int(-(-m // tm) * -(-n // tn) * self.share)
             splits = self._gpu_splits(batch, work_groups, (tm // wm) * (tn // wn), k)
         k_per_split = program.round_up(-(-k // splits), tk)
         return -(-k // k_per_split), k_per_split
@@ -194,14 +196,14 @@ class ConvGemm:
                 best, best_cost = splits, cost
         return best
 
-    def workspace_bytes(self, batch, forced=None):
-        splits = self.split_plan(batch, forced)[0]
+    def workspace_bytes(self, batch):
+        splits = self.split_plan(batch)[0]
         return 0 if splits == 1 else 4 * splits * self.out_size(batch)
 
-    def launches(self, batch, a, b, out, bias=None, beta=0.0, ws=None, forced=None):
+    def launches(self, batch, a, b, out, bias=None, beta=0.0, ws=None):
         """Every launch of this direction: the GEMM (one launch, or one per stride phase
         where phases are not merged) and, with split-K, the reduction of the partials."""
-        splits, k_per_split = self.split_plan(batch, forced)
+        splits, k_per_split = self.split_plan(batch)
         size = self.out_size(batch)
         dst = out if splits == 1 else ws_view(ws, 0, splits * size)
         kw = dict(splits=splits, k_per_split=k_per_split,
@@ -272,24 +274,22 @@ class _DataDirection:
     mode = None
 
     def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, splits=None):
-        self.splits = splits
         if geom.is_plain_1x1:
             m, k = (geom.out_c, geom.in_c) if self.mode == "forward" else (geom.in_c, geom.out_c)
             self.op = _Plain1x1(ctx, m, geom.in_h * geom.in_w, k, self.mode != "forward",
                                 bias, activation)
         else:
-            self.op = ConvGemm(ctx, geom, self.mode, bias, activation, batch)
+            self.op = ConvGemm(ctx, geom, self.mode, bias, activation, batch, splits=splits)
 
     def workspace_bytes(self, batch):
         if isinstance(self.op, _Plain1x1):
             return 0
-        return self.op.workspace_bytes(batch, self.splits)
+        return self.op.workspace_bytes(batch)
 
     def launches(self, src, w, dst, b, ws, beta):
         if isinstance(self.op, _Plain1x1):
             return self.op.launches(w, src, dst, b, beta)
-        return self.op.launches(src.shape[0], w, src, dst, b, beta=beta, ws=ws,
-                                forced=self.splits)
+        return self.op.launches(src.shape[0], w, src, dst, b, beta=beta, ws=ws)
 
 
 class Forward(_DataDirection):
@@ -305,16 +305,15 @@ class BackwardFilter:
     GPU; ``min_chunk`` is the shortest slice of it one work-group sums."""
 
     def __init__(self, ctx, geom, splits=None, batch=16, min_chunk=None):
-        self.ctx, self.geom, self.forced_splits = ctx, geom, splits
-        self.op = ConvGemm(ctx, geom, "backward_filter", batch=batch, min_chunk=min_chunk)
+        self.op = ConvGemm(ctx, geom, "backward_filter", batch=batch, min_chunk=min_chunk,
+                           splits=splits)
 
     def split_plan(self, batch):
         """(splits, k_per_split) of the batch*pixels reduction."""
-        return self.op.split_plan(batch, self.forced_splits)
+        return self.op.split_plan(batch)
 
     def workspace_bytes(self, batch):
-        return self.op.workspace_bytes(batch, self.forced_splits)
+        return self.op.workspace_bytes(batch)
 
     def launches(self, x, dy, dw, ws, beta):
-        return self.op.launches(x.shape[0], dy, x, dw, beta=beta, ws=ws,
-                                forced=self.forced_splits)
+        return self.op.launches(x.shape[0], dy, x, dw, beta=beta, ws=ws)

@@ -157,9 +157,7 @@ class BackwardFilter:
         self.sum_op(batch)
 
     def use_gemm(self):
-        if FILTER_SUM != "auto" or self.splits:
-            return FILTER_SUM == "gemm" and not self.splits
-        return True
+        return not self.splits and FILTER_SUM != "split"
 
     def sum_op(self, batch):
         """dU[xi] = dM[xi] V[xi]^T: a batched GEMM over xi (on GPUs with 64 x 128 tiles
