@@ -21,17 +21,13 @@ CPU_TILES = (32, 32, 8, 4, 4)
 VEC_READS = True  # float4 local-memory reads on GPUs (benchmarks/conv.py --compare-vec)
 
 
-def _pow2_at_least(n):
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
 def tiles_for(ctx, m, n, groups=1, fill=True):
     """Tiles for an m x n GEMM (times ``groups``): the largest tile that does not overhang
     m and, with ``fill``, still gives most compute units a work-group."""
     if not ctx.facts.is_gpu:
         return CPU_TILES
-    fitting = [t for t in GPU_TILES if t[0] <= max(32, _pow2_at_least(m))
-               and t[1] <= max(64, _pow2_at_least(n))]
+    fitting = [t for t in GPU_TILES if t[0] <= max(32, program.pow2_at_least(m))
+               and t[1] <= max(64, program.pow2_at_least(n))]
     if not fill:
         return fitting[0]
     want = ctx.facts.compute_units * 3 // 4

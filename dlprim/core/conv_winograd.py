@@ -57,7 +57,7 @@ class _Tiles:
         so that no work-item idles for want of tiles."""
         if not self.ctx.facts.is_gpu:
             return program.Launch(prg, name, (self.tiles, channels, batch), None, args)
-        lx = min(64, 1 << max(self.tiles - 1, 0).bit_length())
+        lx = min(64, program.pow2_at_least(self.tiles))
         ly = 64 // lx
         return program.Launch(prg, name, (program.round_up(self.tiles, lx),
                                           program.round_up(channels, ly), batch),

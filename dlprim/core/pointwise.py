@@ -301,7 +301,7 @@ class PointwiseBroadcastReduce(_Base):
         work-groups would cover a large reduction, it is cut into chunks (second pass)."""
         cap = _CPU_REDUCE_WG if self.ctx.facts.is_cpu else _WG
         wg = 1 << (min(cap, self.ctx.facts.max_work_group).bit_length() - 1)
-        pow2 = lambda n: 1 << max(int(n) - 1, 0).bit_length()
+        pow2 = program.pow2_at_least
         if reduce_dim0:
             lr = min(pow2(self.reduced), wg)
             lo = min(wg // lr, pow2(self.outputs))
@@ -317,7 +317,7 @@ class PointwiseBroadcastReduce(_Base):
             chunks = min(-(-target // groups), self.reduced // (lr * 16), 1024)
         self.chunk = -(-self.reduced // max(chunks, 1)) if self.reduced else 1
         self.chunks = -(-self.reduced // self.chunk) if self.reduced else 1
-        self._finish_wg = min(64, wg, 1 << max(self.chunks - 1, 0).bit_length())
+        self._finish_wg = min(64, wg, program.pow2_at_least(self.chunks))
 
     def _workspace(self):
         if self._ws is None:

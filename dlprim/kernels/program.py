@@ -83,6 +83,11 @@ def round_up(n, m):
     return (int(n) + m - 1) // m * m
 
 
+def pow2_at_least(n):
+    """The smallest power of two >= ``n`` (1 for n <= 1): work-group sides."""
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
 def expand_args(args):
     """Tensors become ``(buffer, ulong offset)``; everything else passes unchanged."""
     out = []
