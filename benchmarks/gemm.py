@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import dlprim as dp  # noqa: E402
-from dlprim import tune  # noqa: E402
+from dlprim.cli import tune  # noqa: E402
 from dlprim.core.gemm import Gemm  # noqa: E402
 
 

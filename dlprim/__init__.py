@@ -1,15 +1,38 @@
-"""dlprim: a pure-Python deep-learning microframework on OpenCL."""
-from .context import Context, ExecutionContext, DeviceError, list_devices
-from .tensor import Tensor
-from .kernels.program import KernelBuildError
-from .layers.base import TRAIN, PREDICT
-from .net import Net
-from .netconfig import NetConfig
-from . import solvers, lr_schedules  # noqa: F401
-from .solvers import SGD, Adam, AdamW
+"""dlprim: a pure-Python deep-learning microframework on OpenCL.
+
+Names and subpackages load on first use (PEP 562), so ``import dlprim`` is quick and the
+pure-Python parts (``dlprim.net.graph``, ``dlprim.net.memory_plan``, the training config
+checks) import without an OpenCL driver.
+"""
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["Context", "ExecutionContext", "DeviceError", "list_devices", "Tensor",
-           "KernelBuildError", "Net", "NetConfig", "TRAIN", "PREDICT",
-           "SGD", "Adam", "AdamW", "solvers", "lr_schedules", "__version__"]
+# public name -> the module that defines it
+_NAMES = {"Context": "context", "ExecutionContext": "context", "DeviceError": "context",
+          "list_devices": "context", "Tensor": "tensor", "KernelBuildError": "kernels.program",
+          "Net": "net", "NetConfig": "net", "TRAIN": "net", "PREDICT": "net",
+          "SGD": "solvers", "Adam": "solvers", "AdamW": "solvers"}
+SUBMODULES = ("cli", "context", "core", "data", "dtypes", "kernels", "layers", "lr_schedules",
+              "models", "net", "onnx", "plot", "solvers", "tensor", "train", "utils")
+
+__all__ = sorted(_NAMES) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in SUBMODULES:
+        return importlib.import_module("." + name, __name__)
+    if name in _NAMES:
+        value = getattr(importlib.import_module("." + _NAMES[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError("module 'dlprim' has no attribute %r" % name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | set(SUBMODULES))
+
+
+# the ONNX package is light until used (the onnx library loads on first import or export);
+# importing it here registers its exporter, so net.to_onnx works after "import dlprim"
+from . import onnx as _onnx  # noqa: E402,F401

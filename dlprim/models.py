@@ -9,7 +9,7 @@ operator's ``params`` carry torchvision's state-dict names ("conv1.weight",
 As in those nets, dropout is left out (it is inactive at inference; ``dropout=True``
 puts it back where torchvision has it).
 """
-from .netconfig import NetConfig
+from .net.netconfig import NetConfig
 
 __all__ = ["lenet", "mlp", "alexnet", "vgg16", "resnet18", "resnet34", "resnet50",
            "mobilenet_v2", "BUILDERS"]

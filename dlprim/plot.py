@@ -118,7 +118,7 @@ def training_curves(rows, x=None, title=None, figsize=(10, 4)):
 def save_training_curves(rows, path, x=None, title=None, dpi=90):
     """``training_curves(rows, x, title)`` written as a PNG to ``path`` (atomically);
     returns the path."""
-    from .weights import atomic_write
+    from .utils import atomic_write
     fig = training_curves(rows, x=x, title=title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)

@@ -200,7 +200,7 @@ class Solver:
 
     def save_state(self, path):
         """Write ``state_dict()`` atomically as .npz (moments) with a JSON header."""
-        from .weights import atomic_write
+        from .utils import atomic_write
         state = self.state_dict()
         meta = {"type": state["type"], "hyper": state["hyper"], "step": state["step"]}
         buf = io.BytesIO()

@@ -10,45 +10,9 @@ import weakref
 import numpy as np
 import pyopencl as cl
 
-__all__ = ["Tensor", "DTYPES", "as_dtype", "cl_type"]
+from .dtypes import as_dtype, cl_type
 
-# name -> numpy dtype; DLPrimitives spells float32 "float" and int32 "int"
-DTYPES = {
-    "float32": np.float32, "float": np.float32,
-    "float16": np.float16, "half": np.float16,
-    "int32": np.int32, "int": np.int32,
-    "int64": np.int64, "long": np.int64,
-    "uint8": np.uint8,
-}
-_CL_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half",
-             np.dtype(np.int32): "int", np.dtype(np.int64): "long",
-             np.dtype(np.uint8): "uchar"}
-_DLP_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "float16",
-              np.dtype(np.int32): "int", np.dtype(np.int64): "int64",
-              np.dtype(np.uint8): "uint8"}
-
-
-def as_dtype(dtype):
-    """A numpy dtype from a name ('float', 'int64', ...) or a numpy dtype; else an error."""
-    if isinstance(dtype, str):
-        if dtype not in DTYPES:
-            raise TypeError("unsupported dtype %r; supported: %s" % (dtype, ", ".join(sorted(DTYPES))))
-        return np.dtype(DTYPES[dtype])
-    dt = np.dtype(dtype)
-    if dt not in _CL_TYPES:
-        raise TypeError("unsupported dtype %s; supported: %s" % (dt, ", ".join(sorted(DTYPES))))
-    return dt
-
-
-def cl_type(dtype):
-    """The OpenCL C type name of a dtype ('float', 'half', 'int', 'long', 'uchar')."""
-    return _CL_TYPES[as_dtype(dtype)]
-
-
-def dlp_name(dtype):
-    """The dtype as DLPrimitives' JSON and .dlp files spell it."""
-    return _DLP_NAMES[as_dtype(dtype)]
-
+__all__ = ["Tensor"]
 
 def _shape_tuple(shape):
     if isinstance(shape, (int, np.integer)):
@@ -108,7 +72,7 @@ class Tensor:
     @property
     def cl_type(self):
         """The OpenCL C type of an element (``"float"``, ``"int"``, ``"half"`` ...)."""
-        return _CL_TYPES[self.dtype]
+        return cl_type(self.dtype)
 
     @property
     def kernel_args(self):

@@ -5,7 +5,7 @@ Public means: named in a module's ``__all__`` (or, for a module without one, def
 there without a leading underscore), plus every layer registered by a JSON type; for a
 class, its methods and properties without a leading underscore. A method that overrides
 a documented one inherits its docstring. Internals behind the Net, the convolution launchers and the
-ONNX importer (graph, schedule, memory planning, algorithm modules, converters) are
+ONNX importer (graph, autograd, memory planning, algorithm modules, converters) are
 documented where they are written but are not part of this list.
 """
 import importlib
@@ -14,14 +14,15 @@ import pkgutil
 
 import dlprim
 
-MODULES = ["dlprim", "dlprim.context", "dlprim.tensor", "dlprim.net", "dlprim.netconfig",
-           "dlprim.models", "dlprim.solvers", "dlprim.lr_schedules", "dlprim.weights",
-           "dlprim.plot", "dlprim.train_config", "dlprim.tune", "dlprim.onnx",
+MODULES = ["dlprim", "dlprim.context", "dlprim.tensor", "dlprim.dtypes", "dlprim.utils",
+           "dlprim.net", "dlprim.net.net", "dlprim.net.netconfig",
+           "dlprim.models", "dlprim.solvers", "dlprim.lr_schedules", "dlprim.net.weights",
+           "dlprim.plot", "dlprim.train.config", "dlprim.cli.tune", "dlprim.onnx",
            "dlprim.kernels.program", "dlprim.layers.base"]
 PACKAGES = ["dlprim.core", "dlprim.data", "dlprim.train", "dlprim.cli"]
 # the convolution algorithms and GEMM tile tables behind dlprim.core.conv / gemm
 INTERNAL = {"dlprim.core.conv_gemm", "dlprim.core.conv_winograd", "dlprim.core.conv_depthwise",
-            "dlprim.core.gemm_tiles"}
+            "dlprim.core.tuning"}
 
 
 def _modules():
@@ -98,7 +99,7 @@ def test_the_walk_sees_the_api():
     for module in _modules():
         keys.update("%s.%s" % (getattr(o, "__module__", ""), getattr(o, "__qualname__", ""))
                     for o in _public(module))
-    for name in ("dlprim.net.Net", "dlprim.core.gemm.Gemm", "dlprim.plot.training_curves",
+    for name in ("dlprim.net.net.Net", "dlprim.core.gemm.Gemm", "dlprim.plot.training_curves",
                  "dlprim.data.loader.BatchLoader", "dlprim.solvers.Adam"):
         assert name in keys, name
     assert dlprim.Net.forward.__doc__

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 import dlprim as dp
-from dlprim import tune
-from dlprim.core import gemm_tiles
+from dlprim.cli import tune
+from dlprim.core import tuning
 from dlprim.core.gemm import Gemm, gemm
 from dlprim.kernels import program
+from dlprim.utils import round_up
 
 EDGES = [1, 31, 32, 33, 63, 64, 65, 127, 129]
 # each edge size appears once as M, once as N and once as K
@@ -87,11 +88,11 @@ def test_offsets_and_leading_dims(ctx, rng, trans_a, trans_b, pad):
     M, N, K = 63, 65, 33
     a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     sa, sb = stored(a, trans_a), stored(b, trans_b)
-    lda, ldb, ldc = (program.round_up(n, 4) + pad for n in (sa.shape[1], sb.shape[1], N))
+    lda, ldb, ldc = (round_up(n, 4) + pad for n in (sa.shape[1], sb.shape[1], N))
     off = 4 if pad % 2 == 0 else 7
 
     def place(start, rows, ld):
-        begin = program.round_up(start, 4) + off
+        begin = round_up(start, 4) + off
         return begin, begin + rows * ld
 
     ia, end = place(0, sa.shape[0], lda)
@@ -193,17 +194,17 @@ def test_errors(ctx):
 def test_shape_class():
     shapes = ((128, 128), (64, 64), (128, 64), (63, 64), (64, 1), (1, 1), (2048, 2048),
               (4096, 4096))
-    assert [gemm_tiles.shape_class(m, n, 1, 132) for m, n in shapes] == \
+    assert [tuning.shape_class(m, n, 1, 132) for m, n in shapes] == \
         ["medium", "narrow_m", "narrow_n", "small_m", "small_n", "small", "large", "huge"]
-    assert gemm_tiles.shape_class(128, 128, batch=200, compute_units=132) == "large"
+    assert tuning.shape_class(128, 128, batch=200, compute_units=132) == "large"
 
 
 def test_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DLPRIM_CACHE_DIR", str(tmp_path))
-    assert gemm_tiles.tuned_tile(ctx.facts, "small") is None
+    assert tuning.tuned_tile(ctx.facts, "small") is None
     # a stored entry is what Gemm uses for that shape class
     mine = dict(TILE_M=16, TILE_N=16, TILE_K=8, BLOCK_M=4, BLOCK_N=4, VEC=4, GROUP=1)
-    path = gemm_tiles.store_tuned(ctx.facts, {"small": mine})
+    path = tuning.store_tuned(ctx.facts, {"small": mine})
     assert path.startswith(str(tmp_path))
     op = Gemm(ctx, 33, 31, 9)
     assert op.tile == mine
@@ -212,8 +213,8 @@ def test_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):
     # the tuner measures candidates and stores its pick per shape class
     tune.main(["gemm", "--sizes", "64x8x8", "--candidates", "2", "--repeat", "1"], ctx=ctx)
     data = json.loads((tmp_path / "gemm_tuning.json").read_text())
-    entry = data[gemm_tiles.device_key(ctx.facts)]
-    assert entry["small"] == mine and set(entry["small_n"]) == set(gemm_tiles.TILE_KEYS)
+    entry = data[tuning.device_key(ctx.facts)]
+    assert entry["small"] == mine and set(entry["small_n"]) == set(tuning.TILE_KEYS)
     assert "small_n" in capsys.readouterr().out
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import dlprim as dp
 from dlprim import models
-from dlprim.graph import load_graph
+from dlprim.net.graph import load_graph
 from dlprim.layers import REGISTRY
 
 NETS = os.path.join(os.path.dirname(__file__), "data", "nets")

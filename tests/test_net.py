@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import dlprim as dp
-from dlprim.graph import GraphError
+from dlprim.net.graph import GraphError
 from dlprim.kernels import program
 from dlprim.layers.base import LayerError
 
@@ -59,7 +59,7 @@ def test_fanout_gradients_sum_and_match_reference(ctx, data):
     np.testing.assert_allclose(out["loss"][0], loss, rtol=1e-5)
     for name, g in grads.items():
         np.testing.assert_allclose(net.param_diff(name).to_host()[0], g, rtol=1e-4)
-    assert net.plan.schedule.inplace_ops == ["r"]  # relu ran in place
+    assert net.plan.autograd.inplace_ops == ["r"]  # relu ran in place
 
 
 def test_inplace_after_another_reader_shares_gradients_correctly(ctx, data):
@@ -70,7 +70,7 @@ def test_inplace_after_another_reader_shares_gradients_correctly(ctx, data):
            op("r", "_TestRelu", ["h"], ["h"]), op("s3", "_TestScale", ["h"], ["b"]),
            op("add2", "_TestAdd", ["a", "b"], ["c"]), op("loss", "_TestSqLoss", ["c", "t"], ["loss"])]
     net = dp.Net(ctx, graph(ops), seed=8)
-    assert net.plan.schedule.inplace_ops == ["r"]
+    assert net.plan.autograd.inplace_ops == ["r"]
     out = net(x=x, t=t)
     net.backward()
     w = weights(net)
@@ -122,7 +122,7 @@ def test_frozen_ops_train_nothing_and_skip_backward(ctx, data):
     assert net.param_diff("s1.0").to_host()[0] == 0
     np.testing.assert_allclose(net.param_diff("s2.0").to_host()[0], grads["s2.0"], rtol=1e-4)
     # s1 depends on nothing trainable now: it runs no backward at all
-    assert net.plan.schedule.backward[0] is False
+    assert net.plan.autograd.backward[0] is False
     # frozen parameters sit after the trainable ones
     assert net.param_layout["s1.0"][0] >= net.trainable_size
     assert not net.param_layout["s1.0"][2]
@@ -162,9 +162,9 @@ def test_inplace_op_whose_backward_reads_its_input_gets_its_own_buffer(ctx, data
     np.testing.assert_allclose(net.param_diff("s1.0").to_host()[0], np.sum(dh1 * h0), rtol=1e-4)
     np.testing.assert_allclose(net.param_diff("s0.0").to_host()[0],
                                np.sum(dh1 * w["s1.0"] * x64), rtol=1e-4)
-    assert net.plan.schedule.inplace_ops == []
+    assert net.plan.autograd.inplace_ops == []
     net.mode = dp.PREDICT
-    assert net.plan.schedule.inplace_ops == ["s1"]
+    assert net.plan.autograd.inplace_ops == ["s1"]
     out = net(x=x, t=t)
     np.testing.assert_allclose(out["loss"][0], 0.5 * np.sum(dh1 ** 2), rtol=1e-4)
 
@@ -180,7 +180,7 @@ def test_inplace_on_a_net_input_leaves_the_users_data_alone(ctx, rng):
     assert np.array_equal(net.tensor("x").to_host(), x)
     net.forward()  # run again without rewriting the input: same result
     np.testing.assert_allclose(net.tensor("y").to_host(), y1)
-    assert net.plan.schedule.inplace_ops == []
+    assert net.plan.autograd.inplace_ops == []
     # shapes set on the input tensor are picked up by reshape()
     net.tensor("x").shape = (5,)
     net.reshape()

@@ -206,9 +206,9 @@ def test_small_conv_bn_net_matches_torch(ctx, rng, start):
     net = check_against_torch(ctx, model, small_config(4), x, labels, start=start)
     # BatchNorm reads its input in backward, so the in-place ReLU after it shares memory
     # only when predicting
-    assert net.plan.schedule.inplace_ops == ["relu"]
+    assert net.plan.autograd.inplace_ops == ["relu"]
     net.mode = dp.TRAIN
-    assert net.plan.schedule.inplace_ops == ["relu"]  # BN keeps its input, not its output
+    assert net.plan.autograd.inplace_ops == ["relu"]  # BN keeps its input, not its output
     rows = {line.split()[0]: line for line in net.summary().splitlines()}
     assert rows["relu"].endswith("in place")
     # conv1: 2 * N*H*W * C_out * C_in*k*k multiply-adds, from the launches' own counts

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from dlprim.graph import GraphError, load_graph
-from dlprim.memory_plan import Block, check, overlaps, place
-from dlprim.schedule import OpFacts, Schedule
+from dlprim.net.graph import GraphError, load_graph
+from dlprim.net.memory_plan import Block, check, overlaps, place
+from dlprim.net.autograd import OpFacts, Autograd
 
 
 def test_overlapping_blocks_never_share_memory_random():
@@ -45,7 +45,7 @@ def test_freed_memory_is_reused_below_the_top():
 
 def test_check_catches_a_collision():
     blocks = [Block("a", 100, (0, 3)), Block("b", 100, (2, 5))]
-    from dlprim.memory_plan import Plan
+    from dlprim.net.memory_plan import Plan
     with pytest.raises(AssertionError, match="share memory"):
         check(blocks, Plan({"a": 0, "b": 0}, 256, 512))
 
@@ -76,7 +76,7 @@ FACTS = {"scale": OpFacts(trains=True), "relu": OpFacts(reads_inputs=False, read
 def _schedule(graph, types, train=True, keep=False):
     facts = [FACTS[t] for t in types]
     nbytes = [16 for _ in graph.values]
-    return Schedule(graph, facts, nbytes, [True] * len(graph.values), train, keep)
+    return Autograd(graph, facts, nbytes, [True] * len(graph.values), train, keep)
 
 
 def test_schedule_fanout_accumulates_and_inplace_relu_shares():

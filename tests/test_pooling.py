@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from dlprim.core.pool import pool_output_size
+from dlprim.core.pooling import pool_output_size
 from dlprim.layers import LayerError, create
 from layer_check import assert_close, check_reference_grads, run_layer
 

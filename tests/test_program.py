@@ -3,6 +3,7 @@ import pytest
 
 import dlprim as dp
 from dlprim.kernels import program
+from dlprim.utils import round_up
 
 
 def test_memoized_build(ctx):
@@ -18,7 +19,7 @@ def test_launch_with_offsets(ctx):
     t = dp.Tensor.from_numpy(ctx, np.zeros(70, np.float32))
     v = t.view((65,), offset=3)
     prg = program.get(ctx, "fill", dtype="float")
-    launch = program.Launch(prg, "fill", (program.round_up(65, 32),), (32,),
+    launch = program.Launch(prg, "fill", (round_up(65, 32),), (32,),
                             [np.uint64(65), v, np.float32(2.5)])
     launch(ctx.queue)
     out = t.numpy()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import dlprim as dp
-from dlprim.core.reduce import ArgMax, Reduce, argmax, reduce
+from dlprim.core.reduction import ArgMax, Reduce, argmax, reduce
 
 SHAPE = (3, 33, 5, 4)
 _ops = {}

@@ -203,7 +203,7 @@ opt.save_state(sys.argv[5] + "/s.npz")
 def test_resume_in_a_fresh_process_matches_an_uninterrupted_run(ctx, tmp_path):
     import subprocess
     import sys
-    from dlprim import weights
+    from dlprim.net import weights
 
     def run(*args):
         out = subprocess.run([sys.executable, "-c", RESUME_SCRIPT, ctx.device_string] +

@@ -6,10 +6,10 @@ import os
 import numpy as np
 import pytest
 
-from dlprim import weights
+from dlprim.net import weights
 from dlprim.train import Trainer, main
 from dlprim.train import checkpoint
-from dlprim.train_config import load_config
+from dlprim.train.config import load_config
 
 
 def _net(batch):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dlprim.data import make_loader, write_idx
-from dlprim.train_config import ConfigError, apply_overrides, load_config, validate_config
+from dlprim.train.config import ConfigError, apply_overrides, load_config, validate_config
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "mnist", "config.json")
 NET = {"inputs": [{"name": "data", "shape": [4, 1, 3, 3]},

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import dlprim as dp
-from dlprim import weights
+from dlprim.net import weights
+from dlprim.utils import atomic_write
 
 import net_test_layers  # noqa: F401  (registers the test layers)
 
@@ -69,7 +70,7 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path, rng):
         f.write(b"DLPW partial")
         raise RuntimeError("disk full")
     with pytest.raises(RuntimeError, match="disk full"):
-        weights.atomic_write(path, crash)
+        atomic_write(path, crash)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["w.dlp"]  # no temporary file left behind
 

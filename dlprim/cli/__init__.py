@@ -1,1 +1,1 @@
-"""Console scripts: dlprim-devices (and later dlprim-train, dlprim-benchmark)."""
+"""Console scripts: dlprim-devices, dlprim-train, dlprim-benchmark, dlprim-convert, dlprim-tune."""

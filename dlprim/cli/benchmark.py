@@ -50,7 +50,7 @@ def _inputs(net, rng):
 
 def run_net(ctx, graph, train=False, warmup=5, iters=20, profile=False, seed=0):
     """Time ``graph``; returns a dict of figures (and the per-kernel profile if asked)."""
-    from .. import PREDICT, TRAIN, Net
+    from ..net import PREDICT, TRAIN, Net
     from ..solvers import Adam
     net = Net(ctx, graph, mode=TRAIN if train else PREDICT, seed=seed)
     solver = Adam(net, lr=1e-4) if train else None

@@ -25,7 +25,7 @@ def main(argv=None):
         parser.error("--batch must be at least 1")
     try:
         from .. import onnx as dox
-        from ..weights import save_dlp
+        from ..net.weights import save_dlp
         cfg, weights = dox.to_netconfig(args.model, batch=args.batch)
     except (ImportError, OSError, ValueError) as err:
         print("dlprim-convert: %s" % err, file=sys.stderr)

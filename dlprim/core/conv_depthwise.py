@@ -1,9 +1,10 @@
 """Depthwise convolution (every group has one input channel, MobileNet's 3x3 layers):
-direct kernels from ``kernels/depthwise.cl`` for the three directions."""
+direct kernels from ``kernels/conv_depthwise.cl`` for the three directions."""
 import numpy as np
 
 from ..kernels import program
 from .conv import geometry_args, scalar, ws_view
+from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter"]
 
@@ -13,7 +14,7 @@ REDUCE_WG = 256  # work-items reducing one filter tap in backward-filter
 def _program(ctx, geom, bias=False, activation="identity"):
     baked, args = geometry_args(ctx, geom)
     wg = REDUCE_WG if ctx.facts.is_gpu else 32
-    return program.get(ctx, "depthwise", BIAS=bool(bias), ACTIVATION=activation,
+    return program.get(ctx, "conv_depthwise", BIAS=bool(bias), ACTIVATION=activation,
                        GEOM_BAKED=baked, WG=wg, KH_T=1, KW_T=1, TAPS=1), args, wg
 
 
@@ -32,7 +33,7 @@ class Forward:
     def launches(self, x, w, y, b, ws, beta):
         g = self.geom
         args = self.geom_args + [x, w, y] + ([b] if self.bias else []) + [scalar(beta)]
-        gsize = (program.round_up(g.out_h * g.out_w, 64), g.out_c, x.shape[0])
+        gsize = (round_up(g.out_h * g.out_w, 64), g.out_c, x.shape[0])
         return [program.Launch(self.program, "depthwise_forward", gsize, _local(self.ctx), args,
                                flops=g.flops(x.shape[0]))]
 
@@ -47,7 +48,7 @@ class BackwardData:
 
     def launches(self, dy, w, dx, b, ws, beta):
         g = self.geom
-        gsize = (program.round_up(g.in_h * g.in_w, 64), g.in_c, dy.shape[0])
+        gsize = (round_up(g.in_h * g.in_w, 64), g.in_c, dy.shape[0])
         return [program.Launch(self.program, "depthwise_backward_data", gsize, _local(self.ctx),
                                self.geom_args + [dy, w, dx] + ([b] if self.bias else [])
                                + [scalar(beta)],
@@ -62,7 +63,7 @@ class BackwardFilter:
         baked, self.geom_args = geometry_args(ctx, geom)
         self.wg = REDUCE_WG if ctx.facts.is_gpu else 32
         # the tap count sizes a register array, so the kernel size is always baked in
-        self.program = program.get(ctx, "depthwise", BIAS=False, ACTIVATION="identity",
+        self.program = program.get(ctx, "conv_depthwise", BIAS=False, ACTIVATION="identity",
                                    GEOM_BAKED=baked, WG=self.wg, KH_T=geom.kh, KW_T=geom.kw,
                                    TAPS=geom.kh * geom.kw)
 
@@ -72,10 +73,10 @@ class BackwardFilter:
         if self.forced_chunks:
             chunks = self.forced_chunks
         else:
-            want = -(-4 * self.ctx.facts.compute_units // self.geom.out_c)
+            want = ceil_div(4 * self.ctx.facts.compute_units, self.geom.out_c)
             chunks = max(1, min(want, total // (16 * self.wg)))
-        chunk = -(-total // chunks)
-        return -(-total // chunk), chunk
+        chunk = ceil_div(total, chunks)
+        return ceil_div(total, chunk), chunk
 
     def workspace_bytes(self, batch):
         g = self.geom
@@ -91,7 +92,7 @@ class BackwardFilter:
         sums = program.Launch(self.program, "depthwise_backward_filter",
                               (self.wg, chunks, g.out_c), (self.wg, 1, 1), args,
                               flops=g.flops(batch))
-        total = program.Launch(self.program, "depthwise_filter_sum", (program.round_up(n, 64),),
+        total = program.Launch(self.program, "depthwise_filter_sum", (round_up(n, 64),),
                                (64,) if self.ctx.facts.is_gpu else None,
                                [np.int32(n), np.int32(chunks), part, dw, scalar(beta)])
         return [sums, total]

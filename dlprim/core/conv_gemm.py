@@ -10,6 +10,7 @@ import numpy as np
 from ..kernels import program
 from .conv import geometry_args, scalar, ws_view
 from .gemm import Gemm
+from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm", "tiles_for"]
 
@@ -32,7 +33,7 @@ def tiles_for(ctx, m, n, groups=1, fill=True):
         return fitting[0]
     want = ctx.facts.compute_units * 3 // 4
     for t in fitting:
-        if -(-m // t[0]) * -(-n // t[1]) * groups >= want:
+        if ceil_div(m, t[0]) * ceil_div(n, t[1]) * groups >= want:
             return t
     return fitting[-1]
 
@@ -72,11 +73,11 @@ class ConvGemm:
         out = []
         for ph in range(g.sh):
             for pw in range(g.sw):
-                ihp, iwp = -(-(g.in_h - ph) // g.sh), -(-(g.in_w - pw) // g.sw)
+                ihp, iwp = ceil_div(g.in_h - ph, g.sh), ceil_div(g.in_w - pw, g.sw)
                 if ihp <= 0 or iwp <= 0:
                     continue
                 r0, s0 = (ph + g.pad[0]) % g.sh, (pw + g.pad[1]) % g.sw
-                rh, rw = max(0, -(-(g.kh - r0) // g.sh)), max(0, -(-(g.kw - s0) // g.sw))
+                rh, rw = max(0, ceil_div(g.kh - r0, g.sh)), max(0, ceil_div(g.kw - s0, g.sw))
                 qh, qw = (ph + g.pad[0] - r0) // g.sh, (pw + g.pad[1] - s0) // g.sw
                 out.append((ph, pw, ihp, iwp, r0, s0, max(rh, 1), max(rw, 1), qh, qw, rh * rw))
         return out
@@ -154,10 +155,10 @@ class ConvGemm:
         elif not self.ctx.facts.is_gpu:
             splits = 1
         else:
-            work_groups = int(-(-m // tm) * -(-n // tn) * self.share)
+            work_groups = int(ceil_div(m, tm) * ceil_div(n, tn) * self.share)
             splits = self._gpu_splits(batch, work_groups, (tm // wm) * (tn // wn), k)
-        k_per_split = program.round_up(-(-k // splits), tk)
-        return -(-k // k_per_split), k_per_split
+        k_per_split = round_up(ceil_div(k, splits), tk)
+        return ceil_div(k, k_per_split), k_per_split
 
     def _gpu_splits(self, batch, work_groups, threads, k):
         """Backward-filter (small output, long reduction): enough parts for four work-groups
@@ -170,7 +171,7 @@ class ConvGemm:
         benchmarks/conv.py on an H200."""
         cus = self.ctx.facts.compute_units
         if self.mode == "backward_filter":
-            want = -(-4 * cus // work_groups)
+            want = ceil_div(4 * cus, work_groups)
             chunk = self.min_chunk
             if k // chunk < 2:
                 chunk = min(chunk, 192)  # a short reduction still splits
@@ -216,7 +217,7 @@ class ConvGemm:
         if self.bias:
             args.append(bias)
         reduce = program.Launch(self.program(batch, True), "conv_split_reduce",
-                                (program.round_up(size, 256),),
+                                (round_up(size, 256),),
                                 (256,) if self.ctx.facts.is_gpu else None,
                                 args + [scalar(beta)])
         return gemms + [reduce]
@@ -229,8 +230,8 @@ class ConvGemm:
             k_per_split = max(k, 1)
         local = (tn // wn, tm // wm, 1)
         groups = self.geom.groups * splits * (len(self.phase_table) if self.merged else 1)
-        gsize = (max(1, program.round_up(n, tn) // tn) * local[0],
-                 program.round_up(m, tm) // tm * local[1], groups)
+        gsize = (max(1, round_up(n, tn) // tn) * local[0],
+                 round_up(m, tm) // tm * local[1], groups)
         args = [np.int32(batch)] + self.geom_args + [np.int32(splits), np.int32(k_per_split)]
         args += [np.int32(v) for v in phase or []]
         args += [a, b, out, np.uint64(split_stride)]

@@ -10,7 +10,7 @@ training) and never reads stale weights after a load.
 Backward-data is the same algorithm on the transposed problem: dx is the correlation of dy
 with the filter rotated by 180 degrees and with input/output channels swapped, padded by
 ``2 - pad`` (``winograd_filter`` with ``flip``).
-All transforms are written out at render time from the matrices in ``kernels/winograd.cl``.
+All transforms are written out at render time from the matrices in ``kernels/conv_winograd.cl``.
 
 Backward-filter transforms x (as forward) and dy (``winograd_dy``), sums the (M+2)^2
 products over batch and tiles with the batched Gemm (or, forced, the implicit-GEMM
@@ -23,6 +23,7 @@ from ..kernels import program
 from .conv import ConvGeometry, ws_view
 from .conv_gemm import BackwardFilter as GemmBackwardFilter
 from .gemm import Gemm
+from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile"]
 
@@ -48,8 +49,8 @@ class _Tiles:
     def __init__(self, ctx, out_hw, m):
         self.ctx, self.m, self.elems = ctx, m, (m + 2) ** 2
         self.out_h, self.out_w = out_hw
-        self.tiles_w = -(-self.out_w // m)
-        self.tiles = -(-self.out_h // m) * self.tiles_w
+        self.tiles_w = ceil_div(self.out_w, m)
+        self.tiles = ceil_div(self.out_h, m) * self.tiles_w
 
     def launch(self, prg, name, channels, batch, args):
         """One work-item per (tile, channel, image). Work-groups of 64 span several
@@ -59,13 +60,13 @@ class _Tiles:
             return program.Launch(prg, name, (self.tiles, channels, batch), None, args)
         lx = min(64, program.pow2_at_least(self.tiles))
         ly = 64 // lx
-        return program.Launch(prg, name, (program.round_up(self.tiles, lx),
-                                          program.round_up(channels, ly), batch),
+        return program.Launch(prg, name, (round_up(self.tiles, lx),
+                                          round_up(channels, ly), batch),
                               (lx, ly, 1), args)
 
     def matrix_launch(self, prg, name, rows, cols, args):
         gpu = self.ctx.facts.is_gpu
-        return program.Launch(prg, name, (program.round_up(cols, 16), program.round_up(rows, 16)),
+        return program.Launch(prg, name, (round_up(cols, 16), round_up(rows, 16)),
                               (16, 16) if gpu else None, args)
 
 
@@ -79,7 +80,7 @@ class WinogradPlan:
         self.in_h, self.in_w = in_hw
         self.pad_h, self.pad_w = pad_hw
         self.t = _Tiles(ctx, out_hw, choose_tile(out_hw, tile))
-        self.program = program.get(ctx, "winograd", ACTIVATION=activation, BIAS=bool(bias),
+        self.program = program.get(ctx, "conv_winograd", ACTIVATION=activation, BIAS=bool(bias),
                                    TILE=self.t.m)
         self.gemms = {}
         self.gemm(batch)
@@ -151,7 +152,7 @@ class BackwardFilter:
         self.ctx, self.geom, self.splits = ctx, geom, splits
         out_hw = (geom.out_h, geom.out_w)
         self.t = _Tiles(ctx, out_hw, choose_tile(out_hw, tile))
-        self.program = program.get(ctx, "winograd", ACTIVATION="identity", BIAS=False,
+        self.program = program.get(ctx, "conv_winograd", ACTIVATION="identity", BIAS=False,
                                    TILE=self.t.m)
         self.sums = {}
         self.sum_op(batch)

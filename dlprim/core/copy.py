@@ -7,8 +7,10 @@
 import numpy as np
 
 from ..kernels import program
-from ..tensor import Tensor, as_dtype, cl_type
+from ..dtypes import as_dtype, cl_type
+from ..tensor import Tensor
 from .pointwise import _ELEMS, _memo, divisor_args, index_type
+from ..utils import ceil_div, round_up
 
 __all__ = ["StridedCopy", "Transpose", "Fill", "fill", "copy", "concat", "slice_copy",
            "contiguous_strides"]
@@ -96,8 +98,8 @@ class StridedCopy:
             args += divisor_args(it, n) + [it(s), it(d)]
         args += [src, dst, np.float32(alpha), np.float32(beta)]
         wg = min(256, self.ctx.facts.max_work_group)
-        items = -(-self.size // _ELEMS)
-        return [program.Launch(self.program, "strided_copy", (program.round_up(items, wg),),
+        items = ceil_div(self.size, _ELEMS)
+        return [program.Launch(self.program, "strided_copy", (round_up(items, wg),),
                                (wg,), args)]
 
     def __call__(self, src, dst, alpha=1.0, beta=0.0, queue=None):
@@ -160,7 +162,7 @@ class Transpose(StridedCopy):
         self._check(y, "y", self.size)
         b, m, n = self._bmn
         t = self.TILE
-        gsize = (program.round_up(n, t), program.round_up(m, t) // t * self.ROWS, b)
+        gsize = (round_up(n, t), round_up(m, t) // t * self.ROWS, b)
         return [program.Launch(self._tiled, "transpose_tiled", gsize, (t, self.ROWS, 1),
                                [np.uint64(m), np.uint64(n), x, y, np.float32(alpha), np.float32(beta)])]
 
@@ -183,7 +185,7 @@ class Fill:
             return []
         v = np.float16(value).view(np.uint16) if self._store == "ushort" else self.dtype.type(value)
         wg = min(256, self.ctx.facts.max_work_group)
-        return [program.Launch(self.program, "fill", (program.round_up(self.size, wg),), (wg,),
+        return [program.Launch(self.program, "fill", (round_up(self.size, wg),), (wg,),
                                [np.uint64(self.size), t.buffer, np.uint64(t.offset), v])]
 
     def __call__(self, t, value, queue=None):

@@ -11,7 +11,8 @@ import numpy as np
 
 from ..kernels import program
 from ..tensor import Tensor
-from . import gemm_tiles
+from . import tuning
+from ..utils import ceil_div, round_up
 
 __all__ = ["Gemm", "gemm", "ACTIVATIONS", "BIAS_MODES"]
 
@@ -29,7 +30,7 @@ class Gemm:
     """A float32 GEMM for fixed M, N, K, transposes, bias mode, activation and batch.
 
     ``tile`` (dict, optional) overrides the tiling picked from the tuned results or the
-    device table (keys in ``gemm_tiles.TILE_KEYS``). ``split_k`` (optional) cuts K into
+    device table (keys in ``tuning.TILE_KEYS``). ``split_k`` (optional) cuts K into
     that many parts computed in parallel into a workspace and summed by a second kernel;
     by default GPUs split when C has too few tiles to occupy the device.
     """
@@ -49,9 +50,9 @@ class Gemm:
             raise ValueError("Gemm: unknown activation %r; known: %s"
                              % (activation, ", ".join(ACTIVATIONS)))
         self.bias, self.activation = bias, activation
-        self.tile = gemm_tiles.pick_tile(ctx.facts, self.M, self.N, self.batch)
+        self.tile = tuning.pick_tile(ctx.facts, self.M, self.N, self.batch)
         if tile:
-            self.tile = gemm_tiles.check_tile(dict(self.tile, **tile), ctx.facts)
+            self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
         self.splits, self.k_chunk = self._split(split_k)
         self._workspace = None
         # build now the variant that packed, aligned operands use
@@ -71,7 +72,7 @@ class Gemm:
             # 32.7 -> 40.3) -- more parts there lost to the extra pass and to partial
             # waves; past 20% splitting lost (2048x3136x512: 31.0 -> 27.5 with 2 parts)
             wg = (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"])
-            tiles = -(-self.M // t["TILE_M"]) * -(-self.N // t["TILE_N"]) * self.batch
+            tiles = ceil_div(self.M, t["TILE_M"]) * ceil_div(self.N, t["TILE_N"]) * self.batch
             fill = wg * tiles / (facts.compute_units * 2048.0)
             if tiles == 0 or self.K < 256:
                 parts = 1
@@ -83,8 +84,8 @@ class Gemm:
             parts = 1
         if parts <= 1 or self.K == 0:
             return 1, self.K
-        k_chunk = program.round_up(-(-self.K // parts), t["TILE_K"])
-        return -(-self.K // k_chunk), k_chunk
+        k_chunk = round_up(ceil_div(self.K, parts), t["TILE_K"])
+        return ceil_div(self.K, k_chunk), k_chunk
 
     # ----- facts about the operands
     def _packed(self, which):
@@ -182,7 +183,7 @@ class Gemm:
         aligned_ab = (self._aligned(lda, A.offset, stride_a), self._aligned(ldb, B.offset, stride_b))
         t = self.tile
         wg_m, wg_n = t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]
-        gsize = (-(-self.N // t["TILE_N"]) * wg_n, -(-self.M // t["TILE_M"]) * wg_m,
+        gsize = (ceil_div(self.N, t["TILE_N"]) * wg_n, ceil_div(self.M, t["TILE_M"]) * wg_m,
                  self.batch * self.splits)
         head = [i32(self.M), i32(self.N), i32(self.K), i32(self.k_chunk), i32(self.splits),
                 A, i32(lda), u64(stride_a), B, i32(ldb), u64(stride_b)]
@@ -191,7 +192,7 @@ class Gemm:
             args = head + [C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
             return [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops)]
         # split-K: partial products into the workspace, then sum + epilogue into C
-        part = program.round_up(self.M * self.N, 4)  # keeps every part 16-byte aligned
+        part = round_up(self.M * self.N, 4)  # keeps every part 16-byte aligned
         if self._workspace is None:
             self._workspace = Tensor(self.ctx, (self.batch * self.splits * part,))
         W = self._workspace
@@ -201,7 +202,7 @@ class Gemm:
                        C, i32(ldc), u64(stride_c), *bias_args, f32(beta)]
         return [program.Launch(first, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops),
                 program.Launch(self._program(*aligned_ab, 0), "gemm_reduce",
-                               (program.round_up(self.N, 32), program.round_up(self.M, 4),
+                               (round_up(self.N, 32), round_up(self.M, 4),
                                 self.batch), (32, 4, 1), reduce_args)]
 
     def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,

@@ -1,7 +1,7 @@
 """Classification losses over (N, C) scores with integer (or float-coded) labels.
 
 ``SoftmaxCrossEntropy``: loss = scale * sum_n (log sum_c exp(x_nc) - x_n,label_n), with the
-per-row terms computed by one work-group per row (``softmax.cl``) and summed by the
+per-row terms computed by one work-group per row (``loss.cl``) and summed by the
 pointwise-broadcast-reduce generator. ``NLLLoss``: the same over log-probabilities,
 -x_n,label_n per row, optionally summed. Labels outside [0, C) are ignored.
 """
@@ -9,10 +9,11 @@ import numpy as np
 import pyopencl as cl
 
 from ..kernels import program
-from ..kernels.program import Launch, round_up
-from ..tensor import cl_type
+from ..kernels.program import Launch
+from ..dtypes import cl_type
 from .pointwise import PointwiseBroadcastReduce
 from .softmax import row_work_group
+from ..utils import round_up
 
 __all__ = ["SoftmaxCrossEntropy", "NLLLoss", "LABEL_DTYPES"]
 
@@ -51,7 +52,7 @@ class SoftmaxCrossEntropy:
         self.label_dtype = np.dtype(label_dtype)
         self.scale = 1.0 / max(self.n, 1) if scale is None else float(scale)
         self.wg = row_work_group(ctx, self.c)
-        self.prg = program.get(ctx, "softmax", LOG=False, LABEL=_label_type(label_dtype))
+        self.prg = program.get(ctx, "loss", LABEL=_label_type(label_dtype))
         self.sum = _RowSum(ctx, self.n)
 
     def _check(self, x, label):

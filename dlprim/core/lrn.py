@@ -9,7 +9,8 @@ dx_i = dy_i s_i^-beta - 2 alpha/size beta x_i sum_{c: i in window(c)} dy_c x_c s
 import numpy as np
 
 from ..kernels import program
-from ..kernels.program import Launch, round_up
+from ..kernels.program import Launch
+from ..utils import round_up
 
 __all__ = ["LRN"]
 

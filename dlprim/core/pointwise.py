@@ -19,7 +19,9 @@ import weakref
 import numpy as np
 
 from ..kernels import program
-from ..tensor import Tensor, as_dtype, cl_type
+from ..dtypes import as_dtype, cl_type
+from ..tensor import Tensor
+from ..utils import ceil_div, round_up
 
 __all__ = ["PointwiseBroadcast", "PointwiseBroadcastReduce", "pointwise", "pointwise_reduce",
            "broadcast_shape"]
@@ -218,8 +220,8 @@ class PointwiseBroadcast(_Base):
         for x, st in zip(xs, self._xstrides):
             args += [x] + [it(s) for s in st]
         args += list(ys) + params
-        items = -(-self.size // _ELEMS)
-        return [program.Launch(self.program, self._kernel, (program.round_up(items, self._wg),),
+        items = ceil_div(self.size, _ELEMS)
+        return [program.Launch(self.program, self._kernel, (round_up(items, self._wg),),
                                (self._wg,), args)]
 
 
@@ -310,13 +312,13 @@ class PointwiseBroadcastReduce(_Base):
             lr = min(wg // lo, pow2(self.reduced))
         self._lr, self._lo, self._rd0 = lr, lo, reduce_dim0
         self._l0, self._l1 = (lr, lo) if reduce_dim0 else (lo, lr)
-        groups = -(-self.outputs // lo)
+        groups = ceil_div(self.outputs, lo)
         target = _GROUPS_PER_CU * self.ctx.facts.compute_units
         chunks = 1
         if groups < target and self.reduced >= lr * 64:
-            chunks = min(-(-target // groups), self.reduced // (lr * 16), 1024)
-        self.chunk = -(-self.reduced // max(chunks, 1)) if self.reduced else 1
-        self.chunks = -(-self.reduced // self.chunk) if self.reduced else 1
+            chunks = min(ceil_div(target, groups), self.reduced // (lr * 16), 1024)
+        self.chunk = ceil_div(self.reduced, max(chunks, 1)) if self.reduced else 1
+        self.chunks = ceil_div(self.reduced, self.chunk) if self.reduced else 1
         self._finish_wg = min(64, wg, program.pow2_at_least(self.chunks))
 
     def _workspace(self):
@@ -337,7 +339,7 @@ class PointwiseBroadcastReduce(_Base):
         for x, st in zip(xs, self._xst):
             args += [x] + [it(s) for s in st]
         args += list(ys) + ws + params + [f32(alpha), f32(beta)]
-        gsize = (self._l0 * -(-self.outputs // self._lo), self._l1, self.chunks)
+        gsize = (self._l0 * ceil_div(self.outputs, self._lo), self._l1, self.chunks)
         out = [program.Launch(self.program, self._kernel, gsize, (self._l0, self._l1, 1), args)]
         if self.chunks > 1:
             fargs = [it(self.outputs), it(self.chunks)] + ws + list(ys) + [f32(alpha), f32(beta)]

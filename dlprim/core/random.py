@@ -17,7 +17,9 @@ device's log/sin/cos (a few ulp).
 import numpy as np
 
 from ..kernels import program
-from ..tensor import Tensor, as_dtype, cl_type
+from ..dtypes import as_dtype, cl_type
+from ..tensor import Tensor
+from ..utils import round_up
 
 __all__ = ["RandomFill", "uniform", "normal", "counters", "philox4x32", "philox_bits",
            "philox_uniform", "philox_normal"]
@@ -116,7 +118,7 @@ class RandomFill:
         if self.size == 0:
             return []
         wg = min(256, self.ctx.facts.max_work_group)
-        launch = program.Launch(self.program, "random_fill", (program.round_up(self.counters, wg),),
+        launch = program.Launch(self.program, "random_fill", (round_up(self.counters, wg),),
                                 (wg,), [np.uint64(self.size), t, np.uint64(seed), np.uint64(offset),
                                         self.p0, self.p1])
         return [_Advancing(launch, seed, offset, self.counters) if advance else launch]

@@ -9,7 +9,8 @@ import numpy as np
 import pyopencl as cl
 
 from ..kernels import program
-from ..kernels.program import Launch, round_up
+from ..kernels.program import Launch
+from ..utils import round_up
 
 __all__ = ["Softmax", "axis_split", "row_work_group"]
 
@@ -52,7 +53,7 @@ class Softmax:
         self.log = bool(log)
         self.outer, self.C, self.inner = axis_split(self.shape)
         self.wg = row_work_group(ctx, self.C)
-        self.prg = program.get(ctx, "softmax", LOG=self.log, LABEL="int")
+        self.prg = program.get(ctx, "softmax", LOG=self.log)
 
     def _dims(self):
         if self.inner == 1:

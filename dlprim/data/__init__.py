@@ -2,7 +2,7 @@
 a shuffling, prefetching BatchLoader.
 
 ``make_source`` and ``make_transforms`` build them from a training config's
-``data.train`` / ``data.val`` entry (see docs/train.md and dlprim.train_config).
+``data.train`` / ``data.val`` entry (see docs/train.md and dlprim.train.config).
 """
 from .errors import DataError, MissingDataError
 from .idx import read_idx, write_idx

@@ -13,6 +13,7 @@ import numpy as np
 
 from .errors import DataError
 from .transforms import Compose
+from ..utils import ceil_div
 
 __all__ = ["BatchLoader"]
 
@@ -56,7 +57,7 @@ class BatchLoader:
 
     def __len__(self):
         n = len(self.source)
-        return n // self.batch if self.drop_last else -(-n // self.batch)
+        return n // self.batch if self.drop_last else ceil_div(n, self.batch)
 
     @property
     def num_classes(self):

@@ -1,6 +1,8 @@
 <%include file="common.h"/>
-// Negative log-likelihood over log-probabilities x of shape (N, C) with labels of type
-// ${LABEL}; a label outside [0, C) contributes nothing (no loss, no gradient).
+<%include file="wg_reduce.h"/>
+// Losses over rows of (N, C) with labels of type ${LABEL}: negative log-likelihood of
+// log-probabilities, and cross entropy of logits (one work-group per row). A label
+// outside [0, C) contributes nothing (no loss, no gradient).
 
 // per-row loss: rows[n] = -x[n, label[n]]
 __kernel void nll_forward(ulong N, ulong C, __global const float *x, ulong x_offset,
@@ -27,4 +29,59 @@ __kernel void nll_backward(ulong N, ulong C, __global const ${LABEL} *label, ulo
     long k = (long)label[label_offset + n];
     float g = ((long)(i % C) == k) ? -scale * dy[dy_offset + n * dy_stride] : 0.0f;
     dx[dx_offset + i] = (beta == 0.0f) ? g : g + beta * dx[dx_offset + i];
+}
+
+// dx is not read when beta == 0
+#define STORE_DX(i, g) dx[i] = (beta == 0.0f) ? (g) : (g) + beta * dx[i]
+
+// Cross entropy from logits, one work-group per row of (N, C):
+// loss_n = log sum_c exp(x_nc) - x_n,label_n; a label outside [0, C) contributes 0.
+__kernel void xent_forward_rows(ulong C, __global const float *x, ulong x_offset,
+                                __global const ${LABEL} *label, ulong label_offset,
+                                __global float *loss, ulong loss_offset,
+                                __local float *scratch)
+{
+    ulong row = get_group_id(0);
+    int lid = get_local_id(0), wg = get_local_size(0);
+    x += x_offset + row * C;
+    long k = (long)label[label_offset + row];
+    float m = -INFINITY;
+    for (ulong c = lid; c < C; c += wg)
+        m = fmax(m, x[c]);
+    m = wg_reduce_max(scratch, m);
+    float s = 0.0f;
+    for (ulong c = lid; c < C; c += wg)
+        s += exp(x[c] - m);
+    s = wg_reduce_sum(scratch, s);
+    if (lid == 0)
+        loss[loss_offset + row] = (k >= 0 && k < (long)C) ? m + log(s) - x[k] : 0.0f;
+}
+
+// d loss / d x_nc = dy * scale * (softmax(x_n)_c - [c == label_n]); rows with a label
+// outside [0, C) get zero gradient.
+__kernel void xent_backward_rows(ulong C, __global const float *x, ulong x_offset,
+                                 __global const ${LABEL} *label, ulong label_offset,
+                                 __global const float *dy, ulong dy_offset,
+                                 __global float *dx, ulong dx_offset, float scale, float beta,
+                                 __local float *scratch)
+{
+    ulong row = get_group_id(0);
+    int lid = get_local_id(0), wg = get_local_size(0);
+    x += x_offset + row * C;
+    dx += dx_offset + row * C;
+    long k = (long)label[label_offset + row];
+    float w = (k >= 0 && k < (long)C) ? dy[dy_offset] * scale : 0.0f;
+    float m = -INFINITY;
+    for (ulong c = lid; c < C; c += wg)
+        m = fmax(m, x[c]);
+    m = wg_reduce_max(scratch, m);
+    float s = 0.0f;
+    for (ulong c = lid; c < C; c += wg)
+        s += exp(x[c] - m);
+    s = wg_reduce_sum(scratch, s);
+    float inv = 1.0f / s;
+    for (ulong c = lid; c < C; c += wg) {
+        float g = w * (exp(x[c] - m) * inv - ((long)c == k ? 1.0f : 0.0f));
+        STORE_DX(c, g);
+    }
 }

@@ -15,7 +15,7 @@ import numpy as np
 import pyopencl as cl
 from mako.lookup import TemplateLookup
 
-__all__ = ["get", "render", "KernelBuildError", "Launch", "expand_args", "round_up", "stats"]
+__all__ = ["get", "render", "KernelBuildError", "Launch", "expand_args", "stats"]
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 _lookup = TemplateLookup(directories=[KERNEL_DIR], strict_undefined=True)
@@ -76,11 +76,6 @@ def get(ctx, name, **params):
     stats["builds"] += 1
     ctx.programs[key] = program
     return program
-
-
-def round_up(n, m):
-    """``n`` rounded up to a multiple of ``m`` (global sizes of launches)."""
-    return (int(n) + m - 1) // m * m
 
 
 def pow2_at_least(n):

@@ -4,7 +4,7 @@
 // *_rows kernels (inner == 1): one work-group per row, reducing over C in local memory.
 // *_cols kernels (inner > 1): one work item per (outer, inner) position looping over C,
 // so neighbouring items read neighbouring addresses.
-// LOG selects log-softmax; LABEL is the label type of the cross-entropy kernels.
+// LOG selects log-softmax.
 
 // y = softmax(x) = exp(x - m) / sum exp(x - m), or log-softmax y = x - m - log(sum exp(x - m))
 __kernel void softmax_forward_rows(ulong C, __global const float *x, ulong x_offset,
@@ -110,57 +110,5 @@ __kernel void softmax_backward_cols(ulong positions, ulong C, ulong inner,
     for (ulong c = 0; c < C; c++) {
         float g = GRAD(y[c * inner], dy[c * inner], s);
         STORE_DX(c * inner, g);
-    }
-}
-
-// Cross entropy from logits, one work-group per row of (N, C):
-// loss_n = log sum_c exp(x_nc) - x_n,label_n; a label outside [0, C) contributes 0.
-__kernel void xent_forward_rows(ulong C, __global const float *x, ulong x_offset,
-                                __global const ${LABEL} *label, ulong label_offset,
-                                __global float *loss, ulong loss_offset,
-                                __local float *scratch)
-{
-    ulong row = get_group_id(0);
-    int lid = get_local_id(0), wg = get_local_size(0);
-    x += x_offset + row * C;
-    long k = (long)label[label_offset + row];
-    float m = -INFINITY;
-    for (ulong c = lid; c < C; c += wg)
-        m = fmax(m, x[c]);
-    m = wg_reduce_max(scratch, m);
-    float s = 0.0f;
-    for (ulong c = lid; c < C; c += wg)
-        s += exp(x[c] - m);
-    s = wg_reduce_sum(scratch, s);
-    if (lid == 0)
-        loss[loss_offset + row] = (k >= 0 && k < (long)C) ? m + log(s) - x[k] : 0.0f;
-}
-
-// d loss / d x_nc = dy * scale * (softmax(x_n)_c - [c == label_n]); rows with a label
-// outside [0, C) get zero gradient.
-__kernel void xent_backward_rows(ulong C, __global const float *x, ulong x_offset,
-                                 __global const ${LABEL} *label, ulong label_offset,
-                                 __global const float *dy, ulong dy_offset,
-                                 __global float *dx, ulong dx_offset, float scale, float beta,
-                                 __local float *scratch)
-{
-    ulong row = get_group_id(0);
-    int lid = get_local_id(0), wg = get_local_size(0);
-    x += x_offset + row * C;
-    dx += dx_offset + row * C;
-    long k = (long)label[label_offset + row];
-    float w = (k >= 0 && k < (long)C) ? dy[dy_offset] * scale : 0.0f;
-    float m = -INFINITY;
-    for (ulong c = lid; c < C; c += wg)
-        m = fmax(m, x[c]);
-    m = wg_reduce_max(scratch, m);
-    float s = 0.0f;
-    for (ulong c = lid; c < C; c += wg)
-        s += exp(x[c] - m);
-    s = wg_reduce_sum(scratch, s);
-    float inv = 1.0f / s;
-    for (ulong c = lid; c < C; c += wg) {
-        float g = w * (exp(x[c] - m) * inv - ((long)c == k ? 1.0f : 0.0f));
-        STORE_DX(c, g);
     }
 }

@@ -17,7 +17,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..tensor import as_dtype
+from ..dtypes import as_dtype
 
 __all__ = ["Layer", "LayerError", "TensorSpec", "ParamSpec", "register", "create", "REGISTRY",
            "run", "TRAIN", "PREDICT"]

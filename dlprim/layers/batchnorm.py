@@ -10,7 +10,7 @@ DLPrimitives has no fused activation for BatchNorm, so neither does this layer.
 """
 import numpy as np
 
-from ..core.bn import BatchNormOps
+from ..core.batchnorm import BatchNormOps
 from ..tensor import Tensor
 from .base import TRAIN, Layer, ParamSpec, TensorSpec, register
 

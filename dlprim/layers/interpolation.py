@@ -6,7 +6,7 @@ PyTorch's ``F.interpolate``. Give either ``out_h`` and ``out_w`` or ``scale_y`` 
 adjoint of the resampling: each input pixel sums the weighted output gradients that
 read it.
 """
-from ..core.interp import METHODS, Interpolate2D
+from ..core.interpolation import METHODS, Interpolate2D
 from .base import Layer, TensorSpec, register
 
 

@@ -7,7 +7,7 @@ the output gradient into the parameter gradient.
 import numpy as np
 
 from ..core.copy import StridedCopy
-from ..tensor import as_dtype, dlp_name
+from ..dtypes import as_dtype, dlp_name
 from .base import Layer, ParamSpec, TensorSpec, register
 
 

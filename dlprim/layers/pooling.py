@@ -7,7 +7,7 @@ maximum of each window (ties: first index in row-major order), kept by the train
 forward in the layer's own int32 tensor of the output's shape.
 """
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
-from ..core.pool import MODES, GlobalMaxBackward, Pool2D
+from ..core.pooling import MODES, GlobalMaxBackward, Pool2D
 from ..tensor import Tensor
 from .base import TRAIN, Layer, TensorSpec, pair, register
 

@@ -10,7 +10,7 @@ reduced axes as size 1; reducing everything without it gives shape (1,).
 import numpy as np
 
 from ..core.pointwise import PointwiseBroadcast
-from ..core.reduce import Reduce
+from ..core.reduction import Reduce
 from .base import Layer, TensorSpec, register
 
 METHODS = ("sum", "sumsq", "abssum", "mean")

@@ -8,6 +8,7 @@ Needs the ``onnx`` package (the ``onnx`` extra); importing dlprim does not. A mo
 operators dlprim cannot run is rejected before anything is built, with every such
 operator listed (``UnsupportedModelError``). See docs/onnx.md for the operator matrix.
 """
+from ..net import EXPORTERS
 from .errors import OnnxImportError, UnsupportedModelError
 
 __all__ = ["to_netconfig", "load", "save", "OnnxImportError", "UnsupportedModelError"]
@@ -40,3 +41,6 @@ def save(net, path, opset=None):
     """Write ``net`` (a set-up Net, with its current weights) as an ONNX model file."""
     from .export import export_net
     return export_net(net, path, opset)
+
+
+EXPORTERS["onnx"] = save  # net.to_onnx(path) calls this

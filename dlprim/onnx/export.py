@@ -128,7 +128,7 @@ def _max_ir(opset):
 
 def export_net(net, path, opset=None):
     """Write ``net`` to ``path`` (atomically); returns the ModelProto."""
-    from ..weights import atomic_write
+    from ..utils import atomic_write
     model = to_model(net, opset)
     data = model.SerializeToString()
     atomic_write(os.fspath(path), lambda f: f.write(data))

@@ -17,7 +17,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..netconfig import NetConfig
+from ..net.netconfig import NetConfig
 from . import ops_math, ops_nn, ops_pool, ops_shape  # noqa: F401  (fill the converter table)
 from .errors import OnnxImportError, UnsupportedModelError
 from .fold import evaluate, foldable

@@ -3,6 +3,7 @@ bias), BatchNormalization; LRN; and the window helpers the pooling converters sh
 import numpy as np
 
 from .registry import Unsupported, converts
+from ..utils import ceil_div
 
 
 def image_shape(b, node, what="input"):
@@ -28,7 +29,7 @@ def window(node, hw, kernel):
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         pads = [0, 0, 0, 0]
         for i in range(2):
-            out = -(-hw[i] // strides[i])
+            out = ceil_div(hw[i], strides[i])
             total = max((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - hw[i], 0)
             small = total // 2
             pads[i], pads[i + 2] = (small, total - small) if auto == "SAME_UPPER" \

@@ -4,6 +4,7 @@ import numpy as np
 
 from .ops_nn import image_shape, pairs, window
 from .registry import Unsupported, converts
+from ..utils import ceil_div
 
 
 @converts("MaxPool", "AveragePool")
@@ -23,7 +24,7 @@ def pool(b, node):
     out = []
     for i, size in enumerate((h, w)):
         span = size + 2 * pads[i] - kernel[i]
-        o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
+        o = (ceil_div(span, strides[i]) if ceil else span // strides[i]) + 1
         if ceil and (o - 1) * strides[i] >= size + pads[i]:
             o -= 1  # a window may not start in the right padding (PyTorch's rule)
         out.append(o)

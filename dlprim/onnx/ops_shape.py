@@ -6,6 +6,7 @@ is unchanged, so an imported net can still be reshaped to another batch size."""
 import numpy as np
 
 from .registry import Unsupported, converts
+from ..utils import ceil_div
 
 
 def reshape_to(b, node, x, out, output=None, name=None):
@@ -95,7 +96,7 @@ def split(b, node):
     n = len(node.outputs)
     if parts is None:
         size = shape[axis]
-        chunk = -(-size // int(node.attr("num_outputs", n)))
+        chunk = ceil_div(size, node.attr("num_outputs", n))
         parts = [min(chunk, size - k * chunk) for k in range(n)]
     parts = [int(p) for p in np.asarray(parts).reshape(-1)]
     if sum(parts) != shape[axis] or min(parts) < 1:

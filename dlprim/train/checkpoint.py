@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 
-from ..weights import atomic_write
+from ..utils import atomic_write
 
 LATEST = "latest.json"
 

@@ -4,7 +4,7 @@ import os
 import sys
 
 from ..context import DeviceError
-from ..train_config import ConfigError, apply_overrides, load_config
+from .config import ConfigError, apply_overrides, load_config
 
 
 def parse_args(argv):

@@ -4,7 +4,7 @@ import io
 import json
 import os
 
-from ..weights import atomic_write
+from ..utils import atomic_write
 
 FIELDS = ["epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "seconds",
           "images_per_s"]

@@ -18,7 +18,7 @@ from ..data import make_loader
 from ..lr_schedules import create_schedule
 from ..net import PREDICT, TRAIN, Net
 from ..solvers import create_solver
-from ..weights import atomic_write
+from ..utils import atomic_write
 from . import checkpoint, metrics
 from .graphs import deploy_graph, loss_parts, training_graph, with_logits_output
 

@@ -98,7 +98,7 @@ class NetConfig:
 
     def save(self, path):
         """Write the JSON net to ``path`` atomically."""
-        from .weights import atomic_write
+        from ..utils import atomic_write
         text = self.to_json().encode("utf-8")
         atomic_write(path, lambda f: f.write(text))
 

@@ -7,7 +7,8 @@ tensor that broadcasts along the other axes, and ties go to the smallest index.
 """
 import numpy as np
 
-from ..tensor import Tensor, as_dtype, cl_type
+from ..dtypes import as_dtype, cl_type
+from ..tensor import Tensor
 from .pointwise import PointwiseBroadcastReduce, _memo
 
 __all__ = ["Reduce", "ArgMax", "reduce", "argmax", "OPS"]

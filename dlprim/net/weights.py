@@ -1,4 +1,4 @@
-"""Parameter files: DLPrimitives' .dlp and HDF5, and atomic writes for every file we save.
+"""Parameter files: DLPrimitives' .dlp and HDF5, written atomically.
 
 .dlp layout (all parameters of a net, in the net's parameter order)::
 
@@ -14,50 +14,17 @@ HDF5: one dataset per parameter, named by the parameter (h5py, the ``hdf5`` extr
 import json
 import os
 import struct
-import tempfile
 from collections import OrderedDict
 
 import numpy as np
 
-from .tensor import as_dtype, dlp_name
+from ..dtypes import as_dtype, dlp_name
+from ..utils import atomic_write
 
-__all__ = ["atomic_write", "save_dlp", "load_dlp", "save_hdf5", "load_hdf5", "load", "MAGIC"]
+__all__ = ["save_dlp", "load_dlp", "save_hdf5", "load_hdf5", "load", "MAGIC"]
 
 MAGIC = b"DLPW"
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-
-
-def atomic_write(path, write_fn):
-    """Write a file so that readers see the old content or the new, never a part.
-
-    ``write_fn(f)`` writes into ``f``, a binary file opened "w+b" in the same directory;
-    it is flushed, fsynced and renamed over ``path``. If ``write_fn`` raises, ``path``
-    is left as it was and the temporary file is removed.
-    """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                               dir=directory)
-    try:
-        with os.fdopen(fd, "w+b") as f:
-            write_fn(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable where the platform allows
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 def _little(a):

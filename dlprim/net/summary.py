@@ -21,7 +21,7 @@ def _flops(layer, launches):
 def summary_rows(net):
     g, store, plan = net.graph, net.store, net.plan
     starts = np.concatenate([[0], np.cumsum(plan.op_forward)]).astype(int)
-    inplace = set(plan.schedule.inplace_ops)
+    inplace = set(plan.autograd.inplace_ops)
     rows = []
     for op, layer in zip(g.ops, net.layers):
         shapes = " ".join("x".join(map(str, g.values[v].shape)) or "()" for v in op.out_values)

@@ -1,6 +1,6 @@
-"""Tune kernels for the current device: ``python -m dlprim.tune gemm [--sizes ...]``.
+"""Tune kernels for the current device: ``python -m dlprim.cli.tune gemm [--sizes ...]``.
 
-For each shape class (see ``dlprim.core.gemm_tiles.shape_class``) given by the sizes,
+For each shape class (see ``dlprim.core.tuning.shape_class``) given by the sizes,
 every candidate tile is timed (median of ``--repeat`` runs after a warm-up) and the
 fastest is stored per (device name, driver version, shape class) in
 ``gemm_tuning.json`` under the user cache dir (``DLPRIM_CACHE_DIR`` overrides it).
@@ -13,16 +13,16 @@ import time
 
 import numpy as np
 
-from .context import Context
-from .core import gemm_tiles
-from .core.gemm import Gemm
-from .tensor import Tensor
+from ..context import Context
+from ..core import tuning
+from ..core.gemm import Gemm
+from ..tensor import Tensor
 
 __all__ = ["main", "gemm_candidates", "tune_gemm"]
 
 
 def _tiles(*rows):
-    return [dict(zip(gemm_tiles.TILE_KEYS, r)) for r in rows]
+    return [dict(zip(tuning.TILE_KEYS, r)) for r in rows]
 
 
 # (TILE_M, TILE_N, TILE_K, BLOCK_M, BLOCK_N, VEC, GROUP), most promising first
@@ -46,7 +46,7 @@ def gemm_candidates(facts):
     out = []
     for tile in (_CPU if facts.is_cpu else _GPU):
         try:
-            out.append(gemm_tiles.check_tile(tile, facts))
+            out.append(tuning.check_tile(tile, facts))
         except ValueError:
             pass
     return out
@@ -80,7 +80,7 @@ def tune_gemm(ctx, sizes, candidates, repeat=5, out=None):
     rng = np.random.default_rng(0)
     by_class = {}
     for M, N, K in sizes:
-        by_class.setdefault(gemm_tiles.shape_class(M, N, 1, ctx.facts.compute_units), []).append((M, N, K))
+        by_class.setdefault(tuning.shape_class(M, N, 1, ctx.facts.compute_units), []).append((M, N, K))
     best = {}
     for cls, shapes in by_class.items():
         totals = []
@@ -102,7 +102,7 @@ def tune_gemm(ctx, sizes, candidates, repeat=5, out=None):
 
 
 def _describe(tile):
-    return "%dx%dx%d block %dx%d vec%d group%d" % tuple(tile[k] for k in gemm_tiles.TILE_KEYS)
+    return "%dx%dx%d block %dx%d vec%d group%d" % tuple(tile[k] for k in tuning.TILE_KEYS)
 
 
 def main(argv=None, ctx=None):
@@ -120,7 +120,7 @@ def main(argv=None, ctx=None):
     candidates = gemm_candidates(ctx.facts)[:args.candidates]
     print("tuning gemm on %s (driver %s)" % (ctx.name, ctx.facts.driver_version))
     best = tune_gemm(ctx, sizes, candidates, max(1, args.repeat))
-    path = gemm_tiles.store_tuned(ctx.facts, best)
+    path = tuning.store_tuned(ctx.facts, best)
     print("stored in %s" % path)
     return 0
 

@@ -11,7 +11,8 @@ global average backward are plain pointwise reductions (dlprim/core/pointwise.py
 import numpy as np
 
 from ..kernels import program
-from ..tensor import cl_type
+from ..dtypes import cl_type
+from ..utils import ceil_div, round_up
 
 __all__ = ["Pool2D", "GlobalMaxBackward", "pool_output_size", "MODES"]
 
@@ -26,7 +27,7 @@ def pool_output_size(size, kernel, stride, pad, ceil_mode):
     if span < 0:
         return 0
     if ceil_mode:
-        out = -(-span // stride) + 1
+        out = ceil_div(span, stride) + 1
         if (out - 1) * stride >= size + pad:
             out -= 1
     else:
@@ -102,7 +103,7 @@ class Pool2D:
             args.append(index)
             name = "pooling_forward_index"
         return [program.Launch(self._program(x.size), name,
-                               (program.round_up(max(y.size, 1), LOCAL),), (LOCAL,), args)]
+                               (round_up(max(y.size, 1), LOCAL),), (LOCAL,), args)]
 
     def backward_launches(self, dx, dy, index=None, beta=0.0):
         """dx = beta*dx + grad; max needs the ``index`` its forward kept, avg nothing."""
@@ -116,7 +117,7 @@ class Pool2D:
         args = [np.uint64(dx.size)] + sizes + ([index] if index is not None else []) + \
             [dy, dx, np.float32(beta)]
         return [program.Launch(self._program(dx.size), "pooling_backward",
-                               (program.round_up(max(dx.size, 1), LOCAL),), (LOCAL,), args)]
+                               (round_up(max(dx.size, 1), LOCAL),), (LOCAL,), args)]
 
     def __call__(self, x, y, queue=None):
         for launch in self.launches(x, y):
@@ -140,5 +141,5 @@ class GlobalMaxBackward:
         planes = x.shape[0] * x.shape[1]
         hw = x.shape[2] * x.shape[3]
         return [program.Launch(self.program, "global_max_backward",
-                               (program.round_up(max(planes, 1), 64),), (64,),
+                               (round_up(max(planes, 1), 64),), (64,),
                                [np.uint64(planes), np.uint64(hw), x, dy, dx, np.float32(beta)])]

@@ -13,7 +13,8 @@ from collections import OrderedDict
 import numpy as np
 
 from .graph import GraphError
-from .tensor import Tensor
+from ..tensor import Tensor
+from ..utils import round_up
 
 __all__ = ["ParamStore", "ALIGN"]
 
@@ -52,7 +53,7 @@ class ParamStore:
         for name in order:
             shape, trainable = entries[name][0], entries[name][1]
             self.layout[name] = (offset, shape, trainable)
-            offset += _round_up(int(np.prod(shape, dtype=np.int64)), ALIGN)
+            offset += round_up(int(np.prod(shape, dtype=np.int64)), ALIGN)
             if trainable:
                 self.trainable_size = offset
         self.total_size = offset
@@ -114,8 +115,6 @@ class ParamStore:
         self.param_arena.to_device(host)
 
 
-def _round_up(n, m):
-    return (n + m - 1) // m * m
 
 
 def _some(table, limit=8):

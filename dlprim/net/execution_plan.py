@@ -9,8 +9,8 @@ import numpy as np
 import pyopencl as cl
 
 from . import memory_plan
-from .schedule import OpFacts, Schedule
-from .tensor import Tensor
+from .autograd import OpFacts, Autograd
+from ..tensor import Tensor
 
 __all__ = ["ExecutionPlan", "Fill", "ARENA_ALIGN"]
 
@@ -32,20 +32,24 @@ class Fill:
 
 
 class ExecutionPlan:
-    def __init__(self, net, train):
-        g, ctx, store = net.graph, net.ctx, net.store
+    """One mode's plan over a set-up graph: ``layers`` (one per operator), the parameter
+    ``store``, each operator's ``workspaces`` bytes and the net's ``inputs`` tensors
+    ({value id: Tensor}); ``keep_all`` keeps every activation readable."""
+
+    def __init__(self, ctx, graph, layers, store, workspaces, inputs, train, keep_all=False):
+        g = graph
         self.train = train
         facts = [OpFacts(has_backward=bool(getattr(layer, "HAS_BACKWARD", True)),
                          reads_inputs=bool(layer.BACKWARD_READS_INPUTS),
                          reads_outputs=bool(layer.BACKWARD_READS_OUTPUTS),
                          inplace=bool(layer.INPLACE), trains=store.op_trains[i],
-                         ws_bytes=net._ws[i]) for i, layer in enumerate(net.layers)]
+                         ws_bytes=workspaces[i]) for i, layer in enumerate(layers)]
         value_bytes = [_nbytes(v) for v in g.values]
         is_float = [v.dtype.kind == "f" for v in g.values]
-        self.schedule = s = Schedule(g, facts, value_bytes, is_float, train, net.keep_intermediate_tensors)
+        self.autograd = s = Autograd(g, facts, value_bytes, is_float, train, keep_all)
         self.memory = plan = memory_plan.place(s.blocks, ARENA_ALIGN)
         self.arena = Tensor(ctx, (max(plan.arena_bytes, 1),), np.uint8)
-        self.input_bytes = sum(t.nbytes for t in net._inputs.values())
+        self.input_bytes = sum(t.nbytes for t in inputs.values())
         self.param_bytes = store.nbytes
 
         def at(key, shape, dtype):
@@ -56,17 +60,17 @@ class ExecutionPlan:
         for v in g.values:
             root = s.storage[v.id]
             if g.values[root].producer < 0:
-                self.acts[v.id] = net._inputs[root]
+                self.acts[v.id] = inputs[root]
             else:
                 self.acts[v.id] = at("a:%d" % root, v.shape, v.dtype)
         self.grads = {v.id: at("g:%d" % s.grad_storage[v.id], v.shape, v.dtype)
                       for v in g.values if s.grad_needed[v.id]}
         # a workspace is a uint8 tensor of the bytes the layer asked for (256-byte aligned)
-        ws = [None if not net._ws[i] else at("w:%d" % i, (net._ws[i],), np.uint8)
+        ws = [None if not workspaces[i] else at("w:%d" % i, (workspaces[i],), np.uint8)
               for i in range(len(g.ops))]
 
         self.forward, self.op_forward = [], []
-        for op, layer in zip(g.ops, net.layers):
+        for op, layer in zip(g.ops, layers):
             launches = list(layer.forward([self.acts[v] for v in op.in_values],
                                           [self.acts[v] for v in op.out_values],
                                           store.op_params[op.index], ws[op.index]))
@@ -75,7 +79,7 @@ class ExecutionPlan:
         self.backward = [Fill(self.grads[vid], w) for vid, w in s.fills]
         if train:
             store.ensure_grads()
-            for op, layer in zip(reversed(g.ops), reversed(net.layers)):
+            for op, layer in zip(reversed(g.ops), reversed(layers)):
                 i = op.index
                 if not s.backward[i]:
                     continue

@@ -1,5 +1,5 @@
 """GEMM tile parameters: a default table per device family and shape class, plus tuned
-results stored by ``dlprim.tune`` in the user cache directory.
+results stored by ``dlprim.cli.tune`` in the user cache directory.
 
 A tile config is a dict of the kernel template's tiling parameters:
 ``TILE_M, TILE_N, TILE_K`` (work-group tile), ``BLOCK_M, BLOCK_N`` (per-thread register
@@ -8,6 +8,7 @@ is cut into) and ``GROUP`` (tile rows walked together for cache reuse; 1 = plain
 """
 import json
 import os
+from ..utils import ceil_div
 
 __all__ = ["TILE_KEYS", "CLASSES", "shape_class", "default_tile", "tuned_tile", "pick_tile",
            "check_tile", "cache_dir", "cache_file", "device_key", "store_tuned"]
@@ -57,9 +58,9 @@ def shape_class(M, N, batch=1, compute_units=0):
         return "narrow_m"
     if N < 2 * SMALL:
         return "narrow_n"
-    if -(-M // 128) * -(-N // 128) * batch < compute_units:
+    if ceil_div(M, 128) * ceil_div(N, 128) * batch < compute_units:
         return "medium"
-    if -(-M // 128) * -(-N // 256) * batch * 2 >= 5 * compute_units:
+    if ceil_div(M, 128) * ceil_div(N, 256) * batch * 2 >= 5 * compute_units:
         return "huge"
     return "large"
 

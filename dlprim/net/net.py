@@ -1,8 +1,8 @@
 """Net: a static graph with its own autograd, run from flat lists of prepared launches.
 
 JSON graph -> layers -> shapes (``setup``) -> parameter arenas -> per mode: backprop
-marks and lifetimes (``dlprim.schedule``) -> one planned activation arena
-(``dlprim.memory_plan``) -> forward and backward launch lists bound once.
+marks and lifetimes (``dlprim.net.autograd``) -> one planned activation arena
+(``dlprim.net.memory_plan``) -> forward and backward launch lists bound once.
 
 Two ways to drive it, the DLPrimitives one::
 
@@ -17,12 +17,14 @@ and the Pythonic one::
 """
 import numpy as np
 
-from . import layers as _layers
+from .. import layers as _layers
+from ..dtypes import as_dtype
+from ..layers.base import PREDICT, TRAIN, LayerError, TensorSpec
+from ..tensor import Tensor
+from . import EXPORTERS, weights
+from .execution_plan import ExecutionPlan
 from .graph import GraphError, load_graph
-from .layers.base import PREDICT, TRAIN, LayerError, TensorSpec
-from .net_plan import ExecutionPlan
-from .net_params import ParamStore
-from .tensor import Tensor, as_dtype
+from .parameters import ParamStore
 
 __all__ = ["Net", "TRAIN", "PREDICT"]
 
@@ -165,7 +167,8 @@ class Net:
         plan = self._plans.get(self._mode)
         if plan is None:
             self._mode_workspaces()
-            plan = ExecutionPlan(self, self._mode == TRAIN)
+            plan = ExecutionPlan(self.ctx, self.graph, self.layers, self.store, self._ws, self._inputs,
+                                 self._mode == TRAIN, self._keep)
             self._plans[self._mode] = plan
         self.plan = plan
         return plan
@@ -296,22 +299,24 @@ class Net:
 
     def save_parameters(self, path):
         """Write every parameter to a DLPrimitives .dlp file (atomically)."""
-        from . import weights
         weights.save_dlp(path, self.store.to_numpy())
 
     def save_parameters_to_hdf5(self, path):
         """Write every parameter to an HDF5 file, one dataset each (needs h5py)."""
-        from . import weights
         weights.save_hdf5(path, self.store.to_numpy())
 
     def to_onnx(self, path, opset=None):
-        """Export as an ONNX model with the current weights (needs the onnx extra)."""
-        from . import onnx
-        return onnx.save(self, path, opset)
+        """Export as an ONNX model with the current weights (needs the onnx extra).
+
+        The exporter is ``dlprim.onnx.save``, registered in ``dlprim.net.EXPORTERS`` when
+        ``import dlprim`` loads the (light) ``dlprim.onnx`` package."""
+        exporter = EXPORTERS.get("onnx")
+        if exporter is None:
+            raise RuntimeError("no ONNX exporter registered: import dlprim.onnx")
+        return exporter(self, path, opset=opset)
 
     def load_parameters(self, path, allow_missing=False):
         """Load a .dlp or .h5 file; a missing parameter is an error unless allow_missing."""
-        from . import weights
         self.store.from_numpy(weights.load(path), allow_missing, str(path))
 
     # ----- reports
@@ -324,11 +329,11 @@ class Net:
 
     def summary(self):
         """A text table of the operators: output shapes, parameters, MFLOPs, memory."""
-        from .net_summary import summary_text
+        from .summary import summary_text
         return summary_text(self)
 
     def _repr_html_(self):
-        from .net_summary import summary_html
+        from .summary import summary_html
         return summary_html(self)
 
     def __repr__(self):

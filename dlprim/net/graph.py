@@ -7,7 +7,7 @@ loss_weight}; names starting with "loss" are losses of weight 1) and ``operators
 An operator may write a name it reads (in place). Each write makes a new *value*, so a
 name can stand for several values over time: an operator reads the latest value of each
 input name. Whether the new value shares the old one's memory is the planner's decision
-(see ``dlprim.schedule``); gradients are computed per value and never mix versions.
+(see ``dlprim.net.autograd``); gradients are computed per value and never mix versions.
 
 Pure Python, no OpenCL.
 """

@@ -12,8 +12,9 @@ built here once per shape; the kernels only gather, backward included.
 import numpy as np
 
 from ..kernels import program
-from ..kernels.program import Launch, round_up
+from ..kernels.program import Launch
 from ..tensor import Tensor
+from ..utils import round_up
 
 __all__ = ["Interpolate2D", "axis_table", "METHODS"]
 
@@ -70,7 +71,7 @@ class Interpolate2D:
                   axis_table(w, ow, method, scale[1], align_corners)]
         self.tables = [Tensor.from_numpy(ctx, a) for pair in tables for a in pair]
         big = max(n * c * h * w, n * c * oh * ow) >= 2 ** 31
-        self.prg = program.get(ctx, "interp", IT="ulong" if big else "uint",
+        self.prg = program.get(ctx, "interpolation", IT="ulong" if big else "uint",
                                NEAREST=method != "bilinear")
 
     def _dims(self):

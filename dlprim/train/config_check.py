@@ -11,10 +11,12 @@ __all__ = ["Checker", "is_int", "is_num", "join"]
 
 
 def is_int(v):
+    """True for an int that is not a bool (JSON true is not a count)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
 def is_num(v):
+    """True for an int or float that is not a bool."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -25,6 +27,7 @@ class Checker:
         self.base_dir, self.problems = base_dir, []
 
     def bad(self, path, message):
+        """Record a problem at ``path`` ("config" when empty)."""
         self.problems.append("%s: %s" % (path or "config", message))
 
     def fields(self, path, value, known, required=()):
@@ -44,12 +47,14 @@ class Checker:
         return value
 
     def integer(self, path, value, low=1):
+        """``value`` must be an integer >= ``low``."""
         if not is_int(value) or value < low:
             self.bad(path, "%s, got %s" % ("must be a positive integer" if low == 1 else
                                            "must be an integer >= %d" % low, json.dumps(value)))
         return value
 
     def number(self, path, value, low=None, high=None, low_open=True, high_open=True):
+        """``value`` must be a number inside the (open or closed) bounds given."""
         if not is_num(value):
             self.bad(path, "must be a number, got %s" % json.dumps(value))
         elif low is not None and (value <= low if low_open else value < low):
@@ -59,11 +64,13 @@ class Checker:
         return value
 
     def boolean(self, path, value):
+        """``value`` must be true or false."""
         if not isinstance(value, bool):
             self.bad(path, "must be true or false, got %s" % json.dumps(value))
         return value
 
     def choice(self, path, value, options):
+        """``value`` must be one of ``options``."""
         if value not in options:
             self.bad(path, "must be one of %s, got %s" % (", ".join(map(json.dumps, options)),
                                                            json.dumps(value)))
@@ -83,4 +90,5 @@ class Checker:
 
 
 def join(path, key):
+    """The field path of ``key`` inside ``path`` ("solver" + "lr" -> "solver.lr")."""
     return "%s.%s" % (path, key) if path else str(key)

@@ -1,7 +1,7 @@
 """Backprop marks, in-place sharing and tensor lifetimes for a Graph in one mode.
 
 Pure Python, no OpenCL. The Net gives each operator's facts (``OpFacts``) and each
-value's byte size; ``Schedule`` decides:
+value's byte size; ``Autograd`` decides:
 
 * which operators run backward: an operator does when it depends on something trainable
   (its own non-frozen trainable parameters, or an input that does, or a net input marked
@@ -20,7 +20,7 @@ at 2n+1-i, the end (outputs read by the user) at 2n+2 (n+1 when predicting).
 """
 from .memory_plan import Block
 
-__all__ = ["OpFacts", "Schedule"]
+__all__ = ["OpFacts", "Autograd"]
 
 
 class OpFacts:
@@ -33,7 +33,7 @@ class OpFacts:
         self.inplace, self.trains, self.ws_bytes = inplace, trains, int(ws_bytes)
 
 
-class Schedule:
+class Autograd:
     def __init__(self, graph, facts, value_bytes, value_is_float, train, keep_all=False):
         self.graph, self.facts, self.train, self.keep_all = graph, facts, bool(train), keep_all
         n = len(graph.ops)

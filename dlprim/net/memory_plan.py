@@ -11,6 +11,7 @@ Management for Deep Neural Net Inference" (2020): the largest blocks are placed 
 each block takes the smallest gap, among the blocks already placed that are alive at the
 same time, that holds it, else it goes above them all.
 """
+from ..utils import round_up
 
 __all__ = ["Block", "Plan", "place", "overlaps", "check"]
 
@@ -53,8 +54,6 @@ def overlaps(a, b):
     return any(s1 <= e2 and s2 <= e1 for s1, e1 in a.intervals for s2, e2 in b.intervals)
 
 
-def _round_up(n, m):
-    return (n + m - 1) // m * m
 
 
 def place(blocks, alignment=256):
@@ -69,7 +68,7 @@ def place(blocks, alignment=256):
     offsets = {}
     top = 0
     for block in order:
-        size = _round_up(block.size, alignment) if block.size else 0
+        size = round_up(block.size, alignment) if block.size else 0
         if size == 0 or not block.intervals:
             offsets[block.name] = 0
             continue
@@ -84,7 +83,7 @@ def place(blocks, alignment=256):
         offsets[block.name] = offset
         placed.append((offset, size, block))
         top = max(top, offset + size)
-    unplanned = sum(_round_up(b.size, alignment) for b in blocks)
+    unplanned = sum(round_up(b.size, alignment) for b in blocks)
     return Plan(offsets, top, unplanned)
 
 

@@ -9,10 +9,10 @@ import os
 
 import numpy as np
 
-from ..config_check import join
-from . import transforms as _transforms
-from .errors import DataError
-from .idx import read_idx_shape
+from ..data import transforms as _transforms
+from ..data.errors import DataError
+from ..data.idx import read_idx_shape
+from .config_check import join
 
 __all__ = ["check_data", "DATA_TYPES"]
 

@@ -12,7 +12,7 @@ import json
 import os
 
 from .config_check import Checker, is_int, is_num
-from .data.config import check_data
+from .config_data import check_data
 
 __all__ = ["ConfigError", "load_config", "validate_config", "apply_overrides", "DEFAULTS"]
 
@@ -71,7 +71,7 @@ def _graph(c, path, graph):
 
 def _model_name(c, name):
     try:
-        from . import models
+        from .. import models
     except ImportError as e:
         c.bad("net.model.name", "dlprim.models cannot be imported (%s)" % e)
         return
@@ -87,7 +87,7 @@ _SOLVER_EXTRA = {"no_decay_1d": False, "clip_norm": None, "clip_value": None}
 def _solver(c, value):
     """Fields and defaults are the solver classes' own (dlprim.solvers); PyTorch's
     ``betas: [b1, b2]`` is accepted for beta1/beta2."""
-    from .solvers import _SOLVERS
+    from ..solvers import _SOLVERS
     kind = value.get("type", "adam") if isinstance(value, dict) else "adam"
     if kind not in _SOLVERS:
         c.choice("solver.type", kind, list(_SOLVERS))
@@ -126,7 +126,7 @@ def _solver(c, value):
 def _schedule(c, value, epochs):
     if value is None:
         return None
-    from . import lr_schedules as schedules
+    from .. import lr_schedules as schedules
     kinds = schedules._SCHEDULES
     kind = value.get("type") if isinstance(value, dict) else None
     if kind not in kinds:

@@ -1,0 +1,45 @@
+"""The element types dlprim stores, and their names in OpenCL C and in DLPrimitives' files.
+
+Pure numpy: the JSON graph, the weight files and the layer specs use these without
+needing an OpenCL driver.
+"""
+import numpy as np
+
+__all__ = ["DTYPES", "as_dtype", "cl_type", "dlp_name"]
+
+# name -> numpy dtype; DLPrimitives spells float32 "float" and int32 "int"
+DTYPES = {
+    "float32": np.float32, "float": np.float32,
+    "float16": np.float16, "half": np.float16,
+    "int32": np.int32, "int": np.int32,
+    "int64": np.int64, "long": np.int64,
+    "uint8": np.uint8,
+}
+_CL_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half",
+             np.dtype(np.int32): "int", np.dtype(np.int64): "long",
+             np.dtype(np.uint8): "uchar"}
+_DLP_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "float16",
+              np.dtype(np.int32): "int", np.dtype(np.int64): "int64",
+              np.dtype(np.uint8): "uint8"}
+
+
+def as_dtype(dtype):
+    """A numpy dtype from a name ('float', 'int64', ...) or a numpy dtype; else an error."""
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise TypeError("unsupported dtype %r; supported: %s" % (dtype, ", ".join(sorted(DTYPES))))
+        return np.dtype(DTYPES[dtype])
+    dt = np.dtype(dtype)
+    if dt not in _CL_TYPES:
+        raise TypeError("unsupported dtype %s; supported: %s" % (dt, ", ".join(sorted(DTYPES))))
+    return dt
+
+
+def cl_type(dtype):
+    """The OpenCL C type name of a dtype ('float', 'half', 'int', 'long', 'uchar')."""
+    return _CL_TYPES[as_dtype(dtype)]
+
+
+def dlp_name(dtype):
+    """The dtype as DLPrimitives' JSON and .dlp files spell it."""
+    return _DLP_NAMES[as_dtype(dtype)]
