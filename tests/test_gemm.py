@@ -7,7 +7,6 @@ import dlprim as dp
 from dlprim.cli import tune
 from dlprim.core import tuning
 from dlprim.core.gemm import Gemm, gemm
-from dlprim.kernels import program
 from dlprim.utils import round_up
 
 EDGES = [1, 31, 32, 33, 63, 64, 65, 127, 129]

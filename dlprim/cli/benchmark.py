@@ -125,20 +125,15 @@ def _format_profile(rows):
     return "\n".join(lines)
 
 
-MICRO = ("gemm", "conv")
+MICRO = ("gemm", "conv", "pointwise", "layers", "softmax_loss_interp")
 
 
-def _micro(name, device):
-    """The GEMM and convolution micro-benchmarks live in the source tree's benchmarks/
-    (they compare with PyTorch when it is installed)."""
-    import runpy
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "benchmarks", name + ".py")
-    if not os.path.isfile(script):
-        raise SystemExit("dlprim-benchmark %s: needs a source checkout (benchmarks/%s.py)"
-                         % (name, name))
-    sys.argv = [script] + (["--device", device] if device else [])
-    runpy.run_path(script, run_name="__main__")
+def _micro(name, argv):
+    """A kernel micro-benchmark of dlprim.benchmarks (beside PyTorch when it is installed)."""
+    from ..benchmarks import conv, gemm, layers, pointwise, softmax_loss_interp
+    module = {"gemm": gemm, "conv": conv, "pointwise": pointwise, "layers": layers,
+              "softmax_loss_interp": softmax_loss_interp}[name]
+    module.main(argv)
     return 0
 
 
@@ -147,7 +142,8 @@ def main(argv=None):
     from ..context import Context
     p = argparse.ArgumentParser(prog="dlprim-benchmark", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("net", help="net JSON file, a dlprim.models name, or 'gemm'")
+    p.add_argument("net", help="net JSON file or a dlprim.models name; or a micro-benchmark "
+                   "(%s) followed by its own options" % ", ".join(MICRO))
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--train", action="store_true", help="forward + loss + backward + Adam step")
     p.add_argument("--warmup", type=int, default=5)
@@ -157,11 +153,12 @@ def main(argv=None):
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--profile", action="store_true", help="per-layer table from OpenCL events")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in MICRO:
+        return _micro(argv[0], argv[1:])
     args = p.parse_args(argv)
     if args.warmup < 0 or args.iters < 1 or args.batch < 1:
         p.error("--warmup must be >= 0, --iters and --batch >= 1")
-    if args.net in MICRO:
-        return _micro(args.net, args.device)
     ctx = Context(args.device, profiling=args.profile)
     graph = build_graph(args.net, args.batch, args.image_size, args.classes, args.train)
     res = run_net(ctx, graph, args.train, args.warmup, args.iters, args.profile)

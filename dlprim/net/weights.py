@@ -12,7 +12,6 @@
 HDF5: one dataset per parameter, named by the parameter (h5py, the ``hdf5`` extra).
 """
 import json
-import os
 import struct
 from collections import OrderedDict
 

@@ -1,6 +1,6 @@
 """Convolution throughput per layer: dlprim's algorithms beside cuDNN (FP32, TF32 off).
 
-    python benchmarks/conv.py [--device gpu] [--batches 16 64] [--repeat 5] [--out DIR]
+    dlprim-benchmark conv [--device gpu] [--batches 16 64] [--repeat 5] [--out DIR]
 
 Shapes: the distinct convolutions of ResNet-50 (v1.5), VGG-16 and MobileNet-V2 on
 224x224 inputs. For each shape and batch: GFLOP/s of forward, backward-data and
@@ -14,15 +14,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import dlprim as dp  # noqa: E402
-from dlprim.core.conv import (ConvBackwardData, ConvBackwardFilter, ConvForward,  # noqa: E402
+import dlprim as dp
+from dlprim.core.conv import (ConvBackwardData, ConvBackwardFilter, ConvForward,
                               ConvGeometry, algorithm_applies)
 
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
@@ -238,7 +236,7 @@ def fmt_shape(key):
     return "%d->%d k%d s%d %d%s" % (cin, cout, k, s, hw, " dw" if g > 1 else "")
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default=None)
     ap.add_argument("--batches", type=int, nargs="+", default=[16, 64])
@@ -252,7 +250,7 @@ def main():
     ap.add_argument("--compare", action="store_true",
                     help="first time kernel variants: gemm with scalar / float4 local reads, "
                          "Winograd backward-filter sums on split-K / the batched Gemm")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

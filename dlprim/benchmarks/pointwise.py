@@ -1,6 +1,6 @@
 """Memory-bound kernels: pointwise, reductions, transposes, random fills (FP32).
 
-    python benchmarks/pointwise.py [--device gpu] [--repeat 50]
+    dlprim-benchmark pointwise [--device gpu] [--repeat 50]
 
 Each row is the median of OpenCL profiling events over ``--repeat`` runs after a
 warm-up (all launches of an op summed), with the bytes it must move and the resulting
@@ -8,18 +8,15 @@ GB/s; ``clEnqueueCopyBuffer`` of the same bytes is the device's practical ceilin
 When PyTorch with CUDA is importable the same operation is timed with CUDA events.
 """
 import argparse
-import os
 import statistics
-import sys
 
 import pyopencl as cl
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import dlprim as dp  # noqa: E402
-from dlprim.core.copy import Transpose  # noqa: E402
-from dlprim.core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce  # noqa: E402
-from dlprim.core.random import RandomFill  # noqa: E402
-from harness import time_cuda as time_torch, time_launches  # noqa: E402  (benchmarks/harness.py)
+import dlprim as dp
+from dlprim.core.copy import Transpose
+from dlprim.core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from dlprim.core.random import RandomFill
+from .harness import time_cuda as time_torch, time_launches
 
 
 def cases(ctx):
@@ -57,11 +54,11 @@ def cases(ctx):
     return out, nchw
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default=None)
     ap.add_argument("--repeat", type=int, default=50)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     ctx = dp.Context(args.device, profiling=True)
     try:
         import torch

@@ -1,6 +1,6 @@
 """GEMM throughput: dlprim's OpenCL kernel beside torch.matmul (FP32, TF32 off).
 
-    python benchmarks/gemm.py [--device gpu] [--repeat 20] [--sweep] [--ptx DIR]
+    dlprim-benchmark gemm [--device gpu] [--repeat 20] [--sweep] [--ptx DIR]
 
 Shapes: square 1024..8192 and every distinct convolution of ResNet-50 at batch 64
 (224x224 input) as conv-by-GEMM: M = out channels, N = batch*Ho*Wo, K = in_ch*kh*kw;
@@ -12,14 +12,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import dlprim as dp  # noqa: E402
-from dlprim.cli import tune  # noqa: E402
-from dlprim.core.gemm import Gemm  # noqa: E402
+import dlprim as dp
+from dlprim.cli import tune
+from dlprim.core.gemm import Gemm
 
 
 def resnet50_convs(batch=64, size=224):
@@ -92,7 +90,7 @@ def run_shape(ctx, torch, M, N, K, repeat, tile=None, split_k=None):
     return row
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None)
     parser.add_argument("--repeat", type=int, default=20)
@@ -102,7 +100,7 @@ def main():
                         help="time split-K 1..16 on shapes with few tiles or long K")
     parser.add_argument("--json", help="write all rows here")
     parser.add_argument("--ptx", help="write the built gemm programs' binaries (PTX on NVIDIA) here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     ctx = dp.Context(args.device, profiling=True)
     try:
         import torch

@@ -1,17 +1,14 @@
 """Layers on the pointwise generator and the pooling kernels, forward and backward (FP32).
 
-    python benchmarks/layers.py [--device gpu] [--repeat 50] [name filter ...]
+    dlprim-benchmark layers [--device gpu] [--repeat 50] [name filter ...]
 
 Each layer is set up alone, its planned forward and backward launch lists are timed with
 OpenCL profiling events (median over ``--repeat`` runs after a warm-up, all launches of a
 pass summed). When PyTorch with CUDA is importable the same layer is timed with CUDA
 events: its forward, and its backward alone (``autograd.grad`` over a kept graph).
 """
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import layer_table  # noqa: E402  (benchmarks/harness.py)
+from .harness import layer_table
 
 BIG, MID = (16, 64, 112, 112), (16, 64, 56, 56)
 
@@ -42,5 +39,10 @@ def cases():
     ]
 
 
+def main(argv=None):
+    """Time every case and print the table."""
+    layer_table(__doc__.splitlines()[0], cases, argv)
+
+
 if __name__ == "__main__":
-    layer_table(__doc__.splitlines()[0], cases)
+    main()

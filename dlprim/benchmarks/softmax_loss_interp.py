@@ -1,17 +1,14 @@
 """Softmax, cross-entropy, interpolation, concat/slice/transpose layers, forward and backward (FP32).
 
-    python benchmarks/softmax_loss_interp.py [--device gpu] [--repeat 50] [name filter ...]
+    dlprim-benchmark softmax_loss_interp [--device gpu] [--repeat 50] [name filter ...]
 
 Each layer is set up alone and its forward and backward launch lists are timed with
 OpenCL profiling events (median over ``--repeat`` runs after a warm-up, all launches of
 a pass summed). With PyTorch and CUDA the same operation is timed with CUDA events.
 Labels of loss layers are int32 class indices.
 """
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import layer_table  # noqa: E402  (benchmarks/harness.py)
+from .harness import layer_table
 
 MID = (16, 64, 56, 56)
 
@@ -50,5 +47,10 @@ def cases():
 
 
 
+def main(argv=None):
+    """Time every case and print the table."""
+    layer_table(__doc__.splitlines()[0], cases, argv)
+
+
 if __name__ == "__main__":
-    layer_table(__doc__.splitlines()[0], cases)
+    main()

@@ -5,15 +5,12 @@ Times are medians in microseconds after one warm-up; an OpenCL pass is the sum o
 launches' profiled durations (the context must be made with ``profiling=True``).
 """
 import argparse
-import os
 import statistics
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import dlprim as dp  # noqa: E402
-from dlprim.layers import TensorSpec, create  # noqa: E402
+import dlprim as dp
+from dlprim.layers import TensorSpec, create
 
 
 def time_launches(ctx, launches, repeat):
@@ -79,14 +76,15 @@ def time_torch_layer(fn, specs, repeat):
     return f, b
 
 
-def layer_table(description, cases):
+def layer_table(description, cases, argv=None):
     """The command line of a layer benchmark: time every case of ``cases()`` —
-    (title, JSON type, options, input specs, torch function) — and print a table."""
+    (title, JSON type, options, input specs, torch function) — and print a table;
+    ``argv`` is the command line (default ``sys.argv[1:]``)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--device", default=None)
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("names", nargs="*", help="only layers whose title contains one of these")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     ctx = dp.Context(args.device, profiling=True)
     try:
         import torch
