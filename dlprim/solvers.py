@@ -58,17 +58,47 @@ class Solver:
             self.init(net)
 
     # ----- checks
+    # hyperparameter -> (low, low_open, high, high_open); booleans are the HYPER defaults
+    # that are bools. One home for the rules: construction raises the first problem, and
+    # dlprim-train's config check reports every one (``problems``).
+    BOUNDS = {"lr": (0, False, None, False), "weight_decay": (0, False, None, False),
+              "clip_norm": (0, True, None, False), "clip_value": (0, True, None, False)}
+
+    @classmethod
+    def problems(cls, hyper):
+        """[(name, what is wrong)] for ``hyper`` ({name: value} over HYPER's names plus
+        ``clip_norm``/``clip_value``, None meaning off); empty when all is well."""
+        found = []
+        for name, value in hyper.items():
+            if isinstance(cls.HYPER.get(name), bool):
+                if not isinstance(value, bool):
+                    found.append((name, "must be true or false, got %r" % (value,)))
+                continue
+            bounds = cls.BOUNDS.get(name)
+            if bounds is None or (value is None and name.startswith("clip_")):
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                found.append((name, "must be a number, got %r" % (value,)))
+                continue
+            low, low_open, high, high_open = bounds
+            if low is not None and (value <= low if low_open else value < low):
+                found.append((name, "must be %s %r, got %r" % (">" if low_open else ">=", low, value)))
+            elif high is not None and (value >= high if high_open else value > high):
+                found.append((name, "must be %s %r, got %r" % ("<" if high_open else "<=", high, value)))
+        return found + cls._joint_problems(hyper, found)
+
+    @classmethod
+    def _joint_problems(cls, hyper, found):
+        """Rules over several hyperparameters, once each of them is valid alone."""
+        return []
+
     def validate(self):
         """Check the hyperparameters; a ValueError names the bad one."""
-        if not self.lr >= 0:
-            raise ValueError("%s: lr must be >= 0, got %r" % (type(self).__name__, self.lr))
-        if not self.weight_decay >= 0:
-            raise ValueError("%s: weight_decay must be >= 0, got %r"
-                             % (type(self).__name__, self.weight_decay))
-        if self.clip_norm is not None and not self.clip_norm > 0:
-            raise ValueError("%s: clip_norm must be > 0, got %r" % (type(self).__name__, self.clip_norm))
-        if self.clip_value is not None and not self.clip_value > 0:
-            raise ValueError("%s: clip_value must be > 0, got %r" % (type(self).__name__, self.clip_value))
+        hyper = {k: getattr(self, k) for k in self.HYPER}
+        hyper.update(clip_norm=self.clip_norm, clip_value=self.clip_value)
+        found = self.problems(hyper)
+        if found:
+            raise ValueError("%s: %s %s" % ((type(self).__name__,) + found[0]))
 
     # ----- setup
     def init(self, net, e=None):
@@ -224,13 +254,15 @@ class SGD(Solver):
     g <- g + momentum * b (nesterov) or b;  p <- p - lr * g
     """
     HYPER = {"lr": 0.1, "momentum": 0.0, "dampening": 0.0, "nesterov": False, "weight_decay": 0.0}
+    BOUNDS = dict(Solver.BOUNDS, momentum=(0, False, None, False), dampening=(0, False, 1, False))
 
-    def validate(self):
-        super().validate()
-        if not self.momentum >= 0:
-            raise ValueError("SGD: momentum must be >= 0, got %r" % self.momentum)
-        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
-            raise ValueError("SGD: nesterov needs momentum > 0 and dampening 0")
+    @classmethod
+    def _joint_problems(cls, hyper, found):
+        bad = {name for name, _ in found}
+        if (hyper.get("nesterov") is True and not bad & {"momentum", "dampening"}
+                and (hyper.get("momentum", 0) <= 0 or hyper.get("dampening", 0) != 0)):
+            return [("nesterov", "needs momentum > 0 and dampening 0")]
+        return []
 
     def state_names(self):
         return ["momentum_buffer"]
@@ -264,15 +296,8 @@ class Adam(Solver):
     HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0,
              "amsgrad": False}
     DECOUPLED = False
-
-    def validate(self):
-        super().validate()
-        name = type(self).__name__
-        for b in ("beta1", "beta2"):
-            if not 0 <= getattr(self, b) < 1:
-                raise ValueError("%s: %s must be in [0, 1), got %r" % (name, b, getattr(self, b)))
-        if not self.eps > 0:
-            raise ValueError("%s: eps must be > 0, got %r" % (name, self.eps))
+    BOUNDS = dict(Solver.BOUNDS, beta1=(0, False, 1, True), beta2=(0, False, 1, True),
+                  eps=(0, True, None, False))
 
     def state_names(self):
         return ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if self.amsgrad else [])

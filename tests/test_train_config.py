@@ -86,7 +86,7 @@ def test_every_problem_listed_by_path(project):
                            "transforms": [{"type": "normalize", "mean": 0, "std": 0},
                                           {"type": "blur"}]},
                  "val": {"type": "mnist", "images": "data/im.gz"}},
-        "solver": {"type": "sgd", "lr": 0, "momentun": 0.9},
+        "solver": {"type": "sgd", "lr": -0.5, "momentun": 0.9},
         "schedule": {"type": "step"},
         "epochs": -1, "batch": "64", "seed": 1.5, "metrics": "xml", "plot": "yes",
         "checkpoint": {"every": 0}, "slover": {},
@@ -100,7 +100,7 @@ def test_every_problem_listed_by_path(project):
         "data.train.transforms[1].type", "data.val.labels", "solver.momentun", "solver.lr",
         "schedule.step_size", "epochs", "batch", "seed", "metrics", "plot", "checkpoint.every"])
     text = "\n".join(problems)
-    assert "solver.lr: must be > 0, got 0" in text
+    assert "solver.lr: must be >= 0, got -0.5" in text
     assert "data.train.path: no such directory: %s" % (root / "no_such_dir") in text
     assert "epochs: must be a positive integer, got -1" in text
     assert "slover: unknown field (did you mean 'solver'?)" in text

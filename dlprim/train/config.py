@@ -11,7 +11,7 @@ import inspect
 import json
 import os
 
-from .config_check import Checker, is_int, is_num
+from .config_check import Checker, is_int
 from .config_data import check_data
 
 __all__ = ["ConfigError", "load_config", "validate_config", "apply_overrides", "DEFAULTS"]
@@ -104,22 +104,10 @@ def _solver(c, value):
             c.bad("solver.betas", "must be [beta1, beta2], got %s" % json.dumps(betas))
     solver = dict(hyper, **solver)
     solver["type"] = kind
-    c.number("solver.lr", solver["lr"], 0)
-    c.number("solver.weight_decay", solver["weight_decay"], 0, low_open=False)
-    for key in ("clip_norm", "clip_value"):
-        if solver[key] is not None:
-            c.number("solver." + key, solver[key], 0)
-    for key in [k for k in ("nesterov", "amsgrad", "no_decay_1d") if k in solver]:
-        c.boolean("solver." + key, solver[key])
-    for key in [k for k in ("momentum", "beta1", "beta2") if k in solver]:
-        c.number("solver." + key, solver[key], 0, 1, low_open=False)
-    if "dampening" in solver:
-        c.number("solver.dampening", solver["dampening"], 0, 1, low_open=False, high_open=False)
-    if solver.get("nesterov") is True and is_num(solver["momentum"]) and (
-            solver["momentum"] <= 0 or solver["dampening"] != 0):
-        c.bad("solver.nesterov", "needs momentum > 0 and dampening 0")
-    if "eps" in solver:
-        c.number("solver.eps", solver["eps"], 0)
+    c.boolean("solver.no_decay_1d", solver["no_decay_1d"])
+    checked = {k: v for k, v in solver.items() if k not in ("type", "no_decay_1d")}
+    for name, message in _SOLVERS[kind].problems(checked):
+        c.bad("solver." + name, message)
     return solver
 
 
