@@ -6,18 +6,13 @@
     memory_plan.py     lifetimes -> offsets in one arena (pure)
     parameters.py      parameter and gradient arenas
     execution_plan.py  one mode's arena, tensor views and bound launches
-    weights.py         .dlp and .h5 parameter files
+    weights.py         .dlp and .h5 parameter files; exporters other packages register
     summary.py         the operator table
     net.py             Net, which drives them
 
 Names load on first use, so the pure modules import without an OpenCL driver.
 """
-__all__ = ["Net", "NetConfig", "GraphError", "load_graph", "TRAIN", "PREDICT", "EXPORTERS"]
-
-# file format -> function(net, path, **options); dlprim.onnx registers "onnx", so the Net
-# needs no import of the packages that extend it
-EXPORTERS = {}
-
+__all__ = ["Net", "NetConfig", "GraphError", "load_graph", "TRAIN", "PREDICT"]
 
 def __getattr__(name):
     if name == "Net":

@@ -21,7 +21,7 @@ from .. import layers as _layers
 from ..dtypes import as_dtype
 from ..layers.base import PREDICT, TRAIN, LayerError, TensorSpec
 from ..tensor import Tensor
-from . import EXPORTERS, weights
+from . import weights
 from .execution_plan import ExecutionPlan
 from .graph import GraphError, load_graph
 from .parameters import ParamStore
@@ -308,9 +308,9 @@ class Net:
     def to_onnx(self, path, opset=None):
         """Export as an ONNX model with the current weights (needs the onnx extra).
 
-        The exporter is ``dlprim.onnx.save``, registered in ``dlprim.net.EXPORTERS`` when
+        The exporter is ``dlprim.onnx.save``, registered in ``weights.NET_EXPORTERS`` when
         ``import dlprim`` loads the (light) ``dlprim.onnx`` package."""
-        exporter = EXPORTERS.get("onnx")
+        exporter = weights.NET_EXPORTERS.get("onnx")
         if exporter is None:
             raise RuntimeError("no ONNX exporter registered: import dlprim.onnx")
         return exporter(self, path, opset=opset)

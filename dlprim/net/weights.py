@@ -10,6 +10,9 @@
                                  bytes from the first byte after the header
 
 HDF5: one dataset per parameter, named by the parameter (h5py, the ``hdf5`` extra).
+
+Whole-net formats of other packages register a writer in ``NET_EXPORTERS`` (dlprim.onnx
+registers "onnx"), so the Net reaches them without importing those packages.
 """
 import json
 import struct
@@ -20,7 +23,10 @@ import numpy as np
 from ..dtypes import as_dtype, dlp_name
 from ..utils import atomic_write
 
-__all__ = ["save_dlp", "load_dlp", "save_hdf5", "load_hdf5", "load", "MAGIC"]
+__all__ = ["NET_EXPORTERS", "save_dlp", "load_dlp", "save_hdf5", "load_hdf5", "load", "MAGIC"]
+
+# format -> writer(net, path, **options), filled by the packages that provide them
+NET_EXPORTERS = {}
 
 MAGIC = b"DLPW"
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"

@@ -8,7 +8,7 @@ Needs the ``onnx`` package (the ``onnx`` extra); importing dlprim does not. A mo
 operators dlprim cannot run is rejected before anything is built, with every such
 operator listed (``UnsupportedModelError``). See docs/onnx.md for the operator matrix.
 """
-from ..net import EXPORTERS
+from ..net.weights import NET_EXPORTERS
 from .errors import OnnxImportError, UnsupportedModelError
 
 __all__ = ["to_netconfig", "load", "save", "OnnxImportError", "UnsupportedModelError"]
@@ -43,4 +43,4 @@ def save(net, path, opset=None):
     return export_net(net, path, opset)
 
 
-EXPORTERS["onnx"] = save  # net.to_onnx(path) calls this
+NET_EXPORTERS["onnx"] = save  # net.to_onnx(path) calls this
