@@ -18,7 +18,7 @@ from .base import TRAIN, Layer, ParamSpec, TensorSpec, register
 @register("BatchNorm")
 class BatchNorm(Layer):
     """Batch normalisation over the channels of (N, C, ...) (Ioffe & Szegedy 2015), with
-    running statistics for predict mode and an optional fused activation (docs/operators.md).
+    running statistics for predict mode (docs/operators.md).
     """
     OPTIONS = {"features": -1, "eps": 1e-5, "momentum": 0.1, "affine": True,
                "use_global_stats": False}
