@@ -183,3 +183,16 @@ def test_every_kernel_template_has_a_launcher():
     for name, path in _modules().items():
         built |= _kernel_families(path)
     assert templates <= built, "templates no launcher builds: %s" % sorted(templates - built)
+
+
+def test_architecture_page_maps_every_layer_type():
+    page = open(os.path.join(os.path.dirname(ROOT), "docs", "architecture.md")).read()
+    rows = {}
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 4:
+            rows[cells[0]] = {t.strip() for t in cells[1].split(",")}
+    for family, types in _registered_families().items():
+        assert family in rows, "docs/architecture.md: no row for layers/%s.py" % family
+        assert set(types) == rows[family], "docs/architecture.md: row %s lists %s, registered %s" % (
+            family, sorted(rows[family]), sorted(types))
