@@ -9,7 +9,8 @@ Used alone, ``run(layer.forward(...), ctx.queue)`` enqueues it at once.
 
 Backward contract (as DLPrimitives and Caffe):
 - ``dx[i]`` is None when input i needs no gradient; else it is written as
-  ``dx[i] = accumulate[i] * dx[i] + grad`` so fan-out sums without extra kernels.
+  ``dx[i] = accumulate[i] * dx[i] + grad`` so fan-out sums without extra kernels: the
+  launchers take ``beta=float(accumulate[i])`` and never read dx[i] when it is 0.
 - ``dparams[j]`` is None when parameter j is frozen or not trainable; else the gradient
   is always *added* (parameter gradients accumulate until the solver zeroes them).
 """
