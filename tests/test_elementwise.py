@@ -122,6 +122,34 @@ def test_only_one_gradient_wanted(ctx):
     check(ctx, "sum", (5, 7), (5, 7), want=(False, True))
 
 
+
+def test_same_input_twice_sums_both_gradients(ctx):
+    # x * x: both gradients land in dx, the first pass assigns and the second adds in the
+    # same kernel, so the second must read what the first just stored
+    import dlprim as dp
+    net = dp.Net(ctx, {"inputs": [{"name": "x", "shape": [65], "requires_grad": True},
+                                  {"name": "t", "shape": [65]}],
+                       "outputs": ["loss"],
+                       "operators": [{"name": "e", "type": "Elementwise", "inputs": ["x", "x"],
+                                      "outputs": ["y"], "options": {"operation": "prod"}},
+                                     {"name": "loss", "type": "MSELoss", "inputs": ["y", "t"],
+                                      "outputs": ["loss"], "options": {"reduce": "sum"}}]},
+                 mode=dp.TRAIN)
+    x = np.linspace(-2, 2, 65).astype(np.float32)
+    net(x=x, t=np.zeros(65, np.float32))
+    net.backward()
+    assert_close(net.tensor_diff("x").numpy(), 4 * x.astype(np.float64) ** 3, what="dx")
+
+
+def test_assigning_and_adding_share_one_program(ctx):
+    # beta is a kernel argument: accumulating builds nothing new (min + tanh: code that no
+    # other test builds first)
+    from dlprim.kernels import program
+    check(ctx, "min", (3, 33), (3, 33), act="tanh", accumulate=False)
+    builds = program.stats["builds"]
+    check(ctx, "min", (3, 33), (3, 33), act="tanh", accumulate=True)
+    assert program.stats["builds"] == builds
+
 def test_backward_reads_flags():
     s = create(None, "Elementwise", "e", {"operation": "sum"})
     assert not s.BACKWARD_READS_INPUTS and not s.BACKWARD_READS_OUTPUTS

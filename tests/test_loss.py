@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+import dlprim as dp
 from dlprim.layers import LayerError, TensorSpec, create
 from layer_check import assert_close, check_reference_grads, run_layer
 
@@ -99,12 +100,22 @@ def test_softmax_with_loss(ctx, rng, shape):
                      atol=1e-6, what="dx")
 
 
-def test_softmax_with_loss_label_gradient_is_zero(ctx, rng):
+@pytest.mark.parametrize("type_name", ["SoftmaxWithLoss", "NLLLoss"])
+def test_label_gradient_is_zero(ctx, rng, type_name):
+    # float labels that a gradient reaches: the Net asks the loss for no label gradient
+    # (NO_GRAD_INPUTS) and the label's own gradient reads 0
+    assert create(ctx, type_name, "l", {}).NO_GRAD_INPUTS == (1,)
     x = rng.standard_normal((4, 5)).astype(np.float32)
     k = np.array([0, 1, 2, 3], np.float32)
-    r = run_layer(ctx, create(ctx, "SoftmaxWithLoss", "loss", {}), [x, k], dy=[np.ones(1, np.float32)],
-                  want_dx=[True, True])
-    assert np.all(r.dx[1] == 0)
+    net = dp.Net(ctx, {"inputs": [{"name": "x", "shape": [4, 5], "requires_grad": True},
+                                  {"name": "t", "shape": [4], "requires_grad": True}],
+                       "outputs": ["loss"],
+                       "operators": [{"name": "l", "type": type_name, "inputs": ["x", "t"],
+                                      "outputs": ["loss"]}]}, mode=dp.TRAIN)
+    net(x=x, t=k)
+    net.backward()
+    assert np.all(net.tensor_diff("t").numpy() == 0)
+    assert np.all(np.isfinite(net.tensor_diff("x").numpy()))
 
 
 @pytest.mark.parametrize("reduce", ["none", "sum", "mean"])

@@ -70,7 +70,8 @@ def _graph(ops, outputs=("loss",), inputs=(("x", [4]), ("t", [4]))):
 FACTS = {"scale": OpFacts(trains=True), "relu": OpFacts(reads_inputs=False, reads_outputs=True,
                                                         inplace=True),
          "bn": OpFacts(trains=True, reads_inputs=True, reads_outputs=True),
-         "loss": OpFacts(), "add": OpFacts(reads_inputs=False)}
+         "loss": OpFacts(), "add": OpFacts(reads_inputs=False),
+         "xent": OpFacts(no_grad_inputs=(1,))}
 
 
 def _schedule(graph, types, train=True, keep=False):
@@ -115,6 +116,23 @@ def test_schedule_marks_only_what_reaches_a_loss_and_depends_on_training():
     assert s.backward == [False, False, False, False]
     assert s.fills == []
 
+
+
+def test_schedule_never_asks_for_a_label_gradient():
+    # t feeds the loss's label slot and also "add": only add writes t's gradient (assigning),
+    # and a label reached by nothing else reads as the fill of 0
+    g = _graph([("st", "scale", ["t"], ["u"]), ("add", "add", ["x", "u"], ["c"]),
+                ("loss", "xent", ["c", "u"], ["loss"])])
+    s = _schedule(g, ["scale", "add", "xent"])
+    u = g.ops[0].out_values[0]
+    assert s.dx_wanted[2] == [True, False] and s.dx_wanted[1] == [False, True]
+    assert s.accumulate[1] == [False, False]
+    assert (u, 0.0) not in s.fills
+    g = _graph([("st", "scale", ["t"], ["u"]), ("loss", "xent", ["x", "u"], ["loss"])])
+    s = _schedule(g, ["scale", "xent"])
+    u = g.ops[0].out_values[0]
+    assert s.dx_wanted[1] == [False, False] and s.grad_needed[u] and (u, 0.0) in s.fills
+    assert s.backward == [True, True]  # st still runs, on the zero gradient
 
 def test_schedule_predict_reuses_more_than_train():
     ops = [("s%d" % i, "scale", ["x" if i == 0 else "h%d" % (i - 1)], ["h%d" % i])

@@ -87,6 +87,63 @@ def test_half_storage(ctx, rng):
     np.testing.assert_array_equal(y.numpy(), ref)
 
 
+
+@pytest.mark.parametrize("n", [1, 33, 1000])
+def test_beta_zero_never_reads_y_and_one_accumulates(ctx, rng, n):
+    from dlprim.kernels import program
+    a = rng.standard_normal((n, 3)).astype(np.float32)
+    b = rng.standard_normal((1, 3)).astype(np.float32)
+    old = rng.standard_normal((n, 3)).astype(np.float32)
+    op = PointwiseBroadcast(ctx, [((n, 3), "float"), ((1, 3), "float")], [((n, 3), "float")],
+                            "y0 = x0 * w0 + x1;", ["float"])
+    xs = [placed(ctx, a), placed(ctx, b)]
+    ref = a.astype(np.float64) * 2.0 + b
+    builds = program.stats["builds"]
+    y = empty(ctx, (n, 3))  # NaN: any read of the old y would show
+    op(xs, [y], [2.0], beta=0.0)
+    assert np.all(np.isfinite(y.numpy()))
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-6, atol=1e-6)
+    for beta in (1.0, 0.5):
+        y = placed(ctx, old)
+        op(xs, [y], [2.0], beta=beta)
+        np.testing.assert_allclose(y.numpy(), ref + beta * old, rtol=1e-6, atol=1e-6)
+    assert program.stats["builds"] == builds  # beta is an argument, not a new program
+
+
+def test_beta_per_output_and_outputs_sharing_memory(ctx, rng):
+    a = rng.standard_normal((65,)).astype(np.float32)
+    old = rng.standard_normal((65,)).astype(np.float32)
+    op = PointwiseBroadcast(ctx, [((65,), "float")], [((65,), "float")] * 2,
+                            "y0 = x0 * 2.0f; y1 = x0 * 3.0f;")
+    y0, y1 = empty(ctx, (65,)), placed(ctx, old)
+    op([placed(ctx, a)], [y0, y1], beta=[0.0, 1.0])
+    np.testing.assert_allclose(y0.numpy(), 2.0 * a, rtol=1e-6)
+    np.testing.assert_allclose(y1.numpy(), 3.0 * a + old, rtol=1e-6)
+    # the gradients of x op x land in one buffer: the first assigns, the second adds to it
+    y = empty(ctx, (65,))
+    op([placed(ctx, a)], [y, y], beta=[0.0, 1.0])
+    np.testing.assert_allclose(y.numpy(), 5.0 * a, rtol=1e-6)
+    with pytest.raises(ValueError, match="beta has 3 values for 2 outputs"):
+        op.launches([placed(ctx, a)], [y0, y1], beta=[0.0, 1.0, 1.0])
+
+
+def test_beta_int_and_half(ctx, rng):
+    a = rng.integers(-50, 50, (33,)).astype(np.int32)
+    old = rng.integers(-50, 50, (33,)).astype(np.int32)
+    y = placed(ctx, old)
+    pointwise(ctx, [placed(ctx, a)], [y], "y0 = x0 * 3;", beta=1.0)
+    np.testing.assert_array_equal(y.numpy(), a * 3 + old)
+    h = rng.standard_normal((33,)).astype(np.float16)
+    hold = rng.standard_normal((33,)).astype(np.float16)
+    yh = placed(ctx, hold)
+    pointwise(ctx, [placed(ctx, h)], [yh], "y0 = x0;", beta=1.0)
+    ref = (h.astype(np.float64) + hold).astype(np.float16)  # added in float, rounded once
+    np.testing.assert_array_equal(yh.numpy(), ref)
+    yh = empty(ctx, (33,), np.float16)
+    pointwise(ctx, [placed(ctx, h)], [yh], "y0 = x0;", beta=0.0)
+    np.testing.assert_array_equal(yh.numpy(), h)
+
+
 # ----- reductions
 FULL = (3, 5, 33, 4)
 _reduce_ops = {}

@@ -56,7 +56,8 @@ class BatchNormOps:
             "y0 = x1; y1 = x1 * (x0 - x2) * rsqrt(x3 + w0);",
             "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
             params=["float"], name="bn_grad_sums")
-        self._add = PointwiseBroadcast(ctx, [vec, vec], [vec], "y0 = x0 + x1;", name="bn_param_grad")
+        # dgamma, dbeta += the sums (launched with beta = 1)
+        self._param_grad = PointwiseBroadcast(ctx, [vec], [vec], "y0 = x0;", name="bn_param_grad")
         self._dx = {}
 
     def stats_launches(self, x, mean, var, running_mean, running_var, momentum, scratch):
@@ -81,12 +82,11 @@ class BatchNormOps:
             xs += [gamma.view((1, c, 1)), beta.view((1, c, 1))]
         return self._apply.launches(xs, [y], [self.eps])
 
-    def _dx_op(self, batch_stats, accumulate):
-        # inputs: x, dy, mean, var, sum dy, sum dy*xhat, [gamma], [dx]
-        key = (batch_stats, accumulate)
-        if key not in self._dx:
+    def _dx_op(self, batch_stats):
+        # inputs: x, dy, mean, var, sum dy, sum dy*xhat, [gamma]
+        if batch_stats not in self._dx:
             full, ch = self._full, self._ch
-            xs = [full, full, ch, ch, ch, ch] + [ch] * self.affine + [full] * accumulate
+            xs = [full, full, ch, ch, ch, ch] + [ch] * self.affine
             gamma = "x6" if self.affine else "1.0f"
             if batch_stats:
                 # dx = gamma istd (dy - sum(dy)/M - xhat sum(dy xhat)/M)
@@ -95,17 +95,15 @@ class BatchNormOps:
             else:
                 # fixed statistics: y is affine in x, dx = gamma istd dy
                 code = "y0 = %s * rsqrt(x3 + w0) * x1;" % gamma
-            if accumulate:
-                code += " y0 += x%d;" % (len(xs) - 1)
-            self._dx[key] = PointwiseBroadcast(self.ctx, xs, [full], code, ["float", "float"],
-                                               name="bn_backward_data")
-        return self._dx[key]
+            self._dx[batch_stats] = PointwiseBroadcast(self.ctx, xs, [full], code,
+                                                       ["float", "float"], name="bn_backward_data")
+        return self._dx[batch_stats]
 
-    def backward_launches(self, x, dy, mean, var, sums, gamma=None, dx=None, accumulate=False,
+    def backward_launches(self, x, dy, mean, var, sums, gamma=None, dx=None, beta=0.0,
                           dgamma=None, dbeta=None, batch_stats=True):
         """Gradients of BN with statistics ``mean``/``var`` (the batch's when
         ``batch_stats``, else fixed). ``sums`` = two (C,) scratch tensors for sum(dy) and
-        sum(dy*xhat). dgamma/dbeta are added to; dx = accumulate*dx + grad.
+        sum(dy*xhat). dgamma/dbeta are added to; dx = beta*dx + grad (beta=0 never reads dx).
 
         With xhat = (x - mu) istd, istd = 1/sqrt(var + eps), y = gamma xhat + beta and
         batch statistics (mu, var depend on x):
@@ -122,12 +120,10 @@ class BatchNormOps:
                                             [self.eps])
         for grad, s in ((dgamma, s_dyx), (dbeta, s_dy)):
             if grad is not None:
-                out += self._add.launches([s, grad], [grad])
+                out += self._param_grad.launches([s], [grad], beta=1.0)
         if dx is not None:
             xs = [x, dy, ch(mean), ch(var), ch(s_dy), ch(s_dyx)]
             if self.affine:
                 xs.append(ch(gamma))
-            if accumulate:
-                xs.append(dx)
-            out += self._dx_op(batch_stats, accumulate).launches(xs, [dx], [self.eps, 1.0 / self.M])
+            out += self._dx_op(batch_stats).launches(xs, [dx], [self.eps, 1.0 / self.M], beta=beta)
         return out

@@ -170,7 +170,8 @@ class _Base:
 
 
 class PointwiseBroadcast(_Base):
-    """``ys = code(xs, params)`` elementwise; every x broadcasts to the (common) y shape."""
+    """``ys = code(xs, params) + beta * ys`` elementwise; every x broadcasts to the (common)
+    y shape. beta=0 never reads y."""
 
     def __init__(self, ctx, x_specs, y_specs, code, params=(), name=None):
         self.ctx, self.code = ctx, code
@@ -210,8 +211,10 @@ class PointwiseBroadcast(_Base):
         self.program = _build(ctx, code, params, ["CODE"])
         self._kernel = params["NAME"]
 
-    def launches(self, xs, ys, params=()):
-        """Prepared launches of the code over these tensors and scalar params."""
+    def launches(self, xs, ys, params=(), beta=0.0):
+        """Prepared launches of ``ys = code + beta * ys`` over these tensors and scalar
+        params. ``beta``: one number for every y, or one per y (gradients of one pass
+        may assign one input and accumulate another); where it is 0, y is never read."""
         params = self._check_tensors(xs, ys, params)
         if self.size == 0:
             return []
@@ -219,11 +222,17 @@ class PointwiseBroadcast(_Base):
         args = [it(self.size)] + [a for n in self._dims for a in divisor_args(it, n)]
         for x, st in zip(xs, self._xstrides):
             args += [x] + [it(s) for s in st]
-        args += list(ys) + params
+        args += list(ys) + self._betas(beta) + params
         items = ceil_div(self.size, _ELEMS)
         return [program.Launch(self.program, self._kernel, (round_up(items, self._wg),),
                                (self._wg,), args)]
 
+    def _betas(self, beta):
+        n = len(self.y_specs)
+        betas = list(beta) if isinstance(beta, (list, tuple)) else [beta] * n
+        if len(betas) != n:
+            raise ValueError("%s: beta has %d values for %d outputs" % (self.name, len(betas), n))
+        return [np.float32(b) for b in betas]
 
     def set_params(self, launches, params):
         """Re-bind the scalar params of launches this op prepared (they are the kernel's
@@ -376,14 +385,14 @@ def _param_specs(params):
     return types, values
 
 
-def pointwise(ctx, xs, ys, code, params=(), queue=None):
+def pointwise(ctx, xs, ys, code, params=(), beta=0.0, queue=None):
     """Build (memoized) and enqueue ``PointwiseBroadcast`` over these tensors now."""
     types, values = _param_specs(params)
     xsp = tuple((x.shape, x.dtype.name) for x in xs)
     ysp = tuple((y.shape, y.dtype.name) for y in ys)
     op = _memo(ctx, ("pw", xsp, ysp, code, tuple(types)),
                lambda: PointwiseBroadcast(ctx, xsp, ysp, code, types))
-    op(xs, ys, values, queue=queue)
+    op(xs, ys, values, queue=queue, beta=beta)
 
 
 def pointwise_reduce(ctx, xs, ys, code, reduce_init="reduce_y0 = 0;", reduce="reduce_y0 += y0;",

@@ -29,6 +29,7 @@
     , ${wt} w${i}
 % endfor
 </%def>
+<%def name="yload(i, idx)">${'vload_half(%s, yp%d + yp%d_offset)' % (idx, i, i) if YS[i][0] == 'half' else 'yp%d[yp%d_offset + %s]' % (i, i, idx)}</%def>
 <%def name="ystore(i, idx, value)">
 % if YS[i][0] == 'half':
 vstore_half_rte(${value}, ${idx}, yp${i} + yp${i}_offset);
@@ -41,7 +42,11 @@ __kernel void ${NAME}(${IT} dlp_total
 % for k in range(DIMS):
     , ${IT} dlp_n${k}, uint dlp_n${k}_m, uint dlp_n${k}_l
 % endfor
-${xargs(range(DIMS))}${yargs()}${wargs()})
+${xargs(range(DIMS))}${yargs()}
+% for i in range(len(YS)):
+    , float dlp_beta${i}
+% endfor
+${wargs()})
 {
     // ELEMS elements per work-item, a global size apart (coalesced); every load is
     // issued before any store so that several are in flight
@@ -71,6 +76,11 @@ ${xargs(range(DIMS))}${yargs()}${wargs()})
     % for i, (st, ct) in enumerate(XS):
     ${ct} dlp_x${i}_${j} = (dlp_i${j} < dlp_total) ? ${load(i, 'dlp_xo%d_%d' % (i, j))} : 0;
     % endfor
+    ## y = code + beta * y, the old y read only where beta != 0 (else it may hold garbage):
+    ## y0 with the inputs (its own store is the only one to its element), later outputs
+    ## when stored, after those before them, so that outputs sharing memory (the
+    ## gradients of x op x) add up
+    ${YS[0][1]} dlp_old_${j} = (dlp_beta0 != 0 && dlp_i${j} < dlp_total) ? ${yload(0, 'dlp_i%d' % j)} : 0;
 % endfor
 % for j in range(ELEMS):
     if (dlp_i${j} < dlp_total) {
@@ -83,7 +93,14 @@ ${xargs(range(DIMS))}${yargs()}${wargs()})
         {
 ${CODE}
         }
-    % for i in range(len(YS)):
+    % for i, (st, ct) in enumerate(YS):
+<% old = 'dlp_old_%d' % j if i == 0 else capture(yload, i, 'dlp_i%d' % j) %>\
+        if (dlp_beta${i} != 0)
+        % if ct == 'float':
+            y${i} += dlp_beta${i} * ${old};
+        % else:
+            y${i} += (dlp_beta${i} == 1.0f) ? ${old} : (${ct})(dlp_beta${i} * ${old});
+        % endif
         ${ystore(i, 'dlp_i%d' % j, 'y%d' % i)}
     % endfor
     }
@@ -96,7 +113,7 @@ ${CODE}
     {
         float dlp_v = dlp_alpha * reduce_y${i};
         if (dlp_beta != 0)
-            dlp_v += dlp_beta * ${'vload_half(%s, yp%d + yp%d_offset)' % (idx, i, i) if YS[i][0] == 'half' else 'yp%d[yp%d_offset + %s]' % (i, i, idx)};
+            dlp_v += dlp_beta * ${yload(i, idx)};
         ${ystore(i, idx, 'dlp_v')}
     }
 % else:

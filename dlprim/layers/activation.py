@@ -56,39 +56,34 @@ class PointwiseLayer(Layer):
         types = ["float"] * len(self.param_values())
         self._fwd = PointwiseBroadcast(self.ctx, io, io, self.forward_statements(), types,
                                        name=self.type_name.lower() + "_forward")
-        self._bwd = {}
+        self._bwd = None
         return [TensorSpec(spec.shape, spec.dtype)], [], 0
 
     def forward(self, x, y, params, ws):
         return self._fwd.launches([x[0]], [y[0]], self.param_values())
 
-    def _backward_op(self, accumulate):
-        op = self._bwd.get(accumulate)
-        if op is None:
+    def _backward_op(self):
+        # built on first use: a net that only predicts compiles no backward kernel
+        if self._bwd is None:
             spec = self.in_specs[0]
             io = (spec.shape, spec.dtype)
             grad = self.backward_statements()
-            if grad is None:   # zero derivative: dx = accumulate*dx + 0
-                code, xs = "y0 = 0.0f;", []
-            elif accumulate:
-                code, xs = "%s y0 += x2;" % grad, [io, io, io]
+            if grad is None:   # zero derivative
+                code, xs, types = "y0 = 0.0f;", [], []
             else:
-                code, xs = grad, [io, io]
-            types = ["float"] * len(self.param_values())
-            op = self._bwd[accumulate] = PointwiseBroadcast(
-                self.ctx, xs, [io], code, types if xs else [],
-                name=self.type_name.lower() + "_backward")
-        return op
+                code, xs, types = grad, [io, io], ["float"] * len(self.param_values())
+            self._bwd = PointwiseBroadcast(self.ctx, xs, [io], code, types,
+                                           name=self.type_name.lower() + "_backward")
+        return self._bwd
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         if dx[0] is None:
             return []
-        op = self._backward_op(bool(accumulate[0]))
-        if not op.x_specs:
+        op = self._backward_op()
+        if not op.x_specs:   # dx = accumulate*dx + 0: only assigning writes anything
             return [] if accumulate[0] else op.launches([], [dx[0]])
         src = y[0] if self.BACKWARD_READS_OUTPUTS else x[0]
-        xs = [dy[0], src] + ([dx[0]] if accumulate[0] else [])
-        return op.launches(xs, [dx[0]], self.param_values())
+        return op.launches([dy[0], src], [dx[0]], self.param_values(), beta=float(accumulate[0]))
 
 
 @register("Activation")

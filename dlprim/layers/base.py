@@ -9,7 +9,8 @@ Used alone, ``run(layer.forward(...), ctx.queue)`` enqueues it at once.
 
 Backward contract (as DLPrimitives and Caffe):
 - ``dx[i]`` is None when input i needs no gradient; else it is written as
-  ``dx[i] = accumulate[i] * dx[i] + grad`` so fan-out sums without extra kernels.
+  ``dx[i] = accumulate[i] * dx[i] + grad`` so fan-out sums without extra kernels: the
+  launchers take ``beta=float(accumulate[i])`` and never read dx[i] when it is 0.
 - ``dparams[j]`` is None when parameter j is frozen or not trainable; else the gradient
   is always *added* (parameter gradients accumulate until the solver zeroes them).
 """
@@ -80,7 +81,9 @@ class Layer:
     ``__init__``; unknown options are errors. Class attributes tell the Net what backward
     reads, so the memory planner keeps exactly those tensors alive:
     ``BACKWARD_READS_INPUTS``, ``BACKWARD_READS_OUTPUTS``; ``INPLACE`` says whether the
-    output may share the input's buffer (then backward must not read the input).
+    output may share the input's buffer (then backward must not read the input);
+    ``NO_GRAD_INPUTS`` lists inputs that never receive a gradient (a loss's labels), so
+    the Net never asks for their ``dx``.
     """
     type_name = "Layer"
     OPTIONS = {}
@@ -88,6 +91,7 @@ class Layer:
     BACKWARD_READS_OUTPUTS = False
     INPLACE = False
     HAS_BACKWARD = True
+    NO_GRAD_INPUTS = ()
 
     def __init__(self, ctx, name=None, **options):
         self.ctx = ctx

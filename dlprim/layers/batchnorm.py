@@ -99,5 +99,5 @@ class BatchNorm(Layer):
         dxv = dx[0].view(self.view_shape) if dx[0] is not None else None
         return self.ops.backward_launches(
             x[0].view(self.view_shape), dy[0].view(self.view_shape), mean, var, self._batch[2:],
-            gamma=params[2] if self.affine else None, dx=dxv, accumulate=bool(accumulate[0]),
+            gamma=params[2] if self.affine else None, dx=dxv, beta=float(accumulate[0]),
             dgamma=dgamma, dbeta=dbeta, batch_stats=self.batch_stats)

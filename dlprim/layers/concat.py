@@ -80,7 +80,7 @@ class Concat(_AxisLayer):
         out = []
         for op, dxi, start, acc in zip(self.bwd, dx, self.starts, accumulate):
             if dxi is not None:
-                out += op.launches(_at(dy[0], start), dxi, beta=1.0 if acc else 0.0)
+                out += op.launches(_at(dy[0], start), dxi, beta=float(acc))
         return out
 
 

@@ -132,7 +132,7 @@ class _ConvBase(Layer):
         if dx[0] is not None:
             # the data op takes (gradient, w, dx) in both layers: conv backward-data, or
             # the transposed layer's adjoint, a convolution forward
-            out += data_op.launches(g, w, dx[0], ws=op_ws, beta=1.0 if accumulate[0] else 0.0)
+            out += data_op.launches(g, w, dx[0], ws=op_ws, beta=float(accumulate[0]))
         if want_dw:
             out += self._filter_launches(filter_op, x[0], g, dparams[0], op_ws)
         if want_db:

@@ -46,17 +46,14 @@ class Dropout(Layer):
         self.in_specs = list(in_specs)
         io = (spec.shape, spec.dtype)
         self._copy = PointwiseBroadcast(self.ctx, [io], [io], "y0 = x0;", name="dropout_copy")
-        self._add = PointwiseBroadcast(self.ctx, [io, io], [io], "y0 = x0 + x1;", name="dropout_add")
         if self.ratio > 0:   # built in either mode: a Net switches modes without setup
             self._fill = RandomFill(self.ctx, spec.shape, "uniform")
             if self._u is None or self._u.shape != spec.shape:
                 self._u = Tensor(self.ctx, spec.shape)
-            # y = x * scale where u >= ratio; dx = dy * scale there (+ dx)
-            code = "y0 = x1 >= w0 ? x0 * w1 : 0.0f;"
-            self._apply = {acc: PointwiseBroadcast(self.ctx, [io, io] + [io] * acc, [io],
-                                                   code + (" y0 += x2;" if acc else ""),
-                                                   ["float", "float"], name="dropout_apply")
-                           for acc in (False, True)}
+            # y = x * scale where u >= ratio; dx = dy * scale there
+            self._apply = PointwiseBroadcast(self.ctx, [io, io], [io],
+                                             "y0 = x1 >= w0 ? x0 * w1 : 0.0f;",
+                                             ["float", "float"], name="dropout_apply")
         return [TensorSpec(spec.shape, spec.dtype)], [], 0
 
     @property
@@ -72,15 +69,15 @@ class Dropout(Layer):
             same = x[0].buffer is y[0].buffer and x[0].offset == y[0].offset
             return [] if same else self._copy.launches(x, y)
         fill = self._fill.launches(self._u, self.key, self.step_offset)
-        return [_NextMask(self, fill[0])] + self._apply[False].launches([x[0], self._u], y, self._scalars())
+        return [_NextMask(self, fill[0])] + self._apply.launches([x[0], self._u], y, self._scalars())
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         if dx[0] is None:
             return []
-        acc = bool(accumulate[0])
+        beta = float(accumulate[0])
         if not self.active:
-            return self._add.launches([dy[0], dx[0]], dx) if acc else self._copy.launches(dy, dx)
-        return self._apply[acc].launches([dy[0], self._u] + dx * acc, dx, self._scalars())
+            return self._copy.launches(dy, dx, beta=beta)
+        return self._apply.launches([dy[0], self._u], dx, self._scalars(), beta=beta)
 
 
 class _NextMask:

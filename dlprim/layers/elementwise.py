@@ -107,32 +107,25 @@ class Elementwise(Layer):
         ab = "float a = %s, b = %s; " % (var["a"], var["b"]) if "a" in var else ""
         return "{ float g; %s %s%s = %s; }" % (g, ab, dst, GRAD[self.op][which])
 
-    def _op(self, key):
-        """Pointwise op for the gradients of inputs ``key[0]`` (tuple of indices) with
-        accumulate flags ``key[1]``."""
-        op = self._bwd.get(key)
+    def _op(self, which):
+        """Pointwise op for the gradients of inputs ``which`` (a tuple of indices)."""
+        op = self._bwd.get(which)
         if op is not None:
             return op
-        which, acc = key
         dt = np.dtype(np.float32)
         full = (self.out_shape, dt)
         xs = self._inputs()[1]
         if len(which) == 2 or self.in_specs[which[0]].shape == self.out_shape:
-            # gradients with the output's shape: one pointwise pass, dx optionally read back
-            code, extra = [], []
-            for k, i in enumerate(which):
-                code.append(self._grad_code(i, "y%d" % k))
-                if acc[k]:
-                    code.append("y%d += x%d;" % (k, len(xs) + len(extra)))
-                    extra.append(full)
-            op = PointwiseBroadcast(self.ctx, xs + extra, [full] * len(which), " ".join(code),
-                                    ["float", "float"], name="elementwise_backward")
+            # gradients with the output's shape: one pointwise pass
+            code = " ".join(self._grad_code(i, "y%d" % k) for k, i in enumerate(which))
+            op = PointwiseBroadcast(self.ctx, xs, [full] * len(which), code, ["float", "float"],
+                                    name="elementwise_backward")
         else:
             i = which[0]
             op = PointwiseBroadcastReduce(self.ctx, xs, [(self.in_specs[i].shape, dt)],
                                           self._grad_code(i, "y0"), params=["float", "float"],
                                           name="elementwise_backward_reduce")
-        self._bwd[key] = op
+        self._bwd[which] = op
         return op
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
@@ -146,11 +139,11 @@ class Elementwise(Layer):
         groups += [(i,) for i in wanted if i not in same]
         out = []
         for which in groups:
-            acc = tuple(bool(accumulate[i]) for i in which)
-            op = self._op((which, acc))
+            # one beta per output: a shared pass may assign one gradient and add to the other
+            beta = [float(accumulate[i]) for i in which]
+            op = self._op(which)
             if isinstance(op, PointwiseBroadcastReduce):
-                out += op.launches(ins, [dx[which[0]]], self.coefs, beta=1.0 if acc[0] else 0.0)
+                out += op.launches(ins, [dx[which[0]]], self.coefs, beta=beta[0])
             else:
-                extra = [dx[i] for i, a in zip(which, acc) if a]
-                out += op.launches(ins + extra, [dx[i] for i in which], self.coefs)
+                out += op.launches(ins, [dx[i] for i in which], self.coefs, beta=beta)
         return out

@@ -100,7 +100,7 @@ class InnerProduct(Layer):
         data_op, filter_op = self._backward_ops()
         if dx[0] is not None:
             out += data_op.launches(g, params[0], dx[0].reshape(self.n, self.inputs),
-                                    beta=1.0 if accumulate[0] else 0.0)
+                                    beta=float(accumulate[0]))
         if want_dw:
             out += filter_op.launches(g, x[0].reshape(self.n, self.inputs), dparams[0], beta=1.0)
         if want_db:

@@ -1,7 +1,8 @@
 """Loss layers: SoftmaxWithLoss, NLLLoss, MSELoss.
 
 A reduced loss is a tensor of shape (1,); backpropagation starts from its ``dy`` (the
-Net fills it with the operator's ``loss_weight``). Labels never receive a gradient.
+Net fills it with the operator's ``loss_weight``). Labels never receive a gradient: the
+Net asks for none (``NO_GRAD_INPUTS``).
 
     SoftmaxWithLoss  L = 1/N sum_n (log sum_c exp(x_nc) - x_n,t_n)
                      dL/dx_nc = dy/N * (softmax(x_n)_c - [c == t_n])
@@ -12,7 +13,6 @@ Labels outside [0, C) are ignored (no loss, no gradient); the mean still divides
 """
 import numpy as np
 
-from ..core.copy import Fill
 from ..core.loss import LABEL_DTYPES, NLLLoss as NLLOp, SoftmaxCrossEntropy
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..tensor import Tensor
@@ -28,16 +28,10 @@ def float_scratch(ws, n):
     return Tensor(ws.ctx, (n,), "float32", buffer=ws.buffer, offset=ws.byte_offset // 4)
 
 
-def no_label_grad(ctx, dx, accumulate):
-    """dx = accumulate * dx + 0 for a label input, when one is asked for."""
-    if dx is None or accumulate:
-        return []
-    return Fill(ctx, dx.shape, dx.dtype).launches(dx, 0)
-
-
 class _LabelLoss(Layer):
     """Common checks of (scores (N, C), labels (N,)) losses."""
     BACKWARD_READS_INPUTS = True
+    NO_GRAD_INPUTS = (1,)   # the labels
 
     def check_inputs(self, in_specs):
         if len(in_specs) != 2:
@@ -77,11 +71,10 @@ class SoftmaxWithLoss(_LabelLoss):
         return self.op.launches(x[0], self.flat(x[1]), float_scratch(ws, self.n), y[0])
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
-        out = no_label_grad(self.ctx, dx[1], accumulate[1])
-        if dx[0] is not None:
-            out += self.op.backward_launches(x[0], self.flat(x[1]), dy[0], dx[0],
-                                             1.0 if accumulate[0] else 0.0)
-        return out
+        if dx[0] is None:
+            return []
+        return self.op.backward_launches(x[0], self.flat(x[1]), dy[0], dx[0],
+                                         beta=float(accumulate[0]))
 
 
 def _check_reduce(layer):
@@ -112,11 +105,9 @@ class NLLLoss(_LabelLoss):
         return self.op.launches(x[0], self.flat(x[1]), y[0], rows)
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
-        out = no_label_grad(self.ctx, dx[1], accumulate[1])
-        if dx[0] is not None:
-            out += self.op.backward_launches(self.flat(x[1]), dy[0], dx[0],
-                                             1.0 if accumulate[0] else 0.0)
-        return out
+        if dx[0] is None:
+            return []
+        return self.op.backward_launches(self.flat(x[1]), dy[0], dx[0], beta=float(accumulate[0]))
 
 
 @register("MSELoss")
@@ -151,7 +142,7 @@ class MSELoss(Layer):
         else:
             self.op = PointwiseBroadcastReduce(self.ctx, specs, [((1,), "float32")], code,
                                                name="mse_forward")
-        self.grad_ops = {}
+        self.grad_op = None
         return [TensorSpec(self.out_shape, "float32")], [], 0
 
     def forward(self, x, y, params, ws):
@@ -159,24 +150,19 @@ class MSELoss(Layer):
             return self.op.launches(x, y)
         return self.op.launches(x, y, alpha=self.scale)
 
-    def _grad_op(self, accumulate):
-        # grad = w0 * dy * (a - b) with w0 = +-2 * scale, plus the old dx when accumulating
-        if accumulate not in self.grad_ops:
+    def _grad_op(self):
+        # grad = w0 * dy * (a - b) with w0 = +-2 * scale; built on first use
+        if self.grad_op is None:
             specs = [(self.out_shape, "float32"), (self.shape, "float32"), (self.shape, "float32")]
-            code = "y0 = w0 * x0 * (x1 - x2);"
-            if accumulate:
-                specs.append((self.shape, "float32"))
-                code = "y0 = w0 * x0 * (x1 - x2) + x3;"
-            self.grad_ops[accumulate] = PointwiseBroadcast(
-                self.ctx, specs, [(self.shape, "float32")], code, params=["float"],
-                name="mse_backward")
-        return self.grad_ops[accumulate]
+            self.grad_op = PointwiseBroadcast(self.ctx, specs, [(self.shape, "float32")],
+                                              "y0 = w0 * x0 * (x1 - x2);", params=["float"],
+                                              name="mse_backward")
+        return self.grad_op
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         out = []
         for i, sign in ((0, 2.0), (1, -2.0)):
-            if dx[i] is None:
-                continue
-            xs = [dy[0], x[0], x[1]] + ([dx[i]] if accumulate[i] else [])
-            out += self._grad_op(bool(accumulate[i])).launches(xs, [dx[i]], [sign * self.scale])
+            if dx[i] is not None:
+                out += self._grad_op().launches([dy[0], x[0], x[1]], [dx[i]], [sign * self.scale],
+                                                beta=float(accumulate[i]))
         return out

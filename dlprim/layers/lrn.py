@@ -45,4 +45,4 @@ class LRN(Layer):
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         if dx[0] is None:
             return []
-        return self.op.backward_launches(x[0], dy[0], dx[0], 1.0 if accumulate[0] else 0.0)
+        return self.op.backward_launches(x[0], dy[0], dx[0], beta=float(accumulate[0]))

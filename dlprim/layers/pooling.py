@@ -80,7 +80,7 @@ class Pooling2D(Layer):
         index = self._index if self.options["mode"] == "max" else None
         if self.options["mode"] == "max" and (index is None or index.shape != dy[0].shape):
             self.fail("backward needs a forward planned in train mode first")
-        return self.op.backward_launches(dx[0], dy[0], index, 1.0 if accumulate[0] else 0.0)
+        return self.op.backward_launches(dx[0], dy[0], index, beta=float(accumulate[0]))
 
 
 @register("GlobalPooling")
@@ -109,11 +109,9 @@ class GlobalPooling(Layer):
             self._fwd = PointwiseBroadcastReduce(self.ctx, *io, "y0 = x0;", name="global_avg_forward")
             self._alpha = 1.0 / (h * w)
             full, small = (spec.shape, spec.dtype), (self.out_shape, spec.dtype)
-            # dx = dy / (H W) broadcast over the plane (+ dx when accumulating)
-            self._bwd = {acc: PointwiseBroadcast(self.ctx, [small] + [full] * acc, [full],
-                                                 "y0 = x0 * w0;" + (" y0 += x1;" if acc else ""),
-                                                 ["float"], name="global_avg_backward")
-                         for acc in (False, True)}
+            # dx = dy / (H W) broadcast over the plane
+            self._bwd = PointwiseBroadcast(self.ctx, [small], [full], "y0 = x0 * w0;", ["float"],
+                                           name="global_avg_backward")
         return [TensorSpec(self.out_shape, spec.dtype)], [], 0
 
     def forward(self, x, y, params, ws):
@@ -122,7 +120,7 @@ class GlobalPooling(Layer):
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         if dx[0] is None:
             return []
-        acc = bool(accumulate[0])
+        beta = float(accumulate[0])
         if self.options["mode"] == "max":
-            return self._bwd.launches(x[0], dx[0], dy[0], 1.0 if acc else 0.0)
-        return self._bwd[acc].launches([dy[0]] + [dx[0]] * acc, [dx[0]], [self._alpha])
+            return self._bwd.launches(x[0], dx[0], dy[0], beta=beta)
+        return self._bwd.launches([dy[0]], [dx[0]], [self._alpha], beta=beta)

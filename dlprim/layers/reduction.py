@@ -79,28 +79,24 @@ class Reduction(Layer):
         self.coeff = float(self.options["output_scale"])
         if self.options["method"] == "mean":
             self.coeff /= max(self.op.count, 1)
-        self._bwd = {}
+        self._bwd = None
         return [TensorSpec(self.out_shape, spec.dtype)], [], 0
 
     def forward(self, x, y, params, ws):
         return self.op.launches(x[0], y[0].view(self.op.out_shape),
                                 alpha=float(self.options["output_scale"]))
 
-    def _grad_op(self, accumulate):
-        if accumulate not in self._bwd:
+    def _grad_op(self):
+        # built on first use: a net that only predicts compiles no backward kernel
+        if self._bwd is None:
             full = (self.shape, "float32")
-            specs = [(self.op.keep_shape, "float32"), full]
-            code = "y0 = w0 * x0" + _DERIVATIVE[self.options["method"]]
-            if accumulate:
-                specs.append(full)
-                code += " + x2"
-            self._bwd[accumulate] = PointwiseBroadcast(self.ctx, specs, [full], code + ";",
-                                                       params=["float"], name="reduction_backward")
-        return self._bwd[accumulate]
+            code = "y0 = w0 * x0" + _DERIVATIVE[self.options["method"]] + ";"
+            self._bwd = PointwiseBroadcast(self.ctx, [(self.op.keep_shape, "float32"), full],
+                                           [full], code, params=["float"], name="reduction_backward")
+        return self._bwd
 
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         if dx[0] is None:
             return []
-        acc = bool(accumulate[0])
-        xs = [dy[0].view(self.op.keep_shape), x[0]] + ([dx[0]] if acc else [])
-        return self._grad_op(acc).launches(xs, [dx[0]], [self.coeff])
+        return self._grad_op().launches([dy[0].view(self.op.keep_shape), x[0]], [dx[0]],
+                                        [self.coeff], beta=float(accumulate[0]))

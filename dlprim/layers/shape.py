@@ -52,7 +52,7 @@ class ViewLayer(Layer):
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         if dx[0] is None or (same_memory(dx[0], dy[0]) and not accumulate[0]):
             return []
-        return self._copy.launches(dy[0], dx[0], beta=1.0 if accumulate[0] else 0.0)
+        return self._copy.launches(dy[0], dx[0], beta=float(accumulate[0]))
 
 
 @register("Reshape")

@@ -45,4 +45,4 @@ class Transpose(Layer):
     def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
         if dx[0] is None:
             return []
-        return self.bwd.launches(dy[0], dx[0], beta=1.0 if accumulate[0] else 0.0)
+        return self.bwd.launches(dy[0], dx[0], beta=float(accumulate[0]))

@@ -9,7 +9,9 @@ value's byte size; ``Autograd`` decides:
   backward pass;
 * which input gradients each backward writes, and whether it assigns or accumulates: the
   first writer in backward order assigns, later writers add (fan-out sums); a loss value
-  is first written by the fill of its ``loss_weight``;
+  is first written by the fill of its ``loss_weight``; inputs a layer declares gradient-free
+  (``no_grad_inputs``: labels) are never written, so their gradient is what the other
+  consumers give, or the fill of 0;
 * which values share memory: an in-place write reuses its input's memory only if the
   layer allows it (``INPLACE``), the old value is not a net input, and no backward pass
   reads the old value (otherwise gradients would be wrong); else it gets memory of its own;
@@ -25,12 +27,14 @@ __all__ = ["OpFacts", "Autograd"]
 
 class OpFacts:
     """What the schedule needs to know of one operator's layer."""
-    __slots__ = ("has_backward", "reads_inputs", "reads_outputs", "inplace", "trains", "ws_bytes")
+    __slots__ = ("has_backward", "reads_inputs", "reads_outputs", "inplace", "trains", "ws_bytes",
+                 "no_grad_inputs")
 
     def __init__(self, has_backward=True, reads_inputs=True, reads_outputs=False, inplace=False,
-                 trains=False, ws_bytes=0):
+                 trains=False, ws_bytes=0, no_grad_inputs=()):
         self.has_backward, self.reads_inputs, self.reads_outputs = has_backward, reads_inputs, reads_outputs
         self.inplace, self.trains, self.ws_bytes = inplace, trains, int(ws_bytes)
+        self.no_grad_inputs = tuple(no_grad_inputs)
 
 
 class Autograd:
@@ -68,16 +72,19 @@ class Autograd:
                     reaches[v] = True
         self.backward = [self.train and facts[op.index].has_backward
                          and any(depends[v] and reaches[v] for v in op.out_values) for op in ops]
-        self.dx_wanted = [[self.backward[op.index] and depends[v] and reaches[v] for v in op.in_values]
-                          for op in ops]
-        # gradient buffers: every float output of a backward op, every input that gets dx
+        flows = [[self.backward[op.index] and depends[v] and reaches[v] for v in op.in_values]
+                 for op in ops]
+        self.dx_wanted = [[f and pos not in facts[op.index].no_grad_inputs
+                           for pos, f in enumerate(flows[op.index])] for op in ops]
+        # gradient buffers: every float output of a backward op, every input a gradient flows
+        # to (a gradient-free one too: it reads as 0 where no other consumer writes it)
         self.grad_needed = [False] * len(values)
         for op in ops:
             if self.backward[op.index]:
                 for v in op.out_values:
                     self.grad_needed[v] = bool(is_float[v])
-            for v, want in zip(op.in_values, self.dx_wanted[op.index]):
-                if want:
+            for v, flow in zip(op.in_values, flows[op.index]):
+                if flow:
                     self.grad_needed[v] = True
         # writers of each gradient in backward order: fill first, then consumers from the last
         self.accumulate = [[False] * len(op.in_values) for op in ops]

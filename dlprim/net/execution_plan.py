@@ -43,6 +43,7 @@ class ExecutionPlan:
                          reads_inputs=bool(layer.BACKWARD_READS_INPUTS),
                          reads_outputs=bool(layer.BACKWARD_READS_OUTPUTS),
                          inplace=bool(layer.INPLACE), trains=store.op_trains[i],
+                         no_grad_inputs=tuple(layer.NO_GRAD_INPUTS),
                          ws_bytes=workspaces[i]) for i, layer in enumerate(layers)]
         value_bytes = [_nbytes(v) for v in g.values]
         is_float = [v.dtype.kind == "f" for v in g.values]
