@@ -3,7 +3,7 @@ direct kernels from ``kernels/conv_depthwise.cl`` for the three directions."""
 import numpy as np
 
 from ..kernels import program
-from .conv import geometry_args, scalar, ws_view
+from .conv_geometry import geometry_args, scalar, ws_view
 from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter"]

@@ -8,7 +8,7 @@ the implicit GEMM does in its reduction.
 import numpy as np
 
 from ..kernels import program
-from .conv import geometry_args, scalar, ws_view
+from .conv_geometry import geometry_args, scalar, ws_view
 from .gemm import Gemm
 from ..utils import ceil_div, round_up
 

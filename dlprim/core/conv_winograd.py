@@ -20,7 +20,7 @@ filter-gradient kernel with split-K), and maps the result back to 3x3
 import numpy as np
 
 from ..kernels import program
-from .conv import ConvGeometry, ws_view
+from .conv_geometry import ConvGeometry, ws_view
 from .conv_gemm import BackwardFilter as GemmBackwardFilter
 from .gemm import Gemm
 from ..utils import ceil_div, round_up
