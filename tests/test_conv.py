@@ -362,9 +362,9 @@ def test_mode_switch_resizes_workspace(ctx):
 
 def test_winograd_filter_sum_on_batched_gemm(ctx, rng, monkeypatch):
     """Backward-filter's transform-domain sum on the batched Gemm instead of split-K."""
-    from dlprim.core import conv_winograd
+    from dlprim.core import tuning
     from dlprim.core.gemm import Gemm
-    monkeypatch.setattr(conv_winograd, "FILTER_SUM", "gemm")
+    monkeypatch.setattr(tuning, "WINOGRAD_FILTER_SUM", "gemm")
     geom = ConvGeometry(5, 7, (9, 8), (3, 3), (1, 1), (1, 0, 1, 2))
     op = ConvBackwardFilter(ctx, geom, algo="winograd4")
     assert isinstance(op.impl.sum_op(2), Gemm)

@@ -20,7 +20,7 @@ constructor is the size whose kernels are built at once (tiles may depend on it)
 """
 import numpy as np
 
-from . import conv_depthwise, conv_gemm, conv_winograd
+from . import conv_depthwise, conv_gemm, conv_winograd, tuning
 from .conv_geometry import ConvGeometry, ws_view  # noqa: F401 (ws_view: for the layers)
 
 __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilter",
@@ -45,22 +45,15 @@ def algorithm_applies(geom, algo, direction="forward"):
 
 
 def choose_algorithm(ctx, geom, direction="forward"):
-    """The algorithm for one direction: a small table over shape and device.
-
-    From benchmarks/conv.py on an H100/H200 (docs/benchmarks.md, "Convolutions"): depthwise
-    wherever it applies; Winograd for 3x3 stride-1 layers once the channels its GEMMs sum
-    over (input channels forward, output channels backward-data) and the other side are
-    at least 64 -- with 3 input channels implicit GEMM wins forward and backward-filter,
-    Winograd still wins backward-data; implicit GEMM otherwise. PoCL/CPUs: gemm.
+    """The algorithm for one direction: depthwise wherever it applies; Winograd where it
+    applies and ``tuning.prefer_winograd`` says it pays on this device (benchmarks/conv.py,
+    docs/benchmarks.md "Convolutions"); implicit GEMM otherwise.
     """
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
-    if ctx.facts.is_gpu and algorithm_applies(geom, "winograd", direction):
-        if direction == "backward_data":
-            if geom.out_c >= 64:
-                return "winograd"
-        elif geom.in_c >= 64 and geom.out_c >= 64:
-            return "winograd"
+    if algorithm_applies(geom, "winograd", direction) and \
+            tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c):
+        return "winograd"
     return "gemm"
 
 
