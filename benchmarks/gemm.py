@@ -19,6 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import dlprim as dp  # noqa: E402
 from dlprim.cli import tune  # noqa: E402
+from dlprim.core import tuning  # noqa: E402
 from dlprim.core.gemm import Gemm  # noqa: E402
 
 
@@ -116,7 +117,7 @@ def main():
     rows = []
     if args.sweep:
         extra = json.loads(args.tiles) if args.tiles else []
-        for tile in tune.gemm_candidates(ctx.facts) + extra:
+        for tile in tuning.candidates(ctx.facts) + extra:
             row = run_shape(ctx, None, 4096, 4096, 4096, max(5, args.repeat // 2), tile)
             print("sweep 4096³ %-40s %7.2f TFLOP/s" % (tune._describe(row["tile"]),
                                                       2 * 4096 ** 3 / row["dlprim_s"] / 1e12))
