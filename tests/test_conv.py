@@ -362,9 +362,9 @@ def test_mode_switch_resizes_workspace(ctx):
 
 def test_winograd_filter_sum_on_batched_gemm(ctx, rng, monkeypatch):
     """Backward-filter's transform-domain sum on the batched Gemm instead of split-K."""
-    from dlprim.core import conv_winograd
+    from dlprim.core import tuning
     from dlprim.core.gemm import Gemm
-    monkeypatch.setattr(conv_winograd, "FILTER_SUM", "gemm")
+    monkeypatch.setattr(tuning, "WINOGRAD_FILTER_SUM", "gemm")
     geom = ConvGeometry(5, 7, (9, 8), (3, 3), (1, 1), (1, 0, 1, 2))
     op = ConvBackwardFilter(ctx, geom, algo="winograd4")
     assert isinstance(op.impl.sum_op(2), Gemm)
@@ -394,3 +394,33 @@ def test_algorithm_table():
     assert pick(gpu, 96, 96, (112, 112), (3, 3), (2, 2), (1, 1, 1, 1), groups=96) == \
         ("depthwise",) * 3
     assert pick(gpu, 256, 64, (56, 56), (1, 1)) == ("gemm",) * 3
+
+
+def test_conv_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):
+    """dlprim-tune conv times candidate tiles per direction and shape class and stores the
+    fastest; the launcher then builds with the stored tile and still computes the conv."""
+    import json
+    from dlprim.cli import tune
+    from dlprim.core import tuning
+    monkeypatch.setenv("DLPRIM_CACHE_DIR", str(tmp_path))
+    tune.main(["conv", "--shapes", "8x6x6:64x3", "--batch", "2", "--candidates", "2",
+               "--repeat", "1"], ctx=ctx)
+    assert "best for forward.medium" in capsys.readouterr().out
+    entry = json.loads((tmp_path / "conv_tuning.json").read_text())[tuning.device_key(ctx.facts)]
+    assert set(entry) == {"forward.medium", "backward_data.tiny", "backward_filter.medium"}
+    first, second = tuning.candidates(ctx.facts, "conv")[:2]
+    assert all(tile in (first, second) for tile in entry.values())
+    geom = ConvGeometry(8, 64, (6, 6), (3, 3), pad=(1, 1, 1, 1))
+    assert ConvBackwardFilter(ctx, geom, algo="gemm", batch=2).impl.op.tile(2) == \
+        entry["backward_filter.medium"]
+    # a stored tile other than the table's is the one built
+    assert second != tuning.default_tile(ctx.facts, "medium", "conv")
+    tuning.store_tuned(ctx.facts, {"forward.medium": second}, "conv")
+    op = ConvForward(ctx, geom, bias=True, activation="relu", algo="gemm", batch=2)
+    assert op.impl.op.tile(2) == second
+    x, w, b = (rng.standard_normal(s) for s in (geom.in_shape(2), geom.weight_shape, (64,)))
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, w, b)]
+    y = Tensor(ctx, geom.out_shape(2))
+    op(t[0], t[1], y, t[2])
+    want = np.maximum(conv_ref(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1) + b[None, :, None, None], 0)
+    assert_close(y.numpy(), want, rtol=1e-4, atol=1e-4, what="forward with a tuned tile")

@@ -266,8 +266,9 @@ def test_errors(ctx):
 
 
 def test_reduce_many_chunks(ctx, rng, monkeypatch):
-    import dlprim.core.pointwise as pw
-    monkeypatch.setattr(pw, "_GROUPS_PER_CU", 1000)  # force more chunks than the finish group
+    from dlprim.core import tuning_launch
+    # force more chunks than the finish group
+    monkeypatch.setattr(tuning_launch, "SPLIT_GROUPS_PER_CU", 1000)
     a = rng.standard_normal((300001,)).astype(np.float32)
     op = PointwiseBroadcastReduce(ctx, [(a.shape, "float")], [((1,), "float"), ((1,), "float")],
                                   "y0 = x0; y1 = x0;", "reduce_y0 = 0; reduce_y1 = -INFINITY;",

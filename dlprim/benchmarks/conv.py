@@ -181,7 +181,7 @@ def run_shape(ctx, torch, key, ops, batch, repeat, check, show_launches=False):
 
 def compare_vec(ctx, shapes, batch, repeat):
     """GFLOP/s of the implicit-GEMM kernels with scalar and with float4 local reads."""
-    from dlprim.core import conv_gemm
+    from dlprim.core import tuning
     print("| shape | N | fwd scalar | fwd float4 | bwd-filter scalar | bwd-filter float4 |")
     picked = [k for k, _ in shapes if k[2] > 1 and k[5] == 1 and k[0] >= 64][:10]
     for key in picked:
@@ -193,7 +193,7 @@ def compare_vec(ctx, shapes, batch, repeat):
         cells = []
         for d in ("forward", "backward_filter"):
             for vec in (False, True):
-                conv_gemm.VEC_READS = vec
+                tuning.CONV_VEC_READS = vec
                 op = OPS[d](ctx, geom, algo="gemm", batch=batch)
                 ws_bytes = op.workspace_bytes(batch)
                 ws = dp.Tensor(ctx, (ws_bytes,), "uint8") if ws_bytes else None
@@ -201,14 +201,14 @@ def compare_vec(ctx, shapes, batch, repeat):
                     op.launches(x, y, w, ws=ws)
                 cells.append("%.0f" % (geom.flops(batch) * 1e-9 / time_launches(ctx, launches,
                                                                                  repeat)))
-        conv_gemm.VEC_READS = True
+        tuning.CONV_VEC_READS = True
         print("| %s | %d | %s |" % (fmt_shape(key), batch, " | ".join(cells)), flush=True)
         ctx.memory.free_held()
 
 
 def compare_filter_sum(ctx, shapes, batches, repeat):
     """GFLOP/s of Winograd backward-filter with its transform-domain sum on each path."""
-    from dlprim.core import conv_winograd
+    from dlprim.core import tuning
     print("| shape | N | wino bwd-filter split-K | wino bwd-filter Gemm |")
     picked = [k for k, _ in shapes if k[2] == 3 and k[3] == 1 and k[0] >= 64 and k[5] == 1]
     for key in picked:
@@ -220,13 +220,13 @@ def compare_filter_sum(ctx, shapes, batches, repeat):
             dw = dp.Tensor(ctx, geom.weight_shape)
             cells = []
             for mode in ("split", "gemm"):
-                conv_winograd.FILTER_SUM = mode
+                tuning.WINOGRAD_FILTER_SUM = mode
                 op = OPS["backward_filter"](ctx, geom, algo="winograd4", batch=batch)
                 ws = dp.Tensor(ctx, (op.workspace_bytes(batch),), "uint8")
                 t = time_launches(ctx, op.launches(x, dy, dw, ws=ws, beta=0.0), repeat)
                 cells.append("%.0f" % (geom.flops(batch) * 1e-9 / t))
                 del ws
-            conv_winograd.FILTER_SUM = "auto"
+            tuning.WINOGRAD_FILTER_SUM = "auto"
             print("| %s | %d | %s |" % (fmt_shape(key), batch, " | ".join(cells)), flush=True)
             ctx.memory.free_held()
 

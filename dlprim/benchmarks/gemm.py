@@ -17,6 +17,7 @@ import numpy as np
 
 import dlprim as dp
 from dlprim.cli import tune
+from dlprim.core import tuning
 from dlprim.core.gemm import Gemm
 
 
@@ -114,7 +115,7 @@ def main(argv=None):
     rows = []
     if args.sweep:
         extra = json.loads(args.tiles) if args.tiles else []
-        for tile in tune.gemm_candidates(ctx.facts) + extra:
+        for tile in tuning.candidates(ctx.facts) + extra:
             row = run_shape(ctx, None, 4096, 4096, 4096, max(5, args.repeat // 2), tile)
             print("sweep 4096³ %-40s %7.2f TFLOP/s" % (tune._describe(row["tile"]),
                                                       2 * 4096 ** 3 / row["dlprim_s"] / 1e12))

@@ -18,12 +18,10 @@ Tensors are NCHW float32; weights ``[out_c, in_c/groups, kh, kw]``. The batch si
 from the tensors at ``launches`` time and stays a kernel argument; ``batch`` given to a
 constructor is the size whose kernels are built at once (tiles may depend on it).
 """
-import importlib
-
 import numpy as np
 
-from ..kernels import program
-from ..tensor import Tensor
+from . import conv_depthwise, conv_gemm, conv_winograd, tuning
+from .conv_geometry import ConvGeometry, ws_view  # noqa: F401 (ws_view: for the layers)
 
 __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilter",
            "choose_algorithm", "ALGORITHMS", "ACTIVATIONS"]
@@ -32,74 +30,6 @@ __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilte
 # "winograd4" force F(2x2,3x3) / F(4x4,3x3)
 ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise")
 ACTIVATIONS = ("identity", "relu", "relu6", "sigmoid", "tanh")
-GEOM_NAMES = ("IN_C", "OUT_C", "GROUPS", "IN_H", "IN_W", "OUT_H", "OUT_W",
-              "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW")
-
-
-class ConvGeometry:
-    """Everything about a convolution except the batch size.
-
-    ``pad`` is ``(top, left, bottom, right)``; ``out_h = (in_h + top + bottom -
-    dh*(kh-1) - 1) // sh + 1``.
-    """
-
-    def __init__(self, in_c, out_c, in_hw, kernel, stride=(1, 1), pad=(0, 0, 0, 0),
-                 dilate=(1, 1), groups=1):
-        self.in_c, self.out_c, self.groups = int(in_c), int(out_c), int(groups)
-        self.in_h, self.in_w = (int(v) for v in in_hw)
-        self.kh, self.kw = (int(v) for v in kernel)
-        self.sh, self.sw = (int(v) for v in stride)
-        self.pad = tuple(int(v) for v in pad)
-        self.dh, self.dw = (int(v) for v in dilate)
-        if self.groups < 1 or self.in_c % self.groups or self.out_c % self.groups:
-            raise ValueError("groups=%d must divide in_c=%d and out_c=%d"
-                             % (self.groups, self.in_c, self.out_c))
-        if min(self.sh, self.sw, self.dh, self.dw, self.kh, self.kw) < 1 or min(self.pad) < 0:
-            raise ValueError("bad convolution geometry %r" % (self,))
-        span_h, span_w = self.dh * (self.kh - 1) + 1, self.dw * (self.kw - 1) + 1
-        padded_h = self.in_h + self.pad[0] + self.pad[2]
-        padded_w = self.in_w + self.pad[1] + self.pad[3]
-        if span_h > padded_h or span_w > padded_w:
-            raise ValueError("kernel span %dx%d larger than the padded input %dx%d"
-                             % (span_h, span_w, padded_h, padded_w))
-        self.out_h = (padded_h - span_h) // self.sh + 1
-        self.out_w = (padded_w - span_w) // self.sw + 1
-
-    @property
-    def weight_shape(self):
-        """(out_c, in_c / groups, kh, kw): PyTorch's weight layout."""
-        return (self.out_c, self.in_c // self.groups, self.kh, self.kw)
-
-    def in_shape(self, batch):
-        """The input shape (batch, in_c, in_h, in_w)."""
-        return (batch, self.in_c, self.in_h, self.in_w)
-
-    def out_shape(self, batch):
-        """The output shape (batch, out_c, out_h, out_w)."""
-        return (batch, self.out_c, self.out_h, self.out_w)
-
-    def values(self):
-        """Every size of the geometry as one tuple (kernel arguments and cache keys)."""
-        return (self.in_c, self.out_c, self.groups, self.in_h, self.in_w, self.out_h,
-                self.out_w, self.kh, self.kw, self.sh, self.sw, self.pad[0], self.pad[1],
-                self.dh, self.dw)
-
-    def flops(self, batch):
-        """Multiply-adds counted as 2 FLOPs, one direction (forward = each backward)."""
-        return 2 * batch * self.out_c * self.out_h * self.out_w * \
-            (self.in_c // self.groups) * self.kh * self.kw
-
-    @property
-    def is_plain_1x1(self):
-        """True for a 1x1, stride-1, unpadded, ungrouped convolution (a plain GEMM)."""
-        return (self.kh == self.kw == 1 and self.sh == self.sw == 1 and self.groups == 1
-                and not any(self.pad))
-
-    def __repr__(self):
-        return ("ConvGeometry(in_c=%d, out_c=%d, in=%dx%d, kernel=%dx%d, stride=%dx%d, "
-                "pad=%s, dilate=%dx%d, groups=%d)"
-                % (self.in_c, self.out_c, self.in_h, self.in_w, self.kh, self.kw, self.sh,
-                   self.sw, list(self.pad), self.dh, self.dw, self.groups))
 
 
 def algorithm_applies(geom, algo, direction="forward"):
@@ -115,22 +45,15 @@ def algorithm_applies(geom, algo, direction="forward"):
 
 
 def choose_algorithm(ctx, geom, direction="forward"):
-    """The algorithm for one direction: a small table over shape and device.
-
-    From benchmarks/conv.py on an H100/H200 (docs/benchmarks.md, "Convolutions"): depthwise
-    wherever it applies; Winograd for 3x3 stride-1 layers once the channels its GEMMs sum
-    over (input channels forward, output channels backward-data) and the other side are
-    at least 64 -- with 3 input channels implicit GEMM wins forward and backward-filter,
-    Winograd still wins backward-data; implicit GEMM otherwise. PoCL/CPUs: gemm.
+    """The algorithm for one direction: depthwise wherever it applies; Winograd where it
+    applies and ``tuning.prefer_winograd`` says it pays on this device (benchmarks/conv.py,
+    docs/benchmarks.md "Convolutions"); implicit GEMM otherwise.
     """
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
-    if ctx.facts.is_gpu and algorithm_applies(geom, "winograd", direction):
-        if direction == "backward_data":
-            if geom.out_c >= 64:
-                return "winograd"
-        elif geom.in_c >= 64 and geom.out_c >= 64:
-            return "winograd"
+    if algorithm_applies(geom, "winograd", direction) and \
+            tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c):
+        return "winograd"
     return "gemm"
 
 
@@ -144,16 +67,6 @@ def _resolve(ctx, geom, algo, direction):
         # an algorithm forced for the layer serves the directions it can; gemm the rest
         return "gemm"
     return algo
-
-
-def ws_view(ws, byte_offset, count):
-    """A float32 tensor of ``count`` elements inside the byte workspace ``ws``."""
-    start = ws.byte_offset + byte_offset
-    if start % 4:
-        raise ValueError("workspace offset %d is not float-aligned" % start)
-    t = Tensor(ws.ctx, (count,), "float32", buffer=ws.buffer, offset=start // 4)
-    t._owner = ws
-    return t
 
 
 def check_tensor(what, t, shape):
@@ -187,14 +100,14 @@ def _enqueue(launches, queue, ctx):
 
 
 class _Op:
-    """Dispatch of one direction to its algorithm's implementation."""
-    direction = None
+    """Dispatch of one direction to its algorithm's implementation (``impls``: algorithm
+    family -> class)."""
+    direction, impls = None, {}
 
     def __init__(self, ctx, geom, algo, impl_args):
         self.ctx, self.geom = ctx, geom
         self.algo = _resolve(ctx, geom, algo, self.direction)
         family = "winograd" if self.algo.startswith("winograd") else self.algo
-        module = importlib.import_module(".conv_" + family, __package__)
         if self.algo != family:
             impl_args = dict(impl_args, tile=int(self.algo[-1]))
         # every backward-filter takes a split count; forward/backward-data only on gemm
@@ -203,7 +116,7 @@ class _Op:
         elif self.direction != "backward_filter" and family != "gemm":
             raise ValueError("splits: only the gemm algorithm splits its reduction "
                              "(algorithm %r)" % self.algo)
-        self.impl = getattr(module, self.impl_class)(ctx, geom, **impl_args)
+        self.impl = self.impls[family](ctx, geom, **impl_args)
 
     def workspace_bytes(self, batch):
         return self.impl.workspace_bytes(batch)
@@ -214,7 +127,9 @@ class _Op:
 
 class ConvForward(_Op):
     """``y = act(conv(x, w) + b) (+ beta * y)``."""
-    direction, impl_class = "forward", "Forward"
+    direction = "forward"
+    impls = {"gemm": conv_gemm.Forward, "winograd": conv_winograd.Forward,
+             "depthwise": conv_depthwise.Forward}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
                  splits=None):
@@ -242,7 +157,9 @@ class ConvForward(_Op):
 class ConvBackwardData(_Op):
     """``dx = beta * dx + conv_transpose(dy, w)``; with ``bias``/``activation`` this is
     also the forward pass of a transposed convolution (bias per input channel)."""
-    direction, impl_class = "backward_data", "BackwardData"
+    direction = "backward_data"
+    impls = {"gemm": conv_gemm.BackwardData, "winograd": conv_winograd.BackwardData,
+             "depthwise": conv_depthwise.BackwardData}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
                  splits=None):
@@ -269,7 +186,9 @@ class ConvBackwardData(_Op):
 
 class ConvBackwardFilter(_Op):
     """``dw = beta * dw + correlate(x, dy)`` (beta=1: gradients add up)."""
-    direction, impl_class = "backward_filter", "BackwardFilter"
+    direction = "backward_filter"
+    impls = {"gemm": conv_gemm.BackwardFilter, "winograd": conv_winograd.BackwardFilter,
+             "depthwise": conv_depthwise.BackwardFilter}
 
     def __init__(self, ctx, geom, algo="auto", splits=None, batch=16):
         super().__init__(ctx, geom, algo, dict(splits=splits, batch=batch))
@@ -286,15 +205,3 @@ class ConvBackwardFilter(_Op):
 
     def __call__(self, x, dy, dw, ws=None, beta=1.0, queue=None):
         _enqueue(self.launches(x, dy, dw, ws, beta), queue, self.ctx)
-
-
-def geometry_args(ctx, geom):
-    """(template parameter, kernel arguments): geometry baked in where builds are cheap
-    and index arithmetic matters (GPUs), passed as arguments elsewhere (PoCL)."""
-    if ctx.facts.is_gpu:
-        return dict(zip(GEOM_NAMES, geom.values())), []
-    return None, [np.int32(v) for v in geom.values()]
-
-
-def scalar(v):
-    return program.scalar(v, np.float32)

@@ -3,23 +3,22 @@ direct kernels from ``kernels/conv_depthwise.cl`` for the three directions."""
 import numpy as np
 
 from ..kernels import program
-from .conv import geometry_args, scalar, ws_view
+from .conv_geometry import geometry_args, scalar, ws_view
+from . import tuning_launch
 from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter"]
 
-REDUCE_WG = 256  # work-items reducing one filter tap in backward-filter
-
 
 def _program(ctx, geom, bias=False, activation="identity"):
     baked, args = geometry_args(ctx, geom)
-    wg = REDUCE_WG if ctx.facts.is_gpu else 32
+    wg = tuning_launch.depthwise_filter_wg(ctx.facts)
     return program.get(ctx, "conv_depthwise", BIAS=bool(bias), ACTIVATION=activation,
                        GEOM_BAKED=baked, WG=wg, KH_T=1, KW_T=1, TAPS=1), args, wg
 
 
 def _local(ctx):
-    return (64, 1, 1) if ctx.facts.is_gpu else None
+    return tuning_launch.gpu_local(ctx.facts, (tuning_launch.DEPTHWISE_WG, 1, 1))
 
 
 class Forward:
@@ -33,7 +32,7 @@ class Forward:
     def launches(self, x, w, y, b, ws, beta):
         g = self.geom
         args = self.geom_args + [x, w, y] + ([b] if self.bias else []) + [scalar(beta)]
-        gsize = (round_up(g.out_h * g.out_w, 64), g.out_c, x.shape[0])
+        gsize = (round_up(g.out_h * g.out_w, tuning_launch.DEPTHWISE_WG), g.out_c, x.shape[0])
         return [program.Launch(self.program, "depthwise_forward", gsize, _local(self.ctx), args,
                                flops=g.flops(x.shape[0]))]
 
@@ -48,7 +47,7 @@ class BackwardData:
 
     def launches(self, dy, w, dx, b, ws, beta):
         g = self.geom
-        gsize = (round_up(g.in_h * g.in_w, 64), g.in_c, dy.shape[0])
+        gsize = (round_up(g.in_h * g.in_w, tuning_launch.DEPTHWISE_WG), g.in_c, dy.shape[0])
         return [program.Launch(self.program, "depthwise_backward_data", gsize, _local(self.ctx),
                                self.geom_args + [dy, w, dx] + ([b] if self.bias else [])
                                + [scalar(beta)],
@@ -61,7 +60,7 @@ class BackwardFilter:
     def __init__(self, ctx, geom, splits=None, batch=16):
         self.ctx, self.geom, self.forced_chunks = ctx, geom, splits
         baked, self.geom_args = geometry_args(ctx, geom)
-        self.wg = REDUCE_WG if ctx.facts.is_gpu else 32
+        self.wg = tuning_launch.depthwise_filter_wg(ctx.facts)
         # the tap count sizes a register array, so the kernel size is always baked in
         self.program = program.get(ctx, "conv_depthwise", BIAS=False, ACTIVATION="identity",
                                    GEOM_BAKED=baked, WG=self.wg, KH_T=geom.kh, KW_T=geom.kw,
@@ -73,8 +72,8 @@ class BackwardFilter:
         if self.forced_chunks:
             chunks = self.forced_chunks
         else:
-            want = ceil_div(4 * self.ctx.facts.compute_units, self.geom.out_c)
-            chunks = max(1, min(want, total // (16 * self.wg)))
+            chunks = tuning_launch.depthwise_chunks(self.ctx.facts, self.geom.out_c, total,
+                                                    self.wg)
         chunk = ceil_div(total, chunks)
         return ceil_div(total, chunk), chunk
 
@@ -92,7 +91,8 @@ class BackwardFilter:
         sums = program.Launch(self.program, "depthwise_backward_filter",
                               (self.wg, chunks, g.out_c), (self.wg, 1, 1), args,
                               flops=g.flops(batch))
-        total = program.Launch(self.program, "depthwise_filter_sum", (round_up(n, 64),),
-                               (64,) if self.ctx.facts.is_gpu else None,
+        wg = tuning_launch.DEPTHWISE_WG
+        total = program.Launch(self.program, "depthwise_filter_sum", (round_up(n, wg),),
+                               tuning_launch.gpu_local(self.ctx.facts, (wg,)),
                                [np.int32(n), np.int32(chunks), part, dw, scalar(beta)])
         return [sums, total]

@@ -8,40 +8,19 @@ the implicit GEMM does in its reduction.
 import numpy as np
 
 from ..kernels import program
-from .conv import geometry_args, scalar, ws_view
+from .conv_geometry import geometry_args, scalar, ws_view
+from . import tuning, tuning_launch
 from .gemm import Gemm
 from ..utils import ceil_div, round_up
 
-__all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm", "tiles_for"]
-
-
-# (TM, TN, TK, WM, WN) on GPUs, largest first; every one satisfies the template's load
-# mappings (work-group size a multiple of TN and TK, tiles a multiple of the work-group)
-GPU_TILES = ((128, 128, 16, 8, 8), (64, 128, 16, 8, 8), (64, 64, 16, 4, 4), (32, 64, 16, 4, 4))
-CPU_TILES = (32, 32, 8, 4, 4)
-VEC_READS = True  # float4 local-memory reads on GPUs (benchmarks/conv.py --compare-vec)
-
-
-def tiles_for(ctx, m, n, groups=1, fill=True):
-    """Tiles for an m x n GEMM (times ``groups``): the largest tile that does not overhang
-    m and, with ``fill``, still gives most compute units a work-group."""
-    if not ctx.facts.is_gpu:
-        return CPU_TILES
-    fitting = [t for t in GPU_TILES if t[0] <= max(32, program.pow2_at_least(m))
-               and t[1] <= max(64, program.pow2_at_least(n))]
-    if not fill:
-        return fitting[0]
-    want = ctx.facts.compute_units * 3 // 4
-    for t in fitting:
-        if ceil_div(m, t[0]) * ceil_div(n, t[1]) * groups >= want:
-            return t
-    return fitting[-1]
+__all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm"]
 
 
 class ConvGemm:
     """One implicit-GEMM direction (``mode``) for a geometry. Forward and backward-data
-    pick their tiles per batch size (their N grows with it); ``batch`` is the size whose
-    kernels are built at once.
+    pick their tiles per batch size (their N grows with it; ``tuning.conv_tile``, or
+    ``tile`` forced: a dict of ``tuning.TILE_KEYS``); ``batch`` is the size whose kernels
+    are built at once.
 
     Where the tiles alone leave the GPU half idle (small batches, deep layers), the
     reduction is split (split-K, ``split_plan``); the partial outputs go to the workspace
@@ -49,9 +28,14 @@ class ConvGemm:
     """
 
     def __init__(self, ctx, geom, mode, bias=False, activation="identity", batch=16,
-                 min_chunk=None, splits=None):
+                 min_chunk=None, splits=None, tile=None):
         self.ctx, self.geom, self.mode = ctx, geom, mode
-        self.min_chunk, self.forced_splits = min_chunk or 512, splits
+        self.min_chunk = min_chunk or tuning_launch.CONV_MIN_CHUNK
+        self.forced_splits = splits
+        # per batch: forced, tuned or the table's, fixed once asked so that the workspace
+        # size and the launches agree even if the tuning file changes in between
+        self.tiles = {}
+        self.forced_tile = tuning.check_tile(tile, ctx.facts, "conv") if tile else None
         self.baked, self.geom_args = geometry_args(ctx, geom)
         # strided backward-data runs per stride phase (see the template); on GPUs all
         # phases share one launch with their sizes baked in
@@ -91,21 +75,21 @@ class ConvGemm:
         taps = [p[-1] for p in self.phase_table]
         return self.geom.groups * max(1.0, sum(taps) / max(max(taps), 1))
 
-    def tiles(self, batch):
-        m, n, _ = self.dims(batch)
-        # backward-filter fills the device by splitting its reduction instead
-        return tiles_for(self.ctx, m, n, self.share,
-                         fill=self.mode != "backward_filter")
+    def tile(self, batch):
+        """The tile for ``batch``: forced, tuned, else the table's (``tuning.conv_tile``)."""
+        if self.forced_tile:
+            return self.forced_tile
+        if batch not in self.tiles:
+            m, n, _ = self.dims(batch)
+            self.tiles[batch] = tuning.conv_tile(self.ctx.facts, self.mode, m, n, self.share)
+        return self.tiles[batch]
 
     def program(self, batch, split=False):
         """The program for ``batch``; ``split``: its GEMM writes raw partial sums."""
-        tm, tn, tk, wm, wn = self.tiles(batch)
-        # float4 reads of the local tiles where every work-item owns runs of 4
-        # (not where the reduction is short: then the strided epilogue stores dominate)
-        k = self.dims(batch)[2]
-        vec = 4 if (VEC_READS and self.ctx.facts.is_gpu and wm % 4 == 0 and wn % 4 == 0
-                    and (self.mode == "backward_filter" or k >= 256)) else 1
-        return program.get(self.ctx, "conv_gemm", TM=tm, TN=tn, TK=tk, WM=wm, WN=wn, VEC=vec,
+        t = self.tile(batch)
+        return program.get(self.ctx, "conv_gemm", TM=t["TILE_M"], TN=t["TILE_N"],
+                           TK=t["TILE_K"], WM=t["BLOCK_M"], WN=t["BLOCK_N"],
+                           VEC=tuning.conv_vec(t, self.mode, self.dims(batch)[2]),
                            SPLIT=bool(split), **self.params)
 
     def dims(self, batch):
@@ -145,53 +129,25 @@ class ConvGemm:
         return int(np.prod(g.weight_shape))
 
     def split_plan(self, batch):
-        """(splits, k_per_split) of the reduction: the forced count, else ``_gpu_splits``
-        on GPUs, else 1."""
+        """(splits, k_per_split) of the reduction: the forced count, else the split model
+        (``tuning_launch.split_parts``: 'conv_filter' for backward-filter, else 'conv')."""
         m, n, k = self.dims(batch)
-        tm, tn, tk, wm, wn = self.tiles(batch)
+        t = self.tile(batch)
         k = max(k, 1)
         if self.forced_splits:
             splits = self.forced_splits
-        elif not self.ctx.facts.is_gpu:
-            splits = 1
         else:
-            work_groups = int(ceil_div(m, tm) * ceil_div(n, tn) * self.share)
-            splits = self._gpu_splits(batch, work_groups, (tm // wm) * (tn // wn), k)
-        k_per_split = round_up(ceil_div(k, splits), tk)
-        return ceil_div(k, k_per_split), k_per_split
-
-    def _gpu_splits(self, batch, work_groups, threads, k):
-        """Backward-filter (small output, long reduction): enough parts for four work-groups
-        per compute unit, each summing at least ``min_chunk`` (less where that leaves
-        the reduction whole or the GPU mostly idle). Forward and backward-data
-        (the output can be large): the count minimising a model of the time -- the GEMM
-        at a fixed rate slowed by the share of the GPU its work-groups leave idle (three
-        128-thread or two 256-thread work-groups of these tiles fit per compute unit),
-        plus the partial buffers' write and read at 10 FLOPs per byte. Fitted to
-        benchmarks/conv.py on an H200."""
-        cus = self.ctx.facts.compute_units
-        if self.mode == "backward_filter":
-            want = ceil_div(4 * cus, work_groups)
-            chunk = self.min_chunk
-            if k // chunk < 2:
-                chunk = min(chunk, 192)  # a short reduction still splits
-            if work_groups * min(want, k // chunk) < cus:
-                chunk = min(chunk, 128)  # under one work-group per compute unit: go finer
-            return max(1, min(want, k // chunk, 256))
-        flops, out_bytes = self.geom.flops(batch), 4 * self.out_size(batch)
-        if self.phased:
-            # phases no tap reaches (1x1 stride 2: three of four) still write every partial
-            out_bytes *= len(self.phase_table) / max(1, sum(1 for p in self.phase_table if p[-1]))
-        fit = cus * (3 if threads <= 128 else 2)
-        best, best_cost = 1, None
-        for splits in range(1, 17):
-            if splits > 1 and k // splits < self.min_chunk:
-                break
-            cost = flops / min(1.0, work_groups * splits / fit) + \
-                (10.0 * (splits + 1) * out_bytes if splits > 1 else 0.0)
-            if best_cost is None or cost < best_cost:
-                best, best_cost = splits, cost
-        return best
+            work_groups = int(ceil_div(m, t["TILE_M"]) * ceil_div(n, t["TILE_N"]) * self.share)
+            threads = (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"])
+            out_bytes = 4 * self.out_size(batch)
+            if self.phased:
+                # phases no tap reaches (1x1 stride 2: three of four) still write every partial
+                out_bytes *= len(self.phase_table) / max(1, sum(1 for p in self.phase_table
+                                                                 if p[-1]))
+            kind = "conv_filter" if self.mode == "backward_filter" else "conv"
+            splits = tuning_launch.split_parts(self.ctx.facts, kind, k, work_groups, threads,
+                                               self.geom.flops(batch), out_bytes, self.min_chunk)
+        return tuning_launch.split_k(k, splits, t["TILE_K"])
 
     def workspace_bytes(self, batch):
         splits = self.split_plan(batch)[0]
@@ -216,19 +172,21 @@ class ConvGemm:
         args = [np.int32(size), np.int32(splits), np.int32(plane), np.int32(channels), dst, out]
         if self.bias:
             args.append(bias)
+        wg = tuning_launch.CONV_REDUCE_WG
         reduce = program.Launch(self.program(batch, True), "conv_split_reduce",
-                                (round_up(size, 256),),
-                                (256,) if self.ctx.facts.is_gpu else None,
+                                (round_up(size, wg),),
+                                tuning_launch.gpu_local(self.ctx.facts, (wg,)),
                                 args + [scalar(beta)])
         return gemms + [reduce]
 
     def launch(self, batch, a, b, out, bias=None, alpha=1.0, beta=0.0, splits=1,
                k_per_split=None, split_stride=0, phase=None, dims=None):
-        tm, tn, tk, wm, wn = self.tiles(batch)
+        t = self.tile(batch)
+        tm, tn = t["TILE_M"], t["TILE_N"]
         m, n, k = dims or self.dims(batch)
         if k_per_split is None:
             k_per_split = max(k, 1)
-        local = (tn // wn, tm // wm, 1)
+        local = (tn // t["BLOCK_N"], tm // t["BLOCK_M"], 1)
         groups = self.geom.groups * splits * (len(self.phase_table) if self.merged else 1)
         gsize = (max(1, round_up(n, tn) // tn) * local[0],
                  round_up(m, tm) // tm * local[1], groups)

@@ -20,19 +20,13 @@ filter-gradient kernel with split-K), and maps the result back to 3x3
 import numpy as np
 
 from ..kernels import program
-from .conv import ConvGeometry, ws_view
+from .conv_geometry import ConvGeometry, ws_view
 from .conv_gemm import BackwardFilter as GemmBackwardFilter
+from . import tuning, tuning_launch
 from .gemm import Gemm
 from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile"]
-
-# how backward-filter sums dU[xi] = dM[xi] V[xi]^T over batch*tiles: "gemm" (the batched
-# Gemm, one launch), "split" (implicit-GEMM filter-gradient kernel with split-K), or
-# "auto": gemm unless the layer forces a split count (benchmarks/conv.py --compare)
-FILTER_SUM = "auto"
-GEMM_SUM_TILE = dict(TILE_M=64, TILE_N=128, TILE_K=16, BLOCK_M=8, BLOCK_N=8, VEC=4, GROUP=1)
-
 
 def choose_tile(out_hw, tile=None):
     """M of F(MxM, 3x3): 4 (fewest products) unless the output is smaller than 4x4."""
@@ -53,21 +47,22 @@ class _Tiles:
         self.tiles = ceil_div(self.out_h, m) * self.tiles_w
 
     def launch(self, prg, name, channels, batch, args):
-        """One work-item per (tile, channel, image). Work-groups of 64 span several
-        channels where an image has fewer than 64 tiles (deep layers: 4 tiles at 7x7),
-        so that no work-item idles for want of tiles."""
+        """One work-item per (tile, channel, image). Work-groups of WINOGRAD_WG span
+        several channels where an image has fewer tiles (deep layers: 4 tiles at 7x7), so
+        that no work-item idles for want of tiles."""
         if not self.ctx.facts.is_gpu:
             return program.Launch(prg, name, (self.tiles, channels, batch), None, args)
-        lx = min(64, program.pow2_at_least(self.tiles))
-        ly = 64 // lx
+        wg = tuning_launch.WINOGRAD_WG
+        lx = min(wg, program.pow2_at_least(self.tiles))
+        ly = wg // lx
         return program.Launch(prg, name, (round_up(self.tiles, lx),
                                           round_up(channels, ly), batch),
                               (lx, ly, 1), args)
 
     def matrix_launch(self, prg, name, rows, cols, args):
-        gpu = self.ctx.facts.is_gpu
-        return program.Launch(prg, name, (round_up(cols, 16), round_up(rows, 16)),
-                              (16, 16) if gpu else None, args)
+        wg = tuning_launch.WINOGRAD_MATRIX_WG
+        return program.Launch(prg, name, (round_up(cols, wg), round_up(rows, wg)),
+                              tuning_launch.gpu_local(self.ctx.facts, (wg, wg)), args)
 
 
 class WinogradPlan:
@@ -158,24 +153,24 @@ class BackwardFilter:
         self.sum_op(batch)
 
     def use_gemm(self):
-        return not self.splits and FILTER_SUM != "split"
+        """Whether the filter sum runs on the batched Gemm (``tuning.WINOGRAD_FILTER_SUM``:
+        "gemm", "split", or "auto": gemm unless the layer forces a split count)."""
+        return not self.splits and tuning.WINOGRAD_FILTER_SUM != "split"
 
     def sum_op(self, batch):
-        """dU[xi] = dM[xi] V[xi]^T: a batched GEMM over xi (on GPUs with 64 x 128 tiles
-        where in_c fills them: they led the other tilings and the split-K sum in
-        benchmarks/conv.py on an H200), or an (xi-grouped) 1x1 filter gradient over BT
+        """dU[xi] = dM[xi] V[xi]^T: a batched GEMM over xi (tile from
+        ``tuning.winograd_sum_tile``), or an (xi-grouped) 1x1 filter gradient over BT
         pixels with split-K."""
         if batch not in self.sums:
             g, e, bt = self.geom, self.t.elems, batch * self.t.tiles
             if self.use_gemm():
-                tile = GEMM_SUM_TILE if self.ctx.facts.is_gpu and g.in_c >= 128 else None
                 self.sums[batch] = Gemm(self.ctx, g.out_c, g.in_c, bt, trans_b=True, batch=e,
-                                        tile=tile)
+                                        tile=tuning.winograd_sum_tile(self.ctx.facts, g.in_c))
             else:
                 bt_geom = ConvGeometry(e * g.in_c, e * g.out_c, (1, bt), (1, 1), groups=e)
-                # the sum over batch*tiles is short: split it finer than a plain layer's
-                self.sums[batch] = GemmBackwardFilter(self.ctx, bt_geom, self.splits, batch=1,
-                                                      min_chunk=128)
+                self.sums[batch] = GemmBackwardFilter(
+                    self.ctx, bt_geom, self.splits, batch=1,
+                    min_chunk=tuning_launch.WINOGRAD_SUM_MIN_CHUNK)
         return self.sums[batch]
 
     def sizes(self, batch):

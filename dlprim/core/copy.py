@@ -9,7 +9,8 @@ import numpy as np
 from ..kernels import program
 from ..dtypes import as_dtype, cl_type
 from ..tensor import Tensor
-from .pointwise import _ELEMS, _memo, divisor_args, index_type
+from .pointwise import _memo, divisor_args, index_type
+from . import tuning_launch
 from ..utils import ceil_div, round_up
 
 __all__ = ["StridedCopy", "Transpose", "Fill", "fill", "copy", "concat", "slice_copy",
@@ -69,7 +70,8 @@ class StridedCopy:
         st = cl_type(self.dtype)
         self.program = program.get(ctx, "strided_copy", DIMS=len(self._dims), STORE=st,
                                    COMPUTE="float" if st in ("float", "half") else st,
-                                   IT="ulong" if big else "uint", ELEMS=_ELEMS)
+                                   IT="ulong" if big else "uint",
+                                   ELEMS=tuning_launch.POINTWISE_ELEMS)
 
     def _extent(self, strides):
         """Elements from the start element to one past the last one touched."""
@@ -98,7 +100,7 @@ class StridedCopy:
             args += divisor_args(it, n) + [it(s), it(d)]
         args += [src, dst, np.float32(alpha), np.float32(beta)]
         wg = min(256, self.ctx.facts.max_work_group)
-        items = ceil_div(self.size, _ELEMS)
+        items = ceil_div(self.size, tuning_launch.POINTWISE_ELEMS)
         return [program.Launch(self.program, "strided_copy", (round_up(items, wg),),
                                (wg,), args)]
 

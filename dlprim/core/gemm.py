@@ -11,7 +11,7 @@ import numpy as np
 
 from ..kernels import program
 from ..tensor import Tensor
-from . import tuning
+from . import tuning, tuning_launch
 from ..utils import ceil_div, round_up
 
 __all__ = ["Gemm", "gemm", "ACTIVATIONS", "BIAS_MODES"]
@@ -60,32 +60,18 @@ class Gemm:
 
     def _split(self, split_k):
         """(parts, k per part) for split-K; (1, K) when K is not split."""
-        t, facts = self.tile, self.ctx.facts
+        t = self.tile
         if split_k is not None:
             parts = _count("split_k", split_k)
             if parts < 1:
                 raise ValueError("Gemm: split_k must be at least 1, got %d" % parts)
-        elif facts.is_gpu:
-            # too few threads for the device: split K. Calibrated on an H100 (2048 threads
-            # per compute unit): under 3% filled, enough parts for ~25% (64x1000x2048:
-            # 2.0 -> 11.9 TFLOP/s with 16 parts); under 20%, two parts (256x12544x2304:
-            # 32.7 -> 40.3) -- more parts there lost to the extra pass and to partial
-            # waves; past 20% splitting lost (2048x3136x512: 31.0 -> 27.5 with 2 parts)
-            wg = (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"])
-            tiles = ceil_div(self.M, t["TILE_M"]) * ceil_div(self.N, t["TILE_N"]) * self.batch
-            fill = wg * tiles / (facts.compute_units * 2048.0)
-            if tiles == 0 or self.K < 256:
-                parts = 1
-            elif fill < 0.03:
-                parts = min(int(np.ceil(0.25 / fill)), self.K // 128, 16)
-            else:
-                parts = 2 if fill < 0.2 and self.K >= 1024 else 1
         else:
-            parts = 1
+            tiles = ceil_div(self.M, t["TILE_M"]) * ceil_div(self.N, t["TILE_N"]) * self.batch
+            threads = (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"])
+            parts = tuning_launch.split_parts(self.ctx.facts, "gemm", self.K, tiles, threads)
         if parts <= 1 or self.K == 0:
             return 1, self.K
-        k_chunk = round_up(ceil_div(self.K, parts), t["TILE_K"])
-        return ceil_div(self.K, k_chunk), k_chunk
+        return tuning_launch.split_k(self.K, parts, t["TILE_K"])
 
     # ----- facts about the operands
     def _packed(self, which):

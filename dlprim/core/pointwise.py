@@ -22,18 +22,13 @@ from ..kernels import program
 from ..dtypes import as_dtype, cl_type
 from ..tensor import Tensor
 from ..utils import ceil_div, round_up
+from . import tuning_launch
 
 __all__ = ["PointwiseBroadcast", "PointwiseBroadcastReduce", "pointwise", "pointwise_reduce",
            "broadcast_shape"]
 
 _NAME_RE = re.compile(r"\b(reduce_y|[xyw])(\d+)\b")
-_WG = 256
-# CPU drivers run a work-group's items in one thread: small groups reduce 2-6x faster on PoCL
-_CPU_REDUCE_WG = 8
 _UINT_LIMIT = 2 ** 31  # fast division is exact below it (tests lower it to reach 64-bit paths)
-_GROUPS_PER_CU = 4  # below this many work-groups a large reduction is cut into chunks
-_ELEMS = 4  # elements per work-item: loads in flight (H200: 2.4 -> 3.4 TB/s on a scale)
-_REDUCE_ELEMS = 4  # loads in flight per pass of a reduction loop
 
 
 def broadcast_shape(shapes, what="inputs"):
@@ -200,14 +195,14 @@ class PointwiseBroadcast(_Base):
         contiguous = _strides(self._dims, self._dims)
         x_full = tuple(s == contiguous for s in self._xstrides)
         self._it = index_type(self.size)
-        self._wg = min(_WG, ctx.facts.max_work_group)
+        self._wg = min(tuning_launch.POINTWISE_WG, ctx.facts.max_work_group)
         params = dict(MODE="pointwise", NAME=_kernel_name(self.name), CODE=code,
                       XS=tuple(_types(d) for _, d in self.x_specs),
                       YS=tuple(_types(d) for _, d in self.y_specs),
                       WS=tuple(ct for _, ct in self.param_types), DIMS=len(self._dims),
                       X_FULL=x_full, IT="uint" if self._it is np.uint32 else "ulong",
-                      ELEMS=_ELEMS, REDUCE_INIT="", REDUCE="", KEPT=0, RED=0, L0=1, L1=1,
-                      REDUCE_DIM0=False, FINISH_WG=1)
+                      ELEMS=tuning_launch.POINTWISE_ELEMS, REDUCE_INIT="", REDUCE="", KEPT=0,
+                      RED=0, L0=1, L1=1, REDUCE_DIM0=False, FINISH_WG=1)
         self.program = _build(ctx, code, params, ["CODE"])
         self._kernel = params["NAME"]
 
@@ -223,7 +218,7 @@ class PointwiseBroadcast(_Base):
         for x, st in zip(xs, self._xstrides):
             args += [x] + [it(s) for s in st]
         args += list(ys) + self._betas(beta) + params
-        items = ceil_div(self.size, _ELEMS)
+        items = ceil_div(self.size, tuning_launch.POINTWISE_ELEMS)
         return [program.Launch(self.program, self._kernel, (round_up(items, self._wg),),
                                (self._wg,), args)]
 
@@ -283,7 +278,8 @@ class PointwiseBroadcastReduce(_Base):
                       WS=tuple(ct for _, ct in self.param_types),
                       KEPT=len(self._kept), RED=len(self._red), L0=self._l0, L1=self._l1,
                       REDUCE_DIM0=reduce_dim0, IT="uint" if self._it is np.uint32 else "ulong",
-                      DIMS=0, X_FULL=(), ELEMS=_REDUCE_ELEMS, FINISH_WG=self._finish_wg)
+                      DIMS=0, X_FULL=(), ELEMS=tuning_launch.REDUCE_ELEMS,
+                      FINISH_WG=self._finish_wg)
         self.program = _build(ctx, code, params, ["CODE", "REDUCE_INIT", "REDUCE"])
         self._kernel = params["NAME"]
         self._ws = None
@@ -310,7 +306,7 @@ class PointwiseBroadcastReduce(_Base):
         """Work-group of L0 x L1 threads: LR cooperate on one output (tree in local memory),
         LO outputs side by side; the contiguous axis goes to local dimension 0. When few
         work-groups would cover a large reduction, it is cut into chunks (second pass)."""
-        cap = _CPU_REDUCE_WG if self.ctx.facts.is_cpu else _WG
+        cap = tuning_launch.reduce_wg(self.ctx.facts)
         wg = 1 << (min(cap, self.ctx.facts.max_work_group).bit_length() - 1)
         pow2 = program.pow2_at_least
         if reduce_dim0:
@@ -322,10 +318,7 @@ class PointwiseBroadcastReduce(_Base):
         self._lr, self._lo, self._rd0 = lr, lo, reduce_dim0
         self._l0, self._l1 = (lr, lo) if reduce_dim0 else (lo, lr)
         groups = ceil_div(self.outputs, lo)
-        target = _GROUPS_PER_CU * self.ctx.facts.compute_units
-        chunks = 1
-        if groups < target and self.reduced >= lr * 64:
-            chunks = min(ceil_div(target, groups), self.reduced // (lr * 16), 1024)
+        chunks = tuning_launch.reduce_chunks(self.ctx.facts, groups, self.reduced, lr)
         self.chunk = ceil_div(self.reduced, max(chunks, 1)) if self.reduced else 1
         self.chunks = ceil_div(self.reduced, self.chunk) if self.reduced else 1
         self._finish_wg = min(64, wg, program.pow2_at_least(self.chunks))

@@ -1,38 +1,60 @@
-"""GEMM tile parameters: a default table per device family and shape class, plus tuned
-results stored by ``dlprim.cli.tune`` in the user cache directory.
+"""Device tuning in one place: tile tables, split models and the launchers' device
+constants, keyed by ``DeviceFacts``. Tiles stored by ``dlprim-tune`` (``tuning_cache``)
+come before the tables.
 
-A tile config is a dict of the kernel template's tiling parameters:
-``TILE_M, TILE_N, TILE_K`` (work-group tile), ``BLOCK_M, BLOCK_N`` (per-thread register
-block), ``VEC`` (1 or 4: width of local-memory reads, and of the pieces a thread's block
-is cut into) and ``GROUP`` (tile rows walked together for cache reuse; 1 = plain order).
+A tile is a dict of ``TILE_KEYS``: ``TILE_M, TILE_N, TILE_K`` (work-group tile),
+``BLOCK_M, BLOCK_N`` (per-thread register block), ``VEC`` (1 or 4: width of local-memory
+reads, and of the pieces a thread's block is cut into) and ``GROUP`` (tile rows walked
+together for cache reuse; 1 = plain order). ``kernels/gemm.cl`` takes all of them,
+``kernels/conv_gemm.cl`` the first six (as TM, TN, TK, WM, WN, VEC; GROUP stays 1).
+
+Keys: the GEMM table by ``family(facts)``; the rest by ``facts.is_gpu``. The GPU numbers
+were measured on NVIDIA GPUs (H100, H200), the CPU ones on PoCL; other GPUs share the
+GPU numbers untested. Split models and work-group sizes are in ``tuning_launch``.
 """
-import json
-import os
+from ..kernels.program import pow2_at_least
 from ..utils import ceil_div
+from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
 
-__all__ = ["TILE_KEYS", "CLASSES", "shape_class", "default_tile", "tuned_tile", "pick_tile",
-           "check_tile", "cache_dir", "cache_file", "device_key", "store_tuned"]
+__all__ = ["TILE_KEYS", "CLASSES", "CONV_CLASSES", "family", "shape_class", "default_tile",
+           "tuned_tile", "pick_tile", "check_tile", "candidates", "conv_class", "conv_tile",
+           "conv_vec", "winograd_sum_tile", "prefer_winograd", "cache_dir", "cache_file",
+           "device_key", "store_tuned"]
 
 TILE_KEYS = ("TILE_M", "TILE_N", "TILE_K", "BLOCK_M", "BLOCK_N", "VEC", "GROUP")
-SMALL = 64  # M or N under this is a "small" side: big tiles would leave most threads idle
 
 
 def _tile(tm, tn, tk, bm, bn, vec=4, group=1):
     return dict(zip(TILE_KEYS, (tm, tn, tk, bm, bn, vec, group)))
 
 
+def family(facts):
+    """The GEMM table's device family: 'gpu' (NVIDIA, AMD), 'intel' (Intel and other
+    GPUs), 'cpu', 'other'."""
+    if facts.is_cpu:
+        return "cpu"
+    if facts.vendor_id in ("nvidia", "amd"):
+        return "gpu"
+    if facts.vendor_id == "intel":
+        return "intel"
+    return "other" if not facts.is_gpu else "intel"
+
+
+# ----- GEMM (kernels/gemm.cl): benchmarks/gemm.py on an H100 (docs/benchmarks.md, "GEMM")
+SMALL = 64  # M or N under this is a "small" side: big tiles would leave most threads idle
 CLASSES = ("huge", "large", "medium", "narrow_m", "narrow_n", "small_m", "small_n", "small")
 
 # family -> shape class -> tile; CPUs (PoCL) get small tiles and one config for every
 # class, which also keeps the number of builds low there.
-_TABLE = {
+_GEMM = {
     "gpu": {"huge": _tile(128, 256, 8, 8, 16, 4, 8), "large": _tile(128, 128, 16, 8, 8, 4, 8),
             "medium": _tile(128, 64, 16, 8, 8, 4, 8),
             "narrow_m": _tile(64, 128, 16, 8, 8), "narrow_n": _tile(128, 64, 16, 8, 8),
             "small_m": _tile(32, 32, 16, 4, 4), "small_n": _tile(32, 32, 16, 4, 4),
             "small": _tile(32, 32, 16, 4, 4)},
-    "intel": dict({"huge": _tile(64, 64, 16, 4, 4), "large": _tile(64, 64, 16, 4, 4), "small_m": _tile(32, 64, 16, 4, 4),
-                   "small_n": _tile(64, 32, 16, 4, 4), "small": _tile(32, 32, 16, 4, 4)},
+    "intel": dict({"huge": _tile(64, 64, 16, 4, 4), "large": _tile(64, 64, 16, 4, 4),
+                   "small_m": _tile(32, 64, 16, 4, 4), "small_n": _tile(64, 32, 16, 4, 4),
+                   "small": _tile(32, 32, 16, 4, 4)},
                   medium=_tile(32, 32, 16, 4, 4), narrow_m=_tile(64, 64, 16, 4, 4),
                   narrow_n=_tile(64, 64, 16, 4, 4)),
     "cpu": dict.fromkeys(CLASSES, _tile(32, 32, 16, 4, 4)),
@@ -65,115 +87,170 @@ def shape_class(M, N, batch=1, compute_units=0):
     return "large"
 
 
-def _family(facts):
-    if facts.is_cpu:
-        return "cpu"
-    if facts.vendor_id in ("nvidia", "amd"):
-        return "gpu"
-    if facts.vendor_id == "intel":
-        return "intel"
-    return "other" if not facts.is_gpu else "intel"
+def default_tile(facts, cls, kernel="gemm"):
+    """The table's tile for a shape class of ``kernel`` ('gemm' or 'conv')."""
+    if kernel == "conv":
+        return dict(_CONV["gpu" if facts.is_gpu else "cpu"][cls])
+    return dict(_GEMM[family(facts)][cls])
 
 
-def default_tile(facts, cls):
-    return dict(_TABLE[_family(facts)][cls])
-
-
-def check_tile(tile, facts):
-    """Raise ValueError naming the first inconsistent tile parameter."""
-    missing = [k for k in TILE_KEYS if k not in tile]
-    if missing:
-        raise ValueError("gemm tile: missing %s" % ", ".join(missing))
-    t = {k: int(tile[k]) for k in TILE_KEYS}
-    if any(v <= 0 for v in t.values()):
-        raise ValueError("gemm tile: every parameter must be positive, got %s" % t)
-    if t["VEC"] not in (1, 4):
-        raise ValueError("gemm tile: VEC must be 1 or 4, got %d" % t["VEC"])
-    for side in "MN":
-        tm, bm = t["TILE_" + side], t["BLOCK_" + side]
-        if tm % bm or bm % t["VEC"] or tm % 4:
-            raise ValueError("gemm tile: TILE_%s=%d must be a multiple of 4 and of BLOCK_%s=%d, "
-                             "itself a multiple of VEC=%d" % (side, tm, side, bm, t["VEC"]))
-    if t["TILE_K"] % 4:
-        raise ValueError("gemm tile: TILE_K=%d must be a multiple of 4" % t["TILE_K"])
-    threads = (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"])
-    if threads > facts.max_work_group:
-        raise ValueError("gemm tile: %d threads per work-group, the device allows %d"
-                         % (threads, facts.max_work_group))
-    local = 2 * t["TILE_K"] * (t["TILE_M"] + t["TILE_N"] + 8) * 4
-    if local > facts.local_mem:
-        raise ValueError("gemm tile: needs %d bytes of local memory, the device has %d"
-                         % (local, facts.local_mem))
-    return t
-
-
-# ----- tuned results
-def cache_dir():
-    """DLPRIM_CACHE_DIR, else platformdirs' user cache dir for 'dlprim', else ~/.cache/dlprim."""
-    env = os.environ.get("DLPRIM_CACHE_DIR")
-    if env:
-        return env
-    try:
-        import platformdirs
-        return platformdirs.user_cache_dir("dlprim")
-    except ImportError:
-        return os.path.join(os.path.expanduser("~"), ".cache", "dlprim")
-
-
-def cache_file():
-    return os.path.join(cache_dir(), "gemm_tuning.json")
-
-
-def device_key(facts):
-    return "%s | %s" % (facts.name, facts.driver_version)
-
-
-_loaded = {}  # path -> (mtime, contents): re-read only when the file changes
-
-
-def _load(path):
-    try:
-        mtime = os.stat(path).st_mtime_ns
-    except OSError:
-        return {}
-    hit = _loaded.get(path)
-    if hit and hit[0] == mtime:
-        return hit[1]
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        data = {}
-    _loaded[path] = (mtime, data)
-    return data
-
-
-def tuned_tile(facts, cls):
+def tuned_tile(facts, cls, kernel="gemm"):
     """The stored best tile for this device, driver and shape class, or None."""
-    entry = _load(cache_file()).get(device_key(facts), {}).get(cls)
+    entry = tuned_entry(facts, kernel, cls)
     if not entry:
         return None
     try:
-        return check_tile(entry, facts)
+        return check_tile(entry, facts, kernel)
     except (ValueError, TypeError):
         return None  # stale or foreign entry: fall back to the table
 
 
 def pick_tile(facts, M, N, batch=1):
+    """The GEMM tile for C (M x N, ``batch`` of them): tuned, else the table."""
     cls = shape_class(M, N, batch, facts.compute_units)
     return tuned_tile(facts, cls) or default_tile(facts, cls)
 
 
-def store_tuned(facts, results):
-    """Merge {shape class: tile} for this device into the cache file (written atomically)."""
-    path = cache_file()
-    data = dict(_load(path))
-    entry = dict(data.get(device_key(facts), {}))
-    entry.update({cls: {k: int(t[k]) for k in TILE_KEYS} for cls, t in results.items()})
-    data[device_key(facts)] = entry
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".%d.tmp" % os.getpid()
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-    return path
+# ----- implicit-GEMM convolution (kernels/conv_gemm.cl): benchmarks/conv.py on an H100
+# (tiles per batch size to fill the GPU) and an H200; every one satisfies the template's
+# load mappings (work-group size a multiple of TM, TN and TK, tiles of the work-group)
+CONV_CLASSES = ("large", "medium", "small", "tiny")
+_CONV_SHAPES = {"large": (128, 128), "medium": (64, 128), "small": (64, 64), "tiny": (32, 64)}
+_CONV = {"gpu": {"large": _tile(128, 128, 16, 8, 8), "medium": _tile(64, 128, 16, 8, 8),
+                 "small": _tile(64, 64, 16, 4, 4), "tiny": _tile(32, 64, 16, 4, 4)},
+         "cpu": dict.fromkeys(CONV_CLASSES, _tile(32, 32, 8, 4, 4, vec=1))}
+# float4 local-memory reads where the tile allows (benchmarks/conv.py --compare-vec)
+CONV_VEC_READS = True
+CONV_VEC_MIN_K = 256  # below, the strided epilogue stores dominate: plain reads
+
+
+def conv_class(facts, mode, m, n, groups=1):
+    """The shape class of an m x n convolution GEMM (``groups`` of them, a float where
+    stride phases weigh in): the largest of the class shapes (large 128x128, medium
+    64x128, small 64x64, tiny 32x64) that does not overhang m and n and, except in
+    backward-filter (which splits its reduction instead), still gives three quarters of
+    the compute units a work-group; the smallest fitting one where none does."""
+    fitting = [c for c in CONV_CLASSES if _CONV_SHAPES[c][0] <= max(32, pow2_at_least(m))
+               and _CONV_SHAPES[c][1] <= max(64, pow2_at_least(n))]
+    if mode == "backward_filter":
+        return fitting[0]
+    want = facts.compute_units * 3 // 4
+    for c in fitting:
+        tm, tn = _CONV_SHAPES[c]
+        if ceil_div(m, tm) * ceil_div(n, tn) * groups >= want:
+            return c
+    return fitting[-1]
+
+
+def conv_tile(facts, mode, m, n, groups=1):
+    """The convolution tile: tuned for '<mode>.<class>', else the table's for the class."""
+    cls = conv_class(facts, mode, m, n, groups)
+    return tuned_tile(facts, "%s.%s" % (mode, cls), "conv") or default_tile(facts, cls, "conv")
+
+
+def conv_vec(tile, mode, k):
+    """The VEC a convolution kernel is built with: the tile's, unless the reduction is short."""
+    if CONV_VEC_READS and (mode == "backward_filter" or k >= CONV_VEC_MIN_K):
+        return tile["VEC"]
+    return 1
+
+
+def check_tile(tile, facts, kernel="gemm"):
+    """The tile as ints; ValueError naming the first parameter ``kernel`` cannot take."""
+    what = "%s tile" % kernel
+    missing = [k for k in TILE_KEYS if k not in tile]
+    if missing:
+        raise ValueError("%s: missing %s" % (what, ", ".join(missing)))
+    t = {k: int(tile[k]) for k in TILE_KEYS}
+    if any(v <= 0 for v in t.values()):
+        raise ValueError("%s: every parameter must be positive, got %s" % (what, t))
+    if t["VEC"] not in (1, 4):
+        raise ValueError("%s: VEC must be 1 or 4, got %d" % (what, t["VEC"]))
+    for side in "MN":
+        tm, bm = t["TILE_" + side], t["BLOCK_" + side]
+        if tm % bm or bm % t["VEC"] or tm % 4:
+            raise ValueError("%s: TILE_%s=%d must be a multiple of 4 and of BLOCK_%s=%d, "
+                             "itself a multiple of VEC=%d" % (what, side, tm, side, bm, t["VEC"]))
+    if t["TILE_K"] % 4:
+        raise ValueError("%s: TILE_K=%d must be a multiple of 4" % (what, t["TILE_K"]))
+    threads = (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"])
+    if threads > facts.max_work_group:
+        raise ValueError("%s: %d threads per work-group, the device allows %d"
+                         % (what, threads, facts.max_work_group))
+    if kernel == "conv":
+        tm, tn, tk = t["TILE_M"], t["TILE_N"], t["TILE_K"]
+        if t["GROUP"] != 1:
+            raise ValueError("%s: GROUP must be 1 (tiles run in plain order), got %d"
+                             % (what, t["GROUP"]))
+        if threads % tm or threads % tn or threads % tk or (tm * tk) % threads \
+                or (tk * tn) % threads:
+            raise ValueError("%s: %d threads must be a multiple of TILE_M=%d, TILE_N=%d and "
+                             "TILE_K=%d and divide TILE_M*TILE_K and TILE_K*TILE_N (the "
+                             "kernel's load mappings)" % (what, threads, tm, tn, tk))
+        pad = 4 if t["VEC"] == 4 else 1
+        local = tk * (tm + tn + 2 * pad) * 4
+    else:
+        local = 2 * t["TILE_K"] * (t["TILE_M"] + t["TILE_N"] + 8) * 4
+    if local > facts.local_mem:
+        raise ValueError("%s: needs %d bytes of local memory, the device has %d"
+                         % (what, local, facts.local_mem))
+    return t
+
+
+# what dlprim-tune tries, most promising first: (TILE_M, TILE_N, TILE_K, BLOCK_M, BLOCK_N,
+# VEC, GROUP); the GEMM lists by facts.is_cpu, the convolution lists by facts.is_gpu
+_CANDIDATES = {
+    "gemm": {"gpu": [(128, 128, 16, 8, 8, 4, 8), (128, 128, 8, 8, 8, 4, 8),
+                     (256, 128, 8, 16, 8, 4, 8), (128, 256, 8, 8, 16, 4, 8),
+                     (128, 128, 16, 8, 8, 4, 1), (64, 128, 16, 8, 8, 4, 8),
+                     (128, 64, 16, 8, 8, 4, 8), (64, 128, 16, 4, 8, 4, 8),
+                     (128, 64, 16, 8, 4, 4, 8), (64, 64, 16, 4, 4, 4, 8),
+                     (64, 64, 16, 8, 8, 4, 8), (32, 64, 16, 4, 4, 4, 1),
+                     (64, 32, 16, 4, 4, 4, 1), (32, 32, 16, 4, 4, 4, 1)],
+             "cpu": [(32, 32, 16, 4, 4, 4, 1), (16, 16, 16, 4, 4, 4, 1), (64, 64, 16, 8, 8, 4, 1),
+                     (32, 32, 8, 4, 4, 1, 1)]},
+    "conv": {"gpu": [(128, 128, 16, 8, 8, 4, 1), (64, 128, 16, 8, 8, 4, 1),
+                     (64, 64, 16, 4, 4, 4, 1), (32, 64, 16, 4, 4, 4, 1),
+                     (128, 64, 16, 8, 8, 4, 1), (128, 128, 8, 8, 8, 4, 1),
+                     (64, 64, 16, 8, 8, 4, 1), (32, 32, 16, 4, 4, 4, 1)],
+             "cpu": [(32, 32, 8, 4, 4, 1, 1), (16, 16, 8, 4, 4, 1, 1), (64, 64, 8, 8, 8, 1, 1),
+                     (32, 64, 8, 4, 4, 1, 1), (32, 32, 8, 4, 4, 4, 1)]},
+}
+
+
+def candidates(facts, kernel="gemm"):
+    """The tiles dlprim-tune times for ``kernel`` ('gemm' or 'conv') that fit the device."""
+    if kernel == "conv":
+        rows = _CANDIDATES["conv"]["gpu" if facts.is_gpu else "cpu"]
+    else:
+        rows = _CANDIDATES["gemm"]["cpu" if facts.is_cpu else "gpu"]
+    out = []
+    for row in rows:
+        try:
+            out.append(check_tile(_tile(*row), facts, kernel))
+        except ValueError:
+            pass
+    return out
+
+
+# ----- Winograd and the algorithm choice: benchmarks/conv.py on an H100/H200
+WINOGRAD_FILTER_SUM = "auto"  # "gemm", "split" or "auto" (gemm unless a split is forced)
+WINOGRAD_MIN_CHANNELS = 64
+
+
+def winograd_sum_tile(facts, in_c):
+    """The batched Gemm tile of Winograd's filter sum: 64 x 128 on GPUs where in_c fills it
+    (it led the other tilings and split-K on an H200), else None (the Gemm's own)."""
+    return _tile(64, 128, 16, 8, 8, 4, 1) if facts.is_gpu and in_c >= 128 else None
+
+
+def prefer_winograd(facts, direction, in_c, out_c):
+    """Whether Winograd beats the implicit GEMM for a layer it can serve: on GPUs, once
+    the channels its GEMMs sum over (in_c forward, out_c backward-data) and the other
+    side are at least WINOGRAD_MIN_CHANNELS -- with 3 input channels the implicit GEMM wins
+    forward and backward-filter, Winograd still backward-data. Never on CPUs."""
+    if not facts.is_gpu:
+        return False
+    if direction == "backward_data":
+        return out_c >= WINOGRAD_MIN_CHANNELS
+    return in_c >= WINOGRAD_MIN_CHANNELS and out_c >= WINOGRAD_MIN_CHANNELS

@@ -1,0 +1,114 @@
+"""How launches fill a device: the split models (how many parts a reduction is cut into
+when its outputs alone leave the device idle) and the launchers' work-group sizes, keyed
+by ``DeviceFacts``. GPU numbers from NVIDIA GPUs (H100, H200), CPU ones from PoCL.
+"""
+import math
+
+from ..utils import ceil_div, round_up
+
+__all__ = ["split_k", "split_parts", "depthwise_chunks", "reduce_chunks", "reduce_wg",
+           "depthwise_filter_wg", "gpu_local"]
+
+# ----- split models
+SPLIT_GROUPS_PER_CU = 4  # what a split reduction aims at (conv and depthwise filters, reduce)
+GEMM_CU_THREADS = 2048  # resident threads per compute unit (H100) in the GEMM split model
+CONV_MIN_CHUNK = 512  # shortest slice of a convolution reduction one work-group sums
+WINOGRAD_SUM_MIN_CHUNK = 128  # Winograd's filter sum over batch*tiles is short: finer
+
+
+def split_k(k, parts, tile_k):
+    """(parts, slice): k cut into at most ``parts`` slices of a multiple of ``tile_k``."""
+    chunk = round_up(ceil_div(k, parts), tile_k)
+    return ceil_div(k, chunk), chunk
+
+
+def split_parts(facts, kind, k, work_groups, threads, flops=0.0, out_bytes=0.0,
+                min_chunk=CONV_MIN_CHUNK):
+    """Into how many parts a GEMM reduction of length ``k`` is cut when its output gives
+    ``work_groups`` work-groups of ``threads``; 1 off GPUs. ``kind``:
+
+    - 'gemm' (core/gemm.py; H100): under 3% of the GPU's threads filled, enough parts for
+      ~25% (64x1000x2048: 2.0 -> 11.9 TFLOP/s with 16 parts); under 20%, two parts
+      (256x12544x2304: 32.7 -> 40.3; more lost to the extra pass and partial waves);
+      past 20% splitting lost (2048x3136x512: 31.0 -> 27.5 with 2 parts).
+    - 'conv' (forward and backward-data of the implicit GEMM; H200): the count minimising
+      a model of the time -- ``flops`` at a fixed rate slowed by the share of the GPU the
+      work-groups leave idle (three 128-thread or two 256-thread work-groups fit per
+      compute unit), plus the partials' ``out_bytes`` written and read at 10 FLOPs a byte.
+    - 'conv_filter' (backward-filter: small output, long reduction; H200): enough parts
+      for SPLIT_GROUPS_PER_CU work-groups per compute unit, each summing at least
+      ``min_chunk`` (less where that leaves the reduction whole or the GPU mostly idle).
+    """
+    if not facts.is_gpu:
+        return 1
+    cus = facts.compute_units
+    if kind == "gemm":
+        fill = threads * work_groups / (cus * float(GEMM_CU_THREADS))
+        if work_groups == 0 or k < 256:
+            return 1
+        if fill < 0.03:
+            return min(math.ceil(0.25 / fill), k // 128, 16)
+        return 2 if fill < 0.2 and k >= 1024 else 1
+    if kind == "conv_filter":
+        want = ceil_div(SPLIT_GROUPS_PER_CU * cus, work_groups)
+        chunk = min_chunk
+        if k // chunk < 2:
+            chunk = min(chunk, 192)  # a short reduction still splits
+        if work_groups * min(want, k // chunk) < cus:
+            chunk = min(chunk, 128)  # under one work-group per compute unit: go finer
+        return max(1, min(want, k // chunk, 256))
+    if kind != "conv":
+        raise ValueError("split_parts: unknown kind %r; known: gemm, conv, conv_filter" % kind)
+    fit = cus * (3 if threads <= 128 else 2)
+    best, best_cost = 1, None
+    for parts in range(1, 17):
+        if parts > 1 and k // parts < min_chunk:
+            break
+        cost = flops / min(1.0, work_groups * parts / fit) + \
+            (10.0 * (parts + 1) * out_bytes if parts > 1 else 0.0)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = parts, cost
+    return best
+
+
+def depthwise_chunks(facts, out_c, total, wg):
+    """Chunks of the batch*pixels sum in depthwise backward-filter (``out_c`` work-groups
+    each): SPLIT_GROUPS_PER_CU per compute unit, at least 16 items per work-item."""
+    want = ceil_div(SPLIT_GROUPS_PER_CU * facts.compute_units, out_c)
+    return max(1, min(want, total // (16 * wg)))
+
+
+def reduce_chunks(facts, groups, reduced, lr):
+    """Chunks of a pointwise reduction whose ``groups`` work-groups (``lr`` threads on each
+    output) fall short of SPLIT_GROUPS_PER_CU per compute unit and whose ``reduced``
+    length is long enough (64 per thread) to pay for a second pass."""
+    target = SPLIT_GROUPS_PER_CU * facts.compute_units
+    if groups < target and reduced >= lr * 64:
+        return min(ceil_div(target, groups), reduced // (lr * 16), 1024)
+    return 1
+
+
+# ----- launch sizes
+POINTWISE_WG = 256
+POINTWISE_ELEMS = 4  # elements per work-item: loads in flight (H200: 2.4 -> 3.4 TB/s on a scale)
+REDUCE_ELEMS = 4  # loads in flight per pass of a reduction loop
+REDUCE_CPU_WG = 8  # CPU drivers run a work-group's items in one thread: 2-6x faster on PoCL
+CONV_REDUCE_WG = 256  # conv_split_reduce
+DEPTHWISE_WG = 64  # depthwise forward/backward-data and the filter-gradient sum
+WINOGRAD_WG = 64  # Winograd transforms; packs channels where an image has fewer tiles (H200)
+WINOGRAD_MATRIX_WG = 16  # filter transforms: 16x16 work-groups
+
+
+def reduce_wg(facts):
+    """The largest work-group of a pointwise reduction (before the device's limit)."""
+    return REDUCE_CPU_WG if facts.is_cpu else POINTWISE_WG
+
+
+def depthwise_filter_wg(facts):
+    """Work-items reducing one filter tap in depthwise backward-filter."""
+    return 256 if facts.is_gpu else 32
+
+
+def gpu_local(facts, local):
+    """``local`` on GPUs; None elsewhere, where the driver picks the work-group."""
+    return local if facts.is_gpu else None
