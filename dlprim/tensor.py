@@ -12,7 +12,7 @@ import pyopencl as cl
 
 from .dtypes import as_dtype, cl_type
 
-__all__ = ["Tensor"]
+__all__ = ["Tensor", "ws_view"]
 
 def _shape_tuple(shape):
     if isinstance(shape, (int, np.integer)):
@@ -180,3 +180,14 @@ class Tensor:
             cl.enqueue_copy(self._queue(e), self.buffer, other.buffer, byte_count=self.nbytes,
                             src_offset=other.byte_offset, dst_offset=self.byte_offset)
         return self
+
+
+def ws_view(ws, byte_offset, count):
+    """A float32 tensor of ``count`` elements at ``byte_offset`` inside the uint8
+    workspace ``ws`` (a layer's scratch bytes, placed by the Net)."""
+    start = ws.byte_offset + byte_offset
+    if start % 4:
+        raise ValueError("workspace offset %d is not float-aligned" % start)
+    t = Tensor(ws.ctx, (count,), "float32", buffer=ws.buffer, offset=start // 4)
+    t._owner = ws
+    return t

@@ -21,7 +21,7 @@ constructor is the size whose kernels are built at once (tiles may depend on it)
 import numpy as np
 
 from . import conv_depthwise, conv_gemm, conv_winograd, tuning
-from .conv_geometry import ConvGeometry, ws_view  # noqa: F401 (ws_view: for the layers)
+from .conv_geometry import ConvGeometry
 
 __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilter",
            "choose_algorithm", "ALGORITHMS", "ACTIVATIONS"]

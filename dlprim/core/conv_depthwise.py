@@ -3,7 +3,8 @@ direct kernels from ``kernels/conv_depthwise.cl`` for the three directions."""
 import numpy as np
 
 from ..kernels import program
-from .conv_geometry import geometry_args, scalar, ws_view
+from ..tensor import ws_view
+from .conv_geometry import geometry_args, scalar
 from . import tuning_launch
 from ..utils import ceil_div, round_up
 

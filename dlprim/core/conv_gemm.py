@@ -8,7 +8,8 @@ the implicit GEMM does in its reduction.
 import numpy as np
 
 from ..kernels import program
-from .conv_geometry import geometry_args, scalar, ws_view
+from ..tensor import ws_view
+from .conv_geometry import geometry_args, scalar
 from . import tuning, tuning_launch
 from .gemm import Gemm
 from ..utils import ceil_div, round_up

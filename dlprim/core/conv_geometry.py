@@ -4,9 +4,8 @@
 import numpy as np
 
 from ..kernels import program
-from ..tensor import Tensor
 
-__all__ = ["ConvGeometry", "geometry_args", "ws_view", "scalar", "GEOM_NAMES"]
+__all__ = ["ConvGeometry", "geometry_args", "scalar", "GEOM_NAMES"]
 
 GEOM_NAMES = ("IN_C", "OUT_C", "GROUPS", "IN_H", "IN_W", "OUT_H", "OUT_W",
               "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW")
@@ -76,16 +75,6 @@ class ConvGeometry:
                 "pad=%s, dilate=%dx%d, groups=%d)"
                 % (self.in_c, self.out_c, self.in_h, self.in_w, self.kh, self.kw, self.sh,
                    self.sw, list(self.pad), self.dh, self.dw, self.groups))
-
-
-def ws_view(ws, byte_offset, count):
-    """A float32 tensor of ``count`` elements inside the byte workspace ``ws``."""
-    start = ws.byte_offset + byte_offset
-    if start % 4:
-        raise ValueError("workspace offset %d is not float-aligned" % start)
-    t = Tensor(ws.ctx, (count,), "float32", buffer=ws.buffer, offset=start // 4)
-    t._owner = ws
-    return t
 
 
 def geometry_args(ctx, geom):

@@ -20,7 +20,8 @@ filter-gradient kernel with split-K), and maps the result back to 3x3
 import numpy as np
 
 from ..kernels import program
-from .conv_geometry import ConvGeometry, ws_view
+from ..tensor import ws_view
+from .conv_geometry import ConvGeometry
 from .conv_gemm import BackwardFilter as GemmBackwardFilter
 from . import tuning, tuning_launch
 from .gemm import Gemm

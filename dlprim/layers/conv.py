@@ -17,8 +17,9 @@ import numpy as np
 
 from ..core.activation import backward_code
 from ..core.conv import (ACTIVATIONS, ALGORITHMS, ConvBackwardData, ConvBackwardFilter,
-                         ConvForward, ConvGeometry, ws_view)
+                         ConvForward, ConvGeometry)
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from ..tensor import ws_view
 from .base import Layer, ParamSpec, TensorSpec, pair, register
 
 __all__ = ["Convolution2D", "TransposedConvolution2D"]

@@ -9,7 +9,8 @@ Linear). With g = dy * act'(y):
 import numpy as np
 
 from ..core.activation import backward_code
-from ..core.conv import ACTIVATIONS, ws_view
+from ..core.conv import ACTIVATIONS
+from ..tensor import ws_view
 from ..core.gemm import Gemm
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from .base import Layer, ParamSpec, TensorSpec, register
