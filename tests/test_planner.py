@@ -140,3 +140,27 @@ def test_graph_errors():
         _graph([("a", "scale", ["x"], ["y"])], outputs=("nope",))
     with pytest.raises(GraphError, match="operator 'b': output 'y' is already produced"):
         _graph([("a", "scale", ["x"], ["y"]), ("b", "scale", ["x"], ["y"])], outputs=())
+
+
+def test_saved_blocks_live_from_forward_to_backward():
+    g = _graph([("s1", "scale", ["x"], ["h"]), ("bn", "bn", ["h"], ["y"]),
+                ("loss", "loss", ["y", "t"], ["loss"])])
+    facts = [FACTS["scale"], OpFacts(trains=True, reads_outputs=True, saved_bytes=[40, 8]),
+             FACTS["loss"]]
+    nbytes = [16 for _ in g.values]
+    train = Autograd(g, facts, nbytes, [True] * len(g.values), True)
+    blocks = {b.name: b for b in train.blocks}
+    for j, size in enumerate((40, 8)):
+        assert blocks["s:1:%d" % j].size == size
+        assert blocks["s:1:%d" % j].intervals == [(train.t_fwd(1), train.t_bwd(1))]
+    # blocks come and go while they are alive, and check() proves none shares their bytes
+    assert [b for b in train.blocks if not b.name.startswith("s:") and overlaps(b, blocks["s:1:0"])]
+    check(train.blocks, place(train.blocks))
+    # no backward (predicting, or nothing to train): only the forward writes and reads them
+    predict = Autograd(g, facts, nbytes, [True] * len(g.values), False)
+    assert {b.name: b.intervals for b in predict.blocks}["s:1:1"] == [(2, 2)]
+    untrained = [OpFacts(), OpFacts(reads_outputs=True, saved_bytes=[40]), FACTS["loss"]]
+    idle = Autograd(g, untrained, nbytes, [True] * len(g.values), True)
+    assert idle.backward == [False] * 3
+    assert {b.name: b.intervals for b in idle.blocks}["s:1:0"] == [(2, 2)]
+
