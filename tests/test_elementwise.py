@@ -122,11 +122,13 @@ def test_only_one_gradient_wanted(ctx):
     check(ctx, "sum", (5, 7), (5, 7), want=(False, True))
 
 
-def test_backward_reads_flags():
-    s = create(None, "Elementwise", "e", {"operation": "sum"})
-    assert not s.BACKWARD_READS_INPUTS and not s.BACKWARD_READS_OUTPUTS
-    p = create(None, "Elementwise", "e", {"operation": "prod", "activation": "relu"})
-    assert p.BACKWARD_READS_INPUTS and p.BACKWARD_READS_OUTPUTS
+def test_backward_reads_flags(ctx):
+    specs = [TensorSpec((2, 3)), TensorSpec((2, 3))]
+    flags = lambda options: create(ctx, "Elementwise", "e", options).setup(specs).flags
+    s = flags({"operation": "sum"})
+    assert not s.backward_reads_inputs and not s.backward_reads_outputs
+    p = flags({"operation": "prod", "activation": "relu"})
+    assert p.backward_reads_inputs and p.backward_reads_outputs
 
 
 def test_config_round_trips():
