@@ -2,7 +2,8 @@
 
 ``run_layer`` places every tensor at a non-zero offset inside a NaN-poisoned buffer, so a
 kernel that ignores offsets or writes out of bounds shows up; it pre-fills gradients with
-known values so the accumulate contract is checked too.
+known values so the accumulate contract is checked too. Saved tensors start as poison
+(NaN, or -1 for integers): backward can only read what forward wrote.
 
 ``check_reference_grads`` checks a float64 numpy backward against central differences of
 the numpy forward along a random direction (Caffe/Chainer style):
@@ -29,6 +30,15 @@ def place(ctx, array, poison=np.nan):
     return owner.view(array.shape, offset=PAD)
 
 
+def layer_memory(ctx, setup):
+    """(workspace, saved tensors) for a layer's ``Setup``: the workspace a uint8 tensor,
+    each saved tensor poisoned and placed at an offset like every other."""
+    ws = Tensor(ctx, (setup.workspace,), "uint8") if setup.workspace else None
+    saved = [place(ctx, np.full(s.shape, np.nan if s.dtype.kind == "f" else -1, s.dtype))
+             for s in setup.saved]
+    return ws, saved
+
+
 def check_unpoisoned(t):
     """The poison around a placed tensor is intact (no out-of-bounds writes)."""
     owner = t._owner.numpy()
@@ -48,7 +58,8 @@ def run_layer(ctx, layer, xs, params=None, dy=None, accumulate=False, want_dx=No
     rng = rng or np.random.default_rng(0)
     layer.mode = mode
     specs = [TensorSpec(x.shape, x.dtype) for x in xs]
-    out_specs, param_specs, ws_bytes = layer.setup(specs)
+    setup = layer.setup(specs)
+    out_specs, param_specs = setup.outputs, setup.params
     x_t = [place(ctx, x) for x in xs]
     y_t = [place(ctx, np.zeros(s.shape, s.dtype)) for s in out_specs]
     if params is None:
@@ -59,10 +70,10 @@ def run_layer(ctx, layer, xs, params=None, dy=None, accumulate=False, want_dx=No
         for p, s in zip(params, param_specs):
             assert tuple(p.shape) == s.shape, (p.shape, s.shape)
         p_t = [place(ctx, np.asarray(p, s.dtype)) for p, s in zip(params, param_specs)]
-    ws = Tensor(ctx, (ws_bytes,), "uint8") if ws_bytes else None
-    run(layer.forward(x_t, y_t, p_t, ws), ctx.queue)
+    ws, saved = layer_memory(ctx, setup)
+    run(layer.forward(x_t, y_t, p_t, ws, saved), ctx.queue)
     y = [t.numpy() for t in y_t]
-    for t in y_t:
+    for t in y_t + saved:
         check_unpoisoned(t)
     dx = dparams = None
     if dy is not None:
@@ -75,10 +86,10 @@ def run_layer(ctx, layer, xs, params=None, dy=None, accumulate=False, want_dx=No
                 else None for s in param_specs]
         dy_t = [place(ctx, np.asarray(d, s.dtype)) for d, s in zip(dy, out_specs)]
         acc = [bool(accumulate)] * len(xs)
-        run(layer.backward(x_t, dx_t, y_t, dy_t, p_t, dp_t, ws, acc), ctx.queue)
+        run(layer.backward(x_t, dx_t, y_t, dy_t, p_t, dp_t, ws, saved, acc), ctx.queue)
         dx = [None if t is None else t.numpy() - (0.5 if accumulate else 0) for t in dx_t]
         dparams = [None if t is None else t.numpy() - 0.25 for t in dp_t]
-        for t in dx_t + dp_t:
+        for t in dx_t + dp_t + saved:
             if t is not None:
                 check_unpoisoned(t)
     return Result(y, dx, dparams, [t.numpy() for t in p_t], layer)

@@ -7,7 +7,7 @@ import numpy as np
 import pyopencl as cl
 
 from dlprim.kernels.program import Launch
-from dlprim.layers.base import REGISTRY, Layer, ParamSpec, TensorSpec, register
+from dlprim.layers.base import REGISTRY, Layer, ParamSpec, Setup, TensorSpec, register
 from dlprim.tensor import Tensor
 
 BUILDS = {"count": 0}
@@ -63,14 +63,9 @@ def _acc(flag):
 
 
 class _Base(Layer):
-    def setup(self, in_specs):
+    def build(self, in_specs):
         self.prg = program(self.ctx)
-        self.in_specs = list(in_specs)
         return self._setup(in_specs)
-
-    def reshape(self, in_shapes):
-        out, _, ws = self._setup([TensorSpec(s, sp.dtype) for s, sp in zip(in_shapes, self.in_specs)])
-        return [o.shape for o in out], ws
 
     def L(self, name, t, *args):
         return Launch(self.prg, name, (max(t.size, 1),), None, (_n(t),) + args)
@@ -90,15 +85,15 @@ class Scale(_Base):
     def _setup(self, s):
         if len(s) != 1:
             self.fail("takes one input, got %d" % len(s))
-        return [TensorSpec(s[0].shape)], [ParamSpec((1,))], 0
+        return Setup([TensorSpec(s[0].shape)], [ParamSpec((1,))])
 
     def init_params(self, params, rng):
         params[0].to_device(np.array([self.options["init"] + rng.uniform(-0.2, 0.2)], np.float32))
 
-    def forward(self, x, y, p, ws):
+    def forward(self, x, y, p, ws, saved):
         return [self.L("scale_fwd", y[0], x[0], p[0], y[0])]
 
-    def backward(self, x, dx, y, dy, p, dp, ws, acc):
+    def backward(self, x, dx, y, dy, p, dp, ws, saved, acc):
         out = []
         if dx[0] is not None:
             out.append(self.L("scale_bwd_x", dx[0], _acc(acc[0]), dy[0], p[0], dx[0]))
@@ -113,12 +108,12 @@ class Relu(_Base):
     BACKWARD_READS_OUTPUTS = True
 
     def _setup(self, s):
-        return [TensorSpec(s[0].shape)], [], 0
+        return Setup([TensorSpec(s[0].shape)])
 
-    def forward(self, x, y, p, ws):
+    def forward(self, x, y, p, ws, saved):
         return [self.L("relu_fwd", y[0], x[0], y[0])]
 
-    def backward(self, x, dx, y, dy, p, dp, ws, acc):
+    def backward(self, x, dx, y, dy, p, dp, ws, saved, acc):
         return [self.L("relu_bwd", dx[0], _acc(acc[0]), y[0], dy[0], dx[0])] if dx[0] is not None else []
 
 
@@ -128,12 +123,12 @@ class Add(_Base):
     def _setup(self, s):
         if s[0].shape != s[1].shape:
             self.fail("input shapes differ: %s and %s" % (s[0].shape, s[1].shape))
-        return [TensorSpec(s[0].shape)], [], 0
+        return Setup([TensorSpec(s[0].shape)])
 
-    def forward(self, x, y, p, ws):
+    def forward(self, x, y, p, ws, saved):
         return [self.L("add_fwd", y[0], x[0], x[1], y[0])]
 
-    def backward(self, x, dx, y, dy, p, dp, ws, acc):
+    def backward(self, x, dx, y, dy, p, dp, ws, saved, acc):
         return [self.L("copy_acc", d, _acc(a), dy[0], d) for d, a in zip(dx, acc) if d is not None]
 
 
@@ -143,12 +138,12 @@ class SqLoss(_Base):
     def _setup(self, s):
         if s[1].dtype != np.float32:
             self.fail("label must be float32, got %s" % s[1].dtype)
-        return [TensorSpec((1,))], [], 0
+        return Setup([TensorSpec((1,))])
 
-    def forward(self, x, y, p, ws):
+    def forward(self, x, y, p, ws, saved):
         return [Launch(self.prg, "sqloss_fwd", (1,), None, (_n(x[0]), x[0], x[1], y[0]))]
 
-    def backward(self, x, dx, y, dy, p, dp, ws, acc):
+    def backward(self, x, dx, y, dy, p, dp, ws, saved, acc):
         return [self.L("sqloss_bwd", dx[0], _acc(acc[0]), x[0], x[1], dy[0], dx[0])] if dx[0] is not None else []
 
 
@@ -158,15 +153,15 @@ class Param(_Base):
 
     def _setup(self, s):
         shape = tuple(self.options["shape"])
-        return [TensorSpec(shape)], [ParamSpec(shape)], 0
+        return Setup([TensorSpec(shape)], [ParamSpec(shape)])
 
     def init_params(self, params, rng):
         params[0].to_device(rng.standard_normal(params[0].shape).astype(np.float32))
 
-    def forward(self, x, y, p, ws):
+    def forward(self, x, y, p, ws, saved):
         return [self.L("copy_acc", y[0], _acc(False), p[0], y[0])]
 
-    def backward(self, x, dx, y, dy, p, dp, ws, acc):
+    def backward(self, x, dx, y, dy, p, dp, ws, saved, acc):
         return [self.L("copy_acc", dp[0], _acc(True), dy[0], dp[0])] if dp[0] is not None else []
 
 
@@ -175,15 +170,15 @@ class TwiceWS(_Base):
     BACKWARD_READS_INPUTS = False
 
     def _setup(self, s):
-        return [TensorSpec(s[0].shape)], [], int(np.prod(s[0].shape)) * 4
+        return Setup([TensorSpec(s[0].shape)], workspace=int(np.prod(s[0].shape)) * 4)
 
-    def forward(self, x, y, p, ws):
+    def forward(self, x, y, p, ws, saved):
         # the Net gives a uint8 workspace of the asked bytes; view it as floats
         assert ws.dtype == np.uint8 and ws.nbytes == x[0].nbytes and ws.byte_offset % 256 == 0
         wsf = Tensor(self.ctx, x[0].shape, np.float32, buffer=ws.buffer, offset=ws.byte_offset // 4)
         return [self.L("twice_via_ws", y[0], x[0], wsf, y[0])]
 
-    def backward(self, x, dx, y, dy, p, dp, ws, acc):
+    def backward(self, x, dx, y, dy, p, dp, ws, saved, acc):
         if dx[0] is None:
             return []
         return [self.L("copy_acc", dx[0], _acc(acc[0]), dy[0], dx[0]),
@@ -195,9 +190,9 @@ class NoGrad(_Base):
     HAS_BACKWARD = False
 
     def _setup(self, s):
-        return [TensorSpec(s[0].shape)], [], 0
+        return Setup([TensorSpec(s[0].shape)])
 
-    def forward(self, x, y, p, ws):
+    def forward(self, x, y, p, ws, saved):
         return [self.L("copy_acc", y[0], _acc(False), x[0], y[0])]
 
 

@@ -125,15 +125,25 @@ def test_activation_4d_input(ctx, rng):
     assert_close(r.dx[0], dy * _sig(x) * (1 - _sig(x)), rtol=1e-4, atol=1e-6)
 
 
-def test_inplace_flags():
+def _flags(ctx, type_name, options=None):
+    return create(ctx, type_name, "a", options).setup([TensorSpec((4,))]).flags
+
+
+def test_inplace_flags(ctx):
     for name in ("relu", "relu6", "sigmoid", "tanh", "identity"):
-        layer = create(None, "Activation", "a", {"activation": name})
-        assert layer.INPLACE and layer.BACKWARD_READS_OUTPUTS and not layer.BACKWARD_READS_INPUTS
+        f = _flags(ctx, "Activation", {"activation": name})
+        assert f.inplace and f.backward_reads_outputs and not f.backward_reads_inputs
     for name in ("gelu", "elu", "leaky_relu", "mish", "silu"):
-        layer = create(None, "Activation", "a", {"activation": name})
-        assert not layer.INPLACE and layer.BACKWARD_READS_INPUTS
-    assert create(None, "Hardtanh", "h").INPLACE
-    assert not create(None, "Abs", "a").INPLACE
+        f = _flags(ctx, "Activation", {"activation": name})
+        assert not f.inplace and f.backward_reads_inputs and not f.backward_reads_outputs
+    assert _flags(ctx, "Hardtanh").inplace
+    assert not _flags(ctx, "Abs").inplace
+    f = _flags(ctx, "Threshold")
+    assert f.inplace and not f.backward_reads_inputs and not f.backward_reads_outputs
+    # the facts travel with the setup, never as attributes of one instance
+    layer = create(ctx, "Activation", "a", {"activation": "gelu"})
+    layer.setup([TensorSpec((4,))])
+    assert not {"INPLACE", "BACKWARD_READS_INPUTS", "BACKWARD_READS_OUTPUTS"} & set(vars(layer))
 
 
 def test_backward_of_inplace_activation_reads_only_y(ctx, rng):
@@ -143,10 +153,10 @@ def test_backward_of_inplace_activation_reads_only_y(ctx, rng):
     layer = create(ctx, "Activation", "a", {"activation": "tanh"})
     layer.setup([TensorSpec((64,))])
     t = place(ctx, x.astype(np.float32))
-    run(layer.forward([t], [t], [], None), ctx.queue)
+    run(layer.forward([t], [t], [], None, []), ctx.queue)
     dx = place(ctx, np.zeros(64, np.float32))
-    run(layer.backward([t], [dx], [t], [place(ctx, dy.astype(np.float32))], [], [], None, [False]),
-        ctx.queue)
+    run(layer.backward([t], [dx], [t], [place(ctx, dy.astype(np.float32))], [], [], None, [],
+                       [False]), ctx.queue)
     assert_close(dx.numpy(), dy * (1 - np.tanh(x) ** 2), rtol=1e-4, atol=1e-6)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from dlprim import Tensor
 from dlprim.layers import LayerError, TensorSpec, create, run
-from layer_check import assert_close, check_reference_grads, place, run_layer
+from layer_check import assert_close, check_reference_grads, layer_memory, place, run_layer
 
 EPS = 1e-5
 
@@ -136,11 +136,11 @@ def test_running_statistics_after_several_steps_match_pytorch(ctx):
     shape = (4, 6, 5, 5)
     layer = create(ctx, "BatchNorm", "bn", {"momentum": 0.3})
     layer.mode = "train"
-    layer.setup([TensorSpec(shape)])
+    ws, saved = layer_memory(ctx, layer.setup([TensorSpec(shape)]))
     ref = torch.nn.BatchNorm2d(6, eps=EPS, momentum=0.3).double()
     params = [place(ctx, np.full(6, v, np.float32)) for v in (0, 1, 1, 0)]
     x_t, y_t = place(ctx, np.zeros(shape, np.float32)), Tensor(ctx, shape)
-    plan = layer.forward([x_t], [y_t], params, None)   # one plan, re-run every step
+    plan = layer.forward([x_t], [y_t], params, ws, saved)   # one plan, re-run every step
     for step in range(5):
         x = rng.standard_normal(shape) * (step + 1) + step
         x_t.to_device(x.astype(np.float32))
@@ -151,8 +151,9 @@ def test_running_statistics_after_several_steps_match_pytorch(ctx):
     assert_close(params[0].numpy(), ref.running_mean.numpy(), rtol=1e-5, atol=1e-5)
     assert_close(params[1].numpy(), ref.running_var.numpy(), rtol=1e-5, atol=1e-5)
     layer.mode = "predict"
-    layer.setup([TensorSpec(shape)])
-    run(layer.forward([x_t], [y_t], params, None), ctx.queue)
+    setup = layer.setup([TensorSpec(shape)])
+    assert setup.saved == []   # the running statistics are parameters
+    run(layer.forward([x_t], [y_t], params, None, []), ctx.queue)
     ref.eval()
     with torch.no_grad():
         assert_close(y_t.numpy(), ref(torch.from_numpy(x)).numpy(), rtol=1e-4, atol=1e-4)
@@ -191,7 +192,7 @@ def test_train_forward_after_predict_setup_checks_the_batch(ctx):
     layer.mode = "train"
     p = [place(ctx, np.ones(3, np.float32)) for _ in range(4)]
     with pytest.raises(LayerError, match="more than one value per channel"):
-        layer.forward([place(ctx, np.ones((1, 3), np.float32))], [Tensor(ctx, (1, 3))], p, None)
+        layer.forward([place(ctx, np.ones((1, 3), np.float32))], [Tensor(ctx, (1, 3))], p, None, [])
 
 
 def test_batch_variance_accurate_when_mean_is_large(ctx):

@@ -176,7 +176,8 @@ def _run_case(ctx, case, name, accumulate):
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     layer = _make_layer(ctx, case, name)
     x = rng.standard_normal((case["n"], case["c"]) + case["hw"]).astype(np.float32)
-    out_specs, param_specs, _ = layer.setup([TensorSpec(x.shape)])
+    setup = layer.setup([TensorSpec(x.shape)])
+    out_specs, param_specs = setup.outputs, setup.params
     if case["transposed"]:
         case = dict(case, out_hw=out_specs[0].shape[2:])
     w = (rng.standard_normal(param_specs[0].shape) * 0.5).astype(np.float32)
@@ -214,7 +215,7 @@ def test_transposed_convolution2d(ctx, name):
 def test_transposed_output_shape(ctx):
     layer = create(ctx, "TransposedConvolution2D", "up",
                    dict(channels_out=3, kernel=4, stride=2, pad=1, output_pad=1))
-    out, params, _ = layer.setup([TensorSpec((2, 5, 7, 6))])
+    out, params = layer.setup([TensorSpec((2, 5, 7, 6))])[:2]
     assert out[0].shape == (2, 3, 15, 13) and params[0].shape == (5, 3, 4, 4)
 
 
@@ -353,7 +354,7 @@ def test_mode_switch_resizes_workspace(ctx):
                                                     activation="relu"))
     layer.algo = "winograd"
     layer.mode = "predict"
-    _, _, ws_predict = layer.setup([TensorSpec((2, 5, 8, 8))])
+    ws_predict = layer.setup([TensorSpec((2, 5, 8, 8))]).workspace
     layer.mode = "train"
     _, ws_train = layer.reshape([(2, 5, 8, 8)])
     # backward keeps dy * relu'(y) (2*6*8*8 floats) beside the backward-data workspace

@@ -9,7 +9,7 @@ import pytest
 from dlprim import Tensor
 from dlprim.core.random import counters, philox_uniform
 from dlprim.layers import LayerError, TensorSpec, create, run
-from layer_check import assert_close, place, run_layer
+from layer_check import assert_close, layer_memory, place, run_layer
 
 
 def expected_mask(layer_name, seed, n, step):
@@ -41,10 +41,10 @@ def test_keep_fraction_and_mean(ctx):
 
 def _plan(ctx, layer, shape):
     layer.mode = "train"
-    layer.setup([TensorSpec(shape)])
+    ws, saved = layer_memory(ctx, layer.setup([TensorSpec(shape)]))
     x = place(ctx, np.ones(shape, np.float32))
     y = Tensor(ctx, shape)
-    return layer.forward([x], [y], [], None), y
+    return layer.forward([x], [y], [], ws, saved), y
 
 
 def test_new_mask_every_step_and_reproducible_from_seed(ctx):
@@ -103,9 +103,9 @@ def test_ratio_zero_is_identity(ctx, rng):
 def test_in_place(ctx, rng):
     x = rng.uniform(0.5, 1.5, 64).astype(np.float32)
     layer = create(ctx, "Dropout", "drop", {"ratio": 0.3, "seed": 5})
-    layer.setup([TensorSpec((64,))])
+    ws, saved = layer_memory(ctx, layer.setup([TensorSpec((64,))]))
     t = place(ctx, x)
-    run(layer.forward([t], [t], [], None), ctx.queue)
+    run(layer.forward([t], [t], [], ws, saved), ctx.queue)
     assert_close(t.numpy(), np.where(expected_mask("drop", 5, 64, 0), x / 0.7, 0))
 
 
@@ -126,13 +126,17 @@ def test_bad_options_name_layer_and_option(options, option):
     assert "Dropout 'bad'" in str(err.value) and option in str(err.value)
 
 
-def test_mode_switch_after_setup(ctx):
-    """A Net sets layers up once and switches modes by re-planning only."""
+def test_mask_is_saved_only_in_train_mode(ctx):
+    """Predict mode keeps no mask; a Net sets its layers up again when it switches mode."""
     layer = create(ctx, "Dropout", "drop", {"ratio": 0.3, "seed": 5})
     layer.mode = "predict"
-    layer.setup([TensorSpec((40,))])
+    assert layer.setup([TensorSpec((40,))]).saved == []
     layer.mode = "train"
     x = place(ctx, np.ones(40, np.float32))
     y = Tensor(ctx, (40,))
-    run(layer.forward([x], [y], [], None), ctx.queue)
+    with pytest.raises(LayerError, match="Dropout 'drop'.*train mode"):
+        layer.forward([x], [y], [], None, [])
+    setup = layer.setup([TensorSpec((40,))])
+    assert setup.saved == [TensorSpec((40,))]
+    run(layer.forward([x], [y], [], *layer_memory(ctx, setup)), ctx.queue)
     assert np.array_equal(y.numpy() != 0, expected_mask("drop", 5, 40, 0))

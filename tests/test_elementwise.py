@@ -150,11 +150,14 @@ def test_assigning_and_adding_share_one_program(ctx):
     check(ctx, "min", (3, 33), (3, 33), act="tanh", accumulate=True)
     assert program.stats["builds"] == builds
 
-def test_backward_reads_flags():
-    s = create(None, "Elementwise", "e", {"operation": "sum"})
-    assert not s.BACKWARD_READS_INPUTS and not s.BACKWARD_READS_OUTPUTS
-    p = create(None, "Elementwise", "e", {"operation": "prod", "activation": "relu"})
-    assert p.BACKWARD_READS_INPUTS and p.BACKWARD_READS_OUTPUTS
+
+def test_backward_reads_flags(ctx):
+    specs = [TensorSpec((2, 3)), TensorSpec((2, 3))]
+    flags = lambda options: create(ctx, "Elementwise", "e", options).setup(specs).flags
+    s = flags({"operation": "sum"})
+    assert not s.backward_reads_inputs and not s.backward_reads_outputs
+    p = flags({"operation": "prod", "activation": "relu"})
+    assert p.backward_reads_inputs and p.backward_reads_outputs
 
 
 def test_config_round_trips():

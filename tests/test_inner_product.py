@@ -65,7 +65,7 @@ def test_inner_product(ctx, shape, outputs, bias, act, accumulate):
     assert_close(res.dparams[0], dw, rtol=2e-4, atol=3e-4, what="dW")
     if bias:
         assert_close(res.dparams[1], db, rtol=2e-4, atol=3e-4, what="db")
-    assert layer.BACKWARD_READS_OUTPUTS == (act != "identity")
+    assert layer.flags.backward_reads_outputs == (act != "identity")
 
 
 def test_init_and_config(ctx):

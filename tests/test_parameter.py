@@ -22,7 +22,7 @@ def test_init_is_zero_and_not_trainable(ctx, rng):
     layer = create(ctx, "Parameter", "p", {"shape": [4], "dtype": "int", "is_trainable": False})
     r = run_layer(ctx, layer, [], rng=rng)
     assert r.y[0].dtype == np.int32 and np.all(r.y[0] == 0)
-    _, params, _ = layer.setup([])
+    params = layer.setup([]).params
     assert not params[0].trainable
     r = run_layer(ctx, create(ctx, "Parameter", "p", {"shape": [3]}), [], dy=[np.ones(3, np.float32)])
     assert np.all(r.y[0] == 0) and r.dparams[0] is not None

@@ -1,4 +1,5 @@
-"""Memory planner and schedule: pure Python, no OpenCL."""
+"""Memory planner and schedule: pure Python, no OpenCL (except the last test, which checks
+the plan of a real training net)."""
 import numpy as np
 import pytest
 
@@ -158,3 +159,66 @@ def test_graph_errors():
         _graph([("a", "scale", ["x"], ["y"])], outputs=("nope",))
     with pytest.raises(GraphError, match="operator 'b': output 'y' is already produced"):
         _graph([("a", "scale", ["x"], ["y"]), ("b", "scale", ["x"], ["y"])], outputs=())
+
+
+def test_saved_blocks_live_from_forward_to_backward():
+    g = _graph([("s1", "scale", ["x"], ["h"]), ("bn", "bn", ["h"], ["y"]),
+                ("loss", "loss", ["y", "t"], ["loss"])])
+    facts = [FACTS["scale"], OpFacts(trains=True, reads_outputs=True, saved_bytes=[40, 8]),
+             FACTS["loss"]]
+    nbytes = [16 for _ in g.values]
+    train = Autograd(g, facts, nbytes, [True] * len(g.values), True)
+    blocks = {b.name: b for b in train.blocks}
+    for j, size in enumerate((40, 8)):
+        assert blocks["s:1:%d" % j].size == size
+        assert blocks["s:1:%d" % j].intervals == [(train.t_fwd(1), train.t_bwd(1))]
+    # blocks come and go while they are alive, and check() proves none shares their bytes
+    assert [b for b in train.blocks if not b.name.startswith("s:") and overlaps(b, blocks["s:1:0"])]
+    check(train.blocks, place(train.blocks))
+    # no backward (predicting, or nothing to train): only the forward writes and reads them
+    predict = Autograd(g, facts, nbytes, [True] * len(g.values), False)
+    assert {b.name: b.intervals for b in predict.blocks}["s:1:1"] == [(2, 2)]
+    untrained = [OpFacts(), OpFacts(reads_outputs=True, saved_bytes=[40]), FACTS["loss"]]
+    idle = Autograd(g, untrained, nbytes, [True] * len(g.values), True)
+    assert idle.backward == [False] * 3
+    assert {b.name: b.intervals for b in idle.blocks}["s:1:0"] == [(2, 2)]
+
+
+def test_training_net_plans_what_layers_keep_for_backward(ctx):
+    import dlprim as dp
+    from dlprim.tensor import Tensor
+
+    def op(name, type_name, inputs, options=None):
+        return {"name": name, "type": type_name, "inputs": inputs, "outputs": [name],
+                "options": options or {}}
+
+    ops = [op("conv", "Convolution2D", ["data"], {"channels_out": 4, "kernel": 3, "pad": 1}),
+           op("bn", "BatchNorm", ["conv"]),
+           op("pool", "Pooling2D", ["bn"], {"mode": "max", "kernel": 2, "stride": 2}),
+           op("drop", "Dropout", ["pool"], {"ratio": 0.25}),
+           op("fc", "InnerProduct", ["drop"], {"outputs": 5}),
+           op("loss", "SoftmaxWithLoss", ["fc", "label"])]
+    graph = {"inputs": [{"name": "data", "shape": [3, 2, 6, 6]},
+                        {"name": "label", "shape": [3], "dtype": "int"}],
+             "outputs": ["loss"], "operators": ops}
+    net = dp.Net(ctx, graph, mode="train")
+    s, memory = net.plan.autograd, net.plan.memory
+    blocks = {b.name: b for b in s.blocks}
+    want = {"s:1:0": 16, "s:1:1": 16, "s:2:0": 3 * 4 * 3 * 3 * 4, "s:3:0": 3 * 4 * 3 * 3 * 4}
+    assert {n: b.size for n, b in blocks.items() if n.startswith("s:")} == want
+    for name in want:
+        i = int(name.split(":")[1])
+        assert blocks[name].intervals == [(s.t_fwd(i), s.t_bwd(i))]
+        assert s.t_bwd(i) > s.t_fwd(i) + 1   # other tensors come and go in between
+    check(s.blocks, memory)
+    assert net.memory_stats()["saved_bytes"] == sum(want.values())
+    # the layers keep no memory of their own
+    for layer in net.layers:
+        assert not [k for k, v in vars(layer).items() if isinstance(v, Tensor)], layer.name
+    out = net(data=np.ones((3, 2, 6, 6), np.float32), label=np.zeros(3, np.int32))
+    net.backward()
+    assert np.isfinite(out["loss"]).all()
+    assert np.isfinite(net.param_diff("conv.0").numpy()).all()
+    net.mode = "predict"
+    assert not [b for b in net.plan.autograd.blocks if b.name.startswith("s:")]
+    assert net.memory_stats()["saved_bytes"] == 0

@@ -192,22 +192,25 @@ def test_max_backward_uses_the_kept_argmax_not_x(ctx):
     """Backward reads neither x nor y (the planner may reuse them): overwrite both."""
     from dlprim import Tensor
     from dlprim.layers import TensorSpec, run
-    from layer_check import place
+    from layer_check import layer_memory, place
     rng = np.random.default_rng(4)
     shape, k, s, p = (2, 3, 9, 9), (3, 3), (2, 2), (1, 1)
     x, x2 = distinct(rng, shape), distinct(rng, shape)
     layer = create(ctx, "Pooling2D", "pool", {"kernel": 3, "stride": 2, "pad": 1})
-    assert not layer.BACKWARD_READS_INPUTS and not layer.BACKWARD_READS_OUTPUTS
     layer.mode = "train"
-    (out,), _, _ = layer.setup([TensorSpec(shape)])
+    setup = layer.setup([TensorSpec(shape)])
+    assert not setup.flags.backward_reads_inputs and not setup.flags.backward_reads_outputs
+    (out,) = setup.outputs
+    assert setup.saved == [TensorSpec(out.shape, "int32")]   # the argmax
+    ws, saved = layer_memory(ctx, setup)
     x_t, y_t = place(ctx, x.astype(np.float32)), place(ctx, np.zeros(out.shape, np.float32))
-    run(layer.forward([x_t], [y_t], [], None), ctx.queue)
+    run(layer.forward([x_t], [y_t], [], ws, saved), ctx.queue)
     x_t.to_device(x2.astype(np.float32))
     y_t.to_device(np.full(out.shape, np.nan, np.float32))
     dy = rng.standard_normal(out.shape)
     dx_t = Tensor(ctx, shape)
-    run(layer.backward([x_t], [dx_t], [y_t], [place(ctx, dy.astype(np.float32))], [], [], None,
-                       [False]), ctx.queue)
+    run(layer.backward([x_t], [dx_t], [y_t], [place(ctx, dy.astype(np.float32))], [], [], ws,
+                       saved, [False]), ctx.queue)
     assert_close(dx_t.numpy(), pool_grad_ref(x, dy, "max", k, s, p))
 
 
@@ -216,8 +219,8 @@ def test_max_backward_without_a_train_forward_is_an_error(ctx):
     from dlprim.layers import TensorSpec
     layer = create(ctx, "Pooling2D", "pool", {"kernel": 2, "stride": 2})
     layer.mode = "predict"
-    layer.setup([TensorSpec((1, 1, 4, 4))])
-    layer.forward([Tensor(ctx, (1, 1, 4, 4))], [Tensor(ctx, (1, 1, 2, 2))], [], None)
+    assert layer.setup([TensorSpec((1, 1, 4, 4))]).saved == []
+    layer.forward([Tensor(ctx, (1, 1, 4, 4))], [Tensor(ctx, (1, 1, 2, 2))], [], None, [])
     with pytest.raises(LayerError, match="Pooling2D 'pool'.*train mode"):
         layer.backward([None], [Tensor(ctx, (1, 1, 4, 4))], [None], [Tensor(ctx, (1, 1, 2, 2))],
-                       [], [], None, [False])
+                       [], [], None, [], [False])

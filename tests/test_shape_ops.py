@@ -74,5 +74,5 @@ def test_in_place_is_free(ctx, rng):
     assert layer.INPLACE
     layer.setup([TensorSpec((2, 3, 4))])
     t = place(ctx, rng.standard_normal((2, 3, 4)).astype(np.float32))
-    assert layer.forward([t], [t.view((2, 12))], [], None) == []
-    assert layer.backward([t], [t], [t], [t.view((2, 12))], [], [], None, [False]) == []
+    assert layer.forward([t], [t.view((2, 12))], [], None, []) == []
+    assert layer.backward([t], [t], [t], [t.view((2, 12))], [], [], None, [], [False]) == []

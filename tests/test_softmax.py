@@ -79,10 +79,10 @@ def test_in_place(ctx, rng, shape):
     assert layer.INPLACE
     layer.setup([TensorSpec(shape)])
     t = place(ctx, x)
-    run(layer.forward([t], [t], [], None), ctx.queue)
+    run(layer.forward([t], [t], [], None, []), ctx.queue)
     y_ref = softmax_ref(x.astype(np.float64), False)
     assert_close(t.numpy(), y_ref, rtol=1e-5, atol=1e-6, what="y in place")
     g = place(ctx, dy)
-    run(layer.backward([t], [g], [t], [g], [], [], None, [False]), ctx.queue)
+    run(layer.backward([t], [g], [t], [g], [], [], None, [], [False]), ctx.queue)
     assert_close(g.numpy(), softmax_grad_ref(y_ref, dy.astype(np.float64), False), rtol=1e-4,
                  atol=1e-5, what="dx in place")

@@ -48,7 +48,8 @@ def time_layer(ctx, type_name, options, specs, repeat):
     hold class numbers below the first input's second dimension."""
     layer = create(ctx, type_name, "layer", options)
     layer.mode = "train"
-    outs, pspecs, ws_bytes = layer.setup([TensorSpec(s, d) for s, d in specs])
+    setup = layer.setup([TensorSpec(s, d) for s, d in specs])
+    outs, pspecs, ws_bytes = setup.outputs, setup.params, setup.workspace
     rng = np.random.default_rng(0)
     floats = lambda s: dp.Tensor.from_numpy(ctx, rng.standard_normal(s).astype(np.float32))
     xs = [floats(s) if d == "float32" else
@@ -58,8 +59,9 @@ def time_layer(ctx, type_name, options, specs, repeat):
     ps = [dp.Tensor.from_numpy(ctx, np.ones(p.shape, np.float32)) for p in pspecs]
     dps = [dp.Tensor.zeros(ctx, p.shape) if p.trainable else None for p in pspecs]
     ws = dp.Tensor(ctx, (ws_bytes,), "uint8") if ws_bytes else None
-    fwd = layer.forward(xs, ys, ps, ws)
-    bwd = layer.backward(xs, dxs, ys, dys, ps, dps, ws, [False] * len(xs))
+    saved = [dp.Tensor(ctx, s.shape, s.dtype) for s in setup.saved]
+    fwd = layer.forward(xs, ys, ps, ws, saved)
+    bwd = layer.backward(xs, dxs, ys, dys, ps, dps, ws, saved, [False] * len(xs))
     return time_launches(ctx, fwd, repeat), time_launches(ctx, bwd, repeat), len(fwd), len(bwd)
 
 

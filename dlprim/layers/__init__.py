@@ -1,7 +1,7 @@
 """Graph operators. Each family module registers its layers by JSON "type"; importing
 this package imports every family (a new family module is added to the list below)."""
-from .base import (Layer, LayerError, ParamSpec, REGISTRY, TensorSpec, PREDICT, TRAIN,  # noqa: F401
-                   create, register, run)
+from .base import (Layer, LayerError, LayerFlags, ParamSpec, REGISTRY, Setup,  # noqa: F401
+                   TensorSpec, PREDICT, TRAIN, create, register, run)
 from . import (activation, batchnorm, concat, conv, dropout, elementwise,  # noqa: F401
                inner_product, interpolation, loss, lrn, parameter, pooling, reduction, shape,
                softmax, transpose)

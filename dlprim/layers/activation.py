@@ -9,23 +9,25 @@ import numpy as np
 
 from ..core.activation import ACTIVATIONS, backward_code, forward_code
 from ..core.pointwise import PointwiseBroadcast
-from .base import Layer, TensorSpec, register
+from .base import Layer, Setup, TensorSpec, register
 
 
 class PointwiseLayer(Layer):
     """A layer computing ``y = f(x)`` elementwise. Subclasses give the code fragments
-    (over ``x0`` -> ``y0`` forward; over ``dy``/``src`` -> grad backward) and params."""
-    BACKWARD_FROM_Y = True
+    (over ``x0`` -> ``y0`` forward; over ``dy``/``src`` -> grad backward) and params.
+
+    By default the derivative follows from y: backward reads y, so y may overwrite x."""
+    BACKWARD_READS_INPUTS = False
+    BACKWARD_READS_OUTPUTS = True
+    INPLACE = True
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
         self.check_options()
-        self._set_io_flags(self.BACKWARD_FROM_Y)
 
-    def _set_io_flags(self, from_y):
-        self.BACKWARD_READS_INPUTS = not from_y
-        self.BACKWARD_READS_OUTPUTS = from_y
-        self.INPLACE = from_y
+    def io_flags(self):
+        """The LayerFlags of this layer's options (the class attributes' unless they vary)."""
+        return self.default_flags()
 
     def check_options(self):
         """Check the layer's options once, at construction (``self.fail`` on a bad one)."""
@@ -49,17 +51,16 @@ class PointwiseLayer(Layer):
             self.fail("option %r must be a number, got %r" % (option, value))
         return float(value)
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs)
-        self.in_specs = list(in_specs)
         io = [(spec.shape, spec.dtype)]
         types = ["float"] * len(self.param_values())
         self._fwd = PointwiseBroadcast(self.ctx, io, io, self.forward_statements(), types,
                                        name=self.type_name.lower() + "_forward")
         self._bwd = None
-        return [TensorSpec(spec.shape, spec.dtype)], [], 0
+        return Setup([TensorSpec(spec.shape, spec.dtype)], flags=self.io_flags())
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self._fwd.launches([x[0]], [y[0]], self.param_values())
 
     def _backward_op(self):
@@ -76,13 +77,13 @@ class PointwiseLayer(Layer):
                                            name=self.type_name.lower() + "_backward")
         return self._bwd
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         op = self._backward_op()
         if not op.x_specs:   # dx = accumulate*dx + 0: only assigning writes anything
             return [] if accumulate[0] else op.launches([], [dx[0]])
-        src = y[0] if self.BACKWARD_READS_OUTPUTS else x[0]
+        src = y[0] if self.flags.backward_reads_outputs else x[0]
         return op.launches([dy[0], src], [dx[0]], self.param_values(), beta=float(accumulate[0]))
 
 
@@ -105,8 +106,11 @@ class ActivationLayer(PointwiseLayer):
         if self._number("beta") == 0:
             self.fail("option 'beta' must not be 0")
 
-    def _set_io_flags(self, from_y):
-        super()._set_io_flags(ACTIVATIONS[self.options["activation"]].from_y)
+    def io_flags(self):
+        # whether f' follows from y depends on the activation
+        from_y = self.act.from_y
+        return self.default_flags(backward_reads_inputs=not from_y,
+                                  backward_reads_outputs=from_y, inplace=from_y)
 
     def param_values(self):
         return [self._number(p) for p in self.act.params]
@@ -122,14 +126,10 @@ class ActivationLayer(PointwiseLayer):
 class Threshold(PointwiseLayer):
     """DLPrimitives' Threshold: ``y = x > threshold ? 1 : 0``; its gradient is zero."""
     OPTIONS = {"threshold": 0.0}
-    BACKWARD_FROM_Y = True
+    BACKWARD_READS_OUTPUTS = False  # a zero gradient reads nothing
 
     def check_options(self):
         self._number("threshold")
-
-    def _set_io_flags(self, from_y):
-        self.BACKWARD_READS_INPUTS = self.BACKWARD_READS_OUTPUTS = False
-        self.INPLACE = True
 
     def param_values(self):
         return [self._number("threshold")]
@@ -166,7 +166,10 @@ class Hardtanh(PointwiseLayer):
 class Abs(PointwiseLayer):
     """``y = |x|``; dx = sign(x) dy with sign(0) = +1 (as DLPrimitives)."""
     OPTIONS = {}
-    BACKWARD_FROM_Y = False
+    # |x| loses the sign the gradient needs: backward reads x, so y must not overwrite it
+    BACKWARD_READS_INPUTS = True
+    BACKWARD_READS_OUTPUTS = False
+    INPLACE = False
 
     def forward_statements(self):
         return "y0 = fabs(x0);"

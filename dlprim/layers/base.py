@@ -1,11 +1,24 @@
 """The one layer interface, the registry by JSON "type", and option checking.
 
-A layer is built from its JSON options, told its input shapes once (``setup``), and then
+A layer is built from its JSON options, told its input shapes (``setup``), and then
 asked for the launches that compute its forward and backward passes over tensors that
 the Net has placed. Those launches are kept in the Net's execution plan and re-run every
 iteration, so ``forward``/``backward`` *prepare* work: they return a list of callables,
 each taking a queue and enqueueing one kernel (usually ``program.Launch`` objects).
 Used alone, ``run(layer.forward(...), ctx.queue)`` enqueues it at once.
+
+Setup contract: ``setup`` belongs to this base class. It records the input specs, calls
+the layer's ``build(in_specs)`` and checks the ``Setup`` it returns: output specs,
+parameter specs, workspace bytes, saved tensors and ``LayerFlags``. Everything the Net
+plans from comes back through that one value, never from attributes a layer happens to
+set, so a new layer cannot forget part of the contract.
+
+Memory a layer gets from the Net, placed in its planned arena:
+- a workspace (``ws``): scratch bytes, alive only during this layer's own launches;
+- saved tensors (``saved``): written by forward and read by backward of the same
+  iteration, alive from one to the other (BatchNorm's batch statistics, the max-pooling
+  argmax, the Dropout mask). A layer declares them per mode: none where forward keeps
+  nothing for backward (predict mode).
 
 Backward contract (as DLPrimitives and Caffe):
 - ``dx[i]`` is None when input i needs no gradient; else it is written as
@@ -20,8 +33,8 @@ import numpy as np
 
 from ..dtypes import as_dtype
 
-__all__ = ["Layer", "LayerError", "TensorSpec", "ParamSpec", "register", "create", "REGISTRY",
-           "run", "TRAIN", "PREDICT"]
+__all__ = ["Layer", "LayerError", "TensorSpec", "ParamSpec", "LayerFlags", "Setup", "register",
+           "create", "REGISTRY", "run", "TRAIN", "PREDICT"]
 
 TRAIN, PREDICT = "train", "predict"
 
@@ -46,6 +59,41 @@ class ParamSpec(namedtuple("ParamSpec", "shape dtype trainable")):
 
     def __new__(cls, shape, dtype="float32", trainable=True):
         return super().__new__(cls, tuple(int(s) for s in shape), as_dtype(dtype), bool(trainable))
+
+
+class LayerFlags(namedtuple("LayerFlags", "backward_reads_inputs backward_reads_outputs "
+                                           "inplace has_backward no_grad_inputs")):
+    """What a layer's backward reads, so the memory planner keeps exactly those tensors
+    alive for it; ``inplace``: the output may share its input's memory (the planner still
+    refuses when a backward pass reads the old value); ``has_backward=False`` stops
+    gradients at the layer; ``no_grad_inputs``: positions of inputs that never get a
+    gradient (a loss's labels)."""
+    __slots__ = ()
+
+    def __new__(cls, backward_reads_inputs=True, backward_reads_outputs=False, inplace=False,
+                has_backward=True, no_grad_inputs=()):
+        return super().__new__(cls, bool(backward_reads_inputs), bool(backward_reads_outputs),
+                               bool(inplace), bool(has_backward),
+                               tuple(int(i) for i in no_grad_inputs))
+
+
+class Setup(namedtuple("Setup", "outputs params workspace saved flags")):
+    """What ``Layer.build`` returns and ``Layer.setup`` hands to the Net.
+
+    ``outputs``: a TensorSpec per output; ``params``: a ParamSpec per parameter;
+    ``workspace``: scratch bytes for this layer's own launches; ``saved``: a TensorSpec
+    per tensor that forward writes and backward reads (given to both as ``saved``);
+    ``flags``: LayerFlags, None for the class attributes' (``Layer.default_flags``).
+    """
+    __slots__ = ()
+
+    def __new__(cls, outputs, params=(), workspace=0, saved=(), flags=None):
+        return super().__new__(cls, outputs, params, workspace, saved, flags)
+
+
+# the class attributes behind LayerFlags, in its field order
+FLAG_ATTRIBUTES = ("BACKWARD_READS_INPUTS", "BACKWARD_READS_OUTPUTS", "INPLACE", "HAS_BACKWARD",
+                   "NO_GRAD_INPUTS")
 
 
 def register(type_name):
@@ -78,12 +126,17 @@ class Layer:
     """Base of every graph operator.
 
     Subclasses set ``OPTIONS = {name: default}`` and call ``self.parse(options)`` in
-    ``__init__``; unknown options are errors. Class attributes tell the Net what backward
-    reads, so the memory planner keeps exactly those tensors alive:
-    ``BACKWARD_READS_INPUTS``, ``BACKWARD_READS_OUTPUTS``; ``INPLACE`` says whether the
-    output may share the input's buffer (then backward must not read the input);
-    ``NO_GRAD_INPUTS`` lists inputs that never receive a gradient (a loss's labels), so
-    the Net never asks for their ``dx``.
+    ``__init__``; unknown options are errors. They implement ``build`` (never ``setup``
+    or ``reshape``, which this class owns), ``forward``, ``backward`` and, with
+    parameters, ``init_params``.
+
+    Class attributes are the default ``LayerFlags`` for layers whose facts never vary:
+    ``BACKWARD_READS_INPUTS``, ``BACKWARD_READS_OUTPUTS``, ``INPLACE`` (the output may
+    share the input's buffer; then backward must not read the input) and
+    ``HAS_BACKWARD``, and ``NO_GRAD_INPUTS`` (positions of inputs that never receive a
+    gradient, a loss's labels: the Net never asks for their ``dx``). A layer whose facts depend on its options returns them from
+    ``build`` (``flags=self.default_flags(inplace=...)``); after ``setup`` they are
+    ``layer.flags``, which is all the Net reads.
     """
     type_name = "Layer"
     OPTIONS = {}
@@ -93,10 +146,20 @@ class Layer:
     HAS_BACKWARD = True
     NO_GRAD_INPUTS = ()
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for method in ("setup", "reshape"):
+            if method in vars(cls):
+                raise TypeError("%s overrides Layer.%s, which the base class owns (it records "
+                                "the input specs and checks what build returns); implement "
+                                "build(in_specs) instead" % (cls.__name__, method))
+
     def __init__(self, ctx, name=None, **options):
         self.ctx = ctx
         self.name = name if name is not None else self.type_name
         self.mode = TRAIN
+        self.in_specs = None
+        self.flags = None
         self.parse(options)
 
     # ----- options
@@ -136,25 +199,68 @@ class Layer:
         """The JSON options that rebuild this layer (round-trips unchanged)."""
         return _jsonable(dict(self.options))
 
+    @classmethod
+    def default_flags(cls, **changes):
+        """The class attributes as LayerFlags, with ``changes`` (LayerFlags' field names)."""
+        values = dict(zip(LayerFlags._fields, (getattr(cls, a) for a in FLAG_ATTRIBUTES)))
+        values.update(changes)
+        return LayerFlags(**values)
+
     # ----- the interface
     def setup(self, in_specs):
-        """-> (out_specs, param_specs, workspace_bytes). Build kernels here."""
+        """-> Setup. Records ``in_specs`` (``self.in_specs``), calls ``build`` and checks
+        what it returns; the flags become ``self.flags``. Build kernels in ``build``."""
+        stray = [a for a in FLAG_ATTRIBUTES if a in vars(self)]
+        if stray:
+            raise TypeError("%s '%s' sets %s on the instance; return the flags from build()"
+                            % (self.type_name, self.name, ", ".join(stray)))
+        self.in_specs = [TensorSpec(*s) for s in in_specs]
+        result = self.build(list(self.in_specs))
+        if not isinstance(result, Setup):
+            raise TypeError("%s '%s': build() must return a Setup, got %s"
+                            % (self.type_name, self.name, type(result).__name__))
+        result = self._checked(result)
+        self.flags = result.flags
+        return result
+
+    def _checked(self, result):
+        outputs, params, ws, saved, flags = result
+        if not outputs:
+            self.fail("build() gives no output")
+        ws = int(ws or 0)
+        if ws < 0:
+            self.fail("build() asks for a negative workspace (%d bytes)" % ws)
+        flags = self.default_flags() if flags is None else flags
+        if not isinstance(flags, LayerFlags):
+            raise TypeError("%s '%s': build() gives flags of type %s, not LayerFlags"
+                            % (self.type_name, self.name, type(flags).__name__))
+        return Setup([TensorSpec(*s) for s in outputs], [ParamSpec(*p) for p in params], ws,
+                     [TensorSpec(*s) for s in saved], flags)
+
+    def build(self, in_specs):
+        """Check the inputs, build the launchers (kernels are built here, never per
+        iteration) and -> ``Setup(outputs, params, workspace, saved, flags)``. Called again
+        for a new batch size or mode; launchers whose shapes are kernel arguments then
+        rebuild nothing."""
         raise NotImplementedError
 
     def reshape(self, in_shapes):
-        """New batch size, same kernels: -> (out_shapes, workspace_bytes)."""
-        out_specs, _, ws = self.setup([TensorSpec(s, sp.dtype) for s, sp in
-                                       zip(in_shapes, self.in_specs)])
-        return [s.shape for s in out_specs], ws
+        """New batch size, same kernels and dtypes: -> (out_shapes, workspace_bytes)."""
+        if self.in_specs is None or len(in_shapes) != len(self.in_specs):
+            self.fail("reshape needs a setup first, with as many inputs (%d given)"
+                      % len(in_shapes))
+        result = self.setup([TensorSpec(s, sp.dtype) for s, sp in zip(in_shapes, self.in_specs)])
+        return [s.shape for s in result.outputs], result.workspace
 
     def init_params(self, params, rng):
         """Fill parameter tensors with PyTorch's default initialisation."""
 
-    def forward(self, x, y, params, ws):
-        """-> list of launches computing ``y`` from ``x``."""
+    def forward(self, x, y, params, ws, saved):
+        """-> list of launches computing ``y`` from ``x``; writes the ``saved`` tensors
+        that backward reads."""
         raise NotImplementedError
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         """-> list of launches computing the requested ``dx`` and ``dparams``."""
         raise NotImplementedError
 

@@ -7,12 +7,16 @@ variance and updates the running statistics as PyTorch does (momentum, unbiased 
 predict mode, or ``use_global_stats``, uses the running values. Parameters, in
 DLPrimitives' order: running_mean, running_var (not trainable), weight, bias (``affine``).
 DLPrimitives has no fused activation for BatchNorm, so neither does this layer.
+
+Memory from the Net: the batch's mean and variance are saved tensors (written by the
+training forward, read by backward); the workspace holds two per-channel scratch vectors
+(the forward's counts, the backward's sums of dy and dy * xhat).
 """
 import numpy as np
 
 from ..core.batchnorm import BatchNormOps
-from ..tensor import Tensor
-from .base import TRAIN, Layer, ParamSpec, TensorSpec, register
+from ..core.conv import ws_view
+from .base import TRAIN, Layer, ParamSpec, Setup, TensorSpec, register
 
 
 @register("BatchNorm")
@@ -43,32 +47,31 @@ class BatchNorm(Layer):
                 self.fail("option %r must be true/false, got %r" % (key, o[key]))
         self.affine = bool(o["affine"])
         self.use_global_stats = bool(o["use_global_stats"])
-        self._batch = None
 
     @property
     def batch_stats(self):
         """Whether this pass normalises with the batch's statistics."""
         return self.mode == TRAIN and not self.use_global_stats
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs, "(N, C) or (N, C, H, W)", ndims=(2, 4))
         c = spec.shape[1]
         if self.options["features"] not in (-1, c):
             self.fail("option 'features' is %d but the input has %d channels"
                       % (self.options["features"], c))
-        self.in_specs = list(in_specs)
         n = spec.shape[0]
         s = int(np.prod(spec.shape[2:], dtype=np.int64))
         self._check_batch(spec.shape)
         self.features, self.view_shape = c, (n, c, s)
         self.ops = BatchNormOps(self.ctx, self.view_shape, self.options["eps"], self.affine)
-        if self._batch is None or self._batch[0].shape != (c,):
-            # batch mean, variance and backward sums live from forward to backward: own memory
-            self._batch = [Tensor(self.ctx, (c,)) for _ in range(4)]
         params = [ParamSpec((c,), trainable=False), ParamSpec((c,), trainable=False)]
         if self.affine:
             params += [ParamSpec((c,)), ParamSpec((c,))]
-        return [TensorSpec(spec.shape, spec.dtype)], params, 0
+        # the batch's mean and variance live from forward to backward
+        saved = [TensorSpec((c,)), TensorSpec((c,))] if self.batch_stats else []
+        # two (C,) scratch vectors: the training forward's counts, the backward's two sums
+        # (in either mode: fixed statistics have a backward too)
+        return Setup([TensorSpec(spec.shape, spec.dtype)], params, 2 * 4 * c, saved)
 
     def init_params(self, params, rng):
         for p, value in zip(params, (0.0, 1.0, 1.0, 0.0)):
@@ -78,26 +81,39 @@ class BatchNorm(Layer):
         if self.batch_stats and int(np.prod(shape, dtype=np.int64)) // shape[1] < 2:
             self.fail("train mode needs more than one value per channel, input %s" % (shape,))
 
-    def _stats(self, params):
-        return (self._batch[0], self._batch[1]) if self.batch_stats else (params[0], params[1])
+    def _stats(self, params, saved):
+        if not self.batch_stats:
+            return params[0], params[1]
+        if len(saved) != 2:
+            self.fail("train mode normalises with batch statistics that only a setup in train "
+                      "mode saves")
+        return saved[0], saved[1]
 
-    def forward(self, x, y, params, ws):
+    def _scratch(self, ws):
+        """Two (C,) float vectors in the workspace."""
+        c = self.features
+        if ws is None or ws.nbytes < 8 * c:
+            got = 0 if ws is None else ws.nbytes
+            self.fail("needs a workspace of %d bytes, got %d" % (8 * c, got))
+        return [ws_view(ws, 0, c), ws_view(ws, 4 * c, c)]
+
+    def forward(self, x, y, params, ws, saved):
         xv, yv = x[0].view(self.view_shape), y[0].view(self.view_shape)
         out = []
         self._check_batch(x[0].shape)   # a Net may switch to train mode after setup
+        mean, var = self._stats(params, saved)
         if self.batch_stats:
-            out += self.ops.stats_launches(xv, self._batch[0], self._batch[1], params[0], params[1],
-                                           float(self.options["momentum"]), self._batch[2])
-        mean, var = self._stats(params)
+            out += self.ops.stats_launches(xv, mean, var, params[0], params[1],
+                                           float(self.options["momentum"]), self._scratch(ws)[0])
         gamma, beta = (params[2], params[3]) if self.affine else (None, None)
         return out + self.ops.apply_launches(xv, yv, mean, var, gamma, beta)
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
-        mean, var = self._stats(params)
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
+        mean, var = self._stats(params, saved)
         dgamma = dparams[2] if self.affine and len(dparams) > 2 else None
         dbeta = dparams[3] if self.affine and len(dparams) > 3 else None
         dxv = dx[0].view(self.view_shape) if dx[0] is not None else None
         return self.ops.backward_launches(
-            x[0].view(self.view_shape), dy[0].view(self.view_shape), mean, var, self._batch[2:],
+            x[0].view(self.view_shape), dy[0].view(self.view_shape), mean, var, self._scratch(ws),
             gamma=params[2] if self.affine else None, dx=dxv, beta=float(accumulate[0]),
             dgamma=dgamma, dbeta=dbeta, batch_stats=self.batch_stats)

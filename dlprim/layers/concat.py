@@ -9,7 +9,7 @@ defaults to the end of the axis. A Slice must be non-empty and inside the axis.
 import numpy as np
 
 from ..core.copy import Fill, StridedCopy, contiguous_strides
-from .base import Layer, TensorSpec, register
+from .base import Layer, Setup, TensorSpec, register
 
 
 def _is_int(v):
@@ -44,7 +44,7 @@ class Concat(_AxisLayer):
         super().__init__(ctx, name, **options)
         self.check_dim()
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         if not in_specs:
             self.fail("expects at least 1 input")
         first = in_specs[0]
@@ -58,7 +58,6 @@ class Concat(_AxisLayer):
                           "option 'dim' %d" % (i, s.shape, first.shape, self.options["dim"]))
         shape = list(first.shape)
         shape[axis] = sum(s.shape[axis] for s in in_specs)
-        self.in_specs = list(in_specs)
         out_strides = contiguous_strides(shape)
         self.starts, self.fwd, self.bwd = [], [], []
         start = 0
@@ -68,15 +67,15 @@ class Concat(_AxisLayer):
             self.fwd.append(StridedCopy(self.ctx, s.shape, own, out_strides, s.dtype))
             self.bwd.append(StridedCopy(self.ctx, s.shape, out_strides, own, s.dtype))
             start += s.shape[axis]
-        return [TensorSpec(shape, first.dtype)], [], 0
+        return Setup([TensorSpec(shape, first.dtype)])
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         out = []
         for op, xi, start in zip(self.fwd, x, self.starts):
             out += op.launches(xi, _at(y[0], start))
         return out
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         out = []
         for op, dxi, start, acc in zip(self.bwd, dx, self.starts, accumulate):
             if dxi is not None:
@@ -107,25 +106,24 @@ class Slice(_AxisLayer):
                       "axis of size %d" % (begin, end, b, e, size))
         return b, e
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs, float32=False)
         axis = self.axis(spec.shape)
         b, e = self.bounds(spec.shape[axis])
         shape = list(spec.shape)
         shape[axis] = e - b
-        self.in_specs = list(in_specs)
         in_strides = contiguous_strides(spec.shape)
         own = contiguous_strides(shape)
         self.start = b * in_strides[axis]
         self.fwd = StridedCopy(self.ctx, shape, in_strides, own, spec.dtype)
         self.bwd = StridedCopy(self.ctx, shape, own, in_strides, spec.dtype)
         self.zero = Fill(self.ctx, spec.shape, spec.dtype)
-        return [TensorSpec(shape, spec.dtype)], [], 0
+        return Setup([TensorSpec(shape, spec.dtype)])
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self.fwd.launches(_at(x[0], self.start), y[0])
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         # outside the slice the gradient is 0: clear dx first unless accumulating into it

@@ -20,7 +20,7 @@ from ..core.conv import (ACTIVATIONS, ALGORITHMS, ConvBackwardData, ConvBackward
                          ConvForward, ConvGeometry)
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..tensor import ws_view
-from .base import Layer, ParamSpec, TensorSpec, pair, register
+from .base import Layer, ParamSpec, Setup, TensorSpec, pair, register
 
 __all__ = ["Convolution2D", "TransposedConvolution2D"]
 
@@ -66,8 +66,6 @@ class _ConvBase(Layer):
                       % (o["activation"], ", ".join(ACTIVATIONS)))
         self.groups, self.bias = int(o["groups"]), bool(o["bias"])
         self.activation = o["activation"]
-        # dy * act'(y) needs y
-        self.BACKWARD_READS_OUTPUTS = self.activation != "identity"
         self.algo = "auto"
         self._bwd = None
 
@@ -88,6 +86,10 @@ class _ConvBase(Layer):
         if span[0] > padded[0] or span[1] > padded[1]:
             self.fail("option 'kernel' %r (dilated span %dx%d) is larger than the padded input "
                       "%dx%d" % (list(self.kernel), span[0], span[1], padded[0], padded[1]))
+
+    def _flags(self):
+        # dy * act'(y) needs y
+        return self.default_flags(backward_reads_outputs=self.activation != "identity")
 
     def _setup_common(self, geom, in_shape, out_shape):
         """Activation backward, bias reduction and the workspace plan."""
@@ -117,7 +119,7 @@ class _ConvBase(Layer):
     def _op_ws(self, ws, start):
         return None if ws is None else ws.view((ws.size - start,), offset=start)
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         want_dw = dparams[0] is not None
         want_db = self.bias and dparams[1] is not None
         if dx[0] is None and not want_dw and not want_db:
@@ -160,9 +162,8 @@ class Convolution2D(_ConvBase):
     x[n, c, oh*sh - pt + r*dh, ow*sw - pl + s*dw])."""
     OPTIONS = dict(COMMON_OPTIONS)
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self._check_input(in_specs)
-        self.in_specs = list(in_specs)
         n, c, h, w = spec.shape
         self._check_span((h, w))
         k = self.options["channels_out"]
@@ -173,7 +174,7 @@ class Convolution2D(_ConvBase):
         out_shape = geom.out_shape(n)
         ws = self._setup_common(geom, spec.shape, out_shape)
         params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])
-        return [TensorSpec(out_shape)], params, ws
+        return Setup([TensorSpec(out_shape)], params, ws, flags=self._flags())
 
     def _forward_op(self):
         if self._fwd is None:
@@ -187,7 +188,7 @@ class Convolution2D(_ConvBase):
                          ConvBackwardFilter(self.ctx, self.geom, algo=self.algo, batch=self.batch))
         return self._bwd
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         b = params[1] if self.bias else None
         return self._forward_op().launches(x[0], params[0], y[0], b, self._op_ws(ws, 0))
 
@@ -208,9 +209,8 @@ class TransposedConvolution2D(_ConvBase):
             self.fail("option 'output_pad' %r must be smaller than stride %r"
                       % (list(self.output_pad), list(self.stride)))
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self._check_input(in_specs)
-        self.in_specs = list(in_specs)
         n, c, h, w = spec.shape
         k = self.options["channels_out"]
         out_hw = [(i - 1) * s - p0 - p1 + d * (kk - 1) + op + 1 for i, s, p0, p1, d, kk, op in
@@ -227,7 +227,7 @@ class TransposedConvolution2D(_ConvBase):
         out_shape = geom.in_shape(n)
         ws = self._setup_common(geom, spec.shape, out_shape)
         params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])
-        return [TensorSpec(out_shape)], params, ws
+        return Setup([TensorSpec(out_shape)], params, ws, flags=self._flags())
 
     def _forward_op(self):
         if self._fwd is None:
@@ -241,7 +241,7 @@ class TransposedConvolution2D(_ConvBase):
                          ConvBackwardFilter(self.ctx, self.geom, algo=self.algo, batch=self.batch))
         return self._bwd
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         b = params[1] if self.bias else None
         return self._forward_op().launches(x[0], params[0], y[0], b, self._op_ws(ws, 0))
 

@@ -5,7 +5,8 @@ The mask comes from the counter-based Philox stream (dlprim/core/random.py): ele
 step t uses uniform value i of the stream (key, offset = t * counters(size)), kept when
 u >= ratio. The key is ``seed`` in its low 32 bits and a CRC of the layer's name in the
 high 32 bits, so a seed reproduces every mask and two Dropout layers never share one.
-The uniform values of the current step stay in the layer's own tensor for backward.
+The uniform values of the current step are a saved tensor: the training forward writes
+them and backward reads them, in memory the Net plans like any other.
 """
 import zlib
 
@@ -13,8 +14,7 @@ import numpy as np
 
 from ..core.pointwise import PointwiseBroadcast
 from ..core.random import RandomFill, counters
-from ..tensor import Tensor
-from .base import TRAIN, Layer, TensorSpec, register
+from .base import TRAIN, Layer, Setup, TensorSpec, register
 
 
 @register("Dropout")
@@ -39,22 +39,20 @@ class Dropout(Layer):
         self.ratio = float(ratio)
         self.key = (zlib.crc32(self.name.encode()) << 32) | int(seed)
         self.step_offset = 0   # Philox counter of the next mask; moves on every train step
-        self._u = None
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs)
-        self.in_specs = list(in_specs)
         io = (spec.shape, spec.dtype)
         self._copy = PointwiseBroadcast(self.ctx, [io], [io], "y0 = x0;", name="dropout_copy")
         if self.ratio > 0:   # built in either mode: a Net switches modes without setup
             self._fill = RandomFill(self.ctx, spec.shape, "uniform")
-            if self._u is None or self._u.shape != spec.shape:
-                self._u = Tensor(self.ctx, spec.shape)
             # y = x * scale where u >= ratio; dx = dy * scale there
             self._apply = PointwiseBroadcast(self.ctx, [io, io], [io],
                                              "y0 = x1 >= w0 ? x0 * w1 : 0.0f;",
                                              ["float", "float"], name="dropout_apply")
-        return [TensorSpec(spec.shape, spec.dtype)], [], 0
+        # the uniform values behind the mask live from forward to backward
+        saved = [TensorSpec(spec.shape, spec.dtype)] if self.active else []
+        return Setup([TensorSpec(spec.shape, spec.dtype)], saved=saved)
 
     @property
     def active(self):
@@ -64,31 +62,38 @@ class Dropout(Layer):
     def _scalars(self):
         return [self.ratio, 1.0 / (1.0 - self.ratio)]
 
-    def forward(self, x, y, params, ws):
+    def _mask(self, saved, shape):
+        if not saved or saved[0].shape != shape:
+            self.fail("train mode reads a mask that only a setup in train mode saves")
+        return saved[0]
+
+    def forward(self, x, y, params, ws, saved):
         if not self.active:
             same = x[0].buffer is y[0].buffer and x[0].offset == y[0].offset
             return [] if same else self._copy.launches(x, y)
-        fill = self._fill.launches(self._u, self.key, self.step_offset)
-        return [_NextMask(self, fill[0])] + self._apply.launches([x[0], self._u], y, self._scalars())
+        u = self._mask(saved, x[0].shape)
+        fill = self._fill.launches(u, self.key, self.step_offset)
+        return [_NextMask(self, fill[0], u.size)] + self._apply.launches([x[0], u], y, self._scalars())
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         beta = float(accumulate[0])
         if not self.active:
             return self._copy.launches(dy, dx, beta=beta)
-        return self._apply.launches([dy[0], self._u], dx, self._scalars(), beta=beta)
+        u = self._mask(saved, dx[0].shape)
+        return self._apply.launches([dy[0], u], dx, self._scalars(), beta=beta)
 
 
 class _NextMask:
     """Fill the mask from the layer's current counter, then move the counter on: re-running
     a planned iteration gives a new mask, and re-planning continues the same stream."""
 
-    def __init__(self, layer, launch):
-        self.layer, self.launch, self.name = layer, launch, "dropout_mask"
+    def __init__(self, layer, launch, size):
+        self.layer, self.launch, self.size, self.name = layer, launch, size, "dropout_mask"
 
     def __call__(self, queue):
         RandomFill.set_counter(self.launch, self.layer.key, self.layer.step_offset)
         event = self.launch(queue)
-        self.layer.step_offset += counters(self.layer._u.size)
+        self.layer.step_offset += counters(self.size)
         return event

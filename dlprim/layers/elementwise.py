@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.activation import Y_ACTIVATIONS, backward_code, forward_code
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce, broadcast_shape
-from .base import Layer, TensorSpec, register
+from .base import Layer, Setup, TensorSpec, register
 
 # y0 from x0 = a, x1 = b, w0 = c1, w1 = c2
 FORWARD = {
@@ -64,10 +64,8 @@ class Elementwise(Layer):
                 self.fail("option %r must be a number, got %r" % (c, v))
         self.coefs = [float(self.options["coef1"]), float(self.options["coef2"])]
         self.op = op
-        self.BACKWARD_READS_INPUTS = op in NEEDS_INPUTS
-        self.BACKWARD_READS_OUTPUTS = self.options["activation"] != "identity"
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         if len(in_specs) != 2:
             self.fail("expects 2 inputs, got %d" % len(in_specs))
         a, b = in_specs
@@ -77,24 +75,26 @@ class Elementwise(Layer):
             out = broadcast_shape([a.shape, b.shape], "inputs")
         except ValueError as err:
             self.fail(str(err))
-        self.in_specs, self.out_shape = list(in_specs), out
+        self.out_shape = out
         dt = a.dtype
         code = FORWARD[self.op] + " " + forward_code(self.options["activation"], "y0", "y0")
         self._fwd = PointwiseBroadcast(self.ctx, [(a.shape, dt), (b.shape, dt)], [(out, dt)], code,
                                        ["float", "float"], name="elementwise_forward")
         self._bwd = {}
-        return [TensorSpec(out, dt)], [], 0
+        flags = self.default_flags(backward_reads_inputs=self.op in NEEDS_INPUTS,
+                                   backward_reads_outputs=self.options["activation"] != "identity")
+        return Setup([TensorSpec(out, dt)], flags=flags)
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self._fwd.launches(x, y, self.coefs)
 
     def _inputs(self):
         """Names and specs of what the gradient code reads: dy, then y when the activation
         needs it, then a and b when the operation needs them."""
         dt = np.dtype(np.float32)
-        names = ["dy"] + (["y"] if self.BACKWARD_READS_OUTPUTS else [])
+        names = ["dy"] + (["y"] if self.flags.backward_reads_outputs else [])
         specs = [(self.out_shape, dt)] * len(names)
-        if self.BACKWARD_READS_INPUTS:
+        if self.flags.backward_reads_inputs:
             names += ["a", "b"]
             specs += [(s.shape, dt) for s in self.in_specs]
         return names, specs
@@ -128,7 +128,7 @@ class Elementwise(Layer):
         self._bwd[which] = op
         return op
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         wanted = [i for i in (0, 1) if dx[i] is not None]
         if not wanted:
             return []

@@ -13,7 +13,7 @@ from ..core.conv import ACTIVATIONS
 from ..tensor import ws_view
 from ..core.gemm import Gemm
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
-from .base import Layer, ParamSpec, TensorSpec, register
+from .base import Layer, ParamSpec, Setup, TensorSpec, register
 
 __all__ = ["InnerProduct"]
 
@@ -42,11 +42,9 @@ class InnerProduct(Layer):
             self.fail("option 'activation': unknown %r; known: %s"
                       % (o["activation"], ", ".join(ACTIVATIONS)))
         self.bias, self.activation = bool(o["bias"]), o["activation"]
-        self.BACKWARD_READS_OUTPUTS = self.activation != "identity"
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs, "(N, features, ...)", min_ndim=2)
-        self.in_specs = list(in_specs)
         n, inputs = spec.shape[0], int(np.prod(spec.shape[1:]))
         if self.options["inputs"] != -1 and self.options["inputs"] != inputs:
             self.fail("input has %d features (shape %s flattened from axis 1), option 'inputs' "
@@ -69,7 +67,9 @@ class InnerProduct(Layer):
                                                      name="ip_bias_backward")
         ws = 4 * n * outputs if self.act_bwd is not None and self.mode == "train" else 0
         params = [ParamSpec((outputs, inputs))] + ([ParamSpec((outputs,))] if self.bias else [])
-        return [TensorSpec((n, outputs))], params, ws
+        # dy * act'(y) needs y
+        flags = self.default_flags(backward_reads_outputs=self.activation != "identity")
+        return Setup([TensorSpec((n, outputs))], params, ws, flags=flags)
 
     def init_params(self, params, rng):
         # PyTorch Linear: kaiming_uniform(a=sqrt(5)) -> U(+-1/sqrt(inputs)); bias alike
@@ -77,7 +77,7 @@ class InnerProduct(Layer):
         for p in params:
             p.to_device(rng.uniform(-bound, bound, p.shape).astype(np.float32))
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self._fwd.launches(x[0].reshape(self.n, self.inputs), params[0], y[0],
                                   bias=params[1] if self.bias else None)
 
@@ -88,7 +88,7 @@ class InnerProduct(Layer):
                          Gemm(self.ctx, o, i, n, trans_a=True))   # dW += g^T @ x
         return self._bwd
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         want_dw = dparams[0] is not None
         want_db = self.bias and dparams[1] is not None
         if dx[0] is None and not want_dw and not want_db:

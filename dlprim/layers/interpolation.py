@@ -7,7 +7,7 @@ adjoint of the resampling: each input pixel sums the weighted output gradients t
 read it.
 """
 from ..core.interpolation import METHODS, Interpolate2D
-from .base import Layer, TensorSpec, register
+from .base import Layer, Setup, TensorSpec, register
 
 
 @register("Interpolation")
@@ -52,23 +52,22 @@ class Interpolation(Layer):
             return o["out_h"], o["out_w"]
         return int(h * o["scale_y"]), int(w * o["scale_x"])
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs, "(N, C, H, W)", ndims=(4,))
         oh, ow = self.out_size(spec.shape[2], spec.shape[3])
         if oh < 1 or ow < 1:
             self.fail("output size %dx%d from input %s is empty; use a larger scale"
                       % (oh, ow, spec.shape))
-        self.in_specs = list(in_specs)
         o = self.options
         scale = (o["scale_y"], o["scale_x"]) if o["scale_y"] > 0 else (-1.0, -1.0)
         self.op = Interpolate2D(self.ctx, spec.shape, (oh, ow), o["method"], scale,
                                 o["align_corners"])
-        return [TensorSpec(self.op.out_shape, spec.dtype)], [], 0
+        return Setup([TensorSpec(self.op.out_shape, spec.dtype)])
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self.op.launches(x[0], y[0])
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         return self.op.backward_launches(dy[0], dx[0], beta=float(accumulate[0]))

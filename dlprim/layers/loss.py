@@ -16,7 +16,7 @@ import numpy as np
 from ..core.loss import LABEL_DTYPES, NLLLoss as NLLOp, SoftmaxCrossEntropy
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..tensor import Tensor
-from .base import Layer, TensorSpec, register
+from .base import Layer, Setup, TensorSpec, register
 
 REDUCTIONS = ("none", "sum", "mean")
 
@@ -48,7 +48,6 @@ class _LabelLoss(Layer):
         if label.dtype.name not in LABEL_DTYPES:
             self.fail("labels must be int32 or int64 (or float32 holding class indices), got %s"
                       % label.dtype.name)
-        self.in_specs = list(in_specs)
         return x.shape
 
     @staticmethod
@@ -61,16 +60,16 @@ class SoftmaxWithLoss(_LabelLoss):
     """Mean cross entropy of logits (N, C) against integer class labels (N,)."""
     OPTIONS = {}
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         n, c = self.check_inputs(in_specs)
         self.op = SoftmaxCrossEntropy(self.ctx, n, c, in_specs[1].dtype)
         self.n = n
-        return [TensorSpec((1,), "float32")], [], 4 * n
+        return Setup([TensorSpec((1,), "float32")], workspace=4 * n)
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self.op.launches(x[0], self.flat(x[1]), float_scratch(ws, self.n), y[0])
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         return self.op.backward_launches(x[0], self.flat(x[1]), dy[0], dx[0],
@@ -93,18 +92,18 @@ class NLLLoss(_LabelLoss):
         super().__init__(ctx, name, **options)
         _check_reduce(self)
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         n, c = self.check_inputs(in_specs)
         self.n = n
         self.op = NLLOp(self.ctx, n, c, in_specs[1].dtype, self.options["reduce"])
         ws = 0 if self.options["reduce"] == "none" else 4 * n
-        return [TensorSpec(self.op.out_shape, "float32")], [], ws
+        return Setup([TensorSpec(self.op.out_shape, "float32")], workspace=ws)
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         rows = None if self.options["reduce"] == "none" else float_scratch(ws, self.n)
         return self.op.launches(x[0], self.flat(x[1]), y[0], rows)
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         return self.op.backward_launches(self.flat(x[1]), dy[0], dx[0], beta=float(accumulate[0]))
@@ -120,7 +119,7 @@ class MSELoss(Layer):
         super().__init__(ctx, name, **options)
         _check_reduce(self)
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         if len(in_specs) != 2:
             self.fail("expects 2 inputs, got %d" % len(in_specs))
         a, b = in_specs
@@ -128,7 +127,6 @@ class MSELoss(Layer):
             self.fail("inputs must have the same shape, got %s and %s" % (a.shape, b.shape))
         if a.dtype.name != "float32" or b.dtype.name != "float32":
             self.fail("inputs must be float32, got %s and %s" % (a.dtype.name, b.dtype.name))
-        self.in_specs = list(in_specs)
         self.shape = a.shape
         size = int(np.prod(a.shape, dtype=np.int64))
         reduce = self.options["reduce"]
@@ -143,9 +141,9 @@ class MSELoss(Layer):
             self.op = PointwiseBroadcastReduce(self.ctx, specs, [((1,), "float32")], code,
                                                name="mse_forward")
         self.grad_op = None
-        return [TensorSpec(self.out_shape, "float32")], [], 0
+        return Setup([TensorSpec(self.out_shape, "float32")])
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         if self.options["reduce"] == "none":
             return self.op.launches(x, y)
         return self.op.launches(x, y, alpha=self.scale)
@@ -159,7 +157,7 @@ class MSELoss(Layer):
                                               name="mse_backward")
         return self.grad_op
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         out = []
         for i, sign in ((0, 2.0), (1, -2.0)):
             if dx[i] is not None:

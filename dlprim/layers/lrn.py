@@ -9,7 +9,7 @@ channels. Options as PyTorch's LocalResponseNorm: ``size`` (required), ``alpha``
 import numpy as np
 
 from ..core.lrn import LRN as LRNOp
-from .base import Layer, TensorSpec, register
+from .base import Layer, Setup, TensorSpec, register
 
 
 @register("LRN")
@@ -32,17 +32,16 @@ class LRN(Layer):
         if o["k"] <= 0 and o["alpha"] >= 0:
             self.fail("option 'k' must be positive (the base of a power), got %r" % (o["k"],))
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs, "(N, C, ...)", min_ndim=2)
         o = self.options
-        self.in_specs = list(in_specs)
         self.op = LRNOp(self.ctx, spec.shape[1], int(o["size"]), o["alpha"], o["beta"], o["k"])
-        return [TensorSpec(spec.shape, spec.dtype)], [], 0
+        return Setup([TensorSpec(spec.shape, spec.dtype)])
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self.op.launches(x[0], y[0])
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         return self.op.backward_launches(x[0], dy[0], dx[0], beta=float(accumulate[0]))

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..core.copy import StridedCopy
 from ..dtypes import as_dtype, dlp_name
-from .base import Layer, ParamSpec, TensorSpec, register
+from .base import Layer, ParamSpec, Setup, TensorSpec, register
 
 
 @register("Parameter")
@@ -40,25 +40,21 @@ class Parameter(Layer):
                       % dlp_name(self.dtype))
         self.shape = tuple(int(n) for n in shape)
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         if in_specs:
             self.fail("takes no inputs, got %d" % len(in_specs))
-        self.in_specs = []
         size = int(np.prod(self.shape, dtype=np.int64))
         self._copy = StridedCopy(self.ctx, (size,), (1,), (1,), self.dtype)
-        return ([TensorSpec(self.shape, self.dtype)],
-                [ParamSpec(self.shape, self.dtype, self.options["is_trainable"])], 0)
-
-    def reshape(self, in_shapes):
-        return [self.shape], 0
+        return Setup([TensorSpec(self.shape, self.dtype)],
+                     [ParamSpec(self.shape, self.dtype, self.options["is_trainable"])])
 
     def init_params(self, params, rng):
         params[0].zero_()
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self._copy.launches(params[0], y[0])
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dparams[0] is None or not self.options["is_trainable"]:
             return []
         return self._copy.launches(dy[0], dparams[0], beta=1.0)  # parameter gradients add

@@ -3,13 +3,12 @@
 Pooling2D follows DLPrimitives' defaults (kernel 1, stride 1, pad 0) and PyTorch's output
 size rule, including ``ceil_mode`` (the last window must start inside the input or its
 left padding) and ``count_include_pad`` for averages. Max backward routes dy to the first
-maximum of each window (ties: first index in row-major order), kept by the training
-forward in the layer's own int32 tensor of the output's shape.
+maximum of each window (ties: first index in row-major order), which the training forward
+keeps in a saved int32 tensor of the output's shape (planned by the Net like any other).
 """
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..core.pooling import MODES, GlobalMaxBackward, Pool2D
-from ..tensor import Tensor
-from .base import TRAIN, Layer, TensorSpec, pair, register
+from .base import TRAIN, Layer, Setup, TensorSpec, pair, register
 
 
 def _check_mode(layer):
@@ -40,7 +39,6 @@ class Pooling2D(Layer):
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
         _check_mode(self)
-        self._index = None
         self.kernel = pair(self, "kernel", self.options["kernel"])
         self.stride = pair(self, "stride", self.options["stride"])
         self.pad = pair(self, "pad", self.options["pad"])
@@ -54,32 +52,34 @@ class Pooling2D(Layer):
         self.count_include_pad = _flag(self, "count_include_pad")
         self.ceil_mode = _flag(self, "ceil_mode")
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = _check_input(self, in_specs)
-        self.in_specs = list(in_specs)
         self.op = Pool2D(self.ctx, self.options["mode"], self.kernel, self.stride, self.pad,
                          self.count_include_pad, self.ceil_mode, spec.dtype)
         try:
             out = self.op.output_shape(spec.shape)
         except ValueError as err:
             self.fail(str(err))
-        return [TensorSpec(out, spec.dtype)], [], 0
+        # training max pooling keeps each window's argmax from forward to backward
+        keeps_index = self.options["mode"] == "max" and self.mode == TRAIN
+        saved = [TensorSpec(out, "int32")] if keeps_index else []
+        return Setup([TensorSpec(out, spec.dtype)], saved=saved)
 
-    def forward(self, x, y, params, ws):
-        index = None
-        if self.options["mode"] == "max" and self.mode == TRAIN:
-            # own memory: the argmax lives from forward to backward
-            if self._index is None or self._index.shape != y[0].shape:
-                self._index = Tensor(self.ctx, y[0].shape, "int32")
-            index = self._index
+    def _index(self, saved, shape):
+        if self.options["mode"] != "max":
+            return None
+        if not saved or saved[0].shape != shape:
+            self.fail("the argmax that backward reads is saved only by a setup in train mode")
+        return saved[0]
+
+    def forward(self, x, y, params, ws, saved):
+        index = self._index(saved, y[0].shape) if self.mode == TRAIN else None
         return self.op.launches(x[0], y[0], index)
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
-        index = self._index if self.options["mode"] == "max" else None
-        if self.options["mode"] == "max" and (index is None or index.shape != dy[0].shape):
-            self.fail("backward needs a forward planned in train mode first")
+        index = self._index(saved, dy[0].shape)
         return self.op.backward_launches(dx[0], dy[0], index, beta=float(accumulate[0]))
 
 
@@ -91,11 +91,9 @@ class GlobalPooling(Layer):
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
         _check_mode(self)
-        self.BACKWARD_READS_INPUTS = self.options["mode"] == "max"
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = _check_input(self, in_specs)
-        self.in_specs = list(in_specs)
         n, c, h, w = spec.shape
         self.out_shape = (n, c, 1, 1)
         io = [(spec.shape, spec.dtype)], [(self.out_shape, spec.dtype)]
@@ -112,12 +110,14 @@ class GlobalPooling(Layer):
             # dx = dy / (H W) broadcast over the plane
             self._bwd = PointwiseBroadcast(self.ctx, [small], [full], "y0 = x0 * w0;", ["float"],
                                            name="global_avg_backward")
-        return [TensorSpec(self.out_shape, spec.dtype)], [], 0
+        # max backward finds the maximum in x again; avg needs only dy
+        flags = self.default_flags(backward_reads_inputs=self.options["mode"] == "max")
+        return Setup([TensorSpec(self.out_shape, spec.dtype)], flags=flags)
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self._fwd.launches([x[0]], [y[0]], alpha=self._alpha)
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         beta = float(accumulate[0])

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..core.pointwise import PointwiseBroadcast
 from ..core.reduction import Reduce
-from .base import Layer, TensorSpec, register
+from .base import Layer, Setup, TensorSpec, register
 
 METHODS = ("sum", "sumsq", "abssum", "mean")
 # derivative factor of each method as code over x1 = x
@@ -45,8 +45,6 @@ class Reduction(Layer):
             self.fail("option 'keep_dim' must be true or false, got %r" % (o["keep_dim"],))
         if isinstance(o["output_scale"], bool) or not isinstance(o["output_scale"], (int, float)):
             self.fail("option 'output_scale' must be a number, got %r" % (o["output_scale"],))
-        # sum and mean have constant derivatives: backward needs only dy
-        self.BACKWARD_READS_INPUTS = o["method"] in ("sumsq", "abssum")
 
     def config(self):
         return {k: v for k, v in super().config().items() if v is not None}
@@ -68,9 +66,8 @@ class Reduction(Layer):
             self.fail("option 'start_axis' %d is out of range for %d dimensions" % (start, ndim))
         return tuple(range(start % ndim, ndim))
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs, min_ndim=1)
-        self.in_specs = list(in_specs)
         self.shape = spec.shape
         axes = self.axes(len(spec.shape))
         self.op = Reduce(self.ctx, spec.shape, axes, self.options["method"],
@@ -80,9 +77,12 @@ class Reduction(Layer):
         if self.options["method"] == "mean":
             self.coeff /= max(self.op.count, 1)
         self._bwd = None
-        return [TensorSpec(self.out_shape, spec.dtype)], [], 0
+        # sum and mean have constant derivatives: backward needs only dy
+        reads_x = self.options["method"] in ("sumsq", "abssum")
+        return Setup([TensorSpec(self.out_shape, spec.dtype)],
+                     flags=self.default_flags(backward_reads_inputs=reads_x))
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self.op.launches(x[0], y[0].view(self.op.out_shape),
                                 alpha=float(self.options["output_scale"]))
 
@@ -95,7 +95,7 @@ class Reduction(Layer):
                                            [full], code, params=["float"], name="reduction_backward")
         return self._bwd
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         return self._grad_op().launches([dy[0].view(self.op.keep_shape), x[0]], [dx[0]],

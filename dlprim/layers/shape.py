@@ -12,7 +12,7 @@ in place (the output named as the input) there is nothing to copy.
 import numpy as np
 
 from ..core.copy import StridedCopy
-from .base import Layer, TensorSpec, register
+from .base import Layer, Setup, TensorSpec, register
 
 
 def _int_list(value):
@@ -33,23 +33,22 @@ class ViewLayer(Layer):
         """The output shape for an input of ``shape`` (same element count)."""
         raise NotImplementedError
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs, float32=False)
         shape = tuple(int(n) for n in self.new_shape(spec.shape))
         if int(np.prod(shape, dtype=np.int64)) != int(np.prod(spec.shape, dtype=np.int64)):
             self.fail("output shape %s does not hold the %d elements of input %s"
                       % (shape, int(np.prod(spec.shape)), spec.shape))
-        self.in_specs = list(in_specs)
         self.size = int(np.prod(shape, dtype=np.int64))
         self._copy = StridedCopy(self.ctx, (self.size,), (1,), (1,), spec.dtype)
-        return [TensorSpec(shape, spec.dtype)], [], 0
+        return Setup([TensorSpec(shape, spec.dtype)])
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         if same_memory(x[0], y[0]):
             return []
         return self._copy.launches(x[0], y[0])
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None or (same_memory(dx[0], dy[0]) and not accumulate[0]):
             return []
         return self._copy.launches(dy[0], dx[0], beta=float(accumulate[0]))

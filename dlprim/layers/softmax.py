@@ -6,7 +6,7 @@ For inputs of more than 2 dimensions every position along the trailing axes is a
 separate distribution over the channels (as in segmentation outputs).
 """
 from ..core.softmax import Softmax as SoftmaxOp
-from .base import Layer, TensorSpec, register
+from .base import Layer, Setup, TensorSpec, register
 
 
 @register("Softmax")
@@ -22,16 +22,15 @@ class Softmax(Layer):
         if not isinstance(self.options["log"], bool):
             self.fail("option 'log' must be true or false, got %r" % (self.options["log"],))
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs, min_ndim=2)
-        self.in_specs = list(in_specs)
         self.op = SoftmaxOp(self.ctx, spec.shape, log=self.options["log"])
-        return [TensorSpec(spec.shape, spec.dtype)], [], 0
+        return Setup([TensorSpec(spec.shape, spec.dtype)])
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self.op.launches(x[0], y[0])
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         return self.op.backward_launches(y[0], dy[0], dx[0], beta=float(accumulate[0]))

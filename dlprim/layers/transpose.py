@@ -7,7 +7,7 @@ Backward applies the inverse permutation to dy.
 import numpy as np
 
 from ..core.copy import Transpose as TransposeOp
-from .base import Layer, TensorSpec, register
+from .base import Layer, Setup, TensorSpec, register
 
 
 @register("Transpose")
@@ -25,7 +25,7 @@ class Transpose(Layer):
                 isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims)):
             self.fail("option 'dims' must be a list of axes, got %r" % (dims,))
 
-    def setup(self, in_specs):
+    def build(self, in_specs):
         spec = self.single_input(in_specs, float32=False)
         n = len(spec.shape)
         dims = self.options["dims"]
@@ -34,15 +34,14 @@ class Transpose(Layer):
             self.fail("option 'dims' %r is not a permutation of the %d axes of input %s"
                       % (list(dims), n, spec.shape))
         inverse = [perm.index(k) for k in range(n)]
-        self.in_specs = list(in_specs)
         self.fwd = TransposeOp(self.ctx, spec.shape, perm, spec.dtype)
         self.bwd = TransposeOp(self.ctx, self.fwd.out_shape, inverse, spec.dtype)
-        return [TensorSpec(self.fwd.out_shape, spec.dtype)], [], 0
+        return Setup([TensorSpec(self.fwd.out_shape, spec.dtype)])
 
-    def forward(self, x, y, params, ws):
+    def forward(self, x, y, params, ws, saved):
         return self.fwd.launches(x[0], y[0])
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         return self.bwd.launches(dy[0], dx[0], beta=float(accumulate[0]))

@@ -13,12 +13,17 @@ value's byte size; ``Autograd`` decides:
   (``no_grad_inputs``: labels) are never written, so their gradient is what the other
   consumers give, or the fill of 0;
 * which values share memory: an in-place write reuses its input's memory only if the
-  layer allows it (``INPLACE``), the old value is not a net input, and no backward pass
-  reads the old value (otherwise gradients would be wrong); else it gets memory of its own;
-* the lifetime of every activation, gradient and workspace, as ``memory_plan.Block``s.
+  layer allows it (``LayerFlags.inplace``), the old value is not a net input, and no
+  backward pass reads the old value (otherwise gradients would be wrong); else it gets
+  memory of its own;
+* the lifetime of every activation, gradient, workspace and saved tensor, as
+  ``memory_plan.Block``s named ``a:<value>``, ``g:<value>``, ``w:<op>`` and
+  ``s:<op>:<j>``.
 
 Time steps: net inputs at 0, forward of op i at i+1, loss fills at n+1, backward of op i
-at 2n+1-i, the end (outputs read by the user) at 2n+2 (n+1 when predicting).
+at 2n+1-i, the end (outputs read by the user) at 2n+2 (n+1 when predicting). A
+workspace is alive at its op's forward and backward steps only; a saved tensor from its
+op's forward to its backward (only at the forward when the op runs no backward).
 """
 from .memory_plan import Block
 
@@ -26,14 +31,16 @@ __all__ = ["OpFacts", "Autograd"]
 
 
 class OpFacts:
-    """What the schedule needs to know of one operator's layer."""
+    """What the schedule needs to know of one operator's layer: its LayerFlags, whether
+    it trains parameters, its workspace bytes and the bytes of each saved tensor."""
     __slots__ = ("has_backward", "reads_inputs", "reads_outputs", "inplace", "trains", "ws_bytes",
-                 "no_grad_inputs")
+                 "saved_bytes", "no_grad_inputs")
 
     def __init__(self, has_backward=True, reads_inputs=True, reads_outputs=False, inplace=False,
-                 trains=False, ws_bytes=0, no_grad_inputs=()):
+                 trains=False, ws_bytes=0, saved_bytes=(), no_grad_inputs=()):
         self.has_backward, self.reads_inputs, self.reads_outputs = has_backward, reads_inputs, reads_outputs
         self.inplace, self.trains, self.ws_bytes = inplace, trains, int(ws_bytes)
+        self.saved_bytes = [int(b) for b in saved_bytes]
         self.no_grad_inputs = tuple(no_grad_inputs)
 
 
@@ -186,6 +193,10 @@ class Autograd:
                 if self.backward[op.index]:
                     spans.append((self.t_bwd(op.index),) * 2)
                 blocks.append(Block("w:%d" % op.index, ws, spans))
+            start = self.t_fwd(op.index)
+            end = self.t_bwd(op.index) if self.backward[op.index] else start
+            for j, nbytes in enumerate(self.facts[op.index].saved_bytes):
+                blocks.append(Block("s:%d:%d" % (op.index, j), nbytes, [(start, end)]))
         return blocks
 
 

@@ -1,7 +1,8 @@
 """A Net's execution plan for one mode: planned arena, tensor views, bound launch lists.
 
-Built once per (mode, input shapes): the schedule says what runs backward and what lives
-when, the memory plan places it in one arena, and every layer is asked once for the
+Built once per (mode, input shapes) from what each layer's ``setup`` returned in that
+mode (flags, workspace, saved tensors): the schedule says what runs backward and what
+lives when, the memory plan places it in one arena, and every layer is asked once for the
 launches of its forward and backward passes over those placed tensors. Running an
 iteration is then a loop over ``forward`` (and ``backward``) calling each with a queue.
 """
@@ -33,18 +34,19 @@ class Fill:
 
 class ExecutionPlan:
     """One mode's plan over a set-up graph: ``layers`` (one per operator), the parameter
-    ``store``, each operator's ``workspaces`` bytes and the net's ``inputs`` tensors
-    ({value id: Tensor}); ``keep_all`` keeps every activation readable."""
+    ``store``, each operator's ``Setup`` in this mode (``setups``) and the net's ``inputs``
+    tensors ({value id: Tensor}); ``keep_all`` keeps every activation readable."""
 
-    def __init__(self, ctx, graph, layers, store, workspaces, inputs, train, keep_all=False):
+    def __init__(self, ctx, graph, layers, store, setups, inputs, train, keep_all=False):
         g = graph
         self.train = train
-        facts = [OpFacts(has_backward=bool(getattr(layer, "HAS_BACKWARD", True)),
-                         reads_inputs=bool(layer.BACKWARD_READS_INPUTS),
-                         reads_outputs=bool(layer.BACKWARD_READS_OUTPUTS),
-                         inplace=bool(layer.INPLACE), trains=store.op_trains[i],
-                         no_grad_inputs=tuple(layer.NO_GRAD_INPUTS),
-                         ws_bytes=workspaces[i]) for i, layer in enumerate(layers)]
+        facts = [OpFacts(has_backward=st.flags.has_backward,
+                         reads_inputs=st.flags.backward_reads_inputs,
+                         reads_outputs=st.flags.backward_reads_outputs,
+                         inplace=st.flags.inplace, trains=store.op_trains[i],
+                         no_grad_inputs=st.flags.no_grad_inputs,
+                         ws_bytes=st.workspace, saved_bytes=[_nbytes(t) for t in st.saved])
+                 for i, st in enumerate(setups)]
         value_bytes = [_nbytes(v) for v in g.values]
         is_float = [v.dtype.kind == "f" for v in g.values]
         self.autograd = s = Autograd(g, facts, value_bytes, is_float, train, keep_all)
@@ -52,6 +54,7 @@ class ExecutionPlan:
         self.arena = Tensor(ctx, (max(plan.arena_bytes, 1),), np.uint8)
         self.input_bytes = sum(t.nbytes for t in inputs.values())
         self.param_bytes = store.nbytes
+        self.saved_bytes = sum(sum(f.saved_bytes) for f in facts)
 
         def at(key, shape, dtype):
             dtype = np.dtype(dtype)
@@ -67,14 +70,16 @@ class ExecutionPlan:
         self.grads = {v.id: at("g:%d" % s.grad_storage[v.id], v.shape, v.dtype)
                       for v in g.values if s.grad_needed[v.id]}
         # a workspace is a uint8 tensor of the bytes the layer asked for (256-byte aligned)
-        ws = [None if not workspaces[i] else at("w:%d" % i, (workspaces[i],), np.uint8)
-              for i in range(len(g.ops))]
+        ws = [None if not st.workspace else at("w:%d" % i, (st.workspace,), np.uint8)
+              for i, st in enumerate(setups)]
+        saved = [[at("s:%d:%d" % (i, j), t.shape, t.dtype) for j, t in enumerate(st.saved)]
+                 for i, st in enumerate(setups)]
 
         self.forward, self.op_forward = [], []
         for op, layer in zip(g.ops, layers):
             launches = list(layer.forward([self.acts[v] for v in op.in_values],
                                           [self.acts[v] for v in op.out_values],
-                                          store.op_params[op.index], ws[op.index]))
+                                          store.op_params[op.index], ws[op.index], saved[op.index]))
             self.op_forward.append(len(launches))
             self.forward.extend(launches)
         self.backward = [Fill(self.grads[vid], w) for vid, w in s.fills]
@@ -89,14 +94,17 @@ class ExecutionPlan:
                 self.backward.extend(layer.backward(
                     [self.acts[v] for v in op.in_values], dx,
                     [self.acts[v] for v in op.out_values], dy,
-                    store.op_params[i], store.op_dparams[i], ws[i], list(s.accumulate[i])))
+                    store.op_params[i], store.op_dparams[i], ws[i], saved[i],
+                    list(s.accumulate[i])))
 
     def memory_stats(self):
-        """Planned arena bytes against the sum of every tensor it holds, plus the rest."""
+        """Planned arena bytes against the sum of every tensor it holds, plus the rest;
+        ``saved_bytes``: the part of the tensors that layers keep from forward to backward."""
         p = self.memory
         return {"mode": "train" if self.train else "predict",
                 "arena_bytes": p.arena_bytes, "unplanned_bytes": p.unplanned_bytes,
                 "ratio": (p.arena_bytes / p.unplanned_bytes) if p.unplanned_bytes else 1.0,
+                "saved_bytes": self.saved_bytes,
                 "params_bytes": self.param_bytes,
                 "grads_bytes": self.param_bytes if self.train else 0,
                 "inputs_bytes": self.input_bytes,
@@ -105,5 +113,6 @@ class ExecutionPlan:
                 "launches_forward": len(self.forward), "launches_backward": len(self.backward)}
 
 
-def _nbytes(v):
-    return int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
+def _nbytes(spec):
+    """Bytes of a graph value or a TensorSpec (anything with a shape and a dtype)."""
+    return int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize

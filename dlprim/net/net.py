@@ -1,8 +1,9 @@
 """Net: a static graph with its own autograd, run from flat lists of prepared launches.
 
-JSON graph -> layers -> shapes (``setup``) -> parameter arenas -> per mode: backprop
-marks and lifetimes (``dlprim.net.autograd``) -> one planned activation arena
-(``dlprim.net.memory_plan``) -> forward and backward launch lists bound once.
+JSON graph -> layers -> shapes (``setup``) -> parameter arenas -> per mode: each layer's
+``Setup`` in that mode (flags, workspace, saved tensors) -> backprop marks and lifetimes
+(``dlprim.net.autograd``) -> one planned arena for activations, gradients, workspaces and
+saved tensors (``dlprim.net.memory_plan``) -> forward and backward launch lists bound once.
 
 Two ways to drive it, the DLPrimitives one::
 
@@ -76,18 +77,23 @@ class Net:
         for name, (shape, dtype, _) in g.inputs.items():
             v = g.values[g.input_values[name]]
             v.shape, v.dtype = shape, as_dtype(dtype)
-        self._param_specs, self._ws = [], []
+        self._setups = []
         for op, layer in zip(g.ops, self.layers):
-            in_specs = [TensorSpec(g.values[v].shape, g.values[v].dtype) for v in op.in_values]
-            out_specs, param_specs, ws = _call_layer(layer, op, "setup", in_specs)
-            self._set_outputs(op, layer, out_specs)
-            self._param_specs.append(list(param_specs))
-            self._ws.append(int(ws or 0))
-        self.store = ParamStore(self.ctx, g.ops, self._param_specs)
+            self._setups.append(self._setup_layer(op, layer))
+        self._setups_mode = self._mode
+        self.store = ParamStore(self.ctx, g.ops, [list(st.params) for st in self._setups])
         self._alloc_inputs()
         self._plans = {}
         self._plan()
         self._ready = True
+
+    def _setup_layer(self, op, layer):
+        """``layer.setup`` over the current shapes of the op's inputs; sets its outputs'."""
+        g = self.graph
+        in_specs = [TensorSpec(g.values[v].shape, g.values[v].dtype) for v in op.in_values]
+        result = _call_layer(layer, op, "setup", in_specs)
+        self._set_outputs(op, layer, result.outputs)
+        return result
 
     def _set_outputs(self, op, layer, out_specs):
         if len(out_specs) != len(op.out_values):
@@ -119,12 +125,8 @@ class Net:
                                % (name, ", ".join(g.inputs)))
         for vid, t in self._inputs.items():
             g.values[vid].shape = tuple(int(s) for s in shapes.get(g.values[vid].name, t.shape))
-        for op, layer in zip(g.ops, self.layers):
-            in_shapes = [g.values[v].shape for v in op.in_values]
-            out_shapes, ws = _call_layer(layer, op, "reshape", in_shapes)
-            self._set_outputs(op, layer, [TensorSpec(s, g.values[v].dtype)
-                                          for s, v in zip(out_shapes, op.out_values)])
-            self._ws[op.index] = int(ws or 0)
+        self._setups = [self._setup_layer(op, layer) for op, layer in zip(g.ops, self.layers)]
+        self._setups_mode = self._mode
         old = self._inputs
         self._alloc_inputs()
         for vid, t in self._inputs.items():
@@ -166,20 +168,17 @@ class Net:
             layer.mode = self._mode
         plan = self._plans.get(self._mode)
         if plan is None:
-            self._mode_workspaces()
-            plan = ExecutionPlan(self.ctx, self.graph, self.layers, self.store, self._ws, self._inputs,
-                                 self._mode == TRAIN, self._keep)
+            if self._setups_mode != self._mode:
+                # layers size workspaces and saved tensors by mode (backward scratch, batch
+                # statistics, masks only when training): ask again; no kernel is rebuilt
+                self._setups = [self._setup_layer(op, layer)
+                                for op, layer in zip(self.graph.ops, self.layers)]
+                self._setups_mode = self._mode
+            plan = ExecutionPlan(self.ctx, self.graph, self.layers, self.store, self._setups,
+                                 self._inputs, self._mode == TRAIN, self._keep)
             self._plans[self._mode] = plan
         self.plan = plan
         return plan
-
-    def _mode_workspaces(self):
-        """Layers may size their workspace by mode (backward scratch only when training):
-        ask again, for the current shapes, before planning a mode. No kernel is rebuilt."""
-        g = self.graph
-        for op, layer in zip(g.ops, self.layers):
-            _, ws = _call_layer(layer, op, "reshape", [g.values[v].shape for v in op.in_values])
-            self._ws[op.index] = int(ws or 0)
 
     def _need_setup(self):
         if not self._ready:
@@ -322,7 +321,8 @@ class Net:
     # ----- reports
     def memory_stats(self):
         """The current plan's memory in bytes: arena, unplanned sum of its tensors, ratio,
-        parameters, gradients, inputs, total; and the number of launches per pass.
+        the saved tensors among them (kept by layers from forward to backward), parameters,
+        gradients, inputs, total; and the number of launches per pass.
         """
         self._need_setup()
         return self.plan.memory_stats()
