@@ -15,7 +15,7 @@ training forward, read by backward); the workspace holds two per-channel scratch
 import numpy as np
 
 from ..core.batchnorm import BatchNormOps
-from ..core.conv import ws_view
+from ..tensor import ws_view
 from .base import TRAIN, Layer, ParamSpec, Setup, TensorSpec, register
 
 
