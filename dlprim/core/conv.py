@@ -23,15 +23,15 @@ import importlib
 import numpy as np
 
 from ..kernels import program
+from .activation import FUSABLE
 from ..tensor import Tensor
 
 __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilter",
-           "choose_algorithm", "ALGORITHMS", "ACTIVATIONS"]
+           "choose_algorithm", "ALGORITHMS"]
 
 # "winograd" picks its tile (F(4x4,3x3) unless the output is tiny); "winograd2" and
 # "winograd4" force F(2x2,3x3) / F(4x4,3x3)
 ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise")
-ACTIVATIONS = ("identity", "relu", "relu6", "sigmoid", "tanh")
 GEOM_NAMES = ("IN_C", "OUT_C", "GROUPS", "IN_H", "IN_W", "OUT_H", "OUT_W",
               "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW")
 
@@ -175,9 +175,9 @@ def check_workspace(ws, need):
 
 
 def _check_activation(activation):
-    if activation not in ACTIVATIONS:
+    if activation not in FUSABLE:
         raise ValueError("unknown activation %r; known: %s"
-                         % (activation, ", ".join(ACTIVATIONS)))
+                         % (activation, ", ".join(FUSABLE)))
 
 
 def _enqueue(launches, queue, ctx):
