@@ -24,15 +24,25 @@ __all__ = ["ACTIVATIONS", "ALIASES", "Activation", "FUSABLE", "Y_ACTIVATIONS", "
            "backward_code", "epilogue_macros"]
 
 X = "x"  # in a spelling: the activation's input
-# in a spelling: the value of an option, as an attribute or a scalar input
-Option = namedtuple("Option", "name")
-# one ONNX node: inputs are X, float constants, Options or OnnxNodes; attribute values are
-# constants or Options
-OnnxNode = namedtuple("OnnxNode", "op inputs attrs")
-# ``tree`` (an OnnxNode) computes the activation; the exporter takes the first spelling of
-# way "both"/"export" with ``since`` <= opset whose ``when`` ({option: value}) holds; the
-# importer converts single nodes and folds trees of way "both"/"import" into the activation
-Spelling = namedtuple("Spelling", "tree since way when")
+
+
+class Option(namedtuple("Option", "name")):
+    """In a spelling: the value of option ``name``, as an attribute or a scalar input."""
+    __slots__ = ()
+
+
+class OnnxNode(namedtuple("OnnxNode", "op inputs attrs")):
+    """One ONNX node of a spelling: ``inputs`` are X, float constants, Options or
+    OnnxNodes; ``attrs`` values are constants or Options."""
+    __slots__ = ()
+
+
+class Spelling(namedtuple("Spelling", "tree since way when")):
+    """ONNX nodes computing an activation: ``tree`` (an OnnxNode). The exporter writes the
+    first spelling of way "both"/"export" with ``since`` <= opset whose ``when`` ({option:
+    value}) holds; the importer converts one-node spellings and folds trees of way
+    "both"/"import" into the activation."""
+    __slots__ = ()
 
 
 def _op(op, *inputs, **attrs):
@@ -44,6 +54,7 @@ def _spell(tree, since=1, way="both", when=None):
 
 
 class Activation(namedtuple("Activation", "forward backward from_y params epilogue onnx")):
+    """One entry of the table (the module's docstring says what each field holds)."""
     __slots__ = ()
 
     @property
