@@ -1,8 +1,9 @@
 """Patterns exporters spell in several nodes, folded into one before conversion.
 
-    node trees the activation table spells an      -> that activation: Mul(x, Sigmoid(x)) silu,
-    activation with (``spelling.trees()``)             Mul(x, HardSigmoid(x; 1/6, 1/2)) hardswish,
-                                                       PyTorch's erf formula of gelu (before opset 20)
+    a tree the activation table spells one with     -> that activation (``spelling.trees()``:
+                                                       Mul(x, Sigmoid(x)) silu, Mul(x,
+                                                       HardSigmoid(x; 1/6, 1/2)) hardswish,
+                                                       PyTorch's erf formula of gelu)
     Pad(constant 0, spatial) -> Conv                -> the convolution's own padding
     Pad(constant 0, spatial) -> AveragePool          -> its padding, counted in the average
     Add(MatMul(x, W), b), W and b constant           -> an InnerProduct with bias
