@@ -21,15 +21,15 @@ constructor is the size whose kernels are built at once (tiles may depend on it)
 import numpy as np
 
 from . import conv_depthwise, conv_gemm, conv_winograd, tuning
+from .activation import FUSABLE
 from .conv_geometry import ConvGeometry
 
 __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilter",
-           "choose_algorithm", "ALGORITHMS", "ACTIVATIONS"]
+           "choose_algorithm", "ALGORITHMS"]
 
 # "winograd" picks its tile (F(4x4,3x3) unless the output is tiny); "winograd2" and
 # "winograd4" force F(2x2,3x3) / F(4x4,3x3)
 ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise")
-ACTIVATIONS = ("identity", "relu", "relu6", "sigmoid", "tanh")
 
 
 def algorithm_applies(geom, algo, direction="forward"):
@@ -88,9 +88,9 @@ def check_workspace(ws, need):
 
 
 def _check_activation(activation):
-    if activation not in ACTIVATIONS:
+    if activation not in FUSABLE:
         raise ValueError("unknown activation %r; known: %s"
-                         % (activation, ", ".join(ACTIVATIONS)))
+                         % (activation, ", ".join(FUSABLE)))
 
 
 def _enqueue(launches, queue, ctx):

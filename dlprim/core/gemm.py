@@ -10,13 +10,13 @@ adds bias[m] to row m (convolution as W · im2col). With ``beta == 0`` C is not 
 import numpy as np
 
 from ..kernels import program
+from .activation import FUSABLE
 from ..tensor import Tensor
 from . import tuning, tuning_launch
 from ..utils import ceil_div, round_up
 
-__all__ = ["Gemm", "gemm", "ACTIVATIONS", "BIAS_MODES"]
+__all__ = ["Gemm", "gemm", "BIAS_MODES"]
 
-ACTIVATIONS = ("identity", "relu", "relu6", "sigmoid", "tanh")
 BIAS_MODES = (None, "row", "col")
 
 
@@ -46,9 +46,9 @@ class Gemm:
         self.trans_a, self.trans_b = bool(trans_a), bool(trans_b)
         if bias not in BIAS_MODES:
             raise ValueError("Gemm: bias must be None, 'row' or 'col', got %r" % (bias,))
-        if activation not in ACTIVATIONS:
+        if activation not in FUSABLE:
             raise ValueError("Gemm: unknown activation %r; known: %s"
-                             % (activation, ", ".join(ACTIVATIONS)))
+                             % (activation, ", ".join(FUSABLE)))
         self.bias, self.activation = bias, activation
         self.tile = tuning.pick_tile(ctx.facts, self.M, self.N, self.batch)
         if tile:

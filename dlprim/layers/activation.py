@@ -2,12 +2,12 @@
 
 All of them are ``PointwiseBroadcast`` code over one tensor: forward ``y0 = f(x0)``,
 backward ``dx = accumulate*dx + f'(.) dy``. Where the derivative follows from the output
-alone (relu, relu6, sigmoid, tanh, identity, Hardtanh, Threshold) the layer may run in
-place and backward reads ``y``; otherwise backward reads ``x``.
+alone (the activations marked ``from_y`` in ``core.activation``, Hardtanh, Threshold)
+the layer may run in place and backward reads ``y``; otherwise backward reads ``x``.
 """
 import numpy as np
 
-from ..core.activation import ACTIVATIONS, backward_code, forward_code
+from ..core.activation import ACTIVATIONS, PARAMS, backward_code, forward_code
 from ..core.pointwise import PointwiseBroadcast
 from .base import Layer, Setup, TensorSpec, register
 
@@ -89,11 +89,9 @@ class PointwiseLayer(Layer):
 
 @register("Activation")
 class ActivationLayer(PointwiseLayer):
-    """``y = f(x)`` for ``activation`` in ACTIVATIONS (relu, sigmoid, tanh, relu6,
-    identity, leaky_relu, elu, gelu, gelu_tanh, silu/swish, hardswish, hardsigmoid,
-    mish, softplus)."""
-    OPTIONS = {"activation": "identity", "negative_slope": 0.01, "alpha": 1.0,
-               "beta": 1.0, "threshold": 20.0}
+    """``y = f(x)`` for ``activation`` any name of the activation table
+    (``core.activation.ACTIVATIONS``); the other options are the activations' parameters."""
+    OPTIONS = dict({"activation": "identity"}, **PARAMS)
 
     def check_options(self):
         name = self.options["activation"]
@@ -101,7 +99,7 @@ class ActivationLayer(PointwiseLayer):
             self.fail("option 'activation': unknown activation %r; known: %s"
                       % (name, ", ".join(sorted(ACTIVATIONS))))
         self.act = ACTIVATIONS[name]
-        for p in ("negative_slope", "alpha", "beta", "threshold"):
+        for p in PARAMS:
             self._number(p)
         if self._number("beta") == 0:
             self.fail("option 'beta' must not be 0")

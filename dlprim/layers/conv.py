@@ -15,8 +15,8 @@ device; ``layer.algo`` (not a JSON option) forces one for testing or tuning.
 """
 import numpy as np
 
-from ..core.activation import backward_code
-from ..core.conv import (ACTIVATIONS, ALGORITHMS, ConvBackwardData, ConvBackwardFilter,
+from ..core.activation import FUSABLE, backward_code
+from ..core.conv import (ALGORITHMS, ConvBackwardData, ConvBackwardFilter,
                          ConvForward, ConvGeometry)
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..tensor import ws_view
@@ -61,9 +61,9 @@ class _ConvBase(Layer):
             self.fail("option 'groups' must be a positive int, got %r" % (o["groups"],))
         if o["bias"] not in (True, False, 0, 1):
             self.fail("option 'bias' must be true or false, got %r" % (o["bias"],))
-        if o["activation"] not in ACTIVATIONS:
+        if o["activation"] not in FUSABLE:
             self.fail("option 'activation': unknown %r; known: %s"
-                      % (o["activation"], ", ".join(ACTIVATIONS)))
+                      % (o["activation"], ", ".join(FUSABLE)))
         self.groups, self.bias = int(o["groups"]), bool(o["bias"])
         self.activation = o["activation"]
         self.algo = "auto"

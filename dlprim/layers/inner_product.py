@@ -8,8 +8,7 @@ Linear). With g = dy * act'(y):
 """
 import numpy as np
 
-from ..core.activation import backward_code
-from ..core.conv import ACTIVATIONS
+from ..core.activation import FUSABLE, backward_code
 from ..tensor import ws_view
 from ..core.gemm import Gemm
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
@@ -38,9 +37,9 @@ class InnerProduct(Layer):
                       % (o["inputs"],))
         if o["bias"] not in (True, False, 0, 1):
             self.fail("option 'bias' must be true or false, got %r" % (o["bias"],))
-        if o["activation"] not in ACTIVATIONS:
+        if o["activation"] not in FUSABLE:
             self.fail("option 'activation': unknown %r; known: %s"
-                      % (o["activation"], ", ".join(ACTIVATIONS)))
+                      % (o["activation"], ", ".join(FUSABLE)))
         self.bias, self.activation = bool(o["bias"]), o["activation"]
 
     def build(self, in_specs):

@@ -3,6 +3,9 @@
 ``outs`` the ONNX tensor names of the operator's values and ``params`` its initializers."""
 import numpy as np
 
+from ..core.activation import ACTIVATIONS, X, OnnxNode, Option
+from .spelling import for_export
+
 __all__ = ["EXPORTERS", "activation"]
 
 EXPORTERS = {}
@@ -17,52 +20,27 @@ def exports(*types):
 
 
 def activation(e, act, x, out, name, options=None):
-    """Nodes computing ``act(x)`` into ``out``."""
-    o = options or {}
-    n = e.node
-    if act == "identity":
-        n("Identity", [x], [out], name)
-    elif act in ("relu", "sigmoid", "tanh", "erf"):
-        n({"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "erf": "Erf"}[act], [x], [out], name)
-    elif act == "relu6":
-        n("Clip", [x, e.scalar(0.0), e.scalar(6.0)], [out], name)
-    elif act == "leaky_relu":
-        n("LeakyRelu", [x], [out], name, alpha=float(o.get("negative_slope", 0.01)))
-    elif act == "elu":
-        n("Elu", [x], [out], name, alpha=float(o.get("alpha", 1.0)))
-    elif act in ("silu", "swish"):
-        n("Mul", [x, n("Sigmoid", [x], name=name + "/sigmoid")], [out], name)
-    elif act == "hardsigmoid":
-        n("HardSigmoid", [x], [out], name, alpha=1.0 / 6, beta=0.5)
-    elif act == "hardswish":
-        if e.opset >= 14:
-            n("HardSwish", [x], [out], name)
-        else:
-            n("Mul", [x, n("HardSigmoid", [x], name=name + "/gate", alpha=1.0 / 6, beta=0.5)], [out], name)
-    elif act in ("gelu", "gelu_tanh") and e.opset >= 20:
-        n("Gelu", [x], [out], name, approximate="none" if act == "gelu" else "tanh")
-    elif act == "gelu":  # x/2 (1 + erf(x / sqrt 2))
-        t = n("Erf", [n("Div", [x, e.scalar(np.sqrt(2.0))], name=name + "/div")], name=name + "/erf")
-        t = n("Mul", [x, n("Add", [t, e.scalar(1.0)], name=name + "/add")], name=name + "/mul")
-        n("Mul", [t, e.scalar(0.5)], [out], name)
-    elif act == "gelu_tanh":  # x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-        cube = n("Mul", [x, n("Mul", [x, x], name=name + "/sq")], name=name + "/cube")
-        u = n("Add", [x, n("Mul", [cube, e.scalar(0.044715)], name=name + "/c")], name=name + "/u")
-        t = n("Tanh", [n("Mul", [u, e.scalar(np.sqrt(2 / np.pi))], name=name + "/k")], name=name + "/tanh")
-        t = n("Mul", [x, n("Add", [t, e.scalar(1.0)], name=name + "/add")], name=name + "/mul")
-        n("Mul", [t, e.scalar(0.5)], [out], name)
-    elif act == "mish":  # x tanh(softplus(x))
-        t = n("Tanh", [n("Softplus", [x], name=name + "/softplus")], name=name + "/tanh")
-        n("Mul", [x, t], [out], name)
-    elif act == "softplus":  # log(1 + e^(beta x)) / beta; the linear part above threshold agrees to e^-threshold
-        beta = float(o.get("beta", 1.0))
-        if beta == 1.0:
-            n("Softplus", [x], [out], name)
-        else:
-            t = n("Softplus", [n("Mul", [x, e.scalar(beta)], name=name + "/scale")], name=name + "/sp")
-            n("Div", [t, e.scalar(beta)], [out], name)
-    else:
-        raise ValueError("%s: activation %r has no ONNX export" % (name, act))
+    """Nodes computing ``act(x)`` into ``out``: the first spelling in the activation table
+    that ``e.opset`` and the options allow."""
+    values = dict(ACTIVATIONS[act].params if act in ACTIVATIONS else {}, **(options or {}))
+    sp = for_export(act, e.opset, values)
+    if sp is None:
+        raise ValueError("%s: activation %r has no ONNX export at opset %d" % (name, act, e.opset))
+
+    def value(v):
+        return float(values[v.name]) if isinstance(v, Option) else v
+
+    def put(t, root):
+        if t == X:
+            return x
+        if not isinstance(t, OnnxNode):
+            return e.scalar(value(t))
+        ins = [put(i, False) for i in t.inputs]
+        attrs = {k: value(v) for k, v in t.attrs.items()}
+        return e.node(t.op, ins, [out] if root else None,
+                      name if root else "%s/%s" % (name, t.op.lower()), **attrs)
+
+    put(sp.tree, True)
 
 
 def _then(e, op, act, ins_node, outs, options=None, **attrs):

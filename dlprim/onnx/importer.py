@@ -17,6 +17,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..core.activation import FUSABLE, Y_ACTIVATIONS
 from ..net.netconfig import NetConfig
 from . import ops_math, ops_nn, ops_pool, ops_shape  # noqa: F401  (fill the converter table)
 from .errors import OnnxImportError, UnsupportedModelError
@@ -28,9 +29,10 @@ from .rewrite import rewrite
 __all__ = ["import_model", "Importer", "FIRST_OPSET"]
 
 FIRST_OPSET = 9
-# layers whose fused activation may absorb a following Relu/Clip/Sigmoid/Tanh
-FUSABLE = ("Convolution2D", "TransposedConvolution2D", "InnerProduct", "Elementwise")
-FUSABLE_ACTIVATIONS = ("relu", "relu6", "sigmoid", "tanh")
+# layers whose fused activation may absorb a following one, and which they may absorb:
+# GEMM/convolution epilogues, and Elementwise the ones whose gradient follows from y
+FUSES = {"Convolution2D": FUSABLE, "TransposedConvolution2D": FUSABLE, "InnerProduct": FUSABLE,
+         "Elementwise": Y_ACTIVATIONS}
 # layers written in place (output named as the input) when nothing else reads the input
 IN_PLACE = ("Activation", "Hardtanh", "Dropout", "Reshape", "Flatten", "Squeeze", "Softmax")
 DTYPES = {"float32": "float", "int32": "int", "int64": "int64", "float16": "float16",
@@ -306,8 +308,7 @@ class Importer:
         src = node.inputs[0]
         t = self.alias.get(src)
         op = self.producer.get(t)
-        if op is None or t != src or op["type"] not in FUSABLE or \
-                activation not in FUSABLE_ACTIVATIONS or \
+        if op is None or t != src or activation not in FUSES.get(op["type"], ()) or \
                 op.get("options", {}).get("activation", "identity") != "identity" or \
                 len(self.consumers.get(src, ())) != 1 or src in self.graph_outputs:
             return False

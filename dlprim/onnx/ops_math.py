@@ -1,14 +1,14 @@
 """Converters of pointwise and reducing operators: activations, Clip, arithmetic,
 Softmax/LogSoftmax, Reduce*, Dropout, Identity, Cast."""
+import math
+
 import numpy as np
 
 from .registry import Unsupported, converts
 from .rewrite import ACTIVATION
+from .spelling import import_options, match_attrs, match_value, one_node
 
 FLOAT_MAX = 3.4028234663852886e38
-
-SIMPLE = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hardswish",
-          "Erf": "erf", "Softplus": "softplus", "Mish": "mish"}
 
 
 def activation(b, node, act, **options):
@@ -19,32 +19,22 @@ def activation(b, node, act, **options):
     b.add("Activation", [b.value(x)], b.shape(x), node, options=dict(activation=act, **options))
 
 
-@converts(*SIMPLE)
-def simple_activation(b, node):
-    activation(b, node, SIMPLE[node.op_type])
+def spelled(b, node, scalars=()):
+    """Convert ``node`` into the activation whose one-node spelling (activation table) it
+    matches, ``scalars`` being its constant inputs after x; False when none does."""
+    for name, act, sp in one_node(node.op_type):
+        bound = match_attrs(act, sp.tree, node.op_type, node.attrs, {})
+        for want, value in zip(sp.tree.inputs[1:], scalars):
+            bound = None if bound is None else match_value(want, value, bound)
+        if bound is not None:
+            activation(b, node, name, **import_options(act, sp, bound))
+            return True
+    return False
 
 
 @converts(ACTIVATION)
 def fused_activation(b, node):
-    activation(b, node, node.attr("activation"))
-
-
-@converts("LeakyRelu")
-def leaky_relu(b, node):
-    activation(b, node, "leaky_relu", negative_slope=float(node.attr("alpha", 0.01)))
-
-
-@converts("Elu")
-def elu(b, node):
-    activation(b, node, "elu", alpha=float(node.attr("alpha", 1.0)))
-
-
-@converts("Gelu")
-def gelu(b, node):
-    approx = node.attr("approximate", "none")
-    if approx not in ("none", "tanh"):
-        raise Unsupported("approximate %r" % approx)
-    activation(b, node, "gelu" if approx == "none" else "gelu_tanh")
+    activation(b, node, node.attr("activation"), **node.attr("options", {}))
 
 
 @converts("Abs")
@@ -64,24 +54,21 @@ def _bounds(b, node):
 @converts("Clip")
 def clip(b, node):
     lo, hi = _bounds(b, node)
-    if lo == 0.0 and hi == 6.0:
-        activation(b, node, "relu6")
-    elif lo == 0.0 and hi >= FLOAT_MAX:
-        activation(b, node, "relu")
-    else:
-        if not lo < hi:
-            raise Unsupported("min %g is not below max %g" % (lo, hi))
-        x = node.inputs[0]
-        b.add("Hardtanh", [b.value(x)], b.shape(x), node,
-              options={"min_val": max(lo, -FLOAT_MAX), "max_val": min(hi, FLOAT_MAX)})
+    # an absent bound is +-FLOAT_MAX; the table spells "no upper bound" as infinity
+    if spelled(b, node, [-math.inf if lo <= -FLOAT_MAX else lo, math.inf if hi >= FLOAT_MAX else hi]):
+        return
+    if not lo < hi:
+        raise Unsupported("min %g is not below max %g" % (lo, hi))
+    x = node.inputs[0]
+    b.add("Hardtanh", [b.value(x)], b.shape(x), node,
+          options={"min_val": max(lo, -FLOAT_MAX), "max_val": min(hi, FLOAT_MAX)})
 
 
 @converts("HardSigmoid")
 def hard_sigmoid(b, node):
-    alpha, beta = float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))
-    if np.isclose(alpha, 1 / 6) and np.isclose(beta, 0.5):
-        activation(b, node, "hardsigmoid")
+    if spelled(b, node):
         return
+    alpha, beta = float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))
     # max(0, min(1, alpha x + beta)): an affine Elementwise against a constant one, clipped
     x = node.inputs[0]
     one = b.constant(np.ones(1, np.float32), node.name + ".one")
@@ -89,6 +76,14 @@ def hard_sigmoid(b, node):
               output=b.fresh(node.outputs[0] + "/affine"),
               options={"operation": "sum", "coef1": alpha, "coef2": beta})
     b.add("Hardtanh", [t], b.shape(x), node, options={"min_val": 0.0, "max_val": 1.0})
+
+
+# the other ops of one-node spellings, which nothing else converts
+@converts(*sorted({sp.tree.op for _, _, sp in one_node()} - {"Clip", "HardSigmoid"}))
+def activation_op(b, node):
+    if not spelled(b, node):
+        attrs = ", ".join("%s=%r" % kv for kv in sorted(node.attrs.items()))
+        raise Unsupported("attributes %s (no activation is spelled so)" % (attrs or "none"))
 
 
 ARITHMETIC = {"Add": "sum", "Sub": "sub", "Mul": "prod", "Div": "div", "Max": "max",

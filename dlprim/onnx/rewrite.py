@@ -1,8 +1,9 @@
 """Patterns exporters spell in several nodes, folded into one before conversion.
 
-    Mul(x, Sigmoid(x))                              -> silu activation
-    Mul(x, HardSigmoid(x; alpha=1/6, beta=1/2))     -> hardswish activation
-    Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 1/2)   -> gelu (PyTorch's export before opset 20)
+    a tree the activation table spells one with     -> that activation (``spelling.trees()``:
+                                                       Mul(x, Sigmoid(x)) silu, Mul(x,
+                                                       HardSigmoid(x; 1/6, 1/2)) hardswish,
+                                                       PyTorch's erf formula of gelu)
     Pad(constant 0, spatial) -> Conv                -> the convolution's own padding
     Pad(constant 0, spatial) -> AveragePool          -> its padding, counted in the average
     Add(MatMul(x, W), b), W and b constant           -> an InnerProduct with bias
@@ -13,12 +14,14 @@ have no ONNX proto, so they are converted even when their inputs are all constan
 """
 import numpy as np
 
+from ..core.activation import X, OnnxNode
 from .fold import constant_value
 from .model_reader import Node
+from .spelling import import_options, match_attrs, match_value, trees
 
 __all__ = ["rewrite", "ACTIVATION"]
 
-ACTIVATION = "_Activation"  # internal op: attribute "activation" as dlprim's Activation
+ACTIVATION = "_Activation"  # internal op: attributes "activation" and "options" of dlprim's Activation
 
 
 class _Graph:
@@ -66,51 +69,55 @@ class _Graph:
         self.refresh()
 
 
-def _act(name, node, x, act):
-    return Node(ACTIVATION, node.name, [x], node.outputs, {"activation": act})
+COMMUTATIVE = ("Add", "Mul")
 
 
-def _gated(g, node):
-    """Mul(x, f(x)) with f a Sigmoid or HardSigmoid(1/6, 1/2): silu / hardswish."""
-    for k in (0, 1):
-        gate, x = node.inputs[k], node.inputs[1 - k]
-        for op_type, act in (("Sigmoid", "silu"), ("HardSigmoid", "hardswish")):
-            f = g.made_by(gate, op_type)
-            if f is None or f.inputs[0] != x or not g.only_reader(gate, node):
-                continue
-            if op_type == "HardSigmoid" and not (
-                    np.isclose(f.attr("alpha", 0.2), 1 / 6) and np.isclose(f.attr("beta", 0.5), 0.5)):
-                continue
-            g.replace([f, node], _act(act, node, x, act))
+def _match(g, tree, node, act, bound):
+    """(the nodes from ``node`` down that spell ``tree``, ``bound`` with X and the options
+    bound), or None."""
+    bound = match_attrs(act, tree, node.op_type, node.attrs, dict(bound))
+    ins = [i for i in node.inputs if i]
+    if bound is None or len(ins) != len(tree.inputs):
+        return None
+    orders = [tree.inputs]
+    if tree.op in COMMUTATIVE and len(ins) == 2:
+        orders.append(tree.inputs[::-1])
+    for order in orders:
+        found = _match_inputs(g, order, ins, node, act, bound)
+        if found is not None:
+            return found
+    return None
+
+
+def _match_inputs(g, wants, ins, node, act, bound):
+    nodes, bound = [node], dict(bound)
+    for want, name in zip(wants, ins):
+        if want == X:
+            if bound.setdefault(X, name) != name:
+                return None
+        elif isinstance(want, OnnxNode):
+            sub = g.made_by(name, want.op)
+            # an inner result read elsewhere must stay
+            inner = sub is not None and g.only_reader(name, node) and _match(g, want, sub, act, bound)
+            if not inner:
+                return None
+            nodes, bound = nodes + inner[0], inner[1]
+        else:
+            bound = match_value(want, g.scalar(name), bound)
+            if bound is None:
+                return None
+    return nodes, bound
+
+
+def _spelled(g, node):
+    """A tree of nodes the activation table spells an activation with -> that activation."""
+    for name, act, sp in trees(node.op_type):
+        found = _match(g, sp.tree, node, act, {})
+        if found is not None:
+            nodes, bound = found
+            g.replace(nodes, Node(ACTIVATION, node.name, [bound[X]], node.outputs,
+                                  {"activation": name, "options": import_options(act, sp, bound)}))
             return True
-    return False
-
-
-def _gelu(g, node):
-    """Mul(Mul(x, Add(Erf(Div(x, sqrt2)), 1)), 0.5), operands in either order."""
-    for k in (0, 1):
-        inner, half = node.inputs[k], node.inputs[1 - k]
-        m = g.made_by(inner, "Mul")
-        if g.scalar(half) != 0.5 or m is None or not g.only_reader(inner, node):
-            continue
-        for j in (0, 1):
-            x, plus = m.inputs[j], m.inputs[1 - j]
-            add = g.made_by(plus, "Add")
-            if add is None or not g.only_reader(plus, m):
-                continue
-            for i in (0, 1):
-                erf = g.made_by(add.inputs[i], "Erf")
-                if erf is None or g.scalar(add.inputs[1 - i]) != 1.0 or \
-                        not g.only_reader(add.inputs[i], add):
-                    continue
-                div = g.made_by(erf.inputs[0], "Div")
-                if div is None or div.inputs[0] != x or not g.only_reader(erf.inputs[0], erf):
-                    continue
-                s = g.scalar(div.inputs[1])
-                if s is None or not np.isclose(s, np.sqrt(2.0), rtol=1e-5):
-                    continue
-                g.replace([div, erf, add, m, node], _act("gelu", node, x, "gelu"))
-                return True
     return False
 
 
@@ -173,8 +180,14 @@ def _matmul_bias(g, node):
     return False
 
 
-RULES = {"Mul": (_gated, _gelu), "Conv": (_pad_into,), "AveragePool": (_pad_into,),
-         "Add": (_matmul_bias,)}
+def _rules():
+    rules = {"Conv": (_pad_into,), "AveragePool": (_pad_into,), "Add": (_matmul_bias,)}
+    for root in sorted({sp.tree.op for _, _, sp in trees()}):
+        rules[root] = (_spelled,) + rules.get(root, ())
+    return rules
+
+
+RULES = _rules()
 
 
 def rewrite(nodes, consts, outputs=()):
