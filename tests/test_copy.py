@@ -28,7 +28,7 @@ def cached(cls, ctx, *args):
     ((2, 33, 5, 7), (0, 2, 3, 1)), ((2, 5, 7, 33), (0, 3, 1, 2)), ((1, 129, 1, 65), (3, 1, 2, 0))])
 def test_transpose(ctx, rng, shape, perm):
     a = rng.standard_normal(shape).astype(np.float32)
-    op = cached(cp.Transpose, ctx, shape, perm)
+    op = cached(cp.TransposeCopy, ctx, shape, perm)
     y = placed(ctx, np.full(op.out_shape, np.nan, np.float32))
     op(placed(ctx, a), y)
     np.testing.assert_array_equal(y.numpy(), a.transpose(perm))
@@ -62,7 +62,7 @@ def test_strided_alpha_beta_accumulate(ctx, rng):
 @pytest.mark.parametrize("shape", [(33, 5), (33, 65)])  # strided and tiled
 def test_dtypes(ctx, rng, dtype, shape):
     a = (rng.standard_normal(shape) * 50).astype(dtype)
-    op = cached(cp.Transpose, ctx, shape, (1, 0), dtype)
+    op = cached(cp.TransposeCopy, ctx, shape, (1, 0), dtype)
     y = dp.Tensor(ctx, shape[::-1], dtype)
     op(placed(ctx, a), y)
     np.testing.assert_array_equal(y.numpy(), a.T)
@@ -95,7 +95,7 @@ def test_concat_and_slice(ctx, rng):
 
 def test_errors(ctx):
     with pytest.raises(ValueError, match="not a permutation"):
-        cp.Transpose(ctx, (3, 4), (0, 0))
+        cp.TransposeCopy(ctx, (3, 4), (0, 0))
     with pytest.raises(ValueError, match="src_strides"):
         cp.StridedCopy(ctx, (3, 4), (1,), (4, 1))
     op = cached(cp.StridedCopy, ctx, (33, 3), (3, 1), (6, 1))
@@ -116,7 +116,7 @@ def test_64bit_index_path(ctx, rng, monkeypatch):
     import dlprim.core.pointwise as pw
     monkeypatch.setattr(pw, "_UINT_LIMIT", 1)
     a = rng.standard_normal((3, 33, 5)).astype(np.float32)
-    op = cp.Transpose(ctx, a.shape, (2, 0, 1))
+    op = cp.TransposeCopy(ctx, a.shape, (2, 0, 1))
     assert op._it is np.uint64
     y = dp.Tensor(ctx, (5, 3, 33))
     op(placed(ctx, a), y)

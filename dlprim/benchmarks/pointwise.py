@@ -13,7 +13,7 @@ import statistics
 import pyopencl as cl
 
 import dlprim as dp
-from dlprim.core.copy import Transpose
+from dlprim.core.copy import TransposeCopy
 from dlprim.core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from dlprim.core.random import RandomFill
 from .harness import time_cuda as time_torch, time_launches
@@ -41,10 +41,10 @@ def cases(ctx):
         out.append((name, op.launches([xs], [r]), 4 * xs.size,
                     (lambda d: lambda t: lambda: t.sum(dim=d, keepdim=True))(dims), shape))
     y2 = dp.Tensor(ctx, (64, 56, 56, 64))
-    out.append(("transpose NCHW->NHWC", Transpose(ctx, nchw, (0, 2, 3, 1)).launches(x, y2), 8 * n,
+    out.append(("transpose NCHW->NHWC", TransposeCopy(ctx, nchw, (0, 2, 3, 1)).launches(x, y2), 8 * n,
                 lambda t: lambda: t.permute(0, 2, 3, 1).contiguous()))
     sq, sq2 = dp.Tensor(ctx, (4096, 4096)), dp.Tensor(ctx, (4096, 4096))
-    out.append(("transpose 4096x4096", Transpose(ctx, (4096, 4096), (1, 0)).launches(sq, sq2),
+    out.append(("transpose 4096x4096", TransposeCopy(ctx, (4096, 4096), (1, 0)).launches(sq, sq2),
                 8 * sq.size, lambda t: lambda: t.t().contiguous(), (4096, 4096)))
     flat = x.view((n,))
     out.append(("uniform fill 12.8M", RandomFill(ctx, (n,), "uniform").launches(flat, 1, 0, True),

@@ -13,7 +13,7 @@ from .pointwise import _memo, divisor_args, index_type
 from . import tuning_launch
 from ..utils import ceil_div, round_up
 
-__all__ = ["StridedCopy", "Transpose", "Fill", "fill", "copy", "concat", "slice_copy",
+__all__ = ["StridedCopy", "TransposeCopy", "Fill", "fill", "copy", "concat", "slice_copy",
            "contiguous_strides"]
 
 
@@ -125,7 +125,7 @@ def _merge_axes(shape, perm):
     return merged, [rank[g] for g in range(len(groups))]
 
 
-class Transpose(StridedCopy):
+class TransposeCopy(StridedCopy):
     """``y = x.transpose(perm)`` (numpy's meaning) for contiguous x and y.
 
     After merging axes, a swap of the last two ((M, N) -> (N, M), batched or not; NCHW <->
@@ -138,7 +138,7 @@ class Transpose(StridedCopy):
         in_shape = tuple(int(n) for n in in_shape)
         perm = tuple(int(p) % max(len(in_shape), 1) for p in perm)
         if sorted(perm) != list(range(len(in_shape))):
-            raise ValueError("Transpose: %s is not a permutation of the %d axes of %s"
+            raise ValueError("TransposeCopy: %s is not a permutation of the %d axes of %s"
                              % (tuple(perm), len(in_shape), in_shape))
         self.in_shape, self.perm = in_shape, perm
         self.out_shape = tuple(in_shape[p] for p in perm)
@@ -157,7 +157,7 @@ class Transpose(StridedCopy):
         """y = alpha * x.transpose(perm) + beta * y."""
         for what, t, shape in (("x", x, self.in_shape), ("y", y, self.out_shape)):
             if not isinstance(t, Tensor) or t.shape != shape:
-                raise ValueError("Transpose: %s is %r, expected shape %s" % (what, t, shape))
+                raise ValueError("TransposeCopy: %s is %r, expected shape %s" % (what, t, shape))
         if self._tiled is None or self.size == 0:
             return super().launches(x, y, alpha, beta)
         self._check(x, "x", self.size)

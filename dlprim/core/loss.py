@@ -15,7 +15,7 @@ from .pointwise import PointwiseBroadcastReduce
 from .softmax import row_work_group
 from ..utils import round_up
 
-__all__ = ["SoftmaxCrossEntropy", "NLLLoss", "LABEL_DTYPES"]
+__all__ = ["SoftmaxCrossEntropy", "NLLLossOps", "LABEL_DTYPES"]
 
 LABEL_DTYPES = ("int32", "int64", "float32")
 
@@ -82,12 +82,12 @@ class SoftmaxCrossEntropy:
                         np.float32(beta), cl.LocalMemory(4 * self.wg)])]
 
 
-class NLLLoss:
+class NLLLossOps:
     """-x[n, label[n]] per row (``reduce="none"``) or summed (``"sum"``) / averaged over N."""
 
     def __init__(self, ctx, n, c, label_dtype="int32", reduce="mean"):
         if reduce not in ("none", "sum", "mean"):
-            raise ValueError("NLLLoss: reduce must be none, sum or mean, got %r" % (reduce,))
+            raise ValueError("NLLLossOps: reduce must be none, sum or mean, got %r" % (reduce,))
         self.ctx, self.n, self.c, self.reduce = ctx, int(n), int(c), reduce
         self.label_dtype = np.dtype(label_dtype)
         self.scale = 1.0 / max(self.n, 1) if reduce == "mean" else 1.0
@@ -96,19 +96,19 @@ class NLLLoss:
         self.out_shape = (self.n,) if reduce == "none" else (1,)
 
     def _check(self, x, label):
-        _check("NLLLoss: x", x, (self.n, self.c), np.float32)
-        _check("NLLLoss: labels", label, (self.n,), self.label_dtype)
+        _check("NLLLossOps: x", x, (self.n, self.c), np.float32)
+        _check("NLLLossOps: labels", label, (self.n,), self.label_dtype)
 
     def launches(self, x, label, y, rows=None):
         """``rows``: (N,) float scratch, needed unless ``reduce == "none"``."""
         self._check(x, label)
-        _check("NLLLoss: y", y, self.out_shape, np.float32)
+        _check("NLLLossOps: y", y, self.out_shape, np.float32)
         if self.n == 0:
             return []
         if self.sum is not None:
             if rows is None:
-                raise ValueError("NLLLoss: a reduced loss needs an (N,) scratch tensor 'rows'")
-            _check("NLLLoss: rows", rows, (self.n,), np.float32)
+                raise ValueError("NLLLossOps: a reduced loss needs an (N,) scratch tensor 'rows'")
+            _check("NLLLossOps: rows", rows, (self.n,), np.float32)
         target = y if self.sum is None else rows
         out = [Launch(self.prg, "nll_forward", (round_up(self.n, 64),), None,
                       [np.uint64(self.n), np.uint64(self.c), x, label, target])]
@@ -118,9 +118,9 @@ class NLLLoss:
 
     def backward_launches(self, label, dy, dx, beta=0.0):
         """dx = beta * dx - dy (scaled as the reduction) at each label, 0 elsewhere."""
-        _check("NLLLoss: labels", label, (self.n,), self.label_dtype)
-        _check("NLLLoss: dy", dy, self.out_shape, np.float32)
-        _check("NLLLoss: dx", dx, (self.n, self.c), np.float32)
+        _check("NLLLossOps: labels", label, (self.n,), self.label_dtype)
+        _check("NLLLossOps: dy", dy, self.out_shape, np.float32)
+        _check("NLLLossOps: dx", dx, (self.n, self.c), np.float32)
         if dx.size == 0:
             return []
         stride = 1 if self.reduce == "none" else 0

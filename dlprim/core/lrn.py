@@ -12,22 +12,22 @@ from ..kernels import program
 from ..kernels.program import Launch
 from ..utils import round_up
 
-__all__ = ["LRN"]
+__all__ = ["LRNOps"]
 
 
-class LRN:
+class LRNOps:
     """LRN of (N, C, ...) float32 tensors; N may change between calls."""
 
     def __init__(self, ctx, channels, size, alpha=1e-4, beta=0.75, k=1.0):
         if not isinstance(size, (int, np.integer)) or size < 1:
-            raise ValueError("LRN: size must be a positive integer, got %r" % (size,))
+            raise ValueError("LRNOps: size must be a positive integer, got %r" % (size,))
         self.ctx, self.channels, self.size = ctx, int(channels), int(size)
         self.alpha, self.beta, self.k = float(alpha), float(beta), float(k)
         self.prg = program.get(ctx, "lrn", LO=(self.size - 1) // 2, HI=self.size // 2)
 
     def _geometry(self, shape):
         if len(shape) < 2 or shape[1] != self.channels:
-            raise ValueError("LRN: expected (N, %d, ...), got %s" % (self.channels, tuple(shape)))
+            raise ValueError("LRNOps: expected (N, %d, ...), got %s" % (self.channels, tuple(shape)))
         n, c = int(shape[0]), int(shape[1])
         p = int(np.prod(shape[2:], dtype=np.int64))
         args = [np.int32(c), np.uint64(p), np.float32(self.alpha / self.size),
@@ -38,7 +38,7 @@ class LRN:
     @staticmethod
     def _check(what, t, shape):
         if tuple(t.shape) != tuple(shape) or t.dtype != np.float32:
-            raise ValueError("LRN: %s is %s %s, expected %s float32"
+            raise ValueError("LRNOps: %s is %s %s, expected %s float32"
                              % (what, t.shape, t.dtype.name, tuple(shape)))
 
     def launches(self, x, y):

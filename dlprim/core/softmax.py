@@ -12,7 +12,7 @@ from ..kernels import program
 from ..kernels.program import Launch
 from ..utils import round_up
 
-__all__ = ["Softmax", "axis_split", "row_work_group"]
+__all__ = ["SoftmaxOps", "axis_split", "row_work_group"]
 
 
 def axis_split(shape, axis=1):
@@ -36,17 +36,17 @@ def row_work_group(ctx, n):
 
 def _check(name, t, shape):
     if tuple(t.shape) != tuple(shape):
-        raise ValueError("Softmax: %s has shape %s, expected %s" % (name, t.shape, tuple(shape)))
+        raise ValueError("SoftmaxOps: %s has shape %s, expected %s" % (name, t.shape, tuple(shape)))
     if t.dtype != np.float32:
-        raise TypeError("Softmax: %s has dtype %s, expected float32" % (name, t.dtype))
+        raise TypeError("SoftmaxOps: %s has dtype %s, expected float32" % (name, t.dtype))
 
 
-class Softmax:
+class SoftmaxOps:
     """``y = softmax(x)`` (or ``log_softmax`` with ``log=True``) over axis 1 of ``shape``."""
 
     def __init__(self, ctx, shape, log=False):
         if len(shape) < 2:
-            raise ValueError("Softmax: input must have at least 2 dimensions, got shape %s"
+            raise ValueError("SoftmaxOps: input must have at least 2 dimensions, got shape %s"
                              % (tuple(shape),))
         self.ctx = ctx
         self.shape = tuple(int(s) for s in shape)

@@ -13,7 +13,7 @@ Labels outside [0, C) are ignored (no loss, no gradient); the mean still divides
 """
 import numpy as np
 
-from ..core.loss import LABEL_DTYPES, NLLLoss as NLLOp, SoftmaxCrossEntropy
+from ..core.loss import LABEL_DTYPES, NLLLossOps, SoftmaxCrossEntropy
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..tensor import Tensor
 from .base import Layer, Setup, TensorSpec, register
@@ -95,7 +95,7 @@ class NLLLoss(_LabelLoss):
     def build(self, in_specs):
         n, c = self.check_inputs(in_specs)
         self.n = n
-        self.op = NLLOp(self.ctx, n, c, in_specs[1].dtype, self.options["reduce"])
+        self.op = NLLLossOps(self.ctx, n, c, in_specs[1].dtype, self.options["reduce"])
         ws = 0 if self.options["reduce"] == "none" else 4 * n
         return Setup([TensorSpec(self.op.out_shape, "float32")], workspace=ws)
 

@@ -8,7 +8,7 @@ channels. Options as PyTorch's LocalResponseNorm: ``size`` (required), ``alpha``
 """
 import numpy as np
 
-from ..core.lrn import LRN as LRNOp
+from ..core.lrn import LRNOps
 from .base import Layer, Setup, TensorSpec, register
 
 
@@ -35,7 +35,7 @@ class LRN(Layer):
     def build(self, in_specs):
         spec = self.single_input(in_specs, "(N, C, ...)", min_ndim=2)
         o = self.options
-        self.op = LRNOp(self.ctx, spec.shape[1], int(o["size"]), o["alpha"], o["beta"], o["k"])
+        self.op = LRNOps(self.ctx, spec.shape[1], int(o["size"]), o["alpha"], o["beta"], o["k"])
         return Setup([TensorSpec(spec.shape, spec.dtype)])
 
     def forward(self, x, y, params, ws, saved):

@@ -5,7 +5,7 @@
 For inputs of more than 2 dimensions every position along the trailing axes is a
 separate distribution over the channels (as in segmentation outputs).
 """
-from ..core.softmax import Softmax as SoftmaxOp
+from ..core.softmax import SoftmaxOps
 from .base import Layer, Setup, TensorSpec, register
 
 
@@ -24,7 +24,7 @@ class Softmax(Layer):
 
     def build(self, in_specs):
         spec = self.single_input(in_specs, min_ndim=2)
-        self.op = SoftmaxOp(self.ctx, spec.shape, log=self.options["log"])
+        self.op = SoftmaxOps(self.ctx, spec.shape, log=self.options["log"])
         return Setup([TensorSpec(spec.shape, spec.dtype)])
 
     def forward(self, x, y, params, ws, saved):

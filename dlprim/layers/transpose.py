@@ -6,7 +6,7 @@ Backward applies the inverse permutation to dy.
 """
 import numpy as np
 
-from ..core.copy import Transpose as TransposeOp
+from ..core.copy import TransposeCopy
 from .base import Layer, Setup, TensorSpec, register
 
 
@@ -34,8 +34,8 @@ class Transpose(Layer):
             self.fail("option 'dims' %r is not a permutation of the %d axes of input %s"
                       % (list(dims), n, spec.shape))
         inverse = [perm.index(k) for k in range(n)]
-        self.fwd = TransposeOp(self.ctx, spec.shape, perm, spec.dtype)
-        self.bwd = TransposeOp(self.ctx, self.fwd.out_shape, inverse, spec.dtype)
+        self.fwd = TransposeCopy(self.ctx, spec.shape, perm, spec.dtype)
+        self.bwd = TransposeCopy(self.ctx, self.fwd.out_shape, inverse, spec.dtype)
         return Setup([TensorSpec(self.fwd.out_shape, spec.dtype)])
 
     def forward(self, x, y, params, ws, saved):
