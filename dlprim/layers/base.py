@@ -132,11 +132,11 @@ class Layer:
 
     Class attributes are the default ``LayerFlags`` for layers whose facts never vary:
     ``BACKWARD_READS_INPUTS``, ``BACKWARD_READS_OUTPUTS``, ``INPLACE`` (the output may
-    share the input's buffer; then backward must not read the input) and
-    ``HAS_BACKWARD``, and ``NO_GRAD_INPUTS`` (positions of inputs that never receive a
-    gradient, a loss's labels: the Net never asks for their ``dx``). A layer whose facts depend on its options returns them from
-    ``build`` (``flags=self.default_flags(inplace=...)``); after ``setup`` they are
-    ``layer.flags``, which is all the Net reads.
+    share the input's buffer; then backward must not read the input), ``HAS_BACKWARD``
+    and ``NO_GRAD_INPUTS`` (positions of inputs that never receive a gradient, a loss's
+    labels: the Net never asks for their ``dx``). A layer whose facts depend on its
+    options returns them from ``build`` (``flags=self.default_flags(inplace=...)``);
+    after ``setup`` they are ``layer.flags``, which is all the Net reads.
     """
     type_name = "Layer"
     OPTIONS = {}
