@@ -12,9 +12,10 @@ __version__ = "0.1.0"
 _NAMES = {"Context": "context", "ExecutionContext": "context", "DeviceError": "context",
           "list_devices": "context", "Tensor": "tensor", "KernelBuildError": "kernels.program",
           "Net": "net", "NetConfig": "net", "TRAIN": "net", "PREDICT": "net",
-          "SGD": "solvers", "Adam": "solvers", "AdamW": "solvers"}
-SUBMODULES = ("cli", "context", "core", "data", "dtypes", "kernels", "layers", "lr_schedules",
-              "models", "net", "onnx", "plot", "solvers", "tensor", "train", "utils")
+          "SGD": "solvers", "Adam": "solvers", "AdamW": "solvers", "Error": "errors"}
+SUBMODULES = ("cli", "context", "core", "data", "dtypes", "errors", "kernels", "layers",
+              "lr_schedules", "models", "net", "onnx", "plot", "solvers", "tensor", "train",
+              "utils")
 
 __all__ = sorted(_NAMES) + ["__version__"]
 

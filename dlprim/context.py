@@ -10,10 +10,12 @@ import re
 import pyopencl as cl
 import pyopencl.tools
 
+from .errors import Error
+
 __all__ = ["Context", "ExecutionContext", "DeviceError", "list_devices", "DeviceFacts"]
 
 
-class DeviceError(RuntimeError):
+class DeviceError(Error, RuntimeError):
     """No OpenCL platform, or a device string that names no device."""
 
 

@@ -17,7 +17,7 @@ TOP_LEVEL_LIMIT = 12
 SHARED_LAUNCHERS = {"pointwise", "copy", "gemm", "random", "activation"}
 PURE = ["dlprim.net.graph", "dlprim.net.netconfig", "dlprim.net.autograd", "dlprim.net.memory_plan",
         "dlprim.net.weights", "dlprim.train.config", "dlprim.train.config_check",
-        "dlprim.train.config_data", "dlprim.dtypes", "dlprim.utils", "dlprim.models",
+        "dlprim.train.config_data", "dlprim.dtypes", "dlprim.utils", "dlprim.errors", "dlprim.models",
         "dlprim.lr_schedules", "dlprim.data"]
 
 

@@ -14,7 +14,7 @@ import pkgutil
 
 import dlprim
 
-MODULES = ["dlprim", "dlprim.context", "dlprim.tensor", "dlprim.dtypes", "dlprim.utils",
+MODULES = ["dlprim", "dlprim.context", "dlprim.tensor", "dlprim.dtypes", "dlprim.utils", "dlprim.errors",
            "dlprim.net", "dlprim.net.net", "dlprim.net.netconfig",
            "dlprim.models", "dlprim.solvers", "dlprim.lr_schedules", "dlprim.net.weights",
            "dlprim.plot", "dlprim.train.config", "dlprim.cli.tune", "dlprim.onnx",

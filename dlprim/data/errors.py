@@ -1,9 +1,10 @@
 """Errors of data loading; each message names the source, file or sample index."""
+from ..errors import Error
 
 __all__ = ["DataError", "MissingDataError", "require_pillow"]
 
 
-class DataError(ValueError):
+class DataError(Error, ValueError):
     """Bad or unreadable data: a corrupt file, a label out of range, a wrong image size."""
 
 

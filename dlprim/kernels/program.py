@@ -15,6 +15,8 @@ import numpy as np
 import pyopencl as cl
 from mako.lookup import TemplateLookup
 
+from ..errors import Error
+
 __all__ = ["get", "render", "KernelBuildError", "Launch", "expand_args", "stats"]
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -23,7 +25,7 @@ _lookup = TemplateLookup(directories=[KERNEL_DIR], strict_undefined=True)
 stats = {"renders": 0, "builds": 0}  # counted so tests can prove memoization
 
 
-class KernelBuildError(RuntimeError):
+class KernelBuildError(Error, RuntimeError):
     """A kernel failed to build; carries the device, parameters and annotated source."""
 
     def __init__(self, name, device, params, source, log):

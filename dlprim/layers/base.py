@@ -32,6 +32,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..dtypes import as_dtype
+from ..errors import Error
 
 __all__ = ["Layer", "LayerError", "TensorSpec", "ParamSpec", "LayerFlags", "Setup", "register",
            "create", "REGISTRY", "run", "TRAIN", "PREDICT"]
@@ -41,7 +42,7 @@ TRAIN, PREDICT = "train", "predict"
 REGISTRY = {}
 
 
-class LayerError(ValueError):
+class LayerError(Error, ValueError):
     """A bad option, shape or input; the message starts with the layer's type and name."""
 
 

@@ -14,10 +14,12 @@ Pure Python, no OpenCL.
 import json
 import os
 
+from ..errors import Error
+
 __all__ = ["Graph", "OpDef", "Value", "load_graph", "GraphError"]
 
 
-class GraphError(ValueError):
+class GraphError(Error, ValueError):
     """A malformed graph; the message names the operator or tensor at fault."""
 
 

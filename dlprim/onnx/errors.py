@@ -1,9 +1,10 @@
 """Errors of the ONNX importer and the check that the onnx package is installed."""
+from ..errors import Error
 
 __all__ = ["OnnxImportError", "UnsupportedModelError", "require_onnx"]
 
 
-class OnnxImportError(ValueError):
+class OnnxImportError(Error, ValueError):
     """A model that cannot be read or converted; the message names the node at fault."""
 
 

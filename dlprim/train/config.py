@@ -11,6 +11,8 @@ import inspect
 import json
 import os
 
+from ..errors import Error
+
 from .config_check import Checker, is_int
 from .config_data import check_data
 
@@ -22,7 +24,7 @@ DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "out": "runs",
 _TOP = ["net", "data", "solver"] + list(DEFAULTS)
 
 
-class ConfigError(ValueError):
+class ConfigError(Error, ValueError):
     """A config with problems; ``.problems`` lists them, each "field.path: what is wrong"."""
 
     def __init__(self, problems, source=None):
