@@ -108,7 +108,8 @@ class Net:
         self._inputs = {}
         for name in self.graph.inputs:
             v = self.graph.values[self.graph.input_values[name]]
-            self._inputs[v.id] = Tensor.zeros(self.ctx, v.shape, v.dtype)
+            self._inputs[v.id] = Tensor.zeros(self.ctx, v.shape, v.dtype,
+                                              name="net input '%s'" % name)
 
     # ----- batch size changes
     def reshape(self, shapes=None, **kw):

@@ -59,7 +59,8 @@ class ParamStore:
                 self.trainable_size = offset
         self.total_size = offset
         self.ctx, self._ops, self._specs = ctx, ops, param_specs
-        self.param_arena = Tensor.zeros(ctx, (max(offset, 1),), np.float32)
+        self.param_arena = Tensor.zeros(ctx, (max(offset, 1),), np.float32,
+                                        name="the parameter arena (%d parameters)" % len(order))
         self.params = OrderedDict((n, self.param_arena.view(s, o)) for n, (o, s, _) in self.layout.items())
         self.op_params = [[self.params[n] for n in names] for names in self.op_param_names]
         self.op_trains = [any(spec.trainable for spec in specs) and not op.frozen
@@ -73,7 +74,8 @@ class ParamStore:
     def ensure_grads(self):
         """The gradient arena, made on first use: a net that only predicts holds none."""
         if self._grad_arena is None:
-            self._grad_arena = Tensor.zeros(self.ctx, (max(self.total_size, 1),), np.float32)
+            self._grad_arena = Tensor.zeros(self.ctx, (max(self.total_size, 1),), np.float32,
+                                            name="the parameter-gradient arena")
             self.grads = OrderedDict((n, self._grad_arena.view(s, o))
                                      for n, (o, s, _) in self.layout.items())
             # an operator gets a gradient tensor for a parameter only if it trains it
