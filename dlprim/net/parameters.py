@@ -119,18 +119,20 @@ class ParamStore:
                 if problem:
                     wrong.append("'%s' %s" % (name, problem))
         if wrong:
-            raise ParameterError("%s: %d parameter%s do%s not fit the net: %s" % (
-                source, len(wrong), _s(wrong), "es" if len(wrong) == 1 else "",
+            raise ParameterError("%s: %d parameter%s %s not fit the net: %s" % (
+                source, len(wrong), _s(wrong), "does" if len(wrong) == 1 else "do",
                 "; ".join(wrong)))
         unexpected = [n for n in arrays if n not in self.layout and not self._counter(n)]
         missing = [n for n in self.layout if n not in values]
         if strict and (missing or unexpected):
-            parts = ["the net's parameter%s %s %s missing" % (_s(missing), _names(missing),
-                                                              "is" if len(missing) == 1 else "are")
-                     ] if missing else []
-            parts += ["%s %s not parameter%s of the net" % (
-                _names(unexpected), "is" if len(unexpected) == 1 else "are",
-                _s(unexpected))] if unexpected else []
+            parts = []
+            if missing:
+                parts.append("the net's parameter%s %s %s missing"
+                             % (_s(missing), _names(missing), _is(missing)))
+            if unexpected:
+                parts.append("%s %s not %s of the net" % (
+                    _names(unexpected), _is(unexpected),
+                    "a parameter" if len(unexpected) == 1 else "parameters"))
             raise ParameterError("%s: %s (strict=False loads the parameters both have)"
                                  % (source, "; ".join(parts)))
         if not values and self.layout and len(arrays):
@@ -163,6 +165,10 @@ def _as_numbers(value, shape):
 
 def _s(items):
     return "" if len(items) == 1 else "s"
+
+
+def _is(items):
+    return "is" if len(items) == 1 else "are"
 
 
 def _names(names, limit=10):

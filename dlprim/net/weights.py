@@ -134,7 +134,7 @@ def _entry(path, name, info, section):
     need = math.prod(shape) * dtype.itemsize
     if size != need:
         raise FileFormatError("%s: size %d bytes, but shape %s of %s needs %d"
-                              % (where, size, tuple(shape), dlp_name(dtype), need))
+                              % (where, size, tuple(shape), info.get("dtype", "float"), need))
     if start + size > section:
         raise FileFormatError("%s: bytes %d..%d run past the end of the data section (%d "
                               "bytes; truncated?)" % (where, start, start + size, section))
