@@ -11,6 +11,9 @@
 
 HDF5: one dataset per parameter, named by the parameter (h5py, the ``hdf5`` extra).
 
+Files are read only if they are regular files, and checked before they are trusted: a
+damaged or foreign one is a FileFormatError naming the file and the entry at fault.
+
 Whole-net formats of other packages register a writer in ``NET_EXPORTERS`` (dlprim.onnx
 registers "onnx"), so the Net reaches them without importing those packages.
 """
@@ -26,7 +29,8 @@ from ..dtypes import as_dtype, dlp_name
 from ..errors import FileFormatError
 from ..utils import atomic_write
 
-__all__ = ["NET_EXPORTERS", "save_dlp", "load_dlp", "save_hdf5", "load_hdf5", "load", "MAGIC"]
+__all__ = ["NET_EXPORTERS", "save_dlp", "load_dlp", "parse_header", "save_hdf5", "load_hdf5",
+           "load", "MAGIC"]
 
 # format -> writer(net, path, **options), filled by the packages that provide them
 NET_EXPORTERS = {}
