@@ -10,7 +10,7 @@ import re
 import pyopencl as cl
 import pyopencl.tools
 
-from .errors import Error
+from .errors import DeviceMemoryError, Error
 
 __all__ = ["Context", "ExecutionContext", "DeviceError", "list_devices", "DeviceFacts"]
 
@@ -176,26 +176,68 @@ class DeviceFacts:
                 if k != "extensions"}
 
 
+# OpenCL's answers to an allocation the device cannot hold; anything else is a bug
+_OUT_OF_MEMORY = {cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE, cl.status_code.OUT_OF_RESOURCES,
+                  cl.status_code.OUT_OF_HOST_MEMORY, cl.status_code.INVALID_BUFFER_SIZE}
+
+
 class _TrackingAllocator:
-    """Counts the bytes the pool hands out, so users can see use and peak."""
+    """Counts the bytes the pool hands out, so users can see use and peak, and turns a
+    request the device cannot hold into a DeviceMemoryError naming it."""
 
     def __init__(self, ctx):
         self._pool = cl.tools.MemoryPool(cl.tools.ImmediateAllocator(ctx.queue))
+        self._facts = ctx.facts
         self.bytes_in_use = 0
         self.peak_bytes = 0
 
-    def allocate(self, nbytes):
+    def allocate(self, nbytes, what="a buffer"):
+        """A pool buffer of ``nbytes``; ``what`` names it if the device refuses."""
         nbytes = max(int(nbytes), 1)
-        buf = self._pool.allocate(nbytes)
+        facts = self._facts
+        # checked before asking, so a request that cannot succeed never reaches the driver
+        # (some allocate lazily and would fail only at the buffer's first use)
+        if nbytes > facts.max_alloc:
+            raise self._error(what, nbytes, "above the largest buffer the device allows")
+        if self.bytes_in_use + nbytes > facts.global_mem:
+            raise self._error(what, nbytes, "beyond the device's global memory, counting "
+                              "what dlprim holds already")
+        try:
+            buf = self._pool.allocate(nbytes)
+        except cl.Error as err:
+            if getattr(err, "code", None) not in _OUT_OF_MEMORY:
+                raise
+            raise self._error(what, nbytes, "refused by the driver (%s)" % err) from None
+        except MemoryError as err:
+            raise self._error(what, nbytes, "refused: out of memory (%s)" % err) from None
         self.bytes_in_use += nbytes
         self.peak_bytes = max(self.peak_bytes, self.bytes_in_use)
         return buf
+
+    def _error(self, what, nbytes, why):
+        f = self._facts
+        return DeviceMemoryError(
+            "cannot allocate %s: %s, %s. %s allows at most %s in one buffer and has %s of "
+            "global memory, %s of it held by dlprim now. Use a smaller batch or smaller "
+            "inputs (activations grow with both), or a smaller model."
+            % (what, _size(nbytes), why, f.name, _size(f.max_alloc), _size(f.global_mem),
+               _size(self.bytes_in_use)))
 
     def release(self, nbytes):
         self.bytes_in_use -= max(int(nbytes), 1)
 
     def free_held(self):
         self._pool.free_held()
+
+
+def _size(nbytes):
+    """``12345678 bytes (11.8 MiB)``: exact for comparing, rounded for reading."""
+    value, unit = float(nbytes), "bytes"
+    for name in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, name
+    return "%d bytes" % nbytes if unit == "bytes" else "%d bytes (%.1f %s)" % (nbytes, value, unit)
 
 
 class ExecutionContext:

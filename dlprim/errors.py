@@ -14,7 +14,7 @@ Pure Python, no dependencies.
 """
 
 __all__ = ["Error", "FileFormatError", "CheckpointError", "RunExistsError", "InputError",
-           "LabelError", "DeviceMemoryError", "NonFiniteError"]
+           "LabelError", "DeviceMemoryError", "NonFiniteError", "ParameterError"]
 
 
 class Error(Exception):
@@ -52,3 +52,9 @@ class DeviceMemoryError(Error, MemoryError):
 
 class NonFiniteError(Error, FloatingPointError):
     """A value that must be finite is not (a training loss that became NaN or infinite)."""
+
+
+class ParameterError(Error, ValueError):
+    """Parameters given to a net (``set_parameters``, ``load_parameters``) that do not fit
+    it: names every parameter with a wrong shape or a non-numeric dtype, then the missing
+    and the unexpected names."""

@@ -27,10 +27,11 @@ class Tensor:
     """An n-dimensional array on an OpenCL device.
 
     ``Tensor(ctx, (2, 3))`` allocates from the context's pool; ``buffer=`` and ``offset=``
-    (elements) make a view of existing memory instead.
+    (elements) make a view of existing memory instead. ``name`` says what the memory is
+    for when the device cannot hold it (a DeviceMemoryError).
     """
 
-    def __init__(self, ctx, shape, dtype="float32", buffer=None, offset=0):
+    def __init__(self, ctx, shape, dtype="float32", buffer=None, offset=0, name=None):
         self.ctx = ctx
         self.shape = _shape_tuple(shape)
         self.dtype = as_dtype(dtype)
@@ -39,7 +40,9 @@ class Tensor:
             if self.offset:
                 raise ValueError("an offset needs an existing buffer")
             nbytes = self.nbytes
-            buffer = ctx.memory.allocate(nbytes)
+            what = "%s %s" % (self.dtype.name, self.shape)
+            buffer = ctx.memory.allocate(nbytes, "%s, %s" % (name, what) if name else
+                                         "a tensor " + what)
             weakref.finalize(self, ctx.memory.release, nbytes)
         self.buffer = buffer
 
@@ -92,9 +95,9 @@ class Tensor:
         return t
 
     @classmethod
-    def zeros(cls, ctx, shape, dtype="float32"):
+    def zeros(cls, ctx, shape, dtype="float32", name=None):
         """A new tensor filled with zeros (the fill is enqueued)."""
-        t = cls(ctx, shape, dtype)
+        t = cls(ctx, shape, dtype, name=name)
         t.zero_()
         return t
 

@@ -8,6 +8,8 @@ unless ``scale`` is given. Labels are checked against ``num_classes`` when loade
 bad label is reported before training starts.
 """
 import os
+import stat
+import warnings
 
 import numpy as np
 
@@ -175,7 +177,11 @@ class FolderSource(Source):
         self.files, labels = [], []
         for label, cls in enumerate(self.classes):
             folder = os.path.join(path, cls)
-            names = sorted(f for f in os.listdir(folder) if f.lower().endswith(extensions))
+            # regular files only (links to them too): opening a FIFO blocks forever, a
+            # device or socket is no image
+            with os.scandir(folder) as entries:
+                names = sorted(e.name for e in entries
+                               if e.name.lower().endswith(extensions) and e.is_file())
             self.files += [os.path.join(folder, f) for f in names]
             labels += [label] * len(names)
         if not self.files:
@@ -196,9 +202,32 @@ class FolderSource(Source):
         index = self._index(index)
         path = self.files[index]
         try:
-            with self._image.open(path) as im:
-                pixels = np.asarray(im.convert(self.mode))
+            pixels = _decode(self._image, path, self.mode)
         except (OSError, ValueError) as e:
             raise DataError("%s: cannot read image %s: %s" % (self.name, path, e)) from None
         pixels = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
         return self._to_float(pixels), int(self.labels[index])
+
+
+def _decode(image, path, mode):
+    """The pixels of the image file at ``path`` in Pillow ``mode``.
+
+    Opened without blocking and checked to be a regular file, in case it was replaced by
+    a FIFO after the folder was listed. Pillow warns about images above
+    ``PIL.Image.MAX_IMAGE_PIXELS`` and refuses those above twice that (a "decompression
+    bomb" could fill the memory); here both are a DataError, which the caller prefixes
+    with the file.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DataError("not a regular file")
+        # the filter list is process-wide: other threads see "error" for this one
+        # warning category while an image decodes, which only stops another bomb
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", image.DecompressionBombWarning)
+            try:
+                with image.open(f) as im:
+                    return np.asarray(im.convert(mode))
+            except (image.DecompressionBombWarning, image.DecompressionBombError) as e:
+                raise DataError("too large to decode safely (%s)" % e) from None

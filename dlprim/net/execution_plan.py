@@ -51,7 +51,10 @@ class ExecutionPlan:
         is_float = [v.dtype.kind == "f" for v in g.values]
         self.autograd = s = Autograd(g, facts, value_bytes, is_float, train, keep_all)
         self.memory = plan = memory_plan.place(s.blocks, ARENA_ALIGN)
-        self.arena = Tensor(ctx, (max(plan.arena_bytes, 1),), np.uint8)
+        shapes = ", ".join("%s %s" % (g.values[vid].name, t.shape) for vid, t in inputs.items())
+        self.arena = Tensor(ctx, (max(plan.arena_bytes, 1),), np.uint8, name=(
+            "the net's %s-mode arena (activations%s and workspaces for inputs %s)"
+            % ("train" if train else "predict", ", gradients" if train else "", shapes)))
         self.input_bytes = sum(t.nbytes for t in inputs.values())
         self.param_bytes = store.nbytes
         self.saved_bytes = sum(sum(f.saved_bytes) for f in facts)

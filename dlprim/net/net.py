@@ -108,7 +108,8 @@ class Net:
         self._inputs = {}
         for name in self.graph.inputs:
             v = self.graph.values[self.graph.input_values[name]]
-            self._inputs[v.id] = Tensor.zeros(self.ctx, v.shape, v.dtype)
+            self._inputs[v.id] = Tensor.zeros(self.ctx, v.shape, v.dtype,
+                                              name="net input '%s'" % name)
 
     # ----- batch size changes
     def reshape(self, shapes=None, **kw):
@@ -291,10 +292,17 @@ class Net:
         """{name: numpy array} of every parameter (one read of the arena)."""
         return self.store.to_numpy()
 
-    def set_parameters(self, arrays, allow_missing=False):
+    def set_parameters(self, arrays, strict=True):
         """Write parameters from {name: array} (a PyTorch state dict's numpy values map one
-        to one for dlprim.models nets); names the net lacks are ignored."""
-        self.store.from_numpy(arrays, allow_missing, "the given arrays")
+        to one for dlprim.models nets), all or nothing.
+
+        Wrong shapes or non-numeric arrays are reported first, by name; then, with
+        ``strict`` (the default, as PyTorch's ``load_state_dict``), the net's parameters
+        missing from ``arrays`` and the names the net lacks. ``strict=False`` writes the
+        parameters both have and leaves the others as they are. Raises ParameterError.
+        """
+        self._need_setup()
+        self.store.from_numpy(arrays, strict, "set_parameters")
 
     def save_parameters(self, path):
         """Write every parameter to a DLPrimitives .dlp file (atomically)."""
@@ -314,9 +322,11 @@ class Net:
             raise RuntimeError("no ONNX exporter registered: import dlprim.onnx")
         return exporter(self, path, opset=opset)
 
-    def load_parameters(self, path, allow_missing=False):
-        """Load a .dlp or .h5 file; a missing parameter is an error unless allow_missing."""
-        self.store.from_numpy(weights.load(path), allow_missing, str(path))
+    def load_parameters(self, path, strict=True):
+        """Load a .dlp or .h5 file, checked as ``set_parameters`` checks its arrays (a
+        damaged file is a FileFormatError naming it and the entry)."""
+        self._need_setup()
+        self.store.from_numpy(weights.load(path), strict, str(path))
 
     # ----- reports
     def memory_stats(self):

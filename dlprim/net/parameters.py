@@ -13,6 +13,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .graph import GraphError
+from ..errors import ParameterError
 from ..tensor import Tensor
 from ..utils import round_up
 
@@ -58,7 +59,8 @@ class ParamStore:
                 self.trainable_size = offset
         self.total_size = offset
         self.ctx, self._ops, self._specs = ctx, ops, param_specs
-        self.param_arena = Tensor.zeros(ctx, (max(offset, 1),), np.float32)
+        self.param_arena = Tensor.zeros(ctx, (max(offset, 1),), np.float32,
+                                        name="the parameter arena (%d parameters)" % len(order))
         self.params = OrderedDict((n, self.param_arena.view(s, o)) for n, (o, s, _) in self.layout.items())
         self.op_params = [[self.params[n] for n in names] for names in self.op_param_names]
         self.op_trains = [any(spec.trainable for spec in specs) and not op.frozen
@@ -72,7 +74,8 @@ class ParamStore:
     def ensure_grads(self):
         """The gradient arena, made on first use: a net that only predicts holds none."""
         if self._grad_arena is None:
-            self._grad_arena = Tensor.zeros(self.ctx, (max(self.total_size, 1),), np.float32)
+            self._grad_arena = Tensor.zeros(self.ctx, (max(self.total_size, 1),), np.float32,
+                                            name="the parameter-gradient arena")
             self.grads = OrderedDict((n, self._grad_arena.view(s, o))
                                      for n, (o, s, _) in self.layout.items())
             # an operator gets a gradient tensor for a parameter only if it trains it
@@ -97,24 +100,80 @@ class ParamStore:
         return OrderedDict((n, host[o:o + int(np.prod(s, dtype=np.int64))].reshape(s).copy())
                            for n, (o, s, _) in self.layout.items())
 
-    def from_numpy(self, arrays, allow_missing=False, source="the file"):
-        """Write parameters from {name: array}; missing ones are an error unless allowed."""
-        missing = [n for n in self.layout if n not in arrays]
-        if missing and not allow_missing:
-            raise KeyError("parameter%s %s missing from %s" % (
-                "s" if len(missing) > 1 else "", ", ".join("'%s'" % n for n in missing), source))
+    def from_numpy(self, arrays, strict=True, source="the given arrays"):
+        """Write parameters from {name: array}, all or nothing.
+
+        Checked in this order, each a ParameterError listing every name at fault: arrays
+        of the net's names that have the wrong shape or are not numbers; then, if
+        ``strict``, the net's parameters ``arrays`` lacks and the names the net lacks
+        (PyTorch's BatchNorm ``num_batches_tracked`` counters are not counted: dlprim
+        keeps none); without ``strict``, ``arrays`` must share at least one name with the
+        net. Values are not judged: NaN or infinite weights load as they are.
+        """
+        if not hasattr(arrays, "keys"):
+            raise TypeError("expected {parameter name: array}, got %s" % type(arrays).__name__)
+        values, wrong = {}, []
+        for name, (_, shape, _) in self.layout.items():
+            if name in arrays:
+                values[name], problem = _as_numbers(arrays[name], shape)
+                if problem:
+                    wrong.append("'%s' %s" % (name, problem))
+        if wrong:
+            raise ParameterError("%s: %d parameter%s %s not fit the net: %s" % (
+                source, len(wrong), _s(wrong), "does" if len(wrong) == 1 else "do",
+                "; ".join(wrong)))
+        unexpected = [n for n in arrays if n not in self.layout and not self._counter(n)]
+        missing = [n for n in self.layout if n not in values]
+        if strict and (missing or unexpected):
+            parts = []
+            if missing:
+                parts.append("the net's parameter%s %s %s missing"
+                             % (_s(missing), _names(missing), _is(missing)))
+            if unexpected:
+                parts.append("%s %s not %s of the net" % (
+                    _names(unexpected), _is(unexpected),
+                    "a parameter" if len(unexpected) == 1 else "parameters"))
+            raise ParameterError("%s: %s (strict=False loads the parameters both have)"
+                                 % (source, "; ".join(parts)))
+        if not values and self.layout and len(arrays):
+            raise ParameterError("%s: none of its %d names is a parameter of the net (it has: "
+                                 "%s)" % (source, len(arrays), _some(self.layout)))
         host = self.param_arena.to_host()
-        for name, (offset, shape, _) in self.layout.items():
-            if name not in arrays:
-                continue
-            a = np.asarray(arrays[name])
-            if tuple(a.shape) != shape:
-                raise ValueError("parameter '%s' in %s has shape %s, the net needs %s"
-                                 % (name, source, tuple(a.shape), shape))
-            host[offset:offset + a.size] = a.astype(np.float32, copy=False).ravel()
+        for name, a in values.items():
+            offset = self.layout[name][0]
+            host[offset:offset + a.size] = a.ravel()
         self.param_arena.to_device(host)
 
+    def _counter(self, name):
+        """PyTorch's BatchNorm step counter beside running statistics the net has."""
+        prefix, _, last = name.rpartition(".")
+        return last == "num_batches_tracked" and prefix + ".running_mean" in self.layout
 
+
+def _as_numbers(value, shape):
+    """(float32 array, None) or (None, what is wrong with it)."""
+    try:
+        a = np.asarray(value)
+    except (ValueError, TypeError) as err:
+        return None, "is not an array (%s)" % err
+    if a.dtype.kind not in "fiu":
+        return None, "has dtype %s, not numbers" % a.dtype
+    if tuple(a.shape) != shape:
+        return None, "has shape %s, the net needs %s" % (tuple(a.shape), shape)
+    return a.astype(np.float32, copy=False), None
+
+
+def _s(items):
+    return "" if len(items) == 1 else "s"
+
+
+def _is(items):
+    return "is" if len(items) == 1 else "are"
+
+
+def _names(names, limit=10):
+    shown = ", ".join("'%s'" % n for n in names[:limit])
+    return shown + (" and %d more" % (len(names) - limit) if len(names) > limit else "")
 
 
 def _some(table, limit=8):

@@ -11,19 +11,26 @@
 
 HDF5: one dataset per parameter, named by the parameter (h5py, the ``hdf5`` extra).
 
+Files are read only if they are regular files, and checked before they are trusted: a
+damaged or foreign one is a FileFormatError naming the file and the entry at fault.
+
 Whole-net formats of other packages register a writer in ``NET_EXPORTERS`` (dlprim.onnx
 registers "onnx"), so the Net reaches them without importing those packages.
 """
 import json
+import math
+import os
 import struct
 from collections import OrderedDict
 
 import numpy as np
 
 from ..dtypes import as_dtype, dlp_name
+from ..errors import FileFormatError
 from ..utils import atomic_write
 
-__all__ = ["NET_EXPORTERS", "save_dlp", "load_dlp", "save_hdf5", "load_hdf5", "load", "MAGIC"]
+__all__ = ["NET_EXPORTERS", "save_dlp", "load_dlp", "parse_header", "save_hdf5", "load_hdf5",
+           "load", "MAGIC"]
 
 # format -> writer(net, path, **options), filled by the packages that provide them
 NET_EXPORTERS = {}
@@ -57,32 +64,103 @@ def save_dlp(path, arrays):
 
 
 def load_dlp(path):
-    """OrderedDict name -> numpy array from a .dlp file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:4] != MAGIC or len(data) < 8:
-        raise ValueError("%s is not a .dlp parameter file (no DLPW magic)" % path)
-    (length,) = struct.unpack(">I", data[4:8])
-    try:
-        header = json.loads(data[8:8 + length].decode("utf-8"))
-        tensors = header["tensors"]
-    except (ValueError, KeyError, UnicodeDecodeError) as err:
-        raise ValueError("%s: bad .dlp header: %s" % (path, err)) from None
-    base = 8 + length
+    """OrderedDict name -> numpy array from a .dlp file.
+
+    The header is checked in full before any value is read (see ``parse_header``), so a
+    damaged one is a FileFormatError naming the file and the entry, never weights taken
+    from the wrong bytes.
+    """
+    data = _read_regular(path)
+    base, tensors = parse_header(path, data)
     out = OrderedDict()
-    for name, info in tensors.items():
-        dtype = as_dtype(info.get("dtype", "float")).newbyteorder("<")
-        shape = tuple(int(s) for s in info["shape"])
-        size, start = int(info["size"]), int(info["start"])
-        if size != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
-            raise ValueError("%s: tensor '%s' has size %d bytes, its shape %s needs %d"
-                             % (path, name, size, shape, int(np.prod(shape)) * dtype.itemsize))
-        if base + start + size > len(data):
-            raise ValueError("%s: tensor '%s' runs past the end of the file (truncated?)"
-                             % (path, name))
+    for name, (dtype, shape, start, size) in tensors.items():
         raw = np.frombuffer(data, dtype, count=size // dtype.itemsize, offset=base + start)
         out[name] = raw.reshape(shape).astype(dtype.newbyteorder("="))
     return out
+
+
+def parse_header(path, data):
+    """(offset of the data section, OrderedDict name -> (dtype, shape, start, size)) of the
+    .dlp bytes ``data``; every entry checked: a known numeric dtype, non-negative integer
+    dimensions, ``size`` equal to what the shape needs, ``[start, start + size)`` inside
+    the data section and overlapping no other tensor. Names must be unique."""
+    if len(data) < 8 or data[:4] != MAGIC:
+        raise FileFormatError("%s is not a .dlp parameter file: it starts with %r, expected "
+                              "the magic %r and a 4-byte header length" % (path, data[:4], MAGIC))
+    (length,) = struct.unpack(">I", data[4:8])
+    base = 8 + length
+    if base > len(data):
+        raise FileFormatError("%s: the header length %d runs past the end of the file (%d "
+                              "bytes; truncated?)" % (path, length, len(data)))
+    try:
+        header = json.loads(data[8:base].decode("utf-8"), object_pairs_hook=_unique_keys)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise FileFormatError("%s: the .dlp header is not JSON: %s" % (path, err)) from None
+    tensors = header.get("tensors") if isinstance(header, dict) else None
+    if not isinstance(tensors, dict):
+        raise FileFormatError("%s: the .dlp header has no \"tensors\" object" % path)
+    section = len(data) - base
+    out = OrderedDict((name, _entry(path, name, info, section)) for name, info in tensors.items())
+    spans = sorted((start, start + size, name) for name, (_, _, start, size) in out.items() if size)
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        if start < end:
+            raise FileFormatError("%s: tensor '%s' overlaps tensor '%s' (bytes %d..%d of the "
+                                  "data section)" % (path, second, first, start, end))
+    return base, out
+
+
+def _unique_keys(pairs):
+    keys = [k for k, _ in pairs]
+    dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if dup is not None:
+        raise ValueError("the name '%s' appears twice" % dup)
+    return OrderedDict(pairs)
+
+
+def _entry(path, name, info, section):
+    """(dtype, shape, start, size) of one header entry, or a FileFormatError naming it."""
+    where = "%s: tensor '%s'" % (path, name)
+    if not isinstance(info, dict):
+        raise FileFormatError("%s: the entry is %r, not an object" % (where, info))
+    try:
+        dtype = as_dtype(info.get("dtype", "float")).newbyteorder("<")
+    except TypeError as err:
+        raise FileFormatError("%s: %s" % (where, err)) from None
+    shape = info.get("shape")
+    if not isinstance(shape, list) or not all(_count(s) for s in shape):
+        raise FileFormatError("%s: shape %r is not a list of non-negative integers"
+                              % (where, shape))
+    for key in ("size", "start"):
+        if not _count(info.get(key)):
+            raise FileFormatError("%s: %s %r is not a non-negative integer"
+                                  % (where, key, info.get(key)))
+    size, start = info["size"], info["start"]
+    need = math.prod(shape) * dtype.itemsize
+    if size != need:
+        raise FileFormatError("%s: size %d bytes, but shape %s of %s needs %d"
+                              % (where, size, tuple(shape), info.get("dtype", "float"), need))
+    if start + size > section:
+        raise FileFormatError("%s: bytes %d..%d run past the end of the data section (%d "
+                              "bytes; truncated?)" % (where, start, start + size, section))
+    return dtype, tuple(shape), start, size
+
+
+def _count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_regular(path):
+    # a FIFO or a device would block or never end: read regular files only
+    if not os.path.isfile(path):
+        if os.path.exists(path):
+            raise FileFormatError("%s is not a regular file" % path)
+        raise FileNotFoundError("parameter file %s does not exist" % path)
+
+
+def _read_regular(path):
+    _check_regular(path)
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _h5py():
@@ -106,23 +184,38 @@ def save_hdf5(path, arrays):
 
 
 def load_hdf5(path):
-    """{name: array} of every dataset in an HDF5 file (needs h5py)."""
+    """{name: array} of every dataset in an HDF5 file (needs h5py); a file h5py cannot
+    read, or a dataset that is not numbers, is a FileFormatError naming it."""
     h5py = _h5py()
+    _check_regular(path)
     out = OrderedDict()
-    with h5py.File(path, "r") as h5:
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                out[name] = obj[()]
-        h5.visititems(visit)
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            if obj.dtype.kind not in "fiu":
+                raise FileFormatError("%s: dataset '%s' holds %s, not numbers"
+                                      % (path, name, obj.dtype))
+            out[name] = obj[()]
+    try:
+        with h5py.File(path, "r") as h5:
+            h5.visititems(visit)
+    except FileFormatError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        # h5py reports damage as OSError ("truncated file", "bad object header") or,
+        # for some structures, ValueError/KeyError; the file name is what the user needs
+        raise FileFormatError("%s: not a readable HDF5 parameter file: %s" % (path, err)) from None
     return out
 
 
 def load(path):
     """Parameters from a .dlp or HDF5 file, by magic (else by extension)."""
+    _check_regular(path)
     with open(path, "rb") as f:
         head = f.read(8)
     if head[:4] == MAGIC:
         return load_dlp(path)
     if head == HDF5_MAGIC or str(path).lower().endswith((".h5", ".hdf5")):
         return load_hdf5(path)
-    raise ValueError("%s is neither a .dlp (DLPW) nor an HDF5 parameter file" % path)
+    raise FileFormatError("%s is neither a .dlp (magic DLPW) nor an HDF5 parameter file (it "
+                          "starts with %r)" % (path, head))

@@ -5,6 +5,7 @@ import os
 import numpy as np
 
 from .errors import OnnxImportError, require_onnx
+from .external_data import load_external_data, uses_external_data
 
 __all__ = ["Node", "ModelInfo", "read_model", "load_proto", "live_nodes"]
 
@@ -45,25 +46,52 @@ class ModelInfo:
 
 
 def load_proto(path_or_model):
-    """A ModelProto from a path, bytes or a ModelProto, with clear errors."""
+    """A ModelProto from a path, bytes or a ModelProto, with clear errors.
+
+    From a path, external data is read under the rules of ``external_data`` (inside the
+    model's folder only); bytes and a ModelProto have no folder, so a tensor of theirs
+    that keeps its data in a file is an error.
+    """
+    return _load(path_or_model)[0]
+
+
+def _load(path_or_model):
+    """(ModelProto, how errors name it)."""
     onnx = require_onnx()
     if isinstance(path_or_model, onnx.ModelProto):
-        return path_or_model
-    if isinstance(path_or_model, (bytes, bytearray)):
+        proto, label = path_or_model, "the model"
+    elif isinstance(path_or_model, (bytes, bytearray)):
+        label = "the model bytes"
         try:
-            return onnx.load_model_from_string(bytes(path_or_model))
+            proto = onnx.load_model_from_string(bytes(path_or_model))
         except Exception as err:
             raise OnnxImportError("the bytes are not an ONNX model: %s" % err) from None
-    if isinstance(path_or_model, (str, os.PathLike)):
-        path = os.fspath(path_or_model)
-        if not os.path.exists(path):
-            raise FileNotFoundError("ONNX model file '%s' does not exist" % path)
-        try:
-            return onnx.load(path)
-        except Exception as err:
-            raise OnnxImportError("'%s' is not a readable ONNX model: %s" % (path, err)) from None
-    raise TypeError("expected an ONNX file path, bytes or onnx.ModelProto, got %s"
-                    % type(path_or_model).__name__)
+    elif isinstance(path_or_model, (str, os.PathLike)):
+        label = os.fspath(path_or_model)
+        return _load_file(onnx, label), label
+    else:
+        raise TypeError("expected an ONNX file path, bytes or onnx.ModelProto, got %s"
+                        % type(path_or_model).__name__)
+    if uses_external_data(proto):
+        raise OnnxImportError("%s keeps tensor data in external files, which are found "
+                              "beside the model file: pass the model's path" % label)
+    return proto, label
+
+
+def _load_file(onnx, path):
+    if not os.path.exists(path):
+        raise FileNotFoundError("ONNX model file '%s' does not exist" % path)
+    if not os.path.isfile(path):  # a FIFO or device would block or never end
+        raise OnnxImportError("'%s' is not a regular file" % path)
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception as err:  # protobuf's DecodeError, or onnx's own errors
+        raise OnnxImportError("'%s' is not a readable ONNX model: %s" % (path, err)) from None
+    if not proto.HasField("graph"):
+        # protobuf reads many foreign files (an empty one, text) as an empty message
+        raise OnnxImportError("'%s' is not an ONNX model (it holds no graph)" % path)
+    load_external_data(proto, path)
+    return proto
 
 
 def _attrs(proto):
@@ -94,27 +122,35 @@ def _input_spec(vi):
 
 
 def read_model(path_or_model):
-    proto = load_proto(path_or_model)
+    proto, label = _load(path_or_model)
     from onnx import numpy_helper
     if not proto.HasField("graph") or not proto.graph.node:
-        raise OnnxImportError("the ONNX model has no graph (no nodes)")
+        raise OnnxImportError("%s: the model has no graph (no nodes)" % label)
     g = proto.graph
     opsets = {o.domain: o.version for o in proto.opset_import}
     inits = {}
     for t in g.initializer:
-        inits[t.name] = numpy_helper.to_array(t)
+        try:
+            inits[t.name] = numpy_helper.to_array(t)
+        except (ValueError, TypeError) as err:  # data that does not fill the shape
+            raise OnnxImportError("%s: initializer '%s' (shape %s) is damaged: %s"
+                                  % (label, t.name, list(t.dims), err)) from None
     if len(g.sparse_initializer):
         raise OnnxImportError("sparse initializers are not supported")
     inputs = [_input_spec(vi) for vi in g.input if vi.name not in inits]
     outputs = [vi.name for vi in g.output]
     nodes = []
     for i, n in enumerate(g.node):
+        name = n.name or "%s_%d" % (n.op_type, i)
         if n.op_type in ("If", "Loop", "Scan"):
             attrs = {}  # subgraph attributes are not decoded; the op is rejected later
         else:
-            attrs = _attrs(n)
-        nodes.append(Node(n.op_type, n.name or "%s_%d" % (n.op_type, i), n.input, n.output,
-                          attrs, n.domain, n))
+            try:
+                attrs = _attrs(n)
+            except (ValueError, TypeError) as err:
+                raise OnnxImportError("%s: node %s '%s' has a damaged attribute: %s"
+                                      % (label, n.op_type, name, err)) from None
+        nodes.append(Node(n.op_type, name, n.input, n.output, attrs, n.domain, n))
     return ModelInfo(opsets, inits, inputs, outputs, nodes)
 
 

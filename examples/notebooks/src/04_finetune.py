@@ -97,8 +97,9 @@ sorted(base.get_parameters())  # parameter names: "<operator>.<index>" unless "p
 # gradients and the solver leaves their parameters alone; nothing runs backward through
 # them at all, as nothing before them trains). `fc1` stays trainable, and the head gets
 # a new name, so the base model's `fc2` weights do not load into it and it starts
-# from a fresh initialisation. `allow_missing=True` permits exactly that: parameters
-# the file does not have keep their initial values.
+# from a fresh initialisation. `strict=False` permits exactly that: parameters the
+# file does not have keep their initial values, and the file's `fc2` weights, which the
+# net no longer has, are left out (by default both would be errors naming them).
 
 # %%
 with open("runs/base.json") as f:
@@ -110,7 +111,7 @@ for op in ft_graph["operators"]:
         op["name"] = "head"
 
 net = dp.Net(ctx, ft_graph, seed=2)
-net.load_parameters("runs/base.dlp", allow_missing=True)
+net.load_parameters("runs/base.dlp", strict=False)
 sizes = {name: (int(np.prod(shape)), trainable)
          for name, (_, shape, trainable) in net.param_layout.items()}
 print("trainable:", [name for name, (_, t) in sizes.items() if t])
