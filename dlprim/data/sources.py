@@ -9,7 +9,6 @@ bad label is reported before training starts.
 """
 import os
 import stat
-import warnings
 
 import numpy as np
 
@@ -213,21 +212,22 @@ def _decode(image, path, mode):
     """The pixels of the image file at ``path`` in Pillow ``mode``.
 
     Opened without blocking and checked to be a regular file, in case it was replaced by
-    a FIFO after the folder was listed. Pillow warns about images above
-    ``PIL.Image.MAX_IMAGE_PIXELS`` and refuses those above twice that (a "decompression
-    bomb" could fill the memory); here both are a DataError, which the caller prefixes
-    with the file.
+    a FIFO after the folder was listed. An image of more than
+    ``PIL.Image.MAX_IMAGE_PIXELS`` pixels (a "decompression bomb" could fill the memory)
+    is a DataError, which the caller prefixes with the file: the size comes from the
+    header, before anything is decoded.
     """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise DataError("not a regular file")
-        # the filter list is process-wide: other threads see "error" for this one
-        # warning category while an image decodes, which only stops another bomb
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", image.DecompressionBombWarning)
-            try:
-                with image.open(f) as im:
-                    return np.asarray(im.convert(mode))
-            except (image.DecompressionBombWarning, image.DecompressionBombError) as e:
-                raise DataError("too large to decode safely (%s)" % e) from None
+        try:
+            with image.open(f) as im:  # reads the header only
+                limit = image.MAX_IMAGE_PIXELS
+                if limit and im.size[0] * im.size[1] > limit:
+                    raise DataError("too large to decode safely (%d pixels, %dx%d, more than "
+                                    "PIL.Image.MAX_IMAGE_PIXELS = %d)"
+                                    % ((im.size[0] * im.size[1],) + im.size + (limit,)))
+                return np.asarray(im.convert(mode))
+        except image.DecompressionBombError as e:
+            raise DataError("too large to decode safely (%s)" % e) from None
