@@ -47,15 +47,16 @@ def test_derived_lists():
         assert ACTIVATIONS[alias] is ACTIVATIONS[target]
     layer = create(None, "Activation", "a", {"activation": "elu"})
     assert layer.OPTIONS == dict({"activation": "identity"}, **PARAMS)
-    assert "#define ACT_relu(x) fmax((x), 0.0f)" in epilogue_macros().splitlines()
+    assert "#define ACT_relu(x) ((x) <= 0.0f ? 0.0f : (x))" in epilogue_macros().splitlines()
 
 
-# negatives, zeros of both signs, kinks, saturating and overflowing values (not NaN: the
-# epilogues' fmax gives 0 where OpenCL leaves max of a NaN undefined)
+# negatives, zeros of both signs, kinks, saturating and overflowing values, and NaN
+# (which both forms must pass through)
 VALUES = np.array([-np.inf, -1e30, -100, -20, -6.5, -6, -3, -1, -1e-3, -1e-30, -0.0, 0.0,
                    1e-30, 1e-3, 0.5, 1, 3, 5.99, 6, 6.5, 20, 88, 100, 1e30, np.inf, 7.25],
                   np.float32)
-VALUES = np.concatenate([VALUES, -VALUES[:2]])  # a multiple of 4 for the float4 form
+# a multiple of 4 for the float4 form
+VALUES = np.concatenate([VALUES, -VALUES[:2], [np.nan] * 4]).astype(np.float32)
 
 _KERNEL = """<%include file="common.h"/>
 __kernel void apply(__global const float *x, ulong x_offset, __global float *y, ulong y_offset,
@@ -84,7 +85,7 @@ def test_epilogue_macro_matches_pointwise_forward(ctx, name):
     want = place(ctx, np.zeros(n, np.float32))
     run(op.launches([x], [want]), ctx.queue)
     want = want.numpy()
-    assert not np.isnan(want).any()
+    np.testing.assert_array_equal(np.isnan(want), np.isnan(VALUES), err_msg=name)
     np.testing.assert_array_equal(y.numpy(), want, err_msg=name + " scalar")
     np.testing.assert_allclose(y4.numpy(), want, rtol=3e-7, atol=0, err_msg=name + " float4")
 

@@ -72,6 +72,14 @@ _SQRT2_PI = "0.79788456080286536f"   # sqrt(2/pi)
 _INV_SQRT_2PI = "0.39894228040143268f"  # 1/sqrt(2*pi)
 _SIXTH = 1.0 / 6  # HardSigmoid(alpha=1/6, beta=1/2) is relu6(x + 3) / 6
 
+# Clamps are spelled as compare-and-select, with every comparison false for a NaN so that
+# the NaN falls through to the unclamped x: OpenCL's fmax/fmin return the other operand
+# for a NaN and max/min are undefined for one, while PyTorch propagates it (a diverged net
+# must not show a normal-looking loss). One spelling serves the pointwise layers and the
+# epilogues, scalar and float4 alike, so both give the same bits.
+_RELU = "(x <= 0.0f ? 0.0f : x)"
+_RELU6 = "(x <= 0.0f ? 0.0f : (x >= 6.0f ? 6.0f : x))"
+
 
 def _gelu_tree(inner):
     """x/2 (1 + inner), spelled as PyTorch exports it before opset 20."""
@@ -83,12 +91,11 @@ _CUBIC = _op("Add", X, _op("Mul", _op("Mul", X, _op("Mul", X, X)), 0.044715))  #
 
 ACTIVATIONS = {
     "identity": _act("x", "dy", True, epilogue="x", onnx=[_spell(_op("Identity", X), way="export")]),
-    # d/dx max(x, 0) = [y > 0]. The epilogues keep fmax/fmin, which give 0 for a NaN,
-    # where OpenCL leaves max/min of a NaN undefined: the two spellings stay distinct
-    "relu": _act("max(x, 0.0f)", "(y > 0.0f ? dy : 0.0f)", True, epilogue="fmax(x, 0.0f)",
+    # d/dx max(x, 0) = [x > 0]; a NaN passes forward and passes dy backward, as in PyTorch
+    "relu": _act(_RELU, "(y <= 0.0f ? 0.0f : dy)", True, epilogue=_RELU,
                  onnx=[_spell(_op("Relu", X)), _spell(_op("Clip", X, 0.0, math.inf), way="import")]),
-    "relu6": _act("min(max(x, 0.0f), 6.0f)", "((y > 0.0f && y < 6.0f) ? dy : 0.0f)", True,
-                  epilogue="fmin(fmax(x, 0.0f), 6.0f)", onnx=[_spell(_op("Clip", X, 0.0, 6.0))]),
+    "relu6": _act(_RELU6, "((y <= 0.0f || y >= 6.0f) ? 0.0f : dy)", True, epilogue=_RELU6,
+                  onnx=[_spell(_op("Clip", X, 0.0, 6.0))]),
     # sigma' = sigma (1 - sigma)
     "sigmoid": _act("(1.0f / (1.0f + exp(-x)))", "(dy * y * (1.0f - y))", True,
                     epilogue="(1.0f / (1.0f + exp(-x)))", onnx=[_spell(_op("Sigmoid", X))]),
@@ -99,7 +106,7 @@ ACTIVATIONS = {
                        params={"negative_slope": 0.01},
                        onnx=[_spell(_op("LeakyRelu", X, alpha=Option("negative_slope")))]),
     # elu' = alpha e^x for x <= 0
-    "elu": _act("(x > 0.0f ? x : alpha * (exp(x) - 1.0f))", "(x > 0.0f ? dy : dy * alpha * exp(x))",
+    "elu": _act("(x > 0.0f ? x : alpha * (exp(x) - 1.0f))", "(x <= 0.0f ? dy * alpha * exp(x) : dy)",
                 params={"alpha": 1.0}, onnx=[_spell(_op("Elu", X, alpha=Option("alpha")))]),
     # gelu = x Phi(x); gelu' = Phi(x) + x phi(x)
     "gelu": _act("(0.5f * x * (1.0f + erf(x * %s)))" % _SQRT1_2,
@@ -123,12 +130,13 @@ ACTIVATIONS = {
     "silu": _act("(x / (1.0f + exp(-x)))",
                  "(dy * (1.0f + x * (1.0f - 1.0f / (1.0f + exp(-x)))) / (1.0f + exp(-x)))",
                  onnx=[_spell(_op("Mul", X, _op("Sigmoid", X)))]),
-    # hardswish = x relu6(x + 3) / 6; derivative 0 below -3, 1 above 3, (2x + 3)/6 between
-    "hardswish": _act("(x * min(max(x + 3.0f, 0.0f), 6.0f) / 6.0f)",
-                      "(x <= -3.0f ? 0.0f : (x >= 3.0f ? dy : dy * (2.0f * x + 3.0f) / 6.0f))",
+    # hardswish = x relu6(x + 3) / 6 (the factor x carries a NaN, and makes -inf NaN as
+    # PyTorch does); derivative 0 below -3, 1 above 3, (2x + 3)/6 between, dy at a NaN
+    "hardswish": _act("(x * fmin(fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f)",
+                      "(x <= -3.0f ? 0.0f : (x < 3.0f ? dy * (2.0f * x + 3.0f) / 6.0f : dy))",
                       onnx=[_spell(_op("HardSwish", X), since=14),
                             _spell(_op("Mul", X, _op("HardSigmoid", X, alpha=_SIXTH, beta=0.5)))]),
-    "hardsigmoid": _act("(min(max(x + 3.0f, 0.0f), 6.0f) / 6.0f)",
+    "hardsigmoid": _act("(x <= -3.0f ? 0.0f : (x >= 3.0f ? 1.0f : (x + 3.0f) / 6.0f))",
                         "((x > -3.0f && x < 3.0f) ? dy / 6.0f : 0.0f)",
                         onnx=[_spell(_op("HardSigmoid", X, alpha=_SIXTH, beta=0.5))]),
     # mish = x tanh(sp(x)), sp = softplus; mish' = tanh(sp) + x s(x) (1 - tanh^2(sp))

@@ -4,6 +4,11 @@ Both are instances of the pointwise-broadcast-reduce generator: the output is th
 shape with the reduced axes set to 1, which is exactly what ``PointwiseBroadcastReduce``
 reduces over. ArgMax carries (value, index) pairs; the index comes from a small arange
 tensor that broadcasts along the other axes, and ties go to the smallest index.
+
+A NaN propagates as in PyTorch: max and min of anything with a NaN are NaN, and ArgMax
+answers the first NaN. OpenCL's fmax/fmin drop a NaN and max/min are undefined for one,
+so the combining steps compare and select, with ``v != v`` (true for a NaN only, and valid
+for the integer types too) deciding for the NaN.
 """
 import numpy as np
 
@@ -28,9 +33,11 @@ def _op_code(op, ctype):
     if op == "abssum":
         return "y0 = x0 < 0 ? -x0 : x0;", "reduce_y0 = 0;", "reduce_y0 += y0;"
     if op == "max":
-        return "y0 = x0;", "reduce_y0 = %s;" % _LOWEST[ctype], "reduce_y0 = max(reduce_y0, y0);"
+        return "y0 = x0;", "reduce_y0 = %s;" % _LOWEST[ctype], \
+            "if (y0 > reduce_y0 || y0 != y0) reduce_y0 = y0;"
     if op == "min":
-        return "y0 = x0;", "reduce_y0 = %s;" % _HIGHEST[ctype], "reduce_y0 = min(reduce_y0, y0);"
+        return "y0 = x0;", "reduce_y0 = %s;" % _HIGHEST[ctype], \
+            "if (y0 < reduce_y0 || y0 != y0) reduce_y0 = y0;"
     raise ValueError("Reduce: unknown op %r; known: %s" % (op, ", ".join(OPS)))
 
 
@@ -97,7 +104,8 @@ class Reduce:
 
 
 class ArgMax:
-    """Index of the largest value along ``axis`` (the first one on ties), as int32/int64."""
+    """Index of the largest value along ``axis`` (the first one on ties, the first NaN if
+    any), as int32/int64."""
 
     def __init__(self, ctx, in_shape, axis, keepdims=False, dtype="float", index_dtype="int32"):
         self.ctx = ctx
@@ -120,7 +128,9 @@ class ArgMax:
             ctx, [(self.in_shape, self.dtype), (index_shape, self.index_dtype)],
             [(self.keep_shape, self.dtype), (self.keep_shape, self.index_dtype)],
             "y0 = x0; y1 = x1;", "reduce_y0 = %s; reduce_y1 = 0;" % lowest,
-            "if (y0 > reduce_y0 || (y0 == reduce_y0 && y1 < reduce_y1)) "
+            # a NaN beats every number, and among NaNs (as among equals) the lower index wins
+            "if (y0 != y0 ? (reduce_y0 == reduce_y0 || y1 < reduce_y1) "
+            ": (y0 > reduce_y0 || (y0 == reduce_y0 && y1 < reduce_y1))) "
             "{ reduce_y0 = y0; reduce_y1 = y1; }", name="argmax")
 
     def launches(self, x, y):

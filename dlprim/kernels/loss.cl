@@ -36,6 +36,8 @@ __kernel void nll_backward(ulong N, ulong C, __global const ${LABEL} *label, ulo
 
 // Cross entropy from logits, one work-group per row of (N, C):
 // loss_n = log sum_c exp(x_nc) - x_n,label_n; a label outside [0, C) contributes 0.
+// A NaN logit makes its row's loss and gradient NaN through the sum (softmax.cl says why
+// fmax, which drops it from the maximum, is enough).
 __kernel void xent_forward_rows(ulong C, __global const float *x, ulong x_offset,
                                 __global const ${LABEL} *label, ulong label_offset,
                                 __global float *loss, ulong loss_offset,

@@ -20,7 +20,9 @@
 
 % if MODE == "max":
 // Index (h*W + w) of the first maximum of the window, scanning rows then columns:
-// ties go to the first index, as the backward pass routes the gradient there.
+// ties go to the first index, as the backward pass routes the gradient there. A NaN
+// beats every number and a later NaN an earlier one, so the window's output is NaN and
+// its gradient goes to the last NaN (PyTorch's max_pool2d).
 inline int window_argmax(__global const DT *x, int H, int W, int oh, int ow)
 {
     WINDOW(oh, ow)
@@ -29,7 +31,7 @@ inline int window_argmax(__global const DT *x, int H, int W, int oh, int ow)
     for (int h = h0; h < h1; h++)
         for (int w = w0; w < w1; w++) {
             float v = x[h * W + w];
-            if (v > m) {
+            if (v > m || isnan(v)) {
                 m = v;
                 best = h * W + w;
             }
@@ -112,7 +114,8 @@ __kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
     *dx = beta == 0 ? g : beta * *dx + g;
 }
 
-// Global max backward: one work-item per plane finds the first maximum and routes dy there.
+// Global max backward: one work-item per plane finds the first maximum (the last NaN,
+// if any, as window_argmax) and routes dy there.
 __kernel void global_max_backward(ulong planes, ulong HW,
                                   __global const DT *x, ulong x_offset,
                                   __global const DT *dy, ulong dy_offset,
@@ -126,7 +129,7 @@ __kernel void global_max_backward(ulong planes, ulong HW,
     ulong best = 0;
     float m = x[0];
     for (ulong k = 1; k < HW; k++)
-        if (x[k] > m) {
+        if (x[k] > m || isnan(x[k])) {
             m = x[k];
             best = k;
         }

@@ -7,6 +7,9 @@
 // LOG selects log-softmax.
 
 // y = softmax(x) = exp(x - m) / sum exp(x - m), or log-softmax y = x - m - log(sum exp(x - m))
+// m = fmax over the row leaves out a NaN, which comes back through exp(NaN - m) into the
+// sum: a NaN anywhere in a row makes the whole row NaN, as in PyTorch (so does +inf, by
+// inf - inf, and a row of -inf only)
 __kernel void softmax_forward_rows(ulong C, __global const float *x, ulong x_offset,
                                    __global float *y, ulong y_offset, __local float *scratch)
 {

@@ -17,6 +17,7 @@ inline float wg_reduce_sum(__local float *scratch, float v)
     return v;
 }
 
+// fmax: a NaN is dropped (callers that need it get it back otherwise, see softmax.cl)
 inline float wg_reduce_max(__local float *scratch, float v)
 {
     int lid = get_local_id(0);

@@ -4,6 +4,9 @@ All of them are ``PointwiseBroadcast`` code over one tensor: forward ``y0 = f(x0
 backward ``dx = accumulate*dx + f'(.) dy``. Where the derivative follows from the output
 alone (the activations marked ``from_y`` in ``core.activation``, Hardtanh, Threshold)
 the layer may run in place and backward reads ``y``; otherwise backward reads ``x``.
+
+A NaN input gives a NaN output, as in PyTorch: the comparisons are ordered so that each
+is false for a NaN (OpenCL's max/min are undefined for one, fmax/fmin drop it).
 """
 import numpy as np
 
@@ -122,7 +125,8 @@ class ActivationLayer(PointwiseLayer):
 
 @register("Threshold")
 class Threshold(PointwiseLayer):
-    """DLPrimitives' Threshold: ``y = x > threshold ? 1 : 0``; its gradient is zero."""
+    """DLPrimitives' Threshold: ``y = x > threshold ? 1 : 0``; its gradient is zero.
+    A NaN stays NaN: neither side of the step would be its answer."""
     OPTIONS = {"threshold": 0.0}
     BACKWARD_READS_OUTPUTS = False  # a zero gradient reads nothing
 
@@ -133,7 +137,7 @@ class Threshold(PointwiseLayer):
         return [self._number("threshold")]
 
     def forward_statements(self):
-        return "y0 = x0 > w0 ? 1.0f : 0.0f;"
+        return "y0 = x0 > w0 ? 1.0f : (x0 <= w0 ? 0.0f : x0);"
 
     def backward_statements(self):
         return None
@@ -142,7 +146,8 @@ class Threshold(PointwiseLayer):
 @register("Hardtanh")
 class Hardtanh(PointwiseLayer):
     """``y = min(max(x, min_val), max_val)``; dx = dy strictly inside (min_val, max_val),
-    which the output shows as well as the input, so it runs in place."""
+    which the output shows as well as the input, so it runs in place. A NaN passes
+    forward, and passes dy backward (PyTorch's hardtanh_backward)."""
     OPTIONS = {"min_val": -1.0, "max_val": 1.0}
 
     def check_options(self):
@@ -154,15 +159,16 @@ class Hardtanh(PointwiseLayer):
         return [self._number("min_val"), self._number("max_val")]
 
     def forward_statements(self):
-        return "y0 = min(max(x0, w0), w1);"
+        return "y0 = x0 <= w0 ? w0 : (x0 >= w1 ? w1 : x0);"
 
     def backward_statements(self):
-        return "y0 = (x1 > w0 && x1 < w1) ? x0 : 0.0f;"
+        return "y0 = (x1 <= w0 || x1 >= w1) ? 0.0f : x0;"
 
 
 @register("Abs")
 class Abs(PointwiseLayer):
-    """``y = |x|``; dx = sign(x) dy with sign(0) = +1 (as DLPrimitives)."""
+    """``y = |x|``; dx = sign(x) dy with sign(0) = +1 (as DLPrimitives) and sign(NaN) = 0
+    (as PyTorch)."""
     OPTIONS = {}
     # |x| loses the sign the gradient needs: backward reads x, so y must not overwrite it
     BACKWARD_READS_INPUTS = True
@@ -173,4 +179,4 @@ class Abs(PointwiseLayer):
         return "y0 = fabs(x0);"
 
     def backward_statements(self):
-        return "y0 = x1 >= 0.0f ? x0 : -x0;"
+        return "y0 = x1 >= 0.0f ? x0 : (x1 < 0.0f ? -x0 : 0.0f * x0);"

@@ -11,6 +11,9 @@ Backward, with g = act'(y) dy:
   div  da = g c1/(c2 b)     db = -g c1 a/(c2 b^2)
   max  da = [c1 a >= c2 b] c1 g,  db = [c1 a < c2 b] c2 g     (ties go to a)
   min  da = [c1 a <= c2 b] c1 g,  db = [c1 a > c2 b] c2 g
+Max and min propagate a NaN from either side, and where one is NaN both inputs get the
+gradient (torch.maximum / torch.minimum): each mask is written as the negation of the
+other's comparison, which is false for a NaN.
 A broadcast input's gradient is summed over the axes it was stretched along
 (``PointwiseBroadcastReduce``); an input of the output's shape gets a plain pointwise pass,
 and both inputs share one pass when both have that shape.
@@ -27,8 +30,9 @@ FORWARD = {
     "sub": "y0 = x0 * w0 - x1 * w1;",
     "prod": "y0 = x0 * x1 * (w0 * w1);",
     "div": "y0 = (x0 * w0) / (x1 * w1);",
-    "max": "y0 = max(x0 * w0, x1 * w1);",
-    "min": "y0 = min(x0 * w0, x1 * w1);",
+    # compare-and-select, not max/min (undefined for a NaN) or fmax/fmin (which drop it)
+    "max": "{ float a = x0 * w0, b = x1 * w1; y0 = (a >= b || a != a) ? a : b; }",
+    "min": "{ float a = x0 * w0, b = x1 * w1; y0 = (a <= b || a != a) ? a : b; }",
 }
 # gradient of a (index 0) and b (index 1) from g, a, b, c1 = w0, c2 = w1
 GRAD = {
@@ -36,8 +40,8 @@ GRAD = {
     "sub": ("g * w0", "-g * w1"),
     "prod": ("g * (w0 * w1) * b", "g * (w0 * w1) * a"),
     "div": ("g * w0 / (w1 * b)", "-g * w0 * a / (w1 * b * b)"),
-    "max": ("(a * w0 >= b * w1 ? g * w0 : 0.0f)", "(a * w0 < b * w1 ? g * w1 : 0.0f)"),
-    "min": ("(a * w0 <= b * w1 ? g * w0 : 0.0f)", "(a * w0 > b * w1 ? g * w1 : 0.0f)"),
+    "max": ("(a * w0 < b * w1 ? 0.0f : g * w0)", "(a * w0 >= b * w1 ? 0.0f : g * w1)"),
+    "min": ("(a * w0 > b * w1 ? 0.0f : g * w0)", "(a * w0 <= b * w1 ? 0.0f : g * w1)"),
 }
 NEEDS_INPUTS = {"prod", "div", "max", "min"}
 

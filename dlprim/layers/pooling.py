@@ -5,9 +5,11 @@ size rule, including ``ceil_mode`` (the last window must start inside the input 
 left padding) and ``count_include_pad`` for averages. Max backward routes dy to the first
 maximum of each window (ties: first index in row-major order), which the training forward
 keeps in a saved int32 tensor of the output's shape (planned by the Net like any other).
+A NaN in a window makes its maximum NaN and takes its gradient, as in PyTorch.
 """
-from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from ..core.pointwise import PointwiseBroadcast
 from ..core.pooling import MODES, GlobalMaxBackward, Pool2D
+from ..core.reduction import Reduce
 from .base import TRAIN, Layer, Setup, TensorSpec, pair, register
 
 
@@ -96,15 +98,13 @@ class GlobalPooling(Layer):
         spec = _check_input(self, in_specs)
         n, c, h, w = spec.shape
         self.out_shape = (n, c, 1, 1)
-        io = [(spec.shape, spec.dtype)], [(self.out_shape, spec.dtype)]
-        if self.options["mode"] == "max":
-            self._fwd = PointwiseBroadcastReduce(self.ctx, *io, "y0 = x0;", "reduce_y0 = -INFINITY;",
-                                                 "reduce_y0 = max(reduce_y0, y0);",
-                                                 name="global_max_forward")
+        mode = self.options["mode"]
+        # the forward reduces each plane (its max propagates a NaN, as torch.amax)
+        self._fwd = Reduce(self.ctx, spec.shape, (2, 3), "max" if mode == "max" else "mean",
+                           keepdims=True, dtype=spec.dtype)
+        if mode == "max":
             self._bwd = GlobalMaxBackward(self.ctx, spec.dtype)
-            self._alpha = 1.0
         else:
-            self._fwd = PointwiseBroadcastReduce(self.ctx, *io, "y0 = x0;", name="global_avg_forward")
             self._alpha = 1.0 / (h * w)
             full, small = (spec.shape, spec.dtype), (self.out_shape, spec.dtype)
             # dx = dy / (H W) broadcast over the plane
@@ -115,7 +115,7 @@ class GlobalPooling(Layer):
         return Setup([TensorSpec(self.out_shape, spec.dtype)], flags=flags)
 
     def forward(self, x, y, params, ws, saved):
-        return self._fwd.launches([x[0]], [y[0]], alpha=self._alpha)
+        return self._fwd.launches(x[0], y[0])
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
