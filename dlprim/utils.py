@@ -1,7 +1,8 @@
 """Small helpers every part uses, with no dependencies: atomic file writes and integer
 rounding (grid sizes, alignment, tile counts)."""
 import os
-import tempfile
+import secrets
+import stat
 
 __all__ = ["atomic_write", "ceil_div", "round_up"]
 
@@ -16,19 +17,36 @@ def round_up(n, m):
     return ceil_div(n, m) * int(m)
 
 
+def _temporary(directory, base):
+    """(fd, path) of a new file beside the target, created with O_EXCL and mode 0o666 so
+    the process umask applies as for any new file (``mkstemp`` would force 0o600)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, ".%s.%s.tmp" % (base, secrets.token_hex(4)))
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError("%s: no free temporary name beside %s" % (directory, base))
+
+
 def atomic_write(path, write_fn):
     """Write a file so that readers see the old content or the new, never a part.
 
     ``write_fn(f)`` writes into ``f``, a binary file opened "w+b" in the same directory;
     it is flushed, fsynced and renamed over ``path``. If ``write_fn`` raises, ``path``
-    is left as it was and the temporary file is removed.
+    is left as it was and the temporary file is removed. A new file gets the mode any
+    new file gets (0o666 less the umask); a replaced file keeps its mode.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                               dir=directory)
+    fd, tmp = _temporary(directory, os.path.basename(path))
     try:
         with os.fdopen(fd, "w+b") as f:
+            try:
+                os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+            except FileNotFoundError:
+                pass
             write_fn(f)
             f.flush()
             os.fsync(f.fileno())
