@@ -14,7 +14,8 @@ Pure Python, no dependencies.
 """
 
 __all__ = ["Error", "FileFormatError", "CheckpointError", "RunExistsError", "InputError",
-           "LabelError", "DeviceMemoryError", "NonFiniteError"]
+           "LabelError", "DeviceMemoryError", "NonFiniteError",
+           "MissingCheckpointError"]
 
 
 class Error(Exception):
@@ -52,3 +53,8 @@ class DeviceMemoryError(Error, MemoryError):
 
 class NonFiniteError(Error, FloatingPointError):
     """A value that must be finite is not (a training loss that became NaN or infinite)."""
+
+
+class MissingCheckpointError(CheckpointError, FileNotFoundError):
+    """No checkpoint to resume from, or a file missing from a checkpoint folder; names the
+    folder or file."""
