@@ -78,14 +78,21 @@ def save(root, step, net, solver, state, graph, keep=2):
 def _prune(root, keep, current):
     """Keep ``current`` and the ``keep - 1`` folders before it. Folders after it are from
     a line of training that a resume from an older checkpoint abandoned, and temporary
-    folders are from saves that a crash cut short: both go."""
+    folders and files (".*.tmp") are from saves that a crash cut short: all go."""
     names = folders(root)
     older = [n for n in names if _key(n) < _key(current)]
     doomed = older[:max(len(older) - max(keep - 1, 0), 0)]
     doomed += [n for n in names if _key(n) > _key(current)]
-    doomed += [n for n in os.listdir(root) if n.startswith(".step-") and n.endswith(".tmp")]
+    doomed += [n for n in os.listdir(root) if n.startswith(".") and n.endswith(".tmp")]
     for n in doomed:
-        shutil.rmtree(os.path.join(root, n), ignore_errors=True)
+        path = os.path.join(root, n)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 # ----- reading
