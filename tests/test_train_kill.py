@@ -150,3 +150,20 @@ def test_crash_at_each_step_of_a_checkpoint_write(ctx, setup, monkeypatch):
         at += 1
     assert at > 6                       # 4 files, the folder, the pointer, the pruning
     assert _loaded_step(ctx, cfg) == t.step
+
+
+def test_a_step_saved_twice_gets_a_new_folder(ctx, setup):
+    """Stopped at the end of an epoch and resumed, a run saves the same step again: the
+    folder the pointer names is never removed or rewritten in place."""
+    _, cfg, _ = setup
+    cfg = dict(cfg, epochs=1)
+    t = Trainer(cfg, ctx)
+    t.run()
+    root = os.path.join(cfg["out"], "checkpoints")
+    first = checkpoint.find(cfg["out"])
+    before = {n: open(os.path.join(first, n), "rb").read() for n in checkpoint.FILES}
+    second = t.save_checkpoint()
+    assert os.path.basename(second) == os.path.basename(first) + "-1"
+    assert checkpoint.find(cfg["out"]) == second
+    assert {n: open(os.path.join(first, n), "rb").read() for n in checkpoint.FILES} == before
+    assert checkpoint.folders(root) == [os.path.basename(first), os.path.basename(second)]
