@@ -4,7 +4,7 @@ import os
 import secrets
 import stat
 
-__all__ = ["atomic_write", "ceil_div", "round_up"]
+__all__ = ["atomic_write", "fsync_dir", "ceil_div", "round_up"]
 
 
 def ceil_div(a, b):
@@ -57,7 +57,13 @@ def atomic_write(path, write_fn):
         except OSError:
             pass
         raise
-    try:  # make the rename itself durable where the platform allows
+    fsync_dir(directory)
+
+
+def fsync_dir(directory):
+    """Make the renames and creations inside ``directory`` durable (fsync on the folder),
+    where the platform allows it; a no-op elsewhere."""
+    try:
         dfd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dfd)

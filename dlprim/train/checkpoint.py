@@ -21,7 +21,7 @@ import shutil
 import zipfile
 
 from ..errors import CheckpointError, Error, MissingCheckpointError
-from ..utils import atomic_write
+from ..utils import atomic_write, fsync_dir
 
 __all__ = ["save", "find", "load", "load_state", "folders", "LATEST", "FILES"]
 
@@ -70,6 +70,7 @@ def save(root, step, net, solver, state, graph, keep=2):
     _write_json(os.path.join(tmp, "net.json"), graph)
     final = os.path.join(root, name)
     os.replace(tmp, final)
+    fsync_dir(root)  # the folder's rename reaches the disk before the pointer names it
     _write_json(os.path.join(root, LATEST), {"checkpoint": name, "step": step})
     _prune(root, keep, name)
     return final
