@@ -57,8 +57,15 @@ def main(argv=None):
         return _fail(err, 2)
     except KeyboardInterrupt:
         return _fail("interrupted before training started; nothing was written", 130)
-    print("training on %s" % trainer.ctx.name, flush=True)
     previous = install_sigint(trainer)
+    try:  # the handler stays while results are printed: a late Ctrl-C is no traceback
+        print("training on %s" % trainer.ctx.name, flush=True)
+        return _train(trainer, cfg)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _train(trainer, cfg):
     try:
         result = trainer.run()
     except Error as err:
@@ -66,8 +73,6 @@ def main(argv=None):
     except KeyboardInterrupt:  # the second Ctrl-C
         return _fail("aborted; the last checkpoint in %s is intact, continue with --resume"
                      % os.path.join(os.path.abspath(cfg["out"]), "checkpoints"), 130)
-    finally:
-        signal.signal(signal.SIGINT, previous)
     out = os.path.abspath(result.out_dir)
     if result.interrupted:
         print("interrupted: checkpoint saved in %s; continue with --resume" %
