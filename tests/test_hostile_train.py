@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 import stat
 
@@ -370,10 +371,21 @@ def test_nonfinite_loss_stops_naming_epoch_and_step(ctx, tmp_path):
         Trainer(validate_config(raw, str(tmp_path)), ctx).run()
     err = info.value
     assert isinstance(err, dlprim.Error) and isinstance(err, FloatingPointError)
-    assert "at epoch 1, step 2 (batch 2 of 2 in the epoch)" in str(err), str(err)
+    assert re.search(r"loss is (nan|-?inf) at epoch 1, step 2 \(batch 2 of 2 in the epoch\)",
+                     str(err)), str(err)
     assert "stop_on_nonfinite" in str(err)
     raw["stop_on_nonfinite"], raw["out"] = False, "run2"     # asked for: trains on
     assert Trainer(validate_config(raw, str(tmp_path)), ctx).run().epochs_done == 2
+
+
+def test_cli_exit_status_on_a_nonfinite_loss(ctx, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DLPRIM_DEVICE", ctx.device_string)
+    raw = _raw(tmp_path, solver={"type": "sgd", "lr": 1e30})
+    raw["data"]["train"]["shuffle"] = False
+    (tmp_path / "c.json").write_text(json.dumps(raw))
+    assert main([str(tmp_path / "c.json")]) == 1
+    assert re.search(r"dlprim-train: training loss is (nan|-?inf) at epoch 1, step 2 ",
+                     capsys.readouterr().err)
 
 
 # ----- permissions of what is written
