@@ -177,6 +177,13 @@ def test_force_override_must_be_a_flag(tmp_path):
         apply_overrides(cfg, force="yes")
 
 
+def test_force_and_resume_together(tmp_path):
+    _refused(_raw(tmp_path, force=True, resume=True), tmp_path, "force", "give one of them")
+    cfg = validate_config(_raw(tmp_path, resume=True), str(tmp_path))
+    with pytest.raises(ConfigError, match="--force: force starts afresh"):
+        apply_overrides(cfg, force=True)
+
+
 # ----- an output folder that holds a run
 @pytest.mark.parametrize("held", ["model.dlp", "best.dlp", "metrics.csv",
                                   "checkpoints/latest.json"])

@@ -206,6 +206,10 @@ def _scalars(c, cfg, names, prefix=""):
         cfg["resume"] = c.path(label("resume"), cfg["resume"])
         if isinstance(cfg["resume"], str) and not os.path.exists(cfg["resume"]):
             c.bad(label("resume"), "no such checkpoint: %s" % cfg["resume"])
+    if ({"force", "resume"} & set(names) and cfg["force"] is True
+            and cfg["resume"] not in (None, False)):
+        c.bad(label("force" if "force" in names else "resume"),
+              "force starts afresh and resume continues the run: give one of them")
 
 
 def validate_config(raw, base_dir=".", source=None):
