@@ -263,11 +263,12 @@ class Trainer:
 
     def _nonfinite(self, loss):
         root = os.path.join(self.out, "checkpoints")
-        kept = ("the last checkpoint in %s is from before it; resume from it with a lower "
-                "solver.lr or solver.clip_norm" % root if checkpoint.folders(root)
+        kept = ("the last checkpoint in %s is from before it" % root if checkpoint.folders(root)
                 else "no checkpoint was written yet")
+        # a resumed solver takes its lr from the checkpoint, so a lower lr needs a new run
         return ("training loss is %s at epoch %d, step %d (batch %d of %d in the epoch); %s; "
-                "set \"stop_on_nonfinite\": false to train on regardless"
+                "lower solver.lr or set solver.clip_norm and start afresh (--force), or set "
+                "\"stop_on_nonfinite\": false to train on regardless"
                 % (loss, self.epoch + 1, self.step, self.position, len(self.train_loader), kept))
 
     def _bar(self, total, initial, desc):
