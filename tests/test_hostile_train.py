@@ -359,6 +359,17 @@ def test_damaged_checkpoint_file_is_named(ctx, run, what, damage, culprit, words
         assert isinstance(err, (MissingCheckpointError, FileNotFoundError))
 
 
+def test_resume_from_an_older_checkpoint_drops_the_abandoned_line(ctx, run):
+    cfg, root = run
+    t = Trainer(dict(cfg, epochs=2), ctx)
+    t.resume(os.path.join(root, "step-00000002"))
+    t.run()
+    # step 4 again, under a new name; the abandoned step-6 is gone, so it can never be
+    # taken for the newest
+    assert checkpoint.find(cfg["out"]) == os.path.join(root, "step-00000004-1")
+    assert checkpoint.folders(root) == ["step-00000002", "step-00000004", "step-00000004-1"]
+
+
 def test_resume_with_nothing_to_resume(ctx, tmp_path, capsys):
     (tmp_path / "c.json").write_text(json.dumps(_raw(tmp_path)))
     assert main([str(tmp_path / "c.json"), "--resume"]) == 2
