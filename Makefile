@@ -25,8 +25,9 @@ $(VENV)/.test: setup.cfg pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[test]'
 	touch $@
 
+# --force: each demo starts afresh over the previous one
 demo: opencl $(VENV)/.demo
-	$(BIN)/dlprim-train examples/mnist/config.json --out runs/mnist
+	$(BIN)/dlprim-train examples/mnist/config.json --out runs/mnist --force
 
 test: opencl $(VENV)/.test
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -14,7 +14,8 @@ Pure Python, no dependencies.
 """
 
 __all__ = ["Error", "FileFormatError", "CheckpointError", "RunExistsError", "InputError",
-           "LabelError", "DeviceMemoryError", "NonFiniteError", "ParameterError"]
+           "LabelError", "DeviceMemoryError", "NonFiniteError", "ParameterError",
+           "MissingCheckpointError"]
 
 
 class Error(Exception):
@@ -58,3 +59,8 @@ class ParameterError(Error, ValueError):
     """Parameters given to a net (``set_parameters``, ``load_parameters``) that do not fit
     it: names every parameter with a wrong shape or a non-numeric dtype, then the missing
     and the unexpected names."""
+
+
+class MissingCheckpointError(CheckpointError, FileNotFoundError):
+    """No checkpoint to resume from, or a file missing from a checkpoint folder; names the
+    folder or file."""

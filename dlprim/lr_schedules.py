@@ -52,17 +52,34 @@ class Schedule:
         self._apply()
 
 
+def _number(name, value, low=None, high=None, low_open=False, high_open=False, integer=False):
+    """``value`` as a float (or int), or ValueError "name must be ..., got value".
+
+    NaN and infinity are refused first: NaN passes every bound comparison, and either
+    turns the learning rate into NaN or inf for the rest of the run.
+    """
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value):
+        raise ValueError("%s must be a finite number, got %r" % (name, value))
+    if integer and value != int(value):
+        raise ValueError("%s must be an integer, got %r" % (name, value))
+    if low is not None and (value <= low if low_open else value < low):
+        raise ValueError("%s must be %s %r, got %r" % (name, ">" if low_open else ">=", low, value))
+    if high is not None and (value >= high if high_open else value > high):
+        raise ValueError("%s must be %s %r, got %r" % (name, "<" if high_open else "<=", high, value))
+    return int(value) if integer else float(value)
+
+
 def _positive(name, value, allow_zero=False):
-    if not (value > 0 or (allow_zero and value == 0)):
-        raise ValueError("%s must be %s, got %r" % (name, ">= 0" if allow_zero else "> 0", value))
+    return _number(name, value, low=0, low_open=not allow_zero)
 
 
 class StepLR(Schedule):
     """lr = base * gamma ** (t // step_size)."""
 
     def __init__(self, solver, step_size, gamma=0.1):
-        _positive("step_size", step_size)
-        self.step_size, self.gamma = int(step_size), float(gamma)
+        self.step_size = _number("step_size", step_size, low=0, low_open=True, integer=True)
+        self.gamma = _positive("gamma", gamma)
         super().__init__(solver)
 
     def lr_at(self, t):
@@ -73,7 +90,11 @@ class MultiStepLR(Schedule):
     """lr = base * gamma ** (number of milestones <= t)."""
 
     def __init__(self, solver, milestones, gamma=0.1):
-        self.milestones, self.gamma = sorted(int(m) for m in milestones), float(gamma)
+        if not isinstance(milestones, (list, tuple)):
+            raise ValueError("milestones must be a list of epochs, got %r" % (milestones,))
+        self.milestones = sorted(_number("milestones[%d]" % i, m, low=0, integer=True)
+                                 for i, m in enumerate(milestones))
+        self.gamma = _positive("gamma", gamma)
         super().__init__(solver)
 
     def lr_at(self, t):
@@ -84,8 +105,7 @@ class ExponentialLR(Schedule):
     """lr = base * gamma ** t."""
 
     def __init__(self, solver, gamma):
-        _positive("gamma", gamma)
-        self.gamma = float(gamma)
+        self.gamma = _positive("gamma", gamma)
         super().__init__(solver)
 
     def lr_at(self, t):
@@ -101,10 +121,10 @@ class CosineLR(Schedule):
     """
 
     def __init__(self, solver, T_max, eta_min=0.0, warmup=0, warmup_start=0.0):
-        _positive("T_max", T_max)
-        _positive("warmup", warmup, allow_zero=True)
-        self.T_max, self.eta_min = int(T_max), float(eta_min)
-        self.warmup, self.warmup_start = int(warmup), float(warmup_start)
+        self.T_max = _number("T_max", T_max, low=0, low_open=True, integer=True)
+        self.eta_min = _positive("eta_min", eta_min, allow_zero=True)
+        self.warmup = _number("warmup", warmup, low=0, integer=True)
+        self.warmup_start = _number("warmup_start", warmup_start, low=0, high=1)
         super().__init__(solver)
 
     def lr_at(self, t):
@@ -126,13 +146,16 @@ class OneCycleLR(Schedule):
     def __init__(self, solver, max_lr, total_steps, pct_start=0.3, div_factor=25.0,
                  final_div_factor=1e4, cycle_momentum=True, base_momentum=0.85,
                  max_momentum=0.95):
-        _positive("max_lr", max_lr)
-        _positive("total_steps", total_steps)
-        if not 0 <= pct_start <= 1:
-            raise ValueError("pct_start must be in [0, 1], got %r" % pct_start)
-        self.max_lr, self.total_steps = float(max_lr), int(total_steps)
-        self.initial_lr = self.max_lr / div_factor
-        self.min_lr = self.initial_lr / final_div_factor
+        self.max_lr = _positive("max_lr", max_lr)
+        self.total_steps = _number("total_steps", total_steps, low=0, low_open=True, integer=True)
+        pct_start = _number("pct_start", pct_start, low=0, high=1)
+        self.initial_lr = self.max_lr / _positive("div_factor", div_factor)
+        self.min_lr = self.initial_lr / _positive("final_div_factor", final_div_factor)
+        # the momentum (or Adam's beta1) it sets must stay a valid one: [0, 1)
+        base_momentum = _number("base_momentum", base_momentum, low=0, high=1, high_open=True)
+        max_momentum = _number("max_momentum", max_momentum, low=0, high=1, high_open=True)
+        if not isinstance(cycle_momentum, bool):
+            raise ValueError("cycle_momentum must be true or false, got %r" % (cycle_momentum,))
         self.phase_end = float(pct_start * self.total_steps) - 1
         self.cycle_momentum = cycle_momentum
         self.base_momentum, self.max_momentum = base_momentum, max_momentum
@@ -179,11 +202,13 @@ class ReduceLROnPlateau(Schedule):
             raise ValueError("mode must be 'min' or 'max', got %r" % mode)
         if threshold_mode not in ("rel", "abs"):
             raise ValueError("threshold_mode must be 'rel' or 'abs', got %r" % threshold_mode)
-        if not 0 < factor < 1:
-            raise ValueError("factor must be in (0, 1), got %r" % factor)
-        self.mode, self.factor, self.patience = mode, float(factor), int(patience)
-        self.threshold, self.threshold_mode = float(threshold), threshold_mode
-        self.cooldown, self.min_lr, self.eps = int(cooldown), float(min_lr), float(eps)
+        self.mode, self.threshold_mode = mode, threshold_mode
+        self.factor = _number("factor", factor, low=0, high=1, low_open=True, high_open=True)
+        self.patience = _number("patience", patience, low=0, integer=True)
+        self.threshold = _positive("threshold", threshold, allow_zero=True)
+        self.cooldown = _number("cooldown", cooldown, low=0, integer=True)
+        self.min_lr = _positive("min_lr", min_lr, allow_zero=True)
+        self.eps = _positive("eps", eps, allow_zero=True)
         self.best = math.inf if mode == "min" else -math.inf
         self.bad_steps = 0
         self.cooldown_left = 0

@@ -22,13 +22,18 @@ Pythonic::
 import io
 import json
 import math
+import zipfile
+import zlib
 
 import numpy as np
 
 from .core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from .errors import FileFormatError
 from .tensor import Tensor
 
 __all__ = ["Solver", "SGD", "Adam", "AdamW", "no_decay_1d", "create_solver"]
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def no_decay_1d(name, shape):
@@ -79,6 +84,11 @@ class Solver:
                 continue
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 found.append((name, "must be a number, got %r" % (value,)))
+                continue
+            # NaN fails every comparison below, so it would pass them; and the update
+            # kernel takes float32, where a larger float becomes inf
+            if not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+                found.append((name, "must be a finite number (float32), got %r" % (value,)))
                 continue
             low, low_open, high, high_open = bounds
             if low is not None and (value <= low if low_open else value < low):
@@ -216,17 +226,37 @@ class Solver:
                 "states": {k: t.numpy()[:self.size].copy() for k, t in self.states.items()}}
 
     def load_state_dict(self, state):
-        """Restore what ``state_dict()`` gave (same solver type and net size)."""
-        if state.get("type") != type(self).__name__:
-            raise ValueError("solver state is for %s, not %s" % (state.get("type"), type(self).__name__))
-        for k, v in state["hyper"].items():
-            setattr(self, k, v)
-        self.step_count = int(state["step"])
-        for k, arr in state["states"].items():
-            if k not in self.states or arr.shape != (self.size,):
+        """Restore what ``state_dict()`` gave (same solver type and net size). All of it is
+        checked first, so a bad state (ValueError naming the entry) changes nothing."""
+        name = type(self).__name__
+        kind = state.get("type") if isinstance(state, dict) else None
+        if kind != name:
+            raise ValueError("solver state is for %s, not %s" % (kind, name))
+        hyper = state.get("hyper")
+        if not isinstance(hyper, dict) or set(hyper) != set(self.HYPER):
+            raise ValueError("solver state 'hyper' must hold %s, got %r"
+                             % (", ".join(sorted(self.HYPER)), hyper))
+        found = self.problems(hyper)
+        if found:
+            raise ValueError("solver state 'hyper' %s: %s" % found[0])
+        step = state.get("step")
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ValueError("solver state 'step' must be an integer >= 0, got %r" % (step,))
+        moments = state.get("states")
+        if not isinstance(moments, dict) or set(moments) != set(self.states):
+            raise ValueError("solver state has moments %s; %s%s needs %s" % (
+                ", ".join(sorted(moments)) if isinstance(moments, dict) else repr(moments),
+                name, " with amsgrad" if getattr(self, "amsgrad", False) else "",
+                ", ".join(sorted(self.states)) or "none"))
+        for k, arr in moments.items():
+            if np.shape(arr) != (self.size,):
                 raise ValueError("solver state %r has shape %s; this net needs (%d,)"
-                                 % (k, arr.shape, self.size))
-            self.states[k].view((self.size,)).to_device(arr.astype(np.float32))
+                                 % (k, np.shape(arr), self.size))
+        for k, v in hyper.items():
+            setattr(self, k, v)
+        self.step_count = step
+        for k, arr in moments.items():
+            self.states[k].view((self.size,)).to_device(np.asarray(arr, np.float32))
 
     def save_state(self, path):
         """Write ``state_dict()`` atomically as .npz (moments) with a JSON header."""
@@ -239,12 +269,26 @@ class Solver:
         atomic_write(path, lambda f: f.write(buf.getvalue()))
 
     def load_state(self, path):
-        """Restore a state written by ``save_state(path)``."""
-        with np.load(path) as data:
-            meta = json.loads(bytes(data["__meta__"]).decode())
-            states = {k: data[k] for k in data.files if k != "__meta__"}
-        meta["states"] = states
-        self.load_state_dict(meta)
+        """Restore a state written by ``save_state(path)``. A damaged or foreign file is a
+        ``dlprim.errors.FileFormatError`` naming it and what is wrong; the solver is
+        left as it was."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                if "__meta__" not in data.files:
+                    raise FileFormatError("%s: no __meta__ entry: not a solver state" % path)
+                meta = json.loads(bytes(data["__meta__"]).decode())
+                moments = {k: data[k] for k in data.files if k != "__meta__"}
+        except (FileFormatError, FileNotFoundError):
+            raise
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+            raise FileFormatError("%s: not a readable solver state (.npz): %s"
+                                  % (path, e)) from None
+        if not isinstance(meta, dict):
+            raise FileFormatError("%s: __meta__ must be a JSON object, got %r" % (path, meta))
+        try:
+            self.load_state_dict(dict(meta, states=moments))
+        except ValueError as e:
+            raise FileFormatError("%s: %s" % (path, e)) from None
 
 
 class SGD(Solver):

@@ -1,9 +1,10 @@
 """Small helpers every part uses, with no dependencies: atomic file writes and integer
 rounding (grid sizes, alignment, tile counts)."""
 import os
-import tempfile
+import secrets
+import stat
 
-__all__ = ["atomic_write", "ceil_div", "round_up"]
+__all__ = ["atomic_write", "fsync_dir", "ceil_div", "round_up"]
 
 
 def ceil_div(a, b):
@@ -16,19 +17,36 @@ def round_up(n, m):
     return ceil_div(n, m) * int(m)
 
 
+def _temporary(directory, base):
+    """(fd, path) of a new file beside the target, created with O_EXCL and mode 0o666 so
+    the process umask applies as for any new file (``mkstemp`` would force 0o600)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, ".%s.%s.tmp" % (base, secrets.token_hex(4)))
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError("%s: no free temporary name beside %s" % (directory, base))
+
+
 def atomic_write(path, write_fn):
     """Write a file so that readers see the old content or the new, never a part.
 
     ``write_fn(f)`` writes into ``f``, a binary file opened "w+b" in the same directory;
     it is flushed, fsynced and renamed over ``path``. If ``write_fn`` raises, ``path``
-    is left as it was and the temporary file is removed.
+    is left as it was and the temporary file is removed. A new file gets the mode any
+    new file gets (0o666 less the umask); a replaced file keeps its mode.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                               dir=directory)
+    fd, tmp = _temporary(directory, os.path.basename(path))
     try:
         with os.fdopen(fd, "w+b") as f:
+            try:
+                os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+            except FileNotFoundError:
+                pass
             write_fn(f)
             f.flush()
             os.fsync(f.fileno())
@@ -39,7 +57,13 @@ def atomic_write(path, write_fn):
         except OSError:
             pass
         raise
-    try:  # make the rename itself durable where the platform allows
+    fsync_dir(directory)
+
+
+def fsync_dir(directory):
+    """Make the renames and creations inside ``directory`` durable (fsync on the folder),
+    where the platform allows it; a no-op elsewhere."""
+    try:
         dfd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dfd)

@@ -127,7 +127,7 @@ def test_net_and_value_checks(project):
               ({"solver": {"type": "rmsprop"}}, 'solver.type: must be one of "sgd"'),
               ({"solver": {"type": "adam", "beta2": 1.0}}, "solver.beta2: must be < 1"),
               ({"solver": {"type": "sgd", "nesterov": True}}, "solver.nesterov: needs momentum"),
-              ({"schedule": {"type": "step", "step_size": 0}}, "schedule: step_size must be > 0"),
+              ({"schedule": {"type": "step", "step_size": 0}}, "schedule.step_size: must be > 0"),
               ({"schedule": {"type": "warp"}}, "schedule.type: must be one of"),
               ({"device": [0]}, "device: must be"),
               ({"resume": "nothing_here"}, "resume: no such checkpoint"),

@@ -14,13 +14,14 @@ import os
 from ..errors import Error
 
 from .config_check import Checker, is_int
-from .config_data import check_data
+from .config_data import DATA_TYPES, check_data, sample_count
 
 __all__ = ["ConfigError", "load_config", "validate_config", "apply_overrides", "DEFAULTS"]
 
 DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "out": "runs",
-            "resume": None, "plot": True, "progress": True, "metrics": "csv",
-            "checkpoint": {"every": 1, "keep": 2, "best": True}, "schedule": None}
+            "resume": None, "force": False, "plot": True, "progress": True, "metrics": "csv",
+            "stop_on_nonfinite": True, "checkpoint": {"every": 1, "keep": 2, "best": True},
+            "schedule": None}
 _TOP = ["net", "data", "solver"] + list(DEFAULTS)
 
 
@@ -142,9 +143,35 @@ def _schedule(c, value, epochs):
         lr, momentum = 0.1, 0.9
     try:
         kinds[kind](Probe(), **trial)
-    except (ValueError, TypeError) as e:
-        c.bad("schedule", str(e))
+    except (ValueError, TypeError) as e:  # "gamma must be ..." -> "schedule.gamma: must be ..."
+        name, _, problem = str(e).partition(" ")
+        if name.split("[")[0] in names and problem:
+            c.bad("schedule." + name, problem)
+        else:
+            c.bad("schedule", str(e))
     return sched
+
+
+def _useless(c, cfg, batch_label="batch"):
+    """Values that are each fine alone but leave nothing to train on or step by: data
+    without samples, ``drop_last`` with fewer samples than one batch (the counts are read
+    cheaply, see config_data.sample_count), a plateau schedule without validation data."""
+    data = cfg.get("data") or {}
+    for split in ("train", "val"):
+        entry = data.get(split)
+        if not isinstance(entry, dict) or entry.get("type") not in DATA_TYPES:
+            continue
+        count = sample_count(entry)
+        if count == 0:
+            c.bad("data." + split, "no samples in %s" % (entry.get("path") or entry.get("images")))
+        elif (split == "train" and count is not None and entry.get("drop_last") is True
+              and is_int(cfg["batch"]) and count < cfg["batch"]):
+            c.bad("data.train.drop_last", "the %d training samples are fewer than one batch of "
+                  "%d (%s), so every epoch would be empty; lower %s or set drop_last false"
+                  % (count, cfg["batch"], batch_label, batch_label))
+    sched = cfg.get("schedule")
+    if isinstance(sched, dict) and sched.get("type") == "plateau" and data.get("val") is None:
+        c.bad("schedule.type", '"plateau" steps on the validation loss, and there is no data.val')
 
 
 def _checkpoint(c, value):
@@ -173,10 +200,16 @@ def _scalars(c, cfg, names, prefix=""):
         cfg["out"] = c.path(label("out"), cfg["out"])
         if isinstance(cfg["out"], str) and os.path.isfile(cfg["out"]):
             c.bad(label("out"), "is a file, not a directory: %s" % cfg["out"])
+    if "force" in names:
+        c.boolean(label("force"), cfg["force"])
     if "resume" in names and cfg["resume"] not in (None, False, True):
         cfg["resume"] = c.path(label("resume"), cfg["resume"])
         if isinstance(cfg["resume"], str) and not os.path.exists(cfg["resume"]):
             c.bad(label("resume"), "no such checkpoint: %s" % cfg["resume"])
+    if ({"force", "resume"} & set(names) and cfg["force"] is True
+            and cfg["resume"] not in (None, False)):
+        c.bad(label("force" if "force" in names else "resume"),
+              "force starts afresh and resume continues the run: give one of them")
 
 
 def validate_config(raw, base_dir=".", source=None):
@@ -187,12 +220,13 @@ def validate_config(raw, base_dir=".", source=None):
     cfg["net"] = _net(c, top["net"]) if top.get("net") is not None else None
     cfg["data"] = check_data(c, top["data"]) if top.get("data") is not None else None
     cfg["solver"] = _solver(c, top.get("solver", {}))
-    _scalars(c, cfg, ("epochs", "batch", "seed", "device", "out", "resume"))
+    _scalars(c, cfg, ("epochs", "batch", "seed", "device", "out", "resume", "force"))
     cfg["checkpoint"] = _checkpoint(c, cfg["checkpoint"])
-    for key in ("plot", "progress"):
+    for key in ("plot", "progress", "stop_on_nonfinite"):
         c.boolean(key, cfg[key])
     c.choice("metrics", cfg["metrics"], ["csv", "jsonl"])
     cfg["schedule"] = _schedule(c, cfg["schedule"], cfg["epochs"])
+    _useless(c, cfg)
     if c.problems:
         raise ConfigError(c.problems, source)
     return cfg
@@ -210,15 +244,18 @@ def load_config(path):
     return validate_config(raw, os.path.dirname(os.path.abspath(path)), source=path)
 
 
-def apply_overrides(config, device=None, epochs=None, batch=None, out=None, resume=None):
+def apply_overrides(config, device=None, epochs=None, batch=None, out=None, resume=None,
+                    force=None):
     """A copy of a validated ``config`` with the command-line values that are not None;
     paths given here are relative to the current directory."""
     cfg = copy.deepcopy(config)
     given = {k: v for k, v in dict(device=device, epochs=epochs, batch=batch, out=out,
-                                   resume=resume).items() if v is not None}
+                                   resume=resume, force=force).items() if v is not None}
     cfg.update(given)
     c = Checker(os.getcwd())
     _scalars(c, cfg, list(given), prefix="--")
+    if "batch" in given and not c.problems:
+        _useless(c, cfg, "--batch")
     if "epochs" in given and (cfg.get("schedule") or {}).get("type") == "cosine" \
             and not c.problems and (config.get("schedule") or {}).get("T_max") == config["epochs"]:
         cfg["schedule"]["T_max"] = cfg["epochs"]

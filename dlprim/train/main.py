@@ -1,9 +1,10 @@
 """Command line of dlprim-train (also ``python -m dlprim.train``)."""
 import argparse
 import os
+import signal
 import sys
 
-from ..context import DeviceError
+from ..errors import Error
 from .config import ConfigError, apply_overrides, load_config
 
 
@@ -18,39 +19,60 @@ def parse_args(argv):
     p.add_argument("--out", help="output folder (model, checkpoints, metrics, plot)")
     p.add_argument("--resume", nargs="?", const=True,
                    help="continue from the latest checkpoint in --out, or from this path")
+    p.add_argument("--force", action="store_true",
+                   help="start afresh even where --out holds an earlier run (its files are removed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p.parse_args(argv)
 
 
+def _fail(err, status):
+    print("dlprim-train: %s" % err, file=sys.stderr)
+    return status
+
+
 def main(argv=None):
-    """The dlprim-train program; returns the exit status (0, 2 bad config, 130 interrupted)."""
-    from .trainer import Trainer, install_sigint
+    """The dlprim-train program; returns the exit status (0 done, 1 training stopped by an
+    error, 2 bad config, option, output folder or checkpoint, 130 interrupted)."""
     args = parse_args(argv)
     try:
         cfg = apply_overrides(load_config(args.config), device=args.device, epochs=args.epochs,
-                              batch=args.batch, out=args.out, resume=args.resume)
+                              batch=args.batch, out=args.out, resume=args.resume,
+                              force=args.force or None)
     except ConfigError as err:
-        print("dlprim-train: %s" % err, file=sys.stderr)
-        return 2
+        return _fail(err, 2)
     if args.no_progress:
         cfg["progress"] = False
+    resume = cfg.get("resume")
     try:
+        from .run_folder import claim
+        from .trainer import Trainer, install_sigint  # opens OpenCL: not needed above
+        if not cfg["force"]:  # refuse before any device work; --force clears when training starts
+            claim(cfg["out"], resume=bool(resume))
         trainer = Trainer(cfg)
-        resume = cfg.get("resume")
         if resume:
             where = trainer.resume(cfg["out"] if resume is True else resume)
             print("resumed from %s (epoch %d, batch %d)" % (where, trainer.epoch + 1,
                                                             trainer.position), flush=True)
-    except (ConfigError, DeviceError, ValueError, FileNotFoundError) as err:
-        print("dlprim-train: %s" % err, file=sys.stderr)
-        return 2
-    print("training on %s" % trainer.ctx.name, flush=True)
+    except (Error, ValueError, FileNotFoundError) as err:
+        return _fail(err, 2)
+    except KeyboardInterrupt:
+        return _fail("interrupted before training started; nothing was written", 130)
     previous = install_sigint(trainer)
+    try:  # the handler stays while results are printed: a late Ctrl-C is no traceback
+        print("training on %s" % trainer.ctx.name, flush=True)
+        return _train(trainer, cfg)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _train(trainer, cfg):
     try:
         result = trainer.run()
-    finally:
-        import signal
-        signal.signal(signal.SIGINT, previous)
+    except Error as err:
+        return _fail(err, 1)
+    except KeyboardInterrupt:  # the second Ctrl-C
+        return _fail("aborted; the last checkpoint in %s is intact, continue with --resume"
+                     % os.path.join(os.path.abspath(cfg["out"]), "checkpoints"), 130)
     out = os.path.abspath(result.out_dir)
     if result.interrupted:
         print("interrupted: checkpoint saved in %s; continue with --resume" %

@@ -6,6 +6,8 @@ the checkpoint, and every kernel is deterministic, so an interrupted and resumed
 at the same weights as an uninterrupted one.
 """
 import json
+import logging
+import math
 import os
 import signal
 import time
@@ -15,12 +17,15 @@ import numpy as np
 
 from ..context import Context
 from ..data import make_loader
+from ..errors import CheckpointError, MissingCheckpointError, NonFiniteError
 from ..lr_schedules import create_schedule
 from ..net import PREDICT, TRAIN, Net
 from ..solvers import create_solver
 from ..utils import atomic_write
-from . import checkpoint, metrics
+from . import checkpoint, metrics, run_folder
 from .graphs import deploy_graph, loss_parts, training_graph, with_logits_output
+
+log = logging.getLogger(__name__)
 
 TrainResult = namedtuple("TrainResult", "out_dir epochs_done interrupted val_acc val_loss "
                                         "best_acc model metrics plot")
@@ -65,6 +70,8 @@ class Trainer:
         self.best_acc = None
         self._partial = [0.0, 0, 0]  # loss sum, correct, seen: the epoch so far
         self._stop = False
+        self._owns_out = False  # resumed, or out checked for an earlier run (run_folder)
+        self._saved_step = None  # the step of the checkpoint written or loaded last
 
     def _check_shapes(self):
         want = self.net.tensor(self.data_name).shape[1:]
@@ -133,23 +140,44 @@ class Trainer:
 
     def save_checkpoint(self):
         """Write a checkpoint of weights, solver, schedule and position; returns its folder."""
-        return checkpoint.save(os.path.join(self.out, "checkpoints"), self.step, self.net,
-                               self.solver, self._state(), self.graph,
-                               keep=self.cfg["checkpoint"]["keep"] or 1)
+        folder = checkpoint.save(os.path.join(self.out, "checkpoints"), self.step, self.net,
+                                 self.solver, self._state(), self.graph,
+                                 keep=self.cfg["checkpoint"]["keep"] or 1)
+        self._saved_step = self.step
+        return folder
 
     def resume(self, path):
-        """Load the checkpoint at ``path`` (a folder or an output directory); returns it."""
+        """Load the checkpoint at ``path`` (a folder or an output directory); returns it.
+        A missing, damaged or foreign checkpoint is a CheckpointError naming the file."""
         folder = checkpoint.find(path)
         if folder is None:
-            raise FileNotFoundError("resume: no checkpoint in %s" % path)
-        state = checkpoint.load_state(folder)
-        self.net.load_parameters(os.path.join(folder, "weights.dlp"))
-        self.solver.load_state(os.path.join(folder, "solver.npz"))
+            raise MissingCheckpointError(
+                "%s: no checkpoint to resume from (no checkpoints/%s, no step-N folder); "
+                "start afresh without --resume" % (path, checkpoint.LATEST))
+        state = checkpoint.load(folder, self.net, self.solver)
+        where = os.path.join(folder, "state.json")
         if self.schedule and state["schedule"]:
-            self.schedule.load_state_dict(state["schedule"])
+            kind = state["schedule"].get("type")
+            if kind != type(self.schedule).__name__:
+                raise CheckpointError("%s: the schedule is %s, the config's is %s"
+                                      % (where, kind, type(self.schedule).__name__))
+            try:
+                self.schedule.load_state_dict(state["schedule"])
+            except (KeyError, TypeError, ValueError) as e:
+                raise CheckpointError("%s: schedule: %s" % (where, e)) from None
+        batches = len(self.train_loader)
+        if state["position"] > batches:
+            raise CheckpointError("%s: 'position' %d is past the %d batches of an epoch (the "
+                                  "batch size or the data changed since it was saved)"
+                                  % (where, state["position"], batches))
+        if state["seed"] != self.cfg["seed"]:
+            log.warning("%s: saved with seed %d, the config has %d: batches from here on are "
+                        "not those the interrupted run would have seen",
+                        where, state["seed"], self.cfg["seed"])
         self.epoch, self.position, self.step = state["epoch"], state["position"], state["step"]
         self.best_acc, self._partial = state["best_acc"], list(state["partial"])
         self.metrics.restore(state["metrics"])
+        self._owns_out, self._saved_step = True, self.step
         return folder
 
     def _save_model(self, name):
@@ -163,10 +191,17 @@ class Trainer:
         """Train the remaining epochs (validating, logging, checkpointing) and save the model;
         returns a ``TrainResult``.
         """
+        if not self._owns_out:
+            run_folder.claim(self.out, force=self.cfg["force"])
+            self._owns_out = True
         os.makedirs(self.out, exist_ok=True)
         epochs = self.cfg["epochs"]
         val_loss = val_acc = None
         while self.epoch < epochs:
+            if self._stop:  # asked between epochs (during validation or a checkpoint)
+                if self._saved_step != self.step:
+                    self.save_checkpoint()
+                return self._result(True, val_acc, val_loss)
             started = time.perf_counter()
             self.train_loader.set_epoch(self.epoch)
             self.train_loader.position = self.position
@@ -176,6 +211,10 @@ class Trainer:
                 loss, correct = self.train_step(x, y)
                 self.position += 1
                 self.step += 1
+                if self.cfg["stop_on_nonfinite"] and not math.isfinite(loss):
+                    if bar is not None:
+                        bar.close()
+                    raise NonFiniteError(self._nonfinite(loss))
                 images += len(y)
                 p = self._partial
                 p[0] += loss * len(y)
@@ -221,6 +260,16 @@ class Trainer:
         if self.cfg["plot"]:
             metrics.plot(self.metrics.rows, os.path.join(self.out, "curves.png"))
         return self._result(False, val_acc, val_loss)
+
+    def _nonfinite(self, loss):
+        root = os.path.join(self.out, "checkpoints")
+        kept = ("the last checkpoint in %s is from before it" % root if checkpoint.folders(root)
+                else "no checkpoint was written yet")
+        # a resumed solver takes its lr from the checkpoint, so a lower lr needs a new run
+        return ("training loss is %s at epoch %d, step %d (batch %d of %d in the epoch); %s; "
+                "lower solver.lr or set solver.clip_norm and start afresh (--force), or set "
+                "\"stop_on_nonfinite\": false to train on regardless"
+                % (loss, self.epoch + 1, self.step, self.position, len(self.train_loader), kept))
 
     def _bar(self, total, initial, desc):
         if not self.progress:
