@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core.batchnorm import BatchNormOps
 from ..tensor import ws_view
+from ..utils import is_int
 from .base import TRAIN, Layer, ParamSpec, Setup, TensorSpec, register
 
 
@@ -39,8 +40,7 @@ class BatchNorm(Layer):
         if not 0 <= o["momentum"] <= 1:
             self.fail("option 'momentum' must be in [0, 1], got %r" % (o["momentum"],))
         features = o["features"]
-        if isinstance(features, bool) or not isinstance(features, (int, np.integer)) \
-                or not (features == -1 or features > 0):
+        if not is_int(features) or not (features == -1 or features > 0):
             self.fail("option 'features' must be a positive int or -1 (deduce), got %r" % (features,))
         for key in ("affine", "use_global_stats"):
             if o[key] not in (True, False, 0, 1):

@@ -20,6 +20,7 @@ from ..core.conv import (ALGORITHMS, ConvBackwardData, ConvBackwardFilter,
                          ConvForward, ConvGeometry)
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..tensor import ws_view
+from ..utils import is_int
 from .base import Layer, ParamSpec, Setup, TensorSpec, pair, register
 
 __all__ = ["Convolution2D", "TransposedConvolution2D"]
@@ -28,7 +29,7 @@ __all__ = ["Convolution2D", "TransposedConvolution2D"]
 def _pad4(layer, value):
     """pad as (top, left, bottom, right) from an int, [h, w] or [top, left, bottom, right]."""
     if isinstance(value, (list, tuple)) and len(value) == 4:
-        if not all(isinstance(v, (int, np.integer)) for v in value) or min(value) < 0:
+        if not all(map(is_int, value)) or min(value) < 0:
             layer.fail("option 'pad' must hold non-negative ints, got %r" % (value,))
         return tuple(int(v) for v in value)
     h, w = pair(layer, "pad", value)
@@ -44,10 +45,9 @@ class _ConvBase(Layer):
         for req in ("channels_out", "kernel"):
             if o[req] is None:
                 self.fail("option %r is required" % req)
-        if not isinstance(o["channels_out"], (int, np.integer)) or o["channels_out"] < 1:
+        if not is_int(o["channels_out"]) or o["channels_out"] < 1:
             self.fail("option 'channels_out' must be a positive int, got %r" % (o["channels_out"],))
-        if not isinstance(o["channels_in"], (int, np.integer)) or o["channels_in"] < -1 \
-                or o["channels_in"] == 0:
+        if not is_int(o["channels_in"]) or o["channels_in"] < -1 or o["channels_in"] == 0:
             self.fail("option 'channels_in' must be a positive int (or -1: deduced), got %r"
                       % (o["channels_in"],))
         self.kernel = pair(self, "kernel", o["kernel"])
@@ -57,7 +57,7 @@ class _ConvBase(Layer):
         for opt, v in (("kernel", self.kernel), ("stride", self.stride), ("dilate", self.dilate)):
             if min(v) < 1:
                 self.fail("option %r must be at least 1, got %r" % (opt, o[opt]))
-        if not isinstance(o["groups"], (int, np.integer)) or o["groups"] < 1:
+        if not is_int(o["groups"]) or o["groups"] < 1:
             self.fail("option 'groups' must be a positive int, got %r" % (o["groups"],))
         if o["bias"] not in (True, False, 0, 1):
             self.fail("option 'bias' must be true or false, got %r" % (o["bias"],))

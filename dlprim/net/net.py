@@ -24,7 +24,7 @@ from ..layers.base import PREDICT, TRAIN, LayerError, TensorSpec
 from ..tensor import Tensor
 from . import weights
 from .execution_plan import ExecutionPlan
-from .graph import GraphError, load_graph
+from .graph import GraphError, load_graph, load_graph_file, parse_json
 from .parameters import ParamStore
 
 __all__ = ["Net", "TRAIN", "PREDICT"]
@@ -49,18 +49,22 @@ class Net:
     # ----- loading (DLPrimitives names kept)
     def load(self, source):
         """Load a graph from a dict, JSON text, a file path or a NetConfig."""
-        self.graph = load_graph(source)
+        self._set_graph(load_graph(source))
+
+    def _set_graph(self, graph):
+        self.graph = graph
         self._ready = False
         self._plans = {}
 
     def load_from_json(self, source):
-        """DLPrimitives' name for ``load``: a dict or JSON text."""
+        """DLPrimitives' name for ``load``: a dict or JSON text (a string is never a path)."""
+        if isinstance(source, (str, bytes)):
+            source = parse_json(source, "the text given to load_from_json")
         self.load(source)
 
     def load_from_json_file(self, path):
         """Load the graph from a JSON file (DLPrimitives' name)."""
-        with open(path) as f:
-            self.load(f.read())
+        self._set_graph(load_graph_file(path))
 
     # ----- setup: layers, shapes, parameters
     def setup(self):
