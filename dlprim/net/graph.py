@@ -54,31 +54,27 @@ class OpDef:
                              % (at, _shown(d)))
         self.name = d.get("name")
         if not isinstance(self.name, str) or not self.name:
-            raise GraphError("%s (operator #%d) has no name: %s.name is %s"
-                             % (at, index, at, _shown(self.name)))
-        at = "%s ('%s')" % (at, self.name)
+            raise GraphError("operator #%d has no name: %s.name is %s"
+                             % (index, at, _shown(self.name)))
+        who = "operator '%s': %s" % (self.name, at)  # the name, then the place in the JSON
         unknown = set(d) - set(self.KEYS)
         if unknown:
-            raise GraphError("operator '%s' (%s): unknown key%s %s; known: %s" % (
-                self.name, at, "s" if len(unknown) > 1 else "",
+            raise GraphError("%s: unknown key%s %s; known: %s" % (
+                who, "s" if len(unknown) > 1 else "",
                 ", ".join(sorted(map(repr, unknown))), ", ".join(self.KEYS)))
         self.type = d.get("type")
         if not isinstance(self.type, str) or not self.type:
-            raise GraphError("operator '%s' has no type: %s.type is %s"
-                             % (self.name, at, _shown(self.type)))
-        self.inputs = _names(d.get("inputs", []), "operator '%s' inputs (%s.inputs)"
-                             % (self.name, at))
-        self.outputs = _names(d.get("outputs", []), "operator '%s' outputs (%s.outputs)"
-                              % (self.name, at))
+            raise GraphError("%s.type: no type, got %s" % (who, _shown(self.type)))
+        self.inputs = _names(d.get("inputs", []), who + ".inputs")
+        self.outputs = _names(d.get("outputs", []), who + ".outputs")
         options = d.get("options")
         if options is not None and not isinstance(options, dict):
-            raise GraphError("operator '%s': %s.options must be an object {option: value}, got %s"
-                             % (self.name, at, _shown(options)))
+            raise GraphError("%s.options must be an object {option: value}, got %s"
+                             % (who, _shown(options)))
         self.options = dict(options or {})
         params = d.get("params")
-        self.params = None if params is None else _names(
-            params, "operator '%s' params (%s.params)" % (self.name, at))
-        self.frozen = _flag(d.get("frozen", False), "%s.frozen" % at)
+        self.params = None if params is None else _names(params, who + ".params")
+        self.frozen = _flag(d.get("frozen", False), who + ".frozen")
         if len(set(self.outputs)) != len(self.outputs):
             raise GraphError("operator '%s' lists an output twice: %s" % (self.name, self.outputs))
 
@@ -178,21 +174,22 @@ class Graph:
                              % (at, at, _shown(name)))
         if name in self.inputs:
             raise GraphError("net input '%s' listed twice" % name)
+        who = "net input '%s': %s" % (name, at)  # the name, then the place in the JSON
         unknown = set(spec) - set(self.INPUT_KEYS)
         if unknown:
-            raise GraphError("net input '%s' (%s): unknown key%s %s; known: %s" % (
-                name, at, "s" if len(unknown) > 1 else "", ", ".join(sorted(map(repr, unknown))),
+            raise GraphError("%s: unknown key%s %s; known: %s" % (
+                who, "s" if len(unknown) > 1 else "", ", ".join(sorted(map(repr, unknown))),
                 ", ".join(self.INPUT_KEYS)))
         if "shape" not in spec:
-            raise GraphError("net input '%s' has no shape (%s.shape)" % (name, at))
+            raise GraphError("%s.shape: no shape" % who)
         problem = shape_problem(spec["shape"], at + ".shape")
         if problem:
             raise GraphError("net input '%s': %s" % (name, problem))
         dtype = spec.get("dtype", "float")
         if not isinstance(dtype, str) or dtype not in DTYPES:
-            raise GraphError("net input '%s': %s.dtype is %s; known: %s"
-                             % (name, at, _shown(dtype), ", ".join(sorted(DTYPES))))
-        requires_grad = _flag(spec.get("requires_grad", False), at + ".requires_grad")
+            raise GraphError("%s.dtype is %s; known: %s"
+                             % (who, _shown(dtype), ", ".join(sorted(DTYPES))))
+        requires_grad = _flag(spec.get("requires_grad", False), who + ".requires_grad")
         return name, tuple(int(n) for n in spec["shape"]), dtype, requires_grad
 
     @staticmethod
