@@ -11,7 +11,10 @@ Setup contract: ``setup`` belongs to this base class. It records the input specs
 the layer's ``build(in_specs)`` and checks the ``Setup`` it returns: output specs,
 parameter specs, workspace bytes, saved tensors and ``LayerFlags``. Everything the Net
 plans from comes back through that one value, never from attributes a layer happens to
-set, so a new layer cannot forget part of the contract.
+set, so a new layer cannot forget part of the contract. The first setup fixes the
+parameter shapes (``param_specs``): a later one (a new batch size, another mode) that
+would need other shapes fails, naming the layer, instead of leaving launches bound to
+parameters of the wrong size.
 
 Memory a layer gets from the Net, placed in its planned arena:
 - a workspace (``ws``): scratch bytes, alive only during this layer's own launches;
@@ -173,6 +176,7 @@ class Layer:
         self.mode = TRAIN
         self.in_specs = None
         self.flags = None
+        self.param_specs = None  # fixed by the first setup: the Net allocates them once
         self.parse(options)
 
     # ----- options
@@ -233,6 +237,13 @@ class Layer:
             raise TypeError("%s '%s': build() must return a Setup, got %s"
                             % (self.type_name, self.name, type(result).__name__))
         result = self._checked(result)
+        if self.param_specs is not None and \
+                [p.shape for p in result.params] != [p.shape for p in self.param_specs]:
+            self.fail("inputs of shapes %s would need parameters of shapes %s; the layer was "
+                      "set up with %s" % (", ".join(str(s.shape) for s in self.in_specs),
+                                          [p.shape for p in result.params],
+                                          [p.shape for p in self.param_specs]))
+        self.param_specs = result.params
         self.flags = result.flags
         return result
 
@@ -278,6 +289,12 @@ class Layer:
 
     def init_params(self, params, rng):
         """Fill parameter tensors with PyTorch's default initialisation."""
+
+    def check_input_data(self, index, array, where):
+        """Check host data before ``net(...)`` copies it: ``array`` (numpy) was given for
+        net input ``where``, which this layer reads as its input ``index``. Raise an
+        InputError (a LabelError for labels) naming this layer; the default accepts all.
+        Only checks that cost no device sync belong here."""
 
     def forward(self, x, y, params, ws, saved):
         """-> list of launches computing ``y`` from ``x``; writes the ``saved`` tensors

@@ -75,6 +75,9 @@ class _ConvBase(Layer):
         c_in = self.options["channels_in"]
         if c_in != -1 and c_in != c:
             self.fail("input has %d channels, option 'channels_in' is %d" % (c, c_in))
+        if self.param_specs is not None and c != self._weight_channels_in():
+            self.fail("input has %d channels, the layer was set up for %d: its weights are %s"
+                      % (c, self._weight_channels_in(), self.param_specs[0].shape))
         for what, n in (("input channels", c), ("channels_out", self.options["channels_out"])):
             if n % self.groups:
                 self.fail("option 'groups' (%d) does not divide %s (%d)" % (self.groups, what, n))
@@ -176,6 +179,9 @@ class Convolution2D(_ConvBase):
         params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])
         return Setup([TensorSpec(out_shape)], params, ws, flags=self._flags())
 
+    def _weight_channels_in(self):
+        return self.param_specs[0].shape[1] * self.groups  # w: [out, in/groups, kh, kw]
+
     def _forward_op(self):
         if self._fwd is None:
             self._fwd = ConvForward(self.ctx, self.geom, self.bias, self.activation, self.algo,
@@ -228,6 +234,9 @@ class TransposedConvolution2D(_ConvBase):
         ws = self._setup_common(geom, spec.shape, out_shape)
         params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])
         return Setup([TensorSpec(out_shape)], params, ws, flags=self._flags())
+
+    def _weight_channels_in(self):
+        return self.param_specs[0].shape[0]  # w: [in, out/groups, kh, kw]
 
     def _forward_op(self):
         if self._fwd is None:

@@ -47,6 +47,9 @@ class InnerProduct(Layer):
         if self.options["inputs"] != -1 and self.options["inputs"] != inputs:
             self.fail("input has %d features (shape %s flattened from axis 1), option 'inputs' "
                       "is %d" % (inputs, spec.shape, self.options["inputs"]))
+        if self.param_specs is not None and inputs != self.param_specs[0].shape[1]:
+            self.fail("input has %d features (shape %s flattened from axis 1), the layer was "
+                      "set up for %d" % (inputs, spec.shape, self.param_specs[0].shape[1]))
         outputs = self.options["outputs"]
         self.n, self.inputs, self.outputs = n, inputs, outputs
         self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,
