@@ -54,6 +54,14 @@ def loss_net(ctx, type_name="SoftmaxWithLoss", label_dtype="int", label_shape=(4
                                        "outputs": ["loss"], "options": options}]})
 
 
+def bn_net(ctx):
+    cfg = dp.NetConfig()
+    cfg.add_input("x", (2, 3, 4, 4))
+    cfg.add("BatchNorm", name="bn")
+    cfg.set_outputs(["bn"])
+    return dp.Net(ctx, cfg)
+
+
 def layer(ctx, type_name, **options):
     return lambda: create(ctx, type_name, "op1", options)
 
@@ -212,6 +220,9 @@ CASES = [
     ("net-label-count", lambda c, n, p: lambda: n(data=images(), label=np.arange(5)),
      LayerError, ValueError, r"SoftmaxWithLoss 'loss': labels must have shape \(4,\).*"
                              r"net input 'label' is now \(5,\)"),
+    ("net-bn-channels", lambda c, n, p: lambda: bn_net(c)(x=np.zeros((2, 5, 4, 4), np.float32)),
+     LayerError, ValueError, r"BatchNorm 'bn': input has 5 channels, the layer was set up for 3 "
+                             r"\(net input 'x' is now \(2, 5, 4, 4\)"),
     ("reshape-unknown", lambda c, n, p: lambda: n.reshape(dta=(4, 1, 28, 28)),
      InputError, ValueError, r"reshape: 'dta' is not a net input"),
     ("reshape-float", lambda c, n, p: lambda: n.reshape(data=(4, 1, 28.5, 28)),

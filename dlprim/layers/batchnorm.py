@@ -59,6 +59,9 @@ class BatchNorm(Layer):
         if self.options["features"] not in (-1, c):
             self.fail("option 'features' is %d but the input has %d channels"
                       % (self.options["features"], c))
+        if self.param_specs is not None and c != self.param_specs[0].shape[0]:
+            self.fail("input has %d channels, the layer was set up for %d"
+                      % (c, self.param_specs[0].shape[0]))
         n = spec.shape[0]
         s = int(np.prod(spec.shape[2:], dtype=np.int64))
         self._check_batch(spec.shape)
