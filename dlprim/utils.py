@@ -1,10 +1,31 @@
-"""Small helpers every part uses, with no dependencies: atomic file writes and integer
-rounding (grid sizes, alignment, tile counts)."""
+"""Small helpers every part uses, with no dependencies: atomic file writes, integer
+rounding (grid sizes, alignment, tile counts) and the test of what counts as a size."""
+import numbers
 import os
 import secrets
 import stat
 
-__all__ = ["atomic_write", "fsync_dir", "ceil_div", "round_up"]
+__all__ = ["atomic_write", "fsync_dir", "ceil_div", "round_up", "is_int", "shape_problem"]
+
+
+def is_int(value):
+    """True for an int or a numpy integer, never for a bool. Sizes are integers as numpy
+    and PyTorch take them: 8.0, 8.9, "8" and True are refused, never truncated."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def shape_problem(shape, what):
+    """None when ``shape`` is a list or tuple of non-negative integers; else a message that
+    names ``what`` and the element at fault, e.g. ``shape[1] is 8.9, not an integer``.
+    Callers raise it as the error of their part (LayerError, GraphError ...)."""
+    if not isinstance(shape, (list, tuple)):
+        return "%s must be a list of integers, got %s %r" % (what, type(shape).__name__, shape)
+    for i, n in enumerate(shape):
+        if not is_int(n):
+            return "%s[%d] is %r (%s), not an integer" % (what, i, n, type(n).__name__)
+        if n < 0:
+            return "%s[%d] is %d, a size must not be negative" % (what, i, n)
+    return None
 
 
 def ceil_div(a, b):

@@ -14,35 +14,40 @@ def logsumexp(x):
     return (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True)))[:, 0]
 
 
-def valid(labels, c):
+def valid(labels, c, ignore=-100):
+    """Integer labels and the rows that count: in [0, c) and not ``ignore``."""
     k = labels.astype(np.int64)
-    return k, (k >= 0) & (k < c)
+    return k, (k >= 0) & (k < c) & (k != ignore)
 
 
-def xent_ref(x, labels):
-    k, ok = valid(labels, x.shape[1])
+def xent_ref(x, labels, ignore=-100):
+    # PyTorch's mean: over the rows that count (NaN when none does)
+    k, ok = valid(labels, x.shape[1], ignore)
     rows = np.where(ok, logsumexp(x) - x[np.arange(len(k)), np.clip(k, 0, x.shape[1] - 1)], 0)
-    return np.array([rows.sum() / len(k)])
+    with np.errstate(invalid="ignore"):
+        return np.array([rows.sum() / ok.sum()])
 
 
-def xent_grad_ref(x, labels, dy):
-    k, ok = valid(labels, x.shape[1])
+def xent_grad_ref(x, labels, dy, ignore=-100):
+    k, ok = valid(labels, x.shape[1], ignore)
     p = np.exp(x - logsumexp(x)[:, None])
     p[ok, k[ok]] -= 1
-    return p * ok[:, None] * dy[0] / len(k)
+    return p * ok[:, None] * dy[0] / max(ok.sum(), 1)
 
 
-def nll_ref(x, labels, reduce):
-    k, ok = valid(labels, x.shape[1])
+def nll_ref(x, labels, reduce, ignore=-100):
+    k, ok = valid(labels, x.shape[1], ignore)
     rows = np.where(ok, -x[np.arange(len(k)), np.clip(k, 0, x.shape[1] - 1)], 0)
-    return {"none": rows, "sum": np.array([rows.sum()]),
-            "mean": np.array([rows.sum() / len(k)])}[reduce]
+    with np.errstate(invalid="ignore"):
+        return {"none": rows, "sum": np.array([rows.sum()]),
+                "mean": np.array([rows.sum() / ok.sum()])}[reduce]
 
 
-def nll_grad_ref(x, labels, dy, reduce):
-    k, ok = valid(labels, x.shape[1])
+def nll_grad_ref(x, labels, dy, reduce, ignore=-100):
+    k, ok = valid(labels, x.shape[1], ignore)
     g = np.zeros_like(x)
-    w = dy if reduce == "none" else np.full(len(k), dy[0] / (len(k) if reduce == "mean" else 1))
+    w = dy if reduce == "none" else np.full(len(k), dy[0] / (max(ok.sum(), 1) if reduce == "mean"
+                                                             else 1))
     g[np.nonzero(ok)[0], k[ok]] = -w[ok]
     return g
 
@@ -60,8 +65,10 @@ def mse_grad_ref(a, b, dy, reduce):
 
 def labels_for(rng, n, c, dtype, invalid=True):
     k = rng.integers(0, c, n)
-    if invalid and n > 2:
-        k[1], k[2] = -1, c  # ignored labels
+    if invalid and n > 3:
+        # ignore_index, and two labels only written straight to the device can hold
+        # (net(...) refuses them): all three rows count for nothing
+        k[0], k[1], k[2] = -100, -1, c
     return k.astype(dtype)
 
 
@@ -179,3 +186,50 @@ def test_errors(ctx):
             layer.setup([x])
     with pytest.raises(LayerError, match="MSELoss 'l'.*same shape"):
         create(ctx, "MSELoss", "l", {}).setup([x, TensorSpec((4, 6))])
+
+
+def _loss_net(ctx, type_name, n, c, options, mode, label_dtype="int"):
+    return dp.Net(ctx, {"inputs": [{"name": "x", "shape": [n, c], "requires_grad": True},
+                                   {"name": "t", "shape": [n], "dtype": label_dtype}],
+                        "outputs": ["loss"],
+                        "operators": [{"name": "l", "type": type_name, "inputs": ["x", "t"],
+                                       "outputs": ["loss"], "options": options}]}, mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["train", "predict"])
+@pytest.mark.parametrize("ignore", [-100, 0, 3])
+@pytest.mark.parametrize("type_name, reduce", [("SoftmaxWithLoss", None), ("NLLLoss", "mean"),
+                                               ("NLLLoss", "sum"), ("NLLLoss", "none")])
+def test_ignore_index_matches_torch(ctx, rng, type_name, reduce, ignore, mode):
+    torch = pytest.importorskip("torch")
+    n, c = 37, 5
+    x = rng.standard_normal((n, c)).astype(np.float32)
+    k = rng.integers(0, c, n)
+    k[::4] = ignore  # a quarter of the rows ignored (ignore 0 and 3 are classes too)
+    options = {"ignore_index": ignore}
+    if reduce:
+        options["reduce"] = reduce
+    net = _loss_net(ctx, type_name, n, c, options, mode)
+    got = net(x=x, t=k.astype(np.int32))["loss"]
+    xt = torch.tensor(x, requires_grad=True)
+    if type_name == "SoftmaxWithLoss":
+        want = torch.nn.functional.cross_entropy(xt, torch.tensor(k), ignore_index=ignore)
+    else:
+        want = torch.nn.functional.nll_loss(xt, torch.tensor(k), ignore_index=ignore,
+                                            reduction=reduce)
+    assert_close(got.reshape(want.shape), want.detach().numpy(), rtol=1e-5, what="loss")
+    if mode == "train":
+        want.sum().backward()
+        net.backward()  # the loss weight 1 fills every element of dy
+        assert_close(net.tensor_diff("x").to_host(), xt.grad.numpy(), rtol=1e-4, atol=1e-6,
+                     what="dx")
+
+
+@pytest.mark.parametrize("type_name", ["SoftmaxWithLoss", "NLLLoss"])
+def test_every_row_ignored_gives_nan_and_no_gradient_as_torch(ctx, rng, type_name):
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    net = _loss_net(ctx, type_name, 4, 3, {}, "train")
+    loss = net(x=x, t=np.full(4, -100, np.int32))["loss"]
+    net.backward()
+    assert np.isnan(loss).all()  # torch: 0/0
+    assert np.all(net.tensor_diff("x").to_host() == 0)

@@ -1,11 +1,29 @@
 <%include file="common.h"/>
 <%include file="wg_reduce.h"/>
 // Losses over rows of (N, C) with labels of type ${LABEL}: negative log-likelihood of
-// log-probabilities, and cross entropy of logits (one work-group per row). A label
-// outside [0, C) contributes nothing (no loss, no gradient).
+// log-probabilities, and cross entropy of logits (one work-group per row). A row counts
+// when its label k is in [0, C) and is not IGNORE (PyTorch's ignore_index); any other row
+// contributes nothing (no loss, no gradient). The host refuses out-of-range labels before
+// they reach the device; this rule keeps labels written straight into a tensor harmless.
+#define COUNTS(k) ((k) >= 0 && (k) < (long)C && (k) != ignore)
+
+// Backward of a mean reads its factor from norm[0], which the forward pass wrote
+// (1/N, or 1/count when rows were ignored); sum and none take a fixed scale.
+<%def name="scale_arg(mean)">\
+% if mean:
+__global const float *norm, ulong norm_offset\
+% else:
+float scale\
+% endif
+</%def>
+<%def name="scale_load(mean)">\
+% if mean:
+    float scale = norm[norm_offset];
+% endif
+</%def>
 
 // per-row loss: rows[n] = -x[n, label[n]]
-__kernel void nll_forward(ulong N, ulong C, __global const float *x, ulong x_offset,
+__kernel void nll_forward(ulong N, ulong C, long ignore, __global const float *x, ulong x_offset,
                           __global const ${LABEL} *label, ulong label_offset,
                           __global float *rows, ulong rows_offset)
 {
@@ -13,32 +31,36 @@ __kernel void nll_forward(ulong N, ulong C, __global const float *x, ulong x_off
     if (n >= N)
         return;
     long k = (long)label[label_offset + n];
-    rows[rows_offset + n] = (k >= 0 && k < (long)C) ? -x[x_offset + n * C + k] : 0.0f;
+    rows[rows_offset + n] = COUNTS(k) ? -x[x_offset + n * C + k] : 0.0f;
 }
 
+% for mean in (False, True):
 // dx[n, c] = beta * dx[n, c] - scale * dy[n * dy_stride] * [c == label[n]]
 // (dy_stride 0: one loss value for the batch; dx is not read when beta == 0)
-__kernel void nll_backward(ulong N, ulong C, __global const ${LABEL} *label, ulong label_offset,
-                           __global const float *dy, ulong dy_offset, ulong dy_stride,
-                           __global float *dx, ulong dx_offset, float scale, float beta)
+__kernel void nll_backward${"_mean" if mean else ""}(
+        ulong N, ulong C, long ignore, __global const ${LABEL} *label, ulong label_offset,
+        __global const float *dy, ulong dy_offset, ulong dy_stride,
+        __global float *dx, ulong dx_offset, ${scale_arg(mean)}, float beta)
 {
     ulong i = get_global_id(0);
     if (i >= N * C)
         return;
+${scale_load(mean)}\
     ulong n = i / C;
     long k = (long)label[label_offset + n];
-    float g = ((long)(i % C) == k) ? -scale * dy[dy_offset + n * dy_stride] : 0.0f;
+    float g = (COUNTS(k) && (long)(i % C) == k) ? -scale * dy[dy_offset + n * dy_stride] : 0.0f;
     dx[dx_offset + i] = (beta == 0.0f) ? g : g + beta * dx[dx_offset + i];
 }
 
+% endfor
 // dx is not read when beta == 0
 #define STORE_DX(i, g) dx[i] = (beta == 0.0f) ? (g) : (g) + beta * dx[i]
 
 // Cross entropy from logits, one work-group per row of (N, C):
-// loss_n = log sum_c exp(x_nc) - x_n,label_n; a label outside [0, C) contributes 0.
+// loss_n = log sum_c exp(x_nc) - x_n,label_n for a row that counts, else 0.
 // A NaN logit makes its row's loss and gradient NaN through the sum (softmax.cl says why
 // fmax, which drops it from the maximum, is enough).
-__kernel void xent_forward_rows(ulong C, __global const float *x, ulong x_offset,
+__kernel void xent_forward_rows(ulong C, long ignore, __global const float *x, ulong x_offset,
                                 __global const ${LABEL} *label, ulong label_offset,
                                 __global float *loss, ulong loss_offset,
                                 __local float *scratch)
@@ -56,23 +78,24 @@ __kernel void xent_forward_rows(ulong C, __global const float *x, ulong x_offset
         s += exp(x[c] - m);
     s = wg_reduce_sum(scratch, s);
     if (lid == 0)
-        loss[loss_offset + row] = (k >= 0 && k < (long)C) ? m + log(s) - x[k] : 0.0f;
+        loss[loss_offset + row] = COUNTS(k) ? m + log(s) - x[k] : 0.0f;
 }
 
-// d loss / d x_nc = dy * scale * (softmax(x_n)_c - [c == label_n]); rows with a label
-// outside [0, C) get zero gradient.
-__kernel void xent_backward_rows(ulong C, __global const float *x, ulong x_offset,
+// d loss / d x_nc = dy * scale * (softmax(x_n)_c - [c == label_n]) for a row that counts,
+// 0 for the others; scale = norm[0] (the mean over the rows that count).
+__kernel void xent_backward_rows(ulong C, long ignore, __global const float *x, ulong x_offset,
                                  __global const ${LABEL} *label, ulong label_offset,
                                  __global const float *dy, ulong dy_offset,
-                                 __global float *dx, ulong dx_offset, float scale, float beta,
-                                 __local float *scratch)
+                                 __global float *dx, ulong dx_offset, ${scale_arg(True)},
+                                 float beta, __local float *scratch)
 {
     ulong row = get_group_id(0);
     int lid = get_local_id(0), wg = get_local_size(0);
+${scale_load(True)}\
     x += x_offset + row * C;
     dx += dx_offset + row * C;
     long k = (long)label[label_offset + row];
-    float w = (k >= 0 && k < (long)C) ? dy[dy_offset] * scale : 0.0f;
+    float w = COUNTS(k) ? dy[dy_offset] * scale : 0.0f;
     float m = -INFINITY;
     for (ulong c = lid; c < C; c += wg)
         m = fmax(m, x[c]);

@@ -11,7 +11,10 @@ Setup contract: ``setup`` belongs to this base class. It records the input specs
 the layer's ``build(in_specs)`` and checks the ``Setup`` it returns: output specs,
 parameter specs, workspace bytes, saved tensors and ``LayerFlags``. Everything the Net
 plans from comes back through that one value, never from attributes a layer happens to
-set, so a new layer cannot forget part of the contract.
+set, so a new layer cannot forget part of the contract. The first setup fixes the
+parameter shapes (``param_specs``): a later one (a new batch size, another mode) that
+would need other shapes fails, naming the layer, instead of leaving launches bound to
+parameters of the wrong size.
 
 Memory a layer gets from the Net, placed in its planned arena:
 - a workspace (``ws``): scratch bytes, alive only during this layer's own launches;
@@ -33,6 +36,7 @@ import numpy as np
 
 from ..dtypes import as_dtype
 from ..errors import Error
+from ..utils import is_int, shape_problem
 
 __all__ = ["Layer", "LayerError", "TensorSpec", "ParamSpec", "LayerFlags", "Setup", "register",
            "create", "REGISTRY", "run", "TRAIN", "PREDICT"]
@@ -51,7 +55,7 @@ class TensorSpec(namedtuple("TensorSpec", "shape dtype")):
     __slots__ = ()
 
     def __new__(cls, shape, dtype="float32"):
-        return super().__new__(cls, tuple(int(s) for s in shape), as_dtype(dtype))
+        return super().__new__(cls, _checked_shape(shape, "TensorSpec"), as_dtype(dtype))
 
 
 class ParamSpec(namedtuple("ParamSpec", "shape dtype trainable")):
@@ -59,7 +63,18 @@ class ParamSpec(namedtuple("ParamSpec", "shape dtype trainable")):
     __slots__ = ()
 
     def __new__(cls, shape, dtype="float32", trainable=True):
-        return super().__new__(cls, tuple(int(s) for s in shape), as_dtype(dtype), bool(trainable))
+        return super().__new__(cls, _checked_shape(shape, "ParamSpec"), as_dtype(dtype),
+                               bool(trainable))
+
+
+def _checked_shape(shape, what):
+    # int() would turn 8.9 into 8 and True into 1: a wrong size must fail where it is made
+    if not isinstance(shape, (list, tuple, str)) and hasattr(shape, "__iter__"):
+        shape = tuple(shape)  # a numpy array or a generator of sizes
+    problem = shape_problem(shape, what + " shape")
+    if problem:
+        raise LayerError(problem)
+    return tuple(int(n) for n in shape)
 
 
 class LayerFlags(namedtuple("LayerFlags", "backward_reads_inputs backward_reads_outputs "
@@ -161,6 +176,7 @@ class Layer:
         self.mode = TRAIN
         self.in_specs = None
         self.flags = None
+        self.param_specs = None  # fixed by the first setup: the Net allocates them once
         self.parse(options)
 
     # ----- options
@@ -215,12 +231,19 @@ class Layer:
         if stray:
             raise TypeError("%s '%s' sets %s on the instance; return the flags from build()"
                             % (self.type_name, self.name, ", ".join(stray)))
-        self.in_specs = [TensorSpec(*s) for s in in_specs]
+        self.in_specs = self._specs(TensorSpec, in_specs, "input")
         result = self.build(list(self.in_specs))
         if not isinstance(result, Setup):
             raise TypeError("%s '%s': build() must return a Setup, got %s"
                             % (self.type_name, self.name, type(result).__name__))
         result = self._checked(result)
+        if self.param_specs is not None and \
+                [p.shape for p in result.params] != [p.shape for p in self.param_specs]:
+            self.fail("inputs of shapes %s would need parameters of shapes %s; the layer was "
+                      "set up with %s" % (", ".join(str(s.shape) for s in self.in_specs),
+                                          [p.shape for p in result.params],
+                                          [p.shape for p in self.param_specs]))
+        self.param_specs = result.params
         self.flags = result.flags
         return result
 
@@ -235,8 +258,19 @@ class Layer:
         if not isinstance(flags, LayerFlags):
             raise TypeError("%s '%s': build() gives flags of type %s, not LayerFlags"
                             % (self.type_name, self.name, type(flags).__name__))
-        return Setup([TensorSpec(*s) for s in outputs], [ParamSpec(*p) for p in params], ws,
-                     [TensorSpec(*s) for s in saved], flags)
+        return Setup(self._specs(TensorSpec, outputs, "build() output"),
+                     self._specs(ParamSpec, params, "build() parameter"), ws,
+                     self._specs(TensorSpec, saved, "build() saved tensor"), flags)
+
+    def _specs(self, kind, items, what):
+        """``kind(*item)`` for each item; a bad shape names this layer and the item."""
+        out = []
+        for i, item in enumerate(items):
+            try:
+                out.append(kind(*item))
+            except LayerError as err:
+                self.fail("%s %d: %s" % (what, i, err))
+        return out
 
     def build(self, in_specs):
         """Check the inputs, build the launchers (kernels are built here, never per
@@ -255,6 +289,12 @@ class Layer:
 
     def init_params(self, params, rng):
         """Fill parameter tensors with PyTorch's default initialisation."""
+
+    def check_input_data(self, index, array, where):
+        """Check host data before ``net(...)`` copies it: ``array`` (numpy) was given for
+        net input ``where``, which this layer reads as its input ``index``. Raise an
+        InputError (a LabelError for labels) naming this layer; the default accepts all.
+        Only checks that cost no device sync belong here."""
 
     def forward(self, x, y, params, ws, saved):
         """-> list of launches computing ``y`` from ``x``; writes the ``saved`` tensors
@@ -281,10 +321,9 @@ def _jsonable(value):
 
 def pair(layer, option, value, allow_negative=False):
     """An int-or-[h, w] option as an (h, w) tuple, checked."""
-    if isinstance(value, (int, np.integer)):
+    if is_int(value):
         value = (int(value), int(value))
-    if not (isinstance(value, (list, tuple)) and len(value) == 2
-            and all(isinstance(v, (int, np.integer)) for v in value)):
+    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(map(is_int, value))):
         layer.fail("option %r must be an int or [h, w], got %r" % (option, value))
     if not allow_negative and any(v < 0 for v in value):
         layer.fail("option %r must not be negative, got %r" % (option, list(value)))

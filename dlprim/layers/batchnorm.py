@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core.batchnorm import BatchNormOps
 from ..tensor import ws_view
+from ..utils import is_int
 from .base import TRAIN, Layer, ParamSpec, Setup, TensorSpec, register
 
 
@@ -39,8 +40,7 @@ class BatchNorm(Layer):
         if not 0 <= o["momentum"] <= 1:
             self.fail("option 'momentum' must be in [0, 1], got %r" % (o["momentum"],))
         features = o["features"]
-        if isinstance(features, bool) or not isinstance(features, (int, np.integer)) \
-                or not (features == -1 or features > 0):
+        if not is_int(features) or not (features == -1 or features > 0):
             self.fail("option 'features' must be a positive int or -1 (deduce), got %r" % (features,))
         for key in ("affine", "use_global_stats"):
             if o[key] not in (True, False, 0, 1):
@@ -59,6 +59,9 @@ class BatchNorm(Layer):
         if self.options["features"] not in (-1, c):
             self.fail("option 'features' is %d but the input has %d channels"
                       % (self.options["features"], c))
+        if self.param_specs is not None and c != self.param_specs[0].shape[0]:
+            self.fail("input has %d channels, the layer was set up for %d"
+                      % (c, self.param_specs[0].shape[0]))
         n = spec.shape[0]
         s = int(np.prod(spec.shape[2:], dtype=np.int64))
         self._check_batch(spec.shape)

@@ -6,14 +6,9 @@
 Axes and Slice bounds may be negative (counted from the end, as Python); Slice's ``end``
 defaults to the end of the axis. A Slice must be non-empty and inside the axis.
 """
-import numpy as np
-
 from ..core.copy import Fill, StridedCopy, contiguous_strides
+from ..utils import is_int as _is_int
 from .base import Layer, Setup, TensorSpec, register
-
-
-def _is_int(v):
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def _at(t, element):

@@ -20,6 +20,7 @@ from ..core.conv import (ALGORITHMS, ConvBackwardData, ConvBackwardFilter,
                          ConvForward, ConvGeometry)
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..tensor import ws_view
+from ..utils import is_int
 from .base import Layer, ParamSpec, Setup, TensorSpec, pair, register
 
 __all__ = ["Convolution2D", "TransposedConvolution2D"]
@@ -28,7 +29,7 @@ __all__ = ["Convolution2D", "TransposedConvolution2D"]
 def _pad4(layer, value):
     """pad as (top, left, bottom, right) from an int, [h, w] or [top, left, bottom, right]."""
     if isinstance(value, (list, tuple)) and len(value) == 4:
-        if not all(isinstance(v, (int, np.integer)) for v in value) or min(value) < 0:
+        if not all(map(is_int, value)) or min(value) < 0:
             layer.fail("option 'pad' must hold non-negative ints, got %r" % (value,))
         return tuple(int(v) for v in value)
     h, w = pair(layer, "pad", value)
@@ -44,10 +45,9 @@ class _ConvBase(Layer):
         for req in ("channels_out", "kernel"):
             if o[req] is None:
                 self.fail("option %r is required" % req)
-        if not isinstance(o["channels_out"], (int, np.integer)) or o["channels_out"] < 1:
+        if not is_int(o["channels_out"]) or o["channels_out"] < 1:
             self.fail("option 'channels_out' must be a positive int, got %r" % (o["channels_out"],))
-        if not isinstance(o["channels_in"], (int, np.integer)) or o["channels_in"] < -1 \
-                or o["channels_in"] == 0:
+        if not is_int(o["channels_in"]) or o["channels_in"] < -1 or o["channels_in"] == 0:
             self.fail("option 'channels_in' must be a positive int (or -1: deduced), got %r"
                       % (o["channels_in"],))
         self.kernel = pair(self, "kernel", o["kernel"])
@@ -57,7 +57,7 @@ class _ConvBase(Layer):
         for opt, v in (("kernel", self.kernel), ("stride", self.stride), ("dilate", self.dilate)):
             if min(v) < 1:
                 self.fail("option %r must be at least 1, got %r" % (opt, o[opt]))
-        if not isinstance(o["groups"], (int, np.integer)) or o["groups"] < 1:
+        if not is_int(o["groups"]) or o["groups"] < 1:
             self.fail("option 'groups' must be a positive int, got %r" % (o["groups"],))
         if o["bias"] not in (True, False, 0, 1):
             self.fail("option 'bias' must be true or false, got %r" % (o["bias"],))
@@ -75,6 +75,9 @@ class _ConvBase(Layer):
         c_in = self.options["channels_in"]
         if c_in != -1 and c_in != c:
             self.fail("input has %d channels, option 'channels_in' is %d" % (c, c_in))
+        if self.param_specs is not None and c != self._weight_channels_in():
+            self.fail("input has %d channels, the layer was set up for %d: its weights are %s"
+                      % (c, self._weight_channels_in(), self.param_specs[0].shape))
         for what, n in (("input channels", c), ("channels_out", self.options["channels_out"])):
             if n % self.groups:
                 self.fail("option 'groups' (%d) does not divide %s (%d)" % (self.groups, what, n))
@@ -176,6 +179,9 @@ class Convolution2D(_ConvBase):
         params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])
         return Setup([TensorSpec(out_shape)], params, ws, flags=self._flags())
 
+    def _weight_channels_in(self):
+        return self.param_specs[0].shape[1] * self.groups  # w: [out, in/groups, kh, kw]
+
     def _forward_op(self):
         if self._fwd is None:
             self._fwd = ConvForward(self.ctx, self.geom, self.bias, self.activation, self.algo,
@@ -228,6 +234,9 @@ class TransposedConvolution2D(_ConvBase):
         ws = self._setup_common(geom, spec.shape, out_shape)
         params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])
         return Setup([TensorSpec(out_shape)], params, ws, flags=self._flags())
+
+    def _weight_channels_in(self):
+        return self.param_specs[0].shape[0]  # w: [in, out/groups, kh, kw]
 
     def _forward_op(self):
         if self._fwd is None:

@@ -12,6 +12,7 @@ from ..core.activation import FUSABLE, backward_code
 from ..tensor import ws_view
 from ..core.gemm import Gemm
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from ..utils import is_int
 from .base import Layer, ParamSpec, Setup, TensorSpec, register
 
 __all__ = ["InnerProduct"]
@@ -28,11 +29,9 @@ class InnerProduct(Layer):
         o = self.options
         if o["outputs"] is None:
             self.fail("option 'outputs' is required")
-        if isinstance(o["outputs"], bool) or not isinstance(o["outputs"], (int, np.integer)) \
-                or o["outputs"] < 1:
+        if not is_int(o["outputs"]) or o["outputs"] < 1:
             self.fail("option 'outputs' must be a positive int, got %r" % (o["outputs"],))
-        if isinstance(o["inputs"], bool) or not isinstance(o["inputs"], (int, np.integer)) \
-                or o["inputs"] < -1 or o["inputs"] == 0:
+        if not is_int(o["inputs"]) or o["inputs"] < -1 or o["inputs"] == 0:
             self.fail("option 'inputs' must be a positive int (or -1: deduced), got %r"
                       % (o["inputs"],))
         if o["bias"] not in (True, False, 0, 1):
@@ -48,6 +47,9 @@ class InnerProduct(Layer):
         if self.options["inputs"] != -1 and self.options["inputs"] != inputs:
             self.fail("input has %d features (shape %s flattened from axis 1), option 'inputs' "
                       "is %d" % (inputs, spec.shape, self.options["inputs"]))
+        if self.param_specs is not None and inputs != self.param_specs[0].shape[1]:
+            self.fail("input has %d features (shape %s flattened from axis 1), the layer was "
+                      "set up for %d" % (inputs, spec.shape, self.param_specs[0].shape[1]))
         outputs = self.options["outputs"]
         self.n, self.inputs, self.outputs = n, inputs, outputs
         self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,

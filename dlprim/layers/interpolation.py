@@ -7,6 +7,7 @@ adjoint of the resampling: each input pixel sums the weighted output gradients t
 read it.
 """
 from ..core.interpolation import METHODS, Interpolate2D
+from ..utils import is_int
 from .base import Layer, Setup, TensorSpec, register
 
 
@@ -25,7 +26,7 @@ class Interpolation(Layer):
         if o["method"] not in METHODS:
             self.fail("option 'method' must be one of %s, got %r" % (", ".join(METHODS), o["method"]))
         for key in ("out_h", "out_w"):
-            if not isinstance(o[key], int) or isinstance(o[key], bool):
+            if not is_int(o[key]):
                 self.fail("option %r must be an integer, got %r" % (key, o[key]))
         for key in ("scale_y", "scale_x"):
             if not isinstance(o[key], (int, float)) or isinstance(o[key], bool):

@@ -4,34 +4,50 @@ A reduced loss is a tensor of shape (1,); backpropagation starts from its ``dy``
 Net fills it with the operator's ``loss_weight``). Labels never receive a gradient: the
 Net asks for none (``NO_GRAD_INPUTS``).
 
-    SoftmaxWithLoss  L = 1/N sum_n (log sum_c exp(x_nc) - x_n,t_n)
-                     dL/dx_nc = dy/N * (softmax(x_n)_c - [c == t_n])
-    NLLLoss          l_n = -x_n,t_n;     L = l (none), sum_n l_n (sum), 1/N sum_n l_n (mean)
+    SoftmaxWithLoss  L = 1/M sum_n (log sum_c exp(x_nc) - x_n,t_n)
+                     dL/dx_nc = dy/M * (softmax(x_n)_c - [c == t_n])
+    NLLLoss          l_n = -x_n,t_n;     L = l (none), sum_n l_n (sum), 1/M sum_n l_n (mean)
     MSELoss          l_i = (a_i - b_i)^2; L = l (none), sum l (sum), 1/size sum l (mean)
                      dL/da = 2 dy (a - b) * s = -dL/db, s = 1 or 1/size
-Labels outside [0, C) are ignored (no loss, no gradient); the mean still divides by N.
+The sums run over the rows that count and M is their number: a row whose label equals the
+option ``ignore_index`` (PyTorch's, default -100) adds no loss and no gradient, as in
+PyTorch's CrossEntropyLoss and NLLLoss with reduction='mean'. Labels given to ``net(...)``
+are checked on the host (integers, in [0, C) or ignore_index: ``check_input_data``).
 """
 import numpy as np
 
-from ..core.loss import LABEL_DTYPES, NLLLossOps, SoftmaxCrossEntropy
+from ..core.loss import IGNORE_INDEX, LABEL_DTYPES, NLLLossOps, SoftmaxCrossEntropy
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from ..errors import LabelError
 from ..tensor import Tensor
-from .base import Layer, Setup, TensorSpec, register
+from ..utils import is_int
+from .base import TRAIN, Layer, Setup, TensorSpec, register
 
 REDUCTIONS = ("none", "sum", "mean")
 
 
-def float_scratch(ws, n):
-    """An (n,) float32 view of a byte workspace tensor."""
-    if ws is None or ws.nbytes < 4 * n or ws.byte_offset % 4:
-        raise ValueError("loss: needs a 4-byte aligned workspace of %d bytes, got %r" % (4 * n, ws))
-    return Tensor(ws.ctx, (n,), "float32", buffer=ws.buffer, offset=ws.byte_offset // 4)
+def float_scratch(ws, n, start=0):
+    """An (n,) float32 view of a byte workspace tensor, ``start`` floats in."""
+    if ws is None or ws.nbytes < 4 * (start + n) or ws.byte_offset % 4:
+        raise ValueError("loss: needs a 4-byte aligned workspace of %d bytes, got %r"
+                         % (4 * (start + n), ws))
+    return Tensor(ws.ctx, (n,), "float32", buffer=ws.buffer, offset=ws.byte_offset // 4 + start)
 
 
 class _LabelLoss(Layer):
-    """Common checks of (scores (N, C), labels (N,)) losses."""
+    """Common checks of (scores (N, C), labels (N,)) losses with an ``ignore_index``.
+
+    A mean keeps its factor (``norm``, one float) from forward to backward: a saved tensor
+    when training, the end of the workspace when predicting."""
     BACKWARD_READS_INPUTS = True
     NO_GRAD_INPUTS = (1,)   # the labels
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name, **options)
+        if not is_int(self.options["ignore_index"]):
+            self.fail("option 'ignore_index' must be an integer, got %r"
+                      % (self.options["ignore_index"],))
+        self.ignore_index = int(self.options["ignore_index"])
 
     def check_inputs(self, in_specs):
         if len(in_specs) != 2:
@@ -50,6 +66,41 @@ class _LabelLoss(Layer):
                       % label.dtype.name)
         return x.shape
 
+    def check_input_data(self, index, array, where):
+        """Labels from the host: integers (integral values for a float32 label input), each
+        in [0, C) or equal to ignore_index; else a LabelError naming the first bad one."""
+        if index != 1:
+            return
+        declared = self.in_specs[1].dtype
+        kind = array.dtype.kind
+        if kind not in "iuf" or (kind == "f" and declared.kind != "f"):
+            raise LabelError("%s '%s': labels (net input '%s') must be integers, got %s data; "
+                             "the input is %s" % (self.type_name, self.name, where,
+                                                  array.dtype.name, declared.name))
+        classes = self.in_specs[0].shape[1]
+        bad = (array < 0) | (array >= classes)
+        if kind == "f":
+            bad |= array != np.floor(array)  # NaN too
+        bad &= array != self.ignore_index
+        if bad.any():
+            pos = np.unravel_index(int(np.flatnonzero(bad)[0]), array.shape)
+            pos = pos[0] if len(pos) == 1 else tuple(int(p) for p in pos)
+            raise LabelError("%s '%s': label %r at position %s of net input '%s' is not a "
+                             "class: the labels must be integers in [0, %d) or ignore_index "
+                             "(%d)" % (self.type_name, self.name, array[bad][0].item(), pos,
+                                       where, classes, self.ignore_index))
+
+    def memory(self, n):
+        """(workspace bytes, saved specs) of a mean: N floats of per-row scratch, then the
+        one float ``norm``."""
+        if self.mode == TRAIN:
+            return 4 * n, [TensorSpec((1,), "float32")]
+        return 4 * (n + 1), []
+
+    def norm(self, ws, saved):
+        """Where the mean's factor lives (see ``memory``)."""
+        return saved[0] if saved else float_scratch(ws, 1, start=self.n)
+
     @staticmethod
     def flat(label):
         return label if label.ndim == 1 else label.view((label.shape[0],))
@@ -57,23 +108,26 @@ class _LabelLoss(Layer):
 
 @register("SoftmaxWithLoss")
 class SoftmaxWithLoss(_LabelLoss):
-    """Mean cross entropy of logits (N, C) against integer class labels (N,)."""
-    OPTIONS = {}
+    """Mean cross entropy of logits (N, C) against integer class labels (N,), over the rows
+    whose label is not ``ignore_index``."""
+    OPTIONS = {"ignore_index": IGNORE_INDEX}
 
     def build(self, in_specs):
         n, c = self.check_inputs(in_specs)
-        self.op = SoftmaxCrossEntropy(self.ctx, n, c, in_specs[1].dtype)
+        self.op = SoftmaxCrossEntropy(self.ctx, n, c, in_specs[1].dtype, self.ignore_index)
         self.n = n
-        return Setup([TensorSpec((1,), "float32")], workspace=4 * n)
+        ws, saved = self.memory(n)
+        return Setup([TensorSpec((1,), "float32")], workspace=ws, saved=saved)
 
     def forward(self, x, y, params, ws, saved):
-        return self.op.launches(x[0], self.flat(x[1]), float_scratch(ws, self.n), y[0])
+        return self.op.launches(x[0], self.flat(x[1]), float_scratch(ws, self.n), y[0],
+                                self.norm(ws, saved))
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         return self.op.backward_launches(x[0], self.flat(x[1]), dy[0], dx[0],
-                                         beta=float(accumulate[0]))
+                                         self.norm(ws, saved), beta=float(accumulate[0]))
 
 
 def _check_reduce(layer):
@@ -84,8 +138,9 @@ def _check_reduce(layer):
 
 @register("NLLLoss")
 class NLLLoss(_LabelLoss):
-    """Negative log-likelihood of log-probabilities (N, C) at the labels; mean, sum or none."""
-    OPTIONS = {"reduce": "mean"}
+    """Negative log-likelihood of log-probabilities (N, C) at the labels; mean, sum or none;
+    rows whose label is ``ignore_index`` add nothing."""
+    OPTIONS = {"reduce": "mean", "ignore_index": IGNORE_INDEX}
     BACKWARD_READS_INPUTS = True  # the labels
 
     def __init__(self, ctx, name=None, **options):
@@ -95,18 +150,26 @@ class NLLLoss(_LabelLoss):
     def build(self, in_specs):
         n, c = self.check_inputs(in_specs)
         self.n = n
-        self.op = NLLLossOps(self.ctx, n, c, in_specs[1].dtype, self.options["reduce"])
-        ws = 0 if self.options["reduce"] == "none" else 4 * n
-        return Setup([TensorSpec(self.op.out_shape, "float32")], workspace=ws)
+        reduce = self.options["reduce"]
+        self.op = NLLLossOps(self.ctx, n, c, in_specs[1].dtype, reduce, self.ignore_index)
+        if reduce == "mean":
+            ws, saved = self.memory(n)
+        else:
+            ws, saved = (0 if reduce == "none" else 4 * n), []
+        return Setup([TensorSpec(self.op.out_shape, "float32")], workspace=ws, saved=saved)
+
+    def _norm(self, ws, saved):
+        return self.norm(ws, saved) if self.options["reduce"] == "mean" else None
 
     def forward(self, x, y, params, ws, saved):
         rows = None if self.options["reduce"] == "none" else float_scratch(ws, self.n)
-        return self.op.launches(x[0], self.flat(x[1]), y[0], rows)
+        return self.op.launches(x[0], self.flat(x[1]), y[0], rows, self._norm(ws, saved))
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
-        return self.op.backward_launches(self.flat(x[1]), dy[0], dx[0], beta=float(accumulate[0]))
+        return self.op.backward_launches(self.flat(x[1]), dy[0], dx[0], beta=float(accumulate[0]),
+                                         norm=self._norm(ws, saved))
 
 
 @register("MSELoss")

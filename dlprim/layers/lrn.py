@@ -9,6 +9,7 @@ channels. Options as PyTorch's LocalResponseNorm: ``size`` (required), ``alpha``
 import numpy as np
 
 from ..core.lrn import LRNOps
+from ..utils import is_int
 from .base import Layer, Setup, TensorSpec, register
 
 
@@ -23,8 +24,7 @@ class LRN(Layer):
         o = self.options
         if o["size"] is None:
             self.fail("option 'size' is required (channels in the window)")
-        if isinstance(o["size"], bool) or not isinstance(o["size"], (int, np.integer)) \
-                or o["size"] < 1:
+        if not is_int(o["size"]) or o["size"] < 1:
             self.fail("option 'size' must be a positive integer, got %r" % (o["size"],))
         for key in ("alpha", "beta", "k"):
             if isinstance(o[key], bool) or not isinstance(o[key], (int, float, np.number)):

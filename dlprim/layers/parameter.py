@@ -8,6 +8,7 @@ import numpy as np
 
 from ..core.copy import StridedCopy
 from ..dtypes import as_dtype, dlp_name
+from ..utils import shape_problem
 from .base import Layer, ParamSpec, Setup, TensorSpec, register
 
 
@@ -24,9 +25,7 @@ class Parameter(Layer):
         shape = self.options["shape"]
         if shape is None:
             self.fail("option 'shape' is required")
-        if not (isinstance(shape, (list, tuple)) and all(
-                isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
-                for n in shape)):
+        if shape_problem(shape, "shape"):
             self.fail("option 'shape' must be a list of non-negative integers, got %r" % (shape,))
         try:
             self.dtype = as_dtype(self.options["dtype"])

@@ -7,20 +7,15 @@ The axes are ``dims`` (a list, negative counts from the end) or every axis from
 ``start_axis`` on (default 0: everything); not both. ``keep_dim`` (default true) keeps
 reduced axes as size 1; reducing everything without it gives shape (1,).
 """
-import numpy as np
-
 from ..core.pointwise import PointwiseBroadcast
 from ..core.reduction import Reduce
+from ..utils import is_int as _is_int
 from .base import Layer, Setup, TensorSpec, register
 
 METHODS = ("sum", "sumsq", "abssum", "mean")
 # derivative factor of each method as code over x1 = x
 _DERIVATIVE = {"sum": "", "mean": "", "sumsq": " * 2.0f * x1",
                "abssum": " * (x1 > 0.0f ? 1.0f : (x1 < 0.0f ? -1.0f : 0.0f))"}
-
-
-def _is_int(v):
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 @register("Reduction")

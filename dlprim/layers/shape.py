@@ -12,12 +12,12 @@ in place (the output named as the input) there is nothing to copy.
 import numpy as np
 
 from ..core.copy import StridedCopy
+from ..utils import is_int
 from .base import Layer, Setup, TensorSpec, register
 
 
 def _int_list(value):
-    return isinstance(value, (list, tuple)) and all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value)
+    return isinstance(value, (list, tuple)) and all(map(is_int, value))
 
 
 def same_memory(a, b):

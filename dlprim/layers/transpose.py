@@ -4,9 +4,8 @@
 shuffle is Reshape (N, g, C/g, H, W) -> Transpose [0, 2, 1, 3, 4] -> Reshape (N, C, H, W).
 Backward applies the inverse permutation to dy.
 """
-import numpy as np
-
 from ..core.copy import TransposeCopy
+from ..utils import is_int
 from .base import Layer, Setup, TensorSpec, register
 
 
@@ -21,8 +20,7 @@ class Transpose(Layer):
         dims = self.options["dims"]
         if dims is None:
             self.fail("option 'dims' is required (a permutation of the axes)")
-        if not (isinstance(dims, (list, tuple)) and all(
-                isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims)):
+        if not (isinstance(dims, (list, tuple)) and all(map(is_int, dims))):
             self.fail("option 'dims' must be a list of axes, got %r" % (dims,))
 
     def build(self, in_specs):

@@ -6,6 +6,7 @@
     memory_plan.py     lifetimes -> offsets in one arena (pure)
     parameters.py      parameter and gradient arenas
     execution_plan.py  one mode's arena, tensor views and bound launches
+    inputs.py          what net(**arrays) accepts: needed inputs, kinds, host checks (pure)
     weights.py         .dlp and .h5 parameter files; exporters other packages register
     summary.py         the operator table
     net.py             Net, which drives them

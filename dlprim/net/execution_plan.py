@@ -6,11 +6,14 @@ lives when, the memory plan places it in one arena, and every layer is asked onc
 launches of its forward and backward passes over those placed tensors. Running an
 iteration is then a loop over ``forward`` (and ``backward``) calling each with a queue.
 """
+import contextlib
+
 import numpy as np
 import pyopencl as cl
 
 from . import memory_plan
 from .autograd import OpFacts, Autograd
+from ..layers.base import LayerError
 from ..tensor import Tensor
 
 __all__ = ["ExecutionPlan", "Fill", "ARENA_ALIGN"]
@@ -80,9 +83,11 @@ class ExecutionPlan:
 
         self.forward, self.op_forward = [], []
         for op, layer in zip(g.ops, layers):
-            launches = list(layer.forward([self.acts[v] for v in op.in_values],
-                                          [self.acts[v] for v in op.out_values],
-                                          store.op_params[op.index], ws[op.index], saved[op.index]))
+            with _naming(op):
+                launches = list(layer.forward([self.acts[v] for v in op.in_values],
+                                              [self.acts[v] for v in op.out_values],
+                                              store.op_params[op.index], ws[op.index],
+                                              saved[op.index]))
             self.op_forward.append(len(launches))
             self.forward.extend(launches)
         self.backward = [Fill(self.grads[vid], w) for vid, w in s.fills]
@@ -94,11 +99,12 @@ class ExecutionPlan:
                     continue
                 dx = [self.grads[v] if want else None for v, want in zip(op.in_values, s.dx_wanted[i])]
                 dy = [self.grads.get(v) for v in op.out_values]
-                self.backward.extend(layer.backward(
-                    [self.acts[v] for v in op.in_values], dx,
-                    [self.acts[v] for v in op.out_values], dy,
-                    store.op_params[i], store.op_dparams[i], ws[i], saved[i],
-                    list(s.accumulate[i])))
+                with _naming(op):
+                    self.backward.extend(layer.backward(
+                        [self.acts[v] for v in op.in_values], dx,
+                        [self.acts[v] for v in op.out_values], dy,
+                        store.op_params[i], store.op_dparams[i], ws[i], saved[i],
+                        list(s.accumulate[i])))
 
     def memory_stats(self):
         """Planned arena bytes against the sum of every tensor it holds, plus the rest;
@@ -114,6 +120,19 @@ class ExecutionPlan:
                 "total_bytes": p.arena_bytes + self.input_bytes
                 + self.param_bytes * (2 if self.train else 1),
                 "launches_forward": len(self.forward), "launches_backward": len(self.backward)}
+
+
+@contextlib.contextmanager
+def _naming(op):
+    """A launcher's complaint while a layer binds its launches names the operator (setup
+    checks shapes first, so this is the last line of defence)."""
+    try:
+        yield
+    except LayerError:
+        raise
+    except (ValueError, TypeError, IndexError) as err:
+        raise LayerError("%s '%s': preparing its launches failed: %s" % (op.type, op.name, err)) \
+            from err
 
 
 def _nbytes(spec):

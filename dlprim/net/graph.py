@@ -12,11 +12,15 @@ input name. Whether the new value shares the old one's memory is the planner's d
 Pure Python, no OpenCL.
 """
 import json
+import numbers
 import os
 
+from ..dtypes import DTYPES
 from ..errors import Error
+from ..utils import shape_problem
 
-__all__ = ["Graph", "OpDef", "Value", "load_graph", "GraphError"]
+__all__ = ["Graph", "OpDef", "Value", "load_graph", "load_graph_file", "parse_json",
+           "GraphError"]
 
 
 class GraphError(Error, ValueError):
@@ -40,26 +44,37 @@ class OpDef:
     """An operator as the JSON gives it, plus the value ids it reads and writes."""
     __slots__ = ("index", "name", "type", "inputs", "outputs", "options", "params", "frozen",
                  "in_values", "out_values")
+    KEYS = ("name", "type", "inputs", "outputs", "options", "params", "frozen")
 
     def __init__(self, index, d):
         self.index = index
+        at = "operators[%d]" % index
+        if not isinstance(d, dict):
+            raise GraphError("%s must be an object {name, type, inputs, outputs, ...}, got %s"
+                             % (at, _shown(d)))
         self.name = d.get("name")
         if not isinstance(self.name, str) or not self.name:
-            raise GraphError("operator #%d has no name" % index)
-        self.type = d.get("type")
-        if not isinstance(self.type, str):
-            raise GraphError("operator '%s' has no type" % self.name)
-        self.inputs = list(_names(d.get("inputs", []), "operator '%s' inputs" % self.name))
-        self.outputs = list(_names(d.get("outputs", []), "operator '%s' outputs" % self.name))
-        self.options = dict(d.get("options") or {})
-        params = d.get("params")
-        self.params = None if params is None else list(_names(params, "operator '%s' params"
-                                                               % self.name))
-        self.frozen = bool(d.get("frozen", False))
-        unknown = set(d) - {"name", "type", "inputs", "outputs", "options", "params", "frozen"}
+            raise GraphError("operator #%d has no name: %s.name is %s"
+                             % (index, at, _shown(self.name)))
+        who = "operator '%s': %s" % (self.name, at)  # the name, then the place in the JSON
+        unknown = set(d) - set(self.KEYS)
         if unknown:
-            raise GraphError("operator '%s': unknown key%s %s" % (
-                self.name, "s" if len(unknown) > 1 else "", ", ".join(sorted(map(repr, unknown)))))
+            raise GraphError("%s: unknown key%s %s; known: %s" % (
+                who, "s" if len(unknown) > 1 else "",
+                ", ".join(sorted(map(repr, unknown))), ", ".join(self.KEYS)))
+        self.type = d.get("type")
+        if not isinstance(self.type, str) or not self.type:
+            raise GraphError("%s.type: no type, got %s" % (who, _shown(self.type)))
+        self.inputs = _names(d.get("inputs", []), who + ".inputs")
+        self.outputs = _names(d.get("outputs", []), who + ".outputs")
+        options = d.get("options")
+        if options is not None and not isinstance(options, dict):
+            raise GraphError("%s.options must be an object {option: value}, got %s"
+                             % (who, _shown(options)))
+        self.options = dict(options or {})
+        params = d.get("params")
+        self.params = None if params is None else _names(params, who + ".params")
+        self.frozen = _flag(d.get("frozen", False), who + ".frozen")
         if len(set(self.outputs)) != len(self.outputs):
             raise GraphError("operator '%s' lists an output twice: %s" % (self.name, self.outputs))
 
@@ -75,19 +90,47 @@ class OpDef:
         return d
 
 
+def _shown(value):
+    """A value as an error message shows it: its JSON type and a short repr."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return "%s %s" % (type(value).__name__, text)
+
+
 def _names(items, what):
     if isinstance(items, str) or not isinstance(items, (list, tuple)):
-        raise GraphError("%s must be a list of names, got %r" % (what, items))
-    for n in items:
+        raise GraphError("%s must be a list of names, got %s" % (what, _shown(items)))
+    for i, n in enumerate(items):
         if not isinstance(n, str) or not n:
-            raise GraphError("%s: %r is not a tensor name" % (what, n))
-        yield n
+            raise GraphError("%s[%d]: %r is not a tensor name" % (what, i, n))
+    return list(items)
+
+
+def _flag(value, where):
+    if value not in (True, False) or isinstance(value, float):
+        raise GraphError("%s must be true or false, got %s" % (where, _shown(value)))
+    return bool(value)
+
+
+def _list(d, key):
+    """The list under top-level ``key`` (absent or null: empty)."""
+    items = d.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, (list, tuple)):
+        raise GraphError("%s must be a list, got %s" % (key, _shown(items)))
+    return items
 
 
 class Graph:
     """Checked graph: ``inputs`` {name: (shape, dtype, requires_grad)}, ``outputs`` [names],
     ``loss_weights`` {name: weight}, ``ops`` [OpDef], ``values`` [Value], ``latest`` {name: id}.
+
+    Errors about the structure name their place in the JSON, as ``inputs[0].shape[1]`` or
+    ``operators[3].options``, and the input or operator when it has a name.
     """
+    INPUT_KEYS = ("name", "shape", "dtype", "requires_grad")
 
     def __init__(self, d):
         if not isinstance(d, dict):
@@ -97,30 +140,17 @@ class Graph:
             raise GraphError("unknown top-level key%s %s" % ("s" if len(unknown) > 1 else "",
                                                             ", ".join(sorted(map(repr, unknown)))))
         self.values, self.latest, self.inputs, self.input_values = [], {}, {}, {}
-        for spec in d.get("inputs", []) or []:
-            name = spec.get("name") if isinstance(spec, dict) else None
-            if not isinstance(name, str):
-                raise GraphError("net input %r has no name" % (spec,))
-            if name in self.inputs:
-                raise GraphError("net input '%s' listed twice" % name)
-            if "shape" not in spec:
-                raise GraphError("net input '%s' has no shape" % name)
-            shape = tuple(int(s) for s in spec["shape"])
-            self.inputs[name] = (shape, spec.get("dtype", "float"),
-                                 bool(spec.get("requires_grad", False)))
+        for i, spec in enumerate(_list(d, "inputs")):
+            name, shape, dtype, requires_grad = self._input(i, spec)
+            self.inputs[name] = (shape, dtype, requires_grad)
             v = self._new_value(name, -1)
             self.input_values[name] = v.id
-            v.requires_grad = self.inputs[name][2]
-        self.ops = [OpDef(i, od) for i, od in enumerate(d.get("operators", []) or [])]
+            v.requires_grad = requires_grad
+        self.ops = [OpDef(i, od) for i, od in enumerate(_list(d, "operators"))]
         self._link()
         self.outputs, self.loss_weights = [], {}
-        for out in d.get("outputs", []) or []:
-            if isinstance(out, dict):
-                name, weight = out.get("name"), out.get("loss_weight")
-            else:
-                name, weight = out, None
-            if not isinstance(name, str):
-                raise GraphError("net output %r has no name" % (out,))
+        for i, out in enumerate(_list(d, "outputs")):
+            name, weight = self._output(i, out)
             if name not in self.latest:
                 raise GraphError("net output '%s' is produced by no operator and is not an input"
                                  % name)
@@ -131,6 +161,56 @@ class Graph:
                 weight = 1.0
             if weight is not None:
                 self.loss_weights[name] = float(weight)
+
+    def _input(self, i, spec):
+        """(name, shape, dtype, requires_grad) of ``inputs[i]``, checked."""
+        at = "inputs[%d]" % i
+        if not isinstance(spec, dict):
+            raise GraphError("%s must be an object {name, shape, dtype}, got %s"
+                             % (at, _shown(spec)))
+        name = spec.get("name")
+        if not isinstance(name, str) or not name:
+            raise GraphError("net input %s has no name: %s.name is %s"
+                             % (at, at, _shown(name)))
+        if name in self.inputs:
+            raise GraphError("net input '%s' listed twice" % name)
+        who = "net input '%s': %s" % (name, at)  # the name, then the place in the JSON
+        unknown = set(spec) - set(self.INPUT_KEYS)
+        if unknown:
+            raise GraphError("%s: unknown key%s %s; known: %s" % (
+                who, "s" if len(unknown) > 1 else "", ", ".join(sorted(map(repr, unknown))),
+                ", ".join(self.INPUT_KEYS)))
+        if "shape" not in spec:
+            raise GraphError("%s.shape: no shape" % who)
+        problem = shape_problem(spec["shape"], at + ".shape")
+        if problem:
+            raise GraphError("net input '%s': %s" % (name, problem))
+        dtype = spec.get("dtype", "float")
+        if not isinstance(dtype, str) or dtype not in DTYPES:
+            raise GraphError("%s.dtype is %s; known: %s"
+                             % (who, _shown(dtype), ", ".join(sorted(DTYPES))))
+        requires_grad = _flag(spec.get("requires_grad", False), who + ".requires_grad")
+        return name, tuple(int(n) for n in spec["shape"]), dtype, requires_grad
+
+    @staticmethod
+    def _output(i, out):
+        """(name, loss_weight or None) of ``outputs[i]``: a name or {name, loss_weight}."""
+        at = "outputs[%d]" % i
+        if isinstance(out, dict):
+            unknown = set(out) - {"name", "loss_weight"}
+            if unknown:
+                raise GraphError("%s: unknown key%s %s; known: name, loss_weight" % (
+                    at, "s" if len(unknown) > 1 else "", ", ".join(sorted(map(repr, unknown)))))
+            name, weight = out.get("name"), out.get("loss_weight")
+        else:
+            name, weight = out, None
+        if not isinstance(name, str) or not name:
+            raise GraphError("net output %s has no name: got %s" % (at, _shown(name)))
+        if weight is not None and (isinstance(weight, bool) or
+                                   not isinstance(weight, numbers.Real)):
+            raise GraphError("net output '%s': %s.loss_weight must be a number, got %s"
+                             % (name, at, _shown(weight)))
+        return name, weight
 
     def _new_value(self, name, producer):
         v = Value(len(self.values), name, producer)
@@ -185,16 +265,32 @@ class Graph:
 
 
 def load_graph(source):
-    """A Graph from a dict, a JSON string, a path to a .json/.js file, or a NetConfig."""
+    """A Graph from a dict, JSON text, a path to a .json/.js file, or a NetConfig.
+
+    A string is JSON text when it starts with ``{`` or ``[`` (after blanks), else a path."""
     if hasattr(source, "to_dict") and not isinstance(source, dict):
         source = source.to_dict()
-    if isinstance(source, (str, os.PathLike)):
-        text = str(source)
-        if isinstance(source, os.PathLike) or not text.lstrip().startswith("{"):
-            with open(text) as f:
-                text = f.read()
-        try:
-            source = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise GraphError("the net is not valid JSON: %s" % err) from None
+    if isinstance(source, os.PathLike) or (isinstance(source, str)
+                                           and not source.lstrip().startswith(("{", "["))):
+        return load_graph_file(source)
+    if isinstance(source, (str, bytes)):
+        source = parse_json(source, "the net text")
     return Graph(source)
+
+
+def load_graph_file(path):
+    """A Graph from the JSON file at ``path``; content that is not JSON is an error that
+    says so (it is never taken for a path)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return Graph(parse_json(data, "file '%s'" % os.fspath(path)))
+
+
+def parse_json(text, what):
+    """json.loads, with an error naming ``what`` and showing how a foreign file starts."""
+    try:
+        return json.loads(text)
+    except ValueError as err:  # JSONDecodeError, or bytes that are no Unicode text
+        head = text[:16] if isinstance(text, bytes) else text[:16].encode("utf-8", "replace")
+        raise GraphError("%s is not a JSON net (%s); it starts with %r" % (what, err, head)) \
+            from None

@@ -20,11 +20,14 @@ import numpy as np
 
 from .. import layers as _layers
 from ..dtypes import as_dtype
+from ..errors import InputError
 from ..layers.base import PREDICT, TRAIN, LayerError, TensorSpec
 from ..tensor import Tensor
+from ..utils import shape_problem
+from . import inputs as inputs_rules
 from . import weights
 from .execution_plan import ExecutionPlan
-from .graph import GraphError, load_graph
+from .graph import GraphError, load_graph, load_graph_file, parse_json
 from .parameters import ParamStore
 
 __all__ = ["Net", "TRAIN", "PREDICT"]
@@ -49,18 +52,22 @@ class Net:
     # ----- loading (DLPrimitives names kept)
     def load(self, source):
         """Load a graph from a dict, JSON text, a file path or a NetConfig."""
-        self.graph = load_graph(source)
+        self._set_graph(load_graph(source))
+
+    def _set_graph(self, graph):
+        self.graph = graph
         self._ready = False
         self._plans = {}
 
     def load_from_json(self, source):
-        """DLPrimitives' name for ``load``: a dict or JSON text."""
+        """DLPrimitives' name for ``load``: a dict or JSON text (a string is never a path)."""
+        if isinstance(source, (str, bytes)):
+            source = parse_json(source, "the text given to load_from_json")
         self.load(source)
 
     def load_from_json_file(self, path):
         """Load the graph from a JSON file (DLPrimitives' name)."""
-        with open(path) as f:
-            self.load(f.read())
+        self._set_graph(load_graph_file(path))
 
     # ----- setup: layers, shapes, parameters
     def setup(self):
@@ -116,17 +123,31 @@ class Net:
         """New input shapes (``{name: shape}`` or keywords); re-plans, never rebuilds kernels.
 
         With no arguments, picks up shapes set on the input tensors (``tensor.shape = ...``).
+        A shape no operator can take is a LayerError naming the first such operator and the
+        net input that changed; the net then stays as it was.
         """
         self._need_setup()
         shapes = dict(shapes or {}, **kw)
         g = self.graph
-        for name in shapes:
+        for name, shape in shapes.items():
             if name not in g.inputs:
-                raise KeyError("reshape: '%s' is not a net input; inputs: %s"
-                               % (name, ", ".join(g.inputs)))
+                raise InputError("reshape: '%s' is not a net input; inputs: %s"
+                                 % (name, ", ".join(g.inputs)))
+            problem = shape_problem(shape, "reshape: net input '%s' shape" % name)
+            if problem:
+                raise InputError(problem)
+        old_shapes = [v.shape for v in g.values]
         for vid, t in self._inputs.items():
             g.values[vid].shape = tuple(int(s) for s in shapes.get(g.values[vid].name, t.shape))
-        self._setups = [self._setup_layer(op, layer) for op, layer in zip(g.ops, self.layers)]
+        try:
+            self._setups = [self._setup_layer(op, layer) for op, layer in zip(g.ops, self.layers)]
+        except LayerError as err:
+            changes = ["net input '%s' is now %s, was %s" % (g.values[vid].name,
+                                                              g.values[vid].shape, old_shapes[vid])
+                       for vid in self._inputs if g.values[vid].shape != old_shapes[vid]]
+            self._restore(old_shapes)
+            raise LayerError("%s (%s)" % (err, "; ".join(changes) or "no input changed")) \
+                from err
         self._setups_mode = self._mode
         old = self._inputs
         self._alloc_inputs()
@@ -135,6 +156,15 @@ class Net:
                 self._inputs[vid] = old[vid]
         self._plans = {}
         self._plan()
+
+    def _restore(self, shapes):
+        """Back to the value shapes of the last good setup (the layers too: no kernel is
+        built, these shapes were set up before)."""
+        for v, shape in zip(self.graph.values, shapes):
+            v.shape = shape
+        self._setups = [self._setup_layer(op, layer)
+                        for op, layer in zip(self.graph.ops, self.layers)]
+        self._setups_mode = self._mode
 
     # ----- modes and plans
     @property
@@ -207,20 +237,26 @@ class Net:
         self.store.grad_arena.zero_(e)
 
     def __call__(self, **inputs):
-        """Write inputs (numpy), run forward, return {output name: numpy array}."""
+        """Write inputs (numpy), run forward, return {output name: numpy array}.
+
+        Every net input an operator reads must be given, as numbers of its kind (float
+        data for float inputs, float64 converted; integers for integer inputs); the layers
+        reading an input check its values on the host (labels: integers in [0, classes)
+        or the loss's ignore_index). Errors are InputErrors (LabelErrors) naming the input;
+        see ``dlprim.net.inputs``. A new shape re-plans the net (``reshape``).
+        """
         self._need_setup()
-        g = self.graph
-        for name in inputs:
-            if name not in g.inputs:
-                raise KeyError("'%s' is not a net input; inputs: %s" % (name, ", ".join(g.inputs)))
-        arrays = {n: np.asarray(a) for n, a in inputs.items()}
-        if any(a.shape != self.tensor(n).shape for n, a in arrays.items()):
-            self.reshape({n: a.shape for n, a in arrays.items()})
+        who = inputs_rules.readers(self.graph, self.layers)
+        arrays = inputs_rules.as_arrays(inputs, self.graph, who)
+        changed = {n: a.shape for n, a in arrays.items() if a.shape != self.tensor(n).shape}
+        if changed:
+            self.reshape(changed)
+        inputs_rules.check_values(arrays, who)
         for n, a in arrays.items():
             t = self.tensor(n)
-            t.to_device(np.ascontiguousarray(a, dtype=t.dtype), wait=False)
+            t.to_device(inputs_rules.converted(n, a, t.dtype, who), wait=False)
         self.forward()
-        return {n: self.tensor(n).to_host() for n in g.outputs}
+        return {n: self.tensor(n).to_host() for n in self.graph.outputs}
 
     # ----- tensors
     @property

@@ -11,8 +11,13 @@
 ``add`` reads the previous operator's first output unless ``inputs`` says otherwise, and
 writes a tensor named like the operator unless ``outputs`` (or ``inplace``) says otherwise.
 """
+import builtins
 import copy
 import json
+
+from ..dtypes import DTYPES, dlp_name
+from ..utils import shape_problem
+from .graph import GraphError, load_graph
 
 __all__ = ["NetConfig"]
 
@@ -27,16 +32,31 @@ class NetConfig:
         self.inputs, self.outputs, self.operators = [], [], []
         self._last = None
         if source is not None:
-            from .graph import load_graph
             d = load_graph(source).to_dict()
             self.inputs, self.outputs, self.operators = d["inputs"], d["outputs"], d["operators"]
             if self.operators:
                 self._last = self.operators[-1]["outputs"][0]
 
     def add_input(self, name, shape, dtype="float", requires_grad=False):
-        """Declare a net input; returns its name."""
+        """Declare a net input; returns its name. ``shape`` holds integers (8.9 or "8" is an
+        error, never truncated); ``dtype`` is a DLPrimitives name or a numpy dtype."""
+        if not isinstance(name, str) or not name:
+            raise GraphError("add_input: the name must be a non-empty string, got %r" % (name,))
         if any(i["name"] == name for i in self.inputs):
-            raise ValueError("net input '%s' declared twice" % name)
+            raise GraphError("net input '%s' declared twice" % name)
+        if not isinstance(shape, (list, tuple, str)) and hasattr(shape, "__iter__"):
+            shape = tuple(shape)  # a numpy shape array or a torch.Size
+        problem = shape_problem(shape, "shape")
+        if problem:
+            raise GraphError("add_input('%s'): %s" % (name, problem))
+        if not isinstance(dtype, str):
+            try:
+                dtype = dlp_name(dtype)
+            except TypeError as err:
+                raise GraphError("add_input('%s'): dtype %s" % (name, err)) from None
+        elif dtype not in DTYPES:
+            raise GraphError("add_input('%s'): dtype %r is unknown; known: %s"
+                             % (name, dtype, ", ".join(sorted(DTYPES))))
         spec = {"name": name, "shape": [int(s) for s in shape], "dtype": dtype}
         if requires_grad:
             spec["requires_grad"] = True
@@ -48,10 +68,15 @@ class NetConfig:
     def add(self, type, name=None, inputs=None, outputs=None, options=None, params=None,
             frozen=False, inplace=False):
         """Append an operator; returns its output name (a list if it has several)."""
+        if not isinstance(type, str) or not type:
+            raise GraphError("add: the operator type must be a string, got %r" % (type,))
         if name is None:
             name = "%s_%d" % (type.lower(), len(self.operators))
         if any(op["name"] == name for op in self.operators):
-            raise ValueError("operator '%s' added twice" % name)
+            raise GraphError("operator '%s' added twice" % name)
+        if options is not None and not isinstance(options, dict):
+            raise GraphError("add('%s'): options must be a dict {option: value}, got %s"
+                             % (name, builtins.type(options).__name__))
         if inputs is None:
             if self._last is None:
                 inputs = []

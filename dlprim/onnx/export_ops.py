@@ -238,7 +238,7 @@ def _to_one(e, op, t, outs):
 def softmax_loss(e, op, layer, ins, outs, params):
     labels = _int_labels(e, op, ins[1])
     _to_one(e, op, e.node("SoftmaxCrossEntropyLoss", [ins[0], labels], name=op.name,
-                          reduction="mean"), outs)
+                          reduction="mean", ignore_index=layer.ignore_index), outs)
 
 
 @exports("NLLLoss")
@@ -246,10 +246,11 @@ def nll_loss(e, op, layer, ins, outs, params):
     labels = _int_labels(e, op, ins[1])
     reduce = layer.options["reduce"]
     if reduce == "none":
-        e.node("NegativeLogLikelihoodLoss", [ins[0], labels], outs, op.name, reduction="none")
+        e.node("NegativeLogLikelihoodLoss", [ins[0], labels], outs, op.name, reduction="none",
+               ignore_index=layer.ignore_index)
     else:
         _to_one(e, op, e.node("NegativeLogLikelihoodLoss", [ins[0], labels], name=op.name,
-                              reduction=reduce), outs)
+                              reduction=reduce, ignore_index=layer.ignore_index), outs)
 
 
 def _int_labels(e, op, labels):
