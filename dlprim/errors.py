@@ -15,7 +15,7 @@ Pure Python, no dependencies.
 
 __all__ = ["Error", "FileFormatError", "CheckpointError", "RunExistsError", "InputError",
            "LabelError", "DeviceMemoryError", "NonFiniteError", "ParameterError",
-           "MissingCheckpointError"]
+           "MissingCheckpointError", "MissingFileError"]
 
 
 class Error(Exception):
@@ -64,3 +64,7 @@ class ParameterError(Error, ValueError):
 class MissingCheckpointError(CheckpointError, FileNotFoundError):
     """No checkpoint to resume from, or a file missing from a checkpoint folder; names the
     folder or file."""
+
+
+class MissingFileError(Error, FileNotFoundError):
+    """A file the user named (a net, weights, an ONNX model) that is not there; names it."""

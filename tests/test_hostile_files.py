@@ -493,3 +493,18 @@ def test_an_image_too_large_to_decode_safely_is_a_data_error(tmp_path, monkeypat
     raises(DataError, ValueError, lambda: src[1], "data.val", path, "too large to decode safely",
            "144 pixels")
     assert src[0][0].shape == (3, 6, 6)  # 36 pixels: below either limit
+
+
+@pytest.mark.parametrize("kind", ["weights", "net", "onnx"])
+def test_a_missing_file_is_named(tmp_path, kind):
+    from dlprim.errors import MissingFileError
+    path = str(tmp_path / ("nope." + {"weights": "dlp", "net": "json", "onnx": "onnx"}[kind]))
+    if kind == "weights":
+        fn = lambda: weights.load(path)  # noqa: E731
+    elif kind == "net":
+        fn = lambda: dp.Net(None).load_from_json_file(path)  # noqa: E731
+    else:
+        pytest.importorskip("onnx")
+        import dlprim.onnx as dox
+        fn = lambda: dox.to_netconfig(path)  # noqa: E731
+    raises(MissingFileError, FileNotFoundError, fn, path)

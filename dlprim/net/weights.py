@@ -26,7 +26,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..dtypes import as_dtype, dlp_name
-from ..errors import FileFormatError
+from ..errors import FileFormatError, MissingFileError
 from ..utils import atomic_write
 
 __all__ = ["NET_EXPORTERS", "save_dlp", "load_dlp", "parse_header", "save_hdf5", "load_hdf5",
@@ -154,7 +154,7 @@ def _check_regular(path):
     if not os.path.isfile(path):
         if os.path.exists(path):
             raise FileFormatError("%s is not a regular file" % path)
-        raise FileNotFoundError("parameter file %s does not exist" % path)
+        raise MissingFileError("parameter file %s does not exist" % path)
 
 
 def _read_regular(path):
