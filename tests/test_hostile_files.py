@@ -441,7 +441,7 @@ def test_other_driver_errors_pass_through(ctx, monkeypatch):
 # ----- image folders
 
 def image_folder(tmp_path, sizes=((8, 8),)):
-    from PIL import Image
+    Image = pytest.importorskip("PIL.Image")
     for cls in ("cat", "dog"):
         (tmp_path / cls).mkdir()
         for i, (h, w) in enumerate(sizes):
@@ -485,7 +485,7 @@ def test_an_image_replaced_by_a_fifo_is_an_error_not_a_hang(tmp_path):
 @pytest.mark.parametrize("limit", [50, 100], ids=["pillow error", "pillow warning"])
 def test_an_image_too_large_to_decode_safely_is_a_data_error(tmp_path, monkeypatch, limit):
     # 12x12 = 144 pixels: above twice 50 Pillow refuses, above 100 it only warns
-    from PIL import Image
+    Image = pytest.importorskip("PIL.Image")
     from dlprim.data import DataError, FolderSource
     src = FolderSource(str(image_folder(tmp_path, sizes=((6, 6), (12, 12)))), name="data.val")
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", limit)
