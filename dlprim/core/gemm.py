@@ -96,10 +96,17 @@ class Gemm:
     def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True):
         """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc)."""
         bias, act = (self.bias or "none", self.activation) if epilogue else ("none", "identity")
+        if tuning.gemm_kernel(self.tile) == "gemm_cpu":  # unaligned loads cost no more there
+            return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
+                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act, **self.tile)
         return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
                            BIAS=bias, ACTIVATION=act,
                            ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
                            ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0, **self.tile)
+
+    def _reduce_program(self):
+        return program.get(self.ctx, "gemm_reduce", BIAS=self.bias or "none",
+                           ACTIVATION=self.activation)
 
     @property
     def flops(self):
@@ -187,7 +194,7 @@ class Gemm:
         reduce_args = [i32(self.M), i32(self.N), i32(self.splits), W, u64(part),
                        C, i32(ldc), u64(stride_c), *bias_args, f32(beta)]
         return [program.Launch(first, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops),
-                program.Launch(self._program(*aligned_ab, 0), "gemm_reduce",
+                program.Launch(self._reduce_program(), "gemm_reduce",
                                (round_up(self.N, 32), round_up(self.M, 4),
                                 self.batch), (32, 4, 1), reduce_args)]
 

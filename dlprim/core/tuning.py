@@ -16,7 +16,7 @@ from ..kernels.program import pow2_at_least
 from ..utils import ceil_div
 from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
 
-__all__ = ["TILE_KEYS", "CLASSES", "CONV_CLASSES", "family", "shape_class", "default_tile",
+__all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "CLASSES", "CONV_CLASSES", "family", "shape_class", "default_tile",
            "tuned_tile", "pick_tile", "check_tile", "candidates", "conv_class", "conv_tile",
            "conv_vec", "winograd_sum_tile", "prefer_winograd", "cache_dir", "cache_file",
            "device_key", "store_tuned"]
@@ -26,6 +26,17 @@ TILE_KEYS = ("TILE_M", "TILE_N", "TILE_K", "BLOCK_M", "BLOCK_N", "VEC", "GROUP")
 
 def _tile(tm, tn, tk, bm, bn, vec=4, group=1):
     return dict(zip(TILE_KEYS, (tm, tn, tk, bm, bn, vec, group)))
+
+
+# VEC 8 or 16 selects kernels/gemm_cpu.cl: float8/float16 register blocks read straight
+# from global memory, no local-memory tiles; meant for CPU drivers, which run a
+# work-group as one loop on one core (TILE_K is then its K loop's unroll).
+CPU_VECS = (8, 16)
+
+
+def gemm_kernel(tile):
+    """The template a GEMM tile runs on: 'gemm_cpu' for the wide CPU tiles, else 'gemm'."""
+    return "gemm_cpu" if tile["VEC"] in CPU_VECS else "gemm"
 
 
 def family(facts):
@@ -57,7 +68,7 @@ _GEMM = {
                    "small": _tile(32, 32, 16, 4, 4)},
                   medium=_tile(32, 32, 16, 4, 4), narrow_m=_tile(64, 64, 16, 4, 4),
                   narrow_n=_tile(64, 64, 16, 4, 4)),
-    "cpu": dict.fromkeys(CLASSES, _tile(32, 32, 16, 4, 4)),
+    "cpu": dict.fromkeys(CLASSES, _tile(16, 64, 8, 4, 16, 8)),
     "other": dict.fromkeys(CLASSES, _tile(32, 32, 8, 4, 4)),
 }
 
@@ -164,10 +175,19 @@ def check_tile(tile, facts, kernel="gemm"):
     t = {k: int(tile[k]) for k in TILE_KEYS}
     if any(v <= 0 for v in t.values()):
         raise ValueError("%s: every parameter must be positive, got %s" % (what, t))
-    if t["VEC"] not in (1, 4):
-        raise ValueError("%s: VEC must be 1 or 4, got %d" % (what, t["VEC"]))
+    wide = kernel == "gemm" and t["VEC"] in CPU_VECS
+    if t["VEC"] not in (1, 4) and not wide:
+        raise ValueError("%s: VEC must be 1 or 4%s, got %d"
+                         % (what, " (8 or 16: kernels/gemm_cpu.cl)" if kernel == "gemm" else "",
+                            t["VEC"]))
     for side in "MN":
         tm, bm = t["TILE_" + side], t["BLOCK_" + side]
+        if wide:  # only B rows are read VEC wide; A is broadcast one value at a time
+            if tm % bm or (side == "N" and bm % t["VEC"]):
+                raise ValueError("%s: TILE_%s=%d must be a multiple of BLOCK_%s=%d%s"
+                                 % (what, side, tm, side, bm, ", itself a multiple of VEC=%d"
+                                    % t["VEC"] if side == "N" else ""))
+            continue
         if tm % bm or bm % t["VEC"] or tm % 4:
             raise ValueError("%s: TILE_%s=%d must be a multiple of 4 and of BLOCK_%s=%d, "
                              "itself a multiple of VEC=%d" % (what, side, tm, side, bm, t["VEC"]))
@@ -189,6 +209,8 @@ def check_tile(tile, facts, kernel="gemm"):
                              "kernel's load mappings)" % (what, threads, tm, tn, tk))
         pad = 4 if t["VEC"] == 4 else 1
         local = tk * (tm + tn + 2 * pad) * 4
+    elif wide:
+        local = 0
     else:
         local = 2 * t["TILE_K"] * (t["TILE_M"] + t["TILE_N"] + 8) * 4
     if local > facts.local_mem:
@@ -207,8 +229,9 @@ _CANDIDATES = {
                      (128, 64, 16, 8, 4, 4, 8), (64, 64, 16, 4, 4, 4, 8),
                      (64, 64, 16, 8, 8, 4, 8), (32, 64, 16, 4, 4, 4, 1),
                      (64, 32, 16, 4, 4, 4, 1), (32, 32, 16, 4, 4, 4, 1)],
-             "cpu": [(32, 32, 16, 4, 4, 4, 1), (16, 16, 16, 4, 4, 4, 1), (64, 64, 16, 8, 8, 4, 1),
-                     (32, 32, 8, 4, 4, 1, 1)]},
+             "cpu": [(16, 64, 8, 4, 16, 8, 1), (16, 64, 8, 4, 16, 16, 1), (16, 32, 8, 4, 32, 16, 1),
+                     (64, 64, 8, 4, 16, 8, 1), (24, 64, 8, 6, 16, 8, 1), (32, 32, 8, 8, 8, 8, 1),
+                     (32, 32, 16, 4, 4, 4, 1)]},
     "conv": {"gpu": [(128, 128, 16, 8, 8, 4, 1), (64, 128, 16, 8, 8, 4, 1),
                      (64, 64, 16, 4, 4, 4, 1), (32, 64, 16, 4, 4, 4, 1),
                      (128, 64, 16, 8, 8, 4, 1), (128, 128, 8, 8, 8, 4, 1),
