@@ -293,3 +293,16 @@ def test_cpu_table_uses_wide_tiles(ctx):
     if not ctx.facts.is_cpu:
         pytest.skip("the CPU row of the GEMM table")
     assert tuning.gemm_kernel(Gemm(ctx, 1024, 1024, 1024).tile) == "gemm_cpu"
+
+
+def test_wide_tiles_pack_and_split(ctx, rng):
+    # B packed into strips (M >= CPU_PACK_MIN_M), then K cut in three and summed
+    M, N, K = tuning.CPU_PACK_MIN_M + 6, 33, 100
+    a, b, c, bias = (rng.standard_normal(s) for s in ((M, K), (N, K), (M, N), M))
+    op = Gemm(ctx, M, N, K, trans_b=True, bias="row", split_k=3, tile=WIDE[0])
+    C = t(ctx, c)
+    launches = op.launches(t(ctx, a), t(ctx, b), C, bias=t(ctx, bias), beta=0.5)
+    assert [launch.name for launch in launches] == ["gemm_pack_b", "gemm", "gemm_reduce"]
+    for launch in launches:
+        launch(ctx.queue)
+    close(C.numpy(), reference(a, b.T, c, 1.0, 0.5, bias, "row"), K)

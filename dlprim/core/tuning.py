@@ -16,7 +16,7 @@ from ..kernels.program import pow2_at_least
 from ..utils import ceil_div
 from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
 
-__all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "CLASSES", "CONV_CLASSES", "family", "shape_class", "default_tile",
+__all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "pack_b", "CLASSES", "CONV_CLASSES", "family", "shape_class", "default_tile",
            "tuned_tile", "pick_tile", "check_tile", "candidates", "conv_class", "conv_tile",
            "conv_vec", "winograd_sum_tile", "prefer_winograd", "cache_dir", "cache_file",
            "device_key", "store_tuned"]
@@ -37,6 +37,16 @@ CPU_VECS = (8, 16)
 def gemm_kernel(tile):
     """The template a GEMM tile runs on: 'gemm_cpu' for the wide CPU tiles, else 'gemm'."""
     return "gemm_cpu" if tile["VEC"] in CPU_VECS else "gemm"
+
+
+# gemm_cpu.cl first packs op(B) into contiguous strips (one pass over B) where at least
+# this many rows of C read each strip; below, the copy costs more than it saves
+CPU_PACK_MIN_M = 64
+
+
+def pack_b(tile, M):
+    """Whether a GEMM with this tile and M rows of C packs B first (kernels/gemm_cpu.cl)."""
+    return gemm_kernel(tile) == "gemm_cpu" and M >= CPU_PACK_MIN_M
 
 
 def family(facts):

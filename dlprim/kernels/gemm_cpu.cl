@@ -25,7 +25,7 @@ def b_at(j, k):
         ${FV} b[${NV}];
     % for v in range(NV):
         % if wide:
-        b[${v}] = vload${VEC}(0, b_ptr + (ulong)k * ldb + ${v * VEC});
+        b[${v}] = vload${VEC}(0, b_ptr + (ulong)k * ${BLOCK_N if PACK_B else "ldb"} + ${v * VEC});
         % else:
         b[${v}] = (${FV})(${", ".join(b_at(v * VEC + w, "k") for w in range(VEC))});
         % endif
@@ -54,7 +54,6 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
     const ulong z = get_global_id(2);
     const ulong batch = z / splits;
     const int k_begin = (int)(z % splits) * k_chunk;
-    K = min(K - k_begin, k_chunk);
 
     // rows and columns past the matrix edge read the last one (valid memory, the
     // results are dropped at the store), so the inner loop has no branches
@@ -72,6 +71,21 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
     a_row[${i}] = a_ptr + (ulong)min(m0 + ${i}, M - 1) * lda;
     % endfor
 % endif
+    ${FV} acc[${BLOCK_M}][${NV}];
+    #pragma unroll
+    for (int i = 0; i < ${BLOCK_M}; i++) {
+        #pragma unroll
+        for (int v = 0; v < ${NV}; v++)
+            acc[i][v] = 0.0f;
+    }
+    const int k_all = K;
+    K = min(K - k_begin, k_chunk);
+% if PACK_B:
+    // B packed by gemm_pack_b: this block's columns, K x BLOCK_N, contiguous, zero-padded
+    __global const float *b_ptr = B + b_offset + batch * stride_b
+        + ((ulong)get_global_id(0) * k_all + k_begin) * ${BLOCK_N};
+${k_loop(True)}
+% else:
     __global const float *b_ptr = B + b_offset + batch * stride_b
 % if TRANS_B:
         + k_begin;
@@ -87,13 +101,6 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
         b_col[j] = b_ptr + (min(n0 + j, N - 1) - n0);
 % endif
 
-    ${FV} acc[${BLOCK_M}][${NV}];
-    #pragma unroll
-    for (int i = 0; i < ${BLOCK_M}; i++) {
-        #pragma unroll
-        for (int v = 0; v < ${NV}; v++)
-            acc[i][v] = 0.0f;
-    }
 % if TRANS_B:
 ${k_loop(False)}
 % else:
@@ -102,6 +109,7 @@ ${k_loop(True)}
     } else {
 ${k_loop(False)}
     }
+% endif
 % endif
 
     // epilogue: alpha * acc + beta * C_old + bias, then the activation
@@ -133,3 +141,35 @@ ${k_loop(False)}
         }
     }
 }
+
+% if PACK_B:
+// op(B) (K x N) -> strips of BLOCK_N columns, each K x BLOCK_N row-major and zero-padded
+// past N: the GEMM then streams one contiguous strip per block instead of striding ldb
+// (a new page every row) or gathering a transposed B. One work-item per row of a strip.
+__kernel void gemm_pack_b(int N, int K, __global const float *B, ulong b_offset, int ldb,
+                          ulong stride_b, __global float *P, ulong p_offset)
+{
+    const int s = get_global_id(0), k = get_global_id(1);
+    const ulong batch = get_global_id(2);
+    const int n0 = s * ${BLOCK_N};
+    __global const float *b = B + b_offset + batch * stride_b;
+    __global float *p = P + p_offset
+        + ((batch * get_global_size(0) + s) * K + k) * ${BLOCK_N};
+% if not TRANS_B:
+    if (n0 + ${BLOCK_N} <= N) {
+    % for v in range(NV):
+        vstore${VEC}(vload${VEC}(0, b + (ulong)k * ldb + n0 + ${v * VEC}), ${v}, p);
+    % endfor
+        return;
+    }
+% endif
+    for (int j = 0; j < ${BLOCK_N}; j++) {
+        const int n = n0 + j;
+% if TRANS_B:
+        p[j] = n < N ? b[(ulong)n * ldb + k] : 0.0f;
+% else:
+        p[j] = n < N ? b[(ulong)k * ldb + n] : 0.0f;
+% endif
+    }
+}
+% endif
