@@ -65,8 +65,10 @@ def family(facts):
 SMALL = 64  # M or N under this is a "small" side: big tiles would leave most threads idle
 CLASSES = ("huge", "large", "medium", "narrow_m", "narrow_n", "small_m", "small_n", "small")
 
-# family -> shape class -> tile; CPUs (PoCL) get small tiles and one config for every
-# class, which also keeps the number of builds low there.
+# family -> shape class -> tile; CPUs (PoCL) get one wide tile (kernels/gemm_cpu.cl) for
+# every class, which also keeps the number of builds low there: 64x64 work-groups of
+# 4x16 float8 blocks (8 accumulators, within AVX2's 16 registers) led 16x64, 32x64,
+# 6x16, 8x8 and float16 blocks at 512-2048 on a 2-core EPYC (docs/benchmarks.md).
 _GEMM = {
     "gpu": {"huge": _tile(128, 256, 8, 8, 16, 4, 8), "large": _tile(128, 128, 16, 8, 8, 4, 8),
             "medium": _tile(128, 64, 16, 8, 8, 4, 8),
@@ -78,7 +80,7 @@ _GEMM = {
                    "small": _tile(32, 32, 16, 4, 4)},
                   medium=_tile(32, 32, 16, 4, 4), narrow_m=_tile(64, 64, 16, 4, 4),
                   narrow_n=_tile(64, 64, 16, 4, 4)),
-    "cpu": dict.fromkeys(CLASSES, _tile(16, 64, 8, 4, 16, 8)),
+    "cpu": dict.fromkeys(CLASSES, _tile(64, 64, 8, 4, 16, 8)),
     "other": dict.fromkeys(CLASSES, _tile(32, 32, 8, 4, 4)),
 }
 
@@ -239,8 +241,8 @@ _CANDIDATES = {
                      (128, 64, 16, 8, 4, 4, 8), (64, 64, 16, 4, 4, 4, 8),
                      (64, 64, 16, 8, 8, 4, 8), (32, 64, 16, 4, 4, 4, 1),
                      (64, 32, 16, 4, 4, 4, 1), (32, 32, 16, 4, 4, 4, 1)],
-             "cpu": [(16, 64, 8, 4, 16, 8, 1), (16, 64, 8, 4, 16, 16, 1), (16, 32, 8, 4, 32, 16, 1),
-                     (64, 64, 8, 4, 16, 8, 1), (24, 64, 8, 6, 16, 8, 1), (32, 32, 8, 8, 8, 8, 1),
+             "cpu": [(64, 64, 8, 4, 16, 8, 1), (16, 64, 8, 4, 16, 8, 1), (64, 64, 8, 4, 16, 16, 1),
+                     (16, 32, 8, 4, 32, 16, 1), (48, 64, 8, 6, 16, 8, 1), (64, 64, 8, 8, 8, 8, 1),
                      (32, 32, 16, 4, 4, 4, 1)]},
     "conv": {"gpu": [(128, 128, 16, 8, 8, 4, 1), (64, 128, 16, 8, 8, 4, 1),
                      (64, 64, 16, 4, 4, 4, 1), (32, 64, 16, 4, 4, 4, 1),
