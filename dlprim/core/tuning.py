@@ -16,10 +16,11 @@ from ..kernels.program import pow2_at_least
 from ..utils import ceil_div
 from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
 
-__all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "pack_b", "CLASSES", "CONV_CLASSES", "family", "shape_class", "default_tile",
-           "tuned_tile", "pick_tile", "check_tile", "candidates", "conv_class", "conv_tile",
-           "conv_vec", "winograd_sum_tile", "prefer_winograd", "cache_dir", "cache_file",
-           "device_key", "store_tuned"]
+__all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "pack_b", "CLASSES", "CONV_CLASSES",
+           "family", "shape_class", "default_tile", "tuned_tile", "pick_tile", "check_tile",
+           "candidates", "conv_class", "conv_tile", "conv_vec", "winograd_sum_tile",
+           "prefer_winograd", "prefer_im2col", "cache_dir", "cache_file", "device_key",
+           "store_tuned"]
 
 TILE_KEYS = ("TILE_M", "TILE_N", "TILE_K", "BLOCK_M", "BLOCK_N", "VEC", "GROUP")
 
@@ -277,6 +278,17 @@ def winograd_sum_tile(facts, in_c):
     """The batched Gemm tile of Winograd's filter sum: 64 x 128 on GPUs where in_c fills it
     (it led the other tilings and split-K on an H200), else None (the Gemm's own)."""
     return _tile(64, 128, 16, 8, 8, 4, 1) if facts.is_gpu and in_c >= 128 else None
+
+
+# ----- im2col + GEMM (core/conv_im2col.py): on CPUs the forward of ungrouped layers that
+# are not plain 1x1 (those are a GEMM already); 64->64 3x3 at 56x56, batch 2, on a 2-core
+# EPYC under PoCL (docs/benchmarks.md "CPU (PoCL)")
+IM2COL_WORKSPACE_BYTES = 64 << 20  # columns of this many bytes at most: chunks of the batch
+
+
+def prefer_im2col(facts, plain_1x1):
+    """Whether the forward of an ungrouped convolution runs as im2col + GEMM."""
+    return facts.is_cpu and not plain_1x1
 
 
 def prefer_winograd(facts, direction, in_c, out_c):
