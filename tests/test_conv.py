@@ -389,8 +389,8 @@ def test_algorithm_table():
         g = ConvGeometry(*args, **kw)
         return tuple(choose_algorithm(ctx, g, d) for d in dirs)
     assert pick(gpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("winograd",) * 3
-    assert pick(cpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("im2col", "gemm", "gemm")
-    assert pick(cpu, 64, 256, (56, 56), (1, 1)) == ("gemm",) * 3  # already a plain GEMM
+    assert pick(cpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("im2col", "gemm", "im2col")
+    assert pick(cpu, 64, 256, (56, 56), (1, 1)) == ("gemm", "gemm", "im2col")  # a plain GEMM
     assert pick(cpu, 96, 96, (112, 112), (3, 3), groups=96) == ("depthwise",) * 3
     assert pick(cpu, 64, 64, (56, 56), (3, 3), groups=2) == ("gemm",) * 3
     assert pick(gpu, 3, 64, (224, 224), (3, 3), pad=(1, 1, 1, 1)) == ("gemm", "winograd", "gemm")
@@ -456,3 +456,25 @@ def test_im2col_forward(ctx, rng, monkeypatch, geom):
     want = np.tanh(conv_ref(x, w, (geom.sh, geom.sw), geom.pad, (geom.dh, geom.dw), 1)
                    + b[None, :, None, None] + 0.5 * y0)
     assert_close(t[3].numpy(), want, rtol=1e-4, atol=1e-4, what="im2col forward")
+
+
+@pytest.mark.parametrize("geom", [
+    ConvGeometry(3, 5, (9, 7), (3, 3), pad=(1, 1, 1, 1)),
+    ConvGeometry(4, 65, (11, 9), (5, 3), stride=(2, 3), pad=(2, 0, 1, 1), dilate=(1, 2)),
+    ConvGeometry(70, 3, (6, 5), (1, 1))])
+def test_im2col_backward_filter(ctx, rng, monkeypatch, geom):
+    """dw = beta * dw + the batch sum of dy · colᵀ, over chunks of two images (the last
+    one ragged); beta applies once."""
+    from dlprim.core import tuning
+    per_image = geom.in_c * geom.kh * geom.kw * geom.out_h * geom.out_w * 4
+    monkeypatch.setattr(tuning, "IM2COL_WORKSPACE_BYTES", 2 * per_image)
+    batch = 3
+    x, dy, dw0 = (rng.standard_normal(s) for s in (geom.in_shape(batch), geom.out_shape(batch),
+                                                    geom.weight_shape))
+    op = ConvBackwardFilter(ctx, geom, algo="im2col", batch=batch)
+    assert op.algo == "im2col" and op.workspace_bytes(batch) == 2 * per_image
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, dy, dw0)]
+    op(t[0], t[1], t[2], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
+    _, dw = conv_backward_ref(x, np.zeros(geom.weight_shape), dy, (geom.sh, geom.sw), geom.pad,
+                              (geom.dh, geom.dw), 1)
+    assert_close(t[2].numpy(), 0.5 * dw0 + dw, rtol=1e-4, atol=1e-4, what="im2col dw")

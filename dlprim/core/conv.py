@@ -13,8 +13,8 @@ or forced for testing:
   ungrouped layers (``core/conv_winograd.py``), all three directions.
 - ``"depthwise"``: direct kernels when every group has one input channel
   (``core/conv_depthwise.py``).
-- ``"im2col"``: forward of ungrouped layers as column unrolling + the GEMM of
-  ``core/gemm.py`` in chunks of the batch (``core/conv_im2col.py``); CPUs' choice.
+- ``"im2col"``: forward and backward-filter of ungrouped layers as column unrolling + the
+  GEMM of ``core/gemm.py`` in chunks of the batch (``core/conv_im2col.py``); CPUs' choice.
 
 Tensors are NCHW float32; weights ``[out_c, in_c/groups, kh, kw]``. The batch size is read
 from the tensors at ``launches`` time and stays a kernel argument; ``batch`` given to a
@@ -44,7 +44,7 @@ def algorithm_applies(geom, algo, direction="forward"):
     if algo == "depthwise":
         return geom.groups > 1 and geom.in_c == geom.groups
     if algo == "im2col":
-        return direction == "forward" and geom.groups == 1
+        return direction != "backward_data" and geom.groups == 1
     raise ValueError("unknown convolution algorithm %r; known: %s" % (algo, ", ".join(ALGORITHMS)))
 
 
@@ -56,7 +56,7 @@ def choose_algorithm(ctx, geom, direction="forward"):
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
     if algorithm_applies(geom, "im2col", direction) and \
-            tuning.prefer_im2col(ctx.facts, geom.is_plain_1x1):
+            tuning.prefer_im2col(ctx.facts, direction, geom.is_plain_1x1):
         return "im2col"
     if algorithm_applies(geom, "winograd", direction) and \
             tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c):
@@ -195,7 +195,7 @@ class ConvBackwardFilter(_Op):
     """``dw = beta * dw + correlate(x, dy)`` (beta=1: gradients add up)."""
     direction = "backward_filter"
     impls = {"gemm": conv_gemm.BackwardFilter, "winograd": conv_winograd.BackwardFilter,
-             "depthwise": conv_depthwise.BackwardFilter}
+             "depthwise": conv_depthwise.BackwardFilter, "im2col": conv_im2col.BackwardFilter}
 
     def __init__(self, ctx, geom, algo="auto", splits=None, batch=16):
         super().__init__(ctx, geom, algo, dict(splits=splits, batch=batch))

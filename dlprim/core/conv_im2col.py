@@ -1,13 +1,14 @@
-"""Convolution forward as im2col + GEMM, for CPU drivers (``kernels/conv_im2col.cl``,
-``core/gemm.py``).
+"""Convolution as im2col + GEMM, for CPU drivers (``kernels/conv_im2col.cl``,
+``core/gemm.py``): forward and backward-filter of ungrouped layers.
 
 A chunk of images is unrolled into columns (``conv_im2col``: C*KH*KW rows of OH*OW per
-image), then one strided-batch ``Gemm`` computes ``y = act(w · col + b + beta * y)`` for
-the chunk; chunks follow one another through a workspace of at most
+image), then ``Gemm`` works on them: forward one strided-batch GEMM for the chunk,
+``y = act(w · col + b + beta * y)``; backward-filter one GEMM per image,
+``dw = beta * dw + dy · colᵀ`` (beta for the first image, then 1: the batch sum).
+Chunks follow one another through a workspace of at most
 ``tuning.IM2COL_WORKSPACE_BYTES``. On CPUs the GEMM's wide register blocks
 (``gemm_cpu.cl``) beat the implicit GEMM, whose gathers and local tiles suit GPUs; the
 column copy costs one pass over C*KH*KW*OH*OW floats per image.
-Ungrouped convolutions only (``conv.algorithm_applies``).
 """
 import numpy as np
 
@@ -16,23 +17,46 @@ from ..tensor import ws_view
 from . import tuning
 from .gemm import Gemm
 
-__all__ = ["Forward"]
+__all__ = ["Forward", "BackwardFilter"]
 
 
-class Forward:
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+class _Columns:
+    """The column workspace of a layer and the launches that fill it, chunk by chunk."""
+
+    def __init__(self, ctx, geom):
         self.ctx, self.geom = ctx, geom
-        self.bias, self.activation = "row" if bias else None, activation
         self.k = geom.in_c * geom.kh * geom.kw
         self.n = geom.out_h * geom.out_w
-        self.ops = {}
         self.program = program.get(ctx, "conv_im2col")
-        self.op(self.chunk(batch))  # build the GEMM now
 
     def chunk(self, batch):
         """Images unrolled at a time: as many as the workspace bound allows, at least one."""
         per_image = self.k * self.n * 4
         return max(1, min(batch, tuning.IM2COL_WORKSPACE_BYTES // max(per_image, 1)))
+
+    def workspace_bytes(self, batch):
+        return self.chunk(batch) * self.k * self.n * 4
+
+    def chunks(self, x, ws):
+        """(first image, images, launch unrolling them into col, col) per chunk of x."""
+        g, batch = self.geom, x.shape[0]
+        chunk = self.chunk(batch)
+        col = ws_view(ws, 0, chunk * self.k * self.n)
+        args = [np.int32(v) for v in (g.in_c, g.in_h, g.in_w, g.out_h, g.out_w, g.kh, g.kw,
+                                      g.sh, g.sw, g.pad[0], g.pad[1], g.dh, g.dw)]
+        for img0 in range(0, batch, chunk):
+            count = min(chunk, batch - img0)
+            yield img0, count, program.Launch(self.program, "conv_im2col",
+                                              (g.out_h, self.k, count), None,
+                                              args + [x, np.uint64(img0), col]), col
+
+
+class Forward(_Columns):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+        super().__init__(ctx, geom)
+        self.bias, self.activation = "row" if bias else None, activation
+        self.ops = {}
+        self.op(self.chunk(batch))  # build the GEMM now
 
     def op(self, chunk):
         if chunk not in self.ops:
@@ -40,23 +64,34 @@ class Forward:
                                    activation=self.activation, batch=chunk)
         return self.ops[chunk]
 
-    def workspace_bytes(self, batch):
-        return self.chunk(batch) * self.k * self.n * 4
-
     def launches(self, x, w, y, b, ws, beta):
-        g, batch = self.geom, x.shape[0]
-        chunk = self.chunk(batch)
-        col = ws_view(ws, 0, chunk * self.k * self.n)
-        i32 = np.int32
-        geom = [i32(v) for v in (g.in_c, g.in_h, g.in_w, g.out_h, g.out_w, g.kh, g.kw, g.sh,
-                                 g.sw, g.pad[0], g.pad[1], g.dh, g.dw)]
         out = []
-        y_image = g.out_c * self.n
-        for img0 in range(0, batch, chunk):
-            count = min(chunk, batch - img0)
-            out.append(program.Launch(self.program, "conv_im2col", (g.out_h, self.k, count),
-                                      None, geom + [x, np.uint64(img0), col]))
+        y_image = self.geom.out_c * self.n
+        for img0, count, unroll, col in self.chunks(x, ws):
             y_part = y.view((count * y_image,), offset=img0 * y_image)
-            out += self.op(count).launches(w, col, y_part, bias=b, beta=beta, stride_a=0,
-                                           stride_b=self.k * self.n, stride_c=y_image)
+            out += [unroll] + self.op(count).launches(w, col, y_part, bias=b, beta=beta,
+                                                      stride_a=0, stride_b=self.k * self.n,
+                                                      stride_c=y_image)
+        return out
+
+
+class BackwardFilter(_Columns):
+    """dw (out_c x C*KH*KW) = beta * dw + sum over images of dy[img] · col[img]ᵀ."""
+
+    def __init__(self, ctx, geom, splits=None, batch=16):
+        if splits is not None:
+            raise ValueError("splits: im2col sums the batch image by image; it does not "
+                             "split its reduction")
+        super().__init__(ctx, geom)
+        self.gemm = Gemm(ctx, geom.out_c, self.k, self.n, trans_b=True)
+
+    def launches(self, x, dy, dw, ws, beta):
+        out = []
+        dy_image = self.geom.out_c * self.n
+        for img0, count, unroll, col in self.chunks(x, ws):
+            out.append(unroll)
+            for i in range(count):
+                dy_i = dy.view((dy_image,), offset=(img0 + i) * dy_image)
+                col_i = col.view((self.k * self.n,), offset=i * self.k * self.n)
+                out += self.gemm.launches(dy_i, col_i, dw, beta=beta if img0 + i == 0 else 1.0)
         return out

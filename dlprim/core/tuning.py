@@ -280,15 +280,15 @@ def winograd_sum_tile(facts, in_c):
     return _tile(64, 128, 16, 8, 8, 4, 1) if facts.is_gpu and in_c >= 128 else None
 
 
-# ----- im2col + GEMM (core/conv_im2col.py): on CPUs the forward of ungrouped layers that
-# are not plain 1x1 (those are a GEMM already); 64->64 3x3 at 56x56, batch 2, on a 2-core
-# EPYC under PoCL (docs/benchmarks.md "CPU (PoCL)")
+# ----- im2col + GEMM (core/conv_im2col.py): on CPUs forward and backward-filter of
+# ungrouped layers (forward not for plain 1x1 ones, a GEMM already); 64->64 3x3 at
+# 56x56, batch 2, on a 2-core EPYC under PoCL (docs/benchmarks.md "CPU (PoCL)")
 IM2COL_WORKSPACE_BYTES = 64 << 20  # columns of this many bytes at most: chunks of the batch
 
 
-def prefer_im2col(facts, plain_1x1):
-    """Whether the forward of an ungrouped convolution runs as im2col + GEMM."""
-    return facts.is_cpu and not plain_1x1
+def prefer_im2col(facts, direction, plain_1x1):
+    """Whether ``direction`` of an ungrouped convolution runs as im2col + GEMM."""
+    return facts.is_cpu and (direction == "backward_filter" or not plain_1x1)
 
 
 def prefer_winograd(facts, direction, in_c, out_c):
