@@ -13,7 +13,7 @@ or forced for testing:
   ungrouped layers (``core/conv_winograd.py``), all three directions.
 - ``"depthwise"``: direct kernels when every group has one input channel
   (``core/conv_depthwise.py``).
-- ``"im2col"``: forward and backward-filter of ungrouped layers as column unrolling + the
+- ``"im2col"``: ungrouped layers as column unrolling (col2im for backward-data) + the
   GEMM of ``core/gemm.py`` in chunks of the batch (``core/conv_im2col.py``); CPUs' choice.
 
 Tensors are NCHW float32; weights ``[out_c, in_c/groups, kh, kw]``. The batch size is read
@@ -44,7 +44,7 @@ def algorithm_applies(geom, algo, direction="forward"):
     if algo == "depthwise":
         return geom.groups > 1 and geom.in_c == geom.groups
     if algo == "im2col":
-        return direction != "backward_data" and geom.groups == 1
+        return geom.groups == 1
     raise ValueError("unknown convolution algorithm %r; known: %s" % (algo, ", ".join(ALGORITHMS)))
 
 
@@ -166,7 +166,7 @@ class ConvBackwardData(_Op):
     also the forward pass of a transposed convolution (bias per input channel)."""
     direction = "backward_data"
     impls = {"gemm": conv_gemm.BackwardData, "winograd": conv_winograd.BackwardData,
-             "depthwise": conv_depthwise.BackwardData}
+             "depthwise": conv_depthwise.BackwardData, "im2col": conv_im2col.BackwardData}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
                  splits=None):

@@ -1,10 +1,11 @@
 """Convolution as im2col + GEMM, for CPU drivers (``kernels/conv_im2col.cl``,
-``core/gemm.py``): forward and backward-filter of ungrouped layers.
+``core/gemm.py``): all three directions of ungrouped layers.
 
 A chunk of images is unrolled into columns (``conv_im2col``: C*KH*KW rows of OH*OW per
 image), then ``Gemm`` works on them: forward one strided-batch GEMM for the chunk,
 ``y = act(w · col + b + beta * y)``; backward-filter one GEMM per image,
-``dw = beta * dw + dy · colᵀ`` (beta for the first image, then 1: the batch sum).
+``dw = beta * dw + dy · colᵀ`` (beta for the first image, then 1: the batch sum);
+backward-data the other way round, ``col = wᵀ · dy``, then ``conv_col2im``.
 Chunks follow one another through a workspace of at most
 ``tuning.IM2COL_WORKSPACE_BYTES``. On CPUs the GEMM's wide register blocks
 (``gemm_cpu.cl``) beat the implicit GEMM, whose gathers and local tiles suit GPUs; the
@@ -17,17 +18,22 @@ from ..tensor import ws_view
 from . import tuning
 from .gemm import Gemm
 
-__all__ = ["Forward", "BackwardFilter"]
+__all__ = ["Forward", "BackwardData", "BackwardFilter"]
 
 
 class _Columns:
     """The column workspace of a layer and the launches that fill it, chunk by chunk."""
 
-    def __init__(self, ctx, geom):
+    def __init__(self, ctx, geom, bias=False, activation="identity"):
         self.ctx, self.geom = ctx, geom
         self.k = geom.in_c * geom.kh * geom.kw
         self.n = geom.out_h * geom.out_w
-        self.program = program.get(ctx, "conv_im2col")
+        # the epilogue is col2im's (backward-data); im2col ignores it
+        self.program = program.get(ctx, "conv_im2col", BIAS=int(bias), ACTIVATION=activation)
+        g = geom
+        self.geom_args = [np.int32(v) for v in (g.in_c, g.in_h, g.in_w, g.out_h, g.out_w, g.kh,
+                                                g.kw, g.sh, g.sw, g.pad[0], g.pad[1], g.dh,
+                                                g.dw)]
 
     def chunk(self, batch):
         """Images unrolled at a time: as many as the workspace bound allows, at least one."""
@@ -39,16 +45,14 @@ class _Columns:
 
     def chunks(self, x, ws):
         """(first image, images, launch unrolling them into col, col) per chunk of x."""
-        g, batch = self.geom, x.shape[0]
+        batch = x.shape[0]
         chunk = self.chunk(batch)
         col = ws_view(ws, 0, chunk * self.k * self.n)
-        args = [np.int32(v) for v in (g.in_c, g.in_h, g.in_w, g.out_h, g.out_w, g.kh, g.kw,
-                                      g.sh, g.sw, g.pad[0], g.pad[1], g.dh, g.dw)]
         for img0 in range(0, batch, chunk):
             count = min(chunk, batch - img0)
             yield img0, count, program.Launch(self.program, "conv_im2col",
-                                              (g.out_h, self.k, count), None,
-                                              args + [x, np.uint64(img0), col]), col
+                                              (self.geom.out_h, self.k, count), None,
+                                              self.geom_args + [x, np.uint64(img0), col]), col
 
 
 class Forward(_Columns):
@@ -94,4 +98,39 @@ class BackwardFilter(_Columns):
                 dy_i = dy.view((dy_image,), offset=(img0 + i) * dy_image)
                 col_i = col.view((self.k * self.n,), offset=i * self.k * self.n)
                 out += self.gemm.launches(dy_i, col_i, dw, beta=beta if img0 + i == 0 else 1.0)
+        return out
+
+
+class BackwardData(_Columns):
+    """dx = act(beta * dx + col2im(wᵀ · dy) + bias): one strided-batch GEMM per chunk into
+    the columns, then ``conv_col2im`` gathers every pixel's taps (bias per input channel
+    and the activation: a transposed convolution's forward)."""
+
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+        super().__init__(ctx, geom, bias, activation)
+        self.bias = bias
+        self.ops = {}
+        self.op(self.chunk(batch))
+
+    def op(self, chunk):
+        if chunk not in self.ops:
+            self.ops[chunk] = Gemm(self.ctx, self.k, self.n, self.geom.out_c, trans_a=True,
+                                   batch=chunk)
+        return self.ops[chunk]
+
+    def launches(self, dy, w, dx, b, ws, beta):
+        g, batch = self.geom, dy.shape[0]
+        chunk = self.chunk(batch)
+        col = ws_view(ws, 0, chunk * self.k * self.n)
+        dy_image = g.out_c * self.n
+        bias_args = b.kernel_args if self.bias else (col.buffer, np.uint64(0))
+        out = []
+        for img0 in range(0, batch, chunk):
+            count = min(chunk, batch - img0)
+            dy_part = dy.view((count * dy_image,), offset=img0 * dy_image)
+            out += self.op(count).launches(w, dy_part, col, stride_a=0, stride_b=dy_image,
+                                           stride_c=self.k * self.n)
+            out.append(program.Launch(self.program, "conv_col2im", (g.in_h, g.in_c, count), None,
+                                      self.geom_args + [col, dx, np.uint64(img0), *bias_args,
+                                                        np.float32(beta)]))
         return out

@@ -280,8 +280,8 @@ def winograd_sum_tile(facts, in_c):
     return _tile(64, 128, 16, 8, 8, 4, 1) if facts.is_gpu and in_c >= 128 else None
 
 
-# ----- im2col + GEMM (core/conv_im2col.py): on CPUs forward and backward-filter of
-# ungrouped layers (forward not for plain 1x1 ones, a GEMM already); 64->64 3x3 at
+# ----- im2col + GEMM (core/conv_im2col.py): on CPUs every direction of ungrouped layers
+# (forward and backward-data not for plain 1x1 ones, a GEMM already); 64->64 3x3 at
 # 56x56, batch 2, on a 2-core EPYC under PoCL (docs/benchmarks.md "CPU (PoCL)")
 IM2COL_WORKSPACE_BYTES = 64 << 20  # columns of this many bytes at most: chunks of the batch
 

@@ -1,3 +1,4 @@
+<%include file="common.h"/>
 // im2col for the CPU convolution path (core/conv_im2col.py): the images img0.. of x
 // (NCHW) unrolled into col[img][(c * KH + i) * KW + j][oy * OW + ox] =
 // x[img][c][oy * SH - PT + i * DH][ox * SW - PL + j * DW], zero in the padding, so that
@@ -24,5 +25,46 @@ __kernel void conv_im2col(int C, int H, int W, int OH, int OW, int KH, int KW, i
     for (int ox = 0; ox < OW; ox++) {
         const int ix = ix0 + ox * SW;
         out[ox] = (ix >= 0 && ix < W) ? row[ix] : 0.0f;
+    }
+}
+
+// col2im for backward-data (a transposed convolution's forward): col as conv_im2col lays
+// it out, now holding wᵀ · dy; dx[img0 + img][c][iy][ix] = act(sum of the col entries
+// whose tap lands on (iy, ix) + beta * dx + bias[c]). A gather (no atomics): one
+// work-item per row of dx walks the KH x KW taps that reach each of its pixels.
+__kernel void conv_col2im(int C, int H, int W, int OH, int OW, int KH, int KW, int SH,
+                          int SW, int PT, int PL, int DH, int DW,
+                          __global const float *col, ulong col_offset,
+                          __global float *dx, ulong dx_offset, ulong img0,
+                          __global const float *bias, ulong bias_offset, float beta)
+{
+    const int iy = get_global_id(0), c = get_global_id(1);
+    const ulong img = get_global_id(2);
+    __global const float *src = col + col_offset + (img * C + c) * KH * KW * OH * OW;
+    __global float *out = dx + dx_offset + (((img0 + img) * C + c) * H + iy) * W;
+    for (int ix = 0; ix < W; ix++) {
+        float v = 0.0f;
+        for (int i = 0; i < KH; i++) {
+            const int ty = iy + PT - i * DH;
+            if (ty < 0 || ty % SH)
+                continue;
+            const int oy = ty / SH;
+            if (oy >= OH)
+                continue;
+            for (int j = 0; j < KW; j++) {
+                const int tx = ix + PL - j * DW;
+                if (tx < 0 || tx % SW)
+                    continue;
+                const int ox = tx / SW;
+                if (ox < OW)
+                    v += src[((ulong)(i * KW + j) * OH + oy) * OW + ox];
+            }
+        }
+        if (beta != 0.0f)
+            v += beta * out[ix];
+% if BIAS:
+        v += bias[bias_offset + c];
+% endif
+        out[ix] = ACT_${ACTIVATION}(v);
     }
 }
