@@ -381,15 +381,18 @@ def test_algorithm_table():
     """The choice per direction on GPUs (docs/benchmarks.md) and on CPUs."""
     from types import SimpleNamespace
     from dlprim.core.conv import choose_algorithm
-    gpu = SimpleNamespace(facts=SimpleNamespace(is_gpu=True))
-    cpu = SimpleNamespace(facts=SimpleNamespace(is_gpu=False))
+    gpu = SimpleNamespace(facts=SimpleNamespace(is_gpu=True, is_cpu=False))
+    cpu = SimpleNamespace(facts=SimpleNamespace(is_gpu=False, is_cpu=True))
     dirs = ("forward", "backward_data", "backward_filter")
 
     def pick(ctx, *args, **kw):
         g = ConvGeometry(*args, **kw)
         return tuple(choose_algorithm(ctx, g, d) for d in dirs)
     assert pick(gpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("winograd",) * 3
-    assert pick(cpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("gemm",) * 3
+    assert pick(cpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("im2col",) * 3
+    assert pick(cpu, 64, 256, (56, 56), (1, 1)) == ("gemm", "gemm", "im2col")  # a plain GEMM
+    assert pick(cpu, 96, 96, (112, 112), (3, 3), groups=96) == ("depthwise",) * 3
+    assert pick(cpu, 64, 64, (56, 56), (3, 3), groups=2) == ("gemm",) * 3
     assert pick(gpu, 3, 64, (224, 224), (3, 3), pad=(1, 1, 1, 1)) == ("gemm", "winograd", "gemm")
     assert pick(gpu, 128, 128, (56, 56), (3, 3), (2, 2), (1, 1, 1, 1)) == ("gemm",) * 3
     assert pick(gpu, 96, 96, (112, 112), (3, 3), (2, 2), (1, 1, 1, 1), groups=96) == \
@@ -430,3 +433,71 @@ def test_conv_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):
     op(t[0], t[1], y, t[2])
     want = np.maximum(conv_ref(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1) + b[None, :, None, None], 0)
     assert_close(y.numpy(), want, rtol=1e-4, atol=1e-4, what="forward with a tuned tile")
+
+
+@pytest.mark.parametrize("geom", [
+    ConvGeometry(3, 5, (9, 7), (3, 3), pad=(1, 1, 1, 1)),
+    ConvGeometry(4, 65, (11, 9), (5, 3), stride=(2, 3), pad=(2, 0, 1, 1), dilate=(1, 2)),
+    ConvGeometry(33, 31, (6, 5), (1, 1), stride=(2, 2)),
+    ConvGeometry(2, 3, (1, 1), (1, 1), pad=(1, 1, 1, 1))])
+def test_im2col_forward(ctx, rng, monkeypatch, geom):
+    """im2col + GEMM forward (the CPUs' choice) with bias, activation and beta, the batch
+    cut into chunks of two images by a small workspace bound (the last one ragged)."""
+    from dlprim.core import tuning
+    per_image = geom.in_c * geom.kh * geom.kw * geom.out_h * geom.out_w * 4
+    monkeypatch.setattr(tuning, "IM2COL_WORKSPACE_BYTES", 2 * per_image)
+    batch = 3
+    x, w, b, y0 = (rng.standard_normal(s) for s in (geom.in_shape(batch), geom.weight_shape,
+                                                    (geom.out_c,), geom.out_shape(batch)))
+    op = ConvForward(ctx, geom, bias=True, activation="tanh", algo="im2col", batch=batch)
+    assert op.algo == "im2col" and op.workspace_bytes(batch) == 2 * per_image
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, w, b, y0)]
+    op(t[0], t[1], t[3], t[2], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
+    want = np.tanh(conv_ref(x, w, (geom.sh, geom.sw), geom.pad, (geom.dh, geom.dw), 1)
+                   + b[None, :, None, None] + 0.5 * y0)
+    assert_close(t[3].numpy(), want, rtol=1e-4, atol=1e-4, what="im2col forward")
+
+
+@pytest.mark.parametrize("geom", [
+    ConvGeometry(3, 5, (9, 7), (3, 3), pad=(1, 1, 1, 1)),
+    ConvGeometry(4, 65, (11, 9), (5, 3), stride=(2, 3), pad=(2, 0, 1, 1), dilate=(1, 2)),
+    ConvGeometry(70, 3, (6, 5), (1, 1))])
+def test_im2col_backward_filter(ctx, rng, monkeypatch, geom):
+    """dw = beta * dw + the batch sum of dy · colᵀ, over chunks of two images (the last
+    one ragged); beta applies once."""
+    from dlprim.core import tuning
+    per_image = geom.in_c * geom.kh * geom.kw * geom.out_h * geom.out_w * 4
+    monkeypatch.setattr(tuning, "IM2COL_WORKSPACE_BYTES", 2 * per_image)
+    batch = 3
+    x, dy, dw0 = (rng.standard_normal(s) for s in (geom.in_shape(batch), geom.out_shape(batch),
+                                                    geom.weight_shape))
+    op = ConvBackwardFilter(ctx, geom, algo="im2col", batch=batch)
+    assert op.algo == "im2col" and op.workspace_bytes(batch) == 2 * per_image
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, dy, dw0)]
+    op(t[0], t[1], t[2], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
+    _, dw = conv_backward_ref(x, np.zeros(geom.weight_shape), dy, (geom.sh, geom.sw), geom.pad,
+                              (geom.dh, geom.dw), 1)
+    assert_close(t[2].numpy(), 0.5 * dw0 + dw, rtol=1e-4, atol=1e-4, what="im2col dw")
+
+
+@pytest.mark.parametrize("geom", [
+    ConvGeometry(3, 5, (9, 7), (3, 3), pad=(1, 1, 1, 1)),
+    ConvGeometry(4, 65, (11, 9), (5, 3), stride=(2, 3), pad=(2, 0, 1, 1), dilate=(1, 2)),
+    ConvGeometry(70, 3, (7, 5), (1, 1), stride=(2, 2))])
+def test_im2col_backward_data(ctx, rng, monkeypatch, geom):
+    """dx = act(beta * dx + col2im(wᵀ · dy) + bias) over chunks of two images (the last one
+    ragged); pixels no tap reaches (stride 2, 1x1) get beta * dx + bias only."""
+    from dlprim.core import tuning
+    per_image = geom.in_c * geom.kh * geom.kw * geom.out_h * geom.out_w * 4
+    monkeypatch.setattr(tuning, "IM2COL_WORKSPACE_BYTES", 2 * per_image)
+    batch = 3
+    w, dy, dx0, b = (rng.standard_normal(s) for s in (geom.weight_shape, geom.out_shape(batch),
+                                                       geom.in_shape(batch), (geom.in_c,)))
+    op = ConvBackwardData(ctx, geom, bias=True, activation="relu", algo="im2col", batch=batch)
+    assert op.algo == "im2col" and op.workspace_bytes(batch) == 2 * per_image
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (dy, w, dx0, b)]
+    op(t[0], t[1], t[2], t[3], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
+    dx, _ = conv_backward_ref(np.zeros(geom.in_shape(batch)), w, dy, (geom.sh, geom.sw), geom.pad,
+                              (geom.dh, geom.dw), 1)
+    want = np.maximum(dx + 0.5 * dx0 + b[None, :, None, None], 0)
+    assert_close(t[2].numpy(), want, rtol=1e-4, atol=1e-4, what="im2col dx")

@@ -167,7 +167,7 @@ def test_errors(ctx):
         Gemm(ctx, 4, 5, 6, activation="gelu")
     with pytest.raises(ValueError, match="bias must be None, 'row' or 'col'"):
         Gemm(ctx, 4, 5, 6, bias="both")
-    with pytest.raises(ValueError, match="TILE_M=24 must be a multiple of 4 and of BLOCK_M=16"):
+    with pytest.raises(ValueError, match="TILE_M=24 must be a multiple of (4 and of )?BLOCK_M=16"):
         Gemm(ctx, 4, 5, 6, tile=dict(TILE_M=24, BLOCK_M=16))
     with pytest.raises(TypeError, match="A must be float32"):
         op.launches(dp.Tensor.from_numpy(ctx, np.ones((4, 6), np.int32)), B, C, bias)
@@ -240,18 +240,69 @@ def test_split_k(ctx, rng, trans_a, trans_b):
 
 
 def test_split_k_choice_on_gpus(ctx, rng, monkeypatch):
-    # the automatic rule, seen as a 132-unit GPU (tiles stay the CPU's 32x32, 64 threads)
+    # the automatic rule, seen as a 132-unit GPU with 32x32 tiles of 64 threads
     if ctx.facts.is_gpu:
         pytest.skip("models a GPU with a CPU device's tile table; a real GPU has its own tiles")
     monkeypatch.setattr(ctx.facts, "is_gpu", True)
     monkeypatch.setattr(ctx.facts, "compute_units", 132)
-    assert Gemm(ctx, 2048, 2048, 2048).splits == 1        # fills the device
-    assert Gemm(ctx, 512, 512, 1024).splits == 2          # 6% filled
-    assert Gemm(ctx, 512, 512, 512).splits == 1           # ... but K too short to share
-    assert Gemm(ctx, 0, 31, 4096).splits == 1
-    op = Gemm(ctx, 31, 31, 4096)                          # one tile: 16 parts of 256
+    tile = dict(TILE_M=32, TILE_N=32, TILE_K=16, BLOCK_M=4, BLOCK_N=4, VEC=4, GROUP=1)
+    assert Gemm(ctx, 2048, 2048, 2048, tile=tile).splits == 1   # fills the device
+    assert Gemm(ctx, 512, 512, 1024, tile=tile).splits == 2     # 6% filled
+    assert Gemm(ctx, 512, 512, 512, tile=tile).splits == 1      # ... but K too short to share
+    assert Gemm(ctx, 0, 31, 4096, tile=tile).splits == 1
+    op = Gemm(ctx, 31, 31, 4096, tile=tile)                     # one tile: 16 parts of 256
     assert (op.splits, op.k_chunk) == (16, 256)
     a, b = rng.standard_normal((31, 4096)), rng.standard_normal((4096, 31))
     C = poisoned(ctx, (31, 31))
     op(t(ctx, a), t(ctx, b), C)
     close(C.numpy(), reference(a, b), 4096)
+
+
+# the wide register-block tiles of kernels/gemm_cpu.cl (any OpenCL device runs them)
+WIDE = [dict(TILE_M=16, TILE_N=64, TILE_K=8, BLOCK_M=4, BLOCK_N=16, VEC=8, GROUP=1),
+        dict(TILE_M=12, TILE_N=32, TILE_K=4, BLOCK_M=6, BLOCK_N=32, VEC=16, GROUP=1)]
+
+
+@pytest.mark.parametrize("tile", WIDE)
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_wide_tiles(ctx, rng, tile, trans_a, trans_b):
+    # edges of the register block and of the vectors (N = 1, 31, 33, 65 against 8 and 16);
+    # strided batches at odd offsets, padded leading dimensions, beta, bias and activation
+    assert tuning.gemm_kernel(tile) == "gemm_cpu"
+    batch, pad = 2, 3
+    for M, N, K in [(1, 1, 1), (31, 33, 5), (33, 65, 31), (65, 31, 33), (7, 17, 65)]:
+        a, b = rng.standard_normal((batch, M, K)), rng.standard_normal((batch, K, N))
+        c, bias = rng.standard_normal((batch, M, N)), rng.standard_normal(N)
+        sa, sb = (np.stack([stored(x, tr) for x in xs]) for xs, tr in ((a, trans_a), (b, trans_b)))
+        lda, ldb = sa.shape[2] + pad, sb.shape[2] + pad
+        A = np.full((batch, sa.shape[1], lda), np.nan)
+        A[:, :, :sa.shape[2]] = sa
+        B = np.full((batch, sb.shape[1], ldb), np.nan)
+        B[:, :, :sb.shape[2]] = sb
+        Ab = t(ctx, np.concatenate([[np.nan], A.ravel()])).view((A.size,), offset=1)
+        op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="col", activation="relu", batch=batch,
+                  tile=tile)
+        C = t(ctx, c)
+        op(Ab, t(ctx, B), C, bias=t(ctx, bias), alpha=0.5, beta=0.25, lda=lda, ldb=ldb,
+           stride_a=A[0].size, stride_b=B[0].size, stride_c=M * N)
+        for i in range(batch):
+            close(C.numpy()[i], reference(a[i], b[i], c[i], 0.5, 0.25, bias, "col", "relu"), K)
+
+
+def test_cpu_table_uses_wide_tiles(ctx):
+    if not ctx.facts.is_cpu:
+        pytest.skip("the CPU row of the GEMM table")
+    assert tuning.gemm_kernel(Gemm(ctx, 1024, 1024, 1024).tile) == "gemm_cpu"
+
+
+def test_wide_tiles_pack_and_split(ctx, rng):
+    # B packed into strips (M >= CPU_PACK_MIN_M), then K cut in three and summed
+    M, N, K = tuning.CPU_PACK_MIN_M + 6, 33, 100
+    a, b, c, bias = (rng.standard_normal(s) for s in ((M, K), (N, K), (M, N), M))
+    op = Gemm(ctx, M, N, K, trans_b=True, bias="row", split_k=3, tile=WIDE[0])
+    C = t(ctx, c)
+    launches = op.launches(t(ctx, a), t(ctx, b), C, bias=t(ctx, bias), beta=0.5)
+    assert [launch.name for launch in launches] == ["gemm_pack_b", "gemm", "gemm_reduce"]
+    for launch in launches:
+        launch(ctx.queue)
+    close(C.numpy(), reference(a, b.T, c, 1.0, 0.5, bias, "row"), K)

@@ -13,6 +13,8 @@ or forced for testing:
   ungrouped layers (``core/conv_winograd.py``), all three directions.
 - ``"depthwise"``: direct kernels when every group has one input channel
   (``core/conv_depthwise.py``).
+- ``"im2col"``: ungrouped layers as column unrolling (col2im for backward-data) + the
+  GEMM of ``core/gemm.py`` in chunks of the batch (``core/conv_im2col.py``); CPUs' choice.
 
 Tensors are NCHW float32; weights ``[out_c, in_c/groups, kh, kw]``. The batch size is read
 from the tensors at ``launches`` time and stays a kernel argument; ``batch`` given to a
@@ -20,7 +22,7 @@ constructor is the size whose kernels are built at once (tiles may depend on it)
 """
 import numpy as np
 
-from . import conv_depthwise, conv_gemm, conv_winograd, tuning
+from . import conv_depthwise, conv_gemm, conv_im2col, conv_winograd, tuning
 from .activation import FUSABLE
 from .conv_geometry import ConvGeometry
 
@@ -29,7 +31,7 @@ __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilte
 
 # "winograd" picks its tile (F(4x4,3x3) unless the output is tiny); "winograd2" and
 # "winograd4" force F(2x2,3x3) / F(4x4,3x3)
-ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise")
+ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise", "im2col")
 
 
 def algorithm_applies(geom, algo, direction="forward"):
@@ -41,6 +43,8 @@ def algorithm_applies(geom, algo, direction="forward"):
                 and geom.groups == 1)
     if algo == "depthwise":
         return geom.groups > 1 and geom.in_c == geom.groups
+    if algo == "im2col":
+        return geom.groups == 1
     raise ValueError("unknown convolution algorithm %r; known: %s" % (algo, ", ".join(ALGORITHMS)))
 
 
@@ -51,6 +55,9 @@ def choose_algorithm(ctx, geom, direction="forward"):
     """
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
+    if algorithm_applies(geom, "im2col", direction) and \
+            tuning.prefer_im2col(ctx.facts, direction, geom.is_plain_1x1):
+        return "im2col"
     if algorithm_applies(geom, "winograd", direction) and \
             tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c):
         return "winograd"
@@ -129,7 +136,7 @@ class ConvForward(_Op):
     """``y = act(conv(x, w) + b) (+ beta * y)``."""
     direction = "forward"
     impls = {"gemm": conv_gemm.Forward, "winograd": conv_winograd.Forward,
-             "depthwise": conv_depthwise.Forward}
+             "depthwise": conv_depthwise.Forward, "im2col": conv_im2col.Forward}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
                  splits=None):
@@ -159,7 +166,7 @@ class ConvBackwardData(_Op):
     also the forward pass of a transposed convolution (bias per input channel)."""
     direction = "backward_data"
     impls = {"gemm": conv_gemm.BackwardData, "winograd": conv_winograd.BackwardData,
-             "depthwise": conv_depthwise.BackwardData}
+             "depthwise": conv_depthwise.BackwardData, "im2col": conv_im2col.BackwardData}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
                  splits=None):
@@ -188,7 +195,7 @@ class ConvBackwardFilter(_Op):
     """``dw = beta * dw + correlate(x, dy)`` (beta=1: gradients add up)."""
     direction = "backward_filter"
     impls = {"gemm": conv_gemm.BackwardFilter, "winograd": conv_winograd.BackwardFilter,
-             "depthwise": conv_depthwise.BackwardFilter}
+             "depthwise": conv_depthwise.BackwardFilter, "im2col": conv_im2col.BackwardFilter}
 
     def __init__(self, ctx, geom, algo="auto", splits=None, batch=16):
         super().__init__(ctx, geom, algo, dict(splits=splits, batch=batch))

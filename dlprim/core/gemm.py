@@ -54,7 +54,8 @@ class Gemm:
         if tile:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
         self.splits, self.k_chunk = self._split(split_k)
-        self._workspace = None
+        self.pack_b = tuning.pack_b(self.tile, self.M) and self.K > 0
+        self._workspace = self._packed_b = None
         # build now the variant that packed, aligned operands use
         self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"))
 
@@ -96,10 +97,18 @@ class Gemm:
     def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True):
         """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc)."""
         bias, act = (self.bias or "none", self.activation) if epilogue else ("none", "identity")
+        if tuning.gemm_kernel(self.tile) == "gemm_cpu":  # unaligned loads cost no more there
+            return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
+                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
+                               PACK_B=int(self.pack_b), **self.tile)
         return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
                            BIAS=bias, ACTIVATION=act,
                            ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
                            ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0, **self.tile)
+
+    def _reduce_program(self):
+        return program.get(self.ctx, "gemm_reduce", BIAS=self.bias or "none",
+                           ACTIVATION=self.activation)
 
     @property
     def flops(self):
@@ -168,6 +177,16 @@ class Gemm:
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         aligned_ab = (self._aligned(lda, A.offset, stride_a), self._aligned(ldb, B.offset, stride_b))
         t = self.tile
+        pack = []
+        if self.pack_b:  # op(B) -> strips of BLOCK_N columns (kernels/gemm_cpu.cl)
+            strips = ceil_div(self.N, t["BLOCK_N"])
+            if self._packed_b is None:
+                self._packed_b = Tensor(self.ctx, (self.batch * strips * self.K * t["BLOCK_N"],))
+            prg = self._program(*aligned_ab, 0)
+            pack = [program.Launch(prg, "gemm_pack_b", (strips, self.K, self.batch), None,
+                                   [i32(self.N), i32(self.K), B, i32(ldb), u64(stride_b),
+                                    self._packed_b])]
+            B, ldb, stride_b = self._packed_b, t["BLOCK_N"], strips * self.K * t["BLOCK_N"]
         wg_m, wg_n = t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]
         gsize = (ceil_div(self.N, t["TILE_N"]) * wg_n, ceil_div(self.M, t["TILE_M"]) * wg_m,
                  self.batch * self.splits)
@@ -176,7 +195,8 @@ class Gemm:
         if self.splits == 1:
             prg = self._program(*aligned_ab, self._aligned(ldc, C.offset, stride_c))
             args = head + [C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
-            return [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops)]
+            return pack + [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args,
+                                          flops=self.flops)]
         # split-K: partial products into the workspace, then sum + epilogue into C
         part = round_up(self.M * self.N, 4)  # keeps every part 16-byte aligned
         if self._workspace is None:
@@ -186,8 +206,8 @@ class Gemm:
         args = head + [W, i32(self.N), u64(part), W.buffer, u64(0), f32(alpha), f32(0)]
         reduce_args = [i32(self.M), i32(self.N), i32(self.splits), W, u64(part),
                        C, i32(ldc), u64(stride_c), *bias_args, f32(beta)]
-        return [program.Launch(first, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops),
-                program.Launch(self._program(*aligned_ab, 0), "gemm_reduce",
+        return pack + [program.Launch(first, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops),
+                program.Launch(self._reduce_program(), "gemm_reduce",
                                (round_up(self.N, 32), round_up(self.M, 4),
                                 self.batch), (32, 4, 1), reduce_args)]
 

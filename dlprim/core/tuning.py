@@ -16,16 +16,38 @@ from ..kernels.program import pow2_at_least
 from ..utils import ceil_div
 from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
 
-__all__ = ["TILE_KEYS", "CLASSES", "CONV_CLASSES", "family", "shape_class", "default_tile",
-           "tuned_tile", "pick_tile", "check_tile", "candidates", "conv_class", "conv_tile",
-           "conv_vec", "winograd_sum_tile", "prefer_winograd", "cache_dir", "cache_file",
-           "device_key", "store_tuned"]
+__all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "pack_b", "CLASSES", "CONV_CLASSES",
+           "family", "shape_class", "default_tile", "tuned_tile", "pick_tile", "check_tile",
+           "candidates", "conv_class", "conv_tile", "conv_vec", "winograd_sum_tile",
+           "prefer_winograd", "prefer_im2col", "cache_dir", "cache_file", "device_key",
+           "store_tuned"]
 
 TILE_KEYS = ("TILE_M", "TILE_N", "TILE_K", "BLOCK_M", "BLOCK_N", "VEC", "GROUP")
 
 
 def _tile(tm, tn, tk, bm, bn, vec=4, group=1):
     return dict(zip(TILE_KEYS, (tm, tn, tk, bm, bn, vec, group)))
+
+
+# VEC 8 or 16 selects kernels/gemm_cpu.cl: float8/float16 register blocks read straight
+# from global memory, no local-memory tiles; meant for CPU drivers, which run a
+# work-group as one loop on one core (TILE_K is then its K loop's unroll).
+CPU_VECS = (8, 16)
+
+
+def gemm_kernel(tile):
+    """The template a GEMM tile runs on: 'gemm_cpu' for the wide CPU tiles, else 'gemm'."""
+    return "gemm_cpu" if tile["VEC"] in CPU_VECS else "gemm"
+
+
+# gemm_cpu.cl first packs op(B) into contiguous strips (one pass over B) where at least
+# this many rows of C read each strip; below, the copy costs more than it saves
+CPU_PACK_MIN_M = 64
+
+
+def pack_b(tile, M):
+    """Whether a GEMM with this tile and M rows of C packs B first (kernels/gemm_cpu.cl)."""
+    return gemm_kernel(tile) == "gemm_cpu" and M >= CPU_PACK_MIN_M
 
 
 def family(facts):
@@ -44,8 +66,10 @@ def family(facts):
 SMALL = 64  # M or N under this is a "small" side: big tiles would leave most threads idle
 CLASSES = ("huge", "large", "medium", "narrow_m", "narrow_n", "small_m", "small_n", "small")
 
-# family -> shape class -> tile; CPUs (PoCL) get small tiles and one config for every
-# class, which also keeps the number of builds low there.
+# family -> shape class -> tile; CPUs (PoCL) get one wide tile (kernels/gemm_cpu.cl) for
+# every class, which also keeps the number of builds low there: 64x64 work-groups of
+# 4x16 float8 blocks (8 accumulators, within AVX2's 16 registers) led 16x64, 32x64,
+# 6x16, 8x8 and float16 blocks at 512-2048 on a 2-core EPYC (docs/benchmarks.md).
 _GEMM = {
     "gpu": {"huge": _tile(128, 256, 8, 8, 16, 4, 8), "large": _tile(128, 128, 16, 8, 8, 4, 8),
             "medium": _tile(128, 64, 16, 8, 8, 4, 8),
@@ -57,7 +81,7 @@ _GEMM = {
                    "small": _tile(32, 32, 16, 4, 4)},
                   medium=_tile(32, 32, 16, 4, 4), narrow_m=_tile(64, 64, 16, 4, 4),
                   narrow_n=_tile(64, 64, 16, 4, 4)),
-    "cpu": dict.fromkeys(CLASSES, _tile(32, 32, 16, 4, 4)),
+    "cpu": dict.fromkeys(CLASSES, _tile(64, 64, 8, 4, 16, 8)),
     "other": dict.fromkeys(CLASSES, _tile(32, 32, 8, 4, 4)),
 }
 
@@ -164,10 +188,19 @@ def check_tile(tile, facts, kernel="gemm"):
     t = {k: int(tile[k]) for k in TILE_KEYS}
     if any(v <= 0 for v in t.values()):
         raise ValueError("%s: every parameter must be positive, got %s" % (what, t))
-    if t["VEC"] not in (1, 4):
-        raise ValueError("%s: VEC must be 1 or 4, got %d" % (what, t["VEC"]))
+    wide = kernel == "gemm" and t["VEC"] in CPU_VECS
+    if t["VEC"] not in (1, 4) and not wide:
+        raise ValueError("%s: VEC must be 1 or 4%s, got %d"
+                         % (what, " (8 or 16: kernels/gemm_cpu.cl)" if kernel == "gemm" else "",
+                            t["VEC"]))
     for side in "MN":
         tm, bm = t["TILE_" + side], t["BLOCK_" + side]
+        if wide:  # only B rows are read VEC wide; A is broadcast one value at a time
+            if tm % bm or (side == "N" and bm % t["VEC"]):
+                raise ValueError("%s: TILE_%s=%d must be a multiple of BLOCK_%s=%d%s"
+                                 % (what, side, tm, side, bm, ", itself a multiple of VEC=%d"
+                                    % t["VEC"] if side == "N" else ""))
+            continue
         if tm % bm or bm % t["VEC"] or tm % 4:
             raise ValueError("%s: TILE_%s=%d must be a multiple of 4 and of BLOCK_%s=%d, "
                              "itself a multiple of VEC=%d" % (what, side, tm, side, bm, t["VEC"]))
@@ -189,6 +222,8 @@ def check_tile(tile, facts, kernel="gemm"):
                              "kernel's load mappings)" % (what, threads, tm, tn, tk))
         pad = 4 if t["VEC"] == 4 else 1
         local = tk * (tm + tn + 2 * pad) * 4
+    elif wide:
+        local = 0
     else:
         local = 2 * t["TILE_K"] * (t["TILE_M"] + t["TILE_N"] + 8) * 4
     if local > facts.local_mem:
@@ -207,8 +242,9 @@ _CANDIDATES = {
                      (128, 64, 16, 8, 4, 4, 8), (64, 64, 16, 4, 4, 4, 8),
                      (64, 64, 16, 8, 8, 4, 8), (32, 64, 16, 4, 4, 4, 1),
                      (64, 32, 16, 4, 4, 4, 1), (32, 32, 16, 4, 4, 4, 1)],
-             "cpu": [(32, 32, 16, 4, 4, 4, 1), (16, 16, 16, 4, 4, 4, 1), (64, 64, 16, 8, 8, 4, 1),
-                     (32, 32, 8, 4, 4, 1, 1)]},
+             "cpu": [(64, 64, 8, 4, 16, 8, 1), (16, 64, 8, 4, 16, 8, 1), (64, 64, 8, 4, 16, 16, 1),
+                     (16, 32, 8, 4, 32, 16, 1), (48, 64, 8, 6, 16, 8, 1), (64, 64, 8, 8, 8, 8, 1),
+                     (32, 32, 16, 4, 4, 4, 1)]},
     "conv": {"gpu": [(128, 128, 16, 8, 8, 4, 1), (64, 128, 16, 8, 8, 4, 1),
                      (64, 64, 16, 4, 4, 4, 1), (32, 64, 16, 4, 4, 4, 1),
                      (128, 64, 16, 8, 8, 4, 1), (128, 128, 8, 8, 8, 4, 1),
@@ -242,6 +278,17 @@ def winograd_sum_tile(facts, in_c):
     """The batched Gemm tile of Winograd's filter sum: 64 x 128 on GPUs where in_c fills it
     (it led the other tilings and split-K on an H200), else None (the Gemm's own)."""
     return _tile(64, 128, 16, 8, 8, 4, 1) if facts.is_gpu and in_c >= 128 else None
+
+
+# ----- im2col + GEMM (core/conv_im2col.py): on CPUs every direction of ungrouped layers
+# (forward and backward-data not for plain 1x1 ones, a GEMM already); 64->64 3x3 at
+# 56x56, batch 2, on a 2-core EPYC under PoCL (docs/benchmarks.md "CPU (PoCL)")
+IM2COL_WORKSPACE_BYTES = 64 << 20  # columns of this many bytes at most: chunks of the batch
+
+
+def prefer_im2col(facts, direction, plain_1x1):
+    """Whether ``direction`` of an ungrouped convolution runs as im2col + GEMM."""
+    return facts.is_cpu and (direction == "backward_filter" or not plain_1x1)
 
 
 def prefer_winograd(facts, direction, in_c, out_c):

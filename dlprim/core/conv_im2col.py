@@ -1,0 +1,136 @@
+"""Convolution as im2col + GEMM, for CPU drivers (``kernels/conv_im2col.cl``,
+``core/gemm.py``): all three directions of ungrouped layers.
+
+A chunk of images is unrolled into columns (``conv_im2col``: C*KH*KW rows of OH*OW per
+image), then ``Gemm`` works on them: forward one strided-batch GEMM for the chunk,
+``y = act(w · col + b + beta * y)``; backward-filter one GEMM per image,
+``dw = beta * dw + dy · colᵀ`` (beta for the first image, then 1: the batch sum);
+backward-data the other way round, ``col = wᵀ · dy``, then ``conv_col2im``.
+Chunks follow one another through a workspace of at most
+``tuning.IM2COL_WORKSPACE_BYTES``. On CPUs the GEMM's wide register blocks
+(``gemm_cpu.cl``) beat the implicit GEMM, whose gathers and local tiles suit GPUs; the
+column copy costs one pass over C*KH*KW*OH*OW floats per image.
+"""
+import numpy as np
+
+from ..kernels import program
+from ..tensor import ws_view
+from . import tuning
+from .gemm import Gemm
+
+__all__ = ["Forward", "BackwardData", "BackwardFilter"]
+
+
+class _Columns:
+    """The column workspace of a layer and the launches that fill it, chunk by chunk."""
+
+    def __init__(self, ctx, geom, bias=False, activation="identity"):
+        self.ctx, self.geom = ctx, geom
+        self.k = geom.in_c * geom.kh * geom.kw
+        self.n = geom.out_h * geom.out_w
+        # the epilogue is col2im's (backward-data); im2col ignores it
+        self.program = program.get(ctx, "conv_im2col", BIAS=int(bias), ACTIVATION=activation)
+        g = geom
+        self.geom_args = [np.int32(v) for v in (g.in_c, g.in_h, g.in_w, g.out_h, g.out_w, g.kh,
+                                                g.kw, g.sh, g.sw, g.pad[0], g.pad[1], g.dh,
+                                                g.dw)]
+
+    def chunk(self, batch):
+        """Images unrolled at a time: as many as the workspace bound allows, at least one."""
+        per_image = self.k * self.n * 4
+        return max(1, min(batch, tuning.IM2COL_WORKSPACE_BYTES // max(per_image, 1)))
+
+    def workspace_bytes(self, batch):
+        return self.chunk(batch) * self.k * self.n * 4
+
+    def chunks(self, x, ws):
+        """(first image, images, launch unrolling them into col, col) per chunk of x."""
+        batch = x.shape[0]
+        chunk = self.chunk(batch)
+        col = ws_view(ws, 0, chunk * self.k * self.n)
+        for img0 in range(0, batch, chunk):
+            count = min(chunk, batch - img0)
+            yield img0, count, program.Launch(self.program, "conv_im2col",
+                                              (self.geom.out_h, self.k, count), None,
+                                              self.geom_args + [x, np.uint64(img0), col]), col
+
+
+class Forward(_Columns):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+        super().__init__(ctx, geom)
+        self.bias, self.activation = "row" if bias else None, activation
+        self.ops = {}
+        self.op(self.chunk(batch))  # build the GEMM now
+
+    def op(self, chunk):
+        if chunk not in self.ops:
+            self.ops[chunk] = Gemm(self.ctx, self.geom.out_c, self.n, self.k, bias=self.bias,
+                                   activation=self.activation, batch=chunk)
+        return self.ops[chunk]
+
+    def launches(self, x, w, y, b, ws, beta):
+        out = []
+        y_image = self.geom.out_c * self.n
+        for img0, count, unroll, col in self.chunks(x, ws):
+            y_part = y.view((count * y_image,), offset=img0 * y_image)
+            out += [unroll] + self.op(count).launches(w, col, y_part, bias=b, beta=beta,
+                                                      stride_a=0, stride_b=self.k * self.n,
+                                                      stride_c=y_image)
+        return out
+
+
+class BackwardFilter(_Columns):
+    """dw (out_c x C*KH*KW) = beta * dw + sum over images of dy[img] · col[img]ᵀ."""
+
+    def __init__(self, ctx, geom, splits=None, batch=16):
+        if splits is not None:
+            raise ValueError("splits: im2col sums the batch image by image; it does not "
+                             "split its reduction")
+        super().__init__(ctx, geom)
+        self.gemm = Gemm(ctx, geom.out_c, self.k, self.n, trans_b=True)
+
+    def launches(self, x, dy, dw, ws, beta):
+        out = []
+        dy_image = self.geom.out_c * self.n
+        for img0, count, unroll, col in self.chunks(x, ws):
+            out.append(unroll)
+            for i in range(count):
+                dy_i = dy.view((dy_image,), offset=(img0 + i) * dy_image)
+                col_i = col.view((self.k * self.n,), offset=i * self.k * self.n)
+                out += self.gemm.launches(dy_i, col_i, dw, beta=beta if img0 + i == 0 else 1.0)
+        return out
+
+
+class BackwardData(_Columns):
+    """dx = act(beta * dx + col2im(wᵀ · dy) + bias): one strided-batch GEMM per chunk into
+    the columns, then ``conv_col2im`` gathers every pixel's taps (bias per input channel
+    and the activation: a transposed convolution's forward)."""
+
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+        super().__init__(ctx, geom, bias, activation)
+        self.bias = bias
+        self.ops = {}
+        self.op(self.chunk(batch))
+
+    def op(self, chunk):
+        if chunk not in self.ops:
+            self.ops[chunk] = Gemm(self.ctx, self.k, self.n, self.geom.out_c, trans_a=True,
+                                   batch=chunk)
+        return self.ops[chunk]
+
+    def launches(self, dy, w, dx, b, ws, beta):
+        g, batch = self.geom, dy.shape[0]
+        chunk = self.chunk(batch)
+        col = ws_view(ws, 0, chunk * self.k * self.n)
+        dy_image = g.out_c * self.n
+        bias_args = b.kernel_args if self.bias else (col.buffer, np.uint64(0))
+        out = []
+        for img0 in range(0, batch, chunk):
+            count = min(chunk, batch - img0)
+            dy_part = dy.view((count * dy_image,), offset=img0 * dy_image)
+            out += self.op(count).launches(w, dy_part, col, stride_a=0, stride_b=dy_image,
+                                           stride_c=self.k * self.n)
+            out.append(program.Launch(self.program, "conv_col2im", (g.in_h, g.in_c, count), None,
+                                      self.geom_args + [col, dx, np.uint64(img0), *bias_args,
+                                                        np.float32(beta)]))
+        return out

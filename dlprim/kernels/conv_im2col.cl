@@ -1,0 +1,70 @@
+<%include file="common.h"/>
+// im2col for the CPU convolution path (core/conv_im2col.py): the images img0.. of x
+// (NCHW) unrolled into col[img][(c * KH + i) * KW + j][oy * OW + ox] =
+// x[img][c][oy * SH - PT + i * DH][ox * SW - PL + j * DW], zero in the padding, so that
+// the convolution is one GEMM per image: y = w (out_c x C*KH*KW) · col.
+// One work-item writes one output row (OW contiguous floats) of one col row.
+__kernel void conv_im2col(int C, int H, int W, int OH, int OW, int KH, int KW, int SH,
+                          int SW, int PT, int PL, int DH, int DW,
+                          __global const float *x, ulong x_offset, ulong img0,
+                          __global float *col, ulong col_offset)
+{
+    const int oy = get_global_id(0), r = get_global_id(1);
+    const ulong img = get_global_id(2);
+    const int j = r % KW, i = (r / KW) % KH, c = r / (KW * KH);
+    const int iy = oy * SH - PT + i * DH;
+    __global float *out = col + col_offset + (img * get_global_size(1) + r) * OH * OW
+        + (ulong)oy * OW;
+    if (iy < 0 || iy >= H) {
+        for (int ox = 0; ox < OW; ox++)
+            out[ox] = 0.0f;
+        return;
+    }
+    __global const float *row = x + x_offset + (((img0 + img) * C + c) * H + iy) * W;
+    const int ix0 = j * DW - PL;
+    for (int ox = 0; ox < OW; ox++) {
+        const int ix = ix0 + ox * SW;
+        out[ox] = (ix >= 0 && ix < W) ? row[ix] : 0.0f;
+    }
+}
+
+// col2im for backward-data (a transposed convolution's forward): col as conv_im2col lays
+// it out, now holding wᵀ · dy; dx[img0 + img][c][iy][ix] = act(sum of the col entries
+// whose tap lands on (iy, ix) + beta * dx + bias[c]). A gather (no atomics): one
+// work-item per row of dx walks the KH x KW taps that reach each of its pixels.
+__kernel void conv_col2im(int C, int H, int W, int OH, int OW, int KH, int KW, int SH,
+                          int SW, int PT, int PL, int DH, int DW,
+                          __global const float *col, ulong col_offset,
+                          __global float *dx, ulong dx_offset, ulong img0,
+                          __global const float *bias, ulong bias_offset, float beta)
+{
+    const int iy = get_global_id(0), c = get_global_id(1);
+    const ulong img = get_global_id(2);
+    __global const float *src = col + col_offset + (img * C + c) * KH * KW * OH * OW;
+    __global float *out = dx + dx_offset + (((img0 + img) * C + c) * H + iy) * W;
+    for (int ix = 0; ix < W; ix++) {
+        float v = 0.0f;
+        for (int i = 0; i < KH; i++) {
+            const int ty = iy + PT - i * DH;
+            if (ty < 0 || ty % SH)
+                continue;
+            const int oy = ty / SH;
+            if (oy >= OH)
+                continue;
+            for (int j = 0; j < KW; j++) {
+                const int tx = ix + PL - j * DW;
+                if (tx < 0 || tx % SW)
+                    continue;
+                const int ox = tx / SW;
+                if (ox < OW)
+                    v += src[((ulong)(i * KW + j) * OH + oy) * OW + ox];
+            }
+        }
+        if (beta != 0.0f)
+            v += beta * out[ix];
+% if BIAS:
+        v += bias[bias_offset + c];
+% endif
+        out[ix] = ACT_${ACTIVATION}(v);
+    }
+}
