@@ -22,6 +22,7 @@ MODULES = ["dlprim", "dlprim.context", "dlprim.tensor", "dlprim.dtypes", "dlprim
 PACKAGES = ["dlprim.core", "dlprim.data", "dlprim.train", "dlprim.cli"]
 # the convolution algorithms and GEMM tile tables behind dlprim.core.conv / gemm
 INTERNAL = {"dlprim.core.conv_gemm", "dlprim.core.conv_winograd", "dlprim.core.conv_depthwise",
+            "dlprim.core.conv_im2col",
             "dlprim.core.tuning"}
 
 
