@@ -1,11 +1,15 @@
-"""Small helpers every part uses, with no dependencies: atomic file writes, integer
-rounding (grid sizes, alignment, tile counts) and the test of what counts as a size."""
+"""Small helpers every part uses, depending on nothing but the error family: atomic file
+writes, the check before opening a file, integer rounding (grid sizes, alignment, tile
+counts) and the test of what counts as a size."""
 import numbers
 import os
 import secrets
 import stat
 
-__all__ = ["atomic_write", "fsync_dir", "ceil_div", "round_up", "is_int", "shape_problem"]
+from .errors import MissingFileError
+
+__all__ = ["atomic_write", "fsync_dir", "ceil_div", "round_up", "is_int", "shape_problem",
+           "check_regular_file"]
 
 
 def is_int(value):
@@ -92,3 +96,15 @@ def fsync_dir(directory):
             os.close(dfd)
     except OSError:
         pass
+
+
+def check_regular_file(path, what, error):
+    """Check ``path`` before it is opened: a MissingFileError when it is not there, and
+    ``error`` (the caller's class) for a FIFO, socket, device or folder, which would block
+    or never end; ``what`` names the file in the message ("parameter file")."""
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        return
+    if os.path.exists(path):
+        raise error("%s '%s' is not a regular file" % (what, path))
+    raise MissingFileError("%s '%s' does not exist" % (what, path))

@@ -66,19 +66,11 @@ __kernel void xent_forward_rows(ulong C, long ignore, __global const float *x, u
                                 __local float *scratch)
 {
     ulong row = get_group_id(0);
-    int lid = get_local_id(0), wg = get_local_size(0);
     x += x_offset + row * C;
     long k = (long)label[label_offset + row];
-    float m = -INFINITY;
-    for (ulong c = lid; c < C; c += wg)
-        m = fmax(m, x[c]);
-    m = wg_reduce_max(scratch, m);
-    float s = 0.0f;
-    for (ulong c = lid; c < C; c += wg)
-        s += exp(x[c] - m);
-    s = wg_reduce_sum(scratch, s);
-    if (lid == 0)
-        loss[loss_offset + row] = COUNTS(k) ? m + log(s) - x[k] : 0.0f;
+    float2 ms = wg_row_max_sumexp(scratch, x, C);
+    if (get_local_id(0) == 0)
+        loss[loss_offset + row] = COUNTS(k) ? ms.x + log(ms.y) - x[k] : 0.0f;
 }
 
 // d loss / d x_nc = dy * scale * (softmax(x_n)_c - [c == label_n]) for a row that counts,
@@ -96,14 +88,8 @@ ${scale_load(True)}\
     dx += dx_offset + row * C;
     long k = (long)label[label_offset + row];
     float w = COUNTS(k) ? dy[dy_offset] * scale : 0.0f;
-    float m = -INFINITY;
-    for (ulong c = lid; c < C; c += wg)
-        m = fmax(m, x[c]);
-    m = wg_reduce_max(scratch, m);
-    float s = 0.0f;
-    for (ulong c = lid; c < C; c += wg)
-        s += exp(x[c] - m);
-    s = wg_reduce_sum(scratch, s);
+    float2 ms = wg_row_max_sumexp(scratch, x, C);
+    float m = ms.x, s = ms.y;
     float inv = 1.0f / s;
     for (ulong c = lid; c < C; c += wg) {
         float g = w * (exp(x[c] - m) * inv - ((long)c == k ? 1.0f : 0.0f));

@@ -17,14 +17,8 @@ __kernel void softmax_forward_rows(ulong C, __global const float *x, ulong x_off
     int lid = get_local_id(0), wg = get_local_size(0);
     x += x_offset + row * C;
     y += y_offset + row * C;
-    float m = -INFINITY;
-    for (ulong c = lid; c < C; c += wg)
-        m = fmax(m, x[c]);
-    m = wg_reduce_max(scratch, m);
-    float s = 0.0f;
-    for (ulong c = lid; c < C; c += wg)
-        s += exp(x[c] - m);
-    s = wg_reduce_sum(scratch, s);
+    float2 ms = wg_row_max_sumexp(scratch, x, C);
+    float m = ms.x, s = ms.y;
 % if LOG:
     float lse = m + log(s);
     for (ulong c = lid; c < C; c += wg)

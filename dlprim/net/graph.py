@@ -16,8 +16,8 @@ import numbers
 import os
 
 from ..dtypes import DTYPES
-from ..errors import Error, MissingFileError
-from ..utils import shape_problem
+from ..errors import Error
+from ..utils import check_regular_file, shape_problem
 
 __all__ = ["Graph", "OpDef", "Value", "load_graph", "load_graph_file", "parse_json",
            "GraphError"]
@@ -281,10 +281,7 @@ def load_graph(source):
 def load_graph_file(path):
     """A Graph from the JSON file at ``path``; content that is not JSON is an error that
     says so (it is never taken for a path)."""
-    if not os.path.isfile(path):  # a FIFO or a device would block or never end
-        if os.path.exists(path):
-            raise GraphError("net file '%s' is not a regular file" % os.fspath(path))
-        raise MissingFileError("net file '%s' does not exist" % os.fspath(path))
+    check_regular_file(path, "net file", GraphError)
     with open(path, "rb") as f:
         data = f.read()
     return Graph(parse_json(data, "file '%s'" % os.fspath(path)))

@@ -19,15 +19,14 @@ registers "onnx"), so the Net reaches them without importing those packages.
 """
 import json
 import math
-import os
 import struct
 from collections import OrderedDict
 
 import numpy as np
 
 from ..dtypes import as_dtype, dlp_name
-from ..errors import FileFormatError, MissingFileError
-from ..utils import atomic_write
+from ..errors import FileFormatError
+from ..utils import atomic_write, check_regular_file
 
 __all__ = ["NET_EXPORTERS", "save_dlp", "load_dlp", "parse_header", "save_hdf5", "load_hdf5",
            "load", "MAGIC"]
@@ -150,11 +149,7 @@ def _count(value):
 
 
 def _check_regular(path):
-    # a FIFO or a device would block or never end: read regular files only
-    if not os.path.isfile(path):
-        if os.path.exists(path):
-            raise FileFormatError("%s is not a regular file" % path)
-        raise MissingFileError("parameter file %s does not exist" % path)
+    check_regular_file(path, "parameter file", FileFormatError)
 
 
 def _read_regular(path):

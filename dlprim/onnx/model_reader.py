@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from ..errors import MissingFileError
+from ..utils import check_regular_file
 from .errors import OnnxImportError, require_onnx
 from .external_data import load_external_data, uses_external_data
 
@@ -80,10 +80,7 @@ def _load(path_or_model):
 
 
 def _load_file(onnx, path):
-    if not os.path.exists(path):
-        raise MissingFileError("ONNX model file '%s' does not exist" % path)
-    if not os.path.isfile(path):  # a FIFO or device would block or never end
-        raise OnnxImportError("'%s' is not a regular file" % path)
+    check_regular_file(path, "ONNX model file", OnnxImportError)
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as err:  # protobuf's DecodeError, or onnx's own errors

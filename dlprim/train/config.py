@@ -12,8 +12,8 @@ import json
 import os
 
 from ..errors import Error
-
-from .config_check import Checker, is_int
+from ..utils import is_int
+from .config_check import Checker
 from .config_data import DATA_TYPES, check_data, sample_count
 
 __all__ = ["ConfigError", "load_config", "validate_config", "apply_overrides", "DEFAULTS"]

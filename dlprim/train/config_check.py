@@ -7,12 +7,9 @@ import difflib
 import json
 import os
 
-__all__ = ["Checker", "is_int", "is_num", "join"]
+from ..utils import is_int
 
-
-def is_int(v):
-    """True for an int that is not a bool (JSON true is not a count)."""
-    return isinstance(v, int) and not isinstance(v, bool)
+__all__ = ["Checker", "is_num", "join"]
 
 
 def is_num(v):
