@@ -267,8 +267,10 @@ def test_errors(ctx):
 
 def test_reduce_many_chunks(ctx, rng, monkeypatch):
     from dlprim.core import tuning_launch
-    # force more chunks than the finish group
+    # force more chunks than the finish group (GPUs) / many short chunks (CPUs)
     monkeypatch.setattr(tuning_launch, "SPLIT_GROUPS_PER_CU", 1000)
+    monkeypatch.setattr(tuning_launch, "POINTWISE_CPU_ITEMS_PER_CU", 1000)
+    monkeypatch.setattr(tuning_launch, "POINTWISE_CPU_MIN_CHUNK", 16)
     a = rng.standard_normal((300001,)).astype(np.float32)
     op = PointwiseBroadcastReduce(ctx, [(a.shape, "float")], [((1,), "float"), ((1,), "float")],
                                   "y0 = x0; y1 = x0;", "reduce_y0 = 0; reduce_y1 = -INFINITY;",
@@ -313,3 +315,29 @@ def test_set_params_rebinds_prepared_launches(ctx):
     assert np.array_equal(y.numpy(), np.arange(33) * -1.0 + 0.5)
     with pytest.raises(ValueError, match="expected 2 params"):
         op.set_params(launches, [1.0])
+
+
+def test_short_chunks_cross_rows_and_broadcasts(ctx, rng, monkeypatch):
+    """Work-items whose chunks start and end inside rows (CPU path: a row of the innermost
+    dimension at a time), with per-channel and per-column broadcasts, beta = 1, and a
+    reduction whose rows are not a multiple of the partial results' count."""
+    from dlprim.core import tuning_launch
+    monkeypatch.setattr(tuning_launch, "POINTWISE_CPU_ITEMS_PER_CU", 1000)
+    monkeypatch.setattr(tuning_launch, "POINTWISE_CPU_MIN_CHUNK", 64)
+    monkeypatch.setattr(tuning_launch, "SPLIT_GROUPS_PER_CU", 1000)
+    a = rng.standard_normal((5, 3, 131)).astype(np.float32)
+    b = rng.standard_normal((3, 1)).astype(np.float32)
+    c = rng.standard_normal((131,)).astype(np.float32)
+    old = rng.standard_normal(a.shape).astype(np.float32)
+    op = PointwiseBroadcast(ctx, [(a.shape, "float"), (b.shape, "float"), (c.shape, "float")],
+                            [(a.shape, "float")], "y0 = x0 * x1 + x2;")
+    y = placed(ctx, old)
+    op([placed(ctx, a), placed(ctx, b), placed(ctx, c)], [y], beta=1.0)
+    np.testing.assert_allclose(y.numpy(), a * b + c + old, rtol=1e-5, atol=1e-5)
+    red = PointwiseBroadcastReduce(ctx, [(a.shape, "float"), (c.shape, "float")],
+                                   [((1, 3, 1), "float")], "y0 = x0 * x1;")
+    assert red.chunks > 1
+    s = empty(ctx, (1, 3, 1))
+    red([placed(ctx, a), placed(ctx, c)], [s])
+    ref = (a.astype(np.float64) * c).sum(axis=(0, 2), keepdims=True)
+    np.testing.assert_allclose(s.numpy(), ref, rtol=1e-5, atol=1e-4)

@@ -196,13 +196,18 @@ class PointwiseBroadcast(_Base):
         x_full = tuple(s == contiguous for s in self._xstrides)
         self._it = index_type(self.size)
         self._wg = min(tuning_launch.POINTWISE_WG, ctx.facts.max_work_group)
-        params = dict(MODE="pointwise", NAME=_kernel_name(self.name), CODE=code,
+        self._cpu = ctx.facts.is_cpu
+        x_last = tuple("full" if full else {1: "1", 0: "0"}.get(st[-1], "s")
+                       for full, st in zip(x_full, self._xstrides))
+        params = dict(MODE="pointwise_cpu" if self._cpu else "pointwise",
+                      NAME=_kernel_name(self.name), CODE=code, X_LAST=x_last,
                       XS=tuple(_types(d) for _, d in self.x_specs),
                       YS=tuple(_types(d) for _, d in self.y_specs),
                       WS=tuple(ct for _, ct in self.param_types), DIMS=len(self._dims),
                       X_FULL=x_full, IT="uint" if self._it is np.uint32 else "ulong",
                       ELEMS=tuning_launch.POINTWISE_ELEMS, REDUCE_INIT="", REDUCE="", KEPT=0,
-                      RED=0, L0=1, L1=1, REDUCE_DIM0=False, FINISH_WG=1)
+                      RED=0, L0=1, L1=1, REDUCE_DIM0=False, FINISH_WG=1,
+                      REDUCE_CPU=False, R_LAST=())
         self.program = _build(ctx, code, params, ["CODE"])
         self._kernel = params["NAME"]
 
@@ -217,7 +222,12 @@ class PointwiseBroadcast(_Base):
         args = [it(self.size)] + [a for n in self._dims for a in divisor_args(it, n)]
         for x, st in zip(xs, self._xstrides):
             args += [x] + [it(s) for s in st]
-        args += list(ys) + self._betas(beta) + params
+        args += list(ys)
+        if self._cpu:
+            chunk = tuning_launch.pointwise_cpu_chunk(self.ctx.facts, self.size)
+            return [program.Launch(self.program, self._kernel, (ceil_div(self.size, chunk),),
+                                   (1,), args + [it(chunk)] + self._betas(beta) + params)]
+        args += self._betas(beta) + params
         items = ceil_div(self.size, tuning_launch.POINTWISE_ELEMS)
         return [program.Launch(self.program, self._kernel, (round_up(items, self._wg),),
                                (self._wg,), args)]
@@ -270,7 +280,13 @@ class PointwiseBroadcastReduce(_Base):
         self.reduced = int(np.prod(self._red, dtype=np.int64))
         self._it = index_type(int(np.prod(full, dtype=np.int64)))
         reduce_dim0 = bool(lab) and lab[-1] == 1
-        self._layout(reduce_dim0)
+        self._cpu = ctx.facts.is_cpu
+        if self._cpu:
+            self._layout_cpu()
+        else:
+            self._layout(reduce_dim0)
+        r_last = tuple({1: "1", 0: "0"}.get(st[-1], "s") if self._red else "0"
+                       for st in self._xst)
         params = dict(MODE="reduce", NAME=_kernel_name(self.name), CODE=code,
                       REDUCE_INIT=reduce_init, REDUCE=reduce,
                       XS=tuple(_types(d) for _, d in self.x_specs),
@@ -278,7 +294,8 @@ class PointwiseBroadcastReduce(_Base):
                       WS=tuple(ct for _, ct in self.param_types),
                       KEPT=len(self._kept), RED=len(self._red), L0=self._l0, L1=self._l1,
                       REDUCE_DIM0=reduce_dim0, IT="uint" if self._it is np.uint32 else "ulong",
-                      DIMS=0, X_FULL=(), ELEMS=tuning_launch.REDUCE_ELEMS,
+                      DIMS=0, X_FULL=(), X_LAST=(), ELEMS=tuning_launch.REDUCE_ELEMS,
+                      REDUCE_CPU=self._cpu, R_LAST=r_last,
                       FINISH_WG=self._finish_wg)
         self.program = _build(ctx, code, params, ["CODE", "REDUCE_INIT", "REDUCE"])
         self._kernel = params["NAME"]
@@ -322,6 +339,14 @@ class PointwiseBroadcastReduce(_Base):
         self.chunk = ceil_div(self.reduced, max(chunks, 1)) if self.reduced else 1
         self.chunks = ceil_div(self.reduced, self.chunk) if self.reduced else 1
         self._finish_wg = min(64, wg, program.pow2_at_least(self.chunks))
+
+    def _layout_cpu(self):
+        """One work-item per output and chunk of its reduction (see _layout for GPUs)."""
+        self._lr = self._lo = self._l0 = self._l1 = 1
+        self.chunks = tuning_launch.reduce_cpu_chunks(self.ctx.facts, self.outputs, self.reduced)
+        self.chunk = ceil_div(self.reduced, self.chunks) if self.reduced else 1
+        self.chunks = ceil_div(self.reduced, self.chunk) if self.reduced else 1
+        self._finish_wg = 1
 
     def _workspace(self):
         if self._ws is None:

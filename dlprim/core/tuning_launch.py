@@ -88,6 +88,16 @@ def reduce_chunks(facts, groups, reduced, lr):
     return 1
 
 
+def reduce_cpu_chunks(facts, outputs, reduced):
+    """Chunks of a pointwise reduction on a CPU (one work-item per output and chunk): as
+    many as bring the work-items to POINTWISE_CPU_ITEMS_PER_CU per core, none shorter than
+    POINTWISE_CPU_MIN_CHUNK elements."""
+    target = POINTWISE_CPU_ITEMS_PER_CU * facts.compute_units
+    if outputs >= target:
+        return 1
+    return max(1, min(ceil_div(target, outputs), reduced // POINTWISE_CPU_MIN_CHUNK, 1024))
+
+
 # ----- launch sizes
 POINTWISE_WG = 256
 POINTWISE_ELEMS = 4  # elements per work-item: loads in flight (H200: 2.4 -> 3.4 TB/s on a scale)
@@ -97,6 +107,18 @@ CONV_REDUCE_WG = 256  # conv_split_reduce
 DEPTHWISE_WG = 64  # depthwise forward/backward-data and the filter-gradient sum
 WINOGRAD_WG = 64  # Winograd transforms; packs channels where an image has fewer tiles (H200)
 WINOGRAD_MATRIX_WG = 16  # filter transforms: 16x16 work-groups
+
+
+POINTWISE_CPU_MIN_CHUNK = 4096  # elements a CPU work-item takes at least (launch cost)
+POINTWISE_CPU_ITEMS_PER_CU = 4  # work-items per core: the last ones balance the load
+
+
+def pointwise_cpu_chunk(facts, size):
+    """Contiguous elements per work-item of a pointwise kernel on a CPU: enough work-items
+    for every core to take a few, never so few elements that launching one costs more,
+    a multiple of 64 so that chunks start on cache lines."""
+    want = ceil_div(size, POINTWISE_CPU_ITEMS_PER_CU * facts.compute_units)
+    return round_up(max(want, POINTWISE_CPU_MIN_CHUNK), 64)
 
 
 def reduce_wg(facts):

@@ -106,6 +106,90 @@ ${CODE}
     }
 % endfor
 }
+% elif MODE == "pointwise_cpu":
+## CPU drivers run a work-group's items as a loop in one thread and pay for every
+## work-group: here a work-item walks a contiguous chunk of the output, a row of the
+## innermost dimension at a time, with the broadcast offsets found once per row and the
+## inner loop over plain addresses, which the compiler vectorises. X_LAST[i]: how x i
+## moves along that row: "full" (the output's own index), "1", "0" (broadcast) or "s".
+<%def name="cpu_load(i)">\
+% if X_LAST[i] == "full":
+${load(i, 'dlp_i + dlp_e')}\
+% elif X_LAST[i] == "1":
+${load(i, 'dlp_xo%d + dlp_e' % i)}\
+% elif X_LAST[i] == "0":
+${load(i, 'dlp_xo%d' % i)}\
+% else:
+${load(i, 'dlp_xo%d + dlp_e * xs%d_%d' % (i, i, DIMS - 1))}\
+% endif
+</%def>
+<%def name="cpu_loop(with_beta)">
+        for (${IT} dlp_e = 0; dlp_e < dlp_len; dlp_e++) {
+    % for i, (st, ct) in enumerate(XS):
+            ${ct} x${i} = ${cpu_load(i)};
+    % endfor
+    % for i, (st, ct) in enumerate(YS):
+            ${ct} y${i};
+    % endfor
+            {
+${CODE}
+            }
+    % for i, (st, ct) in enumerate(YS):
+        % if with_beta:
+            if (dlp_beta${i} != 0)
+            % if ct == 'float':
+                y${i} += dlp_beta${i} * ${yload(i, 'dlp_i + dlp_e')};
+            % else:
+                y${i} += (dlp_beta${i} == 1.0f) ? ${yload(i, 'dlp_i + dlp_e')} : (${ct})(dlp_beta${i} * ${yload(i, 'dlp_i + dlp_e')});
+            % endif
+        % endif
+            ${ystore(i, 'dlp_i + dlp_e', 'y%d' % i)}
+    % endfor
+        }
+</%def>
+__kernel void ${NAME}(${IT} dlp_total
+% for k in range(DIMS):
+    , ${IT} dlp_n${k}, uint dlp_n${k}_m, uint dlp_n${k}_l
+% endfor
+${xargs(range(DIMS))}${yargs()}, ${IT} dlp_chunk
+% for i in range(len(YS)):
+    , float dlp_beta${i}
+% endfor
+${wargs()})
+{
+    ${IT} dlp_i = (${IT})get_global_id(0) * dlp_chunk;
+    ${IT} dlp_end = min(dlp_i + dlp_chunk, dlp_total);
+    const int dlp_reads = ${" || ".join("dlp_beta%d != 0" % i for i in range(len(YS)))};
+    while (dlp_i < dlp_end) {
+        ${IT} dlp_rest = dlp_i, dlp_len;
+% for i in range(len(XS)):
+    % if X_LAST[i] != "full":
+        ${IT} dlp_xo${i} = 0;
+    % endif
+% endfor
+% for k in reversed(range(DIMS)):
+        {
+            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_n${k});
+            ${IT} dlp_c = dlp_rest - dlp_q * dlp_n${k};
+            dlp_rest = dlp_q;
+    % if k == DIMS - 1:
+            dlp_len = min(dlp_end - dlp_i, dlp_n${k} - dlp_c);
+    % endif
+    % for i in range(len(XS)):
+        % if X_LAST[i] != "full":
+            dlp_xo${i} += dlp_c * xs${i}_${k};
+        % endif
+    % endfor
+        }
+% endfor
+        if (dlp_reads) {
+${cpu_loop(True)}
+        } else {
+${cpu_loop(False)}
+        }
+        dlp_i += dlp_len;
+    }
+}
 % else:
 <% LR = L0 if REDUCE_DIM0 else L1 %>
 <%def name="final_store(i, idx)">
@@ -127,6 +211,143 @@ ${CODE}
     }
 % endif
 </%def>
+<%def name="reduce_step(j)">{
+% for i, (st, ct) in enumerate(XS):
+<% e = "(dlp_e + %d)" % j if j else "dlp_e" %>\
+<% idx = {"1": "dlp_xo%d + %s" % (i, e), "0": "dlp_xo%d" % i}.get(R_LAST[i], "dlp_xo%d + %s * xs%d_r%d" % (i, e, i, RED - 1)) %>\
+                ${ct} x${i} = ${load(i, idx)};
+% endfor
+% for i, (st, ct) in enumerate(YS):
+                ${ct} y${i};
+% endfor
+                {
+${CODE}
+                }
+                {
+${REDUCE}
+                }
+            }</%def>
+% if REDUCE_CPU:
+## CPU drivers: one work-item per (output, chunk of the reduction), no local memory; the
+## reduced index walks rows of the innermost reduced dimension, offsets found once per
+## row. R_LAST[i]: how x i moves along that row ("1", "0" broadcast, "s" strided).
+__kernel void ${NAME}(${IT} dlp_O, ${IT} dlp_R, ${IT} dlp_chunk, ${IT} dlp_chunks
+% for k in range(KEPT):
+    , ${IT} dlp_k${k}, uint dlp_k${k}_m, uint dlp_k${k}_l
+% endfor
+% for k in range(RED):
+    , ${IT} dlp_r${k}, uint dlp_r${k}_m, uint dlp_r${k}_l
+% endfor
+${xargs(['k%d' % k for k in range(KEPT)] + ['r%d' % k for k in range(RED)])}${yargs()}
+% for i, (st, ct) in enumerate(YS):
+    , __global ${ct} *dlp_ws${i}, ulong dlp_ws${i}_offset
+% endfor
+${wargs()}, float dlp_alpha, float dlp_beta)
+{
+    ${IT} dlp_o = get_global_id(0), dlp_chunk_id = get_global_id(2);
+% for i, (st, ct) in enumerate(YS):
+    ${ct} reduce_y${i};
+% endfor
+    {
+${REDUCE_INIT}
+    }
+% for i in range(len(XS)):
+    ${IT} dlp_xb${i} = 0;
+% endfor
+    ${IT} dlp_rest = dlp_o;
+% for k in reversed(range(KEPT)):
+    {
+        ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_k${k});
+        ${IT} dlp_c = dlp_rest - dlp_q * dlp_k${k};
+        dlp_rest = dlp_q;
+    % for i in range(len(XS)):
+        dlp_xb${i} += dlp_c * xs${i}_k${k};
+    % endfor
+    }
+% endfor
+% for i, (st, ct) in enumerate(YS):
+    ${ct} dlp_part${i}[${ELEMS}];
+% endfor
+% for j in range(ELEMS):
+    {
+    % for i, (st, ct) in enumerate(YS):
+        ${ct} reduce_y${i};
+    % endfor
+        {
+${REDUCE_INIT}
+        }
+    % for i in range(len(YS)):
+        dlp_part${i}[${j}] = reduce_y${i};
+    % endfor
+    }
+% endfor
+    ${IT} dlp_end = min(dlp_chunk_id * dlp_chunk + dlp_chunk, dlp_R);
+    for (${IT} dlp_r = dlp_chunk_id * dlp_chunk; dlp_r < dlp_end; ) {
+        ${IT} dlp_len;
+% for i in range(len(XS)):
+        ${IT} dlp_xo${i} = dlp_xb${i};
+% endfor
+        dlp_rest = dlp_r;
+% if RED == 0:
+        dlp_len = dlp_end - dlp_r;
+% endif
+% for k in reversed(range(RED)):
+        {
+            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_r${k});
+            ${IT} dlp_c = dlp_rest - dlp_q * dlp_r${k};
+            dlp_rest = dlp_q;
+    % if k == RED - 1:
+            dlp_len = min(dlp_end - dlp_r, dlp_r${k} - dlp_c);
+    % endif
+    % for i in range(len(XS)):
+            dlp_xo${i} += dlp_c * xs${i}_r${k};
+    % endfor
+        }
+% endfor
+        // element e goes to partial result e % ${ELEMS}: independent chains that the core
+        // overlaps, combined in a fixed order below (the result stays deterministic)
+        ${IT} dlp_e = 0;
+        for (; dlp_e + ${ELEMS} <= dlp_len; dlp_e += ${ELEMS}) {
+% for j in range(ELEMS):
+            {
+    % for i, (st, ct) in enumerate(YS):
+                ${ct} reduce_y${i} = dlp_part${i}[${j}];
+    % endfor
+                ${reduce_step(j)}
+    % for i in range(len(YS)):
+                dlp_part${i}[${j}] = reduce_y${i};
+    % endfor
+            }
+% endfor
+        }
+        for (; dlp_e < dlp_len; dlp_e++) {
+            ${reduce_step(0)}
+        }
+        dlp_r += dlp_len;
+    }
+% for j in range(ELEMS):
+    {
+    % for i, (st, ct) in enumerate(YS):
+        ${ct} y${i} = dlp_part${i}[${j}];
+    % endfor
+        {
+${REDUCE}
+        }
+    }
+% endfor
+    if (dlp_o >= dlp_O)
+        return;
+    if (dlp_chunks > 1) {
+% for i in range(len(YS)):
+        dlp_ws${i}[dlp_ws${i}_offset + dlp_chunk_id * dlp_O + dlp_o] = reduce_y${i};
+% endfor
+        return;
+    }
+% for i in range(len(YS)):
+    ${final_store(i, 'dlp_o')}
+% endfor
+}
+% else:
 __kernel __attribute__((reqd_work_group_size(${L0}, ${L1}, 1)))
 void ${NAME}(${IT} dlp_O, ${IT} dlp_R, ${IT} dlp_chunk, ${IT} dlp_chunks
 % for k in range(KEPT):
@@ -249,6 +470,7 @@ ${REDUCE}
 % endfor
 }
 
+% endif
 // second pass: a work-group of ${FINISH_WG} per output combines its chunks' partial
 // results (thread t takes chunks t, t + ${FINISH_WG}, ...), then a tree as above
 __kernel __attribute__((reqd_work_group_size(${FINISH_WG}, 1, 1)))
