@@ -269,10 +269,30 @@ def test_wide_tiles(ctx, rng, tile, trans_a, trans_b):
     # edges of the register block and of the vectors (N = 1, 31, 33, 65 against 8 and 16);
     # strided batches at odd offsets, padded leading dimensions, beta, bias and activation
     assert tuning.gemm_kernel(tile) == "gemm_cpu"
+    check_strided_batches(ctx, rng, trans_a, trans_b, tile,
+                          [(1, 1, 1), (31, 33, 5), (33, 65, 31), (65, 31, 33), (7, 17, 65)])
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_cpu_few_rows(ctx, rng, trans_a, trans_b):
+    # the few-rows CPU kernel: M against its 4-row blocks, N against 2 rows of a transposed
+    # B and 16 columns (two float8) of a row-major one, K against the 8-wide dot products
+    if not ctx.facts.is_cpu:
+        pytest.skip("gemm_small_m runs on CPUs")
+    shapes = [(1, 1, 1), (3, 17, 9), (4, 2, 8), (5, 15, 7), (9, 33, 65), (63, 31, 16)]
+    for M, N, K in shapes:
+        op = Gemm(ctx, M, N, K, trans_a, trans_b)
+        assert op.small_m and op.splits == 1
+    check_strided_batches(ctx, rng, trans_a, trans_b, None, shapes, bias_mode="row")
+    check_strided_batches(ctx, rng, trans_a, trans_b, None, shapes[:3])
+    assert not Gemm(ctx, tuning.CPU_PACK_MIN_M, 8, 8).small_m
+
+
+def check_strided_batches(ctx, rng, trans_a, trans_b, tile, shapes, bias_mode="col"):
     batch, pad = 2, 3
-    for M, N, K in [(1, 1, 1), (31, 33, 5), (33, 65, 31), (65, 31, 33), (7, 17, 65)]:
+    for M, N, K in shapes:
         a, b = rng.standard_normal((batch, M, K)), rng.standard_normal((batch, K, N))
-        c, bias = rng.standard_normal((batch, M, N)), rng.standard_normal(N)
+        c, bias = rng.standard_normal((batch, M, N)), rng.standard_normal(N if bias_mode == "col" else M)
         sa, sb = (np.stack([stored(x, tr) for x in xs]) for xs, tr in ((a, trans_a), (b, trans_b)))
         lda, ldb = sa.shape[2] + pad, sb.shape[2] + pad
         A = np.full((batch, sa.shape[1], lda), np.nan)
@@ -280,13 +300,13 @@ def test_wide_tiles(ctx, rng, tile, trans_a, trans_b):
         B = np.full((batch, sb.shape[1], ldb), np.nan)
         B[:, :, :sb.shape[2]] = sb
         Ab = t(ctx, np.concatenate([[np.nan], A.ravel()])).view((A.size,), offset=1)
-        op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="col", activation="relu", batch=batch,
+        op = Gemm(ctx, M, N, K, trans_a, trans_b, bias=bias_mode, activation="relu", batch=batch,
                   tile=tile)
         C = t(ctx, c)
         op(Ab, t(ctx, B), C, bias=t(ctx, bias), alpha=0.5, beta=0.25, lda=lda, ldb=ldb,
            stride_a=A[0].size, stride_b=B[0].size, stride_c=M * N)
         for i in range(batch):
-            close(C.numpy()[i], reference(a[i], b[i], c[i], 0.5, 0.25, bias, "col", "relu"), K)
+            close(C.numpy()[i], reference(a[i], b[i], c[i], 0.5, 0.25, bias, bias_mode, "relu"), K)
 
 
 def test_cpu_table_uses_wide_tiles(ctx):

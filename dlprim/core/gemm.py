@@ -53,7 +53,8 @@ class Gemm:
         self.tile = tuning.pick_tile(ctx.facts, self.M, self.N, self.batch)
         if tile:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
-        self.splits, self.k_chunk = self._split(split_k)
+        self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile
+        self.splits, self.k_chunk = (1, self.K) if self.small_m else self._split(split_k)
         self.pack_b = tuning.pack_b(self.tile, self.M) and self.K > 0
         self._workspace = self._packed_b = None
         # build now the variant that packed, aligned operands use
@@ -97,10 +98,15 @@ class Gemm:
     def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True):
         """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc)."""
         bias, act = (self.bias or "none", self.activation) if epilogue else ("none", "identity")
+        if self.small_m:
+            return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
+                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
+                               SMALL_M=min(self.M, tuning.CPU_SMALL_M_BLOCK),
+                               SMALL_N=tuning.cpu_small_n(self.trans_b), PACK_B=0, **self.tile)
         if tuning.gemm_kernel(self.tile) == "gemm_cpu":  # unaligned loads cost no more there
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
-                               PACK_B=int(self.pack_b), **self.tile)
+                               PACK_B=int(self.pack_b), SMALL_M=0, SMALL_N=0, **self.tile)
         return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
                            BIAS=bias, ACTIVATION=act,
                            ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
@@ -177,6 +183,13 @@ class Gemm:
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         aligned_ab = (self._aligned(lda, A.offset, stride_a), self._aligned(ldb, B.offset, stride_b))
         t = self.tile
+        if self.small_m:
+            args = [i32(self.M), i32(self.N), i32(self.K), A, i32(lda), u64(stride_a),
+                    B, i32(ldb), u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args,
+                    f32(alpha), f32(beta)]
+            items = ceil_div(self.N, tuning.cpu_small_n(self.trans_b))
+            return [program.Launch(self._program(0, 0, 0), "gemm_small_m", (items, self.batch),
+                                   (1, 1), args, flops=self.flops)]
         pack = []
         if self.pack_b:  # op(B) -> strips of BLOCK_N columns (kernels/gemm_cpu.cl)
             strips = ceil_div(self.N, t["BLOCK_N"])

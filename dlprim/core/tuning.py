@@ -50,6 +50,22 @@ def pack_b(tile, M):
     return gemm_kernel(tile) == "gemm_cpu" and M >= CPU_PACK_MIN_M
 
 
+# Below CPU_PACK_MIN_M rows, C is computed CPU_SMALL_M_BLOCK rows at a time by
+# gemm_small_m (kernels/gemm_cpu.cl), a work-item on 2 rows of a transposed B (dot
+# products along K) or on 16 columns of a row-major B
+CPU_SMALL_M_BLOCK = 4
+
+
+def gemm_small_m(tile, M):
+    """Whether a GEMM of M rows runs on the few-rows CPU kernel."""
+    return gemm_kernel(tile) == "gemm_cpu" and M < CPU_PACK_MIN_M
+
+
+def cpu_small_n(trans_b):
+    """Columns of C per work-item of gemm_small_m."""
+    return 2 if trans_b else 16
+
+
 def family(facts):
     """The GEMM table's device family: 'gpu' (NVIDIA, AMD), 'intel' (Intel and other
     GPUs), 'cpu', 'other'."""

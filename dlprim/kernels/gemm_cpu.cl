@@ -18,6 +18,160 @@ def a_at(i, k):
 def b_at(j, k):
     return "b_col[%d][%s]" % (j, k) if TRANS_B else "b_col[%d][(ulong)(%s) * ldb]" % (j, k)
 %>
+% if SMALL_M:
+<%
+# Few rows of C (a fully-connected layer at a small batch): the tiles below would
+# compute mostly clamped copies of the last row and gather a transposed B column by
+# column. Here a work-item takes SMALL_N columns (transposed B: rows of B, dot products
+# along contiguous K; else SMALL_N / 8 float8 slices of a B row) for SMALL_M rows at a
+# time, so B streams once per SMALL_M rows and A (a few rows) stays in cache.
+SN = SMALL_N
+SV = SMALL_N // 8
+%>
+__kernel void gemm_small_m(int M, int N, int K,
+          __global const float *A, ulong a_offset, int lda, ulong stride_a,
+          __global const float *B, ulong b_offset, int ldb, ulong stride_b,
+          __global float *C, ulong c_offset, int ldc, ulong stride_c,
+          __global const float *bias, ulong bias_offset,
+          float alpha, float beta)
+{
+    const int n0 = get_global_id(0) * ${SN};
+    const ulong batch = get_global_id(1);
+    __global const float *a_ptr = A + a_offset + batch * stride_a;
+    __global const float *b_ptr = B + b_offset + batch * stride_b;
+    __global float *c_ptr = C + c_offset + batch * stride_c;
+    for (int m0 = 0; m0 < M; m0 += ${SMALL_M}) {
+        float out[${SMALL_M}][${SN}];
+% if TRANS_B:
+        // rows past the edge read the last one (valid memory); their results are dropped
+        __global const float *a_row[${SMALL_M}], *b_row[${SN}];
+    % for i in range(SMALL_M):
+        a_row[${i}] = a_ptr + (ulong)min(m0 + ${i}, M - 1)${"" if TRANS_A else " * lda"};
+    % endfor
+    % for j in range(SN):
+        b_row[${j}] = b_ptr + (ulong)min(n0 + ${j}, N - 1) * ldb;
+    % endfor
+        float8 acc[${SMALL_M}][${SN}];
+    % for i in range(SMALL_M):
+        % for j in range(SN):
+        acc[${i}][${j}] = 0.0f;
+        % endfor
+    % endfor
+        int k = 0;
+        for (; k + 8 <= K; k += 8) {
+            float8 b[${SN}];
+    % for j in range(SN):
+            b[${j}] = vload8(0, b_row[${j}] + k);
+    % endfor
+    % for i in range(SMALL_M):
+            {
+        % if TRANS_A:
+                const float8 a = (float8)(${", ".join("a_row[%d][(ulong)(k + %d) * lda]" % (i, w) for w in range(8))});
+        % else:
+                const float8 a = vload8(0, a_row[${i}] + k);
+        % endif
+        % for j in range(SN):
+                acc[${i}][${j}] = mad(a, b[${j}], acc[${i}][${j}]);
+        % endfor
+            }
+    % endfor
+        }
+    % for i in range(SMALL_M):
+        % for j in range(SN):
+        {
+            float8 v = acc[${i}][${j}];
+            float4 h = v.lo + v.hi;
+            float2 q = h.lo + h.hi;
+            out[${i}][${j}] = q.lo + q.hi;
+        }
+        % endfor
+    % endfor
+        for (; k < K; k++) {
+    % for i in range(SMALL_M):
+        % for j in range(SN):
+            out[${i}][${j}] = mad(a_row[${i}][${"(ulong)k * lda" if TRANS_A else "k"}], b_row[${j}][k], out[${i}][${j}]);
+        % endfor
+    % endfor
+        }
+% else:
+        // B row-major: a float8 slice of a B row per k, A's entries broadcast
+        int a_m[${SMALL_M}];
+    % for i in range(SMALL_M):
+        a_m[${i}] = min(m0 + ${i}, M - 1);
+    % endfor
+        float8 acc[${SMALL_M}][${SV}];
+    % for i in range(SMALL_M):
+        % for v in range(SV):
+        acc[${i}][${v}] = 0.0f;
+        % endfor
+    % endfor
+        if (n0 + ${SN} <= N) {
+            for (int k = 0; k < K; k++) {
+                float8 b[${SV}];
+    % for v in range(SV):
+                b[${v}] = vload8(0, b_ptr + (ulong)k * ldb + n0 + ${v * 8});
+    % endfor
+    % for i in range(SMALL_M):
+                {
+                    const float8 a = (float8)(${"a_ptr[(ulong)k * lda + a_m[%d]]" % i if TRANS_A else "a_ptr[(ulong)a_m[%d] * lda + k]" % i});
+        % for v in range(SV):
+                    acc[${i}][${v}] = mad(a, b[${v}], acc[${i}][${v}]);
+        % endfor
+                }
+    % endfor
+            }
+        } else {
+            // the N edge: columns past it read the last one
+            for (int k = 0; k < K; k++) {
+                float bs[${SN}];
+                for (int j = 0; j < ${SN}; j++)
+                    bs[j] = b_ptr[(ulong)k * ldb + min(n0 + j, N - 1)];
+                float8 b[${SV}];
+    % for v in range(SV):
+                b[${v}] = vload8(${v}, bs);
+    % endfor
+    % for i in range(SMALL_M):
+                {
+                    const float8 a = (float8)(${"a_ptr[(ulong)k * lda + a_m[%d]]" % i if TRANS_A else "a_ptr[(ulong)a_m[%d] * lda + k]" % i});
+        % for v in range(SV):
+                    acc[${i}][${v}] = mad(a, b[${v}], acc[${i}][${v}]);
+        % endfor
+                }
+    % endfor
+            }
+        }
+    % for i in range(SMALL_M):
+        % for v in range(SV):
+        vstore8(acc[${i}][${v}], ${v}, out[${i}]);
+        % endfor
+    % endfor
+% endif
+        // epilogue as in gemm below
+        #pragma unroll
+        for (int i = 0; i < ${SMALL_M}; i++) {
+            const int m = m0 + i;
+            if (m >= M)
+                break;
+            __global float *c_row = c_ptr + (ulong)m * ldc;
+            #pragma unroll
+            for (int j = 0; j < ${SN}; j++) {
+                const int n = n0 + j;
+                if (n >= N)
+                    break;
+                float y = alpha * out[i][j];
+                if (beta != 0.0f)
+                    y += beta * c_row[n];
+% if BIAS == "row":
+                y += bias[bias_offset + m];
+% elif BIAS == "col":
+                y += bias[bias_offset + n];
+% endif
+                c_row[n] = ACT_${ACTIVATION}(y);
+            }
+        }
+    }
+}
+% else:
 <%def name="k_loop(wide)">
     // ${"whole block inside N: " + str(VEC) + "-wide loads" if wide else "N edge or B transposed: clamped scalar loads"}
     __attribute__((opencl_unroll_hint(${TILE_K})))
@@ -172,4 +326,5 @@ __kernel void gemm_pack_b(int N, int K, __global const float *B, ulong b_offset,
 % endif
     }
 }
+% endif
 % endif
