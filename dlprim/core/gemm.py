@@ -102,11 +102,13 @@ class Gemm:
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
                                SMALL_M=min(self.M, tuning.CPU_SMALL_M_BLOCK),
-                               SMALL_N=tuning.cpu_small_n(self.trans_b), PACK_B=0, **self.tile)
+                               SMALL_N=tuning.cpu_small_n(self.trans_b), PACK_B=0, PACK_K=0,
+                               **self.tile)
         if tuning.gemm_kernel(self.tile) == "gemm_cpu":  # unaligned loads cost no more there
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
-                               PACK_B=int(self.pack_b), SMALL_M=0, SMALL_N=0, **self.tile)
+                               PACK_B=int(self.pack_b), SMALL_M=0, SMALL_N=0,
+                               PACK_K=tuning.CPU_PACK_K, **self.tile)
         return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
                            BIAS=bias, ACTIVATION=act,
                            ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
@@ -196,7 +198,8 @@ class Gemm:
             if self._packed_b is None:
                 self._packed_b = Tensor(self.ctx, (self.batch * strips * self.K * t["BLOCK_N"],))
             prg = self._program(*aligned_ab, 0)
-            pack = [program.Launch(prg, "gemm_pack_b", (strips, self.K, self.batch), None,
+            pack = [program.Launch(prg, "gemm_pack_b",
+                                   (strips, ceil_div(self.K, tuning.CPU_PACK_K), self.batch), (1, 1, 1),
                                    [i32(self.N), i32(self.K), B, i32(ldb), u64(stride_b),
                                     self._packed_b])]
             B, ldb, stride_b = self._packed_b, t["BLOCK_N"], strips * self.K * t["BLOCK_N"]

@@ -43,6 +43,7 @@ def gemm_kernel(tile):
 # gemm_cpu.cl first packs op(B) into contiguous strips (one pass over B) where at least
 # this many rows of C read each strip; below, the copy costs more than it saves
 CPU_PACK_MIN_M = 64
+CPU_PACK_K = 64  # rows of a strip one work-item of gemm_pack_b packs (4 KiB of 16-wide rows)
 
 
 def pack_b(tile, M):

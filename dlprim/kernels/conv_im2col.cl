@@ -29,9 +29,10 @@ __kernel void conv_im2col(int C, int H, int W, int OH, int OW, int KH, int KW, i
 }
 
 // col2im for backward-data (a transposed convolution's forward): col as conv_im2col lays
-// it out, now holding wᵀ · dy; dx[img0 + img][c][iy][ix] = act(sum of the col entries
-// whose tap lands on (iy, ix) + beta * dx + bias[c]). A gather (no atomics): one
-// work-item per row of dx walks the KH x KW taps that reach each of its pixels.
+// it out, now holding wᵀ · dy; dx[img0 + img][c][iy][ix] = act(beta * dx + the sum of the
+// col entries whose tap lands on (iy, ix) + bias[c]). A gather (no atomics): one
+// work-item per row of dx, which adds each tap's col row (a contiguous run of ox) into
+// it in place: no division or branch per pixel, and the runs vectorise.
 __kernel void conv_col2im(int C, int H, int W, int OH, int OW, int KH, int KW, int SH,
                           int SW, int PT, int PL, int DH, int DW,
                           __global const float *col, ulong col_offset,
@@ -42,29 +43,41 @@ __kernel void conv_col2im(int C, int H, int W, int OH, int OW, int KH, int KW, i
     const ulong img = get_global_id(2);
     __global const float *src = col + col_offset + (img * C + c) * KH * KW * OH * OW;
     __global float *out = dx + dx_offset + (((img0 + img) * C + c) * H + iy) * W;
-    for (int ix = 0; ix < W; ix++) {
-        float v = 0.0f;
-        for (int i = 0; i < KH; i++) {
-            const int ty = iy + PT - i * DH;
-            if (ty < 0 || ty % SH)
-                continue;
-            const int oy = ty / SH;
-            if (oy >= OH)
-                continue;
-            for (int j = 0; j < KW; j++) {
-                const int tx = ix + PL - j * DW;
-                if (tx < 0 || tx % SW)
-                    continue;
-                const int ox = tx / SW;
-                if (ox < OW)
-                    v += src[((ulong)(i * KW + j) * OH + oy) * OW + ox];
+    if (beta != 0.0f) {
+        for (int ix = 0; ix < W; ix++)
+            out[ix] *= beta;
+    } else {
+        for (int ix = 0; ix < W; ix++)
+            out[ix] = 0.0f;
+    }
+    for (int i = 0; i < KH; i++) {
+        const int ty = iy + PT - i * DH;
+        if (ty < 0 || ty % SH)
+            continue;
+        const int oy = ty / SH;
+        if (oy >= OH)
+            continue;
+        for (int j = 0; j < KW; j++) {
+            // pixel ix = ox * SW + shift takes col[.., oy, ox]; the ox whose ix is in the row
+            const int shift = j * DW - PL;
+            const int ox_lo = shift >= 0 ? 0 : (-shift + SW - 1) / SW;
+            const int ox_hi = min(OW, W - 1 - shift >= 0 ? (W - 1 - shift) / SW + 1 : 0);
+            __global const float *run = src + ((ulong)(i * KW + j) * OH + oy) * OW;
+            if (SW == 1) {
+                __global float *o = out + shift;
+                for (int ox = ox_lo; ox < ox_hi; ox++)
+                    o[ox] += run[ox];
+            } else {
+                for (int ox = ox_lo; ox < ox_hi; ox++)
+                    out[ox * SW + shift] += run[ox];
             }
         }
-        if (beta != 0.0f)
-            v += beta * out[ix];
+    }
+    for (int ix = 0; ix < W; ix++) {
 % if BIAS:
-        v += bias[bias_offset + c];
+        out[ix] = ACT_${ACTIVATION}(out[ix] + bias[bias_offset + c]);
+% else:
+        out[ix] = ACT_${ACTIVATION}(out[ix]);
 % endif
-        out[ix] = ACT_${ACTIVATION}(v);
     }
 }

@@ -299,32 +299,52 @@ ${k_loop(False)}
 % if PACK_B:
 // op(B) (K x N) -> strips of BLOCK_N columns, each K x BLOCK_N row-major and zero-padded
 // past N: the GEMM then streams one contiguous strip per block instead of striding ldb
-// (a new page every row) or gathering a transposed B. One work-item per row of a strip.
+// (a new page every row) or gathering a transposed B. A work-item packs PACK_K rows of
+// a strip: a row-major B row by row; a transposed B (rows of B are the strip's columns)
+// reading each of its BLOCK_N rows along K, so that every load is contiguous.
 __kernel void gemm_pack_b(int N, int K, __global const float *B, ulong b_offset, int ldb,
                           ulong stride_b, __global float *P, ulong p_offset)
 {
-    const int s = get_global_id(0), k = get_global_id(1);
+    const int s = get_global_id(0), k0 = get_global_id(1) * ${PACK_K};
     const ulong batch = get_global_id(2);
-    const int n0 = s * ${BLOCK_N};
+    const int n0 = s * ${BLOCK_N}, k_end = min(k0 + ${PACK_K}, K);
     __global const float *b = B + b_offset + batch * stride_b;
     __global float *p = P + p_offset
-        + ((batch * get_global_size(0) + s) * K + k) * ${BLOCK_N};
-% if not TRANS_B:
-    if (n0 + ${BLOCK_N} <= N) {
-    % for v in range(NV):
-        vstore${VEC}(vload${VEC}(0, b + (ulong)k * ldb + n0 + ${v * VEC}), ${v}, p);
-    % endfor
-        return;
-    }
-% endif
-    for (int j = 0; j < ${BLOCK_N}; j++) {
-        const int n = n0 + j;
+        + ((batch * get_global_size(0) + s) * K + k0) * ${BLOCK_N};
 % if TRANS_B:
-        p[j] = n < N ? b[(ulong)n * ldb + k] : 0.0f;
-% else:
-        p[j] = n < N ? b[(ulong)k * ldb + n] : 0.0f;
-% endif
+    // 8 x BLOCK_N transposed in registers: a float8 along K from each of the strip's
+    // rows of B, then BLOCK_N-wide rows of the strip
+    __global const float *rows[${BLOCK_N}];
+    for (int j = 0; j < ${BLOCK_N}; j++)
+        rows[j] = b + (ulong)min(n0 + j, N - 1) * ldb;
+    int k = k0;
+    for (; k + 8 <= k_end; k += 8, p += 8 * ${BLOCK_N}) {
+        float8 v[${BLOCK_N}];
+    % for j in range(BLOCK_N):
+        v[${j}] = n0 + ${j} < N ? vload8(0, rows[${j}] + k) : (float8)(0.0f);
+    % endfor
+    % for kk in range(8):
+        p[${kk * BLOCK_N}] = v[0].s${kk};
+        % for j in range(1, BLOCK_N):
+        p[${kk * BLOCK_N + j}] = v[${j}].s${kk};
+        % endfor
+    % endfor
     }
+    for (; k < k_end; k++, p += ${BLOCK_N})
+        for (int j = 0; j < ${BLOCK_N}; j++)
+            p[j] = n0 + j < N ? rows[j][k] : 0.0f;
+% else:
+    for (int k = k0; k < k_end; k++, p += ${BLOCK_N}) {
+        if (n0 + ${BLOCK_N} <= N) {
+    % for v in range(NV):
+            vstore${VEC}(vload${VEC}(0, b + (ulong)k * ldb + n0 + ${v * VEC}), ${v}, p);
+    % endfor
+        } else {
+            for (int j = 0; j < ${BLOCK_N}; j++)
+                p[j] = n0 + j < N ? b[(ulong)k * ldb + n0 + j] : 0.0f;
+        }
+    }
+% endif
 }
 % endif
 % endif
