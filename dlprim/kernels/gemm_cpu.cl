@@ -11,6 +11,7 @@ WG_M = TILE_M // BLOCK_M
 WG_N = TILE_N // BLOCK_N
 NV = BLOCK_N // VEC
 FV = "float%d" % VEC
+A_VEC = bool(TRANS_A) and BLOCK_M in (2, 4, 8, 16)
 
 def a_at(i, k):
     return "a_ptr[(ulong)(%s) * lda + a_m[%d]]" % (k, i) if TRANS_A else "a_row[%d][%s]" % (i, k)
@@ -172,7 +173,7 @@ __kernel void gemm_small_m(int M, int N, int K,
     }
 }
 % else:
-<%def name="k_loop(wide)">
+<%def name="k_loop(wide, avec=False)">
     // ${"whole block inside N: " + str(VEC) + "-wide loads" if wide else "N edge or B transposed: clamped scalar loads"}
     __attribute__((opencl_unroll_hint(${TILE_K})))
     for (int k = 0; k < K; k++) {
@@ -184,9 +185,16 @@ __kernel void gemm_small_m(int M, int N, int K,
         b[${v}] = (${FV})(${", ".join(b_at(v * VEC + w, "k") for w in range(VEC))});
         % endif
     % endfor
+    % if avec:
+        const float${BLOCK_M} a_k = vload${BLOCK_M}(0, a_ptr + (ulong)k * lda + m_base);
+    % endif
     % for i in range(BLOCK_M):
         {
+        % if avec:
+            const ${FV} a = (${FV})(a_k.s${"%x" % i});
+        % else:
             const ${FV} a = (${FV})(${a_at(i, "k")});
+        % endif
         % for v in range(NV):
             acc[${i}][${v}] = mad(a, b[${v}], acc[${i}][${v}]);
         % endfor
@@ -204,6 +212,14 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
           float alpha, float beta)
 {
     const int n0 = get_global_id(0) * ${BLOCK_N}, m0 = get_global_id(1) * ${BLOCK_M};
+% if A_VEC:
+    // a transposed A is read BLOCK_M rows at a time with one vector load per k: at the M
+    // edge the block moves back to end at row M - 1 and stores only its rows from m0 on
+    const int a_vec = M >= ${BLOCK_M};
+    const int m_base = a_vec ? min(m0, M - ${BLOCK_M}) : m0;
+% else:
+    const int m_base = m0;
+% endif
     // split-K as in kernels/gemm.cl: z = batch * splits + part
     const ulong z = get_global_id(2);
     const ulong batch = z / splits;
@@ -216,7 +232,7 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
         + (ulong)k_begin * lda;
     int a_m[${BLOCK_M}];
     % for i in range(BLOCK_M):
-    a_m[${i}] = min(m0 + ${i}, M - 1);
+    a_m[${i}] = min(m_base + ${i}, M - 1);
     % endfor
 % else:
         + k_begin;
@@ -238,7 +254,15 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
     // B packed by gemm_pack_b: this block's columns, K x BLOCK_N, contiguous, zero-padded
     __global const float *b_ptr = B + b_offset + batch * stride_b
         + ((ulong)get_global_id(0) * k_all + k_begin) * ${BLOCK_N};
+% if A_VEC:
+    if (a_vec) {
+${k_loop(True, True)}
+    } else {
 ${k_loop(True)}
+    }
+% else:
+${k_loop(True)}
+% endif
 % else:
     __global const float *b_ptr = B + b_offset + batch * stride_b
 % if TRANS_B:
@@ -256,12 +280,36 @@ ${k_loop(True)}
 % endif
 
 % if TRANS_B:
-${k_loop(False)}
-% else:
-    if (n0 + ${BLOCK_N} <= N) {
-${k_loop(True)}
+% if A_VEC:
+    if (a_vec) {
+${k_loop(False, True)}
     } else {
 ${k_loop(False)}
+    }
+% else:
+${k_loop(False)}
+% endif
+% else:
+    if (n0 + ${BLOCK_N} <= N) {
+% if A_VEC:
+    if (a_vec) {
+${k_loop(True, True)}
+    } else {
+${k_loop(True)}
+    }
+% else:
+${k_loop(True)}
+% endif
+    } else {
+% if A_VEC:
+    if (a_vec) {
+${k_loop(False, True)}
+    } else {
+${k_loop(False)}
+    }
+% else:
+${k_loop(False)}
+% endif
     }
 % endif
 % endif
@@ -270,9 +318,11 @@ ${k_loop(False)}
     __global float *c_ptr = C + c_offset + z * stride_c;
     #pragma unroll
     for (int i = 0; i < ${BLOCK_M}; i++) {
-        const int m = m0 + i;
+        const int m = m_base + i;
         if (m >= M)
             break;
+        if (m < m0)
+            continue;
         __global float *c_row = c_ptr + (ulong)m * ldc;
         float row[${BLOCK_N}];
         #pragma unroll
