@@ -56,7 +56,8 @@ class Gemm:
         self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile
         self.splits, self.k_chunk = (1, self.K) if self.small_m else self._split(split_k)
         self.pack_b = tuning.pack_b(self.tile, self.M) and self.K > 0
-        self._workspace = self._packed_b = None
+        self.pack_a = tuning.pack_a(self.tile, self.M, self.trans_a) and self.K > 0
+        self._workspace = self._packed_b = self._packed_a = None
         # build now the variant that packed, aligned operands use
         self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"))
 
@@ -102,12 +103,12 @@ class Gemm:
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
                                SMALL_M=min(self.M, tuning.CPU_SMALL_M_BLOCK),
-                               SMALL_N=tuning.cpu_small_n(self.trans_b), PACK_B=0, PACK_K=0,
+                               SMALL_N=tuning.cpu_small_n(self.trans_b), PACK_B=0, PACK_A=0, PACK_K=0,
                                **self.tile)
         if tuning.gemm_kernel(self.tile) == "gemm_cpu":  # unaligned loads cost no more there
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
-                               PACK_B=int(self.pack_b), SMALL_M=0, SMALL_N=0,
+                               PACK_B=int(self.pack_b), PACK_A=int(self.pack_a), SMALL_M=0, SMALL_N=0,
                                PACK_K=tuning.CPU_PACK_K, **self.tile)
         return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
                            BIAS=bias, ACTIVATION=act,
@@ -185,13 +186,6 @@ class Gemm:
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         aligned_ab = (self._aligned(lda, A.offset, stride_a), self._aligned(ldb, B.offset, stride_b))
         t = self.tile
-        if self.small_m:
-            args = [i32(self.M), i32(self.N), i32(self.K), A, i32(lda), u64(stride_a),
-                    B, i32(ldb), u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args,
-                    f32(alpha), f32(beta)]
-            items = ceil_div(self.N, tuning.cpu_small_n(self.trans_b))
-            return [program.Launch(self._program(0, 0, 0), "gemm_small_m", (items, self.batch),
-                                   (1, 1), args, flops=self.flops)]
         pack = []
         if self.pack_b:  # op(B) -> strips of BLOCK_N columns (kernels/gemm_cpu.cl)
             strips = ceil_div(self.N, t["BLOCK_N"])
@@ -203,6 +197,24 @@ class Gemm:
                                    [i32(self.N), i32(self.K), B, i32(ldb), u64(stride_b),
                                     self._packed_b])]
             B, ldb, stride_b = self._packed_b, t["BLOCK_N"], strips * self.K * t["BLOCK_N"]
+        if self.pack_a:  # a transposed A -> strips of BLOCK_M rows (kernels/gemm_cpu.cl)
+            strips = ceil_div(self.M, t["BLOCK_M"])
+            copies = self.batch if stride_a else 1  # a shared A is packed once
+            if self._packed_a is None:
+                self._packed_a = Tensor(self.ctx, (copies * strips * self.K * t["BLOCK_M"],))
+            pack.append(program.Launch(
+                self._program(*aligned_ab, 0), "gemm_pack_a",
+                (ceil_div(strips, 16), ceil_div(self.K, tuning.CPU_PACK_K), copies), (1, 1, 1),
+                [i32(self.M), i32(self.K), A, i32(lda), u64(stride_a), self._packed_a]))
+            A, lda = self._packed_a, t["BLOCK_M"]
+            stride_a = strips * self.K * t["BLOCK_M"] if stride_a else 0
+        if self.small_m:
+            args = [i32(self.M), i32(self.N), i32(self.K), A, i32(lda), u64(stride_a),
+                    B, i32(ldb), u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args,
+                    f32(alpha), f32(beta)]
+            items = ceil_div(self.N, tuning.cpu_small_n(self.trans_b))
+            return pack + [program.Launch(self._program(0, 0, 0), "gemm_small_m", (items, self.batch),
+                                   (1, 1), args, flops=self.flops)]
         wg_m, wg_n = t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]
         gsize = (ceil_div(self.N, t["TILE_N"]) * wg_n, ceil_div(self.M, t["TILE_M"]) * wg_m,
                  self.batch * self.splits)

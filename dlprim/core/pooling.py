@@ -62,7 +62,8 @@ class Pool2D:
         self.dtype = np.dtype(dtype)
         self._params = dict(dtype=cl_type(self.dtype), MODE=mode, KH=kernel[0], KW=kernel[1],
                             SH=stride[0], SW=stride[1], PH=pad[0], PW=pad[1],
-                            COUNT_INCLUDE_PAD=bool(count_include_pad) and mode == "avg")
+                            COUNT_INCLUDE_PAD=bool(count_include_pad) and mode == "avg",
+                            CPU=ctx.facts.is_cpu)
         self.program = self._program(0)
 
     def _program(self, size):
@@ -102,6 +103,10 @@ class Pool2D:
                                  % (y.shape,))
             args.append(index)
             name = "pooling_forward_index"
+        if self.ctx.facts.is_cpu:  # a work-item per output row
+            planes = y.shape[0] * y.shape[1]
+            return [program.Launch(self._program(x.size), name, (y.shape[2], planes), None, args)
+                    ] if planes else []
         return [program.Launch(self._program(x.size), name,
                                (round_up(max(y.size, 1), LOCAL),), (LOCAL,), args)]
 
@@ -116,6 +121,10 @@ class Pool2D:
         sizes = [np.int32(v) for v in (dx.shape[2], dx.shape[3], dy.shape[2], dy.shape[3])]
         args = [np.uint64(dx.size)] + sizes + ([index] if index is not None else []) + \
             [dy, dx, np.float32(beta)]
+        if self.ctx.facts.is_cpu:  # a work-item per plane
+            planes = dx.shape[0] * dx.shape[1]
+            return [program.Launch(self._program(dx.size), "pooling_backward", (planes,), None,
+                                   args)] if planes else []
         return [program.Launch(self._program(dx.size), "pooling_backward",
                                (round_up(max(dx.size, 1), LOCAL),), (LOCAL,), args)]
 
@@ -131,7 +140,8 @@ class GlobalMaxBackward:
         self.ctx, self.dtype = ctx, np.dtype(dtype)
         # any window works: only the global kernel of the family is used
         self.program = program.get(ctx, "pooling", dtype=cl_type(self.dtype), MODE="max", IDX="ulong",
-                                   KH=1, KW=1, SH=1, SW=1, PH=0, PW=0, COUNT_INCLUDE_PAD=False)
+                                   KH=1, KW=1, SH=1, SW=1, PH=0, PW=0, COUNT_INCLUDE_PAD=False,
+                                   CPU=False)
 
     def launches(self, x, dx, dy, beta=0.0):
         """dx = beta * dx + dy at the first maximum of each plane of x, 0 elsewhere."""

@@ -67,6 +67,12 @@ def cpu_small_n(trans_b):
     return 2 if trans_b else 16
 
 
+def pack_a(tile, M, trans_a):
+    """Whether a GEMM packs a transposed A into row strips first (kernels/gemm_cpu.cl):
+    read in place, each k of a block's rows is a new page of A."""
+    return bool(trans_a) and pack_b(tile, M)
+
+
 def family(facts):
     """The GEMM table's device family: 'gpu' (NVIDIA, AMD), 'intel' (Intel and other
     GPUs), 'cpu', 'other'."""

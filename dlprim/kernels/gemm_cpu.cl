@@ -11,9 +11,10 @@ WG_M = TILE_M // BLOCK_M
 WG_N = TILE_N // BLOCK_N
 NV = BLOCK_N // VEC
 FV = "float%d" % VEC
-A_VEC = bool(TRANS_A) and BLOCK_M in (2, 4, 8, 16)
 
 def a_at(i, k):
+    if PACK_A:
+        return "a_ptr[(ulong)(%s) * %d + %d]" % (k, BLOCK_M, i)
     return "a_ptr[(ulong)(%s) * lda + a_m[%d]]" % (k, i) if TRANS_A else "a_row[%d][%s]" % (i, k)
 
 def b_at(j, k):
@@ -29,6 +30,16 @@ def b_at(j, k):
 SN = SMALL_N
 SV = SMALL_N // 8
 %>
+<%def name="small_fma()">
+    % for i in range(SMALL_M):
+            {
+                const float8 a = (float8)(${"a_ptr[(ulong)k * lda + a_m[%d]]" % i if TRANS_A else "a_ptr[(ulong)a_m[%d] * lda + k]" % i});
+        % for v in range(SV):
+                acc[${i}][${v}] = mad(a, b${v}, acc[${i}][${v}]);
+        % endfor
+            }
+    % endfor
+</%def>
 __kernel void gemm_small_m(int M, int N, int K,
           __global const float *A, ulong a_offset, int lda, ulong stride_a,
           __global const float *B, ulong b_offset, int ldb, ulong stride_b,
@@ -108,18 +119,10 @@ __kernel void gemm_small_m(int M, int N, int K,
     % endfor
         if (n0 + ${SN} <= N) {
             for (int k = 0; k < K; k++) {
-                float8 b[${SV}];
-    % for v in range(SV):
-                b[${v}] = vload8(0, b_ptr + (ulong)k * ldb + n0 + ${v * 8});
-    % endfor
-    % for i in range(SMALL_M):
-                {
-                    const float8 a = (float8)(${"a_ptr[(ulong)k * lda + a_m[%d]]" % i if TRANS_A else "a_ptr[(ulong)a_m[%d] * lda + k]" % i});
         % for v in range(SV):
-                    acc[${i}][${v}] = mad(a, b[${v}], acc[${i}][${v}]);
+                const float8 b${v} = vload8(0, b_ptr + (ulong)k * ldb + n0 + ${v * 8});
         % endfor
-                }
-    % endfor
+                ${small_fma()}
             }
         } else {
             // the N edge: columns past it read the last one
@@ -127,18 +130,10 @@ __kernel void gemm_small_m(int M, int N, int K,
                 float bs[${SN}];
                 for (int j = 0; j < ${SN}; j++)
                     bs[j] = b_ptr[(ulong)k * ldb + min(n0 + j, N - 1)];
-                float8 b[${SV}];
-    % for v in range(SV):
-                b[${v}] = vload8(${v}, bs);
-    % endfor
-    % for i in range(SMALL_M):
-                {
-                    const float8 a = (float8)(${"a_ptr[(ulong)k * lda + a_m[%d]]" % i if TRANS_A else "a_ptr[(ulong)a_m[%d] * lda + k]" % i});
         % for v in range(SV):
-                    acc[${i}][${v}] = mad(a, b[${v}], acc[${i}][${v}]);
+                const float8 b${v} = vload8(${v}, bs);
         % endfor
-                }
-    % endfor
+                ${small_fma()}
             }
         }
     % for i in range(SMALL_M):
@@ -173,7 +168,7 @@ __kernel void gemm_small_m(int M, int N, int K,
     }
 }
 % else:
-<%def name="k_loop(wide, avec=False)">
+<%def name="k_loop(wide)">
     // ${"whole block inside N: " + str(VEC) + "-wide loads" if wide else "N edge or B transposed: clamped scalar loads"}
     __attribute__((opencl_unroll_hint(${TILE_K})))
     for (int k = 0; k < K; k++) {
@@ -185,16 +180,9 @@ __kernel void gemm_small_m(int M, int N, int K,
         b[${v}] = (${FV})(${", ".join(b_at(v * VEC + w, "k") for w in range(VEC))});
         % endif
     % endfor
-    % if avec:
-        const float${BLOCK_M} a_k = vload${BLOCK_M}(0, a_ptr + (ulong)k * lda + m_base);
-    % endif
     % for i in range(BLOCK_M):
         {
-        % if avec:
-            const ${FV} a = (${FV})(a_k.s${"%x" % i});
-        % else:
             const ${FV} a = (${FV})(${a_at(i, "k")});
-        % endif
         % for v in range(NV):
             acc[${i}][${v}] = mad(a, b[${v}], acc[${i}][${v}]);
         % endfor
@@ -212,14 +200,6 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
           float alpha, float beta)
 {
     const int n0 = get_global_id(0) * ${BLOCK_N}, m0 = get_global_id(1) * ${BLOCK_M};
-% if A_VEC:
-    // a transposed A is read BLOCK_M rows at a time with one vector load per k: at the M
-    // edge the block moves back to end at row M - 1 and stores only its rows from m0 on
-    const int a_vec = M >= ${BLOCK_M};
-    const int m_base = a_vec ? min(m0, M - ${BLOCK_M}) : m0;
-% else:
-    const int m_base = m0;
-% endif
     // split-K as in kernels/gemm.cl: z = batch * splits + part
     const ulong z = get_global_id(2);
     const ulong batch = z / splits;
@@ -228,11 +208,14 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
     // rows and columns past the matrix edge read the last one (valid memory, the
     // results are dropped at the store), so the inner loop has no branches
     __global const float *a_ptr = A + a_offset + batch * stride_a
-% if TRANS_A:
+% if PACK_A:
+        // A packed by gemm_pack_a: this block's rows, K x BLOCK_M, contiguous, zero-padded
+        + ((ulong)get_global_id(1) * K + k_begin) * ${BLOCK_M};
+% elif TRANS_A:
         + (ulong)k_begin * lda;
     int a_m[${BLOCK_M}];
     % for i in range(BLOCK_M):
-    a_m[${i}] = min(m_base + ${i}, M - 1);
+    a_m[${i}] = min(m0 + ${i}, M - 1);
     % endfor
 % else:
         + k_begin;
@@ -254,15 +237,7 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
     // B packed by gemm_pack_b: this block's columns, K x BLOCK_N, contiguous, zero-padded
     __global const float *b_ptr = B + b_offset + batch * stride_b
         + ((ulong)get_global_id(0) * k_all + k_begin) * ${BLOCK_N};
-% if A_VEC:
-    if (a_vec) {
-${k_loop(True, True)}
-    } else {
 ${k_loop(True)}
-    }
-% else:
-${k_loop(True)}
-% endif
 % else:
     __global const float *b_ptr = B + b_offset + batch * stride_b
 % if TRANS_B:
@@ -280,36 +255,12 @@ ${k_loop(True)}
 % endif
 
 % if TRANS_B:
-% if A_VEC:
-    if (a_vec) {
-${k_loop(False, True)}
-    } else {
 ${k_loop(False)}
-    }
-% else:
-${k_loop(False)}
-% endif
 % else:
     if (n0 + ${BLOCK_N} <= N) {
-% if A_VEC:
-    if (a_vec) {
-${k_loop(True, True)}
-    } else {
 ${k_loop(True)}
-    }
-% else:
-${k_loop(True)}
-% endif
-    } else {
-% if A_VEC:
-    if (a_vec) {
-${k_loop(False, True)}
     } else {
 ${k_loop(False)}
-    }
-% else:
-${k_loop(False)}
-% endif
     }
 % endif
 % endif
@@ -318,11 +269,9 @@ ${k_loop(False)}
     __global float *c_ptr = C + c_offset + z * stride_c;
     #pragma unroll
     for (int i = 0; i < ${BLOCK_M}; i++) {
-        const int m = m_base + i;
+        const int m = m0 + i;
         if (m >= M)
             break;
-        if (m < m0)
-            continue;
         __global float *c_row = c_ptr + (ulong)m * ldc;
         float row[${BLOCK_N}];
         #pragma unroll
@@ -346,6 +295,7 @@ ${k_loop(False)}
     }
 }
 
+% endif
 % if PACK_B:
 // op(B) (K x N) -> strips of BLOCK_N columns, each K x BLOCK_N row-major and zero-padded
 // past N: the GEMM then streams one contiguous strip per block instead of striding ldb
@@ -397,4 +347,39 @@ __kernel void gemm_pack_b(int N, int K, __global const float *B, ulong b_offset,
 % endif
 }
 % endif
+
+% if PACK_A:
+// op(A) (M x K) of a transposed A (stored K x M, where a block's BLOCK_M values of one k
+// lie in a row a page away from the next k's) -> strips of BLOCK_M rows, each K x BLOCK_M
+// row-major and zero-padded past M: the GEMM then reads one contiguous strip per block.
+// A work-item moves a tile of PACK_K values of k by 16 strips: its reads are runs of
+// 16 * BLOCK_M floats of A's rows, its writes 16 runs of PACK_K * BLOCK_M floats.
+__kernel void gemm_pack_a(int M, int K, __global const float *A, ulong a_offset, int lda,
+                          ulong stride_a, __global float *P, ulong p_offset)
+{
+    const int s0 = get_global_id(0) * 16, k0 = get_global_id(1) * ${PACK_K};
+    const ulong batch = get_global_id(2);
+    const int strips = (M + ${BLOCK_M - 1}) / ${BLOCK_M}, k_end = min(k0 + ${PACK_K}, K);
+    const int s_end = min(s0 + 16, strips);
+    __global const float *a = A + a_offset + batch * stride_a;
+    __global float *p = P + p_offset + (batch * strips * K + k0) * ${BLOCK_M};
+    for (int k = k0; k < k_end; k++) {
+        __global const float *row = a + (ulong)k * lda;
+        for (int s = s0; s < s_end; s++) {
+            __global float *out = p + ((ulong)s * K + (k - k0)) * ${BLOCK_M};
+            const int m0 = s * ${BLOCK_M};
+            if (m0 + ${BLOCK_M} <= M) {
+% if BLOCK_M in (2, 4, 8, 16):
+                vstore${BLOCK_M}(vload${BLOCK_M}(0, row + m0), 0, out);
+% else:
+                for (int i = 0; i < ${BLOCK_M}; i++)
+                    out[i] = row[m0 + i];
+% endif
+            } else {
+                for (int i = 0; i < ${BLOCK_M}; i++)
+                    out[i] = m0 + i < M ? row[m0 + i] : 0.0f;
+            }
+        }
+    }
+}
 % endif

@@ -45,12 +45,21 @@ __kernel void ${name}(ulong total, int H, int W, int OH, int OW,
                       __global const DT *x, ulong x_offset,
                       __global DT *y, ulong y_offset${", __global int *index, ulong index_offset" if save_index else ""})
 {
+% if CPU:
+    // CPU drivers: a work-item per output row (no index division per element)
+    const int oh = get_global_id(0);
+    const ${IDX} plane = get_global_id(1);
+    x += x_offset + plane * H * W;
+    for (int ow = 0; ow < OW; ow++) {
+    ${IDX} i = (plane * OH + oh) * OW + ow;
+% else:
     ${IDX} i = get_global_id(0);
     if (i >= total)
         return;
     ${IDX} q = i / OW, plane = q / OH;
     int ow = i - q * OW, oh = q - plane * OH;
     x += x_offset + plane * H * W;
+% endif
 % if MODE == "max":
     int best = window_argmax(x, H, W, oh, ow);
     y[y_offset + i] = x[best];
@@ -64,6 +73,9 @@ __kernel void ${name}(ulong total, int H, int W, int OH, int OW,
         for (int w = w0; w < w1; w++)
             s += x[h * W + w];
     y[y_offset + i] = s / DIVISOR;
+% endif
+% if CPU:
+    }
 % endif
 }
 </%def>
@@ -83,6 +95,31 @@ __kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
                                __global const DT *dy, ulong dy_offset,
                                __global DT *dx, ulong dx_offset, float beta)
 {
+% if CPU:
+    // CPU drivers: a work-item per plane adds each window's gradient into dx (a scatter
+    // without races: the plane is its own); every dx element still receives its windows'
+    // terms in (oh, ow) order, as the gather below adds them
+    const ${IDX} plane = get_global_id(0);
+    dy += dy_offset + plane * OH * OW;
+    dx += dx_offset + plane * H * W;
+    for (int k = 0; k < H * W; k++)
+        dx[k] = beta == 0 ? 0.0f : beta * dx[k];
+    % if MODE == "max":
+    index += index_offset + plane * OH * OW;
+    for (int k = 0; k < OH * OW; k++)
+        dx[index[k]] += dy[k];
+    % else:
+    for (int oh = 0; oh < OH; oh++)
+        for (int ow = 0; ow < OW; ow++) {
+            WINDOW(oh, ow)
+            const float g = dy[oh * OW + ow] / DIVISOR;
+            for (int h = h0; h < h1; h++)
+                for (int w = w0; w < w1; w++)
+                    dx[h * W + w] += g;
+        }
+    % endif
+}
+% else:
     ${IDX} i = get_global_id(0);
     if (i >= total)
         return;
@@ -113,6 +150,7 @@ __kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
     dx += dx_offset + i;
     *dx = beta == 0 ? g : beta * *dx + g;
 }
+% endif
 
 // Global max backward: one work-item per plane finds the first maximum (the last NaN,
 // if any, as window_argmax) and routes dy there.
