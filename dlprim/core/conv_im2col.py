@@ -51,7 +51,7 @@ class _Columns:
         for img0 in range(0, batch, chunk):
             count = min(chunk, batch - img0)
             yield img0, count, program.Launch(self.program, "conv_im2col",
-                                              (self.geom.out_h, self.k, count), None,
+                                              (self.k, count), None,
                                               self.geom_args + [x, np.uint64(img0), col]), col
 
 
@@ -130,7 +130,7 @@ class BackwardData(_Columns):
             dy_part = dy.view((count * dy_image,), offset=img0 * dy_image)
             out += self.op(count).launches(w, dy_part, col, stride_a=0, stride_b=dy_image,
                                            stride_c=self.k * self.n)
-            out.append(program.Launch(self.program, "conv_col2im", (g.in_h, g.in_c, count), None,
+            out.append(program.Launch(self.program, "conv_col2im", (g.in_c, count), None,
                                       self.geom_args + [col, dx, np.uint64(img0), *bias_args,
                                                         np.float32(beta)]))
         return out

@@ -3,81 +3,96 @@
 // (NCHW) unrolled into col[img][(c * KH + i) * KW + j][oy * OW + ox] =
 // x[img][c][oy * SH - PT + i * DH][ox * SW - PL + j * DW], zero in the padding, so that
 // the convolution is one GEMM per image: y = w (out_c x C*KH*KW) · col.
-// One work-item writes one output row (OW contiguous floats) of one col row.
+// One work-item writes one col row (OH * OW contiguous floats): CPU drivers pay for
+// every work-item, so each gets a whole row rather than one output row of it.
 __kernel void conv_im2col(int C, int H, int W, int OH, int OW, int KH, int KW, int SH,
                           int SW, int PT, int PL, int DH, int DW,
                           __global const float *x, ulong x_offset, ulong img0,
                           __global float *col, ulong col_offset)
 {
-    const int oy = get_global_id(0), r = get_global_id(1);
-    const ulong img = get_global_id(2);
+    const int r = get_global_id(0);
+    const ulong img = get_global_id(1);
     const int j = r % KW, i = (r / KW) % KH, c = r / (KW * KH);
-    const int iy = oy * SH - PT + i * DH;
-    __global float *out = col + col_offset + (img * get_global_size(1) + r) * OH * OW
-        + (ulong)oy * OW;
-    if (iy < 0 || iy >= H) {
-        for (int ox = 0; ox < OW; ox++)
-            out[ox] = 0.0f;
-        return;
-    }
-    __global const float *row = x + x_offset + (((img0 + img) * C + c) * H + iy) * W;
     const int ix0 = j * DW - PL;
-    for (int ox = 0; ox < OW; ox++) {
-        const int ix = ix0 + ox * SW;
-        out[ox] = (ix >= 0 && ix < W) ? row[ix] : 0.0f;
+    // the columns whose tap lands inside the row: ix0 + ox * SW in [0, W)
+    const int ox_lo = ix0 >= 0 ? 0 : min(OW, (-ix0 + SW - 1) / SW);
+    const int ox_hi = W - 1 - ix0 >= 0 ? max(ox_lo, min(OW, (W - 1 - ix0) / SW + 1)) : ox_lo;
+    __global float *out = col + col_offset + (img * get_global_size(0) + r) * OH * OW;
+    __global const float *plane = x + x_offset + ((img0 + img) * C + c) * (ulong)H * W;
+    for (int oy = 0; oy < OH; oy++, out += OW) {
+        const int iy = oy * SH - PT + i * DH;
+        if (iy < 0 || iy >= H) {
+            for (int ox = 0; ox < OW; ox++)
+                out[ox] = 0.0f;
+            continue;
+        }
+        __global const float *row = plane + (ulong)iy * W + ix0;
+        for (int ox = 0; ox < ox_lo; ox++)
+            out[ox] = 0.0f;
+        if (SW == 1) {
+            for (int ox = ox_lo; ox < ox_hi; ox++)
+                out[ox] = row[ox];
+        } else {
+            for (int ox = ox_lo; ox < ox_hi; ox++)
+                out[ox] = row[ox * SW];
+        }
+        for (int ox = ox_hi; ox < OW; ox++)
+            out[ox] = 0.0f;
     }
 }
 
 // col2im for backward-data (a transposed convolution's forward): col as conv_im2col lays
 // it out, now holding wᵀ · dy; dx[img0 + img][c][iy][ix] = act(beta * dx + the sum of the
 // col entries whose tap lands on (iy, ix) + bias[c]). A gather (no atomics): one
-// work-item per row of dx, which adds each tap's col row (a contiguous run of ox) into
-// it in place: no division or branch per pixel, and the runs vectorise.
+// work-item per plane of dx; each row adds each tap's col row (a contiguous run of ox)
+// into it in place: no division or branch per pixel, and the runs vectorise.
 __kernel void conv_col2im(int C, int H, int W, int OH, int OW, int KH, int KW, int SH,
                           int SW, int PT, int PL, int DH, int DW,
                           __global const float *col, ulong col_offset,
                           __global float *dx, ulong dx_offset, ulong img0,
                           __global const float *bias, ulong bias_offset, float beta)
 {
-    const int iy = get_global_id(0), c = get_global_id(1);
-    const ulong img = get_global_id(2);
+    const int c = get_global_id(0);
+    const ulong img = get_global_id(1);
     __global const float *src = col + col_offset + (img * C + c) * KH * KW * OH * OW;
-    __global float *out = dx + dx_offset + (((img0 + img) * C + c) * H + iy) * W;
-    if (beta != 0.0f) {
-        for (int ix = 0; ix < W; ix++)
-            out[ix] *= beta;
-    } else {
-        for (int ix = 0; ix < W; ix++)
-            out[ix] = 0.0f;
-    }
-    for (int i = 0; i < KH; i++) {
-        const int ty = iy + PT - i * DH;
-        if (ty < 0 || ty % SH)
-            continue;
-        const int oy = ty / SH;
-        if (oy >= OH)
-            continue;
-        for (int j = 0; j < KW; j++) {
-            // pixel ix = ox * SW + shift takes col[.., oy, ox]; the ox whose ix is in the row
-            const int shift = j * DW - PL;
-            const int ox_lo = shift >= 0 ? 0 : (-shift + SW - 1) / SW;
-            const int ox_hi = min(OW, W - 1 - shift >= 0 ? (W - 1 - shift) / SW + 1 : 0);
-            __global const float *run = src + ((ulong)(i * KW + j) * OH + oy) * OW;
-            if (SW == 1) {
-                __global float *o = out + shift;
-                for (int ox = ox_lo; ox < ox_hi; ox++)
-                    o[ox] += run[ox];
-            } else {
-                for (int ox = ox_lo; ox < ox_hi; ox++)
-                    out[ox * SW + shift] += run[ox];
+    for (int iy = 0; iy < H; iy++) {
+        __global float *out = dx + dx_offset + (((img0 + img) * C + c) * H + iy) * W;
+        if (beta != 0.0f) {
+            for (int ix = 0; ix < W; ix++)
+                out[ix] *= beta;
+        } else {
+            for (int ix = 0; ix < W; ix++)
+                out[ix] = 0.0f;
+        }
+        for (int i = 0; i < KH; i++) {
+            const int ty = iy + PT - i * DH;
+            if (ty < 0 || ty % SH)
+                continue;
+            const int oy = ty / SH;
+            if (oy >= OH)
+                continue;
+            for (int j = 0; j < KW; j++) {
+                // pixel ix = ox * SW + shift takes col[.., oy, ox]; the ox whose ix is in the row
+                const int shift = j * DW - PL;
+                const int ox_lo = shift >= 0 ? 0 : (-shift + SW - 1) / SW;
+                const int ox_hi = min(OW, W - 1 - shift >= 0 ? (W - 1 - shift) / SW + 1 : 0);
+                __global const float *run = src + ((ulong)(i * KW + j) * OH + oy) * OW;
+                if (SW == 1) {
+                    __global float *o = out + shift;
+                    for (int ox = ox_lo; ox < ox_hi; ox++)
+                        o[ox] += run[ox];
+                } else {
+                    for (int ox = ox_lo; ox < ox_hi; ox++)
+                        out[ox * SW + shift] += run[ox];
+                }
             }
         }
-    }
-    for (int ix = 0; ix < W; ix++) {
+        for (int ix = 0; ix < W; ix++) {
 % if BIAS:
-        out[ix] = ACT_${ACTIVATION}(out[ix] + bias[bias_offset + c]);
+            out[ix] = ACT_${ACTIVATION}(out[ix] + bias[bias_offset + c]);
 % else:
-        out[ix] = ACT_${ACTIVATION}(out[ix]);
+            out[ix] = ACT_${ACTIVATION}(out[ix]);
 % endif
+        }
     }
 }
