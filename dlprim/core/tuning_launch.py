@@ -7,7 +7,8 @@ import math
 from ..utils import ceil_div, round_up
 
 __all__ = ["split_k", "split_parts", "depthwise_chunks", "reduce_chunks", "reduce_wg",
-           "depthwise_filter_wg", "gpu_local"]
+           "depthwise_filter_wg", "gpu_local", "depthwise_on_cpu", "depthwise_cpu_rows",
+           "depthwise_cpu_filter_plan"]
 
 # ----- split models
 SPLIT_GROUPS_PER_CU = 4  # what a split reduction aims at (conv and depthwise filters, reduce)
@@ -78,6 +79,39 @@ def depthwise_chunks(facts, out_c, total, wg):
     return max(1, min(want, total // (16 * wg)))
 
 
+# CPU depthwise kernels (kernels/conv_depthwise_cpu.cl): PoCL runs a work-item as one
+# thread's loop, so a work-item computes whole rows and a few dozen fill the cores. On
+# PoCL, MobileNet-V2's layers at batch 4 moved less than the noise between 4096 and 65536
+# outputs and between 2 and 16 work-items per core (docs/benchmarks.md)
+DEPTHWISE_CPU_ITEM_OUTPUTS = 16384  # outputs one work-item computes, at least
+DEPTHWISE_CPU_ITEMS_PER_CU = 4  # work-items per core where the rows allow: even finish
+
+
+def depthwise_on_cpu(facts):
+    """Whether depthwise convolutions run on the CPU-shaped kernels."""
+    return facts.is_cpu and not facts.is_gpu
+
+
+def depthwise_cpu_rows(facts, rows, row_len):
+    """(work-items, rows each) for ``rows`` output rows of ``row_len`` in the CPU
+    depthwise forward and backward-data."""
+    items = max(DEPTHWISE_CPU_ITEMS_PER_CU * facts.compute_units,
+                ceil_div(rows * row_len, DEPTHWISE_CPU_ITEM_OUTPUTS))
+    chunk = ceil_div(rows, min(items, rows))
+    return ceil_div(rows, chunk), chunk
+
+
+def depthwise_cpu_filter_plan(facts, channels, rows, row_len):
+    """(channels per work-item, splits, rows per split) of the CPU depthwise
+    backward-filter: whole channels per work-item where there are enough of them, else
+    each channel's ``rows`` split (partial sums added by a second launch)."""
+    least = DEPTHWISE_CPU_ITEMS_PER_CU * facts.compute_units
+    items = max(least, ceil_div(channels * rows * row_len, DEPTHWISE_CPU_ITEM_OUTPUTS))
+    splits = 1 if channels >= least else min(rows, ceil_div(least, channels))
+    chunk = ceil_div(rows, splits)
+    return ceil_div(channels, min(items, channels)), ceil_div(rows, chunk), chunk
+
+
 def reduce_chunks(facts, groups, reduced, lr):
     """Chunks of a pointwise reduction whose ``groups`` work-groups (``lr`` threads on each
     output) fall short of SPLIT_GROUPS_PER_CU per compute unit and whose ``reduced``
@@ -105,6 +139,7 @@ REDUCE_ELEMS = 4  # loads in flight per pass of a reduction loop
 REDUCE_CPU_WG = 8  # CPU drivers run a work-group's items in one thread: 2-6x faster on PoCL
 CONV_REDUCE_WG = 256  # conv_split_reduce
 DEPTHWISE_WG = 64  # depthwise forward/backward-data and the filter-gradient sum
+DEPTHWISE_CPU_VEC = 8  # floats per vector of the CPU depthwise kernels (one AVX2 register)
 WINOGRAD_WG = 64  # Winograd transforms; packs channels where an image has fewer tiles (H200)
 WINOGRAD_MATRIX_WG = 16  # filter transforms: 16x16 work-groups
 
