@@ -193,7 +193,8 @@ class Gemm:
                 self._packed_b = Tensor(self.ctx, (self.batch * strips * self.K * t["BLOCK_N"],))
             prg = self._program(*aligned_ab, 0)
             pack = [program.Launch(prg, "gemm_pack_b",
-                                   (strips, ceil_div(self.K, tuning.CPU_PACK_K), self.batch), (1, 1, 1),
+                                   (strips if self.trans_b else ceil_div(strips, 16),
+                                    ceil_div(self.K, tuning.CPU_PACK_K), self.batch), (1, 1, 1),
                                    [i32(self.N), i32(self.K), B, i32(ldb), u64(stride_b),
                                     self._packed_b])]
             B, ldb, stride_b = self._packed_b, t["BLOCK_N"], strips * self.K * t["BLOCK_N"]

@@ -299,19 +299,20 @@ ${k_loop(False)}
 % if PACK_B:
 // op(B) (K x N) -> strips of BLOCK_N columns, each K x BLOCK_N row-major and zero-padded
 // past N: the GEMM then streams one contiguous strip per block instead of striding ldb
-// (a new page every row) or gathering a transposed B. A work-item packs PACK_K rows of
-// a strip: a row-major B row by row; a transposed B (rows of B are the strip's columns)
-// reading each of its BLOCK_N rows along K, so that every load is contiguous.
+// (a new page every row) or gathering a transposed B. A work-item packs PACK_K rows:
+// of a row-major B, a run of 16 strips' columns of each row (so that a page of B
+// yields a kilobyte, not 64 bytes, before the next row's page); of a transposed B (rows
+// of B are the strip's columns), one strip, reading each of its rows along K.
 __kernel void gemm_pack_b(int N, int K, __global const float *B, ulong b_offset, int ldb,
                           ulong stride_b, __global float *P, ulong p_offset)
 {
-    const int s = get_global_id(0), k0 = get_global_id(1) * ${PACK_K};
+    const int k0 = get_global_id(1) * ${PACK_K};
     const ulong batch = get_global_id(2);
-    const int n0 = s * ${BLOCK_N}, k_end = min(k0 + ${PACK_K}, K);
+    const int k_end = min(k0 + ${PACK_K}, K), strips = (N + ${BLOCK_N - 1}) / ${BLOCK_N};
     __global const float *b = B + b_offset + batch * stride_b;
-    __global float *p = P + p_offset
-        + ((batch * get_global_size(0) + s) * K + k0) * ${BLOCK_N};
 % if TRANS_B:
+    const int s = get_global_id(0), n0 = s * ${BLOCK_N};
+    __global float *p = P + p_offset + ((batch * strips + s) * K + k0) * ${BLOCK_N};
     // 8 x BLOCK_N transposed in registers: a float8 along K from each of the strip's
     // rows of B, then BLOCK_N-wide rows of the strip
     __global const float *rows[${BLOCK_N}];
@@ -334,14 +335,21 @@ __kernel void gemm_pack_b(int N, int K, __global const float *B, ulong b_offset,
         for (int j = 0; j < ${BLOCK_N}; j++)
             p[j] = n0 + j < N ? rows[j][k] : 0.0f;
 % else:
-    for (int k = k0; k < k_end; k++, p += ${BLOCK_N}) {
-        if (n0 + ${BLOCK_N} <= N) {
+    const int s0 = get_global_id(0) * 16, s_end = min(s0 + 16, strips);
+    __global float *p = P + p_offset + (batch * strips * K + k0) * ${BLOCK_N};
+    for (int k = k0; k < k_end; k++) {
+        __global const float *row = b + (ulong)k * ldb;
+        for (int s = s0; s < s_end; s++) {
+            __global float *out = p + ((ulong)s * K + (k - k0)) * ${BLOCK_N};
+            const int n0 = s * ${BLOCK_N};
+            if (n0 + ${BLOCK_N} <= N) {
     % for v in range(NV):
-            vstore${VEC}(vload${VEC}(0, b + (ulong)k * ldb + n0 + ${v * VEC}), ${v}, p);
+                vstore${VEC}(vload${VEC}(0, row + n0 + ${v * VEC}), ${v}, out);
     % endfor
-        } else {
-            for (int j = 0; j < ${BLOCK_N}; j++)
-                p[j] = n0 + j < N ? b[(ulong)k * ldb + n0 + j] : 0.0f;
+            } else {
+                for (int j = 0; j < ${BLOCK_N}; j++)
+                    out[j] = n0 + j < N ? row[n0 + j] : 0.0f;
+            }
         }
     }
 % endif
