@@ -326,3 +326,28 @@ def test_wide_tiles_pack_and_split(ctx, rng):
     for launch in launches:
         launch(ctx.queue)
     close(C.numpy(), reference(a, b.T, c, 1.0, 0.5, bias, "row"), K)
+
+
+@pytest.mark.parametrize("trans_a", [0, 1])
+def test_cpu_batch_sum(ctx, rng, trans_a):
+    # one C = beta * C + the sum over the batch of op(A_b) op(B_b)ᵀ (filter gradients)
+    if not Gemm.batch_summable(ctx, 5, True):
+        pytest.skip("batch_sum runs on the few-rows CPU kernel")
+    batch = 3
+    for M, N, K in [(1, 1, 1), (5, 3, 17), (9, 33, 8)]:
+        a, b = rng.standard_normal((batch, M, K)), rng.standard_normal((batch, K, N))
+        c = rng.standard_normal((M, N))
+        op = Gemm(ctx, M, N, K, trans_a, True, batch=batch, batch_sum=True)
+        A = t(ctx, np.stack([stored(x, trans_a) for x in a]))
+        B = t(ctx, np.stack([x.T for x in b]))
+        want = sum(reference(a[i], b[i]) for i in range(batch))
+        C = poisoned(ctx, (M, N))
+        op(A, B, C, stride_a=M * K, stride_b=K * N)
+        close(C.numpy(), want, K * batch)
+        C = t(ctx, c)
+        op(A, B, C, stride_a=M * K, stride_b=K * N, beta=0.5)
+        close(C.numpy(), want + 0.5 * c, K * batch)
+    with pytest.raises(ValueError, match="batch_sum"):
+        Gemm(ctx, 5, 3, 17, trans_b=False, batch=2, batch_sum=True)
+    with pytest.raises(ValueError, match="batch_sum"):
+        Gemm(ctx, tuning.CPU_PACK_MIN_M, 3, 17, trans_b=True, batch=2, batch_sum=True)

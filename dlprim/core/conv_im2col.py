@@ -88,12 +88,26 @@ class BackwardFilter(_Columns):
                              "split its reduction")
         super().__init__(ctx, geom)
         self.gemm = Gemm(ctx, geom.out_c, self.k, self.n, trans_b=True)
+        # few output channels on a CPU: one launch sums the chunk's images
+        self.summed = {} if Gemm.batch_summable(ctx, geom.out_c, True) else None
+
+    def _summed(self, count):
+        if count not in self.summed:
+            self.summed[count] = Gemm(self.ctx, self.geom.out_c, self.k, self.n, trans_b=True,
+                                      batch=count, batch_sum=True)
+        return self.summed[count]
 
     def launches(self, x, dy, dw, ws, beta):
         out = []
         dy_image = self.geom.out_c * self.n
         for img0, count, unroll, col in self.chunks(x, ws):
             out.append(unroll)
+            if self.summed is not None:
+                dy_part = dy.view((count * dy_image,), offset=img0 * dy_image)
+                out += self._summed(count).launches(dy_part, col, dw, stride_a=dy_image,
+                                                    stride_b=self.k * self.n,
+                                                    beta=beta if img0 == 0 else 1.0)
+                continue
             for i in range(count):
                 dy_i = dy.view((dy_image,), offset=(img0 + i) * dy_image)
                 col_i = col.view((self.k * self.n,), offset=i * self.k * self.n)

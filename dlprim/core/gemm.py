@@ -36,7 +36,7 @@ class Gemm:
     """
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
-                 activation="identity", batch=1, tile=None, split_k=None):
+                 activation="identity", batch=1, tile=None, split_k=None, batch_sum=False):
         self.ctx = ctx
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
         if max(self.M, self.N, self.K) >= 2 ** 31:
@@ -55,11 +55,21 @@ class Gemm:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
         self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile
         self.splits, self.k_chunk = (1, self.K) if self.small_m else self._split(split_k)
+        self.batch_sum = bool(batch_sum)
+        if self.batch_sum and not self.batch_summable(ctx, M, trans_b):
+            raise ValueError("Gemm: batch_sum (C = the sum of the batch's products) needs the "
+                             "few-rows CPU kernel with a transposed B; see Gemm.batch_summable")
         self.pack_b = tuning.pack_b(self.tile, self.M) and self.K > 0
         self.pack_a = tuning.pack_a(self.tile, self.M, self.trans_a) and self.K > 0
         self._workspace = self._packed_b = self._packed_a = None
         # build now the variant that packed, aligned operands use
         self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"))
+
+    @staticmethod
+    def batch_summable(ctx, M, trans_b):
+        """Whether ``batch_sum=True`` is available: CPU devices, M under
+        ``tuning.CPU_PACK_MIN_M`` rows, a transposed B."""
+        return bool(trans_b) and tuning.gemm_small_m(tuning.pick_tile(ctx.facts, M, 1), M)
 
     def _split(self, split_k):
         """(parts, k per part) for split-K; (1, K) when K is not split."""
@@ -104,11 +114,13 @@ class Gemm:
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
                                SMALL_M=min(self.M, tuning.CPU_SMALL_M_BLOCK),
                                SMALL_N=tuning.cpu_small_n(self.trans_b), PACK_B=0, PACK_A=0, PACK_K=0,
+                               SUM_BATCH=int(self.batch_sum),
                                **self.tile)
         if tuning.gemm_kernel(self.tile) == "gemm_cpu":  # unaligned loads cost no more there
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
                                PACK_B=int(self.pack_b), PACK_A=int(self.pack_a), SMALL_M=0, SMALL_N=0,
+                               SUM_BATCH=0,
                                PACK_K=tuning.CPU_PACK_K, **self.tile)
         return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
                            BIAS=bias, ACTIVATION=act,
@@ -143,13 +155,14 @@ class Gemm:
         if which != "c" and ld * span >= 2 ** 31:
             raise ValueError("Gemm: ld%s=%d is too large (the kernel needs ld * %d < 2^31)"
                              % (which, ld, span))
-        if rows and cols and self.batch:
-            need = (self.batch - 1) * stride + (rows - 1) * ld + cols
+        batch = 1 if which == "c" and self.batch_sum else self.batch  # one C for the sum
+        if rows and cols and batch:
+            need = (batch - 1) * stride + (rows - 1) * ld + cols
             if t.size < need:
                 raise ValueError("Gemm: %s has %d elements, %s (%d x %d, ld%s=%d, batch=%d, "
                                  "stride_%s=%d) needs %d" % (name, t.size, name, rows, cols, which,
-                                                             ld, self.batch, which, stride, need))
-            if which == "c" and self.batch > 1 and stride < (rows - 1) * ld + cols:
+                                                             ld, batch, which, stride, need))
+            if which == "c" and batch > 1 and stride < (rows - 1) * ld + cols:
                 raise ValueError("Gemm: stride_c=%d makes the %d output matrices overlap"
                                  % (stride, self.batch))
         return ld, stride
@@ -212,10 +225,11 @@ class Gemm:
         if self.small_m:
             args = [i32(self.M), i32(self.N), i32(self.K), A, i32(lda), u64(stride_a),
                     B, i32(ldb), u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args,
-                    f32(alpha), f32(beta)]
+                    f32(alpha), f32(beta), i32(self.batch)]
             items = ceil_div(self.N, tuning.cpu_small_n(self.trans_b))
-            return pack + [program.Launch(self._program(0, 0, 0), "gemm_small_m", (items, self.batch),
-                                   (1, 1), args, flops=self.flops)]
+            return pack + [program.Launch(self._program(0, 0, 0), "gemm_small_m",
+                                          (items, 1 if self.batch_sum else self.batch), (1, 1),
+                                          args, flops=self.flops)]
         wg_m, wg_n = t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]
         gsize = (ceil_div(self.N, t["TILE_N"]) * wg_n, ceil_div(self.M, t["TILE_M"]) * wg_m,
                  self.batch * self.splits)

@@ -45,29 +45,33 @@ __kernel void gemm_small_m(int M, int N, int K,
           __global const float *B, ulong b_offset, int ldb, ulong stride_b,
           __global float *C, ulong c_offset, int ldc, ulong stride_c,
           __global const float *bias, ulong bias_offset,
-          float alpha, float beta)
+          float alpha, float beta, int batches)
 {
+    // SUM_BATCH: C = the sum over the batch of op(A_b) op(B_b) (a filter gradient over
+    // a batch of images) in one launch; else one C per batch entry, get_global_id(1)
     const int n0 = get_global_id(0) * ${SN};
-    const ulong batch = get_global_id(1);
+    const ulong batch = ${"0" if SUM_BATCH else "get_global_id(1)"};
     __global const float *a_ptr = A + a_offset + batch * stride_a;
     __global const float *b_ptr = B + b_offset + batch * stride_b;
     __global float *c_ptr = C + c_offset + batch * stride_c;
     for (int m0 = 0; m0 < M; m0 += ${SMALL_M}) {
         float out[${SMALL_M}][${SN}];
 % if TRANS_B:
-        // rows past the edge read the last one (valid memory); their results are dropped
-        __global const float *a_row[${SMALL_M}], *b_row[${SN}];
-    % for i in range(SMALL_M):
-        a_row[${i}] = a_ptr + (ulong)min(m0 + ${i}, M - 1)${"" if TRANS_A else " * lda"};
-    % endfor
-    % for j in range(SN):
-        b_row[${j}] = b_ptr + (ulong)min(n0 + ${j}, N - 1) * ldb;
-    % endfor
         float8 acc[${SMALL_M}][${SN}];
     % for i in range(SMALL_M):
         % for j in range(SN):
         acc[${i}][${j}] = 0.0f;
+        out[${i}][${j}] = 0.0f;
         % endfor
+    % endfor
+        for (int bb = 0; bb < ${"batches" if SUM_BATCH else "1"}; bb++) {
+        // rows past the edge read the last one (valid memory); their results are dropped
+        __global const float *a_row[${SMALL_M}], *b_row[${SN}];
+    % for i in range(SMALL_M):
+        a_row[${i}] = a_ptr + bb * stride_a + (ulong)min(m0 + ${i}, M - 1)${"" if TRANS_A else " * lda"};
+    % endfor
+    % for j in range(SN):
+        b_row[${j}] = b_ptr + bb * stride_b + (ulong)min(n0 + ${j}, N - 1) * ldb;
     % endfor
         int k = 0;
         for (; k + 8 <= K; k += 8) {
@@ -88,16 +92,6 @@ __kernel void gemm_small_m(int M, int N, int K,
             }
     % endfor
         }
-    % for i in range(SMALL_M):
-        % for j in range(SN):
-        {
-            float8 v = acc[${i}][${j}];
-            float4 h = v.lo + v.hi;
-            float2 q = h.lo + h.hi;
-            out[${i}][${j}] = q.lo + q.hi;
-        }
-        % endfor
-    % endfor
         for (; k < K; k++) {
     % for i in range(SMALL_M):
         % for j in range(SN):
@@ -105,6 +99,17 @@ __kernel void gemm_small_m(int M, int N, int K,
         % endfor
     % endfor
         }
+        }
+    % for i in range(SMALL_M):
+        % for j in range(SN):
+        {
+            float8 v = acc[${i}][${j}];
+            float4 h = v.lo + v.hi;
+            float2 q = h.lo + h.hi;
+            out[${i}][${j}] += q.lo + q.hi;
+        }
+        % endfor
+    % endfor
 % else:
         // B row-major: a float8 slice of a B row per k, A's entries broadcast
         int a_m[${SMALL_M}];
