@@ -483,18 +483,28 @@ def test_im2col_backward_filter(ctx, rng, monkeypatch, geom):
 @pytest.mark.parametrize("geom", [
     ConvGeometry(3, 5, (9, 7), (3, 3), pad=(1, 1, 1, 1)),
     ConvGeometry(4, 65, (11, 9), (5, 3), stride=(2, 3), pad=(2, 0, 1, 1), dilate=(1, 2)),
-    ConvGeometry(70, 3, (7, 5), (1, 1), stride=(2, 2))])
+    ConvGeometry(70, 3, (7, 5), (1, 1), stride=(2, 2)),
+    ConvGeometry(4, 70, (10, 9), (3, 5), pad=(2, 1, 0, 3), dilate=(2, 1))])
 def test_im2col_backward_data(ctx, rng, monkeypatch, geom):
     """dx = act(beta * dx + col2im(wᵀ · dy) + bias) over chunks of two images (the last one
-    ragged); pixels no tap reaches (stride 2, 1x1) get beta * dx + bias only."""
+    ragged); pixels no tap reaches (stride 2, 1x1) get beta * dx + bias only. Stride-1
+    layers run as the forward convolution of dy with the flipped kernel."""
     from dlprim.core import tuning
-    per_image = geom.in_c * geom.kh * geom.kw * geom.out_h * geom.out_w * 4
+    from dlprim.core.conv_im2col import flipped_geometry
+    from dlprim.utils import round_up
+    # the flipped forward serves layers of few input channels on CPUs
+    few_rows = tuning.gemm_small_m(tuning.pick_tile(ctx.facts, geom.in_c, 1), geom.in_c)
+    flipped = flipped_geometry(geom) if few_rows else None
+    cols = flipped or geom  # the columns are of dy (flipped) or of w^T dy (col2im)
+    per_image = cols.in_c * geom.kh * geom.kw * cols.out_h * cols.out_w * 4
+    weights = round_up(geom.in_c * geom.out_c * geom.kh * geom.kw * 4, 64) if flipped else 0
     monkeypatch.setattr(tuning, "IM2COL_WORKSPACE_BYTES", 2 * per_image)
     batch = 3
     w, dy, dx0, b = (rng.standard_normal(s) for s in (geom.weight_shape, geom.out_shape(batch),
                                                        geom.in_shape(batch), (geom.in_c,)))
     op = ConvBackwardData(ctx, geom, bias=True, activation="relu", algo="im2col", batch=batch)
-    assert op.algo == "im2col" and op.workspace_bytes(batch) == 2 * per_image
+    assert op.algo == "im2col" and op.workspace_bytes(batch) == 2 * per_image + weights
+    assert (op.impl.flipped is not None) == (geom.sh == geom.sw == 1 and few_rows)
     t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (dy, w, dx0, b)]
     op(t[0], t[1], t[2], t[3], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
     dx, _ = conv_backward_ref(np.zeros(geom.in_shape(batch)), w, dy, (geom.sh, geom.sw), geom.pad,

@@ -96,3 +96,13 @@ __kernel void conv_col2im(int C, int H, int W, int OH, int OW, int KH, int KW, i
         }
     }
 }
+
+// w (OC x C x KK) -> the flipped kernel of backward-data as a forward convolution:
+// wf[c][o][KK - 1 - t] = w[o][c][t] (KK = KH * KW taps, flipped in both directions).
+__kernel void conv_flip_weights(int OC, int C, int KK, __global const float *w, ulong w_offset,
+                                __global float *wf, ulong wf_offset)
+{
+    const int e = get_global_id(0);
+    const int t = e % KK, c = (e / KK) % C, o = e / (KK * C);
+    wf[wf_offset + ((ulong)c * OC + o) * KK + (KK - 1 - t)] = w[w_offset + e];
+}
