@@ -439,18 +439,28 @@ def test_conv_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):
     ConvGeometry(3, 5, (9, 7), (3, 3), pad=(1, 1, 1, 1)),
     ConvGeometry(4, 65, (11, 9), (5, 3), stride=(2, 3), pad=(2, 0, 1, 1), dilate=(1, 2)),
     ConvGeometry(33, 31, (6, 5), (1, 1), stride=(2, 2)),
-    ConvGeometry(2, 3, (1, 1), (1, 1), pad=(1, 1, 1, 1))])
+    ConvGeometry(2, 3, (1, 1), (1, 1), pad=(1, 1, 1, 1)),
+    ConvGeometry(8, 64, (20, 19), (3, 3), pad=(1, 1, 1, 1))])  # 72 rows, 24 strips
 def test_im2col_forward(ctx, rng, monkeypatch, geom):
     """im2col + GEMM forward (the CPUs' choice) with bias, activation and beta, the batch
-    cut into chunks of two images by a small workspace bound (the last one ragged)."""
+    cut into chunks of two images by a small workspace bound (the last one ragged). Where
+    the GEMM packs B (out_c 65 on a CPU) im2col writes its strips and nothing is packed."""
     from dlprim.core import tuning
-    per_image = geom.in_c * geom.kh * geom.kw * geom.out_h * geom.out_w * 4
+    from dlprim.utils import round_up
+    packs = ctx.facts.is_cpu and geom.out_c >= tuning.CPU_PACK_MIN_M
+    pixels = round_up(geom.out_h * geom.out_w, 16) if packs else geom.out_h * geom.out_w
+    per_image = geom.in_c * geom.kh * geom.kw * pixels * 4
     monkeypatch.setattr(tuning, "IM2COL_WORKSPACE_BYTES", 2 * per_image)
     batch = 3
     x, w, b, y0 = (rng.standard_normal(s) for s in (geom.in_shape(batch), geom.weight_shape,
                                                     (geom.out_c,), geom.out_shape(batch)))
     op = ConvForward(ctx, geom, bias=True, activation="tanh", algo="im2col", batch=batch)
     assert op.algo == "im2col" and op.workspace_bytes(batch) == 2 * per_image
+    launches = op.impl.launches(*(Tensor(ctx, s) for s in (
+        geom.in_shape(batch), geom.weight_shape, geom.out_shape(batch), (geom.out_c,))),
+        Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), 0.0)
+    names = [launch.name for launch in launches]
+    assert ("conv_im2col_strips" in names and "gemm_pack_b" not in names) == packs, names
     t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, w, b, y0)]
     op(t[0], t[1], t[3], t[2], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
     want = np.tanh(conv_ref(x, w, (geom.sh, geom.sw), geom.pad, (geom.dh, geom.dw), 1)

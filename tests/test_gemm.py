@@ -351,3 +351,17 @@ def test_cpu_batch_sum(ctx, rng, trans_a):
         Gemm(ctx, 5, 3, 17, trans_b=False, batch=2, batch_sum=True)
     with pytest.raises(ValueError, match="batch_sum"):
         Gemm(ctx, tuning.CPU_PACK_MIN_M, 3, 17, trans_b=True, batch=2, batch_sum=True)
+
+
+def test_packed_b_errors(ctx):
+    op = Gemm(ctx, 8, 8, 8)
+    A, B, C = (t(ctx, np.zeros((8, 8))) for _ in range(3))
+    if not op.pack_b:
+        with pytest.raises(ValueError, match="b_packed needs a GEMM that packs B"):
+            op.launches(A, B, C, b_packed=True)
+    op = Gemm(ctx, tuning.CPU_PACK_MIN_M, 8, 8, tile=WIDE[0])
+    A = t(ctx, np.zeros((tuning.CPU_PACK_MIN_M, 8)))
+    C = t(ctx, np.zeros((tuning.CPU_PACK_MIN_M, 8)))
+    if op.pack_b:
+        with pytest.raises(ValueError, match="packed B has 4 elements, 128 are needed"):
+            op.launches(A, t(ctx, np.zeros(4)), C, b_packed=True)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..kernels import program
 from ..tensor import ws_view
-from ..utils import round_up
+from ..utils import ceil_div, round_up
 from . import tuning
 from .conv_geometry import ConvGeometry
 from .gemm import Gemm
@@ -26,48 +26,67 @@ __all__ = ["Forward", "BackwardData", "BackwardFilter"]
 class _Columns:
     """The column workspace of a layer and the launches that fill it, chunk by chunk."""
 
-    def __init__(self, ctx, geom, bias=False, activation="identity"):
+    def __init__(self, ctx, geom, bias=False, activation="identity", strip=0):
         self.ctx, self.geom = ctx, geom
         self.k = geom.in_c * geom.kh * geom.kw
         self.n = geom.out_h * geom.out_w
+        self.strip = strip  # columns written as the GEMM's packed strips this wide (0: rows)
         # the epilogue is col2im's (backward-data); im2col ignores it
-        self.program = program.get(ctx, "conv_im2col", BIAS=int(bias), ACTIVATION=activation)
+        self.program = program.get(ctx, "conv_im2col", BIAS=int(bias), ACTIVATION=activation,
+                                   STRIP=strip, PACK_K=tuning.CPU_PACK_K)
         g = geom
         self.geom_args = [np.int32(v) for v in (g.in_c, g.in_h, g.in_w, g.out_h, g.out_w, g.kh,
                                                 g.kw, g.sh, g.sw, g.pad[0], g.pad[1], g.dh,
                                                 g.dw)]
 
+    @property
+    def image_elements(self):
+        """Column elements of one image: k rows of n, or strips of ``strip`` columns."""
+        return self.k * (round_up(self.n, self.strip) if self.strip else self.n)
+
     def chunk(self, batch):
         """Images unrolled at a time: as many as the workspace bound allows, at least one."""
-        per_image = self.k * self.n * 4
+        per_image = self.image_elements * 4
         return max(1, min(batch, tuning.IM2COL_WORKSPACE_BYTES // max(per_image, 1)))
 
     def workspace_bytes(self, batch):
-        return self.chunk(batch) * self.k * self.n * 4
+        return self.chunk(batch) * self.image_elements * 4
 
     def chunks(self, x, ws):
         """(first image, images, launch unrolling them into col, col) per chunk of x."""
         batch = x.shape[0]
         chunk = self.chunk(batch)
-        col = ws_view(ws, 0, chunk * self.k * self.n)
+        col = ws_view(ws, 0, chunk * self.image_elements)
         for img0 in range(0, batch, chunk):
             count = min(chunk, batch - img0)
-            yield img0, count, program.Launch(self.program, "conv_im2col",
-                                              (self.k, count), None,
-                                              self.geom_args + [x, np.uint64(img0), col]), col
+            args = self.geom_args + [x, np.uint64(img0), col]
+            if self.strip:
+                strips = ceil_div(self.n, self.strip)
+                unroll = program.Launch(self.program, "conv_im2col_strips",
+                                        (ceil_div(strips, 16), ceil_div(self.k, tuning.CPU_PACK_K),
+                                         count), (1, 1, 1), args + [np.int32(self.k)])
+            else:
+                unroll = program.Launch(self.program, "conv_im2col", (self.k, count), None, args)
+            yield img0, count, unroll, col
 
 
 class Forward(_Columns):
+    """y = act(w · col + b + beta * y); where the GEMM packs B, im2col writes the columns
+    straight into its strips (``conv_im2col_strips``) and the packing pass is skipped."""
+
     def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
-        super().__init__(ctx, geom)
         self.bias, self.activation = "row" if bias else None, activation
+        k, n = geom.in_c * geom.kh * geom.kw, geom.out_h * geom.out_w
+        probe = Gemm(ctx, geom.out_c, n, k, bias=self.bias, activation=activation)
+        self.tile = probe.tile if probe.pack_b else None
+        super().__init__(ctx, geom, strip=self.tile["BLOCK_N"] if self.tile else 0)
         self.ops = {}
         self.op(self.chunk(batch))  # build the GEMM now
 
     def op(self, chunk):
         if chunk not in self.ops:
             self.ops[chunk] = Gemm(self.ctx, self.geom.out_c, self.n, self.k, bias=self.bias,
-                                   activation=self.activation, batch=chunk)
+                                   activation=self.activation, batch=chunk, tile=self.tile)
         return self.ops[chunk]
 
     def launches(self, x, w, y, b, ws, beta):
@@ -75,9 +94,13 @@ class Forward(_Columns):
         y_image = self.geom.out_c * self.n
         for img0, count, unroll, col in self.chunks(x, ws):
             y_part = y.view((count * y_image,), offset=img0 * y_image)
-            out += [unroll] + self.op(count).launches(w, col, y_part, bias=b, beta=beta,
-                                                      stride_a=0, stride_b=self.k * self.n,
-                                                      stride_c=y_image)
+            if self.strip:
+                gemm = self.op(count).launches(w, col, y_part, bias=b, beta=beta, stride_a=0,
+                                               stride_c=y_image, b_packed=True)
+            else:
+                gemm = self.op(count).launches(w, col, y_part, bias=b, beta=beta, stride_a=0,
+                                               stride_b=self.k * self.n, stride_c=y_image)
+            out += [unroll] + gemm
         return out
 
 

@@ -184,13 +184,33 @@ class Gemm:
         return bias
 
     # ----- launching
+    @property
+    def packed_b_elements(self):
+        """Elements of op(B) packed into strips for one batch entry (see ``b_packed``)."""
+        return ceil_div(self.N, self.tile["BLOCK_N"]) * self.K * self.tile["BLOCK_N"]
+
     def launches(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
-                 stride_a=0, stride_b=0, stride_c=0):
+                 stride_a=0, stride_b=0, stride_c=0, b_packed=False):
         """C = act(alpha * op(A) op(B) + bias + beta * C) over the given tensors, with leading
         dimensions and batch strides in elements (None: packed); checked before anything is built.
+
+        ``b_packed``: B already holds op(B) as ``gemm_pack_b`` lays it out (strips of
+        BLOCK_N columns, each K x BLOCK_N, zero past N; ``packed_b_elements`` per batch
+        entry, one after another), as a producer such as im2col can write it; only for a
+        GEMM that packs (``pack_b``).
         """
         lda, stride_a = self._check_operand("a", A, lda, stride_a)
-        ldb, stride_b = self._check_operand("b", B, ldb, stride_b)
+        if b_packed:
+            if not self.pack_b:
+                raise ValueError("Gemm: b_packed needs a GEMM that packs B (pack_b)")
+            if not isinstance(B, Tensor) or B.dtype != np.float32:
+                raise TypeError("Gemm: a packed B must be a float32 dlprim Tensor")
+            if B.size < self.batch * self.packed_b_elements:
+                raise ValueError("Gemm: the packed B has %d elements, %d are needed"
+                                 % (B.size, self.batch * self.packed_b_elements))
+            ldb, stride_b = self.tile["BLOCK_N"], self.packed_b_elements
+        else:
+            ldb, stride_b = self._check_operand("b", B, ldb, stride_b)
         ldc, stride_c = self._check_operand("c", C, ldc, stride_c)
         bias = self._check_bias(bias)
         if self.M == 0 or self.N == 0 or self.batch == 0:
@@ -200,7 +220,7 @@ class Gemm:
         aligned_ab = (self._aligned(lda, A.offset, stride_a), self._aligned(ldb, B.offset, stride_b))
         t = self.tile
         pack = []
-        if self.pack_b:  # op(B) -> strips of BLOCK_N columns (kernels/gemm_cpu.cl)
+        if self.pack_b and not b_packed:  # op(B) -> strips of BLOCK_N columns (kernels/gemm_cpu.cl)
             strips = ceil_div(self.N, t["BLOCK_N"])
             if self._packed_b is None:
                 self._packed_b = Tensor(self.ctx, (self.batch * strips * self.K * t["BLOCK_N"],))
@@ -255,10 +275,10 @@ class Gemm:
                                 self.batch), (32, 4, 1), reduce_args)]
 
     def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
-                 stride_a=0, stride_b=0, stride_c=0, queue=None):
+                 stride_a=0, stride_b=0, stride_c=0, queue=None, b_packed=False):
         queue = self.ctx.queue if queue is None else queue
         for launch in self.launches(A, B, C, bias, alpha, beta, lda, ldb, ldc,
-                                    stride_a, stride_b, stride_c):
+                                    stride_a, stride_b, stride_c, b_packed):
             launch(queue)
         return C
 

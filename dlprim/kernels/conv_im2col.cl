@@ -41,6 +41,49 @@ __kernel void conv_im2col(int C, int H, int W, int OH, int OW, int KH, int KW, i
     }
 }
 
+% if STRIP:
+// im2col straight into the CPU GEMM's packed B (gemm_pack_b in gemm_cpu.cl): strips of
+// ${STRIP} columns (pixels), each K x ${STRIP} row-major, zero past the last pixel, so
+// that the columns are written once and never packed. A work-item fills PACK_K rows of
+// 16 strips: for each row, ${STRIP} * 16 pixels in order (whole cache lines written,
+// rows of x read along their length).
+__kernel void conv_im2col_strips(int C, int H, int W, int OH, int OW, int KH, int KW,
+                                 int SH, int SW, int PT, int PL, int DH, int DW,
+                                 __global const float *x, ulong x_offset, ulong img0,
+                                 __global float *col, ulong col_offset, int K)
+{
+    const int s0 = get_global_id(0) * 16, r0 = get_global_id(1) * ${PACK_K};
+    const ulong img = get_global_id(2);
+    const int P = OH * OW, strips = (P + ${STRIP - 1}) / ${STRIP};
+    const int s_end = min(s0 + 16, strips), r_end = min(r0 + ${PACK_K}, K);
+    __global float *base = col + col_offset + img * (ulong)strips * K * ${STRIP};
+    const int p0 = s0 * ${STRIP}, p1 = min(s_end * ${STRIP}, P);
+    for (int r = r0; r < r_end; r++) {
+        const int j = r % KW, i = (r / KW) % KH, c = r / (KW * KH);
+        __global const float *plane = x + x_offset + ((img0 + img) * C + c) * (ulong)H * W;
+        __global float *out = base + (ulong)r * ${STRIP};
+        const int ix0 = j * DW - PL;
+        // the columns whose tap lands inside the row: ix0 + ox * SW in [0, W)
+        const int ox_lo = ix0 >= 0 ? 0 : min(OW, (-ix0 + SW - 1) / SW);
+        const int ox_hi = W - 1 - ix0 >= 0 ? max(ox_lo, min(OW, (W - 1 - ix0) / SW + 1)) : ox_lo;
+        // pixel p goes to strip p / ${STRIP}, lane p % ${STRIP}: whole output rows in order
+        for (int p = p0; p < p1; ) {
+            const int oy = p / OW, ox_first = p - oy * OW, ox_end = min(OW, ox_first + p1 - p);
+            const int iy = oy * SH - PT + i * DH;
+            const int inside = iy >= 0 && iy < H;
+            __global const float *row = plane + (ulong)(inside ? iy : 0) * W + ix0;
+            for (int ox = ox_first; ox < ox_end; ox++, p++) {
+                const float v = (inside && ox >= ox_lo && ox < ox_hi) ? row[ox * SW] : 0.0f;
+                out[(ulong)(p / ${STRIP}) * K * ${STRIP} + p % ${STRIP}] = v;
+            }
+        }
+        // the last strip's lanes past the last pixel
+        for (int p = p1; p < s_end * ${STRIP}; p++)
+            out[(ulong)(p / ${STRIP}) * K * ${STRIP} + p % ${STRIP}] = 0.0f;
+    }
+}
+% endif
+
 // col2im for backward-data (a transposed convolution's forward): col as conv_im2col lays
 // it out, now holding wᵀ · dy; dx[img0 + img][c][iy][ix] = act(beta * dx + the sum of the
 // col entries whose tap lands on (iy, ix) + bias[c]). A gather (no atomics): one
