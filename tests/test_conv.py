@@ -389,7 +389,9 @@ def test_algorithm_table():
         g = ConvGeometry(*args, **kw)
         return tuple(choose_algorithm(ctx, g, d) for d in dirs)
     assert pick(gpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("winograd",) * 3
-    assert pick(cpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("im2col",) * 3
+    assert pick(cpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("winograd",) * 3
+    assert pick(cpu, 64, 64, (14, 14), (3, 3), pad=(1, 1, 1, 1)) == ("im2col",) * 3
+    assert pick(cpu, 32, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("im2col",) * 3
     assert pick(cpu, 64, 256, (56, 56), (1, 1)) == ("gemm", "gemm", "im2col")  # a plain GEMM
     assert pick(cpu, 96, 96, (112, 112), (3, 3), groups=96) == ("depthwise",) * 3
     assert pick(cpu, 64, 64, (56, 56), (3, 3), groups=2) == ("gemm",) * 3

@@ -51,16 +51,18 @@ def algorithm_applies(geom, algo, direction="forward"):
 def choose_algorithm(ctx, geom, direction="forward"):
     """The algorithm for one direction: depthwise wherever it applies; Winograd where it
     applies and ``tuning.prefer_winograd`` says it pays on this device (benchmarks/conv.py,
-    docs/benchmarks.md "Convolutions"); implicit GEMM otherwise.
+    docs/benchmarks.md "Convolutions"); on CPUs im2col where ``tuning.prefer_im2col``
+    says so; implicit GEMM otherwise.
     """
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
+    if algorithm_applies(geom, "winograd", direction) and \
+            tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c,
+                                   geom.out_h * geom.out_w):
+        return "winograd"
     if algorithm_applies(geom, "im2col", direction) and \
             tuning.prefer_im2col(ctx.facts, direction, geom.is_plain_1x1):
         return "im2col"
-    if algorithm_applies(geom, "winograd", direction) and \
-            tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c):
-        return "winograd"
     return "gemm"
 
 
