@@ -51,6 +51,8 @@ class _Tiles:
         """One work-item per (tile, channel, image). Work-groups of WINOGRAD_WG span
         several channels where an image has fewer tiles (deep layers: 4 tiles at 7x7), so
         that no work-item idles for want of tiles."""
+        if self.ctx.facts.is_cpu:  # a work-item per (channel, image) walks the tiles
+            return program.Launch(prg, name, (1, channels, batch), None, args)
         if not self.ctx.facts.is_gpu:
             return program.Launch(prg, name, (self.tiles, channels, batch), None, args)
         wg = tuning_launch.WINOGRAD_WG
@@ -77,6 +79,7 @@ class WinogradPlan:
         self.pad_h, self.pad_w = pad_hw
         self.t = _Tiles(ctx, out_hw, choose_tile(out_hw, tile))
         self.program = program.get(ctx, "conv_winograd", ACTIVATION=activation, BIAS=bool(bias),
+                                   CPU=ctx.facts.is_cpu,
                                    TILE=self.t.m)
         self.gemms = {}
         self.gemm(batch)
@@ -149,6 +152,7 @@ class BackwardFilter:
         out_hw = (geom.out_h, geom.out_w)
         self.t = _Tiles(ctx, out_hw, choose_tile(out_hw, tile))
         self.program = program.get(ctx, "conv_winograd", ACTIVATION="identity", BIAS=False,
+                                   CPU=ctx.facts.is_cpu,
                                    TILE=self.t.m)
         self.sums = {}
         self.sum_op(batch)

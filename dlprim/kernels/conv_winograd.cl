@@ -84,9 +84,15 @@ __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tile
                              __global const float *x, ulong x_offset,
                              __global float *v, ulong v_offset)
 {
+% if CPU:
+    // CPU drivers: a work-item per (channel, image) walks every tile of the plane
+    const int c = get_global_id(1), b = get_global_id(2);
+    for (int t = 0; t < tiles; t++) {
+% else:
     const int t = get_global_id(0), c = get_global_id(1), b = get_global_id(2);
     if (t >= tiles || c >= in_c)
         return;
+% endif
     const int th = t / tiles_w, tw = t - th * tiles_w;
     const int h0 = th * ${M} - pad_h, w0 = tw * ${M} - pad_w;
     __global const float *src = x + x_offset + (b * in_c + c) * in_h * in_w;
@@ -101,13 +107,16 @@ __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tile
     const float e${a}_${j} = ${lin(BT[a], ["d[%d][%d]" % (k, j) for k in range(A)])};
 %   endfor
 % endfor
-    v += v_offset + c * bt + b * tiles + t;
+    __global float *vt = v + v_offset + c * bt + b * tiles + t;
     const int xi_step = in_c * bt;
 % for a in range(A):
 %   for b in range(A):
-    v[${a * A + b} * xi_step] = ${lin(BT[b], ["e%d_%d" % (a, k) for k in range(A)])};
+    vt[${a * A + b} * xi_step] = ${lin(BT[b], ["e%d_%d" % (a, k) for k in range(A)])};
 %   endfor
 % endfor
+% if CPU:
+    }
+% endif
 }
 
 // Y = A^T m A, then y = act(Y + bias + beta * y)
@@ -119,9 +128,15 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
 % endif
                               float beta)
 {
+% if CPU:
+    // CPU drivers: a work-item per (channel, image) walks every tile of the plane
+    const int k = get_global_id(1), b = get_global_id(2);
+    for (int t = 0; t < tiles; t++) {
+% else:
     const int t = get_global_id(0), k = get_global_id(1), b = get_global_id(2);
     if (t >= tiles || k >= out_c)
         return;
+% endif
     __global const float *src = m + m_offset + k * bt + b * tiles + t;
     const int xi_step = out_c * bt;
     float p[${A}][${A}];
@@ -159,6 +174,9 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
             dst[h * out_w + ww] = ${act}(val);
         }
     }
+% if CPU:
+    }
+% endif
 }
 
 // dM = A dY A^T: the adjoint of the output transform
@@ -166,9 +184,15 @@ __kernel void winograd_dy(int out_c, int out_h, int out_w, int tiles_w, int tile
                           __global const float *dy, ulong dy_offset,
                           __global float *dm, ulong dm_offset)
 {
+% if CPU:
+    // CPU drivers: a work-item per (channel, image) walks every tile of the plane
+    const int k = get_global_id(1), b = get_global_id(2);
+    for (int t = 0; t < tiles; t++) {
+% else:
     const int t = get_global_id(0), k = get_global_id(1), b = get_global_id(2);
     if (t >= tiles || k >= out_c)
         return;
+% endif
     const int th = t / tiles_w, tw = t - th * tiles_w;
     __global const float *src = dy + dy_offset + (b * out_c + k) * out_h * out_w;
     float d[${M}][${M}];
@@ -182,13 +206,16 @@ __kernel void winograd_dy(int out_c, int out_h, int out_w, int tiles_w, int tile
     const float q${a}_${j} = ${lin(col(AT, a), ["d[%d][%d]" % (k, j) for k in range(M)])};
 %   endfor
 % endfor
-    dm += dm_offset + k * bt + b * tiles + t;
+    __global float *dmt = dm + dm_offset + k * bt + b * tiles + t;
     const int xi_step = out_c * bt;
 % for a in range(A):
 %   for b in range(A):
-    dm[${a * A + b} * xi_step] = ${lin(col(AT, b), ["q%d_%d" % (a, l) for l in range(M)])};
+    dmt[${a * A + b} * xi_step] = ${lin(col(AT, b), ["q%d_%d" % (a, l) for l in range(M)])};
 %   endfor
 % endfor
+% if CPU:
+    }
+% endif
 }
 
 // dW[k][c] = beta * dW + G^T dU[:, k, c] G
