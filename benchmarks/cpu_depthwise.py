@@ -6,26 +6,20 @@ ever slows a run down).
     python benchmarks/cpu_depthwise.py --threads 2
 """
 import argparse
-import time
 
 import numpy as np
 
 import dlprim as dp
 from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 
+import cpu_side_by_side  # this folder: the timing protocol shared with the other CPU benchmarks
+
 SHAPES = [(32, 112, 1), (96, 112, 2), (144, 56, 1), (192, 28, 1), (384, 14, 1), (960, 7, 1)]
 
 
 def best(run, finish, repeat):
-    run()
-    finish()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        finish()
-        times.append(time.perf_counter() - start)
-    return min(times) * 1e3
+    """Milliseconds: cpu_side_by_side's best-of-repeats, after its warm-up."""
+    return cpu_side_by_side.best(run, finish, repeat) * 1e3
 
 
 def rows(ctx, torch, batch, repeat):

@@ -20,6 +20,20 @@ def a_at(i, k):
 def b_at(j, k):
     return "b_col[%d][%s]" % (j, k) if TRANS_B else "b_col[%d][(ulong)(%s) * ldb]" % (j, k)
 %>
+<%def name="store_c(acc)">
+## the epilogue of one element: alpha * acc + beta * C_old (read only where beta != 0),
+## + bias, then the activation, into c_row[n] (row m, column n)
+{
+                    float y = alpha * ${acc};
+                    if (beta != 0.0f)
+                        y += beta * c_row[n];
+% if BIAS == "row":
+                    y += bias[bias_offset + m];
+% elif BIAS == "col":
+                    y += bias[bias_offset + n];
+% endif
+                    c_row[n] = ACT_${ACTIVATION}(y);
+                }</%def>
 % if SMALL_M:
 <%
 # Few rows of C (a fully-connected layer at a small batch): the tiles below would
@@ -159,15 +173,7 @@ __kernel void gemm_small_m(int M, int N, int K,
                 const int n = n0 + j;
                 if (n >= N)
                     break;
-                float y = alpha * out[i][j];
-                if (beta != 0.0f)
-                    y += beta * c_row[n];
-% if BIAS == "row":
-                y += bias[bias_offset + m];
-% elif BIAS == "col":
-                y += bias[bias_offset + n];
-% endif
-                c_row[n] = ACT_${ACTIVATION}(y);
+                ${store_c("out[i][j]")}
             }
         }
     }
@@ -287,15 +293,7 @@ ${k_loop(False)}
             const int n = n0 + j;
             if (n >= N)
                 break;
-            float y = alpha * row[j];
-            if (beta != 0.0f)
-                y += beta * c_row[n];
-% if BIAS == "row":
-            y += bias[bias_offset + m];
-% elif BIAS == "col":
-            y += bias[bias_offset + n];
-% endif
-            c_row[n] = ACT_${ACTIVATION}(y);
+            ${store_c("row[j]")}
         }
     }
 }

@@ -37,6 +37,35 @@ vstore_half_rte(${value}, ${idx}, yp${i} + yp${i}_offset);
 yp${i}[yp${i}_offset + ${idx}] = ${value};
 % endif
 </%def>
+<%def name="reduce_args()">${IT} dlp_O, ${IT} dlp_R, ${IT} dlp_chunk, ${IT} dlp_chunks
+% for k in range(KEPT):
+    , ${IT} dlp_k${k}, uint dlp_k${k}_m, uint dlp_k${k}_l
+% endfor
+% for k in range(RED):
+    , ${IT} dlp_r${k}, uint dlp_r${k}_m, uint dlp_r${k}_l
+% endfor
+${xargs(['k%d' % k for k in range(KEPT)] + ['r%d' % k for k in range(RED)])}${yargs()}
+% for i, (st, ct) in enumerate(YS):
+    , __global ${ct} *dlp_ws${i}, ulong dlp_ws${i}_offset
+% endfor
+${wargs()}, float dlp_alpha, float dlp_beta</%def>
+<%def name="kept_offsets()">
+    // each x's offset of output dlp_o (its kept coordinates): dlp_xb0.., and dlp_rest
+% for i in range(len(XS)):
+    ${IT} dlp_xb${i} = 0;
+% endfor
+    ${IT} dlp_rest = dlp_o;
+% for k in reversed(range(KEPT)):
+    {
+        ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_k${k});
+        ${IT} dlp_c = dlp_rest - dlp_q * dlp_k${k};
+        dlp_rest = dlp_q;
+    % for i in range(len(XS)):
+        dlp_xb${i} += dlp_c * xs${i}_k${k};
+    % endfor
+    }
+% endfor
+</%def>
 % if MODE == "pointwise":
 __kernel void ${NAME}(${IT} dlp_total
 % for k in range(DIMS):
@@ -231,18 +260,7 @@ ${REDUCE}
 ## CPU drivers: one work-item per (output, chunk of the reduction), no local memory; the
 ## reduced index walks rows of the innermost reduced dimension, offsets found once per
 ## row. R_LAST[i]: how x i moves along that row ("1", "0" broadcast, "s" strided).
-__kernel void ${NAME}(${IT} dlp_O, ${IT} dlp_R, ${IT} dlp_chunk, ${IT} dlp_chunks
-% for k in range(KEPT):
-    , ${IT} dlp_k${k}, uint dlp_k${k}_m, uint dlp_k${k}_l
-% endfor
-% for k in range(RED):
-    , ${IT} dlp_r${k}, uint dlp_r${k}_m, uint dlp_r${k}_l
-% endfor
-${xargs(['k%d' % k for k in range(KEPT)] + ['r%d' % k for k in range(RED)])}${yargs()}
-% for i, (st, ct) in enumerate(YS):
-    , __global ${ct} *dlp_ws${i}, ulong dlp_ws${i}_offset
-% endfor
-${wargs()}, float dlp_alpha, float dlp_beta)
+__kernel void ${NAME}(${reduce_args()})
 {
     ${IT} dlp_o = get_global_id(0), dlp_chunk_id = get_global_id(2);
 % for i, (st, ct) in enumerate(YS):
@@ -251,20 +269,7 @@ ${wargs()}, float dlp_alpha, float dlp_beta)
     {
 ${REDUCE_INIT}
     }
-% for i in range(len(XS)):
-    ${IT} dlp_xb${i} = 0;
-% endfor
-    ${IT} dlp_rest = dlp_o;
-% for k in reversed(range(KEPT)):
-    {
-        ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_k${k});
-        ${IT} dlp_c = dlp_rest - dlp_q * dlp_k${k};
-        dlp_rest = dlp_q;
-    % for i in range(len(XS)):
-        dlp_xb${i} += dlp_c * xs${i}_k${k};
-    % endfor
-    }
-% endfor
+${kept_offsets()}
 % for i, (st, ct) in enumerate(YS):
     ${ct} dlp_part${i}[${ELEMS}];
 % endfor
@@ -349,18 +354,7 @@ ${REDUCE}
 }
 % else:
 __kernel __attribute__((reqd_work_group_size(${L0}, ${L1}, 1)))
-void ${NAME}(${IT} dlp_O, ${IT} dlp_R, ${IT} dlp_chunk, ${IT} dlp_chunks
-% for k in range(KEPT):
-    , ${IT} dlp_k${k}, uint dlp_k${k}_m, uint dlp_k${k}_l
-% endfor
-% for k in range(RED):
-    , ${IT} dlp_r${k}, uint dlp_r${k}_m, uint dlp_r${k}_l
-% endfor
-${xargs(['k%d' % k for k in range(KEPT)] + ['r%d' % k for k in range(RED)])}${yargs()}
-% for i, (st, ct) in enumerate(YS):
-    , __global ${ct} *dlp_ws${i}, ulong dlp_ws${i}_offset
-% endfor
-${wargs()}, float dlp_alpha, float dlp_beta)
+void ${NAME}(${reduce_args()})
 {
     // output groups run along dimension 0 only (other dimensions have small limits)
 % if REDUCE_DIM0:
@@ -377,20 +371,7 @@ ${wargs()}, float dlp_alpha, float dlp_beta)
 ${REDUCE_INIT}
     }
     if (dlp_o < dlp_O) {
-% for i in range(len(XS)):
-        ${IT} dlp_xb${i} = 0;
-% endfor
-        ${IT} dlp_rest = dlp_o;
-% for k in reversed(range(KEPT)):
-        {
-            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_k${k});
-            ${IT} dlp_c = dlp_rest - dlp_q * dlp_k${k};
-            dlp_rest = dlp_q;
-    % for i in range(len(XS)):
-            dlp_xb${i} += dlp_c * xs${i}_k${k};
-    % endfor
-        }
-% endfor
+${kept_offsets()}
         ${IT} dlp_end = min(dlp_chunk_id * dlp_chunk + dlp_chunk, dlp_R);
         // ELEMS loads in flight per pass, then the code and reduce in index order
         for (${IT} dlp_r = dlp_chunk_id * dlp_chunk + dlp_lr; dlp_r < dlp_end;
