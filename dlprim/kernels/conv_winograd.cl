@@ -97,11 +97,18 @@ __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tile
     const int h0 = th * ${M} - pad_h, w0 = tw * ${M} - pad_w;
     __global const float *src = x + x_offset + (b * in_c + c) * in_h * in_w;
     float d[${A}][${A}];
-    for (int i = 0; i < ${A}; i++)
-        for (int j = 0; j < ${A}; j++) {
-            const int h = h0 + i, ww = w0 + j;
-            d[i][j] = (h >= 0 && h < in_h && ww >= 0 && ww < in_w) ? src[h * in_w + ww] : 0.0f;
-        }
+    if (h0 >= 0 && h0 + ${A} <= in_h && w0 >= 0 && w0 + ${A} <= in_w) {
+        // inside the plane (most tiles): no bounds checks
+        for (int i = 0; i < ${A}; i++)
+            for (int j = 0; j < ${A}; j++)
+                d[i][j] = src[(h0 + i) * in_w + w0 + j];
+    } else {
+        for (int i = 0; i < ${A}; i++)
+            for (int j = 0; j < ${A}; j++) {
+                const int h = h0 + i, ww = w0 + j;
+                d[i][j] = (h >= 0 && h < in_h && ww >= 0 && ww < in_w) ? src[h * in_w + ww] : 0.0f;
+            }
+    }
 % for a in range(A):
 %   for j in range(A):
     const float e${a}_${j} = ${lin(BT[a], ["d[%d][%d]" % (k, j) for k in range(A)])};
@@ -160,18 +167,15 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
 % else:
     const float bk = 0.0f;
 % endif
-    for (int i = 0; i < ${M}; i++) {
-        const int h = th * ${M} + i;
-        if (h >= out_h)
-            continue;
-        for (int j = 0; j < ${M}; j++) {
-            const int ww = tw * ${M} + j;
-            if (ww >= out_w)
-                continue;
+    // the tile's rows and columns inside the plane (all of them but at the edges)
+    const int rows = min(${M}, out_h - th * ${M}), cols = min(${M}, out_w - tw * ${M});
+    for (int i = 0; i < rows; i++) {
+        __global float *out = dst + (th * ${M} + i) * out_w + tw * ${M};
+        for (int j = 0; j < cols; j++) {
             float val = r[i][j] + bk;
             if (beta != 0.0f)
-                val += beta * dst[h * out_w + ww];
-            dst[h * out_w + ww] = ${act}(val);
+                val += beta * out[j];
+            out[j] = ${act}(val);
         }
     }
 % if CPU:
