@@ -6,6 +6,7 @@ import pytest
 
 from dlprim import Tensor
 from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
+from dlprim.core.gemm import Gemm
 from dlprim.layers import LayerError, TensorSpec, create
 from layer_check import assert_close, check_reference_grads, run_layer
 
@@ -505,7 +506,7 @@ def test_im2col_backward_data(ctx, rng, monkeypatch, geom):
     from dlprim.core.conv_im2col import flipped_geometry
     from dlprim.utils import round_up
     # the flipped forward serves layers of few input channels on CPUs
-    few_rows = tuning.gemm_small_m(tuning.pick_tile(ctx.facts, geom.in_c, 1), geom.in_c)
+    few_rows = Gemm.few_rows(ctx, geom.in_c)
     flipped = flipped_geometry(geom) if few_rows else None
     cols = flipped or geom  # the columns are of dy (flipped) or of w^T dy (col2im)
     per_image = cols.in_c * geom.kh * geom.kw * cols.out_h * cols.out_w * 4

@@ -76,9 +76,8 @@ class Forward(_Columns):
 
     def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
         self.bias, self.activation = "row" if bias else None, activation
-        k, n = geom.in_c * geom.kh * geom.kw, geom.out_h * geom.out_w
-        probe = Gemm(ctx, geom.out_c, n, k, bias=self.bias, activation=activation)
-        self.tile = probe.tile if probe.pack_b else None
+        tile = tuning.pick_tile(ctx.facts, geom.out_c, geom.out_h * geom.out_w)
+        self.tile = tile if tuning.pack_b(tile, geom.out_c) else None  # the GEMM's strips
         super().__init__(ctx, geom, strip=self.tile["BLOCK_N"] if self.tile else 0)
         self.ops = {}
         self.op(self.chunk(batch))  # build the GEMM now
@@ -169,8 +168,7 @@ class BackwardData(_Columns):
         super().__init__(ctx, geom, bias, activation)
         self.bias = bias
         self.ops = {}
-        few_rows = tuning.gemm_small_m(tuning.pick_tile(ctx.facts, geom.in_c, self.n), geom.in_c)
-        flipped = flipped_geometry(geom) if few_rows else None
+        flipped = flipped_geometry(geom) if Gemm.few_rows(ctx, geom.in_c, self.n) else None
         self.flipped = None if flipped is None else Forward(ctx, flipped, bias, activation, batch)
         if self.flipped is None:
             self.op(self.chunk(batch))

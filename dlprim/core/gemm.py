@@ -66,10 +66,15 @@ class Gemm:
         self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"))
 
     @staticmethod
+    def few_rows(ctx, M, N=1):
+        """Whether a GEMM of M rows runs on the few-rows CPU kernel (``gemm_small_m``):
+        CPU devices, M under ``tuning.CPU_PACK_MIN_M``."""
+        return tuning.gemm_small_m(tuning.pick_tile(ctx.facts, M, N), M)
+
+    @staticmethod
     def batch_summable(ctx, M, trans_b):
-        """Whether ``batch_sum=True`` is available: CPU devices, M under
-        ``tuning.CPU_PACK_MIN_M`` rows, a transposed B."""
-        return bool(trans_b) and tuning.gemm_small_m(tuning.pick_tile(ctx.facts, M, 1), M)
+        """Whether ``batch_sum=True`` is available: the few-rows kernel, a transposed B."""
+        return bool(trans_b) and Gemm.few_rows(ctx, M)
 
     def _split(self, split_k):
         """(parts, k per part) for split-K; (1, K) when K is not split."""

@@ -79,40 +79,40 @@ __kernel void gemm_small_m(int M, int N, int K,
         % endfor
     % endfor
         for (int bb = 0; bb < ${"batches" if SUM_BATCH else "1"}; bb++) {
-        // rows past the edge read the last one (valid memory); their results are dropped
-        __global const float *a_row[${SMALL_M}], *b_row[${SN}];
-    % for i in range(SMALL_M):
-        a_row[${i}] = a_ptr + bb * stride_a + (ulong)min(m0 + ${i}, M - 1)${"" if TRANS_A else " * lda"};
-    % endfor
-    % for j in range(SN):
-        b_row[${j}] = b_ptr + bb * stride_b + (ulong)min(n0 + ${j}, N - 1) * ldb;
-    % endfor
-        int k = 0;
-        for (; k + 8 <= K; k += 8) {
-            float8 b[${SN}];
-    % for j in range(SN):
-            b[${j}] = vload8(0, b_row[${j}] + k);
-    % endfor
-    % for i in range(SMALL_M):
-            {
-        % if TRANS_A:
-                const float8 a = (float8)(${", ".join("a_row[%d][(ulong)(k + %d) * lda]" % (i, w) for w in range(8))});
-        % else:
-                const float8 a = vload8(0, a_row[${i}] + k);
-        % endif
+            // rows past the edge read the last one (valid memory); their results are dropped
+            __global const float *a_row[${SMALL_M}], *b_row[${SN}];
+        % for i in range(SMALL_M):
+            a_row[${i}] = a_ptr + bb * stride_a + (ulong)min(m0 + ${i}, M - 1)${"" if TRANS_A else " * lda"};
+        % endfor
         % for j in range(SN):
-                acc[${i}][${j}] = mad(a, b[${j}], acc[${i}][${j}]);
+            b_row[${j}] = b_ptr + bb * stride_b + (ulong)min(n0 + ${j}, N - 1) * ldb;
+        % endfor
+            int k = 0;
+            for (; k + 8 <= K; k += 8) {
+                float8 b[${SN}];
+        % for j in range(SN):
+                b[${j}] = vload8(0, b_row[${j}] + k);
+        % endfor
+        % for i in range(SMALL_M):
+                {
+            % if TRANS_A:
+                    const float8 a = (float8)(${", ".join("a_row[%d][(ulong)(k + %d) * lda]" % (i, w) for w in range(8))});
+            % else:
+                    const float8 a = vload8(0, a_row[${i}] + k);
+            % endif
+            % for j in range(SN):
+                    acc[${i}][${j}] = mad(a, b[${j}], acc[${i}][${j}]);
+            % endfor
+                }
         % endfor
             }
-    % endfor
-        }
-        for (; k < K; k++) {
-    % for i in range(SMALL_M):
-        % for j in range(SN):
-            out[${i}][${j}] = mad(a_row[${i}][${"(ulong)k * lda" if TRANS_A else "k"}], b_row[${j}][k], out[${i}][${j}]);
+            for (; k < K; k++) {
+        % for i in range(SMALL_M):
+            % for j in range(SN):
+                out[${i}][${j}] = mad(a_row[${i}][${"(ulong)k * lda" if TRANS_A else "k"}], b_row[${j}][k], out[${i}][${j}]);
+            % endfor
         % endfor
-    % endfor
-        }
+            }
         }
     % for i in range(SMALL_M):
         % for j in range(SN):

@@ -37,6 +37,26 @@ vstore_half_rte(${value}, ${idx}, yp${i} + yp${i}_offset);
 yp${i}[yp${i}_offset + ${idx}] = ${value};
 % endif
 </%def>
+<%def name="row_offsets(dim, stride, index, ndims, moves)">
+## CPU kernels: split linear index ``index`` (in dlp_rest) over dims dlp_<dim>0..; add each
+## coordinate times x i's stride xs<i>_<stride><k> to dlp_xo<i> where moves[i]; dlp_len =
+## how far the row of the innermost dim runs from there (capped at dlp_end)
+% for k in reversed(range(ndims)):
+        {
+            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_${dim}${k});
+            ${IT} dlp_c = dlp_rest - dlp_q * dlp_${dim}${k};
+            dlp_rest = dlp_q;
+    % if k == ndims - 1:
+            dlp_len = min(dlp_end - ${index}, dlp_${dim}${k} - dlp_c);
+    % endif
+    % for i in range(len(XS)):
+        % if moves[i]:
+            dlp_xo${i} += dlp_c * xs${i}_${stride}${k};
+        % endif
+    % endfor
+        }
+% endfor
+</%def>
 <%def name="reduce_args()">${IT} dlp_O, ${IT} dlp_R, ${IT} dlp_chunk, ${IT} dlp_chunks
 % for k in range(KEPT):
     , ${IT} dlp_k${k}, uint dlp_k${k}_m, uint dlp_k${k}_l
@@ -196,21 +216,7 @@ ${wargs()})
         ${IT} dlp_xo${i} = 0;
     % endif
 % endfor
-% for k in reversed(range(DIMS)):
-        {
-            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_n${k});
-            ${IT} dlp_c = dlp_rest - dlp_q * dlp_n${k};
-            dlp_rest = dlp_q;
-    % if k == DIMS - 1:
-            dlp_len = min(dlp_end - dlp_i, dlp_n${k} - dlp_c);
-    % endif
-    % for i in range(len(XS)):
-        % if X_LAST[i] != "full":
-            dlp_xo${i} += dlp_c * xs${i}_${k};
-        % endif
-    % endfor
-        }
-% endfor
+${row_offsets("n", "", "dlp_i", DIMS, [x != "full" for x in X_LAST])}
         if (dlp_reads) {
 ${cpu_loop(True)}
         } else {
@@ -296,19 +302,7 @@ ${REDUCE_INIT}
 % if RED == 0:
         dlp_len = dlp_end - dlp_r;
 % endif
-% for k in reversed(range(RED)):
-        {
-            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_r${k});
-            ${IT} dlp_c = dlp_rest - dlp_q * dlp_r${k};
-            dlp_rest = dlp_q;
-    % if k == RED - 1:
-            dlp_len = min(dlp_end - dlp_r, dlp_r${k} - dlp_c);
-    % endif
-    % for i in range(len(XS)):
-            dlp_xo${i} += dlp_c * xs${i}_r${k};
-    % endfor
-        }
-% endfor
+${row_offsets("r", "r", "dlp_r", RED, [True] * len(XS))}
         // element e goes to partial result e % ${ELEMS}: independent chains that the core
         // overlaps, combined in a fixed order below (the result stays deterministic)
         ${IT} dlp_e = 0;
