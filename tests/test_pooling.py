@@ -108,15 +108,21 @@ def test_pooling2d(ctx, case, accumulate):
     assert_close(r.dx[0], pool_grad_ref(x, dy, mode, k, s, p, cip, cm), what="dx")
 
 
-def test_max_pool_ties_route_to_first_index(ctx):
-    x = np.zeros((1, 1, 4, 4), np.float32)
+@pytest.mark.parametrize("width", [4, 20])   # 20: rows the CPU kernel takes four windows at a time
+def test_max_pool_ties_route_to_first_index(ctx, width):
+    x = np.zeros((1, 1, 4, width), np.float32)
     x[0, 0, 1, 1] = x[0, 0, 1, 0] = 2.0     # tie inside the first window
+    if width > 4:
+        x[0, 0, 0, 13] = x[0, 0, 1, 12] = 3.0   # and inside a later one
     layer = create(ctx, "Pooling2D", "pool", {"kernel": 2, "stride": 2})
-    dy = np.ones((1, 1, 2, 2), np.float32)
+    dy = np.ones((1, 1, 2, width // 2), np.float32)
     r = run_layer(ctx, layer, [x], dy=[dy])
-    expected = np.zeros((4, 4))
+    expected = np.zeros((4, width))
+    expected[0::2, 0::2] = 1   # all-zero windows: first element
     expected[1, 0] = 1       # first maximum in row-major order
-    expected[0, 2] = expected[2, 0] = expected[2, 2] = 1   # all-zero windows: first element
+    expected[0, 0] = 0
+    if width > 4:
+        expected[0, 13], expected[0, 12] = 1, 0
     assert_close(r.dx[0][0, 0], expected)
 
 

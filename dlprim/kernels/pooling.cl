@@ -31,12 +31,50 @@ inline int window_argmax(__global const DT *x, int H, int W, int oh, int ow)
     for (int h = h0; h < h1; h++)
         for (int w = w0; w < w1; w++) {
             float v = x[h * W + w];
-            if (v > m || isnan(v)) {
-                m = v;
-                best = h * W + w;
-            }
+            const bool take = v > m || isnan(v);  // selects, not a branch on the data
+            m = take ? v : m;
+            best = take ? h * W + w : best;
         }
     return best;
+}
+% endif
+% if CPU:
+
+// CPU drivers: four neighbouring outputs (ow .. ow + 3) of a row whose windows lie
+// wholly inside the input, as float4 lanes (the same scan order and NaN rule per lane)
+inline void pool_four(__global const DT *x, int W, int hs, int ow, __global DT *y${", __global int *index" if MODE == "max" else ""})
+{
+    const int4 base = (int4)(0, ${SW}, ${2 * SW}, ${3 * SW}) + hs * W + ow * ${SW} - ${PW};
+    % if MODE == "max":
+    float4 m = (float4)(x[base.s0], x[base.s1], x[base.s2], x[base.s3]);
+    int4 best = base;
+    % else:
+    float4 m = 0.0f;
+    % endif
+    % for h in range(KH):
+        % for w in range(KW):
+            % if MODE != "max" or (h, w) != (0, 0):
+    {
+        const int4 at = base + ${h} * W + ${w};
+        const float4 v = (float4)(x[at.s0], x[at.s1], x[at.s2], x[at.s3]);
+                % if MODE == "max":
+        const int4 take = isgreater(v, m) | isnan(v);
+        m = select(m, v, take);
+        best = select(best, at, take);
+                % else:
+        m += v;
+                % endif
+    }
+            % endif
+        % endfor
+    % endfor
+    % if MODE == "max":
+    vstore4(m, 0, y);
+    if (index)
+        vstore4(best, 0, index);
+    % else:
+    vstore4(m / ${float(KH * KW)}f, 0, y);
+    % endif
 }
 % endif
 
@@ -50,8 +88,16 @@ __kernel void ${name}(ulong total, int H, int W, int OH, int OW,
     const int oh = get_global_id(0);
     const ${IDX} plane = get_global_id(1);
     x += x_offset + plane * H * W;
+    const int hs = oh * ${SH} - ${PH};
+    const bool rows_inside = hs >= 0 && hs + ${KH} <= H;
     for (int ow = 0; ow < OW; ow++) {
     ${IDX} i = (plane * OH + oh) * OW + ow;
+    if (rows_inside && ow + 4 <= OW && ow * ${SW} - ${PW} >= 0
+            && (ow + 3) * ${SW} - ${PW} + ${KW} <= W) {
+        pool_four(x, W, hs, ow, y + y_offset + i${(", index + index_offset + i" if save_index else ", 0") if MODE == "max" else ""});
+        ow += 3;
+        continue;
+    }
 % else:
     ${IDX} i = get_global_id(0);
     if (i >= total)
