@@ -392,7 +392,10 @@ def test_algorithm_table():
     assert pick(gpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("winograd",) * 3
     assert pick(cpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("winograd",) * 3
     assert pick(cpu, 64, 64, (14, 14), (3, 3), pad=(1, 1, 1, 1)) == ("im2col",) * 3
-    assert pick(cpu, 32, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("im2col",) * 3
+    assert pick(cpu, 32, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("im2col", "direct", "im2col")
+    assert pick(cpu, 16, 32, (14, 14), (5, 5), pad=(2, 2, 2, 2)) == ("direct", "direct", "im2col")
+    assert pick(cpu, 16, 32, (14, 14), (5, 5), (2, 2), (2, 2, 2, 2)) == \
+        ("direct", "im2col", "im2col")
     assert pick(cpu, 64, 256, (56, 56), (1, 1)) == ("gemm", "gemm", "im2col")  # a plain GEMM
     assert pick(cpu, 96, 96, (112, 112), (3, 3), groups=96) == ("depthwise",) * 3
     assert pick(cpu, 64, 64, (56, 56), (3, 3), groups=2) == ("gemm",) * 3
@@ -500,27 +503,76 @@ def test_im2col_backward_filter(ctx, rng, monkeypatch, geom):
     ConvGeometry(4, 70, (10, 9), (3, 5), pad=(2, 1, 0, 3), dilate=(2, 1))])
 def test_im2col_backward_data(ctx, rng, monkeypatch, geom):
     """dx = act(beta * dx + col2im(wᵀ · dy) + bias) over chunks of two images (the last one
-    ragged); pixels no tap reaches (stride 2, 1x1) get beta * dx + bias only. Stride-1
-    layers run as the forward convolution of dy with the flipped kernel."""
+    ragged); pixels no tap reaches (stride 2, 1x1) get beta * dx + bias only."""
     from dlprim.core import tuning
-    from dlprim.core.conv_im2col import flipped_geometry
-    from dlprim.utils import round_up
-    # the flipped forward serves layers of few input channels on CPUs
-    few_rows = Gemm.few_rows(ctx, geom.in_c)
-    flipped = flipped_geometry(geom) if few_rows else None
-    cols = flipped or geom  # the columns are of dy (flipped) or of w^T dy (col2im)
-    per_image = cols.in_c * geom.kh * geom.kw * cols.out_h * cols.out_w * 4
-    weights = round_up(geom.in_c * geom.out_c * geom.kh * geom.kw * 4, 64) if flipped else 0
+    per_image = geom.in_c * geom.kh * geom.kw * geom.out_h * geom.out_w * 4
     monkeypatch.setattr(tuning, "IM2COL_WORKSPACE_BYTES", 2 * per_image)
     batch = 3
     w, dy, dx0, b = (rng.standard_normal(s) for s in (geom.weight_shape, geom.out_shape(batch),
                                                        geom.in_shape(batch), (geom.in_c,)))
     op = ConvBackwardData(ctx, geom, bias=True, activation="relu", algo="im2col", batch=batch)
-    assert op.algo == "im2col" and op.workspace_bytes(batch) == 2 * per_image + weights
-    assert (op.impl.flipped is not None) == (geom.sh == geom.sw == 1 and few_rows)
+    assert op.algo == "im2col" and op.workspace_bytes(batch) == 2 * per_image
     t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (dy, w, dx0, b)]
     op(t[0], t[1], t[2], t[3], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
     dx, _ = conv_backward_ref(np.zeros(geom.in_shape(batch)), w, dy, (geom.sh, geom.sw), geom.pad,
                               (geom.dh, geom.dw), 1)
     want = np.maximum(dx + 0.5 * dx0 + b[None, :, None, None], 0)
     assert_close(t[2].numpy(), want, rtol=1e-4, atol=1e-4, what="im2col dx")
+
+
+# direct convolution: register blocks of 8 channels (out_c <= 8) or 16, rows cut into
+# runs (widths 14 -> 5+5+4, 17 -> 6+6+5, 9 -> 8+1), blocks at the padded edges, strides,
+# dilation, a channel count past the last whole block
+DIRECT_GEOMS = [
+    ConvGeometry(16, 32, (14, 14), (5, 5), pad=(2, 2, 2, 2)),     # the MNIST net's second layer
+    ConvGeometry(1, 5, (9, 9), (3, 3), pad=(1, 1, 1, 1)),
+    ConvGeometry(3, 19, (7, 17), (3, 2), pad=(1, 0, 2, 1)),
+    ConvGeometry(5, 10, (11, 13), (5, 3), stride=(2, 3), pad=(2, 0, 1, 1), dilate=(1, 2)),
+    ConvGeometry(2, 9, (6, 19), (3, 5), pad=(2, 1, 0, 3), dilate=(2, 1)),
+]
+
+
+@pytest.mark.parametrize("geom", DIRECT_GEOMS)
+def test_direct_forward(ctx, rng, geom):
+    """y = act(conv(x, w) + b + beta * y) against the float64 reference."""
+    batch = 2
+    x, w, b, y0 = (rng.standard_normal(s) for s in (geom.in_shape(batch), geom.weight_shape,
+                                                    (geom.out_c,), geom.out_shape(batch)))
+    op = ConvForward(ctx, geom, bias=True, activation="tanh", algo="direct", batch=batch)
+    assert op.algo == "direct"
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, w, b, y0)]
+    op(t[0], t[1], t[3], t[2], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
+    want = np.tanh(conv_ref(x, w, (geom.sh, geom.sw), geom.pad, (geom.dh, geom.dw), 1)
+                   + b[None, :, None, None] + 0.5 * y0)
+    assert_close(t[3].numpy(), want, rtol=1e-4, atol=1e-4, what="direct forward")
+
+
+@pytest.mark.parametrize("geom", [g for g in DIRECT_GEOMS if g.sh == g.sw == 1])
+def test_direct_backward_data(ctx, rng, geom):
+    """dx = act(conv_transpose(dy, w) + b + beta * dx): the flipped forward convolution."""
+    batch = 2
+    w, dy, dx0, b = (rng.standard_normal(s) for s in (geom.weight_shape, geom.out_shape(batch),
+                                                       geom.in_shape(batch), (geom.in_c,)))
+    op = ConvBackwardData(ctx, geom, bias=True, activation="relu", algo="direct", batch=batch)
+    assert op.algo == "direct"
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (dy, w, dx0, b)]
+    op(t[0], t[1], t[2], t[3], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
+    dx, _ = conv_backward_ref(np.zeros(geom.in_shape(batch)), w, dy, (1, 1), geom.pad,
+                              (geom.dh, geom.dw), 1)
+    want = np.maximum(dx + 0.5 * dx0 + b[None, :, None, None], 0)
+    assert_close(t[2].numpy(), want, rtol=1e-4, atol=1e-4, what="direct dx")
+
+
+def test_direct_serves_what_it_can():
+    """Forward of ungrouped layers; backward-data at stride 1 only; never backward-filter:
+    a forced "direct" leaves those directions to the implicit GEMM."""
+    from dlprim.core.conv import algorithm_applies
+    g = ConvGeometry(4, 8, (9, 9), (3, 3), pad=(1, 1, 1, 1))
+    strided = ConvGeometry(4, 8, (9, 9), (3, 3), stride=(2, 2), pad=(1, 1, 1, 1))
+    assert algorithm_applies(g, "direct", "forward") and algorithm_applies(g, "direct", "backward_data")
+    assert not algorithm_applies(g, "direct", "backward_filter")
+    assert algorithm_applies(strided, "direct", "forward")
+    assert not algorithm_applies(strided, "direct", "backward_data")
+    assert not algorithm_applies(ConvGeometry(4, 8, (9, 9), (3, 3), groups=2), "direct", "forward")
+    assert g.flipped().values() == ConvGeometry(8, 4, (9, 9), (3, 3), pad=(1, 1, 1, 1)).values()
+    assert strided.flipped() is None

@@ -13,6 +13,8 @@ or forced for testing:
   ungrouped layers (``core/conv_winograd.py``), all three directions.
 - ``"depthwise"``: direct kernels when every group has one input channel
   (``core/conv_depthwise.py``).
+- ``"direct"``: CPUs' kernel for ungrouped layers of few output channels, forward and
+  (stride 1) backward-data (``core/conv_direct.py``).
 - ``"im2col"``: ungrouped layers as column unrolling (col2im for backward-data) + the
   GEMM of ``core/gemm.py`` in chunks of the batch (``core/conv_im2col.py``); CPUs' choice.
 
@@ -22,7 +24,7 @@ constructor is the size whose kernels are built at once (tiles may depend on it)
 """
 import numpy as np
 
-from . import conv_depthwise, conv_gemm, conv_im2col, conv_winograd, tuning
+from . import conv_depthwise, conv_direct, conv_gemm, conv_im2col, conv_winograd, tuning
 from .activation import FUSABLE
 from .conv_geometry import ConvGeometry
 
@@ -31,7 +33,8 @@ __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilte
 
 # "winograd" picks its tile (F(4x4,3x3) unless the output is tiny); "winograd2" and
 # "winograd4" force F(2x2,3x3) / F(4x4,3x3)
-ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise", "im2col")
+ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise", "direct",
+              "im2col")
 
 
 def algorithm_applies(geom, algo, direction="forward"):
@@ -43,6 +46,9 @@ def algorithm_applies(geom, algo, direction="forward"):
                 and geom.groups == 1)
     if algo == "depthwise":
         return geom.groups > 1 and geom.in_c == geom.groups
+    if algo == "direct":  # backward-filter is not a direct convolution
+        return geom.groups == 1 and (direction == "forward" or
+                                     (direction == "backward_data" and geom.flipped() is not None))
     if algo == "im2col":
         return geom.groups == 1
     raise ValueError("unknown convolution algorithm %r; known: %s" % (algo, ", ".join(ALGORITHMS)))
@@ -60,6 +66,9 @@ def choose_algorithm(ctx, geom, direction="forward"):
             tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c,
                                    geom.out_h * geom.out_w):
         return "winograd"
+    if algorithm_applies(geom, "direct", direction) and \
+            tuning.prefer_direct(ctx.facts, direction, geom.in_c, geom.out_c):
+        return "direct"
     if algorithm_applies(geom, "im2col", direction) and \
             tuning.prefer_im2col(ctx.facts, direction, geom.is_plain_1x1):
         return "im2col"
@@ -138,7 +147,8 @@ class ConvForward(_Op):
     """``y = act(conv(x, w) + b) (+ beta * y)``."""
     direction = "forward"
     impls = {"gemm": conv_gemm.Forward, "winograd": conv_winograd.Forward,
-             "depthwise": conv_depthwise.Forward, "im2col": conv_im2col.Forward}
+             "depthwise": conv_depthwise.Forward, "direct": conv_direct.Forward,
+             "im2col": conv_im2col.Forward}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
                  splits=None):
@@ -168,7 +178,8 @@ class ConvBackwardData(_Op):
     also the forward pass of a transposed convolution (bias per input channel)."""
     direction = "backward_data"
     impls = {"gemm": conv_gemm.BackwardData, "winograd": conv_winograd.BackwardData,
-             "depthwise": conv_depthwise.BackwardData, "im2col": conv_im2col.BackwardData}
+             "depthwise": conv_depthwise.BackwardData, "direct": conv_direct.BackwardData,
+             "im2col": conv_im2col.BackwardData}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
                  splits=None):

@@ -64,6 +64,19 @@ class ConvGeometry:
         return 2 * batch * self.out_c * self.out_h * self.out_w * \
             (self.in_c // self.groups) * self.kh * self.kw
 
+    def flipped(self):
+        """The forward convolution that computes this layer's backward-data where the
+        stride is 1: over dy, with the kernel turned by 180 degrees and in/out channels
+        swapped, padded by span - 1 - pad; None where it does not exist (a stride, groups,
+        or a pad past the span)."""
+        span_h, span_w = self.dh * (self.kh - 1) + 1, self.dw * (self.kw - 1) + 1
+        pad = (span_h - 1 - self.pad[0], span_w - 1 - self.pad[1], span_h - 1 - self.pad[2],
+               span_w - 1 - self.pad[3])
+        if (self.sh, self.sw) != (1, 1) or self.groups != 1 or min(pad) < 0:
+            return None
+        return ConvGeometry(self.out_c, self.in_c, (self.out_h, self.out_w), (self.kh, self.kw),
+                            pad=pad, dilate=(self.dh, self.dw))
+
     @property
     def is_plain_1x1(self):
         """True for a 1x1, stride-1, unpadded, ungrouped convolution (a plain GEMM)."""

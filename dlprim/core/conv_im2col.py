@@ -17,7 +17,6 @@ from ..kernels import program
 from ..tensor import ws_view
 from ..utils import ceil_div, round_up
 from . import tuning
-from .conv_geometry import ConvGeometry
 from .gemm import Gemm
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter"]
@@ -139,48 +138,17 @@ class BackwardFilter(_Columns):
         return out
 
 
-def flipped_geometry(geom):
-    """The forward convolution that computes ``geom``'s backward-data where the stride is
-    1: over dy, with the kernel flipped and in/out channels swapped, padded by
-    span - 1 - pad; None where it does not exist (a stride, or a pad past the span)."""
-    g = geom
-    span_h, span_w = g.dh * (g.kh - 1) + 1, g.dw * (g.kw - 1) + 1
-    pad = (span_h - 1 - g.pad[0], span_w - 1 - g.pad[1], span_h - 1 - g.pad[2],
-           span_w - 1 - g.pad[3])
-    if (g.sh, g.sw) != (1, 1) or min(pad) < 0:
-        return None
-    return ConvGeometry(g.out_c, g.in_c, (g.out_h, g.out_w), (g.kh, g.kw), pad=pad,
-                        dilate=(g.dh, g.dw))
-
-
 class BackwardData(_Columns):
     """dx = act(beta * dx + col2im(wᵀ · dy) + bias): one strided-batch GEMM per chunk into
     the columns, then ``conv_col2im`` gathers every pixel's taps (bias per input channel
-    and the activation: a transposed convolution's forward). At stride 1 it is instead
-    the forward im2col convolution of dy with the flipped kernel (``flipped_geometry``,
-    weights rearranged by ``conv_flip_weights``) where dx has few channels (the
-    few-rows GEMM, which reads its columns in place): there the columns are written
-    faster than col2im gathers them (the MNIST net's second layer: 13 -> 4 ms at batch
-    64). With more channels the GEMM would pack those columns, nine times dy for a 3x3
-    kernel, and col2im stays (resnet18's layers)."""
+    and the activation: a transposed convolution's forward). Layers of few input
+    channels at stride 1 run as a direct convolution of dy instead (``core/conv_direct.py``)."""
 
     def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
         super().__init__(ctx, geom, bias, activation)
         self.bias = bias
         self.ops = {}
-        flipped = flipped_geometry(geom) if Gemm.few_rows(ctx, geom.in_c, self.n) else None
-        self.flipped = None if flipped is None else Forward(ctx, flipped, bias, activation, batch)
-        if self.flipped is None:
-            self.op(self.chunk(batch))
-
-    def workspace_bytes(self, batch):
-        if self.flipped is None:
-            return super().workspace_bytes(batch)
-        return self.flipped.workspace_bytes(batch) + self._weights_bytes
-
-    @property
-    def _weights_bytes(self):
-        return round_up(self.geom.out_c * self.k * 4, 64)
+        self.op(self.chunk(batch))
 
     def op(self, chunk):
         if chunk not in self.ops:
@@ -190,13 +158,6 @@ class BackwardData(_Columns):
 
     def launches(self, dy, w, dx, b, ws, beta):
         g, batch = self.geom, dy.shape[0]
-        if self.flipped is not None:
-            w_flipped = ws_view(ws, 0, g.out_c * self.k)
-            inner = ws_view(ws, self._weights_bytes, self.flipped.workspace_bytes(batch) // 4)
-            flip = program.Launch(self.program, "conv_flip_weights", (g.out_c * self.k,), None,
-                                  [np.int32(g.out_c), np.int32(g.in_c), np.int32(g.kh * g.kw),
-                                   w, w_flipped])
-            return [flip] + self.flipped.launches(dy, w_flipped, dx, b, inner, beta)
         chunk = self.chunk(batch)
         col = ws_view(ws, 0, chunk * self.k * self.n)
         dy_image = g.out_c * self.n

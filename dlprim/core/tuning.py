@@ -315,6 +315,18 @@ def prefer_im2col(facts, direction, plain_1x1):
     return facts.is_cpu and (direction == "backward_filter" or not plain_1x1)
 
 
+# ----- direct convolution (core/conv_direct.py): on CPUs where the channels a direction
+# writes (out_c forward, in_c backward-data) are fewer than this, the GEMM of im2col would
+# run on its few-rows kernel and its columns cost as much as the products
+CPU_DIRECT_MAX_CHANNELS = 64
+
+
+def prefer_direct(facts, direction, in_c, out_c):
+    """Whether ``direction`` of an ungrouped convolution runs as a direct convolution."""
+    written = out_c if direction == "forward" else in_c
+    return facts.is_cpu and direction != "backward_filter" and written < CPU_DIRECT_MAX_CHANNELS
+
+
 def prefer_winograd(facts, direction, in_c, out_c, pixels=0):
     """Whether Winograd beats the implicit GEMM for a layer it can serve: on GPUs, once
     the channels its GEMMs sum over (in_c forward, out_c backward-data) and the other

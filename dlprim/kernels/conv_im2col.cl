@@ -66,16 +66,32 @@ __kernel void conv_im2col_strips(int C, int H, int W, int OH, int OW, int KH, in
         // the columns whose tap lands inside the row: ix0 + ox * SW in [0, W)
         const int ox_lo = ix0 >= 0 ? 0 : min(OW, (-ix0 + SW - 1) / SW);
         const int ox_hi = W - 1 - ix0 >= 0 ? max(ox_lo, min(OW, (W - 1 - ix0) / SW + 1)) : ox_lo;
-        // pixel p goes to strip p / ${STRIP}, lane p % ${STRIP}: whole output rows in order
+        // pixel p goes to strip p / ${STRIP}, lane p % ${STRIP}: whole output rows in
+        // order, as segments that stay inside one output row and one strip (contiguous
+        // in both x and the strip), each a zero run, a copy and a zero run
         for (int p = p0; p < p1; ) {
-            const int oy = p / OW, ox_first = p - oy * OW, ox_end = min(OW, ox_first + p1 - p);
+            const int oy = p / OW, ox_first = p - oy * OW;
+            const int n = min(min(OW - ox_first, p1 - p), ${STRIP} - p % ${STRIP});
             const int iy = oy * SH - PT + i * DH;
-            const int inside = iy >= 0 && iy < H;
-            __global const float *row = plane + (ulong)(inside ? iy : 0) * W + ix0;
-            for (int ox = ox_first; ox < ox_end; ox++, p++) {
-                const float v = (inside && ox >= ox_lo && ox < ox_hi) ? row[ox * SW] : 0.0f;
-                out[(ulong)(p / ${STRIP}) * K * ${STRIP} + p % ${STRIP}] = v;
+            __global float *o = out + (ulong)(p / ${STRIP}) * K * ${STRIP} + p % ${STRIP};
+            int lo = n, hi = n;  // [lo, hi): the segment's taps inside the row
+            if (iy >= 0 && iy < H) {
+                lo = clamp(ox_lo - ox_first, 0, n);
+                hi = clamp(ox_hi - ox_first, lo, n);
             }
+            __global const float *row = plane + (ulong)max(iy, 0) * W + ix0 + ox_first * SW;
+            for (int t = 0; t < lo; t++)
+                o[t] = 0.0f;
+            if (SW == 1) {
+                for (int t = lo; t < hi; t++)
+                    o[t] = row[t];
+            } else {
+                for (int t = lo; t < hi; t++)
+                    o[t] = row[t * SW];
+            }
+            for (int t = hi; t < n; t++)
+                o[t] = 0.0f;
+            p += n;
         }
         // the last strip's lanes past the last pixel
         for (int p = p1; p < s_end * ${STRIP}; p++)
@@ -138,14 +154,4 @@ __kernel void conv_col2im(int C, int H, int W, int OH, int OW, int KH, int KW, i
 % endif
         }
     }
-}
-
-// w (OC x C x KK) -> the flipped kernel of backward-data as a forward convolution:
-// wf[c][o][KK - 1 - t] = w[o][c][t] (KK = KH * KW taps, flipped in both directions).
-__kernel void conv_flip_weights(int OC, int C, int KK, __global const float *w, ulong w_offset,
-                                __global float *wf, ulong wf_offset)
-{
-    const int e = get_global_id(0);
-    const int t = e % KK, c = (e / KK) % C, o = e / (KK * C);
-    wf[wf_offset + ((ulong)c * OC + o) * KK + (KK - 1 - t)] = w[w_offset + e];
 }

@@ -1,0 +1,118 @@
+<%include file="common.h"/>
+<%
+# Direct convolution for CPU drivers (core/conv_direct.py), for layers of few output
+# channels, where im2col + GEMM spends as long writing and packing columns as the GEMM
+# takes (the MNIST net's 16 -> 32 5x5 layer). A work-item computes PX neighbouring
+# pixels of one output row for OCB output channels: PX x OCB / 8 float8 accumulators,
+# and for every input channel and tap OCB / 8 float8 of packed weights and PX broadcast
+# input values, each feeding OCB / 8 vector FMAs. The stencil (KH, KW, strides,
+# dilations), OCB and PX are compiled in, so the taps of a row are straight-line code.
+NV = OCB // 8  # float8 accumulators per pixel
+%>
+// w (OC x C x KH x KW) -> wp[ocb][c][kh][kw][OCB]: the OCB output channels of block ocb side
+// by side for each tap, zero past OC. FLIP: the weights of the backward-data pass of the
+// layer w belongs to, as a forward convolution of dy: input and output channels swapped
+// (w is C x OC x KH x KW) and the taps turned by 180 degrees.
+__kernel void conv_direct_pack(int OC, int C, int flip, __global const float *w, ulong w_offset,
+                               __global float *wp, ulong wp_offset)
+{
+    const int i = get_global_id(0);
+    const int q = i % ${OCB}, t = i / ${OCB};
+    const int kw = t % ${KW}, kh = (t / ${KW}) % ${KH}, c = (t / (${KW * KH})) % C;
+    const int oc = (t / (${KW * KH}) / C) * ${OCB} + q;
+    float v = 0.0f;
+    if (oc < OC)
+        v = flip ? w[w_offset + ((ulong)(c * OC + oc) * ${KH} + ${KH - 1} - kh) * ${KW} + ${KW - 1} - kw]
+                 : w[w_offset + ((ulong)(oc * C + c) * ${KH} + kh) * ${KW} + kw];
+    wp[wp_offset + i] = v;
+}
+
+// y[img][oc][oy][ox] = act(sum over c, kh, kw of wp * x + bias[oc] + beta * y): work-item
+// (pixel block, oy, img * ocblocks + ocb)
+__kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, int PL,
+                          int ocblocks,
+                          __global const float *x, ulong x_offset,
+                          __global const float *wp, ulong wp_offset,
+                          __global float *y, ulong y_offset,
+                          __global const float *bias, ulong bias_offset, float beta)
+{
+    const int ox0 = get_global_id(0) * ${PX}, oy = get_global_id(1);
+    const int ocb = get_global_id(2) % ocblocks;
+    const ulong img = get_global_id(2) / ocblocks;
+    float8 acc[${PX}][${NV}];
+% for p in range(PX):
+    % for v in range(NV):
+    acc[${p}][${v}] = 0.0f;
+    % endfor
+% endfor
+    const int ix0 = ox0 * ${SW} - PL;
+    // every tap of the block inside the row: no bounds checks per load
+    const bool inside = ix0 >= 0 && ix0 + ${(PX - 1) * SW + (KW - 1) * DW} < W;
+    __global const float *plane = x + x_offset + img * C * H * W;
+    __global const float *wc = wp + wp_offset + (ulong)ocb * C * ${KH * KW * OCB};
+    for (int c = 0; c < C; c++, plane += H * W, wc += ${KH * KW * OCB}) {
+% for kh in range(KH):
+        {
+            const int iy = oy * ${SH} - PT + ${kh * DH};
+            if (iy >= 0 && iy < H) {
+                __global const float *row = plane + iy * W;
+                __global const float *run = row + ix0;  // constant offsets from here
+                if (inside) {
+    % for kw in range(KW):
+                    {
+        % for v in range(NV):
+                        const float8 w${v} = vload8(${(kh * KW + kw) * NV + v}, wc);
+        % endfor
+        % for p in range(PX):
+                        {
+                            const float8 xv = (float8)(run[${p * SW + kw * DW}]);
+            % for v in range(NV):
+                            acc[${p}][${v}] = fma(xv, w${v}, acc[${p}][${v}]);
+            % endfor
+                        }
+        % endfor
+                    }
+    % endfor
+                } else {
+    % for kw in range(KW):
+                    {
+        % for v in range(NV):
+                        const float8 w${v} = vload8(${(kh * KW + kw) * NV + v}, wc);
+        % endfor
+        % for p in range(PX):
+                        {
+                            const int ix = ix0 + ${p * SW + kw * DW};
+                            const float8 xv = (float8)(ix >= 0 && ix < W ? row[ix] : 0.0f);
+            % for v in range(NV):
+                            acc[${p}][${v}] = fma(xv, w${v}, acc[${p}][${v}]);
+            % endfor
+                        }
+        % endfor
+                    }
+    % endfor
+                }
+            }
+        }
+% endfor
+    }
+    // epilogue: the block's pixels inside the row, its channels below OC
+    __global float *out = y + y_offset + (img * OC + ocb * ${OCB}) * OH * OW + (ulong)oy * OW;
+% for p in range(PX):
+    if (ox0 + ${p} < OW) {
+        float r[${OCB}];
+    % for v in range(NV):
+        vstore8(acc[${p}][${v}], ${v}, r);
+    % endfor
+        for (int q = 0; q < ${OCB} && ocb * ${OCB} + q < OC; q++) {
+            __global float *o = out + (ulong)q * OH * OW + ox0 + ${p};
+            float v = r[q];
+    % if BIAS:
+            v += bias[bias_offset + ocb * ${OCB} + q];
+    % endif
+            if (beta != 0.0f)
+                v += beta * *o;
+            *o = ACT_${ACTIVATION}(v);
+        }
+    }
+% endfor
+}
