@@ -393,9 +393,9 @@ def test_algorithm_table():
     assert pick(cpu, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("winograd",) * 3
     assert pick(cpu, 64, 64, (14, 14), (3, 3), pad=(1, 1, 1, 1)) == ("im2col",) * 3
     assert pick(cpu, 32, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("im2col", "direct", "im2col")
-    assert pick(cpu, 16, 32, (14, 14), (5, 5), pad=(2, 2, 2, 2)) == ("direct", "direct", "im2col")
+    assert pick(cpu, 16, 32, (14, 14), (5, 5), pad=(2, 2, 2, 2)) == ("direct",) * 3
     assert pick(cpu, 16, 32, (14, 14), (5, 5), (2, 2), (2, 2, 2, 2)) == \
-        ("direct", "im2col", "im2col")
+        ("direct", "im2col", "direct")
     assert pick(cpu, 64, 256, (56, 56), (1, 1)) == ("gemm", "gemm", "im2col")  # a plain GEMM
     assert pick(cpu, 96, 96, (112, 112), (3, 3), groups=96) == ("depthwise",) * 3
     assert pick(cpu, 64, 64, (56, 56), (3, 3), groups=2) == ("gemm",) * 3
@@ -563,14 +563,44 @@ def test_direct_backward_data(ctx, rng, geom):
     assert_close(t[2].numpy(), want, rtol=1e-4, atol=1e-4, what="direct dx")
 
 
+@pytest.mark.parametrize("geom", DIRECT_GEOMS)
+@pytest.mark.parametrize("parts", [None, 2])
+def test_direct_backward_filter(ctx, rng, geom, parts):
+    """dw = beta * dw + the batch sum of dy x per tap; ``parts`` cuts the batch of three
+    (the last part ragged), its partial sums added by a second launch."""
+    batch = 3
+    x, dy, dw0 = (rng.standard_normal(s) for s in (geom.in_shape(batch), geom.out_shape(batch),
+                                                    geom.weight_shape))
+    op = ConvBackwardFilter(ctx, geom, algo="direct", splits=parts, batch=batch)
+    assert op.algo == "direct"
+    if parts:
+        assert op.impl.parts(batch) == 2
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, dy, dw0)]
+    op(t[0], t[1], t[2], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
+    _, dw = conv_backward_ref(x, np.zeros(geom.weight_shape), dy, (geom.sh, geom.sw), geom.pad,
+                              (geom.dh, geom.dw), 1)
+    assert_close(t[2].numpy(), 0.5 * dw0 + dw, rtol=1e-4, atol=1e-4, what="direct dw")
+
+
+def test_direct_filter_parts_fill_the_cores():
+    """One part where the layer's work-items already give each core 8, else more parts,
+    never more than the images."""
+    from types import SimpleNamespace
+    from dlprim.core.tuning_launch import direct_filter_parts
+    two = SimpleNamespace(compute_units=2)
+    assert direct_filter_parts(two, 160, 64) == 1      # 32 -> 16 channels, 5x5: 2 x 16 x 5 items
+    assert direct_filter_parts(two, 5, 64) == 4        # 1 -> 16 channels, 5x5: 5 items
+    assert direct_filter_parts(two, 5, 2) == 2
+
+
 def test_direct_serves_what_it_can():
-    """Forward of ungrouped layers; backward-data at stride 1 only; never backward-filter:
-    a forced "direct" leaves those directions to the implicit GEMM."""
+    """Every direction of ungrouped layers, backward-data at stride 1 only: a forced
+    "direct" leaves the others to the implicit GEMM."""
     from dlprim.core.conv import algorithm_applies
     g = ConvGeometry(4, 8, (9, 9), (3, 3), pad=(1, 1, 1, 1))
     strided = ConvGeometry(4, 8, (9, 9), (3, 3), stride=(2, 2), pad=(1, 1, 1, 1))
     assert algorithm_applies(g, "direct", "forward") and algorithm_applies(g, "direct", "backward_data")
-    assert not algorithm_applies(g, "direct", "backward_filter")
+    assert algorithm_applies(g, "direct", "backward_filter")
     assert algorithm_applies(strided, "direct", "forward")
     assert not algorithm_applies(strided, "direct", "backward_data")
     assert not algorithm_applies(ConvGeometry(4, 8, (9, 9), (3, 3), groups=2), "direct", "forward")

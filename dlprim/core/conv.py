@@ -13,8 +13,8 @@ or forced for testing:
   ungrouped layers (``core/conv_winograd.py``), all three directions.
 - ``"depthwise"``: direct kernels when every group has one input channel
   (``core/conv_depthwise.py``).
-- ``"direct"``: CPUs' kernel for ungrouped layers of few output channels, forward and
-  (stride 1) backward-data (``core/conv_direct.py``).
+- ``"direct"``: CPUs' kernels for ungrouped layers of few output channels: forward,
+  backward-data at stride 1, backward-filter (``core/conv_direct.py``).
 - ``"im2col"``: ungrouped layers as column unrolling (col2im for backward-data) + the
   GEMM of ``core/gemm.py`` in chunks of the batch (``core/conv_im2col.py``); CPUs' choice.
 
@@ -46,9 +46,8 @@ def algorithm_applies(geom, algo, direction="forward"):
                 and geom.groups == 1)
     if algo == "depthwise":
         return geom.groups > 1 and geom.in_c == geom.groups
-    if algo == "direct":  # backward-filter is not a direct convolution
-        return geom.groups == 1 and (direction == "forward" or
-                                     (direction == "backward_data" and geom.flipped() is not None))
+    if algo == "direct":  # backward-data as the flipped forward: stride 1 only
+        return geom.groups == 1 and (direction != "backward_data" or geom.flipped() is not None)
     if algo == "im2col":
         return geom.groups == 1
     raise ValueError("unknown convolution algorithm %r; known: %s" % (algo, ", ".join(ALGORITHMS)))
@@ -208,7 +207,8 @@ class ConvBackwardFilter(_Op):
     """``dw = beta * dw + correlate(x, dy)`` (beta=1: gradients add up)."""
     direction = "backward_filter"
     impls = {"gemm": conv_gemm.BackwardFilter, "winograd": conv_winograd.BackwardFilter,
-             "depthwise": conv_depthwise.BackwardFilter, "im2col": conv_im2col.BackwardFilter}
+             "depthwise": conv_depthwise.BackwardFilter, "direct": conv_direct.BackwardFilter,
+             "im2col": conv_im2col.BackwardFilter}
 
     def __init__(self, ctx, geom, algo="auto", splits=None, batch=16):
         super().__init__(ctx, geom, algo, dict(splits=splits, batch=batch))

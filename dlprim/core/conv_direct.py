@@ -1,5 +1,6 @@
-"""Direct convolution for CPU drivers (``kernels/conv_direct.cl``): forward, and
-backward-data at stride 1 as the forward convolution of dy with the flipped kernel.
+"""Direct convolution for CPU drivers (``kernels/conv_direct.cl``): forward,
+backward-data at stride 1 as the forward convolution of dy with the flipped kernel, and
+backward-filter as per-tap sums over the batch.
 
 For layers of few output channels (the few-rows side of a GEMM) im2col + GEMM writes
 and reads C*KH*KW columns per pixel and runs a GEMM too narrow for its register blocks;
@@ -14,20 +15,26 @@ from ..kernels import program
 from ..tensor import ws_view
 from ..utils import ceil_div, round_up
 from .conv_geometry import scalar
+from . import tuning_launch
 
-__all__ = ["Forward", "BackwardData", "register_block"]
+__all__ = ["Forward", "BackwardData", "BackwardFilter", "register_block", "filter_block"]
 
-# A work-item's register block: output channels (16: two float8 per pixel, so that each
-# broadcast input value feeds two FMAs) by pixels, 12 float8 accumulators of AVX2's 16
-# registers; a layer of at most 8 output channels takes 8 channels by 8 pixels
-MAX_ACCUMULATORS = 12
+# A work-item's register block: output channels (a multiple of 8: one float8 each per
+# pixel) by pixels of a row, about 8 float8 accumulators. More pixels would share input
+# values between taps, which the compiler then keeps in registers and spills the
+# accumulators (16 channels by 6 pixels ran 1.3-1.6x slower than by 3 on PoCL, 2-core
+# EPYC); more channels per pixel make each broadcast input value feed more FMAs.
+MAX_CHANNEL_BLOCK = 32
+PIXELS = {8: 4, 16: 3, 24: 3, 32: 2}  # pixels per work-item by channel block
 
 
 def register_block(out_c, width):
-    """(output channels, pixels) of a work-item: OCB channels, and the output row cut
-    into equal runs that fill the accumulators (14 -> 5 + 5 + 4 at 16 channels)."""
-    ocb = 8 if out_c <= 8 else 16
-    most = MAX_ACCUMULATORS * 8 // ocb if ocb > 8 else 8
+    """(output channels, pixels) of a work-item: the channels cut into equal blocks of at
+    most MAX_CHANNEL_BLOCK rounded up to 8 (48 -> 24 + 24), and the output row into
+    equal runs of at most PIXELS[block] (28 at 3 -> ten runs of 3)."""
+    blocks = ceil_div(out_c, MAX_CHANNEL_BLOCK)
+    ocb = round_up(ceil_div(out_c, blocks), 8)
+    most = PIXELS[ocb]
     return ocb, ceil_div(width, ceil_div(width, most))
 
 
@@ -40,7 +47,8 @@ class Forward:
         g = geom
         self.ocb, self.px = register_block(g.out_c, g.out_w)
         self.blocks = ceil_div(g.out_c, self.ocb)
-        self.program = program.get(ctx, "conv_direct", BIAS=self.bias, ACTIVATION=activation,
+        self.program = program.get(ctx, "conv_direct", FILTER=False, BIAS=self.bias,
+                                   ACTIVATION=activation,
                                    KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, DH=g.dh, DW=g.dw,
                                    OCB=self.ocb, PX=self.px)
 
@@ -85,3 +93,75 @@ class BackwardData(Forward):
             raise ValueError("direct convolution: backward-data needs stride 1 and pads "
                              "within the kernel span, got %r" % (geom,))
         super().__init__(ctx, flipped, bias, activation, batch, flip=True)
+
+
+FILTER_ACCUMULATORS = 12  # float8 accumulators of the filter gradient's work-item at most
+
+
+def filter_block(out_c, kw):
+    """Output channels per work-item of the filter gradient: 16 (two float8 per tap) where
+    KW x 2 accumulators fit FILTER_ACCUMULATORS and the layer has more than 8, else 8."""
+    return 16 if out_c > 8 and 2 * kw <= FILTER_ACCUMULATORS else 8
+
+
+class BackwardFilter:
+    """dw = beta * dw + the batch sum of dy x at each tap: dy laid out pixel-major in the
+    workspace (``conv_direct_dy_rows``), then a work-item per (channel block, input channel,
+    kernel row) and part of the batch; the parts' partial sums (where the layer alone
+    gives the cores too few work-items) are added by ``conv_direct_filter_sum``."""
+
+    def __init__(self, ctx, geom, splits=None, batch=16):
+        self.ctx, self.geom, self.forced_parts = ctx, geom, splits
+        g = geom
+        self.ocb = filter_block(g.out_c, g.kw)
+        self.blocks = ceil_div(g.out_c, self.ocb)
+        self.padded_c = self.blocks * self.ocb
+        self.program = program.get(ctx, "conv_direct", FILTER=True, BIAS=False,
+                                   ACTIVATION="identity", KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
+                                   DH=g.dh, DW=g.dw, OCB=self.ocb, PX=0)
+
+    def parts(self, batch):
+        """How many parts the batch is cut into: enough work-items for every core
+        (``tuning_launch.direct_filter_parts``), or the forced ``splits``."""
+        items = self.blocks * self.geom.in_c * self.geom.kh
+        if self.forced_parts:
+            return max(1, min(batch, self.forced_parts))
+        return tuning_launch.direct_filter_parts(self.ctx.facts, items, batch)
+
+    def _rows_elements(self, batch):
+        return batch * self.geom.out_h * self.geom.out_w * self.padded_c
+
+    def workspace_bytes(self, batch):
+        """Scratch bytes: dy pixel-major, and the parts' partial sums where there are parts."""
+        parts = self.parts(batch)
+        partial = parts * self.geom.out_c * self.geom.in_c * self.geom.kh * self.geom.kw
+        return round_up(self._rows_elements(batch) * 4, 64) + (4 * partial if parts > 1 else 0)
+
+    def launches(self, x, dy, dw, ws, beta):
+        """The dy layout, the sums (and the parts' total): nothing but beta * dw for an
+        empty batch."""
+        g, batch = self.geom, x.shape[0]
+        parts = self.parts(batch) if batch else 1
+        n = g.out_c * g.in_c * g.kh * g.kw
+        rows = ws_view(ws, 0, self._rows_elements(batch)) if batch else dw
+        partial = ws_view(ws, round_up(self._rows_elements(batch) * 4, 64), parts * n) \
+            if parts > 1 else dw
+        out = []
+        if batch:
+            out.append(program.Launch(self.program, "conv_direct_dy_rows",
+                                      (self.padded_c, batch), (1, 1),
+                                      [np.int32(g.out_c), np.int32(g.out_h * g.out_w),
+                                       np.int32(self.padded_c), dy, rows]))
+        chunk = ceil_div(batch, parts) if batch else 0
+        args = [np.int32(v) for v in (g.in_c, g.in_h, g.in_w, g.out_c, g.out_h, g.out_w,
+                                      g.pad[0], g.pad[1], self.padded_c, batch, chunk,
+                                      self.blocks)]
+        args += [x, rows, partial, scalar(beta), np.int32(parts)]
+        out.append(program.Launch(self.program, "conv_direct_filter",
+                                  (parts * self.blocks * g.in_c * g.kh,), (1,), args,
+                                  flops=g.flops(batch)))
+        if parts > 1:
+            out.append(program.Launch(self.program, "conv_direct_filter_sum", (n,), None,
+                                      [np.int32(n), np.int32(parts), partial, dw,
+                                       scalar(beta)]))
+        return out

@@ -316,15 +316,16 @@ def prefer_im2col(facts, direction, plain_1x1):
 
 
 # ----- direct convolution (core/conv_direct.py): on CPUs where the channels a direction
-# writes (out_c forward, in_c backward-data) are fewer than this, the GEMM of im2col would
-# run on its few-rows kernel and its columns cost as much as the products
+# writes (out_c forward, in_c backward-data) or sums per tap (out_c backward-filter) are
+# fewer than this, the GEMM of im2col would run on its few-rows kernel and its columns
+# cost as much as the products
 CPU_DIRECT_MAX_CHANNELS = 64
 
 
 def prefer_direct(facts, direction, in_c, out_c):
     """Whether ``direction`` of an ungrouped convolution runs as a direct convolution."""
-    written = out_c if direction == "forward" else in_c
-    return facts.is_cpu and direction != "backward_filter" and written < CPU_DIRECT_MAX_CHANNELS
+    few = in_c if direction == "backward_data" else out_c
+    return facts.is_cpu and few < CPU_DIRECT_MAX_CHANNELS
 
 
 def prefer_winograd(facts, direction, in_c, out_c, pixels=0):

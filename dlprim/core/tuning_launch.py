@@ -112,6 +112,18 @@ def depthwise_cpu_filter_plan(facts, channels, rows, row_len):
     return ceil_div(channels, min(items, channels)), ceil_div(rows, chunk), chunk
 
 
+DIRECT_FILTER_ITEMS_PER_CU = 8  # work-items per core the direct filter gradient aims at
+
+
+def direct_filter_parts(facts, items, batch):
+    """Parts the batch is cut into for the direct convolution's filter gradient
+    (core/conv_direct.py), whose ``items`` work-items each sum a whole batch: one where
+    they give every core DIRECT_FILTER_ITEMS_PER_CU, else enough parts for that (at most
+    one per image; the partial sums cost a second launch)."""
+    least = DIRECT_FILTER_ITEMS_PER_CU * facts.compute_units
+    return max(1, min(batch, ceil_div(least, items))) if items < least else 1
+
+
 def reduce_chunks(facts, groups, reduced, lr):
     """Chunks of a pointwise reduction whose ``groups`` work-groups (``lr`` threads on each
     output) fall short of SPLIT_GROUPS_PER_CU per compute unit and whose ``reduced``

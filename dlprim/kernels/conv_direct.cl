@@ -9,6 +9,7 @@
 # dilations), OCB and PX are compiled in, so the taps of a row are straight-line code.
 NV = OCB // 8  # float8 accumulators per pixel
 %>
+% if not FILTER:
 // w (OC x C x KH x KW) -> wp[ocb][c][kh][kw][OCB]: the OCB output channels of block ocb side
 // by side for each tap, zero past OC. FLIP: the weights of the backward-data pass of the
 // layer w belongs to, as a forward convolution of dy: input and output channels swapped
@@ -116,3 +117,116 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
     }
 % endfor
 }
+% endif
+
+% if FILTER:
+<%
+# Backward-filter: dw[oc][c][kh][kw] = beta * dw + the sum over images and output pixels
+# of dy[oc] x[c] at the tap. dy is first laid out pixel-major (conv_direct_dy_rows), so
+# that a pixel's OCB channels are OCB / 8 float8 loads; a work-item takes the KW taps of
+# one (channel block, input channel, kh) for a chunk of the batch: per output pixel
+# OCB / 8 loads of dy, KW broadcast values of x, KW * OCB / 8 vector FMAs.
+%>
+// dy (img, OC, P pixels) -> rows (img, P, OCP channels, zero past OC): work-item (oc, img)
+__kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const float *dy,
+                                  ulong dy_offset, __global float *rows, ulong rows_offset)
+{
+    const int oc = get_global_id(0);
+    const ulong img = get_global_id(1);
+    __global const float *src = dy + dy_offset + (img * OC + oc) * P;
+    __global float *dst = rows + rows_offset + img * P * OCP + oc;
+    for (int p = 0; p < P; p++)
+        dst[(ulong)p * OCP] = oc < OC ? src[p] : 0.0f;
+}
+
+<%def name="filter_taps(checked)">
+                {
+                    float8 d[${NV}];
+    % for v in range(NV):
+                    d[${v}] = vload8(${v}, drow + (ulong)ox * OCP);
+    % endfor
+    % for kw in range(KW):
+                    {
+        % if checked:
+                        const int ix = ox * ${SW} - PL + ${kw * DW};
+                        const float8 xv = (float8)(ix >= 0 && ix < W ? xrow[ix] : 0.0f);
+        % else:
+                        const float8 xv = (float8)(xrow[ox * ${SW} - PL + ${kw * DW}]);
+        % endif
+        % for v in range(NV):
+                        acc[${kw}][${v}] = fma(d[${v}], xv, acc[${kw}][${v}]);
+        % endfor
+                    }
+    % endfor
+                }
+</%def>
+// work-item ((part * ocblocks + ocb) * C + c) * KH + kh over images [part * chunk, ..):
+// with one part it writes dw (beta * dw + sum), else its partial sums into out[part]
+__kernel void conv_direct_filter(int C, int H, int W, int OC, int OH, int OW, int PT, int PL,
+                                 int OCP, int batch, int chunk, int ocblocks,
+                                 __global const float *x, ulong x_offset,
+                                 __global const float *rows, ulong rows_offset,
+                                 __global float *out, ulong out_offset, float beta, int parts)
+{
+    const int item = get_global_id(0);
+    const int kh = item % ${KH}, c = (item / ${KH}) % C;
+    const int ocb = (item / (${KH} * C)) % ocblocks, part = item / (${KH} * C * ocblocks);
+    float8 acc[${KW}][${NV}];
+% for kw in range(KW):
+    % for v in range(NV):
+    acc[${kw}][${v}] = 0.0f;
+    % endfor
+% endfor
+    // the output pixels whose KW taps all land inside the row: no checks there
+    const int ox_a = min(OW, (PL + ${SW - 1}) / ${SW});
+    const int right = W - 1 - ${(KW - 1) * DW} + PL;
+    const int ox_b = max(ox_a, right >= 0 ? min(OW, right / ${SW} + 1) : 0);
+    const int img_end = min(batch, (part + 1) * chunk);
+    for (int img = part * chunk; img < img_end; img++) {
+        for (int oy = 0; oy < OH; oy++) {
+            const int iy = oy * ${SH} - PT + kh * ${DH};
+            if (iy < 0 || iy >= H)
+                continue;
+            __global const float *xrow = x + x_offset + (((ulong)img * C + c) * H + iy) * W;
+            __global const float *drow = rows + rows_offset + ((ulong)img * OH + oy) * OW * OCP
+                                         + ocb * ${OCB};
+            for (int ox = 0; ox < ox_a; ox++)
+${filter_taps(True)}
+            for (int ox = ox_a; ox < ox_b; ox++)
+${filter_taps(False)}
+            for (int ox = ox_b; ox < OW; ox++)
+${filter_taps(True)}
+        }
+    }
+% for kw in range(KW):
+    % for v in range(NV):
+    {
+        float r[8];
+        vstore8(acc[${kw}][${v}], 0, r);
+        for (int lane = 0; lane < 8; lane++) {
+            const int oc = ocb * ${OCB} + ${v * 8} + lane;
+            if (oc >= OC)
+                break;
+            const ulong at = (((ulong)oc * C + c) * ${KH} + kh) * ${KW} + ${kw};
+            if (parts == 1)
+                out[out_offset + at] = (beta != 0.0f ? beta * out[out_offset + at] : 0.0f) + r[lane];
+            else
+                out[out_offset + part * (ulong)OC * C * ${KH * KW} + at] = r[lane];
+        }
+    }
+    % endfor
+% endfor
+}
+
+// dw = beta * dw + the sum of the parts' partial sums: work-item per element of dw
+__kernel void conv_direct_filter_sum(int n, int parts, __global const float *partial,
+                                     ulong partial_offset, __global float *dw, ulong dw_offset,
+                                     float beta)
+{
+    const int i = get_global_id(0);
+    float s = 0.0f;
+    for (int p = 0; p < parts; p++)
+        s += partial[partial_offset + (ulong)p * n + i];
+    dw[dw_offset + i] = (beta != 0.0f ? beta * dw[dw_offset + i] : 0.0f) + s;
+}
+% endif
