@@ -49,7 +49,7 @@ SV = SMALL_N // 8
             {
                 const float8 a = (float8)(${"a_ptr[(ulong)k * lda + a_m[%d]]" % i if TRANS_A else "a_ptr[(ulong)a_m[%d] * lda + k]" % i});
         % for v in range(SV):
-                acc[${i}][${v}] = mad(a, b${v}, acc[${i}][${v}]);
+                acc[${i}][${v}] = fma(a, b${v}, acc[${i}][${v}]);
         % endfor
             }
     % endfor
@@ -101,7 +101,7 @@ __kernel void gemm_small_m(int M, int N, int K,
                     const float8 a = vload8(0, a_row[${i}] + k);
             % endif
             % for j in range(SN):
-                    acc[${i}][${j}] = mad(a, b[${j}], acc[${i}][${j}]);
+                    acc[${i}][${j}] = fma(a, b[${j}], acc[${i}][${j}]);
             % endfor
                 }
         % endfor
@@ -109,7 +109,7 @@ __kernel void gemm_small_m(int M, int N, int K,
             for (; k < K; k++) {
         % for i in range(SMALL_M):
             % for j in range(SN):
-                out[${i}][${j}] = mad(a_row[${i}][${"(ulong)k * lda" if TRANS_A else "k"}], b_row[${j}][k], out[${i}][${j}]);
+                out[${i}][${j}] = fma(a_row[${i}][${"(ulong)k * lda" if TRANS_A else "k"}], b_row[${j}][k], out[${i}][${j}]);
             % endfor
         % endfor
             }
@@ -195,7 +195,7 @@ __kernel void gemm_small_m(int M, int N, int K,
         {
             const ${FV} a = (${FV})(${a_at(i, "k")});
         % for v in range(NV):
-            acc[${i}][${v}] = mad(a, b[${v}], acc[${i}][${v}]);
+            acc[${i}][${v}] = fma(a, b[${v}], acc[${i}][${v}]);
         % endfor
         }
     % endfor
