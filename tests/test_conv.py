@@ -6,7 +6,6 @@ import pytest
 
 from dlprim import Tensor
 from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
-from dlprim.core.gemm import Gemm
 from dlprim.layers import LayerError, TensorSpec, create
 from layer_check import assert_close, check_reference_grads, run_layer
 
