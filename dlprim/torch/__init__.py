@@ -1,0 +1,73 @@
+"""PyTorch on any OpenCL device, in pure Python: ``import dlprim.torch`` makes the device
+``ocl`` exist (``torch.device("ocl:0")``, numbered as ``dlprim-devices`` lists devices),
+with tensors whose storage is a dlprim buffer and ATen operators run on dlprim's kernels.
+PyTorch's autograd, ``nn.Module.to("ocl")`` and ``torch.optim`` work unchanged.
+
+Operators without an ocl implementation raise ``NotImplementedError`` naming the operator
+and its arguments; ``allow_cpu_fallback()`` runs them on the CPU instead (copying their
+tensors there and back, with a warning the first time each runs). See docs/pytorch.md.
+"""
+import torch as _torch
+
+from ..errors import Error as _Error
+
+MIN_TORCH = (2, 9)  # the first PyTorch with PrivateUse1 as a Python backend
+
+
+def _version(text):
+    return tuple(int(p) for p in text.split("+")[0].split(".")[:2])
+
+
+if _version(_torch.__version__) < MIN_TORCH:
+    raise ImportError("dlprim.torch needs PyTorch %d.%d or newer (it registers the ocl device "
+                      "as a Python backend); this is PyTorch %s"
+                      % (MIN_TORCH + (_torch.__version__,)))
+
+from . import device  # noqa: E402
+from .device import context, current_device, device_count, set_device  # noqa: E402
+from .dispatch import allow_cpu_fallback, cpu_fallback_allowed, implemented  # noqa: E402
+from .tensor import OclTensor  # noqa: E402
+from . import ops_tensor, ops_math, ops_nn  # noqa: E402,F401  (registrations)
+
+__all__ = ["OclTensor", "context", "device_count", "current_device", "set_device",
+           "allow_cpu_fallback", "cpu_fallback_allowed", "implemented", "synchronize",
+           "MIN_TORCH"]
+
+
+def synchronize(index=None):
+    """Wait until device ``ocl:index`` (the current one when None) has finished its work."""
+    context(index).finish()
+
+
+class _Module:
+    """What PyTorch asks of ``torch.ocl``."""
+    is_available = staticmethod(lambda: device_count() > 0)
+    is_initialized = staticmethod(lambda: True)
+    _is_in_bad_fork = staticmethod(lambda: False)
+    device_count = staticmethod(device_count)
+    current_device = staticmethod(current_device)
+    set_device = staticmethod(set_device)
+    synchronize = staticmethod(synchronize)
+
+    @staticmethod
+    def manual_seed_all(seed):
+        pass
+
+
+def _register():
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+    if _torch._C._get_privateuse1_backend_name() == "ocl":
+        return  # this process registered it already
+    if _torch._C._get_privateuse1_backend_name() != "privateuseone":
+        raise _Error("dlprim.torch: PyTorch's PrivateUse1 device is already taken by %r"
+                     % _torch._C._get_privateuse1_backend_name())
+    _setup_privateuseone_for_python_backend("ocl", backend_module=_Module())
+    # the factories: no ocl tensor among their arguments, so they reach the backend key
+    lib = _torch.library.Library("aten", "IMPL")
+    lib.impl("empty.memory_format", ops_tensor.empty_memory_format, "PrivateUse1")
+    lib.impl("empty_strided", ops_tensor.empty_strided, "PrivateUse1")
+    _libraries.append(lib)
+
+
+_libraries = []
+_register()

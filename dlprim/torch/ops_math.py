@@ -1,0 +1,363 @@
+"""Elementwise operators, their in-place and ``_foreach_`` forms (what ``torch.optim``
+issues), and reductions on ocl devices, all on dlprim's pointwise-broadcast-reduce
+generator. Output shapes and dtypes (broadcasting, type promotion) come from running the
+operator on meta tensors, so they are PyTorch's."""
+import numpy as np
+import torch
+
+from ..core.pointwise import pointwise, pointwise_reduce
+from ..core.reduction import ArgMax
+from ..core.pointwise import _memo
+from ..dtypes import cl_type
+from .dispatch import register, handle
+from .ops_tensor import convert, meta_of
+from .tensor import OclTensor, as_dlprim, empty, numpy_dtype, write_into
+
+aten = torch.ops.aten
+
+__all__ = ["elementwise"]
+
+
+def _meta(a):
+    if isinstance(a, OclTensor):
+        return meta_of(a)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_meta(x) for x in a)
+    return a
+
+
+def _scalar(a):
+    """A python number for a number or a 0-dim CPU tensor (PyTorch's wrapped scalars)."""
+    if isinstance(a, torch.Tensor) and not isinstance(a, OclTensor) and a.device.type != "meta":
+        if a.dim() != 0:
+            raise RuntimeError("Expected all tensors to be on the same device, but found a "
+                               "CPU tensor of shape %s among ocl tensors" % (list(a.shape),))
+        return a.item()
+    return a
+
+
+def _ctype(dtype):
+    return cl_type(numpy_dtype(dtype))
+
+
+def elementwise(func, args, kwargs, build, compute=None):
+    """Run an elementwise operator: ``build(T, *args, **kwargs)`` gives (tensors, params,
+    code) with inputs x0.., params w0.., output y0 and ``T`` the C type to compute in (the
+    output's, or ``compute(meta args)``'s dtype)."""
+    m = func(*_meta(list(args)), **{k: _meta(v) for k, v in kwargs.items()})
+    ref = next(a for a in list(args) + list(kwargs.values()) if isinstance(a, OclTensor))
+    index = ref._ocl_storage.index
+    ctx = ref._ocl_storage.ctx
+    dtype = compute(*_meta(list(args))) if compute else m.dtype
+    tensors, params, code = build(_ctype(dtype), *args, **kwargs)
+    out = empty(m.shape, m.dtype, index)
+    if out.numel():
+        xs = [as_dlprim(t) for t in tensors]
+        values = [np.float32(p) if isinstance(p, float) else
+                  (np.int64(p) if isinstance(p, (bool, int)) else p) for p in params]
+        pointwise(ctx, xs, [as_dlprim(out)], code, values)
+    return out
+
+
+def _promoted(*args):
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    others = [a for a in args if not isinstance(a, torch.Tensor) and isinstance(a, (int, float, bool))]
+    dtype = tensors[0].dtype
+    for a in tensors[1:] + others:
+        dtype = torch.result_type(torch.empty((), dtype=dtype), a) if not isinstance(a, torch.Tensor) \
+            else torch.promote_types(dtype, a.dtype)
+    return dtype
+
+
+def _register_inplace(functional, inplace, build, compute=None):
+    """The functional overload, and its in-place form writing into self."""
+    def run(*args, **kwargs):
+        return elementwise(functional, args, kwargs, build, compute)
+    register(functional)(run)
+    if inplace is not None:
+        def run_inplace(self, *args, **kwargs):
+            inplace(meta_of(self), *_meta(list(args)), **{k: _meta(v) for k, v in kwargs.items()})
+            out = elementwise(functional, (self,) + args, kwargs, build, compute)
+            if out.dtype != self.dtype:
+                out = convert(out, self.dtype)
+            return write_into(self, as_dlprim(out))
+        register(inplace)(run_inplace)
+
+
+def _binary(name, expr):
+    """name.Tensor / name.Scalar (and in-place) for ``expr`` over a, b in type T."""
+    fn, fn_ = getattr(aten, name), getattr(aten, name + "_", None)
+
+    def tensor_build(T, a, b, **kw):
+        b = _scalar(b)
+        if isinstance(b, OclTensor):
+            return [a, b], [], "y0 = %s;" % expr.format(T=T, a="((%s)x0)" % T, b="((%s)x1)" % T)
+        return [a], [b], "y0 = %s;" % expr.format(T=T, a="((%s)x0)" % T, b="((%s)w0)" % T)
+
+    main = "Tensor" if "Tensor" in fn.overloads() else "default"
+    _register_inplace(getattr(fn, main), getattr(fn_, main) if fn_ else None, tensor_build)
+    if "Scalar" in fn.overloads():
+        _register_inplace(fn.Scalar, fn_.Scalar if fn_ and "Scalar" in fn_.overloads() else None,
+                          tensor_build)
+
+
+def _alpha_binary(name, sign):
+    """add / sub with alpha: a + sign * alpha * b."""
+    fn, fn_ = getattr(aten, name), getattr(aten, name + "_")
+
+    def build(T, a, b, alpha=1):
+        b = _scalar(b)
+        if isinstance(b, OclTensor):
+            return [a, b], [sign * alpha], "y0 = ((%s)x0) + ((%s)w0) * ((%s)x1);" % (T, T, T)
+        return [a], [sign * alpha * b], "y0 = ((%s)x0) + ((%s)w0);" % (T, T)
+
+    _register_inplace(fn.Tensor, fn_.Tensor, build)
+    _register_inplace(fn.Scalar, fn_.Scalar, build)
+
+
+_alpha_binary("add", 1)
+_alpha_binary("sub", -1)
+_binary("mul", "{a} * {b}")
+_binary("div", "{a} / {b}")
+# NaN wins, as in torch.maximum / minimum
+_binary("maximum", "(({a} != {a}) || {a} > {b} ? {a} : {b})")
+_binary("minimum", "(({a} != {a}) || {a} < {b} ? {a} : {b})")
+
+
+@register(aten.rsub.Scalar)
+def _rsub_scalar(a, b, alpha=1):
+    return elementwise(aten.rsub.Scalar, (a, b), {"alpha": alpha},
+                       lambda T, a, b, alpha=1: ([a], [_scalar(b), alpha],
+                                                 "y0 = ((%s)w0) - ((%s)w1) * ((%s)x0);" % (T, T, T)))
+
+
+@register(aten.rsub.Tensor)
+def _rsub_tensor(a, b, alpha=1):
+    return handle(aten.sub.Tensor, (b, a), {"alpha": alpha}) if isinstance(b, OclTensor) \
+        else _rsub_scalar(a, _scalar(b), alpha)
+
+
+def _compare(name, op):
+    fn = getattr(aten, name)
+
+    def build(T, a, b):
+        b = _scalar(b)
+        if isinstance(b, OclTensor):
+            return [a, b], [], "y0 = ((%s)x0) %s ((%s)x1);" % (T, op, T)
+        return [a], [b], "y0 = ((%s)x0) %s ((%s)w0);" % (T, op, T)
+
+    for overload in ("Tensor", "Scalar"):
+        _register_inplace(getattr(fn, overload), None, build,
+                          compute=lambda a, b: _promoted(a, _scalar(b)))
+
+
+for _name, _op in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"),
+                   ("ge", ">=")):
+    _compare(_name, _op)
+
+
+def _unary(name, expr):
+    fn, fn_ = getattr(aten, name), getattr(aten, name + "_", None)
+
+    def build(T, a):
+        return [a], [], "y0 = %s;" % expr.format(T=T, a="((%s)x0)" % T)
+
+    _register_inplace(fn.default, fn_.default if fn_ else None, build)
+
+
+for _name, _expr in (("neg", "-{a}"), ("abs", "({a} < 0 ? -{a} : {a})"),
+                     ("relu", "({a} > 0 || {a} != {a} ? {a} : ({T})0)"),
+                     ("exp", "exp({a})"), ("log", "log({a})"), ("sqrt", "sqrt({a})"),
+                     ("rsqrt", "rsqrt({a})"), ("sigmoid", "(1.0f / (1.0f + exp(-{a})))"),
+                     ("tanh", "tanh({a})"), ("reciprocal", "(({T})1 / {a})"),
+                     ("sign", "({a} > 0 ? ({T})1 : ({a} < 0 ? ({T})-1 : {a}))"),
+                     ("logical_not", "(x0 == 0)")):
+    _unary(_name, _expr)
+
+
+@register(aten.pow.Tensor_Scalar)
+def _pow(a, exponent):
+    def build(T, a, e):
+        if e == 2:
+            return [a], [], "y0 = ((%s)x0) * ((%s)x0);" % (T, T)
+        return [a], [float(e)], "y0 = pow((float)x0, w0);"
+    return elementwise(aten.pow.Tensor_Scalar, (a, exponent), {}, build)
+
+
+def _ternary(functional, inplace, expr):
+    def build(T, a, b, c, value=1):
+        return [a, b, c], [value], "y0 = %s;" % expr.replace("T", T)
+    _register_inplace(functional, inplace, build)
+
+
+_ternary(aten.addcmul.default, aten.addcmul_.default, "((T)x0) + ((T)w0) * ((T)x1) * ((T)x2)")
+_ternary(aten.addcdiv.default, aten.addcdiv_.default, "((T)x0) + ((T)w0) * ((T)x1) / ((T)x2)")
+
+
+def _lerp_build(T, a, b, weight):
+    return [a, b], [_scalar(weight)], "y0 = ((%s)x0) + ((%s)w0) * (((%s)x1) - ((%s)x0));" % (T, T, T, T)
+
+
+_register_inplace(aten.lerp.Scalar, aten.lerp_.Scalar, _lerp_build)
+
+
+@register(aten.threshold_backward.default)
+def _threshold_backward(grad, x, threshold):
+    return elementwise(aten.threshold_backward.default, (grad, x, threshold), {},
+                       lambda T, g, x, t: ([g, x], [t], "y0 = ((float)x1) <= w0 ? (%s)0 : x0;" % T))
+
+
+@register(aten.sigmoid_backward.default)
+def _sigmoid_backward(grad, y):
+    return elementwise(aten.sigmoid_backward.default, (grad, y), {},
+                       lambda T, g, y: ([g, y], [], "y0 = x0 * x1 * (1 - x1);"))
+
+
+@register(aten.tanh_backward.default)
+def _tanh_backward(grad, y):
+    return elementwise(aten.tanh_backward.default, (grad, y), {},
+                       lambda T, g, y: ([g, y], [], "y0 = x0 * (1 - x1 * x1);"))
+
+
+@register(aten.where.self)
+def _where(cond, a, b):
+    def build(T, c, a, b):
+        a, b = _scalar(a), _scalar(b)
+        xs, params, names = [c], [], []
+        for v in (a, b):
+            if isinstance(v, OclTensor):
+                xs.append(v)
+                names.append("((%s)x%d)" % (T, len(xs) - 1))
+            else:
+                params.append(v)
+                names.append("((%s)w%d)" % (T, len(params) - 1))
+        return xs, params, "y0 = x0 ? %s : %s;" % tuple(names)
+    return elementwise(aten.where.self, (cond, a, b), {}, build)
+
+
+@register(aten.clamp.default)
+def _clamp(a, min=None, max=None):
+    def build(T, a, lo=None, hi=None):
+        code, params = "((%s)x0)" % T, []
+        if lo is not None:
+            params.append(lo)
+            code = "(%s < w%d ? (%s)w%d : %s)" % (code, len(params) - 1, T, len(params) - 1, code)
+        if hi is not None:
+            params.append(hi)
+            code = "(%s > w%d ? (%s)w%d : %s)" % (code, len(params) - 1, T, len(params) - 1, code)
+        return [a], params, "y0 = x0 != x0 ? x0 : %s;" % code
+    return elementwise(aten.clamp.default, (a, min, max), {}, build)
+
+
+# ----- _foreach_: the same operator over lists (torch.optim's multi-tensor path)
+def _foreach(func, *args, **kwargs):
+    name = func.overloadpacket.__name__.replace("_foreach_", "", 1)
+    schema = func._schema.arguments
+    lists = {i for i, a in enumerate(schema) if str(a.type).endswith("[]")}
+    n = len(args[0])
+    single = func._overloadname
+    base = getattr(aten, name)
+    results = []
+    for i in range(n):
+        item = [a[i] if k in lists else a for k, a in enumerate(args)]
+        if len(item) > 1 and single == "Tensor" and isinstance(item[1], torch.Tensor) and \
+                not isinstance(item[1], OclTensor):
+            item[1] = item[1].item()
+        overload = _base_overload(base, item)
+        results.append(handle(overload, tuple(item), dict(kwargs)))
+    return None if name.endswith("_") else results
+
+
+def _base_overload(base, item):
+    names = base.overloads()
+    other = item[1] if len(item) > 1 else None
+    if isinstance(other, torch.Tensor) and "Tensor" in names:
+        return base.Tensor
+    if other is not None and not isinstance(other, torch.Tensor) and "Scalar" in names:
+        return base.Scalar
+    return getattr(base, "default" if "default" in names else names[0])
+
+
+for _packet in dir(aten):
+    if _packet.startswith("_foreach_"):
+        _p = getattr(aten, _packet)
+        for _o in _p.overloads():
+            if _o != "out" and getattr(aten, _packet[len("_foreach_"):], None) is not None:
+                register(getattr(_p, _o))(lambda *a, _f=getattr(_p, _o), **k: _foreach(_f, *a, **k))
+
+
+# ----- reductions
+def _dims(x, dim):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(x.dim()))
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    return tuple(sorted(d % max(x.dim(), 1) for d in dims))
+
+
+def _reduce(func, x, dim, keepdim, args, kwargs, code="y0 = x0;", init="reduce_y0 = 0;",
+            reduce="reduce_y0 += y0;", scale=False, out_dtype=None):
+    m = func(*_meta(list(args)), **{k: _meta(v) for k, v in kwargs.items()})
+    out = empty(m.shape, out_dtype or m.dtype, x._ocl_storage.index)
+    if out.numel() == 0:
+        return out
+    axes = _dims(x, dim)
+    keep = tuple(1 if k in axes else n for k, n in enumerate(x.shape)) or (1,)
+    count = int(np.prod([x.shape[k] for k in axes])) if x.dim() else 1
+    xs = as_dlprim(x) if x.dim() else as_dlprim(x).view((1,))
+    target = as_dlprim(out).view(keep)
+    if count == 0:
+        return handle(aten.fill_.Scalar, (out, float("nan") if scale else 0), {})
+    pointwise_reduce(x._ocl_storage.ctx, [xs], [target], code, init, reduce,
+                     alpha=1.0 / count if scale else 1.0)
+    return out
+
+
+@register(aten.sum.default)
+def _sum(x, dtype=None):
+    return _reduce(aten.sum.default, x, None, False, (x,), {"dtype": dtype})
+
+
+@register(aten.sum.dim_IntList)
+def _sum_dim(x, dim, keepdim=False, dtype=None):
+    return _reduce(aten.sum.dim_IntList, x, dim, keepdim, (x, dim, keepdim), {"dtype": dtype})
+
+
+@register(aten.mean.default)
+def _mean(x, dtype=None):
+    return _reduce(aten.mean.default, x, None, False, (x,), {"dtype": dtype}, scale=True)
+
+
+@register(aten.mean.dim)
+def _mean_dim(x, dim, keepdim=False, dtype=None):
+    return _reduce(aten.mean.dim, x, dim, keepdim, (x, dim, keepdim), {"dtype": dtype}, scale=True)
+
+
+_LOWEST = {"float": "-INFINITY", "half": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN",
+           "uchar": "0"}
+
+
+@register(aten.amax.default)
+def _amax(x, dim=(), keepdim=False):
+    lowest = _LOWEST[_ctype(x.dtype)]
+    return _reduce(aten.amax.default, x, dim, keepdim, (x, dim, keepdim), {},
+                   init="reduce_y0 = %s;" % lowest,
+                   reduce="if (y0 != y0 || y0 > reduce_y0) reduce_y0 = y0;")
+
+
+@register(aten.argmax.default)
+def _argmax(x, dim=None, keepdim=False):
+    m = aten.argmax.default(meta_of(x), dim, keepdim)
+    out = empty(m.shape, torch.int64, x._ocl_storage.index)
+    ctx = x._ocl_storage.ctx
+    src = as_dlprim(x)
+    if dim is None:
+        src, axis = src.view((x.numel(),)), 0
+    else:
+        axis = dim % x.dim()
+    op = _memo(ctx, ("torch_argmax", src.shape, axis, src.dtype.name),
+               lambda: ArgMax(ctx, src.shape, axis, keepdims=False, dtype=src.dtype,
+                              index_dtype="int64"))
+    for launch in op.launches(src, as_dlprim(out).view(op.out_shape)):
+        launch(ctx.queue)
+    return out
+

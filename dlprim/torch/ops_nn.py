@@ -1,0 +1,339 @@
+"""Network operators on ocl devices, each on the dlprim kernel that serves the same layer
+in a Net: matrix products on ``Gemm``, convolutions on ``ConvForward`` / ``ConvBackwardData``
+/ ``ConvBackwardFilter`` (the algorithm table picks Winograd, depthwise, direct, im2col or
+implicit GEMM as for a Net), pooling, softmax and the negative log-likelihood. Operators
+and kernels are built once per shape and kept on the device's context."""
+import numpy as np
+import torch
+
+from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
+from ..core.gemm import Gemm
+from ..core.loss import NLLLossOps
+from ..core.pointwise import _memo, pointwise
+from ..core.pooling import Pool2D
+from ..core.softmax import SoftmaxOps
+from ..tensor import Tensor
+from .dispatch import handle, register
+from .ops_tensor import convert, meta_of
+from .tensor import as_dlprim, empty
+
+aten = torch.ops.aten
+
+__all__ = []
+
+
+def _ctx(t):
+    return t._ocl_storage.ctx
+
+
+def _run(ctx, launches):
+    for launch in launches:
+        launch(ctx.queue)
+
+
+def _unsupported(op, why):
+    raise NotImplementedError("dlprim.torch: %s on ocl devices: %s" % (op, why))
+
+
+# ----- matrix products
+def _operand(t):
+    """(dlprim tensor, transposed, leading dimension) of a 2-D operand: in place where it
+    is contiguous or a transposed contiguous matrix, else a contiguous copy."""
+    rows, cols = t.shape
+    if t.is_contiguous():
+        return as_dlprim(t), False, cols
+    if t.stride() == (1, rows):  # the transpose of a contiguous cols x rows matrix
+        return t._ocl_storage.at(t.storage_offset(), (cols, rows)), True, rows
+    return as_dlprim(t), False, cols
+
+
+def _check_float(op, *ts):
+    for t in ts:
+        if t.dtype != torch.float32:
+            _unsupported(op, "float32 operands only, got %s" % t.dtype)
+
+
+def _gemm(a, b, out, bias=None, alpha=1.0, beta=0.0):
+    ctx = _ctx(a)
+    (A, ta, lda), (B, tb, ldb) = _operand(a), _operand(b)
+    M, K = a.shape
+    N = b.shape[1]
+    mode = "col" if bias is not None else None
+    op = _memo(ctx, ("torch_gemm", M, N, K, ta, tb, mode),
+               lambda: Gemm(ctx, M, N, K, ta, tb, bias=mode))
+    _run(ctx, op.launches(A, B, as_dlprim(out), bias=bias, alpha=alpha, beta=beta,
+                          lda=lda, ldb=ldb, ldc=N))
+    return out
+
+
+@register(aten.mm.default)
+def _mm(a, b):
+    _check_float("mm", a, b)
+    out = empty((a.shape[0], b.shape[1]), a.dtype, a._ocl_storage.index)
+    return _gemm(a, b, out) if out.numel() else out
+
+
+@register(aten.addmm.default)
+def _addmm(bias, a, b, beta=1, alpha=1):
+    _check_float("addmm", bias, a, b)
+    N = b.shape[1]
+    out = empty((a.shape[0], N), a.dtype, a._ocl_storage.index)
+    if out.numel() == 0:
+        return out
+    if beta == 1 and bias.numel() == N and bias.shape[-1] == N:
+        return _gemm(a, b, out, bias=as_dlprim(bias).view((N,)), alpha=alpha)
+    handle(aten.copy_.default, (out, bias), {})
+    return _gemm(a, b, out, alpha=alpha, beta=beta)
+
+
+@register(aten.bmm.default)
+def _bmm(a, b):
+    _check_float("bmm", a, b)
+    batch, M, K = a.shape
+    N = b.shape[2]
+    out = empty((batch, M, N), a.dtype, a._ocl_storage.index)
+    if out.numel() == 0:
+        return out
+    ctx = _ctx(a)
+    A, B = as_dlprim(a), as_dlprim(b)
+    op = _memo(ctx, ("torch_bmm", batch, M, N, K), lambda: Gemm(ctx, M, N, K, batch=batch))
+    _run(ctx, op.launches(A, B, as_dlprim(out), stride_a=M * K, stride_b=K * N, stride_c=M * N))
+    return out
+
+
+# ----- convolution
+def _geometry(x, w, stride, padding, dilation, groups):
+    if x.dim() != 4 or len(stride) != 2:
+        _unsupported("convolution", "2-D convolutions of 4-D inputs only, got input %s"
+                     % (list(x.shape),))
+    return ConvGeometry(x.shape[1], w.shape[0], x.shape[2:], w.shape[2:], tuple(stride),
+                        (padding[0], padding[1], padding[0], padding[1]), tuple(dilation), groups)
+
+
+def _workspace(ctx, nbytes):
+    return Tensor(ctx, (max(int(nbytes), 1),), "uint8")
+
+
+def _conv_op(cls, ctx, geom, batch, **kw):
+    key = ("torch_conv", cls.__name__, geom.values(), batch, tuple(sorted(kw.items())))
+    return _memo(ctx, key, lambda: cls(ctx, geom, batch=batch, **kw))
+
+
+@register(aten.convolution.default)
+def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    _check_float("convolution", x, w)
+    if transposed:
+        _unsupported("convolution", "transposed convolutions are not implemented yet")
+    geom = _geometry(x, w, stride, padding, dilation, groups)
+    batch = x.shape[0]
+    out = empty(geom.out_shape(batch), x.dtype, x._ocl_storage.index)
+    if out.numel() == 0:
+        return out
+    ctx = _ctx(x)
+    op = _conv_op(ConvForward, ctx, geom, batch, bias=bias is not None)
+    ws = _workspace(ctx, op.workspace_bytes(batch))
+    b = as_dlprim(bias) if bias is not None else None
+    _run(ctx, op.launches(as_dlprim(x), as_dlprim(w), as_dlprim(out), b, ws))
+    return out
+
+
+@register(aten.convolution_backward.default)
+def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    if transposed:
+        _unsupported("convolution_backward", "transposed convolutions are not implemented yet")
+    geom = _geometry(x, w, stride, padding, dilation, groups)
+    batch, ctx, index = x.shape[0], _ctx(x), x._ocl_storage.index
+    dy = as_dlprim(grad)
+    dx = dw = db = None
+    if output_mask[0]:
+        dx = empty(x.shape, x.dtype, index)
+        op = _conv_op(ConvBackwardData, ctx, geom, batch)
+        if dx.numel():
+            ws = _workspace(ctx, op.workspace_bytes(batch))
+            _run(ctx, op.launches(dy, as_dlprim(w), as_dlprim(dx), None, ws, beta=0.0))
+    if output_mask[1]:
+        dw = empty(w.shape, w.dtype, index)
+        op = _conv_op(ConvBackwardFilter, ctx, geom, batch)
+        ws = _workspace(ctx, op.workspace_bytes(batch))
+        _run(ctx, op.launches(as_dlprim(x), dy, as_dlprim(dw), ws, beta=0.0))
+    if output_mask[2]:
+        db = handle(aten.sum.dim_IntList, (grad, [0, 2, 3]), {})
+    return dx, dw, db
+
+
+# ----- pooling
+def _pool(mode, x, kernel, stride, padding, ceil_mode, count_include_pad=True):
+    if x.dim() != 4:
+        _unsupported("pooling", "4-D (N, C, H, W) inputs only, got %s" % (list(x.shape),))
+    kernel = tuple(kernel) * (2 // len(kernel))
+    stride = tuple(stride) * (2 // len(stride)) if stride else kernel
+    padding = tuple(padding) * (2 // len(padding))
+    ctx = _ctx(x)
+    key = ("torch_pool", mode, kernel, stride, padding, bool(ceil_mode), bool(count_include_pad))
+    return _memo(ctx, key, lambda: Pool2D(ctx, mode, kernel, stride, padding,
+                                          count_include_pad=count_include_pad, ceil_mode=ceil_mode))
+
+
+@register(aten.max_pool2d_with_indices.default)
+def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    if any(d != 1 for d in (dilation if isinstance(dilation, (list, tuple)) else [dilation])):
+        _unsupported("max_pool2d", "dilation is not supported, got %s" % (dilation,))
+    padding = padding if isinstance(padding, (list, tuple)) else [padding]
+    m = aten.max_pool2d_with_indices.default(meta_of(x), kernel_size, stride, padding, dilation,
+                                             ceil_mode)[0]
+    index, ctx = x._ocl_storage.index, _ctx(x)
+    out = empty(m.shape, x.dtype, index)
+    indices = empty(m.shape, torch.int64, index)
+    if out.numel():
+        op = _pool("max", x, kernel_size, stride, padding, ceil_mode)
+        kept = Tensor(ctx, tuple(m.shape), np.int32)
+        _run(ctx, op.launches(as_dlprim(x), as_dlprim(out), kept))
+        pointwise(ctx, [kept], [as_dlprim(indices)], "y0 = x0;")
+    return out, indices
+
+
+@register(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    ctx = _ctx(x)
+    dx = empty(x.shape, x.dtype, x._ocl_storage.index)
+    if dx.numel():
+        op = _pool("max", x, kernel_size, stride, padding, ceil_mode)
+        kept = as_dlprim(convert(indices, torch.int32))
+        _run(ctx, op.backward_launches(as_dlprim(dx), as_dlprim(grad), kept, beta=0.0))
+    return dx
+
+
+@register(aten.avg_pool2d.default)
+def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    if divisor_override is not None:
+        _unsupported("avg_pool2d", "divisor_override is not supported")
+    padding = padding if isinstance(padding, (list, tuple)) else [padding]
+    m = aten.avg_pool2d.default(meta_of(x), kernel_size, stride, padding, ceil_mode,
+                                count_include_pad)
+    out = empty(m.shape, x.dtype, x._ocl_storage.index)
+    if out.numel():
+        op = _pool("avg", x, kernel_size, stride, padding, ceil_mode, count_include_pad)
+        _run(_ctx(x), op.launches(as_dlprim(x), as_dlprim(out)))
+    return out
+
+
+@register(aten.avg_pool2d_backward.default)
+def _avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override):
+    if divisor_override is not None:
+        _unsupported("avg_pool2d_backward", "divisor_override is not supported")
+    dx = empty(x.shape, x.dtype, x._ocl_storage.index)
+    if dx.numel():
+        op = _pool("avg", x, kernel_size, stride, padding, ceil_mode, count_include_pad)
+        _run(_ctx(x), op.backward_launches(as_dlprim(dx), as_dlprim(grad), beta=0.0))
+    return dx
+
+
+@register(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(x, output_size):
+    h, w = x.shape[-2:]
+    oh, ow = output_size
+    if (oh, ow) == (1, 1):
+        return handle(aten.mean.dim, (x, [-2, -1], True), {})
+    if h % oh or w % ow:
+        _unsupported("adaptive_avg_pool2d", "output %s must divide the input %s"
+                     % (list(output_size), [h, w]))
+    return _avg_pool2d(x, [h // oh, w // ow], [h // oh, w // ow], [0, 0])
+
+
+@register(aten._adaptive_avg_pool2d_backward.default)
+def _adaptive_avg_pool2d_backward(grad, x):
+    h, w = x.shape[-2:]
+    oh, ow = grad.shape[-2:]
+    if (oh, ow) == (1, 1):
+        spread = handle(aten.expand.default, (grad, list(x.shape)), {})
+        return handle(aten.mul.Scalar, (spread, 1.0 / (h * w)), {})
+    return _avg_pool2d_backward(grad, x, [h // oh, w // ow], [h // oh, w // ow], [0, 0], False,
+                                True, None)
+
+
+# ----- softmax and the negative log-likelihood
+def _softmax_op(x, dim, log):
+    shape = tuple(x.shape)
+    dim = dim % len(shape)
+    outer = int(np.prod(shape[:dim], dtype=np.int64))
+    inner = int(np.prod(shape[dim + 1:], dtype=np.int64))
+    rows = (outer, shape[dim], inner)
+    ctx = _ctx(x)
+    return _memo(ctx, ("torch_softmax", rows, log), lambda: SoftmaxOps(ctx, rows, log)), rows
+
+
+def _softmax_forward(x, dim, log):
+    _check_float("softmax", x)
+    out = empty(x.shape, x.dtype, x._ocl_storage.index)
+    if out.numel():
+        op, rows = _softmax_op(x, dim, log)
+        _run(_ctx(x), op.launches(as_dlprim(x).view(rows), as_dlprim(out).view(rows)))
+    return out
+
+
+def _softmax_backward(grad, y, dim, log):
+    dx = empty(y.shape, y.dtype, y._ocl_storage.index)
+    if dx.numel():
+        op, rows = _softmax_op(y, dim, log)
+        _run(_ctx(y), op.backward_launches(as_dlprim(y).view(rows), as_dlprim(grad).view(rows),
+                                           as_dlprim(dx).view(rows)))
+    return dx
+
+
+register(aten._log_softmax.default)(lambda x, dim, half_to_float=False: _softmax_forward(x, dim, True))
+register(aten._softmax.default)(lambda x, dim, half_to_float=False: _softmax_forward(x, dim, False))
+register(aten._log_softmax_backward_data.default)(
+    lambda grad, y, dim, input_dtype: _softmax_backward(grad, y, dim, True))
+register(aten._softmax_backward_data.default)(
+    lambda grad, y, dim, input_dtype: _softmax_backward(grad, y, dim, False))
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _nll_op(x, target, weight, reduction, ignore_index):
+    if weight is not None:
+        _unsupported("nll_loss", "class weights are not supported yet")
+    if x.dim() != 2:
+        _unsupported("nll_loss", "(N, C) inputs only, got %s" % (list(x.shape),))
+    ctx = _ctx(x)
+    n, c = x.shape
+    reduce = _REDUCTIONS[reduction]
+    dtype = np.dtype(np.int64 if target.dtype == torch.int64 else np.int32)
+    return _memo(ctx, ("torch_nll", n, c, dtype.name, reduce, int(ignore_index)),
+                 lambda: NLLLossOps(ctx, n, c, dtype, reduce, ignore_index))
+
+
+@register(aten.nll_loss_forward.default)
+def _nll_loss_forward(x, target, weight, reduction, ignore_index):
+    _check_float("nll_loss", x)
+    op = _nll_op(x, target, weight, reduction, ignore_index)
+    ctx, index = _ctx(x), x._ocl_storage.index
+    out = empty((x.shape[0],) if op.reduce == "none" else (), x.dtype, index)
+    total = empty((), x.dtype, index)
+    norm = Tensor(ctx, (1,), np.float32)
+    rows = Tensor(ctx, (max(x.shape[0], 1),), np.float32)
+    _run(ctx, op.launches(as_dlprim(x), as_dlprim(target), as_dlprim(out).view(op.out_shape),
+                          rows=rows if op.reduce != "none" else None,
+                          norm=norm if op.reduce == "mean" else None))
+    if op.reduce == "mean":  # total_weight: the rows that count, 1 / the mean's factor
+        pointwise(ctx, [norm], [as_dlprim(total).view((1,))], "y0 = 1.0f / x0;")
+    else:
+        handle(aten.fill_.Scalar, (total, 0.0), {})
+    return out, total
+
+
+@register(aten.nll_loss_backward.default)
+def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    op = _nll_op(x, target, weight, reduction, ignore_index)
+    ctx = _ctx(x)
+    dx = empty(x.shape, x.dtype, x._ocl_storage.index)
+    norm = None
+    if op.reduce == "mean":
+        norm = Tensor(ctx, (1,), np.float32)
+        pointwise(ctx, [as_dlprim(total_weight).view((1,))], [norm], "y0 = 1.0f / x0;")
+    _run(ctx, op.backward_launches(as_dlprim(target), as_dlprim(grad).view(op.out_shape),
+                                   as_dlprim(dx), beta=0.0, norm=norm))
+    return dx

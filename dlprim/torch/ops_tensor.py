@@ -1,0 +1,227 @@
+"""Tensor plumbing on ocl devices: creation, copies between host and device, dtype
+conversion, views (metadata over the same storage, computed by PyTorch's own meta
+kernels so that every view operator has PyTorch's semantics), fill and item()."""
+import numpy as np
+import torch
+
+from ..core.copy import fill
+from ..core.pointwise import pointwise
+from ..tensor import Tensor
+from . import device
+from .dispatch import register
+from .tensor import OclTensor, as_dlprim, empty, from_numpy, numpy_dtype, to_cpu, to_numpy, \
+    write_into
+
+aten = torch.ops.aten
+
+__all__ = ["device_index", "meta_of", "convert"]
+
+
+def device_index(dev):
+    """The ocl index a device argument names (the current device for a bare "ocl")."""
+    dev = torch.device(dev)
+    return device.current_device() if dev.index is None else dev.index
+
+
+# ----- creation (these are also PrivateUse1 kernels: no ocl tensor among their arguments)
+def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None,
+                        memory_format=None):
+    return empty(size, dtype or torch.get_default_dtype(), device_index(device or "ocl"))
+
+
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return empty(size, dtype or torch.get_default_dtype(), device_index(device or "ocl"), stride)
+
+
+register(aten.empty.memory_format)(empty_memory_format)
+register(aten.empty_strided.default)(empty_strided)
+
+
+@register(aten.empty_like.default)
+def _empty_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    index = x._ocl_storage.index if device is None else device_index(device)
+    return empty(x.shape, dtype or x.dtype, index)
+
+
+@register(aten.new_empty.default)
+def _new_empty(x, size, dtype=None, layout=None, device=None, pin_memory=None):
+    index = x._ocl_storage.index if device is None else device_index(device)
+    return empty(size, dtype or x.dtype, index)
+
+
+@register(aten.new_empty_strided.default)
+def _new_empty_strided(x, size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    index = x._ocl_storage.index if device is None else device_index(device)
+    return empty(size, dtype or x.dtype, index, stride)
+
+
+def _fill_new(x, size, value, dtype, device):
+    index = x._ocl_storage.index if device is None else device_index(device)
+    out = empty(size, dtype or x.dtype, index)
+    return _fill(out, value)
+
+
+@register(aten.new_zeros.default)
+def _new_zeros(x, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill_new(x, size, 0, dtype, device)
+
+
+@register(aten.new_ones.default)
+def _new_ones(x, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill_new(x, size, 1, dtype, device)
+
+
+@register(aten.new_full.default)
+def _new_full(x, size, value, dtype=None, layout=None, device=None, pin_memory=None):
+    return _fill_new(x, size, value, dtype, device)
+
+
+@register(aten.zeros_like.default)
+def _zeros_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _fill_new(x, x.shape, 0, dtype, device)
+
+
+@register(aten.ones_like.default)
+def _ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _fill_new(x, x.shape, 1, dtype, device)
+
+
+@register(aten.full_like.default)
+def _full_like(x, value, dtype=None, layout=None, device=None, pin_memory=None,
+               memory_format=None):
+    return _fill_new(x, x.shape, value, dtype, device)
+
+
+# ----- fill
+def _fill(t, value):
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if t.numel() == 0:
+        return t
+    ctx = t._ocl_storage.ctx
+    dt = numpy_dtype(t.dtype)
+    value = bool(value) if t.dtype == torch.bool else value
+    if t.is_contiguous():
+        fill(ctx, t._ocl_storage.at(t.storage_offset(), tuple(t.shape)), dt.type(value))
+        return t
+    tmp = Tensor(ctx, tuple(t.shape), dt)
+    fill(ctx, tmp, dt.type(value))
+    return write_into(t, tmp)
+
+
+@register(aten.fill_.Scalar, aten.fill_.Tensor)
+def _fill_(t, value):
+    return _fill(t, value)
+
+
+@register(aten.zero_.default)
+def _zero_(t):
+    return _fill(t, 0)
+
+
+@register(aten._local_scalar_dense.default)
+def _item(t):
+    value = to_numpy(t).reshape(()).item()
+    return bool(value) if t.dtype == torch.bool else value
+
+
+@register(aten.is_pinned.default)
+def _is_pinned(t, device=None):
+    return False
+
+
+# ----- dtype conversion and copies
+def convert(x, dtype):
+    """A new contiguous tensor with x's values as ``dtype`` (C conversion rules; bool is
+    nonzero), on x's device."""
+    out = empty(x.shape, dtype, x._ocl_storage.index)
+    if x.numel() == 0:
+        return out
+    code = "y0 = (x0 != 0);" if dtype == torch.bool else "y0 = x0;"
+    pointwise(x._ocl_storage.ctx, [as_dlprim(x)], [as_dlprim(out)], code)
+    return out
+
+
+def _same(dst, src):
+    """src as a tensor of dst's shape and dtype on dst's device (broadcast, converted)."""
+    if src.dtype != dst.dtype:
+        src = convert(src, dst.dtype)
+    if tuple(src.shape) != tuple(dst.shape):
+        src = _view_via_meta(aten.expand.default, src, list(dst.shape))
+    return src
+
+
+@register(aten.copy_.default)
+def _copy_(dst, src, non_blocking=False):
+    if isinstance(dst, OclTensor):
+        if isinstance(src, OclTensor):
+            if src._ocl_storage.index != dst._ocl_storage.index:
+                src = from_numpy(to_numpy(src), dst._ocl_storage.index, src.dtype)
+            return write_into(dst, as_dlprim(_same(dst, src)))
+        host = src.detach().to(dst.dtype).expand(dst.shape).contiguous()
+        array = host.numpy()
+        if dst.numel() == 0:
+            return dst
+        staged = Tensor(dst._ocl_storage.ctx, tuple(dst.shape), numpy_dtype(dst.dtype))
+        staged.to_device(np.ascontiguousarray(array, dtype=numpy_dtype(dst.dtype)))
+        return write_into(dst, staged)
+    dst.copy_(to_cpu(src))
+    return dst
+
+
+@register(aten._to_copy.default)
+def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    target = torch.device(device) if device is not None else x.device
+    dtype = dtype or x.dtype
+    if target.type != "ocl":
+        return to_cpu(x).to(device=target, dtype=dtype)
+    index = device_index(target)
+    if index != x._ocl_storage.index:
+        x = from_numpy(to_numpy(x), index, x.dtype)
+    if dtype != x.dtype:
+        return convert(x, dtype)
+    out = empty(x.shape, dtype, index)
+    return write_into(out, as_dlprim(x))
+
+
+@register(aten.clone.default)
+def _clone(x, memory_format=None):
+    out = empty(x.shape, x.dtype, x._ocl_storage.index)
+    return write_into(out, as_dlprim(x))
+
+
+@register(aten._copy_from_and_resize.default)
+def _copy_from_and_resize(src, dst):
+    return dst.copy_(src)
+
+
+# ----- views: PyTorch's meta kernels say what the view's sizes, strides and offset are
+def meta_of(t):
+    """A meta tensor with t's sizes, strides, storage offset and dtype."""
+    base = torch.empty((t._ocl_storage.flat.size,), dtype=t.dtype, device="meta")
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _view_of(t, m):
+    return OclTensor(t._ocl_storage, tuple(m.shape), tuple(m.stride()), m.storage_offset(),
+                     t.dtype)
+
+
+def _view_via_meta(func, t, *args, **kwargs):
+    out = func(meta_of(t), *args, **kwargs)
+    if isinstance(out, (list, tuple)):
+        return type(out)(_view_of(t, m) for m in out)
+    return _view_of(t, out)
+
+
+_VIEWS = [aten.alias.default, aten.detach.default, aten.view.default, aten._unsafe_view.default,
+          aten._reshape_alias.default, aten.as_strided.default, aten.t.default,
+          aten.transpose.int, aten.permute.default, aten.expand.default, aten.slice.Tensor,
+          aten.select.int, aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim,
+          aten.squeeze.dims, aten.split.Tensor, aten.split_with_sizes.default,
+          aten.unbind.int, aten.narrow.default, aten.diagonal.default, aten.unfold.default,
+          aten.chunk.default]
+
+for _op in _VIEWS:
+    register(_op)(lambda t, *a, _op=_op, **k: _view_via_meta(_op, t, *a, **k))

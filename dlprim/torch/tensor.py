@@ -1,0 +1,161 @@
+"""``OclTensor``: a PyTorch tensor on an ``ocl`` device.
+
+PyTorch keeps the metadata (sizes, strides, storage offset, dtype, autograd state); the
+data lives in a ``Storage``, a flat dlprim Tensor from the device's memory pool shared by
+every view of it. Views are metadata over the same storage; a kernel that needs its
+operand contiguous gets a view of the storage when the operand is, else a copy
+(``as_dlprim``).
+"""
+import numpy as np
+import torch
+
+from ..core.copy import StridedCopy, contiguous_strides
+from ..core.pointwise import _memo
+from ..tensor import Tensor
+from . import device
+
+__all__ = ["OclTensor", "Storage", "empty", "as_dlprim", "from_numpy", "to_numpy",
+           "numpy_dtype", "is_ocl", "write_into"]
+
+# torch dtype -> the numpy dtype of its storage (bool is stored as one byte, 0 or 1)
+_NUMPY = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32,
+          torch.int64: np.int64, torch.uint8: np.uint8, torch.bool: np.uint8}
+
+
+def numpy_dtype(dtype):
+    """The numpy dtype that stores a torch dtype on the device; TypeError where none does."""
+    try:
+        return np.dtype(_NUMPY[dtype])
+    except KeyError:
+        raise TypeError("dlprim.torch: dtype %s is not supported on ocl devices (supported: %s)"
+                        % (dtype, ", ".join(str(d) for d in _NUMPY))) from None
+
+
+class Storage:
+    """A flat buffer of ``size`` elements on device ``index``; views share it."""
+    __slots__ = ("flat", "index", "__weakref__")
+
+    def __init__(self, index, size, dtype):
+        ctx = device.context(index)
+        self.index = index
+        self.flat = Tensor(ctx, (max(int(size), 1),), numpy_dtype(dtype))
+
+    @property
+    def ctx(self):
+        return self.flat.ctx
+
+    def at(self, offset, shape):
+        """A dlprim Tensor of ``shape`` over the storage from element ``offset``, in place."""
+        return Tensor(self.ctx, shape, self.flat.dtype, buffer=self.flat.buffer,
+                      offset=self.flat.offset + int(offset))
+
+
+class OclTensor(torch.Tensor):
+    """A tensor whose data is a dlprim ``Storage`` on an OpenCL device."""
+
+    @staticmethod
+    def __new__(cls, storage, size, stride, offset, dtype, requires_grad=False):
+        t = torch.Tensor._make_wrapper_subclass(
+            cls, size, strides=stride, storage_offset=offset, dtype=dtype,
+            device=torch.device("ocl", storage.index), requires_grad=requires_grad)
+        t._ocl_storage = storage
+        return t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from .dispatch import handle
+        return handle(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None):
+        text = repr(to_cpu(self))
+        where = "device='ocl:%d'" % self._ocl_storage.index
+        return text[:-1] + ", " + where + ")" if text.endswith(")") else text
+
+    __str__ = __repr__
+
+    def tolist(self):
+        return to_cpu(self).tolist()
+
+    def numpy(self, *, force=False):
+        raise TypeError("can't convert ocl device tensor to numpy: use tensor.cpu() to copy "
+                        "it to the host first (as for cuda)")
+
+
+def is_ocl(t):
+    return isinstance(t, OclTensor)
+
+
+def empty(size, dtype, index, stride=None):
+    """A new tensor of ``size`` on ``ocl:index`` (contiguous unless ``stride`` is given)."""
+    size = tuple(int(n) for n in size)
+    stride = contiguous_strides(size) if stride is None else tuple(int(s) for s in stride)
+    numpy_dtype(dtype)
+    extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
+    return OclTensor(Storage(index, extent, dtype), size, stride, 0, dtype)
+
+
+def _is_contiguous(t):
+    return t.is_contiguous()
+
+
+def strided_copy(ctx, shape, src, src_strides, dst, dst_strides):
+    """dst[idx] = src[idx] over ``shape``: src and dst are dlprim Tensors at their start
+    element, strides in elements."""
+    shape = tuple(shape)
+    op = _memo(ctx, ("torch_strided_copy", shape, tuple(src_strides), tuple(dst_strides),
+                     src.dtype.name),
+               lambda: StridedCopy(ctx, shape, src_strides, dst_strides, src.dtype))
+    op(src, dst)
+
+
+def as_dlprim(t):
+    """A contiguous dlprim Tensor with t's values: a view of its storage where t is
+    contiguous, else a copy in a new buffer."""
+    storage = t._ocl_storage
+    shape = tuple(t.shape)
+    if _is_contiguous(t):
+        return storage.at(t.storage_offset(), shape)
+    out = Tensor(storage.ctx, shape, storage.flat.dtype)
+    strided_copy(storage.ctx, shape, storage.at(t.storage_offset(), (1,)), t.stride(),
+                 out, contiguous_strides(shape))
+    return out
+
+
+def write_into(t, values):
+    """t[...] = values (a contiguous dlprim Tensor of t's shape), whatever t's strides."""
+    storage = t._ocl_storage
+    shape = tuple(t.shape)
+    if _is_contiguous(t):
+        dst = storage.at(t.storage_offset(), shape)
+        if dst.buffer is values.buffer and dst.offset == values.offset:
+            return t
+        strided_copy(storage.ctx, shape, values, contiguous_strides(shape), dst,
+                     contiguous_strides(shape))
+        return t
+    strided_copy(storage.ctx, shape, values, contiguous_strides(shape),
+                 storage.at(t.storage_offset(), (1,)), t.stride())
+    return t
+
+
+def from_numpy(array, index, dtype):
+    """A new ocl tensor holding ``array`` (copied to the device)."""
+    array = np.ascontiguousarray(array, dtype=numpy_dtype(dtype))
+    t = empty(array.shape, dtype, index)
+    if array.size:
+        t._ocl_storage.at(0, array.shape).to_device(array)
+    return t
+
+
+def to_numpy(t):
+    """t's values on the host (waits for the device)."""
+    values = as_dlprim(t)
+    if values.size == 0:
+        return np.empty(tuple(t.shape), values.dtype)
+    return values.to_host()
+
+
+def to_cpu(t):
+    """A CPU torch tensor with t's values and dtype."""
+    array = to_numpy(t)
+    out = torch.from_numpy(np.ascontiguousarray(array))
+    return out.to(torch.bool) if t.dtype == torch.bool else out
