@@ -23,7 +23,6 @@ if _version(_torch.__version__) < MIN_TORCH:
                       "as a Python backend); this is PyTorch %s"
                       % (MIN_TORCH + (_torch.__version__,)))
 
-from . import device  # noqa: E402
 from .device import context, current_device, device_count, set_device  # noqa: E402
 from .dispatch import allow_cpu_fallback, cpu_fallback_allowed, implemented  # noqa: E402
 from .tensor import OclTensor  # noqa: E402
@@ -62,10 +61,12 @@ def _register():
         raise _Error("dlprim.torch: PyTorch's PrivateUse1 device is already taken by %r"
                      % _torch._C._get_privateuse1_backend_name())
     _setup_privateuseone_for_python_backend("ocl", backend_module=_Module())
-    # the factories: no ocl tensor among their arguments, so they reach the backend key
+    # what reaches the backend key rather than the tensor's Python dispatch: the factories
+    # (no ocl tensor among their arguments) and PyTorch's copy between devices
     lib = _torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", ops_tensor.empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", ops_tensor.empty_strided, "PrivateUse1")
+    lib.impl("_copy_from", ops_tensor.copy_from, "PrivateUse1")
     _libraries.append(lib)
 
 

@@ -2,13 +2,13 @@
 lists them (platform by platform), each with one dlprim Context, made on first use."""
 import threading
 
-from ..context import Context, list_devices
+from ..context import Context, default_device_string, list_devices
 
 __all__ = ["context", "device_count", "current_device", "set_device"]
 
 _contexts = {}
 _lock = threading.Lock()
-_current = [0]
+_current = [None]  # dlprim's default device (DLPRIM_DEVICE, else the first GPU) until set
 
 
 def device_count():
@@ -18,7 +18,7 @@ def device_count():
 
 def context(index=None):
     """The dlprim Context of device ``ocl:index`` (the current device when None)."""
-    index = _current[0] if index is None else int(index)
+    index = current_device() if index is None else int(index)
     with _lock:
         ctx = _contexts.get(index)
         if ctx is None:
@@ -32,7 +32,12 @@ def context(index=None):
 
 
 def current_device():
-    """The index ``torch.device("ocl")`` without an index means."""
+    """The index ``torch.device("ocl")`` without an index means: set_device's, else that of
+    dlprim's default device (``DLPRIM_DEVICE``, else the first GPU, else the first CPU)."""
+    if _current[0] is None:
+        p, d = (int(v) for v in default_device_string().split(":"))
+        _current[0] = next(k for k, (pi, di, _, _) in enumerate(list_devices())
+                           if (pi, di) == (p, d))
     return _current[0]
 
 

@@ -8,7 +8,7 @@ import threading
 
 import torch
 
-from .tensor import OclTensor, from_numpy, to_cpu, write_into, as_dlprim
+from .tensor import OclTensor, from_numpy, to_cpu, write_into, as_dlprim, route_operators_to
 
 __all__ = ["register", "handle", "allow_cpu_fallback", "cpu_fallback_allowed", "implemented",
            "describe_args"]
@@ -16,7 +16,6 @@ __all__ = ["register", "handle", "allow_cpu_fallback", "cpu_fallback_allowed", "
 log = logging.getLogger("dlprim.torch")
 
 _IMPLS = {}
-_state = threading.local()
 _fallback = {"allowed": False, "warned": set()}
 
 
@@ -58,6 +57,23 @@ def describe_args(args, kwargs):
 
 def handle(func, args, kwargs):
     """Run one ATen operator whose tensors include ocl tensors."""
+    if threading.current_thread() is threading.main_thread():
+        return _run(func, args, kwargs)
+    # PyTorch runs a device's backward pass on a thread of its own, and an exception raised
+    # there ends the process: an operator missing in backward runs on the CPU (with the
+    # fallback's warning), and any other error is logged before it propagates
+    try:
+        return _run(func, args, kwargs)
+    except NotImplementedError as err:
+        log.warning("%s", err)
+        return _on_cpu(func, args, kwargs)
+    except Exception as err:
+        log.error("dlprim.torch: %s failed in a backward pass: %s: %s", func,
+                  type(err).__name__, err)
+        raise
+
+
+def _run(func, args, kwargs):
     impl = _IMPLS.get(func) or _IMPLS.get(func.overloadpacket)
     if impl is not None:
         return impl(*args, **kwargs)
@@ -131,3 +147,6 @@ def _copy_back(ocl, cpu):
     elif isinstance(ocl, (list, tuple)):
         for a, b in zip(ocl, cpu):
             _copy_back(a, b)
+
+
+route_operators_to(handle)

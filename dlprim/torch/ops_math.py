@@ -171,6 +171,7 @@ for _name, _expr in (("neg", "-{a}"), ("abs", "({a} < 0 ? -{a} : {a})"),
                      ("rsqrt", "rsqrt({a})"), ("sigmoid", "(1.0f / (1.0f + exp(-{a})))"),
                      ("tanh", "tanh({a})"), ("reciprocal", "(({T})1 / {a})"),
                      ("sign", "({a} > 0 ? ({T})1 : ({a} < 0 ? ({T})-1 : {a}))"),
+                     ("sgn", "({a} > 0 ? ({T})1 : ({a} < 0 ? ({T})-1 : {a}))"),
                      ("logical_not", "(x0 == 0)")):
     _unary(_name, _expr)
 

@@ -130,6 +130,23 @@ def _is_pinned(t, device=None):
     return False
 
 
+# ----- random fills: drawn by PyTorch's CPU generator (so torch.manual_seed governs them)
+# and copied to the device
+def _random_fill(t, draw):
+    host = draw(torch.empty(tuple(t.shape), dtype=t.dtype))
+    return _copy_(t, host)
+
+
+@register(aten.normal_.default)
+def _normal_(t, mean=0.0, std=1.0, generator=None):
+    return _random_fill(t, lambda h: h.normal_(mean, std, generator=generator))
+
+
+@register(aten.uniform_.default)
+def _uniform_(t, from_=0.0, to=1.0, generator=None):
+    return _random_fill(t, lambda h: h.uniform_(from_, to, generator=generator))
+
+
 # ----- dtype conversion and copies
 def convert(x, dtype):
     """A new contiguous tensor with x's values as ``dtype`` (C conversion rules; bool is
@@ -163,10 +180,16 @@ def _copy_(dst, src, non_blocking=False):
         if dst.numel() == 0:
             return dst
         staged = Tensor(dst._ocl_storage.ctx, tuple(dst.shape), numpy_dtype(dst.dtype))
-        staged.to_device(np.ascontiguousarray(array, dtype=numpy_dtype(dst.dtype)))
+        staged.to_device(np.asarray(array, dtype=numpy_dtype(dst.dtype), order="C"))
         return write_into(dst, staged)
     dst.copy_(to_cpu(src))
     return dst
+
+
+@register(aten._copy_from.default)
+def copy_from(src, dst, non_blocking=False):
+    """PyTorch's copy between devices (src into dst); also a PrivateUse1 kernel."""
+    return _copy_(dst, src, non_blocking)
 
 
 @register(aten._to_copy.default)
@@ -222,6 +245,8 @@ _VIEWS = [aten.alias.default, aten.detach.default, aten.view.default, aten._unsa
           aten.squeeze.dims, aten.split.Tensor, aten.split_with_sizes.default,
           aten.unbind.int, aten.narrow.default, aten.diagonal.default, aten.unfold.default,
           aten.chunk.default]
+
+register(aten.lift_fresh.default)(lambda t: t)  # a fresh tensor: nothing to do
 
 for _op in _VIEWS:
     register(_op)(lambda t, *a, _op=_op, **k: _view_via_meta(_op, t, *a, **k))

@@ -15,7 +15,7 @@ from ..tensor import Tensor
 from . import device
 
 __all__ = ["OclTensor", "Storage", "empty", "as_dlprim", "from_numpy", "to_numpy",
-           "numpy_dtype", "is_ocl", "write_into"]
+           "numpy_dtype", "is_ocl", "write_into", "route_operators_to"]
 
 # torch dtype -> the numpy dtype of its storage (bool is stored as one byte, 0 or 1)
 _NUMPY = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32,
@@ -29,6 +29,14 @@ def numpy_dtype(dtype):
     except KeyError:
         raise TypeError("dlprim.torch: dtype %s is not supported on ocl devices (supported: %s)"
                         % (dtype, ", ".join(str(d) for d in _NUMPY))) from None
+
+
+_route = [None]  # what runs an ATen operator: dispatch.handle, set by route_operators_to
+
+
+def route_operators_to(handler):
+    """Send every ATen operator on ocl tensors to ``handler(func, args, kwargs)``."""
+    _route[0] = handler
 
 
 class Storage:
@@ -63,8 +71,7 @@ class OclTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from .dispatch import handle
-        return handle(func, args, kwargs or {})
+        return _route[0](func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None):
         text = repr(to_cpu(self))
@@ -139,7 +146,7 @@ def write_into(t, values):
 
 def from_numpy(array, index, dtype):
     """A new ocl tensor holding ``array`` (copied to the device)."""
-    array = np.ascontiguousarray(array, dtype=numpy_dtype(dtype))
+    array = np.asarray(array, dtype=numpy_dtype(dtype), order="C")
     t = empty(array.shape, dtype, index)
     if array.size:
         t._ocl_storage.at(0, array.shape).to_device(array)
@@ -151,11 +158,11 @@ def to_numpy(t):
     values = as_dlprim(t)
     if values.size == 0:
         return np.empty(tuple(t.shape), values.dtype)
-    return values.to_host()
+    return values.to_host().reshape(tuple(t.shape))
 
 
 def to_cpu(t):
     """A CPU torch tensor with t's values and dtype."""
     array = to_numpy(t)
-    out = torch.from_numpy(np.ascontiguousarray(array))
+    out = torch.from_numpy(np.asarray(array, order="C"))
     return out.to(torch.bool) if t.dtype == torch.bool else out

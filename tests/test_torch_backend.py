@@ -1,0 +1,256 @@
+"""dlprim.torch: PyTorch's ``ocl`` device against PyTorch CPU, operator by operator
+(forward and, through PyTorch's autograd, backward), views, copies, optimizers, the
+errors and the CPU fallback, and the MNIST example script."""
+import logging
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+dt = pytest.importorskip("dlprim.torch")
+F = torch.nn.functional
+
+DEV = "ocl"
+
+
+def close(got, want, tol=1e-4, what=""):
+    got = (got.cpu() if got.device.type == "ocl" else got).detach()
+    want = want.detach()
+    assert got.dtype == want.dtype, (what, got.dtype, want.dtype)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    if want.dtype in (torch.bool, torch.int64, torch.int32, torch.uint8):
+        assert torch.equal(got, want), what
+    else:
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=tol, atol=tol, err_msg=what)
+
+
+def both(fn, *tensors, grads=True, tol=1e-4):
+    """fn on CPU tensors and on their ocl copies; values and (if grads) input gradients
+    compared; returns the ocl result."""
+    cpu = [t.detach().clone().requires_grad_(grads and t.is_floating_point()) for t in tensors]
+    ocl = [t.detach().to(DEV).requires_grad_(grads and t.is_floating_point()) for t in tensors]
+    want, got = fn(*cpu), fn(*ocl)
+    close(got, want, tol, "value")
+    if grads and want.requires_grad:
+        g = torch.randn(want.shape, generator=torch.Generator().manual_seed(5))
+        want.backward(g)
+        got.backward(g.to(DEV))
+        for k, (c, o) in enumerate(zip(cpu, ocl)):
+            if c.grad is not None:
+                close(o.grad, c.grad, tol, "grad of input %d" % k)
+    return got
+
+
+def rand(*shape, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ----- the device and its tensors
+def test_device_exists_and_round_trips():
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    y = x.to("ocl:%d" % dt.current_device())
+    assert type(y) is dt.OclTensor and y.device.type == "ocl"
+    assert torch.equal(y.cpu(), x)
+    for dtype in (torch.int64, torch.int32, torch.bool, torch.uint8):
+        v = (x > 5).to(dtype)
+        assert torch.equal(v.to(DEV).cpu(), v)
+    assert "device='ocl:" in repr(y) and "11." in repr(y)
+    assert y.to(torch.int64).cpu().dtype == torch.int64
+
+
+def test_factories_and_fills():
+    assert torch.equal(torch.zeros(2, 3, device=DEV).cpu(), torch.zeros(2, 3))
+    assert torch.equal(torch.ones(2, 3, device=DEV, dtype=torch.int64).cpu(),
+                       torch.ones(2, 3, dtype=torch.int64))
+    assert torch.equal(torch.full((4,), 2.5, device=DEV).cpu(), torch.full((4,), 2.5))
+    torch.manual_seed(3)
+    a = torch.randn(5, device=DEV)
+    torch.manual_seed(3)
+    assert torch.equal(a.cpu(), torch.randn(5))  # the same generator as the CPU's
+    assert torch.zeros(3, device=DEV).sum().item() == 0.0
+
+
+def test_views_share_storage_and_write_through():
+    base = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    x = base.to(DEV)
+    views = {"t": lambda a: a[0].t(), "permute": lambda a: a.permute(2, 0, 1),
+             "slice": lambda a: a[:, 1:, ::2], "select": lambda a: a[1],
+             "expand": lambda a: a[:, :1].expand(2, 5, 4), "view": lambda a: a.view(6, 4),
+             "unsqueeze": lambda a: a.unsqueeze(1), "transpose": lambda a: a.transpose(0, 2)}
+    for name, view in views.items():
+        v = view(x)
+        assert v._ocl_storage is x._ocl_storage, name  # no copy
+        close(v.contiguous(), view(base).contiguous(), what=name)
+    x[1, :, 2].add_(100)       # in place through a strided view
+    base[1, :, 2] += 100
+    close(x, base, what="write through a view")
+    x.t_() if x.dim() == 2 else None
+    y = x.reshape(4, 6)        # contiguous: a view
+    assert y._ocl_storage is x._ocl_storage
+    z = x.permute(2, 1, 0).reshape(-1)   # not expressible as a view: a copy
+    close(z, base.permute(2, 1, 0).reshape(-1), what="reshape copy")
+
+
+def test_copy_between_host_and_device_with_broadcast_and_conversion():
+    x = torch.zeros(3, 4, device=DEV)
+    x.copy_(torch.arange(4.0))                  # host -> device, broadcast
+    close(x, torch.arange(4.0).expand(3, 4).contiguous())
+    x[:, 1].copy_(torch.tensor([7, 8, 9], device=DEV))   # int64 on device -> float view
+    want = torch.arange(4.0).expand(3, 4).clone()
+    want[:, 1] = torch.tensor([7.0, 8.0, 9.0])
+    close(x, want)
+    host = torch.empty(3, 4)
+    host.copy_(x)
+    close(host, want)
+
+
+# ----- elementwise, with broadcasting and type promotion
+@pytest.mark.parametrize("name,fn", [
+    ("add", lambda a, b: a + b * 2), ("sub", lambda a, b: torch.sub(a, b, alpha=0.5)),
+    ("mul", lambda a, b: a * b), ("div", lambda a, b: a / (b.abs() + 1)),
+    ("maximum", torch.maximum), ("minimum", torch.minimum),
+    ("scalars", lambda a, b: (3 - a) * 2.5 + b / 4),
+    ("unary", lambda a, b: torch.exp(a).sqrt() + torch.tanh(b) - torch.sigmoid(a * b).log()),
+    ("pow", lambda a, b: a.pow(2) + b.abs().pow(1.5)),
+    ("relu", lambda a, b: F.relu(a) * b), ("where", lambda a, b: torch.where(a > b, a, b * 3)),
+    ("clamp", lambda a, b: a.clamp(-0.5, 0.7) + b.clamp(min=0)),
+    ("addcmul", lambda a, b: torch.addcmul(a, a, b, value=0.3)),
+    ("lerp", lambda a, b: torch.lerp(a, b, 0.25))])
+def test_elementwise_matches_cpu_with_gradients(name, fn):
+    both(fn, rand(4, 1, 5, seed=1), rand(3, 5, seed=2))
+
+
+def test_type_promotion_comparisons_and_nan():
+    i = torch.arange(6).reshape(2, 3)
+    f = rand(2, 3)
+    close((i.to(DEV) + f.to(DEV)), i + f)                 # int64 + float32 -> float32
+    close((i.to(DEV) * 2), i * 2)                         # stays int64
+    close((i.to(DEV) / 4), i / 4)                         # true division: float
+    for op in (torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge):
+        close(op(i.to(DEV), 2), op(i, 2), what=str(op))
+        close(op(f.to(DEV), f.to(DEV) * 0), op(f, f * 0), what=str(op))
+    n = torch.tensor([1.0, float("nan"), -2.0])
+    close(F.relu(n.to(DEV)), F.relu(n))
+    close(torch.maximum(n.to(DEV), torch.zeros(3, device=DEV)), torch.maximum(n, torch.zeros(3)))
+
+
+def test_reductions_and_argmax():
+    x = rand(3, 4, 5)
+    for fn in (lambda a: a.sum(), lambda a: a.sum(1), lambda a: a.sum((0, 2), keepdim=True),
+               lambda a: a.mean(), lambda a: a.mean(-1), lambda a: a.amax(1)):
+        both(fn, x)
+    close(x.to(DEV).argmax(1), x.argmax(1))
+    close(x.to(DEV).argmax(), x.argmax())
+    close((x.to(DEV) > 0).sum(), (x > 0).sum())          # bool sums to int64
+    assert x.to(DEV).sum().item() == pytest.approx(x.sum().item(), rel=1e-5)
+
+
+# ----- network operators, forward and backward
+def test_linear_and_matmul_paths():
+    both(lambda x, w, b: F.linear(x, w, b), rand(7, 13), rand(5, 13, seed=1), rand(5, seed=2))
+    both(lambda a, b: a @ b.t(), rand(6, 9), rand(4, 9, seed=1))           # transposed operand
+    both(lambda a, b: torch.bmm(a, b), rand(3, 4, 5), rand(3, 5, 2, seed=1))
+    both(lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2), rand(3, 2), rand(3, 4, seed=1),
+         rand(4, 2, seed=2))
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(cin=3, cout=8, k=3, stride=1, padding=1, dilation=1, groups=1),
+    dict(cin=4, cout=6, k=3, stride=2, padding=0, dilation=1, groups=2),
+    dict(cin=6, cout=6, k=3, stride=1, padding=2, dilation=2, groups=6),   # depthwise
+    dict(cin=16, cout=32, k=5, stride=1, padding=2, dilation=1, groups=1)])
+def test_conv2d_matches_cpu_with_gradients(cfg):
+    x = rand(2, cfg["cin"], 9, 8)
+    w = rand(cfg["cout"], cfg["cin"] // cfg["groups"], cfg["k"], cfg["k"], seed=1) * 0.2
+    b = rand(cfg["cout"], seed=2)
+    both(lambda x, w, b: F.conv2d(x, w, b, cfg["stride"], cfg["padding"], cfg["dilation"],
+                                  cfg["groups"]), x, w, b, tol=2e-4)
+
+
+def test_pooling_matches_cpu_with_gradients():
+    x = torch.randperm(2 * 3 * 9 * 9, generator=torch.Generator().manual_seed(0)).float()
+    x = x.reshape(2, 3, 9, 9) / 100   # distinct values: one argmax per window
+    both(lambda a: F.max_pool2d(a, 2), x)
+    both(lambda a: F.max_pool2d(a, 3, 2, 1, ceil_mode=True), x)
+    both(lambda a: F.avg_pool2d(a, 3, 2, 1), x)
+    both(lambda a: F.adaptive_avg_pool2d(a, 1), x)
+
+
+def test_softmax_and_losses():
+    x = rand(6, 5)
+    y = torch.tensor([0, 4, 2, -100, 1, 3])
+    both(lambda a: F.softmax(a, 1), x)
+    both(lambda a: F.log_softmax(a, 0), x)
+    both(lambda a: F.cross_entropy(a, y.to(a.device)), x)          # ignore_index -100 row
+    both(lambda a: F.nll_loss(F.log_softmax(a, 1), y.clamp(min=0).to(a.device),
+                              reduction="sum"), x)
+    both(lambda a: F.nll_loss(F.log_softmax(a, 1), y.clamp(min=0).to(a.device),
+                              reduction="none"), x)
+
+
+# ----- modules and optimizers on the device, without host round trips
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-3),
+    lambda p: torch.optim.Adam(p, lr=0.01),
+    lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)])
+def test_optimizer_steps_match_cpu(make):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(4 * 4 * 4, 3))
+    twin = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(4 * 4 * 4, 3))
+    twin.load_state_dict(net.state_dict())
+    twin.to(DEV)
+    assert all(p.device.type == "ocl" for p in twin.parameters())
+    opt_cpu, opt_ocl = make(net.parameters()), make(twin.parameters())
+    x, y = rand(5, 2, 6, 6), torch.tensor([0, 1, 2, 1, 0])
+    for _ in range(3):
+        for model, opt, xx, yy in ((net, opt_cpu, x, y), (twin, opt_ocl, x.to(DEV), y.to(DEV))):
+            opt.zero_grad()
+            F.cross_entropy(model(xx), yy).backward()
+            opt.step()
+    for (name, a), b in zip(net.state_dict().items(), twin.state_dict().values()):
+        close(b, a, 1e-4, name)
+
+
+# ----- what is not there: a clear error, or the CPU on request
+def test_unsupported_operator_names_itself_and_falls_back_on_request(caplog):
+    x = torch.arange(5.0).to(DEV)
+    with pytest.raises(NotImplementedError, match=r"aten\.cumsum.*Tensor\[5\] float32 ocl"):
+        torch.cumsum(x, 0)
+    dt.allow_cpu_fallback()
+    try:
+        with caplog.at_level(logging.WARNING, logger="dlprim.torch"):
+            got = torch.cumsum(x, 0)
+            torch.cumsum(x, 0)
+        close(got, torch.cumsum(torch.arange(5.0), 0))
+        assert got.device.type == "ocl"
+        warned = [r for r in caplog.records if "aten.cumsum" in r.getMessage()]
+        assert len(warned) == 1     # once per operator
+        y = torch.arange(4.0).to(DEV)
+        y.cumsum_(0) if hasattr(y, "cumsum_") else None     # in place: written back
+        close(y, torch.arange(4.0).cumsum(0))
+    finally:
+        dt.allow_cpu_fallback(False)
+    with pytest.raises(TypeError, match="cpu()"):
+        x.numpy()
+
+
+def test_bad_device_index_is_an_error():
+    with pytest.raises(RuntimeError, match="does not exist"):
+        torch.zeros(2, device="ocl:%d" % dt.device_count())
+
+
+# ----- an ordinary training script, only the device string changed
+def test_mnist_script_trains_on_ocl_like_on_cpu():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples", "mnist"))
+    try:
+        import train_pytorch
+    finally:
+        sys.path.pop(0)
+    args = ["--epochs", "2", "--limit", "512", "--batch", "32"]
+    ocl = train_pytorch.main(args + ["--device", DEV])
+    cpu = train_pytorch.main(args + ["--device", "cpu"])
+    assert ocl > 0.7 and abs(ocl - cpu) <= 0.03, (ocl, cpu)
