@@ -190,6 +190,56 @@ def test_softmax_and_losses():
                               reduction="none"), x)
 
 
+@pytest.mark.parametrize("fn", [F.relu6, F.hardswish, F.hardsigmoid, F.silu, F.gelu,
+                                lambda a: F.gelu(a, approximate="tanh"),
+                                lambda a: F.leaky_relu(a, 0.1), F.hardtanh])
+def test_activations_match_cpu_with_gradients(fn):
+    both(fn, rand(64) * 4)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_batch_norm_matches_cpu_and_updates_running_statistics(mode):
+    torch.manual_seed(0)
+    cpu = torch.nn.BatchNorm2d(3, momentum=0.2)
+    with torch.no_grad():
+        cpu.weight.uniform_(0.5, 1.5)
+        cpu.bias.uniform_(-0.5, 0.5)
+        cpu.running_mean.uniform_(-1, 1)
+        cpu.running_var.uniform_(0.5, 2)
+    ocl = torch.nn.BatchNorm2d(3, momentum=0.2)
+    ocl.load_state_dict(cpu.state_dict())
+    ocl.to(DEV)
+    getattr(cpu, mode)()
+    getattr(ocl, mode)()
+    x = rand(4, 3, 5, 6)
+    xc, xo = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    yc, yo = cpu(xc), ocl(xo)
+    close(yo, yc, what="y")
+    g = rand(*yc.shape, seed=9)
+    yc.backward(g)
+    yo.backward(g.to(DEV))
+    close(xo.grad, xc.grad, what="dx")
+    close(ocl.weight.grad, cpu.weight.grad, what="dweight")
+    close(ocl.bias.grad, cpu.bias.grad, what="dbias")
+    for name in ("running_mean", "running_var"):
+        close(getattr(ocl, name), getattr(cpu, name), what=name)
+
+
+def test_cat_and_dropout():
+    both(lambda a, b: torch.cat([a, b * 2], 1), rand(2, 3), rand(2, 5, seed=1))
+    both(lambda a, b: torch.stack([a, b]), rand(2, 3), rand(2, 3, seed=1))
+    x = torch.ones(4000, device=DEV, requires_grad=True)
+    torch.manual_seed(1)
+    y = F.dropout(x, 0.25, training=True)
+    kept = (y != 0).float().mean().item()
+    assert 0.72 < kept < 0.78 and y.max().item() == pytest.approx(1 / 0.75)
+    y.sum().backward()
+    close(x.grad, (y != 0).cpu().float() / 0.75)           # the same mask backward
+    torch.manual_seed(1)
+    assert torch.equal(F.dropout(x, 0.25, training=True).cpu(), y.detach().cpu())  # seeded
+    assert torch.equal(F.dropout(x, 0.25, training=False).cpu(), x.detach().cpu())
+
+
 # ----- modules and optimizers on the device, without host round trips
 @pytest.mark.parametrize("make", [
     lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-3),

@@ -250,6 +250,64 @@ def _clamp(a, min=None, max=None):
     return elementwise(aten.clamp.default, (a, min, max), {}, build)
 
 
+# ----- activations with parameters, and the backward functions PyTorch's autograd calls
+def _activation(functional, inplace, code):
+    """``code`` over x0 (float), params w0.. from the operator's arguments after self."""
+    def build(T, x, *params, **kw):
+        params = [p for p in params if not isinstance(p, str)]
+        return [x], [float(p) for p in params], "float v = x0; y0 = %s;" % code
+    _register_inplace(functional, inplace, build)
+
+
+def _activation_backward(functional, code):
+    """``code`` over g = x0 (the gradient) and v = x1 (the input or output)."""
+    def build(T, g, x, *params, **kw):
+        params = [p for p in params if not isinstance(p, (str, bool))]
+        return [g, x], [float(p) for p in params], "float g = x0, v = x1; y0 = %s;" % code
+    register(functional)(lambda *a, **k: elementwise(functional, a, k, build))
+
+
+_activation(aten.hardtanh.default, aten.hardtanh_.default,
+            "v != v ? v : (v < w0 ? w0 : (v > w1 ? w1 : v))")
+_activation_backward(aten.hardtanh_backward.default, "(v <= w0 || v >= w1) ? 0.0f : g")
+_activation(aten.hardswish.default, aten.hardswish_.default,
+            "v * (v <= -3.0f ? 0.0f : (v >= 3.0f ? 1.0f : (v + 3.0f) / 6.0f))")
+_activation_backward(aten.hardswish_backward.default,
+                     "v < -3.0f ? 0.0f : (v <= 3.0f ? g * (v / 3.0f + 0.5f) : g)")
+_activation(aten.hardsigmoid.default, aten.hardsigmoid_.default,
+            "v != v ? v : (v <= -3.0f ? 0.0f : (v >= 3.0f ? 1.0f : (v + 3.0f) / 6.0f))")
+_activation_backward(aten.hardsigmoid_backward.default,
+                     "(v > -3.0f && v < 3.0f) ? g / 6.0f : 0.0f")
+_activation(aten.silu.default, aten.silu_.default, "v / (1.0f + exp(-v))")
+_activation_backward(aten.silu_backward.default,
+                     "g * (1.0f / (1.0f + exp(-v))) * (1.0f + v * (1.0f - 1.0f / (1.0f + exp(-v))))")
+_activation(aten.leaky_relu.default, aten.leaky_relu_.default, "v > 0.0f || v != v ? v : v * w0")
+_activation_backward(aten.leaky_relu_backward.default, "v > 0.0f ? g : g * w0")
+
+
+@register(aten.gelu.default)
+def _gelu(x, approximate="none"):
+    if approximate == "tanh":
+        code = "float v = x0; y0 = 0.5f * v * (1.0f + tanh(0.7978845608f * (v + 0.044715f * v * v * v)));"
+    else:
+        code = "float v = x0; y0 = 0.5f * v * (1.0f + erf(v * 0.7071067812f));"
+    return elementwise(aten.gelu.default, (x,), {"approximate": approximate},
+                       lambda T, x, approximate="none": ([x], [], code))
+
+
+@register(aten.gelu_backward.default)
+def _gelu_backward(grad, x, approximate="none"):
+    if approximate == "tanh":
+        code = ("float v = x1, k = 0.7978845608f * (v + 0.044715f * v * v * v), t = tanh(k); "
+                "y0 = x0 * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * 0.7978845608f "
+                "* (1.0f + 0.134145f * v * v));")
+    else:
+        code = ("float v = x1; y0 = x0 * (0.5f * (1.0f + erf(v * 0.7071067812f)) "
+                "+ v * 0.3989422804f * exp(-0.5f * v * v));")
+    return elementwise(aten.gelu_backward.default, (grad, x), {"approximate": approximate},
+                       lambda T, g, x, approximate="none": ([g, x], [], code))
+
+
 # ----- _foreach_: the same operator over lists (torch.optim's multi-tensor path)
 def _foreach(func, *args, **kwargs):
     name = func.overloadpacket.__name__.replace("_foreach_", "", 1)

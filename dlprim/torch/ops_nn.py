@@ -11,6 +11,7 @@ from ..core.gemm import Gemm
 from ..core.loss import NLLLossOps
 from ..core.pointwise import _memo, pointwise
 from ..core.pooling import Pool2D
+from ..core.random import uniform
 from ..core.softmax import SoftmaxOps
 from ..tensor import Tensor
 from .dispatch import handle, register
@@ -337,3 +338,41 @@ def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_w
     _run(ctx, op.backward_launches(as_dlprim(target), as_dlprim(grad).view(op.out_shape),
                                    as_dlprim(dx), beta=0.0, norm=norm))
     return dx
+
+
+# ----- dropout: the mask from dlprim's counter-based generator on the device, its seed
+# drawn from PyTorch's CPU generator (so torch.manual_seed governs it)
+@register(aten.native_dropout.default)
+def _native_dropout(x, p, train):
+    index, ctx = x._ocl_storage.index, _ctx(x)
+    if not train or p == 0:
+        return handle(aten.clone.default, (x,), {}), handle(
+            aten.new_ones.default, (x, list(x.shape)), {"dtype": torch.bool})
+    u = empty(x.shape, torch.float32, index)
+    seed = int(torch.randint(0, 2 ** 62, (1,)).item())
+    if u.numel():
+        uniform(ctx, as_dlprim(u), 0.0, 1.0, seed=seed)
+    mask = elementwise_mask(u, p)
+    out = empty(x.shape, x.dtype, index)
+    if out.numel():
+        scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
+        pointwise(ctx, [as_dlprim(x), as_dlprim(mask)], [as_dlprim(out)], "y0 = x1 ? x0 * w0 : 0;",
+                  [np.float32(scale)])
+    return out, mask
+
+
+def elementwise_mask(u, p):
+    """The kept elements (u >= p) as a bool tensor."""
+    mask = empty(u.shape, torch.bool, u._ocl_storage.index)
+    if mask.numel():
+        pointwise(_ctx(u), [as_dlprim(u)], [as_dlprim(mask)], "y0 = x0 >= w0;", [np.float32(p)])
+    return mask
+
+
+@register(aten.native_dropout_backward.default)
+def _native_dropout_backward(grad, mask, scale):
+    out = empty(grad.shape, grad.dtype, grad._ocl_storage.index)
+    if out.numel():
+        pointwise(_ctx(grad), [as_dlprim(grad), as_dlprim(mask)], [as_dlprim(out)],
+                  "y0 = x1 ? x0 * w0 : 0;", [np.float32(scale)])
+    return out

@@ -250,3 +250,27 @@ register(aten.lift_fresh.default)(lambda t: t)  # a fresh tensor: nothing to do
 
 for _op in _VIEWS:
     register(_op)(lambda t, *a, _op=_op, **k: _view_via_meta(_op, t, *a, **k))
+
+
+@register(aten.cat.default)
+def _cat(tensors, dim=0):
+    m = aten.cat.default([meta_of(t) for t in tensors], dim)
+    first = next(t for t in tensors if isinstance(t, OclTensor))
+    out = empty(m.shape, m.dtype, first._ocl_storage.index)
+    dim = dim % out.dim()
+    start = 0
+    for t in tensors:
+        if t.dim() == 1 and t.numel() == 0 and out.dim() > 1:
+            continue   # PyTorch skips 1-D empty tensors in cat
+        size = t.shape[dim]
+        if size:
+            part = _view_via_meta(aten.slice.Tensor, out, dim, start, start + size)
+            write_into(part, as_dlprim(_same(part, t)))
+        start += size
+    return out
+
+
+@register(aten.stack.default)
+def _stack(tensors, dim=0):
+    dim = dim % (tensors[0].dim() + 1)
+    return _cat([_view_via_meta(aten.unsqueeze.default, t, dim) for t in tensors], dim)

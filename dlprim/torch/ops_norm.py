@@ -1,0 +1,120 @@
+"""Batch normalisation on ocl devices: PyTorch's ``_native_batch_norm_legit`` family and
+its backward on dlprim's ``BatchNormOps`` (batch statistics, the running statistics
+updated in place as PyTorch does, or the running statistics in evaluation)."""
+import numpy as np
+import torch
+
+from ..core.batchnorm import BatchNormOps
+from ..core.pointwise import _memo, pointwise
+from ..tensor import Tensor
+from .dispatch import register
+from .tensor import as_dlprim, empty
+
+aten = torch.ops.aten
+
+__all__ = []
+
+
+def _shape(x):
+    n, c = x.shape[0], x.shape[1]
+    return n, c, int(np.prod(x.shape[2:], dtype=np.int64))
+
+
+def _op(x, eps, affine):
+    ctx = x._ocl_storage.ctx
+    shape = _shape(x)
+    return _memo(ctx, ("torch_bn", shape, float(eps), bool(affine)),
+                 lambda: BatchNormOps(ctx, shape, eps, affine))
+
+
+def _run(ctx, launches):
+    for launch in launches:
+        launch(ctx.queue)
+
+
+def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    if x.dtype != torch.float32:
+        raise NotImplementedError("dlprim.torch: batch norm on ocl devices takes float32, got %s"
+                                  % x.dtype)
+    ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
+    n, c, s = _shape(x)
+    affine = weight is not None
+    op = _op(x, eps, affine)
+    out = empty(x.shape, x.dtype, index)
+    mean, rstd = empty((c,), x.dtype, index), empty((c,), x.dtype, index)
+    xs, ys = as_dlprim(x).view((n, c, s)), as_dlprim(out).view((n, c, s))
+    gamma = as_dlprim(weight) if affine else None
+    beta = as_dlprim(bias) if bias is not None else None
+    if affine and beta is None:
+        beta = Tensor(ctx, (c,), np.float32)
+        beta.zero_()
+    if training:
+        var = Tensor(ctx, (c,), np.float32)
+        if running_mean is None:  # no running statistics to update: scratch ones
+            r_mean, r_var = Tensor(ctx, (c,), np.float32), Tensor(ctx, (c,), np.float32)
+        else:
+            r_mean, r_var = as_dlprim(running_mean), as_dlprim(running_var)
+        scratch = Tensor(ctx, (c,), np.float32)
+        _run(ctx, op.stats_launches(xs, as_dlprim(mean), var, r_mean, r_var, momentum, scratch))
+        if running_mean is not None and not running_mean.is_contiguous():
+            raise NotImplementedError("dlprim.torch: batch norm running statistics must be "
+                                      "contiguous")
+        m = as_dlprim(mean)
+    else:
+        m, var = as_dlprim(running_mean), as_dlprim(running_var)
+    _run(ctx, op.apply_launches(xs, ys, m, var, gamma, beta))
+    if training:
+        pointwise(ctx, [var], [as_dlprim(rstd)], "y0 = rsqrt(x0 + w0);", [np.float32(eps)])
+        return out, mean, rstd
+    return out, empty((0,), x.dtype, index), empty((0,), x.dtype, index)
+
+
+@register(aten._native_batch_norm_legit.default)
+def _bn_legit(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _forward(x, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@register(aten._native_batch_norm_legit.no_stats)
+def _bn_legit_no_stats(x, weight, bias, training, momentum, eps):
+    return _forward(x, weight, bias, None, None, True, momentum, eps)
+
+
+@register(aten._native_batch_norm_legit_no_training.default)
+def _bn_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
+    return _forward(x, weight, bias, running_mean, running_var, False, momentum, eps)
+
+
+@register(aten.native_batch_norm.default)
+def _native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _forward(x, weight, bias, running_mean, running_var,
+                    training or running_mean is None, momentum, eps)
+
+
+@register(aten.native_batch_norm_backward.default)
+def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rstd, train, eps,
+                 output_mask):
+    ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
+    n, c, s = _shape(x)
+    affine = weight is not None
+    op = _op(x, eps, affine)
+    if train:
+        mean = as_dlprim(save_mean)
+        var = Tensor(ctx, (c,), np.float32)  # back from 1 / sqrt(var + eps)
+        pointwise(ctx, [as_dlprim(save_rstd)], [var], "y0 = 1.0f / (x0 * x0) - w0;",
+                  [np.float32(eps)])
+    else:
+        mean, var = as_dlprim(running_mean), as_dlprim(running_var)
+    dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
+    dw = empty((c,), x.dtype, index) if output_mask[1] and affine else None
+    db = empty((c,), x.dtype, index) if output_mask[2] and affine else None
+    sums = (Tensor(ctx, (c,), np.float32), Tensor(ctx, (c,), np.float32))
+    for t in (dw, db):
+        if t is not None:
+            as_dlprim(t).zero_()   # the launches add into them
+    _run(ctx, op.backward_launches(
+        as_dlprim(x).view((n, c, s)), as_dlprim(grad).view((n, c, s)), mean, var, sums,
+        gamma=as_dlprim(weight) if affine else None,
+        dx=as_dlprim(dx).view((n, c, s)) if dx is not None else None,
+        dgamma=as_dlprim(dw) if dw is not None else None,
+        dbeta=as_dlprim(db) if db is not None else None, batch_stats=bool(train)))
+    return dx, dw, db
