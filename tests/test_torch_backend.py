@@ -139,9 +139,12 @@ def test_type_promotion_comparisons_and_nan():
 def test_reductions_and_argmax():
     x = rand(3, 4, 5)
     for fn in (lambda a: a.sum(), lambda a: a.sum(1), lambda a: a.sum((0, 2), keepdim=True),
-               lambda a: a.mean(), lambda a: a.mean(-1), lambda a: a.amax(1)):
+               lambda a: a.mean(), lambda a: a.mean(-1), lambda a: a.amax(1),
+               lambda a: a.amin((0, 1)), lambda a: a.max(), lambda a: a.min(),
+               lambda a: a.max(1).values):
         both(fn, x)
     close(x.to(DEV).argmax(1), x.argmax(1))
+    close(x.to(DEV).max(2, keepdim=True).indices, x.max(2, keepdim=True).indices)
     close(x.to(DEV).argmax(), x.argmax())
     close((x.to(DEV) > 0).sum(), (x > 0).sum())          # bool sums to int64
     assert x.to(DEV).sum().item() == pytest.approx(x.sum().item(), rel=1e-5)

@@ -403,6 +403,37 @@ def _amax(x, dim=(), keepdim=False):
                    reduce="if (y0 != y0 || y0 > reduce_y0) reduce_y0 = y0;")
 
 
+_HIGHEST = {"float": "INFINITY", "half": "INFINITY", "int": "INT_MAX", "long": "LONG_MAX",
+            "uchar": "255"}
+
+
+@register(aten.amin.default)
+def _amin(x, dim=(), keepdim=False):
+    highest = _HIGHEST[_ctype(x.dtype)]
+    return _reduce(aten.amin.default, x, dim, keepdim, (x, dim, keepdim), {},
+                   init="reduce_y0 = %s;" % highest,
+                   reduce="if (y0 != y0 || y0 < reduce_y0) reduce_y0 = y0;")
+
+
+@register(aten.max.default)
+def _max_all(x):
+    if x.numel() == 0:
+        raise RuntimeError("max(): Expected reduction dim to be specified for input.numel() == 0")
+    return _amax(x)
+
+
+@register(aten.min.default)
+def _min_all(x):
+    if x.numel() == 0:
+        raise RuntimeError("min(): Expected reduction dim to be specified for input.numel() == 0")
+    return _amin(x)
+
+
+@register(aten.max.dim)
+def _max_dim(x, dim, keepdim=False):
+    return _amax(x, [dim], keepdim), _argmax(x, dim, keepdim)
+
+
 @register(aten.argmax.default)
 def _argmax(x, dim=None, keepdim=False):
     m = aten.argmax.default(meta_of(x), dim, keepdim)
