@@ -10,6 +10,7 @@ Every template sees the parameters as Mako variables plus ``facts`` (the device 
 """
 import os
 import re
+import weakref
 
 import numpy as np
 import pyopencl as cl
@@ -97,16 +98,36 @@ def expand_args(args):
     return out
 
 
+# cl.Kernel objects no live Launch holds, per (program, kernel name): making one costs
+# hundreds of microseconds (PyOpenCL sets up its argument handling per object), which a
+# launch prepared for immediate use (eager PyTorch operators) would pay every call
+_free_kernels = {}
+
+
+def _kernel(program, kernel_name):
+    entry = _free_kernels.get((id(program), kernel_name))
+    if entry is not None and entry[1]:
+        return entry[1].pop()
+    return cl.Kernel(program, kernel_name)
+
+
+def _release(program, kernel_name, kernel):
+    # the program is kept in the entry so that its id is not reused while the entry lives
+    _free_kernels.setdefault((id(program), kernel_name), (program, []))[1].append(kernel)
+
+
 class Launch:
     """One prepared kernel launch with its arguments bound once.
 
     A Net's execution plan is a flat list of these; running an iteration calls each.
-    Each Launch owns its own ``cl.Kernel`` so bound arguments never collide.
+    Each Launch owns its ``cl.Kernel`` while it lives, so bound arguments never collide;
+    a dropped Launch gives its kernel back for the next one to bind anew.
     """
-    __slots__ = ("kernel", "gsize", "lsize", "name", "flops")
+    __slots__ = ("kernel", "gsize", "lsize", "name", "flops", "__weakref__")
 
     def __init__(self, program, kernel_name, gsize, lsize, args, flops=0):
-        self.kernel = cl.Kernel(program, kernel_name)
+        self.kernel = _kernel(program, kernel_name)
+        weakref.finalize(self, _release, program, kernel_name, self.kernel)
         self.kernel.set_args(*expand_args(args))
         self.gsize = tuple(int(g) for g in gsize)
         self.lsize = None if lsize is None else tuple(int(v) for v in lsize)

@@ -40,22 +40,46 @@ def _ctype(dtype):
     return cl_type(numpy_dtype(dtype))
 
 
-def elementwise(func, args, kwargs, build, compute=None):
+def _signature(a):
+    """What an operator's output shape and dtype can depend on, for one argument."""
+    if isinstance(a, torch.Tensor):
+        return (tuple(a.shape), a.dtype, a.device.type)
+    if isinstance(a, (list, tuple)):
+        return tuple(_signature(x) for x in a)
+    return type(a) if isinstance(a, (bool, int, float)) else a
+
+
+_result_cache = {}  # (operator, argument signatures) -> (output shape, dtype, compute dtype)
+
+
+def _result(func, args, kwargs, compute):
+    """The output shape and dtype of an elementwise operator (PyTorch's meta kernel, once
+    per operator and argument shapes/dtypes/scalar types), and the dtype to compute in."""
+    key = (func, _signature(args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
+    hit = _result_cache.get(key)
+    if hit is None:
+        metas = _meta(list(args))
+        m = func(*metas, **{k: _meta(v) for k, v in kwargs.items()})
+        hit = _result_cache[key] = (tuple(m.shape), m.dtype,
+                                    compute(*metas) if compute else m.dtype)
+    return hit
+
+
+def elementwise(func, args, kwargs, build, compute=None, out=None):
     """Run an elementwise operator: ``build(T, *args, **kwargs)`` gives (tensors, params,
     code) with inputs x0.., params w0.., output y0 and ``T`` the C type to compute in (the
-    output's, or ``compute(meta args)``'s dtype)."""
-    m = func(*_meta(list(args)), **{k: _meta(v) for k, v in kwargs.items()})
+    output's, or ``compute(meta args)``'s dtype). ``out``: a contiguous tensor of the
+    result's shape and dtype to write into (an in-place operator's self), else a new one."""
+    shape, dtype, compute_dtype = _result(func, args, kwargs, compute)
     ref = next(a for a in list(args) + list(kwargs.values()) if isinstance(a, OclTensor))
-    index = ref._ocl_storage.index
-    ctx = ref._ocl_storage.ctx
-    dtype = compute(*_meta(list(args))) if compute else m.dtype
-    tensors, params, code = build(_ctype(dtype), *args, **kwargs)
-    out = empty(m.shape, m.dtype, index)
+    storage = ref._ocl_storage
+    tensors, params, code = build(_ctype(compute_dtype), *args, **kwargs)
+    out = empty(shape, dtype, storage.index) if out is None else out
     if out.numel():
         xs = [as_dlprim(t) for t in tensors]
         values = [np.float32(p) if isinstance(p, float) else
                   (np.int64(p) if isinstance(p, (bool, int)) else p) for p in params]
-        pointwise(ctx, xs, [as_dlprim(out)], code, values)
+        pointwise(storage.ctx, xs, [as_dlprim(out)], code, values)
     return out
 
 
@@ -69,6 +93,17 @@ def _promoted(*args):
     return dtype
 
 
+def _overlaps(self, args, kwargs):
+    """Whether another argument reads self's storage through a different layout (writing
+    the result straight into self would then change values still to be read)."""
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, OclTensor) and a._ocl_storage is self._ocl_storage and (
+                a.shape != self.shape or a.stride() != self.stride()
+                or a.storage_offset() != self.storage_offset()):
+            return True
+    return False
+
+
 def _register_inplace(functional, inplace, build, compute=None):
     """The functional overload, and its in-place form writing into self."""
     def run(*args, **kwargs):
@@ -76,7 +111,12 @@ def _register_inplace(functional, inplace, build, compute=None):
     register(functional)(run)
     if inplace is not None:
         def run_inplace(self, *args, **kwargs):
-            inplace(meta_of(self), *_meta(list(args)), **{k: _meta(v) for k, v in kwargs.items()})
+            _result(inplace, (self,) + args, kwargs, None)  # PyTorch's checks (shape, casting)
+            shape, dtype, _ = _result(functional, (self,) + args, kwargs, compute)
+            if self.is_contiguous() and dtype == self.dtype and shape == tuple(self.shape) \
+                    and not _overlaps(self, args, kwargs):
+                # elementwise: each output element is written after its own inputs are read
+                return elementwise(functional, (self,) + args, kwargs, build, compute, out=self)
             out = elementwise(functional, (self,) + args, kwargs, build, compute)
             if out.dtype != self.dtype:
                 out = convert(out, self.dtype)
