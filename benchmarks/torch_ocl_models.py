@@ -1,0 +1,164 @@
+"""torchvision networks on PyTorch's ``ocl`` device (dlprim.torch) against PyTorch CPU,
+forward and backward, and the training speed of one network on ocl beside dlprim's own
+Net and beside another PyTorch device (the same script, the device string changed).
+
+    python benchmarks/torch_ocl_models.py check --size 64 --batch 2
+    python benchmarks/torch_ocl_models.py speed --model resnet50 --batch 64 --size 224 \
+        --compare cuda
+
+``check``: per network, the output in evaluation mode and every parameter's gradient of
+a fixed loss, each as the largest difference relative to the CPU's largest magnitude;
+"missing" names the first ATen operator without an ocl implementation. ``speed``: ms per
+training step (forward, cross-entropy, backward, SGD step), with the host time per
+operator the ocl device spent.
+"""
+import argparse
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+NETWORKS = ["alexnet", "resnet18", "resnet50", "vgg16", "densenet161", "inception_v3",
+            "shufflenet_v2_x1_0", "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small",
+            "resnext50_32x4d", "wide_resnet50_2", "mnasnet1_0", "efficientnet_b0",
+            "efficientnet_b4", "regnet_y_400mf", "squeezenet1_0", "googlenet"]
+
+
+def build(name):
+    import torchvision
+    kw = {"aux_logits": False, "init_weights": True} if name in ("inception_v3", "googlenet") else {}
+    torch.manual_seed(0)
+    return getattr(torchvision.models, name)(weights=None, **kw)
+
+
+def rel(a, b):
+    a, b = a.detach().float().cpu(), b.detach().float().cpu()
+    return float((a - b).abs().max() / max(float(b.abs().max()), 1e-12))
+
+
+def check(name, size, batch, device):
+    cpu = build(name).eval()
+    ocl = build(name).eval()
+    ocl.load_state_dict(cpu.state_dict())
+    ocl.to(device)
+    x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(1))
+    y = torch.arange(batch) % 10
+    out = {"model": name}
+    try:
+        want = cpu(x)
+        got = ocl(x.to(device))
+        out["forward"] = rel(got, want)
+        F.cross_entropy(want, y).backward()
+        F.cross_entropy(got, y.to(device)).backward()
+        grads = [rel(po.grad, pc.grad) for pc, po in zip(cpu.parameters(), ocl.parameters())
+                 if pc.grad is not None]
+        out["backward"] = max(grads)
+    except NotImplementedError as err:
+        text = str(err)
+        out["missing"] = text.split("operator ")[1].split(" ")[0] if "operator " in text else text
+    return out
+
+
+def speed(model, batch, size, device, steps):
+    net = build(model).to(device).train()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 3, size, size).to(device)
+    y = (torch.arange(batch) % 1000).to(device)
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        elif device.startswith("ocl"):
+            import dlprim.torch
+            dlprim.torch.synchronize()
+
+    for _ in range(2):
+        step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return 1e3 * (time.perf_counter() - start) / steps
+
+
+def host_us_per_op(model, device):
+    """(µs per operator, operators per step) of a step at batch 1 and 32x32, where the
+    device's work is small: an upper bound on the host's time per operator."""
+    import dlprim.torch.dispatch as d
+    calls = [0]
+    orig = d.handle
+
+    def counting(func, args, kwargs):
+        calls[0] += 1
+        return orig(func, args, kwargs)
+    d.route_operators_to(counting)
+    try:
+        ms = speed(model, 1, 32, device, 3)
+        calls[0] = 0
+        ms = speed(model, 1, 32, device, 1)
+    finally:
+        d.route_operators_to(orig)
+    return 1e3 * ms / max(calls[0] / 3, 1), calls[0] / 3
+
+
+def dlprim_net_ms(model, batch, size):
+    """ms per training step of dlprim's own Net for the same network on the ocl device."""
+    import dlprim.torch
+    from dlprim import models
+    from dlprim.cli.benchmark import run_net
+    graph = getattr(models, model)(batch=batch, image_size=size, train=True).to_dict()
+    return run_net(dlprim.torch.context(), graph, train=True, warmup=2, iters=5)["mean_ms"]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["check", "speed"])
+    p.add_argument("--models", nargs="*", default=NETWORKS)
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--device", default="ocl")
+    p.add_argument("--compare", default=None, help="another device for speed: cuda or cpu")
+    args = p.parse_args(argv)
+    import dlprim.torch  # noqa: F401
+    print("PyTorch %s, ocl device: %s" % (torch.__version__, dlprim.torch.context().name))
+    if args.what == "check":
+        print("| network | forward | backward | missing |")
+        print("|---|---|---|---|")
+        for name in args.models:
+            size = max(args.size, 75) if name == "inception_v3" else args.size
+            r = check(name, size, args.batch, args.device)
+            print("| %s | %s | %s | %s |" % (
+                name, "%.1e" % r["forward"] if "forward" in r else "-",
+                "%.1e" % r["backward"] if "backward" in r else "-", r.get("missing", "")),
+                flush=True)
+        return
+    ms = speed(args.model, args.batch, args.size, args.device, args.steps)
+    print("%s batch %d %dx%d training on %s: %.1f ms per step" % (args.model, args.batch,
+                                                                 args.size, args.size,
+                                                                 args.device, ms), flush=True)
+    if args.compare:
+        other = speed(args.model, args.batch, args.size, args.compare, args.steps)
+        print("same script on %s: %.1f ms per step" % (args.compare, other), flush=True)
+    try:
+        net_ms = dlprim_net_ms(args.model, args.batch, args.size)
+        print("dlprim Net (dlprim-benchmark's step, Adam): %.1f ms per step; ocl eager / Net: "
+              "%.2fx" % (net_ms, net_ms / ms), flush=True)
+    except AttributeError:
+        print("dlprim.models has no %s" % args.model)
+    us, ops = host_us_per_op(args.model, args.device)
+    print("host: %.0f operators per step, at most %.0f us per operator (batch 1, 32x32)"
+          % (ops, us), flush=True)
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    main()
