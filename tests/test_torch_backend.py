@@ -179,6 +179,8 @@ def test_pooling_matches_cpu_with_gradients():
     both(lambda a: F.max_pool2d(a, 3, 2, 1, ceil_mode=True), x)
     both(lambda a: F.avg_pool2d(a, 3, 2, 1), x)
     both(lambda a: F.adaptive_avg_pool2d(a, 1), x)
+    both(lambda a: F.adaptive_avg_pool2d(a, (4, 6)), x)          # uneven windows: two GEMMs
+    both(lambda a: F.adaptive_avg_pool2d(a[:, :, :1, :2], 6), x)  # AlexNet's 6x6 from less
 
 
 def test_softmax_and_losses():

@@ -232,16 +232,50 @@ def _avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count
     return dx
 
 
+def _adaptive_matrix(ctx, n_in, n_out):
+    """The (n_out, n_in) matrix of adaptive average pooling along one axis: row i averages
+    inputs floor(i n_in / n_out) .. ceil((i + 1) n_in / n_out) - 1, PyTorch's windows."""
+    def make():
+        m = np.zeros((n_out, n_in), np.float32)
+        for i in range(n_out):
+            lo, hi = (i * n_in) // n_out, -((-(i + 1) * n_in) // n_out)
+            m[i, lo:hi] = 1.0 / (hi - lo)
+        return Tensor.from_numpy(ctx, m)
+    return _memo(ctx, ("torch_adaptive_matrix", n_in, n_out), make)
+
+
+def _separable(ctx, t, in_hw, out_hw, adjoint):
+    """Adaptive average pooling from in_hw to out_hw as two GEMMs over the planes of t:
+    out[p] = Ph · t[p] · Pwᵀ, or with ``adjoint`` (t the gradient of the pooled output) its
+    backward, Phᵀ · t[p] · Pw; Ph, Pw are ``_adaptive_matrix``es."""
+    (h, w), (oh, ow) = in_hw, out_hw
+    ph, pw = _adaptive_matrix(ctx, h, oh), _adaptive_matrix(ctx, w, ow)
+    planes = t.shape[0] * t.shape[1]
+    rows, k_w, n_w = (oh, ow, w) if adjoint else (h, w, ow)   # along W first
+    mid = Tensor(ctx, (planes * rows * n_w,), np.float32)
+    g1 = _memo(ctx, ("torch_adaptive_w", planes * rows, n_w, k_w, adjoint),
+               lambda: Gemm(ctx, planes * rows, n_w, k_w, trans_b=not adjoint))
+    _run(ctx, g1.launches(as_dlprim(t), pw, mid))
+    m, k = (h, oh) if adjoint else (oh, h)                   # then along H, plane by plane
+    out = empty((t.shape[0], t.shape[1], m, n_w), t.dtype, t._ocl_storage.index)
+    g2 = _memo(ctx, ("torch_adaptive_h", m, n_w, k, planes, adjoint),
+               lambda: Gemm(ctx, m, n_w, k, trans_a=adjoint, batch=planes))
+    _run(ctx, g2.launches(ph, mid, as_dlprim(out), stride_a=0, stride_b=k * n_w,
+                          stride_c=m * n_w))
+    return out
+
+
 @register(aten._adaptive_avg_pool2d.default)
 def _adaptive_avg_pool2d(x, output_size):
     h, w = x.shape[-2:]
     oh, ow = output_size
     if (oh, ow) == (1, 1):
         return handle(aten.mean.dim, (x, [-2, -1], True), {})
-    if h % oh or w % ow:
-        _unsupported("adaptive_avg_pool2d", "output %s must divide the input %s"
-                     % (list(output_size), [h, w]))
-    return _avg_pool2d(x, [h // oh, w // ow], [h // oh, w // ow], [0, 0])
+    if x.dim() != 4:
+        _unsupported("adaptive_avg_pool2d", "4-D inputs only, got %s" % (list(x.shape),))
+    if h % oh == 0 and w % ow == 0:
+        return _avg_pool2d(x, [h // oh, w // ow], [h // oh, w // ow], [0, 0])
+    return _separable(_ctx(x), x, (h, w), (oh, ow), adjoint=False)
 
 
 @register(aten._adaptive_avg_pool2d_backward.default)
@@ -251,8 +285,10 @@ def _adaptive_avg_pool2d_backward(grad, x):
     if (oh, ow) == (1, 1):
         spread = handle(aten.expand.default, (grad, list(x.shape)), {})
         return handle(aten.mul.Scalar, (spread, 1.0 / (h * w)), {})
-    return _avg_pool2d_backward(grad, x, [h // oh, w // ow], [h // oh, w // ow], [0, 0], False,
-                                True, None)
+    if h % oh == 0 and w % ow == 0:
+        return _avg_pool2d_backward(grad, x, [h // oh, w // ow], [h // oh, w // ow], [0, 0],
+                                    False, True, None)
+    return _separable(_ctx(x), grad, (h, w), (oh, ow), adjoint=True)
 
 
 # ----- softmax and the negative log-likelihood
