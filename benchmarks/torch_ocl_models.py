@@ -3,19 +3,22 @@ forward and backward, and the training speed of one network on ocl beside dlprim
 Net and beside another PyTorch device (the same script, the device string changed).
 
     python benchmarks/torch_ocl_models.py check --size 64 --batch 2
-    python benchmarks/torch_ocl_models.py speed --model resnet50 --batch 64 --size 224 \
-        --compare cuda
+    python benchmarks/torch_ocl_models.py speed --model resnet50 --batch 64 --size 224
+    python benchmarks/torch_ocl_models.py speed --model resnet50 --batch 64 --size 224 --device cuda
+    python benchmarks/torch_ocl_models.py net --model resnet50 --batch 64 --size 224
+
+(one process per device: PyTorch's autograd engine does not take a Python device and CUDA
+in the same backward pass.)
 
 ``check``: per network, the output in evaluation mode and every parameter's gradient of
 a fixed loss, each as the largest difference relative to the CPU's largest magnitude;
 "missing" names the first ATen operator without an ocl implementation. ``speed``: ms per
-training step (forward, cross-entropy, backward, SGD step), with the host time per
-operator the ocl device spent.
+training step (forward, cross-entropy, backward, SGD step) on a device, with the host
+time per operator on ocl; ``net``: dlprim's own Net for the same network, same device.
 """
 import argparse
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -119,17 +122,23 @@ def dlprim_net_ms(model, batch, size):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["check", "speed"])
+    p.add_argument("what", choices=["check", "speed", "net"])
     p.add_argument("--models", nargs="*", default=NETWORKS)
     p.add_argument("--model", default="resnet50")
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--device", default="ocl")
-    p.add_argument("--compare", default=None, help="another device for speed: cuda or cpu")
     args = p.parse_args(argv)
-    import dlprim.torch  # noqa: F401
-    print("PyTorch %s, ocl device: %s" % (torch.__version__, dlprim.torch.context().name))
+    print("PyTorch %s" % torch.__version__)
+    if args.what == "net":
+        ms = dlprim_net_ms(args.model, args.batch, args.size)
+        print("dlprim Net %s batch %d %dx%d training (dlprim-benchmark's step, Adam): %.1f ms "
+              "per step" % (args.model, args.batch, args.size, args.size, ms))
+        return
+    if args.device.startswith("ocl"):
+        import dlprim.torch
+        print("ocl device: %s" % dlprim.torch.context().name)
     if args.what == "check":
         print("| network | forward | backward | missing |")
         print("|---|---|---|---|")
@@ -142,23 +151,13 @@ def main(argv=None):
                 flush=True)
         return
     ms = speed(args.model, args.batch, args.size, args.device, args.steps)
-    print("%s batch %d %dx%d training on %s: %.1f ms per step" % (args.model, args.batch,
-                                                                 args.size, args.size,
-                                                                 args.device, ms), flush=True)
-    if args.compare:
-        other = speed(args.model, args.batch, args.size, args.compare, args.steps)
-        print("same script on %s: %.1f ms per step" % (args.compare, other), flush=True)
-    try:
-        net_ms = dlprim_net_ms(args.model, args.batch, args.size)
-        print("dlprim Net (dlprim-benchmark's step, Adam): %.1f ms per step; ocl eager / Net: "
-              "%.2fx" % (net_ms, net_ms / ms), flush=True)
-    except AttributeError:
-        print("dlprim.models has no %s" % args.model)
-    us, ops = host_us_per_op(args.model, args.device)
-    print("host: %.0f operators per step, at most %.0f us per operator (batch 1, 32x32)"
-          % (ops, us), flush=True)
+    print("%s batch %d %dx%d training on %s: %.1f ms per step" % (
+        args.model, args.batch, args.size, args.size, args.device, ms), flush=True)
+    if args.device.startswith("ocl"):
+        us, ops = host_us_per_op(args.model, args.device)
+        print("host: %.0f operators per step, at most %.0f us per operator (batch 1, 32x32)"
+              % (ops, us), flush=True)
 
 
 if __name__ == "__main__":
-    np.set_printoptions(precision=3)
     main()
