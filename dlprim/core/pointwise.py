@@ -406,8 +406,8 @@ def _param_specs(params):
 def pointwise(ctx, xs, ys, code, params=(), beta=0.0, queue=None):
     """Build (memoized) and enqueue ``PointwiseBroadcast`` over these tensors now."""
     types, values = _param_specs(params)
-    xsp = tuple((x.shape, x.dtype.name) for x in xs)
-    ysp = tuple((y.shape, y.dtype.name) for y in ys)
+    xsp = tuple((x.shape, x.dtype) for x in xs)  # dtype objects: .name costs microseconds
+    ysp = tuple((y.shape, y.dtype) for y in ys)
     op = _memo(ctx, ("pw", xsp, ysp, code, tuple(types)),
                lambda: PointwiseBroadcast(ctx, xsp, ysp, code, types))
     op(xs, ys, values, queue=queue, beta=beta)
@@ -417,8 +417,8 @@ def pointwise_reduce(ctx, xs, ys, code, reduce_init="reduce_y0 = 0;", reduce="re
                      params=(), alpha=1.0, beta=0.0, queue=None):
     """Build (memoized) and enqueue ``PointwiseBroadcastReduce`` over these tensors now."""
     types, values = _param_specs(params)
-    xsp = tuple((x.shape, x.dtype.name) for x in xs)
-    ysp = tuple((y.shape, y.dtype.name) for y in ys)
+    xsp = tuple((x.shape, x.dtype) for x in xs)
+    ysp = tuple((y.shape, y.dtype) for y in ys)
     op = _memo(ctx, ("pwr", xsp, ysp, code, reduce_init, reduce, tuple(types)),
                lambda: PointwiseBroadcastReduce(ctx, xsp, ysp, code, reduce_init, reduce, types))
     op(xs, ys, values, queue=queue, alpha=alpha, beta=beta)

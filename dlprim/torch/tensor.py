@@ -54,8 +54,7 @@ class Storage:
 
     def at(self, offset, shape):
         """A dlprim Tensor of ``shape`` over the storage from element ``offset``, in place."""
-        return Tensor(self.ctx, shape, self.flat.dtype, buffer=self.flat.buffer,
-                      offset=self.flat.offset + int(offset))
+        return self.flat.view(shape, offset)
 
 
 class OclTensor(torch.Tensor):
