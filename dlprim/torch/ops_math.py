@@ -43,10 +43,12 @@ def _ctype(dtype):
 def _signature(a):
     """What an operator's output shape and dtype can depend on, for one argument."""
     if isinstance(a, torch.Tensor):
-        return (tuple(a.shape), a.dtype, a.device.type)
+        return (a.shape, a.dtype, type(a))
+    if isinstance(a, (bool, int, float)):
+        return type(a)
     if isinstance(a, (list, tuple)):
         return tuple(_signature(x) for x in a)
-    return type(a) if isinstance(a, (bool, int, float)) else a
+    return a
 
 
 _result_cache = {}  # (operator, argument signatures) -> (output shape, dtype, compute dtype)
@@ -65,12 +67,13 @@ def _result(func, args, kwargs, compute):
     return hit
 
 
-def elementwise(func, args, kwargs, build, compute=None, out=None):
+def elementwise(func, args, kwargs, build, compute=None, out=None, result=None):
     """Run an elementwise operator: ``build(T, *args, **kwargs)`` gives (tensors, params,
     code) with inputs x0.., params w0.., output y0 and ``T`` the C type to compute in (the
     output's, or ``compute(meta args)``'s dtype). ``out``: a contiguous tensor of the
-    result's shape and dtype to write into (an in-place operator's self), else a new one."""
-    shape, dtype, compute_dtype = _result(func, args, kwargs, compute)
+    result's shape and dtype to write into (an in-place operator's self), else a new one;
+    ``result``: ``_result``'s answer where the caller has it already."""
+    shape, dtype, compute_dtype = result or _result(func, args, kwargs, compute)
     ref = next(a for a in list(args) + list(kwargs.values()) if isinstance(a, OclTensor))
     storage = ref._ocl_storage
     tensors, params, code = build(_ctype(compute_dtype), *args, **kwargs)
@@ -111,13 +114,15 @@ def _register_inplace(functional, inplace, build, compute=None):
     register(functional)(run)
     if inplace is not None:
         def run_inplace(self, *args, **kwargs):
-            _result(inplace, (self,) + args, kwargs, None)  # PyTorch's checks (shape, casting)
-            shape, dtype, _ = _result(functional, (self,) + args, kwargs, compute)
-            if self.is_contiguous() and dtype == self.dtype and shape == tuple(self.shape) \
+            full = (self,) + args
+            result = _result(functional, full, kwargs, compute)
+            if result[0] == self.shape and result[1] == self.dtype and self.is_contiguous() \
                     and not _overlaps(self, args, kwargs):
                 # elementwise: each output element is written after its own inputs are read
-                return elementwise(functional, (self,) + args, kwargs, build, compute, out=self)
-            out = elementwise(functional, (self,) + args, kwargs, build, compute)
+                return elementwise(functional, full, kwargs, build, compute, out=self,
+                                   result=result)
+            _result(inplace, full, kwargs, None)  # PyTorch's checks (broadcast into self, casting)
+            out = elementwise(functional, full, kwargs, build, compute, result=result)
             if out.dtype != self.dtype:
                 out = convert(out, self.dtype)
             return write_into(self, as_dlprim(out))
