@@ -3,6 +3,7 @@ forward and backward, and the training speed of one network on ocl beside dlprim
 Net and beside another PyTorch device (the same script, the device string changed).
 
     python benchmarks/torch_ocl_models.py check --size 64 --batch 2
+    python benchmarks/torch_ocl_models.py check --size 224 --float64 --models vgg16
     python benchmarks/torch_ocl_models.py speed --model resnet50 --batch 64 --size 224
     python benchmarks/torch_ocl_models.py speed --model resnet50 --batch 64 --size 224 --device cuda
     python benchmarks/torch_ocl_models.py net --model resnet50 --batch 64 --size 224
@@ -40,23 +41,38 @@ def rel(a, b):
     return float((a - b).abs().max() / max(float(b.abs().max()), 1e-12))
 
 
-def check(name, size, batch, device):
+def _run(model, x, y):
+    """(output, parameter gradients) of one forward and cross-entropy backward."""
+    out = model(x)
+    F.cross_entropy(out, y).backward()
+    return out, [p.grad for p in model.parameters()]
+
+
+def check(name, size, batch, device, float64=False):
+    """Output and gradient differences of ocl against the CPU, relative to the CPU's
+    largest magnitude per tensor; with ``float64`` against a float64 CPU run, and the
+    float32 CPU's own differences from it beside (the error a float32 run has anyway)."""
+    x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(1))
+    y = torch.arange(batch) % 10
     cpu = build(name).eval()
     ocl = build(name).eval()
     ocl.load_state_dict(cpu.state_dict())
     ocl.to(device)
-    x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(1))
-    y = torch.arange(batch) % 10
     out = {"model": name}
     try:
-        want = cpu(x)
-        got = ocl(x.to(device))
-        out["forward"] = rel(got, want)
-        F.cross_entropy(want, y).backward()
-        F.cross_entropy(got, y.to(device)).backward()
-        grads = [rel(po.grad, pc.grad) for pc, po in zip(cpu.parameters(), ocl.parameters())
-                 if pc.grad is not None]
-        out["backward"] = max(grads)
+        ref_out, ref_grads = _run(cpu, x, y)
+        got_out, got_grads = _run(ocl, x.to(device), y.to(device))
+        if float64:
+            exact = build(name).eval()
+            exact.load_state_dict(cpu.state_dict())
+            exact.double()
+            ex_out, ex_grads = _run(exact, x.double(), y)
+            out["cpu32_forward"] = rel(ref_out, ex_out)
+            out["cpu32_backward"] = max(rel(a, b) for a, b in zip(ref_grads, ex_grads)
+                                        if b is not None)
+            ref_out, ref_grads = ex_out, ex_grads
+        out["forward"] = rel(got_out, ref_out)
+        out["backward"] = max(rel(a, b) for a, b in zip(got_grads, ref_grads) if b is not None)
     except NotImplementedError as err:
         text = str(err)
         out["missing"] = text.split("operator ")[1].split(" ")[0] if "operator " in text else text
@@ -128,6 +144,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--device", default="ocl")
+    p.add_argument("--float64", action="store_true",
+                   help="check: compare with a float64 CPU run (and show the float32 CPU's error)")
     args = p.parse_args(argv)
     print("PyTorch %s" % torch.__version__)
     if args.what == "net":
@@ -139,15 +157,21 @@ def main(argv=None):
         import dlprim.torch
         print("ocl device: %s" % dlprim.torch.context().name)
     if args.what == "check":
-        print("| network | forward | backward | missing |")
-        print("|---|---|---|---|")
+        f = lambda r, k: "%.1e" % r[k] if k in r else "-"
+        if args.float64:
+            print("| network | ocl forward | ocl backward | CPU float32 forward | CPU float32 "
+                  "backward | missing |  (all against a float64 CPU run)")
+            print("|---|---|---|---|---|---|")
+        else:
+            print("| network | forward | backward | missing |")
+            print("|---|---|---|---|")
         for name in args.models:
             size = max(args.size, 75) if name == "inception_v3" else args.size
-            r = check(name, size, args.batch, args.device)
-            print("| %s | %s | %s | %s |" % (
-                name, "%.1e" % r["forward"] if "forward" in r else "-",
-                "%.1e" % r["backward"] if "backward" in r else "-", r.get("missing", "")),
-                flush=True)
+            r = check(name, size, args.batch, args.device, args.float64)
+            cols = [f(r, "forward"), f(r, "backward")]
+            if args.float64:
+                cols += [f(r, "cpu32_forward"), f(r, "cpu32_backward")]
+            print("| %s | %s | %s |" % (name, " | ".join(cols), r.get("missing", "")), flush=True)
         return
     ms = speed(args.model, args.batch, args.size, args.device, args.steps)
     print("%s batch %d %dx%d training on %s: %.1f ms per step" % (

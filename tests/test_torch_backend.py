@@ -245,6 +245,36 @@ def test_cat_and_dropout():
     assert torch.equal(F.dropout(x, 0.25, training=False).cpu(), x.detach().cpu())
 
 
+def test_network_gradients_against_float64():
+    """A small VGG-like stack end to end: outputs and every gradient on ocl within float32
+    accuracy of a float64 CPU run (no worse than a float32 CPU run, give or take)."""
+    torch.manual_seed(0)
+
+    def make():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2), torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10))
+
+    base = make()
+    x, y = rand(2, 3, 40, 40), torch.tensor([3, 7])
+    results = {}
+    for name, dev, dtype in (("f64", "cpu", torch.float64), ("f32", "cpu", torch.float32),
+                             ("ocl", DEV, torch.float32)):
+        m = make().to(dtype)
+        m.load_state_dict(base.state_dict())
+        m.to(dev)
+        out = m(x.to(dtype).to(dev))
+        F.cross_entropy(out, y.to(dev)).backward()
+        results[name] = [out.detach().cpu().double()] + \
+            [p.grad.detach().cpu().double() for p in m.parameters()]
+    for k, (exact, f32, ocl) in enumerate(zip(*results.values())):
+        scale = exact.abs().max().item()
+        err32, err = ((t - exact).abs().max().item() / scale for t in (f32, ocl))
+        assert err <= max(10 * err32, 1e-5), (k, err, err32)
+
+
 # ----- modules and optimizers on the device, without host round trips
 @pytest.mark.parametrize("make", [
     lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-3),
