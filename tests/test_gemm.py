@@ -329,6 +329,22 @@ def test_wide_tiles_pack_and_split(ctx, rng):
 
 
 @pytest.mark.parametrize("trans_a", [0, 1])
+def test_packed_strips_past_the_edge_are_not_read(ctx, rng, trans_a):
+    """Work-groups cover a multiple of TILE_N (and TILE_M) columns, the packed strips stop at
+    N (and M): the blocks past the edge read the last strip, not memory after the packed
+    buffer. 17 columns in 64-wide tiles leave two blocks past the two strips; with K large
+    the packed buffer is a mapping of its own, so a read past it faults (it did: the filter
+    gradient of a 3 -> 64 7x7 layer at 224x224, 147 columns)."""
+    M, N, K = 70, 17, 65536
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((N, K))
+    op = Gemm(ctx, M, N, K, trans_a=trans_a, trans_b=True, tile=WIDE[0])
+    assert op.pack_b and op.pack_a == bool(trans_a)
+    C = dp.Tensor(ctx, (M, N))
+    op(t(ctx, stored(a, trans_a)), t(ctx, b), C)
+    close(C.numpy(), reference(a, b.T), K)
+
+
+@pytest.mark.parametrize("trans_a", [0, 1])
 def test_cpu_batch_sum(ctx, rng, trans_a):
     # one C = beta * C + the sum over the batch of op(A_b) op(B_b)ᵀ (filter gradients)
     if not Gemm.batch_summable(ctx, 5, True):
