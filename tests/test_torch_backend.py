@@ -279,7 +279,15 @@ def test_network_gradients_against_float64():
 @pytest.mark.parametrize("make", [
     lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-3),
     lambda p: torch.optim.Adam(p, lr=0.01),
-    lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)])
+    lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+    lambda p: torch.optim.Adam(p, lr=0.01, foreach=True),     # the _foreach_ operators
+    # fused=True: one launch per parameter (aten._fused_*_ on the device)
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-3, fused=True),
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, fused=True),
+    lambda p: torch.optim.SGD(p, lr=0.1, fused=True),
+    lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=1e-2, fused=True),
+    lambda p: torch.optim.Adam(p, lr=0.01, amsgrad=True, maximize=True, fused=True),
+    lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1, fused=True)])
 def test_optimizer_steps_match_cpu(make):
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),

@@ -26,7 +26,7 @@ if _version(_torch.__version__) < MIN_TORCH:
 from .device import context, current_device, device_count, set_device  # noqa: E402
 from .dispatch import allow_cpu_fallback, cpu_fallback_allowed, implemented  # noqa: E402
 from .tensor import OclTensor  # noqa: E402
-from . import ops_tensor, ops_math, ops_nn, ops_norm  # noqa: E402,F401  (registrations)
+from . import ops_tensor, ops_math, ops_nn, ops_norm, ops_optim  # noqa: E402,F401  (registrations)
 
 __all__ = ["OclTensor", "context", "device_count", "current_device", "set_device",
            "allow_cpu_fallback", "cpu_fallback_allowed", "implemented", "synchronize",

@@ -356,8 +356,7 @@ def _gelu_backward(grad, x, approximate="none"):
 # ----- _foreach_: the same operator over lists (torch.optim's multi-tensor path)
 def _foreach(func, *args, **kwargs):
     name = func.overloadpacket.__name__.replace("_foreach_", "", 1)
-    schema = func._schema.arguments
-    lists = {i for i, a in enumerate(schema) if str(a.type).endswith("[]")}
+    lists = {i for i, a in enumerate(args) if isinstance(a, (list, tuple))}  # per element
     n = len(args[0])
     single = func._overloadname
     base = getattr(aten, name)
@@ -382,8 +381,11 @@ def _base_overload(base, item):
     return getattr(base, "default" if "default" in names else names[0])
 
 
-for _packet in dir(aten):
-    if _packet.startswith("_foreach_"):
+# every _foreach_ operator PyTorch has (``dir(aten)`` lists only those used so far)
+_FOREACH = sorted({n.split("::")[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
+                   if n.startswith("aten::_foreach_")})
+for _packet in _FOREACH:
+    if True:
         _p = getattr(aten, _packet)
         for _o in _p.overloads():
             if _o != "out" and getattr(aten, _packet[len("_foreach_"):], None) is not None:
