@@ -366,18 +366,19 @@ def _foreach(func, *args, **kwargs):
         if len(item) > 1 and single == "Tensor" and isinstance(item[1], torch.Tensor) and \
                 not isinstance(item[1], OclTensor):
             item[1] = item[1].item()
-        overload = _base_overload(base, item)
+        overload = _base_overload(base, single)
         results.append(handle(overload, tuple(item), dict(kwargs)))
     return None if name.endswith("_") else results
 
 
-def _base_overload(base, item):
+def _base_overload(base, foreach_overload):
+    """The single-tensor overload a _foreach_ overload maps to: Scalar/ScalarList -> Scalar,
+    List/Tensor -> Tensor, where the base operator has them; else its default."""
     names = base.overloads()
-    other = item[1] if len(item) > 1 else None
-    if isinstance(other, torch.Tensor) and "Tensor" in names:
-        return base.Tensor
-    if other is not None and not isinstance(other, torch.Tensor) and "Scalar" in names:
-        return base.Scalar
+    want = {"Scalar": "Scalar", "ScalarList": "Scalar", "List": "Tensor",
+            "Tensor": "Tensor"}.get(foreach_overload, "default")
+    if want in names:
+        return getattr(base, want)
     return getattr(base, "default" if "default" in names else names[0])
 
 
