@@ -367,7 +367,10 @@ def _foreach(func, *args, **kwargs):
                 not isinstance(item[1], OclTensor):
             item[1] = item[1].item()
         overload = _base_overload(base, single)
-        results.append(handle(overload, tuple(item), dict(kwargs)))
+        positional = [a for a in overload._schema.arguments if not a.kwarg_only]
+        keywords = [a.name for a in overload._schema.arguments if a.kwarg_only]
+        extra = dict(zip(keywords, item[len(positional):]))  # addcmul's value: keyword-only
+        results.append(handle(overload, tuple(item[:len(positional)]), dict(kwargs, **extra)))
     return None if name.endswith("_") else results
 
 
