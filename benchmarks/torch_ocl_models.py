@@ -79,9 +79,9 @@ def check(name, size, batch, device, float64=False):
     return out
 
 
-def speed(model, batch, size, device, steps):
+def speed(model, batch, size, device, steps, fused=False):
     net = build(model).to(device).train()
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, fused=fused or None)
     x = torch.randn(batch, 3, size, size).to(device)
     y = (torch.arange(batch) % 1000).to(device)
 
@@ -144,6 +144,7 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--device", default="ocl")
+    p.add_argument("--fused", action="store_true", help="speed: SGD(fused=True)")
     p.add_argument("--float64", action="store_true",
                    help="check: compare with a float64 CPU run (and show the float32 CPU's error)")
     args = p.parse_args(argv)
@@ -173,9 +174,10 @@ def main(argv=None):
                 cols += [f(r, "cpu32_forward"), f(r, "cpu32_backward")]
             print("| %s | %s | %s |" % (name, " | ".join(cols), r.get("missing", "")), flush=True)
         return
-    ms = speed(args.model, args.batch, args.size, args.device, args.steps)
-    print("%s batch %d %dx%d training on %s: %.1f ms per step" % (
-        args.model, args.batch, args.size, args.size, args.device, ms), flush=True)
+    ms = speed(args.model, args.batch, args.size, args.device, args.steps, args.fused)
+    print("%s batch %d %dx%d training on %s%s: %.1f ms per step" % (
+        args.model, args.batch, args.size, args.size, args.device,
+        " (SGD fused=True)" if args.fused else "", ms), flush=True)
     if args.device.startswith("ocl"):
         us, ops = host_us_per_op(args.model, args.device)
         print("host: %.0f operators per step, at most %.0f us per operator (batch 2, 32x32)"
