@@ -389,11 +389,12 @@ def _base_overload(base, foreach_overload):
 _FOREACH = sorted({n.split("::")[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
                    if n.startswith("aten::_foreach_")})
 for _packet in _FOREACH:
-    if True:
-        _p = getattr(aten, _packet)
-        for _o in _p.overloads():
-            if _o != "out" and getattr(aten, _packet[len("_foreach_"):], None) is not None:
-                register(getattr(_p, _o))(lambda *a, _f=getattr(_p, _o), **k: _foreach(_f, *a, **k))
+    if getattr(aten, _packet[len("_foreach_"):], None) is None:
+        continue  # no single-tensor operator to apply per element
+    for _o in getattr(aten, _packet).overloads():
+        if _o != "out":
+            _f = getattr(getattr(aten, _packet), _o)
+            register(_f)(lambda *a, _f=_f, **k: _foreach(_f, *a, **k))
 
 
 # ----- reductions

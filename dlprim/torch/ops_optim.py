@@ -57,22 +57,18 @@ def _adam(op, decoupled, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, 
         pointwise(p._ocl_storage.ctx, xs, ys, code, values)
 
 
-@register(aten._fused_adam_.default)
-def _fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr,
-                 beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None,
-                 found_inf=None):
-    _adam("Adam(fused=True)", False, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
-          state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale,
-          found_inf)
+def _fused_adam(name, decoupled):
+    """The aten._fused_adam_ / _fused_adamw_ implementation (AdamW: decoupled decay)."""
+    def run(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
+            beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+        _adam(name, decoupled, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+              state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale,
+              found_inf)
+    return run
 
 
-@register(aten._fused_adamw_.default)
-def _fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr,
-                  beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None,
-                  found_inf=None):
-    _adam("AdamW(fused=True)", True, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
-          state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale,
-          found_inf)
+register(aten._fused_adam_.default)(_fused_adam("Adam(fused=True)", False))
+register(aten._fused_adamw_.default)(_fused_adam("AdamW(fused=True)", True))
 
 
 @register(aten._fused_sgd_.default)
