@@ -275,6 +275,29 @@ def test_network_gradients_against_float64():
         assert err <= max(10 * err32, 1e-5), (k, err, err32)
 
 
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_matches_cpu_with_gradients(affine):
+    if affine:
+        both(lambda x, w, b: F.layer_norm(x, (4, 6), w, b, 1e-3), rand(3, 5, 4, 6),
+             rand(4, 6, seed=1), rand(4, 6, seed=2))
+    else:
+        both(lambda x: F.layer_norm(x, (6,)), rand(3, 5, 6))
+
+
+def test_attention_and_triangles():
+    q, k, v = rand(2, 3, 7, 8), rand(2, 3, 7, 8, seed=1), rand(2, 3, 7, 8, seed=2)
+    both(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
+    both(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
+    mask = torch.ones(7, 7, dtype=torch.bool).tril()
+    mask[0] = False    # a row masked whole: zeros (PyTorch's safe softmax), not NaN
+    both(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.device)),
+         q, k, v)
+    x = rand(2, 5, 7)
+    for d in (-1, 0, 2):
+        close(x.to(DEV).tril(d), x.tril(d))
+        close(x.to(DEV).triu(d), x.triu(d))
+
+
 # ----- modules and optimizers on the device, without host round trips
 @pytest.mark.parametrize("make", [
     lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-3),

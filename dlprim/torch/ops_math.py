@@ -503,3 +503,32 @@ def _argmax(x, dim=None, keepdim=False):
         launch(ctx.queue)
     return out
 
+
+
+# ----- tril / triu over the last two dims: the element's row and column from two small
+# index tensors (made once per size), broadcast against x
+def _indices(ctx, rows, cols):
+    def make():
+        from ..tensor import Tensor
+        r = Tensor.from_numpy(ctx, np.arange(rows, dtype=np.int64).reshape(rows, 1))
+        c = Tensor.from_numpy(ctx, np.arange(cols, dtype=np.int64).reshape(1, cols))
+        return r, c
+    return _memo(ctx, ("torch_tri_indices", rows, cols), make)
+
+
+def _triangle(x, diagonal, keep):
+    if x.dim() < 2:
+        raise RuntimeError("tril/triu: input tensor must have at least 2 dimensions")
+    out = empty(x.shape, x.dtype, x._ocl_storage.index)
+    if out.numel():
+        ctx = x._ocl_storage.ctx
+        r, c = _indices(ctx, x.shape[-2], x.shape[-1])
+        lead = (1,) * (x.dim() - 2)
+        pointwise(ctx, [as_dlprim(x), r.view(lead + r.shape), c.view(lead + c.shape)],
+                  [as_dlprim(out)], "y0 = (x2 - x1 %s w0) ? x0 : 0;" % keep,
+                  [np.int64(diagonal)])
+    return out
+
+
+register(aten.tril.default)(lambda x, diagonal=0: _triangle(x, diagonal, "<="))
+register(aten.triu.default)(lambda x, diagonal=0: _triangle(x, diagonal, ">="))

@@ -327,6 +327,20 @@ register(aten._log_softmax_backward_data.default)(
 register(aten._softmax_backward_data.default)(
     lambda grad, y, dim, input_dtype: _softmax_backward(grad, y, dim, False))
 
+@register(aten._safe_softmax.default)
+def _safe_softmax(x, dim, dtype=None):
+    """Softmax whose rows of nothing but -inf (an attention row masked whole) are 0, not
+    NaN (scaled_dot_product_attention's math path)."""
+    if dtype is not None and dtype != x.dtype:
+        x = convert(x, dtype)
+    y = _softmax_forward(x, dim, False)
+    if y.numel():
+        top = handle(aten.amax.default, (x, [dim], True), {})
+        pointwise(_ctx(x), [as_dlprim(y), as_dlprim(top)], [as_dlprim(y)],
+                  "y0 = (isinf(x1) && x1 < 0) ? 0.0f : x0;")
+    return y
+
+
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
 
 

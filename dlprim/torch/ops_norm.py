@@ -1,11 +1,12 @@
-"""Batch normalisation on ocl devices: PyTorch's ``_native_batch_norm_legit`` family and
-its backward on dlprim's ``BatchNormOps`` (batch statistics, the running statistics
-updated in place as PyTorch does, or the running statistics in evaluation)."""
+"""Normalisation on ocl devices: PyTorch's ``_native_batch_norm_legit`` family and its
+backward on dlprim's ``BatchNormOps`` (batch statistics, the running statistics updated
+in place as PyTorch does, or the running statistics in evaluation), and layer norm over
+the trailing dims on the pointwise-broadcast-reduce generator."""
 import numpy as np
 import torch
 
 from ..core.batchnorm import BatchNormOps
-from ..core.pointwise import _memo, pointwise
+from ..core.pointwise import _memo, pointwise, pointwise_reduce
 from ..tensor import Tensor
 from .dispatch import register
 from .tensor import as_dlprim, empty
@@ -117,4 +118,75 @@ def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rst
         dx=as_dlprim(dx).view((n, c, s)) if dx is not None else None,
         dgamma=as_dlprim(dw) if dw is not None else None,
         dbeta=as_dlprim(db) if db is not None else None, batch_stats=bool(train)))
+    return dx, dw, db
+
+
+# ----- layer norm: statistics over the trailing normalized dims, on the pointwise generator
+def _rows(x, normalized_shape):
+    n = int(np.prod(normalized_shape, dtype=np.int64))
+    return x.numel() // max(n, 1), n
+
+
+@register(aten.native_layer_norm.default)
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    if x.dtype != torch.float32:
+        raise NotImplementedError("dlprim.torch: layer norm on ocl devices takes float32, got %s"
+                                  % x.dtype)
+    ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
+    m, n = _rows(x, normalized_shape)
+    stat_shape = tuple(x.shape[:x.dim() - len(normalized_shape)]) + (1,) * len(normalized_shape)
+    out = empty(x.shape, x.dtype, index)
+    mean, rstd = empty(stat_shape, x.dtype, index), empty(stat_shape, x.dtype, index)
+    if x.numel() == 0:
+        return out, mean, rstd
+    xs = as_dlprim(x).view((m, n))
+    mu, rs = as_dlprim(mean).view((m, 1)), as_dlprim(rstd).view((m, 1))
+    pointwise_reduce(ctx, [xs], [mu], "y0 = x0;", alpha=1.0 / n)
+    var = Tensor(ctx, (m, 1), np.float32)
+    pointwise_reduce(ctx, [xs, mu], [var], "float d = x0 - x1; y0 = d * d;", alpha=1.0 / n)
+    pointwise(ctx, [var], [rs], "y0 = rsqrt(x0 + w0);", [np.float32(eps)])
+    xs_in = [xs, mu, rs]
+    code = "y0 = (x0 - x1) * x2"
+    if weight is not None:
+        xs_in.append(as_dlprim(weight).view((1, n)))
+        code += " * x%d" % (len(xs_in) - 1)
+    if bias is not None:
+        xs_in.append(as_dlprim(bias).view((1, n)))
+        code += " + x%d" % (len(xs_in) - 1)
+    pointwise(ctx, xs_in, [as_dlprim(out).view((m, n))], code + ";")
+    return out, mean, rstd
+
+
+@register(aten.native_layer_norm_backward.default)
+def _layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
+    m, n = _rows(x, normalized_shape)
+    dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
+    dw = empty(weight.shape, x.dtype, index) if output_mask[1] and weight is not None else None
+    db = empty(bias.shape, x.dtype, index) if output_mask[2] and bias is not None else None
+    if x.numel() == 0:
+        for t in (dw, db):
+            if t is not None:
+                as_dlprim(t).zero_()
+        return dx, dw, db
+    xs, dy = as_dlprim(x).view((m, n)), as_dlprim(grad).view((m, n))
+    mu, rs = as_dlprim(mean).view((m, 1)), as_dlprim(rstd).view((m, 1))
+    w = as_dlprim(weight).view((1, n)) if weight is not None else None
+    if dw is not None:
+        pointwise_reduce(ctx, [xs, dy, mu, rs], [as_dlprim(dw).view((1, n))],
+                         "y0 = x1 * (x0 - x2) * x3;")
+    if db is not None:
+        pointwise_reduce(ctx, [dy], [as_dlprim(db).view((1, n))], "y0 = x0;")
+    if dx is not None:
+        # g = dy * w; dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+        g_code = "x1 * x4" if w is not None else "x1"
+        ins = [xs, dy, mu, rs] + ([w] if w is not None else [])
+        s1, s2 = Tensor(ctx, (m, 1), np.float32), Tensor(ctx, (m, 1), np.float32)
+        pointwise_reduce(ctx, ins, [s1, s2],
+                         "float g = %s, xhat = (x0 - x2) * x3; y0 = g; y1 = g * xhat;" % g_code,
+                         "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
+                         alpha=1.0 / n)
+        pointwise(ctx, ins + [s1, s2], [as_dlprim(dx).view((m, n))],
+                  "float g = %s, xhat = (x0 - x2) * x3; y0 = x3 * (g - x%d - xhat * x%d);"
+                  % (g_code, len(ins), len(ins) + 1))
     return dx, dw, db
