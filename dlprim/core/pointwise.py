@@ -210,6 +210,7 @@ class PointwiseBroadcast(_Base):
                       REDUCE_CPU=False, R_LAST=())
         self.program = _build(ctx, code, params, ["CODE"])
         self._kernel = params["NAME"]
+        self._shape_args = None
 
     def launches(self, xs, ys, params=(), beta=0.0):
         """Prepared launches of ``ys = code + beta * ys`` over these tensors and scalar
@@ -219,9 +220,13 @@ class PointwiseBroadcast(_Base):
         if self.size == 0:
             return []
         it = self._it
-        args = [it(self.size)] + [a for n in self._dims for a in divisor_args(it, n)]
-        for x, st in zip(xs, self._xstrides):
-            args += [x] + [it(s) for s in st]
+        if self._shape_args is None:  # fixed by the shapes: made once per op
+            self._shape_args = ([it(self.size)] + [a for n in self._dims for a in divisor_args(it, n)],
+                                [[it(s) for s in st] for st in self._xstrides])
+        head, strides = self._shape_args
+        args = list(head)
+        for x, st in zip(xs, strides):
+            args += [x] + st
         args += list(ys)
         if self._cpu:
             chunk = tuning_launch.pointwise_cpu_chunk(self.ctx.facts, self.size)
