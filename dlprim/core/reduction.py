@@ -16,7 +16,7 @@ from ..dtypes import as_dtype, cl_type
 from ..tensor import Tensor
 from .pointwise import PointwiseBroadcastReduce, _memo
 
-__all__ = ["Reduce", "ArgMax", "reduce", "argmax", "OPS"]
+__all__ = ["Reduce", "ArgMax", "reduce", "argmax", "OPS", "op_code"]
 
 _LOWEST = {"float": "-INFINITY", "half": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN",
            "uchar": "0"}
@@ -24,7 +24,7 @@ _HIGHEST = {"float": "INFINITY", "half": "INFINITY", "int": "INT_MAX", "long": "
             "uchar": "UCHAR_MAX"}
 
 
-def _op_code(op, ctype):
+def op_code(op, ctype):
     """(code, reduce_init, reduce) of a named reduction for OpenCL type ``ctype``."""
     if op in ("sum", "mean"):
         return "y0 = x0;", "reduce_y0 = 0;", "reduce_y0 += y0;"
@@ -85,7 +85,7 @@ class Reduce:
         if op in ("max", "min") and any(self.in_shape[a] == 0 for a in self.axes):
             raise ValueError("Reduce: %s over an empty axis of shape %s" % (op, self.in_shape))
         self.count = int(np.prod([self.in_shape[a] for a in self.axes], dtype=np.int64))
-        code, init, red = _op_code(op, cl_type(self.dtype))
+        code, init, red = op_code(op, cl_type(self.dtype))
         self._op = PointwiseBroadcastReduce(ctx, [(self.in_shape, self.dtype)],
                                             [(self.keep_shape, self.dtype)], code, init, red,
                                             name="reduce_" + op)

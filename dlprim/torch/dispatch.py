@@ -132,8 +132,7 @@ def _on_cpu(func, args, kwargs):
             for arg, cpu_arg in zip(args, cpu_args):  # an argument returned (in-place, out=)
                 if o is cpu_arg:
                     return arg
-            return from_numpy(o.detach().numpy() if o.dtype != torch.bool else o.numpy(), index,
-                              o.dtype)
+            return from_numpy(o.detach().numpy(), index, o.dtype)
         if isinstance(o, (list, tuple)):
             return type(o)(up(x) for x in o)
         return o

@@ -5,10 +5,10 @@ operator on meta tensors, so they are PyTorch's."""
 import numpy as np
 import torch
 
-from ..core.pointwise import pointwise, pointwise_reduce
-from ..core.reduction import ArgMax
-from ..core.pointwise import _memo
+from ..core.pointwise import _memo, pointwise, pointwise_reduce
+from ..core.reduction import ArgMax, op_code
 from ..dtypes import cl_type
+from ..tensor import Tensor
 from .dispatch import register, handle
 from .ops_tensor import convert, meta_of
 from .tensor import OclTensor, as_dlprim, empty, numpy_dtype, write_into
@@ -210,13 +210,13 @@ def _unary(name, expr):
     _register_inplace(fn.default, fn_.default if fn_ else None, build)
 
 
+_SIGN = "({a} > 0 ? ({T})1 : ({a} < 0 ? ({T})-1 : {a}))"
 for _name, _expr in (("neg", "-{a}"), ("abs", "({a} < 0 ? -{a} : {a})"),
                      ("relu", "({a} > 0 || {a} != {a} ? {a} : ({T})0)"),
                      ("exp", "exp({a})"), ("log", "log({a})"), ("sqrt", "sqrt({a})"),
                      ("rsqrt", "rsqrt({a})"), ("sigmoid", "(1.0f / (1.0f + exp(-{a})))"),
                      ("tanh", "tanh({a})"), ("reciprocal", "(({T})1 / {a})"),
-                     ("sign", "({a} > 0 ? ({T})1 : ({a} < 0 ? ({T})-1 : {a}))"),
-                     ("sgn", "({a} > 0 ? ({T})1 : ({a} < 0 ? ({T})-1 : {a}))"),
+                     ("sign", _SIGN), ("sgn", _SIGN),  # the same for real numbers
                      ("logical_not", "(x0 == 0)")):
     _unary(_name, _expr)
 
@@ -405,80 +405,66 @@ def _dims(x, dim):
     return tuple(sorted(d % max(x.dim(), 1) for d in dims))
 
 
-def _reduce(func, x, dim, keepdim, args, kwargs, code="y0 = x0;", init="reduce_y0 = 0;",
-            reduce="reduce_y0 += y0;", scale=False, out_dtype=None):
+def _reduce(func, op, x, dim, args, kwargs):
+    """A reduction (``op`` of core/reduction.py) over ``dim`` (all dims when None or empty),
+    output shape and dtype from PyTorch's meta kernel: a bool sum counts in int64."""
     m = func(*_meta(list(args)), **{k: _meta(v) for k, v in kwargs.items()})
-    out = empty(m.shape, out_dtype or m.dtype, x._ocl_storage.index)
+    out = empty(m.shape, m.dtype, x._ocl_storage.index)
     if out.numel() == 0:
         return out
     axes = _dims(x, dim)
     keep = tuple(1 if k in axes else n for k, n in enumerate(x.shape)) or (1,)
     count = int(np.prod([x.shape[k] for k in axes])) if x.dim() else 1
-    xs = as_dlprim(x) if x.dim() else as_dlprim(x).view((1,))
-    target = as_dlprim(out).view(keep)
     if count == 0:
-        return handle(aten.fill_.Scalar, (out, float("nan") if scale else 0), {})
-    pointwise_reduce(x._ocl_storage.ctx, [xs], [target], code, init, reduce,
-                     alpha=1.0 / count if scale else 1.0)
+        return handle(aten.fill_.Scalar, (out, float("nan") if op == "mean" else 0), {})
+    xs = as_dlprim(x) if x.dim() else as_dlprim(x).view((1,))
+    code, init, red = op_code(op, _ctype(m.dtype))
+    pointwise_reduce(x._ocl_storage.ctx, [xs], [as_dlprim(out).view(keep)], code, init, red,
+                     alpha=1.0 / count if op == "mean" else 1.0)
     return out
 
 
 @register(aten.sum.default)
 def _sum(x, dtype=None):
-    return _reduce(aten.sum.default, x, None, False, (x,), {"dtype": dtype})
+    return _reduce(aten.sum.default, "sum", x, None, (x,), {"dtype": dtype})
 
 
 @register(aten.sum.dim_IntList)
 def _sum_dim(x, dim, keepdim=False, dtype=None):
-    return _reduce(aten.sum.dim_IntList, x, dim, keepdim, (x, dim, keepdim), {"dtype": dtype})
+    return _reduce(aten.sum.dim_IntList, "sum", x, dim, (x, dim, keepdim), {"dtype": dtype})
 
 
 @register(aten.mean.default)
 def _mean(x, dtype=None):
-    return _reduce(aten.mean.default, x, None, False, (x,), {"dtype": dtype}, scale=True)
+    return _reduce(aten.mean.default, "mean", x, None, (x,), {"dtype": dtype})
 
 
 @register(aten.mean.dim)
 def _mean_dim(x, dim, keepdim=False, dtype=None):
-    return _reduce(aten.mean.dim, x, dim, keepdim, (x, dim, keepdim), {"dtype": dtype}, scale=True)
-
-
-_LOWEST = {"float": "-INFINITY", "half": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN",
-           "uchar": "0"}
+    return _reduce(aten.mean.dim, "mean", x, dim, (x, dim, keepdim), {"dtype": dtype})
 
 
 @register(aten.amax.default)
 def _amax(x, dim=(), keepdim=False):
-    lowest = _LOWEST[_ctype(x.dtype)]
-    return _reduce(aten.amax.default, x, dim, keepdim, (x, dim, keepdim), {},
-                   init="reduce_y0 = %s;" % lowest,
-                   reduce="if (y0 != y0 || y0 > reduce_y0) reduce_y0 = y0;")
-
-
-_HIGHEST = {"float": "INFINITY", "half": "INFINITY", "int": "INT_MAX", "long": "LONG_MAX",
-            "uchar": "255"}
+    return _reduce(aten.amax.default, "max", x, dim, (x, dim, keepdim), {})
 
 
 @register(aten.amin.default)
 def _amin(x, dim=(), keepdim=False):
-    highest = _HIGHEST[_ctype(x.dtype)]
-    return _reduce(aten.amin.default, x, dim, keepdim, (x, dim, keepdim), {},
-                   init="reduce_y0 = %s;" % highest,
-                   reduce="if (y0 != y0 || y0 < reduce_y0) reduce_y0 = y0;")
+    return _reduce(aten.amin.default, "min", x, dim, (x, dim, keepdim), {})
 
 
-@register(aten.max.default)
-def _max_all(x):
-    if x.numel() == 0:
-        raise RuntimeError("max(): Expected reduction dim to be specified for input.numel() == 0")
-    return _amax(x)
+def _extreme_of_all(name, reduce_all):
+    def run(x):
+        if x.numel() == 0:
+            raise RuntimeError("%s(): Expected reduction dim to be specified for "
+                               "input.numel() == 0" % name)
+        return reduce_all(x)
+    return run
 
 
-@register(aten.min.default)
-def _min_all(x):
-    if x.numel() == 0:
-        raise RuntimeError("min(): Expected reduction dim to be specified for input.numel() == 0")
-    return _amin(x)
+register(aten.max.default)(_extreme_of_all("max", _amax))
+register(aten.min.default)(_extreme_of_all("min", _amin))
 
 
 @register(aten.max.dim)
@@ -496,7 +482,7 @@ def _argmax(x, dim=None, keepdim=False):
         src, axis = src.view((x.numel(),)), 0
     else:
         axis = dim % x.dim()
-    op = _memo(ctx, ("torch_argmax", src.shape, axis, src.dtype.name),
+    op = _memo(ctx, ("torch_argmax", src.shape, axis, src.dtype),
                lambda: ArgMax(ctx, src.shape, axis, keepdims=False, dtype=src.dtype,
                               index_dtype="int64"))
     for launch in op.launches(src, as_dlprim(out).view(op.out_shape)):
@@ -504,12 +490,10 @@ def _argmax(x, dim=None, keepdim=False):
     return out
 
 
-
 # ----- tril / triu over the last two dims: the element's row and column from two small
 # index tensors (made once per size), broadcast against x
 def _indices(ctx, rows, cols):
     def make():
-        from ..tensor import Tensor
         r = Tensor.from_numpy(ctx, np.arange(rows, dtype=np.int64).reshape(rows, 1))
         c = Tensor.from_numpy(ctx, np.arange(cols, dtype=np.int64).reshape(1, cols))
         return r, c

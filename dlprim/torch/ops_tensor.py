@@ -9,8 +9,8 @@ from ..core.pointwise import pointwise
 from ..tensor import Tensor
 from . import device
 from .dispatch import register
-from .tensor import OclTensor, as_dlprim, empty, from_numpy, numpy_dtype, to_cpu, to_numpy, \
-    write_into
+from .tensor import OclTensor, as_dlprim, assign, empty, from_numpy, numpy_dtype, to_cpu, \
+    to_numpy, write_into
 
 aten = torch.ops.aten
 
@@ -174,13 +174,16 @@ def _copy_(dst, src, non_blocking=False):
         if isinstance(src, OclTensor):
             if src._ocl_storage.index != dst._ocl_storage.index:
                 src = from_numpy(to_numpy(src), dst._ocl_storage.index, src.dtype)
-            return write_into(dst, as_dlprim(_same(dst, src)))
-        host = src.detach().to(dst.dtype).expand(dst.shape).contiguous()
-        array = host.numpy()
+            return assign(dst, _same(dst, src))
         if dst.numel() == 0:
             return dst
+        host = src.detach().to(dst.dtype).expand(dst.shape).contiguous()
+        array = np.asarray(host.numpy(), dtype=numpy_dtype(dst.dtype), order="C")
+        if dst.is_contiguous():  # straight into its storage
+            as_dlprim(dst).to_device(array)
+            return dst
         staged = Tensor(dst._ocl_storage.ctx, tuple(dst.shape), numpy_dtype(dst.dtype))
-        staged.to_device(np.asarray(array, dtype=numpy_dtype(dst.dtype), order="C"))
+        staged.to_device(array)
         return write_into(dst, staged)
     dst.copy_(to_cpu(src))
     return dst
@@ -204,14 +207,12 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
         x = from_numpy(to_numpy(x), index, x.dtype)
     if dtype != x.dtype:
         return convert(x, dtype)
-    out = empty(x.shape, dtype, index)
-    return write_into(out, as_dlprim(x))
+    return assign(empty(x.shape, dtype, index), x)
 
 
 @register(aten.clone.default)
 def _clone(x, memory_format=None):
-    out = empty(x.shape, x.dtype, x._ocl_storage.index)
-    return write_into(out, as_dlprim(x))
+    return assign(empty(x.shape, x.dtype, x._ocl_storage.index), x)
 
 
 @register(aten._copy_from_and_resize.default)
@@ -265,7 +266,7 @@ def _cat(tensors, dim=0):
         size = t.shape[dim]
         if size:
             part = _view_via_meta(aten.slice.Tensor, out, dim, start, start + size)
-            write_into(part, as_dlprim(_same(part, t)))
+            assign(part, _same(part, t))
         start += size
     return out
 

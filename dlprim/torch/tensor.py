@@ -15,7 +15,7 @@ from ..tensor import Tensor
 from . import device
 
 __all__ = ["OclTensor", "Storage", "empty", "as_dlprim", "from_numpy", "to_numpy",
-           "numpy_dtype", "is_ocl", "write_into", "route_operators_to"]
+           "numpy_dtype", "write_into", "assign", "route_operators_to"]
 
 # torch dtype -> the numpy dtype of its storage (bool is stored as one byte, 0 or 1)
 _NUMPY = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32,
@@ -87,10 +87,6 @@ class OclTensor(torch.Tensor):
                         "it to the host first (as for cuda)")
 
 
-def is_ocl(t):
-    return isinstance(t, OclTensor)
-
-
 def empty(size, dtype, index, stride=None):
     """A new tensor of ``size`` on ``ocl:index`` (contiguous unless ``stride`` is given)."""
     size = tuple(int(n) for n in size)
@@ -100,18 +96,19 @@ def empty(size, dtype, index, stride=None):
     return OclTensor(Storage(index, extent, dtype), size, stride, 0, dtype)
 
 
-def _is_contiguous(t):
-    return t.is_contiguous()
-
-
 def strided_copy(ctx, shape, src, src_strides, dst, dst_strides):
     """dst[idx] = src[idx] over ``shape``: src and dst are dlprim Tensors at their start
     element, strides in elements."""
     shape = tuple(shape)
     op = _memo(ctx, ("torch_strided_copy", shape, tuple(src_strides), tuple(dst_strides),
-                     src.dtype.name),
+                     src.dtype),
                lambda: StridedCopy(ctx, shape, src_strides, dst_strides, src.dtype))
     op(src, dst)
+
+
+def _start(t):
+    """A dlprim Tensor at t's first element (strided kernels walk on from there)."""
+    return t._ocl_storage.at(t.storage_offset(), (1,))
 
 
 def as_dlprim(t):
@@ -119,28 +116,29 @@ def as_dlprim(t):
     contiguous, else a copy in a new buffer."""
     storage = t._ocl_storage
     shape = tuple(t.shape)
-    if _is_contiguous(t):
+    if t.is_contiguous():
         return storage.at(t.storage_offset(), shape)
     out = Tensor(storage.ctx, shape, storage.flat.dtype)
-    strided_copy(storage.ctx, shape, storage.at(t.storage_offset(), (1,)), t.stride(),
-                 out, contiguous_strides(shape))
+    strided_copy(storage.ctx, shape, _start(t), t.stride(), out, contiguous_strides(shape))
     return out
 
 
 def write_into(t, values):
     """t[...] = values (a contiguous dlprim Tensor of t's shape), whatever t's strides."""
-    storage = t._ocl_storage
-    shape = tuple(t.shape)
-    if _is_contiguous(t):
-        dst = storage.at(t.storage_offset(), shape)
-        if dst.buffer is values.buffer and dst.offset == values.offset:
-            return t
-        strided_copy(storage.ctx, shape, values, contiguous_strides(shape), dst,
-                     contiguous_strides(shape))
-        return t
-    strided_copy(storage.ctx, shape, values, contiguous_strides(shape),
-                 storage.at(t.storage_offset(), (1,)), t.stride())
+    dst = _start(t)
+    if t.is_contiguous() and dst.buffer is values.buffer and dst.offset == values.offset:
+        return t  # values is t's own storage already
+    strided_copy(t._ocl_storage.ctx, tuple(t.shape), values, contiguous_strides(tuple(t.shape)),
+                 dst, t.stride())
     return t
+
+
+def assign(dst, src):
+    """dst[...] = src for ocl tensors of one shape and dtype on one device, whatever the
+    strides of either (an expanded src too): one strided copy, nothing staged."""
+    strided_copy(dst._ocl_storage.ctx, tuple(dst.shape), _start(src), src.stride(), _start(dst),
+                 dst.stride())
+    return dst
 
 
 def from_numpy(array, index, dtype):
