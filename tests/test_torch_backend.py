@@ -155,6 +155,11 @@ def test_linear_and_matmul_paths():
     both(lambda x, w, b: F.linear(x, w, b), rand(7, 13), rand(5, 13, seed=1), rand(5, seed=2))
     both(lambda a, b: a @ b.t(), rand(6, 9), rand(4, 9, seed=1))           # transposed operand
     both(lambda a, b: torch.bmm(a, b), rand(3, 4, 5), rand(3, 5, 2, seed=1))
+    # operands read in place: a transposed batch (attention's k.transpose(-1, -2)), an
+    # expanded one (batch stride 0)
+    both(lambda a, b: torch.bmm(a.transpose(1, 2), b.transpose(1, 2)), rand(3, 5, 4),
+         rand(3, 2, 5, seed=1))
+    both(lambda a, b: torch.bmm(a.expand(3, 4, 5), b), rand(1, 4, 5), rand(3, 5, 2, seed=1))
     both(lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2), rand(3, 2), rand(3, 4, seed=1),
          rand(4, 2, seed=2))
 

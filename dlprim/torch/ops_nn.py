@@ -38,14 +38,26 @@ def _unsupported(op, why):
 
 # ----- matrix products
 def _operand(t):
-    """(dlprim tensor, transposed, leading dimension) of a 2-D operand: in place where it
-    is contiguous or a transposed contiguous matrix, else a contiguous copy."""
-    rows, cols = t.shape
-    if t.is_contiguous():
-        return as_dlprim(t), False, cols
-    if t.stride() == (1, rows):  # the transpose of a contiguous cols x rows matrix
-        return t._ocl_storage.at(t.storage_offset(), (cols, rows)), True, rows
-    return as_dlprim(t), False, cols
+    """(dlprim tensor, transposed, leading dimension, batch stride) of a matrix operand
+    (2-D, or 3-D with a batch): read in place where each matrix is contiguous or the
+    transpose of a contiguous one (k.transpose(-1, -2) in attention) and the batch stride
+    is regular or 0 (an expanded batch), else from a contiguous copy."""
+    rows, cols = t.shape[-2:]
+    batch_stride = t.stride()[0] if t.dim() == 3 else 0
+    inner = t.stride()[-2:]
+    whole = t.dim() == 2 or batch_stride in (0, rows * cols) or t.shape[0] == 1
+    if whole and (inner == (cols, 1) or rows == 1 and inner[1] == 1 or cols == 1 and inner[0] == 1):
+        return _span(t, rows * cols), False, cols, batch_stride
+    if whole and inner == (1, rows):
+        return _span(t, rows * cols), True, rows, batch_stride
+    c = as_dlprim(t)
+    return c, False, cols, rows * cols if t.dim() == 3 else 0
+
+
+def _span(t, per_matrix):
+    """The storage from t's first element over every matrix of it (a view, no copy)."""
+    count = (t.shape[0] - 1) * t.stride()[0] + per_matrix if t.dim() == 3 else per_matrix
+    return t._ocl_storage.at(t.storage_offset(), (count,))
 
 
 def _check_float(op, *ts):
@@ -55,15 +67,18 @@ def _check_float(op, *ts):
 
 
 def _gemm(a, b, out, bias=None, alpha=1.0, beta=0.0):
+    """out = alpha * a @ b (+ bias per column) + beta * out, a batch of them for 3-D
+    operands; out is new and contiguous."""
     ctx = _ctx(a)
-    (A, ta, lda), (B, tb, ldb) = _operand(a), _operand(b)
-    M, K = a.shape
-    N = b.shape[1]
+    (A, ta, lda, sa), (B, tb, ldb, sb) = _operand(a), _operand(b)
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    batch = out.shape[0] if out.dim() == 3 else 1
     mode = "col" if bias is not None else None
-    op = _memo(ctx, ("torch_gemm", M, N, K, ta, tb, mode),
-               lambda: Gemm(ctx, M, N, K, ta, tb, bias=mode))
-    _run(ctx, op.launches(A, B, as_dlprim(out), bias=bias, alpha=alpha, beta=beta,
-                          lda=lda, ldb=ldb, ldc=N))
+    op = _memo(ctx, ("torch_gemm", M, N, K, ta, tb, mode, batch),
+               lambda: Gemm(ctx, M, N, K, ta, tb, bias=mode, batch=batch))
+    op(A, B, as_dlprim(out), bias=bias, alpha=alpha, beta=beta, lda=lda, ldb=ldb, ldc=N,
+       stride_a=sa, stride_b=sb, stride_c=M * N)
     return out
 
 
@@ -90,16 +105,8 @@ def _addmm(bias, a, b, beta=1, alpha=1):
 @register(aten.bmm.default)
 def _bmm(a, b):
     _check_float("bmm", a, b)
-    batch, M, K = a.shape
-    N = b.shape[2]
-    out = empty((batch, M, N), a.dtype, a._ocl_storage.index)
-    if out.numel() == 0:
-        return out
-    ctx = _ctx(a)
-    A, B = as_dlprim(a), as_dlprim(b)
-    op = _memo(ctx, ("torch_bmm", batch, M, N, K), lambda: Gemm(ctx, M, N, K, batch=batch))
-    _run(ctx, op.launches(A, B, as_dlprim(out), stride_a=M * K, stride_b=K * N, stride_c=M * N))
-    return out
+    out = empty((a.shape[0], a.shape[1], b.shape[2]), a.dtype, a._ocl_storage.index)
+    return _gemm(a, b, out) if out.numel() else out
 
 
 # ----- convolution
@@ -327,6 +334,7 @@ register(aten._log_softmax_backward_data.default)(
 register(aten._softmax_backward_data.default)(
     lambda grad, y, dim, input_dtype: _softmax_backward(grad, y, dim, False))
 
+
 @register(aten._safe_softmax.default)
 def _safe_softmax(x, dim, dtype=None):
     """Softmax whose rows of nothing but -inf (an attention row masked whole) are 0, not
@@ -398,25 +406,16 @@ def _native_dropout(x, p, train):
     if not train or p == 0:
         return handle(aten.clone.default, (x,), {}), handle(
             aten.new_ones.default, (x, list(x.shape)), {"dtype": torch.bool})
-    u = empty(x.shape, torch.float32, index)
-    seed = int(torch.randint(0, 2 ** 62, (1,)).item())
-    if u.numel():
-        uniform(ctx, as_dlprim(u), 0.0, 1.0, seed=seed)
-    mask = elementwise_mask(u, p)
     out = empty(x.shape, x.dtype, index)
+    mask = empty(x.shape, torch.bool, index)
     if out.numel():
+        u = Tensor(ctx, tuple(x.shape), np.float32)
+        uniform(ctx, u, 0.0, 1.0, seed=int(torch.randint(0, 2 ** 62, (1,)).item()))
         scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
-        pointwise(ctx, [as_dlprim(x), as_dlprim(mask)], [as_dlprim(out)], "y0 = x1 ? x0 * w0 : 0;",
-                  [np.float32(scale)])
+        # kept where u >= p (the Dropout layer's rule), scaled by 1 / (1 - p)
+        pointwise(ctx, [as_dlprim(x), u], [as_dlprim(out), as_dlprim(mask)],
+                  "y1 = x1 >= w0; y0 = y1 ? x0 * w1 : 0;", [np.float32(p), np.float32(scale)])
     return out, mask
-
-
-def elementwise_mask(u, p):
-    """The kept elements (u >= p) as a bool tensor."""
-    mask = empty(u.shape, torch.bool, u._ocl_storage.index)
-    if mask.numel():
-        pointwise(_ctx(u), [as_dlprim(u)], [as_dlprim(mask)], "y0 = x0 >= w0;", [np.float32(p)])
-    return mask
 
 
 @register(aten.native_dropout_backward.default)
