@@ -16,7 +16,7 @@ from ..core.softmax import SoftmaxOps
 from ..tensor import Tensor
 from .dispatch import handle, register
 from .ops_tensor import convert, meta_of
-from .tensor import as_dlprim, empty
+from .tensor import as_dlprim, empty, enqueue
 
 aten = torch.ops.aten
 
@@ -25,11 +25,6 @@ __all__ = []
 
 def _ctx(t):
     return t._ocl_storage.ctx
-
-
-def _run(ctx, launches):
-    for launch in launches:
-        launch(ctx.queue)
 
 
 def _unsupported(op, why):
@@ -141,7 +136,7 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
     op = _conv_op(ConvForward, ctx, geom, batch, bias=bias is not None)
     ws = _workspace(ctx, op.workspace_bytes(batch))
     b = as_dlprim(bias) if bias is not None else None
-    _run(ctx, op.launches(as_dlprim(x), as_dlprim(w), as_dlprim(out), b, ws))
+    enqueue(ctx, op.launches(as_dlprim(x), as_dlprim(w), as_dlprim(out), b, ws))
     return out
 
 
@@ -159,12 +154,12 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
         op = _conv_op(ConvBackwardData, ctx, geom, batch)
         if dx.numel():
             ws = _workspace(ctx, op.workspace_bytes(batch))
-            _run(ctx, op.launches(dy, as_dlprim(w), as_dlprim(dx), None, ws, beta=0.0))
+            enqueue(ctx, op.launches(dy, as_dlprim(w), as_dlprim(dx), None, ws, beta=0.0))
     if output_mask[1]:
         dw = empty(w.shape, w.dtype, index)
         op = _conv_op(ConvBackwardFilter, ctx, geom, batch)
         ws = _workspace(ctx, op.workspace_bytes(batch))
-        _run(ctx, op.launches(as_dlprim(x), dy, as_dlprim(dw), ws, beta=0.0))
+        enqueue(ctx, op.launches(as_dlprim(x), dy, as_dlprim(dw), ws, beta=0.0))
     if output_mask[2]:
         db = handle(aten.sum.dim_IntList, (grad, [0, 2, 3]), {})
     return dx, dw, db
@@ -196,7 +191,7 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
     if out.numel():
         op = _pool("max", x, kernel_size, stride, padding, ceil_mode)
         kept = Tensor(ctx, tuple(m.shape), np.int32)
-        _run(ctx, op.launches(as_dlprim(x), as_dlprim(out), kept))
+        enqueue(ctx, op.launches(as_dlprim(x), as_dlprim(out), kept))
         pointwise(ctx, [kept], [as_dlprim(indices)], "y0 = x0;")
     return out, indices
 
@@ -208,7 +203,7 @@ def _max_pool2d_backward(grad, x, kernel_size, stride, padding, dilation, ceil_m
     if dx.numel():
         op = _pool("max", x, kernel_size, stride, padding, ceil_mode)
         kept = as_dlprim(convert(indices, torch.int32))
-        _run(ctx, op.backward_launches(as_dlprim(dx), as_dlprim(grad), kept, beta=0.0))
+        enqueue(ctx, op.backward_launches(as_dlprim(dx), as_dlprim(grad), kept, beta=0.0))
     return dx
 
 
@@ -223,7 +218,7 @@ def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_inc
     out = empty(m.shape, x.dtype, x._ocl_storage.index)
     if out.numel():
         op = _pool("avg", x, kernel_size, stride, padding, ceil_mode, count_include_pad)
-        _run(_ctx(x), op.launches(as_dlprim(x), as_dlprim(out)))
+        enqueue(_ctx(x), op.launches(as_dlprim(x), as_dlprim(out)))
     return out
 
 
@@ -235,7 +230,7 @@ def _avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count
     dx = empty(x.shape, x.dtype, x._ocl_storage.index)
     if dx.numel():
         op = _pool("avg", x, kernel_size, stride, padding, ceil_mode, count_include_pad)
-        _run(_ctx(x), op.backward_launches(as_dlprim(dx), as_dlprim(grad), beta=0.0))
+        enqueue(_ctx(x), op.backward_launches(as_dlprim(dx), as_dlprim(grad), beta=0.0))
     return dx
 
 
@@ -262,12 +257,12 @@ def _separable(ctx, t, in_hw, out_hw, adjoint):
     mid = Tensor(ctx, (planes * rows * n_w,), np.float32)
     g1 = _memo(ctx, ("torch_adaptive_w", planes * rows, n_w, k_w, adjoint),
                lambda: Gemm(ctx, planes * rows, n_w, k_w, trans_b=not adjoint))
-    _run(ctx, g1.launches(as_dlprim(t), pw, mid))
+    enqueue(ctx, g1.launches(as_dlprim(t), pw, mid))
     m, k = (h, oh) if adjoint else (oh, h)                   # then along H, plane by plane
     out = empty((t.shape[0], t.shape[1], m, n_w), t.dtype, t._ocl_storage.index)
     g2 = _memo(ctx, ("torch_adaptive_h", m, n_w, k, planes, adjoint),
                lambda: Gemm(ctx, m, n_w, k, trans_a=adjoint, batch=planes))
-    _run(ctx, g2.launches(ph, mid, as_dlprim(out), stride_a=0, stride_b=k * n_w,
+    enqueue(ctx, g2.launches(ph, mid, as_dlprim(out), stride_a=0, stride_b=k * n_w,
                           stride_c=m * n_w))
     return out
 
@@ -314,7 +309,7 @@ def _softmax_forward(x, dim, log):
     out = empty(x.shape, x.dtype, x._ocl_storage.index)
     if out.numel():
         op, rows = _softmax_op(x, dim, log)
-        _run(_ctx(x), op.launches(as_dlprim(x).view(rows), as_dlprim(out).view(rows)))
+        enqueue(_ctx(x), op.launches(as_dlprim(x).view(rows), as_dlprim(out).view(rows)))
     return out
 
 
@@ -322,7 +317,7 @@ def _softmax_backward(grad, y, dim, log):
     dx = empty(y.shape, y.dtype, y._ocl_storage.index)
     if dx.numel():
         op, rows = _softmax_op(y, dim, log)
-        _run(_ctx(y), op.backward_launches(as_dlprim(y).view(rows), as_dlprim(grad).view(rows),
+        enqueue(_ctx(y), op.backward_launches(as_dlprim(y).view(rows), as_dlprim(grad).view(rows),
                                            as_dlprim(dx).view(rows)))
     return dx
 
@@ -374,7 +369,7 @@ def _nll_loss_forward(x, target, weight, reduction, ignore_index):
     total = empty((), x.dtype, index)
     norm = Tensor(ctx, (1,), np.float32)
     rows = Tensor(ctx, (max(x.shape[0], 1),), np.float32)
-    _run(ctx, op.launches(as_dlprim(x), as_dlprim(target), as_dlprim(out).view(op.out_shape),
+    enqueue(ctx, op.launches(as_dlprim(x), as_dlprim(target), as_dlprim(out).view(op.out_shape),
                           rows=rows if op.reduce != "none" else None,
                           norm=norm if op.reduce == "mean" else None))
     if op.reduce == "mean":  # total_weight: the rows that count, 1 / the mean's factor
@@ -393,7 +388,7 @@ def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_w
     if op.reduce == "mean":
         norm = Tensor(ctx, (1,), np.float32)
         pointwise(ctx, [as_dlprim(total_weight).view((1,))], [norm], "y0 = 1.0f / x0;")
-    _run(ctx, op.backward_launches(as_dlprim(target), as_dlprim(grad).view(op.out_shape),
+    enqueue(ctx, op.backward_launches(as_dlprim(target), as_dlprim(grad).view(op.out_shape),
                                    as_dlprim(dx), beta=0.0, norm=norm))
     return dx
 

@@ -9,7 +9,7 @@ from ..core.batchnorm import BatchNormOps
 from ..core.pointwise import _memo, pointwise, pointwise_reduce
 from ..tensor import Tensor
 from .dispatch import register
-from .tensor import as_dlprim, empty
+from .tensor import as_dlprim, empty, enqueue
 
 aten = torch.ops.aten
 
@@ -26,11 +26,6 @@ def _op(x, eps, affine):
     shape = _shape(x)
     return _memo(ctx, ("torch_bn", shape, float(eps), bool(affine)),
                  lambda: BatchNormOps(ctx, shape, eps, affine))
-
-
-def _run(ctx, launches):
-    for launch in launches:
-        launch(ctx.queue)
 
 
 def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -53,17 +48,18 @@ def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps
         var = Tensor(ctx, (c,), np.float32)
         if running_mean is None:  # no running statistics to update: scratch ones
             r_mean, r_var = Tensor(ctx, (c,), np.float32), Tensor(ctx, (c,), np.float32)
+        elif not (running_mean.is_contiguous() and running_var.is_contiguous()):
+            # updated in place: a copy would take the update and lose it
+            raise NotImplementedError("dlprim.torch: batch norm running statistics must be "
+                                      "contiguous")
         else:
             r_mean, r_var = as_dlprim(running_mean), as_dlprim(running_var)
         scratch = Tensor(ctx, (c,), np.float32)
-        _run(ctx, op.stats_launches(xs, as_dlprim(mean), var, r_mean, r_var, momentum, scratch))
-        if running_mean is not None and not running_mean.is_contiguous():
-            raise NotImplementedError("dlprim.torch: batch norm running statistics must be "
-                                      "contiguous")
+        enqueue(ctx, op.stats_launches(xs, as_dlprim(mean), var, r_mean, r_var, momentum, scratch))
         m = as_dlprim(mean)
     else:
         m, var = as_dlprim(running_mean), as_dlprim(running_var)
-    _run(ctx, op.apply_launches(xs, ys, m, var, gamma, beta))
+    enqueue(ctx, op.apply_launches(xs, ys, m, var, gamma, beta))
     if training:
         pointwise(ctx, [var], [as_dlprim(rstd)], "y0 = rsqrt(x0 + w0);", [np.float32(eps)])
         return out, mean, rstd
@@ -112,7 +108,7 @@ def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rst
     for t in (dw, db):
         if t is not None:
             as_dlprim(t).zero_()   # the launches add into them
-    _run(ctx, op.backward_launches(
+    enqueue(ctx, op.backward_launches(
         as_dlprim(x).view((n, c, s)), as_dlprim(grad).view((n, c, s)), mean, var, sums,
         gamma=as_dlprim(weight) if affine else None,
         dx=as_dlprim(dx).view((n, c, s)) if dx is not None else None,

@@ -15,7 +15,7 @@ from ..tensor import Tensor
 from . import device
 
 __all__ = ["OclTensor", "Storage", "empty", "as_dlprim", "from_numpy", "to_numpy",
-           "numpy_dtype", "write_into", "assign", "route_operators_to"]
+           "numpy_dtype", "write_into", "assign", "enqueue", "route_operators_to"]
 
 # torch dtype -> the numpy dtype of its storage (bool is stored as one byte, 0 or 1)
 _NUMPY = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32,
@@ -94,6 +94,12 @@ def empty(size, dtype, index, stride=None):
     numpy_dtype(dtype)
     extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
     return OclTensor(Storage(index, extent, dtype), size, stride, 0, dtype)
+
+
+def enqueue(ctx, launches):
+    """Enqueue prepared launches on the context's queue now (eager operators)."""
+    for launch in launches:
+        launch(ctx.queue)
 
 
 def strided_copy(ctx, shape, src, src_strides, dst, dst_strides):
