@@ -4,10 +4,10 @@ backward-filter as per-tap sums over the batch.
 
 For layers of few output channels (the few-rows side of a GEMM) im2col + GEMM writes
 and reads C*KH*KW columns per pixel and runs a GEMM too narrow for its register blocks;
-here the input is read in place and every work-item keeps 8 or 16 output channels of a run of
-pixels in registers. The weights are first rearranged (``conv_direct_pack``) into blocks
-of those output channels per tap, in a workspace: a tenth of a millisecond, every call, so
-that the weights a solver has just updated are the ones used.
+here the input is read in place and every work-item keeps up to 32 output channels of a
+run of pixels in registers. The weights are first rearranged (``conv_direct_pack``) into
+blocks of those output channels per tap, in a workspace: a tenth of a millisecond, every
+call, so that the weights a solver has just updated are the ones used.
 """
 import numpy as np
 
@@ -65,12 +65,12 @@ class Forward:
     def launches(self, x, w, y, b, ws, beta):
         """The weight rearrangement, then the convolution (nothing for an empty batch)."""
         g, batch = self.geom, x.shape[0]
+        if batch == 0:
+            return []
         packed = ws_view(ws, 0, self.packed_elements)
         pack = program.Launch(self.program, "conv_direct_pack", (self.packed_elements,), None,
                               [np.int32(g.out_c), np.int32(g.in_c), np.int32(self.flip), w,
                                packed])
-        if batch == 0:
-            return []
         bias_args = b.kernel_args if self.bias else (y.buffer, np.uint64(0))
         args = [np.int32(v) for v in (g.in_c, g.in_h, g.in_w, g.out_c, g.out_h, g.out_w,
                                       g.pad[0], g.pad[1], self.blocks)]
