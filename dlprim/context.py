@@ -192,7 +192,8 @@ class _TrackingAllocator:
         self.peak_bytes = 0
 
     def allocate(self, nbytes, what="a buffer"):
-        """A pool buffer of ``nbytes``; ``what`` names it if the device refuses."""
+        """A pool buffer of ``nbytes``; ``what`` (a string, or a function that makes it
+        only when needed) names it if the device refuses."""
         nbytes = max(int(nbytes), 1)
         facts = self._facts
         # checked before asking, so a request that cannot succeed never reaches the driver
@@ -215,6 +216,7 @@ class _TrackingAllocator:
         return buf
 
     def _error(self, what, nbytes, why):
+        what = what() if callable(what) else what
         f = self._facts
         return DeviceMemoryError(
             "cannot allocate %s: %s, %s. %s allows at most %s in one buffer and has %s of "
@@ -268,6 +270,7 @@ class Context:
         self.facts = DeviceFacts(self.device)
         self.memory = _TrackingAllocator(self)
         self.programs = {}  # filled by dlprim.kernels.program.get
+        self.ops = {}  # ops made for immediate use, by what fixes them (core.pointwise._memo)
 
     @property
     def name(self):

@@ -23,8 +23,24 @@ _DLP_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "float16",
               np.dtype(np.uint8): "uint8"}
 
 
+_known = {}  # what as_dtype was given -> its answer (every tensor asks: keep it cheap)
+
+
 def as_dtype(dtype):
     """A numpy dtype from a name ('float', 'int64', ...) or a numpy dtype; else an error."""
+    try:
+        return _known[dtype]
+    except (KeyError, TypeError):
+        pass
+    dt = _as_dtype(dtype)
+    try:
+        _known[dtype] = dt
+    except TypeError:
+        pass
+    return dt
+
+
+def _as_dtype(dtype):
     if isinstance(dtype, str):
         if dtype not in DTYPES:
             raise TypeError("unsupported dtype %r; supported: %s" % (dtype, ", ".join(sorted(DTYPES))))

@@ -5,6 +5,7 @@ is a view into someone else's (a Net's arena, another tensor). Kernels receive e
 tensor as two arguments, ``(__global T *x, ulong x_offset)``, with the offset counted in
 elements, so planned tensors can sit anywhere inside one arena.
 """
+import math
 import weakref
 
 import numpy as np
@@ -15,6 +16,8 @@ from .dtypes import as_dtype, cl_type
 __all__ = ["Tensor", "ws_view"]
 
 def _shape_tuple(shape):
+    if type(shape) is tuple and all(type(s) is int and s >= 0 for s in shape):
+        return shape  # what nearly every call passes
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     shape = tuple(int(s) for s in shape)
@@ -40,17 +43,19 @@ class Tensor:
             if self.offset:
                 raise ValueError("an offset needs an existing buffer")
             nbytes = self.nbytes
-            what = "%s %s" % (self.dtype.name, self.shape)
-            buffer = ctx.memory.allocate(nbytes, "%s, %s" % (name, what) if name else
-                                         "a tensor " + what)
+            buffer = ctx.memory.allocate(nbytes, lambda: self._describe(name))
             weakref.finalize(self, ctx.memory.release, nbytes)
         self.buffer = buffer
+
+    def _describe(self, name):
+        what = "%s %s" % (self.dtype.name, self.shape)
+        return "%s, %s" % (name, what) if name else "a tensor " + what
 
     # ----- facts
     @property
     def size(self):
         """The number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def ndim(self):

@@ -14,7 +14,6 @@ Programs are built once per (code, dtypes, number of dims, work-group layout): s
 strides are kernel arguments (zero stride = broadcast), so a new batch size reuses them.
 """
 import re
-import weakref
 
 import numpy as np
 
@@ -211,6 +210,7 @@ class PointwiseBroadcast(_Base):
         self.program = _build(ctx, code, params, ["CODE"])
         self._kernel = params["NAME"]
         self._shape_args = None
+        self._args([], [], [], 0.0)  # the shape arguments and the launch grid
 
     def launches(self, xs, ys, params=(), beta=0.0):
         """Prepared launches of ``ys = code + beta * ys`` over these tensors and scalar
@@ -219,27 +219,44 @@ class PointwiseBroadcast(_Base):
         params = self._check_tensors(xs, ys, params)
         if self.size == 0:
             return []
-        it = self._it
+        return [program.Launch(self.program, self._kernel, self._gsize, self._lsize,
+                               self._args(xs, ys, params, beta))]
+
+    def enqueue_now(self, xs, ys, params, beta, queue):
+        """Enqueue the op now over tensors of the shapes and dtypes it was made for and
+        typed params (``pointwise()``: its specs come from these very tensors)."""
+        if self.size:
+            program.enqueue_now(queue, self.program, self._kernel, self._gsize, self._lsize,
+                                self._args(xs, ys, params, beta))
+
+    def _args(self, xs, ys, params, beta):
+        """The kernel's arguments, every tensor as (buffer, offset)."""
+        it, u64 = self._it, np.uint64
         if self._shape_args is None:  # fixed by the shapes: made once per op
             self._shape_args = ([it(self.size)] + [a for n in self._dims for a in divisor_args(it, n)],
                                 [[it(s) for s in st] for st in self._xstrides])
+            if self._cpu:
+                chunk = tuning_launch.pointwise_cpu_chunk(self.ctx.facts, self.size)
+                self._gsize, self._lsize, self._tail = (ceil_div(self.size, chunk),), (1,), [it(chunk)]
+            else:
+                items = ceil_div(self.size, tuning_launch.POINTWISE_ELEMS)
+                self._gsize, self._lsize, self._tail = (round_up(items, self._wg),), (self._wg,), []
         head, strides = self._shape_args
         args = list(head)
         for x, st in zip(xs, strides):
-            args += [x] + st
-        args += list(ys)
-        if self._cpu:
-            chunk = tuning_launch.pointwise_cpu_chunk(self.ctx.facts, self.size)
-            return [program.Launch(self.program, self._kernel, (ceil_div(self.size, chunk),),
-                                   (1,), args + [it(chunk)] + self._betas(beta) + params)]
-        args += self._betas(beta) + params
-        items = ceil_div(self.size, tuning_launch.POINTWISE_ELEMS)
-        return [program.Launch(self.program, self._kernel, (round_up(items, self._wg),),
-                               (self._wg,), args)]
+            args.append(x.buffer)
+            args.append(u64(x.offset))
+            args += st
+        for y in ys:
+            args.append(y.buffer)
+            args.append(u64(y.offset))
+        return args + self._tail + self._betas(beta) + list(params)
 
     def _betas(self, beta):
         n = len(self.y_specs)
-        betas = list(beta) if isinstance(beta, (list, tuple)) else [beta] * n
+        if not isinstance(beta, (list, tuple)):
+            return [np.float32(beta)] * n
+        betas = list(beta)
         if len(betas) != n:
             raise ValueError("%s: beta has %d values for %d outputs" % (self.name, len(betas), n))
         return [np.float32(b) for b in betas]
@@ -250,9 +267,9 @@ class PointwiseBroadcast(_Base):
         factors, without preparing new launches."""
         values = self._typed_params(params)
         for launch in launches:
-            first = launch.kernel.num_args - len(values)
+            first = len(launch.args) - len(values)
             for i, value in enumerate(values):
-                launch.kernel.set_arg(first + i, value)
+                launch.set_arg(first + i, value)
 
 
 class PointwiseBroadcastReduce(_Base):
@@ -385,27 +402,26 @@ def _kernel_name(name):
     return "pw_" + re.sub(r"\W", "_", name)
 
 
-# ----- functional forms: ops memoized per context by everything that fixes them
-_ops = weakref.WeakKeyDictionary()
+# ----- functional forms: ops memoized per context (ctx.ops) by everything that fixes them
 
 
 def _memo(ctx, key, make):
-    cache = _ops.setdefault(ctx, {})
+    cache = ctx.ops
     op = cache.get(key)
     if op is None:
         op = cache[key] = make()
     return op
 
 
+_F64 = np.dtype(np.float64)
+
+
 def _param_specs(params):
-    types, values = [], []
+    types = []
     for p in params:
-        if isinstance(p, np.generic) and np.dtype(p.dtype) != np.float64:
-            types.append(np.dtype(p.dtype).name)
-        else:
-            types.append("float")
-        values.append(p)
-    return types, values
+        dt = p.dtype if isinstance(p, np.generic) else None
+        types.append("float" if dt is None or dt == _F64 else dt)
+    return types, list(params)
 
 
 def pointwise(ctx, xs, ys, code, params=(), beta=0.0, queue=None):
@@ -415,7 +431,8 @@ def pointwise(ctx, xs, ys, code, params=(), beta=0.0, queue=None):
     ysp = tuple((y.shape, y.dtype) for y in ys)
     op = _memo(ctx, ("pw", xsp, ysp, code, tuple(types)),
                lambda: PointwiseBroadcast(ctx, xsp, ysp, code, types))
-    op(xs, ys, values, queue=queue, beta=beta)
+    op.enqueue_now(xs, ys, op._typed_params(values), beta,
+                   queue if queue is not None else ctx.queue)
 
 
 def pointwise_reduce(ctx, xs, ys, code, reduce_init="reduce_y0 = 0;", reduce="reduce_y0 += y0;",

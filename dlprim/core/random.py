@@ -126,9 +126,9 @@ class RandomFill:
     @staticmethod
     def set_counter(launch, seed, offset):
         """Point a prepared launch at another (seed, offset) of the stream."""
-        kernel = launch.launch.kernel if isinstance(launch, _Advancing) else launch.kernel
-        kernel.set_arg(_SEED_ARG, np.uint64(seed))
-        kernel.set_arg(_OFFSET_ARG, np.uint64(offset))
+        bound = launch.launch if isinstance(launch, _Advancing) else launch
+        bound.set_arg(_SEED_ARG, np.uint64(seed))
+        bound.set_arg(_OFFSET_ARG, np.uint64(offset))
         if isinstance(launch, _Advancing):
             launch.seed, launch.offset = int(seed), int(offset)
 
@@ -146,7 +146,7 @@ class _Advancing:
         self.name = launch.name
 
     def __call__(self, queue):
-        self.launch.kernel.set_arg(_OFFSET_ARG, np.uint64(self.offset))
+        self.launch.set_arg(_OFFSET_ARG, np.uint64(self.offset))
         event = self.launch(queue)
         self.offset += self.step
         return event

@@ -10,6 +10,7 @@ Every template sees the parameters as Mako variables plus ``facts`` (the device 
 """
 import os
 import re
+import threading
 import weakref
 
 import numpy as np
@@ -17,8 +18,9 @@ import pyopencl as cl
 from mako.lookup import TemplateLookup
 
 from ..errors import Error
+from ..tensor import Tensor
 
-__all__ = ["get", "render", "KernelBuildError", "Launch", "expand_args", "stats"]
+__all__ = ["get", "render", "KernelBuildError", "Launch", "enqueue_now", "expand_args", "stats"]
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 _lookup = TemplateLookup(directories=[KERNEL_DIR], strict_undefined=True)
@@ -90,6 +92,10 @@ def expand_args(args):
     """Tensors become ``(buffer, ulong offset)``; everything else passes unchanged."""
     out = []
     for a in args:
+        if type(a) is Tensor:  # the common case, without the attribute lookup
+            out.append(a.buffer)
+            out.append(np.uint64(a.offset))
+            continue
         kargs = getattr(a, "kernel_args", None)
         if kargs is not None:
             out.extend(kargs)
@@ -99,9 +105,13 @@ def expand_args(args):
 
 
 # cl.Kernel objects no live Launch holds, per (program, kernel name): making one costs
-# hundreds of microseconds (PyOpenCL sets up its argument handling per object), which a
-# launch prepared for immediate use (eager PyTorch operators) would pay every call
+# hundreds of microseconds (PyOpenCL sets up its argument handling per object)
 _free_kernels = {}
+# one kernel object per (program, kernel name) for launches enqueued once: the arguments
+# are bound just before the enqueue (OpenCL copies them at the enqueue, so the object is
+# free again right after), under a lock because PyTorch's backward runs on a thread of its own
+_shared_kernels = {}
+_shared_lock = threading.Lock()
 
 
 def _kernel(program, kernel_name):
@@ -116,12 +126,29 @@ def _release(program, kernel_name, kernel):
     _free_kernels.setdefault((id(program), kernel_name), (program, []))[1].append(kernel)
 
 
-_declared = set()  # ids of kernels (all kept alive by a Launch or the pool) with typed scalars
+def _shared_kernel(program, kernel_name):
+    entry = _shared_kernels.get((id(program), kernel_name))
+    if entry is None:
+        entry = _shared_kernels[(id(program), kernel_name)] = (program, cl.Kernel(program, kernel_name))
+    return entry[1]
+
+
+def enqueue_now(queue, program, kernel_name, gsize, lsize, args):
+    """Enqueue one launch of a kernel now with these (expanded) arguments, on the kernel
+    object shared for launches made once: no Launch to prepare or keep."""
+    kernel = _shared_kernel(program, kernel_name)
+    with _shared_lock:
+        _declare_scalars(kernel, args)
+        kernel.set_args(*args)
+        return cl.enqueue_nd_range_kernel(queue, kernel, gsize, lsize)
+
+
+_declared = set()  # ids of kernels (all kept alive by a Launch or a pool) with typed scalars
 
 
 def _declare_scalars(kernel, args):
     """Tell PyOpenCL the scalar argument types once per kernel object (from numpy scalars):
-    binding arguments then takes microseconds instead of a hundred or more."""
+    binding arguments then takes a microsecond instead of a hundred or more."""
     if id(kernel) in _declared:
         return
     types = []
@@ -137,27 +164,49 @@ def _declare_scalars(kernel, args):
 
 
 class Launch:
-    """One prepared kernel launch with its arguments bound once.
+    """One prepared kernel launch with its arguments.
 
-    A Net's execution plan is a flat list of these; running an iteration calls each.
-    Each Launch owns its ``cl.Kernel`` while it lives, so bound arguments never collide;
-    a dropped Launch gives its kernel back for the next one to bind anew.
+    A Net's execution plan is a flat list of these; running an iteration calls each. The
+    first call binds the arguments to a kernel object shared by every launch of that
+    kernel, just before the enqueue: an eager operator's launch, enqueued once, costs a few
+    microseconds of host time. A launch called again (a plan's) takes a ``cl.Kernel`` of its
+    own with the arguments bound once, and gives it back when it is dropped.
     """
-    __slots__ = ("kernel", "gsize", "lsize", "name", "flops", "__weakref__")
+    __slots__ = ("program", "kernel", "args", "gsize", "lsize", "name", "flops", "_called",
+                 "__weakref__")
 
     def __init__(self, program, kernel_name, gsize, lsize, args, flops=0):
-        self.kernel = _kernel(program, kernel_name)
-        weakref.finalize(self, _release, program, kernel_name, self.kernel)
-        args = expand_args(args)
-        _declare_scalars(self.kernel, args)
-        self.kernel.set_args(*args)
+        self.program = program
+        self.kernel = None
+        self.args = expand_args(args)
         self.gsize = tuple(int(g) for g in gsize)
         self.lsize = None if lsize is None else tuple(int(v) for v in lsize)
         self.name = kernel_name
         self.flops = flops
+        self._called = False
 
     def __call__(self, queue):
-        return cl.enqueue_nd_range_kernel(queue, self.kernel, self.gsize, self.lsize)
+        kernel = self.kernel
+        if kernel is None:
+            if not self._called:
+                self._called = True
+                return enqueue_now(queue, self.program, self.name, self.gsize, self.lsize,
+                                   self.args)
+            kernel = self._own_kernel()
+        return cl.enqueue_nd_range_kernel(queue, kernel, self.gsize, self.lsize)
+
+    def _own_kernel(self):
+        kernel = self.kernel = _kernel(self.program, self.name)
+        weakref.finalize(self, _release, self.program, self.name, kernel)
+        _declare_scalars(kernel, self.args)
+        kernel.set_args(*self.args)
+        return kernel
+
+    def set_arg(self, index, value):
+        """Re-bind argument ``index`` (counted with every tensor as two arguments)."""
+        self.args[index] = value
+        if self.kernel is not None:
+            self.kernel.set_arg(index, value)
 
     def __repr__(self):
         return "Launch(%s, g=%s, l=%s)" % (self.name, self.gsize, self.lsize)

@@ -19,6 +19,9 @@ def device_count():
 def context(index=None):
     """The dlprim Context of device ``ocl:index`` (the current device when None)."""
     index = current_device() if index is None else int(index)
+    ctx = _contexts.get(index)
+    if ctx is not None:
+        return ctx
     with _lock:
         ctx = _contexts.get(index)
         if ctx is None:

@@ -6,6 +6,8 @@ every view of it. Views are metadata over the same storage; a kernel that needs 
 operand contiguous gets a view of the storage when the operand is, else a copy
 (``as_dlprim``).
 """
+import math
+
 import numpy as np
 import torch
 
@@ -46,7 +48,7 @@ class Storage:
     def __init__(self, index, size, dtype):
         ctx = device.context(index)
         self.index = index
-        self.flat = Tensor(ctx, (max(int(size), 1),), numpy_dtype(dtype))
+        self.flat = Tensor(ctx, (max(int(size), 1),), numpy_dtype(dtype))  # the dtype's check
 
     @property
     def ctx(self):
@@ -57,6 +59,16 @@ class Storage:
         return self.flat.view(shape, offset)
 
 
+_devices = {}  # index -> torch.device("ocl", index), made once
+
+
+def torch_device(index):
+    d = _devices.get(index)
+    if d is None:
+        d = _devices[index] = torch.device("ocl", index)
+    return d
+
+
 class OclTensor(torch.Tensor):
     """A tensor whose data is a dlprim ``Storage`` on an OpenCL device."""
 
@@ -64,7 +76,7 @@ class OclTensor(torch.Tensor):
     def __new__(cls, storage, size, stride, offset, dtype, requires_grad=False):
         t = torch.Tensor._make_wrapper_subclass(
             cls, size, strides=stride, storage_offset=offset, dtype=dtype,
-            device=torch.device("ocl", storage.index), requires_grad=requires_grad)
+            device=torch_device(storage.index), requires_grad=requires_grad)
         t._ocl_storage = storage
         return t
 
@@ -90,9 +102,12 @@ class OclTensor(torch.Tensor):
 def empty(size, dtype, index, stride=None):
     """A new tensor of ``size`` on ``ocl:index`` (contiguous unless ``stride`` is given)."""
     size = tuple(int(n) for n in size)
-    stride = contiguous_strides(size) if stride is None else tuple(int(s) for s in stride)
-    numpy_dtype(dtype)
-    extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
+    if stride is None:
+        stride = contiguous_strides(size)
+        extent = math.prod(size)
+    else:
+        stride = tuple(int(s) for s in stride)
+        extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
     return OclTensor(Storage(index, extent, dtype), size, stride, 0, dtype)
 
 
