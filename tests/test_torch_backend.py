@@ -117,7 +117,8 @@ def test_copy_between_host_and_device_with_broadcast_and_conversion():
     ("relu", lambda a, b: F.relu(a) * b), ("where", lambda a, b: torch.where(a > b, a, b * 3)),
     ("clamp", lambda a, b: a.clamp(-0.5, 0.7) + b.clamp(min=0)),
     ("addcmul", lambda a, b: torch.addcmul(a, a, b, value=0.3)),
-    ("lerp", lambda a, b: torch.lerp(a, b, 0.25))])
+    ("lerp", lambda a, b: torch.lerp(a, b, 0.25)),
+    ("remainder", lambda a, b: torch.remainder(a * 3, b.abs() + 0.5) + torch.fmod(a * 3, -1.5))])
 def test_elementwise_matches_cpu_with_gradients(name, fn):
     both(fn, rand(4, 1, 5, seed=1), rand(3, 5, seed=2))
 
@@ -287,6 +288,67 @@ def test_layer_norm_matches_cpu_with_gradients(affine):
              rand(4, 6, seed=1), rand(4, 6, seed=2))
     else:
         both(lambda x: F.layer_norm(x, (6,)), rand(3, 5, 6))
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_matches_cpu_with_gradients(affine):
+    x = rand(3, 6, 5, 7)
+    if affine:
+        both(lambda x, w, b: F.group_norm(x, 3, w, b, 1e-3), x, rand(6, seed=1), rand(6, seed=2))
+    else:
+        both(lambda x: F.group_norm(x, 2), x)
+
+
+def test_index_operators_match_cpu_with_gradients():
+    table, words = rand(11, 6), torch.tensor([[3, 0, 10], [3, 3, 7]])
+    both(lambda w: F.embedding(words.to(w.device), w), table)
+    both(lambda w: F.embedding(words.to(w.device), w, padding_idx=3), table)
+    x = rand(4, 9, 5)
+    picks = torch.tensor([8, 0, 8, 2])
+    both(lambda x: x.index_select(1, picks.to(x.device)), x)
+    both(lambda x: x.index_select(0, picks[:2].to(torch.int32).to(x.device) % 4), x)
+    both(lambda x: x[picks.to(x.device) % 4], x)
+    both(lambda x: x[:, picks.to(x.device)], x)
+    order = torch.randint(0, 9, (4, 6, 5), generator=torch.Generator().manual_seed(3))
+    both(lambda x: x.gather(1, order.to(x.device)), x)
+    # integer data gathers too
+    ints = torch.arange(24).reshape(4, 6)
+    close(ints.to(DEV).gather(1, order[:, :3, 0].to(DEV) % 6), ints.gather(1, order[:, :3, 0] % 6))
+    base, rows = rand(5, 3), rand(4, 3, seed=1)
+    at = torch.tensor([4, 0, 4, 1])
+    k = torch.tensor([-7, 7, -6, 5])
+    close(k.to(DEV) % 3, k % 3)
+    close(torch.fmod(k.to(DEV), -4), torch.fmod(k, -4))
+    close(base.to(DEV).index_add(0, at.to(DEV), rows.to(DEV), alpha=2.0),
+          base.index_add(0, at, rows, alpha=2.0))
+    close(base.to(DEV).scatter_add(0, at[:, None].expand(4, 3).to(DEV), rows.to(DEV)),
+          base.scatter_add(0, at[:, None].expand(4, 3), rows))
+
+
+def test_index_out_of_range_reads_nan_and_index_on_host_is_an_error():
+    got = torch.ones(3, 2, device=DEV).index_select(0, torch.tensor([0, 5], device=DEV)).cpu()
+    assert torch.isnan(got[1]).all() and (got[0] == 1).all()
+    with pytest.raises(RuntimeError, match="index"):
+        torch.ones(3, 2, device=DEV).index_select(0, torch.tensor([0]))
+
+
+def test_optimizers_take_the_foreach_path_by_default():
+    seen = []
+    route = dt.tensor._route[0]
+
+    def spy(func, args, kwargs):
+        seen.append(str(func))
+        return route(func, args, kwargs)
+    p = torch.nn.Parameter(rand(3).to(DEV))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = torch.ones(3, device=DEV)
+    dt.tensor.route_operators_to(spy)
+    try:
+        opt.step()
+    finally:
+        dt.tensor.route_operators_to(route)
+    assert any(name.startswith("aten._foreach_") for name in seen), seen
+    close(p.detach(), rand(3) - 0.1)
 
 
 def test_attention_and_triangles():

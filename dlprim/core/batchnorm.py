@@ -100,10 +100,12 @@ class BatchNormOps:
         return self._dx[batch_stats]
 
     def backward_launches(self, x, dy, mean, var, sums, gamma=None, dx=None, beta=0.0,
-                          dgamma=None, dbeta=None, batch_stats=True):
+                          dgamma=None, dbeta=None, batch_stats=True, sums_wanted=False):
         """Gradients of BN with statistics ``mean``/``var`` (the batch's when
-        ``batch_stats``, else fixed). ``sums`` = two (C,) scratch tensors for sum(dy) and
-        sum(dy*xhat). dgamma/dbeta are added to; dx = beta*dx + grad (beta=0 never reads dx).
+        ``batch_stats``, else fixed). ``sums`` = two (C,) tensors that receive sum(dy) and
+        sum(dy*xhat), which are dbeta and dgamma (``sums_wanted``: computed even without
+        dx, dgamma or dbeta). dgamma/dbeta are added to; dx = beta*dx + grad (beta=0 never
+        reads dx).
 
         With xhat = (x - mu) istd, istd = 1/sqrt(var + eps), y = gamma xhat + beta and
         batch statistics (mu, var depend on x):
@@ -115,7 +117,7 @@ class BatchNormOps:
         ch = lambda t: t.view((1, c, 1))
         s_dy, s_dyx = sums
         out = []
-        if dx is not None or dgamma is not None or dbeta is not None:
+        if dx is not None or dgamma is not None or dbeta is not None or sums_wanted:
             out += self._grad_sums.launches([x, dy, ch(mean), ch(var)], [ch(s_dy), ch(s_dyx)],
                                             [self.eps])
         for grad, s in ((dgamma, s_dyx), (dbeta, s_dy)):

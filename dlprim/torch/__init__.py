@@ -26,7 +26,7 @@ if _version(_torch.__version__) < MIN_TORCH:
 from .device import context, current_device, device_count, set_device  # noqa: E402
 from .dispatch import allow_cpu_fallback, cpu_fallback_allowed, implemented  # noqa: E402
 from .tensor import OclTensor  # noqa: E402
-from . import ops_tensor, ops_math, ops_nn, ops_norm, ops_optim  # noqa: E402,F401  (registrations)
+from . import ops_tensor, ops_math, ops_nn, ops_norm, ops_optim, ops_index  # noqa: E402,F401  (registrations)
 
 __all__ = ["OclTensor", "context", "device_count", "current_device", "set_device",
            "allow_cpu_fallback", "cpu_fallback_allowed", "implemented", "synchronize",
@@ -68,6 +68,20 @@ def _register():
     lib.impl("empty_strided", ops_tensor.empty_strided, "PrivateUse1")
     lib.impl("_copy_from", ops_tensor.copy_from, "PrivateUse1")
     _libraries.append(lib)
+    _optimizers_take_foreach()
+
+
+def _optimizers_take_foreach():
+    """Let torch.optim's default choose its multi-tensor (``foreach``) path for ocl
+    parameters, as it does for CUDA's: it checks the tensor type against a list of plain
+    tensor types, which an ``OclTensor`` is not. One ``_foreach_`` call then runs a whole
+    parameter list instead of an operator per parameter."""
+    import torch.optim.optimizer as optimizer
+    import torch.utils._foreach_utils as foreach_utils
+    for types in (getattr(optimizer, "_foreach_supported_types", None),
+                  getattr(foreach_utils, "_foreach_supported_types", None)):
+        if isinstance(types, list) and OclTensor not in types:
+            types.append(OclTensor)
 
 
 _libraries = []

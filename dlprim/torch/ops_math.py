@@ -135,9 +135,10 @@ def _binary(name, expr):
 
     def tensor_build(T, a, b, **kw):
         b = _scalar(b)
+        form = expr(T) if callable(expr) else expr  # some differ between float and integer T
         if isinstance(b, OclTensor):
-            return [a, b], [], "y0 = %s;" % expr.format(T=T, a="((%s)x0)" % T, b="((%s)x1)" % T)
-        return [a], [b], "y0 = %s;" % expr.format(T=T, a="((%s)x0)" % T, b="((%s)w0)" % T)
+            return [a, b], [], "y0 = %s;" % form.format(T=T, a="((%s)x0)" % T, b="((%s)x1)" % T)
+        return [a], [b], "y0 = %s;" % form.format(T=T, a="((%s)x0)" % T, b="((%s)w0)" % T)
 
     main = "Tensor" if "Tensor" in fn.overloads() else "default"
     _register_inplace(getattr(fn, main), getattr(fn_, main) if fn_ else None, tensor_build)
@@ -167,6 +168,11 @@ _binary("div", "{a} / {b}")
 # NaN wins, as in torch.maximum / minimum
 _binary("maximum", "(({a} != {a}) || {a} > {b} ? {a} : {b})")
 _binary("minimum", "(({a} != {a}) || {a} < {b} ? {a} : {b})")
+_FLOAT_T = ("float", "half", "double")
+# remainder takes the divisor's sign (Python's %), fmod the dividend's (C's)
+_binary("remainder", lambda T: "({a} - floor({a} / {b}) * {b})" if T in _FLOAT_T
+        else "((({a} % {b}) + {b}) % {b})")
+_binary("fmod", lambda T: "fmod({a}, {b})" if T in _FLOAT_T else "({a} % {b})")
 
 
 @register(aten.rsub.Scalar)
@@ -355,23 +361,34 @@ def _gelu_backward(grad, x, approximate="none"):
 
 # ----- _foreach_: the same operator over lists (torch.optim's multi-tensor path)
 def _foreach(func, *args, **kwargs):
-    name = func.overloadpacket.__name__.replace("_foreach_", "", 1)
-    lists = {i for i, a in enumerate(args) if isinstance(a, (list, tuple))}  # per element
-    n = len(args[0])
-    single = func._overloadname
-    base = getattr(aten, name)
+    overload, n_positional, keywords = _foreach_plan(func)
+    lists = [isinstance(a, (list, tuple)) for a in args]  # per element, else shared
+    wrapped = func._overloadname == "Tensor"  # one tensor for every element: a scalar
     results = []
-    for i in range(n):
-        item = [a[i] if k in lists else a for k, a in enumerate(args)]
-        if len(item) > 1 and single == "Tensor" and isinstance(item[1], torch.Tensor) and \
+    for i in range(len(args[0])):
+        item = [a[i] if is_list else a for a, is_list in zip(args, lists)]
+        if wrapped and len(item) > 1 and isinstance(item[1], torch.Tensor) and \
                 not isinstance(item[1], OclTensor):
             item[1] = item[1].item()
-        overload = _base_overload(base, single)
+        extra = dict(zip(keywords, item[n_positional:]))  # addcmul's value: keyword-only
+        results.append(handle(overload, tuple(item[:n_positional]), dict(kwargs, **extra)))
+    return None if func.overloadpacket.__name__.endswith("_") else results
+
+
+_foreach_plans = {}
+
+
+def _foreach_plan(func):
+    """(the single-tensor overload, its positional count, its keyword-only names) of a
+    _foreach_ overload, worked out once."""
+    plan = _foreach_plans.get(func)
+    if plan is None:
+        name = func.overloadpacket.__name__.replace("_foreach_", "", 1)
+        overload = _base_overload(getattr(aten, name), func._overloadname)
         positional = [a for a in overload._schema.arguments if not a.kwarg_only]
         keywords = [a.name for a in overload._schema.arguments if a.kwarg_only]
-        extra = dict(zip(keywords, item[len(positional):]))  # addcmul's value: keyword-only
-        results.append(handle(overload, tuple(item[:len(positional)]), dict(kwargs, **extra)))
-    return None if name.endswith("_") else results
+        plan = _foreach_plans[func] = (overload, len(positional), keywords)
+    return plan
 
 
 def _base_overload(base, foreach_overload):

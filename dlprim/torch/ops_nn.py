@@ -122,21 +122,35 @@ def _conv_op(cls, ctx, geom, batch, **kw):
     return _memo(ctx, key, lambda: cls(ctx, geom, batch=batch, **kw))
 
 
+def _conv_plan(cls, x, w, stride, padding, dilation, groups, **kw):
+    """(op, workspace bytes, output shape) of a convolution direction over these shapes:
+    worked out once per shape and arguments, as a step repeats the same calls."""
+    ctx = _ctx(x)
+    key = ("torch_conv_plan", cls, tuple(x.shape), tuple(w.shape), tuple(stride),
+           tuple(padding), tuple(dilation), groups, tuple(kw.items()))
+    plan = ctx.ops.get(key)
+    if plan is None:
+        geom = _geometry(x, w, stride, padding, dilation, groups)
+        batch = x.shape[0]
+        op = _conv_op(cls, ctx, geom, batch, **kw)
+        plan = ctx.ops[key] = (op, op.workspace_bytes(batch), geom.out_shape(batch))
+    return plan
+
+
 @register(aten.convolution.default)
 def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     _check_float("convolution", x, w)
     if transposed:
         _unsupported("convolution", "transposed convolutions are not implemented yet")
-    geom = _geometry(x, w, stride, padding, dilation, groups)
-    batch = x.shape[0]
-    out = empty(geom.out_shape(batch), x.dtype, x._ocl_storage.index)
+    op, ws_bytes, out_shape = _conv_plan(ConvForward, x, w, stride, padding, dilation, groups,
+                                         bias=bias is not None)
+    out = empty(out_shape, x.dtype, x._ocl_storage.index)
     if out.numel() == 0:
         return out
     ctx = _ctx(x)
-    op = _conv_op(ConvForward, ctx, geom, batch, bias=bias is not None)
-    ws = _workspace(ctx, op.workspace_bytes(batch))
     b = as_dlprim(bias) if bias is not None else None
-    enqueue(ctx, op.launches(as_dlprim(x), as_dlprim(w), as_dlprim(out), b, ws))
+    enqueue(ctx, op.launches(as_dlprim(x), as_dlprim(w), as_dlprim(out), b,
+                             _workspace(ctx, ws_bytes)))
     return out
 
 
@@ -145,21 +159,21 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
                           output_padding, groups, output_mask):
     if transposed:
         _unsupported("convolution_backward", "transposed convolutions are not implemented yet")
-    geom = _geometry(x, w, stride, padding, dilation, groups)
-    batch, ctx, index = x.shape[0], _ctx(x), x._ocl_storage.index
+    ctx, index = _ctx(x), x._ocl_storage.index
     dy = as_dlprim(grad)
     dx = dw = db = None
     if output_mask[0]:
         dx = empty(x.shape, x.dtype, index)
-        op = _conv_op(ConvBackwardData, ctx, geom, batch)
         if dx.numel():
-            ws = _workspace(ctx, op.workspace_bytes(batch))
-            enqueue(ctx, op.launches(dy, as_dlprim(w), as_dlprim(dx), None, ws, beta=0.0))
+            op, ws_bytes, _ = _conv_plan(ConvBackwardData, x, w, stride, padding, dilation,
+                                         groups)
+            enqueue(ctx, op.launches(dy, as_dlprim(w), as_dlprim(dx), None,
+                                     _workspace(ctx, ws_bytes), beta=0.0))
     if output_mask[1]:
         dw = empty(w.shape, w.dtype, index)
-        op = _conv_op(ConvBackwardFilter, ctx, geom, batch)
-        ws = _workspace(ctx, op.workspace_bytes(batch))
-        enqueue(ctx, op.launches(as_dlprim(x), dy, as_dlprim(dw), ws, beta=0.0))
+        op, ws_bytes, _ = _conv_plan(ConvBackwardFilter, x, w, stride, padding, dilation, groups)
+        enqueue(ctx, op.launches(as_dlprim(x), dy, as_dlprim(dw), _workspace(ctx, ws_bytes),
+                                 beta=0.0))
     if output_mask[2]:
         db = handle(aten.sum.dim_IntList, (grad, [0, 2, 3]), {})
     return dx, dw, db

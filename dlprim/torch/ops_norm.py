@@ -2,6 +2,8 @@
 backward on dlprim's ``BatchNormOps`` (batch statistics, the running statistics updated
 in place as PyTorch does, or the running statistics in evaluation), and layer norm over
 the trailing dims on the pointwise-broadcast-reduce generator."""
+import math
+
 import numpy as np
 import torch
 
@@ -18,7 +20,7 @@ __all__ = []
 
 def _shape(x):
     n, c = x.shape[0], x.shape[1]
-    return n, c, int(np.prod(x.shape[2:], dtype=np.int64))
+    return n, c, math.prod(x.shape[2:])
 
 
 def _op(x, eps, affine):
@@ -104,16 +106,14 @@ def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rst
     dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
     dw = empty((c,), x.dtype, index) if output_mask[1] and affine else None
     db = empty((c,), x.dtype, index) if output_mask[2] and affine else None
-    sums = (Tensor(ctx, (c,), np.float32), Tensor(ctx, (c,), np.float32))
-    for t in (dw, db):
-        if t is not None:
-            as_dlprim(t).zero_()   # the launches add into them
+    # the per-channel sums of dy and dy*xhat are dbeta and dgamma: reduced straight into them
+    sums = tuple(as_dlprim(t) if t is not None else Tensor(ctx, (c,), np.float32)
+                 for t in (db, dw))
     enqueue(ctx, op.backward_launches(
         as_dlprim(x).view((n, c, s)), as_dlprim(grad).view((n, c, s)), mean, var, sums,
         gamma=as_dlprim(weight) if affine else None,
         dx=as_dlprim(dx).view((n, c, s)) if dx is not None else None,
-        dgamma=as_dlprim(dw) if dw is not None else None,
-        dbeta=as_dlprim(db) if db is not None else None, batch_stats=bool(train)))
+        sums_wanted=dw is not None or db is not None, batch_stats=bool(train)))
     return dx, dw, db
 
 
@@ -183,6 +183,78 @@ def _layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, ou
                          "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
                          alpha=1.0 / n)
         pointwise(ctx, ins + [s1, s2], [as_dlprim(dx).view((m, n))],
+                  "float g = %s, xhat = (x0 - x2) * x3; y0 = x3 * (g - x%d - xhat * x%d);"
+                  % (g_code, len(ins), len(ins) + 1))
+    return dx, dw, db
+
+
+# ----- group norm: layer norm's statistics per (sample, group of channels), seen as
+# (N, G, C/G, HxW), with a per-channel affine
+def _groups_view(t, n, c, hw, groups):
+    return as_dlprim(t).view((n, groups, c // groups, hw))
+
+
+@register(aten.native_group_norm.default)
+def _group_norm(x, weight, bias, n, c, hw, groups, eps):
+    if x.dtype != torch.float32:
+        raise NotImplementedError("dlprim.torch: group norm on ocl devices takes float32, got %s"
+                                  % x.dtype)
+    ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
+    out = empty(x.shape, x.dtype, index)
+    mean, rstd = empty((n, groups), x.dtype, index), empty((n, groups), x.dtype, index)
+    if x.numel() == 0:
+        return out, mean, rstd
+    per_group = (c // groups) * hw
+    xs = _groups_view(x, n, c, hw, groups)
+    mu = as_dlprim(mean).view((n, groups, 1, 1))
+    rs = as_dlprim(rstd).view((n, groups, 1, 1))
+    pointwise_reduce(ctx, [xs], [mu], "y0 = x0;", alpha=1.0 / per_group)
+    var = Tensor(ctx, (n, groups, 1, 1), np.float32)
+    pointwise_reduce(ctx, [xs, mu], [var], "float d = x0 - x1; y0 = d * d;", alpha=1.0 / per_group)
+    pointwise(ctx, [var], [rs], "y0 = rsqrt(x0 + w0);", [np.float32(eps)])
+    ins, code = [xs, mu, rs], "y0 = (x0 - x1) * x2"
+    channel = (1, groups, c // groups, 1)
+    if weight is not None:
+        ins.append(as_dlprim(weight).view(channel))
+        code += " * x%d" % (len(ins) - 1)
+    if bias is not None:
+        ins.append(as_dlprim(bias).view(channel))
+        code += " + x%d" % (len(ins) - 1)
+    pointwise(ctx, ins, [_groups_view(out, n, c, hw, groups)], code + ";")
+    return out, mean, rstd
+
+
+@register(aten.native_group_norm_backward.default)
+def _group_norm_backward(grad, x, mean, rstd, weight, n, c, hw, groups, output_mask):
+    ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
+    dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
+    dw = empty((c,), x.dtype, index) if output_mask[1] and weight is not None else None
+    db = empty((c,), x.dtype, index) if output_mask[2] and weight is not None else None
+    if x.numel() == 0:
+        for t in (dw, db):
+            if t is not None:
+                as_dlprim(t).zero_()
+        return dx, dw, db
+    channel = (1, groups, c // groups, 1)
+    xs, dy = _groups_view(x, n, c, hw, groups), _groups_view(grad, n, c, hw, groups)
+    mu = as_dlprim(mean).view((n, groups, 1, 1))
+    rs = as_dlprim(rstd).view((n, groups, 1, 1))
+    if dw is not None:
+        pointwise_reduce(ctx, [xs, dy, mu, rs], [as_dlprim(dw).view(channel)],
+                         "y0 = x1 * (x0 - x2) * x3;")
+    if db is not None:
+        pointwise_reduce(ctx, [dy], [as_dlprim(db).view(channel)], "y0 = x0;")
+    if dx is not None:
+        # as layer norm's, over each group: g = dy * w, dx = rstd (g - mean(g) - xhat mean(g xhat))
+        ins = [xs, dy, mu, rs] + ([as_dlprim(weight).view(channel)] if weight is not None else [])
+        g_code = "x1 * x4" if weight is not None else "x1"
+        s1 = Tensor(ctx, (n, groups, 1, 1), np.float32)
+        s2 = Tensor(ctx, (n, groups, 1, 1), np.float32)
+        pointwise_reduce(ctx, ins, [s1, s2],
+                         "float g = %s, xhat = (x0 - x2) * x3; y0 = g; y1 = g * xhat;" % g_code,
+                         "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
+                         alpha=1.0 / ((c // groups) * hw))
+        pointwise(ctx, ins + [s1, s2], [_groups_view(dx, n, c, hw, groups)],
                   "float g = %s, xhat = (x0 - x2) * x3; y0 = x3 * (g - x%d - xhat * x%d);"
                   % (g_code, len(ins), len(ins) + 1))
     return dx, dw, db

@@ -253,6 +253,13 @@ for _op in _VIEWS:
     register(_op)(lambda t, *a, _op=_op, **k: _view_via_meta(_op, t, *a, **k))
 
 
+@register(aten.alias.default, aten.detach.default)
+def _same_layout(t):
+    """A new tensor over t's storage with t's layout (autograd detaches every gradient it
+    stores: no meta kernel is needed to know the answer)."""
+    return OclTensor(t._ocl_storage, t.shape, t.stride(), t.storage_offset(), t.dtype)
+
+
 @register(aten.cat.default)
 def _cat(tensors, dim=0):
     m = aten.cat.default([meta_of(t) for t in tensors], dim)

@@ -24,10 +24,13 @@ _NUMPY = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.
           torch.int64: np.int64, torch.uint8: np.uint8, torch.bool: np.uint8}
 
 
+_NUMPY = {k: np.dtype(v) for k, v in _NUMPY.items()}
+
+
 def numpy_dtype(dtype):
     """The numpy dtype that stores a torch dtype on the device; TypeError where none does."""
     try:
-        return np.dtype(_NUMPY[dtype])
+        return _NUMPY[dtype]
     except KeyError:
         raise TypeError("dlprim.torch: dtype %s is not supported on ocl devices (supported: %s)"
                         % (dtype, ", ".join(str(d) for d in _NUMPY))) from None
@@ -55,8 +58,14 @@ class Storage:
         return self.flat.ctx
 
     def at(self, offset, shape):
-        """A dlprim Tensor of ``shape`` over the storage from element ``offset``, in place."""
-        return self.flat.view(shape, offset)
+        """A dlprim Tensor of ``shape`` (a tuple of ints: PyTorch's sizes) over the storage
+        from element ``offset``, in place."""
+        flat = self.flat
+        t = Tensor.__new__(Tensor)  # Tensor.view without its checks of the shape
+        t.ctx, t.buffer, t.dtype, t.shape = flat.ctx, flat.buffer, flat.dtype, shape
+        t.offset = flat.offset + offset
+        t._owner = flat
+        return t
 
 
 _devices = {}  # index -> torch.device("ocl", index), made once
@@ -99,11 +108,16 @@ class OclTensor(torch.Tensor):
                         "it to the host first (as for cuda)")
 
 
+_contiguous = {}  # shape -> its contiguous strides (a step asks for the same shapes again)
+
+
 def empty(size, dtype, index, stride=None):
     """A new tensor of ``size`` on ``ocl:index`` (contiguous unless ``stride`` is given)."""
-    size = tuple(int(n) for n in size)
+    size = tuple(size) if type(size) is torch.Size else tuple(int(n) for n in size)
     if stride is None:
-        stride = contiguous_strides(size)
+        stride = _contiguous.get(size)
+        if stride is None:
+            stride = _contiguous[size] = contiguous_strides(size)
         extent = math.prod(size)
     else:
         stride = tuple(int(s) for s in stride)
