@@ -3,6 +3,7 @@ forward and backward, and the training speed of one network on ocl beside dlprim
 Net and beside another PyTorch device (the same script, the device string changed).
 
     python benchmarks/torch_ocl_models.py check --size 64 --batch 2
+    python benchmarks/torch_ocl_models.py check --models fcn_resnet50 deeplabv3_resnet50
     python benchmarks/torch_ocl_models.py check --size 224 --float64 --models vgg16
     python benchmarks/torch_ocl_models.py speed --model resnet50 --batch 64 --size 224
     python benchmarks/torch_ocl_models.py speed --model resnet50 --batch 64 --size 224 --device cuda
@@ -27,12 +28,16 @@ NETWORKS = ["alexnet", "resnet18", "resnet50", "vgg16", "densenet161", "inceptio
             "shufflenet_v2_x1_0", "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small",
             "resnext50_32x4d", "wide_resnet50_2", "mnasnet1_0", "efficientnet_b0",
             "efficientnet_b4", "regnet_y_400mf", "squeezenet1_0", "googlenet"]
+SEGMENTATION = ["fcn_resnet50", "deeplabv3_resnet50", "lraspp_mobilenet_v3_large"]
 
 
 def build(name):
     import torchvision
     kw = {"aux_logits": False, "init_weights": True} if name in ("inception_v3", "googlenet") else {}
     torch.manual_seed(0)
+    if name in SEGMENTATION:
+        return getattr(torchvision.models.segmentation, name)(weights=None,
+                                                               weights_backbone=None)
     return getattr(torchvision.models, name)(weights=None, **kw)
 
 
@@ -44,6 +49,9 @@ def rel(a, b):
 def _run(model, x, y):
     """(output, parameter gradients) of one forward and cross-entropy backward."""
     out = model(x)
+    if isinstance(out, dict):  # a segmentation network: per-pixel classes
+        out = out["out"]
+        y = y[:, None, None].expand(-1, *out.shape[2:])
     F.cross_entropy(out, y).backward()
     return out, [p.grad for p in model.parameters()]
 
@@ -138,7 +146,7 @@ def dlprim_net_ms(model, batch, size):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=["check", "speed", "net"])
-    p.add_argument("--models", nargs="*", default=NETWORKS)
+    p.add_argument("--models", nargs="*", default=NETWORKS + SEGMENTATION)
     p.add_argument("--model", default="resnet50")
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--batch", type=int, default=2)

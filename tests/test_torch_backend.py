@@ -351,6 +351,22 @@ def test_optimizers_take_the_foreach_path_by_default():
     close(p.detach(), rand(3) - 0.1)
 
 
+@pytest.mark.parametrize("kw", [dict(size=(7, 9), mode="bilinear"),
+                                dict(scale_factor=2, mode="bilinear", align_corners=True),
+                                dict(scale_factor=1.5, mode="nearest"),
+                                dict(size=(4, 11), mode="nearest-exact")])
+def test_interpolate_matches_cpu_with_gradients(kw):
+    both(lambda x: F.interpolate(x, **kw), rand(2, 3, 5, 6))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_per_pixel_cross_entropy_matches_cpu_with_gradients(reduction):
+    labels = torch.randint(0, 4, (2, 5, 6), generator=torch.Generator().manual_seed(2))
+    labels[0, 0, :3] = -100  # ignored pixels
+    both(lambda x: F.cross_entropy(x, labels.to(x.device), reduction=reduction),
+         rand(2, 4, 5, 6))
+
+
 def test_attention_and_triangles():
     q, k, v = rand(2, 3, 7, 8), rand(2, 3, 7, 8, seed=1), rand(2, 3, 7, 8, seed=2)
     both(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)

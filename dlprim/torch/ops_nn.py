@@ -8,6 +8,7 @@ import torch
 
 from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from ..core.gemm import Gemm
+from ..core.interpolation import Interpolate2D
 from ..core.loss import NLLLossOps
 from ..core.pointwise import _memo, pointwise
 from ..core.pooling import Pool2D
@@ -16,7 +17,7 @@ from ..core.softmax import SoftmaxOps
 from ..tensor import Tensor
 from .dispatch import handle, register
 from .ops_tensor import convert, meta_of
-from .tensor import as_dlprim, empty, enqueue
+from .tensor import as_dlprim, empty, enqueue, write_into
 
 aten = torch.ops.aten
 
@@ -177,6 +178,51 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
     if output_mask[2]:
         db = handle(aten.sum.dim_IntList, (grad, [0, 2, 3]), {})
     return dx, dw, db
+
+
+# ----- interpolation (F.interpolate: nearest, nearest-exact, bilinear), on the kernels
+# of dlprim's Interpolate layer
+def _interp_op(x, out_hw, method, scales, align_corners):
+    ctx = _ctx(x)
+    scale = tuple(-1.0 if v is None else float(v) for v in scales)
+    key = ("torch_interp", tuple(x.shape), tuple(out_hw), method, scale, bool(align_corners))
+    return _memo(ctx, key, lambda: Interpolate2D(ctx, tuple(x.shape), tuple(out_hw), method,
+                                                 scale, bool(align_corners)))
+
+
+def _interp(method, x, output_size, align_corners=False, scales_h=None, scales_w=None):
+    _check_float("upsample", x)
+    if x.dim() != 4:
+        _unsupported("upsample", "2-D resampling of 4-D inputs only, got %s" % (list(x.shape),))
+    op = _interp_op(x, output_size, method, (scales_h, scales_w), align_corners)
+    out = empty(op.out_shape, x.dtype, x._ocl_storage.index)
+    enqueue(_ctx(x), op.launches(as_dlprim(x), as_dlprim(out)))
+    return out
+
+
+def _interp_backward(method, grad, output_size, input_size, align_corners=False,
+                     scales_h=None, scales_w=None):
+    dx = empty(input_size, grad.dtype, grad._ocl_storage.index)
+    op = _interp_op(dx, output_size, method, (scales_h, scales_w), align_corners)
+    enqueue(_ctx(grad), op.backward_launches(as_dlprim(grad), as_dlprim(dx)))
+    return dx
+
+
+register(aten.upsample_bilinear2d.default)(
+    lambda x, size, align, sh=None, sw=None: _interp("bilinear", x, size, align, sh, sw))
+register(aten.upsample_nearest2d.default)(
+    lambda x, size, sh=None, sw=None: _interp("nearest", x, size, False, sh, sw))
+register(aten._upsample_nearest_exact2d.default)(
+    lambda x, size, sh=None, sw=None: _interp("nearest-exact", x, size, False, sh, sw))
+register(aten.upsample_bilinear2d_backward.default)(
+    lambda g, size, in_size, align, sh=None, sw=None:
+    _interp_backward("bilinear", g, size, in_size, align, sh, sw))
+register(aten.upsample_nearest2d_backward.default)(
+    lambda g, size, in_size, sh=None, sw=None:
+    _interp_backward("nearest", g, size, in_size, False, sh, sw))
+register(aten._upsample_nearest_exact2d_backward.default)(
+    lambda g, size, in_size, sh=None, sw=None:
+    _interp_backward("nearest-exact", g, size, in_size, False, sh, sw))
 
 
 # ----- pooling
@@ -404,6 +450,34 @@ def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_w
         pointwise(ctx, [as_dlprim(total_weight).view((1,))], [norm], "y0 = 1.0f / x0;")
     enqueue(ctx, op.backward_launches(as_dlprim(target), as_dlprim(grad).view(op.out_shape),
                                    as_dlprim(dx), beta=0.0, norm=norm))
+    return dx
+
+
+# nll_loss2d: per-pixel classes of (N, C, H, W) scores (segmentation), as nll_loss over
+# the (N*H*W, C) rows of the channels-last copy
+def _pixel_rows(x):
+    c = x.shape[1]
+    return handle(aten.clone.default, (x.permute(0, 2, 3, 1),),
+                  {"memory_format": torch.contiguous_format}).view(-1, c)
+
+
+@register(aten.nll_loss2d_forward.default)
+def _nll_loss2d_forward(x, target, weight, reduction, ignore_index):
+    if x.dim() != 4:
+        _unsupported("nll_loss2d", "(N, C, H, W) inputs only, got %s" % (list(x.shape),))
+    out, total = _nll_loss_forward(_pixel_rows(x), target.reshape(-1), weight, reduction,
+                                   ignore_index)
+    return (out.view(target.shape) if out.dim() else out), total
+
+
+@register(aten.nll_loss2d_backward.default)
+def _nll_loss2d_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    rows = _pixel_rows(x)
+    g = grad.reshape(-1) if grad.dim() else grad
+    drows = _nll_loss_backward(g, rows, target.reshape(-1), weight, reduction, ignore_index,
+                               total_weight)
+    dx = empty(x.shape, x.dtype, x._ocl_storage.index)
+    write_into(dx.permute(0, 2, 3, 1), as_dlprim(drows))
     return dx
 
 
