@@ -36,3 +36,38 @@ def test_build_error_shows_source_and_params(ctx, tmp_path, monkeypatch):
     msg = str(err.value)
     assert "broken" in msg and "N=7" in msg and ctx.facts.name in msg
     assert ">>    3|     y[0] = undefined_name_7;" in msg
+
+
+def _fill_launch(prg, t, value):
+    return program.Launch(prg, "fill", (round_up(t.size, 64),), (64,),
+                          [np.uint64(t.size), t, np.float32(value)])
+
+
+def test_launch_called_again_keeps_its_arguments(ctx):
+    """The first call binds a shared kernel; a second takes a kernel of its own. Another
+    launch of the same kernel in between must not change what either one writes."""
+    prg = program.get(ctx, "fill", dtype="float")
+    a, b = dp.Tensor(ctx, (70,)), dp.Tensor(ctx, (70,))
+    fill_a, fill_b = _fill_launch(prg, a, 1.0), _fill_launch(prg, b, 2.0)
+    fill_a(ctx.queue)
+    fill_b(ctx.queue)
+    b.zero_()
+    fill_a.set_arg(3, np.float32(3.0))
+    fill_a(ctx.queue)
+    fill_b(ctx.queue)
+    np.testing.assert_array_equal(a.to_host(), 3.0)
+    np.testing.assert_array_equal(b.to_host(), 2.0)
+
+
+def test_recording_replays_over_other_tensors(ctx):
+    prg = program.get(ctx, "fill", dtype="float")
+    first = dp.Tensor(ctx, (70,))
+    recording = program.Recording.of([_fill_launch(prg, first, 5.0)], [first])
+    whole = dp.Tensor.zeros(ctx, (80,))
+    recording.replay(ctx.queue, [whole.view((70,), offset=7)])
+    got = whole.to_host()
+    np.testing.assert_array_equal(got[7:77], 5.0)
+    np.testing.assert_array_equal(np.r_[got[:7], got[77:]], 0.0)
+    # two views of one buffer cannot be told apart: no recording
+    assert program.Recording.of([_fill_launch(prg, first, 5.0)],
+                                [first.view((35,)), first.view((35,), offset=35)]) is None

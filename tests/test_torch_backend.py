@@ -367,6 +367,32 @@ def test_per_pixel_cross_entropy_matches_cpu_with_gradients(reduction):
          rand(2, 4, 5, 6))
 
 
+def test_repeated_layers_replay_over_new_tensors():
+    """A convolution and batch norm called again with the same shapes replay their first
+    call's launches rebound to the new tensors: views at other storage offsets included."""
+    conv = torch.nn.Conv2d(3, 5, 3, padding=1)
+    bn = torch.nn.BatchNorm2d(5)
+    net_cpu = torch.nn.Sequential(conv, bn)
+    net_ocl = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3, padding=1), torch.nn.BatchNorm2d(5))
+    net_ocl.load_state_dict(net_cpu.state_dict())
+    net_ocl.to(DEV)
+    big = rand(4, 3, 6, 7, seed=3)
+    for x in (rand(3, 3, 6, 7), big[1:], big[:3], rand(3, 3, 6, 7, seed=4)):
+        xc = x.clone().requires_grad_(True)
+        xo = x.to(DEV) if x.is_contiguous() and x.storage_offset() == 0 else \
+            big.to(DEV)[1:] if x.data_ptr() != big.data_ptr() else big.to(DEV)[:3]
+        xo.requires_grad_(True)
+        want, got = net_cpu(xc), net_ocl(xo)
+        close(got, want, 1e-4, "value")
+        g = rand(*want.shape, seed=5)
+        want.backward(g)
+        got.backward(g.to(DEV))
+        close(xo.grad, xc.grad, 1e-4, "input gradient")
+    for (name, a), b in zip(net_cpu.named_parameters(), net_ocl.parameters()):
+        close(b.grad, a.grad, 1e-4, name)
+    close(net_ocl[1].running_mean, net_cpu[1].running_mean, 1e-5, "running mean")
+
+
 def test_attention_and_triangles():
     q, k, v = rand(2, 3, 7, 8), rand(2, 3, 7, 8, seed=1), rand(2, 3, 7, 8, seed=2)
     both(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)

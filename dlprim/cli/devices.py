@@ -2,8 +2,6 @@
 import argparse
 import sys
 
-import pyopencl as cl
-
 from ..context import DeviceError, DeviceFacts, default_device_string, list_devices
 
 

@@ -424,15 +424,25 @@ def _param_specs(params):
     return types, list(params)
 
 
-def pointwise(ctx, xs, ys, code, params=(), beta=0.0, queue=None):
-    """Build (memoized) and enqueue ``PointwiseBroadcast`` over these tensors now."""
+def _pointwise_op(ctx, xs, ys, code, params):
     types, values = _param_specs(params)
     xsp = tuple((x.shape, x.dtype) for x in xs)  # dtype objects: .name costs microseconds
     ysp = tuple((y.shape, y.dtype) for y in ys)
     op = _memo(ctx, ("pw", xsp, ysp, code, tuple(types)),
                lambda: PointwiseBroadcast(ctx, xsp, ysp, code, types))
-    op.enqueue_now(xs, ys, op._typed_params(values), beta,
-                   queue if queue is not None else ctx.queue)
+    return op, op._typed_params(values)
+
+
+def pointwise(ctx, xs, ys, code, params=(), beta=0.0, queue=None):
+    """Build (memoized) and enqueue ``PointwiseBroadcast`` over these tensors now."""
+    op, values = _pointwise_op(ctx, xs, ys, code, params)
+    op.enqueue_now(xs, ys, values, beta, queue if queue is not None else ctx.queue)
+
+
+def pointwise_launches(ctx, xs, ys, code, params=(), beta=0.0):
+    """``pointwise``'s launches, prepared and not enqueued (to be part of a plan)."""
+    op, values = _pointwise_op(ctx, xs, ys, code, params)
+    return op.launches(xs, ys, values, beta)
 
 
 def pointwise_reduce(ctx, xs, ys, code, reduce_init="reduce_y0 = 0;", reduce="reduce_y0 += y0;",

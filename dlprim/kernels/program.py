@@ -20,7 +20,8 @@ from mako.lookup import TemplateLookup
 from ..errors import Error
 from ..tensor import Tensor
 
-__all__ = ["get", "render", "KernelBuildError", "Launch", "enqueue_now", "expand_args", "stats"]
+__all__ = ["get", "render", "KernelBuildError", "Launch", "Recording", "enqueue_now",
+           "expand_args", "stats"]
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 _lookup = TemplateLookup(directories=[KERNEL_DIR], strict_undefined=True)
@@ -210,6 +211,59 @@ class Launch:
 
     def __repr__(self):
         return "Launch(%s, g=%s, l=%s)" % (self.name, self.gsize, self.lsize)
+
+
+class Recording:
+    """Launches prepared once over some tensors, replayed over other tensors of the same
+    shapes and dtypes: each (buffer, offset) argument pair that pointed into one of the
+    tensors is rebound to the same place in its counterpart, and every other argument
+    (op-owned tables and workspaces, sizes, scalars) is kept. An eager operator repeated
+    with the same signature skips preparing its launches again.
+
+    ``Recording.of`` answers None where the tensors cannot be told apart by their buffers
+    (two of them views of one buffer): such a call is prepared anew each time.
+    """
+    __slots__ = ("steps",)
+
+    def __init__(self, steps):
+        self.steps = steps  # [(program, kernel name, gsize, lsize, args, [(arg, tensor, delta)])]
+
+    @staticmethod
+    def of(launches, tensors):
+        """The recording of ``launches`` as prepared over ``tensors`` (dlprim Tensors,
+        None for an absent one), or None where two tensors share a buffer."""
+        owner = {}
+        for i, t in enumerate(tensors):
+            if t is None:
+                continue
+            if id(t.buffer) in owner:
+                return None
+            owner[id(t.buffer)] = i
+        steps = []
+        for launch in launches:
+            args, patches = list(launch.args), []
+            for k, a in enumerate(args):
+                i = owner.get(id(a))
+                if i is None:
+                    continue
+                if k + 1 >= len(args) or not isinstance(args[k + 1], np.uint64):
+                    return None  # a tensor's buffer without its offset: not ours to rebind
+                patches.append((k, i, int(args[k + 1]) - tensors[i].offset))
+            for k, _, _ in patches:  # rebound at every replay: hold on to none of them
+                args[k] = args[k + 1] = None
+            steps.append((launch.program, launch.name, launch.gsize, launch.lsize, args, patches))
+        return Recording(steps)
+
+    def replay(self, queue, tensors):
+        """Enqueue the recorded launches over ``tensors`` (in the recorded order)."""
+        u64 = np.uint64
+        for prg, name, gsize, lsize, template, patches in self.steps:
+            args = list(template)
+            for k, i, delta in patches:
+                t = tensors[i]
+                args[k] = t.buffer
+                args[k + 1] = u64(t.offset + delta)
+            enqueue_now(queue, prg, name, gsize, lsize, args)
 
 
 def scalar(value, dtype=np.float32):

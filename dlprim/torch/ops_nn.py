@@ -17,7 +17,7 @@ from ..core.softmax import SoftmaxOps
 from ..tensor import Tensor
 from .dispatch import handle, register
 from .ops_tensor import convert, meta_of
-from .tensor import as_dlprim, empty, enqueue, write_into
+from .tensor import as_dlprim, empty, enqueue, enqueue_recorded, write_into
 
 aten = torch.ops.aten
 
@@ -149,9 +149,9 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
     if out.numel() == 0:
         return out
     ctx = _ctx(x)
-    b = as_dlprim(bias) if bias is not None else None
-    enqueue(ctx, op.launches(as_dlprim(x), as_dlprim(w), as_dlprim(out), b,
-                             _workspace(ctx, ws_bytes)))
+    ts = (as_dlprim(x), as_dlprim(w), as_dlprim(out),
+          as_dlprim(bias) if bias is not None else None, _workspace(ctx, ws_bytes))
+    enqueue_recorded(ctx, op, ts, lambda: op.launches(*ts))
     return out
 
 
@@ -168,13 +168,14 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
         if dx.numel():
             op, ws_bytes, _ = _conv_plan(ConvBackwardData, x, w, stride, padding, dilation,
                                          groups)
-            enqueue(ctx, op.launches(dy, as_dlprim(w), as_dlprim(dx), None,
-                                     _workspace(ctx, ws_bytes), beta=0.0))
+            ts = (dy, as_dlprim(w), as_dlprim(dx), _workspace(ctx, ws_bytes))
+            enqueue_recorded(ctx, op, ts,
+                             lambda: op.launches(ts[0], ts[1], ts[2], None, ts[3], beta=0.0))
     if output_mask[1]:
         dw = empty(w.shape, w.dtype, index)
         op, ws_bytes, _ = _conv_plan(ConvBackwardFilter, x, w, stride, padding, dilation, groups)
-        enqueue(ctx, op.launches(as_dlprim(x), dy, as_dlprim(dw), _workspace(ctx, ws_bytes),
-                                 beta=0.0))
+        ts = (as_dlprim(x), dy, as_dlprim(dw), _workspace(ctx, ws_bytes))
+        enqueue_recorded(ctx, op, ts, lambda: op.launches(*ts, beta=0.0))
     if output_mask[2]:
         db = handle(aten.sum.dim_IntList, (grad, [0, 2, 3]), {})
     return dx, dw, db

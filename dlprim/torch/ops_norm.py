@@ -8,10 +8,10 @@ import numpy as np
 import torch
 
 from ..core.batchnorm import BatchNormOps
-from ..core.pointwise import _memo, pointwise, pointwise_reduce
+from ..core.pointwise import _memo, pointwise, pointwise_launches, pointwise_reduce
 from ..tensor import Tensor
 from .dispatch import register
-from .tensor import as_dlprim, empty, enqueue
+from .tensor import as_dlprim, empty, enqueue_recorded
 
 aten = torch.ops.aten
 
@@ -57,14 +57,15 @@ def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps
         else:
             r_mean, r_var = as_dlprim(running_mean), as_dlprim(running_var)
         scratch = Tensor(ctx, (c,), np.float32)
-        enqueue(ctx, op.stats_launches(xs, as_dlprim(mean), var, r_mean, r_var, momentum, scratch))
-        m = as_dlprim(mean)
-    else:
-        m, var = as_dlprim(running_mean), as_dlprim(running_var)
-    enqueue(ctx, op.apply_launches(xs, ys, m, var, gamma, beta))
-    if training:
-        pointwise(ctx, [var], [as_dlprim(rstd)], "y0 = rsqrt(x0 + w0);", [np.float32(eps)])
+        ts = (xs, ys, as_dlprim(mean), var, r_mean, r_var, scratch, gamma, beta, as_dlprim(rstd))
+        enqueue_recorded(ctx, (op, "train", float(momentum)), ts, lambda: (
+            op.stats_launches(*ts[:1], *ts[2:6], momentum, ts[6])
+            + op.apply_launches(ts[0], ts[1], ts[2], ts[3], ts[7], ts[8])
+            + pointwise_launches(ctx, [ts[3]], [ts[9]], "y0 = rsqrt(x0 + w0);",
+                                 [np.float32(eps)])))
         return out, mean, rstd
+    ts = (xs, ys, as_dlprim(running_mean), as_dlprim(running_var), gamma, beta)
+    enqueue_recorded(ctx, (op, "eval"), ts, lambda: op.apply_launches(*ts))
     return out, empty((0,), x.dtype, index), empty((0,), x.dtype, index)
 
 
@@ -96,11 +97,10 @@ def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rst
     n, c, s = _shape(x)
     affine = weight is not None
     op = _op(x, eps, affine)
+    rstd = None
     if train:
-        mean = as_dlprim(save_mean)
-        var = Tensor(ctx, (c,), np.float32)  # back from 1 / sqrt(var + eps)
-        pointwise(ctx, [as_dlprim(save_rstd)], [var], "y0 = 1.0f / (x0 * x0) - w0;",
-                  [np.float32(eps)])
+        mean, rstd = as_dlprim(save_mean), as_dlprim(save_rstd)
+        var = Tensor(ctx, (c,), np.float32)  # back from 1 / sqrt(var + eps), in the plan
     else:
         mean, var = as_dlprim(running_mean), as_dlprim(running_var)
     dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
@@ -109,11 +109,17 @@ def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rst
     # the per-channel sums of dy and dy*xhat are dbeta and dgamma: reduced straight into them
     sums = tuple(as_dlprim(t) if t is not None else Tensor(ctx, (c,), np.float32)
                  for t in (db, dw))
-    enqueue(ctx, op.backward_launches(
-        as_dlprim(x).view((n, c, s)), as_dlprim(grad).view((n, c, s)), mean, var, sums,
-        gamma=as_dlprim(weight) if affine else None,
-        dx=as_dlprim(dx).view((n, c, s)) if dx is not None else None,
-        sums_wanted=dw is not None or db is not None, batch_stats=bool(train)))
+    ts = (as_dlprim(x).view((n, c, s)), as_dlprim(grad).view((n, c, s)), mean, var) + sums + (
+        as_dlprim(weight) if affine else None,
+        as_dlprim(dx).view((n, c, s)) if dx is not None else None, rstd)
+    wanted = dw is not None or db is not None
+
+    def plan():
+        var_back = [] if rstd is None else pointwise_launches(
+            ctx, [ts[8]], [ts[3]], "y0 = 1.0f / (x0 * x0) - w0;", [np.float32(eps)])
+        return var_back + op.backward_launches(*ts[:4], ts[4:6], gamma=ts[6], dx=ts[7],
+                                               sums_wanted=wanted, batch_stats=bool(train))
+    enqueue_recorded(ctx, (op, "backward", bool(train), wanted), ts, plan)
     return dx, dw, db
 
 

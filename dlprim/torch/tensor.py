@@ -13,11 +13,13 @@ import torch
 
 from ..core.copy import StridedCopy, contiguous_strides
 from ..core.pointwise import _memo
+from ..kernels.program import Recording
 from ..tensor import Tensor
 from . import device
 
 __all__ = ["OclTensor", "Storage", "empty", "as_dlprim", "from_numpy", "to_numpy",
-           "numpy_dtype", "write_into", "assign", "enqueue", "route_operators_to"]
+           "numpy_dtype", "write_into", "assign", "enqueue", "enqueue_recorded",
+           "route_operators_to"]
 
 # torch dtype -> the numpy dtype of its storage (bool is stored as one byte, 0 or 1)
 _NUMPY = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32,
@@ -129,6 +131,24 @@ def enqueue(ctx, launches):
     """Enqueue prepared launches on the context's queue now (eager operators)."""
     for launch in launches:
         launch(ctx.queue)
+
+
+def enqueue_recorded(ctx, key, tensors, make):
+    """Enqueue now the launches ``make()`` prepares over the dlprim tensors ``tensors``
+    (None for an absent optional one). The first call for a ``key`` records them; later
+    calls replay the recording over their own tensors without preparing anything
+    (``program.Recording``). The key must name everything else the launches depend on:
+    the op and every scalar argument."""
+    key = ("recording", key, tuple(t is None for t in tensors))
+    recording = ctx.ops.get(key)
+    if recording is not None:
+        recording.replay(ctx.queue, tensors)
+        return
+    launches = make()
+    enqueue(ctx, launches)
+    recording = Recording.of(launches, tensors)
+    if recording is not None:
+        ctx.ops[key] = recording
 
 
 def strided_copy(ctx, shape, src, src_strides, dst, dst_strides):
