@@ -424,7 +424,10 @@ def _param_specs(params):
     return types, list(params)
 
 
-def _pointwise_op(ctx, xs, ys, code, params):
+def pointwise_op(ctx, xs, ys, code, params):
+    """(the memoized ``PointwiseBroadcast`` for these tensors' shapes and dtypes, the params
+    typed for it): ``op.enqueue_now(xs, ys, typed, beta, queue)`` runs it over any tensors
+    of those shapes and dtypes."""
     types, values = _param_specs(params)
     xsp = tuple((x.shape, x.dtype) for x in xs)  # dtype objects: .name costs microseconds
     ysp = tuple((y.shape, y.dtype) for y in ys)
@@ -435,13 +438,13 @@ def _pointwise_op(ctx, xs, ys, code, params):
 
 def pointwise(ctx, xs, ys, code, params=(), beta=0.0, queue=None):
     """Build (memoized) and enqueue ``PointwiseBroadcast`` over these tensors now."""
-    op, values = _pointwise_op(ctx, xs, ys, code, params)
+    op, values = pointwise_op(ctx, xs, ys, code, params)
     op.enqueue_now(xs, ys, values, beta, queue if queue is not None else ctx.queue)
 
 
 def pointwise_launches(ctx, xs, ys, code, params=(), beta=0.0):
     """``pointwise``'s launches, prepared and not enqueued (to be part of a plan)."""
-    op, values = _pointwise_op(ctx, xs, ys, code, params)
+    op, values = pointwise_op(ctx, xs, ys, code, params)
     return op.launches(xs, ys, values, beta)
 
 

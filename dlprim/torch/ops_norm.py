@@ -30,6 +30,18 @@ def _op(x, eps, affine):
                  lambda: BatchNormOps(ctx, shape, eps, affine))
 
 
+def _scratch(ctx, c):
+    """Four (C,) float32 vectors for the values a batch norm needs only between its own
+    launches (variance, partial counts, the sums of an absent gradient, running statistics
+    nobody keeps). One set per context and C serves every such layer: the queue is in
+    order, so a layer's launches are done with them before the next layer's start."""
+    key = ("torch_bn_scratch", c)
+    vectors = ctx.ops.get(key)
+    if vectors is None:
+        vectors = ctx.ops[key] = [Tensor(ctx, (c,), np.float32) for _ in range(4)]
+    return vectors
+
+
 def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps):
     if x.dtype != torch.float32:
         raise NotImplementedError("dlprim.torch: batch norm on ocl devices takes float32, got %s"
@@ -47,21 +59,19 @@ def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps
         beta = Tensor(ctx, (c,), np.float32)
         beta.zero_()
     if training:
-        var = Tensor(ctx, (c,), np.float32)
-        if running_mean is None:  # no running statistics to update: scratch ones
-            r_mean, r_var = Tensor(ctx, (c,), np.float32), Tensor(ctx, (c,), np.float32)
-        elif not (running_mean.is_contiguous() and running_var.is_contiguous()):
+        var, scratch, r_mean, r_var = _scratch(ctx, c)  # r_*: where no running statistics
+        if running_mean is not None and not (running_mean.is_contiguous() and running_var.is_contiguous()):
             # updated in place: a copy would take the update and lose it
             raise NotImplementedError("dlprim.torch: batch norm running statistics must be "
                                       "contiguous")
-        else:
+        if running_mean is not None:
             r_mean, r_var = as_dlprim(running_mean), as_dlprim(running_var)
-        scratch = Tensor(ctx, (c,), np.float32)
-        ts = (xs, ys, as_dlprim(mean), var, r_mean, r_var, scratch, gamma, beta, as_dlprim(rstd))
+        # the scratch vectors are not rebound: they stay in the recording
+        ts = (xs, ys, as_dlprim(mean), r_mean, r_var, gamma, beta, as_dlprim(rstd))
         enqueue_recorded(ctx, (op, "train", float(momentum)), ts, lambda: (
-            op.stats_launches(*ts[:1], *ts[2:6], momentum, ts[6])
-            + op.apply_launches(ts[0], ts[1], ts[2], ts[3], ts[7], ts[8])
-            + pointwise_launches(ctx, [ts[3]], [ts[9]], "y0 = rsqrt(x0 + w0);",
+            op.stats_launches(ts[0], ts[2], var, ts[3], ts[4], momentum, scratch)
+            + op.apply_launches(ts[0], ts[1], ts[2], var, ts[5], ts[6])
+            + pointwise_launches(ctx, [var], [ts[7]], "y0 = rsqrt(x0 + w0);",
                                  [np.float32(eps)])))
         return out, mean, rstd
     ts = (xs, ys, as_dlprim(running_mean), as_dlprim(running_var), gamma, beta)
@@ -98,17 +108,18 @@ def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rst
     affine = weight is not None
     op = _op(x, eps, affine)
     rstd = None
+    scratch = _scratch(ctx, c)
     if train:
         mean, rstd = as_dlprim(save_mean), as_dlprim(save_rstd)
-        var = Tensor(ctx, (c,), np.float32)  # back from 1 / sqrt(var + eps), in the plan
+        var = scratch[0]  # back from 1 / sqrt(var + eps), in the plan
     else:
         mean, var = as_dlprim(running_mean), as_dlprim(running_var)
     dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
     dw = empty((c,), x.dtype, index) if output_mask[1] and affine else None
     db = empty((c,), x.dtype, index) if output_mask[2] and affine else None
     # the per-channel sums of dy and dy*xhat are dbeta and dgamma: reduced straight into them
-    sums = tuple(as_dlprim(t) if t is not None else Tensor(ctx, (c,), np.float32)
-                 for t in (db, dw))
+    sums = tuple(as_dlprim(t) if t is not None else spare
+                 for t, spare in zip((db, dw), scratch[1:3]))
     ts = (as_dlprim(x).view((n, c, s)), as_dlprim(grad).view((n, c, s)), mean, var) + sums + (
         as_dlprim(weight) if affine else None,
         as_dlprim(dx).view((n, c, s)) if dx is not None else None, rstd)

@@ -5,13 +5,26 @@ keeps it there for fused updates), so nothing waits for the host."""
 import numpy as np
 import torch
 
-from ..core.pointwise import pointwise
+from ..core.pointwise import pointwise_op
 from .dispatch import register
 from .tensor import as_dlprim
 
 aten = torch.ops.aten
 
 __all__ = []
+
+
+def _update_each(code, values, pairs):
+    """One pointwise launch of ``code`` per parameter, over each (xs, ys) of dlprim tensors:
+    the op and its typed params are looked up once per parameter shape, not per parameter."""
+    ops = {}
+    for xs, ys in pairs:
+        key = tuple((t.shape, t.dtype) for t in xs + ys)
+        entry = ops.get(key)
+        if entry is None:
+            entry = ops[key] = pointwise_op(xs[0].ctx, xs, ys, code, values)
+        op, typed = entry
+        op.enqueue_now(xs, ys, typed, 0.0, xs[0].ctx.queue)
 
 
 def _check(op, tensors, grad_scale, found_inf):
@@ -43,18 +56,19 @@ def _adam(op, decoupled, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, 
     code += " y1 = m; y2 = v;"
     values = [np.float32(v) for v in (lr, beta1, beta2, weight_decay, eps,
                                       -1.0 if maximize else 1.0)]
-    for i, p in enumerate(params):
-        if p.numel() == 0:
-            continue
-        shape = tuple(p.shape)
-        step = as_dlprim(state_steps[i]).view((1,) * len(shape))
-        xs = [as_dlprim(p), as_dlprim(grads[i]), as_dlprim(exp_avgs[i]),
-              as_dlprim(exp_avg_sqs[i]), step]
-        ys = [as_dlprim(p), as_dlprim(exp_avgs[i]), as_dlprim(exp_avg_sqs[i])]
-        if amsgrad:
-            xs.append(as_dlprim(max_exp_avg_sqs[i]))
-            ys.append(as_dlprim(max_exp_avg_sqs[i]))
-        pointwise(p._ocl_storage.ctx, xs, ys, code, values)
+    def pairs():
+        for i, p in enumerate(params):
+            if p.numel() == 0:
+                continue
+            step = as_dlprim(state_steps[i]).view((1,) * p.dim())
+            pd, m, v = as_dlprim(p), as_dlprim(exp_avgs[i]), as_dlprim(exp_avg_sqs[i])
+            xs, ys = [pd, as_dlprim(grads[i]), m, v, step], [pd, m, v]
+            if amsgrad:
+                vmax = as_dlprim(max_exp_avg_sqs[i])
+                xs.append(vmax)
+                ys.append(vmax)
+            yield xs, ys
+    _update_each(code, values, pairs())
 
 
 def _fused_adam(name, decoupled):
@@ -83,11 +97,15 @@ def _fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay, momentum, 
     code += " y0 = x0 - w0 * d;"
     values = [np.float32(v) for v in (lr, weight_decay, momentum, dampening,
                                       -1.0 if maximize else 1.0)]
-    for i, p in enumerate(params):
-        if p.numel() == 0:
-            continue
-        xs, ys = [as_dlprim(p), as_dlprim(grads[i])], [as_dlprim(p)]
-        if momentum:
-            xs.append(as_dlprim(momentum_buffer_list[i]))
-            ys.append(as_dlprim(momentum_buffer_list[i]))
-        pointwise(p._ocl_storage.ctx, xs, ys, code, values)
+    def pairs():
+        for i, p in enumerate(params):
+            if p.numel() == 0:
+                continue
+            pd = as_dlprim(p)
+            xs, ys = [pd, as_dlprim(grads[i])], [pd]
+            if momentum:
+                buf = as_dlprim(momentum_buffer_list[i])
+                xs.append(buf)
+                ys.append(buf)
+            yield xs, ys
+    _update_each(code, values, pairs())
