@@ -226,7 +226,7 @@ class Recording:
     __slots__ = ("steps",)
 
     def __init__(self, steps):
-        self.steps = steps  # [(program, kernel name, gsize, lsize, args, [(arg, tensor, delta)])]
+        self.steps = steps  # [(shared kernel, gsize, lsize, args, [(arg, tensor, delta)])]
 
     @staticmethod
     def of(launches, tensors):
@@ -251,19 +251,24 @@ class Recording:
                 patches.append((k, i, int(args[k + 1]) - tensors[i].offset))
             for k, _, _ in patches:  # rebound at every replay: hold on to none of them
                 args[k] = args[k + 1] = None
-            steps.append((launch.program, launch.name, launch.gsize, launch.lsize, args, patches))
+            kernel = _shared_kernel(launch.program, launch.name)
+            with _shared_lock:
+                _declare_scalars(kernel, launch.args)
+            steps.append((kernel, launch.gsize, launch.lsize, args, patches))
         return Recording(steps)
 
     def replay(self, queue, tensors):
         """Enqueue the recorded launches over ``tensors`` (in the recorded order)."""
-        u64 = np.uint64
-        for prg, name, gsize, lsize, template, patches in self.steps:
-            args = list(template)
-            for k, i, delta in patches:
-                t = tensors[i]
-                args[k] = t.buffer
-                args[k + 1] = u64(t.offset + delta)
-            enqueue_now(queue, prg, name, gsize, lsize, args)
+        u64, enqueue = np.uint64, cl.enqueue_nd_range_kernel
+        with _shared_lock:
+            for kernel, gsize, lsize, template, patches in self.steps:
+                args = list(template)
+                for k, i, delta in patches:
+                    t = tensors[i]
+                    args[k] = t.buffer
+                    args[k + 1] = u64(t.offset + delta)
+                kernel.set_args(*args)
+                enqueue(queue, kernel, gsize, lsize)
 
 
 def scalar(value, dtype=np.float32):
