@@ -393,6 +393,39 @@ def test_repeated_layers_replay_over_new_tensors():
     close(net_ocl[1].running_mean, net_cpu[1].running_mean, 1e-5, "running mean")
 
 
+def _dispatched(fn):
+    seen, route = [], dt.tensor._route[0]
+
+    def spy(func, args, kwargs):
+        seen.append(str(func))
+        return route(func, args, kwargs)
+    dt.tensor.route_operators_to(spy)
+    try:
+        fn()
+    finally:
+        dt.tensor.route_operators_to(route)
+    return seen
+
+
+def test_attention_runs_on_the_fused_kernels():
+    q, k, v = rand(2, 3, 70, 8), rand(2, 3, 45, 8, seed=1), rand(2, 3, 45, 5, seed=2)
+    sdpa = F.scaled_dot_product_attention
+    ops = _dispatched(lambda: both(lambda q, k, v: sdpa(q, k, v), q, k, v))
+    assert not any("bmm" in name or "softmax" in name for name in ops), ops  # no L x S scores
+    both(lambda q, k, v: sdpa(q, k, v, scale=0.3), q, k, v)
+    sq = rand(2, 3, 45, 8, seed=3)
+    both(lambda q, k, v: sdpa(q, k, v, is_causal=True), sq, k, v)
+    keep = torch.rand(2, 1, 1, 45, generator=torch.Generator().manual_seed(4)) > 0.3
+    keep[0] = False  # every key of sample 0 masked: zeros, as PyTorch's math path gives
+    both(lambda q, k, v: sdpa(q, k, v, attn_mask=keep.to(q.device)), q, k, v)
+    bias = rand(70, 45, seed=5)
+    both(lambda q, k, v: sdpa(q, k, v, attn_mask=bias.to(q.device)), q, k, v)
+    both(lambda q, k, v: sdpa(q, k, v), rand(4, 9, 6), rand(4, 11, 6, seed=1), rand(4, 11, 6, seed=2))
+    # what the kernels do not cover takes PyTorch's math path, on the device
+    both(lambda q, k, v: sdpa(q, k, v, enable_gqa=True), rand(1, 4, 5, 8), rand(1, 2, 6, 8),
+         rand(1, 2, 6, 8, seed=1))
+
+
 def test_attention_and_triangles():
     q, k, v = rand(2, 3, 7, 8), rand(2, 3, 7, 8, seed=1), rand(2, 3, 7, 8, seed=2)
     both(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)

@@ -448,12 +448,24 @@ def pointwise_launches(ctx, xs, ys, code, params=(), beta=0.0):
     return op.launches(xs, ys, values, beta)
 
 
-def pointwise_reduce(ctx, xs, ys, code, reduce_init="reduce_y0 = 0;", reduce="reduce_y0 += y0;",
-                     params=(), alpha=1.0, beta=0.0, queue=None):
-    """Build (memoized) and enqueue ``PointwiseBroadcastReduce`` over these tensors now."""
+def _pointwise_reduce_op(ctx, xs, ys, code, reduce_init, reduce, params):
     types, values = _param_specs(params)
     xsp = tuple((x.shape, x.dtype) for x in xs)
     ysp = tuple((y.shape, y.dtype) for y in ys)
     op = _memo(ctx, ("pwr", xsp, ysp, code, reduce_init, reduce, tuple(types)),
                lambda: PointwiseBroadcastReduce(ctx, xsp, ysp, code, reduce_init, reduce, types))
+    return op, values
+
+
+def pointwise_reduce(ctx, xs, ys, code, reduce_init="reduce_y0 = 0;", reduce="reduce_y0 += y0;",
+                     params=(), alpha=1.0, beta=0.0, queue=None):
+    """Build (memoized) and enqueue ``PointwiseBroadcastReduce`` over these tensors now."""
+    op, values = _pointwise_reduce_op(ctx, xs, ys, code, reduce_init, reduce, params)
     op(xs, ys, values, queue=queue, alpha=alpha, beta=beta)
+
+
+def pointwise_reduce_launches(ctx, xs, ys, code, reduce_init="reduce_y0 = 0;",
+                              reduce="reduce_y0 += y0;", params=(), alpha=1.0, beta=0.0):
+    """``pointwise_reduce``'s launches, prepared and not enqueued (to be part of a plan)."""
+    op, values = _pointwise_reduce_op(ctx, xs, ys, code, reduce_init, reduce, params)
+    return op.launches(xs, ys, values, alpha=alpha, beta=beta)

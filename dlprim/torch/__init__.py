@@ -26,7 +26,8 @@ if _version(_torch.__version__) < MIN_TORCH:
 from .device import context, current_device, device_count, set_device  # noqa: E402
 from .dispatch import allow_cpu_fallback, cpu_fallback_allowed, implemented  # noqa: E402
 from .tensor import OclTensor  # noqa: E402
-from . import ops_tensor, ops_math, ops_nn, ops_norm, ops_optim, ops_index  # noqa: E402,F401  (registrations)
+from . import (ops_tensor, ops_math, ops_nn, ops_norm, ops_optim,  # noqa: E402,F401
+               ops_index, ops_attention)  # (the operator registrations)
 
 __all__ = ["OclTensor", "context", "device_count", "current_device", "set_device",
            "allow_cpu_fallback", "cpu_fallback_allowed", "implemented", "synchronize",
@@ -67,6 +68,9 @@ def _register():
     lib.impl("empty.memory_format", ops_tensor.empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", ops_tensor.empty_strided, "PrivateUse1")
     lib.impl("_copy_from", ops_tensor.copy_from, "PrivateUse1")
+    # a composite operator, decomposed above the device unless the device's autograd key
+    # has a kernel of its own
+    ops_attention.register_attention(lib)
     _libraries.append(lib)
     _optimizers_take_foreach()
 

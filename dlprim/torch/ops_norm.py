@@ -60,14 +60,16 @@ def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps
         beta.zero_()
     if training:
         var, scratch, r_mean, r_var = _scratch(ctx, c)  # r_*: where no running statistics
-        if running_mean is not None and not (running_mean.is_contiguous() and running_var.is_contiguous()):
+        if running_mean is not None and not (running_mean.is_contiguous()
+                                             and running_var.is_contiguous()):
             # updated in place: a copy would take the update and lose it
             raise NotImplementedError("dlprim.torch: batch norm running statistics must be "
                                       "contiguous")
         if running_mean is not None:
             r_mean, r_var = as_dlprim(running_mean), as_dlprim(running_var)
         # the scratch vectors are not rebound: they stay in the recording
-        ts = (xs, ys, as_dlprim(mean), r_mean, r_var, gamma, beta, as_dlprim(rstd))
+        ts = (xs, ys, as_dlprim(mean), r_mean, r_var, gamma, beta,
+              as_dlprim(rstd))
         enqueue_recorded(ctx, (op, "train", float(momentum)), ts, lambda: (
             op.stats_launches(ts[0], ts[2], var, ts[3], ts[4], momentum, scratch)
             + op.apply_launches(ts[0], ts[1], ts[2], var, ts[5], ts[6])

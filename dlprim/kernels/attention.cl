@@ -1,0 +1,231 @@
+<%include file="common.h"/>
+// Fused scaled dot-product attention, O = softmax(scale Q K^T + mask) V, in the manner of
+// FlashAttention: every work item owns one row (a query row forward and for dQ, a key
+// row for dK/dV), key or query tiles are staged in local memory, and the softmax runs
+// online (a running maximum and sum), so the L x S score matrix is never stored and
+// memory grows linearly with the sequence. Rows are (batch*head, row, D) contiguous.
+// D: q/k width; DV: v width; T: rows per tile (= the work-group size); MASK: an additive
+// float mask, read with strides (0 where it broadcasts); CAUSAL: key j > query i is out.
+// A row whose keys are all masked gives zeros, as PyTorch's safe softmax, and no gradient.
+
+#define NEG_INF (-INFINITY)
+
+inline float score_mask(
+% if MASK:
+    __global const float *mask, ulong mask_offset, ulong ms_n, ulong ms_h, ulong ms_q, ulong ms_k,
+    uint heads, uint bh,
+% endif
+    uint i, uint j)
+{
+% if CAUSAL:
+    if (j > i)
+        return NEG_INF;
+% endif
+% if MASK:
+    return mask[mask_offset + (bh / heads) * ms_n + (bh % heads) * ms_h + i * ms_q + j * ms_k];
+% else:
+    return 0.0f;
+% endif
+}
+
+% if MASK:
+#define MASK_ARGS , __global const float *mask, ulong mask_offset, ulong ms_n, ulong ms_h, \
+    ulong ms_q, ulong ms_k, uint heads
+#define MASK_AT(i, j) score_mask(mask, mask_offset, ms_n, ms_h, ms_q, ms_k, heads, bh, i, j)
+% else:
+#define MASK_ARGS
+#define MASK_AT(i, j) score_mask(i, j)
+% endif
+
+// o[i] = sum_j p_ij v_j, lse[i] = log sum_j exp(s_ij) (-inf for a row masked whole)
+__kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
+void attention_forward(uint lq, uint lk, float scale,
+                       __global const float *q, ulong q_offset,
+                       __global const float *k, ulong k_offset,
+                       __global const float *v, ulong v_offset,
+                       __global float *o, ulong o_offset,
+                       __global float *lse, ulong lse_offset MASK_ARGS)
+{
+    __local float kt[${T}][${D}];
+    __local float vt[${T}][${DV}];
+    uint bh = get_global_id(1), i = get_global_id(0), t = get_local_id(0);
+    bool live = i < lq;
+    q += q_offset + ((ulong)bh * lq + i) * ${D};
+    k += k_offset + (ulong)bh * lk * ${D};
+    v += v_offset + (ulong)bh * lk * ${DV};
+    float qi[${D}], acc[${DV}];
+    for (int c = 0; c < ${D}; c++)
+        qi[c] = live ? q[c] * scale : 0.0f;
+    for (int c = 0; c < ${DV}; c++)
+        acc[c] = 0.0f;
+    float m = NEG_INF, l = 0.0f;
+    for (uint j0 = 0; j0 < lk; j0 += ${T}) {
+        uint jn = min((uint)${T}, lk - j0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint e = t; e < jn * ${D}; e += ${T})
+            kt[e / ${D}][e % ${D}] = k[(ulong)j0 * ${D} + e];
+        for (uint e = t; e < jn * ${DV}; e += ${T})
+            vt[e / ${DV}][e % ${DV}] = v[(ulong)j0 * ${DV} + e];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!live)
+            continue;
+        for (uint jj = 0; jj < jn; jj++) {
+            float s = MASK_AT(i, j0 + jj);
+            if (s == NEG_INF)
+                continue;
+            for (int c = 0; c < ${D}; c++)
+                s = fma(qi[c], kt[jj][c], s);
+            if (s > m) {  // rescale what was summed under the old maximum
+                float r = exp(m - s);
+                l *= r;
+                for (int c = 0; c < ${DV}; c++)
+                    acc[c] *= r;
+                m = s;
+            }
+            float p = exp(s - m);
+            l += p;
+            for (int c = 0; c < ${DV}; c++)
+                acc[c] = fma(p, vt[jj][c], acc[c]);
+        }
+    }
+    if (!live)
+        return;
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    o += o_offset + ((ulong)bh * lq + i) * ${DV};
+    for (int c = 0; c < ${DV}; c++)
+        o[c] = acc[c] * inv;
+    lse[lse_offset + (ulong)bh * lq + i] = l > 0.0f ? m + log(l) : NEG_INF;
+}
+
+// p_ij = exp(s_ij - lse_i), ds_ij = p_ij (dO_i . v_j - delta_i), delta_i = dO_i . O_i
+inline float prob(float s, float lse_i)
+{
+    return (s == NEG_INF || lse_i == NEG_INF) ? 0.0f : exp(s - lse_i);
+}
+
+// dq_i = scale sum_j ds_ij k_j: one work item per query row, key tiles in local memory
+__kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
+void attention_backward_dq(uint lq, uint lk, float scale,
+                           __global const float *q, ulong q_offset,
+                           __global const float *k, ulong k_offset,
+                           __global const float *v, ulong v_offset,
+                           __global const float *dout, ulong dout_offset,
+                           __global const float *lse, ulong lse_offset,
+                           __global const float *delta, ulong delta_offset,
+                           __global float *dq, ulong dq_offset MASK_ARGS)
+{
+    __local float kt[${T}][${D}];
+    __local float vt[${T}][${DV}];
+    uint bh = get_global_id(1), i = get_global_id(0), t = get_local_id(0);
+    bool live = i < lq;
+    ulong row = (ulong)bh * lq + i;
+    k += k_offset + (ulong)bh * lk * ${D};
+    v += v_offset + (ulong)bh * lk * ${DV};
+    float qi[${D}], gi[${DV}], acc[${D}];
+    for (int c = 0; c < ${D}; c++) {
+        qi[c] = live ? q[q_offset + row * ${D} + c] * scale : 0.0f;
+        acc[c] = 0.0f;
+    }
+    for (int c = 0; c < ${DV}; c++)
+        gi[c] = live ? dout[dout_offset + row * ${DV} + c] : 0.0f;
+    float lse_i = live ? lse[lse_offset + row] : 0.0f;
+    float delta_i = live ? delta[delta_offset + row] : 0.0f;
+    for (uint j0 = 0; j0 < lk; j0 += ${T}) {
+        uint jn = min((uint)${T}, lk - j0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint e = t; e < jn * ${D}; e += ${T})
+            kt[e / ${D}][e % ${D}] = k[(ulong)j0 * ${D} + e];
+        for (uint e = t; e < jn * ${DV}; e += ${T})
+            vt[e / ${DV}][e % ${DV}] = v[(ulong)j0 * ${DV} + e];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!live)
+            continue;
+        for (uint jj = 0; jj < jn; jj++) {
+            float s = MASK_AT(i, j0 + jj);
+            if (s == NEG_INF)
+                continue;
+            for (int c = 0; c < ${D}; c++)
+                s = fma(qi[c], kt[jj][c], s);
+            float p = prob(s, lse_i);
+            float dp = 0.0f;
+            for (int c = 0; c < ${DV}; c++)
+                dp = fma(gi[c], vt[jj][c], dp);
+            float ds = p * (dp - delta_i) * scale;
+            for (int c = 0; c < ${D}; c++)
+                acc[c] = fma(ds, kt[jj][c], acc[c]);
+        }
+    }
+    if (!live)
+        return;
+    for (int c = 0; c < ${D}; c++)
+        dq[dq_offset + row * ${D} + c] = acc[c];
+}
+
+// dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dO_i: one work item per key row, query
+// tiles (q, dO, lse, delta) in local memory
+__kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
+void attention_backward_dkdv(uint lq, uint lk, float scale,
+                             __global const float *q, ulong q_offset,
+                             __global const float *k, ulong k_offset,
+                             __global const float *v, ulong v_offset,
+                             __global const float *dout, ulong dout_offset,
+                             __global const float *lse, ulong lse_offset,
+                             __global const float *delta, ulong delta_offset,
+                             __global float *dk, ulong dk_offset,
+                             __global float *dv, ulong dv_offset MASK_ARGS)
+{
+    __local float qt[${T}][${D}];
+    __local float gt[${T}][${DV}];
+    __local float lt[${T}], dt[${T}];
+    uint bh = get_global_id(1), j = get_global_id(0), t = get_local_id(0);
+    bool live = j < lk;
+    ulong key = (ulong)bh * lk + j;
+    q += q_offset + (ulong)bh * lq * ${D};
+    dout += dout_offset + (ulong)bh * lq * ${DV};
+    float kj[${D}], vj[${DV}], ak[${D}], av[${DV}];
+    for (int c = 0; c < ${D}; c++) {
+        kj[c] = live ? k[k_offset + key * ${D} + c] : 0.0f;
+        ak[c] = 0.0f;
+    }
+    for (int c = 0; c < ${DV}; c++) {
+        vj[c] = live ? v[v_offset + key * ${DV} + c] : 0.0f;
+        av[c] = 0.0f;
+    }
+    for (uint i0 = 0; i0 < lq; i0 += ${T}) {
+        uint in = min((uint)${T}, lq - i0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint e = t; e < in * ${D}; e += ${T})
+            qt[e / ${D}][e % ${D}] = q[(ulong)i0 * ${D} + e] * scale;
+        for (uint e = t; e < in * ${DV}; e += ${T})
+            gt[e / ${DV}][e % ${DV}] = dout[(ulong)i0 * ${DV} + e];
+        if (t < in) {
+            lt[t] = lse[lse_offset + (ulong)bh * lq + i0 + t];
+            dt[t] = delta[delta_offset + (ulong)bh * lq + i0 + t];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!live)
+            continue;
+        for (uint ii = 0; ii < in; ii++) {
+            float s = MASK_AT(i0 + ii, j);
+            if (s == NEG_INF)
+                continue;
+            for (int c = 0; c < ${D}; c++)
+                s = fma(qt[ii][c], kj[c], s);
+            float p = prob(s, lt[ii]);
+            float dp = 0.0f;
+            for (int c = 0; c < ${DV}; c++) {
+                dp = fma(gt[ii][c], vj[c], dp);
+                av[c] = fma(p, gt[ii][c], av[c]);
+            }
+            float ds = p * (dp - dt[ii]);
+            for (int c = 0; c < ${D}; c++)
+                ak[c] = fma(ds, qt[ii][c], ak[c]);  // qt holds scale * q
+        }
+    }
+    if (!live)
+        return;
+    for (int c = 0; c < ${D}; c++)
+        dk[dk_offset + key * ${D} + c] = ak[c];
+    for (int c = 0; c < ${DV}; c++)
+        dv[dv_offset + key * ${DV} + c] = av[c];
+}

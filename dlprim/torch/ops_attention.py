@@ -1,0 +1,117 @@
+"""``scaled_dot_product_attention`` on ocl devices through dlprim's fused attention kernels
+(``core/attention.py``): memory linear in the sequence length, forward and backward.
+
+PyTorch decomposes SDPA above the device (it is a composite operator), so the fused path
+is registered for the ocl device's autograd key and carries its own backward. Calls it
+does not cover (dropout, grouped-query heads, a mask that needs a gradient, batch
+dimensions that broadcast, other dtypes) take PyTorch's math path, which runs on the
+device's matrix products and softmax.
+"""
+import math
+
+import torch
+
+from ..core.attention import AttentionOps
+from ..core.pointwise import _memo
+from .tensor import OclTensor, as_dlprim, empty, enqueue
+
+__all__ = ["register_attention"]
+
+aten = torch.ops.aten
+
+
+def register_attention(library):
+    """Register the fused SDPA for the ocl device on ``library`` (an aten IMPL Library)."""
+    library.impl("scaled_dot_product_attention", _sdpa, "AutogradPrivateUse1")
+
+
+def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+          enable_gqa=False):
+    mask = _fusable(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    if mask is False:
+        return aten._scaled_dot_product_attention_math.default(
+            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+            enable_gqa=enable_gqa)[0]
+    return _FusedAttention.apply(query, key, value, mask, bool(is_causal), scale)
+
+
+def _fusable(q, k, v, mask, dropout_p, causal, gqa):
+    """The additive float mask to use (None for none), or False where the fused kernels do
+    not apply."""
+    ts = (q, k, v)
+    if dropout_p or gqa or not all(isinstance(t, OclTensor) and t.dtype == torch.float32
+                                   for t in ts):
+        return False
+    if q.dim() not in (3, 4) or k.dim() != q.dim() or v.dim() != q.dim():
+        return False
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2] or \
+            k.shape[-1] != q.shape[-1] or v.shape[-2] != k.shape[-2]:
+        return False
+    if causal and mask is not None:
+        return False  # PyTorch refuses both together; its path says so
+    if mask is None:
+        return None
+    if not isinstance(mask, OclTensor) or mask.requires_grad or mask.dim() > 4:
+        return False
+    target = (1,) * (4 - q.dim()) + tuple(q.shape[:-1]) + (k.shape[-2],)
+    shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
+    if any(m not in (1, t) for m, t in zip(shape, target)):
+        return False
+    if mask.dtype == torch.bool:
+        return torch.where(mask, 0.0, float("-inf"))
+    return mask if mask.dtype == torch.float32 else False
+
+
+def _mask_strides(mask):
+    """Element strides of the mask over (batch, head, query, key), 0 where it broadcasts."""
+    shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
+    stride = (0,) * (4 - mask.dim()) + tuple(mask.stride())
+    return tuple(0 if n == 1 else s for n, s in zip(shape, stride))
+
+
+def _rows(t):
+    """(batch * heads, rows, width) of a contiguous 3-D or 4-D tensor as a dlprim tensor."""
+    return as_dlprim(t).view((math.prod(t.shape[:-2]),) + tuple(t.shape[-2:]))
+
+
+class _FusedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(fn, q, k, v, mask, causal, scale):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        heads = q.shape[1] if q.dim() == 4 else 1
+        b, lq, d = math.prod(q.shape[:-2]), q.shape[-2], q.shape[-1]
+        lk, dv = k.shape[-2], v.shape[-1]
+        storage = q._ocl_storage
+        ctx, index = storage.ctx, storage.index
+        op = _memo(ctx, ("torch_attention", b, lq, lk, d, dv, heads, causal, mask is not None),
+                   lambda: AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal,
+                                        mask=mask is not None))
+        out = empty(tuple(q.shape[:-1]) + (dv,), q.dtype, index)
+        lse = empty(tuple(q.shape[:-1]), q.dtype, index)
+        masks = _mask_args(mask)
+        enqueue(ctx, op.launches(_rows(q), _rows(k), _rows(v), _rows(out),
+                                 as_dlprim(lse).view((b, lq)), scale=scale, **masks))
+        fn.save_for_backward(q, k, v, out, lse)
+        fn.op, fn.scale, fn.mask = op, scale, mask
+        return out
+
+    @staticmethod
+    def backward(fn, dout):
+        q, k, v, out, lse = fn.saved_tensors
+        dout = dout.contiguous()
+        index = q._ocl_storage.index
+        dq, dk, dv = (empty(t.shape, t.dtype, index) for t in (q, k, v))
+        delta = empty(lse.shape, lse.dtype, index)
+        b, lq = fn.op.batch, fn.op.lq
+        enqueue(q._ocl_storage.ctx, fn.op.backward_launches(
+            _rows(q), _rows(k), _rows(v), _rows(out), as_dlprim(lse).view((b, lq)),
+            _rows(dout), _rows(dq), _rows(dk), _rows(dv), as_dlprim(delta).view((b, lq)),
+            scale=fn.scale, **_mask_args(fn.mask)))
+        return dq, dk, dv, None, None, None
+
+
+def _mask_args(mask):
+    if mask is None:
+        return {}
+    start = mask._ocl_storage.at(mask.storage_offset(), (1,))
+    return {"mask": start, "mask_strides": _mask_strides(mask)}

@@ -1,0 +1,107 @@
+"""Fused attention (core/attention.py) against a float64 numpy reference, forward and
+backward, at sizes that cross the row tiles: causal, an additive mask that broadcasts
+over heads and queries, a query row masked whole, and different q/k and v widths."""
+import numpy as np
+import pytest
+
+import dlprim as dp
+from dlprim.core.attention import AttentionOps
+
+
+def reference(q, k, v, scale, mask=None, causal=False):
+    """(o, dq, dk, dv) in float64 for the gradient g = the fixed pattern below."""
+    s = scale * q @ k.transpose(0, 2, 1)
+    if mask is not None:
+        s = s + mask
+    if causal:
+        s = np.where(np.triu(np.ones(s.shape[1:], bool), 1), -np.inf, s)
+    m = s.max(-1, keepdims=True)
+    live = np.isfinite(m)
+    e = np.where(live, np.exp(s - np.where(live, m, 0)), 0)
+    total = e.sum(-1, keepdims=True)
+    p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
+    o = p @ v
+    g = np.cos(np.arange(o.size)).reshape(o.shape)
+    dv = p.transpose(0, 2, 1) @ g
+    dp_ = g @ v.transpose(0, 2, 1)
+    ds = p * (dp_ - (dp_ * p).sum(-1, keepdims=True))
+    dq = scale * ds @ k
+    dk = scale * ds.transpose(0, 2, 1) @ q
+    return o, g, dq, dk, dv
+
+
+@pytest.mark.parametrize("b,heads,lq,lk,d,dv,causal,masked", [
+    (2, 1, 70, 45, 8, 5, False, False),
+    (6, 3, 37, 37, 16, 16, True, False),
+    (4, 2, 19, 70, 4, 7, False, True),
+    (4, 2, 33, 33, 8, 8, True, True)])
+def test_attention_matches_float64(ctx, rng, b, heads, lq, lk, d, dv, causal, masked):
+    q = rng.standard_normal((b, lq, d))
+    k = rng.standard_normal((b, lk, d))
+    v = rng.standard_normal((b, lk, dv))
+    scale = 1 / np.sqrt(d)
+    mask4 = mask_t = strides = None
+    if masked:
+        # (batch, 1, 1, lk): broadcast over heads and queries; sample 0 masks every key,
+        # so with 'causal' its rows are masked whole
+        n = b // heads
+        mask4 = np.where(rng.random((n, 1, 1, lk)) < 0.3, -np.inf, rng.standard_normal((n, 1, 1, lk)))
+        mask4[0] = -np.inf
+        mask_t = dp.Tensor.from_numpy(ctx, mask4.astype(np.float32))
+        strides = (lk, 0, 0, 1)
+    mask_full = None if mask4 is None else np.repeat(
+        np.broadcast_to(mask4, (b // heads, heads, lq, lk)).reshape(b, lq, lk), 1, 0)
+    o_ref, g, dq_ref, dk_ref, dv_ref = reference(q, k, v, scale, mask_full, causal)
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
+    op = AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal, mask=masked)
+    tq, tk, tv = f(q), f(k), f(v)
+    o, lse = dp.Tensor(ctx, (b, lq, dv)), dp.Tensor(ctx, (b, lq))
+    for launch in op.launches(tq, tk, tv, o, lse, mask=mask_t, mask_strides=strides):
+        launch(ctx.queue)
+    np.testing.assert_allclose(o.to_host(), o_ref, rtol=1e-4, atol=1e-5)
+    grads = [dp.Tensor(ctx, s) for s in ((b, lq, d), (b, lk, d), (b, lk, dv))]
+    delta = dp.Tensor(ctx, (b, lq))
+    for launch in op.backward_launches(tq, tk, tv, o, lse, f(g), *grads, delta, mask=mask_t,
+                                       mask_strides=strides):
+        launch(ctx.queue)
+    for got, want, what in zip(grads, (dq_ref, dk_ref, dv_ref), ("dq", "dk", "dv")):
+        np.testing.assert_allclose(got.to_host(), want, rtol=1e-4, atol=1e-4, err_msg=what)
+
+
+def test_finite_differences(ctx, rng):
+    """The backward kernels' dq against central differences of the forward kernel."""
+    b, lq, lk, d = 1, 5, 6, 3
+    q, k, v = (rng.standard_normal(s) for s in ((b, lq, d), (b, lk, d), (b, lk, d)))
+    g = rng.standard_normal((b, lq, d))
+    op = AttentionOps(ctx, b, lq, lk, d, d)
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
+
+    def loss(qq):
+        o, lse = dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, (b, lq))
+        for launch in op.launches(f(qq), f(k), f(v), o, lse):
+            launch(ctx.queue)
+        return float((o.to_host().astype(np.float64) * g).sum()), o, lse
+    _, o, lse = loss(q)
+    grads = [dp.Tensor(ctx, s) for s in ((b, lq, d), (b, lk, d), (b, lk, d))]
+    for launch in op.backward_launches(f(q), f(k), f(v), o, lse, f(g), *grads,
+                                       dp.Tensor(ctx, (b, lq))):
+        launch(ctx.queue)
+    dq = grads[0].to_host()
+    eps = 1e-2
+    for idx in [(0, 0, 0), (0, 3, 2), (0, 4, 1)]:
+        up, down = q.copy(), q.copy()
+        up[idx] += eps
+        down[idx] -= eps
+        numeric = (loss(up)[0] - loss(down)[0]) / (2 * eps)
+        assert abs(numeric - dq[idx]) < 2e-3 * max(1, abs(numeric)), (idx, numeric, dq[idx])
+
+
+def test_bad_shapes_are_errors(ctx):
+    op = AttentionOps(ctx, 2, 4, 4, 8, 8)
+    t = dp.Tensor(ctx, (2, 4, 8))
+    with pytest.raises(ValueError, match="lse"):
+        op.launches(t, t, t, t, dp.Tensor(ctx, (2, 5)))
+    with pytest.raises(ValueError, match="heads"):
+        AttentionOps(ctx, 3, 4, 4, 8, 8, heads=2)
+    with pytest.raises(ValueError, match="mask"):
+        AttentionOps(ctx, 2, 4, 4, 8, 8, mask=True).launches(t, t, t, t, dp.Tensor(ctx, (2, 4)))
