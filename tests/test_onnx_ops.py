@@ -310,3 +310,27 @@ def test_newest_opset_against_the_reference_evaluator(ctx):
     ours = dox.load(model, ctx)(x=x)
     for y, r in zip((ours["y"], ours["prob"]), ref):
         np.testing.assert_allclose(y, r, rtol=1e-4, atol=1e-4 * float(np.abs(r).max()))
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_layer_and_group_norm_and_data_matmul(ctx, opset):
+    nodes = [
+        node("LayerNormalization", ["x", "ls", "lb"], ["ln"], axis=-1, epsilon=1e-3),
+        node("LayerNormalization", ["x", "ls2"], ["ln2"], axis=1),
+        node("MatMul", ["q", "kt"], ["scores"]),            # batched data x data
+        node("MatMul", ["q", "w3"], ["shared"]),            # data x a broadcast data operand
+    ]
+    inits = {"ls": rand(6), "lb": rand(6), "ls2": rand(5, 6)}
+    outputs = ["ln", "ln2", "scores", "shared"]
+    if opset >= 18:
+        nodes.append(node("GroupNormalization", ["img", "gs", "gb"], ["gn"], num_groups=2,
+                          epsilon=1e-4))
+        inits.update({"gs": rand(2), "gb": rand(2)})  # opset 18: one value per group
+        outputs.append("gn")
+    inputs = {"x": (2, 5, 6), "q": (3, 4, 7), "kt": (3, 7, 5), "w3": (7, 2)}
+    if opset >= 18:
+        inputs["img"] = (2, 4, 3, 3)
+    data = make(nodes, inputs, outputs, inits, opset=opset)
+    types = op_types(data)
+    assert types.count("LayerNorm") == 2 and types.count("MatMul") == 2
+    check(ctx, data, {k: rand(*s) for k, s in inputs.items()})

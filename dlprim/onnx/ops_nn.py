@@ -145,11 +145,28 @@ def gemm(b, node):
     _inner_product(b, node, a, w, bias, node.inputs[1], node.input(2))
 
 
+def _data_matmul(b, node):
+    """Two data operands: the MatMul layer (numpy batching)."""
+    sa, sb = b.shape(node.inputs[0]), b.shape(node.inputs[1])
+    if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
+        raise Unsupported("data operands of shapes %s and %s (both need 2 or more dimensions)"
+                          % (sa, sb))
+    try:
+        batch = tuple(np.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2])))
+    except ValueError:
+        raise Unsupported("batch shapes %s and %s do not broadcast" % (sa[:-2], sb[:-2])) from None
+    b.add("MatMul", [b.value(node.inputs[0]), b.value(node.inputs[1])],
+          batch + (sa[-2], sb[-1]), node)
+
+
 @converts("MatMul")
 def matmul(b, node):
     a = node.inputs[0]
+    if not b.is_const(a) and not b.is_const(node.inputs[1]) and not node.input(2):
+        _data_matmul(b, node)
+        return
     if b.is_const(a) or not b.is_const(node.inputs[1]):
-        raise Unsupported("only data x constant 2-D matrix products are supported")
+        raise Unsupported("a constant first operand times data is not supported")
     weight = b.const(node.inputs[1])
     shape = b.shape(a)
     if weight.ndim != 2 or len(shape) < 2 or shape[-1] != weight.shape[0]:
@@ -191,3 +208,49 @@ def lrn(b, node):
     b.add("LRN", [b.value(x)], b.shape(x), node, options={
         "size": int(node.attr("size")), "alpha": float(node.attr("alpha", 1e-4)),
         "beta": float(node.attr("beta", 0.75)), "k": float(node.attr("bias", 1.0))})
+
+
+def _outputs_unread(b, node, what):
+    if any(b.consumers.get(o) or o in b.graph_outputs for o in node.outputs[1:] if o):
+        raise Unsupported("the %s outputs are read" % what)
+
+
+@converts("LayerNormalization")
+def layer_norm(b, node):
+    x = node.inputs[0]
+    shape = b.shape(x)
+    axis = int(node.attr("axis", -1)) % len(shape)
+    _outputs_unread(b, node, "mean/inverse standard deviation")
+    if int(node.attr("stash_type", 1)) != 1:
+        raise Unsupported("stash_type %d (statistics in float32 only)" % node.attr("stash_type"))
+    normalized = tuple(shape[axis:])
+    scale = b.const(node.inputs[1], "scale")
+    bias = b.const(node.inputs[2], "bias") if node.input(2) else np.zeros(normalized, np.float32)
+    params = [b.param(node.inputs[1], np.broadcast_to(scale, normalized)),
+              b.param(node.input(2) or node.name + ".bias", np.broadcast_to(bias, normalized))]
+    b.add("LayerNorm", [b.value(x)], shape, node, params=params, options={
+        "normalized_dims": len(normalized), "eps": float(node.attr("epsilon", 1e-5)),
+        "affine": True})
+
+
+@converts("GroupNormalization")
+def group_norm(b, node):
+    x = node.inputs[0]
+    shape = b.shape(x)
+    groups = int(node.attr("num_groups"))
+    if len(shape) < 3 or shape[1] % groups:
+        raise Unsupported("input of shape %s in %d groups" % (shape, groups))
+    c = shape[1]
+    if int(node.attr("stash_type", 1)) != 1:
+        raise Unsupported("stash_type %d (statistics in float32 only)" % node.attr("stash_type"))
+    per_channel = []
+    for i, what in ((1, "scale"), (2, "bias")):
+        v = np.asarray(b.const(node.inputs[i], what), np.float32).reshape(-1)
+        if v.size == groups and groups != c:  # opset 18: one value per group
+            v = np.repeat(v, c // groups)
+        if v.size != c:
+            raise Unsupported("%s of %d values for %d channels in %d groups"
+                              % (what, v.size, c, groups))
+        per_channel.append(b.param(node.inputs[i], v))
+    b.add("GroupNorm", [b.value(x)], shape, node, params=per_channel, options={
+        "groups": groups, "eps": float(node.attr("epsilon", 1e-5)), "affine": True})

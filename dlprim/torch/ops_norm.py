@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from ..core.batchnorm import BatchNormOps
-from ..core.pointwise import _memo, pointwise, pointwise_launches, pointwise_reduce
+from ..core.normalization import GroupNormOps
+from ..core.pointwise import _memo, pointwise_launches
 from ..tensor import Tensor
 from .dispatch import register
 from .tensor import as_dlprim, empty, enqueue_recorded
@@ -136,144 +137,80 @@ def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rst
     return dx, dw, db
 
 
-# ----- layer norm: statistics over the trailing normalized dims, on the pointwise generator
-def _rows(x, normalized_shape):
-    n = int(np.prod(normalized_shape, dtype=np.int64))
-    return x.numel() // max(n, 1), n
+# ----- layer norm and group norm: core.normalization's launchers over an (N, G, K, S)
+# view, recorded per signature like batch norm's
+def _norm_op(x, view, affine, bias):
+    """The launchers of one view (any eps: it is a forward launch argument)."""
+    ctx = x._ocl_storage.ctx
+    return _memo(ctx, ("torch_norm", view, affine, bias),
+                 lambda: GroupNormOps(ctx, view, 1e-5, affine, bias=bias))
 
 
-@register(aten.native_layer_norm.default)
-def _layer_norm(x, normalized_shape, weight, bias, eps):
+def _norm_forward(x, view, weight, bias, eps, stat_shape):
     if x.dtype != torch.float32:
-        raise NotImplementedError("dlprim.torch: layer norm on ocl devices takes float32, got %s"
-                                  % x.dtype)
+        raise NotImplementedError("dlprim.torch: layer and group norm on ocl devices take "
+                                  "float32, got %s" % x.dtype)
     ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
-    m, n = _rows(x, normalized_shape)
-    stat_shape = tuple(x.shape[:x.dim() - len(normalized_shape)]) + (1,) * len(normalized_shape)
     out = empty(x.shape, x.dtype, index)
     mean, rstd = empty(stat_shape, x.dtype, index), empty(stat_shape, x.dtype, index)
     if x.numel() == 0:
         return out, mean, rstd
-    xs = as_dlprim(x).view((m, n))
-    mu, rs = as_dlprim(mean).view((m, 1)), as_dlprim(rstd).view((m, 1))
-    pointwise_reduce(ctx, [xs], [mu], "y0 = x0;", alpha=1.0 / n)
-    var = Tensor(ctx, (m, 1), np.float32)
-    pointwise_reduce(ctx, [xs, mu], [var], "float d = x0 - x1; y0 = d * d;", alpha=1.0 / n)
-    pointwise(ctx, [var], [rs], "y0 = rsqrt(x0 + w0);", [np.float32(eps)])
-    xs_in = [xs, mu, rs]
-    code = "y0 = (x0 - x1) * x2"
-    if weight is not None:
-        xs_in.append(as_dlprim(weight).view((1, n)))
-        code += " * x%d" % (len(xs_in) - 1)
-    if bias is not None:
-        xs_in.append(as_dlprim(bias).view((1, n)))
-        code += " + x%d" % (len(xs_in) - 1)
-    pointwise(ctx, xs_in, [as_dlprim(out).view((m, n))], code + ";")
+    op = _norm_op(x, view, weight is not None, bias is not None)
+    ts = (as_dlprim(x), as_dlprim(out), as_dlprim(mean), as_dlprim(rstd),
+          as_dlprim(weight) if weight is not None else None,
+          as_dlprim(bias) if bias is not None else None)
+    enqueue_recorded(ctx, (op, "forward", float(eps)), ts,
+                     lambda: op.forward_launches(*ts, eps=eps))
     return out, mean, rstd
+
+
+def _norm_backward(grad, x, view, mean, rstd, weight, bias, output_mask, param_shape):
+    ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
+    dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
+    dw = empty(param_shape, x.dtype, index) if output_mask[1] and weight is not None else None
+    db = empty(param_shape, x.dtype, index) if output_mask[2] and bias is not None else None
+    if x.numel() == 0:
+        for t in (dw, db):
+            if t is not None:
+                as_dlprim(t).zero_()
+        return dx, dw, db
+    op = _norm_op(x, view, weight is not None, bias is not None)
+    stats = view[0] * view[1]
+    sums = (Tensor(ctx, (stats,), np.float32), Tensor(ctx, (stats,), np.float32))
+    ts = (as_dlprim(x), as_dlprim(grad), as_dlprim(mean), as_dlprim(rstd),
+          as_dlprim(dx) if dx is not None else None,
+          as_dlprim(weight) if weight is not None else None,
+          as_dlprim(dw) if dw is not None else None,
+          as_dlprim(db) if db is not None else None) + sums
+    enqueue_recorded(ctx, (op, "backward"), ts, lambda: op.backward_launches(
+        *ts[:4], dx=ts[4], weight=ts[5], dweight=ts[6], dbias=ts[7], sums=ts[8:],
+        param_beta=0.0))
+    return dx, dw, db
+
+
+def _layer_view(x, normalized_shape):
+    k = math.prod(normalized_shape)
+    return (x.numel() // max(k, 1), 1, k, 1)
+
+
+@register(aten.native_layer_norm.default)
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    stat_shape = tuple(x.shape[:x.dim() - len(normalized_shape)]) + (1,) * len(normalized_shape)
+    return _norm_forward(x, _layer_view(x, normalized_shape), weight, bias, eps, stat_shape)
 
 
 @register(aten.native_layer_norm_backward.default)
 def _layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
-    ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
-    m, n = _rows(x, normalized_shape)
-    dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
-    dw = empty(weight.shape, x.dtype, index) if output_mask[1] and weight is not None else None
-    db = empty(bias.shape, x.dtype, index) if output_mask[2] and bias is not None else None
-    if x.numel() == 0:
-        for t in (dw, db):
-            if t is not None:
-                as_dlprim(t).zero_()
-        return dx, dw, db
-    xs, dy = as_dlprim(x).view((m, n)), as_dlprim(grad).view((m, n))
-    mu, rs = as_dlprim(mean).view((m, 1)), as_dlprim(rstd).view((m, 1))
-    w = as_dlprim(weight).view((1, n)) if weight is not None else None
-    if dw is not None:
-        pointwise_reduce(ctx, [xs, dy, mu, rs], [as_dlprim(dw).view((1, n))],
-                         "y0 = x1 * (x0 - x2) * x3;")
-    if db is not None:
-        pointwise_reduce(ctx, [dy], [as_dlprim(db).view((1, n))], "y0 = x0;")
-    if dx is not None:
-        # g = dy * w; dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
-        g_code = "x1 * x4" if w is not None else "x1"
-        ins = [xs, dy, mu, rs] + ([w] if w is not None else [])
-        s1, s2 = Tensor(ctx, (m, 1), np.float32), Tensor(ctx, (m, 1), np.float32)
-        pointwise_reduce(ctx, ins, [s1, s2],
-                         "float g = %s, xhat = (x0 - x2) * x3; y0 = g; y1 = g * xhat;" % g_code,
-                         "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
-                         alpha=1.0 / n)
-        pointwise(ctx, ins + [s1, s2], [as_dlprim(dx).view((m, n))],
-                  "float g = %s, xhat = (x0 - x2) * x3; y0 = x3 * (g - x%d - xhat * x%d);"
-                  % (g_code, len(ins), len(ins) + 1))
-    return dx, dw, db
-
-
-# ----- group norm: layer norm's statistics per (sample, group of channels), seen as
-# (N, G, C/G, HxW), with a per-channel affine
-def _groups_view(t, n, c, hw, groups):
-    return as_dlprim(t).view((n, groups, c // groups, hw))
+    return _norm_backward(grad, x, _layer_view(x, normalized_shape), mean, rstd, weight, bias,
+                          output_mask, tuple(normalized_shape))
 
 
 @register(aten.native_group_norm.default)
 def _group_norm(x, weight, bias, n, c, hw, groups, eps):
-    if x.dtype != torch.float32:
-        raise NotImplementedError("dlprim.torch: group norm on ocl devices takes float32, got %s"
-                                  % x.dtype)
-    ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
-    out = empty(x.shape, x.dtype, index)
-    mean, rstd = empty((n, groups), x.dtype, index), empty((n, groups), x.dtype, index)
-    if x.numel() == 0:
-        return out, mean, rstd
-    per_group = (c // groups) * hw
-    xs = _groups_view(x, n, c, hw, groups)
-    mu = as_dlprim(mean).view((n, groups, 1, 1))
-    rs = as_dlprim(rstd).view((n, groups, 1, 1))
-    pointwise_reduce(ctx, [xs], [mu], "y0 = x0;", alpha=1.0 / per_group)
-    var = Tensor(ctx, (n, groups, 1, 1), np.float32)
-    pointwise_reduce(ctx, [xs, mu], [var], "float d = x0 - x1; y0 = d * d;", alpha=1.0 / per_group)
-    pointwise(ctx, [var], [rs], "y0 = rsqrt(x0 + w0);", [np.float32(eps)])
-    ins, code = [xs, mu, rs], "y0 = (x0 - x1) * x2"
-    channel = (1, groups, c // groups, 1)
-    if weight is not None:
-        ins.append(as_dlprim(weight).view(channel))
-        code += " * x%d" % (len(ins) - 1)
-    if bias is not None:
-        ins.append(as_dlprim(bias).view(channel))
-        code += " + x%d" % (len(ins) - 1)
-    pointwise(ctx, ins, [_groups_view(out, n, c, hw, groups)], code + ";")
-    return out, mean, rstd
+    return _norm_forward(x, (n, groups, c // groups, hw), weight, bias, eps, (n, groups))
 
 
 @register(aten.native_group_norm_backward.default)
 def _group_norm_backward(grad, x, mean, rstd, weight, n, c, hw, groups, output_mask):
-    ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
-    dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
-    dw = empty((c,), x.dtype, index) if output_mask[1] and weight is not None else None
-    db = empty((c,), x.dtype, index) if output_mask[2] and weight is not None else None
-    if x.numel() == 0:
-        for t in (dw, db):
-            if t is not None:
-                as_dlprim(t).zero_()
-        return dx, dw, db
-    channel = (1, groups, c // groups, 1)
-    xs, dy = _groups_view(x, n, c, hw, groups), _groups_view(grad, n, c, hw, groups)
-    mu = as_dlprim(mean).view((n, groups, 1, 1))
-    rs = as_dlprim(rstd).view((n, groups, 1, 1))
-    if dw is not None:
-        pointwise_reduce(ctx, [xs, dy, mu, rs], [as_dlprim(dw).view(channel)],
-                         "y0 = x1 * (x0 - x2) * x3;")
-    if db is not None:
-        pointwise_reduce(ctx, [dy], [as_dlprim(db).view(channel)], "y0 = x0;")
-    if dx is not None:
-        # as layer norm's, over each group: g = dy * w, dx = rstd (g - mean(g) - xhat mean(g xhat))
-        ins = [xs, dy, mu, rs] + ([as_dlprim(weight).view(channel)] if weight is not None else [])
-        g_code = "x1 * x4" if weight is not None else "x1"
-        s1 = Tensor(ctx, (n, groups, 1, 1), np.float32)
-        s2 = Tensor(ctx, (n, groups, 1, 1), np.float32)
-        pointwise_reduce(ctx, ins, [s1, s2],
-                         "float g = %s, xhat = (x0 - x2) * x3; y0 = g; y1 = g * xhat;" % g_code,
-                         "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
-                         alpha=1.0 / ((c // groups) * hw))
-        pointwise(ctx, ins + [s1, s2], [_groups_view(dx, n, c, hw, groups)],
-                  "float g = %s, xhat = (x0 - x2) * x3; y0 = x3 * (g - x%d - xhat * x%d);"
-                  % (g_code, len(ins), len(ins) + 1))
-    return dx, dw, db
+    view = (n, groups, c // groups, hw)
+    return _norm_backward(grad, x, view, mean, rstd, weight, weight, output_mask, (c,))

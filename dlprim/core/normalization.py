@@ -1,0 +1,122 @@
+"""Normalisation over groups of a tensor seen as (N, G, K, S): statistics per (n, g) over
+its K x S values, an affine per (g, k). One launcher serves three layers:
+
+- LayerNorm over the last dims: (rows, 1, normalized size, 1);
+- GroupNorm of (N, C, H, W): (N, groups, C / groups, H * W), the affine per channel;
+- RMSNorm (``rms=True``): LayerNorm's view without the mean, y = x / sqrt(mean(x^2) + eps).
+
+    y = (x - mean) * rstd * weight + bias,   rstd = 1 / sqrt(var + eps)   (var biased)
+
+Every step is the pointwise-broadcast-reduce generator. mean and rstd are (N, G) outputs
+that the backward pass reads. With xhat = (x - mean) rstd and g = dy * weight:
+
+    dx = rstd (g - mean(g) - xhat mean(g xhat))     (RMSNorm: without the mean(g) term)
+    dweight = sum over n, s of dy xhat,   dbias = sum over n, s of dy
+"""
+import numpy as np
+
+from .copy import Fill
+from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+
+__all__ = ["GroupNormOps"]
+
+F = np.dtype(np.float32)
+
+
+class GroupNormOps:
+    """The launchers of one normalisation over ``shape`` = (N, G, K, S)."""
+
+    def __init__(self, ctx, shape, eps, affine=True, bias=True, rms=False):
+        self.ctx = ctx
+        self.shape = tuple(int(v) for v in shape)
+        if len(self.shape) != 4:
+            raise ValueError("GroupNormOps: shape must be (N, G, K, S), got %s" % (self.shape,))
+        n, g, k, s = self.shape
+        self.count = k * s
+        self.eps, self.affine, self.rms = float(eps), bool(affine), bool(rms)
+        self.bias = bool(bias) and self.affine
+        full, stat, chan = (self.shape, F), ((n, g, 1, 1), F), ((1, g, k, 1), F)
+        self._full, self._stat, self._chan = full, stat, chan
+        centred = "x0" if self.rms else "(x0 - x1)"
+        self._mean = PointwiseBroadcastReduce(ctx, [full], [stat], "y0 = x0;", name="norm_mean")
+        # (biased) variance, or for RMSNorm the mean square; x1 is the mean (unread by RMS)
+        self._var = PointwiseBroadcastReduce(
+            ctx, [full, stat], [stat], "float d = %s; y0 = d * d;" % centred, name="norm_var")
+        self._rstd = PointwiseBroadcast(ctx, [stat], [stat], "y0 = rsqrt(x0 + w0);", ["float"],
+                                        name="norm_rstd")
+        ins, code = [full, stat, stat], "y0 = %s * x2" % centred
+        if self.affine:
+            ins.append(chan)
+            code += " * x3"
+        if self.bias:
+            ins.append(chan)
+            code += " + x4"
+        self._apply = PointwiseBroadcast(ctx, ins, [full], code + ";", name="norm_apply")
+        # backward inputs: x0 x, x1 dy, x2 mean, x3 rstd [, x4 weight]
+        xhat = "%s * x3" % ("x0" if self.rms else "(x0 - x2)")
+        self._dweight = PointwiseBroadcastReduce(ctx, [full, full, stat, stat], [chan],
+                                                 "y0 = x1 * %s;" % xhat, name="norm_dweight")
+        self._dbias = PointwiseBroadcastReduce(ctx, [full], [chan], "y0 = x0;", name="norm_dbias")
+        g_code = "x1 * x4" if self.affine else "x1"
+        g_ins = [full, full, stat, stat] + [chan] * self.affine
+        self._sums = PointwiseBroadcastReduce(
+            ctx, g_ins, [stat, stat],
+            "float g = %s, xhat = %s; y0 = g; y1 = g * xhat;" % (g_code, xhat),
+            "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
+            name="norm_grad_sums")
+        s1, s2 = "x%d" % len(g_ins), "x%d" % (len(g_ins) + 1)
+        dx = "x3 * (g - %s - xhat * %s)" % (s1, s2) if not self.rms else \
+            "x3 * (g - xhat * %s)" % s2
+        self._dx = PointwiseBroadcast(
+            ctx, g_ins + [stat, stat], [full],
+            "float g = %s, xhat = %s; y0 = %s;" % (g_code, xhat, dx), name="norm_backward_data")
+
+    def _stats(self, t):
+        return t.view(self._stat[0])
+
+    def _chans(self, t):
+        return t.view(self._chan[0])
+
+    def forward_launches(self, x, y, mean, rstd, weight=None, bias=None, eps=None):
+        """y = the normalised x; mean and rstd ((N, G) each, any shape of that size) are
+        written for the backward pass (RMSNorm leaves mean at 0). ``eps``: another than the
+        one built with (the backward pass reads only rstd, so one op serves any eps)."""
+        x, y = x.view(self.shape), y.view(self.shape)
+        m, r = self._stats(mean), self._stats(rstd)
+        inv = 1.0 / max(self.count, 1)
+        out = []
+        if self.rms:
+            out += _zero(self.ctx, m)
+        else:
+            out += self._mean.launches([x], [m], alpha=inv)
+        # the variance goes through rstd's memory, then becomes rstd in place
+        out += self._var.launches([x, m], [r], alpha=inv)
+        out += self._rstd.launches([r], [r], [self.eps if eps is None else float(eps)])
+        ins = [x, m, r] + ([self._chans(weight)] if self.affine else []) + \
+            ([self._chans(bias)] if self.bias else [])
+        return out + self._apply.launches(ins, [y])
+
+    def backward_launches(self, x, dy, mean, rstd, dx=None, weight=None, dweight=None,
+                          dbias=None, sums=None, beta=0.0, param_beta=1.0):
+        """dx = beta * dx + the input gradient (beta=0 never reads dx); dweight and dbias
+        = param_beta * themselves + theirs (a Net's accumulate, 1). ``sums``: two scratch
+        tensors of (N, G) elements."""
+        x, dy = x.view(self.shape), dy.view(self.shape)
+        m, r = self._stats(mean), self._stats(rstd)
+        out = []
+        if dweight is not None:
+            out += self._dweight.launches([x, dy, m, r], [self._chans(dweight)], beta=param_beta)
+        if dbias is not None:
+            out += self._dbias.launches([dy], [self._chans(dbias)], beta=param_beta)
+        if dx is not None:
+            if sums is None or len(sums) != 2:
+                raise ValueError("GroupNormOps: the input gradient needs two scratch tensors")
+            s1, s2 = (self._stats(t) for t in sums)
+            ins = [x, dy, m, r] + ([self._chans(weight)] if self.affine else [])
+            out += self._sums.launches(ins, [s1, s2], alpha=1.0 / max(self.count, 1))
+            out += self._dx.launches(ins + [s1, s2], [dx.view(self.shape)], beta=beta)
+        return out
+
+
+def _zero(ctx, t):
+    return Fill(ctx, t.shape, t.dtype).launches(t, 0.0)

@@ -1,0 +1,119 @@
+"""ScaledDotProductAttention: softmax(scale Q K^T + mask) V over (N, H, L, D) inputs, on
+dlprim's fused attention kernels (``core/attention.py``): the L x S scores are never
+stored, so memory grows linearly with the sequence (docs/operators.md).
+
+Inputs q (N, H, L, D), k (N, H, S, D), v (N, H, S, DV) and optionally an additive float32
+mask that broadcasts to (N, H, L, S) (it gets no gradient). The row log-sum-exp (N*H*L
+floats) is saved from forward to backward; the backward takes another such vector of
+workspace, and room for gradients it must add to rather than write.
+"""
+import math
+
+import numpy as np
+
+from ..core.attention import AttentionOps
+from ..core.pointwise import PointwiseBroadcast
+from ..tensor import ws_view
+from .base import TRAIN, Layer, Setup, TensorSpec, register
+
+
+@register("ScaledDotProductAttention")
+class ScaledDotProductAttention(Layer):
+    """Fused attention (Vaswani et al. 2017; online softmax as FlashAttention, Dao 2022)."""
+    OPTIONS = {"causal": False, "scale": None, "dropout": 0.0}
+    BACKWARD_READS_INPUTS = True
+    BACKWARD_READS_OUTPUTS = True
+    NO_GRAD_INPUTS = (3,)
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name=name, **options)
+        o = self.options
+        if o["causal"] not in (True, False, 0, 1):
+            self.fail("option 'causal' must be true/false, got %r" % (o["causal"],))
+        scale = o["scale"]
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                                  or not scale > 0):
+            self.fail("option 'scale' must be null (1 / sqrt(D)) or a positive number, got %r"
+                      % (scale,))
+        if o["dropout"] != 0:
+            self.fail("option 'dropout' must be 0: dropout inside fused attention is not "
+                      "implemented yet (put a Dropout on the output instead)")
+
+    def build(self, in_specs):
+        if len(in_specs) not in (3, 4):
+            self.fail("expects inputs q, k, v and optionally an additive mask, got %d"
+                      % len(in_specs))
+        q, k, v = (s.shape for s in in_specs[:3])
+        if any(len(s) != 4 for s in (q, k, v)):
+            self.fail("q, k and v must be (N, H, L, D), got %s, %s, %s" % (q, k, v))
+        if k[:2] != q[:2] or v[:2] != q[:2] or k[3] != q[3] or v[2] != k[2]:
+            self.fail("shapes do not fit: q %s, k %s, v %s (k must be (N, H, S, D) and v "
+                      "(N, H, S, DV) for q (N, H, L, D))" % (q, k, v))
+        if any(s.dtype != np.float32 for s in in_specs):
+            self.fail("inputs must be float32")
+        n, h, lq, d = q
+        lk, dv = k[2], v[3]
+        self.mask_strides = None
+        if len(in_specs) == 4:
+            m = in_specs[3].shape
+            target = (n, h, lq, lk)
+            full = (1,) * (4 - len(m)) + tuple(m)
+            if len(m) > 4 or any(a not in (1, b) for a, b in zip(full, target)):
+                self.fail("the mask of shape %s does not broadcast to (N, H, L, S) = %s"
+                          % (m, target))
+            strides, step = [], 1
+            for size in reversed(full):
+                strides.append(0 if size == 1 else step)
+                step *= size
+            self.mask_strides = tuple(reversed(strides))
+        self.shapes = ((n * h, lq, d), (n * h, lk, d), (n * h, lk, dv), (n * h, lq, dv))
+        self.rows = n * h * lq
+        self.ops = AttentionOps(self.ctx, n * h, lq, lk, d, dv, heads=h,
+                                causal=bool(self.options["causal"]),
+                                mask=self.mask_strides is not None)
+        grads = sum(math.prod(s) for s in self.shapes[:3])
+        saved = [TensorSpec((self.rows,))] if self.mode == TRAIN else []
+        # lse (predict mode), delta, and the gradients to add rather than write
+        ws = 4 * (2 * self.rows + grads)
+        return Setup([TensorSpec((n, h, lq, dv))], [], ws, saved)
+
+    def _views(self, ts):
+        return [t.view(s) for t, s in zip(ts, self.shapes)]
+
+    def _mask(self, x):
+        if self.mask_strides is None:
+            return {}
+        return {"mask": x[3], "mask_strides": self.mask_strides}
+
+    def forward(self, x, y, params, ws, saved):
+        q, k, v, o = self._views(list(x[:3]) + [y[0]])
+        lse = saved[0] if saved else ws_view(ws, 0, self.rows)
+        return self.ops.launches(q, k, v, o, lse.view((self.shapes[0][0], self.shapes[0][1])),
+                                 scale=self.options["scale"], **self._mask(x))
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
+        if not saved:
+            self.fail("the backward pass needs the statistics that a setup in train mode saves")
+        q, k, v, o = self._views(list(x[:3]) + [y[0]])
+        b, lq = self.shapes[0][:2]
+        delta = ws_view(ws, 4 * self.rows, self.rows).view((b, lq))
+        offset, targets, adds = 8 * self.rows, [], []
+        for i in range(3):
+            size = math.prod(self.shapes[i])
+            if dx[i] is None or accumulate[i]:  # the kernels write: go through the workspace
+                scratch = ws_view(ws, offset, size)
+                offset += 4 * size
+                targets.append(scratch.view(self.shapes[i]))
+                if dx[i] is not None:
+                    adds.append((scratch, dx[i].view((size,))))
+            else:
+                targets.append(dx[i].view(self.shapes[i]))
+        out = self.ops.backward_launches(q, k, v, o, saved[0].view((b, lq)),
+                                         dy[0].view(self.shapes[3]), *targets, delta,
+                                         scale=self.options["scale"], **self._mask(x))
+        for scratch, target in adds:
+            op = PointwiseBroadcast(self.ctx, [(scratch.shape, np.float32)],
+                                    [(target.shape, np.float32)], "y0 = x0;",
+                                    name="attention_add_grad")
+            out += op.launches([scratch], [target], beta=1.0)
+        return out
