@@ -1,7 +1,7 @@
 """Model builders: classic nets as NetConfigs, with torchvision's parameter names.
 
-Every builder takes ``batch``, ``classes`` and ``train``; the image nets also take
-``image_size``. ``train=True`` adds an int ``label`` input and a ``SoftmaxWithLoss``
+Every classifier builder (``BUILDERS``) takes ``batch``, ``classes`` and ``train``; the
+image nets also take ``image_size``. ``gpt`` builds a decoder language model instead. ``train=True`` adds an int ``label`` input and a ``SoftmaxWithLoss``
 named ``loss``; ``train=False`` ends with a ``Softmax`` named ``prob``. The layers match
 DLPrimitives' benchmark nets operator for operator (same types and options), and each
 operator's ``params`` carry torchvision's state-dict names ("conv1.weight",
@@ -12,7 +12,7 @@ puts it back where torchvision has it).
 from .net.netconfig import NetConfig
 
 __all__ = ["lenet", "mlp", "alexnet", "vgg16", "resnet18", "resnet34", "resnet50",
-           "mobilenet_v2", "BUILDERS"]
+           "mobilenet_v2", "gpt", "BUILDERS"]
 
 BN_OPTIONS = {"eps": 1e-5, "momentum": 0.1}
 
@@ -247,6 +247,75 @@ def mobilenet_v2(batch=16, image_size=224, classes=1000, train=True, dropout=Fal
         b.dropout("classifier.0", 0.2)
     b.fc("classifier.1", classes)
     return b.finish(train)
+
+
+def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
+    """A GPT-style decoder (Radford et al. 2019, as nanoGPT lays it out): token embedding
+    plus a learned position table, ``layers`` pre-norm blocks of causal multi-head
+    attention and a 4x GELU MLP with residual sums, a final LayerNorm and a linear head.
+
+    Input ``tokens`` (batch, context) int64; ``train=True`` adds ``targets`` of the same
+    shape and a mean cross-entropy over every position (``loss``), else the output is
+    ``logits`` (batch * context, vocab). Parameter names follow nanoGPT's state dict
+    ("transformer.h.0.attn.c_attn.weight", ...; the head is not tied to the embedding).
+    The position table starts at zeros (Parameter's initialisation); every Linear as
+    PyTorch's.
+    """
+    if dim % heads:
+        raise ValueError("gpt: dim %d is not a multiple of heads %d" % (dim, heads))
+    cfg = NetConfig()
+    tokens = cfg.add_input("tokens", [batch, context], dtype="int64")
+    rows, width = [-1, dim], dim // heads
+
+    def linear(name, x, inputs, outputs):
+        flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": rows[:1] + [inputs]})
+        y = cfg.add("InnerProduct", name=name, inputs=[flat], params=[name + ".weight", name + ".bias"],
+                    options={"outputs": outputs, "inputs": inputs, "bias": True})
+        return cfg.add("Reshape", name=name + "/seq", inputs=[y],
+                       options={"dims": [-1, context, outputs]})
+
+    def norm(name, x):
+        return cfg.add("LayerNorm", name=name, inputs=[x], params=[name + ".weight", name + ".bias"])
+
+    emb = cfg.add("Embedding", name="transformer.wte", inputs=[tokens], params=["transformer.wte.weight"],
+                  options={"num_embeddings": vocab, "embedding_dim": dim})
+    pos = cfg.add("Parameter", name="transformer.wpe", inputs=[], params=["transformer.wpe.weight"],
+                  options={"shape": [context, dim]})
+    x = cfg.add("Elementwise", name="embed", inputs=[emb, pos], options={"operation": "sum"})
+    for i in range(layers):
+        p = "transformer.h.%d." % i
+        qkv = linear(p + "attn.c_attn", norm(p + "ln_1", x), dim, 3 * dim)
+        parts = []
+        for j, part in enumerate("qkv"):
+            t = cfg.add("Slice", name=p + "attn." + part, inputs=[qkv],
+                        options={"dim": 2, "begin": j * dim, "end": (j + 1) * dim})
+            t = cfg.add("Reshape", name=p + "attn." + part + "/heads", inputs=[t],
+                        options={"dims": [-1, context, heads, width]})
+            parts.append(cfg.add("Transpose", name=p + "attn." + part + "/bhld", inputs=[t],
+                                 options={"dims": [0, 2, 1, 3]}))
+        a = cfg.add("ScaledDotProductAttention", name=p + "attn", inputs=parts,
+                    options={"causal": True})
+        a = cfg.add("Transpose", name=p + "attn/blhd", inputs=[a], options={"dims": [0, 2, 1, 3]})
+        a = cfg.add("Reshape", name=p + "attn/merge", inputs=[a], options={"dims": [-1, context, dim]})
+        a = linear(p + "attn.c_proj", a, dim, dim)
+        x = cfg.add("Elementwise", name=p + "attn/residual", inputs=[x, a], options={"operation": "sum"})
+        h = linear(p + "mlp.c_fc", norm(p + "ln_2", x), dim, 4 * dim)
+        h = cfg.add("Activation", name=p + "mlp.gelu", inputs=[h], options={"activation": "gelu"})
+        h = linear(p + "mlp.c_proj", h, 4 * dim, dim)
+        x = cfg.add("Elementwise", name=p + "mlp/residual", inputs=[x, h], options={"operation": "sum"})
+    x = norm("transformer.ln_f", x)
+    flat = cfg.add("Reshape", name="lm_head/rows", inputs=[x], options={"dims": [-1, dim]})
+    logits = cfg.add("InnerProduct", name="lm_head", inputs=[flat], outputs=["logits"],
+                     params=["lm_head.weight", "lm_head.bias"],
+                     options={"outputs": vocab, "inputs": dim, "bias": True})
+    if train:
+        targets = cfg.add_input("targets", [batch, context], dtype="int64")
+        labels = cfg.add("Reshape", name="targets/rows", inputs=[targets], options={"dims": [-1]})
+        cfg.add("SoftmaxWithLoss", name="loss", inputs=[logits, labels], outputs=["loss"])
+        cfg.set_outputs(["loss"])
+    else:
+        cfg.set_outputs([logits])
+    return cfg
 
 
 BUILDERS = {"lenet": lenet, "mlp": mlp, "alexnet": alexnet, "vgg16": vgg16, "resnet18": resnet18,

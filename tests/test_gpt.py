@@ -1,0 +1,93 @@
+"""The GPT-style decoder of dlprim.models against the same network in PyTorch (nanoGPT's
+layout and parameter names): loss and every parameter's gradient, then a few Adam steps
+that learn a sequence."""
+import numpy as np
+import pytest
+
+import dlprim as dp
+from dlprim import models
+
+torch = pytest.importorskip("torch")
+nn, F = torch.nn, torch.nn.functional
+
+V, L, LAYERS, HEADS, D, B = 11, 8, 2, 2, 16, 3
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.attn = nn.Module()
+        self.attn.c_attn, self.attn.c_proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.mlp = nn.Module()
+        self.mlp.c_fc, self.mlp.c_proj = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+
+    def forward(self, x):
+        q, k, v = self.attn.c_attn(self.ln_1(x)).split(D, dim=2)
+        heads = lambda t: t.view(B, L, HEADS, D // HEADS).transpose(1, 2)
+        a = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        x = x + self.attn.c_proj(a.transpose(1, 2).reshape(B, L, D))
+        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.transformer = nn.Module()
+        self.transformer.wte = nn.Embedding(V, D)
+        self.transformer.wpe = nn.Embedding(L, D)
+        self.transformer.h = nn.ModuleList([Block() for _ in range(LAYERS)])
+        self.transformer.ln_f = nn.LayerNorm(D)
+        self.lm_head = nn.Linear(D, V)
+
+    def forward(self, tokens, targets):
+        t = self.transformer
+        x = t.wte(tokens) + t.wpe.weight
+        for block in t.h:
+            x = block(x)
+        logits = self.lm_head(t.ln_f(x)).view(-1, V)
+        return F.cross_entropy(logits, targets.view(-1))
+
+
+@pytest.fixture
+def net_and_twin(ctx):
+    net = dp.Net(ctx, models.gpt(V, L, LAYERS, HEADS, D, B).to_dict(), mode=dp.TRAIN, seed=1)
+    rng = np.random.default_rng(2)
+    arrays = net.get_parameters()
+    arrays["transformer.wpe.weight"] = (0.1 * rng.standard_normal((L, D))).astype(np.float32)
+    net.set_parameters(arrays)
+    twin = GPT()
+    twin.load_state_dict({k: torch.tensor(v) for k, v in arrays.items()})
+    return net, twin
+
+
+def test_loss_and_gradients_match_pytorch(ctx, net_and_twin):
+    net, twin = net_and_twin
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, V, (B, L))
+    targets = np.roll(tokens, -1, axis=1)
+    loss = net(tokens=tokens, targets=targets)["loss"]
+    net.backward()
+    want = twin(torch.tensor(tokens), torch.tensor(targets))
+    want.backward()
+    np.testing.assert_allclose(loss.reshape(()), want.item(), rtol=1e-5)
+    for name, p in twin.named_parameters():
+        np.testing.assert_allclose(net.param_diff(name).to_host(), p.grad.numpy(), rtol=1e-3,
+                                   atol=2e-5, err_msg=name)
+
+
+def test_a_few_adam_steps_learn_a_sequence(ctx, net_and_twin):
+    net, _ = net_and_twin
+    seq = np.arange(L + 1) % V
+    tokens = np.stack([np.roll(seq[:L], i) for i in range(B)])
+    targets = np.stack([np.roll(seq[1:], i) for i in range(B)])
+    solver = dp.solvers.Adam(net, lr=3e-3)
+    first = None
+    for _ in range(40):
+        solver.zero_grad(net)
+        out = net(tokens=tokens, targets=targets)
+        first = out["loss"].item() if first is None else first
+        net.backward()
+        solver.apply(net)
+    last = net(tokens=tokens, targets=targets)["loss"].item()
+    assert last < 0.5 * first, (first, last)
