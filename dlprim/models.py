@@ -12,7 +12,7 @@ puts it back where torchvision has it).
 from .net.netconfig import NetConfig
 
 __all__ = ["lenet", "mlp", "alexnet", "vgg16", "resnet18", "resnet34", "resnet50",
-           "mobilenet_v2", "gpt", "BUILDERS"]
+           "mobilenet_v2", "gpt", "vision_transformer", "vit_b_16", "BUILDERS"]
 
 BN_OPTIONS = {"eps": 1e-5, "momentum": 0.1}
 
@@ -249,6 +249,48 @@ def mobilenet_v2(batch=16, image_size=224, classes=1000, train=True, dropout=Fal
     return b.finish(train)
 
 
+def _seq_linear(cfg, name, x, length, inputs, outputs, params=None):
+    """nn.Linear over the last axis of (batch, length, inputs): rows, InnerProduct, back."""
+    flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": [-1, inputs]})
+    y = cfg.add("InnerProduct", name=name, inputs=[flat],
+                params=params or [name + ".weight", name + ".bias"],
+                options={"outputs": outputs, "inputs": inputs, "bias": True})
+    return cfg.add("Reshape", name=name + "/seq", inputs=[y], options={"dims": [-1, length, outputs]})
+
+
+def _layer_norm(cfg, name, x, eps=1e-5):
+    return cfg.add("LayerNorm", name=name, inputs=[x], params=[name + ".weight", name + ".bias"],
+                   options={"eps": eps})
+
+
+def _self_attention(cfg, name, x, length, dim, heads, causal, qkv_params, out_params):
+    """Multi-head self-attention of (batch, length, dim): one Linear to q, k and v, the
+    fused attention over ``heads`` heads, a Linear back (nn.MultiheadAttention's layout)."""
+    qkv = _seq_linear(cfg, name + ".in_proj", x, length, dim, 3 * dim, qkv_params)
+    parts = []
+    for j, part in enumerate("qkv"):
+        t = cfg.add("Slice", name=name + "." + part, inputs=[qkv],
+                    options={"dim": 2, "begin": j * dim, "end": (j + 1) * dim})
+        t = cfg.add("Reshape", name=name + "." + part + "/heads", inputs=[t],
+                    options={"dims": [-1, length, heads, dim // heads]})
+        parts.append(cfg.add("Transpose", name=name + "." + part + "/bhld", inputs=[t],
+                             options={"dims": [0, 2, 1, 3]}))
+    a = cfg.add("ScaledDotProductAttention", name=name, inputs=parts, options={"causal": causal})
+    a = cfg.add("Transpose", name=name + "/blhd", inputs=[a], options={"dims": [0, 2, 1, 3]})
+    a = cfg.add("Reshape", name=name + "/merge", inputs=[a], options={"dims": [-1, length, dim]})
+    return _seq_linear(cfg, name + ".out_proj", a, length, dim, dim, out_params)
+
+
+def _mlp(cfg, name, x, length, dim, hidden, first, second):
+    h = _seq_linear(cfg, name + "." + first, x, length, dim, hidden)
+    h = cfg.add("Activation", name=name + ".gelu", inputs=[h], options={"activation": "gelu"})
+    return _seq_linear(cfg, name + "." + second, h, length, hidden, dim)
+
+
+def _residual(cfg, name, x, y):
+    return cfg.add("Elementwise", name=name, inputs=[x, y], options={"operation": "sum"})
+
+
 def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
     """A GPT-style decoder (Radford et al. 2019, as nanoGPT lays it out): token embedding
     plus a learned position table, ``layers`` pre-norm blocks of causal multi-head
@@ -265,18 +307,6 @@ def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
         raise ValueError("gpt: dim %d is not a multiple of heads %d" % (dim, heads))
     cfg = NetConfig()
     tokens = cfg.add_input("tokens", [batch, context], dtype="int64")
-    rows, width = [-1, dim], dim // heads
-
-    def linear(name, x, inputs, outputs):
-        flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": rows[:1] + [inputs]})
-        y = cfg.add("InnerProduct", name=name, inputs=[flat], params=[name + ".weight", name + ".bias"],
-                    options={"outputs": outputs, "inputs": inputs, "bias": True})
-        return cfg.add("Reshape", name=name + "/seq", inputs=[y],
-                       options={"dims": [-1, context, outputs]})
-
-    def norm(name, x):
-        return cfg.add("LayerNorm", name=name, inputs=[x], params=[name + ".weight", name + ".bias"])
-
     emb = cfg.add("Embedding", name="transformer.wte", inputs=[tokens], params=["transformer.wte.weight"],
                   options={"num_embeddings": vocab, "embedding_dim": dim})
     pos = cfg.add("Parameter", name="transformer.wpe", inputs=[], params=["transformer.wpe.weight"],
@@ -284,26 +314,14 @@ def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
     x = cfg.add("Elementwise", name="embed", inputs=[emb, pos], options={"operation": "sum"})
     for i in range(layers):
         p = "transformer.h.%d." % i
-        qkv = linear(p + "attn.c_attn", norm(p + "ln_1", x), dim, 3 * dim)
-        parts = []
-        for j, part in enumerate("qkv"):
-            t = cfg.add("Slice", name=p + "attn." + part, inputs=[qkv],
-                        options={"dim": 2, "begin": j * dim, "end": (j + 1) * dim})
-            t = cfg.add("Reshape", name=p + "attn." + part + "/heads", inputs=[t],
-                        options={"dims": [-1, context, heads, width]})
-            parts.append(cfg.add("Transpose", name=p + "attn." + part + "/bhld", inputs=[t],
-                                 options={"dims": [0, 2, 1, 3]}))
-        a = cfg.add("ScaledDotProductAttention", name=p + "attn", inputs=parts,
-                    options={"causal": True})
-        a = cfg.add("Transpose", name=p + "attn/blhd", inputs=[a], options={"dims": [0, 2, 1, 3]})
-        a = cfg.add("Reshape", name=p + "attn/merge", inputs=[a], options={"dims": [-1, context, dim]})
-        a = linear(p + "attn.c_proj", a, dim, dim)
-        x = cfg.add("Elementwise", name=p + "attn/residual", inputs=[x, a], options={"operation": "sum"})
-        h = linear(p + "mlp.c_fc", norm(p + "ln_2", x), dim, 4 * dim)
-        h = cfg.add("Activation", name=p + "mlp.gelu", inputs=[h], options={"activation": "gelu"})
-        h = linear(p + "mlp.c_proj", h, 4 * dim, dim)
-        x = cfg.add("Elementwise", name=p + "mlp/residual", inputs=[x, h], options={"operation": "sum"})
-    x = norm("transformer.ln_f", x)
+        a = _self_attention(cfg, p + "attn", _layer_norm(cfg, p + "ln_1", x), context, dim, heads,
+                            True, [p + "attn.c_attn.weight", p + "attn.c_attn.bias"],
+                            [p + "attn.c_proj.weight", p + "attn.c_proj.bias"])
+        x = _residual(cfg, p + "attn/residual", x, a)
+        h = _mlp(cfg, p + "mlp", _layer_norm(cfg, p + "ln_2", x), context, dim, 4 * dim,
+                 "c_fc", "c_proj")
+        x = _residual(cfg, p + "mlp/residual", x, h)
+    x = _layer_norm(cfg, "transformer.ln_f", x)
     flat = cfg.add("Reshape", name="lm_head/rows", inputs=[x], options={"dims": [-1, dim]})
     logits = cfg.add("InnerProduct", name="lm_head", inputs=[flat], outputs=["logits"],
                      params=["lm_head.weight", "lm_head.bias"],
@@ -318,5 +336,61 @@ def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
     return cfg
 
 
+def vision_transformer(image_size=224, patch_size=16, layers=12, heads=12, hidden=768,
+                       mlp=3072, classes=1000, batch=16, train=True):
+    """torchvision's VisionTransformer (Dosovitskiy et al. 2021) with its parameter names:
+    a patch convolution, a class token and a learned position table, ``layers`` pre-norm
+    encoder blocks (self-attention as nn.MultiheadAttention, a GELU MLP), LayerNorm (eps
+    1e-6) and a linear head on the class token. ``vit_b_16`` is its default size.
+
+    The class token is (Parameter + 0 x the first patch), so that it has the batch's size
+    for the Concat. The position table starts at zeros (Parameter's initialisation), the
+    class token too, as torchvision's.
+    """
+    if image_size % patch_size or hidden % heads:
+        raise ValueError("vision_transformer: image_size %d must be a multiple of patch_size "
+                         "%d and hidden %d of heads %d" % (image_size, patch_size, hidden, heads))
+    b = _Builder(batch, 3, image_size)
+    cfg = b.cfg
+    length = (image_size // patch_size) ** 2
+    x = cfg.add("Convolution2D", name="conv_proj", params=["conv_proj.weight", "conv_proj.bias"],
+                options={"channels_out": hidden, "channels_in": 3, "bias": True,
+                         "kernel": [patch_size, patch_size], "stride": [patch_size, patch_size]})
+    x = cfg.add("Reshape", name="patches", inputs=[x], options={"dims": [-1, hidden, length]})
+    x = cfg.add("Transpose", name="patches/seq", inputs=[x], options={"dims": [0, 2, 1]})
+    first = cfg.add("Slice", name="class_token/batch", inputs=[x], options={"dim": 1, "begin": 0, "end": 1})
+    token = cfg.add("Parameter", name="class_token", inputs=[], params=["class_token"],
+                    options={"shape": [1, 1, hidden]})
+    token = cfg.add("Elementwise", name="class_token/expand", inputs=[first, token],
+                    options={"operation": "sum", "coef1": 0.0, "coef2": 1.0})
+    x = cfg.add("Concat", name="tokens", inputs=[token, x], options={"dim": 1})
+    length += 1
+    pos = cfg.add("Parameter", name="encoder.pos_embedding", inputs=[],
+                  params=["encoder.pos_embedding"], options={"shape": [1, length, hidden]})
+    x = cfg.add("Elementwise", name="encoder/position", inputs=[x, pos], options={"operation": "sum"})
+    for i in range(layers):
+        p = "encoder.layers.encoder_layer_%d." % i
+        a = _self_attention(cfg, p + "self_attention", _layer_norm(cfg, p + "ln_1", x, 1e-6),
+                            length, hidden, heads, False,
+                            [p + "self_attention.in_proj_weight", p + "self_attention.in_proj_bias"],
+                            None)
+        x = _residual(cfg, p + "attention/residual", x, a)
+        h = _mlp(cfg, p + "mlp", _layer_norm(cfg, p + "ln_2", x, 1e-6), length, hidden, mlp,
+                 "0", "3")
+        x = _residual(cfg, p + "mlp/residual", x, h)
+    x = _layer_norm(cfg, "encoder.ln", x, 1e-6)
+    x = cfg.add("Slice", name="class_token/out", inputs=[x], options={"dim": 1, "begin": 0, "end": 1})
+    x = cfg.add("Reshape", name="class_token/rows", inputs=[x], options={"dims": [-1, hidden]})
+    cfg.add("InnerProduct", name="heads.head", inputs=[x], params=["heads.head.weight", "heads.head.bias"],
+            options={"outputs": classes, "inputs": hidden, "bias": True})
+    return b.finish(train)
+
+
+def vit_b_16(batch=16, image_size=224, classes=1000, train=True):
+    """torchvision's vit_b_16: 16x16 patches, 12 layers of 12 heads, width 768, MLP 3072."""
+    return vision_transformer(image_size, 16, 12, 12, 768, 3072, classes, batch, train)
+
+
 BUILDERS = {"lenet": lenet, "mlp": mlp, "alexnet": alexnet, "vgg16": vgg16, "resnet18": resnet18,
-            "resnet34": resnet34, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
+            "resnet34": resnet34, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
+            "vit_b_16": vit_b_16}

@@ -151,3 +151,45 @@ def test_export_needs_a_set_up_net_and_a_known_opset(ctx, tmp_path):
     with pytest.raises(ValueError, match="opset 13"):
         net.to_onnx(tmp_path / "x.onnx", opset=11)
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_transformer_layers_export(ctx, tmp_path):
+    """The GPT decoder (LayerNorm, Embedding, MatMul-free linears, causal attention) and the
+    other new layers against onnxruntime, and back through the importer."""
+    net = dp.Net(ctx, models.gpt(vocab=11, context=8, layers=2, heads=2, dim=16, batch=2,
+                                 train=False), mode="predict", seed=4)
+    rng = np.random.default_rng(5)
+    params = net.get_parameters()
+    params["transformer.wpe.weight"] = (0.1 * rng.standard_normal((8, 16))).astype(np.float32)
+    net.set_parameters(params)
+    tokens = rng.integers(0, 11, (2, 8))
+    ours = net(tokens=tokens)
+    dox.save(net, tmp_path / "gpt.onnx")
+    ref = run_ort(tmp_path / "gpt.onnx", {"tokens": tokens})
+    check_close(ours["logits"], ref["logits"])
+
+    cfg = dp.NetConfig()
+    cfg.add_input("a", (2, 3, 5, 4))
+    cfg.add_input("b", (2, 3, 6, 4))
+    cfg.add_input("mask", (2, 1, 1, 6))
+    img = cfg.add_input("img", (2, 6, 3, 3))
+    outs = [cfg.add("MatMul", name="mm", inputs=["a", "b"],
+                    options={"transpose_b": True, "alpha": 0.5}),
+            cfg.add("ScaledDotProductAttention", name="att", inputs=["a", "b", "b", "mask"]),
+            cfg.add("LayerNorm", name="ln", inputs=["a"], options={"normalized_dims": 2,
+                                                                  "affine": False}),
+            cfg.add("GroupNorm", name="gn", inputs=[img], options={"groups": 3})]
+    cfg.set_outputs(outs)
+    net = dp.Net(ctx, cfg, mode="predict", seed=6)
+    feeds = {"a": rng.standard_normal((2, 3, 5, 4)).astype(np.float32),
+             "b": rng.standard_normal((2, 3, 6, 4)).astype(np.float32),
+             "mask": np.where(rng.random((2, 1, 1, 6)) < 0.3, -np.inf, 0).astype(np.float32),
+             "img": rng.standard_normal((2, 6, 3, 3)).astype(np.float32)}
+    feeds["mask"][:, :, :, 0] = 0  # every row keeps a key: ONNX's softmax has no safe form
+    ours = net(**feeds)
+    with pytest.raises(ValueError, match="opset 21"):
+        dox.save(net, tmp_path / "old.onnx", opset=17)
+    dox.save(net, tmp_path / "new.onnx", opset=21)
+    ref = run_ort(tmp_path / "new.onnx", feeds)
+    for k in ours:
+        check_close(ours[k], ref[k])

@@ -273,3 +273,73 @@ def mse_loss(e, op, layer, ins, outs, params):
     sq = e.node("Mul", [d, d], name=op.name + "/sq")
     t = e.node("ReduceMean" if reduce == "mean" else "ReduceSum", [sq], name=op.name, keepdims=0)
     _to_one(e, op, t, outs)
+
+
+# ----- the layers of transformers
+def _affine(e, op, layer, params, shape):
+    """(scale, bias) initializers: the parameters, or ones and zeros without ``affine``."""
+    scale = params[0] if layer.affine else e.const(np.ones(shape, np.float32), "ones")
+    if layer.affine and len(params) > 1:
+        return scale, params[1]
+    return scale, e.const(np.zeros(shape, np.float32), "zeros")
+
+
+@exports("LayerNorm")
+def layer_norm(e, op, layer, ins, outs, params):
+    dims = int(layer.options["normalized_dims"])
+    shape = tuple(e.shape(op.in_values[0])[-dims:])
+    scale, bias = _affine(e, op, layer, params, shape)
+    e.node("LayerNormalization", [ins[0], scale, bias], outs, op.name, axis=-dims,
+           epsilon=layer.eps)
+
+
+@exports("GroupNorm")
+def group_norm(e, op, layer, ins, outs, params):
+    if e.opset < 21:
+        raise ValueError("%s: GroupNorm exports as GroupNormalization with a scale per "
+                         "channel, which needs opset 21 or newer (this export is at %d)"
+                         % (op.name, e.opset))
+    c = e.shape(op.in_values[0])[1]
+    scale, bias = _affine(e, op, layer, params, (c,))
+    e.node("GroupNormalization", [ins[0], scale, bias], outs, op.name,
+           num_groups=int(layer.options["groups"]), epsilon=layer.eps)
+
+
+@exports("MatMul")
+def matmul(e, op, layer, ins, outs, params):
+    operands = []
+    for x, vid, transposed in zip(ins, op.in_values, (layer.ta, layer.tb)):
+        if transposed:
+            rank = len(e.shape(vid))
+            x = e.node("Transpose", [x], name=op.name + "/transpose",
+                       perm=list(range(rank - 2)) + [rank - 1, rank - 2])
+        operands.append(x)
+    if layer.alpha == 1.0:
+        e.node("MatMul", operands, outs, op.name)
+    else:
+        t = e.node("MatMul", operands, name=op.name)
+        e.node("Mul", [t, e.scalar(layer.alpha)], outs, op.name + "/alpha")
+
+
+@exports("Embedding")
+def embedding(e, op, layer, ins, outs, params):
+    e.node("Gather", [params[0], ins[0]], outs, op.name, axis=0)
+
+
+@exports("ScaledDotProductAttention")
+def attention(e, op, layer, ins, outs, params):
+    """The plain ONNX form: softmax(scale q k^T + mask) v, with a causal mask as a constant."""
+    q_shape, k_shape = e.shape(op.in_values[0]), e.shape(op.in_values[1])
+    scale = layer.options["scale"]
+    scale = 1.0 / np.sqrt(q_shape[-1]) if scale is None else float(scale)
+    kt = e.node("Transpose", [ins[1]], name=op.name + "/kt", perm=[0, 1, 3, 2])
+    s = e.node("MatMul", [ins[0], kt], name=op.name + "/scores")
+    s = e.node("Mul", [s, e.scalar(scale)], name=op.name + "/scale")
+    if len(ins) > 3:
+        s = e.node("Add", [s, ins[3]], name=op.name + "/mask")
+    if layer.options["causal"]:
+        lq, lk = q_shape[2], k_shape[2]
+        tri = np.where(np.triu(np.ones((lq, lk), bool), 1), -np.inf, 0).astype(np.float32)
+        s = e.node("Add", [s, e.const(tri, op.name + ".causal")], name=op.name + "/causal")
+    p = e.node("Softmax", [s], name=op.name + "/softmax", axis=-1)
+    e.node("MatMul", [p, ins[2]], outs, op.name)
