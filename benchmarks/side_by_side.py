@@ -1,7 +1,8 @@
 """dlprim beside PyTorch CUDA on the same GPU, with the protocol of the reference anchors.
 
 For alexnet, resnet18, resnet50, vgg16 and mobilenet_v2 (DLPrimitives' benchmark nets,
-tests/data/nets) at batch 16 and 64, inference and training:
+tests/data/nets), and on request the other ``dlprim.models`` builders (``--nets vit_b_16``),
+at batch 16 and 64, inference and training:
 - infer: host->device copy of the batch, forward, device->host copy of the output;
 - train: copy in, zero grads, forward, loss, backward, Adam step.
 PyTorch runs FP32 with TF32 off (the same arithmetic as OpenCL FP32) and with its
@@ -42,10 +43,15 @@ def dlprim_ms(ctx, net, batch, mode, warmup, iters):
     from dlprim.cli.benchmark import run_net
     gc.collect()
     ctx.memory.peak_bytes = ctx.memory.bytes_in_use
-    with open(os.path.join(os.path.dirname(HERE), "tests", "data", "nets", "%s-b16.js" % net)) as f:
-        graph = json.load(f)
-    for inp in graph["inputs"]:
-        inp["shape"] = [batch] + inp["shape"][1:]
+    path = os.path.join(os.path.dirname(HERE), "tests", "data", "nets", "%s-b16.js" % net)
+    if os.path.exists(path):  # DLPrimitives' benchmark net
+        with open(path) as f:
+            graph = json.load(f)
+        for inp in graph["inputs"]:
+            inp["shape"] = [batch] + inp["shape"][1:]
+    else:  # a net DLPrimitives has not: the dlprim.models builder (vit_b_16, ...)
+        from dlprim import models
+        graph = models.BUILDERS[net](batch=batch, train=mode == "train").to_dict()
     res = run_net(ctx, graph, train=mode == "train", warmup=warmup, iters=iters)
     return res["mean_ms"], ctx.memory.peak_bytes
 
