@@ -12,7 +12,7 @@ puts it back where torchvision has it).
 from .net.netconfig import NetConfig
 
 __all__ = ["lenet", "mlp", "alexnet", "vgg16", "resnet18", "resnet34", "resnet50",
-           "mobilenet_v2", "gpt", "vision_transformer", "vit_b_16", "BUILDERS"]
+           "mobilenet_v2", "gpt", "vision_transformer", "vit_b_16", "convnext", "convnext_tiny", "BUILDERS"]
 
 BN_OPTIONS = {"eps": 1e-5, "momentum": 0.1}
 
@@ -391,6 +391,69 @@ def vit_b_16(batch=16, image_size=224, classes=1000, train=True):
     return vision_transformer(image_size, 16, 12, 12, 768, 3072, classes, batch, train)
 
 
+def _layer_norm_2d(cfg, name, x, eps=1e-6):
+    """torchvision's LayerNorm2d: LayerNorm over the channels of (N, C, H, W)."""
+    t = cfg.add("Transpose", name=name + "/nhwc", inputs=[x], options={"dims": [0, 2, 3, 1]})
+    t = _layer_norm(cfg, name, t, eps)
+    return cfg.add("Transpose", name=name + "/nchw", inputs=[t], options={"dims": [0, 3, 1, 2]})
+
+
+def _channels_linear(cfg, name, x, size, inputs, outputs):
+    """nn.Linear over the last axis of (N, H, W, inputs)."""
+    flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": [-1, inputs]})
+    y = cfg.add("InnerProduct", name=name, inputs=[flat], params=[name + ".weight", name + ".bias"],
+                options={"outputs": outputs, "inputs": inputs, "bias": True})
+    return cfg.add("Reshape", name=name + "/nhwc", inputs=[y],
+                   options={"dims": [-1, size, size, outputs]})
+
+
+def convnext(stages=((96, 3), (192, 3), (384, 9), (768, 3)), batch=16, image_size=224,
+             classes=1000, train=True):
+    """torchvision's ConvNeXt (Liu et al. 2022) with its parameter names: a 4x4 stride-4
+    stem with LayerNorm2d, stages of blocks (7x7 depthwise convolution, LayerNorm over the
+    channels, a 4x GELU MLP, a learned per-channel layer scale, a residual sum) joined by
+    LayerNorm2d and a 2x2 stride-2 convolution, global average pooling, LayerNorm and a
+    linear head. ``stages``: (channels, blocks) each; ``convnext_tiny`` is the default.
+    Stochastic depth is left out (it is the identity at inference). The layer scales start
+    at zeros (Parameter's initialisation; torchvision's 1e-6).
+    """
+    b = _Builder(batch, 3, image_size)
+    cfg = b.cfg
+    width = stages[0][0]
+    x = b.conv("features.0.0", width, 4, stride=4, bias=True)
+    x = _layer_norm_2d(cfg, "features.0.1", x)
+    for i, (width, blocks) in enumerate(stages):
+        stage = "features.%d" % (1 + 2 * i)
+        for j in range(blocks):
+            p = "%s.%d." % (stage, j)
+            h = b.conv(p + "block.0", width, 7, pad=3, groups=width, bias=True, src=x)
+            h = cfg.add("Transpose", name=p + "block.1", inputs=[h], options={"dims": [0, 2, 3, 1]})
+            h = _layer_norm(cfg, p + "block.2", h, 1e-6)
+            h = _channels_linear(cfg, p + "block.3", h, b.size, width, 4 * width)
+            h = cfg.add("Activation", name=p + "block.4", inputs=[h], options={"activation": "gelu"})
+            h = _channels_linear(cfg, p + "block.5", h, b.size, 4 * width, width)
+            h = cfg.add("Transpose", name=p + "block.6", inputs=[h], options={"dims": [0, 3, 1, 2]})
+            scale = cfg.add("Parameter", name=p + "layer_scale", inputs=[], params=[p + "layer_scale"],
+                            options={"shape": [width, 1, 1]})
+            h = cfg.add("Elementwise", name=p + "scaled", inputs=[h, scale], options={"operation": "prod"})
+            x = _residual(cfg, p + "residual", x, h)
+        if i + 1 < len(stages):
+            down = "features.%d" % (2 + 2 * i)
+            x = _layer_norm_2d(cfg, down + ".0", x)
+            x = b.conv(down + ".1", stages[i + 1][0], 2, stride=2, bias=True, src=x)
+    x = cfg.add("GlobalPooling", name="avgpool", inputs=[x], options={"mode": "avg"})
+    x = cfg.add("Reshape", name="classifier.1", inputs=[x], options={"dims": [-1, width]})
+    x = _layer_norm(cfg, "classifier.0", x, 1e-6)
+    b.channels, b.size = width, 1
+    b.fc("classifier.2", classes)
+    return b.finish(train)
+
+
+def convnext_tiny(batch=16, image_size=224, classes=1000, train=True):
+    """torchvision's convnext_tiny: stages of 96, 192, 384 and 768 channels, 3-3-9-3 blocks."""
+    return convnext(((96, 3), (192, 3), (384, 9), (768, 3)), batch, image_size, classes, train)
+
+
 BUILDERS = {"lenet": lenet, "mlp": mlp, "alexnet": alexnet, "vgg16": vgg16, "resnet18": resnet18,
             "resnet34": resnet34, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
-            "vit_b_16": vit_b_16}
+            "vit_b_16": vit_b_16, "convnext_tiny": convnext_tiny}
