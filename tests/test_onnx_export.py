@@ -193,3 +193,17 @@ def test_transformer_layers_export(ctx, tmp_path):
     ref = run_ort(tmp_path / "new.onnx", feeds)
     for k in ours:
         check_close(ours[k], ref[k])
+
+
+def test_gpt_comes_back_through_the_importer(ctx, tmp_path):
+    """Export, then import: Gather of the table becomes an Embedding again, MatMul-free
+    linears and the decomposed attention run as dlprim layers, same logits."""
+    net = dp.Net(ctx, models.gpt(vocab=11, context=8, layers=1, heads=2, dim=16, batch=2,
+                                 train=False), mode="predict", seed=7)
+    tokens = np.random.default_rng(8).integers(0, 11, (2, 8))
+    ours = net(tokens=tokens)["logits"]
+    dox.save(net, tmp_path / "gpt.onnx")
+    cfg, _ = dox.to_netconfig(str(tmp_path / "gpt.onnx"))
+    assert "Embedding" in [op["type"] for op in cfg.operators]
+    again = dox.load(tmp_path / "gpt.onnx", ctx)(tokens=tokens)["logits"]
+    check_close(again, ours)

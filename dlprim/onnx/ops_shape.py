@@ -1,5 +1,6 @@
 """Converters of operators that move data without arithmetic: Reshape, Flatten, Transpose,
-Concat, Split, Slice, Squeeze, Unsqueeze, Gather (constant indices).
+Concat, Split, Slice, Squeeze, Unsqueeze, Gather (constant indices, or an embedding
+lookup: data indices into a constant table).
 
 Reshape-like outputs keep the batch as ``0`` ("the input's size") where the first axis
 is unchanged, so an imported net can still be reshaped to another batch size."""
@@ -181,8 +182,12 @@ def unsqueeze(b, node):
 
 @converts("Gather")
 def gather(b, node):
-    """Constant indices along one axis: a scalar (then the axis goes) or a range."""
+    """Constant indices along one axis: a scalar (then the axis goes) or a range; or rows
+    of a constant table picked by data indices (an embedding lookup)."""
     x = node.inputs[0]
+    if b.is_const(x) and not b.is_const(node.inputs[1]):
+        _embedding(b, node)
+        return
     shape = b.shape(x)
     axis = int(node.attr("axis", 0)) % len(shape)
     idx = np.asarray(b.const(node.inputs[1], "indices")).astype(np.int64)
@@ -200,3 +205,14 @@ def gather(b, node):
     b.alias[t] = t
     reshape_to(b, node, t, [d for i, d in enumerate(shape) if i != axis],
                name=node.name + "/drop")
+
+
+def _embedding(b, node):
+    table = np.asarray(b.const(node.inputs[0], "table"))
+    if table.ndim != 2 or int(node.attr("axis", 0)) % 2 != 0:
+        raise Unsupported("data indices into a constant of shape %s along axis %d: only rows "
+                          "of a 2-D table (an embedding)" % (table.shape, node.attr("axis", 0)))
+    idx_shape = tuple(b.shape(node.inputs[1]))
+    b.add("Embedding", [b.value(node.inputs[1])], idx_shape + (table.shape[1],), node,
+          params=[b.param(node.inputs[0], table)],
+          options={"num_embeddings": int(table.shape[0]), "embedding_dim": int(table.shape[1])})
