@@ -60,3 +60,45 @@ def test_symbolic_batch_is_set_and_changed(ctx):
     check_close(net(data=x.numpy())["logits"], sess.run(None, {"data": x.numpy()})[0])
     x5 = np.concatenate([x.numpy(), x.numpy()[:2] * 0.5])
     check_close(net(data=x5)["logits"], sess.run(None, {"data": x5})[0])
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_encoder_matches_onnxruntime(ctx, opset, norm_first):
+    """torch.nn.TransformerEncoder (batch_first) as PyTorch exports it: the attention's
+    data x data MatMuls, LayerNormalization and its ReLU MLP."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True,
+                                             norm_first=norm_first)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.from_numpy(np.random.default_rng(9).standard_normal((BATCH, 7, 16),
+                                                                  dtype=np.float32))
+    data = export(model, opset, x)
+    cfg, _ = dox.to_netconfig(data)
+    types = {op["type"] for op in cfg.operators}
+    assert {"LayerNorm", "MatMul"} <= types
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(
+        None, {"data": x.numpy()})[0]
+    y = dox.load(data, ctx)(data=x.numpy())["logits"]
+    assert y.shape == ref.shape
+    check_close(y, ref)
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("family", ["vit", "convnext"])
+def test_vision_transformer_and_convnext_match_onnxruntime(ctx, opset, family):
+    """Small networks laid out as torchvision's VisionTransformer (nn.MultiheadAttention,
+    the class token's Concat) and ConvNeXt (LayerNorm2d's permutes, the layer scale), as
+    PyTorch exports them."""
+    from test_convnext import ConvNeXt
+    from test_vit import ViT
+    torch.manual_seed(1)
+    model, shape = (ViT(), (BATCH, 3, 16, 16)) if family == "vit" else \
+        (ConvNeXt(), (BATCH, 3, 32, 32))
+    x = torch.from_numpy(np.random.default_rng(10).standard_normal(shape, dtype=np.float32))
+    data = export(model.eval(), opset, x)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(
+        None, {"data": x.numpy()})[0]
+    y = dox.load(data, ctx)(data=x.numpy())["logits"]
+    assert y.shape == ref.shape
+    check_close(y, ref)
