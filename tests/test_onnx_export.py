@@ -178,7 +178,10 @@ def test_transformer_layers_export(ctx, tmp_path):
             cfg.add("ScaledDotProductAttention", name="att", inputs=["a", "b", "b", "mask"]),
             cfg.add("LayerNorm", name="ln", inputs=["a"], options={"normalized_dims": 2,
                                                                   "affine": False}),
-            cfg.add("GroupNorm", name="gn", inputs=[img], options={"groups": 3})]
+            cfg.add("GroupNorm", name="gn", inputs=[img], options={"groups": 3}),
+            cfg.add("RMSNorm", name="rms", inputs=["a"], options={"eps": 1e-3}),
+            cfg.add("RMSNorm", name="rms2", inputs=[img], options={"normalized_dims": 2,
+                                                                  "affine": False})]
     cfg.set_outputs(outs)
     net = dp.Net(ctx, cfg, mode="predict", seed=6)
     feeds = {"a": rng.standard_normal((2, 3, 5, 4)).astype(np.float32),
@@ -207,3 +210,15 @@ def test_gpt_comes_back_through_the_importer(ctx, tmp_path):
     assert "Embedding" in [op["type"] for op in cfg.operators]
     again = dox.load(tmp_path / "gpt.onnx", ctx)(tokens=tokens)["logits"]
     check_close(again, ours)
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18])
+def test_rms_norm_exports_at_every_opset(ctx, tmp_path, opset):
+    cfg = dp.NetConfig()
+    cfg.add_input("x", (3, 4, 5))
+    cfg.set_outputs([cfg.add("RMSNorm", name="rms", inputs=["x"], options={"eps": 1e-4})])
+    net = dp.Net(ctx, cfg, mode="predict", seed=2)
+    x = np.random.default_rng(3).standard_normal((3, 4, 5)).astype(np.float32)
+    ours = net(x=x)
+    dox.save(net, tmp_path / "rms.onnx", opset=opset)
+    check_close(ours["rms"], run_ort(tmp_path / "rms.onnx", {"x": x})["rms"])

@@ -293,6 +293,25 @@ def layer_norm(e, op, layer, ins, outs, params):
            epsilon=layer.eps)
 
 
+@exports("RMSNorm")
+def rms_norm(e, op, layer, ins, outs, params):
+    """x / sqrt(mean(x^2) + eps) * weight, spelled out (RMSNormalization is opset 23)."""
+    rank = len(e.shape(op.in_values[0]))
+    axes = list(range(rank - int(layer.options["normalized_dims"]), rank))
+    sq = e.node("Mul", [ins[0], ins[0]], name=op.name + "/square")
+    if e.opset >= 18:
+        ms = e.node("ReduceMean", [sq, e.ints(axes)], name=op.name + "/mean", keepdims=1)
+    else:
+        ms = e.node("ReduceMean", [sq], name=op.name + "/mean", keepdims=1, axes=axes)
+    rms = e.node("Sqrt", [e.node("Add", [ms, e.scalar(layer.eps)], name=op.name + "/eps")],
+                 name=op.name + "/sqrt")
+    if layer.affine:
+        y = e.node("Div", [ins[0], rms], name=op.name + "/normalise")
+        e.node("Mul", [y, params[0]], outs, op.name)
+    else:
+        e.node("Div", [ins[0], rms], outs, op.name)
+
+
 @exports("GroupNorm")
 def group_norm(e, op, layer, ins, outs, params):
     if e.opset < 21:
