@@ -334,3 +334,18 @@ def test_layer_and_group_norm_and_data_matmul(ctx, opset):
     types = op_types(data)
     assert types.count("LayerNorm") == 2 and types.count("MatMul") == 2
     check(ctx, data, {k: rand(*s) for k, s in inputs.items()})
+
+
+def test_einsum_batched_products(ctx):
+    nodes = [node("Einsum", ["q", "k"], ["scores"], equation="bhqd,bhkd->bhqk"),
+             node("Einsum", ["p", "v"], ["mixed"], equation="bhqk,bhkd->bhqd"),
+             node("Einsum", ["kt", "q"], ["both"], equation="bhdq, bhkd -> bhqk")]
+    inputs = {"q": (2, 3, 5, 4), "k": (2, 3, 6, 4), "p": (2, 3, 5, 6), "v": (2, 3, 6, 4),
+              "kt": (2, 3, 4, 5)}
+    data = make(nodes, inputs, ["scores", "mixed", "both"], opset=13)
+    assert op_types(data) == ["MatMul"] * 3
+    check(ctx, data, {k: rand(*s) for k, s in inputs.items()})
+    bad = make([node("Einsum", ["q"], ["t"], equation="bhqd->bhdq")], {"q": (2, 3, 5, 4)}, ["t"],
+               opset=13)
+    with pytest.raises(dox.OnnxImportError, match="Einsum"):
+        dox.load(bad, ctx)

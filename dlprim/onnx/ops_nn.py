@@ -159,6 +159,44 @@ def _data_matmul(b, node):
           batch + (sa[-2], sb[-1]), node)
 
 
+def _einsum_matmul(equation):
+    """(transpose_a, transpose_b) when ``equation`` is a batched matrix product
+    "b..ij,b..jk->b..ik" up to transposes of either operand; else None."""
+    eq = equation.replace(" ", "")
+    if "..." in eq or "->" not in eq or eq.count(",") != 1:
+        return None
+    ins, out = eq.split("->")
+    a, b = ins.split(",")
+    if len(a) < 2 or len(a) != len(b) or len(out) != len(a) or len(set(a + b + out)) != len(a) + 1:
+        return None
+    batch = out[:-2]
+    if a[:-2] != batch or b[:-2] != batch:
+        return None
+    m, n = out[-2:]
+    k = (set(a[-2:]) & set(b[-2:])) - {m, n}
+    if len(k) != 1 or set(a[-2:]) != {m} | k or set(b[-2:]) != {n} | k:
+        return None
+    k = k.pop()
+    return a[-2:] == k + m, b[-2:] == n + k
+
+
+@converts("Einsum")
+def einsum(b, node):
+    """A batched matrix product spelled as Einsum: the MatMul layer (with transposes)."""
+    eq = node.attr("equation")
+    eq = eq.decode() if isinstance(eq, bytes) else str(eq)
+    flags = _einsum_matmul(eq)
+    if flags is None or len(node.inputs) != 2 or any(b.is_const(i) for i in node.inputs):
+        raise Unsupported("equation %r: only a batched product of two data tensors "
+                          "(\"bij,bjk->bik\" up to transposes) is supported" % eq)
+    ta, tb = flags
+    sa, sb = b.shape(node.inputs[0]), b.shape(node.inputs[1])
+    m = sa[-1] if ta else sa[-2]
+    n = sb[-2] if tb else sb[-1]
+    b.add("MatMul", [b.value(node.inputs[0]), b.value(node.inputs[1])], tuple(sa[:-2]) + (m, n),
+          node, options={"transpose_a": ta, "transpose_b": tb})
+
+
 @converts("MatMul")
 def matmul(b, node):
     a = node.inputs[0]
