@@ -141,3 +141,11 @@ def assert_close(actual, expected, rtol=1e-4, atol=1e-5, what="value"):
         i = np.unravel_index(np.argmax(err - bound), err.shape)
         raise AssertionError("%s: mismatch at %s: got %r, expected %r (max abs err %g)"
                              % (what, i, actual[i], expected[i], err.max()))
+
+
+def assert_grads_match_torch(net, twin, rtol=1e-3, atol=2e-5):
+    """Every parameter gradient of a Net against the same-named one of a PyTorch twin
+    (after backward on both)."""
+    for name, p in twin.named_parameters():
+        np.testing.assert_allclose(net.param_diff(name).to_host(), p.grad.numpy(), rtol=rtol,
+                                   atol=atol, err_msg=name)

@@ -8,8 +8,8 @@ import dlprim as dp
 from dlprim.core.attention import AttentionOps
 
 
-def reference(q, k, v, scale, mask=None, causal=False):
-    """(o, dq, dk, dv) in float64 for the gradient g = the fixed pattern below."""
+def probabilities(q, k, scale, mask=None, causal=False):
+    """softmax(scale q k^T + mask) in float64; a row with every key masked is zeros."""
     s = scale * q @ k.transpose(0, 2, 1)
     if mask is not None:
         s = s + mask
@@ -19,15 +19,22 @@ def reference(q, k, v, scale, mask=None, causal=False):
     live = np.isfinite(m)
     e = np.where(live, np.exp(s - np.where(live, m, 0)), 0)
     total = e.sum(-1, keepdims=True)
-    p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
-    o = p @ v
-    g = np.cos(np.arange(o.size)).reshape(o.shape)
-    dv = p.transpose(0, 2, 1) @ g
+    return np.where(total > 0, e / np.where(total > 0, total, 1), 0)
+
+
+def gradients(q, k, v, p, scale, g):
+    """(dq, dk, dv) in float64 for the output gradient g, p the probabilities."""
     dp_ = g @ v.transpose(0, 2, 1)
     ds = p * (dp_ - (dp_ * p).sum(-1, keepdims=True))
-    dq = scale * ds @ k
-    dk = scale * ds.transpose(0, 2, 1) @ q
-    return o, g, dq, dk, dv
+    return scale * ds @ k, scale * ds.transpose(0, 2, 1) @ q, p.transpose(0, 2, 1) @ g
+
+
+def reference(q, k, v, scale, mask=None, causal=False):
+    """(o, g, dq, dk, dv) in float64 for the gradient g = the fixed pattern below."""
+    p = probabilities(q, k, scale, mask, causal)
+    o = p @ v
+    g = np.cos(np.arange(o.size)).reshape(o.shape)
+    return (o, g) + gradients(q, k, v, p, scale, g)
 
 
 @pytest.mark.parametrize("b,heads,lq,lk,d,dv,causal,masked", [
@@ -140,20 +147,7 @@ def test_layer_matches_float64(ctx, rng, shape, opts, mask_shape):
 
 def _grads_for(flat, scale, mask, causal, g):
     q, k, v = flat
-    s = scale * q @ k.transpose(0, 2, 1)
-    if mask is not None:
-        s = s + mask
-    if causal:
-        s = np.where(np.triu(np.ones(s.shape[1:], bool), 1), -np.inf, s)
-    m = s.max(-1, keepdims=True)
-    live = np.isfinite(m)
-    e = np.where(live, np.exp(s - np.where(live, m, 0)), 0)
-    total = e.sum(-1, keepdims=True)
-    p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
-    dv = p.transpose(0, 2, 1) @ g
-    dp_ = g @ v.transpose(0, 2, 1)
-    ds = p * (dp_ - (dp_ * p).sum(-1, keepdims=True))
-    return scale * ds @ k, scale * ds.transpose(0, 2, 1) @ q, dv
+    return gradients(q, k, v, probabilities(q, k, scale, mask, causal), scale, g)
 
 
 def test_layer_errors(ctx):

@@ -6,6 +6,7 @@ import pytest
 
 import dlprim as dp
 from dlprim import models
+from layer_check import assert_grads_match_torch
 
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
@@ -77,9 +78,7 @@ def test_convnext_matches_pytorch(ctx):
     want = F.cross_entropy(twin(torch.tensor(x)), torch.tensor(label, dtype=torch.long))
     want.backward()
     np.testing.assert_allclose(loss.reshape(()), want.item(), rtol=1e-5)
-    for name, p in twin.named_parameters():
-        np.testing.assert_allclose(net.param_diff(name).to_host(), p.grad.numpy(), rtol=2e-3,
-                                   atol=2e-5, err_msg=name)
+    assert_grads_match_torch(net, twin, rtol=2e-3)
 
 
 def test_convnext_tiny_names_follow_torchvision():

@@ -6,6 +6,7 @@ import pytest
 
 import dlprim as dp
 from dlprim import models
+from layer_check import assert_grads_match_torch
 
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
@@ -71,9 +72,7 @@ def test_loss_and_gradients_match_pytorch(ctx, net_and_twin):
     want = twin(torch.tensor(tokens), torch.tensor(targets))
     want.backward()
     np.testing.assert_allclose(loss.reshape(()), want.item(), rtol=1e-5)
-    for name, p in twin.named_parameters():
-        np.testing.assert_allclose(net.param_diff(name).to_host(), p.grad.numpy(), rtol=1e-3,
-                                   atol=2e-5, err_msg=name)
+    assert_grads_match_torch(net, twin)
 
 
 def test_a_few_adam_steps_learn_a_sequence(ctx, net_and_twin):

@@ -6,6 +6,7 @@ import pytest
 
 import dlprim as dp
 from dlprim import models
+from layer_check import assert_grads_match_torch
 
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
@@ -70,9 +71,7 @@ def test_vision_transformer_matches_pytorch(ctx):
     want = F.cross_entropy(logits, torch.tensor(label, dtype=torch.long))
     want.backward()
     np.testing.assert_allclose(loss.reshape(()), want.item(), rtol=1e-5)
-    for name, p in twin.named_parameters():
-        np.testing.assert_allclose(net.param_diff(name).to_host(), p.grad.numpy(), rtol=1e-3,
-                                   atol=2e-5, err_msg=name)
+    assert_grads_match_torch(net, twin)
 
 
 def test_vit_b_16_names_follow_torchvision():

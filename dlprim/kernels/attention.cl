@@ -37,6 +37,25 @@ inline float score_mask(
 #define MASK_AT(i, j) score_mask(i, j)
 % endif
 
+// copy ``count`` rows of ``width`` from global to a tile in local memory, times ``scale``
+inline void stage(__local float *tile, __global const float *rows, uint count, uint width,
+                  float scale, uint t)
+{
+    for (uint e = t; e < count * width; e += ${T})
+        tile[e] = rows[e] * scale;
+}
+
+// a score: the mask's value plus the dot product of a private row (q already scaled, or
+// k) and a row staged in local memory; -inf where the mask drops the key
+inline float score(const float *mine, __local const float *staged, float bias)
+{
+    if (bias == NEG_INF)
+        return NEG_INF;
+    for (int c = 0; c < ${D}; c++)
+        bias = fma(mine[c], staged[c], bias);
+    return bias;
+}
+
 // o[i] = sum_j p_ij v_j, lse[i] = log sum_j exp(s_ij) (-inf for a row masked whole)
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
 void attention_forward(uint lq, uint lk, float scale,
@@ -62,19 +81,15 @@ void attention_forward(uint lq, uint lk, float scale,
     for (uint j0 = 0; j0 < lk; j0 += ${T}) {
         uint jn = min((uint)${T}, lk - j0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint e = t; e < jn * ${D}; e += ${T})
-            kt[e / ${D}][e % ${D}] = k[(ulong)j0 * ${D} + e];
-        for (uint e = t; e < jn * ${DV}; e += ${T})
-            vt[e / ${DV}][e % ${DV}] = v[(ulong)j0 * ${DV} + e];
+        stage(&kt[0][0], k + (ulong)j0 * ${D}, jn, ${D}, 1.0f, t);
+        stage(&vt[0][0], v + (ulong)j0 * ${DV}, jn, ${DV}, 1.0f, t);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!live)
             continue;
         for (uint jj = 0; jj < jn; jj++) {
-            float s = MASK_AT(i, j0 + jj);
+            float s = score(qi, kt[jj], MASK_AT(i, j0 + jj));
             if (s == NEG_INF)
                 continue;
-            for (int c = 0; c < ${D}; c++)
-                s = fma(qi[c], kt[jj][c], s);
             if (s > m) {  // rescale what was summed under the old maximum
                 float r = exp(m - s);
                 l *= r;
@@ -133,19 +148,15 @@ void attention_backward_dq(uint lq, uint lk, float scale,
     for (uint j0 = 0; j0 < lk; j0 += ${T}) {
         uint jn = min((uint)${T}, lk - j0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint e = t; e < jn * ${D}; e += ${T})
-            kt[e / ${D}][e % ${D}] = k[(ulong)j0 * ${D} + e];
-        for (uint e = t; e < jn * ${DV}; e += ${T})
-            vt[e / ${DV}][e % ${DV}] = v[(ulong)j0 * ${DV} + e];
+        stage(&kt[0][0], k + (ulong)j0 * ${D}, jn, ${D}, 1.0f, t);
+        stage(&vt[0][0], v + (ulong)j0 * ${DV}, jn, ${DV}, 1.0f, t);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!live)
             continue;
         for (uint jj = 0; jj < jn; jj++) {
-            float s = MASK_AT(i, j0 + jj);
+            float s = score(qi, kt[jj], MASK_AT(i, j0 + jj));
             if (s == NEG_INF)
                 continue;
-            for (int c = 0; c < ${D}; c++)
-                s = fma(qi[c], kt[jj][c], s);
             float p = prob(s, lse_i);
             float dp = 0.0f;
             for (int c = 0; c < ${DV}; c++)
@@ -194,10 +205,8 @@ void attention_backward_dkdv(uint lq, uint lk, float scale,
     for (uint i0 = 0; i0 < lq; i0 += ${T}) {
         uint in = min((uint)${T}, lq - i0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint e = t; e < in * ${D}; e += ${T})
-            qt[e / ${D}][e % ${D}] = q[(ulong)i0 * ${D} + e] * scale;
-        for (uint e = t; e < in * ${DV}; e += ${T})
-            gt[e / ${DV}][e % ${DV}] = dout[(ulong)i0 * ${DV} + e];
+        stage(&qt[0][0], q + (ulong)i0 * ${D}, in, ${D}, scale, t);
+        stage(&gt[0][0], dout + (ulong)i0 * ${DV}, in, ${DV}, 1.0f, t);
         if (t < in) {
             lt[t] = lse[lse_offset + (ulong)bh * lq + i0 + t];
             dt[t] = delta[delta_offset + (ulong)bh * lq + i0 + t];
@@ -206,11 +215,9 @@ void attention_backward_dkdv(uint lq, uint lk, float scale,
         if (!live)
             continue;
         for (uint ii = 0; ii < in; ii++) {
-            float s = MASK_AT(i0 + ii, j);
+            float s = score(kj, qt[ii], MASK_AT(i0 + ii, j));
             if (s == NEG_INF)
                 continue;
-            for (int c = 0; c < ${D}; c++)
-                s = fma(qt[ii][c], kj[c], s);
             float p = prob(s, lt[ii]);
             float dp = 0.0f;
             for (int c = 0; c < ${DV}; c++) {
