@@ -12,7 +12,8 @@ puts it back where torchvision has it).
 from .net.netconfig import NetConfig
 
 __all__ = ["lenet", "mlp", "alexnet", "vgg16", "resnet18", "resnet34", "resnet50",
-           "mobilenet_v2", "gpt", "vision_transformer", "vit_b_16", "convnext", "convnext_tiny", "BUILDERS"]
+           "mobilenet_v2", "gpt", "vision_transformer", "vit_b_16", "convnext", "convnext_tiny", "multi_head_attention",
+           "BUILDERS"]
 
 BN_OPTIONS = {"eps": 1e-5, "momentum": 0.1}
 
@@ -263,6 +264,16 @@ def _layer_norm(cfg, name, x, eps=1e-5):
                    options={"eps": eps})
 
 
+def multi_head_attention(cfg, name, x, length, dim, heads, causal=False):
+    """Add multi-head self-attention of ``x`` (batch, length, dim) to NetConfig ``cfg``, as
+    ``torch.nn.MultiheadAttention(dim, heads, batch_first=True)`` computes it, with its
+    parameter names under ``name`` (``name.in_proj_weight``, ``name.in_proj_bias``,
+    ``name.out_proj.weight``, ``name.out_proj.bias``), so its state dict loads; returns
+    the output's name. The attention runs on the fused kernels."""
+    return _self_attention(cfg, name, x, length, dim, heads, causal,
+                           [name + ".in_proj_weight", name + ".in_proj_bias"], None)
+
+
 def _self_attention(cfg, name, x, length, dim, heads, causal, qkv_params, out_params):
     """Multi-head self-attention of (batch, length, dim): one Linear to q, k and v, the
     fused attention over ``heads`` heads, a Linear back (nn.MultiheadAttention's layout)."""
@@ -370,10 +381,8 @@ def vision_transformer(image_size=224, patch_size=16, layers=12, heads=12, hidde
     x = cfg.add("Elementwise", name="encoder/position", inputs=[x, pos], options={"operation": "sum"})
     for i in range(layers):
         p = "encoder.layers.encoder_layer_%d." % i
-        a = _self_attention(cfg, p + "self_attention", _layer_norm(cfg, p + "ln_1", x, 1e-6),
-                            length, hidden, heads, False,
-                            [p + "self_attention.in_proj_weight", p + "self_attention.in_proj_bias"],
-                            None)
+        a = multi_head_attention(cfg, p + "self_attention", _layer_norm(cfg, p + "ln_1", x, 1e-6),
+                                 length, hidden, heads)
         x = _residual(cfg, p + "attention/residual", x, a)
         h = _mlp(cfg, p + "mlp", _layer_norm(cfg, p + "ln_2", x, 1e-6), length, hidden, mlp,
                  "0", "3")

@@ -84,3 +84,22 @@ def test_vit_b_16_names_follow_torchvision():
                      "heads.head.weight"):
         assert expected in names, expected
     assert len(names) == 4 + 12 * 12 + 2 + 2  # torchvision's vit_b_16 has 152 tensors
+
+
+def test_multi_head_attention_loads_pytorch_weights(ctx):
+    """models.multi_head_attention in a NetConfig of its own against nn.MultiheadAttention
+    with the same state dict, causal and not."""
+    for causal in (False, True):
+        cfg = dp.NetConfig()
+        x = cfg.add_input("x", (2, 5, HIDDEN))
+        cfg.set_outputs([models.multi_head_attention(cfg, "mha", x, 5, HIDDEN, HEADS, causal)])
+        net = dp.Net(ctx, cfg, mode=dp.PREDICT, seed=0)
+        torch.manual_seed(3)
+        mha = nn.MultiheadAttention(HIDDEN, HEADS, batch_first=True)
+        net.set_parameters({"mha." + k: v.detach().numpy() for k, v in mha.state_dict().items()})
+        data = np.random.default_rng(4).standard_normal((2, 5, HIDDEN)).astype(np.float32)
+        t = torch.tensor(data)
+        mask = torch.ones(5, 5, dtype=torch.bool).triu(1) if causal else None
+        want = mha(t, t, t, attn_mask=mask, need_weights=False)[0].detach().numpy()
+        got = next(iter(net(x=data).values()))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
