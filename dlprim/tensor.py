@@ -126,11 +126,14 @@ class Tensor:
 
     def view(self, shape, offset=0, dtype=None):
         """A tensor over the same buffer, ``offset`` elements further in."""
+        return self._view(_shape_tuple(shape), int(offset),
+                          self.dtype if dtype is None else as_dtype(dtype))
+
+    def _view(self, shape, offset, dtype):
+        """``view`` without its checks: ``shape`` a tuple of ints, ``offset`` an int."""
         t = Tensor.__new__(Tensor)
-        t.ctx, t.buffer = self.ctx, self.buffer
-        t.shape = _shape_tuple(shape)
-        t.dtype = self.dtype if dtype is None else as_dtype(dtype)
-        t.offset = self.offset + int(offset)
+        t.ctx, t.buffer, t.shape, t.dtype = self.ctx, self.buffer, shape, dtype
+        t.offset = self.offset + offset
         t._owner = self  # keep the owning tensor (and its pool block) alive
         return t
 

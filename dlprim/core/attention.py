@@ -17,7 +17,7 @@ import numpy as np
 from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
-from .copy import Fill
+from .copy import fill_launches
 from .pointwise import pointwise_reduce_launches
 
 __all__ = ["AttentionOps"]
@@ -86,16 +86,15 @@ class AttentionOps:
                                ("dk", dk, (b, lk, self.d)), ("dv", dv, (b, lk, self.dv)),
                                ("delta", delta, (b, lq))):
             self._check(what, t, shape)
-        out = []
         if b * lk and lq == 0:  # no query reads the keys: zero gradients
-            return [launch for t in (dk, dv) for launch in _zero_launches(self.ctx, t)]
+            return fill_launches(self.ctx, dk, 0.0) + fill_launches(self.ctx, dv, 0.0)
         if b * lq == 0:
             return []
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
         masks = self._mask_args(mask, mask_strides)
         common = head + [q, k, v, dout, lse, delta]
         rows = (b * lq, self.dv)
-        out += pointwise_reduce_launches(self.ctx, [dout.view(rows), o.view(rows)],
+        out = pointwise_reduce_launches(self.ctx, [dout.view(rows), o.view(rows)],
                                          [delta.view((b * lq, 1))], "y0 = x0 * x1;")
         out.append(program.Launch(self.program, "attention_backward_dq", *self._grid(lq),
                                   common + [dq] + masks))
@@ -103,7 +102,3 @@ class AttentionOps:
             out.append(program.Launch(self.program, "attention_backward_dkdv", *self._grid(lk),
                                       common + [dk, dv] + masks))
         return out
-
-
-def _zero_launches(ctx, t):
-    return Fill(ctx, t.shape, t.dtype).launches(t, 0.0)

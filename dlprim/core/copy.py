@@ -195,10 +195,19 @@ class Fill:
             launch(queue if queue is not None else self.ctx.queue)
 
 
+def _fill_op(ctx, t):
+    return _memo(ctx, ("fill", t.shape, t.dtype.name), lambda: Fill(ctx, t.shape, t.dtype))
+
+
 def fill(ctx, t, value, queue=None):
     """Set every element of ``t`` to ``value`` (enqueued); returns t."""
-    _memo(ctx, ("fill", t.shape, t.dtype.name), lambda: Fill(ctx, t.shape, t.dtype))(t, value, queue)
+    _fill_op(ctx, t)(t, value, queue)
     return t
+
+
+def fill_launches(ctx, t, value):
+    """``fill``'s launches, prepared and not enqueued (to be part of a plan)."""
+    return _fill_op(ctx, t).launches(t, value)
 
 
 def copy(ctx, src, dst, queue=None):

@@ -15,7 +15,7 @@ that the backward pass reads. With xhat = (x - mean) rstd and g = dy * weight:
 """
 import numpy as np
 
-from .copy import Fill
+from .copy import fill_launches
 from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 
 __all__ = ["GroupNormOps"]
@@ -86,7 +86,7 @@ class GroupNormOps:
         inv = 1.0 / max(self.count, 1)
         out = []
         if self.rms:
-            out += _zero(self.ctx, m)
+            out += fill_launches(self.ctx, m, 0.0)
         else:
             out += self._mean.launches([x], [m], alpha=inv)
         # the variance goes through rstd's memory, then becomes rstd in place
@@ -116,7 +116,3 @@ class GroupNormOps:
             out += self._sums.launches(ins, [s1, s2], alpha=1.0 / max(self.count, 1))
             out += self._dx.launches(ins + [s1, s2], [dx.view(self.shape)], beta=beta)
         return out
-
-
-def _zero(ctx, t):
-    return Fill(ctx, t.shape, t.dtype).launches(t, 0.0)

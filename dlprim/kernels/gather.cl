@@ -15,36 +15,28 @@ inline ${T} missing(void)
 % endif
 }
 
-// dst[o, i, k] = src[o, idx[i], k], dst of (outer, m, inner), src of (outer, n, inner)
-__kernel void index_select(ulong total, ulong n, ulong m, ulong inner,
-                           __global const ${T} *src, ulong src_offset,
-                           __global const ${I} *idx, ulong idx_offset,
-                           __global ${T} *dst, ulong dst_offset)
-{
-    ulong g = get_global_id(0);
-    if (g >= total)
-        return;
-    ulong k = g % inner, r = g / inner;
-    ulong i = r % m, o = r / m;
-    ${I} j = idx[idx_offset + i];
-    dst[dst_offset + g] = (j >= 0 && (ulong)j < n) ? src[src_offset + (o * n + j) * inner + k]
-                                                  : missing();
-}
+// Each kernel takes the index of element g of the (outer, m, inner) side: for the
+// "select" kernels one per (o, i) slice, idx[i]; for the element kernels one per element,
+// idx[o, i, k]. (outer, n, inner) is the other side, which the index points into.
+<%def name="index_of(per_element)">${"idx[idx_offset + g]" if per_element else "idx[idx_offset + (g / inner) % m]"}</%def>
 
-// dst[o, i, k] = src[o, idx[o, i, k], k], dst and idx of (outer, m, inner)
-__kernel void gather(ulong total, ulong n, ulong m, ulong inner,
-                     __global const ${T} *src, ulong src_offset,
-                     __global const ${I} *idx, ulong idx_offset,
-                     __global ${T} *dst, ulong dst_offset)
+% for name, per_element in (("index_select", False), ("gather", True)):
+// dst[o, i, k] = src[o, ${"idx[o, i, k]" if per_element else "idx[i]"}, k]: dst of (outer, m, inner)
+__kernel void ${name}(ulong total, ulong n, ulong m, ulong inner,
+                      __global const ${T} *src, ulong src_offset,
+                      __global const ${I} *idx, ulong idx_offset,
+                      __global ${T} *dst, ulong dst_offset)
 {
     ulong g = get_global_id(0);
     if (g >= total)
         return;
     ulong k = g % inner, o = g / inner / m;
-    ${I} j = idx[idx_offset + g];
+    ${I} j = ${index_of(per_element)};
     dst[dst_offset + g] = (j >= 0 && (ulong)j < n) ? src[src_offset + (o * n + j) * inner + k]
                                                   : missing();
 }
+
+% endfor
 
 % if T == "float":
 // dst += v with a compare-and-swap loop (OpenCL 1.2 has no float atomic add); the order
@@ -58,35 +50,26 @@ inline void atomic_add_float(volatile __global float *p, float v)
     } while (atomic_cmpxchg((volatile __global uint *)p, old.u, next.u) != old.u);
 }
 
-// dst[o, idx[i], k] += alpha * src[o, i, k]; indices equal to skip (embedding's padding
-// row) add nothing. dst of (outer, n, inner), src of (outer, m, inner)
-__kernel void index_add(ulong total, ulong n, ulong m, ulong inner,
-                        __global const float *src, ulong src_offset,
-                        __global const ${I} *idx, ulong idx_offset,
-                        __global float *dst, ulong dst_offset, float alpha, long skip)
+% for name, per_element in (("index_add", False), ("scatter_add", True)):
+// dst[o, ${"idx[o, i, k]" if per_element else "idx[i]"}, k] += ${"" if per_element else "alpha * "}src[o, i, k]\
+${"" if per_element else "; the index skip (embedding's padding row) adds nothing"}
+__kernel void ${name}(ulong total, ulong n, ulong m, ulong inner,
+                      __global const float *src, ulong src_offset,
+                      __global const ${I} *idx, ulong idx_offset,
+                      __global float *dst, ulong dst_offset${"" if per_element else ", float alpha, long skip"})
 {
     ulong g = get_global_id(0);
     if (g >= total)
         return;
-    ulong k = g % inner, r = g / inner;
-    ulong i = r % m, o = r / m;
-    ${I} j = idx[idx_offset + i];
+% if per_element:
+    const float alpha = 1.0f;
+    const long skip = -1;
+% endif
+    ulong k = g % inner, o = g / inner / m;
+    ${I} j = ${index_of(per_element)};
     if (j >= 0 && (ulong)j < n && (long)j != skip)
         atomic_add_float(dst + dst_offset + (o * n + j) * inner + k, alpha * src[src_offset + g]);
 }
 
-// dst[o, idx[o, i, k], k] += src[o, i, k]
-__kernel void scatter_add(ulong total, ulong n, ulong m, ulong inner,
-                          __global const float *src, ulong src_offset,
-                          __global const ${I} *idx, ulong idx_offset,
-                          __global float *dst, ulong dst_offset)
-{
-    ulong g = get_global_id(0);
-    if (g >= total)
-        return;
-    ulong k = g % inner, o = g / inner / m;
-    ${I} j = idx[idx_offset + g];
-    if (j >= 0 && (ulong)j < n)
-        atomic_add_float(dst + dst_offset + (o * n + j) * inner + k, src[src_offset + g]);
-}
+% endfor
 % endif

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..core.attention import AttentionOps
-from ..core.pointwise import PointwiseBroadcast
+from ..core.pointwise import pointwise_launches
 from ..tensor import ws_view
 from .base import TRAIN, Layer, Setup, TensorSpec, register
 
@@ -111,9 +111,6 @@ class ScaledDotProductAttention(Layer):
         out = self.ops.backward_launches(q, k, v, o, saved[0].view((b, lq)),
                                          dy[0].view(self.shapes[3]), *targets, delta,
                                          scale=self.options["scale"], **self._mask(x))
-        for scratch, target in adds:
-            op = PointwiseBroadcast(self.ctx, [(scratch.shape, np.float32)],
-                                    [(target.shape, np.float32)], "y0 = x0;",
-                                    name="attention_add_grad")
-            out += op.launches([scratch], [target], beta=1.0)
+        for scratch, target in adds:  # dx += the gradient written to the workspace
+            out += pointwise_launches(self.ctx, [scratch], [target], "y0 = x0;", beta=1.0)
         return out

@@ -95,8 +95,7 @@ class MatMul(Layer):
             if dx[i] is None:
                 continue
             beta = float(accumulate[i])
-            target, stride = (dx[i], size) if sums is None else \
-                (ws_view(ws, 0, self.batch * size), size)
+            target = dx[i] if sums is None else ws_view(ws, 0, self.batch * size)
             if i == 0:
                 first, second = (b, dc) if self.ta else (dc, b)
                 strides = dict(stride_a=sb, stride_b=mn) if self.ta else dict(stride_a=mn,
@@ -107,7 +106,7 @@ class MatMul(Layer):
                                                                               stride_b=mn)
             out += gemm.launches(first, second, target, alpha=self.alpha,
                                  beta=beta if sums is None else 0.0,
-                                 stride_c=stride if (sums is not None or self.full[i]) else 0,
+                                 stride_c=size if (sums is not None or self.full[i]) else 0,
                                  **strides)
             if sums is not None:
                 out += sums.launches([target.view((self.batch, size))],

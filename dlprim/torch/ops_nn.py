@@ -118,11 +118,6 @@ def _workspace(ctx, nbytes):
     return Tensor(ctx, (max(int(nbytes), 1),), "uint8")
 
 
-def _conv_op(cls, ctx, geom, batch, **kw):
-    key = ("torch_conv", cls.__name__, geom.values(), batch, tuple(sorted(kw.items())))
-    return _memo(ctx, key, lambda: cls(ctx, geom, batch=batch, **kw))
-
-
 def _conv_plan(cls, x, w, stride, padding, dilation, groups, **kw):
     """(op, workspace bytes, output shape) of a convolution direction over these shapes:
     worked out once per shape and arguments, as a step repeats the same calls."""
@@ -133,7 +128,7 @@ def _conv_plan(cls, x, w, stride, padding, dilation, groups, **kw):
     if plan is None:
         geom = _geometry(x, w, stride, padding, dilation, groups)
         batch = x.shape[0]
-        op = _conv_op(cls, ctx, geom, batch, **kw)
+        op = cls(ctx, geom, batch=batch, **kw)
         plan = ctx.ops[key] = (op, op.workspace_bytes(batch), geom.out_shape(batch))
     return plan
 

@@ -164,17 +164,18 @@ def _norm_forward(x, view, weight, bias, eps, stat_shape):
     return out, mean, rstd
 
 
-def _norm_backward(grad, x, view, mean, rstd, weight, bias, output_mask, param_shape):
+def _norm_backward(grad, x, view, mean, rstd, weight, has_bias, output_mask, param_shape):
+    """dx, dweight, dbias; ``has_bias``: the forward had a bias (its gradient is wanted)."""
     ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
     dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
     dw = empty(param_shape, x.dtype, index) if output_mask[1] and weight is not None else None
-    db = empty(param_shape, x.dtype, index) if output_mask[2] and bias is not None else None
+    db = empty(param_shape, x.dtype, index) if output_mask[2] and has_bias else None
     if x.numel() == 0:
         for t in (dw, db):
             if t is not None:
                 as_dlprim(t).zero_()
         return dx, dw, db
-    op = _norm_op(x, view, weight is not None, bias is not None)
+    op = _norm_op(x, view, weight is not None, has_bias)  # the backward reads neither
     stats = view[0] * view[1]
     sums = (Tensor(ctx, (stats,), np.float32), Tensor(ctx, (stats,), np.float32))
     ts = (as_dlprim(x), as_dlprim(grad), as_dlprim(mean), as_dlprim(rstd),
@@ -201,8 +202,8 @@ def _layer_norm(x, normalized_shape, weight, bias, eps):
 
 @register(aten.native_layer_norm_backward.default)
 def _layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
-    return _norm_backward(grad, x, _layer_view(x, normalized_shape), mean, rstd, weight, bias,
-                          output_mask, tuple(normalized_shape))
+    return _norm_backward(grad, x, _layer_view(x, normalized_shape), mean, rstd, weight,
+                          bias is not None, output_mask, tuple(normalized_shape))
 
 
 @register(aten.native_group_norm.default)
@@ -213,4 +214,6 @@ def _group_norm(x, weight, bias, n, c, hw, groups, eps):
 @register(aten.native_group_norm_backward.default)
 def _group_norm_backward(grad, x, mean, rstd, weight, n, c, hw, groups, output_mask):
     view = (n, groups, c // groups, hw)
-    return _norm_backward(grad, x, view, mean, rstd, weight, weight, output_mask, (c,))
+    # group norm's backward is not told whether there was a bias: it comes with the weight
+    return _norm_backward(grad, x, view, mean, rstd, weight, weight is not None, output_mask,
+                          (c,))

@@ -62,12 +62,7 @@ class Storage:
     def at(self, offset, shape):
         """A dlprim Tensor of ``shape`` (a tuple of ints: PyTorch's sizes) over the storage
         from element ``offset``, in place."""
-        flat = self.flat
-        t = Tensor.__new__(Tensor)  # Tensor.view without its checks of the shape
-        t.ctx, t.buffer, t.dtype, t.shape = flat.ctx, flat.buffer, flat.dtype, shape
-        t.offset = flat.offset + offset
-        t._owner = flat
-        return t
+        return self.flat._view(shape, offset, self.flat.dtype)
 
 
 _devices = {}  # index -> torch.device("ocl", index), made once
