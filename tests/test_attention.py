@@ -152,11 +152,95 @@ def _grads_for(flat, scale, mask, causal, g):
 
 def test_layer_errors(ctx):
     from dlprim.layers import LayerError, TensorSpec, create
-    with pytest.raises(LayerError, match="'dropout' must be 0"):
-        create(ctx, "ScaledDotProductAttention", "att", {"dropout": 0.1})
+    with pytest.raises(LayerError, match="'dropout' must be a probability in"):
+        create(ctx, "ScaledDotProductAttention", "att", {"dropout": 1.0})
+    with pytest.raises(LayerError, match="'seed' must be an int"):
+        create(ctx, "ScaledDotProductAttention", "att", {"dropout": 0.1, "seed": -1})
     layer = create(ctx, "ScaledDotProductAttention", "att", {})
     with pytest.raises(LayerError, match="shapes do not fit"):
         layer.setup([TensorSpec((1, 2, 3, 4)), TensorSpec((1, 2, 5, 3)), TensorSpec((1, 2, 5, 4))])
     with pytest.raises(LayerError, match="does not broadcast"):
         layer.setup([TensorSpec((1, 2, 3, 4)), TensorSpec((1, 2, 5, 4)), TensorSpec((1, 2, 5, 4)),
                      TensorSpec((2, 1, 1, 5))])
+
+
+# ----- dropout of the attention weights
+def dropout_reference(q, k, v, scale, keep, g, causal=False):
+    """(o, dq, dk, dv) in float64 with weights p * keep (keep: 0 or 1 / (1 - p))."""
+    p = probabilities(q, k, scale, None, causal)
+    z = p * keep
+    dp_ = (g @ v.transpose(0, 2, 1)) * keep
+    ds = p * (dp_ - (dp_ * p).sum(-1, keepdims=True))
+    return z @ v, scale * ds @ k, scale * ds.transpose(0, 2, 1) @ q, z.transpose(0, 2, 1) @ g
+
+
+def _run(ctx, op, q, k, v, g, seed, offset):
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
+    b, lq, lk = op.batch, op.lq, op.lk
+    tq, tk, tv = f(q), f(k), f(v)
+    o, lse = dp.Tensor(ctx, (b, lq, op.dv)), dp.Tensor(ctx, (b, lq))
+    for launch in op.launches(tq, tk, tv, o, lse, seed=seed, offset=offset):
+        launch(ctx.queue)
+    grads = [dp.Tensor(ctx, s) for s in ((b, lq, op.d), (b, lk, op.d), (b, lk, op.dv))]
+    for launch in op.backward_launches(tq, tk, tv, o, lse, f(g), *grads, dp.Tensor(ctx, (b, lq)),
+                                       seed=seed, offset=offset):
+        launch(ctx.queue)
+    return [o.to_host()] + [t.to_host() for t in grads]
+
+
+def keep_factors(ctx, b, lq, lk, p, seed, offset):
+    """The dropout factors the kernels use at (seed, offset), read out through the
+    forward pass itself: with q = k = 0 every weight is 1 / S, and v = I puts weight
+    (i, j) times its factor at o[i, j]."""
+    op = AttentionOps(ctx, b, lq, lk, 1, lk, dropout=p)
+    zero = np.zeros((b, lq, 1))
+    v = np.broadcast_to(np.eye(lk), (b, lk, lk))
+    o = _run(ctx, op, zero, np.zeros((b, lk, 1)), v, np.zeros((b, lq, lk)), seed, offset)[0]
+    return o.astype(np.float64) * lk
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_dropout_matches_float64_with_its_mask(ctx, rng, causal):
+    b, lq, lk, d, dv, p = 3, 37, 70, 8, 5, 0.3
+    keep = keep_factors(ctx, b, lq, lk, p, seed=11, offset=5)
+    kept = keep > 0
+    np.testing.assert_allclose(keep[kept], 1 / (1 - p), rtol=1e-5)
+    assert abs((~kept).mean() - p) < 0.03, (~kept).mean()   # 7770 draws: 4.5 sigma
+    q, k, v = (rng.standard_normal(s) for s in ((b, lq, d), (b, lk, d), (b, lk, dv)))
+    g = rng.standard_normal((b, lq, dv))
+    op = AttentionOps(ctx, b, lq, lk, d, dv, causal=causal, dropout=p)
+    got = _run(ctx, op, q, k, v, g, seed=11, offset=5)
+    want = dropout_reference(q, k, v, 1 / np.sqrt(d), np.where(kept, 1 / (1 - p), 0), g, causal)
+    for a, w, what in zip(got, want, ("o", "dq", "dk", "dv")):
+        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4, err_msg=what)
+    # another offset or seed is another mask; the same is the same
+    again = keep_factors(ctx, b, lq, lk, p, seed=11, offset=5)
+    np.testing.assert_array_equal(again, keep)
+    assert (keep_factors(ctx, b, lq, lk, p, seed=11, offset=6) != keep).any()
+    assert (keep_factors(ctx, b, lq, lk, p, seed=12, offset=5) != keep).any()
+
+
+def test_dropout_layer_trains_and_predicts_without(ctx, rng):
+    """Train mode drops (a new mask each step, backward with the forward's, also when
+    adding to gradients); predict mode is plain attention."""
+    from dlprim.layers import create
+    from layer_check import run_layer
+    n, h, lq, d = 2, 2, 9, 4
+    xs = [rng.standard_normal((n, h, lq, d)).astype(np.float32) for _ in range(3)]
+    dy = rng.standard_normal((n, h, lq, d)).astype(np.float32)
+    flat = [x.astype(np.float64).reshape(n * h, lq, d) for x in xs]
+    layer = create(ctx, "ScaledDotProductAttention", "att", {"dropout": 0.5, "seed": 3})
+    outs = []
+    for step, acc in enumerate((False, True)):
+        r = run_layer(ctx, layer, xs, dy=[dy], accumulate=acc)
+        assert layer.mask_offset == step * layer.train_ops.counters()
+        keep = keep_factors(ctx, n * h, lq, lq, 0.5, layer.key, layer.mask_offset)
+        want = dropout_reference(*flat, 1 / np.sqrt(d), keep, dy.reshape(n * h, lq, d))
+        for got, w, what in zip([r.y[0]] + r.dx, want, ("o", "dq", "dk", "dv")):
+            np.testing.assert_allclose(got.reshape(w.shape), w, rtol=1e-3, atol=1e-4,
+                                       err_msg=what)
+        outs.append(r.y[0])
+    assert not np.allclose(outs[0], outs[1])
+    r = run_layer(ctx, layer, xs, mode="predict")
+    plain = probabilities(*flat[:2], 1 / np.sqrt(d)) @ flat[2]
+    np.testing.assert_allclose(r.y[0].reshape(plain.shape), plain, rtol=1e-4, atol=1e-5)

@@ -76,7 +76,8 @@ def test_notebook_runs(name, hide_torch, kernel, tmp_path):
     # run in a copy of the layout so that the files a notebook writes stay out of the tree
     work = tmp_path / "examples" / "notebooks"
     work.mkdir(parents=True)
-    os.symlink(os.path.join(ROOT, "examples", "mnist"), str(tmp_path / "examples" / "mnist"))
+    for data in ("mnist", "charlm"):
+        os.symlink(os.path.join(ROOT, "examples", data), str(tmp_path / "examples" / data))
     nb = nbformat.read(os.path.join(NOTEBOOKS, name + ".ipynb"), as_version=4)
     if hide_torch:  # "import torch" raises ImportError
         nb.cells.insert(0, nbformat.v4.new_code_cell('import sys; sys.modules["torch"] = None'))

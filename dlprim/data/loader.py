@@ -28,7 +28,8 @@ class _Failure:
 
 
 class BatchLoader:
-    """Iterate ``(x, y)`` batches: x float32 NCHW C-contiguous, y int32 (N,).
+    """Iterate ``(x, y)`` batches: x C-contiguous of the source's dtype (float32 NCHW
+    images; int64 tokens of a TextSource), y the labels (int32 (N,) for images).
 
     The last partial batch is yielded (smaller N) unless ``drop_last``. With
     ``prefetch > 0`` a background thread prepares up to that many batches ahead; an
@@ -50,6 +51,8 @@ class BatchLoader:
         self.seed, self.drop_last, self.prefetch = int(seed), bool(drop_last), int(prefetch)
         if transforms is not None and not callable(transforms):
             transforms = Compose(transforms)
+        if isinstance(transforms, Compose) and not transforms.transforms:
+            transforms = None  # nothing to do: batches go straight from the source
         self.transforms = transforms
         self.epoch, self.position = 0, 0
         self._shape = None
@@ -66,7 +69,8 @@ class BatchLoader:
 
     @property
     def shape(self):
-        """(C, H, W) of one sample as the batches carry it (after the transforms)."""
+        """The shape of one sample as the batches carry it (after the transforms): (C, H, W)
+        of an image, (context,) of a text window."""
         if self._shape is None:
             x, _ = self._build(np.array([0]), np.random.default_rng([self.seed, 0, 0]))
             self._shape = x.shape[1:]
@@ -105,7 +109,7 @@ class BatchLoader:
     def _build(self, indices, rng):
         images, labels = self.source.fetch(indices)
         if self.transforms is None and isinstance(images, np.ndarray):
-            return np.ascontiguousarray(images, dtype=np.float32), labels
+            return np.ascontiguousarray(images, dtype=self.source.dtype), labels
         if self.transforms is not None:
             images = [self.transforms(x, rng) for x in images]
         expected = self._shape or images[0].shape
@@ -114,7 +118,7 @@ class BatchLoader:
                 raise DataError("%s: image at %s is %s, expected %s"
                                 % (self.source.name, self.source.describe(int(i)),
                                    "x".join(map(str, x.shape)), "x".join(map(str, expected))))
-        return np.ascontiguousarray(np.stack(images), dtype=np.float32), labels
+        return np.ascontiguousarray(np.stack(images), dtype=self.source.dtype), labels
 
     def __iter__(self):
         epoch, start = self.epoch, self.position

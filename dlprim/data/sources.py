@@ -55,7 +55,10 @@ def _check_range(source, labels):
 
 
 class Source:
-    """Base of the sources: subclasses set name, num_classes, shape and ``__getitem__``."""
+    """Base of the sources: subclasses set name, num_classes, shape and ``__getitem__``;
+    ``dtype`` is that of the samples as batched (float32 pixels unless a source says
+    otherwise)."""
+    dtype = np.float32
     name = "data"
     num_classes = 0
     shape = ()

@@ -7,8 +7,32 @@
 // D: q/k width; DV: v width; T: rows per tile (= the work-group size); MASK: an additive
 // float mask, read with strides (0 where it broadcasts); CAUSAL: key j > query i is out.
 // A row whose keys are all masked gives zeros, as PyTorch's safe softmax, and no gradient.
+// DROPOUT: each weight p_ij is dropped with probability p and the rest scaled by
+// 1 / (1 - p); the softmax sums stay those of the undropped weights. Whether (bh, i, j) is
+// dropped is Philox word x of counter offset + (bh * L + i) * S + j, so the backward
+// kernels recompute the forward's mask from (seed, offset) instead of storing it.
 
 #define NEG_INF (-INFINITY)
+
+% if DROPOUT:
+<%include file="philox.h"/>
+
+// the factor on weight (row, j): 0 when dropped, else 1 / (1 - p)
+inline float keep_factor(uint threshold, float keep_scale, ulong seed, ulong offset,
+                         ulong index)
+{
+    ulong c = offset + index;
+    uint4 r = philox4x32_10((uint4)((uint)c, (uint)(c >> 32), 0, 0),
+                            (uint2)((uint)seed, (uint)(seed >> 32)));
+    return r.x < threshold ? 0.0f : keep_scale;
+}
+#define DROP_ARGS , uint drop_threshold, float keep_scale, ulong drop_seed, ulong drop_offset
+#define KEEP(i, j) keep_factor(drop_threshold, keep_scale, drop_seed, drop_offset, \
+                               ((ulong)bh * lq + (i)) * lk + (j))
+% else:
+#define DROP_ARGS
+#define KEEP(i, j) 1.0f
+% endif
 
 inline float score_mask(
 % if MASK:
@@ -63,7 +87,7 @@ void attention_forward(uint lq, uint lk, float scale,
                        __global const float *k, ulong k_offset,
                        __global const float *v, ulong v_offset,
                        __global float *o, ulong o_offset,
-                       __global float *lse, ulong lse_offset MASK_ARGS)
+                       __global float *lse, ulong lse_offset MASK_ARGS DROP_ARGS)
 {
     __local float kt[${T}][${D}];
     __local float vt[${T}][${DV}];
@@ -99,6 +123,7 @@ void attention_forward(uint lq, uint lk, float scale,
             }
             float p = exp(s - m);
             l += p;
+            p *= KEEP(i, j0 + jj);
             for (int c = 0; c < ${DV}; c++)
                 acc[c] = fma(p, vt[jj][c], acc[c]);
         }
@@ -112,7 +137,9 @@ void attention_forward(uint lq, uint lk, float scale,
     lse[lse_offset + (ulong)bh * lq + i] = l > 0.0f ? m + log(l) : NEG_INF;
 }
 
-// p_ij = exp(s_ij - lse_i), ds_ij = p_ij (dO_i . v_j - delta_i), delta_i = dO_i . O_i
+// p_ij = exp(s_ij - lse_i), ds_ij = p_ij (k_ij dO_i . v_j - delta_i), delta_i = dO_i . O_i,
+// k_ij the dropout factor (1 without dropout): sum_j p_ij k_ij dO_i . v_j is dO_i . O_i
+// still, so delta needs no mask
 inline float prob(float s, float lse_i)
 {
     return (s == NEG_INF || lse_i == NEG_INF) ? 0.0f : exp(s - lse_i);
@@ -127,7 +154,7 @@ void attention_backward_dq(uint lq, uint lk, float scale,
                            __global const float *dout, ulong dout_offset,
                            __global const float *lse, ulong lse_offset,
                            __global const float *delta, ulong delta_offset,
-                           __global float *dq, ulong dq_offset MASK_ARGS)
+                           __global float *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
 {
     __local float kt[${T}][${D}];
     __local float vt[${T}][${DV}];
@@ -161,7 +188,7 @@ void attention_backward_dq(uint lq, uint lk, float scale,
             float dp = 0.0f;
             for (int c = 0; c < ${DV}; c++)
                 dp = fma(gi[c], vt[jj][c], dp);
-            float ds = p * (dp - delta_i) * scale;
+            float ds = p * (dp * KEEP(i, j0 + jj) - delta_i) * scale;
             for (int c = 0; c < ${D}; c++)
                 acc[c] = fma(ds, kt[jj][c], acc[c]);
         }
@@ -183,7 +210,7 @@ void attention_backward_dkdv(uint lq, uint lk, float scale,
                              __global const float *lse, ulong lse_offset,
                              __global const float *delta, ulong delta_offset,
                              __global float *dk, ulong dk_offset,
-                             __global float *dv, ulong dv_offset MASK_ARGS)
+                             __global float *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
 {
     __local float qt[${T}][${D}];
     __local float gt[${T}][${DV}];
@@ -219,12 +246,13 @@ void attention_backward_dkdv(uint lq, uint lk, float scale,
             if (s == NEG_INF)
                 continue;
             float p = prob(s, lt[ii]);
+            float keep = KEEP(i0 + ii, j), pk = p * keep;
             float dp = 0.0f;
             for (int c = 0; c < ${DV}; c++) {
                 dp = fma(gt[ii][c], vj[c], dp);
-                av[c] = fma(p, gt[ii][c], av[c]);
+                av[c] = fma(pk, gt[ii][c], av[c]);
             }
-            float ds = p * (dp - dt[ii]);
+            float ds = p * (dp * keep - dt[ii]);
             for (int c = 0; c < ${D}; c++)
                 ak[c] = fma(ds, qt[ii][c], ak[c]);  // qt holds scale * q
         }

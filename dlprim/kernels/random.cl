@@ -4,24 +4,7 @@
 ## DIST: "bits" (raw uint32 stored as int), "uniform" or "normal"; STORE: storage type.
 #pragma OPENCL FP_CONTRACT OFF
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-inline uint4 philox4x32_10(uint4 c, uint2 k)
-{
-    for (int r = 0; r < 10; r++) {
-        if (r > 0) {
-            k.x += PHILOX_W0;
-            k.y += PHILOX_W1;
-        }
-        uint hi0 = mul_hi(PHILOX_M0, c.x), lo0 = PHILOX_M0 * c.x;
-        uint hi1 = mul_hi(PHILOX_M1, c.z), lo1 = PHILOX_M1 * c.z;
-        c = (uint4)(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
-    }
-    return c;
-}
+<%include file="philox.h"/>
 
 // 24 random bits -> [0, 1) exactly representable in float
 inline float philox_unit(uint v)

@@ -6,8 +6,14 @@ Inputs q (N, H, L, D), k (N, H, S, D), v (N, H, S, DV) and optionally an additiv
 mask that broadcasts to (N, H, L, S) (it gets no gradient). The row log-sum-exp (N*H*L
 floats) is saved from forward to backward; the backward takes another such vector of
 workspace, and room for gradients it must add to rather than write.
+
+``dropout`` p drops attention weights in train mode (inside the fused kernels; the mask is
+recomputed in backward from a Philox counter rather than stored). As the Dropout layer,
+the stream's key is ``seed`` and a CRC of the layer's name, and each training step moves
+the counter on, so a seed reproduces every mask.
 """
 import math
+import zlib
 
 import numpy as np
 
@@ -20,7 +26,7 @@ from .base import TRAIN, Layer, Setup, TensorSpec, register
 @register("ScaledDotProductAttention")
 class ScaledDotProductAttention(Layer):
     """Fused attention (Vaswani et al. 2017; online softmax as FlashAttention, Dao 2022)."""
-    OPTIONS = {"causal": False, "scale": None, "dropout": 0.0}
+    OPTIONS = {"causal": False, "scale": None, "dropout": 0.0, "seed": 0}
     BACKWARD_READS_INPUTS = True
     BACKWARD_READS_OUTPUTS = True
     NO_GRAD_INPUTS = (3,)
@@ -35,9 +41,15 @@ class ScaledDotProductAttention(Layer):
                                   or not scale > 0):
             self.fail("option 'scale' must be null (1 / sqrt(D)) or a positive number, got %r"
                       % (scale,))
-        if o["dropout"] != 0:
-            self.fail("option 'dropout' must be 0: dropout inside fused attention is not "
-                      "implemented yet (put a Dropout on the output instead)")
+        p = o["dropout"]
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+            self.fail("option 'dropout' must be a probability in [0, 1), got %r" % (p,))
+        seed = o["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
+            self.fail("option 'seed' must be an int in [0, 2**32), got %r" % (seed,))
+        self.key = (zlib.crc32(self.name.encode()) << 32) | seed
+        self.step_offset = 0  # Philox counter of the next training step's mask
+        self.mask_offset = 0  # that of the current step, which backward recomputes
 
     def build(self, in_specs):
         if len(in_specs) not in (3, 4):
@@ -68,9 +80,13 @@ class ScaledDotProductAttention(Layer):
             self.mask_strides = tuple(reversed(strides))
         self.shapes = ((n * h, lq, d), (n * h, lk, d), (n * h, lk, dv), (n * h, lq, dv))
         self.rows = n * h * lq
-        self.ops = AttentionOps(self.ctx, n * h, lq, lk, d, dv, heads=h,
-                                causal=bool(self.options["causal"]),
-                                mask=self.mask_strides is not None)
+        shape = (self.ctx, n * h, lq, lk, d, dv)
+        kinds = dict(heads=h, causal=bool(self.options["causal"]),
+                     mask=self.mask_strides is not None)
+        self.ops = AttentionOps(*shape, **kinds)
+        # built in either mode, as a Net switches modes without a new setup
+        p = float(self.options["dropout"])
+        self.train_ops = AttentionOps(*shape, dropout=p, **kinds) if p else self.ops
         grads = sum(math.prod(s) for s in self.shapes[:3])
         saved = [TensorSpec((self.rows,))] if self.mode == TRAIN else []
         # lse (predict mode), delta, and the gradients to add rather than write
@@ -85,11 +101,18 @@ class ScaledDotProductAttention(Layer):
             return {}
         return {"mask": x[3], "mask_strides": self.mask_strides}
 
+    @property
+    def dropping(self):
+        """Whether attention weights are dropped now (train mode and dropout > 0)."""
+        return self.mode == TRAIN and self.train_ops is not self.ops
+
     def forward(self, x, y, params, ws, saved):
         q, k, v, o = self._views(list(x[:3]) + [y[0]])
         lse = saved[0] if saved else ws_view(ws, 0, self.rows)
-        return self.ops.launches(q, k, v, o, lse.view((self.shapes[0][0], self.shapes[0][1])),
-                                 scale=self.options["scale"], **self._mask(x))
+        ops = self.train_ops if self.dropping else self.ops
+        out = ops.launches(q, k, v, o, lse.view((self.shapes[0][0], self.shapes[0][1])),
+                           scale=self.options["scale"], **self._mask(x))
+        return [_DropoutCounter(self, launch, True) for launch in out] if self.dropping else out
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if not saved:
@@ -108,9 +131,32 @@ class ScaledDotProductAttention(Layer):
                     adds.append((scratch, dx[i].view((size,))))
             else:
                 targets.append(dx[i].view(self.shapes[i]))
-        out = self.ops.backward_launches(q, k, v, o, saved[0].view((b, lq)),
-                                         dy[0].view(self.shapes[3]), *targets, delta,
-                                         scale=self.options["scale"], **self._mask(x))
+        ops = self.train_ops if self.dropping else self.ops
+        out = ops.backward_launches(q, k, v, o, saved[0].view((b, lq)),
+                                    dy[0].view(self.shapes[3]), *targets, delta,
+                                    scale=self.options["scale"], **self._mask(x))
+        if self.dropping:
+            out = [_DropoutCounter(self, launch, False)
+                   if getattr(launch, "program", None) is ops.program else launch
+                   for launch in out]
         for scratch, target in adds:  # dx += the gradient written to the workspace
             out += pointwise_launches(self.ctx, [scratch], [target], "y0 = x0;", beta=1.0)
         return out
+
+
+class _DropoutCounter:
+    """A launch of the dropout kernels, pointed at the step's mask when called: the
+    forward takes the layer's next counter and moves it on (a re-run iteration gets a new
+    mask), the backward launches reuse the forward's."""
+
+    def __init__(self, layer, launch, forward):
+        self.layer, self.launch, self.forward = layer, launch, forward
+        self.name, self.flops = launch.name, launch.flops
+
+    def __call__(self, queue):
+        layer = self.layer
+        if self.forward:
+            layer.mask_offset = layer.step_offset
+            layer.step_offset += layer.train_ops.counters()
+        AttentionOps.set_dropout_counter(self.launch, layer.key, layer.mask_offset)
+        return self.launch(queue)

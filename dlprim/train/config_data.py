@@ -14,7 +14,8 @@ from ..data import transforms as _transforms
 from ..data.errors import DataError
 from ..data.idx import read_idx_shape
 from ..data.sources import IMAGE_EXTENSIONS
-from .config_check import join
+from ..utils import is_int
+from .config_check import is_num, join
 
 __all__ = ["check_data", "sample_count", "DATA_TYPES"]
 
@@ -24,9 +25,10 @@ DATA_TYPES = {  # type -> {field: default}; a None default means the field is re
     "mnist": {"images": None, "labels": None},
     "npz": {"path": None, "x": "x", "y": "y", "channels_last": False},
     "folder": {"path": None, "mode": "RGB"},
+    "text": {"path": None, "context": None, "begin": 0.0, "end": 1.0},
 }
 _FILES = {"mnist": {"images": "file", "labels": "file"}, "npz": {"path": "file"},
-          "folder": {"path": "dir"}}
+          "folder": {"path": "dir"}, "text": {"path": "file"}}
 
 
 def check_data(c, value):
@@ -71,10 +73,37 @@ def _data_entry(c, path, value):
     if kind == "folder":
         c.choice(path + ".mode", entry["mode"], ["RGB", "L"])
         _need_pillow(c, path + ".type", "image folders")
+    if kind == "text":
+        _text_fields(c, path, entry)
     if len(c.problems) == before:
         _probe(c, path, kind, entry)
     entry["transforms"] = _transform_list(c, path + ".transforms", entry["transforms"])
     return entry
+
+
+def _text_fields(c, path, entry):
+    if entry["context"] is not None:
+        c.integer(path + ".context", entry["context"])
+    for key in ("begin", "end"):
+        c.number(join(path, key), entry[key], low=0, high=1, low_open=False, high_open=False)
+    if (all(isinstance(entry[k], (int, float)) for k in ("begin", "end"))
+            and entry["begin"] >= entry["end"]):
+        c.bad(path + ".end", "must be after begin (%g)" % entry["begin"])
+    for key in ("transforms", "scale", "num_classes"):
+        if entry[key]:
+            c.bad(join(path, key), "does not apply to text (the characters are the classes)")
+
+
+def _text_windows(entry):
+    """The number of windows of a text entry (reads the file); None when its fields are
+    wrong (reported elsewhere)."""
+    from ..data.text import read_text
+    if not is_int(entry["context"]) or entry["context"] <= 0 or not all(
+            is_num(entry[k]) for k in ("begin", "end")):
+        return None
+    text = read_text(entry["path"])
+    part = text[int(round(entry["begin"] * len(text))):int(round(entry["end"] * len(text)))]
+    return max((len(part) - 1) // entry["context"], 0)
 
 
 def _probe(c, path, kind, entry):
@@ -100,6 +129,14 @@ def _probe(c, path, kind, entry):
             if entry[key] not in names:
                 c.bad(join(path, key), "no array %r in %s (arrays: %s)"
                       % (entry[key], entry["path"], ", ".join(names) or "none"))
+    elif kind == "text":
+        try:
+            if _text_windows(entry) == 0:
+                c.bad(path + ".context", "the text (begin %g to end %g of %s) is too short for "
+                      "one window of %d characters plus its target"
+                      % (entry["begin"], entry["end"], entry["path"], entry["context"]))
+        except DataError as e:
+            c.bad(path + ".path", str(e))
     elif not any(os.path.isdir(os.path.join(entry["path"], d)) and not d.startswith(".")
                  for d in os.listdir(entry["path"])):
         c.bad(path + ".path", "no class sub-folders in %s" % entry["path"])
@@ -152,6 +189,8 @@ def sample_count(entry):
                     read = getattr(np.lib.format, "read_array_header_%d_%d" % version, None)
                     shape = read(f)[0] if read else ()
             return shape[0] if shape else None
+        if entry["type"] == "text":
+            return _text_windows(entry)
         count = 0
         for d in os.listdir(entry["path"]):
             folder = os.path.join(entry["path"], d)

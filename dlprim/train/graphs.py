@@ -39,7 +39,14 @@ def loss_parts(graph):
         raise ValueError("net: the loss output %r is not produced by one of %s"
                          % (loss, ", ".join(sorted(LOSS_TYPES))))
     logits, label = op["inputs"][0], op["inputs"][1]
-    data = next(i["name"] for i in graph["inputs"] if i["name"] != label)
+    inputs = [i["name"] for i in graph["inputs"]]
+    while label not in inputs:  # a language model's (N, T) targets reshaped to (N * T,)
+        producer = next((o for o in graph["operators"] if label in o.get("outputs", [])), None)
+        if producer is None or len(producer.get("inputs", [])) != 1:
+            raise ValueError("net: the labels %r of the loss are neither a net input nor "
+                             "one input reshaped" % op["inputs"][1])
+        label = producer["inputs"][0]
+    data = next(i for i in inputs if i != label)
     return data, label, logits, loss
 
 
@@ -52,11 +59,21 @@ def with_logits_output(graph, logits):
 
 
 def deploy_graph(graph, batch=1):
-    """Inference version: loss operators and the label input removed, a Softmax "prob"
-    on the logits as the output."""
+    """Inference version: loss operators, the label input and what only the label feeds
+    (a reshape of a language model's targets) removed, a Softmax "prob" on the logits as
+    the output."""
     data, label, logits, _ = loss_parts(graph)
     g = copy.deepcopy(graph)
-    g["operators"] = [op for op in g["operators"] if op["type"] not in LOSS_TYPES]
+    from_label = {label}
+    kept = []
+    for op in g["operators"]:  # in order, so a chain from the label is followed
+        if op["type"] in LOSS_TYPES:
+            continue
+        if op.get("inputs") and all(i in from_label for i in op["inputs"]):
+            from_label.update(op.get("outputs", []))
+            continue
+        kept.append(op)
+    g["operators"] = kept
     g["operators"].append({"name": "prob", "type": "Softmax", "inputs": [logits],
                            "outputs": ["prob"]})
     g["inputs"] = [dict(i, shape=[batch] + list(i["shape"][1:])) for i in g["inputs"]

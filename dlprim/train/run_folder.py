@@ -1,7 +1,7 @@
 """The output folder of a run: a new run never writes over an earlier one by accident.
 
 A folder holds a run when it has any of the files a run writes (model, best model,
-metrics, curves, checkpoints). Starting afresh there is refused with a
+metrics, curves, a text vocabulary, checkpoints). Starting afresh there is refused with a
 ``RunExistsError`` unless the run is resumed (``--resume``) or overwritten
 (``--force``, which first removes those files, and only those, so that checkpoints of
 the two runs never mix).
@@ -17,7 +17,7 @@ __all__ = ["RUN_FILES", "run_files", "claim"]
 log = logging.getLogger(__name__)
 
 RUN_FILES = ("model.dlp", "model-deploy.json", "best.dlp", "best-deploy.json", "metrics.csv",
-             "metrics.jsonl", "curves.png", "checkpoints")
+             "metrics.jsonl", "curves.png", "vocab.json", "checkpoints")
 
 
 def run_files(out):

@@ -56,8 +56,10 @@ class Trainer:
         data = cfg["data"]
         self.train_loader = make_loader(data["train"], batch, "data.train", train=True,
                                         seed=cfg["seed"])
-        self.val_loader = (make_loader(data["val"], batch, "data.val", train=False)
-                           if data.get("val") else None)
+        # a text vocabulary is the training data's: validation text is encoded with it
+        self.vocab = getattr(self.train_loader.source, "vocab", None)
+        self.val_loader = (make_loader(data["val"], batch, "data.val", train=False,
+                                       vocab=self.vocab) if data.get("val") else None)
         self._check_shapes()
         self.solver = create_solver(self.net, _solver_args(cfg["solver"]))
         sched = dict(cfg["schedule"] or {})
@@ -100,12 +102,15 @@ class Trainer:
         label.to_device(y.astype(label.dtype, copy=False), wait=False)
 
     def _read(self, y):
+        """(loss, correct predictions): one per label, so a language model's (N, T)
+        targets count T each against (N * T, vocab) logits."""
         loss = float(self.net.tensor(self.loss_name).to_host().ravel()[0])
-        pred = self.net.tensor(self.logits_name).to_host().reshape(len(y), -1).argmax(1)
-        return loss, int(np.sum(pred == y))
+        pred = self.net.tensor(self.logits_name).to_host().reshape(y.size, -1).argmax(1)
+        return loss, int(np.sum(pred == y.ravel()))
 
     def train_step(self, x, y):
-        """One step on batch (x, y): zero-grad, forward, backward, update; -> (loss, correct)."""
+        """One step on batch (x, y): zero-grad, forward, backward, update; -> (loss, correct
+        labels)."""
         self._feed(x, y)
         self.solver.zero_grad()
         self.net.forward()
@@ -124,9 +129,9 @@ class Trainer:
                 self._feed(x, y)
                 self.net.forward()
                 loss, ok = self._read(y)
-                total += loss * len(y)
+                total += loss * y.size
                 correct += ok
-                seen += len(y)
+                seen += y.size
         finally:
             self.net.mode = TRAIN
         return total / seen, correct / seen
@@ -195,6 +200,8 @@ class Trainer:
             run_folder.claim(self.out, force=self.cfg["force"])
             self._owns_out = True
         os.makedirs(self.out, exist_ok=True)
+        if self.vocab is not None:  # what turns the model's ids back into text
+            self.vocab.save(os.path.join(self.out, "vocab.json"))
         epochs = self.cfg["epochs"]
         val_loss = val_acc = None
         while self.epoch < epochs:
@@ -216,10 +223,10 @@ class Trainer:
                         bar.close()
                     raise NonFiniteError(self._nonfinite(loss))
                 images += len(y)
-                p = self._partial
-                p[0] += loss * len(y)
+                p = self._partial  # loss and accuracy per label (one per image, T per text window)
+                p[0] += loss * y.size
                 p[1] += correct
-                p[2] += len(y)
+                p[2] += y.size
                 if self.per_iteration and self.schedule:
                     self.schedule.step()
                 if bar is not None:
