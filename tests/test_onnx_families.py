@@ -75,8 +75,10 @@ def test_transformer_encoder_matches_onnxruntime(ctx, opset, norm_first):
                                                                   dtype=np.float32))
     data = export(model, opset, x)
     cfg, _ = dox.to_netconfig(data)
-    types = {op["type"] for op in cfg.operators}
-    assert {"LayerNorm", "MatMul"} <= types
+    types = [op["type"] for op in cfg.operators]
+    assert {"LayerNorm", "InnerProduct"} <= set(types)
+    assert types.count("ScaledDotProductAttention") == 2  # the attention pattern, fused
+    assert "Softmax" not in types
     ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(
         None, {"data": x.numpy()})[0]
     y = dox.load(data, ctx)(data=x.numpy())["logits"]
@@ -102,3 +104,58 @@ def test_vision_transformer_and_convnext_match_onnxruntime(ctx, opset, family):
     y = dox.load(data, ctx)(data=x.numpy())["logits"]
     assert y.shape == ref.shape
     check_close(y, ref)
+
+
+class _Attend(torch.nn.Module):
+    """The attention spellings PyTorch's exporter meets: F.scaled_dot_product_attention
+    (plain, causal, with a float or boolean mask), and a hand-written softmax(q k^T / c) v
+    on 4-d heads or on 3-d (batch * heads) rows."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, q, k, v):
+        F = torch.nn.functional
+        if self.kind == "plain":
+            return F.scaled_dot_product_attention(q, k, v)
+        if self.kind == "causal":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.kind == "float_mask":
+            mask = torch.linspace(-2, 0, k.shape[2]).reshape(1, 1, 1, -1)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+        if self.kind == "bool_mask":
+            keep = torch.arange(k.shape[2]).reshape(1, 1, 1, -1) < 5
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        if self.kind == "weights_out":  # the probabilities are an output too: not fused
+            p = torch.softmax(q @ k.transpose(-2, -1) * 0.25, dim=-1)
+            return p @ v, p
+        rows = (-1,) + tuple(q.shape[2:])  # "rows": 3-d, falls back to MatMul + Softmax
+        q, k, v = (t.reshape(rows) for t in (q, k, v))
+        return torch.softmax(q @ k.transpose(-2, -1) / 8, dim=-1) @ v
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("kind,fused", [("plain", True), ("causal", True), ("float_mask", True),
+                                        ("bool_mask", True), ("weights_out", False),
+                                        ("rows", False)])
+def test_attention_patterns_fold_into_fused_attention(ctx, opset, kind, fused):
+    rng = np.random.default_rng(11)
+    args = tuple(torch.from_numpy(rng.standard_normal((2, 3, 9, 8), dtype=np.float32))
+                 for _ in range(3))
+    f = io.BytesIO()
+    names = ["q", "k", "v"]
+    torch.onnx.export(_Attend(kind), args, f, opset_version=opset, dynamo=False,
+                      input_names=names)
+    data = f.getvalue()
+    cfg, _ = dox.to_netconfig(data)
+    fused_ops = [op for op in cfg.operators if op["type"] == "ScaledDotProductAttention"]
+    assert len(fused_ops) == (1 if fused else 0)
+    if kind == "causal":
+        assert fused_ops[0]["options"]["causal"] and len(fused_ops[0]["inputs"]) == 3
+    feeds = {n: a.numpy() for n, a in zip(names, args)}
+    refs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = dox.load(data, ctx)(**feeds)
+    assert len(got) == len(refs)
+    for y, ref in zip(got.values(), refs):
+        check_close(y, ref)

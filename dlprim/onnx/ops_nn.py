@@ -3,6 +3,7 @@ bias), BatchNormalization; LRN; and the window helpers the pooling converters sh
 import numpy as np
 
 from .registry import Unsupported, converts
+from .rewrite import ATTENTION
 from ..utils import ceil_div
 
 
@@ -224,6 +225,59 @@ def matmul(b, node):
     b.alias[y] = y
     # -1 first: the batch is deduced, so the net still reshapes to other batch sizes
     b.add("Reshape", [y], out, node, options={"dims": [-1] + [int(d) for d in out[1:]]})
+
+
+def _attention_scale(b, node):
+    """The product of the pattern's Mul factors over its Div divisors, or None when one
+    of them is not a scalar known at import."""
+    scale = 1.0
+    for kind, name in zip(node.attrs["factors"], node.inputs[4:]):
+        if not b.is_const(name) or b.consts[name].size != 1:
+            return None
+        value = float(np.asarray(b.consts[name], np.float64).reshape(()))
+        scale = scale * value if kind == "Mul" else scale / value
+    return scale
+
+
+def _causal(mask, lq, lk):
+    """Whether constant ``mask`` is the causal one: -inf above the diagonal, 0 elsewhere,
+    the same for every batch and head."""
+    if mask.size != lq * lk:
+        return False
+    above = np.triu(np.ones((lq, lk), bool), 1)
+    return bool(np.array_equal(mask.reshape(lq, lk), np.where(above, -np.inf, 0.0)))
+
+
+@converts(ATTENTION)
+def attention(b, node):
+    """The fused ScaledDotProductAttention where the folded pattern fits it: q, k, v of
+    rank 4 with k transposed on its last two axes, a scalar scale, a float mask that
+    broadcasts to (N, H, L, S); otherwise the pattern's nodes as they were."""
+    q, k, v, mask = node.inputs[:4]
+    sq, sk, sv = (b.shape(t) for t in (q, k, v))
+    scale = _attention_scale(b, node)
+    perm = node.attrs["perm"]
+    fits = (scale is not None and scale > 0 and len(sq) == len(sk) == len(sv) == 4
+            and perm is not None and list(perm) == [0, 1, 3, 2] and sk[:2] == sq[:2]
+            and sv[:2] == sq[:2] and sk[3] == sq[3] and sv[2] == sk[2]
+            and not any(b.is_const(t) for t in (k, v)))
+    causal = False
+    if fits and mask:
+        target = (sq[0], sq[1], sq[2], sk[2])
+        m = b.shape(mask)
+        full = (1,) * (4 - len(m)) + tuple(m)
+        fits = len(m) <= 4 and all(a in (1, t) for a, t in zip(full, target))
+        if fits and b.is_const(mask):
+            value = np.asarray(b.consts[mask])
+            fits = value.dtype.kind == "f"
+            causal = fits and _causal(value, sq[2], sk[2])
+    if not fits:
+        for original in node.attrs["nodes"]:
+            b._convert(original)
+        return
+    inputs = [b.value(q), b.value(k), b.value(v)] + ([b.value(mask)] if mask and not causal else [])
+    b.add("ScaledDotProductAttention", inputs, tuple(sq[:3]) + (sv[3],), node,
+          options={"scale": scale, "causal": causal})
 
 
 @converts("BatchNormalization")

@@ -7,6 +7,11 @@
     Pad(constant 0, spatial) -> Conv                -> the convolution's own padding
     Pad(constant 0, spatial) -> AveragePool          -> its padding, counted in the average
     Add(MatMul(x, W), b), W and b constant           -> an InnerProduct with bias
+    MatMul(Softmax(MatMul(q, Transpose(k)) [+ mask]), v), with Mul/Div by constants on
+    q, on k^T or on the scores                       -> fused attention (``ATTENTION``;
+                                                       its converter checks shapes and the
+                                                       scale, else converts the nodes as
+                                                       they were)
 
 A pattern is folded only where its inner tensors are read by nothing else and are not
 model outputs. The folded nodes keep the name of the node that writes the result; they
@@ -19,9 +24,12 @@ from .fold import constant_value
 from .model_reader import Node
 from .spelling import import_options, match_attrs, match_value, trees
 
-__all__ = ["rewrite", "ACTIVATION"]
+__all__ = ["rewrite", "ACTIVATION", "ATTENTION"]
 
 ACTIVATION = "_Activation"  # internal op: attributes "activation" and "options" of dlprim's Activation
+# internal op: inputs q, k, v, mask ("" for none) and the scale factors; attributes
+# "factors" (Mul or Div per factor), "perm" (of k's Transpose) and "nodes" (the originals)
+ATTENTION = "_Attention"
 
 
 class _Graph:
@@ -37,6 +45,19 @@ class _Graph:
             for i in n.inputs:
                 if i:
                     self.readers.setdefault(i, []).append(n)
+        self._static = None
+
+    def static(self, name):
+        """``name`` is known at import (a constant, a shape, or computed from those only),
+        so the importer folds it before the nodes reading it are converted."""
+        if self._static is None:
+            known = set(self.consts)
+            for n in self.nodes:
+                ins = [i for i in n.inputs if i]
+                if n.op_type in ("Constant", "Shape", "Size") or (ins and all(i in known for i in ins)):
+                    known.update(o for o in n.outputs if o)
+            self._static = known
+        return name in self._static
 
     def only_reader(self, name, node):
         """``name`` is read only by ``node`` and is not a model output."""
@@ -180,8 +201,88 @@ def _matmul_bias(g, node):
     return False
 
 
+def _unscaled(g, name, reader, nodes, factors):
+    """Follow ``name`` back through Mul or Div by import-time constants (each read only by
+    the next step); returns (the tensor before them, its reader), recording the nodes and
+    factors."""
+    while True:
+        n = g.producer.get(name)
+        if n is None or n.op_type not in ("Mul", "Div") or not g.only_reader(name, reader):
+            return name, reader
+        a, b = n.inputs[:2]
+        if g.static(b) and not g.static(a):
+            source, factor = a, b
+        elif n.op_type == "Mul" and g.static(a) and not g.static(b):
+            source, factor = b, a
+        else:
+            return name
+        nodes.append(n)
+        factors.append([n.op_type, factor])
+        name, reader = source, n
+
+
+def _safe_softmax(g, name, reader):
+    """[Where, IsNaN] of Where(IsNaN(p), 0, p), as PyTorch exports softmax over a row that
+    a boolean mask may drop whole (read only there), else None."""
+    where = g.made_by(name, "Where")
+    if where is None or not g.only_reader(name, reader) or len(where.inputs) != 3:
+        return None
+    isnan = g.made_by(where.inputs[0], "IsNaN")
+    p = where.inputs[2]
+    if isnan is None or isnan.inputs[0] != p or g.scalar(where.inputs[1]) != 0.0 or \
+            not g.only_reader(where.inputs[0], where) or p in g.outputs or \
+            sorted(map(id, g.readers.get(p, []))) != sorted([id(where), id(isnan)]):
+        return None
+    return [where, isnan]
+
+
+def _attention(g, node):
+    """MatMul(Softmax(scores), v), scores = [Mul/Div](MatMul([Mul/Div] q, [Mul/Div]
+    Transpose(k))) [+ mask], as PyTorch's exporter spells scaled_dot_product_attention and
+    attention modules are written by hand -> ATTENTION."""
+    if len(node.inputs) != 2 or g.static(node.inputs[1]):
+        return False
+    nodes, probs = [node], node.inputs[0]
+    safe = _safe_softmax(g, probs, node)
+    if safe is not None:  # the fused kernels give a row masked whole zeros too
+        nodes += safe
+        probs = safe[0].inputs[2]
+    softmax = g.made_by(probs, "Softmax")
+    if softmax is None or (safe is None and not g.only_reader(probs, node)):
+        return False
+    nodes.append(softmax)
+    factors, mask, reader = [], "", softmax
+    scores = softmax.inputs[0]
+    add = g.made_by(scores, "Add")
+    if add is not None and g.only_reader(scores, softmax):
+        for i in (0, 1):  # the scores' side is the one a MatMul (maybe scaled) writes
+            inner, _ = _unscaled(g, add.inputs[i], add, [], [])
+            if g.made_by(inner, "MatMul") is not None:
+                nodes.append(add)
+                scores, mask, reader = add.inputs[i], add.inputs[1 - i], add
+                break
+    scores, reader = _unscaled(g, scores, reader, nodes, factors)
+    product = g.made_by(scores, "MatMul")
+    if product is None or len(product.inputs) != 2 or not g.only_reader(scores, reader):
+        return False
+    nodes.append(product)
+    q, _ = _unscaled(g, product.inputs[0], product, nodes, factors)
+    kt, reader = _unscaled(g, product.inputs[1], product, nodes, factors)
+    transpose = g.made_by(kt, "Transpose")
+    if transpose is None or not g.only_reader(kt, reader) or g.static(q):
+        return False
+    nodes.append(transpose)
+    ordered = [n for n in g.nodes if n in nodes]
+    inputs = [q, transpose.inputs[0], node.inputs[1], mask] + [f for _, f in factors]
+    g.replace(ordered, Node(ATTENTION, node.name, inputs, node.outputs,
+                            {"factors": [k for k, _ in factors],
+                             "perm": transpose.attr("perm"), "nodes": ordered}))
+    return True
+
+
 def _rules():
-    rules = {"Conv": (_pad_into,), "AveragePool": (_pad_into,), "Add": (_matmul_bias,)}
+    rules = {"Conv": (_pad_into,), "AveragePool": (_pad_into,), "Add": (_matmul_bias,),
+             "MatMul": (_attention,)}
     for root in sorted({sp.tree.op for _, _, sp in trees()}):
         rules[root] = (_spelled,) + rules.get(root, ())
     return rules
