@@ -184,3 +184,45 @@ def test_shapes_that_do_not_broadcast(ctx):
     layer = create(ctx, "Elementwise", "e", {})
     with pytest.raises(LayerError, match="Elementwise 'e'.*broadcast"):
         layer.setup([TensorSpec((2, 3)), TensorSpec((4,))])
+
+
+# ----- Where
+@pytest.mark.parametrize("shapes,cond_dtype", [
+    (((257,), (257,), (257,)), np.uint8),                  # one work group and a bit
+    (((3, 1, 33), (3, 5, 33), (1,)), np.int64),           # b a scalar (masked_fill)
+    (((5, 1), (1, 70), (5, 70)), np.float32),             # a stretched along rows
+    (((2, 3, 1, 9), (1,), (2, 3, 4, 9)), np.int32)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_where_matches_numpy(ctx, rng, shapes, cond_dtype, accumulate):
+    cs, as_, bs = shapes
+    cond = (rng.random(cs) < 0.4).astype(cond_dtype)
+    a = rng.standard_normal(as_).astype(np.float32)
+    b = rng.standard_normal(bs).astype(np.float32)
+    out = np.broadcast_shapes(cs, as_, bs)
+    dy = rng.standard_normal(out).astype(np.float32)
+    r = run_layer(ctx, create(ctx, "Where", "w", {}), [cond, a, b], dy=[dy],
+                  accumulate=accumulate, want_dx=[False, True, True])
+    pick = np.broadcast_to(cond != 0, out)
+    assert_close(r.y[0], np.where(pick, a, b), rtol=0, atol=0, what="y")
+    assert_close(r.dx[1], unbroadcast(np.where(pick, dy.astype(np.float64), 0), as_),
+                 rtol=1e-5, atol=1e-5, what="da")
+    assert_close(r.dx[2], unbroadcast(np.where(pick, 0, dy.astype(np.float64)), bs),
+                 rtol=1e-5, atol=1e-5, what="db")
+
+
+def test_where_reads_only_the_chosen_side(ctx):
+    cond = np.array([1, 0, 1, 0], np.uint8)
+    a = np.array([np.nan, np.nan, 2.0, -np.inf], np.float32)
+    b = np.array([5.0, 6.0, np.nan, 7.0], np.float32)
+    r = run_layer(ctx, create(ctx, "Where", "w", {}), [cond, a, b], mode="predict")
+    np.testing.assert_array_equal(r.y[0], [np.nan, 6.0, 2.0, 7.0])
+
+
+def test_where_errors(ctx):
+    layer = create(ctx, "Where", "w", {})
+    with pytest.raises(LayerError, match="expects 3 inputs"):
+        layer.setup([TensorSpec((2,)), TensorSpec((2,))])
+    with pytest.raises(LayerError, match="a and b must be float32"):
+        layer.setup([TensorSpec((2,)), TensorSpec((2,), "int32"), TensorSpec((2,))])
+    with pytest.raises(LayerError, match="broadcast"):
+        layer.setup([TensorSpec((3,)), TensorSpec((2,)), TensorSpec((2,))])

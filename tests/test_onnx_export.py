@@ -85,7 +85,8 @@ def zoo():
         if act == "leaky_relu":
             opts["negative_slope"] = 0.2
         outs.append(cfg.add("Activation", name="act_" + act, inputs=bn, options=opts))
-    outs.append(cfg.add("Threshold", name="thr", inputs=bn, options={"threshold": 0.1}))
+    thr = cfg.add("Threshold", name="thr", inputs=bn, options={"threshold": 0.1})
+    outs.append(thr)
     outs.append(cfg.add("Hardtanh", name="htanh", inputs=bn, options={"min_val": -0.5, "max_val": 0.7}))
     outs.append(cfg.add("Abs", name="abs", inputs=bn))
     outs.append(cfg.add("LRN", name="lrn", inputs=bn, options={"size": 3, "alpha": 0.5, "k": 2.0}))
@@ -94,6 +95,7 @@ def zoo():
         outs.append(cfg.add("Elementwise", name="ew_" + op, inputs=[bn, p], options={
             "operation": op, "coef1": 1.5, "coef2": -0.5 if op != "div" else 2.0,
             "activation": "tanh" if op == "sum" else "identity"}))
+    outs.append(cfg.add("Where", name="where", inputs=[thr, bn, p]))
     outs.append(cfg.add("Pooling2D", name="avg", inputs=bn, options={
         "mode": "avg", "kernel": 3, "stride": 2, "pad": 1, "count_include_pad": True, "ceil_mode": True}))
     pooled = cfg.add("Pooling2D", name="max", inputs=bn, options={"kernel": 2, "stride": 2})

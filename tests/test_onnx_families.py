@@ -159,3 +159,29 @@ def test_attention_patterns_fold_into_fused_attention(ctx, opset, kind, fused):
     assert len(got) == len(refs)
     for y, ref in zip(got.values(), refs):
         check_close(y, ref)
+
+
+class _MaskedFill(torch.nn.Module):
+    """masked_fill with a constant mask and torch.where between two data tensors: ONNX
+    Where with a constant boolean condition, as PyTorch exports them."""
+
+    def forward(self, x, y):
+        keep = torch.arange(x.shape[-1]) % 3 != 0
+        return torch.where(keep, x, y).masked_fill(~keep, -2.5) * 2
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_where_imports(ctx, opset):
+    rng = np.random.default_rng(12)
+    args = tuple(torch.from_numpy(rng.standard_normal((2, 3, 10), dtype=np.float32))
+                 for _ in range(2))
+    f = io.BytesIO()
+    torch.onnx.export(_MaskedFill(), args, f, opset_version=opset, dynamo=False,
+                      input_names=["x", "y"])
+    data = f.getvalue()
+    cfg, _ = dox.to_netconfig(data)
+    assert [op["type"] for op in cfg.operators].count("Where") == 2
+    feeds = {"x": args[0].numpy(), "y": args[1].numpy()}
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    y = list(dox.load(data, ctx)(**feeds).values())[0]
+    check_close(y, ref)

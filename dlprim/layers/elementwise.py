@@ -1,4 +1,5 @@
-"""Elementwise: two inputs combined with numpy broadcasting, then a fused activation.
+"""Elementwise: two inputs combined with numpy broadcasting, then a fused activation; and
+Where, the select of one of two inputs by a condition (at the end of this file).
 
 As DLPrimitives: sum ``c1 a + c2 b``, prod ``c1 c2 a b``, max ``max(c1 a, c2 b)``; and
 min ``min(c1 a, c2 b)``, sub ``c1 a - c2 b``, div ``(c1 a) / (c2 b)``. The activation must
@@ -150,4 +151,64 @@ class Elementwise(Layer):
                 out += op.launches(ins, [dx[which[0]]], self.coefs, beta=beta[0])
             else:
                 out += op.launches(ins, [dx[i] for i in which], self.coefs, beta=beta)
+        return out
+
+
+@register("Where")
+class Where(Layer):
+    """``y = a`` where ``condition`` is nonzero, else ``b`` (ONNX Where, ``torch.where``,
+    ``masked_fill``): inputs condition (any integer or float dtype; no gradient), a and b
+    (float32), numpy broadcasting of the three. Only the chosen side is read, so a NaN on
+    the other side does not reach ``y``; its gradient goes to the chosen side, 0 to the
+    other, summed over the axes an input was stretched along.
+    """
+    OPTIONS = {}
+    NO_GRAD_INPUTS = (0,)
+    # x0 = the condition, x1 = a, x2 = b; for the gradients x0 = dy, x1 = the condition
+    FORWARD = "y0 = x0 != 0 ? x1 : x2;"
+    GRADIENT = ("y0 = x1 != 0 ? x0 : 0.0f;", "y0 = x1 != 0 ? 0.0f : x0;")
+
+    def build(self, in_specs):
+        if len(in_specs) != 3:
+            self.fail("expects 3 inputs (condition, a, b), got %d" % len(in_specs))
+        cond, a, b = in_specs
+        if a.dtype != np.float32 or b.dtype != np.float32:
+            self.fail("a and b must be float32, got %s and %s" % (a.dtype.name, b.dtype.name))
+        try:
+            out = broadcast_shape([cond.shape, a.shape, b.shape], "inputs")
+        except ValueError as err:
+            self.fail(str(err))
+        self.out_shape = out
+        f32 = np.dtype(np.float32)
+        self._fwd = PointwiseBroadcast(self.ctx, [(s.shape, s.dtype) for s in in_specs],
+                                       [(out, f32)], self.FORWARD, name="where_forward")
+        self._bwd = {}
+        flags = self.default_flags(backward_reads_inputs=True, backward_reads_outputs=False)
+        return Setup([TensorSpec(out, f32)], flags=flags)
+
+    def forward(self, x, y, params, ws, saved):
+        return self._fwd.launches(x, y)
+
+    def _grad_op(self, i):
+        op = self._bwd.get(i)
+        if op is None:
+            f32 = np.dtype(np.float32)
+            cond = self.in_specs[0]
+            xs = [(self.out_shape, f32), (cond.shape, cond.dtype)]
+            shape = self.in_specs[i].shape
+            if shape == self.out_shape:
+                op = PointwiseBroadcast(self.ctx, xs, [(shape, f32)], self.GRADIENT[i - 1],
+                                        name="where_backward")
+            else:
+                op = PointwiseBroadcastReduce(self.ctx, xs, [(shape, f32)], self.GRADIENT[i - 1],
+                                              name="where_backward_reduce")
+            self._bwd[i] = op
+        return op
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
+        out = []
+        for i in (1, 2):
+            if dx[i] is not None:
+                out += self._grad_op(i).launches([dy[0], x[0]], [dx[i]],
+                                                 beta=float(accumulate[i]))
         return out

@@ -121,6 +121,12 @@ def elementwise(e, op, layer, ins, outs, params):
     _then(e, op, layer.options["activation"], (ELEMENTWISE[layer.op], [a, b]), outs)
 
 
+@exports("Where")
+def where(e, op, layer, ins, outs, params):
+    cond = e.node("Cast", [ins[0]], name=op.name + "/condition", to=9)  # BOOL: nonzero is true
+    e.node("Where", [cond, ins[1], ins[2]], outs, op.name)
+
+
 @exports("Pooling2D")
 def pooling(e, op, layer, ins, outs, params):
     attrs = dict(kernel_shape=list(layer.kernel), strides=list(layer.stride),

@@ -110,6 +110,17 @@ def arithmetic(b, node):
     b.out(node, cur)
 
 
+@converts("Where")
+def where(b, node):
+    """Where(condition, x, y) -> the Where layer; a constant condition (boolean in ONNX)
+    becomes a float 0/1 Parameter."""
+    cond, x, y = node.inputs[:3]
+    if b.is_const(cond):
+        cond = b.constant(np.asarray(b.consts[cond]).astype(np.float32), cond + "/float")
+    shape = tuple(np.broadcast_shapes(b.shape(cond), b.shape(x), b.shape(y)))
+    b.add("Where", [b.value(cond), b.value(x), b.value(y)], shape, node)
+
+
 @converts("Softmax", "LogSoftmax")
 def softmax(b, node):
     x = node.inputs[0]
