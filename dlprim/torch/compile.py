@@ -1,0 +1,481 @@
+"""``torch.compile(model, backend="dlprim")``: the graphs dynamo captures run as dlprim Nets.
+
+A captured graph (an FX GraphModule whose placeholders are the parameters, buffers and
+inputs) is converted once, through PyTorch's ONNX exporter and ``dlprim.onnx``'s
+importer, into a NetConfig: the Net then plans memory, shares buffers in place and runs
+one prepared launch list per pass. Parameters and buffers are copied into the Net's
+arena at every call (the optimizer may have changed them; a device copy each), running
+statistics back out after a training forward.
+
+Training: the Net is in train mode and gets, per graph output o, an input for o's
+upstream gradient g and a loss ``sum(o * g)``, whose gradient with respect to o is g; so
+``backward`` of the compiled function is the Net's backward, and the parameters'
+gradients are returned to autograd from the Net's gradient arena.
+
+A graph that cannot be converted (an operator the importer lacks, a parameter the
+importer would transform) runs eagerly on ``ocl`` instead; ``explain`` says which ran
+where and why. A new input shape re-plans the Net (no kernel is rebuilt).
+"""
+import io
+import logging
+import warnings
+
+import torch
+
+from . import device as _device
+from . import tensor as _tensor
+
+__all__ = ["compile_graph", "explain", "export_net", "reports"]
+
+log = logging.getLogger(__name__)
+
+_REPORTS = []  # a GraphReport per graph the backend saw, newest last
+
+
+class GraphReport:
+    """What became of one captured graph: ``where`` is "dlprim" or "eager", ``reason``
+    why it fell back, ``operators`` the FX call targets and ``layers`` the Net's layer
+    types (dlprim only)."""
+
+    def __init__(self, operators, where, reason=None, layers=()):
+        self.operators, self.where, self.reason, self.layers = operators, where, reason, list(layers)
+
+    def __repr__(self):
+        return "GraphReport(%s, %d operators%s)" % (
+            self.where, len(self.operators), "" if self.reason is None else ": " + self.reason)
+
+
+def reports():
+    """The GraphReports of the graphs compiled so far in this process, oldest first."""
+    return list(_REPORTS)
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _placeholders(gm):
+    return [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _kinds(gm, example_inputs):
+    """Per placeholder: "param" (a Parameter), "buffer" (a module buffer), "size" (a
+    symbolic size: an int at run time) or "data"."""
+    kinds = []
+    for node, x in zip(_placeholders(gm), example_inputs):
+        if not isinstance(x, torch.Tensor):
+            kinds.append("size")
+        elif isinstance(x, torch.nn.Parameter):
+            kinds.append("param")
+        elif "_buffers_" in node.name:
+            kinds.append("buffer")
+        else:
+            kinds.append("data")
+    return kinds
+
+
+def _trains(gm):
+    """Whether the graph computes in training mode (batch statistics, dropout)."""
+    F = torch.nn.functional
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is F.batch_norm:
+            training = n.kwargs.get("training", n.args[5] if len(n.args) > 5 else False)
+            if training:
+                return True
+        if n.op == "call_function" and n.target is F.dropout:
+            training = n.kwargs.get("training", n.args[2] if len(n.args) > 2 else True)
+            p = n.kwargs.get("p", n.args[1] if len(n.args) > 1 else 0.5)
+            if training and p:
+                return True
+    return False
+
+
+class _Lifted(torch.nn.Module):
+    """The graph with its parameters and buffers held as this module's own (named p<i>,
+    after their placeholder index), so the exporter writes them as initializers."""
+
+    def __init__(self, gm, kinds, example_inputs):
+        super().__init__()
+        self.gm, self.kinds = gm, kinds
+        self.sizes = {}  # placeholder index -> the int it is in this conversion
+        for i, (kind, x) in enumerate(zip(kinds, example_inputs)):
+            if kind == "param":
+                self.register_parameter("p%d" % i, torch.nn.Parameter(_cpu(x)))
+            elif kind == "buffer":
+                self.register_buffer("p%d" % i, _cpu(x))
+            elif kind == "size":
+                self.sizes[i] = int(x)
+
+    def forward(self, *data):
+        it = iter(data)
+        args = [next(it) if k == "data" else self.sizes[i] if k == "size" else
+                getattr(self, "p%d" % i) for i, k in enumerate(self.kinds)]
+        out = self.gm(*args)
+        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
+
+def _cpu(x):
+    x = x.detach()
+    return _tensor.to_cpu(x) if x.device.type == "ocl" else x.clone()
+
+
+def _to_onnx(module, data, train):
+    f = io.BytesIO()
+    mode = torch.onnx.TrainingMode.TRAINING if train else torch.onnx.TrainingMode.EVAL
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, tuple(data), f, opset_version=17, dynamo=False,
+                          do_constant_folding=False, training=mode,
+                          input_names=["in%d" % i for i in range(len(data))])
+    return f.getvalue()
+
+
+def _netconfig(gm, example_inputs, kinds, train):
+    """(NetConfig, weights, output names) of the graph, or _Unsupported."""
+    from ..onnx import to_netconfig
+    from ..onnx.errors import OnnxImportError
+    data = [_cpu(x) for x, k in zip(example_inputs, kinds) if k == "data"]
+    if any(x.dtype != torch.float32 for x in data):
+        raise _Unsupported("inputs of dtype %s (float32 only)"
+                           % ", ".join(sorted({str(x.dtype) for x in data if x.dtype != torch.float32})))
+    try:
+        model = _to_onnx(_Lifted(gm, kinds, example_inputs), data, train)
+    except Exception as e:  # the exporter's errors are of many kinds
+        raise _Unsupported("PyTorch's ONNX exporter: %s" % str(e).split("\n")[0]) from None
+    try:
+        cfg, weights = to_netconfig(model)
+    except OnnxImportError as e:
+        raise _Unsupported(str(e).split("\n")[0] + (" " + "; ".join(
+            "%s '%s': %s" % p for p in getattr(e, "problems", [])[:5]))) from None
+    return cfg, weights, _output_shapes(model), _weight_sources(model, weights, kinds,
+                                                                example_inputs)
+
+
+def _reads_a_placeholder(name, producer):
+    """Whether ONNX tensor ``name`` depends on a parameter, buffer or input (named p<i> or
+    in<i>), rather than on constants only."""
+    todo, seen = [name], set()
+    while todo:
+        t = todo.pop()
+        if t in seen or not t:
+            continue
+        seen.add(t)
+        if (t[:1] == "p" and t[1:].isdigit()) or (t[:2] == "in" and t[2:].isdigit()):
+            return True
+        node = producer.get(t)
+        if node is not None:
+            todo.extend(node.input)
+    return False
+
+
+def _weight_sources(model, weights, kinds, example_inputs):
+    """{Net weight: (placeholder index, "same" or "t")}: the parameter or buffer each
+    weight of the Net holds, as it is or transposed (a Linear's weight the exporter wrote
+    as MatMul by its transpose); _Unsupported for any other transformation."""
+    import onnx
+    import numpy as np
+    producer = {o: n for n in onnx.load_from_string(model).graph.node for o in n.output}
+    out = {}
+    for name, value in weights.items():
+        if name.startswith("p") and name[1:].isdigit():  # the initializer itself
+            out[name] = (int(name[1:]), "same")
+            continue
+        if not _reads_a_placeholder(name, producer):
+            continue  # a constant of the graph itself (a scale, a mask): the Net keeps it
+        source, seen = name, 0
+        while not (source.startswith("p") and source[1:].isdigit()) and seen < 8:
+            node = producer.get(source)  # back through Transpose, Reshape, Identity, ...
+            if node is None or node.op_type not in ("Transpose", "Reshape", "Identity",
+                                                    "Squeeze", "Unsqueeze", "Flatten"):
+                raise _Unsupported("the Net weight %s is computed from a parameter in a way "
+                                   "the backend does not follow" % name)
+            source, seen = node.input[0], seen + 1
+        index = int(source[1:]) if source[1:].isdigit() else -1
+        if not 0 <= index < len(kinds) or kinds[index] == "data":
+            raise _Unsupported("the Net weight %s is computed from an input" % name)
+        p = _cpu(example_inputs[index]).numpy()
+        w = np.asarray(value)
+        if w.size == p.size and np.array_equal(w.ravel(), p.ravel()):
+            how = "same"
+        elif p.ndim == 2 and w.size == p.size and np.array_equal(w.ravel(), p.T.ravel()):
+            how = "t"
+        else:
+            raise _Unsupported("the Net weight %s is parameter %d transformed" % (name, index))
+        if how == "same" and p.ndim == 2 and p.shape[0] == p.shape[1] > 1 and \
+                np.array_equal(p, p.T):
+            raise _Unsupported("parameter %d is symmetric: how the Net holds it is ambiguous"
+                               % index)
+        out[name] = (index, how)
+    return out
+
+
+def _output_shapes(model):
+    import onnx
+    graph = onnx.load_from_string(model).graph
+    return {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in graph.output}
+
+
+def _add_gradient_losses(cfg, shapes):
+    """Per output o: an input "grad:o" and a loss sum(o * grad:o), so that the Net's
+    backward starts from the upstream gradient. Returns the output names."""
+    outputs = list(cfg.outputs)
+    losses = []
+    for k, name in enumerate(outputs):
+        g = cfg.add_input("grad:%s" % name, shapes[name])
+        prod = cfg.add("Elementwise", name="grad_dot%d/prod" % k, inputs=[name, g],
+                       options={"operation": "prod"})
+        losses.append(cfg.add("Reduction", name="grad_dot%d" % k, inputs=[prod],
+                              outputs=["loss_grad%d" % k], options={"keep_dim": False}))
+    cfg.set_outputs(outputs + losses)
+    return outputs
+
+
+class _Runner:
+    """One converted graph: its Net, and the copies in and out of it."""
+
+    def __init__(self, gm, example_inputs, kinds, train, cfg, weights, outputs, sources):
+        from ..net import Net, PREDICT, TRAIN
+        self.kinds, self.train = kinds, train
+        ocl = [x for x in example_inputs if isinstance(x, torch.Tensor) and x.device.type == "ocl"]
+        self.index = (ocl[0].device.index or 0) if ocl else 0
+        self.ctx = _device.context(self.index)
+        self.host = not ocl  # a CPU model: copies in and out at every call
+        if self.host:
+            warnings.warn("dlprim backend: the model and its inputs are on the CPU, the net runs "
+                          "on %s: parameters and inputs are copied there at every call (move "
+                          "the model with .to('ocl') to keep them there)" % self.ctx.name,
+                          stacklevel=2)
+        self.data_names = [i["name"] for i in cfg.inputs if not i["name"].startswith("grad:")]
+        self.wants_grad = {i["name"]: i.get("requires_grad", False) for i in cfg.inputs}
+        self.outputs = list(outputs)
+        # in-place counters the graph bumps (BatchNorm's num_batches_tracked += 1)
+        self.bumps = [(i, n.args[1]) for i, p in enumerate(_placeholders(gm))
+                      for n in p.users if n.op == "call_method" and n.target == "add_"
+                      and len(n.args) == 2 and isinstance(n.args[1], (int, float))]
+        self.net = Net(self.ctx, cfg, mode=TRAIN if train else PREDICT)
+        self.net.set_parameters(weights)
+        self.sources = sources  # Net weight -> (placeholder index, "same" or "t")
+        self.shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None
+                       for x in example_inputs]
+        self.versions = {}  # weight name -> (tensor id, version) last copied into the Net
+        self.step = 0
+
+    def _write(self, dst, t):
+        """dlprim tensor ``dst`` = torch tensor t (an ocl tensor, else copied from the host)."""
+        t = t.detach().reshape(dst.shape)
+        if t.device.type == "ocl":
+            dst.copy_from(_tensor.as_dlprim(t))
+        else:
+            dst.to_device(t.contiguous().numpy(), wait=False)
+
+    def forward(self, tensors):
+        data = [t for t, k in zip(tensors, self.kinds) if k == "data"]
+        shapes = {n: tuple(t.shape) for n, t in zip(self.data_names, data)}
+        changed = {n: s for n, s in shapes.items() if s != self.net.tensor(n).shape}
+        if changed:  # a new batch size: re-plan the net (kernels are kept)
+            self.net.reshape(self._grad_shapes(changed))
+        for name, (i, how) in self.sources.items():
+            t = tensors[i]
+            seen = (id(t), t._version)  # bumped by every in-place change (an optimizer step)
+            if self.versions.get(name) != seen:
+                self._write(self.net.param(name), t.detach().t() if how == "t" else t)
+                self.versions[name] = seen
+        for name, t in zip(self.data_names, data):
+            self._write(self.net.tensor(name), t)
+        self.net.forward()
+        self.step += 1
+        if self.train:
+            self._running_stats_back(tensors)
+        with torch.no_grad():
+            for i, amount in self.bumps:
+                tensors[i].add_(amount)
+        return tuple(self._read(self.net.tensor(o)) for o in self.outputs)
+
+    def _grad_shapes(self, changed):
+        """The new input shapes, and those of the gradient inputs (the outputs' new shapes,
+        known after a re-plan of the inputs alone)."""
+        if not self.train:
+            return changed
+        self.net.reshape({**changed, **{"grad:" + o: (1,) for o in self.outputs}})
+        return {**changed, **{"grad:" + o: self.net.tensor(o).shape for o in self.outputs}}
+
+    def _read(self, t):
+        if self.host:
+            return torch.from_numpy(t.to_host())
+        out = _tensor.empty(t.shape, torch.float32, self.index)
+        _tensor.as_dlprim(out).copy_from(t)
+        return out
+
+    def _running_stats_back(self, tensors):
+        for name, (i, how) in self.sources.items():
+            if self.kinds[i] == "buffer" and tensors[i].dtype == torch.float32 and how == "same":
+                src = self.net.param(name)
+                t = tensors[i]
+                with torch.no_grad():
+                    if t.device.type == "ocl":
+                        _tensor.as_dlprim(t).copy_from(src.view(tuple(t.shape)))
+                    else:
+                        t.copy_(torch.from_numpy(src.to_host()).reshape(t.shape))
+                self.versions[name] = (id(t), t._version)  # the Net holds these values
+
+    def backward(self, step, grads):
+        if step != self.step:
+            raise RuntimeError("dlprim compiled graph: backward of an earlier call (the graph "
+                               "ran again before this backward); call backward after each "
+                               "forward, or compile with another backend")
+        for o, g in zip(self.outputs, grads):
+            dst = self.net.tensor("grad:" + o)
+            if g is None:
+                dst.zero_()
+            else:
+                self._write(dst, g.contiguous() if g.device.type == "ocl" else g)
+        self.net.zero_grad()
+        self.net.backward()
+        out = [None] * len(self.kinds)
+        names = iter(self.data_names)
+        for i, kind in enumerate(self.kinds):
+            name = next(names) if kind == "data" else None
+            if name is not None and self.wants_grad.get(name):
+                out[i] = self._read(self.net.tensor_diff(name))
+        for name, (i, how) in self.sources.items():
+            if self.kinds[i] != "param":
+                continue
+            g = self._read(self.net.param_diff(name))
+            g = (g.t() if how == "t" else g).reshape(self.shapes[i])
+            out[i] = g if out[i] is None else out[i] + g  # a parameter used twice
+        return out
+
+
+class _NetFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, runner, *tensors):
+        outs = runner.forward(tensors)
+        ctx.runner, ctx.step = runner, runner.step
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) + tuple(ctx.runner.backward(ctx.step, grads))
+
+
+def compile_graph(gm, example_inputs):
+    """The dynamo backend "dlprim": a callable running ``gm`` as dlprim Nets, or ``gm``
+    itself (eagerly) where it cannot be converted (see ``reports``).
+
+    A graph with symbolic sizes among its inputs is converted once per set of their
+    values (the Net for a new batch size alone is re-planned, not converted again)."""
+    kinds = _kinds(gm, example_inputs)
+    sizes = [i for i, k in enumerate(kinds) if k == "size"]
+    first = _convert(gm, example_inputs, kinds)
+    if first is None:
+        return gm.forward
+    runners = {tuple(int(example_inputs[i]) for i in sizes): first}
+
+    def run(*tensors):
+        key = tuple(int(tensors[i]) for i in sizes)
+        runner = runners.get(key)
+        if runner is None:
+            runner = runners[key] = _convert(gm, tensors, kinds) or gm.forward
+        if not isinstance(runner, _Runner):
+            return runner(*tensors)
+        if runner.train:
+            return tuple(_NetFunction.apply(runner, *tensors))
+        with torch.no_grad():
+            return runner.forward(tensors)
+    return run
+
+
+def _convert(gm, example_inputs, kinds):
+    """A _Runner of ``gm`` for these inputs, or None (reported) where it cannot be one."""
+    ops = [str(getattr(n.target, "__name__", n.target)) for n in gm.graph.nodes
+           if n.op in ("call_function", "call_method", "call_module")]
+    train = _trains(gm)
+    try:
+        cfg, weights, shapes, sources = _netconfig(gm, example_inputs, kinds, train)
+        data = [x for x, k in zip(example_inputs, kinds) if k == "data"]
+        wanted = [x.requires_grad for x in data] if torch.is_grad_enabled() else [False] * len(data)
+        for spec, want in zip(cfg.inputs, wanted):  # an input needing its gradient (a graph
+            if want:                                # after a break) gets one from the Net
+                spec["requires_grad"] = True
+        grads = train or any(wanted) or (torch.is_grad_enabled() and any(
+            x.requires_grad for x, k in zip(example_inputs, kinds) if k == "param"))
+        outputs = list(cfg.outputs)
+        if grads:
+            _add_gradient_losses(cfg, shapes)
+            if not train:  # gradients of an eval-mode graph: the Net trains, BatchNorm must not
+                for op in cfg.operators:
+                    if op["type"] == "BatchNorm":
+                        op.setdefault("options", {})["use_global_stats"] = True
+        runner = _Runner(gm, example_inputs, kinds, grads, cfg, weights, outputs, sources)
+    except _Unsupported as why:
+        _REPORTS.append(GraphReport(ops, "eager", str(why)))
+        log.info("dlprim backend: a graph of %d operators runs eagerly: %s", len(ops), why)
+        return None
+    _REPORTS.append(GraphReport(ops, "dlprim", layers=[op["type"] for op in cfg.operators]))
+    return runner
+
+
+class Explanation:
+    """What ``explain`` found: ``graphs`` (a GraphReport per captured graph: where it runs
+    and why) and ``breaks`` (dynamo's reasons for splitting the model into graphs)."""
+
+    def __init__(self, graphs, breaks):
+        self.graphs, self.breaks = graphs, breaks
+
+    def __str__(self):
+        lines = ["%d graph%s, %d graph break%s" % (
+            len(self.graphs), "" if len(self.graphs) == 1 else "s",
+            len(self.breaks), "" if len(self.breaks) == 1 else "s")]
+        for k, g in enumerate(self.graphs):
+            lines.append("  graph %d: %d operators on %s%s" % (
+                k, len(g.operators), g.where, "" if g.reason is None else " (%s)" % g.reason))
+        for b in self.breaks:
+            lines.append("  break: %s" % b)
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def explain(model, *example_inputs):
+    """Compile ``model`` with the dlprim backend and run it once on ``example_inputs``:
+    which captured graphs run as dlprim Nets, which eagerly on ocl and why, and where
+    dynamo broke the model into graphs. Returns an ``Explanation``."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    start = len(_REPORTS)
+    torch.compile(model, backend=compile_graph)(*example_inputs)
+    graphs = _REPORTS[start:]
+    torch._dynamo.reset()
+    found = torch._dynamo.explain(model)(*example_inputs)
+    torch._dynamo.reset()
+    return Explanation(graphs, [getattr(r, "reason", str(r)) for r in found.break_reasons])
+
+
+def export_net(model, example_inputs, path=None):
+    """(NetConfig, {parameter name: array}) of ``model`` in eval mode, its parameters named
+    as in its state dict: the conversion ``torch.compile`` uses, for leaving PyTorch. With
+    ``path``, also writes ``path + ".json"`` (DLPrimitives' net format) and ``path +
+    ".dlp"`` (the weights). Raises ValueError where the model cannot be converted."""
+    import copy
+
+    from ..net.weights import save_dlp
+    from ..onnx import to_netconfig
+    from ..onnx.errors import OnnxImportError
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    cpu_model = copy.deepcopy(model).to("cpu").eval()
+    data = [_cpu(x) for x in example_inputs]
+    try:
+        model_bytes = _to_onnx(cpu_model, data, train=False)
+        cfg, weights = to_netconfig(model_bytes)
+    except OnnxImportError as e:
+        raise ValueError("export_net: %s" % e) from None
+    except Exception as e:  # the exporter's own errors
+        raise ValueError("export_net: PyTorch's ONNX exporter: %s"
+                         % str(e).split("\n")[0]) from None
+    if path is not None:
+        from ..utils import atomic_write
+        text = cfg.to_json().encode()
+        atomic_write(str(path) + ".json", lambda f: f.write(text))
+        save_dlp(str(path) + ".dlp", weights)
+    return cfg, weights

@@ -1,0 +1,175 @@
+"""torch.compile(model, backend="dlprim"): captured graphs run as dlprim Nets. Outputs,
+parameter gradients and BatchNorm statistics against eager PyTorch on the CPU; a new
+batch size; eval mode; a training loop; fallback and explain; export_net."""
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+nn = torch.nn
+
+import dlprim.torch as dt  # noqa: E402
+from dlprim.torch.compile import reports  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    import torch._dynamo
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def cnn():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5))
+
+
+class Residual(nn.Module):
+    """A ResNet basic block and a transformer encoder layer (LayerNorm, attention, MLP)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+        self.conv2, self.bn2 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+        self.encoder = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)) + x)
+        tokens = y.flatten(2).transpose(1, 2).reshape(x.shape[0], -1, 16)
+        return self.head(self.encoder(tokens).mean(1))
+
+
+def twins(make, seed=0):
+    torch.manual_seed(seed)
+    ref = make()
+    model = make()
+    model.load_state_dict(ref.state_dict())
+    return ref, model
+
+
+def close(a, b, tol=1e-4):
+    a, b = a.detach().cpu().numpy(), b.detach().cpu().numpy()
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, float(np.abs(b).max())))
+
+
+@pytest.mark.parametrize("make,shape", [(cnn, (4, 3, 12, 12)), (Residual, (2, 4, 4, 4))],
+                         ids=["cnn", "resnet_block_and_encoder"])
+def test_outputs_gradients_and_statistics_match_eager(make, shape):
+    ref, model = twins(make)
+    compiled = torch.compile(model, backend="dlprim")
+    x = torch.randn(shape)
+    y, want = compiled(x), ref(x)
+    close(y, want)
+    g = torch.randn_like(want)
+    (y * g).sum().backward()
+    (want * g).sum().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        assert p.grad is not None, name
+        close(p.grad, q.grad, 1e-3)
+    for (name, b), (_, c) in zip(model.named_buffers(), ref.named_buffers()):
+        close(b.float(), c.float())  # running statistics and num_batches_tracked
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    x6 = torch.randn((6,) + shape[1:])  # another batch size
+    close(compiled(x6), ref(x6))
+    model.eval()
+    ref.eval()
+    with torch.no_grad():
+        close(compiled(x), ref(x))
+    if make is cnn:
+        assert "BatchNorm" in reports()[-1].layers and "Convolution2D" in reports()[-1].layers
+
+
+def test_a_compiled_training_loop_follows_eager():
+    ref, model = twins(cnn, seed=1)
+    compiled = torch.compile(model, backend="dlprim")
+    rng = torch.Generator().manual_seed(2)
+    x = torch.randn(32, 3, 8, 8, generator=rng)
+    y = (x.mean((1, 2, 3)) > 0).long() + 2 * (x[:, 0].mean((1, 2)) > 0).long()
+    losses = {}
+    for name, net, fn in (("ref", ref, ref), ("dlprim", model, compiled)):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        losses[name] = []
+        for _ in range(30):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(fn(x), y)
+            loss.backward()
+            opt.step()
+            losses[name].append(loss.item())
+    np.testing.assert_allclose(losses["dlprim"], losses["ref"], rtol=2e-3, atol=2e-3)
+    assert losses["dlprim"][-1] < 0.6 * losses["dlprim"][0], losses["dlprim"]
+
+
+class Unconvertible(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        return torch.cumsum(self.fc(x), dim=1)
+
+
+def test_an_unconvertible_graph_runs_eagerly_and_is_reported():
+    ref, model = twins(Unconvertible)
+    x = torch.randn(3, 6)
+    close(torch.compile(model, backend="dlprim")(x), ref(x))
+    report = reports()[-1]
+    assert report.where == "eager" and "CumSum" in report.reason, report
+
+
+class Breaks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        torch._dynamo.graph_break()  # two graphs; the second needs h's gradient
+        return self.b(h * 2)
+
+
+def test_graph_breaks_are_explained_and_gradients_cross_them():
+    ref, model = twins(Breaks)
+    x = torch.randn(2, 4)
+    found = dt.explain(model, x)
+    assert len(found.breaks) == 1 and len(found.graphs) == 2
+    assert all(g.where == "dlprim" for g in found.graphs), found
+    text = str(found)
+    assert "1 graph break" in text and "on dlprim" in text
+    y = torch.compile(model, backend="dlprim")(x)
+    close(y, ref(x))
+    y.sum().backward()
+    ref(x).sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        close(p.grad, q.grad)  # a's gradient passes through the input of the second Net
+
+
+def test_export_net_leaves_pytorch(ctx, tmp_path):
+    import dlprim as dp
+    from dlprim.net import weights as dlp_weights
+    torch.manual_seed(3)
+    model = cnn().eval()
+    x = torch.randn(2, 3, 12, 12)
+    cfg, weights = dt.export_net(model, x, path=tmp_path / "cnn")
+    assert set(weights) <= set(model.state_dict())
+    assert "0.weight" in weights and "1.running_mean" in weights
+    net = dp.Net(ctx, cfg, mode=dp.PREDICT)
+    net.set_parameters(dlp_weights.load(str(tmp_path / "cnn.dlp")))
+    out = net(**{cfg.inputs[0]["name"]: x.numpy()})
+    close(torch.from_numpy(list(out.values())[0]), model(x))
+    assert (tmp_path / "cnn.json").exists()
+    with pytest.raises(ValueError, match="export_net"):
+        dt.export_net(Unconvertible(), torch.randn(3, 6))
+
+
+def test_backend_is_found_by_name():
+    import torch._dynamo
+    assert "dlprim" in torch._dynamo.list_backends()
