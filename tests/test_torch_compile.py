@@ -1,6 +1,7 @@
-"""torch.compile(model, backend="dlprim"): captured graphs run as dlprim Nets. Outputs,
-parameter gradients and BatchNorm statistics against eager PyTorch on the CPU; a new
-batch size; eval mode; a training loop; fallback and explain; export_net."""
+"""torch.compile(model, backend="dlprim") of CPU models and dlprim.torch.compile of ocl
+models: captured graphs run as dlprim Nets. Outputs, parameter gradients and BatchNorm
+statistics against eager PyTorch on the CPU; a new batch size; eval mode; a training
+loop; fallback and explain; export_net."""
 import warnings
 
 import numpy as np
@@ -11,7 +12,7 @@ pytest.importorskip("onnx")
 nn = torch.nn
 
 import dlprim.torch as dt  # noqa: E402
-from dlprim.torch.compile import reports  # noqa: E402
+from dlprim.torch.compiler import reports  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -61,16 +62,25 @@ def close(a, b, tol=1e-4):
     np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, float(np.abs(b).max())))
 
 
+def compiled_on(model, where):
+    """(the compiled model, a function putting inputs where it takes them): torch.compile
+    of a CPU model, or dlprim.torch.compile of the model moved to ocl."""
+    if where == "cpu":
+        return torch.compile(model, backend="dlprim"), lambda t: t
+    return dt.compile(model.to("ocl")), lambda t: t.to("ocl")
+
+
+@pytest.mark.parametrize("where", ["cpu", "ocl"])
 @pytest.mark.parametrize("make,shape", [(cnn, (4, 3, 12, 12)), (Residual, (2, 4, 4, 4))],
                          ids=["cnn", "resnet_block_and_encoder"])
-def test_outputs_gradients_and_statistics_match_eager(make, shape):
+def test_outputs_gradients_and_statistics_match_eager(make, shape, where):
     ref, model = twins(make)
-    compiled = torch.compile(model, backend="dlprim")
+    compiled, put = compiled_on(model, where)
     x = torch.randn(shape)
-    y, want = compiled(x), ref(x)
+    y, want = compiled(put(x)), ref(x)
     close(y, want)
     g = torch.randn_like(want)
-    (y * g).sum().backward()
+    (y * put(g)).sum().backward()
     (want * g).sum().backward()
     for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
         assert p.grad is not None, name
@@ -79,28 +89,30 @@ def test_outputs_gradients_and_statistics_match_eager(make, shape):
         close(b.float(), c.float())  # running statistics and num_batches_tracked
     assert reports()[-1].where == "dlprim", reports()[-1]
     x6 = torch.randn((6,) + shape[1:])  # another batch size
-    close(compiled(x6), ref(x6))
+    close(compiled(put(x6)), ref(x6))
     model.eval()
     ref.eval()
     with torch.no_grad():
-        close(compiled(x), ref(x))
+        close(compiled(put(x)), ref(x))
     if make is cnn:
         assert "BatchNorm" in reports()[-1].layers and "Convolution2D" in reports()[-1].layers
 
 
-def test_a_compiled_training_loop_follows_eager():
+@pytest.mark.parametrize("where", ["cpu", "ocl"])
+def test_a_compiled_training_loop_follows_eager(where):
     ref, model = twins(cnn, seed=1)
-    compiled = torch.compile(model, backend="dlprim")
+    compiled, put = compiled_on(model, where)
     rng = torch.Generator().manual_seed(2)
     x = torch.randn(32, 3, 8, 8, generator=rng)
     y = (x.mean((1, 2, 3)) > 0).long() + 2 * (x[:, 0].mean((1, 2)) > 0).long()
     losses = {}
-    for name, net, fn in (("ref", ref, ref), ("dlprim", model, compiled)):
+    for name, net, fn, xs, ys in (("ref", ref, ref, x, y),
+                                  ("dlprim", model, compiled, put(x), put(y))):
         opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         losses[name] = []
         for _ in range(30):
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(fn(x), y)
+            loss = nn.functional.cross_entropy(fn(xs), ys)
             loss.backward()
             opt.step()
             losses[name].append(loss.item())

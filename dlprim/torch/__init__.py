@@ -29,11 +29,11 @@ from .tensor import OclTensor  # noqa: E402
 from . import (ops_tensor, ops_math, ops_nn, ops_norm, ops_optim,  # noqa: E402,F401
                ops_index, ops_attention)  # (the operator registrations)
 
-from .compile import compile_graph as backend, explain, export_net  # noqa: E402
+from .compiler import compile_graph as backend, compile, explain, export_net  # noqa: E402,A004
 
 __all__ = ["OclTensor", "context", "device_count", "current_device", "set_device",
            "allow_cpu_fallback", "cpu_fallback_allowed", "implemented", "synchronize",
-           "backend", "explain", "export_net", "MIN_TORCH"]
+           "backend", "compile", "explain", "export_net", "MIN_TORCH"]
 
 
 def synchronize(index=None):

@@ -25,7 +25,7 @@ import torch
 from . import device as _device
 from . import tensor as _tensor
 
-__all__ = ["compile_graph", "explain", "export_net", "reports"]
+__all__ = ["compile_graph", "compile", "CompiledModule", "explain", "export_net", "reports"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,13 @@ def reports():
 
 class _Unsupported(Exception):
     pass
+
+
+def _bumps(gm):
+    """[(placeholder index, amount)] of the in-place counters a graph adds to."""
+    return [(i, n.args[1]) for i, p in enumerate(_placeholders(gm))
+            for n in p.users if n.op == "call_method" and n.target == "add_"
+            and len(n.args) == 2 and isinstance(n.args[1], (int, float))]
 
 
 def _placeholders(gm):
@@ -122,16 +129,26 @@ def _cpu(x):
 def _to_onnx(module, data, train):
     f = io.BytesIO()
     mode = torch.onnx.TrainingMode.TRAINING if train else torch.onnx.TrainingMode.EVAL
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, tuple(data), f, opset_version=17, dynamo=False,
-                          do_constant_folding=False, training=mode,
-                          input_names=["in%d" % i for i in range(len(data))])
+    mha = getattr(torch.backends, "mha", None)
+    fast = mha.get_fastpath_enabled() if mha else None
+    try:
+        if mha:  # the fused transformer kernels of eval mode have no ONNX form
+            mha.set_fastpath_enabled(False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, tuple(data), f, opset_version=17, dynamo=False,
+                              do_constant_folding=False, training=mode,
+                              input_names=["in%d" % i for i in range(len(data))])
+    finally:
+        if mha:
+            mha.set_fastpath_enabled(fast)
     return f.getvalue()
 
 
-def _netconfig(gm, example_inputs, kinds, train):
-    """(NetConfig, weights, output names) of the graph, or _Unsupported."""
+def _netconfig(module, example_inputs, kinds, train, index_of):
+    """(NetConfig, weights, output shapes, weight sources) of ``module`` (called with the
+    data inputs; its weights are the placeholders named as ``index_of`` says), or
+    _Unsupported."""
     from ..onnx import to_netconfig
     from ..onnx.errors import OnnxImportError
     data = [_cpu(x) for x, k in zip(example_inputs, kinds) if k == "data"]
@@ -139,7 +156,7 @@ def _netconfig(gm, example_inputs, kinds, train):
         raise _Unsupported("inputs of dtype %s (float32 only)"
                            % ", ".join(sorted({str(x.dtype) for x in data if x.dtype != torch.float32})))
     try:
-        model = _to_onnx(_Lifted(gm, kinds, example_inputs), data, train)
+        model = _to_onnx(module, data, train)
     except Exception as e:  # the exporter's errors are of many kinds
         raise _Unsupported("PyTorch's ONNX exporter: %s" % str(e).split("\n")[0]) from None
     try:
@@ -148,19 +165,19 @@ def _netconfig(gm, example_inputs, kinds, train):
         raise _Unsupported(str(e).split("\n")[0] + (" " + "; ".join(
             "%s '%s': %s" % p for p in getattr(e, "problems", [])[:5]))) from None
     return cfg, weights, _output_shapes(model), _weight_sources(model, weights, kinds,
-                                                                example_inputs)
+                                                                example_inputs, index_of)
 
 
-def _reads_a_placeholder(name, producer):
-    """Whether ONNX tensor ``name`` depends on a parameter, buffer or input (named p<i> or
-    in<i>), rather than on constants only."""
+def _reads_a_placeholder(name, producer, index_of):
+    """Whether ONNX tensor ``name`` depends on a parameter, buffer or input (a name in
+    ``index_of`` or in<i>), rather than on constants only."""
     todo, seen = [name], set()
     while todo:
         t = todo.pop()
         if t in seen or not t:
             continue
         seen.add(t)
-        if (t[:1] == "p" and t[1:].isdigit()) or (t[:2] == "in" and t[2:].isdigit()):
+        if t in index_of or (t[:2] == "in" and t[2:].isdigit()):
             return True
         node = producer.get(t)
         if node is not None:
@@ -168,7 +185,7 @@ def _reads_a_placeholder(name, producer):
     return False
 
 
-def _weight_sources(model, weights, kinds, example_inputs):
+def _weight_sources(model, weights, kinds, example_inputs, index_of):
     """{Net weight: (placeholder index, "same" or "t")}: the parameter or buffer each
     weight of the Net holds, as it is or transposed (a Linear's weight the exporter wrote
     as MatMul by its transpose); _Unsupported for any other transformation."""
@@ -177,21 +194,21 @@ def _weight_sources(model, weights, kinds, example_inputs):
     producer = {o: n for n in onnx.load_from_string(model).graph.node for o in n.output}
     out = {}
     for name, value in weights.items():
-        if name.startswith("p") and name[1:].isdigit():  # the initializer itself
-            out[name] = (int(name[1:]), "same")
+        if name in index_of:  # the initializer itself
+            out[name] = (index_of[name], "same")
             continue
-        if not _reads_a_placeholder(name, producer):
+        if not _reads_a_placeholder(name, producer, index_of):
             continue  # a constant of the graph itself (a scale, a mask): the Net keeps it
         source, seen = name, 0
-        while not (source.startswith("p") and source[1:].isdigit()) and seen < 8:
+        while source not in index_of and seen < 8:
             node = producer.get(source)  # back through Transpose, Reshape, Identity, ...
             if node is None or node.op_type not in ("Transpose", "Reshape", "Identity",
                                                     "Squeeze", "Unsqueeze", "Flatten"):
                 raise _Unsupported("the Net weight %s is computed from a parameter in a way "
                                    "the backend does not follow" % name)
             source, seen = node.input[0], seen + 1
-        index = int(source[1:]) if source[1:].isdigit() else -1
-        if not 0 <= index < len(kinds) or kinds[index] == "data":
+        index = index_of.get(source, -1)
+        if index < 0 or kinds[index] == "data":
             raise _Unsupported("the Net weight %s is computed from an input" % name)
         p = _cpu(example_inputs[index]).numpy()
         w = np.asarray(value)
@@ -233,7 +250,8 @@ def _add_gradient_losses(cfg, shapes):
 class _Runner:
     """One converted graph: its Net, and the copies in and out of it."""
 
-    def __init__(self, gm, example_inputs, kinds, train, cfg, weights, outputs, sources):
+    def __init__(self, gm, example_inputs, kinds, train, cfg, weights, outputs, sources,
+                 bumps=None):
         from ..net import Net, PREDICT, TRAIN
         self.kinds, self.train = kinds, train
         ocl = [x for x in example_inputs if isinstance(x, torch.Tensor) and x.device.type == "ocl"]
@@ -249,9 +267,7 @@ class _Runner:
         self.wants_grad = {i["name"]: i.get("requires_grad", False) for i in cfg.inputs}
         self.outputs = list(outputs)
         # in-place counters the graph bumps (BatchNorm's num_batches_tracked += 1)
-        self.bumps = [(i, n.args[1]) for i, p in enumerate(_placeholders(gm))
-                      for n in p.users if n.op == "call_method" and n.target == "add_"
-                      and len(n.args) == 2 and isinstance(n.args[1], (int, float))]
+        self.bumps = _bumps(gm) if bumps is None else bumps
         self.net = Net(self.ctx, cfg, mode=TRAIN if train else PREDICT)
         self.net.set_parameters(weights)
         self.sources = sources  # Net weight -> (placeholder index, "same" or "t")
@@ -268,16 +284,36 @@ class _Runner:
         else:
             dst.to_device(t.contiguous().numpy(), wait=False)
 
-    def forward(self, tensors):
+    def takes(self, tensors):
+        """Whether the Net runs these inputs: their shapes, or new ones it re-plans for (a
+        new batch size; kernels are kept). False where the exported graph fixed a size
+        (a Reshape of constant dims): then the Net stays as it was."""
+        from ..layers.base import LayerError
         data = [t for t, k in zip(tensors, self.kinds) if k == "data"]
         shapes = {n: tuple(t.shape) for n, t in zip(self.data_names, data)}
         changed = {n: s for n, s in shapes.items() if s != self.net.tensor(n).shape}
-        if changed:  # a new batch size: re-plan the net (kernels are kept)
+        if not changed:
+            return True
+        try:
             self.net.reshape(self._grad_shapes(changed))
+        except LayerError:
+            if self.train:  # the gradient inputs were re-planned first: undo it all
+                self.net.reshape({n: self.net.tensor(n).shape for n in self.data_names})
+            return False
+        return True
+
+    def forward(self, tensors):
+        data = [t for t, k in zip(tensors, self.kinds) if k == "data"]
+        if not self.takes(tensors):
+            raise RuntimeError("dlprim compiled graph: inputs of shapes %s do not fit the net"
+                               % [tuple(t.shape) for t in data])
         for name, (i, how) in self.sources.items():
             t = tensors[i]
-            seen = (id(t), t._version)  # bumped by every in-place change (an optimizer step)
-            if self.versions.get(name) != seen:
+            # a CPU tensor's version counter moves at every in-place change (an optimizer
+            # step); an ocl tensor's does not under the foreach and fused optimizers, so an
+            # ocl weight is copied at every call (a device copy)
+            seen = (id(t), t._version) if t.device.type != "ocl" else None
+            if seen is None or self.versions.get(name) != seen:
                 self._write(self.net.param(name), t.detach().t() if how == "t" else t)
                 self.versions[name] = seen
         for name, t in zip(self.data_names, data):
@@ -369,29 +405,53 @@ def compile_graph(gm, example_inputs):
     first = _convert(gm, example_inputs, kinds)
     if first is None:
         return gm.forward
-    runners = {tuple(int(example_inputs[i]) for i in sizes): first}
+    runners = {tuple(int(example_inputs[i]) for i in sizes): [first]}
 
     def run(*tensors):
         key = tuple(int(tensors[i]) for i in sizes)
-        runner = runners.get(key)
+        runner = _pick(runners.setdefault(key, []), tensors,
+                       lambda: _convert(gm, tensors, kinds))
         if runner is None:
-            runner = runners[key] = _convert(gm, tensors, kinds) or gm.forward
-        if not isinstance(runner, _Runner):
-            return runner(*tensors)
-        if runner.train:
-            return tuple(_NetFunction.apply(runner, *tensors))
-        with torch.no_grad():
-            return runner.forward(tensors)
+            return gm.forward(*tensors)
+        return _run(runner, tensors)
     return run
 
 
-def _convert(gm, example_inputs, kinds):
-    """A _Runner of ``gm`` for these inputs, or None (reported) where it cannot be one."""
-    ops = [str(getattr(n.target, "__name__", n.target)) for n in gm.graph.nodes
-           if n.op in ("call_function", "call_method", "call_module")]
-    train = _trains(gm)
+def _pick(runners, tensors, convert):
+    """The runner of ``runners`` that takes ``tensors`` (re-planned if need be), else a new
+    one from ``convert()`` added to them; None where there can be none."""
+    for runner in runners:
+        if runner is not None and runner.takes(tensors):
+            return runner
+    if None in runners:
+        return None
+    runner = convert()
+    runners.append(runner)
+    return runner
+
+
+def _run(runner, tensors):
+    if runner.train:
+        return tuple(_NetFunction.apply(runner, *tensors))
+    with torch.no_grad():
+        return runner.forward(tensors)
+
+
+def _convert(gm, example_inputs, kinds, module=None, index_of=None, train=None, ops=None,
+             bumps=None):
+    """A _Runner of ``gm`` for these inputs (or of ``module``, called with the data
+    inputs, its weights named as ``index_of`` says), or None (reported) where it cannot
+    be one."""
+    if ops is None:
+        ops = [str(getattr(n.target, "__name__", n.target)) for n in gm.graph.nodes
+               if n.op in ("call_function", "call_method", "call_module")]
+    train = _trains(gm) if train is None else train
+    if module is None:
+        module = _Lifted(gm, kinds, example_inputs)
+        index_of = {"p%d" % i: i for i, k in enumerate(kinds) if k in ("param", "buffer")}
     try:
-        cfg, weights, shapes, sources = _netconfig(gm, example_inputs, kinds, train)
+        cfg, weights, shapes, sources = _netconfig(module, example_inputs, kinds, train,
+                                                   index_of)
         data = [x for x, k in zip(example_inputs, kinds) if k == "data"]
         wanted = [x.requires_grad for x in data] if torch.is_grad_enabled() else [False] * len(data)
         for spec, want in zip(cfg.inputs, wanted):  # an input needing its gradient (a graph
@@ -406,7 +466,8 @@ def _convert(gm, example_inputs, kinds):
                 for op in cfg.operators:
                     if op["type"] == "BatchNorm":
                         op.setdefault("options", {})["use_global_stats"] = True
-        runner = _Runner(gm, example_inputs, kinds, grads, cfg, weights, outputs, sources)
+        runner = _Runner(gm, example_inputs, kinds, grads, cfg, weights, outputs, sources,
+                         bumps)
     except _Unsupported as why:
         _REPORTS.append(GraphReport(ops, "eager", str(why)))
         log.info("dlprim backend: a graph of %d operators runs eagerly: %s", len(ops), why)
@@ -479,3 +540,76 @@ def export_net(model, example_inputs, path=None):
         atomic_write(str(path) + ".json", lambda f: f.write(text))
         save_dlp(str(path) + ".dlp", weights)
     return cfg, weights
+
+
+class CompiledModule(torch.nn.Module):
+    """``model`` running as dlprim Nets, made by ``compile``: called as the model, it
+    converts the model once per (training mode, whether gradients are needed, input
+    ranks), re-plans for new shapes, and otherwise runs the Net. ``model``'s parameters
+    stay where they are (an optimizer over them works as before) and are copied into the
+    Net only when they changed. A model that cannot be converted runs as itself, with
+    the reason in ``reports()``."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self._runners = {}
+
+    def forward(self, *inputs):
+        grads = torch.is_grad_enabled() and any(p.requires_grad for p in self.model.parameters())
+        key = (self.model.training, grads, tuple(x.dim() for x in inputs))
+        tensors = [t for _, t in self._weights()] + list(inputs)
+        runner = _pick(self._runners.setdefault(key, []), tensors,
+                       lambda: self._convert(inputs))
+        if runner is None:
+            return self.model(*inputs)
+        outs = _run(runner, tensors)
+        return outs[0] if runner.single else tuple(outs)
+
+    def _weights(self):
+        return (list(self.model.named_parameters()) +
+                [(n, b) for n, b in self.model.named_buffers() if b is not None])
+
+    def _convert(self, inputs):
+        import copy
+        weights = self._weights()
+        names = [n for n, _ in weights]
+        kinds = (["param"] * sum(1 for _ in self.model.parameters()) +
+                 ["buffer"] * (len(weights) - sum(1 for _ in self.model.parameters())) +
+                 ["data"] * len(inputs))
+        # what the exporter traces: the model with CPU copies of its weights (put in the
+        # deepcopy's memo, as an ocl tensor itself cannot be deep-copied)
+        memo = {id(t): (torch.nn.Parameter(_cpu(t), t.requires_grad)
+                        if isinstance(t, torch.nn.Parameter) else _cpu(t)) for _, t in weights}
+        shadow = copy.deepcopy(self.model, memo)
+        single = []
+
+        class Traced(torch.nn.Module):  # the shadow, its outputs as a tuple
+            def __init__(self):
+                super().__init__()
+                self.m = shadow
+
+            def forward(self, *data):
+                out = self.m(*data)
+                single.append(isinstance(out, torch.Tensor))
+                return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+        bumps = [(names.index(n + ".num_batches_tracked"), 1)
+                 for n, m in self.model.named_modules()
+                 if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training
+                 and m.track_running_stats and (n + ".num_batches_tracked") in names]
+        examples = [t for _, t in weights] + list(inputs)
+        ops = [type(m).__name__ for m in self.model.modules() if not list(m.children())]
+        index_of = {"m." + n: i for i, n in enumerate(names)}
+        runner = _convert(None, examples, kinds, module=Traced(), index_of=index_of,
+                          train=self.model.training, ops=ops, bumps=bumps)
+        if runner is not None:
+            runner.single = bool(single and single[0])
+        return runner
+
+
+def compile(model):
+    """``model`` (an nn.Module on ``ocl`` or the CPU) as a ``CompiledModule``: dlprim Nets
+    for its forward and backward passes, its weights kept on the device. What
+    ``torch.compile(model, backend="dlprim")`` does for graphs, for a whole model on ocl,
+    whose tensors dynamo cannot trace yet."""
+    return CompiledModule(model)
