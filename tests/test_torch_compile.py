@@ -2,7 +2,6 @@
 models: captured graphs run as dlprim Nets. Outputs, parameter gradients and BatchNorm
 statistics against eager PyTorch on the CPU; a new batch size; eval mode; a training
 loop; fallback and explain; export_net."""
-import warnings
 
 import numpy as np
 import pytest
