@@ -65,7 +65,7 @@ def compiled_on(model, where):
     """(the compiled model, a function putting inputs where it takes them): torch.compile
     of a CPU model, or dlprim.torch.compile of the model moved to ocl."""
     if where == "cpu":
-        return torch.compile(model, backend="dlprim"), lambda t: t
+        return torch.compile(model, backend=dt.backend), lambda t: t
     return dt.compile(model.to("ocl")), lambda t: t.to("ocl")
 
 
@@ -131,7 +131,7 @@ class Unconvertible(nn.Module):
 def test_an_unconvertible_graph_runs_eagerly_and_is_reported():
     ref, model = twins(Unconvertible)
     x = torch.randn(3, 6)
-    close(torch.compile(model, backend="dlprim")(x), ref(x))
+    close(torch.compile(model, backend=dt.backend)(x), ref(x))
     report = reports()[-1]
     assert report.where == "eager" and "CumSum" in report.reason, report
 
@@ -155,7 +155,7 @@ def test_graph_breaks_are_explained_and_gradients_cross_them():
     assert all(g.where == "dlprim" for g in found.graphs), found
     text = str(found)
     assert "1 graph break" in text and "on dlprim" in text
-    y = torch.compile(model, backend="dlprim")(x)
+    y = torch.compile(model, backend=dt.backend)(x)
     close(y, ref(x))
     y.sum().backward()
     ref(x).sum().backward()
@@ -182,5 +182,12 @@ def test_export_net_leaves_pytorch(ctx, tmp_path):
 
 
 def test_backend_is_found_by_name():
+    """The "dlprim" name is an entry point of the installed package (pip install)."""
+    from importlib.metadata import entry_points
+    if not [e for e in entry_points(group="torch_dynamo_backends") if e.name == "dlprim"]:
+        pytest.skip("dlprim is not installed as a package here (only on the path)")
     import torch._dynamo
     assert "dlprim" in torch._dynamo.list_backends()
+    ref, model = twins(Unconvertible)
+    x = torch.randn(3, 6)
+    close(torch.compile(model, backend="dlprim")(x), ref(x))

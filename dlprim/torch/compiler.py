@@ -19,6 +19,7 @@ where and why. A new input shape re-plans the Net (no kernel is rebuilt).
 import io
 import logging
 import warnings
+import weakref
 
 import torch
 
@@ -30,6 +31,7 @@ __all__ = ["compile_graph", "compile", "CompiledModule", "explain", "export_net"
 log = logging.getLogger(__name__)
 
 _REPORTS = []  # a GraphReport per graph the backend saw, newest last
+_SHARED = weakref.WeakSet()  # storages over a Net's weights (Runner.share_weights)
 
 
 class GraphReport:
@@ -274,6 +276,7 @@ class _Runner:
         self.shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None
                        for x in example_inputs]
         self.versions = {}  # weight name -> (tensor id, version) last copied into the Net
+        self.shared = {}  # weight name -> the Storage the model's tensor and the Net share
         self.step = 0
 
     def _write(self, dst, t):
@@ -283,6 +286,24 @@ class _Runner:
             dst.copy_from(_tensor.as_dlprim(t))
         else:
             dst.to_device(t.contiguous().numpy(), wait=False)
+
+    def share_weights(self, tensors):
+        """Make the model's ocl weights that the Net holds as they are live in the Net's
+        parameter arena (their values copied there first): no copy per call, optimizer
+        steps land in the Net, and the Net's BatchNorm statistics are the model's. A
+        tensor another Net shares already is left to copies."""
+        for name, (i, how) in self.sources.items():
+            t = tensors[i]
+            dst = self.net.param(name)
+            if (how != "same" or t.device.type != "ocl" or t.dtype != torch.float32
+                    or not t.is_contiguous() or t.storage_offset() or t.numel() != dst.size
+                    or t._ocl_storage in _SHARED):
+                continue
+            self._write(dst, t)
+            storage = _tensor.Storage.over(self.index, dst)
+            t._ocl_storage = storage
+            _SHARED.add(storage)
+            self.shared[name] = storage
 
     def takes(self, tensors):
         """Whether the Net runs these inputs: their shapes, or new ones it re-plans for (a
@@ -309,9 +330,12 @@ class _Runner:
                                % [tuple(t.shape) for t in data])
         for name, (i, how) in self.sources.items():
             t = tensors[i]
+            if self.shared.get(name) is not None and \
+                    getattr(t, "_ocl_storage", None) is self.shared[name]:
+                continue  # t's memory is the Net's weight (``share_weights``)
             # a CPU tensor's version counter moves at every in-place change (an optimizer
             # step); an ocl tensor's does not under the foreach and fused optimizers, so an
-            # ocl weight is copied at every call (a device copy)
+            # ocl weight the Net does not share is copied at every call (a device copy)
             seen = (id(t), t._version) if t.device.type != "ocl" else None
             if seen is None or self.versions.get(name) != seen:
                 self._write(self.net.param(name), t.detach().t() if how == "t" else t)
@@ -344,7 +368,8 @@ class _Runner:
 
     def _running_stats_back(self, tensors):
         for name, (i, how) in self.sources.items():
-            if self.kinds[i] == "buffer" and tensors[i].dtype == torch.float32 and how == "same":
+            if self.kinds[i] == "buffer" and tensors[i].dtype == torch.float32 and \
+                    how == "same" and name not in self.shared:
                 src = self.net.param(name)
                 t = tensors[i]
                 with torch.no_grad():
@@ -604,6 +629,7 @@ class CompiledModule(torch.nn.Module):
                           train=self.model.training, ops=ops, bumps=bumps)
         if runner is not None:
             runner.single = bool(single and single[0])
+            runner.share_weights(examples)
         return runner
 
 

@@ -55,6 +55,14 @@ class Storage:
         self.index = index
         self.flat = Tensor(ctx, (max(int(size), 1),), numpy_dtype(dtype))  # the dtype's check
 
+    @classmethod
+    def over(cls, index, tensor):
+        """A storage on device ``index`` whose memory is the dlprim Tensor ``tensor`` (a
+        Net's parameter, say): shared, not copied."""
+        storage = cls.__new__(cls)
+        storage.index, storage.flat = index, tensor.view((tensor.size,))
+        return storage
+
     @property
     def ctx(self):
         return self.flat.ctx
