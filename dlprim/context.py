@@ -40,7 +40,8 @@ def _platforms():
         vendor_dir = os.environ.get("OCL_ICD_VENDORS", "/etc/OpenCL/vendors")
         raise DeviceError(
             "no OpenCL platform found (the ICD loader looked in %s and found: %s). "
-            "Install an OpenCL driver: for CPUs PoCL (`apt-get install pocl-opencl-icd`), "
+            "Install an OpenCL driver: for CPUs PoCL from pip (`pip install \"dlprim[cpu]\"`, "
+            "no root needed), "
             "for GPUs the vendor's driver (NVIDIA, AMD ROCm, Intel compute-runtime)."
             % (vendor_dir, found))
     return platforms

@@ -57,7 +57,7 @@ def sample_text(net, vocab, prompt="\n", length=200, temperature=1.0, top_k=None
     window = np.zeros((1, context), dtype=tokens.dtype)
     steps = range(length)
     if progress:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
         steps = tqdm(steps, desc="sampling", unit="char")
     first = len(ids)
     for _ in steps:

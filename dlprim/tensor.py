@@ -175,6 +175,13 @@ class Tensor:
         """The content as a new numpy array (waits for the device)."""
         return self.to_host()
 
+    def __array__(self, dtype=None, copy=None):
+        """``np.asarray(tensor)``: the content (copied from the device)."""
+        if copy is False:
+            raise ValueError("a device tensor's values can only be copied to the host")
+        array = self.to_host()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
     def zero_(self, e=None):
         """Fill with zeros (enqueued)."""
         if self.size:

@@ -66,3 +66,10 @@ def test_dtype_names(ctx):
         assert dp.Tensor(ctx, (2,), name).dtype == np.dtype(np_type)
     with pytest.raises(TypeError, match="unsupported dtype"):
         dp.Tensor(ctx, (2,), "complex64")
+
+
+def test_numpy_asarray_gives_the_values(ctx):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = dp.Tensor.from_numpy(ctx, a)
+    np.testing.assert_array_equal(np.asarray(t), a)
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64

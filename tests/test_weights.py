@@ -79,7 +79,7 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path, rng):
 def test_bad_files_are_errors(tmp_path):
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"nothing here")
-    with pytest.raises(ValueError, match="neither a .dlp"):
+    with pytest.raises(ValueError, match="not a .dlp"):
         weights.load(bad)
     trunc = tmp_path / "t.dlp"
     data = weights.dlp_bytes({"w": np.ones(10, np.float32)})

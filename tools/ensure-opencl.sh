@@ -1,20 +1,13 @@
 #!/usr/bin/env bash
-# Makes sure an OpenCL platform exists: if the ICD loader has no vendor file, install
-# PoCL (the CPU driver) when we may, else say what to install.
+# Says how to get an OpenCL platform when there is none. dlprim's `cpu` extra brings
+# PoCL (a CPU driver) from pip, so neither root nor apt is needed:
+#     pip install "dlprim[cpu]"          (make demo / make test install it already)
+# GPUs need their vendor's driver (NVIDIA, AMD ROCm, Intel compute-runtime).
 set -eu
-vendors="${OCL_ICD_VENDORS:-/etc/OpenCL/vendors}"
-if ls "$vendors"/*.icd >/dev/null 2>&1; then
+python="${PYTHON:-python3}"
+if "$python" -c "import pyopencl as cl; assert cl.get_platforms()" >/dev/null 2>&1; then
     exit 0
 fi
-if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "No OpenCL driver found; installing PoCL (pocl-opencl-icd) for the CPU." >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq pocl-opencl-icd >/dev/null
-elif command -v apt-get >/dev/null 2>&1; then
-    echo "No OpenCL driver found; installing PoCL with sudo." >&2
-    sudo apt-get update -qq && sudo apt-get install -y -qq pocl-opencl-icd >/dev/null
-else
-    echo "No OpenCL driver found. Install one: PoCL for CPUs (pocl-opencl-icd, or 'pip install pocl-binary-distribution'), or your GPU vendor's driver." >&2
-    exit 1
-fi
+echo "No OpenCL platform found. For the CPU: pip install \"dlprim[cpu]\" (PoCL from pip," \
+     "no root needed); for a GPU, its vendor's OpenCL driver." >&2
+exit 1

@@ -341,8 +341,9 @@ class Net:
         self.store.from_numpy(arrays, strict, "set_parameters")
 
     def save_parameters(self, path):
-        """Write every parameter to a DLPrimitives .dlp file (atomically)."""
-        weights.save_dlp(path, self.store.to_numpy())
+        """Write every parameter, atomically, in the format the name says: ``.safetensors``
+        (what torchvision and other packages publish), ``.h5``, else DLPrimitives' .dlp."""
+        weights.save(path, self.store.to_numpy())
 
     def save_parameters_to_hdf5(self, path):
         """Write every parameter to an HDF5 file, one dataset each (needs h5py)."""
@@ -359,8 +360,9 @@ class Net:
         return exporter(self, path, opset=opset)
 
     def load_parameters(self, path, strict=True):
-        """Load a .dlp or .h5 file, checked as ``set_parameters`` checks its arrays (a
-        damaged file is a FileFormatError naming it and the entry)."""
+        """Load a .dlp, safetensors or .h5 file (told apart by content), checked as
+        ``set_parameters`` checks its arrays (a damaged file is a FileFormatError naming
+        it and the entry)."""
         self._need_setup()
         self.store.from_numpy(weights.load(path), strict, str(path))
 

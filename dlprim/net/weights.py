@@ -1,4 +1,5 @@
-"""Parameter files: DLPrimitives' .dlp and HDF5, written atomically.
+"""Parameter files: DLPrimitives' .dlp, safetensors (``safetensors.py``) and HDF5, written
+atomically.
 
 .dlp layout (all parameters of a net, in the net's parameter order)::
 
@@ -19,6 +20,7 @@ registers "onnx"), so the Net reaches them without importing those packages.
 """
 import json
 import math
+import os
 import struct
 from collections import OrderedDict
 
@@ -29,7 +31,7 @@ from ..errors import FileFormatError
 from ..utils import atomic_write, check_regular_file
 
 __all__ = ["NET_EXPORTERS", "save_dlp", "load_dlp", "parse_header", "save_hdf5", "load_hdf5",
-           "load", "MAGIC"]
+           "load", "save", "MAGIC"]
 
 # format -> writer(net, path, **options), filled by the packages that provide them
 NET_EXPORTERS = {}
@@ -204,13 +206,30 @@ def load_hdf5(path):
 
 
 def load(path):
-    """Parameters from a .dlp or HDF5 file, by magic (else by extension)."""
+    """Parameters from a .dlp, safetensors or HDF5 file, told apart by content (HDF5 also
+    by extension)."""
+    from .safetensors import is_safetensors, load_safetensors
     _check_regular(path)
     with open(path, "rb") as f:
-        head = f.read(8)
+        head = f.read(9)
     if head[:4] == MAGIC:
         return load_dlp(path)
-    if head == HDF5_MAGIC or str(path).lower().endswith((".h5", ".hdf5")):
+    if is_safetensors(head, os.path.getsize(path)):
+        return load_safetensors(path)
+    if head[:8] == HDF5_MAGIC or str(path).lower().endswith((".h5", ".hdf5")):
         return load_hdf5(path)
-    raise FileFormatError("%s is neither a .dlp (magic DLPW) nor an HDF5 parameter file (it "
-                          "starts with %r)" % (path, head))
+    raise FileFormatError("%s is not a .dlp (magic DLPW), safetensors or HDF5 parameter file "
+                          "(it starts with %r)" % (path, head[:8]))
+
+
+def save(path, arrays):
+    """Write {name: array} in the format the file name says: ``.safetensors``, ``.h5`` /
+    ``.hdf5``, else DLPrimitives' .dlp."""
+    name = str(path).lower()
+    if name.endswith(".safetensors"):
+        from .safetensors import save_safetensors
+        save_safetensors(path, arrays, {"format": "dlprim"})
+    elif name.endswith((".h5", ".hdf5")):
+        save_hdf5(path, arrays)
+    else:
+        save_dlp(path, arrays)

@@ -25,6 +25,27 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def _console_logging():
+    """dlprim's log records (the epoch lines, warnings) on the console, as plain lines."""
+    import logging
+    logger = logging.getLogger("dlprim")
+    if not any(isinstance(h, _Console) for h in logger.handlers):
+        logger.addHandler(_Console())
+    logger.setLevel(logging.INFO)
+
+
+class _Console(__import__("logging").Handler):
+    """Each record as a line on the current sys.stdout (looked up at every record, so a
+    redirected stdout gets it)."""
+
+    def emit(self, record):
+        try:
+            sys.stdout.write(self.format(record) + "\n")
+            sys.stdout.flush()
+        except Exception:  # a logging handler must not raise
+            self.handleError(record)
+
+
 def _fail(err, status):
     print("dlprim-train: %s" % err, file=sys.stderr)
     return status
@@ -34,6 +55,7 @@ def main(argv=None):
     """The dlprim-train program; returns the exit status (0 done, 1 training stopped by an
     error, 2 bad config, option, output folder or checkpoint, 130 interrupted)."""
     args = parse_args(argv)
+    _console_logging()
     try:
         cfg = apply_overrides(load_config(args.config), device=args.device, epochs=args.epochs,
                               batch=args.batch, out=args.out, resume=args.resume,

@@ -249,10 +249,9 @@ class Trainer:
                    "lr": float(self.solver.lr), "seconds": seconds,
                    "images_per_s": images / seconds if seconds > 0 else None}
             self.metrics.add(row)
-            print("epoch %d: train loss %.4f acc %.4f%s" % (
-                row["epoch"], row["train_loss"], row["train_acc"],
-                "" if val_acc is None else ", val loss %.4f acc %.4f" % (val_loss, val_acc)),
-                flush=True)
+            log.info("epoch %d: train loss %.4f acc %.4f%s", row["epoch"], row["train_loss"],
+                     row["train_acc"], "" if val_acc is None else
+                     ", val loss %.4f acc %.4f" % (val_loss, val_acc))
             if self.schedule and not self.per_iteration:
                 self.schedule.step(val_loss if type(self.schedule).__name__ == "ReduceLROnPlateau"
                                    else None)
@@ -281,7 +280,7 @@ class Trainer:
     def _bar(self, total, initial, desc):
         if not self.progress:
             return None
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
         return tqdm(total=total, initial=initial, desc=desc, unit="batch", leave=True)
 
     def _result(self, interrupted, val_acc, val_loss):
