@@ -25,7 +25,7 @@ $(VENV)/.demo: setup.cfg pyproject.toml | $(BIN)/python
 # configured to find locally (find-links) with its dependencies from the usual index;
 # last, whatever the usual index offers
 $(VENV)/.torch: requirements/torch.txt | $(BIN)/python
-	$(PIP) -r requirements/torch.txt --index-url $(TORCH_INDEX) 2>/dev/null \
+	$(PIP) -r requirements/torch.txt --index-url $(TORCH_INDEX) --retries 0 --timeout 15 2>/dev/null \
 	  || { $(PIP) --no-deps --no-index -r requirements/torch.txt && $(PIP) -r requirements/torch.txt; } \
 	  || $(PIP) -r requirements/torch.txt
 	touch $@

@@ -12,7 +12,10 @@ def parse_args(argv):
     """The parsed command line of dlprim-train."""
     p = argparse.ArgumentParser(prog="dlprim-train",
                                 description="Train a network from a JSON config (docs/train.md).")
-    p.add_argument("config", help="training config (JSON)")
+    p.add_argument("config", nargs="?", help="training config (JSON)")
+    p.add_argument("--example", choices=EXAMPLES,
+                   help="train an example that comes with dlprim instead (its config and "
+                        "data are in the package; output in ./runs/NAME unless --out)")
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
     p.add_argument("--epochs", type=int)
     p.add_argument("--batch", type=int)
@@ -22,7 +25,19 @@ def parse_args(argv):
     p.add_argument("--force", action="store_true",
                    help="start afresh even where --out holds an earlier run (its files are removed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if (args.config is None) == (args.example is None):
+        p.error("give a config file or --example NAME (one of them)")
+    return args
+
+
+EXAMPLES = ("mnist", "charlm")  # packaged as dlprim.examples.<name> (examples/ in the source)
+
+
+def example_config(name):
+    """The path of the packaged example ``name``'s config.json."""
+    from importlib.resources import files
+    return str(files("dlprim.examples." + name) / "config.json")
 
 
 def _console_logging():
@@ -56,6 +71,9 @@ def main(argv=None):
     error, 2 bad config, option, output folder or checkpoint, 130 interrupted)."""
     args = parse_args(argv)
     _console_logging()
+    if args.example:  # the example's files are read from the package, its runs go here
+        args.config = example_config(args.example)
+        args.out = args.out or os.path.join("runs", args.example)
     try:
         cfg = apply_overrides(load_config(args.config), device=args.device, epochs=args.epochs,
                               batch=args.batch, out=args.out, resume=args.resume,

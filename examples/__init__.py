@@ -1,0 +1,1 @@
+"""The examples that come with dlprim, installed as dlprim.examples (`dlprim-train --example NAME`)."""

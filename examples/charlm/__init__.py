@@ -1,0 +1,1 @@
+"""A character-level GPT on Shakespeare (config.json, data/shakespeare.txt, sample.py)."""
