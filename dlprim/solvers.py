@@ -62,6 +62,12 @@ class Solver:
         if net is not None:
             self.init(net)
 
+    def __repr__(self):
+        hyper = ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.HYPER)
+        clip = "".join(", %s=%r" % (k, getattr(self, k)) for k in ("clip_norm", "clip_value")
+                       if getattr(self, k) is not None)
+        return "%s(%s%s, step %d)" % (type(self).__name__, hyper, clip, self.step_count)
+
     # ----- checks
     # hyperparameter -> (low, low_open, high, high_open); booleans are the HYPER defaults
     # that are bools. One home for the rules: construction raises the first problem, and

@@ -172,3 +172,27 @@ def test_ctrl_c_saves_a_checkpoint_and_stops(ctx, config):
     assert result.interrupted and InterruptAt.steps == 3
     state = checkpoint.load_state(checkpoint.find(cfg["out"]))
     assert (state["epoch"], state["position"], state["step"]) == (0, 3, 3)
+
+
+def test_tensorboard_scalars_beside_the_metrics(ctx, config):
+    pytest.importorskip("tensorboardX")
+    import struct
+    from tensorboardX.proto import event_pb2
+    raw = json.loads(open(config).read())
+    raw.update(tensorboard=True, epochs=2)
+    open(config, "w").write(json.dumps(raw))
+    cfg = load_config(str(config))
+    Trainer(cfg, ctx).run()
+    folder = os.path.join(cfg["out"], "tensorboard")
+    loss = []
+    for name in os.listdir(folder):  # TFRecords: length, its crc, an Event, its crc
+        data = open(os.path.join(folder, name), "rb").read()
+        while data:
+            n = struct.unpack("<Q", data[:8])[0]
+            event = event_pb2.Event.FromString(data[12:12 + n])
+            data = data[16 + n:]
+            loss += [(event.step, v.simple_value) for v in event.summary.value
+                     if v.tag == "train_loss"]
+    assert [step for step, _ in loss] == [1, 2]
+    rows = open(os.path.join(cfg["out"], "metrics.csv")).read().splitlines()
+    assert abs(loss[-1][1] - float(rows[-1].split(",")[1])) < 1e-4

@@ -58,6 +58,12 @@ class BatchLoader:
         self._shape = None
         self._order = (None, None)  # (epoch, its order): computed once per epoch
 
+    def __repr__(self):
+        return "BatchLoader(%r, batch %d, %d batches%s%s, epoch %d at batch %d)" % (
+            getattr(self.source, "name", type(self.source).__name__), self.batch, len(self),
+            ", shuffled" if self.shuffle else "", ", drop_last" if self.drop_last else "",
+            self.epoch, self.position)
+
     def __len__(self):
         n = len(self.source)
         return n // self.batch if self.drop_last else ceil_div(n, self.batch)

@@ -20,6 +20,7 @@ __all__ = ["ConfigError", "load_config", "validate_config", "apply_overrides", "
 
 DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "out": "runs",
             "resume": None, "force": False, "plot": True, "progress": True, "metrics": "csv",
+            "tensorboard": False,
             "stop_on_nonfinite": True, "checkpoint": {"every": 1, "keep": 2, "best": True},
             "schedule": None}
 _TOP = ["net", "data", "solver"] + list(DEFAULTS)
@@ -222,8 +223,14 @@ def validate_config(raw, base_dir=".", source=None):
     cfg["solver"] = _solver(c, top.get("solver", {}))
     _scalars(c, cfg, ("epochs", "batch", "seed", "device", "out", "resume", "force"))
     cfg["checkpoint"] = _checkpoint(c, cfg["checkpoint"])
-    for key in ("plot", "progress", "stop_on_nonfinite"):
+    for key in ("plot", "progress", "stop_on_nonfinite", "tensorboard"):
         c.boolean(key, cfg[key])
+    if cfg["tensorboard"] is True:
+        try:
+            import tensorboardX  # noqa: F401
+        except ImportError:
+            c.bad("tensorboard", "TensorBoard event files need tensorboardX, which is not "
+                  "installed: pip install 'dlprim[tensorboard]'")
     c.choice("metrics", cfg["metrics"], ["csv", "jsonl"])
     cfg["schedule"] = _schedule(c, cfg["schedule"], cfg["epochs"])
     _useless(c, cfg)

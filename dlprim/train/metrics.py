@@ -11,11 +11,14 @@ FIELDS = ["epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "seco
 
 
 class MetricsLog:
-    """The per-epoch rows of a run, rewritten to ``metrics.csv`` (or ``.jsonl``) after each."""
-    def __init__(self, out_dir, kind="csv"):
+    """The per-epoch rows of a run, rewritten to ``metrics.csv`` (or ``.jsonl``) after each;
+    with ``tensorboard``, also written as TensorBoard scalars (tensorboardX) under
+    ``tensorboard/`` (each field against the epoch)."""
+    def __init__(self, out_dir, kind="csv", tensorboard=False):
         self.kind = kind
         self.path = os.path.join(out_dir, "metrics." + kind)
         self.rows = []
+        self.events = os.path.join(out_dir, "tensorboard") if tensorboard else None
 
     def restore(self, rows):
         """Start from the rows of a checkpoint (when resuming)."""
@@ -25,6 +28,21 @@ class MetricsLog:
         """Append one epoch's row (the FIELDS) and rewrite the file atomically."""
         self.rows.append({k: row.get(k) for k in FIELDS})
         self._write()
+        if self.events:
+            self._scalars(self.rows[-1])
+
+    def _scalars(self, row):
+        # a file per epoch, closed at once: tensorboardX writes from a thread, and only
+        # close() waits for it, so an epoch's scalars are on disk when this returns
+        from tensorboardX import SummaryWriter
+        epoch = int(row["epoch"])
+        writer = SummaryWriter(self.events, filename_suffix=".epoch%d" % epoch)
+        try:
+            for key in FIELDS[1:]:
+                if row.get(key) is not None:
+                    writer.add_scalar(key, float(row[key]), epoch)
+        finally:
+            writer.close()
 
     def _write(self):
         buf = io.StringIO()

@@ -17,7 +17,7 @@ __all__ = ["RUN_FILES", "run_files", "claim"]
 log = logging.getLogger(__name__)
 
 RUN_FILES = ("model.dlp", "model-deploy.json", "best.dlp", "best-deploy.json", "metrics.csv",
-             "metrics.jsonl", "curves.png", "vocab.json", "checkpoints")
+             "metrics.jsonl", "curves.png", "vocab.json", "tensorboard", "checkpoints")
 
 
 def run_files(out):

@@ -67,7 +67,7 @@ class Trainer:
         if self.per_iteration:
             sched["total_steps"] = cfg["epochs"] * len(self.train_loader)
         self.schedule = create_schedule(self.solver, sched) if sched else None
-        self.metrics = metrics.MetricsLog(self.out, cfg["metrics"])
+        self.metrics = metrics.MetricsLog(self.out, cfg["metrics"], cfg.get("tensorboard", False))
         self.epoch, self.position, self.step = 0, 0, 0
         self.best_acc = None
         self._partial = [0.0, 0, 0]  # loss sum, correct, seen: the epoch so far
