@@ -6,6 +6,7 @@ string, ``DLPRIM_DEVICE`` decides, else the first GPU, else the first CPU.
 """
 import os
 import re
+from typing import Optional, Union
 
 import pyopencl as cl
 import pyopencl.tools
@@ -262,7 +263,7 @@ class Context:
     >>> ctx.name
     """
 
-    def __init__(self, device=None, profiling=False):
+    def __init__(self, device: Optional[Union[str, int]] = None, profiling: bool = False) -> None:
         self.p_index, self.d_index, self.platform, self.device = _select(device)
         self.cl_context = cl.Context([self.device])
         props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0

@@ -7,6 +7,7 @@ elements, so planned tensors can sit anywhere inside one arena.
 """
 import math
 import weakref
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 import pyopencl as cl
@@ -25,6 +26,9 @@ def _shape_tuple(shape):
         raise ValueError("negative dimension in shape %s" % (shape,))
     return shape
 
+if TYPE_CHECKING:
+    from .context import Context
+
 
 class Tensor:
     """An n-dimensional array on an OpenCL device.
@@ -34,7 +38,8 @@ class Tensor:
     for when the device cannot hold it (a DeviceMemoryError).
     """
 
-    def __init__(self, ctx, shape, dtype="float32", buffer=None, offset=0, name=None):
+    def __init__(self, ctx: "Context", shape: Sequence[int], dtype: Any = "float32",
+                 buffer: Any = None, offset: int = 0, name: Optional[str] = None) -> None:
         self.ctx = ctx
         self.shape = _shape_tuple(shape)
         self.dtype = as_dtype(dtype)
@@ -92,7 +97,7 @@ class Tensor:
 
     # ----- construction
     @classmethod
-    def from_numpy(cls, ctx, array, e=None):
+    def from_numpy(cls, ctx: "Context", array: np.ndarray, e: Any = None) -> "Tensor":
         """A new tensor with the shape, dtype and content of ``array``."""
         array = np.asarray(array)
         t = cls(ctx, array.shape, array.dtype)
@@ -100,7 +105,8 @@ class Tensor:
         return t
 
     @classmethod
-    def zeros(cls, ctx, shape, dtype="float32", name=None):
+    def zeros(cls, ctx: "Context", shape: Sequence[int], dtype: Any = "float32",
+              name: Optional[str] = None) -> "Tensor":
         """A new tensor filled with zeros (the fill is enqueued)."""
         t = cls(ctx, shape, dtype, name=name)
         t.zero_()
@@ -124,7 +130,7 @@ class Tensor:
                              % (self.shape, self.size, tuple(shape)))
         return self.view(shape)
 
-    def view(self, shape, offset=0, dtype=None):
+    def view(self, shape: Sequence[int], offset: int = 0, dtype: Any = None) -> "Tensor":
         """A tensor over the same buffer, ``offset`` elements further in."""
         return self._view(_shape_tuple(shape), int(offset),
                           self.dtype if dtype is None else as_dtype(dtype))
@@ -149,7 +155,7 @@ class Tensor:
             raise TypeError("%s: array dtype %s does not match tensor dtype %s"
                             % (what, array.dtype, self.dtype))
 
-    def to_device(self, array, e=None, wait=True):
+    def to_device(self, array: np.ndarray, e: Any = None, wait: bool = True) -> None:
         """Copy a numpy array of the same shape and dtype into the tensor."""
         array = np.asarray(array)
         self._check_array(array, "to_device")
@@ -158,7 +164,7 @@ class Tensor:
         cl.enqueue_copy(self._queue(e), self.buffer, np.ascontiguousarray(array),
                         dst_offset=self.byte_offset, is_blocking=wait)
 
-    def to_host(self, array=None, e=None):
+    def to_host(self, array: Optional[np.ndarray] = None, e: Any = None) -> np.ndarray:
         """Copy the tensor into ``array`` (checked) or a new array; waits for the copy."""
         if array is None:
             array = np.empty(self.shape, self.dtype)
@@ -171,7 +177,7 @@ class Tensor:
                             src_offset=self.byte_offset, is_blocking=True)
         return array
 
-    def numpy(self):
+    def numpy(self) -> np.ndarray:
         """The content as a new numpy array (waits for the device)."""
         return self.to_host()
 

@@ -16,6 +16,9 @@ and the Pythonic one::
     net = dp.Net(ctx, models.lenet(batch=64), mode="train")
     outs = net(data=x, label=y); net.backward()
 """
+import os
+from typing import TYPE_CHECKING, Any, Dict, Union
+
 import numpy as np
 
 from .. import layers as _layers
@@ -32,11 +35,14 @@ from .parameters import ParamStore
 
 __all__ = ["Net", "TRAIN", "PREDICT"]
 
+if TYPE_CHECKING:
+    from ..context import Context
+
 
 class Net:
     """A graph of layers with parameters, gradients and planned memory on one Context."""
 
-    def __init__(self, ctx, graph=None, mode=TRAIN, seed=0):
+    def __init__(self, ctx: "Context", graph: Any = None, mode: str = TRAIN, seed: int = 0) -> None:
         self.ctx = ctx
         self._mode = _check_mode(mode)
         self._keep = False
@@ -216,14 +222,14 @@ class Net:
             raise RuntimeError("the net is not set up: call setup() first")
 
     # ----- running
-    def forward(self, e=None):
+    def forward(self, e: Any = None) -> None:
         """Enqueue the forward pass (inputs already written into ``tensor(name)``)."""
         self._need_setup()
         queue = e.queue if e is not None else self.ctx.queue
         for launch in self.plan.forward:
             launch(queue)
 
-    def backward(self, e=None):
+    def backward(self, e: Any = None) -> None:
         """Enqueue the backward pass; parameter gradients are added to ``grad_arena``."""
         self._need_setup()
         if self._mode != TRAIN:
@@ -236,7 +242,7 @@ class Net:
         """Zero every parameter gradient: one fill over the gradient arena."""
         self.store.grad_arena.zero_(e)
 
-    def __call__(self, **inputs):
+    def __call__(self, **inputs: np.ndarray) -> Dict[str, np.ndarray]:
         """Write inputs (numpy), run forward, return {output name: numpy array}.
 
         Every net input an operator reads must be given, as numbers of its kind (float
@@ -278,7 +284,7 @@ class Net:
             raise KeyError("no tensor named '%s' in the net" % name)
         return vid
 
-    def tensor(self, name):
+    def tensor(self, name: str) -> Tensor:
         """The Tensor holding activation ``name`` in the current plan (an input: the buffer
         to write; any other name: its latest value).
         """
@@ -340,7 +346,7 @@ class Net:
         self._need_setup()
         self.store.from_numpy(arrays, strict, "set_parameters")
 
-    def save_parameters(self, path):
+    def save_parameters(self, path: Union[str, os.PathLike]) -> None:
         """Write every parameter, atomically, in the format the name says: ``.safetensors``
         (what torchvision and other packages publish), ``.h5``, else DLPrimitives' .dlp."""
         weights.save(path, self.store.to_numpy())
@@ -359,7 +365,7 @@ class Net:
             raise RuntimeError("no ONNX exporter registered: import dlprim.onnx")
         return exporter(self, path, opset=opset)
 
-    def load_parameters(self, path, strict=True):
+    def load_parameters(self, path: Union[str, os.PathLike], strict: bool = True) -> None:
         """Load a .dlp, safetensors or .h5 file (told apart by content), checked as
         ``set_parameters`` checks its arrays (a damaged file is a FileFormatError naming
         it and the entry)."""
