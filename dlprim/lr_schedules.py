@@ -9,6 +9,7 @@ All are closed forms of the step count, so ``state_dict`` is just the count (plu
 plateau bookkeeping) and resuming lands on the same sequence.
 """
 import math
+from typing import Optional
 
 __all__ = ["Schedule", "StepLR", "MultiStepLR", "ExponentialLR", "CosineLR", "OneCycleLR",
            "ReduceLROnPlateau", "create_schedule"]
@@ -30,7 +31,7 @@ class Schedule:
     def _apply(self):
         self.solver.lr = self.lr_at(self.last_step)
 
-    def step(self, metric=None):
+    def step(self, metric: Optional[float] = None) -> float:
         """Advance one step (an epoch or an iteration, as you call it); returns the new lr."""
         self.last_step += 1
         self._apply()
@@ -225,7 +226,7 @@ class ReduceLROnPlateau(Schedule):
         ref = self.best * (1 + self.threshold) if self.threshold_mode == "rel" else self.best + self.threshold
         return a > ref
 
-    def step(self, metric=None):
+    def step(self, metric: Optional[float] = None) -> float:
         """Record ``metric`` (required: e.g. the validation loss); lower the lr by ``factor``
         after more than ``patience`` steps without improvement, then wait ``cooldown`` steps.
         """

@@ -24,6 +24,7 @@ import json
 import math
 import zipfile
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -189,11 +190,11 @@ class Solver:
         return [values[k] for k in self._param_names]
 
     # ----- the step
-    def zero_grad(self, net=None, e=None):
+    def zero_grad(self, net: Any = None, e: Any = None) -> None:
         """Zero the parameter gradients of the net (one fill)."""
         (net or self.net).zero_grad()
 
-    def apply(self, net=None, e=None):
+    def apply(self, net: Any = None, e: Any = None) -> None:
         """Update the parameters from the accumulated gradients (enqueued, no wait)."""
         if net is not None and net is not self.net:
             self.init(net)
@@ -208,7 +209,7 @@ class Solver:
         for launch in self._launches:
             launch(queue)
 
-    def step(self, net=None, e=None):
+    def step(self, net: Any = None, e: Any = None) -> None:
         """With a net (DLPrimitives style): zero_grad, forward, backward, apply.
         Without (Pythonic, bound at construction): apply the accumulated gradients."""
         if net is None:
@@ -383,7 +384,7 @@ class Adam(Solver):
                 "y0 = p - w_step * (m / (sqrt(vh) / w_c2sqrt + w_eps)); y1 = m; y2 = v;%s"
                 % (vhat, tail))
 
-    def apply(self, net=None, e=None):
+    def apply(self, net: Any = None, e: Any = None) -> None:
         if self.net is not None and bool(self.amsgrad) != self._amsgrad_built:
             raise ValueError("%s: amsgrad cannot change after init" % type(self).__name__)
         super().apply(net, e)

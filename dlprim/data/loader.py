@@ -8,12 +8,13 @@ sequence an uninterrupted run would have produced.
 """
 import queue
 import threading
+from typing import Any
 
 import numpy as np
 
+from ..utils import ceil_div
 from .errors import DataError
 from .transforms import Compose
-from ..utils import ceil_div
 
 __all__ = ["BatchLoader"]
 
@@ -39,8 +40,9 @@ class BatchLoader:
     (epoch, position), position counting the batches already handed out this epoch.
     """
 
-    def __init__(self, source, batch, shuffle=True, seed=0, drop_last=False, transforms=None,
-                 prefetch=2):
+    def __init__(self, source: Any, batch: int, shuffle: bool = True, seed: int = 0,
+                 drop_last: bool = False, transforms: Any = None,
+                 prefetch: int = 2) -> None:
         if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch <= 0:
             raise ValueError("batch must be a positive integer, got %r" % (batch,))
         if not isinstance(prefetch, (int, np.integer)) or prefetch < 0:

@@ -8,13 +8,15 @@ Needs the ``onnx`` package (the ``onnx`` extra); importing dlprim does not. A mo
 operators dlprim cannot run is rejected before anything is built, with every such
 operator listed (``UnsupportedModelError``). See docs/onnx.md for the operator matrix.
 """
+from typing import Any, Dict, Optional, Tuple
+
 from ..net.weights import NET_EXPORTERS
 from .errors import OnnxImportError, UnsupportedModelError
 
 __all__ = ["to_netconfig", "load", "save", "OnnxImportError", "UnsupportedModelError"]
 
 
-def to_netconfig(path_or_model, batch=None):
+def to_netconfig(path_or_model: Any, batch: Optional[int] = None) -> Tuple[Any, Dict[str, Any]]:
     """(NetConfig, {parameter name: numpy array}) for an ONNX file path, bytes or ModelProto.
 
     ``batch`` sets the first dimension of every input (default: the model's own, or 1
@@ -24,7 +26,7 @@ def to_netconfig(path_or_model, batch=None):
     return import_model(path_or_model, batch)
 
 
-def load(path_or_model, ctx, batch=None, mode="predict"):
+def load(path_or_model: Any, ctx: Any, batch: Optional[int] = None, mode: str = "predict") -> Any:
     """A Net on ``ctx`` with the model's weights, set up in ``mode`` ("predict" or "train").
 
     In train mode the imported weights are trainable parameters and BatchNorm uses batch
@@ -37,7 +39,7 @@ def load(path_or_model, ctx, batch=None, mode="predict"):
     return net
 
 
-def save(net, path, opset=None):
+def save(net: Any, path: Any, opset: Optional[int] = None) -> Any:
     """Write ``net`` (a set-up Net, with its current weights) as an ONNX model file."""
     from .export import export_net
     return export_net(net, path, opset)

@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from collections import namedtuple
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -43,7 +44,8 @@ class Trainer:
     """Build everything a config names; ``run()`` trains. ``request_stop()`` (what Ctrl-C
     calls) makes the loop save a checkpoint after the current step and return."""
 
-    def __init__(self, config, ctx=None, progress=None):
+    def __init__(self, config: Dict[str, Any], ctx: Any = None,
+                 progress: Optional[bool] = None) -> None:
         self.cfg = cfg = config
         self.ctx = ctx or Context(cfg["device"])
         self.out = cfg["out"]
@@ -192,7 +194,7 @@ class Trainer:
                      lambda f: f.write(json.dumps(deploy, indent=1).encode()))
 
     # ----- the loop
-    def run(self):
+    def run(self) -> TrainResult:
         """Train the remaining epochs (validating, logging, checkpointing) and save the model;
         returns a ``TrainResult``.
         """
