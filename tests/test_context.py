@@ -42,8 +42,15 @@ def test_bad_device_string_lists_valid_ones():
 
 
 def test_no_platform_error(tmp_path):
+    """No platform at all: the error says what to install. (The ICD loader is given an
+    empty vendor folder, and pyopencl is told it has no platform, since the pip PoCL of
+    the cpu extra is found by pyopencl's own loader whatever the folder.)"""
     env = dict(os.environ, OCL_ICD_VENDORS=str(tmp_path))
-    code = "import dlprim as dp\ntry:\n    dp.Context()\nexcept dp.DeviceError as e:\n    print('ERR', e)\n"
+    code = ("import pyopencl as cl\n"
+            "def none():\n    raise cl.LogicError('clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR')\n"
+            "cl.get_platforms = none\n"
+            "import dlprim as dp\ntry:\n    dp.Context()\nexcept dp.DeviceError as e:\n"
+            "    print('ERR', e)\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
     assert "ERR no OpenCL platform found" in out.stdout, out.stdout + out.stderr
