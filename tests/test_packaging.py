@@ -3,6 +3,7 @@ cpu extra brings PoCL, the wheel carries the license, kernels, py.typed and the 
 data, and `dlprim-train --example mnist` trains from the installed package."""
 import configparser
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -56,6 +57,13 @@ def test_the_wheel_carries_license_kernels_types_and_examples(tmp_path):
     assert "License-Expression: MIT" in text or "License: MIT" in text
     assert "torch" not in "".join(line for line in text.splitlines()
                                   if line.startswith("Requires-Dist"))
+    # the README as a package index shows it: project links, and no link left relative
+    assert "Project-URL: Source, https://" in text and "Project-URL: Documentation" in text
+    description = text.split("\n\n", 1)[1]
+    targets = re.findall(r"\]\(([^)\s]+)\)", description)
+    assert len(targets) > 10 and "docs/getting-started.md" in "".join(targets)
+    relative = [t for t in targets if not re.match(r"https?://|#", t)]
+    assert not relative, relative
 
 
 def test_train_the_packaged_mnist_example(ctx, tmp_path, monkeypatch, capsys):
