@@ -1,5 +1,6 @@
-"""BatchNorm in train and predict modes against float64 numpy references, running
-statistics after several steps against PyTorch's update rule."""
+"""BatchNorm in train and predict modes against float64 numpy references, on inputs of
+rank 2 to 5 ((N, C), (N, C, L), (N, C, H, W), (N, C, D, H, W): DLPrimitives takes any rank
+from 2), running statistics after several steps against PyTorch's update rule."""
 import json
 
 import numpy as np
@@ -46,7 +47,7 @@ def bn_grad_ref(x, gamma, dy, mean=None, var=None):
     return dx, s_dyx, s_dy
 
 
-@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 4, 5)])
+@pytest.mark.parametrize("shape", [(4, 3), (3, 2, 5), (2, 3, 4, 5)])
 @pytest.mark.parametrize("batch", [True, False])
 def test_reference_backward_matches_finite_differences(shape, batch):
     rng = np.random.default_rng(0)
@@ -68,7 +69,8 @@ def params_for(rng, c):
             rng.uniform(0.5, 1.5, c), rng.standard_normal(c)]
 
 
-SHAPES = [(2, 3, 4, 5), (16, 3, 40, 40), (8, 33), (1, 65, 3, 3), (4, 1, 1, 31), (2, 64, 2, 2), (3, 2, 63, 1), (5, 32)]
+SHAPES = [(2, 3, 4, 5), (16, 3, 40, 40), (8, 33), (1, 65, 3, 3), (4, 1, 1, 31), (2, 64, 2, 2), (3, 2, 63, 1), (5, 32),
+          (4, 3, 7), (2, 33, 5), (1, 2, 65), (3, 4, 1), (2, 3, 2, 3, 4)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -93,7 +95,7 @@ def test_train_mode(ctx, shape, accumulate):
                  what="running_var")
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (8, 33), (1, 65, 3, 3)])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (8, 33), (1, 65, 3, 3), (3, 5, 4), (1, 2, 1)])
 @pytest.mark.parametrize("how", ["predict", "use_global_stats"])
 def test_running_statistics_modes(ctx, shape, how):
     rng = np.random.default_rng(7)
@@ -130,14 +132,15 @@ def test_init_params(ctx):
         assert_close(got, np.full(3, want))
 
 
-def test_running_statistics_after_several_steps_match_pytorch(ctx):
+@pytest.mark.parametrize("shape", [(4, 6, 5, 5), (4, 6, 7)])
+def test_running_statistics_after_several_steps_match_pytorch(ctx, shape):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(11)
-    shape = (4, 6, 5, 5)
     layer = create(ctx, "BatchNorm", "bn", {"momentum": 0.3})
     layer.mode = "train"
     ws, saved = layer_memory(ctx, layer.setup([TensorSpec(shape)]))
-    ref = torch.nn.BatchNorm2d(6, eps=EPS, momentum=0.3).double()
+    module = torch.nn.BatchNorm2d if len(shape) == 4 else torch.nn.BatchNorm1d
+    ref = module(6, eps=EPS, momentum=0.3).double()
     params = [place(ctx, np.full(6, v, np.float32)) for v in (0, 1, 1, 0)]
     x_t, y_t = place(ctx, np.zeros(shape, np.float32)), Tensor(ctx, shape)
     plan = layer.forward([x_t], [y_t], params, ws, saved)   # one plan, re-run every step
@@ -179,10 +182,14 @@ def test_bad_options_name_layer_and_option(options, option):
 def test_bad_inputs(ctx):
     with pytest.raises(LayerError, match="BatchNorm 'bn'.*'features' is 4.*3 channels"):
         create(ctx, "BatchNorm", "bn", {"features": 4}).setup([TensorSpec((2, 3, 4, 4))])
-    with pytest.raises(LayerError, match="BatchNorm 'bn'.*shape"):
-        create(ctx, "BatchNorm", "bn", {}).setup([TensorSpec((2, 3, 4))])
+    with pytest.raises(LayerError, match=r"BatchNorm 'bn'.*rank 2 or more, got shape \(3,\)"):
+        create(ctx, "BatchNorm", "bn", {}).setup([TensorSpec((3,))])
+    with pytest.raises(LayerError, match="BatchNorm 'bn'.*'features' is 4.*3 channels"):
+        create(ctx, "BatchNorm", "bn", {"features": 4}).setup([TensorSpec((2, 3, 5))])
     with pytest.raises(LayerError, match="more than one value per channel"):
         create(ctx, "BatchNorm", "bn", {}).setup([TensorSpec((1, 3))])
+    with pytest.raises(LayerError, match="more than one value per channel"):
+        create(ctx, "BatchNorm", "bn", {}).setup([TensorSpec((1, 3, 1))])
 
 
 def test_train_forward_after_predict_setup_checks_the_batch(ctx):
@@ -202,3 +209,63 @@ def test_batch_variance_accurate_when_mean_is_large(ctx):
     r = run_layer(ctx, create(ctx, "BatchNorm", "bn", {}), [x],
                   params=[np.zeros(4), np.ones(4), np.ones(4), np.zeros(4)])
     assert_close(r.y[0], bn_ref(x.astype(np.float64), np.ones(4), np.zeros(4)), rtol=0, atol=1e-5)
+
+
+def test_sequence_batchnorm_in_a_net_matches_pytorch(ctx):
+    """(N, C, L) through a Net in train mode: output, input gradient and parameter
+    gradients against BatchNorm1d in float64 (the loss is the output times fixed random
+    weights, so the input gradient is not zero), and the updated running statistics."""
+    torch = pytest.importorskip("torch")
+    import dlprim as dp
+    rng = np.random.default_rng(3)
+    shape = (3, 4, 6)
+    x = rng.standard_normal(shape).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    cfg = dp.NetConfig()
+    cfg.add_input("data", list(shape), requires_grad=True)
+    cfg.add("BatchNorm", name="bn", inputs="data", outputs="bn")
+    cfg.add("Parameter", name="dy", inputs=[], outputs="dy",
+            options={"shape": list(shape), "is_trainable": False})
+    cfg.add("Elementwise", name="weigh", inputs=["bn", "dy"], outputs="loss",
+            options={"operation": "prod"})
+    cfg.set_outputs(["loss"])
+    net = dp.Net(ctx, cfg, mode="train")
+    weight, bias = rng.uniform(0.5, 1.5, 4), rng.standard_normal(4)
+    net.set_parameters({"bn.0": np.zeros(4), "bn.1": np.ones(4), "bn.2": weight, "bn.3": bias,
+                        "dy.0": dy})
+    net(data=x)
+    net.backward()   # the loss gradient is ones, so d loss / d bn is dy
+    ref = torch.nn.BatchNorm1d(4, eps=EPS).double()
+    with torch.no_grad():
+        ref.weight[:], ref.bias[:] = torch.from_numpy(weight), torch.from_numpy(bias)
+    xt = torch.from_numpy(x.astype(np.float64)).requires_grad_()
+    yt = ref(xt)
+    (yt * torch.from_numpy(dy.astype(np.float64))).sum().backward()
+    assert_close(net.tensor("bn").numpy(), yt.detach().numpy(), rtol=1e-4, atol=1e-4, what="y")
+    assert_close(net.tensor_diff("data").numpy(), xt.grad.numpy(), rtol=1e-3, atol=1e-4, what="dx")
+    assert_close(net.grads["bn.2"].numpy(), ref.weight.grad.numpy(), rtol=1e-4, atol=1e-4)
+    assert_close(net.grads["bn.3"].numpy(), ref.bias.grad.numpy(), rtol=1e-4, atol=1e-4)
+    assert_close(net.params["bn.0"].numpy(), ref.running_mean.numpy(), rtol=1e-5, atol=1e-5)
+    assert_close(net.params["bn.1"].numpy(), ref.running_var.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_onnx_batchnorm_of_a_sequence_imports(ctx):
+    """ONNX BatchNormalization on (N, C, L), as BatchNorm1d exports it, against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    import dlprim.onnx as dox
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(4)
+    inits = {"s": rng.uniform(0.5, 1.5, 5), "b": rng.standard_normal(5),
+             "m": rng.standard_normal(5), "v": rng.uniform(0.5, 2, 5)}
+    g = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)],
+        "bn1d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a.astype(np.float32), n) for n, a in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    x = rng.standard_normal((2, 5, 9)).astype(np.float32)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert_close(dox.load(data, ctx)(x=x)["y"], want, rtol=1e-5, atol=1e-5)

@@ -1,4 +1,6 @@
-"""BatchNorm over the channel axis of (N, C) or (N, C, H, W) inputs.
+"""BatchNorm over the channel axis (1) of inputs of rank 2 or more: (N, C), (N, C, L),
+(N, C, H, W), (N, C, D, H, W); as DLPrimitives, every axis after the channels is pooled
+with the batch into the statistics.
 
     y = (x - mean) / sqrt(var + eps) * weight + bias
 
@@ -54,7 +56,7 @@ class BatchNorm(Layer):
         return self.mode == TRAIN and not self.use_global_stats
 
     def build(self, in_specs):
-        spec = self.single_input(in_specs, "(N, C) or (N, C, H, W)", ndims=(2, 4))
+        spec = self.single_input(in_specs, "(N, C, ...) of rank 2 or more", min_ndim=2)
         c = spec.shape[1]
         if self.options["features"] not in (-1, c):
             self.fail("option 'features' is %d but the input has %d channels"

@@ -283,8 +283,8 @@ def attention(b, node):
 @converts("BatchNormalization")
 def batch_norm(b, node):
     shape = b.shape(node.inputs[0])
-    if len(shape) not in (2, 4):
-        raise Unsupported("input of shape %s: (N, C) or (N, C, H, W) only" % (shape,))
+    if len(shape) < 2:
+        raise Unsupported("input of shape %s: (N, C, ...) of rank 2 or more only" % (shape,))
     if any(b.consumers.get(o) or o in b.graph_outputs for o in node.outputs[1:] if o):
         raise Unsupported("the batch mean/variance outputs are read")
     names = [node.inputs[i] for i in (3, 4, 1, 2)]  # dlprim order: mean, var, weight, bias
