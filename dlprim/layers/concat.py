@@ -3,8 +3,13 @@
     Concat  y = concatenate(x0, x1, ..., axis=dim); dx_i = the matching part of dy
     Slice   y = x[..., begin:end, ...] on axis ``dim``; dx = dy inside that range, 0 outside
 
-Axes and Slice bounds may be negative (counted from the end, as Python); Slice's ``end``
-defaults to the end of the axis. A Slice must be non-empty and inside the axis.
+Axes may be negative (counted from the end, as Python). Slice's bounds have two
+spellings. ``begin``/``end`` mean what they mean in DLPrimitives (ops/concat.cpp), so its
+JSON nets select the same elements here: ``begin >= 0``, and ``end`` is an index past the
+last element or -1 (the default) for the end of the axis; no other value may be negative.
+``start``/``stop`` are Python's ``x[start:stop]``: either may be negative (counted from the
+end) and a missing or null ``stop`` is the end. A layer uses one spelling or the other.
+Either way the range must be non-empty and inside the axis (nothing is clamped).
 """
 from ..core.copy import Fill, StridedCopy, contiguous_strides
 from ..utils import is_int as _is_int
@@ -80,25 +85,56 @@ class Concat(_AxisLayer):
 
 @register("Slice")
 class Slice(_AxisLayer):
-    """Elements ``[begin, end)`` of axis ``dim`` (negative indices count from the end)."""
-    OPTIONS = {"dim": 1, "begin": 0, "end": None}
+    """Elements ``[begin, end)`` of axis ``dim``, as DLPrimitives defines them (``end`` -1:
+    to the end of the axis), or Python's ``[start:stop]`` (negative counts from the end)."""
+    OPTIONS = {"dim": 1, "begin": 0, "end": -1, "start": None, "stop": None}
+    DLPRIMITIVES_KEYS, PYTHON_KEYS = ("begin", "end"), ("start", "stop")
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name, **options)
         self.check_dim()
-        if not _is_int(self.options["begin"]):
-            self.fail("option 'begin' must be an integer, got %r" % (self.options["begin"],))
-        if self.options["end"] is not None and not _is_int(self.options["end"]):
-            self.fail("option 'end' must be an integer or null, got %r" % (self.options["end"],))
+        self.python = any(k in options for k in self.PYTHON_KEYS)
+        mixed = [k for k in self.DLPRIMITIVES_KEYS if k in options]
+        if self.python and mixed:
+            self.fail("option %s (DLPrimitives' bounds) cannot go with 'start'/'stop' "
+                      "(Python's bounds); give one pair" % " and ".join(map(repr, mixed)))
+        o = self.options
+        for key, nullable in (("begin", False), ("end", True), ("start", True), ("stop", True)):
+            if not (_is_int(o[key]) or (nullable and o[key] is None)):
+                self.fail("option %r must be an integer%s, got %r"
+                          % (key, " or null" if nullable else "", o[key]))
+        if self.python:
+            return
+        # DLPrimitives refuses these; the same numbers mean something else to Python
+        if o["begin"] < 0:
+            self.fail("option 'begin' %d is negative; 'begin' counts from the start of the "
+                      "axis (DLPrimitives' meaning): for an index counted from the end use "
+                      "'start' and 'stop' (Python's meaning)" % o["begin"])
+        if o["end"] is not None and o["end"] < -1:
+            self.fail("option 'end' %d: the only negative 'end' is -1, the end of the axis "
+                      "(DLPrimitives' meaning); for an index counted from the end use 'start' "
+                      "and 'stop' (Python's meaning)" % o["end"])
+
+    def config(self):
+        """The options of the spelling this layer was given (``dim`` and two bounds)."""
+        keys = ("dim",) + (self.PYTHON_KEYS if self.python else self.DLPRIMITIVES_KEYS)
+        return {k: v for k, v in super().config().items() if k in keys}
 
     def bounds(self, size):
-        """The checked ``(begin, end)`` on an axis of ``size`` elements."""
-        begin, end = self.options["begin"], self.options["end"]
-        b = begin + size if begin < 0 else begin
-        e = size if end is None else (end + size if end < 0 else end)
+        """The checked ``(begin, end)`` on an axis of ``size`` elements, 0 <= begin < end."""
+        o = self.options
+        if self.python:
+            first, last = o["start"] or 0, o["stop"]
+            b = first + size if first < 0 else first
+            e = size if last is None else (last + size if last < 0 else last)
+            given = "options 'start' %d and 'stop' %s" % (first, last)
+        else:
+            b = o["begin"]
+            e = size if o["end"] in (-1, None) else o["end"]
+            given = "options 'begin' %d and 'end' %s" % (b, o["end"])
         if not 0 <= b < e <= size:
-            self.fail("options 'begin' %d and 'end' %s select [%d:%d], outside or empty on an "
-                      "axis of size %d" % (begin, end, b, e, size))
+            self.fail("%s select [%d:%d], outside or empty on an axis of size %d"
+                      % (given, b, e, size))
         return b, e
 
     def build(self, in_specs):
@@ -109,18 +145,18 @@ class Slice(_AxisLayer):
         shape[axis] = e - b
         in_strides = contiguous_strides(spec.shape)
         own = contiguous_strides(shape)
-        self.start = b * in_strides[axis]
+        self.offset = b * in_strides[axis]  # of the slice's first element in x
         self.fwd = StridedCopy(self.ctx, shape, in_strides, own, spec.dtype)
         self.bwd = StridedCopy(self.ctx, shape, own, in_strides, spec.dtype)
         self.zero = Fill(self.ctx, spec.shape, spec.dtype)
         return Setup([TensorSpec(shape, spec.dtype)])
 
     def forward(self, x, y, params, ws, saved):
-        return self.fwd.launches(_at(x[0], self.start), y[0])
+        return self.fwd.launches(_at(x[0], self.offset), y[0])
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         # outside the slice the gradient is 0: clear dx first unless accumulating into it
         out = [] if accumulate[0] else self.zero.launches(dx[0], 0.0)
-        return out + self.bwd.launches(dy[0], _at(dx[0], self.start), beta=1.0)
+        return out + self.bwd.launches(dy[0], _at(dx[0], self.offset), beta=1.0)
