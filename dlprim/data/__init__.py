@@ -4,18 +4,20 @@ language models; transforms; a shuffling, prefetching BatchLoader.
 ``make_source`` and ``make_transforms`` build them from a training config's
 ``data.train`` / ``data.val`` entry (see docs/train.md and dlprim.train.config).
 """
-from .errors import DataError, MissingDataError
+from .errors import DataError, MissingDataError, WorkerError
 from .idx import read_idx, write_idx
 from .loader import BatchLoader
 from .sources import ArraySource, FolderSource, MnistSource, NpzSource, Source
 from .text import CharVocab, TextSource, read_text
-from .transforms import (CenterCrop, Compose, HorizontalFlip, Normalize, RandomCrop, Resize,
-                         ToFloat, Transform, from_config as make_transforms)
+from .transforms import (CenterCrop, ColorJitter, Compose, HorizontalFlip, Normalize,
+                         RandomCrop, RandomResizedCrop, RandomRotation, Resize, ToFloat,
+                         Transform, from_config as make_transforms)
 
-__all__ = ["DataError", "MissingDataError", "read_idx", "write_idx", "BatchLoader", "Source",
-           "ArraySource", "MnistSource", "NpzSource", "FolderSource", "TextSource", "CharVocab",
-           "read_text", "Transform", "Compose",
+__all__ = ["DataError", "MissingDataError", "WorkerError", "read_idx", "write_idx",
+           "BatchLoader", "Source", "ArraySource", "MnistSource", "NpzSource", "FolderSource",
+           "TextSource", "CharVocab", "read_text", "Transform", "Compose",
            "ToFloat", "Normalize", "RandomCrop", "HorizontalFlip", "Resize", "CenterCrop",
+           "RandomResizedCrop", "ColorJitter", "RandomRotation",
            "make_transforms", "make_source", "make_loader"]
 
 
@@ -42,12 +44,13 @@ def make_source(entry, name="data", vocab=None):
 
 
 def make_loader(entry, batch, name="data", train=True, seed=0, prefetch=2, vocab=None):
-    """A BatchLoader over ``make_source(entry, name, vocab)`` with the entry's transforms;
-    shuffled (and ``drop_last`` honoured) only for training."""
+    """A BatchLoader over ``make_source(entry, name, vocab)`` with the entry's transforms
+    and ``num_workers``; shuffled (and ``drop_last`` honoured) only for training."""
     try:
         transforms = make_transforms(entry.get("transforms"))
     except ValueError as e:
         raise DataError("%s.transforms%s" % (name, e)) from None
     return BatchLoader(make_source(entry, name, vocab), batch, shuffle=train and entry.get("shuffle", True),
                        seed=seed, drop_last=train and entry.get("drop_last", False),
-                       transforms=transforms, prefetch=prefetch)
+                       transforms=transforms, prefetch=prefetch,
+                       num_workers=entry.get("num_workers") or 0)

@@ -1,7 +1,7 @@
 """Errors of data loading; each message names the source, file or sample index."""
 from ..errors import Error
 
-__all__ = ["DataError", "MissingDataError", "require_pillow"]
+__all__ = ["DataError", "MissingDataError", "WorkerError", "require_pillow"]
 
 
 class DataError(Error, ValueError):
@@ -10,6 +10,11 @@ class DataError(Error, ValueError):
 
 class MissingDataError(DataError, FileNotFoundError):
     """A data file or folder that does not exist."""
+
+
+class WorkerError(Error, RuntimeError):
+    """A loader worker process that stopped without answering (killed, out of memory),
+    or an error of one that cannot be carried over as it was."""
 
 
 def require_pillow(what):

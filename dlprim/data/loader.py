@@ -3,18 +3,19 @@
 Reproducibility: epoch ``e`` visits the samples in ``default_rng([seed, e]).permutation``
 order, and batch ``b`` of that epoch transforms its samples with a generator seeded from
 ``[seed, e, b]``. Both depend only on (seed, epoch, batch index), never on what the
-prefetch thread has done, so resuming at (epoch, position) continues the very same
-sequence an uninterrupted run would have produced.
+prefetch thread or the workers have done, so resuming at (epoch, position) continues the
+very same sequence an uninterrupted run would have produced, with any number of workers.
 """
 import queue
 import threading
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
-from ..utils import ceil_div
+from ..utils import ceil_div, is_int
 from .errors import DataError
-from .transforms import Compose
+from .pipeline import BatchBuilder
+from .workers import WORKER_TYPES, WorkerPool
 
 __all__ = ["BatchLoader"]
 
@@ -28,43 +29,75 @@ class _Failure:
         self.error = error
 
 
+def _batch_size(batch, batch_size):
+    """The one batch size given as ``batch`` or (PyTorch's name) ``batch_size``."""
+    if batch is not None and batch_size is not None:
+        raise ValueError("give batch or batch_size, not both (got %r and %r)"
+                         % (batch, batch_size))
+    name, value = ("batch_size", batch_size) if batch is None else ("batch", batch)
+    if value is None:
+        raise ValueError("the batch size is missing: give batch_size (or batch)")
+    if not is_int(value) or value <= 0:
+        raise ValueError("%s must be a positive integer, got %r" % (name, value))
+    return int(value)
+
+
 class BatchLoader:
     """Iterate ``(x, y)`` batches: x C-contiguous of the source's dtype (float32 NCHW
     images; int64 tokens of a TextSource), y the labels (int32 (N,) for images).
 
-    The last partial batch is yielded (smaller N) unless ``drop_last``. With
-    ``prefetch > 0`` a background thread prepares up to that many batches ahead; an
-    exception there is re-raised in the caller. A ``for`` loop over the loader runs the
-    current epoch from ``position`` and then moves ``epoch`` on by one; ``set_epoch(n)``
-    chooses the epoch explicitly. ``state_dict()``/``load_state_dict()`` give and restore
-    (epoch, position), position counting the batches already handed out this epoch.
+    The batch size is ``batch`` or, as PyTorch's DataLoader names it, ``batch_size``
+    (one of them). The last partial batch is yielded (smaller N) unless ``drop_last``.
+
+    With ``num_workers`` = 0, a background thread prepares up to ``prefetch`` batches
+    ahead (none with ``prefetch=0``). With ``num_workers`` > 0, that many workers
+    (processes, or threads with ``worker_type="thread"``) prepare batches, ``prefetch``
+    each ahead; they are started at the first iteration and kept for the next epochs
+    until ``close()`` or the loader is garbage-collected. A batch is the same whatever
+    the number of workers. An exception while preparing a batch is re-raised in the
+    caller, naming the file or sample where it can.
+
+    A ``for`` loop over the loader runs the current epoch from ``position`` and then
+    moves ``epoch`` on by one; ``set_epoch(n)`` chooses the epoch explicitly.
+    ``state_dict()``/``load_state_dict()`` give and restore (epoch, position), position
+    counting the batches already handed out this epoch.
     """
 
-    def __init__(self, source: Any, batch: int, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = False, transforms: Any = None,
-                 prefetch: int = 2) -> None:
-        if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch <= 0:
-            raise ValueError("batch must be a positive integer, got %r" % (batch,))
-        if not isinstance(prefetch, (int, np.integer)) or prefetch < 0:
+    def __init__(self, source: Any, batch: Optional[int] = None, shuffle: bool = True,
+                 seed: int = 0, drop_last: bool = False, transforms: Any = None,
+                 prefetch: int = 2, *, batch_size: Optional[int] = None,
+                 num_workers: int = 0, worker_type: str = "process") -> None:
+        batch = _batch_size(batch, batch_size)
+        if not is_int(prefetch) or prefetch < 0:
             raise ValueError("prefetch must be an integer >= 0, got %r" % (prefetch,))
+        if not is_int(num_workers) or num_workers < 0:
+            raise ValueError("num_workers must be an integer >= 0, got %r" % (num_workers,))
+        if worker_type not in WORKER_TYPES:
+            raise ValueError("worker_type must be one of %s, got %r"
+                             % (", ".join(WORKER_TYPES), worker_type))
         if len(source) == 0:
             raise DataError("%s: no samples" % getattr(source, "name", "data"))
-        self.source, self.batch, self.shuffle = source, int(batch), bool(shuffle)
+        self.source, self.batch, self.shuffle = source, batch, bool(shuffle)
         self.seed, self.drop_last, self.prefetch = int(seed), bool(drop_last), int(prefetch)
-        if transforms is not None and not callable(transforms):
-            transforms = Compose(transforms)
-        if isinstance(transforms, Compose) and not transforms.transforms:
-            transforms = None  # nothing to do: batches go straight from the source
-        self.transforms = transforms
+        self.num_workers, self.worker_type = int(num_workers), worker_type
+        self._builder = BatchBuilder(source, transforms)
+        self.transforms = self._builder.transforms
         self.epoch, self.position = 0, 0
-        self._shape = None
         self._order = (None, None)  # (epoch, its order): computed once per epoch
+        self._pool = None
+
+    @property
+    def batch_size(self) -> int:
+        """The batch size (``batch``), by PyTorch's name."""
+        return self.batch
 
     def __repr__(self):
-        return "BatchLoader(%r, batch %d, %d batches%s%s, epoch %d at batch %d)" % (
+        workers = (", %d %s workers" % (self.num_workers, self.worker_type)
+                   if self.num_workers else "")
+        return "BatchLoader(%r, batch %d, %d batches%s%s%s, epoch %d at batch %d)" % (
             getattr(self.source, "name", type(self.source).__name__), self.batch, len(self),
             ", shuffled" if self.shuffle else "", ", drop_last" if self.drop_last else "",
-            self.epoch, self.position)
+            workers, self.epoch, self.position)
 
     def __len__(self):
         n = len(self.source)
@@ -79,10 +112,10 @@ class BatchLoader:
     def shape(self):
         """The shape of one sample as the batches carry it (after the transforms): (C, H, W)
         of an image, (context,) of a text window."""
-        if self._shape is None:
+        if self._builder.shape is None:
             x, _ = self._build(np.array([0]), np.random.default_rng([self.seed, 0, 0]))
-            self._shape = x.shape[1:]
-        return self._shape
+            self._builder.shape = x.shape[1:]
+        return self._builder.shape
 
     def set_epoch(self, epoch):
         """Start epoch ``epoch`` from its first batch at the next iteration."""
@@ -115,25 +148,22 @@ class BatchLoader:
         return self._build(picked, np.random.default_rng([self.seed, epoch, index]))
 
     def _build(self, indices, rng):
-        images, labels = self.source.fetch(indices)
-        if self.transforms is None and isinstance(images, np.ndarray):
-            return np.ascontiguousarray(images, dtype=self.source.dtype), labels
-        if self.transforms is not None:
-            images = [self.transforms(x, rng) for x in images]
-        expected = self._shape or images[0].shape
-        for i, x in zip(indices, images):
-            if x.shape != expected:
-                raise DataError("%s: image at %s is %s, expected %s"
-                                % (self.source.name, self.source.describe(int(i)),
-                                   "x".join(map(str, x.shape)), "x".join(map(str, expected))))
-        return np.ascontiguousarray(np.stack(images), dtype=self.source.dtype), labels
+        return self._builder.build(indices, rng)
+
+    def _tasks(self, epoch, start):
+        """(seed key, sample indices) of the batches of ``epoch`` from ``start``."""
+        order = self.order(epoch)
+        for b in range(start, len(self)):
+            yield [self.seed, epoch, b], order[b * self.batch:(b + 1) * self.batch]
 
     def __iter__(self):
         epoch, start = self.epoch, self.position
-        if self._shape is None:
-            self.shape  # noqa: B018 -- fixes the expected sample shape before batching
-        batches = (self.batch_at(epoch, b) for b in range(start, len(self)))
-        produced = self._prefetched(batches) if self.prefetch else batches
+        self.shape  # noqa: B018 -- fixes the expected sample shape before batching
+        if self.num_workers:
+            produced = self._workers().run(self._tasks(epoch, start))
+        else:
+            batches = (self.batch_at(epoch, b) for b in range(start, len(self)))
+            produced = self._prefetched(batches) if self.prefetch else batches
         try:
             for item in produced:
                 self.position += 1
@@ -141,6 +171,20 @@ class BatchLoader:
         finally:
             produced.close()
         self.epoch, self.position = epoch + 1, 0
+
+    def _workers(self):
+        if self._pool is None or self._pool.closed:
+            self._pool = WorkerPool(self._builder, self.num_workers, self.worker_type,
+                                    self.num_workers * max(1, self.prefetch),
+                                    (self.batch,) + tuple(self.shape), self._builder.dtype,
+                                    getattr(self.source, "name", "data"))
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the workers, if any were started (the next iteration starts new ones)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def _prefetched(self, batches):
         """Run the ``batches`` generator in a thread, ``prefetch`` items ahead."""

@@ -6,7 +6,12 @@ messages, e.g. "data.train") and ``describe(i)`` (how an error names sample i).
 uint8 pixels come out scaled to [0, 1] (``ToFloat``); float data is passed through
 unless ``scale`` is given. Labels are checked against ``num_classes`` when loaded, so a
 bad label is reported before training starts.
+
+For the loader, ``sample(i)`` gives a sample before its conversion to float and
+``as_array`` converts it: an image folder's sample is a Pillow image not yet decoded,
+which transforms may decode at a reduced size and crop in 8 bits (see transforms.py).
 """
+import io
 import os
 import stat
 
@@ -17,7 +22,7 @@ from .idx import read_idx
 from .transforms import ToFloat
 
 __all__ = ["Source", "ArraySource", "MnistSource", "NpzSource", "FolderSource",
-           "IMAGE_EXTENSIONS"]
+           "IMAGE_EXTENSIONS", "open_image"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".tif", ".tiff",
                     ".webp")
@@ -81,6 +86,20 @@ class Source:
         int32 labels)."""
         pairs = [self[int(i)] for i in indices]
         return [p[0] for p in pairs], np.array([p[1] for p in pairs], dtype=np.int32)
+
+    def sample(self, index):
+        """(image, label) of sample ``index`` as transforms first see it; ``as_array``
+        turns that image into the float32 CHW array. Here both are ``self[index]``."""
+        return self[index]
+
+    def as_array(self, image):
+        """The float32 CHW array of an image that ``sample`` gave (and transforms of
+        Pillow images may have changed)."""
+        return image
+
+    def unreadable(self, index, error):
+        """The DataError for an error raised while reading sample ``index``."""
+        return DataError("%s: cannot read %s: %s" % (self.name, self.describe(index), error))
 
     def __repr__(self):
         return "%s(%r, %d samples, %d classes, shape %s)" % (
@@ -166,7 +185,7 @@ class FolderSource(Source):
 
     def __init__(self, path, mode="RGB", name=None, scale=None, extensions=IMAGE_EXTENSIONS):
         self.name = name or path
-        self._image = require_pillow("%s: an image folder" % self.name)
+        require_pillow("%s: an image folder" % self.name)
         if mode not in ("RGB", "L"):
             raise DataError("%s: mode must be 'RGB' or 'L', got %r" % (self.name, mode))
         if not os.path.isdir(path):
@@ -200,19 +219,33 @@ class FolderSource(Source):
     def describe(self, index):
         return "index %d (%s)" % (index, self.files[index])
 
+    def unreadable(self, index, error):
+        return DataError("%s: cannot read image %s: %s" % (self.name, self.files[index], error))
+
     def __getitem__(self, index):
         index = self._index(index)
-        path = self.files[index]
         try:
-            pixels = _decode(self._image, path, self.mode)
-        except (OSError, ValueError) as e:
-            raise DataError("%s: cannot read image %s: %s" % (self.name, path, e)) from None
+            return self.as_array(self.sample(index)[0]), int(self.labels[index])
+        except (OSError, ValueError, SyntaxError, EOFError) as e:
+            raise self.unreadable(index, e) from None
+
+    def sample(self, index):
+        """(Pillow image in ``mode``, label); a JPEG already in ``mode`` is not decoded
+        yet, so that a transform may have it decoded at a reduced size."""
+        index = self._index(index)
+        return open_image(require_pillow("an image folder"), self.files[index], self.mode), \
+            int(self.labels[index])
+
+    def as_array(self, image):
+        pixels = np.asarray(image if image.mode == self.mode else image.convert(self.mode))
         pixels = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
-        return self._to_float(pixels), int(self.labels[index])
+        return self._to_float(pixels)
 
 
-def _decode(image, path, mode):
-    """The pixels of the image file at ``path`` in Pillow ``mode``.
+def open_image(image, path, mode):
+    """The image file at ``path`` as a Pillow image in ``mode``, read whole into memory
+    but decoded only when first used where the file is in ``mode`` already (so a JPEG
+    may still be decoded at a reduced size, ``Image.draft``); ``image`` is PIL.Image.
 
     Opened without blocking and checked to be a regular file, in case it was replaced by
     a FIFO after the folder was listed. An image of more than
@@ -224,13 +257,20 @@ def _decode(image, path, mode):
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise DataError("not a regular file")
-        try:
-            with image.open(f) as im:  # reads the header only
-                limit = image.MAX_IMAGE_PIXELS
-                if limit and im.size[0] * im.size[1] > limit:
-                    raise DataError("too large to decode safely (%d pixels, %dx%d, more than "
-                                    "PIL.Image.MAX_IMAGE_PIXELS = %d)"
-                                    % ((im.size[0] * im.size[1],) + im.size + (limit,)))
-                return np.asarray(im.convert(mode))
-        except image.DecompressionBombError as e:
-            raise DataError("too large to decode safely (%s)" % e) from None
+        data = f.read()
+    try:
+        im = image.open(io.BytesIO(data))  # reads the header only
+    except image.DecompressionBombError as e:
+        raise DataError("too large to decode safely (%s)" % e) from None
+    limit = image.MAX_IMAGE_PIXELS
+    if limit and im.size[0] * im.size[1] > limit:
+        raise DataError("too large to decode safely (%d pixels, %dx%d, more than "
+                        "PIL.Image.MAX_IMAGE_PIXELS = %d)"
+                        % ((im.size[0] * im.size[1],) + im.size + (limit,)))
+    return im if im.mode == mode else im.convert(mode)
+
+
+def _decode(image, path, mode):
+    """The pixels of the image file at ``path`` in Pillow ``mode``: an (H, W) or (H, W, C)
+    uint8 array (``open_image`` decoded); ``image`` is PIL.Image."""
+    return np.asarray(open_image(image, path, mode))

@@ -1,53 +1,30 @@
-"""Per-sample image transforms over CHW arrays, composable and seeded.
+"""Per-sample image transforms, composable and seeded; the registry of their config names.
 
 A transform is called as ``t(x, rng)`` with one image ``x`` (C, H, W) and a
 ``numpy.random.Generator``; random ones draw from ``rng`` only, so the loader makes the
 whole pipeline reproducible by handing each batch a generator seeded from
 (seed, epoch, batch index). In a config each transform is ``{"type": NAME, options...}``
 with the constructor's keyword arguments as options.
+
+Images from files are transformed in two stages (``split_stages``): the leading
+transforms that work on 8-bit Pillow images (resizes, crops, flips, rotations, colour
+jitter: ``on_pixels``) run before the conversion to float32, the rest (``Normalize``,
+any other callable) after it. Geometric transforms live in geometric.py, ColorJitter in
+color.py, what they share in transform_base.py; this module is their one entry point.
 """
 import inspect
 
 import numpy as np
 
-from .errors import DataError, require_pillow
+from .color import ColorJitter
+from .errors import DataError
+from .geometric import (CenterCrop, HorizontalFlip, RandomCrop, RandomResizedCrop,
+                        RandomRotation, Resize)
+from .transform_base import TRANSFORMS, Transform, register
 
 __all__ = ["Transform", "Compose", "ToFloat", "Normalize", "RandomCrop", "HorizontalFlip",
-           "Resize", "CenterCrop", "TRANSFORMS", "from_config"]
-
-TRANSFORMS = {}
-
-
-def _register(name):
-    def wrap(cls):
-        cls.config_name = name
-        TRANSFORMS[name] = cls
-        return cls
-    return wrap
-
-
-def _pair(name, value):
-    """An int or [h, w] of positive ints, as a tuple (h, w)."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        value = (value, value)
-    if (not isinstance(value, (list, tuple)) or len(value) != 2
-            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value)):
-        raise ValueError("%s: must be an integer or [height, width], got %r" % (name, value))
-    if min(value) <= 0:
-        raise ValueError("%s: must be > 0, got %r" % (name, value))
-    return int(value[0]), int(value[1])
-
-
-class Transform:
-    """Base: subclasses implement ``__call__(x, rng)`` returning the new image."""
-    config_name = None
-
-    def __call__(self, x, rng):
-        raise NotImplementedError
-
-    def __repr__(self):
-        args = ", ".join("%s=%r" % kv for kv in vars(self).items())
-        return "%s(%s)" % (type(self).__name__, args)
+           "Resize", "CenterCrop", "RandomResizedCrop", "ColorJitter", "RandomRotation",
+           "TRANSFORMS", "from_config", "options_of", "split_stages"]
 
 
 class Compose(Transform):
@@ -56,13 +33,35 @@ class Compose(Transform):
     def __init__(self, transforms):
         self.transforms = list(transforms)
 
+    @property
+    def on_pixels(self):
+        return all(getattr(t, "on_pixels", False) for t in self.transforms)
+
     def __call__(self, x, rng):
         for t in self.transforms:
             x = t(x, rng)
         return x
 
 
-@_register("to_float")
+def split_stages(transforms):
+    """(the leading transforms that take Pillow images, the rest) of a transform, a
+    Compose (nested ones flattened) or None; any other callable is a float transform."""
+    steps = []
+
+    def flatten(t):
+        if isinstance(t, Compose):
+            for s in t.transforms:
+                flatten(s)
+        elif t is not None:
+            steps.append(t)
+    flatten(transforms)
+    n = 0
+    while n < len(steps) and getattr(steps[n], "on_pixels", False):
+        n += 1
+    return steps[:n], steps[n:]
+
+
+@register("to_float")
 class ToFloat(Transform):
     """float32 copy times ``scale``; by default uint8 -> [0, 1] (x / 255), others unscaled."""
 
@@ -81,7 +80,7 @@ class ToFloat(Transform):
         return y
 
 
-@_register("normalize")
+@register("normalize")
 class Normalize(Transform):
     """y[c] = (x[c] - mean[c]) / std[c]; one value applies to every channel."""
 
@@ -107,93 +106,6 @@ class Normalize(Transform):
         mean = self.mean.reshape(-1, 1, 1)
         std = self.std.reshape(-1, 1, 1)
         return ((x - mean) / std).astype(np.float32, copy=False)
-
-
-@_register("random_crop")
-class RandomCrop(Transform):
-    """Pad every side by ``padding`` with ``fill``, then crop ``size`` at a random place."""
-
-    def __init__(self, size, padding=0, fill=0.0):
-        self.size = _pair("size", size)
-        if not isinstance(padding, int) or isinstance(padding, bool) or padding < 0:
-            raise ValueError("padding: must be an integer >= 0, got %r" % (padding,))
-        if not isinstance(fill, (int, float)):
-            raise ValueError("fill: must be a number, got %r" % (fill,))
-        self.padding, self.fill = padding, fill
-
-    def __call__(self, x, rng):
-        p = self.padding
-        if p:
-            x = np.pad(x, ((0, 0), (p, p), (p, p)), constant_values=self.fill)
-        (h, w), (H, W) = self.size, x.shape[1:]
-        if h > H or w > W:
-            raise DataError("random_crop: crop %dx%d larger than the padded image %dx%d"
-                            % (h, w, H, W))
-        top = int(rng.integers(0, H - h + 1))
-        left = int(rng.integers(0, W - w + 1))
-        return x[:, top:top + h, left:left + w]
-
-
-@_register("flip")
-class HorizontalFlip(Transform):
-    """Mirror left-right with probability ``p``."""
-
-    def __init__(self, p=0.5):
-        if not isinstance(p, (int, float)) or not 0 <= p <= 1:
-            raise ValueError("p: must be a probability in [0, 1], got %r" % (p,))
-        self.p = p
-
-    def __call__(self, x, rng):
-        return x[:, :, ::-1] if rng.random() < self.p else x
-
-
-@_register("resize")
-class Resize(Transform):
-    """Bilinear resize (Pillow): an int sets the shorter side, keeping the aspect ratio;
-    [h, w] sets both."""
-
-    def __init__(self, size):
-        if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
-            if size <= 0:
-                raise ValueError("size: must be > 0, got %r" % (size,))
-            self.size = int(size)
-        else:
-            self.size = _pair("size", size)
-        self._image = require_pillow("the resize transform")
-
-    def _target(self, H, W):
-        if isinstance(self.size, tuple):
-            return self.size
-        s = self.size
-        return (s, max(1, round(W * s / H))) if H <= W else (max(1, round(H * s / W)), s)
-
-    def __call__(self, x, rng=None):
-        h, w = self._target(*x.shape[1:])
-        if (h, w) == x.shape[1:]:
-            return x
-        image = self._image
-        bilinear = getattr(image, "Resampling", image).BILINEAR
-        # a 2-D float32 array becomes a Pillow "F" (32-bit float) image: no rounding
-        chans = [np.asarray(image.fromarray(np.ascontiguousarray(c, dtype=np.float32))
-                            .resize((w, h), bilinear)) for c in x]
-        return np.stack(chans).astype(np.float32, copy=False)
-
-
-@_register("center_crop")
-class CenterCrop(Transform):
-    """Crop ``size`` from the middle; a smaller image is first padded with zeros."""
-
-    def __init__(self, size):
-        self.size = _pair("size", size)
-
-    def __call__(self, x, rng=None):
-        (h, w), (H, W) = self.size, x.shape[1:]
-        ph, pw = max(0, h - H), max(0, w - W)
-        if ph or pw:
-            x = np.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2)))
-            H, W = x.shape[1:]
-        top, left = (H - h) // 2, (W - w) // 2
-        return x[:, top:top + h, left:left + w]
 
 
 def options_of(name):
