@@ -14,7 +14,7 @@ _NAMES = {"Context": "context", "ExecutionContext": "context", "DeviceError": "c
           "Net": "net", "NetConfig": "net", "TRAIN": "net", "PREDICT": "net",
           "SGD": "solvers", "Adam": "solvers", "AdamW": "solvers", "Error": "errors"}
 SUBMODULES = ("cli", "context", "core", "data", "dtypes", "errors", "kernels", "layers",
-              "lr_schedules", "models", "net", "onnx", "plot", "solvers", "tensor", "train",
+              "lr_schedules", "models", "net", "nn", "onnx", "plot", "solvers", "tensor", "train",
               "utils")
 
 __all__ = sorted(_NAMES) + ["__version__"]

@@ -1,73 +1,54 @@
 """Model builders: classic nets as NetConfigs, with torchvision's parameter names.
 
 Every classifier builder (``BUILDERS``) takes ``batch``, ``classes`` and ``train``; the
-image nets also take ``image_size``. ``gpt`` builds a decoder language model instead. ``train=True`` adds an int ``label`` input and a ``SoftmaxWithLoss``
-named ``loss``; ``train=False`` ends with a ``Softmax`` named ``prob``. The layers match
-DLPrimitives' benchmark nets operator for operator (same types and options), and each
-operator's ``params`` carry torchvision's state-dict names ("conv1.weight",
-"layer1.0.bn1.running_mean", "fc.bias", ...), so PyTorch weights map one to one.
+image nets also take ``image_size``. ``gpt`` builds a decoder language model instead.
+``train=True`` adds an int ``label`` input and a ``SoftmaxWithLoss`` named ``loss``;
+``train=False`` ends with a ``Softmax`` named ``prob``. The layers match DLPrimitives'
+benchmark nets operator for operator (same types and options), and each operator's
+``params`` carry torchvision's state-dict names ("conv1.weight",
+"layer1.0.bn1.running_mean", "fc.bias", ...), so PyTorch weights map one to one: mlp,
+alexnet, vgg16, the resnets and mobilenet_v2 are dlprim.nn models laid out as
+torchvision's classes, whose attribute paths give those names.
 As in those nets, dropout is left out (it is inactive at inference; ``dropout=True``
 puts it back where torchvision has it).
 """
+from collections import OrderedDict
+
+from . import nn
 from .net.netconfig import NetConfig
+from .nn import functional as F
 
 __all__ = ["lenet", "mlp", "alexnet", "vgg16", "resnet18", "resnet34", "resnet50",
            "mobilenet_v2", "gpt", "vision_transformer", "vit_b_16", "convnext", "convnext_tiny", "multi_head_attention",
            "BUILDERS"]
 
-BN_OPTIONS = {"eps": 1e-5, "momentum": 0.1}
-
 
 class _Builder:
+    """A NetConfig written operator by operator, for the nets below that are not written
+    with dlprim.nn: lenet (mnist_train.json's spelling leaves options at their defaults
+    out, which dlprim.nn always writes) and the transformer builders."""
+
     def __init__(self, batch, channels, image_size):
         self.cfg = NetConfig()
         self.cfg.add_input("data", [batch, channels, image_size, image_size])
         self.batch, self.size, self.channels = batch, image_size, channels
 
-    def conv(self, name, cout, kernel, stride=1, pad=0, groups=1, bias=False, act=None, src=None):
+    def conv(self, name, cout, kernel, stride=1, pad=0, groups=1, bias=False, src=None):
         opts = {"bias": bias, "groups": groups, "kernel": [kernel, kernel], "stride": [stride, stride],
                 "dilate": [1, 1], "pad": [pad, pad], "channels_out": cout, "channels_in": self.channels}
-        if act:
-            opts["activation"] = act
         params = [name + ".weight"] + ([name + ".bias"] if bias else [])
         out = self.cfg.add("Convolution2D", name=name, inputs=src, options=opts, params=params)
         self.channels = cout
         self.size = (self.size + 2 * pad - kernel) // stride + 1
         return out
 
-    def bn(self, name):
-        return self.cfg.add("BatchNorm", name=name, options=dict(BN_OPTIONS),
-                            params=[name + "." + p for p in ("running_mean", "running_var",
-                                                             "weight", "bias")])
-
-    def act(self, name, kind="relu"):
-        return self.cfg.add("Activation", name=name, options={"activation": kind}, inplace=True)
-
-    def pool(self, name, kernel, stride, pad=0, mode="max"):
-        self.size = (self.size + 2 * pad - kernel) // stride + 1
-        return self.cfg.add("Pooling2D", name=name, options={
-            "kernel": [kernel, kernel], "stride": [stride, stride], "pad": [pad, pad],
-            "count_include_pad": False, "mode": mode})
-
-    def adaptive_avg(self, name, target):
-        """torchvision's AdaptiveAvgPool2d(target) where it is a plain pooling."""
-        if self.size % target:
-            return None  # no fixed pooling equals it; the classifier then takes what there is
-        k = self.size // target
-        return self.pool(name, k, k, mode="avg")
-
-    def fc(self, name, outputs, act=None):
+    def fc(self, name, outputs):
         inputs = self.channels * self.size * self.size
         opts = {"bias": True, "outputs": outputs, "inputs": inputs}
-        if act:
-            opts["activation"] = act
         out = self.cfg.add("InnerProduct", name=name, options=opts,
                            params=[name + ".weight", name + ".bias"])
         self.channels, self.size = outputs, 1
         return out
-
-    def dropout(self, name, ratio):
-        return self.cfg.add("Dropout", name=name, options={"ratio": ratio}, inplace=True)
 
     def finish(self, train):
         logits = self.cfg.last
@@ -98,100 +79,161 @@ def lenet(batch=64, classes=10, train=True, image_size=28, channels=1):
     return b.finish(train)
 
 
+def _finish(model, input_shape, train):
+    """The builders' ending: a SoftmaxWithLoss ``loss`` over an int ``label`` to train,
+    else a Softmax named ``prob``."""
+    if train:
+        return model.netconfig(input_shape, loss="cross_entropy")
+    cfg = model.netconfig(input_shape)
+    cfg.add("Softmax", name="prob", inputs=[cfg.outputs[0]], outputs=["prob"])
+    cfg.set_outputs(["prob"])
+    return cfg
+
+
+def _dropout(p, wanted):
+    """torchvision's Dropout, or a placeholder that keeps the layer indices."""
+    return nn.Dropout(p, inplace=True) if wanted else nn.Identity()
+
+
 def mlp(batch=64, inputs=784, hidden=(256, 128), classes=10, train=True):
     """Fully connected layers with ReLU; input ``data`` is (batch, inputs)."""
-    b = _Builder(batch, inputs, 1)
-    b.cfg.inputs[0]["shape"] = [batch, inputs]
-    for i, width in enumerate(hidden):
-        b.fc("fc%d" % (i + 1), width, act="relu")
-    b.fc("fc%d" % (len(hidden) + 1), classes)
-    return b.finish(train)
+    layers, width = OrderedDict(), inputs
+    for i, size in enumerate(hidden):
+        layers["fc%d" % (i + 1)] = nn.Linear(width, size)
+        layers["relu%d" % (i + 1)] = nn.ReLU(inplace=True)
+        width = size
+    layers["fc%d" % (len(hidden) + 1)] = nn.Linear(width, classes)
+    return _finish(nn.Sequential(layers), [batch, inputs], train)
+
+
+class _Classifier(nn.Module):
+    """features, an adaptive average pooling where a plain pooling equals it, classifier:
+    the layout of torchvision's AlexNet and VGG. Where the features' size is not a
+    multiple of the pooled size, the classifier takes the features as they are."""
+
+    def __init__(self, features, pooled, widths, classes, dropout, input_shape):
+        super().__init__()
+        self.features = features
+        channels, size = features.output_shape(input_shape)[1:3]
+        if size % pooled == 0:
+            self.avgpool, size = nn.AdaptiveAvgPool2d(pooled), pooled
+        first, second = widths
+        linear = [nn.Linear(channels * size * size, first), nn.ReLU(inplace=True),
+                  nn.Linear(first, second), nn.ReLU(inplace=True), nn.Linear(second, classes)]
+        # AlexNet puts each dropout before its Linear, VGG after the ReLU
+        drops = (0, 3) if pooled == 6 else (2, 5)
+        for i in drops:
+            linear.insert(i, _dropout(0.5, dropout))
+        self.classifier = nn.Sequential(*linear)
+
+    def forward(self, x):
+        x = self.features(x)
+        if hasattr(self, "avgpool"):
+            x = self.avgpool(x)
+        return self.classifier(x)   # Linear flattens (N, C, H, W) itself
 
 
 def alexnet(batch=16, image_size=224, classes=1000, train=True, dropout=False):
     """torchvision's AlexNet: five convolutions with ReLU, three max poolings, three FCs."""
-    b = _Builder(batch, 3, image_size)
-    b.conv("features.0", 64, 11, 4, 2, bias=True, act="relu")
-    b.pool("features.2", 3, 2)
-    b.conv("features.3", 192, 5, 1, 2, bias=True, act="relu")
-    b.pool("features.5", 3, 2)
-    b.conv("features.6", 384, 3, 1, 1, bias=True, act="relu")
-    b.conv("features.8", 256, 3, 1, 1, bias=True, act="relu")
-    b.conv("features.10", 256, 3, 1, 1, bias=True, act="relu")
-    b.pool("features.12", 3, 2)
-    b.adaptive_avg("avgpool", 6)
-    if dropout:
-        b.dropout("classifier.0", 0.5)
-    b.fc("classifier.1", 4096, act="relu")
-    if dropout:
-        b.dropout("classifier.3", 0.5)
-    b.fc("classifier.4", 4096, act="relu")
-    b.fc("classifier.6", classes)
-    return b.finish(train)
+    features = nn.Sequential(
+        nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
+        nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
+        nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(inplace=True),
+        nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(inplace=True),
+        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2))
+    shape = [batch, 3, image_size, image_size]
+    return _finish(_Classifier(features, 6, (4096, 4096), classes, dropout, shape), shape, train)
 
 
 def vgg16(batch=16, image_size=224, classes=1000, train=True, dropout=False):
     """torchvision's VGG-16 (configuration D): thirteen 3x3 convolutions, three FCs."""
-    b = _Builder(batch, 3, image_size)
-    index = 0
-    for stage, (width, convs) in enumerate([(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)]):
+    layers, channels = [], 3
+    for width, convs in [(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)]:
         for _ in range(convs):
-            b.conv("features.%d" % index, width, 3, 1, 1, bias=True, act="relu")
-            index += 2
-        b.pool("features.%d" % index, 2, 2)
-        index += 1
-    b.adaptive_avg("avgpool", 7)
-    b.fc("classifier.0", 4096, act="relu")
-    if dropout:
-        b.dropout("classifier.2", 0.5)
-    b.fc("classifier.3", 4096, act="relu")
-    if dropout:
-        b.dropout("classifier.5", 0.5)
-    b.fc("classifier.6", classes)
-    return b.finish(train)
+            layers += [nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(inplace=True)]
+            channels = width
+        layers.append(nn.MaxPool2d(2, 2))
+    shape = [batch, 3, image_size, image_size]
+    model = _Classifier(nn.Sequential(*layers), 7, (4096, 4096), classes, dropout, shape)
+    return _finish(model, shape, train)
+
+
+class _BasicBlock(nn.Module):
+    """torchvision's BasicBlock: two 3x3 convolutions with BatchNorm, a shortcut."""
+    expansion = 1
+
+    def __init__(self, channels, width, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, width, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(width, width, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.downsample = _downsample(channels, width, stride)
+
+    def forward(self, x):
+        out = self.bn2(self.conv2(self.relu1(self.bn1(self.conv1(x)))))
+        identity = x if self.downsample is None else self.downsample(x)
+        return F.relu(out + identity)
+
+
+class _Bottleneck(nn.Module):
+    """torchvision's Bottleneck: 1x1 down, 3x3 (with the stride), 1x1 up to 4x, a shortcut."""
+    expansion = 4
+
+    def __init__(self, channels, width, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.relu2 = nn.ReLU(inplace=True)
+        self.conv3 = nn.Conv2d(width, width * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(width * 4)
+        self.downsample = _downsample(channels, width * 4, stride)
+
+    def forward(self, x):
+        out = self.relu1(self.bn1(self.conv1(x)))
+        out = self.bn3(self.conv3(self.relu2(self.bn2(self.conv2(out)))))
+        identity = x if self.downsample is None else self.downsample(x)
+        return F.relu(out + identity)
+
+
+def _downsample(channels, out, stride):
+    if stride == 1 and channels == out:
+        return None
+    return nn.Sequential(nn.Conv2d(channels, out, 1, stride, bias=False), nn.BatchNorm2d(out))
+
+
+class _ResNet(nn.Module):
+    """torchvision's ResNet: a 7x7 stem, four stages of blocks, global pooling, fc."""
+
+    def __init__(self, block, blocks, classes):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        channels = 64
+        for stage, count in enumerate(blocks):
+            width, layers = 64 * 2 ** stage, []
+            for i in range(count):
+                layers.append(block(channels, width, 2 if i == 0 and stage > 0 else 1))
+                channels = width * block.expansion
+            setattr(self, "layer%d" % (stage + 1), nn.Sequential(*layers))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(self.avgpool(x))    # Linear flattens (N, C, 1, 1) itself
 
 
 def _resnet(blocks, bottleneck, batch, image_size, classes, train):
-    b = _Builder(batch, 3, image_size)
-    b.conv("conv1", 64, 7, 2, 3)
-    b.bn("bn1")
-    b.act("relu")
-    x = b.pool("maxpool", 3, 2, 1)
-    expansion = 4 if bottleneck else 1
-    for stage, count in enumerate(blocks):
-        width = 64 * 2 ** stage
-        for i in range(count):
-            p = "layer%d.%d" % (stage + 1, i)
-            stride = 2 if (i == 0 and stage > 0) else 1
-            cin, size_in = b.channels, b.size
-            if bottleneck:
-                b.conv(p + ".conv1", width, 1, src=x)
-                b.bn(p + ".bn1")
-                b.act(p + ".relu1")
-                b.conv(p + ".conv2", width, 3, stride, 1)
-                b.bn(p + ".bn2")
-                b.act(p + ".relu2")
-                b.conv(p + ".conv3", width * 4, 1)
-                main = b.bn(p + ".bn3")
-            else:
-                b.conv(p + ".conv1", width, 3, stride, 1, src=x)
-                b.bn(p + ".bn1")
-                b.act(p + ".relu1")
-                b.conv(p + ".conv2", width, 3, 1, 1)
-                main = b.bn(p + ".bn2")
-            shortcut = x
-            if stride != 1 or cin != width * expansion:
-                cout, size_out = b.channels, b.size
-                b.channels, b.size = cin, size_in
-                b.conv(p + ".downsample.0", width * expansion, 1, stride, src=x)
-                shortcut = b.bn(p + ".downsample.1")
-                b.channels, b.size = cout, size_out
-            x = b.cfg.add("Elementwise", name=p + ".add", inputs=[main, shortcut],
-                          options={"operation": "sum", "activation": "relu"})
-    b.cfg.add("GlobalPooling", name="avgpool", options={"mode": "avg"})
-    b.size = 1
-    b.fc("fc", classes)
-    return b.finish(train)
+    model = _ResNet(_Bottleneck if bottleneck else _BasicBlock, blocks, classes)
+    return _finish(model, [batch, 3, image_size, image_size], train)
 
 
 def resnet18(batch=16, image_size=224, classes=1000, train=True):
@@ -209,45 +251,54 @@ def resnet50(batch=16, image_size=224, classes=1000, train=True):
     return _resnet([3, 4, 6, 3], True, batch, image_size, classes, train)
 
 
+class _ConvBNReLU6(nn.Sequential):
+    """torchvision's Conv2dNormActivation as MobileNetV2 uses it."""
+
+    def __init__(self, channels, out, kernel, stride=1, groups=1):
+        super().__init__(nn.Conv2d(channels, out, kernel, stride, (kernel - 1) // 2, groups=groups,
+                                   bias=False),
+                         nn.BatchNorm2d(out), nn.ReLU6(inplace=True))
+
+
+class _InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expansion by ``ratio`` (none at 1), 3x3 depthwise, 1x1
+    projection without activation; the input added where the shapes agree."""
+
+    def __init__(self, channels, out, stride, ratio):
+        super().__init__()
+        hidden = channels * ratio
+        layers = [_ConvBNReLU6(channels, hidden, 1)] if ratio != 1 else []
+        layers += [_ConvBNReLU6(hidden, hidden, 3, stride, groups=hidden),
+                   nn.Conv2d(hidden, out, 1, bias=False), nn.BatchNorm2d(out)]
+        self.conv = nn.Sequential(*layers)
+        self.residual = stride == 1 and channels == out
+
+    def forward(self, x):
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+class _MobileNetV2(nn.Module):
+    def __init__(self, classes, dropout):
+        super().__init__()
+        layers, channels = [_ConvBNReLU6(3, 32, 3, 2)], 32
+        for ratio, out, count, stride in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2),
+                                          (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                                          (6, 320, 1, 1)]:
+            for i in range(count):
+                layers.append(_InvertedResidual(channels, out, stride if i == 0 else 1, ratio))
+                channels = out
+        layers.append(_ConvBNReLU6(channels, 1280, 1))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(_dropout(0.2, dropout), nn.Linear(1280, classes))
+
+    def forward(self, x):
+        return self.classifier(self.avgpool(self.features(x)))
+
+
 def mobilenet_v2(batch=16, image_size=224, classes=1000, train=True, dropout=False):
     """torchvision's MobileNetV2 (width 1.0): inverted residuals with ReLU6."""
-    b = _Builder(batch, 3, image_size)
-    b.conv("features.0.0", 32, 3, 2, 1)
-    b.bn("features.0.1")
-    x = b.act("features.0.2", "relu6")
-    index = 1
-    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
-        for i in range(n):
-            stride = s if i == 0 else 1
-            p = "features.%d.conv" % index
-            cin, hidden = b.channels, b.channels * t
-            layer = 0
-            src = x
-            if t != 1:
-                b.conv("%s.%d.0" % (p, layer), hidden, 1, src=src)
-                b.bn("%s.%d.1" % (p, layer))
-                b.act("%s.%d.2" % (p, layer), "relu6")
-                layer, src = layer + 1, None
-            b.conv("%s.%d.0" % (p, layer), hidden, 3, stride, 1, groups=hidden, src=src)
-            b.bn("%s.%d.1" % (p, layer))
-            b.act("%s.%d.2" % (p, layer), "relu6")
-            b.conv("%s.%d" % (p, layer + 1), c, 1)
-            out = b.bn("%s.%d" % (p, layer + 2))
-            if stride == 1 and cin == c:
-                out = b.cfg.add("Elementwise", name="features.%d.add" % index, inputs=[x, out],
-                                options={"operation": "sum"})
-            x = out
-            index += 1
-    b.conv("features.18.0", 1280, 1)
-    b.bn("features.18.1")
-    b.act("features.18.2", "relu6")
-    b.cfg.add("GlobalPooling", name="avgpool", options={"mode": "avg"})
-    b.size = 1
-    if dropout:
-        b.dropout("classifier.0", 0.2)
-    b.fc("classifier.1", classes)
-    return b.finish(train)
+    return _finish(_MobileNetV2(classes, dropout), [batch, 3, image_size, image_size], train)
 
 
 def _seq_linear(cfg, name, x, length, inputs, outputs, params=None):

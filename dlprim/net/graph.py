@@ -125,7 +125,9 @@ def _list(d, key):
 
 class Graph:
     """Checked graph: ``inputs`` {name: (shape, dtype, requires_grad)}, ``outputs`` [names],
-    ``loss_weights`` {name: weight}, ``ops`` [OpDef], ``values`` [Value], ``latest`` {name: id}.
+    ``loss_weights`` {name: weight}, ``ops`` [OpDef], ``values`` [Value], ``latest`` {name: id},
+    ``meta`` (the optional top-level object of facts for programs that use the net, such
+    as the preprocessing dlprim-predict reads from a deploy file; the Net ignores it).
 
     Errors about the structure name their place in the JSON, as ``inputs[0].shape[1]`` or
     ``operators[3].options``, and the input or operator when it has a name.
@@ -135,10 +137,14 @@ class Graph:
     def __init__(self, d):
         if not isinstance(d, dict):
             raise GraphError("a net must be a JSON object, got %s" % type(d).__name__)
-        unknown = set(d) - {"inputs", "outputs", "operators"}
+        unknown = set(d) - {"inputs", "outputs", "operators", "meta"}
         if unknown:
             raise GraphError("unknown top-level key%s %s" % ("s" if len(unknown) > 1 else "",
                                                             ", ".join(sorted(map(repr, unknown)))))
+        meta = d.get("meta")
+        if meta is not None and not isinstance(meta, dict):
+            raise GraphError("meta must be an object, got %s" % _shown(meta))
+        self.meta = dict(meta or {})
         self.values, self.latest, self.inputs, self.input_values = [], {}, {}, {}
         for i, spec in enumerate(_list(d, "inputs")):
             name, shape, dtype, requires_grad = self._input(i, spec)
@@ -261,7 +267,10 @@ class Graph:
         outs = [n if (n not in self.loss_weights or
                       (n.startswith("loss") and self.loss_weights[n] == 1.0))
                 else {"name": n, "loss_weight": self.loss_weights[n]} for n in self.outputs]
-        return {"inputs": ins, "outputs": outs, "operators": [op.to_dict() for op in self.ops]}
+        d = {"inputs": ins, "outputs": outs, "operators": [op.to_dict() for op in self.ops]}
+        if self.meta:
+            d["meta"] = dict(self.meta)
+        return d
 
 
 def load_graph(source):

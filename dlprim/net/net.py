@@ -42,7 +42,12 @@ if TYPE_CHECKING:
 class Net:
     """A graph of layers with parameters, gradients and planned memory on one Context."""
 
-    def __init__(self, ctx: "Context", graph: Any = None, mode: str = TRAIN, seed: int = 0) -> None:
+    def __init__(self, ctx: "Context", graph: Any = None, mode: str = TRAIN, seed: int = 0,
+                 input_shape: Any = None, loss: Union[str, None] = None) -> None:
+        """``graph``: a NetConfig, dict, JSON text or file path, or a dlprim.nn model, which
+        needs ``input_shape`` (its input ``data``, batch first) and may take ``loss``
+        ("cross_entropy" ...: see ``Module.netconfig``). With a graph, the net is set up
+        and its parameters initialised from ``seed``."""
         self.ctx = ctx
         self._mode = _check_mode(mode)
         self._keep = False
@@ -50,6 +55,7 @@ class Net:
         self.layers = []
         self._plans = {}
         self._ready = False
+        graph = _model_graph(graph, input_shape, loss)
         if graph is not None:
             self.load(graph)
             self.setup()
@@ -399,6 +405,22 @@ def _check_mode(mode):
     if mode not in (TRAIN, PREDICT):
         raise ValueError("mode must be %r or %r, got %r" % (TRAIN, PREDICT, mode))
     return mode
+
+
+def _model_graph(graph, input_shape, loss):
+    """A dlprim.nn model (anything with ``netconfig``) as its NetConfig; other graphs as
+    they are, which declare their own inputs and outputs."""
+    if callable(getattr(graph, "netconfig", None)):
+        if input_shape is None:
+            raise GraphError("Net: a %s model has no input shape of its own; pass input_shape="
+                             "[batch, ...], e.g. dp.Net(ctx, model, input_shape=[64, 1, 28, 28])"
+                             % type(graph).__name__)
+        return graph.netconfig(input_shape, loss=loss)
+    if input_shape is not None or loss is not None:
+        given = "no graph" if graph is None else "a " + type(graph).__name__
+        raise GraphError("Net: input_shape and loss are for dlprim.nn models, not for %s (a "
+                         "graph declares its own inputs and outputs)" % given)
+    return graph
 
 
 def _call_layer(layer, op, method, arg):

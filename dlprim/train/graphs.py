@@ -80,3 +80,24 @@ def deploy_graph(graph, batch=1):
                    if i["name"] != label]
     g["outputs"] = ["prob"]
     return g
+
+
+RANDOM_TRANSFORMS = {"random_crop", "flip"}  # training-time augmentation, not preprocessing
+
+
+def deploy_meta(data, weights, data_name, labels=None):
+    """The deploy graph's ``meta``: what dlprim-predict needs beside the net to classify
+    an image file as validation did. ``data``: the checked config's data section;
+    ``weights``: the weights file beside the deploy file; ``labels``: class names.
+
+    ``transforms`` are the validation data's (the training data's without its random
+    ones when there is no validation data); ``scale`` is the pixel scale (null: uint8
+    pixels / 255)."""
+    entry = data.get("val") or data["train"]
+    meta = {"weights": weights, "input": data_name, "output": "prob",
+            "scale": entry.get("scale"),
+            "transforms": [dict(t) for t in entry.get("transforms") or []
+                           if t.get("type") not in RANDOM_TRANSFORMS]}
+    if labels:
+        meta["labels"] = [str(n) for n in labels]
+    return meta

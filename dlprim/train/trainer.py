@@ -24,7 +24,7 @@ from ..net import PREDICT, TRAIN, Net
 from ..solvers import create_solver
 from ..utils import atomic_write
 from . import checkpoint, metrics, run_folder
-from .graphs import deploy_graph, loss_parts, training_graph, with_logits_output
+from .graphs import deploy_graph, deploy_meta, loss_parts, training_graph, with_logits_output
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +190,8 @@ class Trainer:
     def _save_model(self, name):
         self.net.save_parameters(os.path.join(self.out, name + ".dlp"))
         deploy = deploy_graph(self.graph)
+        deploy["meta"] = deploy_meta(self.cfg["data"], name + ".dlp", self.data_name,
+                                     getattr(self.train_loader.source, "classes", None))
         atomic_write(os.path.join(self.out, name + "-deploy.json"),
                      lambda f: f.write(json.dumps(deploy, indent=1).encode()))
 

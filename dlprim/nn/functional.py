@@ -1,0 +1,81 @@
+"""``dlprim.nn.functional``: PyTorch's functional names over dlprim.nn Values, for use in
+a ``forward``. Each call adds one operator, named after the function inside the calling
+module's path ("layer1.0.add"); ``name=`` gives another name.
+
+Arithmetic (``add``, ``sub``, ``mul``, ``div``, ``matmul``) combines two Values with numpy
+broadcasting; ``x + y`` and ``x @ y`` are the same calls.
+"""
+from .ops import (add, cat, div, dropout, flatten, hardtanh, log_softmax, matmul, mul,
+                  permute, reshape, softmax, sub, transpose)
+from .ops import activation as _activation
+from .pooling import (adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d)
+
+__all__ = ["relu", "relu6", "sigmoid", "tanh", "gelu", "silu", "leaky_relu", "elu", "hardswish",
+           "hardsigmoid", "mish", "softplus", "hardtanh", "add", "sub", "mul", "div", "matmul",
+           "cat", "concat", "flatten", "reshape", "permute", "transpose", "softmax",
+           "log_softmax", "dropout", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+           "adaptive_max_pool2d"]
+
+concat = cat
+
+
+def relu(x, inplace=False, name=None):
+    """max(x, 0)."""
+    return _activation(x, "relu", inplace, name)
+
+
+def relu6(x, inplace=False, name=None):
+    """min(max(x, 0), 6)."""
+    return _activation(x, "relu6", inplace, name)
+
+
+def sigmoid(x, name=None):
+    """1 / (1 + exp(-x))."""
+    return _activation(x, "sigmoid", False, name)
+
+
+def tanh(x, name=None):
+    """tanh(x)."""
+    return _activation(x, "tanh", False, name)
+
+
+def gelu(x, approximate="none", name=None):
+    """x * Phi(x); ``approximate="tanh"`` for the tanh formula."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError("gelu approximate must be 'none' or 'tanh', got %r" % (approximate,))
+    return _activation(x, "gelu" if approximate == "none" else "gelu_tanh", False, name)
+
+
+def silu(x, inplace=False, name=None):
+    """x * sigmoid(x)."""
+    return _activation(x, "silu", inplace, name)
+
+
+def leaky_relu(x, negative_slope=0.01, inplace=False, name=None):
+    """x for x > 0, else negative_slope * x."""
+    return _activation(x, "leaky_relu", inplace, name, negative_slope=negative_slope)
+
+
+def elu(x, alpha=1.0, inplace=False, name=None):
+    """x for x > 0, else alpha * (exp(x) - 1)."""
+    return _activation(x, "elu", inplace, name, alpha=alpha)
+
+
+def hardswish(x, inplace=False, name=None):
+    """x * relu6(x + 3) / 6."""
+    return _activation(x, "hardswish", inplace, name)
+
+
+def hardsigmoid(x, inplace=False, name=None):
+    """relu6(x + 3) / 6."""
+    return _activation(x, "hardsigmoid", inplace, name)
+
+
+def mish(x, inplace=False, name=None):
+    """x * tanh(softplus(x))."""
+    return _activation(x, "mish", inplace, name)
+
+
+def softplus(x, beta=1.0, threshold=20.0, name=None):
+    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold."""
+    return _activation(x, "softplus", False, name, beta=beta, threshold=threshold)
