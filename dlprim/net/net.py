@@ -28,7 +28,7 @@ from ..layers.base import PREDICT, TRAIN, LayerError, TensorSpec
 from ..tensor import Tensor
 from ..utils import shape_problem
 from . import inputs as inputs_rules
-from . import weights
+from . import prediction, weights
 from .execution_plan import ExecutionPlan
 from .graph import GraphError, load_graph, load_graph_file, parse_json
 from .parameters import ParamStore
@@ -55,6 +55,8 @@ class Net:
         self.layers = []
         self._plans = {}
         self._ready = False
+        self._shared_params = None  # a predict-mode copy's view of another net's parameters
+        self._prediction = None  # the predict-mode copy behind predict(), made on first use
         graph = _model_graph(graph, input_shape, loss)
         if graph is not None:
             self.load(graph)
@@ -100,7 +102,9 @@ class Net:
         for op, layer in zip(g.ops, self.layers):
             self._setups.append(self._setup_layer(op, layer))
         self._setups_mode = self._mode
-        self.store = ParamStore(self.ctx, g.ops, [list(st.params) for st in self._setups])
+        specs = [list(st.params) for st in self._setups]
+        self.store = (ParamStore(self.ctx, g.ops, specs) if self._shared_params is None
+                      else self._shared_params.checked(g.ops, specs))
         self._alloc_inputs()
         self._plans = {}
         self._plan()
@@ -269,6 +273,41 @@ class Net:
             t.to_device(inputs_rules.converted(n, a, t.dtype, who), wait=False)
         self.forward()
         return {n: self.tensor(n).to_host() for n in self.graph.outputs}
+
+    def predict(self, **inputs: np.ndarray) -> Dict[str, np.ndarray]:
+        """{prediction name: numpy array} for inputs given by name, at inference.
+
+        The predictions are the net's outputs that are not losses; a net whose outputs
+        are all losses (a training net) predicts what its losses read first, under that
+        name: the logits of a SoftmaxWithLoss (``dlprim.net.prediction`` says why no
+        softmax is added). Labels are not asked for (given ones are ignored) and the
+        operators that only feed a loss or read labels do not run.
+
+        They run on a copy of the net planned in predict mode (BatchNorm running
+        statistics, no dropout) that shares this net's parameter arena: it is made on
+        first use (and after ``setup``), reads the current weights, writes no parameter
+        or statistic, and leaves this net's mode, plans and input tensors as they were,
+        so training goes on afterwards as if nothing ran. Any number of rows: up to this
+        net's planned batch at once (fewer re-plan the copy), more in batches of that size.
+        """
+        self._need_setup()
+        copy = self._prediction_net()
+        first = self.tensor(copy.input_names[0]).shape if copy.input_names else ()
+        batch = first[0] if first else 1
+        return prediction.predict_rows(copy, inputs, self.input_names, batch)
+
+    def _prediction_net(self):
+        """The predict-mode copy behind ``predict``, over this net's parameter store."""
+        copy = self._prediction
+        if copy is None or copy.store.source is not self.store:
+            part = prediction.prediction_graph(
+                self.graph, {n: self.tensor(n).shape for n in self.input_names})
+            copy = Net(self.ctx, mode=PREDICT)
+            copy.load(part.graph)
+            copy._shared_params = prediction.SharedParams(self.store, part.ops)
+            copy.setup()
+            self._prediction = copy
+        return copy
 
     # ----- tensors
     @property
