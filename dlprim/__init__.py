@@ -12,7 +12,8 @@ __version__ = "0.1.0"
 _NAMES = {"Context": "context", "ExecutionContext": "context", "DeviceError": "context",
           "list_devices": "context", "Tensor": "tensor", "KernelBuildError": "kernels.program",
           "Net": "net", "NetConfig": "net", "TRAIN": "net", "PREDICT": "net",
-          "SGD": "solvers", "Adam": "solvers", "AdamW": "solvers", "Error": "errors"}
+          "SGD": "solvers", "Adam": "solvers", "AdamW": "solvers", "Error": "errors",
+          "fit": "train.fitting", "evaluate": "train.fitting"}
 SUBMODULES = ("cli", "context", "core", "data", "dtypes", "errors", "kernels", "layers",
               "lr_schedules", "models", "net", "nn", "onnx", "plot", "solvers", "tensor", "train",
               "utils")

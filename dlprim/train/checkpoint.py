@@ -193,12 +193,16 @@ _STATE = {
     "position": (_count, "an integer >= 0"),
     "step": (_count, "an integer >= 0"),
     "seed": (_count, "an integer >= 0"),
-    "best_acc": (lambda v: v is None or _number(v), "a finite number or null"),
     "partial": (lambda v: isinstance(v, list) and len(v) == 3 and all(map(_number, v)),
                 "[loss sum, correct, seen]: three finite numbers"),
     "schedule": (lambda v: v is None or isinstance(v, dict), "an object or null"),
     "metrics": (lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v),
                 "a list of objects (one per epoch)"),
+}
+# entries that older checkpoints lack: the loop recomputes them from the metrics rows
+_OPTIONAL_STATE = {
+    "best": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "early_stopping": (lambda v: v is None or isinstance(v, dict), "an object or null"),
 }
 
 
@@ -209,8 +213,10 @@ def load_state(folder):
     state = _read_json(path)
     if not isinstance(state, dict):
         raise CheckpointError("%s: must be a JSON object, got %s" % (path, json.dumps(state)[:80]))
-    for key, (test, what) in _STATE.items():
+    for key, (test, what) in list(_STATE.items()) + list(_OPTIONAL_STATE.items()):
         if key not in state:
+            if key in _OPTIONAL_STATE:
+                continue
             raise CheckpointError("%s: %r missing" % (path, key))
         if not test(state[key]):
             raise CheckpointError("%s: %r must be %s, got %s"

@@ -13,6 +13,7 @@ import os
 
 from ..errors import Error
 from ..utils import is_int
+from .callbacks import EarlyStopping, metric_problem
 from .config_check import Checker
 from .config_data import DATA_TYPES, check_data, sample_count
 
@@ -22,7 +23,7 @@ DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "out": "runs",
             "resume": None, "force": False, "plot": True, "progress": True, "metrics": "csv",
             "tensorboard": False,
             "stop_on_nonfinite": True, "checkpoint": {"every": 1, "keep": 2, "best": True},
-            "schedule": None}
+            "schedule": None, "early_stopping": None, "best_metric": None}
 _TOP = ["net", "data", "solver"] + list(DEFAULTS)
 
 
@@ -184,6 +185,31 @@ def _checkpoint(c, value):
     return ckpt
 
 
+def _followed(c, path, metric, data):
+    """A metric to follow (early stopping, the best model): a known name, and one that
+    this run computes (``val_*`` need data.val)."""
+    problem = metric_problem(metric)
+    if problem:
+        c.bad(path, problem)
+    elif metric.startswith("val_") and isinstance(data, dict) and data.get("val") is None:
+        c.bad(path, "%r needs validation data (data.val); follow %r or add data.val"
+              % (metric, metric[4:]))
+
+
+def _early_stopping(c, value, data):
+    """null (off) or {monitor, patience, min_delta, mode}: the options of
+    ``dlprim.train.EarlyStopping`` with its defaults and rules."""
+    if value is None:
+        return None
+    early = dict(EarlyStopping.OPTIONS, **c.fields("early_stopping", value,
+                                                    list(EarlyStopping.OPTIONS)))
+    for name, message in EarlyStopping.problems(early):
+        if name != "monitor":
+            c.bad("early_stopping." + name, message)
+    _followed(c, "early_stopping.monitor", early["monitor"], data)
+    return early
+
+
 def _scalars(c, cfg, names, prefix=""):
     """Check the top-level scalar fields in ``names``; ``prefix`` "--" names CLI flags."""
     label = (lambda n: "%s%s" % (prefix, n)) if prefix else (lambda n: n)
@@ -233,6 +259,9 @@ def validate_config(raw, base_dir=".", source=None):
                   "installed: pip install 'dlprim[tensorboard]'")
     c.choice("metrics", cfg["metrics"], ["csv", "jsonl"])
     cfg["schedule"] = _schedule(c, cfg["schedule"], cfg["epochs"])
+    cfg["early_stopping"] = _early_stopping(c, cfg["early_stopping"], top.get("data"))
+    if cfg["best_metric"] is not None:
+        _followed(c, "best_metric", cfg["best_metric"], top.get("data"))
     _useless(c, cfg)
     if c.problems:
         raise ConfigError(c.problems, source)

@@ -13,12 +13,14 @@ FIELDS = ["epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "seco
 class MetricsLog:
     """The per-epoch rows of a run, rewritten to ``metrics.csv`` (or ``.jsonl``) after each;
     with ``tensorboard``, also written as TensorBoard scalars (tensorboardX) under
-    ``tensorboard/`` (each field against the epoch)."""
+    ``tensorboard/`` (each field against the epoch). With ``out_dir`` None the rows are
+    only kept (``path`` is None)."""
     def __init__(self, out_dir, kind="csv", tensorboard=False):
         self.kind = kind
-        self.path = os.path.join(out_dir, "metrics." + kind)
+        self.path = os.path.join(out_dir, "metrics." + kind) if out_dir is not None else None
         self.rows = []
-        self.events = os.path.join(out_dir, "tensorboard") if tensorboard else None
+        self.events = (os.path.join(out_dir, "tensorboard") if tensorboard and out_dir is not None
+                       else None)
 
     def restore(self, rows):
         """Start from the rows of a checkpoint (when resuming)."""
@@ -27,7 +29,8 @@ class MetricsLog:
     def add(self, row):
         """Append one epoch's row (the FIELDS) and rewrite the file atomically."""
         self.rows.append({k: row.get(k) for k in FIELDS})
-        self._write()
+        if self.path is not None:
+            self._write()
         if self.events:
             self._scalars(self.rows[-1])
 
