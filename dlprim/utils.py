@@ -1,6 +1,8 @@
 """Small helpers every part uses, depending on nothing but the error family: atomic file
 writes, the check before opening a file, integer rounding (grid sizes, alignment, tile
-counts) and the test of what counts as a size."""
+counts), the test of what counts as a size, and the list of unknown names with the nearest
+known spelling of each."""
+import difflib
 import numbers
 import os
 import secrets
@@ -9,7 +11,7 @@ import stat
 from .errors import MissingFileError
 
 __all__ = ["atomic_write", "fsync_dir", "ceil_div", "round_up", "is_int", "shape_problem",
-           "check_regular_file"]
+           "check_regular_file", "unknown_names"]
 
 
 def is_int(value):
@@ -30,6 +32,16 @@ def shape_problem(shape, what):
         if n < 0:
             return "%s[%d] is %d, a size must not be negative" % (what, i, n)
     return None
+
+
+def unknown_names(names, known):
+    """``'a' (did you mean 'b'?), 'c'``: each of ``names`` quoted, with the nearest of
+    ``known`` where one is close, for errors about keys or options nobody knows."""
+    shown = []
+    for name in names:
+        near = difflib.get_close_matches(str(name), [str(k) for k in known], 1)
+        shown.append("%r%s" % (name, " (did you mean %r?)" % near[0] if near else ""))
+    return ", ".join(shown)
 
 
 def ceil_div(a, b):

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..dtypes import as_dtype
 from ..errors import Error
-from ..utils import is_int, shape_problem
+from ..utils import is_int, shape_problem, unknown_names
 
 __all__ = ["Layer", "LayerError", "TensorSpec", "ParamSpec", "LayerFlags", "Setup", "register",
            "create", "REGISTRY", "run", "TRAIN", "PREDICT"]
@@ -184,8 +184,10 @@ class Layer:
         """Set ``self.options`` from the JSON options and OPTIONS' defaults; unknown ones fail."""
         unknown = sorted(set(options) - set(self.OPTIONS))
         if unknown:
+            # DLPrimitives ignores an option it does not know, so a misspelled one would
+            # silently leave the default: refuse it, with the nearest known spelling
             self.fail("unknown option%s %s; known options: %s"
-                      % ("s" if len(unknown) > 1 else "", ", ".join(map(repr, unknown)),
+                      % ("s" if len(unknown) > 1 else "", unknown_names(unknown, self.OPTIONS),
                          ", ".join(sorted(self.OPTIONS)) or "none"))
         self.options = {k: options.get(k, v) for k, v in self.OPTIONS.items()}
 

@@ -4,6 +4,12 @@ A graph is ``inputs`` ([{name, shape, dtype}]), ``outputs`` (names, or {name,
 loss_weight}; names starting with "loss" are losses of weight 1) and ``operators``
 ([{name, type, inputs, outputs, options, params, frozen}]) run in the listed order.
 
+Where DLPrimitives' loader (Net::load_from_json, Net::add_operator) is lenient by design,
+so is this one: an input without ``name`` is ``data``, and in ``params`` an entry ``"auto"``
+or ``""`` is the default name ``<op>.<i>`` and a list shorter than the layer's parameters
+is padded with default names. A key it would ignore (a misspelling) is an error here,
+with the nearest known spelling.
+
 An operator may write a name it reads (in place). Each write makes a new *value*, so a
 name can stand for several values over time: an operator reads the latest value of each
 input name. Whether the new value shares the old one's memory is the planner's decision
@@ -17,10 +23,13 @@ import os
 
 from ..dtypes import DTYPES
 from ..errors import Error
-from ..utils import check_regular_file, shape_problem
+from ..utils import check_regular_file, shape_problem, unknown_names
 
 __all__ = ["Graph", "OpDef", "Value", "load_graph", "load_graph_file", "parse_json",
-           "GraphError"]
+           "GraphError", "DEFAULT_INPUT_NAME", "AUTO_PARAM_NAMES"]
+
+DEFAULT_INPUT_NAME = "data"      # an input without a name, as DLPrimitives
+AUTO_PARAM_NAMES = ("auto", "")  # a params entry that asks for the default <op>.<i>
 
 
 class GraphError(Error, ValueError):
@@ -57,11 +66,7 @@ class OpDef:
             raise GraphError("operator #%d has no name: %s.name is %s"
                              % (index, at, _shown(self.name)))
         who = "operator '%s': %s" % (self.name, at)  # the name, then the place in the JSON
-        unknown = set(d) - set(self.KEYS)
-        if unknown:
-            raise GraphError("%s: unknown key%s %s; known: %s" % (
-                who, "s" if len(unknown) > 1 else "",
-                ", ".join(sorted(map(repr, unknown))), ", ".join(self.KEYS)))
+        _check_keys(d, self.KEYS, who)
         self.type = d.get("type")
         if not isinstance(self.type, str) or not self.type:
             raise GraphError("%s.type: no type, got %s" % (who, _shown(self.type)))
@@ -73,10 +78,24 @@ class OpDef:
                              % (who, _shown(options)))
         self.options = dict(options or {})
         params = d.get("params")
-        self.params = None if params is None else _names(params, who + ".params")
+        self.params = None if params is None else _names(params, who + ".params",
+                                                        allowed=AUTO_PARAM_NAMES)
         self.frozen = _flag(d.get("frozen", False), who + ".frozen")
         if len(set(self.outputs)) != len(self.outputs):
             raise GraphError("operator '%s' lists an output twice: %s" % (self.name, self.outputs))
+
+    def param_names(self, count):
+        """The names of this operator's ``count`` parameters: ``params`` with ``"auto"``
+        and ``""`` entries, and the entries a short list lacks, named ``<op>.<i>``
+        (DLPrimitives' rule); more names than parameters is an error."""
+        given = list(self.params or [])
+        if len(given) > count:
+            raise GraphError("operator '%s' lists %d params (%s) but its %s layer has %d"
+                             % (self.name, len(given), ", ".join(map(repr, given)), self.type,
+                                count))
+        given += [""] * (count - len(given))
+        return ["%s.%d" % (self.name, i) if n in AUTO_PARAM_NAMES else n
+                for i, n in enumerate(given)]
 
     def to_dict(self):
         d = {"name": self.name, "type": self.type, "inputs": list(self.inputs),
@@ -98,13 +117,25 @@ def _shown(value):
     return "%s %s" % (type(value).__name__, text)
 
 
-def _names(items, what):
+def _names(items, what, allowed=()):
+    """``items`` checked as a list of non-empty names (or members of ``allowed``)."""
     if isinstance(items, str) or not isinstance(items, (list, tuple)):
         raise GraphError("%s must be a list of names, got %s" % (what, _shown(items)))
     for i, n in enumerate(items):
-        if not isinstance(n, str) or not n:
-            raise GraphError("%s[%d]: %r is not a tensor name" % (what, i, n))
+        if not isinstance(n, str) or not (n or n in allowed):
+            raise GraphError("%s[%d]: %r is not a %s name"
+                             % (what, i, n, "parameter" if allowed else "tensor"))
     return list(items)
+
+
+def _check_keys(d, known, who):
+    """A GraphError naming every key of ``d`` not in ``known``, each with the nearest known
+    one (DLPrimitives ignores such keys, so a misspelling would silently change the net)."""
+    unknown = sorted(str(k) for k in d if k not in known)
+    if unknown:
+        raise GraphError("%s: unknown key%s %s; known: %s" % (
+            who, "s" if len(unknown) > 1 else "", unknown_names(unknown, known),
+            ", ".join(known)))
 
 
 def _flag(value, where):
@@ -137,10 +168,7 @@ class Graph:
     def __init__(self, d):
         if not isinstance(d, dict):
             raise GraphError("a net must be a JSON object, got %s" % type(d).__name__)
-        unknown = set(d) - {"inputs", "outputs", "operators", "meta"}
-        if unknown:
-            raise GraphError("unknown top-level key%s %s" % ("s" if len(unknown) > 1 else "",
-                                                            ", ".join(sorted(map(repr, unknown)))))
+        _check_keys(d, ("inputs", "outputs", "operators", "meta"), "the net's top level")
         meta = d.get("meta")
         if meta is not None and not isinstance(meta, dict):
             raise GraphError("meta must be an object, got %s" % _shown(meta))
@@ -174,18 +202,16 @@ class Graph:
         if not isinstance(spec, dict):
             raise GraphError("%s must be an object {name, shape, dtype}, got %s"
                              % (at, _shown(spec)))
-        name = spec.get("name")
+        name = spec.get("name", DEFAULT_INPUT_NAME)
         if not isinstance(name, str) or not name:
             raise GraphError("net input %s has no name: %s.name is %s"
                              % (at, at, _shown(name)))
         if name in self.inputs:
-            raise GraphError("net input '%s' listed twice" % name)
+            raise GraphError("net input '%s' listed twice%s" % (
+                name, "" if "name" in spec else
+                " (%s has no name, so it is '%s')" % (at, DEFAULT_INPUT_NAME)))
         who = "net input '%s': %s" % (name, at)  # the name, then the place in the JSON
-        unknown = set(spec) - set(self.INPUT_KEYS)
-        if unknown:
-            raise GraphError("%s: unknown key%s %s; known: %s" % (
-                who, "s" if len(unknown) > 1 else "", ", ".join(sorted(map(repr, unknown))),
-                ", ".join(self.INPUT_KEYS)))
+        _check_keys(spec, self.INPUT_KEYS, who)
         if "shape" not in spec:
             raise GraphError("%s.shape: no shape" % who)
         problem = shape_problem(spec["shape"], at + ".shape")
@@ -203,10 +229,7 @@ class Graph:
         """(name, loss_weight or None) of ``outputs[i]``: a name or {name, loss_weight}."""
         at = "outputs[%d]" % i
         if isinstance(out, dict):
-            unknown = set(out) - {"name", "loss_weight"}
-            if unknown:
-                raise GraphError("%s: unknown key%s %s; known: name, loss_weight" % (
-                    at, "s" if len(unknown) > 1 else "", ", ".join(sorted(map(repr, unknown)))))
+            _check_keys(out, ("name", "loss_weight"), at)
             name, weight = out.get("name"), out.get("loss_weight")
         else:
             name, weight = out, None

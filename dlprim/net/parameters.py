@@ -5,7 +5,8 @@ them all with one launch over ``[0, trainable_size)``; frozen and non-trainable 
 (BatchNorm running statistics) follow. Each parameter starts at a multiple of
 ``ALIGN`` elements; the padding stays zero in both arenas.
 
-Names are ``<op>.<i>`` unless the operator lists ``params``; operators naming the same
+Names are ``<op>.<i>`` unless the operator lists ``params`` (``OpDef.param_names``:
+``"auto"``, ``""`` and missing entries keep ``<op>.<i>``); operators naming the same
 parameter share one tensor (shapes must agree).
 """
 from collections import OrderedDict
@@ -27,11 +28,7 @@ class ParamStore:
         entries = OrderedDict()  # name -> [shape, trainable, first op]
         self.op_param_names = []
         for op, specs in zip(ops, param_specs):
-            names = op.params if op.params is not None else \
-                ["%s.%d" % (op.name, j) for j in range(len(specs))]
-            if len(names) != len(specs):
-                raise GraphError("operator '%s' lists %d params (%s) but its %s layer has %d"
-                                 % (op.name, len(names), ", ".join(names), op.type, len(specs)))
+            names = op.param_names(len(specs))
             for name, spec in zip(names, specs):
                 if np.dtype(spec.dtype) != np.float32:
                     raise GraphError("operator '%s': parameter '%s' has dtype %s; parameters "
