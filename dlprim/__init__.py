@@ -13,7 +13,10 @@ _NAMES = {"Context": "context", "ExecutionContext": "context", "DeviceError": "c
           "list_devices": "context", "Tensor": "tensor", "KernelBuildError": "kernels.program",
           "Net": "net", "NetConfig": "net", "TRAIN": "net", "PREDICT": "net",
           "SGD": "solvers", "Adam": "solvers", "AdamW": "solvers", "Error": "errors",
-          "fit": "train.fitting", "evaluate": "train.fitting"}
+          "fit": "train.fitting", "evaluate": "train.fitting",
+          # DLPrimitives' Python names
+          "Shape": "tensor", "ONNXModel": "onnx", "float32": "dtypes", "half": "dtypes",
+          "int32": "dtypes", "int64": "dtypes", "uint8": "dtypes"}
 SUBMODULES = ("cli", "context", "core", "data", "dtypes", "errors", "kernels", "layers",
               "lr_schedules", "models", "net", "nn", "onnx", "plot", "solvers", "tensor", "train",
               "utils")

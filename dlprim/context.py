@@ -289,12 +289,28 @@ class Context:
         """True for a CPU device (PoCL, Intel's or AMD's CPU runtimes)."""
         return self.facts.is_cpu
 
+    @property
+    def is_opencl_context(self):
+        """Always True: DLPrimitives also has a host-only context; every dlprim context is
+        an OpenCL device (a CPU one through PoCL or a vendor CPU runtime)."""
+        return True
+
     def finish(self):
         """Wait until everything enqueued on the context's queue has run."""
         self.queue.finish()
 
-    def make_execution_context(self):
-        """The DLPrimitives-style ``ExecutionContext`` over this context's queue."""
+    def make_execution_context(self, properties: int = 0) -> "ExecutionContext":
+        """The DLPrimitives-style ``ExecutionContext`` over this context's queue.
+
+        ``properties`` are DLPrimitives' OpenCL queue properties: dlprim has one in-order
+        queue per context, so only those that queue has are accepted (profiling needs
+        ``Context(..., profiling=True)``)."""
+        extra = int(properties or 0) & ~int(self.queue.properties)
+        if extra:
+            raise ValueError("make_execution_context: queue properties 0x%x are not those of "
+                             "this context's one queue (0x%x); profiling comes from "
+                             "Context(device, profiling=True)"
+                             % (int(properties), int(self.queue.properties)))
         return ExecutionContext(self)
 
     def __repr__(self):

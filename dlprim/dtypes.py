@@ -5,7 +5,8 @@ needing an OpenCL driver.
 """
 import numpy as np
 
-__all__ = ["DTYPES", "as_dtype", "cl_type", "dlp_name"]
+__all__ = ["DTYPES", "as_dtype", "cl_type", "dlp_name", "float32", "half", "int32", "int64",
+           "uint8"]
 
 # name -> numpy dtype; DLPrimitives spells float32 "float" and int32 "int"
 DTYPES = {
@@ -22,6 +23,14 @@ _DLP_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "float16",
               np.dtype(np.int32): "int", np.dtype(np.int64): "int64",
               np.dtype(np.uint8): "uint8"}
 
+
+# DLPrimitives' Python constants (``dp.float32``, ``dp.half`` ...) for the types dlprim
+# stores; its bfloat16, int8, int16, uint16, uint32 and uint64 have no kernels here
+float32 = np.dtype(np.float32)
+half = np.dtype(np.float16)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+uint8 = np.dtype(np.uint8)
 
 _known = {}  # what as_dtype was given -> its answer (every tensor asks: keep it cheap)
 

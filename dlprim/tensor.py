@@ -14,7 +14,7 @@ import pyopencl as cl
 
 from .dtypes import as_dtype, cl_type
 
-__all__ = ["Tensor", "ws_view"]
+__all__ = ["Tensor", "Shape", "ws_view"]
 
 def _shape_tuple(shape):
     if type(shape) is tuple and all(type(s) is int and s >= 0 for s in shape):
@@ -28,6 +28,28 @@ def _shape_tuple(shape):
 
 if TYPE_CHECKING:
     from .context import Context
+
+
+class Shape(tuple):
+    """DLPrimitives' shape type: ``Shape(2, 1, 28, 28)``, a tuple of sizes.
+
+    Anything that takes a shape takes one. Passed to ``Tensor.reshape`` it asks for
+    DLPrimitives' in-place reshape (the tensor itself changes shape) rather than a view.
+    """
+
+    def __new__(cls, *dims: int) -> "Shape":
+        return super().__new__(cls, _shape_tuple(dims))
+
+    @property
+    def total_size(self) -> int:
+        """The number of elements: ``Shape(2, 3).total_size == 6``."""
+        return math.prod(self)
+
+    def __repr__(self):
+        return "Shape(%s)" % ", ".join(str(d) for d in self)
+
+    def __str__(self):
+        return "(%s)" % ",".join(str(d) for d in self)
 
 
 class Tensor:
@@ -114,7 +136,13 @@ class Tensor:
 
     # ----- views
     def reshape(self, *shape):
-        """A view with another shape of the same element count; -1 deduces one dimension."""
+        """A view with another shape of the same element count; -1 deduces one dimension.
+
+        Given a ``Shape``, DLPrimitives' in-place reshape instead: this tensor takes the
+        shape (returns None), any size up to what it held when first reshaped so (a net
+        input then picks it up at ``net.reshape()``)."""
+        if len(shape) == 1 and isinstance(shape[0], Shape):
+            return self._reshape_in_place(shape[0])
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         shape = list(int(s) for s in shape)
@@ -129,6 +157,17 @@ class Tensor:
             raise ValueError("reshape: cannot reshape %s (%d elements) into %s"
                              % (self.shape, self.size, tuple(shape)))
         return self.view(shape)
+
+    def _reshape_in_place(self, shape):
+        # the bytes the tensor had before its first in-place reshape are its capacity, so a
+        # batch may shrink and grow back as in DLPrimitives, never past its memory
+        capacity = self.__dict__.setdefault("_capacity_bytes", self.nbytes)
+        nbytes = shape.total_size * self.itemsize
+        if nbytes > capacity:
+            raise ValueError("reshape: %r needs %d bytes, the tensor holds %d (an in-place "
+                             "reshape may shrink a tensor and grow it back, not beyond)"
+                             % (shape, nbytes, capacity))
+        self.shape = tuple(shape)
 
     def view(self, shape: Sequence[int], offset: int = 0, dtype: Any = None) -> "Tensor":
         """A tensor over the same buffer, ``offset`` elements further in."""

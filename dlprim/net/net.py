@@ -72,6 +72,7 @@ class Net:
         self.graph = graph
         self._ready = False
         self._plans = {}
+        self._handles = {}  # value id -> the Tensor tensor() gave for it (follows re-plans)
 
     def load_from_json(self, source):
         """DLPrimitives' name for ``load``: a dict or JSON text (a string is never a path)."""
@@ -82,6 +83,14 @@ class Net:
     def load_from_json_file(self, path):
         """Load the graph from a JSON file (DLPrimitives' name)."""
         self._set_graph(load_graph_file(path))
+
+    def load_model(self, model: Any) -> None:
+        """DLPrimitives' import of an external model, e.g. a built ``dp.ONNXModel``: its
+        ``network`` graph is loaded and set up in the current mode, then its
+        ``parameters`` ({name: array}) are written, all of them checked by name and shape."""
+        self.load_from_json(model.network)
+        self.setup()
+        self.set_parameters(model.parameters)
 
     # ----- setup: layers, shapes, parameters
     def setup(self):
@@ -225,6 +234,9 @@ class Net:
                                  self._inputs, self._mode == TRAIN, self._keep)
             self._plans[self._mode] = plan
         self.plan = plan
+        for vid, handle in self._handles.items():  # DLPrimitives' handles stay valid
+            t = plan.acts[vid]
+            handle.buffer, handle.offset, handle.shape, handle._owner = t.buffer, t.offset, t.shape, t
         return plan
 
     def _need_setup(self):
@@ -232,12 +244,15 @@ class Net:
             raise RuntimeError("the net is not set up: call setup() first")
 
     # ----- running
-    def forward(self, e: Any = None) -> None:
-        """Enqueue the forward pass (inputs already written into ``tensor(name)``)."""
+    def forward(self, e: Any = None, sync: bool = False) -> None:
+        """Enqueue the forward pass (inputs already written into ``tensor(name)``); with
+        ``sync`` (DLPrimitives' second argument), wait until it has run."""
         self._need_setup()
         queue = e.queue if e is not None else self.ctx.queue
         for launch in self.plan.forward:
             launch(queue)
+        if sync:
+            queue.finish()
 
     def backward(self, e: Any = None) -> None:
         """Enqueue the backward pass; parameter gradients are added to ``grad_arena``."""
@@ -331,10 +346,18 @@ class Net:
 
     def tensor(self, name: str) -> Tensor:
         """The Tensor holding activation ``name`` in the current plan (an input: the buffer
-        to write; any other name: its latest value).
+        to write; any other name: its latest value). As in DLPrimitives, the object stays
+        valid when the net re-plans (``reshape``, a mode switch) and then shows the new plan.
         """
         self._need_setup()
-        return self.plan.acts[self._vid(name)]
+        vid = self._vid(name)
+        if vid in self._inputs:
+            return self._inputs[vid]
+        handle = self._handles.get(vid)
+        if handle is None:
+            t = self.plan.acts[vid]
+            handle = self._handles[vid] = t._view(t.shape, 0, t.dtype)
+        return handle
 
     def tensor_diff(self, name):
         """The gradient Tensor of activation ``name`` (train mode, after ``backward``)."""

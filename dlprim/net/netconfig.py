@@ -117,14 +117,26 @@ class NetConfig:
         return {"inputs": copy.deepcopy(self.inputs), "outputs": copy.deepcopy(self.outputs),
                 "operators": copy.deepcopy(self.operators)}
 
-    def to_json(self, indent=2):
-        """The net as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent)
+    def to_json(self):
+        """The net as a JSON-ready dict as DLPrimitives' ``to_json`` gives it: ``to_dict``,
+        with the last operator's outputs as the net outputs when none were set."""
+        d = self.to_dict()
+        if not d["outputs"] and d["operators"]:
+            d["outputs"] = list(d["operators"][-1]["outputs"])
+        return d
+
+    def to_str(self, indent=2):
+        """``to_json`` as JSON text (DLPrimitives' name; ``str(cfg)`` and ``save`` give
+        the same)."""
+        return json.dumps(self.to_json(), indent=indent)
+
+    def __str__(self):
+        return self.to_str()
 
     def save(self, path):
         """Write the JSON net to ``path`` atomically."""
         from ..utils import atomic_write
-        text = self.to_json().encode("utf-8")
+        text = self.to_str().encode("utf-8")
         atomic_write(path, lambda f: f.write(text))
 
     def __len__(self):

@@ -12,8 +12,10 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..net.weights import NET_EXPORTERS
 from .errors import OnnxImportError, UnsupportedModelError
+from .model import ONNXModel
 
-__all__ = ["to_netconfig", "load", "save", "OnnxImportError", "UnsupportedModelError"]
+__all__ = ["to_netconfig", "load", "save", "ONNXModel", "OnnxImportError",
+           "UnsupportedModelError"]
 
 
 def to_netconfig(path_or_model: Any, batch: Optional[int] = None) -> Tuple[Any, Dict[str, Any]]:

@@ -561,7 +561,7 @@ def export_net(model, example_inputs, path=None):
                          % str(e).split("\n")[0]) from None
     if path is not None:
         from ..utils import atomic_write
-        text = cfg.to_json().encode()
+        text = cfg.to_str().encode()
         atomic_write(str(path) + ".json", lambda f: f.write(text))
         save_dlp(str(path) + ".dlp", weights)
     return cfg, weights
