@@ -303,9 +303,26 @@ class SGD(Solver):
 
     g <- g + wd * p;  b <- g on the first step, else momentum * b + (1 - dampening) * g;
     g <- g + momentum * b (nesterov) or b;  p <- p - lr * g
+
+    ``weight_decay_mode="dlprimitives"`` applies the decay as DLPrimitives' SGD does
+    instead: not through the gradient (so neither momentum nor lr scale it) but as a
+    shrink of the weights, p <- (1 - wd) * p - lr * g, with g the momentum step above
+    taken without the decay term. With momentum and no dampening or nesterov that is
+    DLPrimitives' v <- momentum * v + g;  p <- (1 - wd) * p - lr * v exactly.
     """
-    HYPER = {"lr": 0.1, "momentum": 0.0, "dampening": 0.0, "nesterov": False, "weight_decay": 0.0}
+    HYPER = {"lr": 0.1, "momentum": 0.0, "dampening": 0.0, "nesterov": False, "weight_decay": 0.0,
+             "weight_decay_mode": "pytorch"}
+    WEIGHT_DECAY_MODES = ("pytorch", "dlprimitives")
     BOUNDS = dict(Solver.BOUNDS, momentum=(0, False, None, False), dampening=(0, False, 1, False))
+
+    @classmethod
+    def problems(cls, hyper):
+        found = super().problems(hyper)
+        mode = hyper.get("weight_decay_mode", cls.HYPER["weight_decay_mode"])
+        if mode not in cls.WEIGHT_DECAY_MODES:
+            found.append(("weight_decay_mode", "must be %s, got %r"
+                          % (" or ".join('"%s"' % m for m in cls.WEIGHT_DECAY_MODES), mode)))
+        return found
 
     @classmethod
     def _joint_problems(cls, hyper, found):
@@ -320,22 +337,26 @@ class SGD(Solver):
 
     def param_names(self):
         """Names of the scalar parameters the update kernel takes, in order (``w_<name>``)."""
-        return ["lr", "momentum", "dampening", "nesterov", "wd", "first", "clipv", "clipn"]
+        return ["lr", "momentum", "dampening", "nesterov", "wd", "shrink", "first", "clipv",
+                "clipn"]
 
     def param_values(self):
         """{name: value} of those scalars for the coming step."""
         return {"lr": self.lr, "momentum": self.momentum, "dampening": self.dampening,
                 "nesterov": float(bool(self.nesterov)), "wd": self.weight_decay,
+                "shrink": float(self.weight_decay_mode == "dlprimitives"),
                 "first": float(self.step_count == 1), "clipv": self.clip_value or 0.0,
                 "clipn": self.clip_norm or 0.0}
 
     def update_code(self, decay):
-        """The OpenCL statements of one element's update (``decay``: the decay term)."""
+        """The OpenCL statements of one element's update (``decay``: the decay term).
+        The decay mode is a scalar of the launch, so changing it needs no rebuild."""
         g = self._grad_expr()
-        return ("float g = %s + %s * x0;"
+        return ("float d = %s; float g = %s;"
+                "if (w_shrink == 0.0f) g += d * x0;"
                 "float b = w_first != 0.0f ? g : w_momentum * x2 + (1.0f - w_dampening) * g;"
                 "if (w_momentum != 0.0f) g = w_nesterov != 0.0f ? g + w_momentum * b : b;"
-                "y0 = x0 - w_lr * g; y1 = b;" % (g, decay))
+                "y0 = (w_shrink != 0.0f ? (1.0f - d) * x0 : x0) - w_lr * g; y1 = b;" % (decay, g))
 
 
 class Adam(Solver):
