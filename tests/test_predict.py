@@ -196,6 +196,26 @@ def test_prediction_graph_leaves_out_the_loss_and_the_labels():
     deploy.add("Softmax", name="prob")
     deploy.set_outputs(["prob"])
     assert prediction_graph(_graph(deploy)).outputs == ["prob"]
+    # DLPrimitives' benchmark nets call their logits "loss": a loss that compares nothing
+    bench = models.mlp(batch=2, inputs=4, hidden=(), classes=3, train=False)
+    bench.add("InnerProduct", name="head", inputs=["fc1"], outputs=["loss"],
+              options={"outputs": 2})
+    bench.set_outputs(["loss"])
+    part = prediction_graph(_graph(bench))
+    assert part.outputs == ["loss"] and not part.from_loss
+    # two losses read one name before and after an in-place write: two values, one name
+    twice = models.mlp(batch=2, inputs=4, hidden=(), classes=3)
+    twice.add("Activation", name="relu", inputs=["fc1"], outputs=["fc1"],
+              options={"activation": "relu"})
+    twice.add("SoftmaxWithLoss", name="loss2", inputs=["fc1", "label"], outputs=["loss2"])
+    twice.set_outputs(["loss", "loss2"])
+    with pytest.raises(GraphError, match="'fc1' is written again in place \\(by operator 'relu'"):
+        prediction_graph(_graph(twice))
+    nothing = dp.NetConfig()
+    nothing.add_input("data", [2, 3])
+    nothing.add("Softmax", name="prob")
+    with pytest.raises(GraphError, match="the net lists no outputs"):
+        prediction_graph(_graph(nothing))
 
 
 # ----- dlprim-predict
@@ -299,6 +319,23 @@ def test_cli_net_and_weights_csv_with_labels(ctx, run, capsys, tmp_path):
         assert row[:3] == [path, str(best), names[best]]
         assert float(row[3]) == pytest.approx(p[best], rel=1e-4) and float(row[3]) >= float(row[6])
     assert len(rows) == 5
+
+
+def test_cli_onnx_model(ctx, run, capsys, tmp_path):
+    pytest.importorskip("onnx")
+    deploy = dp.Net(ctx, mode="predict")
+    deploy.load_from_json_file(run["deploy"])
+    deploy.setup()
+    deploy.load_parameters(run["weights"])
+    deploy.to_onnx(str(tmp_path / "digits.onnx"))
+    status, out, err = cli(["--onnx", str(tmp_path / "digits.onnx"), "--mean", str(MEAN),
+                            "--std", str(STD), "--format", "json", "--top", "1"]
+                           + run["files"][:5], capsys)
+    assert status == 0, err
+    probs = reference(ctx, run)[:5]
+    for item, p in zip(json.loads(out), probs):
+        assert item["top"][0]["index"] == int(np.argmax(p))   # a Softmax output: not applied twice
+        assert item["top"][0]["probability"] == pytest.approx(p.max(), rel=1e-4)
 
 
 def test_cli_text_without_normalisation_differs(ctx, run, capsys):

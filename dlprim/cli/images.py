@@ -13,8 +13,7 @@ import numpy as np
 
 from ..data import transforms as tf
 from ..data.errors import DataError, MissingDataError, require_pillow
-from ..data.sources import IMAGE_EXTENSIONS
-from ..data.sources import _decode as decode_image
+from ..data.sources import IMAGE_EXTENSIONS, open_image
 
 __all__ = ["image_files", "Preprocess"]
 
@@ -77,7 +76,7 @@ class Preprocess:
         """The net input row for the image file at ``path``; DataError naming the file when
         it cannot be read."""
         try:
-            pixels = decode_image(self._image, path, self.mode)
+            pixels = np.asarray(open_image(self._image, path, self.mode))
         except (OSError, ValueError) as e:
             raise DataError("%s: cannot read image: %s" % (path, e)) from None
         pixels = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)

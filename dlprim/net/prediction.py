@@ -1,15 +1,16 @@
 """What ``Net.predict`` runs: the part of a net that makes its predictions, in predict mode,
 over the net's own parameters, any number of rows at a time.
 
-* ``prediction_graph`` keeps the operators that the net's predictions need. The
-  predictions are the outputs that are not losses and need no labels; when every output
-  is a loss (a training net), they are what each loss operator reads first: the logits
-  of a ``SoftmaxWithLoss``, the log-probabilities of an ``NLLLoss``, the estimates of an
-  ``MSELoss``, under their own names. No softmax is added: it fits only one of those
-  losses, and dlprim-train's deploy graph is these same operators plus a ``Softmax``
-  called ``prob``, so ``softmax(predict(...)[logits])`` is its output. Labels are the
-  net inputs a loss reads after its first input (directly or through other operators)
-  and its predictions do not; operators that read them are never kept.
+* ``prediction_graph`` keeps the operators that the net's predictions need. A loss is an
+  output whose operator compares its first input (the prediction) with others (the
+  targets); labels are the net inputs the targets come from (directly or through other
+  operators) and the predictions do not. The predictions are the outputs that are not
+  losses and need no labels; when every output is a loss (a training net), they are
+  what each loss operator reads first: the logits of a ``SoftmaxWithLoss``, the
+  log-probabilities of an ``NLLLoss``, the estimates of an ``MSELoss``, under their own
+  names. No softmax is added: it fits only one of those losses, and dlprim-train's
+  deploy graph is these same operators plus a ``Softmax`` called ``prob``, so
+  ``softmax(predict(...)[logits])`` is its output.
 * ``SharedParams`` gives the kept operators the training net's parameter tensors (views
   of its one arena, nothing copied), so the predict-mode net always sees the current
   weights and BatchNorm statistics and never writes them.
@@ -50,19 +51,24 @@ def prediction_graph(graph, shapes=None):
         came_from = set().union(*(sources[v] for v in op.in_values))
         for v in op.out_values:
             sources[v] = came_from
-    loss_ops = [ops[values[graph.latest[n]].producer] for n in graph.loss_weights
-                if values[graph.latest[n]].producer >= 0]
-    predicted = set().union(*(sources[op.in_values[0]] for op in loss_ops if op.in_values))
+    # a loss compares a prediction (its first input) with targets; a loss-weighted output
+    # of one input compares nothing: a penalty beside a loss, or, with no loss at all, the
+    # prediction itself (DLPrimitives' benchmark nets call their logits "loss")
+    producers = [values[graph.latest[n]].producer for n in graph.loss_weights]
+    loss_ops = [ops[p] for p in producers if p >= 0 and len(ops[p].in_values) >= 2]
+    predicted = set().union(*(sources[op.in_values[0]] for op in loss_ops))
     labels = set().union(*(sources[v] for op in loss_ops for v in op.in_values[1:])) - predicted
+    losses = set(graph.loss_weights) if loss_ops else set()
 
     wanted = [graph.latest[n] for n in graph.outputs
-              if n not in graph.loss_weights and not sources[graph.latest[n]] & labels]
+              if n not in losses and not sources[graph.latest[n]] & labels]
     from_loss = not wanted
     if from_loss:
         for op in loss_ops:
-            if op.in_values and not sources[op.in_values[0]] & labels \
-                    and op.in_values[0] not in wanted:
+            if not sources[op.in_values[0]] & labels and op.in_values[0] not in wanted:
                 wanted.append(op.in_values[0])
+    if not graph.outputs:
+        raise GraphError("predict: the net lists no outputs")
     if not wanted:
         raise GraphError("predict: every output of the net is a loss or needs its labels (%s),"
                          " and no loss reads a prediction" % (", ".join(sorted(labels)) or "none"))
