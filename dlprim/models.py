@@ -106,31 +106,29 @@ def mlp(batch=64, inputs=784, hidden=(256, 128), classes=10, train=True):
     return _finish(nn.Sequential(layers), [batch, inputs], train)
 
 
-class _Classifier(nn.Module):
-    """features, an adaptive average pooling where a plain pooling equals it, classifier:
-    the layout of torchvision's AlexNet and VGG. Where the features' size is not a
-    multiple of the pooled size, the classifier takes the features as they are."""
+class _FeaturesClassifier(nn.Module):
+    """features, an average pooling (where there is one), classifier: the layout of
+    torchvision's AlexNet and VGG."""
 
-    def __init__(self, features, pooled, widths, classes, dropout, input_shape):
+    def __init__(self, features, avgpool, classifier):
         super().__init__()
-        self.features = features
-        channels, size = features.output_shape(input_shape)[1:3]
-        if size % pooled == 0:
-            self.avgpool, size = nn.AdaptiveAvgPool2d(pooled), pooled
-        first, second = widths
-        linear = [nn.Linear(channels * size * size, first), nn.ReLU(inplace=True),
-                  nn.Linear(first, second), nn.ReLU(inplace=True), nn.Linear(second, classes)]
-        # AlexNet puts each dropout before its Linear, VGG after the ReLU
-        drops = (0, 3) if pooled == 6 else (2, 5)
-        for i in drops:
-            linear.insert(i, _dropout(0.5, dropout))
-        self.classifier = nn.Sequential(*linear)
+        self.features, self.avgpool, self.classifier = features, avgpool, classifier
 
     def forward(self, x):
         x = self.features(x)
-        if hasattr(self, "avgpool"):
+        if self.avgpool is not None:
             x = self.avgpool(x)
         return self.classifier(x)   # Linear flattens (N, C, H, W) itself
+
+
+def _adaptive_pool(features, pooled, input_shape):
+    """torchvision's AdaptiveAvgPool2d(pooled) after ``features`` where a plain pooling
+    equals it, else None (the classifier then takes the features as they are, as in
+    DLPrimitives' nets); and the number of features the classifier takes."""
+    channels, size = features.output_shape(input_shape)[1:3]
+    if size % pooled:
+        return None, channels * size * size
+    return nn.AdaptiveAvgPool2d(pooled), channels * pooled * pooled
 
 
 def alexnet(batch=16, image_size=224, classes=1000, train=True, dropout=False):
@@ -142,7 +140,12 @@ def alexnet(batch=16, image_size=224, classes=1000, train=True, dropout=False):
         nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(inplace=True),
         nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2))
     shape = [batch, 3, image_size, image_size]
-    return _finish(_Classifier(features, 6, (4096, 4096), classes, dropout, shape), shape, train)
+    avgpool, flat = _adaptive_pool(features, 6, shape)
+    classifier = nn.Sequential(
+        _dropout(0.5, dropout), nn.Linear(flat, 4096), nn.ReLU(inplace=True),
+        _dropout(0.5, dropout), nn.Linear(4096, 4096), nn.ReLU(inplace=True),
+        nn.Linear(4096, classes))
+    return _finish(_FeaturesClassifier(features, avgpool, classifier), shape, train)
 
 
 def vgg16(batch=16, image_size=224, classes=1000, train=True, dropout=False):
@@ -153,9 +156,14 @@ def vgg16(batch=16, image_size=224, classes=1000, train=True, dropout=False):
             layers += [nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(inplace=True)]
             channels = width
         layers.append(nn.MaxPool2d(2, 2))
+    features = nn.Sequential(*layers)
     shape = [batch, 3, image_size, image_size]
-    model = _Classifier(nn.Sequential(*layers), 7, (4096, 4096), classes, dropout, shape)
-    return _finish(model, shape, train)
+    avgpool, flat = _adaptive_pool(features, 7, shape)
+    classifier = nn.Sequential(
+        nn.Linear(flat, 4096), nn.ReLU(inplace=True), _dropout(0.5, dropout),
+        nn.Linear(4096, 4096), nn.ReLU(inplace=True), _dropout(0.5, dropout),
+        nn.Linear(4096, classes))
+    return _finish(_FeaturesClassifier(features, avgpool, classifier), shape, train)
 
 
 class _BasicBlock(nn.Module):

@@ -3,6 +3,7 @@ PyTorch's class names and arguments, each one Activation operator (folded into a
 convolution, linear layer or sum before it where that kernel applies it)."""
 from . import ops
 from .module import Module
+from .value import Value
 
 __all__ = ["ReLU", "ReLU6", "Sigmoid", "Tanh", "GELU", "SiLU", "LeakyReLU", "ELU", "Hardswish",
            "Hardsigmoid", "Mish", "Softplus", "Hardtanh"]
@@ -16,14 +17,14 @@ class _Activation(Module):
         super().__init__()
         self.inplace = bool(inplace)
 
-    def params(self):
+    def params(self) -> dict:
         """The activation's parameters as the table names them."""
         return {}
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         return ops.activation(x, self.KIND, self.inplace, name=x.trace.own_name(), **self.params())
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         shown = ["%s=%g" % kv for kv in self.params().items()]
         return ", ".join(shown + (["inplace=True"] if self.inplace else []))
 
@@ -92,7 +93,7 @@ class LeakyReLU(_Activation):
         super().__init__(inplace)
         self.negative_slope = float(negative_slope)
 
-    def params(self):
+    def params(self) -> dict:
         return {"negative_slope": self.negative_slope}
 
 
@@ -104,7 +105,7 @@ class ELU(_Activation):
         super().__init__(inplace)
         self.alpha = float(alpha)
 
-    def params(self):
+    def params(self) -> dict:
         return {"alpha": self.alpha}
 
 
@@ -118,7 +119,7 @@ class Softplus(_Activation):
             raise ValueError("Softplus beta must not be 0")
         self.beta, self.threshold = float(beta), float(threshold)
 
-    def params(self):
+    def params(self) -> dict:
         return {"beta": self.beta, "threshold": self.threshold}
 
 
@@ -131,8 +132,8 @@ class Hardtanh(Module):
             raise ValueError("Hardtanh min_val %r must be below max_val %r" % (min_val, max_val))
         self.min_val, self.max_val, self.inplace = float(min_val), float(max_val), bool(inplace)
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         return ops.hardtanh(x, self.min_val, self.max_val, self.inplace, name=x.trace.own_name())
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "min_val=%g, max_val=%g" % (self.min_val, self.max_val)

@@ -1,8 +1,10 @@
 """Sequential and ModuleList: modules held under integer names "0", "1", ... (or the
 names of an OrderedDict), so that parameters are named "features.0.weight" as in PyTorch."""
 from collections import OrderedDict
+from typing import Iterable
 
 from .module import Module
+from .value import Value
 
 __all__ = ["Sequential", "ModuleList"]
 
@@ -20,7 +22,7 @@ class ModuleList(Module):
         self.add_module(str(len(self._modules)), module)
         return self
 
-    def extend(self, modules) -> "ModuleList":
+    def extend(self, modules: Iterable[Module]) -> "ModuleList":
         """Add each of ``modules``."""
         for m in modules:
             self.append(m)
@@ -55,7 +57,7 @@ class Sequential(ModuleList):
             return Sequential(OrderedDict(list(self._modules.items())[index]))
         return super().__getitem__(index)
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         for m in self:
             x = m(x)
         return x

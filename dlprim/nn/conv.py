@@ -1,6 +1,7 @@
 """Conv2d: PyTorch's ``nn.Conv2d`` as a Convolution2D operator."""
 from .module import Module
 from .shapes import pair, positive_int, window_output
+from .value import Value
 
 __all__ = ["Conv2d"]
 
@@ -35,7 +36,7 @@ class Conv2d(Module):
             raise ValueError("Conv2d: padding %r is not 'same', 'valid' or sizes" % (padding,))
         self.bias = bool(bias)
 
-    def own_parameters(self):
+    def own_parameters(self) -> list:
         return ["weight", "bias"] if self.bias else ["weight"]
 
     def _pads(self):
@@ -47,7 +48,7 @@ class Conv2d(Module):
             return (total[0] // 2, total[1] // 2, total[0] - total[0] // 2, total[1] - total[1] // 2)
         return self.padding + self.padding
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         trace = x.trace
         if x.ndim != 4 or x.dtype != "float":
             trace.fail("expects a float (N, C, H, W) input, got %s %s" % (x.dtype, x.shape))
@@ -67,7 +68,7 @@ class Conv2d(Module):
         return trace.add("Convolution2D", [x], (x.shape[0], self.out_channels) + tuple(size),
                          options=options, params=trace.param_names(self.own_parameters()))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = "%d, %d, kernel_size=%s, stride=%s" % (self.in_channels, self.out_channels,
                                                    self.kernel_size, self.stride)
         if self.padding != (0, 0):

@@ -1,6 +1,7 @@
 """Dropout (inverted dropout in train mode, the identity when predicting)."""
 from . import ops
 from .module import Module
+from .value import Value
 
 __all__ = ["Dropout"]
 
@@ -15,8 +16,8 @@ class Dropout(Module):
             raise ValueError("Dropout p must be in [0, 1), got %r" % (p,))
         self.p, self.inplace = float(p), bool(inplace)
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         return ops.dropout(x, self.p, True, self.inplace, name=x.trace.own_name())
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "p=%g%s" % (self.p, ", inplace=True" if self.inplace else "")

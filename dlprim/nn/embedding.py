@@ -1,6 +1,7 @@
 """Embedding: rows of a learned table picked by integer indices."""
 from .module import Module
 from .shapes import positive_int
+from .value import Value
 
 __all__ = ["Embedding"]
 
@@ -20,10 +21,10 @@ class Embedding(Module):
                              "got %r" % (num_embeddings, padding_idx))
         self.padding_idx = padding_idx
 
-    def own_parameters(self):
+    def own_parameters(self) -> list:
         return ["weight"]
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         trace = x.trace
         if x.dtype not in ("int", "int64"):
             trace.fail("takes integer indices, got a %s input (build the net with "
@@ -34,5 +35,5 @@ class Embedding(Module):
         return trace.add("Embedding", [x], x.shape + (self.embedding_dim,), options=options,
                          params=trace.param_names(["weight"]))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "%d, %d" % (self.num_embeddings, self.embedding_dim)

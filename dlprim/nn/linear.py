@@ -3,6 +3,7 @@ import math
 
 from .module import Module
 from .shapes import positive_int
+from .value import Value
 
 __all__ = ["Linear", "Identity"]
 
@@ -20,10 +21,10 @@ class Linear(Module):
         self.out_features = positive_int(out_features, "Linear out_features")
         self.bias = bool(bias)
 
-    def own_parameters(self):
+    def own_parameters(self) -> list:
         return ["weight", "bias"] if self.bias else ["weight"]
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         trace = x.trace
         if x.ndim < 2 or x.dtype != "float":
             trace.fail("expects a float (N, in_features) input, got %s %s" % (x.dtype, x.shape))
@@ -48,7 +49,7 @@ class Linear(Module):
                          options={"dims": [-1] + list(x.shape[1:-1]) + [self.out_features]},
                          name=trace.unique(name + "/seq"))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "in_features=%d, out_features=%d, bias=%s" % (self.in_features, self.out_features,
                                                              self.bias)
 
@@ -60,5 +61,5 @@ class Identity(Module):
     def __init__(self, *args, **kwargs):
         super().__init__()
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         return x

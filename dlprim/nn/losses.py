@@ -5,7 +5,10 @@ operator whose output ``loss`` is the net's only output, as ``dlprim.models`` sp
 training nets (an int ``label`` of shape (batch,) and a SoftmaxWithLoss for
 "cross_entropy").
 """
+from typing import Optional, Sequence
+
 from ..net.graph import GraphError
+from ..net.netconfig import NetConfig
 
 __all__ = ["LOSSES", "check_loss", "add_loss"]
 
@@ -41,14 +44,14 @@ LOSSES = {
 }
 
 
-def check_loss(loss):
+def check_loss(loss: Optional[str]) -> None:
     """Raise a GraphError unless ``loss`` is None or a name of LOSSES."""
     if loss is not None and loss not in LOSSES:
         raise GraphError("unknown loss %r; accepted: %s, or None for the model's own output"
                          % (loss, ", ".join(sorted(LOSSES))))
 
 
-def add_loss(cfg, loss, name, shape):
+def add_loss(cfg: NetConfig, loss: str, name: str, shape: Sequence[int]) -> None:
     """End NetConfig ``cfg`` with ``loss`` over the model's output tensor ``name`` of
     ``shape``: its inputs, the operator, and ``loss`` as the only net output."""
     check_loss(loss)

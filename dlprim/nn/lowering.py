@@ -10,6 +10,8 @@ hand:
 * an in-place operator (``nn.ReLU(inplace=True)``, ``nn.Dropout(p, inplace=True)``) writes
   under its input's tensor name, as PyTorch's in-place ops overwrite their input.
 """
+from typing import Any, Optional, Sequence, Tuple
+
 from ..core.activation import FUSABLE, Y_ACTIVATIONS
 from ..dtypes import dlp_name
 from ..net.graph import GraphError
@@ -24,7 +26,8 @@ __all__ = ["netconfig", "run", "FUSE_INTO"]
 FUSE_INTO = {"Convolution2D": FUSABLE, "InnerProduct": FUSABLE, "Elementwise": Y_ACTIVATIONS}
 
 
-def netconfig(model, input_shape, loss=None, dtype="float"):
+def netconfig(model: Any, input_shape: Sequence[int], loss: Optional[str] = None,
+              dtype: Any = "float") -> NetConfig:
     """The NetConfig of ``model`` (a dlprim.nn Module) on an input ``data`` of
     ``input_shape`` and ``dtype``, ended by ``loss`` (see ``Module.netconfig``)."""
     check_loss(loss)
@@ -44,7 +47,7 @@ def netconfig(model, input_shape, loss=None, dtype="float"):
     return cfg
 
 
-def run(model, input_shape, dtype="float"):
+def run(model: Any, input_shape: Sequence[int], dtype: Any = "float") -> Tuple[Trace, list]:
     """Trace ``model``'s forward over an input ``data``: (the Trace, the output Values)."""
     shape = _checked_shape(input_shape)
     try:

@@ -6,7 +6,9 @@ that forward once to record the net, which ``dlprim.Net`` then builds; parameter
 named by the attribute path, as PyTorch's state dict spells them ("layer1.0.conv1.weight").
 """
 from collections import OrderedDict
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
+from ..net.netconfig import NetConfig
 from . import lowering
 from .value import Value
 
@@ -47,16 +49,16 @@ class Module:
                             % (type(self).__name__, name, type(module).__name__))
         setattr(self, name, module)
 
-    def named_children(self):
+    def named_children(self) -> Iterator[Tuple[str, "Module"]]:
         """(name, module) of the direct submodules, in registration order."""
         self._check_init()
         return iter(self._modules.items())
 
-    def children(self):
+    def children(self) -> Iterator["Module"]:
         """The direct submodules, in registration order."""
         return (m for _, m in self.named_children())
 
-    def named_modules(self, prefix: str = ""):
+    def named_modules(self, prefix: str = "") -> Iterator[Tuple[str, "Module"]]:
         """(path, module) of this module and every submodule below it, depth first; a
         module reached twice is listed once, at its first path (as PyTorch does)."""
         seen, stack = set(), [(prefix, self)]
@@ -69,16 +71,16 @@ class Module:
             below = [(path + "." + n if path else n, m) for n, m in module.named_children()]
             stack.extend(reversed(below))
 
-    def modules(self):
+    def modules(self) -> Iterator["Module"]:
         """This module and every submodule below it."""
         return (m for _, m in self.named_modules())
 
-    def own_parameters(self):
+    def own_parameters(self) -> list:
         """Names of the parameters this module itself holds ("weight", "bias" ...), in
         the order its operator lists them; none for containers and activations."""
         return []
 
-    def parameter_names(self):
+    def parameter_names(self) -> list:
         """Every parameter's state-dict name ("layer1.0.bn1.running_mean" ...): the names
         ``net.set_parameters`` takes, as PyTorch's ``state_dict`` keys (less BatchNorm's
         ``num_batches_tracked``, which dlprim does not keep)."""
@@ -86,7 +88,7 @@ class Module:
                 for path, m in self.named_modules() for p in m.own_parameters()]
 
     # ----- running
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         """What the module computes from its input Values; subclasses write it."""
         raise NotImplementedError("%s has no forward(self, x): write one that computes its "
                                   "output from x" % type(self).__name__)
@@ -100,7 +102,8 @@ class Module:
         with values[0].trace.scope(self):
             return self.forward(*args, **kwargs)
 
-    def netconfig(self, input_shape, loss=None, dtype="float"):
+    def netconfig(self, input_shape: Sequence[int], loss: Optional[str] = None,
+                  dtype: Any = "float") -> NetConfig:
         """The NetConfig of this model on an input ``data`` of ``input_shape`` (the full
         shape, batch first) and ``dtype``. ``loss`` None: the model's output is the net's
         output; "cross_entropy" (or another of ``dlprim.nn.LOSSES``) adds the inputs the
@@ -108,7 +111,7 @@ class Module:
         training nets."""
         return lowering.netconfig(self, input_shape, loss, dtype)
 
-    def output_shape(self, input_shape, dtype="float"):
+    def output_shape(self, input_shape: Sequence[int], dtype: Any = "float") -> Any:
         """The shape of the module's output for an input of ``input_shape`` (a tuple; a
         list of them where forward returns several), found without building a net."""
         _, outputs = lowering.run(self, input_shape, dtype)

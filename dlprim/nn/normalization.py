@@ -1,6 +1,7 @@
 """BatchNorm1d / BatchNorm2d (BatchNorm), LayerNorm and GroupNorm."""
 from .module import Module
 from .shapes import positive_int
+from .value import Value
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm"]
 
@@ -28,11 +29,11 @@ class _BatchNorm(Module):
                              "BatchNorm keeps running statistics for predict mode" % what)
         self.momentum, self.affine = float(momentum), bool(affine)
 
-    def own_parameters(self):
+    def own_parameters(self) -> list:
         stats = ["running_mean", "running_var"]
         return stats + ["weight", "bias"] if self.affine else stats
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         trace = x.trace
         if x.ndim != self.NDIM or x.dtype != "float":
             trace.fail("expects a float %s input, got %s %s"
@@ -45,7 +46,7 @@ class _BatchNorm(Module):
         return trace.add("BatchNorm", [x], x.shape, options=options,
                          params=trace.param_names(self.own_parameters()))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "%d, eps=%g, momentum=%g, affine=%s" % (self.num_features, self.eps, self.momentum,
                                                       self.affine)
 
@@ -77,10 +78,10 @@ class LayerNorm(Module):
             raise ValueError("LayerNorm: bias=False is not supported; dlprim's LayerNorm has a "
                              "weight and a bias, or neither (elementwise_affine=False)")
 
-    def own_parameters(self):
+    def own_parameters(self) -> list:
         return ["weight", "bias"] if self.elementwise_affine else []
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         trace = x.trace
         n = len(self.normalized_shape)
         if x.dtype != "float" or x.shape[x.ndim - n:] != self.normalized_shape or x.ndim <= n:
@@ -95,7 +96,7 @@ class LayerNorm(Module):
         return trace.add("LayerNorm", [x], x.shape, options=options,
                          params=trace.param_names(self.own_parameters()) or None)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "%s, eps=%g, elementwise_affine=%s" % (self.normalized_shape, self.eps,
                                                       self.elementwise_affine)
 
@@ -113,10 +114,10 @@ class GroupNorm(Module):
                              % (self.num_groups, self.num_channels))
         self.eps, self.affine = _eps(eps, "GroupNorm"), bool(affine)
 
-    def own_parameters(self):
+    def own_parameters(self) -> list:
         return ["weight", "bias"] if self.affine else []
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         trace = x.trace
         if x.ndim < 2 or x.dtype != "float":
             trace.fail("expects a float (N, C, ...) input, got %s %s" % (x.dtype, x.shape))
@@ -128,6 +129,6 @@ class GroupNorm(Module):
         return trace.add("GroupNorm", [x], x.shape, options=options,
                          params=trace.param_names(self.own_parameters()) or None)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "%d, %d, eps=%g, affine=%s" % (self.num_groups, self.num_channels, self.eps,
                                              self.affine)

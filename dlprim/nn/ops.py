@@ -3,9 +3,11 @@ operands' shapes and adds one operator to the trace of its Value.
 
 Operators are named after the function in the scope of the module calling it
 ("layer1.0.add"); a module's own operator passes its name. Operands are recognised by
-their ``trace`` (this module cannot import Value, whose methods call it).
+their ``trace``, and annotated "Value" by name: this module cannot import Value, whose
+methods call it.
 """
 import math
+from typing import Optional, Sequence
 
 from ..core.activation import ACTIVATIONS
 
@@ -26,7 +28,7 @@ def _float(x, what):
         _trace(x, what).fail("%s needs a float input, got %s" % (what, x.dtype))
 
 
-def axis(x, dim):
+def axis(x: "Value", dim: int) -> int:
     """``dim`` of Value ``x`` as an index in [0, ndim) (negative counts from the end)."""
     if isinstance(dim, bool) or not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
         _trace(x, "dim").fail("dim %r is out of range for a %d-D input of shape %s"
@@ -58,27 +60,27 @@ def _binary(a, b, operation, function, name):
                      name=name or trace.call_name(function))
 
 
-def add(a, b, name=None):
+def add(a: "Value", b: "Value", name: Optional[str] = None) -> "Value":
     """a + b with numpy broadcasting (Elementwise sum)."""
     return _binary(a, b, "sum", "add", name)
 
 
-def sub(a, b, name=None):
+def sub(a: "Value", b: "Value", name: Optional[str] = None) -> "Value":
     """a - b with numpy broadcasting."""
     return _binary(a, b, "sub", "sub", name)
 
 
-def mul(a, b, name=None):
+def mul(a: "Value", b: "Value", name: Optional[str] = None) -> "Value":
     """a * b elementwise with numpy broadcasting (Elementwise prod)."""
     return _binary(a, b, "prod", "mul", name)
 
 
-def div(a, b, name=None):
+def div(a: "Value", b: "Value", name: Optional[str] = None) -> "Value":
     """a / b elementwise with numpy broadcasting."""
     return _binary(a, b, "div", "div", name)
 
 
-def matmul(a, b, name=None):
+def matmul(a: "Value", b: "Value", name: Optional[str] = None) -> "Value":
     """a @ b over the last two axes, batches broadcast (MatMul)."""
     trace = _trace(a, "matmul")
     _trace(b, "matmul")
@@ -94,7 +96,8 @@ def matmul(a, b, name=None):
                      name=name or trace.call_name("matmul"))
 
 
-def activation(x, kind, inplace=False, name=None, **params):
+def activation(x: "Value", kind: str, inplace: bool = False, name: Optional[str] = None,
+               **params) -> "Value":
     """``kind`` of the activation table (core/activation.py) applied to ``x``; ``params``
     are its parameters (``negative_slope`` ...); ``inplace`` writes over x's tensor."""
     trace = _trace(x, kind)
@@ -109,7 +112,8 @@ def activation(x, kind, inplace=False, name=None, **params):
                      name=name or trace.call_name(kind))
 
 
-def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False, name=None):
+def hardtanh(x: "Value", min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False,
+             name: Optional[str] = None) -> "Value":
     """min(max(x, min_val), max_val) (Hardtanh)."""
     trace = _trace(x, "hardtanh")
     _float(x, "hardtanh")
@@ -120,7 +124,8 @@ def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False, name=None):
                      name=name or trace.call_name("hardtanh"))
 
 
-def flatten(x, start_dim=1, end_dim=-1, name=None):
+def flatten(x: "Value", start_dim: int = 1, end_dim: int = -1,
+            name: Optional[str] = None) -> "Value":
     """Axes ``start_dim`` to ``end_dim`` merged into one: Flatten for (N, ...) -> (N, rest),
     else a Reshape that keeps the leading axes (batch included) as they come."""
     trace = _trace(x, "flatten")
@@ -144,7 +149,7 @@ def _sizes(args, what):
     return [int(s) for s in sizes]
 
 
-def reshape(x, *shape, name=None):
+def reshape(x: "Value", *shape: int, name: Optional[str] = None) -> "Value":
     """``x`` with the shape ``shape`` (one entry may be -1); no copy (Reshape)."""
     trace = _trace(x, "reshape")
     dims = _sizes(shape, "reshape")
@@ -163,7 +168,7 @@ def reshape(x, *shape, name=None):
                      name=name or trace.call_name("reshape"))
 
 
-def permute(x, *dims, name=None):
+def permute(x: "Value", *dims: int, name: Optional[str] = None) -> "Value":
     """The axes of ``x`` in the order ``dims`` (Transpose)."""
     trace = _trace(x, "permute")
     order = [axis(x, d) for d in _sizes(dims, "permute")]
@@ -173,7 +178,7 @@ def permute(x, *dims, name=None):
                      options={"dims": order}, name=name or trace.call_name("permute"))
 
 
-def transpose(x, dim0, dim1, name=None):
+def transpose(x: "Value", dim0: int, dim1: int, name: Optional[str] = None) -> "Value":
     """``x`` with axes ``dim0`` and ``dim1`` swapped (Transpose)."""
     order = list(range(x.ndim))
     a, b = axis(x, dim0), axis(x, dim1)
@@ -181,7 +186,7 @@ def transpose(x, dim0, dim1, name=None):
     return permute(x, *order, name=name or _trace(x, "transpose").call_name("transpose"))
 
 
-def cat(tensors, dim=1, name=None):
+def cat(tensors: Sequence["Value"], dim: int = 1, name: Optional[str] = None) -> "Value":
     """Values joined along ``dim``, their other sizes equal (Concat)."""
     tensors = list(tensors)
     if not tensors:
@@ -212,17 +217,18 @@ def _softmax(x, dim, log, name, function):
                      name=name or trace.call_name(function))
 
 
-def softmax(x, dim, name=None):
+def softmax(x: "Value", dim: int, name: Optional[str] = None) -> "Value":
     """Softmax over ``dim``, which must be axis 1 (Softmax)."""
     return _softmax(x, dim, False, name, "softmax")
 
 
-def log_softmax(x, dim, name=None):
+def log_softmax(x: "Value", dim: int, name: Optional[str] = None) -> "Value":
     """Log-softmax over ``dim``, which must be axis 1 (Softmax with ``log``)."""
     return _softmax(x, dim, True, name, "log_softmax")
 
 
-def dropout(x, p=0.5, training=True, inplace=False, name=None):
+def dropout(x: "Value", p: float = 0.5, training: bool = True, inplace: bool = False,
+            name: Optional[str] = None) -> "Value":
     """Inverted dropout of ratio ``p`` in train mode, the identity when predicting (the
     Net's mode decides; ``training=False`` adds nothing)."""
     trace = _trace(x, "dropout")

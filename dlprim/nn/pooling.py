@@ -5,8 +5,11 @@ An adaptive pooling becomes the plain pooling that equals it: GlobalPooling for 
 output, else windows of input/output size where the input size is a multiple of the
 output size; other sizes are an error (dlprim has no adaptive window operator).
 """
+from typing import Optional
+
 from .module import Module
-from .shapes import pair, window_output
+from .shapes import Size2, pair, window_output
+from .value import Value
 
 __all__ = ["max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
            "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d"]
@@ -46,13 +49,15 @@ def _pool(x, mode, kernel_size, stride, padding, ceil_mode, count_include_pad, n
                      name=name or trace.call_name(what))
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, name=None):
+def max_pool2d(x: Value, kernel_size: Size2, stride: Optional[Size2] = None, padding: Size2 = 0,
+               ceil_mode: bool = False, name: Optional[str] = None) -> Value:
     """Maximum over kernel_size windows (stride None: the kernel)."""
     return _pool(x, "max", kernel_size, stride, padding, ceil_mode, False, name, "max_pool2d")
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-               name=None):
+def avg_pool2d(x: Value, kernel_size: Size2, stride: Optional[Size2] = None, padding: Size2 = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               name: Optional[str] = None) -> Value:
     """Mean over kernel_size windows; ``count_include_pad`` counts the zero padding."""
     return _pool(x, "avg", kernel_size, stride, padding, ceil_mode, count_include_pad, name,
                  "avg_pool2d")
@@ -80,12 +85,12 @@ def _adaptive(x, mode, output_size, name, what):
         "mode": mode})
 
 
-def adaptive_avg_pool2d(x, output_size, name=None):
+def adaptive_avg_pool2d(x: Value, output_size: Size2, name: Optional[str] = None) -> Value:
     """Mean pooling to ``output_size`` (1: global average pooling)."""
     return _adaptive(x, "avg", output_size, name, "adaptive_avg_pool2d")
 
 
-def adaptive_max_pool2d(x, output_size, name=None):
+def adaptive_max_pool2d(x: Value, output_size: Size2, name: Optional[str] = None) -> Value:
     """Max pooling to ``output_size`` (1: global max pooling)."""
     return _adaptive(x, "max", output_size, name, "adaptive_max_pool2d")
 
@@ -93,57 +98,57 @@ def adaptive_max_pool2d(x, output_size, name=None):
 class MaxPool2d(Module):
     """Maximum over windows (PyTorch's ``nn.MaxPool2d``; no dilation, no indices)."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
-                 ceil_mode=False):
+    def __init__(self, kernel_size: Size2, stride: Optional[Size2] = None, padding: Size2 = 0,
+                 dilation: Size2 = 1, return_indices: bool = False, ceil_mode: bool = False):
         super().__init__()
         if dilation not in (1, (1, 1), [1, 1]) or return_indices:
             raise ValueError("MaxPool2d: dilation and return_indices are not supported")
         self.kernel_size, self.stride, self.padding = _window(kernel_size, stride, padding, "MaxPool2d")
         self.ceil_mode = bool(ceil_mode)
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                           name=x.trace.own_name())
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "kernel_size=%s, stride=%s, padding=%s" % (self.kernel_size, self.stride, self.padding)
 
 
 class AvgPool2d(Module):
     """Mean over windows (PyTorch's ``nn.AvgPool2d``; no divisor_override)."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-                 divisor_override=None):
+    def __init__(self, kernel_size: Size2, stride: Optional[Size2] = None, padding: Size2 = 0,
+                 ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: None = None):
         super().__init__()
         if divisor_override is not None:
             raise ValueError("AvgPool2d: divisor_override is not supported")
         self.kernel_size, self.stride, self.padding = _window(kernel_size, stride, padding, "AvgPool2d")
         self.ceil_mode, self.count_include_pad = bool(ceil_mode), bool(count_include_pad)
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         return avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                           self.count_include_pad, name=x.trace.own_name())
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "kernel_size=%s, stride=%s, padding=%s" % (self.kernel_size, self.stride, self.padding)
 
 
 class AdaptiveAvgPool2d(Module):
     """Mean pooling to ``output_size``: global for 1, else where a plain pooling equals it."""
 
-    def __init__(self, output_size):
+    def __init__(self, output_size: Size2):
         super().__init__()
         self.output_size = output_size
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         return adaptive_avg_pool2d(x, self.output_size, name=x.trace.own_name())
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "output_size=%r" % (self.output_size,)
 
 
 class AdaptiveMaxPool2d(AdaptiveAvgPool2d):
     """Max pooling to ``output_size``: global for 1, else where a plain pooling equals it."""
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         return adaptive_max_pool2d(x, self.output_size, name=x.trace.own_name())

@@ -1,6 +1,7 @@
 """Flatten."""
 from . import ops
 from .module import Module
+from .value import Value
 
 __all__ = ["Flatten"]
 
@@ -13,8 +14,8 @@ class Flatten(Module):
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
 
-    def forward(self, x):
+    def forward(self, x: Value) -> Value:
         return ops.flatten(x, self.start_dim, self.end_dim, name=x.trace.own_name())
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "start_dim=%d, end_dim=%d" % (self.start_dim, self.end_dim)

@@ -4,12 +4,17 @@ The window rule is the one ``core/conv_geometry.py`` and ``core/pooling.py`` app
 device; it is restated here because dlprim.nn builds graphs without OpenCL (those modules
 import it), and the graph it builds is checked again by the layers when a Net is set up.
 """
+from typing import Any, Optional, Sequence, Tuple, Union
+
 from ..utils import ceil_div, is_int
 
-__all__ = ["positive_int", "pair", "window_output"]
+__all__ = ["Size2", "positive_int", "pair", "window_output"]
+
+# a size given for height and width at once, or as (height, width)
+Size2 = Union[int, Sequence[int]]
 
 
-def positive_int(value, what):
+def positive_int(value: Any, what: str) -> int:
     """``value`` if it is an int of at least 1; a TypeError or ValueError naming ``what``."""
     if not is_int(value):
         raise TypeError("%s must be an int, got %r" % (what, value))
@@ -18,7 +23,7 @@ def positive_int(value, what):
     return int(value)
 
 
-def pair(value, what, minimum=1):
+def pair(value: Any, what: str, minimum: int = 1) -> Tuple[int, int]:
     """``value`` (an int, or a pair of ints for height and width) as a (h, w) tuple, each
     at least ``minimum``; a TypeError or ValueError naming ``what`` otherwise."""
     items = tuple(value) if isinstance(value, (list, tuple)) else (value, value)
@@ -29,7 +34,8 @@ def pair(value, what, minimum=1):
     return tuple(int(v) for v in items)
 
 
-def window_output(size, kernel, stride, pad_before, pad_after=None, dilation=1, ceil_mode=False):
+def window_output(size: int, kernel: int, stride: int, pad_before: int, pad_after: Optional[int] = None,
+                  dilation: int = 1, ceil_mode: bool = False) -> int:
     """Output length of a window sliding along one axis of ``size``; 0 or less when the
     (dilated) kernel does not fit the padded input. ``ceil_mode`` keeps a last partial
     window that still starts inside the input or its leading padding (PyTorch's rule)."""

@@ -8,6 +8,7 @@ module that makes them ("layer1.0.add"); a second call of the same module gets
 "<path>/1", "<path>/2" ... and shares the first call's parameters.
 """
 from contextlib import contextmanager
+from typing import Any, Iterator, NoReturn, Optional, Sequence
 
 from ..net.graph import GraphError
 from .value import Value
@@ -40,7 +41,7 @@ class Trace:
         self._scopes = []        # (path, module) of the modules running, innermost last
         self._taken = set()      # operator names given so far
 
-    def input(self, name, shape, dtype):
+    def input(self, name: str, shape: Sequence[int], dtype: str) -> Value:
         """A net input: its Value."""
         value = Value(self, shape, dtype)
         value.name = name
@@ -48,7 +49,7 @@ class Trace:
         return value
 
     @contextmanager
-    def scope(self, module):
+    def scope(self, module: Any) -> Iterator[None]:
         """Run ``module``: operators added meanwhile are named after its path."""
         path = self.paths.get(id(module))
         if path is None:
@@ -66,36 +67,37 @@ class Trace:
             self._scopes.pop()
 
     @property
-    def path(self):
+    def path(self) -> str:
         """The attribute path of the module running ("" at the model's top)."""
         return self._scopes[-1][0] if self._scopes else ""
 
     @property
-    def where(self):
+    def where(self) -> str:
         """The running module, as error messages name it: its path, or the model's class."""
         if self.path:
             return self.path
         return type(self._scopes[-1][1]).__name__ if self._scopes else "the model"
 
-    def fail(self, message):
+    def fail(self, message: str) -> NoReturn:
         """Raise a GraphError naming the running module."""
         raise GraphError("%s: %s" % (self.where, message))
 
-    def param_names(self, names):
+    def param_names(self, names: Sequence[str]) -> list:
         """State-dict names of the running module's parameters ``names`` ("weight" ...)."""
         return [self._join(self.path, n) for n in names]
 
-    def own_name(self):
+    def own_name(self) -> str:
         """A unique operator name for the running module's own operator."""
         return self.unique(self.path or type(self._scopes[-1][1]).__name__.lower())
 
-    def call_name(self, function):
+    def call_name(self, function: str) -> str:
         """A unique operator name for a functional call (``add``, ``relu`` ...) made in the
         running module."""
         return self.unique(self._join(self.path, function))
 
-    def add(self, type, inputs, shape, dtype="float", options=None, params=None, name=None,
-            inplace=False):
+    def add(self, type: str, inputs: Sequence[Value], shape: Sequence[int], dtype: str = "float",
+            options: Optional[dict] = None, params: Optional[list] = None,
+            name: Optional[str] = None, inplace: bool = False) -> Value:
         """Append an operator reading Values ``inputs``; returns its output Value of
         ``shape``. ``name`` None names it after the running module."""
         node = Node(type, name or self.own_name(), inputs, options, params, inplace)
@@ -107,7 +109,7 @@ class Trace:
     def _join(path, name):
         return path + "." + name if path else name
 
-    def unique(self, base):
+    def unique(self, base: str) -> str:
         """``base``, or "base/1", "base/2" ... if taken; reserved from then on."""
         name, n = base, 0
         while name in self._taken:

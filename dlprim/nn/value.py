@@ -5,6 +5,8 @@ as operators of the net. Its methods and operators are the PyTorch tensor method
 dlprim layer computes (``x + y``, ``x.relu()``, ``x.flatten(1)`` ...), each one
 ``dlprim.nn.functional`` function.
 """
+from typing import Optional, Tuple, Union
+
 from . import ops
 
 __all__ = ["Value"]
@@ -31,7 +33,7 @@ class Value:
         """The number of dimensions (PyTorch's ``Tensor.dim``)."""
         return len(self.shape)
 
-    def size(self, dim=None):
+    def size(self, dim: Optional[int] = None) -> Union[int, Tuple[int, ...]]:
         """The shape, or the size of dimension ``dim`` (PyTorch's ``Tensor.size``)."""
         if dim is None:
             return self.shape
@@ -62,41 +64,41 @@ class Value:
                         "x.shape gives its sizes")
 
     # the PyTorch tensor methods a layer computes
-    def relu(self):
+    def relu(self) -> "Value":
         """max(x, 0)."""
         return ops.activation(self, "relu")
 
-    def sigmoid(self):
+    def sigmoid(self) -> "Value":
         """1 / (1 + exp(-x))."""
         return ops.activation(self, "sigmoid")
 
-    def tanh(self):
+    def tanh(self) -> "Value":
         """tanh(x)."""
         return ops.activation(self, "tanh")
 
-    def flatten(self, start_dim=1, end_dim=-1):
+    def flatten(self, start_dim: int = 1, end_dim: int = -1) -> "Value":
         """Dimensions ``start_dim`` to ``end_dim`` merged into one."""
         return ops.flatten(self, start_dim, end_dim)
 
-    def reshape(self, *shape):
+    def reshape(self, *shape: int) -> "Value":
         """The same elements in ``shape`` (one entry may be -1); no copy."""
         return ops.reshape(self, *shape)
 
     view = reshape
 
-    def permute(self, *dims):
+    def permute(self, *dims: int) -> "Value":
         """The axes in the order ``dims``."""
         return ops.permute(self, *dims)
 
-    def transpose(self, dim0, dim1):
+    def transpose(self, dim0: int, dim1: int) -> "Value":
         """Axes ``dim0`` and ``dim1`` swapped."""
         return ops.transpose(self, dim0, dim1)
 
-    def softmax(self, dim):
+    def softmax(self, dim: int) -> "Value":
         """Softmax over ``dim`` (dlprim's Softmax works over axis 1)."""
         return ops.softmax(self, dim)
 
-    def log_softmax(self, dim):
+    def log_softmax(self, dim: int) -> "Value":
         """Log-softmax over ``dim`` (axis 1)."""
         return ops.log_softmax(self, dim)
 
