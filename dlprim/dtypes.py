@@ -66,5 +66,6 @@ def cl_type(dtype):
 
 
 def dlp_name(dtype):
-    """The dtype as DLPrimitives' JSON and .dlp files spell it."""
+    """The dtype as DLPrimitives' JSON nets spell it (inputs, Parameter options); .dlp
+    headers use its writer's names (``dlprim.net.weights.DLP_WRITTEN``)."""
     return _DLP_NAMES[as_dtype(dtype)]

@@ -7,6 +7,7 @@ import numbers
 import os
 import secrets
 import stat
+from typing import Any, Iterable
 
 from .errors import MissingFileError
 
@@ -34,7 +35,7 @@ def shape_problem(shape, what):
     return None
 
 
-def unknown_names(names, known):
+def unknown_names(names: Iterable[Any], known: Iterable[Any]) -> str:
     """``'a' (did you mean 'b'?), 'c'``: each of ``names`` quoted, with the nearest of
     ``known`` where one is close, for errors about keys or options nobody knows."""
     shown = []

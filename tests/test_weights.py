@@ -30,9 +30,9 @@ def test_dlp_layout_is_dlprimitives(tmp_path, rng):
     assert data[:4] == b"DLPW"
     (length,) = struct.unpack(">I", data[4:8])
     header = json.loads(data[8:8 + length])
-    assert list(header["tensors"]) == list(a)
+    assert list(header["tensors"]) == sorted(a)   # name order, as DLPrimitives' std::map
     start = 0
-    for name, arr in a.items():
+    for name, arr in sorted(a.items()):
         info = header["tensors"][name]
         assert info == {"dtype": "float", "shape": list(arr.shape), "size": arr.nbytes, "start": start}
         raw = data[8 + length + start: 8 + length + start + arr.nbytes]
@@ -45,7 +45,7 @@ def test_dlp_round_trip_is_byte_exact(tmp_path, rng):
     a = arrays(rng)
     weights.save_dlp(tmp_path / "a.dlp", a)
     back = weights.load_dlp(tmp_path / "a.dlp")
-    assert list(back) == list(a)
+    assert list(back) == sorted(a)
     for name in a:
         assert back[name].dtype == np.float32 and np.array_equal(back[name], a[name])
     weights.save_dlp(tmp_path / "b.dlp", back)

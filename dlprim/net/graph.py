@@ -20,6 +20,7 @@ Pure Python, no OpenCL.
 import json
 import numbers
 import os
+from typing import List
 
 from ..dtypes import DTYPES
 from ..errors import Error
@@ -84,7 +85,7 @@ class OpDef:
         if len(set(self.outputs)) != len(self.outputs):
             raise GraphError("operator '%s' lists an output twice: %s" % (self.name, self.outputs))
 
-    def param_names(self, count):
+    def param_names(self, count: int) -> List[str]:
         """The names of this operator's ``count`` parameters: ``params`` with ``"auto"``
         and ``""`` entries, and the entries a short list lacks, named ``<op>.<i>``
         (DLPrimitives' rule); more names than parameters is an error."""

@@ -147,8 +147,13 @@ class ParamStore:
         return last == "num_batches_tracked" and prefix + ".running_mean" in self.layout
 
 
+FLOAT32_EXACT_INTS = 2 ** 24   # every integer up to this size is a float32
+
+
 def _as_numbers(value, shape):
-    """(float32 array, None) or (None, what is wrong with it)."""
+    """(float32 array, None) or (None, what is wrong with it). Floats round to float32
+    (float64 and float16 weights, what a .dlp file may hold), but a finite value too large
+    for float32 and an integer float32 cannot hold exactly are refused, not changed."""
     try:
         a = np.asarray(value)
     except (ValueError, TypeError) as err:
@@ -157,7 +162,22 @@ def _as_numbers(value, shape):
         return None, "has dtype %s, not numbers" % a.dtype
     if tuple(a.shape) != shape:
         return None, "has shape %s, the net needs %s" % (tuple(a.shape), shape)
-    return a.astype(np.float32, copy=False), None
+    with np.errstate(over="ignore"):
+        f = a.astype(np.float32, copy=False)
+    if a.dtype.kind == "f" and a.dtype.itemsize > 4:
+        bad = np.isfinite(a) & ~np.isfinite(f)
+        if bad.any():
+            i = np.unravel_index(np.argmax(bad), a.shape)
+            return None, ("has %s value %r at %s, too large for float32"
+                          % (a.dtype, a[i].item(), tuple(int(k) for k in i)))
+    if a.dtype.kind in "iu" and a.size and not (np.abs(a.astype(np.float64))
+                                                <= FLOAT32_EXACT_INTS).all():
+        # exact comparison in Python integers: float64 cannot hold every int64 either
+        for i, (x, y) in enumerate(zip(a.ravel().tolist(), f.ravel().tolist())):
+            if x != int(y):
+                return None, ("has %s value %d at %s, which float32 cannot hold exactly"
+                              % (a.dtype, x, tuple(int(k) for k in np.unravel_index(i, a.shape))))
+    return f, None
 
 
 def _s(items):
