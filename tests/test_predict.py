@@ -288,6 +288,38 @@ def test_deploy_file_records_the_preprocessing(run):
     assert meta["scale"] is None
 
 
+def test_deploy_meta_keeps_what_validation_did():
+    from dlprim.train.graphs import deploy_meta
+    crop = {"type": "random_crop", "size": 24, "padding": 2}
+    norm = {"type": "normalize", "mean": [0.5, 0.4, 0.3], "std": 0.2}
+    train = {"transforms": [crop, {"type": "flip"}, norm], "scale": None}
+    meta = deploy_meta({"train": train, "val": None}, "best.dlp", "image", ["cat", "dog"])
+    assert meta == {"weights": "best.dlp", "input": "image", "output": "prob", "scale": None,
+                    "transforms": [norm], "labels": ["cat", "dog"]}
+    val = {"transforms": [{"type": "resize", "size": 32}, {"type": "center_crop", "size": 28}],
+           "scale": 0.5}
+    meta = deploy_meta({"train": train, "val": val}, "model.dlp", "data")
+    assert meta["transforms"] == val["transforms"] and meta["scale"] == 0.5
+    assert "labels" not in meta
+
+
+def test_cli_takes_the_class_names_of_the_deploy_file(run, capsys, tmp_path):
+    deploy = json.load(open(run["deploy"]))
+    deploy["meta"]["labels"] = ["digit %d" % i for i in range(10)]
+    deploy["meta"]["weights"] = run["weights"]   # an absolute path works too
+    (tmp_path / "named-deploy.json").write_text(json.dumps(deploy))
+    status, out, err = cli(["--deploy", str(tmp_path / "named-deploy.json"), "--top", "1",
+                            run["files"][3]], capsys)
+    plain = cli(["--deploy", run["deploy"], "--top", "1", run["files"][3]], capsys)[1]
+    index, prob = plain.split(": ")[1].split()
+    assert status == 0 and out == "%s: %s digit %s %s\n" % (run["files"][3], index, index, prob)
+    deploy["meta"]["labels"] = ["too", "few"]
+    (tmp_path / "named-deploy.json").write_text(json.dumps(deploy))
+    status, _, err = cli(["--deploy", str(tmp_path / "named-deploy.json"), run["files"][3]],
+                         capsys)
+    assert status == 2 and "meta.labels: 2 labels, the net has 10 classes" in err
+
+
 def test_cli_deploy_json_agrees_with_net_predict(ctx, run, capsys):
     status, out, err = cli(["--deploy", run["deploy"], "--format", "json", "--top", "3",
                             "--batch", "5", run["digits"]], capsys)
