@@ -7,6 +7,7 @@ Warm-up iterations come first; the mean and median of the timed ones are reporte
     dlprim-benchmark resnet18 --batch 16 --train
     dlprim-benchmark net.json --batch 64 --profile
     dlprim-benchmark gemm            # the GEMM micro-benchmark
+    dlprim-benchmark flops           # peak FLOP/s and GB/s, GEMM, convolution, broadcast
 """
 import argparse
 import json
@@ -125,14 +126,15 @@ def _format_profile(rows):
     return "\n".join(lines)
 
 
-MICRO = ("gemm", "conv", "pointwise", "layers", "softmax_loss_interp")
+MICRO = ("gemm", "conv", "pointwise", "layers", "softmax_loss_interp", "flops")
 
 
 def _micro(name, argv):
-    """A kernel micro-benchmark of dlprim.benchmarks (beside PyTorch when it is installed)."""
-    from ..benchmarks import conv, gemm, layers, pointwise, softmax_loss_interp
+    """A kernel micro-benchmark of dlprim.benchmarks (beside PyTorch when it is installed),
+    or ``flops``: the device's ceilings and dlprim's kernels measured against them."""
+    from ..benchmarks import conv, flops, gemm, layers, pointwise, softmax_loss_interp
     module = {"gemm": gemm, "conv": conv, "pointwise": pointwise, "layers": layers,
-              "softmax_loss_interp": softmax_loss_interp}[name]
+              "softmax_loss_interp": softmax_loss_interp, "flops": flops}[name]
     module.main(argv)
     return 0
 
