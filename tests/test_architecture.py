@@ -18,7 +18,7 @@ SHARED_LAUNCHERS = {"pointwise", "copy", "gemm", "random", "reduction", "activat
 PURE = ["dlprim.net.graph", "dlprim.net.netconfig", "dlprim.net.autograd", "dlprim.net.memory_plan",
         "dlprim.net.weights", "dlprim.train.config", "dlprim.train.config_check",
         "dlprim.train.config_data", "dlprim.dtypes", "dlprim.utils", "dlprim.errors", "dlprim.models",
-        "dlprim.lr_schedules", "dlprim.data"]
+        "dlprim.lr_schedules", "dlprim.data", "dlprim.nn"]
 
 
 def _modules():
