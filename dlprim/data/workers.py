@@ -88,6 +88,7 @@ class WorkerPool:
 
     @property
     def closed(self):
+        """True once the workers were stopped."""
         return not self._closer.alive
 
     def close(self):

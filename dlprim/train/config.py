@@ -24,7 +24,7 @@ DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "out": "runs",
             "tensorboard": False,
             "stop_on_nonfinite": True, "checkpoint": {"every": 1, "keep": 2, "best": True},
             "schedule": None, "early_stopping": None, "best_metric": None}
-_TOP = ["net", "data", "solver"] + list(DEFAULTS)
+_TOP = ["net", "data", "solver", "batch_size"] + list(DEFAULTS)
 
 
 class ConfigError(Error, ValueError):
@@ -239,10 +239,25 @@ def _scalars(c, cfg, names, prefix=""):
               "force starts afresh and resume continues the run: give one of them")
 
 
+def _batch_size(c, top):
+    """``top`` with PyTorch's ``batch_size`` taken as ``batch`` (one of the two)."""
+    if "batch_size" not in top:
+        return top
+    top = dict(top)
+    size = top.pop("batch_size")
+    if "batch" in top:
+        c.bad("batch_size", "give batch or batch_size, not both")
+    elif is_int(size) and size > 0:
+        top["batch"] = size
+    else:
+        c.integer("batch_size", size)  # records what is wrong with it
+    return top
+
+
 def validate_config(raw, base_dir=".", source=None):
     """The checked config with defaults filled in, or ConfigError listing every problem."""
     c = Checker(os.path.abspath(base_dir))
-    top = c.fields("", raw, _TOP, required=["net", "data"])
+    top = _batch_size(c, c.fields("", raw, _TOP, required=["net", "data"]))
     cfg = dict(copy.deepcopy(DEFAULTS), **top)
     cfg["net"] = _net(c, top["net"]) if top.get("net") is not None else None
     cfg["data"] = check_data(c, top["data"]) if top.get("data") is not None else None

@@ -20,7 +20,7 @@ from .config_check import is_num, join
 __all__ = ["check_data", "sample_count", "DATA_TYPES"]
 
 _DATA_COMMON = {"type": None, "transforms": [], "num_classes": None, "scale": None,
-                "shuffle": True, "drop_last": False}
+                "shuffle": True, "drop_last": False, "num_workers": 0}
 DATA_TYPES = {  # type -> {field: default}; a None default means the field is required
     "mnist": {"images": None, "labels": None},
     "npz": {"path": None, "x": "x", "y": "y", "channels_last": False},
@@ -65,6 +65,7 @@ def _data_entry(c, path, value):
         c.integer(path + ".num_classes", entry["num_classes"])
     if entry["scale"] is not None:
         c.number(path + ".scale", entry["scale"])
+    c.integer(path + ".num_workers", entry["num_workers"], low=0)
     for key in ("shuffle", "drop_last") + (("channels_last",) if kind == "npz" else ()):
         c.boolean(join(path, key), entry[key])
     for key in ("x", "y") if kind == "npz" else ():
