@@ -140,6 +140,9 @@ def test_fit_refuses_what_it_cannot_use(ctx):
         dp.fit(net, x, np.full(20, 3), progress=False)
     with pytest.raises(dp.errors.LabelError):   # labels of a loader are checked too
         dp.fit(net, loader=[(x, np.full(20, 7))], progress=False)
+    once = ((x[i:i + 10], y[i:i + 10]) for i in (0, 10))
+    with pytest.raises(ValueError, match="no batches in epoch 2"):   # a generator runs dry
+        dp.fit(net, loader=once, epochs=2, progress=False)
     with pytest.raises(ValueError, match="monitor 'val_loss'.*give validation data"):
         dp.fit(net, x, y, callbacks=[EarlyStopping()], progress=False)
     net.mode = dp.PREDICT
@@ -289,7 +292,7 @@ def test_fit_stops_early_with_the_best_weights(ctx):
 
 
 # ----- dlprim-train
-def _config(root, **changes):
+def _raw(root, **changes):
     x, y = _clusters(40, shape=(1, 4, 4), seed=7)
     np.savez(os.path.join(root, "train.npz"), x=x, y=y)
     np.savez(os.path.join(root, "val.npz"), x=x, y=(y + 1) % CLASSES)   # disagreeing labels
@@ -311,7 +314,11 @@ def _config(root, **changes):
            "checkpoint": {"every": 1, "keep": 20, "best": True},
            "early_stopping": {"monitor": "val_loss", "patience": 2}}
     raw.update(changes)
-    return validate_config(raw, str(root))
+    return raw
+
+
+def _config(root, **changes):
+    return validate_config(_raw(root, **changes), str(root))
 
 
 def test_train_config_stops_early_and_keeps_the_best_by_its_metric(ctx, tmp_path):
@@ -329,6 +336,15 @@ def test_train_config_stops_early_and_keeps_the_best_by_its_metric(ctx, tmp_path
     again = Trainer(cfg, ctx)             # resuming a run that stopped early trains no more
     again.resume(cfg["out"])
     assert again.run().epochs_done == 3
+
+
+def test_cli_says_it_stopped_early(ctx, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DLPRIM_DEVICE", ctx.device_string)
+    (tmp_path / "c.json").write_text(json.dumps(_raw(tmp_path, best_metric="val_loss")))
+    assert dp.train.main([str(tmp_path / "c.json"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "early stopping after epoch 3: val_loss has not improved" in out
+    assert "stopped early after epoch 3" in out and "(epoch 1, val_loss " in out
 
 
 def test_early_stopping_survives_an_interruption_exactly(ctx, tmp_path):

@@ -19,6 +19,7 @@ Pure Python: the training config checks import it without OpenCL.
 """
 import logging
 import math
+from typing import Any, Dict, Optional, Sequence
 
 from ..utils import is_int
 
@@ -33,12 +34,12 @@ METRICS = {"loss": "train_loss", "accuracy": "train_acc", "val_loss": "val_loss"
 MONITORED = ("loss", "accuracy", "val_loss", "val_accuracy")  # what a "best" can follow
 
 
-def logs_of(row):
+def logs_of(row: Dict[str, Any]) -> Dict[str, float]:
     """{metric name: value} of one metrics.csv row (dict), values that are None left out."""
     return {name: row[column] for name, column in METRICS.items() if row.get(column) is not None}
 
 
-def metric_problem(name):
+def metric_problem(name: Any) -> Optional[str]:
     """What is wrong with ``name`` as a metric to follow, or None."""
     if name not in MONITORED:
         hint = [m for m in MONITORED if METRICS[m] == name]
@@ -58,14 +59,14 @@ class Callback:
     """Base with methods that do nothing; subclass it and override the ones you need (or
     write any object with those methods: the loop needs no base class)."""
 
-    def on_train_begin(self, net, metrics, epoch):
+    def on_train_begin(self, net: Any, metrics: Sequence[str], epoch: int) -> None:
         """Training starts after ``epoch`` epochs done (0 for a new run)."""
 
-    def on_epoch_end(self, epoch, logs):
+    def on_epoch_end(self, epoch: int, logs: Dict[str, float]) -> bool:
         """Epoch ``epoch`` (1-based) ended with ``logs``; return True to stop training."""
         return False
 
-    def on_train_end(self, net, logs):
+    def on_train_end(self, net: Any, logs: Dict[str, float]) -> None:
         """Training ended; ``logs`` are the last epoch's."""
 
 
@@ -75,7 +76,7 @@ class Best:
     larger for "max"; "auto" takes min for losses, max for accuracies). NaN or infinite
     values never count as better."""
 
-    def __init__(self, metric, mode="auto", min_delta=0.0):
+    def __init__(self, metric: str, mode: str = "auto", min_delta: float = 0.0) -> None:
         problem = metric_problem(metric)
         if problem:
             raise ValueError("metric: %s" % problem)
@@ -105,7 +106,7 @@ class Best:
             return value < self.value - self.min_delta
         return value > self.value + self.min_delta
 
-    def update(self, epoch, logs):
+    def update(self, epoch: int, logs: Dict[str, float]) -> bool:
         """Take epoch ``epoch``'s ``logs``; True when its value is the new best."""
         if self.metric not in logs:
             raise ValueError("%r is not among this run's metrics (%s)%s"
@@ -208,7 +209,7 @@ class EarlyStopping(Callback):
         """True once ``patience`` epochs in a row (at least one) did not improve."""
         return self.wait > 0 and self.wait >= self.patience
 
-    def on_train_begin(self, net, metrics, epoch):
+    def on_train_begin(self, net: Any, metrics: Sequence[str], epoch: int) -> None:
         if self.monitor not in metrics:
             raise ValueError("EarlyStopping: monitor %r is not a metric of this run (it has "
                              "%s)%s" % (self.monitor, ", ".join(metrics),
@@ -219,7 +220,7 @@ class EarlyStopping(Callback):
         if epoch == 0:
             self.reset()
 
-    def on_epoch_end(self, epoch, logs):
+    def on_epoch_end(self, epoch: int, logs: Dict[str, float]) -> bool:
         self._last_epoch = epoch
         if self.best.update(epoch, logs):
             self.wait = 0
@@ -236,7 +237,7 @@ class EarlyStopping(Callback):
                  "" if self.wait == 1 else "s")
         return True
 
-    def on_train_end(self, net, logs):
+    def on_train_end(self, net: Any, logs: Dict[str, float]) -> None:
         if (self.restore_best and self._weights is not None
                 and self.best.epoch != self._last_epoch):
             net.set_parameters(self._weights)

@@ -15,6 +15,7 @@ import math
 import os
 import time
 from collections import namedtuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import CheckpointError, NonFiniteError
 from ..lr_schedules import OneCycleLR, ReduceLROnPlateau
@@ -22,7 +23,7 @@ from ..utils import atomic_write
 from . import checkpoint, metrics, run_folder
 from .callbacks import Best, EarlyStopping, logs_of
 from .graphs import deploy_graph
-from .steps import evaluate_batches, roles_of, train_step
+from .steps import ONCE, evaluate_batches, roles_of, train_step
 
 __all__ = ["EpochLoop", "TrainResult", "history_names"]
 
@@ -37,7 +38,7 @@ written); ``best``, the best-model state ({"metric", "mode", "value", "epoch", .
 ``stopped_early``, the epoch at which early stopping ended the run, else None."""
 
 
-def history_names(validation):
+def history_names(validation: bool) -> List[str]:
     """The metric names a run fills each epoch, with or without validation data."""
     names = ["loss", "accuracy", "lr"]
     return names + ["val_loss", "val_accuracy"] if validation else names
@@ -51,12 +52,14 @@ class EpochLoop:
     ``stop_on_nonfinite``, ``metrics``, ``tensorboard``, ``plot``, ``checkpoint``
     ({every, keep, best}) and ``best_metric`` (None: "val_accuracy" with validation data,
     else "loss"). ``train_loader`` has ``set_epoch(e)``, a settable ``position`` and
-    ``len``; ``graph`` (the net's JSON dict, by default ``net.graph``) is what
+    ``len`` where it can; ``graph`` (the net's JSON dict, by default ``net.graph``) is what
     checkpoints and the deploy graph are made from.
     """
 
-    def __init__(self, net, solver, train_loader, settings, val_loader=None, schedule=None,
-                 callbacks=(), graph=None, roles=None):
+    def __init__(self, net: Any, solver: Any, train_loader: Any, settings: Dict[str, Any],
+                 val_loader: Optional[Iterable] = None, schedule: Any = None,
+                 callbacks: Sequence[Any] = (), graph: Optional[dict] = None,
+                 roles: Any = None) -> None:
         self.net, self.solver, self.cfg = net, solver, settings
         self.ctx = net.ctx
         self.graph = graph if graph is not None else net.graph.to_dict()
@@ -82,21 +85,22 @@ class EpochLoop:
         """The first EarlyStopping among the callbacks (its state goes into checkpoints)."""
         return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
 
-    def request_stop(self):
+    def request_stop(self) -> None:
         """Make ``run()`` save a checkpoint after the current step and return."""
         self._stop = True
 
     # ----- one batch, and validation
-    def train_step(self, x, y):
+    def train_step(self, x: Any, y: Any) -> Tuple[float, int]:
         """One step on batch (x, y): zero-grad, forward, backward, update; -> (loss, correct
         labels)."""
         return train_step(self.net, self.solver, self.roles, x, y)
 
-    def evaluate(self):
+    def evaluate(self) -> Tuple[Optional[float], Optional[float]]:
         """(loss, accuracy) over the validation data, in predict mode; (None, None) without."""
         if self.val_loader is None:
             return None, None
-        result = evaluate_batches(self.net, self.roles, self.val_loader)
+        result = evaluate_batches(self.net, self.roles, self.val_loader,
+                                  what="the validation data")
         return result["loss"], result["accuracy"]
 
     # ----- checkpoints and models
@@ -108,7 +112,7 @@ class EpochLoop:
                 "schedule": self.schedule.state_dict() if self.schedule else None,
                 "metrics": self.metrics.rows, "seed": self.cfg["seed"]}
 
-    def save_checkpoint(self):
+    def save_checkpoint(self) -> str:
         """Write a checkpoint of weights, solver, schedule and position; returns its folder."""
         folder = checkpoint.save(os.path.join(self.out, "checkpoints"), self.step, self.net,
                                  self.solver, self._state(), self.graph,
@@ -116,7 +120,7 @@ class EpochLoop:
         self._saved_step = self.step
         return folder
 
-    def restore_trackers(self, state, where):
+    def restore_trackers(self, state: Dict[str, Any], where: str) -> None:
         """Set the best value and early-stopping counters from a checkpoint's ``state``
         (CheckpointError naming ``where`` when malformed). Where it has none for the metric
         followed now (a checkpoint of an older version, a config that changed the metric),
@@ -159,7 +163,7 @@ class EpochLoop:
         os.makedirs(self.out, exist_ok=True)
 
     # ----- the loop
-    def run(self):
+    def run(self) -> TrainResult:
         """Train the remaining epochs (validating, logging, checkpointing) and save the
         model; returns a ``TrainResult``."""
         if self.out is not None:
@@ -208,6 +212,7 @@ class EpochLoop:
         loader.set_epoch(self.epoch)
         loader.position = self.position
         bar = self._bar(self.position)
+        fresh, steps = self.position == 0, self.step
         p = self._partial  # loss and accuracy per label (one per image, T per text window)
         for x, y in loader:
             loss, correct = self.train_step(x, y)
@@ -231,6 +236,11 @@ class EpochLoop:
                 if bar is not None:
                     bar.close()
                 return False
+        if fresh and self.step == steps:
+            if bar is not None:
+                bar.close()
+            raise ValueError("the training data gave no batches in epoch %d%s"
+                             % (self.epoch + 1, ONCE))
         return bar
 
     def _end_epoch(self, bar):

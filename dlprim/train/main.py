@@ -119,8 +119,13 @@ def _train(trainer, cfg):
               os.path.join(out, "checkpoints"))
         return 130
     print("validation accuracy: %s" % ("n/a" if result.val_acc is None else "%.4f" % result.val_acc))
+    if result.stopped_early is not None:
+        print("stopped early after epoch %d (early_stopping)" % result.stopped_early)
     print("model:       %s (deploy graph %s)" % (result.model, os.path.join(out, "model-deploy.json")))
-    print("best model:  %s" % os.path.join(out, "best.dlp"))
+    best = result.best
+    print("best model:  %s%s" % (os.path.join(out, "best.dlp"), "" if best["epoch"] is None else
+                                 " (epoch %d, %s %.4f)" % (best["epoch"], best["metric"],
+                                                           best["value"])))
     print("checkpoints: %s" % os.path.join(out, "checkpoints"))
     print("metrics:     %s" % result.metrics)
     print("plot:        %s" % (result.plot or "not written (install the 'plot' extra: matplotlib)"))
