@@ -366,7 +366,8 @@ def test_early_stopping_survives_an_interruption_exactly(ctx, tmp_path):
     assert result.stopped_early == 3
     assert _same(weights.load(os.path.join(whole["out"], "model.dlp")),
                  weights.load(os.path.join(parts["out"], "model.dlp")))
-    rows = [[r.split(",")[:5] for r in open(os.path.join(c["out"], "metrics.csv")).read().splitlines()]
+    rows = [[r.split(",")[:5] for r in
+             open(os.path.join(c["out"], "metrics.csv")).read().splitlines()]
             for c in (whole, parts)]
     assert rows[0] == rows[1] and len(rows[0]) == 4
 

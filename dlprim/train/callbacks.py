@@ -183,7 +183,8 @@ class EarlyStopping(Callback):
                 or not math.isfinite(delta) or delta < 0):
             found.append(("min_delta", "must be a finite number >= 0, got %r" % (delta,)))
         if options.get("mode") not in ("auto", "min", "max"):
-            found.append(("mode", 'must be "auto", "min" or "max", got %r' % (options.get("mode"),)))
+            found.append(("mode", 'must be "auto", "min" or "max", got %r'
+                          % (options.get("mode"),)))
         return found
 
     def __repr__(self):

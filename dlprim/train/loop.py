@@ -230,8 +230,9 @@ class EpochLoop:
                 self.schedule.step()
             if bar is not None:
                 bar.update(1)
+                rate = self._images / (time.perf_counter() - self._started)
                 bar.set_postfix(loss="%.4f" % (p[0] / p[2]), acc="%.3f" % (p[1] / p[2]),
-                                img_s="%.0f" % (self._images / (time.perf_counter() - self._started)))
+                                img_s="%.0f" % rate)
             if self._stop:
                 if bar is not None:
                     bar.close()
