@@ -4,16 +4,19 @@ Pixel values are taken to lie in [0, 255] for a Pillow image (8 bits) and in [0,
 a float array (as PyTorch takes them), and results are clipped to that range after each
 adjustment. Grey is the ITU-R 601 luma (0.299 R + 0.587 G + 0.114 B), Pillow's "L".
 """
+from typing import Any, Sequence, Tuple, Union
+
 import numpy as np
 
 from .transform_base import Transform, is_image, number, number_range, pillow, register
 
 __all__ = ["ColorJitter", "rgb_to_hsv", "hsv_to_rgb"]
 
+Strength = Union[float, Sequence[float]]  # d, or [min, max]
 _LUMA = np.array([0.299, 0.587, 0.114], np.float32).reshape(3, 1, 1)
 
 
-def rgb_to_hsv(rgb):
+def rgb_to_hsv(rgb: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(3, ...) RGB in any unit -> hue in [0, 1), saturation in [0, 1], value in the unit."""
     r, g, b = rgb
     v = rgb.max(axis=0)
@@ -26,7 +29,7 @@ def rgb_to_hsv(rgb):
     return h, s, v
 
 
-def hsv_to_rgb(h, s, v):
+def hsv_to_rgb(h: np.ndarray, s: np.ndarray, v: np.ndarray) -> np.ndarray:
     """The inverse of ``rgb_to_hsv``: (3, ...) RGB in the unit of ``v``."""
     h6 = (h % 1.0) * 6
     sector = np.floor(h6).astype(np.int64) % 6
@@ -55,13 +58,14 @@ class ColorJitter(Transform):
     (hue <= 0.5). Saturation and hue leave one-channel images as they are."""
     on_pixels = True
 
-    def __init__(self, brightness=0.0, contrast=0.0, saturation=0.0, hue=0.0):
+    def __init__(self, brightness: Strength = 0.0, contrast: Strength = 0.0,
+                 saturation: Strength = 0.0, hue: Strength = 0.0) -> None:
         self.brightness = _factor_range("brightness", brightness, 1.0)
         self.contrast = _factor_range("contrast", contrast, 1.0)
         self.saturation = _factor_range("saturation", saturation, 1.0)
         self.hue = _factor_range("hue", hue, 0.0)
 
-    def __call__(self, x, rng):
+    def __call__(self, x: Any, rng: np.random.Generator) -> Any:
         steps = [(r, op) for r, op in ((self.brightness, _brightness), (self.contrast, _contrast),
                                        (self.saturation, _saturation), (self.hue, _hue)) if r]
         if not steps:

@@ -7,6 +7,7 @@ the two forms differ only by the rounding of the 8-bit result. The shrinking one
 (``decode_reduced``).
 """
 import math
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class Resize(Transform):
     keeping the aspect ratio; [h, w] sets both."""
     on_pixels = True
 
-    def __init__(self, size):
+    def __init__(self, size: Union[int, Sequence[int]]) -> None:
         if is_int(size):
             if size <= 0:
                 raise ValueError("size: must be > 0, got %r" % (size,))
@@ -57,7 +58,7 @@ class Resize(Transform):
         s = self.size
         return (s, max(1, round(W * s / H))) if H <= W else (max(1, round(H * s / W)), s)
 
-    def __call__(self, x, rng=None):
+    def __call__(self, x: Any, rng: Optional[np.random.Generator] = None) -> Any:
         H, W = _size(x)
         h, w = self._target(H, W)
         if (h, w) == (H, W):
@@ -74,10 +75,10 @@ class CenterCrop(Transform):
     """Crop ``size`` from the middle; a smaller image is first padded with zeros."""
     on_pixels = True
 
-    def __init__(self, size):
+    def __init__(self, size: Union[int, Sequence[int]]) -> None:
         self.size = size_pair("size", size)
 
-    def __call__(self, x, rng=None):
+    def __call__(self, x: Any, rng: Optional[np.random.Generator] = None) -> Any:
         (h, w), (H, W) = self.size, _size(x)
         if (h, w) == (H, W):
             return x
@@ -91,18 +92,19 @@ class CenterCrop(Transform):
 class RandomCrop(Transform):
     """Pad every side by ``padding`` with ``fill``, then crop ``size`` at a random place."""
 
-    def __init__(self, size, padding=0, fill=0.0):
+    def __init__(self, size: Union[int, Sequence[int]], padding: int = 0,
+                 fill: float = 0.0) -> None:
         self.size = size_pair("size", size)
         if not is_int(padding) or padding < 0:
             raise ValueError("padding: must be an integer >= 0, got %r" % (padding,))
         self.padding, self.fill = int(padding), number("fill", fill)
 
     @property
-    def on_pixels(self):
+    def on_pixels(self) -> bool:
         # zero is zero before and after the conversion to float; another fill is a float
         return self.padding == 0 or self.fill == 0
 
-    def __call__(self, x, rng):
+    def __call__(self, x: Any, rng: np.random.Generator) -> Any:
         p, (h, w), (H, W) = self.padding, self.size, _size(x)
         if h > H + 2 * p or w > W + 2 * p:
             raise DataError("random_crop: crop %dx%d larger than the padded image %dx%d"
@@ -120,10 +122,10 @@ class HorizontalFlip(Transform):
     """Mirror left-right with probability ``p``."""
     on_pixels = True
 
-    def __init__(self, p=0.5):
+    def __init__(self, p: float = 0.5) -> None:
         self.p = number("p", p, 0, 1)
 
-    def __call__(self, x, rng):
+    def __call__(self, x: Any, rng: np.random.Generator) -> Any:
         if rng.random() >= self.p:
             return x
         if is_image(x):
@@ -141,7 +143,8 @@ class RandomResizedCrop(Transform):
     on_pixels = True
     ATTEMPTS = 10
 
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    def __init__(self, size: Union[int, Sequence[int]], scale: Sequence[float] = (0.08, 1.0),
+                 ratio: Sequence[float] = (3 / 4, 4 / 3)) -> None:
         self.size = size_pair("size", size)
         self.scale = number_range("scale", scale, 0, 1)
         if self.scale[1] == 0:
@@ -152,7 +155,7 @@ class RandomResizedCrop(Transform):
             raise ValueError("ratio: width/height ratios must be > 0, got %r" % (ratio,))
         pillow("the random_resized_crop transform")
 
-    def region(self, H, W, rng):
+    def region(self, H: int, W: int, rng: np.random.Generator) -> Tuple[int, int, int, int]:
         """(top, left, height, width) of the part of an H x W image to resize."""
         log_lo, log_hi = math.log(self.ratio[0]), math.log(self.ratio[1])
         for _ in range(self.ATTEMPTS):
@@ -168,7 +171,7 @@ class RandomResizedCrop(Transform):
             w = min(W, max(1, round(H * self.ratio[1])))
         return (H - h) // 2, (W - w) // 2, h, w
 
-    def __call__(self, x, rng):
+    def __call__(self, x: Any, rng: np.random.Generator) -> Any:
         (H, W), (out_h, out_w) = _size(x), self.size
         top, left, h, w = self.region(H, W, rng)
         if not is_image(x):
@@ -183,7 +186,7 @@ class RandomRotation(Transform):
     """Rotate about the centre by an angle uniform in [-degrees, degrees] (or in
     [min, max]), counter-clockwise, bilinear; the corners are filled with ``fill``."""
 
-    def __init__(self, degrees, fill=0.0):
+    def __init__(self, degrees: Union[float, Sequence[float]], fill: float = 0.0) -> None:
         if isinstance(degrees, (list, tuple)):
             self.degrees = number_range("degrees", degrees, -360, 360)
         else:
@@ -193,10 +196,10 @@ class RandomRotation(Transform):
         pillow("the random_rotation transform")
 
     @property
-    def on_pixels(self):
+    def on_pixels(self) -> bool:
         return self.fill == 0
 
-    def __call__(self, x, rng):
+    def __call__(self, x: Any, rng: np.random.Generator) -> Any:
         angle = float(rng.uniform(*self.degrees))
         Image = pillow()
         bilinear = resample(Image, "BILINEAR")

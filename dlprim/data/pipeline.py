@@ -8,6 +8,8 @@ the float32 CHW array. Samples are transformed one after the other, each stage b
 so the generator hands out its numbers in the order the transforms are listed, sample
 after sample, whatever the stages.
 """
+from typing import Any, Optional, Sequence, Tuple
+
 import numpy as np
 
 from .errors import DataError
@@ -25,7 +27,7 @@ class BatchBuilder:
     after the transforms) is what every sample must have; the loader sets it once known.
     """
 
-    def __init__(self, source, transforms=None):
+    def __init__(self, source: Any, transforms: Any = None) -> None:
         if transforms is not None and not callable(transforms):
             transforms = Compose(transforms)
         if isinstance(transforms, Compose) and not transforms.transforms:
@@ -35,11 +37,11 @@ class BatchBuilder:
         self.shape = None
 
     @property
-    def dtype(self):
+    def dtype(self) -> np.dtype:
         """The dtype of the batches' samples (the source's)."""
         return np.dtype(self.source.dtype)
 
-    def sample(self, index, rng):
+    def sample(self, index: int, rng: np.random.Generator) -> Tuple[np.ndarray, int]:
         """(float32 CHW array, label) of sample ``index`` after the transforms."""
         source = self.source
         try:
@@ -68,7 +70,8 @@ class BatchBuilder:
             return error
         return type(error)("%s: %s: %s" % (self.source.name, where, error))
 
-    def build(self, indices, rng, out=None):
+    def build(self, indices: Sequence[int], rng: np.random.Generator,
+              out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
         """(x, labels) of the samples at ``indices``: x C-contiguous of ``dtype`` with
         one sample per row (written into ``out[:len(indices)]`` when given), labels
         int32 (those of the source, for a text source its targets)."""

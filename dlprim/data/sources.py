@@ -14,6 +14,7 @@ which transforms may decode at a reduced size and crop in 8 bits (see transforms
 import io
 import os
 import stat
+from typing import Any, Tuple
 
 import numpy as np
 
@@ -87,17 +88,17 @@ class Source:
         pairs = [self[int(i)] for i in indices]
         return [p[0] for p in pairs], np.array([p[1] for p in pairs], dtype=np.int32)
 
-    def sample(self, index):
+    def sample(self, index: int) -> Tuple[Any, int]:
         """(image, label) of sample ``index`` as transforms first see it; ``as_array``
         turns that image into the float32 CHW array. Here both are ``self[index]``."""
         return self[index]
 
-    def as_array(self, image):
+    def as_array(self, image: Any) -> np.ndarray:
         """The float32 CHW array of an image that ``sample`` gave (and transforms of
         Pillow images may have changed)."""
         return image
 
-    def unreadable(self, index, error):
+    def unreadable(self, index: int, error: BaseException) -> DataError:
         """The DataError for an error raised while reading sample ``index``."""
         return DataError("%s: cannot read %s: %s" % (self.name, self.describe(index), error))
 
@@ -219,7 +220,7 @@ class FolderSource(Source):
     def describe(self, index):
         return "index %d (%s)" % (index, self.files[index])
 
-    def unreadable(self, index, error):
+    def unreadable(self, index: int, error: BaseException) -> DataError:
         return DataError("%s: cannot read image %s: %s" % (self.name, self.files[index], error))
 
     def __getitem__(self, index):
@@ -229,20 +230,20 @@ class FolderSource(Source):
         except (OSError, ValueError, SyntaxError, EOFError) as e:
             raise self.unreadable(index, e) from None
 
-    def sample(self, index):
+    def sample(self, index: int) -> Tuple[Any, int]:
         """(Pillow image in ``mode``, label); a JPEG already in ``mode`` is not decoded
         yet, so that a transform may have it decoded at a reduced size."""
         index = self._index(index)
         return open_image(require_pillow("an image folder"), self.files[index], self.mode), \
             int(self.labels[index])
 
-    def as_array(self, image):
+    def as_array(self, image: Any) -> np.ndarray:
         pixels = np.asarray(image if image.mode == self.mode else image.convert(self.mode))
         pixels = pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)
         return self._to_float(pixels)
 
 
-def open_image(image, path, mode):
+def open_image(image: Any, path: str, mode: str) -> Any:
     """The image file at ``path`` as a Pillow image in ``mode``, read whole into memory
     but decoded only when first used where the file is in ``mode`` already (so a JPEG
     may still be decoded at a reduced size, ``Image.draft``); ``image`` is PIL.Image.

@@ -9,6 +9,7 @@ JPEG that is not decoded yet may be decoded at a reduced size (``decode_reduced`
 """
 import math
 import numbers
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -29,7 +30,7 @@ TRANSFORMS = {}
 DRAFT_REDUCING_GAP = 2.0
 
 
-def register(name):
+def register(name: str) -> Any:
     """Class decorator: the transform's config ``type`` is ``name``."""
     def wrap(cls):
         cls.config_name = name
@@ -47,7 +48,7 @@ class Transform:
     config_name = None
     on_pixels = False
 
-    def __call__(self, x, rng):
+    def __call__(self, x: Any, rng: Optional[np.random.Generator]) -> Any:
         raise NotImplementedError
 
     def __repr__(self):
@@ -57,7 +58,7 @@ class Transform:
 
 # ---- option checks: each raises ValueError("option: problem") for from_config to place
 
-def size_pair(name, value):
+def size_pair(name: str, value: Any) -> Tuple[int, int]:
     """An int or [h, w] of positive ints, as a tuple (h, w)."""
     if is_int(value):
         value = (value, value)
@@ -68,7 +69,8 @@ def size_pair(name, value):
     return int(value[0]), int(value[1])
 
 
-def number(name, value, low=None, high=None):
+def number(name: str, value: Any, low: Optional[float] = None,
+           high: Optional[float] = None) -> float:
     """A finite real number within [low, high] (where given), as a float."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
         raise ValueError("%s: must be a finite number, got %r" % (name, value))
@@ -79,7 +81,8 @@ def number(name, value, low=None, high=None):
     return float(value)
 
 
-def number_range(name, value, low=None, high=None):
+def number_range(name: str, value: Any, low: Optional[float] = None,
+                 high: Optional[float] = None) -> Tuple[float, float]:
     """[lo, hi] of finite numbers within [low, high] with lo <= hi, as a tuple."""
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise ValueError("%s: must be [min, max], got %r" % (name, value))
@@ -91,23 +94,23 @@ def number_range(name, value, low=None, high=None):
 
 # ---- Pillow images
 
-def pillow(what="image transforms"):
+def pillow(what: str = "image transforms") -> Any:
     """The PIL.Image module (a DataError naming ``what`` and the extra when Pillow is
     missing)."""
     return require_pillow(what)
 
 
-def is_image(x):
+def is_image(x: Any) -> bool:
     """True for a Pillow image (checked without importing Pillow)."""
     return type(x).__module__.startswith("PIL.") and hasattr(x, "getbands")
 
 
-def resample(image_module, name):
+def resample(image_module: Any, name: str) -> Any:
     """A Pillow resampling filter by name ("BILINEAR", "NEAREST"), for old and new Pillow."""
     return getattr(getattr(image_module, "Resampling", image_module), name)
 
 
-def decode_reduced(im, need_w, need_h):
+def decode_reduced(im: Any, need_w: float, need_h: float) -> float:
     """Ask the JPEG decoder of ``im`` (not decoded yet) for 1/2, 1/4 or 1/8 of the full
     size where at least DRAFT_REDUCING_GAP x (need_w, need_h) remains. Returns the factor
     from full-size coordinates to those of the image as it will decode (1.0 when nothing
@@ -123,7 +126,8 @@ def decode_reduced(im, need_w, need_h):
     return answer[1][2] / full_w  # the box of the full image in reduced coordinates
 
 
-def resize_array(x, h, w, box=None):
+def resize_array(x: np.ndarray, h: int, w: int,
+                 box: Optional[Sequence[float]] = None) -> np.ndarray:
     """Bilinear resize of each channel of a CHW array to (h, w), from ``box`` (left, top,
     right, bottom) of it when given; in float32 (Pillow "F" images), so nothing rounds."""
     Image = pillow()

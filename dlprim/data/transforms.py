@@ -13,6 +13,7 @@ any other callable) after it. Geometric transforms live in geometric.py, ColorJi
 color.py, what they share in transform_base.py; this module is their one entry point.
 """
 import inspect
+from typing import Any, List, Tuple
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class Compose(Transform):
         return x
 
 
-def split_stages(transforms):
+def split_stages(transforms: Any) -> Tuple[List[Any], List[Any]]:
     """(the leading transforms that take Pillow images, the rest) of a transform, a
     Compose (nested ones flattened) or None; any other callable is a float transform."""
     steps = []

@@ -24,6 +24,7 @@ import signal
 import threading
 import traceback
 import weakref
+from typing import Any, Iterable, Iterator, Sequence, Tuple
 
 import numpy as np
 
@@ -55,7 +56,8 @@ class WorkerPool:
     ``slot_shape`` (the largest batch) and ``dtype`` size the shared-memory slots of
     processes; ``name`` is the data's, for messages."""
 
-    def __init__(self, builder, count, kind, depth, slot_shape, dtype, name="data"):
+    def __init__(self, builder: Any, count: int, kind: str, depth: int,
+                 slot_shape: Sequence[int], dtype: Any, name: str = "data") -> None:
         self.count, self.kind, self.depth, self.name = count, kind, depth, name
         self.dtype = np.dtype(dtype)
         self._run = 0
@@ -87,16 +89,16 @@ class WorkerPool:
                                             self._results, self._slots)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         """True once the workers were stopped."""
         return not self._closer.alive
 
-    def close(self):
+    def close(self) -> None:
         """Stop the workers and free the shared memory (also done when garbage-collected
         or at exit)."""
         self._closer()
 
-    def run(self, tasks):
+    def run(self, tasks: Iterable[Tuple[Any, Any]]) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
         """Yield ``(x, labels)`` for each ``(seed key, indices)`` of ``tasks``, in order."""
         if self.closed:
             raise ValueError("%s: the loader's workers were closed" % self.name)
