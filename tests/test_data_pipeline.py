@@ -212,6 +212,19 @@ def test_workers_stop_when_the_loader_goes(jpegs):
     assert not any(p.is_alive() for p in workers) and not _loader_processes()
 
 
+def test_too_little_shared_memory_is_said_before_starting(jpegs, monkeypatch):
+    from dlprim.data import workers
+    small = type("Stat", (), {"f_bavail": 100, "f_frsize": 4096})  # 410 kB free
+    monkeypatch.setattr(workers.os, "statvfs", lambda folder: small)
+    # 2 workers x 2 batches of 64 x 3x24x24 float32: 1.8 MB
+    with pytest.raises(WorkerError, match=r"the workers' 4 batches in flight need 2 MB of "
+                                          r"shared memory and /dev/shm has 0 MB free"):
+        next(iter(BatchLoader(jpegs, batch_size=64, num_workers=2, transforms=TRAIN)))
+    fits = BatchLoader(jpegs, batch_size=4, num_workers=2, transforms=TRAIN)  # 111 kB
+    assert next(iter(fits))[0].shape == (4, 3, 24, 24)
+    fits.close()
+
+
 def test_the_interpreter_exits_with_workers_running(jpegs):
     script = textwrap.dedent("""
         from dlprim.data import BatchLoader, FolderSource, Resize

@@ -18,6 +18,7 @@ must guard its entry point with ``if __name__ == "__main__":`` as with PyTorch.
 import collections
 import logging
 import multiprocessing
+import os
 import pickle
 import queue
 import signal
@@ -69,6 +70,7 @@ class WorkerPool:
             self._tasks, self._results = mp.Queue(), mp.Queue()
             self._current = mp.RawValue("q", 0)
             nbytes = max(1, int(np.prod(slot_shape)) * self.dtype.itemsize)
+            _check_shared_memory(name, depth, nbytes)
             self._slots = [shared_memory.SharedMemory(create=True, size=nbytes)
                            for _ in range(depth)]
             args = (builder, self._tasks, self._results, self._current,
@@ -174,6 +176,22 @@ class WorkerPool:
                         "(too little memory for %d workers?)"
                         % (self.name, w.name, " (exit code %s)" % w.exitcode
                            if self.kind == "process" else "", self.count)) from None
+
+
+def _check_shared_memory(name, depth, nbytes, folder="/dev/shm"):
+    """A WorkerError where ``depth`` slots of ``nbytes`` do not fit the free shared memory
+    (a container's /dev/shm is often 64 MB): writing past it would kill the workers."""
+    try:
+        st = os.statvfs(folder)
+    except (AttributeError, OSError):  # not Linux: no such folder to ask
+        return
+    free = st.f_bavail * st.f_frsize
+    if depth * nbytes > free:
+        raise WorkerError(
+            "%s: the workers' %d batches in flight need %.0f MB of shared memory and %s has "
+            "%.0f MB free: lower num_workers or prefetch or the batch size, give the machine "
+            "more shared memory (docker run --shm-size), or use worker_type='thread'"
+            % (name, depth, depth * nbytes / 1e6, folder, free / 1e6))
 
 
 def _process_main(builder, tasks, results, current, slot_names, dtype):
