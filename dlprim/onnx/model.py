@@ -12,6 +12,7 @@ importer itself is ``dlprim.onnx.to_netconfig``'s; it loads only when a model do
 """
 from typing import Any, Dict, List
 
+from ..utils import is_int
 from .errors import OnnxImportError
 
 __all__ = ["ONNXModel"]
@@ -68,10 +69,10 @@ class ONNXModel:
             raise OnnxImportError(
                 "set_dynamic_axis: axis %r of input '%s' is not dynamic; the dynamic axes are %s"
                 % (axis, name, self._dynamic or "none"))
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        if not is_int(limit) or limit < 1:
             raise OnnxImportError("set_dynamic_axis('%s', %d): the size must be an integer "
                                   ">= 1, got %r" % (name, axis, limit))
-        self._shapes[name][axis] = limit
+        self._shapes[name][axis] = int(limit)
         self._built = None
 
     def set_batch(self, size: int) -> None:
