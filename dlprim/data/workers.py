@@ -66,13 +66,17 @@ class WorkerPool:
         self._slots = []
         if kind == "process":
             from multiprocessing import shared_memory
+            nbytes = max(1, int(np.prod(slot_shape)) * self.dtype.itemsize)
+            _check_shared_memory(name, depth, nbytes)
+            try:
+                for _ in range(depth):
+                    self._slots.append(shared_memory.SharedMemory(create=True, size=nbytes))
+            except BaseException:
+                _shutdown([], None, None, self._slots)
+                raise
             mp = multiprocessing.get_context(_start_method())
             self._tasks, self._results = mp.Queue(), mp.Queue()
             self._current = mp.RawValue("q", 0)
-            nbytes = max(1, int(np.prod(slot_shape)) * self.dtype.itemsize)
-            _check_shared_memory(name, depth, nbytes)
-            self._slots = [shared_memory.SharedMemory(create=True, size=nbytes)
-                           for _ in range(depth)]
             args = (builder, self._tasks, self._results, self._current,
                     [s.name for s in self._slots], self.dtype.str)
             self._workers = [mp.Process(target=_process_main, args=args, daemon=True,
