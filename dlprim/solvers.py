@@ -335,6 +335,13 @@ class SGD(Solver):
     def state_names(self):
         return ["momentum_buffer"]
 
+    def load_state_dict(self, state):
+        # a state saved before weight_decay_mode existed decayed as PyTorch does
+        hyper = state.get("hyper") if isinstance(state, dict) else None
+        if isinstance(hyper, dict) and "weight_decay_mode" not in hyper:
+            state = dict(state, hyper=dict(hyper, weight_decay_mode="pytorch"))
+        super().load_state_dict(state)
+
     def param_names(self):
         """Names of the scalar parameters the update kernel takes, in order (``w_<name>``)."""
         return ["lr", "momentum", "dampening", "nesterov", "wd", "shrink", "first", "clipv",

@@ -143,3 +143,19 @@ def test_training_config_accepts_the_mode(tmp_path):
     opt = solvers.create_solver(ArenaNet(ctx, np.zeros(40, np.float32)),
                                 {"type": "sgd", "weight_decay_mode": "dlprimitives"})
     assert opt.weight_decay_mode == "dlprimitives"
+
+
+def test_states_keep_the_mode_and_older_ones_resume(ctx, tmp_path):
+    net = ArenaNet(ctx, np.ones(40, np.float32))
+    opt = dp.SGD(net, momentum=0.9, weight_decay=0.1, weight_decay_mode="dlprimitives")
+    opt.save_state(str(tmp_path / "sgd.npz"))
+    other = dp.SGD(net)
+    other.load_state(str(tmp_path / "sgd.npz"))
+    assert other.weight_decay_mode == "dlprimitives"
+    state = opt.state_dict()
+    del state["hyper"]["weight_decay_mode"]  # as saved before the mode existed
+    other.load_state_dict(state)
+    assert other.weight_decay_mode == "pytorch" and other.weight_decay == 0.1
+    state["hyper"]["weight_decay_mode"] = "caffe"
+    with pytest.raises(ValueError, match="weight_decay_mode"):
+        other.load_state_dict(state)
