@@ -8,7 +8,7 @@ very same sequence an uninterrupted run would have produced, with any number of 
 """
 import queue
 import threading
-from typing import Any, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -158,12 +158,7 @@ class BatchLoader:
 
     def __iter__(self):
         epoch, start = self.epoch, self.position
-        self.shape  # noqa: B018 -- fixes the expected sample shape before batching
-        if self.num_workers:
-            produced = self._workers().run(self._tasks(epoch, start))
-        else:
-            batches = (self.batch_at(epoch, b) for b in range(start, len(self)))
-            produced = self._prefetched(batches) if self.prefetch else batches
+        produced = self.run_tasks(self._tasks(epoch, start))
         try:
             for item in produced:
                 self.position += 1
@@ -171,6 +166,17 @@ class BatchLoader:
         finally:
             produced.close()
         self.epoch, self.position = epoch + 1, 0
+
+    def run_tasks(self, tasks: Iterable[Tuple[Any, Sequence[int]]]
+                  ) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        """The batches of ``tasks``, pairs of (generator seed key, sample indices), in
+        order: made by the workers, or ``prefetch`` ahead in a thread. ``__iter__`` runs
+        the epoch's batches through it; a sharded loader (``dlprim.distributed``) its own."""
+        self.shape  # noqa: B018 -- fixes the expected sample shape before batching
+        if self.num_workers:
+            return self._workers().run(tasks)
+        batches = (self._build(indices, np.random.default_rng(key)) for key, indices in tasks)
+        return self._prefetched(batches) if self.prefetch else batches
 
     def _workers(self):
         if self._pool is None or self._pool.closed:
