@@ -4,4 +4,4 @@ from .base import (Layer, LayerError, LayerFlags, ParamSpec, REGISTRY, Setup,  #
                    TensorSpec, PREDICT, TRAIN, create, register, run)
 from . import (activation, attention, batchnorm, concat, conv, dropout, elementwise,  # noqa: F401
                embedding, inner_product, interpolation, loss, lrn, matmul, normalization,
-               parameter, pooling, reduction, shape, softmax, transpose)
+               parameter, pooling, recurrent, reduction, shape, softmax, transpose)

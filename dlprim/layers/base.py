@@ -58,13 +58,15 @@ class TensorSpec(namedtuple("TensorSpec", "shape dtype")):
         return super().__new__(cls, _checked_shape(shape, "TensorSpec"), as_dtype(dtype))
 
 
-class ParamSpec(namedtuple("ParamSpec", "shape dtype trainable")):
-    """Shape and dtype of a parameter; ``trainable=False`` for running statistics."""
+class ParamSpec(namedtuple("ParamSpec", "shape dtype trainable name")):
+    """Shape and dtype of a parameter; ``trainable=False`` for running statistics;
+    ``name``: the default name's suffix, ``<op>.<name>`` rather than ``<op>.<i>`` (the
+    names PyTorch's state dict gives a module's parameters, e.g. ``weight_ih_l0``)."""
     __slots__ = ()
 
-    def __new__(cls, shape, dtype="float32", trainable=True):
+    def __new__(cls, shape, dtype="float32", trainable=True, name=None):
         return super().__new__(cls, _checked_shape(shape, "ParamSpec"), as_dtype(dtype),
-                               bool(trainable))
+                               bool(trainable), None if name is None else str(name))
 
 
 def _checked_shape(shape, what):
@@ -123,13 +125,16 @@ def register(type_name):
     return wrap
 
 
-def create(ctx, type_name, name=None, options=None):
-    """The layer of JSON type ``type_name`` with ``options``; unknown types are an error."""
+def create(ctx, type_name, name=None, options=None, num_outputs=None):
+    """The layer of JSON type ``type_name`` with ``options``; unknown types are an error.
+    ``num_outputs``: how many outputs the graph lists for it (``Layer.num_outputs``)."""
     cls = REGISTRY.get(type_name)
     if cls is None:
         raise LayerError("operator %r: unknown type %r; known types: %s"
                          % (name, type_name, ", ".join(sorted(REGISTRY))))
-    return cls(ctx, name=name, **(options or {}))
+    layer = cls(ctx, name=name, **(options or {}))
+    layer.num_outputs = None if num_outputs is None else int(num_outputs)
+    return layer
 
 
 def run(launches, queue):
@@ -156,6 +161,9 @@ class Layer:
     """
     type_name = "Layer"
     OPTIONS = {}
+    # how many outputs the graph lists for the operator (None: used alone); a layer whose
+    # later outputs are optional (the final states of LSTM) gives that many
+    num_outputs = None
     BACKWARD_READS_INPUTS = True
     BACKWARD_READS_OUTPUTS = False
     INPLACE = False

@@ -20,7 +20,7 @@ Pure Python, no OpenCL.
 import json
 import numbers
 import os
-from typing import List
+from typing import List, Optional, Sequence
 
 from ..dtypes import DTYPES
 from ..errors import Error
@@ -85,18 +85,21 @@ class OpDef:
         if len(set(self.outputs)) != len(self.outputs):
             raise GraphError("operator '%s' lists an output twice: %s" % (self.name, self.outputs))
 
-    def param_names(self, count: int) -> List[str]:
+    def param_names(self, count: int, suffixes: Sequence[Optional[str]] = ()) -> List[str]:
         """The names of this operator's ``count`` parameters: ``params`` with ``"auto"``
         and ``""`` entries, and the entries a short list lacks, named ``<op>.<i>``
-        (DLPrimitives' rule); more names than parameters is an error."""
+        (DLPrimitives' rule), or ``<op>.<suffix>`` where the layer names parameter i
+        (``suffixes[i]``, as PyTorch's state dict does); more names than parameters is
+        an error."""
         given = list(self.params or [])
         if len(given) > count:
             raise GraphError("operator '%s' lists %d params (%s) but its %s layer has %d"
                              % (self.name, len(given), ", ".join(map(repr, given)), self.type,
                                 count))
         given += [""] * (count - len(given))
-        return ["%s.%d" % (self.name, i) if n in AUTO_PARAM_NAMES else n
-                for i, n in enumerate(given)]
+        suffixes = list(suffixes) + [None] * (count - len(suffixes))
+        return ["%s.%s" % (self.name, i if suffixes[i] is None else suffixes[i])
+                if n in AUTO_PARAM_NAMES else n for i, n in enumerate(given)]
 
     def to_dict(self):
         d = {"name": self.name, "type": self.type, "inputs": list(self.inputs),

@@ -101,7 +101,8 @@ class Net:
         if self.graph is None:
             raise GraphError("setup: no graph loaded (call load_from_json first)")
         g = self.graph
-        self.layers = [_layers.create(self.ctx, op.type, op.name, op.options) for op in g.ops]
+        self.layers = [_layers.create(self.ctx, op.type, op.name, op.options, len(op.outputs))
+                       for op in g.ops]
         for layer in self.layers:
             layer.mode = self._mode  # some layers check shapes per mode in setup
         for name, (shape, dtype, _) in g.inputs.items():

@@ -5,9 +5,9 @@ them all with one launch over ``[0, trainable_size)``; frozen and non-trainable 
 (BatchNorm running statistics) follow. Each parameter starts at a multiple of
 ``ALIGN`` elements; the padding stays zero in both arenas.
 
-Names are ``<op>.<i>`` unless the operator lists ``params`` (``OpDef.param_names``:
-``"auto"``, ``""`` and missing entries keep ``<op>.<i>``); operators naming the same
-parameter share one tensor (shapes must agree).
+Names are ``<op>.<i>`` (``<op>.<name>`` where the layer's ParamSpec names it) unless the
+operator lists ``params`` (``OpDef.param_names``: ``"auto"``, ``""`` and missing entries
+keep the default); operators naming the same parameter share one tensor (shapes must agree).
 """
 from collections import OrderedDict
 
@@ -28,7 +28,7 @@ class ParamStore:
         entries = OrderedDict()  # name -> [shape, trainable, first op]
         self.op_param_names = []
         for op, specs in zip(ops, param_specs):
-            names = op.param_names(len(specs))
+            names = op.param_names(len(specs), [getattr(s, "name", None) for s in specs])
             for name, spec in zip(names, specs):
                 if np.dtype(spec.dtype) != np.float32:
                     raise GraphError("operator '%s': parameter '%s' has dtype %s; parameters "

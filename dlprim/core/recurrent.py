@@ -1,0 +1,228 @@
+"""One recurrent layer in one direction over a whole sequence (LSTM or GRU, PyTorch's
+formulas and gate order; ``kernels/recurrent.cl`` has them).
+
+Forward: the input projection of every step as one GEMM, ``xg = x W_ih^T + b_ih``
+(L*N x G*H, G = 4 gates for the LSTM, 3 for the GRU); then per step the hidden GEMM
+``hg = h_prev W_hh^T + b_hh`` and one gate kernel that writes h (and c) and, for
+backward, the gate activations.
+
+Backward through time, the steps in reverse: per step one kernel turns dh (the output's
+gradient plus what the next step sends back) into the pre-activation gradients dG, and
+one GEMM sends ``dh_prev = dG_hidden W_hh`` back; then over all steps at once
+``dW_ih += dG^T x``, ``dW_hh += dG_hidden^T h_prev``, the bias sums and
+``dx = dG W_ih``. For the LSTM dG_hidden is dG; for the GRU it differs in the n block
+(``d(hg_n) = d(n_pre) r``), so its kernel writes both.
+
+Sequences are strided views, ``Seq(tensor, offset, step, row)``: step t, batch row n
+starts at ``offset + t * step + n * row`` elements into the tensor, so time-major and
+batch-first tensors and one direction's half of a bidirectional output are read in place.
+"""
+from collections import namedtuple
+
+import numpy as np
+
+from ..kernels import program
+from ..utils import round_up
+from .copy import fill_launches
+from .gemm import Gemm
+from .pointwise import PointwiseBroadcastReduce, pointwise_launches
+
+__all__ = ["GATES", "SAVED_GATES", "Seq", "BackwardScratch", "RecurrentPass"]
+
+GATES = {"lstm": 4, "gru": 3}
+SAVED_GATES = 4  # values per unit saved for backward: i, f, g, o or r, z, n, W_hn h + b_hn
+
+
+class Seq(namedtuple("Seq", "tensor offset step row")):
+    """Step t, batch row n of a sequence at ``offset + t * step + n * row`` elements."""
+    __slots__ = ()
+
+    def start(self, t, rows, width):
+        """A 1-D view from step t's first element over ``rows`` rows of ``width``."""
+        return self.tensor.view(((rows - 1) * self.row + width,), self.offset + t * self.step)
+
+    def args(self, t):
+        """Kernel arguments of step t: buffer, offset of its first element, row stride."""
+        return [self.tensor.buffer, np.uint64(self.tensor.offset + self.offset + t * self.step),
+                np.uint64(self.row)]
+
+
+# scratch of the backward pass: dxg and dhg (L*N x G*H; dhg is dxg for the LSTM), dh and
+# dc (N x H), zeros (N x H, for absent initial states)
+BackwardScratch = namedtuple("BackwardScratch", "dxg dhg dh dc zeros")
+
+
+class RecurrentPass:
+    """``cell`` ("lstm" or "gru") over ``steps`` x ``batch`` rows of ``inputs`` features
+    with ``hidden`` units, in time order or ``reverse``. ``x_batch_first``: the rows of x
+    (and so of xg) are in (n, t) order rather than (t, n); backward wants x time-major."""
+
+    def __init__(self, ctx, cell, steps, batch, inputs, hidden, bias=True, reverse=False,
+                 x_batch_first=False):
+        if cell not in GATES:
+            raise ValueError("RecurrentPass: cell must be 'lstm' or 'gru', got %r" % (cell,))
+        for what, v in (("steps", steps), ("batch", batch), ("inputs", inputs),
+                        ("hidden", hidden)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError("RecurrentPass: %s must be a positive integer, got %r"
+                                 % (what, v))
+        self.ctx, self.cell, self.bias, self.reverse = ctx, cell, bool(bias), bool(reverse)
+        self.L, self.N, self.I, self.H = int(steps), int(batch), int(inputs), int(hidden)
+        self.G = GATES[cell] * self.H  # width of the gate pre-activations
+        self.x_batch_first = bool(x_batch_first)
+        col = "col" if self.bias else None
+        self.project = Gemm(ctx, self.L * self.N, self.G, self.I, trans_b=True, bias=col)
+        self.recur = Gemm(ctx, self.N, self.G, self.H, trans_b=True, bias=col)
+        self.wg = min(64, program.pow2_at_least(self.H), ctx.facts.max_work_group)
+        self._backward = None
+
+    @property
+    def order(self):
+        """The time steps in the order this direction visits them."""
+        return list(range(self.L - 1, -1, -1) if self.reverse else range(self.L))
+
+    def _program(self, save, dy):
+        return program.get(self.ctx, "recurrent", CELL=self.cell, SAVE=int(save), DY=int(dy))
+
+    def _launch(self, prg, kernel, args):
+        return program.Launch(prg, kernel, (round_up(self.H, self.wg), self.N), (self.wg, 1),
+                              [np.int32(self.N), np.int32(self.H)] + args)
+
+    # ----- forward
+    def forward_launches(self, x, w_ih, w_hh, b_ih, b_hh, y, xg, hg, h0=None, c0=None,
+                         gates=None, cells=None, zeros=None):
+        """Launches of the pass over x (L*N x I rows) into the output sequence ``y`` (a Seq
+        of h). ``xg`` (L*N*G) and ``hg`` (N*G) are scratch; ``h0``, ``c0``: N x H initial
+        states (None: ``zeros``, an N x H scratch this fills). ``gates`` (L*N*4H) saves the
+        activations for backward, or None. LSTM ``cells``: the cell states, L*N*H (by
+        time step, kept for backward) or 2*N*H (two alternating slots); the final one is
+        at ``final_cell()``."""
+        N, H = self.N, self.H
+        out = []
+        if h0 is None or (self.cell == "lstm" and c0 is None):
+            out += fill_launches(self.ctx, zeros, 0.0)
+        h0 = zeros if h0 is None else h0
+        c0 = zeros if c0 is None else c0
+        out += self.project.launches(x, w_ih, xg, bias=b_ih)
+        xseq = Seq(xg, 0, self.G, self.L * self.G) if self.x_batch_first \
+            else Seq(xg, 0, N * self.G, self.G)
+        prg = self._program(gates is not None, False)
+        order = self.order
+        for s, t in enumerate(order):
+            prev = Seq(h0, 0, 0, H) if s == 0 else y
+            tp = 0 if s == 0 else order[s - 1]
+            out += self.recur.launches(prev.start(tp, N, H), w_hh, hg, bias=b_hh, lda=prev.row)
+            args = xseq.args(t) + [hg]
+            if self.cell == "lstm":
+                c_prev = c0 if s == 0 else self._cell(cells, s - 1, tp)
+                args += [c_prev, self._cell(cells, s, t)]
+            else:
+                args += prev.args(tp)
+            args += y.args(t)
+            if gates is not None:
+                args.append(gates.view((N * 4 * H,), t * N * 4 * H))
+            out.append(self._launch(prg, self.cell + "_forward", args))
+        return out
+
+    def _cell(self, cells, s, t):
+        """The N x H cell state of the s-th visited step (time t)."""
+        slot = t if cells.size >= self.L * self.N * self.H else s % 2
+        return cells.view((self.N * self.H,), slot * self.N * self.H)
+
+    def final_cell(self, cells):
+        """The last cell state that ``forward_launches`` wrote into ``cells``."""
+        return self._cell(cells, self.L - 1, self.order[-1])
+
+    def _copy(self, src, dst, beta=0.0):
+        """dst = src + beta * dst over N x H states."""
+        flat = (self.N * self.H,)
+        return pointwise_launches(self.ctx, [src.view(flat)], [dst.view(flat)], "y0 = x0;",
+                                  beta=beta)
+
+    # ----- backward
+    def _backward_ops(self):
+        if self._backward is None:
+            ctx, L, N, H, G, I = self.ctx, self.L, self.N, self.H, self.G, self.I
+            rows = ((L * N, G), np.float32)
+            sums = PointwiseBroadcastReduce(
+                ctx, [rows, rows], [((1, G), np.float32)] * 2, "y0 = x0; y1 = x1;",
+                "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
+                name="rnn_bias_backward")
+            self._backward = dict(
+                dh=Gemm(ctx, N, H, G),                                  # dh_prev = dG W_hh
+                dw_ih=Gemm(ctx, G, I, L * N, trans_a=True),             # dW_ih += dG^T x
+                dw_hh=Gemm(ctx, G, H, (L - 1) * N, trans_a=True) if L > 1 else None,
+                dw_hh0=Gemm(ctx, G, H, N, trans_a=True),                # the h0 step
+                dx=Gemm(ctx, L * N, I, G),                              # dx = dG W_ih
+                sums=sums)
+        return self._backward
+
+    def backward_launches(self, x, w_ih, w_hh, hseq, gates, scratch, dy=None, dh_n=None,
+                          dc_n=None, h0=None, c0=None, cells=None, dw_ih=None, dw_hh=None,
+                          db_ih=None, db_hh=None, dx=None, dx_beta=0.0, dh0=None, dh0_beta=0.0,
+                          dc0=None, dc0_beta=0.0):
+        """Launches of the backward pass. ``x``: the forward's input, time-major (L*N x I);
+        ``hseq``: the forward's output h as a time-major Seq; ``gates``/``cells``: what the
+        forward saved; ``dy``: a Seq of the output's gradient (None: zero); ``dh_n``,
+        ``dc_n``: gradients of the final states (None: zero). Parameter gradients are
+        added; ``dx``, ``dh0``, ``dc0`` (None: not wanted) are written as
+        ``beta * old + gradient``."""
+        ops = self._backward_ops()
+        N, H, G, L = self.N, self.H, self.G, self.L
+        sc, lstm = scratch, self.cell == "lstm"
+        if hseq.step != N * hseq.row:
+            raise ValueError("RecurrentPass: hseq must be time-major (step = N * row)")
+        out = []
+        has_h0 = h0 is not None
+        if h0 is None or (lstm and c0 is None):
+            out += fill_launches(self.ctx, sc.zeros, 0.0)
+        h0 = sc.zeros if h0 is None else h0
+        c0 = sc.zeros if c0 is None else c0
+        for start, target in ((dh_n, sc.dh), (dc_n, sc.dc if lstm else None)):
+            if target is not None:
+                out += (fill_launches(self.ctx, target, 0.0) if start is None else
+                        self._copy(start, target))
+        prg = self._program(True, dy is not None)
+        order = self.order
+        dhg = sc.dxg if lstm else sc.dhg
+        for s in range(L - 1, -1, -1):
+            t, tp = order[s], order[s - 1] if s else 0
+            args = []
+            if dy is not None:
+                args += dy.args(t)
+            step_gates = gates.view((N * 4 * H,), t * N * 4 * H)
+            dxg_t = sc.dxg.view((N * G,), t * N * G)
+            dhg_t = dhg.view((N * G,), t * N * G)
+            if lstm:
+                c_prev = c0 if s == 0 else cells.view((N * H,), tp * N * H)
+                args += [sc.dh, sc.dc, step_gates, cells.view((N * H,), t * N * H), c_prev, dxg_t]
+            else:
+                prev = Seq(h0, 0, 0, H) if s == 0 else hseq
+                args += [sc.dh, step_gates] + prev.args(tp) + [dxg_t, dhg_t]
+            out.append(self._launch(prg, self.cell + "_backward", args))
+            if s or dh0 is not None:  # the GRU kernel left dh z in dh: add to it
+                out += ops["dh"].launches(dhg_t, w_hh, sc.dh, beta=0.0 if lstm else 1.0)
+        if dh0 is not None:
+            out += self._copy(sc.dh, dh0, dh0_beta)
+        if lstm and dc0 is not None:
+            out += self._copy(sc.dc, dc0, dc0_beta)
+        dxg_all, dhg_all = sc.dxg.view((L * N, G)), dhg.view((L * N, G))
+        if dw_ih is not None:
+            out += ops["dw_ih"].launches(dxg_all, x, dw_ih, beta=1.0)
+        if dw_hh is not None:
+            if L > 1:  # h_prev of step t is h of the step visited before it
+                later, earlier = (1, 0) if not self.reverse else (0, 1)
+                out += ops["dw_hh"].launches(dhg.view(((L - 1) * N * G,), later * N * G),
+                                             hseq.start(earlier, (L - 1) * N, H), dw_hh,
+                                             ldb=hseq.row, beta=1.0)
+            if has_h0:
+                out += ops["dw_hh0"].launches(dhg.view((N * G,), order[0] * N * G), h0, dw_hh,
+                                              beta=1.0)
+        if (db_ih is None) != (db_hh is None):
+            raise ValueError("RecurrentPass: db_ih and db_hh are wanted together")
+        if db_ih is not None:
+            out += ops["sums"].launches([dxg_all, dhg_all], [db_ih.view((1, G)), db_hh.view((1, G))],
+                                        beta=1.0)
+        if dx is not None:
+            out += ops["dx"].launches(dxg_all, w_ih, dx, beta=dx_beta)
+        return out
