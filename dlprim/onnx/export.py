@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from . import export_rnn  # noqa: F401  (registers the LSTM and GRU exporters)
 from .errors import require_onnx
 from .export_ops import EXPORTERS
 

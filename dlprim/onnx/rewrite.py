@@ -12,6 +12,10 @@
                                                        its converter checks shapes and the
                                                        scale, else converts the nodes as
                                                        they were)
+    LSTM/GRU -> Y (L, D, N, H) -> Transpose(0, 2, 1, 3) -> Reshape(0, 0, -1), or
+    -> Squeeze(axis 1)                               -> the node writing (L, N, D * H)
+                                                       itself (attribute ``SEQUENCE``),
+                                                       as dlprim's LSTM and GRU do
 
 A pattern is folded only where its inner tensors are read by nothing else and are not
 model outputs. The folded nodes keep the name of the node that writes the result; they
@@ -24,12 +28,14 @@ from .fold import constant_value
 from .model_reader import Node
 from .spelling import import_options, match_attrs, match_value, trees
 
-__all__ = ["rewrite", "ACTIVATION", "ATTENTION"]
+__all__ = ["rewrite", "ACTIVATION", "ATTENTION", "SEQUENCE"]
 
 ACTIVATION = "_Activation"  # internal op: attributes "activation" and "options" of dlprim's Activation
 # internal op: inputs q, k, v, mask ("" for none) and the scale factors; attributes
 # "factors" (Mul or Div per factor), "perm" (of k's Transpose) and "nodes" (the originals)
 ATTENTION = "_Attention"
+# attribute of an LSTM/GRU node whose first output is already (L, N, D * H)
+SEQUENCE = "_sequence_output"
 
 
 class _Graph:
@@ -280,9 +286,50 @@ def _attention(g, node):
     return True
 
 
+def _sequence_tail(g, y):
+    """The nodes that turn a recurrent node's Y (L, D, N, H) into (L, N, D * H) as
+    PyTorch's exporter writes them (Transpose(0, 2, 1, 3) then Reshape(0, 0, -1), or a
+    Squeeze of axis 1 for one direction), each read only by the next; else None."""
+    readers = g.readers.get(y, [])
+    if y in g.outputs or len(readers) != 1:
+        return None
+    first = readers[0]
+    if first.op_type == "Squeeze":
+        axes = first.attr("axes") if first.input(1) is None else g.const(first.input(1))
+        ok = axes is not None and [int(a) for a in np.asarray(axes).reshape(-1)] == [1]
+        return [first] if ok else None
+    if first.op_type != "Transpose" or list(first.attr("perm", [])) != [0, 2, 1, 3]:
+        return None
+    later = g.readers.get(first.outputs[0], [])
+    if first.outputs[0] in g.outputs or len(later) != 1 or later[0].op_type != "Reshape":
+        return None
+    shape = g.const(later[0].input(1)) if later[0].input(1) else None
+    if shape is None or [int(d) for d in np.asarray(shape).reshape(-1)] != [0, 0, -1]:
+        return None
+    return [first, later[0]]
+
+
+def _recurrent_sequence(g, node):
+    """LSTM/GRU with its Y reshaped to (L, N, D * H) -> one node writing that (SEQUENCE)."""
+    if node.attr(SEQUENCE) or node.attr("layout", 0) or not node.outputs or not node.outputs[0]:
+        return False
+    tail = _sequence_tail(g, node.outputs[0])
+    if tail is None:
+        return False
+    new = Node(node.op_type, node.name, node.inputs, [tail[-1].outputs[0]] + node.outputs[1:],
+               dict(node.attrs, **{SEQUENCE: 1}), node.domain)
+    # in the recurrent node's place: readers of its states may come before the tail
+    g.nodes[g.nodes.index(node)] = new
+    for n in tail:
+        g.nodes.remove(n)
+    g.refresh()
+    return True
+
+
 def _rules():
     rules = {"Conv": (_pad_into,), "AveragePool": (_pad_into,), "Add": (_matmul_bias,),
-             "MatMul": (_attention,)}
+             "MatMul": (_attention,), "LSTM": (_recurrent_sequence,),
+             "GRU": (_recurrent_sequence,)}
     for root in sorted({sp.tree.op for _, _, sp in trees()}):
         rules[root] = (_spelled,) + rules.get(root, ())
     return rules
