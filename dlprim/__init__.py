@@ -17,9 +17,9 @@ _NAMES = {"Context": "context", "ExecutionContext": "context", "DeviceError": "c
           # DLPrimitives' Python names
           "Shape": "tensor", "ONNXModel": "onnx", "float32": "dtypes", "half": "dtypes",
           "int32": "dtypes", "int64": "dtypes", "uint8": "dtypes"}
-SUBMODULES = ("cli", "context", "core", "data", "dtypes", "errors", "kernels", "layers",
-              "lr_schedules", "models", "net", "nn", "onnx", "plot", "solvers", "tensor", "train",
-              "utils")
+SUBMODULES = ("cli", "context", "core", "data", "distributed", "dtypes", "errors", "kernels",
+              "layers", "lr_schedules", "models", "net", "nn", "onnx", "plot", "solvers", "tensor",
+              "train", "utils")
 
 __all__ = sorted(_NAMES) + ["__version__"]
 

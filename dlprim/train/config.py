@@ -23,7 +23,8 @@ DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "out": "runs",
             "resume": None, "force": False, "plot": True, "progress": True, "metrics": "csv",
             "tensorboard": False,
             "stop_on_nonfinite": True, "checkpoint": {"every": 1, "keep": 2, "best": True},
-            "schedule": None, "early_stopping": None, "best_metric": None}
+            "schedule": None, "early_stopping": None, "best_metric": None,
+            "distributed": {"global_batch": None, "bucket_mb": 25}}
 _TOP = ["net", "data", "solver", "batch_size"] + list(DEFAULTS)
 
 
@@ -196,6 +197,21 @@ def _followed(c, path, metric, data):
               % (metric, metric[4:]))
 
 
+def _distributed(c, value, top):
+    """{global_batch, bucket_mb}: how ``mpiexec -n N dlprim-train`` splits the work.
+    ``global_batch`` (null: ``batch`` per rank, N times ``batch`` in all) fixes the batch
+    of a step over all ranks instead, and is then also one process's batch."""
+    fields = c.fields("distributed", value, list(DEFAULTS["distributed"]))
+    dist = dict(DEFAULTS["distributed"], **fields)
+    if dist["global_batch"] is not None:
+        c.integer("distributed.global_batch", dist["global_batch"])
+        if "batch" in top:
+            c.bad("distributed.global_batch", "give batch (per rank) or "
+                  "distributed.global_batch (over all ranks), not both")
+    c.number("distributed.bucket_mb", dist["bucket_mb"], low=0)
+    return dist
+
+
 def _early_stopping(c, value, data):
     """null (off) or {monitor, patience, min_delta, mode}: the options of
     ``dlprim.train.EarlyStopping`` with its defaults and rules."""
@@ -264,6 +280,9 @@ def validate_config(raw, base_dir=".", source=None):
     cfg["solver"] = _solver(c, top.get("solver", {}))
     _scalars(c, cfg, ("epochs", "batch", "seed", "device", "out", "resume", "force"))
     cfg["checkpoint"] = _checkpoint(c, cfg["checkpoint"])
+    cfg["distributed"] = _distributed(c, cfg["distributed"], top)
+    if is_int(cfg["distributed"]["global_batch"]):
+        cfg["batch"] = cfg["distributed"]["global_batch"]  # one process's batch
     for key in ("plot", "progress", "stop_on_nonfinite", "tensorboard"):
         c.boolean(key, cfg[key])
     if cfg["tensorboard"] is True:
@@ -304,6 +323,9 @@ def apply_overrides(config, device=None, epochs=None, batch=None, out=None, resu
                                    resume=resume, force=force).items() if v is not None}
     cfg.update(given)
     c = Checker(os.getcwd())
+    if "batch" in given and (cfg.get("distributed") or {}).get("global_batch") is not None:
+        c.bad("--batch", "the config fixes the batch over all ranks (distributed.global_batch "
+              "%s): change that instead" % cfg["distributed"]["global_batch"])
     _scalars(c, cfg, list(given), prefix="--")
     if "batch" in given and not c.problems:
         _useless(c, cfg, "--batch")

@@ -95,6 +95,12 @@ class EpochLoop:
         labels)."""
         return train_step(self.net, self.solver, self.roles, x, y)
 
+    def batch_totals(self, loss: float, correct: int, y: Any) -> Tuple[float, int, int, int]:
+        """(mean loss, correct labels, labels, samples) of the step just taken on labels
+        ``y``, over every process that took part: this one alone here; a data-parallel
+        Trainer adds up its ranks'."""
+        return loss, correct, y.size, len(y)
+
     def evaluate(self) -> Tuple[Optional[float], Optional[float]]:
         """(loss, accuracy) over the validation data, in predict mode; (None, None) without."""
         if self.val_loader is None:
@@ -216,16 +222,17 @@ class EpochLoop:
         p = self._partial  # loss and accuracy per label (one per image, T per text window)
         for x, y in loader:
             loss, correct = self.train_step(x, y)
+            loss, correct, labels, images = self.batch_totals(loss, correct, y)
             self.position += 1
             self.step += 1
             if self.cfg["stop_on_nonfinite"] and not math.isfinite(loss):
                 if bar is not None:
                     bar.close()
                 raise NonFiniteError(self._nonfinite(loss))
-            self._images += len(y)
-            p[0] += loss * y.size
+            self._images += images
+            p[0] += loss * labels
             p[1] += correct
-            p[2] += y.size
+            p[2] += labels
             if self.per_iteration and self.schedule:
                 self.schedule.step()
             if bar is not None:

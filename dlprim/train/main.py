@@ -1,10 +1,18 @@
-"""Command line of dlprim-train (also ``python -m dlprim.train``)."""
+"""Command line of dlprim-train (also ``python -m dlprim.train``).
+
+Under an MPI launcher (``mpiexec -n N dlprim-train config.json``) every rank runs this
+program: they agree on any setup failure before the first collective (rank 0 reports
+it, all exit with its status), only rank 0 prints and writes, and a failure during
+training on any rank aborts the whole job (MPI_Abort) rather than leave the others
+waiting; docs/distributed.md.
+"""
 import argparse
 import os
 import signal
 import sys
 
-from ..errors import Error
+from ..distributed.comm import DistributedError, init
+from ..errors import Error, NonFiniteError
 from .config import ConfigError, apply_overrides, load_config
 
 
@@ -40,13 +48,14 @@ def example_config(name):
     return str(files("dlprim.examples." + name) / "config.json")
 
 
-def _console_logging():
-    """dlprim's log records (the epoch lines, warnings) on the console, as plain lines."""
+def _console_logging(quiet=False):
+    """dlprim's log records (the epoch lines, warnings) on the console, as plain lines;
+    ``quiet`` (ranks other than 0, which report for all): warnings and errors only."""
     import logging
     logger = logging.getLogger("dlprim")
     if not any(isinstance(h, _Console) for h in logger.handlers):
         logger.addHandler(_Console())
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
 
 
 class _Console(__import__("logging").Handler):
@@ -66,53 +75,112 @@ def _fail(err, status):
     return status
 
 
+def _failure(err, status):
+    """This rank's (status, message) for the setup agreement; None as the message for an
+    error that only repeats rank 0's (rank 0 reports it)."""
+    return (status, None if getattr(err, "from_rank", None) is not None else str(err))
+
+
+def _agreed(comm, failure):
+    """0 when no rank failed; else the first failure's status, rank 0 having printed
+    each distinct message once (naming the ranks where not all of them had it)."""
+    from .parallel import failures
+    found = failures(comm, failure)
+    if not found:
+        return 0
+    if comm.rank == 0:
+        messages = {}
+        for rank, _, message in found:
+            if message is not None:
+                messages.setdefault(message, []).append(rank)
+        for message, ranks in messages.items():
+            who = ("" if len(ranks) == comm.size else
+                   "rank%s %s: " % ("s" if len(ranks) > 1 else "", ", ".join(map(str, ranks))))
+            _fail(who + message, 0)
+    return found[0][1]
+
+
 def main(argv=None):
     """The dlprim-train program; returns the exit status (0 done, 1 training stopped by an
     error, 2 bad config, option, output folder or checkpoint, 130 interrupted)."""
     args = parse_args(argv)
-    _console_logging()
+    try:
+        comm = init()  # the MPI job this process is a rank of, or itself alone
+    except DistributedError as err:
+        return _fail(err, 2)
+    leader = comm.rank == 0
+    _console_logging(quiet=not leader)
     if args.example:  # the example's files are read from the package, its runs go here
         args.config = example_config(args.example)
         args.out = args.out or os.path.join("runs", args.example)
+    failure, trainer = None, None
     try:
         cfg = apply_overrides(load_config(args.config), device=args.device, epochs=args.epochs,
                               batch=args.batch, out=args.out, resume=args.resume,
                               force=args.force or None)
-    except ConfigError as err:
-        return _fail(err, 2)
-    if args.no_progress:
-        cfg["progress"] = False
-    resume = cfg.get("resume")
-    try:
+        if args.no_progress:
+            cfg["progress"] = False
+        resume = cfg.get("resume")
         from .run_folder import claim
         from .trainer import Trainer, install_sigint  # opens OpenCL: not needed above
-        if not cfg["force"]:  # refuse before any device work; --force clears when training starts
+        if leader and not cfg["force"]:  # refuse before device work; --force clears at start
             claim(cfg["out"], resume=bool(resume))
-        trainer = Trainer(cfg)
+        trainer = Trainer(cfg, comm=comm)
+    except (Error, ValueError, FileNotFoundError) as err:
+        failure = _failure(err, 2)
+    except KeyboardInterrupt:
+        failure = (130, "interrupted before training started; nothing was written")
+    status = _agreed(comm, failure)  # before the first collective: no rank waits alone
+    if status:
+        return status
+    try:
         if resume:
             where = trainer.resume(cfg["out"] if resume is True else resume)
-            print("resumed from %s (epoch %d, batch %d)" % (where, trainer.epoch + 1,
-                                                            trainer.position), flush=True)
+            if leader:
+                print("resumed from %s (epoch %d, batch %d)" % (where, trainer.epoch + 1,
+                                                                trainer.position), flush=True)
+        else:
+            trainer.synchronize()
     except (Error, ValueError, FileNotFoundError) as err:
-        return _fail(err, 2)
-    except KeyboardInterrupt:
-        return _fail("interrupted before training started; nothing was written", 130)
+        failure = _failure(err, 2)
+    status = _agreed(comm, failure)
+    if status:
+        return status
     previous = install_sigint(trainer)
     try:  # the handler stays while results are printed: a late Ctrl-C is no traceback
-        print("training on %s" % trainer.ctx.name, flush=True)
-        return _train(trainer, cfg)
+        if leader:
+            print("training on %s%s" % (trainer.ctx.name, "" if comm.size == 1 else
+                                        ", %d ranks (global batch %d)"
+                                        % (comm.size, trainer.global_batch)), flush=True)
+        return _train(trainer, cfg, comm)
     finally:
         signal.signal(signal.SIGINT, previous)
 
 
-def _train(trainer, cfg):
+def _abort(comm, err, status):
+    """Print this rank's failure and end every rank of the job: the others would wait
+    for it at their next collective."""
+    _fail("rank %d of %d: %s; aborting all ranks" % (comm.rank, comm.size, err), status)
+    comm.abort(status)
+
+
+def _train(trainer, cfg, comm):
     try:
         result = trainer.run()
+    except NonFiniteError as err:  # the loss of all ranks: every rank stops at this step
+        return _fail(err, 1) if comm.rank == 0 else 1
     except Error as err:
+        if comm.size > 1:
+            _abort(comm, err, 1)
         return _fail(err, 1)
     except KeyboardInterrupt:  # the second Ctrl-C
-        return _fail("aborted; the last checkpoint in %s is intact, continue with --resume"
-                     % os.path.join(os.path.abspath(cfg["out"]), "checkpoints"), 130)
+        message = ("aborted; the last checkpoint in %s is intact, continue with --resume"
+                   % os.path.join(os.path.abspath(cfg["out"]), "checkpoints"))
+        if comm.size > 1:
+            _abort(comm, message, 130)
+        return _fail(message, 130)
+    if comm.rank != 0:
+        return 130 if result.interrupted else 0
     out = os.path.abspath(result.out_dir)
     if result.interrupted:
         print("interrupted: checkpoint saved in %s; continue with --resume" %

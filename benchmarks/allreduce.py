@@ -1,0 +1,69 @@
+"""Time of one gradient average of dlprim.distributed per step, for real nets' gradient
+arenas: device -> pinned host copies, bucketed non-blocking allreduces, copies back
+(``GradientAverager.average``), and the plain MPI allreduce of the same bytes in host
+memory beside it. Run under the launcher, one rank per device:
+
+    mpiexec -n 2 python benchmarks/allreduce.py
+    mpiexec -n 8 -f hosts python benchmarks/allreduce.py --models resnet50 --bucket-mb 25
+
+Rank 0 prints, per net: the bytes each rank sends, ms per average, ms per host-only
+allreduce, and the bus bandwidth these reach (ring allreduce: 2 (n-1)/n x bytes / time).
+"""
+import argparse
+import time
+
+import numpy as np
+
+import dlprim as dp
+from dlprim import models
+from dlprim.distributed import GradientAverager, init
+
+
+def timed(run, iters, comm):
+    run()  # the first call pays for first touches
+    comm.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        run()
+    return (time.perf_counter() - start) / iters
+
+
+def measure(name, comm, ctx, bucket_bytes, iters):
+    net = dp.Net(ctx, getattr(models, name)(batch=1), seed=0)
+    net.grad_arena.to_device(np.full(net.grad_arena.shape, comm.rank + 1, np.float32))
+    averager = GradientAverager(net, comm, bucket_bytes)
+
+    def average():
+        averager.average(1.0 / comm.size)
+        ctx.finish()  # the sums are back on the device
+    host = np.ones(net.trainable_size, np.float32)
+    seconds = timed(average, iters, comm)
+    host_seconds = timed(lambda: comm.allreduce(host), iters, comm)
+    return averager.nbytes, seconds, host_seconds, len(averager.buckets)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=["resnet50", "vit_b_16"])
+    p.add_argument("--bucket-mb", type=float, default=25)
+    p.add_argument("--iters", type=int, default=5)
+    args = p.parse_args()
+    comm = init()
+    ctx = dp.Context(comm.device)
+    bus = 2.0 * (comm.size - 1) / comm.size
+    if comm.rank == 0:
+        print("%d ranks on %s, buckets of %g MiB" % (comm.size, ctx.name, args.bucket_mb))
+        print("| net | MB per rank | buckets | ms per average | GB/s (bus) "
+              "| ms host allreduce | GB/s (bus) |")
+        print("|---|---|---|---|---|---|---|")
+    for name in args.models:
+        nbytes, seconds, host_seconds, count = measure(
+            name, comm, ctx, int(args.bucket_mb * 2 ** 20), args.iters)
+        if comm.rank == 0:
+            print("| %s | %.1f | %d | %.1f | %.2f | %.1f | %.2f |" % (
+                name, nbytes / 1e6, count, 1e3 * seconds, bus * nbytes / seconds / 1e9,
+                1e3 * host_seconds, bus * nbytes / host_seconds / 1e9), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""The weighted sum of the parameter gradients over the ranks, in a few large allreduces.
+
+A Net keeps every trainable parameter's gradient in one contiguous range of one float32
+arena (``net.grad_arena[:net.trainable_size]``, ``dlprim.net.parameters``); frozen
+parameters and BatchNorm statistics lie after it and are never sent. The range is cut
+into buckets of ``bucket_bytes`` and goes through host memory, since MPI reads and
+writes host memory:
+
+    device -> host   every bucket's copy enqueued at once (the queue runs them in turn)
+    allreduce        bucket k starts (non-blocking) as soon as its copy has arrived,
+                     while the copies of the buckets after it are still running
+    host -> device   bucket k is copied back as soon as its sum is complete, while the
+                     later buckets are still being summed
+
+The host side is one page-locked (pinned) array: an OpenCL buffer allocated in host
+memory (``ALLOC_HOST_PTR``) and mapped once, which lets a GPU's copy engine move it
+without staging, and is ordinary memory on a CPU device. Nothing waits for the device
+except each bucket's own copy.
+"""
+import logging
+from typing import Any, List, Tuple
+
+import numpy as np
+import pyopencl as cl
+
+from .comm import Communicator
+
+__all__ = ["GradientAverager", "DEFAULT_BUCKET_BYTES", "pinned_array", "buckets"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUCKET_BYTES = 25 * 2 ** 20  # PyTorch DDP's default: large enough to reach link speed
+
+
+def buckets(count: int, bucket_bytes: int, itemsize: int = 4) -> List[Tuple[int, int]]:
+    """``[(start, stop)]`` element ranges covering ``[0, count)``, each at most
+    ``bucket_bytes`` long (at least one element)."""
+    if not isinstance(bucket_bytes, (int, np.integer)) or isinstance(bucket_bytes, bool) \
+            or bucket_bytes <= 0:
+        raise ValueError("bucket_bytes must be a positive integer, got %r" % (bucket_bytes,))
+    step = max(1, int(bucket_bytes) // itemsize)
+    return [(start, min(start + step, count)) for start in range(0, count, step)]
+
+
+def pinned_array(ctx: Any, count: int) -> Tuple[np.ndarray, Any]:
+    """(float32 host array of ``count`` elements in page-locked memory, the OpenCL buffer
+    that owns it); an ordinary numpy array and None where the driver cannot map one."""
+    nbytes = max(count, 1) * 4
+    try:
+        buf = cl.Buffer(ctx.cl_context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR,
+                        nbytes)
+        host, _ = cl.enqueue_map_buffer(ctx.queue, buf, cl.map_flags.READ | cl.map_flags.WRITE,
+                                        0, (max(count, 1),), np.float32, is_blocking=True)
+        return host[:count], buf
+    except (cl.Error, cl.LogicError, cl.RuntimeError) as err:
+        log.info("no pinned host memory on %s (%s); staging gradients in pageable memory",
+                 ctx.name, err)
+        return np.empty(count, np.float32), None
+
+
+class GradientAverager:
+    """``average(weight)`` makes every rank's trainable gradients the sum over the ranks
+    of ``weight * gradient`` (weight 1/size: the mean), in ``bucket_bytes`` pieces."""
+
+    def __init__(self, net: Any, comm: Communicator,
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+        self.net, self.comm, self.ctx = net, comm, net.ctx
+        self.count = int(net.trainable_size)
+        self.buckets = buckets(self.count, bucket_bytes)
+        self.bucket_bytes = int(bucket_bytes)
+        self.host, self._pinned = pinned_array(self.ctx, self.count)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes each rank sends into the allreduce per step."""
+        return self.count * 4
+
+    def average(self, weight: float) -> None:
+        """Replace the trainable gradients with the ranks' sum of ``weight * gradient``.
+        Returns once the sums are on their way back to the device (enqueued)."""
+        if not self.count:
+            return
+        grads = self.net.grad_arena
+        queue, host, base = self.ctx.queue, self.host, grads.byte_offset
+        copies = [cl.enqueue_copy(queue, host[a:b], grads.buffer, src_offset=base + a * 4,
+                                  is_blocking=False) for a, b in self.buckets]
+        requests = []
+        for (a, b), copied in zip(self.buckets, copies):
+            copied.wait()
+            if weight != 1.0:
+                host[a:b] *= np.float32(weight)
+            requests.append(self.comm.iallreduce(host[a:b]))
+            self.comm.progress(requests)
+        for (a, b), request in zip(self.buckets, requests):
+            request.Wait()
+            # a later step's copy to the host is queued after this one, so the host
+            # array is not rewritten before the device has read it
+            cl.enqueue_copy(queue, grads.buffer, host[a:b], dst_offset=base + a * 4,
+                            is_blocking=False)
