@@ -167,13 +167,17 @@ def test_dropout_between_layers_follows_the_philox_stream(ctx, rng):
     p, seed, name = 0.3, 17, "stack"
     opts = {"hidden_size": 9, "num_layers": 3, "dropout": p, "seed": seed}
     x = rng.standard_normal((L, N, I)).astype(np.float32)
-    params = [q.detach().numpy().astype(np.float32) for q in torch_module("LSTM", opts).parameters()]
+    params = [q.detach().numpy().astype(np.float32)
+              for q in torch_module("LSTM", opts).parameters()]
     layer = create(ctx, "LSTM", name, opts)
     key = (zlib.crc32(name.encode()) << 32) | seed
     size = L * N * 9
-    for step in range(2):  # each training step draws the next masks of the stream
-        masks = [philox_uniform(size, seed=key, offset=(2 * step + k) * counters(size))
-                 .reshape(L, N, 9) >= np.float32(p) for k in range(2)]
+
+    def keep(step):  # the masks of layers 1 and 2: the step's two fills of the stream
+        return [philox_uniform(size, seed=key, offset=(2 * step + k) * counters(size))
+                .reshape(L, N, 9) >= np.float32(p) for k in range(2)]
+    for step in range(2):  # each training step draws the next masks
+        masks = keep(step)
         want_y, want_dx, want_dp, dy = dropout_reference(opts, params, x, masks, p)
         r = run_layer(ctx, layer, [x], params=params, dy=[dy])
         assert_close(r.y[0], want_y, rtol=1e-4, atol=2e-5, what="train output, step %d" % step)
@@ -182,8 +186,7 @@ def test_dropout_between_layers_follows_the_philox_stream(ctx, rng):
             assert_close(got, want, rtol=1e-3, atol=1e-4, what="parameter %d" % i)
     # a fresh layer of the same name and seed starts the same stream again
     again = run_layer(ctx, create(ctx, "LSTM", name, opts), [x], params=params)
-    first = dropout_reference(opts, params, x, [philox_uniform(size, seed=key, offset=k * counters(size))
-                                                .reshape(L, N, 9) >= np.float32(p) for k in range(2)], p)
+    first = dropout_reference(opts, params, x, keep(0), p)
     assert_close(again.y[0], first[0], rtol=1e-4, atol=2e-5, what="the first step again")
     # predict mode drops nothing
     pred = run_layer(ctx, create(ctx, "LSTM", name, opts), [x], params=params, mode="predict")
@@ -220,7 +223,8 @@ def test_a_sequence_classifier_learns(ctx):
     cfg.add_input("label", [batch], "int")
     cfg.add("LSTM", name="lstm", inputs=["data"], outputs=["seq", "h_n"],
             options={"hidden_size": hidden, "batch_first": True})
-    cfg.add("Reshape", name="last", inputs=["h_n"], outputs=["feat"], options={"dims": [-1, hidden]})
+    cfg.add("Reshape", name="last", inputs=["h_n"], outputs=["feat"],
+            options={"dims": [-1, hidden]})
     cfg.add("InnerProduct", name="fc", inputs=["feat"], outputs=["logits"], options={"outputs": 2})
     cfg.add("SoftmaxWithLoss", name="loss", inputs=["logits", "label"], outputs=["loss"])
     cfg.set_outputs(["loss", "logits"])
@@ -249,7 +253,8 @@ def test_errors_name_the_fault(ctx):
     good = {"hidden_size": 4}
     for opts, match in [({}, "option 'hidden_size' must be a positive int"),
                         ({"hidden_size": 4.0}, "'hidden_size' must be a positive int"),
-                        ({"hidden_size": 4, "num_layers": 0}, "'num_layers' must be a positive int"),
+                        ({"hidden_size": 4, "num_layers": 0},
+                         "'num_layers' must be a positive int"),
                         ({"hidden_size": 4, "dropout": 1.0}, "'dropout' must be a probability"),
                         ({"hidden_size": 4, "dropout": -0.1}, "'dropout' must be a probability"),
                         ({"hidden_size": 4, "bidirectional": "yes"}, "'bidirectional' must be"),

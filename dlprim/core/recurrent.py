@@ -18,6 +18,7 @@ starts at ``offset + t * step + n * row`` elements into the tensor, so time-majo
 batch-first tensors and one direction's half of a bidirectional output are read in place.
 """
 from collections import namedtuple
+from typing import List, Optional
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from ..utils import round_up
 from .copy import fill_launches
 from .gemm import Gemm
 from .pointwise import PointwiseBroadcastReduce, pointwise_launches
+from ..tensor import Tensor
 
 __all__ = ["GATES", "SAVED_GATES", "Seq", "BackwardScratch", "RecurrentPass"]
 
@@ -37,11 +39,11 @@ class Seq(namedtuple("Seq", "tensor offset step row")):
     """Step t, batch row n of a sequence at ``offset + t * step + n * row`` elements."""
     __slots__ = ()
 
-    def start(self, t, rows, width):
+    def start(self, t: int, rows: int, width: int) -> Tensor:
         """A 1-D view from step t's first element over ``rows`` rows of ``width``."""
         return self.tensor.view(((rows - 1) * self.row + width,), self.offset + t * self.step)
 
-    def args(self, t):
+    def args(self, t: int) -> list:
         """Kernel arguments of step t: buffer, offset of its first element, row stride."""
         return [self.tensor.buffer, np.uint64(self.tensor.offset + self.offset + t * self.step),
                 np.uint64(self.row)]
@@ -57,8 +59,8 @@ class RecurrentPass:
     with ``hidden`` units, in time order or ``reverse``. ``x_batch_first``: the rows of x
     (and so of xg) are in (n, t) order rather than (t, n); backward wants x time-major."""
 
-    def __init__(self, ctx, cell, steps, batch, inputs, hidden, bias=True, reverse=False,
-                 x_batch_first=False):
+    def __init__(self, ctx, cell: str, steps: int, batch: int, inputs: int, hidden: int,
+                 bias: bool = True, reverse: bool = False, x_batch_first: bool = False) -> None:
         if cell not in GATES:
             raise ValueError("RecurrentPass: cell must be 'lstm' or 'gru', got %r" % (cell,))
         for what, v in (("steps", steps), ("batch", batch), ("inputs", inputs),
@@ -77,7 +79,7 @@ class RecurrentPass:
         self._backward = None
 
     @property
-    def order(self):
+    def order(self) -> List[int]:
         """The time steps in the order this direction visits them."""
         return list(range(self.L - 1, -1, -1) if self.reverse else range(self.L))
 
@@ -89,8 +91,11 @@ class RecurrentPass:
                               [np.int32(self.N), np.int32(self.H)] + args)
 
     # ----- forward
-    def forward_launches(self, x, w_ih, w_hh, b_ih, b_hh, y, xg, hg, h0=None, c0=None,
-                         gates=None, cells=None, zeros=None):
+    def forward_launches(self, x: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Optional[Tensor],
+                         b_hh: Optional[Tensor], y: Seq, xg: Tensor, hg: Tensor,
+                         h0: Optional[Tensor] = None, c0: Optional[Tensor] = None,
+                         gates: Optional[Tensor] = None, cells: Optional[Tensor] = None,
+                         zeros: Optional[Tensor] = None) -> list:
         """Launches of the pass over x (L*N x I rows) into the output sequence ``y`` (a Seq
         of h). ``xg`` (L*N*G) and ``hg`` (N*G) are scratch; ``h0``, ``c0``: N x H initial
         states (None: ``zeros``, an N x H scratch this fills). ``gates`` (L*N*4H) saves the
@@ -129,7 +134,7 @@ class RecurrentPass:
         slot = t if cells.size >= self.L * self.N * self.H else s % 2
         return cells.view((self.N * self.H,), slot * self.N * self.H)
 
-    def final_cell(self, cells):
+    def final_cell(self, cells: Tensor) -> Tensor:
         """The last cell state that ``forward_launches`` wrote into ``cells``."""
         return self._cell(cells, self.L - 1, self.order[-1])
 
@@ -157,10 +162,16 @@ class RecurrentPass:
                 sums=sums)
         return self._backward
 
-    def backward_launches(self, x, w_ih, w_hh, hseq, gates, scratch, dy=None, dh_n=None,
-                          dc_n=None, h0=None, c0=None, cells=None, dw_ih=None, dw_hh=None,
-                          db_ih=None, db_hh=None, dx=None, dx_beta=0.0, dh0=None, dh0_beta=0.0,
-                          dc0=None, dc0_beta=0.0):
+    def backward_launches(self, x: Tensor, w_ih: Tensor, w_hh: Tensor, hseq: Seq, gates: Tensor,
+                          scratch: BackwardScratch, dy: Optional[Seq] = None,
+                          dh_n: Optional[Tensor] = None, dc_n: Optional[Tensor] = None,
+                          h0: Optional[Tensor] = None, c0: Optional[Tensor] = None,
+                          cells: Optional[Tensor] = None, dw_ih: Optional[Tensor] = None,
+                          dw_hh: Optional[Tensor] = None, db_ih: Optional[Tensor] = None,
+                          db_hh: Optional[Tensor] = None, dx: Optional[Tensor] = None,
+                          dx_beta: float = 0.0, dh0: Optional[Tensor] = None,
+                          dh0_beta: float = 0.0, dc0: Optional[Tensor] = None,
+                          dc0_beta: float = 0.0) -> list:
         """Launches of the backward pass. ``x``: the forward's input, time-major (L*N x I);
         ``hseq``: the forward's output h as a time-major Seq; ``gates``/``cells``: what the
         forward saved; ``dy``: a Seq of the output's gradient (None: zero); ``dh_n``,
@@ -221,8 +232,8 @@ class RecurrentPass:
         if (db_ih is None) != (db_hh is None):
             raise ValueError("RecurrentPass: db_ih and db_hh are wanted together")
         if db_ih is not None:
-            out += ops["sums"].launches([dxg_all, dhg_all], [db_ih.view((1, G)), db_hh.view((1, G))],
-                                        beta=1.0)
+            out += ops["sums"].launches([dxg_all, dhg_all],
+                                        [db_ih.view((1, G)), db_hh.view((1, G))], beta=1.0)
         if dx is not None:
             out += ops["dx"].launches(dxg_all, w_ih, dx, beta=dx_beta)
         return out

@@ -3,6 +3,8 @@ ONNX LSTM/GRU node per layer (its W, R and B = [Wb, Rb] in ONNX's gate order), e
 Y (L, D, N, H) turned back into (L, N, D * H) for the next layer, transposes around a
 batch-first stack, the final states of the layers concatenated. Dropout between layers
 is left out (an exported model predicts)."""
+from typing import List
+
 import numpy as np
 
 from .export_ops import exports
@@ -11,7 +13,7 @@ from .ops_rnn import ONNX_BLOCKS
 __all__ = ["recurrent"]
 
 
-def to_onnx_gates(cell, a, hidden):
+def to_onnx_gates(cell: str, a: np.ndarray, hidden: int) -> np.ndarray:
     """Rows of ``a`` (gate blocks of ``hidden`` along axis 0) from PyTorch's order to ONNX's."""
     order = np.argsort(ONNX_BLOCKS[cell])  # ONNX block j is PyTorch's block order[j]
     return np.concatenate([a[k * hidden:(k + 1) * hidden] for k in order], axis=0)
@@ -34,7 +36,8 @@ def _stacked(e, cell, params, hidden, name):
 
 
 @exports("LSTM", "GRU")
-def recurrent(e, op, layer, ins, outs, params):
+def recurrent(e, op, layer, ins: List[str], outs: List[str], params: List[str]) -> None:
+    """Nodes computing dlprim's LSTM or GRU ``layer`` from ``ins`` into ``outs``."""
     cell, hidden, layers, dirs = op.type, layer.H, layer.K, layer.D
     for p in params:  # the layer's own (PyTorch-order) weights go in as W, R, B below
         e.initializers.pop(p, None)

@@ -26,7 +26,7 @@ def _text(value):
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def to_pytorch_gates(cell, a, hidden):
+def to_pytorch_gates(cell: str, a: np.ndarray, hidden: int) -> np.ndarray:
     """Rows of ``a`` (gate blocks of ``hidden`` along axis 0) from ONNX's order to PyTorch's."""
     return np.concatenate([a[k * hidden:(k + 1) * hidden] for k in ONNX_BLOCKS[cell]], axis=0)
 
@@ -93,7 +93,9 @@ def _used(b, name):
 
 
 @converts("LSTM", "GRU")
-def recurrent(b, node):
+def recurrent(b, node) -> None:
+    """An ONNX LSTM or GRU node -> dlprim's layer of that name (and a Reshape/Transpose
+    for a Y read as ONNX lays it out, Transposes for layout=1 states)."""
     cell = node.op_type
     hidden = int(node.attr("hidden_size"))
     direction = _text(node.attr("direction", "forward"))
