@@ -138,7 +138,7 @@ class _Recurrent(Layer):
         self.copy_final = {r: StridedCopy(ctx, (N, H), (r, 1), (H, 1)) for r in {row, D * H}}
         seq = ((L, N, D * H), np.float32)
         self.mask_fill = self.apply_mask = None
-        if self.dropout > 0 and self.K > 1:  # either mode: a Net switches modes without setup
+        if self.dropping:
             self.mask_fill = RandomFill(ctx, seq[0], "uniform")
             self.apply_mask = PointwiseBroadcast(ctx, [seq, seq], [seq],
                                                  "y0 = x1 >= w0 ? x0 * w1 : 0.0f;",
