@@ -89,6 +89,10 @@ class EpochLoop:
         """Make ``run()`` save a checkpoint after the current step and return."""
         self._stop = True
 
+    def stop_requested(self) -> bool:
+        """Whether a stop was asked for (a data-parallel Trainer asks all its ranks)."""
+        return self._stop
+
     # ----- one batch, and validation
     def train_step(self, x: Any, y: Any) -> Tuple[float, int]:
         """One step on batch (x, y): zero-grad, forward, backward, update; -> (loss, correct
@@ -182,7 +186,7 @@ class EpochLoop:
             if any(getattr(cb, "should_stop", False) for cb in self.callbacks):
                 self.stopped_early = self.epoch  # a resumed run that had stopped early
                 break
-            if self._stop:  # asked between epochs (during validation or a checkpoint)
+            if self.stop_requested():  # asked between epochs (in validation or a save)
                 return self._interrupted()
             bar = self._train_epoch()
             if bar is False:

@@ -56,7 +56,7 @@ class Trainer(EpochLoop):
                  progress: Optional[bool] = None, comm: Optional[Communicator] = None) -> None:
         cfg = config
         self.comm = comm = Communicator() if comm is None else comm
-        self.parallel = None
+        self.parallel, self._asked = None, False
         batch, self.global_batch = parallel.batch_sizes(cfg, comm.size)
         ctx = ctx or Context(cfg["device"] or (comm.device if comm.size > 1 else None))
         graph = training_graph(cfg["net"], batch)
@@ -108,8 +108,9 @@ class Trainer(EpochLoop):
             self.parallel = DataParallel(self.net, self.solver, self.comm, max(bucket, 4))
 
     def train_step(self, x, y):
-        if self.parallel is None:
+        if self.comm.size == 1:
             return super().train_step(x, y)
+        self.synchronize()
         return parallel.train_step(self.net, self.parallel, self.roles, x, y)
 
     def batch_totals(self, loss, correct, y):
@@ -117,15 +118,28 @@ class Trainer(EpochLoop):
             return super().batch_totals(loss, correct, y)
         # a stop asked on any rank (Ctrl-C reaches each at its own moment) stops all at
         # this same step, so that they leave the loop together
-        total, correct, labels, images, stops = self.comm.sum_values(
-            [loss * y.size, correct, y.size, len(y), float(self._stop)])
-        self._stop = stops > 0
+        total, correct, labels, images, asked = self.comm.sum_values(
+            [loss * y.size, correct, y.size, len(y), float(self._asked)])
+        self._stop = asked > 0
         return total / labels, int(correct), int(labels), int(images)
+
+    def request_stop(self):
+        if self.comm.size == 1:
+            return super().request_stop()
+        # the loop's stop flag changes only where the ranks agree on it (a signal may
+        # come between an agreement and the loop's look at the flag)
+        self._asked = True
+
+    def stop_requested(self):
+        if self.comm.size > 1:  # every rank leaves at the same point, or none does
+            self._stop = self.comm.sum_values([float(self._asked)])[0] > 0
+        return self._stop
 
     def evaluate(self):
         if self.comm.size == 1:
             return super().evaluate()
         # evaluation and every file saved after it use rank 0's BatchNorm statistics
+        self.synchronize()
         self.parallel.sync_statistics()
         if self.val_loader is None:
             return None, None
