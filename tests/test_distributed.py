@@ -4,7 +4,8 @@ Launched as ``mpiexec -n 2`` subprocesses (skipped, saying why, without mpi4py o
 mpiexec): 2 ranks at batch 8 end 5 SGD steps at the parameters of one process at batch
 16, equal on both ranks; ``dlprim-train`` on the MNIST example reaches the accuracy of
 one process and only rank 0 writes; a rank killed mid-run ends the job and leaves a
-checkpoint that resumes on one process; an exception on one rank ends the others.
+checkpoint that resumes on one process; Ctrl-C stops all ranks at one step with a
+checkpoint; an exception on one rank ends the others.
 In-process, without MPI: the shards against the global batches, the bucketed average
 against numpy with frozen parameters left alone, the config checks, the position
 carried to another global batch, and the errors without mpi4py.
@@ -192,6 +193,34 @@ def test_a_killed_rank_ends_the_job_and_the_checkpoint_resumes_on_one_process(ct
     assert (trainer.epoch, trainer.position) == (epoch, 0)
     result = trainer.run()
     assert result.epochs_done == epoch + 1 and not result.interrupted
+
+
+@needs_mpi
+def test_ctrl_c_stops_every_rank_at_one_step_with_a_checkpoint(ctx, tmp_path):
+    raw = _raw(str(tmp_path), epochs=400, batch=4)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    p = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "dlprim.train", str(path)],
+                         env=_env(ctx), cwd=str(tmp_path), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        latest = tmp_path / "run" / "checkpoints" / checkpoint.LATEST
+        deadline = time.time() + LAUNCH_S
+        while not latest.exists() and p.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        p.send_signal(signal.SIGINT)  # the launcher passes it on to every rank
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the ranks did not stop together after Ctrl-C")
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, out + err
+    assert out.count("interrupted: checkpoint saved") == 1, out + err
+    state = checkpoint.load_state(checkpoint.find(str(tmp_path / "run")))
+    assert state["step"] == 2 * state["epoch"] + state["position"] and state["step"] > 0
 
 
 @needs_mpi

@@ -131,8 +131,10 @@ class MPICommunicator(Communicator):
         local.Free()
 
     def _buffer(self, array):
-        if not (isinstance(array, np.ndarray) and array.flags.c_contiguous):
-            raise TypeError("collectives take C-contiguous numpy arrays, got %r" % type(array))
+        if not (isinstance(array, np.ndarray) and array.flags.c_contiguous
+                and array.dtype in (np.float32, np.float64)):
+            raise TypeError("collectives take C-contiguous float32 or float64 numpy arrays, "
+                            "got %s" % (getattr(array, "dtype", type(array).__name__),))
         return [array, self.MPI.FLOAT if array.dtype == np.float32 else self.MPI.DOUBLE]
 
     def allreduce(self, array):
@@ -185,14 +187,15 @@ def init(mpi: Optional[bool] = None) -> Communicator:
     at their next collective forever.
     """
     global _WORLD
-    if _WORLD is not None and (mpi is None or mpi == _WORLD.uses_mpi):
+    if _WORLD is not None and mpi in (None, _WORLD.uses_mpi):
         return _WORLD
     variable = launcher_variable()
     if mpi is None:
         mpi = variable is not None
-    if not mpi:
-        _WORLD = Communicator()
-        return _WORLD
+    if not mpi:  # asked for alone: the MPI job, if one was made, stays the one kept
+        alone = Communicator()
+        _WORLD = _WORLD or alone
+        return alone
     try:
         import mpi4py.MPI  # noqa: F401 -- initialises MPI
     except ImportError as err:
