@@ -19,7 +19,8 @@ MODULES = ["dlprim", "dlprim.context", "dlprim.tensor", "dlprim.dtypes", "dlprim
            "dlprim.models", "dlprim.solvers", "dlprim.lr_schedules", "dlprim.net.weights",
            "dlprim.plot", "dlprim.train.config", "dlprim.cli.tune", "dlprim.onnx",
            "dlprim.kernels.program", "dlprim.layers.base"]
-PACKAGES = ["dlprim.core", "dlprim.data", "dlprim.train", "dlprim.cli", "dlprim.nn"]
+PACKAGES = ["dlprim.core", "dlprim.data", "dlprim.train", "dlprim.cli", "dlprim.nn",
+            "dlprim.distributed"]
 # the convolution algorithms and GEMM tile tables behind dlprim.core.conv / gemm
 INTERNAL = {"dlprim.core.conv_gemm", "dlprim.core.conv_winograd", "dlprim.core.conv_depthwise",
             "dlprim.core.conv_im2col",
