@@ -5,12 +5,18 @@ memory beside it. Run under the launcher, one rank per device:
 
     mpiexec -n 2 python benchmarks/allreduce.py
     mpiexec -n 8 -f hosts python benchmarks/allreduce.py --models resnet50 --bucket-mb 25
+    mpiexec -n 2 python benchmarks/allreduce.py --elements 25557056 86567680
+
+``--elements`` times bare arenas of those sizes (resnet50's and vit_b_16's trainable
+parameters with the arena's padding) instead of building the nets, whose kernels take
+minutes to compile on a fresh machine.
 
 Rank 0 prints, per net: the bytes each rank sends, ms per average, ms per host-only
 allreduce, and the bus bandwidth these reach (ring allreduce: 2 (n-1)/n x bytes / time).
 """
 import argparse
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -28,8 +34,15 @@ def timed(run, iters, comm):
     return (time.perf_counter() - start) / iters
 
 
+def arena(count, ctx):
+    """What GradientAverager reads of a net, for a bare gradient arena of ``count``."""
+    return SimpleNamespace(ctx=ctx, trainable_size=count,
+                           grad_arena=dp.Tensor.zeros(ctx, (count,), np.float32))
+
+
 def measure(name, comm, ctx, bucket_bytes, iters):
-    net = dp.Net(ctx, getattr(models, name)(batch=1), seed=0)
+    net = (arena(int(name), ctx) if name.isdigit()
+           else dp.Net(ctx, getattr(models, name)(batch=1), seed=0))
     net.grad_arena.to_device(np.full(net.grad_arena.shape, comm.rank + 1, np.float32))
     averager = GradientAverager(net, comm, bucket_bytes)
 
@@ -45,18 +58,22 @@ def measure(name, comm, ctx, bucket_bytes, iters):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=["resnet50", "vit_b_16"])
+    p.add_argument("--elements", nargs="+", type=int,
+                   help="bare gradient arenas of these sizes instead of --models")
     p.add_argument("--bucket-mb", type=float, default=25)
     p.add_argument("--iters", type=int, default=5)
     args = p.parse_args()
     comm = init()
     ctx = dp.Context(comm.device)
     bus = 2.0 * (comm.size - 1) / comm.size
+    print("rank %d: %s (%s)" % (comm.rank, ctx.name, ctx.device_string), flush=True)
+    comm.barrier()
     if comm.rank == 0:
         print("%d ranks on %s, buckets of %g MiB" % (comm.size, ctx.name, args.bucket_mb))
         print("| net | MB per rank | buckets | ms per average | GB/s (bus) "
               "| ms host allreduce | GB/s (bus) |")
         print("|---|---|---|---|---|---|---|")
-    for name in args.models:
+    for name in [str(n) for n in args.elements] if args.elements else args.models:
         nbytes, seconds, host_seconds, count = measure(
             name, comm, ctx, int(args.bucket_mb * 2 ** 20), args.iters)
         if comm.rank == 0:
