@@ -5,7 +5,7 @@ mpiexec): 2 ranks at batch 8 end 5 SGD steps at the parameters of one process at
 16, equal on both ranks; ``dlprim-train`` on the MNIST example reaches the accuracy of
 one process and only rank 0 writes; a rank killed mid-run ends the job and leaves a
 checkpoint that resumes on one process; Ctrl-C stops all ranks at one step with a
-checkpoint; an exception on one rank ends the others.
+checkpoint that two ranks resume; an exception on one rank ends the others.
 In-process, without MPI: the shards against the global batches, the bucketed average
 against numpy with frozen parameters left alone, the config checks, the position
 carried to another global batch, and the errors without mpi4py.
@@ -221,6 +221,14 @@ def test_ctrl_c_stops_every_rank_at_one_step_with_a_checkpoint(ctx, tmp_path):
     assert out.count("interrupted: checkpoint saved") == 1, out + err
     state = checkpoint.load_state(checkpoint.find(str(tmp_path / "run")))
     assert state["step"] == 2 * state["epoch"] + state["position"] and state["step"] > 0
+    # two ranks go on from it: rank 0 reads it and sends it to rank 1
+    status, out, err = _mpiexec(ctx, [sys.executable, "-m", "dlprim.train", str(path),
+                                      "--resume", "--epochs", str(state["epoch"] + 1)])
+    assert status == 0, out + err
+    assert out.count("resumed from") == 1 and "(epoch %d, batch %d)" % (
+        state["epoch"] + 1, state["position"]) in out
+    assert checkpoint.load_state(checkpoint.find(str(tmp_path / "run")))["epoch"] == \
+        state["epoch"] + 1
 
 
 @needs_mpi

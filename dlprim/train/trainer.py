@@ -162,10 +162,10 @@ class Trainer(EpochLoop):
         With several ranks, rank 0 reads it and sends it to the others."""
         self.synchronize()
         folder, state, solver_state = parallel.from_root(self.comm, lambda: self._load(path))
+        if self.parallel is not None:  # the last collective here: what follows may fail
+            self.parallel.broadcast_parameters()
         if self.comm.rank != 0:
             self.solver.load_state_dict(solver_state)
-        if self.parallel is not None:
-            self.parallel.broadcast_parameters()
         where = os.path.join(folder, "state.json")
         if self.schedule and state["schedule"]:
             kind = state["schedule"].get("type")
