@@ -135,6 +135,7 @@ CONV_CASES = {
     "edges_33x65": _case(3, 33, 65, (5, 7), 3, pad=1),
     "rect_kernel": _case(3, 5, 3, (7, 9), [3, 1], stride=[1, 2], pad=[1, 0], activation="relu"),
     "winograd_p1": _case(3, 5, 9, (9, 7), 3, pad=1, activation="relu", algo="winograd"),
+    "winograd4_p1": _case(3, 5, 9, (9, 7), 3, pad=1, activation="relu", algo="winograd4"),
     "winograd_asym": _case(1, 17, 8, (6, 10), 3, pad=[0, 2, 1, 0], bias=False, algo="winograd2"),
     "winograd_p0": _case(3, 6, 13, (8, 9), 3, activation="tanh", algo="winograd4"),
     "winograd_tiny_out": _case(3, 4, 5, (3, 6), 3, pad=1, activation="relu", algo="winograd"),
@@ -152,7 +153,8 @@ TRANSPOSED_CASES = {
     "t_k5_d2_g2_asym": _case(1, 6, 4, (5, 5), 5, stride=2, pad=[1, 2, 0, 1], dilate=2, groups=2,
                              activation="relu", transposed=True),
     "t_k1_plain_gemm": _case(3, 5, 3, (7, 7), 1, bias=True, activation="tanh", transposed=True),
-    "t_winograd": _case(1, 7, 5, (6, 7), 3, pad=1, transposed=True, algo="winograd"),
+    "t_winograd": _case(1, 7, 5, (6, 7), 3, pad=1, transposed=True, algo="winograd4"),
+    "t_winograd_auto_tile": _case(1, 7, 5, (6, 7), 3, pad=1, transposed=True, algo="winograd"),
     "t_winograd2": _case(3, 5, 6, (5, 5), 3, pad=2, transposed=True, algo="winograd2"),
     "t_depthwise": _case(3, 6, 6, (5, 7), 3, stride=2, pad=1, groups=6, activation="relu6",
                          transposed=True, algo="depthwise", output_pad=1),
@@ -339,13 +341,29 @@ def test_strided_backward_data_runs_per_phase(ctx):
 
 
 def test_winograd_tile_choice(ctx):
-    """'winograd' means F(4x4,3x3) unless the output is under 4x4 (both checked above)."""
-    for name, tile in (("winograd_p1", 4), ("winograd_tiny_out", 2), ("winograd_asym", 2)):
-        case = CONV_CASES[name]
+    """'winograd' means F(4x4,3x3) except for outputs under 4x4, under 64 channels on both
+    sides, or under 784 output pixels, where F(2x2) rounds less at no cost."""
+    from dlprim.core.tuning import winograd_tile
+    assert winograd_tile(64, 64, (28, 28), 1) == 4
+    assert winograd_tile(512, 512, (7, 7), 16) == 4  # the smallest benchmarked layer
+    assert winograd_tile(512, 512, (7, 7), 15) == 2
+    assert winograd_tile(3, 64, (224, 224), 16) == 4  # a first layer's backward-data
+    assert winograd_tile(3, 8, (32, 32), 64) == 2
+    assert winograd_tile(128, 128, (3, 6), 64) == 2
+    for name, tile in (("winograd_p1", 2), ("winograd4_p1", 4), ("winograd_tiny_out", 2),
+                       ("winograd_asym", 2), ("t_winograd_auto_tile", 2)):
+        case = dict(CONV_CASES, **TRANSPOSED_CASES)[name]
         layer = _make_layer(ctx, case, name)
         layer.setup([TensorSpec((case["n"], case["c"]) + case["hw"])])
         assert layer._forward_op().impl.plan.t.m == tile
         assert layer._backward_ops()[1].impl.t.m == tile
+    # the tile follows the batch a layer is set up for
+    layer = create(ctx, "Convolution2D", "b", dict(channels_out=64, kernel=3, pad=1))
+    layer.algo = "winograd"
+    layer.setup([TensorSpec((1, 64, 7, 7))])
+    assert layer._forward_op().impl.plan.t.m == 2
+    layer.reshape([(16, 64, 7, 7)])
+    assert layer._forward_op().impl.plan.t.m == 4
 
 
 def test_mode_switch_resizes_workspace(ctx):

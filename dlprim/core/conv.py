@@ -9,8 +9,10 @@ or forced for testing:
   leave the GPU idle (split-K, the partial products summed by a second kernel; ``splits``
   forces the count for testing). 1x1, stride-1, pad-0, ungrouped layers
   run as a plain batched GEMM (``core/gemm.py``) where that module exists.
-- ``"winograd"``: F(4x4, 3x3) (F(2x2, 3x3) for tiny outputs) for 3x3 stride-1 undilated
-  ungrouped layers (``core/conv_winograd.py``), all three directions.
+- ``"winograd"``: F(4x4, 3x3) for 3x3 stride-1 undilated ungrouped layers
+  (``core/conv_winograd.py``), all three directions; F(2x2, 3x3) for tiny outputs, and
+  where F(4x4)'s larger rounding errors buy no speed (few channels, small problems:
+  ``tuning.winograd_tile``).
 - ``"depthwise"``: direct kernels when every group has one input channel
   (``core/conv_depthwise.py``).
 - ``"direct"``: CPUs' kernels for ungrouped layers of few output channels: forward,
@@ -22,6 +24,8 @@ Tensors are NCHW float32; weights ``[out_c, in_c/groups, kh, kw]``. The batch si
 from the tensors at ``launches`` time and stays a kernel argument; ``batch`` given to a
 constructor is the size whose kernels are built at once (tiles may depend on it).
 """
+import logging
+
 import numpy as np
 
 from . import conv_depthwise, conv_direct, conv_gemm, conv_im2col, conv_winograd, tuning
@@ -29,12 +33,29 @@ from .activation import FUSABLE
 from .conv_geometry import ConvGeometry
 
 __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilter",
-           "choose_algorithm", "ALGORITHMS"]
+           "choose_algorithm", "algorithm_name", "ALGORITHMS", "DLPRIMITIVES_ALGORITHMS"]
 
-# "winograd" picks its tile (F(4x4,3x3) unless the output is tiny); "winograd2" and
-# "winograd4" force F(2x2,3x3) / F(4x4,3x3)
+log = logging.getLogger(__name__)
+
+# "winograd" picks its tile (tuning.winograd_tile); "winograd2" and "winograd4" force
+# F(2x2,3x3) / F(4x4,3x3)
 ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise", "direct",
               "im2col")
+# DLPrimitives' spellings (its layers' fwd_algo / bwd_data_algo / bwd_filter_algo options)
+# and the algorithm each names here
+DLPRIMITIVES_ALGORITHMS = {"auto": "auto", "gemm": "gemm", "winograd": "winograd",
+                           "depthwise_separable": "depthwise"}
+
+
+def algorithm_name(name):
+    """dlprim's algorithm for ``name``, one of ALGORITHMS or DLPrimitives' spellings
+    (``depthwise_separable`` is ``depthwise``); anything else is a ValueError."""
+    if name in ALGORITHMS:
+        return name
+    if isinstance(name, str) and name in DLPRIMITIVES_ALGORITHMS:
+        return DLPRIMITIVES_ALGORITHMS[name]
+    raise ValueError("unknown convolution algorithm %r; known: %s"
+                     % (name, ", ".join(sorted(set(ALGORITHMS) | set(DLPRIMITIVES_ALGORITHMS)))))
 
 
 def algorithm_applies(geom, algo, direction="forward"):
@@ -81,7 +102,9 @@ def _resolve(ctx, geom, algo, direction):
     if algo == "auto":
         return choose_algorithm(ctx, geom, direction)
     if not algorithm_applies(geom, algo, direction):
-        # an algorithm forced for the layer serves the directions it can; gemm the rest
+        # an algorithm forced for the layer serves the directions it can; gemm the rest,
+        # as DLPrimitives substitutes its GEMM for an algorithm that cannot serve a shape
+        log.debug("convolution %s: %s cannot serve %s; gemm", direction, algo, geom)
         return "gemm"
     return algo
 

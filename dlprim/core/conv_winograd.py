@@ -1,6 +1,7 @@
 """Winograd F(MxM, 3x3) convolution (M = 4 or 2) for 3x3, stride-1, undilated, ungrouped
 layers. F(4x4, 3x3) does 36 products per 16 outputs where direct convolution does 144
-(F(2x2, 3x3): 16 per 4, against 36); M = 2 only serves outputs smaller than 4x4.
+(F(2x2, 3x3): 16 per 4, against 36); M = 2 serves outputs smaller than 4x4, and layers
+where F(4x4)'s larger rounding errors buy no speed (``tuning.winograd_tile``).
 
 Forward: filter transform, input transform, (M+2)^2 GEMMs (``core/gemm.py``, batched over
 the transform element), output transform. The filter transform is a launch of its own at
@@ -29,13 +30,14 @@ from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile"]
 
-def choose_tile(out_hw, tile=None):
-    """M of F(MxM, 3x3): 4 (fewest products) unless the output is smaller than 4x4."""
+def choose_tile(in_c, out_c, out_hw, batch, tile=None):
+    """M of F(MxM, 3x3): ``tile`` when forced, else ``tuning.winograd_tile`` (4 unless the
+    output is tiny, the channels few or the problem small: F(2x2) rounds less)."""
     if tile is not None:
         if tile not in (2, 4):
             raise ValueError("Winograd tile must be 2 or 4, got %r" % (tile,))
         return tile
-    return 4 if min(out_hw) >= 4 else 2
+    return tuning.winograd_tile(in_c, out_c, out_hw, batch)
 
 
 class _Tiles:
@@ -77,7 +79,7 @@ class WinogradPlan:
         self.in_c, self.out_c, self.flip, self.bias = in_c, out_c, flip, bias
         self.in_h, self.in_w = in_hw
         self.pad_h, self.pad_w = pad_hw
-        self.t = _Tiles(ctx, out_hw, choose_tile(out_hw, tile))
+        self.t = _Tiles(ctx, out_hw, choose_tile(in_c, out_c, out_hw, batch, tile))
         self.program = program.get(ctx, "conv_winograd", ACTIVATION=activation, BIAS=bool(bias),
                                    CPU=ctx.facts.is_cpu,
                                    TILE=self.t.m)
@@ -150,7 +152,7 @@ class BackwardFilter:
     def __init__(self, ctx, geom, splits=None, batch=16, tile=None):
         self.ctx, self.geom, self.splits = ctx, geom, splits
         out_hw = (geom.out_h, geom.out_w)
-        self.t = _Tiles(ctx, out_hw, choose_tile(out_hw, tile))
+        self.t = _Tiles(ctx, out_hw, choose_tile(geom.in_c, geom.out_c, out_hw, batch, tile))
         self.program = program.get(ctx, "conv_winograd", ACTIVATION="identity", BIAS=False,
                                    CPU=ctx.facts.is_cpu,
                                    TILE=self.t.m)

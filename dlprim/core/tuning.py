@@ -297,6 +297,34 @@ WINOGRAD_FILTER_SUM = "auto"  # "gemm", "split" or "auto" (gemm unless a split i
 WINOGRAD_MIN_CHANNELS = 64
 CPU_WINOGRAD_MIN_PIXELS = 28 * 28
 
+# Winograd's tile. F(4x4,3x3) does 4x fewer products than direct convolution, F(2x2,3x3)
+# 2.25x, but F(4x4) rounds worse: its float32 sums over the input channels in the
+# transform domain run over terms that the output transform (entries up to 8) then
+# cancels. Against DLPrimitives' own test cases (tests/dlprim_cases: eps 1e-5, scaled by
+# std(reference) above 1; PoCL, float64 PyTorch reference), worst error / eps F(4x4) ->
+# F(2x2): 1->2 at 32x32 input gradient 1.10 -> 0.08; 3->8 at 20x20 input gradient
+# 1.29 -> 0.10 (F(4x4) 0.4-0.9 elsewhere on 1-8 channels); 128->64 at 4x4-10x10,
+# batch 1-3, forward 1.2-3.9 and input gradient 1.7-3.0 -> 0 (exact on its half-integer
+# data); transposed 64->128 at 4x4 forward 2.3 -> 0. So F(2x2) where F(4x4) buys nothing:
+# - fewer than WINOGRAD_MIN_CHANNELS channels on both sides: the automatic choice never
+#   takes Winograd there (prefer_winograd), only a forced algorithm reaches it;
+# - fewer than WINOGRAD_F4_MIN_PIXELS output pixels (batch * out_h * out_w): below the
+#   smallest layer of docs/benchmarks.md (512->512 at 7x7, batch 16 = 784), where F(2x2)
+#   already led F(4x4) forward by a few percent on an H200.
+# From there on F(4x4) keeps its speed, and exceeds DLPrimitives' eps by 2-4x on 128
+# channels (128->64 at 19x19-32x32, batch 2: forward 3.2-3.7, input gradient 2.9-3.9).
+WINOGRAD_F4_MIN_PIXELS = 28 * 28
+
+
+def winograd_tile(in_c, out_c, out_hw, batch):
+    """M of Winograd F(MxM, 3x3) for a pass writing ``out_hw`` planes of ``batch`` images:
+    4 (fewest products) unless the output is under 4x4, both channel counts are under
+    WINOGRAD_MIN_CHANNELS or the problem is under WINOGRAD_F4_MIN_PIXELS, where
+    F(2x2)'s smaller rounding errors cost nothing (above)."""
+    if min(out_hw) < 4 or max(in_c, out_c) < WINOGRAD_MIN_CHANNELS:
+        return 2
+    return 2 if batch * out_hw[0] * out_hw[1] < WINOGRAD_F4_MIN_PIXELS else 4
+
 
 def winograd_sum_tile(facts, in_c):
     """The batched Gemm tile of Winograd's filter sum: 64 x 128 on GPUs where in_c fills it

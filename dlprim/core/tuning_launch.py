@@ -15,6 +15,12 @@ SPLIT_GROUPS_PER_CU = 4  # what a split reduction aims at (conv and depthwise fi
 GEMM_CU_THREADS = 2048  # resident threads per compute unit (H100) in the GEMM split model
 CONV_MIN_CHUNK = 512  # shortest slice of a convolution reduction one work-group sums
 WINOGRAD_SUM_MIN_CHUNK = 128  # Winograd's filter sum over batch*tiles is short: finer
+# CPUs split the implicit GEMM's filter-gradient reduction for precision: a work-item
+# summing all of batch*pixels in float32 in one running sum erred 1.85x DLPrimitives' eps
+# (transposed 1x1 stride-2 1->1 at 20x20, batch 2: one weight, 800 terms), in slices of
+# 64 or more (at most 16) 0.33x
+CPU_FILTER_MIN_CHUNK = 64
+CPU_FILTER_MAX_PARTS = 16
 
 
 def split_k(k, parts, tile_k):
@@ -39,8 +45,11 @@ def split_parts(facts, kind, k, work_groups, threads, flops=0.0, out_bytes=0.0,
     - 'conv_filter' (backward-filter: small output, long reduction; H200): enough parts
       for SPLIT_GROUPS_PER_CU work-groups per compute unit, each summing at least
       ``min_chunk`` (less where that leaves the reduction whole or the GPU mostly idle).
+      On CPUs slices of CPU_FILTER_MIN_CHUNK, for shorter float32 running sums.
     """
     if not facts.is_gpu:
+        if kind == "conv_filter" and facts.is_cpu:
+            return max(1, min(k // CPU_FILTER_MIN_CHUNK, CPU_FILTER_MAX_PARTS))
         return 1
     cus = facts.compute_units
     if kind == "gemm":

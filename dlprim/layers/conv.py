@@ -10,20 +10,29 @@ Backward, with g = dy * act'(y) (computed into the workspace unless act is ident
   dw += correlate(x, g)           (correlate(g, x) for the transposed layer)
   db += sum over n, h, w of g
 
-The algorithm (gemm / winograd / depthwise) is picked per layer from the shape and the
-device; ``layer.algo`` (not a JSON option) forces one for testing or tuning.
+The algorithm of each pass is picked from the shape and the device unless an option
+forces it, with DLPrimitives' names: ``fwd_algo``, ``bwd_data_algo``, ``bwd_filter_algo``
+(auto, gemm, winograd, depthwise_separable, or one of ``core.conv.ALGORITHMS``). They
+name the convolution's passes in both layers, as in DLPrimitives: the transposed layer's
+forward is the convolution's backward-data (``bwd_data_algo``) and its backward-data
+the convolution's forward (``fwd_algo``). A pass the forced algorithm cannot serve runs
+on GEMM, as DLPrimitives substitutes it. ``layer.algo = name`` forces all three.
 """
 import numpy as np
 
 from ..core.activation import FUSABLE, backward_code
-from ..core.conv import (ALGORITHMS, ConvBackwardData, ConvBackwardFilter,
-                         ConvForward, ConvGeometry)
+from ..core.conv import (ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry,
+                         algorithm_name)
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..tensor import ws_view
 from ..utils import is_int
 from .base import Layer, ParamSpec, Setup, TensorSpec, pair, register
 
 __all__ = ["Convolution2D", "TransposedConvolution2D"]
+
+# the options forcing an algorithm, by the convolution pass each one names
+ALGO_OPTIONS = {"fwd_algo": "forward", "bwd_data_algo": "backward_data",
+                "bwd_filter_algo": "backward_filter"}
 
 
 def _pad4(layer, value):
@@ -66,8 +75,35 @@ class _ConvBase(Layer):
                       % (o["activation"], ", ".join(FUSABLE)))
         self.groups, self.bias = int(o["groups"]), bool(o["bias"])
         self.activation = o["activation"]
-        self.algo = "auto"
+        self.algos = {}
+        for opt, direction in ALGO_OPTIONS.items():
+            try:
+                self.algos[direction] = algorithm_name(o[opt])
+            except ValueError as err:
+                self.fail("option %r: %s" % (opt, err))
         self._bwd = None
+
+    @property
+    def algo(self):
+        """The algorithm every pass is forced to ("auto": none forced), None where the
+        passes differ. Setting it forces all three (for tests and tuning)."""
+        names = set(self.algos.values())
+        return names.pop() if len(names) == 1 else None
+
+    @algo.setter
+    def algo(self, name):
+        try:
+            name = algorithm_name(name)
+        except ValueError as err:
+            self.fail("algo: %s" % err)
+        for opt, direction in ALGO_OPTIONS.items():
+            self.options[opt] = name
+            self.algos[direction] = name
+
+    def config(self):
+        # an unforced algorithm is left out, so nets' JSON stays as DLPrimitives writes it
+        return {k: v for k, v in super().config().items()
+                if not (k in ALGO_OPTIONS and v == "auto")}
 
     def _check_input(self, in_specs):
         spec = self.single_input(in_specs, "(N, C, H, W)", ndims=(4,))
@@ -96,8 +132,6 @@ class _ConvBase(Layer):
 
     def _setup_common(self, geom, in_shape, out_shape):
         """Activation backward, bias reduction and the workspace plan."""
-        if self.algo not in ALGORITHMS:
-            self.fail("algo %r is unknown; known: %s" % (self.algo, ", ".join(ALGORITHMS)))
         self.geom, self.out_shape, self.batch = geom, tuple(out_shape), in_shape[0]
         f32 = np.float32
         y_spec = (self.out_shape, f32)
@@ -155,8 +189,9 @@ class _ConvBase(Layer):
             p.to_device(rng.uniform(-bound, bound, p.shape).astype(np.float32))
 
 
-COMMON_OPTIONS = {"channels_out": None, "channels_in": -1, "kernel": None, "stride": 1, "pad": 0,
-                  "dilate": 1, "groups": 1, "bias": True, "activation": "identity"}
+COMMON_OPTIONS = dict({"channels_out": None, "channels_in": -1, "kernel": None, "stride": 1,
+                       "pad": 0, "dilate": 1, "groups": 1, "bias": True,
+                       "activation": "identity"}, **{opt: "auto" for opt in ALGO_OPTIONS})
 
 
 @register("Convolution2D")
@@ -184,14 +219,16 @@ class Convolution2D(_ConvBase):
 
     def _forward_op(self):
         if self._fwd is None:
-            self._fwd = ConvForward(self.ctx, self.geom, self.bias, self.activation, self.algo,
-                                    self.batch)
+            self._fwd = ConvForward(self.ctx, self.geom, self.bias, self.activation,
+                                    self.algos["forward"], self.batch)
         return self._fwd
 
     def _backward_ops(self):
         if self._bwd is None:
-            self._bwd = (ConvBackwardData(self.ctx, self.geom, algo=self.algo, batch=self.batch),
-                         ConvBackwardFilter(self.ctx, self.geom, algo=self.algo, batch=self.batch))
+            self._bwd = (ConvBackwardData(self.ctx, self.geom, algo=self.algos["backward_data"],
+                                          batch=self.batch),
+                         ConvBackwardFilter(self.ctx, self.geom,
+                                            algo=self.algos["backward_filter"], batch=self.batch))
         return self._bwd
 
     def forward(self, x, y, params, ws, saved):
@@ -240,14 +277,16 @@ class TransposedConvolution2D(_ConvBase):
 
     def _forward_op(self):
         if self._fwd is None:
-            self._fwd = ConvBackwardData(self.ctx, self.geom, self.bias, self.activation, self.algo,
-                                         self.batch)
+            self._fwd = ConvBackwardData(self.ctx, self.geom, self.bias, self.activation,
+                                         self.algos["backward_data"], self.batch)
         return self._fwd
 
     def _backward_ops(self):
         if self._bwd is None:
-            self._bwd = (ConvForward(self.ctx, self.geom, algo=self.algo, batch=self.batch),
-                         ConvBackwardFilter(self.ctx, self.geom, algo=self.algo, batch=self.batch))
+            self._bwd = (ConvForward(self.ctx, self.geom, algo=self.algos["forward"],
+                                     batch=self.batch),
+                         ConvBackwardFilter(self.ctx, self.geom,
+                                            algo=self.algos["backward_filter"], batch=self.batch))
         return self._bwd
 
     def forward(self, x, y, params, ws, saved):
