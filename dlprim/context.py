@@ -144,6 +144,12 @@ class DeviceFacts:
         self.int64_atomics = "cl_khr_int64_base_atomics" in ext
         self.vendor_id = self._vendor_id()
         self.subgroup_sizes = self._subgroup_sizes(d, ext)
+        # PoCL built on LLVM 14 (pip's PoCL 3.0) aborts the whole process while compiling
+        # float16 vector arithmetic ("Do not know how to scalarize this operator's
+        # operand"); its kernels stay at float8
+        llvm = re.search(r"LLVM (\d+)", d.platform.version or "")
+        old_pocl = self.vendor_id == "pocl" and llvm is not None and int(llvm.group(1)) < 15
+        self.max_float_vector = 8 if old_pocl else 16
 
     def _vendor_id(self):
         if "portable computing" in self.platform.lower():

@@ -212,6 +212,11 @@ def check_tile(tile, facts, kernel="gemm"):
     if any(v <= 0 for v in t.values()):
         raise ValueError("%s: every parameter must be positive, got %s" % (what, t))
     wide = kernel == "gemm" and t["VEC"] in CPU_VECS
+    widest = getattr(facts, "max_float_vector", 16)
+    if wide and t["VEC"] > widest:
+        raise ValueError("%s: VEC=%d is wider than this device's compiler takes (float%d at "
+                         "most: PoCL on LLVM 14 aborts on float16 arithmetic)"
+                         % (what, t["VEC"], widest))
     if t["VEC"] not in (1, 4) and not wide:
         raise ValueError("%s: VEC must be 1 or 4%s, got %d"
                          % (what, " (8 or 16: kernels/gemm_cpu.cl)" if kernel == "gemm" else "",
