@@ -56,6 +56,13 @@ def winograd_f4(layer, case, err):
     return "Winograd F(4x4) %s at %.2f eps" % (err.what, err.ratio)
 
 
+def winograd_can_serve(options):
+    """Whether a convolution test's layer is one Winograd serves (3x3, stride 1,
+    undilated, ungrouped)."""
+    return all(options.get(key, 1) in (value, [value, value]) for key, value in
+               (("kernel", 3), ("stride", 1), ("dilate", 1), ("groups", 1)))
+
+
 @pytest.fixture(scope="module")
 def case_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("dlprim_cases")
@@ -63,10 +70,32 @@ def case_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(FILES))
 def test_case_file(ctx, case_dir, name):
-    with open(write(name, str(case_dir), profile())) as f:
+    run_file(ctx, case_dir, name)
+
+
+@pytest.mark.parametrize("name", ["conv2d", "tr_conv2d"])
+def test_gpu_choice(ctx, case_dir, monkeypatch, name):
+    """The convolutions Winograd can serve, with the algorithms, tiles and kernels this
+    device would get as a GPU: the automatic choice runs Winograd on 64+ channels there,
+    which CPUs take only from 28x28 on. (GPU kernels of strided and grouped layers take
+    PoCL minutes to build, so only these.)"""
+    monkeypatch.setattr(ctx.facts, "is_gpu", True)
+    monkeypatch.setattr(ctx.facts, "is_cpu", False)
+    run_file(ctx, case_dir, name, lambda test: winograd_can_serve(test["options"]))
+
+
+def run_file(ctx, case_dir, name, select=None):
+    """Every test of file ``name`` (those ``select`` keeps); fails listing the tests that
+    failed, xfails listing the known deviations."""
+    path = os.path.join(str(case_dir), "test_case_%s.json" % name)
+    if not os.path.exists(path):
+        write(name, str(case_dir), profile())
+    with open(path) as f:
         report = json.load(f)
     failures, known = [], []
     for i, test in enumerate(report["tests"]):
+        if select is not None and not select(test):
+            continue
         try:
             _, deviations = run_test(ctx, report["operator"], test, seed=i, known=winograd_f4)
         except (Mismatch, LayerError) as err:

@@ -308,16 +308,19 @@ CPU_WINOGRAD_MIN_PIXELS = 28 * 28
 # cancels. Against DLPrimitives' own test cases (tests/dlprim_cases: eps 1e-5, scaled by
 # std(reference) above 1; PoCL, float64 PyTorch reference), worst error / eps F(4x4) ->
 # F(2x2): 1->2 at 32x32 input gradient 1.10 -> 0.08; 3->8 at 20x20 input gradient
-# 1.29 -> 0.10 (F(4x4) 0.4-0.9 elsewhere on 1-8 channels); 128->64 at 4x4-10x10,
-# batch 1-3, forward 1.2-3.9 and input gradient 1.7-3.0 -> 0 (exact on its half-integer
+# 1.29 -> 0.10 (F(4x4) 0.4-0.9 elsewhere on 1-8 channels); 128->64 at 4x4-19x19,
+# batch 1-3, forward 1.2-3.9 and input gradient 1.7-3.9 -> 0 (exact on its half-integer
 # data); transposed 64->128 at 4x4 forward 2.3 -> 0. So F(2x2) where F(4x4) buys nothing:
 # - fewer than WINOGRAD_MIN_CHANNELS channels on both sides: the automatic choice never
 #   takes Winograd there (prefer_winograd), only a forced algorithm reaches it;
 # - fewer than WINOGRAD_F4_MIN_PIXELS output pixels (batch * out_h * out_w): below the
 #   smallest layer of docs/benchmarks.md (512->512 at 7x7, batch 16 = 784), where F(2x2)
 #   already led F(4x4) forward by a few percent on an H200.
-# From there on F(4x4) keeps its speed, and exceeds DLPrimitives' eps by 2-4x on 128
-# channels (128->64 at 19x19-32x32, batch 2: forward 3.2-3.7, input gradient 2.9-3.9).
+# From there on F(4x4) keeps its speed, and exceeds DLPrimitives' eps by 2-5x on 64+
+# channels (128->64 at 20x20 and 32x32, batch 2: forward 2.2-3.7, input gradient 2.9-3.5;
+# transposed 64->128 at 20x20: forward 1.8, input gradient 4.9). Most of it is the
+# transform-domain float32 sums themselves (a numpy model with them exact: 0.7 eps);
+# the points 0, +-1, 1/2, -2 instead of 0, +-1, +-2 cut it 2.5x there, still over eps.
 WINOGRAD_F4_MIN_PIXELS = 28 * 28
 
 

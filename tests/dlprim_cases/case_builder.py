@@ -1,4 +1,5 @@
-"""One DLPrimitives test case from PyTorch: shapes, data, output and the gradients.
+"""The pieces of DLPrimitives' test files: specs, tests, and cases from PyTorch (shapes,
+data, outputs and gradients), and which cases a file keeps (Sizes).
 
 Inputs and parameters are made in float32 (the values a case file stores) and the
 reference runs in float64 on them, so a case's only rounding is the final one to float32.
@@ -6,7 +7,8 @@ reference runs in float64 on them, so a case's only rounding is the final one to
 import numpy as np
 import torch
 
-__all__ = ["Sizes", "flat", "params64", "out_shapes", "computed_case", "reference_case"]
+__all__ = ["Sizes", "flat", "spec", "make_test", "params64", "out_shapes", "computed_case",
+           "computed", "with_extra", "reference_case", "ref_case", "candidate"]
 
 
 def flat(t):
@@ -90,3 +92,40 @@ def reference_case(in_shapes, out_shapes, **extra):
     computes the reference at run time (DLPrimitives' ``use_cpu_reference``)."""
     return dict({"in_shapes": [list(s) for s in in_shapes],
                  "out_shapes": [list(s) for s in out_shapes], "use_cpu_reference": True}, **extra)
+
+
+def spec(shape, requires_grad=True, trainable=True):
+    """A setup or parameter spec as the files write it."""
+    out = {"shape": list(shape)}
+    if not requires_grad:
+        out["requires_grad"] = False
+    if not trainable:
+        out["trainable"] = False
+    return out
+
+
+def make_test(options, setup, outputs, cases, train=True, **extra):
+    """One test: options, setup specs (``spec`` dicts), output shapes and its cases."""
+    return dict({"train": train, "options": options, "setup_tensors": setup,
+                 "output_tensors": [spec(s) for s in outputs], "cases": cases}, **extra)
+
+
+def ref_case(fn, in_shapes, params=(), train=True, **extra):
+    """A run-time reference case, its output shapes found on meta tensors."""
+    return reference_case(in_shapes, out_shapes(fn, in_shapes, [p.shape for p in params], train),
+                          **extra)
+
+
+def computed(fn, shapes, scale=1.0, **kw):
+    """A stored case on standard normal inputs of ``shapes`` (times ``scale``)."""
+    return computed_case(fn, [torch.randn(s) * scale for s in shapes], **kw)
+
+
+def with_extra(case_fn, **extra):
+    """``case_fn()`` with the ``extra`` keys (a case's own eps)."""
+    return dict(case_fn(), **extra)
+
+
+def candidate(fn, in_shapes, make, params=()):
+    """(in and out shapes, make) for Sizes.cases."""
+    return (list(in_shapes) + out_shapes(fn, in_shapes, [p.shape for p in params]), make)

@@ -13,6 +13,7 @@ import torch
 from dlprim.utils import atomic_write
 
 from . import generate_conv as conv
+from . import generate_layers as layers
 from . import generate_ops as ops
 from .case_builder import Sizes
 
@@ -25,9 +26,9 @@ FILES = {
     "nll_loss": ops.make_nll_loss,
     "mse_loss": ops.make_mse_loss,
     "elementwise": ops.make_elementwise,
-    "pooling2d": ops.make_pooling2d,
-    "global_pooling": ops.make_global_pooling,
-    "inner_product": ops.make_inner_product,
+    "pooling2d": layers.make_pooling2d,
+    "global_pooling": layers.make_global_pooling,
+    "inner_product": layers.make_inner_product,
     "conv2d": conv.make_conv2d,
     "conv2d_gemm": lambda sizes: conv.make_conv2d(sizes, "gemm"),
     "conv2d_win": lambda sizes: conv.make_conv2d(sizes, "winograd"),
@@ -37,15 +38,15 @@ FILES = {
     "tr_conv2d_win": lambda sizes: conv.make_tr_conv2d(sizes, "winograd"),
     "tr_conv2d_dsc": lambda sizes: conv.make_tr_conv2d(sizes, "depthwise_separable"),
     "activation": ops.make_activation,
-    "batchnorm": ops.make_batchnorm,
+    "batchnorm": layers.make_batchnorm,
     "concat": ops.make_concat,
     "slice": ops.make_slice,
     "threshold": ops.make_threshold,
     "hardtanh": ops.make_hardtanh,
     "abs": ops.make_abs,
-    "reduction": ops.make_reduction,
+    "reduction": layers.make_reduction,
     "param": ops.make_param,
-    "interpolation": ops.make_interpolation,
+    "interpolation": layers.make_interpolation,
 }
 
 

@@ -12,8 +12,8 @@ from functools import partial
 import numpy as np
 import torch
 
-from .case_builder import computed_case, flat, out_shapes, params64, reference_case
-from .generate_ops import make_test, spec
+from .case_builder import (computed_case, flat, make_test, out_shapes, params64,
+                           reference_case, spec)
 from .torch_reference import reference
 
 # kernel, pad, stride, dilate, channels in, channels out, bias, groups, relu, largest batch
