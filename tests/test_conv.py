@@ -342,11 +342,17 @@ def test_strided_backward_data_runs_per_phase(ctx):
 
 def test_winograd_tile_choice(ctx):
     """'winograd' means F(4x4,3x3) except for outputs under 4x4, under 64 channels on both
-    sides, or under 784 output pixels, where F(2x2) rounds less at no cost."""
+    sides, or small problems (forward and backward-data under 2 x 32 x 32 + 1 output
+    pixels, backward-filter under 784), where F(2x2) rounds less at no cost."""
     from dlprim.core.tuning import winograd_tile
-    assert winograd_tile(64, 64, (28, 28), 1) == 4
-    assert winograd_tile(512, 512, (7, 7), 16) == 4  # the smallest benchmarked layer
-    assert winograd_tile(512, 512, (7, 7), 15) == 2
+    assert winograd_tile(64, 64, (28, 28), 1) == 2
+    assert winograd_tile(64, 64, (28, 28), 1, filter_pass=True) == 4
+    assert winograd_tile(128, 64, (32, 32), 2) == 2  # DLPrimitives' largest test layer
+    assert winograd_tile(128, 64, (32, 32), 3) == 4
+    assert winograd_tile(512, 512, (7, 7), 16) == 2  # the smallest benchmarked layer
+    assert winograd_tile(512, 512, (7, 7), 16, filter_pass=True) == 4
+    assert winograd_tile(512, 512, (7, 7), 15, filter_pass=True) == 2
+    assert winograd_tile(512, 512, (7, 7), 64) == 4
     assert winograd_tile(3, 64, (224, 224), 16) == 4  # a first layer's backward-data
     assert winograd_tile(3, 8, (32, 32), 64) == 2
     assert winograd_tile(128, 128, (3, 6), 64) == 2
@@ -362,7 +368,7 @@ def test_winograd_tile_choice(ctx):
     layer.algo = "winograd"
     layer.setup([TensorSpec((1, 64, 7, 7))])
     assert layer._forward_op().impl.plan.t.m == 2
-    layer.reshape([(16, 64, 7, 7)])
+    layer.reshape([(64, 64, 7, 7)])
     assert layer._forward_op().impl.plan.t.m == 4
 
 

@@ -30,14 +30,14 @@ from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile"]
 
-def choose_tile(in_c, out_c, out_hw, batch, tile=None):
+def choose_tile(in_c, out_c, out_hw, batch, tile=None, filter_pass=False):
     """M of F(MxM, 3x3): ``tile`` when forced, else ``tuning.winograd_tile`` (4 unless the
     output is tiny, the channels few or the problem small: F(2x2) rounds less)."""
     if tile is not None:
         if tile not in (2, 4):
             raise ValueError("Winograd tile must be 2 or 4, got %r" % (tile,))
         return tile
-    return tuning.winograd_tile(in_c, out_c, out_hw, batch)
+    return tuning.winograd_tile(in_c, out_c, out_hw, batch, filter_pass)
 
 
 class _Tiles:
@@ -152,7 +152,8 @@ class BackwardFilter:
     def __init__(self, ctx, geom, splits=None, batch=16, tile=None):
         self.ctx, self.geom, self.splits = ctx, geom, splits
         out_hw = (geom.out_h, geom.out_w)
-        self.t = _Tiles(ctx, out_hw, choose_tile(geom.in_c, geom.out_c, out_hw, batch, tile))
+        self.t = _Tiles(ctx, out_hw, choose_tile(geom.in_c, geom.out_c, out_hw, batch, tile,
+                                                 filter_pass=True))
         self.program = program.get(ctx, "conv_winograd", ACTIVATION="identity", BIAS=False,
                                    CPU=ctx.facts.is_cpu,
                                    TILE=self.t.m)

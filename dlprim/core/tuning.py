@@ -313,25 +313,31 @@ CPU_WINOGRAD_MIN_PIXELS = 28 * 28
 # data); transposed 64->128 at 4x4 forward 2.3 -> 0. So F(2x2) where F(4x4) buys nothing:
 # - fewer than WINOGRAD_MIN_CHANNELS channels on both sides: the automatic choice never
 #   takes Winograd there (prefer_winograd), only a forced algorithm reaches it;
-# - fewer than WINOGRAD_F4_MIN_PIXELS output pixels (batch * out_h * out_w): below the
-#   smallest layer of docs/benchmarks.md (512->512 at 7x7, batch 16 = 784), where F(2x2)
-#   already led F(4x4) forward by a few percent on an H200.
-# From there on F(4x4) keeps its speed, and exceeds DLPrimitives' eps by 2-5x on 64+
-# channels (128->64 at 20x20 and 32x32, batch 2: forward 2.2-3.7, input gradient 2.9-3.5;
-# transposed 64->128 at 20x20: forward 1.8, input gradient 4.9). Most of it is the
-# transform-domain float32 sums themselves (a numpy model with them exact: 0.7 eps);
-# the points 0, +-1, 1/2, -2 instead of 0, +-1, +-2 cut it 2.5x there, still over eps.
-WINOGRAD_F4_MIN_PIXELS = 28 * 28
+# - forward and backward-data under WINOGRAD_F4_MIN_PIXELS output pixels (batch * out_h *
+#   out_w): F(4x4) exceeds DLPrimitives' eps by 2-5x on 64+ channels up to 2 x 32x32
+#   (128->64 at 20x20 and 32x32, batch 2: forward 2.2-3.7, input gradient 2.9-3.5;
+#   transposed 64->128 at 20x20: forward 1.8, input gradient 4.9; mostly the
+#   transform-domain float32 sums themselves: a numpy model with them exact gives 0.7
+#   eps, and the points 0, +-1, 1/2, -2 instead of 0, +-1, +-2 cut it only 2.5x). The
+#   one benchmarked layer below it, 512->512 at 7x7 batch 16 (784 pixels), runs F(2x2)
+#   faster on an H200 (GFLOP/s F(2x2) / F(4x4): forward 41185 / 38217, backward-data
+#   40635 / 37148);
+# - backward-filter under WINOGRAD_F4_FILTER_MIN_PIXELS: its F(4x4) stays within eps on
+#   those cases, and F(2x2) would cost it (7x7 batch 16: 29312 / 42455).
+WINOGRAD_F4_MIN_PIXELS = 2 * 32 * 32 + 1
+WINOGRAD_F4_FILTER_MIN_PIXELS = 28 * 28
 
 
-def winograd_tile(in_c, out_c, out_hw, batch):
-    """M of Winograd F(MxM, 3x3) for a pass writing ``out_hw`` planes of ``batch`` images:
-    4 (fewest products) unless the output is under 4x4, both channel counts are under
-    WINOGRAD_MIN_CHANNELS or the problem is under WINOGRAD_F4_MIN_PIXELS, where
-    F(2x2)'s smaller rounding errors cost nothing (above)."""
+def winograd_tile(in_c, out_c, out_hw, batch, filter_pass=False):
+    """M of Winograd F(MxM, 3x3) for a pass over ``out_hw`` output planes of ``batch``
+    images: 4 (fewest products) unless the output is under 4x4, both channel counts are
+    under WINOGRAD_MIN_CHANNELS or the problem is under WINOGRAD_F4_MIN_PIXELS
+    (WINOGRAD_F4_FILTER_MIN_PIXELS for the filter gradient), where F(2x2)'s smaller
+    rounding errors cost nothing (above)."""
     if min(out_hw) < 4 or max(in_c, out_c) < WINOGRAD_MIN_CHANNELS:
         return 2
-    return 2 if batch * out_hw[0] * out_hw[1] < WINOGRAD_F4_MIN_PIXELS else 4
+    least = WINOGRAD_F4_FILTER_MIN_PIXELS if filter_pass else WINOGRAD_F4_MIN_PIXELS
+    return 2 if batch * out_hw[0] * out_hw[1] < least else 4
 
 
 def winograd_sum_tile(facts, in_c):
