@@ -157,15 +157,7 @@ class BatchLoader:
             yield [self.seed, epoch, b], order[b * self.batch:(b + 1) * self.batch]
 
     def __iter__(self):
-        epoch, start = self.epoch, self.position
-        produced = self.run_tasks(self._tasks(epoch, start))
-        try:
-            for item in produced:
-                self.position += 1
-                yield item
-        finally:
-            produced.close()
-        self.epoch, self.position = epoch + 1, 0
+        return run_epoch(self, self.run_tasks)
 
     def run_tasks(self, tasks: Iterable[Tuple[Any, Sequence[int]]]
                   ) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
@@ -229,3 +221,18 @@ class BatchLoader:
         finally:
             stop.set()
             thread.join()
+
+
+def run_epoch(loader, run_tasks):
+    """The batches of ``loader``'s current epoch from its ``position`` on: ``run_tasks``
+    over ``loader._tasks(epoch, position)``, counting ``position`` per batch handed out;
+    once the epoch is through, ``epoch`` moves on by one (BatchLoader, ShardedLoader)."""
+    epoch, start = loader.epoch, loader.position
+    produced = run_tasks(loader._tasks(epoch, start))
+    try:
+        for item in produced:
+            loader.position += 1
+            yield item
+    finally:
+        produced.close()
+    loader.epoch, loader.position = epoch + 1, 0

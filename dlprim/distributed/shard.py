@@ -18,6 +18,8 @@ from typing import Any, Iterator, List, Tuple
 
 import numpy as np
 
+from ..data.loader import run_epoch
+
 __all__ = ["ShardedLoader", "part_bounds"]
 
 
@@ -92,15 +94,7 @@ class ShardedLoader:
             yield self._key(epoch, b), self.indices(epoch, b)
 
     def __iter__(self) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-        epoch, start = self.epoch, self.position
-        produced = self.loader.run_tasks(self._tasks(epoch, start))
-        try:
-            for item in produced:
-                self.position += 1
-                yield item
-        finally:
-            produced.close()
-        self.epoch, self.position = epoch + 1, 0
+        return run_epoch(self, self.loader.run_tasks)
 
     def close(self) -> None:
         """Stop the wrapped loader's workers."""
