@@ -37,12 +37,23 @@ def reference(q, k, v, scale, mask=None, causal=False):
     return (o, g) + gradients(q, k, v, p, scale, g)
 
 
-@pytest.mark.parametrize("b,heads,lq,lk,d,dv,causal,masked", [
-    (2, 1, 70, 45, 8, 5, False, False),
-    (6, 3, 37, 37, 16, 16, True, False),
-    (4, 2, 19, 70, 4, 7, False, True),
-    (4, 2, 33, 33, 8, 8, True, True)])
-def test_attention_matches_float64(ctx, rng, b, heads, lq, lk, d, dv, causal, masked):
+ROWS_CASES = [(2, 1, 70, 45, 8, 5, False, False),
+              (6, 3, 37, 37, 16, 16, True, False),
+              (4, 2, 19, 70, 4, 7, False, True),
+              (4, 2, 33, 33, 8, 8, True, True)]
+# the tiled kernels' blocks are 16 to 64 rows: lengths that end mid-block, a causal
+# diagonal through the blocks, widths 4 (TX = 4) and 32
+TILES_CASES = [(2, 1, 70, 45, 8, 8, False, False),
+               (6, 3, 37, 37, 16, 16, True, False),
+               (4, 2, 19, 70, 4, 8, False, True),
+               (4, 2, 33, 33, 8, 8, True, True),
+               (2, 2, 100, 65, 32, 32, True, False)]
+
+
+@pytest.mark.parametrize("kernels,b,heads,lq,lk,d,dv,causal,masked",
+                         [("rows",) + c for c in ROWS_CASES]
+                         + [("tiles",) + c for c in TILES_CASES])
+def test_attention_matches_float64(ctx, rng, kernels, b, heads, lq, lk, d, dv, causal, masked):
     q = rng.standard_normal((b, lq, d))
     k = rng.standard_normal((b, lk, d))
     v = rng.standard_normal((b, lk, dv))
@@ -60,7 +71,9 @@ def test_attention_matches_float64(ctx, rng, b, heads, lq, lk, d, dv, causal, ma
         np.broadcast_to(mask4, (b // heads, heads, lq, lk)).reshape(b, lq, lk), 1, 0)
     o_ref, g, dq_ref, dk_ref, dv_ref = reference(q, k, v, scale, mask_full, causal)
     f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
-    op = AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal, mask=masked)
+    op = AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal, mask=masked,
+                      kernels=kernels)
+    assert op.kernels == kernels
     tq, tk, tv = f(q), f(k), f(v)
     o, lse = dp.Tensor(ctx, (b, lq, dv)), dp.Tensor(ctx, (b, lq))
     for launch in op.launches(tq, tk, tv, o, lse, mask=mask_t, mask_strides=strides):
@@ -112,6 +125,28 @@ def test_bad_shapes_are_errors(ctx):
         AttentionOps(ctx, 3, 4, 4, 8, 8, heads=2)
     with pytest.raises(ValueError, match="mask"):
         AttentionOps(ctx, 2, 4, 4, 8, 8, mask=True).launches(t, t, t, t, dp.Tensor(ctx, (2, 4)))
+    with pytest.raises(ValueError, match="multiples of 4"):
+        AttentionOps(ctx, 2, 4, 4, 8, 5, kernels="tiles")
+    with pytest.raises(ValueError, match="kernels must be"):
+        AttentionOps(ctx, 2, 4, 4, 8, 8, kernels="blocks")
+
+
+def test_kernels_follow_the_device(ctx):
+    """Tiles where the widths allow and the device is a GPU; rows on CPUs and for odd
+    widths; the blocks fit a GPU's 48 KiB of local memory up to width 128."""
+    from dlprim.core.attention import tile_blocks
+    want = "rows" if ctx.facts.is_cpu else "tiles"
+    assert AttentionOps(ctx, 2, 4, 4, 64, 64).kernels == want
+    assert AttentionOps(ctx, 2, 4, 4, 6, 6).kernels == "rows"
+
+    class Gpu:
+        local_mem, max_work_group = 49152, 1024
+    for d in (4, 8, 32, 64, 80, 128):
+        blocks = tile_blocks(Gpu, d, d)
+        assert set(blocks) == {"forward", "dq", "dkdv"}, d
+        for b in blocks.values():
+            assert d % b["TX"] == 0 and b["BQ"] % b["TY"] == 0 and b["BK"] % b["TX"] == 0
+    assert tile_blocks(Gpu, 6, 6) is None and tile_blocks(Gpu, 512, 512) is None
 
 
 # ----- the ScaledDotProductAttention layer
@@ -199,16 +234,20 @@ def keep_factors(ctx, b, lq, lk, p, seed, offset):
     return o.astype(np.float64) * lk
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_dropout_matches_float64_with_its_mask(ctx, rng, causal):
-    b, lq, lk, d, dv, p = 3, 37, 70, 8, 5, 0.3
+@pytest.mark.parametrize("causal,kernels", [(False, "rows"), (True, "rows"),
+                                            (False, "tiles"), (True, "tiles")])
+def test_dropout_matches_float64_with_its_mask(ctx, rng, causal, kernels):
+    """Both kernel families drop the weights that keep_factors reads out (through the
+    row kernels), so their masks agree."""
+    b, lq, lk, d, p = 3, 37, 70, 8, 0.3
+    dv = 5 if kernels == "rows" else 8
     keep = keep_factors(ctx, b, lq, lk, p, seed=11, offset=5)
     kept = keep > 0
     np.testing.assert_allclose(keep[kept], 1 / (1 - p), rtol=1e-5)
     assert abs((~kept).mean() - p) < 0.03, (~kept).mean()   # 7770 draws: 4.5 sigma
     q, k, v = (rng.standard_normal(s) for s in ((b, lq, d), (b, lk, d), (b, lk, dv)))
     g = rng.standard_normal((b, lq, dv))
-    op = AttentionOps(ctx, b, lq, lk, d, dv, causal=causal, dropout=p)
+    op = AttentionOps(ctx, b, lq, lk, d, dv, causal=causal, dropout=p, kernels=kernels)
     got = _run(ctx, op, q, k, v, g, seed=11, offset=5)
     want = dropout_reference(q, k, v, 1 / np.sqrt(d), np.where(kept, 1 / (1 - p), 0), g, causal)
     for a, w, what in zip(got, want, ("o", "dq", "dk", "dv")):

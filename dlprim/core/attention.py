@@ -1,4 +1,4 @@
-"""Fused scaled dot-product attention (``kernels/attention.cl``), forward and backward:
+"""Fused scaled dot-product attention, forward and backward:
 ``O = softmax(scale Q K^T + mask) V`` without storing the L x S score matrix, so memory
 grows linearly with the sequence length.
 
@@ -9,6 +9,13 @@ where it broadcasts; ``causal`` drops key j > query i. A query row whose keys ar
 masked gives zeros and no gradient (PyTorch's safe softmax). The backward recomputes the
 probabilities from lse: ``dq`` walks the keys per query row and ``dk``/``dv`` the queries per
 key row, so no atomics are needed.
+
+Two kernel families compute it. ``attention_tiles.cl`` (FlashAttention-2's blocks: each
+work-group multiplies blocks of rows staged in local memory, each work item a register
+tile) needs widths that are multiples of 4 and blocks that fit local memory; it is the
+choice on GPUs. ``attention.cl`` (one row per work item) takes any width and is the
+choice on CPUs, where a work-group's items run as vector lanes of one core and the row
+form wins (docs/benchmarks.md).
 
 With ``dropout`` p > 0 each attention weight is dropped with probability p and the rest
 scaled by 1 / (1 - p); the mask is a function of (seed, offset) and the weight's place
@@ -25,13 +32,64 @@ from ..utils import round_up
 from .copy import fill_launches
 from .pointwise import pointwise_reduce_launches
 
-__all__ = ["AttentionOps"]
+__all__ = ["AttentionOps", "tile_blocks"]
+
+# (BQ, BK, TY) per pass, best first; TX is the first of 8, 16, 4 that divides both widths
+# and keeps the register tiles within _MAX_TILE floats
+# (measured on an H100 at vit_b_16's and a 4096-long shape, D = 64: docs/benchmarks.md)
+BLOCKS = {"forward": ((64, 32, 8), (64, 32, 16), (32, 32, 8), (32, 16, 8), (16, 16, 4)),
+          "dq": ((64, 16, 8), (32, 32, 8), (32, 16, 8), (16, 16, 4)),
+          "dkdv": ((32, 32, 8), (32, 16, 8), (16, 16, 4))}
+_MAX_TILE = 96
+
+
+def _local_bytes(pass_, d, dv, bq, bk, tx):
+    """Local memory of a kernel of attention_tiles.cl for these blocks (its arrays)."""
+    dp_, vp = d + 4, dv + 4
+    if pass_ == "forward":  # q block, k-then-v block, weights, row maxima
+        return 4 * (bq * dp_ + bk * max(dp_, vp) + bq * (bk + 4) + bq * tx)
+    if pass_ == "dq":  # q and dO blocks, k and v blocks, dS
+        return 4 * (bq * (dp_ + vp) + bk * (dp_ + vp) + bq * (bk + 4))
+    # k and v blocks, q and dO blocks, lse and delta, P^T and dS^T
+    return 4 * (bk * (dp_ + vp) + bq * (dp_ + vp) + 2 * bq + 2 * bk * (bq + 4))
+
+
+def _tile_floats(pass_, d, dv, bq, bk, tx, ty):
+    """Floats of a work item's register tiles (accumulators and scores)."""
+    if pass_ == "forward":
+        return bq // ty * (dv // tx + bk // tx)
+    if pass_ == "dq":
+        return bq // ty * (d // tx + 2 * (bk // tx))
+    return bk // ty * (d // tx + dv // tx + 2 * (bq // tx))
+
+
+def tile_blocks(facts, d, dv):
+    """The blocks of attention_tiles.cl for widths d, dv on a device: {pass: {BQ, BK, TX,
+    TY}} for "forward", "dq" and "dkdv", or None where some pass has none that fits
+    (widths not multiples of 4, or too wide for local memory)."""
+    out = {}
+    for pass_, table in BLOCKS.items():
+        for tx in (8, 16, 4):
+            if d % tx or dv % tx:
+                continue
+            fits = [(bq, bk, ty) for bq, bk, ty in table
+                    if bk % tx == 0 and bq % tx == 0 and tx * ty <= facts.max_work_group
+                    and _local_bytes(pass_, d, dv, bq, bk, tx) <= facts.local_mem
+                    and _tile_floats(pass_, d, dv, bq, bk, tx, ty) <= _MAX_TILE]
+            if fits:
+                bq, bk, ty = fits[0]
+                out[pass_] = dict(BQ=bq, BK=bk, TX=tx, TY=ty)
+                break
+        else:
+            return None
+    return out
 
 
 class AttentionOps:
     """Attention over ``batch`` = batch * heads rows of q (L, D), k (S, D), v (S, DV)."""
 
-    def __init__(self, ctx, batch, lq, lk, d, dv, heads=1, causal=False, mask=False, dropout=0.0):
+    def __init__(self, ctx, batch, lq, lk, d, dv, heads=1, causal=False, mask=False, dropout=0.0,
+                 kernels=None):
         self.ctx = ctx
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise ValueError("attention: dropout must be a probability in [0, 1), got %r"
@@ -45,15 +103,33 @@ class AttentionOps:
         if self.batch % max(self.heads, 1):
             raise ValueError("attention: %d rows are not a whole number of %d heads"
                              % (self.batch, self.heads))
+        flags = dict(MASK=self.mask, CAUSAL=self.causal, DROPOUT=self.dropout > 0)
+        if kernels not in (None, "rows", "tiles"):
+            raise ValueError("attention: kernels must be None (the device's choice), 'rows' "
+                             "or 'tiles', got %r" % (kernels,))
+        blocks = tile_blocks(ctx.facts, self.d, self.dv)
+        if kernels == "tiles" and blocks is None:
+            raise ValueError("attention: the tiled kernels need widths that are multiples of "
+                             "4 and fit local memory, got D=%d DV=%d" % (self.d, self.dv))
+        if kernels is None:
+            kernels = "rows" if ctx.facts.is_cpu or blocks is None else "tiles"
+        self.kernels = kernels
+        if kernels == "tiles":
+            self.blocks = blocks
+            flags["FAST_EXP"] = not ctx.facts.is_cpu
+            self.programs = {
+                pass_: program.get(ctx, "attention_tiles", PASS=pass_, D=self.d, DV=self.dv,
+                                   **blocks[pass_], **flags)
+                for pass_ in ("forward", "dq", "dkdv")}
+            return
         facts = ctx.facts
         # a tile of T rows of k and v (or of q and dO) in local memory, T the work-group
         t = 64 if not facts.is_cpu else 16
         while t > 8 and 4 * t * (self.d + self.dv + 2) > facts.local_mem // 2:
             t //= 2
         self.tile = min(t, facts.max_work_group)
-        self.program = program.get(ctx, "attention", D=self.d, DV=self.dv, T=self.tile,
-                                   MASK=self.mask, CAUSAL=self.causal,
-                                   DROPOUT=self.dropout > 0)
+        one = program.get(ctx, "attention", D=self.d, DV=self.dv, T=self.tile, **flags)
+        self.programs = {"forward": one, "dq": one, "dkdv": one}
 
     def counters(self):
         """Philox counters one step's dropout mask uses (one per attention weight)."""
@@ -85,8 +161,22 @@ class AttentionOps:
                              "(batch, head, query, key)")
         return [mask] + [np.uint64(s) for s in strides] + [np.uint32(self.heads)]
 
-    def _grid(self, rows):
-        return (round_up(max(rows, 1), self.tile), self.batch), (self.tile, 1)
+    def _launch(self, pass_, rows, block, args):
+        """A launch of ``pass_`` over ``rows``: one row per work item, or (tiles) one
+        work-group of TX x TY items per ``block`` ("BQ" or "BK") of rows, per batch row."""
+        if self.kernels == "tiles":
+            b = self.blocks[pass_]
+            count = -(-max(rows, 1) // b[block])
+            grid = (count * b["TX"], b["TY"], self.batch), (b["TX"], b["TY"], 1)
+            name = "attention_tiles_" + pass_
+        else:
+            grid = (round_up(max(rows, 1), self.tile), self.batch), (self.tile, 1)
+            name = "attention_" + pass_
+        return program.Launch(self.programs[pass_], name, *grid, args)
+
+    def is_own(self, launch):
+        """Whether ``launch`` runs one of these attention kernels (not a helper's)."""
+        return getattr(launch, "program", None) in self.programs.values()
 
     def scale_of(self, scale):
         """The score scale used: ``scale``, or 1 / sqrt(D) when it is None."""
@@ -104,9 +194,8 @@ class AttentionOps:
         if b * lq == 0:
             return []
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
-        return [program.Launch(self.program, "attention_forward", *self._grid(lq),
-                               head + [q, k, v, o, lse] + self._mask_args(mask, mask_strides)
-                               + self._drop_args(seed, offset))]
+        return [self._launch("forward", lq, "BQ", head + [q, k, v, o, lse]
+                             + self._mask_args(mask, mask_strides) + self._drop_args(seed, offset))]
 
     def backward_launches(self, q, k, v, o, lse, dout, dq, dk, dv, delta, scale=None,
                           mask=None, mask_strides=None, seed=0, offset=0):
@@ -129,9 +218,7 @@ class AttentionOps:
         rows = (b * lq, self.dv)
         out = pointwise_reduce_launches(self.ctx, [dout.view(rows), o.view(rows)],
                                          [delta.view((b * lq, 1))], "y0 = x0 * x1;")
-        out.append(program.Launch(self.program, "attention_backward_dq", *self._grid(lq),
-                                  common + [dq] + masks + drops))
+        out.append(self._launch("dq", lq, "BQ", common + [dq] + masks + drops))
         if lk:
-            out.append(program.Launch(self.program, "attention_backward_dkdv", *self._grid(lk),
-                                      common + [dk, dv] + masks + drops))
+            out.append(self._launch("dkdv", lk, "BK", common + [dk, dv] + masks + drops))
         return out

@@ -12,54 +12,7 @@
 // dropped is Philox word x of counter offset + (bh * L + i) * S + j, so the backward
 // kernels recompute the forward's mask from (seed, offset) instead of storing it.
 
-#define NEG_INF (-INFINITY)
-
-% if DROPOUT:
-<%include file="philox.h"/>
-
-// the factor on weight (row, j): 0 when dropped, else 1 / (1 - p)
-inline float keep_factor(uint threshold, float keep_scale, ulong seed, ulong offset,
-                         ulong index)
-{
-    ulong c = offset + index;
-    uint4 r = philox4x32_10((uint4)((uint)c, (uint)(c >> 32), 0, 0),
-                            (uint2)((uint)seed, (uint)(seed >> 32)));
-    return r.x < threshold ? 0.0f : keep_scale;
-}
-#define DROP_ARGS , uint drop_threshold, float keep_scale, ulong drop_seed, ulong drop_offset
-#define KEEP(i, j) keep_factor(drop_threshold, keep_scale, drop_seed, drop_offset, \
-                               ((ulong)bh * lq + (i)) * lk + (j))
-% else:
-#define DROP_ARGS
-#define KEEP(i, j) 1.0f
-% endif
-
-inline float score_mask(
-% if MASK:
-    __global const float *mask, ulong mask_offset, ulong ms_n, ulong ms_h, ulong ms_q, ulong ms_k,
-    uint heads, uint bh,
-% endif
-    uint i, uint j)
-{
-% if CAUSAL:
-    if (j > i)
-        return NEG_INF;
-% endif
-% if MASK:
-    return mask[mask_offset + (bh / heads) * ms_n + (bh % heads) * ms_h + i * ms_q + j * ms_k];
-% else:
-    return 0.0f;
-% endif
-}
-
-% if MASK:
-#define MASK_ARGS , __global const float *mask, ulong mask_offset, ulong ms_n, ulong ms_h, \
-    ulong ms_q, ulong ms_k, uint heads
-#define MASK_AT(i, j) score_mask(mask, mask_offset, ms_n, ms_h, ms_q, ms_k, heads, bh, i, j)
-% else:
-#define MASK_ARGS
-#define MASK_AT(i, j) score_mask(i, j)
-% endif
+<%include file="attention.h"/>
 
 // copy ``count`` rows of ``width`` from global to a tile in local memory, times ``scale``
 inline void stage(__local float *tile, __global const float *rows, uint count, uint width,
@@ -140,14 +93,10 @@ void attention_forward(uint lq, uint lk, float scale,
 // p_ij = exp(s_ij - lse_i), ds_ij = p_ij (k_ij dO_i . v_j - delta_i), delta_i = dO_i . O_i,
 // k_ij the dropout factor (1 without dropout): sum_j p_ij k_ij dO_i . v_j is dO_i . O_i
 // still, so delta needs no mask
-inline float prob(float s, float lse_i)
-{
-    return (s == NEG_INF || lse_i == NEG_INF) ? 0.0f : exp(s - lse_i);
-}
 
 // dq_i = scale sum_j ds_ij k_j: one work item per query row, key tiles in local memory
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
-void attention_backward_dq(uint lq, uint lk, float scale,
+void attention_dq(uint lq, uint lk, float scale,
                            __global const float *q, ulong q_offset,
                            __global const float *k, ulong k_offset,
                            __global const float *v, ulong v_offset,
@@ -202,7 +151,7 @@ void attention_backward_dq(uint lq, uint lk, float scale,
 // dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dO_i: one work item per key row, query
 // tiles (q, dO, lse, delta) in local memory
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
-void attention_backward_dkdv(uint lq, uint lk, float scale,
+void attention_dkdv(uint lq, uint lk, float scale,
                              __global const float *q, ulong q_offset,
                              __global const float *k, ulong k_offset,
                              __global const float *v, ulong v_offset,

@@ -137,7 +137,7 @@ class ScaledDotProductAttention(Layer):
                                     scale=self.options["scale"], **self._mask(x))
         if self.dropping:
             out = [_DropoutCounter(self, launch, False)
-                   if getattr(launch, "program", None) is ops.program else launch
+                   if ops.is_own(launch) else launch
                    for launch in out]
         for scratch, target in adds:  # dx += the gradient written to the workspace
             out += pointwise_launches(self.ctx, [scratch], [target], "y0 = x0;", beta=1.0)

@@ -1,0 +1,59 @@
+// Shared by the attention kernels (attention.cl, one row per work item, and
+// attention_tiles.cl, blocks of rows per work-group): the score mask (causal, additive
+// with strides) and the dropout factor recomputed from Philox, both as functions of
+// (bh, i, j) so the forward and backward kernels agree without storing them.
+// Expects bh, lq and lk in scope where MASK_AT and KEEP are used.
+#define NEG_INF (-INFINITY)
+
+% if DROPOUT:
+<%include file="philox.h"/>
+
+// the factor on weight (row, j): 0 when dropped, else 1 / (1 - p)
+inline float keep_factor(uint threshold, float keep_scale, ulong seed, ulong offset,
+                         ulong index)
+{
+    ulong c = offset + index;
+    uint4 r = philox4x32_10((uint4)((uint)c, (uint)(c >> 32), 0, 0),
+                            (uint2)((uint)seed, (uint)(seed >> 32)));
+    return r.x < threshold ? 0.0f : keep_scale;
+}
+#define DROP_ARGS , uint drop_threshold, float keep_scale, ulong drop_seed, ulong drop_offset
+#define KEEP(i, j) keep_factor(drop_threshold, keep_scale, drop_seed, drop_offset, \
+                               ((ulong)bh * lq + (i)) * lk + (j))
+% else:
+#define DROP_ARGS
+#define KEEP(i, j) 1.0f
+% endif
+
+inline float score_mask(
+% if MASK:
+    __global const float *mask, ulong mask_offset, ulong ms_n, ulong ms_h, ulong ms_q, ulong ms_k,
+    uint heads, uint bh,
+% endif
+    uint i, uint j)
+{
+% if CAUSAL:
+    if (j > i)
+        return NEG_INF;
+% endif
+% if MASK:
+    return mask[mask_offset + (bh / heads) * ms_n + (bh % heads) * ms_h + i * ms_q + j * ms_k];
+% else:
+    return 0.0f;
+% endif
+}
+
+% if MASK:
+#define MASK_ARGS , __global const float *mask, ulong mask_offset, ulong ms_n, ulong ms_h, \
+    ulong ms_q, ulong ms_k, uint heads
+#define MASK_AT(i, j) score_mask(mask, mask_offset, ms_n, ms_h, ms_q, ms_k, heads, bh, i, j)
+% else:
+#define MASK_ARGS
+#define MASK_AT(i, j) score_mask(i, j)
+% endif
+
+// p_ij = exp(s_ij - lse_i), 0 where the key is masked or the row is masked whole
+inline float prob(float s, float lse_i)
+{
+    return (s == NEG_INF || lse_i == NEG_INF) ? 0.0f : exp(s - lse_i);
+}

@@ -1,0 +1,371 @@
+<%include file="common.h"/>
+// Fused scaled dot-product attention on blocks of rows, as FlashAttention-2: a work-group
+// takes BQ query rows (forward, dQ) or BK key rows (dK/dV) and walks the other side in
+// blocks, so every product is a small GEMM between blocks staged in local memory, and
+// each work item keeps a register tile of it (rows ty + TY r, columns tx + TX c): a value
+// read from local memory feeds several FMAs, where attention.cl's one row per work item
+// feeds one. The softmax runs online per query row (the row maximum is reduced across
+// the TX work items sharing the row once per key block; the row sums stay partial per
+// work item until the end), so the L x S scores are never stored and memory grows
+// linearly with the sequence. Same layouts, mask, causal and dropout semantics as
+// attention.cl (attention.h holds what the two share).
+// Scores are kept in base 2 (q staged times scale * log2(e), the mask times log2(e)), so
+// each probability is one exp2; FAST_EXP takes the device's native exp2 (on GPUs a
+// hardware instruction, relative error near 2^-22). lse stays in natural units.
+// PASS: "forward" (o, lse), "dq" or "dkdv". D, DV: widths, multiples of TX;
+// BQ, BK: rows per query / key block, multiples of TY, TX and 4; TX x TY work items.
+<%include file="attention.h"/>
+#define LOG2E 1.4426950408889634f
+% if FAST_EXP:
+#define EXP2(x) native_exp2(x)
+% else:
+#define EXP2(x) exp2(x)
+% endif
+
+// 2^(s - lse), both base 2; 0 where the key is masked or the row is masked whole
+inline float prob2(float s, float lse_i)
+{
+    return (s == NEG_INF || lse_i == NEG_INF) ? 0.0f : EXP2(s - lse_i);
+}
+<%
+NT = TX * TY
+DP, VP = D + 4, DV + 4  # local row strides: float4-aligned, padded off the banks' period
+PP, PQ = BK + 4, BQ + 4
+CD, CV = D // TX, DV // TX
+%>
+
+## rows [first, first + rows) of a (.., width) global matrix into local rows of
+## ``stride``, times ``factor``; zeros past ``limit``
+<%def name="stage(dst, stride, src, first, limit, rows, width, factor='')">
+    for (uint e = t; e < ${rows * (width // 4)}; e += ${NT}) {
+        uint r = e / ${width // 4}, c = (e % ${width // 4}) * 4;
+        float4 x = (float4)(0.0f);
+        if (${first} + r < ${limit})
+            x = vload4(0, ${src} + (ulong)(${first} + r) * ${width} + c)${factor};
+        *(__local float4 *)(${dst} + r * ${stride} + c) = x;
+    }
+</%def>
+
+## acc[r][c] += sum_w a[arow(r)][w] b[brow(c)][w]: the product of two blocks whose inner
+## dimension is contiguous (Q K^T, dO V^T)
+<%def name="dots(acc, a, astride, arow, b, bstride, brow, R, C, W)">
+    for (int w = 0; w < ${W}; w += 4) {
+% for r in range(R):
+        float4 a${r} = *(__local const float4 *)(${a} + (${arow(r)}) * ${astride} + w);
+% endfor
+% for c in range(C):
+        float4 b${c} = *(__local const float4 *)(${b} + (${brow(c)}) * ${bstride} + w);
+% endfor
+% for r in range(R):
+%  for c in range(C):
+        ${acc}[${r}][${c}] = fma(a${r}.w, b${c}.w, fma(a${r}.z, b${c}.z,
+            fma(a${r}.y, b${c}.y, fma(a${r}.x, b${c}.x, ${acc}[${r}][${c}]))));
+%  endfor
+% endfor
+    }
+</%def>
+
+## acc[r][c] += sum_j a[arow(r)][j] b[j][bcol(c)]: a block of weights (rows contiguous)
+## times a block of rows (P V, dS K, P^T dO, dS^T Q)
+<%def name="axpy(acc, a, astride, arow, b, bstride, bcol, R, C, W)">
+    for (int j = 0; j < ${W}; j += 4) {
+% for r in range(R):
+        float4 a${r} = *(__local const float4 *)(${a} + (${arow(r)}) * ${astride} + j);
+% endfor
+% for jj, lane in enumerate("xyzw"):
+%  for c in range(C):
+        {
+            float b = ${b}[(j + ${jj}) * ${bstride} + ${bcol(c)}];
+%   for r in range(R):
+            ${acc}[${r}][${c}] = fma(a${r}.${lane}, b, ${acc}[${r}][${c}]);
+%   endfor
+        }
+%  endfor
+% endfor
+    }
+</%def>
+
+<%def name="zeros(name, R, C)">
+    float ${name}[${R}][${C}];
+% for r in range(R):
+%  for c in range(C):
+    ${name}[${r}][${c}] = 0.0f;
+%  endfor
+% endfor
+</%def>
+
+% if PASS == "forward":
+<%
+RQ, CK = BQ // TY, BK // TX
+KW = max(DP, VP)  # the key block's rows, then the value block's
+row = lambda r: "ty + %d" % (TY * r)
+col = lambda c: "tx + %d" % (TX * c)
+%>
+// o = softmax(s) v and lse per query row, for the block of BQ query rows of group 0
+__kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
+void attention_tiles_forward(uint lq, uint lk, float scale,
+                             __global const float *q, ulong q_offset,
+                             __global const float *k, ulong k_offset,
+                             __global const float *v, ulong v_offset,
+                             __global float *o, ulong o_offset,
+                             __global float *lse, ulong lse_offset MASK_ARGS DROP_ARGS)
+{
+    __local float4 qs4[${BQ * DP // 4}], kv4[${BK * KW // 4}], ps4[${BQ * PP // 4}];
+    __local float red[${BQ * TX}];  // per row, one partial maximum (or sum) per tx
+    __local float *qs = (__local float *)qs4, *kv = (__local float *)kv4,
+                  *ps = (__local float *)ps4;
+    uint tx = get_local_id(0), ty = get_local_id(1), t = ty * ${TX} + tx;
+    uint bh = get_group_id(2), i0 = get_group_id(0) * ${BQ};
+    q += q_offset + (ulong)bh * lq * ${D};
+    k += k_offset + (ulong)bh * lk * ${D};
+    v += v_offset + (ulong)bh * lk * ${DV};
+    ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * (scale * LOG2E)")}
+    ${zeros("acc", RQ, CV)}
+    float m[${RQ}], l[${RQ}];
+    for (int r = 0; r < ${RQ}; r++) {
+        m[r] = NEG_INF;
+        l[r] = 0.0f;
+    }
+% if CAUSAL:
+    uint jend = min(lk, i0 + ${BQ});  // key j > query i is out
+% else:
+    uint jend = lk;
+% endif
+    for (uint j0 = 0; j0 < jend; j0 += ${BK}) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ${stage("kv", KW, "k", "j0", "lk", BK, D)}
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ${zeros("s", RQ, CK)}
+        ${dots("s", "qs", DP, row, "kv", KW, col, RQ, CK, D)}
+% for r in range(RQ):
+        {
+            uint i = i0 + ${row(r)};
+            float mx = NEG_INF;
+%  for c in range(CK):
+            {
+                uint j = j0 + ${col(c)};
+                s[${r}][${c}] = (i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) * LOG2E
+                                                   : NEG_INF;
+                mx = fmax(mx, s[${r}][${c}]);
+            }
+%  endfor
+            red[(${row(r)}) * ${TX} + tx] = mx;
+        }
+% endfor
+        barrier(CLK_LOCAL_MEM_FENCE);  // every read of the key block is done
+        ${stage("kv", KW, "v", "j0", "lk", BK, DV)}
+% for r in range(RQ):
+        {
+            uint i = i0 + ${row(r)};
+            float mn = m[${r}];
+            for (int x = 0; x < ${TX}; x++)
+                mn = fmax(mn, red[(${row(r)}) * ${TX} + x]);
+            float f = mn == NEG_INF ? 1.0f : EXP2(m[${r}] - mn);  // rescale the old sums
+            m[${r}] = mn;
+            l[${r}] *= f;
+%  for c in range(CV):
+            acc[${r}][${c}] *= f;
+%  endfor
+%  for c in range(CK):
+            {
+                uint j = j0 + ${col(c)};
+                float p = s[${r}][${c}] == NEG_INF ? 0.0f : EXP2(s[${r}][${c}] - mn);
+                l[${r}] += p;
+                ps[(${row(r)}) * ${PP} + ${col(c)}] = p * KEEP(i, j);
+            }
+%  endfor
+        }
+% endfor
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ${axpy("acc", "ps", PP, row, "kv", KW, col, RQ, CV, BK)}
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+% for r in range(RQ):
+    red[(${row(r)}) * ${TX} + tx] = l[${r}];
+% endfor
+    barrier(CLK_LOCAL_MEM_FENCE);
+    o += o_offset + (ulong)bh * lq * ${DV};
+% for r in range(RQ):
+    {
+        uint i = i0 + ${row(r)};
+        float total = 0.0f;
+        for (int x = 0; x < ${TX}; x++)
+            total += red[(${row(r)}) * ${TX} + x];
+        float inv = total > 0.0f ? 1.0f / total : 0.0f;
+        if (i < lq) {
+%  for c in range(CV):
+            o[(ulong)i * ${DV} + ${col(c)}] = acc[${r}][${c}] * inv;
+%  endfor
+            if (tx == 0)
+                lse[lse_offset + (ulong)bh * lq + i] = total > 0.0f
+                    ? (m[${r}] + log2(total)) * M_LN2_F : NEG_INF;
+        }
+    }
+% endfor
+}
+% endif
+
+<%
+row = lambda r: "ty + %d" % (TY * r)
+col = lambda c: "tx + %d" % (TX * c)
+%>
+// backward: ds_ij = p_ij (k_ij dO_i . v_j - delta_i), delta_i = dO_i . O_i, k_ij the
+// dropout factor
+% if PASS == "dq":
+## a work item's tile: query rows by key columns
+<% RQ, CK = BQ // TY, BK // TX %>
+// dq_i = scale sum_j ds_ij k_j for the block of BQ query rows of group 0
+__kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
+void attention_tiles_dq(uint lq, uint lk, float scale,
+                        __global const float *q, ulong q_offset,
+                        __global const float *k, ulong k_offset,
+                        __global const float *v, ulong v_offset,
+                        __global const float *dout, ulong dout_offset,
+                        __global const float *lse, ulong lse_offset,
+                        __global const float *delta, ulong delta_offset,
+                        __global float *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
+{
+    __local float4 qs4[${BQ * DP // 4}], gs4[${BQ * VP // 4}], ks4[${BK * DP // 4}],
+                   vs4[${BK * VP // 4}], ps4[${BQ * PP // 4}];
+    __local float *qs = (__local float *)qs4, *gs = (__local float *)gs4,
+                  *ks = (__local float *)ks4, *vs = (__local float *)vs4,
+                  *ps = (__local float *)ps4;
+    uint tx = get_local_id(0), ty = get_local_id(1), t = ty * ${TX} + tx;
+    uint bh = get_group_id(2), i0 = get_group_id(0) * ${BQ};
+    ulong rows = (ulong)bh * lq;
+    q += q_offset + rows * ${D};
+    dout += dout_offset + rows * ${DV};
+    k += k_offset + (ulong)bh * lk * ${D};
+    v += v_offset + (ulong)bh * lk * ${DV};
+    ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * (scale * LOG2E)")}
+    ${stage("gs", VP, "dout", "i0", "lq", BQ, DV)}
+    float lse_r[${RQ}], delta_r[${RQ}];
+% for r in range(RQ):
+    {
+        uint i = i0 + ${row(r)};
+        lse_r[${r}] = i < lq ? lse[lse_offset + rows + i] * LOG2E : NEG_INF;
+        delta_r[${r}] = i < lq ? delta[delta_offset + rows + i] : 0.0f;
+    }
+% endfor
+    ${zeros("acc", RQ, CD)}
+% if CAUSAL:
+    uint jend = min(lk, i0 + ${BQ});
+% else:
+    uint jend = lk;
+% endif
+    for (uint j0 = 0; j0 < jend; j0 += ${BK}) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ${stage("ks", DP, "k", "j0", "lk", BK, D)}
+        ${stage("vs", VP, "v", "j0", "lk", BK, DV)}
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ${zeros("s", RQ, CK)}
+        ${zeros("dp", RQ, CK)}
+        ${dots("s", "qs", DP, row, "ks", DP, col, RQ, CK, D)}
+        ${dots("dp", "gs", VP, row, "vs", VP, col, RQ, CK, DV)}
+% for r in range(RQ):
+%  for c in range(CK):
+        {
+            uint i = i0 + ${row(r)}, j = j0 + ${col(c)};
+            float p = prob2((i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) * LOG2E
+                                                : NEG_INF, lse_r[${r}]);
+            ps[(${row(r)}) * ${PP} + ${col(c)}] =
+                p * (dp[${r}][${c}] * KEEP(i, j) - delta_r[${r}]) * scale;
+        }
+%  endfor
+% endfor
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ${axpy("acc", "ps", PP, row, "ks", DP, col, RQ, CD, BK)}
+    }
+    dq += dq_offset + rows * ${D};
+% for r in range(RQ):
+    if (i0 + ${row(r)} < lq) {
+%  for c in range(CD):
+        dq[(ulong)(i0 + ${row(r)}) * ${D} + ${col(c)}] = acc[${r}][${c}];
+%  endfor
+    }
+% endfor
+}
+
+% endif
+% if PASS == "dkdv":
+## a work item's tile: key rows by query columns
+<% RK, CQ = BK // TY, BQ // TX %>
+// dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij k_ij dO_i for the block of BK key rows
+// of group 0 (lse and delta of the query block staged beside it)
+__kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
+void attention_tiles_dkdv(uint lq, uint lk, float scale,
+                          __global const float *q, ulong q_offset,
+                          __global const float *k, ulong k_offset,
+                          __global const float *v, ulong v_offset,
+                          __global const float *dout, ulong dout_offset,
+                          __global const float *lse, ulong lse_offset,
+                          __global const float *delta, ulong delta_offset,
+                          __global float *dk, ulong dk_offset,
+                          __global float *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
+{
+    __local float4 ks4[${BK * DP // 4}], vs4[${BK * VP // 4}], qs4[${BQ * DP // 4}],
+                   gs4[${BQ * VP // 4}], pt4[${BK * PQ // 4}], dst4[${BK * PQ // 4}];
+    __local float ls[${BQ}], dls[${BQ}];
+    __local float *ks = (__local float *)ks4, *vs = (__local float *)vs4,
+                  *qs = (__local float *)qs4, *gs = (__local float *)gs4,
+                  *pt = (__local float *)pt4, *dst = (__local float *)dst4;
+    uint tx = get_local_id(0), ty = get_local_id(1), t = ty * ${TX} + tx;
+    uint bh = get_group_id(2), j0 = get_group_id(0) * ${BK};
+    ulong rows = (ulong)bh * lq, keys = (ulong)bh * lk;
+    q += q_offset + rows * ${D};
+    dout += dout_offset + rows * ${DV};
+    k += k_offset + keys * ${D};
+    v += v_offset + keys * ${DV};
+    ${stage("ks", DP, "k", "j0", "lk", BK, D)}
+    ${stage("vs", VP, "v", "j0", "lk", BK, DV)}
+    ${zeros("ak", RK, CD)}
+    ${zeros("av", RK, CV)}
+% if CAUSAL:
+    uint istart = j0 / ${BQ} * ${BQ};  // query i < key j is out
+% else:
+    uint istart = 0;
+% endif
+    for (uint i0 = istart; i0 < lq; i0 += ${BQ}) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * (scale * LOG2E)")}
+        ${stage("gs", VP, "dout", "i0", "lq", BQ, DV)}
+        for (uint e = t; e < ${BQ}; e += ${NT}) {
+            bool live = i0 + e < lq;
+            ls[e] = live ? lse[lse_offset + rows + i0 + e] * LOG2E : NEG_INF;
+            dls[e] = live ? delta[delta_offset + rows + i0 + e] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ${zeros("s", RK, CQ)}
+        ${zeros("dp", RK, CQ)}
+        ${dots("s", "ks", DP, row, "qs", DP, col, RK, CQ, D)}
+        ${dots("dp", "vs", VP, row, "gs", VP, col, RK, CQ, DV)}
+% for r in range(RK):
+%  for c in range(CQ):
+        {
+            uint j = j0 + ${row(r)}, i = i0 + ${col(c)};
+            float p = prob2((i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) * LOG2E
+                                                : NEG_INF, ls[${col(c)}]);
+            float keep = KEEP(i, j);
+            pt[(${row(r)}) * ${PQ} + ${col(c)}] = p * keep;
+            dst[(${row(r)}) * ${PQ} + ${col(c)}] = p * (dp[${r}][${c}] * keep - dls[${col(c)}]);
+        }
+%  endfor
+% endfor
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ${axpy("av", "pt", PQ, row, "gs", VP, col, RK, CV, BQ)}
+        ${axpy("ak", "dst", PQ, row, "qs", DP, col, RK, CD, BQ)}  // qs: scale log2(e) q
+    }
+    dk += dk_offset + keys * ${D};
+    dv += dv_offset + keys * ${DV};
+% for r in range(RK):
+    if (j0 + ${row(r)} < lk) {
+%  for c in range(CD):
+        dk[(ulong)(j0 + ${row(r)}) * ${D} + ${col(c)}] = ak[${r}][${c}] * M_LN2_F;
+%  endfor
+%  for c in range(CV):
+        dv[(ulong)(j0 + ${row(r)}) * ${DV} + ${col(c)}] = av[${r}][${c}];
+%  endfor
+    }
+% endfor
+}
+% endif
