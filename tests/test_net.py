@@ -85,6 +85,45 @@ def test_inplace_after_another_reader_shares_gradients_correctly(ctx, data):
     np.testing.assert_allclose(net.param_diff("s1.0").to_host()[0], np.sum(dh * x64), rtol=1e-4)
 
 
+def test_views_share_memory_and_refuse_inplace_writes_over_it(ctx, data):
+    """A Reshape's output is its input's memory (no launch); the in-place relu on the
+    view gets its own buffer, since the input is still read under its own name; a view
+    that is its input's last reader shares the gradient too, one with a later reader does
+    not (that reader's gradient is added to the input's)."""
+    x, t = data
+    ops = [op("s1", "_TestScale", ["x"], ["h"]),
+           op("v", "Reshape", ["h"], ["hv"], options={"dims": [3, 11]}),
+           op("r", "_TestRelu", ["hv"], ["hv"]), op("s2", "_TestScale", ["hv"], ["a"]),
+           op("s3", "_TestScale", ["h"], ["b"]),
+           op("vf", "Reshape", ["a"], ["af"], options={"dims": [33]}),
+           op("add", "_TestAdd", ["af", "b"], ["c"]), op("loss", "_TestSqLoss", ["c", "t"], ["loss"])]
+    net = dp.Net(ctx, graph(ops), seed=4)
+    ag, plan = net.plan.autograd, net.plan
+    assert ag.view_ops == ["v", "vf"] and ag.inplace_ops == []
+    values = {v.name: v.id for v in net.graph.values if v.producer >= 0}  # the last of a name
+    first = {}
+    for v in net.graph.values:
+        first.setdefault(v.name, v.id)
+    same = lambda a, b: a.buffer is b.buffer and a.offset == b.offset
+    assert same(plan.acts[first["h"]], plan.acts[first["hv"]])  # the view
+    assert not same(plan.acts[first["hv"]], plan.acts[values["hv"]])  # the relu's own
+    assert same(plan.grads[values["a"]], plan.grads[values["af"]])  # last reader
+    assert not same(plan.grads[first["h"]], plan.grads[first["hv"]])  # s3 reads h later
+    assert plan.op_forward[1] == 0 and plan.op_forward[5] == 0
+    out = net(x=x, t=t)
+    net.backward()
+    w = weights(net)
+    h = w["s1.0"] * x.astype(np.float64)
+    c = w["s2.0"] * np.maximum(h, 0) + w["s3.0"] * h
+    dc = c - t
+    dh = dc * w["s2.0"] * (h > 0) + dc * w["s3.0"]
+    np.testing.assert_allclose(out["loss"][0], 0.5 * np.sum(dc ** 2), rtol=1e-5)
+    for name, want in (("s1.0", np.sum(dh * x)), ("s2.0", np.sum(dc * np.maximum(h, 0))),
+                       ("s3.0", np.sum(dc * h))):
+        np.testing.assert_allclose(net.param_diff(name).to_host()[0], want, rtol=1e-4,
+                                   err_msg=name)
+
+
 def test_param_gradients_accumulate_until_zeroed(ctx, data):
     x, t = data
     net = dp.Net(ctx, graph(FANOUT), seed=3)

@@ -80,19 +80,21 @@ def _checked_shape(shape, what):
 
 
 class LayerFlags(namedtuple("LayerFlags", "backward_reads_inputs backward_reads_outputs "
-                                           "inplace has_backward no_grad_inputs")):
+                                           "inplace has_backward no_grad_inputs view")):
     """What a layer's backward reads, so the memory planner keeps exactly those tensors
     alive for it; ``inplace``: the output may share its input's memory (the planner still
     refuses when a backward pass reads the old value); ``has_backward=False`` stops
     gradients at the layer; ``no_grad_inputs``: positions of inputs that never get a
-    gradient (a loss's labels)."""
+    gradient (a loss's labels); ``view``: the one output is the one input's bytes under
+    another shape, so the planner may give both one buffer (and their gradients one
+    too) whatever they are named, and the layer copies only where they differ."""
     __slots__ = ()
 
     def __new__(cls, backward_reads_inputs=True, backward_reads_outputs=False, inplace=False,
-                has_backward=True, no_grad_inputs=()):
+                has_backward=True, no_grad_inputs=(), view=False):
         return super().__new__(cls, bool(backward_reads_inputs), bool(backward_reads_outputs),
                                bool(inplace), bool(has_backward),
-                               tuple(int(i) for i in no_grad_inputs))
+                               tuple(int(i) for i in no_grad_inputs), bool(view))
 
 
 class Setup(namedtuple("Setup", "outputs params workspace saved flags")):
@@ -111,7 +113,7 @@ class Setup(namedtuple("Setup", "outputs params workspace saved flags")):
 
 # the class attributes behind LayerFlags, in its field order
 FLAG_ATTRIBUTES = ("BACKWARD_READS_INPUTS", "BACKWARD_READS_OUTPUTS", "INPLACE", "HAS_BACKWARD",
-                   "NO_GRAD_INPUTS")
+                   "NO_GRAD_INPUTS", "VIEW")
 
 
 def register(type_name):
@@ -154,8 +156,9 @@ class Layer:
     Class attributes are the default ``LayerFlags`` for layers whose facts never vary:
     ``BACKWARD_READS_INPUTS``, ``BACKWARD_READS_OUTPUTS``, ``INPLACE`` (the output may
     share the input's buffer; then backward must not read the input), ``HAS_BACKWARD``
-    and ``NO_GRAD_INPUTS`` (positions of inputs that never receive a gradient, a loss's
-    labels: the Net never asks for their ``dx``). A layer whose facts depend on its
+    ``NO_GRAD_INPUTS`` (positions of inputs that never receive a gradient, a loss's
+    labels: the Net never asks for their ``dx``) and ``VIEW`` (the output is the input's
+    bytes: the planner may alias them). A layer whose facts depend on its
     options returns them from ``build`` (``flags=self.default_flags(inplace=...)``);
     after ``setup`` they are ``layer.flags``, which is all the Net reads.
     """
@@ -169,6 +172,7 @@ class Layer:
     INPLACE = False
     HAS_BACKWARD = True
     NO_GRAD_INPUTS = ()
+    VIEW = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

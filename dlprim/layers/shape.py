@@ -6,8 +6,10 @@
     Squeeze   drop size-1 axes: those in ``dims`` (each must have size 1), or every one
               with ``all`` (also when ``dims`` is empty)
 
-Forward copies x into y and backward copies dy into dx (adding when accumulating); run
-in place (the output named as the input) there is nothing to copy.
+They are views (``LayerFlags.view``): the planner gives the output the input's buffer,
+and the output's gradient the input's where it can, so usually nothing runs. Where it
+cannot (a net input, a value written in place later, another consumer's gradient to add
+to), forward copies x into y and backward copies dy into dx (adding when accumulating).
 """
 import numpy as np
 
@@ -28,6 +30,7 @@ class ViewLayer(Layer):
     """A layer whose output is its input with another shape."""
     BACKWARD_READS_INPUTS = False
     INPLACE = True
+    VIEW = True
 
     def new_shape(self, shape):
         """The output shape for an input of ``shape`` (same element count)."""

@@ -15,7 +15,11 @@ value's byte size; ``Autograd`` decides:
 * which values share memory: an in-place write reuses its input's memory only if the
   layer allows it (``LayerFlags.inplace``), the old value is not a net input, and no
   backward pass reads the old value (otherwise gradients would be wrong); else it gets
-  memory of its own;
+  memory of its own. A view (``LayerFlags.view``: Reshape, Flatten, Squeeze) shares its
+  input's memory under any name, unless the input is a net input; an in-place write is
+  then refused on that memory, since another name still reads it. The view's gradient
+  shares the input's when the view is the input's last consumer (its backward is the
+  first to write the input's gradient, so it need not add);
 * the lifetime of every activation, gradient, workspace and saved tensor, as
   ``memory_plan.Block``s named ``a:<value>``, ``g:<value>``, ``w:<op>`` and
   ``s:<op>:<j>``.
@@ -33,13 +37,13 @@ __all__ = ["OpFacts", "Autograd"]
 class OpFacts:
     """What the schedule needs to know of one operator's layer: its LayerFlags, whether
     it trains parameters, its workspace bytes and the bytes of each saved tensor."""
-    __slots__ = ("has_backward", "reads_inputs", "reads_outputs", "inplace", "trains", "ws_bytes",
-                 "saved_bytes", "no_grad_inputs")
+    __slots__ = ("has_backward", "reads_inputs", "reads_outputs", "inplace", "view", "trains",
+                 "ws_bytes", "saved_bytes", "no_grad_inputs")
 
     def __init__(self, has_backward=True, reads_inputs=True, reads_outputs=False, inplace=False,
-                 trains=False, ws_bytes=0, saved_bytes=(), no_grad_inputs=()):
+                 trains=False, ws_bytes=0, saved_bytes=(), no_grad_inputs=(), view=False):
         self.has_backward, self.reads_inputs, self.reads_outputs = has_backward, reads_inputs, reads_outputs
-        self.inplace, self.trains, self.ws_bytes = inplace, trains, int(ws_bytes)
+        self.inplace, self.view, self.trains, self.ws_bytes = inplace, view, trains, int(ws_bytes)
         self.saved_bytes = [int(b) for b in saved_bytes]
         self.no_grad_inputs = tuple(no_grad_inputs)
 
@@ -121,8 +125,11 @@ class Autograd:
         values = self.graph.values
         self.storage = list(range(len(values)))
         self.grad_storage = list(range(len(values)))
-        self.inplace_ops = []
+        self.inplace_ops, self.view_ops = [], []
+        viewed = set()  # storage that several names read: no in-place writes on it
         for op in self.graph.ops:
+            if self._view(op, viewed):
+                continue
             if not self.facts[op.index].inplace:
                 continue
             for out in op.out_values:
@@ -133,7 +140,7 @@ class Autograd:
                 old = op.in_values[pos]
                 root = self.storage[old]
                 if (values[root].producer < 0 or self.value_bytes[old] != self.value_bytes[out]
-                        or (self.train and self._backward_reads(old))):
+                        or root in viewed or (self.train and self._backward_reads(old))):
                     continue
                 self.storage[out] = root
                 self.inplace_ops.append(op.name)
@@ -145,6 +152,25 @@ class Autograd:
             while self.grad_storage[root] != root:
                 root = self.grad_storage[root]
             self.grad_storage[vid] = root
+
+    def _view(self, op, viewed):
+        """Share a view's memory (and gradient) with its input's; whether it did."""
+        if not self.facts[op.index].view or len(op.in_values) != 1 or len(op.out_values) != 1:
+            return False
+        values = self.graph.values
+        old, out = op.in_values[0], op.out_values[0]
+        root = self.storage[old]
+        if (values[root].producer < 0
+                or self.value_bytes[old] != self.value_bytes[out]):
+            return False
+        self.storage[out] = root
+        viewed.add(root)
+        self.view_ops.append(op.name)
+        last = max(c for c, _ in values[old].consumers) == op.index
+        if (last and self.backward[op.index] and self.dx_wanted[op.index][0]
+                and not self.accumulate[op.index][0] and self.grad_needed[out]):
+            self.grad_storage[old] = out
+        return True
 
     # ----- lifetimes
     def _value_interval(self, v):

@@ -46,7 +46,8 @@ class ExecutionPlan:
         facts = [OpFacts(has_backward=st.flags.has_backward,
                          reads_inputs=st.flags.backward_reads_inputs,
                          reads_outputs=st.flags.backward_reads_outputs,
-                         inplace=st.flags.inplace, trains=store.op_trains[i],
+                         inplace=st.flags.inplace, view=st.flags.view,
+                         trains=store.op_trains[i],
                          no_grad_inputs=st.flags.no_grad_inputs,
                          ws_bytes=st.workspace, saved_bytes=[_nbytes(t) for t in st.saved])
                  for i, st in enumerate(setups)]

@@ -21,7 +21,7 @@ def _flops(layer, launches):
 def summary_rows(net):
     g, store, plan = net.graph, net.store, net.plan
     starts = np.concatenate([[0], np.cumsum(plan.op_forward)]).astype(int)
-    inplace = set(plan.autograd.inplace_ops)
+    inplace, views = set(plan.autograd.inplace_ops), set(plan.autograd.view_ops)
     rows = []
     for op, layer in zip(g.ops, net.layers):
         shapes = " ".join("x".join(map(str, g.values[v].shape)) or "()" for v in op.out_values)
@@ -32,7 +32,8 @@ def summary_rows(net):
                         for v in op.out_values)
         rows.append((op.name, op.type, shapes, str(nparams),
                      "-" if flops is None else "%.1f" % (flops / 1e6),
-                     "%.1f%s" % (out_bytes / 1024, " in place" if op.name in inplace else "")))
+                     "%.1f%s" % (out_bytes / 1024, " in place" if op.name in inplace
+                                 else " view" if op.name in views else "")))
     return rows
 
 
