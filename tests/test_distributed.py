@@ -367,6 +367,46 @@ def test_the_bucketed_average_sums_trainable_gradients_only(ctx):
     assert comm.sizes == [b - a for a, b in buckets(n, 100)] and max(comm.sizes) == 25
 
 
+def test_backward_sends_each_bucket_once_its_gradients_are_final(ctx):
+    """averager.backward() puts a bucket's copy right after its last writer: the last
+    layer's bucket goes first, before the first layer's backward has run, and the
+    averaged gradients are those of net.backward() then average()."""
+    cfg = dp.NetConfig()
+    cfg.add_input("data", [4, 5])
+    cfg.add("InnerProduct", name="fc1", outputs="h", options={"outputs": 6})
+    cfg.add("Activation", name="relu", inputs="h", outputs="h", options={"activation": "relu"})
+    cfg.add("InnerProduct", name="fc2", inputs="h", outputs="out", options={"outputs": 3})
+    cfg.add("Reduction", name="loss", inputs="out", outputs="loss")
+    cfg.set_outputs(["loss"])
+    x = np.random.default_rng(2).standard_normal((4, 5)).astype(np.float32)
+    results = []
+    for overlapped in (False, True):
+        net = dp.Net(ctx, cfg, seed=4)
+        comm = _OtherRank(1.5)
+        averager = GradientAverager(net, comm, bucket_bytes=40)  # 10 floats a bucket
+        net.zero_grad()
+        net(data=x)
+        if overlapped:
+            averager.backward()
+            order = averager._ready_order()
+        else:
+            net.backward()
+        averager.average(0.5)
+        results.append((net.grad_arena.to_host(), list(comm.sizes)))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-6)
+    # fc1 (30 + 6 floats) then fc2 (18 + 3), each at a multiple of 64: fc2's buckets are
+    # final after its backward, before fc1's, and are sent first
+    sizes = [b - a for a, b in averager.buckets]
+    assert results[1][1] == [sizes[k] for k, _ in order] != results[0][1]
+    positions = [p for _, p in order]
+    assert positions == sorted(positions) and positions[0] < positions[-1]
+    assert positions[-1] == len(net.plan.backward)
+    ready = dict(order)
+    at = lambda name: [ready[k] for k, (a, b) in enumerate(averager.buckets)
+                       if a < net.store.layout[name][0] + 18 and b > net.store.layout[name][0]]
+    assert max(at("fc2.0")) < min(at("fc1.0"))
+
+
 def test_buckets_cover_the_range_and_refuse_bad_sizes():
     assert buckets(10, 16) == [(0, 4), (4, 8), (8, 10)]
     assert buckets(3, 1) == [(0, 1), (1, 2), (2, 3)] and buckets(0, 64) == []

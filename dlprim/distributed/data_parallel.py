@@ -35,7 +35,11 @@ class DataParallel:
     its own part of the batch::
 
         dp_net = dlprim.distributed.DataParallel(net, solver)
-        dp_net.zero_grad(); net.forward(); net.backward(); dp_net.step()
+        dp_net.zero_grad(); net.forward(); dp_net.backward(); dp_net.step()
+
+    ``backward()`` is ``net.backward()`` with each bucket of gradients sent on its way to
+    the host as soon as the backward pass has finished it, so the average overlaps the
+    rest of the backward pass; after a plain ``net.backward()`` it starts at ``step()``.
 
     ``step(samples=n)`` weighs each rank's gradient by its share of the samples (ranks
     with unequal parts, as in a last partial batch); without it every rank counts the
@@ -64,6 +68,13 @@ class DataParallel:
     def zero_grad(self, net: Any = None, e: Any = None) -> None:
         """Zero the parameter gradients (the solver's ``zero_grad``)."""
         self.solver.zero_grad(self.net, e)
+
+    def backward(self) -> None:
+        """Enqueue the net's backward pass, the gradients' copies for the average in it."""
+        if self.comm.size > 1:
+            self.averager.backward()
+        else:
+            self.net.backward()
 
     def step(self, samples: Optional[int] = None) -> None:
         """Average the gradients over the ranks, then update the parameters (enqueued).

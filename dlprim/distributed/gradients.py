@@ -6,9 +6,13 @@ parameters and BatchNorm statistics lie after it and are never sent. The range i
 into buckets of ``bucket_bytes`` and goes through host memory, since MPI reads and
 writes host memory:
 
-    device -> host   every bucket's copy enqueued at once (the queue runs them in turn)
+    device -> host   each bucket's copy is enqueued right after the last backward launch
+                     that writes its gradients (``backward()``, which enqueues the net's
+                     backward pass with the copies in it), so the buckets of the last
+                     layers travel while the first layers' backward still runs; after a
+                     plain ``net.backward()`` every copy is enqueued at once instead
     allreduce        bucket k starts (non-blocking) as soon as its copy has arrived,
-                     while the copies of the buckets after it are still running
+                     while the device still computes or copies the buckets after it
     host -> device   bucket k is copied back as soon as its sum is complete, while the
                      later buckets are still being summed
 
@@ -69,6 +73,57 @@ class GradientAverager:
         self.buckets = buckets(self.count, bucket_bytes)
         self.bucket_bytes = int(bucket_bytes)
         self.host, self._pinned = pinned_array(self.ctx, self.count)
+        self._copies = None  # the buckets' device -> host copies that backward() enqueued
+        self._order = None  # (plan, [(bucket, backward launches before its copy)])
+
+    def _ready_order(self):
+        """[(bucket index, how many of the plan's backward launches write it)] in the order
+        the buckets' gradients become final: a bucket is final once every operator with a
+        trainable parameter in it has run its backward pass."""
+        net = self.net
+        plan = net.plan
+        if self._order is not None and self._order[0] is plan:
+            return self._order[1]
+        store, done = net.store, plan.backward_done
+        ready = [0] * len(self.buckets)
+        starts = [a for a, _ in self.buckets]
+        for op, names in enumerate(store.op_param_names):
+            if op not in done:
+                continue
+            for name in names:
+                offset, shape, trainable = store.layout[name]
+                if not trainable:
+                    continue
+                end = offset + int(np.prod(shape, dtype=np.int64))
+                first = max(0, int(np.searchsorted(starts, offset, side="right")) - 1)
+                for k in range(first, len(self.buckets)):
+                    if self.buckets[k][0] >= end:
+                        break
+                    ready[k] = max(ready[k], done[op])
+        order = sorted(range(len(self.buckets)), key=lambda k: (ready[k], -k))
+        self._order = (plan, [(k, ready[k]) for k in order])
+        return self._order[1]
+
+    def backward(self) -> None:
+        """Enqueue the net's backward pass with each bucket's copy to the host right after
+        the launch that finishes its gradients, flushing the queue there so the device
+        starts; ``average`` then begins with the buckets that are already on the host."""
+        net = self.net
+        net.backward_check()
+        queue, launches = self.ctx.queue, net.plan.backward
+        grads = net.grad_arena
+        copies, done = [None] * len(self.buckets), 0
+        for k, ready in self._ready_order():
+            for launch in launches[done:ready]:
+                launch(queue)
+            done = max(done, ready)
+            a, b = self.buckets[k]
+            copies[k] = cl.enqueue_copy(queue, self.host[a:b], grads.buffer,
+                                        src_offset=grads.byte_offset + a * 4, is_blocking=False)
+            queue.flush()
+        for launch in launches[done:]:
+            launch(queue)
+        self._copies = copies
 
     @property
     def nbytes(self) -> int:
@@ -82,16 +137,23 @@ class GradientAverager:
             return
         grads = self.net.grad_arena
         queue, host, base = self.ctx.queue, self.host, grads.byte_offset
-        copies = [cl.enqueue_copy(queue, host[a:b], grads.buffer, src_offset=base + a * 4,
-                                  is_blocking=False) for a, b in self.buckets]
+        copies, self._copies = self._copies, None
+        if copies is None:  # after a plain net.backward(): every bucket is final now
+            order = list(range(len(self.buckets)))
+            copies = [cl.enqueue_copy(queue, host[a:b], grads.buffer, src_offset=base + a * 4,
+                                      is_blocking=False) for a, b in self.buckets]
+        else:  # every rank sends the buckets in the same order: the plans are the same
+            order = [k for k, _ in self._ready_order()]
         requests = []
-        for (a, b), copied in zip(self.buckets, copies):
-            copied.wait()
+        for k in order:
+            a, b = self.buckets[k]
+            copies[k].wait()
             if weight != 1.0:
                 host[a:b] *= np.float32(weight)
             requests.append(self.comm.iallreduce(host[a:b]))
             self.comm.progress(requests)
-        for (a, b), request in zip(self.buckets, requests):
+        for k, request in zip(order, requests):
+            a, b = self.buckets[k]
             request.Wait()
             # a later step's copy to the host is queued after this one, so the host
             # array is not rewritten before the device has read it

@@ -92,6 +92,9 @@ class ExecutionPlan:
             self.op_forward.append(len(launches))
             self.forward.extend(launches)
         self.backward = [Fill(self.grads[vid], w) for vid, w in s.fills]
+        # op index -> how many of self.backward's launches have run once its backward has
+        # (what a gradient reader needs to start on that op's parameters early)
+        self.backward_done = {}
         if train:
             store.ensure_grads()
             for op, layer in zip(reversed(g.ops), reversed(layers)):
@@ -106,6 +109,7 @@ class ExecutionPlan:
                         [self.acts[v] for v in op.out_values], dy,
                         store.op_params[i], store.op_dparams[i], ws[i], saved[i],
                         list(s.accumulate[i])))
+                self.backward_done[i] = len(self.backward)
 
     def memory_stats(self):
         """Planned arena bytes against the sum of every tensor it holds, plus the rest;

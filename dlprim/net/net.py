@@ -257,12 +257,16 @@ class Net:
 
     def backward(self, e: Any = None) -> None:
         """Enqueue the backward pass; parameter gradients are added to ``grad_arena``."""
-        self._need_setup()
-        if self._mode != TRAIN:
-            raise RuntimeError("backward() needs mode TRAIN; the net is in %r" % self._mode)
+        self.backward_check()
         queue = e.queue if e is not None else self.ctx.queue
         for launch in self.plan.backward:
             launch(queue)
+
+    def backward_check(self) -> None:
+        """Raise unless ``plan.backward`` may run now (set up, in train mode)."""
+        self._need_setup()
+        if self._mode != TRAIN:
+            raise RuntimeError("backward() needs mode TRAIN; the net is in %r" % self._mode)
 
     def zero_grad(self, e=None):
         """Zero every parameter gradient: one fill over the gradient arena."""

@@ -67,7 +67,7 @@ def train_step(net: Any, parallel: Any, roles: Any, x: Any, y: Any) -> Tuple[flo
     feed(net, roles, x, y)
     parallel.zero_grad()
     net.forward()
-    net.backward()
+    parallel.backward()
     parallel.step(samples=y.size)
     loss, top = read(net, roles, y)
     return loss, top[1]
