@@ -287,6 +287,19 @@ def test_a_launcher_without_mpi4py_names_the_extra(ctx, tmp_path):
         done.stderr
 
 
+@needs_mpi
+def test_a_launcher_whose_job_mpi_does_not_see_is_an_error(ctx):
+    """Announced 2 ranks, MPI a job of 1 (mpi4py on another MPI library than the
+    launcher's): every rank would train alone on the same device; init() says so."""
+    done = _run_python(ctx, "import dlprim.distributed as d\n"
+                            "try:\n"
+                            "    d.init()\n"
+                            "except d.DistributedError as err:\n"
+                            "    print(err)\n", PMI_SIZE="2")
+    assert "started 2 ranks but MPI sees a job of 1" in done.stdout, done.stdout + done.stderr
+    assert "MPI4PY_LIBMPI" in done.stdout
+
+
 def _loader(count, batch, **kw):
     rng = np.random.default_rng(2)
     source = ArraySource(rng.random((count, 1, 2, 2), np.float32), np.arange(count) % 3)

@@ -173,6 +173,18 @@ class MPICommunicator(Communicator):
 _WORLD = None
 
 
+def launched_size(environ: Optional[dict] = None) -> Optional[int]:
+    """The job size the launcher announced (``PMI_SIZE`` of MPICH's, ``OMPI_COMM_WORLD_SIZE``
+    of Open MPI's), or None where it announces none."""
+    environ = os.environ if environ is None else environ
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        try:
+            return int(environ[name])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
 def init(mpi: Optional[bool] = None) -> Communicator:
     """The communicator of this process (made once; later calls return the same one).
 
@@ -204,7 +216,17 @@ def init(mpi: Optional[bool] = None) -> Communicator:
         raise DistributedError("%s, but mpi4py cannot be imported (%s): %s, which brings "
                                "mpi4py and an MPI library (MPICH)"
                                % (started, err, INSTALL_HINT)) from None
-    _WORLD = MPICommunicator()
+    world = MPICommunicator()
+    launched = launched_size()
+    if launched is not None and launched != world.size:
+        # each rank would train alone (and on the same device) without a word
+        raise DistributedError(
+            "the launcher started %d ranks but MPI sees a job of %d: mpi4py loaded another "
+            "MPI library than the launcher's (an MPICH mpiexec with Open MPI's library, or "
+            "the other way round). Launch with the mpiexec of the MPI that mpi4py uses, or "
+            "point mpi4py at the launcher's library: MPI4PY_LIBMPI=/path/to/libmpi.so.12 "
+            "(MPICH) and MPI4PY_MPIABI=mpich" % (launched, world.size))
+    _WORLD = world
     if _WORLD.size > 1:
         _abort_on_uncaught(_WORLD)
     return _WORLD
