@@ -35,11 +35,7 @@ inline float score(const float *mine, __local const float *staged, float bias)
 
 // o[i] = sum_j p_ij v_j, lse[i] = log sum_j exp(s_ij) (-inf for a row masked whole)
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
-void attention_forward(uint lq, uint lk, float scale,
-                       __global const float *q, ulong q_offset,
-                       __global const float *k, ulong k_offset,
-                       __global const float *v, ulong v_offset,
-                       __global float *o, ulong o_offset,
+void attention_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
                        __global float *lse, ulong lse_offset MASK_ARGS DROP_ARGS)
 {
     __local float kt[${T}][${D}];
@@ -96,14 +92,8 @@ void attention_forward(uint lq, uint lk, float scale,
 
 // dq_i = scale sum_j ds_ij k_j: one work item per query row, key tiles in local memory
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
-void attention_dq(uint lq, uint lk, float scale,
-                           __global const float *q, ulong q_offset,
-                           __global const float *k, ulong k_offset,
-                           __global const float *v, ulong v_offset,
-                           __global const float *dout, ulong dout_offset,
-                           __global const float *lse, ulong lse_offset,
-                           __global const float *delta, ulong delta_offset,
-                           __global float *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
+void attention_dq(BACKWARD_ARGS,
+    __global float *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
 {
     __local float kt[${T}][${D}];
     __local float vt[${T}][${DV}];
@@ -151,15 +141,8 @@ void attention_dq(uint lq, uint lk, float scale,
 // dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dO_i: one work item per key row, query
 // tiles (q, dO, lse, delta) in local memory
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
-void attention_dkdv(uint lq, uint lk, float scale,
-                             __global const float *q, ulong q_offset,
-                             __global const float *k, ulong k_offset,
-                             __global const float *v, ulong v_offset,
-                             __global const float *dout, ulong dout_offset,
-                             __global const float *lse, ulong lse_offset,
-                             __global const float *delta, ulong delta_offset,
-                             __global float *dk, ulong dk_offset,
-                             __global float *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
+void attention_dkdv(BACKWARD_ARGS,
+    __global float *dk, ulong dk_offset, __global float *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
 {
     __local float qt[${T}][${D}];
     __local float gt[${T}][${DV}];

@@ -5,6 +5,14 @@
 // Expects bh, lq and lk in scope where MASK_AT and KEEP are used.
 #define NEG_INF (-INFINITY)
 
+// the arguments every kernel of a pass takes first (the launcher's order)
+#define FORWARD_ARGS uint lq, uint lk, float scale, \
+    __global const float *q, ulong q_offset, __global const float *k, ulong k_offset, \
+    __global const float *v, ulong v_offset
+#define BACKWARD_ARGS FORWARD_ARGS, \
+    __global const float *dout, ulong dout_offset, __global const float *lse, ulong lse_offset, \
+    __global const float *delta, ulong delta_offset
+
 % if DROPOUT:
 <%include file="philox.h"/>
 

@@ -103,11 +103,7 @@ col = lambda c: "tx + %d" % (TX * c)
 %>
 // o = softmax(s) v and lse per query row, for the block of BQ query rows of group 0
 __kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
-void attention_tiles_forward(uint lq, uint lk, float scale,
-                             __global const float *q, ulong q_offset,
-                             __global const float *k, ulong k_offset,
-                             __global const float *v, ulong v_offset,
-                             __global float *o, ulong o_offset,
+void attention_tiles_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
                              __global float *lse, ulong lse_offset MASK_ARGS DROP_ARGS)
 {
     __local float4 qs4[${BQ * DP // 4}], kv4[${BK * KW // 4}], ps4[${BQ * PP // 4}];
@@ -216,14 +212,8 @@ col = lambda c: "tx + %d" % (TX * c)
 <% RQ, CK = BQ // TY, BK // TX %>
 // dq_i = scale sum_j ds_ij k_j for the block of BQ query rows of group 0
 __kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
-void attention_tiles_dq(uint lq, uint lk, float scale,
-                        __global const float *q, ulong q_offset,
-                        __global const float *k, ulong k_offset,
-                        __global const float *v, ulong v_offset,
-                        __global const float *dout, ulong dout_offset,
-                        __global const float *lse, ulong lse_offset,
-                        __global const float *delta, ulong delta_offset,
-                        __global float *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
+void attention_tiles_dq(BACKWARD_ARGS,
+    __global float *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
 {
     __local float4 qs4[${BQ * DP // 4}], gs4[${BQ * VP // 4}], ks4[${BK * DP // 4}],
                    vs4[${BK * VP // 4}], ps4[${BQ * PP // 4}];
@@ -293,15 +283,8 @@ void attention_tiles_dq(uint lq, uint lk, float scale,
 // dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij k_ij dO_i for the block of BK key rows
 // of group 0 (lse and delta of the query block staged beside it)
 __kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
-void attention_tiles_dkdv(uint lq, uint lk, float scale,
-                          __global const float *q, ulong q_offset,
-                          __global const float *k, ulong k_offset,
-                          __global const float *v, ulong v_offset,
-                          __global const float *dout, ulong dout_offset,
-                          __global const float *lse, ulong lse_offset,
-                          __global const float *delta, ulong delta_offset,
-                          __global float *dk, ulong dk_offset,
-                          __global float *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
+void attention_tiles_dkdv(BACKWARD_ARGS,
+    __global float *dk, ulong dk_offset, __global float *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
 {
     __local float4 ks4[${BK * DP // 4}], vs4[${BK * VP // 4}], qs4[${BQ * DP // 4}],
                    gs4[${BQ * VP // 4}], pt4[${BK * PQ // 4}], dst4[${BK * PQ // 4}];
