@@ -146,9 +146,12 @@ def test_functional_gemm(ctx, rng):
 
 
 @pytest.mark.parametrize("tile", [dict(VEC=1, BLOCK_M=2, BLOCK_N=4, TILE_K=8),
-                                  dict(GROUP=2, TILE_M=16, TILE_N=16)])
+                                  dict(GROUP=2, TILE_M=16, TILE_N=16),
+                                  dict(TILE_M=16, TILE_N=48, TILE_K=8, BLOCK_M=4, BLOCK_N=12,
+                                       VEC=4, GROUP=8)])
 def test_explicit_tiles(ctx, rng, tile):
-    # scalar local reads; and banded tile order with a ragged last band (9 tile rows)
+    # scalar local reads; banded tile order with a ragged last band (9 tile rows); three
+    # float4 pieces per thread row as in the 128x192 wave tile (tuning.WAVE_TILES)
     M, N, K = 129, 65, 63
     a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     C = poisoned(ctx, (M, N))
@@ -256,6 +259,74 @@ def test_split_k_choice_on_gpus(ctx, rng, monkeypatch):
     C = poisoned(ctx, (31, 31))
     op(t(ctx, a), t(ctx, b), C)
     close(C.numpy(), reference(a, b), 4096)
+
+
+class _GpuFacts:
+    """An H100 as the tile tables see it (132 compute units)."""
+    is_cpu, is_gpu, vendor_id, compute_units = False, True, "nvidia", 132
+
+
+def _plan(M, N, K, batch=1, facts=None, trans_b=False):
+    p = tuning.wave_plan(facts or _GpuFacts(), M, N, K, batch, trans_b)
+    return p and ("%dx%d" % (p[0]["TILE_M"], p[0]["TILE_N"]), p[1])
+
+
+def test_wave_plan(monkeypatch):
+    monkeypatch.setattr(tuning, "tuned_tile", lambda *a, **k: None)
+    tokens = 64 * 197  # vit_b_16 at batch 64
+    # 768 wide: 128x256 tiles make 2.25 waves of 132, 128x192 and 192x128 tiles 3.0; of
+    # those, the one faster with B in its layout (read along K for an inner product)
+    assert _plan(tokens, 768, 768, trans_b=True) == ("128x192", 1)
+    assert _plan(tokens, 768, 768) == ("192x128", 1)
+    assert _plan(tokens, 768, 3072, trans_b=True) == ("128x192", 1)  # a split costs more
+    assert _plan(tokens, 3072, 768, trans_b=True) == ("128x256", 1)  # 9.0 waves already
+    assert _plan(128, 50176, 1152) is None  # 192-row tiles would be a third empty
+    # weight gradients: few tiles, K = tokens long: split into whole waves
+    assert _plan(768, 768, tokens) == ("128x256", 7)       # 126 of 132 units
+    assert _plan(3072, 768, tokens) == ("128x256", 11)     # 792 work-groups: 6.0 waves
+    # nothing whole enough: the shape-class table decides
+    assert _plan(1024, 1024, 1024) is None                 # 32 tiles, K too short to split
+    assert _plan(2048, 3136, 512) is None                  # 1.6 / 2.1 waves
+    assert _plan(64, 4096, 4096) is None                   # narrow: not this plan's tiles
+
+    class Cpu(_GpuFacts):
+        is_cpu, is_gpu, vendor_id = True, False, "pocl"
+    assert _plan(tokens, 768, 768, facts=Cpu()) is None
+    # a tuned tile for the shape's class wins over the plan
+    monkeypatch.setattr(tuning, "tuned_tile", lambda *a, **k: dict(tuning.WAVE_TILES[0][0]))
+    assert _plan(tokens, 768, 768) is None
+
+
+def test_wave_plan_in_gemm(ctx, monkeypatch):
+    # Gemm takes the plan's tile and split unless a tile or split_k is given
+    monkeypatch.setattr(tuning, "wave_plan",
+                        lambda facts, M, N, K, batch, trans_b: (dict(tuning.WAVE_TILES[1][0]), 2))
+    op = Gemm(ctx, 40, 24, 64)
+    assert op.tile == tuning.WAVE_TILES[1][0] and op.splits == 2
+    assert Gemm(ctx, 40, 24, 64, split_k=1).splits == 1
+
+
+def test_caller_workspace(ctx, rng):
+    # the split-K partial sums go where the caller (a layer's planned workspace) says
+    M, N, K = 33, 31, 129
+    op = Gemm(ctx, M, N, K, split_k=3)
+    assert op.workspace_elements == 3 * round_up(M * N, 4)
+    assert Gemm(ctx, M, N, K, split_k=1).workspace_elements == 0
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    W = poisoned(ctx, (4 + op.workspace_elements,))
+
+    def at(offset):
+        return dp.Tensor(ctx, (op.workspace_elements,), "float32", buffer=W.buffer, offset=offset)
+    C = poisoned(ctx, (M, N))
+    op(t(ctx, a), t(ctx, b), C, workspace=at(4))
+    close(C.numpy(), reference(a, b), K)
+    assert op._workspace is None  # no private copy was made
+    with pytest.raises(ValueError, match="the workspace has 10 elements, the 3-part split needs"):
+        op(t(ctx, a), t(ctx, b), C, workspace=t(ctx, np.zeros(10)))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        op(t(ctx, a), t(ctx, b), C, workspace=at(1))
+    with pytest.raises(TypeError, match="float32"):
+        op(t(ctx, a), t(ctx, b), C, workspace=np.zeros(op.workspace_elements, np.float32))
 
 
 # the wide register-block tiles of kernels/gemm_cpu.cl (any OpenCL device runs them)

@@ -89,3 +89,30 @@ def test_init_and_config(ctx):
 def test_option_errors(ctx, options, shape, message):
     with pytest.raises(LayerError, match=r"InnerProduct 'fc': .*%s" % message):
         create(ctx, "InnerProduct", "fc", options).setup([TensorSpec(shape)])
+
+
+def test_split_gemms_use_the_layer_workspace(ctx, monkeypatch):
+    # where the GEMMs split K (the wave plan on GPUs; forced here), their partial sums
+    # live in the layer's planned workspace, after g = dy * act'(y)
+    from dlprim.core import tuning
+    tile = dict(TILE_M=16, TILE_N=48, TILE_K=8, BLOCK_M=4, BLOCK_N=12, VEC=4, GROUP=8)
+    monkeypatch.setattr(tuning, "wave_plan", lambda facts, M, N, K, batch, trans_b: (dict(tile), 3))
+    rng = np.random.default_rng(5)
+    shape, outputs = (33, 4, 8), 31
+    layer = create(ctx, "InnerProduct", "fc", dict(outputs=outputs, activation="tanh"))
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = (rng.standard_normal((outputs, 32)) / np.sqrt(32)).astype(np.float32)
+    b = rng.standard_normal(outputs).astype(np.float32)
+    dy = rng.standard_normal((33, outputs)).astype(np.float32)
+    res = run_layer(ctx, layer, [x], params=[w, b], dy=[dy], accumulate=True)
+    fwd, (data_op, filter_op) = layer._fwd, layer._backward_ops()
+    assert min(fwd.splits, data_op.splits, filter_op.splits) > 1
+    assert all(op._workspace is None for op in (fwd, data_op, filter_op))
+    ws = layer.setup([TensorSpec(shape)]).workspace
+    assert ws == layer.act_bytes + 4 * max(op.workspace_elements for op in (fwd, data_op, filter_op))
+    x64, w64, b64 = x.astype(np.float64), w.astype(np.float64), b.astype(np.float64)
+    y = ip_ref(x64, w64, b64, "tanh")
+    dx, dw, db = ip_backward_ref(x64, w64, b64, y, dy.astype(np.float64), "tanh")
+    assert_close(res.y[0], y, what="y")
+    assert_close(res.dx[0], dx, rtol=2e-4, atol=2e-4, what="dx")
+    assert_close(res.dparams[0], dw, rtol=2e-4, atol=3e-4, what="dW")

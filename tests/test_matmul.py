@@ -49,6 +49,26 @@ def test_forward_backward(ctx, rng, a, b, opts):
         assert_close(r.dx[1], db, rtol=1e-4, atol=1e-4, what="dB")
 
 
+def test_split_gemms_use_the_layer_workspace(ctx, rng, monkeypatch):
+    # split-K partial sums (the wave plan on GPUs; forced here) sit in the planned
+    # workspace after the broadcast operand's per-batch products
+    from dlprim.core import tuning
+    tile = dict(TILE_M=16, TILE_N=48, TILE_K=8, BLOCK_M=4, BLOCK_N=12, VEC=4, GROUP=8)
+    monkeypatch.setattr(tuning, "wave_plan", lambda facts, M, N, K, batch, trans_b: (dict(tile), 2))
+    layer = create(ctx, "MatMul", "mm", {})
+    a, b = (5, 33, 40), (40, 17)                   # B broadcast over A's batch
+    xa = rng.standard_normal(a).astype(np.float32)
+    xb = rng.standard_normal(b).astype(np.float32)
+    dy = rng.standard_normal((5, 33, 17)).astype(np.float32)
+    r = run_layer(ctx, layer, [xa, xb], dy=[dy], accumulate=True)
+    gemms = (layer.forward_gemm, layer.gemm_da, layer.gemm_db)
+    assert all(g.splits == 2 and g._workspace is None for g in gemms)
+    A, B, dc = xa.astype(np.float64), xb.astype(np.float64), dy.astype(np.float64)
+    assert_close(r.y[0], A @ B, rtol=1e-4, atol=1e-4, what="y")
+    assert_close(r.dx[0], dc @ B.T, rtol=1e-4, atol=1e-4, what="dA")
+    assert_close(r.dx[1], (np.swapaxes(A, -1, -2) @ dc).sum(0), rtol=1e-4, atol=1e-4, what="dB")
+
+
 def test_errors_and_round_trip(ctx):
     layer = create(ctx, "MatMul", "mm", {"transpose_b": True, "alpha": 0.125})
     again = create(ctx, "MatMul", "mm", json.loads(json.dumps(layer.config())))

@@ -1,10 +1,12 @@
 """GEMM throughput: dlprim's OpenCL kernel beside torch.matmul (FP32, TF32 off).
 
-    dlprim-benchmark gemm [--device gpu] [--repeat 20] [--sweep] [--ptx DIR]
+    dlprim-benchmark gemm [--device gpu] [--repeat 20] [--sweep] [--transformer] [--ptx DIR]
 
 Shapes: square 1024..8192 and every distinct convolution of ResNet-50 at batch 64
 (224x224 input) as conv-by-GEMM: M = out channels, N = batch*Ho*Wo, K = in_ch*kh*kw;
 then its final fully connected layer's shapes (few tiles, long K: split-K).
+``--transformer``: a ViT-B encoder layer's GEMMs instead (forward, data and weight
+gradients of its four Linears at batch 64, with their transposes).
 Times are medians of OpenCL profiling events (CUDA events for torch) after a warm-up.
 ``--sweep`` also times every tuner candidate tile at 4096³.
 """
@@ -49,6 +51,20 @@ def resnet50_convs(batch=64, size=224):
     return [(m, n, k, name) for (m, n, k), name in shapes.items()]
 
 
+def transformer_gemms(batch=64, tokens=197, width=768, mlp=3072):
+    """(M, N, K, trans_a, trans_b, name) of a ViT-B encoder layer's GEMMs (vit_b_16 at
+    ``batch``): each Linear's forward (X Wᵀ), data gradient (G W) and weight gradient
+    (Gᵀ X), as InnerProduct runs them."""
+    t = batch * tokens
+    out = []
+    for name, n_in, n_out in (("qkv", width, 3 * width), ("out_proj", width, width),
+                              ("fc1", width, mlp), ("fc2", mlp, width)):
+        out += [(t, n_out, n_in, False, True, name + " forward"),
+                (t, n_in, n_out, False, False, name + " data grad"),
+                (n_out, n_in, t, True, False, name + " weight grad")]
+    return out
+
+
 def time_dlprim(ctx, op, A, B, C, repeat):
     launches = op.launches(A, B, C)
     for launch in launches:  # warm-up
@@ -73,17 +89,19 @@ def time_torch(torch, a, b, repeat):
     return statistics.median(s.elapsed_time(e) * 1e-3 for s, e in pairs), c
 
 
-def run_shape(ctx, torch, M, N, K, repeat, tile=None, split_k=None):
+def run_shape(ctx, torch, M, N, K, repeat, tile=None, split_k=None, trans_a=False,
+              trans_b=False):
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K), np.float32)
-    b = rng.standard_normal((K, N), np.float32)
+    a = rng.standard_normal((K, M) if trans_a else (M, K), np.float32)  # as stored
+    b = rng.standard_normal((N, K) if trans_b else (K, N), np.float32)
     A, B = dp.Tensor.from_numpy(ctx, a), dp.Tensor.from_numpy(ctx, b)
     C = dp.Tensor.from_numpy(ctx, np.full((M, N), np.nan, np.float32))  # every element written
-    op = Gemm(ctx, M, N, K, tile=tile, split_k=split_k)
+    op = Gemm(ctx, M, N, K, trans_a, trans_b, tile=tile, split_k=split_k)
     t_ours = time_dlprim(ctx, op, A, B, C, repeat)
     row = {"M": M, "N": N, "K": K, "dlprim_s": t_ours, "tile": op.tile, "splits": op.splits}
     if torch is not None:
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        ta, tb = ta.t() if trans_a else ta, tb.t() if trans_b else tb
         row["torch_s"], tc = time_torch(torch, ta, tb, repeat)
         ours = torch.from_numpy(C.numpy()).cuda()
         row["rel_err"] = float(torch.linalg.norm(ours - tc) / torch.linalg.norm(tc))
@@ -99,6 +117,8 @@ def main(argv=None):
     parser.add_argument("--tiles", help="JSON list of extra tiles for --sweep")
     parser.add_argument("--split-sweep", action="store_true",
                         help="time split-K 1..16 on shapes with few tiles or long K")
+    parser.add_argument("--transformer", action="store_true",
+                        help="time a ViT-B encoder layer's GEMMs (vit_b_16, batch 64) instead")
     parser.add_argument("--json", help="write all rows here")
     parser.add_argument("--ptx", help="write the built gemm programs' binaries (PTX on NVIDIA) here")
     args = parser.parse_args(argv)
@@ -130,11 +150,15 @@ def main(argv=None):
                 line.append("%d:%.1f" % (row["splits"], 2 * M * N * K / row["dlprim_s"] / 1e12))
             auto = run_shape(ctx, None, M, N, K, args.repeat)
             print("split %5dx%6dx%5d auto=%d  %s" % (M, N, K, auto["splits"], "  ".join(line)))
-    shapes = [(s, s, s, "square %d" % s) for s in (1024, 2048, 4096, 8192)] + resnet50_convs() \
-        + [(64, 1000, 2048, "fc (X·Wᵀ as M=batch)"), (2048, 64, 1000, "fc backward-data-like")]
+    shapes = [(s, s, s, False, False, "square %d" % s) for s in (1024, 2048, 4096, 8192)] \
+        + [(m, n, k, False, False, name) for m, n, k, name in resnet50_convs()] \
+        + [(64, 1000, 2048, False, False, "fc (X·Wᵀ as M=batch)"),
+           (2048, 64, 1000, False, False, "fc backward-data-like")]
+    if args.transformer:
+        shapes = transformer_gemms()
     table = []
-    for M, N, K, name in shapes:
-        row = dict(run_shape(ctx, torch, M, N, K, args.repeat), name=name)
+    for M, N, K, ta, tb, name in shapes:
+        row = dict(run_shape(ctx, torch, M, N, K, args.repeat, trans_a=ta, trans_b=tb), name=name)
         rows.append(row)
         flop = 2.0 * M * N * K
         ours = flop / row["dlprim_s"] / 1e12

@@ -51,9 +51,15 @@ class Gemm:
                              % (activation, ", ".join(FUSABLE)))
         self.bias, self.activation = bias, activation
         self.tile = tuning.pick_tile(ctx.facts, self.M, self.N, self.batch)
+        # whole waves of one-per-compute-unit tiles where that is predicted faster
+        planned = None if tile or split_k is not None else \
+            tuning.wave_plan(ctx.facts, self.M, self.N, self.K, self.batch, self.trans_b)
+        if planned:
+            self.tile, split_k = planned
         if tile:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
-        self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile
+        self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile \
+            and not planned
         self.splits, self.k_chunk = (1, self.K) if self.small_m else self._split(split_k)
         self.batch_sum = bool(batch_sum)
         if self.batch_sum and not self.batch_summable(ctx, M, trans_b):
@@ -172,6 +178,17 @@ class Gemm:
                                  % (stride, self.batch))
         return ld, stride
 
+    def _check_workspace(self, W):
+        if not isinstance(W, Tensor) or W.dtype != np.float32:
+            raise TypeError("Gemm: the workspace must be a float32 dlprim Tensor, got %r" % (W,))
+        if W.size < self.workspace_elements:
+            raise ValueError("Gemm: the workspace has %d elements, the %d-part split needs %d"
+                             % (W.size, self.splits, self.workspace_elements))
+        if W.offset % 4:
+            raise ValueError("Gemm: the workspace must start 16-byte aligned (offset %d elements)"
+                             % W.offset)
+        return W
+
     def _check_bias(self, bias):
         if self.bias is None:
             if bias is not None:
@@ -190,19 +207,28 @@ class Gemm:
 
     # ----- launching
     @property
+    def workspace_elements(self):
+        """float32 elements of the split-K partial sums (0 when K is not split); a caller
+        that plans memory passes that much as ``workspace``, else the Gemm keeps its own."""
+        if self.splits == 1 or self.M == 0 or self.N == 0:
+            return 0
+        return self.batch * self.splits * round_up(self.M * self.N, 4)
+
+    @property
     def packed_b_elements(self):
         """Elements of op(B) packed into strips for one batch entry (see ``b_packed``)."""
         return ceil_div(self.N, self.tile["BLOCK_N"]) * self.K * self.tile["BLOCK_N"]
 
     def launches(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
-                 stride_a=0, stride_b=0, stride_c=0, b_packed=False):
+                 stride_a=0, stride_b=0, stride_c=0, b_packed=False, workspace=None):
         """C = act(alpha * op(A) op(B) + bias + beta * C) over the given tensors, with leading
         dimensions and batch strides in elements (None: packed); checked before anything is built.
 
         ``b_packed``: B already holds op(B) as ``gemm_pack_b`` lays it out (strips of
         BLOCK_N columns, each K x BLOCK_N, zero past N; ``packed_b_elements`` per batch
         entry, one after another), as a producer such as im2col can write it; only for a
-        GEMM that packs (``pack_b``).
+        GEMM that packs (``pack_b``). ``workspace``: a float32 tensor of at least
+        ``workspace_elements`` for the split-K partial sums (None: the Gemm's own).
         """
         lda, stride_a = self._check_operand("a", A, lda, stride_a)
         if b_packed:
@@ -267,9 +293,12 @@ class Gemm:
                                           flops=self.flops)]
         # split-K: partial products into the workspace, then sum + epilogue into C
         part = round_up(self.M * self.N, 4)  # keeps every part 16-byte aligned
-        if self._workspace is None:
-            self._workspace = Tensor(self.ctx, (self.batch * self.splits * part,))
-        W = self._workspace
+        if workspace is not None:
+            W = self._check_workspace(workspace)
+        else:
+            if self._workspace is None:
+                self._workspace = Tensor(self.ctx, (self.workspace_elements,))
+            W = self._workspace
         first = self._program(*aligned_ab, self._aligned(self.N, 0, part), epilogue=False)
         args = head + [W, i32(self.N), u64(part), W.buffer, u64(0), f32(alpha), f32(0)]
         reduce_args = [i32(self.M), i32(self.N), i32(self.splits), W, u64(part),
@@ -280,10 +309,10 @@ class Gemm:
                                 self.batch), (32, 4, 1), reduce_args)]
 
     def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
-                 stride_a=0, stride_b=0, stride_c=0, queue=None, b_packed=False):
+                 stride_a=0, stride_b=0, stride_c=0, queue=None, b_packed=False, workspace=None):
         queue = self.ctx.queue if queue is None else queue
         for launch in self.launches(A, B, C, bias, alpha, beta, lda, ldb, ldc,
-                                    stride_a, stride_b, stride_c, b_packed):
+                                    stride_a, stride_b, stride_c, b_packed, workspace):
             launch(queue)
         return C
 

@@ -12,12 +12,14 @@ Keys: the GEMM table by ``family(facts)``; the rest by ``facts.is_gpu``. The GPU
 were measured on NVIDIA GPUs (H100, H200), the CPU ones on PoCL; other GPUs share the
 GPU numbers untested. Split models and work-group sizes are in ``tuning_launch``.
 """
+import math
+
 from ..kernels.program import pow2_at_least
 from ..utils import ceil_div
 from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
 
 __all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "pack_b", "CLASSES", "CONV_CLASSES",
-           "family", "shape_class", "default_tile", "tuned_tile", "pick_tile", "check_tile",
+           "family", "shape_class", "default_tile", "tuned_tile", "pick_tile", "wave_plan", "check_tile",
            "candidates", "conv_class", "conv_tile", "conv_vec", "winograd_sum_tile",
            "prefer_winograd", "prefer_im2col", "cache_dir", "cache_file", "device_key",
            "store_tuned"]
@@ -156,6 +158,54 @@ def pick_tile(facts, M, N, batch=1):
     """The GEMM tile for C (M x N, ``batch`` of them): tuned, else the table."""
     cls = shape_class(M, N, batch, facts.compute_units)
     return tuned_tile(facts, cls) or default_tile(facts, cls)
+
+
+# ----- the wave plan: whole waves of one-per-compute-unit tiles
+# A 128x256 work-group (8x16 per thread) holds a compute unit alone, so a GEMM runs in
+# waves of compute_units work-groups and a last partial wave idles the rest: at 12608 x
+# 768 (a transformer's tokens x width) its 297 tiles make 2.25 waves on an H100's 132
+# units and it ran at 33.5-36.2 TFLOP/s, where 128x192 tiles (4 across, 3.0 waves) ran at
+# 41.8-43.2. Each candidate is (tile, speed at full waves relative to 128x256 with B read
+# along K (transposed, as an inner product's weights), and with B read along N), measured
+# on that H100 at whole waves on 12608-row shapes (benchmarks: docs/benchmarks.md, GEMM).
+WAVE_TILES = ((_tile(128, 256, 8, 8, 16, 4, 8), 1.0, 1.0),
+              (_tile(128, 192, 8, 8, 12, 4, 8), 0.93, 0.89),
+              (_tile(192, 128, 8, 12, 8, 4, 8), 0.89, 0.94))
+WAVE_MIN_SPEED = 0.9  # the plan is taken when it predicts this share of the 128x256 speed
+WAVE_MIN_CHUNK = 1024  # shortest K slice of a split in the plan
+WAVE_MAX_PARTS = 16
+# the partial sums cost ~8 bytes a value (written, then read by gemm_reduce), a byte the
+# time of ~15 FLOPs at full speed: relative cost 60 * parts / K
+WAVE_BYTE_FLOPS = 15
+
+
+def wave_plan(facts, M, N, K, batch=1, trans_b=False):
+    """``(tile, parts)`` for C = M x N (``batch`` of them) with a K-long reduction on the
+    tiles that fill whole waves (``WAVE_TILES``, split-K into ``parts`` where K is long),
+    or None where no such plan reaches ``WAVE_MIN_SPEED`` of the 128x256 tile at full
+    waves (the shape-class table and its split rule then decide), off the 'gpu' family,
+    or where a tuned tile is stored for the shape's class. The predicted speed counts the
+    tile's own speed, the share of its rows and columns inside C, the last wave's idle
+    units and the partial sums' traffic."""
+    if family(facts) != "gpu" or min(M, N) < 2 * SMALL or K == 0 or batch == 0:
+        return None
+    if tuned_tile(facts, shape_class(M, N, batch, facts.compute_units)):
+        return None
+    cus = facts.compute_units
+    best, best_cost = None, 1.0 / WAVE_MIN_SPEED
+    for tile, speed_kb, speed_nb in WAVE_TILES:
+        rows, cols = ceil_div(M, tile["TILE_M"]), ceil_div(N, tile["TILE_N"])
+        inside = M * N / float(rows * tile["TILE_M"] * cols * tile["TILE_N"])
+        speed = (speed_kb if trans_b else speed_nb) * inside
+        for parts in range(1, WAVE_MAX_PARTS + 1):
+            if parts > 1 and K // parts < WAVE_MIN_CHUNK:
+                break
+            waves = rows * cols * batch * parts / float(cus)
+            fill = waves / math.ceil(waves)
+            cost = 1.0 / (speed * fill) + (8.0 * WAVE_BYTE_FLOPS * parts / (2 * K) if parts > 1 else 0)
+            if cost < best_cost - 1e-9:
+                best, best_cost = (dict(tile), parts), cost
+    return best
 
 
 # ----- implicit-GEMM convolution (kernels/conv_gemm.cl): benchmarks/conv.py on an H100

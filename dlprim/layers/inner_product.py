@@ -12,7 +12,7 @@ from ..core.activation import FUSABLE, backward_code
 from ..tensor import ws_view
 from ..core.gemm import Gemm
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
-from ..utils import is_int
+from ..utils import is_int, round_up
 from .base import Layer, ParamSpec, Setup, TensorSpec, register
 
 __all__ = ["InnerProduct"]
@@ -66,7 +66,11 @@ class InnerProduct(Layer):
             self.bias_bwd = PointwiseBroadcastReduce(self.ctx, [y_spec],
                                                      [((1, outputs), np.float32)], "y0 = x0;",
                                                      name="ip_bias_backward")
-        ws = 4 * n * outputs if self.act_bwd is not None and self.mode == "train" else 0
+        # the workspace: g = dy * act'(y) (training), then any GEMM's split-K partial sums
+        self.act_bytes = round_up(4 * n * outputs, 16) \
+            if self.act_bwd is not None and self.mode == "train" else 0  # 16: float4 GEMM reads
+        gemms = [self._fwd] + (list(self._backward_ops()) if self.mode == "train" else [])
+        ws = self.act_bytes + 4 * max(op.workspace_elements for op in gemms)
         params = [ParamSpec((outputs, inputs))] + ([ParamSpec((outputs,))] if self.bias else [])
         # dy * act'(y) needs y
         flags = self.default_flags(backward_reads_outputs=self.activation != "identity")
@@ -78,9 +82,15 @@ class InnerProduct(Layer):
         for p in params:
             p.to_device(rng.uniform(-bound, bound, p.shape).astype(np.float32))
 
+    def _gemm_ws(self, op, ws):
+        """The split-K partial sums of ``op`` in the workspace, after g; None if unsplit."""
+        count = op.workspace_elements
+        return ws_view(ws, self.act_bytes, count) if count else None
+
     def forward(self, x, y, params, ws, saved):
         return self._fwd.launches(x[0].reshape(self.n, self.inputs), params[0], y[0],
-                                  bias=params[1] if self.bias else None)
+                                  bias=params[1] if self.bias else None,
+                                  workspace=self._gemm_ws(self._fwd, ws))
 
     def _backward_ops(self):
         if self._bwd is None:
@@ -102,9 +112,10 @@ class InnerProduct(Layer):
         data_op, filter_op = self._backward_ops()
         if dx[0] is not None:
             out += data_op.launches(g, params[0], dx[0].reshape(self.n, self.inputs),
-                                    beta=float(accumulate[0]))
+                                    beta=float(accumulate[0]), workspace=self._gemm_ws(data_op, ws))
         if want_dw:
-            out += filter_op.launches(g, x[0].reshape(self.n, self.inputs), dparams[0], beta=1.0)
+            out += filter_op.launches(g, x[0].reshape(self.n, self.inputs), dparams[0], beta=1.0,
+                                      workspace=self._gemm_ws(filter_op, ws))
         if want_db:
             out += self.bias_bwd.launches([g], [dparams[1].reshape(1, self.outputs)],
                                           alpha=1.0, beta=1.0)

@@ -14,6 +14,7 @@ import numpy as np
 from ..core.gemm import Gemm
 from ..core.pointwise import PointwiseBroadcastReduce
 from ..tensor import ws_view
+from ..utils import round_up
 from .base import Layer, Setup, TensorSpec, register
 
 
@@ -74,8 +75,17 @@ class MatMul(Layer):
         self.sums = [None if full or count == 1 else PointwiseBroadcastReduce(
             self.ctx, [((count, size), np.float32)], [((1, size), np.float32)], "y0 = x0;",
             name="matmul_batch_sum") for full, size in zip(self.full, sizes)]
-        ws = max([0] + [4 * count * size for s, size in zip(self.sums, sizes) if s is not None])
+        # the workspace: the per-batch products a broadcast operand's gradient sums, then
+        # the GEMMs' split-K partial sums
+        self.sum_bytes = round_up(max([0] + [4 * count * size for s, size in zip(self.sums, sizes)
+                                             if s is not None]), 16)  # 16: float4 GEMM reads
+        ws = self.sum_bytes + 4 * max(g.workspace_elements
+                                      for g in (self.forward_gemm, self.gemm_da, self.gemm_db))
         return Setup([TensorSpec(batch + (m, n))], [], ws)
+
+    def _gemm_ws(self, gemm, ws):
+        count = gemm.workspace_elements
+        return ws_view(ws, self.sum_bytes, count) if count else None
 
     def _strides(self):
         return [self.m * self.k if self.full[0] else 0, self.k * self.n if self.full[1] else 0]
@@ -83,7 +93,8 @@ class MatMul(Layer):
     def forward(self, x, y, params, ws, saved):
         sa, sb = self._strides()
         return self.forward_gemm.launches(x[0], x[1], y[0], alpha=self.alpha, stride_a=sa,
-                                          stride_b=sb, stride_c=self.m * self.n)
+                                          stride_b=sb, stride_c=self.m * self.n,
+                                          workspace=self._gemm_ws(self.forward_gemm, ws))
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         a, b, dc = x[0], x[1], dy[0]
@@ -107,7 +118,7 @@ class MatMul(Layer):
             out += gemm.launches(first, second, target, alpha=self.alpha,
                                  beta=beta if sums is None else 0.0,
                                  stride_c=size if (sums is not None or self.full[i]) else 0,
-                                 **strides)
+                                 workspace=self._gemm_ws(gemm, ws), **strides)
             if sums is not None:
                 out += sums.launches([target.view((self.batch, size))],
                                      [dx[i].view((1, size))], beta=beta)
