@@ -6,6 +6,8 @@ import json
 import numpy as np
 import pytest
 
+from dlprim.core import normalization
+from dlprim.core.normalization import GroupNormOps
 from dlprim.layers import LayerError, TensorSpec, create
 from layer_check import assert_close, check_reference_grads, run_layer
 
@@ -81,8 +83,14 @@ CASES = [  # (type, options, input shape, (N, G, K, S) view)
     ("RMSNorm", {"eps": 1e-2, "normalized_dims": 2}, (2, 3, 4), (2, 1, 12, 1))]
 
 
+@pytest.mark.parametrize("kernels", ["default", "rows"])
 @pytest.mark.parametrize("kind,opts,shape,view", CASES)
-def test_forward_backward(ctx, rng, kind, opts, shape, view):
+def test_forward_backward(ctx, rng, monkeypatch, kind, opts, shape, view, kernels):
+    rows = view[1] == 1 and view[3] == 1
+    if kernels == "rows":  # kernels/normalization.cl, the GPUs' path, on any device
+        if not rows:
+            pytest.skip("GroupNorm's statistics are not per row")
+        monkeypatch.setattr(normalization, "default_kernels", lambda facts, rows: "rows")
     layer = create(ctx, kind, "norm", opts)
     x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
     dy = rng.standard_normal(shape).astype(np.float32)
@@ -105,6 +113,7 @@ def test_forward_backward(ctx, rng, kind, opts, shape, view):
         assert_close(r.dx[0], dx, rtol=1e-3, atol=1e-4, what="dx")
         for got, want_p in zip(r.dparams, dps):
             assert_close(got.ravel(), want_p.ravel(), rtol=1e-4, atol=1e-4, what="dparam")
+    assert (layer.ops.kernels == "rows") == (kernels == "rows" or (rows and ctx.facts.is_gpu))
     # predict mode: the same output, statistics in the workspace
     r = run_layer(ctx, create(ctx, kind, "norm", opts), [x], params=params, mode="predict")
     assert_close(r.y[0], want, rtol=1e-4, atol=1e-5, what="predict y")
@@ -123,3 +132,25 @@ def test_options_round_trip_and_errors(ctx):
         create(ctx, "RMSNorm", "rms", {"eps": 0})
     with pytest.raises(LayerError, match="unknown option"):
         create(ctx, "LayerNorm", "ln", {"bias": False})
+
+
+def test_row_kernels_choice_and_nan(ctx):
+    # the row kernels take only per-row statistics; a NaN in a row makes that row NaN
+    with pytest.raises(ValueError, match="one group of contiguous values per row"):
+        GroupNormOps(ctx, (2, 4, 2, 63), 1e-5, kernels="rows")
+    with pytest.raises(ValueError, match="kernels must be None, 'rows' or 'pointwise'"):
+        GroupNormOps(ctx, (2, 1, 8, 1), 1e-5, kernels="fused")
+    import dlprim as dp
+    ops = GroupNormOps(ctx, (3, 1, 40, 1), 1e-5, affine=False, kernels="rows")
+    x = np.ones((3, 40), np.float32)
+    x[1, 7] = np.nan
+    x[2] = np.arange(40)
+    X, Y = dp.Tensor.from_numpy(ctx, x), dp.Tensor(ctx, (3, 40))
+    mean, rstd = dp.Tensor(ctx, (3,)), dp.Tensor(ctx, (3,))
+    for launch in ops.forward_launches(X, Y, mean, rstd):
+        launch(ctx.queue)
+    y = Y.numpy()
+    assert np.isnan(y[1]).all() and not np.isnan(y[[0, 2]]).any()
+    want = (x[2] - x[2].mean()) / np.sqrt(x[2].var() + 1e-5)
+    np.testing.assert_allclose(y[2], want, rtol=1e-5, atol=1e-5)
+    assert np.isnan(mean.numpy()[1]) and mean.numpy()[2] == pytest.approx(19.5)

@@ -7,26 +7,45 @@ its K x S values, an affine per (g, k). One launcher serves three layers:
 
     y = (x - mean) * rstd * weight + bias,   rstd = 1 / sqrt(var + eps)   (var biased)
 
-Every step is the pointwise-broadcast-reduce generator. mean and rstd are (N, G) outputs
-that the backward pass reads. With xhat = (x - mean) rstd and g = dy * weight:
+Every step is the pointwise-broadcast-reduce generator, except where the statistics are
+per row of contiguous values (LayerNorm and RMSNorm: G = 1, S = 1): on GPUs the forward
+pass and the input gradient there run on ``kernels/normalization.cl``, one work-group per
+row in one launch each (``kernels="rows"``; "pointwise" forces the generic path). mean
+and rstd are (N, G) outputs that the backward pass reads. With xhat = (x - mean) rstd and g = dy * weight:
 
     dx = rstd (g - mean(g) - xhat mean(g xhat))     (RMSNorm: without the mean(g) term)
     dweight = sum over n, s of dy xhat,   dbias = sum over n, s of dy
 """
 import numpy as np
+import pyopencl as cl
 
+from ..kernels import program
+from ..kernels.program import Launch
 from .copy import fill_launches
 from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from .softmax import row_work_group
 
-__all__ = ["GroupNormOps"]
+__all__ = ["GroupNormOps", "default_kernels"]
 
 F = np.dtype(np.float32)
+
+
+def _or(t, stand_in):
+    """``t``, or a tensor to fill an unread kernel argument with."""
+    return stand_in if t is None else t
+
+
+def default_kernels(facts, rows):
+    """The path a normalisation takes unless told: the row kernels on GPUs where the
+    statistics are per row ("rows"), else "pointwise" (PoCL runs the pointwise
+    generator's vectorised loops faster than a work-group's tree reductions per row)."""
+    return "rows" if rows and facts.is_gpu else "pointwise"
 
 
 class GroupNormOps:
     """The launchers of one normalisation over ``shape`` = (N, G, K, S)."""
 
-    def __init__(self, ctx, shape, eps, affine=True, bias=True, rms=False):
+    def __init__(self, ctx, shape, eps, affine=True, bias=True, rms=False, kernels=None):
         self.ctx = ctx
         self.shape = tuple(int(v) for v in shape)
         if len(self.shape) != 4:
@@ -35,6 +54,20 @@ class GroupNormOps:
         self.count = k * s
         self.eps, self.affine, self.rms = float(eps), bool(affine), bool(rms)
         self.bias = bool(bias) and self.affine
+        rows = g == 1 and s == 1
+        if kernels is None:
+            kernels = default_kernels(ctx.facts, rows)
+        if kernels not in ("rows", "pointwise"):
+            raise ValueError("GroupNormOps: kernels must be None, 'rows' or 'pointwise', got %r"
+                             % (kernels,))
+        if kernels == "rows" and not rows:
+            raise ValueError("GroupNormOps: the row kernels need one group of contiguous "
+                             "values per row (shape (N, 1, K, 1)), got %s" % (self.shape,))
+        self.kernels = kernels
+        if kernels == "rows":
+            self.wg = row_work_group(ctx, k)
+            self.rows_prg = program.get(ctx, "normalization", RMS=int(self.rms),
+                                        AFFINE=int(self.affine), BIAS=int(self.bias))
         full, stat, chan = (self.shape, F), ((n, g, 1, 1), F), ((1, g, k, 1), F)
         self._full, self._stat, self._chan = full, stat, chan
         centred = "x0" if self.rms else "(x0 - x1)"
@@ -71,6 +104,14 @@ class GroupNormOps:
             ctx, g_ins + [stat, stat], [full],
             "float g = %s, xhat = %s; y0 = %s;" % (g_code, xhat, dx), name="norm_backward_data")
 
+    def _rows(self, kernel, args):
+        """One work-group per row of ``kernels/normalization.cl``."""
+        rows, k = self.shape[0], self.shape[2]
+        if rows == 0 or k == 0:
+            return []
+        return [Launch(self.rows_prg, kernel, (rows * self.wg,), (self.wg,),
+                       [np.uint64(k)] + args + [cl.LocalMemory(4 * self.wg)])]
+
     def _stats(self, t):
         return t.view(self._stat[0])
 
@@ -83,6 +124,9 @@ class GroupNormOps:
         one built with (the backward pass reads only rstd, so one op serves any eps)."""
         x, y = x.view(self.shape), y.view(self.shape)
         m, r = self._stats(mean), self._stats(rstd)
+        if self.kernels == "rows":
+            return self._rows("normalization_rows_forward", [x, y, m, r, _or(weight, x), _or(bias, x),
+                                                    np.float32(self.eps if eps is None else eps)])
         inv = 1.0 / max(self.count, 1)
         out = []
         if self.rms:
@@ -108,7 +152,10 @@ class GroupNormOps:
             out += self._dweight.launches([x, dy, m, r], [self._chans(dweight)], beta=param_beta)
         if dbias is not None:
             out += self._dbias.launches([dy], [self._chans(dbias)], beta=param_beta)
-        if dx is not None:
+        if dx is not None and self.kernels == "rows":
+            out += self._rows("normalization_rows_backward_data",
+                              [x, dy, m, r, _or(weight, x), dx.view(self.shape), np.float32(beta)])
+        elif dx is not None:
             if sums is None or len(sums) != 2:
                 raise ValueError("GroupNormOps: the input gradient needs two scratch tensors")
             s1, s2 = (self._stats(t) for t in sums)
