@@ -335,18 +335,15 @@ def multi_head_attention(cfg, name, x, length, dim, heads, causal=False):
 
 def _self_attention(cfg, name, x, length, dim, heads, causal, qkv_params, out_params):
     """Multi-head self-attention of (batch, length, dim): one Linear to q, k and v, the
-    fused attention over ``heads`` heads, a Linear back (nn.MultiheadAttention's layout)."""
+    fused attention over ``heads`` heads, a Linear back (nn.MultiheadAttention's layout).
+    The attention reads q, k and v where the Linear wrote them, (batch, length, 3, heads,
+    head width), and writes (batch, length, heads, head width): the head split and merge
+    are Reshapes (views), with no copies."""
     qkv = _seq_linear(cfg, name + ".in_proj", x, length, dim, 3 * dim, qkv_params)
-    parts = []
-    for j, part in enumerate("qkv"):
-        t = cfg.add("Slice", name=name + "." + part, inputs=[qkv],
-                    options={"dim": 2, "begin": j * dim, "end": (j + 1) * dim})
-        t = cfg.add("Reshape", name=name + "." + part + "/heads", inputs=[t],
-                    options={"dims": [-1, length, heads, dim // heads]})
-        parts.append(cfg.add("Transpose", name=name + "." + part + "/bhld", inputs=[t],
-                             options={"dims": [0, 2, 1, 3]}))
-    a = cfg.add("ScaledDotProductAttention", name=name, inputs=parts, options={"causal": causal})
-    a = cfg.add("Transpose", name=name + "/blhd", inputs=[a], options={"dims": [0, 2, 1, 3]})
+    qkv = cfg.add("Reshape", name=name + ".qkv/heads", inputs=[qkv],
+                  options={"dims": [-1, length, 3, heads, dim // heads]})
+    a = cfg.add("ScaledDotProductAttention", name=name, inputs=[qkv],
+                options={"causal": causal, "layout": "packed"})
     a = cfg.add("Reshape", name=name + "/merge", inputs=[a], options={"dims": [-1, length, dim]})
     return _seq_linear(cfg, name + ".out_proj", a, length, dim, dim, out_params)
 

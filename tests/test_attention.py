@@ -88,6 +88,70 @@ def test_attention_matches_float64(ctx, rng, kernels, b, heads, lq, lk, d, dv, c
         np.testing.assert_allclose(got.to_host(), want, rtol=1e-4, atol=1e-4, err_msg=what)
 
 
+def _run_layout(ctx, op, q, k, v, g, mask, strides, seed):
+    """o, dq, dk, dv of ``op`` on float32 copies of the arrays as its layout stores them
+    (q, k, v, g in (N, H, L, D) order here), returned in (N, H, L, D) order."""
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
+    n, h, lq, lk, d, dv = q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
+    to = (lambda a: a.reshape(n * h, *a.shape[2:])) if op.layout == "nhld" else \
+        (lambda a: a.transpose(0, 2, 1, 3))
+    back = (lambda a: a.reshape(n, h, *a.shape[1:])) if op.layout == "nhld" else \
+        (lambda a: a.transpose(0, 2, 1, 3))
+    stat = (n * h, lq) if op.layout == "nhld" else (n, lq, h)
+    o, lse, delta = dp.Tensor(ctx, to(g).shape), dp.Tensor(ctx, stat), dp.Tensor(ctx, stat)
+    if op.layout == "packed":
+        qkv = f(np.stack([to(q), to(k), to(v)], axis=2))
+        ins, grads = (qkv, None, None), [dp.Tensor(ctx, qkv.shape), None, None]
+    else:
+        ins = (f(to(q)), f(to(k)), f(to(v)))
+        grads = [dp.Tensor(ctx, to(a).shape) for a in (q, k, v)]
+    for launch in op.launches(*ins, o, lse, mask=mask, mask_strides=strides, seed=seed):
+        launch(ctx.queue)
+    for launch in op.backward_launches(*ins, o, lse, f(to(g)), *grads, delta, mask=mask,
+                                       mask_strides=strides, seed=seed):
+        launch(ctx.queue)
+    if op.layout == "packed":
+        dqkv = grads[0].to_host()
+        return [back(o.to_host())] + [back(dqkv[:, :, j]) for j in range(3)]
+    return [back(t.to_host()) for t in [o] + grads]
+
+
+@pytest.mark.parametrize("kernels", ["rows", "tiles"])
+@pytest.mark.parametrize("layout", ["nlhd", "packed"])
+def test_layouts_match_nhld(ctx, rng, kernels, layout):
+    # the heads side by side (nlhd) or q, k, v interleaved (packed) give what the (N, H,
+    # L, D) layout gives, with a mask over (batch, key), causal and dropout
+    n, h, lq, d = 2, 3, 37, 8
+    lk, dv = (lq, d) if layout == "packed" else (45, 4)
+    q, k, v = (rng.standard_normal(s) for s in ((n, h, lq, d), (n, h, lk, d), (n, h, lk, dv)))
+    g = rng.standard_normal((n, h, lq, dv))
+    mask = np.where(rng.random((n, 1, 1, lk)) < 0.3, -np.inf, 0.0)
+    mask_t = dp.Tensor.from_numpy(ctx, mask.astype(np.float32))
+    kinds = dict(heads=h, causal=True, mask=True, dropout=0.25, kernels=kernels)
+    want = _run_layout(ctx, AttentionOps(ctx, n * h, lq, lk, d, dv, **kinds), q, k, v, g,
+                       mask_t, (lk, 0, 0, 1), 7)
+    op = AttentionOps(ctx, n * h, lq, lk, d, dv, layout=layout, **kinds)
+    got = _run_layout(ctx, op, q, k, v, g, mask_t, (lk, 0, 0, 1), 7)
+    for a, b, what in zip(got, want, ("o", "dq", "dk", "dv")):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=what)
+    assert np.abs(want[0]).sum() > 0 and np.abs(want[3]).sum() > 0
+
+
+def test_layout_errors(ctx):
+    with pytest.raises(ValueError, match="layout must be one of nhld, nlhd, packed"):
+        AttentionOps(ctx, 2, 4, 4, 8, 8, layout="nchw")
+    with pytest.raises(ValueError, match="packed layout is self-attention"):
+        AttentionOps(ctx, 2, 4, 5, 8, 8, heads=2, layout="packed")
+    op = AttentionOps(ctx, 4, 5, 5, 8, 8, heads=2, layout="packed")
+    qkv, o = dp.Tensor(ctx, (2, 5, 3, 2, 8)), dp.Tensor(ctx, (2, 5, 2, 8))
+    with pytest.raises(ValueError, match="as one tensor"):
+        op.launches(qkv, qkv, None, o, dp.Tensor(ctx, (2, 5, 2)))
+    with pytest.raises(ValueError, match="lse"):
+        op.launches(qkv, None, None, o, dp.Tensor(ctx, (4, 5)))
+    with pytest.raises(ValueError, match="q is"):
+        op.launches(dp.Tensor(ctx, (2, 5, 2, 8)), None, None, o, dp.Tensor(ctx, (2, 5, 2)))
+
+
 def test_finite_differences(ctx, rng):
     """The backward kernels' dq against central differences of the forward kernel."""
     b, lq, lk, d = 1, 5, 6, 3
@@ -178,6 +242,39 @@ def test_layer_matches_float64(ctx, rng, shape, opts, mask_shape):
                              dy.astype(np.float64).reshape(n * h, lq, dv))
         for got, want, s in zip(r.dx[:3], p_grads, shape):
             assert_close(got, want.reshape(s), rtol=1e-3, atol=1e-4, what="dx")
+
+
+@pytest.mark.parametrize("layout", ["nlhd", "packed"])
+def test_layer_layouts(ctx, rng, layout):
+    # the same attention read in place from the heads side by side or from packed q, k, v
+    from dlprim.layers import TensorSpec, create
+    from layer_check import assert_close, run_layer
+    n, h, length, d = 2, 2, 21, 8
+    qkv = [rng.standard_normal((n, h, length, d)).astype(np.float32) for _ in range(3)]
+    mask = np.where(rng.random((n, 1, 1, length)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    dy = rng.standard_normal((n, h, length, d)).astype(np.float32)
+    nlhd = lambda a: np.ascontiguousarray(a.transpose(0, 2, 1, 3))
+    xs = [nlhd(a) for a in qkv] if layout == "nlhd" else [np.stack([nlhd(a) for a in qkv], 2)]
+    layer = create(ctx, "ScaledDotProductAttention", "att", {"layout": layout, "causal": True})
+    flat = [a.astype(np.float64).reshape(n * h, length, d) for a in qkv]
+    full = np.broadcast_to(mask, (n, h, length, length)).reshape(n * h, length, length)
+    o = reference(*flat, 1 / np.sqrt(d), full, True)[0].reshape(n, h, length, d)
+    grads = [g.reshape(n, h, length, d) for g in _grads_for(
+        flat, 1 / np.sqrt(d), full, True, dy.astype(np.float64).reshape(n * h, length, d))]
+    for acc in (False, True):
+        r = run_layer(ctx, layer, xs + [mask], dy=[nlhd(dy)], accumulate=acc,
+                      want_dx=[True] * len(xs) + [False])
+        assert layer.flags.no_grad_inputs == (len(xs),)
+        assert r.y[0].shape == (n, length, h, d)
+        assert_close(r.y[0], nlhd(o), rtol=1e-4, atol=1e-5, what="y")
+        got = r.dx[:3] if layout == "nlhd" else [r.dx[0][:, :, j] for j in range(3)]
+        for a, want in zip(got, grads):
+            assert_close(a, nlhd(want), rtol=1e-3, atol=1e-4, what="dx")
+    with pytest.raises(Exception, match="packed layout's qkv must be"):
+        create(ctx, "ScaledDotProductAttention", "att", {"layout": "packed"}).setup(
+            [TensorSpec((n, length, 2, h, d))])
+    with pytest.raises(Exception, match="option 'layout' must be one of"):
+        create(ctx, "ScaledDotProductAttention", "att", {"layout": "nchw"})
 
 
 def _grads_for(flat, scale, mask, causal, g):

@@ -2,8 +2,13 @@
 ``O = softmax(scale Q K^T + mask) V`` without storing the L x S score matrix, so memory
 grows linearly with the sequence length.
 
-Tensors are contiguous float32: q (B, L, D), k (B, S, D), v (B, S, DV), o (B, L, DV) and the
-row log-sum-exp lse (B, L), with B = batch * heads. The mask is additive float32 (a boolean
+Tensors are contiguous float32. ``layout="nhld"`` (the default): q (B, L, D), k (B, S, D),
+v (B, S, DV), o (B, L, DV) and the row log-sum-exp lse (B, L), with B = batch * heads.
+``"nlhd"``: the heads of a position side by side, q (N, L, H, D), k (N, S, H, D), v (N,
+S, H, DV), o (N, L, H, DV), lse (N, L, H) -- a Linear's output split into heads by a
+reshape alone, no transposes. ``"packed"``: q, k and v interleaved as one (N, L, 3, H, D)
+tensor (a single Linear's qkv output; self-attention, S = L, DV = D), given as q with k
+and v None, its gradient likewise as dq; o (N, L, H, D), lse (N, L, H). The mask is additive float32 (a boolean
 mask becomes 0 / -inf first), read through element strides over (batch, head, L, S), 0
 where it broadcasts; ``causal`` drops key j > query i. A query row whose keys are all
 masked gives zeros and no gradient (PyTorch's safe softmax). The backward recomputes the
@@ -32,7 +37,9 @@ from ..utils import round_up
 from .copy import fill_launches
 from .pointwise import pointwise_reduce_launches
 
-__all__ = ["AttentionOps", "tile_blocks"]
+__all__ = ["AttentionOps", "tile_blocks", "LAYOUTS"]
+
+LAYOUTS = ("nhld", "nlhd", "packed")
 
 # (BQ, BK, TY) per pass, best first; TX is the first of 8, 16, 4 that divides both widths
 # and keeps the register tiles within _MAX_TILE floats
@@ -89,8 +96,12 @@ class AttentionOps:
     """Attention over ``batch`` = batch * heads rows of q (L, D), k (S, D), v (S, DV)."""
 
     def __init__(self, ctx, batch, lq, lk, d, dv, heads=1, causal=False, mask=False, dropout=0.0,
-                 kernels=None):
+                 kernels=None, layout="nhld"):
         self.ctx = ctx
+        if layout not in LAYOUTS:
+            raise ValueError("attention: layout must be one of %s, got %r"
+                             % (", ".join(LAYOUTS), layout))
+        self.layout = layout
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise ValueError("attention: dropout must be a probability in [0, 1), got %r"
                              % (dropout,))
@@ -103,7 +114,12 @@ class AttentionOps:
         if self.batch % max(self.heads, 1):
             raise ValueError("attention: %d rows are not a whole number of %d heads"
                              % (self.batch, self.heads))
-        flags = dict(MASK=self.mask, CAUSAL=self.causal, DROPOUT=self.dropout > 0)
+        if layout == "packed" and (self.lq != self.lk or self.d != self.dv):
+            raise ValueError("attention: the packed layout is self-attention: L = S and D = DV, "
+                             "got L=%d S=%d D=%d DV=%d" % (self.lq, self.lk, self.d, self.dv))
+        self.n = self.batch // max(self.heads, 1)
+        flags = dict(MASK=self.mask, CAUSAL=self.causal, DROPOUT=self.dropout > 0,
+                     LAYOUT=layout, HEADS=self.heads if layout != "nhld" else 0)
         if kernels not in (None, "rows", "tiles"):
             raise ValueError("attention: kernels must be None (the device's choice), 'rows' "
                              "or 'tiles', got %r" % (kernels,))
@@ -153,6 +169,31 @@ class AttentionOps:
         if not isinstance(t, Tensor) or t.shape != shape or t.dtype != np.float32:
             raise ValueError("attention: %s is %r, expected float32 %s" % (what, t, shape))
 
+    def _shape(self, length, width):
+        """The shape of q, k, v, o or a gradient in this layout."""
+        if self.layout == "nhld":
+            return (self.batch, length, width)
+        return (self.n, length, self.heads, width)
+
+    def _stat_shape(self):
+        return (self.batch, self.lq) if self.layout == "nhld" else (self.n, self.lq, self.heads)
+
+    def _inputs(self, q, k, v, names):
+        """q, k and v as checked kernel arguments; in the packed layout the three parts of
+        q (k and v must be None)."""
+        if self.layout != "packed":
+            for what, t, shape in zip(names, (q, k, v), (self._shape(self.lq, self.d),
+                                                         self._shape(self.lk, self.d),
+                                                         self._shape(self.lk, self.dv))):
+                self._check(what, t, shape)
+            return [q, k, v]
+        if k is not None or v is not None:
+            raise ValueError("attention: the packed layout takes q, k and v as one tensor "
+                             "(given as %s, with %s and %s None)" % names)
+        self._check(names[0], q, (self.n, self.lq, 3, self.heads, self.d))
+        part = self.heads * self.d
+        return [_Part(q, j * part) for j in range(3)]
+
     def _mask_args(self, mask, strides):
         if not self.mask:
             return []
@@ -187,14 +228,13 @@ class AttentionOps:
         """o = attention(q, k, v); lse (B, L) is kept for the backward pass. ``seed`` and
         ``offset`` choose the dropout mask (when built with dropout)."""
         b, lq, lk = self.batch, self.lq, self.lk
-        for what, t, shape in (("q", q, (b, lq, self.d)), ("k", k, (b, lk, self.d)),
-                               ("v", v, (b, lk, self.dv)), ("o", o, (b, lq, self.dv)),
-                               ("lse", lse, (b, lq))):
-            self._check(what, t, shape)
+        qkv = self._inputs(q, k, v, ("q", "k", "v"))
+        self._check("o", o, self._shape(lq, self.dv))
+        self._check("lse", lse, self._stat_shape())
         if b * lq == 0:
             return []
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
-        return [self._launch("forward", lq, "BQ", head + [q, k, v, o, lse]
+        return [self._launch("forward", lq, "BQ", head + qkv + [o, lse]
                              + self._mask_args(mask, mask_strides) + self._drop_args(seed, offset))]
 
     def backward_launches(self, q, k, v, o, lse, dout, dq, dk, dv, delta, scale=None,
@@ -203,10 +243,12 @@ class AttentionOps:
         ``delta`` is a (B, L) scratch tensor (the rows' dO . O); ``seed`` and ``offset``
         those of the forward pass."""
         b, lq, lk = self.batch, self.lq, self.lk
-        for what, t, shape in (("dout", dout, (b, lq, self.dv)), ("dq", dq, (b, lq, self.d)),
-                               ("dk", dk, (b, lk, self.d)), ("dv", dv, (b, lk, self.dv)),
-                               ("delta", delta, (b, lq))):
-            self._check(what, t, shape)
+        qkv = self._inputs(q, k, v, ("q", "k", "v"))
+        grads = self._inputs(dq, dk, dv, ("dq", "dk", "dv"))
+        self._check("o", o, self._shape(lq, self.dv))
+        self._check("dout", dout, self._shape(lq, self.dv))
+        for what, t in (("lse", lse), ("delta", delta)):
+            self._check(what, t, self._stat_shape())
         if b * lk and lq == 0:  # no query reads the keys: zero gradients
             return fill_launches(self.ctx, dk, 0.0) + fill_launches(self.ctx, dv, 0.0)
         if b * lq == 0:
@@ -214,11 +256,18 @@ class AttentionOps:
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
         drops = self._drop_args(seed, offset)
         masks = self._mask_args(mask, mask_strides)
-        common = head + [q, k, v, dout, lse, delta]
+        common = head + qkv + [dout, lse, delta]
         rows = (b * lq, self.dv)
         out = pointwise_reduce_launches(self.ctx, [dout.view(rows), o.view(rows)],
                                          [delta.view((b * lq, 1))], "y0 = x0 * x1;")
-        out.append(self._launch("dq", lq, "BQ", common + [dq] + masks + drops))
+        out.append(self._launch("dq", lq, "BQ", common + grads[:1] + masks + drops))
         if lk:
-            out.append(self._launch("dkdv", lk, "BK", common + [dk, dv] + masks + drops))
+            out.append(self._launch("dkdv", lk, "BK", common + grads[1:] + masks + drops))
         return out
+
+
+class _Part:
+    """A kernel argument at ``offset`` elements into a tensor (a part of packed q, k, v)."""
+
+    def __init__(self, t, offset):
+        self.kernel_args = (t.buffer, np.uint64(t.offset + offset))

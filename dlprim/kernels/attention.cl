@@ -14,12 +14,13 @@
 
 <%include file="attention.h"/>
 
-// copy ``count`` rows of ``width`` from global to a tile in local memory, times ``scale``
+// copy ``count`` rows of ``width`` (``ld`` apart) from global to a tile in local memory,
+// times ``scale``
 inline void stage(__local float *tile, __global const float *rows, uint count, uint width,
-                  float scale, uint t)
+                  ulong ld, float scale, uint t)
 {
     for (uint e = t; e < count * width; e += ${T})
-        tile[e] = rows[e] * scale;
+        tile[e] = rows[(e / width) * ld + e % width] * scale;
 }
 
 // a score: the mask's value plus the dot product of a private row (q already scaled, or
@@ -42,9 +43,9 @@ void attention_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
     __local float vt[${T}][${DV}];
     uint bh = get_global_id(1), i = get_global_id(0), t = get_local_id(0);
     bool live = i < lq;
-    q += q_offset + ((ulong)bh * lq + i) * ${D};
-    k += k_offset + (ulong)bh * lk * ${D};
-    v += v_offset + (ulong)bh * lk * ${DV};
+    q += q_offset + IN_AT(bh, lq, ${D}) + (ulong)i * IN_ROW(${D});
+    k += k_offset + IN_AT(bh, lk, ${D});
+    v += v_offset + IN_AT(bh, lk, ${DV});
     float qi[${D}], acc[${DV}];
     for (int c = 0; c < ${D}; c++)
         qi[c] = live ? q[c] * scale : 0.0f;
@@ -54,8 +55,8 @@ void attention_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
     for (uint j0 = 0; j0 < lk; j0 += ${T}) {
         uint jn = min((uint)${T}, lk - j0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        stage(&kt[0][0], k + (ulong)j0 * ${D}, jn, ${D}, 1.0f, t);
-        stage(&vt[0][0], v + (ulong)j0 * ${DV}, jn, ${DV}, 1.0f, t);
+        stage(&kt[0][0], k + (ulong)j0 * IN_ROW(${D}), jn, ${D}, IN_ROW(${D}), 1.0f, t);
+        stage(&vt[0][0], v + (ulong)j0 * IN_ROW(${DV}), jn, ${DV}, IN_ROW(${DV}), 1.0f, t);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!live)
             continue;
@@ -80,10 +81,10 @@ void attention_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
     if (!live)
         return;
     float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    o += o_offset + ((ulong)bh * lq + i) * ${DV};
+    o += o_offset + OUT_AT(bh, lq, ${DV}) + (ulong)i * OUT_ROW(${DV});
     for (int c = 0; c < ${DV}; c++)
         o[c] = acc[c] * inv;
-    lse[lse_offset + (ulong)bh * lq + i] = l > 0.0f ? m + log(l) : NEG_INF;
+    lse[lse_offset + STAT_AT(bh, lq, i)] = l > 0.0f ? m + log(l) : NEG_INF;
 }
 
 // p_ij = exp(s_ij - lse_i), ds_ij = p_ij (k_ij dO_i . v_j - delta_i), delta_i = dO_i . O_i,
@@ -99,23 +100,24 @@ void attention_dq(BACKWARD_ARGS,
     __local float vt[${T}][${DV}];
     uint bh = get_global_id(1), i = get_global_id(0), t = get_local_id(0);
     bool live = i < lq;
-    ulong row = (ulong)bh * lq + i;
-    k += k_offset + (ulong)bh * lk * ${D};
-    v += v_offset + (ulong)bh * lk * ${DV};
+    ulong qrow = IN_AT(bh, lq, ${D}) + (ulong)i * IN_ROW(${D}),
+          grow = OUT_AT(bh, lq, ${DV}) + (ulong)i * OUT_ROW(${DV}), stat = STAT_AT(bh, lq, i);
+    k += k_offset + IN_AT(bh, lk, ${D});
+    v += v_offset + IN_AT(bh, lk, ${DV});
     float qi[${D}], gi[${DV}], acc[${D}];
     for (int c = 0; c < ${D}; c++) {
-        qi[c] = live ? q[q_offset + row * ${D} + c] * scale : 0.0f;
+        qi[c] = live ? q[q_offset + qrow + c] * scale : 0.0f;
         acc[c] = 0.0f;
     }
     for (int c = 0; c < ${DV}; c++)
-        gi[c] = live ? dout[dout_offset + row * ${DV} + c] : 0.0f;
-    float lse_i = live ? lse[lse_offset + row] : 0.0f;
-    float delta_i = live ? delta[delta_offset + row] : 0.0f;
+        gi[c] = live ? dout[dout_offset + grow + c] : 0.0f;
+    float lse_i = live ? lse[lse_offset + stat] : 0.0f;
+    float delta_i = live ? delta[delta_offset + stat] : 0.0f;
     for (uint j0 = 0; j0 < lk; j0 += ${T}) {
         uint jn = min((uint)${T}, lk - j0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        stage(&kt[0][0], k + (ulong)j0 * ${D}, jn, ${D}, 1.0f, t);
-        stage(&vt[0][0], v + (ulong)j0 * ${DV}, jn, ${DV}, 1.0f, t);
+        stage(&kt[0][0], k + (ulong)j0 * IN_ROW(${D}), jn, ${D}, IN_ROW(${D}), 1.0f, t);
+        stage(&vt[0][0], v + (ulong)j0 * IN_ROW(${DV}), jn, ${DV}, IN_ROW(${DV}), 1.0f, t);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!live)
             continue;
@@ -135,7 +137,7 @@ void attention_dq(BACKWARD_ARGS,
     if (!live)
         return;
     for (int c = 0; c < ${D}; c++)
-        dq[dq_offset + row * ${D} + c] = acc[c];
+        dq[dq_offset + qrow + c] = acc[c];
 }
 
 // dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dO_i: one work item per key row, query
@@ -149,26 +151,27 @@ void attention_dkdv(BACKWARD_ARGS,
     __local float lt[${T}], dt[${T}];
     uint bh = get_global_id(1), j = get_global_id(0), t = get_local_id(0);
     bool live = j < lk;
-    ulong key = (ulong)bh * lk + j;
-    q += q_offset + (ulong)bh * lq * ${D};
-    dout += dout_offset + (ulong)bh * lq * ${DV};
+    ulong krow = IN_AT(bh, lk, ${D}) + (ulong)j * IN_ROW(${D}),
+          vrow = IN_AT(bh, lk, ${DV}) + (ulong)j * IN_ROW(${DV});
+    q += q_offset + IN_AT(bh, lq, ${D});
+    dout += dout_offset + OUT_AT(bh, lq, ${DV});
     float kj[${D}], vj[${DV}], ak[${D}], av[${DV}];
     for (int c = 0; c < ${D}; c++) {
-        kj[c] = live ? k[k_offset + key * ${D} + c] : 0.0f;
+        kj[c] = live ? k[k_offset + krow + c] : 0.0f;
         ak[c] = 0.0f;
     }
     for (int c = 0; c < ${DV}; c++) {
-        vj[c] = live ? v[v_offset + key * ${DV} + c] : 0.0f;
+        vj[c] = live ? v[v_offset + vrow + c] : 0.0f;
         av[c] = 0.0f;
     }
     for (uint i0 = 0; i0 < lq; i0 += ${T}) {
         uint in = min((uint)${T}, lq - i0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        stage(&qt[0][0], q + (ulong)i0 * ${D}, in, ${D}, scale, t);
-        stage(&gt[0][0], dout + (ulong)i0 * ${DV}, in, ${DV}, 1.0f, t);
+        stage(&qt[0][0], q + (ulong)i0 * IN_ROW(${D}), in, ${D}, IN_ROW(${D}), scale, t);
+        stage(&gt[0][0], dout + (ulong)i0 * OUT_ROW(${DV}), in, ${DV}, OUT_ROW(${DV}), 1.0f, t);
         if (t < in) {
-            lt[t] = lse[lse_offset + (ulong)bh * lq + i0 + t];
-            dt[t] = delta[delta_offset + (ulong)bh * lq + i0 + t];
+            lt[t] = lse[lse_offset + STAT_AT(bh, lq, i0 + t)];
+            dt[t] = delta[delta_offset + STAT_AT(bh, lq, i0 + t)];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!live)
@@ -192,7 +195,7 @@ void attention_dkdv(BACKWARD_ARGS,
     if (!live)
         return;
     for (int c = 0; c < ${D}; c++)
-        dk[dk_offset + key * ${D} + c] = ak[c];
+        dk[dk_offset + krow + c] = ak[c];
     for (int c = 0; c < ${DV}; c++)
-        dv[dv_offset + key * ${DV} + c] = av[c];
+        dv[dv_offset + vrow + c] = av[c];
 }

@@ -5,6 +5,31 @@
 // Expects bh, lq and lk in scope where MASK_AT and KEEP are used.
 #define NEG_INF (-INFINITY)
 
+// Where (batch row bh = n * HEADS + h, position l) lives. LAYOUT "nhld": q, k, v, o as
+// (N, H, L, D), one head's rows contiguous; "nlhd": (N, L, H, D), the heads of a position
+// side by side (a Linear's output split into heads, no transpose); "packed": q, k and v
+// interleaved per position as (N, L, 3, H, D) (one Linear's qkv output; the three
+// tensors' offsets select the part), o and dO (N, L, H, D). IN_* address q, k, v and
+// their gradients, OUT_* o and dO, STAT_AT the per-row lse and delta, which follow o's
+// row order so that delta is a plain row-wise reduction of dO * O.
+% if LAYOUT == "nhld":
+#define IN_AT(bh, len, width) ((ulong)(bh) * (len) * (width))
+#define IN_ROW(width) (width)
+#define OUT_AT(bh, len, width) ((ulong)(bh) * (len) * (width))
+#define OUT_ROW(width) (width)
+#define STAT_AT(bh, len, i) ((ulong)(bh) * (len) + (i))
+% else:
+<% PARTS = 3 if LAYOUT == "packed" else 1 %>
+#define IN_AT(bh, len, width) \
+    (((ulong)((bh) / ${HEADS}) * (len) * ${PARTS * HEADS} + (bh) % ${HEADS}) * (width))
+#define IN_ROW(width) (${PARTS * HEADS} * (width))
+#define OUT_AT(bh, len, width) \
+    (((ulong)((bh) / ${HEADS}) * (len) * ${HEADS} + (bh) % ${HEADS}) * (width))
+#define OUT_ROW(width) (${HEADS} * (width))
+#define STAT_AT(bh, len, i) \
+    (((ulong)((bh) / ${HEADS}) * (len) + (i)) * ${HEADS} + (bh) % ${HEADS})
+% endif
+
 // the arguments every kernel of a pass takes first (the launcher's order)
 #define FORWARD_ARGS uint lq, uint lk, float scale, \
     __global const float *q, ulong q_offset, __global const float *k, ulong k_offset, \

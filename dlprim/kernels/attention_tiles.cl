@@ -34,14 +34,15 @@ PP, PQ = BK + 4, BQ + 4
 CD, CV = D // TX, DV // TX
 %>
 
-## rows [first, first + rows) of a (.., width) global matrix into local rows of
-## ``stride``, times ``factor``; zeros past ``limit``
+## rows [first, first + rows) of a global matrix (rows of ``width``, IN_ROW / OUT_ROW
+## apart) into local rows of ``stride``, times ``factor``; zeros past ``limit``
 <%def name="stage(dst, stride, src, first, limit, rows, width, factor='')">
+<% ld = ("OUT_ROW(%d)" if src == "dout" else "IN_ROW(%d)") % width %>
     for (uint e = t; e < ${rows * (width // 4)}; e += ${NT}) {
         uint r = e / ${width // 4}, c = (e % ${width // 4}) * 4;
         float4 x = (float4)(0.0f);
         if (${first} + r < ${limit})
-            x = vload4(0, ${src} + (ulong)(${first} + r) * ${width} + c)${factor};
+            x = vload4(0, ${src} + (ulong)(${first} + r) * ${ld} + c)${factor};
         *(__local float4 *)(${dst} + r * ${stride} + c) = x;
     }
 </%def>
@@ -112,9 +113,9 @@ void attention_tiles_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
                   *ps = (__local float *)ps4;
     uint tx = get_local_id(0), ty = get_local_id(1), t = ty * ${TX} + tx;
     uint bh = get_group_id(2), i0 = get_group_id(0) * ${BQ};
-    q += q_offset + (ulong)bh * lq * ${D};
-    k += k_offset + (ulong)bh * lk * ${D};
-    v += v_offset + (ulong)bh * lk * ${DV};
+    q += q_offset + IN_AT(bh, lq, ${D});
+    k += k_offset + IN_AT(bh, lk, ${D});
+    v += v_offset + IN_AT(bh, lk, ${DV});
     ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * (scale * LOG2E)")}
     ${zeros("acc", RQ, CV)}
     float m[${RQ}], l[${RQ}];
@@ -180,7 +181,7 @@ void attention_tiles_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
     red[(${row(r)}) * ${TX} + tx] = l[${r}];
 % endfor
     barrier(CLK_LOCAL_MEM_FENCE);
-    o += o_offset + (ulong)bh * lq * ${DV};
+    o += o_offset + OUT_AT(bh, lq, ${DV});
 % for r in range(RQ):
     {
         uint i = i0 + ${row(r)};
@@ -190,10 +191,10 @@ void attention_tiles_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
         float inv = total > 0.0f ? 1.0f / total : 0.0f;
         if (i < lq) {
 %  for c in range(CV):
-            o[(ulong)i * ${DV} + ${col(c)}] = acc[${r}][${c}] * inv;
+            o[(ulong)i * OUT_ROW(${DV}) + ${col(c)}] = acc[${r}][${c}] * inv;
 %  endfor
             if (tx == 0)
-                lse[lse_offset + (ulong)bh * lq + i] = total > 0.0f
+                lse[lse_offset + STAT_AT(bh, lq, i)] = total > 0.0f
                     ? (m[${r}] + log2(total)) * M_LN2_F : NEG_INF;
         }
     }
@@ -222,19 +223,18 @@ void attention_tiles_dq(BACKWARD_ARGS,
                   *ps = (__local float *)ps4;
     uint tx = get_local_id(0), ty = get_local_id(1), t = ty * ${TX} + tx;
     uint bh = get_group_id(2), i0 = get_group_id(0) * ${BQ};
-    ulong rows = (ulong)bh * lq;
-    q += q_offset + rows * ${D};
-    dout += dout_offset + rows * ${DV};
-    k += k_offset + (ulong)bh * lk * ${D};
-    v += v_offset + (ulong)bh * lk * ${DV};
+    q += q_offset + IN_AT(bh, lq, ${D});
+    dout += dout_offset + OUT_AT(bh, lq, ${DV});
+    k += k_offset + IN_AT(bh, lk, ${D});
+    v += v_offset + IN_AT(bh, lk, ${DV});
     ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * (scale * LOG2E)")}
     ${stage("gs", VP, "dout", "i0", "lq", BQ, DV)}
     float lse_r[${RQ}], delta_r[${RQ}];
 % for r in range(RQ):
     {
         uint i = i0 + ${row(r)};
-        lse_r[${r}] = i < lq ? lse[lse_offset + rows + i] * LOG2E : NEG_INF;
-        delta_r[${r}] = i < lq ? delta[delta_offset + rows + i] : 0.0f;
+        lse_r[${r}] = i < lq ? lse[lse_offset + STAT_AT(bh, lq, i)] * LOG2E : NEG_INF;
+        delta_r[${r}] = i < lq ? delta[delta_offset + STAT_AT(bh, lq, i)] : 0.0f;
     }
 % endfor
     ${zeros("acc", RQ, CD)}
@@ -266,11 +266,11 @@ void attention_tiles_dq(BACKWARD_ARGS,
         barrier(CLK_LOCAL_MEM_FENCE);
         ${axpy("acc", "ps", PP, row, "ks", DP, col, RQ, CD, BK)}
     }
-    dq += dq_offset + rows * ${D};
+    dq += dq_offset + IN_AT(bh, lq, ${D});
 % for r in range(RQ):
     if (i0 + ${row(r)} < lq) {
 %  for c in range(CD):
-        dq[(ulong)(i0 + ${row(r)}) * ${D} + ${col(c)}] = acc[${r}][${c}];
+        dq[(ulong)(i0 + ${row(r)}) * IN_ROW(${D}) + ${col(c)}] = acc[${r}][${c}];
 %  endfor
     }
 % endfor
@@ -294,11 +294,10 @@ void attention_tiles_dkdv(BACKWARD_ARGS,
                   *pt = (__local float *)pt4, *dst = (__local float *)dst4;
     uint tx = get_local_id(0), ty = get_local_id(1), t = ty * ${TX} + tx;
     uint bh = get_group_id(2), j0 = get_group_id(0) * ${BK};
-    ulong rows = (ulong)bh * lq, keys = (ulong)bh * lk;
-    q += q_offset + rows * ${D};
-    dout += dout_offset + rows * ${DV};
-    k += k_offset + keys * ${D};
-    v += v_offset + keys * ${DV};
+    q += q_offset + IN_AT(bh, lq, ${D});
+    dout += dout_offset + OUT_AT(bh, lq, ${DV});
+    k += k_offset + IN_AT(bh, lk, ${D});
+    v += v_offset + IN_AT(bh, lk, ${DV});
     ${stage("ks", DP, "k", "j0", "lk", BK, D)}
     ${stage("vs", VP, "v", "j0", "lk", BK, DV)}
     ${zeros("ak", RK, CD)}
@@ -314,8 +313,8 @@ void attention_tiles_dkdv(BACKWARD_ARGS,
         ${stage("gs", VP, "dout", "i0", "lq", BQ, DV)}
         for (uint e = t; e < ${BQ}; e += ${NT}) {
             bool live = i0 + e < lq;
-            ls[e] = live ? lse[lse_offset + rows + i0 + e] * LOG2E : NEG_INF;
-            dls[e] = live ? delta[delta_offset + rows + i0 + e] : 0.0f;
+            ls[e] = live ? lse[lse_offset + STAT_AT(bh, lq, i0 + e)] * LOG2E : NEG_INF;
+            dls[e] = live ? delta[delta_offset + STAT_AT(bh, lq, i0 + e)] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         ${zeros("s", RK, CQ)}
@@ -338,15 +337,15 @@ void attention_tiles_dkdv(BACKWARD_ARGS,
         ${axpy("av", "pt", PQ, row, "gs", VP, col, RK, CV, BQ)}
         ${axpy("ak", "dst", PQ, row, "qs", DP, col, RK, CD, BQ)}  // qs: scale log2(e) q
     }
-    dk += dk_offset + keys * ${D};
-    dv += dv_offset + keys * ${DV};
+    dk += dk_offset + IN_AT(bh, lk, ${D});
+    dv += dv_offset + IN_AT(bh, lk, ${DV});
 % for r in range(RK):
     if (j0 + ${row(r)} < lk) {
 %  for c in range(CD):
-        dk[(ulong)(j0 + ${row(r)}) * ${D} + ${col(c)}] = ak[${r}][${c}] * M_LN2_F;
+        dk[(ulong)(j0 + ${row(r)}) * IN_ROW(${D}) + ${col(c)}] = ak[${r}][${c}] * M_LN2_F;
 %  endfor
 %  for c in range(CV):
-        dv[(ulong)(j0 + ${row(r)}) * ${DV} + ${col(c)}] = av[${r}][${c}];
+        dv[(ulong)(j0 + ${row(r)}) * IN_ROW(${DV}) + ${col(c)}] = av[${r}][${c}];
 %  endfor
     }
 % endfor

@@ -3,7 +3,11 @@ dlprim's fused attention kernels (``core/attention.py``): the L x S scores are n
 stored, so memory grows linearly with the sequence (docs/operators.md).
 
 Inputs q (N, H, L, D), k (N, H, S, D), v (N, H, S, DV) and optionally an additive float32
-mask that broadcasts to (N, H, L, S) (it gets no gradient). The row log-sum-exp (N*H*L
+mask that broadcasts to (N, H, L, S) (it gets no gradient). Option ``layout`` reads other
+arrangements in place: "nlhd" takes q (N, L, H, D), k (N, S, H, D), v (N, S, H, DV) and
+gives (N, L, H, DV) -- the heads of a Linear's output split by a Reshape alone, no
+transposes; "packed" takes one input qkv (N, L, 3, H, D) (one Linear's output for
+self-attention, split by a Reshape alone) and gives (N, L, H, D). The row log-sum-exp (N*H*L
 floats) is saved from forward to backward; the backward takes another such vector of
 workspace, and room for gradients it must add to rather than write.
 
@@ -17,7 +21,7 @@ import zlib
 
 import numpy as np
 
-from ..core.attention import AttentionOps
+from ..core.attention import LAYOUTS, AttentionOps
 from ..core.pointwise import pointwise_launches
 from ..tensor import ws_view
 from .base import TRAIN, Layer, Setup, TensorSpec, register
@@ -26,10 +30,10 @@ from .base import TRAIN, Layer, Setup, TensorSpec, register
 @register("ScaledDotProductAttention")
 class ScaledDotProductAttention(Layer):
     """Fused attention (Vaswani et al. 2017; online softmax as FlashAttention, Dao 2022)."""
-    OPTIONS = {"causal": False, "scale": None, "dropout": 0.0, "seed": 0}
+    OPTIONS = {"causal": False, "scale": None, "dropout": 0.0, "seed": 0, "layout": "nhld"}
     BACKWARD_READS_INPUTS = True
     BACKWARD_READS_OUTPUTS = True
-    NO_GRAD_INPUTS = (3,)
+    NO_GRAD_INPUTS = (3,)  # the mask (packed layout: input 1, set by build)
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
@@ -47,27 +51,47 @@ class ScaledDotProductAttention(Layer):
         seed = o["seed"]
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
             self.fail("option 'seed' must be an int in [0, 2**32), got %r" % (seed,))
+        if o["layout"] not in LAYOUTS:
+            self.fail("option 'layout' must be one of %s, got %r" % (", ".join(LAYOUTS), o["layout"]))
+        self.layout = o["layout"]
         self.key = (zlib.crc32(self.name.encode()) << 32) | seed
         self.step_offset = 0  # Philox counter of the next training step's mask
         self.mask_offset = 0  # that of the current step, which backward recomputes
 
-    def build(self, in_specs):
+    def _qkv_shapes(self, in_specs):
+        """(q, k, v, the mask's specs) as (N, H, L, D) shapes, whatever the layout."""
+        if self.layout == "packed":
+            if len(in_specs) not in (1, 2):
+                self.fail("the packed layout expects input qkv and optionally an additive "
+                          "mask, got %d inputs" % len(in_specs))
+            qkv = in_specs[0].shape
+            if len(qkv) != 5 or qkv[2] != 3:
+                self.fail("the packed layout's qkv must be (N, L, 3, H, D), got %s" % (qkv,))
+            n, length, _, h, d = qkv
+            return [(n, h, length, d)] * 3, in_specs[1:]
         if len(in_specs) not in (3, 4):
             self.fail("expects inputs q, k, v and optionally an additive mask, got %d"
                       % len(in_specs))
-        q, k, v = (s.shape for s in in_specs[:3])
-        if any(len(s) != 4 for s in (q, k, v)):
-            self.fail("q, k and v must be (N, H, L, D), got %s, %s, %s" % (q, k, v))
+        shapes = [s.shape for s in in_specs[:3]]
+        if any(len(s) != 4 for s in shapes):
+            self.fail("q, k and v must be (%s), got %s, %s, %s"
+                      % ("N, L, H, D" if self.layout == "nlhd" else "N, H, L, D", *shapes))
+        if self.layout == "nlhd":
+            shapes = [(s[0], s[2], s[1], s[3]) for s in shapes]
+        return shapes, in_specs[3:]
+
+    def build(self, in_specs):
+        (q, k, v), mask_spec = self._qkv_shapes(in_specs)
         if k[:2] != q[:2] or v[:2] != q[:2] or k[3] != q[3] or v[2] != k[2]:
             self.fail("shapes do not fit: q %s, k %s, v %s (k must be (N, H, S, D) and v "
-                      "(N, H, S, DV) for q (N, H, L, D))" % (q, k, v))
+                      "(N, H, S, DV) for q (N, H, L, D), as (N, H, L, D))" % (q, k, v))
         if any(s.dtype != np.float32 for s in in_specs):
             self.fail("inputs must be float32")
         n, h, lq, d = q
         lk, dv = k[2], v[3]
         self.mask_strides = None
-        if len(in_specs) == 4:
-            m = in_specs[3].shape
+        if mask_spec:
+            m = mask_spec[0].shape
             target = (n, h, lq, lk)
             full = (1,) * (4 - len(m)) + tuple(m)
             if len(m) > 4 or any(a not in (1, b) for a, b in zip(full, target)):
@@ -78,28 +102,40 @@ class ScaledDotProductAttention(Layer):
                 strides.append(0 if size == 1 else step)
                 step *= size
             self.mask_strides = tuple(reversed(strides))
-        self.shapes = ((n * h, lq, d), (n * h, lk, d), (n * h, lk, dv), (n * h, lq, dv))
+        if self.layout == "nhld":
+            self.shapes = ((n * h, lq, d), (n * h, lk, d), (n * h, lk, dv), (n * h, lq, dv))
+            self.stat_shape, out_shape = (n * h, lq), (n, h, lq, dv)
+        else:
+            self.shapes = ((n, lq, h, d), (n, lk, h, d), (n, lk, h, dv), (n, lq, h, dv))
+            if self.layout == "packed":
+                self.shapes = ((n, lq, 3, h, d),) + self.shapes[3:]
+            self.stat_shape, out_shape = (n, lq, h), (n, lq, h, dv)
         self.rows = n * h * lq
         shape = (self.ctx, n * h, lq, lk, d, dv)
         kinds = dict(heads=h, causal=bool(self.options["causal"]),
-                     mask=self.mask_strides is not None)
+                     mask=self.mask_strides is not None, layout=self.layout)
         self.ops = AttentionOps(*shape, **kinds)
         # built in either mode, as a Net switches modes without a new setup
         p = float(self.options["dropout"])
         self.train_ops = AttentionOps(*shape, dropout=p, **kinds) if p else self.ops
-        grads = sum(math.prod(s) for s in self.shapes[:3])
+        grads = sum(math.prod(s) for s in self.shapes[:-1])
         saved = [TensorSpec((self.rows,))] if self.mode == TRAIN else []
         # lse (predict mode), delta, and the gradients to add rather than write
         ws = 4 * (2 * self.rows + grads)
-        return Setup([TensorSpec((n, h, lq, dv))], [], ws, saved)
+        flags = self.default_flags(no_grad_inputs=(len(self.shapes) - 1,))  # the mask
+        return Setup([TensorSpec(out_shape)], [], ws, saved, flags)
 
-    def _views(self, ts):
-        return [t.view(s) for t, s in zip(ts, self.shapes)]
+    def _views(self, x, y):
+        """The inputs q, k, v (packed: qkv, None, None) and the output o as the kernels
+        take them."""
+        if self.layout == "packed":
+            return x[0].view(self.shapes[0]), None, None, y.view(self.shapes[1])
+        return [t.view(s) for t, s in zip(list(x[:3]) + [y], self.shapes)]
 
     def _mask(self, x):
         if self.mask_strides is None:
             return {}
-        return {"mask": x[3], "mask_strides": self.mask_strides}
+        return {"mask": x[len(self.shapes) - 1], "mask_strides": self.mask_strides}
 
     @property
     def dropping(self):
@@ -107,33 +143,33 @@ class ScaledDotProductAttention(Layer):
         return self.mode == TRAIN and self.train_ops is not self.ops
 
     def forward(self, x, y, params, ws, saved):
-        q, k, v, o = self._views(list(x[:3]) + [y[0]])
+        q, k, v, o = self._views(x, y[0])
         lse = saved[0] if saved else ws_view(ws, 0, self.rows)
         ops = self.train_ops if self.dropping else self.ops
-        out = ops.launches(q, k, v, o, lse.view((self.shapes[0][0], self.shapes[0][1])),
+        out = ops.launches(q, k, v, o, lse.view(self.stat_shape),
                            scale=self.options["scale"], **self._mask(x))
         return [_DropoutCounter(self, launch, True) for launch in out] if self.dropping else out
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if not saved:
             self.fail("the backward pass needs the statistics that a setup in train mode saves")
-        q, k, v, o = self._views(list(x[:3]) + [y[0]])
-        b, lq = self.shapes[0][:2]
-        delta = ws_view(ws, 4 * self.rows, self.rows).view((b, lq))
+        q, k, v, o = self._views(x, y[0])
+        delta = ws_view(ws, 4 * self.rows, self.rows).view(self.stat_shape)
         offset, targets, adds = 8 * self.rows, [], []
-        for i in range(3):
-            size = math.prod(self.shapes[i])
+        for i, shape in enumerate(self.shapes[:-1]):  # q, k, v (packed: qkv)
+            size = math.prod(shape)
             if dx[i] is None or accumulate[i]:  # the kernels write: go through the workspace
                 scratch = ws_view(ws, offset, size)
                 offset += 4 * size
-                targets.append(scratch.view(self.shapes[i]))
+                targets.append(scratch.view(shape))
                 if dx[i] is not None:
                     adds.append((scratch, dx[i].view((size,))))
             else:
-                targets.append(dx[i].view(self.shapes[i]))
+                targets.append(dx[i].view(shape))
+        targets += [None] * (3 - len(targets))
         ops = self.train_ops if self.dropping else self.ops
-        out = ops.backward_launches(q, k, v, o, saved[0].view((b, lq)),
-                                    dy[0].view(self.shapes[3]), *targets, delta,
+        out = ops.backward_launches(q, k, v, o, saved[0].view(self.stat_shape),
+                                    dy[0].view(self.shapes[-1]), *targets, delta,
                                     scale=self.options["scale"], **self._mask(x))
         if self.dropping:
             out = [_DropoutCounter(self, launch, False)

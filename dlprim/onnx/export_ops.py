@@ -353,18 +353,38 @@ def embedding(e, op, layer, ins, outs, params):
 
 @exports("ScaledDotProductAttention")
 def attention(e, op, layer, ins, outs, params):
-    """The plain ONNX form: softmax(scale q k^T + mask) v, with a causal mask as a constant."""
-    q_shape, k_shape = e.shape(op.in_values[0]), e.shape(op.in_values[1])
+    """The plain ONNX form: softmax(scale q k^T + mask) v, with a causal mask as a constant;
+    the "nlhd" and "packed" layouts go through (N, H, L, D) by Transpose (and Gather of
+    the packed parts) and back."""
+    layout = layer.options.get("layout", "nhld")
+    shape = e.shape(op.in_values[0])
+    if layout == "packed":  # (N, L, 3, H, D)
+        parts = [e.node("Gather", [ins[0], e.const(np.array(j, np.int64), "%s.part%d" % (op.name, j))],
+                        name="%s/%s" % (op.name, "qkv"[j]), axis=2) for j in range(3)]
+        mask = ins[1:]
+        lq = lk = shape[1]
+        d = shape[4]
+    else:
+        parts, mask = list(ins[:3]), ins[3:]
+        k_shape = e.shape(op.in_values[1])
+        at = 1 if layout == "nlhd" else 2
+        lq, lk, d = shape[at], k_shape[at], shape[3]
+    if layout != "nhld":
+        parts = [e.node("Transpose", [t], name="%s/%s_nhld" % (op.name, "qkv"[j]), perm=[0, 2, 1, 3])
+                 for j, t in enumerate(parts)]
     scale = layer.options["scale"]
-    scale = 1.0 / np.sqrt(q_shape[-1]) if scale is None else float(scale)
-    kt = e.node("Transpose", [ins[1]], name=op.name + "/kt", perm=[0, 1, 3, 2])
-    s = e.node("MatMul", [ins[0], kt], name=op.name + "/scores")
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    kt = e.node("Transpose", [parts[1]], name=op.name + "/kt", perm=[0, 1, 3, 2])
+    s = e.node("MatMul", [parts[0], kt], name=op.name + "/scores")
     s = e.node("Mul", [s, e.scalar(scale)], name=op.name + "/scale")
-    if len(ins) > 3:
-        s = e.node("Add", [s, ins[3]], name=op.name + "/mask")
+    if mask:
+        s = e.node("Add", [s, mask[0]], name=op.name + "/mask")
     if layer.options["causal"]:
-        lq, lk = q_shape[2], k_shape[2]
         tri = np.where(np.triu(np.ones((lq, lk), bool), 1), -np.inf, 0).astype(np.float32)
         s = e.node("Add", [s, e.const(tri, op.name + ".causal")], name=op.name + "/causal")
     p = e.node("Softmax", [s], name=op.name + "/softmax", axis=-1)
-    e.node("MatMul", [p, ins[2]], outs, op.name)
+    if layout == "nhld":
+        e.node("MatMul", [p, parts[2]], outs, op.name)
+    else:
+        o = e.node("MatMul", [p, parts[2]], name=op.name + "/nhld")
+        e.node("Transpose", [o], outs, op.name, perm=[0, 2, 1, 3])
