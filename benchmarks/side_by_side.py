@@ -37,7 +37,7 @@ DLPRIMITIVES = {
 }
 
 
-def dlprim_ms(ctx, net, batch, mode, warmup, iters):
+def dlprim_ms(ctx, net, batch, mode, warmup, iters, precision="fp32"):
     """(ms per batch, peak bytes in use) of one row; earlier rows' nets are freed first."""
     import gc
     from dlprim.cli.benchmark import run_net
@@ -52,7 +52,8 @@ def dlprim_ms(ctx, net, batch, mode, warmup, iters):
     else:  # a net DLPrimitives has not: the dlprim.models builder (vit_b_16, ...)
         from dlprim import models
         graph = models.BUILDERS[net](batch=batch, train=mode == "train").to_dict()
-    res = run_net(ctx, graph, train=mode == "train", warmup=warmup, iters=iters)
+    res = run_net(ctx, graph, train=mode == "train", warmup=warmup, iters=iters,
+                  precision=precision)
     return res["mean_ms"], ctx.memory.peak_bytes
 
 
@@ -107,6 +108,9 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32"],
+                   help="dlprim's products; 'vs' compares with PyTorch in the same mode "
+                        "(fp32: TF32 off, tf32: TF32 on)")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     import dlprim as dp
@@ -118,8 +122,9 @@ def main():
             for net in args.nets.split(","):
                 row = {"net": net, "batch": batch, "mode": mode}
                 try:
-                    row["dlprim"], row["dlprim_peak_bytes"] = dlprim_ms(ctx, net, batch, mode,
-                                                                        args.warmup, args.iters)
+                    row["dlprim"], row["dlprim_peak_bytes"] = dlprim_ms(
+                        ctx, net, batch, mode, args.warmup, args.iters, args.precision)
+                    row["precision"] = args.precision
                 except Exception as err:  # a failing net is reported in the table, not fatal
                     row["error"] = "%s: %s" % (type(err).__name__, str(err)[:120])
                 if not args.no_torch:
@@ -133,21 +138,23 @@ def main():
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     print()
-    print("| net | batch | mode | dlprim ms | PyTorch fp32 | PyTorch tf32 | DLPrimitives | vs fp32 | vs DLPrimitives |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| net | batch | mode | precision | dlprim ms | PyTorch fp32 | PyTorch tf32 | DLPrimitives "
+          "| vs PyTorch (same precision) | vs DLPrimitives |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     ratios_fp32, ratios_dlp = [], []
     for r in rows:
         ours = r.get("dlprim")
         f32, t32, dlp = r.get("torch_fp32"), r.get("torch_tf32"), r.get("dlprimitives")
-        vs32 = f32 / ours if ours and f32 else None
+        same = t32 if args.precision == "tf32" else f32
+        vs32 = same / ours if ours and same else None
         vsdlp = dlp / ours if ours and dlp else None
         if vs32:
             ratios_fp32.append(vs32)
         if vsdlp:
             ratios_dlp.append(vsdlp)
         fmt = lambda v: "%.2f" % v if v else ("failed" if v is None and "error" in r else "")
-        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["net"], r["batch"], r["mode"], fmt(ours), fmt(f32), fmt(t32), fmt(dlp),
+        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["net"], r["batch"], r["mode"], args.precision, fmt(ours), fmt(f32), fmt(t32), fmt(dlp),
             "%.2fx" % vs32 if vs32 else "", "%.2fx" % vsdlp if vsdlp else ""))
     print("\npeak device memory in use (MiB): dlprim / PyTorch fp32")
     for r in rows:
@@ -155,8 +162,8 @@ def main():
             print("  %s b%d %s: %.0f / %.0f" % (r["net"], r["batch"], r["mode"],
                                               r["dlprim_peak_bytes"] / 2**20, r["torch_peak_bytes"] / 2**20))
     gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-    print("\ngeometric mean of speed: %.2fx PyTorch fp32 (%d rows), %.2fx DLPrimitives (%d rows)"
-          % (gm(ratios_fp32), len(ratios_fp32), gm(ratios_dlp), len(ratios_dlp)))
+    print("\ngeometric mean of speed: %.2fx PyTorch %s (%d rows), %.2fx DLPrimitives (%d rows)"
+          % (gm(ratios_fp32), args.precision, len(ratios_fp32), gm(ratios_dlp), len(ratios_dlp)))
 
 
 if __name__ == "__main__":

@@ -456,3 +456,54 @@ def test_packed_b_errors(ctx):
     if op.pack_b:
         with pytest.raises(ValueError, match="packed B has 4 elements, 128 are needed"):
             op.launches(A, t(ctx, np.zeros(4)), C, b_packed=True)
+
+
+# ----- precision "tf32": tensor cores (kernels/gemm_mma.cl) where the device has them
+def test_precision_choice(ctx):
+    from dlprim.core.precision import tensor_cores
+    with pytest.raises(ValueError, match="Gemm: precision must be one of fp32, tf32, got 'fp16x'"):
+        Gemm(ctx, 8, 8, 8, precision="fp16x")
+    op = Gemm(ctx, 8, 8, 8, precision="tf32")
+    assert op.precision == "tf32" and op.mma == tensor_cores(ctx)
+    if not ctx.facts.is_gpu or ctx.facts.vendor_id != "nvidia":
+        assert not op.mma  # no probe off NVIDIA GPUs: "tf32" runs the float32 kernels
+    with pytest.raises(ValueError, match="own tile"):
+        Gemm(ctx, 8, 8, 8, tile=dict(TILE_M=16), _mma=True)
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_tensor_core_template_renders(ctx, trans_a, trans_b):
+    # the template's Mako logic for every layout (its PTX only builds on NVIDIA drivers)
+    from dlprim.kernels import program
+    src = program.render("gemm_mma", facts=ctx.facts, TRANS_A=trans_a, TRANS_B=trans_b,
+                         BIAS="row", ACTIVATION="relu", ALIGNED_A=1, ALIGNED_B=0,
+                         GROUP=tuning.MMA_TILE["GROUP"], WARPS_M=tuning.MMA_WARPS[0],
+                         WARPS_N=tuning.MMA_WARPS[1], STAGES=tuning.MMA_STAGES,
+                         **{k: tuning.MMA_TILE[k] for k in ("TILE_M", "TILE_N", "TILE_K")})
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in src
+    assert "cvt.rna.tf32.f32" in src
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_tf32_matches_float64(ctx, rng, trans_a, trans_b):
+    # edges of the 128x128 tile and of K's 16, batches, split-K, beta, bias, activation;
+    # TF32 rounds each operand to 11 significant bits
+    from dlprim.core.precision import tensor_cores
+    if not tensor_cores(ctx):
+        pytest.skip("no tensor cores this runtime drives on %s" % ctx.facts.name)
+    for M, N, K, batch, split in ((1, 1, 1, 1, None), (130, 136, 40, 2, None),
+                                  (257, 129, 300, 1, 3), (64, 1000, 2048, 1, None)):
+        a = rng.standard_normal((batch, K, M) if trans_a else (batch, M, K))
+        b = rng.standard_normal((batch, N, K) if trans_b else (batch, K, N))
+        c, bias = rng.standard_normal((batch, M, N)), rng.standard_normal(N)
+        op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="col", activation="relu", batch=batch,
+                  split_k=split, precision="tf32")
+        assert op.mma
+        C = t(ctx, c)
+        op(t(ctx, a), t(ctx, b), C, bias=t(ctx, bias), alpha=0.5, beta=0.25,
+           stride_a=a[0].size, stride_b=b[0].size, stride_c=M * N)
+        A = a.transpose(0, 2, 1) if trans_a else a
+        B = b.transpose(0, 2, 1) if trans_b else b
+        want = np.maximum(0.5 * A @ B + 0.25 * c + bias, 0)
+        err = np.abs(C.numpy() - want).max() / np.abs(want).max()
+        assert err < 2e-3, (M, N, K, err)

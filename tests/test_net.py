@@ -372,3 +372,28 @@ def test_bad_graphs_raise_one_clear_error(ctx, ops, outputs, error, match):
               {"name": "ilabel", "shape": [4], "dtype": "int"}]
     with pytest.raises(error, match=match):
         dp.Net(ctx, {"inputs": inputs, "outputs": outputs, "operators": ops})
+
+
+def test_precision_setting(ctx):
+    # the Net hands its precision to the layers' GEMMs; "tf32" without tensor cores runs
+    # the float32 kernels, so the outputs match the "fp32" net's
+    from dlprim import models
+    from dlprim.core.precision import tensor_cores
+    graph = models.mlp(batch=4, hidden=(16,), train=False).to_dict()
+    with pytest.raises(ValueError, match="Net: precision must be one of fp32, tf32, got 'fp8'"):
+        dp.Net(ctx, graph, mode="predict", precision="fp8")
+    nets = [dp.Net(ctx, graph, mode="predict", precision=p, seed=3) for p in ("fp32", "tf32")]
+    ips = [layer for layer in nets[1].layers if layer.type_name == "InnerProduct"]
+    assert ips and all(layer.precision == "tf32" and layer._fwd.precision == "tf32" for layer in ips)
+    assert all(layer._fwd.mma == tensor_cores(ctx) for layer in ips)
+    x = np.random.default_rng(0).standard_normal(nets[0].tensor("data").shape).astype(np.float32)
+    outs = []
+    for net in nets:
+        net.tensor("data").to_device(x)
+        net.forward()
+        outs.append(net.tensor(net.output_names[0]).to_host())
+    if not tensor_cores(ctx):
+        np.testing.assert_array_equal(outs[0], outs[1])
+    else:
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-2, atol=1e-2)
+    assert nets[1].precision == "tf32" and nets[0].precision == "fp32"

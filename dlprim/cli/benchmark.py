@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from ..core.precision import PRECISIONS
+
 
 def build_graph(net, batch, image_size, classes, train):
     """A graph dict from a JSON file or a ``dlprim.models`` builder name."""
@@ -49,11 +51,12 @@ def _inputs(net, rng):
     return arrays
 
 
-def run_net(ctx, graph, train=False, warmup=5, iters=20, profile=False, seed=0):
+def run_net(ctx, graph, train=False, warmup=5, iters=20, profile=False, seed=0,
+            precision="fp32"):
     """Time ``graph``; returns a dict of figures (and the per-kernel profile if asked)."""
     from ..net import PREDICT, TRAIN, Net
     from ..solvers import Adam
-    net = Net(ctx, graph, mode=TRAIN if train else PREDICT, seed=seed)
+    net = Net(ctx, graph, mode=TRAIN if train else PREDICT, seed=seed, precision=precision)
     solver = Adam(net, lr=1e-4) if train else None
     rng = np.random.default_rng(seed)
     arrays = _inputs(net, rng)
@@ -154,6 +157,8 @@ def main(argv=None):
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--profile", action="store_true", help="per-layer table from OpenCL events")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="of the GEMM products: fp32 (exact) or tf32 (tensor cores where present)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in MICRO:
@@ -163,12 +168,14 @@ def main(argv=None):
         p.error("--warmup must be >= 0, --iters and --batch >= 1")
     ctx = Context(args.device, profiling=args.profile)
     graph = build_graph(args.net, args.batch, args.image_size, args.classes, args.train)
-    res = run_net(ctx, graph, args.train, args.warmup, args.iters, args.profile)
+    res = run_net(ctx, graph, args.train, args.warmup, args.iters, args.profile,
+                  precision=args.precision)
     if args.json:
         print(json.dumps({k: v for k, v in res.items()}, default=str))
         return 0
     mem = res["memory"]
-    print("%s  batch %d  %s  on %s" % (args.net, args.batch, "train" if args.train else "infer", ctx.name))
+    print("%s  batch %d  %s  %s  on %s" % (args.net, args.batch, "train" if args.train else "infer",
+                                          args.precision, ctx.name))
     print("time per batch: mean %.3f ms, median %.3f ms (%d iterations after %d warm-up)"
           % (res["mean_ms"], res["median_ms"], args.iters, args.warmup))
     print("launches per iteration: %d; host time %.1f us per launch"

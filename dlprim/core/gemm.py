@@ -11,6 +11,7 @@ import numpy as np
 
 from ..kernels import program
 from .activation import FUSABLE
+from .precision import check_precision, tensor_cores
 from ..tensor import Tensor
 from . import tuning, tuning_launch
 from ..utils import ceil_div, round_up
@@ -32,12 +33,20 @@ class Gemm:
     ``tile`` (dict, optional) overrides the tiling picked from the tuned results or the
     device table (keys in ``tuning.TILE_KEYS``). ``split_k`` (optional) cuts K into
     that many parts computed in parallel into a workspace and summed by a second kernel;
-    by default GPUs split when C has too few tiles to occupy the device.
+    by default GPUs split when C has too few tiles to occupy the device. ``precision``
+    ("fp32" or "tf32", ``core/precision.py``): "tf32" runs the products on tensor cores
+    (``kernels/gemm_mma.cl``) where the device has them, else the float32 kernels.
     """
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
-                 activation="identity", batch=1, tile=None, split_k=None, batch_sum=False):
+                 activation="identity", batch=1, tile=None, split_k=None, batch_sum=False,
+                 precision="fp32", _mma=False):
         self.ctx = ctx
+        self.precision = check_precision(precision, "Gemm: precision")
+        # _mma: the tensor-core kernel without asking the probe (the probe's own test)
+        self.mma = bool(_mma) or (precision == "tf32" and tensor_cores(ctx))
+        if self.mma and tile:
+            raise ValueError("Gemm: the tensor-core kernel has its own tile (tuning.MMA_TILE)")
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
         if max(self.M, self.N, self.K) >= 2 ** 31:
             raise ValueError("Gemm: M, N and K must be under 2^31, got %d, %d, %d"
@@ -52,10 +61,12 @@ class Gemm:
         self.bias, self.activation = bias, activation
         self.tile = tuning.pick_tile(ctx.facts, self.M, self.N, self.batch)
         # whole waves of one-per-compute-unit tiles where that is predicted faster
-        planned = None if tile or split_k is not None else \
+        planned = None if tile or split_k is not None or self.mma else \
             tuning.wave_plan(ctx.facts, self.M, self.N, self.K, self.batch, self.trans_b)
         if planned:
             self.tile, split_k = planned
+        if self.mma:
+            self.tile = dict(tuning.MMA_TILE)
         if tile:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
         self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile \
@@ -127,6 +138,14 @@ class Gemm:
                                SMALL_N=tuning.cpu_small_n(self.trans_b), PACK_B=0, PACK_A=0, PACK_K=0,
                                SUM_BATCH=int(self.batch_sum),
                                **self.tile)
+        if self.mma:
+            t = self.tile
+            return program.get(self.ctx, "gemm_mma", TRANS_A=int(self.trans_a),
+                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
+                               ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, TILE_M=t["TILE_M"],
+                               TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
+                               WARPS_M=tuning.MMA_WARPS[0], WARPS_N=tuning.MMA_WARPS[1],
+                               STAGES=tuning.MMA_STAGES)
         if tuning.gemm_kernel(self.tile) == "gemm_cpu":  # unaligned loads cost no more there
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,

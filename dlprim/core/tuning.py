@@ -160,6 +160,18 @@ def pick_tile(facts, M, N, batch=1):
     return tuned_tile(facts, cls) or default_tile(facts, cls)
 
 
+# ----- tensor cores (kernels/gemm_mma.cl, precision "tf32"): a 128x128 tile per
+# work-group of 2 x 2 warps, each warp 64x64 of C as 4 x 8 fragments of 16x8; K staged 16
+# at a time into two local buffers. As a tile dict the work-group is (32 lanes, 4 warps):
+# BLOCK_M = 128 / 4, BLOCK_N = 128 / 32, so Gemm's grid arithmetic serves both kernels.
+# Measured on an H200 (8192^3, TFLOP/s): 2 x 2 warps 115, 2 x 4 warps (64x32 each) 86,
+# 128x256 or 256x128 tiles of 8 warps 118-123 at 8192^3 but 78-85 on transformer shapes,
+# K staged 32 at a time through one buffer 91 (docs/benchmarks.md, "Tensor cores").
+MMA_TILE = _tile(128, 128, 16, 32, 4, 4, 8)
+MMA_WARPS = (2, 2)
+MMA_STAGES = 2
+
+
 # ----- the wave plan: whole waves of one-per-compute-unit tiles
 # A 128x256 work-group (8x16 per thread) holds a compute unit alone, so a GEMM runs in
 # waves of compute_units work-groups and a last partial wave idles the rest: at 12608 x

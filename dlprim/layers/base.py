@@ -186,6 +186,7 @@ class Layer:
         self.ctx = ctx
         self.name = name if name is not None else self.type_name
         self.mode = TRAIN
+        self.precision = "fp32"  # of the GEMM products (core/precision.py); the Net sets it
         self.in_specs = None
         self.flags = None
         self.param_specs = None  # fixed by the first setup: the Net allocates them once

@@ -53,7 +53,8 @@ class InnerProduct(Layer):
         outputs = self.options["outputs"]
         self.n, self.inputs, self.outputs = n, inputs, outputs
         self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,
-                         bias="col" if self.bias else None, activation=self.activation)
+                         bias="col" if self.bias else None, activation=self.activation,
+                         precision=self.precision)
         self._bwd = None
         y_spec = ((n, outputs), np.float32)
         self.act_bwd = None
@@ -95,8 +96,9 @@ class InnerProduct(Layer):
     def _backward_ops(self):
         if self._bwd is None:
             n, i, o = self.n, self.inputs, self.outputs
-            self._bwd = (Gemm(self.ctx, n, i, o),                 # dx = g @ W
-                         Gemm(self.ctx, o, i, n, trans_a=True))   # dW += g^T @ x
+            p = self.precision
+            self._bwd = (Gemm(self.ctx, n, i, o, precision=p),                # dx = g @ W
+                         Gemm(self.ctx, o, i, n, trans_a=True, precision=p))  # dW += g^T @ x
         return self._bwd
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):

@@ -61,16 +61,17 @@ class MatMul(Layer):
                 self.fail("%s's batch %s must equal the output's %s or be absent: partial "
                           "broadcasting is not supported" % (what, shape[:-2], batch))
             self.full.append(own == batch and count > 1)
-        self.forward_gemm = Gemm(self.ctx, m, n, k, self.ta, self.tb, batch=count)
+        p = self.precision
+        self.forward_gemm = Gemm(self.ctx, m, n, k, self.ta, self.tb, batch=count, precision=p)
         # dA (stored shape) and dB (stored shape), as batched GEMMs over dC
         if self.ta:   # dA^T = op(B) dC^T: (K, M)
-            self.gemm_da = Gemm(self.ctx, k, m, n, self.tb, True, batch=count)
+            self.gemm_da = Gemm(self.ctx, k, m, n, self.tb, True, batch=count, precision=p)
         else:         # dA = dC op(B)^T: (M, K)
-            self.gemm_da = Gemm(self.ctx, m, k, n, False, not self.tb, batch=count)
+            self.gemm_da = Gemm(self.ctx, m, k, n, False, not self.tb, batch=count, precision=p)
         if self.tb:   # dB^T = dC^T op(A): (N, K)
-            self.gemm_db = Gemm(self.ctx, n, k, m, True, self.ta, batch=count)
+            self.gemm_db = Gemm(self.ctx, n, k, m, True, self.ta, batch=count, precision=p)
         else:         # dB = op(A)^T dC: (K, N)
-            self.gemm_db = Gemm(self.ctx, k, n, m, not self.ta, False, batch=count)
+            self.gemm_db = Gemm(self.ctx, k, n, m, not self.ta, False, batch=count, precision=p)
         sizes = (m * k, k * n)
         self.sums = [None if full or count == 1 else PointwiseBroadcastReduce(
             self.ctx, [((count, size), np.float32)], [((1, size), np.float32)], "y0 = x0;",

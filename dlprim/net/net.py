@@ -25,6 +25,7 @@ from .. import layers as _layers
 from ..dtypes import as_dtype
 from ..errors import InputError
 from ..layers.base import PREDICT, TRAIN, LayerError, TensorSpec
+from ..core.precision import check_precision
 from ..tensor import Tensor
 from ..utils import shape_problem
 from . import inputs as inputs_rules
@@ -43,13 +44,17 @@ class Net:
     """A graph of layers with parameters, gradients and planned memory on one Context."""
 
     def __init__(self, ctx: "Context", graph: Any = None, mode: str = TRAIN, seed: int = 0,
-                 input_shape: Any = None, loss: Union[str, None] = None) -> None:
+                 input_shape: Any = None, loss: Union[str, None] = None,
+                 precision: str = "fp32") -> None:
         """``graph``: a NetConfig, dict, JSON text or file path, or a dlprim.nn model, which
         needs ``input_shape`` (its input ``data``, batch first) and may take ``loss``
         ("cross_entropy" ...: see ``Module.netconfig``). With a graph, the net is set up
-        and its parameters initialised from ``seed``."""
+        and its parameters initialised from ``seed``. ``precision`` ("fp32" or "tf32",
+        ``dlprim.core.precision``): "tf32" runs the GEMMs of InnerProduct and MatMul on
+        tensor cores where the device has them (float32 storage and sums)."""
         self.ctx = ctx
         self._mode = _check_mode(mode)
+        self._precision = check_precision(precision, "Net: precision")
         self._keep = False
         self.graph = None
         self.layers = []
@@ -105,6 +110,7 @@ class Net:
                        for op in g.ops]
         for layer in self.layers:
             layer.mode = self._mode  # some layers check shapes per mode in setup
+            layer.precision = self._precision
         for name, (shape, dtype, _) in g.inputs.items():
             v = g.values[g.input_values[name]]
             v.shape, v.dtype = shape, as_dtype(dtype)
@@ -193,6 +199,11 @@ class Net:
         self._setups_mode = self._mode
 
     # ----- modes and plans
+    @property
+    def precision(self):
+        """The precision of the GEMM products ("fp32" or "tf32"), fixed at construction."""
+        return self._precision
+
     @property
     def mode(self):
         """``"train"`` or ``"predict"`` (``dp.TRAIN``, ``dp.PREDICT``). Setting it on a set-up
@@ -322,7 +333,7 @@ class Net:
         if copy is None or copy.store.source is not self.store:
             part = prediction.prediction_graph(
                 self.graph, {n: self.tensor(n).shape for n in self.input_names})
-            copy = Net(self.ctx, mode=PREDICT)
+            copy = Net(self.ctx, mode=PREDICT, precision=self._precision)
             copy.load(part.graph)
             copy._shared_params = prediction.SharedParams(self.store, part.ops)
             copy.setup()

@@ -1,0 +1,290 @@
+<%include file="common.h"/>
+<%
+# C = act(alpha * op(A) op(B) + beta * C + bias) on NVIDIA tensor cores: TF32 products
+# (mma.sync m16n8k8, inline PTX), FP32 accumulation. Same arguments, transposes, split-K,
+# strided batches and epilogue as gemm.cl, which Gemm swaps it for (precision "tf32").
+# A work-group of WARPS_M x WARPS_N warps (32 x WARPS_M x WARPS_N items, one warp per
+# local row y) computes a TILE_M x TILE_N block of C, each warp a WTM x WTN block as
+# MI x NI fragments of 16 x 8. Operands are rounded to TF32 (cvt.rna) as they are staged
+# in local memory, TILE_K values of K at a time, prefetched through registers into one
+# (STAGES 1: a second barrier per tile) or two local buffers.
+# A dot product does not care in which order its K terms come, so within each 16 of K the
+# two mma steps s and fragment slots q of lane column t take k = 4t + 2s + q: a lane's
+# four values of a row are then adjacent. Local layout per operand: read along K in
+# global ("CK") -> rows of K (stride TK: one 128-bit read gives a lane both steps' values,
+# conflict-free); else K-major (stride TILE + 2, odd multiple of 2: the lanes' scalar
+# reads of rows 4t + 2s + q fall in distinct banks).
+TM, TN, TK = TILE_M, TILE_N, TILE_K
+WARPS = WARPS_M * WARPS_N
+THREADS = 32 * WARPS
+WTM, WTN = TM // WARPS_M, TN // WARPS_N
+MI, NI = WTM // 16, WTN // 8
+A_CK = not TRANS_A
+B_CK = bool(TRANS_B)
+def lds(CK, T):
+    return TK if CK else T + 2
+LDA, LDB = lds(A_CK, TM), lds(B_CK, TN)
+SIZE_A = TM * LDA if A_CK else TK * LDA
+SIZE_B = TN * LDB if B_CK else TK * LDB
+LOADS_A = TM * TK // 4 // THREADS
+LOADS_B = TN * TK // 4 // THREADS
+%>
+// the element (row d, k) of a staged operand (K-major ones)
+#define A_AT(s, m, k) s[(k) * ${LDA} + (m)]
+#define B_AT(s, n, k) s[(k) * ${LDB} + (n)]
+
+inline uint tf32(float x)
+{
+    uint r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+<%def name="positions(x, T, CK, LOADS, ld)">
+    // this thread's float4 pieces of the ${x} tile: row d (M or N) and k inside the tile
+    int ${x}_d[${LOADS}], ${x}_k[${LOADS}], ${x}_off[${LOADS}];
+    % for r in range(LOADS):
+    {
+        int l = lid + ${r * THREADS};
+        % if CK:
+        ${x}_k[${r}] = (l % ${TK // 4}) * 4;
+        ${x}_d[${r}] = l / ${TK // 4};
+        ${x}_off[${r}] = ${x}_d[${r}] * ${ld} + ${x}_k[${r}];
+        % else:
+        ${x}_d[${r}] = (l % ${T // 4}) * 4;
+        ${x}_k[${r}] = l / ${T // 4};
+        ${x}_off[${r}] = ${x}_k[${r}] * ${ld} + ${x}_d[${r}];
+        % endif
+    }
+    % endfor
+</%def>
+<%def name="load(x, X, CK, LOADS, D, ALIGNED)">
+    // global -> registers; the guarded path zero-fills whatever lies outside the matrix
+    if (full_${x}) {
+    % for r in range(LOADS):
+        % if ALIGNED:
+        ${x}_reg[${r}] = *(__global const float4 *)(${X} + ${x}_off[${r}]);
+        % else:
+        ${x}_reg[${r}] = vload4(0, ${X} + ${x}_off[${r}]);
+        % endif
+    % endfor
+    } else {
+    % for r in range(LOADS):
+        % for c in range(4):
+        <%
+        if CK:
+            inside = "%s_d0 + %s_d[%d] < %s && k0 + %s_k[%d] + %d < K" % (x, x, r, D, x, r, c)
+        else:
+            inside = "%s_d0 + %s_d[%d] + %d < %s && k0 + %s_k[%d] < K" % (x, x, r, c, D, x, r)
+        %>
+        ${x}_reg[${r}].s${c} = (${inside}) ? ${X}[${x}_off[${r}] + ${c}] : 0.0f;
+        % endfor
+    % endfor
+    }
+</%def>
+<%def name="store(x, S, LD, CK, LOADS)">
+    // registers -> local tile, rounded to TF32
+    % for r in range(LOADS):
+    {
+        uint4 v = (uint4)(tf32(${x}_reg[${r}].s0), tf32(${x}_reg[${r}].s1),
+                          tf32(${x}_reg[${r}].s2), tf32(${x}_reg[${r}].s3));
+        % if CK:
+        *(__local uint4 *)(${S} + ${x}_d[${r}] * ${LD} + ${x}_k[${r}]) = v;
+        % else:
+        __local uint *p = ${S} + ${x}_k[${r}] * ${LD} + ${x}_d[${r}];
+        p[0] = v.s0; p[1] = v.s1; p[2] = v.s2; p[3] = v.s3;
+        % endif
+    }
+    % endfor
+</%def>
+
+__kernel __attribute__((reqd_work_group_size(32, ${WARPS}, 1)))
+void gemm(int M, int N, int K, int k_chunk, int splits,
+          __global const float *A, ulong a_offset, int lda, ulong stride_a,
+          __global const float *B, ulong b_offset, int ldb, ulong stride_b,
+          __global float *C, ulong c_offset, int ldc, ulong stride_c,
+          __global const float *bias, ulong bias_offset,
+          float alpha, float beta)
+{
+    // declared as uint4 for the 16-byte alignment of the vector stores
+    __local uint4 a_local4[${STAGES * SIZE_A // 4}], b_local4[${STAGES * SIZE_B // 4}];
+    __local uint *a_local = (__local uint *)a_local4, *b_local = (__local uint *)b_local4;
+    const int lane = get_local_id(0), warp = get_local_id(1);
+    const int lid = warp * 32 + lane;
+    const int g = lane >> 2, t = lane & 3;  // the fragments' row group and column
+    const int wm = (warp / ${WARPS_N}) * ${WTM}, wn = (warp % ${WARPS_N}) * ${WTN};
+    int gn = get_group_id(0), gm = get_group_id(1);
+% if GROUP > 1:
+    {   // walk the tiles in bands of ${GROUP} tile rows so concurrent groups share A and B in cache
+        const int tiles_n = get_num_groups(0), tiles_m = get_num_groups(1);
+        const int pid = gm * tiles_n + gn;
+        const int band = ${GROUP} * tiles_n;
+        const int first_m = (pid / band) * ${GROUP};
+        const int rows = min(tiles_m - first_m, ${GROUP});
+        gm = first_m + (pid % band) % rows;
+        gn = (pid % band) / rows;
+    }
+% endif
+    const int a_d0 = gm * ${TM}, b_d0 = gn * ${TN};
+    const ulong z = get_global_id(2);
+    const ulong batch = z / splits;
+    const int k_begin = (int)(z % splits) * k_chunk;
+    K = min(K - k_begin, k_chunk);
+
+    __global const float *a_ptr = A + a_offset + batch * stride_a
+% if A_CK:
+        + (ulong)a_d0 * lda + k_begin;
+% else:
+        + a_d0 + (ulong)k_begin * lda;
+% endif
+    __global const float *b_ptr = B + b_offset + batch * stride_b
+% if B_CK:
+        + (ulong)b_d0 * ldb + k_begin;
+% else:
+        + b_d0 + (ulong)k_begin * ldb;
+% endif
+${positions("a", TM, A_CK, LOADS_A, "lda")}
+${positions("b", TN, B_CK, LOADS_B, "ldb")}
+    float4 a_reg[${LOADS_A}], b_reg[${LOADS_B}];
+    float acc[${MI}][${NI}][4];
+    #pragma unroll
+    for (int i = 0; i < ${MI}; i++) {
+        #pragma unroll
+        for (int j = 0; j < ${NI}; j++)
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    }
+
+    const int tiles_k = (K + ${TK - 1}) / ${TK};
+    const bool inner_a = a_d0 + ${TM} <= M, inner_b = b_d0 + ${TN} <= N;
+    int k0 = 0;
+    bool full_a = inner_a && ${TK} <= K, full_b = inner_b && ${TK} <= K;
+    if (tiles_k > 0) {
+${load("a", "a_ptr", A_CK, LOADS_A, "M", ALIGNED_A)}
+${load("b", "b_ptr", B_CK, LOADS_B, "N", ALIGNED_B)}
+${store("a", "a_local", LDA, A_CK, LOADS_A)}
+${store("b", "b_local", LDB, B_CK, LOADS_B)}
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int kt = 0; kt < tiles_k; kt++) {
+        __local const uint *as = a_local + (kt % ${STAGES}) * ${SIZE_A};
+        __local const uint *bs = b_local + (kt % ${STAGES}) * ${SIZE_B};
+        const bool more = kt + 1 < tiles_k;
+        if (more) {
+            k0 += ${TK};
+            full_a = inner_a && k0 + ${TK} <= K;
+            full_b = inner_b && k0 + ${TK} <= K;
+% if A_CK:
+            a_ptr += ${TK};
+% else:
+            a_ptr += (ulong)${TK} * lda;
+% endif
+% if B_CK:
+            b_ptr += ${TK};
+% else:
+            b_ptr += (ulong)${TK} * ldb;
+% endif
+${load("a", "a_ptr", A_CK, LOADS_A, "M", ALIGNED_A)}
+${load("b", "b_ptr", B_CK, LOADS_B, "N", ALIGNED_B)}
+        }
+        #pragma unroll
+        for (int k16 = 0; k16 < ${TK}; k16 += 16) {
+            // af[i][s]: mma step s's A fragment of row block i (rows g, g + 8; slots q)
+            uint af[${MI}][2][4], bf[${NI}][2][2];
+            #pragma unroll
+            for (int i = 0; i < ${MI}; i++) {
+                const int m = wm + i * 16 + g;
+% if A_CK:
+                const uint4 lo = *(__local const uint4 *)(as + m * ${LDA} + k16 + 4 * t);
+                const uint4 hi = *(__local const uint4 *)(as + (m + 8) * ${LDA} + k16 + 4 * t);
+                af[i][0][0] = lo.s0; af[i][0][1] = hi.s0; af[i][0][2] = lo.s1; af[i][0][3] = hi.s1;
+                af[i][1][0] = lo.s2; af[i][1][1] = hi.s2; af[i][1][2] = lo.s3; af[i][1][3] = hi.s3;
+% else:
+                #pragma unroll
+                for (int st = 0; st < 2; st++) {
+                    const int k = k16 + 4 * t + 2 * st;
+                    af[i][st][0] = A_AT(as, m, k);
+                    af[i][st][1] = A_AT(as, m + 8, k);
+                    af[i][st][2] = A_AT(as, m, k + 1);
+                    af[i][st][3] = A_AT(as, m + 8, k + 1);
+                }
+% endif
+            }
+            #pragma unroll
+            for (int j = 0; j < ${NI}; j++) {
+                const int n = wn + j * 8 + g;
+% if B_CK:
+                const uint4 v = *(__local const uint4 *)(bs + n * ${LDB} + k16 + 4 * t);
+                bf[j][0][0] = v.s0; bf[j][0][1] = v.s1; bf[j][1][0] = v.s2; bf[j][1][1] = v.s3;
+% else:
+                #pragma unroll
+                for (int st = 0; st < 2; st++) {
+                    const int k = k16 + 4 * t + 2 * st;
+                    bf[j][st][0] = B_AT(bs, n, k);
+                    bf[j][st][1] = B_AT(bs, n, k + 1);
+                }
+% endif
+            }
+            #pragma unroll
+            for (int st = 0; st < 2; st++) {
+                #pragma unroll
+                for (int i = 0; i < ${MI}; i++) {
+                    #pragma unroll
+                    for (int j = 0; j < ${NI}; j++) {
+                        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                            : "=f"(acc[i][j][0]), "=f"(acc[i][j][1]), "=f"(acc[i][j][2]), "=f"(acc[i][j][3])
+                            : "r"(af[i][st][0]), "r"(af[i][st][1]), "r"(af[i][st][2]), "r"(af[i][st][3]),
+                              "r"(bf[j][st][0]), "r"(bf[j][st][1]),
+                              "f"(acc[i][j][0]), "f"(acc[i][j][1]), "f"(acc[i][j][2]), "f"(acc[i][j][3]));
+                    }
+                }
+            }
+        }
+        if (more) {
+% if STAGES == 1:
+            barrier(CLK_LOCAL_MEM_FENCE);  // one buffer: every read of this tile is done
+% endif
+            __local uint *a_next = a_local + ((kt + 1) % ${STAGES}) * ${SIZE_A};
+            __local uint *b_next = b_local + ((kt + 1) % ${STAGES}) * ${SIZE_B};
+${store("a", "a_next", LDA, A_CK, LOADS_A)}
+${store("b", "b_next", LDB, B_CK, LOADS_B)}
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    // epilogue: alpha * acc + beta * C_old + bias, then the activation; fragment value
+    // e of (i, j) is row g (+8 for e >= 2), column 2t (+1 for odd e)
+    __global float *c_ptr = C + c_offset + z * stride_c;
+    #pragma unroll
+    for (int i = 0; i < ${MI}; i++) {
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = a_d0 + wm + i * 16 + g + 8 * h;
+            if (m >= M)
+                continue;
+            __global float *c_row = c_ptr + (ulong)m * ldc;
+% if BIAS == "row":
+            const float bias_m = bias[bias_offset + m];
+% endif
+            #pragma unroll
+            for (int j = 0; j < ${NI}; j++) {
+                #pragma unroll
+                for (int w = 0; w < 2; w++) {
+                    const int n = b_d0 + wn + j * 8 + 2 * t + w;
+                    if (n < N) {
+                        float v = alpha * acc[i][j][2 * h + w];
+                        if (beta != 0.0f)
+                            v += beta * c_row[n];
+% if BIAS == "row":
+                        v += bias_m;
+% elif BIAS == "col":
+                        v += bias[bias_offset + n];
+% endif
+                        c_row[n] = ACT_${ACTIVATION}(v);
+                    }
+                }
+            }
+        }
+    }
+}
