@@ -460,7 +460,7 @@ def test_packed_b_errors(ctx):
 
 # ----- precision "tf32": tensor cores (kernels/gemm_mma.cl) where the device has them
 def test_precision_choice(ctx):
-    from dlprim.core.precision import tensor_cores
+    from dlprim.core.gemm import tensor_cores
     with pytest.raises(ValueError, match="Gemm: precision must be one of fp32, tf32, got 'fp16x'"):
         Gemm(ctx, 8, 8, 8, precision="fp16x")
     op = Gemm(ctx, 8, 8, 8, precision="tf32")
@@ -488,7 +488,7 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
 def test_tf32_matches_float64(ctx, rng, trans_a, trans_b):
     # edges of the 128x128 tile and of K's 16, batches, split-K, beta, bias, activation;
     # TF32 rounds each operand to 11 significant bits
-    from dlprim.core.precision import tensor_cores
+    from dlprim.core.gemm import tensor_cores
     if not tensor_cores(ctx):
         pytest.skip("no tensor cores this runtime drives on %s" % ctx.facts.name)
     for M, N, K, batch, split in ((1, 1, 1, 1, None), (130, 136, 40, 2, None),

@@ -378,7 +378,7 @@ def test_precision_setting(ctx):
     # the Net hands its precision to the layers' GEMMs; "tf32" without tensor cores runs
     # the float32 kernels, so the outputs match the "fp32" net's
     from dlprim import models
-    from dlprim.core.precision import tensor_cores
+    from dlprim.core.gemm import tensor_cores
     graph = models.mlp(batch=4, hidden=(16,), train=False).to_dict()
     with pytest.raises(ValueError, match="Net: precision must be one of fp32, tf32, got 'fp8'"):
         dp.Net(ctx, graph, mode="predict", precision="fp8")

@@ -1,4 +1,5 @@
-"""GEMM throughput: dlprim's OpenCL kernel beside torch.matmul (FP32, TF32 off).
+"""GEMM throughput: dlprim's OpenCL kernel beside torch.matmul (FP32, TF32 off; with
+``--precision tf32`` dlprim's tensor-core kernel beside torch.matmul with TF32 on).
 
     dlprim-benchmark gemm [--device gpu] [--repeat 20] [--sweep] [--transformer] [--ptx DIR]
 
@@ -90,13 +91,13 @@ def time_torch(torch, a, b, repeat):
 
 
 def run_shape(ctx, torch, M, N, K, repeat, tile=None, split_k=None, trans_a=False,
-              trans_b=False):
+              trans_b=False, precision="fp32"):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((K, M) if trans_a else (M, K), np.float32)  # as stored
     b = rng.standard_normal((N, K) if trans_b else (K, N), np.float32)
     A, B = dp.Tensor.from_numpy(ctx, a), dp.Tensor.from_numpy(ctx, b)
     C = dp.Tensor.from_numpy(ctx, np.full((M, N), np.nan, np.float32))  # every element written
-    op = Gemm(ctx, M, N, K, trans_a, trans_b, tile=tile, split_k=split_k)
+    op = Gemm(ctx, M, N, K, trans_a, trans_b, tile=tile, split_k=split_k, precision=precision)
     t_ours = time_dlprim(ctx, op, A, B, C, repeat)
     row = {"M": M, "N": N, "K": K, "dlprim_s": t_ours, "tile": op.tile, "splits": op.splits}
     if torch is not None:
@@ -119,14 +120,16 @@ def main(argv=None):
                         help="time split-K 1..16 on shapes with few tiles or long K")
     parser.add_argument("--transformer", action="store_true",
                         help="time a ViT-B encoder layer's GEMMs (vit_b_16, batch 64) instead")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32"],
+                        help="tf32: dlprim on tensor cores, torch.matmul with TF32 on")
     parser.add_argument("--json", help="write all rows here")
     parser.add_argument("--ptx", help="write the built gemm programs' binaries (PTX on NVIDIA) here")
     args = parser.parse_args(argv)
     ctx = dp.Context(args.device, profiling=True)
     try:
         import torch
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
         if not torch.cuda.is_available():
             torch = None
     except ImportError:
@@ -158,7 +161,8 @@ def main(argv=None):
         shapes = transformer_gemms()
     table = []
     for M, N, K, ta, tb, name in shapes:
-        row = dict(run_shape(ctx, torch, M, N, K, args.repeat, trans_a=ta, trans_b=tb), name=name)
+        row = dict(run_shape(ctx, torch, M, N, K, args.repeat, trans_a=ta, trans_b=tb,
+                             precision=args.precision), name=name)
         rows.append(row)
         flop = 2.0 * M * N * K
         ours = flop / row["dlprim_s"] / 1e12

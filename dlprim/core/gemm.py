@@ -7,16 +7,18 @@ after the first. The epilogue (alpha, beta, bias, activation) is fused into the 
 ``bias="col"`` adds bias[n] to column n (C = X Wᵀ of an inner product), ``bias="row"``
 adds bias[m] to row m (convolution as W · im2col). With ``beta == 0`` C is not read.
 """
+import logging
+
 import numpy as np
 
 from ..kernels import program
 from .activation import FUSABLE
-from .precision import check_precision, tensor_cores
+from .precision import check_precision
 from ..tensor import Tensor
 from . import tuning, tuning_launch
 from ..utils import ceil_div, round_up
 
-__all__ = ["Gemm", "gemm", "BIAS_MODES"]
+__all__ = ["Gemm", "gemm", "BIAS_MODES", "tensor_cores"]
 
 BIAS_MODES = (None, "row", "col")
 
@@ -358,3 +360,45 @@ def gemm(ctx, A, B, C=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, b
         bias_mode = "col"
     op = Gemm(ctx, M, N, K, trans_a, trans_b, bias=bias_mode, activation=activation)
     return op(A, B, C, bias=bias, alpha=alpha, beta=beta)
+
+
+# ----- tensor cores: found by a probe on first use per context. NVIDIA devices only; a
+# build of kernels/gemm_mma.cl (inline PTX mma.sync, which the driver's compiler must take
+# for the device's architecture) and a numeric self-test of it against float64 on a small
+# product that crosses its tile edges; any failure means "no".
+log = logging.getLogger(__name__)
+# TF32 keeps 10 explicit mantissa bits: one rounding per operand, relative error 2^-11
+# each; a dot product of such products stays within a few 2^-11 of its magnitude
+_SELF_TEST_TOLERANCE = 4e-3
+
+
+def tensor_cores(ctx):
+    """Whether ``ctx``'s device runs ``kernels/gemm_mma.cl`` correctly (memoized)."""
+    known = getattr(ctx, "_tensor_cores", None)
+    if known is None:
+        known = ctx._tensor_cores = _probe(ctx)
+    return known
+
+
+def _probe(ctx):
+    if ctx.facts.vendor_id != "nvidia" or not ctx.facts.is_gpu:
+        return False
+    rng = np.random.default_rng(0)
+    M, N, K = 130, 136, 40  # a partial tile on every side
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    try:
+        op = Gemm(ctx, M, N, K, trans_b=True, precision="tf32", _mma=True)
+        C = Tensor(ctx, (M, N))
+        op(Tensor.from_numpy(ctx, a), Tensor.from_numpy(ctx, b), C)
+        got = C.numpy()
+    except Exception as err:  # a compiler without mma.sync, or a failing launch
+        log.info("tensor cores: not used on %s (%s)", ctx.facts.name, str(err).splitlines()[0])
+        return False
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    err = np.abs(got - want).max() / np.abs(want).max()
+    if not np.isfinite(err) or err > _SELF_TEST_TOLERANCE:
+        log.warning("tensor cores: the TF32 self-test on %s failed (relative error %.2g); "
+                    "precision 'tf32' runs the float32 kernels", ctx.facts.name, err)
+        return False
+    return True
