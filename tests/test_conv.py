@@ -629,3 +629,17 @@ def test_direct_serves_what_it_can():
     assert not algorithm_applies(ConvGeometry(4, 8, (9, 9), (3, 3), groups=2), "direct", "forward")
     assert g.flipped().values() == ConvGeometry(8, 4, (9, 9), (3, 3), pad=(1, 1, 1, 1)).values()
     assert strided.flipped() is None
+
+
+def test_precision_reaches_plain_1x1_gemms(ctx):
+    # "tf32" goes to the batched Gemm of plain 1x1 layers (tensor cores where present);
+    # the other algorithms multiply in float32
+    one = ConvGeometry(8, 16, (5, 5), (1, 1))
+    for op in (ConvForward(ctx, one, algo="gemm", precision="tf32"),
+               ConvBackwardData(ctx, one, algo="gemm", precision="tf32")):
+        assert op.impl.op.op(2).precision == "tf32"
+    assert ConvForward(ctx, one, algo="gemm").impl.op.op(2).precision == "fp32"
+    three = ConvGeometry(8, 16, (5, 5), (3, 3), pad=(1, 1, 1, 1))
+    ConvForward(ctx, three, precision="tf32")  # accepted, float32 inside
+    with pytest.raises(ValueError, match="precision must be one of fp32, tf32"):
+        ConvForward(ctx, one, precision="half")

@@ -31,6 +31,7 @@ import numpy as np
 from . import conv_depthwise, conv_direct, conv_gemm, conv_im2col, conv_winograd, tuning
 from .activation import FUSABLE
 from .conv_geometry import ConvGeometry
+from .precision import check_precision
 
 __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilter",
            "choose_algorithm", "algorithm_name", "ALGORITHMS", "DLPRIMITIVES_ALGORITHMS"]
@@ -150,6 +151,11 @@ class _Op:
         family = "winograd" if self.algo.startswith("winograd") else self.algo
         if self.algo != family:
             impl_args = dict(impl_args, tile=int(self.algo[-1]))
+        # the precision reaches the GEMM-based algorithm's plain 1x1 path; every other
+        # path multiplies in float32
+        precision = impl_args.pop("precision", "fp32")
+        if family == "gemm" and self.direction != "backward_filter":
+            impl_args["precision"] = precision
         # every backward-filter takes a split count; forward/backward-data only on gemm
         if self.direction != "backward_filter" and impl_args["splits"] is None:
             del impl_args["splits"]
@@ -173,10 +179,11 @@ class ConvForward(_Op):
              "im2col": conv_im2col.Forward}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
-                 splits=None):
+                 splits=None, precision="fp32"):
         _check_activation(activation)
         super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation,
-                                               batch=batch, splits=splits))
+                                               batch=batch, splits=splits,
+                                               precision=check_precision(precision)))
         self.bias = bool(bias)
 
     def launches(self, x, w, y, b=None, ws=None, beta=0.0):
@@ -204,10 +211,11 @@ class ConvBackwardData(_Op):
              "im2col": conv_im2col.BackwardData}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
-                 splits=None):
+                 splits=None, precision="fp32"):
         _check_activation(activation)
         super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation,
-                                               batch=batch, splits=splits))
+                                               batch=batch, splits=splits,
+                                               precision=check_precision(precision)))
         self.bias = bool(bias)
 
     def launches(self, dy, w, dx, b=None, ws=None, beta=0.0):

@@ -205,8 +205,9 @@ class _Plain1x1:
     """A 1x1, stride-1, pad-0 layer is a GEMM per image; the Gemm's strided batch runs
     them in one launch: forward y[b] = w @ x[b], backward-data dx[b] = w^T @ dy[b]."""
 
-    def __init__(self, ctx, m, n, k, trans_a, bias, activation):
+    def __init__(self, ctx, m, n, k, trans_a, bias, activation, precision="fp32"):
         self.ctx, self.shape, self.trans_a = ctx, (m, n, k), trans_a
+        self.precision = precision
         self.bias, self.activation = "row" if bias else None, activation
         self.ops = {}
         self.op(1)  # build the kernels now
@@ -215,7 +216,8 @@ class _Plain1x1:
         if batch not in self.ops:
             m, n, k = self.shape
             self.ops[batch] = Gemm(self.ctx, m, n, k, trans_a=self.trans_a, bias=self.bias,
-                                   activation=self.activation, batch=batch)
+                                   activation=self.activation, batch=batch,
+                                   precision=self.precision)
         return self.ops[batch]
 
     def launches(self, w, src, dst, b, beta):
@@ -226,14 +228,16 @@ class _Plain1x1:
 
 class _DataDirection:
     """Forward or backward-data: the batched Gemm for plain 1x1 layers, else ConvGemm;
-    ``splits`` forces the split-K count (tests)."""
+    ``splits`` forces the split-K count (tests); ``precision`` reaches the Gemm (ConvGemm
+    multiplies in float32)."""
     mode = None
 
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, splits=None):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, splits=None,
+                 precision="fp32"):
         if geom.is_plain_1x1:
             m, k = (geom.out_c, geom.in_c) if self.mode == "forward" else (geom.in_c, geom.out_c)
             self.op = _Plain1x1(ctx, m, geom.in_h * geom.in_w, k, self.mode != "forward",
-                                bias, activation)
+                                bias, activation, precision)
         else:
             self.op = ConvGemm(ctx, geom, self.mode, bias, activation, batch, splits=splits)
 

@@ -220,13 +220,13 @@ class Convolution2D(_ConvBase):
     def _forward_op(self):
         if self._fwd is None:
             self._fwd = ConvForward(self.ctx, self.geom, self.bias, self.activation,
-                                    self.algos["forward"], self.batch)
+                                    self.algos["forward"], self.batch, precision=self.precision)
         return self._fwd
 
     def _backward_ops(self):
         if self._bwd is None:
             self._bwd = (ConvBackwardData(self.ctx, self.geom, algo=self.algos["backward_data"],
-                                          batch=self.batch),
+                                          batch=self.batch, precision=self.precision),
                          ConvBackwardFilter(self.ctx, self.geom,
                                             algo=self.algos["backward_filter"], batch=self.batch))
         return self._bwd
@@ -278,13 +278,14 @@ class TransposedConvolution2D(_ConvBase):
     def _forward_op(self):
         if self._fwd is None:
             self._fwd = ConvBackwardData(self.ctx, self.geom, self.bias, self.activation,
-                                         self.algos["backward_data"], self.batch)
+                                         self.algos["backward_data"], self.batch,
+                                         precision=self.precision)
         return self._fwd
 
     def _backward_ops(self):
         if self._bwd is None:
             self._bwd = (ConvForward(self.ctx, self.geom, algo=self.algos["forward"],
-                                     batch=self.batch),
+                                     batch=self.batch, precision=self.precision),
                          ConvBackwardFilter(self.ctx, self.geom,
                                             algo=self.algos["backward_filter"], batch=self.batch))
         return self._bwd
