@@ -24,7 +24,7 @@ from ..core.activation import FUSABLE, backward_code
 from ..core.conv import (ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry,
                          algorithm_name)
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
-from ..tensor import ws_view
+from ..tensor import Tensor, ws_view
 from ..utils import is_int
 from .base import Layer, ParamSpec, Setup, TensorSpec, pair, register
 
@@ -199,6 +199,50 @@ class Convolution2D(_ConvBase):
     """y[n,k,oh,ow] = act(b[k] + sum_(c in group(k), r, s) w[k,c,r,s] *
     x[n, c, oh*sh - pt + r*dh, ow*sw - pl + s*dw])."""
     OPTIONS = dict(COMMON_OPTIONS)
+
+    # ----- predict mode: the BatchNorm after it folded in (net/fusion.py)
+    def _fold(self, activation):
+        """(forward op with a bias and ``activation``, the two folding launchers, the
+        folded weights and bias), built once per activation."""
+        folds = self.__dict__.setdefault("_folds", {})
+        if (activation, self.geom) not in folds:
+            k = self.geom.out_c
+            rows = int(np.prod(self.geom.weight_shape[1:]))
+            w, c = ((k, rows), np.float32), ((k, 1), np.float32)
+            op = ConvForward(self.ctx, self.geom, True, activation, self.algos["forward"],
+                             self.batch, precision=self.precision)
+            # inputs: w, running var, gamma; w0 = eps
+            scale_w = PointwiseBroadcast(self.ctx, [w, c, c], [w], "y0 = x0 * x2 * rsqrt(x1 + w0);",
+                                         ["float"], name="conv_fold_weights")
+            # inputs: b, running mean, running var, gamma, beta; w0 = eps
+            scale_b = PointwiseBroadcast(self.ctx, [c] * 5, [c],
+                                         "y0 = (x0 - x1) * x3 * rsqrt(x2 + w0) + x4;", ["float"],
+                                         name="conv_fold_bias")
+            # the folded weights and bias, and 1 and 0 for a missing gamma, beta or bias
+            ones = Tensor.from_numpy(self.ctx, np.ones((k, 1), np.float32))
+            zeros = Tensor.from_numpy(self.ctx, np.zeros((k, 1), np.float32))
+            folds[(activation, self.geom)] = (op, scale_w, scale_b,
+                                              Tensor(self.ctx, self.geom.weight_shape),
+                                              Tensor(self.ctx, (k,)), ones, zeros)
+        return folds[(activation, self.geom)]
+
+    def fold_workspace(self, activation):
+        """Workspace bytes of this convolution with a BatchNorm folded in."""
+        return self._fold(activation)[0].workspace_bytes(self.batch)
+
+    def folded_forward(self, x, y, params, bn, bn_params, activation, ws):
+        """Launches of act(BatchNorm(conv(x))) in predict mode as one convolution: fold
+        the BatchNorm layer ``bn``'s running statistics and affine (``bn_params``) into
+        this layer's weights and bias, then convolve x into y with them."""
+        op, scale_w, scale_b, w2, b2, ones, zeros = self._fold(activation)
+        k = self.geom.out_c
+        mean, var = (t.reshape(k, 1) for t in bn_params[:2])
+        gamma, beta = (t.reshape(k, 1) for t in bn_params[2:4]) if bn.affine else (ones, zeros)
+        bias = params[1].reshape(k, 1) if self.bias else zeros
+        eps = [float(bn.options["eps"])]
+        out = scale_w.launches([params[0].reshape(k, -1), var, gamma], [w2.reshape(k, -1)], eps)
+        out += scale_b.launches([bias, mean, var, gamma, beta], [b2.reshape(k, 1)], eps)
+        return out + op.launches(x[0], w2, y, b2, ws, 0.0)
 
     def build(self, in_specs):
         spec = self._check_input(in_specs)

@@ -11,7 +11,7 @@ import contextlib
 import numpy as np
 import pyopencl as cl
 
-from . import memory_plan
+from . import fusion, memory_plan
 from .autograd import OpFacts, Autograd
 from ..layers.base import LayerError
 from ..tensor import Tensor
@@ -54,7 +54,11 @@ class ExecutionPlan:
         value_bytes = [_nbytes(v) for v in g.values]
         is_float = [v.dtype.kind == "f" for v in g.values]
         self.autograd = s = Autograd(g, facts, value_bytes, is_float, train, keep_all)
-        self.memory = plan = memory_plan.place(s.blocks, ARENA_ALIGN)
+        # predict mode: convolution + BatchNorm (+ activation) chains run as one (fusion.py)
+        self.folds = {} if train or keep_all else \
+            fusion.predict_folds(g, layers, [st.workspace for st in setups])
+        blocks = fusion.stretch(s.blocks, self.folds, s) if self.folds else s.blocks
+        self.memory = plan = memory_plan.place(blocks, ARENA_ALIGN)
         shapes = ", ".join("%s %s" % (g.values[vid].name, t.shape) for vid, t in inputs.items())
         self.arena = Tensor(ctx, (max(plan.arena_bytes, 1),), np.uint8, name=(
             "the net's %s-mode arena (activations%s and workspaces for inputs %s)"
@@ -83,12 +87,23 @@ class ExecutionPlan:
                  for i, st in enumerate(setups)]
 
         self.forward, self.op_forward = [], []
+        folded = {f.bn for f in self.folds.values()} | \
+            {f.act for f in self.folds.values() if f.act is not None}
         for op, layer in zip(g.ops, layers):
             with _naming(op):
-                launches = list(layer.forward([self.acts[v] for v in op.in_values],
-                                              [self.acts[v] for v in op.out_values],
-                                              store.op_params[op.index], ws[op.index],
-                                              saved[op.index]))
+                fold = self.folds.get(op.index)
+                if op.index in folded:  # run by the convolution before it
+                    launches = []
+                elif fold is not None:
+                    launches = list(layer.folded_forward(
+                        [self.acts[v] for v in op.in_values], self.acts[fold.out],
+                        store.op_params[op.index], layers[fold.bn], store.op_params[fold.bn],
+                        fold.activation, ws[op.index]))
+                else:
+                    launches = list(layer.forward([self.acts[v] for v in op.in_values],
+                                                  [self.acts[v] for v in op.out_values],
+                                                  store.op_params[op.index], ws[op.index],
+                                                  saved[op.index]))
             self.op_forward.append(len(launches))
             self.forward.extend(launches)
         self.backward = [Fill(self.grads[vid], w) for vid, w in s.fills]
