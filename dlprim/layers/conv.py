@@ -226,6 +226,14 @@ class Convolution2D(_ConvBase):
                                               Tensor(self.ctx, (k,)), ones, zeros)
         return folds[(activation, self.geom)]
 
+    @property
+    def weight_elements(self):
+        return int(np.prod(self.geom.weight_shape))
+
+    @property
+    def output_elements(self):
+        return int(np.prod(self.out_shape))
+
     def fold_workspace(self, activation):
         """Workspace bytes of this convolution with a BatchNorm folded in."""
         return self._fold(activation)[0].workspace_bytes(self.batch)
