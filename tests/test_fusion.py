@@ -56,16 +56,16 @@ def test_folds_match_the_operators(ctx, monkeypatch):
     net, _, got = _run(ctx, monkeypatch, True, params)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
-    folds = net._plan().folds
+    folds = net.plan.folds
     names = {net.graph.ops[i].name: (net.graph.ops[f.bn].name, f.activation)
              for i, f in folds.items()}
     # bn3's output is a net output: relu3 stays apart; c4's output is one: no fold
     assert names == {"c1": ("bn1", "relu"), "dw": ("bnd", "sigmoid"), "c3": ("bn3", "identity")}
-    counts = dict(zip((op.name for op in net.graph.ops), net._plan().op_forward))
+    counts = dict(zip((op.name for op in net.graph.ops), net.plan.op_forward))
     assert counts["bn1"] == counts["relu1"] == counts["bnd"] == counts["sig"] == counts["bn3"] == 0
-    assert counts["relu3"] > 0 and counts["bn4"] > 0 and not plain._plan().folds
+    assert counts["relu3"] > 0 and counts["bn4"] > 0 and not plain.plan.folds
     # the folded output is written while the convolution's input is read: apart in memory
-    plan = net._plan()
+    plan = net.plan
 
     def span(t):
         return t.byte_offset, t.byte_offset + t.nbytes
@@ -85,4 +85,4 @@ def test_folds_match_the_operators(ctx, monkeypatch):
 def test_no_folds_in_train_mode(ctx, monkeypatch):
     monkeypatch.setattr(fusion, "ENABLED", True)
     net = dp.Net(ctx, _graph(), mode="train", seed=1)
-    assert not net._plan().folds
+    assert not net.plan.folds
