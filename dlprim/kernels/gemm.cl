@@ -1,4 +1,5 @@
 <%include file="common.h"/>
+<%namespace name="tiles" file="gemm_tiles.h"/>
 <%
 # C = act(alpha * op(A) op(B) + beta * C + bias), op(A): M x K, op(B): K x N, row-major.
 # A work-group computes a TILE_M x TILE_N block of C; each thread a BLOCK_M x BLOCK_N
@@ -21,53 +22,6 @@ def tile_vectors(TD):
 NV_A, LOADS_A = tile_vectors(TILE_M)
 NV_B, LOADS_B = tile_vectors(TILE_N)
 %>
-<%def name="positions(x, TD, CK, NV, LOADS, ld)">
-    // where this thread's float4 pieces of the ${x} tile sit: row d (M or N) and k inside the tile
-    int ${x}_d[${LOADS}], ${x}_k[${LOADS}], ${x}_off[${LOADS}];
-    % for r in range(LOADS):
-    {
-        int l = lid + ${r * THREADS};
-        % if CK:
-        ${x}_k[${r}] = (l % ${KV}) * 4;
-        ${x}_d[${r}] = l / ${KV};
-        ${x}_off[${r}] = ${x}_d[${r}] * ${ld} + ${x}_k[${r}];
-        % else:
-        ${x}_d[${r}] = (l % ${TD // 4}) * 4;
-        ${x}_k[${r}] = l / ${TD // 4};
-        ${x}_off[${r}] = ${x}_k[${r}] * ${ld} + ${x}_d[${r}];
-        % endif
-    }
-    % endfor
-</%def>
-<%def name="load(x, X, CK, NV, LOADS, D, ALIGNED)">
-    // global -> registers; the guarded path zero-fills whatever lies outside the matrix
-    if (full_${x}) {
-    % for r in range(LOADS):
-        % if NV % THREADS:
-        if (lid + ${r * THREADS} < ${NV})
-        % endif
-        % if ALIGNED:
-        ${x}_reg[${r}] = *(__global const float4 *)(${X} + ${x}_off[${r}]);
-        % else:
-        ${x}_reg[${r}] = vload4(0, ${X} + ${x}_off[${r}]);
-        % endif
-    % endfor
-    } else {
-    % for r in range(LOADS):
-        % for c in range(4):
-        <%
-        if CK:
-            inside = "%s_d0 + %s_d[%d] < %s && k0 + %s_k[%d] + %d < K" % (x, x, r, D, x, r, c)
-        else:
-            inside = "%s_d0 + %s_d[%d] + %d < %s && k0 + %s_k[%d] < K" % (x, x, r, c, D, x, r)
-        if NV % THREADS:
-            inside = "lid + %d < %d && " % (r * THREADS, NV) + inside
-        %>
-        ${x}_reg[${r}].s${c} = (${inside}) ? ${X}[${x}_off[${r}] + ${c}] : 0.0f;
-        % endfor
-    % endfor
-    }
-</%def>
 <%def name="store(x, XS, LDS, CK, NV, LOADS)">
     // registers -> local tile, stored k-major: ${XS}[k][d]
     % for r in range(LOADS):
@@ -113,40 +67,9 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
 
     const int tx = get_local_id(0), ty = get_local_id(1);
     const int lid = ty * ${WG_N} + tx;
-    int gn = get_group_id(0), gm = get_group_id(1);
-% if GROUP > 1:
-    {   // walk the tiles in bands of ${GROUP} tile rows so concurrent groups share A and B in cache
-        const int tiles_n = get_num_groups(0), tiles_m = get_num_groups(1);
-        const int pid = gm * tiles_n + gn;
-        const int band = ${GROUP} * tiles_n;
-        const int first_m = (pid / band) * ${GROUP};
-        const int rows = min(tiles_m - first_m, ${GROUP});
-        gm = first_m + (pid % band) % rows;
-        gn = (pid % band) / rows;
-    }
-% endif
-    const int a_d0 = gm * ${TILE_M}, b_d0 = gn * ${TILE_N};
-    // split-K: z = batch * splits + part; part sums k in [part * k_chunk, +k_chunk) and
-    // writes its own C (a workspace that gemm_reduce sums); splits = 1 is a plain GEMM
-    const ulong z = get_global_id(2);
-    const ulong batch = z / splits;
-    const int k_begin = (int)(z % splits) * k_chunk;
-    K = min(K - k_begin, k_chunk);
-
-    __global const float *a_ptr = A + a_offset + batch * stride_a
-% if A_CK:
-        + (ulong)a_d0 * lda + k_begin;
-% else:
-        + a_d0 + (ulong)k_begin * lda;
-% endif
-    __global const float *b_ptr = B + b_offset + batch * stride_b
-% if B_CK:
-        + (ulong)b_d0 * ldb + k_begin;
-% else:
-        + b_d0 + (ulong)k_begin * ldb;
-% endif
-${positions("a", TILE_M, A_CK, NV_A, LOADS_A, "lda")}
-${positions("b", TILE_N, B_CK, NV_B, LOADS_B, "ldb")}
+${tiles.tile_origin(GROUP, TILE_M, TILE_N, A_CK, B_CK)}
+${tiles.positions("a", TILE_M, TILE_K, A_CK, LOADS_A, THREADS, "lda")}
+${tiles.positions("b", TILE_N, TILE_K, B_CK, LOADS_B, THREADS, "ldb")}
     float4 a_reg[${LOADS_A}], b_reg[${LOADS_B}];
     float acc[${BLOCK_M}][${BLOCK_N}];
     #pragma unroll
@@ -161,8 +84,8 @@ ${positions("b", TILE_N, B_CK, NV_B, LOADS_B, "ldb")}
     int k0 = 0;
     bool full_a = inner_a && ${TILE_K} <= K, full_b = inner_b && ${TILE_K} <= K;
     if (tiles_k > 0) {
-${load("a", "a_ptr", A_CK, NV_A, LOADS_A, "M", ALIGNED_A)}
-${load("b", "b_ptr", B_CK, NV_B, LOADS_B, "N", ALIGNED_B)}
+${tiles.load("a", "a_ptr", A_CK, NV_A, LOADS_A, THREADS, "M", ALIGNED_A)}
+${tiles.load("b", "b_ptr", B_CK, NV_B, LOADS_B, THREADS, "N", ALIGNED_B)}
 ${store("a", "a_local", LDS_A, A_CK, NV_A, LOADS_A)}
 ${store("b", "b_local", LDS_B, B_CK, NV_B, LOADS_B)}
     }
@@ -177,18 +100,9 @@ ${store("b", "b_local", LDS_B, B_CK, NV_B, LOADS_B)}
             k0 += ${TILE_K};
             full_a = inner_a && k0 + ${TILE_K} <= K;
             full_b = inner_b && k0 + ${TILE_K} <= K;
-% if A_CK:
-            a_ptr += ${TILE_K};
-% else:
-            a_ptr += (ulong)${TILE_K} * lda;
-% endif
-% if B_CK:
-            b_ptr += ${TILE_K};
-% else:
-            b_ptr += (ulong)${TILE_K} * ldb;
-% endif
-${load("a", "a_ptr", A_CK, NV_A, LOADS_A, "M", ALIGNED_A)}
-${load("b", "b_ptr", B_CK, NV_B, LOADS_B, "N", ALIGNED_B)}
+${tiles.advance(A_CK, B_CK, TILE_K)}
+${tiles.load("a", "a_ptr", A_CK, NV_A, LOADS_A, THREADS, "M", ALIGNED_A)}
+${tiles.load("b", "b_ptr", B_CK, NV_B, LOADS_B, THREADS, "N", ALIGNED_B)}
         }
         #pragma unroll
         for (int kk = 0; kk < ${TILE_K}; kk++) {

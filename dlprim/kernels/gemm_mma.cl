@@ -1,4 +1,5 @@
 <%include file="common.h"/>
+<%namespace name="tiles" file="gemm_tiles.h"/>
 <%
 # C = act(alpha * op(A) op(B) + beta * C + bias) on NVIDIA tensor cores: TF32 products
 # (mma.sync m16n8k8, inline PTX), FP32 accumulation. Same arguments, transposes, split-K,
@@ -40,48 +41,6 @@ inline uint tf32(float x)
     return r;
 }
 
-<%def name="positions(x, T, CK, LOADS, ld)">
-    // this thread's float4 pieces of the ${x} tile: row d (M or N) and k inside the tile
-    int ${x}_d[${LOADS}], ${x}_k[${LOADS}], ${x}_off[${LOADS}];
-    % for r in range(LOADS):
-    {
-        int l = lid + ${r * THREADS};
-        % if CK:
-        ${x}_k[${r}] = (l % ${TK // 4}) * 4;
-        ${x}_d[${r}] = l / ${TK // 4};
-        ${x}_off[${r}] = ${x}_d[${r}] * ${ld} + ${x}_k[${r}];
-        % else:
-        ${x}_d[${r}] = (l % ${T // 4}) * 4;
-        ${x}_k[${r}] = l / ${T // 4};
-        ${x}_off[${r}] = ${x}_k[${r}] * ${ld} + ${x}_d[${r}];
-        % endif
-    }
-    % endfor
-</%def>
-<%def name="load(x, X, CK, LOADS, D, ALIGNED)">
-    // global -> registers; the guarded path zero-fills whatever lies outside the matrix
-    if (full_${x}) {
-    % for r in range(LOADS):
-        % if ALIGNED:
-        ${x}_reg[${r}] = *(__global const float4 *)(${X} + ${x}_off[${r}]);
-        % else:
-        ${x}_reg[${r}] = vload4(0, ${X} + ${x}_off[${r}]);
-        % endif
-    % endfor
-    } else {
-    % for r in range(LOADS):
-        % for c in range(4):
-        <%
-        if CK:
-            inside = "%s_d0 + %s_d[%d] < %s && k0 + %s_k[%d] + %d < K" % (x, x, r, D, x, r, c)
-        else:
-            inside = "%s_d0 + %s_d[%d] + %d < %s && k0 + %s_k[%d] < K" % (x, x, r, c, D, x, r)
-        %>
-        ${x}_reg[${r}].s${c} = (${inside}) ? ${X}[${x}_off[${r}] + ${c}] : 0.0f;
-        % endfor
-    % endfor
-    }
-</%def>
 <%def name="store(x, S, LD, CK, LOADS)">
     // registers -> local tile, rounded to TF32
     % for r in range(LOADS):
@@ -113,38 +72,9 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
     const int lid = warp * 32 + lane;
     const int g = lane >> 2, t = lane & 3;  // the fragments' row group and column
     const int wm = (warp / ${WARPS_N}) * ${WTM}, wn = (warp % ${WARPS_N}) * ${WTN};
-    int gn = get_group_id(0), gm = get_group_id(1);
-% if GROUP > 1:
-    {   // walk the tiles in bands of ${GROUP} tile rows so concurrent groups share A and B in cache
-        const int tiles_n = get_num_groups(0), tiles_m = get_num_groups(1);
-        const int pid = gm * tiles_n + gn;
-        const int band = ${GROUP} * tiles_n;
-        const int first_m = (pid / band) * ${GROUP};
-        const int rows = min(tiles_m - first_m, ${GROUP});
-        gm = first_m + (pid % band) % rows;
-        gn = (pid % band) / rows;
-    }
-% endif
-    const int a_d0 = gm * ${TM}, b_d0 = gn * ${TN};
-    const ulong z = get_global_id(2);
-    const ulong batch = z / splits;
-    const int k_begin = (int)(z % splits) * k_chunk;
-    K = min(K - k_begin, k_chunk);
-
-    __global const float *a_ptr = A + a_offset + batch * stride_a
-% if A_CK:
-        + (ulong)a_d0 * lda + k_begin;
-% else:
-        + a_d0 + (ulong)k_begin * lda;
-% endif
-    __global const float *b_ptr = B + b_offset + batch * stride_b
-% if B_CK:
-        + (ulong)b_d0 * ldb + k_begin;
-% else:
-        + b_d0 + (ulong)k_begin * ldb;
-% endif
-${positions("a", TM, A_CK, LOADS_A, "lda")}
-${positions("b", TN, B_CK, LOADS_B, "ldb")}
+${tiles.tile_origin(GROUP, TM, TN, A_CK, B_CK)}
+${tiles.positions("a", TM, TK, A_CK, LOADS_A, THREADS, "lda")}
+${tiles.positions("b", TN, TK, B_CK, LOADS_B, THREADS, "ldb")}
     float4 a_reg[${LOADS_A}], b_reg[${LOADS_B}];
     float acc[${MI}][${NI}][4];
     #pragma unroll
@@ -159,8 +89,8 @@ ${positions("b", TN, B_CK, LOADS_B, "ldb")}
     int k0 = 0;
     bool full_a = inner_a && ${TK} <= K, full_b = inner_b && ${TK} <= K;
     if (tiles_k > 0) {
-${load("a", "a_ptr", A_CK, LOADS_A, "M", ALIGNED_A)}
-${load("b", "b_ptr", B_CK, LOADS_B, "N", ALIGNED_B)}
+${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGNED_A)}
+${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B)}
 ${store("a", "a_local", LDA, A_CK, LOADS_A)}
 ${store("b", "b_local", LDB, B_CK, LOADS_B)}
     }
@@ -174,18 +104,9 @@ ${store("b", "b_local", LDB, B_CK, LOADS_B)}
             k0 += ${TK};
             full_a = inner_a && k0 + ${TK} <= K;
             full_b = inner_b && k0 + ${TK} <= K;
-% if A_CK:
-            a_ptr += ${TK};
-% else:
-            a_ptr += (ulong)${TK} * lda;
-% endif
-% if B_CK:
-            b_ptr += ${TK};
-% else:
-            b_ptr += (ulong)${TK} * ldb;
-% endif
-${load("a", "a_ptr", A_CK, LOADS_A, "M", ALIGNED_A)}
-${load("b", "b_ptr", B_CK, LOADS_B, "N", ALIGNED_B)}
+${tiles.advance(A_CK, B_CK, TK)}
+${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGNED_A)}
+${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B)}
         }
         #pragma unroll
         for (int k16 = 0; k16 < ${TK}; k16 += 16) {

@@ -1,0 +1,115 @@
+## Mako defs shared by the local-memory GEMM templates (gemm.cl: float32 FMAs, gemm_mma.cl:
+## tensor cores), imported with <%namespace name="tiles" file="gemm_tiles.h"/>; nothing
+## here renders by itself. A tile of an operand is TD rows (M or N) by TK values of K,
+## loaded as float4 pieces by THREADS work items (piece l of the tile is item l % THREADS,
+## LOADS pieces each); CK: the operand is read along K in global memory.
+
+## the walk over C's tiles in bands of GROUP tile rows, so concurrent groups share A and
+## B in cache: remaps (gm, gn), the work-group's tile row and column
+<%def name="band_order(GROUP)">
+% if GROUP > 1:
+    {   // walk the tiles in bands of ${GROUP} tile rows so concurrent groups share A and B in cache
+        const int tiles_n = get_num_groups(0), tiles_m = get_num_groups(1);
+        const int pid = gm * tiles_n + gn;
+        const int band = ${GROUP} * tiles_n;
+        const int first_m = (pid / band) * ${GROUP};
+        const int rows = min(tiles_m - first_m, ${GROUP});
+        gm = first_m + (pid % band) % rows;
+        gn = (pid % band) / rows;
+    }
+% endif
+</%def>
+
+## where this item's float4 pieces of the x tile sit: row d, k inside the tile, and the
+## offset from the tile's corner in global memory (leading dimension ld)
+<%def name="positions(x, TD, TK, CK, LOADS, THREADS, ld)">
+    // this thread's float4 pieces of the ${x} tile: row d (M or N) and k inside the tile
+    int ${x}_d[${LOADS}], ${x}_k[${LOADS}], ${x}_off[${LOADS}];
+    % for r in range(LOADS):
+    {
+        int l = lid + ${r * THREADS};
+        % if CK:
+        ${x}_k[${r}] = (l % ${TK // 4}) * 4;
+        ${x}_d[${r}] = l / ${TK // 4};
+        ${x}_off[${r}] = ${x}_d[${r}] * ${ld} + ${x}_k[${r}];
+        % else:
+        ${x}_d[${r}] = (l % ${TD // 4}) * 4;
+        ${x}_k[${r}] = l / ${TD // 4};
+        ${x}_off[${r}] = ${x}_k[${r}] * ${ld} + ${x}_d[${r}];
+        % endif
+    }
+    % endfor
+</%def>
+
+## global -> registers x_reg; the guarded path (not full_x) zero-fills whatever lies
+## outside the matrix (D rows, K); NV pieces in all (items past NV load nothing)
+<%def name="load(x, X, CK, NV, LOADS, THREADS, D, ALIGNED)">
+    // global -> registers; the guarded path zero-fills whatever lies outside the matrix
+    if (full_${x}) {
+    % for r in range(LOADS):
+        % if NV % THREADS:
+        if (lid + ${r * THREADS} < ${NV})
+        % endif
+        % if ALIGNED:
+        ${x}_reg[${r}] = *(__global const float4 *)(${X} + ${x}_off[${r}]);
+        % else:
+        ${x}_reg[${r}] = vload4(0, ${X} + ${x}_off[${r}]);
+        % endif
+    % endfor
+    } else {
+    % for r in range(LOADS):
+        % for c in range(4):
+        <%
+        if CK:
+            inside = "%s_d0 + %s_d[%d] < %s && k0 + %s_k[%d] + %d < K" % (x, x, r, D, x, r, c)
+        else:
+            inside = "%s_d0 + %s_d[%d] + %d < %s && k0 + %s_k[%d] < K" % (x, x, r, c, D, x, r)
+        if NV % THREADS:
+            inside = "lid + %d < %d && " % (r * THREADS, NV) + inside
+        %>
+        ${x}_reg[${r}].s${c} = (${inside}) ? ${X}[${x}_off[${r}] + ${c}] : 0.0f;
+        % endfor
+    % endfor
+    }
+</%def>
+
+## the work-group's tile of C (a_d0, b_d0: its first row and column), its batch entry and
+## K slice (split-K), and a_ptr / b_ptr at the corners of its first A and B tiles
+<%def name="tile_origin(GROUP, TILE_M, TILE_N, A_CK, B_CK)">
+    int gn = get_group_id(0), gm = get_group_id(1);
+${band_order(GROUP)}
+    const int a_d0 = gm * ${TILE_M}, b_d0 = gn * ${TILE_N};
+    // split-K: z = batch * splits + part; part sums k in [part * k_chunk, +k_chunk) and
+    // writes its own C (a workspace that gemm_reduce sums); splits = 1 is a plain GEMM
+    const ulong z = get_global_id(2);
+    const ulong batch = z / splits;
+    const int k_begin = (int)(z % splits) * k_chunk;
+    K = min(K - k_begin, k_chunk);
+
+    __global const float *a_ptr = A + a_offset + batch * stride_a
+% if A_CK:
+        + (ulong)a_d0 * lda + k_begin;
+% else:
+        + a_d0 + (ulong)k_begin * lda;
+% endif
+    __global const float *b_ptr = B + b_offset + batch * stride_b
+% if B_CK:
+        + (ulong)b_d0 * ldb + k_begin;
+% else:
+        + b_d0 + (ulong)k_begin * ldb;
+% endif
+</%def>
+
+## a_ptr and b_ptr on to the next TK values of K
+<%def name="advance(A_CK, B_CK, TK)">
+% if A_CK:
+            a_ptr += ${TK};
+% else:
+            a_ptr += (ulong)${TK} * lda;
+% endif
+% if B_CK:
+            b_ptr += ${TK};
+% else:
+            b_ptr += (ulong)${TK} * ldb;
+% endif
+</%def>
