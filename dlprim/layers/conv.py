@@ -228,10 +228,12 @@ class Convolution2D(_ConvBase):
 
     @property
     def weight_elements(self):
+        """Elements of the weights (what a fold reads and writes at every forward)."""
         return int(np.prod(self.geom.weight_shape))
 
     @property
     def output_elements(self):
+        """Elements of the output at the set-up batch size."""
         return int(np.prod(self.out_shape))
 
     def fold_workspace(self, activation):
