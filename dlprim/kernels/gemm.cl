@@ -53,13 +53,7 @@ NV_B, LOADS_B = tile_vectors(TILE_N)
 </%def>
 
 __kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
-void gemm(int M, int N, int K, int k_chunk, int splits,
-          __global const float *A, ulong a_offset, int lda, ulong stride_a,
-          __global const float *B, ulong b_offset, int ldb, ulong stride_b,
-          __global float *C, ulong c_offset, int ldc, ulong stride_c,
-          __global const float *bias, ulong bias_offset,
-          float alpha, float beta)
-{
+${tiles.signature()}{
     __local float4 a_local4[${2 * TILE_K * LDS_A // 4}];
     __local float4 b_local4[${2 * TILE_K * LDS_B // 4}];
     __local float *a_local = (__local float *)a_local4;
@@ -157,15 +151,7 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B)}
             #pragma unroll
             for (int w = 0; w < ${VEC}; w++) {
                 if (n + w < N) {
-                    float v = alpha * acc[i][jv * ${VEC} + w];
-                    if (beta != 0.0f)
-                        v += beta * c_row[n + w];
-% if BIAS == "row":
-                    v += bias_m;
-% elif BIAS == "col":
-                    v += bias[bias_offset + n + w];
-% endif
-                    c_row[n + w] = ACT_${ACTIVATION}(v);
+${tiles.store_c("acc[i][jv * %d + w]" % VEC, "n + w", BIAS, ACTIVATION)}
                 }
             }
         }

@@ -1,4 +1,5 @@
 <%include file="common.h"/>
+<%namespace name="tiles" file="gemm_tiles.h"/>
 <%
 # The GEMM of kernels/gemm.cl shaped for CPU drivers (PoCL), which run a whole
 # work-group as a loop on one core: no local memory and no barriers (the caches do the
@@ -203,13 +204,7 @@ __kernel void gemm_small_m(int M, int N, int K,
 </%def>
 
 __kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
-void gemm(int M, int N, int K, int k_chunk, int splits,
-          __global const float *A, ulong a_offset, int lda, ulong stride_a,
-          __global const float *B, ulong b_offset, int ldb, ulong stride_b,
-          __global float *C, ulong c_offset, int ldc, ulong stride_c,
-          __global const float *bias, ulong bias_offset,
-          float alpha, float beta)
-{
+${tiles.signature()}{
     const int n0 = get_global_id(0) * ${BLOCK_N}, m0 = get_global_id(1) * ${BLOCK_M};
     // split-K as in kernels/gemm.cl: z = batch * splits + part
     const ulong z = get_global_id(2);

@@ -58,13 +58,7 @@ inline uint tf32(float x)
 </%def>
 
 __kernel __attribute__((reqd_work_group_size(32, ${WARPS}, 1)))
-void gemm(int M, int N, int K, int k_chunk, int splits,
-          __global const float *A, ulong a_offset, int lda, ulong stride_a,
-          __global const float *B, ulong b_offset, int ldb, ulong stride_b,
-          __global float *C, ulong c_offset, int ldc, ulong stride_c,
-          __global const float *bias, ulong bias_offset,
-          float alpha, float beta)
-{
+${tiles.signature()}{
     // declared as uint4 for the 16-byte alignment of the vector stores
     __local uint4 a_local4[${STAGES * SIZE_A // 4}], b_local4[${STAGES * SIZE_B // 4}];
     __local uint *a_local = (__local uint *)a_local4, *b_local = (__local uint *)b_local4;
@@ -194,15 +188,7 @@ ${store("b", "b_next", LDB, B_CK, LOADS_B)}
                 for (int w = 0; w < 2; w++) {
                     const int n = b_d0 + wn + j * 8 + 2 * t + w;
                     if (n < N) {
-                        float v = alpha * acc[i][j][2 * h + w];
-                        if (beta != 0.0f)
-                            v += beta * c_row[n];
-% if BIAS == "row":
-                        v += bias_m;
-% elif BIAS == "col":
-                        v += bias[bias_offset + n];
-% endif
-                        c_row[n] = ACT_${ACTIVATION}(v);
+${tiles.store_c("acc[i][j][2 * h + w]", "n", BIAS, ACTIVATION)}
                     }
                 }
             }

@@ -1,6 +1,6 @@
-## Mako defs shared by the local-memory GEMM templates (gemm.cl: float32 FMAs, gemm_mma.cl:
-## tensor cores), imported with <%namespace name="tiles" file="gemm_tiles.h"/>; nothing
-## here renders by itself. A tile of an operand is TD rows (M or N) by TK values of K,
+## Mako defs shared by the GEMM templates (gemm.cl: float32 FMAs, gemm_mma.cl: tensor
+## cores, gemm_cpu.cl: the signature only), imported with
+## <%namespace name="tiles" file="gemm_tiles.h"/>; nothing here renders by itself. A tile of an operand is TD rows (M or N) by TK values of K,
 ## loaded as float4 pieces by THREADS work items (piece l of the tile is item l % THREADS,
 ## LOADS pieces each); CK: the operand is read along K in global memory.
 
@@ -112,4 +112,28 @@ ${band_order(GROUP)}
 % else:
             b_ptr += (ulong)${TK} * ldb;
 % endif
+</%def>
+
+## the kernel's name and arguments, as core/gemm.py passes them
+<%def name="signature()">
+void gemm(int M, int N, int K, int k_chunk, int splits,
+          __global const float *A, ulong a_offset, int lda, ulong stride_a,
+          __global const float *B, ulong b_offset, int ldb, ulong stride_b,
+          __global float *C, ulong c_offset, int ldc, ulong stride_c,
+          __global const float *bias, ulong bias_offset,
+          float alpha, float beta)
+</%def>
+
+## one value of C: alpha * value + beta * C (C unread where beta is 0) + the bias
+## (bias_m, the row's, in scope for "row"), then the activation, stored at c_row[col]
+<%def name="store_c(value, col, BIAS, ACTIVATION)">
+    float v = alpha * ${value};
+    if (beta != 0.0f)
+        v += beta * c_row[${col}];
+% if BIAS == "row":
+    v += bias_m;
+% elif BIAS == "col":
+    v += bias[bias_offset + ${col}];
+% endif
+    c_row[${col}] = ACT_${ACTIVATION}(v);
 </%def>

@@ -69,13 +69,14 @@ __kernel void normalization_rows_backward_data(ulong K, __global const float *x,
     dx += dx_offset + row * K;
     const float inv = 1.0f / (float)K;
     const float m = mean[mean_offset + row], r = rstd[rstd_offset + row];
+% if AFFINE:
+#define G(k) (dy[k] * weight[weight_offset + (k)])
+% else:
+#define G(k) dy[k]
+% endif
     float sg = 0.0f, sgx = 0.0f;
     for (ulong k = lid; k < K; k += wg) {
-% if AFFINE:
-        const float g = dy[k] * weight[weight_offset + k];
-% else:
-        const float g = dy[k];
-% endif
+        const float g = G(k);
         sg += g;
         sgx += g * (x[k] - m) * r;
     }
@@ -86,12 +87,8 @@ __kernel void normalization_rows_backward_data(ulong K, __global const float *x,
 % endif
     const float mgx = wg_reduce_sum(scratch, sgx) * inv;
     for (ulong k = lid; k < K; k += wg) {
-% if AFFINE:
-        const float g = dy[k] * weight[weight_offset + k];
-% else:
-        const float g = dy[k];
-% endif
-        const float v = r * (g - mg - (x[k] - m) * r * mgx);
+        const float v = r * (G(k) - mg - (x[k] - m) * r * mgx);
         dx[k] = beta != 0.0f ? beta * dx[k] + v : v;
     }
+#undef G
 }
