@@ -192,7 +192,8 @@ class AttentionOps:
                              "(given as %s, with %s and %s None)" % names)
         self._check(names[0], q, (self.n, self.lq, 3, self.heads, self.d))
         part = self.heads * self.d
-        return [_Part(q, j * part) for j in range(3)]
+        # the kernels read each part through its offset and the layout's row stride
+        return [q.view((q.size - j * part,), j * part) for j in range(3)]
 
     def _mask_args(self, mask, strides):
         if not self.mask:
@@ -265,9 +266,3 @@ class AttentionOps:
             out.append(self._launch("dkdv", lk, "BK", common + grads[1:] + masks + drops))
         return out
 
-
-class _Part:
-    """A kernel argument at ``offset`` elements into a tensor (a part of packed q, k, v)."""
-
-    def __init__(self, t, offset):
-        self.kernel_args = (t.buffer, np.uint64(t.offset + offset))

@@ -14,7 +14,7 @@ import numpy as np
 from ..kernels import program
 from .activation import FUSABLE
 from .precision import check_precision
-from ..tensor import Tensor
+from ..tensor import Tensor, ws_view
 from . import tuning, tuning_launch
 from ..utils import ceil_div, round_up
 
@@ -234,6 +234,12 @@ class Gemm:
         if self.splits == 1 or self.M == 0 or self.N == 0:
             return 0
         return self.batch * self.splits * round_up(self.M * self.N, 4)
+
+    def workspace_in(self, ws, byte_offset=0):
+        """The split-K workspace as a view ``byte_offset`` bytes into a layer's uint8
+        workspace ``ws``; None where K is not split (the launches then need none)."""
+        count = self.workspace_elements
+        return ws_view(ws, byte_offset, count) if count else None
 
     @property
     def packed_b_elements(self):

@@ -204,8 +204,8 @@ class Convolution2D(_ConvBase):
     def _fold(self, activation):
         """(forward op with a bias and ``activation``, the two folding launchers, the
         folded weights and bias), built once per activation."""
-        folds = self.__dict__.setdefault("_folds", {})
-        if (activation, self.geom) not in folds:
+        folds = self._folds
+        if activation not in folds:
             k = self.geom.out_c
             rows = int(np.prod(self.geom.weight_shape[1:]))
             w, c = ((k, rows), np.float32), ((k, 1), np.float32)
@@ -221,10 +221,10 @@ class Convolution2D(_ConvBase):
             # the folded weights and bias, and 1 and 0 for a missing gamma, beta or bias
             ones = Tensor.from_numpy(self.ctx, np.ones((k, 1), np.float32))
             zeros = Tensor.from_numpy(self.ctx, np.zeros((k, 1), np.float32))
-            folds[(activation, self.geom)] = (op, scale_w, scale_b,
+            folds[activation] = (op, scale_w, scale_b,
                                               Tensor(self.ctx, self.geom.weight_shape),
                                               Tensor(self.ctx, (k,)), ones, zeros)
-        return folds[(activation, self.geom)]
+        return folds[activation]
 
     @property
     def weight_elements(self):
@@ -263,6 +263,7 @@ class Convolution2D(_ConvBase):
                             self.groups)
         self._fwd = None
         self._bwd = None
+        self._folds = {}  # activation -> a BatchNorm fold's kernels and tensors (_fold)
         out_shape = geom.out_shape(n)
         ws = self._setup_common(geom, spec.shape, out_shape)
         params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])

@@ -83,15 +83,10 @@ class InnerProduct(Layer):
         for p in params:
             p.to_device(rng.uniform(-bound, bound, p.shape).astype(np.float32))
 
-    def _gemm_ws(self, op, ws):
-        """The split-K partial sums of ``op`` in the workspace, after g; None if unsplit."""
-        count = op.workspace_elements
-        return ws_view(ws, self.act_bytes, count) if count else None
-
     def forward(self, x, y, params, ws, saved):
         return self._fwd.launches(x[0].reshape(self.n, self.inputs), params[0], y[0],
                                   bias=params[1] if self.bias else None,
-                                  workspace=self._gemm_ws(self._fwd, ws))
+                                  workspace=self._fwd.workspace_in(ws, self.act_bytes))
 
     def _backward_ops(self):
         if self._bwd is None:
@@ -114,10 +109,10 @@ class InnerProduct(Layer):
         data_op, filter_op = self._backward_ops()
         if dx[0] is not None:
             out += data_op.launches(g, params[0], dx[0].reshape(self.n, self.inputs),
-                                    beta=float(accumulate[0]), workspace=self._gemm_ws(data_op, ws))
+                                    beta=float(accumulate[0]), workspace=data_op.workspace_in(ws, self.act_bytes))
         if want_dw:
             out += filter_op.launches(g, x[0].reshape(self.n, self.inputs), dparams[0], beta=1.0,
-                                      workspace=self._gemm_ws(filter_op, ws))
+                                      workspace=filter_op.workspace_in(ws, self.act_bytes))
         if want_db:
             out += self.bias_bwd.launches([g], [dparams[1].reshape(1, self.outputs)],
                                           alpha=1.0, beta=1.0)

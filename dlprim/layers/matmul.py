@@ -84,10 +84,6 @@ class MatMul(Layer):
                                       for g in (self.forward_gemm, self.gemm_da, self.gemm_db))
         return Setup([TensorSpec(batch + (m, n))], [], ws)
 
-    def _gemm_ws(self, gemm, ws):
-        count = gemm.workspace_elements
-        return ws_view(ws, self.sum_bytes, count) if count else None
-
     def _strides(self):
         return [self.m * self.k if self.full[0] else 0, self.k * self.n if self.full[1] else 0]
 
@@ -95,7 +91,7 @@ class MatMul(Layer):
         sa, sb = self._strides()
         return self.forward_gemm.launches(x[0], x[1], y[0], alpha=self.alpha, stride_a=sa,
                                           stride_b=sb, stride_c=self.m * self.n,
-                                          workspace=self._gemm_ws(self.forward_gemm, ws))
+                                          workspace=self.forward_gemm.workspace_in(ws, self.sum_bytes))
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         a, b, dc = x[0], x[1], dy[0]
@@ -119,7 +115,7 @@ class MatMul(Layer):
             out += gemm.launches(first, second, target, alpha=self.alpha,
                                  beta=beta if sums is None else 0.0,
                                  stride_c=size if (sums is not None or self.full[i]) else 0,
-                                 workspace=self._gemm_ws(gemm, ws), **strides)
+                                 workspace=gemm.workspace_in(ws, self.sum_bytes), **strides)
             if sums is not None:
                 out += sums.launches([target.view((self.batch, size))],
                                      [dx[i].view((1, size))], beta=beta)
