@@ -1,6 +1,7 @@
 """torchvision networks compiled for dlprim beside the alternatives, ms per batch: the
 same loop (batch from the host, forward, and for training cross-entropy, backward and an
-Adam step; the output back to the host) as benchmarks/side_by_side.py.
+Adam step, ``--fused`` for Adam(fused=True); the output back to the host) as
+benchmarks/side_by_side.py.
 
     python benchmarks/torch_compile_speed.py --kinds net,ocl_compiled,ocl_eager
     python benchmarks/torch_compile_speed.py --kinds cuda_eager,cuda_inductor   # TF32 off
@@ -21,12 +22,13 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def loop_ms(model, device, batch, mode, warmup, iters, sync):
+def loop_ms(model, device, batch, mode, warmup, iters, sync, fused=False):
     import torch
     x_host = torch.randn(batch, 3, 224, 224)
     y_host = torch.randint(0, 1000, (batch,))
     params = [p for p in model.parameters()]
-    opt = torch.optim.Adam(params, lr=1e-4) if mode == "train" else None
+    opt = (torch.optim.Adam(params, lr=1e-4, fused=True if fused else None)
+           if mode == "train" else None)
 
     def iteration():
         x = x_host.to(device)
@@ -52,7 +54,7 @@ def loop_ms(model, device, batch, mode, warmup, iters, sync):
     return 1e3 * float(np.mean(times))
 
 
-def row(kind, net, batch, mode, warmup, iters):
+def row(kind, net, batch, mode, warmup, iters, fused=False):
     import torch
     import torchvision
     if kind == "net":
@@ -69,12 +71,16 @@ def row(kind, net, batch, mode, warmup, iters):
         model = model.cuda()
         if kind == "cuda_inductor":
             model = torch.compile(model)
-        return loop_ms(model, "cuda", batch, mode, warmup, iters, torch.cuda.synchronize)
+        return loop_ms(model, "cuda", batch, mode, warmup, iters, torch.cuda.synchronize, fused)
     import dlprim.torch
     model = model.to("ocl")
     if kind == "ocl_compiled":
         model = dlprim.torch.compile(model)
-    return loop_ms(model, "ocl", batch, mode, warmup, iters, dlprim.torch.synchronize)
+    ms = loop_ms(model, "ocl", batch, mode, warmup, iters, dlprim.torch.synchronize, fused)
+    for report in dlprim.torch.compiler.reports():
+        if report.where != "dlprim":
+            print("  %s: %s" % (report.where, report.reason), flush=True)
+    return ms
 
 
 def main():
@@ -85,13 +91,16 @@ def main():
     p.add_argument("--kinds", default="net,ocl_compiled,ocl_eager")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--fused", action="store_true",
+                   help="Adam(fused=True) (one multi-tensor update) instead of the default")
     p.add_argument("--json", help="append the rows to this file (one JSON object per line)")
     args = p.parse_args()
     for net in args.nets.split(","):
         for mode in args.modes.split(","):
             for kind in args.kinds.split(","):
-                ms = row(kind, net, args.batch, mode, args.warmup, args.iters)
-                r = {"net": net, "batch": args.batch, "mode": mode, "kind": kind, "ms": ms}
+                ms = row(kind, net, args.batch, mode, args.warmup, args.iters, args.fused)
+                r = {"net": net, "batch": args.batch, "mode": mode, "kind": kind, "ms": ms,
+                     "fused": args.fused}
                 print("%-14s %3d %-6s %-14s %9.2f ms" % (net, args.batch, mode, kind, ms),
                       flush=True)
                 if args.json:

@@ -134,6 +134,7 @@ class DeviceFacts:
         self.max_alloc = d.max_mem_alloc_size
         self.local_mem = d.local_mem_size
         self.max_work_group = d.max_work_group_size
+        self.max_parameter_size = d.max_parameter_size  # bytes of kernel arguments
         self.opencl_c_version = d.opencl_c_version.strip()
         self.version = d.version.strip()
         self.extensions = ext

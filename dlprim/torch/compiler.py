@@ -278,6 +278,10 @@ class _Runner:
         self.versions = {}  # weight name -> (tensor id, version) last copied into the Net
         self.shared = {}  # weight name -> the Storage the model's tensor and the Net share
         self.step = 0
+        self.uses = {}  # input index -> how many Net weights it is (a parameter used twice)
+        for i, _ in self.sources.values():
+            self.uses[i] = self.uses.get(i, 0) + 1
+        self._grad_views = {}  # weight name -> (ocl view of its gradient, AccumulateGrad)
 
     def _write(self, dst, t):
         """dlprim tensor ``dst`` = torch tensor t (an ocl tensor, else copied from the host)."""
@@ -347,8 +351,8 @@ class _Runner:
         if self.train:
             self._running_stats_back(tensors)
         with torch.no_grad():
-            for i, amount in self.bumps:
-                tensors[i].add_(amount)
+            for amount in {amount for _, amount in self.bumps}:  # one call per amount
+                torch._foreach_add_([tensors[i] for i, a in self.bumps if a == amount], amount)
         return tuple(self._read(self.net.tensor(o)) for o in self.outputs)
 
     def _grad_shapes(self, changed):
@@ -379,7 +383,7 @@ class _Runner:
                         t.copy_(torch.from_numpy(src.to_host()).reshape(t.shape))
                 self.versions[name] = (id(t), t._version)  # the Net holds these values
 
-    def backward(self, step, grads):
+    def backward(self, step, grads, tensors):
         if step != self.step:
             raise RuntimeError("dlprim compiled graph: backward of an earlier call (the graph "
                                "ran again before this backward); call backward after each "
@@ -390,7 +394,14 @@ class _Runner:
                 dst.zero_()
             else:
                 self._write(dst, g.contiguous() if g.device.type == "ocl" else g)
-        self.net.zero_grad()
+        direct = self._direct_grads(tensors)
+        adding = {name for name, (p, view) in direct.items() if p.grad is view}
+        if not adding:
+            self.net.zero_grad()
+        else:  # those .grad views sum this backward into what they hold
+            for name in self.net.params:
+                if name not in adding:
+                    self.net.param_diff(name).zero_()
         self.net.backward()
         out = [None] * len(self.kinds)
         names = iter(self.data_names)
@@ -401,9 +412,50 @@ class _Runner:
         for name, (i, how) in self.sources.items():
             if self.kinds[i] != "param":
                 continue
+            d = direct.get(name)
+            if d is not None:
+                if d[0].grad is not d[1]:
+                    d[0].grad = d[1]
+                continue
             g = self._read(self.net.param_diff(name))
             g = (g.t() if how == "t" else g).reshape(self.shapes[i])
             out[i] = g if out[i] is None else out[i] + g  # a parameter used twice
+        return out
+
+    def _direct_grads(self, tensors):
+        """{Net weight: (parameter, its gradient view)} for the parameters whose gradient
+        this backward leaves in ``.grad`` as a view of the Net's gradient memory, not
+        through autograd (no copy, no add): ocl parameters the Net holds as they are, that
+        autograd's ``backward()`` would accumulate into (``torch.autograd.grad`` takes its
+        gradients through autograd), without gradient hooks, whose ``.grad`` is None or
+        that view (then this backward adds to it, as accumulation does). The next backward
+        writes the same memory, as a later ``.grad +=`` would."""
+        if self.host or torch.is_grad_enabled():  # create_graph: gradients are graphs
+            return {}
+        out = {}
+        for name, (i, how) in self.sources.items():
+            p = tensors[i]
+            if self.kinds[i] != "param" or how != "same" or p.device.type != "ocl" or \
+                    self.uses.get(i, 0) > 1 or p.dtype != torch.float32 or \
+                    p._backward_hooks or p._post_accumulate_grad_hooks is not None:
+                continue
+            view, node = self._grad_views.get(name, (None, None))
+            if view is None or view.shape != p.shape:
+                diff = self.net.param_diff(name)
+                if diff.size != p.numel() or not p.requires_grad or p.grad_fn is not None:
+                    continue
+                view = _tensor.OclTensor(_tensor.Storage.over(self.index, diff), p.shape,
+                                         p.stride(), 0, torch.float32)
+                with torch.enable_grad():  # p's AccumulateGrad, behind a view of p
+                    node = p.view_as(p).grad_fn.next_functions[0][0]
+                self._grad_views[name] = (view, node)
+            try:
+                if not torch._C._will_engine_execute_node(node):
+                    continue  # backward(inputs=...) without p
+            except RuntimeError:  # autograd.grad(): no .grad is written
+                return {}
+            if p.grad is None or p.grad is view:
+                out[name] = (p, view)
         return out
 
 
@@ -411,12 +463,12 @@ class _NetFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, runner, *tensors):
         outs = runner.forward(tensors)
-        ctx.runner, ctx.step = runner, runner.step
+        ctx.runner, ctx.step, ctx.tensors = runner, runner.step, tensors
         return outs
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None,) + tuple(ctx.runner.backward(ctx.step, grads))
+        return (None,) + tuple(ctx.runner.backward(ctx.step, grads, ctx.tensors))
 
 
 def compile_graph(gm, example_inputs):

@@ -10,6 +10,7 @@ from ..core.reduction import ArgMax, op_code
 from ..dtypes import cl_type
 from ..tensor import Tensor
 from .dispatch import register, handle
+from .multi_tensor import run_lists
 from .ops_tensor import convert, meta_of
 from .tensor import OclTensor, as_dlprim, empty, numpy_dtype, write_into
 
@@ -107,8 +108,15 @@ def _overlaps(self, args, kwargs):
     return False
 
 
+_BUILDS = {}  # an elementwise overload, functional or in place -> (functional, build, compute)
+
+
 def _register_inplace(functional, inplace, build, compute=None):
     """The functional overload, and its in-place form writing into self."""
+    _BUILDS[functional] = (functional, build, compute)
+    if inplace is not None:
+        _BUILDS[inplace] = (functional, build, compute)
+
     def run(*args, **kwargs):
         return elementwise(functional, args, kwargs, build, compute)
     register(functional)(run)
@@ -364,15 +372,71 @@ def _foreach(func, *args, **kwargs):
     overload, n_positional, keywords = _foreach_plan(func)
     lists = [isinstance(a, (list, tuple)) for a in args]  # per element, else shared
     wrapped = func._overloadname == "Tensor"  # one tensor for every element: a scalar
-    results = []
-    for i in range(len(args[0])):
-        item = [a[i] if is_list else a for a, is_list in zip(args, lists)]
-        if wrapped and len(item) > 1 and isinstance(item[1], torch.Tensor) and \
-                not isinstance(item[1], OclTensor):
-            item[1] = item[1].item()
-        extra = dict(zip(keywords, item[n_positional:]))  # addcmul's value: keyword-only
-        results.append(handle(overload, tuple(item[:n_positional]), dict(kwargs, **extra)))
-    return None if func.overloadpacket.__name__.endswith("_") else results
+    inplace = func.overloadpacket.__name__.endswith("_")
+
+    def item(i):
+        one = [a[i] if is_list else a for a, is_list in zip(args, lists)]
+        if wrapped and len(one) > 1 and isinstance(one[1], torch.Tensor) and \
+                not isinstance(one[1], OclTensor):
+            one[1] = one[1].item()
+        extra = dict(zip(keywords, one[n_positional:]))  # addcmul's value: keyword-only
+        return tuple(one[:n_positional]), dict(kwargs, **extra)
+    if len(args[0]) and overload in _BUILDS:
+        results = _foreach_multi(overload, inplace, args, lists, item)
+        if results is not None:
+            return None if inplace else results
+    results = [handle(overload, *item(i)) for i in range(len(args[0]))]
+    return None if inplace else results
+
+
+def _foreach_multi(overload, inplace, args, lists, item):
+    """A _foreach_ call as multi-tensor launches (``multi_tensor.run_lists``), where every
+    element computes the same statements on contiguous ocl tensors of its own size (a
+    list of one scalar for all, or tensors shaped as the first list's): the outputs, or
+    an empty list for an in-place call; None where it cannot (each element then runs as
+    its own operator)."""
+    functional, build, compute = _BUILDS[overload]
+    scalars = [a for a, is_list in zip(args, lists) if is_list and a and
+               not isinstance(a[0], torch.Tensor)]
+    if any(any(v != a[0] for v in a) for a in scalars):
+        return None  # a scalar per element (steps apart): not one statement string
+    first_args, first_kwargs = item(0)
+    first = first_args[0]
+    shape, dtype, compute_dtype = _result(functional, first_args, first_kwargs, compute)
+    if shape != tuple(first.shape) or (inplace and dtype != first.dtype):
+        return None
+    tensors, params, code = build(_ctype(compute_dtype), *first_args, **first_kwargs)
+    flat = list(first_args) + list(first_kwargs.values())
+    where = []  # each input tensor: the argument it is (its list gives every element's)
+    for t in tensors:
+        k = next((k for k, a in enumerate(flat) if a is t), None)
+        if k is None or k >= len(args) or not lists[k]:
+            return None
+        where.append(k)
+    x_lists = [args[k] for k in where]
+    ys = list(args[0]) if inplace else None
+    def check():
+        for i, self_i in enumerate(args[0]):
+            for lst in x_lists + [args[0]]:
+                t = lst[i]
+                if not isinstance(t, OclTensor) or not t.is_contiguous() or \
+                        t.shape != self_i.shape or t.dtype != lst[0].dtype:
+                    raise _NotOneKernel
+    values = [np.float32(p) if isinstance(p, float) else
+              (np.int64(p) if isinstance(p, (bool, int)) else p) for p in params]
+    try:
+        if not inplace:
+            check()
+            ys = [empty(tuple(t.shape), dtype, t._ocl_storage.index) for t in args[0]]
+        run_lists(str(overload), code, x_lists, [ys], values, keep=inplace,
+                  check=check if inplace else None)
+    except _NotOneKernel:
+        return None
+    return ys
+
+
+class _NotOneKernel(Exception):
+    """A _foreach_ call whose elements cannot share one multi-tensor kernel."""
 
 
 _foreach_plans = {}

@@ -1,0 +1,149 @@
+"""Operators over lists of ocl tensors (``_foreach_`` operators, fused optimizers) as
+multi-tensor launches (``dlprim.core.multi_tensor``): a few launches per call instead of
+one operator per tensor.
+
+An optimizer calls them every step over the same tensors (parameters, gradients, its
+state), so the prepared launches are kept per list of tensors (``PlanCache``) and a step
+costs a check that the tensors are still those, new scalar values, and the launches.
+"""
+import collections
+import weakref
+
+import numpy as np
+
+from ..core.multi_tensor import MultiTensorPlan, MultiTensorPointwise
+from ..core.pointwise import _memo, _param_specs
+from .tensor import as_dlprim
+
+__all__ = ["PlanCache", "run_lists", "plans"]
+
+
+class _Entry:
+    __slots__ = ("plan", "refs", "storages", "__weakref__")
+
+    def __init__(self, plan, tensors, gone):
+        self.plan = plan
+        self.refs = [weakref.ref(t, gone) for t in tensors]
+        self.storages = [t._ocl_storage for t in tensors]
+
+    def holds(self, tensors):
+        """Whether these are the tensors the plan was made for, over the same memory."""
+        for t, ref, storage in zip(tensors, self.refs, self.storages):
+            if ref() is not t or t._ocl_storage is not storage:
+                return False
+        return True
+
+
+class PlanCache:
+    """Prepared multi-tensor plans keyed by (what they compute, the ids of their
+    tensors). An entry goes when one of its tensors is collected (its memory may then
+    serve another tensor) and, past ``limit`` entries, the oldest goes first."""
+
+    def __init__(self, limit=256):
+        self.limit = limit
+        self._entries = collections.OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, key, tensors):
+        entry = self._entries.get(key)
+        if entry is not None and entry.holds(tensors):
+            self.hits += 1
+            return entry.plan
+        self.misses += 1
+        return None
+
+    def put(self, key, tensors, plan):
+        entries = self._entries
+        holder = []
+
+        def gone(_):  # a tensor of the entry was collected: its memory may be reused
+            if holder and entries.get(key) is holder[0]:
+                del entries[key]
+        entry = _Entry(plan, tensors, gone)
+        holder.append(entry)
+        entries[key] = entry
+        entries.move_to_end(key)
+        while len(entries) > self.limit:
+            entries.popitem(last=False)
+
+    def __len__(self):
+        return len(self._entries)
+
+
+plans = PlanCache()
+
+
+def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, check=None):
+    """``code`` over element i of every list, for every i: ``y_lists[k][i]`` is output yk
+    of element i, ``x_lists[k][i]`` input xk (a single element where ``one[k]``).
+    Every tensor is a contiguous ocl tensor, the tensors of one list share a dtype and an
+    element's tensors share a size. ``keep``: keep the prepared launches for the next
+    call over these very tensors (False where the lists are temporaries); ``check()``
+    runs before launches are prepared (not again while they are kept)."""
+    n = len(y_lists[0])
+    if n == 0:
+        return
+    tensors = [t for lst in list(x_lists) + list(y_lists) for t in lst]
+    types, values = _param_specs(params)
+    key = (name, code, tuple(types), tuple(one or ()), tuple(map(id, tensors)))
+    plan = plans.get(key, tensors) if keep else None
+    if plan is None:
+        if check is not None:
+            check()
+        ctx = y_lists[0][0]._ocl_storage.ctx
+        xd = tuple(as_dlprim_dtype(lst[0]) for lst in x_lists)
+        yd = tuple(as_dlprim_dtype(lst[0]) for lst in y_lists)
+        op = _memo(ctx, ("mt", name, code, xd, yd, tuple(types), tuple(one or ())),
+                   lambda: MultiTensorPointwise(ctx, xd, yd, code, types, one, name=name))
+        groups = [([as_dlprim(lst[i]) for lst in x_lists], [as_dlprim(lst[i]) for lst in y_lists])
+                  for i in range(n)]
+        if _disjoint(groups):
+            plan = MultiTensorPlan(op, groups, values)
+        else:  # elements run at once: one writing where another reads runs on its own
+            plan = _Sequence([MultiTensorPlan(op, [g], values) for g in groups])
+        if keep:
+            plans.put(key, tensors, plan)
+    plan.run(values)
+
+
+def _span(t):
+    return (t.offset, t.offset + t.size)
+
+
+def _disjoint(groups):
+    """Whether no element writes memory that another element reads or writes: every
+    output apart from every other, an input that shares an output's buffer being exactly
+    an output of its own element (read before written there, element by element)."""
+    spans = {}  # buffer -> [(start, end, element)] of the outputs
+    for e, (xs, ys) in enumerate(groups):
+        for y in ys:
+            spans.setdefault(y.buffer.int_ptr, []).append(_span(y) + (e,))
+    for lst in spans.values():
+        lst.sort()
+        for (s0, e0, g0), (s1, e1, g1) in zip(lst, lst[1:]):
+            if s1 < e0 and ((s0, e0) != (s1, e1) or g0 != g1):
+                return False
+    for e, (xs, ys) in enumerate(groups):
+        own = {(y.buffer.int_ptr,) + _span(y) for y in ys}
+        for x in xs:
+            lst = spans.get(x.buffer.int_ptr)
+            if lst is None or (x.buffer.int_ptr,) + _span(x) in own:
+                continue
+            a, b = _span(x)
+            if any(s < b and a < t for s, t, _ in lst):
+                return False
+    return True
+
+
+class _Sequence:
+    def __init__(self, plans):
+        self.plans = plans
+
+    def run(self, params=(), queue=None):
+        for plan in self.plans:
+            plan.run(params, queue)
+
+
+def as_dlprim_dtype(t):
+    from .tensor import numpy_dtype
+    return np.dtype(numpy_dtype(t.dtype))
