@@ -512,3 +512,57 @@ def test_mnist_script_trains_on_ocl_like_on_cpu():
     ocl = train_pytorch.main(args + ["--device", DEV])
     cpu = train_pytorch.main(args + ["--device", "cpu"])
     assert ocl > 0.7 and abs(ocl - cpu) <= 0.03, (ocl, cpu)
+
+
+# ----- the eval-mode fast paths of PyTorch's transformer modules
+@pytest.mark.parametrize("norm_first,activation", [(False, "relu"), (True, "gelu")])
+def test_transformer_encoder_layer_fast_path(norm_first, activation):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, norm_first=norm_first,
+                                             activation=activation).eval()
+    x = rand(2, 5, 16)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])  # a padded second sequence
+    with torch.no_grad():
+        want = layer(x, src_key_padding_mask=pad)
+        layer.to(DEV)
+        calls = []
+        dispatch = __import__("dlprim.torch.dispatch", fromlist=["_IMPLS"])
+        op = torch.ops.aten._transformer_encoder_layer_fwd.default
+        real = dispatch._IMPLS[op]
+        dispatch._IMPLS[op] = lambda *a, **k: calls.append(1) or real(*a, **k)
+        try:
+            got = layer(x.to(DEV), src_key_padding_mask=pad.to(DEV))
+        finally:
+            dispatch._IMPLS[op] = real
+    assert calls, "the fast path was not taken"
+    close(got, want, 1e-5)
+
+
+def test_multi_head_attention_fast_path_with_weights():
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    q, kv = rand(2, 3, 16), rand(2, 5, 16, seed=1)
+    mask = torch.tensor([[False] * 5, [False] * 2 + [True] * 3])
+    with torch.no_grad():
+        want = [mha(q, kv, kv, key_padding_mask=mask, need_weights=w) for w in (False, True)]
+        mha.to(DEV)
+        w = (mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias)
+        for need, (out, weights) in zip((False, True), want):
+            got = torch.ops.aten._native_multi_head_attention(
+                q.to(DEV), kv.to(DEV), kv.to(DEV), 16, 2, *w,
+                torch.where(mask, float("-inf"), 0.0).to(DEV), need, True, 1)
+            close(got[0], out, 1e-5)
+            if need:
+                close(got[1], weights, 1e-5)
+
+
+def test_masked_fill():
+    a, m = rand(3, 4), rand(3, 4, seed=1) > 0
+    close(a.to(DEV).masked_fill(m.to(DEV), -1.5), a.masked_fill(m, -1.5))
+    close(a.to(DEV).masked_fill(m.to(DEV), torch.tensor(2.0).to(DEV)),
+          a.masked_fill(m, torch.tensor(2.0)))
+    i = torch.arange(12).reshape(3, 4)
+    close(i.to(DEV).masked_fill_(m.to(DEV), 7), i.masked_fill(m, 7))
+    b = a.clone().to(DEV).requires_grad_()
+    b.masked_fill(m.to(DEV), 0.0).sum().backward()     # the gradient of what was kept
+    close(b.grad, (~m).float())

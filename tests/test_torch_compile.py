@@ -191,3 +191,35 @@ def test_backend_is_found_by_name():
     ref, model = twins(Unconvertible)
     x = torch.randn(3, 6)
     close(torch.compile(model, backend="dlprim")(x), ref(x))
+
+
+class ClassToken(nn.Module):
+    """A parameter expanded over the batch and concatenated (the class token of a vision
+    transformer): the exporter writes Expand(parameter, shape of the input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.token = nn.Parameter(torch.randn(1, 1, 6))
+        self.position = nn.Parameter(torch.randn(1, 4, 6))
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x):
+        tokens = torch.cat([self.token.expand(x.shape[0], -1, -1), x], 1) + self.position
+        return self.head(tokens).mean(1)
+
+
+def test_a_parameter_expanded_over_the_batch_is_trained_in_the_net():
+    ref, model = twins(ClassToken)
+    compiled = dt.compile(model.to("ocl"))
+    before = len(reports())
+    x = torch.randn(5, 3, 6)
+    y, want = compiled(x.to("ocl")), ref(x)
+    assert [r.where for r in reports()[before:]] == ["dlprim"]
+    close(y, want)
+    y.square().sum().backward()
+    want.square().sum().backward()
+    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
+        assert a.grad is not None, name
+        close(a.grad, b.grad)
+    x2 = torch.randn(2, 3, 6)  # another batch: the expanded shape was fixed, a Net of its own
+    close(compiled(x2.to("ocl")), ref(x2))

@@ -18,14 +18,17 @@ __all__ = ["to_netconfig", "load", "save", "ONNXModel", "OnnxImportError",
            "UnsupportedModelError"]
 
 
-def to_netconfig(path_or_model: Any, batch: Optional[int] = None) -> Tuple[Any, Dict[str, Any]]:
+def to_netconfig(path_or_model: Any, batch: Optional[int] = None,
+                 live: Any = ()) -> Tuple[Any, Dict[str, Any]]:
     """(NetConfig, {parameter name: numpy array}) for an ONNX file path, bytes or ModelProto.
 
     ``batch`` sets the first dimension of every input (default: the model's own, or 1
-    where the model leaves it symbolic).
+    where the model leaves it symbolic). ``live``: initializer names that are parameters
+    still being trained: nothing computed from them is folded into a constant at import
+    (beyond reshapes and transposes), so the net computes it and trains them.
     """
     from .importer import import_model
-    return import_model(path_or_model, batch)
+    return import_model(path_or_model, batch, live)
 
 
 def load(path_or_model: Any, ctx: Any, batch: Optional[int] = None, mode: str = "predict") -> Any:

@@ -39,14 +39,23 @@ DTYPES = {"float32": "float", "int32": "int", "int64": "int64", "float16": "floa
           "uint8": "uint8"}
 
 
-def import_model(path_or_model, batch=None):
+def import_model(path_or_model, batch=None, live=()):
     info = read_model(path_or_model)
-    imp = Importer(info, batch)
+    imp = Importer(info, batch, live)
     return imp.run()
 
 
+# what a weight may pass through and still be the parameter it was (its values unchanged)
+PASS_THROUGH = ("Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
+
+
 class Importer:
-    def __init__(self, info, batch=None):
+    """``live``: initializers that are trainable parameters whose values change after
+    import (PyTorch's, under ``torch.compile``): what is computed from them is not folded
+    into a constant, except through ``PASS_THROUGH`` operators; such a computation runs
+    in the net, reading the initializer as a trainable Parameter."""
+
+    def __init__(self, info, batch=None, live=()):
         if info.opset is None:
             raise OnnxImportError("the model imports no default-domain opset")
         if info.opset < FIRST_OPSET:
@@ -55,6 +64,7 @@ class Importer:
         self.info, self.opset, self.batch = info, info.opset, batch
         self.cfg = NetConfig()
         self.consts = dict(info.initializers)
+        self.live = set(live) & set(info.initializers)  # and what passes them through
         self.shapes = {}        # dlprim tensor -> shape
         self.alias = {}         # ONNX runtime tensor -> dlprim tensor
         self.weights = OrderedDict()
@@ -109,7 +119,7 @@ class Importer:
         for node in self.nodes:
             ins = [n for n in node.inputs if n]
             if node.op_type in ("Constant", "Shape", "Size") or \
-                    (ins and all(n in const for n in ins) and foldable(node)):
+                    (ins and all(n in const for n in ins) and self._folds(node)):
                 const.update(n for n in node.outputs if n)
         return const
 
@@ -140,7 +150,7 @@ class Importer:
             self._fold_shape(node)
             return
         if all(self.is_const(n) for n in ins) and (ins or node.op_type == "Constant") \
-                and foldable(node):
+                and self._folds(node):
             values = [self.consts[n] if n else None for n in node.inputs]
             for name, v in zip(node.outputs, evaluate(node, values, self.info.opsets)):
                 if name:
@@ -158,6 +168,18 @@ class Importer:
         except (KeyError, IndexError, TypeError, ValueError) as err:
             raise OnnxImportError("%s '%s': cannot convert: %s" % (node.op_type, node.name, err)) \
                 from err
+
+    def _folds(self, node):
+        """Whether ``node``, its inputs constant, is evaluated at import: foldable, and
+        not computing from a live parameter (whose outputs, passed through, are live)."""
+        if not foldable(node):
+            return False
+        if not any(n in self.live for n in node.inputs if n):
+            return True
+        if node.op_type in PASS_THROUGH:
+            self.live.update(n for n in node.outputs if n)
+            return True
+        return False
 
     def _fold_shape(self, node):
         shape = np.array(self.shape(node.inputs[0]), np.int64)
@@ -228,7 +250,7 @@ class Importer:
             raise Unsupported("integer constant '%s' read at run time" % name)
         a = a.astype(np.float32).reshape(a.shape or (1,))
         pname = self.param(name, a)
-        trainable = name in self.info.initializers
+        trainable = name in self.info.initializers or name in self.live
         t = self.fresh(name) if name in self.alias.values() else name
         return self.add("Parameter", [], a.shape, output=t, name=self.fresh_op("const/" + name),
                         options={"shape": list(a.shape), "is_trainable": trainable},

@@ -1,6 +1,6 @@
 """Converters of operators that move data without arithmetic: Reshape, Flatten, Transpose,
 Concat, Split, Slice, Squeeze, Unsqueeze, Gather (constant indices, or an embedding
-lookup: data indices into a constant table).
+lookup: data indices into a constant table), Expand.
 
 Reshape-like outputs keep the batch as ``0`` ("the input's size") where the first axis
 is unchanged, so an imported net can still be reshaped to another batch size."""
@@ -62,6 +62,30 @@ def transpose(b, node):
         b.out(node, b.value(x))
         return
     b.add("Transpose", [b.value(x)], [shape[p] for p in perm], node, options={"dims": perm})
+
+
+@converts("Expand")
+def expand(b, node):
+    """x broadcast to a constant shape (numpy's rules, either side may stretch): an
+    Elementwise sum with zeros of the result's shape, whose broadcasting backward sums
+    x's gradient over the stretched axes. What a model expands at run time is a
+    parameter (a class token over the batch); the rest is folded at import."""
+    x = node.inputs[0]
+    xs = b.shape(x)
+    want = [int(n) for n in b.const(node.inputs[1], "shape").reshape(-1)]
+    n = max(len(xs), len(want))
+    xs_, want_ = [1] * (n - len(xs)) + list(xs), [1] * (n - len(want)) + want
+    out = []
+    for a, w in zip(xs_, want_):
+        if a != w and 1 not in (a, w):
+            raise Unsupported("shape %s does not expand to %s" % (list(xs), want))
+        out.append(max(a, w))
+    if out == list(xs):
+        b.out(node, b.value(x))
+        return
+    zeros = b.constant(np.zeros(out, np.float32), node.name + ".zeros")
+    b.add("Elementwise", [b.value(x), b.value(zeros)], out, node,
+          options={"operation": "sum", "coef1": 1.0, "coef2": 0.0})
 
 
 @converts("Concat")

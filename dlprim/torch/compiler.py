@@ -162,7 +162,10 @@ def _netconfig(module, example_inputs, kinds, train, index_of):
     except Exception as e:  # the exporter's errors are of many kinds
         raise _Unsupported("PyTorch's ONNX exporter: %s" % str(e).split("\n")[0]) from None
     try:
-        cfg, weights = to_netconfig(model)
+        # parameters stay parameters: a class token expanded over the batch is computed
+        # in the net, not folded into a constant the backend could not trace back
+        cfg, weights = to_netconfig(model, live=[n for n, i in index_of.items()
+                                                 if kinds[i] == "param"])
     except OnnxImportError as e:
         raise _Unsupported(str(e).split("\n")[0] + (" " + "; ".join(
             "%s '%s': %s" % p for p in getattr(e, "problems", [])[:5]))) from None
@@ -282,6 +285,7 @@ class _Runner:
         for i, _ in self.sources.values():
             self.uses[i] = self.uses.get(i, 0) + 1
         self._grad_views = {}  # weight name -> (ocl view of its gradient, AccumulateGrad)
+        self._candidates = None  # (weight name, input index) that _direct_grads may take
 
     def _write(self, dst, t):
         """dlprim tensor ``dst`` = torch tensor t (an ocl tensor, else copied from the host)."""
@@ -432,12 +436,15 @@ class _Runner:
         writes the same memory, as a later ``.grad +=`` would."""
         if self.host or torch.is_grad_enabled():  # create_graph: gradients are graphs
             return {}
+        if self._candidates is None:  # what the graph fixes: float32 parameters held as they are
+            self._candidates = [(name, i) for name, (i, how) in self.sources.items()
+                                if self.kinds[i] == "param" and how == "same"
+                                and self.uses[i] == 1]
         out = {}
-        for name, (i, how) in self.sources.items():
+        for name, i in self._candidates:
             p = tensors[i]
-            if self.kinds[i] != "param" or how != "same" or p.device.type != "ocl" or \
-                    self.uses.get(i, 0) > 1 or p.dtype != torch.float32 or \
-                    p._backward_hooks or p._post_accumulate_grad_hooks is not None:
+            if p._backward_hooks or p._post_accumulate_grad_hooks is not None or \
+                    p.dtype != torch.float32 or p.device.type != "ocl":
                 continue
             view, node = self._grad_views.get(name, (None, None))
             if view is None or view.shape != p.shape:
@@ -454,7 +461,8 @@ class _Runner:
                     continue  # backward(inputs=...) without p
             except RuntimeError:  # autograd.grad(): no .grad is written
                 return {}
-            if p.grad is None or p.grad is view:
+            grad = p.grad
+            if grad is None or grad is view:
                 out[name] = (p, view)
         return out
 
@@ -631,11 +639,13 @@ class CompiledModule(torch.nn.Module):
         super().__init__()
         self.model = model
         self._runners = {}
+        self._slots = None  # (name, module, its _parameters or _buffers, key, tensor) per weight
 
     def forward(self, *inputs):
-        grads = torch.is_grad_enabled() and any(p.requires_grad for p in self.model.parameters())
+        weights = [t for _, t in self._weights()]
+        grads = torch.is_grad_enabled() and any(p.requires_grad for p in weights[:self._n_params])
         key = (self.model.training, grads, tuple(x.dim() for x in inputs))
-        tensors = [t for _, t in self._weights()] + list(inputs)
+        tensors = weights + list(inputs)
         runner = _pick(self._runners.setdefault(key, []), tensors,
                        lambda: self._convert(inputs))
         if runner is None:
@@ -644,15 +654,29 @@ class CompiledModule(torch.nn.Module):
         return outs[0] if runner.single else tuple(outs)
 
     def _weights(self):
-        return (list(self.model.named_parameters()) +
-                [(n, b) for n, b in self.model.named_buffers() if b is not None])
+        """(name, tensor) of the model's parameters, then its buffers. Walking the
+        modules costs about a millisecond for a ResNet-50, so where they were found is
+        kept and checked (every slot still holding its tensor) at each call."""
+        slots = self._slots
+        if slots is not None and all(d.get(k) is t for _, _, d, k, t in slots):
+            return [(n, t) for n, _, _, _, t in slots]
+        unique, seen = [], set()  # a tensor two modules share is one weight, as PyTorch has it
+        for kind in ("_parameters", "_buffers"):
+            for prefix, module in self.model.named_modules():
+                table = getattr(module, kind)
+                for k, t in table.items():
+                    if t is not None and id(t) not in seen:
+                        seen.add(id(t))
+                        unique.append(((prefix + "." if prefix else "") + k, module, table, k, t))
+        self._slots = unique
+        self._n_params = sum(1 for s in unique if s[2] is s[1]._parameters)
+        return [(n, t) for n, _, _, _, t in unique]
 
     def _convert(self, inputs):
         import copy
         weights = self._weights()
         names = [n for n, _ in weights]
-        kinds = (["param"] * sum(1 for _ in self.model.parameters()) +
-                 ["buffer"] * (len(weights) - sum(1 for _ in self.model.parameters())) +
+        kinds = (["param"] * self._n_params + ["buffer"] * (len(weights) - self._n_params) +
                  ["data"] * len(inputs))
         # what the exporter traces: the model with CPU copies of its weights (put in the
         # deepcopy's memo, as an ocl tensor itself cannot be deep-copied)

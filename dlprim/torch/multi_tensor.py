@@ -7,6 +7,7 @@ state), so the prepared launches are kept per list of tensors (``PlanCache``) an
 costs a check that the tensors are still those, new scalar values, and the launches.
 """
 import collections
+import operator
 import weakref
 
 import numpy as np
@@ -15,7 +16,10 @@ from ..core.multi_tensor import MultiTensorPlan, MultiTensorPointwise
 from ..core.pointwise import _memo, _param_specs
 from .tensor import as_dlprim
 
-__all__ = ["PlanCache", "run_lists", "plans"]
+__all__ = ["PlanCache", "run_lists", "plans", "Overlap"]
+
+
+_storage_of = operator.attrgetter("_ocl_storage")
 
 
 class _Entry:
@@ -23,15 +27,13 @@ class _Entry:
 
     def __init__(self, plan, tensors, gone):
         self.plan = plan
-        self.refs = [weakref.ref(t, gone) for t in tensors]
-        self.storages = [t._ocl_storage for t in tensors]
+        self.refs = [weakref.ref(t, gone) for t in tensors]  # an entry dies with a tensor
+        self.storages = list(map(_storage_of, tensors))
 
     def holds(self, tensors):
-        """Whether these are the tensors the plan was made for, over the same memory."""
-        for t, ref, storage in zip(tensors, self.refs, self.storages):
-            if ref() is not t or t._ocl_storage is not storage:
-                return False
-        return True
+        """Whether these tensors (alive: the entry is gone otherwise, so their ids are
+        theirs) still have the memory the plan was made for (``.data =`` gives new)."""
+        return list(map(_storage_of, tensors)) == self.storages  # identity: no Storage.__eq__
 
 
 class PlanCache:
@@ -79,7 +81,9 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     Every tensor is a contiguous ocl tensor, the tensors of one list share a dtype and an
     element's tensors share a size. ``keep``: keep the prepared launches for the next
     call over these very tensors (False where the lists are temporaries); ``check()``
-    runs before launches are prepared (not again while they are kept)."""
+    runs before launches are prepared (not again while they are kept). ``Overlap``
+    where an element writes memory that another reads or writes, or that it reads
+    itself in another layout."""
     n = len(y_lists[0])
     if n == 0:
         return
@@ -97,13 +101,17 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
                    lambda: MultiTensorPointwise(ctx, xd, yd, code, types, one, name=name))
         groups = [([as_dlprim(lst[i]) for lst in x_lists], [as_dlprim(lst[i]) for lst in y_lists])
                   for i in range(n)]
-        if _disjoint(groups):
-            plan = MultiTensorPlan(op, groups, values)
-        else:  # elements run at once: one writing where another reads runs on its own
-            plan = _Sequence([MultiTensorPlan(op, [g], values) for g in groups])
+        if not _disjoint(groups):
+            raise Overlap("%s: an output shares memory with another output or with an input "
+                          "in another layout; the elements cannot run at once" % name)
+        plan = MultiTensorPlan(op, groups, values)
         if keep:
             plans.put(key, tensors, plan)
     plan.run(values)
+
+
+class Overlap(ValueError):
+    """The lists' elements write where others read: they cannot run in one launch."""
 
 
 def _span(t):
@@ -133,15 +141,6 @@ def _disjoint(groups):
             if any(s < b and a < t for s, t, _ in lst):
                 return False
     return True
-
-
-class _Sequence:
-    def __init__(self, plans):
-        self.plans = plans
-
-    def run(self, params=(), queue=None):
-        for plan in self.plans:
-            plan.run(params, queue)
 
 
 def as_dlprim_dtype(t):

@@ -1,5 +1,8 @@
 """``scaled_dot_product_attention`` on ocl devices through dlprim's fused attention kernels
 (``core/attention.py``): memory linear in the sequence length, forward and backward.
+The fused operators of PyTorch's transformer modules in eval mode without gradients
+(``nn.MultiheadAttention``'s and ``nn.TransformerEncoderLayer``'s fast paths) run as
+their projections, normalizations and this attention.
 
 PyTorch decomposes SDPA above the device (it is a composite operator), so the fused path
 is registered for the ocl device's autograd key and carries its own backward. Calls it
@@ -13,6 +16,7 @@ import torch
 
 from ..core.attention import AttentionOps
 from ..core.pointwise import _memo
+from .dispatch import register
 from .tensor import OclTensor, as_dlprim, empty, enqueue
 
 __all__ = ["register_attention"]
@@ -115,3 +119,80 @@ def _mask_args(mask):
         return {}
     start = mask._ocl_storage.at(mask.storage_offset(), (1,))
     return {"mask": start, "mask_strides": _mask_strides(mask)}
+
+
+# ----- the eval-mode fast paths of nn.MultiheadAttention / nn.TransformerEncoderLayer
+def _additive(mask, mask_type, n):
+    """The fast paths' mask (True or -inf where a key is hidden) as an additive mask that
+    broadcasts over (batch, head, query, key): type 1 is a key padding mask (N, S)."""
+    if mask is None:
+        return None
+    if mask.dtype == torch.bool:
+        mask = torch.where(mask, float("-inf"), 0.0)
+    if mask_type == 1 or (mask_type is None and mask.dim() == 2 and mask.shape[0] == n):
+        mask = mask.reshape(mask.shape[0], 1, 1, mask.shape[-1])
+    return mask
+
+
+def _attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
+               proj_bias, mask, mask_type, need_weights=False, average=True):
+    F = torch.nn.functional
+    n, d = query.shape[0], embed_dim // num_head
+    wq, wk, wv = qkv_weight.chunk(3)
+    bq, bk, bv = qkv_bias.chunk(3) if qkv_bias is not None else (None,) * 3
+
+    def heads(t, w, b):  # (N, L, E) -> (N, H, L, D)
+        return F.linear(t, w, b).reshape(n, t.shape[1], num_head, d).transpose(1, 2)
+    q, k, v = heads(query, wq, bq), heads(key, wk, bk), heads(value, wv, bv)
+    mask = _additive(mask, mask_type, n)
+    weights = None
+    if need_weights:  # the probabilities themselves: the plain path
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+        if mask is not None:
+            scores = scores + mask
+        weights = torch.softmax(scores, -1)
+        out = weights @ v
+        if average:
+            weights = weights.mean(1)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = F.linear(out.transpose(1, 2).reshape(n, query.shape[1], embed_dim), proj_weight,
+                   proj_bias)
+    return out, weights
+
+
+@register(aten._native_multi_head_attention.default)
+def _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
+                                 proj_weight, proj_bias, mask=None, need_weights=True,
+                                 average_attn_weights=True, mask_type=None):
+    out, weights = _attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
+                              proj_weight, proj_bias, mask, mask_type, need_weights,
+                              average_attn_weights)
+    if weights is None:
+        weights = empty((0,), query.dtype, query._ocl_storage.index)
+    return out, weights
+
+
+@register(aten._transformer_encoder_layer_fwd.default)
+def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                                   proj_bias, use_gelu, norm_first, eps, norm_weight_1,
+                                   norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1,
+                                   ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
+                                   mask_type=None):
+    F = torch.nn.functional
+
+    def attend(x):
+        return _attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                          proj_bias, mask, mask_type)[0]
+
+    def feed_forward(x):
+        h = F.linear(x, ffn_weight_1, ffn_bias_1)
+        return F.linear(F.gelu(h) if use_gelu else F.relu(h), ffn_weight_2, ffn_bias_2)
+
+    def norm(x, w, b):
+        return F.layer_norm(x, (embed_dim,), w, b, eps)
+    if norm_first:
+        x = src + attend(norm(src, norm_weight_1, norm_bias_1))
+        return x + feed_forward(norm(x, norm_weight_2, norm_bias_2))
+    x = norm(src + attend(src), norm_weight_1, norm_bias_1)
+    return norm(x + feed_forward(x), norm_weight_2, norm_bias_2)

@@ -10,7 +10,7 @@ from ..core.reduction import ArgMax, op_code
 from ..dtypes import cl_type
 from ..tensor import Tensor
 from .dispatch import register, handle
-from .multi_tensor import run_lists
+from .multi_tensor import Overlap, run_lists
 from .ops_tensor import convert, meta_of
 from .tensor import OclTensor, as_dlprim, empty, numpy_dtype, write_into
 
@@ -295,6 +295,17 @@ def _where(cond, a, b):
     return elementwise(aten.where.self, (cond, a, b), {}, build)
 
 
+def _masked_fill_build(T, a, mask, value):
+    value = _scalar(value)
+    if isinstance(value, OclTensor):  # a 0-dim tensor on the device
+        return [a, mask, value], [], "y0 = x1 ? ((%s)x2) : ((%s)x0);" % (T, T)
+    return [a, mask], [value], "y0 = x1 ? ((%s)w0) : ((%s)x0);" % (T, T)
+
+
+_register_inplace(aten.masked_fill.Scalar, aten.masked_fill_.Scalar, _masked_fill_build)
+_register_inplace(aten.masked_fill.Tensor, aten.masked_fill_.Tensor, _masked_fill_build)
+
+
 @register(aten.clamp.default)
 def _clamp(a, min=None, max=None):
     def build(T, a, lo=None, hi=None):
@@ -430,7 +441,7 @@ def _foreach_multi(overload, inplace, args, lists, item):
             ys = [empty(tuple(t.shape), dtype, t._ocl_storage.index) for t in args[0]]
         run_lists(str(overload), code, x_lists, [ys], values, keep=inplace,
                   check=check if inplace else None)
-    except _NotOneKernel:
+    except (_NotOneKernel, Overlap):
         return None
     return ys
 

@@ -83,6 +83,9 @@ def torch_device(index):
     return d
 
 
+_TENSOR_DATA = torch.Tensor.data  # the descriptor OclTensor.data wraps
+
+
 class OclTensor(torch.Tensor):
     """A tensor whose data is a dlprim ``Storage`` on an OpenCL device."""
 
@@ -107,6 +110,21 @@ class OclTensor(torch.Tensor):
 
     def tolist(self):
         return to_cpu(self).tolist()
+
+    @property
+    def data(self):
+        return _TENSOR_DATA.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        # PyTorch copies sizes, strides and offset into this tensor; the values live in
+        # the Storage, a Python attribute, which it does not know about
+        if not isinstance(new, OclTensor):
+            raise RuntimeError("ocl tensor.data = ...: the new data must be an ocl tensor too, "
+                               "got %s on %s (move it with .to('ocl') first)"
+                               % (type(new).__name__, new.device))
+        _TENSOR_DATA.__set__(self, new)
+        self._ocl_storage = new._ocl_storage
 
     def numpy(self, *, force=False):
         raise TypeError("can't convert ocl device tensor to numpy: use tensor.cpu() to copy "

@@ -1,0 +1,208 @@
+"""Multi-tensor launches (core/multi_tensor.py, kernels/multi_tensor.cl) against numpy:
+more groups than one launch holds, single-element inputs, half storage, sizes at the
+work-group edges; the plans dlprim.torch keeps per tensor list (hits, a tensor replaced
+or collected, elements that alias); ``_foreach_`` operators and fused optimizers over
+more parameters than a launch holds; compiled graphs' gradients left in ``.grad``."""
+import gc
+import warnings
+
+import numpy as np
+import pytest
+
+import dlprim as dp
+from dlprim.core.multi_tensor import MultiTensorPlan, MultiTensorPointwise
+
+
+def _tensor(ctx, a):
+    t = dp.Tensor(ctx, a.shape, a.dtype)
+    t.to_device(a)
+    return t
+
+
+SIZES = [1, 255, 256, 257, 4099, 3, 0, 70001, 17] * 4  # 36 groups: several launches
+
+
+def test_groups_across_launches_match_numpy(ctx):
+    rng = np.random.default_rng(0)
+    op = MultiTensorPointwise(ctx, ["float32", "float32", "float32"], ["float32", "float32"],
+                              "y0 = x0 * w0 + x1 * x2; y1 = x0 - x2;", params=["float32"],
+                              one=[False, False, True])
+    assert op.groups_per_launch < len(SIZES)
+    host, groups = [], []
+    for n in SIZES:
+        a, b, c = (rng.standard_normal(m).astype(np.float32) for m in (n, n, 1))
+        ys = [dp.Tensor(ctx, (n,), np.float32) for _ in range(2)] if n else \
+            [dp.Tensor(ctx, (1,), np.float32).view((0,)) for _ in range(2)]
+        groups.append(([_tensor(ctx, a), _tensor(ctx, b), _tensor(ctx, c)], ys))
+        host.append((a, b, c))
+    plan = MultiTensorPlan(op, groups, [2.0])
+    assert len(plan.launches) == -(-sum(1 for n in SIZES if n) // op.groups_per_launch)
+    for w in (2.0, -0.5):  # a new scalar re-binds the prepared launches
+        plan.run([w])
+        for (xs, ys), (a, b, c) in zip(groups, host):
+            if a.size:
+                np.testing.assert_allclose(ys[0].to_host(), a * w + b * c, rtol=1e-6, atol=1e-6)
+                np.testing.assert_allclose(ys[1].to_host(), a - c, rtol=1e-6, atol=1e-6)
+
+
+def test_half_storage_and_in_place(ctx):
+    rng = np.random.default_rng(1)
+    op = MultiTensorPointwise(ctx, ["float16", "float32"], ["float16"], "y0 = x0 + x1;")
+    hs, groups = [], []
+    for n in (5, 300, 1):
+        a = rng.standard_normal(n).astype(np.float16)
+        b = rng.standard_normal(n).astype(np.float32)
+        ta = _tensor(ctx, a)
+        groups.append(([ta, _tensor(ctx, b)], [ta]))  # in place: y0 is x0
+        hs.append((a, b))
+    op(groups)
+    for (xs, ys), (a, b) in zip(groups, hs):
+        np.testing.assert_array_equal(ys[0].to_host(), (a.astype(np.float32) + b).astype(np.float16))
+
+
+def test_bad_groups_and_code_are_named_errors(ctx):
+    op = MultiTensorPointwise(ctx, ["float32"], ["float32"], "y0 = x0;")
+    a, b = dp.Tensor(ctx, (4,), np.float32), dp.Tensor(ctx, (5,), np.float32)
+    with pytest.raises(ValueError, match="group 0's x0 is float32 of 4 elements, the op takes "
+                                         "float32 of 5"):
+        op([([a], [b])])
+    with pytest.raises(ValueError, match="group 0 has 2 inputs"):
+        op([([a, a], [a])])
+    with pytest.raises(ValueError, match="x1 is unknown"):
+        MultiTensorPointwise(ctx, ["float32"], ["float32"], "y0 = x1;")
+    with pytest.raises(ValueError, match="do not compile"):
+        MultiTensorPointwise(ctx, ["float32"], ["float32"], "y0 = nonsense(x0);")([([a], [a])])
+
+
+# ----- through dlprim.torch
+torch = pytest.importorskip("torch")
+dt = pytest.importorskip("dlprim.torch")
+from dlprim.torch import multi_tensor as mt  # noqa: E402
+
+
+def _lists(seed, sizes):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(n, generator=g) for n in sizes]
+
+
+def _same(ocl, cpu, tol=1e-6):
+    for o, c in zip(ocl, cpu):
+        np.testing.assert_allclose(o.cpu().numpy(), c.numpy(), rtol=tol, atol=tol)
+
+
+def test_foreach_in_place_keeps_its_launches_per_tensor_list():
+    sizes = [3, 1000, 17, 1, 65] * 8
+    a, b = _lists(0, sizes), _lists(1, sizes)
+    ao, bo = [t.to("ocl") for t in a], [t.to("ocl") for t in b]
+    hits = mt.plans.hits
+    for step in range(3):
+        torch._foreach_add_(a, b, alpha=0.5)
+        torch._foreach_add_(ao, bo, alpha=0.5)
+        torch._foreach_addcdiv_(a, b, a, [0.25 * (step + 1)] * len(a))  # scalars that move
+        torch._foreach_addcdiv_(ao, bo, ao, [0.25 * (step + 1)] * len(a))
+    _same(ao, a, 1e-5)
+    assert mt.plans.hits - hits == 4  # the second and third steps' two calls
+    # a tensor given new memory is not run through the old launches
+    ao[3].data = torch.full((1,), 7.0).to("ocl")
+    a[3].data = torch.full((1,), 7.0)
+    torch._foreach_mul_(ao, 2.0)
+    torch._foreach_mul_(ao, 2.0)
+    torch._foreach_mul_(a, 4.0)
+    _same(ao, a, 1e-5)
+
+
+def test_foreach_out_of_place_aliasing_and_per_element_scalars():
+    sizes = [5, 300, 2] * 7
+    a = _lists(2, sizes)
+    ao = [t.to("ocl") for t in a]
+    _same(torch._foreach_sqrt(torch._foreach_abs(ao)), torch._foreach_sqrt(torch._foreach_abs(a)))
+    _same(torch._foreach_mul(ao, [float(i) for i in range(len(a))]),
+          torch._foreach_mul(a, [float(i) for i in range(len(a))]))  # a scalar per element
+    x, y = torch.zeros(4), torch.zeros(4).to("ocl")
+    torch._foreach_add_([x, x, x], 1.0)  # one tensor three times: three additions
+    torch._foreach_add_([y, y, y], 1.0)
+    _same([y], [x])
+    base = torch.arange(8.0).to("ocl")
+    lo, hi = base[:4], base[2:6]  # overlapping views: one element reads what another writes
+    torch._foreach_add_([lo, hi], [torch.ones(4).to("ocl"), lo])
+    # element by element: lo += 1 -> 1 2 3 4 4 5 6 7, then hi += lo (read whole first)
+    _same([base], [torch.tensor([1.0, 2, 4, 6, 7, 9, 6, 7])])
+
+
+def test_plans_go_with_their_tensors():
+    a = [t.to("ocl") for t in _lists(3, [10, 20])]
+    torch._foreach_mul_(a, 3.0)
+    before = len(mt.plans)
+    del a
+    gc.collect()
+    assert len(mt.plans) == before - 1
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=1e-2, fused=True),
+    lambda p: torch.optim.AdamW(p, lr=0.01, amsgrad=True, fused=True),
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, fused=True),
+    lambda p: torch.optim.Adam(p, lr=0.01)])  # foreach
+def test_optimizers_over_many_parameters_match_cpu(make):
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(7, 7) for _ in range(20)]  # 40 parameters: several launches
+    cpu = torch.nn.Sequential(*layers)
+    ocl = torch.nn.Sequential(*[torch.nn.Linear(7, 7) for _ in range(20)])
+    ocl.load_state_dict(cpu.state_dict())
+    ocl.to("ocl")
+    opts = make(cpu.parameters()), make(ocl.parameters())
+    x = torch.randn(5, 7)
+    sched = [torch.optim.lr_scheduler.StepLR(o, 1, gamma=0.5) for o in opts]
+    for _ in range(3):
+        for model, opt, xx, s in ((cpu, opts[0], x, sched[0]), (ocl, opts[1], x.to("ocl"), sched[1])):
+            opt.zero_grad()
+            model(xx).square().mean().backward()
+            opt.step()
+            s.step()  # a learning rate that moves: the kept launches take it
+    for (name, c), o in zip(cpu.state_dict().items(), ocl.state_dict().values()):
+        np.testing.assert_allclose(o.cpu().numpy(), c.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_compiled_gradients_land_in_grad_without_copies():
+    nn = torch.nn
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                             nn.Linear(4 * 6 * 6, 5))
+    ref, model = make(), make().to("ocl")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = dt.compile(model)
+    x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 3])
+
+    def backward(m, dev):
+        nn.functional.cross_entropy(m(x.to(dev)), y.to(dev)).backward()
+
+    def check():
+        for p, r in zip(model.parameters(), ref.parameters()):
+            np.testing.assert_allclose(p.grad.cpu().numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-5)
+    backward(ref, "cpu"), backward(fast, "ocl")
+    check()
+    grads = [p.grad for p in model.parameters()]
+    backward(ref, "cpu"), backward(fast, "ocl")  # no zero_grad: the second adds up
+    check()
+    assert all(p.grad is g for p, g in zip(model.parameters(), grads))  # the same views
+    ref.zero_grad(set_to_none=False), model.zero_grad(set_to_none=False)
+    backward(ref, "cpu"), backward(fast, "ocl")
+    check()
+    # torch.autograd.grad returns the gradients and leaves .grad alone
+    held = [p.grad.cpu().clone() for p in model.parameters()]
+    got = torch.autograd.grad(nn.functional.cross_entropy(fast(x.to("ocl")), y.to("ocl")),
+                              list(model.parameters()))
+    want = torch.autograd.grad(nn.functional.cross_entropy(ref(x), y), list(ref.parameters()))
+    for g, w, p, h in zip(got, want, model.parameters(), held):
+        np.testing.assert_allclose(g.cpu().numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(p.grad.cpu().numpy(), h.numpy())
+    # a parameter with a hook gets its gradient through autograd, hook called
+    ref.zero_grad(), model.zero_grad()
+    seen = []
+    next(model.parameters()).register_hook(lambda g: seen.append(tuple(g.shape)))
+    backward(ref, "cpu"), backward(fast, "ocl")
+    check()
+    assert seen == [(4, 3, 3, 3)]
