@@ -566,3 +566,9 @@ def test_masked_fill():
     b = a.clone().to(DEV).requires_grad_()
     b.masked_fill(m.to(DEV), 0.0).sum().backward()     # the gradient of what was kept
     close(b.grad, (~m).float())
+
+
+def test_select_backward_runs_on_the_device(caplog):
+    with caplog.at_level(logging.WARNING, logger="dlprim.torch"):
+        both(lambda x: x[:, 2] * 2 + x.select(2, -1)[:, :1], rand(3, 4, 5))
+    assert not [r for r in caplog.records if "select_backward" in r.getMessage()]

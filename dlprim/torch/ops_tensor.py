@@ -109,6 +109,15 @@ def _fill(t, value):
     return write_into(t, tmp)
 
 
+@register(aten.select_backward.default)
+def _select_backward(grad, input_sizes, dim, index):
+    """select's gradient: zeros of the input's size, grad where the selection was (PyTorch
+    has no decomposition of it that reaches a device)."""
+    out = _fill_new(grad, input_sizes, 0, grad.dtype, grad.device)
+    out.select(dim, index).copy_(grad)
+    return out
+
+
 @register(aten.fill_.Scalar, aten.fill_.Tensor)
 def _fill_(t, value):
     return _fill(t, value)
