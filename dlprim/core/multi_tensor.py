@@ -17,7 +17,7 @@ import numpy as np
 
 from ..kernels import program
 from ..dtypes import as_dtype
-from ..utils import ceil_div, round_up
+from ..utils import ceil_div
 from . import tuning_launch
 from .pointwise import _check_names, _param_types, _types, index_type
 
@@ -25,7 +25,8 @@ __all__ = ["MultiTensorPointwise", "MultiTensorPlan", "MAX_GROUPS"]
 
 MAX_GROUPS = 16  # groups per launch: a switch over them picks each work-item's tensors
 _ARG_BYTES = 8  # a buffer, an offset or an index: each at most 8 bytes of kernel arguments
-_GPU_ITEMS = 16384  # work-items per group on a GPU (a bigger group loops over its elements)
+_GPU_ELEMS = 8  # elements per work-item of a GPU work-group's chunk
+_NO_BLOCK = 2 ** 32 - 1  # the first work-group of an unused group slot: none
 
 
 class MultiTensorPointwise:
@@ -51,7 +52,7 @@ class MultiTensorPointwise:
         _check_names(code, "%s: code" % self.name,
                      {"x": len(self.x_dtypes), "y": len(self.y_dtypes), "w": len(self.param_types)})
         facts = ctx.facts
-        per_group = _ARG_BYTES * (1 + 2 * (len(self.x_dtypes) + len(self.y_dtypes)))
+        per_group = _ARG_BYTES * (2 + 2 * (len(self.x_dtypes) + len(self.y_dtypes)))
         room = facts.max_parameter_size - _ARG_BYTES * (1 + len(self.param_types))
         self.groups_per_launch = max(1, min(MAX_GROUPS, room // per_group))
         self._cpu = facts.is_cpu
@@ -116,21 +117,21 @@ class MultiTensorPointwise:
         G = self.groups_per_launch
         for first in range(0, len(groups), G):
             part = groups[first:first + G]
-            largest = max(n for _, _, n in part)
             if self._cpu:
-                chunk = tuning_launch.pointwise_cpu_chunk(self.ctx.facts, largest)
-                gsize, lsize = (ceil_div(largest, chunk), len(part)), (1, 1)
+                chunk = tuning_launch.pointwise_cpu_chunk(self.ctx.facts,
+                                                          max(n for _, _, n in part))
+                lsize = 1
             else:
-                chunk = 1
-                items = round_up(min(ceil_div(largest, 4), _GPU_ITEMS), self._wg)
-                gsize, lsize = (items, len(part)), (self._wg, 1)
-            args = [it(chunk)]
-            for g in range(G):  # slots past the last group repeat its tensors, never run
+                chunk, lsize = self._wg * _GPU_ELEMS, self._wg
+            args, blocks = [it(chunk)], 0
+            for g in range(G):  # slots past the last group repeat its tensors, own no block
                 xs, ys, n = part[min(g, len(part) - 1)]
-                args.append(it(n if g < len(part) else 0))
+                used = g < len(part)
+                args += [it(n if used else 0), np.uint32(blocks if used else _NO_BLOCK)]
                 for t in list(xs) + list(ys):
                     args += [t.buffer, np.uint64(t.offset)]
-            out.append(program.Launch(prog, kernel, gsize, lsize, args + typed))
+                blocks += ceil_div(n, chunk) if used else 0
+            out.append(program.Launch(prog, kernel, (blocks * lsize,), (lsize,), args + typed))
         return out
 
     def __call__(self, groups, params=(), queue=None):

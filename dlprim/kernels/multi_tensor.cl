@@ -1,16 +1,17 @@
 <%include file="common.h"/>
 ## One statement string over many tensors in one launch (see dlprim/core/multi_tensor.py).
-## G groups per launch; group g has inputs xp<i>_<g>, outputs yp<i>_<g> and n<g> elements
-## (dimension 1 of the grid picks the group). XS, YS: (storage type, compute type);
-## X_ONE[i]: input i holds one element per group, read for every element; WS: the
-## compute types of the scalar params; IT: index type. CPU: a work-item walks a
-## contiguous chunk of its group (the compiler vectorises it); else items stride by the
-## grid's size so that neighbours read neighbours.
+## G groups per launch; group g has inputs xp<i>_<g>, outputs yp<i>_<g> and n<g> elements,
+## cut into chunks of dlp_chunk elements, one work-group per chunk: group g owns the
+## work-groups from b<g> on (ascending), so big and small tensors share the device
+## evenly. XS, YS: (storage type, compute type); X_ONE[i]: input i holds one element per
+## group, read for every element; WS: the compute types of the scalar params; IT: index
+## type. CPU: one work-item per work-group walks its chunk (the compiler vectorises it);
+## else the work-group's items stride through it so that neighbours read neighbours.
 <%def name="load(i, idx)">${'vload_half(%s, xp%d)' % (idx, i) if XS[i][0] == 'half' else 'xp%d[%s]' % (i, idx)}</%def>
 <%def name="store(i, idx, value)">${'vstore_half_rte(%s, %s, yp%d)' % (value, idx, i) if YS[i][0] == 'half' else 'yp%d[%s] = %s' % (i, idx, value)};</%def>
 __kernel void ${NAME}(${IT} dlp_chunk
 % for g in range(G):
-    , ${IT} dlp_n${g}
+    , ${IT} dlp_n${g}, uint dlp_b${g}
     % for i, (st, ct) in enumerate(XS):
     , __global const ${st} *xp${i}_${g}, ulong xo${i}_${g}
     % endfor
@@ -23,17 +24,25 @@ __kernel void ${NAME}(${IT} dlp_chunk
 % endfor
     )
 {
+    uint dlp_block = get_group_id(0);
+    int dlp_g = 0;
+% for g in range(1, G):
+    if (dlp_block >= dlp_b${g})
+        dlp_g = ${g};
+% endfor
     ${IT} dlp_n = 0;
+    uint dlp_first_block = 0;
 % for i, (st, ct) in enumerate(XS):
     __global const ${st} *xp${i} = 0;
 % endfor
 % for i, (st, ct) in enumerate(YS):
     __global ${st} *yp${i} = 0;
 % endfor
-    switch (get_global_id(1)) {
+    switch (dlp_g) {
 % for g in range(G):
     case ${g}:
         dlp_n = dlp_n${g};
+        dlp_first_block = dlp_b${g};
     % for i in range(len(XS)):
         xp${i} = xp${i}_${g} + xo${i}_${g};
     % endfor
@@ -43,12 +52,12 @@ __kernel void ${NAME}(${IT} dlp_chunk
         break;
 % endfor
     }
+    ${IT} dlp_start = (${IT})(dlp_block - dlp_first_block) * dlp_chunk;
+    ${IT} dlp_end = min(dlp_start + dlp_chunk, dlp_n);
 % if CPU:
-    ${IT} dlp_first = get_global_id(0) * dlp_chunk;
-    ${IT} dlp_end = min(dlp_first + dlp_chunk, dlp_n);
-    for (${IT} dlp_i = dlp_first; dlp_i < dlp_end; dlp_i++) {
+    for (${IT} dlp_i = dlp_start; dlp_i < dlp_end; dlp_i++) {
 % else:
-    for (${IT} dlp_i = get_global_id(0); dlp_i < dlp_n; dlp_i += get_global_size(0)) {
+    for (${IT} dlp_i = dlp_start + get_local_id(0); dlp_i < dlp_end; dlp_i += get_local_size(0)) {
 % endif
 % for i, (st, ct) in enumerate(XS):
         ${ct} x${i} = ${load(i, '0' if X_ONE[i] else 'dlp_i')};

@@ -177,6 +177,12 @@ def _same(dst, src):
     return src
 
 
+# A host-to-device copy up to this size is queued from a private copy of the values (the
+# caller may change its tensor at once): labels copied in the middle of a training step
+# then do not wait for the forward pass queued before them. Larger copies wait.
+_QUEUED_COPY_BYTES = 1 << 20
+
+
 @register(aten.copy_.default)
 def _copy_(dst, src, non_blocking=False):
     if isinstance(dst, OclTensor):
@@ -189,7 +195,10 @@ def _copy_(dst, src, non_blocking=False):
         host = src.detach().to(dst.dtype).expand(dst.shape).contiguous()
         array = np.asarray(host.numpy(), dtype=numpy_dtype(dst.dtype), order="C")
         if dst.is_contiguous():  # straight into its storage
-            as_dlprim(dst).to_device(array)
+            if array.nbytes <= _QUEUED_COPY_BYTES:  # queued: no wait for the work before it
+                as_dlprim(dst).to_device(np.array(array, copy=True), wait=False)
+            else:
+                as_dlprim(dst).to_device(array)
             return dst
         staged = Tensor(dst._ocl_storage.ctx, tuple(dst.shape), numpy_dtype(dst.dtype))
         staged.to_device(array)
