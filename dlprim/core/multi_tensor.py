@@ -78,6 +78,7 @@ class MultiTensorPointwise:
         return entry
 
     def typed_params(self, params):
+        """``params`` as the kernel's scalar argument types (a count that differs is an error)."""
         if len(params) != len(self.param_types):
             raise ValueError("%s: expected %d params, got %d"
                              % (self.name, len(self.param_types), len(params)))
@@ -151,6 +152,7 @@ class MultiTensorPlan:
         self._params = tuple(params)
 
     def run(self, params=(), queue=None):
+        """Enqueue the launches, with ``params`` bound where they changed."""
         params = tuple(params)
         if params != self._params:
             values = self.op.typed_params(params)
