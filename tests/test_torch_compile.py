@@ -223,3 +223,46 @@ def test_a_parameter_expanded_over_the_batch_is_trained_in_the_net():
         close(a.grad, b.grad)
     x2 = torch.randn(2, 3, 6)  # another batch: the expanded shape was fixed, a Net of its own
     close(compiled(x2.to("ocl")), ref(x2))
+
+
+class CrossAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.att = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.att(x, x[:, :3], x[:, :3], need_weights=False)[0]  # other keys
+
+
+def _net_of(compiled):
+    return [r for rs in compiled._runners.values() for r in rs if r is not None][0].net
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_self_attention_is_one_packed_attention_over_the_in_projection(training):
+    ref, model = twins(lambda: nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0,
+                                                          batch_first=True))
+    ref.train(training), model.train(training)
+    compiled = dt.compile(model.to("ocl"))
+    x = torch.randn(3, 5, 16)
+    y, want = compiled(x.to("ocl")), ref(x)
+    close(y, want)
+    y.square().sum().backward()
+    want.square().sum().backward()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        close(a.grad, b.grad)
+    ops = _net_of(compiled).graph.ops
+    types = [op.type for op in ops]
+    assert "Transpose" not in types and "Slice" not in types, types
+    sdpa = [op for op in ops if op.type == "ScaledDotProductAttention"]
+    assert [op.options["layout"] for op in sdpa] == ["packed"]
+    linears = [op for op in ops if op.type == "InnerProduct"]
+    assert len(linears) == 4 and all(op.options["bias"] for op in linears)
+    assert [op.options.get("activation") for op in linears].count("relu") == 1
+
+
+def test_cross_attention_keeps_the_modules_own_forward():
+    ref, model = twins(CrossAttention)
+    compiled = dt.compile(model.to("ocl"))
+    x = torch.randn(2, 5, 8)
+    close(compiled(x.to("ocl")), ref(x))

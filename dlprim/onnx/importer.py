@@ -45,6 +45,9 @@ def import_model(path_or_model, batch=None, live=()):
     return imp.run()
 
 
+# domains of nodes dlprim itself writes for its importer (dlprim.torch's exports)
+OWN_DOMAINS = ("dlprim",)
+
 # what a weight may pass through and still be the parameter it was (its values unchanged)
 PASS_THROUGH = ("Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
 
@@ -91,7 +94,7 @@ class Importer:
         for node in self.nodes:
             if all(n in const for n in node.outputs if n):
                 continue
-            if node.domain not in DEFAULT_DOMAINS:
+            if node.domain not in DEFAULT_DOMAINS and node.domain not in OWN_DOMAINS:
                 self.problems.append((node.op_type, node.name, "domain '%s'" % node.domain))
             elif node.op_type not in CONVERTERS:
                 self.problems.append((node.op_type, node.name, "no converter"))
@@ -330,6 +333,14 @@ class Importer:
         src = node.inputs[0]
         t = self.alias.get(src)
         op = self.producer.get(t)
+        if op is not None and op["type"] == "Reshape" and t == src:
+            # an activation commutes with a reshape: it goes into the layer before the
+            # reshape (a Linear over (N, L, C) is an InnerProduct over rows, reshaped),
+            # whose output only the reshape reads; the reshape's output is then the result
+            inner = self.producer.get(op["inputs"][0])
+            if inner is not None and activation in FUSES.get(inner["type"], ()) and \
+                    sum(op["inputs"][0] in o["inputs"] for o in self.cfg.operators) == 1:
+                op = inner
         if op is None or t != src or activation not in FUSES.get(op["type"], ()) or \
                 op.get("options", {}).get("activation", "identity") != "identity" or \
                 len(self.consumers.get(src, ())) != 1 or src in self.graph_outputs:

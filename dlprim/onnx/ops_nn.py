@@ -1,5 +1,6 @@
 """Converters of layers with weights: Conv, ConvTranspose, Gemm, MatMul (with a folded
-bias), BatchNormalization; LRN; and the window helpers the pooling converters share."""
+bias), BatchNormalization; LRN; attention (a folded pattern, and dlprim's own
+PackedAttention node); and the window helpers the pooling converters share."""
 import numpy as np
 
 from .registry import Unsupported, converts
@@ -278,6 +279,20 @@ def attention(b, node):
     inputs = [b.value(q), b.value(k), b.value(v)] + ([b.value(mask)] if mask and not causal else [])
     b.add("ScaledDotProductAttention", inputs, tuple(sq[:3]) + (sv[3],), node,
           options={"scale": scale, "causal": causal})
+
+
+@converts("PackedAttention")
+def packed_attention(b, node):
+    """dlprim's own node (domain "dlprim", written by ``dlprim.torch`` when it exports
+    ``nn.MultiheadAttention``): attention over qkv (N, L, 3, H, D) -> (N, L, H, D)."""
+    if node.domain != "dlprim":
+        raise Unsupported("PackedAttention of domain '%s'" % node.domain)
+    shape = b.shape(node.inputs[0])
+    if len(shape) != 5 or shape[2] != 3:
+        raise Unsupported("qkv of shape %s: (N, L, 3, H, D) only" % (shape,))
+    n, length, _, h, d = shape
+    b.add("ScaledDotProductAttention", [b.value(node.inputs[0])], (n, length, h, d), node,
+          options={"layout": "packed", "scale": float(node.attr("scale", 1.0 / d ** 0.5))})
 
 
 @converts("BatchNormalization")

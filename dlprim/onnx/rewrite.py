@@ -6,7 +6,8 @@
                                                        PyTorch's erf formula of gelu)
     Pad(constant 0, spatial) -> Conv                -> the convolution's own padding
     Pad(constant 0, spatial) -> AveragePool          -> its padding, counted in the average
-    Add(MatMul(x, W), b), W and b constant           -> an InnerProduct with bias
+    Add(MatMul(x, W), b), W (or W's Transpose) and b
+    constant                                         -> an InnerProduct with bias
     MatMul(Softmax(MatMul(q, Transpose(k)) [+ mask]), v), with Mul/Div by constants on
     q, on k^T or on the scores                       -> fused attention (``ATTENTION``;
                                                        its converter checks shapes and the
@@ -79,6 +80,18 @@ class _Graph:
             return self.consts[name]
         n = self.made_by(name, "Constant")
         return None if n is None else constant_value(n)
+
+    def const_or_transposed(self, name):
+        """``const``, or the value of a Transpose of one (PyTorch writes a Linear over
+        more than two dimensions as MatMul by its weight's Transpose), else None."""
+        value = self.const(name)
+        t = self.made_by(name, "Transpose")
+        if value is None and t is not None:
+            value = self.const(t.inputs[0])
+            if value is not None:
+                perm = t.attrs.get("perm")
+                value = np.transpose(value, perm if perm is not None else None)
+        return value
 
     def scalar(self, name):
         a = self.const(name)
@@ -198,7 +211,7 @@ def _matmul_bias(g, node):
         mm = g.made_by(node.inputs[k], "MatMul")
         if mm is None or len(mm.inputs) != 2 or not g.only_reader(node.inputs[k], node):
             continue
-        w, bias = g.const(mm.inputs[1]), g.const(node.inputs[1 - k])
+        w, bias = g.const_or_transposed(mm.inputs[1]), g.const(node.inputs[1 - k])
         if w is None or bias is None or w.ndim != 2 or bias.ndim != 1 or bias.shape[0] != w.shape[1]:
             continue
         g.replace([mm, node], Node("MatMul", mm.name, mm.inputs + [node.inputs[1 - k]],

@@ -23,6 +23,7 @@ import weakref
 
 import torch
 
+from .export_attention import DOMAIN, packed_attention
 from . import device as _device
 from . import tensor as _tensor
 
@@ -140,7 +141,8 @@ def _to_onnx(module, data, train):
             warnings.simplefilter("ignore")
             torch.onnx.export(module, tuple(data), f, opset_version=17, dynamo=False,
                               do_constant_folding=False, training=mode,
-                              input_names=["in%d" % i for i in range(len(data))])
+                              input_names=["in%d" % i for i in range(len(data))],
+                              custom_opsets={DOMAIN: 1})
     finally:
         if mha:
             mha.set_fastpath_enabled(fast)
@@ -683,6 +685,7 @@ class CompiledModule(torch.nn.Module):
         memo = {id(t): (torch.nn.Parameter(_cpu(t), t.requires_grad)
                         if isinstance(t, torch.nn.Parameter) else _cpu(t)) for _, t in weights}
         shadow = copy.deepcopy(self.model, memo)
+        packed_attention(shadow)  # the exported copy only: one node per self-attention
         single = []
 
         class Traced(torch.nn.Module):  # the shadow, its outputs as a tuple
