@@ -9,7 +9,7 @@ import pytest
 from dlprim.net import weights
 from dlprim.train import Trainer, main
 from dlprim.train import checkpoint
-from dlprim.train.config import load_config
+from dlprim.train.config import apply_overrides, load_config
 
 
 def _net(batch):
@@ -52,6 +52,12 @@ def config(tmp_path):
 
 def _weights(out):
     return weights.load(os.path.join(out, "model.dlp"))
+
+
+def test_precision_reaches_the_net(ctx, config):
+    assert Trainer(load_config(str(config)), ctx).net.precision == "fp32"
+    cfg = apply_overrides(load_config(str(config)), precision="tf32")
+    assert Trainer(cfg, ctx).net.precision == "tf32"
 
 
 def test_short_run_writes_everything(ctx, config, capsys):

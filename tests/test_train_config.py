@@ -130,6 +130,7 @@ def test_net_and_value_checks(project):
               ({"schedule": {"type": "step", "step_size": 0}}, "schedule.step_size: must be > 0"),
               ({"schedule": {"type": "warp"}}, "schedule.type: must be one of"),
               ({"device": [0]}, "device: must be"),
+              ({"precision": "fp16"}, 'precision: must be one of "fp32", "tf32", got "fp16"'),
               ({"resume": "nothing_here"}, "resume: no such checkpoint"),
               ({"out": "net.json"}, "out: is a file, not a directory"),
               ({"data": {}}, "data.train: required")]
@@ -150,10 +151,12 @@ def test_apply_overrides(project, monkeypatch, tmp_path):
     assert new["schedule"]["T_max"] == 9            # followed epochs: it was defaulted
     assert cfg["epochs"] == 4 and cfg["schedule"]["T_max"] == 4   # the original is untouched
     assert apply_overrides(cfg, resume=True)["resume"] is True
+    assert cfg["precision"] == "fp32" and apply_overrides(cfg, precision="tf32")["precision"] == "tf32"
     assert apply_overrides(cfg) == cfg
     with pytest.raises(ConfigError) as info:
-        apply_overrides(cfg, epochs=0, batch=-2, resume="nope")
-    assert [p.split(":")[0] for p in info.value.problems] == ["--epochs", "--batch", "--resume"]
+        apply_overrides(cfg, epochs=0, batch=-2, resume="nope", precision="bf16")
+    assert [p.split(":")[0] for p in info.value.problems] == ["--epochs", "--batch",
+                                                              "--precision", "--resume"]
 
 
 def test_load_errors(tmp_path):

@@ -49,6 +49,8 @@ def parse_args(argv):
     p.add_argument("--format", choices=FORMATS, default="text", help="output format")
     p.add_argument("--batch", type=int, default=16, help="images per batch (default 16)")
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
+    p.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
+                   help="products in float32 (default) or with TF32 operands on tensor cores")
     p.add_argument("images", nargs="*", metavar="IMAGE_OR_FOLDER",
                    help="image files, or folders scanned for them")
     args = p.parse_args(argv)
@@ -109,7 +111,7 @@ def load_model(args, ctx):
         if not os.path.isfile(weights):
             raise MissingFileError("%s: no such weights file%s" % (
                 weights, "" if args.weights else " (named by %s; give --weights)" % args.deploy))
-    net = Net(ctx, mode=PREDICT)
+    net = Net(ctx, mode=PREDICT, precision=getattr(args, "precision", "fp32"))
     net.load(_batched(graph, args.batch))
     net.setup()
     if isinstance(weights, dict):

@@ -31,15 +31,17 @@ def to_netconfig(path_or_model: Any, batch: Optional[int] = None,
     return import_model(path_or_model, batch, live)
 
 
-def load(path_or_model: Any, ctx: Any, batch: Optional[int] = None, mode: str = "predict") -> Any:
-    """A Net on ``ctx`` with the model's weights, set up in ``mode`` ("predict" or "train").
+def load(path_or_model: Any, ctx: Any, batch: Optional[int] = None, mode: str = "predict",
+         precision: str = "fp32") -> Any:
+    """A Net on ``ctx`` with the model's weights, set up in ``mode`` ("predict" or "train")
+    and ``precision`` ("fp32", or "tf32": docs/precision.md).
 
     In train mode the imported weights are trainable parameters and BatchNorm uses batch
     statistics; add a loss to the NetConfig from ``to_netconfig`` to fine-tune.
     """
     from ..net import Net
     cfg, weights = to_netconfig(path_or_model, batch)
-    net = Net(ctx, cfg, mode=mode)
+    net = Net(ctx, cfg, mode=mode, precision=precision)
     net.set_parameters(weights)
     return net
 

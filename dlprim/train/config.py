@@ -14,12 +14,14 @@ import os
 from ..errors import Error
 from ..utils import is_int
 from .callbacks import EarlyStopping, metric_problem
+from ..core.precision import PRECISIONS
 from .config_check import Checker
 from .config_data import DATA_TYPES, check_data, sample_count
 
 __all__ = ["ConfigError", "load_config", "validate_config", "apply_overrides", "DEFAULTS"]
 
-DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "out": "runs",
+DEFAULTS = {"epochs": 10, "batch": 64, "device": None, "seed": 0, "precision": "fp32",
+            "out": "runs",
             "resume": None, "force": False, "plot": True, "progress": True, "metrics": "csv",
             "tensorboard": False,
             "stop_on_nonfinite": True, "checkpoint": {"every": 1, "keep": 2, "best": True},
@@ -235,6 +237,8 @@ def _scalars(c, cfg, names, prefix=""):
         c.integer(label("batch"), cfg["batch"])
     if "seed" in names:
         c.integer(label("seed"), cfg["seed"], low=0)
+    if "precision" in names:
+        c.choice(label("precision"), cfg["precision"], list(PRECISIONS))
     if "device" in names and cfg["device"] is not None:
         if not (isinstance(cfg["device"], str) or (is_int(cfg["device"]) and cfg["device"] >= 0)):
             c.bad(label("device"), 'must be "cpu", "gpu", "P:D" or a device index')
@@ -278,7 +282,8 @@ def validate_config(raw, base_dir=".", source=None):
     cfg["net"] = _net(c, top["net"]) if top.get("net") is not None else None
     cfg["data"] = check_data(c, top["data"]) if top.get("data") is not None else None
     cfg["solver"] = _solver(c, top.get("solver", {}))
-    _scalars(c, cfg, ("epochs", "batch", "seed", "device", "out", "resume", "force"))
+    _scalars(c, cfg, ("epochs", "batch", "seed", "precision", "device", "out", "resume",
+                      "force"))
     cfg["checkpoint"] = _checkpoint(c, cfg["checkpoint"])
     cfg["distributed"] = _distributed(c, cfg["distributed"], top)
     if is_int(cfg["distributed"]["global_batch"]):
@@ -315,12 +320,13 @@ def load_config(path):
 
 
 def apply_overrides(config, device=None, epochs=None, batch=None, out=None, resume=None,
-                    force=None):
+                    force=None, precision=None):
     """A copy of a validated ``config`` with the command-line values that are not None;
     paths given here are relative to the current directory."""
     cfg = copy.deepcopy(config)
     given = {k: v for k, v in dict(device=device, epochs=epochs, batch=batch, out=out,
-                                   resume=resume, force=force).items() if v is not None}
+                                   resume=resume, force=force,
+                                   precision=precision).items() if v is not None}
     cfg.update(given)
     c = Checker(os.getcwd())
     if "batch" in given and (cfg.get("distributed") or {}).get("global_batch") is not None:

@@ -27,6 +27,8 @@ def parse_args(argv):
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
     p.add_argument("--epochs", type=int)
     p.add_argument("--batch", type=int)
+    p.add_argument("--precision", choices=["fp32", "tf32"],
+                   help="products in float32 (default) or with TF32 operands on tensor cores")
     p.add_argument("--out", help="output folder (model, checkpoints, metrics, plot)")
     p.add_argument("--resume", nargs="?", const=True,
                    help="continue from the latest checkpoint in --out, or from this path")
@@ -117,7 +119,7 @@ def main(argv=None):
     try:
         cfg = apply_overrides(load_config(args.config), device=args.device, epochs=args.epochs,
                               batch=args.batch, out=args.out, resume=args.resume,
-                              force=args.force or None)
+                              force=args.force or None, precision=args.precision)
         if args.no_progress:
             cfg["progress"] = False
         resume = cfg.get("resume")

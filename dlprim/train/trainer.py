@@ -61,7 +61,8 @@ class Trainer(EpochLoop):
         ctx = ctx or Context(cfg["device"] or (comm.device if comm.size > 1 else None))
         graph = training_graph(cfg["net"], batch)
         roles = roles_of(graph)
-        net = Net(ctx, with_logits_output(graph, roles.logits), mode=TRAIN, seed=cfg["seed"])
+        net = Net(ctx, with_logits_output(graph, roles.logits), mode=TRAIN, seed=cfg["seed"],
+                  precision=cfg.get("precision", "fp32"))
         data = cfg["data"]
         train_loader = make_loader(data["train"], batch, "data.train", train=True,
                                    seed=cfg["seed"])
