@@ -481,3 +481,30 @@ def test_a_position_carries_over_to_another_global_batch():
     with pytest.raises(CheckpointError, match="96 samples into epoch 3 with a global batch "
                                               "of 16; a global batch of 64"):
         carry_position(state, 64, "s")
+
+
+def test_waiting_for_a_bucket_copy_keeps_the_allreduces_moving():
+    """MPI moves a non-blocking allreduce only inside its calls: while a later bucket's
+    copy to the host is awaited, the ones already started are driven."""
+    import pyopencl as cl
+    from dlprim.distributed.gradients import GradientAverager
+
+    class Copy:  # an event that completes at the fourth look
+        looks = 0
+
+        @property
+        def command_execution_status(self):
+            self.looks += 1
+            return (cl.command_execution_status.COMPLETE if self.looks > 3
+                    else cl.command_execution_status.RUNNING)
+
+    class Comm:
+        calls = []
+
+        def progress(self, requests):
+            self.calls.append(list(requests))
+
+    averager = GradientAverager.__new__(GradientAverager)
+    averager.comm = Comm()
+    averager._wait_progressing(Copy(), ["bucket 0"])
+    assert Comm.calls == [["bucket 0"]] * 3

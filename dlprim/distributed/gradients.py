@@ -12,7 +12,9 @@ writes host memory:
                      layers travel while the first layers' backward still runs; after a
                      plain ``net.backward()`` every copy is enqueued at once instead
     allreduce        bucket k starts (non-blocking) as soon as its copy has arrived,
-                     while the device still computes or copies the buckets after it
+                     while the device still computes or copies the buckets after it;
+                     waiting for the next copy, the rank keeps calling into MPI, which
+                     moves a non-blocking collective only inside its calls
     host -> device   bucket k is copied back as soon as its sum is complete, while the
                      later buckets are still being summed
 
@@ -22,6 +24,7 @@ without staging, and is ordinary memory on a CPU device. Nothing waits for the d
 except each bucket's own copy.
 """
 import logging
+import time
 from typing import Any, List, Tuple
 
 import numpy as np
@@ -34,6 +37,7 @@ __all__ = ["GradientAverager", "DEFAULT_BUCKET_BYTES", "pinned_array", "buckets"
 log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET_BYTES = 25 * 2 ** 20  # PyTorch DDP's default: large enough to reach link speed
+PROGRESS_POLL_S = 50e-6  # between MPI progress calls while a bucket's copy is awaited
 
 
 def buckets(count: int, bucket_bytes: int, itemsize: int = 4) -> List[Tuple[int, int]]:
@@ -125,6 +129,18 @@ class GradientAverager:
             launch(queue)
         self._copies = copies
 
+    def _wait_progressing(self, event: Any, requests: List[Any]) -> None:
+        """Wait for a bucket's copy to the host while the allreduces already started go
+        on: MPI libraries move a non-blocking collective only inside MPI calls, so a plain
+        wait on the device would leave them stalled until the last bucket's copy."""
+        if not requests:
+            event.wait()
+            return
+        done = cl.command_execution_status.COMPLETE
+        while event.command_execution_status != done:
+            self.comm.progress(requests)
+            time.sleep(PROGRESS_POLL_S)
+
     @property
     def nbytes(self) -> int:
         """Bytes each rank sends into the allreduce per step."""
@@ -147,7 +163,7 @@ class GradientAverager:
         requests = []
         for k in order:
             a, b = self.buckets[k]
-            copies[k].wait()
+            self._wait_progressing(copies[k], requests)
             if weight != 1.0:
                 host[a:b] *= np.float32(weight)
             requests.append(self.comm.iallreduce(host[a:b]))
