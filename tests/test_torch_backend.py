@@ -572,3 +572,21 @@ def test_select_backward_runs_on_the_device(caplog):
     with caplog.at_level(logging.WARNING, logger="dlprim.torch"):
         both(lambda x: x[:, 2] * 2 + x.select(2, -1)[:, :1], rand(3, 4, 5))
     assert not [r for r in caplog.records if "select_backward" in r.getMessage()]
+
+
+def test_float32_matmul_precision_high_asks_for_tf32():
+    from dlprim.torch import device
+    a, b = rand(5, 7), rand(7, 3, seed=1)
+    ctx = device.context(0)
+
+    def precisions():
+        return {k[-1] for k in ctx.ops if isinstance(k, tuple) and k[:1] == ("torch_gemm",)
+                and k[1:4] == (5, 3, 7)}
+    before = precisions()
+    torch.set_float32_matmul_precision("high")
+    try:
+        got = a.to(DEV) @ b.to(DEV)
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    assert precisions() - before == {"tf32"}
+    close(got, a @ b, 2e-3)    # TF32 operands where the device has tensor cores

@@ -266,3 +266,18 @@ def test_cross_attention_keeps_the_modules_own_forward():
     compiled = dt.compile(model.to("ocl"))
     x = torch.randn(2, 5, 8)
     close(compiled(x.to("ocl")), ref(x))
+
+
+def test_compiled_nets_follow_the_float32_matmul_precision():
+    ref, model = twins(cnn)
+    torch.set_float32_matmul_precision("high")
+    try:
+        compiled = dt.compile(model.to("ocl"))
+        x = torch.randn(2, 3, 12, 12)
+        close(compiled(x.to("ocl")), ref(x), 2e-3)
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    assert _net_of(compiled).precision == "tf32"
+    fresh = dt.compile(twins(cnn)[1].to("ocl"))
+    fresh(x.to("ocl"))
+    assert _net_of(fresh).precision == "fp32"

@@ -24,6 +24,7 @@ import weakref
 import torch
 
 from .export_attention import DOMAIN, packed_attention
+from .ops_nn import matmul_precision
 from . import device as _device
 from . import tensor as _tensor
 
@@ -275,7 +276,9 @@ class _Runner:
         self.outputs = list(outputs)
         # in-place counters the graph bumps (BatchNorm's num_batches_tracked += 1)
         self.bumps = _bumps(gm) if bumps is None else bumps
-        self.net = Net(self.ctx, cfg, mode=TRAIN if train else PREDICT)
+        # PyTorch's float32 matmul precision when the graph is converted ("high": TF32)
+        self.net = Net(self.ctx, cfg, mode=TRAIN if train else PREDICT,
+                       precision=matmul_precision())
         self.net.set_parameters(weights)
         self.sources = sources  # Net weight -> (placeholder index, "same" or "t")
         self.shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None

@@ -62,6 +62,13 @@ def _check_float(op, *ts):
             _unsupported(op, "float32 operands only, got %s" % t.dtype)
 
 
+def matmul_precision():
+    """dlprim's precision for PyTorch's float32 matrix products on ocl:
+    ``torch.set_float32_matmul_precision("high")`` or ``"medium"`` allow TF32 ("tf32":
+    tensor cores where the device has them), the default ``"highest"`` does not."""
+    return "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+
+
 def _gemm(a, b, out, bias=None, alpha=1.0, beta=0.0):
     """out = alpha * a @ b (+ bias per column) + beta * out, a batch of them for 3-D
     operands; out is new and contiguous."""
@@ -71,8 +78,9 @@ def _gemm(a, b, out, bias=None, alpha=1.0, beta=0.0):
     N = b.shape[-1]
     batch = out.shape[0] if out.dim() == 3 else 1
     mode = "col" if bias is not None else None
-    op = _memo(ctx, ("torch_gemm", M, N, K, ta, tb, mode, batch),
-               lambda: Gemm(ctx, M, N, K, ta, tb, bias=mode, batch=batch))
+    precision = matmul_precision()
+    op = _memo(ctx, ("torch_gemm", M, N, K, ta, tb, mode, batch, precision),
+               lambda: Gemm(ctx, M, N, K, ta, tb, bias=mode, batch=batch, precision=precision))
     op(A, B, as_dlprim(out), bias=bias, alpha=alpha, beta=beta, lda=lda, ldb=ldb, ldc=N,
        stride_a=sa, stride_b=sb, stride_c=M * N)
     return out
