@@ -54,13 +54,20 @@ __kernel void ${NAME}(${IT} dlp_chunk
     }
     ${IT} dlp_start = (${IT})(dlp_block - dlp_first_block) * dlp_chunk;
     ${IT} dlp_end = min(dlp_start + dlp_chunk, dlp_n);
+    // single-element inputs read once, before the loop: what the code computes from them
+    // alone (an optimizer's bias corrections from its step) then stays out of it too
+% for i, (st, ct) in enumerate(XS):
+    % if X_ONE[i]:
+    ${ct} dlp_one${i} = ${load(i, '0')};
+    % endif
+% endfor
 % if CPU:
     for (${IT} dlp_i = dlp_start; dlp_i < dlp_end; dlp_i++) {
 % else:
     for (${IT} dlp_i = dlp_start + get_local_id(0); dlp_i < dlp_end; dlp_i += get_local_size(0)) {
 % endif
 % for i, (st, ct) in enumerate(XS):
-        ${ct} x${i} = ${load(i, '0' if X_ONE[i] else 'dlp_i')};
+        ${ct} x${i} = ${'dlp_one%d' % i if X_ONE[i] else load(i, 'dlp_i')};
 % endfor
 % for i, (st, ct) in enumerate(YS):
         ${ct} y${i};
