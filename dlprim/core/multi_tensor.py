@@ -19,7 +19,8 @@ from ..kernels import program
 from ..dtypes import as_dtype
 from ..utils import ceil_div
 from . import tuning_launch
-from .pointwise import _check_names, _param_types, _types, index_type
+from .pointwise import (_check_names, _param_types, _types, index_type, rebind_params,
+                        typed_params)
 
 __all__ = ["MultiTensorPointwise", "MultiTensorPlan", "MAX_GROUPS"]
 
@@ -79,11 +80,7 @@ class MultiTensorPointwise:
 
     def typed_params(self, params):
         """``params`` as the kernel's scalar argument types (a count that differs is an error)."""
-        if len(params) != len(self.param_types):
-            raise ValueError("%s: expected %d params, got %d"
-                             % (self.name, len(self.param_types), len(params)))
-        return [np.dtype(dt if ct != "float" else np.float32).type(p)
-                for p, (dt, ct) in zip(params, self.param_types)]
+        return typed_params(self.param_types, params, self.name)
 
     def _check(self, groups):
         """The groups with elements, each as (xs, ys, n)."""
@@ -107,7 +104,7 @@ class MultiTensorPointwise:
 
     def launches(self, groups, params=()):
         """Prepared launches over ``groups`` (a list of (xs, ys) of dlprim Tensors), the
-        scalar ``params`` their last arguments (``MultiTensorPlan.set_params``)."""
+        scalar ``params`` their last arguments (``MultiTensorPlan.run`` re-binds them)."""
         typed = self.typed_params(params)
         groups = self._check(groups)
         if not groups:
@@ -155,11 +152,7 @@ class MultiTensorPlan:
         """Enqueue the launches, with ``params`` bound where they changed."""
         params = tuple(params)
         if params != self._params:
-            values = self.op.typed_params(params)
-            for launch in self.launches:
-                first = len(launch.args) - len(values)
-                for i, value in enumerate(values):
-                    launch.set_arg(first + i, value)
+            rebind_params(self.launches, self.op.typed_params(params))
             self._params = params
         queue = queue if queue is not None else self.op.ctx.queue
         for launch in self.launches:

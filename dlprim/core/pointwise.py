@@ -126,6 +126,24 @@ def _param_types(params, what):
     return out
 
 
+def typed_params(param_types, params, name):
+    """``params`` as the scalar kernel arguments ``param_types`` (``_param_types``) say;
+    another count is an error naming ``name``."""
+    if len(params) != len(param_types):
+        raise ValueError("%s: expected %d params, got %d" % (name, len(param_types), len(params)))
+    return [np.dtype(dt if ct != "float" else np.float32).type(p)
+            for p, (dt, ct) in zip(params, param_types)]
+
+
+def rebind_params(launches, values):
+    """Bind typed scalar ``values`` as the last arguments of prepared ``launches`` (where
+    the generators put their scalar params)."""
+    for launch in launches:
+        first = len(launch.args) - len(values)
+        for i, value in enumerate(values):
+            launch.set_arg(first + i, value)
+
+
 def _build(ctx, code, family_params, code_fields):
     try:
         return program.get(ctx, "pointwise", **family_params)
@@ -150,11 +168,7 @@ class _Base:
         return self._typed_params(params)
 
     def _typed_params(self, params):
-        if len(params) != len(self.param_types):
-            raise ValueError("%s: expected %d params, got %d"
-                             % (self.name, len(self.param_types), len(params)))
-        return [np.dtype(dt if ct != "float" else np.float32).type(p)
-                for p, (dt, ct) in zip(params, self.param_types)]
+        return typed_params(self.param_types, params, self.name)
 
     def __call__(self, xs, ys, params=(), queue=None, **kw):
         launches = self.launches(xs, ys, params, **kw)
@@ -265,11 +279,7 @@ class PointwiseBroadcast(_Base):
         """Re-bind the scalar params of launches this op prepared (they are the kernel's
         last arguments): values that change every call, such as a solver's step-dependent
         factors, without preparing new launches."""
-        values = self._typed_params(params)
-        for launch in launches:
-            first = len(launch.args) - len(values)
-            for i, value in enumerate(values):
-                launch.set_arg(first + i, value)
+        rebind_params(launches, self._typed_params(params))
 
 
 class PointwiseBroadcastReduce(_Base):

@@ -10,11 +10,9 @@ import collections
 import operator
 import weakref
 
-import numpy as np
-
 from ..core.multi_tensor import MultiTensorPlan, MultiTensorPointwise
 from ..core.pointwise import _memo, _param_specs
-from .tensor import as_dlprim
+from .tensor import as_dlprim, numpy_dtype
 
 __all__ = ["PlanCache", "run_lists", "plans", "Overlap"]
 
@@ -95,8 +93,8 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
         if check is not None:
             check()
         ctx = y_lists[0][0]._ocl_storage.ctx
-        xd = tuple(as_dlprim_dtype(lst[0]) for lst in x_lists)
-        yd = tuple(as_dlprim_dtype(lst[0]) for lst in y_lists)
+        xd = tuple(numpy_dtype(lst[0].dtype) for lst in x_lists)
+        yd = tuple(numpy_dtype(lst[0].dtype) for lst in y_lists)
         op = _memo(ctx, ("mt", name, code, xd, yd, tuple(types), tuple(one or ())),
                    lambda: MultiTensorPointwise(ctx, xd, yd, code, types, one, name=name))
         groups = [([as_dlprim(lst[i]) for lst in x_lists], [as_dlprim(lst[i]) for lst in y_lists])
@@ -141,8 +139,3 @@ def _disjoint(groups):
             if any(s < b and a < t for s, t, _ in lst):
                 return False
     return True
-
-
-def as_dlprim_dtype(t):
-    from .tensor import numpy_dtype
-    return np.dtype(numpy_dtype(t.dtype))

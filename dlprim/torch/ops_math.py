@@ -81,10 +81,14 @@ def elementwise(func, args, kwargs, build, compute=None, out=None, result=None):
     out = empty(shape, dtype, storage.index) if out is None else out
     if out.numel():
         xs = [as_dlprim(t) for t in tensors]
-        values = [np.float32(p) if isinstance(p, float) else
-                  (np.int64(p) if isinstance(p, (bool, int)) else p) for p in params]
-        pointwise(storage.ctx, xs, [as_dlprim(out)], code, values)
+        pointwise(storage.ctx, xs, [as_dlprim(out)], code, _values(params))
     return out
+
+
+def _values(params):
+    """A build's scalar params as kernel arguments: Python floats float32, integers int64."""
+    return [np.float32(p) if isinstance(p, float) else
+            (np.int64(p) if isinstance(p, (bool, int)) else p) for p in params]
 
 
 def _promoted(*args):
@@ -403,9 +407,9 @@ def _foreach(func, *args, **kwargs):
 def _foreach_multi(overload, inplace, args, lists, item):
     """A _foreach_ call as multi-tensor launches (``multi_tensor.run_lists``), where every
     element computes the same statements on contiguous ocl tensors of its own size (a
-    list of one scalar for all, or tensors shaped as the first list's): the outputs, or
-    an empty list for an in-place call; None where it cannot (each element then runs as
-    its own operator)."""
+    list of one scalar for all, or tensors shaped as the first list's): the outputs (the
+    first list itself for an in-place call); None where it cannot (each element then
+    runs as its own operator)."""
     functional, build, compute = _BUILDS[overload]
     scalars = [a for a, is_list in zip(args, lists) if is_list and a and
                not isinstance(a[0], torch.Tensor)]
@@ -433,8 +437,7 @@ def _foreach_multi(overload, inplace, args, lists, item):
                 if not isinstance(t, OclTensor) or not t.is_contiguous() or \
                         t.shape != self_i.shape or t.dtype != lst[0].dtype:
                     raise _NotOneKernel
-    values = [np.float32(p) if isinstance(p, float) else
-              (np.int64(p) if isinstance(p, (bool, int)) else p) for p in params]
+    values = _values(params)
     try:
         if not inplace:
             check()
