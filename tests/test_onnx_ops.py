@@ -349,3 +349,21 @@ def test_einsum_batched_products(ctx):
                opset=13)
     with pytest.raises(dox.OnnxImportError, match="Einsum"):
         dox.load(bad, ctx)
+
+
+def test_activation_after_a_reshape_folds_into_the_layer_only_when_nothing_else_reads_it(ctx):
+    w, b = rand(4, 5), rand(5)
+    # a Linear over (N, L, C) as PyTorch writes it: an InnerProduct over rows, reshaped
+    folds = make([node("Transpose", ["wt"], ["w_t"], perm=[1, 0]),
+                  node("MatMul", ["x", "w_t"], ["m"]), node("Add", ["m", "b"], ["y"]),
+                  node("Relu", ["y"], ["a"])],
+                 {"x": [2, 3, 4]}, ["a"], {"wt": w.T.copy(), "b": b})
+    net = check(ctx, folds, {"x": rand(2, 3, 4)})
+    types = [op.type for op in net.graph.ops]
+    assert "Activation" not in types and "Elementwise" not in types, types
+    # the layer's output is read again after the Relu: the activation cannot go into it
+    kept = make([node("Gemm", ["x", "w", "b"], ["y"]),
+                 node("Reshape", ["y", "shape"], ["z"]), node("Relu", ["z"], ["a"]),
+                 node("Add", ["y", "y"], ["c"])],
+                {"x": [6, 4]}, ["a", "c"], {"w": w, "b": b, "shape": np.array([2, 3, 5], np.int64)})
+    check(ctx, kept, {"x": rand(6, 4)})

@@ -323,6 +323,16 @@ class Importer:
         # readers still to convert, this node included (converted ones read nothing more)
         return sum(id(c) not in self.converted for n in names for c in self.consumers.get(n, ())) == 1
 
+    def _read_only_by(self, t, op):
+        """Dlprim tensor ``t`` is read by the converted operator ``op`` and by nothing
+        else: no other operator so far, no model output, no ONNX node still to convert."""
+        if sum(t in o["inputs"] for o in self.cfg.operators) != 1 or t not in op["inputs"]:
+            return False
+        names = [n for n, v in self.alias.items() if v == t]
+        return not any(n in self.graph_outputs or any(id(c) not in self.converted
+                                                      for c in self.consumers.get(n, ()))
+                       for n in names)
+
     def out(self, node, tensor, i=0):
         """Record that ONNX output i of ``node`` is dlprim tensor ``tensor``."""
         self.alias[node.outputs[i]] = tensor
@@ -339,7 +349,7 @@ class Importer:
             # whose output only the reshape reads; the reshape's output is then the result
             inner = self.producer.get(op["inputs"][0])
             if inner is not None and activation in FUSES.get(inner["type"], ()) and \
-                    sum(op["inputs"][0] in o["inputs"] for o in self.cfg.operators) == 1:
+                    self._read_only_by(op["inputs"][0], op):
                 op = inner
         if op is None or t != src or activation not in FUSES.get(op["type"], ()) or \
                 op.get("options", {}).get("activation", "identity") != "identity" or \
