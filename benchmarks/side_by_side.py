@@ -6,8 +6,10 @@ at batch 16 and 64, inference and training:
 - infer: host->device copy of the batch, forward, device->host copy of the output;
 - train: copy in, zero grads, forward, loss, backward, Adam step.
 PyTorch runs FP32 with TF32 off (the same arithmetic as OpenCL FP32) and with its
-defaults (TF32). Warm-up 5, mean of 20. Prints a table with the ratios, and the
-DLPrimitives figures of the anchors for comparison.
+defaults (TF32); with ``--precision fp16`` also with automatic mixed precision (autocast
+float16 and a GradScaler, TF32 on), the mode dlprim's fp16 is compared with. Warm-up 5,
+mean of 20. Prints a table with the ratios, and the DLPrimitives figures of the anchors
+for comparison.
 
     python benchmarks/side_by_side.py [--nets resnet18,vgg16] [--batches 16,64] [--modes infer,train]
 """
@@ -57,7 +59,10 @@ def dlprim_ms(ctx, net, batch, mode, warmup, iters, precision="fp32"):
     return res["mean_ms"], ctx.memory.peak_bytes
 
 
-def torch_ms(net, batch, mode, tf32, warmup, iters):
+def torch_ms(net, batch, mode, tf32, warmup, iters, amp=False):
+    """(ms per batch, peak bytes) of PyTorch CUDA; ``amp``: autocast float16 with a
+    GradScaler (PyTorch's mixed precision)."""
+    import contextlib
     import torch
     import torchvision
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -68,6 +73,9 @@ def torch_ms(net, batch, mode, tf32, warmup, iters):
     model = getattr(torchvision.models, net)().cuda()
     x_host = torch.randn(batch, 3, 224, 224)
     y_host = torch.randint(0, 1000, (batch,))
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.float16)) if amp else \
+        contextlib.nullcontext
+    scaler = torch.amp.GradScaler("cuda", enabled=bool(amp))
     if mode == "train":
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -80,11 +88,14 @@ def torch_ms(net, batch, mode, tf32, warmup, iters):
         if mode == "train":
             y = y_host.cuda()
             opt.zero_grad()
-            out = model(x)
-            loss_fn(out, y).backward()
-            opt.step()
+            with autocast():
+                out = model(x)
+                loss = loss_fn(out, y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         else:
-            with torch.no_grad():
+            with torch.no_grad(), autocast():
                 out = model(x)
         return out.cpu()
 
@@ -108,9 +119,9 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--no-torch", action="store_true")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32"],
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16"],
                    help="dlprim's products; 'vs' compares with PyTorch in the same mode "
-                        "(fp32: TF32 off, tf32: TF32 on)")
+                        "(fp32: TF32 off, tf32: TF32 on, fp16: autocast float16)")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     import dlprim as dp
@@ -131,6 +142,9 @@ def main():
                     row["torch_fp32"], row["torch_peak_bytes"] = torch_ms(
                         net, batch, mode, False, args.warmup, args.iters)
                     row["torch_tf32"], _ = torch_ms(net, batch, mode, True, args.warmup, args.iters)
+                    if args.precision == "fp16":
+                        row["torch_amp"], _ = torch_ms(net, batch, mode, True, args.warmup,
+                                                       args.iters, amp=True)
                 row["dlprimitives"] = DLPRIMITIVES.get((net, batch, mode))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -138,14 +152,15 @@ def main():
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     print()
-    print("| net | batch | mode | precision | dlprim ms | PyTorch fp32 | PyTorch tf32 | DLPrimitives "
-          "| vs PyTorch (same precision) | vs DLPrimitives |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| net | batch | mode | precision | dlprim ms | PyTorch fp32 | PyTorch tf32 | PyTorch AMP "
+          "| DLPrimitives | vs PyTorch (same precision) | vs DLPrimitives |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     ratios_fp32, ratios_dlp = [], []
     for r in rows:
         ours = r.get("dlprim")
         f32, t32, dlp = r.get("torch_fp32"), r.get("torch_tf32"), r.get("dlprimitives")
-        same = t32 if args.precision == "tf32" else f32
+        amp = r.get("torch_amp")
+        same = {"tf32": t32, "fp16": amp}.get(args.precision, f32)
         vs32 = same / ours if ours and same else None
         vsdlp = dlp / ours if ours and dlp else None
         if vs32:
@@ -153,8 +168,9 @@ def main():
         if vsdlp:
             ratios_dlp.append(vsdlp)
         fmt = lambda v: "%.2f" % v if v else ("failed" if v is None and "error" in r else "")
-        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["net"], r["batch"], r["mode"], args.precision, fmt(ours), fmt(f32), fmt(t32), fmt(dlp),
+        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["net"], r["batch"], r["mode"], args.precision, fmt(ours), fmt(f32), fmt(t32),
+            fmt(amp), fmt(dlp),
             "%.2fx" % vs32 if vs32 else "", "%.2fx" % vsdlp if vsdlp else ""))
     print("\npeak device memory in use (MiB): dlprim / PyTorch fp32")
     for r in rows:

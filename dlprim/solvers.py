@@ -59,6 +59,7 @@ class Solver:
         self.no_decay, self.clip_norm, self.clip_value = no_decay, clip_norm, clip_value
         self.validate()
         self.net = None
+        self._scale = None  # the bound net's loss scale (init)
         self.step_count = 0
         if net is not None:
             self.init(net)
@@ -127,6 +128,9 @@ class Solver:
                        for name in self.state_names()}
         self._decay_mask = self._make_decay_mask(net) if self.no_decay else None
         self._norm = Tensor(self.ctx, (1,), "float32") if self.clip_norm else None
+        # a net of precision "fp16" scales its loss gradients (net.loss_scale): the update
+        # divides the scale out, and a step whose gradients are not all finite is skipped
+        self._scale = getattr(net, "loss_scale", None)
         self._build()
         return self
 
@@ -145,10 +149,13 @@ class Solver:
     def _grad_expr(self):
         """OpenCL for the gradient as the update sees it: clipped, plus L2 decay if any."""
         g = "x1"
+        norm = "sqrt(x_norm)"
+        if self._scale is not None:  # gradients and their norm carry the loss scale
+            g, norm = "(x1 * w_unscale)", "sqrt(x_norm) * w_unscale"
         if self.clip_value:
-            g = "clamp(x1, -w_clipv, w_clipv)"
+            g = "clamp(%s, -w_clipv, w_clipv)" % g
         if self.clip_norm:
-            g = "(%s) * min(1.0f, w_clipn / (sqrt(x_norm) + 1e-6f))" % g
+            g = "(%s) * min(1.0f, w_clipn / (%s + 1e-6f))" % (g, norm)
         return g
 
     def _build(self):
@@ -173,7 +180,14 @@ class Solver:
             sumsq = PointwiseBroadcastReduce(self.ctx, [(n, "float")], [((1,), "float")],
                                              "y0 = x0 * x0;", name="grad_sumsq")
             self._launches += sumsq.launches([g], [self._norm])
-        self._param_names = self.param_names()
+        self._param_names = self.param_names() + (["unscale"] if self._scale is not None else [])
+        if self._scale is not None:
+            # count of gradients that are not finite: one reduction, read before the step
+            self._overflow = Tensor(self.ctx, (1,), "float32")
+            self._finite_check = PointwiseBroadcastReduce(
+                self.ctx, [(n, "float")], [((1,), "float")],
+                "y0 = (isnan(x0) || isinf(x0)) ? 1.0f : 0.0f;",
+                name="grad_overflow").launches([g], [self._overflow])
         for i, pn in enumerate(self._param_names):
             code = code.replace("w_%s" % pn, "w%d" % i)
         self._update = PointwiseBroadcast(self.ctx, [(x.shape, "float") for x in xs],
@@ -187,7 +201,18 @@ class Solver:
 
     def _values(self):
         values = self.param_values()
+        if self._scale is not None:
+            values["unscale"] = self._unscale
         return [values[k] for k in self._param_names]
+
+    def _gradients_finite(self, queue, e=None):
+        """Whether every trainable gradient is finite (waits for the check); the loss
+        scale learns the answer."""
+        for launch in self._finite_check:
+            launch(queue)
+        finite = float(self._overflow.to_host(e=e)[0]) == 0.0
+        self._scale.update(finite)
+        return finite
 
     # ----- the step
     def zero_grad(self, net: Any = None, e: Any = None) -> None:
@@ -201,10 +226,14 @@ class Solver:
         if self.net is None:
             raise RuntimeError("%s: call init(net) first" % type(self).__name__)
         self.validate()
+        queue = e.queue if e is not None else self.ctx.queue
+        if self._launches and self._scale is not None:
+            self._unscale = 1.0 / self._scale.scale  # this step's, before the check moves it
+            if not self._gradients_finite(queue, e):
+                return  # skipped: parameters, moments and the step count stay
         self.step_count += 1
         if not self._launches:
             return
-        queue = e.queue if e is not None else self.ctx.queue
         self._update.set_params(self._update_launches, self._values())
         for launch in self._launches:
             launch(queue)
@@ -228,9 +257,12 @@ class Solver:
 
     def state_dict(self):
         """Hyperparameters, step count and moments (host copies), enough to resume."""
-        return {"type": type(self).__name__, "hyper": self.hyperparameters(),
-                "step": self.step_count,
-                "states": {k: t.numpy()[:self.size].copy() for k, t in self.states.items()}}
+        state = {"type": type(self).__name__, "hyper": self.hyperparameters(),
+                 "step": self.step_count,
+                 "states": {k: t.numpy()[:self.size].copy() for k, t in self.states.items()}}
+        if self._scale is not None:  # an fp16 net's loss scale resumes where it was
+            state["loss_scale"] = self._scale.state_dict()
+        return state
 
     def load_state_dict(self, state):
         """Restore what ``state_dict()`` gave (same solver type and net size). All of it is
@@ -259,9 +291,17 @@ class Solver:
             if np.shape(arr) != (self.size,):
                 raise ValueError("solver state %r has shape %s; this net needs (%d,)"
                                  % (k, np.shape(arr), self.size))
+        scale = state.get("loss_scale")
+        if scale is not None and not (isinstance(scale, dict) and
+                                      isinstance(scale.get("scale"), (int, float)) and
+                                      0 < scale["scale"] < float("inf")):
+            raise ValueError("solver state 'loss_scale' must be {scale: a positive number, ...}"
+                             ", got %r" % (scale,))
         for k, v in hyper.items():
             setattr(self, k, v)
         self.step_count = step
+        if scale is not None and self._scale is not None:
+            self._scale.load_state_dict(scale)
         for k, arr in moments.items():
             self.states[k].view((self.size,)).to_device(np.asarray(arr, np.float32))
 
@@ -269,7 +309,7 @@ class Solver:
         """Write ``state_dict()`` atomically as .npz (moments) with a JSON header."""
         from .utils import atomic_write
         state = self.state_dict()
-        meta = {"type": state["type"], "hyper": state["hyper"], "step": state["step"]}
+        meta = {k: state[k] for k in ("type", "hyper", "step", "loss_scale") if k in state}
         buf = io.BytesIO()
         np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), np.uint8),
                  **state["states"])

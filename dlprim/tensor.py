@@ -245,12 +245,13 @@ class Tensor:
         return self
 
 
-def ws_view(ws, byte_offset, count):
-    """A float32 tensor of ``count`` elements at ``byte_offset`` inside the uint8
-    workspace ``ws`` (a layer's scratch bytes, placed by the Net)."""
+def ws_view(ws, byte_offset, count, dtype="float32"):
+    """A tensor of ``count`` elements (float32 unless ``dtype``) at ``byte_offset`` inside
+    the uint8 workspace ``ws`` (a layer's scratch bytes, placed by the Net)."""
     start = ws.byte_offset + byte_offset
-    if start % 4:
-        raise ValueError("workspace offset %d is not float-aligned" % start)
-    t = Tensor(ws.ctx, (count,), "float32", buffer=ws.buffer, offset=start // 4)
+    size = as_dtype(dtype).itemsize
+    if start % size:
+        raise ValueError("workspace offset %d is not aligned to %s" % (start, as_dtype(dtype)))
+    t = Tensor(ws.ctx, (count,), dtype, buffer=ws.buffer, offset=start // size)
     t._owner = ws
     return t

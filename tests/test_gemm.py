@@ -461,7 +461,7 @@ def test_packed_b_errors(ctx):
 # ----- precision "tf32": tensor cores (kernels/gemm_mma.cl) where the device has them
 def test_precision_choice(ctx):
     from dlprim.core.gemm import tensor_cores
-    with pytest.raises(ValueError, match="Gemm: precision must be one of fp32, tf32, got 'fp16x'"):
+    with pytest.raises(ValueError, match="Gemm: precision must be one of fp32, tf32, fp16, got .fp16x."):
         Gemm(ctx, 8, 8, 8, precision="fp16x")
     op = Gemm(ctx, 8, 8, 8, precision="tf32")
     assert op.precision == "tf32" and op.mma == tensor_cores(ctx)

@@ -130,7 +130,7 @@ def test_net_and_value_checks(project):
               ({"schedule": {"type": "step", "step_size": 0}}, "schedule.step_size: must be > 0"),
               ({"schedule": {"type": "warp"}}, "schedule.type: must be one of"),
               ({"device": [0]}, "device: must be"),
-              ({"precision": "fp16"}, 'precision: must be one of "fp32", "tf32", got "fp16"'),
+              ({"precision": "fp8"}, 'precision: must be one of "fp32", "tf32", "fp16", got "fp8"'),
               ({"resume": "nothing_here"}, "resume: no such checkpoint"),
               ({"out": "net.json"}, "out: is a file, not a directory"),
               ({"data": {}}, "data.train: required")]

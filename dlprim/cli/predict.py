@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 
+from ..core.precision import PRECISIONS
 from ..data.errors import DataError
 from ..errors import Error, MissingFileError
 from ..net.graph import GraphError, load_graph_file
@@ -49,8 +50,9 @@ def parse_args(argv):
     p.add_argument("--format", choices=FORMATS, default="text", help="output format")
     p.add_argument("--batch", type=int, default=16, help="images per batch (default 16)")
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
-    p.add_argument("--precision", choices=["fp32", "tf32"], default="fp32",
-                   help="products in float32 (default) or with TF32 operands on tensor cores")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32 (default); tf32: TF32 products on tensor cores; fp16: half "
+                        "activations, float32 parameters (docs/precision.md)")
     p.add_argument("images", nargs="*", metavar="IMAGE_OR_FOLDER",
                    help="image files, or folders scanned for them")
     args = p.parse_args(argv)

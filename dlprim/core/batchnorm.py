@@ -21,15 +21,16 @@ F = np.dtype(np.float32)
 
 
 class BatchNormOps:
-    """The launchers of one BatchNorm over ``shape`` = (N, C, S)."""
+    """The launchers of one BatchNorm over ``shape`` = (N, C, S); ``dtype``: the storage
+    of x, y and their gradients (float32 or float16; statistics and parameters float32)."""
 
-    def __init__(self, ctx, shape, eps, affine):
+    def __init__(self, ctx, shape, eps, affine, dtype=F):
         self.ctx = ctx
         self.shape = tuple(int(v) for v in shape)
         n, c, s = self.shape
         self.M = n * s
         self.eps, self.affine = float(eps), bool(affine)
-        full, ch, vec = (self.shape, F), ((1, c, 1), F), ((c,), F)
+        full, ch, vec = (self.shape, np.dtype(dtype)), ((1, c, 1), F), ((c,), F)
         self._full, self._ch = full, ch
         # count, mean, M2 (sum of squared deviations) merged pairwise (Chan et al. 1979):
         # n = na + nb, d = mean_b - mean_a, mean = mean_a + d nb/n, M2 = M2a + M2b + d^2 na nb/n.

@@ -20,7 +20,9 @@ or forced for testing:
 - ``"im2col"``: ungrouped layers as column unrolling (col2im for backward-data) + the
   GEMM of ``core/gemm.py`` in chunks of the batch (``core/conv_im2col.py``); CPUs' choice.
 
-Tensors are NCHW float32; weights ``[out_c, in_c/groups, kh, kw]``. The batch size is read
+Tensors are NCHW float32, or float16 activations (``dtype``: x, y and their gradients
+stored as half, the weights, bias and sums float32) on the gemm, Winograd and depthwise
+algorithms (another asked or chosen runs gemm); weights ``[out_c, in_c/groups, kh, kw]``. The batch size is read
 from the tensors at ``launches`` time and stays a kernel argument; ``batch`` given to a
 constructor is the size whose kernels are built at once (tiles may depend on it).
 """
@@ -28,6 +30,7 @@ import logging
 
 import numpy as np
 
+from ..dtypes import as_dtype
 from . import conv_depthwise, conv_direct, conv_gemm, conv_im2col, conv_winograd, tuning
 from .activation import FUSABLE
 from .conv_geometry import ConvGeometry
@@ -42,6 +45,8 @@ log = logging.getLogger(__name__)
 # F(2x2,3x3) / F(4x4,3x3)
 ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise", "direct",
               "im2col")
+# the algorithms whose kernels store float16 activations (any other runs gemm for them)
+HALF_ALGORITHMS = ("gemm", "winograd", "depthwise")
 # DLPrimitives' spellings (its layers' fwd_algo / bwd_data_algo / bwd_filter_algo options)
 # and the algorithm each names here
 DLPRIMITIVES_ALGORITHMS = {"auto": "auto", "gemm": "gemm", "winograd": "winograd",
@@ -110,13 +115,14 @@ def _resolve(ctx, geom, algo, direction):
     return algo
 
 
-def check_tensor(what, t, shape):
+def check_tensor(what, t, shape, dtype=np.float32):
     if t is None:
         raise ValueError("%s: a tensor is required" % what)
     if tuple(t.shape) != tuple(shape):
         raise ValueError("%s: shape %s, expected %s" % (what, tuple(t.shape), tuple(shape)))
-    if t.dtype != np.float32:
-        raise TypeError("%s: dtype %s, only float32 is supported" % (what, t.dtype))
+    if t.dtype != dtype:
+        raise TypeError("%s: dtype %s, expected %s (the launcher's)" % (what, t.dtype,
+                                                                       np.dtype(dtype)))
     if t.size >= 2 ** 31:
         raise ValueError("%s: %d elements; the convolution kernels index with 32-bit ints"
                          % (what, t.size))
@@ -147,8 +153,15 @@ class _Op:
 
     def __init__(self, ctx, geom, algo, impl_args):
         self.ctx, self.geom = ctx, geom
+        impl_args = dict(impl_args)
+        self.dtype = as_dtype(impl_args.pop("dtype", "float32"))
+        if self.dtype not in (np.float32, np.float16):
+            raise TypeError("convolution: activations' dtype %s; float32 or float16"
+                            % self.dtype)
         self.algo = _resolve(ctx, geom, algo, self.direction)
         family = "winograd" if self.algo.startswith("winograd") else self.algo
+        if self.dtype == np.float16 and family not in HALF_ALGORITHMS:
+            self.algo = family = "gemm"  # its kernels store half, and it serves every shape
         if self.algo != family:
             impl_args = dict(impl_args, tile=int(self.algo[-1]))
         # the precision reaches the GEMM-based algorithm's plain 1x1 path; every other
@@ -156,6 +169,8 @@ class _Op:
         precision = impl_args.pop("precision", "fp32")
         if family == "gemm" and self.direction != "backward_filter":
             impl_args["precision"] = precision
+        if family in HALF_ALGORITHMS:
+            impl_args["dtype"] = self.dtype
         # every backward-filter takes a split count; forward/backward-data only on gemm
         if self.direction != "backward_filter" and impl_args["splits"] is None:
             del impl_args["splits"]
@@ -179,20 +194,21 @@ class ConvForward(_Op):
              "im2col": conv_im2col.Forward}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
-                 splits=None, precision="fp32"):
+                 splits=None, precision="fp32", dtype="float32"):
         _check_activation(activation)
         super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation,
                                                batch=batch, splits=splits,
-                                               precision=check_precision(precision)))
+                                               precision=check_precision(precision),
+                                               dtype=dtype))
         self.bias = bool(bias)
 
     def launches(self, x, w, y, b=None, ws=None, beta=0.0):
         """y = act(conv(x, w) + b + beta * y); ``ws``: the workspace, when one is needed."""
         batch = x.shape[0]
         g = self.geom
-        check_tensor("conv forward x", x, g.in_shape(batch))
+        check_tensor("conv forward x", x, g.in_shape(batch), self.dtype)
         check_tensor("conv forward w", w, g.weight_shape)
-        check_tensor("conv forward y", y, g.out_shape(batch))
+        check_tensor("conv forward y", y, g.out_shape(batch), self.dtype)
         if self.bias:
             check_tensor("conv forward bias", b, (g.out_c,))
         check_workspace(ws, self.workspace_bytes(batch))
@@ -211,20 +227,21 @@ class ConvBackwardData(_Op):
              "im2col": conv_im2col.BackwardData}
 
     def __init__(self, ctx, geom, bias=False, activation="identity", algo="auto", batch=16,
-                 splits=None, precision="fp32"):
+                 splits=None, precision="fp32", dtype="float32"):
         _check_activation(activation)
         super().__init__(ctx, geom, algo, dict(bias=bool(bias), activation=activation,
                                                batch=batch, splits=splits,
-                                               precision=check_precision(precision)))
+                                               precision=check_precision(precision),
+                                               dtype=dtype))
         self.bias = bool(bias)
 
     def launches(self, dy, w, dx, b=None, ws=None, beta=0.0):
         """dx = beta * dx + conv_transpose(dy, w)."""
         batch = dy.shape[0]
         g = self.geom
-        check_tensor("conv backward-data dy", dy, g.out_shape(batch))
+        check_tensor("conv backward-data dy", dy, g.out_shape(batch), self.dtype)
         check_tensor("conv backward-data w", w, g.weight_shape)
-        check_tensor("conv backward-data dx", dx, g.in_shape(batch))
+        check_tensor("conv backward-data dx", dx, g.in_shape(batch), self.dtype)
         if self.bias:
             check_tensor("conv backward-data bias", b, (g.in_c,))
         check_workspace(ws, self.workspace_bytes(batch))
@@ -241,15 +258,15 @@ class ConvBackwardFilter(_Op):
              "depthwise": conv_depthwise.BackwardFilter, "direct": conv_direct.BackwardFilter,
              "im2col": conv_im2col.BackwardFilter}
 
-    def __init__(self, ctx, geom, algo="auto", splits=None, batch=16):
-        super().__init__(ctx, geom, algo, dict(splits=splits, batch=batch))
+    def __init__(self, ctx, geom, algo="auto", splits=None, batch=16, dtype="float32"):
+        super().__init__(ctx, geom, algo, dict(splits=splits, batch=batch, dtype=dtype))
 
     def launches(self, x, dy, dw, ws=None, beta=1.0):
         """dw = beta * dw + correlate(x, dy)."""
         batch = x.shape[0]
         g = self.geom
-        check_tensor("conv backward-filter x", x, g.in_shape(batch))
-        check_tensor("conv backward-filter dy", dy, g.out_shape(batch))
+        check_tensor("conv backward-filter x", x, g.in_shape(batch), self.dtype)
+        check_tensor("conv backward-filter dy", dy, g.out_shape(batch), self.dtype)
         check_tensor("conv backward-filter dw", dw, g.weight_shape)
         check_workspace(ws, self.workspace_bytes(batch))
         return self.impl.launches(x, dy, dw, ws, beta)

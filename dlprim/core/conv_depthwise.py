@@ -3,9 +3,11 @@ direct kernels for the three directions. GPUs run ``kernels/conv_depthwise.cl`` 
 work-item per output pixel, filter taps reduced in work-groups); CPU drivers run
 ``kernels/conv_depthwise_cpu.cl`` (a few dozen work-items of whole rows, vector loads
 along W, the stencil compiled in): PoCL runs each work-item as a loop on one thread, where
-a pixel per work-item spends its time on index arithmetic and bounds checks."""
+a pixel per work-item spends its time on index arithmetic and bounds checks. Float16
+activations (``dtype``) run the GPU kernels on every device: the CPU ones read float32."""
 import numpy as np
 
+from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..tensor import ws_view
 from .conv_geometry import geometry_args, scalar
@@ -15,11 +17,17 @@ from ..utils import ceil_div, round_up
 __all__ = ["Forward", "BackwardData", "BackwardFilter"]
 
 
-def _program(ctx, geom, bias=False, activation="identity"):
+def _program(ctx, geom, bias=False, activation="identity", dtype="float32"):
     baked, args = geometry_args(ctx, geom)
     wg = tuning_launch.depthwise_filter_wg(ctx.facts)
     return program.get(ctx, "conv_depthwise", BIAS=bool(bias), ACTIVATION=activation,
-                       GEOM_BAKED=baked, WG=wg, KH_T=1, KW_T=1, TAPS=1), args, wg
+                       GEOM_BAKED=baked, WG=wg, KH_T=1, KW_T=1, TAPS=1,
+                       ACT_T=cl_type(dtype)), args, wg
+
+
+def _on_cpu(ctx, dtype):
+    """Whether the CPU kernels run (CPU drivers, float32 activations)."""
+    return tuning_launch.depthwise_on_cpu(ctx.facts) and as_dtype(dtype) == np.float32
 
 
 def _cpu_program(ctx, g, bias=False, activation="identity"):
@@ -46,13 +54,14 @@ def _local(ctx):
 
 
 class Forward:
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16,
+                 dtype="float32"):
         self.ctx, self.geom, self.bias = ctx, geom, bool(bias)
-        self.cpu = tuning_launch.depthwise_on_cpu(ctx.facts)
+        self.cpu = _on_cpu(ctx, dtype)
         if self.cpu:
             self.program = _cpu_program(ctx, geom, bias, activation)
         else:
-            self.program, self.geom_args, _ = _program(ctx, geom, bias, activation)
+            self.program, self.geom_args, _ = _program(ctx, geom, bias, activation, dtype)
 
     def workspace_bytes(self, batch):
         return 0
@@ -70,13 +79,14 @@ class Forward:
 
 
 class BackwardData:
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16,
+                 dtype="float32"):
         self.ctx, self.geom, self.bias = ctx, geom, bool(bias)
-        self.cpu = tuning_launch.depthwise_on_cpu(ctx.facts)
+        self.cpu = _on_cpu(ctx, dtype)
         if self.cpu:
             self.program = _cpu_program(ctx, geom, bias, activation)
         else:
-            self.program, self.geom_args, _ = _program(ctx, geom, bias, activation)
+            self.program, self.geom_args, _ = _program(ctx, geom, bias, activation, dtype)
 
     def workspace_bytes(self, batch):
         return 0
@@ -98,9 +108,9 @@ class BackwardFilter:
     CPUs per (channels, chunk of batch*rows), summed in the same launch where a work-item
     holds whole channels."""
 
-    def __init__(self, ctx, geom, splits=None, batch=16):
+    def __init__(self, ctx, geom, splits=None, batch=16, dtype="float32"):
         self.ctx, self.geom, self.forced_chunks = ctx, geom, splits
-        self.cpu = tuning_launch.depthwise_on_cpu(ctx.facts)
+        self.cpu = _on_cpu(ctx, dtype)
         self.wg = tuning_launch.depthwise_filter_wg(ctx.facts)
         if self.cpu:
             self.program = _cpu_program(ctx, geom)
@@ -109,7 +119,7 @@ class BackwardFilter:
         # the tap count sizes a register array, so the kernel size is always baked in
         self.program = program.get(ctx, "conv_depthwise", BIAS=False, ACTIVATION="identity",
                                    GEOM_BAKED=baked, WG=self.wg, KH_T=geom.kh, KW_T=geom.kw,
-                                   TAPS=geom.kh * geom.kw)
+                                   TAPS=geom.kh * geom.kw, ACT_T=cl_type(dtype))
 
     def cpu_plan(self, batch):
         """(channels per work-item, chunks, rows per chunk) of the CPU kernel."""

@@ -7,6 +7,7 @@ the implicit GEMM does in its reduction.
 """
 import numpy as np
 
+from ..dtypes import cl_type
 from ..kernels import program
 from ..tensor import ws_view
 from .conv_geometry import geometry_args, scalar
@@ -29,7 +30,7 @@ class ConvGemm:
     """
 
     def __init__(self, ctx, geom, mode, bias=False, activation="identity", batch=16,
-                 min_chunk=None, splits=None, tile=None):
+                 min_chunk=None, splits=None, tile=None, dtype="float32"):
         self.ctx, self.geom, self.mode = ctx, geom, mode
         self.min_chunk = min_chunk or tuning_launch.CONV_MIN_CHUNK
         self.forced_splits = splits
@@ -45,7 +46,8 @@ class ConvGemm:
         self.phase_table = self._phase_table() if self.phased else []
         self.merged = self.phased and self.baked is not None
         self.share = self._share()
-        self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
+        # the activations' storage (x, y, dy, dx); weights and their gradient are float
+        self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation, ACT_T=cl_type(dtype),
                            GEOM_BAKED=self.baked, PHASES=self.phased, MERGED=self.merged,
                            PHASE_LIST=tuple(self.phase_table) if self.merged else ())
         self.bias = bool(bias)
@@ -205,9 +207,11 @@ class _Plain1x1:
     """A 1x1, stride-1, pad-0 layer is a GEMM per image; the Gemm's strided batch runs
     them in one launch: forward y[b] = w @ x[b], backward-data dx[b] = w^T @ dy[b]."""
 
-    def __init__(self, ctx, m, n, k, trans_a, bias, activation, precision="fp32"):
+    def __init__(self, ctx, m, n, k, trans_a, bias, activation, precision="fp32",
+                 dtype="float32"):
         self.ctx, self.shape, self.trans_a = ctx, (m, n, k), trans_a
         self.precision = precision
+        self.dtypes = ("float32", dtype, dtype)  # w, then the activations
         self.bias, self.activation = "row" if bias else None, activation
         self.ops = {}
         self.op(1)  # build the kernels now
@@ -217,7 +221,7 @@ class _Plain1x1:
             m, n, k = self.shape
             self.ops[batch] = Gemm(self.ctx, m, n, k, trans_a=self.trans_a, bias=self.bias,
                                    activation=self.activation, batch=batch,
-                                   precision=self.precision)
+                                   precision=self.precision, dtypes=self.dtypes)
         return self.ops[batch]
 
     def launches(self, w, src, dst, b, beta):
@@ -229,17 +233,18 @@ class _Plain1x1:
 class _DataDirection:
     """Forward or backward-data: the batched Gemm for plain 1x1 layers, else ConvGemm;
     ``splits`` forces the split-K count (tests); ``precision`` reaches the Gemm (ConvGemm
-    multiplies in float32)."""
+    multiplies in float32); ``dtype``: the activations' storage."""
     mode = None
 
     def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, splits=None,
-                 precision="fp32"):
+                 precision="fp32", dtype="float32"):
         if geom.is_plain_1x1:
             m, k = (geom.out_c, geom.in_c) if self.mode == "forward" else (geom.in_c, geom.out_c)
             self.op = _Plain1x1(ctx, m, geom.in_h * geom.in_w, k, self.mode != "forward",
-                                bias, activation, precision)
+                                bias, activation, precision, dtype)
         else:
-            self.op = ConvGemm(ctx, geom, self.mode, bias, activation, batch, splits=splits)
+            self.op = ConvGemm(ctx, geom, self.mode, bias, activation, batch, splits=splits,
+                               dtype=dtype)
 
     def workspace_bytes(self, batch):
         if isinstance(self.op, _Plain1x1):
@@ -264,9 +269,9 @@ class BackwardFilter:
     """dW: the reduction runs over batch*pixels, so split-K is its usual way to fill the
     GPU; ``min_chunk`` is the shortest slice of it one work-group sums."""
 
-    def __init__(self, ctx, geom, splits=None, batch=16, min_chunk=None):
+    def __init__(self, ctx, geom, splits=None, batch=16, min_chunk=None, dtype="float32"):
         self.op = ConvGemm(ctx, geom, "backward_filter", batch=batch, min_chunk=min_chunk,
-                           splits=splits)
+                           splits=splits, dtype=dtype)
 
     def split_plan(self, batch):
         """(splits, k_per_split) of the batch*pixels reduction."""

@@ -20,6 +20,7 @@ filter-gradient kernel with split-K), and maps the result back to 3x3
 """
 import numpy as np
 
+from ..dtypes import cl_type
 from ..kernels import program
 from ..tensor import ws_view
 from .conv_geometry import ConvGeometry
@@ -74,14 +75,14 @@ class WinogradPlan:
     """``y (out_c, out_hw) = act(correlate3x3(x (in_c, in_hw), w) + bias) + beta*y``."""
 
     def __init__(self, ctx, in_c, out_c, in_hw, out_hw, pad_hw, flip, bias, activation, batch,
-                 tile):
+                 tile, dtype="float32"):
         self.ctx = ctx
         self.in_c, self.out_c, self.flip, self.bias = in_c, out_c, flip, bias
         self.in_h, self.in_w = in_hw
         self.pad_h, self.pad_w = pad_hw
         self.t = _Tiles(ctx, out_hw, choose_tile(in_c, out_c, out_hw, batch, tile))
         self.program = program.get(ctx, "conv_winograd", ACTIVATION=activation, BIAS=bool(bias),
-                                   CPU=ctx.facts.is_cpu,
+                                   CPU=ctx.facts.is_cpu, ACT_T=cl_type(dtype),
                                    TILE=self.t.m)
         self.gemms = {}
         self.gemm(batch)
@@ -121,10 +122,11 @@ class WinogradPlan:
 
 
 class Forward:
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, tile=None):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, tile=None,
+                 dtype="float32"):
         self.plan = WinogradPlan(ctx, geom.in_c, geom.out_c, (geom.in_h, geom.in_w),
                                  (geom.out_h, geom.out_w), geom.pad[:2], False, bias,
-                                 activation, batch, tile)
+                                 activation, batch, tile, dtype)
 
     def workspace_bytes(self, batch):
         return self.plan.workspace_bytes(batch)
@@ -134,10 +136,11 @@ class Forward:
 
 
 class BackwardData:
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, tile=None):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, tile=None,
+                 dtype="float32"):
         self.plan = WinogradPlan(ctx, geom.out_c, geom.in_c, (geom.out_h, geom.out_w),
                                  (geom.in_h, geom.in_w), (2 - geom.pad[0], 2 - geom.pad[1]),
-                                 True, bias, activation, batch, tile)
+                                 True, bias, activation, batch, tile, dtype)
 
     def workspace_bytes(self, batch):
         return self.plan.workspace_bytes(batch)
@@ -149,13 +152,13 @@ class BackwardData:
 class BackwardFilter:
     """dW = beta*dW + G^T (sum over tiles of (A dY A^T) .* (B^T d B)) G."""
 
-    def __init__(self, ctx, geom, splits=None, batch=16, tile=None):
+    def __init__(self, ctx, geom, splits=None, batch=16, tile=None, dtype="float32"):
         self.ctx, self.geom, self.splits = ctx, geom, splits
         out_hw = (geom.out_h, geom.out_w)
         self.t = _Tiles(ctx, out_hw, choose_tile(geom.in_c, geom.out_c, out_hw, batch, tile,
                                                  filter_pass=True))
         self.program = program.get(ctx, "conv_winograd", ACTIVATION="identity", BIAS=False,
-                                   CPU=ctx.facts.is_cpu,
+                                   CPU=ctx.facts.is_cpu, ACT_T=cl_type(dtype),
                                    TILE=self.t.m)
         self.sums = {}
         self.sum_op(batch)

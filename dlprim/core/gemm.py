@@ -11,6 +11,7 @@ import logging
 
 import numpy as np
 
+from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from .activation import FUSABLE
 from .precision import check_precision
@@ -21,6 +22,7 @@ from ..utils import ceil_div, round_up
 __all__ = ["Gemm", "gemm", "BIAS_MODES", "tensor_cores"]
 
 BIAS_MODES = (None, "row", "col")
+HALF_OR_FLOAT = (np.dtype(np.float32), np.dtype(np.float16))  # what an operand may store
 
 
 def _count(name, value):
@@ -38,15 +40,23 @@ class Gemm:
     by default GPUs split when C has too few tiles to occupy the device. ``precision``
     ("fp32" or "tf32", ``core/precision.py``): "tf32" runs the products on tensor cores
     (``kernels/gemm_mma.cl``) where the device has them, else the float32 kernels.
+    ``dtypes``: the storage of A, B and C (float32, or float16 widened as it loads and
+    rounded as C stores; the products and sums stay float32), on the tiled template
+    (``tuning.half_tile``); the bias and the split-K workspace are float32.
     """
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
                  activation="identity", batch=1, tile=None, split_k=None, batch_sum=False,
-                 precision="fp32", _mma=False):
+                 precision="fp32", dtypes=None, _mma=False):
         self.ctx = ctx
         self.precision = check_precision(precision, "Gemm: precision")
+        self.dtypes = tuple(as_dtype(d) for d in (dtypes or (np.float32,) * 3))
+        if len(self.dtypes) != 3 or any(d not in HALF_OR_FLOAT for d in self.dtypes):
+            raise TypeError("Gemm: dtypes must be 3 of float32 and float16 (A, B, C), got %r"
+                            % (dtypes,))
+        self.half = any(d == np.float16 for d in self.dtypes)
         # _mma: the tensor-core kernel without asking the probe (the probe's own test)
-        self.mma = bool(_mma) or (precision == "tf32" and tensor_cores(ctx))
+        self.mma = not self.half and (bool(_mma) or (precision == "tf32" and tensor_cores(ctx)))
         if self.mma and tile:
             raise ValueError("Gemm: the tensor-core kernel has its own tile (tuning.MMA_TILE)")
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
@@ -61,7 +71,8 @@ class Gemm:
             raise ValueError("Gemm: unknown activation %r; known: %s"
                              % (activation, ", ".join(FUSABLE)))
         self.bias, self.activation = bias, activation
-        self.tile = tuning.pick_tile(ctx.facts, self.M, self.N, self.batch)
+        self.tile = (tuning.half_tile if self.half else tuning.pick_tile)(
+            ctx.facts, self.M, self.N, self.batch)
         # whole waves of one-per-compute-unit tiles where that is predicted faster
         planned = None if tile or split_k is not None or self.mma else \
             tuning.wave_plan(ctx.facts, self.M, self.N, self.K, self.batch, self.trans_b)
@@ -71,6 +82,9 @@ class Gemm:
             self.tile = dict(tuning.MMA_TILE)
         if tile:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
+            if self.half and tuning.gemm_kernel(self.tile) != "gemm":
+                raise ValueError("Gemm: float16 operands run on the tiled template only "
+                                 "(VEC 1 or 4), got tile %r" % (self.tile,))
         self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile \
             and not planned
         self.splits, self.k_chunk = (1, self.K) if self.small_m else self._split(split_k)
@@ -133,6 +147,14 @@ class Gemm:
     def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True):
         """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc)."""
         bias, act = (self.bias or "none", self.activation) if epilogue else ("none", "identity")
+        if self.half:
+            # C is the float32 workspace in split-K's first pass
+            a_t, b_t, c_t = (cl_type(d) for d in self.dtypes)
+            return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a),
+                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
+                               ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
+                               ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0,
+                               A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float", **self.tile)
         if self.small_m:
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
@@ -160,8 +182,9 @@ class Gemm:
                            ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0, **self.tile)
 
     def _reduce_program(self):
+        extra = dict(C_T="half") if self.dtypes[2] == np.float16 else {}
         return program.get(self.ctx, "gemm_reduce", BIAS=self.bias or "none",
-                           ACTIVATION=self.activation)
+                           ACTIVATION=self.activation, **extra)
 
     @property
     def flops(self):
@@ -173,8 +196,9 @@ class Gemm:
         name = which.upper()
         if not isinstance(t, Tensor):
             raise TypeError("Gemm: %s must be a dlprim Tensor, got %s" % (name, type(t).__name__))
-        if t.dtype != np.float32:
-            raise TypeError("Gemm: %s must be float32, got %s" % (name, t.dtype))
+        want = self.dtypes["abc".index(which)]
+        if t.dtype != want:
+            raise TypeError("Gemm: %s must be %s, got %s" % (name, want, t.dtype))
         rows, cols = self._rows_cols(which)
         ld = self._packed(which) if ld is None else ld
         ld = _count("ld" + which, ld)

@@ -160,6 +160,16 @@ def pick_tile(facts, M, N, batch=1):
     return tuned_tile(facts, cls) or default_tile(facts, cls)
 
 
+def half_tile(facts, M, N, batch=1):
+    """The GEMM tile where an operand is float16: ``pick_tile``'s where it runs on the
+    tiled template (kernels/gemm.cl), else the GPU table's for the shape class, since
+    gemm_cpu.cl reads float32 only (CPUs gain nothing from half storage; it must work)."""
+    tile = pick_tile(facts, M, N, batch)
+    if gemm_kernel(tile) == "gemm":
+        return tile
+    return dict(_GEMM["gpu"][shape_class(M, N, batch, facts.compute_units)])
+
+
 # ----- tensor cores (kernels/gemm_mma.cl, precision "tf32"): a 128x128 tile per
 # work-group of 2 x 2 warps, each warp 64x64 of C as 4 x 8 fragments of 16x8; K staged 16
 # at a time into two local buffers. As a tile dict the work-group is (32 lanes, 4 warps):

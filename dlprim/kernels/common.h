@@ -8,4 +8,11 @@
 #ifndef DLPRIM_COMMON_H
 #define DLPRIM_COMMON_H
 ${epilogue_macros()}
+// Loads and stores by storage type T (LD_<T>(p, i), ST_<T>(p, i, v)): half storage is read
+// and written through vload_half / vstore_half_rte (OpenCL 1.2 core, no cl_khr_fp16) and
+// computed in float, so every device stores half and none needs half arithmetic
+#define LD_float(p, i) ((p)[i])
+#define ST_float(p, i, v) ((p)[i] = (v))
+#define LD_half(p, i) vload_half((i), (p))
+#define ST_half(p, i, v) vstore_half_rte((v), (i), (p))
 #endif

@@ -2,7 +2,8 @@
 ## Direct kernels for depthwise convolution: every group has one input channel
 ## (IN_C == GROUPS) and KG = OUT_C / GROUPS outputs (the channel multiplier). Output
 ## channel k reads input channel k / KG. Geometry baked in or passed as arguments, as in
-## conv_gemm.cl.
+## conv_gemm.cl. ACT_T: the storage of x, y and their gradients (float, or half widened
+## as it loads); w, bias and the filter gradient are float.
 <%
     GEOM = ["IN_C", "OUT_C", "GROUPS", "IN_H", "IN_W", "OUT_H", "OUT_W",
             "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"]
@@ -19,9 +20,9 @@
 
 // y[b,k,oh,ow] = act(sum_(r,s) w[k,r,s] * x[b, k/KG, oh*SH-PH+r*DH, ow*SW-PW+s*DW] + bias[k])
 __kernel void depthwise_forward(${geom_params}
-                                __global const float *x, ulong x_offset,
+                                __global const ${ACT_T} *x, ulong x_offset,
                                 __global const float *w, ulong w_offset,
-                                __global float *y, ulong y_offset,
+                                __global ${ACT_T} *y, ulong y_offset,
 % if BIAS:
                                 __global const float *bias, ulong bias_offset,
 % endif
@@ -31,7 +32,7 @@ __kernel void depthwise_forward(${geom_params}
     if (p >= OUT_H * OUT_W)
         return;
     const int oh = p / OUT_W, ow = p - oh * OUT_W;
-    __global const float *src = x + x_offset + (b * IN_C + k / KG) * IN_H * IN_W;
+    __global const ${ACT_T} *src = x + x_offset + (b * IN_C + k / KG) * IN_H * IN_W;
     __global const float *wk = w + w_offset + k * KHW;
     float sum = 0.0f;
     for (int r = 0; r < KH; r++) {
@@ -41,25 +42,25 @@ __kernel void depthwise_forward(${geom_params}
         for (int s = 0; s < KW; s++) {
             const int iw = ow * SW - PW + s * DW;
             if (iw >= 0 && iw < IN_W)
-                sum = mad(wk[r * KW + s], src[ih * IN_W + iw], sum);
+                sum = mad(wk[r * KW + s], LD_${ACT_T}(src, ih * IN_W + iw), sum);
         }
     }
     const ulong idx = y_offset + (b * OUT_C + k) * OUT_H * OUT_W + p;
     if (beta != 0.0f)
-        sum += beta * y[idx];
+        sum += beta * LD_${ACT_T}(y, idx);
 % if BIAS:
     sum += bias[bias_offset + k];
 % endif
-    y[idx] = ${act}(sum);
+    ST_${ACT_T}(y, idx, ${act}(sum));
 }
 
 // dx[b,c,ih,iw] = sum_(j<KG, r, s) w[c*KG+j, r, s] * dy[b, c*KG+j, oh, ow]
 //   where oh = (ih + PH - r*DH) / SH divides exactly (the gather form: no atomics);
 // with bias and activation it is a transposed depthwise convolution's forward pass
 __kernel void depthwise_backward_data(${geom_params}
-                                      __global const float *dy, ulong dy_offset,
+                                      __global const ${ACT_T} *dy, ulong dy_offset,
                                       __global const float *w, ulong w_offset,
-                                      __global float *dx, ulong dx_offset,
+                                      __global ${ACT_T} *dx, ulong dx_offset,
 % if BIAS:
                                       __global const float *bias, ulong bias_offset,
 % endif
@@ -72,7 +73,7 @@ __kernel void depthwise_backward_data(${geom_params}
     float sum = 0.0f;
     for (int j = 0; j < KG; j++) {
         const int k = c * KG + j;
-        __global const float *src = dy + dy_offset + (b * OUT_C + k) * OUT_H * OUT_W;
+        __global const ${ACT_T} *src = dy + dy_offset + (b * OUT_C + k) * OUT_H * OUT_W;
         __global const float *wk = w + w_offset + k * KHW;
         for (int r = 0; r < KH; r++) {
             const int th = ih + PH - r * DH;
@@ -87,17 +88,17 @@ __kernel void depthwise_backward_data(${geom_params}
                     continue;
                 const int ow = tw / SW;
                 if (ow < OUT_W)
-                    sum = mad(wk[r * KW + s], src[oh * OUT_W + ow], sum);
+                    sum = mad(wk[r * KW + s], LD_${ACT_T}(src, oh * OUT_W + ow), sum);
             }
         }
     }
     const ulong idx = dx_offset + (b * IN_C + c) * IN_H * IN_W + p;
     if (beta != 0.0f)
-        sum += beta * dx[idx];
+        sum += beta * LD_${ACT_T}(dx, idx);
 % if BIAS:
     sum += bias[bias_offset + c];
 % endif
-    dx[idx] = ${act}(sum);
+    ST_${ACT_T}(dx, idx, ${act}(sum));
 }
 
 // dw[k,r,s] = beta*dw + sum_(b,oh,ow) dy[b,k,oh,ow] * x[b, k/KG, oh*SH-PH+r*DH, ow*SW-PW+s*DW]
@@ -106,8 +107,8 @@ __kernel void depthwise_backward_data(${geom_params}
 // part[chunk][k][tap]; depthwise_filter_sum adds the chunks into dw.
 __kernel __attribute__((reqd_work_group_size(${WG}, 1, 1)))
 void depthwise_backward_filter(int batch, ${geom_params}int chunk,
-                               __global const float *x, ulong x_offset,
-                               __global const float *dy, ulong dy_offset,
+                               __global const ${ACT_T} *x, ulong x_offset,
+                               __global const ${ACT_T} *dy, ulong dy_offset,
                                __global float *part, ulong part_offset)
 {
     __local float red[${WG}];
@@ -120,8 +121,8 @@ void depthwise_backward_filter(int batch, ${geom_params}int chunk,
     for (int i = ch * chunk + lid; i < end; i += ${WG}) {
         const int b = i / (OUT_H * OUT_W), p = i - b * (OUT_H * OUT_W);
         const int oh = p / OUT_W, ow = p - oh * OUT_W;
-        const float g = dy[dy_offset + (b * OUT_C + k) * OUT_H * OUT_W + p];
-        __global const float *src = x + x_offset + (b * IN_C + k / KG) * IN_H * IN_W;
+        const float g = LD_${ACT_T}(dy, dy_offset + (b * OUT_C + k) * OUT_H * OUT_W + p);
+        __global const ${ACT_T} *src = x + x_offset + (b * IN_C + k / KG) * IN_H * IN_W;
 #pragma unroll
         for (int r = 0; r < ${KH_T}; r++) {
             const int ih = oh * SH - PH + r * DH;
@@ -130,7 +131,7 @@ void depthwise_backward_filter(int batch, ${geom_params}int chunk,
             for (int s = 0; s < ${KW_T}; s++) {
                 const int iw = ow * SW - PW + s * DW;
                 if (row_ok && iw >= 0 && iw < IN_W)
-                    acc[r * ${KW_T} + s] = mad(g, src[ih * IN_W + iw], acc[r * ${KW_T} + s]);
+                    acc[r * ${KW_T} + s] = mad(g, LD_${ACT_T}(src, ih * IN_W + iw), acc[r * ${KW_T} + s]);
             }
         }
     }

@@ -26,6 +26,12 @@
             "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"]
     geom_params = "".join("int %s, " % g for g in GEOM) if not GEOM_BAKED else ""
     PAD = 4 if VEC == 4 else 1
+    # storage of the operands: ACT_T is the activations' (x, y and their gradients: float
+    # or half), the weights and their gradient stay float; split partial sums are float
+    A_T = ACT_T if MODE == "backward_filter" else "float"
+    B_T = ACT_T
+    O_T = "float" if MODE == "backward_filter" else ACT_T
+    GEMM_O_T = "float" if SPLIT else O_T
 %>
 % if GEOM_BAKED:
 %   for name in GEOM:
@@ -67,7 +73,7 @@
         for (int i = 0; i < ${A_PER}; i++) {
             const int m = m0 + tid / ${TK} + i * ${WG // TK};
             const int kk = ${k0} + tid % ${TK};
-            a_ld[i] = (m < GEMM_M && kk < k_end) ? a[m * GEMM_K + kk] : 0.0f;
+            a_ld[i] = (m < GEMM_M && kk < k_end) ? LD_${A_T}(a, m * GEMM_K + kk) : 0.0f;
         }
         for (int i = 0; i < ${B_PER}; i++) {
             const int kk = ${k0} + tid / ${TN} + i * ${WG // TN};
@@ -75,7 +81,7 @@
             const int r = rs / KW, s = rs - r * KW;
             const int ih = ih0 + r * DH, iw = iw0 + s * DW;
             const bool ok = n_ok && kk < k_end && ih >= 0 && ih < IN_H && iw >= 0 && iw < IN_W;
-            b_ld[i] = ok ? b[x_base + (c * IN_H + ih) * IN_W + iw] : 0.0f;
+            b_ld[i] = ok ? LD_${B_T}(b, x_base + (c * IN_H + ih) * IN_W + iw) : 0.0f;
         }
 % elif MODE == "backward_data" and PHASES:
         for (int i = 0; i < ${A_PER}; i++) {
@@ -83,21 +89,21 @@
             const int kk = ${k0} + tid / ${TM} + i * ${WG // TM};
             const int k = kk / (rh * rw), rs = kk - k * (rh * rw);
             const int r = r0 + (rs / rw) * SH, s = s0 + (rs % rw) * SW;
-            a_ld[i] = (m < GEMM_M && kk < k_end) ? a[(k * CG + m) * KHW + r * KW + s] : 0.0f;
+            a_ld[i] = (m < GEMM_M && kk < k_end) ? LD_${A_T}(a, (k * CG + m) * KHW + r * KW + s) : 0.0f;
         }
         for (int i = 0; i < ${B_PER}; i++) {
             const int kk = ${k0} + tid / ${TN} + i * ${WG // TN};
             const int k = kk / (rh * rw), rs = kk - k * (rh * rw);
             const int oh = oh0 - rs / rw, ow = ow0 - rs % rw;
             const bool ok = n_ok && kk < k_end && oh >= 0 && oh < OUT_H && ow >= 0 && ow < OUT_W;
-            b_ld[i] = ok ? b[dy_base + (k * OUT_H + oh) * OUT_W + ow] : 0.0f;
+            b_ld[i] = ok ? LD_${B_T}(b, dy_base + (k * OUT_H + oh) * OUT_W + ow) : 0.0f;
         }
 % elif MODE == "backward_data":
         for (int i = 0; i < ${A_PER}; i++) {
             const int m = m0 + tid % ${TM};
             const int kk = ${k0} + tid / ${TM} + i * ${WG // TM};
             const int k = kk / KHW, rs = kk - k * KHW;
-            a_ld[i] = (m < GEMM_M && kk < k_end) ? a[(k * CG + m) * KHW + rs] : 0.0f;
+            a_ld[i] = (m < GEMM_M && kk < k_end) ? LD_${A_T}(a, (k * CG + m) * KHW + rs) : 0.0f;
         }
         for (int i = 0; i < ${B_PER}; i++) {
             const int kk = ${k0} + tid / ${TN} + i * ${WG // TN};
@@ -107,7 +113,7 @@
             bool ok = n_ok && kk < k_end && th >= 0 && tw >= 0;
             const int oh = ok ? th / SH : 0, ow = ok ? tw / SW : 0;
             ok = ok && oh * SH == th && ow * SW == tw && oh < OUT_H && ow < OUT_W;
-            b_ld[i] = ok ? b[dy_base + (k * OUT_H + oh) * OUT_W + ow] : 0.0f;
+            b_ld[i] = ok ? LD_${B_T}(b, dy_base + (k * OUT_H + oh) * OUT_W + ow) : 0.0f;
         }
 % else:
         // the reduction index (b, oh, ow) is shared by this work-item's A and B loads
@@ -117,7 +123,7 @@
         const int ohk = pk / OUT_W, owk = pk - ohk * OUT_W;
         for (int i = 0; i < ${A_PER}; i++) {
             const int m = m0 + tid / ${TK} + i * ${WG // TK};
-            a_ld[i] = (m < GEMM_M && k_ok) ? a[(bk * OUT_C + g * KG + m) * OUT_HW + pk] : 0.0f;
+            a_ld[i] = (m < GEMM_M && k_ok) ? LD_${A_T}(a, (bk * OUT_C + g * KG + m) * OUT_HW + pk) : 0.0f;
         }
         for (int i = 0; i < ${B_PER}; i++) {
             const int n = n0 + tid / ${TK} + i * ${WG // TK};
@@ -125,7 +131,7 @@
             const int r = rs / KW, s = rs - r * KW;
             const int ih = ohk * SH - PH + r * DH, iw = owk * SW - PW + s * DW;
             const bool ok = k_ok && n < GEMM_N && ih >= 0 && ih < IN_H && iw >= 0 && iw < IN_W;
-            b_ld[i] = ok ? b[((bk * IN_C + g * CG + c) * IN_H + ih) * IN_W + iw] : 0.0f;
+            b_ld[i] = ok ? LD_${B_T}(b, ((bk * IN_C + g * CG + c) * IN_H + ih) * IN_W + iw) : 0.0f;
         }
 % endif
     }
@@ -137,9 +143,9 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
                int ph, int pw, int ihp, int iwp, int r0, int s0, int rh, int rw, int qh, int qw,
                int taps,
 % endif
-               __global const float *a, ulong a_offset,
-               __global const float *b, ulong b_offset,
-               __global float *out, ulong out_offset, ulong split_stride,
+               __global const ${A_T} *a, ulong a_offset,
+               __global const ${B_T} *b, ulong b_offset,
+               __global ${GEMM_O_T} *out, ulong out_offset, ulong split_stride,
 % if BIAS:
                __global const float *bias, ulong bias_offset,
 % endif
@@ -280,11 +286,11 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 % else:
             float v = alpha * acc[i][j];
             if (beta != 0.0f)
-                v += beta * out[idx];
+                v += beta * LD_${O_T}(out, idx);
 % if BIAS:
             v += bias[bias_offset + g * GEMM_M + m];
 % endif
-            out[idx] = ${act}(v);
+            ST_${O_T}(out, idx, ${act}(v));
 % endif
         }
     }
@@ -311,7 +317,7 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 // out = act(beta * out + sum over splits of the partials in ws + bias[(i / plane) % channels])
 __kernel void conv_split_reduce(int n, int splits, int plane, int channels,
                                 __global const float *ws, ulong ws_offset,
-                                __global float *out, ulong out_offset,
+                                __global ${O_T} *out, ulong out_offset,
 % if BIAS:
                                 __global const float *bias, ulong bias_offset,
 % endif
@@ -324,9 +330,10 @@ __kernel void conv_split_reduce(int n, int splits, int plane, int channels,
     float sum = 0.0f;
     for (int s = 0; s < splits; s++)
         sum += ws[s * n];
-    float v = beta == 0.0f ? sum : beta * out[out_offset + i] + sum;
+    out += out_offset;
+    float v = beta == 0.0f ? sum : beta * LD_${O_T}(out, i) + sum;
 % if BIAS:
     v += bias[bias_offset + (i / plane) % channels];
 % endif
-    out[out_offset + i] = ${"ACT_" + ACTIVATION}(v);
+    ST_${O_T}(out, i, ${"ACT_" + ACTIVATION}(v));
 }

@@ -8,6 +8,7 @@
 ##   U[xi][out_c][in_c]   V[xi][in_c][BT]   M[xi][out_c][BT]
 ## Backward-filter (ibid., section 5): dM = A dY A^T per output tile,
 ## dU[xi] = dM[xi] V[xi]^T summed over tiles, dW = G^T dU G.
+## ACT_T: the storage of x, y and dy (float, or half widened as it loads); U, V, M float.
 <%!
     from fractions import Fraction as F
     MATRICES = {
@@ -81,7 +82,7 @@ __kernel void winograd_filter(int out_c, int in_c, int flip,
 // V = B^T d B; d read with zero padding
 __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tiles, int bt,
                              int pad_h, int pad_w,
-                             __global const float *x, ulong x_offset,
+                             __global const ${ACT_T} *x, ulong x_offset,
                              __global float *v, ulong v_offset)
 {
 % if CPU:
@@ -95,18 +96,18 @@ __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tile
 % endif
     const int th = t / tiles_w, tw = t - th * tiles_w;
     const int h0 = th * ${M} - pad_h, w0 = tw * ${M} - pad_w;
-    __global const float *src = x + x_offset + (b * in_c + c) * in_h * in_w;
+    __global const ${ACT_T} *src = x + x_offset + (b * in_c + c) * in_h * in_w;
     float d[${A}][${A}];
     if (h0 >= 0 && h0 + ${A} <= in_h && w0 >= 0 && w0 + ${A} <= in_w) {
         // inside the plane (most tiles): no bounds checks
         for (int i = 0; i < ${A}; i++)
             for (int j = 0; j < ${A}; j++)
-                d[i][j] = src[(h0 + i) * in_w + w0 + j];
+                d[i][j] = LD_${ACT_T}(src, (h0 + i) * in_w + w0 + j);
     } else {
         for (int i = 0; i < ${A}; i++)
             for (int j = 0; j < ${A}; j++) {
                 const int h = h0 + i, ww = w0 + j;
-                d[i][j] = (h >= 0 && h < in_h && ww >= 0 && ww < in_w) ? src[h * in_w + ww] : 0.0f;
+                d[i][j] = (h >= 0 && h < in_h && ww >= 0 && ww < in_w) ? LD_${ACT_T}(src, h * in_w + ww) : 0.0f;
             }
     }
 % for a in range(A):
@@ -129,7 +130,7 @@ __kernel void winograd_input(int in_c, int in_h, int in_w, int tiles_w, int tile
 // Y = A^T m A, then y = act(Y + bias + beta * y)
 __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int tiles, int bt,
                               __global const float *m, ulong m_offset,
-                              __global float *y, ulong y_offset,
+                              __global ${ACT_T} *y, ulong y_offset,
 % if BIAS:
                               __global const float *bias, ulong bias_offset,
 % endif
@@ -161,7 +162,7 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
 %   endfor
 % endfor
     const int th = t / tiles_w, tw = t - th * tiles_w;
-    __global float *dst = y + y_offset + (b * out_c + k) * out_h * out_w;
+    __global ${ACT_T} *dst = y + y_offset + (b * out_c + k) * out_h * out_w;
 % if BIAS:
     const float bk = bias[bias_offset + k];
 % else:
@@ -170,12 +171,12 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
     // the tile's rows and columns inside the plane (all of them but at the edges)
     const int rows = min(${M}, out_h - th * ${M}), cols = min(${M}, out_w - tw * ${M});
     for (int i = 0; i < rows; i++) {
-        __global float *out = dst + (th * ${M} + i) * out_w + tw * ${M};
+        __global ${ACT_T} *out = dst + (th * ${M} + i) * out_w + tw * ${M};
         for (int j = 0; j < cols; j++) {
             float val = r[i][j] + bk;
             if (beta != 0.0f)
-                val += beta * out[j];
-            out[j] = ${act}(val);
+                val += beta * LD_${ACT_T}(out, j);
+            ST_${ACT_T}(out, j, ${act}(val));
         }
     }
 % if CPU:
@@ -185,7 +186,7 @@ __kernel void winograd_output(int out_c, int out_h, int out_w, int tiles_w, int 
 
 // dM = A dY A^T: the adjoint of the output transform
 __kernel void winograd_dy(int out_c, int out_h, int out_w, int tiles_w, int tiles, int bt,
-                          __global const float *dy, ulong dy_offset,
+                          __global const ${ACT_T} *dy, ulong dy_offset,
                           __global float *dm, ulong dm_offset)
 {
 % if CPU:
@@ -198,12 +199,12 @@ __kernel void winograd_dy(int out_c, int out_h, int out_w, int tiles_w, int tile
         return;
 % endif
     const int th = t / tiles_w, tw = t - th * tiles_w;
-    __global const float *src = dy + dy_offset + (b * out_c + k) * out_h * out_w;
+    __global const ${ACT_T} *src = dy + dy_offset + (b * out_c + k) * out_h * out_w;
     float d[${M}][${M}];
     for (int i = 0; i < ${M}; i++)
         for (int j = 0; j < ${M}; j++) {
             const int h = th * ${M} + i, w = tw * ${M} + j;
-            d[i][j] = (h < out_h && w < out_w) ? src[h * out_w + w] : 0.0f;
+            d[i][j] = (h < out_h && w < out_w) ? LD_${ACT_T}(src, h * out_w + w) : 0.0f;
         }
 % for a in range(A):
 %   for j in range(M):

@@ -12,6 +12,8 @@ THREADS = WG_M * WG_N
 LDS_A = TILE_M + 4   # padded rows keep float4 alignment and spread the transposing stores
 LDS_B = TILE_N + 4
 KV = TILE_K // 4
+# storage of the operands (float, or half widened as it loads; C rounded as it stores)
+A_T, B_T, C_T = context.get("A_T", "float"), context.get("B_T", "float"), context.get("C_T", "float")
 # A is read along K when not transposed, B along K when transposed
 A_CK = not TRANS_A
 B_CK = bool(TRANS_B)
@@ -53,7 +55,7 @@ NV_B, LOADS_B = tile_vectors(TILE_N)
 </%def>
 
 __kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
-${tiles.signature()}{
+${tiles.signature(A_T, B_T, C_T)}{
     __local float4 a_local4[${2 * TILE_K * LDS_A // 4}];
     __local float4 b_local4[${2 * TILE_K * LDS_B // 4}];
     __local float *a_local = (__local float *)a_local4;
@@ -61,7 +63,7 @@ ${tiles.signature()}{
 
     const int tx = get_local_id(0), ty = get_local_id(1);
     const int lid = ty * ${WG_N} + tx;
-${tiles.tile_origin(GROUP, TILE_M, TILE_N, A_CK, B_CK)}
+${tiles.tile_origin(GROUP, TILE_M, TILE_N, A_CK, B_CK, A_T, B_T)}
 ${tiles.positions("a", TILE_M, TILE_K, A_CK, LOADS_A, THREADS, "lda")}
 ${tiles.positions("b", TILE_N, TILE_K, B_CK, LOADS_B, THREADS, "ldb")}
     float4 a_reg[${LOADS_A}], b_reg[${LOADS_B}];
@@ -78,8 +80,8 @@ ${tiles.positions("b", TILE_N, TILE_K, B_CK, LOADS_B, THREADS, "ldb")}
     int k0 = 0;
     bool full_a = inner_a && ${TILE_K} <= K, full_b = inner_b && ${TILE_K} <= K;
     if (tiles_k > 0) {
-${tiles.load("a", "a_ptr", A_CK, NV_A, LOADS_A, THREADS, "M", ALIGNED_A)}
-${tiles.load("b", "b_ptr", B_CK, NV_B, LOADS_B, THREADS, "N", ALIGNED_B)}
+${tiles.load("a", "a_ptr", A_CK, NV_A, LOADS_A, THREADS, "M", ALIGNED_A, A_T)}
+${tiles.load("b", "b_ptr", B_CK, NV_B, LOADS_B, THREADS, "N", ALIGNED_B, B_T)}
 ${store("a", "a_local", LDS_A, A_CK, NV_A, LOADS_A)}
 ${store("b", "b_local", LDS_B, B_CK, NV_B, LOADS_B)}
     }
@@ -95,8 +97,8 @@ ${store("b", "b_local", LDS_B, B_CK, NV_B, LOADS_B)}
             full_a = inner_a && k0 + ${TILE_K} <= K;
             full_b = inner_b && k0 + ${TILE_K} <= K;
 ${tiles.advance(A_CK, B_CK, TILE_K)}
-${tiles.load("a", "a_ptr", A_CK, NV_A, LOADS_A, THREADS, "M", ALIGNED_A)}
-${tiles.load("b", "b_ptr", B_CK, NV_B, LOADS_B, THREADS, "N", ALIGNED_B)}
+${tiles.load("a", "a_ptr", A_CK, NV_A, LOADS_A, THREADS, "M", ALIGNED_A, A_T)}
+${tiles.load("b", "b_ptr", B_CK, NV_B, LOADS_B, THREADS, "N", ALIGNED_B, B_T)}
         }
         #pragma unroll
         for (int kk = 0; kk < ${TILE_K}; kk++) {
@@ -120,13 +122,13 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B)}
     }
 
     // epilogue: alpha * acc + beta * C_old + bias, then the activation
-    __global float *c_ptr = C + c_offset + z * stride_c;
+    __global ${C_T} *c_ptr = C + c_offset + z * stride_c;
     #pragma unroll
     for (int i = 0; i < ${BLOCK_M}; i++) {
         const int m = a_d0 + (i / ${VEC} * ${WG_M} + ty) * ${VEC} + i % ${VEC};
         if (m >= M)
             continue;
-        __global float *c_row = c_ptr + (ulong)m * ldc;
+        __global ${C_T} *c_row = c_ptr + (ulong)m * ldc;
 % if BIAS == "row":
         const float bias_m = bias[bias_offset + m];
 % endif
@@ -138,20 +140,28 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B)}
                 float4 v = alpha * (float4)(acc[i][jv * 4], acc[i][jv * 4 + 1],
                                             acc[i][jv * 4 + 2], acc[i][jv * 4 + 3]);
                 if (beta != 0.0f)
+    % if C_T == "half":
+                    v += beta * vload_half4(0, c_row + n);
+    % else:
                     v += beta * *(__global const float4 *)(c_row + n);
+    % endif
     % if BIAS == "row":
                 v += bias_m;
     % elif BIAS == "col":
                 v += vload4(0, bias + bias_offset + n);
     % endif
+    % if C_T == "half":
+                vstore_half4_rte(ACT_${ACTIVATION}(v), 0, c_row + n);
+    % else:
                 *(__global float4 *)(c_row + n) = ACT_${ACTIVATION}(v);
+    % endif
                 continue;
             }
 % endif
             #pragma unroll
             for (int w = 0; w < ${VEC}; w++) {
                 if (n + w < N) {
-${tiles.store_c("acc[i][jv * %d + w]" % VEC, "n + w", BIAS, ACTIVATION)}
+${tiles.store_c("acc[i][jv * %d + w]" % VEC, "n + w", BIAS, ACTIVATION, C_T)}
                 }
             }
         }

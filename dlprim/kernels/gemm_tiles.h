@@ -42,15 +42,18 @@
 </%def>
 
 ## global -> registers x_reg; the guarded path (not full_x) zero-fills whatever lies
-## outside the matrix (D rows, K); NV pieces in all (items past NV load nothing)
-<%def name="load(x, X, CK, NV, LOADS, THREADS, D, ALIGNED)">
+## outside the matrix (D rows, K); NV pieces in all (items past NV load nothing); T: the
+## operand's storage (half is widened to float as it loads)
+<%def name="load(x, X, CK, NV, LOADS, THREADS, D, ALIGNED, T='float')">
     // global -> registers; the guarded path zero-fills whatever lies outside the matrix
     if (full_${x}) {
     % for r in range(LOADS):
         % if NV % THREADS:
         if (lid + ${r * THREADS} < ${NV})
         % endif
-        % if ALIGNED:
+        % if T == "half":
+        ${x}_reg[${r}] = vload_half4(0, ${X} + ${x}_off[${r}]);
+        % elif ALIGNED:
         ${x}_reg[${r}] = *(__global const float4 *)(${X} + ${x}_off[${r}]);
         % else:
         ${x}_reg[${r}] = vload4(0, ${X} + ${x}_off[${r}]);
@@ -67,7 +70,7 @@
         if NV % THREADS:
             inside = "lid + %d < %d && " % (r * THREADS, NV) + inside
         %>
-        ${x}_reg[${r}].s${c} = (${inside}) ? ${X}[${x}_off[${r}] + ${c}] : 0.0f;
+        ${x}_reg[${r}].s${c} = (${inside}) ? LD_${T}(${X}, ${x}_off[${r}] + ${c}) : 0.0f;
         % endfor
     % endfor
     }
@@ -75,7 +78,7 @@
 
 ## the work-group's tile of C (a_d0, b_d0: its first row and column), its batch entry and
 ## K slice (split-K), and a_ptr / b_ptr at the corners of its first A and B tiles
-<%def name="tile_origin(GROUP, TILE_M, TILE_N, A_CK, B_CK)">
+<%def name="tile_origin(GROUP, TILE_M, TILE_N, A_CK, B_CK, A_T='float', B_T='float')">
     int gn = get_group_id(0), gm = get_group_id(1);
 ${band_order(GROUP)}
     const int a_d0 = gm * ${TILE_M}, b_d0 = gn * ${TILE_N};
@@ -86,13 +89,13 @@ ${band_order(GROUP)}
     const int k_begin = (int)(z % splits) * k_chunk;
     K = min(K - k_begin, k_chunk);
 
-    __global const float *a_ptr = A + a_offset + batch * stride_a
+    __global const ${A_T} *a_ptr = A + a_offset + batch * stride_a
 % if A_CK:
         + (ulong)a_d0 * lda + k_begin;
 % else:
         + a_d0 + (ulong)k_begin * lda;
 % endif
-    __global const float *b_ptr = B + b_offset + batch * stride_b
+    __global const ${B_T} *b_ptr = B + b_offset + batch * stride_b
 % if B_CK:
         + (ulong)b_d0 * ldb + k_begin;
 % else:
@@ -114,26 +117,27 @@ ${band_order(GROUP)}
 % endif
 </%def>
 
-## the kernel's name and arguments, as core/gemm.py passes them
-<%def name="signature()">
+## the kernel's name and arguments, as core/gemm.py passes them (A_T, B_T, C_T: the
+## operands' storage, float or half)
+<%def name="signature(A_T='float', B_T='float', C_T='float')">
 void gemm(int M, int N, int K, int k_chunk, int splits,
-          __global const float *A, ulong a_offset, int lda, ulong stride_a,
-          __global const float *B, ulong b_offset, int ldb, ulong stride_b,
-          __global float *C, ulong c_offset, int ldc, ulong stride_c,
+          __global const ${A_T} *A, ulong a_offset, int lda, ulong stride_a,
+          __global const ${B_T} *B, ulong b_offset, int ldb, ulong stride_b,
+          __global ${C_T} *C, ulong c_offset, int ldc, ulong stride_c,
           __global const float *bias, ulong bias_offset,
           float alpha, float beta)
 </%def>
 
 ## one value of C: alpha * value + beta * C (C unread where beta is 0) + the bias
 ## (bias_m, the row's, in scope for "row"), then the activation, stored at c_row[col]
-<%def name="store_c(value, col, BIAS, ACTIVATION)">
+<%def name="store_c(value, col, BIAS, ACTIVATION, C_T='float')">
     float v = alpha * ${value};
     if (beta != 0.0f)
-        v += beta * c_row[${col}];
+        v += beta * LD_${C_T}(c_row, ${col});
 % if BIAS == "row":
     v += bias_m;
 % elif BIAS == "col":
     v += bias[bias_offset + ${col}];
 % endif
-    c_row[${col}] = ACT_${ACTIVATION}(v);
+    ST_${C_T}(c_row, ${col}, ACT_${ACTIVATION}(v));
 </%def>

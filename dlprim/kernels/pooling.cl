@@ -5,6 +5,14 @@
 ## Shapes that follow the batch (planes, H, W, OH, OW) are arguments. IDX: the index type,
 ## uint unless a tensor has 2^31 elements or more (64-bit division is slow on GPUs).
 #define DT ${dtype}
+// elements are read and written through LD / ST (common.h): half storage computes in float
+#define LD(p, i) LD_${dtype}(p, i)
+#define ST(p, i, v) ST_${dtype}(p, i, v)
+% if dtype == "half":
+#define ST4(v, p) vstore_half4_rte((v), 0, (p))
+% else:
+#define ST4(v, p) vstore4((v), 0, (p))
+% endif
 
 // The window of output (oh, ow): rows [h0, h1), columns [w0, w1) of the input, and the
 // divisor of the average (PyTorch's rule: the padded-input window, or the valid part).
@@ -27,10 +35,10 @@ inline int window_argmax(__global const DT *x, int H, int W, int oh, int ow)
 {
     WINDOW(oh, ow)
     int best = h0 * W + w0;
-    float m = x[best];
+    float m = LD(x, best);
     for (int h = h0; h < h1; h++)
         for (int w = w0; w < w1; w++) {
-            float v = x[h * W + w];
+            float v = LD(x, h * W + w);
             const bool take = v > m || isnan(v);  // selects, not a branch on the data
             m = take ? v : m;
             best = take ? h * W + w : best;
@@ -46,7 +54,7 @@ inline void pool_four(__global const DT *x, int W, int hs, int ow, __global DT *
 {
     const int4 base = (int4)(0, ${SW}, ${2 * SW}, ${3 * SW}) + hs * W + ow * ${SW} - ${PW};
     % if MODE == "max":
-    float4 m = (float4)(x[base.s0], x[base.s1], x[base.s2], x[base.s3]);
+    float4 m = (float4)(LD(x, base.s0), LD(x, base.s1), LD(x, base.s2), LD(x, base.s3));
     int4 best = base;
     % else:
     float4 m = 0.0f;
@@ -56,7 +64,7 @@ inline void pool_four(__global const DT *x, int W, int hs, int ow, __global DT *
             % if MODE != "max" or (h, w) != (0, 0):
     {
         const int4 at = base + ${h} * W + ${w};
-        const float4 v = (float4)(x[at.s0], x[at.s1], x[at.s2], x[at.s3]);
+        const float4 v = (float4)(LD(x, at.s0), LD(x, at.s1), LD(x, at.s2), LD(x, at.s3));
                 % if MODE == "max":
         const int4 take = isgreater(v, m) | isnan(v);
         m = select(m, v, take);
@@ -69,11 +77,11 @@ inline void pool_four(__global const DT *x, int W, int hs, int ow, __global DT *
         % endfor
     % endfor
     % if MODE == "max":
-    vstore4(m, 0, y);
+    ST4(m, y);
     if (index)
         vstore4(best, 0, index);
     % else:
-    vstore4(m / ${float(KH * KW)}f, 0, y);
+    ST4(m / ${float(KH * KW)}f, y);
     % endif
 }
 % endif
@@ -108,7 +116,7 @@ __kernel void ${name}(ulong total, int H, int W, int OH, int OW,
 % endif
 % if MODE == "max":
     int best = window_argmax(x, H, W, oh, ow);
-    y[y_offset + i] = x[best];
+    ST(y, y_offset + i, LD(x, best));
     % if save_index:
     index[index_offset + i] = best;
     % endif
@@ -117,8 +125,8 @@ __kernel void ${name}(ulong total, int H, int W, int OH, int OW,
     float s = 0;
     for (int h = h0; h < h1; h++)
         for (int w = w0; w < w1; w++)
-            s += x[h * W + w];
-    y[y_offset + i] = s / DIVISOR;
+            s += LD(x, h * W + w);
+    ST(y, y_offset + i, s / DIVISOR);
 % endif
 % if CPU:
     }
@@ -149,19 +157,19 @@ __kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
     dy += dy_offset + plane * OH * OW;
     dx += dx_offset + plane * H * W;
     for (int k = 0; k < H * W; k++)
-        dx[k] = beta == 0 ? 0.0f : beta * dx[k];
+        ST(dx, k, beta == 0 ? 0.0f : beta * LD(dx, k));
     % if MODE == "max":
     index += index_offset + plane * OH * OW;
     for (int k = 0; k < OH * OW; k++)
-        dx[index[k]] += dy[k];
+        ST(dx, index[k], LD(dx, index[k]) + LD(dy, k));
     % else:
     for (int oh = 0; oh < OH; oh++)
         for (int ow = 0; ow < OW; ow++) {
             WINDOW(oh, ow)
-            const float g = dy[oh * OW + ow] / DIVISOR;
+            const float g = LD(dy, oh * OW + ow) / DIVISOR;
             for (int h = h0; h < h1; h++)
                 for (int w = w0; w < w1; w++)
-                    dx[h * W + w] += g;
+                    ST(dx, h * W + w, LD(dx, h * W + w) + g);
         }
     % endif
 }
@@ -187,14 +195,14 @@ __kernel void pooling_backward(ulong total, int H, int W, int OH, int OW,
         for (int ow = ow_lo; ow <= ow_hi; ow++) {
 % if MODE == "max":
             if (index[oh * OW + ow] == me)
-                g += dy[oh * OW + ow];
+                g += LD(dy, oh * OW + ow);
 % else:
             WINDOW(oh, ow)
-            g += dy[oh * OW + ow] / DIVISOR;
+            g += LD(dy, oh * OW + ow) / DIVISOR;
 % endif
         }
     dx += dx_offset + i;
-    *dx = beta == 0 ? g : beta * *dx + g;
+    ST(dx, 0, beta == 0 ? g : beta * LD(dx, 0) + g);
 }
 % endif
 
@@ -211,15 +219,17 @@ __kernel void global_max_backward(ulong planes, ulong HW,
     x += x_offset + p * HW;
     dx += dx_offset + p * HW;
     ulong best = 0;
-    float m = x[0];
-    for (ulong k = 1; k < HW; k++)
-        if (x[k] > m || isnan(x[k])) {
-            m = x[k];
+    float m = LD(x, 0);
+    for (ulong k = 1; k < HW; k++) {
+        const float v = LD(x, k);
+        if (v > m || isnan(v)) {
+            m = v;
             best = k;
         }
-    float g = dy[dy_offset + p];
+    }
+    float g = LD(dy, dy_offset + p);
     for (ulong k = 0; k < HW; k++) {
         float v = k == best ? g : 0.0f;
-        dx[k] = beta == 0 ? v : beta * dx[k] + v;
+        ST(dx, k, beta == 0 ? v : beta * LD(dx, k) + v);
     }
 }

@@ -2,6 +2,6 @@
 this package imports every family (a new family module is added to the list below)."""
 from .base import (Layer, LayerError, LayerFlags, ParamSpec, REGISTRY, Setup,  # noqa: F401
                    TensorSpec, PREDICT, TRAIN, create, register, run)
-from . import (activation, attention, batchnorm, concat, conv, dropout, elementwise,  # noqa: F401
+from . import (activation, attention, batchnorm, cast, concat, conv, dropout, elementwise,  # noqa: F401
                embedding, inner_product, interpolation, loss, lrn, matmul, normalization,
                parameter, pooling, recurrent, reduction, shape, softmax, transpose)

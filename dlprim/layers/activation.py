@@ -23,6 +23,7 @@ class PointwiseLayer(Layer):
     BACKWARD_READS_INPUTS = False
     BACKWARD_READS_OUTPUTS = True
     INPLACE = True
+    HALF_STORAGE = "follows"
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)

@@ -38,10 +38,11 @@ from ..dtypes import as_dtype
 from ..errors import Error
 from ..utils import is_int, shape_problem, unknown_names
 
-__all__ = ["Layer", "LayerError", "TensorSpec", "ParamSpec", "LayerFlags", "Setup", "register",
+__all__ = ["Layer", "LayerError", "HALF_TAKERS", "TensorSpec", "ParamSpec", "LayerFlags", "Setup", "register",
            "create", "REGISTRY", "run", "TRAIN", "PREDICT"]
 
 TRAIN, PREDICT = "train", "predict"
+HALF_TAKERS = ("follows", "prefers")  # the HALF_STORAGE values that take float16 inputs
 
 REGISTRY = {}
 
@@ -173,6 +174,11 @@ class Layer:
     HAS_BACKWARD = True
     NO_GRAD_INPUTS = ()
     VIEW = False
+    # float16 activations (a net of precision "fp16", net/mixed_precision.py): "none" takes
+    # float32 only (the Net casts half inputs back); "follows" takes either and stores its
+    # float outputs as its inputs are (memory-bound layers); "prefers" wants half (the
+    # convolutions, whose traffic and products gain); "exact": Cast, as its options say
+    HALF_STORAGE = "none"
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -223,8 +229,10 @@ class Layer:
                 want = "have %s dimensions" % (" or ".join(map(str, ndims)) if ndims is not None
                                                else "at least %d" % min_ndim)
             self.fail("input must %s, got shape %s" % (want, spec.shape))
-        if float32 and spec.dtype != np.float32:
-            self.fail("input dtype %s is not supported (float32 only)" % spec.dtype.name)
+        if float32 and spec.dtype != np.float32 and not (
+                spec.dtype == np.float16 and self.HALF_STORAGE in HALF_TAKERS):
+            self.fail("input dtype %s is not supported (float32%s)" % (
+                spec.dtype.name, " or float16" if self.HALF_STORAGE in HALF_TAKERS else " only"))
         return spec
 
     def config(self):

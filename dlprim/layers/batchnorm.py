@@ -30,6 +30,7 @@ class BatchNorm(Layer):
     OPTIONS = {"features": -1, "eps": 1e-5, "momentum": 0.1, "affine": True,
                "use_global_stats": False}
     BACKWARD_READS_INPUTS = True
+    HALF_STORAGE = "follows"
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
@@ -68,7 +69,8 @@ class BatchNorm(Layer):
         s = int(np.prod(spec.shape[2:], dtype=np.int64))
         self._check_batch(spec.shape)
         self.features, self.view_shape = c, (n, c, s)
-        self.ops = BatchNormOps(self.ctx, self.view_shape, self.options["eps"], self.affine)
+        self.ops = BatchNormOps(self.ctx, self.view_shape, self.options["eps"], self.affine,
+                                spec.dtype)
         params = [ParamSpec((c,), trainable=False), ParamSpec((c,), trainable=False)]
         if self.affine:
             params += [ParamSpec((c,)), ParamSpec((c,))]

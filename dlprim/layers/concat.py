@@ -22,6 +22,7 @@ def _at(t, element):
 
 
 class _AxisLayer(Layer):
+    HALF_STORAGE = "follows"
     BACKWARD_READS_INPUTS = False
 
     def check_dim(self):

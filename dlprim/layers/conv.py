@@ -25,7 +25,7 @@ from ..core.conv import (ConvBackwardData, ConvBackwardFilter, ConvForward, Conv
                          algorithm_name)
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..tensor import Tensor, ws_view
-from ..utils import is_int
+from ..utils import is_int, round_up
 from .base import Layer, ParamSpec, Setup, TensorSpec, pair, register
 
 __all__ = ["Convolution2D", "TransposedConvolution2D"]
@@ -47,6 +47,7 @@ def _pad4(layer, value):
 
 class _ConvBase(Layer):
     BACKWARD_READS_INPUTS = True
+    HALF_STORAGE = "prefers"  # half activations on the gemm algorithm (core/conv.py)
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
@@ -130,11 +131,13 @@ class _ConvBase(Layer):
         # dy * act'(y) needs y
         return self.default_flags(backward_reads_outputs=self.activation != "identity")
 
-    def _setup_common(self, geom, in_shape, out_shape):
-        """Activation backward, bias reduction and the workspace plan."""
+    def _setup_common(self, geom, in_shape, out_shape, dtype=np.float32):
+        """Activation backward, bias reduction and the workspace plan; ``dtype``: the
+        activations' storage (float16 in a net of precision "fp16")."""
         self.geom, self.out_shape, self.batch = geom, tuple(out_shape), in_shape[0]
+        self.dtype = np.dtype(dtype)
         f32 = np.float32
-        y_spec = (self.out_shape, f32)
+        y_spec = (self.out_shape, self.dtype)
         self.act_bwd = None
         if self.activation != "identity":
             self.act_bwd = PointwiseBroadcast(
@@ -146,7 +149,8 @@ class _ConvBase(Layer):
             self.bias_bwd = PointwiseBroadcastReduce(self.ctx, [y_spec], [((1, n_out, 1, 1), f32)],
                                                      "y0 = x0;", name="conv_bias_backward")
         batch = in_shape[0]
-        self.act_bytes = 4 * int(np.prod(self.out_shape)) if self.act_bwd else 0
+        self.act_bytes = (round_up(self.dtype.itemsize * int(np.prod(self.out_shape)), 16)
+                          if self.act_bwd else 0)
         fwd_ws = self._forward_op().workspace_bytes(batch)
         bwd_ws = 0
         if self.mode == "train":
@@ -164,7 +168,7 @@ class _ConvBase(Layer):
         out = []
         g = dy[0]
         if self.act_bwd is not None:
-            g = ws_view(ws, 0, int(np.prod(self.out_shape))).reshape(self.out_shape)
+            g = ws_view(ws, 0, int(np.prod(self.out_shape)), self.dtype).reshape(self.out_shape)
             out += self.act_bwd.launches([dy[0], y[0]], [g])
         op_ws = self._op_ws(ws, self.act_bytes)
         data_op, filter_op = self._backward_ops()
@@ -210,7 +214,7 @@ class Convolution2D(_ConvBase):
             rows = int(np.prod(self.geom.weight_shape[1:]))
             w, c = ((k, rows), np.float32), ((k, 1), np.float32)
             op = ConvForward(self.ctx, self.geom, True, activation, self.algos["forward"],
-                             self.batch, precision=self.precision)
+                             self.batch, precision=self.precision, dtype=self.dtype)
             # inputs: w, running var, gamma; w0 = eps
             scale_w = PointwiseBroadcast(self.ctx, [w, c, c], [w], "y0 = x0 * x2 * rsqrt(x1 + w0);",
                                          ["float"], name="conv_fold_weights")
@@ -265,9 +269,9 @@ class Convolution2D(_ConvBase):
         self._bwd = None
         self._folds = {}  # activation -> a BatchNorm fold's kernels and tensors (_fold)
         out_shape = geom.out_shape(n)
-        ws = self._setup_common(geom, spec.shape, out_shape)
+        ws = self._setup_common(geom, spec.shape, out_shape, spec.dtype)
         params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])
-        return Setup([TensorSpec(out_shape)], params, ws, flags=self._flags())
+        return Setup([TensorSpec(out_shape, spec.dtype)], params, ws, flags=self._flags())
 
     def _weight_channels_in(self):
         return self.param_specs[0].shape[1] * self.groups  # w: [out, in/groups, kh, kw]
@@ -275,15 +279,18 @@ class Convolution2D(_ConvBase):
     def _forward_op(self):
         if self._fwd is None:
             self._fwd = ConvForward(self.ctx, self.geom, self.bias, self.activation,
-                                    self.algos["forward"], self.batch, precision=self.precision)
+                                    self.algos["forward"], self.batch, precision=self.precision,
+                                    dtype=self.dtype)
         return self._fwd
 
     def _backward_ops(self):
         if self._bwd is None:
             self._bwd = (ConvBackwardData(self.ctx, self.geom, algo=self.algos["backward_data"],
-                                          batch=self.batch, precision=self.precision),
+                                          batch=self.batch, precision=self.precision,
+                                          dtype=self.dtype),
                          ConvBackwardFilter(self.ctx, self.geom,
-                                            algo=self.algos["backward_filter"], batch=self.batch))
+                                            algo=self.algos["backward_filter"], batch=self.batch,
+                                            dtype=self.dtype))
         return self._bwd
 
     def forward(self, x, y, params, ws, saved):
@@ -323,9 +330,9 @@ class TransposedConvolution2D(_ConvBase):
         self._fwd = None
         self._bwd = None
         out_shape = geom.in_shape(n)
-        ws = self._setup_common(geom, spec.shape, out_shape)
+        ws = self._setup_common(geom, spec.shape, out_shape, spec.dtype)
         params = [ParamSpec(geom.weight_shape)] + ([ParamSpec((k,))] if self.bias else [])
-        return Setup([TensorSpec(out_shape)], params, ws, flags=self._flags())
+        return Setup([TensorSpec(out_shape, spec.dtype)], params, ws, flags=self._flags())
 
     def _weight_channels_in(self):
         return self.param_specs[0].shape[0]  # w: [in, out/groups, kh, kw]
@@ -334,15 +341,17 @@ class TransposedConvolution2D(_ConvBase):
         if self._fwd is None:
             self._fwd = ConvBackwardData(self.ctx, self.geom, self.bias, self.activation,
                                          self.algos["backward_data"], self.batch,
-                                         precision=self.precision)
+                                         precision=self.precision, dtype=self.dtype)
         return self._fwd
 
     def _backward_ops(self):
         if self._bwd is None:
             self._bwd = (ConvForward(self.ctx, self.geom, algo=self.algos["forward"],
-                                     batch=self.batch, precision=self.precision),
+                                     batch=self.batch, precision=self.precision,
+                                     dtype=self.dtype),
                          ConvBackwardFilter(self.ctx, self.geom,
-                                            algo=self.algos["backward_filter"], batch=self.batch))
+                                            algo=self.algos["backward_filter"], batch=self.batch,
+                                            dtype=self.dtype))
         return self._bwd
 
     def forward(self, x, y, params, ws, saved):

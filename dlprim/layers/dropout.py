@@ -22,6 +22,7 @@ class Dropout(Layer):
     """Inverted dropout: in training each element is zeroed with probability ``ratio`` and
     the rest scaled by 1 / (1 - ratio); in predict mode the identity. Masks come from Philox.
     """
+    HALF_STORAGE = "follows"
     OPTIONS = {"ratio": 0.5, "seed": 0}
     BACKWARD_READS_INPUTS = False
     BACKWARD_READS_OUTPUTS = False

@@ -52,6 +52,7 @@ class Elementwise(Layer):
     """Two inputs combined elementwise (numpy broadcasting): ``operation`` sum
     (``coef1 * a + coef2 * b``), prod, max, min, ... with a fused activation.
     """
+    HALF_STORAGE = "follows"
     OPTIONS = {"operation": "sum", "coef1": 1.0, "coef2": 1.0, "activation": "identity"}
 
     def __init__(self, ctx, name=None, **options):
@@ -74,8 +75,9 @@ class Elementwise(Layer):
         if len(in_specs) != 2:
             self.fail("expects 2 inputs, got %d" % len(in_specs))
         a, b = in_specs
-        if a.dtype != np.float32 or b.dtype != np.float32:
-            self.fail("inputs must be float32, got %s and %s" % (a.dtype.name, b.dtype.name))
+        if a.dtype != b.dtype or a.dtype not in (np.float32, np.float16):
+            self.fail("inputs must be both float32 (or both float16), got %s and %s"
+                      % (a.dtype.name, b.dtype.name))
         try:
             out = broadcast_shape([a.shape, b.shape], "inputs")
         except ValueError as err:
@@ -96,7 +98,7 @@ class Elementwise(Layer):
     def _inputs(self):
         """Names and specs of what the gradient code reads: dy, then y when the activation
         needs it, then a and b when the operation needs them."""
-        dt = np.dtype(np.float32)
+        dt = self.in_specs[0].dtype
         names = ["dy"] + (["y"] if self.flags.backward_reads_outputs else [])
         specs = [(self.out_shape, dt)] * len(names)
         if self.flags.backward_reads_inputs:
@@ -117,7 +119,7 @@ class Elementwise(Layer):
         op = self._bwd.get(which)
         if op is not None:
             return op
-        dt = np.dtype(np.float32)
+        dt = self.in_specs[0].dtype
         full = (self.out_shape, dt)
         xs = self._inputs()[1]
         if len(which) == 2 or self.in_specs[which[0]].shape == self.out_shape:

@@ -23,6 +23,7 @@ class InnerProduct(Layer):
     """y[n, o] = act(b[o] + sum_i W[o, i] x[n, i])."""
     OPTIONS = {"outputs": None, "inputs": -1, "bias": True, "activation": "identity"}
     BACKWARD_READS_INPUTS = True
+    HALF_STORAGE = "prefers"  # x, y and their gradients half; W, b and their gradients float32
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
@@ -52,11 +53,12 @@ class InnerProduct(Layer):
                       "set up for %d" % (inputs, spec.shape, self.param_specs[0].shape[1]))
         outputs = self.options["outputs"]
         self.n, self.inputs, self.outputs = n, inputs, outputs
+        self.dtype = dt = spec.dtype
         self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,
                          bias="col" if self.bias else None, activation=self.activation,
-                         precision=self.precision)
+                         precision=self.precision, dtypes=(dt, np.float32, dt))
         self._bwd = None
-        y_spec = ((n, outputs), np.float32)
+        y_spec = ((n, outputs), dt)
         self.act_bwd = None
         if self.activation != "identity":
             self.act_bwd = PointwiseBroadcast(self.ctx, [y_spec, y_spec], [y_spec],
@@ -68,14 +70,14 @@ class InnerProduct(Layer):
                                                      [((1, outputs), np.float32)], "y0 = x0;",
                                                      name="ip_bias_backward")
         # the workspace: g = dy * act'(y) (training), then any GEMM's split-K partial sums
-        self.act_bytes = round_up(4 * n * outputs, 16) \
+        self.act_bytes = round_up(dt.itemsize * n * outputs, 16) \
             if self.act_bwd is not None and self.mode == "train" else 0  # 16: float4 GEMM reads
         gemms = [self._fwd] + (list(self._backward_ops()) if self.mode == "train" else [])
         ws = self.act_bytes + 4 * max(op.workspace_elements for op in gemms)
         params = [ParamSpec((outputs, inputs))] + ([ParamSpec((outputs,))] if self.bias else [])
         # dy * act'(y) needs y
         flags = self.default_flags(backward_reads_outputs=self.activation != "identity")
-        return Setup([TensorSpec((n, outputs))], params, ws, flags=flags)
+        return Setup([TensorSpec((n, outputs), dt)], params, ws, flags=flags)
 
     def init_params(self, params, rng):
         # PyTorch Linear: kaiming_uniform(a=sqrt(5)) -> U(+-1/sqrt(inputs)); bias alike
@@ -91,9 +93,10 @@ class InnerProduct(Layer):
     def _backward_ops(self):
         if self._bwd is None:
             n, i, o = self.n, self.inputs, self.outputs
-            p = self.precision
-            self._bwd = (Gemm(self.ctx, n, i, o, precision=p),                # dx = g @ W
-                         Gemm(self.ctx, o, i, n, trans_a=True, precision=p))  # dW += g^T @ x
+            p, dt, f = self.precision, self.dtype, np.float32
+            self._bwd = (Gemm(self.ctx, n, i, o, precision=p, dtypes=(dt, f, dt)),  # dx = g @ W
+                         Gemm(self.ctx, o, i, n, trans_a=True, precision=p,        # dW += g^T @ x
+                              dtypes=(dt, dt, f)))
         return self._bwd
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
@@ -104,7 +107,7 @@ class InnerProduct(Layer):
         out = []
         g = dy[0]
         if self.act_bwd is not None:
-            g = ws_view(ws, 0, self.n * self.outputs).reshape(self.n, self.outputs)
+            g = ws_view(ws, 0, self.n * self.outputs, self.dtype).reshape(self.n, self.outputs)
             out += self.act_bwd.launches([dy[0], y[0]], [g])
         data_op, filter_op = self._backward_ops()
         if dx[0] is not None:

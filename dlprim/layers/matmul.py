@@ -24,6 +24,7 @@ class MatMul(Layer):
     P V where the products are done apart, linear maps of data tensors)."""
     OPTIONS = {"transpose_a": False, "transpose_b": False, "alpha": 1.0}
     BACKWARD_READS_INPUTS = True
+    HALF_STORAGE = "prefers"
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
@@ -40,9 +41,12 @@ class MatMul(Layer):
         if len(in_specs) != 2:
             self.fail("expects 2 inputs (A and B), got %d" % len(in_specs))
         a, b = (s.shape for s in in_specs)
-        if len(a) < 2 or len(b) < 2 or any(s.dtype != np.float32 for s in in_specs):
-            self.fail("inputs must be float32 with at least 2 dimensions, got %s and %s"
-                      % (a, b))
+        dt = in_specs[0].dtype
+        if len(a) < 2 or len(b) < 2 or dt not in (np.float32, np.float16) or \
+                in_specs[1].dtype != dt:
+            self.fail("inputs must be both float32 (or both float16) with at least 2 "
+                      "dimensions, got %s %s and %s %s" % (a, in_specs[0].dtype.name, b,
+                                                           in_specs[1].dtype.name))
         m, k = (a[-1], a[-2]) if self.ta else (a[-2], a[-1])
         k2, n = (b[-1], b[-2]) if self.tb else (b[-2], b[-1])
         if k != k2:
@@ -61,28 +65,37 @@ class MatMul(Layer):
                 self.fail("%s's batch %s must equal the output's %s or be absent: partial "
                           "broadcasting is not supported" % (what, shape[:-2], batch))
             self.full.append(own == batch and count > 1)
+        self.dtype = dt
+        summed = [not full and count > 1 for full in self.full]
+        # a gradient summed over the batch: float32 products in the workspace, then the sum
+        da, db = ((dt, dt, np.float32 if s else dt) for s in summed)
         p = self.precision
-        self.forward_gemm = Gemm(self.ctx, m, n, k, self.ta, self.tb, batch=count, precision=p)
+        self.forward_gemm = Gemm(self.ctx, m, n, k, self.ta, self.tb, batch=count, precision=p,
+                                 dtypes=(dt, dt, dt))
         # dA (stored shape) and dB (stored shape), as batched GEMMs over dC
         if self.ta:   # dA^T = op(B) dC^T: (K, M)
-            self.gemm_da = Gemm(self.ctx, k, m, n, self.tb, True, batch=count, precision=p)
+            self.gemm_da = Gemm(self.ctx, k, m, n, self.tb, True, batch=count, precision=p,
+                                dtypes=da)
         else:         # dA = dC op(B)^T: (M, K)
-            self.gemm_da = Gemm(self.ctx, m, k, n, False, not self.tb, batch=count, precision=p)
+            self.gemm_da = Gemm(self.ctx, m, k, n, False, not self.tb, batch=count, precision=p,
+                                dtypes=da)
         if self.tb:   # dB^T = dC^T op(A): (N, K)
-            self.gemm_db = Gemm(self.ctx, n, k, m, True, self.ta, batch=count, precision=p)
+            self.gemm_db = Gemm(self.ctx, n, k, m, True, self.ta, batch=count, precision=p,
+                                dtypes=db)
         else:         # dB = op(A)^T dC: (K, N)
-            self.gemm_db = Gemm(self.ctx, k, n, m, not self.ta, False, batch=count, precision=p)
+            self.gemm_db = Gemm(self.ctx, k, n, m, not self.ta, False, batch=count, precision=p,
+                                dtypes=db)
         sizes = (m * k, k * n)
-        self.sums = [None if full or count == 1 else PointwiseBroadcastReduce(
-            self.ctx, [((count, size), np.float32)], [((1, size), np.float32)], "y0 = x0;",
-            name="matmul_batch_sum") for full, size in zip(self.full, sizes)]
+        self.sums = [PointwiseBroadcastReduce(
+            self.ctx, [((count, size), np.float32)], [((1, size), dt)], "y0 = x0;",
+            name="matmul_batch_sum") if s else None for s, size in zip(summed, sizes)]
         # the workspace: the per-batch products a broadcast operand's gradient sums, then
         # the GEMMs' split-K partial sums
         self.sum_bytes = round_up(max([0] + [4 * count * size for s, size in zip(self.sums, sizes)
                                              if s is not None]), 16)  # 16: float4 GEMM reads
         ws = self.sum_bytes + 4 * max(g.workspace_elements
                                       for g in (self.forward_gemm, self.gemm_da, self.gemm_db))
-        return Setup([TensorSpec(batch + (m, n))], [], ws)
+        return Setup([TensorSpec(batch + (m, n), dt)], [], ws)
 
     def _strides(self):
         return [self.m * self.k if self.full[0] else 0, self.k * self.n if self.full[1] else 0]

@@ -33,6 +33,7 @@ def _flag(layer, option):
 @register("Pooling2D")
 class Pooling2D(Layer):
     """y[n,c,i,j] = max or mean of x[n,c] over the window at (i*stride - pad)."""
+    HALF_STORAGE = "follows"
     OPTIONS = {"mode": "max", "kernel": 1, "stride": 1, "pad": 0,
                "count_include_pad": False, "ceil_mode": False}
     # max backward reads the argmax its training forward kept, avg only dy
@@ -88,6 +89,7 @@ class Pooling2D(Layer):
 @register("GlobalPooling")
 class GlobalPooling(Layer):
     """y[n,c,0,0] = max or mean of x[n,c,:,:]."""
+    HALF_STORAGE = "follows"
     OPTIONS = {"mode": "max"}
 
     def __init__(self, ctx, name=None, **options):

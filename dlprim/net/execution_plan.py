@@ -107,6 +107,10 @@ class ExecutionPlan:
             self.op_forward.append(len(launches))
             self.forward.extend(launches)
         self.backward = [Fill(self.grads[vid], w) for vid, w in s.fills]
+        # the loss gradients' fills with their weights, for a loss scale (scale_losses)
+        self._loss_fills = [(f, w) for f, (vid, w) in zip(self.backward, s.fills)
+                            if vid in s.loss_values]
+        self._loss_scale = 1.0
         # op index -> how many of self.backward's launches have run once its backward has
         # (what a gradient reader needs to start on that op's parameters early)
         self.backward_done = {}
@@ -125,6 +129,13 @@ class ExecutionPlan:
                         store.op_params[i], store.op_dparams[i], ws[i], saved[i],
                         list(s.accumulate[i])))
                 self.backward_done[i] = len(self.backward)
+
+    def scale_losses(self, scale):
+        """Start the loss gradients at ``loss_weight * scale`` (a loss scale; 1: plain)."""
+        if scale != self._loss_scale:
+            for fill, w in self._loss_fills:
+                fill.pattern[0] = w * scale
+            self._loss_scale = scale
 
     def memory_stats(self):
         """Planned arena bytes against the sum of every tensor it holds, plus the rest;

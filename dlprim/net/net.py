@@ -32,6 +32,7 @@ from . import inputs as inputs_rules
 from . import prediction, weights
 from .execution_plan import ExecutionPlan
 from .graph import GraphError, load_graph, load_graph_file, parse_json
+from .mixed_precision import LossScale, with_casts
 from .parameters import ParamStore
 
 __all__ = ["Net", "TRAIN", "PREDICT"]
@@ -49,12 +50,16 @@ class Net:
         """``graph``: a NetConfig, dict, JSON text or file path, or a dlprim.nn model, which
         needs ``input_shape`` (its input ``data``, batch first) and may take ``loss``
         ("cross_entropy" ...: see ``Module.netconfig``). With a graph, the net is set up
-        and its parameters initialised from ``seed``. ``precision`` ("fp32" or "tf32",
-        ``dlprim.core.precision``): "tf32" runs the GEMMs of InnerProduct and MatMul on
-        tensor cores where the device has them (float32 storage and sums)."""
+        and its parameters initialised from ``seed``. ``precision`` ("fp32", "tf32" or
+        "fp16", ``dlprim.core.precision``): "tf32" runs the GEMMs of InnerProduct and MatMul
+        on tensor cores where the device has them (float32 storage and sums); "fp16" stores
+        the activations of the layers that take half as float16, with float32 parameters
+        and a dynamic loss scale (``loss_scale``; ``net/mixed_precision.py``)."""
         self.ctx = ctx
         self._mode = _check_mode(mode)
         self._precision = check_precision(precision, "Net: precision")
+        # fp16: what multiplies the loss gradients, and how it moves (the solvers use it)
+        self.loss_scale = LossScale() if precision == "fp16" else None
         self._keep = False
         self.graph = None
         self.layers = []
@@ -105,12 +110,18 @@ class Net:
         """
         if self.graph is None:
             raise GraphError("setup: no graph loaded (call load_from_json first)")
+        made = {}
+        if self._precision == "fp16":
+            self.graph = load_graph(with_casts(self.graph, _half_storage,
+                                               lambda d, specs: self._specs_of(d, specs, made)))
+            self._handles = {}
         g = self.graph
-        self.layers = [_layers.create(self.ctx, op.type, op.name, op.options, len(op.outputs))
+        self.layers = [made.get(op.name) or
+                       _layers.create(self.ctx, op.type, op.name, op.options, len(op.outputs))
                        for op in g.ops]
         for layer in self.layers:
             layer.mode = self._mode  # some layers check shapes per mode in setup
-            layer.precision = self._precision
+            layer.precision = self._products()
         for name, (shape, dtype, _) in g.inputs.items():
             v = g.values[g.input_values[name]]
             v.shape, v.dtype = shape, as_dtype(dtype)
@@ -125,6 +136,21 @@ class Net:
         self._plans = {}
         self._plan()
         self._ready = True
+
+    def _products(self):
+        # the layers' products: tf32 where asked, float32 otherwise (fp16 stores half and
+        # multiplies in float32)
+        return "tf32" if self._precision == "tf32" else "fp32"
+
+    def _specs_of(self, d, in_specs, made):
+        """The output (shape, dtype)s of operator dict ``d`` on ``in_specs``, its layer set
+        up (kept in ``made`` by name for the net to use); for ``with_casts``."""
+        op = _OpStub(d)
+        layer = made[op.name] = _layers.create(self.ctx, op.type, op.name, op.options,
+                                               len(op.outputs))
+        layer.mode, layer.precision = self._mode, self._products()
+        result = _call_layer(layer, op, "setup", [TensorSpec(s, dt) for s, dt in in_specs])
+        return [(spec.shape, spec.dtype) for spec in result.outputs]
 
     def _setup_layer(self, op, layer):
         """``layer.setup`` over the current shapes of the op's inputs; sets its outputs'."""
@@ -274,10 +300,13 @@ class Net:
             launch(queue)
 
     def backward_check(self) -> None:
-        """Raise unless ``plan.backward`` may run now (set up, in train mode)."""
+        """Raise unless ``plan.backward`` may run now (set up, in train mode); with a loss
+        scale, its current value goes into the loss gradients' fills."""
         self._need_setup()
         if self._mode != TRAIN:
             raise RuntimeError("backward() needs mode TRAIN; the net is in %r" % self._mode)
+        if self.loss_scale is not None:
+            self.plan.scale_losses(self.loss_scale.scale)
 
     def zero_grad(self, e=None):
         """Zero every parameter gradient: one fill over the gradient arena."""
@@ -499,6 +528,19 @@ def _model_graph(graph, input_shape, loss):
         raise GraphError("Net: input_shape and loss are for dlprim.nn models, not for %s (a "
                          "graph declares its own inputs and outputs)" % given)
     return graph
+
+
+def _half_storage(type_name):
+    cls = _layers.REGISTRY.get(type_name)
+    return "none" if cls is None else cls.HALF_STORAGE
+
+
+class _OpStub:
+    """What ``_call_layer`` reads of an operator, from its JSON dict."""
+
+    def __init__(self, d):
+        self.name, self.type = d["name"], d["type"]
+        self.options, self.outputs = d.get("options") or {}, d["outputs"]
 
 
 def _call_layer(layer, op, method, arg):

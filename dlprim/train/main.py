@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 
+from ..core.precision import PRECISIONS
 from ..distributed.comm import DistributedError, init
 from ..errors import Error, NonFiniteError
 from .config import ConfigError, apply_overrides, load_config
@@ -27,8 +28,9 @@ def parse_args(argv):
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
     p.add_argument("--epochs", type=int)
     p.add_argument("--batch", type=int)
-    p.add_argument("--precision", choices=["fp32", "tf32"],
-                   help="products in float32 (default) or with TF32 operands on tensor cores")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="fp32 (default); tf32: TF32 products on tensor cores; fp16: half "
+                        "activations, float32 parameters (docs/precision.md)")
     p.add_argument("--out", help="output folder (model, checkpoints, metrics, plot)")
     p.add_argument("--resume", nargs="?", const=True,
                    help="continue from the latest checkpoint in --out, or from this path")

@@ -1,0 +1,48 @@
+"""Cast: one tensor converted to another floating type (float32 <-> float16).
+
+A net of precision "fp16" gets these where a layer that stores half meets one that does
+not (``net/mixed_precision.py``); in a JSON net it is ``{"type": "Cast", "options":
+{"dtype": "float16"}}``. Forward rounds to nearest even on the way to half; backward
+converts the gradient back to the input's type: ``dx = accumulate*dx + dy``.
+"""
+import numpy as np
+
+from ..core.pointwise import PointwiseBroadcast
+from ..dtypes import as_dtype
+from .base import Layer, Setup, TensorSpec, register
+
+FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+@register("Cast")
+class Cast(Layer):
+    """``y = x`` stored as ``dtype`` ("float32" or "float16")."""
+    OPTIONS = {"dtype": None}
+    BACKWARD_READS_INPUTS = False
+    HALF_STORAGE = "exact"  # both sides are what the options say: never cast around it
+
+    def __init__(self, ctx, name=None, **options):
+        super().__init__(ctx, name=name, **options)
+        try:
+            self.dtype = as_dtype(self.options["dtype"])
+        except TypeError as err:
+            self.fail("option 'dtype': %s" % err)
+        if self.dtype not in FLOAT_TYPES:
+            self.fail("option 'dtype' must be float32 or float16, got %s" % self.dtype.name)
+
+    def build(self, in_specs):
+        spec = self.single_input(in_specs, float32=False)
+        if spec.dtype not in FLOAT_TYPES:
+            self.fail("input dtype %s: only float32 and float16 convert" % spec.dtype.name)
+        src, dst = (spec.shape, spec.dtype), (spec.shape, self.dtype)
+        self._fwd = PointwiseBroadcast(self.ctx, [src], [dst], "y0 = x0;", name="cast")
+        self._bwd = PointwiseBroadcast(self.ctx, [dst], [src], "y0 = x0;", name="cast")
+        return Setup([TensorSpec(spec.shape, self.dtype)], flags=self.default_flags())
+
+    def forward(self, x, y, params, ws, saved):
+        return self._fwd.launches([x[0]], [y[0]])
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
+        if dx[0] is None:
+            return []
+        return self._bwd.launches([dy[0]], [dx[0]], beta=float(accumulate[0]))

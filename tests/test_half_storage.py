@@ -1,0 +1,260 @@
+"""Precision "fp16": layers on float16 activations against their float32 selves, the
+Net's Casts, and the loss scale (net/mixed_precision.py).
+
+Each layer runs twice on the same values: once stored as half, once as float32 (the
+half values widened), so the only difference is the rounding of what the half run
+stores; the float32 layers are checked against float64 elsewhere. Half keeps 11
+significant bits: outputs and input gradients must agree within a few units of 2^-11
+of the largest value, parameter gradients (float32 sums of half products) likewise.
+"""
+import numpy as np
+import pytest
+
+import dlprim as dp
+from dlprim.layers import LayerError, create
+from dlprim.net.mixed_precision import LossScale
+from layer_check import run_layer
+
+H, F = np.float16, np.float32
+
+
+def near(actual, expected, tol, what):
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, what
+    scale = max(np.abs(expected).max(), 1e-6)
+    err = np.abs(actual - expected).max() / scale
+    assert err <= tol, "%s: error %.3g of the largest value, allowed %.3g" % (what, err, tol)
+
+
+LAYERS = [
+    ("Convolution2D", dict(channels_out=5, kernel=3, pad=1, activation="relu"), [(3, 3, 7, 9)]),
+    ("Convolution2D", dict(channels_out=6, kernel=3, stride=2, pad=1, groups=2, bias=False),
+     [(2, 4, 9, 8)]),
+    ("Convolution2D", dict(channels_out=16, kernel=1), [(2, 8, 5, 5)]),
+    ("Convolution2D", dict(channels_out=7, kernel=3, pad=1, fwd_algo="winograd",
+                           bwd_data_algo="winograd", bwd_filter_algo="winograd"),
+     [(2, 5, 9, 11)]),
+    ("Convolution2D", dict(channels_out=12, kernel=3, stride=2, pad=1, groups=6, bias=False,
+                           activation="relu6"), [(2, 6, 9, 10)]),  # depthwise
+    ("TransposedConvolution2D", dict(channels_out=4, kernel=3, stride=2, pad=1), [(2, 6, 5, 4)]),
+    ("BatchNorm", {}, [(3, 5, 4, 6)]),
+    ("Activation", dict(activation="relu"), [(3, 5, 7)]),
+    ("Activation", dict(activation="tanh"), [(3, 5, 7)]),
+    ("Elementwise", dict(operation="sum", coef1=0.5), [(2, 6, 5, 5), (1, 6, 1, 1)]),
+    ("Elementwise", dict(operation="prod"), [(2, 3, 17), (2, 3, 17)]),
+    ("Pooling2D", dict(mode="max", kernel=3, stride=2, pad=1), [(2, 3, 11, 13)]),
+    ("Pooling2D", dict(mode="avg", kernel=2, stride=2), [(2, 3, 12, 16)]),
+    ("GlobalPooling", dict(mode="avg"), [(2, 5, 6, 7)]),
+    ("GlobalPooling", dict(mode="max"), [(2, 5, 6, 7)]),
+    ("Flatten", {}, [(2, 3, 4, 5)]),
+    ("Concat", dict(dim=1), [(2, 3, 5), (2, 4, 5)]),
+    ("Transpose", dict(dims=[0, 2, 1]), [(2, 3, 5)]),
+    ("InnerProduct", dict(outputs=37, activation="relu"), [(19, 3, 5, 5)]),
+    ("InnerProduct", dict(outputs=6, bias=False), [(70, 300)]),
+    ("MatMul", dict(transpose_b=True, alpha=0.5), [(2, 3, 17, 9), (2, 3, 13, 9)]),
+    ("MatMul", {}, [(4, 17, 9), (9, 5)]),  # B's gradient summed over the batch
+]
+
+
+@pytest.mark.parametrize("type_name, options, shapes", LAYERS,
+                         ids=["%s-%d" % (t, i) for i, (t, _, _) in enumerate(LAYERS)])
+def test_layer_in_half_matches_float32(ctx, type_name, options, shapes):
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(s).astype(H) for s in shapes]
+    runs = {}
+    for dtype in (H, F):
+        layer = create(ctx, type_name, "layer", dict(options))
+        setup = layer.setup([dp.layers.TensorSpec(x.shape, dtype) for x in xs])
+        dy = [np.random.default_rng(4).standard_normal(s.shape).astype(H).astype(dtype)
+              for s in setup.outputs]
+        params = None
+        if setup.params:
+            prng = np.random.default_rng(5)
+            params = [prng.uniform(0.5, 1.5, s.shape).astype(F) for s in setup.params]
+        layer = create(ctx, type_name, "layer", dict(options))
+        runs[dtype] = run_layer(ctx, layer, [x.astype(dtype) for x in xs], params=params,
+                                dy=dy, accumulate=True)
+    half, full = runs[H], runs[F]
+    for y in half.y:
+        assert y.dtype == H
+    for p in half.params:
+        assert p.dtype == F
+    for i, (a, b) in enumerate(zip(half.y, full.y)):
+        near(a, b, 2e-3, "%s output %d" % (type_name, i))
+    for i, (a, b) in enumerate(zip(half.dx, full.dx)):
+        if b is not None:
+            assert a.dtype == H
+            near(a, b, 4e-3, "%s input gradient %d" % (type_name, i))
+    for i, (a, b) in enumerate(zip(half.dparams or [], full.dparams or [])):
+        if b is not None:
+            assert a.dtype == F
+            near(a, b, 2e-3, "%s parameter gradient %d" % (type_name, i))
+
+
+def test_half_input_to_a_float32_only_layer_is_named(ctx):
+    layer = create(ctx, "Softmax", "prob")
+    with pytest.raises(LayerError, match="prob.*float16.*float32 only"):
+        layer.setup([dp.layers.TensorSpec((2, 4), H)])
+
+
+def test_cast_rejects_a_non_float_type(ctx):
+    with pytest.raises(LayerError, match="Cast 'c'.*dtype.*float32 or float16"):
+        create(ctx, "Cast", "c", dict(dtype="int32"))
+    with pytest.raises(LayerError, match="Cast 'c'.*dtype"):
+        create(ctx, "Cast", "c", dict(dtype="float8"))
+
+
+def small_cnn(batch=4, pool="avg"):
+    return {"inputs": [{"name": "data", "shape": [batch, 3, 10, 10]},
+                       {"name": "label", "shape": [batch], "dtype": "int"}],
+            "outputs": ["loss", "fc"],
+            "operators": [
+                {"name": "c1", "type": "Convolution2D", "inputs": ["data"], "outputs": ["c1"],
+                 "options": {"channels_out": 8, "kernel": 3, "pad": 1}},
+                {"name": "bn1", "type": "BatchNorm", "inputs": ["c1"], "outputs": ["c1"]},
+                {"name": "r1", "type": "Activation", "inputs": ["c1"], "outputs": ["c1"],
+                 "options": {"activation": "relu"}},
+                {"name": "c2", "type": "Convolution2D", "inputs": ["c1"], "outputs": ["c2"],
+                 "options": {"channels_out": 8, "kernel": 3, "pad": 1}},
+                {"name": "add", "type": "Elementwise", "inputs": ["c1", "c2"], "outputs": ["s"]},
+                {"name": "p", "type": "Pooling2D", "inputs": ["s"], "outputs": ["p"],
+                 "options": {"mode": pool, "kernel": 2, "stride": 2}},
+                {"name": "gp", "type": "GlobalPooling", "inputs": ["p"], "outputs": ["gp"],
+                 "options": {"mode": "avg"}},
+                {"name": "fl", "type": "Flatten", "inputs": ["gp"], "outputs": ["fl"]},
+                {"name": "fc", "type": "InnerProduct", "inputs": ["fl"], "outputs": ["fc"],
+                 "options": {"outputs": 5}},
+                {"name": "loss", "type": "SoftmaxWithLoss", "inputs": ["fc", "label"],
+                 "outputs": ["loss"]}]}
+
+
+def test_net_casts_where_storage_changes(ctx):
+    net = dp.Net(ctx, small_cnn(), mode="train", precision="fp16")
+    g = net.graph
+    kinds = [(op.type, op.inputs, g.values[op.out_values[0]].dtype.name) for op in g.ops]
+    assert kinds[0] == ("Cast", ["data"], "float16")        # into the first convolution
+    assert kinds[1] == ("Convolution2D", ["data"], "float16")
+    casts = [k for k in kinds if k[0] == "Cast"]
+    assert casts == [("Cast", ["data"], "float16"), ("Cast", ["fc"], "float32")]
+    assert kinds[-3] == ("InnerProduct", ["fl"], "float16")
+    assert kinds[-1][0] == "SoftmaxWithLoss"  # float32 only: the logits cast back
+    # what users write and read keeps its type: the input buffer, the labels, the loss
+    assert net.tensor("data").dtype == F and net.tensor("label").dtype == np.int32
+    assert net.tensor("loss").dtype == F
+    assert all(p.dtype == F for p in net.params.values())
+    # a rewritten graph loads again unchanged (the predict copy does this)
+    again = dp.Net(ctx, net.graph.to_dict(), mode="train", precision="fp16")
+    assert [op.name for op in again.graph.ops] == [op.name for op in g.ops]
+
+
+def test_fp16_gradients_match_fp32(ctx):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 10, 10)).astype(H).astype(F)  # both nets see the same data
+    y = rng.integers(0, 5, 4).astype(np.int32)
+    grads, losses = {}, {}
+    for precision in ("fp32", "fp16"):
+        net = dp.Net(ctx, small_cnn(), mode="train", precision=precision, seed=1)
+        losses[precision] = net(data=x, label=y)["loss"]
+        net.backward()
+        scale = net.loss_scale.scale if net.loss_scale else 1.0
+        grads[precision] = {k: v.to_host() / scale for k, v in net.grads.items()}
+    np.testing.assert_allclose(losses["fp16"], losses["fp32"], rtol=2e-3)
+    for name, ref in grads["fp32"].items():
+        if name == "c1.1":  # the bias before a BatchNorm: its gradient is 0 up to rounding
+            continue
+        got = grads["fp16"][name]
+        err = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-12)
+        assert err < 5e-3, "%s: relative error %.3g" % (name, err)
+
+
+def test_overflow_skips_the_step_and_halves_the_scale(ctx):
+    net = dp.Net(ctx, small_cnn(), mode="train", precision="fp16", seed=1)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 3, 10, 10)).astype(F), rng.integers(0, 5, 4).astype(np.int32)
+    opt = dp.Adam(net, lr=1e-2)
+    n = net.trainable_size  # the running statistics after it move in every forward
+    before = net.param_arena.to_host()[:n].copy()
+    net.loss_scale.scale = 2.0 ** 40  # the gradients overflow half
+    opt.zero_grad()
+    net(data=x, label=y)
+    net.backward()
+    opt.step()
+    np.testing.assert_array_equal(net.param_arena.to_host()[:n], before)
+    assert opt.step_count == 0 and net.loss_scale.skipped == 1
+    assert net.loss_scale.scale == 2.0 ** 39
+    net.loss_scale.scale = 2.0 ** 10
+    opt.zero_grad()
+    net(data=x, label=y)
+    net.backward()
+    opt.step()
+    assert opt.step_count == 1 and not np.array_equal(net.param_arena.to_host()[:n], before)
+
+
+def test_scaled_step_equals_the_plain_step(ctx):
+    """The update divides the scale out: an fp16 net's first SGD step moves its
+    parameters as the fp32 net's does, up to half's rounding."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 3, 10, 10)).astype(H).astype(F)
+    y = rng.integers(0, 5, 4).astype(np.int32)
+    moved = {}
+    for precision in ("fp32", "fp16"):
+        net = dp.Net(ctx, small_cnn(), mode="train", precision=precision, seed=1)
+        start = net.param_arena.to_host().copy()
+        opt = dp.SGD(net, lr=0.1, momentum=0.9, clip_norm=0.5)
+        opt.zero_grad()
+        net(data=x, label=y)
+        net.backward()
+        opt.step()
+        moved[precision] = net.param_arena.to_host() - start
+    err = np.linalg.norm(moved["fp16"] - moved["fp32"]) / np.linalg.norm(moved["fp32"])
+    assert err < 5e-3
+
+
+def test_loss_scale_grows_after_finite_steps():
+    s = LossScale(scale=4.0, growth_interval=2)
+    s.update(True)
+    assert s.scale == 4.0
+    s.update(True)
+    assert s.scale == 8.0
+    s.update(False)
+    assert s.scale == 4.0 and s.good_steps == 0 and s.skipped == 1
+    with pytest.raises(ValueError, match="growth_interval"):
+        LossScale(growth_interval=0)
+    with pytest.raises(ValueError, match="positive finite"):
+        LossScale(scale=float("nan"))
+
+
+def test_fp16_training_follows_fp32(ctx):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 3, 10, 10)).astype(F)
+    y = rng.integers(0, 5, 8).astype(np.int32)
+    curves = {}
+    for precision in ("fp32", "fp16"):
+        net = dp.Net(ctx, small_cnn(batch=8, pool="max"), mode="train", precision=precision)
+        opt = dp.Adam(net, lr=3e-2)
+        losses = curves[precision] = []
+        for _ in range(15):
+            opt.zero_grad()
+            losses.append(float(net(data=x, label=y)["loss"][0]))
+            net.backward()
+            opt.step()
+    assert curves["fp16"][-1] < 0.6 * curves["fp16"][0], curves
+    np.testing.assert_allclose(curves["fp16"], curves["fp32"], rtol=0.05, err_msg=str(curves))
+    assert net.loss_scale.skipped == 0
+
+
+def test_precision_is_checked(ctx):
+    with pytest.raises(ValueError, match="fp32, tf32, fp16"):
+        dp.Net(ctx, small_cnn(), precision="fp8")
+
+
+def test_solver_state_keeps_the_loss_scale(ctx, tmp_path):
+    net = dp.Net(ctx, small_cnn(), mode="train", precision="fp16")
+    opt = dp.SGD(net, lr=0.1)
+    net.loss_scale.scale = 512.0
+    opt.save_state(str(tmp_path / "s.npz"))
+    net.loss_scale.scale = 8.0
+    opt.load_state(str(tmp_path / "s.npz"))
+    assert net.loss_scale.scale == 512.0
+    with pytest.raises(ValueError, match="loss_scale"):
+        opt.load_state_dict(dict(opt.state_dict(), loss_scale={"scale": -1}))
