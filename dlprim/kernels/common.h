@@ -15,4 +15,17 @@ ${epilogue_macros()}
 #define ST_float(p, i, v) ((p)[i] = (v))
 #define LD_half(p, i) vload_half((i), (p))
 #define ST_half(p, i, v) vstore_half_rte((v), (i), (p))
+// four halves at p (8-byte aligned) as a float4 in one load: vloada_half4 compiles to four
+// 2-byte loads on some drivers, so the bits travel as a ushort4 and widen from registers
+inline float4 load_half4_aligned(__global const half *p)
+{
+    const ushort4 bits = *(__global const ushort4 *)p;
+    return vload_half4(0, (const __private half *)&bits);
+}
+inline void store_half4_aligned(float4 v, __global half *p)
+{
+    ushort4 bits;
+    vstore_half4_rte(v, 0, (__private half *)&bits);
+    *(__global ushort4 *)p = bits;
+}
 #endif

@@ -141,7 +141,7 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B)}
                                             acc[i][jv * 4 + 2], acc[i][jv * 4 + 3]);
                 if (beta != 0.0f)
     % if C_T == "half":
-                    v += beta * vload_half4(0, c_row + n);
+                    v += beta * load_half4_aligned(c_row + n);
     % else:
                     v += beta * *(__global const float4 *)(c_row + n);
     % endif
@@ -151,7 +151,7 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B)}
                 v += vload4(0, bias + bias_offset + n);
     % endif
     % if C_T == "half":
-                vstore_half4_rte(ACT_${ACTIVATION}(v), 0, c_row + n);
+                store_half4_aligned(ACT_${ACTIVATION}(v), c_row + n);
     % else:
                 *(__global float4 *)(c_row + n) = ACT_${ACTIVATION}(v);
     % endif

@@ -51,7 +51,9 @@
         % if NV % THREADS:
         if (lid + ${r * THREADS} < ${NV})
         % endif
-        % if T == "half":
+        % if T == "half" and ALIGNED:
+        ${x}_reg[${r}] = load_half4_aligned(${X} + ${x}_off[${r}]);
+        % elif T == "half":
         ${x}_reg[${r}] = vload_half4(0, ${X} + ${x}_off[${r}]);
         % elif ALIGNED:
         ${x}_reg[${r}] = *(__global const float4 *)(${X} + ${x}_off[${r}]);
