@@ -38,8 +38,9 @@ class Gemm:
     device table (keys in ``tuning.TILE_KEYS``). ``split_k`` (optional) cuts K into
     that many parts computed in parallel into a workspace and summed by a second kernel;
     by default GPUs split when C has too few tiles to occupy the device. ``precision``
-    ("fp32" or "tf32", ``core/precision.py``): "tf32" runs the products on tensor cores
-    (``kernels/gemm_mma.cl``) where the device has them, else the float32 kernels.
+    ("fp32", "tf32", or "fp16", which multiplies as "fp32"; ``core/precision.py``):
+    "tf32" runs the products on tensor cores (``kernels/gemm_mma.cl``) where the device
+    has them, else the float32 kernels.
     ``dtypes``: the storage of A, B and C (float32, or float16 widened as it loads and
     rounded as C stores; the products and sums stay float32), on the tiled template
     (``tuning.half_tile``); the bias and the split-K workspace are float32.

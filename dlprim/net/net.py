@@ -16,6 +16,7 @@ and the Pythonic one::
     net = dp.Net(ctx, models.lenet(batch=64), mode="train")
     outs = net(data=x, label=y); net.backward()
 """
+import logging
 import os
 from typing import TYPE_CHECKING, Any, Dict, Union
 
@@ -36,6 +37,8 @@ from .mixed_precision import LossScale, with_casts
 from .parameters import ParamStore
 
 __all__ = ["Net", "TRAIN", "PREDICT"]
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -60,6 +63,10 @@ class Net:
         self._precision = check_precision(precision, "Net: precision")
         # fp16: what multiplies the loss gradients, and how it moves (the solvers use it)
         self.loss_scale = LossScale() if precision == "fp16" else None
+        if precision == "fp16" and ctx.facts.is_cpu:
+            log.warning("precision fp16 on the CPU device %s: half storage runs kernels written "
+                        "for GPUs there, several times slower than fp32 (docs/precision.md)",
+                        ctx.name)
         self._keep = False
         self.graph = None
         self.layers = []
@@ -227,7 +234,7 @@ class Net:
     # ----- modes and plans
     @property
     def precision(self):
-        """The precision of the GEMM products ("fp32" or "tf32"), fixed at construction."""
+        """The precision ("fp32", "tf32" or "fp16"), fixed at construction."""
         return self._precision
 
     @property
