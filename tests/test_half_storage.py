@@ -258,3 +258,11 @@ def test_solver_state_keeps_the_loss_scale(ctx, tmp_path):
     assert net.loss_scale.scale == 512.0
     with pytest.raises(ValueError, match="loss_scale"):
         opt.load_state_dict(dict(opt.state_dict(), loss_scale={"scale": -1}))
+
+
+def test_predict_of_an_fp16_net(ctx):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 10, 10)).astype(H).astype(F)
+    out = {p: dp.Net(ctx, small_cnn(), mode="train", precision=p, seed=1).predict(data=x)
+           for p in ("fp32", "fp16")}
+    near(out["fp16"]["fc"], out["fp32"]["fc"], 2e-3, "logits")

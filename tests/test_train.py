@@ -92,8 +92,10 @@ class StopAfter(Trainer):
         return out
 
 
-def test_interrupt_and_resume_is_exact(ctx, config, tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_interrupt_and_resume_is_exact(ctx, config, tmp_path, precision):
     cfg = load_config(str(config))
+    cfg["precision"] = precision  # fp16: the loss scale travels in the checkpoint
     cfg["out"] = str(tmp_path / "whole")
     Trainer(cfg, ctx).run()
 
@@ -101,8 +103,12 @@ def test_interrupt_and_resume_is_exact(ctx, config, tmp_path):
     first = StopAfter(cfg, ctx, 7)          # stops inside the second epoch
     assert first.run().interrupted
     second = Trainer(cfg, ctx)
+    if precision == "fp16":
+        second.net.loss_scale.scale = 1.0  # what the checkpoint holds must replace it
     second.resume(cfg["out"])
     assert (second.epoch, second.position) == (1, 2)
+    if precision == "fp16":
+        assert second.net.loss_scale.scale == first.net.loss_scale.scale == 2.0 ** 16
     second.run()
     a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "parts")
     assert a.keys() == b.keys()

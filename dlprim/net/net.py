@@ -18,6 +18,7 @@ and the Pythonic one::
 """
 import logging
 import os
+import weakref
 from typing import TYPE_CHECKING, Any, Dict, Union
 
 import numpy as np
@@ -39,6 +40,7 @@ from .parameters import ParamStore
 __all__ = ["Net", "TRAIN", "PREDICT"]
 
 log = logging.getLogger(__name__)
+_WARNED_FP16_ON_CPU = weakref.WeakSet()  # contexts told once that fp16 is slow on their CPU
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -63,7 +65,8 @@ class Net:
         self._precision = check_precision(precision, "Net: precision")
         # fp16: what multiplies the loss gradients, and how it moves (the solvers use it)
         self.loss_scale = LossScale() if precision == "fp16" else None
-        if precision == "fp16" and ctx.facts.is_cpu:
+        if precision == "fp16" and ctx.facts.is_cpu and ctx not in _WARNED_FP16_ON_CPU:
+            _WARNED_FP16_ON_CPU.add(ctx)
             log.warning("precision fp16 on the CPU device %s: half storage runs kernels written "
                         "for GPUs there, several times slower than fp32 (docs/precision.md)",
                         ctx.name)
