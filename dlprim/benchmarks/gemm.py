@@ -1,5 +1,7 @@
 """GEMM throughput: dlprim's OpenCL kernel beside torch.matmul (FP32, TF32 off; with
-``--precision tf32`` dlprim's tensor-core kernel beside torch.matmul with TF32 on).
+``--precision tf32`` dlprim's tensor-core kernel beside torch.matmul with TF32 on; with
+``--precision fp16`` its FP16 tensor-core kernel on half operands and C beside
+torch.matmul on half tensors).
 
     dlprim-benchmark gemm [--device gpu] [--repeat 20] [--sweep] [--transformer] [--ptx DIR]
 
@@ -93,11 +95,13 @@ def time_torch(torch, a, b, repeat):
 def run_shape(ctx, torch, M, N, K, repeat, tile=None, split_k=None, trans_a=False,
               trans_b=False, precision="fp32"):
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((K, M) if trans_a else (M, K), np.float32)  # as stored
-    b = rng.standard_normal((N, K) if trans_b else (K, N), np.float32)
+    dt = np.float16 if precision == "fp16" else np.float32  # fp16: half operands and C
+    a = rng.standard_normal((K, M) if trans_a else (M, K), np.float32).astype(dt)  # as stored
+    b = rng.standard_normal((N, K) if trans_b else (K, N), np.float32).astype(dt)
     A, B = dp.Tensor.from_numpy(ctx, a), dp.Tensor.from_numpy(ctx, b)
-    C = dp.Tensor.from_numpy(ctx, np.full((M, N), np.nan, np.float32))  # every element written
-    op = Gemm(ctx, M, N, K, trans_a, trans_b, tile=tile, split_k=split_k, precision=precision)
+    C = dp.Tensor.from_numpy(ctx, np.full((M, N), np.nan, dt))  # every element written
+    op = Gemm(ctx, M, N, K, trans_a, trans_b, tile=tile, split_k=split_k, precision=precision,
+              dtypes=(dt, dt, dt))
     t_ours = time_dlprim(ctx, op, A, B, C, repeat)
     row = {"M": M, "N": N, "K": K, "dlprim_s": t_ours, "tile": op.tile, "splits": op.splits}
     if torch is not None:
@@ -105,7 +109,8 @@ def run_shape(ctx, torch, M, N, K, repeat, tile=None, split_k=None, trans_a=Fals
         ta, tb = ta.t() if trans_a else ta, tb.t() if trans_b else tb
         row["torch_s"], tc = time_torch(torch, ta, tb, repeat)
         ours = torch.from_numpy(C.numpy()).cuda()
-        row["rel_err"] = float(torch.linalg.norm(ours - tc) / torch.linalg.norm(tc))
+        row["rel_err"] = float(torch.linalg.norm((ours - tc).float()) /
+                               torch.linalg.norm(tc.float()))
         del ta, tb, tc, ours
     return row
 
@@ -120,8 +125,9 @@ def main(argv=None):
                         help="time split-K 1..16 on shapes with few tiles or long K")
     parser.add_argument("--transformer", action="store_true",
                         help="time a ViT-B encoder layer's GEMMs (vit_b_16, batch 64) instead")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32"],
-                        help="tf32: dlprim on tensor cores, torch.matmul with TF32 on")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16"],
+                        help="tf32: dlprim on tensor cores, torch.matmul with TF32 on; fp16: "
+                             "half operands and C on FP16 tensor cores, torch.matmul in half")
     parser.add_argument("--json", help="write all rows here")
     parser.add_argument("--ptx", help="write the built gemm programs' binaries (PTX on NVIDIA) here")
     args = parser.parse_args(argv)

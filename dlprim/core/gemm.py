@@ -23,6 +23,7 @@ __all__ = ["Gemm", "gemm", "BIAS_MODES", "tensor_cores"]
 
 BIAS_MODES = (None, "row", "col")
 HALF_OR_FLOAT = (np.dtype(np.float32), np.dtype(np.float16))  # what an operand may store
+MMA_KINDS = ("tf32", "fp16")  # the precisions with a tensor-core kernel (gemm_mma.cl)
 
 
 def _count(name, value):
@@ -38,9 +39,9 @@ class Gemm:
     device table (keys in ``tuning.TILE_KEYS``). ``split_k`` (optional) cuts K into
     that many parts computed in parallel into a workspace and summed by a second kernel;
     by default GPUs split when C has too few tiles to occupy the device. ``precision``
-    ("fp32", "tf32", or "fp16", which multiplies as "fp32"; ``core/precision.py``):
-    "tf32" runs the products on tensor cores (``kernels/gemm_mma.cl``) where the device
-    has them, else the float32 kernels.
+    ("fp32", "tf32" or "fp16"; ``core/precision.py``): "tf32" and "fp16" run the products
+    on tensor cores (``kernels/gemm_mma.cl``: TF32, or FP16 operands) where the device has
+    them, else the float32 kernels.
     ``dtypes``: the storage of A, B and C (float32, or float16 widened as it loads and
     rounded as C stores; the products and sums stay float32), on the tiled template
     (``tuning.half_tile``); the bias and the split-K workspace are float32.
@@ -56,8 +57,9 @@ class Gemm:
             raise TypeError("Gemm: dtypes must be 3 of float32 and float16 (A, B, C), got %r"
                             % (dtypes,))
         self.half = any(d == np.float16 for d in self.dtypes)
-        # _mma: the tensor-core kernel without asking the probe (the probe's own test)
-        self.mma = not self.half and (bool(_mma) or (precision == "tf32" and tensor_cores(ctx)))
+        # the tensor-core kernel: TF32 products for "tf32", FP16 for "fp16", where the probe
+        # passes (_mma: without asking it, the probe's own test)
+        self.mma = bool(_mma) or (precision in MMA_KINDS and tensor_cores(ctx, precision))
         if self.mma and tile:
             raise ValueError("Gemm: the tensor-core kernel has its own tile (tuning.MMA_TILE)")
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
@@ -148,6 +150,14 @@ class Gemm:
     def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True):
         """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc)."""
         bias, act = (self.bias or "none", self.activation) if epilogue else ("none", "identity")
+        if self.mma:
+            t = self.tile
+            return program.get(self.ctx, "gemm_mma", TRANS_A=int(self.trans_a),
+                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
+                               ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, TILE_M=t["TILE_M"],
+                               TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
+                               WARPS_M=tuning.MMA_WARPS[0], WARPS_N=tuning.MMA_WARPS[1],
+                               STAGES=tuning.MMA_STAGES, **self._mma_extra(epilogue))
         if self.half:
             # C is the float32 workspace in split-K's first pass
             a_t, b_t, c_t = (cl_type(d) for d in self.dtypes)
@@ -163,14 +173,6 @@ class Gemm:
                                SMALL_N=tuning.cpu_small_n(self.trans_b), PACK_B=0, PACK_A=0, PACK_K=0,
                                SUM_BATCH=int(self.batch_sum),
                                **self.tile)
-        if self.mma:
-            t = self.tile
-            return program.get(self.ctx, "gemm_mma", TRANS_A=int(self.trans_a),
-                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
-                               ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, TILE_M=t["TILE_M"],
-                               TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
-                               WARPS_M=tuning.MMA_WARPS[0], WARPS_N=tuning.MMA_WARPS[1],
-                               STAGES=tuning.MMA_STAGES)
         if tuning.gemm_kernel(self.tile) == "gemm_cpu":  # unaligned loads cost no more there
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
@@ -181,6 +183,15 @@ class Gemm:
                            BIAS=bias, ACTIVATION=act,
                            ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
                            ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0, **self.tile)
+
+    def _mma_extra(self, epilogue):
+        """gemm_mma.cl's parameters beyond TF32 on float32 operands (none for that one, so
+        its programs keep their cache entries)."""
+        extra = dict(MMA="f16") if self.precision == "fp16" else {}
+        if self.half:
+            a_t, b_t, c_t = (cl_type(d) for d in self.dtypes)
+            extra.update(A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float")
+        return extra
 
     def _reduce_program(self):
         extra = dict(C_T="half") if self.dtypes[2] == np.float16 else {}
@@ -403,15 +414,18 @@ log = logging.getLogger(__name__)
 _SELF_TEST_TOLERANCE = 4e-3
 
 
-def tensor_cores(ctx):
-    """Whether ``ctx``'s device runs ``kernels/gemm_mma.cl`` correctly (memoized)."""
+def tensor_cores(ctx, precision="tf32"):
+    """Whether ``ctx``'s device runs ``kernels/gemm_mma.cl`` correctly with ``precision``'s
+    products ("tf32": m16n8k8 TF32, "fp16": m16n8k16 FP16; memoized per context)."""
     known = getattr(ctx, "_tensor_cores", None)
     if known is None:
-        known = ctx._tensor_cores = _probe(ctx)
-    return known
+        known = ctx._tensor_cores = {}
+    if precision not in known:
+        known[precision] = _probe(ctx, precision)
+    return known[precision]
 
 
-def _probe(ctx):
+def _probe(ctx, precision="tf32"):
     if ctx.facts.vendor_id != "nvidia" or not ctx.facts.is_gpu:
         return False
     rng = np.random.default_rng(0)
@@ -419,7 +433,7 @@ def _probe(ctx):
     a = rng.standard_normal((M, K)).astype(np.float32)
     b = rng.standard_normal((N, K)).astype(np.float32)
     try:
-        op = Gemm(ctx, M, N, K, trans_b=True, precision="tf32", _mma=True)
+        op = Gemm(ctx, M, N, K, trans_b=True, precision=precision, _mma=True)
         C = Tensor(ctx, (M, N))
         op(Tensor.from_numpy(ctx, a), Tensor.from_numpy(ctx, b), C)
         got = C.numpy()
@@ -429,7 +443,8 @@ def _probe(ctx):
     want = a.astype(np.float64) @ b.astype(np.float64).T
     err = np.abs(got - want).max() / np.abs(want).max()
     if not np.isfinite(err) or err > _SELF_TEST_TOLERANCE:
-        log.warning("tensor cores: the TF32 self-test on %s failed (relative error %.2g); "
-                    "precision 'tf32' runs the float32 kernels", ctx.facts.name, err)
+        log.warning("tensor cores: the %s self-test on %s failed (relative error %.2g); "
+                    "precision '%s' runs the float32 kernels", precision.upper(), ctx.facts.name,
+                    err, precision)
         return False
     return True

@@ -15,6 +15,15 @@
 # global ("CK") -> rows of K (stride TK: one 128-bit read gives a lane both steps' values,
 # conflict-free); else K-major (stride TILE + 2, odd multiple of 2: the lanes' scalar
 # reads of rows 4t + 2s + q fall in distinct banks).
+# MMA "f16" (precision "fp16"): FP16 products instead, mma.sync m16n8k16 (f16 operands,
+# f32 accumulation): both operands are staged as halves in rows of K ([d][k], stride
+# TK + 8, whatever their layout in global memory), and within each 16 of K the fragment
+# slots (2t, 2t+1, 2t+8, 2t+9) take k = 4t .. 4t+3, so a lane reads its four values of
+# a row as one 8-byte word. A_T, B_T, C_T: the operands' storage (float or half).
+MMA = context.get("MMA", "tf32")
+A_T, B_T, C_T = context.get("A_T", "float"), context.get("B_T", "float"), context.get("C_T", "float")
+F16 = MMA == "f16"
+LD16 = TILE_K + 8
 TM, TN, TK = TILE_M, TILE_N, TILE_K
 WARPS = WARPS_M * WARPS_N
 THREADS = 32 * WARPS
@@ -27,6 +36,8 @@ def lds(CK, T):
 LDA, LDB = lds(A_CK, TM), lds(B_CK, TN)
 SIZE_A = TM * LDA if A_CK else TK * LDA
 SIZE_B = TN * LDB if B_CK else TK * LDB
+if F16:  # halves, in units of uint (two per uint)
+    SIZE_A, SIZE_B = TM * LD16 // 2, TN * LD16 // 2
 LOADS_A = TM * TK // 4 // THREADS
 LOADS_B = TN * TK // 4 // THREADS
 %>
@@ -42,6 +53,21 @@ inline uint tf32(float x)
 }
 
 <%def name="store(x, S, LD, CK, LOADS)">
+    % if F16:
+    // registers -> local tile as halves, row d along k
+    % for r in range(LOADS):
+    {
+        __local half *h = (__local half *)${S};
+        % if CK:
+        vstore_half4_rte(${x}_reg[${r}], 0, h + ${x}_d[${r}] * ${LD16} + ${x}_k[${r}]);
+        % else:
+        % for c in range(4):
+        vstore_half_rte(${x}_reg[${r}].s${c}, 0, h + (${x}_d[${r}] + ${c}) * ${LD16} + ${x}_k[${r}]);
+        % endfor
+        % endif
+    }
+    % endfor
+    % else:
     // registers -> local tile, rounded to TF32
     % for r in range(LOADS):
     {
@@ -55,10 +81,11 @@ inline uint tf32(float x)
         % endif
     }
     % endfor
+    % endif
 </%def>
 
 __kernel __attribute__((reqd_work_group_size(32, ${WARPS}, 1)))
-${tiles.signature()}{
+${tiles.signature(A_T, B_T, C_T)}{
     // declared as uint4 for the 16-byte alignment of the vector stores
     __local uint4 a_local4[${STAGES * SIZE_A // 4}], b_local4[${STAGES * SIZE_B // 4}];
     __local uint *a_local = (__local uint *)a_local4, *b_local = (__local uint *)b_local4;
@@ -66,7 +93,7 @@ ${tiles.signature()}{
     const int lid = warp * 32 + lane;
     const int g = lane >> 2, t = lane & 3;  // the fragments' row group and column
     const int wm = (warp / ${WARPS_N}) * ${WTM}, wn = (warp % ${WARPS_N}) * ${WTN};
-${tiles.tile_origin(GROUP, TM, TN, A_CK, B_CK)}
+${tiles.tile_origin(GROUP, TM, TN, A_CK, B_CK, A_T, B_T)}
 ${tiles.positions("a", TM, TK, A_CK, LOADS_A, THREADS, "lda")}
 ${tiles.positions("b", TN, TK, B_CK, LOADS_B, THREADS, "ldb")}
     float4 a_reg[${LOADS_A}], b_reg[${LOADS_B}];
@@ -83,8 +110,8 @@ ${tiles.positions("b", TN, TK, B_CK, LOADS_B, THREADS, "ldb")}
     int k0 = 0;
     bool full_a = inner_a && ${TK} <= K, full_b = inner_b && ${TK} <= K;
     if (tiles_k > 0) {
-${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGNED_A)}
-${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B)}
+${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGNED_A, A_T)}
+${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B, B_T)}
 ${store("a", "a_local", LDA, A_CK, LOADS_A)}
 ${store("b", "b_local", LDB, B_CK, LOADS_B)}
     }
@@ -99,9 +126,41 @@ ${store("b", "b_local", LDB, B_CK, LOADS_B)}
             full_a = inner_a && k0 + ${TK} <= K;
             full_b = inner_b && k0 + ${TK} <= K;
 ${tiles.advance(A_CK, B_CK, TK)}
-${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGNED_A)}
-${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B)}
+${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGNED_A, A_T)}
+${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B, B_T)}
         }
+% if F16:
+        #pragma unroll
+        for (int k16 = 0; k16 < ${TK}; k16 += 16) {
+            // a lane's four halves of a row: slots (2t, 2t+1) in .x, (2t+8, 2t+9) in .y
+            uint af[${MI}][4], bf[${NI}][2];
+            #pragma unroll
+            for (int i = 0; i < ${MI}; i++) {
+                const int m = wm + i * 16 + g;
+                const uint2 lo = *(__local const uint2 *)(as + (m * ${LD16} + k16 + 4 * t) / 2);
+                const uint2 hi = *(__local const uint2 *)(as + ((m + 8) * ${LD16} + k16 + 4 * t) / 2);
+                af[i][0] = lo.x; af[i][1] = hi.x; af[i][2] = lo.y; af[i][3] = hi.y;
+            }
+            #pragma unroll
+            for (int j = 0; j < ${NI}; j++) {
+                const int n = wn + j * 8 + g;
+                const uint2 v = *(__local const uint2 *)(bs + (n * ${LD16} + k16 + 4 * t) / 2);
+                bf[j][0] = v.x; bf[j][1] = v.y;
+            }
+            #pragma unroll
+            for (int i = 0; i < ${MI}; i++) {
+                #pragma unroll
+                for (int j = 0; j < ${NI}; j++) {
+                    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                        : "=f"(acc[i][j][0]), "=f"(acc[i][j][1]), "=f"(acc[i][j][2]), "=f"(acc[i][j][3])
+                        : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]),
+                          "r"(bf[j][0]), "r"(bf[j][1]),
+                          "f"(acc[i][j][0]), "f"(acc[i][j][1]), "f"(acc[i][j][2]), "f"(acc[i][j][3]));
+                }
+            }
+        }
+% else:
         #pragma unroll
         for (int k16 = 0; k16 < ${TK}; k16 += 16) {
             // af[i][s]: mma step s's A fragment of row block i (rows g, g + 8; slots q)
@@ -156,6 +215,7 @@ ${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGN
                 }
             }
         }
+% endif
         if (more) {
 % if STAGES == 1:
             barrier(CLK_LOCAL_MEM_FENCE);  // one buffer: every read of this tile is done
@@ -170,7 +230,7 @@ ${store("b", "b_next", LDB, B_CK, LOADS_B)}
 
     // epilogue: alpha * acc + beta * C_old + bias, then the activation; fragment value
     // e of (i, j) is row g (+8 for e >= 2), column 2t (+1 for odd e)
-    __global float *c_ptr = C + c_offset + z * stride_c;
+    __global ${C_T} *c_ptr = C + c_offset + z * stride_c;
     #pragma unroll
     for (int i = 0; i < ${MI}; i++) {
         #pragma unroll
@@ -178,7 +238,7 @@ ${store("b", "b_next", LDB, B_CK, LOADS_B)}
             const int m = a_d0 + wm + i * 16 + g + 8 * h;
             if (m >= M)
                 continue;
-            __global float *c_row = c_ptr + (ulong)m * ldc;
+            __global ${C_T} *c_row = c_ptr + (ulong)m * ldc;
 % if BIAS == "row":
             const float bias_m = bias[bias_offset + m];
 % endif
@@ -188,7 +248,7 @@ ${store("b", "b_next", LDB, B_CK, LOADS_B)}
                 for (int w = 0; w < 2; w++) {
                     const int n = b_d0 + wn + j * 8 + 2 * t + w;
                     if (n < N) {
-${tiles.store_c("acc[i][j][2 * h + w]", "n", BIAS, ACTIVATION)}
+${tiles.store_c("acc[i][j][2 * h + w]", "n", BIAS, ACTIVATION, C_T)}
                     }
                 }
             }

@@ -148,8 +148,9 @@ class Net:
         self._ready = True
 
     def _products(self):
-        # the layers' products: tf32 where asked, float32 otherwise (fp16 stores half and
-        # multiplies in float32)
+        # the layers' products: tf32 where asked, else float32. fp16 stores half and
+        # multiplies in float32: the FP16 tensor-core GEMM (Gemm precision "fp16") is
+        # slower than the float32 kernels on these nets' shapes (docs/benchmarks.md)
         return "tf32" if self._precision == "tf32" else "fp32"
 
     def _specs_of(self, d, in_specs, made):
