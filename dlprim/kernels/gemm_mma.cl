@@ -16,14 +16,17 @@
 # conflict-free); else K-major (stride TILE + 2, odd multiple of 2: the lanes' scalar
 # reads of rows 4t + 2s + q fall in distinct banks).
 # MMA "f16" (precision "fp16"): FP16 products instead, mma.sync m16n8k16 (f16 operands,
-# f32 accumulation): both operands are staged as halves in rows of K ([d][k], stride
-# TK + 8, whatever their layout in global memory), and within each 16 of K the fragment
-# slots (2t, 2t+1, 2t+8, 2t+9) take k = 4t .. 4t+3, so a lane reads its four values of
-# a row as one 8-byte word. A_T, B_T, C_T: the operands' storage (float or half).
+# f32 accumulation). Operands are staged as halves, each float4 of registers as one 8-byte
+# local store, in the layout they have in global memory: rows of K ([d][k], stride
+# TK + 8) for "CK", else K-major ([k][d], stride TILE + 8). Within each 16 of K the
+# fragment slots (2t, 2t+1, 2t+8, 2t+9) take k = 4t .. 4t+3, so a lane reads its four
+# values of a row of K as one 8-byte word, or, K-major, as four halves it pairs.
+# A_T, B_T, C_T: the operands' storage (float or half).
 MMA = context.get("MMA", "tf32")
 A_T, B_T, C_T = context.get("A_T", "float"), context.get("B_T", "float"), context.get("C_T", "float")
 F16 = MMA == "f16"
-LD16 = TILE_K + 8
+def ld16(CK, T):
+    return TILE_K + 8 if CK else T + 8
 TM, TN, TK = TILE_M, TILE_N, TILE_K
 WARPS = WARPS_M * WARPS_N
 THREADS = 32 * WARPS
@@ -37,7 +40,9 @@ LDA, LDB = lds(A_CK, TM), lds(B_CK, TN)
 SIZE_A = TM * LDA if A_CK else TK * LDA
 SIZE_B = TN * LDB if B_CK else TK * LDB
 if F16:  # halves, in units of uint (two per uint)
-    SIZE_A, SIZE_B = TM * LD16 // 2, TN * LD16 // 2
+    LDA16, LDB16 = ld16(A_CK, TM), ld16(B_CK, TN)
+    SIZE_A = (TM * LDA16 if A_CK else TK * LDA16) // 2
+    SIZE_B = (TN * LDB16 if B_CK else TK * LDB16) // 2
 LOADS_A = TM * TK // 4 // THREADS
 LOADS_B = TN * TK // 4 // THREADS
 %>
@@ -54,17 +59,17 @@ inline uint tf32(float x)
 
 <%def name="store(x, S, LD, CK, LOADS)">
     % if F16:
-    // registers -> local tile as halves, row d along k
+    // registers -> local tile as halves: four to a register, one 8-byte store
     % for r in range(LOADS):
     {
-        __local half *h = (__local half *)${S};
+        ushort4 bits;
+        vstore_half4_rte(${x}_reg[${r}], 0, (__private half *)&bits);
         % if CK:
-        vstore_half4_rte(${x}_reg[${r}], 0, h + ${x}_d[${r}] * ${LD16} + ${x}_k[${r}]);
+        const int at = ${x}_d[${r}] * ${LDA16 if x == "a" else LDB16} + ${x}_k[${r}];
         % else:
-        % for c in range(4):
-        vstore_half_rte(${x}_reg[${r}].s${c}, 0, h + (${x}_d[${r}] + ${c}) * ${LD16} + ${x}_k[${r}]);
-        % endfor
+        const int at = ${x}_k[${r}] * ${LDA16 if x == "a" else LDB16} + ${x}_d[${r}];
         % endif
+        *(__local ushort4 *)((__local ushort *)${S} + at) = bits;
     }
     % endfor
     % else:
@@ -83,6 +88,23 @@ inline uint tf32(float x)
     % endfor
     % endif
 </%def>
+
+<%def name="row_halves(S, d, CK, LD)">\
+## the halves k16 + 4t .. + 3 of row d of a staged operand, paired into a uint2
+% if CK:
+*(__local const uint2 *)(${S} + ((${d}) * ${LD} + k16 + 4 * t) / 2)\
+% else:
+k_major_halves((__local const ushort *)${S}, (k16 + 4 * t) * ${LD} + (${d}), ${LD})\
+% endif
+</%def>
+% if F16:
+// four halves of row d down a K-major tile (stride ld), paired for an mma fragment
+inline uint2 k_major_halves(__local const ushort *s, int at, int ld)
+{
+    return (uint2)((uint)s[at] | ((uint)s[at + ld] << 16),
+                   (uint)s[at + 2 * ld] | ((uint)s[at + 3 * ld] << 16));
+}
+% endif
 
 __kernel __attribute__((reqd_work_group_size(32, ${WARPS}, 1)))
 ${tiles.signature(A_T, B_T, C_T)}{
@@ -137,14 +159,14 @@ ${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGN
             #pragma unroll
             for (int i = 0; i < ${MI}; i++) {
                 const int m = wm + i * 16 + g;
-                const uint2 lo = *(__local const uint2 *)(as + (m * ${LD16} + k16 + 4 * t) / 2);
-                const uint2 hi = *(__local const uint2 *)(as + ((m + 8) * ${LD16} + k16 + 4 * t) / 2);
+                const uint2 lo = ${row_halves("as", "m", A_CK, LDA16)};
+                const uint2 hi = ${row_halves("as", "m + 8", A_CK, LDA16)};
                 af[i][0] = lo.x; af[i][1] = hi.x; af[i][2] = lo.y; af[i][3] = hi.y;
             }
             #pragma unroll
             for (int j = 0; j < ${NI}; j++) {
                 const int n = wn + j * 8 + g;
-                const uint2 v = *(__local const uint2 *)(bs + (n * ${LD16} + k16 + 4 * t) / 2);
+                const uint2 v = ${row_halves("bs", "n", B_CK, LDB16)};
                 bf[j][0] = v.x; bf[j][1] = v.y;
             }
             #pragma unroll

@@ -148,10 +148,10 @@ class Net:
         self._ready = True
 
     def _products(self):
-        # the layers' products: tf32 where asked, else float32. fp16 stores half and
-        # multiplies in float32: the FP16 tensor-core GEMM (Gemm precision "fp16") is
-        # slower than the float32 kernels on these nets' shapes (docs/benchmarks.md)
-        return "tf32" if self._precision == "tf32" else "fp32"
+        # the layers' products are the net's precision: fp16 multiplies on the FP16
+        # tensor-core GEMM where the device has one (the convolutions' own kernels and
+        # every other device: float32)
+        return self._precision
 
     def _specs_of(self, d, in_specs, made):
         """The output (shape, dtype)s of operator dict ``d`` on ``in_specs``, its layer set
