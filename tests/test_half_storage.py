@@ -266,3 +266,24 @@ def test_predict_of_an_fp16_net(ctx):
     out = {p: dp.Net(ctx, small_cnn(), mode="train", precision=p, seed=1).predict(data=x)
            for p in ("fp32", "fp16")}
     near(out["fp16"]["fc"], out["fp32"]["fc"], 2e-3, "logits")
+
+
+def test_fp16_transformer_gradients_match_fp32(ctx):
+    """A small GPT (Embedding, LayerNorm, attention, Linears, residual adds,
+    int64 tokens): the Casts around the layers that stay float32 keep its gradients."""
+    from dlprim import models
+    graph = models.gpt(vocab=17, context=12, layers=2, heads=2, dim=16, batch=3).to_dict()
+    rng = np.random.default_rng(0)
+    feeds = {i["name"]: rng.integers(0, 17, i["shape"]).astype(np.int64)
+             for i in graph["inputs"]}
+    grads, losses = {}, {}
+    for precision in ("fp32", "fp16"):
+        net = dp.Net(ctx, graph, mode="train", precision=precision, seed=0)
+        losses[precision] = net(**feeds)["loss"]
+        net.backward()
+        scale = net.loss_scale.scale if net.loss_scale else 1.0
+        grads[precision] = {k: v.to_host() / scale for k, v in net.grads.items()}
+    np.testing.assert_allclose(losses["fp16"], losses["fp32"], rtol=1e-3)
+    for name, ref in grads["fp32"].items():
+        err = np.linalg.norm(grads["fp16"][name] - ref) / max(np.linalg.norm(ref), 1e-12)
+        assert err < 5e-3, "%s: relative error %.3g" % (name, err)
