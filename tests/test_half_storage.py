@@ -53,6 +53,9 @@ LAYERS = [
     ("InnerProduct", dict(outputs=6, bias=False), [(70, 300)]),
     ("MatMul", dict(transpose_b=True, alpha=0.5), [(2, 3, 17, 9), (2, 3, 13, 9)]),
     ("MatMul", {}, [(4, 17, 9), (9, 5)]),  # B's gradient summed over the batch
+    ("LayerNorm", {}, [(2, 5, 33)]),
+    ("RMSNorm", dict(normalized_dims=2), [(2, 5, 33)]),
+    ("GroupNorm", dict(groups=2), [(2, 6, 5, 3)]),
 ]
 
 

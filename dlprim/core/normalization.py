@@ -43,9 +43,12 @@ def default_kernels(facts, rows):
 
 
 class GroupNormOps:
-    """The launchers of one normalisation over ``shape`` = (N, G, K, S)."""
+    """The launchers of one normalisation over ``shape`` = (N, G, K, S); ``dtype``: the
+    storage of x, y and their gradients (float32 or float16; statistics and parameters
+    float32)."""
 
-    def __init__(self, ctx, shape, eps, affine=True, bias=True, rms=False, kernels=None):
+    def __init__(self, ctx, shape, eps, affine=True, bias=True, rms=False, kernels=None,
+                 dtype=F):
         self.ctx = ctx
         self.shape = tuple(int(v) for v in shape)
         if len(self.shape) != 4:
@@ -66,9 +69,10 @@ class GroupNormOps:
         self.kernels = kernels
         if kernels == "rows":
             self.wg = row_work_group(ctx, k)
+            extra = dict(ACT_T="half") if np.dtype(dtype) == np.float16 else {}
             self.rows_prg = program.get(ctx, "normalization", RMS=int(self.rms),
-                                        AFFINE=int(self.affine), BIAS=int(self.bias))
-        full, stat, chan = (self.shape, F), ((n, g, 1, 1), F), ((1, g, k, 1), F)
+                                        AFFINE=int(self.affine), BIAS=int(self.bias), **extra)
+        full, stat, chan = (self.shape, np.dtype(dtype)), ((n, g, 1, 1), F), ((1, g, k, 1), F)
         self._full, self._stat, self._chan = full, stat, chan
         centred = "x0" if self.rms else "(x0 - x1)"
         self._mean = PointwiseBroadcastReduce(ctx, [full], [stat], "y0 = x0;", name="norm_mean")

@@ -27,6 +27,7 @@ class _Normalization(Layer):
     BACKWARD_READS_INPUTS = True
     RMS = False
     BIAS = True
+    HALF_STORAGE = "follows"
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
@@ -48,13 +49,13 @@ class _Normalization(Layer):
         view, param_shape = self.view_of(spec.shape)
         self.view = view
         self.ops = GroupNormOps(self.ctx, view, self.eps, self.affine, bias=self.BIAS,
-                                rms=self.RMS)
+                                rms=self.RMS, dtype=spec.dtype)
         stats = view[0] * view[1]
         params = [ParamSpec(param_shape)] * self.affine + \
             [ParamSpec(param_shape)] * (self.affine and self.BIAS)
         saved = [TensorSpec((stats,)), TensorSpec((stats,))] if self.mode == TRAIN else []
         # predict mode keeps mean and 1/std in the workspace; backward takes two sums there
-        return Setup([TensorSpec(spec.shape)], params, 4 * 4 * stats, saved)
+        return Setup([TensorSpec(spec.shape, spec.dtype)], params, 4 * 4 * stats, saved)
 
     def init_params(self, params, rng):
         for p, value in zip(params, (1.0, 0.0)):
