@@ -73,7 +73,7 @@
         for (int i = 0; i < ${A_PER}; i++) {
             const int m = m0 + tid / ${TK} + i * ${WG // TK};
             const int kk = ${k0} + tid % ${TK};
-            a_ld[i] = (m < GEMM_M && kk < k_end) ? LD_${A_T}(a, m * GEMM_K + kk) : 0.0f;
+            a_ld[i] = (m < GEMM_M && kk < k_end) ? RAW_${A_T}(a, m * GEMM_K + kk) : (REG_${A_T})0;
         }
         for (int i = 0; i < ${B_PER}; i++) {
             const int kk = ${k0} + tid / ${TN} + i * ${WG // TN};
@@ -81,7 +81,7 @@
             const int r = rs / KW, s = rs - r * KW;
             const int ih = ih0 + r * DH, iw = iw0 + s * DW;
             const bool ok = n_ok && kk < k_end && ih >= 0 && ih < IN_H && iw >= 0 && iw < IN_W;
-            b_ld[i] = ok ? LD_${B_T}(b, x_base + (c * IN_H + ih) * IN_W + iw) : 0.0f;
+            b_ld[i] = ok ? RAW_${B_T}(b, x_base + (c * IN_H + ih) * IN_W + iw) : (REG_${B_T})0;
         }
 % elif MODE == "backward_data" and PHASES:
         for (int i = 0; i < ${A_PER}; i++) {
@@ -89,21 +89,21 @@
             const int kk = ${k0} + tid / ${TM} + i * ${WG // TM};
             const int k = kk / (rh * rw), rs = kk - k * (rh * rw);
             const int r = r0 + (rs / rw) * SH, s = s0 + (rs % rw) * SW;
-            a_ld[i] = (m < GEMM_M && kk < k_end) ? LD_${A_T}(a, (k * CG + m) * KHW + r * KW + s) : 0.0f;
+            a_ld[i] = (m < GEMM_M && kk < k_end) ? RAW_${A_T}(a, (k * CG + m) * KHW + r * KW + s) : (REG_${A_T})0;
         }
         for (int i = 0; i < ${B_PER}; i++) {
             const int kk = ${k0} + tid / ${TN} + i * ${WG // TN};
             const int k = kk / (rh * rw), rs = kk - k * (rh * rw);
             const int oh = oh0 - rs / rw, ow = ow0 - rs % rw;
             const bool ok = n_ok && kk < k_end && oh >= 0 && oh < OUT_H && ow >= 0 && ow < OUT_W;
-            b_ld[i] = ok ? LD_${B_T}(b, dy_base + (k * OUT_H + oh) * OUT_W + ow) : 0.0f;
+            b_ld[i] = ok ? RAW_${B_T}(b, dy_base + (k * OUT_H + oh) * OUT_W + ow) : (REG_${B_T})0;
         }
 % elif MODE == "backward_data":
         for (int i = 0; i < ${A_PER}; i++) {
             const int m = m0 + tid % ${TM};
             const int kk = ${k0} + tid / ${TM} + i * ${WG // TM};
             const int k = kk / KHW, rs = kk - k * KHW;
-            a_ld[i] = (m < GEMM_M && kk < k_end) ? LD_${A_T}(a, (k * CG + m) * KHW + rs) : 0.0f;
+            a_ld[i] = (m < GEMM_M && kk < k_end) ? RAW_${A_T}(a, (k * CG + m) * KHW + rs) : (REG_${A_T})0;
         }
         for (int i = 0; i < ${B_PER}; i++) {
             const int kk = ${k0} + tid / ${TN} + i * ${WG // TN};
@@ -113,7 +113,7 @@
             bool ok = n_ok && kk < k_end && th >= 0 && tw >= 0;
             const int oh = ok ? th / SH : 0, ow = ok ? tw / SW : 0;
             ok = ok && oh * SH == th && ow * SW == tw && oh < OUT_H && ow < OUT_W;
-            b_ld[i] = ok ? LD_${B_T}(b, dy_base + (k * OUT_H + oh) * OUT_W + ow) : 0.0f;
+            b_ld[i] = ok ? RAW_${B_T}(b, dy_base + (k * OUT_H + oh) * OUT_W + ow) : (REG_${B_T})0;
         }
 % else:
         // the reduction index (b, oh, ow) is shared by this work-item's A and B loads
@@ -123,7 +123,7 @@
         const int ohk = pk / OUT_W, owk = pk - ohk * OUT_W;
         for (int i = 0; i < ${A_PER}; i++) {
             const int m = m0 + tid / ${TK} + i * ${WG // TK};
-            a_ld[i] = (m < GEMM_M && k_ok) ? LD_${A_T}(a, (bk * OUT_C + g * KG + m) * OUT_HW + pk) : 0.0f;
+            a_ld[i] = (m < GEMM_M && k_ok) ? RAW_${A_T}(a, (bk * OUT_C + g * KG + m) * OUT_HW + pk) : (REG_${A_T})0;
         }
         for (int i = 0; i < ${B_PER}; i++) {
             const int n = n0 + tid / ${TK} + i * ${WG // TK};
@@ -131,7 +131,7 @@
             const int r = rs / KW, s = rs - r * KW;
             const int ih = ohk * SH - PH + r * DH, iw = owk * SW - PW + s * DW;
             const bool ok = k_ok && n < GEMM_N && ih >= 0 && ih < IN_H && iw >= 0 && iw < IN_W;
-            b_ld[i] = ok ? LD_${B_T}(b, ((bk * IN_C + g * CG + c) * IN_H + ih) * IN_W + iw) : 0.0f;
+            b_ld[i] = ok ? RAW_${B_T}(b, ((bk * IN_C + g * CG + c) * IN_H + ih) * IN_W + iw) : (REG_${B_T})0;
         }
 % endif
     }
@@ -210,7 +210,8 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     out += g * KG * GEMM_N;                       // dW rows of this group
 % endif
 
-    float a_ld[${A_PER}], b_ld[${B_PER}];
+    REG_${A_T} a_ld[${A_PER}];  // raw bits until they are stored to local memory
+    REG_${B_T} b_ld[${B_PER}];
     float acc[${WM}][${WN}];
     for (int i = 0; i < ${WM}; i++)
         for (int j = 0; j < ${WN}; j++)
@@ -222,15 +223,15 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int i = 0; i < ${A_PER}; i++)
 % if MODE == "backward_data":
-            As[tid / ${TM} + i * ${WG // TM}][tid % ${TM}] = a_ld[i];
+            As[tid / ${TM} + i * ${WG // TM}][tid % ${TM}] = WIDEN_${A_T}(a_ld[i]);
 % else:
-            As[tid % ${TK}][tid / ${TK} + i * ${WG // TK}] = a_ld[i];
+            As[tid % ${TK}][tid / ${TK} + i * ${WG // TK}] = WIDEN_${A_T}(a_ld[i]);
 % endif
         for (int i = 0; i < ${B_PER}; i++)
 % if MODE == "backward_filter":
-            Bs[tid % ${TK}][tid / ${TK} + i * ${WG // TK}] = b_ld[i];
+            Bs[tid % ${TK}][tid / ${TK} + i * ${WG // TK}] = WIDEN_${B_T}(b_ld[i]);
 % else:
-            Bs[tid / ${TN} + i * ${WG // TN}][tid % ${TN}] = b_ld[i];
+            Bs[tid / ${TN} + i * ${WG // TN}][tid % ${TN}] = WIDEN_${B_T}(b_ld[i]);
 % endif
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k0 + ${TK} < k_end)

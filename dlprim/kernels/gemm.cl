@@ -24,19 +24,20 @@ def tile_vectors(TD):
 NV_A, LOADS_A = tile_vectors(TILE_M)
 NV_B, LOADS_B = tile_vectors(TILE_N)
 %>
-<%def name="store(x, XS, LDS, CK, NV, LOADS)">
-    // registers -> local tile, stored k-major: ${XS}[k][d]
+<%def name="store(x, XS, LDS, CK, NV, LOADS, T)">
+    // registers -> local tile, stored k-major: ${XS}[k][d] (half widened here)
     % for r in range(LOADS):
         % if NV % THREADS:
     if (lid + ${r * THREADS} < ${NV})
         % endif
     {
+        const float4 v = ${tiles.widened4("%s_reg[%d]" % (x, r), T)};
         % if CK:
             % for c in range(4):
-        ${XS}[(${x}_k[${r}] + ${c}) * ${LDS} + ${x}_d[${r}]] = ${x}_reg[${r}].s${c};
+        ${XS}[(${x}_k[${r}] + ${c}) * ${LDS} + ${x}_d[${r}]] = v.s${c};
             % endfor
         % else:
-        *(__local float4 *)(${XS} + ${x}_k[${r}] * ${LDS} + ${x}_d[${r}]) = ${x}_reg[${r}];
+        *(__local float4 *)(${XS} + ${x}_k[${r}] * ${LDS} + ${x}_d[${r}]) = v;
         % endif
     }
     % endfor
@@ -66,7 +67,8 @@ ${tiles.signature(A_T, B_T, C_T)}{
 ${tiles.tile_origin(GROUP, TILE_M, TILE_N, A_CK, B_CK, A_T, B_T)}
 ${tiles.positions("a", TILE_M, TILE_K, A_CK, LOADS_A, THREADS, "lda")}
 ${tiles.positions("b", TILE_N, TILE_K, B_CK, LOADS_B, THREADS, "ldb")}
-    float4 a_reg[${LOADS_A}], b_reg[${LOADS_B}];
+    ${tiles.reg4(A_T)} a_reg[${LOADS_A}];
+    ${tiles.reg4(B_T)} b_reg[${LOADS_B}];
     float acc[${BLOCK_M}][${BLOCK_N}];
     #pragma unroll
     for (int i = 0; i < ${BLOCK_M}; i++) {
@@ -82,8 +84,8 @@ ${tiles.positions("b", TILE_N, TILE_K, B_CK, LOADS_B, THREADS, "ldb")}
     if (tiles_k > 0) {
 ${tiles.load("a", "a_ptr", A_CK, NV_A, LOADS_A, THREADS, "M", ALIGNED_A, A_T)}
 ${tiles.load("b", "b_ptr", B_CK, NV_B, LOADS_B, THREADS, "N", ALIGNED_B, B_T)}
-${store("a", "a_local", LDS_A, A_CK, NV_A, LOADS_A)}
-${store("b", "b_local", LDS_B, B_CK, NV_B, LOADS_B)}
+${store("a", "a_local", LDS_A, A_CK, NV_A, LOADS_A, A_T)}
+${store("b", "b_local", LDS_B, B_CK, NV_B, LOADS_B, B_T)}
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -115,8 +117,8 @@ ${fetch("b", "b_s", LDS_B, BLOCK_N, WG_N, "tx")}
         if (more) {
             __local float *a_next = a_local + ((t + 1) & 1) * ${TILE_K * LDS_A};
             __local float *b_next = b_local + ((t + 1) & 1) * ${TILE_K * LDS_B};
-${store("a", "a_next", LDS_A, A_CK, NV_A, LOADS_A)}
-${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B)}
+${store("a", "a_next", LDS_A, A_CK, NV_A, LOADS_A, A_T)}
+${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B, B_T)}
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }

@@ -39,8 +39,8 @@ def lds(CK, T):
 LDA, LDB = lds(A_CK, TM), lds(B_CK, TN)
 SIZE_A = TM * LDA if A_CK else TK * LDA
 SIZE_B = TN * LDB if B_CK else TK * LDB
+LDA16, LDB16 = ld16(A_CK, TM), ld16(B_CK, TN)
 if F16:  # halves, in units of uint (two per uint)
-    LDA16, LDB16 = ld16(A_CK, TM), ld16(B_CK, TN)
     SIZE_A = (TM * LDA16 if A_CK else TK * LDA16) // 2
     SIZE_B = (TN * LDB16 if B_CK else TK * LDB16) // 2
 LOADS_A = TM * TK // 4 // THREADS
@@ -58,12 +58,17 @@ inline uint tf32(float x)
 }
 
 <%def name="store(x, S, LD, CK, LOADS)">
+<% T = A_T if x == "a" else B_T %>\
     % if F16:
     // registers -> local tile as halves: four to a register, one 8-byte store
     % for r in range(LOADS):
     {
+        % if T == "half":
+        const ushort4 bits = ${x}_reg[${r}];  // already half: the bits go as they are
+        % else:
         ushort4 bits;
         vstore_half4_rte(${x}_reg[${r}], 0, (__private half *)&bits);
+        % endif
         % if CK:
         const int at = ${x}_d[${r}] * ${LDA16 if x == "a" else LDB16} + ${x}_k[${r}];
         % else:
@@ -76,8 +81,8 @@ inline uint tf32(float x)
     // registers -> local tile, rounded to TF32
     % for r in range(LOADS):
     {
-        uint4 v = (uint4)(tf32(${x}_reg[${r}].s0), tf32(${x}_reg[${r}].s1),
-                          tf32(${x}_reg[${r}].s2), tf32(${x}_reg[${r}].s3));
+        const float4 w = ${tiles.widened4("%s_reg[%d]" % (x, r), T)};
+        uint4 v = (uint4)(tf32(w.s0), tf32(w.s1), tf32(w.s2), tf32(w.s3));
         % if CK:
         *(__local uint4 *)(${S} + ${x}_d[${r}] * ${LD} + ${x}_k[${r}]) = v;
         % else:
@@ -118,7 +123,8 @@ ${tiles.signature(A_T, B_T, C_T)}{
 ${tiles.tile_origin(GROUP, TM, TN, A_CK, B_CK, A_T, B_T)}
 ${tiles.positions("a", TM, TK, A_CK, LOADS_A, THREADS, "lda")}
 ${tiles.positions("b", TN, TK, B_CK, LOADS_B, THREADS, "ldb")}
-    float4 a_reg[${LOADS_A}], b_reg[${LOADS_B}];
+    ${tiles.reg4(A_T)} a_reg[${LOADS_A}];
+    ${tiles.reg4(B_T)} b_reg[${LOADS_B}];
     float acc[${MI}][${NI}][4];
     #pragma unroll
     for (int i = 0; i < ${MI}; i++) {

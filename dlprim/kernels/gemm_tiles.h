@@ -41,9 +41,14 @@
     % endfor
 </%def>
 
+## the registers' type for an operand of storage T: float4, or ushort4 of raw half bits
+## (widened where they are stored to local memory: reg4/widened4, common.h says why)
+<%def name="reg4(T)">${"ushort4" if T == "half" else "float4"}</%def>
+<%def name="widened4(v, T)">${"half_bits4(%s)" % v if T == "half" else v}</%def>
+
 ## global -> registers x_reg; the guarded path (not full_x) zero-fills whatever lies
 ## outside the matrix (D rows, K); NV pieces in all (items past NV load nothing); T: the
-## operand's storage (half is widened to float as it loads)
+## operand's storage (half stays raw bits in x_reg, see reg4)
 <%def name="load(x, X, CK, NV, LOADS, THREADS, D, ALIGNED, T='float')">
     // global -> registers; the guarded path zero-fills whatever lies outside the matrix
     if (full_${x}) {
@@ -52,9 +57,9 @@
         if (lid + ${r * THREADS} < ${NV})
         % endif
         % if T == "half" and ALIGNED:
-        ${x}_reg[${r}] = load_half4_aligned(${X} + ${x}_off[${r}]);
+        ${x}_reg[${r}] = *(__global const ushort4 *)(${X} + ${x}_off[${r}]);
         % elif T == "half":
-        ${x}_reg[${r}] = vload_half4(0, ${X} + ${x}_off[${r}]);
+        ${x}_reg[${r}] = vload4(0, (__global const ushort *)(${X} + ${x}_off[${r}]));
         % elif ALIGNED:
         ${x}_reg[${r}] = *(__global const float4 *)(${X} + ${x}_off[${r}]);
         % else:
@@ -72,7 +77,7 @@
         if NV % THREADS:
             inside = "lid + %d < %d && " % (r * THREADS, NV) + inside
         %>
-        ${x}_reg[${r}].s${c} = (${inside}) ? LD_${T}(${X}, ${x}_off[${r}] + ${c}) : 0.0f;
+        ${x}_reg[${r}].s${c} = (${inside}) ? RAW_${T}(${X}, ${x}_off[${r}] + ${c}) : (REG_${T})0;
         % endfor
     % endfor
     }
