@@ -83,6 +83,8 @@ class ExportGraph:
 
 def _value_info(helper, name, shape, dtype):
     from onnx import helper as h
+    if np.dtype(dtype) == np.float16:  # a half activation of an fp16 net: the export is float32
+        dtype = np.float32
     elem = h.np_dtype_to_tensor_dtype(np.dtype(dtype))
     return helper.make_tensor_value_info(name, elem, list(shape))
 

@@ -191,6 +191,13 @@ def dropout(e, op, layer, ins, outs, params):
     e.node("Identity", ins, outs, op.name)
 
 
+@exports("Cast")
+def cast(e, op, layer, ins, outs, params):
+    # a net of precision "fp16" exports as the float32 model it trains (ONNX's Conv and
+    # Gemm want one type for data and weights): its Casts change nothing there
+    e.node("Identity", ins, outs, op.name)
+
+
 @exports("Parameter")
 def parameter(e, op, layer, ins, outs, params):
     e.node("Identity", params, outs, op.name)
