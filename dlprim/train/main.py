@@ -7,6 +7,7 @@ training on any rank aborts the whole job (MPI_Abort) rather than leave the othe
 waiting; docs/distributed.md.
 """
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -55,21 +56,23 @@ def example_config(name):
 def _console_logging(quiet=False):
     """dlprim's log records (the epoch lines, warnings) on the console, as plain lines;
     ``quiet`` (ranks other than 0, which report for all): warnings and errors only."""
-    import logging
     logger = logging.getLogger("dlprim")
     if not any(isinstance(h, _Console) for h in logger.handlers):
         logger.addHandler(_Console())
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
 
 
-class _Console(__import__("logging").Handler):
-    """Each record as a line on the current sys.stdout (looked up at every record, so a
-    redirected stdout gets it)."""
+class _Console(logging.Handler):
+    """Each record as a line: the epoch lines (INFO) on the current sys.stdout, warnings
+    and errors on sys.stderr, so output a program writes to stdout (dlprim-predict's JSON,
+    in the same process) stays clean; both looked up at every record, so redirected
+    streams get them."""
 
     def emit(self, record):
         try:
-            sys.stdout.write(self.format(record) + "\n")
-            sys.stdout.flush()
+            stream = sys.stderr if record.levelno >= logging.WARNING else sys.stdout
+            stream.write(self.format(record) + "\n")
+            stream.flush()
         except Exception:  # a logging handler must not raise
             self.handleError(record)
 
