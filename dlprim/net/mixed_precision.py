@@ -38,9 +38,10 @@ HALF, FLOAT = np.dtype(np.float16), np.dtype(np.float32)
 def with_casts(graph, half_storage, specs_of):
     """The graph's dict with Cast operators where storage types meet (module docstring).
 
-    ``half_storage(type)``: the layer type's HALF_STORAGE; ``specs_of(op_dict, in_specs)``:
-    the (shape, dtype) of each output of an operator given (shape, dtype) of its inputs
-    (its layer set up on them), asked in graph order.
+    ``half_storage(type)``: the layer type's HALF_STORAGE; ``specs_of(op, in_specs)``: the
+    (shape, dtype) of each output of operator ``op`` (an OpDef of ``graph``; its Casts
+    write the names they read, so its inputs keep their names) given (shape, dtype) of its
+    inputs, asked in graph order.
     """
     current = {name: (tuple(shape), np.dtype(DTYPES[dtype]))
                for name, (shape, dtype, _) in graph.inputs.items()}
@@ -57,9 +58,8 @@ def with_casts(graph, half_storage, specs_of):
             ops.append({"name": cast, "type": "Cast", "inputs": [n], "outputs": [n],
                         "options": {"dtype": want.name}})
             current[n] = (shape, want)
-        d = op.to_dict()
-        ops.append(d)
-        for n, (shape, dtype) in zip(op.outputs, specs_of(d, [current[n] for n in op.inputs])):
+        ops.append(op.to_dict())
+        for n, (shape, dtype) in zip(op.outputs, specs_of(op, [current[n] for n in op.inputs])):
             current[n] = (tuple(shape), np.dtype(dtype))
     out = graph.to_dict()
     out["operators"] = ops

@@ -120,24 +120,30 @@ class Net:
         """
         if self.graph is None:
             raise GraphError("setup: no graph loaded (call load_from_json first)")
-        made = {}
+        made = {}  # fp16: operator name -> (its layer, set up by the Cast placement, Setup)
         if self._precision == "fp16":
             self.graph = load_graph(with_casts(self.graph, _half_storage,
-                                               lambda d, specs: self._specs_of(d, specs, made)))
+                                               lambda op, specs: self._specs_of(op, specs, made)))
             self._handles = {}
         g = self.graph
-        self.layers = [made.get(op.name) or
+        self.layers = [made[op.name][0] if op.name in made else
                        _layers.create(self.ctx, op.type, op.name, op.options, len(op.outputs))
                        for op in g.ops]
         for layer in self.layers:
             layer.mode = self._mode  # some layers check shapes per mode in setup
-            layer.precision = self._products()
+            # the products (fp16: FP16 tensor-core GEMMs where the device has them)
+            layer.precision = self._precision
         for name, (shape, dtype, _) in g.inputs.items():
             v = g.values[g.input_values[name]]
             v.shape, v.dtype = shape, as_dtype(dtype)
         self._setups = []
         for op, layer in zip(g.ops, self.layers):
-            self._setups.append(self._setup_layer(op, layer))
+            if op.name in made:  # set up on these very inputs already: its outputs' specs
+                result = made[op.name][1]
+                self._set_outputs(op, layer, result.outputs)
+            else:
+                result = self._setup_layer(op, layer)
+            self._setups.append(result)
         self._setups_mode = self._mode
         specs = [list(st.params) for st in self._setups]
         self.store = (ParamStore(self.ctx, g.ops, specs) if self._shared_params is None
@@ -147,20 +153,13 @@ class Net:
         self._plan()
         self._ready = True
 
-    def _products(self):
-        # the layers' products are the net's precision: fp16 multiplies on the FP16
-        # tensor-core GEMM where the device has one (the convolutions' own kernels and
-        # every other device: float32)
-        return self._precision
-
-    def _specs_of(self, d, in_specs, made):
-        """The output (shape, dtype)s of operator dict ``d`` on ``in_specs``, its layer set
-        up (kept in ``made`` by name for the net to use); for ``with_casts``."""
-        op = _OpStub(d)
-        layer = made[op.name] = _layers.create(self.ctx, op.type, op.name, op.options,
-                                               len(op.outputs))
-        layer.mode, layer.precision = self._mode, self._products()
+    def _specs_of(self, op, in_specs, made):
+        """The output (shape, dtype)s of operator ``op`` on ``in_specs``: its layer set up
+        on them, kept with its Setup in ``made`` for the net to use; for ``with_casts``."""
+        layer = _layers.create(self.ctx, op.type, op.name, op.options, len(op.outputs))
+        layer.mode, layer.precision = self._mode, self._precision
         result = _call_layer(layer, op, "setup", [TensorSpec(s, dt) for s, dt in in_specs])
+        made[op.name] = (layer, result)
         return [(spec.shape, spec.dtype) for spec in result.outputs]
 
     def _setup_layer(self, op, layer):
@@ -544,14 +543,6 @@ def _model_graph(graph, input_shape, loss):
 def _half_storage(type_name):
     cls = _layers.REGISTRY.get(type_name)
     return "none" if cls is None else cls.HALF_STORAGE
-
-
-class _OpStub:
-    """What ``_call_layer`` reads of an operator, from its JSON dict."""
-
-    def __init__(self, d):
-        self.name, self.type = d["name"], d["type"]
-        self.options, self.outputs = d.get("options") or {}, d["outputs"]
 
 
 def _call_layer(layer, op, method, arg):
