@@ -157,15 +157,9 @@ class Gemm:
                                ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, TILE_M=t["TILE_M"],
                                TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
                                WARPS_M=tuning.MMA_WARPS[0], WARPS_N=tuning.MMA_WARPS[1],
-                               STAGES=tuning.MMA_STAGES, **self._mma_extra(epilogue))
-        if self.half:
-            # C is the float32 workspace in split-K's first pass
-            a_t, b_t, c_t = (cl_type(d) for d in self.dtypes)
-            return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a),
-                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
-                               ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
-                               ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0,
-                               A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float", **self.tile)
+                               STAGES=tuning.MMA_STAGES, **self._types(epilogue),
+                               **(dict(MMA="f16") if self.precision == "fp16" else {}))
+        # half operands always have a tile of the tiled template (tuning.half_tile)
         if self.small_m:
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
@@ -182,16 +176,17 @@ class Gemm:
         return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
                            BIAS=bias, ACTIVATION=act,
                            ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
-                           ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0, **self.tile)
+                           ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0,
+                           **self._types(epilogue), **self.tile)
 
-    def _mma_extra(self, epilogue):
-        """gemm_mma.cl's parameters beyond TF32 on float32 operands (none for that one, so
-        its programs keep their cache entries)."""
-        extra = dict(MMA="f16") if self.precision == "fp16" else {}
-        if self.half:
-            a_t, b_t, c_t = (cl_type(d) for d in self.dtypes)
-            extra.update(A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float")
-        return extra
+    def _types(self, epilogue=True):
+        """The templates' A_T, B_T, C_T where an operand is half (none where all are float32,
+        so those programs keep their cache entries); C is the float32 workspace in split-K's
+        first pass (``epilogue=False``)."""
+        if not self.half:
+            return {}
+        a_t, b_t, c_t = (cl_type(d) for d in self.dtypes)
+        return dict(A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float")
 
     def _reduce_program(self):
         extra = dict(C_T="half") if self.dtypes[2] == np.float16 else {}
