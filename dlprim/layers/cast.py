@@ -36,7 +36,7 @@ class Cast(Layer):
             self.fail("input dtype %s: only float32 and float16 convert" % spec.dtype.name)
         src, dst = (spec.shape, spec.dtype), (spec.shape, self.dtype)
         self._fwd = PointwiseBroadcast(self.ctx, [src], [dst], "y0 = x0;", name="cast")
-        self._bwd = PointwiseBroadcast(self.ctx, [dst], [src], "y0 = x0;", name="cast")
+        self._bwd = None  # built on first use: a net that only predicts needs none
         return Setup([TensorSpec(spec.shape, self.dtype)], flags=self.default_flags())
 
     def forward(self, x, y, params, ws, saved):
@@ -45,4 +45,9 @@ class Cast(Layer):
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
+        if self._bwd is None:
+            shape = self.in_specs[0].shape
+            self._bwd = PointwiseBroadcast(self.ctx, [(shape, self.dtype)],
+                                           [(shape, self.in_specs[0].dtype)], "y0 = x0;",
+                                           name="cast")
         return self._bwd.launches([dy[0]], [dx[0]], beta=float(accumulate[0]))
