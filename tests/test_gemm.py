@@ -492,40 +492,14 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
     assert "m16n8k8" not in src and "__global const half *A" in src
 
 
-@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
-def test_tf32_matches_float64(ctx, rng, trans_a, trans_b):
-    # edges of the 128x128 tile and of K's 16, batches, split-K, beta, bias, activation;
-    # TF32 rounds each operand to 11 significant bits
+def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes, tolerance):
+    """The tensor-core kernel of ``precision`` over the edges of the 128x128 tile and of
+    K's 16, batches, split-K, beta, bias and activation, operands and C stored as
+    ``dtypes``, against float64 within ``tolerance`` of the largest value."""
     from dlprim.core.gemm import tensor_cores
-    if not tensor_cores(ctx):
-        pytest.skip("no tensor cores this runtime drives on %s" % ctx.facts.name)
-    for M, N, K, batch, split in ((1, 1, 1, 1, None), (130, 136, 40, 2, None),
-                                  (257, 129, 300, 1, 3), (64, 1000, 2048, 1, None)):
-        a = rng.standard_normal((batch, K, M) if trans_a else (batch, M, K))
-        b = rng.standard_normal((batch, N, K) if trans_b else (batch, K, N))
-        c, bias = rng.standard_normal((batch, M, N)), rng.standard_normal(N)
-        op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="col", activation="relu", batch=batch,
-                  split_k=split, precision="tf32")
-        assert op.mma
-        C = t(ctx, c)
-        op(t(ctx, a), t(ctx, b), C, bias=t(ctx, bias), alpha=0.5, beta=0.25,
-           stride_a=a[0].size, stride_b=b[0].size, stride_c=M * N)
-        A = a.transpose(0, 2, 1) if trans_a else a
-        B = b.transpose(0, 2, 1) if trans_b else b
-        want = np.maximum(0.5 * A @ B + 0.25 * c + bias, 0)
-        err = np.abs(C.numpy() - want).max() / np.abs(want).max()
-        assert err < 2e-3, (M, N, K, err)
-
-
-@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
-@pytest.mark.parametrize("dtypes", [("float32",) * 3, ("float16", "float32", "float16"),
-                                    ("float16", "float16", "float32")])
-def test_fp16_tensor_cores_match_float64(ctx, rng, trans_a, trans_b, dtypes):
-    # precision "fp16": FP16 products (operands rounded to 11 significant bits and to
-    # half's range), float32 sums; operands and C stored as float32 or half
-    from dlprim.core.gemm import tensor_cores
-    if not tensor_cores(ctx, "fp16"):
-        pytest.skip("no FP16 tensor cores this runtime drives on %s" % ctx.facts.name)
+    if not tensor_cores(ctx, precision):
+        pytest.skip("no %s tensor cores this runtime drives on %s"
+                    % (precision.upper(), ctx.facts.name))
     for M, N, K, batch, split in ((1, 1, 1, 1, None), (130, 136, 40, 2, None),
                                   (257, 129, 300, 1, 3), (64, 1000, 2048, 1, None)):
         a = rng.standard_normal((batch, K, M) if trans_a else (batch, M, K))
@@ -533,7 +507,7 @@ def test_fp16_tensor_cores_match_float64(ctx, rng, trans_a, trans_b, dtypes):
         c, bias = rng.standard_normal((batch, M, N)), rng.standard_normal(N)
         a, b, c = (x.astype(d).astype(np.float64) for x, d in zip((a, b, c), dtypes))
         op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="col", activation="relu", batch=batch,
-                  split_k=split, precision="fp16", dtypes=dtypes)
+                  split_k=split, precision=precision, dtypes=dtypes)
         assert op.mma
         C = dp.Tensor.from_numpy(ctx, c.astype(dtypes[2]))
         op(dp.Tensor.from_numpy(ctx, a.astype(dtypes[0])),
@@ -544,4 +518,19 @@ def test_fp16_tensor_cores_match_float64(ctx, rng, trans_a, trans_b, dtypes):
         B = b.transpose(0, 2, 1) if trans_b else b
         want = np.maximum(0.5 * A @ B + 0.25 * c + bias, 0)
         err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
-        assert err < 3e-3, (M, N, K, dtypes, err)
+        assert err < tolerance, (M, N, K, dtypes, err)
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_tf32_matches_float64(ctx, rng, trans_a, trans_b):
+    # TF32 rounds each operand to 11 significant bits
+    _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, "tf32", ("float32",) * 3, 2e-3)
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("dtypes", [("float32",) * 3, ("float16", "float32", "float16"),
+                                    ("float16", "float16", "float32")])
+def test_fp16_tensor_cores_match_float64(ctx, rng, trans_a, trans_b, dtypes):
+    # precision "fp16": FP16 products (operands rounded to 11 significant bits and to
+    # half's range), float32 sums; operands and C stored as float32 or half
+    _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, "fp16", dtypes, 3e-3)
