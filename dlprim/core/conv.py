@@ -22,9 +22,10 @@ or forced for testing:
 
 Tensors are NCHW float32, or float16 activations (``dtype``: x, y and their gradients
 stored as half, the weights, bias and sums float32) on the gemm, Winograd and depthwise
-algorithms (another asked or chosen runs gemm); weights ``[out_c, in_c/groups, kh, kw]``. The batch size is read
-from the tensors at ``launches`` time and stays a kernel argument; ``batch`` given to a
-constructor is the size whose kernels are built at once (tiles may depend on it).
+algorithms (another asked or chosen runs gemm); weights ``[out_c, in_c/groups, kh, kw]``.
+The batch size is read from the tensors at ``launches`` time and stays a kernel argument;
+``batch`` given to a constructor is the size whose kernels are built at once (tiles may
+depend on it).
 """
 import logging
 

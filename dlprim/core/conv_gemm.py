@@ -47,8 +47,9 @@ class ConvGemm:
         self.merged = self.phased and self.baked is not None
         self.share = self._share()
         # the activations' storage (x, y, dy, dx); weights and their gradient are float
-        self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation, ACT_T=cl_type(dtype),
-                           GEOM_BAKED=self.baked, PHASES=self.phased, MERGED=self.merged,
+        self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
+                           ACT_T=cl_type(dtype), GEOM_BAKED=self.baked, PHASES=self.phased,
+                           MERGED=self.merged,
                            PHASE_LIST=tuple(self.phase_table) if self.merged else ())
         self.bias = bool(bias)
         self.program(batch, self.split_plan(batch)[0] > 1)  # build what batch will launch

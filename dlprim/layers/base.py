@@ -38,8 +38,8 @@ from ..dtypes import as_dtype
 from ..errors import Error
 from ..utils import is_int, shape_problem, unknown_names
 
-__all__ = ["Layer", "LayerError", "HALF_TAKERS", "TensorSpec", "ParamSpec", "LayerFlags", "Setup", "register",
-           "create", "REGISTRY", "run", "TRAIN", "PREDICT"]
+__all__ = ["Layer", "LayerError", "HALF_TAKERS", "TensorSpec", "ParamSpec", "LayerFlags",
+           "Setup", "register", "create", "REGISTRY", "run", "TRAIN", "PREDICT"]
 
 TRAIN, PREDICT = "train", "predict"
 HALF_TAKERS = ("follows", "prefers")  # the HALF_STORAGE values that take float16 inputs
