@@ -1,6 +1,7 @@
 """Damaged, foreign and hostile inputs: parameter files, ONNX models and their external
 data, device memory requests, image folders. Each case asserts the dlprim error class, the
 built-in it also is, and that the message names the culprit."""
+import gc
 import json
 import os
 import socket
@@ -405,10 +406,18 @@ def test_beyond_the_largest_buffer_fails_fast_naming_it(ctx, limits, make, words
 
 def test_beyond_global_memory_counting_what_is_held(ctx, monkeypatch):
     small = type(ctx.facts)(ctx.device)
-    small.global_mem = ctx.memory.bytes_in_use + 1000
-    monkeypatch.setattr(ctx.memory, "_facts", small)
-    raises(DeviceMemoryError, MemoryError, lambda: dp.Tensor(ctx, (2000,), "uint8"),
-           "a tensor uint8 (2000,)", "2000 bytes", "global memory", "%d bytes" % small.global_mem)
+    # earlier tests' garbage, collected between reading the count and allocating, would
+    # release bytes and let the request fit; collect it first and hold the collector off
+    gc.collect()
+    gc.disable()
+    try:
+        small.global_mem = ctx.memory.bytes_in_use + 1000
+        monkeypatch.setattr(ctx.memory, "_facts", small)
+        raises(DeviceMemoryError, MemoryError, lambda: dp.Tensor(ctx, (2000,), "uint8"),
+               "a tensor uint8 (2000,)", "2000 bytes", "global memory",
+               "%d bytes" % small.global_mem)
+    finally:
+        gc.enable()
 
 
 class RefusingPool:
