@@ -12,6 +12,7 @@ package to install, instead of running N unaware copies of a single-process trai
 """
 import os
 import sys
+import time
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
@@ -171,6 +172,8 @@ class MPICommunicator(Communicator):
 
 
 _WORLD = None
+# seconds a failing rank waits, after writing its error, before it aborts the job
+_FORWARD_S = 1.0
 
 
 def launched_size(environ: Optional[dict] = None) -> Optional[int]:
@@ -239,5 +242,9 @@ def _abort_on_uncaught(comm):
         previous(kind, value, traceback)
         sys.stderr.write("rank %d of %d failed; aborting the job so the other ranks do not "
                          "wait for it\n" % (comm.rank, comm.size))
+        sys.stderr.flush()
+        # the launcher forwards a rank's output asynchronously and drops what it has not
+        # forwarded when the abort tears the job down: give it the error first
+        time.sleep(_FORWARD_S)
         comm.abort(1)
     sys.excepthook = hook
