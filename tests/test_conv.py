@@ -633,13 +633,13 @@ def test_direct_serves_what_it_can():
 
 def test_precision_reaches_plain_1x1_gemms(ctx):
     # "tf32" goes to the batched Gemm of plain 1x1 layers (tensor cores where present);
-    # the other algorithms multiply in float32
+    # the implicit GEMM's own are in test_conv_tensor_cores.py
     one = ConvGeometry(8, 16, (5, 5), (1, 1))
     for op in (ConvForward(ctx, one, algo="gemm", precision="tf32"),
                ConvBackwardData(ctx, one, algo="gemm", precision="tf32")):
         assert op.impl.op.op(2).precision == "tf32"
     assert ConvForward(ctx, one, algo="gemm").impl.op.op(2).precision == "fp32"
     three = ConvGeometry(8, 16, (5, 5), (3, 3), pad=(1, 1, 1, 1))
-    ConvForward(ctx, three, precision="tf32")  # accepted, float32 inside
+    ConvForward(ctx, three, precision="tf32")  # accepted: tensor cores where present
     with pytest.raises(ValueError, match="precision must be one of fp32, tf32"):
         ConvForward(ctx, one, precision="half")

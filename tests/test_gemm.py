@@ -7,6 +7,7 @@ import dlprim as dp
 from dlprim.cli import tune
 from dlprim.core import tuning
 from dlprim.core.gemm import Gemm, gemm
+from dlprim.kernels import program
 from dlprim.utils import round_up
 
 EDGES = [1, 31, 32, 33, 63, 64, 65, 127, 129]
@@ -481,7 +482,7 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
                          WARPS_N=tuning.MMA_WARPS[1], STAGES=tuning.MMA_STAGES,
                          **{k: tuning.MMA_TILE[k] for k in ("TILE_M", "TILE_N", "TILE_K")})
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in src
-    assert "cvt.rna.tf32.f32" in src
+    assert "cvt.rna.tf32.f32" in src and "MMA_TF32(acc" in src and "MMA_F16(acc" not in src
     src = program.render("gemm_mma", facts=ctx.facts, TRANS_A=trans_a, TRANS_B=trans_b,
                          BIAS="row", ACTIVATION="relu", ALIGNED_A=1, ALIGNED_B=0,
                          GROUP=tuning.MMA_TILE["GROUP"], WARPS_M=tuning.MMA_WARPS[0],
@@ -489,15 +490,15 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
                          A_T="half", B_T="float", C_T="half",
                          **{k: tuning.MMA_TILE[k] for k in ("TILE_M", "TILE_N", "TILE_K")})
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src
-    assert "m16n8k8" not in src and "__global const half *A" in src
+    assert "MMA_F16(acc" in src and "MMA_TF32(acc" not in src and "__global const half *A" in src
 
 
 def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes, tolerance):
     """The tensor-core kernel of ``precision`` over the edges of the 128x128 tile and of
     K's 16, batches, split-K, beta, bias and activation, operands and C stored as
     ``dtypes``, against float64 within ``tolerance`` of the largest value."""
-    from dlprim.core.gemm import tensor_cores
-    if not tensor_cores(ctx, precision):
+    from dlprim.core import gemm
+    if not gemm.tensor_cores(ctx, precision):
         pytest.skip("no %s tensor cores this runtime drives on %s"
                     % (precision.upper(), ctx.facts.name))
     for M, N, K, batch, split in ((1, 1, 1, 1, None), (130, 136, 40, 2, None),
@@ -519,6 +520,22 @@ def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes,
         want = np.maximum(0.5 * A @ B + 0.25 * c + bias, 0)
         err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
         assert err < tolerance, (M, N, K, dtypes, err)
+
+
+@pytest.mark.parametrize("precision, dtypes, trans_a, trans_b", [
+    ("tf32", ("float32",) * 3, 0, 1), ("tf32", ("float32",) * 3, 1, 0),
+    ("fp16", ("float16", "float32", "float16"), 0, 0), ("fp16", ("float32",) * 3, 1, 1)])
+def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, dtypes,
+                                             trans_a, trans_b):
+    # on any device: the fragment layout, K order, staging and epilogue of gemm_mma.cl
+    # with kernels/mma.h's products in OpenCL C (MMA_EMULATE), all but the PTX itself
+    from dlprim.core import gemm
+    build = program.get
+    monkeypatch.setattr(gemm, "tensor_cores", lambda ctx, precision="tf32": True)
+    monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
+        ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_mma" else p)))
+    _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes,
+                                  2e-3 if precision == "tf32" else 3e-3)
 
 
 @pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])

@@ -85,7 +85,8 @@ def choose_algorithm(ctx, geom, direction="forward"):
     """The algorithm for one direction: depthwise wherever it applies; Winograd where it
     applies and ``tuning.prefer_winograd`` says it pays on this device (benchmarks/conv.py,
     docs/benchmarks.md "Convolutions"); on CPUs im2col where ``tuning.prefer_im2col``
-    says so; implicit GEMM otherwise.
+    says so; implicit GEMM otherwise (on tensor cores for precisions "tf32" and "fp16"
+    where the device has them).
     """
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
@@ -165,10 +166,10 @@ class _Op:
             self.algo = family = "gemm"  # its kernels store half, and it serves every shape
         if self.algo != family:
             impl_args = dict(impl_args, tile=int(self.algo[-1]))
-        # the precision reaches the GEMM-based algorithm's plain 1x1 path; every other
-        # path multiplies in float32
+        # the precision reaches the GEMM-based algorithm (tensor cores where the device
+        # has them); every other algorithm multiplies in float32
         precision = impl_args.pop("precision", "fp32")
-        if family == "gemm" and self.direction != "backward_filter":
+        if family == "gemm":
             impl_args["precision"] = precision
         if family in HALF_ALGORITHMS:
             impl_args["dtype"] = self.dtype
@@ -259,8 +260,10 @@ class ConvBackwardFilter(_Op):
              "depthwise": conv_depthwise.BackwardFilter, "direct": conv_direct.BackwardFilter,
              "im2col": conv_im2col.BackwardFilter}
 
-    def __init__(self, ctx, geom, algo="auto", splits=None, batch=16, dtype="float32"):
-        super().__init__(ctx, geom, algo, dict(splits=splits, batch=batch, dtype=dtype))
+    def __init__(self, ctx, geom, algo="auto", splits=None, batch=16, precision="fp32",
+                 dtype="float32"):
+        super().__init__(ctx, geom, algo, dict(splits=splits, batch=batch, dtype=dtype,
+                                               precision=check_precision(precision)))
 
     def launches(self, x, dy, dw, ws=None, beta=1.0):
         """dw = beta * dw + correlate(x, dy)."""

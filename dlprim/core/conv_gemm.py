@@ -5,17 +5,22 @@ the template for the index algebra. Plain 1x1 layers run forward and backward-da
 ``core/gemm.py`` (batched over images); their backward-filter sums over the batch, which
 the implicit GEMM does in its reduction.
 """
+import logging
+
 import numpy as np
 
 from ..dtypes import cl_type
 from ..kernels import program
-from ..tensor import ws_view
-from .conv_geometry import geometry_args, scalar
+from ..tensor import Tensor, ws_view
+from .conv_geometry import ConvGeometry, geometry_args, scalar
 from . import tuning, tuning_launch
-from .gemm import Gemm
+from .gemm import _SELF_TEST_TOLERANCE, MMA_KINDS, Gemm, tensor_cores
 from ..utils import ceil_div, round_up
 
-__all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm"]
+__all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm", "conv_tensor_cores"]
+
+log = logging.getLogger(__name__)
+MODES = ("forward", "backward_data", "backward_filter")
 
 
 class ConvGemm:
@@ -27,11 +32,22 @@ class ConvGemm:
     Where the tiles alone leave the GPU half idle (small batches, deep layers), the
     reduction is split (split-K, ``split_plan``); the partial outputs go to the workspace
     and ``conv_split_reduce`` adds them up and applies beta, bias and the activation.
+
+    ``precision`` "tf32" or "fp16" runs the tile's products on tensor cores where the
+    device has them (``conv_tensor_cores``; tiles ``tuning.conv_mma_tile``), else in
+    float32; ``_mma``: on them without asking (the self-test's own kernels).
     """
 
     def __init__(self, ctx, geom, mode, bias=False, activation="identity", batch=16,
-                 min_chunk=None, splits=None, tile=None, dtype="float32"):
+                 min_chunk=None, splits=None, tile=None, dtype="float32", precision="fp32",
+                 _mma=False):
         self.ctx, self.geom, self.mode = ctx, geom, mode
+        self.mma = ""
+        if _mma or precision in MMA_KINDS and conv_tensor_cores(ctx, precision):
+            if tile:
+                raise ValueError("ConvGemm: the tensor-core kernel picks its own tile "
+                                 "(tuning.conv_mma_tile)")
+            self.mma = "f16" if precision == "fp16" else "tf32"
         self.min_chunk = min_chunk or tuning_launch.CONV_MIN_CHUNK
         self.forced_splits = splits
         # per batch: forced, tuned or the table's, fixed once asked so that the workspace
@@ -49,7 +65,7 @@ class ConvGemm:
         # the activations' storage (x, y, dy, dx); weights and their gradient are float
         self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
                            ACT_T=cl_type(dtype), GEOM_BAKED=self.baked, PHASES=self.phased,
-                           MERGED=self.merged,
+                           MERGED=self.merged, MMA=self.mma,
                            PHASE_LIST=tuple(self.phase_table) if self.merged else ())
         self.bias = bool(bias)
         self.program(batch, self.split_plan(batch)[0] > 1)  # build what batch will launch
@@ -85,14 +101,19 @@ class ConvGemm:
             return self.forced_tile
         if batch not in self.tiles:
             m, n, _ = self.dims(batch)
-            self.tiles[batch] = tuning.conv_tile(self.ctx.facts, self.mode, m, n, self.share)
+            if self.mma:
+                self.tiles[batch] = tuning.conv_mma_tile(self.ctx.facts, m, n, self.share)
+            else:
+                self.tiles[batch] = tuning.conv_tile(self.ctx.facts, self.mode, m, n, self.share)
         return self.tiles[batch]
 
     def program(self, batch, split=False):
         """The program for ``batch``; ``split``: its GEMM writes raw partial sums."""
         t = self.tile(batch)
+        warps_m, warps_n = tuning.conv_mma_warps(t) if self.mma else (0, 0)
         return program.get(self.ctx, "conv_gemm", TM=t["TILE_M"], TN=t["TILE_N"],
                            TK=t["TILE_K"], WM=t["BLOCK_M"], WN=t["BLOCK_N"],
+                           WARPS_M=warps_m, WARPS_N=warps_n,
                            VEC=tuning.conv_vec(t, self.mode, self.dims(batch)[2]),
                            SPLIT=bool(split), **self.params)
 
@@ -233,8 +254,8 @@ class _Plain1x1:
 
 class _DataDirection:
     """Forward or backward-data: the batched Gemm for plain 1x1 layers, else ConvGemm;
-    ``splits`` forces the split-K count (tests); ``precision`` reaches the Gemm (ConvGemm
-    multiplies in float32); ``dtype``: the activations' storage."""
+    ``splits`` forces the split-K count (tests); ``precision`` reaches either (tensor
+    cores where the device has them); ``dtype``: the activations' storage."""
     mode = None
 
     def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, splits=None,
@@ -245,7 +266,7 @@ class _DataDirection:
                                 bias, activation, precision, dtype)
         else:
             self.op = ConvGemm(ctx, geom, self.mode, bias, activation, batch, splits=splits,
-                               dtype=dtype)
+                               dtype=dtype, precision=precision)
 
     def workspace_bytes(self, batch):
         if isinstance(self.op, _Plain1x1):
@@ -270,9 +291,10 @@ class BackwardFilter:
     """dW: the reduction runs over batch*pixels, so split-K is its usual way to fill the
     GPU; ``min_chunk`` is the shortest slice of it one work-group sums."""
 
-    def __init__(self, ctx, geom, splits=None, batch=16, min_chunk=None, dtype="float32"):
+    def __init__(self, ctx, geom, splits=None, batch=16, min_chunk=None, dtype="float32",
+                 precision="fp32"):
         self.op = ConvGemm(ctx, geom, "backward_filter", batch=batch, min_chunk=min_chunk,
-                           splits=splits, dtype=dtype)
+                           splits=splits, dtype=dtype, precision=precision)
 
     def split_plan(self, batch):
         """(splits, k_per_split) of the batch*pixels reduction."""
@@ -283,3 +305,49 @@ class BackwardFilter:
 
     def launches(self, x, dy, dw, ws, beta):
         return self.op.launches(x.shape[0], dy, x, dw, beta=beta, ws=ws)
+
+
+def conv_tensor_cores(ctx, precision):
+    """Whether the implicit GEMM runs ``precision``'s products on tensor cores here: the
+    GEMM's probe passes (``tensor_cores``) and each direction of a strided 3x3 layer,
+    built with them, agrees with the float32 kernels (memoized per context; a build or
+    numeric failure logs why and means "no", so the float32 kernels serve)."""
+    known = getattr(ctx, "_conv_tensor_cores", None)
+    if known is None:
+        known = ctx._conv_tensor_cores = {}
+    if precision not in known:
+        known[precision] = tensor_cores(ctx, precision) and _self_test(ctx, precision)
+    return known[precision]
+
+
+def _self_test(ctx, precision):
+    geom, batch = ConvGeometry(20, 72, (9, 11), (3, 3), (2, 2), (1, 1, 1, 1)), 2
+    rng = np.random.default_rng(0)
+    shapes = {"w": geom.weight_shape, "x": geom.in_shape(batch), "dy": geom.out_shape(batch)}
+    data = {k: Tensor.from_numpy(ctx, rng.standard_normal(v).astype(np.float32))
+            for k, v in shapes.items()}
+    operands = {"forward": ("w", "x", "dy"), "backward_data": ("w", "dy", "x"),
+                "backward_filter": ("dy", "x", "w")}
+    try:
+        for mode in MODES:
+            a, b, out = operands[mode]
+            got = []
+            for op in (ConvGemm(ctx, geom, mode, batch=batch, precision=precision, _mma=True),
+                       ConvGemm(ctx, geom, mode, batch=batch)):
+                ws = Tensor(ctx, (max(1, op.workspace_bytes(batch)),), "uint8")
+                y = Tensor(ctx, shapes[out])
+                for launch in op.launches(batch, data[a], data[b], y, ws=ws):
+                    launch(ctx.queue)
+                got.append(y.numpy().astype(np.float64))
+            err = np.abs(got[0] - got[1]).max() / np.abs(got[1]).max()
+            if not np.isfinite(err) or err > _SELF_TEST_TOLERANCE:
+                log.warning("tensor cores: the %s convolution self-test (%s) on %s failed "
+                            "(relative error %.2g); its convolutions run in float32",
+                            precision.upper(), mode, ctx.facts.name, err)
+                return False
+    except Exception as err:  # a build the driver refuses, or a failing launch
+        log.warning("tensor cores: the %s convolution kernels do not run on %s (%s); its "
+                    "convolutions run in float32", precision.upper(), ctx.facts.name,
+                    str(err).splitlines()[0])
+        return False
+    return True

@@ -20,7 +20,7 @@ from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_
 
 __all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "pack_b", "CLASSES", "CONV_CLASSES",
            "family", "shape_class", "default_tile", "tuned_tile", "pick_tile", "wave_plan", "check_tile",
-           "candidates", "conv_class", "conv_tile", "conv_vec", "winograd_sum_tile",
+           "candidates", "conv_class", "conv_tile", "conv_vec", "conv_mma_tile", "conv_mma_warps", "winograd_sum_tile",
            "prefer_winograd", "prefer_im2col", "cache_dir", "cache_file", "device_key",
            "store_tuned"]
 
@@ -182,6 +182,31 @@ MMA_TILE = _tile(128, 128, 16, 32, 4, 4, 8)
 # 16 at a time gave 65.1 TFLOP/s and 32 at a time 61.5 (docs/benchmarks.md)
 MMA_WARPS = (2, 2)
 MMA_STAGES = 2
+
+# ----- tensor cores in the implicit-GEMM convolution (kernels/conv_gemm.cl, MMA): K
+# staged 32 deep; work-groups of 2 x (threads / 64) warps. Largest first: 128x128 (8
+# warps of 64x32), 64x128 (4 of 32x64), 64x64 (4 of 32x32).
+CONV_MMA_TILES = (_tile(128, 128, 32, 8, 8, 1), _tile(64, 128, 32, 8, 8, 1),
+                  _tile(64, 64, 32, 8, 4, 1))
+
+
+def conv_mma_tile(facts, m, n, groups=1):
+    """The tensor-core convolution tile for an m x n output (times ``groups`` independent
+    ones): the largest whose work-groups give every compute unit two, not taller than m
+    needs; else the smallest (split-K then fills the device)."""
+    for t in CONV_MMA_TILES:
+        if t["TILE_M"] > 64 and m <= 64:
+            continue
+        work_groups = math.ceil(m / t["TILE_M"]) * math.ceil(n / t["TILE_N"]) * groups
+        if work_groups >= 2 * facts.compute_units:
+            return dict(t)
+    return dict(CONV_MMA_TILES[-1])
+
+
+def conv_mma_warps(tile):
+    """(WARPS_M, WARPS_N) of a tensor-core convolution tile."""
+    threads = (tile["TILE_M"] // tile["BLOCK_M"]) * (tile["TILE_N"] // tile["BLOCK_N"])
+    return 2, threads // 64
 
 
 # ----- the wave plan: whole waves of one-per-compute-unit tiles

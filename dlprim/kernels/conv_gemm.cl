@@ -1,4 +1,7 @@
 <%include file="common.h"/>
+% if MMA:
+<%include file="mma.h"/>
+% endif
 ## Implicit-GEMM convolution: the im2col (or col2im) gather is fused into the tile loads,
 ## so no column buffer exists. One template, three products (per group g):
 ##   forward          Y[k, (b,oh,ow)]   = sum_(c,r,s)   W[k, (c,r,s)] * X[(c,r,s), (b,oh,ow)]
@@ -19,6 +22,12 @@
 ## neighbouring work-items touch neighbouring columns. Geometry is either baked in
 ## (GEOM_BAKED, faster index arithmetic) or passed as kernel arguments (one build serves
 ## every shape, used where builds are slow).
+## MMA ("tf32" or "f16"; NVIDIA): the tile's products run on tensor cores (mma.h). The
+## loads stay as they are; the local tiles hold TF32 words or halves, K-major as above,
+## and the WG_M x WG_N work-items are WARPS_M x WARPS_N warps, each a (TM / WARPS_M) x
+## (TN / WARPS_N) block of fragments. Rows pad by 8 words (TF32: lanes t read rows t and
+## t + 4, 8 apart in banks) or 2 halves (FP16: rows 4t .. 4t + 3, 4 words apart), so a
+## warp's fragment reads are conflict-free.
 <%
     WG_M = TM // WM
     WG_N = TN // WN
@@ -32,6 +41,34 @@
     B_T = ACT_T
     O_T = "float" if MODE == "backward_filter" else ACT_T
     GEMM_O_T = "float" if SPLIT else O_T
+    if MMA:
+        LOCAL_T = "uint" if MMA == "tf32" else "ushort"
+        LDA, LDB = (TM + 8, TN + 8) if MMA == "tf32" else (TM + 2, TN + 2)
+        WTM, WTN = TM // WARPS_M, TN // WARPS_N
+        MI, NI = WTM // 16, WTN // 8
+    else:
+        LOCAL_T, LDA, LDB = "float", TM + PAD, TN + PAD
+        WTM = WTN = MI = NI = 0
+
+    # the emulated products (mma.h, tests) exchange fragments through barriers: unrolled,
+    # they multiply the barrier regions a CPU runtime's compiler must handle
+    UNROLL = "#pragma unroll 1" if context.get("MMA_EMULATE", False) else "#pragma unroll"
+
+    def to_local(tile, row, col, v, T):
+        """The statement storing a loaded operand value (raw bits of T) at (row, col) of
+        its local tile, as the tile holds it; float to half through vstore_half, straight
+        into the tile (no private copy whose bits another type then reads)."""
+        if MMA == "f16" and T == "float":
+            ld = LDA if tile == "As" else LDB
+            return "vstore_half_rte(%s, (%s) * %d + (%s), (__local half *)%s)" % (v, row, ld, col,
+                                                                              tile)
+        if not MMA:
+            value = "WIDEN_%s(%s)" % (T, v)
+        elif MMA == "tf32":
+            value = "tf32(WIDEN_%s(%s))" % (T, v)
+        else:
+            value = v
+        return "%s[%s][%s] = %s" % (tile, row, col, value)
 %>
 % if GEOM_BAKED:
 %   for name in GEOM:
@@ -137,6 +174,38 @@
     }
 </%def>
 
+
+## ---- the output: base and step of column n (row m at base + m * step), then one value
+<%def name="out_column()">
+% if MODE == "forward":
+        const int bo = n / OUT_HW, po = n - bo * OUT_HW;
+        const int base = (bo * OUT_C + g * KG) * OUT_HW + po, step = OUT_HW;
+% elif MODE == "backward_data" and PHASES:
+        const int bo = n / (ihp * iwp), po = n - bo * (ihp * iwp);
+        const int ih = (po / iwp) * SH + ph, iw = (po % iwp) * SW + pw;
+        const int base = (bo * IN_C + g * CG) * IN_HW + ih * IN_W + iw, step = IN_HW;
+% elif MODE == "backward_data":
+        const int bo = n / IN_HW, po = n - bo * IN_HW;
+        const int base = (bo * IN_C + g * CG) * IN_HW + po, step = IN_HW;
+% else:
+        const int base = n, step = GEMM_N;
+% endif
+</%def>
+<%def name="out_write(value)">
+            const int idx = base + m * step;
+% if SPLIT:
+            out[idx] = ${value};  // a partial sum: conv_split_reduce finishes it
+% else:
+            float v = alpha * ${value};
+            if (beta != 0.0f)
+                v += beta * LD_${O_T}(out, idx);
+% if BIAS:
+            v += bias[bias_offset + g * GEMM_M + m];
+% endif
+            ST_${O_T}(out, idx, ${"ACT_" + ACTIVATION}(v));
+% endif
+</%def>
+
 __kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
 void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 % if PHASES and not MERGED:
@@ -154,8 +223,11 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     // VEC = 4: each work-item owns runs of 4 rows/columns, read as float4 from local
     // memory (rows padded by 4 to keep them 16-byte aligned); VEC = 1: single strided
     // rows/columns, rows padded by 1 against bank conflicts
-    __local float As[${TK}][${TM + PAD}] __attribute__((aligned(16)));
-    __local float Bs[${TK}][${TN + PAD}] __attribute__((aligned(16)));
+    __local ${LOCAL_T} As[${TK}][${LDA}] __attribute__((aligned(16)));
+    __local ${LOCAL_T} Bs[${TK}][${LDB}] __attribute__((aligned(16)));
+% if MMA and context.get("MMA_EMULATE", False):
+    __local uint mma_scratch[${WG_M * WG_N // 32 * 192}];  // mma.h's emulated products
+% endif
     const int tid_n = get_local_id(0), tid_m = get_local_id(1);
     const int tid = tid_m * ${WG_N} + tid_n;
     const int m0 = get_group_id(1) * ${TM}, n0 = get_group_id(0) * ${TN};
@@ -212,10 +284,23 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 
     REG_${A_T} a_ld[${A_PER}];  // raw bits until they are stored to local memory
     REG_${B_T} b_ld[${B_PER}];
+% if MMA:
+    const int lane = tid & 31, warp = tid >> 5;
+    const int lg = lane >> 2, lt = lane & 3;  // the fragments' row group and column
+    const int wm = (warp / ${WARPS_N}) * ${WTM}, wn = (warp % ${WARPS_N}) * ${WTN};
+    float acc[${MI}][${NI}][4];
+    #pragma unroll
+    for (int i = 0; i < ${MI}; i++) {
+        #pragma unroll
+        for (int j = 0; j < ${NI}; j++)
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    }
+% else:
     float acc[${WM}][${WN}];
     for (int i = 0; i < ${WM}; i++)
         for (int j = 0; j < ${WN}; j++)
             acc[i][j] = 0.0f;
+% endif
 
 
     ${load_tile("k_begin")}
@@ -223,19 +308,72 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int i = 0; i < ${A_PER}; i++)
 % if MODE == "backward_data":
-            As[tid / ${TM} + i * ${WG // TM}][tid % ${TM}] = WIDEN_${A_T}(a_ld[i]);
+            ${to_local("As", "tid / %d + i * %d" % (TM, WG // TM), "tid %% %d" % TM, "a_ld[i]", A_T)};
 % else:
-            As[tid % ${TK}][tid / ${TK} + i * ${WG // TK}] = WIDEN_${A_T}(a_ld[i]);
+            ${to_local("As", "tid %% %d" % TK, "tid / %d + i * %d" % (TK, WG // TK), "a_ld[i]", A_T)};
 % endif
         for (int i = 0; i < ${B_PER}; i++)
 % if MODE == "backward_filter":
-            Bs[tid % ${TK}][tid / ${TK} + i * ${WG // TK}] = WIDEN_${B_T}(b_ld[i]);
+            ${to_local("Bs", "tid %% %d" % TK, "tid / %d + i * %d" % (TK, WG // TK), "b_ld[i]", B_T)};
 % else:
-            Bs[tid / ${TN} + i * ${WG // TN}][tid % ${TN}] = WIDEN_${B_T}(b_ld[i]);
+            ${to_local("Bs", "tid / %d + i * %d" % (TN, WG // TN), "tid %% %d" % TN, "b_ld[i]", B_T)};
 % endif
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k0 + ${TK} < k_end)
             ${load_tile("(k0 + %d)" % TK)}
+% if MMA == "tf32":
+        ${UNROLL}
+        for (int k8 = 0; k8 < ${TK}; k8 += 8) {
+            uint af[${MI}][4], bf[${NI}][2];
+            ${UNROLL}
+            for (int i = 0; i < ${MI}; i++) {
+                const int m = wm + i * 16 + lg;
+                af[i][0] = As[k8 + lt][m];
+                af[i][1] = As[k8 + lt][m + 8];
+                af[i][2] = As[k8 + lt + 4][m];
+                af[i][3] = As[k8 + lt + 4][m + 8];
+            }
+            ${UNROLL}
+            for (int j = 0; j < ${NI}; j++) {
+                const int n = wn + j * 8 + lg;
+                bf[j][0] = Bs[k8 + lt][n];
+                bf[j][1] = Bs[k8 + lt + 4][n];
+            }
+            ${UNROLL}
+            for (int i = 0; i < ${MI}; i++) {
+                ${UNROLL}
+                for (int j = 0; j < ${NI}; j++)
+                    MMA_TF32(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bf[j][0], bf[j][1]);
+            }
+        }
+% elif MMA:
+        // within each 16 of K the fragment slots (2t, 2t+1, 2t+8, 2t+9) take k = 4t ..
+        // 4t+3 in both operands: the dot products are the same, and a lane's four values
+        // of a row or column lie in four consecutive rows of the tile
+        ${UNROLL}
+        for (int k16 = 0; k16 < ${TK}; k16 += 16) {
+            uint af[${MI}][4], bf[${NI}][2];
+            ${UNROLL}
+            for (int i = 0; i < ${MI}; i++) {
+                const int at = (k16 + 4 * lt) * ${LDA} + wm + i * 16 + lg;
+                const uint2 lo = k_major_halves(&As[0][0], at, ${LDA});
+                const uint2 hi = k_major_halves(&As[0][0], at + 8, ${LDA});
+                af[i][0] = lo.x; af[i][1] = hi.x; af[i][2] = lo.y; af[i][3] = hi.y;
+            }
+            ${UNROLL}
+            for (int j = 0; j < ${NI}; j++) {
+                const uint2 v = k_major_halves(&Bs[0][0], (k16 + 4 * lt) * ${LDB} + wn + j * 8 + lg,
+                                               ${LDB});
+                bf[j][0] = v.x; bf[j][1] = v.y;
+            }
+            ${UNROLL}
+            for (int i = 0; i < ${MI}; i++) {
+                ${UNROLL}
+                for (int j = 0; j < ${NI}; j++)
+                    MMA_F16(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bf[j][0], bf[j][1]);
+            }
+        }
+% else:
         for (int kk = 0; kk < ${TK}; kk++) {
             float ar[${WM}], br[${WN}];
 % if VEC == 4:
@@ -257,44 +395,46 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
                 for (int j = 0; j < ${WN}; j++)
                     acc[i][j] = mad(ar[i], br[j], acc[i][j]);
         }
+% endif
     }
 
     // C = act(alpha * acc + beta * C + bias)
+% if MMA:
+    // fragment value e of (i, j) is row lg (+8 for e >= 2), column 2 lt (+1 for odd e)
+    #pragma unroll
+    for (int j = 0; j < ${NI}; j++) {
+        #pragma unroll
+        for (int w = 0; w < 2; w++) {
+            const int n = n0 + wn + j * 8 + 2 * lt + w;
+            if (n >= GEMM_N)
+                continue;
+${out_column()}
+            #pragma unroll
+            for (int i = 0; i < ${MI}; i++) {
+                #pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int m = m0 + wm + i * 16 + lg + 8 * h;
+                    if (m >= GEMM_M)
+                        continue;
+${out_write("acc[i][j][2 * h + w]")}
+                }
+            }
+        }
+    }
+% else:
     for (int j = 0; j < ${WN}; j++) {
         const int n = n0 + ${col_of("tid_n", "j", WG_N)};
         if (n >= GEMM_N)
             continue;
-% if MODE == "forward":
-        const int bo = n / OUT_HW, po = n - bo * OUT_HW;
-        const int base = (bo * OUT_C + g * KG) * OUT_HW + po, step = OUT_HW;
-% elif MODE == "backward_data" and PHASES:
-        const int bo = n / (ihp * iwp), po = n - bo * (ihp * iwp);
-        const int ih = (po / iwp) * SH + ph, iw = (po % iwp) * SW + pw;
-        const int base = (bo * IN_C + g * CG) * IN_HW + ih * IN_W + iw, step = IN_HW;
-% elif MODE == "backward_data":
-        const int bo = n / IN_HW, po = n - bo * IN_HW;
-        const int base = (bo * IN_C + g * CG) * IN_HW + po, step = IN_HW;
-% else:
-        const int base = n, step = GEMM_N;
-% endif
+${out_column()}
         for (int i = 0; i < ${WM}; i++) {
             const int m = m0 + ${col_of("tid_m", "i", WG_M)};
             if (m >= GEMM_M)
                 continue;
-            const int idx = base + m * step;
-% if SPLIT:
-            out[idx] = acc[i][j];  // a partial sum: conv_split_reduce finishes it
-% else:
-            float v = alpha * acc[i][j];
-            if (beta != 0.0f)
-                v += beta * LD_${O_T}(out, idx);
-% if BIAS:
-            v += bias[bias_offset + g * GEMM_M + m];
-% endif
-            ST_${O_T}(out, idx, ${act}(v));
-% endif
+${out_write("acc[i][j]")}
         }
     }
+% endif
 </%def>
 % if MERGED:
     // this work-group's stride phase, its sizes as constants

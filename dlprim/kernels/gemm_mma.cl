@@ -1,4 +1,5 @@
 <%include file="common.h"/>
+<%include file="mma.h"/>
 <%namespace name="tiles" file="gemm_tiles.h"/>
 <%
 # C = act(alpha * op(A) op(B) + beta * C + bias) on NVIDIA tensor cores: TF32 products
@@ -43,6 +44,10 @@ LDA16, LDB16 = ld16(A_CK, TM), ld16(B_CK, TN)
 if F16:  # halves, in units of uint (two per uint)
     SIZE_A = (TM * LDA16 if A_CK else TK * LDA16) // 2
     SIZE_B = (TN * LDB16 if B_CK else TK * LDB16) // 2
+# the emulated products (mma.h, tests) exchange fragments through barriers: unrolled,
+# they multiply the barrier regions a CPU runtime's compiler must handle
+EMULATE = context.get("MMA_EMULATE", False)
+UNROLL = "#pragma unroll 1" if EMULATE else "#pragma unroll"
 LOADS_A = TM * TK // 4 // THREADS
 LOADS_B = TN * TK // 4 // THREADS
 %>
@@ -50,31 +55,24 @@ LOADS_B = TN * TK // 4 // THREADS
 #define A_AT(s, m, k) s[(k) * ${LDA} + (m)]
 #define B_AT(s, n, k) s[(k) * ${LDB} + (n)]
 
-inline uint tf32(float x)
-{
-    uint r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
 <%def name="store(x, S, LD, CK, LOADS)">
 <% T = A_T if x == "a" else B_T %>\
     % if F16:
-    // registers -> local tile as halves: four to a register, one 8-byte store
+    // registers -> local tile as halves: four to a register, one 8-byte store of bits
+    // already half; float rounded by vstore_half straight into the tile (its bits read
+    // back from a private copy as another type could be reordered before the store)
     % for r in range(LOADS):
     {
-        % if T == "half":
-        const ushort4 bits = ${x}_reg[${r}];  // already half: the bits go as they are
-        % else:
-        ushort4 bits;
-        vstore_half4_rte(${x}_reg[${r}], 0, (__private half *)&bits);
-        % endif
         % if CK:
         const int at = ${x}_d[${r}] * ${LDA16 if x == "a" else LDB16} + ${x}_k[${r}];
         % else:
         const int at = ${x}_k[${r}] * ${LDA16 if x == "a" else LDB16} + ${x}_d[${r}];
         % endif
-        *(__local ushort4 *)((__local ushort *)${S} + at) = bits;
+        % if T == "half":
+        *(__local ushort4 *)((__local ushort *)${S} + at) = ${x}_reg[${r}];
+        % else:
+        vstore_half4_rte(${x}_reg[${r}], 0, (__local half *)${S} + at);
+        % endif
     }
     % endfor
     % else:
@@ -102,20 +100,15 @@ inline uint tf32(float x)
 k_major_halves((__local const ushort *)${S}, (k16 + 4 * t) * ${LD} + (${d}), ${LD})\
 % endif
 </%def>
-% if F16:
-// four halves of row d down a K-major tile (stride ld), paired for an mma fragment
-inline uint2 k_major_halves(__local const ushort *s, int at, int ld)
-{
-    return (uint2)((uint)s[at] | ((uint)s[at + ld] << 16),
-                   (uint)s[at + 2 * ld] | ((uint)s[at + 3 * ld] << 16));
-}
-% endif
 
 __kernel __attribute__((reqd_work_group_size(32, ${WARPS}, 1)))
 ${tiles.signature(A_T, B_T, C_T)}{
     // declared as uint4 for the 16-byte alignment of the vector stores
     __local uint4 a_local4[${STAGES * SIZE_A // 4}], b_local4[${STAGES * SIZE_B // 4}];
     __local uint *a_local = (__local uint *)a_local4, *b_local = (__local uint *)b_local4;
+% if EMULATE:
+    __local uint mma_scratch[${WARPS * 192}];  // mma.h's emulated products
+% endif
     const int lane = get_local_id(0), warp = get_local_id(1);
     const int lid = warp * 32 + lane;
     const int g = lane >> 2, t = lane & 3;  // the fragments' row group and column
@@ -158,42 +151,37 @@ ${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGN
 ${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B, B_T)}
         }
 % if F16:
-        #pragma unroll
+        ${UNROLL}
         for (int k16 = 0; k16 < ${TK}; k16 += 16) {
             // a lane's four halves of a row: slots (2t, 2t+1) in .x, (2t+8, 2t+9) in .y
             uint af[${MI}][4], bf[${NI}][2];
-            #pragma unroll
+            ${UNROLL}
             for (int i = 0; i < ${MI}; i++) {
                 const int m = wm + i * 16 + g;
                 const uint2 lo = ${row_halves("as", "m", A_CK, LDA16)};
                 const uint2 hi = ${row_halves("as", "m + 8", A_CK, LDA16)};
                 af[i][0] = lo.x; af[i][1] = hi.x; af[i][2] = lo.y; af[i][3] = hi.y;
             }
-            #pragma unroll
+            ${UNROLL}
             for (int j = 0; j < ${NI}; j++) {
                 const int n = wn + j * 8 + g;
                 const uint2 v = ${row_halves("bs", "n", B_CK, LDB16)};
                 bf[j][0] = v.x; bf[j][1] = v.y;
             }
-            #pragma unroll
+            ${UNROLL}
             for (int i = 0; i < ${MI}; i++) {
-                #pragma unroll
+                ${UNROLL}
                 for (int j = 0; j < ${NI}; j++) {
-                    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
-                        : "=f"(acc[i][j][0]), "=f"(acc[i][j][1]), "=f"(acc[i][j][2]), "=f"(acc[i][j][3])
-                        : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]),
-                          "r"(bf[j][0]), "r"(bf[j][1]),
-                          "f"(acc[i][j][0]), "f"(acc[i][j][1]), "f"(acc[i][j][2]), "f"(acc[i][j][3]));
+                    MMA_F16(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bf[j][0], bf[j][1]);
                 }
             }
         }
 % else:
-        #pragma unroll
+        ${UNROLL}
         for (int k16 = 0; k16 < ${TK}; k16 += 16) {
             // af[i][s]: mma step s's A fragment of row block i (rows g, g + 8; slots q)
             uint af[${MI}][2][4], bf[${NI}][2][2];
-            #pragma unroll
+            ${UNROLL}
             for (int i = 0; i < ${MI}; i++) {
                 const int m = wm + i * 16 + g;
 % if A_CK:
@@ -202,7 +190,7 @@ ${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGN
                 af[i][0][0] = lo.s0; af[i][0][1] = hi.s0; af[i][0][2] = lo.s1; af[i][0][3] = hi.s1;
                 af[i][1][0] = lo.s2; af[i][1][1] = hi.s2; af[i][1][2] = lo.s3; af[i][1][3] = hi.s3;
 % else:
-                #pragma unroll
+                ${UNROLL}
                 for (int st = 0; st < 2; st++) {
                     const int k = k16 + 4 * t + 2 * st;
                     af[i][st][0] = A_AT(as, m, k);
@@ -212,14 +200,14 @@ ${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGN
                 }
 % endif
             }
-            #pragma unroll
+            ${UNROLL}
             for (int j = 0; j < ${NI}; j++) {
                 const int n = wn + j * 8 + g;
 % if B_CK:
                 const uint4 v = *(__local const uint4 *)(bs + n * ${LDB} + k16 + 4 * t);
                 bf[j][0][0] = v.s0; bf[j][0][1] = v.s1; bf[j][1][0] = v.s2; bf[j][1][1] = v.s3;
 % else:
-                #pragma unroll
+                ${UNROLL}
                 for (int st = 0; st < 2; st++) {
                     const int k = k16 + 4 * t + 2 * st;
                     bf[j][st][0] = B_AT(bs, n, k);
@@ -227,18 +215,14 @@ ${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGN
                 }
 % endif
             }
-            #pragma unroll
+            ${UNROLL}
             for (int st = 0; st < 2; st++) {
-                #pragma unroll
+                ${UNROLL}
                 for (int i = 0; i < ${MI}; i++) {
-                    #pragma unroll
+                    ${UNROLL}
                     for (int j = 0; j < ${NI}; j++) {
-                        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
-                            : "=f"(acc[i][j][0]), "=f"(acc[i][j][1]), "=f"(acc[i][j][2]), "=f"(acc[i][j][3])
-                            : "r"(af[i][st][0]), "r"(af[i][st][1]), "r"(af[i][st][2]), "r"(af[i][st][3]),
-                              "r"(bf[j][st][0]), "r"(bf[j][st][1]),
-                              "f"(acc[i][j][0]), "f"(acc[i][j][1]), "f"(acc[i][j][2]), "f"(acc[i][j][3]));
+                        MMA_TF32(acc[i][j], af[i][st][0], af[i][st][1], af[i][st][2], af[i][st][3],
+                                 bf[j][st][0], bf[j][st][1]);
                     }
                 }
             }

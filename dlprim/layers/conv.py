@@ -290,7 +290,7 @@ class Convolution2D(_ConvBase):
                                           dtype=self.dtype),
                          ConvBackwardFilter(self.ctx, self.geom,
                                             algo=self.algos["backward_filter"], batch=self.batch,
-                                            dtype=self.dtype))
+                                            precision=self.precision, dtype=self.dtype))
         return self._bwd
 
     def forward(self, x, y, params, ws, saved):
@@ -351,7 +351,7 @@ class TransposedConvolution2D(_ConvBase):
                                      dtype=self.dtype),
                          ConvBackwardFilter(self.ctx, self.geom,
                                             algo=self.algos["backward_filter"], batch=self.batch,
-                                            dtype=self.dtype))
+                                            precision=self.precision, dtype=self.dtype))
         return self._bwd
 
     def forward(self, x, y, params, ws, saved):

@@ -1,0 +1,90 @@
+## NVIDIA tensor-core products through inline PTX, shared by gemm_mma.cl and conv_gemm.cl.
+## A warp multiplies fragments held in registers: lane = 4 g + t owns rows g and g + 8 of
+## A, column g of B, and of C rows g, g + 8 and columns 2t, 2t + 1 (c[0..3]: (g, 2t),
+## (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)); c, a float[4], is added to in place.
+## MMA_EMULATE (tests): the two products in OpenCL C, from the layouts below, so that a
+## kernel's fragment logic runs and is checked on any device. The warp's lanes exchange
+## their fragments through local memory (mma_scratch, 6 words a lane, declared by the
+## kernel), so every work-item must reach every product, as mma.sync requires anyway.
+% if context.get("MMA_EMULATE", False):
+// the value of half bits h, decoded exactly in integers
+inline float half_value(uint h)
+{
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const float v = e == 0 ? ldexp((float)m, -24)
+                  : e == 31 ? (m ? NAN : INFINITY) : ldexp((float)(m | 1024), e - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+
+// one product of the warp whose lanes' fragments start at s (6 words a lane)
+inline void mma_emulated(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
+                         __local uint *s, int lane, int f16)
+{
+    __local uint *mine = s + 6 * lane;
+    mine[0] = a0; mine[1] = a1; mine[2] = a2; mine[3] = a3; mine[4] = b0; mine[5] = b1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; e++) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < (f16 ? 16 : 8); k++) {
+            float x, y;
+            if (f16) {  // a pair of halves per word, the lower k in the low bits
+                const uint wa = s[6 * (4 * (row % 8) + (k % 8) / 2) + (row >= 8) + 2 * (k >= 8)];
+                const uint wb = s[6 * (4 * col + (k % 8) / 2) + 4 + (k >= 8)];
+                x = half_value((wa >> (16 * (k % 2))) & 0xffffu);
+                y = half_value((wb >> (16 * (k % 2))) & 0xffffu);
+            } else {
+                x = as_float(s[6 * (4 * (row % 8) + k % 4) + (row >= 8) + 2 * (k >= 4)]);
+                y = as_float(s[6 * (4 * col + k % 4) + 4 + (k >= 4)]);
+            }
+            sum = mad(x, y, sum);
+        }
+        c[e] += sum;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#define MMA_TF32(c, a0, a1, a2, a3, b0, b1) \
+    mma_emulated(c, a0, a1, a2, a3, b0, b1, mma_scratch + 192 * warp, lane, 0)
+#define MMA_F16(c, a0, a1, a2, a3, b0, b1) \
+    mma_emulated(c, a0, a1, a2, a3, b0, b1, mma_scratch + 192 * warp, lane, 1)
+// TF32: the bits of x with its last 13 of mantissa rounded off (to nearest, ties away)
+inline uint tf32(float x)
+{
+    return (as_uint(x) + 0x1000u) & 0xffffe000u;
+}
+% else:
+// c += A (16x8, TF32: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4))
+//      * B (8x8: b0 (t, g), b1 (t + 4, g)), FP32 accumulation
+#define MMA_TF32(c, a0, a1, a2, a3, b0, b1) \
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 " \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};" \
+        : "=f"((c)[0]), "=f"((c)[1]), "=f"((c)[2]), "=f"((c)[3]) \
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), \
+          "f"((c)[0]), "f"((c)[1]), "f"((c)[2]), "f"((c)[3]))
+// c += A (16x16, FP16 pairs: a0 row g, a1 row g + 8 at slots 2t, 2t + 1; a2, a3 the same
+//      rows at slots 2t + 8, 2t + 9) * B (16x8: b0 slots 2t, 2t + 1, b1 slots 2t + 8,
+//      2t + 9 of column g), FP32 accumulation
+#define MMA_F16(c, a0, a1, a2, a3, b0, b1) \
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 " \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};" \
+        : "=f"((c)[0]), "=f"((c)[1]), "=f"((c)[2]), "=f"((c)[3]) \
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), \
+          "f"((c)[0]), "f"((c)[1]), "f"((c)[2]), "f"((c)[3]))
+
+// x rounded to TF32 (to nearest, ties away), as the products' operands
+inline uint tf32(float x)
+{
+    uint r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+% endif
+
+// four halves of row d down a K-major tile (stride ld) from at, paired for an FP16
+// fragment: (at, at + ld) in .x, (at + 2 ld, at + 3 ld) in .y
+inline uint2 k_major_halves(__local const ushort *s, int at, int ld)
+{
+    return (uint2)((uint)s[at] | ((uint)s[at + ld] << 16),
+                   (uint)s[at + 2 * ld] | ((uint)s[at + 3 * ld] << 16));
+}

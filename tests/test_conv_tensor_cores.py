@@ -1,0 +1,171 @@
+"""The implicit-GEMM convolution on tensor cores (kernels/conv_gemm.cl with MMA): its
+template for every direction (PoCL and GPUs), and its numbers against float64 where the
+device has tensor cores (NVIDIA; skipped elsewhere)."""
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from dlprim import Tensor
+from dlprim.core import conv_gemm, tuning
+from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
+from dlprim.core.conv_gemm import conv_tensor_cores
+from dlprim.kernels import program
+from test_conv import conv_backward_ref, conv_ref
+
+# edges of the 64 and 128 tiles and of K's 32; strided (per-phase backward-data), 1x1
+# strided, grouped and dilated, a stem-like 7x7 stride 2
+GEOMS = {
+    "3x3": ConvGeometry(20, 72, (9, 11), (3, 3), pad=(1, 1, 1, 1)),
+    "3x3_stride2": ConvGeometry(16, 24, (10, 9), (3, 3), (2, 2), (1, 1, 1, 1)),
+    "1x1_stride2": ConvGeometry(12, 40, (9, 9), (1, 1), (2, 2)),
+    "grouped_dilated": ConvGeometry(8, 12, (11, 10), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2),
+                                    groups=2),
+    "stem": ConvGeometry(3, 130, (20, 20), (7, 7), (2, 2), (3, 3, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("mma", ["tf32", "f16"])
+@pytest.mark.parametrize("name", sorted(GEOMS))
+def test_template_renders_every_direction(ctx, monkeypatch, mma, name):
+    # the Python path (tile, warps) and the template's Mako logic; the PTX itself only
+    # builds on NVIDIA drivers
+    sources = []
+    monkeypatch.setattr(conv_gemm, "conv_tensor_cores", lambda ctx, precision: True)
+    monkeypatch.setattr(conv_gemm.program, "get",
+                        lambda ctx, name, **p: sources.append(program.render(name, ctx.facts, **p)))
+    monkeypatch.setattr(ctx.facts, "is_gpu", True)  # geometry baked, phases merged
+    precision = "tf32" if mma == "tf32" else "fp16"
+    dtype = "float32" if mma == "tf32" else "float16"
+    for mode in ("forward", "backward_data", "backward_filter"):
+        op = conv_gemm.ConvGemm(ctx, GEOMS[name], mode, bias=mode != "backward_filter",
+                                activation="relu", batch=3, dtype=dtype, precision=precision)
+        assert op.mma == mma and op.tile(3) in [dict(t) for t in tuning.CONV_MMA_TILES]
+    instruction = "m16n8k8" if mma == "tf32" else "m16n8k16"
+    assert len(sources) == 3 and all(instruction in s for s in sources)
+    with pytest.raises(ValueError, match="own tile"):
+        conv_gemm.ConvGemm(ctx, GEOMS[name], "forward", tile=dict(tuning.CONV_MMA_TILES[0]),
+                           precision=precision)
+
+
+def test_mma_tiles_fill_the_device(ctx, monkeypatch):
+    monkeypatch.setattr(ctx.facts, "compute_units", 132)
+    big, mid, small = (dict(t) for t in tuning.CONV_MMA_TILES)
+    assert tuning.conv_mma_tile(ctx.facts, 256, 64 * 56 * 56) == big
+    assert tuning.conv_mma_tile(ctx.facts, 64, 64 * 56 * 56) == mid  # no 128 rows for 64
+    assert tuning.conv_mma_tile(ctx.facts, 512, 64 * 7 * 7) == small
+    for t in tuning.CONV_MMA_TILES:  # the loads' strides divide the work-group
+        threads = 32 * np.prod(tuning.conv_mma_warps(t))
+        assert threads == (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"])
+        assert all(threads % t[k] == 0 for k in ("TILE_M", "TILE_N", "TILE_K"))
+
+
+def test_precision_reaches_every_gemm_direction(ctx):
+    geom = GEOMS["3x3"]
+    for precision in ("tf32", "fp16"):
+        want = ("tf32" if precision == "tf32" else "f16") if conv_tensor_cores(ctx, precision) else ""
+        for op in (ConvForward(ctx, geom, algo="gemm", precision=precision),
+                   ConvBackwardData(ctx, geom, algo="gemm", precision=precision),
+                   ConvBackwardFilter(ctx, geom, algo="gemm", precision=precision)):
+            impl = op.impl.op
+            assert getattr(impl, "op", impl).mma == want
+    assert ConvForward(ctx, geom, algo="gemm").impl.op.mma == ""
+
+
+def _error(got, want):
+    return np.abs(got.astype(np.float64) - want).max() / np.abs(want).max()
+
+
+def _against_float64(ctx, rng, precision, dtype, name):
+    """Forward (bias, relu, beta), backward-data and backward-filter (beta 1) of GEOMS[name]
+    at ``precision`` with activations stored as ``dtype``, whole and split-K, against
+    float64; TF32 and FP16 round each operand to 11 significant bits, sums stay float32."""
+    geom, batch = GEOMS[name], 3
+    st, dil, pad = (geom.sh, geom.sw), (geom.dh, geom.dw), geom.pad
+    # values as the device stores them: the activations rounded to dtype
+    x = rng.standard_normal(geom.in_shape(batch)).astype(dtype).astype(np.float64)
+    dy = rng.standard_normal(geom.out_shape(batch)).astype(dtype).astype(np.float64)
+    w = rng.standard_normal(geom.weight_shape) * 0.3
+    y0 = rng.standard_normal(geom.out_shape(batch)).astype(dtype).astype(np.float64)
+    dw0, bias = rng.standard_normal(geom.weight_shape), rng.standard_normal(geom.out_c)
+    dev = {k: Tensor.from_numpy(ctx, v.astype(dtype if k in ("x", "dy") else np.float32))
+           for k, v in dict(x=x, dy=dy, w=w, b=bias).items()}
+    dx = Tensor(ctx, geom.in_shape(batch), dtype)
+    want_y = np.maximum(conv_ref(x, w, st, pad, dil, geom.groups) + 0.5 * y0
+                        + bias[None, :, None, None], 0)
+    want_dx, want_dw = conv_backward_ref(x, w, dy, st, pad, dil, geom.groups)
+    for splits in (None, 3):
+        fwd = ConvForward(ctx, geom, bias=True, activation="relu", algo="gemm", batch=batch,
+                          splits=splits, precision=precision, dtype=dtype)
+        data = ConvBackwardData(ctx, geom, algo="gemm", batch=batch, splits=splits,
+                                precision=precision, dtype=dtype)
+        filt = ConvBackwardFilter(ctx, geom, algo="gemm", batch=batch, splits=splits,
+                                  precision=precision, dtype=dtype)
+        for op in (fwd, data, filt):
+            impl = getattr(op.impl.op, "op", op.impl.op)
+            assert getattr(impl, "mma", "") or geom.is_plain_1x1 and op is not filt
+        ws = Tensor(ctx, (max(1, fwd.workspace_bytes(batch), data.workspace_bytes(batch),
+                              filt.workspace_bytes(batch)),), "uint8")
+        y = Tensor.from_numpy(ctx, y0.astype(dtype))
+        dw = Tensor.from_numpy(ctx, dw0.astype(np.float32))
+        fwd(dev["x"], dev["w"], y, dev["b"], ws=ws, beta=0.5)
+        data(dev["dy"], dev["w"], dx, ws=ws)
+        filt(dev["x"], dev["dy"], dw, ws=ws, beta=1.0)
+        # a half output adds its own rounding (2^-11 of each value)
+        tol = 4e-3 if dtype == "float16" else 2e-3
+        for what, got, want in (("y", y, want_y), ("dx", dx, want_dx),
+                                ("dw", dw, dw0 + want_dw)):
+            err = _error(got.numpy(), want)
+            assert err < tol, (name, precision, dtype, splits, what, err)
+
+
+CASES = [("tf32", "float32"), ("fp16", "float32"), ("fp16", "float16")]
+
+
+@pytest.mark.parametrize("precision, dtype", CASES)
+@pytest.mark.parametrize("name", sorted(GEOMS))
+def test_tensor_cores_match_float64(ctx, rng, precision, dtype, name):
+    if not conv_tensor_cores(ctx, precision):
+        pytest.skip("no %s tensor cores this runtime drives on %s"
+                    % (precision.upper(), ctx.facts.name))
+    _against_float64(ctx, rng, precision, dtype, name)
+
+
+def _emulate(ctx, monkeypatch):
+    """mma.h's products in OpenCL C (MMA_EMULATE) wherever the kernels ask for tensor
+    cores, with the GPUs' baked geometry and merged phases."""
+    build = program.get
+    monkeypatch.setattr(conv_gemm.program, "get",
+                        lambda ctx, name, **p: build(ctx, name, MMA_EMULATE=bool(p["MMA"]), **p))
+    monkeypatch.setattr(ctx.facts, "is_gpu", True)
+
+
+@pytest.mark.parametrize("name, precision, dtype", [
+    ("3x3", "tf32", "float32"), ("3x3_stride2", "fp16", "float16"),
+    ("grouped_dilated", "fp16", "float32")])
+def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, dtype, name):
+    # on any device: the kernel's fragment layout, K order, tiles and epilogue, all but
+    # the PTX instruction itself (the same mma.h serves gemm_mma.cl's GPU-tested products)
+    _emulate(ctx, monkeypatch)
+    monkeypatch.setattr(conv_gemm, "conv_tensor_cores", lambda ctx, precision: True)
+    _against_float64(ctx, rng, precision, dtype, name)
+
+
+def test_self_test_passes_good_kernels_and_refuses_failing_ones(ctx, monkeypatch, caplog):
+    _emulate(ctx, monkeypatch)
+    assert conv_gemm._self_test(ctx, "fp16")
+    # numbers off by more than the tolerance (here: any rounding at all)
+    monkeypatch.setattr(conv_gemm, "_SELF_TEST_TOLERANCE", 0.0)
+    with caplog.at_level("WARNING"):
+        assert not conv_gemm._self_test(ctx, "tf32")
+    assert "self-test (forward)" in caplog.text and "run in float32" in caplog.text
+    caplog.clear()
+    build = conv_gemm.program.get
+
+    def refused(ctx, name, **p):  # a driver whose compiler refuses the kernels
+        if p["MMA"]:
+            raise cl.RuntimeError("clBuildProgram failed: ptxas error")
+        return build(ctx, name, **p)
+    monkeypatch.setattr(conv_gemm.program, "get", refused)
+    with caplog.at_level("WARNING"):
+        assert not conv_gemm._self_test(ctx, "tf32")
+    assert "do not run" in caplog.text and "ptxas" in caplog.text
