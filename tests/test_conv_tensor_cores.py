@@ -5,6 +5,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
+import dlprim as dp
 from dlprim import Tensor
 from dlprim.core import conv_gemm, tuning
 from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
@@ -135,7 +136,8 @@ def _emulate(ctx, monkeypatch):
     cores, with the GPUs' baked geometry and merged phases."""
     build = program.get
     monkeypatch.setattr(conv_gemm.program, "get",
-                        lambda ctx, name, **p: build(ctx, name, MMA_EMULATE=bool(p["MMA"]), **p))
+                        lambda ctx, name, **p: build(ctx, name, **(dict(p, MMA_EMULATE=True)
+                                                                   if p.get("MMA") else p)))
     monkeypatch.setattr(ctx.facts, "is_gpu", True)
 
 
@@ -169,3 +171,38 @@ def test_self_test_passes_good_kernels_and_refuses_failing_ones(ctx, monkeypatch
     with caplog.at_level("WARNING"):
         assert not conv_gemm._self_test(ctx, "tf32")
     assert "do not run" in caplog.text and "ptxas" in caplog.text
+
+
+def test_an_fp16_net_on_emulated_tensor_cores_follows_fp32(ctx, monkeypatch):
+    # the precision reaches every direction of a net's convolutions (a strided one too)
+    # and their gradients match the fp32 net's (tf32 takes the same path)
+    precision = "fp16"
+    from test_half_storage import small_cnn
+    graph = small_cnn()
+    graph["operators"][3]["options"].update(stride=2)  # c2 strided: per-phase backward-data
+    graph["operators"][4:5] = []  # and so no residual add
+    graph["operators"][4]["inputs"] = ["c2"]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 10, 10)).astype(np.float16).astype(np.float32)
+    y = rng.integers(0, 5, 4).astype(np.int32)
+    _emulate(ctx, monkeypatch)
+    monkeypatch.setattr(ctx.facts, "is_cpu", False)  # the GPUs' algorithm choice: gemm
+    monkeypatch.setattr(conv_gemm, "conv_tensor_cores", lambda ctx, precision: True)
+    built = []
+    build = conv_gemm.program.get
+    monkeypatch.setattr(conv_gemm.program, "get",
+                        lambda ctx, name, **p: built.append(p.get("MMA")) or build(ctx, name, **p))
+    grads, losses = {}, {}
+    for p in ("fp32", precision):
+        net = dp.Net(ctx, graph, mode="train", precision=p, seed=1)
+        losses[p] = net(data=x, label=y)["loss"]
+        net.backward()
+        scale = net.loss_scale.scale if net.loss_scale else 1.0
+        grads[p] = {k: v.to_host() / scale for k, v in net.grads.items()}
+    assert built.count("f16") >= 6  # 2 layers x 3 directions
+    np.testing.assert_allclose(losses[precision], losses["fp32"], rtol=2e-3)
+    for name, ref in grads["fp32"].items():
+        if name == "c1.1":  # the bias before a BatchNorm: its gradient is 0 up to rounding
+            continue
+        err = np.linalg.norm(grads[precision][name] - ref) / max(np.linalg.norm(ref), 1e-12)
+        assert err < 5e-3, "%s: relative error %.3g" % (name, err)
