@@ -7,7 +7,8 @@ at batch 16 and 64, inference and training:
 - train: copy in, zero grads, forward, loss, backward, Adam step.
 PyTorch runs FP32 with TF32 off (the same arithmetic as OpenCL FP32) and with its
 defaults (TF32); with ``--precision fp16`` also with automatic mixed precision (autocast
-float16 and a GradScaler, TF32 on), the mode dlprim's fp16 is compared with. Warm-up 5,
+float16 and a GradScaler, TF32 on), the mode dlprim's fp16 is compared with, and with
+``--precision bf16`` autocast bfloat16 (no GradScaler). Warm-up 5,
 mean of 20. Prints a table with the ratios, and the DLPrimitives figures of the anchors
 for comparison.
 
@@ -59,9 +60,9 @@ def dlprim_ms(ctx, net, batch, mode, warmup, iters, precision="fp32"):
     return res["mean_ms"], ctx.memory.peak_bytes
 
 
-def torch_ms(net, batch, mode, tf32, warmup, iters, amp=False):
-    """(ms per batch, peak bytes) of PyTorch CUDA; ``amp``: autocast float16 with a
-    GradScaler (PyTorch's mixed precision)."""
+def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None):
+    """(ms per batch, peak bytes) of PyTorch CUDA; ``amp`` ("fp16" or "bf16"): autocast
+    float16 with a GradScaler, or bfloat16 without one (PyTorch's mixed precision)."""
     import contextlib
     import torch
     import torchvision
@@ -73,9 +74,10 @@ def torch_ms(net, batch, mode, tf32, warmup, iters, amp=False):
     model = getattr(torchvision.models, net)().cuda()
     x_host = torch.randn(batch, 3, 224, 224)
     y_host = torch.randint(0, 1000, (batch,))
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.float16)) if amp else \
-        contextlib.nullcontext
-    scaler = torch.amp.GradScaler("cuda", enabled=bool(amp))
+    autocast = (lambda: torch.autocast("cuda", dtype={"fp16": torch.float16,
+                                                      "bf16": torch.bfloat16}[amp])) \
+        if amp else contextlib.nullcontext
+    scaler = torch.amp.GradScaler("cuda", enabled=amp == "fp16")
     if mode == "train":
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -119,9 +121,10 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--no-torch", action="store_true")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16"],
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"],
                    help="dlprim's products; 'vs' compares with PyTorch in the same mode "
-                        "(fp32: TF32 off, tf32: TF32 on, fp16: autocast float16)")
+                        "(fp32: TF32 off, tf32: TF32 on, fp16: autocast float16, bf16: "
+                        "autocast bfloat16)")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     import dlprim as dp
@@ -142,9 +145,9 @@ def main():
                     row["torch_fp32"], row["torch_peak_bytes"] = torch_ms(
                         net, batch, mode, False, args.warmup, args.iters)
                     row["torch_tf32"], _ = torch_ms(net, batch, mode, True, args.warmup, args.iters)
-                    if args.precision == "fp16":
+                    if args.precision in ("fp16", "bf16"):
                         row["torch_amp"], _ = torch_ms(net, batch, mode, True, args.warmup,
-                                                       args.iters, amp=True)
+                                                       args.iters, amp=args.precision)
                 row["dlprimitives"] = DLPRIMITIVES.get((net, batch, mode))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -160,7 +163,7 @@ def main():
         ours = r.get("dlprim")
         f32, t32, dlp = r.get("torch_fp32"), r.get("torch_tf32"), r.get("dlprimitives")
         amp = r.get("torch_amp")
-        same = {"tf32": t32, "fp16": amp}.get(args.precision, f32)
+        same = {"tf32": t32, "fp16": amp, "bf16": amp}.get(args.precision, f32)
         vs32 = same / ours if ours and same else None
         vsdlp = dlp / ours if ours and dlp else None
         if vs32:

@@ -16,7 +16,7 @@ _NAMES = {"Context": "context", "ExecutionContext": "context", "DeviceError": "c
           "fit": "train.fitting", "evaluate": "train.fitting",
           # DLPrimitives' Python names
           "Shape": "tensor", "ONNXModel": "onnx", "float32": "dtypes", "half": "dtypes",
-          "int32": "dtypes", "int64": "dtypes", "uint8": "dtypes"}
+          "int32": "dtypes", "int64": "dtypes", "uint8": "dtypes", "bfloat16": "dtypes"}
 SUBMODULES = ("cli", "context", "core", "data", "distributed", "dtypes", "errors", "kernels",
               "layers", "lr_schedules", "models", "net", "nn", "onnx", "plot", "solvers", "tensor",
               "train", "utils")

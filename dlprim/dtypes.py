@@ -5,32 +5,44 @@ needing an OpenCL driver.
 """
 import numpy as np
 
-__all__ = ["DTYPES", "as_dtype", "cl_type", "dlp_name", "float32", "half", "int32", "int64",
-           "uint8"]
+__all__ = ["DTYPES", "as_dtype", "cl_type", "dlp_name", "float32", "half", "bfloat16", "int32",
+           "int64", "uint8", "HALF_TYPES", "is_float", "dtype_name", "to_bfloat16",
+           "bfloat16_values"]
+
+# bfloat16 (float32's sign, exponent and top 7 mantissa bits) has no numpy type: its
+# elements are the 16 bits themselves, in a one-field structured dtype, so that numpy
+# does no arithmetic on them by mistake. ``to_bfloat16`` rounds float values into it,
+# ``bfloat16_values`` gives them back as float32 (exactly); Tensor.numpy() does that.
+bfloat16 = np.dtype([("bfloat16", "<u2")])
 
 # name -> numpy dtype; DLPrimitives spells float32 "float" and int32 "int"
 DTYPES = {
     "float32": np.float32, "float": np.float32,
     "float16": np.float16, "half": np.float16,
+    "bfloat16": bfloat16, "bf16": bfloat16,
     "int32": np.int32, "int": np.int32,
     "int64": np.int64, "long": np.int64,
     "uint8": np.uint8,
 }
-_CL_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half",
+_CL_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half", bfloat16: "bfloat16",
              np.dtype(np.int32): "int", np.dtype(np.int64): "long",
              np.dtype(np.uint8): "uchar"}
-_DLP_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "float16",
+_DLP_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "float16", bfloat16: "bfloat16",
               np.dtype(np.int32): "int", np.dtype(np.int64): "int64",
               np.dtype(np.uint8): "uint8"}
 
 
 # DLPrimitives' Python constants (``dp.float32``, ``dp.half`` ...) for the types dlprim
-# stores; its bfloat16, int8, int16, uint16, uint32 and uint64 have no kernels here
+# stores; its int8, int16, uint16, uint32 and uint64 have no kernels here
 float32 = np.dtype(np.float32)
 half = np.dtype(np.float16)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
 uint8 = np.dtype(np.uint8)
+
+# the 16-bit float storages of mixed precision ("fp16", "bf16"): loads widen them to
+# float32, stores round to nearest even
+HALF_TYPES = (half, bfloat16)
 
 _known = {}  # what as_dtype was given -> its answer (every tensor asks: keep it cheap)
 
@@ -69,3 +81,33 @@ def dlp_name(dtype):
     """The dtype as DLPrimitives' JSON nets spell it (inputs, Parameter options); .dlp
     headers use its writer's names (``dlprim.net.weights.DLP_WRITTEN``)."""
     return _DLP_NAMES[as_dtype(dtype)]
+
+
+def is_float(dtype):
+    """Whether elements of ``dtype`` are floating point (float32, float16, bfloat16)."""
+    dt = as_dtype(dtype)
+    return dt.kind == "f" or dt == bfloat16
+
+
+def dtype_name(dtype):
+    """dlprim's name of a dtype: numpy's, and "bfloat16" for bfloat16."""
+    dt = as_dtype(dtype)
+    return "bfloat16" if dt == bfloat16 else dt.name
+
+
+def to_bfloat16(values):
+    """``values`` (any float array) rounded to bfloat16, to nearest even as the kernels
+    store; NaN stays NaN."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    nan = (bits & 0x7fffffff) > 0x7f800000
+    rounded = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16
+    out = np.where(nan, (bits >> 16) | 0x40, rounded).astype(np.uint16)
+    return out.view(bfloat16).reshape(np.shape(values))
+
+
+def bfloat16_values(bits):
+    """The float32 values of a bfloat16 array (exact)."""
+    bits = np.ascontiguousarray(bits)
+    if bits.dtype != bfloat16:
+        raise TypeError("bfloat16_values: a bfloat16 array, got %s" % bits.dtype)
+    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(bits.shape)

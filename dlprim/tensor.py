@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import numpy as np
 import pyopencl as cl
 
-from .dtypes import as_dtype, cl_type
+from .dtypes import as_dtype, bfloat16, bfloat16_values, cl_type, dtype_name
 
 __all__ = ["Tensor", "Shape", "ws_view"]
 
@@ -75,7 +75,7 @@ class Tensor:
         self.buffer = buffer
 
     def _describe(self, name):
-        what = "%s %s" % (self.dtype.name, self.shape)
+        what = "%s %s" % (dtype_name(self.dtype), self.shape)
         return "%s, %s" % (name, what) if name else "a tensor " + what
 
     # ----- facts
@@ -115,7 +115,8 @@ class Tensor:
         return (self.buffer, np.uint64(self.offset))
 
     def __repr__(self):
-        return "Tensor(shape=%s, dtype=%s, offset=%d)" % (self.shape, self.dtype.name, self.offset)
+        return "Tensor(shape=%s, dtype=%s, offset=%d)" % (self.shape, dtype_name(self.dtype),
+                                                          self.offset)
 
     # ----- construction
     @classmethod
@@ -217,14 +218,17 @@ class Tensor:
         return array
 
     def numpy(self) -> np.ndarray:
-        """The content as a new numpy array (waits for the device)."""
+        """The content as a new numpy array (waits for the device); bfloat16 as its
+        float32 values (numpy has no bfloat16 arithmetic; ``to_host`` gives the bits)."""
+        if self.dtype == bfloat16:
+            return bfloat16_values(self.to_host())
         return self.to_host()
 
     def __array__(self, dtype=None, copy=None):
         """``np.asarray(tensor)``: the content (copied from the device)."""
         if copy is False:
             raise ValueError("a device tensor's values can only be copied to the host")
-        array = self.to_host()
+        array = self.numpy()
         return array if dtype is None else array.astype(dtype, copy=False)
 
     def zero_(self, e=None):

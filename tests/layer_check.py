@@ -14,6 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 from dlprim import Tensor
+from dlprim.dtypes import as_dtype, bfloat16, is_float, to_bfloat16
 from dlprim.layers import TensorSpec, run
 
 PAD = 7  # elements of poison before and after every placed tensor
@@ -21,10 +22,19 @@ PAD = 7  # elements of poison before and after every placed tensor
 Result = namedtuple("Result", "y dx dparams params layer")
 
 
+def host(values, dtype):
+    """``values`` as a numpy array of ``dtype``; bfloat16 rounded from them (numpy has no
+    bfloat16 arithmetic: ``dlprim.dtypes``)."""
+    if as_dtype(dtype) == bfloat16:
+        return to_bfloat16(values)
+    return np.asarray(values, dtype)
+
+
 def place(ctx, array, poison=np.nan):
     """A Tensor holding ``array`` at offset PAD inside a poisoned buffer."""
     array = np.ascontiguousarray(array)
-    flat = np.full(array.size + 2 * PAD, poison if array.dtype.kind == "f" else 0, array.dtype)
+    flat = host(np.full(array.size + 2 * PAD, poison if is_float(array.dtype) else 0),
+                array.dtype)
     flat[PAD:PAD + array.size] = array.ravel()
     owner = Tensor.from_numpy(ctx, flat)
     return owner.view(array.shape, offset=PAD)
@@ -34,7 +44,7 @@ def layer_memory(ctx, setup):
     """(workspace, saved tensors) for a layer's ``Setup``: the workspace a uint8 tensor,
     each saved tensor poisoned and placed at an offset like every other."""
     ws = Tensor(ctx, (setup.workspace,), "uint8") if setup.workspace else None
-    saved = [place(ctx, np.full(s.shape, np.nan if s.dtype.kind == "f" else -1, s.dtype))
+    saved = [place(ctx, host(np.full(s.shape, np.nan if is_float(s.dtype) else -1), s.dtype))
              for s in setup.saved]
     return ws, saved
 
@@ -78,13 +88,13 @@ def run_layer(ctx, layer, xs, params=None, dy=None, accumulate=False, want_dx=No
     dx = dparams = None
     if dy is not None:
         if want_dx is None:
-            want_dx = [x.dtype.kind == "f" for x in xs]
+            want_dx = [is_float(x.dtype) for x in xs]
         start = 0.5 if accumulate else np.nan  # NaN: a kernel must overwrite, not add
-        dx_t = [place(ctx, np.full(x.shape, start, x.dtype)) if w else None
+        dx_t = [place(ctx, host(np.full(x.shape, start), x.dtype)) if w else None
                 for x, w in zip(xs, want_dx)]
         dp_t = [place(ctx, np.full(s.shape, 0.25, s.dtype)) if want_dparams and s.trainable
                 else None for s in param_specs]
-        dy_t = [place(ctx, np.asarray(d, s.dtype)) for d, s in zip(dy, out_specs)]
+        dy_t = [place(ctx, host(d, s.dtype)) for d, s in zip(dy, out_specs)]
         acc = [bool(accumulate)] * len(xs)
         run(layer.backward(x_t, dx_t, y_t, dy_t, p_t, dp_t, ws, saved, acc), ctx.queue)
         dx = [None if t is None else t.numpy() - (0.5 if accumulate else 0) for t in dx_t]

@@ -7,7 +7,9 @@ import dlprim as dp
 from dlprim.cli import tune
 from dlprim.core import tuning
 from dlprim.core.gemm import Gemm, gemm
+from dlprim.dtypes import bfloat16_values
 from dlprim.kernels import program
+from layer_check import host
 from dlprim.utils import round_up
 
 EDGES = [1, 31, 32, 33, 63, 64, 65, 127, 129]
@@ -462,7 +464,7 @@ def test_packed_b_errors(ctx):
 # ----- precision "tf32": tensor cores (kernels/gemm_mma.cl) where the device has them
 def test_precision_choice(ctx):
     from dlprim.core.gemm import tensor_cores
-    with pytest.raises(ValueError, match="Gemm: precision must be one of fp32, tf32, fp16, got .fp16x."):
+    with pytest.raises(ValueError, match="Gemm: precision must be one of fp32, tf32, fp16, bf16, got .fp16x."):
         Gemm(ctx, 8, 8, 8, precision="fp16x")
     op = Gemm(ctx, 8, 8, 8, precision="tf32")
     assert op.precision == "tf32" and op.mma == tensor_cores(ctx)
@@ -493,6 +495,13 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
     assert "MMA_F16(acc" in src and "MMA_TF32(acc" not in src and "__global const half *A" in src
 
 
+def as_stored(values, dtype):
+    """``values`` as float64 after the device's storage of ``dtype`` rounds them."""
+    if dtype == "bfloat16":
+        return bfloat16_values(host(values, dtype)).astype(np.float64)
+    return np.asarray(values).astype(dtype).astype(np.float64)
+
+
 def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes, tolerance):
     """The tensor-core kernel of ``precision`` over the edges of the 128x128 tile and of
     K's 16, batches, split-K, beta, bias and activation, operands and C stored as
@@ -506,13 +515,13 @@ def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes,
         a = rng.standard_normal((batch, K, M) if trans_a else (batch, M, K))
         b = rng.standard_normal((batch, N, K) if trans_b else (batch, K, N))
         c, bias = rng.standard_normal((batch, M, N)), rng.standard_normal(N)
-        a, b, c = (x.astype(d).astype(np.float64) for x, d in zip((a, b, c), dtypes))
+        a, b, c = (as_stored(x, d) for x, d in zip((a, b, c), dtypes))
         op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="col", activation="relu", batch=batch,
                   split_k=split, precision=precision, dtypes=dtypes)
         assert op.mma
-        C = dp.Tensor.from_numpy(ctx, c.astype(dtypes[2]))
-        op(dp.Tensor.from_numpy(ctx, a.astype(dtypes[0])),
-           dp.Tensor.from_numpy(ctx, b.astype(dtypes[1])),
+        C = dp.Tensor.from_numpy(ctx, host(c, dtypes[2]))
+        op(dp.Tensor.from_numpy(ctx, host(a, dtypes[0])),
+           dp.Tensor.from_numpy(ctx, host(b, dtypes[1])),
            C, bias=t(ctx, bias), alpha=0.5, beta=0.25, stride_a=a[0].size, stride_b=b[0].size,
            stride_c=M * N)
         A = a.transpose(0, 2, 1) if trans_a else a
@@ -524,7 +533,8 @@ def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes,
 
 @pytest.mark.parametrize("precision, dtypes, trans_a, trans_b", [
     ("tf32", ("float32",) * 3, 0, 1), ("tf32", ("float32",) * 3, 1, 0),
-    ("fp16", ("float16", "float32", "float16"), 0, 0), ("fp16", ("float32",) * 3, 1, 1)])
+    ("fp16", ("float16", "float32", "float16"), 0, 0), ("fp16", ("float32",) * 3, 1, 1),
+    ("bf16", ("bfloat16", "float32", "bfloat16"), 0, 1)])
 def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, dtypes,
                                              trans_a, trans_b):
     # on any device: the fragment layout, K order, staging and epilogue of gemm_mma.cl
@@ -535,7 +545,7 @@ def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, d
     monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
         ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_mma" else p)))
     _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes,
-                                  2e-3 if precision == "tf32" else 3e-3)
+                                  {"tf32": 2e-3, "fp16": 3e-3, "bf16": 2.5e-2}[precision])
 
 
 @pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])

@@ -13,15 +13,17 @@ import pytest
 import dlprim as dp
 from dlprim.layers import LayerError, create
 from dlprim.net.mixed_precision import LossScale
-from layer_check import run_layer
+from dlprim.dtypes import bfloat16, bfloat16_values, to_bfloat16
+from layer_check import host, run_layer
 
 H, F = np.float16, np.float32
 
 
-def near(actual, expected, tol, what):
+def near(actual, expected, tol, what, floor=0.0):
+    """Within ``tol`` of the largest expected value (or of ``floor``, if larger)."""
     actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
     assert actual.shape == expected.shape, what
-    scale = max(np.abs(expected).max(), 1e-6)
+    scale = max(np.abs(expected).max(), floor, 1e-6)
     err = np.abs(actual - expected).max() / scale
     assert err <= tol, "%s: error %.3g of the largest value, allowed %.3g" % (what, err, tol)
 
@@ -59,39 +61,66 @@ LAYERS = [
 ]
 
 
+# the 16-bit storages and their tolerances (output, input gradient, parameter gradient):
+# bfloat16 keeps 8 significant bits, 3 fewer than half, so 8x half's
+HALVES = {"float16": (np.dtype(H), (2e-3, 4e-3, 2e-3)),
+          "bfloat16": (bfloat16, (1.6e-2, 3.2e-2, 1.6e-2))}
+
+
+def representable(values, half):
+    """``values`` (float32) rounded to what ``half`` holds, so both runs see the same."""
+    if half == bfloat16:
+        return bfloat16_values(to_bfloat16(values))
+    return np.asarray(values).astype(H).astype(F)
+
+
+@pytest.mark.parametrize("half", sorted(HALVES))
 @pytest.mark.parametrize("type_name, options, shapes", LAYERS,
                          ids=["%s-%d" % (t, i) for i, (t, _, _) in enumerate(LAYERS)])
-def test_layer_in_half_matches_float32(ctx, type_name, options, shapes):
+def test_layer_in_half_matches_float32(ctx, type_name, options, shapes, half):
+    half, (tol_y, tol_dx, tol_dp) = HALVES[half]
+    if half == bfloat16 and options.get("activation") == "relu6":
+        # relu6's gradient is cut where the stored output is 6: bfloat16's step there
+        # (2^-5) puts values just below 6 on the cut; relu's cut at 0 keeps its sign
+        options = dict(options, activation="relu")
     rng = np.random.default_rng(3)
-    xs = [rng.standard_normal(s).astype(H) for s in shapes]
-    runs = {}
-    for dtype in (H, F):
+    xs = [representable(rng.standard_normal(s), half) for s in shapes]
+    runs, out_types = {}, {}
+    for dtype in (half, np.dtype(F)):
         layer = create(ctx, type_name, "layer", dict(options))
         setup = layer.setup([dp.layers.TensorSpec(x.shape, dtype) for x in xs])
-        dy = [np.random.default_rng(4).standard_normal(s.shape).astype(H).astype(dtype)
-              for s in setup.outputs]
+        out_types[dtype] = [o.dtype for o in setup.outputs]
+        dy = [representable(np.random.default_rng(4).standard_normal(o.shape), half)
+              for o in setup.outputs]
         params = None
         if setup.params:
             prng = np.random.default_rng(5)
-            params = [prng.uniform(0.5, 1.5, s.shape).astype(F) for s in setup.params]
+            params = [prng.uniform(0.5, 1.5, o.shape).astype(F) for o in setup.params]
         layer = create(ctx, type_name, "layer", dict(options))
-        runs[dtype] = run_layer(ctx, layer, [x.astype(dtype) for x in xs], params=params,
+        runs[dtype] = run_layer(ctx, layer, [host(x, dtype) for x in xs], params=params,
                                 dy=dy, accumulate=True)
-    half, full = runs[H], runs[F]
-    for y in half.y:
-        assert y.dtype == H
-    for p in half.params:
+    short, full = runs[half], runs[np.dtype(F)]
+    assert all(t == half for t in out_types[half])
+    for p in short.params:
         assert p.dtype == F
-    for i, (a, b) in enumerate(zip(half.y, full.y)):
-        near(a, b, 2e-3, "%s output %d" % (type_name, i))
-    for i, (a, b) in enumerate(zip(half.dx, full.dx)):
-        if b is not None:
-            assert a.dtype == H
-            near(a, b, 4e-3, "%s input gradient %d" % (type_name, i))
-    for i, (a, b) in enumerate(zip(half.dparams or [], full.dparams or [])):
+    for i, (a, b) in enumerate(zip(short.y, full.y)):
+        near(a, b, tol_y, "%s output %d" % (type_name, i))
+    for i, (a, b) in enumerate(zip(short.dx, full.dx)):
+        if b is None:
+            continue
+        what = "%s input gradient %d" % (type_name, i)
+        if half == bfloat16 and type_name == "GlobalPooling" and options["mode"] == "max":
+            # bfloat16's steps make near-equal maxima equal: those few elements' gradients
+            # go to another one; the rest agree
+            off = np.abs(a - b) > tol_dx * np.abs(b).max()
+            assert off.mean() <= 0.05, "%s: %d of %d off" % (what, off.sum(), off.size)
+        else:
+            # bfloat16 holds the accumulated dx (0.5 + the gradient) to 2^-9 of 0.5
+            near(a, b, tol_dx, what, floor=0.5 if half == bfloat16 else 0)
+    for i, (a, b) in enumerate(zip(short.dparams or [], full.dparams or [])):
         if b is not None:
             assert a.dtype == F
-            near(a, b, 2e-3, "%s parameter gradient %d" % (type_name, i))
+            near(a, b, tol_dp, "%s parameter gradient %d" % (type_name, i))
 
 
 def test_half_input_to_a_float32_only_layer_is_named(ctx):
@@ -101,7 +130,7 @@ def test_half_input_to_a_float32_only_layer_is_named(ctx):
 
 
 def test_cast_rejects_a_non_float_type(ctx):
-    with pytest.raises(LayerError, match="Cast 'c'.*dtype.*float32 or float16"):
+    with pytest.raises(LayerError, match="Cast 'c'.*dtype.*float32, float16 or bfloat16"):
         create(ctx, "Cast", "c", dict(dtype="int32"))
     with pytest.raises(LayerError, match="Cast 'c'.*dtype"):
         create(ctx, "Cast", "c", dict(dtype="float8"))
@@ -290,3 +319,60 @@ def test_fp16_transformer_gradients_match_fp32(ctx):
     for name, ref in grads["fp32"].items():
         err = np.linalg.norm(grads["fp16"][name] - ref) / max(np.linalg.norm(ref), 1e-12)
         assert err < 5e-3, "%s: relative error %.3g" % (name, err)
+
+
+# ----- precision "bf16": the same Casts with bfloat16, no loss scale
+
+def test_bf16_net_casts_to_bfloat16_without_a_loss_scale(ctx):
+    net = dp.Net(ctx, small_cnn(), mode="train", precision="bf16")
+    casts = [(op.name, op.options["dtype"]) for op in net.graph.ops if op.type == "Cast"]
+    assert casts == [("c1.data_to_bfloat16", "bfloat16"), ("loss.fc_to_float", "float32")]
+    assert net.tensor("c1").dtype == bfloat16 and net.tensor("data").dtype == F
+    assert net.loss_scale is None and net.precision == "bf16"
+    assert all(p.dtype == F for p in net.params.values())
+    again = dp.Net(ctx, net.graph.to_dict(), mode="train", precision="bf16")
+    assert [op.name for op in again.graph.ops] == [op.name for op in net.graph.ops]
+
+
+def test_bf16_gradients_and_training_follow_fp32(ctx):
+    rng = np.random.default_rng(0)
+    x = representable(rng.standard_normal((8, 3, 10, 10)), bfloat16)
+    y = rng.integers(0, 5, 8).astype(np.int32)
+    grads, curves = {}, {}
+    for precision in ("fp32", "bf16"):
+        net = dp.Net(ctx, small_cnn(batch=8, pool="max"), mode="train", precision=precision,
+                     seed=1)
+        opt = dp.Adam(net, lr=3e-2)
+        losses = curves[precision] = []
+        for step in range(12):
+            opt.zero_grad()
+            losses.append(float(net(data=x, label=y)["loss"][0]))
+            net.backward()
+            if step == 0:
+                grads[precision] = {k: v.to_host() for k, v in net.grads.items()}
+            opt.step()
+    for name, ref in grads["fp32"].items():
+        if name == "c1.1":  # the bias before a BatchNorm: its gradient is 0 up to rounding
+            continue
+        err = np.linalg.norm(grads["bf16"][name] - ref) / max(np.linalg.norm(ref), 1e-12)
+        assert err < 3e-2, "%s: relative error %.3g" % (name, err)  # 8 significant bits
+    assert curves["bf16"][-1] < 0.6 * curves["bf16"][0], curves
+    np.testing.assert_allclose(curves["bf16"], curves["fp32"], rtol=0.1, err_msg=str(curves))
+
+
+def test_bfloat16_tensors_round_to_nearest_even(ctx):
+    # ties to even (2^-8 and 3 * 2^-8 past 1 are halfway), and past bfloat16's largest
+    # finite value (3.3895e38) to infinity
+    values = np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, -3.14159, 3.4e38, np.inf, np.nan],
+                      np.float32)
+    bits = to_bfloat16(values)
+    t = dp.Tensor.from_numpy(ctx, bits)
+    assert t.dtype == bfloat16 and "bfloat16" in repr(t)
+    got = t.numpy()
+    assert got.dtype == F
+    np.testing.assert_array_equal(got[:6], [1.0, 1.0, 1 + 2 ** -6, -3.140625, np.inf, np.inf])
+    assert np.isnan(got[6])
+    # the kernels round the same way: float32 -> bfloat16 through a Cast
+    cast = create(ctx, "Cast", "c", dict(dtype="bfloat16"))
+    out = run_layer(ctx, cast, [values[:6]]).y[0]
+    np.testing.assert_array_equal(out, got[:6])

@@ -380,7 +380,7 @@ def test_precision_setting(ctx):
     from dlprim import models
     from dlprim.core.gemm import tensor_cores
     graph = models.mlp(batch=4, hidden=(16,), train=False).to_dict()
-    with pytest.raises(ValueError, match="Net: precision must be one of fp32, tf32, fp16, got 'fp8'"):
+    with pytest.raises(ValueError, match="Net: precision must be one of fp32, tf32, fp16, bf16, got 'fp8'"):
         dp.Net(ctx, graph, mode="predict", precision="fp8")
     nets = [dp.Net(ctx, graph, mode="predict", precision=p, seed=3) for p in ("fp32", "tf32")]
     ips = [layer for layer in nets[1].layers if layer.type_name == "InnerProduct"]

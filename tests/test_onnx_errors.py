@@ -99,7 +99,7 @@ def test_dlprim_convert_writes_a_loadable_net(ctx, tmp_path, capsys):
     tf32 = dox.load(m, ctx, batch=3, precision="tf32")   # tensor cores where there are some
     assert tf32.precision == "tf32"
     np.testing.assert_allclose(tf32(x=x)["y"], ref, rtol=2e-3, atol=2e-3)
-    with pytest.raises(ValueError, match="precision must be one of fp32, tf32, fp16, got 'fp8'"):
+    with pytest.raises(ValueError, match="precision must be one of fp32, tf32, fp16, bf16, got 'fp8'"):
         dox.load(m, ctx, precision="fp8")
     assert convert.main([str(tmp_path / "none.onnx")] + args[1:]) == 1
     assert "does not exist" in capsys.readouterr().err

@@ -147,16 +147,17 @@ def test_every_layer_type_matches_onnxruntime(ctx, tmp_path, opset):
         check_close(ours[k], ref[k])
 
 
-def test_fp16_net_exports_its_float32_model(ctx, tmp_path):
-    # the Casts become Identity and half outputs float32: the model is the float32 one
+@pytest.mark.parametrize("precision, atol", [("fp16", 2e-3), ("bf16", 1.5e-2)])
+def test_fp16_net_exports_its_float32_model(ctx, tmp_path, precision, atol):
+    # the Casts become Identity and 16-bit outputs float32: the model is the float32 one
     graph = models.resnet18(batch=2, image_size=32, classes=5, train=False)
-    half = dp.Net(ctx, graph, mode="predict", precision="fp16", seed=3)
+    half = dp.Net(ctx, graph, mode="predict", precision=precision, seed=3)
     full = dp.Net(ctx, graph, mode="predict", seed=3)
     x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
     dox.save(half, tmp_path / "half.onnx")
     ref = run_ort(tmp_path / "half.onnx", {"data": x})
     check_close(full(data=x)["prob"], ref["prob"])
-    np.testing.assert_allclose(half(data=x)["prob"], ref["prob"], atol=2e-3)
+    np.testing.assert_allclose(half(data=x)["prob"], ref["prob"], atol=atol)
 
 
 def test_export_needs_a_set_up_net_and_a_known_opset(ctx, tmp_path):

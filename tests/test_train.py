@@ -92,7 +92,7 @@ class StopAfter(Trainer):
         return out
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_interrupt_and_resume_is_exact(ctx, config, tmp_path, precision):
     cfg = load_config(str(config))
     cfg["precision"] = precision  # fp16: the loss scale travels in the checkpoint

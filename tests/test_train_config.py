@@ -130,7 +130,7 @@ def test_net_and_value_checks(project):
               ({"schedule": {"type": "step", "step_size": 0}}, "schedule.step_size: must be > 0"),
               ({"schedule": {"type": "warp"}}, "schedule.type: must be one of"),
               ({"device": [0]}, "device: must be"),
-              ({"precision": "fp8"}, 'precision: must be one of "fp32", "tf32", "fp16", got "fp8"'),
+              ({"precision": "fp8"}, 'precision: must be one of "fp32", "tf32", "fp16", "bf16", got "fp8"'),
               ({"resume": "nothing_here"}, "resume: no such checkpoint"),
               ({"out": "net.json"}, "out: is a file, not a directory"),
               ({"data": {}}, "data.train: required")]
@@ -154,7 +154,7 @@ def test_apply_overrides(project, monkeypatch, tmp_path):
     assert cfg["precision"] == "fp32" and apply_overrides(cfg, precision="tf32")["precision"] == "tf32"
     assert apply_overrides(cfg) == cfg
     with pytest.raises(ConfigError) as info:
-        apply_overrides(cfg, epochs=0, batch=-2, resume="nope", precision="bf16")
+        apply_overrides(cfg, epochs=0, batch=-2, resume="nope", precision="fp8")
     assert [p.split(":")[0] for p in info.value.problems] == ["--epochs", "--batch",
                                                               "--precision", "--resume"]
 

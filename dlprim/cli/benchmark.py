@@ -158,8 +158,9 @@ def main(argv=None):
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--profile", action="store_true", help="per-layer table from OpenCL events")
     p.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="fp32 (exact), tf32 (TF32 products on tensor cores where present) or "
-                        "fp16 (half activations, float32 parameters; docs/precision.md)")
+                   help="fp32 (exact), tf32 (TF32 products on tensor cores where present), "
+                        "fp16 (half activations, float32 parameters) or bf16 (bfloat16 "
+                        "activations; docs/precision.md)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in MICRO:

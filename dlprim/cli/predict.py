@@ -52,7 +52,8 @@ def parse_args(argv):
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32 (default); tf32: TF32 products on tensor cores; fp16: half "
-                        "activations, float32 parameters (docs/precision.md)")
+                        "activations, float32 parameters; bf16: bfloat16 activations "
+                        "(docs/precision.md)")
     p.add_argument("images", nargs="*", metavar="IMAGE_OR_FOLDER",
                    help="image files, or folders scanned for them")
     args = p.parse_args(argv)

@@ -20,7 +20,7 @@ or forced for testing:
 - ``"im2col"``: ungrouped layers as column unrolling (col2im for backward-data) + the
   GEMM of ``core/gemm.py`` in chunks of the batch (``core/conv_im2col.py``); CPUs' choice.
 
-Tensors are NCHW float32, or float16 activations (``dtype``: x, y and their gradients
+Tensors are NCHW float32, or float16 or bfloat16 activations (``dtype``: x, y and their gradients
 stored as half, the weights, bias and sums float32) on the gemm, Winograd and depthwise
 algorithms (another asked or chosen runs gemm); weights ``[out_c, in_c/groups, kh, kw]``.
 The batch size is read from the tensors at ``launches`` time and stays a kernel argument;
@@ -31,7 +31,7 @@ import logging
 
 import numpy as np
 
-from ..dtypes import as_dtype
+from ..dtypes import HALF_TYPES, as_dtype
 from . import conv_depthwise, conv_direct, conv_gemm, conv_im2col, conv_winograd, tuning
 from .activation import FUSABLE
 from .conv_geometry import ConvGeometry
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # F(2x2,3x3) / F(4x4,3x3)
 ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise", "direct",
               "im2col")
-# the algorithms whose kernels store float16 activations (any other runs gemm for them)
+# the algorithms whose kernels store 16-bit float activations (any other runs gemm for them)
 HALF_ALGORITHMS = ("gemm", "winograd", "depthwise")
 # DLPrimitives' spellings (its layers' fwd_algo / bwd_data_algo / bwd_filter_algo options)
 # and the algorithm each names here
@@ -157,12 +157,12 @@ class _Op:
         self.ctx, self.geom = ctx, geom
         impl_args = dict(impl_args)
         self.dtype = as_dtype(impl_args.pop("dtype", "float32"))
-        if self.dtype not in (np.float32, np.float16):
-            raise TypeError("convolution: activations' dtype %s; float32 or float16"
+        if self.dtype not in (np.float32,) + HALF_TYPES:
+            raise TypeError("convolution: activations' dtype %s; float32, float16 or bfloat16"
                             % self.dtype)
         self.algo = _resolve(ctx, geom, algo, self.direction)
         family = "winograd" if self.algo.startswith("winograd") else self.algo
-        if self.dtype == np.float16 and family not in HALF_ALGORITHMS:
+        if self.dtype in HALF_TYPES and family not in HALF_ALGORITHMS:
             self.algo = family = "gemm"  # its kernels store half, and it serves every shape
         if self.algo != family:
             impl_args = dict(impl_args, tile=int(self.algo[-1]))

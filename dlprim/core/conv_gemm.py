@@ -14,7 +14,7 @@ from ..kernels import program
 from ..tensor import Tensor, ws_view
 from .conv_geometry import ConvGeometry, geometry_args, scalar
 from . import tuning, tuning_launch
-from .gemm import _SELF_TEST_TOLERANCE, MMA_KINDS, Gemm, tensor_cores
+from .gemm import _SELF_TEST_TOLERANCE, MMA_KINDS, MMA_TYPES, Gemm, tensor_cores
 from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm", "conv_tensor_cores"]
@@ -33,7 +33,7 @@ class ConvGemm:
     reduction is split (split-K, ``split_plan``); the partial outputs go to the workspace
     and ``conv_split_reduce`` adds them up and applies beta, bias and the activation.
 
-    ``precision`` "tf32" or "fp16" runs the tile's products on tensor cores where the
+    ``precision`` "tf32", "fp16" or "bf16" runs the tile's products on tensor cores where the
     device has them (``conv_tensor_cores``; tiles ``tuning.conv_mma_tile``), else in
     float32; ``_mma``: on them without asking (the self-test's own kernels).
     """
@@ -47,7 +47,7 @@ class ConvGemm:
             if tile:
                 raise ValueError("ConvGemm: the tensor-core kernel picks its own tile "
                                  "(tuning.conv_mma_tile)")
-            self.mma = "f16" if precision == "fp16" else "tf32"
+            self.mma = MMA_TYPES[precision]
         self.min_chunk = min_chunk or tuning_launch.CONV_MIN_CHUNK
         self.forced_splits = splits
         # per batch: forced, tuned or the table's, fixed once asked so that the workspace
@@ -340,7 +340,7 @@ def _self_test(ctx, precision):
                     launch(ctx.queue)
                 got.append(y.numpy().astype(np.float64))
             err = np.abs(got[0] - got[1]).max() / np.abs(got[1]).max()
-            if not np.isfinite(err) or err > _SELF_TEST_TOLERANCE:
+            if not np.isfinite(err) or err > _SELF_TEST_TOLERANCE[precision]:
                 log.warning("tensor cores: the %s convolution self-test (%s) on %s failed "
                             "(relative error %.2g); its convolutions run in float32",
                             precision.upper(), mode, ctx.facts.name, err)

@@ -7,7 +7,7 @@
 import numpy as np
 
 from ..kernels import program
-from ..dtypes import as_dtype, cl_type
+from ..dtypes import HALF_TYPES, as_dtype, bfloat16, cl_type, dtype_name, to_bfloat16
 from ..tensor import Tensor
 from .pointwise import _memo, divisor_args, index_type
 from . import tuning_launch
@@ -69,7 +69,7 @@ class StridedCopy:
         self._it = np.uint64 if big else np.uint32
         st = cl_type(self.dtype)
         self.program = program.get(ctx, "strided_copy", DIMS=len(self._dims), STORE=st,
-                                   COMPUTE="float" if st in ("float", "half") else st,
+                                   COMPUTE="float" if st in ("float", "half", "bfloat16") else st,
                                    IT="ulong" if big else "uint",
                                    ELEMS=tuning_launch.POINTWISE_ELEMS)
 
@@ -151,7 +151,7 @@ class TransposeCopy(StridedCopy):
             self._bmn = ([1] + shape)[-3:]
             st = cl_type(self.dtype)
             self._tiled = program.get(ctx, "transpose", TILE=self.TILE, ROWS=self.ROWS, STORE=st,
-                                      COMPUTE="float" if st in ("float", "half") else st)
+                                      COMPUTE="float" if st in ("float", "half", "bfloat16") else st)
 
     def launches(self, x, y, alpha=1.0, beta=0.0):
         """y = alpha * x.transpose(perm) + beta * y."""
@@ -175,17 +175,22 @@ class Fill:
     def __init__(self, ctx, shape, dtype="float"):
         self.ctx, self.shape, self.dtype = ctx, tuple(int(n) for n in shape), as_dtype(dtype)
         self.size = int(np.prod(self.shape, dtype=np.int64))
-        # half without cl_khr_fp16: store the 16-bit pattern
-        self._store = "ushort" if self.dtype == np.float16 else cl_type(self.dtype)
+        # half and bfloat16 (no cl_khr_fp16 needed): store the 16-bit pattern
+        self._store = "ushort" if self.dtype in HALF_TYPES else cl_type(self.dtype)
         self.program = program.get(ctx, "fill", dtype=self._store)
 
     def launches(self, t, value):
         """Set every element of ``t`` to ``value``."""
         if not isinstance(t, Tensor) or t.shape != self.shape or t.dtype != self.dtype:
-            raise ValueError("Fill: tensor %r, expected shape %s dtype %s" % (t, self.shape, self.dtype.name))
+            raise ValueError("Fill: tensor %r, expected shape %s dtype %s" % (t, self.shape, dtype_name(self.dtype)))
         if self.size == 0:
             return []
-        v = np.float16(value).view(np.uint16) if self._store == "ushort" else self.dtype.type(value)
+        if self.dtype == bfloat16:
+            v = to_bfloat16(np.float32(value)).view(np.uint16)
+        elif self._store == "ushort":
+            v = np.float16(value).view(np.uint16)
+        else:
+            v = self.dtype.type(value)
         wg = min(256, self.ctx.facts.max_work_group)
         return [program.Launch(self.program, "fill", (round_up(self.size, wg),), (wg,),
                                [np.uint64(self.size), t.buffer, np.uint64(t.offset), v])]

@@ -11,7 +11,7 @@ import logging
 
 import numpy as np
 
-from ..dtypes import as_dtype, cl_type
+from ..dtypes import HALF_TYPES, as_dtype, cl_type
 from ..kernels import program
 from .activation import FUSABLE
 from .precision import check_precision
@@ -22,8 +22,10 @@ from ..utils import ceil_div, round_up
 __all__ = ["Gemm", "gemm", "BIAS_MODES", "tensor_cores"]
 
 BIAS_MODES = (None, "row", "col")
-HALF_OR_FLOAT = (np.dtype(np.float32), np.dtype(np.float16))  # what an operand may store
-MMA_KINDS = ("tf32", "fp16")  # the precisions with a tensor-core kernel (gemm_mma.cl)
+HALF_OR_FLOAT = (np.dtype(np.float32),) + HALF_TYPES  # what an operand may store
+MMA_KINDS = ("tf32", "fp16", "bf16")  # the precisions with a tensor-core kernel (gemm_mma.cl)
+# the template's MMA parameter of each: the operands' type on the tensor cores
+MMA_TYPES = {"tf32": "tf32", "fp16": "f16", "bf16": "bf16"}
 
 
 def _count(name, value):
@@ -39,10 +41,10 @@ class Gemm:
     device table (keys in ``tuning.TILE_KEYS``). ``split_k`` (optional) cuts K into
     that many parts computed in parallel into a workspace and summed by a second kernel;
     by default GPUs split when C has too few tiles to occupy the device. ``precision``
-    ("fp32", "tf32" or "fp16"; ``core/precision.py``): "tf32" and "fp16" run the products
-    on tensor cores (``kernels/gemm_mma.cl``: TF32, or FP16 operands) where the device has
-    them, else the float32 kernels.
-    ``dtypes``: the storage of A, B and C (float32, or float16 widened as it loads and
+    ("fp32", "tf32", "fp16" or "bf16"; ``core/precision.py``): all but "fp32" run the
+    products on tensor cores (``kernels/gemm_mma.cl``: TF32, FP16 or BF16 operands) where
+    the device has them, else the float32 kernels.
+    ``dtypes``: the storage of A, B and C (float32, or float16 or bfloat16 widened as it loads and
     rounded as C stores; the products and sums stay float32), on the tiled template
     (``tuning.half_tile``); the bias and the split-K workspace are float32.
     """
@@ -54,10 +56,10 @@ class Gemm:
         self.precision = check_precision(precision, "Gemm: precision")
         self.dtypes = tuple(as_dtype(d) for d in (dtypes or (np.float32,) * 3))
         if len(self.dtypes) != 3 or any(d not in HALF_OR_FLOAT for d in self.dtypes):
-            raise TypeError("Gemm: dtypes must be 3 of float32 and float16 (A, B, C), got %r"
-                            % (dtypes,))
-        self.half = any(d == np.float16 for d in self.dtypes)
-        # the tensor-core kernel: TF32 products for "tf32", FP16 for "fp16", where the probe
+            raise TypeError("Gemm: dtypes must be 3 of float32, float16 and bfloat16 (A, B, "
+                            "C), got %r" % (dtypes,))
+        self.half = any(d in HALF_TYPES for d in self.dtypes)
+        # the tensor-core kernel: TF32 products for "tf32", FP16 or BF16 for the others, where the probe
         # passes (_mma: without asking it, the probe's own test)
         self.mma = bool(_mma) or (precision in MMA_KINDS and tensor_cores(ctx, precision))
         if self.mma and tile:
@@ -86,7 +88,7 @@ class Gemm:
         if tile:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
             if self.half and tuning.gemm_kernel(self.tile) != "gemm":
-                raise ValueError("Gemm: float16 operands run on the tiled template only "
+                raise ValueError("Gemm: half and bfloat16 operands run on the tiled template only "
                                  "(VEC 1 or 4), got tile %r" % (self.tile,))
         self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile \
             and not planned
@@ -158,7 +160,7 @@ class Gemm:
                                TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
                                WARPS_M=tuning.MMA_WARPS[0], WARPS_N=tuning.MMA_WARPS[1],
                                STAGES=tuning.MMA_STAGES, **self._types(epilogue),
-                               **(dict(MMA="f16") if self.precision == "fp16" else {}))
+                               MMA=MMA_TYPES.get(self.precision, "tf32"))
         # half operands always have a tile of the tiled template (tuning.half_tile)
         if self.small_m:
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
@@ -189,7 +191,7 @@ class Gemm:
         return dict(A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float")
 
     def _reduce_program(self):
-        extra = dict(C_T="half") if self.dtypes[2] == np.float16 else {}
+        extra = dict(C_T=cl_type(self.dtypes[2])) if self.dtypes[2] in HALF_TYPES else {}
         return program.get(self.ctx, "gemm_reduce", BIAS=self.bias or "none",
                            ACTIVATION=self.activation, **extra)
 
@@ -406,12 +408,14 @@ def gemm(ctx, A, B, C=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, b
 log = logging.getLogger(__name__)
 # TF32 keeps 10 explicit mantissa bits: one rounding per operand, relative error 2^-11
 # each; a dot product of such products stays within a few 2^-11 of its magnitude
-_SELF_TEST_TOLERANCE = 4e-3
+# (BF16 keeps 7: 2^-9 each, 8x more)
+_SELF_TEST_TOLERANCE = {"tf32": 4e-3, "fp16": 4e-3, "bf16": 3.2e-2}
 
 
 def tensor_cores(ctx, precision="tf32"):
     """Whether ``ctx``'s device runs ``kernels/gemm_mma.cl`` correctly with ``precision``'s
-    products ("tf32": m16n8k8 TF32, "fp16": m16n8k16 FP16; memoized per context)."""
+    products ("tf32": m16n8k8 TF32, "fp16" and "bf16": m16n8k16 FP16 or BF16; memoized
+    per context)."""
     known = getattr(ctx, "_tensor_cores", None)
     if known is None:
         known = ctx._tensor_cores = {}
@@ -437,7 +441,7 @@ def _probe(ctx, precision="tf32"):
         return False
     want = a.astype(np.float64) @ b.astype(np.float64).T
     err = np.abs(got - want).max() / np.abs(want).max()
-    if not np.isfinite(err) or err > _SELF_TEST_TOLERANCE:
+    if not np.isfinite(err) or err > _SELF_TEST_TOLERANCE[precision]:
         log.warning("tensor cores: the %s self-test on %s failed (relative error %.2g); "
                     "precision '%s' runs the float32 kernels", precision.upper(), ctx.facts.name,
                     err, precision)

@@ -23,6 +23,7 @@ from ..kernels import program
 from ..kernels.program import Launch
 from .copy import fill_launches
 from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from ..dtypes import HALF_TYPES, as_dtype, cl_type
 from .softmax import row_work_group
 
 __all__ = ["GroupNormOps", "default_kernels"]
@@ -44,7 +45,7 @@ def default_kernels(facts, rows):
 
 class GroupNormOps:
     """The launchers of one normalisation over ``shape`` = (N, G, K, S); ``dtype``: the
-    storage of x, y and their gradients (float32 or float16; statistics and parameters
+    storage of x, y and their gradients (float32, float16 or bfloat16; statistics and parameters
     float32)."""
 
     def __init__(self, ctx, shape, eps, affine=True, bias=True, rms=False, kernels=None,
@@ -69,7 +70,7 @@ class GroupNormOps:
         self.kernels = kernels
         if kernels == "rows":
             self.wg = row_work_group(ctx, k)
-            extra = dict(ACT_T="half") if np.dtype(dtype) == np.float16 else {}
+            extra = dict(ACT_T=cl_type(dtype)) if as_dtype(dtype) in HALF_TYPES else {}
             self.rows_prg = program.get(ctx, "normalization", RMS=int(self.rms),
                                         AFFINE=int(self.affine), BIAS=int(self.bias), **extra)
         full, stat, chan = (self.shape, np.dtype(dtype)), ((n, g, 1, 1), F), ((1, g, k, 1), F)

@@ -58,7 +58,7 @@ def _specs(specs, what):
 
 def _types(dtype):
     st = cl_type(dtype)
-    return st, ("float" if st in ("float", "half") else st)
+    return st, ("float" if st in ("float", "half", "bfloat16") else st)
 
 
 def _check_names(text, what, limits):

@@ -6,16 +6,19 @@ mantissa, float32's range) and runs them on tensor cores, as PyTorch does with T
 where a device has no tensor cores this runtime can drive, "tf32" runs the float32
 kernels (exact, and slower than tensor cores would be).
 
-``"fp16"`` is a Net's setting (``net/mixed_precision.py``): activations stored as half
-where layers take it, parameters and sums float32, products as "fp32"; a kernel-level
-launcher given "fp16" multiplies as "fp32".
+``"fp16"`` and ``"bf16"`` are a Net's settings too (``net/mixed_precision.py``):
+activations stored as half or bfloat16 where layers take it, parameters and sums
+float32; their GEMMs and implicit-GEMM convolutions multiply FP16 or BF16 operands on
+tensor cores where the device has them, float32 elsewhere.
 
 Whether a device has tensor cores is ``core.gemm.tensor_cores(ctx)``, a probe of the
 kernel that uses them.
 """
-__all__ = ["PRECISIONS", "check_precision"]
+__all__ = ["PRECISIONS", "HALF_STORAGE_TYPES", "check_precision"]
 
-PRECISIONS = ("fp32", "tf32", "fp16")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+# the 16-bit storage of each mixed precision
+HALF_STORAGE_TYPES = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 def check_precision(precision, who="precision"):

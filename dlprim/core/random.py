@@ -96,7 +96,7 @@ class RandomFill:
         self.dtype = as_dtype(dtype)
         if dist not in ("uniform", "normal", "bits"):
             raise ValueError("RandomFill: unknown dist %r; known: uniform, normal, bits" % dist)
-        want = ("int",) if dist == "bits" else ("float", "half")
+        want = ("int",) if dist == "bits" else ("float", "half", "bfloat16")
         if cl_type(self.dtype) not in want:
             raise ValueError("RandomFill: dist %r needs dtype %s, got %s"
                              % (dist, " or ".join(want), self.dtype.name))

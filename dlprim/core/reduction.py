@@ -12,15 +12,15 @@ for the integer types too) deciding for the NaN.
 """
 import numpy as np
 
-from ..dtypes import as_dtype, cl_type
+from ..dtypes import as_dtype, cl_type, dtype_name, is_float
 from ..tensor import Tensor
 from .pointwise import PointwiseBroadcastReduce, _memo
 
 __all__ = ["Reduce", "ArgMax", "reduce", "argmax", "OPS", "op_code"]
 
-_LOWEST = {"float": "-INFINITY", "half": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN",
+_LOWEST = {"float": "-INFINITY", "half": "-INFINITY", "bfloat16": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN",
            "uchar": "0"}
-_HIGHEST = {"float": "INFINITY", "half": "INFINITY", "int": "INT_MAX", "long": "LONG_MAX",
+_HIGHEST = {"float": "INFINITY", "half": "INFINITY", "bfloat16": "INFINITY", "int": "INT_MAX", "long": "LONG_MAX",
             "uchar": "UCHAR_MAX"}
 
 
@@ -80,8 +80,8 @@ class Reduce:
         self.keep_shape = tuple(1 if k in self.axes else n for k, n in enumerate(self.in_shape))
         self.out_shape = self.keep_shape if keepdims else tuple(
             n for k, n in enumerate(self.in_shape) if k not in self.axes)
-        if op == "mean" and self.dtype.kind != "f":
-            raise ValueError("Reduce: 'mean' needs a float dtype, got %s" % self.dtype.name)
+        if op == "mean" and not is_float(self.dtype):
+            raise ValueError("Reduce: 'mean' needs a float dtype, got %s" % dtype_name(self.dtype))
         if op in ("max", "min") and any(self.in_shape[a] == 0 for a in self.axes):
             raise ValueError("Reduce: %s over an empty axis of shape %s" % (op, self.in_shape))
         self.count = int(np.prod([self.in_shape[a] for a in self.axes], dtype=np.int64))

@@ -27,6 +27,31 @@ ${epilogue_macros()}
 #define RAW_half(p, i) (((__global const ushort *)(p))[i])
 #define WIDEN_float(x) (x)
 #define WIDEN_half(x) half_bits(x)
+// bfloat16: float32's top 16 bits, so widening is a shift and storing rounds the low 16
+// bits off (to nearest even; a NaN stays a NaN); any device, no extension
+typedef ushort bfloat16;
+#define REG_bfloat16 ushort
+#define RAW_bfloat16(p, i) ((p)[i])
+#define WIDEN_bfloat16(x) as_float((uint)(x) << 16)
+#define LD_bfloat16(p, i) WIDEN_bfloat16((p)[i])
+#define ST_bfloat16(p, i, v) ((p)[i] = bfloat16_bits(v))
+inline ushort bfloat16_bits(float v)
+{
+    const uint u = as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (ushort)((u >> 16) | 0x40u);  // NaN: quiet, and kept NaN by the truncation
+    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float4 bfloat16_bits4_value(ushort4 u)
+{
+    return (float4)(WIDEN_bfloat16(u.s0), WIDEN_bfloat16(u.s1), WIDEN_bfloat16(u.s2),
+                    WIDEN_bfloat16(u.s3));
+}
+inline ushort4 bfloat16_bits4(float4 v)
+{
+    return (ushort4)(bfloat16_bits(v.s0), bfloat16_bits(v.s1), bfloat16_bits(v.s2),
+                     bfloat16_bits(v.s3));
+}
 inline float half_bits(ushort u)
 {
     return vload_half(0, (const __private half *)&u);

@@ -22,11 +22,12 @@
 ## neighbouring work-items touch neighbouring columns. Geometry is either baked in
 ## (GEOM_BAKED, faster index arithmetic) or passed as kernel arguments (one build serves
 ## every shape, used where builds are slow).
-## MMA ("tf32" or "f16"; NVIDIA): the tile's products run on tensor cores (mma.h). The
-## loads stay as they are; the local tiles hold TF32 words or halves, K-major as above,
+## MMA ("tf32", "f16" or "bf16"; NVIDIA): the tile's products run on tensor cores (mma.h).
+## The loads stay as they are; the local tiles hold TF32 words or 16-bit values (half or
+## bfloat16), K-major as above,
 ## and the WG_M x WG_N work-items are WARPS_M x WARPS_N warps, each a (TM / WARPS_M) x
 ## (TN / WARPS_N) block of fragments. Rows pad by 8 words (TF32: lanes t read rows t and
-## t + 4, 8 apart in banks) or 2 halves (FP16: rows 4t .. 4t + 3, 4 words apart), so a
+## t + 4, 8 apart in banks) or two 16-bit values (rows 4t .. 4t + 3, 4 words apart), so a
 ## warp's fragment reads are conflict-free.
 <%
     WG_M = TM // WM
@@ -58,16 +59,18 @@
         """The statement storing a loaded operand value (raw bits of T) at (row, col) of
         its local tile, as the tile holds it; float to half through vstore_half, straight
         into the tile (no private copy whose bits another type then reads)."""
-        if MMA == "f16" and T == "float":
+        if MMA == "f16" and T != "half":
             ld = LDA if tile == "As" else LDB
-            return "vstore_half_rte(%s, (%s) * %d + (%s), (__local half *)%s)" % (v, row, ld, col,
-                                                                              tile)
+            return "vstore_half_rte(WIDEN_%s(%s), (%s) * %d + (%s), (__local half *)%s)" % (
+                T, v, row, ld, col, tile)
         if not MMA:
             value = "WIDEN_%s(%s)" % (T, v)
         elif MMA == "tf32":
             value = "tf32(WIDEN_%s(%s))" % (T, v)
+        elif MMA == "bf16" and T != "bfloat16":
+            value = "bfloat16_bits(WIDEN_%s(%s))" % (T, v)
         else:
-            value = v
+            value = v  # the operand's own 16-bit type: its bits
         return "%s[%s][%s] = %s" % (tile, row, col, value)
 %>
 % if GEOM_BAKED:
@@ -370,7 +373,8 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
             for (int i = 0; i < ${MI}; i++) {
                 ${UNROLL}
                 for (int j = 0; j < ${NI}; j++)
-                    MMA_F16(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bf[j][0], bf[j][1]);
+                    ${"MMA_BF16" if MMA == "bf16" else "MMA_F16"}(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3],
+                                                                bf[j][0], bf[j][1]);
             }
         }
 % else:

@@ -144,6 +144,8 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B, B_T)}
                 if (beta != 0.0f)
     % if C_T == "half":
                     v += beta * load_half4_aligned(c_row + n);
+    % elif C_T == "bfloat16":
+                    v += beta * bfloat16_bits4_value(*(__global const ushort4 *)(c_row + n));
     % else:
                     v += beta * *(__global const float4 *)(c_row + n);
     % endif
@@ -154,6 +156,8 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B, B_T)}
     % endif
     % if C_T == "half":
                 store_half4_aligned(ACT_${ACTIVATION}(v), c_row + n);
+    % elif C_T == "bfloat16":
+                *(__global ushort4 *)(c_row + n) = bfloat16_bits4(ACT_${ACTIVATION}(v));
     % else:
                 *(__global float4 *)(c_row + n) = ACT_${ACTIVATION}(v);
     % endif

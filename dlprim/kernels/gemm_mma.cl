@@ -25,7 +25,10 @@
 # A_T, B_T, C_T: the operands' storage (float or half).
 MMA = context.get("MMA", "tf32")
 A_T, B_T, C_T = context.get("A_T", "float"), context.get("B_T", "float"), context.get("C_T", "float")
-F16 = MMA == "f16"
+# "bf16" (precision "bf16"): BF16 operands the same way, m16n8k16 with bf16 operands
+F16 = MMA in ("f16", "bf16")
+NATIVE = "half" if MMA == "f16" else "bfloat16"  # the 16-bit operands' storage type
+PRODUCT = "MMA_BF16" if MMA == "bf16" else "MMA_F16"
 def ld16(CK, T):
     return TILE_K + 8 if CK else T + 8
 TM, TN, TK = TILE_M, TILE_N, TILE_K
@@ -68,10 +71,13 @@ LOADS_B = TN * TK // 4 // THREADS
         % else:
         const int at = ${x}_k[${r}] * ${LDA16 if x == "a" else LDB16} + ${x}_d[${r}];
         % endif
-        % if T == "half":
+        % if T == NATIVE:
         *(__local ushort4 *)((__local ushort *)${S} + at) = ${x}_reg[${r}];
+        % elif NATIVE == "half":
+        vstore_half4_rte(${tiles.widened4("%s_reg[%d]" % (x, r), T)}, 0, (__local half *)${S} + at);
         % else:
-        vstore_half4_rte(${x}_reg[${r}], 0, (__local half *)${S} + at);
+        *(__local ushort4 *)((__local ushort *)${S} + at) =
+            bfloat16_bits4(${tiles.widened4("%s_reg[%d]" % (x, r), T)});
         % endif
     }
     % endfor
@@ -172,7 +178,7 @@ ${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGN
             for (int i = 0; i < ${MI}; i++) {
                 ${UNROLL}
                 for (int j = 0; j < ${NI}; j++) {
-                    MMA_F16(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bf[j][0], bf[j][1]);
+                    ${PRODUCT}(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bf[j][0], bf[j][1]);
                 }
             }
         }

@@ -41,10 +41,11 @@
     % endfor
 </%def>
 
-## the registers' type for an operand of storage T: float4, or ushort4 of raw half bits
-## (widened where they are stored to local memory: reg4/widened4, common.h says why)
-<%def name="reg4(T)">${"ushort4" if T == "half" else "float4"}</%def>
-<%def name="widened4(v, T)">${"half_bits4(%s)" % v if T == "half" else v}</%def>
+## the registers' type for an operand of storage T: float4, or ushort4 of raw half or
+## bfloat16 bits (widened where they are stored to local memory: reg4/widened4, common.h
+## says why)
+<%def name="reg4(T)">${"ushort4" if T in ("half", "bfloat16") else "float4"}</%def>
+<%def name="widened4(v, T)">${{"half": "half_bits4(%s)", "bfloat16": "bfloat16_bits4_value(%s)"}.get(T, "%s") % v}</%def>
 
 ## global -> registers x_reg; the guarded path (not full_x) zero-fills whatever lies
 ## outside the matrix (D rows, K); NV pieces in all (items past NV load nothing); T: the
@@ -56,9 +57,9 @@
         % if NV % THREADS:
         if (lid + ${r * THREADS} < ${NV})
         % endif
-        % if T == "half" and ALIGNED:
+        % if T in ("half", "bfloat16") and ALIGNED:
         ${x}_reg[${r}] = *(__global const ushort4 *)(${X} + ${x}_off[${r}]);
-        % elif T == "half":
+        % elif T in ("half", "bfloat16"):
         ${x}_reg[${r}] = vload4(0, (__global const ushort *)(${X} + ${x}_off[${r}]));
         % elif ALIGNED:
         ${x}_reg[${r}] = *(__global const float4 *)(${X} + ${x}_off[${r}]);

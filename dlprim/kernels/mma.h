@@ -18,7 +18,7 @@ inline float half_value(uint h)
 
 // one product of the warp whose lanes' fragments start at s (6 words a lane)
 inline void mma_emulated(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
-                         __local uint *s, int lane, int f16)
+                         __local uint *s, int lane, int kind)
 {
     __local uint *mine = s + 6 * lane;
     mine[0] = a0; mine[1] = a1; mine[2] = a2; mine[3] = a3; mine[4] = b0; mine[5] = b1;
@@ -27,13 +27,14 @@ inline void mma_emulated(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, 
     for (int e = 0; e < 4; e++) {
         const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         float sum = 0.0f;
-        for (int k = 0; k < (f16 ? 16 : 8); k++) {
+        for (int k = 0; k < (kind ? 16 : 8); k++) {
             float x, y;
-            if (f16) {  // a pair of halves per word, the lower k in the low bits
+            if (kind) {  // a pair of 16-bit values per word, the lower k in the low bits
                 const uint wa = s[6 * (4 * (row % 8) + (k % 8) / 2) + (row >= 8) + 2 * (k >= 8)];
                 const uint wb = s[6 * (4 * col + (k % 8) / 2) + 4 + (k >= 8)];
-                x = half_value((wa >> (16 * (k % 2))) & 0xffffu);
-                y = half_value((wb >> (16 * (k % 2))) & 0xffffu);
+                const uint ha = (wa >> (16 * (k % 2))) & 0xffffu, hb = (wb >> (16 * (k % 2))) & 0xffffu;
+                x = kind == 1 ? half_value(ha) : as_float(ha << 16);
+                y = kind == 1 ? half_value(hb) : as_float(hb << 16);
             } else {
                 x = as_float(s[6 * (4 * (row % 8) + k % 4) + (row >= 8) + 2 * (k >= 4)]);
                 y = as_float(s[6 * (4 * col + k % 4) + 4 + (k >= 4)]);
@@ -48,6 +49,8 @@ inline void mma_emulated(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, 
     mma_emulated(c, a0, a1, a2, a3, b0, b1, mma_scratch + 192 * warp, lane, 0)
 #define MMA_F16(c, a0, a1, a2, a3, b0, b1) \
     mma_emulated(c, a0, a1, a2, a3, b0, b1, mma_scratch + 192 * warp, lane, 1)
+#define MMA_BF16(c, a0, a1, a2, a3, b0, b1) \
+    mma_emulated(c, a0, a1, a2, a3, b0, b1, mma_scratch + 192 * warp, lane, 2)
 // TF32: the bits of x with its last 13 of mantissa rounded off (to nearest, ties away)
 inline uint tf32(float x)
 {
@@ -67,6 +70,13 @@ inline uint tf32(float x)
 //      2t + 9 of column g), FP32 accumulation
 #define MMA_F16(c, a0, a1, a2, a3, b0, b1) \
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 " \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};" \
+        : "=f"((c)[0]), "=f"((c)[1]), "=f"((c)[2]), "=f"((c)[3]) \
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), \
+          "f"((c)[0]), "f"((c)[1]), "f"((c)[2]), "f"((c)[3]))
+// the same with BF16 operands (bfloat16 bits in the same places)
+#define MMA_BF16(c, a0, a1, a2, a3, b0, b1) \
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 " \
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};" \
         : "=f"((c)[0]), "=f"((c)[1]), "=f"((c)[2]), "=f"((c)[3]) \
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), \

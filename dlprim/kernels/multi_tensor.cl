@@ -7,8 +7,8 @@
 ## group, read for every element; WS: the compute types of the scalar params; IT: index
 ## type. CPU: one work-item per work-group walks its chunk (the compiler vectorises it);
 ## else the work-group's items stride through it so that neighbours read neighbours.
-<%def name="load(i, idx)">${'vload_half(%s, xp%d)' % (idx, i) if XS[i][0] == 'half' else 'xp%d[%s]' % (i, idx)}</%def>
-<%def name="store(i, idx, value)">${'vstore_half_rte(%s, %s, yp%d)' % (value, idx, i) if YS[i][0] == 'half' else 'yp%d[%s] = %s' % (i, idx, value)};</%def>
+<%def name="load(i, idx)">${'LD_%s(xp%d, %s)' % (XS[i][0], i, idx) if XS[i][0] in ('half', 'bfloat16') else 'xp%d[%s]' % (i, idx)}</%def>
+<%def name="store(i, idx, value)">${'ST_%s(yp%d, %s, %s)' % (YS[i][0], i, idx, value) if YS[i][0] in ('half', 'bfloat16') else 'yp%d[%s] = %s' % (i, idx, value)};</%def>
 __kernel void ${NAME}(${IT} dlp_chunk
 % for g in range(G):
     , ${IT} dlp_n${g}, uint dlp_b${g}

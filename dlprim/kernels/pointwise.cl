@@ -10,7 +10,7 @@
 % else:
 #define DLP_DIV(x, n) ((x) / (n))
 % endif
-<%def name="load(i, idx)">${'vload_half(%s, xp%d + xp%d_offset)' % (idx, i, i) if XS[i][0] == 'half' else 'xp%d[xp%d_offset + %s]' % (i, i, idx)}</%def>
+<%def name="load(i, idx)">${'LD_%s(xp%d + xp%d_offset, %s)' % (XS[i][0], i, i, idx) if XS[i][0] in ('half', 'bfloat16') else 'xp%d[xp%d_offset + %s]' % (i, i, idx)}</%def>
 <%def name="xargs(strides)">
 % for i, (st, ct) in enumerate(XS):
     , __global const ${st} *xp${i}, ulong xp${i}_offset
@@ -29,10 +29,10 @@
     , ${wt} w${i}
 % endfor
 </%def>
-<%def name="yload(i, idx)">${'vload_half(%s, yp%d + yp%d_offset)' % (idx, i, i) if YS[i][0] == 'half' else 'yp%d[yp%d_offset + %s]' % (i, i, idx)}</%def>
+<%def name="yload(i, idx)">${'LD_%s(yp%d + yp%d_offset, %s)' % (YS[i][0], i, i, idx) if YS[i][0] in ('half', 'bfloat16') else 'yp%d[yp%d_offset + %s]' % (i, i, idx)}</%def>
 <%def name="ystore(i, idx, value)">
-% if YS[i][0] == 'half':
-vstore_half_rte(${value}, ${idx}, yp${i} + yp${i}_offset);
+% if YS[i][0] in ('half', 'bfloat16'):
+ST_${YS[i][0]}(yp${i} + yp${i}_offset, ${idx}, ${value});
 % else:
 yp${i}[yp${i}_offset + ${idx}] = ${value};
 % endif

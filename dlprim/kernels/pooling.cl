@@ -10,6 +10,8 @@
 #define ST(p, i, v) ST_${dtype}(p, i, v)
 % if dtype == "half":
 #define ST4(v, p) vstore_half4_rte((v), 0, (p))
+% elif dtype == "bfloat16":
+#define ST4(v, p) vstore4(bfloat16_bits4(v), 0, (p))
 % else:
 #define ST4(v, p) vstore4((v), 0, (p))
 % endif

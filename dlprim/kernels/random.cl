@@ -13,8 +13,8 @@ inline float philox_unit(uint v)
 }
 
 <%def name="store(idx, value)">
-% if STORE == 'half':
-vstore_half_rte(${value}, ${idx}, y + y_offset);
+% if STORE in ('half', 'bfloat16'):
+ST_${STORE}(y + y_offset, ${idx}, ${value});
 % else:
 y[y_offset + ${idx}] = ${value};
 % endif

@@ -1,14 +1,14 @@
 <%include file="common.h"/>
 ## dst[i] = alpha * src[i] + beta * dst[i] over an index space of DIMS dims with element
 ## strides for each side (slices, concat, transposes and their gradients).
-## IT: index type (uint when every index fits). STORE: storage type; COMPUTE: float for float/half, else the integer type itself.
+## IT: index type (uint when every index fits). STORE: storage type; COMPUTE: float for float/half/bfloat16, else the integer type itself.
 % if IT == "uint":
 // x / n by a precomputed multiplier (Granlund-Montgomery; exact for x < 2^31)
 #define DLP_DIV(x, n) ((mul_hi((x), n##_m) + (x)) >> n##_l)
 % else:
 #define DLP_DIV(x, n) ((x) / (n))
 % endif
-<%def name="load(p, idx)">${'vload_half(%s, %s + %s_offset)' % (idx, p, p) if STORE == 'half' else '%s[%s_offset + %s]' % (p, p, idx)}</%def>
+<%def name="load(p, idx)">${'LD_%s(%s + %s_offset, %s)' % (STORE, p, p, idx) if STORE in ('half', 'bfloat16') else '%s[%s_offset + %s]' % (p, p, idx)}</%def>
 __kernel void strided_copy(${IT} dlp_total
 % for k in range(DIMS):
     , ${IT} n${k}, uint n${k}_m, uint n${k}_l, ${IT} ss${k}, ${IT} ds${k}
@@ -54,8 +54,8 @@ __kernel void strided_copy(${IT} dlp_total
             v += (beta == 1.0f) ? old : (${COMPUTE})(beta * old);
         }
     % endif
-    % if STORE == 'half':
-        vstore_half_rte(v, d, dst + dst_offset);
+    % if STORE in ('half', 'bfloat16'):
+        ST_${STORE}(dst + dst_offset, d, v);
     % else:
         dst[dst_offset + d] = v;
     % endif

@@ -1,8 +1,8 @@
 <%include file="common.h"/>
 ## y[b, n, m] = alpha * x[b, m, n] + beta * y[b, n, m] through a TILE x TILE local tile
 ## (padded by one column against bank conflicts): reads and writes both coalesced.
-## STORE: storage type; COMPUTE: float for float/half, else the integer type.
-<%def name="load(p, idx)">${'vload_half(%s, %s + %s_offset)' % (idx, p, p) if STORE == 'half' else '%s[%s_offset + %s]' % (p, p, idx)}</%def>
+## STORE: storage type; COMPUTE: float for float/half/bfloat16, else the integer type.
+<%def name="load(p, idx)">${'LD_%s(%s + %s_offset, %s)' % (STORE, p, p, idx) if STORE in ('half', 'bfloat16') else '%s[%s_offset + %s]' % (p, p, idx)}</%def>
 __kernel __attribute__((reqd_work_group_size(${TILE}, ${ROWS}, 1)))
 void transpose_tiled(ulong M, ulong N, __global const ${STORE} *x, ulong x_offset,
                      __global ${STORE} *y, ulong y_offset, float alpha, float beta)
@@ -34,8 +34,8 @@ void transpose_tiled(ulong M, ulong N, __global const ${STORE} *x, ulong x_offse
                 v += (beta == 1.0f) ? old : (${COMPUTE})(beta * old);
             }
 % endif
-% if STORE == 'half':
-            vstore_half_rte(v, d, y + y_offset);
+% if STORE in ('half', 'bfloat16'):
+            ST_${STORE}(y + y_offset, d, v);
 % else:
             y[y_offset + d] = v;
 % endif

@@ -34,7 +34,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..dtypes import as_dtype
+from ..dtypes import HALF_TYPES, as_dtype, dtype_name
 from ..errors import Error
 from ..utils import is_int, shape_problem, unknown_names
 
@@ -230,9 +230,10 @@ class Layer:
                                                else "at least %d" % min_ndim)
             self.fail("input must %s, got shape %s" % (want, spec.shape))
         if float32 and spec.dtype != np.float32 and not (
-                spec.dtype == np.float16 and self.HALF_STORAGE in HALF_TAKERS):
+                spec.dtype in HALF_TYPES and self.HALF_STORAGE in HALF_TAKERS):
             self.fail("input dtype %s is not supported (float32%s)" % (
-                spec.dtype.name, " or float16" if self.HALF_STORAGE in HALF_TAKERS else " only"))
+                dtype_name(spec.dtype),
+                " or float16 or bfloat16" if self.HALF_STORAGE in HALF_TAKERS else " only"))
         return spec
 
     def config(self):

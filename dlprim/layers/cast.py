@@ -1,22 +1,23 @@
-"""Cast: one tensor converted to another floating type (float32 <-> float16).
+"""Cast: one tensor converted to another floating type (float32, float16, bfloat16).
 
-A net of precision "fp16" gets these where a layer that stores half meets one that does
-not (``net/mixed_precision.py``); in a JSON net it is ``{"type": "Cast", "options":
-{"dtype": "float16"}}``. Forward rounds to nearest even on the way to half; backward
+A net of precision "fp16" or "bf16" gets these where a layer that stores 16-bit values
+meets one that does not (``net/mixed_precision.py``); in a JSON net it is ``{"type":
+"Cast", "options": {"dtype": "float16"}}``. Forward rounds to nearest even on the way to
+16 bits; backward
 converts the gradient back to the input's type: ``dx = accumulate*dx + dy``.
 """
 import numpy as np
 
 from ..core.pointwise import PointwiseBroadcast
-from ..dtypes import as_dtype
+from ..dtypes import HALF_TYPES, as_dtype, dtype_name
 from .base import Layer, Setup, TensorSpec, register
 
-FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16))
+FLOAT_TYPES = (np.dtype(np.float32),) + HALF_TYPES
 
 
 @register("Cast")
 class Cast(Layer):
-    """``y = x`` stored as ``dtype`` ("float32" or "float16")."""
+    """``y = x`` stored as ``dtype`` ("float32", "float16" or "bfloat16")."""
     OPTIONS = {"dtype": None}
     BACKWARD_READS_INPUTS = False
     HALF_STORAGE = "exact"  # both sides are what the options say: never cast around it
@@ -28,12 +29,14 @@ class Cast(Layer):
         except TypeError as err:
             self.fail("option 'dtype': %s" % err)
         if self.dtype not in FLOAT_TYPES:
-            self.fail("option 'dtype' must be float32 or float16, got %s" % self.dtype.name)
+            self.fail("option 'dtype' must be float32, float16 or bfloat16, got %s"
+                      % dtype_name(self.dtype))
 
     def build(self, in_specs):
         spec = self.single_input(in_specs, float32=False)
         if spec.dtype not in FLOAT_TYPES:
-            self.fail("input dtype %s: only float32 and float16 convert" % spec.dtype.name)
+            self.fail("input dtype %s: only float32, float16 and bfloat16 convert"
+                      % dtype_name(spec.dtype))
         src, dst = (spec.shape, spec.dtype), (spec.shape, self.dtype)
         self._fwd = PointwiseBroadcast(self.ctx, [src], [dst], "y0 = x0;", name="cast")
         self._bwd = None  # built on first use: a net that only predicts needs none

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..core.activation import Y_ACTIVATIONS, backward_code, forward_code
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce, broadcast_shape
+from ..dtypes import HALF_TYPES, dtype_name
 from .base import Layer, Setup, TensorSpec, register
 
 # y0 from x0 = a, x1 = b, w0 = c1, w1 = c2
@@ -75,9 +76,9 @@ class Elementwise(Layer):
         if len(in_specs) != 2:
             self.fail("expects 2 inputs, got %d" % len(in_specs))
         a, b = in_specs
-        if a.dtype != b.dtype or a.dtype not in (np.float32, np.float16):
-            self.fail("inputs must be both float32 (or both float16), got %s and %s"
-                      % (a.dtype.name, b.dtype.name))
+        if a.dtype != b.dtype or a.dtype not in (np.float32,) + HALF_TYPES:
+            self.fail("inputs must be both float32 (or both float16, or bfloat16), got %s and %s"
+                      % (dtype_name(a.dtype), dtype_name(b.dtype)))
         try:
             out = broadcast_shape([a.shape, b.shape], "inputs")
         except ValueError as err:
@@ -175,7 +176,7 @@ class Where(Layer):
             self.fail("expects 3 inputs (condition, a, b), got %d" % len(in_specs))
         cond, a, b = in_specs
         if a.dtype != np.float32 or b.dtype != np.float32:
-            self.fail("a and b must be float32, got %s and %s" % (a.dtype.name, b.dtype.name))
+            self.fail("a and b must be float32, got %s and %s" % (dtype_name(a.dtype), dtype_name(b.dtype)))
         try:
             out = broadcast_shape([cond.shape, a.shape, b.shape], "inputs")
         except ValueError as err:

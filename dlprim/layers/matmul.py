@@ -15,6 +15,7 @@ from ..core.gemm import Gemm
 from ..core.pointwise import PointwiseBroadcastReduce
 from ..tensor import ws_view
 from ..utils import round_up
+from ..dtypes import HALF_TYPES, dtype_name
 from .base import Layer, Setup, TensorSpec, register
 
 
@@ -42,11 +43,11 @@ class MatMul(Layer):
             self.fail("expects 2 inputs (A and B), got %d" % len(in_specs))
         a, b = (s.shape for s in in_specs)
         dt = in_specs[0].dtype
-        if len(a) < 2 or len(b) < 2 or dt not in (np.float32, np.float16) or \
+        if len(a) < 2 or len(b) < 2 or dt not in (np.float32,) + HALF_TYPES or \
                 in_specs[1].dtype != dt:
-            self.fail("inputs must be both float32 (or both float16) with at least 2 "
-                      "dimensions, got %s %s and %s %s" % (a, in_specs[0].dtype.name, b,
-                                                           in_specs[1].dtype.name))
+            self.fail("inputs must be both float32 (or both float16, or bfloat16) with at least 2 "
+                      "dimensions, got %s %s and %s %s" % (a, dtype_name(in_specs[0].dtype), b,
+                                                           dtype_name(in_specs[1].dtype)))
         m, k = (a[-1], a[-2]) if self.ta else (a[-2], a[-1])
         k2, n = (b[-1], b[-2]) if self.tb else (b[-2], b[-1])
         if k != k2:

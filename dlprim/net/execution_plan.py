@@ -13,6 +13,7 @@ import pyopencl as cl
 
 from . import fusion, memory_plan
 from .autograd import OpFacts, Autograd
+from ..dtypes import is_float
 from ..layers.base import LayerError
 from ..tensor import Tensor
 
@@ -52,8 +53,8 @@ class ExecutionPlan:
                          ws_bytes=st.workspace, saved_bytes=[_nbytes(t) for t in st.saved])
                  for i, st in enumerate(setups)]
         value_bytes = [_nbytes(v) for v in g.values]
-        is_float = [v.dtype.kind == "f" for v in g.values]
-        self.autograd = s = Autograd(g, facts, value_bytes, is_float, train, keep_all)
+        floats = [is_float(v.dtype) for v in g.values]
+        self.autograd = s = Autograd(g, facts, value_bytes, floats, train, keep_all)
         # predict mode: convolution + BatchNorm (+ activation) chains run as one (fusion.py)
         self.folds = {} if train or keep_all else \
             fusion.predict_folds(g, layers, [st.workspace for st in setups])

@@ -1,6 +1,8 @@
-"""Precision "fp16": where activations are stored as half, and the loss scale.
+"""Precisions "fp16" and "bf16": where activations are stored in 16 bits, and the loss
+scale ("fp16" only).
 
-**Storage.** Each layer class says how it takes float16 activations (``HALF_STORAGE``,
+**Storage.** Each layer class says how it takes 16-bit float activations (float16 for
+"fp16", bfloat16 for "bf16"; ``HALF_STORAGE``,
 ``layers/base.py``): "prefers" (the convolutions: half halves their traffic), "follows"
 (memory-bound layers: they store their float outputs as their inputs are), "none"
 (float32 only: losses, and the layers whose kernels have no half path yet) or "exact"
@@ -13,7 +15,8 @@ name still means the buffer users write. Parameters, their gradients and the sol
 state stay float32; so do integer tensors (labels, indices). A graph that already has
 its Casts comes back unchanged, so a rewritten graph can be loaded again.
 
-**Loss scale.** Half has 5 exponent bits: gradients below 6e-8 flush to zero. The loss
+**Loss scale.** Half has 5 exponent bits: gradients below 6e-8 flush to zero (bfloat16
+keeps float32's 8, so "bf16" needs no scale). The loss
 gradients start at ``loss_weight * scale`` instead of ``loss_weight``, which lifts every
 gradient by ``scale``; the solver divides the parameter gradients by it, and skips the
 step when any of them is not finite (an overflow), halving the scale. After
@@ -26,37 +29,40 @@ import logging
 
 import numpy as np
 
-from ..dtypes import DTYPES
+from ..dtypes import DTYPES, as_dtype, dtype_name, is_float
 
 __all__ = ["with_casts", "LossScale", "HALF", "FLOAT"]
 
 log = logging.getLogger(__name__)
 
 HALF, FLOAT = np.dtype(np.float16), np.dtype(np.float32)
+_SHORT = {"float16": "half", "bfloat16": "bfloat16"}  # in the Casts' names
 
 
-def with_casts(graph, half_storage, specs_of):
-    """The graph's dict with Cast operators where storage types meet (module docstring).
+def with_casts(graph, half_storage, specs_of, half=HALF):
+    """The graph's dict with Cast operators where storage types meet (module docstring);
+    ``half``: the 16-bit storage (float16 or bfloat16).
 
     ``half_storage(type)``: the layer type's HALF_STORAGE; ``specs_of(op, in_specs)``: the
     (shape, dtype) of each output of operator ``op`` (an OpDef of ``graph``; its Casts
     write the names they read, so its inputs keep their names) given (shape, dtype) of its
     inputs, asked in graph order.
     """
+    half = as_dtype(half)
     current = {name: (tuple(shape), np.dtype(DTYPES[dtype]))
                for name, (shape, dtype, _) in graph.inputs.items()}
     names = {op.name for op in graph.ops}
     ops = []
     for op in graph.ops:
-        want = _wanted(half_storage(op.type), [current[n][1] for n in op.inputs])
+        want = _wanted(half_storage(op.type), [current[n][1] for n in op.inputs], half)
         for n in dict.fromkeys(op.inputs):  # each name once, in order
             shape, dtype = current[n]
-            if want is None or dtype.kind != "f" or dtype == want:
+            if want is None or not is_float(dtype) or dtype == want:
                 continue
-            cast = _fresh("%s.%s_to_%s" % (op.name, n, "half" if want == HALF else "float"),
+            cast = _fresh("%s.%s_to_%s" % (op.name, n, _SHORT.get(dtype_name(want), "float")),
                           names)
             ops.append({"name": cast, "type": "Cast", "inputs": [n], "outputs": [n],
-                        "options": {"dtype": want.name}})
+                        "options": {"dtype": dtype_name(want)}})
             current[n] = (shape, want)
         ops.append(op.to_dict())
         for n, (shape, dtype) in zip(op.outputs, specs_of(op, [current[n] for n in op.inputs])):
@@ -66,12 +72,12 @@ def with_casts(graph, half_storage, specs_of):
     return out
 
 
-def _wanted(storage, dtypes):
+def _wanted(storage, dtypes, half):
     """The float type an operator's float inputs must have (None: as they come)."""
     if storage == "prefers":
-        return HALF
+        return half
     if storage == "follows":
-        return HALF if HALF in dtypes else None
+        return half if half in dtypes else None
     if storage == "exact":
         return None
     return FLOAT

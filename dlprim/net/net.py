@@ -27,7 +27,7 @@ from .. import layers as _layers
 from ..dtypes import as_dtype
 from ..errors import InputError
 from ..layers.base import PREDICT, TRAIN, LayerError, TensorSpec
-from ..core.precision import check_precision
+from ..core.precision import HALF_STORAGE_TYPES, check_precision
 from ..tensor import Tensor
 from ..utils import shape_problem
 from . import inputs as inputs_rules
@@ -55,21 +55,24 @@ class Net:
         """``graph``: a NetConfig, dict, JSON text or file path, or a dlprim.nn model, which
         needs ``input_shape`` (its input ``data``, batch first) and may take ``loss``
         ("cross_entropy" ...: see ``Module.netconfig``). With a graph, the net is set up
-        and its parameters initialised from ``seed``. ``precision`` ("fp32", "tf32" or
-        "fp16", ``dlprim.core.precision``): "tf32" runs the GEMMs of InnerProduct and MatMul
-        on tensor cores where the device has them (float32 storage and sums); "fp16" stores
+        and its parameters initialised from ``seed``. ``precision`` ("fp32", "tf32", "fp16"
+        or "bf16", ``dlprim.core.precision``): "tf32" runs the GEMMs and convolutions on
+        tensor cores where the device has them (float32 storage and sums); "fp16" stores
         the activations of the layers that take half as float16, with float32 parameters
-        and a dynamic loss scale (``loss_scale``; ``net/mixed_precision.py``)."""
+        and a dynamic loss scale (``loss_scale``; ``net/mixed_precision.py``); "bf16" stores
+        them as bfloat16 (float32's range: no loss scale)."""
         self.ctx = ctx
         self._mode = _check_mode(mode)
         self._precision = check_precision(precision, "Net: precision")
         # fp16: what multiplies the loss gradients, and how it moves (the solvers use it)
         self.loss_scale = LossScale() if precision == "fp16" else None
-        if precision == "fp16" and ctx.facts.is_cpu and ctx not in _WARNED_FP16_ON_CPU:
+        # the 16-bit storage of the activations that take it (mixed precision), else None
+        self._half = HALF_STORAGE_TYPES.get(precision)
+        if self._half and ctx.facts.is_cpu and ctx not in _WARNED_FP16_ON_CPU:
             _WARNED_FP16_ON_CPU.add(ctx)
-            log.warning("precision fp16 on the CPU device %s: half storage runs kernels written "
-                        "for GPUs there, several times slower than fp32 (docs/precision.md)",
-                        ctx.name)
+            log.warning("precision %s on the CPU device %s: 16-bit storage runs kernels "
+                        "written for GPUs there, several times slower than fp32 "
+                        "(docs/precision.md)", precision, ctx.name)
         self._keep = False
         self.graph = None
         self.layers = []
@@ -121,9 +124,10 @@ class Net:
         if self.graph is None:
             raise GraphError("setup: no graph loaded (call load_from_json first)")
         made = {}  # fp16: operator name -> (its layer, set up by the Cast placement, Setup)
-        if self._precision == "fp16":
+        if self._half:
             self.graph = load_graph(with_casts(self.graph, _half_storage,
-                                               lambda op, specs: self._specs_of(op, specs, made)))
+                                               lambda op, specs: self._specs_of(op, specs, made),
+                                               half=self._half))
             self._handles = {}
         g = self.graph
         self.layers = [made[op.name][0] if op.name in made else
@@ -237,7 +241,7 @@ class Net:
     # ----- modes and plans
     @property
     def precision(self):
-        """The precision ("fp32", "tf32" or "fp16"), fixed at construction."""
+        """The precision ("fp32", "tf32", "fp16" or "bf16"), fixed at construction."""
         return self._precision
 
     @property

@@ -34,7 +34,7 @@ def to_netconfig(path_or_model: Any, batch: Optional[int] = None,
 def load(path_or_model: Any, ctx: Any, batch: Optional[int] = None, mode: str = "predict",
          precision: str = "fp32") -> Any:
     """A Net on ``ctx`` with the model's weights, set up in ``mode`` ("predict" or "train")
-    and ``precision`` ("fp32", "tf32" or "fp16": docs/precision.md).
+    and ``precision`` ("fp32", "tf32", "fp16" or "bf16": docs/precision.md).
 
     In train mode the imported weights are trainable parameters and BatchNorm uses batch
     statistics; add a loss to the NetConfig from ``to_netconfig`` to fine-tune.

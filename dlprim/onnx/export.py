@@ -12,6 +12,7 @@ import numpy as np
 
 from . import export_rnn  # noqa: F401  (registers the LSTM and GRU exporters)
 from .errors import require_onnx
+from ..dtypes import HALF_TYPES, as_dtype
 from .export_ops import EXPORTERS
 
 __all__ = ["export_net", "to_model", "DEFAULT_OPSET", "MIN_OPSET"]
@@ -83,7 +84,7 @@ class ExportGraph:
 
 def _value_info(helper, name, shape, dtype):
     from onnx import helper as h
-    if np.dtype(dtype) == np.float16:  # a half activation of an fp16 net: the export is float32
+    if as_dtype(dtype) in HALF_TYPES:  # a 16-bit activation of an fp16/bf16 net: the export is float32
         dtype = np.float32
     elem = h.np_dtype_to_tensor_dtype(np.dtype(dtype))
     return helper.make_tensor_value_info(name, elem, list(shape))

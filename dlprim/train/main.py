@@ -31,7 +31,8 @@ def parse_args(argv):
     p.add_argument("--batch", type=int)
     p.add_argument("--precision", choices=PRECISIONS,
                    help="fp32 (default); tf32: TF32 products on tensor cores; fp16: half "
-                        "activations, float32 parameters (docs/precision.md)")
+                        "activations, float32 parameters; bf16: bfloat16 activations "
+                        "(docs/precision.md)")
     p.add_argument("--out", help="output folder (model, checkpoints, metrics, plot)")
     p.add_argument("--resume", nargs="?", const=True,
                    help="continue from the latest checkpoint in --out, or from this path")
