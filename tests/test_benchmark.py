@@ -45,6 +45,9 @@ def test_cli_json_file_and_model_name(ctx, tmp_path, capsys):
     assert benchmark.main(["mlp", "--batch", "2", "--train", "--iters", "1", "--warmup", "0",
                            "--device", ctx.device_string, "--precision", "fp16"]) == 0
     assert "train  fp16" in capsys.readouterr().out
+    assert benchmark.main(["mlp", "--batch", "2", "--train", "--iters", "1", "--warmup", "0",
+                           "--device", ctx.device_string, "--precision", "bf16"]) == 0
+    assert "train  bf16" in capsys.readouterr().out
 
 
 def test_cli_errors():

@@ -335,16 +335,17 @@ def test_cli_deploy_json_agrees_with_net_predict(ctx, run, capsys):
         assert all(t["label"] is None for t in item["top"])
 
 
-def test_cli_fp16_agrees_with_fp32(run, capsys):
-    # half activations through the deploy graph: the same classes, probabilities close
+@pytest.mark.parametrize("precision, atol", [("fp16", 5e-3), ("bf16", 3e-2)])
+def test_cli_fp16_agrees_with_fp32(run, capsys, precision, atol):
+    # 16-bit activations through the deploy graph: the same classes, probabilities close
     args = ["--deploy", run["deploy"], "--format", "json", "--top", "1", run["digits"]]
-    status, out, err = cli(args + ["--precision", "fp16"], capsys)
+    status, out, err = cli(args + ["--precision", precision], capsys)
     assert status == 0, err
     half = json.loads(out)
     full = json.loads(cli(args, capsys)[1])
     assert [i["top"][0]["index"] for i in half] == [i["top"][0]["index"] for i in full]
     np.testing.assert_allclose([i["top"][0]["probability"] for i in half],
-                               [i["top"][0]["probability"] for i in full], atol=5e-3)
+                               [i["top"][0]["probability"] for i in full], atol=atol)
 
 
 def test_cli_net_and_weights_csv_with_labels(ctx, run, capsys, tmp_path):
