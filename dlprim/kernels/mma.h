@@ -2,7 +2,7 @@
 ## A warp multiplies fragments held in registers: lane = 4 g + t owns rows g and g + 8 of
 ## A, column g of B, and of C rows g, g + 8 and columns 2t, 2t + 1 (c[0..3]: (g, 2t),
 ## (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)); c, a float[4], is added to in place.
-## MMA_EMULATE (tests): the two products in OpenCL C, from the layouts below, so that a
+## MMA_EMULATE (tests): the products in OpenCL C, from the layouts below, so that a
 ## kernel's fragment logic runs and is checked on any device. The warp's lanes exchange
 ## their fragments through local memory (mma_scratch, 6 words a lane, declared by the
 ## kernel), so every work-item must reach every product, as mma.sync requires anyway.
@@ -16,7 +16,8 @@ inline float half_value(uint h)
     return (h & 0x8000u) ? -v : v;
 }
 
-// one product of the warp whose lanes' fragments start at s (6 words a lane)
+// one product of the warp whose lanes' fragments start at s (6 words a lane); kind 0:
+// TF32 m16n8k8, 1: FP16 m16n8k16, 2: BF16 m16n8k16
 inline void mma_emulated(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1,
                          __local uint *s, int lane, int kind)
 {
