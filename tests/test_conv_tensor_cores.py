@@ -27,7 +27,7 @@ GEOMS = {
 }
 
 
-@pytest.mark.parametrize("mma", ["tf32", "f16"])
+@pytest.mark.parametrize("mma", ["tf32", "f16", "bf16"])
 @pytest.mark.parametrize("name", sorted(GEOMS))
 def test_template_renders_every_direction(ctx, monkeypatch, mma, name):
     # the Python path (tile, warps) and the template's Mako logic; the PTX itself only
@@ -37,14 +37,14 @@ def test_template_renders_every_direction(ctx, monkeypatch, mma, name):
     monkeypatch.setattr(conv_gemm.program, "get",
                         lambda ctx, name, **p: sources.append(program.render(name, ctx.facts, **p)))
     monkeypatch.setattr(ctx.facts, "is_gpu", True)  # geometry baked, phases merged
-    precision = "tf32" if mma == "tf32" else "fp16"
-    dtype = "float32" if mma == "tf32" else "float16"
+    precision = {"tf32": "tf32", "f16": "fp16", "bf16": "bf16"}[mma]
+    dtype = {"tf32": "float32", "f16": "float16", "bf16": "bfloat16"}[mma]
     for mode in ("forward", "backward_data", "backward_filter"):
         op = conv_gemm.ConvGemm(ctx, GEOMS[name], mode, bias=mode != "backward_filter",
                                 activation="relu", batch=3, dtype=dtype, precision=precision)
         assert op.mma == mma and op.tile(3) in [dict(t) for t in tuning.CONV_MMA_TILES]
-    instruction = "m16n8k8" if mma == "tf32" else "m16n8k16"
-    assert len(sources) == 3 and all(instruction in s for s in sources)
+    product = {"tf32": "MMA_TF32(acc", "f16": "MMA_F16(acc", "bf16": "MMA_BF16(acc"}[mma]
+    assert len(sources) == 3 and all(product in s for s in sources)
     with pytest.raises(ValueError, match="own tile"):
         conv_gemm.ConvGemm(ctx, GEOMS[name], "forward", tile=dict(tuning.CONV_MMA_TILES[0]),
                            precision=precision)
