@@ -46,42 +46,36 @@ inline void mma_emulated(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, 
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 }
-#define MMA_TF32(c, a0, a1, a2, a3, b0, b1) \
-    mma_emulated(c, a0, a1, a2, a3, b0, b1, mma_scratch + 192 * warp, lane, 0)
-#define MMA_F16(c, a0, a1, a2, a3, b0, b1) \
-    mma_emulated(c, a0, a1, a2, a3, b0, b1, mma_scratch + 192 * warp, lane, 1)
-#define MMA_BF16(c, a0, a1, a2, a3, b0, b1) \
-    mma_emulated(c, a0, a1, a2, a3, b0, b1, mma_scratch + 192 * warp, lane, 2)
+#define MMA_TF32(c, ...) mma_emulated(c, __VA_ARGS__, mma_scratch + 192 * warp, lane, 0)
+#define MMA_F16(c, ...) mma_emulated(c, __VA_ARGS__, mma_scratch + 192 * warp, lane, 1)
+#define MMA_BF16(c, ...) mma_emulated(c, __VA_ARGS__, mma_scratch + 192 * warp, lane, 2)
 // TF32: the bits of x with its last 13 of mantissa rounded off (to nearest, ties away)
 inline uint tf32(float x)
 {
     return (as_uint(x) + 0x1000u) & 0xffffe000u;
 }
 % else:
+// the three products' operand lists: D = c (4 floats), A = a0..a3, B = b0, b1, C = c
+#define MMA_REGISTERS "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+#define MMA_OPERANDS(c, a0, a1, a2, a3, b0, b1) \
+    : "=f"((c)[0]), "=f"((c)[1]), "=f"((c)[2]), "=f"((c)[3]) \
+    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), \
+      "f"((c)[0]), "f"((c)[1]), "f"((c)[2]), "f"((c)[3])
 // c += A (16x8, TF32: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4))
 //      * B (8x8: b0 (t, g), b1 (t + 4, g)), FP32 accumulation
 #define MMA_TF32(c, a0, a1, a2, a3, b0, b1) \
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 " \
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};" \
-        : "=f"((c)[0]), "=f"((c)[1]), "=f"((c)[2]), "=f"((c)[3]) \
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), \
-          "f"((c)[0]), "f"((c)[1]), "f"((c)[2]), "f"((c)[3]))
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 " MMA_REGISTERS \
+        MMA_OPERANDS(c, a0, a1, a2, a3, b0, b1))
 // c += A (16x16, FP16 pairs: a0 row g, a1 row g + 8 at slots 2t, 2t + 1; a2, a3 the same
 //      rows at slots 2t + 8, 2t + 9) * B (16x8: b0 slots 2t, 2t + 1, b1 slots 2t + 8,
 //      2t + 9 of column g), FP32 accumulation
 #define MMA_F16(c, a0, a1, a2, a3, b0, b1) \
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 " \
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};" \
-        : "=f"((c)[0]), "=f"((c)[1]), "=f"((c)[2]), "=f"((c)[3]) \
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), \
-          "f"((c)[0]), "f"((c)[1]), "f"((c)[2]), "f"((c)[3]))
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 " MMA_REGISTERS \
+        MMA_OPERANDS(c, a0, a1, a2, a3, b0, b1))
 // the same with BF16 operands (bfloat16 bits in the same places)
 #define MMA_BF16(c, a0, a1, a2, a3, b0, b1) \
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 " \
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};" \
-        : "=f"((c)[0]), "=f"((c)[1]), "=f"((c)[2]), "=f"((c)[3]) \
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), \
-          "f"((c)[0]), "f"((c)[1]), "f"((c)[2]), "f"((c)[3]))
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 " MMA_REGISTERS \
+        MMA_OPERANDS(c, a0, a1, a2, a3, b0, b1))
 
 // x rounded to TF32 (to nearest, ties away), as the products' operands
 inline uint tf32(float x)
