@@ -14,7 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 from dlprim import Tensor
-from dlprim.dtypes import as_dtype, bfloat16, is_float, to_bfloat16
+from dlprim.dtypes import as_dtype, bfloat16, bfloat16_values, is_float, to_bfloat16
 from dlprim.layers import TensorSpec, run
 
 PAD = 7  # elements of poison before and after every placed tensor
@@ -28,6 +28,13 @@ def host(values, dtype):
     if as_dtype(dtype) == bfloat16:
         return to_bfloat16(values)
     return np.asarray(values, dtype)
+
+
+def stored(values, dtype):
+    """``values`` as float64 after the device's storage of ``dtype`` rounds them."""
+    if as_dtype(dtype) == bfloat16:
+        return bfloat16_values(to_bfloat16(values)).astype(np.float64)
+    return np.asarray(values).astype(dtype).astype(np.float64)
 
 
 def place(ctx, array, poison=np.nan):

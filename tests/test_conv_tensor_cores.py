@@ -11,8 +11,7 @@ from dlprim.core import conv_gemm, tuning
 from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from dlprim.core.conv_gemm import conv_tensor_cores
 from dlprim.kernels import program
-from dlprim.dtypes import bfloat16_values
-from layer_check import host
+from layer_check import host, stored
 from test_conv import conv_backward_ref, conv_ref
 
 # edges of the 64 and 128 tiles and of K's 32; strided (per-phase backward-data), 1x1
@@ -85,12 +84,9 @@ def _against_float64(ctx, rng, precision, dtype, name):
     geom, batch = GEOMS[name], 3
     st, dil, pad = (geom.sh, geom.sw), (geom.dh, geom.dw), geom.pad
     # values as the device stores them: the activations rounded to dtype
-    def stored(shape):
-        bits = host(rng.standard_normal(shape), dtype)
-        return (bfloat16_values(bits) if dtype == "bfloat16" else bits).astype(np.float64)
-    x, dy = stored(geom.in_shape(batch)), stored(geom.out_shape(batch))
+    x, dy, y0 = (stored(rng.standard_normal(s), dtype) for s in
+                 (geom.in_shape(batch), geom.out_shape(batch), geom.out_shape(batch)))
     w = rng.standard_normal(geom.weight_shape) * 0.3
-    y0 = stored(geom.out_shape(batch))
     dw0, bias = rng.standard_normal(geom.weight_shape), rng.standard_normal(geom.out_c)
     dev = {k: Tensor.from_numpy(ctx, host(v, dtype) if k in ("x", "dy") else v.astype(np.float32))
            for k, v in dict(x=x, dy=dy, w=w, b=bias).items()}

@@ -7,8 +7,8 @@ import dlprim as dp
 from dlprim.cli import tune
 from dlprim.core import tuning
 from dlprim.core.gemm import Gemm, gemm
-from dlprim.dtypes import bfloat16_values
 from dlprim.kernels import program
+import layer_check
 from layer_check import host
 from dlprim.utils import round_up
 
@@ -495,13 +495,6 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
     assert "MMA_F16(acc" in src and "MMA_TF32(acc" not in src and "__global const half *A" in src
 
 
-def as_stored(values, dtype):
-    """``values`` as float64 after the device's storage of ``dtype`` rounds them."""
-    if dtype == "bfloat16":
-        return bfloat16_values(host(values, dtype)).astype(np.float64)
-    return np.asarray(values).astype(dtype).astype(np.float64)
-
-
 def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes, tolerance,
                                   large=True):
     """The tensor-core kernel of ``precision`` over the edges of the 128x128 tile and of
@@ -517,7 +510,7 @@ def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes,
         a = rng.standard_normal((batch, K, M) if trans_a else (batch, M, K))
         b = rng.standard_normal((batch, N, K) if trans_b else (batch, K, N))
         c, bias = rng.standard_normal((batch, M, N)), rng.standard_normal(N)
-        a, b, c = (as_stored(x, d) for x, d in zip((a, b, c), dtypes))
+        a, b, c = (layer_check.stored(x, d) for x, d in zip((a, b, c), dtypes))
         op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="col", activation="relu", batch=batch,
                   split_k=split, precision=precision, dtypes=dtypes)
         assert op.mma

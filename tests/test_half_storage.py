@@ -13,8 +13,8 @@ import pytest
 import dlprim as dp
 from dlprim.layers import LayerError, create
 from dlprim.net.mixed_precision import LossScale
-from dlprim.dtypes import bfloat16, bfloat16_values, to_bfloat16
-from layer_check import host, run_layer
+from dlprim.dtypes import bfloat16, to_bfloat16
+from layer_check import host, run_layer, stored
 
 H, F = np.float16, np.float32
 
@@ -69,9 +69,7 @@ HALVES = {"float16": (np.dtype(H), (2e-3, 4e-3, 2e-3)),
 
 def representable(values, half):
     """``values`` (float32) rounded to what ``half`` holds, so both runs see the same."""
-    if half == bfloat16:
-        return bfloat16_values(to_bfloat16(values))
-    return np.asarray(values).astype(H).astype(F)
+    return stored(values, half).astype(F)
 
 
 @pytest.mark.parametrize("half", sorted(HALVES))
@@ -256,20 +254,29 @@ def test_loss_scale_grows_after_finite_steps():
         LossScale(scale=float("nan"))
 
 
+def train_curve(ctx, precision, x, y, steps, seed=0):
+    """(net, losses of ``steps`` Adam steps of the small CNN, its first gradients)."""
+    net = dp.Net(ctx, small_cnn(batch=8, pool="max"), mode="train", precision=precision,
+                 seed=seed)
+    opt = dp.Adam(net, lr=3e-2)
+    losses, first = [], None
+    for _ in range(steps):
+        opt.zero_grad()
+        losses.append(float(net(data=x, label=y)["loss"][0]))
+        net.backward()
+        if first is None:
+            first = {k: v.to_host() for k, v in net.grads.items()}
+        opt.step()
+    return net, losses, first
+
+
 def test_fp16_training_follows_fp32(ctx):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((8, 3, 10, 10)).astype(F)
     y = rng.integers(0, 5, 8).astype(np.int32)
     curves = {}
     for precision in ("fp32", "fp16"):
-        net = dp.Net(ctx, small_cnn(batch=8, pool="max"), mode="train", precision=precision)
-        opt = dp.Adam(net, lr=3e-2)
-        losses = curves[precision] = []
-        for _ in range(15):
-            opt.zero_grad()
-            losses.append(float(net(data=x, label=y)["loss"][0]))
-            net.backward()
-            opt.step()
+        net, curves[precision], _ = train_curve(ctx, precision, x, y, 15)
     assert curves["fp16"][-1] < 0.6 * curves["fp16"][0], curves
     np.testing.assert_allclose(curves["fp16"], curves["fp32"], rtol=0.05, err_msg=str(curves))
     assert net.loss_scale.skipped == 0
@@ -340,17 +347,7 @@ def test_bf16_gradients_and_training_follow_fp32(ctx):
     y = rng.integers(0, 5, 8).astype(np.int32)
     grads, curves = {}, {}
     for precision in ("fp32", "bf16"):
-        net = dp.Net(ctx, small_cnn(batch=8, pool="max"), mode="train", precision=precision,
-                     seed=1)
-        opt = dp.Adam(net, lr=3e-2)
-        losses = curves[precision] = []
-        for step in range(12):
-            opt.zero_grad()
-            losses.append(float(net(data=x, label=y)["loss"][0]))
-            net.backward()
-            if step == 0:
-                grads[precision] = {k: v.to_host() for k, v in net.grads.items()}
-            opt.step()
+        _, curves[precision], grads[precision] = train_curve(ctx, precision, x, y, 12, seed=1)
     for name, ref in grads["fp32"].items():
         if name == "c1.1":  # the bias before a BatchNorm: its gradient is 0 up to rounding
             continue
