@@ -14,7 +14,7 @@ from ..kernels import program
 from ..tensor import Tensor, ws_view
 from .conv_geometry import ConvGeometry, geometry_args, scalar
 from . import tuning, tuning_launch
-from .gemm import _SELF_TEST_TOLERANCE, MMA_KINDS, MMA_TYPES, Gemm, tensor_cores
+from .gemm import _SELF_TEST_TOLERANCE, MMA_KINDS, MMA_TYPES, Gemm, memo_probe, tensor_cores
 from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm", "conv_tensor_cores"]
@@ -312,12 +312,8 @@ def conv_tensor_cores(ctx, precision):
     GEMM's probe passes (``tensor_cores``) and each direction of a strided 3x3 layer,
     built with them, agrees with the float32 kernels (memoized per context; a build or
     numeric failure logs why and means "no", so the float32 kernels serve)."""
-    known = getattr(ctx, "_conv_tensor_cores", None)
-    if known is None:
-        known = ctx._conv_tensor_cores = {}
-    if precision not in known:
-        known[precision] = tensor_cores(ctx, precision) and _self_test(ctx, precision)
-    return known[precision]
+    return memo_probe(ctx, "_conv_tensor_cores", precision,
+                      lambda ctx, p: tensor_cores(ctx, p) and _self_test(ctx, p))
 
 
 def _self_test(ctx, precision):

@@ -416,11 +416,15 @@ def tensor_cores(ctx, precision="tf32"):
     """Whether ``ctx``'s device runs ``kernels/gemm_mma.cl`` correctly with ``precision``'s
     products ("tf32": m16n8k8 TF32, "fp16" and "bf16": m16n8k16 FP16 or BF16; memoized
     per context)."""
-    known = getattr(ctx, "_tensor_cores", None)
-    if known is None:
-        known = ctx._tensor_cores = {}
+    return memo_probe(ctx, "_tensor_cores", precision, _probe)
+
+
+def memo_probe(ctx, attr, precision, probe):
+    """``probe(ctx, precision)``, asked once per context and precision (kept in the
+    context's ``attr`` dict)."""
+    known = ctx.__dict__.setdefault(attr, {})
     if precision not in known:
-        known[precision] = _probe(ctx, precision)
+        known[precision] = probe(ctx, precision)
     return known[precision]
 
 
