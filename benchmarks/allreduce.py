@@ -40,11 +40,11 @@ def arena(count, ctx):
                            grad_arena=dp.Tensor.zeros(ctx, (count,), np.float32))
 
 
-def measure(name, comm, ctx, bucket_bytes, iters):
+def measure(name, comm, ctx, bucket_bytes, iters, shared_memory):
     net = (arena(int(name), ctx) if name.isdigit()
            else dp.Net(ctx, getattr(models, name)(batch=1), seed=0))
     net.grad_arena.to_device(np.full(net.grad_arena.shape, comm.rank + 1, np.float32))
-    averager = GradientAverager(net, comm, bucket_bytes)
+    averager = GradientAverager(net, comm, bucket_bytes, shared_memory)
 
     def average():
         averager.average(1.0 / comm.size)
@@ -62,6 +62,9 @@ def main():
                    help="bare gradient arenas of these sizes instead of --models")
     p.add_argument("--bucket-mb", type=float, default=25)
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--sum", choices=("shared", "mpi"), default="shared",
+                   help="ranks on one machine add their buckets through shared host memory "
+                        "(the default) or by MPI's allreduce")
     args = p.parse_args()
     comm = init()
     ctx = dp.Context(comm.device)
@@ -69,13 +72,15 @@ def main():
     print("rank %d: %s (%s)" % (comm.rank, ctx.name, ctx.device_string), flush=True)
     comm.barrier()
     if comm.rank == 0:
-        print("%d ranks on %s, buckets of %g MiB" % (comm.size, ctx.name, args.bucket_mb))
+        print("%d ranks on %s, buckets of %g MiB, sums by %s" % (
+            comm.size, ctx.name, args.bucket_mb,
+            "shared memory" if args.sum == "shared" else "MPI allreduce"))
         print("| net | MB per rank | buckets | ms per average | GB/s (bus) "
               "| ms host allreduce | GB/s (bus) |")
         print("|---|---|---|---|---|---|---|")
     for name in [str(n) for n in args.elements] if args.elements else args.models:
         nbytes, seconds, host_seconds, count = measure(
-            name, comm, ctx, int(args.bucket_mb * 2 ** 20), args.iters)
+            name, comm, ctx, int(args.bucket_mb * 2 ** 20), args.iters, args.sum == "shared")
         if comm.rank == 0:
             print("| %s | %.1f | %d | %.1f | %.2f | %.1f | %.2f |" % (
                 name, nbytes / 1e6, count, 1e3 * seconds, bus * nbytes / seconds / 1e9,

@@ -30,12 +30,16 @@ def main():
     p.add_argument("--bucket-mb", type=float, default=25)
     p.add_argument("--no-overlap", action="store_true",
                    help="average after backward has run (net.backward, then step)")
+    p.add_argument("--sum", choices=("shared", "mpi"), default="shared",
+                   help="how ranks on one machine add their buckets: through shared host "
+                        "memory (the default) or by MPI's allreduce")
     args = p.parse_args()
     comm = init()
     ctx = dp.Context(comm.device)
     net = dp.Net(ctx, getattr(models, args.model)(batch=args.batch), seed=0)
     parallel = DataParallel(net, dp.SGD(net, lr=0.01, momentum=0.9), comm,
-                            bucket_bytes=int(args.bucket_mb * 2 ** 20))
+                            bucket_bytes=int(args.bucket_mb * 2 ** 20),
+                            shared_memory=args.sum == "shared")
     rng = np.random.default_rng(comm.rank)
     data = net.tensor("data")
     data.to_device(rng.standard_normal(data.shape).astype(np.float32))
@@ -66,10 +70,12 @@ def main():
     slowest = [max(t) for t in zip(*comm.allgather_object(steps))]
     ms = 1e3 * statistics.median(slowest)
     if comm.rank == 0:
-        print("| %s | %d | %d | %.1f | %.0f | %.1f | %.1f | %s |" % (
+        print("| %s | %d | %d | %.1f | %.0f | %.1f | %.1f | %s | %s |" % (
             args.model, args.batch, comm.size, ms, 1e3 * args.batch * comm.size / ms,
             1e3 * statistics.median(waits), parallel.averager.nbytes / 1e6,
-            "after backward" if args.no_overlap else "overlapped"), flush=True)
+            "after backward" if args.no_overlap else "overlapped",
+            "-" if comm.size == 1 else "shared memory" if parallel.averager.shared else "MPI"),
+            flush=True)
 
 
 if __name__ == "__main__":

@@ -57,9 +57,9 @@ def _env(ctx, **extra):
     return env
 
 
-def _mpiexec(ctx, args, cwd=None, env=None):
-    """The finished ``mpiexec -n 2 args`` (its own session, killed whole on a hang)."""
-    p = subprocess.Popen([MPIEXEC, "-n", "2"] + args, env=env or _env(ctx), cwd=cwd,
+def _mpiexec(ctx, args, cwd=None, env=None, ranks=2):
+    """The finished ``mpiexec -n ranks args`` (its own session, killed whole on a hang)."""
+    p = subprocess.Popen([MPIEXEC, "-n", str(ranks)] + args, env=env or _env(ctx), cwd=cwd,
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -73,11 +73,14 @@ def _mpiexec(ctx, args, cwd=None, env=None):
 
 # ----- under mpiexec
 @needs_mpi
-def test_two_ranks_at_batch_8_step_as_one_process_at_batch_16(ctx, tmp_path):
+@pytest.mark.parametrize("summed_by", ["shared memory", "MPI"])
+def test_two_ranks_at_batch_8_step_as_one_process_at_batch_16(ctx, tmp_path, summed_by):
     from distributed_run import BatchLoader as Loader, netconfig, solver, source
     status, out, err = _mpiexec(ctx, [sys.executable, os.path.join(HERE, "distributed_run.py"),
-                                      "steps", str(tmp_path)])
+                                      "steps", str(tmp_path)]
+                                + (["mpi"] if summed_by == "MPI" else []))
     assert status == 0, out + err
+    assert out.count("sums by %s" % summed_by) == 2, out  # lines may interleave
     ranks = [dict(np.load(tmp_path / ("rank%d.npz" % r))) for r in range(2)]
     # one process, the rank-0 initialisation that DataParallel broadcast, batch 16
     net = dp.Net(ctx, netconfig(16), seed=10)
@@ -97,6 +100,17 @@ def test_two_ranks_at_batch_8_step_as_one_process_at_batch_16(ctx, tmp_path):
     moved = max(np.abs(reference[n] - dp.Net(ctx, netconfig(16), seed=10).get_parameters()[n]).max()
                 for n in reference)
     assert moved > 1e-2  # the steps changed the weights: the comparison means something
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks, machines", [(3, 1), (4, 2)])
+def test_shared_memory_sums_match_numpy_on_one_machine_and_across_machines(ctx, ranks, machines):
+    """Three ranks of one machine; four as two machines of two (the slices' sums go
+    between the machines by MPI): weighted sums of buckets of 1 to 786k elements."""
+    status, out, err = _mpiexec(ctx, [sys.executable, os.path.join(HERE, "distributed_run.py"),
+                                      "shared_sum", str(machines)], ranks=ranks)
+    assert status == 0, out + err
+    assert out.count("shared sums over %d machines match" % machines) == ranks, out
 
 
 def _mnist_config(tmp_path, **changes):

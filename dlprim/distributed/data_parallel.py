@@ -43,16 +43,18 @@ class DataParallel:
 
     ``step(samples=n)`` weighs each rank's gradient by its share of the samples (ranks
     with unequal parts, as in a last partial batch); without it every rank counts the
-    same. Gradients travel in buckets of ``bucket_bytes``.
+    same. Gradients travel in buckets of ``bucket_bytes``, summed through the shared
+    memory of ranks on one machine unless ``shared_memory`` is False (then by MPI's
+    allreduce; ``GradientAverager``).
     """
 
     def __init__(self, net: Any, solver: Any, comm: Optional[Communicator] = None,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, shared_memory: bool = True) -> None:
         self.net, self.solver = net, solver
         self.comm = init() if comm is None else comm
         if solver.net is not net:
             solver.init(net)
-        self.averager = GradientAverager(net, self.comm, bucket_bytes)
+        self.averager = GradientAverager(net, self.comm, bucket_bytes, shared_memory)
         self.broadcast_parameters()
 
     @property

@@ -18,10 +18,21 @@ writes host memory:
     host -> device   bucket k is copied back as soon as its sum is complete, while the
                      later buckets are still being summed
 
+The copies run on a queue of their own (``copy_queue``): a bucket's copy to the host
+waits for a marker after its last backward launch, and the copies back overlap the rest
+of the backward pass on the device's copy engines instead of queueing behind it; the
+solver's update, enqueued after ``average``, waits for them (a barrier on the net's
+queue).
+
 The host side is one page-locked (pinned) array: an OpenCL buffer allocated in host
 memory (``ALLOC_HOST_PTR``) and mapped once, which lets a GPU's copy engine move it
 without staging, and is ordinary memory on a CPU device. Nothing waits for the device
 except each bucket's own copy.
+
+How a bucket is summed over the ranks: where several ranks share a machine (and every
+machine has as many), through that machine's shared memory (``SharedSum``: each rank adds
+up one slice of every bucket, machines exchange their slices' sums by MPI); otherwise by
+MPI's non-blocking allreduce, started as soon as the bucket's copy arrives.
 """
 import logging
 import time
@@ -31,6 +42,7 @@ import numpy as np
 import pyopencl as cl
 
 from .comm import Communicator
+from .shared_sum import SharedSum
 
 __all__ = ["GradientAverager", "DEFAULT_BUCKET_BYTES", "pinned_array", "buckets"]
 
@@ -68,17 +80,26 @@ def pinned_array(ctx: Any, count: int) -> Tuple[np.ndarray, Any]:
 
 class GradientAverager:
     """``average(weight)`` makes every rank's trainable gradients the sum over the ranks
-    of ``weight * gradient`` (weight 1/size: the mean), in ``bucket_bytes`` pieces."""
+    of ``weight * gradient`` (weight 1/size: the mean), in ``bucket_bytes`` pieces.
+    ``shared_memory`` False sums by MPI's allreduce even where ranks share a machine.
+    Every rank makes its averager at the same point: making one is collective."""
 
     def __init__(self, net: Any, comm: Communicator,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, shared_memory: bool = True) -> None:
         self.net, self.comm, self.ctx = net, comm, net.ctx
         self.count = int(net.trainable_size)
         self.buckets = buckets(self.count, bucket_bytes)
         self.bucket_bytes = int(bucket_bytes)
         self.host, self._pinned = pinned_array(self.ctx, self.count)
+        self.copy_queue = cl.CommandQueue(self.ctx.cl_context, self.ctx.device)
         self._copies = None  # the buckets' device -> host copies that backward() enqueued
         self._order = None  # (plan, [(bucket, backward launches before its copy)])
+        self.shared = None  # the SharedSum where the ranks' sums go through shared memory
+        if comm.size > 1 and self.count and shared_memory and SharedSum.usable(comm):
+            self.shared = SharedSum(comm, self.count)
+        log.info("gradient average of %d bytes in %d buckets by %s", self.nbytes,
+                 len(self.buckets), "shared memory (%d ranks a machine, %d threads)"
+                 % (self.shared.n, self.shared.threads) if self.shared else "MPI allreduce")
 
     def _ready_order(self):
         """[(bucket index, how many of the plan's backward launches write it)] in the order
@@ -115,19 +136,37 @@ class GradientAverager:
         net = self.net
         net.backward_check()
         queue, launches = self.ctx.queue, net.plan.backward
-        grads = net.grad_arena
         copies, done = [None] * len(self.buckets), 0
         for k, ready in self._ready_order():
             for launch in launches[done:ready]:
                 launch(queue)
             done = max(done, ready)
-            a, b = self.buckets[k]
-            copies[k] = cl.enqueue_copy(queue, self.host[a:b], grads.buffer,
-                                        src_offset=grads.byte_offset + a * 4, is_blocking=False)
+            copies[k] = self._copy_out(k, cl.enqueue_marker(queue))
             queue.flush()
         for launch in launches[done:]:
             launch(queue)
         self._copies = copies
+
+    def _copy_out(self, k: int, after: Any) -> Any:
+        """Enqueue bucket k's copy to the host on the copy queue, after event ``after``."""
+        a, b = self.buckets[k]
+        grads = self.net.grad_arena
+        event = cl.enqueue_copy(self.copy_queue, self.host[a:b], grads.buffer,
+                                src_offset=grads.byte_offset + a * 4, wait_for=[after],
+                                is_blocking=False)
+        self.copy_queue.flush()
+        return event
+
+    def _copy_in(self, k: int) -> Any:
+        """Enqueue bucket k's sum back to the device on the copy queue. A later step's
+        copy to the host is queued after it, so the host array is not rewritten before
+        the device has read it."""
+        a, b = self.buckets[k]
+        grads = self.net.grad_arena
+        event = cl.enqueue_copy(self.copy_queue, grads.buffer, self.host[a:b],
+                                dst_offset=grads.byte_offset + a * 4, is_blocking=False)
+        self.copy_queue.flush()
+        return event
 
     def _wait_progressing(self, event: Any, requests: List[Any]) -> None:
         """Wait for a bucket's copy to the host while the allreduces already started go
@@ -148,19 +187,36 @@ class GradientAverager:
 
     def average(self, weight: float) -> None:
         """Replace the trainable gradients with the ranks' sum of ``weight * gradient``.
-        Returns once the sums are on their way back to the device (enqueued)."""
+        Returns once the sums are on their way back to the device (enqueued, with the
+        net's queue waiting for them)."""
         if not self.count:
             return
-        grads = self.net.grad_arena
-        queue, host, base = self.ctx.queue, self.host, grads.byte_offset
         copies, self._copies = self._copies, None
         if copies is None:  # after a plain net.backward(): every bucket is final now
             order = list(range(len(self.buckets)))
-            copies = [cl.enqueue_copy(queue, host[a:b], grads.buffer, src_offset=base + a * 4,
-                                      is_blocking=False) for a, b in self.buckets]
+            marker = cl.enqueue_marker(self.ctx.queue)
+            self.ctx.queue.flush()
+            copies = [self._copy_out(k, marker) for k in order]
         else:  # every rank sends the buckets in the same order: the plans are the same
             order = [k for k, _ in self._ready_order()]
-        requests = []
+        if self.shared is not None:
+            back = self._sum_shared(order, copies, weight)
+        else:
+            back = self._sum_mpi(order, copies, weight)
+        cl.enqueue_barrier(self.ctx.queue, wait_for=back)
+
+    def _sum_shared(self, order, copies, weight):
+        back = []
+        for k in order:
+            a, b = self.buckets[k]
+            copies[k].wait()
+            self.shared.sum(self.host[a:b], a, b, weight)
+            back.append(self._copy_in(k))
+        self.shared.finish(len(order))
+        return back
+
+    def _sum_mpi(self, order, copies, weight):
+        host, requests = self.host, []
         for k in order:
             a, b = self.buckets[k]
             self._wait_progressing(copies[k], requests)
@@ -168,10 +224,8 @@ class GradientAverager:
                 host[a:b] *= np.float32(weight)
             requests.append(self.comm.iallreduce(host[a:b]))
             self.comm.progress(requests)
+        back = []
         for k, request in zip(order, requests):
-            a, b = self.buckets[k]
             request.Wait()
-            # a later step's copy to the host is queued after this one, so the host
-            # array is not rewritten before the device has read it
-            cl.enqueue_copy(queue, grads.buffer, host[a:b], dst_offset=base + a * 4,
-                            is_blocking=False)
+            back.append(self._copy_in(k))
+        return back
