@@ -131,11 +131,20 @@ def test_tensor_cores_match_float64(ctx, rng, precision, dtype, name):
     _against_float64(ctx, rng, precision, dtype, name)
 
 
+def skip_unless_cpu(ctx):
+    if not ctx.facts.is_cpu:
+        pytest.skip("the emulated tensor-core products are for CPU runtimes; %s runs "
+                    "the real ones (test_tensor_cores_match_float64)" % ctx.facts.name)
+
+
 def _emulate(ctx, monkeypatch, baked=False):
     """mma.h's products in OpenCL C (MMA_EMULATE) wherever the kernels ask for tensor
     cores; ``baked``: with the GPUs' baked geometry and merged phases, else with the
     geometry as arguments, so that one build serves every test's shapes (emulated
-    kernels are slow to build on a CPU runtime)."""
+    kernels are slow to build on a CPU runtime). CPU devices only: NVIDIA's compiler
+    refuses the emulated kernels, and its GPUs run the real products in
+    test_tensor_cores_match_float64."""
+    skip_unless_cpu(ctx)
     build = program.get
     monkeypatch.setattr(conv_gemm.program, "get",
                         lambda ctx, name, **p: build(ctx, name, **(dict(p, MMA_EMULATE=True)
