@@ -217,3 +217,50 @@ def test_an_fp16_net_on_emulated_tensor_cores_follows_fp32(ctx, monkeypatch):
             continue
         err = np.linalg.norm(grads[precision][name] - ref) / max(np.linalg.norm(ref), 1e-12)
         assert err < 5e-3, "%s: relative error %.3g" % (name, err)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_winograd_gemms_multiply_tf32_on_tensor_cores(ctx, rng, monkeypatch, tile):
+    """precision "fp16" reaches F(2x2)'s batched GEMMs as TF32 products (float32's range
+    for the transformed tiles) in every direction; F(4x4)'s, whose transforms amplify the
+    operands' rounding to 1% in TF32, stay float32. Real tensor cores where the device
+    has them, else emulated (CPU runtimes)."""
+    from dlprim.core import conv_winograd, gemm
+    if not gemm.tensor_cores(ctx, "tf32"):
+        skip_unless_cpu(ctx)
+        build = program.get
+        monkeypatch.setattr(gemm, "tensor_cores", lambda ctx, precision="tf32": True)
+        monkeypatch.setattr(conv_winograd, "tensor_cores", lambda ctx, precision="tf32": True)
+        monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
+            ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_mma" else p)))
+    geom, batch, algo = ConvGeometry(20, 24, (9, 11), (3, 3), pad=(1, 1, 1, 1)), 3, "winograd%d" % tile
+    x, dy, y0 = (stored(rng.standard_normal(s), "float16") for s in
+                 (geom.in_shape(batch), geom.out_shape(batch), geom.out_shape(batch)))
+    w, dw0 = rng.standard_normal(geom.weight_shape) * 0.3, rng.standard_normal(geom.weight_shape)
+    bias = rng.standard_normal(geom.out_c)
+    fwd = ConvForward(ctx, geom, bias=True, activation="relu", algo=algo, batch=batch,
+                      precision="fp16", dtype="float16")
+    data = ConvBackwardData(ctx, geom, algo=algo, batch=batch, precision="fp16", dtype="float16")
+    filt = ConvBackwardFilter(ctx, geom, algo=algo, batch=batch, precision="fp16",
+                              dtype="float16")
+    gemms = [fwd.impl.plan.gemm(batch), data.impl.plan.gemm(batch), filt.impl.sum_op(batch)]
+    want = "tf32" if tile == 2 else "fp32"
+    assert all(bool(g.mma) == (tile == 2) and g.precision == want for g in gemms)
+    assert fwd.impl.plan.t.m == tile
+    ws = Tensor(ctx, (max(fwd.workspace_bytes(batch), data.workspace_bytes(batch),
+                          filt.workspace_bytes(batch)),), "uint8")
+    dev = {k: Tensor.from_numpy(ctx, host(v, "float16") if k in ("x", "dy") else
+                                v.astype(np.float32)) for k, v in dict(x=x, dy=dy, w=w, b=bias).items()}
+    y, dx = Tensor.from_numpy(ctx, host(y0, "float16")), Tensor(ctx, geom.in_shape(batch), "float16")
+    dw = Tensor.from_numpy(ctx, dw0.astype(np.float32))
+    fwd(dev["x"], dev["w"], y, dev["b"], ws=ws, beta=0.5)
+    data(dev["dy"], dev["w"], dx, ws=ws)
+    filt(dev["x"], dev["dy"], dw, ws=ws, beta=1.0)
+    want_y = np.maximum(conv_ref(x, w, (1, 1), geom.pad, (1, 1), 1) + 0.5 * y0
+                        + bias[None, :, None, None], 0)
+    want_dx, want_dw = conv_backward_ref(x, w, dy, (1, 1), geom.pad, (1, 1), 1)
+    errors = {what: _error(got.numpy(), want) for what, got, want in
+              (("y", y, want_y), ("dx", dx, want_dx), ("dw", dw, dw0 + want_dw))}
+    # measured on PoCL: TF32 at F(2x2) 5.9e-4 at most; float32 at F(4x4) 2.6e-4, the half
+    # output's rounding (TF32 there would be 1e-2)
+    assert max(errors.values()) < (2e-3 if tile == 2 else 1e-3), errors

@@ -85,8 +85,8 @@ def choose_algorithm(ctx, geom, direction="forward"):
     """The algorithm for one direction: depthwise wherever it applies; Winograd where it
     applies and ``tuning.prefer_winograd`` says it pays on this device (benchmarks/conv.py,
     docs/benchmarks.md "Convolutions"); on CPUs im2col where ``tuning.prefer_im2col``
-    says so; implicit GEMM otherwise (on tensor cores for precisions "tf32" and "fp16"
-    where the device has them).
+    says so; implicit GEMM otherwise. With precision "tf32", "fp16" or "bf16" the implicit
+    GEMM and Winograd's batched GEMMs multiply on tensor cores where the device has them.
     """
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
@@ -166,10 +166,11 @@ class _Op:
             self.algo = family = "gemm"  # its kernels store half, and it serves every shape
         if self.algo != family:
             impl_args = dict(impl_args, tile=int(self.algo[-1]))
-        # the precision reaches the GEMM-based algorithm (tensor cores where the device
-        # has them); every other algorithm multiplies in float32
+        # the precision reaches the GEMM-based algorithms (tensor cores where the device
+        # has them: the implicit GEMM, Winograd's batched GEMMs); the others multiply in
+        # float32
         precision = impl_args.pop("precision", "fp32")
-        if family == "gemm":
+        if family in ("gemm", "winograd"):
             impl_args["precision"] = precision
         if family in HALF_ALGORITHMS:
             impl_args["dtype"] = self.dtype

@@ -17,6 +17,14 @@ Backward-filter transforms x (as forward) and dy (``winograd_dy``), sums the (M+
 products over batch and tiles with the batched Gemm (or, forced, the implicit-GEMM
 filter-gradient kernel with split-K), and maps the result back to 3x3
 (``winograd_filter_grad``).
+
+Precision (``gemm_precision``): with any ``precision`` but "fp32", F(2x2)'s batched
+GEMMs multiply on tensor cores where the device has them, always with TF32 operands: the
+transformed tiles are float32 in the workspace, and the transforms scale values beyond
+what half's range is sure to hold. F(4x4)'s stay float32: its transforms amplify the
+operands' rounding about 20-fold, which puts TF32's 2^-11 at 1% of the output's
+magnitude (0.52-1.02% measured against float64), where F(2x2)'s stays at 0.06%
+(``tests/test_conv_tensor_cores.py``).
 """
 import numpy as np
 
@@ -26,10 +34,17 @@ from ..tensor import ws_view
 from .conv_geometry import ConvGeometry
 from .conv_gemm import BackwardFilter as GemmBackwardFilter
 from . import tuning, tuning_launch
-from .gemm import Gemm
+from .gemm import Gemm, tensor_cores
 from ..utils import ceil_div, round_up
 
-__all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile"]
+__all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile",
+           "gemm_precision"]
+
+
+def gemm_precision(precision, tile):
+    """The batched GEMMs' precision for a convolution's at F(tile x tile): "tf32" for
+    any but "fp32" at tile 2, else "fp32" (see the module's note)."""
+    return "tf32" if precision != "fp32" and tile == 2 else "fp32"
 
 def choose_tile(in_c, out_c, out_hw, batch, tile=None, filter_pass=False):
     """M of F(MxM, 3x3): ``tile`` when forced, else ``tuning.winograd_tile`` (4 unless the
@@ -75,12 +90,13 @@ class WinogradPlan:
     """``y (out_c, out_hw) = act(correlate3x3(x (in_c, in_hw), w) + bias) + beta*y``."""
 
     def __init__(self, ctx, in_c, out_c, in_hw, out_hw, pad_hw, flip, bias, activation, batch,
-                 tile, dtype="float32"):
+                 tile, dtype="float32", precision="fp32"):
         self.ctx = ctx
         self.in_c, self.out_c, self.flip, self.bias = in_c, out_c, flip, bias
         self.in_h, self.in_w = in_hw
         self.pad_h, self.pad_w = pad_hw
         self.t = _Tiles(ctx, out_hw, choose_tile(in_c, out_c, out_hw, batch, tile))
+        self.precision = gemm_precision(precision, self.t.m)
         self.program = program.get(ctx, "conv_winograd", ACTIVATION=activation, BIAS=bool(bias),
                                    CPU=ctx.facts.is_cpu, ACT_T=cl_type(dtype),
                                    TILE=self.t.m)
@@ -91,7 +107,7 @@ class WinogradPlan:
         """M[xi] (out_c x BT) = U[xi] (out_c x in_c) @ V[xi] (in_c x BT), one per xi."""
         if batch not in self.gemms:
             self.gemms[batch] = Gemm(self.ctx, self.out_c, batch * self.t.tiles, self.in_c,
-                                     batch=self.t.elems)
+                                     batch=self.t.elems, precision=self.precision)
         return self.gemms[batch]
 
     def sizes(self, batch):
@@ -123,10 +139,10 @@ class WinogradPlan:
 
 class Forward:
     def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, tile=None,
-                 dtype="float32"):
+                 dtype="float32", precision="fp32"):
         self.plan = WinogradPlan(ctx, geom.in_c, geom.out_c, (geom.in_h, geom.in_w),
                                  (geom.out_h, geom.out_w), geom.pad[:2], False, bias,
-                                 activation, batch, tile, dtype)
+                                 activation, batch, tile, dtype, precision)
 
     def workspace_bytes(self, batch):
         return self.plan.workspace_bytes(batch)
@@ -137,10 +153,10 @@ class Forward:
 
 class BackwardData:
     def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, tile=None,
-                 dtype="float32"):
+                 dtype="float32", precision="fp32"):
         self.plan = WinogradPlan(ctx, geom.out_c, geom.in_c, (geom.out_h, geom.out_w),
                                  (geom.in_h, geom.in_w), (2 - geom.pad[0], 2 - geom.pad[1]),
-                                 True, bias, activation, batch, tile, dtype)
+                                 True, bias, activation, batch, tile, dtype, precision)
 
     def workspace_bytes(self, batch):
         return self.plan.workspace_bytes(batch)
@@ -152,11 +168,13 @@ class BackwardData:
 class BackwardFilter:
     """dW = beta*dW + G^T (sum over tiles of (A dY A^T) .* (B^T d B)) G."""
 
-    def __init__(self, ctx, geom, splits=None, batch=16, tile=None, dtype="float32"):
+    def __init__(self, ctx, geom, splits=None, batch=16, tile=None, dtype="float32",
+                 precision="fp32"):
         self.ctx, self.geom, self.splits = ctx, geom, splits
         out_hw = (geom.out_h, geom.out_w)
         self.t = _Tiles(ctx, out_hw, choose_tile(geom.in_c, geom.out_c, out_hw, batch, tile,
                                                  filter_pass=True))
+        self.precision = gemm_precision(precision, self.t.m)
         self.program = program.get(ctx, "conv_winograd", ACTIVATION="identity", BIAS=False,
                                    CPU=ctx.facts.is_cpu, ACT_T=cl_type(dtype),
                                    TILE=self.t.m)
@@ -175,8 +193,12 @@ class BackwardFilter:
         if batch not in self.sums:
             g, e, bt = self.geom, self.t.elems, batch * self.t.tiles
             if self.use_gemm():
+                # the tensor-core kernel has its own tile
+                mma = self.precision != "fp32" and tensor_cores(self.ctx, self.precision)
                 self.sums[batch] = Gemm(self.ctx, g.out_c, g.in_c, bt, trans_b=True, batch=e,
-                                        tile=tuning.winograd_sum_tile(self.ctx.facts, g.in_c))
+                                        tile=None if mma else
+                                        tuning.winograd_sum_tile(self.ctx.facts, g.in_c),
+                                        precision=self.precision)
             else:
                 bt_geom = ConvGeometry(e * g.in_c, e * g.out_c, (1, bt), (1, 1), groups=e)
                 self.sums[batch] = GemmBackwardFilter(
