@@ -83,8 +83,11 @@ class SharedSum:
 
     @staticmethod
     def usable(comm: Any) -> bool:
-        """Whether the sums can go through shared memory: several ranks on this machine,
-        and as many on every machine (every rank must call it: it is collective)."""
+        """Whether the sums can go through shared memory: an MPI job, several ranks on
+        this machine, and as many on every machine (every rank must call it: it is
+        collective)."""
+        if not comm.uses_mpi:
+            return False
         sizes = comm.allgather_object(comm.local_size)
         return sizes[0] > 1 and all(s == sizes[0] for s in sizes)
 
