@@ -12,6 +12,7 @@ the numpy forward along a random direction (Caffe/Chainer style):
 from collections import namedtuple
 
 import numpy as np
+import pytest
 
 from dlprim import Tensor
 from dlprim.dtypes import as_dtype, bfloat16, bfloat16_values, is_float, to_bfloat16
@@ -35,6 +36,14 @@ def stored(values, dtype):
     if as_dtype(dtype) == bfloat16:
         return bfloat16_values(to_bfloat16(values)).astype(np.float64)
     return np.asarray(values).astype(dtype).astype(np.float64)
+
+
+def skip_unless_cpu(ctx):
+    """Skip on anything but a CPU device: the emulated tensor-core products (MMA_EMULATE)
+    are for CPU runtimes, and NVIDIA's compiler refuses them."""
+    if not ctx.facts.is_cpu:
+        pytest.skip("the emulated tensor-core products are for CPU runtimes; %s runs "
+                    "the real ones (test_tensor_cores_match_float64)" % ctx.facts.name)
 
 
 def place(ctx, array, poison=np.nan):

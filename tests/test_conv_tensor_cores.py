@@ -11,7 +11,7 @@ from dlprim.core import conv_gemm, tuning
 from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from dlprim.core.conv_gemm import conv_tensor_cores
 from dlprim.kernels import program
-from layer_check import host, stored
+from layer_check import host, skip_unless_cpu, stored
 from test_conv import conv_backward_ref, conv_ref
 
 # edges of the 64 and 128 tiles and of K's 32; strided (per-phase backward-data), 1x1
@@ -132,12 +132,6 @@ def test_tensor_cores_match_float64(ctx, rng, precision, dtype, name):
     _against_float64(ctx, rng, precision, dtype, name)
 
 
-def skip_unless_cpu(ctx):
-    if not ctx.facts.is_cpu:
-        pytest.skip("the emulated tensor-core products are for CPU runtimes; %s runs "
-                    "the real ones (test_tensor_cores_match_float64)" % ctx.facts.name)
-
-
 def _emulate(ctx, monkeypatch, baked=False):
     """mma.h's products in OpenCL C (MMA_EMULATE) wherever the kernels ask for tensor
     cores; ``baked``: with the GPUs' baked geometry and merged phases, else with the
@@ -228,12 +222,11 @@ def test_winograd_gemms_multiply_tf32_on_tensor_cores(ctx, rng, monkeypatch, til
     for the transformed tiles) in every direction; F(4x4)'s, whose transforms amplify the
     operands' rounding to 1% in TF32, stay float32. Real tensor cores where the device
     has them, else emulated (CPU runtimes)."""
-    from dlprim.core import conv_winograd, gemm
+    from dlprim.core import gemm
     if not gemm.tensor_cores(ctx, "tf32"):
         skip_unless_cpu(ctx)
         build = program.get
         monkeypatch.setattr(gemm, "tensor_cores", lambda ctx, precision="tf32": True)
-        monkeypatch.setattr(conv_winograd, "tensor_cores", lambda ctx, precision="tf32": True)
         monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
             ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_mma" else p)))
     geom, batch, algo = ConvGeometry(20, 24, (9, 11), (3, 3), pad=(1, 1, 1, 1)), 3, "winograd%d" % tile

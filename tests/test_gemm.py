@@ -534,8 +534,7 @@ def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, d
     # on any device: the fragment layout, K order, staging and epilogue of gemm_mma.cl
     # with kernels/mma.h's products in OpenCL C (MMA_EMULATE), all but the PTX itself
     from dlprim.core import gemm
-    from test_conv_tensor_cores import skip_unless_cpu
-    skip_unless_cpu(ctx)
+    layer_check.skip_unless_cpu(ctx)
     build = program.get
     monkeypatch.setattr(gemm, "tensor_cores", lambda ctx, precision="tf32": True)
     monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(

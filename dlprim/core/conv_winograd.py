@@ -34,7 +34,7 @@ from ..tensor import ws_view
 from .conv_geometry import ConvGeometry
 from .conv_gemm import BackwardFilter as GemmBackwardFilter
 from . import tuning, tuning_launch
-from .gemm import Gemm, tensor_cores
+from .gemm import Gemm
 from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile",
@@ -193,12 +193,10 @@ class BackwardFilter:
         if batch not in self.sums:
             g, e, bt = self.geom, self.t.elems, batch * self.t.tiles
             if self.use_gemm():
-                # the tensor-core kernel has its own tile
-                mma = self.precision != "fp32" and tensor_cores(self.ctx, self.precision)
+                tile = None if Gemm.on_tensor_cores(self.ctx, self.precision) else \
+                    tuning.winograd_sum_tile(self.ctx.facts, g.in_c)
                 self.sums[batch] = Gemm(self.ctx, g.out_c, g.in_c, bt, trans_b=True, batch=e,
-                                        tile=None if mma else
-                                        tuning.winograd_sum_tile(self.ctx.facts, g.in_c),
-                                        precision=self.precision)
+                                        tile=tile, precision=self.precision)
             else:
                 bt_geom = ConvGeometry(e * g.in_c, e * g.out_c, (1, bt), (1, 1), groups=e)
                 self.sums[batch] = GemmBackwardFilter(

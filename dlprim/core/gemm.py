@@ -61,7 +61,7 @@ class Gemm:
         self.half = any(d in HALF_TYPES for d in self.dtypes)
         # the tensor-core kernel: TF32 products for "tf32", FP16 or BF16 for the others, where the probe
         # passes (_mma: without asking it, the probe's own test)
-        self.mma = bool(_mma) or (precision in MMA_KINDS and tensor_cores(ctx, precision))
+        self.mma = bool(_mma) or self.on_tensor_cores(ctx, precision)
         if self.mma and tile:
             raise ValueError("Gemm: the tensor-core kernel has its own tile (tuning.MMA_TILE)")
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
@@ -102,6 +102,12 @@ class Gemm:
         self._workspace = self._packed_b = self._packed_a = None
         # build now the variant that packed, aligned operands use
         self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"))
+
+    @staticmethod
+    def on_tensor_cores(ctx, precision):
+        """Whether a Gemm of ``precision`` runs the tensor-core kernel on ``ctx`` (which
+        has its own tile: a ``tile`` given with it is an error)."""
+        return precision in MMA_KINDS and tensor_cores(ctx, precision)
 
     @staticmethod
     def few_rows(ctx, M, N=1):

@@ -126,10 +126,10 @@ class MPICommunicator(Communicator):
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        # the ranks that share this host's memory: they share its GPUs too
-        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
-        self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
-        local.Free()
+        # the ranks that share this host's memory: they share its GPUs too (and the
+        # gradient sums' shared window, SharedSum)
+        self.local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.local_rank, self.local_size = self.local.Get_rank(), self.local.Get_size()
 
     def _buffer(self, array):
         if not (isinstance(array, np.ndarray) and array.flags.c_contiguous

@@ -54,16 +54,15 @@ class SharedSum:
     """Sums of buckets over the ranks of ``comm`` (an ``MPICommunicator``) through one
     shared window per machine; ``count`` float32 elements per rank.
 
-    ``local``/``cross``: the mpi4py communicators of the ranks on this machine and of the
-    ranks with this local rank on every machine (default: split from ``comm``; a test may
-    pass others to play several machines on one)."""
+    ``local``/``cross``: the mpi4py communicators of the ranks on this machine (default
+    ``comm.local``) and of the ranks with this local rank on every machine (default: split
+    from ``comm``); a test may pass others to play several machines on one."""
 
     def __init__(self, comm: Any, count: int, threads: Optional[int] = None,
                  local: Any = None, cross: Any = None) -> None:
         MPI, world = comm.MPI, comm.comm
         self.MPI = MPI
-        self.local = local if local is not None else world.Split_type(
-            MPI.COMM_TYPE_SHARED, key=comm.rank)
+        self.local = comm.local if local is None else local
         self.rank, self.n = self.local.Get_rank(), self.local.Get_size()
         self.cross = cross if cross is not None else world.Split(self.rank, key=comm.rank)
         self.count = int(count)
@@ -128,7 +127,8 @@ class SharedSum:
             for q in range(2, n):
                 total += regions[q][lo:hi]
             mine[lo:hi] = total
-        lo, hi = slices(a, b, n)[self.rank]
+        parts = slices(a, b, n)
+        lo, hi = parts[self.rank]
         self._parallel(add, lo, hi)
         if self.cross.Get_size() > 1:
             self.cross.Allreduce(self.MPI.IN_PLACE, [mine[lo:hi], self.MPI.FLOAT],
@@ -136,7 +136,7 @@ class SharedSum:
         self._meet()
 
         def get(lo, hi):
-            for q, (s, e) in enumerate(slices(a, b, n)):
+            for q, (s, e) in enumerate(parts):
                 s, e = max(s, lo), min(e, hi)
                 if s < e:
                     np.copyto(host[s - a:e - a], regions[q][s:e])
