@@ -490,9 +490,10 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
                          GROUP=tuning.MMA_TILE["GROUP"], WARPS_M=tuning.MMA_WARPS[0],
                          WARPS_N=tuning.MMA_WARPS[1], STAGES=tuning.MMA_STAGES, MMA="f16",
                          A_T="half", B_T="float", C_T="half",
-                         **{k: tuning.MMA_TILE[k] for k in ("TILE_M", "TILE_N", "TILE_K")})
+                         **{k: tuning.mma_tile("fp16")[k] for k in ("TILE_M", "TILE_N", "TILE_K")})
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src
     assert "MMA_F16(acc" in src and "MMA_TF32(acc" not in src and "__global const half *A" in src
+    assert "ldmatrix.sync.aligned.m8n8.x4" in src and "LDMATRIX_X4" in src
 
 
 def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes, tolerance,
@@ -528,7 +529,7 @@ def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes,
 
 @pytest.mark.parametrize("precision, dtypes, trans_a, trans_b", [
     ("tf32", ("float32",) * 3, 0, 1), ("fp16", ("float16", "float32", "float16"), 1, 0),
-    ("bf16", ("bfloat16", "float32", "bfloat16"), 1, 1)])
+    ("fp16", ("float16",) * 3, 0, 0), ("bf16", ("bfloat16", "float32", "bfloat16"), 1, 1)])
 def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, dtypes,
                                              trans_a, trans_b):
     # on any device: the fragment layout, K order, staging and epilogue of gemm_mma.cl

@@ -63,7 +63,7 @@ class Gemm:
         # passes (_mma: without asking it, the probe's own test)
         self.mma = bool(_mma) or self.on_tensor_cores(ctx, precision)
         if self.mma and tile:
-            raise ValueError("Gemm: the tensor-core kernel has its own tile (tuning.MMA_TILE)")
+            raise ValueError("Gemm: the tensor-core kernel has its own tile (tuning.mma_tile)")
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
         if max(self.M, self.N, self.K) >= 2 ** 31:
             raise ValueError("Gemm: M, N and K must be under 2^31, got %d, %d, %d"
@@ -84,7 +84,7 @@ class Gemm:
         if planned:
             self.tile, split_k = planned
         if self.mma:
-            self.tile = dict(tuning.MMA_TILE)
+            self.tile = tuning.mma_tile(self.precision)
         if tile:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
             if self.half and tuning.gemm_kernel(self.tile) != "gemm":

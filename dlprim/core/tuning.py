@@ -178,10 +178,19 @@ def half_tile(facts, M, N, batch=1):
 # 128x256 or 256x128 tiles of 8 warps 118-123 at 8192^3 but 78-85 on transformer shapes,
 # K staged 32 at a time through one buffer 91 (docs/benchmarks.md, "Tensor cores").
 MMA_TILE = _tile(128, 128, 16, 32, 4, 4, 8)
-# The FP16 kernel (precision "fp16") runs the same tile: on that H100, 8192^3, staging K
-# 16 at a time gave 65.1 TFLOP/s and 32 at a time 61.5 (docs/benchmarks.md)
+# The FP16 and BF16 products (precision "fp16", "bf16") stage K 32 at a time: each k16 is
+# one m16n8k16 per fragment pair, so K 16 deep paid a barrier per 32 products. On an H100
+# (half operands, TFLOP/s at 8192^3 A·B / A·Bᵀ, 12608x2304x768 A·Bᵀ, 3072x768x12608 Aᵀ·B):
+# K 16 107.9 111.8 104.7 57.6; K 32 146.5 189.3 131.7 78.9; K 32 through one buffer
+# 152.5 132.5 117.6 77.6; K 64 through one buffer 127.9 163.4 90.3 62.2
+MMA_TILE_16BIT = _tile(128, 128, 32, 32, 4, 4, 8)
 MMA_WARPS = (2, 2)
 MMA_STAGES = 2
+
+
+def mma_tile(precision):
+    """The tensor-core GEMM's tile for ``precision``'s products (tf32, fp16 or bf16)."""
+    return dict(MMA_TILE if precision == "tf32" else MMA_TILE_16BIT)
 
 # ----- tensor cores in the implicit-GEMM convolution (kernels/conv_gemm.cl, MMA): K
 # staged 32 deep; work-groups of 2 x (threads / 64) warps. Largest first: 128x128 (8

@@ -26,9 +26,10 @@
 ## The loads stay as they are; the local tiles hold TF32 words or 16-bit values (half or
 ## bfloat16), K-major as above,
 ## and the WG_M x WG_N work-items are WARPS_M x WARPS_N warps, each a (TM / WARPS_M) x
-## (TN / WARPS_N) block of fragments. Rows pad by 8 words (TF32: lanes t read rows t and
-## t + 4, 8 apart in banks) or two 16-bit values (rows 4t .. 4t + 3, 4 words apart), so a
-## warp's fragment reads are conflict-free.
+## (TN / WARPS_N) block of fragments. Rows pad by 8 values, so a warp's fragment reads
+## are conflict-free: TF32 lanes t read rows t and t + 4, 8 words apart in banks; 16-bit
+## fragments come through ldmatrix .trans (mma.h), whose 8 rows of 16 bytes each lie 4
+## words apart.
 <%
     WG_M = TM // WM
     WG_N = TN // WN
@@ -44,9 +45,10 @@
     GEMM_O_T = "float" if SPLIT else O_T
     if MMA:
         LOCAL_T = "uint" if MMA == "tf32" else "ushort"
-        LDA, LDB = (TM + 8, TN + 8) if MMA == "tf32" else (TM + 2, TN + 2)
+        LDA, LDB = TM + 8, TN + 8
         WTM, WTN = TM // WARPS_M, TN // WARPS_N
         MI, NI = WTM // 16, WTN // 8
+        assert MMA == "tf32" or NI % 2 == 0, "ldmatrix loads B's fragments two blocks of 8 at a time"
     else:
         LOCAL_T, LDA, LDB = "float", TM + PAD, TN + PAD
         WTM = WTN = MI = NI = 0
@@ -350,24 +352,17 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
             }
         }
 % elif MMA:
-        // within each 16 of K the fragment slots (2t, 2t+1, 2t+8, 2t+9) take k = 4t ..
-        // 4t+3 in both operands: the dot products are the same, and a lane's four values
-        // of a row or column lie in four consecutive rows of the tile
         ${UNROLL}
         for (int k16 = 0; k16 < ${TK}; k16 += 16) {
             uint af[${MI}][4], bf[${NI}][2];
             ${UNROLL}
-            for (int i = 0; i < ${MI}; i++) {
-                const int at = (k16 + 4 * lt) * ${LDA} + wm + i * 16 + lg;
-                const uint2 lo = k_major_halves(&As[0][0], at, ${LDA});
-                const uint2 hi = k_major_halves(&As[0][0], at + 8, ${LDA});
-                af[i][0] = lo.x; af[i][1] = hi.x; af[i][2] = lo.y; af[i][3] = hi.y;
-            }
+            for (int i = 0; i < ${MI}; i++)
+                LDMATRIX_X4_TRANS(af[i], &As[0][0], a_fragment_at(lane, wm + i * 16, k16, ${LDA}, 1));
             ${UNROLL}
-            for (int j = 0; j < ${NI}; j++) {
-                const uint2 v = k_major_halves(&Bs[0][0], (k16 + 4 * lt) * ${LDB} + wn + j * 8 + lg,
-                                               ${LDB});
-                bf[j][0] = v.x; bf[j][1] = v.y;
+            for (int j = 0; j < ${NI}; j += 2) {
+                uint v[4];
+                LDMATRIX_X4_TRANS(v, &Bs[0][0], b_fragment_at(lane, wn + j * 8, k16, ${LDB}, 1));
+                bf[j][0] = v[0]; bf[j][1] = v[1]; bf[j + 1][0] = v[2]; bf[j + 1][1] = v[3];
             }
             ${UNROLL}
             for (int i = 0; i < ${MI}; i++) {

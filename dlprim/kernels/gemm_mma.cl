@@ -19,9 +19,9 @@
 # MMA "f16" (precision "fp16"): FP16 products instead, mma.sync m16n8k16 (f16 operands,
 # f32 accumulation). Operands are staged as halves, each float4 of registers as one 8-byte
 # local store, in the layout they have in global memory: rows of K ([d][k], stride
-# TK + 8) for "CK", else K-major ([k][d], stride TILE + 8). Within each 16 of K the
-# fragment slots (2t, 2t+1, 2t+8, 2t+9) take k = 4t .. 4t+3, so a lane reads its four
-# values of a row of K as one 8-byte word, or, K-major, as four halves it pairs.
+# TK + 8) for "CK", else K-major ([k][d], stride TILE + 8). ldmatrix reads the fragments
+# (.trans from K-major tiles; mma.h); the 8 rows of 16 bytes each of its matrices fall
+# in distinct banks at these strides (an odd multiple of 16 bytes, or 4 words mod 32).
 # A_T, B_T, C_T: the operands' storage (float or half).
 MMA = context.get("MMA", "tf32")
 A_T, B_T, C_T = context.get("A_T", "float"), context.get("B_T", "float"), context.get("C_T", "float")
@@ -36,6 +36,7 @@ WARPS = WARPS_M * WARPS_N
 THREADS = 32 * WARPS
 WTM, WTN = TM // WARPS_M, TN // WARPS_N
 MI, NI = WTM // 16, WTN // 8
+assert not F16 or NI % 2 == 0, "ldmatrix loads B's fragments two blocks of 8 at a time"
 A_CK = not TRANS_A
 B_CK = bool(TRANS_B)
 def lds(CK, T):
@@ -98,15 +99,6 @@ LOADS_B = TN * TK // 4 // THREADS
     % endif
 </%def>
 
-<%def name="row_halves(S, d, CK, LD)">\
-## the halves k16 + 4t .. + 3 of row d of a staged operand, paired into a uint2
-% if CK:
-*(__local const uint2 *)(${S} + ((${d}) * ${LD} + k16 + 4 * t) / 2)\
-% else:
-k_major_halves((__local const ushort *)${S}, (k16 + 4 * t) * ${LD} + (${d}), ${LD})\
-% endif
-</%def>
-
 __kernel __attribute__((reqd_work_group_size(32, ${WARPS}, 1)))
 ${tiles.signature(A_T, B_T, C_T)}{
     // declared as uint4 for the 16-byte alignment of the vector stores
@@ -159,20 +151,18 @@ ${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGN
 % if F16:
         ${UNROLL}
         for (int k16 = 0; k16 < ${TK}; k16 += 16) {
-            // a lane's four halves of a row: slots (2t, 2t+1) in .x, (2t+8, 2t+9) in .y
+            // the fragments through ldmatrix (.trans from K-major tiles)
             uint af[${MI}][4], bf[${NI}][2];
             ${UNROLL}
-            for (int i = 0; i < ${MI}; i++) {
-                const int m = wm + i * 16 + g;
-                const uint2 lo = ${row_halves("as", "m", A_CK, LDA16)};
-                const uint2 hi = ${row_halves("as", "m + 8", A_CK, LDA16)};
-                af[i][0] = lo.x; af[i][1] = hi.x; af[i][2] = lo.y; af[i][3] = hi.y;
-            }
+            for (int i = 0; i < ${MI}; i++)
+                LDMATRIX_X4${"" if A_CK else "_TRANS"}(af[i], (__local const ushort *)as,
+                    a_fragment_at(lane, wm + i * 16, k16, ${LDA16}, ${int(not A_CK)}));
             ${UNROLL}
-            for (int j = 0; j < ${NI}; j++) {
-                const int n = wn + j * 8 + g;
-                const uint2 v = ${row_halves("bs", "n", B_CK, LDB16)};
-                bf[j][0] = v.x; bf[j][1] = v.y;
+            for (int j = 0; j < ${NI}; j += 2) {
+                uint v[4];
+                LDMATRIX_X4${"_TRANS" if not B_CK else ""}(v, (__local const ushort *)bs,
+                    b_fragment_at(lane, wn + j * 8, k16, ${LDB16}, ${int(not B_CK)}));
+                bf[j][0] = v[0]; bf[j][1] = v[1]; bf[j + 1][0] = v[2]; bf[j + 1][1] = v[3];
             }
             ${UNROLL}
             for (int i = 0; i < ${MI}; i++) {

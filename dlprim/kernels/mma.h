@@ -49,6 +49,25 @@ inline void mma_emulated(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, 
 #define MMA_TF32(c, ...) mma_emulated(c, __VA_ARGS__, mma_scratch + 192 * warp, lane, 0)
 #define MMA_F16(c, ...) mma_emulated(c, __VA_ARGS__, mma_scratch + 192 * warp, lane, 1)
 #define MMA_BF16(c, ...) mma_emulated(c, __VA_ARGS__, mma_scratch + 192 * warp, lane, 2)
+
+// ldmatrix .x4 of 16-bit values as the warp runs it: lane l names, by its offset `at` from
+// base, row l % 8 of matrix l / 8; lane 4 g + t receives in r[m] values 2t, 2t + 1 of row
+// g of matrix m (trans: value g of rows 2t and 2t + 1), the lower one in the low bits
+inline void ldmatrix_emulated(uint *r, __local const ushort *base, int at, __local uint *s,
+                              int lane, int trans)
+{
+    s[lane] = (uint)at;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int g = lane >> 2, t = lane & 3;
+    for (int m = 0; m < 4; m++) {
+        const uint lo = trans ? base[s[8 * m + 2 * t] + g] : base[s[8 * m + g] + 2 * t];
+        const uint hi = trans ? base[s[8 * m + 2 * t + 1] + g] : base[s[8 * m + g] + 2 * t + 1];
+        r[m] = lo | (hi << 16);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#define LDMATRIX_X4(r, base, at) ldmatrix_emulated(r, base, at, mma_scratch + 192 * warp, lane, 0)
+#define LDMATRIX_X4_TRANS(r, base, at) ldmatrix_emulated(r, base, at, mma_scratch + 192 * warp, lane, 1)
 // TF32: the bits of x with its last 13 of mantissa rounded off (to nearest, ties away)
 inline uint tf32(float x)
 {
@@ -77,6 +96,17 @@ inline uint tf32(float x)
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 " MMA_REGISTERS \
         MMA_OPERANDS(c, a0, a1, a2, a3, b0, b1))
 
+// r[0..3] = four 8x8 matrices of 16-bit values from local memory (ldmatrix .x4; the
+// layout of ldmatrix_emulated above): lane l gives the address base + at of row l % 8 of
+// matrix l / 8, 16-byte aligned. The "memory" clobber keeps it after the barrier that
+// publishes the tile; a __local pointer's integer value is its .shared address.
+#define LDMATRIX(r, base, at, SUFFIX) \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4" SUFFIX ".shared.b16 {%0, %1, %2, %3}, [%4];" \
+                 : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3]) \
+                 : "r"((uint)(ulong)((base) + (at))) : "memory")
+#define LDMATRIX_X4(r, base, at) LDMATRIX(r, base, at, "")
+#define LDMATRIX_X4_TRANS(r, base, at) LDMATRIX(r, base, at, ".trans")
+
 // x rounded to TF32 (to nearest, ties away), as the products' operands
 inline uint tf32(float x)
 {
@@ -86,10 +116,19 @@ inline uint tf32(float x)
 }
 % endif
 
-// four halves of row d down a K-major tile (stride ld) from at, paired for an FP16
-// fragment: (at, at + ld) in .x, (at + 2 ld, at + 3 ld) in .y
-inline uint2 k_major_halves(__local const ushort *s, int at, int ld)
+// Where lane l points ldmatrix (offsets in 16-bit values) to load the fragments of one
+// FP16/BF16 product from a tile of stride ld: rows of K ([d][k]) load plain, K-major tiles
+// ([k][d]) with .trans. A: rows m0 .. m0 + 15 by k0 .. k0 + 15, into a0 .. a3 (matrices:
+// rows 0-7 / 8-15 by k 0-7, then by k 8-15).
+inline int a_fragment_at(int lane, int m0, int k0, int ld, int k_major)
 {
-    return (uint2)((uint)s[at] | ((uint)s[at + ld] << 16),
-                   (uint)s[at + 2 * ld] | ((uint)s[at + 3 * ld] << 16));
+    const int d = m0 + 8 * ((lane >> 3) & 1), k = k0 + 8 * (lane >> 4);
+    return k_major ? (k + (lane & 7)) * ld + d : (d + (lane & 7)) * ld + k;
+}
+// B: columns n0 .. n0 + 15 by k0 .. k0 + 15, into b0, b1 of the block of 8 from n0, then
+// b0, b1 of the block from n0 + 8
+inline int b_fragment_at(int lane, int n0, int k0, int ld, int k_major)
+{
+    const int d = n0 + 8 * (lane >> 4), k = k0 + 8 * ((lane >> 3) & 1);
+    return k_major ? (k + (lane & 7)) * ld + d : (d + (lane & 7)) * ld + k;
 }
