@@ -8,9 +8,19 @@ import pytest
 
 from dlprim import Tensor
 from dlprim.layers import LayerError, TensorSpec, create, run
-from layer_check import assert_close, check_reference_grads, layer_memory, place, run_layer
+from layer_check import (assert_close, check_reference_grads, host, layer_memory, place, run_layer,
+                         stored)
 
 EPS = 1e-5
+
+
+@pytest.fixture(params=["pointwise", "channels"])
+def kernels(request, monkeypatch):
+    """Both BatchNorm paths on any device: the pointwise generator (CPUs) and
+    kernels/batchnorm.cl (GPUs)."""
+    from dlprim.core import batchnorm
+    monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: request.param)
+    return request.param
 
 
 def axes(x):
@@ -75,7 +85,7 @@ SHAPES = [(2, 3, 4, 5), (16, 3, 40, 40), (8, 33), (1, 65, 3, 3), (4, 1, 1, 31), 
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("accumulate", [False, True])
-def test_train_mode(ctx, shape, accumulate):
+def test_train_mode(ctx, kernels, shape, accumulate):
     rng = np.random.default_rng(shape[1])
     x = rng.standard_normal(shape) * 2 + 0.5
     dy = rng.standard_normal(shape)
@@ -83,6 +93,7 @@ def test_train_mode(ctx, shape, accumulate):
     layer = create(ctx, "BatchNorm", "bn", {})
     r = run_layer(ctx, layer, [x.astype(np.float32)], params=p, dy=[dy.astype(np.float32)],
                   accumulate=accumulate, mode="train")
+    assert layer.ops.kernels == kernels
     assert_close(r.y[0], bn_ref(x, p[2], p[3]), rtol=1e-4, atol=1e-4, what="y")
     dx, dg, db = bn_grad_ref(x, p[2], dy)
     assert_close(r.dx[0], dx, rtol=1e-3, atol=1e-4, what="dx")
@@ -97,7 +108,7 @@ def test_train_mode(ctx, shape, accumulate):
 
 @pytest.mark.parametrize("shape", [(2, 3, 4, 5), (8, 33), (1, 65, 3, 3), (3, 5, 4), (1, 2, 1)])
 @pytest.mark.parametrize("how", ["predict", "use_global_stats"])
-def test_running_statistics_modes(ctx, shape, how):
+def test_running_statistics_modes(ctx, kernels, shape, how):
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape)
     dy = rng.standard_normal(shape)
@@ -115,7 +126,7 @@ def test_running_statistics_modes(ctx, shape, how):
     assert_close(r.params[1], p[1], what="running_var unchanged")
 
 
-def test_not_affine(ctx, rng):
+def test_not_affine(ctx, kernels, rng):
     x = rng.standard_normal((4, 5, 3, 3))
     dy = rng.standard_normal(x.shape)
     layer = create(ctx, "BatchNorm", "bn", {"affine": False})
@@ -123,6 +134,30 @@ def test_not_affine(ctx, rng):
     assert len(r.params) == 2
     assert_close(r.y[0], bn_ref(x, np.ones(5), np.zeros(5)), rtol=1e-4, atol=1e-4)
     assert_close(r.dx[0], bn_grad_ref(x, np.ones(5), dy)[0], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 6, 8), (3, 5, 7), (16, 2, 12)])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("mode", ["train", "predict"])
+def test_channel_kernels_in_16_bit_match_float64(ctx, monkeypatch, shape, dtype, mode):
+    # kernels/batchnorm.cl with half and bfloat16 storage, vector (S % 4 == 0) and scalar
+    # rows, against float64 on the values the storage holds
+    from dlprim.core import batchnorm
+    monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: "channels")
+    rng = np.random.default_rng(11)
+    x = stored(rng.standard_normal(shape) * 2 + 0.5, dtype)
+    dy = stored(rng.standard_normal(shape), dtype)
+    p = params_for(rng, shape[1])
+    layer = create(ctx, "BatchNorm", "bn", {})
+    r = run_layer(ctx, layer, [host(x, dtype)], params=p, dy=[dy.astype(np.float32)], mode=mode)
+    assert layer.ops.kernels == "channels"
+    stats = (None, None) if mode == "train" else (p[0], p[1])
+    tol = 4e-3 if dtype == "float16" else 3.2e-2  # the outputs' rounding: 2^-11, 2^-8 relative
+    y, (dx, dg, db) = bn_ref(x, p[2], p[3], *stats), bn_grad_ref(x, p[2], dy, *stats)
+    for got, want, what in ((r.y[0], y, "y"), (r.dx[0], dx, "dx"), (r.dparams[2], dg, "dweight"),
+                            (r.dparams[3], db, "dbias")):
+        got = np.asarray(got, np.float64)
+        assert np.abs(got - want).max() <= tol * np.abs(want).max(), what
 
 
 def test_init_params(ctx):
@@ -202,7 +237,7 @@ def test_train_forward_after_predict_setup_checks_the_batch(ctx):
         layer.forward([place(ctx, np.ones((1, 3), np.float32))], [Tensor(ctx, (1, 3))], p, None, [])
 
 
-def test_batch_variance_accurate_when_mean_is_large(ctx):
+def test_batch_variance_accurate_when_mean_is_large(ctx, kernels):
     """E[x^2] - mean^2 in float32 would lose about 3 digits here."""
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((8, 4, 16, 16)) + 30).astype(np.float32)

@@ -9,27 +9,63 @@ Every step is the pointwise-broadcast-reduce generator:
 - ``apply``: ``y = (x - mean) / sqrt(var + eps) * gamma + beta``.
 - ``backward``: per-channel sums of dy and dy*xhat, then dgamma/dbeta and dx.
 
+On GPUs (``kernels="channels"``) each step runs ``kernels/batchnorm.cl`` instead: the
+reductions per (channel, part of the batch) then a per-channel finish that also updates
+the running statistics, the pointwise passes a vector of a row at a time. Elsewhere
+(``"pointwise"``) PoCL keeps the generator's vectorised CPU loops.
+
 Shapes are fixed when built (a new batch size builds new launchers, same programs).
 """
 import numpy as np
 
-from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from ..dtypes import HALF_TYPES, cl_type
+from ..kernels import program
+from ..kernels.program import Launch
+from ..tensor import Tensor
+from ..utils import ceil_div
+from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce, divisor_args, index_type
 
-__all__ = ["BatchNormOps"]
+__all__ = ["BatchNormOps", "default_kernels"]
 
 F = np.dtype(np.float32)
+WG = 256  # the channel kernels' reduction work-group
+
+
+def default_kernels(facts):
+    """The path a BatchNorm takes unless told: ``kernels/batchnorm.cl`` on GPUs
+    ("channels"), else the pointwise generator ("pointwise"), whose CPU loops PoCL
+    vectorises."""
+    return "channels" if facts.is_gpu else "pointwise"
 
 
 class BatchNormOps:
     """The launchers of one BatchNorm over ``shape`` = (N, C, S); ``dtype``: the storage
     of x, y and their gradients (float32 or float16; statistics and parameters float32)."""
 
-    def __init__(self, ctx, shape, eps, affine, dtype=F):
+    def __init__(self, ctx, shape, eps, affine, dtype=F, kernels=None):
         self.ctx = ctx
         self.shape = tuple(int(v) for v in shape)
         n, c, s = self.shape
         self.M = n * s
         self.eps, self.affine = float(eps), bool(affine)
+        small = index_type(n * c * s) is np.uint32  # the channel kernels' index math is 32-bit
+        if kernels is None:
+            kernels = default_kernels(ctx.facts) if small else "pointwise"
+        if kernels not in ("channels", "pointwise"):
+            raise ValueError("BatchNormOps: kernels must be None, 'channels' or 'pointwise', "
+                             "got %r" % (kernels,))
+        if kernels == "channels" and not small:
+            raise ValueError("BatchNormOps: the channel kernels index below 2^31 values, the "
+                             "shape %s has %d" % (self.shape, n * c * s))
+        # nothing to normalise: the generator's launchers know how to do nothing
+        self.kernels = kernels if n * c * s else "pointwise"
+        self._act_t = cl_type(dtype) if np.dtype(dtype) in HALF_TYPES else "float"
+        # the reductions' parts: enough work-groups (channels x parts) for 4 per compute
+        # unit, whole rows of the batch each
+        parts = min(max(n, 1), max(1, ceil_div(4 * ctx.facts.compute_units, max(c, 1))))
+        self._part_rows = ceil_div(max(n, 1), parts)
+        self._parts = ceil_div(max(n, 1), self._part_rows)
+        self._parts_buffer = None
         full, ch, vec = (self.shape, np.dtype(dtype)), ((1, c, 1), F), ((c,), F)
         self._full, self._ch = full, ch
         # count, mean, M2 (sum of squared deviations) merged pairwise (Chan et al. 1979):
@@ -61,11 +97,47 @@ class BatchNormOps:
         self._param_grad = PointwiseBroadcast(ctx, [vec], [vec], "y0 = x0;", name="bn_param_grad")
         self._dx = {}
 
+    # ----- kernels/batchnorm.cl ("channels")
+    def _program(self, *tensors, batch=True):
+        """The channel kernels' program: V = 4 values per load where every row and each
+        tensor's start allow 16-byte (float) or 8-byte (16-bit) vector accesses."""
+        vec = 4 if self.shape[2] % 4 == 0 and all(t.offset % 4 == 0 for t in tensors) else 1
+        return program.get(self.ctx, "batchnorm", VEC=vec, WG=WG, AFFINE=int(self.affine),
+                           BATCH=int(batch), ACT_T=self._act_t), vec
+
+    def _parts_tensor(self):
+        if self._parts_buffer is None:  # (count, mean, M2) or (sum dy, sum dy xhat) per part
+            self._parts_buffer = Tensor(self.ctx, (3 * self._parts * self.shape[1],))
+        return self._parts_buffer
+
+    def _reduce(self, prg, vec, kernel, args, finish_args):
+        """A reduction over each channel's parts of the batch, then its finish kernel."""
+        n, c, s = self.shape
+        sv = s // vec
+        parts = self._parts_tensor()
+        geometry = [np.uint32(c), np.uint32(s)] + divisor_args(np.uint32, sv) + \
+            [np.uint32(n), np.uint32(self._part_rows)]
+        return [Launch(prg, kernel, (WG, c, self._parts), (WG, 1, 1), geometry + args + [parts]),
+                Launch(prg, kernel + "_finish", (ceil_div(c, 64) * 64,), (64,),
+                       [np.uint32(c), np.uint32(self._parts), parts] + finish_args)]
+
+    def _pointwise(self, prg, vec, kernel, args):
+        n, c, s = self.shape
+        vectors = n * c * s // vec
+        geometry = [np.uint32(vectors)] + divisor_args(np.uint32, s // vec) + \
+            divisor_args(np.uint32, c)
+        return [Launch(prg, kernel, (ceil_div(vectors, WG) * WG,), (WG,), geometry + args)]
+
     def stats_launches(self, x, mean, var, running_mean, running_var, momentum, scratch):
         """Batch mean and biased variance into ``mean``/``var`` (C,), running stats updated;
         ``scratch``: a (C,) tensor free during forward."""
         m = self.M
         unbiased = momentum * m / (m - 1)
+        if self.kernels == "channels":
+            prg, vec = self._program(x)
+            return self._reduce(prg, vec, "bn_moments", [x],
+                                [mean, var, running_mean, running_var, np.float32(momentum),
+                                 np.float32(unbiased), np.float32(1.0 / m)])
         c = self.shape[1]
         ch = lambda t: t.view((1, c, 1))
         return (self._moments.launches([x], [ch(scratch), ch(mean), ch(var)])
@@ -77,6 +149,10 @@ class BatchNormOps:
         """y = gamma * (x - mean) / sqrt(var + eps) + beta per channel (without gamma/beta
         when not affine), with the fused activation.
         """
+        if self.kernels == "channels":
+            prg, vec = self._program(x, y)
+            return self._pointwise(prg, vec, "bn_apply", [x, y, mean, var]
+                                   + ([gamma, beta] if self.affine else []) + [np.float32(self.eps)])
         c = self.shape[1]
         xs = [x, mean.view((1, c, 1)), var.view((1, c, 1))]
         if self.affine:
@@ -118,13 +194,25 @@ class BatchNormOps:
         ch = lambda t: t.view((1, c, 1))
         s_dy, s_dyx = sums
         out = []
+        channels = self.kernels == "channels"
         if dx is not None or dgamma is not None or dbeta is not None or sums_wanted:
-            out += self._grad_sums.launches([x, dy, ch(mean), ch(var)], [ch(s_dy), ch(s_dyx)],
-                                            [self.eps])
+            if channels:
+                prg, vec = self._program(x, dy)
+                out += self._reduce(prg, vec, "bn_grad_sums", [x, dy, mean, var, np.float32(self.eps)],
+                                    [s_dy, s_dyx])
+            else:
+                out += self._grad_sums.launches([x, dy, ch(mean), ch(var)], [ch(s_dy), ch(s_dyx)],
+                                                [self.eps])
         for grad, s in ((dgamma, s_dyx), (dbeta, s_dy)):
             if grad is not None:
                 out += self._param_grad.launches([s], [grad], beta=1.0)
-        if dx is not None:
+        if dx is not None and channels:
+            prg, vec = self._program(x, dy, dx, batch=batch_stats)
+            out += self._pointwise(prg, vec, "bn_backward_data",
+                                   [x, dy, mean, var, s_dy, s_dyx] + ([gamma] if self.affine else [])
+                                   + [dx, np.float32(self.eps), np.float32(1.0 / self.M),
+                                      np.float32(beta)])
+        elif dx is not None:
             xs = [x, dy, ch(mean), ch(var), ch(s_dy), ch(s_dyx)]
             if self.affine:
                 xs.append(ch(gamma))
