@@ -545,6 +545,47 @@ def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, d
                                   large=False)  # its 131M emulated products: minutes
 
 
+def test_tensor_core_tile_fits_the_product():
+    # one GEMM per image of a ResNet's 7x7 1x1 layers (N = 49), MobileNet's 64 channels
+    assert (tuning.mma_tile("fp16", 2048, 49)["TILE_M"], tuning.mma_tile("fp16", 2048, 49)["TILE_N"]) == (128, 64)
+    assert tuning.mma_tile("tf32", 64, 3136)["TILE_M"] == 64
+    for precision in ("tf32", "fp16"):
+        big = tuning.mma_tile(precision, 8192, 8192)
+        assert big == tuning.mma_tile(precision) and big["TILE_M"] == big["TILE_N"] == 128
+    t = tuning.mma_tile("bf16", 1, 1)
+    assert (t["TILE_M"], t["TILE_N"], t["TILE_K"]) == (64, 64, 32)
+    # the work-group stays 4 warps of 32 lanes
+    assert (t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]) == (4, 32)
+
+
+@pytest.mark.parametrize("shape", tuning.MMA_SMALLER)
+@pytest.mark.parametrize("precision, dtypes", [("tf32", ("float32",) * 3),
+                                               ("fp16", ("float16",) * 3)])
+def test_emulated_smaller_tensor_core_tiles_match_float64(ctx, rng, monkeypatch, shape, precision,
+                                                          dtypes):
+    # each smaller tile over its edges (M, N, K all partial, two batch entries)
+    from dlprim.core import gemm
+    layer_check.skip_unless_cpu(ctx)
+    build, pick = program.get, tuning.mma_tile
+    monkeypatch.setattr(gemm, "tensor_cores", lambda ctx, precision="tf32": True)
+    monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
+        ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_mma" else p)))
+    monkeypatch.setattr(tuning, "mma_tile", lambda precision, M=None, N=None: dict(
+        pick(precision), TILE_M=shape[0], TILE_N=shape[1], BLOCK_M=shape[0] // 4,
+        BLOCK_N=shape[1] // 32))
+    M, N, K = shape[0] + 6, shape[1] + 11, 40
+    a, b = rng.standard_normal((2, M, K)), rng.standard_normal((2, N, K))
+    a, b = (layer_check.stored(x, dtypes[0]) for x in (a, b))
+    op = Gemm(ctx, M, N, K, trans_b=True, batch=2, precision=precision, dtypes=dtypes)
+    assert (op.tile["TILE_M"], op.tile["TILE_N"]) == shape
+    C = dp.Tensor(ctx, (2, M, N), dtypes[2])
+    op(dp.Tensor.from_numpy(ctx, host(a, dtypes[0])), dp.Tensor.from_numpy(ctx, host(b, dtypes[1])),
+       C, stride_a=M * K, stride_b=N * K, stride_c=M * N)
+    want = a @ b.transpose(0, 2, 1)
+    err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
+    assert err < 3e-3, err
+
+
 @pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
 def test_tf32_matches_float64(ctx, rng, trans_a, trans_b):
     # TF32 rounds each operand to 11 significant bits

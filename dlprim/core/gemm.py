@@ -84,7 +84,7 @@ class Gemm:
         if planned:
             self.tile, split_k = planned
         if self.mma:
-            self.tile = tuning.mma_tile(self.precision)
+            self.tile = tuning.mma_tile(self.precision, self.M, self.N)
         if tile:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
             if self.half and tuning.gemm_kernel(self.tile) != "gemm":

@@ -186,11 +186,30 @@ MMA_TILE = _tile(128, 128, 16, 32, 4, 4, 8)
 MMA_TILE_16BIT = _tile(128, 128, 32, 32, 4, 4, 8)
 MMA_WARPS = (2, 2)
 MMA_STAGES = 2
+# Smaller tiles of the same 2 x 2 warps, for products whose M or N leave most of a
+# 128x128 tile empty: a ResNet's 1x1 layers run one GEMM per image (N = H W, 49 at 7x7),
+# MobileNet's have 16 to 96 channels. MMA_SPEED: each tile's throughput relative to
+# 128x128 on a full device (TF32 at 8192^3 on an H200: 64x128 / 128x64 82-85 TFLOP/s
+# against 115; 64x64 taken as half).
+MMA_SMALLER = ((128, 64), (64, 128), (64, 64))
+MMA_SPEED = {(128, 128): 1.0, (128, 64): 0.72, (64, 128): 0.72, (64, 64): 0.5}
 
 
-def mma_tile(precision):
-    """The tensor-core GEMM's tile for ``precision``'s products (tf32, fp16 or bf16)."""
-    return dict(MMA_TILE if precision == "tf32" else MMA_TILE_16BIT)
+def mma_tile(precision, M=None, N=None):
+    """The tensor-core GEMM's tile for ``precision``'s products (tf32, fp16 or bf16): of
+    128x128 and MMA_SMALLER, the one with the least padded work per MMA_SPEED for an M x N
+    product (128x128 where M and N are not given)."""
+    base = MMA_TILE if precision == "tf32" else MMA_TILE_16BIT
+    if M is None or N is None:
+        return dict(base)
+
+    def cost(shape):
+        tm, tn = shape
+        return ceil_div(M, tm) * tm * ceil_div(N, tn) * tn / MMA_SPEED[shape]
+
+    tm, tn = min(((128, 128),) + MMA_SMALLER, key=cost)
+    # the work-group stays 2 x 2 warps: BLOCK_M x BLOCK_N = TILE / (4 rows, 32 lanes)
+    return dict(base, TILE_M=tm, TILE_N=tn, BLOCK_M=tm // 4, BLOCK_N=tn // 32)
 
 # ----- tensor cores in the implicit-GEMM convolution (kernels/conv_gemm.cl, MMA): K
 # staged 32 deep; work-groups of 2 x (threads / 64) warps. Largest first: 128x128 (8
