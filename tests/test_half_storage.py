@@ -373,3 +373,36 @@ def test_bfloat16_tensors_round_to_nearest_even(ctx):
     cast = create(ctx, "Cast", "c", dict(dtype="bfloat16"))
     out = run_layer(ctx, cast, [values[:6]]).y[0]
     np.testing.assert_array_equal(out, got[:6])
+
+
+def test_half_bits_round_like_numpy(ctx):
+    # common.h's float -> half conversion in integers (store_half4_aligned) against numpy:
+    # ties to even, subnormals, overflow to infinity, signed zeros, NaN
+    import pyopencl as cl
+    from dlprim.kernels import program
+    rng = np.random.default_rng(0)
+    special = np.array([0.0, -0.0, 1.0, 65504, 65519.99, 65520, 65536, 1e30, np.inf, -np.inf,
+                        2.0 ** -14, 2.0 ** -24, 2.0 ** -25, 1.5 * 2 ** -25, 2.0 ** -26, 1e-30,
+                        1 + 2 ** -11, 1 + 3 * 2 ** -11, -(1 + 2 ** -11), 2.0 ** -14 - 2.0 ** -25],
+                       np.float32)
+    values = np.concatenate([special, rng.standard_normal(4096).astype(F) * 10,
+                             (rng.standard_normal(4096) * 2.0 ** -16).astype(F),
+                             rng.uniform(-7e4, 7e4, 4096).astype(F),
+                             rng.integers(0, 2 ** 32, 4096, dtype=np.uint64).astype(np.uint32).view(F)])
+    values = values[: len(values) // 4 * 4]
+    source = program._lookup.get_template("common.h").render(facts=ctx.facts) + """
+    __kernel void to_half(__global const float4 *x, __global half *y)
+    {
+        const int i = get_global_id(0);
+        store_half4_aligned(x[i], y + 4 * i);
+    }"""
+    prg = cl.Program(ctx.cl_context, source).build()
+    x = dp.Tensor.from_numpy(ctx, values)
+    y = dp.Tensor(ctx, values.shape, H)
+    prg.to_half(ctx.queue, (len(values) // 4,), None, x.buffer, y.buffer)
+    got = y.numpy().view(np.uint16)
+    with np.errstate(over="ignore"):
+        want = values.astype(H).view(np.uint16)
+    nan = np.isnan(values)
+    np.testing.assert_array_equal(got[~nan], want[~nan])
+    assert np.isnan(got[nan].view(H)).all()

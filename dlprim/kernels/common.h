@@ -66,10 +66,30 @@ inline float4 load_half4_aligned(__global const half *p)
 {
     return half_bits4(*(__global const ushort4 *)p);
 }
+// float -> half bits rounded to nearest even (overflow to infinity, NaN stays NaN) in
+// integer arithmetic: vstore_half into a private variable read back as ushort puns types,
+// which PoCL's compiler reordered (the stores wrote zeros)
+inline ushort half_bits_rte(float f)
+{
+    const uint u = as_uint(f), a = u & 0x7fffffffu;
+    const ushort sign = (ushort)((u >> 16) & 0x8000u);
+    if (a > 0x7f800000u)
+        return sign | (ushort)0x7e00u;                 // NaN, quiet
+    if (a >= 0x477ff000u)
+        return sign | (ushort)0x7c00u;                 // 65520 and up round to infinity
+    if (a >= 0x38800000u) {                            // a normal half: rebias the exponent,
+        const uint r = a - 0x38000000u;                // round off 13 mantissa bits
+        return sign | (ushort)((r + 0x0fffu + ((r >> 13) & 1u)) >> 13);
+    }
+    // a subnormal half or zero: f / 2^-24 = m >> s, m the 24-bit significand
+    const uint s = 126u - (a >> 23), m = (a & 0x7fffffu) | 0x800000u;
+    if (s > 24u)
+        return sign;
+    return sign | (ushort)((m + (1u << (s - 1u)) - 1u + ((m >> s) & 1u)) >> s);
+}
 inline void store_half4_aligned(float4 v, __global half *p)
 {
-    ushort4 bits;
-    vstore_half4_rte(v, 0, (__private half *)&bits);
-    *(__global ushort4 *)p = bits;
+    *(__global ushort4 *)p = (ushort4)(half_bits_rte(v.s0), half_bits_rte(v.s1),
+                                       half_bits_rte(v.s2), half_bits_rte(v.s3));
 }
 #endif
