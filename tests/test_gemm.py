@@ -479,14 +479,14 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
     # the template's Mako logic for every layout (its PTX only builds on NVIDIA drivers)
     from dlprim.kernels import program
     src = program.render("gemm_mma", facts=ctx.facts, TRANS_A=trans_a, TRANS_B=trans_b,
-                         BIAS="row", ACTIVATION="relu", ALIGNED_A=1, ALIGNED_B=0, ALIGNED_C=1,
+                         BIAS="row", ACTIVATION="relu", ALIGNED_A=1, ALIGNED_B=0,
                          GROUP=tuning.MMA_TILE["GROUP"], WARPS_M=tuning.MMA_WARPS[0],
                          WARPS_N=tuning.MMA_WARPS[1], STAGES=tuning.MMA_STAGES,
                          **{k: tuning.MMA_TILE[k] for k in ("TILE_M", "TILE_N", "TILE_K")})
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in src
     assert "cvt.rna.tf32.f32" in src and "MMA_TF32(acc" in src and "MMA_F16(acc" not in src
     src = program.render("gemm_mma", facts=ctx.facts, TRANS_A=trans_a, TRANS_B=trans_b,
-                         BIAS="row", ACTIVATION="relu", ALIGNED_A=1, ALIGNED_B=0, ALIGNED_C=1,
+                         BIAS="row", ACTIVATION="relu", ALIGNED_A=1, ALIGNED_B=0,
                          GROUP=tuning.MMA_TILE["GROUP"], WARPS_M=tuning.MMA_WARPS[0],
                          WARPS_N=tuning.MMA_WARPS[1], STAGES=tuning.MMA_STAGES, MMA="f16",
                          A_T="half", B_T="float", C_T="half",

@@ -165,8 +165,8 @@ class Gemm:
                                ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, TILE_M=t["TILE_M"],
                                TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
                                WARPS_M=tuning.MMA_WARPS[0], WARPS_N=tuning.MMA_WARPS[1],
-                               STAGES=tuning.MMA_STAGES, ALIGNED_C=aligned_c,
-                               **self._types(epilogue), MMA=MMA_TYPES.get(self.precision, "tf32"))
+                               STAGES=tuning.MMA_STAGES, **self._types(epilogue),
+                               MMA=MMA_TYPES.get(self.precision, "tf32"))
         # half operands always have a tile of the tiled template (tuning.half_tile)
         if self.small_m:
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),

@@ -53,10 +53,6 @@ if F16:  # halves, in units of uint (two per uint)
 EMULATE = context.get("MMA_EMULATE", False)
 UNROLL = "#pragma unroll 1" if EMULATE else "#pragma unroll"
 LOADS_A = TM * TK // 4 // THREADS
-# the epilogue stages 16 rows of each warp's block of C at a time in local memory, rows
-# padded by 8 floats (the lanes' float2 stores of a half-warp then hit 32 distinct banks)
-SLD = WTN + 8
-assert (STAGES * SIZE_A) % 4 == 0 and SIZE_A % 4 == 0 and SIZE_B % 4 == 0
 LOADS_B = TN * TK // 4 // THREADS
 %>
 // the element (row d, k) of a staged operand (K-major ones)
@@ -106,11 +102,8 @@ LOADS_B = TN * TK // 4 // THREADS
 __kernel __attribute__((reqd_work_group_size(32, ${WARPS}, 1)))
 ${tiles.signature(A_T, B_T, C_T)}{
     // declared as uint4 for the 16-byte alignment of the vector stores
-    // one array for both operands' tiles, which the epilogue then reuses (uint4 for the
-    // 16-byte alignment of the vector stores)
-    __local uint4 tiles_local4[${max(STAGES * (SIZE_A + SIZE_B), WARPS * 16 * SLD) // 4}];
-    __local uint *a_local = (__local uint *)tiles_local4;
-    __local uint *b_local = a_local + ${STAGES * SIZE_A};
+    __local uint4 a_local4[${STAGES * SIZE_A // 4}], b_local4[${STAGES * SIZE_B // 4}];
+    __local uint *a_local = (__local uint *)a_local4, *b_local = (__local uint *)b_local4;
 % if EMULATE:
     __local uint mma_scratch[${WARPS * 192}];  // mma.h's emulated products
 % endif
@@ -243,66 +236,30 @@ ${store("b", "b_next", LDB, B_CK, LOADS_B)}
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    // epilogue: alpha * acc + beta * C_old + bias, then the activation. Fragment value e
-    // of (i, j) is row g (+8 for e >= 2), column 2t (+1 for odd e): scattered pairs. Each
-    // warp puts one 16-row block of its C through local memory at a time (the operand
-    // tiles are free now), then writes rows of 4-value vectors (one 16-byte float or
-    // 8-byte 16-bit store each where C's rows allow, ALIGNED_C).
+    // epilogue: alpha * acc + beta * C_old + bias, then the activation; fragment value
+    // e of (i, j) is row g (+8 for e >= 2), column 2t (+1 for odd e)
     __global ${C_T} *c_ptr = C + c_offset + z * stride_c;
-    __local float *stage = (__local float *)tiles_local4 + warp * ${16 * SLD};
-    ${UNROLL}
+    #pragma unroll
     for (int i = 0; i < ${MI}; i++) {
         #pragma unroll
-        for (int j = 0; j < ${NI}; j++) {
-            *(__local float2 *)(stage + g * ${SLD} + j * 8 + 2 * t) = (float2)(acc[i][j][0], acc[i][j][1]);
-            *(__local float2 *)(stage + (g + 8) * ${SLD} + j * 8 + 2 * t) = (float2)(acc[i][j][2], acc[i][j][3]);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        #pragma unroll
-        for (int r = 0; r < ${16 * WTN // 4 // 32}; r++) {
-            const int v = lane + 32 * r, row = v / ${WTN // 4}, col = (v % ${WTN // 4}) * 4;
-            const int m = a_d0 + wm + i * 16 + row, n = b_d0 + wn + col;
+        for (int h = 0; h < 2; h++) {
+            const int m = a_d0 + wm + i * 16 + g + 8 * h;
             if (m >= M)
                 continue;
-            const float4 sum = *(__local const float4 *)(stage + row * ${SLD} + col);
             __global ${C_T} *c_row = c_ptr + (ulong)m * ldc;
 % if BIAS == "row":
             const float bias_m = bias[bias_offset + m];
 % endif
-% if ALIGNED_C:
-            if (n + 3 < N) {
-                float4 v = alpha * sum;
-                if (beta != 0.0f)
-    % if C_T == "half":
-                    v += beta * load_half4_aligned(c_row + n);
-    % elif C_T == "bfloat16":
-                    v += beta * bfloat16_bits4_value(*(__global const ushort4 *)(c_row + n));
-    % else:
-                    v += beta * *(__global const float4 *)(c_row + n);
-    % endif
-    % if BIAS == "row":
-                v += bias_m;
-    % elif BIAS == "col":
-                v += vload4(0, bias + bias_offset + n);
-    % endif
-    % if C_T == "half":
-                store_half4_aligned(ACT_${ACTIVATION}(v), c_row + n);
-    % elif C_T == "bfloat16":
-                *(__global ushort4 *)(c_row + n) = bfloat16_bits4(ACT_${ACTIVATION}(v));
-    % else:
-                *(__global float4 *)(c_row + n) = ACT_${ACTIVATION}(v);
-    % endif
-                continue;
-            }
-% endif
-            const float part[4] = {sum.s0, sum.s1, sum.s2, sum.s3};
             #pragma unroll
-            for (int w = 0; w < 4; w++) {
-                if (n + w < N) {
-${tiles.store_c("part[w]", "n + w", BIAS, ACTIVATION, C_T)}
+            for (int j = 0; j < ${NI}; j++) {
+                #pragma unroll
+                for (int w = 0; w < 2; w++) {
+                    const int n = b_d0 + wn + j * 8 + 2 * t + w;
+                    if (n < N) {
+${tiles.store_c("acc[i][j][2 * h + w]", "n", BIAS, ACTIVATION, C_T)}
+                    }
                 }
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
