@@ -1,6 +1,6 @@
 """Batch normalisation launchers (Ioffe & Szegedy 2015) over x seen as (N, C, S).
 
-Every step is the pointwise-broadcast-reduce generator:
+On CPUs every step is the pointwise-broadcast-reduce generator:
 - ``stats``: per-channel count, mean and sum of squared deviations in one reduction pass
   (partial results merged with Chan's formula, M = N*S values per channel), then a
   C-sized pass: biased variance for normalising, and the running statistics updated as
@@ -40,7 +40,9 @@ def default_kernels(facts):
 
 class BatchNormOps:
     """The launchers of one BatchNorm over ``shape`` = (N, C, S); ``dtype``: the storage
-    of x, y and their gradients (float32 or float16; statistics and parameters float32)."""
+    of x, y and their gradients (float32, float16 or bfloat16; statistics and parameters
+    float32). ``kernels``: "channels" or "pointwise" (None: ``default_kernels``, and the
+    generator wherever the tensor has 2^31 values or more)."""
 
     def __init__(self, ctx, shape, eps, affine, dtype=F, kernels=None):
         self.ctx = ctx
@@ -68,31 +70,34 @@ class BatchNormOps:
         self._parts_buffer = None
         full, ch, vec = (self.shape, np.dtype(dtype)), ((1, c, 1), F), ((c,), F)
         self._full, self._ch = full, ch
-        # count, mean, M2 (sum of squared deviations) merged pairwise (Chan et al. 1979):
-        # n = na + nb, d = mean_b - mean_a, mean = mean_a + d nb/n, M2 = M2a + M2b + d^2 na nb/n.
-        # One pass over x, and no cancellation when |mean| >> std (unlike E[x^2] - mean^2).
-        self._moments = PointwiseBroadcastReduce(
-            ctx, [full], [ch, ch, ch], "y0 = 1.0f; y1 = x0; y2 = 0.0f;",
-            "reduce_y0 = 0; reduce_y1 = 0; reduce_y2 = 0;",
-            "if (y0 > 0) { float n = reduce_y0 + y0; float d = y1 - reduce_y1; "
-            "reduce_y1 += d * (y0 / n); reduce_y2 += y2 + d * d * (reduce_y0 * (y0 / n)); "
-            "reduce_y0 = n; }", name="bn_moments")
-        # mean, M2, running mean, running var -> mean, biased var, running mean, running var
-        self._update = PointwiseBroadcast(
-            ctx, [vec] * 4, [vec] * 4,
-            "float m = x0; float v = x1 * w2; y0 = m; y1 = v; "
-            "y2 = (1.0f - w0) * x2 + w0 * m; y3 = (1.0f - w0) * x3 + w1 * v;",
-            ["float", "float", "float"], name="bn_update_stats")
-        affine_code = " * x3 + x4" if self.affine else ""
-        self._apply = PointwiseBroadcast(
-            ctx, [full, ch, ch] + [ch, ch] * self.affine, [full],
-            "y0 = (x0 - x1) * rsqrt(x2 + w0)%s;" % affine_code, ["float"], name="bn_apply")
-        # sum dy, sum dy * xhat over each channel
-        self._grad_sums = PointwiseBroadcastReduce(
-            ctx, [full, full, ch, ch], [ch, ch],
-            "y0 = x1; y1 = x1 * (x0 - x2) * rsqrt(x3 + w0);",
-            "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
-            params=["float"], name="bn_grad_sums")
+        # the generator's launchers (built only where they run: the channel kernels
+        # replace all but the parameter gradients' sum)
+        if self.kernels == "pointwise":
+            # count, mean, M2 (sum of squared deviations) merged pairwise (Chan et al. 1979):
+            # n = na + nb, d = mean_b - mean_a, mean = mean_a + d nb/n, M2 = M2a + M2b + d^2 na nb/n.
+            # One pass over x, and no cancellation when |mean| >> std (unlike E[x^2] - mean^2).
+            self._moments = PointwiseBroadcastReduce(
+                ctx, [full], [ch, ch, ch], "y0 = 1.0f; y1 = x0; y2 = 0.0f;",
+                "reduce_y0 = 0; reduce_y1 = 0; reduce_y2 = 0;",
+                "if (y0 > 0) { float n = reduce_y0 + y0; float d = y1 - reduce_y1; "
+                "reduce_y1 += d * (y0 / n); reduce_y2 += y2 + d * d * (reduce_y0 * (y0 / n)); "
+                "reduce_y0 = n; }", name="bn_moments")
+            # mean, M2, running mean, running var -> mean, biased var, running mean, running var
+            self._update = PointwiseBroadcast(
+                ctx, [vec] * 4, [vec] * 4,
+                "float m = x0; float v = x1 * w2; y0 = m; y1 = v; "
+                "y2 = (1.0f - w0) * x2 + w0 * m; y3 = (1.0f - w0) * x3 + w1 * v;",
+                ["float", "float", "float"], name="bn_update_stats")
+            affine_code = " * x3 + x4" if self.affine else ""
+            self._apply = PointwiseBroadcast(
+                ctx, [full, ch, ch] + [ch, ch] * self.affine, [full],
+                "y0 = (x0 - x1) * rsqrt(x2 + w0)%s;" % affine_code, ["float"], name="bn_apply")
+            # sum dy, sum dy * xhat over each channel
+            self._grad_sums = PointwiseBroadcastReduce(
+                ctx, [full, full, ch, ch], [ch, ch],
+                "y0 = x1; y1 = x1 * (x0 - x2) * rsqrt(x3 + w0);",
+                "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
+                params=["float"], name="bn_grad_sums")
         # dgamma, dbeta += the sums (launched with beta = 1)
         self._param_grad = PointwiseBroadcast(ctx, [vec], [vec], "y0 = x0;", name="bn_param_grad")
         self._dx = {}
@@ -147,8 +152,7 @@ class BatchNormOps:
 
     def apply_launches(self, x, y, mean, var, gamma=None, beta=None):
         """y = gamma * (x - mean) / sqrt(var + eps) + beta per channel (without gamma/beta
-        when not affine), with the fused activation.
-        """
+        when not affine)."""
         if self.kernels == "channels":
             prg, vec = self._program(x, y)
             return self._pointwise(prg, vec, "bn_apply", [x, y, mean, var]

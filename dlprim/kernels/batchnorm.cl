@@ -89,7 +89,8 @@ void bn_moments(PART_ARGS, __global const ${ACT_T} *x, ulong x_offset,
 // per channel: the parts merged in order; mean and biased variance (M2 / count) for
 // normalising, running = (1 - momentum) running + momentum * batch, with the unbiased
 // variance (unbiased = momentum * count / (count - 1))
-__kernel void bn_moments_finish(uint C, uint parts_n, __global const float *parts, ulong parts_offset,
+__kernel void bn_moments_finish(uint C, uint parts_n,
+                                __global const float *parts, ulong parts_offset,
                                 __global float *mean, ulong mean_offset,
                                 __global float *var, ulong var_offset,
                                 __global float *running_mean, ulong running_mean_offset,
@@ -109,8 +110,10 @@ __kernel void bn_moments_finish(uint C, uint parts_n, __global const float *part
     const float v = q * inv_count;
     mean[mean_offset + c] = m;
     var[var_offset + c] = v;
-    running_mean[running_mean_offset + c] = (1.0f - momentum) * running_mean[running_mean_offset + c] + momentum * m;
-    running_var[running_var_offset + c] = (1.0f - momentum) * running_var[running_var_offset + c] + unbiased * v;
+    running_mean += running_mean_offset + c;
+    running_var += running_var_offset + c;
+    *running_mean = (1.0f - momentum) * *running_mean + momentum * m;
+    *running_var = (1.0f - momentum) * *running_var + unbiased * v;
 }
 
 // per (part, channel): sum dy and sum dy xhat, xhat = (x - mean) / sqrt(var + eps), at
@@ -151,7 +154,8 @@ void bn_grad_sums(PART_ARGS, __global const ${ACT_T} *x, ulong x_offset,
 }
 
 // per channel: the parts' sums in order, into s_dy and s_dyx
-__kernel void bn_grad_sums_finish(uint C, uint parts_n, __global const float *parts, ulong parts_offset,
+__kernel void bn_grad_sums_finish(uint C, uint parts_n,
+                                  __global const float *parts, ulong parts_offset,
                                   __global float *s_dy, ulong s_dy_offset,
                                   __global float *s_dyx, ulong s_dyx_offset)
 {
