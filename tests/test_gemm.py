@@ -493,7 +493,7 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
                          **{k: tuning.mma_tile("fp16")[k] for k in ("TILE_M", "TILE_N", "TILE_K")})
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src
     assert "MMA_F16(acc" in src and "MMA_TF32(acc" not in src and "__global const half *A" in src
-    assert "ldmatrix.sync.aligned.m8n8.x4" in src and "LDMATRIX_X4" in src
+    assert "ldmatrix.sync.aligned.m8n8.x4" in src and "A_FRAGMENTS(af[i]" in src
 
 
 def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes, tolerance,

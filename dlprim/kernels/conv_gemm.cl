@@ -357,11 +357,11 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
             uint af[${MI}][4], bf[${NI}][2];
             ${UNROLL}
             for (int i = 0; i < ${MI}; i++)
-                LDMATRIX_X4_TRANS(af[i], &As[0][0], a_fragment_at(lane, wm + i * 16, k16, ${LDA}, 1));
+                A_FRAGMENTS(af[i], &As[0][0], wm + i * 16, k16, ${LDA}, 1);
             ${UNROLL}
             for (int j = 0; j < ${NI}; j += 2) {
                 uint v[4];
-                LDMATRIX_X4_TRANS(v, &Bs[0][0], b_fragment_at(lane, wn + j * 8, k16, ${LDB}, 1));
+                B_FRAGMENTS(v, &Bs[0][0], wn + j * 8, k16, ${LDB}, 1);
                 bf[j][0] = v[0]; bf[j][1] = v[1]; bf[j + 1][0] = v[2]; bf[j + 1][1] = v[3];
             }
             ${UNROLL}

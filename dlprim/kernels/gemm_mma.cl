@@ -155,13 +155,13 @@ ${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGN
             uint af[${MI}][4], bf[${NI}][2];
             ${UNROLL}
             for (int i = 0; i < ${MI}; i++)
-                LDMATRIX_X4${"" if A_CK else "_TRANS"}(af[i], (__local const ushort *)as,
-                    a_fragment_at(lane, wm + i * 16, k16, ${LDA16}, ${int(not A_CK)}));
+                A_FRAGMENTS(af[i], (__local const ushort *)as, wm + i * 16, k16, ${LDA16},
+                            ${int(not A_CK)});
             ${UNROLL}
             for (int j = 0; j < ${NI}; j += 2) {
                 uint v[4];
-                LDMATRIX_X4${"_TRANS" if not B_CK else ""}(v, (__local const ushort *)bs,
-                    b_fragment_at(lane, wn + j * 8, k16, ${LDB16}, ${int(not B_CK)}));
+                B_FRAGMENTS(v, (__local const ushort *)bs, wn + j * 8, k16, ${LDB16},
+                            ${int(not B_CK)});
                 bf[j][0] = v[0]; bf[j][1] = v[1]; bf[j + 1][0] = v[2]; bf[j + 1][1] = v[3];
             }
             ${UNROLL}

@@ -50,24 +50,33 @@ inline void mma_emulated(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, 
 #define MMA_F16(c, ...) mma_emulated(c, __VA_ARGS__, mma_scratch + 192 * warp, lane, 1)
 #define MMA_BF16(c, ...) mma_emulated(c, __VA_ARGS__, mma_scratch + 192 * warp, lane, 2)
 
-// ldmatrix .x4 of 16-bit values as the warp runs it: lane l names, by its offset `at` from
-// base, row l % 8 of matrix l / 8; lane 4 g + t receives in r[m] values 2t, 2t + 1 of row
-// g of matrix m (trans: value g of rows 2t and 2t + 1), the lower one in the low bits
-inline void ldmatrix_emulated(uint *r, __local const ushort *base, int at, __local uint *s,
-                              int lane, int trans)
+// ldmatrix .x4 as the warp runs it, for the fragments of one product (a_fragment_at,
+// b_fragment_at below: lane l points at row l % 8 of matrix l / 8): lane 4 g + t receives
+// in r[m] values 2t, 2t + 1 of row g of matrix m (trans: value g of rows 2t and 2t + 1),
+// the lower one in the low bits. Each lane finds the rows the others point at from the
+// same address functions, so the emulation needs no exchange and no barriers.
+inline int fragment_at(int which, int lane, int d0, int k0, int ld, int k_major);
+inline void fragments_emulated(uint *r, __local const ushort *base, int which, int lane,
+                               int d0, int k0, int ld, int k_major)
 {
-    s[lane] = (uint)at;
-    barrier(CLK_LOCAL_MEM_FENCE);
     const int g = lane >> 2, t = lane & 3;
     for (int m = 0; m < 4; m++) {
-        const uint lo = trans ? base[s[8 * m + 2 * t] + g] : base[s[8 * m + g] + 2 * t];
-        const uint hi = trans ? base[s[8 * m + 2 * t + 1] + g] : base[s[8 * m + g] + 2 * t + 1];
+        uint lo, hi;
+        if (k_major) {
+            lo = base[fragment_at(which, 8 * m + 2 * t, d0, k0, ld, 1) + g];
+            hi = base[fragment_at(which, 8 * m + 2 * t + 1, d0, k0, ld, 1) + g];
+        } else {
+            const int at = fragment_at(which, 8 * m + g, d0, k0, ld, 0);
+            lo = base[at + 2 * t];
+            hi = base[at + 2 * t + 1];
+        }
         r[m] = lo | (hi << 16);
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
 }
-#define LDMATRIX_X4(r, base, at) ldmatrix_emulated(r, base, at, mma_scratch + 192 * warp, lane, 0)
-#define LDMATRIX_X4_TRANS(r, base, at) ldmatrix_emulated(r, base, at, mma_scratch + 192 * warp, lane, 1)
+#define A_FRAGMENTS(r, base, m0, k0, ld, K_MAJOR) \
+    fragments_emulated(r, base, 0, lane, m0, k0, ld, K_MAJOR)
+#define B_FRAGMENTS(r, base, n0, k0, ld, K_MAJOR) \
+    fragments_emulated(r, base, 1, lane, n0, k0, ld, K_MAJOR)
 // TF32: the bits of x with its last 13 of mantissa rounded off (to nearest, ties away)
 inline uint tf32(float x)
 {
@@ -104,8 +113,14 @@ inline uint tf32(float x)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4" SUFFIX ".shared.b16 {%0, %1, %2, %3}, [%4];" \
                  : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3]) \
                  : "r"((uint)(ulong)((base) + (at))) : "memory")
-#define LDMATRIX_X4(r, base, at) LDMATRIX(r, base, at, "")
-#define LDMATRIX_X4_TRANS(r, base, at) LDMATRIX(r, base, at, ".trans")
+// the fragments of one product (below), K_MAJOR a literal 0 or 1: K-major tiles load
+// with .trans
+#define LDMATRIX_SUFFIX_0 ""
+#define LDMATRIX_SUFFIX_1 ".trans"
+#define A_FRAGMENTS(r, base, m0, k0, ld, K_MAJOR) \
+    LDMATRIX(r, base, a_fragment_at(lane, m0, k0, ld, K_MAJOR), LDMATRIX_SUFFIX_##K_MAJOR)
+#define B_FRAGMENTS(r, base, n0, k0, ld, K_MAJOR) \
+    LDMATRIX(r, base, b_fragment_at(lane, n0, k0, ld, K_MAJOR), LDMATRIX_SUFFIX_##K_MAJOR)
 
 // x rounded to TF32 (to nearest, ties away), as the products' operands
 inline uint tf32(float x)
@@ -132,3 +147,9 @@ inline int b_fragment_at(int lane, int n0, int k0, int ld, int k_major)
     const int d = n0 + 8 * (lane >> 4), k = k0 + 8 * ((lane >> 3) & 1);
     return k_major ? (k + (lane & 7)) * ld + d : (d + (lane & 7)) * ld + k;
 }
+% if context.get("MMA_EMULATE", False):
+inline int fragment_at(int which, int lane, int d0, int k0, int ld, int k_major)
+{
+    return which ? b_fragment_at(lane, d0, k0, ld, k_major) : a_fragment_at(lane, d0, k0, ld, k_major);
+}
+% endif
