@@ -6,6 +6,23 @@
 ## kernel's fragment logic runs and is checked on any device. The warp's lanes exchange
 ## their fragments through local memory (mma_scratch, 6 words a lane, declared by the
 ## kernel), so every work-item must reach every product, as mma.sync requires anyway.
+// Where lane l points ldmatrix (offsets in 16-bit values) to load the fragments of one
+// FP16/BF16 product from a tile of stride ld: rows of K ([d][k]) load plain, K-major tiles
+// ([k][d]) with .trans. A: rows m0 .. m0 + 15 by k0 .. k0 + 15, into a0 .. a3 (matrices:
+// rows 0-7 / 8-15 by k 0-7, then by k 8-15).
+inline int a_fragment_at(int lane, int m0, int k0, int ld, int k_major)
+{
+    const int d = m0 + 8 * ((lane >> 3) & 1), k = k0 + 8 * (lane >> 4);
+    return k_major ? (k + (lane & 7)) * ld + d : (d + (lane & 7)) * ld + k;
+}
+// B: columns n0 .. n0 + 15 by k0 .. k0 + 15, into b0, b1 of the block of 8 from n0, then
+// b0, b1 of the block from n0 + 8
+inline int b_fragment_at(int lane, int n0, int k0, int ld, int k_major)
+{
+    const int d = n0 + 8 * (lane >> 4), k = k0 + 8 * ((lane >> 3) & 1);
+    return k_major ? (k + (lane & 7)) * ld + d : (d + (lane & 7)) * ld + k;
+}
+
 % if context.get("MMA_EMULATE", False):
 // the value of half bits h, decoded exactly in integers
 inline float half_value(uint h)
@@ -51,11 +68,13 @@ inline void mma_emulated(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, 
 #define MMA_BF16(c, ...) mma_emulated(c, __VA_ARGS__, mma_scratch + 192 * warp, lane, 2)
 
 // ldmatrix .x4 as the warp runs it, for the fragments of one product (a_fragment_at,
-// b_fragment_at below: lane l points at row l % 8 of matrix l / 8): lane 4 g + t receives
+// b_fragment_at above: lane l points at row l % 8 of matrix l / 8): lane 4 g + t receives
 // in r[m] values 2t, 2t + 1 of row g of matrix m (trans: value g of rows 2t and 2t + 1),
 // the lower one in the low bits. Each lane finds the rows the others point at from the
-// same address functions, so the emulation needs no exchange and no barriers.
-inline int fragment_at(int which, int lane, int d0, int k0, int ld, int k_major);
+// same address functions, so the emulation needs no exchange and no barriers (which: 0
+// A, 1 B).
+#define FRAGMENT_AT(which, l, d0, k0, ld, k_major) \
+    ((which) ? b_fragment_at(l, d0, k0, ld, k_major) : a_fragment_at(l, d0, k0, ld, k_major))
 inline void fragments_emulated(uint *r, __local const ushort *base, int which, int lane,
                                int d0, int k0, int ld, int k_major)
 {
@@ -63,10 +82,10 @@ inline void fragments_emulated(uint *r, __local const ushort *base, int which, i
     for (int m = 0; m < 4; m++) {
         uint lo, hi;
         if (k_major) {
-            lo = base[fragment_at(which, 8 * m + 2 * t, d0, k0, ld, 1) + g];
-            hi = base[fragment_at(which, 8 * m + 2 * t + 1, d0, k0, ld, 1) + g];
+            lo = base[FRAGMENT_AT(which, 8 * m + 2 * t, d0, k0, ld, 1) + g];
+            hi = base[FRAGMENT_AT(which, 8 * m + 2 * t + 1, d0, k0, ld, 1) + g];
         } else {
-            const int at = fragment_at(which, 8 * m + g, d0, k0, ld, 0);
+            const int at = FRAGMENT_AT(which, 8 * m + g, d0, k0, ld, 0);
             lo = base[at + 2 * t];
             hi = base[at + 2 * t + 1];
         }
@@ -106,15 +125,15 @@ inline uint tf32(float x)
         MMA_OPERANDS(c, a0, a1, a2, a3, b0, b1))
 
 // r[0..3] = four 8x8 matrices of 16-bit values from local memory (ldmatrix .x4; the
-// layout of ldmatrix_emulated above): lane l gives the address base + at of row l % 8 of
+// layout of fragments_emulated above): lane l gives the address base + at of row l % 8 of
 // matrix l / 8, 16-byte aligned. The "memory" clobber keeps it after the barrier that
 // publishes the tile; a __local pointer's integer value is its .shared address.
 #define LDMATRIX(r, base, at, SUFFIX) \
     asm volatile("ldmatrix.sync.aligned.m8n8.x4" SUFFIX ".shared.b16 {%0, %1, %2, %3}, [%4];" \
                  : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3]) \
                  : "r"((uint)(ulong)((base) + (at))) : "memory")
-// the fragments of one product (below), K_MAJOR a literal 0 or 1: K-major tiles load
-// with .trans
+// the fragments of one product (a_fragment_at, b_fragment_at), K_MAJOR a literal 0 or
+// 1: K-major tiles load with .trans
 #define LDMATRIX_SUFFIX_0 ""
 #define LDMATRIX_SUFFIX_1 ".trans"
 #define A_FRAGMENTS(r, base, m0, k0, ld, K_MAJOR) \
@@ -128,28 +147,5 @@ inline uint tf32(float x)
     uint r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
-}
-% endif
-
-// Where lane l points ldmatrix (offsets in 16-bit values) to load the fragments of one
-// FP16/BF16 product from a tile of stride ld: rows of K ([d][k]) load plain, K-major tiles
-// ([k][d]) with .trans. A: rows m0 .. m0 + 15 by k0 .. k0 + 15, into a0 .. a3 (matrices:
-// rows 0-7 / 8-15 by k 0-7, then by k 8-15).
-inline int a_fragment_at(int lane, int m0, int k0, int ld, int k_major)
-{
-    const int d = m0 + 8 * ((lane >> 3) & 1), k = k0 + 8 * (lane >> 4);
-    return k_major ? (k + (lane & 7)) * ld + d : (d + (lane & 7)) * ld + k;
-}
-// B: columns n0 .. n0 + 15 by k0 .. k0 + 15, into b0, b1 of the block of 8 from n0, then
-// b0, b1 of the block from n0 + 8
-inline int b_fragment_at(int lane, int n0, int k0, int ld, int k_major)
-{
-    const int d = n0 + 8 * (lane >> 4), k = k0 + 8 * ((lane >> 3) & 1);
-    return k_major ? (k + (lane & 7)) * ld + d : (d + (lane & 7)) * ld + k;
-}
-% if context.get("MMA_EMULATE", False):
-inline int fragment_at(int which, int lane, int d0, int k0, int ld, int k_major)
-{
-    return which ? b_fragment_at(lane, d0, k0, ld, k_major) : a_fragment_at(lane, d0, k0, ld, k_major);
 }
 % endif
