@@ -8,11 +8,16 @@ at batch 16 and 64, inference and training:
 PyTorch runs FP32 with TF32 off (the same arithmetic as OpenCL FP32) and with its
 defaults (TF32); with ``--precision fp16`` also with automatic mixed precision (autocast
 float16 and a GradScaler, TF32 on), the mode dlprim's fp16 is compared with, and with
-``--precision bf16`` autocast bfloat16 (no GradScaler). Warm-up 5,
-mean of 20. Prints a table with the ratios, and the DLPrimitives figures of the anchors
-for comparison.
+``--precision bf16`` autocast bfloat16 (no GradScaler); ``--channels-last`` runs those
+AMP columns on channels_last tensors (PyTorch's fastest eager mixed precision).
+``--precision`` takes a list (``fp32,tf32,fp16``): dlprim runs each row in every one, and
+PyTorch's columns are taken once per row, so all ratios of a row come from one run.
+Warm-up 5, mean of 20. Prints a table with the ratios (dlprim in a precision against
+PyTorch in the same mode: fp32 against TF32 off, tf32 against TF32 on, fp16 and bf16
+against AMP), and the DLPrimitives figures of the anchors for comparison.
 
     python benchmarks/side_by_side.py [--nets resnet18,vgg16] [--batches 16,64] [--modes infer,train]
+    python benchmarks/side_by_side.py --precision fp32,tf32,fp16 --channels-last
 """
 import argparse
 import json
@@ -60,9 +65,10 @@ def dlprim_ms(ctx, net, batch, mode, warmup, iters, precision="fp32"):
     return res["mean_ms"], ctx.memory.peak_bytes
 
 
-def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None):
+def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None, channels_last=False):
     """(ms per batch, peak bytes) of PyTorch CUDA; ``amp`` ("fp16" or "bf16"): autocast
-    float16 with a GradScaler, or bfloat16 without one (PyTorch's mixed precision)."""
+    float16 with a GradScaler, or bfloat16 without one (PyTorch's mixed precision);
+    ``channels_last``: model and input in that memory format."""
     import contextlib
     import torch
     import torchvision
@@ -71,8 +77,9 @@ def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None):
     torch.backends.cudnn.benchmark = True
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    model = getattr(torchvision.models, net)().cuda()
-    x_host = torch.randn(batch, 3, 224, 224)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = getattr(torchvision.models, net)().cuda().to(memory_format=fmt)
+    x_host = torch.randn(batch, 3, 224, 224).contiguous(memory_format=fmt)
     y_host = torch.randint(0, 1000, (batch,))
     autocast = (lambda: torch.autocast("cuda", dtype={"fp16": torch.float16,
                                                       "bf16": torch.bfloat16}[amp])) \
@@ -113,6 +120,11 @@ def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None):
     return 1e3 * float(np.mean(times)), torch.cuda.max_memory_allocated()
 
 
+# the PyTorch column each dlprim precision is compared with
+SAME_MODE = {"fp32": "torch_fp32", "tf32": "torch_tf32", "fp16": "torch_amp_fp16",
+             "bf16": "torch_amp_bf16"}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--nets", default=",".join(NETS))
@@ -121,12 +133,19 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--no-torch", action="store_true")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"],
-                   help="dlprim's products; 'vs' compares with PyTorch in the same mode "
-                        "(fp32: TF32 off, tf32: TF32 on, fp16: autocast float16, bf16: "
-                        "autocast bfloat16)")
+    p.add_argument("--precision", default="fp32",
+                   help="dlprim's products, one or a comma list of fp32, tf32, fp16, bf16; "
+                        "each is compared with PyTorch in the same mode (fp32: TF32 off, "
+                        "tf32: TF32 on, fp16: autocast float16, bf16: autocast bfloat16)")
+    p.add_argument("--channels-last", action="store_true",
+                   help="PyTorch's AMP columns on channels_last tensors")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
+    precisions = args.precision.split(",")
+    unknown = [x for x in precisions if x not in SAME_MODE]
+    if unknown or len(set(precisions)) != len(precisions):
+        p.error("--precision: a comma list of distinct fp32, tf32, fp16, bf16, got %r"
+                % args.precision)
     import dlprim as dp
     ctx = dp.Context(os.environ.get("DLPRIM_DEVICE", "gpu"))
     print("dlprim on %s (driver %s)" % (ctx.name, ctx.facts.driver_version), flush=True)
@@ -135,54 +154,70 @@ def main():
         for batch in (int(b) for b in args.batches.split(",")):
             for net in args.nets.split(","):
                 row = {"net": net, "batch": batch, "mode": mode}
-                try:
-                    row["dlprim"], row["dlprim_peak_bytes"] = dlprim_ms(
-                        ctx, net, batch, mode, args.warmup, args.iters, args.precision)
-                    row["precision"] = args.precision
-                except Exception as err:  # a failing net is reported in the table, not fatal
-                    row["error"] = "%s: %s" % (type(err).__name__, str(err)[:120])
+                for prec in precisions:
+                    try:
+                        row["dlprim_" + prec], row["dlprim_peak_bytes_" + prec] = dlprim_ms(
+                            ctx, net, batch, mode, args.warmup, args.iters, prec)
+                    except Exception as err:  # a failing net is reported in the table
+                        row["error_" + prec] = "%s: %s" % (type(err).__name__, str(err)[:120])
                 if not args.no_torch:
                     row["torch_fp32"], row["torch_peak_bytes"] = torch_ms(
                         net, batch, mode, False, args.warmup, args.iters)
                     row["torch_tf32"], _ = torch_ms(net, batch, mode, True, args.warmup, args.iters)
-                    if args.precision in ("fp16", "bf16"):
-                        row["torch_amp"], _ = torch_ms(net, batch, mode, True, args.warmup,
-                                                       args.iters, amp=args.precision)
+                    for amp in ("fp16", "bf16"):
+                        if amp in precisions:
+                            row["torch_amp_" + amp], _ = torch_ms(
+                                net, batch, mode, True, args.warmup, args.iters, amp=amp,
+                                channels_last=args.channels_last)
                 row["dlprimitives"] = DLPRIMITIVES.get((net, batch, mode))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    report(rows, precisions)
+
+
+def report(rows, precisions):
+    """The markdown table of the rows, peak memory and the geometric means."""
+    fmt = lambda v: "%.2f" % v if v else ""
+    amps = [a for a in ("fp16", "bf16") if a in precisions]
     print()
-    print("| net | batch | mode | precision | dlprim ms | PyTorch fp32 | PyTorch tf32 | PyTorch AMP "
-          "| DLPrimitives | vs PyTorch (same precision) | vs DLPrimitives |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    ratios_fp32, ratios_dlp = [], []
+    print("| net | batch | mode | %s | PyTorch fp32 | PyTorch tf32 | %sDLPrimitives | %s |" % (
+        " | ".join("dlprim %s" % x for x in precisions),
+        "".join("PyTorch AMP %s | " % a for a in amps),
+        " | ".join("%s vs PyTorch" % x for x in precisions)))
+    print("|---|---|---|" + "---:|" * (2 * len(precisions) + 3 + len(amps)))
+    ratios = {x: [] for x in precisions}
+    ratios_dlp = []
     for r in rows:
-        ours = r.get("dlprim")
-        f32, t32, dlp = r.get("torch_fp32"), r.get("torch_tf32"), r.get("dlprimitives")
-        amp = r.get("torch_amp")
-        same = {"tf32": t32, "fp16": amp, "bf16": amp}.get(args.precision, f32)
-        vs32 = same / ours if ours and same else None
-        vsdlp = dlp / ours if ours and dlp else None
-        if vs32:
-            ratios_fp32.append(vs32)
-        if vsdlp:
-            ratios_dlp.append(vsdlp)
-        fmt = lambda v: "%.2f" % v if v else ("failed" if v is None and "error" in r else "")
-        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["net"], r["batch"], r["mode"], args.precision, fmt(ours), fmt(f32), fmt(t32),
-            fmt(amp), fmt(dlp),
-            "%.2fx" % vs32 if vs32 else "", "%.2fx" % vsdlp if vsdlp else ""))
-    print("\npeak device memory in use (MiB): dlprim / PyTorch fp32")
+        cells, vs = [], []
+        for x in precisions:
+            ours, same = r.get("dlprim_" + x), r.get(SAME_MODE[x])
+            cells.append(fmt(ours) if ours else ("failed" if "error_" + x in r else ""))
+            vs.append("%.2fx" % (same / ours) if ours and same else "")
+            if ours and same:
+                ratios[x].append(same / ours)
+        best = min((r[k] for k in ("dlprim_" + x for x in precisions) if r.get(k)), default=None)
+        if best and r.get("dlprimitives"):
+            ratios_dlp.append(r["dlprimitives"] / best)
+        print("| %s | %d | %s | %s | %s | %s | %s%s | %s |" % (
+            r["net"], r["batch"], r["mode"], " | ".join(cells), fmt(r.get("torch_fp32")),
+            fmt(r.get("torch_tf32")), "".join(fmt(r.get("torch_amp_" + a)) + " | " for a in amps),
+            fmt(r.get("dlprimitives")), " | ".join(vs)))
+    print("\npeak device memory in use (MiB): dlprim %s / PyTorch fp32" % "/".join(precisions))
     for r in rows:
-        if r.get("dlprim_peak_bytes") and r.get("torch_peak_bytes"):
-            print("  %s b%d %s: %.0f / %.0f" % (r["net"], r["batch"], r["mode"],
-                                              r["dlprim_peak_bytes"] / 2**20, r["torch_peak_bytes"] / 2**20))
+        peaks = [r.get("dlprim_peak_bytes_" + x) for x in precisions]
+        if all(peaks) and r.get("torch_peak_bytes"):
+            print("  %s b%d %s: %s / %.0f" % (r["net"], r["batch"], r["mode"],
+                                            " / ".join("%.0f" % (b / 2**20) for b in peaks),
+                                            r["torch_peak_bytes"] / 2**20))
     gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-    print("\ngeometric mean of speed: %.2fx PyTorch %s (%d rows), %.2fx DLPrimitives (%d rows)"
-          % (gm(ratios_fp32), args.precision, len(ratios_fp32), gm(ratios_dlp), len(ratios_dlp)))
+    for x in precisions:
+        print("geometric mean of speed, dlprim %s against PyTorch %s: %.2fx (%d rows)"
+              % (x, SAME_MODE[x][len("torch_"):], gm(ratios[x]), len(ratios[x])))
+    print("geometric mean of speed, dlprim's fastest precision against DLPrimitives: %.2fx "
+          "(%d rows)" % (gm(ratios_dlp), len(ratios_dlp)))
 
 
 if __name__ == "__main__":
