@@ -1,6 +1,10 @@
-"""Convolution throughput per layer: dlprim's algorithms beside cuDNN (FP32, TF32 off).
+"""Convolution throughput per layer: dlprim's algorithms beside cuDNN (FP32, TF32 off;
+with ``--precision`` tf32, fp16 or bf16: dlprim's products in that precision, activations
+stored in 16 bits for fp16 and bf16, beside cuDNN with TF32 on or on half / bfloat16
+tensors).
 
     dlprim-benchmark conv [--device gpu] [--batches 16 64] [--repeat 5] [--out DIR]
+                          [--precision fp16]
 
 Shapes: the distinct convolutions of ResNet-50 (v1.5), VGG-16 and MobileNet-V2 on
 224x224 inputs. For each shape and batch: GFLOP/s of forward, backward-data and
@@ -88,10 +92,23 @@ def algorithms(geom, direction):
             if algorithm_applies(geom, a, direction)]
 
 
-def build_ops(ctx, key, batch):
+# the activations' storage per precision (core/precision.py)
+STORAGE = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def build_ops(ctx, key, batch, precision="fp32"):
     geom = geometry(key)
-    return {(d, a): OPS[d](ctx, geom, algo=a, batch=batch)
+    return {(d, a): OPS[d](ctx, geom, algo=a, batch=batch, precision=precision,
+                           dtype=STORAGE[precision])
             for d in DIRECTIONS for a in algorithms(geom, d)}
+
+
+def stored(ctx, array, precision):
+    """A device tensor of ``array`` in the activations' storage of ``precision``."""
+    dtype = STORAGE[precision]
+    if dtype == "bfloat16":
+        return dp.Tensor.from_numpy(ctx, dp.dtypes.to_bfloat16(array))
+    return dp.Tensor.from_numpy(ctx, array.astype(dtype))
 
 
 def time_launches(ctx, launches, repeat, per_launch=None):
@@ -128,12 +145,15 @@ def rel_err(a, b):
     return float(np.linalg.norm(a.astype(np.float64) - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def run_shape(ctx, torch, key, ops, batch, repeat, check, show_launches=False):
+def run_shape(ctx, torch, key, ops, batch, repeat, check, show_launches=False, precision="fp32"):
     geom = geometry(key)
     F = torch.nn.functional
-    x_t = torch.randn(geom.in_shape(batch), device="cuda")
-    w_t = torch.randn(geom.weight_shape, device="cuda") / np.sqrt(np.prod(geom.weight_shape[1:]))
-    dy_t = torch.randn(geom.out_shape(batch), device="cuda")
+    # cuDNN on the same storage: half / bfloat16 tensors for fp16 / bf16
+    tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
+    x_t = torch.randn(geom.in_shape(batch), device="cuda").to(tdtype)
+    w_t = (torch.randn(geom.weight_shape, device="cuda")
+           / np.sqrt(np.prod(geom.weight_shape[1:]))).to(tdtype)
+    dy_t = torch.randn(geom.out_shape(batch), device="cuda").to(tdtype)
     stride, pad = (geom.sh, geom.sw), (geom.pad[0], geom.pad[1])
     conv = lambda: F.conv2d(x_t, w_t, None, stride, pad, 1, geom.groups)  # noqa: E731
 
@@ -145,17 +165,18 @@ def run_shape(ctx, torch, key, ops, batch, repeat, check, show_launches=False):
     row = {"batch": batch, "gflop": geom.flops(batch) * 1e-9, "torch": {}, "dlprim": {}, "err": {}}
     for d in DIRECTIONS:
         row["torch"][d] = geom.flops(batch) * 1e-9 / time_torch(torch, torch_fns[d], repeat)
-    x = dp.Tensor.from_numpy(ctx, x_t.cpu().numpy())
-    w = dp.Tensor.from_numpy(ctx, w_t.cpu().numpy())
-    dy = dp.Tensor.from_numpy(ctx, dy_t.cpu().numpy())
-    y = dp.Tensor(ctx, geom.out_shape(batch))
-    dx = dp.Tensor(ctx, geom.in_shape(batch))
+    host = lambda t: t.float().cpu().numpy()  # noqa: E731
+    x, dy = stored(ctx, host(x_t), precision), stored(ctx, host(dy_t), precision)
+    w = dp.Tensor.from_numpy(ctx, host(w_t))  # weights stay float32
+    store = STORAGE[precision]
+    y = dp.Tensor(ctx, geom.out_shape(batch), store)
+    dx = dp.Tensor(ctx, geom.in_shape(batch), store)
     dw = dp.Tensor(ctx, geom.weight_shape)
     refs = None
     if check:
-        refs = {"forward": conv().cpu().numpy()}
+        refs = {"forward": host(conv())}
         gx, gw, _ = torch_fns["backward_data"]()[0], torch_fns["backward_filter"]()[1], None
-        refs["backward_data"], refs["backward_filter"] = gx.cpu().numpy(), gw.cpu().numpy()
+        refs["backward_data"], refs["backward_filter"] = host(gx), host(gw)
     for (d, a), op in ops.items():
         ws_bytes = op.workspace_bytes(batch)
         ws = dp.Tensor(ctx, (ws_bytes,), "uint8") if ws_bytes else None
@@ -250,10 +271,13 @@ def main(argv=None):
     ap.add_argument("--compare", action="store_true",
                     help="first time kernel variants: gemm with scalar / float4 local reads, "
                          "Winograd backward-filter sums on split-K / the batched Gemm")
+    ap.add_argument("--precision", default="fp32", choices=sorted(STORAGE),
+                    help="dlprim's products and activations' storage (cuDNN: TF32 on for all "
+                         "but fp32, half / bfloat16 tensors for fp16 / bf16)")
     args = ap.parse_args(argv)
     import torch
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = args.precision != "fp32"
+    torch.backends.cudnn.allow_tf32 = args.precision != "fp32"
     torch.backends.cudnn.benchmark = True
     ctx = dp.Context(args.device, profiling=True)
     shapes = distinct_shapes()
@@ -269,7 +293,7 @@ def main(argv=None):
     t0 = time.time()
     with ThreadPoolExecutor(16) as pool:  # kernel builds release the GIL
         jobs = [(s[0], b) for s in shapes for b in args.batches]
-        built = dict(zip(jobs, pool.map(lambda j: build_ops(ctx, *j), jobs)))
+        built = dict(zip(jobs, pool.map(lambda j: build_ops(ctx, *j, args.precision), jobs)))
     print("device: %s, driver %s; torch %s cudnn %s; %d shapes, kernels built in %.1f s"
           % (ctx.facts.name, ctx.facts.driver_version, torch.__version__,
              torch.backends.cudnn.version(), len(shapes), time.time() - t0), flush=True)
@@ -278,7 +302,8 @@ def main(argv=None):
         for i, batch in enumerate(args.batches):
             try:
                 row = run_shape(ctx, torch, key, built[key, batch], batch, args.repeat,
-                                check=i == 0, show_launches=args.launches)
+                                check=i == 0, show_launches=args.launches,
+                                precision=args.precision)
             except Exception as err:  # keep the sweep going; the table shows the failure
                 row = {"batch": batch, "error": "%s: %s" % (type(err).__name__, err)}
             row.update(shape=fmt_shape(key), nets=nets)
@@ -287,6 +312,7 @@ def main(argv=None):
             torch.cuda.empty_cache()
     with open(os.path.join(args.out, "conv_bench.json"), "w") as f:
         json.dump({"device": ctx.facts.name, "driver": ctx.facts.driver_version,
+                   "precision": args.precision,
                    "torch": torch.__version__, "rows": rows}, f, indent=1)
     print(table(rows))
     print("total %.1f s" % (time.time() - t0))
