@@ -356,6 +356,19 @@ def test_winograd_tile_choice(ctx):
     assert winograd_tile(3, 64, (224, 224), 16) == 4  # a first layer's backward-data
     assert winograd_tile(3, 8, (32, 32), 64) == 2
     assert winograd_tile(128, 128, (3, 6), 64) == 2
+    # where F(2x2) would multiply on tensor cores, it takes the wide layers at any size
+    assert winograd_tile(512, 512, (28, 28), 64, tensor_cores=True) == 2
+    assert winograd_tile(256, 512, (28, 28), 64, tensor_cores=True) == 2
+    assert winograd_tile(128, 256, (56, 56), 64, tensor_cores=True) == 4
+    assert winograd_tile(128, 256, (56, 56), 64, filter_pass=True, tensor_cores=True) == 2
+    assert winograd_tile(64, 128, (112, 112), 64, filter_pass=True, tensor_cores=True) == 4
+    assert winograd_tile(512, 512, (28, 28), 64) == 4
+    from dlprim.core.conv_winograd import choose_tile
+    from dlprim.core.gemm import Gemm
+    # the context decides: F(2x2)'s TF32 GEMMs only where the device has tensor cores
+    assert choose_tile(ctx, 512, 512, (28, 28), 64, precision="fp16") == \
+        (2 if Gemm.on_tensor_cores(ctx, "tf32") else 4)
+    assert choose_tile(ctx, 512, 512, (28, 28), 64, precision="fp32") == 4
     for name, tile in (("winograd_p1", 2), ("winograd4_p1", 4), ("winograd_tiny_out", 2),
                        ("winograd_asym", 2), ("t_winograd_auto_tile", 2)):
         case = dict(CONV_CASES, **TRANSPOSED_CASES)[name]

@@ -46,14 +46,17 @@ def gemm_precision(precision, tile):
     any but "fp32" at tile 2, else "fp32" (see the module's note)."""
     return "tf32" if precision != "fp32" and tile == 2 else "fp32"
 
-def choose_tile(in_c, out_c, out_hw, batch, tile=None, filter_pass=False):
+def choose_tile(ctx, in_c, out_c, out_hw, batch, tile=None, filter_pass=False,
+                precision="fp32"):
     """M of F(MxM, 3x3): ``tile`` when forced, else ``tuning.winograd_tile`` (4 unless the
-    output is tiny, the channels few or the problem small: F(2x2) rounds less)."""
+    output is tiny, the channels few or the problem small: F(2x2) rounds less; or wide
+    layers where F(2x2)'s GEMMs of ``precision`` run on the device's tensor cores)."""
     if tile is not None:
         if tile not in (2, 4):
             raise ValueError("Winograd tile must be 2 or 4, got %r" % (tile,))
         return tile
-    return tuning.winograd_tile(in_c, out_c, out_hw, batch, filter_pass)
+    tensor_cores = Gemm.on_tensor_cores(ctx, gemm_precision(precision, 2))
+    return tuning.winograd_tile(in_c, out_c, out_hw, batch, filter_pass, tensor_cores)
 
 
 class _Tiles:
@@ -95,7 +98,8 @@ class WinogradPlan:
         self.in_c, self.out_c, self.flip, self.bias = in_c, out_c, flip, bias
         self.in_h, self.in_w = in_hw
         self.pad_h, self.pad_w = pad_hw
-        self.t = _Tiles(ctx, out_hw, choose_tile(in_c, out_c, out_hw, batch, tile))
+        self.t = _Tiles(ctx, out_hw, choose_tile(ctx, in_c, out_c, out_hw, batch, tile,
+                                                 precision=precision))
         self.precision = gemm_precision(precision, self.t.m)
         self.program = program.get(ctx, "conv_winograd", ACTIVATION=activation, BIAS=bool(bias),
                                    CPU=ctx.facts.is_cpu, ACT_T=cl_type(dtype),
@@ -172,8 +176,8 @@ class BackwardFilter:
                  precision="fp32"):
         self.ctx, self.geom, self.splits = ctx, geom, splits
         out_hw = (geom.out_h, geom.out_w)
-        self.t = _Tiles(ctx, out_hw, choose_tile(geom.in_c, geom.out_c, out_hw, batch, tile,
-                                                 filter_pass=True))
+        self.t = _Tiles(ctx, out_hw, choose_tile(ctx, geom.in_c, geom.out_c, out_hw, batch, tile,
+                                                 filter_pass=True, precision=precision))
         self.precision = gemm_precision(precision, self.t.m)
         self.program = program.get(ctx, "conv_winograd", ACTIVATION="identity", BIAS=False,
                                    CPU=ctx.facts.is_cpu, ACT_T=cl_type(dtype),

@@ -453,15 +453,29 @@ CPU_WINOGRAD_MIN_PIXELS = 28 * 28
 #   those cases, and F(2x2) would cost it (7x7 batch 16: 29312 / 42455).
 WINOGRAD_F4_MIN_PIXELS = 2 * 32 * 32 + 1
 WINOGRAD_F4_FILTER_MIN_PIXELS = 28 * 28
+# With tensor cores (a precision other than "fp32" on a device that has them), F(2x2)'s
+# batched GEMMs multiply TF32 while F(4x4)'s stay float32 (conv_winograd.gemm_precision),
+# and F(2x2) wins on wide layers: at least WINOGRAD_TC_F2_MIN_CHANNELS channels on both
+# sides (WINOGRAD_TC_F2_FILTER_MIN_CHANNELS for the filter gradient). GFLOP/s F(2x2) /
+# F(4x4), fp16, batch 64, H200 (dlprim-benchmark conv --precision fp16): 512->512 at 28x28
+# forward 158656 / 131805, filter 163097 / 130494; 256->256 at 14x14 forward 87020 /
+# 73564; 128->128 at 112x112 filter 87824 / 69622; but 128->256 at 56x56 forward 93876 /
+# 106733 and 64->128 at 112x112 filter 57122 / 81787 (docs/benchmarks.md).
+WINOGRAD_TC_F2_MIN_CHANNELS = 256
+WINOGRAD_TC_F2_FILTER_MIN_CHANNELS = 128
 
 
-def winograd_tile(in_c, out_c, out_hw, batch, filter_pass=False):
+def winograd_tile(in_c, out_c, out_hw, batch, filter_pass=False, tensor_cores=False):
     """M of Winograd F(MxM, 3x3) for a pass over ``out_hw`` output planes of ``batch``
     images: 4 (fewest products) unless the output is under 4x4, both channel counts are
     under WINOGRAD_MIN_CHANNELS or the problem is under WINOGRAD_F4_MIN_PIXELS
     (WINOGRAD_F4_FILTER_MIN_PIXELS for the filter gradient), where F(2x2)'s smaller
-    rounding errors cost nothing (above)."""
+    rounding errors cost nothing, or (``tensor_cores``: F(2x2) would multiply on them)
+    the layer is wide enough for F(2x2)'s tensor-core GEMMs to win (above)."""
     if min(out_hw) < 4 or max(in_c, out_c) < WINOGRAD_MIN_CHANNELS:
+        return 2
+    wide = WINOGRAD_TC_F2_FILTER_MIN_CHANNELS if filter_pass else WINOGRAD_TC_F2_MIN_CHANNELS
+    if tensor_cores and min(in_c, out_c) >= wide:
         return 2
     least = WINOGRAD_F4_FILTER_MIN_PIXELS if filter_pass else WINOGRAD_F4_MIN_PIXELS
     return 2 if batch * out_hw[0] * out_hw[1] < least else 4
