@@ -6,6 +6,8 @@ import pytest
 
 import dlprim as dp
 from dlprim.core.attention import AttentionOps
+from dlprim.dtypes import bfloat16
+from layer_check import assert_close, host, stored
 
 
 def probabilities(q, k, scale, mask=None, causal=False):
@@ -307,17 +309,18 @@ def dropout_reference(q, k, v, scale, keep, g, causal=False):
 
 
 def _run(ctx, op, q, k, v, g, seed, offset):
-    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
+    """o, dq, dk, dv of ``op`` on q, k, v and dO = g stored as the op stores them."""
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(host(a, op.dtype)))
     b, lq, lk = op.batch, op.lq, op.lk
     tq, tk, tv = f(q), f(k), f(v)
-    o, lse = dp.Tensor(ctx, (b, lq, op.dv)), dp.Tensor(ctx, (b, lq))
+    o, lse = dp.Tensor(ctx, (b, lq, op.dv), op.dtype), dp.Tensor(ctx, (b, lq))
     for launch in op.launches(tq, tk, tv, o, lse, seed=seed, offset=offset):
         launch(ctx.queue)
-    grads = [dp.Tensor(ctx, s) for s in ((b, lq, op.d), (b, lk, op.d), (b, lk, op.dv))]
+    grads = [dp.Tensor(ctx, s, op.dtype) for s in ((b, lq, op.d), (b, lk, op.d), (b, lk, op.dv))]
     for launch in op.backward_launches(tq, tk, tv, o, lse, f(g), *grads, dp.Tensor(ctx, (b, lq)),
                                        seed=seed, offset=offset):
         launch(ctx.queue)
-    return [o.to_host()] + [t.to_host() for t in grads]
+    return [o.numpy()] + [t.numpy() for t in grads]
 
 
 def keep_factors(ctx, b, lq, lk, p, seed, offset):
@@ -380,3 +383,158 @@ def test_dropout_layer_trains_and_predicts_without(ctx, rng):
     r = run_layer(ctx, layer, xs, mode="predict")
     plain = probabilities(*flat[:2], 1 / np.sqrt(d)) @ flat[2]
     np.testing.assert_allclose(r.y[0].reshape(plain.shape), plain, rtol=1e-4, atol=1e-5)
+
+
+# ----- 16-bit storage: q, k, v, o, dO and the gradients as float16 or bfloat16
+# A store rounds to nearest even, off by up to u = 2^-11 (float16: 11 significant bits) or
+# 2^-8 (bfloat16: 8) of the value; the kernels compute in float32 from what is stored. So
+# against float64 on the stored inputs o is off by its one rounding (allowed: 2u of the
+# largest output), and the gradients by theirs plus what the stored o and dO carry into
+# delta = dO . O and on through the rows' sums (allowed: 4u of the largest gradient; seen
+# on PoCL: 0.6u to 1.4u).
+HALVES = {"float16": (np.dtype(np.float16), 1e-3, 2e-3), "bfloat16": (bfloat16, 8e-3, 1.6e-2)}
+
+
+def near(actual, expected, tol, what):
+    """Within ``tol`` of the largest expected value."""
+    assert_close(actual, expected, rtol=0, atol=tol * np.abs(expected).max(), what=what)
+
+
+@pytest.mark.parametrize("kernels", ["rows", "tiles"])
+@pytest.mark.parametrize("half,mask_type", [("float16", "float16"), ("bfloat16", "float32")])
+def test_16bit_storage_matches_float64(ctx, rng, kernels, half, mask_type):
+    """Causal, a mask over (batch, key) that masks sample 0 whole, lengths that end
+    mid-tile and mid-block; the mask in 16 bits or float32; lse and delta float32."""
+    dtype, tol_y, tol_dx = HALVES[half]
+    n, heads, lq, lk, d, dv = 2, 2, 37, 45, 16, 8
+    b = n * heads
+    q, k, v = (stored(rng.standard_normal(s), dtype) for s in ((b, lq, d), (b, lk, d), (b, lk, dv)))
+    mask4 = np.where(rng.random((n, 1, 1, lk)) < 0.3, -np.inf, rng.standard_normal((n, 1, 1, lk)))
+    mask4[0] = -np.inf
+    mask4 = stored(mask4, mask_type)
+    full = np.repeat(np.broadcast_to(mask4, (n, heads, lq, lk)).reshape(b, lq, lk), 1, 0)
+    scale = 1 / np.sqrt(d)
+    p = probabilities(q, k, scale, full, causal=True)
+    g = stored(rng.standard_normal((b, lq, dv)), dtype)
+    want = [p @ v] + list(gradients(q, k, v, p, scale, g))
+    op = AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=True, mask=True,
+                      kernels=kernels, dtype=dtype, mask_dtype=mask_type)
+    assert op.kernels == kernels
+    f = lambda a, t=dtype: dp.Tensor.from_numpy(ctx, host(a, t))
+    tq, tk, tv, mask = f(q), f(k), f(v), f(mask4, mask_type)
+    o, lse, delta = dp.Tensor(ctx, (b, lq, dv), dtype), dp.Tensor(ctx, (b, lq)), dp.Tensor(ctx, (b, lq))
+    grads = [dp.Tensor(ctx, s, dtype) for s in ((b, lq, d), (b, lk, d), (b, lk, dv))]
+    strides = (lk, 0, 0, 1)
+    for launch in op.launches(tq, tk, tv, o, lse, mask=mask, mask_strides=strides) + \
+            op.backward_launches(tq, tk, tv, o, lse, f(g), *grads, delta, mask=mask,
+                                 mask_strides=strides):
+        launch(ctx.queue)
+    got = [t.numpy() for t in [o] + grads]
+    for a, w, what, tol in zip(got, want, ("o", "dq", "dk", "dv"), (tol_y,) + (tol_dx,) * 3):
+        near(a, w, tol, what)
+    assert not np.abs(got[0][:heads]).any() and not np.abs(got[1][:heads]).any()  # sample 0
+
+
+@pytest.mark.parametrize("kernels", ["rows", "tiles"])
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_16bit_dropout_is_the_float32_kernels(ctx, rng, kernels, half):
+    """The weights dropped depend on (seed, offset) and the weight's place only, so the
+    16-bit kernels drop those the float32 kernels drop: the same results on the same
+    (stored) values, up to the storage's rounding."""
+    dtype, tol_y, tol_dx = HALVES[half]
+    b, lq, lk, d, p = 3, 37, 70, 8, 0.3
+    dv = 5 if kernels == "rows" else 8  # the float32 kernels of the dropout test above
+    q, k, v = (stored(rng.standard_normal(s), dtype) for s in ((b, lq, d), (b, lk, d), (b, lk, dv)))
+    g = stored(rng.standard_normal((b, lq, dv)), dtype)
+    kinds = dict(causal=True, dropout=p, kernels=kernels)
+    want = _run(ctx, AttentionOps(ctx, b, lq, lk, d, dv, **kinds), q, k, v, g, 11, 5)
+    got = _run(ctx, AttentionOps(ctx, b, lq, lk, d, dv, dtype=dtype, **kinds), q, k, v, g, 11, 5)
+    for a, w, what, tol in zip(got, want, ("o", "dq", "dk", "dv"), (tol_y,) + (tol_dx,) * 3):
+        near(a, w, tol, what)
+
+
+def test_storage_errors(ctx):
+    from dlprim.layers import LayerError, TensorSpec, create
+    with pytest.raises(ValueError, match="dtype must be float32, float16 or bfloat16, got int32"):
+        AttentionOps(ctx, 2, 4, 4, 8, 8, dtype=np.int32)
+    with pytest.raises(ValueError, match="mask_dtype must be float32, float16 or bfloat16"):
+        AttentionOps(ctx, 2, 4, 4, 8, 8, mask_dtype=np.float64)
+    op = AttentionOps(ctx, 2, 4, 4, 8, 8, dtype=np.float16, mask=True)
+    t, t32 = dp.Tensor(ctx, (2, 4, 8), np.float16), dp.Tensor(ctx, (2, 4, 8))
+    lse = dp.Tensor(ctx, (2, 4))
+    with pytest.raises(ValueError, match="k is .*expected float16"):
+        op.launches(t, t32, t, t, lse)
+    with pytest.raises(ValueError, match="lse is .*expected float32"):
+        op.launches(t, t, t, t, dp.Tensor(ctx, (2, 4), np.float16))
+    with pytest.raises(ValueError, match="the mask is .*expected float32"):
+        op.launches(t, t, t, t, lse, mask=dp.Tensor(ctx, (4,), np.float16),
+                    mask_strides=(0, 0, 0, 1))
+    layer = create(ctx, "ScaledDotProductAttention", "att", {})
+    h, f = TensorSpec((1, 2, 3, 4), np.float16), TensorSpec((1, 2, 3, 4))
+    with pytest.raises(LayerError, match="'att': q, k and v must share one float dtype .*"
+                                         "got float16, float32, float16"):
+        layer.setup([h, f, h])
+    with pytest.raises(LayerError, match="q, k, v and the mask must share .*got "
+                                         "bfloat16, bfloat16, bfloat16, float32"):
+        b16 = TensorSpec((1, 2, 3, 4), bfloat16)
+        layer.setup([b16, b16, b16, TensorSpec((1, 1, 1, 3))])
+    with pytest.raises(LayerError, match="got int32, int32, int32"):
+        layer.setup([TensorSpec((1, 2, 3, 4), np.int32)] * 3)
+    packed = create(ctx, "ScaledDotProductAttention", "att", {"layout": "packed"})
+    with pytest.raises(LayerError, match="qkv and the mask must share"):
+        packed.setup([TensorSpec((1, 3, 3, 2, 4), np.float16), TensorSpec((1, 1, 1, 3))])
+
+
+def _block(n=2, length=13, heads=2, width=8):
+    """A self-attention block with a mask over (batch, key) and an MSE loss: a Linear to
+    packed q, k, v, the attention read in place, a Linear back."""
+    dim = heads * width
+    return {"inputs": [{"name": "x", "shape": [n * length, dim]},
+                       {"name": "mask", "shape": [n, 1, 1, length]},
+                       {"name": "target", "shape": [n * length, dim]}],
+            "outputs": ["loss"],
+            "operators": [
+                {"name": "qkv", "type": "InnerProduct", "inputs": ["x"], "outputs": ["qkv"],
+                 "options": {"outputs": 3 * dim}},
+                {"name": "heads", "type": "Reshape", "inputs": ["qkv"], "outputs": ["heads"],
+                 "options": {"dims": [n, length, 3, heads, width]}},
+                {"name": "att", "type": "ScaledDotProductAttention", "inputs": ["heads", "mask"],
+                 "outputs": ["att"], "options": {"layout": "packed", "causal": True}},
+                {"name": "merge", "type": "Reshape", "inputs": ["att"], "outputs": ["merge"],
+                 "options": {"dims": [n * length, dim]}},
+                {"name": "proj", "type": "InnerProduct", "inputs": ["merge"], "outputs": ["proj"],
+                 "options": {"outputs": dim}},
+                {"name": "loss", "type": "MSELoss", "inputs": ["proj", "target"],
+                 "outputs": ["loss"]}]}
+
+
+@pytest.mark.parametrize("precision,half", [("fp16", "float16"), ("bf16", "bfloat16")])
+def test_16bit_nets_take_attention_without_casts(ctx, rng, precision, half):
+    """In a net of precision "fp16" or "bf16" the attention reads the Linear's 16-bit
+    output and writes 16 bits for the next Linear: the only Cast that touches it is the
+    float32 mask's (a "follows" layer casts its other float inputs). Loss and parameter
+    gradients (norm-wise) follow the fp32 net's within 4 units of the storage's rounding
+    (seen: under 1)."""
+    half, _, tol = HALVES[half]
+    graph = _block()
+    length = graph["inputs"][1]["shape"][-1]
+    feeds = {"x": stored(rng.standard_normal(graph["inputs"][0]["shape"]), half),
+             "mask": np.where(rng.random((2, 1, 1, length)) < 0.3, -np.inf, 0.0),
+             "target": stored(rng.standard_normal(graph["inputs"][2]["shape"]), half)}
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    losses, grads = {}, {}
+    for prec in ("fp32", precision):
+        net = dp.Net(ctx, graph, mode="train", precision=prec, seed=0)
+        losses[prec] = net(**feeds)["loss"]
+        net.backward()
+        scale = net.loss_scale.scale if net.loss_scale else 1.0
+        grads[prec] = {k: v.to_host() / scale for k, v in net.grads.items()}
+    casts = {(op.inputs[0], op.options["dtype"]) for op in net.graph.ops if op.type == "Cast"}
+    assert casts == {("x", dp.dtypes.dtype_name(half)), ("mask", dp.dtypes.dtype_name(half)),
+                     ("proj", "float32")}
+    layer = net.layers[[op.name for op in net.graph.ops].index("att")]
+    assert layer.ops.dtype == half and net.tensor("att").dtype == half
+    np.testing.assert_allclose(losses[precision], losses["fp32"], rtol=tol)
+    for name, ref in grads["fp32"].items():
+        err = np.linalg.norm(grads[precision][name] - ref) / max(np.linalg.norm(ref), 1e-12)
+        assert err < tol, "%s: relative error %.3g" % (name, err)

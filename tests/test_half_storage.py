@@ -58,6 +58,10 @@ LAYERS = [
     ("LayerNorm", {}, [(2, 5, 33)]),
     ("RMSNorm", dict(normalized_dims=2), [(2, 5, 33)]),
     ("GroupNorm", dict(groups=2), [(2, 6, 5, 3)]),
+    # q, k, v and an additive mask over (batch, key); the gradients added through the
+    # layer's 16-bit workspace
+    ("ScaledDotProductAttention", dict(causal=True),
+     [(2, 2, 9, 8), (2, 2, 12, 8), (2, 2, 12, 4), (2, 1, 1, 12)]),
 ]
 
 

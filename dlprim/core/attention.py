@@ -2,18 +2,24 @@
 ``O = softmax(scale Q K^T + mask) V`` without storing the L x S score matrix, so memory
 grows linearly with the sequence length.
 
-Tensors are contiguous float32. ``layout="nhld"`` (the default): q (B, L, D), k (B, S, D),
-v (B, S, DV), o (B, L, DV) and the row log-sum-exp lse (B, L), with B = batch * heads.
+Tensors are contiguous. ``layout="nhld"`` (the default): q (B, L, D), k (B, S, D), v (B,
+S, DV), o (B, L, DV) and the row log-sum-exp lse (B, L), with B = batch * heads.
 ``"nlhd"``: the heads of a position side by side, q (N, L, H, D), k (N, S, H, D), v (N,
 S, H, DV), o (N, L, H, DV), lse (N, L, H) -- a Linear's output split into heads by a
 reshape alone, no transposes. ``"packed"``: q, k and v interleaved as one (N, L, 3, H, D)
 tensor (a single Linear's qkv output; self-attention, S = L, DV = D), given as q with k
-and v None, its gradient likewise as dq; o (N, L, H, D), lse (N, L, H). The mask is additive float32 (a boolean
-mask becomes 0 / -inf first), read through element strides over (batch, head, L, S), 0
-where it broadcasts; ``causal`` drops key j > query i. A query row whose keys are all
-masked gives zeros and no gradient (PyTorch's safe softmax). The backward recomputes the
-probabilities from lse: ``dq`` walks the keys per query row and ``dk``/``dv`` the queries per
-key row, so no atomics are needed.
+and v None, its gradient likewise as dq; o (N, L, H, D), lse (N, L, H). The mask is
+additive (a boolean mask becomes 0 / -inf first), read through element strides over
+(batch, head, L, S), 0 where it broadcasts; ``causal`` drops key j > query i. A query row
+whose keys are all masked gives zeros and no gradient (PyTorch's safe softmax). The
+backward recomputes the probabilities from lse: ``dq`` walks the keys per query row and
+``dk``/``dv`` the queries per key row, so no atomics are needed.
+
+Storage: q, k, v, o and the gradients dout, dq, dk, dv are ``dtype`` (float32, float16 or
+bfloat16), the mask ``mask_dtype``. 16-bit storage is only storage: every load widens to
+float32 and every store rounds to nearest even, so scores, softmax and sums are float32
+as with float32 tensors; lse and delta, the kernels' own row statistics, are float32
+always (the delta pass reads dout and o as stored and sums in float32).
 
 Two kernel families compute it. ``attention_tiles.cl`` (FlashAttention-2's blocks: each
 work-group multiplies blocks of rows staged in local memory, each work item a register
@@ -31,15 +37,18 @@ import math
 
 import numpy as np
 
+from ..dtypes import HALF_TYPES, as_dtype, cl_type, dtype_name
 from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
 from .copy import fill_launches
 from .pointwise import pointwise_reduce_launches
 
-__all__ = ["AttentionOps", "tile_blocks", "LAYOUTS"]
+__all__ = ["AttentionOps", "tile_blocks", "LAYOUTS", "STORAGES"]
 
 LAYOUTS = ("nhld", "nlhd", "packed")
+_F32 = np.dtype(np.float32)
+STORAGES = (_F32,) + HALF_TYPES  # of q, k, v and their kin, and of the mask
 
 # (BQ, BK, TY) per pass, best first; TX is the first of 8, 16, 4 that divides both widths
 # and keeps the register tiles within _MAX_TILE floats
@@ -70,6 +79,18 @@ def _tile_floats(pass_, d, dv, bq, bk, tx, ty):
     return bk // ty * (d // tx + dv // tx + 2 * (bq // tx))
 
 
+def _float_type(what, dtype):
+    """``dtype`` as one of STORAGES, else a ValueError naming ``what``."""
+    try:
+        dt = as_dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt not in STORAGES:
+        raise ValueError("attention: %s must be float32, float16 or bfloat16, got %s"
+                         % (what, dtype_name(dt) if dt is not None else repr(dtype)))
+    return dt
+
+
 def tile_blocks(facts, d, dv):
     """The blocks of attention_tiles.cl for widths d, dv on a device: {pass: {BQ, BK, TX,
     TY}} for "forward", "dq" and "dkdv", or None where some pass has none that fits
@@ -96,8 +117,10 @@ class AttentionOps:
     """Attention over ``batch`` = batch * heads rows of q (L, D), k (S, D), v (S, DV)."""
 
     def __init__(self, ctx, batch, lq, lk, d, dv, heads=1, causal=False, mask=False, dropout=0.0,
-                 kernels=None, layout="nhld"):
+                 kernels=None, layout="nhld", dtype=np.float32, mask_dtype=np.float32):
         self.ctx = ctx
+        self.dtype = _float_type("dtype", dtype)
+        self.mask_dtype = _float_type("mask_dtype", mask_dtype)
         if layout not in LAYOUTS:
             raise ValueError("attention: layout must be one of %s, got %r"
                              % (", ".join(LAYOUTS), layout))
@@ -119,7 +142,8 @@ class AttentionOps:
                              "got L=%d S=%d D=%d DV=%d" % (self.lq, self.lk, self.d, self.dv))
         self.n = self.batch // max(self.heads, 1)
         flags = dict(MASK=self.mask, CAUSAL=self.causal, DROPOUT=self.dropout > 0,
-                     LAYOUT=layout, HEADS=self.heads if layout != "nhld" else 0)
+                     LAYOUT=layout, HEADS=self.heads if layout != "nhld" else 0,
+                     ACT_T=cl_type(self.dtype), MASK_T=cl_type(self.mask_dtype))
         if kernels not in (None, "rows", "tiles"):
             raise ValueError("attention: kernels must be None (the device's choice), 'rows' "
                              "or 'tiles', got %r" % (kernels,))
@@ -165,9 +189,13 @@ class AttentionOps:
         launch.set_arg(n - 2, np.uint64(seed))
         launch.set_arg(n - 1, np.uint64(offset))
 
-    def _check(self, what, t, shape):
-        if not isinstance(t, Tensor) or t.shape != shape or t.dtype != np.float32:
-            raise ValueError("attention: %s is %r, expected float32 %s" % (what, t, shape))
+    def _check(self, what, t, shape, dtype=None):
+        """``t`` is a Tensor of ``shape`` stored as ``dtype`` (default: the storage of q,
+        k, v and their kin)."""
+        dtype = self.dtype if dtype is None else dtype
+        if not isinstance(t, Tensor) or t.shape != shape or t.dtype != dtype:
+            raise ValueError("attention: %s is %r, expected %s %s"
+                             % (what, t, dtype_name(dtype), shape))
 
     def _shape(self, length, width):
         """The shape of q, k, v, o or a gradient in this layout."""
@@ -201,6 +229,9 @@ class AttentionOps:
         if mask is None or strides is None or len(strides) != 4:
             raise ValueError("attention: built with a mask; give it and its 4 strides "
                              "(batch, head, query, key)")
+        if not isinstance(mask, Tensor) or mask.dtype != self.mask_dtype:
+            raise ValueError("attention: the mask is %r, expected %s"
+                             % (mask, dtype_name(self.mask_dtype)))
         return [mask] + [np.uint64(s) for s in strides] + [np.uint32(self.heads)]
 
     def _launch(self, pass_, rows, block, args):
@@ -231,7 +262,7 @@ class AttentionOps:
         b, lq, lk = self.batch, self.lq, self.lk
         qkv = self._inputs(q, k, v, ("q", "k", "v"))
         self._check("o", o, self._shape(lq, self.dv))
-        self._check("lse", lse, self._stat_shape())
+        self._check("lse", lse, self._stat_shape(), _F32)
         if b * lq == 0:
             return []
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
@@ -249,7 +280,7 @@ class AttentionOps:
         self._check("o", o, self._shape(lq, self.dv))
         self._check("dout", dout, self._shape(lq, self.dv))
         for what, t in (("lse", lse), ("delta", delta)):
-            self._check(what, t, self._stat_shape())
+            self._check(what, t, self._stat_shape(), _F32)
         if b * lk and lq == 0:  # no query reads the keys: zero gradients
             return fill_launches(self.ctx, dk, 0.0) + fill_launches(self.ctx, dv, 0.0)
         if b * lq == 0:

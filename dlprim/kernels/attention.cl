@@ -4,8 +4,9 @@
 // row for dK/dV), key or query tiles are staged in local memory, and the softmax runs
 // online (a running maximum and sum), so the L x S score matrix is never stored and
 // memory grows linearly with the sequence. Rows are (batch*head, row, D) contiguous.
-// D: q/k width; DV: v width; T: rows per tile (= the work-group size); MASK: an additive
-// float mask, read with strides (0 where it broadcasts); CAUSAL: key j > query i is out.
+// D: q/k width; DV: v width; T: rows per tile (= the work-group size); ACT_T: the storage
+// of q, k, v, o, dO and the gradients (attention.h); MASK: an additive mask (stored as
+// MASK_T), read with strides (0 where it broadcasts); CAUSAL: key j > query i is out.
 // A row whose keys are all masked gives zeros, as PyTorch's safe softmax, and no gradient.
 // DROPOUT: each weight p_ij is dropped with probability p and the rest scaled by
 // 1 / (1 - p); the softmax sums stay those of the undropped weights. Whether (bh, i, j) is
@@ -16,11 +17,11 @@
 
 // copy ``count`` rows of ``width`` (``ld`` apart) from global to a tile in local memory,
 // times ``scale``
-inline void stage(__local float *tile, __global const float *rows, uint count, uint width,
+inline void stage(__local float *tile, __global const ${ACT_T} *rows, uint count, uint width,
                   ulong ld, float scale, uint t)
 {
     for (uint e = t; e < count * width; e += ${T})
-        tile[e] = rows[(e / width) * ld + e % width] * scale;
+        tile[e] = LD_${ACT_T}(rows, (e / width) * ld + e % width) * scale;
 }
 
 // a score: the mask's value plus the dot product of a private row (q already scaled, or
@@ -36,7 +37,7 @@ inline float score(const float *mine, __local const float *staged, float bias)
 
 // o[i] = sum_j p_ij v_j, lse[i] = log sum_j exp(s_ij) (-inf for a row masked whole)
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
-void attention_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
+void attention_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
                        __global float *lse, ulong lse_offset MASK_ARGS DROP_ARGS)
 {
     __local float kt[${T}][${D}];
@@ -48,7 +49,7 @@ void attention_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
     v += v_offset + IN_AT(bh, lk, ${DV});
     float qi[${D}], acc[${DV}];
     for (int c = 0; c < ${D}; c++)
-        qi[c] = live ? q[c] * scale : 0.0f;
+        qi[c] = live ? LD_${ACT_T}(q, c) * scale : 0.0f;
     for (int c = 0; c < ${DV}; c++)
         acc[c] = 0.0f;
     float m = NEG_INF, l = 0.0f;
@@ -83,7 +84,7 @@ void attention_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
     float inv = l > 0.0f ? 1.0f / l : 0.0f;
     o += o_offset + OUT_AT(bh, lq, ${DV}) + (ulong)i * OUT_ROW(${DV});
     for (int c = 0; c < ${DV}; c++)
-        o[c] = acc[c] * inv;
+        ST_${ACT_T}(o, c, acc[c] * inv);
     lse[lse_offset + STAT_AT(bh, lq, i)] = l > 0.0f ? m + log(l) : NEG_INF;
 }
 
@@ -94,7 +95,7 @@ void attention_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
 // dq_i = scale sum_j ds_ij k_j: one work item per query row, key tiles in local memory
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
 void attention_dq(BACKWARD_ARGS,
-    __global float *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
+    __global ${ACT_T} *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
 {
     __local float kt[${T}][${D}];
     __local float vt[${T}][${DV}];
@@ -106,11 +107,11 @@ void attention_dq(BACKWARD_ARGS,
     v += v_offset + IN_AT(bh, lk, ${DV});
     float qi[${D}], gi[${DV}], acc[${D}];
     for (int c = 0; c < ${D}; c++) {
-        qi[c] = live ? q[q_offset + qrow + c] * scale : 0.0f;
+        qi[c] = live ? LD_${ACT_T}(q, q_offset + qrow + c) * scale : 0.0f;
         acc[c] = 0.0f;
     }
     for (int c = 0; c < ${DV}; c++)
-        gi[c] = live ? dout[dout_offset + grow + c] : 0.0f;
+        gi[c] = live ? LD_${ACT_T}(dout, dout_offset + grow + c) : 0.0f;
     float lse_i = live ? lse[lse_offset + stat] : 0.0f;
     float delta_i = live ? delta[delta_offset + stat] : 0.0f;
     for (uint j0 = 0; j0 < lk; j0 += ${T}) {
@@ -137,14 +138,15 @@ void attention_dq(BACKWARD_ARGS,
     if (!live)
         return;
     for (int c = 0; c < ${D}; c++)
-        dq[dq_offset + qrow + c] = acc[c];
+        ST_${ACT_T}(dq, dq_offset + qrow + c, acc[c]);
 }
 
 // dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dO_i: one work item per key row, query
 // tiles (q, dO, lse, delta) in local memory
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
 void attention_dkdv(BACKWARD_ARGS,
-    __global float *dk, ulong dk_offset, __global float *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
+    __global ${ACT_T} *dk, ulong dk_offset, __global ${ACT_T} *dv, ulong dv_offset
+    MASK_ARGS DROP_ARGS)
 {
     __local float qt[${T}][${D}];
     __local float gt[${T}][${DV}];
@@ -157,11 +159,11 @@ void attention_dkdv(BACKWARD_ARGS,
     dout += dout_offset + OUT_AT(bh, lq, ${DV});
     float kj[${D}], vj[${DV}], ak[${D}], av[${DV}];
     for (int c = 0; c < ${D}; c++) {
-        kj[c] = live ? k[k_offset + krow + c] : 0.0f;
+        kj[c] = live ? LD_${ACT_T}(k, k_offset + krow + c) : 0.0f;
         ak[c] = 0.0f;
     }
     for (int c = 0; c < ${DV}; c++) {
-        vj[c] = live ? v[v_offset + vrow + c] : 0.0f;
+        vj[c] = live ? LD_${ACT_T}(v, v_offset + vrow + c) : 0.0f;
         av[c] = 0.0f;
     }
     for (uint i0 = 0; i0 < lq; i0 += ${T}) {
@@ -195,7 +197,7 @@ void attention_dkdv(BACKWARD_ARGS,
     if (!live)
         return;
     for (int c = 0; c < ${D}; c++)
-        dk[dk_offset + krow + c] = ak[c];
+        ST_${ACT_T}(dk, dk_offset + krow + c, ak[c]);
     for (int c = 0; c < ${DV}; c++)
-        dv[dv_offset + vrow + c] = av[c];
+        ST_${ACT_T}(dv, dv_offset + vrow + c, av[c]);
 }

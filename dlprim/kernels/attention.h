@@ -30,13 +30,16 @@
     (((ulong)((bh) / ${HEADS}) * (len) + (i)) * ${HEADS} + (bh) % ${HEADS})
 % endif
 
-// the arguments every kernel of a pass takes first (the launcher's order)
+// the arguments every kernel of a pass takes first (the launcher's order). ACT_T stores
+// q, k, v, o, dO and the gradients (float, half or bfloat16: loads widen, stores round to
+// nearest even, LD_/ST_ of common.h), so the arithmetic is float whatever it is; lse and
+// delta, the kernels' own row statistics, stay float
 #define FORWARD_ARGS uint lq, uint lk, float scale, \
-    __global const float *q, ulong q_offset, __global const float *k, ulong k_offset, \
-    __global const float *v, ulong v_offset
+    __global const ${ACT_T} *q, ulong q_offset, __global const ${ACT_T} *k, ulong k_offset, \
+    __global const ${ACT_T} *v, ulong v_offset
 #define BACKWARD_ARGS FORWARD_ARGS, \
-    __global const float *dout, ulong dout_offset, __global const float *lse, ulong lse_offset, \
-    __global const float *delta, ulong delta_offset
+    __global const ${ACT_T} *dout, ulong dout_offset, \
+    __global const float *lse, ulong lse_offset, __global const float *delta, ulong delta_offset
 
 % if DROPOUT:
 <%include file="philox.h"/>
@@ -58,10 +61,11 @@ inline float keep_factor(uint threshold, float keep_scale, ulong seed, ulong off
 #define KEEP(i, j) 1.0f
 % endif
 
+// the score's additive term at (bh, i, j): the mask (stored as MASK_T), -inf past causal
 inline float score_mask(
 % if MASK:
-    __global const float *mask, ulong mask_offset, ulong ms_n, ulong ms_h, ulong ms_q, ulong ms_k,
-    uint heads, uint bh,
+    __global const ${MASK_T} *mask, ulong mask_offset, ulong ms_n, ulong ms_h, ulong ms_q,
+    ulong ms_k, uint heads, uint bh,
 % endif
     uint i, uint j)
 {
@@ -70,15 +74,16 @@ inline float score_mask(
         return NEG_INF;
 % endif
 % if MASK:
-    return mask[mask_offset + (bh / heads) * ms_n + (bh % heads) * ms_h + i * ms_q + j * ms_k];
+    return LD_${MASK_T}(mask, mask_offset + (bh / heads) * ms_n + (bh % heads) * ms_h
+                                  + i * ms_q + j * ms_k);
 % else:
     return 0.0f;
 % endif
 }
 
 % if MASK:
-#define MASK_ARGS , __global const float *mask, ulong mask_offset, ulong ms_n, ulong ms_h, \
-    ulong ms_q, ulong ms_k, uint heads
+#define MASK_ARGS , __global const ${MASK_T} *mask, ulong mask_offset, ulong ms_n, \
+    ulong ms_h, ulong ms_q, ulong ms_k, uint heads
 #define MASK_AT(i, j) score_mask(mask, mask_offset, ms_n, ms_h, ms_q, ms_k, heads, bh, i, j)
 % else:
 #define MASK_ARGS

@@ -13,13 +13,24 @@
 // each probability is one exp2; FAST_EXP takes the device's native exp2 (on GPUs a
 // hardware instruction, relative error near 2^-22). lse stays in natural units.
 // PASS: "forward" (o, lse), "dq" or "dkdv". D, DV: widths, multiples of TX;
-// BQ, BK: rows per query / key block, multiples of TY, TX and 4; TX x TY work items.
+// BQ, BK: rows per query / key block, multiples of TY, TX and 4; TX x TY work items;
+// ACT_T, MASK_T: storage types (attention.h). The blocks in local memory are float
+// whatever ACT_T is, so 16-bit storage only changes the loads and stores.
 <%include file="attention.h"/>
 #define LOG2E 1.4426950408889634f
 % if FAST_EXP:
 #define EXP2(x) native_exp2(x)
 % else:
 #define EXP2(x) exp2(x)
+% endif
+// four stored values as a float4: vloads, which need only the element's alignment (a row
+// of a packed or strided layout starts anywhere)
+% if ACT_T == "half":
+#define LD4(p) vload_half4(0, p)
+% elif ACT_T == "bfloat16":
+#define LD4(p) bfloat16_bits4_value(vload4(0, p))
+% else:
+#define LD4(p) vload4(0, p)
 % endif
 
 // 2^(s - lse), both base 2; 0 where the key is masked or the row is masked whole
@@ -42,7 +53,7 @@ CD, CV = D // TX, DV // TX
         uint r = e / ${width // 4}, c = (e % ${width // 4}) * 4;
         float4 x = (float4)(0.0f);
         if (${first} + r < ${limit})
-            x = vload4(0, ${src} + (ulong)(${first} + r) * ${ld} + c)${factor};
+            x = LD4(${src} + (ulong)(${first} + r) * ${ld} + c)${factor};
         *(__local float4 *)(${dst} + r * ${stride} + c) = x;
     }
 </%def>
@@ -104,7 +115,7 @@ col = lambda c: "tx + %d" % (TX * c)
 %>
 // o = softmax(s) v and lse per query row, for the block of BQ query rows of group 0
 __kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
-void attention_tiles_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
+void attention_tiles_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
                              __global float *lse, ulong lse_offset MASK_ARGS DROP_ARGS)
 {
     __local float4 qs4[${BQ * DP // 4}], kv4[${BK * KW // 4}], ps4[${BQ * PP // 4}];
@@ -191,7 +202,7 @@ void attention_tiles_forward(FORWARD_ARGS, __global float *o, ulong o_offset,
         float inv = total > 0.0f ? 1.0f / total : 0.0f;
         if (i < lq) {
 %  for c in range(CV):
-            o[(ulong)i * OUT_ROW(${DV}) + ${col(c)}] = acc[${r}][${c}] * inv;
+            ST_${ACT_T}(o, (ulong)i * OUT_ROW(${DV}) + ${col(c)}, acc[${r}][${c}] * inv);
 %  endfor
             if (tx == 0)
                 lse[lse_offset + STAT_AT(bh, lq, i)] = total > 0.0f
@@ -214,7 +225,7 @@ col = lambda c: "tx + %d" % (TX * c)
 // dq_i = scale sum_j ds_ij k_j for the block of BQ query rows of group 0
 __kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
 void attention_tiles_dq(BACKWARD_ARGS,
-    __global float *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
+    __global ${ACT_T} *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
 {
     __local float4 qs4[${BQ * DP // 4}], gs4[${BQ * VP // 4}], ks4[${BK * DP // 4}],
                    vs4[${BK * VP // 4}], ps4[${BQ * PP // 4}];
@@ -270,7 +281,7 @@ void attention_tiles_dq(BACKWARD_ARGS,
 % for r in range(RQ):
     if (i0 + ${row(r)} < lq) {
 %  for c in range(CD):
-        dq[(ulong)(i0 + ${row(r)}) * IN_ROW(${D}) + ${col(c)}] = acc[${r}][${c}];
+        ST_${ACT_T}(dq, (ulong)(i0 + ${row(r)}) * IN_ROW(${D}) + ${col(c)}, acc[${r}][${c}]);
 %  endfor
     }
 % endfor
@@ -284,7 +295,8 @@ void attention_tiles_dq(BACKWARD_ARGS,
 // of group 0 (lse and delta of the query block staged beside it)
 __kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
 void attention_tiles_dkdv(BACKWARD_ARGS,
-    __global float *dk, ulong dk_offset, __global float *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
+    __global ${ACT_T} *dk, ulong dk_offset, __global ${ACT_T} *dv, ulong dv_offset
+    MASK_ARGS DROP_ARGS)
 {
     __local float4 ks4[${BK * DP // 4}], vs4[${BK * VP // 4}], qs4[${BQ * DP // 4}],
                    gs4[${BQ * VP // 4}], pt4[${BK * PQ // 4}], dst4[${BK * PQ // 4}];
@@ -342,10 +354,11 @@ void attention_tiles_dkdv(BACKWARD_ARGS,
 % for r in range(RK):
     if (j0 + ${row(r)} < lk) {
 %  for c in range(CD):
-        dk[(ulong)(j0 + ${row(r)}) * IN_ROW(${D}) + ${col(c)}] = ak[${r}][${c}] * M_LN2_F;
+        ST_${ACT_T}(dk, (ulong)(j0 + ${row(r)}) * IN_ROW(${D}) + ${col(c)},
+                    ak[${r}][${c}] * M_LN2_F);
 %  endfor
 %  for c in range(CV):
-        dv[(ulong)(j0 + ${row(r)}) * IN_ROW(${DV}) + ${col(c)}] = av[${r}][${c}];
+        ST_${ACT_T}(dv, (ulong)(j0 + ${row(r)}) * IN_ROW(${DV}) + ${col(c)}, av[${r}][${c}]);
 %  endfor
     }
 % endfor

@@ -2,14 +2,18 @@
 dlprim's fused attention kernels (``core/attention.py``): the L x S scores are never
 stored, so memory grows linearly with the sequence (docs/operators.md).
 
-Inputs q (N, H, L, D), k (N, H, S, D), v (N, H, S, DV) and optionally an additive float32
-mask that broadcasts to (N, H, L, S) (it gets no gradient). Option ``layout`` reads other
+Inputs q (N, H, L, D), k (N, H, S, D), v (N, H, S, DV) and optionally an additive mask that
+broadcasts to (N, H, L, S) (it gets no gradient), all of one float type: float32, or
+float16 / bfloat16, which the output and the gradients keep (HALF_STORAGE "follows": in
+a net of precision "fp16" or "bf16" it takes the 16-bit activations with no Casts on q,
+k, v or the output; the arithmetic stays float32, core/attention.py). Option ``layout`` reads other
 arrangements in place: "nlhd" takes q (N, L, H, D), k (N, S, H, D), v (N, S, H, DV) and
 gives (N, L, H, DV) -- the heads of a Linear's output split by a Reshape alone, no
 transposes; "packed" takes one input qkv (N, L, 3, H, D) (one Linear's output for
 self-attention, split by a Reshape alone) and gives (N, L, H, D). The row log-sum-exp (N*H*L
-floats) is saved from forward to backward; the backward takes another such vector of
-workspace, and room for gradients it must add to rather than write.
+floats, float32 whatever the storage) is saved from forward to backward; the backward takes
+another such vector of workspace, and room (in the inputs' type) for gradients it must
+add to rather than write.
 
 ``dropout`` p drops attention weights in train mode (inside the fused kernels; the mask is
 recomputed in backward from a Philox counter rather than stored). As the Dropout layer,
@@ -19,10 +23,9 @@ the counter on, so a seed reproduces every mask.
 import math
 import zlib
 
-import numpy as np
-
-from ..core.attention import LAYOUTS, AttentionOps
+from ..core.attention import LAYOUTS, STORAGES, AttentionOps
 from ..core.pointwise import pointwise_launches
+from ..dtypes import dtype_name
 from ..tensor import ws_view
 from .base import TRAIN, Layer, Setup, TensorSpec, register
 
@@ -34,6 +37,7 @@ class ScaledDotProductAttention(Layer):
     BACKWARD_READS_INPUTS = True
     BACKWARD_READS_OUTPUTS = True
     NO_GRAD_INPUTS = (3,)  # the mask (packed layout: input 1, set by build)
+    HALF_STORAGE = "follows"
 
     def __init__(self, ctx, name=None, **options):
         super().__init__(ctx, name=name, **options)
@@ -85,8 +89,13 @@ class ScaledDotProductAttention(Layer):
         if k[:2] != q[:2] or v[:2] != q[:2] or k[3] != q[3] or v[2] != k[2]:
             self.fail("shapes do not fit: q %s, k %s, v %s (k must be (N, H, S, D) and v "
                       "(N, H, S, DV) for q (N, H, L, D), as (N, H, L, D))" % (q, k, v))
-        if any(s.dtype != np.float32 for s in in_specs):
-            self.fail("inputs must be float32")
+        dtypes = list(dict.fromkeys(s.dtype for s in in_specs))
+        if len(dtypes) > 1 or dtypes[0] not in STORAGES:
+            self.fail("%s must share one float dtype (float32, float16 or bfloat16), got %s"
+                      % ("qkv and the mask" if self.layout == "packed" else
+                         "q, k, v and the mask" if mask_spec else "q, k and v",
+                         ", ".join(dtype_name(s.dtype) for s in in_specs)))
+        dtype = dtypes[0]
         n, h, lq, d = q
         lk, dv = k[2], v[3]
         self.mask_strides = None
@@ -113,17 +122,19 @@ class ScaledDotProductAttention(Layer):
         self.rows = n * h * lq
         shape = (self.ctx, n * h, lq, lk, d, dv)
         kinds = dict(heads=h, causal=bool(self.options["causal"]),
-                     mask=self.mask_strides is not None, layout=self.layout)
+                     mask=self.mask_strides is not None, layout=self.layout, dtype=dtype,
+                     mask_dtype=dtype)
         self.ops = AttentionOps(*shape, **kinds)
         # built in either mode, as a Net switches modes without a new setup
         p = float(self.options["dropout"])
         self.train_ops = AttentionOps(*shape, dropout=p, **kinds) if p else self.ops
         grads = sum(math.prod(s) for s in self.shapes[:-1])
         saved = [TensorSpec((self.rows,))] if self.mode == TRAIN else []
-        # lse (predict mode), delta, and the gradients to add rather than write
-        ws = 4 * (2 * self.rows + grads)
+        # lse (predict mode) and delta in float32, then the gradients to add rather than
+        # write, stored as the inputs (the 4-byte start suits each 16-bit or float32 view)
+        ws = 4 * 2 * self.rows + dtype.itemsize * grads
         flags = self.default_flags(no_grad_inputs=(len(self.shapes) - 1,))  # the mask
-        return Setup([TensorSpec(out_shape)], [], ws, saved, flags)
+        return Setup([TensorSpec(out_shape, dtype)], [], ws, saved, flags)
 
     def _views(self, x, y):
         """The inputs q, k, v (packed: qkv, None, None) and the output o as the kernels
@@ -159,8 +170,8 @@ class ScaledDotProductAttention(Layer):
         for i, shape in enumerate(self.shapes[:-1]):  # q, k, v (packed: qkv)
             size = math.prod(shape)
             if dx[i] is None or accumulate[i]:  # the kernels write: go through the workspace
-                scratch = ws_view(ws, offset, size)
-                offset += 4 * size
+                scratch = ws_view(ws, offset, size, self.ops.dtype)
+                offset += self.ops.dtype.itemsize * size
                 targets.append(scratch.view(shape))
                 if dx[i] is not None:
                     adds.append((scratch, dx[i].view((size,))))
