@@ -426,6 +426,35 @@ def test_attention_runs_on_the_fused_kernels():
          rand(1, 2, 6, 8, seed=1))
 
 
+def test_half_attention_runs_on_the_fused_kernels():
+    """float16 q, k, v take the fused kernels too (half storage, float32 arithmetic):
+    values and gradients against float32 attention of the same half values, within a few
+    half roundings (2^-11) of the largest value."""
+    sdpa = F.scaled_dot_product_attention
+    q, k, v = (rand(2, 3, 37, 16, seed=s).half() for s in range(3))
+    g = rand(2, 3, 37, 16, seed=5).half()
+    keep = torch.rand(2, 1, 1, 37, generator=torch.Generator().manual_seed(4)) > 0.3
+    bias = rand(37, 37, seed=6).half()
+    for kwargs in ({}, {"is_causal": True}, {"attn_mask": keep}, {"attn_mask": bias}):
+        cpu = [t.float().requires_grad_(True) for t in (q, k, v)]
+        ocl = [t.to(DEV).requires_grad_(True) for t in (q, k, v)]
+        dev_kwargs = {n: m.to(DEV) if torch.is_tensor(m) else m for n, m in kwargs.items()}
+        cpu_kwargs = {n: m.float() if torch.is_tensor(m) and m.is_floating_point() else m
+                      for n, m in kwargs.items()}
+        want = sdpa(*cpu, **cpu_kwargs)
+        ops = _dispatched(lambda: ocl.append(sdpa(*ocl[:3], **dev_kwargs)))
+        got = ocl.pop()
+        assert not any("bmm" in name or "softmax" in name for name in ops), (kwargs, ops)
+        assert got.dtype == torch.float16
+        want.backward(g.float())
+        got.backward(g.to(DEV))
+        for what, o, c in [("value", got, want)] + [
+                ("grad of " + n, a.grad, b.grad) for n, a, b in zip("qkv", ocl, cpu)]:
+            assert o.dtype == torch.float16, what
+            err = (o.cpu().float() - c.detach()).abs().max().item()
+            assert err <= 4 * 2 ** -11 * max(c.abs().max().item(), 1.0), (kwargs, what, err)
+
+
 def test_attention_and_triangles():
     q, k, v = rand(2, 3, 7, 8), rand(2, 3, 7, 8, seed=1), rand(2, 3, 7, 8, seed=2)
     both(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)

@@ -5,10 +5,12 @@ The fused operators of PyTorch's transformer modules in eval mode without gradie
 their projections, normalizations and this attention.
 
 PyTorch decomposes SDPA above the device (it is a composite operator), so the fused path
-is registered for the ocl device's autograd key and carries its own backward. Calls it
-does not cover (dropout, grouped-query heads, a mask that needs a gradient, batch
-dimensions that broadcast, other dtypes) take PyTorch's math path, which runs on the
-device's matrix products and softmax.
+is registered for the ocl device's autograd key and carries its own backward. q, k and v
+of one dtype, float32 or float16 (stored so, computed in float32; the row log-sum-exp is
+float32 either way), with a boolean or float32 / float16 mask. Calls it does not cover
+(dropout, grouped-query heads, a mask that needs a gradient, batch dimensions that
+broadcast, mixed or other dtypes) take PyTorch's math path, which runs on the device's
+matrix products and softmax.
 """
 import math
 
@@ -17,11 +19,12 @@ import torch
 from ..core.attention import AttentionOps
 from ..core.pointwise import _memo
 from .dispatch import register
-from .tensor import OclTensor, as_dlprim, empty, enqueue
+from .tensor import OclTensor, as_dlprim, empty, enqueue, numpy_dtype
 
 __all__ = ["register_attention"]
 
 aten = torch.ops.aten
+_FUSED_DTYPES = (torch.float32, torch.float16)  # of q, k, v and of a float mask
 
 
 def register_attention(library):
@@ -43,8 +46,8 @@ def _fusable(q, k, v, mask, dropout_p, causal, gqa):
     """The additive float mask to use (None for none), or False where the fused kernels do
     not apply."""
     ts = (q, k, v)
-    if dropout_p or gqa or not all(isinstance(t, OclTensor) and t.dtype == torch.float32
-                                   for t in ts):
+    if dropout_p or gqa or not all(isinstance(t, OclTensor) and t.dtype == q.dtype
+                                   for t in ts) or q.dtype not in _FUSED_DTYPES:
         return False
     if q.dim() not in (3, 4) or k.dim() != q.dim() or v.dim() != q.dim():
         return False
@@ -63,7 +66,7 @@ def _fusable(q, k, v, mask, dropout_p, causal, gqa):
         return False
     if mask.dtype == torch.bool:
         return torch.where(mask, 0.0, float("-inf"))
-    return mask if mask.dtype == torch.float32 else False
+    return mask if mask.dtype == q.dtype else False  # PyTorch's path refuses others
 
 
 def _mask_strides(mask):
@@ -87,11 +90,15 @@ class _FusedAttention(torch.autograd.Function):
         lk, dv = k.shape[-2], v.shape[-1]
         storage = q._ocl_storage
         ctx, index = storage.ctx, storage.index
-        op = _memo(ctx, ("torch_attention", b, lq, lk, d, dv, heads, causal, mask is not None),
+        dtype = numpy_dtype(q.dtype)
+        mask_dtype = numpy_dtype(mask.dtype) if mask is not None else dtype
+        op = _memo(ctx, ("torch_attention", b, lq, lk, d, dv, heads, causal, mask is not None,
+                         dtype, mask_dtype),
                    lambda: AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal,
-                                        mask=mask is not None))
+                                        mask=mask is not None, dtype=dtype,
+                                        mask_dtype=mask_dtype))
         out = empty(tuple(q.shape[:-1]) + (dv,), q.dtype, index)
-        lse = empty(tuple(q.shape[:-1]), q.dtype, index)
+        lse = empty(tuple(q.shape[:-1]), torch.float32, index)  # float32 whatever q is
         masks = _mask_args(mask)
         enqueue(ctx, op.launches(_rows(q), _rows(k), _rows(v), _rows(out),
                                  as_dlprim(lse).view((b, lq)), scale=scale, **masks))
