@@ -340,6 +340,23 @@ def test_strided_backward_data_runs_per_phase(ctx):
     assert len(phases) == 4 and sum(d[2] for _, d in phases) == 5 * 5 * 5
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_layers_take_im2col_on_cpus(ctx, dtype):
+    """On CPUs 16-bit activations keep im2col (float32 GEMMs through copies), also where
+    float32 would take the direct kernels, which have no 16-bit path; grouped layers
+    (im2col does not apply) take the implicit GEMM."""
+    import layer_check
+    layer_check.skip_unless_cpu(ctx)
+    plain = ConvGeometry(16, 8, (9, 9), (3, 3), (2, 2), (1, 1, 1, 1))
+    few = ConvGeometry(3, 8, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1))  # direct's in float32
+    grouped = ConvGeometry(8, 8, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1), groups=2)
+    for op in (ConvForward, ConvBackwardData, ConvBackwardFilter):
+        assert op(ctx, plain, batch=2, dtype=dtype).algo == "im2col"
+        assert op(ctx, few, batch=2, dtype=dtype).algo == "im2col"
+        assert op(ctx, grouped, batch=2, dtype=dtype).algo == "gemm"
+    assert ConvForward(ctx, few, batch=2).algo == "direct"
+
+
 def test_winograd_tile_choice(ctx):
     """'winograd' means F(4x4,3x3) except for outputs under 4x4, under 64 channels on both
     sides, or small problems (forward and backward-data under 2 x 32 x 32 + 1 output

@@ -82,6 +82,31 @@ def test_fill_and_copy(ctx, rng, dtype):
     np.testing.assert_array_equal(dst.numpy(), a)
 
 
+@pytest.mark.parametrize("src_t, dst_t", [("float32", "float16"), ("float16", "float32"),
+                                          ("float32", "bfloat16"), ("bfloat16", "float32")])
+def test_strided_copy_converts_float_storage(ctx, rng, src_t, dst_t):
+    """A strided copy between float32 and a 16-bit storage rounds to nearest even into
+    16 bits, widens exactly out of them, and with beta reads dst in its own type."""
+    from dlprim.dtypes import bfloat16, bfloat16_values, to_bfloat16
+    store = lambda a, t: to_bfloat16(a) if t == "bfloat16" else a.astype(t)  # noqa: E731
+    value = lambda a, t: bfloat16_values(a) if t == "bfloat16" else a.astype(np.float32)  # noqa: E731
+    a = store(rng.standard_normal((3, 5, 7)).astype(np.float32), src_t)
+    old = store(rng.standard_normal((3, 7)).astype(np.float32), dst_t)
+    # src's (.., 5, 7) rows 2 and 4 of each matrix, into a (3, 7) dst's rows
+    op = cp.StridedCopy(ctx, (3, 7), (35, 1), (7, 1), src_t, dst_t)
+    src = dp.Tensor.from_numpy(ctx, a).view((3 * 35,), 14)
+    dst = dp.Tensor.from_numpy(ctx, old)
+    op(src, dst, alpha=1.0, beta=0.5)
+    want = value(a, src_t)[:, 2].astype(np.float64) + 0.5 * value(old, dst_t)
+    got = dst.numpy().astype(np.float64)
+    assert dst.dtype == (bfloat16 if dst_t == "bfloat16" else np.dtype(dst_t))
+    np.testing.assert_array_equal(got, value(store(want.astype(np.float32), dst_t), dst_t))
+    with pytest.raises(ValueError, match="converts between float32, float16 and bfloat16 only"):
+        cp.StridedCopy(ctx, (3,), (1,), (1,), "int32", "float32")
+    with pytest.raises(ValueError, match="dst has dtype int32, expected %s" % dst_t):
+        op(src, dp.Tensor(ctx, (3, 7), "int32"))
+
+
 def test_concat_and_slice(ctx, rng):
     parts = [rng.standard_normal((2, n, 5)).astype(np.float32) for n in (1, 31, 33)]
     out = cp.concat(ctx, [placed(ctx, p) for p in parts], axis=1)

@@ -599,3 +599,43 @@ def test_fp16_tensor_cores_match_float64(ctx, rng, trans_a, trans_b, dtypes):
     # precision "fp16": FP16 products (operands rounded to 11 significant bits and to
     # half's range), float32 sums; operands and C stored as float32 or half
     _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, "fp16", dtypes, 3e-3)
+
+
+@pytest.mark.parametrize("as_float", [True, False])
+@pytest.mark.parametrize("dtypes", [("float16", "float32", "float16"),
+                                    ("float32", "bfloat16", "float32"),
+                                    ("float16", "float16", "float16")])
+def test_16bit_operands_match_float64(ctx, rng, monkeypatch, as_float, dtypes):
+    """16-bit A, B or C against float64 on what they store: on CPUs through float32
+    copies of the operands and of C (``as_float``: tuning.CPU_HALF_AS_FLOAT), and on the
+    tiled template that reads them directly (the GPUs' path). Gaps between rows (ld >
+    columns), strided and shared batches, beta, bias, activation, split-K and the
+    few-rows kernel; within a few roundings of C's storage of the largest value."""
+    layer_check.skip_unless_cpu(ctx)
+    monkeypatch.setattr(tuning, "CPU_HALF_AS_FLOAT", as_float)
+    tol = 4 * (2 ** -8 if "bfloat16" in dtypes else 2 ** -11)  # units of the storage's rounding
+    for M, N, K, batch, trans_a, trans_b, split, shared in (
+            (70, 33, 40, 2, 0, 0, None, False), (130, 100, 64, 3, 1, 1, None, True),
+            (5, 9, 17, 2, 0, 1, None, False), (96, 50, 400, 2, 1, 0, 3, False)):
+        ra, ca = (K, M) if trans_a else (M, K)
+        rb, cb = (N, K) if trans_b else (K, N)
+        lda, ldb, ldc = ca + 3, cb + 2, N + 5  # rows with gaps, which nothing may touch
+        a = layer_check.stored(rng.standard_normal((1 if shared else batch, ra, lda)), dtypes[0])
+        b = layer_check.stored(rng.standard_normal((batch, rb, ldb)), dtypes[1])
+        c = layer_check.stored(rng.standard_normal((batch, M, ldc)), dtypes[2])
+        bias = rng.standard_normal(N).astype(np.float32)
+        op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="col", activation="relu", batch=batch,
+                  split_k=split, dtypes=dtypes)
+        assert op.float_copies == as_float
+        C = dp.Tensor.from_numpy(ctx, host(c, dtypes[2]))
+        op(dp.Tensor.from_numpy(ctx, host(a, dtypes[0])), dp.Tensor.from_numpy(ctx, host(b, dtypes[1])),
+           C, bias=t(ctx, bias), alpha=0.5, beta=0.25, lda=lda, ldb=ldb, ldc=ldc,
+           stride_a=0 if shared else ra * lda, stride_b=rb * ldb, stride_c=M * ldc)
+        A, B = a[..., :ca], b[..., :cb]
+        A = A.transpose(0, 2, 1) if trans_a else A
+        B = B.transpose(0, 2, 1) if trans_b else B
+        want = np.maximum(0.5 * A @ B + 0.25 * c[..., :N] + bias, 0)
+        got = C.numpy().astype(np.float64)
+        err = np.abs(got[..., :N] - want).max() / np.abs(want).max()
+        assert err < tol, (M, N, K, dtypes, err)
+        np.testing.assert_array_equal(got[..., N:], c[..., N:])  # the gaps are untouched

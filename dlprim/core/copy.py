@@ -48,9 +48,11 @@ def _buffer_elements(t):
 
 
 class StridedCopy:
-    """``dst[idx] = alpha * src[idx] + beta * dst[idx]`` for idx over ``shape``."""
+    """``dst[idx] = alpha * src[idx] + beta * dst[idx]`` for idx over ``shape``; ``dst_dtype``
+    (default ``dtype``): another float storage for dst, converted on the way (float32 to or
+    from float16 / bfloat16)."""
 
-    def __init__(self, ctx, shape, src_strides, dst_strides, dtype="float"):
+    def __init__(self, ctx, shape, src_strides, dst_strides, dtype="float", dst_dtype=None):
         self.ctx = ctx
         self.shape = tuple(int(n) for n in shape)
         self.src_strides = tuple(int(s) for s in src_strides)
@@ -61,14 +63,20 @@ class StridedCopy:
             if any(s < 0 for s in st):
                 raise ValueError("StridedCopy: negative stride in %s %s" % (what, st))
         self.dtype = as_dtype(dtype)
+        self.dst_dtype = self.dtype if dst_dtype is None else as_dtype(dst_dtype)
+        floats = (np.float32,) + HALF_TYPES
+        if self.dst_dtype != self.dtype and not (self.dtype in floats and self.dst_dtype in floats):
+            raise ValueError("StridedCopy: converts between float32, float16 and bfloat16 only, "
+                             "got %s -> %s" % (dtype_name(self.dtype), dtype_name(self.dst_dtype)))
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.src_extent = self._extent(self.src_strides)
         self.dst_extent = self._extent(self.dst_strides)
         self._dims, self._ss, self._ds = _collapse(self.shape, self.src_strides, self.dst_strides)
         big = index_type(max(self.size, self.src_extent, self.dst_extent)) is np.uint64
         self._it = np.uint64 if big else np.uint32
-        st = cl_type(self.dtype)
+        st, dt = cl_type(self.dtype), cl_type(self.dst_dtype)
         self.program = program.get(ctx, "strided_copy", DIMS=len(self._dims), STORE=st,
+                                   DST_STORE=dt,
                                    COMPUTE="float" if st in ("float", "half", "bfloat16") else st,
                                    IT="ulong" if big else "uint",
                                    ELEMS=tuning_launch.POINTWISE_ELEMS)
@@ -79,11 +87,12 @@ class StridedCopy:
             return 0
         return sum((n - 1) * s for n, s in zip(self.shape, strides)) + 1
 
-    def _check(self, t, what, extent):
+    def _check(self, t, what, extent, dtype):
         if not isinstance(t, Tensor):
             raise ValueError("StridedCopy: %s is not a Tensor" % what)
-        if t.dtype != self.dtype:
-            raise ValueError("StridedCopy: %s has dtype %s, expected %s" % (what, t.dtype.name, self.dtype.name))
+        if t.dtype != dtype:
+            raise ValueError("StridedCopy: %s has dtype %s, expected %s"
+                             % (what, dtype_name(t.dtype), dtype_name(dtype)))
         room = _buffer_elements(t)
         if room is not None and t.offset + extent > room:
             raise ValueError("StridedCopy: %s at offset %d needs %d elements, its buffer holds %d"
@@ -91,8 +100,8 @@ class StridedCopy:
 
     def launches(self, src, dst, alpha=1.0, beta=0.0):
         """dst = alpha * src + beta * dst over the configured strides (beta 0 never reads dst)."""
-        self._check(src, "src", self.src_extent)
-        self._check(dst, "dst", self.dst_extent)
+        self._check(src, "src", self.src_extent, self.dtype)
+        self._check(dst, "dst", self.dst_extent, self.dst_dtype)
         if self.size == 0:
             return []
         it, args = self._it, [self._it(self.size)]
@@ -160,8 +169,8 @@ class TransposeCopy(StridedCopy):
                 raise ValueError("TransposeCopy: %s is %r, expected shape %s" % (what, t, shape))
         if self._tiled is None or self.size == 0:
             return super().launches(x, y, alpha, beta)
-        self._check(x, "x", self.size)
-        self._check(y, "y", self.size)
+        self._check(x, "x", self.size, self.dtype)
+        self._check(y, "y", self.size, self.dst_dtype)
         b, m, n = self._bmn
         t = self.TILE
         gsize = (round_up(n, t), round_up(m, t) // t * self.ROWS, b)

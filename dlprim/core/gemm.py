@@ -14,6 +14,7 @@ import numpy as np
 from ..dtypes import HALF_TYPES, as_dtype, cl_type
 from ..kernels import program
 from .activation import FUSABLE
+from .copy import StridedCopy
 from .precision import check_precision
 from ..tensor import Tensor, ws_view
 from . import tuning, tuning_launch
@@ -46,7 +47,10 @@ class Gemm:
     the device has them, else the float32 kernels.
     ``dtypes``: the storage of A, B and C (float32, or float16 or bfloat16 widened as it loads and
     rounded as C stores; the products and sums stay float32), on the tiled template
-    (``tuning.half_tile``); the bias and the split-K workspace are float32.
+    (``tuning.half_tile``); the bias and the split-K workspace are float32. On CPUs
+    (``tuning.CPU_HALF_AS_FLOAT``) 16-bit operands are copied to float32 first, and a
+    16-bit C is computed in float32 and rounded as it is copied back, so the float32 CPU
+    kernels run (``float_copies``).
     """
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
@@ -62,6 +66,12 @@ class Gemm:
         # the tensor-core kernel: TF32 products for "tf32", FP16 or BF16 for the others, where the probe
         # passes (_mma: without asking it, the probe's own test)
         self.mma = bool(_mma) or self.on_tensor_cores(ctx, precision)
+        self.float_copies = (self.half and not self.mma and ctx.facts.is_cpu
+                             and tuning.CPU_HALF_AS_FLOAT)
+        # what the kernels read and write: float32 where the operands travel as copies
+        self.kernel_dtypes = (np.dtype(np.float32),) * 3 if self.float_copies else self.dtypes
+        self.kernel_half = self.half and not self.float_copies
+        self._copies = {}  # float32 copies of 16-bit operands (float_copies), by operand
         if self.mma and tile:
             raise ValueError("Gemm: the tensor-core kernel has its own tile (tuning.mma_tile)")
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
@@ -76,7 +86,7 @@ class Gemm:
             raise ValueError("Gemm: unknown activation %r; known: %s"
                              % (activation, ", ".join(FUSABLE)))
         self.bias, self.activation = bias, activation
-        self.tile = (tuning.half_tile if self.half else tuning.pick_tile)(
+        self.tile = (tuning.half_tile if self.kernel_half else tuning.pick_tile)(
             ctx.facts, self.M, self.N, self.batch)
         # whole waves of one-per-compute-unit tiles where that is predicted faster
         planned = None if tile or split_k is not None or self.mma else \
@@ -87,7 +97,7 @@ class Gemm:
             self.tile = tuning.mma_tile(self.precision, self.M, self.N)
         if tile:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
-            if self.half and tuning.gemm_kernel(self.tile) != "gemm":
+            if self.kernel_half and tuning.gemm_kernel(self.tile) != "gemm":
                 raise ValueError("Gemm: half and bfloat16 operands run on the tiled template only "
                                  "(VEC 1 or 4), got tile %r" % (self.tile,))
         self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile \
@@ -191,13 +201,14 @@ class Gemm:
         """The templates' A_T, B_T, C_T where an operand is half (none where all are float32,
         so those programs keep their cache entries); C is the float32 workspace in split-K's
         first pass (``epilogue=False``)."""
-        if not self.half:
+        if not self.kernel_half:
             return {}
-        a_t, b_t, c_t = (cl_type(d) for d in self.dtypes)
+        a_t, b_t, c_t = (cl_type(d) for d in self.kernel_dtypes)
         return dict(A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float")
 
     def _reduce_program(self):
-        extra = dict(C_T=cl_type(self.dtypes[2])) if self.dtypes[2] in HALF_TYPES else {}
+        c_t = self.kernel_dtypes[2]
+        extra = dict(C_T=cl_type(c_t)) if c_t in HALF_TYPES else {}
         return program.get(self.ctx, "gemm_reduce", BIAS=self.bias or "none",
                            ACTIVATION=self.activation, **extra)
 
@@ -312,6 +323,59 @@ class Gemm:
         bias = self._check_bias(bias)
         if self.M == 0 or self.N == 0 or self.batch == 0:
             return []
+        operands = (A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b, stride_c,
+                    b_packed, workspace)
+        if self.float_copies:
+            return self._float_copy_launches(*operands)
+        return self._launches(*operands)
+
+    def _float_copy_launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a,
+                             stride_b, stride_c, b_packed, workspace):
+        """The float32 kernels on float32 copies of the 16-bit operands (packed: ld =
+        columns), C through a float32 copy rounded back into it."""
+        out, args = [], {}
+        for which, t, ld, stride in (("a", A, lda, stride_a), ("b", B, ldb, stride_b)):
+            if t.dtype != np.float32:
+                rows, cols = self._rows_cols(which)
+                copies = self.batch if stride else 1  # a shared operand is copied once
+                copy = self._copy_of(which, t, copies, rows, cols, ld, stride)
+                out += copy.launches(t, copy.float_copy)
+                t, ld, stride = copy.float_copy, cols, rows * cols if stride else 0
+            args[which] = (t, ld, stride)
+        C32, ldc32, stride_c32 = C, ldc, stride_c
+        if C.dtype != np.float32:
+            count = 1 if self.batch_sum else self.batch
+            back = self._copy_of("c", C, count, self.M, self.N, ldc, stride_c, back=True)
+            C32, ldc32, stride_c32 = back.float_copy, self.N, self.M * self.N
+            if beta != 0.0:  # the sum reads C
+                out += back.inverse.launches(C, C32)
+        (A, lda, stride_a), (B, ldb, stride_b) = args["a"], args["b"]
+        out += self._launches(A, B, C32, bias, alpha, beta, lda, ldb, ldc32, stride_a, stride_b,
+                              stride_c32, b_packed, workspace)
+        if C32 is not C:
+            out += back.launches(C32, C)
+        return out
+
+    def _copy_of(self, which, t, count, rows, cols, ld, stride, back=False):
+        """The StridedCopy of ``count`` rows x cols matrices (ld, stride apart) of ``t`` to
+        a packed float32 copy (``back``: from it into ``t``), with the copy as
+        ``float_copy`` (and, for C, the copy into it as ``inverse``)."""
+        size = count * rows * cols
+        held = self._copies.get(which)
+        if held is None or held.size < size:
+            held = self._copies[which] = Tensor(self.ctx, (size,))
+        shape, packed, own = (count, rows, cols), (rows * cols, cols, 1), (stride, ld, 1)
+        if back:
+            copy = StridedCopy(self.ctx, shape, packed, own, np.float32, t.dtype)
+            copy.inverse = StridedCopy(self.ctx, shape, own, packed, t.dtype, np.float32)
+        else:
+            copy = StridedCopy(self.ctx, shape, own, packed, t.dtype, np.float32)
+        copy.float_copy = held
+        return copy
+
+    def _launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b, stride_c,
+                  b_packed, workspace):
+        """The launches on checked operands the kernels read as they are."""
         i32, u64, f32 = np.int32, np.uint64, np.float32
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         aligned_ab = (self._aligned(lda, A.offset, stride_a), self._aligned(ldb, B.offset, stride_b))

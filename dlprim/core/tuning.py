@@ -46,6 +46,11 @@ def gemm_kernel(tile):
 # this many rows of C read each strip; below, the copy costs more than it saves
 CPU_PACK_MIN_M = 64
 CPU_PACK_K = 64  # rows of a strip one work-item of gemm_pack_b packs (4 KiB of 16-wide rows)
+# On CPUs a Gemm with 16-bit operands copies them to float32 and runs the float32 kernels
+# above (core/gemm.py): the tiled template that reads half directly ran resnet18's
+# classifier 30x slower than gemm_cpu.cl (PoCL, 2 cores), and the copies are one pass
+# over each operand against K products per element
+CPU_HALF_AS_FLOAT = True
 
 
 def pack_b(tile, M):

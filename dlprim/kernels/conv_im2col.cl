@@ -5,21 +5,22 @@
 // the convolution is one GEMM per image: y = w (out_c x C*KH*KW) · col.
 // One work-item writes one col row (OH * OW contiguous floats): CPU drivers pay for
 // every work-item, so each gets a whole row rather than one output row of it.
+// ACT_T: the storage of x and dx (float, half or bfloat16); the columns are float.
 
 // o[0, n) = a run of one input row, src[t * SW] for t in [lo, hi), zero elsewhere (the
 // padding): three plain loops, which the compiler vectorises, instead of a check per
 // element
-inline void copy_run(__global float *o, __global const float *src, int lo, int hi, int n,
+inline void copy_run(__global float *o, __global const ${ACT_T} *src, int lo, int hi, int n,
                      int SW)
 {
     for (int t = 0; t < lo; t++)
         o[t] = 0.0f;
     if (SW == 1) {
         for (int t = lo; t < hi; t++)
-            o[t] = src[t];
+            o[t] = LD_${ACT_T}(src, t);
     } else {
         for (int t = lo; t < hi; t++)
-            o[t] = src[t * SW];
+            o[t] = LD_${ACT_T}(src, t * SW);
     }
     for (int t = hi; t < n; t++)
         o[t] = 0.0f;
@@ -27,7 +28,7 @@ inline void copy_run(__global float *o, __global const float *src, int lo, int h
 
 __kernel void conv_im2col(int C, int H, int W, int OH, int OW, int KH, int KW, int SH,
                           int SW, int PT, int PL, int DH, int DW,
-                          __global const float *x, ulong x_offset, ulong img0,
+                          __global const ${ACT_T} *x, ulong x_offset, ulong img0,
                           __global float *col, ulong col_offset)
 {
     const int r = get_global_id(0);
@@ -38,7 +39,7 @@ __kernel void conv_im2col(int C, int H, int W, int OH, int OW, int KH, int KW, i
     const int ox_lo = ix0 >= 0 ? 0 : min(OW, (-ix0 + SW - 1) / SW);
     const int ox_hi = W - 1 - ix0 >= 0 ? max(ox_lo, min(OW, (W - 1 - ix0) / SW + 1)) : ox_lo;
     __global float *out = col + col_offset + (img * get_global_size(0) + r) * OH * OW;
-    __global const float *plane = x + x_offset + ((img0 + img) * C + c) * (ulong)H * W;
+    __global const ${ACT_T} *plane = x + x_offset + ((img0 + img) * C + c) * (ulong)H * W;
     for (int oy = 0; oy < OH; oy++, out += OW) {
         const int iy = oy * SH - PT + i * DH;
         if (iy < 0 || iy >= H) {  // the whole output row is padding
@@ -58,7 +59,7 @@ __kernel void conv_im2col(int C, int H, int W, int OH, int OW, int KH, int KW, i
 // rows of x read along their length).
 __kernel void conv_im2col_strips(int C, int H, int W, int OH, int OW, int KH, int KW,
                                  int SH, int SW, int PT, int PL, int DH, int DW,
-                                 __global const float *x, ulong x_offset, ulong img0,
+                                 __global const ${ACT_T} *x, ulong x_offset, ulong img0,
                                  __global float *col, ulong col_offset, int K)
 {
     const int s0 = get_global_id(0) * 16, r0 = get_global_id(1) * ${PACK_K};
@@ -69,7 +70,7 @@ __kernel void conv_im2col_strips(int C, int H, int W, int OH, int OW, int KH, in
     const int p0 = s0 * ${STRIP}, p1 = min(s_end * ${STRIP}, P);
     for (int r = r0; r < r_end; r++) {
         const int j = r % KW, i = (r / KW) % KH, c = r / (KW * KH);
-        __global const float *plane = x + x_offset + ((img0 + img) * C + c) * (ulong)H * W;
+        __global const ${ACT_T} *plane = x + x_offset + ((img0 + img) * C + c) * (ulong)H * W;
         __global float *out = base + (ulong)r * ${STRIP};
         const int ix0 = j * DW - PL;
         // the columns whose tap lands inside the row: ix0 + ox * SW in [0, W)
@@ -102,18 +103,26 @@ __kernel void conv_im2col_strips(int C, int H, int W, int OH, int OW, int KH, in
 // it out, now holding wᵀ · dy; dx[img0 + img][c][iy][ix] = act(beta * dx + the sum of the
 // col entries whose tap lands on (iy, ix) + bias[c]). A gather (no atomics): one
 // work-item per plane of dx; each row adds each tap's col row (a contiguous run of ox)
-// into it in place: no division or branch per pixel, and the runs vectorise.
+// into it in place: no division or branch per pixel, and the runs vectorise. A 16-bit dx
+// (ACT_T) sums in float32 in ``sums`` (a plane per work-item) and is stored once at the
+// end of each row, rounded once.
 __kernel void conv_col2im(int C, int H, int W, int OH, int OW, int KH, int KW, int SH,
                           int SW, int PT, int PL, int DH, int DW,
                           __global const float *col, ulong col_offset,
-                          __global float *dx, ulong dx_offset, ulong img0,
-                          __global const float *bias, ulong bias_offset, float beta)
+                          __global ${ACT_T} *dx, ulong dx_offset, ulong img0,
+                          __global const float *bias, ulong bias_offset, float beta
+% if ACT_T != "float":
+                          , __global float *sums, ulong sums_offset
+% endif
+                          )
 {
     const int c = get_global_id(0);
     const ulong img = get_global_id(1);
     __global const float *src = col + col_offset + (img * C + c) * KH * KW * OH * OW;
     for (int iy = 0; iy < H; iy++) {
-        __global float *out = dx + dx_offset + (((img0 + img) * C + c) * H + iy) * W;
+        __global ${ACT_T} *dx_row = dx + dx_offset + (((img0 + img) * C + c) * H + iy) * W;
+% if ACT_T == "float":
+        __global float *out = dx_row;
         if (beta != 0.0f) {
             for (int ix = 0; ix < W; ix++)
                 out[ix] *= beta;
@@ -121,6 +130,11 @@ __kernel void conv_col2im(int C, int H, int W, int OH, int OW, int KH, int KW, i
             for (int ix = 0; ix < W; ix++)
                 out[ix] = 0.0f;
         }
+% else:
+        __global float *out = sums + sums_offset + ((img * C + c) * H + iy) * W;
+        for (int ix = 0; ix < W; ix++)
+            out[ix] = beta != 0.0f ? beta * LD_${ACT_T}(dx_row, ix) : 0.0f;
+% endif
         for (int i = 0; i < KH; i++) {
             const int ty = iy + PT - i * DH;
             if (ty < 0 || ty % SH)
@@ -146,9 +160,9 @@ __kernel void conv_col2im(int C, int H, int W, int OH, int OW, int KH, int KW, i
         }
         for (int ix = 0; ix < W; ix++) {
 % if BIAS:
-            out[ix] = ACT_${ACTIVATION}(out[ix] + bias[bias_offset + c]);
+            ST_${ACT_T}(dx_row, ix, ACT_${ACTIVATION}(out[ix] + bias[bias_offset + c]));
 % else:
-            out[ix] = ACT_${ACTIVATION}(out[ix]);
+            ST_${ACT_T}(dx_row, ix, ACT_${ACTIVATION}(out[ix]));
 % endif
         }
     }

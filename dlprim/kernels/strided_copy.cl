@@ -1,19 +1,21 @@
 <%include file="common.h"/>
 ## dst[i] = alpha * src[i] + beta * dst[i] over an index space of DIMS dims with element
 ## strides for each side (slices, concat, transposes and their gradients).
-## IT: index type (uint when every index fits). STORE: storage type; COMPUTE: float for float/half/bfloat16, else the integer type itself.
+## IT: index type (uint when every index fits). STORE: src's storage type, DST_STORE dst's
+## (another float storage converts: float32 <-> float16 / bfloat16); COMPUTE: float for
+## float/half/bfloat16, else the integer type itself.
 % if IT == "uint":
 // x / n by a precomputed multiplier (Granlund-Montgomery; exact for x < 2^31)
 #define DLP_DIV(x, n) ((mul_hi((x), n##_m) + (x)) >> n##_l)
 % else:
 #define DLP_DIV(x, n) ((x) / (n))
 % endif
-<%def name="load(p, idx)">${'LD_%s(%s + %s_offset, %s)' % (STORE, p, p, idx) if STORE in ('half', 'bfloat16') else '%s[%s_offset + %s]' % (p, p, idx)}</%def>
+<%def name="load(p, idx, T=None)"><% T = T or STORE %>${'LD_%s(%s + %s_offset, %s)' % (T, p, p, idx) if T in ('half', 'bfloat16') else '%s[%s_offset + %s]' % (p, p, idx)}</%def>
 __kernel void strided_copy(${IT} dlp_total
 % for k in range(DIMS):
     , ${IT} n${k}, uint n${k}_m, uint n${k}_l, ${IT} ss${k}, ${IT} ds${k}
 % endfor
-    , __global const ${STORE} *src, ulong src_offset, __global ${STORE} *dst, ulong dst_offset,
+    , __global const ${STORE} *src, ulong src_offset, __global ${DST_STORE} *dst, ulong dst_offset,
     float alpha, float beta)
 {
     // ELEMS elements per work-item, a global size apart; loads first (several in flight)
@@ -45,7 +47,7 @@ __kernel void strided_copy(${IT} dlp_total
     % if COMPUTE == 'float':
         v *= alpha;
         if (beta != 0)
-            v += beta * ${load('dst', 'd')};
+            v += beta * ${load('dst', 'd', DST_STORE)};
     % else:
         if (alpha != 1.0f)
             v = (${COMPUTE})(alpha * v);
@@ -54,8 +56,8 @@ __kernel void strided_copy(${IT} dlp_total
             v += (beta == 1.0f) ? old : (${COMPUTE})(beta * old);
         }
     % endif
-    % if STORE in ('half', 'bfloat16'):
-        ST_${STORE}(dst + dst_offset, d, v);
+    % if DST_STORE in ('half', 'bfloat16'):
+        ST_${DST_STORE}(dst + dst_offset, d, v);
     % else:
         dst[dst_offset + d] = v;
     % endif

@@ -70,9 +70,9 @@ class Net:
         self._half = HALF_STORAGE_TYPES.get(precision)
         if self._half and ctx.facts.is_cpu and ctx not in _WARNED_FP16_ON_CPU:
             _WARNED_FP16_ON_CPU.add(ctx)
-            log.warning("precision %s on the CPU device %s: 16-bit storage runs kernels "
-                        "written for GPUs there, several times slower than fp32 "
-                        "(docs/precision.md)", precision, ctx.name)
+            log.warning("precision %s on the CPU device %s: 16-bit storage saves memory "
+                        "but no time there; layers with few channels run up to 2x slower "
+                        "than fp32 (docs/precision.md)", precision, ctx.name)
         self._keep = False
         self.graph = None
         self.layers = []
