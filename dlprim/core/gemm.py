@@ -337,41 +337,33 @@ class Gemm:
         for which, t, ld, stride in (("a", A, lda, stride_a), ("b", B, ldb, stride_b)):
             if t.dtype != np.float32:
                 rows, cols = self._rows_cols(which)
-                copies = self.batch if stride else 1  # a shared operand is copied once
-                copy = self._copy_of(which, t, copies, rows, cols, ld, stride)
-                out += copy.launches(t, copy.float_copy)
-                t, ld, stride = copy.float_copy, cols, rows * cols if stride else 0
+                count = self.batch if stride else 1  # a shared operand is copied once
+                held = self._float_copy(which, count * rows * cols)
+                out += StridedCopy(self.ctx, (count, rows, cols), (stride, ld, 1),
+                                   (rows * cols, cols, 1), t.dtype, np.float32).launches(t, held)
+                t, ld, stride = held, cols, rows * cols if stride else 0
             args[which] = (t, ld, stride)
-        C32, ldc32, stride_c32 = C, ldc, stride_c
-        if C.dtype != np.float32:
-            count = 1 if self.batch_sum else self.batch
-            back = self._copy_of("c", C, count, self.M, self.N, ldc, stride_c, back=True)
-            C32, ldc32, stride_c32 = back.float_copy, self.N, self.M * self.N
-            if beta != 0.0:  # the sum reads C
-                out += back.inverse.launches(C, C32)
         (A, lda, stride_a), (B, ldb, stride_b) = args["a"], args["b"]
-        out += self._launches(A, B, C32, bias, alpha, beta, lda, ldb, ldc32, stride_a, stride_b,
-                              stride_c32, b_packed, workspace)
-        if C32 is not C:
-            out += back.launches(C32, C)
-        return out
+        if C.dtype == np.float32:
+            return out + self._launches(A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a,
+                                        stride_b, stride_c, b_packed, workspace)
+        count = 1 if self.batch_sum else self.batch
+        shape, own = (count, self.M, self.N), (stride_c, ldc, 1)
+        packed = (self.M * self.N, self.N, 1)
+        C32 = self._float_copy("c", count * self.M * self.N)
+        if beta != 0.0:  # the sum reads C
+            out += StridedCopy(self.ctx, shape, own, packed, C.dtype, np.float32).launches(C, C32)
+        out += self._launches(A, B, C32, bias, alpha, beta, lda, ldb, self.N, stride_a,
+                              stride_b, self.M * self.N, b_packed, workspace)
+        return out + StridedCopy(self.ctx, shape, packed, own, np.float32, C.dtype).launches(C32, C)
 
-    def _copy_of(self, which, t, count, rows, cols, ld, stride, back=False):
-        """The StridedCopy of ``count`` rows x cols matrices (ld, stride apart) of ``t`` to
-        a packed float32 copy (``back``: from it into ``t``), with the copy as
-        ``float_copy`` (and, for C, the copy into it as ``inverse``)."""
-        size = count * rows * cols
+    def _float_copy(self, which, size):
+        """The float32 copy of operand ``which`` (a, b or c), at least ``size`` elements,
+        kept by the Gemm from call to call."""
         held = self._copies.get(which)
         if held is None or held.size < size:
             held = self._copies[which] = Tensor(self.ctx, (size,))
-        shape, packed, own = (count, rows, cols), (rows * cols, cols, 1), (stride, ld, 1)
-        if back:
-            copy = StridedCopy(self.ctx, shape, packed, own, np.float32, t.dtype)
-            copy.inverse = StridedCopy(self.ctx, shape, own, packed, t.dtype, np.float32)
-        else:
-            copy = StridedCopy(self.ctx, shape, own, packed, t.dtype, np.float32)
-        copy.float_copy = held
-        return copy
+        return held
 
     def _launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b, stride_c,
                   b_packed, workspace):
