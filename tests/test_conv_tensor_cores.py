@@ -23,6 +23,11 @@ GEOMS = {
     "grouped_dilated": ConvGeometry(8, 12, (11, 10), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2),
                                     groups=2),
     "stem": ConvGeometry(3, 130, (20, 20), (7, 7), (2, 2), (3, 3, 3, 3)),
+    # tap-major in every direction (16-bit products: channels that pad little to 32 and 64)
+    "3x3_taps": ConvGeometry(60, 56, (9, 11), (3, 3), pad=(1, 1, 1, 1)),
+    "grouped_strided_taps": ConvGeometry(120, 62, (9, 10), (3, 3), (2, 2), (0, 1, 2, 0),
+                                         groups=2),
+    "1x1_taps": ConvGeometry(60, 62, (5, 7), (1, 1)),  # plain 1x1: one implicit GEMM
 }
 
 
@@ -41,12 +46,62 @@ def test_template_renders_every_direction(ctx, monkeypatch, mma, name):
     for mode in ("forward", "backward_data", "backward_filter"):
         op = conv_gemm.ConvGemm(ctx, GEOMS[name], mode, bias=mode != "backward_filter",
                                 activation="relu", batch=3, dtype=dtype, precision=precision)
-        assert op.mma == mma and op.tile(3) in [dict(t) for t in tuning.CONV_MMA_TILES]
+        tiles = list(tuning.CONV_MMA_TILES) + list(tuning.CONV_MMA_NARROW.values())
+        assert op.mma == mma and op.tile(3) in [dict(t) for t in tiles]
     product = {"tf32": "MMA_TF32(acc", "f16": "MMA_F16(acc", "bf16": "MMA_BF16(acc"}[mma]
     assert len(sources) == 3 and all(product in s for s in sources)
     with pytest.raises(ValueError, match="own tile"):
         conv_gemm.ConvGemm(ctx, GEOMS[name], "forward", tile=dict(tuning.CONV_MMA_TILES[0]),
                            precision=precision)
+
+
+def _no_builds(ctx, monkeypatch, tensor_cores=True):
+    monkeypatch.setattr(conv_gemm, "conv_tensor_cores", lambda ctx, precision: tensor_cores)
+    monkeypatch.setattr(conv_gemm.program, "get", lambda ctx, name, **p: None)
+
+
+@pytest.mark.parametrize("name, taps", [
+    ("3x3_taps", (True, True, True)), ("grouped_strided_taps", (True, False, True)),
+    ("3x3", (False, False, False)), ("1x1_taps", (True, True, True)),
+    ("stem", (False, False, False))])
+def test_tap_major_where_channels_pad_little(ctx, monkeypatch, name, taps):
+    # 16-bit products only; backward-data at stride 1; channels padded to 32 (the
+    # filter gradient's to its tile's width, 64 or 128) adding at most a quarter
+    _no_builds(ctx, monkeypatch)
+    geom = GEOMS[name]
+    for mode, want in zip(conv_gemm.MODES, taps):
+        op = conv_gemm.ConvGemm(ctx, geom, mode, batch=3, dtype="float16", precision="fp16")
+        assert op.taps == want, mode
+        assert not conv_gemm.ConvGemm(ctx, geom, mode, batch=3, precision="tf32").taps
+        if want and mode == "backward_filter":
+            assert op.tile(3)["TILE_N"] == 64  # 60 channels pad to 64, not 128
+            assert op.dims(3)[1] == geom.kh * geom.kw * 64
+        elif want:
+            assert op.dims(3)[2] == geom.kh * geom.kw * 64
+            # the weights' 16-bit copy follows the split partials in the workspace
+            assert op.workspace_bytes(3) >= 2 * geom.out_c * geom.kh * geom.kw * 64
+
+
+def test_fp16_on_tensor_cores_takes_the_tap_major_gemm(ctx, monkeypatch):
+    from dlprim.core.conv import choose_algorithm
+    _no_builds(ctx, monkeypatch)
+    monkeypatch.setattr(ctx.facts, "is_gpu", True)
+    monkeypatch.setattr(ctx.facts, "is_cpu", False)
+    small, wide = ConvGeometry(64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)), \
+        ConvGeometry(512, 512, (28, 28), (3, 3), pad=(1, 1, 1, 1))
+    for direction in conv_gemm.MODES:
+        assert choose_algorithm(ctx, small, direction) == "winograd"  # fp32
+        assert choose_algorithm(ctx, small, direction, "fp16") == "gemm"
+    # the wide layer's filter gradient stays on Winograd (tuning.taps_beat_winograd)
+    assert choose_algorithm(ctx, wide, "forward", "bf16") == "gemm"
+    assert choose_algorithm(ctx, wide, "backward_filter", "fp16") == "winograd"
+    # plain 1x1 layers: one tap-major implicit GEMM instead of the per-image Gemm
+    one = GEOMS["1x1_taps"]
+    assert isinstance(conv_gemm.Forward(ctx, one, precision="fp16", dtype="float16").op,
+                      conv_gemm.ConvGemm)
+    assert isinstance(conv_gemm.Forward(ctx, one, precision="tf32").op, conv_gemm._Plain1x1)
+    _no_builds(ctx, monkeypatch, tensor_cores=False)  # no tensor cores: as before
+    assert choose_algorithm(ctx, small, "forward", "fp16") == "winograd"
 
 
 def test_mma_tiles_fill_the_device(ctx, monkeypatch):
@@ -149,7 +204,9 @@ def _emulate(ctx, monkeypatch, baked=False):
 
 @pytest.mark.parametrize("name, precision, dtype", [
     ("3x3", "tf32", "float32"), ("3x3_stride2", "fp16", "float16"),
-    ("grouped_dilated", "fp16", "float32"), ("3x3_stride2", "bf16", "bfloat16")])
+    ("grouped_dilated", "fp16", "float32"), ("3x3_stride2", "bf16", "bfloat16"),
+    ("3x3_taps", "fp16", "float16"), ("grouped_strided_taps", "bf16", "float32"),
+    ("1x1_taps", "fp16", "float16")])
 def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, dtype, name):
     # on any device: the kernel's fragment layout, K order, tiles and epilogue, all but
     # the PTX instruction itself (the same mma.h serves gemm_mma.cl's GPU-tested products)

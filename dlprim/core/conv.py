@@ -83,15 +83,20 @@ def algorithm_applies(geom, algo, direction="forward"):
     raise ValueError("unknown convolution algorithm %r; known: %s" % (algo, ", ".join(ALGORITHMS)))
 
 
-def choose_algorithm(ctx, geom, direction="forward"):
+def choose_algorithm(ctx, geom, direction="forward", precision="fp32"):
     """The algorithm for one direction: depthwise wherever it applies; Winograd where it
     applies and ``tuning.prefer_winograd`` says it pays on this device (benchmarks/conv.py,
-    docs/benchmarks.md "Convolutions"); on CPUs im2col where ``tuning.prefer_im2col``
-    says so; implicit GEMM otherwise. With precision "tf32", "fp16" or "bf16" the implicit
-    GEMM and Winograd's batched GEMMs multiply on tensor cores where the device has them.
+    docs/benchmarks.md "Convolutions"), except where the implicit GEMM runs tap-major on
+    16-bit tensor cores and ``tuning.taps_beat_winograd`` says so; on CPUs
+    im2col where ``tuning.prefer_im2col`` says so; implicit GEMM otherwise. With precision
+    "tf32", "fp16" or "bf16" the implicit GEMM and Winograd's batched GEMMs multiply on
+    tensor cores where the device has them.
     """
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
+    if ctx.facts.is_gpu and conv_gemm.tap_major_on_tensor_cores(ctx, geom, direction, precision) \
+            and tuning.taps_beat_winograd(direction, geom.in_c, geom.out_c, geom.out_h * geom.out_w):
+        return "gemm"
     if algorithm_applies(geom, "winograd", direction) and \
             tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c,
                                    geom.out_h * geom.out_w):
@@ -105,12 +110,12 @@ def choose_algorithm(ctx, geom, direction="forward"):
     return "gemm"
 
 
-def _resolve(ctx, geom, algo, direction):
+def _resolve(ctx, geom, algo, direction, precision):
     if algo not in ALGORITHMS:
         raise ValueError("unknown convolution algorithm %r; known: %s"
                          % (algo, ", ".join(ALGORITHMS)))
     if algo == "auto":
-        return choose_algorithm(ctx, geom, direction)
+        return choose_algorithm(ctx, geom, direction, precision)
     if not algorithm_applies(geom, algo, direction):
         # an algorithm forced for the layer serves the directions it can; gemm the rest,
         # as DLPrimitives substitutes its GEMM for an algorithm that cannot serve a shape
@@ -162,7 +167,8 @@ class _Op:
         if self.dtype not in (np.float32,) + HALF_TYPES:
             raise TypeError("convolution: activations' dtype %s; float32, float16 or bfloat16"
                             % self.dtype)
-        self.algo = _resolve(ctx, geom, algo, self.direction)
+        self.algo = _resolve(ctx, geom, algo, self.direction,
+                             impl_args.get("precision", "fp32"))
         family = "winograd" if self.algo.startswith("winograd") else self.algo
         if self.dtype in HALF_TYPES and family not in HALF_ALGORITHMS:
             # on CPUs im2col (its GEMM the float32 one, through copies); else the implicit

@@ -61,14 +61,20 @@ class ConvGemm:
                        and geom.dh == geom.dw == 1)
         self.phase_table = self._phase_table() if self.phased else []
         self.merged = self.phased and self.baked is not None
+        self.taps = self._taps()
         self.share = self._share()
         # the activations' storage (x, y, dy, dx); weights and their gradient are float
         self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
                            ACT_T=cl_type(dtype), GEOM_BAKED=self.baked, PHASES=self.phased,
-                           MERGED=self.merged, MMA=self.mma,
+                           MERGED=self.merged, MMA=self.mma, TAPS=self.taps,
                            PHASE_LIST=tuple(self.phase_table) if self.merged else ())
         self.bias = bool(bias)
         self.program(batch, self.split_plan(batch)[0] > 1)  # build what batch will launch
+
+    def _taps(self):
+        """Whether the reduction runs tap-major (conv_gemm.cl TAPS): 16-bit products
+        where ``tap_major`` says the layer suits it."""
+        return self.mma in ("f16", "bf16") and tap_major(self.geom, self.mode)
 
     def _phase_table(self):
         """Per stride phase (ph, pw): the kernel's phase constants (ph, pw, ihp, iwp, r0,
@@ -100,9 +106,14 @@ class ConvGemm:
         if self.forced_tile:
             return self.forced_tile
         if batch not in self.tiles:
-            m, n, _ = self.dims(batch)
+            m, n, _ = self.shape(batch)
             if self.mma:
-                self.tiles[batch] = tuning.conv_mma_tile(self.ctx.facts, m, n, self.share)
+                t = tuning.conv_mma_tile(self.ctx.facts, m, n, self.share)
+                cg = self.geom.in_c // self.geom.groups
+                if self.taps and self.mode == "backward_filter" and \
+                        tuning.conv_taps_padding(cg, t["TILE_N"]) > tuning.conv_taps_padding(cg, 64):
+                    t = dict(tuning.CONV_MMA_NARROW[t["TILE_M"]])  # pads its columns less
+                self.tiles[batch] = t
             else:
                 self.tiles[batch] = tuning.conv_tile(self.ctx.facts, self.mode, m, n, self.share)
         return self.tiles[batch]
@@ -118,7 +129,20 @@ class ConvGemm:
                            SPLIT=bool(split), **self.params)
 
     def dims(self, batch):
-        """(m, n, k) of the GEMM; for stride phases the largest n and k of any phase."""
+        """(m, n, k) of the GEMM as launched: tap-major ones with each tap's channels
+        padded (conv_gemm.cl: CP, KP, CPN)."""
+        m, n, k = self.shape(batch)
+        if not self.taps:
+            return m, n, k
+        g = self.geom
+        khw, tk = g.kh * g.kw, tuning.CONV_MMA_TILES[0]["TILE_K"]
+        if self.mode == "backward_filter":
+            return m, khw * round_up(g.in_c // g.groups, self.tile(batch)["TILE_N"]), k
+        return m, n, khw * round_up(k // khw, tk)
+
+    def shape(self, batch):
+        """(m, n, k) of the convolution's GEMM; for stride phases the largest n and k of
+        any phase."""
         g = self.geom
         cg, kg, khw = g.in_c // g.groups, g.out_c // g.groups, g.kh * g.kw
         if self.mode == "forward":
@@ -174,15 +198,40 @@ class ConvGemm:
                                                self.geom.flops(batch), out_bytes, self.min_chunk)
         return tuning_launch.split_k(k, splits, t["TILE_K"])
 
-    def workspace_bytes(self, batch):
+    def _partials_bytes(self, batch):
         splits = self.split_plan(batch)[0]
         return 0 if splits == 1 else 4 * splits * self.out_size(batch)
 
+    def _weights_copy_size(self):
+        """Values of the tap-major weights' copy (forward, backward-data with TAPS)."""
+        if not self.taps or self.mode == "backward_filter":
+            return 0
+        g = self.geom
+        return g.out_c * g.kh * g.kw * round_up(g.in_c // g.groups,
+                                                tuning.CONV_MMA_TILES[0]["TILE_K"])
+
+    def workspace_bytes(self, batch):
+        copy = self._weights_copy_size()
+        partials = self._partials_bytes(batch)
+        return round_up(partials, 256) + 2 * copy if copy else partials
+
     def launches(self, batch, a, b, out, bias=None, beta=0.0, ws=None):
         """Every launch of this direction: the GEMM (one launch, or one per stride phase
-        where phases are not merged) and, with split-K, the reduction of the partials."""
+        where phases are not merged) and, with split-K, the reduction of the partials;
+        tap-major forward and backward-data first copy the weights (``a``) into their
+        order, after the partials in the workspace."""
         splits, k_per_split = self.split_plan(batch)
         size = self.out_size(batch)
+        copies = []
+        if self._weights_copy_size():
+            count = self._weights_copy_size()
+            w = ws_view(ws, round_up(self._partials_bytes(batch), 256), count, "float16")
+            wg = tuning_launch.CONV_REDUCE_WG
+            copies.append(program.Launch(self.program(batch), "conv_weights_by_tap",
+                                         (round_up(count, wg),),
+                                         tuning_launch.gpu_local(self.ctx.facts, (wg,)),
+                                         self.geom_args + [a, w]))
+            a = w
         dst = out if splits == 1 else ws_view(ws, 0, splits * size)
         kw = dict(splits=splits, k_per_split=k_per_split,
                   split_stride=size if splits > 1 else 0)
@@ -190,7 +239,7 @@ class ConvGemm:
             gemms = [self.launch(batch, a, b, dst, bias, beta=beta, phase=p, dims=d, **kw)
                      for p, d in self.phases(batch)]
         else:
-            gemms = [self.launch(batch, a, b, dst, bias, beta=beta, **kw)]
+            gemms = copies + [self.launch(batch, a, b, dst, bias, beta=beta, **kw)]
         if splits == 1:
             return gemms
         plane, channels = self.out_layout()
@@ -223,6 +272,26 @@ class ConvGemm:
         args += [scalar(alpha), scalar(beta)]
         return program.Launch(self.program(batch, splits > 1), "conv_gemm", gsize, local, args,
                               flops=self.geom.flops(batch))
+
+
+def tap_major(geom, mode):
+    """Whether ``mode`` of ``geom`` runs tap-major on 16-bit tensor cores: backward-data
+    only at stride 1 (the strided one runs per phase), and the channels each tap pads to
+    the tile (K's 32; the filter gradient's TN, at least 64) adding at most
+    ``tuning.CONV_TAPS_MAX_PADDING`` of the work."""
+    g = geom
+    if mode == "backward_data" and (g.sh, g.sw) != (1, 1):
+        return False
+    channels = g.out_c // g.groups if mode == "backward_data" else g.in_c // g.groups
+    width = 64 if mode == "backward_filter" else tuning.CONV_MMA_TILES[0]["TILE_K"]
+    return tuning.conv_taps_padding(channels, width) <= tuning.CONV_TAPS_MAX_PADDING
+
+
+def tap_major_on_tensor_cores(ctx, geom, mode, precision):
+    """Whether the implicit GEMM would run ``mode`` of ``geom`` tap-major on this
+    device's tensor cores at ``precision``."""
+    return (MMA_TYPES.get(precision) in ("f16", "bf16") and tap_major(geom, mode)
+            and conv_tensor_cores(ctx, precision))
 
 
 class _Plain1x1:
@@ -260,7 +329,9 @@ class _DataDirection:
 
     def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, splits=None,
                  precision="fp32", dtype="float32"):
-        if geom.is_plain_1x1:
+        # 16-bit products on tensor cores: the tap-major implicit GEMM, one launch over
+        # the whole batch, outruns the per-image GEMMs (docs/benchmarks.md)
+        if geom.is_plain_1x1 and not tap_major_on_tensor_cores(ctx, geom, self.mode, precision):
             m, k = (geom.out_c, geom.in_c) if self.mode == "forward" else (geom.in_c, geom.out_c)
             self.op = _Plain1x1(ctx, m, geom.in_h * geom.in_w, k, self.mode != "forward",
                                 bias, activation, precision, dtype)

@@ -236,6 +236,29 @@ def conv_mma_tile(facts, m, n, groups=1):
     return dict(CONV_MMA_TILES[-1])
 
 
+# Tap-major tiles (conv_gemm.cl TAPS, 16-bit products) pad each tap's channels to the
+# tile: taken where that adds at most CONV_TAPS_MAX_PADDING of the work. The filter
+# gradient's columns pad to TN, so it takes a tile 64 wide where that pads less.
+CONV_TAPS_MAX_PADDING = 1.25
+# Where the tap-major implicit GEMM is taken over Winograd (H200, fp16, batch 64, 3x3
+# layers of resnet50 and vgg16): forward 107-148 TFLOP/s against Winograd's best 58-159,
+# backward-data 112-163 against 58-159, so everywhere; backward-filter 74-99 against
+# 36-165, Winograd ahead from 256->256 at 56x56 and 512->512 at 28x28 (in_c * out_c *
+# pixels 2^27.6), behind from 256->256 at 14x14 down (2^23.6)
+CONV_TAPS_FILTER_MAX_WORK = 2 ** 25
+
+
+def taps_beat_winograd(direction, in_c, out_c, pixels):
+    """Whether the tap-major implicit GEMM beats Winograd for a 3x3 layer both serve."""
+    return direction != "backward_filter" or in_c * out_c * pixels < CONV_TAPS_FILTER_MAX_WORK
+CONV_MMA_NARROW = {128: _tile(128, 64, 32, 8, 8, 1), 64: _tile(64, 64, 32, 8, 4, 1)}
+
+
+def conv_taps_padding(channels, width):
+    """The work of ``channels`` padded to a multiple of ``width``, relative to unpadded."""
+    return ceil_div(channels, width) * width / float(channels)
+
+
 def conv_mma_warps(tile):
     """(WARPS_M, WARPS_N) of a tensor-core convolution tile."""
     threads = (tile["TILE_M"] // tile["BLOCK_M"]) * (tile["TILE_N"] // tile["BLOCK_N"])

@@ -30,6 +30,13 @@
 ## are conflict-free: TF32 lanes t read rows t and t + 4, 8 words apart in banks; 16-bit
 ## fragments come through ldmatrix .trans (mma.h), whose 8 rows of 16 bytes each lie 4
 ## words apart.
+## TAPS (16-bit products): the reduction runs tap by tap, channels within a tap, each
+## tap's channels padded to a whole number of tiles (CP for x's, KP for dy's). A tile's
+## tap is then fixed: each work-item finds its gather's row, column and bounds once a tile
+## and adds one channel stride per value, where the (c, r, s) order pays divisions and
+## bound checks per value. The weights come from a copy in that order (conv_weights_by_tap:
+## [OUT_C][KHW][CP], 16-bit, zeros past CG), read 8 values at a time; backward-filter
+## orders its columns (tap, c) with CG padded to TN (CPN) and writes dW in its own order.
 <%
     WG_M = TM // WM
     WG_N = TN // WN
@@ -43,6 +50,18 @@
     B_T = ACT_T
     O_T = "float" if MODE == "backward_filter" else ACT_T
     GEMM_O_T = "float" if SPLIT else O_T
+    TAPS = context.get("TAPS", False)
+    assert not TAPS or MMA in ("f16", "bf16"), "tap-major tiles hold 16-bit products"
+    # tap-major forward and backward-data read the weights' 16-bit copy, 8 values a load
+    A_COPY = TAPS and MODE != "backward_filter"
+    if A_COPY:
+        A_T = "ushort"
+    # 16-bit tiles stored as rows of K ([d][k], ldmatrix without .trans) where the loads
+    # run along K: the weights' copy, and both of backward-filter's operands, whose lanes
+    # then store neighbouring values (K-major, their stores would fall 4 to a bank)
+    FILTER_ROWS = MMA in ("f16", "bf16") and MODE == "backward_filter"
+    A_ROWS = (A_COPY and MODE == "forward") or FILTER_ROWS
+    B_ROWS = FILTER_ROWS
     if MMA:
         LOCAL_T = "uint" if MMA == "tf32" else "ushort"
         LDA, LDB = TM + 8, TN + 8
@@ -52,17 +71,29 @@
     else:
         LOCAL_T, LDA, LDB = "float", TM + PAD, TN + PAD
         WTM = WTN = MI = NI = 0
+    # forward and backward-data on tensor cores write their outputs through local memory
+    # (the epilogue); backward-filter's dW is small and its columns scatter over (c, r, s)
+    STAGED = bool(MMA) and MODE != "backward_filter"
+    assert not STAGED or WTN % 32 == 0, "the staged epilogue gives each lane whole columns"
 
     # the emulated products (mma.h, tests) exchange fragments through barriers: unrolled,
     # they multiply the barrier regions a CPU runtime's compiler must handle
     UNROLL = "#pragma unroll 1" if context.get("MMA_EMULATE", False) else "#pragma unroll"
 
-    def to_local(tile, row, col, v, T):
-        """The statement storing a loaded operand value (raw bits of T) at (row, col) of
-        its local tile, as the tile holds it; float to half through vstore_half, straight
-        into the tile (no private copy whose bits another type then reads)."""
+    def tile_ld(tile):
+        """The row stride of a local tile: K + 8 for rows of K, else its width + pad."""
+        if (A_ROWS if tile == "As" else B_ROWS):
+            return TK + 8
+        return LDA if tile == "As" else LDB
+
+    def to_local(tile, k, d, v, T):
+        """The statement storing a loaded operand value (raw bits of T) at reduction
+        index k, row or column d of its local tile, as the tile holds it; float to half
+        through vstore_half, straight into the tile (no private copy whose bits another
+        type then reads)."""
+        row, col = (d, k) if (A_ROWS if tile == "As" else B_ROWS) else (k, d)
         if MMA == "f16" and T != "half":
-            ld = LDA if tile == "As" else LDB
+            ld = tile_ld(tile)
             return "vstore_half_rte(WIDEN_%s(%s), (%s) * %d + (%s), (__local half *)%s)" % (
                 T, v, row, ld, col, tile)
         if not MMA:
@@ -85,7 +116,30 @@
 #define KHW (KH * KW)
 #define IN_HW (IN_H * IN_W)
 #define OUT_HW (OUT_H * OUT_W)
+% if TAPS:
+#define CP (((CG + ${TK - 1}) / ${TK}) * ${TK})
+#define KP (((KG + ${TK - 1}) / ${TK}) * ${TK})
+#define CPN (((CG + ${TN - 1}) / ${TN}) * ${TN})
+% endif
+#define W_ROW (CG * KHW)
 % if MODE == "forward":
+#define OUT_STEP OUT_HW
+% elif MODE == "backward_data":
+#define OUT_STEP IN_HW
+% endif
+% if TAPS and MODE == "forward":
+#define GEMM_M KG
+#define GEMM_N (batch * OUT_HW)
+#define GEMM_K (KHW * CP)
+% elif TAPS and MODE == "backward_data":
+#define GEMM_M CG
+#define GEMM_N (batch * IN_HW)
+#define GEMM_K (KHW * KP)
+% elif TAPS:
+#define GEMM_M KG
+#define GEMM_N (KHW * CPN)
+#define GEMM_K (batch * OUT_HW)
+% elif MODE == "forward":
 #define GEMM_M KG
 #define GEMM_N (batch * OUT_HW)
 #define GEMM_K (CG * KHW)
@@ -109,9 +163,61 @@
     WG = (TM // WM) * (TN // WN)
     A_PER = TM * TK // WG
     B_PER = TK * TN // WG
+    A_VECS = TM * TK // 8 // WG
 %>
     {
-% if MODE == "forward":
+% if TAPS and MODE == "forward":
+        // the tile's tap, and where x's rows and columns lie for it
+        const int tap = ${k0} / CP, c0 = ${k0} - tap * CP;
+        for (int i = 0; i < ${A_VECS}; i++) {  // 8 of a weight row's values a load
+            const int m = m0 + tid / ${TK // 8} + i * ${WG // (TK // 8)};
+            a_vec[i] = m < GEMM_M ? *(__global const uint4 *)(a + m * GEMM_K + ${k0} + (tid % ${TK // 8}) * 8)
+                                  : (uint4)0;
+        }
+        const int r = tap / KW, s = tap - r * KW;
+        const int ih = ih0 + r * DH, iw = iw0 + s * DW;
+        const bool ok = n_ok && (uint)ih < (uint)IN_H && (uint)iw < (uint)IN_W;
+        const int at = x_base + ih * IN_W + iw;
+        for (int i = 0; i < ${B_PER}; i++) {
+            const int c = c0 + tid / ${TN} + i * ${WG // TN};
+            b_ld[i] = ok && c < CG ? RAW_${B_T}(b, at + c * IN_HW) : (REG_${B_T})0;
+        }
+% elif TAPS and MODE == "backward_data":
+        // stride 1: dy's row and column for this tile's tap are the same for every k
+        const int tap = ${k0} / KP, k0t = ${k0} - tap * KP;
+        for (int i = 0; i < ${A_VECS}; i++) {  // 8 of the copy's channels a load
+            const int k = k0t + tid / ${TM // 8} + i * ${WG // (TM // 8)};
+            const int m = m0 + (tid % ${TM // 8}) * 8;
+            a_vec[i] = k < KG && m < CP ? *(__global const uint4 *)(a + (k * KHW + tap) * CP + m)
+                                        : (uint4)0;
+        }
+        const int r = tap / KW, s = tap - r * KW;
+        const int oh = th0 - r * DH, ow = tw0 - s * DW;
+        const bool ok = n_ok && (uint)oh < (uint)OUT_H && (uint)ow < (uint)OUT_W;
+        const int at = dy_base + oh * OUT_W + ow;
+        for (int i = 0; i < ${B_PER}; i++) {
+            const int k = k0t + tid / ${TN} + i * ${WG // TN};
+            b_ld[i] = ok && k < KG ? RAW_${B_T}(b, at + k * OUT_HW) : (REG_${B_T})0;
+        }
+% elif TAPS:
+        // the reduction index (b, oh, ow) is shared by this work-item's A and B loads; the
+        // work-group's tap (tap_n, r_n, s_n) by all of its columns
+        const int kk = ${k0} + tid % ${TK};
+        const bool k_ok = kk < k_end;
+        const int bk = kk / OUT_HW, pk = kk - bk * OUT_HW;
+        const int ohk = pk / OUT_W, owk = pk - ohk * OUT_W;
+        for (int i = 0; i < ${A_PER}; i++) {
+            const int m = m0 + tid / ${TK} + i * ${WG // TK};
+            a_ld[i] = (m < GEMM_M && k_ok) ? RAW_${A_T}(a, (bk * OUT_C + g * KG + m) * OUT_HW + pk) : (REG_${A_T})0;
+        }
+        const int ih = ohk * SH - PH + r_n * DH, iw = owk * SW - PW + s_n * DW;
+        const bool ok = k_ok && (uint)ih < (uint)IN_H && (uint)iw < (uint)IN_W;
+        const int at = ((bk * IN_C + g * CG) * IN_H + ih) * IN_W + iw;
+        for (int i = 0; i < ${B_PER}; i++) {
+            const int c = c0_n + tid / ${TK} + i * ${WG // TK};
+            b_ld[i] = ok && c < CG ? RAW_${B_T}(b, at + c * IN_HW) : (REG_${B_T})0;
+        }
+% elif MODE == "forward":
         for (int i = 0; i < ${A_PER}; i++) {
             const int m = m0 + tid / ${TK} + i * ${WG // TK};
             const int kk = ${k0} + tid % ${TK};
@@ -192,6 +298,11 @@
 % elif MODE == "backward_data":
         const int bo = n / IN_HW, po = n - bo * IN_HW;
         const int base = (bo * IN_C + g * CG) * IN_HW + po, step = IN_HW;
+% elif TAPS:
+        const int tap_o = n / CPN, c_o = n - tap_o * CPN;  // dW's own (c, r, s) order
+        if (c_o >= CG)
+            continue;
+        const int base = c_o * KHW + tap_o, step = W_ROW;
 % else:
         const int base = n, step = GEMM_N;
 % endif
@@ -228,8 +339,11 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     // VEC = 4: each work-item owns runs of 4 rows/columns, read as float4 from local
     // memory (rows padded by 4 to keep them 16-byte aligned); VEC = 1: single strided
     // rows/columns, rows padded by 1 against bank conflicts
-    __local ${LOCAL_T} As[${TK}][${LDA}] __attribute__((aligned(16)));
-    __local ${LOCAL_T} Bs[${TK}][${LDB}] __attribute__((aligned(16)));
+    __local ${LOCAL_T} As[${TM if A_ROWS else TK}][${tile_ld("As")}] __attribute__((aligned(16)));
+    __local ${LOCAL_T} Bs[${TN if B_ROWS else TK}][${tile_ld("Bs")}] __attribute__((aligned(16)));
+% if STAGED:
+    __local float stage[${WG_M * WG_N // 32 * 16 * (WTN + 8)}];  // the epilogue's rows
+% endif
 % if MMA and context.get("MMA_EMULATE", False):
     __local uint mma_scratch[${WG_M * WG_N // 32 * 192}];  // mma.h's emulated products
 % endif
@@ -258,6 +372,9 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     b += b_offset;
     out += out_offset + split * split_stride;
 
+% if TAPS and MODE == "backward_data":
+    a += g * KG * KHW * CP;                       // the copy's rows of this group
+% endif
 % if MODE == "forward":
     a += g * KG * GEMM_K;                         // W rows of this group: [KG][CG*KHW]
     // this work-item always loads B column n0 + tid % TN: decompose it once
@@ -276,18 +393,28 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     const int oh0 = ihn + qh, ow0 = iwn + qw;
     const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
 % elif MODE == "backward_data":
+% if not TAPS:
     a += g * KG * CG * KHW;                       // W[k][c][r][s] of this group
+% endif
     const int n_ld = n0 + tid % ${TN};
     const bool n_ok = n_ld < GEMM_N;
     const int bn = n_ld / IN_HW, pn = n_ld - bn * IN_HW;
     const int ihn = pn / IN_W, iwn = pn - ihn * IN_W;
     const int th0 = ihn + PH, tw0 = iwn + PW;
     const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
+% elif TAPS:
+    out += g * KG * W_ROW;                        // dW rows of this group
+    const int tap_n = n0 / CPN, c0_n = n0 - tap_n * CPN;  // this work-group's tap
+    const int r_n = tap_n / KW, s_n = tap_n - r_n * KW;
 % else:
     out += g * KG * GEMM_N;                       // dW rows of this group
 % endif
 
+% if A_COPY:
+    uint4 a_vec[${TM * TK // 8 // WG}];  // 8 16-bit values each
+% else:
     REG_${A_T} a_ld[${A_PER}];  // raw bits until they are stored to local memory
+% endif
     REG_${B_T} b_ld[${B_PER}];
 % if MMA:
     const int lane = tid & 31, warp = tid >> 5;
@@ -311,11 +438,19 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     ${load_tile("k_begin")}
     for (int k0 = k_begin; k0 < k_end; k0 += ${TK}) {
         barrier(CLK_LOCAL_MEM_FENCE);
+% if A_COPY and MODE == "forward":
+        for (int i = 0; i < ${TM * TK // 8 // WG}; i++)
+            *(__local uint4 *)&As[tid / ${TK // 8} + i * ${WG // (TK // 8)}][(tid % ${TK // 8}) * 8] = a_vec[i];
+% elif A_COPY:
+        for (int i = 0; i < ${TM * TK // 8 // WG}; i++)
+            *(__local uint4 *)&As[tid / ${TM // 8} + i * ${WG // (TM // 8)}][(tid % ${TM // 8}) * 8] = a_vec[i];
+% else:
         for (int i = 0; i < ${A_PER}; i++)
 % if MODE == "backward_data":
             ${to_local("As", "tid / %d + i * %d" % (TM, WG // TM), "tid %% %d" % TM, "a_ld[i]", A_T)};
 % else:
             ${to_local("As", "tid %% %d" % TK, "tid / %d + i * %d" % (TK, WG // TK), "a_ld[i]", A_T)};
+% endif
 % endif
         for (int i = 0; i < ${B_PER}; i++)
 % if MODE == "backward_filter":
@@ -357,11 +492,11 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
             uint af[${MI}][4], bf[${NI}][2];
             ${UNROLL}
             for (int i = 0; i < ${MI}; i++)
-                A_FRAGMENTS(af[i], &As[0][0], wm + i * 16, k16, ${LDA}, 1);
+                A_FRAGMENTS(af[i], &As[0][0], wm + i * 16, k16, ${tile_ld("As")}, ${int(not A_ROWS)});
             ${UNROLL}
             for (int j = 0; j < ${NI}; j += 2) {
                 uint v[4];
-                B_FRAGMENTS(v, &Bs[0][0], wn + j * 8, k16, ${LDB}, 1);
+                B_FRAGMENTS(v, &Bs[0][0], wn + j * 8, k16, ${tile_ld("Bs")}, ${int(not B_ROWS)});
                 bf[j][0] = v[0]; bf[j][1] = v[1]; bf[j + 1][0] = v[2]; bf[j + 1][1] = v[3];
             }
             ${UNROLL}
@@ -398,7 +533,48 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     }
 
     // C = act(alpha * acc + beta * C + bias)
-% if MMA:
+% if STAGED:
+    // through local memory, 16 rows of each warp's block at a time: a lane then stores
+    // along a row of the output (a warp's stores coalesce, where the fragments' own order
+    // scatters them over 8 rows) and finds its columns' place in the output once.
+    // Fragment value e of (i, j) is row lg (+8 for e >= 2), column 2 lt (+1 for odd e);
+    // rows lie WTN + 8 floats apart, so a half-warp's float2 stores hit distinct banks.
+    __local float *staged = stage + warp * ${16 * (WTN + 8)};
+    int column_at[${WTN // 32}];
+    #pragma unroll
+    for (int q = 0; q < ${WTN // 32}; q++) {
+        const int n = n0 + wn + q * 32 + lane;
+        column_at[q] = -1;
+        if (n < GEMM_N) {
+${out_column()}
+            column_at[q] = base;
+        }
+    }
+    #pragma unroll
+    for (int i = 0; i < ${MI}; i++) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
+        for (int j = 0; j < ${NI}; j++) {
+            #pragma unroll
+            for (int h = 0; h < 2; h++)
+                *(__local float2 *)(staged + (lg + 8 * h) * ${WTN + 8} + j * 8 + 2 * lt) =
+                    (float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
+        for (int q = 0; q < ${WTN // 32}; q++) {
+            const int base = column_at[q], step = OUT_STEP;
+            if (base < 0)
+                continue;
+            for (int row = 0; row < 16; row++) {
+                const int m = m0 + wm + i * 16 + row;
+                if (m >= GEMM_M)
+                    break;
+${out_write("staged[row * %d + q * 32 + lane]" % (WTN + 8))}
+            }
+        }
+    }
+% elif MMA:
     // fragment value e of (i, j) is row lg (+8 for e >= 2), column 2 lt (+1 for odd e)
     #pragma unroll
     for (int j = 0; j < ${NI}; j++) {
@@ -477,3 +653,23 @@ __kernel void conv_split_reduce(int n, int splits, int plane, int channels,
 % endif
     ST_${O_T}(out, i, ${"ACT_" + ACTIVATION}(v));
 }
+% if A_COPY:
+
+// the weights in the tap-major order (TAPS): out[o][tap][c] = w[o][c][tap] as the
+// products' 16-bit values, zeros for c >= CG (each tap's channels padded to CP)
+__kernel void conv_weights_by_tap(${geom_params}__global const float *w, ulong w_offset,
+                                  __global ushort *out, ulong out_offset)
+{
+    const int i = get_global_id(0);
+    if (i >= OUT_C * KHW * CP)
+        return;
+    const int o = i / (KHW * CP), rest = i - o * (KHW * CP);
+    const int tap = rest / CP, c = rest - tap * CP;
+    const float v = c < CG ? w[w_offset + (o * CG + c) * KHW + tap] : 0.0f;
+% if MMA == "f16":
+    vstore_half_rte(v, out_offset + i, (__global half *)out);
+% else:
+    out[out_offset + i] = bfloat16_bits(v);
+% endif
+}
+% endif
