@@ -139,6 +139,9 @@ def main():
                         "tf32: TF32 on, fp16: autocast float16, bf16: autocast bfloat16)")
     p.add_argument("--channels-last", action="store_true",
                    help="PyTorch's AMP columns on channels_last tensors")
+    p.add_argument("--same-mode-only", action="store_true",
+                   help="only PyTorch's modes that --precision names (fp32: TF32 off, tf32: "
+                        "TF32 on, fp16/bf16: AMP), not all three for every row")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     precisions = args.precision.split(",")
@@ -161,9 +164,12 @@ def main():
                     except Exception as err:  # a failing net is reported in the table
                         row["error_" + prec] = "%s: %s" % (type(err).__name__, str(err)[:120])
                 if not args.no_torch:
-                    row["torch_fp32"], row["torch_peak_bytes"] = torch_ms(
-                        net, batch, mode, False, args.warmup, args.iters)
-                    row["torch_tf32"], _ = torch_ms(net, batch, mode, True, args.warmup, args.iters)
+                    if "fp32" in precisions or not args.same_mode_only:
+                        row["torch_fp32"], row["torch_peak_bytes"] = torch_ms(
+                            net, batch, mode, False, args.warmup, args.iters)
+                    if "tf32" in precisions or not args.same_mode_only:
+                        row["torch_tf32"], _ = torch_ms(net, batch, mode, True, args.warmup,
+                                                        args.iters)
                     for amp in ("fp16", "bf16"):
                         if amp in precisions:
                             row["torch_amp_" + amp], _ = torch_ms(

@@ -11,6 +11,7 @@ from dlprim.core import conv_gemm, tuning
 from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from dlprim.core.conv_gemm import conv_tensor_cores
 from dlprim.kernels import program
+from dlprim.utils import round_up
 from layer_check import host, skip_unless_cpu, stored
 from test_conv import conv_backward_ref, conv_ref
 
@@ -47,7 +48,13 @@ def test_template_renders_every_direction(ctx, monkeypatch, mma, name):
         op = conv_gemm.ConvGemm(ctx, GEOMS[name], mode, bias=mode != "backward_filter",
                                 activation="relu", batch=3, dtype=dtype, precision=precision)
         tiles = list(tuning.CONV_MMA_TILES) + list(tuning.CONV_MMA_NARROW.values())
-        assert op.mma == mma and op.tile(3) in [dict(t) for t in tiles]
+        # K 64 deep for 16-bit backward-filter and tap-major layers (op.tile_k)
+        assert op.mma == mma and op.tile(3) in [dict(t, TILE_K=op.tile_k) for t in tiles]
+        g = GEOMS[name]
+        channels = (g.out_c if mode == "backward_data" else g.in_c) // g.groups
+        deep = mode == "backward_filter" or op.taps and tuning.conv_taps_padding(
+            channels, tuning.CONV_MMA_DEEP_K) <= tuning.CONV_TAPS_MAX_PADDING
+        assert op.tile_k == (tuning.CONV_MMA_DEEP_K if mma != "tf32" and deep else 32)
     product = {"tf32": "MMA_TF32(acc", "f16": "MMA_F16(acc", "bf16": "MMA_BF16(acc"}[mma]
     assert len(sources) == 3 and all(product in s for s in sources)
     with pytest.raises(ValueError, match="own tile"):
@@ -61,9 +68,9 @@ def _no_builds(ctx, monkeypatch, tensor_cores=True):
 
 
 @pytest.mark.parametrize("name, taps", [
-    ("3x3_taps", (True, True, True)), ("grouped_strided_taps", (True, False, True)),
+    ("3x3_taps", (True, True, True)), ("grouped_strided_taps", (True, True, True)),
     ("3x3", (False, False, False)), ("1x1_taps", (True, True, True)),
-    ("stem", (False, False, False))])
+    ("stem", (False, True, False))])
 def test_tap_major_where_channels_pad_little(ctx, monkeypatch, name, taps):
     # 16-bit products only; backward-data at stride 1; channels padded to 32 (the
     # filter gradient's to its tile's width, 64 or 128) adding at most a quarter
@@ -76,10 +83,15 @@ def test_tap_major_where_channels_pad_little(ctx, monkeypatch, name, taps):
         if want and mode == "backward_filter":
             assert op.tile(3)["TILE_N"] == 64  # 60 channels pad to 64, not 128
             assert op.dims(3)[1] == geom.kh * geom.kw * 64
+        elif want and op.phased:  # per stride phase: its taps, each of KP channels
+            assert op.dims(3)[2] == max(p[-1] for p in op.phase_table) * round_up(
+                geom.out_c // geom.groups, op.tile_k)
         elif want:
             assert op.dims(3)[2] == geom.kh * geom.kw * 64
+        if want and mode != "backward_filter":
             # the weights' 16-bit copy follows the split partials in the workspace
-            assert op.workspace_bytes(3) >= 2 * geom.out_c * geom.kh * geom.kw * 64
+            assert op.workspace_bytes(3) >= 2 * geom.out_c * geom.kh * geom.kw * round_up(
+                geom.in_c // geom.groups, op.tile_k)
 
 
 def test_fp16_on_tensor_cores_takes_the_tap_major_gemm(ctx, monkeypatch):
@@ -206,7 +218,7 @@ def _emulate(ctx, monkeypatch, baked=False):
     ("3x3", "tf32", "float32"), ("3x3_stride2", "fp16", "float16"),
     ("grouped_dilated", "fp16", "float32"), ("3x3_stride2", "bf16", "bfloat16"),
     ("3x3_taps", "fp16", "float16"), ("grouped_strided_taps", "bf16", "float32"),
-    ("1x1_taps", "fp16", "float16")])
+    ("grouped_strided_taps", "fp16", "float16"), ("1x1_taps", "fp16", "float16")])
 def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, dtype, name):
     # on any device: the kernel's fragment layout, K order, tiles and epilogue, all but
     # the PTX instruction itself (the same mma.h serves gemm_mma.cl's GPU-tested products)

@@ -62,6 +62,7 @@ class ConvGemm:
         self.phase_table = self._phase_table() if self.phased else []
         self.merged = self.phased and self.baked is not None
         self.taps = self._taps()
+        self.tile_k = self._tile_k()
         self.share = self._share()
         # the activations' storage (x, y, dy, dx); weights and their gradient are float
         self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
@@ -74,7 +75,22 @@ class ConvGemm:
     def _taps(self):
         """Whether the reduction runs tap-major (conv_gemm.cl TAPS): 16-bit products
         where ``tap_major`` says the layer suits it."""
-        return self.mma in ("f16", "bf16") and tap_major(self.geom, self.mode)
+        return self.mma in ("f16", "bf16") and tap_major(self.geom, self.mode, self.phased)
+
+    def _tile_k(self):
+        """K staged per tile on tensor cores: ``tuning.CONV_MMA_DEEP_K`` for 16-bit
+        products in backward-filter and tap-major layers whose channels pad little to it,
+        else the tiles' own K."""
+        shallow = tuning.CONV_MMA_TILES[0]["TILE_K"]
+        if self.mma not in ("f16", "bf16") or not (self.taps or self.mode == "backward_filter"):
+            return shallow
+        deep = tuning.CONV_MMA_DEEP_K
+        if self.mode != "backward_filter":
+            g = self.geom
+            channels = (g.out_c if self.mode == "backward_data" else g.in_c) // g.groups
+            if tuning.conv_taps_padding(channels, deep) > tuning.CONV_TAPS_MAX_PADDING:
+                return shallow
+        return deep
 
     def _phase_table(self):
         """Per stride phase (ph, pw): the kernel's phase constants (ph, pw, ihp, iwp, r0,
@@ -113,7 +129,7 @@ class ConvGemm:
                 if self.taps and self.mode == "backward_filter" and \
                         tuning.conv_taps_padding(cg, t["TILE_N"]) > tuning.conv_taps_padding(cg, 64):
                     t = dict(tuning.CONV_MMA_NARROW[t["TILE_M"]])  # pads its columns less
-                self.tiles[batch] = t
+                self.tiles[batch] = dict(t, TILE_K=self.tile_k)
             else:
                 self.tiles[batch] = tuning.conv_tile(self.ctx.facts, self.mode, m, n, self.share)
         return self.tiles[batch]
@@ -135,9 +151,11 @@ class ConvGemm:
         if not self.taps:
             return m, n, k
         g = self.geom
-        khw, tk = g.kh * g.kw, tuning.CONV_MMA_TILES[0]["TILE_K"]
+        khw, tk = g.kh * g.kw, self.tile_k
         if self.mode == "backward_filter":
             return m, khw * round_up(g.in_c // g.groups, self.tile(batch)["TILE_N"]), k
+        if self.phased:  # the phase with the most taps
+            return m, n, max(p[-1] for p in self.phase_table) * round_up(g.out_c // g.groups, tk)
         return m, n, khw * round_up(k // khw, tk)
 
     def shape(self, batch):
@@ -157,7 +175,10 @@ class ConvGemm:
     def phases(self, batch):
         """Per stride phase: its kernel arguments and (m, n, k)."""
         g = self.geom
-        return [(list(p), (g.in_c // g.groups, batch * p[2] * p[3], g.out_c // g.groups * p[-1]))
+        kg = g.out_c // g.groups
+        if self.taps:  # each tap's channels padded (conv_gemm.cl: KP)
+            kg = round_up(kg, self.tile_k)
+        return [(list(p), (g.in_c // g.groups, batch * p[2] * p[3], kg * p[-1]))
                 for p in self.phase_table]
 
     def out_layout(self):
@@ -207,8 +228,7 @@ class ConvGemm:
         if not self.taps or self.mode == "backward_filter":
             return 0
         g = self.geom
-        return g.out_c * g.kh * g.kw * round_up(g.in_c // g.groups,
-                                                tuning.CONV_MMA_TILES[0]["TILE_K"])
+        return g.out_c * g.kh * g.kw * round_up(g.in_c // g.groups, self.tile_k)
 
     def workspace_bytes(self, batch):
         copy = self._weights_copy_size()
@@ -274,13 +294,15 @@ class ConvGemm:
                               flops=self.geom.flops(batch))
 
 
-def tap_major(geom, mode):
+def tap_major(geom, mode, phased=None):
     """Whether ``mode`` of ``geom`` runs tap-major on 16-bit tensor cores: backward-data
-    only at stride 1 (the strided one runs per phase), and the channels each tap pads to
-    the tile (K's 32; the filter gradient's TN, at least 64) adding at most
-    ``tuning.CONV_TAPS_MAX_PADDING`` of the work."""
+    at stride 1 or per stride phase (``phased``: not dilated; by default as ConvGemm
+    decides), and the channels each tap pads to the tile (K's 32; the filter gradient's
+    TN, at least 64) adding at most ``tuning.CONV_TAPS_MAX_PADDING`` of the work."""
     g = geom
-    if mode == "backward_data" and (g.sh, g.sw) != (1, 1):
+    if phased is None:
+        phased = mode == "backward_data" and max(g.sh, g.sw) > 1 and g.dh == g.dw == 1
+    if mode == "backward_data" and (g.sh, g.sw) != (1, 1) and not phased:
         return False
     channels = g.out_c // g.groups if mode == "backward_data" else g.in_c // g.groups
     width = 64 if mode == "backward_filter" else tuning.CONV_MMA_TILES[0]["TILE_K"]

@@ -223,6 +223,13 @@ CONV_MMA_TILES = (_tile(128, 128, 32, 8, 8, 1), _tile(64, 128, 32, 8, 8, 1),
                   _tile(64, 64, 32, 8, 4, 1))
 
 
+# 16-bit products stage K 64 deep (H200, fp16, batch 64, TFLOP/s forward / backward-data:
+# 128->128 3x3 at 28x28 153/166 -> 179/191, 256->256 at 14x14 113/120 -> 135/143) where
+# a tap-major layer's channels pad little to 64 (else 32); TF32 tiles, twice the bytes,
+# stay 32 deep
+CONV_MMA_DEEP_K = 64
+
+
 def conv_mma_tile(facts, m, n, groups=1):
     """The tensor-core convolution tile for an m x n output (times ``groups`` independent
     ones): the largest whose work-groups give every compute unit two, not taller than m

@@ -131,6 +131,10 @@
 #define GEMM_M KG
 #define GEMM_N (batch * OUT_HW)
 #define GEMM_K (KHW * CP)
+% elif TAPS and MODE == "backward_data" and PHASES:
+#define GEMM_M CG
+#define GEMM_N (batch * ihp * iwp)
+#define GEMM_K (taps * KP)
 % elif TAPS and MODE == "backward_data":
 #define GEMM_M CG
 #define GEMM_N (batch * IN_HW)
@@ -183,16 +187,25 @@
             b_ld[i] = ok && c < CG ? RAW_${B_T}(b, at + c * IN_HW) : (REG_${B_T})0;
         }
 % elif TAPS and MODE == "backward_data":
+% if PHASES:
+        // the phase's tap tp (of rh x rw) is the filter's (r, s); dy's row and column
+        // for it are the same for every k
+        const int tp = ${k0} / KP, k0t = ${k0} - tp * KP;
+        const int dr = tp / rw, ds = tp - dr * rw;
+        const int tap = (r0 + dr * SH) * KW + s0 + ds * SW;
+        const int oh = oh0 - dr, ow = ow0 - ds;
+% else:
         // stride 1: dy's row and column for this tile's tap are the same for every k
         const int tap = ${k0} / KP, k0t = ${k0} - tap * KP;
+        const int r = tap / KW, s = tap - r * KW;
+        const int oh = th0 - r * DH, ow = tw0 - s * DW;
+% endif
         for (int i = 0; i < ${A_VECS}; i++) {  // 8 of the copy's channels a load
             const int k = k0t + tid / ${TM // 8} + i * ${WG // (TM // 8)};
             const int m = m0 + (tid % ${TM // 8}) * 8;
             a_vec[i] = k < KG && m < CP ? *(__global const uint4 *)(a + (k * KHW + tap) * CP + m)
                                         : (uint4)0;
         }
-        const int r = tap / KW, s = tap - r * KW;
-        const int oh = th0 - r * DH, ow = tw0 - s * DW;
         const bool ok = n_ok && (uint)oh < (uint)OUT_H && (uint)ow < (uint)OUT_W;
         const int at = dy_base + oh * OUT_W + ow;
         for (int i = 0; i < ${B_PER}; i++) {
@@ -286,6 +299,36 @@
 </%def>
 
 
+## ---- registers -> the local tiles As, Bs
+<%def name="store_tiles()">
+<%
+    WG = (TM // WM) * (TN // WN)
+    A_PER = TM * TK // WG
+    B_PER = TK * TN // WG
+%>
+% if A_COPY and MODE == "forward":
+        for (int i = 0; i < ${TM * TK // 8 // WG}; i++)
+            *(__local uint4 *)&As[tid / ${TK // 8} + i * ${WG // (TK // 8)}][(tid % ${TK // 8}) * 8] = a_vec[i];
+% elif A_COPY:
+        for (int i = 0; i < ${TM * TK // 8 // WG}; i++)
+            *(__local uint4 *)&As[tid / ${TM // 8} + i * ${WG // (TM // 8)}][(tid % ${TM // 8}) * 8] = a_vec[i];
+% else:
+        for (int i = 0; i < ${A_PER}; i++)
+% if MODE == "backward_data":
+            ${to_local("As", "tid / %d + i * %d" % (TM, WG // TM), "tid %% %d" % TM, "a_ld[i]", A_T)};
+% else:
+            ${to_local("As", "tid %% %d" % TK, "tid / %d + i * %d" % (TK, WG // TK), "a_ld[i]", A_T)};
+% endif
+% endif
+        for (int i = 0; i < ${B_PER}; i++)
+% if MODE == "backward_filter":
+            ${to_local("Bs", "tid %% %d" % TK, "tid / %d + i * %d" % (TK, WG // TK), "b_ld[i]", B_T)};
+% else:
+            ${to_local("Bs", "tid / %d + i * %d" % (TN, WG // TN), "tid %% %d" % TN, "b_ld[i]", B_T)};
+% endif
+</%def>
+
+
 ## ---- the output: base and step of column n (row m at base + m * step), then one value
 <%def name="out_column()">
 % if MODE == "forward":
@@ -339,10 +382,20 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     // VEC = 4: each work-item owns runs of 4 rows/columns, read as float4 from local
     // memory (rows padded by 4 to keep them 16-byte aligned); VEC = 1: single strided
     // rows/columns, rows padded by 1 against bank conflicts
-    __local ${LOCAL_T} As[${TM if A_ROWS else TK}][${tile_ld("As")}] __attribute__((aligned(16)));
-    __local ${LOCAL_T} Bs[${TN if B_ROWS else TK}][${tile_ld("Bs")}] __attribute__((aligned(16)));
+<%
+    A_ROWS_N, B_ROWS_N = (TM if A_ROWS else TK), (TN if B_ROWS else TK)
+    T_SIZE = 4 if LOCAL_T in ("float", "uint") else 2
+    A_BYTES = (A_ROWS_N * tile_ld("As") * T_SIZE + 15) // 16 * 16
+    B_BYTES = B_ROWS_N * tile_ld("Bs") * T_SIZE
+    STAGE_BYTES = WG_M * WG_N // 32 * 16 * (WTN + 8) * 4 if STAGED else 0
+%>
+    // the tiles, and after the main loop the epilogue's rows (STAGED) in the same bytes
+    __local uint4 tiles[${(max(A_BYTES + B_BYTES, STAGE_BYTES) + 15) // 16}];
+    __local ${LOCAL_T} (*As)[${tile_ld("As")}] = (__local ${LOCAL_T} (*)[${tile_ld("As")}])tiles;
+    __local ${LOCAL_T} (*Bs)[${tile_ld("Bs")}] =
+        (__local ${LOCAL_T} (*)[${tile_ld("Bs")}])(tiles + ${A_BYTES // 16});
 % if STAGED:
-    __local float stage[${WG_M * WG_N // 32 * 16 * (WTN + 8)}];  // the epilogue's rows
+    __local float *stage = (__local float *)tiles;
 % endif
 % if MMA and context.get("MMA_EMULATE", False):
     __local uint mma_scratch[${WG_M * WG_N // 32 * 192}];  // mma.h's emulated products
@@ -385,7 +438,9 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     const int ih0 = ohn * SH - PH, iw0 = own * SW - PW;
     const int x_base = (bn * IN_C + g * CG) * IN_HW;
 % elif MODE == "backward_data" and PHASES:
+% if not TAPS:
     a += g * KG * CG * KHW;
+% endif
     const int n_ld = n0 + tid % ${TN};
     const bool n_ok = n_ld < GEMM_N;
     const int bn = n_ld / (ihp * iwp), pn = n_ld - bn * (ihp * iwp);
@@ -438,26 +493,7 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     ${load_tile("k_begin")}
     for (int k0 = k_begin; k0 < k_end; k0 += ${TK}) {
         barrier(CLK_LOCAL_MEM_FENCE);
-% if A_COPY and MODE == "forward":
-        for (int i = 0; i < ${TM * TK // 8 // WG}; i++)
-            *(__local uint4 *)&As[tid / ${TK // 8} + i * ${WG // (TK // 8)}][(tid % ${TK // 8}) * 8] = a_vec[i];
-% elif A_COPY:
-        for (int i = 0; i < ${TM * TK // 8 // WG}; i++)
-            *(__local uint4 *)&As[tid / ${TM // 8} + i * ${WG // (TM // 8)}][(tid % ${TM // 8}) * 8] = a_vec[i];
-% else:
-        for (int i = 0; i < ${A_PER}; i++)
-% if MODE == "backward_data":
-            ${to_local("As", "tid / %d + i * %d" % (TM, WG // TM), "tid %% %d" % TM, "a_ld[i]", A_T)};
-% else:
-            ${to_local("As", "tid %% %d" % TK, "tid / %d + i * %d" % (TK, WG // TK), "a_ld[i]", A_T)};
-% endif
-% endif
-        for (int i = 0; i < ${B_PER}; i++)
-% if MODE == "backward_filter":
-            ${to_local("Bs", "tid %% %d" % TK, "tid / %d + i * %d" % (TK, WG // TK), "b_ld[i]", B_T)};
-% else:
-            ${to_local("Bs", "tid / %d + i * %d" % (TN, WG // TN), "tid %% %d" % TN, "b_ld[i]", B_T)};
-% endif
+${store_tiles()}
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k0 + ${TK} < k_end)
             ${load_tile("(k0 + %d)" % TK)}
