@@ -172,13 +172,15 @@ def _against_float64(ctx, rng, precision, dtype, name, splits=(None, 3)):
         for op in (fwd, data, filt):
             impl = getattr(op.impl.op, "op", op.impl.op)
             assert getattr(impl, "mma", "") or geom.is_plain_1x1 and op is not filt
-        ws = Tensor(ctx, (max(1, fwd.workspace_bytes(batch), data.workspace_bytes(batch),
-                              filt.workspace_bytes(batch)),), "uint8")
+        # each its own workspace, all bits set (NaN as float16 or float32): nothing may
+        # read what another direction left there, e.g. the weights' tap-major copy
+        ws = {op: Tensor.from_numpy(ctx, np.full(max(1, op.workspace_bytes(batch)), 255, np.uint8))
+              for op in (fwd, data, filt)}
         y = Tensor.from_numpy(ctx, host(y0, dtype))
         dw = Tensor.from_numpy(ctx, dw0.astype(np.float32))
-        fwd(dev["x"], dev["w"], y, dev["b"], ws=ws, beta=0.5)
-        data(dev["dy"], dev["w"], dx, ws=ws)
-        filt(dev["x"], dev["dy"], dw, ws=ws, beta=1.0)
+        fwd(dev["x"], dev["w"], y, dev["b"], ws=ws[fwd], beta=0.5)
+        data(dev["dy"], dev["w"], dx, ws=ws[data])
+        filt(dev["x"], dev["dy"], dw, ws=ws[filt], beta=1.0)
         # BF16 keeps 8 significant bits; a 16-bit output adds its own rounding
         tol = {"float16": 4e-3, "bfloat16": 3e-2}.get(dtype, 2e-3 if precision != "bf16" else 2e-2)
         for what, got, want in (("y", y, want_y), ("dx", dx, want_dx),

@@ -85,11 +85,9 @@ class ConvGemm:
         if self.mma not in ("f16", "bf16") or not (self.taps or self.mode == "backward_filter"):
             return shallow
         deep = tuning.CONV_MMA_DEEP_K
-        if self.mode != "backward_filter":
-            g = self.geom
-            channels = (g.out_c if self.mode == "backward_data" else g.in_c) // g.groups
-            if tuning.conv_taps_padding(channels, deep) > tuning.CONV_TAPS_MAX_PADDING:
-                return shallow
+        if self.mode != "backward_filter" and tuning.conv_taps_padding(
+                tap_channels(self.geom, self.mode), deep) > tuning.CONV_TAPS_MAX_PADDING:
+            return shallow
         return deep
 
     def _phase_table(self):
@@ -125,9 +123,9 @@ class ConvGemm:
             m, n, _ = self.shape(batch)
             if self.mma:
                 t = tuning.conv_mma_tile(self.ctx.facts, m, n, self.share)
-                cg = self.geom.in_c // self.geom.groups
+                cg, narrow = self.geom.in_c // self.geom.groups, tuning.CONV_MMA_NARROW_N
                 if self.taps and self.mode == "backward_filter" and \
-                        tuning.conv_taps_padding(cg, t["TILE_N"]) > tuning.conv_taps_padding(cg, 64):
+                        tuning.conv_taps_padding(cg, t["TILE_N"]) > tuning.conv_taps_padding(cg, narrow):
                     t = dict(tuning.CONV_MMA_NARROW[t["TILE_M"]])  # pads its columns less
                 self.tiles[batch] = dict(t, TILE_K=self.tile_k)
             else:
@@ -256,8 +254,8 @@ class ConvGemm:
         kw = dict(splits=splits, k_per_split=k_per_split,
                   split_stride=size if splits > 1 else 0)
         if self.phased and not self.merged:
-            gemms = [self.launch(batch, a, b, dst, bias, beta=beta, phase=p, dims=d, **kw)
-                     for p, d in self.phases(batch)]
+            gemms = copies + [self.launch(batch, a, b, dst, bias, beta=beta, phase=p, dims=d,
+                                          **kw) for p, d in self.phases(batch)]
         else:
             gemms = copies + [self.launch(batch, a, b, dst, bias, beta=beta, **kw)]
         if splits == 1:
@@ -294,19 +292,26 @@ class ConvGemm:
                               flops=self.geom.flops(batch))
 
 
+def tap_channels(geom, mode):
+    """The channels each tap of a tap-major ``mode`` pads: dy's (per group) in
+    backward-data, x's otherwise."""
+    return (geom.out_c if mode == "backward_data" else geom.in_c) // geom.groups
+
+
 def tap_major(geom, mode, phased=None):
     """Whether ``mode`` of ``geom`` runs tap-major on 16-bit tensor cores: backward-data
     at stride 1 or per stride phase (``phased``: not dilated; by default as ConvGemm
     decides), and the channels each tap pads to the tile (K's 32; the filter gradient's
-    TN, at least 64) adding at most ``tuning.CONV_TAPS_MAX_PADDING`` of the work."""
+    TN, at least ``tuning.CONV_MMA_NARROW_N``) adding at most
+    ``tuning.CONV_TAPS_MAX_PADDING`` of the work."""
     g = geom
     if phased is None:
         phased = mode == "backward_data" and max(g.sh, g.sw) > 1 and g.dh == g.dw == 1
     if mode == "backward_data" and (g.sh, g.sw) != (1, 1) and not phased:
         return False
-    channels = g.out_c // g.groups if mode == "backward_data" else g.in_c // g.groups
-    width = 64 if mode == "backward_filter" else tuning.CONV_MMA_TILES[0]["TILE_K"]
-    return tuning.conv_taps_padding(channels, width) <= tuning.CONV_TAPS_MAX_PADDING
+    width = (tuning.CONV_MMA_NARROW_N if mode == "backward_filter"
+             else tuning.CONV_MMA_TILES[0]["TILE_K"])
+    return tuning.conv_taps_padding(tap_channels(g, mode), width) <= tuning.CONV_TAPS_MAX_PADDING
 
 
 def tap_major_on_tensor_cores(ctx, geom, mode, precision):

@@ -217,7 +217,8 @@ def mma_tile(precision, M=None, N=None):
     return dict(base, TILE_M=tm, TILE_N=tn, BLOCK_M=tm // 4, BLOCK_N=tn // 32)
 
 # ----- tensor cores in the implicit-GEMM convolution (kernels/conv_gemm.cl, MMA): K
-# staged 32 deep; work-groups of 2 x (threads / 64) warps. Largest first: 128x128 (8
+# staged 32 deep (16-bit tap-major and backward-filter: CONV_MMA_DEEP_K); work-groups of
+# 2 x (threads / 64) warps. Largest first: 128x128 (8
 # warps of 64x32), 64x128 (4 of 32x64), 64x64 (4 of 32x32).
 CONV_MMA_TILES = (_tile(128, 128, 32, 8, 8, 1), _tile(64, 128, 32, 8, 8, 1),
                   _tile(64, 64, 32, 8, 4, 1))
@@ -245,8 +246,11 @@ def conv_mma_tile(facts, m, n, groups=1):
 
 # Tap-major tiles (conv_gemm.cl TAPS, 16-bit products) pad each tap's channels to the
 # tile: taken where that adds at most CONV_TAPS_MAX_PADDING of the work. The filter
-# gradient's columns pad to TN, so it takes a tile 64 wide where that pads less.
+# gradient's columns pad to TN, so it takes a tile CONV_MMA_NARROW_N wide where that pads
+# less.
 CONV_TAPS_MAX_PADDING = 1.25
+CONV_MMA_NARROW_N = 64
+CONV_MMA_NARROW = {128: _tile(128, 64, 32, 8, 8, 1), 64: _tile(64, 64, 32, 8, 4, 1)}
 # Where the tap-major implicit GEMM is taken over Winograd (H200, fp16, batch 64, 3x3
 # layers of resnet50 and vgg16): forward 107-148 TFLOP/s against Winograd's best 58-159,
 # backward-data 112-163 against 58-159, so everywhere; backward-filter 74-99 against
@@ -258,7 +262,6 @@ CONV_TAPS_FILTER_MAX_WORK = 2 ** 25
 def taps_beat_winograd(direction, in_c, out_c, pixels):
     """Whether the tap-major implicit GEMM beats Winograd for a 3x3 layer both serve."""
     return direction != "backward_filter" or in_c * out_c * pixels < CONV_TAPS_FILTER_MAX_WORK
-CONV_MMA_NARROW = {128: _tile(128, 64, 32, 8, 8, 1), 64: _tile(64, 64, 32, 8, 4, 1)}
 
 
 def conv_taps_padding(channels, width):
