@@ -212,24 +212,6 @@
             const int k = k0t + tid / ${TN} + i * ${WG // TN};
             b_ld[i] = ok && k < KG ? RAW_${B_T}(b, at + k * OUT_HW) : (REG_${B_T})0;
         }
-% elif TAPS:
-        // the reduction index (b, oh, ow) is shared by this work-item's A and B loads; the
-        // work-group's tap (tap_n, r_n, s_n) by all of its columns
-        const int kk = ${k0} + tid % ${TK};
-        const bool k_ok = kk < k_end;
-        const int bk = kk / OUT_HW, pk = kk - bk * OUT_HW;
-        const int ohk = pk / OUT_W, owk = pk - ohk * OUT_W;
-        for (int i = 0; i < ${A_PER}; i++) {
-            const int m = m0 + tid / ${TK} + i * ${WG // TK};
-            a_ld[i] = (m < GEMM_M && k_ok) ? RAW_${A_T}(a, (bk * OUT_C + g * KG + m) * OUT_HW + pk) : (REG_${A_T})0;
-        }
-        const int ih = ohk * SH - PH + r_n * DH, iw = owk * SW - PW + s_n * DW;
-        const bool ok = k_ok && (uint)ih < (uint)IN_H && (uint)iw < (uint)IN_W;
-        const int at = ((bk * IN_C + g * CG) * IN_H + ih) * IN_W + iw;
-        for (int i = 0; i < ${B_PER}; i++) {
-            const int c = c0_n + tid / ${TK} + i * ${WG // TK};
-            b_ld[i] = ok && c < CG ? RAW_${B_T}(b, at + c * IN_HW) : (REG_${B_T})0;
-        }
 % elif MODE == "forward":
         for (int i = 0; i < ${A_PER}; i++) {
             const int m = m0 + tid / ${TK} + i * ${WG // TK};
@@ -278,6 +260,7 @@
         }
 % else:
         // the reduction index (b, oh, ow) is shared by this work-item's A and B loads
+        // (TAPS: the work-group's tap (tap_n, r_n, s_n) by all of its columns)
         const int kk = ${k0} + tid % ${TK};
         const bool k_ok = kk < k_end;
         const int bk = kk / OUT_HW, pk = kk - bk * OUT_HW;
@@ -286,6 +269,15 @@
             const int m = m0 + tid / ${TK} + i * ${WG // TK};
             a_ld[i] = (m < GEMM_M && k_ok) ? RAW_${A_T}(a, (bk * OUT_C + g * KG + m) * OUT_HW + pk) : (REG_${A_T})0;
         }
+% if TAPS:
+        const int ih = ohk * SH - PH + r_n * DH, iw = owk * SW - PW + s_n * DW;
+        const bool ok = k_ok && (uint)ih < (uint)IN_H && (uint)iw < (uint)IN_W;
+        const int at = ((bk * IN_C + g * CG) * IN_H + ih) * IN_W + iw;
+        for (int i = 0; i < ${B_PER}; i++) {
+            const int c = c0_n + tid / ${TK} + i * ${WG // TK};
+            b_ld[i] = ok && c < CG ? RAW_${B_T}(b, at + c * IN_HW) : (REG_${B_T})0;
+        }
+% else:
         for (int i = 0; i < ${B_PER}; i++) {
             const int n = n0 + tid / ${TK} + i * ${WG // TK};
             const int c = n / KHW, rs = n - c * KHW;
@@ -294,6 +286,7 @@
             const bool ok = k_ok && n < GEMM_N && ih >= 0 && ih < IN_H && iw >= 0 && iw < IN_W;
             b_ld[i] = ok ? RAW_${B_T}(b, ((bk * IN_C + g * CG + c) * IN_H + ih) * IN_W + iw) : (REG_${B_T})0;
         }
+% endif
 % endif
     }
 </%def>
