@@ -29,9 +29,12 @@
 ## (TN / WARPS_N) block of fragments. Rows pad by 8 values, so a warp's fragment reads
 ## are conflict-free: TF32 lanes t read rows t and t + 4, 8 words apart in banks; 16-bit
 ## fragments come through ldmatrix .trans (mma.h), whose 8 rows of 16 bytes each lie 4
-## words apart.
+## words apart (tiles stored as rows of K instead, without .trans, where the loads run
+## along K: A_ROWS, B_ROWS). Forward and backward-data write their outputs through local
+## memory (STAGED), in the bytes the tiles used.
 ## TAPS (16-bit products): the reduction runs tap by tap, channels within a tap, each
-## tap's channels padded to a whole number of tiles (CP for x's, KP for dy's). A tile's
+## tap's channels padded to a whole number of tiles (CP for x's, KP for dy's; backward-
+## data per stride phase: the phase's taps). A tile's
 ## tap is then fixed: each work-item finds its gather's row, column and bounds once a tile
 ## and adds one channel stride per value, where the (c, r, s) order pays divisions and
 ## bound checks per value. The weights come from a copy in that order (conv_weights_by_tap:
