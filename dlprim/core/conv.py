@@ -94,8 +94,8 @@ def choose_algorithm(ctx, geom, direction="forward", precision="fp32"):
     """
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
-    if ctx.facts.is_gpu and conv_gemm.tap_major_on_tensor_cores(ctx, geom, direction, precision) \
-            and tuning.taps_beat_winograd(direction, geom.in_c, geom.out_c, geom.out_h * geom.out_w):
+    if conv_gemm.tap_major_on_tensor_cores(ctx, geom, direction, precision) and \
+            tuning.taps_beat_winograd(direction, geom.in_c, geom.out_c, geom.out_h * geom.out_w):
         return "gemm"
     if algorithm_applies(geom, "winograd", direction) and \
             tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c,

@@ -12,6 +12,7 @@ import numpy as np
 from ..dtypes import cl_type
 from ..kernels import program
 from ..tensor import Tensor, ws_view
+from .copy import StridedCopy, fill_launches
 from .conv_geometry import ConvGeometry, geometry_args, scalar
 from . import tuning, tuning_launch
 from .gemm import _SELF_TEST_TOLERANCE, MMA_KINDS, MMA_TYPES, Gemm, memo_probe, tensor_cores
@@ -63,6 +64,7 @@ class ConvGemm:
         self.merged = self.phased and self.baked is not None
         self.taps = self._taps()
         self.tile_k = self._tile_k()
+        self.weights_copy = self._weights_copy()
         self.share = self._share()
         # the activations' storage (x, y, dy, dx); weights and their gradient are float
         self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
@@ -221,17 +223,26 @@ class ConvGemm:
         splits = self.split_plan(batch)[0]
         return 0 if splits == 1 else 4 * splits * self.out_size(batch)
 
-    def _weights_copy_size(self):
-        """Values of the tap-major weights' copy (forward, backward-data with TAPS)."""
+    def _weights_copy(self):
+        """Tap-major forward and backward-data read the weights as a 16-bit copy in their
+        order, [OUT_C][KH KW][CP] with each tap's CG channels padded to CP (zeros): the
+        StridedCopy that converts and reorders them, or None."""
         if not self.taps or self.mode == "backward_filter":
-            return 0
+            return None
         g = self.geom
-        return g.out_c * g.kh * g.kw * round_up(g.in_c // g.groups, self.tile_k)
+        khw, cg = g.kh * g.kw, g.in_c // g.groups
+        self.weights_cp = round_up(cg, self.tile_k)
+        # every value, the last tap's padding too (past the copy's own extent)
+        self.weights_copy_size = g.out_c * khw * self.weights_cp
+        return StridedCopy(self.ctx, (g.out_c, khw, cg), (cg * khw, 1, khw),
+                           (khw * self.weights_cp, self.weights_cp, 1), np.float32,
+                           "float16" if self.mma == "f16" else "bfloat16")
 
     def workspace_bytes(self, batch):
-        copy = self._weights_copy_size()
         partials = self._partials_bytes(batch)
-        return round_up(partials, 256) + 2 * copy if copy else partials
+        if self.weights_copy is None:
+            return partials
+        return round_up(partials, 256) + 2 * self.weights_copy_size
 
     def launches(self, batch, a, b, out, bias=None, beta=0.0, ws=None):
         """Every launch of this direction: the GEMM (one launch, or one per stride phase
@@ -241,14 +252,13 @@ class ConvGemm:
         splits, k_per_split = self.split_plan(batch)
         size = self.out_size(batch)
         copies = []
-        if self._weights_copy_size():
-            count = self._weights_copy_size()
-            w = ws_view(ws, round_up(self._partials_bytes(batch), 256), count, "float16")
-            wg = tuning_launch.CONV_REDUCE_WG
-            copies.append(program.Launch(self.program(batch), "conv_weights_by_tap",
-                                         (round_up(count, wg),),
-                                         tuning_launch.gpu_local(self.ctx.facts, (wg,)),
-                                         self.geom_args + [a, w]))
+        if self.weights_copy is not None:
+            copy = self.weights_copy
+            w = ws_view(ws, round_up(self._partials_bytes(batch), 256), self.weights_copy_size,
+                        copy.dst_dtype)
+            if self.weights_cp > self.geom.in_c // self.geom.groups:
+                copies += fill_launches(self.ctx, w, 0.0)  # the taps' padding
+            copies += copy.launches(a, w)
             a = w
         dst = out if splits == 1 else ws_view(ws, 0, splits * size)
         kw = dict(splits=splits, k_per_split=k_per_split,

@@ -37,8 +37,8 @@
 ## data per stride phase: the phase's taps). A tile's
 ## tap is then fixed: each work-item finds its gather's row, column and bounds once a tile
 ## and adds one channel stride per value, where the (c, r, s) order pays divisions and
-## bound checks per value. The weights come from a copy in that order (conv_weights_by_tap:
-## [OUT_C][KHW][CP], 16-bit, zeros past CG), read 8 values at a time; backward-filter
+## bound checks per value. The weights come from a copy in that order (ConvGemm's
+## weights_copy: [OUT_C][KHW][CP], 16-bit, zeros past CG), read 8 values at a time; backward-filter
 ## orders its columns (tap, c) with CG padded to TN (CPN) and writes dW in its own order.
 <%
     WG_M = TM // WM
@@ -421,9 +421,6 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     b += b_offset;
     out += out_offset + split * split_stride;
 
-% if TAPS and MODE == "backward_data":
-    a += g * KG * KHW * CP;                       // the copy's rows of this group
-% endif
 % if MODE == "forward":
     a += g * KG * GEMM_K;                         // W rows of this group: [KG][CG*KHW]
     // this work-item always loads B column n0 + tid % TN: decompose it once
@@ -434,9 +431,7 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     const int ih0 = ohn * SH - PH, iw0 = own * SW - PW;
     const int x_base = (bn * IN_C + g * CG) * IN_HW;
 % elif MODE == "backward_data" and PHASES:
-% if not TAPS:
-    a += g * KG * CG * KHW;
-% endif
+    a += g * KG * ${"KHW * CP" if TAPS else "CG * KHW"};      // this group's weights (or their copy)
     const int n_ld = n0 + tid % ${TN};
     const bool n_ok = n_ld < GEMM_N;
     const int bn = n_ld / (ihp * iwp), pn = n_ld - bn * (ihp * iwp);
@@ -444,9 +439,7 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     const int oh0 = ihn + qh, ow0 = iwn + qw;
     const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
 % elif MODE == "backward_data":
-% if not TAPS:
-    a += g * KG * CG * KHW;                       // W[k][c][r][s] of this group
-% endif
+    a += g * KG * ${"KHW * CP" if TAPS else "CG * KHW"};      // this group's W[k][c][r][s] (or their copy)
     const int n_ld = n0 + tid % ${TN};
     const bool n_ok = n_ld < GEMM_N;
     const int bn = n_ld / IN_HW, pn = n_ld - bn * IN_HW;
@@ -685,23 +678,3 @@ __kernel void conv_split_reduce(int n, int splits, int plane, int channels,
 % endif
     ST_${O_T}(out, i, ${"ACT_" + ACTIVATION}(v));
 }
-% if A_COPY:
-
-// the weights in the tap-major order (TAPS): out[o][tap][c] = w[o][c][tap] as the
-// products' 16-bit values, zeros for c >= CG (each tap's channels padded to CP)
-__kernel void conv_weights_by_tap(${geom_params}__global const float *w, ulong w_offset,
-                                  __global ushort *out, ulong out_offset)
-{
-    const int i = get_global_id(0);
-    if (i >= OUT_C * KHW * CP)
-        return;
-    const int o = i / (KHW * CP), rest = i - o * (KHW * CP);
-    const int tap = rest / CP, c = rest - tap * CP;
-    const float v = c < CG ? w[w_offset + (o * CG + c) * KHW + tap] : 0.0f;
-% if MMA == "f16":
-    vstore_half_rte(v, out_offset + i, (__global half *)out);
-% else:
-    out[out_offset + i] = bfloat16_bits(v);
-% endif
-}
-% endif
