@@ -6,8 +6,8 @@ tensors).
     dlprim-benchmark conv [--device gpu] [--batches 16 64] [--repeat 5] [--out DIR]
                           [--precision fp16]
 
-Shapes: the distinct convolutions of ResNet-50 (v1.5), VGG-16 and MobileNet-V2 on
-224x224 inputs. For each shape and batch: GFLOP/s of forward, backward-data and
+Shapes: the distinct convolutions of ResNet-50 (v1.5), VGG-16, MobileNet-V2 and AlexNet
+on 224x224 inputs. For each shape and batch: GFLOP/s of forward, backward-data and
 backward-filter for every algorithm that applies (gemm, winograd, depthwise), and of
 ``torch.nn.functional.conv2d`` / ``aten.convolution_backward`` in the same process.
 Times are medians over ``--repeat`` runs after a warm-up: OpenCL profiling events (first
@@ -70,7 +70,15 @@ def net_shapes():
             out.append(("mobilenet_v2", hidden, c, 1, 1, hw, 1))
             cin = c
     out.append(("mobilenet_v2", cin, 1280, 1, 1, hw, 1))
+    # AlexNet (DLPrimitives' benchmark net: 64-192-384-256-256)
+    for cin, cout, k, s, hw in ((3, 64, 11, 4, 224), (64, 192, 5, 1, 27), (192, 384, 3, 1, 13),
+                                (384, 256, 3, 1, 13), (256, 256, 3, 1, 13)):
+        out.append(("alexnet", cin, cout, k, s, hw, 1))
     return out
+
+
+# the padding of the layers whose padding is not k // 2: AlexNet's first
+PADDING = {(3, 64, 11, 4, 224, 1): 2}
 
 
 def distinct_shapes():
@@ -83,7 +91,7 @@ def distinct_shapes():
 
 def geometry(key):
     cin, cout, k, s, hw, g = key
-    p = k // 2
+    p = PADDING.get(key, k // 2)
     return ConvGeometry(cin, cout, (hw, hw), (k, k), (s, s), (p, p, p, p), (1, 1), g)
 
 

@@ -3,13 +3,15 @@
 ``--precision fp16`` its FP16 tensor-core kernel on half operands and C beside
 torch.matmul on half tensors).
 
-    dlprim-benchmark gemm [--device gpu] [--repeat 20] [--sweep] [--transformer] [--ptx DIR]
+    dlprim-benchmark gemm [--device gpu] [--repeat 20] [--sweep] [--transformer | --classifier]
+                          [--ptx DIR]
 
 Shapes: square 1024..8192 and every distinct convolution of ResNet-50 at batch 64
 (224x224 input) as conv-by-GEMM: M = out channels, N = batch*Ho*Wo, K = in_ch*kh*kw;
 then its final fully connected layer's shapes (few tiles, long K: split-K).
 ``--transformer``: a ViT-B encoder layer's GEMMs instead (forward, data and weight
-gradients of its four Linears at batch 64, with their transposes).
+gradients of its four Linears at batch 64, with their transposes); ``--classifier``:
+AlexNet's three fully connected layers alike at batch 16 and 64.
 Times are medians of OpenCL profiling events (CUDA events for torch) after a warm-up.
 ``--sweep`` also times every tuner candidate tile at 4096³.
 """
@@ -54,18 +56,30 @@ def resnet50_convs(batch=64, size=224):
     return [(m, n, k, name) for (m, n, k), name in shapes.items()]
 
 
-def transformer_gemms(batch=64, tokens=197, width=768, mlp=3072):
-    """(M, N, K, trans_a, trans_b, name) of a ViT-B encoder layer's GEMMs (vit_b_16 at
-    ``batch``): each Linear's forward (X Wᵀ), data gradient (G W) and weight gradient
-    (Gᵀ X), as InnerProduct runs them."""
-    t = batch * tokens
+def linear_gemms(rows, layers):
+    """(M, N, K, trans_a, trans_b, name) of Linears (``layers``: (name, inputs, outputs))
+    over ``rows`` rows: each one's forward (X Wᵀ), data gradient (G W) and weight
+    gradient (Gᵀ X), as InnerProduct runs them."""
     out = []
-    for name, n_in, n_out in (("qkv", width, 3 * width), ("out_proj", width, width),
-                              ("fc1", width, mlp), ("fc2", mlp, width)):
-        out += [(t, n_out, n_in, False, True, name + " forward"),
-                (t, n_in, n_out, False, False, name + " data grad"),
-                (n_out, n_in, t, True, False, name + " weight grad")]
+    for name, n_in, n_out in layers:
+        out += [(rows, n_out, n_in, False, True, name + " forward"),
+                (rows, n_in, n_out, False, False, name + " data grad"),
+                (n_out, n_in, rows, True, False, name + " weight grad")]
     return out
+
+
+def transformer_gemms(batch=64, tokens=197, width=768, mlp=3072):
+    """A ViT-B encoder layer's GEMMs (vit_b_16 at ``batch``), as ``linear_gemms``."""
+    return linear_gemms(batch * tokens, (("qkv", width, 3 * width), ("out_proj", width, width),
+                                         ("fc1", width, mlp), ("fc2", mlp, width)))
+
+
+def classifier_gemms(batches=(16, 64)):
+    """AlexNet's classifier (9216 -> 4096 -> 4096 -> 1000) at each batch, as
+    ``linear_gemms``: few rows, long K, weights far larger than the activations."""
+    return [(m, n, k, ta, tb, "b%d %s" % (b, name)) for b in batches
+            for m, n, k, ta, tb, name in linear_gemms(b, (("fc6", 9216, 4096), ("fc7", 4096, 4096),
+                                                          ("fc8", 4096, 1000)))]
 
 
 def time_dlprim(ctx, op, A, B, C, repeat):
@@ -125,6 +139,8 @@ def main(argv=None):
                         help="time split-K 1..16 on shapes with few tiles or long K")
     parser.add_argument("--transformer", action="store_true",
                         help="time a ViT-B encoder layer's GEMMs (vit_b_16, batch 64) instead")
+    parser.add_argument("--classifier", action="store_true",
+                        help="time AlexNet's fully connected GEMMs (batch 16 and 64) instead")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16"],
                         help="tf32: dlprim on tensor cores, torch.matmul with TF32 on; fp16: "
                              "half operands and C on FP16 tensor cores, torch.matmul in half")
@@ -165,6 +181,8 @@ def main(argv=None):
            (2048, 64, 1000, False, False, "fc backward-data-like")]
     if args.transformer:
         shapes = transformer_gemms()
+    if args.classifier:
+        shapes = classifier_gemms()
     table = []
     for M, N, K, ta, tb, name in shapes:
         row = dict(run_shape(ctx, torch, M, N, K, args.repeat, trans_a=ta, trans_b=tb,

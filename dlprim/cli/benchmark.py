@@ -65,8 +65,10 @@ def run_net(ctx, graph, train=False, warmup=5, iters=20, profile=False, seed=0,
     host_out = np.empty(out.shape, out.dtype)
 
     def iteration():
+        # a blocking copy, as PyTorch's ``x.cuda()``: from pageable memory it is also the
+        # faster one on NVIDIA's driver (38.5 MB: 2.6 ms, 3.3 ms without waiting; H200)
         for name, a in arrays.items():
-            net.tensor(name).to_device(a, wait=False)
+            net.tensor(name).to_device(a)
         if train:
             solver.zero_grad()
         net.forward()

@@ -9,10 +9,10 @@ or forced for testing:
   leave the GPU idle (split-K, the partial products summed by a second kernel; ``splits``
   forces the count for testing). 1x1, stride-1, pad-0, ungrouped layers
   run as a plain batched GEMM (``core/gemm.py``) where that module exists.
-- ``"winograd"``: F(4x4, 3x3) for 3x3 stride-1 undilated ungrouped layers
-  (``core/conv_winograd.py``), all three directions; F(2x2, 3x3) for tiny outputs, and
-  where F(4x4)'s larger rounding errors buy no speed (few channels, small problems:
-  ``tuning.winograd_tile``).
+- ``"winograd"``: F(4x4, 3x3) and F(4x4, 5x5) for 3x3 and 5x5 stride-1 undilated
+  ungrouped layers (``core/conv_winograd.py``), all three directions; F(2x2) for tiny
+  outputs, and where F(4x4)'s larger rounding errors buy no speed (few channels, small
+  problems: ``tuning.winograd_tile``).
 - ``"depthwise"``: direct kernels when every group has one input channel
   (``core/conv_depthwise.py``).
 - ``"direct"``: CPUs' kernels for ungrouped layers of few output channels: forward,
@@ -33,7 +33,8 @@ import logging
 import numpy as np
 
 from ..dtypes import HALF_TYPES, as_dtype
-from . import conv_depthwise, conv_direct, conv_gemm, conv_im2col, conv_winograd, tuning
+from . import (conv_depthwise, conv_direct, conv_gemm, conv_im2col, conv_winograd, tuning,
+               winograd_transforms)
 from .activation import FUSABLE
 from .conv_geometry import ConvGeometry
 from .precision import check_precision
@@ -44,7 +45,7 @@ __all__ = ["ConvGeometry", "ConvForward", "ConvBackwardData", "ConvBackwardFilte
 log = logging.getLogger(__name__)
 
 # "winograd" picks its tile (tuning.winograd_tile); "winograd2" and "winograd4" force
-# F(2x2,3x3) / F(4x4,3x3)
+# F(2x2) / F(4x4)
 ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise", "direct",
               "im2col")
 # the algorithms whose kernels store 16-bit float activations (any other runs im2col or gemm
@@ -72,8 +73,8 @@ def algorithm_applies(geom, algo, direction="forward"):
     if algo == "gemm":
         return True
     if algo.startswith("winograd") and algo in ALGORITHMS:
-        return (geom.kh == geom.kw == 3 and geom.sh == geom.sw == 1 and geom.dh == geom.dw == 1
-                and geom.groups == 1)
+        return (geom.kh == geom.kw and geom.kh in winograd_transforms.KERNELS
+                and geom.sh == geom.sw == 1 and geom.dh == geom.dw == 1 and geom.groups == 1)
     if algo == "depthwise":
         return geom.groups > 1 and geom.in_c == geom.groups
     if algo == "direct":  # backward-data as the flipped forward: stride 1 only
@@ -99,7 +100,7 @@ def choose_algorithm(ctx, geom, direction="forward", precision="fp32"):
         return "gemm"
     if algorithm_applies(geom, "winograd", direction) and \
             tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c,
-                                   geom.out_h * geom.out_w):
+                                   geom.out_h * geom.out_w, geom.kh):
         return "winograd"
     if algorithm_applies(geom, "direct", direction) and \
             tuning.prefer_direct(ctx.facts, direction, geom.in_c, geom.out_c):

@@ -1,21 +1,23 @@
-"""Winograd F(MxM, 3x3) convolution (M = 4 or 2) for 3x3, stride-1, undilated, ungrouped
-layers. F(4x4, 3x3) does 36 products per 16 outputs where direct convolution does 144
-(F(2x2, 3x3): 16 per 4, against 36); M = 2 serves outputs smaller than 4x4, and layers
-where F(4x4)'s larger rounding errors buy no speed (``tuning.winograd_tile``).
+"""Winograd F(MxM, RxR) convolution (M = 4 or 2) for 3x3 and 5x5 (R), stride-1,
+undilated, ungrouped layers. F(4x4, 3x3) does 36 products per 16 outputs where direct
+convolution does 144 (F(2x2, 3x3): 16 per 4, against 36); F(4x4, 5x5) 64 per 16 against
+400 (F(2x2, 5x5): 36 per 4, against 100). M = 2 serves outputs smaller than 4x4, and
+layers where F(4x4)'s larger rounding errors buy no speed (``tuning.winograd_tile``). The
+transforms' matrices come from ``core/winograd_transforms.py``.
 
-Forward: filter transform, input transform, (M+2)^2 GEMMs (``core/gemm.py``, batched over
+Forward: filter transform, input transform, (M+R-1)^2 GEMMs (``core/gemm.py``, batched over
 the transform element), output transform. The filter transform is a launch of its own at
 the start of every pass, so it runs once per forward (once per weight update in
 training) and never reads stale weights after a load.
 
 Backward-data is the same algorithm on the transposed problem: dx is the correlation of dy
 with the filter rotated by 180 degrees and with input/output channels swapped, padded by
-``2 - pad`` (``winograd_filter`` with ``flip``).
-All transforms are written out at render time from the matrices in ``kernels/conv_winograd.cl``.
+``R - 1 - pad`` (``winograd_filter`` with ``flip``).
+``kernels/conv_winograd.cl`` writes every transform out at render time.
 
-Backward-filter transforms x (as forward) and dy (``winograd_dy``), sums the (M+2)^2
+Backward-filter transforms x (as forward) and dy (``winograd_dy``), sums the (M+R-1)^2
 products over batch and tiles with the batched Gemm (or, forced, the implicit-GEMM
-filter-gradient kernel with split-K), and maps the result back to 3x3
+filter-gradient kernel with split-K), and maps the result back to RxR
 (``winograd_filter_grad``).
 
 Precision (``gemm_precision``): with any ``precision`` but "fp32", F(2x2)'s batched
@@ -24,7 +26,8 @@ transformed tiles are float32 in the workspace, and the transforms scale values 
 what half's range is sure to hold. F(4x4)'s stay float32: its transforms amplify the
 operands' rounding about 20-fold, which puts TF32's 2^-11 at 1% of the output's
 magnitude (0.52-1.02% measured against float64), where F(2x2)'s stays at 0.06%
-(``tests/test_conv_tensor_cores.py``).
+(``tests/test_conv_tensor_cores.py``). F(2x2, 5x5) has F(4x4, 3x3)'s 6-wide tile and
+points, so its GEMMs stay float32 too.
 """
 import numpy as np
 
@@ -35,35 +38,38 @@ from .conv_geometry import ConvGeometry
 from .conv_gemm import BackwardFilter as GemmBackwardFilter
 from . import tuning, tuning_launch
 from .gemm import Gemm
+from .winograd_transforms import TILES
 from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile",
            "gemm_precision"]
 
 
-def gemm_precision(precision, tile):
-    """The batched GEMMs' precision for a convolution's at F(tile x tile): "tf32" for
-    any but "fp32" at tile 2, else "fp32" (see the module's note)."""
-    return "tf32" if precision != "fp32" and tile == 2 else "fp32"
+def gemm_precision(precision, tile, kernel=3):
+    """The batched GEMMs' precision for a convolution's at F(tile x tile, kernel x kernel):
+    "tf32" for any but "fp32" at F(2x2, 3x3), else "fp32" (see the module's note)."""
+    return "tf32" if precision != "fp32" and tile == 2 and kernel == 3 else "fp32"
 
 def choose_tile(ctx, in_c, out_c, out_hw, batch, tile=None, filter_pass=False,
-                precision="fp32"):
-    """M of F(MxM, 3x3): ``tile`` when forced, else ``tuning.winograd_tile`` (4 unless the
-    output is tiny, the channels few or the problem small: F(2x2) rounds less; or wide
-    layers where F(2x2)'s GEMMs of ``precision`` run on the device's tensor cores)."""
+                precision="fp32", kernel=3):
+    """M of F(MxM, RxR), R = ``kernel``: ``tile`` when forced, else
+    ``tuning.winograd_tile`` (4 unless the output is tiny, the channels few or the
+    problem small: F(2x2) rounds less; or wide layers where F(2x2)'s GEMMs of
+    ``precision`` run on the device's tensor cores)."""
     if tile is not None:
-        if tile not in (2, 4):
+        if tile not in TILES:
             raise ValueError("Winograd tile must be 2 or 4, got %r" % (tile,))
         return tile
-    tensor_cores = Gemm.on_tensor_cores(ctx, gemm_precision(precision, 2))
-    return tuning.winograd_tile(in_c, out_c, out_hw, batch, filter_pass, tensor_cores)
+    tensor_cores = Gemm.on_tensor_cores(ctx, gemm_precision(precision, 2, kernel))
+    return tuning.winograd_tile(in_c, out_c, out_hw, batch, filter_pass, tensor_cores, kernel)
 
 
 class _Tiles:
-    """MxM output tiles over an out_h x out_w plane, and the launch helpers."""
+    """MxM output tiles over an out_h x out_w plane for an RxR filter, and the launch
+    helpers."""
 
-    def __init__(self, ctx, out_hw, m):
-        self.ctx, self.m, self.elems = ctx, m, (m + 2) ** 2
+    def __init__(self, ctx, out_hw, m, r):
+        self.ctx, self.m, self.r, self.elems = ctx, m, r, (m + r - 1) ** 2
         self.out_h, self.out_w = out_hw
         self.tiles_w = ceil_div(self.out_w, m)
         self.tiles = ceil_div(self.out_h, m) * self.tiles_w
@@ -90,20 +96,21 @@ class _Tiles:
 
 
 class WinogradPlan:
-    """``y (out_c, out_hw) = act(correlate3x3(x (in_c, in_hw), w) + bias) + beta*y``."""
+    """``y (out_c, out_hw) = act(correlate(x (in_c, in_hw), w (kernel x kernel)) + bias)
+    + beta*y``."""
 
     def __init__(self, ctx, in_c, out_c, in_hw, out_hw, pad_hw, flip, bias, activation, batch,
-                 tile, dtype="float32", precision="fp32"):
+                 tile, dtype="float32", precision="fp32", kernel=3):
         self.ctx = ctx
         self.in_c, self.out_c, self.flip, self.bias = in_c, out_c, flip, bias
         self.in_h, self.in_w = in_hw
         self.pad_h, self.pad_w = pad_hw
         self.t = _Tiles(ctx, out_hw, choose_tile(ctx, in_c, out_c, out_hw, batch, tile,
-                                                 precision=precision))
-        self.precision = gemm_precision(precision, self.t.m)
+                                                 precision=precision, kernel=kernel), kernel)
+        self.precision = gemm_precision(precision, self.t.m, kernel)
         self.program = program.get(ctx, "conv_winograd", ACTIVATION=activation, BIAS=bool(bias),
                                    CPU=ctx.facts.is_cpu, ACT_T=cl_type(dtype),
-                                   TILE=self.t.m)
+                                   TILE=self.t.m, KERNEL=kernel)
         self.gemms = {}
         self.gemm(batch)
 
@@ -146,7 +153,7 @@ class Forward:
                  dtype="float32", precision="fp32"):
         self.plan = WinogradPlan(ctx, geom.in_c, geom.out_c, (geom.in_h, geom.in_w),
                                  (geom.out_h, geom.out_w), geom.pad[:2], False, bias,
-                                 activation, batch, tile, dtype, precision)
+                                 activation, batch, tile, dtype, precision, geom.kh)
 
     def workspace_bytes(self, batch):
         return self.plan.workspace_bytes(batch)
@@ -158,9 +165,10 @@ class Forward:
 class BackwardData:
     def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, tile=None,
                  dtype="float32", precision="fp32"):
+        r = geom.kh
         self.plan = WinogradPlan(ctx, geom.out_c, geom.in_c, (geom.out_h, geom.out_w),
-                                 (geom.in_h, geom.in_w), (2 - geom.pad[0], 2 - geom.pad[1]),
-                                 True, bias, activation, batch, tile, dtype, precision)
+                                 (geom.in_h, geom.in_w), (r - 1 - geom.pad[0], r - 1 - geom.pad[1]),
+                                 True, bias, activation, batch, tile, dtype, precision, r)
 
     def workspace_bytes(self, batch):
         return self.plan.workspace_bytes(batch)
@@ -177,11 +185,12 @@ class BackwardFilter:
         self.ctx, self.geom, self.splits = ctx, geom, splits
         out_hw = (geom.out_h, geom.out_w)
         self.t = _Tiles(ctx, out_hw, choose_tile(ctx, geom.in_c, geom.out_c, out_hw, batch, tile,
-                                                 filter_pass=True, precision=precision))
-        self.precision = gemm_precision(precision, self.t.m)
+                                                 filter_pass=True, precision=precision,
+                                                 kernel=geom.kh), geom.kh)
+        self.precision = gemm_precision(precision, self.t.m, geom.kh)
         self.program = program.get(ctx, "conv_winograd", ACTIVATION="identity", BIAS=False,
                                    CPU=ctx.facts.is_cpu, ACT_T=cl_type(dtype),
-                                   TILE=self.t.m)
+                                   TILE=self.t.m, KERNEL=geom.kh)
         self.sums = {}
         self.sum_op(batch)
 

@@ -466,6 +466,11 @@ def candidates(facts, kernel="gemm"):
 WINOGRAD_FILTER_SUM = "auto"  # "gemm", "split" or "auto" (gemm unless a split is forced)
 WINOGRAD_MIN_CHANNELS = 64
 CPU_WINOGRAD_MIN_PIXELS = 28 * 28
+# 5x5 layers: F(4x4, 5x5)'s 6.25x fewer products win by far more (PoCL, 2 cores, batch 4,
+# ms im2col / F(4x4, 5x5), forward, backward-data, backward-filter: 64->192 at 27x27
+# 98.9 / 30.3, 110.6 / 28.8, 93.7 / 23.5; 64->64 at 56x56 148.9 / 39.8, 157.3 / 41.5,
+# 153.4 / 39.2), down to AlexNet's 27x27, the smallest measured
+CPU_WINOGRAD_K5_MIN_PIXELS = 27 * 27
 
 # Winograd's tile. F(4x4,3x3) does 4x fewer products than direct convolution, F(2x2,3x3)
 # 2.25x, but F(4x4) rounds worse: its float32 sums over the input channels in the
@@ -503,13 +508,15 @@ WINOGRAD_TC_F2_MIN_CHANNELS = 256
 WINOGRAD_TC_F2_FILTER_MIN_CHANNELS = 128
 
 
-def winograd_tile(in_c, out_c, out_hw, batch, filter_pass=False, tensor_cores=False):
-    """M of Winograd F(MxM, 3x3) for a pass over ``out_hw`` output planes of ``batch``
-    images: 4 (fewest products) unless the output is under 4x4, both channel counts are
-    under WINOGRAD_MIN_CHANNELS or the problem is under WINOGRAD_F4_MIN_PIXELS
-    (WINOGRAD_F4_FILTER_MIN_PIXELS for the filter gradient), where F(2x2)'s smaller
-    rounding errors cost nothing, or (``tensor_cores``: F(2x2) would multiply on them)
-    the layer is wide enough for F(2x2)'s tensor-core GEMMs to win (above)."""
+def winograd_tile(in_c, out_c, out_hw, batch, filter_pass=False, tensor_cores=False,
+                  kernel=3):
+    """M of Winograd F(MxM, RxR), R = ``kernel``, for a pass over ``out_hw`` output
+    planes of ``batch`` images: 4 (fewest products) unless the output is under 4x4, both
+    channel counts are under WINOGRAD_MIN_CHANNELS or the problem is under
+    WINOGRAD_F4_MIN_PIXELS (WINOGRAD_F4_FILTER_MIN_PIXELS for the filter gradient), where
+    F(2x2)'s smaller rounding errors cost nothing, or (``tensor_cores``: F(2x2) would
+    multiply on them) the layer is wide enough for F(2x2)'s tensor-core GEMMs to win
+    (above)."""
     if min(out_hw) < 4 or max(in_c, out_c) < WINOGRAD_MIN_CHANNELS:
         return 2
     wide = WINOGRAD_TC_F2_FILTER_MIN_CHANNELS if filter_pass else WINOGRAD_TC_F2_MIN_CHANNELS
@@ -549,7 +556,7 @@ def prefer_direct(facts, direction, in_c, out_c):
     return facts.is_cpu and few < CPU_DIRECT_MAX_CHANNELS
 
 
-def prefer_winograd(facts, direction, in_c, out_c, pixels=0):
+def prefer_winograd(facts, direction, in_c, out_c, pixels=0, kernel=3):
     """Whether Winograd beats the implicit GEMM for a layer it can serve: on GPUs, once
     the channels its GEMMs sum over (in_c forward, out_c backward-data) and the other
     side are at least WINOGRAD_MIN_CHANNELS -- with 3 input channels the implicit GEMM wins
@@ -557,10 +564,12 @@ def prefer_winograd(facts, direction, in_c, out_c, pixels=0):
     choice is im2col, with WINOGRAD_MIN_CHANNELS on both sides and at least
     CPU_WINOGRAD_MIN_PIXELS output pixels (``pixels``): at 28x28 and above its 4x fewer
     products win by 25-40% in every direction, at 14x14 and below the transforms and the
-    smaller GEMMs lose (PoCL, 2 cores, batch 4)."""
+    smaller GEMMs lose (PoCL, 2 cores, batch 4); for 5x5 layers (``kernel``) at least
+    CPU_WINOGRAD_K5_MIN_PIXELS."""
     if facts.is_cpu:
+        least = CPU_WINOGRAD_K5_MIN_PIXELS if kernel == 5 else CPU_WINOGRAD_MIN_PIXELS
         return (in_c >= WINOGRAD_MIN_CHANNELS and out_c >= WINOGRAD_MIN_CHANNELS
-                and pixels >= CPU_WINOGRAD_MIN_PIXELS)
+                and pixels >= least)
     if not facts.is_gpu:
         return False
     if direction == "backward_data":

@@ -13,6 +13,8 @@ __all__ = ["split_k", "split_parts", "depthwise_chunks", "reduce_chunks", "reduc
 # ----- split models
 SPLIT_GROUPS_PER_CU = 4  # what a split reduction aims at (conv and depthwise filters, reduce)
 GEMM_CU_THREADS = 2048  # resident threads per compute unit (H100) in the GEMM split model
+GEMM_FEW_THREADS = 0.1  # below this share of them filled, the GEMM splits K into many parts
+GEMM_MAX_PARTS = 16
 CONV_MIN_CHUNK = 512  # shortest slice of a convolution reduction one work-group sums
 WINOGRAD_SUM_MIN_CHUNK = 128  # Winograd's filter sum over batch*tiles is short: finer
 # CPUs split the implicit GEMM's filter-gradient reduction for precision: a work-item
@@ -35,10 +37,13 @@ def split_parts(facts, kind, k, work_groups, threads, flops=0.0, out_bytes=0.0,
     """Into how many parts a GEMM reduction of length ``k`` is cut when its output gives
     ``work_groups`` work-groups of ``threads``; 1 off GPUs. ``kind``:
 
-    - 'gemm' (core/gemm.py; H100): under 3% of the GPU's threads filled, enough parts for
-      ~25% (64x1000x2048: 2.0 -> 11.9 TFLOP/s with 16 parts); under 20%, two parts
-      (256x12544x2304: 32.7 -> 40.3; more lost to the extra pass and partial waves);
-      past 20% splitting lost (2048x3136x512: 31.0 -> 27.5 with 2 parts).
+    - 'gemm' (core/gemm.py; H100, H200): under GEMM_FEW_THREADS of the GPU's threads
+      filled, enough parts for ~50%, at most GEMM_MAX_PARTS (64x1000x2048: 2.0 -> 11.9
+      TFLOP/s with 16 parts; AlexNet's classifier at batch 16, which reads its weights
+      once and is bound by how many loads are in flight: 16x4096x9216 232 -> 124 us,
+      16x4096x4096 110 -> 62 us with 16 parts instead of 2); under 20%, two parts
+      (256x12544x2304: 32.7 -> 40.3; more lost to the extra pass and partial waves); past
+      20% splitting lost (2048x3136x512: 31.0 -> 27.5 with 2 parts).
     - 'conv' (forward and backward-data of the implicit GEMM; H200): the count minimising
       a model of the time -- ``flops`` at a fixed rate slowed by the share of the GPU the
       work-groups leave idle (three 128-thread or two 256-thread work-groups fit per
@@ -57,8 +62,8 @@ def split_parts(facts, kind, k, work_groups, threads, flops=0.0, out_bytes=0.0,
         fill = threads * work_groups / (cus * float(GEMM_CU_THREADS))
         if work_groups == 0 or k < 256:
             return 1
-        if fill < 0.03:
-            return min(math.ceil(0.25 / fill), k // 128, 16)
+        if fill < GEMM_FEW_THREADS:
+            return min(math.ceil(0.5 / fill), k // 128, GEMM_MAX_PARTS)
         return 2 if fill < 0.2 and k >= 1024 else 1
     if kind == "conv_filter":
         want = ceil_div(SPLIT_GROUPS_PER_CU * cus, work_groups)

@@ -1,27 +1,17 @@
 <%include file="common.h"/>
-## Winograd F(MxM, 3x3), M = 2 or 4 (Lavin & Gray, "Fast Algorithms for Convolutional
-## Neural Networks", 2015): each MxM output tile is A^T [ (G g G^T) .* (B^T d B) ] A over
-## an (M+2)x(M+2) input tile d. The elementwise products summed over input channels are
-## (M+2)^2 GEMMs (a batched GEMM); these kernels do the transforms around them, spelled
-## out at render time from the matrices below (zeros dropped, +-1 without a multiply).
+## Winograd F(MxM, RxR), M = 2 or 4, R = 3 or 5 (Lavin & Gray, "Fast Algorithms for
+## Convolutional Neural Networks", 2015): each MxM output tile is A^T [ (G g G^T) .* (B^T d B) ] A
+## over an AxA input tile d, A = M + R - 1. The elementwise products summed over input
+## channels are A^2 GEMMs (a batched GEMM); these kernels do the transforms around them,
+## spelled out at render time from core/winograd_transforms.py's matrices (zeros dropped,
+## +-1 without a multiply).
 ## Layouts (T = tiles per image, BT = batch*T, column b*T + t, xi the transform element):
 ##   U[xi][out_c][in_c]   V[xi][in_c][BT]   M[xi][out_c][BT]
 ## Backward-filter (ibid., section 5): dM = A dY A^T per output tile,
 ## dU[xi] = dM[xi] V[xi]^T summed over tiles, dW = G^T dU G.
 ## ACT_T: the storage of x, y and dy (float, or half widened as it loads); U, V, M float.
 <%!
-    from fractions import Fraction as F
-    MATRICES = {
-        2: dict(BT=[[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
-                G=[[1, 0, 0], [F(1, 2), F(1, 2), F(1, 2)], [F(1, 2), F(-1, 2), F(1, 2)], [0, 0, 1]],
-                AT=[[1, 1, 1, 0], [0, 1, -1, -1]]),
-        4: dict(BT=[[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-                    [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
-                G=[[F(1, 4), 0, 0], [F(-1, 6), F(-1, 6), F(-1, 6)], [F(-1, 6), F(1, 6), F(-1, 6)],
-                   [F(1, 24), F(1, 12), F(1, 6)], [F(1, 24), F(-1, 12), F(1, 6)], [0, 0, 1]],
-                AT=[[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
-                    [0, 1, -1, 8, -8, 1]]),
-    }
+    from dlprim.core.winograd_transforms import matrices
 
     def lin(coefs, terms):
         """sum_j coefs[j] * terms[j] as a C expression."""
@@ -41,9 +31,9 @@
         return [row[j] for row in mat]
 %>
 <%
-    M = TILE
-    A = M + 2
-    mats = MATRICES[M]
+    M, R = TILE, KERNEL
+    A = M + R - 1
+    mats = matrices(M, R)
     BT, G, AT = mats["BT"], mats["G"], mats["AT"]
     act = "ACT_" + ACTIVATION
 %>
@@ -60,21 +50,21 @@ __kernel void winograd_filter(int out_c, int in_c, int flip,
     // weight index [k][c]: forward (k, c) = (o, i); flipped (k, c) = (i, o)
     const int k = flip ? i : o, c = flip ? o : i;
     const int cols = flip ? out_c : in_c;
-    __global const float *src = w + w_offset + (k * cols + c) * 9;
-    float g[3][3];
-    for (int r = 0; r < 3; r++)
-        for (int s = 0; s < 3; s++)
-            g[r][s] = flip ? src[(2 - r) * 3 + (2 - s)] : src[r * 3 + s];
+    __global const float *src = w + w_offset + (k * cols + c) * ${R * R};
+    float g[${R}][${R}];
+    for (int r = 0; r < ${R}; r++)
+        for (int s = 0; s < ${R}; s++)
+            g[r][s] = flip ? src[(${R - 1} - r) * ${R} + (${R - 1} - s)] : src[r * ${R} + s];
 % for a in range(A):
-%   for s in range(3):
-    const float t${a}_${s} = ${lin(G[a], ["g[%d][%d]" % (r, s) for r in range(3)])};
+%   for s in range(R):
+    const float t${a}_${s} = ${lin(G[a], ["g[%d][%d]" % (r, s) for r in range(R)])};
 %   endfor
 % endfor
     u += u_offset + o * in_c + i;
     const int xi_step = out_c * in_c;
 % for a in range(A):
 %   for b in range(A):
-    u[${a * A + b} * xi_step] = ${lin(G[b], ["t%d_%d" % (a, s) for s in range(3)])};
+    u[${a * A + b} * xi_step] = ${lin(G[b], ["t%d_%d" % (a, s) for s in range(R)])};
 %   endfor
 % endfor
 }
@@ -236,17 +226,17 @@ __kernel void winograd_filter_grad(int out_c, int in_c,
     float u[${A}][${A}];
     for (int i = 0; i < ${A * A}; i++)
         u[i / ${A}][i % ${A}] = src[i * xi_step];
-% for r in range(3):
+% for r in range(R):
 %   for j in range(A):
     const float t${r}_${j} = ${lin(col(G, r), ["u[%d][%d]" % (k, j) for k in range(A)])};
 %   endfor
 % endfor
-    __global float *dst = dw + dw_offset + (k * in_c + c) * 9;
+    __global float *dst = dw + dw_offset + (k * in_c + c) * ${R * R};
     float g;
-% for r in range(3):
-%   for s in range(3):
+% for r in range(R):
+%   for s in range(R):
     g = ${lin(col(G, s), ["t%d_%d" % (r, l) for l in range(A)])};
-    dst[${r * 3 + s}] = beta == 0.0f ? g : beta * dst[${r * 3 + s}] + g;
+    dst[${r * R + s}] = beta == 0.0f ? g : beta * dst[${r * R + s}] + g;
 %   endfor
 % endfor
 }
