@@ -143,7 +143,9 @@ CONV_CASES = {
     "winograd_asym": _case(1, 17, 8, (6, 10), 3, pad=[0, 2, 1, 0], bias=False, algo="winograd2"),
     "winograd_p0": _case(3, 6, 13, (8, 9), 3, activation="tanh", algo="winograd4"),
     "winograd_tiny_out": _case(3, 4, 5, (3, 6), 3, pad=1, activation="relu", algo="winograd"),
-    "winograd_k5_p2": _case(3, 5, 9, (9, 7), 5, pad=2, activation="relu", algo="winograd",
+    # "winograd" on 5x5 runs only where its automatic tile is F(4x4): 3 x 27x27 outputs, 64
+    # channels on one side (conv_winograd.automatic_tile_serves)
+    "winograd_k5_p2": _case(3, 4, 64, (27, 27), 5, pad=2, activation="relu", algo="winograd",
                             tol=4),
     "winograd4_k5_p2": _case(2, 6, 7, (11, 9), 5, pad=2, activation="tanh", algo="winograd4",
                              tol=4),
@@ -446,6 +448,22 @@ def test_winograd_filter_sum_on_batched_gemm(ctx, rng, monkeypatch):
     op(t[0], t[1], t[2], ws=Tensor(ctx, (op.workspace_bytes(2),), "uint8"), beta=1.0)
     _, dw = conv_backward_ref(x, np.zeros(geom.weight_shape), dy, (1, 1), (1, 0, 1, 2), (1, 1), 1)
     assert_close(t[2].numpy(), dw0 + dw, rtol=1e-4, atol=1e-4, what="winograd gemm-sum dw")
+
+
+def test_winograd_5x5_only_on_its_larger_tile(ctx):
+    """A 5x5 layer asked for "winograd" takes the implicit GEMM where the automatic tile
+    would be F(2x2, 5x5), which rounds as coarsely as F(4x4, 3x3) (DLPrimitives'
+    conv2d_win case: 98->128 at 4x4, batch 1); forcing the tile still runs it, and the
+    larger problem runs F(4x4, 5x5)."""
+    small = ConvGeometry(98, 128, (4, 4), (5, 5), pad=(2, 2, 2, 2))
+    for op in (ConvForward, ConvBackwardData, ConvBackwardFilter):
+        assert op(ctx, small, algo="winograd", batch=1).algo == "gemm"
+        assert op(ctx, small, algo="winograd2", batch=1).algo == "winograd2"
+    big = ConvGeometry(64, 192, (27, 27), (5, 5), pad=(2, 2, 2, 2))
+    for op in (ConvForward, ConvBackwardData, ConvBackwardFilter):
+        chosen = op(ctx, big, algo="winograd", batch=4)
+        tiles = chosen.impl.t if op is ConvBackwardFilter else chosen.impl.plan.t
+        assert chosen.algo == "winograd" and tiles.m == 4
 
 
 def test_algorithm_table():

@@ -84,14 +84,15 @@ def algorithm_applies(geom, algo, direction="forward"):
     raise ValueError("unknown convolution algorithm %r; known: %s" % (algo, ", ".join(ALGORITHMS)))
 
 
-def choose_algorithm(ctx, geom, direction="forward", precision="fp32"):
+def choose_algorithm(ctx, geom, direction="forward", precision="fp32", batch=16):
     """The algorithm for one direction: depthwise wherever it applies; Winograd where it
     applies and ``tuning.prefer_winograd`` says it pays on this device (benchmarks/conv.py,
     docs/benchmarks.md "Convolutions"), except where the implicit GEMM runs tap-major on
     16-bit tensor cores and ``tuning.taps_beat_winograd`` says so; on CPUs
     im2col where ``tuning.prefer_im2col`` says so; implicit GEMM otherwise. With precision
     "tf32", "fp16" or "bf16" the implicit GEMM and Winograd's batched GEMMs multiply on
-    tensor cores where the device has them.
+    tensor cores where the device has them. ``batch``: the size the layer is built for
+    (Winograd's tile depends on it: ``conv_winograd.automatic_tile_serves``).
     """
     if algorithm_applies(geom, "depthwise", direction):
         return "depthwise"
@@ -100,7 +101,8 @@ def choose_algorithm(ctx, geom, direction="forward", precision="fp32"):
         return "gemm"
     if algorithm_applies(geom, "winograd", direction) and \
             tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c,
-                                   geom.out_h * geom.out_w, geom.kh):
+                                   geom.out_h * geom.out_w, geom.kh) and \
+            conv_winograd.automatic_tile_serves(ctx, geom, direction, batch, precision):
         return "winograd"
     if algorithm_applies(geom, "direct", direction) and \
             tuning.prefer_direct(ctx.facts, direction, geom.in_c, geom.out_c):
@@ -111,13 +113,15 @@ def choose_algorithm(ctx, geom, direction="forward", precision="fp32"):
     return "gemm"
 
 
-def _resolve(ctx, geom, algo, direction, precision):
+def _resolve(ctx, geom, algo, direction, precision, batch):
     if algo not in ALGORITHMS:
         raise ValueError("unknown convolution algorithm %r; known: %s"
                          % (algo, ", ".join(ALGORITHMS)))
     if algo == "auto":
-        return choose_algorithm(ctx, geom, direction, precision)
-    if not algorithm_applies(geom, algo, direction):
+        return choose_algorithm(ctx, geom, direction, precision, batch)
+    if not algorithm_applies(geom, algo, direction) or (
+            algo == "winograd" and
+            not conv_winograd.automatic_tile_serves(ctx, geom, direction, batch, precision)):
         # an algorithm forced for the layer serves the directions it can; gemm the rest,
         # as DLPrimitives substitutes its GEMM for an algorithm that cannot serve a shape
         log.debug("convolution %s: %s cannot serve %s; gemm", direction, algo, geom)
@@ -169,7 +173,7 @@ class _Op:
             raise TypeError("convolution: activations' dtype %s; float32, float16 or bfloat16"
                             % self.dtype)
         self.algo = _resolve(ctx, geom, algo, self.direction,
-                             impl_args.get("precision", "fp32"))
+                             impl_args.get("precision", "fp32"), impl_args["batch"])
         family = "winograd" if self.algo.startswith("winograd") else self.algo
         if self.dtype in HALF_TYPES and family not in HALF_ALGORITHMS:
             # on CPUs im2col (its GEMM the float32 one, through copies); else the implicit

@@ -42,7 +42,7 @@ from .winograd_transforms import TILES
 from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "WinogradPlan", "choose_tile",
-           "gemm_precision"]
+           "gemm_precision", "automatic_tile_serves"]
 
 
 def gemm_precision(precision, tile, kernel=3):
@@ -62,6 +62,23 @@ def choose_tile(ctx, in_c, out_c, out_hw, batch, tile=None, filter_pass=False,
         return tile
     tensor_cores = Gemm.on_tensor_cores(ctx, gemm_precision(precision, 2, kernel))
     return tuning.winograd_tile(in_c, out_c, out_hw, batch, filter_pass, tensor_cores, kernel)
+
+
+def automatic_tile_serves(ctx, geom, direction, batch, precision="fp32"):
+    """Whether the layer runs Winograd when asked for it without a tile ("winograd"):
+    always for 3x3 (F(2x2, 3x3) wherever F(4x4) would round too coarsely); for 5x5 only
+    where ``choose_tile`` takes F(4x4, 5x5). F(2x2, 5x5) has F(4x4, 3x3)'s tile and
+    rounding, which the tile rule avoids on small problems: on DLPrimitives' conv2d_win
+    cases it erred 2.3x their tolerance forward (98->128 at 4x4) and 1.1x on the input
+    gradient (16->32 at 7x7), so such layers take the implicit GEMM instead."""
+    if geom.kh == 3:
+        return True
+    if direction == "backward_data":  # the transposed problem (BackwardData's plan)
+        sides = (geom.out_c, geom.in_c, (geom.in_h, geom.in_w))
+    else:
+        sides = (geom.in_c, geom.out_c, (geom.out_h, geom.out_w))
+    return choose_tile(ctx, *sides, batch, filter_pass=direction == "backward_filter",
+                       precision=precision, kernel=geom.kh) == 4
 
 
 class _Tiles:
