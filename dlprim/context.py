@@ -12,6 +12,7 @@ import pyopencl as cl
 import pyopencl.tools
 
 from .errors import DeviceMemoryError, Error
+from .staging import HostStaging
 
 __all__ = ["Context", "ExecutionContext", "DeviceError", "list_devices", "DeviceFacts"]
 
@@ -130,6 +131,8 @@ class DeviceFacts:
         self.is_gpu = bool(d.type & cl.device_type.GPU)
         self.is_cpu = bool(d.type & cl.device_type.CPU)
         self.compute_units = d.max_compute_units
+        # GPUs sharing the host's memory (integrated ones): no transfer to stage
+        self.host_unified_memory = self._host_unified_memory(d)
         self.global_mem = d.global_mem_size
         self.max_alloc = d.max_mem_alloc_size
         self.local_mem = d.local_mem_size
@@ -151,6 +154,13 @@ class DeviceFacts:
         llvm = re.search(r"LLVM (\d+)", d.platform.version or "")
         old_pocl = self.vendor_id == "pocl" and llvm is not None and int(llvm.group(1)) < 15
         self.max_float_vector = 8 if old_pocl else 16
+
+    @staticmethod
+    def _host_unified_memory(d):
+        try:
+            return bool(d.host_unified_memory)
+        except (cl.Error, AttributeError):  # a query OpenCL 2.0 deprecates: assume discrete
+            return False
 
     def _vendor_id(self):
         if "portable computing" in self.platform.lower():
@@ -278,6 +288,7 @@ class Context:
         self.profiling = profiling
         self.facts = DeviceFacts(self.device)
         self.memory = _TrackingAllocator(self)
+        self.staging = HostStaging(self)  # large host-to-device copies (dlprim/staging.py)
         self.programs = {}  # filled by dlprim.kernels.program.get
         self.ops = {}  # ops made for immediate use, by what fixes them (core.pointwise._memo)
 

@@ -196,12 +196,20 @@ class Tensor:
                             % (what, array.dtype, self.dtype))
 
     def to_device(self, array: np.ndarray, e: Any = None, wait: bool = True) -> None:
-        """Copy a numpy array of the same shape and dtype into the tensor."""
+        """Copy a numpy array of the same shape and dtype into the tensor. Large copies to
+        discrete GPUs go through the context's page-locked staging memory
+        (``dlprim/staging.py``) and leave ``array`` free to change on return; others
+        without ``wait`` read it until the copy has run."""
         array = np.asarray(array)
         self._check_array(array, "to_device")
         if self.size == 0:
             return
-        cl.enqueue_copy(self._queue(e), self.buffer, np.ascontiguousarray(array),
+        queue = self._queue(e)
+        staging = getattr(self.ctx, "staging", None)
+        if staging is not None and staging.takes(array.nbytes) and \
+                staging.write(queue, self.buffer, self.byte_offset, array, wait):
+            return
+        cl.enqueue_copy(queue, self.buffer, np.ascontiguousarray(array),
                         dst_offset=self.byte_offset, is_blocking=wait)
 
     def to_host(self, array: Optional[np.ndarray] = None, e: Any = None) -> np.ndarray:
