@@ -55,3 +55,24 @@ def test_cli_errors():
         benchmark.main(["no_such_net", "--iters", "1"])
     with pytest.raises(SystemExit):
         benchmark.main(["mlp", "--iters", "0"])
+
+
+def test_transfer_micro_benchmark(ctx, capsys):
+    """`dlprim-benchmark transfer` copies real batches (checked against the host's) through
+    the plain write, to_device and the staging memory."""
+    assert benchmark.main(["transfer", "--device", ctx.device_string, "--batches", "1",
+                           "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | 0.6 |" in out and "staged 8 threads" in out
+
+
+def test_new_benchmark_shapes():
+    """AlexNet's convolutions (its first layer padded by 2, not 5) and classifier GEMMs."""
+    from dlprim.benchmarks import conv, gemm
+    keys = [k for k, nets in conv.distinct_shapes() if "alexnet" in nets]
+    assert conv.fmt_shape(keys[0]) == "3->64 k11 s4 224" and len(keys) == 5
+    assert conv.geometry(keys[0]).out_h == 55 and conv.geometry(keys[1]).pad[0] == 2
+    rows = gemm.classifier_gemms((16,))
+    assert rows[:3] == [(16, 4096, 9216, False, True, "b16 fc6 forward"),
+                        (16, 9216, 4096, False, False, "b16 fc6 data grad"),
+                        (4096, 9216, 16, True, False, "b16 fc6 weight grad")]

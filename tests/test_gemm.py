@@ -253,10 +253,14 @@ def test_split_k_choice_on_gpus(ctx, rng, monkeypatch):
     monkeypatch.setattr(ctx.facts, "compute_units", 132)
     tile = dict(TILE_M=32, TILE_N=32, TILE_K=16, BLOCK_M=4, BLOCK_N=4, VEC=4, GROUP=1)
     assert Gemm(ctx, 2048, 2048, 2048, tile=tile).splits == 1   # fills the device
-    assert Gemm(ctx, 512, 512, 1024, tile=tile).splits == 8     # 6% filled: K/128 parts
-    assert Gemm(ctx, 512, 512, 512, tile=tile).splits == 4      # ... K/128 again
-    assert Gemm(ctx, 768, 768, 1024, tile=tile).splits == 2     # 14% filled: two parts
+    assert Gemm(ctx, 512, 512, 1024, tile=tile).splits == 2     # 6% filled
+    assert Gemm(ctx, 512, 512, 512, tile=tile).splits == 1      # ... but K too short to share
     assert Gemm(ctx, 1024, 1024, 1024, tile=tile).splits == 1   # 24% filled: whole
+    # few rows (an inner product's batch) split finely up to 10% filled
+    assert Gemm(ctx, 16, 4096, 4096, tile=tile).splits == 16    # 3% filled
+    assert Gemm(ctx, 16, 9216, 4096, tile=tile).splits == 8     # 7% filled
+    assert Gemm(ctx, 16, 4096, 1000, tile=tile).splits == 7     # K/128
+    assert Gemm(ctx, 128, 2048, 4096, tile=tile).splits == 2    # not few rows: 6% filled
     assert Gemm(ctx, 0, 31, 4096, tile=tile).splits == 1
     op = Gemm(ctx, 31, 31, 4096, tile=tile)                     # one tile: 16 parts of 256
     assert (op.splits, op.k_chunk) == (16, 256)

@@ -8,6 +8,7 @@ Warm-up iterations come first; the mean and median of the timed ones are reporte
     dlprim-benchmark net.json --batch 64 --profile
     dlprim-benchmark gemm            # the GEMM micro-benchmark
     dlprim-benchmark flops           # peak FLOP/s and GB/s, GEMM, convolution, broadcast
+    dlprim-benchmark transfer        # host-to-device copies of image batches
 """
 import argparse
 import json
@@ -131,15 +132,16 @@ def _format_profile(rows):
     return "\n".join(lines)
 
 
-MICRO = ("gemm", "conv", "pointwise", "layers", "softmax_loss_interp", "flops")
+MICRO = ("gemm", "conv", "pointwise", "layers", "softmax_loss_interp", "flops", "transfer")
 
 
 def _micro(name, argv):
     """A kernel micro-benchmark of dlprim.benchmarks (beside PyTorch when it is installed),
     or ``flops``: the device's ceilings and dlprim's kernels measured against them."""
-    from ..benchmarks import conv, flops, gemm, layers, pointwise, softmax_loss_interp
+    from ..benchmarks import conv, flops, gemm, layers, pointwise, softmax_loss_interp, transfer
     module = {"gemm": gemm, "conv": conv, "pointwise": pointwise, "layers": layers,
-              "softmax_loss_interp": softmax_loss_interp, "flops": flops}[name]
+              "softmax_loss_interp": softmax_loss_interp, "flops": flops,
+              "transfer": transfer}[name]
     module.main(argv)
     return 0
 

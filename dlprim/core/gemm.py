@@ -140,7 +140,8 @@ class Gemm:
         else:
             tiles = ceil_div(self.M, t["TILE_M"]) * ceil_div(self.N, t["TILE_N"]) * self.batch
             threads = (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"])
-            parts = tuning_launch.split_parts(self.ctx.facts, "gemm", self.K, tiles, threads)
+            parts = tuning_launch.split_parts(self.ctx.facts, "gemm", self.K, tiles, threads,
+                                              few_rows=min(self.M, self.N) <= tuning.SMALL)
         if parts <= 1 or self.K == 0:
             return 1, self.K
         return tuning_launch.split_k(self.K, parts, t["TILE_K"])

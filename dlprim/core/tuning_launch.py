@@ -13,7 +13,7 @@ __all__ = ["split_k", "split_parts", "depthwise_chunks", "reduce_chunks", "reduc
 # ----- split models
 SPLIT_GROUPS_PER_CU = 4  # what a split reduction aims at (conv and depthwise filters, reduce)
 GEMM_CU_THREADS = 2048  # resident threads per compute unit (H100) in the GEMM split model
-GEMM_FEW_THREADS = 0.1  # below this share of them filled, the GEMM splits K into many parts
+GEMM_FEW_ROWS_FILL = 0.1  # below this share of them filled, a few-rows GEMM splits K finely
 GEMM_MAX_PARTS = 16
 CONV_MIN_CHUNK = 512  # shortest slice of a convolution reduction one work-group sums
 WINOGRAD_SUM_MIN_CHUNK = 128  # Winograd's filter sum over batch*tiles is short: finer
@@ -33,17 +33,19 @@ def split_k(k, parts, tile_k):
 
 
 def split_parts(facts, kind, k, work_groups, threads, flops=0.0, out_bytes=0.0,
-                min_chunk=CONV_MIN_CHUNK):
+                min_chunk=CONV_MIN_CHUNK, few_rows=False):
     """Into how many parts a GEMM reduction of length ``k`` is cut when its output gives
     ``work_groups`` work-groups of ``threads``; 1 off GPUs. ``kind``:
 
-    - 'gemm' (core/gemm.py; H100, H200): under GEMM_FEW_THREADS of the GPU's threads
-      filled, enough parts for ~50%, at most GEMM_MAX_PARTS (64x1000x2048: 2.0 -> 11.9
-      TFLOP/s with 16 parts; AlexNet's classifier at batch 16, which reads its weights
-      once and is bound by how many loads are in flight: 16x4096x9216 232 -> 124 us,
-      16x4096x4096 110 -> 62 us with 16 parts instead of 2); under 20%, two parts
-      (256x12544x2304: 32.7 -> 40.3; more lost to the extra pass and partial waves); past
-      20% splitting lost (2048x3136x512: 31.0 -> 27.5 with 2 parts).
+    - 'gemm' (core/gemm.py; H100, H200): under 3% of the GPU's threads filled, enough
+      parts for ~25%, at most GEMM_MAX_PARTS (64x1000x2048: 2.0 -> 11.9 TFLOP/s with 16
+      parts); under 20%, two parts (256x12544x2304: 32.7 -> 40.3; more lost to the extra
+      pass and partial waves; 1024^3 and 512x3136x2048 lost 6-7% with 8 parts); past 20%
+      splitting lost (2048x3136x512: 31.0 -> 27.5 with 2 parts). ``few_rows`` (M or N at
+      most one small tile: an inner product's batch, which reads its weights once and is
+      bound by how many loads are in flight): under GEMM_FEW_ROWS_FILL, enough parts for
+      ~50% (AlexNet's classifier on an H200: 16x4096x9216 232 -> 124 us, 16x4096x4096
+      110 -> 62 us, 64x9216x4096 224 -> 155 us with 15-16 parts instead of 2).
     - 'conv' (forward and backward-data of the implicit GEMM; H200): the count minimising
       a model of the time -- ``flops`` at a fixed rate slowed by the share of the GPU the
       work-groups leave idle (three 128-thread or two 256-thread work-groups fit per
@@ -62,8 +64,9 @@ def split_parts(facts, kind, k, work_groups, threads, flops=0.0, out_bytes=0.0,
         fill = threads * work_groups / (cus * float(GEMM_CU_THREADS))
         if work_groups == 0 or k < 256:
             return 1
-        if fill < GEMM_FEW_THREADS:
-            return min(math.ceil(0.5 / fill), k // 128, GEMM_MAX_PARTS)
+        low, share = (GEMM_FEW_ROWS_FILL, 0.5) if few_rows else (0.03, 0.25)
+        if fill < low:
+            return min(math.ceil(share / fill), k // 128, GEMM_MAX_PARTS)
         return 2 if fill < 0.2 and k >= 1024 else 1
     if kind == "conv_filter":
         want = ceil_div(SPLIT_GROUPS_PER_CU * cus, work_groups)
