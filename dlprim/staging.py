@@ -1,11 +1,11 @@
 """Large host-to-device copies through page-locked host memory, filled by several threads.
 
 A write from ordinary (pageable) host memory runs at the speed at which the driver copies
-it into its own page-locked buffers: 11-15 GB/s on an H200's host, waiting or not, where
+it into its own page-locked buffers: 6-15 GB/s on H200 hosts, waiting or not, where
 a write from page-locked memory runs at the link's 55 GB/s (docs/benchmarks.md,
 "Host-to-device copies"). OpenCL's page-locked memory is a mapped
 ``CL_MEM_ALLOC_HOST_PTR`` buffer; ``HostStaging`` keeps one mapped for the context, grown
-to the largest copy, and cuts a copy into chunks: ``THREADS`` threads copy the chunks into
+to the largest copy up to ``MAX_BYTES``, and cuts a copy into chunks: ``THREADS`` threads copy the chunks into
 it (numpy lets go of the interpreter lock while it copies) and each chunk's write is
 enqueued as soon as its bytes are there, so the host's copying and the transfer overlap.
 The caller's array is free again when ``write`` returns, even without waiting.
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyopencl as cl
 
-__all__ = ["HostStaging", "MIN_BYTES", "CHUNK_BYTES", "THREADS"]
+__all__ = ["HostStaging", "MIN_BYTES", "CHUNK_BYTES", "THREADS", "MAX_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +33,23 @@ log = logging.getLogger(__name__)
 MIN_BYTES = 16 << 20   # smaller copies go straight to the driver
 CHUNK_BYTES = 4 << 20  # one thread's share and one enqueued write
 THREADS = min(8, os.cpu_count() or 1)  # host copies at once
+# the most page-locked memory kept: a larger copy (a whole data set) goes through it in
+# windows of this size, one after the other, so it never pins the host's memory wholesale
+MAX_BYTES = 256 << 20
 
 
 class HostStaging:
     """The context's page-locked staging memory and the threads that fill it."""
 
-    def __init__(self, ctx, min_bytes=None, chunk_bytes=None, threads=None):
+    def __init__(self, ctx, min_bytes=None, chunk_bytes=None, threads=None, max_bytes=None):
         self.ctx = ctx
         self.min_bytes = MIN_BYTES if min_bytes is None else int(min_bytes)
+        self.max_bytes = MAX_BYTES if max_bytes is None else int(max_bytes)
         self.chunk_bytes = CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes)
         self.threads = THREADS if threads is None else int(threads)
-        if self.chunk_bytes < 1 or self.threads < 1:
-            raise ValueError("HostStaging: chunk_bytes and threads must be positive, got %r, %r"
-                             % (chunk_bytes, threads))
+        if self.chunk_bytes < 1 or self.threads < 1 or self.max_bytes < 1:
+            raise ValueError("HostStaging: chunk_bytes, threads and max_bytes must be positive, "
+                             "got %r, %r, %r" % (chunk_bytes, threads, max_bytes))
         self.enabled = ctx.facts.is_gpu and not ctx.facts.host_unified_memory
         self._buffer = self._host = None
         self._pending = []  # writes still reading the staging memory
@@ -92,28 +96,39 @@ class HostStaging:
             if self._pending:  # earlier writes still read the staging memory
                 cl.wait_for_events(self._pending)
                 self._pending = []
-            host = self._reserve(queue, src.size)
+            window = min(src.size, self.max_bytes)
+            host = self._reserve(queue, window)
             if host is None:
                 return False
-            step = self.chunk_bytes
-            starts = range(0, src.size, step)
             if self._pool is None and self.threads > 1:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dlprim-staging")
-
-            def fill(start):
-                end = min(start + step, src.size)
-                np.copyto(host[start:end], src[start:end])
-
-            done = self._pool.map(fill, starts) if self._pool else map(fill, starts)
-            for start, _ in zip(starts, done):  # in order: each chunk as soon as it is there
-                n = min(step, src.size - start)
-                self._pending.append(cl.enqueue_copy(queue, buffer, host[start:start + n],
-                                                     dst_offset=dst_offset + start,
-                                                     is_blocking=False))
+            for base in range(0, src.size, window):  # a copy beyond max_bytes: in windows
+                if self._pending:
+                    cl.wait_for_events(self._pending)
+                    self._pending = []
+                self._stage(queue, buffer, dst_offset + base,
+                            src[base:base + window], host)
             if wait and self._pending:
                 cl.wait_for_events(self._pending)
                 self._pending = []
         return True
+
+    def _stage(self, queue, buffer, dst_offset, src, host):
+        """Fill ``host`` from ``src`` chunk by chunk on the threads, enqueueing each chunk's
+        write as soon as it is there."""
+        step = self.chunk_bytes
+        starts = range(0, src.size, step)
+
+        def fill(start):
+            end = min(start + step, src.size)
+            np.copyto(host[start:end], src[start:end])
+
+        done = self._pool.map(fill, starts) if self._pool else map(fill, starts)
+        for start, _ in zip(starts, done):  # in order: each chunk as soon as it is there
+            n = min(step, src.size - start)
+            self._pending.append(cl.enqueue_copy(queue, buffer, host[start:start + n],
+                                                 dst_offset=dst_offset + start,
+                                                 is_blocking=False))
 
     def close(self):
         """Unmap the staging memory and stop the threads."""

@@ -397,8 +397,8 @@ def test_winograd_tile_choice(ctx):
     assert winograd_tile(128, 256, (56, 56), 64, filter_pass=True, tensor_cores=True) == 2
     assert winograd_tile(64, 128, (112, 112), 64, filter_pass=True, tensor_cores=True) == 4
     assert winograd_tile(512, 512, (28, 28), 64) == 4
-    assert winograd_tile(64, 192, (27, 27), 16, kernel=5) == 4  # AlexNet's 5x5
-    assert winograd_tile(64, 192, (3, 27), 16, kernel=5) == 2
+    assert winograd_tile(64, 192, (27, 27), 16) == 4  # AlexNet's 5x5 layer
+    assert winograd_tile(64, 192, (3, 27), 16) == 2
     from dlprim.core.conv_winograd import choose_tile
     from dlprim.core.gemm import Gemm
     # the context decides: F(2x2)'s TF32 GEMMs only where the device has tensor cores

@@ -39,6 +39,9 @@ LAYERS = [
     ("Convolution2D", dict(channels_out=7, kernel=3, pad=1, fwd_algo="winograd",
                            bwd_data_algo="winograd", bwd_filter_algo="winograd"),
      [(2, 5, 9, 11)]),
+    ("Convolution2D", dict(channels_out=6, kernel=5, pad=2, fwd_algo="winograd4",
+                           bwd_data_algo="winograd2", bwd_filter_algo="winograd4"),
+     [(2, 4, 9, 8)]),
     ("Convolution2D", dict(channels_out=12, kernel=3, stride=2, pad=1, groups=6, bias=False,
                            activation="relu6"), [(2, 6, 9, 10)]),  # depthwise
     ("TransposedConvolution2D", dict(channels_out=4, kernel=3, stride=2, pad=1), [(2, 6, 5, 4)]),

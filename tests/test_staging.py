@@ -48,6 +48,18 @@ def test_back_to_back_writes_without_waiting_and_a_larger_one(ctx, rng):
     staging.close()
 
 
+def test_a_copy_larger_than_the_memory_goes_in_windows(ctx, rng):
+    staging = _staging(ctx, chunk_bytes=1000, threads=3, max_bytes=4096)
+    a = rng.standard_normal(5000).astype(np.float32)  # 20000 bytes: 5 windows
+    t = Tensor(ctx, a.shape, np.float32)
+    assert staging.write(ctx.queue, t.buffer, t.byte_offset, a, wait=False)
+    a_kept = a.copy()
+    a[:] = 0
+    assert staging._host.size == 1 << 20  # the window, in whole MiB
+    np.testing.assert_array_equal(t.numpy(), a_kept)
+    staging.close()
+
+
 def test_to_device_goes_through_it_where_enabled(ctx, rng, monkeypatch):
     calls = []
     staging = _staging(ctx, chunk_bytes=512)
@@ -68,3 +80,5 @@ def test_only_discrete_gpus_and_large_copies(ctx):
     assert not s.takes(1000)
     with pytest.raises(ValueError, match="positive"):
         HostStaging(ctx, threads=0)
+    with pytest.raises(ValueError, match="positive"):
+        HostStaging(ctx, max_bytes=0)

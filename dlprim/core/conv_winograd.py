@@ -61,7 +61,7 @@ def choose_tile(ctx, in_c, out_c, out_hw, batch, tile=None, filter_pass=False,
             raise ValueError("Winograd tile must be 2 or 4, got %r" % (tile,))
         return tile
     tensor_cores = Gemm.on_tensor_cores(ctx, gemm_precision(precision, 2, kernel))
-    return tuning.winograd_tile(in_c, out_c, out_hw, batch, filter_pass, tensor_cores, kernel)
+    return tuning.winograd_tile(in_c, out_c, out_hw, batch, filter_pass, tensor_cores)
 
 
 def automatic_tile_serves(ctx, geom, direction, batch, precision="fp32"):
@@ -86,7 +86,7 @@ class _Tiles:
     helpers."""
 
     def __init__(self, ctx, out_hw, m, r):
-        self.ctx, self.m, self.r, self.elems = ctx, m, r, (m + r - 1) ** 2
+        self.ctx, self.m, self.elems = ctx, m, (m + r - 1) ** 2
         self.out_h, self.out_w = out_hw
         self.tiles_w = ceil_div(self.out_w, m)
         self.tiles = ceil_div(self.out_h, m) * self.tiles_w

@@ -508,15 +508,15 @@ WINOGRAD_TC_F2_MIN_CHANNELS = 256
 WINOGRAD_TC_F2_FILTER_MIN_CHANNELS = 128
 
 
-def winograd_tile(in_c, out_c, out_hw, batch, filter_pass=False, tensor_cores=False,
-                  kernel=3):
-    """M of Winograd F(MxM, RxR), R = ``kernel``, for a pass over ``out_hw`` output
-    planes of ``batch`` images: 4 (fewest products) unless the output is under 4x4, both
-    channel counts are under WINOGRAD_MIN_CHANNELS or the problem is under
+def winograd_tile(in_c, out_c, out_hw, batch, filter_pass=False, tensor_cores=False):
+    """M of Winograd F(MxM, RxR) (3x3 and 5x5 filters alike) for a pass over ``out_hw``
+    output planes of ``batch`` images: 4 (fewest products) unless the output is under
+    4x4, both channel counts are under WINOGRAD_MIN_CHANNELS or the problem is under
     WINOGRAD_F4_MIN_PIXELS (WINOGRAD_F4_FILTER_MIN_PIXELS for the filter gradient), where
     F(2x2)'s smaller rounding errors cost nothing, or (``tensor_cores``: F(2x2) would
     multiply on them) the layer is wide enough for F(2x2)'s tensor-core GEMMs to win
-    (above)."""
+    (above). A 5x5 layer runs Winograd only where this gives 4
+    (``conv_winograd.automatic_tile_serves``)."""
     if min(out_hw) < 4 or max(in_c, out_c) < WINOGRAD_MIN_CHANNELS:
         return 2
     wide = WINOGRAD_TC_F2_FILTER_MIN_CHANNELS if filter_pass else WINOGRAD_TC_F2_MIN_CHANNELS
