@@ -5,9 +5,10 @@ it into its own page-locked buffers: 6-15 GB/s on H200 hosts, waiting or not, wh
 a write from page-locked memory runs at the link's 55 GB/s (docs/benchmarks.md,
 "Host-to-device copies"). OpenCL's page-locked memory is a mapped
 ``CL_MEM_ALLOC_HOST_PTR`` buffer; ``HostStaging`` keeps one mapped for the context, grown
-to the largest copy up to ``MAX_BYTES``, and cuts a copy into chunks: ``THREADS`` threads copy the chunks into
-it (numpy lets go of the interpreter lock while it copies) and each chunk's write is
-enqueued as soon as its bytes are there, so the host's copying and the transfer overlap.
+to the largest copy up to ``MAX_BYTES``, and cuts a copy into chunks: ``THREADS`` threads
+copy the chunks into it (numpy lets go of the interpreter lock while it copies) and each
+chunk's write is enqueued as soon as its bytes are there, so the host's copying and the
+transfer overlap.
 The caller's array is free again when ``write`` returns, even without waiting.
 
 Only discrete GPUs take this path (``takes``): on CPU devices and GPUs that share the
@@ -20,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyopencl as cl
+
+from .utils import round_up
 
 __all__ = ["HostStaging", "MIN_BYTES", "CHUNK_BYTES", "THREADS", "MAX_BYTES"]
 
@@ -41,7 +44,10 @@ MAX_BYTES = 256 << 20
 class HostStaging:
     """The context's page-locked staging memory and the threads that fill it."""
 
-    def __init__(self, ctx, min_bytes=None, chunk_bytes=None, threads=None, max_bytes=None):
+    def __init__(self, ctx, min_bytes=None, chunk_bytes=None, threads=None, max_bytes=None,
+                 enabled=None):
+        """``enabled``: whether copies may take this path; by default on discrete GPUs
+        only (True elsewhere serves tests and benchmarks)."""
         self.ctx = ctx
         self.min_bytes = MIN_BYTES if min_bytes is None else int(min_bytes)
         self.max_bytes = MAX_BYTES if max_bytes is None else int(max_bytes)
@@ -50,7 +56,8 @@ class HostStaging:
         if self.chunk_bytes < 1 or self.threads < 1 or self.max_bytes < 1:
             raise ValueError("HostStaging: chunk_bytes, threads and max_bytes must be positive, "
                              "got %r, %r, %r" % (chunk_bytes, threads, max_bytes))
-        self.enabled = ctx.facts.is_gpu and not ctx.facts.host_unified_memory
+        self.enabled = (ctx.facts.is_gpu and not ctx.facts.host_unified_memory) \
+            if enabled is None else bool(enabled)
         self._buffer = self._host = None
         self._pending = []  # writes still reading the staging memory
         self._pool = None
@@ -66,7 +73,7 @@ class HostStaging:
         if self._host is not None and self._host.size >= nbytes:
             return self._host
         self._release()
-        size = -(-nbytes // (1 << 20)) << 20  # whole MiB, so batches of one size fit again
+        size = round_up(nbytes, 1 << 20)  # whole MiB, so batches of one size fit again
         try:
             self._buffer = cl.Buffer(self.ctx.cl_context, cl.mem_flags.ALLOC_HOST_PTR
                                      | cl.mem_flags.READ_WRITE, size)
@@ -79,11 +86,15 @@ class HostStaging:
             self.enabled = False
         return self._host
 
+    def _drain(self):
+        """Wait until no enqueued write still reads the staging memory."""
+        if self._pending:
+            cl.wait_for_events(self._pending)
+            self._pending = []
+
     def _release(self):
         if self._host is not None:
-            if self._pending:
-                cl.wait_for_events(self._pending)
-            self._pending = []
+            self._drain()
             self._host.base.release(self.ctx.queue)
             self._host = self._buffer = None
 
@@ -93,9 +104,6 @@ class HostStaging:
         (the caller copies the plain way)."""
         src = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         with self._lock:
-            if self._pending:  # earlier writes still read the staging memory
-                cl.wait_for_events(self._pending)
-                self._pending = []
             window = min(src.size, self.max_bytes)
             host = self._reserve(queue, window)
             if host is None:
@@ -103,14 +111,10 @@ class HostStaging:
             if self._pool is None and self.threads > 1:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dlprim-staging")
             for base in range(0, src.size, window):  # a copy beyond max_bytes: in windows
-                if self._pending:
-                    cl.wait_for_events(self._pending)
-                    self._pending = []
-                self._stage(queue, buffer, dst_offset + base,
-                            src[base:base + window], host)
-            if wait and self._pending:
-                cl.wait_for_events(self._pending)
-                self._pending = []
+                self._drain()  # earlier writes still read the staging memory
+                self._stage(queue, buffer, dst_offset + base, src[base:base + window], host)
+            if wait:
+                self._drain()
         return True
 
     def _stage(self, queue, buffer, dst_offset, src, host):

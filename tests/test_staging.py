@@ -8,9 +8,8 @@ from dlprim.staging import HostStaging
 
 
 def _staging(ctx, **kw):
-    s = HostStaging(ctx, min_bytes=1, **kw)
-    s.enabled = True  # the path discrete GPUs take, here on whatever device runs the tests
-    return s
+    # the path discrete GPUs take, here on whatever device runs the tests
+    return HostStaging(ctx, min_bytes=1, enabled=True, **kw)
 
 
 @pytest.mark.parametrize("chunk, threads", [(1000, 3), (4096, 1), (1 << 20, 4)])

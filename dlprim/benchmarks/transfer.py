@@ -52,8 +52,7 @@ def main(argv=None):
                       ctx.finish, args.repeat),
               mean_ms(lambda: t.to_device(a), ctx.finish, args.repeat)]
         for threads in (2, 8):
-            staging = HostStaging(ctx, min_bytes=0, threads=threads)
-            staging.enabled = True
+            staging = HostStaging(ctx, min_bytes=0, threads=threads, enabled=True)
             ms.append(mean_ms(lambda: staging.write(ctx.queue, t.buffer, 0, a), ctx.finish,
                               args.repeat))
             staging.close()
