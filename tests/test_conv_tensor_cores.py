@@ -123,7 +123,7 @@ def test_mma_tiles_fill_the_device(ctx, monkeypatch):
     assert tuning.conv_mma_tile(ctx.facts, 64, 64 * 56 * 56) == mid  # no 128 rows for 64
     assert tuning.conv_mma_tile(ctx.facts, 512, 64 * 7 * 7) == small
     for t in tuning.CONV_MMA_TILES:  # the loads' strides divide the work-group
-        threads = 32 * np.prod(tuning.conv_mma_warps(t))
+        threads = 32 * np.prod(tuning.mma_warps(t))
         assert threads == (t["TILE_M"] // t["BLOCK_M"]) * (t["TILE_N"] // t["BLOCK_N"])
         assert all(threads % t[k] == 0 for k in ("TILE_M", "TILE_N", "TILE_K"))
 

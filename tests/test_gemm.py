@@ -486,18 +486,25 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
     from dlprim.kernels import program
     src = program.render("gemm_mma", facts=ctx.facts, TRANS_A=trans_a, TRANS_B=trans_b,
                          BIAS="row", ACTIVATION="relu", ALIGNED_A=1, ALIGNED_B=0,
-                         GROUP=tuning.MMA_TILE["GROUP"], WARPS_M=tuning.MMA_WARPS[0],
-                         WARPS_N=tuning.MMA_WARPS[1], STAGES=tuning.MMA_STAGES,
+                         GROUP=tuning.MMA_TILE["GROUP"], WARPS_M=2, WARPS_N=2, STAGES=tuning.MMA_STAGES,
                          **{k: tuning.MMA_TILE[k] for k in ("TILE_M", "TILE_N", "TILE_K")})
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in src
     assert "cvt.rna.tf32.f32" in src and "MMA_TF32(acc" in src and "MMA_F16(acc" not in src
     src = program.render("gemm_mma", facts=ctx.facts, TRANS_A=trans_a, TRANS_B=trans_b,
                          BIAS="row", ACTIVATION="relu", ALIGNED_A=1, ALIGNED_B=0,
-                         GROUP=tuning.MMA_TILE["GROUP"], WARPS_M=tuning.MMA_WARPS[0],
-                         WARPS_N=tuning.MMA_WARPS[1], STAGES=tuning.MMA_STAGES, MMA="f16",
+                         GROUP=tuning.MMA_TILE["GROUP"], WARPS_M=2, WARPS_N=2, STAGES=tuning.MMA_STAGES, MMA="f16",
                          A_T="half", B_T="float", C_T="half",
                          **{k: tuning.mma_tile("fp16")[k] for k in ("TILE_M", "TILE_N", "TILE_K")})
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src
+    assert "cp.async" not in src.split("#define COPY_ASYNC_WAIT(N)")[-1]
+    src = program.render("gemm_mma", facts=ctx.facts, TRANS_A=trans_a, TRANS_B=trans_b,
+                         BIAS="row", ACTIVATION="relu", ALIGNED_A=1, ALIGNED_B=1, ASYNC=1,
+                         GROUP=8, WARPS_M=2, WARPS_N=2, STAGES=tuning.MMA_ASYNC_STAGES, MMA="f16",
+                         A_T="half", B_T="half", C_T="half", TILE_M=128, TILE_N=128,
+                         TILE_K=32)
+    body = src.split("__kernel")[-1]
+    assert "COPY_ASYNC(" in body and "COPY_ASYNC_WAIT(%d)" % (tuning.MMA_ASYNC_STAGES - 2) in body
+    assert "a_reg" not in body  # no registers between global and local memory
     assert "MMA_F16(acc" in src and "MMA_TF32(acc" not in src and "__global const half *A" in src
     assert "ldmatrix.sync.aligned.m8n8.x4" in src and "A_FRAGMENTS(af[i]" in src
 
@@ -549,6 +556,60 @@ def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, d
     _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes,
                                   {"tf32": 2e-3, "fp16": 3e-3, "bf16": 2.5e-2}[precision],
                                   large=False)  # its 131M emulated products: minutes
+
+
+@pytest.mark.parametrize("precision, trans_a, trans_b, M, N, K, gap, batch, split", [
+    ("fp16", 0, 0, 136, 72, 72, 0, 2, None),  # M, N partial tiles, K a partial tile of 16
+    ("fp16", 1, 1, 40, 136, 200, 0, 1, 3),    # split-K: each part's K slice
+    ("fp16", 0, 1, 129, 65, 24, 0, 1, None),  # rows of K (A and B) past M and N zero-filled
+    ("fp16", 1, 0, 45, 70, 40, 3, 1, None),   # K-major A and B: chunks cut at M's and N's edge
+    ("bf16", 1, 0, 72, 80, 48, 0, 2, None)])
+def test_emulated_async_copies_match_float64(ctx, rng, monkeypatch, precision, trans_a, trans_b,
+                                             M, N, K, gap, batch, split):
+    # gemm_mma.cl's cp.async path (16-bit operands with 16-byte aligned rows): the
+    # chunks, their zero-fill past the edges, the stages' rotation, over every layout;
+    # rows of ``gap`` more columns than stored (then padded to 16 bytes), never read
+    from dlprim.core import gemm
+    layer_check.skip_unless_cpu(ctx)
+    build = program.get
+    built = []
+    monkeypatch.setattr(gemm, "tensor_cores", lambda ctx, precision="tf32": True)
+    monkeypatch.setattr(gemm, "copies_async", lambda ctx, precision: True)
+
+    def get(ctx, name, **p):
+        built.append(p.get("ASYNC", 0))
+        return build(ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_mma" else p))
+    monkeypatch.setattr(program, "get", get)
+    dtype = {"fp16": "float16", "bf16": "bfloat16"}[precision]
+    (ra, ca), (rb, cb) = (K, M) if trans_a else (M, K), (N, K) if trans_b else (K, N)
+    lda, ldb = (((c + gap + 7) // 8 * 8) if gap else c for c in (ca, cb))
+    a = layer_check.stored(rng.standard_normal((batch, ra, lda)), dtype)
+    b = layer_check.stored(rng.standard_normal((batch, rb, ldb)), dtype)
+    if gap:  # NaN where nothing may read
+        a[..., ca:], b[..., cb:] = np.nan, np.nan
+    op = Gemm(ctx, M, N, K, trans_a, trans_b, batch=batch, split_k=split, precision=precision,
+              dtypes=(dtype, dtype, "float32"))
+    assert op.copy_async
+    C = dp.Tensor(ctx, (batch, M, N))
+    built.clear()
+    op(dp.Tensor.from_numpy(ctx, host(a, dtype)), dp.Tensor.from_numpy(ctx, host(b, dtype)), C,
+       lda=lda, ldb=ldb, stride_a=a[0].size, stride_b=b[0].size, stride_c=M * N)
+    assert built and built[0] == 1  # the launch took the cp.async kernel
+    A, B = a[..., :ca], b[..., :cb]
+    A = A.transpose(0, 2, 1) if trans_a else A
+    B = B.transpose(0, 2, 1) if trans_b else B
+    want = A @ B
+    err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
+    assert err < 1e-5, err  # the products of stored 16-bit values, summed in float32
+    # rows that do not start 16-byte aligned take the register path (one A for the batch)
+    shared = np.pad(a[0], ((0, 0), (0, 4)))
+    built.clear()
+    op(dp.Tensor.from_numpy(ctx, host(shared, dtype)), dp.Tensor.from_numpy(ctx, host(b, dtype)),
+       C, lda=lda + 4, ldb=ldb, stride_a=0, stride_b=b[0].size, stride_c=M * N)
+    assert built and built[0] == 0
+    want = (A[:1] @ B)
+    err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
+    assert err < 1e-5, err
 
 
 def test_tensor_core_tile_fits_the_product():

@@ -137,7 +137,7 @@ class ConvGemm:
     def program(self, batch, split=False):
         """The program for ``batch``; ``split``: its GEMM writes raw partial sums."""
         t = self.tile(batch)
-        warps_m, warps_n = tuning.conv_mma_warps(t) if self.mma else (0, 0)
+        warps_m, warps_n = tuning.mma_warps(t) if self.mma else (0, 0)
         return program.get(self.ctx, "conv_gemm", TM=t["TILE_M"], TN=t["TILE_N"],
                            TK=t["TILE_K"], WM=t["BLOCK_M"], WN=t["BLOCK_N"],
                            WARPS_M=warps_m, WARPS_N=warps_n,

@@ -11,11 +11,11 @@ import logging
 
 import numpy as np
 
-from ..dtypes import HALF_TYPES, as_dtype, cl_type
+from ..dtypes import HALF_TYPES, as_dtype, bfloat16, bfloat16_values, cl_type, to_bfloat16
 from ..kernels import program
 from .activation import FUSABLE
 from .copy import StridedCopy
-from .precision import check_precision
+from .precision import HALF_STORAGE_TYPES, check_precision
 from ..tensor import Tensor, ws_view
 from . import tuning, tuning_launch
 from ..utils import ceil_div, round_up
@@ -55,7 +55,7 @@ class Gemm:
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
                  activation="identity", batch=1, tile=None, split_k=None, batch_sum=False,
-                 precision="fp32", dtypes=None, _mma=False):
+                 precision="fp32", dtypes=None, _mma=False, _copy_async=None):
         self.ctx = ctx
         self.precision = check_precision(precision, "Gemm: precision")
         self.dtypes = tuple(as_dtype(d) for d in (dtypes or (np.float32,) * 3))
@@ -66,6 +66,14 @@ class Gemm:
         # the tensor-core kernel: TF32 products for "tf32", FP16 or BF16 for the others, where the probe
         # passes (_mma: without asking it, the probe's own test)
         self.mma = bool(_mma) or self.on_tensor_cores(ctx, precision)
+        # tiles copied by cp.async (gemm_mma.cl ASYNC) where A and B store the 16-bit type
+        # the products take (launches check their rows' alignment); _copy_async: without
+        # asking the probe, its own test
+        native = HALF_STORAGE_TYPES.get(self.precision)
+        self.copy_async = (self.mma and tuning.MMA_COPY_ASYNC and native is not None
+                           and self.dtypes[0] == self.dtypes[1] == as_dtype(native)
+                           and (_copy_async if _copy_async is not None
+                                else copies_async(ctx, self.precision)))
         self.float_copies = (self.half and not self.mma and ctx.facts.is_cpu
                              and tuning.CPU_HALF_AS_FLOAT)
         # what the kernels read and write: float32 where the operands travel as copies
@@ -111,7 +119,9 @@ class Gemm:
         self.pack_a = tuning.pack_a(self.tile, self.M, self.trans_a) and self.K > 0
         self._workspace = self._packed_b = self._packed_a = None
         # build now the variant that packed, aligned operands use
-        self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"))
+        self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"),
+                      copy_async=self.copy_async and all(
+                          self._aligned(self._packed(x), 0, 0, 8) for x in "ab"))
 
     @staticmethod
     def on_tensor_cores(ctx, precision):
@@ -162,22 +172,27 @@ class Gemm:
             return (self.N, self.K) if self.trans_b else (self.K, self.N)
         return self.M, self.N
 
-    def _aligned(self, ld, offset, stride):
-        """float4 loads are safe when every row of every batch starts 16-byte aligned."""
-        return int(ld % 4 == 0 and offset % 4 == 0 and (self.batch <= 1 or stride % 4 == 0))
+    def _aligned(self, ld, offset, stride, values=4):
+        """Whether every row of every batch entry starts at a multiple of ``values``
+        elements: 4 for float4 loads, 8 for the 16-byte copies of 16-bit values."""
+        return int(ld % values == 0 and offset % values == 0
+                   and (self.batch <= 1 or stride % values == 0))
 
-    def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True):
-        """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc)."""
+    def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True, copy_async=False):
+        """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc);
+        copy_async: the tensor-core kernel's cp.async copies (16-byte aligned rows)."""
         bias, act = (self.bias or "none", self.activation) if epilogue else ("none", "identity")
         if self.mma:
             t = self.tile
+            warps_m, warps_n = tuning.mma_warps(t)
+            staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES) if copy_async
+                       else dict(STAGES=tuning.MMA_STAGES))
             return program.get(self.ctx, "gemm_mma", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
                                ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, TILE_M=t["TILE_M"],
                                TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
-                               WARPS_M=tuning.MMA_WARPS[0], WARPS_N=tuning.MMA_WARPS[1],
-                               STAGES=tuning.MMA_STAGES, **self._types(epilogue),
-                               MMA=MMA_TYPES.get(self.precision, "tf32"))
+                               WARPS_M=warps_m, WARPS_N=warps_n, **staging,
+                               **self._types(epilogue), MMA=MMA_TYPES.get(self.precision, "tf32"))
         # half operands always have a tile of the tiled template (tuning.half_tile)
         if self.small_m:
             return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
@@ -372,6 +387,8 @@ class Gemm:
         i32, u64, f32 = np.int32, np.uint64, np.float32
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         aligned_ab = (self._aligned(lda, A.offset, stride_a), self._aligned(ldb, B.offset, stride_b))
+        copy_async = (self.copy_async and self._aligned(lda, A.offset, stride_a, 8)
+                      and self._aligned(ldb, B.offset, stride_b, 8))
         t = self.tile
         pack = []
         if self.pack_b and not b_packed:  # op(B) -> strips of BLOCK_N columns (kernels/gemm_cpu.cl)
@@ -410,7 +427,8 @@ class Gemm:
         head = [i32(self.M), i32(self.N), i32(self.K), i32(self.k_chunk), i32(self.splits),
                 A, i32(lda), u64(stride_a), B, i32(ldb), u64(stride_b)]
         if self.splits == 1:
-            prg = self._program(*aligned_ab, self._aligned(ldc, C.offset, stride_c))
+            prg = self._program(*aligned_ab, self._aligned(ldc, C.offset, stride_c),
+                                copy_async=copy_async)
             args = head + [C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
             return pack + [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args,
                                           flops=self.flops)]
@@ -422,7 +440,8 @@ class Gemm:
             if self._workspace is None:
                 self._workspace = Tensor(self.ctx, (self.workspace_elements,))
             W = self._workspace
-        first = self._program(*aligned_ab, self._aligned(self.N, 0, part), epilogue=False)
+        first = self._program(*aligned_ab, self._aligned(self.N, 0, part), epilogue=False,
+                              copy_async=copy_async)
         args = head + [W, i32(self.N), u64(part), W.buffer, u64(0), f32(alpha), f32(0)]
         reduce_args = [i32(self.M), i32(self.N), i32(self.splits), W, u64(part),
                        C, i32(ldc), u64(stride_c), *bias_args, f32(beta)]
@@ -482,6 +501,13 @@ def tensor_cores(ctx, precision="tf32"):
     return memo_probe(ctx, "_tensor_cores", precision, _probe)
 
 
+def copies_async(ctx, precision):
+    """Whether ``ctx``'s device runs the 16-bit tensor-core kernel with its tiles copied by
+    cp.async (``gemm_mma.cl`` ASYNC, sm_80 on) correctly (memoized per context)."""
+    return tensor_cores(ctx, precision) and memo_probe(ctx, "_copies_async", precision,
+                                                       _probe_copies)
+
+
 def memo_probe(ctx, attr, precision, probe):
     """``probe(ctx, precision)``, asked once per context and precision (kept in the
     context's ``attr`` dict)."""
@@ -494,23 +520,36 @@ def memo_probe(ctx, attr, precision, probe):
 def _probe(ctx, precision="tf32"):
     if ctx.facts.vendor_id != "nvidia" or not ctx.facts.is_gpu:
         return False
+    return _self_test(ctx, precision, np.float32, "tensor cores", dict(_mma=True))
+
+
+def _probe_copies(ctx, precision):
+    dtype = as_dtype(HALF_STORAGE_TYPES[precision])
+    return _self_test(ctx, precision, dtype, "cp.async tiles", dict(_mma=True, _copy_async=True))
+
+
+def _self_test(ctx, precision, dtype, what, forced):
+    """Whether a tensor-core Gemm (``forced``: its private switches) with A and B stored
+    as ``dtype`` matches float64 on a small product crossing its tile edges."""
     rng = np.random.default_rng(0)
     M, N, K = 130, 136, 40  # a partial tile on every side
     a = rng.standard_normal((M, K)).astype(np.float32)
     b = rng.standard_normal((N, K)).astype(np.float32)
     try:
-        op = Gemm(ctx, M, N, K, trans_b=True, precision=precision, _mma=True)
+        op = Gemm(ctx, M, N, K, trans_b=True, precision=precision,
+                  dtypes=(dtype, dtype, np.float32), **forced)
         C = Tensor(ctx, (M, N))
-        op(Tensor.from_numpy(ctx, a), Tensor.from_numpy(ctx, b), C)
+        stored = [to_bfloat16(x) if dtype == bfloat16 else x.astype(dtype) for x in (a, b)]
+        a, b = (bfloat16_values(x) if dtype == bfloat16 else x for x in stored)  # their values
+        op(*(Tensor.from_numpy(ctx, x) for x in stored), C)
         got = C.numpy()
-    except Exception as err:  # a compiler without mma.sync, or a failing launch
-        log.info("tensor cores: not used on %s (%s)", ctx.facts.name, str(err).splitlines()[0])
+    except Exception as err:  # a compiler without mma.sync or cp.async, or a failing launch
+        log.info("%s: not used on %s (%s)", what, ctx.facts.name, str(err).splitlines()[0])
         return False
     want = a.astype(np.float64) @ b.astype(np.float64).T
     err = np.abs(got - want).max() / np.abs(want).max()
     if not np.isfinite(err) or err > _SELF_TEST_TOLERANCE[precision]:
-        log.warning("tensor cores: the %s self-test on %s failed (relative error %.2g); "
-                    "precision '%s' runs the float32 kernels", precision.upper(), ctx.facts.name,
-                    err, precision)
+        log.warning("%s: the %s self-test on %s failed (relative error %.2g); precision '%s' "
+                    "does without them", what, precision.upper(), ctx.facts.name, err, precision)
         return False
     return True

@@ -20,7 +20,7 @@ from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_
 
 __all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "pack_b", "CLASSES", "CONV_CLASSES",
            "family", "shape_class", "default_tile", "tuned_tile", "pick_tile", "wave_plan", "check_tile",
-           "candidates", "conv_class", "conv_tile", "conv_vec", "conv_mma_tile", "conv_mma_warps", "winograd_sum_tile",
+           "candidates", "conv_class", "conv_tile", "conv_vec", "conv_mma_tile", "mma_warps", "winograd_sum_tile",
            "prefer_winograd", "prefer_im2col", "cache_dir", "cache_file", "device_key",
            "store_tuned"]
 
@@ -189,8 +189,15 @@ MMA_TILE = _tile(128, 128, 16, 32, 4, 4, 8)
 # K 16 107.9 111.8 104.7 57.6; K 32 146.5 189.3 131.7 78.9; K 32 through one buffer
 # 152.5 132.5 117.6 77.6; K 64 through one buffer 127.9 163.4 90.3 62.2
 MMA_TILE_16BIT = _tile(128, 128, 32, 32, 4, 4, 8)
-MMA_WARPS = (2, 2)
 MMA_STAGES = 2
+# 16-bit operands whose rows start 16-byte aligned skip the registers: cp.async copies
+# their tiles (gemm_mma.cl ASYNC), MMA_ASYNC_STAGES of them in flight. H200, FP16
+# TFLOP/s at 8192^3 A·B / A·Bᵀ, then ViT-B's qkv forward and fc1 weight gradient:
+# through registers 142.8 183.1 132.6 81.5; cp.async K 32, 2 stages 297.2 284.2 184.3
+# 171.0; K 16, 3 or 4 stages 294-300 260-264 163 175-178 (4 x 10.5 KiB of the 48 KiB a
+# work-group may have); 128x256 tiles of 8 warps 173-252 (docs/benchmarks.md)
+MMA_COPY_ASYNC = True
+MMA_ASYNC_STAGES = 2
 # Smaller tiles of the same 2 x 2 warps, for products whose M or N leave most of a
 # 128x128 tile empty: a ResNet's 1x1 layers run one GEMM per image (N = H W, 49 at 7x7),
 # MobileNet's have 16 to 96 channels. MMA_SPEED: each tile's throughput relative to
@@ -269,8 +276,9 @@ def conv_taps_padding(channels, width):
     return ceil_div(channels, width) * width / float(channels)
 
 
-def conv_mma_warps(tile):
-    """(WARPS_M, WARPS_N) of a tensor-core convolution tile."""
+def mma_warps(tile):
+    """(WARPS_M, WARPS_N) of a tensor-core GEMM or convolution tile: two warps down M,
+    the rest across N."""
     threads = (tile["TILE_M"] // tile["BLOCK_M"]) * (tile["TILE_N"] // tile["BLOCK_N"])
     return 2, threads // 64
 

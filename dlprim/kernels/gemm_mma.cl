@@ -54,6 +54,15 @@ EMULATE = context.get("MMA_EMULATE", False)
 UNROLL = "#pragma unroll 1" if EMULATE else "#pragma unroll"
 LOADS_A = TM * TK // 4 // THREADS
 LOADS_B = TN * TK // 4 // THREADS
+# ASYNC (16-bit operands stored as the products take them, every row 16-byte aligned;
+# core/gemm.py decides): no registers between global and local memory. Each work-item
+# copies 16-byte chunks (8 values) of the tiles with cp.async, zero-filled past the
+# matrix; STAGES tiles are in flight (the one being multiplied and STAGES - 1 ahead of
+# it), with one barrier per tile.
+ASYNC = bool(context.get("ASYNC", 0))
+assert not ASYNC or (F16 and A_T == NATIVE and B_T == NATIVE and STAGES >= 2)
+CHUNKS_A, CHUNKS_B = TM * TK // 8 // THREADS, TN * TK // 8 // THREADS
+assert not ASYNC or (CHUNKS_A * 8 * THREADS == TM * TK and CHUNKS_B * 8 * THREADS == TN * TK)
 %>
 // the element (row d, k) of a staged operand (K-major ones)
 #define A_AT(s, m, k) s[(k) * ${LDA} + (m)]
@@ -99,55 +108,47 @@ LOADS_B = TN * TK // 4 // THREADS
     % endif
 </%def>
 
-__kernel __attribute__((reqd_work_group_size(32, ${WARPS}, 1)))
-${tiles.signature(A_T, B_T, C_T)}{
-    // declared as uint4 for the 16-byte alignment of the vector stores
-    __local uint4 a_local4[${STAGES * SIZE_A // 4}], b_local4[${STAGES * SIZE_B // 4}];
-    __local uint *a_local = (__local uint *)a_local4, *b_local = (__local uint *)b_local4;
-% if EMULATE:
-    __local uint mma_scratch[${WARPS * 192}];  // mma.h's emulated products
-% endif
-    const int lane = get_local_id(0), warp = get_local_id(1);
-    const int lid = warp * 32 + lane;
-    const int g = lane >> 2, t = lane & 3;  // the fragments' row group and column
-    const int wm = (warp / ${WARPS_N}) * ${WTM}, wn = (warp % ${WARPS_N}) * ${WTN};
-${tiles.tile_origin(GROUP, TM, TN, A_CK, B_CK, A_T, B_T)}
-${tiles.positions("a", TM, TK, A_CK, LOADS_A, THREADS, "lda")}
-${tiles.positions("b", TN, TK, B_CK, LOADS_B, THREADS, "ldb")}
-    ${tiles.reg4(A_T)} a_reg[${LOADS_A}];
-    ${tiles.reg4(B_T)} b_reg[${LOADS_B}];
-    float acc[${MI}][${NI}][4];
-    #pragma unroll
-    for (int i = 0; i < ${MI}; i++) {
-        #pragma unroll
-        for (int j = 0; j < ${NI}; j++)
-            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+## ASYNC: where this item's 16-byte chunks of the x tile sit (row d, k inside the tile),
+## and their offsets from the tile's corner in global memory (leading dimension ld)
+<%def name="chunks(x, TD, CK, CHUNKS, ld)">
+    int ${x}_d[${CHUNKS}], ${x}_k[${CHUNKS}], ${x}_off[${CHUNKS}];
+    % for r in range(CHUNKS):
+    {
+        const int l = lid + ${r * THREADS};
+        % if CK:
+        ${x}_k[${r}] = (l % ${TK // 8}) * 8;
+        ${x}_d[${r}] = l / ${TK // 8};
+        ${x}_off[${r}] = ${x}_d[${r}] * ${ld} + ${x}_k[${r}];
+        % else:
+        ${x}_d[${r}] = (l % ${TD // 8}) * 8;
+        ${x}_k[${r}] = l / ${TD // 8};
+        ${x}_off[${r}] = ${x}_k[${r}] * ${ld} + ${x}_d[${r}];
+        % endif
     }
+    % endfor
+</%def>
 
-    const int tiles_k = (K + ${TK - 1}) / ${TK};
-    const bool inner_a = a_d0 + ${TM} <= M, inner_b = b_d0 + ${TN} <= N;
-    int k0 = 0;
-    bool full_a = inner_a && ${TK} <= K, full_b = inner_b && ${TK} <= K;
-    if (tiles_k > 0) {
-${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGNED_A, A_T)}
-${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B, B_T)}
-${store("a", "a_local", LDA, A_CK, LOADS_A)}
-${store("b", "b_local", LDB, B_CK, LOADS_B)}
+## ASYNC: this item's chunks of the tile at x_ptr (kc: its K offset) into stage S; a
+## chunk's bytes past the matrix's edge (D rows, K) are zero-filled, not read
+<%def name="copy_tile(x, S, CK, CHUNKS, D, LD16)">
+    % for r in range(CHUNKS):
+    {
+        % if CK:
+        const int left = ${x}_d0 + ${x}_d[${r}] < ${D} ? K - (kc + ${x}_k[${r}]) : 0;
+        const int at = ${x}_d[${r}] * ${LD16} + ${x}_k[${r}];
+        % else:
+        const int left = kc + ${x}_k[${r}] < K ? ${D} - (${x}_d0 + ${x}_d[${r}]) : 0;
+        const int at = ${x}_k[${r}] * ${LD16} + ${x}_d[${r}];
+        % endif
+        const int bytes = 2 * clamp(left, 0, 8);
+        COPY_ASYNC((__local ushort *)(${S}) + at,
+                   (__global const ushort *)${x}_ptr + (bytes ? ${x}_off[${r}] : 0), bytes);
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    % endfor
+</%def>
 
-    for (int kt = 0; kt < tiles_k; kt++) {
-        __local const uint *as = a_local + (kt % ${STAGES}) * ${SIZE_A};
-        __local const uint *bs = b_local + (kt % ${STAGES}) * ${SIZE_B};
-        const bool more = kt + 1 < tiles_k;
-        if (more) {
-            k0 += ${TK};
-            full_a = inner_a && k0 + ${TK} <= K;
-            full_b = inner_b && k0 + ${TK} <= K;
-${tiles.advance(A_CK, B_CK, TK)}
-${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGNED_A, A_T)}
-${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B, B_T)}
-        }
+## the products of one staged tile (as, bs) into acc
+<%def name="products()">
 % if F16:
         ${UNROLL}
         for (int k16 = 0; k16 < ${TK}; k16 += 16) {
@@ -224,6 +225,89 @@ ${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGN
             }
         }
 % endif
+</%def>
+
+__kernel __attribute__((reqd_work_group_size(32, ${WARPS}, 1)))
+${tiles.signature(A_T, B_T, C_T)}{
+    // declared as uint4 for the 16-byte alignment of the vector stores
+    __local uint4 a_local4[${STAGES * SIZE_A // 4}], b_local4[${STAGES * SIZE_B // 4}];
+    __local uint *a_local = (__local uint *)a_local4, *b_local = (__local uint *)b_local4;
+% if EMULATE:
+    __local uint mma_scratch[${WARPS * 192}];  // mma.h's emulated products
+% endif
+    const int lane = get_local_id(0), warp = get_local_id(1);
+    const int lid = warp * 32 + lane;
+    const int g = lane >> 2, t = lane & 3;  // the fragments' row group and column
+    const int wm = (warp / ${WARPS_N}) * ${WTM}, wn = (warp % ${WARPS_N}) * ${WTN};
+${tiles.tile_origin(GROUP, TM, TN, A_CK, B_CK, A_T, B_T)}
+    float acc[${MI}][${NI}][4];
+    #pragma unroll
+    for (int i = 0; i < ${MI}; i++) {
+        #pragma unroll
+        for (int j = 0; j < ${NI}; j++)
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    }
+
+    const int tiles_k = (K + ${TK - 1}) / ${TK};
+% if ASYNC:
+${chunks("a", TM, A_CK, CHUNKS_A, "lda")}
+${chunks("b", TN, B_CK, CHUNKS_B, "ldb")}
+    int kc = 0;  // K offset of the next tile to copy
+    // the first STAGES - 1 tiles in flight, one group each (empty past the last tile, so
+    // that the group count stays what the waits below expect)
+    % for s in range(STAGES - 1):
+    if (${s} < tiles_k) {
+${copy_tile("a", "a_local + %d" % (s * SIZE_A), A_CK, CHUNKS_A, "M", LDA16)}
+${copy_tile("b", "b_local + %d" % (s * SIZE_B), B_CK, CHUNKS_B, "N", LDB16)}
+        kc += ${TK};
+${tiles.advance(A_CK, B_CK, TK)}
+    }
+    COPY_ASYNC_COMMIT();
+    % endfor
+    for (int kt = 0; kt < tiles_k; kt++) {
+        COPY_ASYNC_WAIT(${STAGES - 2});  // this item's chunks of tile kt have landed
+        barrier(CLK_LOCAL_MEM_FENCE);  // everyone's have, and every read of tile kt - 1 is done
+        if (kt + ${STAGES - 1} < tiles_k) {  // so tile kt + STAGES - 1 may take its stage
+            const int stage = (kt + ${STAGES - 1}) % ${STAGES};
+${copy_tile("a", "a_local + stage * %d" % SIZE_A, A_CK, CHUNKS_A, "M", LDA16)}
+${copy_tile("b", "b_local + stage * %d" % SIZE_B, B_CK, CHUNKS_B, "N", LDB16)}
+            kc += ${TK};
+${tiles.advance(A_CK, B_CK, TK)}
+        }
+        COPY_ASYNC_COMMIT();
+        __local const uint *as = a_local + (kt % ${STAGES}) * ${SIZE_A};
+        __local const uint *bs = b_local + (kt % ${STAGES}) * ${SIZE_B};
+${products()}
+    }
+% else:
+${tiles.positions("a", TM, TK, A_CK, LOADS_A, THREADS, "lda")}
+${tiles.positions("b", TN, TK, B_CK, LOADS_B, THREADS, "ldb")}
+    ${tiles.reg4(A_T)} a_reg[${LOADS_A}];
+    ${tiles.reg4(B_T)} b_reg[${LOADS_B}];
+    const bool inner_a = a_d0 + ${TM} <= M, inner_b = b_d0 + ${TN} <= N;
+    int k0 = 0;
+    bool full_a = inner_a && ${TK} <= K, full_b = inner_b && ${TK} <= K;
+    if (tiles_k > 0) {
+${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGNED_A, A_T)}
+${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B, B_T)}
+${store("a", "a_local", LDA, A_CK, LOADS_A)}
+${store("b", "b_local", LDB, B_CK, LOADS_B)}
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int kt = 0; kt < tiles_k; kt++) {
+        __local const uint *as = a_local + (kt % ${STAGES}) * ${SIZE_A};
+        __local const uint *bs = b_local + (kt % ${STAGES}) * ${SIZE_B};
+        const bool more = kt + 1 < tiles_k;
+        if (more) {
+            k0 += ${TK};
+            full_a = inner_a && k0 + ${TK} <= K;
+            full_b = inner_b && k0 + ${TK} <= K;
+${tiles.advance(A_CK, B_CK, TK)}
+${tiles.load("a", "a_ptr", A_CK, LOADS_A * THREADS, LOADS_A, THREADS, "M", ALIGNED_A, A_T)}
+${tiles.load("b", "b_ptr", B_CK, LOADS_B * THREADS, LOADS_B, THREADS, "N", ALIGNED_B, B_T)}
+        }
+${products()}
         if (more) {
 % if STAGES == 1:
             barrier(CLK_LOCAL_MEM_FENCE);  // one buffer: every read of this tile is done
@@ -235,6 +319,8 @@ ${store("b", "b_next", LDB, B_CK, LOADS_B)}
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+
+% endif
 
     // epilogue: alpha * acc + beta * C_old + bias, then the activation; fragment value
     // e of (i, j) is row g (+8 for e >= 2), column 2t (+1 for odd e)

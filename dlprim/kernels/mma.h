@@ -96,6 +96,16 @@ inline void fragments_emulated(uint *r, __local const ushort *base, int which, i
     fragments_emulated(r, base, 0, lane, m0, k0, ld, K_MAJOR)
 #define B_FRAGMENTS(r, base, n0, k0, ld, K_MAJOR) \
     fragments_emulated(r, base, 1, lane, n0, k0, ld, K_MAJOR)
+// cp.async as one work-item runs it: the copy done at once, so committing and waiting are
+// nothing (the barrier that publishes a tile orders it as it orders any local store)
+inline void copy_async_emulated(__local ushort *dst, __global const ushort *src, int bytes)
+{
+    for (int i = 0; i < 8; i++)
+        dst[i] = 2 * i < bytes ? src[i] : 0;
+}
+#define COPY_ASYNC(dst, src, bytes) copy_async_emulated(dst, src, bytes)
+#define COPY_ASYNC_COMMIT()
+#define COPY_ASYNC_WAIT(N)
 // TF32: the bits of x with its last 13 of mantissa rounded off (to nearest, ties away)
 inline uint tf32(float x)
 {
@@ -140,6 +150,18 @@ inline uint tf32(float x)
     LDMATRIX(r, base, a_fragment_at(lane, m0, k0, ld, K_MAJOR), LDMATRIX_SUFFIX_##K_MAJOR)
 #define B_FRAGMENTS(r, base, n0, k0, ld, K_MAJOR) \
     LDMATRIX(r, base, b_fragment_at(lane, n0, k0, ld, K_MAJOR), LDMATRIX_SUFFIX_##K_MAJOR)
+
+// 16 bytes global -> local without registers (cp.async, sm_80 on; .cg: through L2 only,
+// as each tile is read once per work-group), the last 16 - bytes of them zero-filled so
+// that a tile's copies pad the matrix's edges with zeros; src must stay a valid address
+// even where bytes is 0. The copies issued since the last COMMIT form a group;
+// WAIT(N) waits until at most N of this work-item's groups are still in flight.
+#define COPY_ASYNC(dst, src, bytes) \
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" \
+                 :: "r"((uint)(ulong)(dst)), "l"(src), "r"(bytes) : "memory")
+#define COPY_ASYNC_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+#define COPY_ASYNC_WAIT_(N) asm volatile("cp.async.wait_group " #N ";" ::: "memory")
+#define COPY_ASYNC_WAIT(N) COPY_ASYNC_WAIT_(N)
 
 // x rounded to TF32 (to nearest, ties away), as the products' operands
 inline uint tf32(float x)
