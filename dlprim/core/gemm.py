@@ -27,6 +27,7 @@ HALF_OR_FLOAT = (np.dtype(np.float32),) + HALF_TYPES  # what an operand may stor
 MMA_KINDS = ("tf32", "fp16", "bf16")  # the precisions with a tensor-core kernel (gemm_mma.cl)
 # the template's MMA parameter of each: the operands' type on the tensor cores
 MMA_TYPES = {"tf32": "tf32", "fp16": "f16", "bf16": "bf16"}
+COPY_VALUES = 8  # 16-bit values in one 16-byte cp.async copy: rows must start at multiples
 
 
 def _count(name, value):
@@ -44,7 +45,9 @@ class Gemm:
     by default GPUs split when C has too few tiles to occupy the device. ``precision``
     ("fp32", "tf32", "fp16" or "bf16"; ``core/precision.py``): all but "fp32" run the
     products on tensor cores (``kernels/gemm_mma.cl``: TF32, FP16 or BF16 operands) where
-    the device has them, else the float32 kernels.
+    the device has them, else the float32 kernels; A and B stored in the 16-bit type of
+    "fp16" or "bf16" with rows starting 16-byte aligned have their tiles copied by
+    cp.async (``copy_async``, where ``copies_async`` says the device takes it).
     ``dtypes``: the storage of A, B and C (float32, or float16 or bfloat16 widened as it loads and
     rounded as C stores; the products and sums stay float32), on the tiled template
     (``tuning.half_tile``); the bias and the split-K workspace are float32. On CPUs
@@ -121,7 +124,7 @@ class Gemm:
         # build now the variant that packed, aligned operands use
         self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"),
                       copy_async=self.copy_async and all(
-                          self._aligned(self._packed(x), 0, 0, 8) for x in "ab"))
+                          self._aligned(self._packed(x), 0, 0, COPY_VALUES) for x in "ab"))
 
     @staticmethod
     def on_tensor_cores(ctx, precision):
@@ -387,8 +390,8 @@ class Gemm:
         i32, u64, f32 = np.int32, np.uint64, np.float32
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         aligned_ab = (self._aligned(lda, A.offset, stride_a), self._aligned(ldb, B.offset, stride_b))
-        copy_async = (self.copy_async and self._aligned(lda, A.offset, stride_a, 8)
-                      and self._aligned(ldb, B.offset, stride_b, 8))
+        copy_async = (self.copy_async and self._aligned(lda, A.offset, stride_a, COPY_VALUES)
+                      and self._aligned(ldb, B.offset, stride_b, COPY_VALUES))
         t = self.tile
         pack = []
         if self.pack_b and not b_packed:  # op(B) -> strips of BLOCK_N columns (kernels/gemm_cpu.cl)

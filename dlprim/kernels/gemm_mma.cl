@@ -108,26 +108,6 @@ assert not ASYNC or (CHUNKS_A * 8 * THREADS == TM * TK and CHUNKS_B * 8 * THREAD
     % endif
 </%def>
 
-## ASYNC: where this item's 16-byte chunks of the x tile sit (row d, k inside the tile),
-## and their offsets from the tile's corner in global memory (leading dimension ld)
-<%def name="chunks(x, TD, CK, CHUNKS, ld)">
-    int ${x}_d[${CHUNKS}], ${x}_k[${CHUNKS}], ${x}_off[${CHUNKS}];
-    % for r in range(CHUNKS):
-    {
-        const int l = lid + ${r * THREADS};
-        % if CK:
-        ${x}_k[${r}] = (l % ${TK // 8}) * 8;
-        ${x}_d[${r}] = l / ${TK // 8};
-        ${x}_off[${r}] = ${x}_d[${r}] * ${ld} + ${x}_k[${r}];
-        % else:
-        ${x}_d[${r}] = (l % ${TD // 8}) * 8;
-        ${x}_k[${r}] = l / ${TD // 8};
-        ${x}_off[${r}] = ${x}_k[${r}] * ${ld} + ${x}_d[${r}];
-        % endif
-    }
-    % endfor
-</%def>
-
 ## ASYNC: this item's chunks of the tile at x_ptr (kc: its K offset) into stage S; a
 ## chunk's bytes past the matrix's edge (D rows, K) are zero-filled, not read
 <%def name="copy_tile(x, S, CK, CHUNKS, D, LD16)">
@@ -250,8 +230,8 @@ ${tiles.tile_origin(GROUP, TM, TN, A_CK, B_CK, A_T, B_T)}
 
     const int tiles_k = (K + ${TK - 1}) / ${TK};
 % if ASYNC:
-${chunks("a", TM, A_CK, CHUNKS_A, "lda")}
-${chunks("b", TN, B_CK, CHUNKS_B, "ldb")}
+${tiles.positions("a", TM, TK, A_CK, CHUNKS_A, THREADS, "lda", 8)}
+${tiles.positions("b", TN, TK, B_CK, CHUNKS_B, THREADS, "ldb", 8)}
     int kc = 0;  // K offset of the next tile to copy
     // the first STAGES - 1 tiles in flight, one group each (empty past the last tile, so
     // that the group count stays what the waits below expect)

@@ -20,21 +20,22 @@
 % endif
 </%def>
 
-## where this item's float4 pieces of the x tile sit: row d, k inside the tile, and the
-## offset from the tile's corner in global memory (leading dimension ld)
-<%def name="positions(x, TD, TK, CK, LOADS, THREADS, ld)">
-    // this thread's float4 pieces of the ${x} tile: row d (M or N) and k inside the tile
+## where this item's pieces of W values (float4 loads: 4) of the x tile sit: row d, k
+## inside the tile, and the offset from the tile's corner in global memory (leading
+## dimension ld)
+<%def name="positions(x, TD, TK, CK, LOADS, THREADS, ld, W=4)">
+    // this thread's pieces of ${W} values of the ${x} tile: row d (M or N) and k inside it
     int ${x}_d[${LOADS}], ${x}_k[${LOADS}], ${x}_off[${LOADS}];
     % for r in range(LOADS):
     {
         int l = lid + ${r * THREADS};
         % if CK:
-        ${x}_k[${r}] = (l % ${TK // 4}) * 4;
-        ${x}_d[${r}] = l / ${TK // 4};
+        ${x}_k[${r}] = (l % ${TK // W}) * ${W};
+        ${x}_d[${r}] = l / ${TK // W};
         ${x}_off[${r}] = ${x}_d[${r}] * ${ld} + ${x}_k[${r}];
         % else:
-        ${x}_d[${r}] = (l % ${TD // 4}) * 4;
-        ${x}_k[${r}] = l / ${TD // 4};
+        ${x}_d[${r}] = (l % ${TD // W}) * ${W};
+        ${x}_k[${r}] = l / ${TD // W};
         ${x}_off[${r}] = ${x}_k[${r}] * ${ld} + ${x}_d[${r}];
         % endif
     }
