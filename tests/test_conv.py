@@ -7,7 +7,7 @@ import pytest
 from dlprim import Tensor
 from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from dlprim.layers import LayerError, TensorSpec, create
-from layer_check import assert_close, check_reference_grads, run_layer
+from layer_check import assert_close, check_reference_grads, host, run_layer, stored
 
 # ---------------------------------------------------------------- numpy references (float64)
 
@@ -358,20 +358,21 @@ def test_strided_backward_data_runs_per_phase(ctx):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_16bit_layers_take_im2col_on_cpus(ctx, dtype):
-    """On CPUs 16-bit activations keep im2col (float32 GEMMs through copies), also where
-    float32 would take the direct kernels, which have no 16-bit path; grouped layers
-    (im2col does not apply) take the implicit GEMM."""
+def test_16bit_layers_take_float32s_algorithms_on_cpus(ctx, dtype):
+    """On CPUs 16-bit activations take the algorithm float32 would: im2col (float32
+    GEMMs through copies), the direct kernels for few channels (reading and writing
+    16-bit values), the implicit GEMM for grouped layers (im2col does not apply)."""
     import layer_check
     layer_check.skip_unless_cpu(ctx)
-    plain = ConvGeometry(16, 8, (9, 9), (3, 3), (2, 2), (1, 1, 1, 1))
-    few = ConvGeometry(3, 8, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1))  # direct's in float32
+    wide = ConvGeometry(64, 64, (9, 9), (3, 3), (2, 2), (1, 1, 1, 1))
+    few = ConvGeometry(3, 8, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1))
     grouped = ConvGeometry(8, 8, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1), groups=2)
     for op in (ConvForward, ConvBackwardData, ConvBackwardFilter):
-        assert op(ctx, plain, batch=2, dtype=dtype).algo == "im2col"
-        assert op(ctx, few, batch=2, dtype=dtype).algo == "im2col"
+        for geom in (wide, few, grouped):
+            assert op(ctx, geom, batch=2, dtype=dtype).algo == op(ctx, geom, batch=2).algo
         assert op(ctx, grouped, batch=2, dtype=dtype).algo == "gemm"
-    assert ConvForward(ctx, few, batch=2).algo == "direct"
+    assert ConvForward(ctx, wide, batch=2, dtype=dtype).algo == "im2col"
+    assert ConvForward(ctx, few, batch=2, dtype=dtype).algo == "direct"
 
 
 def test_winograd_tile_choice(ctx):
@@ -626,54 +627,83 @@ DIRECT_GEOMS = [
 ]
 
 
+# the activations' storages of the direct kernels: tolerance (relative to the largest
+# value) of a result rounded to it; the sums stay float32
+DIRECT_STORAGE = {"float32": 1e-4, "float16": 2 ** -10, "bfloat16": 2 ** -7}
+
+
+def _activations(ctx, values, dtype):
+    """``values`` as the device stores ``dtype`` (their float64 values, the Tensor)."""
+    values = stored(values, dtype)
+    return values, Tensor.from_numpy(ctx, host(values, dtype))
+
+
+def _near(got, want, dtype, what):
+    tol = DIRECT_STORAGE[dtype]
+    assert_close(got, want, rtol=tol, atol=tol * np.abs(want).max(), what=what)
+
+
+
+
+@pytest.mark.parametrize("dtype", sorted(DIRECT_STORAGE))
 @pytest.mark.parametrize("geom", DIRECT_GEOMS)
-def test_direct_forward(ctx, rng, geom):
-    """y = act(conv(x, w) + b + beta * y) against the float64 reference."""
+def test_direct_forward(ctx, rng, geom, dtype):
+    """y = act(conv(x, w) + b + beta * y) against the float64 reference; 16-bit x and y
+    read and written as stored."""
     batch = 2
-    x, w, b, y0 = (rng.standard_normal(s) for s in (geom.in_shape(batch), geom.weight_shape,
-                                                    (geom.out_c,), geom.out_shape(batch)))
-    op = ConvForward(ctx, geom, bias=True, activation="tanh", algo="direct", batch=batch)
+    w, b = rng.standard_normal(geom.weight_shape), rng.standard_normal(geom.out_c)
+    x, tx = _activations(ctx, rng.standard_normal(geom.in_shape(batch)), dtype)
+    y0, ty = _activations(ctx, rng.standard_normal(geom.out_shape(batch)), dtype)
+    op = ConvForward(ctx, geom, bias=True, activation="tanh", algo="direct", batch=batch,
+                     dtype=dtype)
     assert op.algo == "direct"
-    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, w, b, y0)]
-    op(t[0], t[1], t[3], t[2], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
-    want = np.tanh(conv_ref(x, w, (geom.sh, geom.sw), geom.pad, (geom.dh, geom.dw), 1)
-                   + b[None, :, None, None] + 0.5 * y0)
-    assert_close(t[3].numpy(), want, rtol=1e-4, atol=1e-4, what="direct forward")
+    tw, tb = (Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (w, b))
+    op(tx, tw, ty, tb, ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
+    want = np.tanh(conv_ref(x, w.astype(np.float32), (geom.sh, geom.sw), geom.pad,
+                            (geom.dh, geom.dw), 1) + b.astype(np.float32)[None, :, None, None]
+                   + 0.5 * y0)
+    _near(ty.numpy().astype(np.float64), want, dtype, "direct forward")
 
 
+@pytest.mark.parametrize("dtype", sorted(DIRECT_STORAGE))
 @pytest.mark.parametrize("geom", [g for g in DIRECT_GEOMS if g.sh == g.sw == 1])
-def test_direct_backward_data(ctx, rng, geom):
+def test_direct_backward_data(ctx, rng, geom, dtype):
     """dx = act(conv_transpose(dy, w) + b + beta * dx): the flipped forward convolution."""
     batch = 2
-    w, dy, dx0, b = (rng.standard_normal(s) for s in (geom.weight_shape, geom.out_shape(batch),
-                                                       geom.in_shape(batch), (geom.in_c,)))
-    op = ConvBackwardData(ctx, geom, bias=True, activation="relu", algo="direct", batch=batch)
+    w, b = rng.standard_normal(geom.weight_shape), rng.standard_normal(geom.in_c)
+    dy, tdy = _activations(ctx, rng.standard_normal(geom.out_shape(batch)), dtype)
+    dx0, tdx = _activations(ctx, rng.standard_normal(geom.in_shape(batch)), dtype)
+    op = ConvBackwardData(ctx, geom, bias=True, activation="relu", algo="direct", batch=batch,
+                          dtype=dtype)
     assert op.algo == "direct"
-    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (dy, w, dx0, b)]
-    op(t[0], t[1], t[2], t[3], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
-    dx, _ = conv_backward_ref(np.zeros(geom.in_shape(batch)), w, dy, (1, 1), geom.pad,
-                              (geom.dh, geom.dw), 1)
-    want = np.maximum(dx + 0.5 * dx0 + b[None, :, None, None], 0)
-    assert_close(t[2].numpy(), want, rtol=1e-4, atol=1e-4, what="direct dx")
+    tw, tb = (Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (w, b))
+    op(tdy, tw, tdx, tb, ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
+    dx, _ = conv_backward_ref(np.zeros(geom.in_shape(batch)), w.astype(np.float32), dy,
+                              (1, 1), geom.pad, (geom.dh, geom.dw), 1)
+    want = np.maximum(dx + 0.5 * dx0 + b.astype(np.float32)[None, :, None, None], 0)
+    _near(tdx.numpy().astype(np.float64), want, dtype, "direct dx")
 
 
+@pytest.mark.parametrize("dtype", sorted(DIRECT_STORAGE))
 @pytest.mark.parametrize("geom", DIRECT_GEOMS)
 @pytest.mark.parametrize("parts", [None, 2])
-def test_direct_backward_filter(ctx, rng, geom, parts):
+def test_direct_backward_filter(ctx, rng, geom, parts, dtype):
     """dw = beta * dw + the batch sum of dy x per tap; ``parts`` cuts the batch of three
-    (the last part ragged), its partial sums added by a second launch."""
+    (the last part ragged), its partial sums added by a second launch; dw float32 for
+    16-bit x and dy too."""
     batch = 3
-    x, dy, dw0 = (rng.standard_normal(s) for s in (geom.in_shape(batch), geom.out_shape(batch),
-                                                    geom.weight_shape))
-    op = ConvBackwardFilter(ctx, geom, algo="direct", splits=parts, batch=batch)
+    x, tx = _activations(ctx, rng.standard_normal(geom.in_shape(batch)), dtype)
+    dy, tdy = _activations(ctx, rng.standard_normal(geom.out_shape(batch)), dtype)
+    dw0 = rng.standard_normal(geom.weight_shape).astype(np.float32)
+    op = ConvBackwardFilter(ctx, geom, algo="direct", splits=parts, batch=batch, dtype=dtype)
     assert op.algo == "direct"
     if parts:
         assert op.impl.parts(batch) == 2
-    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, dy, dw0)]
-    op(t[0], t[1], t[2], ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
+    tdw = Tensor.from_numpy(ctx, dw0)
+    op(tx, tdy, tdw, ws=Tensor(ctx, (op.workspace_bytes(batch),), "uint8"), beta=0.5)
     _, dw = conv_backward_ref(x, np.zeros(geom.weight_shape), dy, (geom.sh, geom.sw), geom.pad,
                               (geom.dh, geom.dw), 1)
-    assert_close(t[2].numpy(), 0.5 * dw0 + dw, rtol=1e-4, atol=1e-4, what="direct dw")
+    assert_close(tdw.numpy(), 0.5 * dw0 + dw, rtol=1e-4, atol=1e-4, what="direct dw")
 
 
 def test_direct_filter_parts_fill_the_cores():

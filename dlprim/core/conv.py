@@ -20,10 +20,9 @@ or forced for testing:
 - ``"im2col"``: ungrouped layers as column unrolling (col2im for backward-data) + the
   GEMM of ``core/gemm.py`` in chunks of the batch (``core/conv_im2col.py``); CPUs' choice.
 
-Tensors are NCHW float32, or float16 or bfloat16 activations (``dtype``: x, y and their gradients
-stored as half, the weights, bias and sums float32) on the gemm, Winograd, depthwise and
-im2col algorithms (another asked or chosen runs im2col on CPUs where it applies, else
-gemm); weights ``[out_c, in_c/groups, kh, kw]``.
+Tensors are NCHW float32, or float16 or bfloat16 activations (``dtype``: x, y and their
+gradients stored so, the weights, bias and sums float32) on every algorithm; weights
+``[out_c, in_c/groups, kh, kw]``.
 The batch size is read from the tensors at ``launches`` time and stays a kernel argument;
 ``batch`` given to a constructor is the size whose kernels are built at once (tiles may
 depend on it).
@@ -48,9 +47,6 @@ log = logging.getLogger(__name__)
 # F(2x2) / F(4x4)
 ALGORITHMS = ("auto", "gemm", "winograd", "winograd2", "winograd4", "depthwise", "direct",
               "im2col")
-# the algorithms whose kernels store 16-bit float activations (any other runs im2col or gemm
-# for them)
-HALF_ALGORITHMS = ("gemm", "winograd", "depthwise", "im2col")
 # DLPrimitives' spellings (its layers' fwd_algo / bwd_data_algo / bwd_filter_algo options)
 # and the algorithm each names here
 DLPRIMITIVES_ALGORITHMS = {"auto": "auto", "gemm": "gemm", "winograd": "winograd",
@@ -175,11 +171,6 @@ class _Op:
         self.algo = _resolve(ctx, geom, algo, self.direction,
                              impl_args.get("precision", "fp32"), impl_args["batch"])
         family = "winograd" if self.algo.startswith("winograd") else self.algo
-        if self.dtype in HALF_TYPES and family not in HALF_ALGORITHMS:
-            # on CPUs im2col (its GEMM the float32 one, through copies); else the implicit
-            # GEMM, whose kernels store half and serve every shape
-            self.algo = family = "im2col" if ctx.facts.is_cpu and algorithm_applies(
-                geom, "im2col", self.direction) else "gemm"
         if self.algo != family:
             impl_args = dict(impl_args, tile=int(self.algo[-1]))
         # the precision reaches the GEMM-based algorithms (tensor cores where the device
@@ -188,8 +179,7 @@ class _Op:
         precision = impl_args.pop("precision", "fp32")
         if family in ("gemm", "winograd"):
             impl_args["precision"] = precision
-        if family in HALF_ALGORITHMS:
-            impl_args["dtype"] = self.dtype
+        impl_args["dtype"] = self.dtype  # every algorithm stores 16-bit activations
         # every backward-filter takes a split count; forward/backward-data only on gemm
         if self.direction != "backward_filter" and impl_args["splits"] is None:
             del impl_args["splits"]

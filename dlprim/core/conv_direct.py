@@ -8,9 +8,14 @@ here the input is read in place and every work-item keeps up to 32 output channe
 run of pixels in registers. The weights are first rearranged (``conv_direct_pack``) into
 blocks of those output channels per tap, in a workspace: a tenth of a millisecond, every
 call, so that the weights a solver has just updated are the ones used.
+
+``dtype`` float16 or bfloat16: x, y, dx and dy are stored so, read and written by the
+kernels directly; the weights, their packed blocks, dy's pixel-major rows and the sums
+stay float32.
 """
 import numpy as np
 
+from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..tensor import ws_view
 from ..utils import ceil_div, round_up
@@ -28,6 +33,13 @@ MAX_CHANNEL_BLOCK = 32
 PIXELS = {8: 4, 16: 3, 24: 3, 32: 2}  # pixels per work-item by channel block
 
 
+def _storage(dtype):
+    """The template's ACT_T for activations stored as ``dtype`` (none for float32, so those
+    programs keep their cache entries)."""
+    dtype = as_dtype(dtype)
+    return {} if dtype == np.float32 else dict(ACT_T=cl_type(dtype))
+
+
 def register_block(out_c, width):
     """(output channels, pixels) of a work-item: the channels cut into equal blocks of at
     most MAX_CHANNEL_BLOCK rounded up to 8 (48 -> 24 + 24), and the output row into
@@ -42,13 +54,14 @@ class Forward:
     """y = act(conv(x, w) + b + beta * y) for an ungrouped layer; ``flip``: w holds the
     weights of the layer whose backward-data this convolution is (see BackwardData)."""
 
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, flip=False):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, flip=False,
+                 dtype="float32"):
         self.ctx, self.geom, self.bias, self.flip = ctx, geom, bool(bias), bool(flip)
         g = geom
         self.ocb, self.px = register_block(g.out_c, g.out_w)
         self.blocks = ceil_div(g.out_c, self.ocb)
         self.program = program.get(ctx, "conv_direct", FILTER=False, BIAS=self.bias,
-                                   ACTIVATION=activation,
+                                   ACTIVATION=activation, **_storage(dtype),
                                    KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, DH=g.dh, DW=g.dw,
                                    OCB=self.ocb, PX=self.px)
 
@@ -87,12 +100,12 @@ class BackwardData(Forward):
     convolution of dy with the kernel turned by 180 degrees, input and output channels
     swapped, padded by span - 1 - pad (``ConvGeometry.flipped``)."""
 
-    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16):
+    def __init__(self, ctx, geom, bias=False, activation="identity", batch=16, dtype="float32"):
         flipped = geom.flipped()
         if flipped is None:
             raise ValueError("direct convolution: backward-data needs stride 1 and pads "
                              "within the kernel span, got %r" % (geom,))
-        super().__init__(ctx, flipped, bias, activation, batch, flip=True)
+        super().__init__(ctx, flipped, bias, activation, batch, flip=True, dtype=dtype)
 
 
 FILTER_ACCUMULATORS = 12  # float8 accumulators of the filter gradient's work-item at most
@@ -110,14 +123,14 @@ class BackwardFilter:
     kernel row) and part of the batch; the parts' partial sums (where the layer alone
     gives the cores too few work-items) are added by ``conv_direct_filter_sum``."""
 
-    def __init__(self, ctx, geom, splits=None, batch=16):
+    def __init__(self, ctx, geom, splits=None, batch=16, dtype="float32"):
         self.ctx, self.geom, self.forced_parts = ctx, geom, splits
         g = geom
         self.ocb = filter_block(g.out_c, g.kw)
         self.blocks = ceil_div(g.out_c, self.ocb)
         self.padded_c = self.blocks * self.ocb
         self.program = program.get(ctx, "conv_direct", FILTER=True, BIAS=False,
-                                   ACTIVATION="identity", KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
+                                   ACTIVATION="identity", **_storage(dtype), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
                                    DH=g.dh, DW=g.dw, OCB=self.ocb, PX=0)
 
     def parts(self, batch):

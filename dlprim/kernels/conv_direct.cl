@@ -8,6 +8,9 @@
 # input values, each feeding OCB / 8 vector FMAs. The stencil (KH, KW, strides,
 # dilations), OCB and PX are compiled in, so the taps of a row are straight-line code.
 NV = OCB // 8  # float8 accumulators per pixel
+# ACT_T: the storage of x, y, dx and dy (float, half or bfloat16), read and written through
+# LD_/ST_ (common.h); weights, bias, the packed weights, dy's rows and sums stay float
+T = context.get("ACT_T", "float")
 %>
 % if not FILTER:
 // w (OC x C x KH x KW) -> wp[ocb][c][kh][kw][OCB]: the OCB output channels of block ocb side
@@ -32,9 +35,9 @@ __kernel void conv_direct_pack(int OC, int C, int flip, __global const float *w,
 // (pixel block, oy, img * ocblocks + ocb)
 __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, int PL,
                           int ocblocks,
-                          __global const float *x, ulong x_offset,
+                          __global const ${T} *x, ulong x_offset,
                           __global const float *wp, ulong wp_offset,
-                          __global float *y, ulong y_offset,
+                          __global ${T} *y, ulong y_offset,
                           __global const float *bias, ulong bias_offset, float beta)
 {
     const int ox0 = get_global_id(0) * ${PX}, oy = get_global_id(1);
@@ -49,15 +52,15 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
     const int ix0 = ox0 * ${SW} - PL;
     // every tap of the block inside the row: no bounds checks per load
     const bool inside = ix0 >= 0 && ix0 + ${(PX - 1) * SW + (KW - 1) * DW} < W;
-    __global const float *plane = x + x_offset + img * C * H * W;
+    __global const ${T} *plane = x + x_offset + img * C * H * W;
     __global const float *wc = wp + wp_offset + (ulong)ocb * C * ${KH * KW * OCB};
     for (int c = 0; c < C; c++, plane += H * W, wc += ${KH * KW * OCB}) {
 % for kh in range(KH):
         {
             const int iy = oy * ${SH} - PT + ${kh * DH};
             if (iy >= 0 && iy < H) {
-                __global const float *row = plane + iy * W;
-                __global const float *run = row + ix0;  // constant offsets from here
+                __global const ${T} *row = plane + iy * W;
+                __global const ${T} *run = row + ix0;  // constant offsets from here
                 if (inside) {
     % for kw in range(KW):
                     {
@@ -66,7 +69,7 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
         % endfor
         % for p in range(PX):
                         {
-                            const float8 xv = (float8)(run[${p * SW + kw * DW}]);
+                            const float8 xv = (float8)(LD_${T}(run, ${p * SW + kw * DW}));
             % for v in range(NV):
                             acc[${p}][${v}] = fma(xv, w${v}, acc[${p}][${v}]);
             % endfor
@@ -83,7 +86,7 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
         % for p in range(PX):
                         {
                             const int ix = ix0 + ${p * SW + kw * DW};
-                            const float8 xv = (float8)(ix >= 0 && ix < W ? row[ix] : 0.0f);
+                            const float8 xv = (float8)(ix >= 0 && ix < W ? LD_${T}(row, ix) : 0.0f);
             % for v in range(NV):
                             acc[${p}][${v}] = fma(xv, w${v}, acc[${p}][${v}]);
             % endfor
@@ -97,7 +100,7 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
 % endfor
     }
     // epilogue: the block's pixels inside the row, its channels below OC
-    __global float *out = y + y_offset + (img * OC + ocb * ${OCB}) * OH * OW + (ulong)oy * OW;
+    __global ${T} *out = y + y_offset + (img * OC + ocb * ${OCB}) * OH * OW + (ulong)oy * OW;
 % for p in range(PX):
     if (ox0 + ${p} < OW) {
         float r[${OCB}];
@@ -105,14 +108,14 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
         vstore8(acc[${p}][${v}], ${v}, r);
     % endfor
         for (int q = 0; q < ${OCB} && ocb * ${OCB} + q < OC; q++) {
-            __global float *o = out + (ulong)q * OH * OW + ox0 + ${p};
+            __global ${T} *o = out + (ulong)q * OH * OW + ox0 + ${p};
             float v = r[q];
     % if BIAS:
             v += bias[bias_offset + ocb * ${OCB} + q];
     % endif
             if (beta != 0.0f)
-                v += beta * *o;
-            *o = ACT_${ACTIVATION}(v);
+                v += beta * LD_${T}(o, 0);
+            ST_${T}(o, 0, ACT_${ACTIVATION}(v));
         }
     }
 % endfor
@@ -128,15 +131,15 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
 # OCB / 8 loads of dy, KW broadcast values of x, KW * OCB / 8 vector FMAs.
 %>
 // dy (img, OC, P pixels) -> rows (img, P, OCP channels, zero past OC): work-item (oc, img)
-__kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const float *dy,
+__kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const ${T} *dy,
                                   ulong dy_offset, __global float *rows, ulong rows_offset)
 {
     const int oc = get_global_id(0);
     const ulong img = get_global_id(1);
-    __global const float *src = dy + dy_offset + (img * OC + oc) * P;
+    __global const ${T} *src = dy + dy_offset + (img * OC + oc) * P;
     __global float *dst = rows + rows_offset + img * P * OCP + oc;
     for (int p = 0; p < P; p++)
-        dst[(ulong)p * OCP] = oc < OC ? src[p] : 0.0f;
+        dst[(ulong)p * OCP] = oc < OC ? LD_${T}(src, p) : 0.0f;
 }
 
 <%def name="filter_taps(checked)">
@@ -149,9 +152,9 @@ __kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const float *
                     {
         % if checked:
                         const int ix = ox * ${SW} - PL + ${kw * DW};
-                        const float8 xv = (float8)(ix >= 0 && ix < W ? xrow[ix] : 0.0f);
+                        const float8 xv = (float8)(ix >= 0 && ix < W ? LD_${T}(xrow, ix) : 0.0f);
         % else:
-                        const float8 xv = (float8)(xrow[ox * ${SW} - PL + ${kw * DW}]);
+                        const float8 xv = (float8)(LD_${T}(xrow, ox * ${SW} - PL + ${kw * DW}));
         % endif
         % for v in range(NV):
                         acc[${kw}][${v}] = fma(d[${v}], xv, acc[${kw}][${v}]);
@@ -164,7 +167,7 @@ __kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const float *
 // with one part it writes dw (beta * dw + sum), else its partial sums into out[part]
 __kernel void conv_direct_filter(int C, int H, int W, int OC, int OH, int OW, int PT, int PL,
                                  int OCP, int batch, int chunk, int ocblocks,
-                                 __global const float *x, ulong x_offset,
+                                 __global const ${T} *x, ulong x_offset,
                                  __global const float *rows, ulong rows_offset,
                                  __global float *out, ulong out_offset, float beta, int parts)
 {
@@ -187,7 +190,7 @@ __kernel void conv_direct_filter(int C, int H, int W, int OC, int OH, int OW, in
             const int iy = oy * ${SH} - PT + kh * ${DH};
             if (iy < 0 || iy >= H)
                 continue;
-            __global const float *xrow = x + x_offset + (((ulong)img * C + c) * H + iy) * W;
+            __global const ${T} *xrow = x + x_offset + (((ulong)img * C + c) * H + iy) * W;
             __global const float *drow = rows + rows_offset + ((ulong)img * OH + oy) * OW * OCP
                                          + ocb * ${OCB};
             for (int ox = 0; ox < ox_a; ox++)
