@@ -25,7 +25,16 @@ def test_profile_table_names_every_operator(ctx):
     res = benchmark.run_net(pctx, graph, train=True, warmup=0, iters=1, profile=True)
     forward = [r for r in res["profile"] if r[0] == "forward"]
     assert [r[1] for r in forward] == [op["name"] for op in graph["operators"]]
-    assert any(r[0] == "backward" for r in res["profile"])
+    # backward: every operator with parameters or inputs to differentiate, in reverse
+    # order, after the loss gradients' fills; then the same time by kernel
+    backward = [r[1] for r in res["profile"] if r[0] == "backward"]
+    assert backward[0] == "(loss gradients)"
+    names = [op["name"] for op in graph["operators"]]
+    assert backward[1:] == [n for n in reversed(names) if n in backward]
+    assert {"conv1", "fc1", "loss"} <= set(backward)
+    kernels = [r[3] for r in res["profile"] if r[0] == "bwd-kernel"]
+    per_op = [r[3] for r in res["profile"] if r[0] == "backward"]
+    assert kernels and sum(kernels) == pytest.approx(sum(per_op))
     assert all(r[3] >= 0 for r in res["profile"])
 
 

@@ -231,6 +231,46 @@ def test_emulated_tensor_cores_match_float64(ctx, rng, monkeypatch, precision, d
                      splits=(None, 3) if precision == "tf32" else (None,))
 
 
+@pytest.mark.parametrize("geom, dtype, run, x_runs, shift", [
+    (ConvGeometry(60, 62, (4, 6), (1, 1)), "float16", 8, True, 0),  # 24 pixels
+    (ConvGeometry(60, 56, (8, 8), (3, 3), pad=(1, 1, 1, 1)), "float16", 8, False, 0),
+    (ConvGeometry(64, 40, (6, 6), (1, 1)), "bfloat16", 4, True, 0),
+    (ConvGeometry(60, 62, (5, 2), (3, 3), pad=(1, 1, 1, 1)), "float16", 2, False, 0),
+    # x and dy one value past an aligned start: runs load value by value
+    (ConvGeometry(60, 62, (4, 6), (1, 1)), "float16", 8, True, 1)])
+def test_emulated_filter_runs_match_float64(ctx, rng, monkeypatch, geom, dtype, run, x_runs,
+                                            shift):
+    """Tap-major backward-filter loading runs of pixels (conv_gemm.cl K_RUN): runs of 8,
+    4 and 2, x's rows as runs (plain 1x1) or gathered, batches whose images a tile's K
+    spans, split-K, and tensors whose offsets leave the runs unaligned. The tensor
+    cores' own products where the device has them, else emulated (CPU runtimes)."""
+    batch, precision = 3, "fp16" if dtype == "float16" else "bf16"
+    if not conv_tensor_cores(ctx, precision):
+        _emulate(ctx, monkeypatch)
+        monkeypatch.setattr(conv_gemm, "conv_tensor_cores", lambda ctx, precision: True)
+    st, dil, pad = (geom.sh, geom.sw), (geom.dh, geom.dw), geom.pad
+    x = stored(rng.standard_normal(geom.in_shape(batch)), dtype)
+    dy = stored(rng.standard_normal(geom.out_shape(batch)), dtype)
+    w = rng.standard_normal(geom.weight_shape)
+    _, want = conv_backward_ref(x, w, dy, st, pad, dil, geom.groups)
+
+    def shifted(values):  # the tensor ``shift`` values into a buffer
+        flat = np.concatenate([np.zeros(shift), values.ravel()])
+        t = Tensor.from_numpy(ctx, host(flat, dtype))
+        return t.view(values.shape, offset=shift)
+
+    for splits in (None, 2):
+        op = ConvBackwardFilter(ctx, geom, algo="gemm", batch=batch, splits=splits,
+                                precision=precision, dtype=dtype)
+        impl = op.impl.op
+        assert (impl.k_run, impl.params["X_RUNS"]) == (run, x_runs)
+        ws = Tensor.from_numpy(ctx, np.full(max(1, op.workspace_bytes(batch)), 255, np.uint8))
+        dw = Tensor(ctx, geom.weight_shape)
+        op(shifted(x), shifted(dy), dw, ws=ws, beta=0.0)
+        err = _error(dw.numpy(), want)
+        assert err < {"float16": 4e-3, "bfloat16": 3e-2}[dtype], (splits, err)
+
+
 def test_self_test_passes_good_kernels_and_refuses_failing_ones(ctx, monkeypatch, caplog):
     _emulate(ctx, monkeypatch)
     assert conv_gemm._self_test(ctx, "fp16")

@@ -103,32 +103,45 @@ def run_net(ctx, graph, train=False, warmup=5, iters=20, profile=False, seed=0,
 
 
 def _profile(ctx, net, train):
-    """Per-operator forward times and per-kernel backward times from OpenCL events."""
+    """Per-operator forward and backward times from OpenCL events, then the backward
+    time per kernel (which kernels a slow backward spends its time in)."""
     import pyopencl as cl
     if not ctx.queue.properties & cl.command_queue_properties.PROFILING_ENABLE:
         raise SystemExit("dlprim-benchmark: --profile needs a profiling queue")
     plan = net.plan
+
+    def ms(e):
+        return 0.0 if e is None else (e.profile.end - e.profile.start) * 1e-6
+
     events = [launch(ctx.queue) for launch in plan.forward]
     bwd = [(launch, launch(ctx.queue)) for launch in plan.backward] if train else []
     ctx.finish()
     rows, k = [], 0
     for op, count in zip(net.graph.ops, plan.op_forward):
-        ms = sum((e.profile.end - e.profile.start) * 1e-6 for e in events[k:k + count] if e is not None)
-        rows.append(("forward", op.name, op.type, ms))
+        rows.append(("forward", op.name, op.type, sum(ms(e) for e in events[k:k + count])))
         k += count
+    # plan.backward_done: op index -> launches run once its backward has; before the
+    # first op's, the gradients' fills
+    k = plan.backward_fills if train else 0
+    if k:
+        rows.append(("backward", "(loss gradients)", "Fill", sum(ms(e) for _, e in bwd[:k])))
+    for i, end in sorted(plan.backward_done.items(), key=lambda kv: kv[1]):
+        op = net.graph.ops[i]
+        rows.append(("backward", op.name, op.type, sum(ms(e) for _, e in bwd[k:end])))
+        k = end
     by_kernel = {}
     for launch, e in bwd:
-        if e is not None:
-            name = getattr(launch, "name", type(launch).__name__)
-            by_kernel[name] = by_kernel.get(name, 0.0) + (e.profile.end - e.profile.start) * 1e-6
-    rows += [("backward", name, "kernel", ms) for name, ms in sorted(by_kernel.items(), key=lambda kv: -kv[1])]
+        name = getattr(launch, "name", type(launch).__name__)
+        by_kernel[name] = by_kernel.get(name, 0.0) + ms(e)
+    rows += [("bwd-kernel", name, "kernel", t)
+             for name, t in sorted(by_kernel.items(), key=lambda kv: -kv[1])]
     return rows
 
 
 def _format_profile(rows):
-    lines = ["%-9s %-28s %-22s %9s" % ("pass", "operator / kernel", "type", "ms")]
+    lines = ["%-10s %-28s %-22s %9s" % ("pass", "operator / kernel", "type", "ms")]
     for p, name, kind, ms in rows:
-        lines.append("%-9s %-28s %-22s %9.3f" % (p, name[:28], kind[:22], ms))
+        lines.append("%-10s %-28s %-22s %9.3f" % (p, name[:28], kind[:22], ms))
     return "\n".join(lines)
 
 

@@ -40,6 +40,13 @@
 ## bound checks per value. The weights come from a copy in that order (ConvGemm's
 ## weights_copy: [OUT_C][KHW][CP], 16-bit, zeros past CG), read 8 values at a time; backward-filter
 ## orders its columns (tap, c) with CG padded to TN (CPN) and writes dW in its own order.
+## K_RUN (tap-major backward-filter, 16-bit activations stored as the products take
+## them; core/conv_gemm.py picks it): each work-item loads runs of K_RUN neighbouring
+## pixels of one image (K_RUN divides OUT_HW, runs start at multiples of it) instead of
+## one pixel per row: dy's rows, and x's where the layer is a stride-1 unpadded 1x1
+## (X_RUNS: a pixel is then its input position), come as one 4- to 16-byte load per run
+## where the tensor's offset keeps runs aligned (else as K_RUN values) and reach the
+## tiles, rows of K, as one store; the index arithmetic is paid once per run.
 <%
     WG_M = TM // WM
     WG_N = TN // WN
@@ -54,6 +61,11 @@
     O_T = "float" if MODE == "backward_filter" else ACT_T
     GEMM_O_T = "float" if SPLIT else O_T
     TAPS = context.get("TAPS", False)
+    K_RUN = context.get("K_RUN", 1)
+    X_RUNS = context.get("X_RUNS", False)
+    RUN_T = {2: "uint", 4: "uint2", 8: "uint4"}.get(K_RUN)
+    assert K_RUN == 1 or (TAPS and MODE == "backward_filter" and ACT_T != "float")
+    assert not X_RUNS or K_RUN > 1
     assert not TAPS or MMA in ("f16", "bf16"), "tap-major tiles hold 16-bit products"
     # tap-major forward and backward-data read the weights' 16-bit copy, 8 values a load
     A_COPY = TAPS and MODE != "backward_filter"
@@ -108,6 +120,21 @@
         else:
             value = v  # the operand's own 16-bit type: its bits
         return "%s[%s][%s] = %s" % (tile, row, col, value)
+
+    def run_counts():
+        """K_RUN: runs per row of K in a tile, then each work-item's runs of A and B."""
+        wg = (TM // WM) * (TN // WN)
+        runs_k = TK // K_RUN
+        assert K_RUN == 1 or (wg % runs_k == 0 and TM * TK % (K_RUN * wg) == 0
+                              and TN * TK % (K_RUN * wg) == 0)
+        return runs_k, TM * TK // (K_RUN * wg), TN * TK // (K_RUN * wg)
+
+    def run_load(x, at, aligned):
+        """The K_RUN 16-bit values of operand x from element ``at`` as one RUN_T: one load
+        where ``aligned`` (the offset keeps every run aligned), else value by value."""
+        p = "((__global const ushort *)%s + (%s))" % (x, at)
+        return "(%s ? *(__global const %s *)%s : as_%s(vload%d(0, %s)))" % (
+            aligned, RUN_T, p, RUN_T, K_RUN, p)
 %>
 % if GEOM_BAKED:
 %   for name in GEOM:
@@ -171,6 +198,7 @@
     A_PER = TM * TK // WG
     B_PER = TK * TN // WG
     A_VECS = TM * TK // 8 // WG
+    RUNS_K, A_RUNS, B_RUNS = run_counts()
 %>
     {
 % if TAPS and MODE == "forward":
@@ -262,16 +290,36 @@
             b_ld[i] = ok ? RAW_${B_T}(b, dy_base + (k * OUT_H + oh) * OUT_W + ow) : (REG_${B_T})0;
         }
 % else:
+% if K_RUN > 1:
+        {   // runs of K_RUN pixels: a run's rows of dy (and of x: X_RUNS)
+            const int kk = ${k0} + (tid % ${RUNS_K}) * ${K_RUN};
+            const bool k_ok = kk < k_end;
+            const int bk = kk / OUT_HW, pk = kk - bk * OUT_HW;
+            for (int i = 0; i < ${A_RUNS}; i++) {
+                const int m = m0 + tid / ${RUNS_K} + i * ${WG // RUNS_K};
+                a_run[i] = m < GEMM_M && k_ok ? ${run_load("a", "(bk * OUT_C + g * KG + m) * OUT_HW + pk", "a_runs_aligned")} : (${RUN_T})0;
+            }
+% if X_RUNS:
+            for (int i = 0; i < ${B_RUNS}; i++) {
+                const int c = c0_n + tid / ${RUNS_K} + i * ${WG // RUNS_K};
+                b_run[i] = c < CG && k_ok ? ${run_load("b", "(bk * IN_C + g * CG + c) * IN_HW + pk", "b_runs_aligned")} : (${RUN_T})0;
+            }
+% endif
+        }
+% endif
+% if not X_RUNS:
         // the reduction index (b, oh, ow) is shared by this work-item's A and B loads
         // (TAPS: the work-group's tap (tap_n, r_n, s_n) by all of its columns)
         const int kk = ${k0} + tid % ${TK};
         const bool k_ok = kk < k_end;
         const int bk = kk / OUT_HW, pk = kk - bk * OUT_HW;
         const int ohk = pk / OUT_W, owk = pk - ohk * OUT_W;
+% if K_RUN == 1:
         for (int i = 0; i < ${A_PER}; i++) {
             const int m = m0 + tid / ${TK} + i * ${WG // TK};
             a_ld[i] = (m < GEMM_M && k_ok) ? RAW_${A_T}(a, (bk * OUT_C + g * KG + m) * OUT_HW + pk) : (REG_${A_T})0;
         }
+% endif
 % if TAPS:
         const int ih = ohk * SH - PH + r_n * DH, iw = owk * SW - PW + s_n * DW;
         const bool ok = k_ok && (uint)ih < (uint)IN_H && (uint)iw < (uint)IN_W;
@@ -291,6 +339,7 @@
         }
 % endif
 % endif
+% endif
     }
 </%def>
 
@@ -301,6 +350,7 @@
     WG = (TM // WM) * (TN // WN)
     A_PER = TM * TK // WG
     B_PER = TK * TN // WG
+    RUNS_K, A_RUNS, B_RUNS = run_counts()
 %>
 % if A_COPY and MODE == "forward":
         for (int i = 0; i < ${TM * TK // 8 // WG}; i++)
@@ -308,6 +358,9 @@
 % elif A_COPY:
         for (int i = 0; i < ${TM * TK // 8 // WG}; i++)
             *(__local uint4 *)&As[tid / ${TM // 8} + i * ${WG // (TM // 8)}][(tid % ${TM // 8}) * 8] = a_vec[i];
+% elif K_RUN > 1:
+        for (int i = 0; i < ${A_RUNS}; i++)
+            *(__local ${RUN_T} *)&As[tid / ${RUNS_K} + i * ${WG // RUNS_K}][(tid % ${RUNS_K}) * ${K_RUN}] = a_run[i];
 % else:
         for (int i = 0; i < ${A_PER}; i++)
 % if MODE == "backward_data":
@@ -316,11 +369,16 @@
             ${to_local("As", "tid %% %d" % TK, "tid / %d + i * %d" % (TK, WG // TK), "a_ld[i]", A_T)};
 % endif
 % endif
+% if X_RUNS:
+        for (int i = 0; i < ${B_RUNS}; i++)
+            *(__local ${RUN_T} *)&Bs[tid / ${RUNS_K} + i * ${WG // RUNS_K}][(tid % ${RUNS_K}) * ${K_RUN}] = b_run[i];
+% else:
         for (int i = 0; i < ${B_PER}; i++)
 % if MODE == "backward_filter":
             ${to_local("Bs", "tid %% %d" % TK, "tid / %d + i * %d" % (TK, WG // TK), "b_ld[i]", B_T)};
 % else:
             ${to_local("Bs", "tid / %d + i * %d" % (TN, WG // TN), "tid %% %d" % TN, "b_ld[i]", B_T)};
+% endif
 % endif
 </%def>
 
@@ -456,10 +514,20 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 
 % if A_COPY:
     uint4 a_vec[${TM * TK // 8 // WG}];  // 8 16-bit values each
+% elif K_RUN > 1:
+    ${RUN_T} a_run[${run_counts()[1]}];  // K_RUN 16-bit values each
 % else:
     REG_${A_T} a_ld[${A_PER}];  // raw bits until they are stored to local memory
 % endif
+% if X_RUNS:
+    ${RUN_T} b_run[${run_counts()[2]}];
+% else:
     REG_${B_T} b_ld[${B_PER}];
+% endif
+% if K_RUN > 1:
+    // whole-run loads where the tensors' offsets keep every run K_RUN-aligned
+    const bool a_runs_aligned = a_offset % ${K_RUN} == 0, b_runs_aligned = b_offset % ${K_RUN} == 0;
+% endif
 % if MMA:
     const int lane = tid & 31, warp = tid >> 5;
     const int lg = lane >> 2, lt = lane & 3;  // the fragments' row group and column

@@ -108,6 +108,7 @@ class ExecutionPlan:
             self.op_forward.append(len(launches))
             self.forward.extend(launches)
         self.backward = [Fill(self.grads[vid], w) for vid, w in s.fills]
+        self.backward_fills = len(self.backward)  # the launches before any op's backward
         # the loss gradients' fills with their weights, for a loss scale (scale_losses)
         self._loss_fills = [(f, w) for f, (vid, w) in zip(self.backward, s.fills)
                             if vid in s.loss_values]
