@@ -64,14 +64,14 @@ class ConvGemm:
         self.merged = self.phased and self.baked is not None
         self.taps = self._taps()
         self.tile_k = self._tile_k()
-        self.k_run, x_runs = self._k_runs(dtype)
+        self.k_run, x_runs, self.n_run = self._runs(dtype)
         self.weights_copy = self._weights_copy()
         self.share = self._share()
         # the activations' storage (x, y, dy, dx); weights and their gradient are float
         self.params = dict(MODE=mode, BIAS=bool(bias), ACTIVATION=activation,
                            ACT_T=cl_type(dtype), GEOM_BAKED=self.baked, PHASES=self.phased,
                            MERGED=self.merged, MMA=self.mma, TAPS=self.taps,
-                           K_RUN=self.k_run, X_RUNS=x_runs,
+                           K_RUN=self.k_run, X_RUNS=x_runs, N_RUN=self.n_run,
                            PHASE_LIST=tuple(self.phase_table) if self.merged else ())
         self.bias = bool(bias)
         self.program(batch, self.split_plan(batch)[0] > 1)  # build what batch will launch
@@ -81,20 +81,23 @@ class ConvGemm:
         where ``tap_major`` says the layer suits it."""
         return self.mma in ("f16", "bf16") and tap_major(self.geom, self.mode, self.phased)
 
-    def _k_runs(self, dtype):
-        """(K_RUN, X_RUNS) of conv_gemm.cl: tap-major backward-filter with activations
-        stored in the products' own 16-bit type loads runs of the largest of 8, 4 and 2
-        pixels that divides an image's; x's rows too where the layer is a stride-1
-        unpadded 1x1 (else x's pixels gather one by one). (1, False) elsewhere."""
+    def _runs(self, dtype):
+        """(K_RUN, X_RUNS, N_RUN) of conv_gemm.cl, for tap-major layers whose activations
+        are stored in the products' own 16-bit type: runs of the largest of 8, 4 and 2
+        pixels that divides an image's. Backward-filter loads dy in runs of K (K_RUN),
+        and x too where the layer is a stride-1 unpadded 1x1 (X_RUNS; else x's pixels
+        gather one by one); forward and backward-data of such a 1x1 load B's columns in
+        runs (N_RUN). (1, False, 1) elsewhere."""
         g = self.geom
         native = {"f16": "half", "bf16": "bfloat16"}.get(self.mma)
-        if not (tuning.CONV_FILTER_RUNS and self.taps and self.mode == "backward_filter"
-                and cl_type(dtype) == native):
-            return 1, False
+        if not (tuning.CONV_RUNS and self.taps and cl_type(dtype) == native):
+            return 1, False, 1
         pixels = g.out_h * g.out_w
         run = next((r for r in (8, 4, 2) if pixels % r == 0), 1)
         plain = g.kh == g.kw == 1 and g.sh == g.sw == 1 and not any(g.pad)
-        return run, run > 1 and plain
+        if self.mode == "backward_filter":
+            return run, run > 1 and plain, 1
+        return 1, False, run if plain else 1
 
     def _tile_k(self):
         """K staged per tile on tensor cores: ``tuning.CONV_MMA_DEEP_K`` for 16-bit

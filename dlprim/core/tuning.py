@@ -256,9 +256,10 @@ def conv_mma_tile(facts, m, n, groups=1):
 # gradient's columns pad to TN, so it takes a tile CONV_MMA_NARROW_N wide where that pads
 # less.
 CONV_TAPS_MAX_PADDING = 1.25
-# Tap-major backward-filter loads dy (and a plain 1x1's x) in runs of up to 8 pixels,
-# one load and one local store a run (conv_gemm.cl K_RUN), not value by value
-CONV_FILTER_RUNS = True
+# Tap-major layers load runs of up to 8 pixels, one load and one local store a run, not
+# value by value (conv_gemm.cl K_RUN, N_RUN): backward-filter's dy (and a plain 1x1's x),
+# a plain 1x1's forward and backward-data B
+CONV_RUNS = True
 CONV_MMA_NARROW_N = 64
 CONV_MMA_NARROW = {128: _tile(128, 64, 32, 8, 8, 1), 64: _tile(64, 64, 32, 8, 4, 1)}
 # Where the tap-major implicit GEMM is taken over Winograd (H200, fp16, batch 64, 3x3

@@ -47,6 +47,9 @@
 ## (X_RUNS: a pixel is then its input position), come as one 4- to 16-byte load per run
 ## where the tensor's offset keeps runs aligned (else as K_RUN values) and reach the
 ## tiles, rows of K, as one store; the index arithmetic is paid once per run.
+## N_RUN (tap-major forward and backward-data of a stride-1 unpadded 1x1, 16-bit
+## activations as the products take them): each work-item loads runs of N_RUN
+## neighbouring columns (pixels of one image) of B, x's or dy's rows, the same way.
 <%
     WG_M = TM // WM
     WG_N = TN // WN
@@ -63,8 +66,11 @@
     TAPS = context.get("TAPS", False)
     K_RUN = context.get("K_RUN", 1)
     X_RUNS = context.get("X_RUNS", False)
-    RUN_T = {2: "uint", 4: "uint2", 8: "uint4"}.get(K_RUN)
+    N_RUN = context.get("N_RUN", 1)
+    RUN = max(K_RUN, N_RUN)
+    RUN_T = {2: "uint", 4: "uint2", 8: "uint4"}.get(RUN)
     assert K_RUN == 1 or (TAPS and MODE == "backward_filter" and ACT_T != "float")
+    assert N_RUN == 1 or (TAPS and MODE != "backward_filter" and not PHASES and ACT_T != "float")
     assert not X_RUNS or K_RUN > 1
     assert not TAPS or MMA in ("f16", "bf16"), "tap-major tiles hold 16-bit products"
     # tap-major forward and backward-data read the weights' 16-bit copy, 8 values a load
@@ -122,19 +128,20 @@
         return "%s[%s][%s] = %s" % (tile, row, col, value)
 
     def run_counts():
-        """K_RUN: runs per row of K in a tile, then each work-item's runs of A and B."""
+        """Runs per row of a tile (of K: K_RUN; of B's N columns: N_RUN), then each
+        work-item's runs of A and B."""
         wg = (TM // WM) * (TN // WN)
-        runs_k = TK // K_RUN
-        assert K_RUN == 1 or (wg % runs_k == 0 and TM * TK % (K_RUN * wg) == 0
-                              and TN * TK % (K_RUN * wg) == 0)
-        return runs_k, TM * TK // (K_RUN * wg), TN * TK // (K_RUN * wg)
+        runs_row = TK // K_RUN if K_RUN > 1 else TN // N_RUN
+        assert RUN == 1 or (wg % runs_row == 0 and TM * TK % (RUN * wg) == 0
+                            and TN * TK % (RUN * wg) == 0)
+        return runs_row, TM * TK // (RUN * wg), TN * TK // (RUN * wg)
 
     def run_load(x, at, aligned):
-        """The K_RUN 16-bit values of operand x from element ``at`` as one RUN_T: one load
+        """The RUN 16-bit values of operand x from element ``at`` as one RUN_T: one load
         where ``aligned`` (the offset keeps every run aligned), else value by value."""
         p = "((__global const ushort *)%s + (%s))" % (x, at)
         return "(%s ? *(__global const %s *)%s : as_%s(vload%d(0, %s)))" % (
-            aligned, RUN_T, p, RUN_T, K_RUN, p)
+            aligned, RUN_T, p, RUN_T, RUN, p)
 %>
 % if GEOM_BAKED:
 %   for name in GEOM:
@@ -198,7 +205,7 @@
     A_PER = TM * TK // WG
     B_PER = TK * TN // WG
     A_VECS = TM * TK // 8 // WG
-    RUNS_K, A_RUNS, B_RUNS = run_counts()
+    RUNS_ROW, A_RUNS, B_RUNS = run_counts()
 %>
     {
 % if TAPS and MODE == "forward":
@@ -213,10 +220,17 @@
         const int ih = ih0 + r * DH, iw = iw0 + s * DW;
         const bool ok = n_ok && (uint)ih < (uint)IN_H && (uint)iw < (uint)IN_W;
         const int at = x_base + ih * IN_W + iw;
+% if N_RUN > 1:
+        for (int i = 0; i < ${B_RUNS}; i++) {
+            const int c = c0 + tid / ${RUNS_ROW} + i * ${WG // RUNS_ROW};
+            b_run[i] = ok && c < CG ? ${run_load("b", "at + c * IN_HW", "b_runs_aligned")} : (${RUN_T})0;
+        }
+% else:
         for (int i = 0; i < ${B_PER}; i++) {
             const int c = c0 + tid / ${TN} + i * ${WG // TN};
             b_ld[i] = ok && c < CG ? RAW_${B_T}(b, at + c * IN_HW) : (REG_${B_T})0;
         }
+% endif
 % elif TAPS and MODE == "backward_data":
 % if PHASES:
         // the phase's tap tp (of rh x rw) is the filter's (r, s); dy's row and column
@@ -239,10 +253,17 @@
         }
         const bool ok = n_ok && (uint)oh < (uint)OUT_H && (uint)ow < (uint)OUT_W;
         const int at = dy_base + oh * OUT_W + ow;
+% if N_RUN > 1:
+        for (int i = 0; i < ${B_RUNS}; i++) {
+            const int k = k0t + tid / ${RUNS_ROW} + i * ${WG // RUNS_ROW};
+            b_run[i] = ok && k < KG ? ${run_load("b", "at + k * OUT_HW", "b_runs_aligned")} : (${RUN_T})0;
+        }
+% else:
         for (int i = 0; i < ${B_PER}; i++) {
             const int k = k0t + tid / ${TN} + i * ${WG // TN};
             b_ld[i] = ok && k < KG ? RAW_${B_T}(b, at + k * OUT_HW) : (REG_${B_T})0;
         }
+% endif
 % elif MODE == "forward":
         for (int i = 0; i < ${A_PER}; i++) {
             const int m = m0 + tid / ${TK} + i * ${WG // TK};
@@ -292,16 +313,16 @@
 % else:
 % if K_RUN > 1:
         {   // runs of K_RUN pixels: a run's rows of dy (and of x: X_RUNS)
-            const int kk = ${k0} + (tid % ${RUNS_K}) * ${K_RUN};
+            const int kk = ${k0} + (tid % ${RUNS_ROW}) * ${K_RUN};
             const bool k_ok = kk < k_end;
             const int bk = kk / OUT_HW, pk = kk - bk * OUT_HW;
             for (int i = 0; i < ${A_RUNS}; i++) {
-                const int m = m0 + tid / ${RUNS_K} + i * ${WG // RUNS_K};
+                const int m = m0 + tid / ${RUNS_ROW} + i * ${WG // RUNS_ROW};
                 a_run[i] = m < GEMM_M && k_ok ? ${run_load("a", "(bk * OUT_C + g * KG + m) * OUT_HW + pk", "a_runs_aligned")} : (${RUN_T})0;
             }
 % if X_RUNS:
             for (int i = 0; i < ${B_RUNS}; i++) {
-                const int c = c0_n + tid / ${RUNS_K} + i * ${WG // RUNS_K};
+                const int c = c0_n + tid / ${RUNS_ROW} + i * ${WG // RUNS_ROW};
                 b_run[i] = c < CG && k_ok ? ${run_load("b", "(bk * IN_C + g * CG + c) * IN_HW + pk", "b_runs_aligned")} : (${RUN_T})0;
             }
 % endif
@@ -350,7 +371,7 @@
     WG = (TM // WM) * (TN // WN)
     A_PER = TM * TK // WG
     B_PER = TK * TN // WG
-    RUNS_K, A_RUNS, B_RUNS = run_counts()
+    RUNS_ROW, A_RUNS, B_RUNS = run_counts()
 %>
 % if A_COPY and MODE == "forward":
         for (int i = 0; i < ${TM * TK // 8 // WG}; i++)
@@ -360,7 +381,7 @@
             *(__local uint4 *)&As[tid / ${TM // 8} + i * ${WG // (TM // 8)}][(tid % ${TM // 8}) * 8] = a_vec[i];
 % elif K_RUN > 1:
         for (int i = 0; i < ${A_RUNS}; i++)
-            *(__local ${RUN_T} *)&As[tid / ${RUNS_K} + i * ${WG // RUNS_K}][(tid % ${RUNS_K}) * ${K_RUN}] = a_run[i];
+            *(__local ${RUN_T} *)&As[tid / ${RUNS_ROW} + i * ${WG // RUNS_ROW}][(tid % ${RUNS_ROW}) * ${K_RUN}] = a_run[i];
 % else:
         for (int i = 0; i < ${A_PER}; i++)
 % if MODE == "backward_data":
@@ -369,9 +390,9 @@
             ${to_local("As", "tid %% %d" % TK, "tid / %d + i * %d" % (TK, WG // TK), "a_ld[i]", A_T)};
 % endif
 % endif
-% if X_RUNS:
+% if X_RUNS or N_RUN > 1:
         for (int i = 0; i < ${B_RUNS}; i++)
-            *(__local ${RUN_T} *)&Bs[tid / ${RUNS_K} + i * ${WG // RUNS_K}][(tid % ${RUNS_K}) * ${K_RUN}] = b_run[i];
+            *(__local ${RUN_T} *)&Bs[tid / ${RUNS_ROW} + i * ${WG // RUNS_ROW}][(tid % ${RUNS_ROW}) * ${RUN}] = b_run[i];
 % else:
         for (int i = 0; i < ${B_PER}; i++)
 % if MODE == "backward_filter":
@@ -481,8 +502,9 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 
 % if MODE == "forward":
     a += g * KG * GEMM_K;                         // W rows of this group: [KG][CG*KHW]
-    // this work-item always loads B column n0 + tid % TN: decompose it once
-    const int n_ld = n0 + tid % ${TN};
+    // this work-item always loads B column n0 + tid % TN (a run's first: N_RUN), so
+    // decompose it once
+    const int n_ld = n0 + ${"tid %% %d" % TN if N_RUN == 1 else "(tid %% %d) * %d" % (TN // N_RUN, N_RUN)};
     const bool n_ok = n_ld < GEMM_N;
     const int bn = n_ld / OUT_HW, pn = n_ld - bn * OUT_HW;
     const int ohn = pn / OUT_W, own = pn - ohn * OUT_W;
@@ -498,7 +520,7 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
 % elif MODE == "backward_data":
     a += g * KG * ${"KHW * CP" if TAPS else "CG * KHW"};      // this group's W[k][c][r][s] (or their copy)
-    const int n_ld = n0 + tid % ${TN};
+    const int n_ld = n0 + ${"tid %% %d" % TN if N_RUN == 1 else "(tid %% %d) * %d" % (TN // N_RUN, N_RUN)};
     const bool n_ok = n_ld < GEMM_N;
     const int bn = n_ld / IN_HW, pn = n_ld - bn * IN_HW;
     const int ihn = pn / IN_W, iwn = pn - ihn * IN_W;
@@ -519,14 +541,14 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 % else:
     REG_${A_T} a_ld[${A_PER}];  // raw bits until they are stored to local memory
 % endif
-% if X_RUNS:
+% if X_RUNS or N_RUN > 1:
     ${RUN_T} b_run[${run_counts()[2]}];
 % else:
     REG_${B_T} b_ld[${B_PER}];
 % endif
-% if K_RUN > 1:
-    // whole-run loads where the tensors' offsets keep every run K_RUN-aligned
-    const bool a_runs_aligned = a_offset % ${K_RUN} == 0, b_runs_aligned = b_offset % ${K_RUN} == 0;
+% if RUN > 1:
+    // whole-run loads where the tensors' offsets keep every run RUN-aligned
+    const bool a_runs_aligned = a_offset % ${RUN} == 0, b_runs_aligned = b_offset % ${RUN} == 0;
 % endif
 % if MMA:
     const int lane = tid & 31, warp = tid >> 5;
