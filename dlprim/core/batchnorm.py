@@ -201,14 +201,18 @@ class BatchNormOps:
         channels = self.kernels == "channels"
         if dx is not None or dgamma is not None or dbeta is not None or sums_wanted:
             if channels:
+                # the finish adds the sums into dbeta and dgamma itself
                 prg, vec = self._program(x, dy)
+                adds = [dbeta if dbeta is not None else s_dy,
+                        dgamma if dgamma is not None else s_dyx,
+                        np.int32(dbeta is not None), np.int32(dgamma is not None)]
                 out += self._reduce(prg, vec, "bn_grad_sums", [x, dy, mean, var, np.float32(self.eps)],
-                                    [s_dy, s_dyx])
+                                    [s_dy, s_dyx] + adds)
             else:
                 out += self._grad_sums.launches([x, dy, ch(mean), ch(var)], [ch(s_dy), ch(s_dyx)],
                                                 [self.eps])
         for grad, s in ((dgamma, s_dyx), (dbeta, s_dy)):
-            if grad is not None:
+            if grad is not None and not channels:
                 out += self._param_grad.launches([s], [grad], beta=1.0)
         if dx is not None and channels:
             prg, vec = self._program(x, dy, dx, batch=batch_stats)

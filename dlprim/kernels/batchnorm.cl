@@ -153,11 +153,16 @@ void bn_grad_sums(PART_ARGS, __global const ${ACT_T} *x, ulong x_offset,
     }
 }
 
-// per channel: the parts' sums in order, into s_dy and s_dyx
+// per channel: the parts' sums in order, into s_dy and s_dyx, and added to dbeta and
+// dgamma where asked (add_dbeta, add_dgamma: the parameters' gradients, without a launch
+// of their own)
 __kernel void bn_grad_sums_finish(uint C, uint parts_n,
                                   __global const float *parts, ulong parts_offset,
                                   __global float *s_dy, ulong s_dy_offset,
-                                  __global float *s_dyx, ulong s_dyx_offset)
+                                  __global float *s_dyx, ulong s_dyx_offset,
+                                  __global float *dbeta, ulong dbeta_offset,
+                                  __global float *dgamma, ulong dgamma_offset,
+                                  int add_dbeta, int add_dgamma)
 {
     const uint c = get_global_id(0);
     if (c >= C)
@@ -171,6 +176,10 @@ __kernel void bn_grad_sums_finish(uint C, uint parts_n,
     }
     s_dy[s_dy_offset + c] = a;
     s_dyx[s_dyx_offset + c] = b;
+    if (add_dbeta)
+        dbeta[dbeta_offset + c] += a;
+    if (add_dgamma)
+        dgamma[dgamma_offset + c] += b;
 }
 
 // the channel of vector j of the whole tensor (planes of SV vectors, C planes per n)
