@@ -86,3 +86,68 @@ def test_no_folds_in_train_mode(ctx, monkeypatch):
     monkeypatch.setattr(fusion, "ENABLED", True)
     net = dp.Net(ctx, _graph(), mode="train", seed=1)
     assert not net.plan.folds
+
+
+def _train_graph(second="sigmoid"):
+    conv = lambda name, src, out, c, **o: dict(name=name, type="Convolution2D", inputs=[src],
+                                               outputs=[out], options=dict(channels_out=c,
+                                                                           kernel=3, pad=1, **o))
+    act = lambda name, src, out, a: dict(name=name, type="Activation", inputs=[src],
+                                         outputs=[out], options=dict(activation=a))
+    bn = lambda name, src, out, **o: dict(name=name, type="BatchNorm", inputs=[src],
+                                          outputs=[out], options=o)
+    return {"inputs": [{"name": "data", "shape": [4, 3, 8, 8]},
+                       {"name": "label", "shape": [4], "dtype": "int32"}],
+            "outputs": ["loss", "b3"],
+            "operators": [
+                conv("c1", "data", "x1", 8, bias=False), bn("bn1", "x1", "b1"),
+                act("relu1", "b1", "b1", "relu"),                              # folds
+                conv("c2", "b1", "x2", 6), bn("bn2", "x2", "b2", affine=False),
+                act("sig", "b2", "b2", second),                                # folds
+                conv("c3", "b2", "x3", 6), bn("bn3", "x3", "b3"),               # a net output
+                act("relu3", "b3", "r3", "relu"),
+                conv("c4", "r3", "x4", 5), bn("bn4", "x4", "b4"),
+                act("leaky", "b4", "b4", "leaky_relu"),                        # has an option
+                conv("c5", "b4", "x5", 5), bn("bn5", "x5", "b5"),
+                act("relu6", "b5", "b5", "relu6"),                             # folds
+                dict(name="pool", type="GlobalPooling", inputs=["b5"], outputs=["p"],
+                     options=dict(mode="avg")),
+                dict(name="fc", type="InnerProduct", inputs=["p"], outputs=["f"],
+                     options=dict(outputs=3)),
+                dict(name="loss", type="SoftmaxWithLoss", inputs=["f", "label"],
+                     outputs=["loss"])]}
+
+
+def _train_step(ctx, monkeypatch, enabled, precision, second):
+    monkeypatch.setattr(fusion, "ENABLED", enabled)
+    net = dp.Net(ctx, _train_graph(second), mode="train", seed=1, precision=precision)
+    rng = np.random.default_rng(6)
+    net.tensor("data").to_device(rng.standard_normal((4, 3, 8, 8)).astype(np.float32))
+    net.tensor("label").to_device(np.array([0, 2, 1, 2], np.int32))
+    net.forward()
+    net.backward()
+    grads = {name: net.param_diff(name).to_host() for name in net.get_parameters()
+             if net.param_diff(name) is not None}
+    return net, dict(grads, loss=net.tensor("loss").to_host(), b3=net.tensor("b3").to_host())
+
+
+# fp16: relu and relu6 commute with rounding to half, so the folded net gives the same
+# bits; a sigmoid computed before rounding (folded) or after (apart) would not
+@pytest.mark.parametrize("precision, second, tol", [("fp32", "sigmoid", 1e-4),
+                                                    ("fp16", "relu", 0.0)])
+def test_train_folds_match_the_operators(ctx, monkeypatch, precision, second, tol):
+    # BatchNorm's channel kernels (GPUs') run the activation in train mode
+    from dlprim.core import batchnorm
+    monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: "channels")
+    plain, want = _train_step(ctx, monkeypatch, False, precision, second)
+    net, got = _train_step(ctx, monkeypatch, True, precision, second)
+    names = {net.graph.ops[i].name: f.activation for i, f in net.plan.act_folds.items()}
+    assert names == {"bn1": "relu", "bn2": second, "bn5": "relu6"}
+    assert not plain.plan.act_folds
+    counts = dict(zip((op.name for op in net.graph.ops), net.plan.op_forward))
+    assert counts["relu1"] == counts["sig"] == counts["relu6"] == 0
+    assert counts["relu3"] > 0 and counts["leaky"] > 0
+    assert want.keys() == got.keys() and len(want) > 10
+    for name in want:
+        scale = max(np.abs(want[name]).max(), 1e-3)
+        np.testing.assert_allclose(got[name], want[name], rtol=0, atol=tol * scale, err_msg=name)

@@ -14,6 +14,11 @@ reductions per (channel, part of the batch) then a per-channel finish that also 
 the running statistics, the pointwise passes a vector of a row at a time. Elsewhere
 (``"pointwise"``) PoCL keeps the generator's vectorised CPU loops.
 
+The channel kernels can also run the activation that alone reads the output
+(``BN_ACTIVATIONS``, ``activation=``): ``apply`` writes act(y), and ``backward`` takes the
+activation's dy, its gradient found from y recomputed from x, so neither pass has a launch
+of the activation's own (``net/fusion.py``, ``train_folds``).
+
 Shapes are fixed when built (a new batch size builds new launchers, same programs).
 """
 import numpy as np
@@ -23,12 +28,17 @@ from ..kernels import program
 from ..kernels.program import Launch
 from ..tensor import Tensor
 from ..utils import ceil_div
+from .activation import ACTIVATIONS, FUSABLE
 from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce, divisor_args, index_type
 
-__all__ = ["BatchNormOps", "default_kernels"]
+__all__ = ["BatchNormOps", "default_kernels", "BN_ACTIVATIONS"]
 
 F = np.dtype(np.float32)
 WG = 256  # the channel kernels' reduction work-group
+# activations the channel kernels can run after BatchNorm: their gradient follows from
+# their output, and they take no options
+BN_ACTIVATIONS = tuple(k for k in FUSABLE if ACTIVATIONS[k].from_y and not ACTIVATIONS[k].params
+                       and k != "identity")
 
 
 def default_kernels(facts):
@@ -103,12 +113,22 @@ class BatchNormOps:
         self._dx = {}
 
     # ----- kernels/batchnorm.cl ("channels")
-    def _program(self, *tensors, batch=True):
+    def fuses(self, activation):
+        """Whether apply and backward can run ``activation`` too (the channel kernels)."""
+        return self.kernels == "channels" and activation in BN_ACTIVATIONS
+
+    def _check_activation(self, activation):
+        if activation != "identity" and not self.fuses(activation):
+            raise ValueError("BatchNormOps: %s kernels cannot run activation %r (fusable: "
+                             "%s on the channel kernels)" % (self.kernels, activation,
+                                                             ", ".join(BN_ACTIVATIONS)))
+
+    def _program(self, *tensors, batch=True, activation="identity"):
         """The channel kernels' program: V = 4 values per load where every row and each
         tensor's start allow 16-byte (float) or 8-byte (16-bit) vector accesses."""
         vec = 4 if self.shape[2] % 4 == 0 and all(t.offset % 4 == 0 for t in tensors) else 1
         return program.get(self.ctx, "batchnorm", VEC=vec, WG=WG, AFFINE=int(self.affine),
-                           BATCH=int(batch), ACT_T=self._act_t), vec
+                           BATCH=int(batch), ACT_T=self._act_t, ACTIVATION=activation), vec
 
     def _parts_tensor(self):
         if self._parts_buffer is None:  # (count, mean, M2) or (sum dy, sum dy xhat) per part
@@ -150,11 +170,12 @@ class BatchNormOps:
                                         [mean, var, running_mean, running_var],
                                         [momentum, unbiased, 1.0 / m]))
 
-    def apply_launches(self, x, y, mean, var, gamma=None, beta=None):
+    def apply_launches(self, x, y, mean, var, gamma=None, beta=None, activation="identity"):
         """y = gamma * (x - mean) / sqrt(var + eps) + beta per channel (without gamma/beta
-        when not affine)."""
+        when not affine), then ``activation`` (``fuses``)."""
+        self._check_activation(activation)
         if self.kernels == "channels":
-            prg, vec = self._program(x, y)
+            prg, vec = self._program(x, y, activation=activation)
             return self._pointwise(prg, vec, "bn_apply", [x, y, mean, var]
                                    + ([gamma, beta] if self.affine else []) + [np.float32(self.eps)])
         c = self.shape[1]
@@ -181,7 +202,8 @@ class BatchNormOps:
         return self._dx[batch_stats]
 
     def backward_launches(self, x, dy, mean, var, sums, gamma=None, dx=None, beta=0.0,
-                          dgamma=None, dbeta=None, batch_stats=True, sums_wanted=False):
+                          dgamma=None, dbeta=None, batch_stats=True, sums_wanted=False,
+                          activation="identity", bn_beta=None):
         """Gradients of BN with statistics ``mean``/``var`` (the batch's when
         ``batch_stats``, else fixed). ``sums`` = two (C,) tensors that receive sum(dy) and
         sum(dy*xhat), which are dbeta and dgamma (``sums_wanted``: computed even without
@@ -193,7 +215,15 @@ class BatchNormOps:
             dbeta  = sum dy,   dgamma = sum dy xhat
             dx     = gamma istd / M * (M dy - sum dy - xhat sum(dy xhat))
         With fixed statistics only the first term remains: dx = gamma istd dy.
+        With ``activation`` (``fuses``), ``dy`` is the activation's: the kernels first
+        take it through the activation's gradient at z = gamma xhat + beta (``bn_beta``:
+        the layer's beta, needed then when affine).
         """
+        self._check_activation(activation)
+        fused = activation != "identity"
+        if fused and self.affine and (gamma is None or bn_beta is None):
+            raise ValueError("BatchNormOps: a fused activation's gradient needs gamma and "
+                             "beta to recompute the BatchNorm's output")
         c = self.shape[1]
         ch = lambda t: t.view((1, c, 1))
         s_dy, s_dyx = sums
@@ -202,11 +232,13 @@ class BatchNormOps:
         if dx is not None or dgamma is not None or dbeta is not None or sums_wanted:
             if channels:
                 # the finish adds the sums into dbeta and dgamma itself
-                prg, vec = self._program(x, dy)
+                prg, vec = self._program(x, dy, activation=activation)
                 adds = [dbeta if dbeta is not None else s_dy,
                         dgamma if dgamma is not None else s_dyx,
                         np.int32(dbeta is not None), np.int32(dgamma is not None)]
-                out += self._reduce(prg, vec, "bn_grad_sums", [x, dy, mean, var, np.float32(self.eps)],
+                affine = [gamma, bn_beta] if fused and self.affine else []
+                out += self._reduce(prg, vec, "bn_grad_sums",
+                                    [x, dy, mean, var, np.float32(self.eps)] + affine,
                                     [s_dy, s_dyx] + adds)
             else:
                 out += self._grad_sums.launches([x, dy, ch(mean), ch(var)], [ch(s_dy), ch(s_dyx)],
@@ -215,9 +247,10 @@ class BatchNormOps:
             if grad is not None and not channels:
                 out += self._param_grad.launches([s], [grad], beta=1.0)
         if dx is not None and channels:
-            prg, vec = self._program(x, dy, dx, batch=batch_stats)
+            prg, vec = self._program(x, dy, dx, batch=batch_stats, activation=activation)
             out += self._pointwise(prg, vec, "bn_backward_data",
                                    [x, dy, mean, var, s_dy, s_dyx] + ([gamma] if self.affine else [])
+                                   + ([bn_beta] if fused and self.affine else [])
                                    + [dx, np.float32(self.eps), np.float32(1.0 / self.M),
                                       np.float32(beta)])
         elif dx is not None:

@@ -9,11 +9,21 @@
 ## batch), a result per (part, channel) in `parts`, then a finish kernel per channel that
 ## merges the parts in order, so the sums are deterministic.
 ## ACT_T: the storage of x, y, dy and dx (float, half or bfloat16); statistics are float.
+## ACTIVATION (core/batchnorm.py BN_ACTIVATIONS: its gradient follows from its output):
+## the activation that alone reads the BatchNorm's output, run by these kernels in place
+## of its own launches. bn_apply applies it; the backward kernels take the activation's
+## dy and first turn it into the BatchNorm's, z = xhat [* gamma + beta] recomputed from x.
 <%
+from dlprim.core.activation import ACTIVATIONS
 ACT_T = context.get("ACT_T", "float")
+ACTIVATION = context.get("ACTIVATION", "identity")
+FUSED = ACTIVATION != "identity"
 V = VEC
 %>
 #define DIV(x, n) ((mul_hi((x), n##_m) + (x)) >> n##_l)
+% if FUSED:
+#define ACT_GRAD(y, dy) ${ACTIVATIONS[ACTIVATION].backward}
+% endif
 % if V == 4:
 typedef float4 vec_t;
     % if ACT_T == "float":
@@ -123,18 +133,32 @@ void bn_grad_sums(PART_ARGS, __global const ${ACT_T} *x, ulong x_offset,
                   __global const ${ACT_T} *dy, ulong dy_offset,
                   __global const float *mean, ulong mean_offset,
                   __global const float *var, ulong var_offset, float eps,
+% if FUSED and AFFINE:
+                  __global const float *gamma, ulong gamma_offset,
+                  __global const float *beta, ulong beta_offset,
+% endif
                   __global float *parts, ulong parts_offset)
 {
     PART_BEGIN
     x += x_offset;
     dy += dy_offset;
     const float mu = mean[mean_offset + c];
+% if FUSED:
+    const float istd = rsqrt(var[var_offset + c] + eps);
+% endif
     float s_dy = 0.0f, s_dyx = 0.0f;  // s_dyx: sum dy (x - mean), times istd at the end
     for (uint j = lid; j < vectors; j += ${WG}) {
         const ulong at = PART_AT(j);
+        const vec_t d = LOAD_V(x, at) - mu;
+% if FUSED:
+        const vec_t z = ${"d * istd * gamma[gamma_offset + c] + beta[beta_offset + c]" if AFFINE else "d * istd"};
+        const vec_t y = ACT_${ACTIVATION}(z), dy_act = LOAD_V(dy, at);
+        const vec_t g = ACT_GRAD(y, dy_act);
+% else:
         const vec_t g = LOAD_V(dy, at);
+% endif
         s_dy += VSUM(g);
-        s_dyx += VSUM(g * (LOAD_V(x, at) - mu));
+        s_dyx += VSUM(g * d);
     }
     __local float l_dy[${WG}], l_dyx[${WG}];
     l_dy[lid] = s_dy; l_dyx[lid] = s_dyx;
@@ -206,6 +230,9 @@ __kernel void bn_apply(POINTWISE_ARGS, __global const ${ACT_T} *x, ulong x_offse
 % if AFFINE:
     v = v * gamma[gamma_offset + c] + beta[beta_offset + c];
 % endif
+% if FUSED:
+    v = ACT_${ACTIVATION}(v);
+% endif
     STORE_V(y + y_offset, at, v);
 }
 
@@ -219,6 +246,9 @@ __kernel void bn_backward_data(POINTWISE_ARGS, __global const ${ACT_T} *x, ulong
                                __global const float *s_dyx, ulong s_dyx_offset,
 % if AFFINE:
                                __global const float *gamma, ulong gamma_offset,
+% endif
+% if FUSED and AFFINE:
+                               __global const float *beta, ulong beta_offset,
 % endif
                                __global ${ACT_T} *dx, ulong dx_offset,
                                float eps, float inv_m, float beta_dx)
@@ -234,12 +264,20 @@ __kernel void bn_backward_data(POINTWISE_ARGS, __global const ${ACT_T} *x, ulong
 % else:
     const float scale = istd;
 % endif
-% if BATCH:
+% if BATCH or FUSED:
     const vec_t xhat = (LOAD_V(x + x_offset, at) - mean[mean_offset + c]) * istd;
-    vec_t r = scale * (LOAD_V(dy + dy_offset, at)
-                       - inv_m * (s_dy[s_dy_offset + c] + xhat * s_dyx[s_dyx_offset + c]));
+% endif
+% if FUSED:
+    const vec_t z = ${"xhat * gamma[gamma_offset + c] + beta[beta_offset + c]" if AFFINE else "xhat"};
+    const vec_t y = ACT_${ACTIVATION}(z), dy_act = LOAD_V(dy + dy_offset, at);
+    const vec_t g = ACT_GRAD(y, dy_act);
 % else:
-    vec_t r = scale * LOAD_V(dy + dy_offset, at);
+    const vec_t g = LOAD_V(dy + dy_offset, at);
+% endif
+% if BATCH:
+    vec_t r = scale * (g - inv_m * (s_dy[s_dy_offset + c] + xhat * s_dyx[s_dyx_offset + c]));
+% else:
+    vec_t r = scale * g;
 % endif
     if (beta_dx != 0.0f)
         r += beta_dx * LOAD_V(dx + dx_offset, at);

@@ -8,7 +8,9 @@ Train mode (unless ``use_global_stats``) normalises with the batch's mean and bi
 variance and updates the running statistics as PyTorch does (momentum, unbiased variance);
 predict mode, or ``use_global_stats``, uses the running values. Parameters, in
 DLPrimitives' order: running_mean, running_var (not trainable), weight, bias (``affine``).
-DLPrimitives has no fused activation for BatchNorm, so neither does this layer.
+DLPrimitives has no fused activation for BatchNorm, so neither does this layer's graph
+node; in a training plan an activation that alone reads the output (in place) runs inside
+its kernels where they can (``fuses_activation``, ``net/fusion.py``).
 
 Memory from the Net: the batch's mean and variance are saved tensors (written by the
 training forward, read by backward); the workspace holds two per-channel scratch vectors
@@ -104,7 +106,12 @@ class BatchNorm(Layer):
             self.fail("needs a workspace of %d bytes, got %d" % (8 * c, got))
         return [ws_view(ws, 0, c), ws_view(ws, 4 * c, c)]
 
-    def forward(self, x, y, params, ws, saved):
+    def fuses_activation(self, name):
+        """Whether this layer's kernels can run activation ``name`` after it (the
+        ``activation=`` of forward and backward)."""
+        return self.ops.fuses(name)
+
+    def forward(self, x, y, params, ws, saved, activation="identity"):
         xv, yv = x[0].view(self.view_shape), y[0].view(self.view_shape)
         out = []
         self._check_batch(x[0].shape)   # a Net may switch to train mode after setup
@@ -113,9 +120,11 @@ class BatchNorm(Layer):
             out += self.ops.stats_launches(xv, mean, var, params[0], params[1],
                                            float(self.options["momentum"]), self._scratch(ws)[0])
         gamma, beta = (params[2], params[3]) if self.affine else (None, None)
-        return out + self.ops.apply_launches(xv, yv, mean, var, gamma, beta)
+        return out + self.ops.apply_launches(xv, yv, mean, var, gamma, beta, activation)
 
-    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate,
+                 activation="identity"):
+        """``activation``: ``dy`` is the gradient of activation(y), which forward ran."""
         mean, var = self._stats(params, saved)
         dgamma = dparams[2] if self.affine and len(dparams) > 2 else None
         dbeta = dparams[3] if self.affine and len(dparams) > 3 else None
@@ -123,4 +132,5 @@ class BatchNorm(Layer):
         return self.ops.backward_launches(
             x[0].view(self.view_shape), dy[0].view(self.view_shape), mean, var, self._scratch(ws),
             gamma=params[2] if self.affine else None, dx=dxv, beta=float(accumulate[0]),
-            dgamma=dgamma, dbeta=dbeta, batch_stats=self.batch_stats)
+            dgamma=dgamma, dbeta=dbeta, batch_stats=self.batch_stats, activation=activation,
+            bn_beta=params[3] if self.affine else None)

@@ -58,6 +58,9 @@ class ExecutionPlan:
         # predict mode: convolution + BatchNorm (+ activation) chains run as one (fusion.py)
         self.folds = {} if train or keep_all else \
             fusion.predict_folds(g, layers, [st.workspace for st in setups])
+        # train mode: BatchNorm + the activation it can run, as one (fusion.py)
+        self.act_folds = fusion.train_folds(g, layers, s) if train and not keep_all else {}
+        act_folded = {f.act: f for f in self.act_folds.values()}
         blocks = fusion.stretch(s.blocks, self.folds, s) if self.folds else s.blocks
         self.memory = plan = memory_plan.place(blocks, ARENA_ALIGN)
         shapes = ", ".join("%s %s" % (g.values[vid].name, t.shape) for vid, t in inputs.items())
@@ -93,8 +96,15 @@ class ExecutionPlan:
         for op, layer in zip(g.ops, layers):
             with _naming(op):
                 fold = self.folds.get(op.index)
-                if op.index in folded:  # run by the convolution before it
+                act_fold = self.act_folds.get(op.index)
+                if op.index in folded or op.index in act_folded:  # run by the op before it
                     launches = []
+                elif act_fold is not None:  # BatchNorm writing the activation's output
+                    launches = list(layer.forward(
+                        [self.acts[v] for v in op.in_values],
+                        [self.acts[g.ops[act_fold.act].out_values[0]]],
+                        store.op_params[op.index], ws[op.index], saved[op.index],
+                        activation=act_fold.activation))
                 elif fold is not None:
                     launches = list(layer.folded_forward(
                         [self.acts[v] for v in op.in_values], self.acts[fold.out],
@@ -122,14 +132,22 @@ class ExecutionPlan:
                 i = op.index
                 if not s.backward[i]:
                     continue
+                if i in act_folded:  # its gradient runs in the BatchNorm's backward
+                    self.backward_done[i] = len(self.backward)
+                    continue
                 dx = [self.grads[v] if want else None for v, want in zip(op.in_values, s.dx_wanted[i])]
                 dy = [self.grads.get(v) for v in op.out_values]
+                act_fold = self.act_folds.get(i)
+                extra = {}
+                if act_fold is not None:  # the activation's gradient, and its name
+                    dy = [self.grads.get(g.ops[act_fold.act].out_values[0])]
+                    extra = dict(activation=act_fold.activation)
                 with _naming(op):
                     self.backward.extend(layer.backward(
                         [self.acts[v] for v in op.in_values], dx,
                         [self.acts[v] for v in op.out_values], dy,
                         store.op_params[i], store.op_dparams[i], ws[i], saved[i],
-                        list(s.accumulate[i])))
+                        list(s.accumulate[i]), **extra))
                 self.backward_done[i] = len(self.backward)
 
     def scale_losses(self, scale):

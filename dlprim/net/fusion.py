@@ -16,13 +16,21 @@ The folded output is then written while the convolution's input and workspace ar
 alive, so its block's lifetime is stretched back to the convolution (``stretch``) and
 the memory plan keeps them apart.
 
+In train mode (``train_folds``) a BatchNorm's kernels run the activation that alone
+reads its output, in place, right after it (relu and the others of
+``core.batchnorm.BN_ACTIVATIONS``): the BatchNorm's forward writes act(y) where the
+activation would have, and its backward takes the activation's gradient and recomputes y
+from x for the activation's derivative. The activation's own launches, a read and a
+write of the whole tensor each way, are gone. The in-place activation already shares the
+BatchNorm output's memory and gradient, so the memory plan stays as it is.
+
 ``ENABLED`` turns the folds off (the tests compare both).
 """
 from collections import namedtuple
 
 from ..core.activation import FUSABLE
 
-__all__ = ["Fold", "predict_folds", "stretch", "ENABLED"]
+__all__ = ["Fold", "ActivationFold", "predict_folds", "train_folds", "stretch", "ENABLED"]
 
 ENABLED = True
 
@@ -31,6 +39,12 @@ class Fold(namedtuple("Fold", "conv bn act out activation")):
     """Operator indices of the convolution, its BatchNorm and the activation (None when
     none joins); ``out``: the value the folded convolution writes; ``activation``: the
     epilogue's activation name."""
+    __slots__ = ()
+
+
+class ActivationFold(namedtuple("ActivationFold", "bn act activation")):
+    """A train-mode fold: operator indices of the BatchNorm and the activation it runs,
+    and the activation's name."""
     __slots__ = ()
 
 
@@ -67,6 +81,34 @@ def predict_folds(graph, layers, workspaces):
         if conv.fold_workspace(activation) > workspaces[op.index]:
             continue  # the folded convolution would need more scratch than was planned
         folds[op.index] = Fold(op.index, bn.index, act, out, activation)
+    return folds
+
+
+def train_folds(graph, layers, autograd):
+    """{BatchNorm op index: ActivationFold} for every BatchNorm whose output only an
+    activation it can run reads, that activation next in the graph, in place on it
+    (``autograd``: the same memory and gradient), with no options of its own."""
+    if not ENABLED:
+        return {}
+    outputs = {graph.latest[name] for name in graph.outputs}
+    folds = {}
+    for op in graph.ops:
+        if op.type != "BatchNorm" or len(op.out_values) != 1:
+            continue
+        act = _sole_reader(graph, op.out_values[0], outputs)
+        if act is None or act.type != "Activation" or act.index != op.index + 1:
+            continue
+        layer = layers[act.index]
+        name = layer.options["activation"]
+        if layer.param_values() or not layers[op.index].fuses_activation(name):
+            continue
+        src, out = op.out_values[0], act.out_values[0]
+        if autograd.storage[src] != autograd.storage[out]:
+            continue  # not in place: the activation's output lives elsewhere
+        if autograd.backward[op.index] and \
+                autograd.grad_storage[src] != autograd.grad_storage[out]:
+            continue  # the BatchNorm's backward would read another gradient
+        folds[op.index] = ActivationFold(op.index, act.index, name)
     return folds
 
 
