@@ -393,6 +393,33 @@ def test_repeated_layers_replay_over_new_tensors():
     close(net_ocl[1].running_mean, net_cpu[1].running_mean, 1e-5, "running mean")
 
 
+def test_a_replay_takes_only_views_aligned_as_its_recording(monkeypatch):
+    """Batch norm's channel kernels load 4 values at a time where the rows and the
+    tensors' offsets allow: a call over a view one value further in must not replay the
+    aligned call's launches (misaligned vector loads), nor the reverse lose speed."""
+    from dlprim.core import batchnorm
+    monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: "channels")
+    n = 2 * 8 * 4 * 4  # rows of 16 values: vector loads where the offset allows
+    base = rand(n + 1, seed=8)
+    w, b = rand(8, seed=9), rand(8, seed=10)
+    big = base.to(DEV)
+    made = []
+    record = dt.tensor.enqueue_recorded
+
+    def spy(ctx, key, tensors, make):
+        return record(ctx, key, tensors, lambda: made.append(1) or make())
+    monkeypatch.setattr(dt.tensor, "enqueue_recorded", spy)
+    import dlprim.torch.ops_norm as ops_norm
+    monkeypatch.setattr(ops_norm, "enqueue_recorded", spy)
+    for off in (0, 1, 0, 1):
+        x = base[off:off + n].view(2, 8, 4, 4)
+        xo = big[off:off + n].view(2, 8, 4, 4)
+        want = F.batch_norm(x, None, None, w, b, training=True)
+        got = F.batch_norm(xo, None, None, w.to(DEV), b.to(DEV), training=True)
+        close(got, want, 1e-4, "offset %d" % off)
+    assert len(made) == 2  # prepared once per alignment, replayed after
+
+
 def _dispatched(fn):
     seen, route = [], dt.tensor._route[0]
 

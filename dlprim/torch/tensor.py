@@ -154,13 +154,20 @@ def enqueue(ctx, launches):
         launch(ctx.queue)
 
 
+# launchers pick programs by how a tensor's offset aligns (vector loads of up to 16
+# values): a recording serves the tensors whose offsets agree with its own modulo this
+RECORDING_ALIGN = 16
+
+
 def enqueue_recorded(ctx, key, tensors, make):
     """Enqueue now the launches ``make()`` prepares over the dlprim tensors ``tensors``
     (None for an absent optional one). The first call for a ``key`` records them; later
     calls replay the recording over their own tensors without preparing anything
     (``program.Recording``). The key must name everything else the launches depend on:
-    the op and every scalar argument."""
-    key = ("recording", key, tuple(t is None for t in tensors))
+    the op and every scalar argument; the tensors' offsets modulo RECORDING_ALIGN join
+    it, since a program built for aligned rows must not replay over a view that is not."""
+    key = ("recording", key, tuple(None if t is None else t.offset % RECORDING_ALIGN
+                                   for t in tensors))
     recording = ctx.ops.get(key)
     if recording is not None:
         recording.replay(ctx.queue, tensors)
