@@ -136,12 +136,20 @@ def test_not_affine(ctx, kernels, rng):
     assert_close(r.dx[0], bn_grad_ref(x, np.ones(5), dy)[0], rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize("shape", [(4, 3, 6, 8), (3, 5, 7), (16, 2, 12)])
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("mode", ["train", "predict"])
-def test_channel_kernels_in_16_bit_match_float64(ctx, monkeypatch, shape, dtype, mode):
-    # kernels/batchnorm.cl with half and bfloat16 storage, vector (S % 4 == 0) and scalar
-    # rows, against float64 on the values the storage holds
+# the activation after the BatchNorm (value, derivative) for the channel kernels' fold
+ACT_REFS = {"identity": (lambda z: z, lambda z: 1.0),
+            "relu": (lambda z: np.maximum(z, 0), lambda z: (z > 0) * 1.0),
+            "relu6": (lambda z: np.clip(z, 0, 6), lambda z: ((z > 0) & (z < 6)) * 1.0),
+            "sigmoid": (lambda z: 1 / (1 + np.exp(-z)),
+                        lambda z: np.exp(-z) / (1 + np.exp(-z)) ** 2)}
+
+
+def _channel_kernels_match_float64(ctx, monkeypatch, shape, dtype, mode, activation):
+    """kernels/batchnorm.cl with ``dtype`` storage (vector rows where S % 4 == 0, else
+    scalar) against float64 on the values the storage holds; with an ``activation``
+    after it (net/fusion.py train_folds): y = act(z), z the BatchNorm's output, and
+    backward takes act's dy to dz = act'(z) dy."""
+    from functools import partial
     from dlprim.core import batchnorm
     monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: "channels")
     rng = np.random.default_rng(11)
@@ -149,21 +157,31 @@ def test_channel_kernels_in_16_bit_match_float64(ctx, monkeypatch, shape, dtype,
     dy = stored(rng.standard_normal(shape), dtype)
     p = params_for(rng, shape[1])
     layer = create(ctx, "BatchNorm", "bn", {})
+    if activation != "identity":
+        layer.mode = mode
+        layer.setup([TensorSpec(shape, host(x, dtype).dtype)])
+        assert layer.fuses_activation(activation) and not layer.fuses_activation("leaky_relu")
+        layer.forward = partial(layer.forward, activation=activation)
+        layer.backward = partial(layer.backward, activation=activation)
     r = run_layer(ctx, layer, [host(x, dtype)], params=p, dy=[dy.astype(np.float32)], mode=mode)
     assert layer.ops.kernels == "channels"
     stats = (None, None) if mode == "train" else (p[0], p[1])
-    tol = 4e-3 if dtype == "float16" else 3.2e-2  # the outputs' rounding: 2^-11, 2^-8 relative
-    y, (dx, dg, db) = bn_ref(x, p[2], p[3], *stats), bn_grad_ref(x, p[2], dy, *stats)
-    for got, want, what in ((r.y[0], y, "y"), (r.dx[0], dx, "dx"), (r.dparams[2], dg, "dweight"),
-                            (r.dparams[3], db, "dbias")):
+    act, grad = ACT_REFS[activation]
+    z = bn_ref(x, p[2], p[3], *stats)
+    dx, dg, db = bn_grad_ref(x, p[2], dy * grad(z), *stats)
+    # the outputs' rounding: 2^-11, 2^-8 relative
+    tol = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 3.2e-2}[dtype]
+    for got, want, what in ((r.y[0], act(z), "y"), (r.dx[0], dx, "dx"),
+                            (r.dparams[2], dg, "dweight"), (r.dparams[3], db, "dbias")):
         got = np.asarray(got, np.float64)
         assert np.abs(got - want).max() <= tol * np.abs(want).max(), what
 
 
-ACT_REFS = {"relu": (lambda z: np.maximum(z, 0), lambda z: (z > 0) * 1.0),
-            "relu6": (lambda z: np.clip(z, 0, 6), lambda z: ((z > 0) & (z < 6)) * 1.0),
-            "sigmoid": (lambda z: 1 / (1 + np.exp(-z)),
-                        lambda z: np.exp(-z) / (1 + np.exp(-z)) ** 2)}
+@pytest.mark.parametrize("shape", [(4, 3, 6, 8), (3, 5, 7), (16, 2, 12)])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("mode", ["train", "predict"])
+def test_channel_kernels_in_16_bit_match_float64(ctx, monkeypatch, shape, dtype, mode):
+    _channel_kernels_match_float64(ctx, monkeypatch, shape, dtype, mode, "identity")
 
 
 @pytest.mark.parametrize("shape", [(4, 3, 6, 8), (3, 5, 7)])
@@ -171,31 +189,7 @@ ACT_REFS = {"relu": (lambda z: np.maximum(z, 0), lambda z: (z > 0) * 1.0),
     ("float32", "relu", "train"), ("float32", "sigmoid", "predict"),
     ("float16", "relu6", "train"), ("bfloat16", "relu", "train")])
 def test_channel_kernels_run_the_activation(ctx, monkeypatch, shape, dtype, activation, mode):
-    # kernels/batchnorm.cl running the activation after it (net/fusion.py train_folds):
-    # y = act(z), z the BatchNorm's output; backward takes act's dy to dz = act'(z) dy
-    from functools import partial
-    from dlprim.core import batchnorm
-    monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: "channels")
-    rng = np.random.default_rng(12)
-    x = stored(rng.standard_normal(shape) * 2 + 0.5, dtype)
-    dy = stored(rng.standard_normal(shape), dtype)
-    p = params_for(rng, shape[1])
-    layer = create(ctx, "BatchNorm", "bn", {})
-    layer.mode = mode
-    layer.setup([TensorSpec(shape, host(x, dtype).dtype)])
-    assert layer.fuses_activation(activation) and not layer.fuses_activation("leaky_relu")
-    layer.forward = partial(layer.forward, activation=activation)
-    layer.backward = partial(layer.backward, activation=activation)
-    r = run_layer(ctx, layer, [host(x, dtype)], params=p, dy=[dy.astype(np.float32)], mode=mode)
-    stats = (None, None) if mode == "train" else (p[0], p[1])
-    act, grad = ACT_REFS[activation]
-    z = bn_ref(x, p[2], p[3], *stats)
-    dx, dg, db = bn_grad_ref(x, p[2], dy * grad(z), *stats)
-    tol = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 3.2e-2}[dtype]
-    for got, want, what in ((r.y[0], act(z), "y"), (r.dx[0], dx, "dx"),
-                            (r.dparams[2], dg, "dweight"), (r.dparams[3], db, "dbias")):
-        got = np.asarray(got, np.float64)
-        assert np.abs(got - want).max() <= tol * np.abs(want).max(), what
+    _channel_kernels_match_float64(ctx, monkeypatch, shape, dtype, mode, activation)
 
 
 def test_pointwise_kernels_refuse_an_activation(ctx, monkeypatch):
