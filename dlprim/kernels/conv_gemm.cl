@@ -136,6 +136,10 @@
                             and TN * TK % (RUN * wg) == 0)
         return runs_row, TM * TK // (RUN * wg), TN * TK // (RUN * wg)
 
+    def load_column():
+        """B's column this work-item loads (N_RUN: its run's first), past n0."""
+        return "tid %% %d" % TN if N_RUN == 1 else "(tid %% %d) * %d" % (TN // N_RUN, N_RUN)
+
     def run_load(x, at, aligned):
         """The RUN 16-bit values of operand x from element ``at`` as one RUN_T: one load
         where ``aligned`` (the offset keeps every run aligned), else value by value."""
@@ -504,7 +508,7 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     a += g * KG * GEMM_K;                         // W rows of this group: [KG][CG*KHW]
     // this work-item always loads B column n0 + tid % TN (a run's first: N_RUN), so
     // decompose it once
-    const int n_ld = n0 + ${"tid %% %d" % TN if N_RUN == 1 else "(tid %% %d) * %d" % (TN // N_RUN, N_RUN)};
+    const int n_ld = n0 + ${load_column()};
     const bool n_ok = n_ld < GEMM_N;
     const int bn = n_ld / OUT_HW, pn = n_ld - bn * OUT_HW;
     const int ohn = pn / OUT_W, own = pn - ohn * OUT_W;
@@ -520,7 +524,7 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
     const int dy_base = (bn * OUT_C + g * KG) * OUT_HW;
 % elif MODE == "backward_data":
     a += g * KG * ${"KHW * CP" if TAPS else "CG * KHW"};      // this group's W[k][c][r][s] (or their copy)
-    const int n_ld = n0 + ${"tid %% %d" % TN if N_RUN == 1 else "(tid %% %d) * %d" % (TN // N_RUN, N_RUN)};
+    const int n_ld = n0 + ${load_column()};
     const bool n_ok = n_ld < GEMM_N;
     const int bn = n_ld / IN_HW, pn = n_ld - bn * IN_HW;
     const int ihn = pn / IN_W, iwn = pn - ihn * IN_W;
@@ -546,9 +550,11 @@ void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 % else:
     REG_${B_T} b_ld[${B_PER}];
 % endif
-% if RUN > 1:
-    // whole-run loads where the tensors' offsets keep every run RUN-aligned
-    const bool a_runs_aligned = a_offset % ${RUN} == 0, b_runs_aligned = b_offset % ${RUN} == 0;
+% if K_RUN > 1:
+    const bool a_runs_aligned = a_offset % ${RUN} == 0;  // whole-run loads of a
+% endif
+% if X_RUNS or N_RUN > 1:
+    const bool b_runs_aligned = b_offset % ${RUN} == 0;  // whole-run loads of b
 % endif
 % if MMA:
     const int lane = tid & 31, warp = tid >> 5;
