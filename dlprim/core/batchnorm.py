@@ -81,7 +81,7 @@ class BatchNormOps:
         full, ch, vec = (self.shape, np.dtype(dtype)), ((1, c, 1), F), ((c,), F)
         self._full, self._ch = full, ch
         # the generator's launchers (built only where they run: the channel kernels
-        # replace all but the parameter gradients' sum)
+        # replace them all)
         if self.kernels == "pointwise":
             # count, mean, M2 (sum of squared deviations) merged pairwise (Chan et al. 1979):
             # n = na + nb, d = mean_b - mean_a, mean = mean_a + d nb/n, M2 = M2a + M2b + d^2 na nb/n.
@@ -108,8 +108,10 @@ class BatchNormOps:
                 "y0 = x1; y1 = x1 * (x0 - x2) * rsqrt(x3 + w0);",
                 "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
                 params=["float"], name="bn_grad_sums")
-        # dgamma, dbeta += the sums (launched with beta = 1)
-        self._param_grad = PointwiseBroadcast(ctx, [vec], [vec], "y0 = x0;", name="bn_param_grad")
+            # dgamma, dbeta += the sums (launched with beta = 1; the channel kernels'
+            # finish adds them itself)
+            self._param_grad = PointwiseBroadcast(ctx, [vec], [vec], "y0 = x0;",
+                                                  name="bn_param_grad")
         self._dx = {}
 
     # ----- kernels/batchnorm.cl ("channels")
@@ -243,9 +245,9 @@ class BatchNormOps:
             else:
                 out += self._grad_sums.launches([x, dy, ch(mean), ch(var)], [ch(s_dy), ch(s_dyx)],
                                                 [self.eps])
-        for grad, s in ((dgamma, s_dyx), (dbeta, s_dy)):
-            if grad is not None and not channels:
-                out += self._param_grad.launches([s], [grad], beta=1.0)
+                for grad, s in ((dgamma, s_dyx), (dbeta, s_dy)):
+                    if grad is not None:
+                        out += self._param_grad.launches([s], [grad], beta=1.0)
         if dx is not None and channels:
             prg, vec = self._program(x, dy, dx, batch=batch_stats, activation=activation)
             out += self._pointwise(prg, vec, "bn_backward_data",

@@ -15,7 +15,7 @@ stay float32.
 """
 import numpy as np
 
-from ..dtypes import as_dtype, cl_type
+from ..dtypes import cl_type
 from ..kernels import program
 from ..tensor import ws_view
 from ..utils import ceil_div, round_up
@@ -31,13 +31,6 @@ __all__ = ["Forward", "BackwardData", "BackwardFilter", "register_block", "filte
 # EPYC); more channels per pixel make each broadcast input value feed more FMAs.
 MAX_CHANNEL_BLOCK = 32
 PIXELS = {8: 4, 16: 3, 24: 3, 32: 2}  # pixels per work-item by channel block
-
-
-def _storage(dtype):
-    """The template's ACT_T for activations stored as ``dtype`` (none for float32, so those
-    programs keep their cache entries)."""
-    dtype = as_dtype(dtype)
-    return {} if dtype == np.float32 else dict(ACT_T=cl_type(dtype))
 
 
 def register_block(out_c, width):
@@ -61,7 +54,7 @@ class Forward:
         self.ocb, self.px = register_block(g.out_c, g.out_w)
         self.blocks = ceil_div(g.out_c, self.ocb)
         self.program = program.get(ctx, "conv_direct", FILTER=False, BIAS=self.bias,
-                                   ACTIVATION=activation, **_storage(dtype),
+                                   ACTIVATION=activation, ACT_T=cl_type(dtype),
                                    KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, DH=g.dh, DW=g.dw,
                                    OCB=self.ocb, PX=self.px)
 
@@ -130,7 +123,8 @@ class BackwardFilter:
         self.blocks = ceil_div(g.out_c, self.ocb)
         self.padded_c = self.blocks * self.ocb
         self.program = program.get(ctx, "conv_direct", FILTER=True, BIAS=False,
-                                   ACTIVATION="identity", **_storage(dtype), KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
+                                   ACTIVATION="identity", ACT_T=cl_type(dtype),
+                                   KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
                                    DH=g.dh, DW=g.dw, OCB=self.ocb, PX=0)
 
     def parts(self, batch):

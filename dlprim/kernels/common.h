@@ -3,6 +3,13 @@
     # convolution epilogues and the pointwise layers cannot drift apart
     from dlprim.core.activation import epilogue_macros
 %>\
+<%
+    # CPU runtimes convert half in software, element by element: a pass over 4M halves
+    # took 3.6 ms through vload_half and 5.2 through vstore_half_rte on PoCL (2-core EPYC;
+    # a float copy 0.4). There the bits are decoded and rounded in integer arithmetic,
+    # which vectorises (0.4 and 1.1 ms); half tensors are __global there.
+    INTEGER_HALF = getattr(context.get("facts"), "is_cpu", False)
+%>\
 // Shared by every template (Mako include of common.h).
 // dtype is the element type the template was rendered for (float unless stated)
 #ifndef DLPRIM_COMMON_H
@@ -13,16 +20,16 @@ ${epilogue_macros()}
 // computed in float, so every device stores half and none needs half arithmetic
 #define LD_float(p, i) ((p)[i])
 #define ST_float(p, i, v) ((p)[i] = (v))
-% if getattr(context.get("facts"), "is_cpu", False):
-// CPU runtimes convert half in software, element by element: a pass over 4M halves took
-// 3.6 ms through vload_half and 5.2 through vstore_half_rte on PoCL (2-core EPYC; a float
-// copy 0.4). There the bits are decoded and rounded in integer arithmetic, which
-// vectorises (0.4 and 1.1 ms); half tensors are __global there.
+// (ST4_half(v, p): four values at p, 2-byte aligned); on CPUs the bits are decoded and
+// rounded in integer arithmetic instead (INTEGER_HALF above)
+% if INTEGER_HALF:
 #define LD_half(p, i) half_bits_value(((__global const ushort *)(p))[i])
 #define ST_half(p, i, v) (((__global ushort *)(p))[i] = half_bits_rte(v))
+#define ST4_half(v, p) vstore4(half_bits4_rte(v), 0, (__global ushort *)(p))
 % else:
 #define LD_half(p, i) vload_half((i), (p))
 #define ST_half(p, i, v) vstore_half_rte((v), (i), (p))
+#define ST4_half(v, p) vstore_half4_rte((v), 0, (p))
 % endif
 // Prefetching kernels (the GEMM and convolution tiles) keep what they load as raw bits
 // (REG_<T>: float, or ushort for half) and widen it only where they use it (WIDEN_<T>):
@@ -72,7 +79,7 @@ inline float half_bits_value(ushort u)
 }
 inline float half_bits(ushort u)
 {
-% if getattr(context.get("facts"), "is_cpu", False):
+% if INTEGER_HALF:
     return half_bits_value(u);
 % else:
     return vload_half(0, (const __private half *)&u);
@@ -80,7 +87,7 @@ inline float half_bits(ushort u)
 }
 inline float4 half_bits4(ushort4 u)
 {
-% if getattr(context.get("facts"), "is_cpu", False):
+% if INTEGER_HALF:
     return (float4)(half_bits_value(u.s0), half_bits_value(u.s1), half_bits_value(u.s2),
                     half_bits_value(u.s3));
 % else:

@@ -8,10 +8,8 @@
 // elements are read and written through LD / ST (common.h): half storage computes in float
 #define LD(p, i) LD_${dtype}(p, i)
 #define ST(p, i, v) ST_${dtype}(p, i, v)
-% if dtype == "half" and getattr(context.get("facts"), "is_cpu", False):
-#define ST4(v, p) vstore4(half_bits4_rte(v), 0, (__global ushort *)(p))  // common.h: LD_half
-% elif dtype == "half":
-#define ST4(v, p) vstore_half4_rte((v), 0, (p))
+% if dtype == "half":
+#define ST4(v, p) ST4_half(v, p)
 % elif dtype == "bfloat16":
 #define ST4(v, p) vstore4(bfloat16_bits4(v), 0, (p))
 % else:

@@ -60,7 +60,7 @@ class ExecutionPlan:
             fusion.predict_folds(g, layers, [st.workspace for st in setups])
         # train mode: BatchNorm + the activation it can run, as one (fusion.py)
         self.act_folds = fusion.train_folds(g, layers, s) if train and not keep_all else {}
-        act_folded = {f.act: f for f in self.act_folds.values()}
+        act_folded = {f.act for f in self.act_folds.values()}  # activations run by them
         blocks = fusion.stretch(s.blocks, self.folds, s) if self.folds else s.blocks
         self.memory = plan = memory_plan.place(blocks, ARENA_ALIGN)
         shapes = ", ".join("%s %s" % (g.values[vid].name, t.shape) for vid, t in inputs.items())
