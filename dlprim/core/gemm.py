@@ -58,7 +58,7 @@ class Gemm:
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
                  activation="identity", batch=1, tile=None, split_k=None, batch_sum=False,
-                 precision="fp32", dtypes=None, _mma=False, _copy_async=None):
+                 precision="fp32", dtypes=None, _mma=False, _copy_async=None, _wgmma=None):
         self.ctx = ctx
         self.precision = check_precision(precision, "Gemm: precision")
         self.dtypes = tuple(as_dtype(d) for d in (dtypes or (np.float32,) * 3))
@@ -77,6 +77,11 @@ class Gemm:
                            and self.dtypes[0] == self.dtypes[1] == as_dtype(native)
                            and (_copy_async if _copy_async is not None
                                 else copies_async(ctx, self.precision)))
+        # those tiles multiplied by Hopper's warpgroup products (gemm_wgmma.cl) where the
+        # device takes them; _wgmma: without asking the probe, its own test
+        self.wgmma = (self.copy_async and tuning.MMA_WARPGROUP
+                      and (_wgmma if _wgmma is not None
+                           else warpgroup_products(ctx, self.precision)))
         self.float_copies = (self.half and not self.mma and ctx.facts.is_cpu
                              and tuning.CPU_HALF_AS_FLOAT)
         # what the kernels read and write: float32 where the operands travel as copies
@@ -185,10 +190,19 @@ class Gemm:
         """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc);
         copy_async: the tensor-core kernel's cp.async copies (16-byte aligned rows)."""
         bias, act = (self.bias or "none", self.activation) if epilogue else ("none", "identity")
+        if self.mma and copy_async and self.wgmma:
+            t = self.tile
+            return program.get(self.ctx, "gemm_wgmma", TRANS_A=int(self.trans_a),
+                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
+                               TILE_M=t["TILE_M"], TILE_N=t["TILE_N"], TILE_K=tuning.WGMMA_TILE_K,
+                               GROUP=t["GROUP"], WARPGROUPS=t["TILE_M"] // 64,
+                               STAGES=tuning.WGMMA_STAGES, MN_LEAD=tuning.WGMMA_MN_LEAD,
+                               **self._types(epilogue), MMA=MMA_TYPES[self.precision])
         if self.mma:
             t = self.tile
             warps_m, warps_n = tuning.mma_warps(t)
-            staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES) if copy_async
+            staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES,
+                            SWIZZLE=int(tuning.MMA_ASYNC_SWIZZLE)) if copy_async
                        else dict(STAGES=tuning.MMA_STAGES))
             return program.get(self.ctx, "gemm_mma", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
@@ -425,6 +439,8 @@ class Gemm:
                                           (items, 1 if self.batch_sum else self.batch), (1, 1),
                                           args, flops=self.flops)]
         wg_m, wg_n = t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]
+        if copy_async and self.wgmma:  # 2 warpgroups of 4 warps a 128-row tile
+            wg_m, wg_n = t["TILE_M"] // 16, 32
         gsize = (ceil_div(self.N, t["TILE_N"]) * wg_n, ceil_div(self.M, t["TILE_M"]) * wg_m,
                  self.batch * self.splits)
         head = [i32(self.M), i32(self.N), i32(self.K), i32(self.k_chunk), i32(self.splits),
@@ -511,6 +527,14 @@ def copies_async(ctx, precision):
                                                        _probe_copies)
 
 
+def warpgroup_products(ctx, precision):
+    """Whether ``ctx``'s device runs ``kernels/gemm_wgmma.cl`` (Hopper's wgmma, sm_90a)
+    correctly with ``precision``'s 16-bit products, every layout of A and B (memoized per
+    context)."""
+    return copies_async(ctx, precision) and memo_probe(ctx, "_warpgroup", precision,
+                                                       _probe_warpgroup)
+
+
 def memo_probe(ctx, attr, precision, probe):
     """``probe(ctx, precision)``, asked once per context and precision (kept in the
     context's ``attr`` dict)."""
@@ -528,31 +552,43 @@ def _probe(ctx, precision="tf32"):
 
 def _probe_copies(ctx, precision):
     dtype = as_dtype(HALF_STORAGE_TYPES[precision])
-    return _self_test(ctx, precision, dtype, "cp.async tiles", dict(_mma=True, _copy_async=True))
+    return _self_test(ctx, precision, dtype, "cp.async tiles",
+                      dict(_mma=True, _copy_async=True, _wgmma=False))
 
 
-def _self_test(ctx, precision, dtype, what, forced):
+def _probe_warpgroup(ctx, precision):
+    dtype = as_dtype(HALF_STORAGE_TYPES[precision])
+    return _self_test(ctx, precision, dtype, "warpgroup products",
+                      dict(_mma=True, _copy_async=True, _wgmma=True),
+                      layouts=((False, True), (True, False)))
+
+
+def _self_test(ctx, precision, dtype, what, forced, layouts=((False, True),)):
     """Whether a tensor-core Gemm (``forced``: its private switches) with A and B stored
-    as ``dtype`` matches float64 on a small product crossing its tile edges."""
+    as ``dtype`` matches float64 on a small product crossing its tile edges, for each
+    (trans_a, trans_b) of ``layouts``."""
     rng = np.random.default_rng(0)
     M, N, K = 130, 136, 40  # a partial tile on every side
-    a = rng.standard_normal((M, K)).astype(np.float32)
-    b = rng.standard_normal((N, K)).astype(np.float32)
-    try:
-        op = Gemm(ctx, M, N, K, trans_b=True, precision=precision,
-                  dtypes=(dtype, dtype, np.float32), **forced)
-        C = Tensor(ctx, (M, N))
-        stored = [to_bfloat16(x) if dtype == bfloat16 else x.astype(dtype) for x in (a, b)]
-        a, b = (bfloat16_values(x) if dtype == bfloat16 else x for x in stored)  # their values
-        op(*(Tensor.from_numpy(ctx, x) for x in stored), C)
-        got = C.numpy()
-    except Exception as err:  # a compiler without mma.sync or cp.async, or a failing launch
-        log.info("%s: not used on %s (%s)", what, ctx.facts.name, str(err).splitlines()[0])
-        return False
-    want = a.astype(np.float64) @ b.astype(np.float64).T
-    err = np.abs(got - want).max() / np.abs(want).max()
-    if not np.isfinite(err) or err > _SELF_TEST_TOLERANCE[precision]:
-        log.warning("%s: the %s self-test on %s failed (relative error %.2g); precision '%s' "
-                    "does without them", what, precision.upper(), ctx.facts.name, err, precision)
-        return False
+    for trans_a, trans_b in layouts:
+        a = rng.standard_normal((K, M) if trans_a else (M, K)).astype(np.float32)
+        b = rng.standard_normal((N, K) if trans_b else (K, N)).astype(np.float32)
+        try:
+            op = Gemm(ctx, M, N, K, trans_a, trans_b, precision=precision,
+                      dtypes=(dtype, dtype, np.float32), **forced)
+            C = Tensor(ctx, (M, N))
+            stored = [to_bfloat16(x) if dtype == bfloat16 else x.astype(dtype) for x in (a, b)]
+            a, b = (bfloat16_values(x) if dtype == bfloat16 else x for x in stored)  # values
+            op(*(Tensor.from_numpy(ctx, x) for x in stored), C)
+            got = C.numpy()
+        except Exception as err:  # a compiler without mma.sync or cp.async, a failing launch
+            log.info("%s: not used on %s (%s)", what, ctx.facts.name, str(err).splitlines()[0])
+            return False
+        a, b = (a.T if trans_a else a), (b.T if trans_b else b)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        err = np.abs(got - want).max() / np.abs(want).max()
+        if not np.isfinite(err) or err > _SELF_TEST_TOLERANCE[precision]:
+            log.warning("%s: the %s self-test on %s failed (relative error %.2g); precision "
+                        "'%s' does without them", what, precision.upper(), ctx.facts.name, err,
+                        precision)
+            return False
     return True

@@ -66,6 +66,29 @@ def _key(name, params):
     return (name,) + tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
+# Instructions of NVIDIA's sm_90a (Hopper's wgmma) that the OpenCL compiler's sm_90 target
+# refuses are written in inline PTX behind this comment marker (kernels/wgmma.h); such a
+# program is built once as it is, then again from its PTX with the marker removed and the
+# target raised to sm_90a (the driver takes PTX as a program binary).
+SM90A = "//SM90A "
+
+
+class _TargetError(Exception):
+    pass
+
+
+def _build(ctx, source, options):
+    program = cl.Program(ctx.cl_context, source).build(options=options)
+    if SM90A not in source:
+        return program
+    ptx = program.binaries[0].decode(errors="replace")
+    if not re.search(r"^\.target sm_90\b", ptx, re.M):
+        raise _TargetError("its sm_90a instructions need a device of NVIDIA's sm_90 target")
+    ptx = re.sub(r"^\.target sm_90\b", ".target sm_90a", ptx.replace(SM90A, ""), flags=re.M)
+    return cl.Program(ctx.cl_context, ctx.cl_context.devices, [ptx.encode()]).build(
+        options=options)
+
+
 def get(ctx, name, **params):
     """A built ``pyopencl.Program`` for template ``name``, memoized on ``ctx``."""
     key = _key(name, params)
@@ -75,8 +98,8 @@ def get(ctx, name, **params):
     source = render(name, facts=ctx.facts, **params)
     options = ["-cl-std=CL1.2"]
     try:
-        program = cl.Program(ctx.cl_context, source).build(options=options)
-    except cl.RuntimeError as err:  # build failures arrive as RuntimeError subclasses
+        program = _build(ctx, source, options)
+    except (cl.RuntimeError, _TargetError) as err:  # build failures: RuntimeError subclasses
         log = str(err)
         raise KernelBuildError(name, ctx.name, params, source, log) from None
     stats["builds"] += 1
