@@ -330,7 +330,7 @@ def test_caller_workspace(ctx, rng):
     op(t(ctx, a), t(ctx, b), C, workspace=at(4))
     close(C.numpy(), reference(a, b), K)
     assert op._workspace is None  # no private copy was made
-    with pytest.raises(ValueError, match="the workspace has 10 elements, the 3-part split needs"):
+    with pytest.raises(ValueError, match="the workspace has 10 elements, this product needs"):
         op(t(ctx, a), t(ctx, b), C, workspace=t(ctx, np.zeros(10)))
     with pytest.raises(ValueError, match="16-byte aligned"):
         op(t(ctx, a), t(ctx, b), C, workspace=at(1))

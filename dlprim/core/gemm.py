@@ -77,9 +77,12 @@ class Gemm:
                            and self.dtypes[0] == self.dtypes[1] == as_dtype(native)
                            and (_copy_async if _copy_async is not None
                                 else copies_async(ctx, self.precision)))
-        # those tiles multiplied by Hopper's warpgroup products (gemm_wgmma.cl) where the
-        # device takes them; _wgmma: without asking the probe, its own test
-        self.wgmma = (self.copy_async and tuning.MMA_WARPGROUP
+        # Hopper's warpgroup products (gemm_wgmma.cl) where the device takes them: for the
+        # 16-bit tiles that cp.async copies, and for TF32 on float32 operands (packed
+        # K-major first where they are not); _wgmma: without asking the probe, its own test
+        self.wgmma = ((self.copy_async or (self.mma and self.precision == "tf32"
+                                           and self.dtypes[0] == self.dtypes[1] == np.float32))
+                      and tuning.MMA_WARPGROUP
                       and (_wgmma if _wgmma is not None
                            else warpgroup_products(ctx, self.precision)))
         self.float_copies = (self.half and not self.mma and ctx.facts.is_cpu
@@ -127,9 +130,10 @@ class Gemm:
         self.pack_a = tuning.pack_a(self.tile, self.M, self.trans_a) and self.K > 0
         self._workspace = self._packed_b = self._packed_a = None
         # build now the variant that packed, aligned operands use
+        copies = self.copy_async and all(
+            self._aligned(self._packed(x), 0, 0, COPY_VALUES) for x in "ab")
         self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"),
-                      copy_async=self.copy_async and all(
-                          self._aligned(self._packed(x), 0, 0, COPY_VALUES) for x in "ab"))
+                      copy_async=copies, wgmma=self._warpgroup(copies))
 
     @staticmethod
     def on_tensor_cores(ctx, precision):
@@ -186,23 +190,30 @@ class Gemm:
         return int(ld % values == 0 and offset % values == 0
                    and (self.batch <= 1 or stride % values == 0))
 
-    def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True, copy_async=False):
+    def _warpgroup(self, copy_async):
+        """Whether a launch runs gemm_wgmma.cl: 16-bit tiles that cp.async copies (aligned
+        rows), or any TF32 product (packed as it needs)."""
+        return self.wgmma and (copy_async or self.precision == "tf32")
+
+    def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True, copy_async=False,
+                 wgmma=False):
         """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc);
-        copy_async: the tensor-core kernel's cp.async copies (16-byte aligned rows)."""
+        copy_async: the tensor-core kernel's cp.async copies (16-byte aligned rows);
+        wgmma: Hopper's warpgroup products (TF32: on operands packed K-major)."""
         bias, act = (self.bias or "none", self.activation) if epilogue else ("none", "identity")
-        if self.mma and copy_async and self.wgmma:
+        if wgmma:
             t = self.tile
-            return program.get(self.ctx, "gemm_wgmma", TRANS_A=int(self.trans_a),
-                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
-                               TILE_M=t["TILE_M"], TILE_N=t["TILE_N"], TILE_K=tuning.WGMMA_TILE_K,
-                               GROUP=t["GROUP"], WARPGROUPS=t["TILE_M"] // 64,
-                               STAGES=tuning.WGMMA_STAGES, MN_LEAD=tuning.WGMMA_MN_LEAD,
+            tf32 = self.precision == "tf32"
+            return program.get(self.ctx, "gemm_wgmma", TRANS_A=0 if tf32 else int(self.trans_a),
+                               TRANS_B=1 if tf32 else int(self.trans_b), BIAS=bias,
+                               ACTIVATION=act, TILE_M=t["TILE_M"], TILE_N=t["TILE_N"],
+                               TILE_K=16 if tf32 else 32, GROUP=t["GROUP"],
+                               WARPGROUPS=t["TILE_M"] // 64, STAGES=tuning.WGMMA_STAGES,
                                **self._types(epilogue), MMA=MMA_TYPES[self.precision])
         if self.mma:
             t = self.tile
             warps_m, warps_n = tuning.mma_warps(t)
-            staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES,
-                            SWIZZLE=int(tuning.MMA_ASYNC_SWIZZLE)) if copy_async
+            staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES) if copy_async
                        else dict(STAGES=tuning.MMA_STAGES))
             return program.get(self.ctx, "gemm_mma", TRANS_A=int(self.trans_a),
                                TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
@@ -286,8 +297,8 @@ class Gemm:
         if not isinstance(W, Tensor) or W.dtype != np.float32:
             raise TypeError("Gemm: the workspace must be a float32 dlprim Tensor, got %r" % (W,))
         if W.size < self.workspace_elements:
-            raise ValueError("Gemm: the workspace has %d elements, the %d-part split needs %d"
-                             % (W.size, self.splits, self.workspace_elements))
+            raise ValueError("Gemm: the workspace has %d elements, this product needs %d (see "
+                             "workspace_elements)" % (W.size, self.workspace_elements))
         if W.offset % 4:
             raise ValueError("Gemm: the workspace must start 16-byte aligned (offset %d elements)"
                              % W.offset)
@@ -312,15 +323,28 @@ class Gemm:
     # ----- launching
     @property
     def workspace_elements(self):
-        """float32 elements of the split-K partial sums (0 when K is not split); a caller
-        that plans memory passes that much as ``workspace``, else the Gemm keeps its own."""
+        """float32 elements of the split-K partial sums and of TF32 warpgroup products'
+        operands packed K-major (0 where neither is needed); a caller that plans memory
+        passes that much as ``workspace``, else the Gemm keeps its own."""
+        return self._partials_elements + sum(self._k_major_elements())
+
+    @property
+    def _partials_elements(self):
         if self.splits == 1 or self.M == 0 or self.N == 0:
             return 0
         return self.batch * self.splits * round_up(self.M * self.N, 4)
 
+    def _k_major_elements(self):
+        """float32 elements of A and B packed K-major for TF32 warpgroup products (rows of
+        K padded to 16 bytes; one per batch entry), else (0, 0)."""
+        if not (self.wgmma and self.precision == "tf32") or 0 in (self.M, self.N, self.K):
+            return 0, 0
+        ldk = round_up(self.K, 4)
+        return self.batch * self.M * ldk, self.batch * self.N * ldk
+
     def workspace_in(self, ws, byte_offset=0):
-        """The split-K workspace as a view ``byte_offset`` bytes into a layer's uint8
-        workspace ``ws``; None where K is not split (the launches then need none)."""
+        """The workspace as a view ``byte_offset`` bytes into a layer's uint8 workspace
+        ``ws``; None where the launches need none."""
         count = self.workspace_elements
         return ws_view(ws, byte_offset, count) if count else None
 
@@ -438,29 +462,39 @@ class Gemm:
             return pack + [program.Launch(self._program(0, 0, 0), "gemm_small_m",
                                           (items, 1 if self.batch_sum else self.batch), (1, 1),
                                           args, flops=self.flops)]
+        W = None
+        if self.workspace_elements:
+            if workspace is not None:
+                W = self._check_workspace(workspace)
+            else:
+                if self._workspace is None:
+                    self._workspace = Tensor(self.ctx, (self.workspace_elements,))
+                W = self._workspace
         wg_m, wg_n = t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]
-        if copy_async and self.wgmma:  # 2 warpgroups of 4 warps a 128-row tile
+        wgmma = self._warpgroup(copy_async)
+        if wgmma:  # warpgroups of 4 warps, one per 64 rows of the tile
             wg_m, wg_n = t["TILE_M"] // 16, 32
+            if self.precision == "tf32" and self.K:
+                size_a, size_b = self._k_major_elements()
+                at = self._partials_elements
+                pack_a, A, lda, stride_a = self._k_major("a", A, lda, stride_a, W, at)
+                pack_b, B, ldb, stride_b = self._k_major("b", B, ldb, stride_b, W, at + size_a)
+                pack += pack_a + pack_b
+                aligned_ab = (1, 1)
         gsize = (ceil_div(self.N, t["TILE_N"]) * wg_n, ceil_div(self.M, t["TILE_M"]) * wg_m,
                  self.batch * self.splits)
         head = [i32(self.M), i32(self.N), i32(self.K), i32(self.k_chunk), i32(self.splits),
                 A, i32(lda), u64(stride_a), B, i32(ldb), u64(stride_b)]
         if self.splits == 1:
             prg = self._program(*aligned_ab, self._aligned(ldc, C.offset, stride_c),
-                                copy_async=copy_async)
+                                copy_async=copy_async, wgmma=wgmma)
             args = head + [C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
             return pack + [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args,
                                           flops=self.flops)]
         # split-K: partial products into the workspace, then sum + epilogue into C
         part = round_up(self.M * self.N, 4)  # keeps every part 16-byte aligned
-        if workspace is not None:
-            W = self._check_workspace(workspace)
-        else:
-            if self._workspace is None:
-                self._workspace = Tensor(self.ctx, (self.workspace_elements,))
-            W = self._workspace
         first = self._program(*aligned_ab, self._aligned(self.N, 0, part), epilogue=False,
-                              copy_async=copy_async)
+                              copy_async=copy_async, wgmma=wgmma)
         args = head + [W, i32(self.N), u64(part), W.buffer, u64(0), f32(alpha), f32(0)]
         reduce_args = [i32(self.M), i32(self.N), i32(self.splits), W, u64(part),
                        C, i32(ldc), u64(stride_c), *bias_args, f32(beta)]
@@ -468,6 +502,26 @@ class Gemm:
                 program.Launch(self._reduce_program(), "gemm_reduce",
                                (round_up(self.N, 32), round_up(self.M, 4),
                                 self.batch), (32, 4, 1), reduce_args)]
+
+    def _k_major(self, which, X, ld, stride, W, at):
+        """TF32 warpgroup products read A and B K-major, rounded to TF32 and with 16-byte
+        aligned rows: the launch that packs operand ``which`` so into the workspace ``W``
+        from element ``at`` on, and the operand as the product then reads it (tensor,
+        leading dimension, batch stride). Rounding each value once here costs a pass over
+        the operand; rounding it in the kernel costs every work-group that reads it."""
+        k_major = not self.trans_a if which == "a" else self.trans_b
+        D = self.M if which == "a" else self.N
+        ldk = round_up(self.K, 4)
+        copies = self.batch if stride else 1  # a shared operand is packed once
+        packed = Tensor(self.ctx, (copies * D * ldk,), buffer=W.buffer, offset=W.offset + at)
+        packed._owner = W
+        i32, u64 = np.int32, np.uint64
+        launch = program.Launch(
+            self._program(1, 1, 1, wgmma=True), "pack_from_rows" if k_major else "pack_from_columns",
+            (ceil_div(ldk, 32) * 32, ceil_div(D, 32) * 8, copies), (32, 8, 1),
+            [i32(D), i32(self.K), X, i32(ld), u64(stride), packed, i32(ldk),
+             u64(D * ldk if stride else 0)])
+        return [launch], packed, ldk, (D * ldk if stride else 0)
 
     def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
                  stride_a=0, stride_b=0, stride_c=0, queue=None, b_packed=False, workspace=None):
@@ -529,10 +583,11 @@ def copies_async(ctx, precision):
 
 def warpgroup_products(ctx, precision):
     """Whether ``ctx``'s device runs ``kernels/gemm_wgmma.cl`` (Hopper's wgmma, sm_90a)
-    correctly with ``precision``'s 16-bit products, every layout of A and B (memoized per
+    correctly with ``precision``'s products, A and B stored either way (memoized per
     context)."""
-    return copies_async(ctx, precision) and memo_probe(ctx, "_warpgroup", precision,
-                                                       _probe_warpgroup)
+    ready = (tensor_cores(ctx, precision) if precision == "tf32"
+             else copies_async(ctx, precision))
+    return ready and memo_probe(ctx, "_warpgroup", precision, _probe_warpgroup)
 
 
 def memo_probe(ctx, attr, precision, probe):
@@ -547,7 +602,7 @@ def memo_probe(ctx, attr, precision, probe):
 def _probe(ctx, precision="tf32"):
     if ctx.facts.vendor_id != "nvidia" or not ctx.facts.is_gpu:
         return False
-    return _self_test(ctx, precision, np.float32, "tensor cores", dict(_mma=True))
+    return _self_test(ctx, precision, np.float32, "tensor cores", dict(_mma=True, _wgmma=False))
 
 
 def _probe_copies(ctx, precision):
@@ -557,9 +612,10 @@ def _probe_copies(ctx, precision):
 
 
 def _probe_warpgroup(ctx, precision):
-    dtype = as_dtype(HALF_STORAGE_TYPES[precision])
+    tf32 = precision == "tf32"
+    dtype = np.dtype(np.float32) if tf32 else as_dtype(HALF_STORAGE_TYPES[precision])
     return _self_test(ctx, precision, dtype, "warpgroup products",
-                      dict(_mma=True, _copy_async=True, _wgmma=True),
+                      dict(_mma=True, _copy_async=None if tf32 else True, _wgmma=True),
                       layouts=((False, True), (True, False)))
 
 

@@ -198,13 +198,10 @@ MMA_STAGES = 2
 # work-group may have); 128x256 tiles of 8 warps 173-252 (docs/benchmarks.md)
 MMA_COPY_ASYNC = True
 MMA_ASYNC_STAGES = 2
-MMA_ASYNC_SWIZZLE = False
-# Those tiles multiplied by Hopper's warpgroup products where the device has them
-# (gemm_wgmma.cl): K staged 32 deep, WGMMA_STAGES tiles in flight
+# Hopper's warpgroup products where the device has them (gemm_wgmma.cl): for those
+# tiles and for TF32; 64 bytes of K staged at a time, WGMMA_STAGES tiles in flight
 MMA_WARPGROUP = True
-WGMMA_TILE_K = 32
 WGMMA_STAGES = 3
-WGMMA_MN_LEAD = "mn"
 # Smaller tiles of the same 2 x 2 warps, for products whose M or N leave most of a
 # 128x128 tile empty: a ResNet's 1x1 layers run one GEMM per image (N = H W, 49 at 7x7),
 # MobileNet's have 16 to 96 channels. MMA_SPEED: each tile's throughput relative to

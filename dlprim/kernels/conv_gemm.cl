@@ -613,11 +613,11 @@ ${store_tiles()}
             uint af[${MI}][4], bf[${NI}][2];
             ${UNROLL}
             for (int i = 0; i < ${MI}; i++)
-                A_FRAGMENTS(af[i], &As[0][0], wm + i * 16, k16, ${tile_ld("As")}, ${int(not A_ROWS)}, 0);
+                A_FRAGMENTS(af[i], &As[0][0], wm + i * 16, k16, ${tile_ld("As")}, ${int(not A_ROWS)});
             ${UNROLL}
             for (int j = 0; j < ${NI}; j += 2) {
                 uint v[4];
-                B_FRAGMENTS(v, &Bs[0][0], wn + j * 8, k16, ${tile_ld("Bs")}, ${int(not B_ROWS)}, 0);
+                B_FRAGMENTS(v, &Bs[0][0], wn + j * 8, k16, ${tile_ld("Bs")}, ${int(not B_ROWS)});
                 bf[j][0] = v[0]; bf[j][1] = v[1]; bf[j + 1][0] = v[2]; bf[j + 1][1] = v[3];
             }
             ${UNROLL}

@@ -29,10 +29,8 @@ A_T, B_T, C_T = context.get("A_T", "float"), context.get("B_T", "float"), contex
 F16 = MMA in ("f16", "bf16")
 NATIVE = "half" if MMA == "f16" else "bfloat16"  # the 16-bit operands' storage type
 PRODUCT = "MMA_BF16" if MMA == "bf16" else "MMA_F16"
-# SWIZZLE (ASYNC only): unpadded rows, their chunks swizzled (mma.h tile_at)
-SWIZZLE = int(context.get("SWIZZLE", 0))
 def ld16(CK, T):
-    return (TILE_K if CK else T) + (0 if SWIZZLE else 8)
+    return TILE_K + 8 if CK else T + 8
 TM, TN, TK = TILE_M, TILE_N, TILE_K
 WARPS = WARPS_M * WARPS_N
 THREADS = 32 * WARPS
@@ -63,7 +61,6 @@ LOADS_B = TN * TK // 4 // THREADS
 # it), with one barrier per tile.
 ASYNC = bool(context.get("ASYNC", 0))
 assert not ASYNC or (F16 and A_T == NATIVE and B_T == NATIVE and STAGES >= 2)
-assert not SWIZZLE or ASYNC
 CHUNKS_A, CHUNKS_B = TM * TK // 8 // THREADS, TN * TK // 8 // THREADS
 assert not ASYNC or (CHUNKS_A * 8 * THREADS == TM * TK and CHUNKS_B * 8 * THREADS == TN * TK)
 %>
@@ -118,10 +115,10 @@ assert not ASYNC or (CHUNKS_A * 8 * THREADS == TM * TK and CHUNKS_B * 8 * THREAD
     {
         % if CK:
         const int left = ${x}_d0 + ${x}_d[${r}] < ${D} ? K - (kc + ${x}_k[${r}]) : 0;
-        const int at = tile_at(${x}_d[${r}], ${x}_k[${r}], ${LD16}, ${SWIZZLE});
+        const int at = ${x}_d[${r}] * ${LD16} + ${x}_k[${r}];
         % else:
         const int left = kc + ${x}_k[${r}] < K ? ${D} - (${x}_d0 + ${x}_d[${r}]) : 0;
-        const int at = tile_at(${x}_k[${r}], ${x}_d[${r}], ${LD16}, ${SWIZZLE});
+        const int at = ${x}_k[${r}] * ${LD16} + ${x}_d[${r}];
         % endif
         const int bytes = 2 * clamp(left, 0, 8);
         COPY_ASYNC((__local ushort *)(${S}) + at,
@@ -140,12 +137,12 @@ assert not ASYNC or (CHUNKS_A * 8 * THREADS == TM * TK and CHUNKS_B * 8 * THREAD
             ${UNROLL}
             for (int i = 0; i < ${MI}; i++)
                 A_FRAGMENTS(af[i], (__local const ushort *)as, wm + i * 16, k16, ${LDA16},
-                            ${int(not A_CK)}, ${SWIZZLE});
+                            ${int(not A_CK)});
             ${UNROLL}
             for (int j = 0; j < ${NI}; j += 2) {
                 uint v[4];
                 B_FRAGMENTS(v, (__local const ushort *)bs, wn + j * 8, k16, ${LDB16},
-                            ${int(not B_CK)}, ${SWIZZLE});
+                            ${int(not B_CK)});
                 bf[j][0] = v[0]; bf[j][1] = v[1]; bf[j + 1][0] = v[2]; bf[j + 1][1] = v[3];
             }
             ${UNROLL}

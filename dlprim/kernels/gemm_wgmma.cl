@@ -3,41 +3,47 @@
 <%include file="wgmma.h"/>
 <%namespace name="tiles" file="gemm_tiles.h"/>
 <%
-# C = act(alpha * op(A) op(B) + beta * C + bias) on Hopper's warpgroup products (wgmma
-# m64nNk16, FP16 or BF16 operands, float32 sums): the arguments, transposes, split-K,
-# strided batches and epilogue of gemm_mma.cl, for 16-bit operands stored as the products
-# take them with 16-byte aligned rows (Gemm decides). A work-group of WARPGROUPS
-# warpgroups computes a TILE_M x TILE_N block of C, warpgroup w rows 64 w .. 64 w + 63 of
-# it across all TILE_N columns. cp.async copies each tile of TILE_K values of K into one
-# of STAGES local buffers (zero-filled past the matrix's edges); the tensor cores read
-# them in place through descriptors (wgmma.h's layouts), so no operand passes through
-# registers. One barrier per tile; the products of a tile are waited for before the next
-# barrier lets its buffer be refilled.
+# C = act(alpha * op(A) op(B) + beta * C + bias) on Hopper's warpgroup products (wgmma,
+# float32 sums): the arguments, transposes, split-K, strided batches and epilogue of
+# gemm_mma.cl. MMA "f16" / "bf16": m64nNk16 on 16-bit operands stored as the products take
+# them, with 16-byte aligned rows (Gemm decides). MMA "tf32": m64nNk8 on float operands,
+# which these products take only K-major and which must be rounded to TF32 first (the
+# tensor cores would truncate them): Gemm packs both so with pack_from_rows /
+# pack_from_columns below.
+# A work-group of WARPGROUPS warpgroups computes a TILE_M x TILE_N block of C, warpgroup w
+# rows 64 w .. 64 w + 63 of it across all TILE_N columns. cp.async copies each tile of
+# TILE_K values of K (64 bytes) into one of STAGES local buffers (zero-filled past the
+# matrix's edges); the tensor cores read them in place through descriptors (wgmma.h's
+# layouts), so no operand passes through registers. One barrier per tile; the products of
+# a tile are waited for before the next barrier lets its buffer be refilled.
 MMA = context.get("MMA", "f16")
-NATIVE = "half" if MMA == "f16" else "bfloat16"
+TF32 = MMA == "tf32"
+NATIVE = {"f16": "half", "bf16": "bfloat16", "tf32": "float"}[MMA]
+V = 4 if TF32 else 8  # values in a 16-byte chunk
+KSTEP = 8 if TF32 else 16  # K of one product
+A_T, B_T, C_T = context.get("A_T", "float"), context.get("B_T", "float"), context.get("C_T", "float")
 TM, TN, TK = TILE_M, TILE_N, TILE_K
-assert TM == 64 * WARPGROUPS and TK == 32 and TN % 64 == 0 and TN <= 256
+assert TM == 64 * WARPGROUPS and TK * (4 if TF32 else 2) == 64 and TN % 64 == 0 and TN <= 256
 THREADS = 128 * WARPGROUPS
 A_CK = not TRANS_A  # A's rows of K in global memory: K-major tile, else M-major
 B_CK = bool(TRANS_B)
-assert A_T == NATIVE and B_T == NATIVE
-SIZE_A, SIZE_B = TM * TK, TN * TK  # 16-bit values a stage
-CHUNKS_A, CHUNKS_B = SIZE_A // 8 // THREADS, SIZE_B // 8 // THREADS
-assert CHUNKS_A * 8 * THREADS == SIZE_A and CHUNKS_B * 8 * THREADS == SIZE_B
-# where the descriptors' leading byte offset points in MN-major tiles: along M or N
-# ("mn", PTX's definition) or along K
-MN_LEAD = context.get("MN_LEAD", "mn")
-def descriptor(ck, td):
-    """(leading, stride byte offsets, swizzle mode) of a tile of td rows or columns"""
+assert A_T == NATIVE and B_T == NATIVE and (not TF32 or (A_CK and B_CK))
+SIZE_A, SIZE_B = TM * TK, TN * TK  # values a stage
+CHUNKS_A, CHUNKS_B = SIZE_A // V // THREADS, SIZE_B // V // THREADS
+assert CHUNKS_A * V * THREADS == SIZE_A and CHUNKS_B * V * THREADS == SIZE_B
+def descriptor(ck):
+    """(leading, stride byte offsets, swizzle mode) of a tile"""
     if ck:
         return 16, 512, 2  # K-major: 8 rows of 64 bytes between atoms; 64-byte swizzle
-    mn, k = (TK // 8) * 1024, 1024  # MN-major: atoms along M or N, along K
-    return (mn, k, 1) if MN_LEAD == "mn" else (k, mn, 1)
-DESC_A, DESC_B = descriptor(A_CK, TM), descriptor(B_CK, TN)
-WG_TYPE = "f16" if MMA == "f16" else "bf16"
+    return (TK // 8) * 1024, 1024, 1  # MN-major: atoms along M or N, along K; 128-byte
+DESC_A, DESC_B = descriptor(A_CK), descriptor(B_CK)
+WG_TYPE = MMA
+TRANSPOSES = "" if TF32 else ", %d, %d" % (int(not A_CK), int(not B_CK))
 ACC = TN // 2  # accumulators a work-item holds: 64 x TN over 128 items
+LOOKAHEAD = STAGES - 1  # tiles copied ahead of the one multiplied
+assert LOOKAHEAD >= 1
 %>
-<%def name="at(ck)">${"wg_k_major_at(d, k)" if ck else "wg_mn_major_at(d, k, %d)" % TK}</%def>
+<%def name="at(ck)">${"wg_k_major_at(d, k, %d)" % V if ck else "wg_mn_major_at(d, k, %d)" % TK}</%def>
 
 ## this item's chunks of the tile at x_ptr (kc: its K offset) into stage S (16-bit
 ## values); bytes past the matrix's edge (D rows, K) are zero-filled, not read
@@ -50,20 +56,20 @@ ACC = TN // 2  # accumulators a work-item holds: 64 x TN over 128 items
         % else:
         const int left = kc + k < K ? ${D} - (${x}_d0 + d) : 0;
         % endif
-        const int bytes = 2 * clamp(left, 0, 8);
-        COPY_ASYNC((${S}) + ${at(CK)}, (__global const ushort *)${x}_ptr + (bytes ? ${x}_off[${r}] : 0), bytes);
+        const int bytes = ${16 // V} * clamp(left, 0, ${V});
+        COPY_ASYNC((__local ushort *)((${S}) + ${at(CK)}), (__global const ushort *)(${x}_ptr + (bytes ? ${x}_off[${r}] : 0)), bytes);
     }
     % endfor
 </%def>
 
-## acc += the products of one 16 of K (descriptors da, db)
+## acc += the products of one K step (descriptors da, db)
 <%def name="product(da, db)">
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %${ACC + 2}, 0;\n"
-        "//SM90A wgmma.mma_async.sync.aligned.m64n${TN}k16.f32.${WG_TYPE}.${WG_TYPE} {"
+        "//SM90A wgmma.mma_async.sync.aligned.m64n${TN}k${KSTEP}.f32.${WG_TYPE}.${WG_TYPE} {"
         % for i in range(ACC):
         "%${i}${"," if i < ACC - 1 else "},"}"
         % endfor
-        " %${ACC}, %${ACC + 1}, p, 1, 1, ${int(not A_CK)}, ${int(not B_CK)};\n}"
+        " %${ACC}, %${ACC + 1}, p, 1, 1${TRANSPOSES};\n}"
         : ${", ".join('"+f"(acc[%d])' % i for i in range(ACC))}
         : "l"(${da}), "l"(${db}), "r"(1) : "memory");
 </%def>
@@ -71,8 +77,8 @@ ACC = TN // 2  # accumulators a work-item holds: 64 x TN over 128 items
 __kernel __attribute__((reqd_work_group_size(32, ${THREADS // 32}, 1)))
 ${tiles.signature(A_T, B_T, C_T)}{
     // the stages, 1024-byte aligned for the swizzle (wgmma.h)
-    __local ushort a_local[${STAGES * SIZE_A}] __attribute__((aligned(1024)));
-    __local ushort b_local[${STAGES * SIZE_B}] __attribute__((aligned(1024)));
+    __local ${"float" if TF32 else "ushort"} a_local[${STAGES * SIZE_A}] __attribute__((aligned(1024)));
+    __local ${"float" if TF32 else "ushort"} b_local[${STAGES * SIZE_B}] __attribute__((aligned(1024)));
     const int lane = get_local_id(0), warp = get_local_id(1);
     const int lid = warp * 32 + lane;
     const int wg = warp >> 2;  // this item's warpgroup
@@ -83,13 +89,13 @@ ${tiles.tile_origin(GROUP, TM, TN, A_CK, B_CK, A_T, B_T)}
         acc[i] = 0.0f;
 
     const int tiles_k = (K + ${TK - 1}) / ${TK};
-${tiles.positions("a", TM, TK, A_CK, CHUNKS_A, THREADS, "lda", 8)}
-${tiles.positions("b", TN, TK, B_CK, CHUNKS_B, THREADS, "ldb", 8)}
+${tiles.positions("a", TM, TK, A_CK, CHUNKS_A, THREADS, "lda", V)}
+${tiles.positions("b", TN, TK, B_CK, CHUNKS_B, THREADS, "ldb", V)}
     // this warpgroup's rows of A: 64 rows on in a K-major tile, one atom column on in an
     // M-major one
     const uint a_rows = ${"wg * %d" % (64 * 64) if A_CK else "wg * %d" % (TK // 8 * 1024)};
     int kc = 0;  // K offset of the next tile to copy
-    % for s in range(STAGES - 1):
+    % for s in range(LOOKAHEAD):
     if (${s} < tiles_k) {
 ${copy_tile("a", "a_local + %d" % (s * SIZE_A), A_CK, CHUNKS_A, "M")}
 ${copy_tile("b", "b_local + %d" % (s * SIZE_B), B_CK, CHUNKS_B, "N")}
@@ -98,12 +104,12 @@ ${tiles.advance(A_CK, B_CK, TK)}
     }
     COPY_ASYNC_COMMIT();
     % endfor
+    COPY_ASYNC_WAIT(${LOOKAHEAD - 1});  // this item's chunks of tile 0 have landed
     for (int kt = 0; kt < tiles_k; kt++) {
-        COPY_ASYNC_WAIT(${STAGES - 2});  // this item's chunks of tile kt have landed
         WG_FENCE_PROXY();
-        barrier(CLK_LOCAL_MEM_FENCE);  // everyone's have; tile kt - 1's products are done
-        if (kt + ${STAGES - 1} < tiles_k) {  // so tile kt + STAGES - 1 may take its stage
-            const int stage = (kt + ${STAGES - 1}) % ${STAGES};
+        barrier(CLK_LOCAL_MEM_FENCE);  // all of tile kt landed; tile kt - 1's products done
+        if (kt + ${LOOKAHEAD} < tiles_k) {  // so tile kt + LOOKAHEAD may take their stage
+            const int stage = (kt + ${LOOKAHEAD}) % ${STAGES};
 ${copy_tile("a", "a_local + stage * %d" % SIZE_A, A_CK, CHUNKS_A, "M")}
 ${copy_tile("b", "b_local + stage * %d" % SIZE_B, B_CK, CHUNKS_B, "N")}
             kc += ${TK};
@@ -113,16 +119,19 @@ ${tiles.advance(A_CK, B_CK, TK)}
         const uint as = (uint)(ulong)(a_local + (kt % ${STAGES}) * ${SIZE_A}) + a_rows;
         const uint bs = (uint)(ulong)(b_local + (kt % ${STAGES}) * ${SIZE_B});
         WG_FENCE();
-        % for k16 in range(0, TK, 16):
+        % for step in range(TK // KSTEP):
         {
-            // K-major: 16 values are 32 bytes on along the swizzled row; MN-major: two
-            // atoms of 8 rows of K on
-            const ulong da = wg_descriptor(as + ${32 * (k16 // 16) if A_CK else 2048 * (k16 // 16)}, ${DESC_A[0]}, ${DESC_A[1]}, ${DESC_A[2]});
-            const ulong db = wg_descriptor(bs + ${32 * (k16 // 16) if B_CK else 2048 * (k16 // 16)}, ${DESC_B[0]}, ${DESC_B[1]}, ${DESC_B[2]});
+            // K-major: one product's K is 32 bytes on along the swizzled row; MN-major:
+            // two atoms of 8 rows of K on
+            const ulong da = wg_descriptor(as + ${32 * step if A_CK else 2048 * step}, ${DESC_A[0]}, ${DESC_A[1]}, ${DESC_A[2]});
+            const ulong db = wg_descriptor(bs + ${32 * step if B_CK else 2048 * step}, ${DESC_B[0]}, ${DESC_B[1]}, ${DESC_B[2]});
 ${product("da", "db")}
         }
         % endfor
         WG_COMMIT();
+        // while the tensor cores multiply tile kt: this item's chunks of tile kt + 1
+        // landed (up to LOOKAHEAD - 1 tiles after it may still be in flight)
+        COPY_ASYNC_WAIT(${LOOKAHEAD - 1});
         WG_WAIT(0);
     }
 
@@ -151,3 +160,39 @@ ${tiles.store_c("acc[4 * j + 2 * h + w]", "n", BIAS, ACTIVATION, C_T)}
         }
     }
 }
+
+% if TF32:
+## op(X) (D rows or columns by K, read along K where K_MAJOR) -> Y rounded to TF32, D rows
+## of K (ldy, 16-byte aligned, zeros past K), batch entry get_group_id(2) (stride 0: one
+## X for all); through a 32 x 32 local tile so that both sides read and write along their
+## rows
+<%def name="pack(name, K_MAJOR)">
+__kernel __attribute__((reqd_work_group_size(32, 8, 1)))
+void ${name}(int D, int K, __global const float *X, ulong x_offset, int ldx, ulong stride_x,
+             __global float *Y, ulong y_offset, int ldy, ulong stride_y)
+{
+    __local float tile[32][33];
+    const int tx = get_local_id(0), ty = get_local_id(1);
+    const int d0 = get_group_id(1) * 32, k0 = get_group_id(0) * 32;
+    X += x_offset + get_group_id(2) * stride_x;
+    Y += y_offset + get_group_id(2) * stride_y;
+    for (int i = ty; i < 32; i += 8) {
+    % if K_MAJOR:
+        const int d = d0 + i, k = k0 + tx;  // tile[d][k]
+        tile[i][tx] = d < D && k < K ? X[(ulong)d * ldx + k] : 0.0f;
+    % else:
+        const int k = k0 + i, d = d0 + tx;  // tile[d][k], read along d
+        tile[tx][i] = d < D && k < K ? X[(ulong)k * ldx + d] : 0.0f;
+    % endif
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = ty; i < 32; i += 8) {
+        const int d = d0 + i, k = k0 + tx;
+        if (d < D && k < ldy)
+            Y[(ulong)d * ldy + k] = as_float(tf32(tile[i][tx]));
+    }
+}
+</%def>
+${pack("pack_from_rows", True)}
+${pack("pack_from_columns", False)}
+% endif

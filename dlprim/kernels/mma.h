@@ -6,38 +6,21 @@
 ## kernel's fragment logic runs and is checked on any device. The warp's lanes exchange
 ## their fragments through local memory (mma_scratch, 6 words a lane, declared by the
 ## kernel), so every work-item must reach every product, as mma.sync requires anyway.
-// The offset of (row, col) in a tile whose rows are ld 16-bit values long (col: a chunk
-// of 8 values plus 0..7). swizzle: the rows are unpadded and each row's 16-byte chunks
-// are permuted (chunk index XOR a function of the row) so that the 8 rows that one
-// ldmatrix matrix reads, or that 8 lanes copy to, fall in 8 distinct 16-byte bank slots.
-// Rows of 8 or more chunks all start in the same slot: XOR row % 8. Shorter rows share
-// 128 bytes, 8 / chunks of them: XOR the index of the row's 128 bytes. Padding does the
-// same but leaves no room for a third stage of 128x128x32 half tiles in the 48 KiB a
-// work-group may have.
-inline int tile_at(int row, int col, int ld, int swizzle)
-{
-    if (!swizzle)
-        return row * ld + col;
-    const int chunks = ld / 8;
-    const int s = chunks >= 8 ? row & 7 : (row / (8 / chunks)) & (chunks - 1);
-    return row * ld + (((col >> 3) ^ s) << 3) + (col & 7);
-}
-
 // Where lane l points ldmatrix (offsets in 16-bit values) to load the fragments of one
 // FP16/BF16 product from a tile of stride ld: rows of K ([d][k]) load plain, K-major tiles
 // ([k][d]) with .trans. A: rows m0 .. m0 + 15 by k0 .. k0 + 15, into a0 .. a3 (matrices:
 // rows 0-7 / 8-15 by k 0-7, then by k 8-15).
-inline int a_fragment_at(int lane, int m0, int k0, int ld, int k_major, int swizzle)
+inline int a_fragment_at(int lane, int m0, int k0, int ld, int k_major)
 {
     const int d = m0 + 8 * ((lane >> 3) & 1), k = k0 + 8 * (lane >> 4);
-    return k_major ? tile_at(k + (lane & 7), d, ld, swizzle) : tile_at(d + (lane & 7), k, ld, swizzle);
+    return k_major ? (k + (lane & 7)) * ld + d : (d + (lane & 7)) * ld + k;
 }
 // B: columns n0 .. n0 + 15 by k0 .. k0 + 15, into b0, b1 of the block of 8 from n0, then
 // b0, b1 of the block from n0 + 8
-inline int b_fragment_at(int lane, int n0, int k0, int ld, int k_major, int swizzle)
+inline int b_fragment_at(int lane, int n0, int k0, int ld, int k_major)
 {
     const int d = n0 + 8 * (lane >> 4), k = k0 + 8 * ((lane >> 3) & 1);
-    return k_major ? tile_at(k + (lane & 7), d, ld, swizzle) : tile_at(d + (lane & 7), k, ld, swizzle);
+    return k_major ? (k + (lane & 7)) * ld + d : (d + (lane & 7)) * ld + k;
 }
 
 % if context.get("MMA_EMULATE", False):
@@ -90,29 +73,29 @@ inline void mma_emulated(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, 
 // the lower one in the low bits. Each lane finds the rows the others point at from the
 // same address functions, so the emulation needs no exchange and no barriers (which: 0
 // A, 1 B).
-#define FRAGMENT_AT(which, l, d0, k0, ld, k_major, sw) \
-    ((which) ? b_fragment_at(l, d0, k0, ld, k_major, sw) : a_fragment_at(l, d0, k0, ld, k_major, sw))
+#define FRAGMENT_AT(which, l, d0, k0, ld, k_major) \
+    ((which) ? b_fragment_at(l, d0, k0, ld, k_major) : a_fragment_at(l, d0, k0, ld, k_major))
 inline void fragments_emulated(uint *r, __local const ushort *base, int which, int lane,
-                               int d0, int k0, int ld, int k_major, int swizzle)
+                               int d0, int k0, int ld, int k_major)
 {
     const int g = lane >> 2, t = lane & 3;
     for (int m = 0; m < 4; m++) {
         uint lo, hi;
         if (k_major) {
-            lo = base[FRAGMENT_AT(which, 8 * m + 2 * t, d0, k0, ld, 1, swizzle) + g];
-            hi = base[FRAGMENT_AT(which, 8 * m + 2 * t + 1, d0, k0, ld, 1, swizzle) + g];
+            lo = base[FRAGMENT_AT(which, 8 * m + 2 * t, d0, k0, ld, 1) + g];
+            hi = base[FRAGMENT_AT(which, 8 * m + 2 * t + 1, d0, k0, ld, 1) + g];
         } else {
-            const int at = FRAGMENT_AT(which, 8 * m + g, d0, k0, ld, 0, swizzle);
+            const int at = FRAGMENT_AT(which, 8 * m + g, d0, k0, ld, 0);
             lo = base[at + 2 * t];
             hi = base[at + 2 * t + 1];
         }
         r[m] = lo | (hi << 16);
     }
 }
-#define A_FRAGMENTS(r, base, m0, k0, ld, K_MAJOR, SWIZZLE) \
-    fragments_emulated(r, base, 0, lane, m0, k0, ld, K_MAJOR, SWIZZLE)
-#define B_FRAGMENTS(r, base, n0, k0, ld, K_MAJOR, SWIZZLE) \
-    fragments_emulated(r, base, 1, lane, n0, k0, ld, K_MAJOR, SWIZZLE)
+#define A_FRAGMENTS(r, base, m0, k0, ld, K_MAJOR) \
+    fragments_emulated(r, base, 0, lane, m0, k0, ld, K_MAJOR)
+#define B_FRAGMENTS(r, base, n0, k0, ld, K_MAJOR) \
+    fragments_emulated(r, base, 1, lane, n0, k0, ld, K_MAJOR)
 // cp.async as one work-item runs it: the copy done at once, so committing and waiting are
 // nothing (the barrier that publishes a tile orders it as it orders any local store)
 inline void copy_async_emulated(__local ushort *dst, __global const ushort *src, int bytes)
@@ -163,10 +146,10 @@ inline uint tf32(float x)
 // 1: K-major tiles load with .trans
 #define LDMATRIX_SUFFIX_0 ""
 #define LDMATRIX_SUFFIX_1 ".trans"
-#define A_FRAGMENTS(r, base, m0, k0, ld, K_MAJOR, SWIZZLE) \
-    LDMATRIX(r, base, a_fragment_at(lane, m0, k0, ld, K_MAJOR, SWIZZLE), LDMATRIX_SUFFIX_##K_MAJOR)
-#define B_FRAGMENTS(r, base, n0, k0, ld, K_MAJOR, SWIZZLE) \
-    LDMATRIX(r, base, b_fragment_at(lane, n0, k0, ld, K_MAJOR, SWIZZLE), LDMATRIX_SUFFIX_##K_MAJOR)
+#define A_FRAGMENTS(r, base, m0, k0, ld, K_MAJOR) \
+    LDMATRIX(r, base, a_fragment_at(lane, m0, k0, ld, K_MAJOR), LDMATRIX_SUFFIX_##K_MAJOR)
+#define B_FRAGMENTS(r, base, n0, k0, ld, K_MAJOR) \
+    LDMATRIX(r, base, b_fragment_at(lane, n0, k0, ld, K_MAJOR), LDMATRIX_SUFFIX_##K_MAJOR)
 
 // 16 bytes global -> local without registers (cp.async, sm_80 on; .cg: through L2 only,
 // as each tile is read once per work-group), the last 16 - bytes of them zero-filled so

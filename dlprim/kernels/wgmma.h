@@ -11,13 +11,14 @@
 // read 16-byte chunks; each layout XORs a chunk's index with address bits of its row, as
 // the descriptor's swizzle mode says, so that the 8 rows of one read fall in distinct
 // banks. This is a function of the absolute address: each stage starts 1024-byte aligned.
-// K-major (rows of K, 32 values = 64 bytes each, 64-byte swizzle): row d of the tile at
-// byte 64 d; chunk c = k / 8 of it XOR (d / 2) % 4. Eight rows (512 bytes) form an atom.
-inline int wg_k_major_at(int d, int k)
+// K-major (rows of K, 64 bytes each: 32 16-bit values or 16 floats, V values a chunk;
+// 64-byte swizzle): row d of the tile at byte 64 d; chunk c = k / V of it XOR (d / 2) % 4.
+// Eight rows (512 bytes) form an atom.
+inline int wg_k_major_at(int d, int k, int V)
 {
-    return 32 * d + ((((k >> 3) ^ (d >> 1)) & 3) << 3) + (k & 7);
+    return 4 * V * d + ((((k / V) ^ (d >> 1)) & 3) * V) + k % V;
 }
-// MN-major (rows of M or N, 128-byte swizzle): atoms of 8 rows of K by 64 values of M or
+// MN-major (rows of M or N, 16-bit values only, 128-byte swizzle): atoms of 8 rows of K by 64 values of M or
 // N, 1024 bytes, row k % 8 at byte 128 (k % 8), chunk c = (d % 64) / 8 XOR k % 8; the
 // atoms of one 64 run along K first (tk / 8 of them), then along M or N.
 inline int wg_mn_major_at(int d, int k, int tk)
