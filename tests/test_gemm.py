@@ -509,6 +509,31 @@ def test_tensor_core_template_renders(ctx, trans_a, trans_b):
     assert "ldmatrix.sync.aligned.m8n8.x4" in src and "A_FRAGMENTS(af[i]" in src
 
 
+@pytest.mark.parametrize("mma, trans_a, trans_b", [("f16", 0, 0), ("bf16", 1, 1), ("tf32", 0, 1)])
+def test_warpgroup_template_renders(ctx, mma, trans_a, trans_b):
+    # gemm_wgmma.cl's PTX (sm_90a, behind program.SM90A) for each kind and layout: the
+    # transposes name MN-major tiles; TF32 has none and takes K-major tiles only
+    storage = {"f16": "half", "bf16": "bfloat16", "tf32": "float"}[mma]
+    types = {} if mma == "tf32" else dict(A_T=storage, B_T=storage, C_T=storage)
+    src = program.render("gemm_wgmma", facts=ctx.facts, TRANS_A=trans_a, TRANS_B=trans_b,
+                         BIAS="none", ACTIVATION="identity", TILE_M=128, TILE_N=128,
+                         TILE_K=16 if mma == "tf32" else 32, GROUP=8, WARPGROUPS=2,
+                         STAGES=tuning.WGMMA_STAGES, MMA=mma, **types)
+    shape = "m64n128k8" if mma == "tf32" else "m64n128k16"
+    assert program.SM90A + "wgmma.mma_async.sync.aligned.%s.f32.%s.%s {" % (shape, mma, mma) in src
+    tail = "p, 1, 1;" if mma == "tf32" else "p, 1, 1, %d, %d;" % (trans_a, 1 - trans_b)
+    assert tail in src
+    body = src.split("__kernel")[1]
+    for step in ("fence.proxy.async.shared::cta", "wgmma.fence", "wgmma.commit_group",
+                 "wgmma.wait_group"):
+        assert step in src and "WG_" in body
+    assert ("pack_from_columns" in src) == (mma == "tf32")
+    with pytest.raises(Exception):  # TF32 products take K-major tiles only
+        program.render("gemm_wgmma", facts=ctx.facts, TRANS_A=1, TRANS_B=1, BIAS="none",
+                       ACTIVATION="identity", TILE_M=128, TILE_N=128, TILE_K=16, GROUP=8,
+                       WARPGROUPS=2, STAGES=3, MMA="tf32")
+
+
 def _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, precision, dtypes, tolerance,
                                   large=True):
     """The tensor-core kernel of ``precision`` over the edges of the 128x128 tile and of
@@ -613,6 +638,59 @@ def test_emulated_async_copies_match_float64(ctx, rng, monkeypatch, precision, t
     want = (A[:1] @ B)
     err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
     assert err < 1e-5, err
+
+
+@pytest.mark.parametrize("precision, trans_a, trans_b, M, N, K, gap, batch, split", [
+    ("fp16", 0, 0, 136, 72, 72, 0, 2, None),   # K-major A, N-major B; partial tiles
+    ("fp16", 1, 1, 40, 136, 200, 0, 1, 3),     # M-major A, K-major B; split-K
+    ("bf16", 0, 1, 65, 64, 40, 0, 1, None),
+    ("tf32", 1, 0, 70, 130, 37, 0, 2, None),   # both packed from columns; K % 4 != 0
+    ("tf32", 0, 1, 129, 65, 24, 3, 1, 2)])     # packed from rows, rows misaligned; split-K
+def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precision, trans_a,
+                                                   trans_b, M, N, K, gap, batch, split):
+    # gemm_wgmma.cl with kernels/wgmma.h's products in OpenCL C (MMA_EMULATE), reading
+    # local memory as the descriptors say: the swizzled layouts, descriptors, stages,
+    # zero-fill, TF32 packing and the epilogue, on any device
+    from dlprim.core import gemm
+    layer_check.skip_unless_cpu(ctx)
+    build, built = program.get, []
+    for probe in ("tensor_cores", "copies_async", "warpgroup_products"):
+        monkeypatch.setattr(gemm, probe, lambda ctx, precision="tf32": True)
+
+    def get(ctx, name, **p):
+        built.append(name)
+        return build(ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_wgmma" else p))
+    monkeypatch.setattr(program, "get", get)
+    dtype = {"fp16": "float16", "bf16": "bfloat16", "tf32": "float32"}[precision]
+    (ra, ca), (rb, cb) = (K, M) if trans_a else (M, K), (N, K) if trans_b else (K, N)
+    lda, ldb = ca + gap, cb + gap
+    a = layer_check.stored(rng.standard_normal((batch, ra, lda)), dtype)
+    b = layer_check.stored(rng.standard_normal((batch, rb, ldb)), dtype)
+    if gap:  # NaN where nothing may read
+        a[..., ca:], b[..., cb:] = np.nan, np.nan
+    op = Gemm(ctx, M, N, K, trans_a, trans_b, batch=batch, split_k=split, precision=precision,
+              dtypes=(dtype, dtype, "float32"), bias="col", activation="relu")
+    assert op.wgmma
+    # a caller's workspace: the split-K partial sums and the packed TF32 operands
+    ld_k = -(-K // 4) * 4
+    assert op.workspace_elements == (batch * (split or 1) * -(-M * N // 4) * 4 if split else 0) + (
+        batch * (M + N) * ld_k if precision == "tf32" else 0)
+    W = dp.Tensor(ctx, (op.workspace_elements,)) if op.workspace_elements else None
+    C, bias = dp.Tensor(ctx, (batch, M, N)), rng.standard_normal(N)
+    built.clear()
+    op(dp.Tensor.from_numpy(ctx, host(a, dtype)), dp.Tensor.from_numpy(ctx, host(b, dtype)), C,
+       bias=t(ctx, bias), lda=lda, ldb=ldb, stride_a=a[0].size, stride_b=b[0].size,
+       stride_c=M * N, workspace=W)
+    assert "gemm_wgmma" in built and "gemm_mma" not in built
+    A, B = a[..., :ca].astype(np.float64), b[..., :cb].astype(np.float64)
+    if precision == "tf32":  # each operand rounded once, to nearest
+        A, B = (x.astype(np.float32).view(np.uint32) for x in (A, B))
+        A, B = (((x + 0x1000) & 0xffffe000).view(np.float32).astype(np.float64) for x in (A, B))
+    A = A.transpose(0, 2, 1) if trans_a else A
+    B = B.transpose(0, 2, 1) if trans_b else B
+    want = np.maximum(A @ B + bias, 0)
+    err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
+    assert err < 1e-5, err  # the products of the values the tensor cores take, in float32
 
 
 def test_tensor_core_tile_fits_the_product():

@@ -71,3 +71,15 @@ def test_recording_replays_over_other_tensors(ctx):
     # two views of one buffer cannot be told apart: no recording
     assert program.Recording.of([_fill_launch(prg, first, 5.0)],
                                 [first.view((35,)), first.view((35,), offset=35)]) is None
+
+
+def test_sm90a_instructions_retarget_the_ptx():
+    # kernels/wgmma.h's instructions ride the sm_90 build as comments, then the PTX is
+    # rebuilt for sm_90a with them unmarked; another target is refused, not mis-built
+    ptx = (".version 9.0\n.target sm_90, texmode_independent\n.address_size 64\n"
+           "\t" + program.SM90A + "wgmma.fence.sync.aligned;\n\tbar.sync 0;\n")
+    out = program.sm90a_ptx(ptx)
+    assert ".target sm_90a, texmode_independent" in out and program.SM90A not in out
+    assert "\twgmma.fence.sync.aligned;\n\tbar.sync 0;" in out
+    with pytest.raises(Exception, match="sm_90 target"):
+        program.sm90a_ptx(ptx.replace("sm_90,", "sm_80,"))

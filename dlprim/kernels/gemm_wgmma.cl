@@ -41,6 +41,10 @@ WG_TYPE = MMA
 TRANSPOSES = "" if TF32 else ", %d, %d" % (int(not A_CK), int(not B_CK))
 ACC = TN // 2  # accumulators a work-item holds: 64 x TN over 128 items
 LOOKAHEAD = STAGES - 1  # tiles copied ahead of the one multiplied
+# the emulated products (wgmma.h, tests): the kind of wg_operand
+EMULATE = context.get("MMA_EMULATE", False)
+KIND = {"tf32": 0, "f16": 1, "bf16": 2}[MMA]
+STORAGE = "float" if TF32 else "ushort"
 assert LOOKAHEAD >= 1
 %>
 <%def name="at(ck)">${"wg_k_major_at(d, k, %d)" % V if ck else "wg_mn_major_at(d, k, %d)" % TK}</%def>
@@ -64,6 +68,10 @@ assert LOOKAHEAD >= 1
 
 ## acc += the products of one K step (descriptors da, db)
 <%def name="product(da, db)">
+% if EMULATE:
+    wgmma_emulated(acc, ${TN}, ${KSTEP}, smem, ${da}, ${db}, ${int(A_CK)}, ${int(B_CK)}, ${KIND},
+                   lane, warp & 3);
+% else:
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %${ACC + 2}, 0;\n"
         "//SM90A wgmma.mma_async.sync.aligned.m64n${TN}k${KSTEP}.f32.${WG_TYPE}.${WG_TYPE} {"
         % for i in range(ACC):
@@ -72,13 +80,15 @@ assert LOOKAHEAD >= 1
         " %${ACC}, %${ACC + 1}, p, 1, 1${TRANSPOSES};\n}"
         : ${", ".join('"+f"(acc[%d])' % i for i in range(ACC))}
         : "l"(${da}), "l"(${db}), "r"(1) : "memory");
+% endif
 </%def>
 
 __kernel __attribute__((reqd_work_group_size(32, ${THREADS // 32}, 1)))
 ${tiles.signature(A_T, B_T, C_T)}{
-    // the stages, 1024-byte aligned for the swizzle (wgmma.h)
-    __local ${"float" if TF32 else "ushort"} a_local[${STAGES * SIZE_A}] __attribute__((aligned(1024)));
-    __local ${"float" if TF32 else "ushort"} b_local[${STAGES * SIZE_B}] __attribute__((aligned(1024)));
+    // the stages of A, then B's, 1024-byte aligned for the swizzle (wgmma.h)
+    __local uchar smem[${STAGES * (SIZE_A + SIZE_B) * (4 if TF32 else 2)}] __attribute__((aligned(1024)));
+    __local ${STORAGE} *a_local = (__local ${STORAGE} *)smem;
+    __local ${STORAGE} *b_local = a_local + ${STAGES * SIZE_A};
     const int lane = get_local_id(0), warp = get_local_id(1);
     const int lid = warp * 32 + lane;
     const int wg = warp >> 2;  // this item's warpgroup
@@ -116,8 +126,8 @@ ${copy_tile("b", "b_local + stage * %d" % SIZE_B, B_CK, CHUNKS_B, "N")}
 ${tiles.advance(A_CK, B_CK, TK)}
         }
         COPY_ASYNC_COMMIT();
-        const uint as = (uint)(ulong)(a_local + (kt % ${STAGES}) * ${SIZE_A}) + a_rows;
-        const uint bs = (uint)(ulong)(b_local + (kt % ${STAGES}) * ${SIZE_B});
+        const uint as = WG_ADDRESS(a_local + (kt % ${STAGES}) * ${SIZE_A}) + a_rows;
+        const uint bs = WG_ADDRESS(b_local + (kt % ${STAGES}) * ${SIZE_B});
         WG_FENCE();
         % for step in range(TK // KSTEP):
         {

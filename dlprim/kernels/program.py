@@ -77,14 +77,19 @@ class _TargetError(Exception):
     pass
 
 
+def sm90a_ptx(ptx):
+    """The PTX of a program built for sm_90 with its SM90A-marked instructions unmarked and
+    its target raised to sm_90a; _TargetError where it was built for another target."""
+    if not re.search(r"^\.target sm_90\b", ptx, re.M):
+        raise _TargetError("its sm_90a instructions need a device of NVIDIA's sm_90 target")
+    return re.sub(r"^\.target sm_90\b", ".target sm_90a", ptx.replace(SM90A, ""), flags=re.M)
+
+
 def _build(ctx, source, options):
     program = cl.Program(ctx.cl_context, source).build(options=options)
     if SM90A not in source:
         return program
-    ptx = program.binaries[0].decode(errors="replace")
-    if not re.search(r"^\.target sm_90\b", ptx, re.M):
-        raise _TargetError("its sm_90a instructions need a device of NVIDIA's sm_90 target")
-    ptx = re.sub(r"^\.target sm_90\b", ".target sm_90a", ptx.replace(SM90A, ""), flags=re.M)
+    ptx = sm90a_ptx(program.binaries[0].decode(errors="replace"))
     return cl.Program(ctx.cl_context, ctx.cl_context.devices, [ptx.encode()]).build(
         options=options)
 

@@ -35,6 +35,55 @@ inline ulong wg_descriptor(uint p, uint lead, uint stride, uint swizzle)
            | ((ulong)((stride >> 4) & 0x3fff) << 32) | ((ulong)swizzle << 62);
 }
 
+% if context.get("MMA_EMULATE", False):
+// The products in OpenCL C (tests), reading local memory as the descriptors say, so that
+// the kernel's layouts, descriptors and stages are checked on any device. A descriptor's
+// address is then an offset into the work-group's one local array smem (a CPU runtime's
+// local addresses do not fit its 18 bits).
+#define WG_ADDRESS(p) ((uint)((__local const uchar *)(p) - (__local const uchar *)smem))
+// the value of element (d, k) of an operand (d: its row of M or N) at descriptor desc,
+// K-major or not, of kind 0 TF32 (float storage), 1 FP16, 2 BF16
+inline float wg_operand(__local const uchar *smem, ulong desc, int d, int k, int k_major,
+                        int kind)
+{
+    const uint start = (uint)(desc & 0x3fff) << 4, lead = (uint)((desc >> 16) & 0x3fff) << 4;
+    const uint stride = (uint)((desc >> 32) & 0x3fff) << 4;
+    const int swizzle = (int)(desc >> 62), size = kind ? 2 : 4;
+    const uint width = swizzle == 1 ? 128 : swizzle == 2 ? 64 : swizzle == 3 ? 32 : 16;
+    uint at;
+    if (k_major)  // atoms of 8 rows of width bytes of K, stride apart along d
+        at = start + (d / 8) * stride + (d % 8) * width + k * size;
+    else  // atoms of 8 rows of K, each width bytes of d: lead apart along d, stride along K
+        at = start + (d / (width / size)) * lead + (k / 8) * stride + (k % 8) * width
+             + (d % (width / size)) * size;
+    if (swizzle)  // the 16-byte chunk within width bytes XOR the row within 8 of them
+        at ^= ((at >> 7) & (width / 16 - 1)) << 4;
+    if (kind == 0)  // the tensor cores read the top 19 bits
+        return as_float(*(__local const uint *)(smem + at) & 0xffffe000u);
+    const uint h = *(__local const ushort *)(smem + at);
+    return kind == 1 ? half_value(h) : as_float(h << 16);
+}
+// acc (n / 2 floats: wgmma's fragment layout) += A (64 x kstep at da) B (n x kstep at db)
+// for the work-item at lane of warp w of its warpgroup
+inline void wgmma_emulated(float *acc, int n, int kstep, __local const uchar *smem, ulong da,
+                           ulong db, int a_k_major, int b_k_major, int kind, int lane, int w)
+{
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < n / 2; i++) {
+        const int m = 16 * w + g + 8 * ((i >> 1) & 1), c = 8 * (i >> 2) + 2 * t + (i & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < kstep; k++)
+            sum = mad(wg_operand(smem, da, m, k, a_k_major, kind),
+                      wg_operand(smem, db, c, k, b_k_major, kind), sum);
+        acc[i] += sum;
+    }
+}
+#define WG_FENCE_PROXY()
+#define WG_FENCE()
+#define WG_COMMIT()
+#define WG_WAIT(N)
+% else:
+#define WG_ADDRESS(p) ((uint)(ulong)(p))  // a __local pointer's integer value: its .shared address
 // local stores of this work-item (its cp.async copies included) made visible to the
 // tensor cores' reads, which go through the async proxy; a barrier must follow
 #define WG_FENCE_PROXY() asm volatile("//SM90A fence.proxy.async.shared::cta;" ::: "memory")
@@ -43,3 +92,4 @@ inline ulong wg_descriptor(uint p, uint lead, uint stride, uint swizzle)
 #define WG_COMMIT() asm volatile("//SM90A wgmma.commit_group.sync.aligned;" ::: "memory")
 #define WG_WAIT_(N) asm volatile("//SM90A wgmma.wait_group.sync.aligned " #N ";" ::: "memory")
 #define WG_WAIT(N) WG_WAIT_(N)
+% endif
