@@ -78,13 +78,15 @@ class Gemm:
                            and (_copy_async if _copy_async is not None
                                 else copies_async(ctx, self.precision)))
         # Hopper's warpgroup products (gemm_wgmma.cl) where the device takes them: for the
-        # 16-bit tiles that cp.async copies, and for TF32 on float32 operands (packed
-        # K-major first where they are not); _wgmma: without asking the probe, its own test
-        self.wgmma = ((self.copy_async or (self.mma and self.precision == "tf32"
-                                           and self.dtypes[0] == self.dtypes[1] == np.float32))
-                      and tuning.MMA_WARPGROUP
+        # 16-bit tiles that cp.async copies, and for TF32 on float32 operands where M and N
+        # are large enough to pay for packing them (tuning.wgmma_packs_pay); _wgmma:
+        # without asking the probe or the size, its own test
+        tf32_floats = (self.mma and self.precision == "tf32"
+                       and self.dtypes[0] == self.dtypes[1] == np.float32)
+        self.wgmma = ((self.copy_async or tf32_floats) and tuning.MMA_WARPGROUP
                       and (_wgmma if _wgmma is not None
-                           else warpgroup_products(ctx, self.precision)))
+                           else warpgroup_products(ctx, self.precision)
+                           and (not tf32_floats or tuning.wgmma_packs_pay(M, N))))
         self.float_copies = (self.half and not self.mma and ctx.facts.is_cpu
                              and tuning.CPU_HALF_AS_FLOAT)
         # what the kernels read and write: float32 where the operands travel as copies

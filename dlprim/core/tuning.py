@@ -202,6 +202,17 @@ MMA_ASYNC_STAGES = 2
 # tiles and for TF32; 64 bytes of K staged at a time, WGMMA_STAGES tiles in flight
 MMA_WARPGROUP = True
 WGMMA_STAGES = 3
+# TF32 products on them pack A and B first: a pass of 8 (M + N) K bytes against 2 M N K
+# products. Measured on an H100 (8192^3: packing plus warpgroup products 215 TFLOP/s,
+# mma.sync 115), the pass pays where M N / (M + N) >= WGMMA_TF32_MIN_SIZE (a few
+# microseconds of packing per 2 M N K / 110e12 - 2 M N K / 215e12 saved); below it,
+# where one side is a few hundred rows, the GEMM is bound by memory and keeps mma.sync.
+WGMMA_TF32_MIN_SIZE = 256
+
+
+def wgmma_packs_pay(M, N):
+    """Whether an M x N TF32 product runs the warpgroup kernel (its packing pass pays)."""
+    return M * N >= WGMMA_TF32_MIN_SIZE * (M + N)
 # Smaller tiles of the same 2 x 2 warps, for products whose M or N leave most of a
 # 128x128 tile empty: a ResNet's 1x1 layers run one GEMM per image (N = H W, 49 at 7x7),
 # MobileNet's have 16 to 96 channels. MMA_SPEED: each tile's throughput relative to
