@@ -199,15 +199,20 @@ MMA_STAGES = 2
 MMA_COPY_ASYNC = True
 MMA_ASYNC_STAGES = 2
 # Hopper's warpgroup products where the device has them (gemm_wgmma.cl): for those
-# tiles and for TF32; 64 bytes of K staged at a time, WGMMA_STAGES tiles in flight
+# tiles and for TF32; 64 bytes of K staged at a time, WGMMA_STAGES tiles in flight. H200,
+# TFLOP/s at 8192^3 A·B, FP16 / TF32 (TF32 then rounded in the kernel): 128x128 tiles of
+# 2 warpgroups, 3 stages 440 / 140; the same with a tile's products still running past
+# the next barrier (one stage less copied ahead) 315 / 115; 64x128 of 1 warpgroup, 4
+# stages 380 / 117; 64x256 or 128x256, 2 stages 291-305 / 94-102 (docs/benchmarks.md)
 MMA_WARPGROUP = True
 WGMMA_STAGES = 3
-# TF32 products on them pack A and B first: a pass of 8 (M + N) K bytes against 2 M N K
-# products. Measured on an H100 (8192^3: packing plus warpgroup products 215 TFLOP/s,
-# mma.sync 115), the pass pays where M N / (M + N) >= WGMMA_TF32_MIN_SIZE (a few
-# microseconds of packing per 2 M N K / 110e12 - 2 M N K / 215e12 saved); below it,
-# where one side is a few hundred rows, the GEMM is bound by memory and keeps mma.sync.
-WGMMA_TF32_MIN_SIZE = 256
+# TF32 products on them pack A and B first (rounded, K-major): a pass of 8 (M + N) K
+# bytes against 2 M N K products, so it pays only where M N / (M + N) is large. H200s,
+# TFLOP/s, warpgroup (packing included) against mma.sync, two calls: 8192^3 221 / 115,
+# ViT-B qkv forward (12608x2304x768) 146 / 98, fc1 weight gradient (3072x768x12608)
+# 106 / 83, out_proj forward (12608x768x768) 104 / 75, but out_proj weight gradient
+# (768x768x12608, M N / (M + N) = 384) 78 / 83: hence 512.
+WGMMA_TF32_MIN_SIZE = 512
 
 
 def wgmma_packs_pay(M, N):
