@@ -130,10 +130,7 @@ ${store("b", "b_next", LDS_B, B_CK, NV_B, LOADS_B, B_T)}
         const int m = a_d0 + (i / ${VEC} * ${WG_M} + ty) * ${VEC} + i % ${VEC};
         if (m >= M)
             continue;
-        __global ${C_T} *c_row = c_ptr + (ulong)m * ldc;
-% if BIAS == "row":
-        const float bias_m = bias[bias_offset + m];
-% endif
+${tiles.row_of_c("m", BIAS, C_T)}
         #pragma unroll
         for (int jv = 0; jv < ${BLOCK_N // VEC}; jv++) {
             const int n = b_d0 + (jv * ${WG_N} + tx) * ${VEC};

@@ -312,10 +312,7 @@ ${store("b", "b_next", LDB, B_CK, LOADS_B)}
             const int m = a_d0 + wm + i * 16 + g + 8 * h;
             if (m >= M)
                 continue;
-            __global ${C_T} *c_row = c_ptr + (ulong)m * ldc;
-% if BIAS == "row":
-            const float bias_m = bias[bias_offset + m];
-% endif
+${tiles.row_of_c("m", BIAS, C_T)}
             #pragma unroll
             for (int j = 0; j < ${NI}; j++) {
                 #pragma unroll

@@ -137,6 +137,14 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
           float alpha, float beta)
 </%def>
 
+## the row m of C the epilogue writes (c_row) and, for a "row" bias, its bias (bias_m)
+<%def name="row_of_c(m, BIAS, C_T='float')">
+        __global ${C_T} *c_row = c_ptr + (ulong)(${m}) * ldc;
+% if BIAS == "row":
+        const float bias_m = bias[bias_offset + ${m}];
+% endif
+</%def>
+
 ## one value of C: alpha * value + beta * C (C unread where beta is 0) + the bias
 ## (bias_m, the row's, in scope for "row"), then the activation, stored at c_row[col]
 <%def name="store_c(value, col, BIAS, ACTIVATION, C_T='float')">

@@ -154,10 +154,7 @@ ${product("da", "db")}
         const int m = a_d0 + 64 * wg + 16 * (warp & 3) + g + 8 * h;
         if (m >= M)
             continue;
-        __global ${C_T} *c_row = c_ptr + (ulong)m * ldc;
-% if BIAS == "row":
-        const float bias_m = bias[bias_offset + m];
-% endif
+${tiles.row_of_c("m", BIAS, C_T)}
         #pragma unroll
         for (int j = 0; j < ${TN // 8}; j++) {
             #pragma unroll
