@@ -390,3 +390,31 @@ def test_winograd_gemms_multiply_tf32_on_tensor_cores(ctx, rng, monkeypatch, til
     # measured on PoCL: TF32 at F(2x2) 5.9e-4 at most; float32 at F(4x4) 2.6e-4, the half
     # output's rounding (TF32 there would be 1e-2)
     assert max(errors.values()) < (2e-3 if tile == 2 else 1e-3), errors
+
+
+def test_plain_1x1_gemm_workspace_is_planned(ctx, monkeypatch):
+    # a plain 1x1 layer's Gemm (per-image products) takes its workspace (split-K partials,
+    # TF32 operands packed for warpgroup products) from the layer's plan, not its own
+    from dlprim.core import conv_gemm
+    from dlprim.core.conv_geometry import ConvGeometry
+    seen = {}
+
+    class Op:  # the Gemm as _Plain1x1 drives it
+        workspace_elements = 10
+
+        def workspace_in(self, ws):
+            seen["ws"] = ws
+            return "view"
+
+        def launches(self, *args, workspace=None, **kw):
+            seen["workspace"] = workspace
+            return []
+    plain = conv_gemm._Plain1x1.__new__(conv_gemm._Plain1x1)
+    plain.shape, plain.op = (4, 9, 3), lambda batch: Op()
+    assert plain.workspace_bytes(2) == 40
+    plain.launches("w", dp.Tensor(ctx, (2, 3, 3, 3)), "y", None, 0.0, ws="bytes")
+    assert seen == {"ws": "bytes", "workspace": "view"}
+    geom = ConvGeometry(3, 4, (3, 3), (1, 1))
+    direction = conv_gemm.Forward(ctx, geom)
+    assert isinstance(direction.op, conv_gemm._Plain1x1)
+    assert direction.workspace_bytes(2) == 4 * direction.op.op(2).workspace_elements

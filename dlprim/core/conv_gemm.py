@@ -372,10 +372,15 @@ class _Plain1x1:
                                    precision=self.precision, dtypes=self.dtypes)
         return self.ops[batch]
 
-    def launches(self, w, src, dst, b, beta):
+    def workspace_bytes(self, batch):
+        """The Gemm's workspace (split-K partials, TF32 operands packed) at ``batch``."""
+        return 4 * self.op(batch).workspace_elements
+
+    def launches(self, w, src, dst, b, beta, ws=None):
         m, n, k = self.shape
-        return self.op(src.shape[0]).launches(w, src, dst, bias=b, beta=beta, stride_a=0,
-                                              stride_b=k * n, stride_c=m * n)
+        op = self.op(src.shape[0])
+        return op.launches(w, src, dst, bias=b, beta=beta, stride_a=0, stride_b=k * n,
+                           stride_c=m * n, workspace=None if ws is None else op.workspace_in(ws))
 
 
 class _DataDirection:
@@ -397,13 +402,11 @@ class _DataDirection:
                                dtype=dtype, precision=precision)
 
     def workspace_bytes(self, batch):
-        if isinstance(self.op, _Plain1x1):
-            return 0
         return self.op.workspace_bytes(batch)
 
     def launches(self, src, w, dst, b, ws, beta):
         if isinstance(self.op, _Plain1x1):
-            return self.op.launches(w, src, dst, b, beta)
+            return self.op.launches(w, src, dst, b, beta, ws)
         return self.op.launches(src.shape[0], w, src, dst, b, beta=beta, ws=ws)
 
 
