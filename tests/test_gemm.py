@@ -696,6 +696,64 @@ def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precis
     assert err < 1e-5, err  # the products of the values the tensor cores take, in float32
 
 
+@pytest.mark.parametrize("precision, subgroup, trans_a, trans_b, M, N, K, batch, split", [
+    ("fp16", 8, 0, 0, 130, 20, 40, 2, None),   # partial tiles, K a partial step
+    ("fp16", 16, 1, 1, 40, 36, 70, 1, 3),      # split-K
+    ("bf16", 8, 0, 1, 33, 17, 16, 1, None)])
+def test_emulated_subgroup_matrix_products_match_float64(ctx, rng, monkeypatch, precision,
+                                                         subgroup, trans_a, trans_b, M, N, K,
+                                                         batch, split):
+    # gemm_subgroup_mma.cl with kernels/subgroup_mma.h's Intel products in OpenCL C
+    # (SUBGROUP_MMA_EMULATE): each item's share of A's rows and B's columns, the
+    # epilogue, at either subgroup size, on any device
+    from dlprim.core import gemm
+    layer_check.skip_unless_cpu(ctx)
+    build, built = program.get, []
+    monkeypatch.setattr(gemm, "subgroup_matrix_products", lambda ctx, precision: True)
+    monkeypatch.setattr(gemm, "subgroup_mma_size", lambda ctx: subgroup)
+
+    def get(ctx, name, **p):
+        built.append(name)
+        emulated = dict(p, SUBGROUP_MMA_EMULATE=True) if name == "gemm_subgroup_mma" else p
+        return build(ctx, name, **emulated)
+    monkeypatch.setattr(program, "get", get)
+    dtype = {"fp16": "float16", "bf16": "bfloat16"}[precision]
+    a = layer_check.stored(rng.standard_normal((batch, K, M) if trans_a else (batch, M, K)), dtype)
+    b = layer_check.stored(rng.standard_normal((batch, N, K) if trans_b else (batch, K, N)), dtype)
+    op = Gemm(ctx, M, N, K, trans_a, trans_b, batch=batch, split_k=split, precision=precision,
+              dtypes=(dtype, dtype, "float32"), bias="row", activation="relu")
+    assert op.subgroup_mma and op.tile["TILE_N"] == 2 * subgroup
+    C, bias = dp.Tensor(ctx, (batch, M, N)), rng.standard_normal(M)
+    built.clear()
+    op(dp.Tensor.from_numpy(ctx, host(a, dtype)), dp.Tensor.from_numpy(ctx, host(b, dtype)), C,
+       bias=t(ctx, bias), stride_a=a[0].size, stride_b=b[0].size, stride_c=M * N)
+    assert "gemm_subgroup_mma" in built
+    A, B = a.astype(np.float64), b.astype(np.float64)
+    A = A.transpose(0, 2, 1) if trans_a else A
+    B = B.transpose(0, 2, 1) if trans_b else B
+    want = np.maximum(A @ B + bias[:, None], 0)
+    err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
+    assert err < 1e-5, err
+
+
+def test_subgroup_matrix_products_are_asked_of_intel_gpus_only(ctx, monkeypatch):
+    # the probe runs only where the extension is exposed; fp32 and tf32 never take it
+    from types import SimpleNamespace
+    from dlprim.core import gemm
+    assert not gemm.subgroup_matrix_products(ctx, "fp16")
+    asked = []
+    monkeypatch.setattr(gemm, "_probe_subgroup_mma", lambda ctx, p: asked.append(p) or True)
+    intel = SimpleNamespace(vendor_id="intel", is_gpu=True, subgroup_sizes=[8, 16, 32],
+                            extensions={gemm.SUBGROUP_MMA_EXTENSION})
+    fake = SimpleNamespace(facts=intel)
+    assert gemm.subgroup_mma_size(fake) == 8
+    assert gemm.subgroup_matrix_products(fake, "bf16") and asked == ["bf16"]
+    assert not gemm.subgroup_matrix_products(fake, "tf32")
+    intel.extensions = {"cl_intel_subgroups"}
+    assert not gemm.subgroup_matrix_products(SimpleNamespace(facts=intel), "fp16")
+    assert asked == ["bf16"]
+
+
 def test_tensor_core_tile_fits_the_product():
     # one GEMM per image of a ResNet's 7x7 1x1 layers (N = 49), MobileNet's 64 channels
     assert (tuning.mma_tile("fp16", 2048, 49)["TILE_M"], tuning.mma_tile("fp16", 2048, 49)["TILE_N"]) == (128, 64)

@@ -58,7 +58,8 @@ class Gemm:
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
                  activation="identity", batch=1, tile=None, split_k=None, batch_sum=False,
-                 precision="fp32", dtypes=None, _mma=False, _copy_async=None, _wgmma=None):
+                 precision="fp32", dtypes=None, _mma=False, _copy_async=None, _wgmma=None,
+                 _subgroup_mma=None):
         self.ctx = ctx
         self.precision = check_precision(precision, "Gemm: precision")
         self.dtypes = tuple(as_dtype(d) for d in (dtypes or (np.float32,) * 3))
@@ -87,13 +88,20 @@ class Gemm:
                       and (_wgmma if _wgmma is not None
                            else warpgroup_products(ctx, self.precision)
                            and (not tf32_floats or tuning.wgmma_packs_pay(M, N))))
-        self.float_copies = (self.half and not self.mma and ctx.facts.is_cpu
+        # Intel's subgroup matrix products (gemm_subgroup_mma.cl) for 16-bit operands stored
+        # as they take them, where the device has them; _subgroup_mma: without asking
+        self.subgroup_mma = (native is not None and not self.mma
+                             and self.dtypes[0] == self.dtypes[1] == as_dtype(native)
+                             and (_subgroup_mma if _subgroup_mma is not None
+                                  else subgroup_matrix_products(ctx, self.precision)))
+        self.float_copies = (self.half and not self.mma and not self.subgroup_mma
+                             and ctx.facts.is_cpu
                              and tuning.CPU_HALF_AS_FLOAT)
         # what the kernels read and write: float32 where the operands travel as copies
         self.kernel_dtypes = (np.dtype(np.float32),) * 3 if self.float_copies else self.dtypes
         self.kernel_half = self.half and not self.float_copies
         self._copies = {}  # float32 copies of 16-bit operands (float_copies), by operand
-        if self.mma and tile:
+        if (self.mma or self.subgroup_mma) and tile:
             raise ValueError("Gemm: the tensor-core kernel has its own tile (tuning.mma_tile)")
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
         if max(self.M, self.N, self.K) >= 2 ** 31:
@@ -110,12 +118,14 @@ class Gemm:
         self.tile = (tuning.half_tile if self.kernel_half else tuning.pick_tile)(
             ctx.facts, self.M, self.N, self.batch)
         # whole waves of one-per-compute-unit tiles where that is predicted faster
-        planned = None if tile or split_k is not None or self.mma else \
+        planned = None if tile or split_k is not None or self.mma or self.subgroup_mma else \
             tuning.wave_plan(ctx.facts, self.M, self.N, self.K, self.batch, self.trans_b)
         if planned:
             self.tile, split_k = planned
         if self.mma:
             self.tile = tuning.mma_tile(self.precision, self.M, self.N)
+        if self.subgroup_mma:
+            self.tile = tuning.subgroup_mma_tile(subgroup_mma_size(ctx))
         if tile:
             self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
             if self.kernel_half and tuning.gemm_kernel(self.tile) != "gemm":
@@ -212,6 +222,13 @@ class Gemm:
                                TILE_K=16 if tf32 else 32, GROUP=t["GROUP"],
                                WARPGROUPS=t["TILE_M"] // 64, STAGES=tuning.WGMMA_STAGES,
                                **self._types(epilogue), MMA=MMA_TYPES[self.precision])
+        if self.subgroup_mma:
+            t = self.tile
+            return program.get(self.ctx, "gemm_subgroup_mma", TRANS_A=int(self.trans_a),
+                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
+                               TILE_M=t["TILE_M"], TILE_N=t["TILE_N"], GROUP=t["GROUP"],
+                               SUBGROUP=subgroup_mma_size(self.ctx), KIND=MMA_TYPES[self.precision],
+                               **self._types(epilogue))
         if self.mma:
             t = self.tile
             warps_m, warps_n = tuning.mma_warps(t)
@@ -592,6 +609,27 @@ def warpgroup_products(ctx, precision):
     return ready and memo_probe(ctx, "_warpgroup", precision, _probe_warpgroup)
 
 
+SUBGROUP_MMA_EXTENSION = "cl_intel_subgroup_matrix_multiply_accumulate"
+
+
+def subgroup_mma_size(ctx):
+    """The subgroup size Intel's matrix products run at on ``ctx``: the device's smallest
+    (8 or 16), None where it has neither."""
+    sizes = [s for s in ctx.facts.subgroup_sizes if s in (8, 16)]
+    return min(sizes) if sizes else None
+
+
+def subgroup_matrix_products(ctx, precision):
+    """Whether ``ctx``'s device runs ``kernels/gemm_subgroup_mma.cl`` (Intel's subgroup
+    matrix products: ``cl_intel_subgroup_matrix_multiply_accumulate``) correctly with
+    ``precision``'s 16-bit products (memoized per context)."""
+    f = ctx.facts
+    if (precision not in HALF_STORAGE_TYPES or f.vendor_id != "intel" or not f.is_gpu
+            or SUBGROUP_MMA_EXTENSION not in f.extensions or subgroup_mma_size(ctx) is None):
+        return False
+    return memo_probe(ctx, "_subgroup_mma", precision, _probe_subgroup_mma)
+
+
 def memo_probe(ctx, attr, precision, probe):
     """``probe(ctx, precision)``, asked once per context and precision (kept in the
     context's ``attr`` dict)."""
@@ -618,6 +656,12 @@ def _probe_warpgroup(ctx, precision):
     dtype = np.dtype(np.float32) if tf32 else as_dtype(HALF_STORAGE_TYPES[precision])
     return _self_test(ctx, precision, dtype, "warpgroup products",
                       dict(_mma=True, _copy_async=None if tf32 else True, _wgmma=True),
+                      layouts=((False, True), (True, False)))
+
+
+def _probe_subgroup_mma(ctx, precision):
+    return _self_test(ctx, precision, as_dtype(HALF_STORAGE_TYPES[precision]),
+                      "subgroup matrix products", dict(_subgroup_mma=True),
                       layouts=((False, True), (True, False)))
 
 

@@ -215,6 +215,13 @@ WGMMA_STAGES = 3
 WGMMA_TF32_MIN_SIZE = 512
 
 
+# Intel's subgroup matrix products (gemm_subgroup_mma.cl): 4 subgroups of 32 rows, each
+# item on 2 columns; the tile is fixed by the kernel's layout (no Intel GPU measured yet)
+def subgroup_mma_tile(subgroup):
+    """The tile of gemm_subgroup_mma.cl at ``subgroup`` items a subgroup (8 or 16)."""
+    return _tile(128, 2 * subgroup, 16, 32, 2, 1, 8)
+
+
 def wgmma_packs_pay(M, N):
     """Whether an M x N TF32 product runs the warpgroup kernel (its packing pass pays)."""
     return M * N >= WGMMA_TF32_MIN_SIZE * (M + N)
