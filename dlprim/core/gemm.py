@@ -47,7 +47,11 @@ class Gemm:
     products on tensor cores (``kernels/gemm_mma.cl``: TF32, FP16 or BF16 operands) where
     the device has them, else the float32 kernels; A and B stored in the 16-bit type of
     "fp16" or "bf16" with rows starting 16-byte aligned have their tiles copied by
-    cp.async (``copy_async``, where ``copies_async`` says the device takes it).
+    cp.async (``copy_async``, where ``copies_async`` says the device takes it). On Hopper
+    those tiles, and large TF32 products (packed K-major into the workspace first), run
+    Hopper's warpgroup products (``kernels/gemm_wgmma.cl``, ``wgmma``); on Intel GPUs
+    with ``cl_intel_subgroup_matrix_multiply_accumulate``, "fp16" and "bf16" products on
+    operands stored in that type run ``kernels/gemm_subgroup_mma.cl`` (``subgroup_mma``).
     ``dtypes``: the storage of A, B and C (float32, or float16 or bfloat16 widened as it loads and
     rounded as C stores; the products and sums stay float32), on the tiled template
     (``tuning.half_tile``); the bias and the split-K workspace are float32. On CPUs
@@ -102,7 +106,8 @@ class Gemm:
         self.kernel_half = self.half and not self.float_copies
         self._copies = {}  # float32 copies of 16-bit operands (float_copies), by operand
         if (self.mma or self.subgroup_mma) and tile:
-            raise ValueError("Gemm: the tensor-core kernel has its own tile (tuning.mma_tile)")
+            raise ValueError("Gemm: the tensor-core kernels have their own tiles "
+                             "(tuning.mma_tile, tuning.subgroup_mma_tile)")
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
         if max(self.M, self.N, self.K) >= 2 ** 31:
             raise ValueError("Gemm: M, N and K must be under 2^31, got %d, %d, %d"

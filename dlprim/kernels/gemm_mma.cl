@@ -108,23 +108,10 @@ assert not ASYNC or (CHUNKS_A * 8 * THREADS == TM * TK and CHUNKS_B * 8 * THREAD
     % endif
 </%def>
 
-## ASYNC: this item's chunks of the tile at x_ptr (kc: its K offset) into stage S; a
-## chunk's bytes past the matrix's edge (D rows, K) are zero-filled, not read
+## ASYNC: this item's chunks of the tile at x_ptr into stage S (tiles.copy_chunks), in
+## the layout they have in global memory
 <%def name="copy_tile(x, S, CK, CHUNKS, D, LD16)">
-    % for r in range(CHUNKS):
-    {
-        % if CK:
-        const int left = ${x}_d0 + ${x}_d[${r}] < ${D} ? K - (kc + ${x}_k[${r}]) : 0;
-        const int at = ${x}_d[${r}] * ${LD16} + ${x}_k[${r}];
-        % else:
-        const int left = kc + ${x}_k[${r}] < K ? ${D} - (${x}_d0 + ${x}_d[${r}]) : 0;
-        const int at = ${x}_k[${r}] * ${LD16} + ${x}_d[${r}];
-        % endif
-        const int bytes = 2 * clamp(left, 0, 8);
-        COPY_ASYNC((__local ushort *)(${S}) + at,
-                   (__global const ushort *)${x}_ptr + (bytes ? ${x}_off[${r}] : 0), bytes);
-    }
-    % endfor
+${tiles.copy_chunks(x, "(__local ushort *)(%s)" % S, CK, CHUNKS, D, 8, "d * %d + k" % LD16 if CK else "k * %d + d" % LD16)}
 </%def>
 
 ## the products of one staged tile (as, bs) into acc

@@ -42,6 +42,26 @@
     % endfor
 </%def>
 
+## cp.async of this item's CHUNKS 16-byte chunks (V values each) of the x tile, from x_ptr
+## (kc: the tile's K offset) into the local tile at S (a pointer of the values' type), the
+## chunk of row d, value k at offset ``at`` (an expression in d and k); the bytes past
+## the matrix's edge (D rows, K) are zero-filled, not read
+<%def name="copy_chunks(x, S, CK, CHUNKS, D, V, at)">
+    % for r in range(CHUNKS):
+    {
+        const int d = ${x}_d[${r}], k = ${x}_k[${r}];
+        % if CK:
+        const int left = ${x}_d0 + d < ${D} ? K - (kc + k) : 0;
+        % else:
+        const int left = kc + k < K ? ${D} - (${x}_d0 + d) : 0;
+        % endif
+        const int bytes = ${16 // V} * clamp(left, 0, ${V});
+        COPY_ASYNC((__local ushort *)((${S}) + ${at}),
+                   (__global const ushort *)(${x}_ptr + (bytes ? ${x}_off[${r}] : 0)), bytes);
+    }
+    % endfor
+</%def>
+
 ## the registers' type for an operand of storage T: float4, or ushort4 of raw half or
 ## bfloat16 bits (widened where they are stored to local memory: reg4/widened4, common.h
 ## says why)

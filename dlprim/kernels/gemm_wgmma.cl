@@ -47,23 +47,11 @@ KIND = {"tf32": 0, "f16": 1, "bf16": 2}[MMA]
 STORAGE = "float" if TF32 else "ushort"
 assert LOOKAHEAD >= 1
 %>
-<%def name="at(ck)">${"wg_k_major_at(d, k, %d)" % V if ck else "wg_mn_major_at(d, k, %d)" % TK}</%def>
 
-## this item's chunks of the tile at x_ptr (kc: its K offset) into stage S (16-bit
-## values); bytes past the matrix's edge (D rows, K) are zero-filled, not read
+## this item's chunks of the tile at x_ptr into stage S (tiles.copy_chunks), in
+## wgmma.h's layouts
 <%def name="copy_tile(x, S, CK, CHUNKS, D)">
-    % for r in range(CHUNKS):
-    {
-        const int d = ${x}_d[${r}], k = ${x}_k[${r}];
-        % if CK:
-        const int left = ${x}_d0 + d < ${D} ? K - (kc + k) : 0;
-        % else:
-        const int left = kc + k < K ? ${D} - (${x}_d0 + d) : 0;
-        % endif
-        const int bytes = ${16 // V} * clamp(left, 0, ${V});
-        COPY_ASYNC((__local ushort *)((${S}) + ${at(CK)}), (__global const ushort *)(${x}_ptr + (bytes ? ${x}_off[${r}] : 0)), bytes);
-    }
-    % endfor
+${tiles.copy_chunks(x, S, CK, CHUNKS, D, V, "wg_k_major_at(d, k, %d)" % V if CK else "wg_mn_major_at(d, k, %d)" % TK)}
 </%def>
 
 ## acc += the products of one K step (descriptors da, db)
