@@ -4,6 +4,7 @@ Device strings follow DLPrimitives: ``"P:D"`` (platform index : device index), p
 ``"cpu"``, ``"gpu"`` and a plain index over every device of every platform. With no
 string, ``DLPRIM_DEVICE`` decides, else the first GPU, else the first CPU.
 """
+import logging
 import os
 import re
 from typing import Optional, Union
@@ -11,14 +12,24 @@ from typing import Optional, Union
 import pyopencl as cl
 import pyopencl.tools
 
+from .drivers import advice, probe_device, register_pip_drivers
 from .errors import DeviceMemoryError, Error
 from .staging import HostStaging
 
-__all__ = ["Context", "ExecutionContext", "DeviceError", "list_devices", "DeviceFacts"]
+__all__ = ["Context", "ExecutionContext", "DeviceError", "list_devices", "DeviceFacts",
+           "compile_problem", "CPU_DRIVER_PREFERENCE"]
+
+
+log = logging.getLogger(__name__)
+
+# Among CPU drivers that both compile, the one chosen by default: the faster on the
+# measured rows of docs/benchmarks.md ("CPU drivers").
+CPU_DRIVER_PREFERENCE = ("pocl", "intel")
 
 
 class DeviceError(Error, RuntimeError):
-    """No OpenCL platform, or a device string that names no device."""
+    """No OpenCL platform, a device string that names no device, or a device that cannot
+    build a kernel (the compiler's message and the fix for that case)."""
 
 
 def _icd_vendor_files():
@@ -32,6 +43,7 @@ def _icd_vendor_files():
 
 
 def _platforms():
+    register_pip_drivers()  # before the loader's first look: pip's drivers join the list
     try:
         platforms = cl.get_platforms()
     except cl.Error:
@@ -77,34 +89,86 @@ def default_device_string():
     return "%d:%d" % (p, d)
 
 
+def _platform_kind(platform):
+    return "pocl" if "portable computing" in platform.name.lower() else platform.vendor.lower()
+
+
+def _preference(entry):
+    """Sort key of the default choice: GPUs, then CPUs by CPU_DRIVER_PREFERENCE, then the
+    rest, each in list order."""
+    _, _, platform, device = entry
+    if device.type & cl.device_type.GPU:
+        return (0, 0)
+    if device.type & cl.device_type.CPU:
+        kind = _platform_kind(platform)
+        rank = next((i for i, k in enumerate(CPU_DRIVER_PREFERENCE) if k in kind),
+                    len(CPU_DRIVER_PREFERENCE))
+        return (1, rank)
+    return (2, 0)
+
+
+def compile_problem(entry):
+    """None when the device builds and runs the probe kernel; else the DeviceError text:
+    the device, the compiler's message and the fix."""
+    p, d, platform, device = entry
+    result = probe_device(device)
+    if result.ok:
+        return None
+    return ("OpenCL device %d:%d %s on %s cannot build a kernel: %s\nFix: %s"
+            % (p, d, device.name.strip(), platform.name.strip(), result.log.strip(),
+               advice(platform.name, platform.version, device.name, result.log)))
+
+
+_warned = set()  # devices whose skipping was logged in this process
+
+
+def _first_that_compiles(candidates, what):
+    problems = []
+    for entry in sorted(candidates, key=_preference):
+        problem = compile_problem(entry)
+        if problem is None:
+            return entry
+        if problem not in _warned:
+            _warned.add(problem)
+            log.warning("skipping %s", problem)
+        problems.append(problem)
+    raise DeviceError("no OpenCL device that compiles for %s:\n%s" % (what, "\n".join(problems)))
+
+
+def _explicit(entry):
+    problem = compile_problem(entry)
+    if problem is not None:
+        raise DeviceError(problem)
+    return entry
+
+
 def _select(spec):
+    """The device ``spec`` names, as ``(p_index, d_index, platform, device)``. A device
+    that cannot build a kernel is skipped by the default and "cpu"/"gpu" choices (and
+    logged), and refused with DeviceError when named by index."""
     devices = list_devices()
     if not devices:
         raise DeviceError("OpenCL platforms exist but expose no devices")
     if spec is None:
         spec = os.environ.get("DLPRIM_DEVICE") or None
     if spec is None:
-        for want in (cl.device_type.GPU, cl.device_type.CPU):
-            for entry in devices:
-                if entry[3].type & want:
-                    return entry
-        return devices[0]
+        return _first_that_compiles(devices, "the default choice (GPUs, then CPUs)")
     text = str(spec).strip().lower()
     if text in ("cpu", "gpu", "accelerator"):
         want = {"cpu": cl.device_type.CPU, "gpu": cl.device_type.GPU,
                 "accelerator": cl.device_type.ACCELERATOR}[text]
-        for entry in devices:
-            if entry[3].type & want:
-                return entry
+        of_kind = [entry for entry in devices if entry[3].type & want]
+        if of_kind:
+            return _first_that_compiles(of_kind, repr(spec))
     elif re.fullmatch(r"\d+:\d+", text):
         p, d = (int(v) for v in text.split(":"))
         for entry in devices:
             if entry[0] == p and entry[1] == d:
-                return entry
+                return _explicit(entry)
     elif re.fullmatch(r"\d+", text):
         index = int(text)
         if index < len(devices):
-            return devices[index]
+            return _explicit(devices[index])
     raise DeviceError("no OpenCL device %r; valid: 'cpu', 'gpu', an index 0..%d, or P:D "
                       "among: %s" % (spec, len(devices) - 1, _describe(devices)))
 

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from .errors import MissingFileError
 
 __all__ = ["atomic_write", "fsync_dir", "ceil_div", "round_up", "is_int", "shape_problem",
-           "check_regular_file", "unknown_names"]
+           "check_regular_file", "unknown_names", "cache_dir"]
 
 
 def is_int(value):
@@ -43,6 +43,20 @@ def unknown_names(names: Iterable[Any], known: Iterable[Any]) -> str:
         near = difflib.get_close_matches(str(name), [str(k) for k in known], 1)
         shown.append("%r%s" % (name, " (did you mean %r?)" % near[0] if near else ""))
     return ", ".join(shown)
+
+
+def cache_dir():
+    """Where dlprim keeps what it learns of a machine (tuned tiles, device probes, the
+    OpenCL vendors folder it registers pip's drivers in): DLPRIM_CACHE_DIR, else
+    platformdirs' user cache dir for 'dlprim', else ~/.cache/dlprim."""
+    env = os.environ.get("DLPRIM_CACHE_DIR")
+    if env:
+        return env
+    try:
+        import platformdirs
+        return platformdirs.user_cache_dir("dlprim")
+    except ImportError:
+        return os.path.join(os.path.expanduser("~"), ".cache", "dlprim")
 
 
 def ceil_div(a, b):

@@ -5,21 +5,9 @@ The device key holds the driver version, so a new driver starts from the tables 
 import json
 import os
 
-from ..utils import atomic_write
+from ..utils import atomic_write, cache_dir
 
 __all__ = ["cache_dir", "cache_file", "device_key", "tuned_entry", "store_tuned"]
-
-
-def cache_dir():
-    """DLPRIM_CACHE_DIR, else platformdirs' user cache dir for 'dlprim', else ~/.cache/dlprim."""
-    env = os.environ.get("DLPRIM_CACHE_DIR")
-    if env:
-        return env
-    try:
-        import platformdirs
-        return platformdirs.user_cache_dir("dlprim")
-    except ImportError:
-        return os.path.join(os.path.expanduser("~"), ".cache", "dlprim")
 
 
 def cache_file(kernel="gemm"):

@@ -1,0 +1,143 @@
+"""OpenCL drivers installed by pip, made visible to the ICD loader without root.
+
+The ICD loader finds drivers through the ``.icd`` files of ``/etc/OpenCL/vendors``, or
+of the folder ``OCL_ICD_VENDORS`` names. pip cannot write there, and the ``.icd`` file of
+Intel's CPU runtime on PyPI (``intel-opencl-rt``) names a placeholder prefix of the
+machine it was built on. So before the first platform query dlprim writes a vendors
+folder of its own, in its cache: a copy of every ``.icd`` file the loader would have read
+(a GPU's driver stays visible) and one that names each pip-installed driver library by
+its absolute path; then ``OCL_ICD_VENDORS`` points there. pyopencl's bundled loader finds
+pip's PoCL by itself in any case.
+
+Why Intel's runtime at all: pip's PoCL (3.0, LLVM 14) asks LLVM for the host CPU's name,
+and on CPUs newer than LLVM 14 it gets ``generic``, which it then cannot target: no
+kernel builds. Intel's runtime compiles for any x86-64 CPU (AMD's included).
+
+``DLPRIM_PIP_DRIVERS=0`` leaves the loader as it is.
+"""
+import hashlib
+import logging
+import os
+import sys
+
+from ..utils import cache_dir
+
+__all__ = ["register_pip_drivers", "pip_driver_libraries", "PIP_DRIVERS"]
+
+log = logging.getLogger(__name__)
+
+# distribution -> (its driver library, the libraries it needs from another distribution)
+PIP_DRIVERS = {"intel-opencl-rt": ("libintelocl.so", {"libimf.so": "intel-cmplr-lib-rt"})}
+
+_registered = None  # the vendors folder set in this process, once decided
+
+
+def _installed_file(distribution, filename):
+    """Absolute path of ``filename`` installed by ``distribution``, or None."""
+    try:
+        from importlib import metadata
+        files = metadata.files(distribution) or []
+    except Exception:  # not installed, or metadata without a file list
+        files = []
+    for f in files:
+        if os.path.basename(str(f)) == filename:
+            path = os.path.realpath(str(f.locate()))
+            if os.path.isfile(path):
+                return path
+    # wheels that install into <prefix>/lib (data files) without a RECORD entry we can read
+    path = os.path.join(sys.prefix, "lib", filename)
+    return os.path.realpath(path) if os.path.isfile(path) else None
+
+
+def pip_driver_libraries():
+    """{distribution: absolute path of its driver library} for the pip drivers installed
+    whole (with the libraries they load); a part missing is logged with its fix."""
+    found = {}
+    for dist, (library, needs) in PIP_DRIVERS.items():
+        path = _installed_file(dist, library)
+        if path is None:
+            continue
+        folder = os.path.dirname(path)
+        missing = [(lib, owner) for lib, owner in needs.items()
+                   if not os.path.exists(os.path.join(folder, lib))]
+        if missing:
+            log.warning("%s is installed but %s is missing beside %s: pip install %s",
+                        dist, ", ".join(m[0] for m in missing), path,
+                        " ".join(sorted({m[1] for m in missing})))
+            continue
+        found[dist] = path
+    return found
+
+
+def _vendor_entries():
+    """(where the loader reads, {file name: content}) of the ``.icd`` files it would read."""
+    where = os.environ.get("OCL_ICD_VENDORS") or "/etc/OpenCL/vendors"
+    if os.path.isfile(where):
+        names = [where]
+    else:
+        try:
+            names = sorted(os.path.join(where, f) for f in os.listdir(where) if f.endswith(".icd"))
+        except OSError:
+            names = []
+    entries = {}
+    for path in names:
+        try:
+            with open(path) as f:
+                entries[os.path.basename(path)] = f.read().strip()
+        except OSError:
+            continue
+    return where, entries
+
+
+def _write_folder(entries):
+    """A vendors folder holding ``entries``, in the cache, named by its content; written
+    to a temporary folder and renamed, so a reader never sees half of it."""
+    digest = hashlib.sha256(repr(sorted(entries.items())).encode()).hexdigest()[:16]
+    base = os.path.join(cache_dir(), "opencl-vendors")
+    folder = os.path.join(base, digest)
+    if os.path.isdir(folder):
+        return folder
+    os.makedirs(base, exist_ok=True)
+    tmp = "%s.tmp-%d" % (folder, os.getpid())
+    os.makedirs(tmp, exist_ok=True)
+    for name, content in entries.items():
+        with open(os.path.join(tmp, name), "w") as f:
+            f.write(content + "\n")
+    try:
+        os.rename(tmp, folder)
+    except OSError:  # another process published the same folder first
+        for name in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, name))
+        os.rmdir(tmp)
+    return folder
+
+
+def register_pip_drivers():
+    """Make pip-installed OpenCL drivers visible to the ICD loader of this process (and of
+    the processes it starts). Call before the first platform query; later it cannot
+    change what the loader has read. Returns the vendors folder set, or None."""
+    global _registered
+    if _registered is not None:
+        return _registered or None
+    _registered = ""
+    if os.environ.get("DLPRIM_PIP_DRIVERS", "1").strip() == "0":
+        return None
+    libraries = pip_driver_libraries()
+    if not libraries:
+        return None
+    where, entries = _vendor_entries()
+    named = " ".join(entries.values())
+    added = {"dlprim-%s.icd" % dist: path for dist, path in libraries.items()
+             if os.path.basename(path) not in named}
+    if not added:
+        return None
+    entries.update(added)
+    try:
+        folder = _write_folder(entries)
+    except OSError as err:
+        log.warning("cannot register pip's OpenCL drivers (%s): %s", ", ".join(added), err)
+        return None
+    os.environ["OCL_ICD_VENDORS"] = folder
+    _registered = folder
+    log.debug("OpenCL vendors: %s (the drivers of %s, and %s)", folder, where, ", ".join(added))
+    return folder
