@@ -112,8 +112,6 @@ void attention_dq(BACKWARD_ARGS,
     }
     for (int c = 0; c < ${DV}; c++)
         gi[c] = live ? LD_${ACT_T}(dout, dout_offset + grow + c) : 0.0f;
-    float lse_i = live ? lse[lse_offset + stat] : 0.0f;
-    float delta_i = live ? delta[delta_offset + stat] : 0.0f;
     for (uint j0 = 0; j0 < lk; j0 += ${T}) {
         uint jn = min((uint)${T}, lk - j0);
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -122,6 +120,10 @@ void attention_dq(BACKWARD_ARGS,
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!live)
             continue;
+        // lse and delta read again for every tile, after its barriers: Intel's CPU compiler
+        // (2026.2) with dropout on gives every row but the last of each 8-wide vector of
+        // work items wrong values when they are read once before this loop
+        float lse_i = lse[lse_offset + stat], delta_i = delta[delta_offset + stat];
         for (uint jj = 0; jj < jn; jj++) {
             float s = score(qi, kt[jj], MASK_AT(i, j0 + jj));
             if (s == NEG_INF)

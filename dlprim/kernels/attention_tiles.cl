@@ -240,14 +240,6 @@ void attention_tiles_dq(BACKWARD_ARGS,
     v += v_offset + IN_AT(bh, lk, ${DV});
     ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * (scale * LOG2E)")}
     ${stage("gs", VP, "dout", "i0", "lq", BQ, DV)}
-    float lse_r[${RQ}], delta_r[${RQ}];
-% for r in range(RQ):
-    {
-        uint i = i0 + ${row(r)};
-        lse_r[${r}] = i < lq ? lse[lse_offset + STAT_AT(bh, lq, i)] * LOG2E : NEG_INF;
-        delta_r[${r}] = i < lq ? delta[delta_offset + STAT_AT(bh, lq, i)] : 0.0f;
-    }
-% endfor
     ${zeros("acc", RQ, CD)}
 % if CAUSAL:
     uint jend = min(lk, i0 + ${BQ});
@@ -259,6 +251,17 @@ void attention_tiles_dq(BACKWARD_ARGS,
         ${stage("ks", DP, "k", "j0", "lk", BK, D)}
         ${stage("vs", VP, "v", "j0", "lk", BK, DV)}
         barrier(CLK_LOCAL_MEM_FENCE);
+        // lse and delta read for every key block, after its barriers: Intel's CPU compiler
+        // (2026.2) with dropout on computes every row but i = 7 (mod 8) wrong when they are
+        // read once before this loop (right with -cl-opt-disable)
+        float lse_r[${RQ}], delta_r[${RQ}];
+% for r in range(RQ):
+        {
+            uint i = i0 + ${row(r)};
+            lse_r[${r}] = i < lq ? lse[lse_offset + STAT_AT(bh, lq, i)] * LOG2E : NEG_INF;
+            delta_r[${r}] = i < lq ? delta[delta_offset + STAT_AT(bh, lq, i)] : 0.0f;
+        }
+% endfor
         ${zeros("s", RQ, CK)}
         ${zeros("dp", RQ, CK)}
         ${dots("s", "qs", DP, row, "ks", DP, col, RQ, CK, D)}
