@@ -1,8 +1,8 @@
 # The two commands a new user runs:  `make demo` (the main job) and `make test`.
 # Each sets up what it needs in a virtual environment in .venv: dlprim installed in
-# editable mode with the `cpu` extra, which brings PoCL (an OpenCL driver for the CPU)
-# from pip, so no system driver, root or apt is needed; a GPU driver, where there is one,
-# is found too.
+# editable mode with the `cpu` extra, which brings the CPU's OpenCL drivers from pip (PoCL,
+# and Intel's CPU runtime for the CPUs PoCL cannot target), so no system driver, root or
+# apt is needed; a GPU driver, where there is one, is found too.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,12 +11,12 @@ PYTEST_ARGS ?=
 # PyTorch's CPU build for the tests (PyPI's Linux wheel is the CUDA one)
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test opencl clean
+.PHONY: demo test test-quick test-second-driver opencl clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# dlprim with PoCL and the plot extra: enough to train and draw the curves
+# dlprim with the CPU's drivers and the plot extra: enough to train and draw the curves
 $(VENV)/.demo: setup.cfg pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[cpu,plot]'
 	touch $@
@@ -30,21 +30,42 @@ $(VENV)/.torch: requirements/torch.txt | $(BIN)/python
 	  || $(PIP) -r requirements/torch.txt
 	touch $@
 
-# dlprim with PoCL, and the test tools and references (requirements/, not an extra)
+# dlprim with the CPU's drivers, and the test tools and references (requirements/, not an extra)
 $(VENV)/.test: setup.cfg pyproject.toml requirements/test.txt $(VENV)/.torch | $(BIN)/python
 	$(PIP) -e '.[cpu]' -r requirements/test.txt
 	touch $@
 
-# an OpenCL platform must be there once dlprim is installed (else: what to install)
+# a device that compiles must be there once dlprim is installed (else: what to install)
 opencl:
-	@$(BIN)/python -c "import dlprim; dlprim.Context()" >/dev/null || bash tools/ensure-opencl.sh
+	@$(BIN)/python -c "import dlprim; dlprim.Context()" >/dev/null || PYTHON=$(BIN)/python bash tools/ensure-opencl.sh
 
 # --force: each demo starts afresh over the previous one
 demo: $(VENV)/.demo opencl
 	$(BIN)/dlprim-train examples/mnist/config.json --out runs/mnist --force
 
+# every tier (tests/tiers.py): unit, model, system
 test: $(VENV)/.test opencl
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# the first tier alone, a developer's inner loop
+test-quick: $(VENV)/.test opencl
+	$(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS)
+
+# the kernel families and a Net's training step on a second OpenCL implementation: a CPU
+# driver other than the one `make test` chose (Intel's CPU runtime beside PoCL), where
+# one compiles; the MNIST example is the last check of that run (.ci/run)
+SECOND_DRIVER_TESTS ?= tests/test_gemm.py tests/test_conv.py tests/test_conv_depthwise.py \
+  tests/test_conv_algo_options.py tests/test_pooling.py tests/test_batchnorm.py \
+  tests/test_normalization.py tests/test_softmax.py tests/test_loss.py \
+  tests/test_attention.py tests/test_recurrent.py tests/test_net.py
+test-second-driver: $(VENV)/.test opencl
+	@device="$$($(BIN)/python tools/second_cpu_driver.py)"; \
+	if [ -z "$$device" ]; then \
+	  echo "test-second-driver: no second CPU driver compiles here; make test ran on the only one"; \
+	else \
+	  echo "test-second-driver: device $$device"; \
+	  DLPRIM_TEST_DEVICE=$$device $(BIN)/python -m pytest -q $(SECOND_DRIVER_TESTS) $(PYTEST_ARGS); \
+	fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

@@ -168,8 +168,12 @@ def advice(platform, platform_version, device, message):
     from .pip_icd import pip_driver_libraries
     env = sorted(k for k in os.environ if k.startswith(_DRIVER_ENV_PREFIXES))
     intel_from_pip = "intel-opencl-rt" in pip_driver_libraries()
+    registering = os.environ.get("DLPRIM_PIP_DRIVERS", "1").strip() != "0"
     other_cpu = ("Intel's CPU runtime from pip is installed and dlprim registers it: choose "
                  "it with Context('cpu') or its 'P:D' (`dlprim-devices` lists it)"
+                 if intel_from_pip and registering else
+                 "Intel's CPU runtime from pip is installed but DLPRIM_PIP_DRIVERS=0 keeps "
+                 "dlprim from registering it: unset DLPRIM_PIP_DRIVERS"
                  if intel_from_pip else
                  "Install Intel's CPU runtime from pip, which dlprim registers itself: `pip "
                  "install \"dlprim[cpu]\"` (or `pip install intel-opencl-rt "
