@@ -40,14 +40,18 @@ __kernel void ${name}(ulong total, ulong n, ulong m, ulong inner,
 
 % if T == "float":
 // dst += v with a compare-and-swap loop (OpenCL 1.2 has no float atomic add); the order
-// of the adds into one element is not fixed, as with atomics anywhere
+// of the adds into one element is not fixed, as with atomics anywhere. Each try starts
+// from the value the last compare-and-swap saw, the first from a guess of 0: a plain read
+// of *p beside other work-items' atomics would be a data race (oclgrind reports it).
 inline void atomic_add_float(volatile __global float *p, float v)
 {
     union { uint u; float f; } old, next;
+    uint seen = 0;
     do {
-        old.f = *p;
+        old.u = seen;
         next.f = old.f + v;
-    } while (atomic_cmpxchg((volatile __global uint *)p, old.u, next.u) != old.u);
+        seen = atomic_cmpxchg((volatile __global uint *)p, old.u, next.u);
+    } while (seen != old.u);
 }
 
 % for name, per_element in (("index_add", False), ("scatter_add", True)):
