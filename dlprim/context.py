@@ -12,7 +12,7 @@ from typing import Optional, Union
 import pyopencl as cl
 import pyopencl.tools
 
-from .drivers import advice, probe_device, register_pip_drivers
+from .drivers import advice, loader_vendors, probe_device, register_pip_drivers
 from .errors import DeviceMemoryError, Error
 from .staging import HostStaging
 
@@ -32,8 +32,7 @@ class DeviceError(Error, RuntimeError):
     build a kernel (the compiler's message and the fix for that case)."""
 
 
-def _icd_vendor_files():
-    vendor_dir = os.environ.get("OCL_ICD_VENDORS", "/etc/OpenCL/vendors")
+def _icd_vendor_files(vendor_dir):
     if os.path.isfile(vendor_dir):
         return [vendor_dir]
     try:
@@ -49,13 +48,13 @@ def _platforms():
     except cl.Error:
         platforms = []
     if not platforms:
-        files = _icd_vendor_files()
+        vendor_dir = loader_vendors()
+        files = _icd_vendor_files(vendor_dir)
         found = ", ".join(files) if files else "no .icd files"
-        vendor_dir = os.environ.get("OCL_ICD_VENDORS", "/etc/OpenCL/vendors")
         raise DeviceError(
             "no OpenCL platform found (the ICD loader looked in %s and found: %s). "
-            "Install an OpenCL driver: for CPUs PoCL from pip (`pip install \"dlprim[cpu]\"`, "
-            "no root needed), "
+            "Install an OpenCL driver: for CPUs the drivers from pip (`pip install "
+            "\"dlprim[cpu]\"`: PoCL and Intel's CPU runtime, no root needed), "
             "for GPUs the vendor's driver (NVIDIA, AMD ROCm, Intel compute-runtime)."
             % (vendor_dir, found))
     return platforms

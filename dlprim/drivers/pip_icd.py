@@ -22,7 +22,7 @@ import sys
 
 from ..utils import cache_dir
 
-__all__ = ["register_pip_drivers", "pip_driver_libraries", "PIP_DRIVERS"]
+__all__ = ["register_pip_drivers", "pip_driver_libraries", "loader_vendors", "PIP_DRIVERS"]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,15 @@ log = logging.getLogger(__name__)
 PIP_DRIVERS = {"intel-opencl-rt": ("libintelocl.so", {"libimf.so": "intel-cmplr-lib-rt"})}
 
 _registered = None  # the vendors folder set in this process, once decided
+_original = None  # what OCL_ICD_VENDORS said before it was set here
+
+
+def loader_vendors():
+    """Where the ICD loader reads ``.icd`` files, in the user's terms: the folder (or file)
+    of OCL_ICD_VENDORS before dlprim pointed it at its own copy, else the default."""
+    if _registered:
+        return _original or "/etc/OpenCL/vendors"
+    return os.environ.get("OCL_ICD_VENDORS") or "/etc/OpenCL/vendors"
 
 
 def _installed_file(distribution, filename):
@@ -116,7 +125,7 @@ def register_pip_drivers():
     """Make pip-installed OpenCL drivers visible to the ICD loader of this process (and of
     the processes it starts). Call before the first platform query; later it cannot
     change what the loader has read. Returns the vendors folder set, or None."""
-    global _registered
+    global _registered, _original
     if _registered is not None:
         return _registered or None
     _registered = ""
@@ -137,6 +146,7 @@ def register_pip_drivers():
     except OSError as err:
         log.warning("cannot register pip's OpenCL drivers (%s): %s", ", ".join(added), err)
         return None
+    _original = os.environ.get("OCL_ICD_VENDORS")
     os.environ["OCL_ICD_VENDORS"] = folder
     _registered = folder
     log.debug("OpenCL vendors: %s (the drivers of %s, and %s)", folder, where, ", ".join(added))
