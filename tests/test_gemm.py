@@ -1,4 +1,5 @@
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from dlprim.core.gemm import Gemm, gemm
 from dlprim.kernels import program
 import layer_check
 from layer_check import host
-from dlprim.utils import round_up
+from dlprim.utils import ceil_div, round_up
 
 EDGES = [1, 31, 32, 33, 63, 64, 65, 127, 129]
 # each edge size appears once as M, once as N and once as K
@@ -202,6 +203,31 @@ def test_shape_class():
     assert [tuning.shape_class(m, n, 1, 132) for m, n in shapes] == \
         ["medium", "narrow_m", "narrow_n", "small_m", "small_n", "small", "large", "huge"]
     assert tuning.shape_class(128, 128, batch=200, compute_units=132) == "large"
+
+
+def test_shape_class_counts_the_tables_own_tiles(monkeypatch):
+    # the classes count the family's own large and huge tiles: on Intel's table (64x64,
+    # 512 compute units) 2048x2048 gives every unit two 64x64 tiles and is 'large', where
+    # counting 128x128 tiles made it (and all up to 2816x2816) 'medium', on 32x32 tiles
+    monkeypatch.setattr(tuning, "tuned_tile", lambda *a, **k: None)
+    intel = SimpleNamespace(is_cpu=False, is_gpu=True, vendor_id="intel", compute_units=512)
+    assert tuning.class_tiles("intel") == ((64, 64), (64, 64))
+    sides = (1024, 1408, 1409, 2048, 2816)
+    assert [tuning.gemm_class(intel, s, s) for s in sides] == \
+        ["medium", "medium", "large", "large", "huge"]
+    assert (tuning.pick_tile(intel, 2048, 2048)["TILE_M"],
+            tuning.pick_tile(intel, 1024, 1024)["TILE_M"]) == (64, 32)
+    assert tuning.gemm_class(intel, 1024, 1024, batch=2) == "large"
+    # NVIDIA and AMD ('gpu': 128x128 and 128x256) and the one-tile tables as before
+    for vendor_id, cpu in (("nvidia", False), ("amd", False), ("pocl", True)):
+        facts = SimpleNamespace(is_cpu=cpu, is_gpu=not cpu, vendor_id=vendor_id,
+                                compute_units=132)
+        for m, n, batch in ((128, 128, 1), (1408, 1408, 1), (1536, 1536, 1), (2048, 2048, 1),
+                            (4096, 4096, 1), (128, 128, 200), (1024, 512, 3)):
+            old = ("medium" if ceil_div(m, 128) * ceil_div(n, 128) * batch < 132 else
+                   "huge" if ceil_div(m, 128) * ceil_div(n, 256) * batch * 2 >= 5 * 132
+                   else "large")
+            assert tuning.gemm_class(facts, m, n, batch) == old, (vendor_id, m, n, batch)
 
 
 def test_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):

@@ -93,7 +93,7 @@ def tune_gemm(ctx, sizes, candidates, repeat=5, out=None):
     rng = np.random.default_rng(0)
     by_class = {}
     for M, N, K in sizes:
-        by_class.setdefault(tuning.shape_class(M, N, 1, ctx.facts.compute_units), []).append((M, N, K))
+        by_class.setdefault(tuning.gemm_class(ctx.facts, M, N), []).append((M, N, K))
     best = {}
     for cls, shapes in by_class.items():
         totals = []

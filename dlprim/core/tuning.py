@@ -19,7 +19,8 @@ from ..utils import ceil_div
 from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
 
 __all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "pack_b", "CLASSES", "CONV_CLASSES",
-           "family", "shape_class", "default_tile", "tuned_tile", "pick_tile", "wave_plan", "check_tile",
+           "family", "shape_class", "class_tiles", "gemm_class", "default_tile",
+           "tuned_tile", "pick_tile", "wave_plan", "check_tile",
            "candidates", "conv_class", "conv_tile", "conv_vec", "conv_mma_tile", "mma_warps", "winograd_sum_tile",
            "prefer_winograd", "prefer_im2col", "cache_dir", "cache_file", "device_key",
            "store_tuned"]
@@ -116,14 +117,30 @@ _GEMM = {
 }
 
 
-def shape_class(M, N, batch=1, compute_units=0):
-    """Which tile shape suits C's shape.
+# The classes' thresholds count the tiles of the family's own table ('large', 'huge'):
+# 'medium' is where the large tile leaves compute units without one (less than one large
+# tile of outputs per compute unit), 'huge' where the huge tile fills 2.5 waves. Counted
+# in 128x128 tiles on Intel's table (64x64 large tiles, 512 compute units: its vector
+# engines), every square GEMM up to 2816x2816 was 'medium' and ran the 32x32 tile, which
+# at 2048x2048 made 4096 work-groups of 64 threads where 1024 of 256 (two a compute unit,
+# as many threads) read A and B from global memory half as often; now up to 1408x1408.
+# The CPU and 'other' tables are one tile for every class (there the class only keys
+# tuned tiles): they keep the 'gpu' sizes.
+def class_tiles(table):
+    """((TILE_M, TILE_N) of 'large', of 'huge') that the classes of GEMM table ``table``
+    ('gpu', 'intel', 'cpu', 'other') count."""
+    tiles = _GEMM[table if table in ("gpu", "intel") else "gpu"]
+    return tuple((tiles[c]["TILE_M"], tiles[c]["TILE_N"]) for c in ("large", "huge"))
+
+
+def shape_class(M, N, batch=1, compute_units=0, table="gpu"):
+    """Which tile shape of GEMM table ``table`` (``family(facts)``) suits C's shape.
 
     'small' (M and N under 64), 'small_m' / 'small_n' (one side under 64), 'narrow_m' /
     'narrow_n' (one side 64..127, where a 128-high tile would idle half its threads),
-    'medium' (too few 128x128 tiles to give every compute unit one), 'huge' (enough
-    128x256 tiles for 2.5 per compute unit, so the last partial wave costs little), else
-    'large'.
+    'medium' (too few of the table's large tiles, 128x128 on 'gpu', to give every compute
+    unit one), 'huge' (enough of its huge tiles, 128x256 on 'gpu', for 2.5 per compute
+    unit, so the last partial wave costs little), else 'large'.
     """
     small_m, small_n = M < SMALL, N < SMALL
     if small_m and small_n:
@@ -134,11 +151,17 @@ def shape_class(M, N, batch=1, compute_units=0):
         return "narrow_m"
     if N < 2 * SMALL:
         return "narrow_n"
-    if ceil_div(M, 128) * ceil_div(N, 128) * batch < compute_units:
+    (lm, ln), (hm, hn) = class_tiles(table)
+    if ceil_div(M, lm) * ceil_div(N, ln) * batch < compute_units:
         return "medium"
-    if ceil_div(M, 128) * ceil_div(N, 256) * batch * 2 >= 5 * compute_units:
+    if ceil_div(M, hm) * ceil_div(N, hn) * batch * 2 >= 5 * compute_units:
         return "huge"
     return "large"
+
+
+def gemm_class(facts, M, N, batch=1):
+    """``shape_class`` of C on ``facts``' device: its table and compute units."""
+    return shape_class(M, N, batch, facts.compute_units, family(facts))
 
 
 def default_tile(facts, cls, kernel="gemm"):
@@ -161,7 +184,7 @@ def tuned_tile(facts, cls, kernel="gemm"):
 
 def pick_tile(facts, M, N, batch=1):
     """The GEMM tile for C (M x N, ``batch`` of them): tuned, else the table."""
-    cls = shape_class(M, N, batch, facts.compute_units)
+    cls = gemm_class(facts, M, N, batch)
     return tuned_tile(facts, cls) or default_tile(facts, cls)
 
 
@@ -172,7 +195,7 @@ def half_tile(facts, M, N, batch=1):
     tile = pick_tile(facts, M, N, batch)
     if gemm_kernel(tile) == "gemm":
         return tile
-    return dict(_GEMM["gpu"][shape_class(M, N, batch, facts.compute_units)])
+    return dict(_GEMM["gpu"][shape_class(M, N, batch, facts.compute_units, "gpu")])
 
 
 # ----- tensor cores (kernels/gemm_mma.cl, precision "tf32"): a 128x128 tile per
@@ -343,7 +366,7 @@ def wave_plan(facts, M, N, K, batch=1, trans_b=False):
     units and the partial sums' traffic."""
     if family(facts) != "gpu" or min(M, N) < 2 * SMALL or K == 0 or batch == 0:
         return None
-    if tuned_tile(facts, shape_class(M, N, batch, facts.compute_units)):
+    if tuned_tile(facts, gemm_class(facts, M, N, batch)):
         return None
     cus = facts.compute_units
     best, best_cost = None, 1.0 / WAVE_MIN_SPEED
