@@ -67,5 +67,12 @@ test-second-driver: $(VENV)/.test opencl
 	  DLPRIM_TEST_DEVICE=$$device $(BIN)/python -m pytest -q $(SECOND_DRIVER_TESTS) $(PYTEST_ARGS); \
 	fi
 
+# every kernel family on small cases under oclgrind, the OpenCL simulator, with its
+# data-race and API checks: any report fails (tests/oclgrind/, tools/oclgrind-check.sh,
+# which installs oclgrind where it is missing; tests/README.md, "Kernels under oclgrind")
+.PHONY: oclgrind
+oclgrind: $(VENV)/.test
+	PYTHON=$(BIN)/python bash tools/oclgrind-check.sh $(PYTEST_ARGS)
+
 clean:
 	rm -rf $(VENV) build *.egg-info runs

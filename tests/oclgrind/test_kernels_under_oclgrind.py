@@ -1,0 +1,347 @@
+"""Every kernel family on small cases under oclgrind: out-of-bounds accesses, data races and
+API misuse fail the test (conftest.py reads oclgrind's log around each one).
+
+Shapes are tiny (oclgrind interprets every work-item) but still cross tile and
+work-group edges; each case also checks its result against numpy, so a kernel that did
+not run cannot pass. Tests taking ``facts`` run once as a CPU and once as a GPU.
+"""
+import numpy as np
+import pytest
+
+import dlprim as dp
+from dlprim import models, solvers
+from dlprim.core import copy as cp
+from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
+from dlprim.core.gather import index_ops
+from dlprim.core.gemm import Gemm
+from dlprim.core.pointwise import pointwise, pointwise_reduce
+from dlprim.core.reduction import Reduce
+from dlprim.layers import create
+import layer_check
+from layer_check import assert_close, run_layer
+from test_conv import conv_backward_ref, conv_ref
+
+
+@pytest.fixture(autouse=True)
+def exact_tensors(monkeypatch):
+    """run_layer's tensors without the poison around them: oclgrind sees a tensor's end
+    only where its buffer ends."""
+    monkeypatch.setattr(layer_check, "PAD", 0)
+
+
+def t(ctx, a, dtype=np.float32):
+    return dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, dtype))
+
+
+def workspace(ctx, nbytes):
+    return dp.Tensor(ctx, (nbytes,), "uint8") if nbytes else None
+
+
+# ---------------------------------------------------------------- GEMM
+
+@pytest.mark.parametrize("M, N, K", [(9, 7, 33), (65, 5, 17)])
+@pytest.mark.parametrize("split_k", [None, 3])
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gemm(ctx, rng, facts, M, N, K, split_k, trans_a, trans_b):
+    a, b, c = (rng.standard_normal(s) for s in ((M, K), (K, N), (M, N)))
+    bias = rng.standard_normal(N)
+    op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="col", activation="relu", split_k=split_k)
+    C = t(ctx, c)
+    op(t(ctx, a.T if trans_a else a), t(ctx, b.T if trans_b else b), C, bias=t(ctx, bias),
+       alpha=0.5, beta=0.25)
+    assert_close(C.numpy(), np.maximum(0.5 * a @ b + 0.25 * c + bias, 0), rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- convolutions
+
+GEOMS = {  # algorithm -> geometries it serves in all three directions (direct: see below)
+    "gemm": [ConvGeometry(3, 5, (7, 6), (3, 3), (2, 1), (1, 0, 2, 1)),
+             ConvGeometry(4, 6, (5, 5), (3, 3), pad=(1, 1, 1, 1), groups=2),
+             ConvGeometry(3, 4, (5, 4), (1, 1))],
+    "winograd2": [ConvGeometry(3, 4, (6, 5), (3, 3), pad=(1, 1, 1, 1))],
+    "winograd4": [ConvGeometry(2, 3, (6, 7), (3, 3), pad=(1, 1, 1, 1)),
+                  ConvGeometry(2, 3, (6, 5), (5, 5), pad=(2, 2, 2, 2))],
+    "depthwise": [ConvGeometry(3, 3, (7, 6), (3, 3), pad=(1, 1, 1, 1), groups=3),
+                  ConvGeometry(2, 2, (7, 7), (3, 3), (2, 2), (1, 1, 1, 1), groups=2)],
+    "direct": [ConvGeometry(3, 2, (6, 5), (3, 3), pad=(1, 1, 1, 1)),
+               ConvGeometry(2, 3, (7, 6), (3, 3), (2, 1), (1, 0, 1, 1))],
+    "im2col": [ConvGeometry(3, 5, (6, 5), (3, 3), pad=(1, 1, 1, 1)),
+               ConvGeometry(4, 3, (7, 6), (3, 2), (2, 1), (1, 0, 0, 1), dilate=(1, 2))],
+}
+CONV_CASES = [(algo, i) for algo, geoms in GEOMS.items() for i in range(len(geoms))]
+
+
+def _conv_data(rng, geom, batch):
+    return (rng.standard_normal(geom.in_shape(batch)), rng.standard_normal(geom.weight_shape),
+            rng.standard_normal(geom.out_shape(batch)))
+
+
+def _check_algo(op, algo):
+    assert op.algo == algo, "%s asked, %s ran" % (algo, op.algo)
+
+
+@pytest.mark.parametrize("algo, i", CONV_CASES)
+def test_conv_forward(ctx, rng, facts, algo, i):
+    geom, batch = GEOMS[algo][i], 2
+    x, w, y0 = _conv_data(rng, geom, batch)
+    b = rng.standard_normal(geom.out_c)
+    op = ConvForward(ctx, geom, bias=True, activation="relu", algo=algo, batch=batch)
+    _check_algo(op, algo)
+    y = t(ctx, y0)
+    op(t(ctx, x), t(ctx, w), y, t(ctx, b), ws=workspace(ctx, op.workspace_bytes(batch)),
+       beta=0.5)
+    want = conv_ref(x, w, (geom.sh, geom.sw), geom.pad, (geom.dh, geom.dw), geom.groups)
+    assert_close(y.numpy(), np.maximum(want + 0.5 * y0 + b[None, :, None, None], 0),
+                 rtol=1e-4, atol=1e-4, what="%s forward" % algo)
+
+
+@pytest.mark.parametrize("algo, i", CONV_CASES)
+def test_conv_backward_data(ctx, rng, facts, algo, i):
+    geom, batch = GEOMS[algo][i], 2
+    if algo == "direct" and (geom.sh, geom.sw) != (1, 1):
+        pytest.skip("direct backward-data is stride 1 only")
+    x, w, dy = _conv_data(rng, geom, batch)
+    dx0 = rng.standard_normal(x.shape)
+    op = ConvBackwardData(ctx, geom, algo=algo, batch=batch)
+    _check_algo(op, algo)
+    dx = t(ctx, dx0)
+    op(t(ctx, dy), t(ctx, w), dx, ws=workspace(ctx, op.workspace_bytes(batch)), beta=1.0)
+    want, _ = conv_backward_ref(x, w, dy, (geom.sh, geom.sw), geom.pad, (geom.dh, geom.dw),
+                                geom.groups)
+    assert_close(dx.numpy(), dx0 + want, rtol=1e-4, atol=1e-4, what="%s dx" % algo)
+
+
+@pytest.mark.parametrize("algo, i", CONV_CASES)
+@pytest.mark.parametrize("splits", [None, 3])
+def test_conv_backward_filter(ctx, rng, facts, algo, i, splits):
+    geom, batch = GEOMS[algo][i], 3
+    if algo == "im2col" and splits:
+        pytest.skip("im2col sums the batch image by image, unsplit")
+    x, w, dy = _conv_data(rng, geom, batch)
+    dw0 = rng.standard_normal(w.shape)
+    op = ConvBackwardFilter(ctx, geom, algo=algo, batch=batch, splits=splits)
+    _check_algo(op, algo)
+    dw = t(ctx, dw0)
+    op(t(ctx, x), t(ctx, dy), dw, ws=workspace(ctx, op.workspace_bytes(batch)), beta=0.5)
+    _, want = conv_backward_ref(x, w, dy, (geom.sh, geom.sw), geom.pad, (geom.dh, geom.dw),
+                                geom.groups)
+    assert_close(dw.numpy(), 0.5 * dw0 + want, rtol=1e-4, atol=1e-4, what="%s dw" % algo)
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+def test_conv_gemm_split_k(ctx, rng, facts, direction):
+    """The implicit GEMM's split reduction in forward and strided backward-data."""
+    geom, batch = ConvGeometry(5, 6, (7, 6), (3, 3), (2, 2), (1, 0, 2, 1)), 2
+    x, w, dy = _conv_data(rng, geom, batch)
+    cls = ConvForward if direction == "forward" else ConvBackwardData
+    op = cls(ctx, geom, algo="gemm", batch=batch, splits=3)
+    src, out0 = (x, dy) if direction == "forward" else (dy, x)
+    out = t(ctx, out0)
+    op(t(ctx, src), t(ctx, w), out, ws=workspace(ctx, op.workspace_bytes(batch)), beta=1.0)
+    if direction == "forward":
+        want = conv_ref(x, w, (2, 2), geom.pad, (1, 1), 1)
+    else:
+        want, _ = conv_backward_ref(x, w, dy, (2, 2), geom.pad, (1, 1), 1)
+    assert_close(out.numpy(), out0 + want, rtol=1e-4, atol=1e-4, what=direction)
+
+
+# ---------------------------------------------------------------- layers, forward and backward
+
+def _finite(r):
+    for a in list(r.y) + [d for d in (r.dx or []) if d is not None] + \
+            [d for d in (r.dparams or []) if d is not None]:
+        assert np.all(np.isfinite(a))
+
+
+LAYERS = [  # (type, options, input shapes, how to make inputs)
+    ("Pooling2D", {"mode": "max", "kernel": 3, "stride": 2, "pad": 1}, [(2, 3, 7, 6)]),
+    ("Pooling2D", {"mode": "avg", "kernel": 2, "stride": 2, "ceil_mode": True},
+     [(2, 3, 7, 5)]),
+    ("GlobalPooling", {"mode": "avg"}, [(2, 3, 5, 7)]),
+    ("GlobalPooling", {"mode": "max"}, [(2, 3, 5, 7)]),
+    ("BatchNorm", {}, [(3, 4, 5, 3)]),
+    ("LayerNorm", {"normalized_dims": 1}, [(3, 5, 7)]),
+    ("GroupNorm", {"groups": 2}, [(2, 4, 3, 5)]),
+    ("Softmax", {}, [(5, 37)]),
+    ("Softmax", {"log": True}, [(3, 70)]),
+    ("Transpose", {"dims": [0, 2, 1]}, [(2, 33, 5)]),
+    ("Activation", {"activation": "tanh"}, [(3, 37)]),
+    ("Elementwise", {"operation": "prod"}, [(2, 3, 5), (2, 3, 5)]),
+    ("InnerProduct", {"outputs": 5, "activation": "relu"}, [(3, 13)]),
+    ("LRN", {"size": 3}, [(2, 5, 3, 4)]),
+]
+
+
+@pytest.mark.parametrize("type_name, options, shapes", LAYERS,
+                         ids=["%s-%d" % (c[0], i) for i, c in enumerate(LAYERS)])
+def test_layer(ctx, rng, facts, type_name, options, shapes):
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    layer = create(ctx, type_name, "l", options)
+    out = layer.setup([layer_check.TensorSpec(x.shape) for x in xs]).outputs
+    dy = [rng.standard_normal(s.shape).astype(np.float32) for s in out]
+    for acc in (False, True):
+        _finite(run_layer(ctx, layer, xs, dy=dy, accumulate=acc, rng=rng))
+    _finite(run_layer(ctx, layer, xs, mode="predict", rng=rng))
+
+
+@pytest.mark.parametrize("type_name, options", [
+    ("SoftmaxWithLoss", {}), ("NLLLoss", {}), ("NLLLoss", {"reduce": "none"})])
+def test_losses(ctx, rng, facts, type_name, options):
+    x = rng.standard_normal((5, 7)).astype(np.float32)
+    if type_name == "NLLLoss":
+        x = x - np.log(np.exp(x).sum(1, keepdims=True))
+    k = rng.integers(0, 7, 5).astype(np.int32)
+    layer = create(ctx, type_name, "loss", options)
+    out = layer.setup([layer_check.TensorSpec(x.shape), layer_check.TensorSpec(k.shape, k.dtype)])
+    dy = [np.ones(s.shape, np.float32) for s in out.outputs]
+    r = run_layer(ctx, layer, [x, k], dy=dy, want_dx=[True, False])
+    _finite(r)
+    nll = -x[np.arange(5), k] if type_name == "NLLLoss" else \
+        -(x - np.log(np.exp(x).sum(1, keepdims=True)))[np.arange(5), k]
+    want = nll if options.get("reduce") == "none" else nll.mean()
+    assert_close(r.y[0].ravel(), np.ravel(want), rtol=1e-4, atol=1e-5)
+
+
+def test_mse_loss(ctx, rng, facts):
+    x, target = (rng.standard_normal((4, 9)).astype(np.float32) for _ in range(2))
+    layer = create(ctx, "MSELoss", "mse", {})
+    r = run_layer(ctx, layer, [x, target], dy=[np.ones((), np.float32).reshape(
+        layer.setup([layer_check.TensorSpec(x.shape)] * 2).outputs[0].shape)])
+    assert_close(r.y[0].ravel(), [np.mean((x - target) ** 2)], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_recurrent(ctx, rng, facts, cell, bidirectional):
+    opts = {"hidden_size": 3, "num_layers": 2, "bidirectional": bidirectional}
+    x = rng.standard_normal((4, 2, 5)).astype(np.float32)  # (steps, batch, features)
+    layer = create(ctx, cell, "rnn", opts)
+    out = layer.setup([layer_check.TensorSpec(x.shape)]).outputs
+    dy = [rng.standard_normal(s.shape).astype(np.float32) for s in out]
+    _finite(run_layer(ctx, layer, [x], dy=dy, rng=rng))
+
+
+@pytest.mark.parametrize("opts, shapes", [
+    ({}, ((2, 2, 5, 4), (2, 2, 7, 4), (2, 2, 7, 3))),
+    ({"causal": True}, ((1, 2, 9, 4), (1, 2, 9, 4), (1, 2, 9, 4)))])
+def test_attention(ctx, rng, facts, opts, shapes):
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    layer = create(ctx, "ScaledDotProductAttention", "att", opts)
+    n, h, lq, _ = shapes[0]
+    dy = [rng.standard_normal((n, h, lq, shapes[2][3])).astype(np.float32)]
+    _finite(run_layer(ctx, layer, xs, dy=dy, rng=rng))
+
+
+def test_embedding(ctx, rng, facts):
+    table = rng.standard_normal((6, 5)).astype(np.float32)
+    idx = np.array([[1, 5, 1], [0, 3, 2]], np.int64)
+    layer = create(ctx, "Embedding", "emb", {"num_embeddings": 6, "embedding_dim": 5})
+    dy = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    r = run_layer(ctx, layer, [idx], params=[table], dy=[dy], want_dx=[False])
+    np.testing.assert_array_equal(r.y[0], table[idx])
+    want = np.zeros_like(table, np.float64)
+    np.add.at(want, idx.ravel(), dy.reshape(-1, 5))
+    assert_close(r.dparams[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["index_select", "index_add", "gather", "scatter_add"])
+def test_gather(ctx, rng, facts, kind):
+    outer, n, m, inner = 2, 5, 7, 3
+    ops = index_ops(ctx, np.float32, np.int64)
+    if kind in ("index_select", "index_add"):
+        idx = rng.integers(0, n, m)
+    else:
+        idx = rng.integers(0, n, (outer, m, inner))
+    src_shape, dst_shape = ((outer, n, inner), (outer, m, inner)) if kind in (
+        "index_select", "gather") else ((outer, m, inner), (outer, n, inner))
+    src = rng.standard_normal(src_shape)
+    dst0 = rng.standard_normal(dst_shape)
+    dst = t(ctx, dst0)
+    for launch in ops.launches(kind, t(ctx, src), t(ctx, idx, np.int64), dst, outer, n, m, inner):
+        launch(ctx.queue)
+    if kind == "index_select":
+        want = src[:, idx, :]
+    elif kind == "gather":
+        want = np.take_along_axis(src, idx, 1)
+    else:
+        want = dst0.copy()
+        if kind == "index_add":
+            np.add.at(want, (slice(None), idx, slice(None)), src)
+        else:
+            o, _, k = np.meshgrid(np.arange(outer), np.arange(m), np.arange(inner), indexing="ij")
+            np.add.at(want, (o, idx, k), src)
+    assert_close(dst.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- pointwise, reductions, copies
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 1, 5, 7), (2, 3, 5, 7)), ((33, 1), (1, 3))])
+def test_pointwise_broadcast(ctx, rng, facts, a_shape, b_shape):
+    a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+    out = np.broadcast_shapes(a_shape, b_shape)
+    y0, y1 = t(ctx, np.zeros(out)), t(ctx, np.ones(out))
+    pointwise(ctx, [t(ctx, a), t(ctx, b)], [y0, y1], "y0 = x0 * w0 + x1; y1 = x0 - x1;", [1.5],
+              beta=0.5)
+    assert_close(y0.numpy(), a * 1.5 + b, rtol=1e-5, atol=1e-5)
+    assert_close(y1.numpy(), a - b + 0.5, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, y_shape", [((2, 3, 5, 7), (1, 3, 1, 1)), ((3, 70), (3, 1)),
+                                            ((300,), (1,)), ((9, 65), (1, 65))])
+def test_pointwise_reduce(ctx, rng, facts, shape, y_shape):
+    a = rng.standard_normal(shape)
+    y = t(ctx, np.ones(y_shape))
+    pointwise_reduce(ctx, [t(ctx, a)], [y], "y0 = x0 * x0;", alpha=2.0, beta=0.5)
+    axes = tuple(k for k, (n, m) in enumerate(zip(shape, y_shape)) if n != m)
+    want = 2 * (a * a).sum(axis=axes, keepdims=True).reshape(y_shape) + 0.5
+    assert_close(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "mean"])
+@pytest.mark.parametrize("axes", [(0, 2), (1,)])
+def test_reduce(ctx, rng, facts, op, axes):
+    a = rng.standard_normal((3, 33, 5))
+    r = Reduce(ctx, a.shape, axes, op)
+    y = t(ctx, np.zeros(r.out_shape))
+    r(t(ctx, a), y)
+    assert_close(y.numpy(), getattr(np, op)(a, axis=axes), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, perm", [((31, 65), (1, 0)), ((2, 3, 33, 5), (0, 2, 3, 1)),
+                                         ((2, 5, 7, 33), (0, 3, 1, 2)), ((3, 4, 5), (2, 0, 1))])
+def test_transpose_copy(ctx, rng, facts, shape, perm):
+    a = rng.standard_normal(shape)
+    op = cp.TransposeCopy(ctx, shape, perm)
+    y0 = rng.standard_normal(op.out_shape)
+    y = t(ctx, y0)
+    op(t(ctx, a), y, alpha=2.0, beta=-1.0)
+    assert_close(y.numpy(), 2 * a.transpose(perm) - y0, rtol=1e-5, atol=1e-5)
+
+
+def test_strided_copy(ctx, rng, facts):
+    dy, dx = rng.standard_normal((33, 3)), rng.standard_normal((40, 6))
+    whole = t(ctx, dx)
+    op = cp.StridedCopy(ctx, (33, 3), (3, 1), (6, 1))
+    op(t(ctx, dy), whole.view((whole.size - 13,), offset=2 * 6 + 1), alpha=0.5, beta=1.0)
+    want = dx.copy()
+    want[2:35, 1:4] += 0.5 * dy
+    assert_close(whole.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- a training step
+
+def test_lenet_training_step(ctx, rng, monkeypatch):
+    """One forward, backward and SGD step of LeNet (4x4 images, batch 2), as a CPU: as a
+    GPU its 32- and 64-channel convolutions take 128x128 tiles, minutes under oclgrind,
+    and those kernels are checked on the small cases above."""
+    monkeypatch.setattr(ctx.facts, "is_gpu", False)
+    net = dp.Net(ctx, models.lenet(batch=2, image_size=4), seed=0)
+    solver = solvers.SGD(net, lr=0.1, momentum=0.9)
+    before = net.param_arena.numpy()
+    out = net(data=rng.standard_normal((2, 1, 4, 4)).astype(np.float32),
+              label=np.array([3, 7], np.int32))
+    assert np.isfinite(out["loss"]).all()
+    net.backward()
+    solver.step(net)
+    after = net.param_arena.numpy()
+    assert np.isfinite(after).all() and not np.array_equal(before, after)
