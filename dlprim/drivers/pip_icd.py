@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import sys
+import tempfile
 
 from ..utils import cache_dir
 
@@ -98,11 +99,11 @@ def _vendor_entries():
     return where, entries
 
 
-def _write_folder(entries):
-    """A vendors folder holding ``entries``, in the cache, named by its content; written
+def _write_folder(entries, root):
+    """A vendors folder holding ``entries`` under ``root``, named by its content; written
     to a temporary folder and renamed, so a reader never sees half of it."""
     digest = hashlib.sha256(repr(sorted(entries.items())).encode()).hexdigest()[:16]
-    base = os.path.join(cache_dir(), "opencl-vendors")
+    base = os.path.join(root, "opencl-vendors")
     folder = os.path.join(base, digest)
     if os.path.isdir(folder):
         return folder
@@ -141,10 +142,17 @@ def register_pip_drivers():
     if not added:
         return None
     entries.update(added)
-    try:
-        folder = _write_folder(entries)
-    except OSError as err:
-        log.warning("cannot register pip's OpenCL drivers (%s): %s", ", ".join(added), err)
+    folder, errors = None, []
+    # the cache, else the temporary folder (a read-only home must not cost the driver)
+    for root in (cache_dir(), os.path.join(tempfile.gettempdir(), "dlprim-%d" % os.getuid())):
+        try:
+            folder = _write_folder(entries, root)
+            break
+        except OSError as err:
+            errors.append(str(err))
+    if folder is None:
+        log.warning("cannot register pip's OpenCL drivers (%s): %s", ", ".join(added),
+                    "; ".join(errors))
         return None
     _original = os.environ.get("OCL_ICD_VENDORS")
     os.environ["OCL_ICD_VENDORS"] = folder
