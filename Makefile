@@ -51,6 +51,29 @@ test: $(VENV)/.test opencl
 test-quick: $(VENV)/.test opencl
 	$(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS)
 
+# the GEMM, convolution, pooling, normalization and attention tests once per GPU vendor's
+# device facts over the CPU device (--device-facts, tests/vendor_facts.py): each vendor's
+# tiles, split models and GPU kernels checked here; VENDOR_K leaves out the CPU-only
+# tests, the tuner and the slowest builds. All three modes run; any failure fails
+VENDORS ?= amd intel nvidia
+VENDOR_TESTS ?= tests/test_vendor_facts.py tests/test_gemm.py tests/test_conv.py \
+  tests/test_conv_algo_options.py tests/test_pooling.py tests/test_normalization.py \
+  tests/test_batchnorm.py tests/test_attention.py tests/test_inner_product.py \
+  tests/test_matmul.py
+VENDOR_K ?= not tuner and not wide_tiles and not cpu and not packed_b and not packed_strips \
+  and not emulated and not explicit_tiles and not im2col and not direct \
+  and not references_match_pytorch and not dropout_layer and not 16bit_nets \
+  and not 16bit_dropout and not layouts_match_nhld \
+  and not (convolution2d and (k5_s2 or k7_s2 or k1_s2_g2 or rect_kernel or d2_g2 or asym \
+  or k5_p0 or tiny_out or depthwise_k or winograd2 or winograd_p0 or t_winograd or auto))
+.PHONY: test-vendors
+test-vendors: $(VENV)/.test opencl
+	@status=0; for vendor in $(VENDORS); do \
+	  echo "test-vendors: $$vendor"; \
+	  $(BIN)/python -m pytest -q --device-facts=$$vendor $(VENDOR_TESTS) -k "$(VENDOR_K)" \
+	    $(PYTEST_ARGS) || status=1; \
+	done; exit $$status
+
 # the kernel families and a Net's training step on a second OpenCL implementation: a CPU
 # driver other than the one `make test` chose (Intel's CPU runtime beside PoCL), where
 # one compiles; the MNIST example is the last check of that run (.ci/run)

@@ -144,9 +144,12 @@ CONV_CASES = {
     "winograd_p0": _case(3, 6, 13, (8, 9), 3, activation="tanh", algo="winograd4"),
     "winograd_tiny_out": _case(3, 4, 5, (3, 6), 3, pad=1, activation="relu", algo="winograd"),
     # "winograd" on 5x5 runs only where its automatic tile is F(4x4): 3 x 27x27 outputs, 64
-    # channels on one side (conv_winograd.automatic_tile_serves)
+    # channels on one side (conv_winograd.automatic_tile_serves). F(4x4, 5x5)'s float32
+    # transform-domain sums err up to 1.0e-4 on outputs up to 24 with the CPU GEMM and
+    # 1.3e-4 with the GPU tiles' (--device-facts: the same transforms, K = 4 summed in
+    # another order)
     "winograd_k5_p2": _case(3, 4, 64, (27, 27), 5, pad=2, activation="relu", algo="winograd",
-                            tol=4),
+                            tol=6),
     "winograd4_k5_p2": _case(2, 6, 7, (11, 9), 5, pad=2, activation="tanh", algo="winograd4",
                              tol=4),
     "winograd2_k5_asym": _case(1, 9, 8, (8, 10), 5, pad=[1, 3, 2, 0], bias=False,
