@@ -2,8 +2,10 @@
 API misuse fail the test (conftest.py reads oclgrind's log around each one).
 
 Shapes are tiny (oclgrind interprets every work-item) but still cross tile and
-work-group edges; each case also checks its result against numpy, so a kernel that did
-not run cannot pass. Tests taking ``facts`` run once as a CPU and once as a GPU.
+work-group edges. The kernels' results are checked against numpy and the layers'
+outputs and gradients for being finite (run_layer also checks what backward overwrites
+and accumulates), so a kernel that did not run cannot pass. Tests taking ``facts`` run
+once as a CPU and once as a GPU.
 """
 import numpy as np
 import pytest
@@ -50,6 +52,34 @@ def test_gemm(ctx, rng, facts, M, N, K, split_k, trans_a, trans_b):
     op(t(ctx, a.T if trans_a else a), t(ctx, b.T if trans_b else b), C, bias=t(ctx, bias),
        alpha=0.5, beta=0.25)
     assert_close(C.numpy(), np.maximum(0.5 * a @ b + 0.25 * c + bias, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("precision, dtypes", [("tf32", ("float32",) * 3),
+                                               ("bf16", ("bfloat16", "float32", "bfloat16"))])
+def test_gemm_emulated_tensor_cores(ctx, rng, monkeypatch, precision, dtypes):
+    """gemm_mma.cl's tiles, fragments and epilogue with kernels/mma.h's products in
+    OpenCL C (MMA_EMULATE), as on a CPU: all but the PTX."""
+    from dlprim.core import gemm
+    from dlprim.kernels import program
+    from layer_check import host, stored
+    monkeypatch.setattr(ctx.facts, "is_gpu", False)
+    monkeypatch.setattr(gemm, "tensor_cores", lambda ctx, precision="tf32": True)
+    # no probes of cp.async and warpgroup products: their PTX builds fail here, by design
+    monkeypatch.setattr(gemm, "copies_async", lambda ctx, precision: False)
+    monkeypatch.setattr(gemm, "warpgroup_products", lambda ctx, precision: False)
+    build = program.get
+    monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
+        ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_mma" else p)))
+    M, N, K = 20, 9, 24
+    a, b = stored(rng.standard_normal((M, K)), dtypes[0]), stored(rng.standard_normal((K, N)),
+                                                                  dtypes[1])
+    op = Gemm(ctx, M, N, K, precision=precision, dtypes=dtypes)
+    assert op.mma
+    C = dp.Tensor.from_numpy(ctx, host(np.zeros((M, N)), dtypes[2]))
+    op(dp.Tensor.from_numpy(ctx, host(a, dtypes[0])), dp.Tensor.from_numpy(ctx, host(b, dtypes[1])),
+       C)
+    got = C.numpy().astype(np.float64)
+    assert_close(got, a @ b, rtol=3e-2, atol=3e-2)
 
 
 # ---------------------------------------------------------------- convolutions
@@ -169,6 +199,9 @@ LAYERS = [  # (type, options, input shapes, how to make inputs)
     ("Elementwise", {"operation": "prod"}, [(2, 3, 5), (2, 3, 5)]),
     ("InnerProduct", {"outputs": 5, "activation": "relu"}, [(3, 13)]),
     ("LRN", {"size": 3}, [(2, 5, 3, 4)]),
+    ("Interpolation", {"method": "bilinear", "scale_y": 1.5, "scale_x": 0.5}, [(1, 2, 5, 7)]),
+    ("Interpolation", {"method": "nearest", "out_h": 7, "out_w": 3}, [(2, 1, 4, 5)]),
+    ("Dropout", {"ratio": 0.3, "seed": 5}, [(3, 37)]),
 ]
 
 
