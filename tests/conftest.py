@@ -6,11 +6,17 @@ import numpy as np
 import pytest
 
 import dlprim as dp
+import tiers
 import vendor_facts
 
 
 def pytest_addoption(parser):
     vendor_facts.add_option(parser)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(getattr(pytest.mark, tiers.tier_of(item.module.__name__)))
 
 
 def pytest_report_header(config):
