@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 # Among CPU drivers that both compile, the one chosen by default: the faster on the
 # measured rows of docs/benchmarks.md ("CPU drivers").
-CPU_DRIVER_PREFERENCE = ("pocl", "intel")
+CPU_DRIVER_PREFERENCE = ("intel", "pocl")
 
 
 class DeviceError(Error, RuntimeError):
