@@ -62,15 +62,17 @@ VENDOR_TESTS ?= tests/test_vendor_facts.py tests/test_gemm.py tests/test_conv.py
   tests/test_matmul.py
 VENDOR_K ?= not tuner and not wide_tiles and not cpu and not packed_b and not packed_strips \
   and not emulated and not explicit_tiles and not im2col and not direct \
-  and not references_match_pytorch and not dropout_layer and not 16bit_nets \
-  and not 16bit_dropout and not layouts_match_nhld \
+  and not gpu_configuration and not references_match_pytorch and not dropout \
+  and not 16bit_nets and not 16bit_storage and not layouts and not rows \
+  and not (inner_product and (shape4 or split_gemms)) \
   and not (convolution2d and (k5_s2 or k7_s2 or k1_s2_g2 or rect_kernel or d2_g2 or asym \
-  or k5_p0 or tiny_out or depthwise_k or winograd2 or winograd_p0 or t_winograd or auto))
+  or k5_p0 or tiny_out or depthwise_k or winograd2 or winograd_p0 or t_winograd or auto \
+  or outpad))
 .PHONY: test-vendors
 test-vendors: $(VENV)/.test opencl
 	@status=0; for vendor in $(VENDORS); do \
 	  echo "test-vendors: $$vendor"; \
-	  $(BIN)/python -m pytest -q --device-facts=$$vendor $(VENDOR_TESTS) -k "$(VENDOR_K)" \
+	  $(BIN)/python -m pytest -q $(XDIST) --device-facts=$$vendor $(VENDOR_TESTS) -k "$(VENDOR_K)" \
 	    $(PYTEST_ARGS) || status=1; \
 	done; exit $$status
 
