@@ -8,6 +8,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 PYTEST_ARGS ?=
+# test files spread over two worker processes (pytest-xdist): kernel builds, the most of a
+# cold run, then go on both cores; built kernels are shared through the drivers' caches
+XDIST ?= -n 2 --dist loadfile
 # PyTorch's CPU build for the tests (PyPI's Linux wheel is the CUDA one)
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
@@ -45,11 +48,11 @@ demo: $(VENV)/.demo opencl
 
 # every tier (tests/tiers.py): unit, model, system
 test: $(VENV)/.test opencl
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # the first tier alone, a developer's inner loop
 test-quick: $(VENV)/.test opencl
-	$(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m unit $(XDIST) $(PYTEST_ARGS)
 
 # the GEMM, convolution, pooling, normalization and attention tests once per GPU vendor's
 # device facts over the CPU device (--device-facts, tests/vendor_facts.py): each vendor's
@@ -89,7 +92,7 @@ test-second-driver: $(VENV)/.test opencl
 	  echo "test-second-driver: no second CPU driver compiles here; make test ran on the only one"; \
 	else \
 	  echo "test-second-driver: device $$device"; \
-	  DLPRIM_TEST_DEVICE=$$device $(BIN)/python -m pytest -q $(SECOND_DRIVER_TESTS) $(PYTEST_ARGS); \
+	  DLPRIM_TEST_DEVICE=$$device $(BIN)/python -m pytest -q $(XDIST) $(SECOND_DRIVER_TESTS) $(PYTEST_ARGS); \
 	fi
 
 # every kernel family on small cases under oclgrind, the OpenCL simulator, with its
