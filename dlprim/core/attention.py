@@ -36,6 +36,7 @@ an L x S mask. A step uses ``counters()`` values of the stream from its offset.
 import math
 
 import numpy as np
+import pyopencl as cl
 
 from ..dtypes import HALF_TYPES, as_dtype, cl_type, dtype_name
 from ..kernels import program
@@ -44,7 +45,7 @@ from ..utils import round_up
 from .copy import fill_launches
 from .pointwise import pointwise_reduce_launches
 
-__all__ = ["AttentionOps", "tile_blocks", "LAYOUTS", "STORAGES"]
+__all__ = ["AttentionOps", "tile_blocks", "native_exp2_is_accurate", "LAYOUTS", "STORAGES"]
 
 LAYOUTS = ("nhld", "nlhd", "packed")
 _F32 = np.dtype(np.float32)
@@ -57,6 +58,34 @@ BLOCKS = {"forward": ((64, 32, 8), (64, 32, 16), (32, 32, 8), (32, 16, 8), (16, 
           "dq": ((64, 16, 8), (32, 32, 8), (32, 16, 8), (16, 16, 4)),
           "dkdv": ((32, 32, 8), (32, 16, 8), (16, 16, 4))}
 _MAX_TILE = 96
+
+# native_exp2 is taken (FAST_EXP) where its relative error stays under this: GPUs'
+# hardware exp2 is near 2^-22; Intel's CPU runtime's is 7.5e-5, which shows in the outputs
+NATIVE_EXP2_MAX_ERROR = 1e-6
+_EXP2_PROBE = """
+__kernel void probe(__global float *y, __global const float *x)
+{
+    y[get_global_id(0)] = native_exp2(x[get_global_id(0)]);
+}
+"""
+
+
+def native_exp2_is_accurate(ctx):
+    """Whether the device's ``native_exp2`` is within NATIVE_EXP2_MAX_ERROR of 2^x over
+    the exponents a softmax takes (-30..0); asked once per context."""
+    if not hasattr(ctx, "_native_exp2_accurate"):
+        x = np.linspace(-30.0, 0.0, 4096, dtype=np.float32)
+        built = cl.Program(ctx.cl_context, _EXP2_PROBE).build()
+        mf = cl.mem_flags
+        xb = cl.Buffer(ctx.cl_context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+        yb = cl.Buffer(ctx.cl_context, mf.WRITE_ONLY, x.nbytes)
+        built.probe(ctx.queue, x.shape, None, yb, xb)
+        y = np.empty_like(x)
+        cl.enqueue_copy(ctx.queue, y, yb)
+        exact = np.exp2(x.astype(np.float64))
+        ctx._native_exp2_accurate = bool(np.max(np.abs(y - exact) / exact)
+                                         <= NATIVE_EXP2_MAX_ERROR)
+    return ctx._native_exp2_accurate
 
 
 def _local_bytes(pass_, d, dv, bq, bk, tx):
@@ -156,7 +185,7 @@ class AttentionOps:
         self.kernels = kernels
         if kernels == "tiles":
             self.blocks = blocks
-            flags["FAST_EXP"] = not ctx.facts.is_cpu
+            flags["FAST_EXP"] = not ctx.facts.is_cpu and native_exp2_is_accurate(ctx)
             self.programs = {
                 pass_: program.get(ctx, "attention_tiles", PASS=pass_, D=self.d, DV=self.dv,
                                    **blocks[pass_], **flags)
