@@ -65,13 +65,21 @@ def test_named_device_that_cannot_compile_raises_with_the_fix(tmp_path):
     assert "Fix:" in out and "POCL_EXTRA_BUILD_FLAGS" in out
 
 
-def test_default_choice_skips_a_device_that_cannot_compile(tmp_path):
+@pytest.mark.parametrize("spec", [None, "cpu"])
+def test_default_choice_skips_a_device_that_cannot_compile(tmp_path, spec):
+    """The default (where there is no GPU: a GPU comes first and the CPUs are never
+    probed) and "cpu" skip the broken PoCL for another CPU driver, or say why none is left."""
     _pocl_entry()
+    if spec is None and any(e[3].type & dp.context.cl.device_type.GPU for e in dp.list_devices()):
+        pytest.skip("a GPU is the default here")
+    # PoCL asked first, so that it is probed and has to be skipped
     code = ("import dlprim as dp\n"
-            "try:\n    print('CHOSEN', dp.Context().facts.vendor_id)\n"
-            "except dp.DeviceError as e:\n    print('ERR', e)\n")
+            "dp.context.CPU_DRIVER_PREFERENCE = ('pocl',) + dp.context.CPU_DRIVER_PREFERENCE\n"
+            "try:\n    print('CHOSEN', dp.Context(%r).facts.vendor_id)\n"
+            "except dp.DeviceError as e:\n    print('ERR', e)\n" % spec)
     out = _child(code, tmp_path, **BROKEN_POCL)
-    others = [e for e in dp.list_devices() if "portable computing" not in e[2].name.lower()]
+    others = [e for e in dp.list_devices() if "portable computing" not in e[2].name.lower()
+              and e[3].type & dp.context.cl.device_type.CPU]
     if others:
         assert "CHOSEN" in out and "CHOSEN pocl" not in out, out
         assert "skipping OpenCL device" in out  # logged, with the reason
