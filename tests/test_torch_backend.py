@@ -325,6 +325,28 @@ def test_index_operators_match_cpu_with_gradients():
           base.scatter_add(0, at[:, None].expand(4, 3), rows))
 
 
+@pytest.mark.parametrize("x_shape,index", [((), 0), ((), [0]), ((5,), 2), ((3, 4), 1),
+                                           ((3, 4), [2, 0])])
+def test_index_select_result_shape_follows_pytorch(x_shape, index):
+    """A 0-d x gives a 0-d result, whatever the index's shape; a 0-d index on a tensor
+    keeps the dimension (size 1)."""
+    x = torch.arange(float(max(1, int(np.prod(x_shape))))).reshape(x_shape)
+    i = torch.tensor(index)
+    want = torch.index_select(x, 0, i)
+    got = torch.index_select(x.to(DEV), 0, i.to(DEV)).cpu()
+    assert got.shape == want.shape and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.float32])
+def test_native_dropout_backward_dtype_follows_pytorch(dtype):
+    """grad * mask * scale: integer and bool gradients come back in the default float type."""
+    grad = torch.tensor([3, 0, 1, 2, 1]).to(dtype)
+    mask = torch.tensor([1, 0, 1, 1, 0], dtype=torch.bool)
+    want = torch.ops.aten.native_dropout_backward(grad, mask, 2.0)
+    got = torch.ops.aten.native_dropout_backward(grad.to(DEV), mask.to(DEV), 2.0).cpu()
+    assert got.dtype == want.dtype and torch.equal(got, want)
+
+
 def test_index_out_of_range_reads_nan_and_index_on_host_is_an_error():
     got = torch.ones(3, 2, device=DEV).index_select(0, torch.tensor([0, 5], device=DEV)).cpu()
     assert torch.isnan(got[1]).all() and (got[0] == 1).all()

@@ -52,8 +52,8 @@ def _index_select(x, dim, index):
     shape = list(x.shape) or [1]
     m = index.numel()
     out_shape = shape[:dim] + [m] + shape[dim + 1:]
-    out = empty(out_shape if x.dim() else (m,) if index.dim() else (), x.dtype,
-                x._ocl_storage.index)
+    # a 0-d x gives a 0-d result whatever the index's shape (PyTorch's rule)
+    out = empty(out_shape if x.dim() else (), x.dtype, x._ocl_storage.index)
     outer, n, inner = _around(shape, dim)
     _run("index_select", x, index, out, outer, n, m, inner)
     return out

@@ -507,7 +507,10 @@ def _native_dropout(x, p, train):
 
 @register(aten.native_dropout_backward.default)
 def _native_dropout_backward(grad, mask, scale):
-    out = empty(grad.shape, grad.dtype, grad._ocl_storage.index)
+    # grad * mask * scale with a float scale: integer and bool gradients give the default
+    # float type, as PyTorch's CPU kernel does
+    dtype = grad.dtype if grad.is_floating_point() else torch.get_default_dtype()
+    out = empty(grad.shape, dtype, grad._ocl_storage.index)
     if out.numel():
         pointwise(_ctx(grad), [as_dlprim(grad), as_dlprim(mask)], [as_dlprim(out)],
                   "y0 = x1 ? x0 * w0 : 0;", [np.float32(scale)])
