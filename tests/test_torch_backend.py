@@ -290,6 +290,16 @@ def test_layer_norm_matches_cpu_with_gradients(affine):
         both(lambda x: F.layer_norm(x, (6,)), rand(3, 5, 6))
 
 
+def test_norms_with_a_bias_and_no_weight_match_cpu_with_gradients():
+    """y = xhat + b: the bias is added though there is no weight to scale by."""
+    both(lambda x, b: F.layer_norm(x, (4, 6), None, b, 1e-3), rand(3, 5, 4, 6),
+         rand(4, 6, seed=2))
+    both(lambda x, b: F.layer_norm(x, (6,), None, b), rand(3, 5, 6), rand(6, seed=3))
+    # (PyTorch's CPU group norm has no backward without a weight: its value alone)
+    both(lambda x, b: F.group_norm(x, 3, None, b, 1e-3), rand(3, 6, 5, 7), rand(6, seed=2),
+         grads=False)
+
+
 @pytest.mark.parametrize("affine", [True, False])
 def test_group_norm_matches_cpu_with_gradients(affine):
     x = rand(3, 6, 5, 7)
