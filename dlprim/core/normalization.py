@@ -46,9 +46,10 @@ def default_kernels(facts, rows):
 class GroupNormOps:
     """The launchers of one normalisation over ``shape`` = (N, G, K, S); ``dtype``: the
     storage of x, y and their gradients (float32, float16 or bfloat16; statistics and parameters
-    float32)."""
+    float32). ``affine``: times a weight per (g, k); ``bias``: plus a bias per (g, k), by
+    default where there is a weight, and with or without one when given."""
 
-    def __init__(self, ctx, shape, eps, affine=True, bias=True, rms=False, kernels=None,
+    def __init__(self, ctx, shape, eps, affine=True, bias=None, rms=False, kernels=None,
                  dtype=F):
         self.ctx = ctx
         self.shape = tuple(int(v) for v in shape)
@@ -57,7 +58,8 @@ class GroupNormOps:
         n, g, k, s = self.shape
         self.count = k * s
         self.eps, self.affine, self.rms = float(eps), bool(affine), bool(rms)
-        self.bias = bool(bias) and self.affine
+        # a bias with the weight unless told (PyTorch's functional norms take either alone)
+        self.bias = self.affine if bias is None else bool(bias)
         rows = g == 1 and s == 1
         if kernels is None:
             kernels = default_kernels(ctx.facts, rows)
@@ -88,7 +90,7 @@ class GroupNormOps:
             code += " * x3"
         if self.bias:
             ins.append(chan)
-            code += " + x4"
+            code += " + x%d" % (len(ins) - 1)
         self._apply = PointwiseBroadcast(ctx, ins, [full], code + ";", name="norm_apply")
         # backward inputs: x0 x, x1 dy, x2 mean, x3 rstd [, x4 weight]
         xhat = "%s * x3" % ("x0" if self.rms else "(x0 - x2)")

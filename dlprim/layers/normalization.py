@@ -48,8 +48,8 @@ class _Normalization(Layer):
         spec = self.single_input(in_specs, min_ndim=1)
         view, param_shape = self.view_of(spec.shape)
         self.view = view
-        self.ops = GroupNormOps(self.ctx, view, self.eps, self.affine, bias=self.BIAS,
-                                rms=self.RMS, dtype=spec.dtype)
+        self.ops = GroupNormOps(self.ctx, view, self.eps, self.affine,
+                                bias=self.affine and self.BIAS, rms=self.RMS, dtype=spec.dtype)
         stats = view[0] * view[1]
         params = [ParamSpec(param_shape)] * self.affine + \
             [ParamSpec(param_shape)] * (self.affine and self.BIAS)
