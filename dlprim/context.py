@@ -12,7 +12,7 @@ from typing import Optional, Union
 import pyopencl as cl
 import pyopencl.tools
 
-from .drivers import advice, loader_vendors, probe_device, register_pip_drivers
+from .drivers import advice, icd_files, loader_vendors, probe_device, register_pip_drivers
 from .errors import DeviceMemoryError, Error
 from .staging import HostStaging
 
@@ -32,15 +32,6 @@ class DeviceError(Error, RuntimeError):
     build a kernel (the compiler's message and the fix for that case)."""
 
 
-def _icd_vendor_files(vendor_dir):
-    if os.path.isfile(vendor_dir):
-        return [vendor_dir]
-    try:
-        return sorted(os.path.join(vendor_dir, f) for f in os.listdir(vendor_dir))
-    except OSError:
-        return []
-
-
 def _platforms():
     register_pip_drivers()  # before the loader's first look: pip's drivers join the list
     try:
@@ -49,7 +40,7 @@ def _platforms():
         platforms = []
     if not platforms:
         vendor_dir = loader_vendors()
-        files = _icd_vendor_files(vendor_dir)
+        files = icd_files(vendor_dir)
         found = ", ".join(files) if files else "no .icd files"
         raise DeviceError(
             "no OpenCL platform found (the ICD loader looked in %s and found: %s). "

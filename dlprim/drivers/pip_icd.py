@@ -23,13 +23,15 @@ import tempfile
 
 from ..utils import cache_dir
 
-__all__ = ["register_pip_drivers", "pip_driver_libraries", "loader_vendors", "PIP_DRIVERS"]
+__all__ = ["register_pip_drivers", "pip_driver_libraries", "loader_vendors", "icd_files",
+           "PIP_DRIVERS", "DEFAULT_VENDORS"]
 
 log = logging.getLogger(__name__)
 
 # distribution -> (its driver library, the libraries it needs from another distribution)
 PIP_DRIVERS = {"intel-opencl-rt": ("libintelocl.so", {"libimf.so": "intel-cmplr-lib-rt"})}
 
+DEFAULT_VENDORS = "/etc/OpenCL/vendors"  # where the loader reads without OCL_ICD_VENDORS
 _registered = None  # the vendors folder set in this process, once decided
 _original = None  # what OCL_ICD_VENDORS said before it was set here
 
@@ -38,8 +40,19 @@ def loader_vendors():
     """Where the ICD loader reads ``.icd`` files, in the user's terms: the folder (or file)
     of OCL_ICD_VENDORS before dlprim pointed it at its own copy, else the default."""
     if _registered:
-        return _original or "/etc/OpenCL/vendors"
-    return os.environ.get("OCL_ICD_VENDORS") or "/etc/OpenCL/vendors"
+        return _original or DEFAULT_VENDORS
+    return os.environ.get("OCL_ICD_VENDORS") or DEFAULT_VENDORS
+
+
+def icd_files(where):
+    """The ``.icd`` files the loader reads from ``where``: the file itself (OCL_ICD_VENDORS
+    may name one), or those of the folder, sorted; none where it cannot be read."""
+    if os.path.isfile(where):
+        return [where]
+    try:
+        return sorted(os.path.join(where, f) for f in os.listdir(where) if f.endswith(".icd"))
+    except OSError:
+        return []
 
 
 def _installed_file(distribution, filename):
@@ -81,16 +94,9 @@ def pip_driver_libraries():
 
 def _vendor_entries():
     """(where the loader reads, {file name: content}) of the ``.icd`` files it would read."""
-    where = os.environ.get("OCL_ICD_VENDORS") or "/etc/OpenCL/vendors"
-    if os.path.isfile(where):
-        names = [where]
-    else:
-        try:
-            names = sorted(os.path.join(where, f) for f in os.listdir(where) if f.endswith(".icd"))
-        except OSError:
-            names = []
+    where = loader_vendors()
     entries = {}
-    for path in names:
+    for path in icd_files(where):
         try:
             with open(path) as f:
                 entries[os.path.basename(path)] = f.read().strip()
