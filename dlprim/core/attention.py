@@ -43,6 +43,7 @@ from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
 from .copy import fill_launches
+from .gemm import memo_probe
 from .pointwise import pointwise_reduce_launches
 
 __all__ = ["AttentionOps", "tile_blocks", "native_exp2_is_accurate", "LAYOUTS", "STORAGES"]
@@ -73,19 +74,20 @@ __kernel void probe(__global float *y, __global const float *x)
 def native_exp2_is_accurate(ctx):
     """Whether the device's ``native_exp2`` is within NATIVE_EXP2_MAX_ERROR of 2^x over
     the exponents a softmax takes (-30..0); asked once per context."""
-    if not hasattr(ctx, "_native_exp2_accurate"):
-        x = np.linspace(-30.0, 0.0, 4096, dtype=np.float32)
-        built = cl.Program(ctx.cl_context, _EXP2_PROBE).build()
-        mf = cl.mem_flags
-        xb = cl.Buffer(ctx.cl_context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
-        yb = cl.Buffer(ctx.cl_context, mf.WRITE_ONLY, x.nbytes)
-        built.probe(ctx.queue, x.shape, None, yb, xb)
-        y = np.empty_like(x)
-        cl.enqueue_copy(ctx.queue, y, yb)
-        exact = np.exp2(x.astype(np.float64))
-        ctx._native_exp2_accurate = bool(np.max(np.abs(y - exact) / exact)
-                                         <= NATIVE_EXP2_MAX_ERROR)
-    return ctx._native_exp2_accurate
+    return memo_probe(ctx, "_native_exp2", "float32", _probe_native_exp2)
+
+
+def _probe_native_exp2(ctx, precision):
+    x = np.linspace(-30.0, 0.0, 4096, dtype=np.float32)
+    built = cl.Program(ctx.cl_context, _EXP2_PROBE).build()
+    mf = cl.mem_flags
+    xb = cl.Buffer(ctx.cl_context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+    yb = cl.Buffer(ctx.cl_context, mf.WRITE_ONLY, x.nbytes)
+    built.probe(ctx.queue, x.shape, None, yb, xb)
+    y = np.empty_like(x)
+    cl.enqueue_copy(ctx.queue, y, yb)
+    exact = np.exp2(x.astype(np.float64))
+    return bool(np.max(np.abs(y - exact) / exact) <= NATIVE_EXP2_MAX_ERROR)
 
 
 def _local_bytes(pass_, d, dv, bq, bk, tx):
