@@ -130,3 +130,17 @@ def test_pip_intel_runtime_registered_beside_the_loaders_files(tmp_path):
     assert os.path.isabs(intel) and intel.endswith("libintelocl.so") and os.path.isfile(intel)
     off = _child(code, tmp_path, OCL_ICD_VENDORS=str(vendors), DLPRIM_PIP_DRIVERS="0")
     assert "VENDORS %s" % vendors in off, off
+
+
+def test_a_probe_that_timed_out_is_not_kept(ctx, tmp_path, monkeypatch):
+    """A time-out may be a loaded machine: the answer holds for this process only, while
+    a build error is kept on disk."""
+    from dlprim.drivers import probe
+    monkeypatch.setenv("DLPRIM_CACHE_DIR", str(tmp_path))
+    for transient in (True, False):
+        monkeypatch.setattr(probe, "_memo", {})
+        monkeypatch.setattr(probe, "_run_child",
+                            lambda device: probe.ProbeResult(False, "x", transient=transient))
+        assert not probe.probe_device(ctx.device).ok
+        kept = (tmp_path / "device_probe.json").exists()
+        assert kept == (not transient)

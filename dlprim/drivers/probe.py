@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 PROBE_VERSION = 1  # bump when the probe kernel changes: older answers are asked again
 PROBE_TIMEOUT_S = 300  # a first PoCL build loads LLVM; a driver that hangs longer is broken
 # environment variables that change what a driver compiles, part of an answer's key
-_DRIVER_ENV_PREFIXES = ("POCL_", "CL_CONFIG_", "DLPRIM_PROBE_")
+_DRIVER_ENV_PREFIXES = ("POCL_", "CL_CONFIG_")
 
 _SOURCE = r"""
 __kernel void dlprim_probe(__global float *y, __global const float *x, __local float *tmp)
@@ -43,6 +43,7 @@ _N, _LOCAL = 64, 16
 class ProbeResult(NamedTuple):
     ok: bool
     log: str  # the compiler's or runtime's message when not ok
+    transient: bool = False  # a time-out, maybe a loaded machine: not kept on disk
 
 
 def _identity(device):
@@ -93,7 +94,8 @@ def probe_device(device):
         result = ProbeResult(bool(stored["ok"]), str(stored.get("log", "")))
     else:
         result = _run_child(device)
-        _store(key, result)
+        if not result.transient:
+            _store(key, result)
     _memo[key] = result
     return result
 
@@ -115,7 +117,7 @@ def _run_child(device):
                              stdin=subprocess.DEVNULL, env=dict(os.environ, PYOPENCL_NO_CACHE="1"))
     except subprocess.TimeoutExpired:
         return ProbeResult(False, "building a one-line kernel did not finish in %d s"
-                           % PROBE_TIMEOUT_S)
+                           % PROBE_TIMEOUT_S, transient=True)
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("{"):
             try:
