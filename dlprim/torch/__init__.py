@@ -26,8 +26,10 @@ if _version(_torch.__version__) < MIN_TORCH:
 from .device import context, current_device, device_count, set_device  # noqa: E402
 from .dispatch import allow_cpu_fallback, cpu_fallback_allowed, implemented  # noqa: E402
 from .tensor import OclTensor  # noqa: E402
+# (the operator registrations; a later module's registration of an overload wins)
 from . import (ops_tensor, ops_math, ops_nn, ops_norm, ops_optim,  # noqa: E402,F401
-               ops_index, ops_attention)  # (the operator registrations)
+               ops_index, ops_attention, ops_library, ops_reduce, ops_shape, ops_conv,
+               ops_loss, ops_random, ops_linalg)
 
 from .compiler import compile_graph as backend, compile, explain, export_net  # noqa: E402,A004
 

@@ -1,0 +1,4 @@
+"""The activations operators (declarations: see ops/declare.py)."""
+from .declare import declare  # noqa: F401
+
+FAMILY = "activations"

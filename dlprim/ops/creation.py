@@ -1,0 +1,4 @@
+"""The creation operators (declarations: see ops/declare.py)."""
+from .declare import declare  # noqa: F401
+
+FAMILY = "creation"

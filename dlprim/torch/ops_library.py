@@ -1,0 +1,1 @@
+"""ATen operators on ocl devices generated from the operator library (dlprim.ops)."""

@@ -1,0 +1,1 @@
+"""ATen operators on ocl devices: ops_loss."""

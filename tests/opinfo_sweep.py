@@ -1,0 +1,278 @@
+"""PyTorch's own operator database (``op_db``, the OpInfo entries of
+``torch.testing._internal.common_methods_invocations``) run on ``ocl`` against the CPU.
+
+For each entry and dtype the CPU supports, the first ``samples`` sample inputs run on both
+devices; the outputs must match (shape, dtype and values, NaN where the CPU has NaN). For
+float32 entries that support autograd, the gradients of ``sum(output * cotangent)`` with
+respect to every input that requires one must match too.
+
+Each (entry, dtype) gets one verdict:
+- ``pass``: every sample matched (and its gradients, where asked);
+- ``grad``: the forward matched and a gradient did not run or did not match;
+- ``refused``: dlprim raised NotImplementedError / TypeError naming an operator or dtype;
+- ``wrong``: a result differs from the CPU's (the worst outcome: it is silent);
+- ``error``: any other exception on ocl;
+- ``skip``: the CPU itself fails on the samples, or the entry has none.
+
+``python tests/opinfo_sweep.py --dtype float32 --json out.json`` prints the counts;
+tests/test_opinfo.py runs it as a test with floors on the pass rates.
+"""
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import warnings
+
+import torch
+
+RANDOM_OPS = {  # outputs are draws: only shape and dtype are compared
+    "bernoulli", "multinomial", "normal", "uniform", "rand_like", "randn_like",
+    "randint_like", "randint", "randn", "rand", "exponential", "geometric", "cauchy",
+    "log_normal", "nn.functional.dropout", "nn.functional.dropout2d",
+    "nn.functional.dropout3d", "nn.functional.alpha_dropout",
+    "nn.functional.feature_alpha_dropout", "nn.functional.rrelu", "randperm",
+    "empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
+    "empty_permuted", "nn.functional.gumbel_softmax", "torch.empty", "normal.number_mean",
+    "normal.in_place", "bernoulli.p", "uniform_"}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64,
+          "bool": torch.bool, "bfloat16": torch.bfloat16, "int32": torch.int32,
+          "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
+          "float64": torch.float64}
+
+
+class Mismatch(Exception):
+    pass
+
+
+def _is_random(op):
+    return op.name in RANDOM_OPS or op.name.split(".")[0] in RANDOM_OPS \
+        or "empty" in op.name or op.name.startswith("new_empty")
+
+
+def _map(obj, fn):
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map(x, fn) for x in obj) if not hasattr(obj, "_fields") \
+            else type(obj)(*(_map(x, fn) for x in obj))
+    if isinstance(obj, dict):
+        return {k: _map(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _leaves(obj):
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for x in obj for t in _leaves(x)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in _leaves(x)]
+    return []
+
+
+def _to_ocl(t):
+    moved = t.detach().to("ocl")
+    return moved.requires_grad_(t.requires_grad)
+
+
+def _clone_cpu(t):
+    c = t.detach().clone()
+    return c.requires_grad_(t.requires_grad)
+
+
+def _tolerance(dtype):
+    if dtype in (torch.float16, torch.bfloat16):
+        return dict(rtol=2e-2, atol=2e-2)
+    if dtype == torch.float32:
+        return dict(rtol=1e-4, atol=1e-5)
+    return dict(rtol=1e-7, atol=1e-7)
+
+
+def _compare(expected, actual, random, what):
+    exp, act = _leaves(expected), _leaves(actual)
+    if len(exp) != len(act):
+        raise Mismatch("%s: %d tensors, expected %d" % (what, len(act), len(exp)))
+    if not exp and expected != actual and not random:
+        if isinstance(expected, (int, float, bool)) and isinstance(actual, (int, float, bool)):
+            if abs(float(expected) - float(actual)) <= 1e-5 * max(1, abs(float(expected))):
+                return
+        raise Mismatch("%s: %r, expected %r" % (what, actual, expected))
+    for i, (e, a) in enumerate(zip(exp, act)):
+        if a.device.type != "ocl" and e.device.type == "cpu" and a.numel() > 0 \
+                and not isinstance(a, torch.nn.Parameter):
+            raise Mismatch("%s[%d]: result on %s, expected on ocl" % (what, i, a.device))
+        if tuple(a.shape) != tuple(e.shape):
+            raise Mismatch("%s[%d]: shape %s, expected %s" % (what, i, list(a.shape),
+                                                               list(e.shape)))
+        if a.dtype != e.dtype:
+            raise Mismatch("%s[%d]: dtype %s, expected %s" % (what, i, a.dtype, e.dtype))
+        if random:
+            continue
+        a = a.detach().cpu()
+        e = e.detach()
+        try:
+            torch.testing.assert_close(a, e, equal_nan=True, check_stride=False,
+                                       check_device=False, **_tolerance(e.dtype))
+        except AssertionError as err:
+            raise Mismatch("%s[%d]: %s" % (what, i, str(err).splitlines()[0] if str(err)
+                                           else "values differ")) from None
+
+
+def _grad_inputs(sample):
+    return [t for t in _leaves([sample.input, sample.args, sample.kwargs])
+            if t.requires_grad and t.is_floating_point()]
+
+
+def _run_sample(op, sample, dtype, with_grad, random):
+    """Compare one sample; raises Mismatch, or what ocl raised."""
+    cpu_in = _map(sample.input, _clone_cpu)
+    cpu_args = _map(sample.args, _clone_cpu)
+    cpu_kwargs = _map(sample.kwargs, _clone_cpu)
+    try:
+        expected = op(cpu_in, *cpu_args, **cpu_kwargs)
+    except Exception:
+        return "cpu"
+    ocl_in = _map(sample.input, _to_ocl)
+    ocl_args = _map(sample.args, _to_ocl)
+    ocl_kwargs = _map(sample.kwargs, _to_ocl)
+    actual = op(ocl_in, *ocl_args, **ocl_kwargs)
+    _compare(expected, actual, random, "output")
+    if not with_grad or random:
+        return "ok"
+    fn = sample.output_process_fn_grad
+    exp_out = [t for t in _leaves(fn(expected)) if t.requires_grad and t.is_floating_point()]
+    act_out = [t for t in _leaves(fn(actual)) if t.requires_grad and t.is_floating_point()]
+    cpu_leaves = [t for t in _leaves([cpu_in, cpu_args, cpu_kwargs]) if t.requires_grad]
+    ocl_leaves = [t for t in _leaves([ocl_in, ocl_args, ocl_kwargs]) if t.requires_grad]
+    if not exp_out or not cpu_leaves:
+        return "ok"
+    gen = torch.Generator().manual_seed(0)
+    cots = [torch.randn(t.shape, generator=gen, dtype=t.dtype) for t in exp_out]
+    try:
+        exp_grads = torch.autograd.grad(exp_out, cpu_leaves, cots, allow_unused=True)
+    except Exception:
+        return "ok"
+    try:
+        act_grads = torch.autograd.grad(act_out, ocl_leaves, [c.to("ocl") for c in cots],
+                                        allow_unused=True)
+    except Exception as err:
+        raise GradFailure("%s: %s" % (type(err).__name__, str(err).splitlines()[0]
+                                      if str(err) else "")) from None
+    try:
+        _compare([g for g in exp_grads if g is not None],
+                 [g for g in act_grads if g is not None], False, "gradient")
+    except Mismatch as err:
+        raise GradFailure(str(err)) from None
+    return "ok"
+
+
+class GradFailure(Exception):
+    pass
+
+
+def _classify_error(err):
+    text = "%s: %s" % (type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+    if isinstance(err, NotImplementedError) or (isinstance(err, TypeError)
+                                                and "not supported on ocl" in str(err)):
+        return "refused", text
+    return "error", text
+
+
+def run_entry(op, dtype, samples=2):
+    """(verdict, detail) for one OpInfo entry at one dtype."""
+    with_grad = dtype == torch.float32 and op.supports_autograd
+    random = _is_random(op)
+    try:
+        inputs = list(op.sample_inputs("cpu", dtype, requires_grad=with_grad))
+    except Exception as err:
+        return "skip", "samples: %s" % type(err).__name__
+    ran = 0
+    grad_problem = None
+    for sample in inputs:
+        if ran >= samples:
+            break
+        try:
+            got = _run_sample(op, sample, dtype, with_grad, random)
+        except Mismatch as err:
+            return "wrong", str(err)
+        except GradFailure as err:
+            grad_problem = grad_problem or str(err)
+            ran += 1
+            continue
+        except Exception as err:  # noqa: BLE001 - the verdict names it
+            return _classify_error(err)
+        if got == "cpu":
+            continue
+        ran += 1
+    if ran == 0:
+        return "skip", "no sample the CPU runs"
+    if grad_problem:
+        return "grad", grad_problem
+    return "pass", ""
+
+
+def entries(names=None):
+    from torch.testing._internal.common_methods_invocations import op_db
+    out = [op for op in op_db if names is None or op.name in names]
+    return out
+
+
+def sweep(dtype_name, names=None, samples=2, progress=True, time_limit=None):
+    dtype = DTYPES[dtype_name]
+    results = {}
+    ops = entries(names)
+    start = time.time()
+    for i, op in enumerate(ops):
+        key = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+        if dtype not in op.supported_dtypes("cpu"):
+            continue
+        t0 = time.time()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            verdict, detail = run_entry(op, dtype, samples)
+        results[key] = {"verdict": verdict, "detail": detail[:300],
+                        "seconds": round(time.time() - t0, 2)}
+        if progress:
+            print("[%d/%d %s %.0fs] %s: %s %s" % (i + 1, len(ops), dtype_name,
+                                                time.time() - start, key, verdict,
+                                                detail[:150]), file=sys.stderr, flush=True)
+        if time_limit and time.time() - start > time_limit:
+            break
+    return results
+
+
+def summary(results):
+    counts = {}
+    for r in results.values():
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    ran = sum(v for k, v in counts.items() if k != "skip")
+    return counts, ran
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument("--json")
+    parser.add_argument("--ops", nargs="*")
+    parser.add_argument("--samples", type=int, default=2)
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    import dlprim.torch  # noqa: F401
+    results = sweep(args.dtype, set(args.ops) if args.ops else None, args.samples,
+                    progress=not args.quiet)
+    counts, ran = summary(results)
+    print("%s: %s of %d pass (%.1f%%); %s" % (
+        args.dtype, counts.get("pass", 0), ran, 100.0 * counts.get("pass", 0) / max(ran, 1),
+        ", ".join("%s %d" % kv for kv in sorted(counts.items()))))
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+        os.replace(tmp, args.json)
+
+
+if __name__ == "__main__":
+    main()
