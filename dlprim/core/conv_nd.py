@@ -1,0 +1,116 @@
+"""Convolutions of 1 to 3 spatial dims by column unrolling (``kernels/conv_nd.cl``) and the
+GEMM of ``core/gemm.py``: the path of the 3-D convolutions (and of whatever the 2-D
+launchers of ``core/conv.py`` do not take).
+
+Shapes are padded to 3 spatial dims with unit dims. For a batch of N samples, vol2col
+writes col[c, k, n, l] (C K rows of N L columns; K taps, L output positions), so that
+
+- forward: y[n, g] = W[g] · col[g, :, n]  (one batched GEMM per group),
+- backward-data: dcol[g] = W[g]ᵀ · dyᵀ[g], then dx = col2vol(dcol),
+- backward-filter: dW[g] = dyᵀ[g] · col[g]ᵀ (one GEMM per group over the whole batch),
+
+where dyᵀ is dy laid out (C_out, N L) and W[g] the (C_out/G, C_in/G K) weights of group g.
+Tensors are contiguous dlprim Tensors of one float dtype (float32, float16, bfloat16;
+the products accumulate in float32).
+"""
+import numpy as np
+
+from ..dtypes import as_dtype, cl_type
+from ..kernels import program
+from ..tensor import Tensor
+from ..utils import round_up
+from .gemm import Gemm
+from .pointwise import _memo
+
+__all__ = ["ConvND", "conv_nd"]
+
+
+def _three(values, fill):
+    values = tuple(int(v) for v in values)
+    return (fill,) * (3 - len(values)) + values
+
+
+class ConvND:
+    """One convolution geometry: ``in_c``, ``out_c`` channels, ``groups``, spatial sizes
+    ``in_size`` / ``out_size`` and per-dim ``kernel``, ``stride``, ``padding``,
+    ``dilation`` (1 to 3 dims each), for a batch of ``batch`` samples of ``dtype``."""
+
+    def __init__(self, ctx, batch, in_c, out_c, groups, in_size, out_size, kernel, stride,
+                 padding, dilation, dtype):
+        self.ctx, self.dtype = ctx, as_dtype(dtype)
+        self.batch, self.in_c, self.out_c, self.groups = batch, in_c, out_c, groups
+        self.in_size, self.out_size = _three(in_size, 1), _three(out_size, 1)
+        self.kernel, self.stride = _three(kernel, 1), _three(stride, 1)
+        self.padding, self.dilation = _three(padding, 0), _three(dilation, 1)
+        self.taps = int(np.prod(self.kernel))
+        self.cols = int(np.prod(self.out_size))                    # L
+        self.rows_g = in_c // groups * self.taps                   # C_in/G K
+        self.out_g = out_c // groups
+        self.program = program.get(ctx, "conv_nd", T=cl_type(self.dtype))
+        self._wg = min(256, ctx.facts.max_work_group)
+        dts = (self.dtype,) * 3
+        n, L = batch, self.cols
+        self.gemm_forward = Gemm(ctx, self.out_g, L, self.rows_g, batch=n, dtypes=dts)
+        self.gemm_data = Gemm(ctx, self.rows_g, n * L, self.out_g, trans_a=True, dtypes=dts)
+        self.gemm_filter = Gemm(ctx, self.out_g, self.rows_g, n * L, trans_b=True, dtypes=dts)
+
+    def _geometry(self):
+        i32 = np.int32
+        return [i32(v) for v in (self.batch, self.in_c) + self.in_size + self.out_size
+                + self.kernel + self.stride + self.padding + self.dilation]
+
+    def _launch(self, name, total, src, dst):
+        return program.Launch(self.program, name, (round_up(max(total, 1), self._wg),),
+                              (self._wg,), [np.uint64(total)] + self._geometry() + [src, dst])
+
+    def _col(self):
+        return Tensor(self.ctx, (max(self.in_c * self.taps * self.batch * self.cols, 1),),
+                      self.dtype)
+
+    def forward(self, x, w, y):
+        """y = conv(x, w): x (N, C_in, *in_size), w (C_out, C_in/G, *kernel), y (N, C_out,
+        *out_size)."""
+        col = self._col()
+        nl = self.batch * self.cols
+        launches = [self._launch("vol2col", self.in_c * self.taps * nl, x, col)]
+        for g in range(self.groups):
+            a = w.view((self.out_g * self.rows_g,), g * self.out_g * self.rows_g)
+            b = col.view((self.rows_g * nl,), g * self.rows_g * nl)
+            c = y.view((y.size - g * self.out_g * self.cols,), g * self.out_g * self.cols)
+            launches += self.gemm_forward.launches(a, b, c, lda=self.rows_g, ldb=nl,
+                                                   ldc=self.cols, stride_a=0, stride_b=self.cols,
+                                                   stride_c=self.out_c * self.cols)
+        return launches
+
+    def backward_data(self, dy_t, w, dx):
+        """dx from dyᵀ (dy laid out (C_out, N L)) and w."""
+        col = self._col()
+        nl = self.batch * self.cols
+        launches = []
+        for g in range(self.groups):
+            a = w.view((self.out_g * self.rows_g,), g * self.out_g * self.rows_g)
+            b = dy_t.view((self.out_g * nl,), g * self.out_g * nl)
+            c = col.view((self.rows_g * nl,), g * self.rows_g * nl)
+            launches += self.gemm_data.launches(a, b, c, lda=self.rows_g, ldb=nl, ldc=nl)
+        total = self.batch * self.in_c * int(np.prod(self.in_size))
+        return launches + [self._launch("col2vol", total, col, dx)]
+
+    def backward_filter(self, x, dy_t, dw):
+        """dw from x and dyᵀ (dy laid out (C_out, N L))."""
+        col = self._col()
+        nl = self.batch * self.cols
+        launches = [self._launch("vol2col", self.in_c * self.taps * nl, x, col)]
+        for g in range(self.groups):
+            a = dy_t.view((self.out_g * nl,), g * self.out_g * nl)
+            b = col.view((self.rows_g * nl,), g * self.rows_g * nl)
+            c = dw.view((self.out_g * self.rows_g,), g * self.out_g * self.rows_g)
+            launches += self.gemm_filter.launches(a, b, c, lda=nl, ldb=nl, ldc=self.rows_g)
+        return launches
+
+
+def conv_nd(ctx, batch, in_c, out_c, groups, in_size, out_size, kernel, stride, padding,
+            dilation, dtype):
+    """The ``ConvND`` of this geometry on ctx (made once)."""
+    args = (batch, in_c, out_c, groups, tuple(in_size), tuple(out_size), tuple(kernel),
+            tuple(stride), tuple(padding), tuple(dilation), as_dtype(dtype))
+    return _memo(ctx, ("conv_nd",) + args, lambda: ConvND(ctx, *args))

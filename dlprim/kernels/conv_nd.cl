@@ -1,0 +1,75 @@
+<%include file="common.h"/>
+// Column unrolling for convolutions of 1 to 3 spatial dims (1-D and 2-D ones are 3-D ones
+// with unit dims): vol2col lays each sample's receptive fields out as a (C * K, L) matrix
+// (K = K0 K1 K2 taps, L = O0 O1 O2 outputs) that a GEMM with the weights turns into the
+// output; the columns of the batch's samples lie side by side, col[c, k, n, l] (one
+// GEMM over every sample gives the filter's gradient); col2vol is its adjoint, gathered per input element (no atomics): each input
+// sums the columns of the taps that read it.
+// T: the storage type, computed in float for 16-bit floats.
+% if T in ("half", "bfloat16"):
+#define LOAD(p, i) LD_${T}(p, i)
+#define STORE(p, i, v) ST_${T}(p, i, v)
+% else:
+#define LOAD(p, i) ((p)[i])
+#define STORE(p, i, v) ((p)[i] = (v))
+% endif
+#define GEOMETRY int NB, int C, int I0, int I1, int I2, int O0, int O1, int O2, \
+                 int K0, int K1, int K2, int S0, int S1, int S2, int P0, int P1, int P2, \
+                 int D0, int D1, int D2
+
+// col[c, k, n, l] = x[n, c, o * S - P + k * D] (0 in the padding), one work-item each
+__kernel void vol2col(ulong total, GEOMETRY,
+                      __global const ${T} *x, ulong x_offset, __global ${T} *col, ulong col_offset)
+{
+    ulong g = get_global_id(0);
+    if (g >= total)
+        return;
+    const ulong L = (ulong)O0 * O1 * O2, KK = (ulong)K0 * K1 * K2;
+    ulong l = g % L, r = g / L;
+    ulong n = r % NB, ck = r / NB;
+    int k = (int)(ck % KK);
+    ulong nc = n * C + ck / KK;
+    int o2 = (int)(l % O2), o1 = (int)((l / O2) % O1), o0 = (int)(l / O2 / O1);
+    int k2 = k % K2, k1 = (k / K2) % K1, k0 = k / K2 / K1;
+    int i0 = o0 * S0 - P0 + k0 * D0, i1 = o1 * S1 - P1 + k1 * D1, i2 = o2 * S2 - P2 + k2 * D2;
+    __global ${T} *c = col + col_offset;
+    if (i0 >= 0 && i0 < I0 && i1 >= 0 && i1 < I1 && i2 >= 0 && i2 < I2) {
+        __global const ${T} *xp = x + x_offset;
+        STORE(c, g, LOAD(xp, ((nc * I0 + i0) * I1 + i1) * I2 + i2));
+    } else {
+        STORE(c, g, 0);
+    }
+}
+
+// dx[n, c, i] = sum over the taps k and outputs o with o * S - P + k * D = i of col[c, k, n, o]
+__kernel void col2vol(ulong total, GEOMETRY,
+                      __global const ${T} *col, ulong col_offset, __global ${T} *dx, ulong dx_offset)
+{
+    ulong g = get_global_id(0);
+    if (g >= total)
+        return;
+    const ulong L = (ulong)O0 * O1 * O2, KK = (ulong)K0 * K1 * K2;
+    int i2 = (int)(g % I2), i1 = (int)((g / I2) % I1), i0 = (int)((g / I2 / I1) % I0);
+    ulong nc = g / I2 / I1 / I0, n = nc / C;
+    __global const ${T} *c = col + col_offset + (nc % C) * KK * NB * L + n * L;
+    float sum = 0.0f;
+    for (int k0 = 0; k0 < K0; ++k0) {
+        int t0 = i0 + P0 - k0 * D0;
+        if (t0 < 0 || t0 % S0 || t0 / S0 >= O0)
+            continue;
+        for (int k1 = 0; k1 < K1; ++k1) {
+            int t1 = i1 + P1 - k1 * D1;
+            if (t1 < 0 || t1 % S1 || t1 / S1 >= O1)
+                continue;
+            for (int k2 = 0; k2 < K2; ++k2) {
+                int t2 = i2 + P2 - k2 * D2;
+                if (t2 < 0 || t2 % S2 || t2 / S2 >= O2)
+                    continue;
+                ulong k = ((ulong)k0 * K1 + k1) * K2 + k2;
+                ulong l = ((ulong)(t0 / S0) * O1 + t1 / S1) * O2 + t2 / S2;
+                sum += LOAD(c, k * NB * L + l);
+            }
+        }
+    }
+    STORE(dx + dx_offset, g, sum);
+}
