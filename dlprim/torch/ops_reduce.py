@@ -1,1 +1,399 @@
-"""ATen operators on ocl devices: ops_reduce."""
+"""Reductions, scans and sorting on ocl devices, with PyTorch's semantics: output shapes
+and dtypes (and the errors) come from running the operator on meta tensors first.
+
+Reductions are statements for dlprim's pointwise-broadcast-reduce generator (16-bit
+floats accumulate in float, integers in int64 where PyTorch's sums do); scans run
+``core/scan.py``, sorting (and what is built on it: topk, kthvalue, median, unique)
+``core/sort.py``. Every ``out=`` overload computes the functional result and stores it
+into ``out`` as PyTorch does (resized where its shape differs)."""
+import math
+
+import numpy as np
+import torch
+
+from ..core.pointwise import _memo, pointwise, pointwise_reduce
+from ..core.scan import scan_launches
+from ..core.sort import sort_launches
+from ..tensor import Tensor
+from .dispatch import register, handle
+from .ops_tensor import convert, meta_of
+from .tensor import OclTensor, as_dlprim, empty, enqueue, numpy_dtype, write_into
+
+aten = torch.ops.aten
+
+__all__ = []
+
+
+def _meta(a):
+    if isinstance(a, OclTensor):
+        return meta_of(a)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_meta(x) for x in a)
+    return a
+
+
+def _meta_call(func, *args, **kwargs):
+    """PyTorch's meta kernel of ``func``: its output(s) (shape, dtype) and its errors."""
+    return func(*_meta(list(args)), **{k: _meta(v) for k, v in kwargs.items()})
+
+
+def _ctx(x):
+    return x._ocl_storage.ctx
+
+
+def _new(m, like):
+    """A new ocl tensor shaped as meta tensor ``m`` on like's device."""
+    return empty(m.shape, m.dtype, like._ocl_storage.index)
+
+
+def _fill(t, value):
+    return handle(aten.fill_.Scalar, (t, value), {}) if t.numel() else t
+
+
+def _flat(x):
+    """x as a contiguous dlprim Tensor, a 0-d one as (1,)."""
+    return as_dlprim(x) if x.dim() else as_dlprim(x).view((1,))
+
+
+def _axes(x, dim):
+    """The reduced dims, sorted: all for None or an empty list."""
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(max(x.dim(), 1)))
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    return tuple(sorted({d % max(x.dim(), 1) for d in dims}))
+
+
+def _kept(x, axes):
+    """x's shape with the reduced axes as 1 (a 0-d x as (1,))."""
+    shape = tuple(x.shape) or (1,)
+    return tuple(1 if k in axes else n for k, n in enumerate(shape))
+
+
+def _count(x, axes):
+    shape = tuple(x.shape) or (1,)
+    return math.prod(shape[k] for k in axes)
+
+
+# ----- extreme values of each dtype, for the max / min folds
+_LOWEST = {"float": "-INFINITY", "half": "-INFINITY", "bfloat16": "-INFINITY",
+           "double": "-INFINITY", "char": "CHAR_MIN", "short": "SHRT_MIN", "int": "INT_MIN",
+           "long": "LONG_MIN", "uchar": "0"}
+_HIGHEST = {"float": "INFINITY", "half": "INFINITY", "bfloat16": "INFINITY",
+            "double": "INFINITY", "char": "CHAR_MAX", "short": "SHRT_MAX", "int": "INT_MAX",
+            "long": "LONG_MAX", "uchar": "UCHAR_MAX"}
+
+
+def _ctype(dtype):
+    from ..dtypes import cl_type
+    return cl_type(numpy_dtype(dtype))
+
+
+# the folds: (code over x0 -> y0, reduce_init, reduce); a NaN wins max and min
+def _max_fold(dtype):
+    return ("y0 = x0;", "reduce_y0 = %s;" % _LOWEST[_ctype(dtype)],
+            "if (y0 > reduce_y0 || y0 != y0) reduce_y0 = y0;")
+
+
+def _min_fold(dtype):
+    return ("y0 = x0;", "reduce_y0 = %s;" % _HIGHEST[_ctype(dtype)],
+            "if (y0 < reduce_y0 || y0 != y0) reduce_y0 = y0;")
+
+
+_SUM = ("reduce_y0 = 0;", "reduce_y0 += y0;")
+_FOLDS = {
+    "sum": lambda d: ("y0 = x0;",) + _SUM,
+    "nansum": lambda d: ("y0 = (x0 != x0) ? 0 : x0;",) + _SUM,
+    "prod": lambda d: ("y0 = x0;", "reduce_y0 = 1;", "reduce_y0 *= y0;"),
+    "any": lambda d: ("y0 = (x0 != 0);", "reduce_y0 = 0;", "reduce_y0 = (reduce_y0 || y0);"),
+    "all": lambda d: ("y0 = (x0 != 0);", "reduce_y0 = 1;", "reduce_y0 = (reduce_y0 && y0);"),
+    "count_nonzero": lambda d: ("y0 = (x0 != 0);",) + _SUM,
+    "amax": _max_fold, "amin": _min_fold,
+}
+_IDENTITY = {"sum": 0, "nansum": 0, "prod": 1, "any": 0, "all": 1, "count_nonzero": 0}
+
+
+def _fold_into(out, axes, x, code, init, red, extra=(), params=(), alpha=1.0):
+    """out (kept shape) = the fold of ``code`` over x (and ``extra`` inputs of the kept
+    shape) along ``axes``."""
+    keep = _kept(x, axes)
+    xs = [_flat(x)]
+    xs += [as_dlprim(e).view(keep) for e in extra]
+    pointwise_reduce(_ctx(x), xs, [as_dlprim(out).view(keep)], code, init, red,
+                     params=params, alpha=alpha)
+    return out
+
+
+def _simple(kind, func, x, dim, args, kwargs):
+    """A reduction of _FOLDS to PyTorch's output (identity over an empty dim)."""
+    m = _meta_call(func, *args, **kwargs)
+    out = _new(m, x)
+    if out.numel() == 0:
+        return out
+    axes = _axes(x, dim)
+    if _count(x, axes) == 0:
+        if kind not in _IDENTITY:
+            raise IndexError("%s(): Expected reduction dim to have non-zero size" % kind)
+        return _fill(out, _IDENTITY[kind])
+    return _fold_into(out, axes, x, *_FOLDS[kind](out.dtype))
+
+
+def _mean_into(out, x, axes):
+    """out (kept shape, a float dtype) = the mean of x over axes (NaN over nothing)."""
+    count = _count(x, axes)
+    if count == 0:
+        return _fill(out, float("nan"))
+    return _fold_into(out, axes, x, "y0 = x0;", *_SUM, alpha=1.0 / count)
+
+
+# ----- sum, prod, any, all, count_nonzero, amax, amin, nansum
+def _register_simple(kind, overloads, dim_of):
+    for func in overloads:
+        def run(*args, _f=func, **kwargs):
+            return _simple(kind, _f, args[0], dim_of(args, kwargs), args, kwargs)
+        register(func)(run)
+
+
+def _dim_arg(args, kwargs):
+    return kwargs.get("dim", args[1] if len(args) > 1 else None)
+
+
+_register_simple("sum", [aten.sum.default], lambda a, k: None)
+_register_simple("sum", [aten.sum.dim_IntList], _dim_arg)
+_register_simple("nansum", [aten.nansum.default], _dim_arg)
+_register_simple("prod", [aten.prod.default], lambda a, k: None)
+_register_simple("prod", [aten.prod.dim_int], _dim_arg)
+for _kind in ("any", "all"):
+    _p = getattr(aten, _kind)
+    _register_simple(_kind, [_p.default], lambda a, k: None)
+    _register_simple(_kind, [_p.dim, _p.dims], _dim_arg)
+_register_simple("count_nonzero", [aten.count_nonzero.default, aten.count_nonzero.dim_IntList],
+                 _dim_arg)
+_register_simple("amax", [aten.amax.default], _dim_arg)
+_register_simple("amin", [aten.amin.default], _dim_arg)
+
+
+@register(aten.mean.default, aten.mean.dim)
+def _mean(x, dim=None, keepdim=False, dtype=None):
+    func = aten.mean.default if dim is None and not keepdim else aten.mean.dim
+    m = _meta_call(func, x, dtype=dtype) if func is aten.mean.default else \
+        _meta_call(func, x, dim, keepdim, dtype=dtype)
+    out = _new(m, x)
+    return _mean_into(out, x, _axes(x, dim)) if out.numel() else out
+
+
+@register(aten.nanmean.default)
+def _nanmean(x, dim=None, keepdim=False, dtype=None):
+    m = _meta_call(aten.nanmean.default, x, dim, keepdim, dtype=dtype)
+    out = _new(m, x)
+    if out.numel() == 0:
+        return out
+    axes = _axes(x, dim)
+    keep = _kept(x, axes)
+    sums = empty(keep, torch.float32, x._ocl_storage.index)
+    counts = empty(keep, torch.float32, x._ocl_storage.index)
+    if _count(x, axes) == 0:
+        return _fill(out, float("nan"))
+    pointwise_reduce(_ctx(x), [_flat(x).view(tuple(x.shape) or (1,))],
+                     [as_dlprim(sums), as_dlprim(counts)],
+                     "y0 = (x0 != x0) ? 0 : x0; y1 = (x0 == x0);",
+                     "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;")
+    pointwise(_ctx(x), [as_dlprim(sums), as_dlprim(counts)], [as_dlprim(out).view(keep)],
+              "y0 = x0 / x1;")
+    return out
+
+
+# ----- var, std, var_mean, std_mean: the mean, then the squared deviations from it
+def _correction(unbiased, correction):
+    if correction is not None:
+        return float(correction)
+    return 1.0 if unbiased is None or unbiased else 0.0
+
+
+def _moments(x, dim, unbiased, keepdim, correction, root, want_mean):
+    m = _meta_call(aten.var.correction, x, dim, correction=correction, keepdim=keepdim)
+    var = _new(m, x)
+    mean_out = _new(m, x) if want_mean else None
+    if var.numel() == 0:
+        return (var, mean_out) if want_mean else var
+    axes = _axes(x, dim)
+    keep = _kept(x, axes)
+    count = _count(x, axes)
+    c = _correction(unbiased, correction)
+    mean = empty(keep, torch.float32 if var.dtype != torch.float64 else var.dtype,
+                 x._ocl_storage.index)
+    _mean_into(mean, x, axes)
+    denom = max(0.0, count - c)
+    if count == 0:
+        _fill(var, float("nan"))
+    else:  # no samples left after the correction: 0 * inf = NaN, as PyTorch's 0 / 0
+        _fold_into(var, axes, x, "float d = x0 - x1; y0 = d * d;", *_SUM, extra=(mean,),
+                   alpha=(1.0 / denom) if denom else float("inf"))
+    if root:
+        pointwise(_ctx(x), [as_dlprim(var)], [as_dlprim(var)], "y0 = sqrt(x0);")
+    if not want_mean:
+        return var
+    pointwise(_ctx(x), [as_dlprim(mean)], [as_dlprim(mean_out).view(keep)], "y0 = x0;")
+    return var, mean_out
+
+
+def _register_moments(packet, root, want_mean):
+    def run(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        if isinstance(dim, bool):  # var(x, unbiased): the default overload
+            dim, unbiased = None, dim
+        return _moments(x, dim, unbiased, keepdim, correction, root, want_mean)
+    for name in ("default", "dim", "correction"):
+        register(getattr(packet, name))(run)
+
+
+_register_moments(aten.var, False, False)
+_register_moments(aten.std, True, False)
+_register_moments(aten.var_mean, False, True)
+_register_moments(aten.std_mean, True, True)
+
+
+# ----- norms: sum |x|^p, then ^(1/p); max / min |x| for +-inf; count for 0
+def _norm_into(out, x, ord, axes):
+    ord = float(ord)
+    count = _count(x, axes)
+    if count == 0:
+        return _fill(out, 0.0)
+    if ord == float("inf"):
+        return _fold_into(out, axes, x, "y0 = fabs((float)x0);", "reduce_y0 = 0;",
+                          "if (y0 > reduce_y0 || y0 != y0) reduce_y0 = y0;")
+    if ord == float("-inf"):
+        return _fold_into(out, axes, x, "y0 = fabs((float)x0);", "reduce_y0 = INFINITY;",
+                          "if (y0 < reduce_y0 || y0 != y0) reduce_y0 = y0;")
+    if ord == 0:
+        return _fold_into(out, axes, x, "y0 = (x0 != 0);", *_SUM)
+    if ord == 1:
+        return _fold_into(out, axes, x, "y0 = fabs((float)x0);", *_SUM)
+    if ord == 2:
+        _fold_into(out, axes, x, "float a = x0; y0 = a * a;", *_SUM)
+        pointwise(_ctx(x), [as_dlprim(out)], [as_dlprim(out)], "y0 = sqrt(x0);")
+        return out
+    _fold_into(out, axes, x, "y0 = pow(fabs((float)x0), w0);", *_SUM, params=[ord])
+    pointwise(_ctx(x), [as_dlprim(out)], [as_dlprim(out)], "y0 = pow(x0, w0);", [1.0 / ord])
+    return out
+
+
+@register(aten.linalg_vector_norm.default)
+def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    m = _meta_call(aten.linalg_vector_norm.default, x, ord, dim, keepdim, dtype=dtype)
+    out = _new(m, x)
+    if out.numel() == 0:
+        return out
+    src = x if dtype is None or x.dtype == dtype else convert(x, dtype)
+    return _norm_into(out, src, ord, _axes(x, dim))
+
+
+@register(aten.norm.Scalar, aten.norm.ScalarOpt_dim, aten.norm.ScalarOpt_dim_dtype,
+          aten.norm.ScalarOpt_dtype)
+def _norm(x, p=2, dim=None, keepdim=False, *, dtype=None):
+    if isinstance(dim, torch.dtype):  # norm.ScalarOpt_dtype(x, p, dtype)
+        dim, dtype = None, dim
+    return _vector_norm(x, 2 if p is None else p, dim, keepdim, dtype=dtype)
+
+
+# ----- logsumexp: max + log(sum(exp(x - max))), the max taken as 0 where it is infinite
+@register(aten.logsumexp.default)
+def _logsumexp(x, dim, keepdim=False):
+    m = _meta_call(aten.logsumexp.default, x, dim, keepdim)
+    out = _new(m, x)
+    if out.numel() == 0:
+        return out
+    axes = _axes(x, dim)
+    if _count(x, axes) == 0:
+        return _fill(out, float("-inf"))
+    keep = _kept(x, axes)
+    src = x if x.is_floating_point() else convert(x, out.dtype)
+    top = empty(keep, torch.float32, x._ocl_storage.index)
+    _fold_into(top, axes, src, "y0 = x0;", "reduce_y0 = -INFINITY;",
+               "if (y0 > reduce_y0 || y0 != y0) reduce_y0 = y0;")
+    pointwise(_ctx(x), [as_dlprim(top)], [as_dlprim(top)], "y0 = isinf(x0) ? 0 : x0;")
+    total = empty(keep, torch.float32, x._ocl_storage.index)
+    _fold_into(total, axes, src, "y0 = exp((float)x0 - x1);", *_SUM, extra=(top,))
+    pointwise(_ctx(x), [as_dlprim(total), as_dlprim(top)], [as_dlprim(out).view(keep)],
+              "y0 = log(x0) + x1;")
+    return out
+
+
+# ----- max / min with their index, argmax / argmin, aminmax: (value, index) folds over
+# an arange that broadcasts along the other dims; the first index wins ties, the first
+# NaN beats every number
+def _arange(x, axis):
+    n = (tuple(x.shape) or (1,))[axis]
+    trail = max(x.dim(), 1) - axis - 1
+    ctx = _ctx(x)
+    return _memo(ctx, ("torch_reduce_arange", n, trail), lambda: Tensor.from_numpy(
+        ctx, np.arange(n, dtype=np.int64).reshape((n,) + (1,) * trail)))
+
+
+def _arg_fold_into(values, indices, x, axis, largest):
+    """values, indices (kept shape) = the extreme of x along ``axis`` and its index."""
+    dtype = _ctype(x.dtype)
+    cmp, init = (">", _LOWEST[dtype]) if largest else ("<", _HIGHEST[dtype])
+    keep = _kept(x, (axis,))
+    pointwise_reduce(
+        _ctx(x), [_flat(x), _arange(x, axis)], [as_dlprim(values).view(keep),
+                                                as_dlprim(indices).view(keep)],
+        "y0 = x0; y1 = x1;", "reduce_y0 = %s; reduce_y1 = 0;" % init,
+        "if (y0 != y0 ? (reduce_y0 == reduce_y0 || y1 < reduce_y1) "
+        ": (y0 %s reduce_y0 || (y0 == reduce_y0 && y1 < reduce_y1))) "
+        "{ reduce_y0 = y0; reduce_y1 = y1; }" % cmp)
+
+
+def _extreme_dim(name, largest):
+    def run(x, dim, keepdim=False):
+        mv, mi = _meta_call(getattr(aten, name).dim, x, dim, keepdim)
+        values, indices = _new(mv, x), _new(mi, x)
+        if values.numel():
+            _arg_fold_into(values, indices, x, dim % max(x.dim(), 1), largest)
+        return values, indices
+    return run
+
+
+def _arg(name, largest):
+    def run(x, dim=None, keepdim=False):
+        m = _meta_call(getattr(aten, name).default, x, dim, keepdim)
+        indices = _new(m, x)
+        if indices.numel() == 0:
+            return indices
+        src, axis = (x.reshape(-1), 0) if dim is None else (x, dim % max(x.dim(), 1))
+        values = empty(_kept(src, (axis,)), x.dtype, x._ocl_storage.index)
+        _arg_fold_into(values, indices, src, axis, largest)
+        return indices
+    return run
+
+
+def _extreme_all(name, fold):
+    def run(x):
+        if x.numel() == 0:
+            raise RuntimeError("%s(): Expected reduction dim to be specified for "
+                               "input.numel() == 0. Specify the reduction dim with the "
+                               "'dim' argument." % name)
+        return _simple(fold, getattr(aten, fold).default, x, None, (x,), {})
+    return run
+
+
+register(aten.max.dim)(_extreme_dim("max", True))
+register(aten.min.dim)(_extreme_dim("min", False))
+register(aten.argmax.default)(_arg("argmax", True))
+register(aten.argmin.default)(_arg("argmin", False))
+register(aten.max.default)(_extreme_all("max", "amax"))
+register(aten.min.default)(_extreme_all("min", "amin"))
+
+
+@register(aten.aminmax.default)
+def _aminmax(x, *, dim=None, keepdim=False):
+    lo, hi = _meta_call(aten.aminmax.default, x, dim=dim, keepdim=keepdim)
+    lo, hi = _new(lo, x), _new(hi, x)
+    if lo.numel():
+        axes = _axes(x, dim)
+        ct = _ctype(x.dtype)
+        keep = _kept(x, axes)
+        pointwise_reduce(_ctx(x), [_flat(x)], [as_dlprim(lo).view(keep), as_dlprim(hi).view(keep)],
+                         "y0 = x0; y1 = x0;",
+                         "reduce_y0 = %s; reduce_y1 = %s;" % (_HIGHEST[ct], _LOWEST[ct]),
+                         "if (y0 < reduce_y0 || y0 != y0) reduce_y0 = y0; "
+                         "if (y1 > reduce_y1 || y1 != y1) reduce_y1 = y1;")
+    return lo, hi
