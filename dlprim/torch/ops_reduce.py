@@ -397,3 +397,50 @@ def _aminmax(x, *, dim=None, keepdim=False):
                          "if (y0 < reduce_y0 || y0 != y0) reduce_y0 = y0; "
                          "if (y1 > reduce_y1 || y1 != y1) reduce_y1 = y1;")
     return lo, hi
+
+
+# ----- scans along a dim (core/scan.py), integers promoted to int64 as PyTorch's cumsum
+def _around(x, dim):
+    shape = tuple(x.shape) or (1,)
+    dim = dim % len(shape)
+    return math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
+
+
+def _scan(op, func, x, dim, indexed=False, **kwargs):
+    m = _meta_call(func, x, dim, **kwargs)
+    values = _new(m[0] if indexed else m, x)
+    indices = _new(m[1], x) if indexed else None
+    if values.numel():
+        src = x if x.dtype == values.dtype else convert(x, values.dtype)
+        outer, n, inner = _around(x, dim)
+        ctx = _ctx(x)
+        enqueue(ctx, scan_launches(ctx, op, _flat(src), _flat(values),
+                                   _flat(indices) if indexed else None, outer, n, inner))
+    return (values, indices) if indexed else values
+
+
+register(aten.cumsum.default)(lambda x, dim, *, dtype=None: _scan(
+    "sum", aten.cumsum.default, x, dim, dtype=dtype))
+register(aten.cumprod.default)(lambda x, dim, *, dtype=None: _scan(
+    "prod", aten.cumprod.default, x, dim, dtype=dtype))
+register(aten.logcumsumexp.default, aten._logcumsumexp.default)(lambda x, dim: _scan(
+    "logsumexp", aten.logcumsumexp.default, x, dim))
+register(aten.cummax.default)(lambda x, dim: _scan("max", aten.cummax.default, x, dim, True))
+register(aten.cummin.default)(lambda x, dim: _scan("min", aten.cummin.default, x, dim, True))
+
+
+def _scan_inplace(packet):
+    def run(x, dim, *, dtype=None):
+        _meta_call(getattr(aten, packet.__name__ + "_").default, x, dim, dtype=dtype)
+        return write_into(x, as_dlprim(handle(packet.default, (x, dim), {"dtype": dtype})))
+    return run
+
+
+register(aten.cumsum_.default)(_scan_inplace(aten.cumsum))
+register(aten.cumprod_.default)(_scan_inplace(aten.cumprod))
+
+
+@register(aten._cummax_helper.default, aten._cummin_helper.default)
+def _cum_helper(x, values, indices, dim):
+    raise NotImplementedError("dlprim.torch: _cummax_helper/_cummin_helper are reached only "
+                              "through cummax/cummin, which ocl implements whole")
