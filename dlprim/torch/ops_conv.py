@@ -16,6 +16,7 @@ import torch
 
 from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from ..core.conv_nd import conv_nd
+from ..core.pooling_nd import PoolWindows, pooling_nd
 from ..tensor import Tensor
 from .dispatch import handle, register
 from .ops_tensor import convert, meta_of
@@ -246,3 +247,181 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
     return dx, dw, db
 
 
+
+
+# ----- out= overloads: the functional result resized and copied into the out tensors
+def _register_outs(packet, fn):
+    """Register every out= overload of ``packet`` (``out``, ``grad_input``, ...) as fn
+    followed by copies into its out arguments, in the schema's order."""
+    for name in packet.overloads():
+        overload = getattr(packet, name)
+        outs = [a.name for a in overload._schema.arguments if a.is_out]
+        if not outs:
+            continue
+
+        def run(*args, _outs=tuple(outs), **kwargs):
+            targets = [kwargs.pop(n) for n in _outs]
+            result = fn(*args, **kwargs)
+            values = result if isinstance(result, tuple) else (result,)
+            for t, v in zip(targets, values):
+                handle(aten.resize_.default, (t, list(v.shape)), {})
+                handle(aten.copy_.default, (t, v), {})
+            return tuple(targets) if isinstance(result, tuple) else targets[0]
+        register(overload)(run)
+
+
+def _register(packet, fn):
+    register(packet.default)(fn)
+    _register_outs(packet, fn)
+    return fn
+
+
+# ----- pooling over 1 to 3 spatial dims (core/pooling_nd.py): the output shapes and the
+# argument checks are PyTorch's own (the operator on meta tensors)
+def _spread(v, n, default=None):
+    """An int or a list of 1 or n ints as n ints (the empty list: ``default``)."""
+    if isinstance(v, int):
+        return (v,) * n
+    v = tuple(int(e) for e in v)
+    if not v:
+        return tuple(default)
+    return v * n if len(v) == 1 else v
+
+
+def _planes(x, n):
+    return x.numel() // max(1, math.prod(x.shape[-n:])) if x.numel() else 0
+
+
+def _pool_launch(mode, x, out, win, n, idx=None):
+    ops = pooling_nd(_ctx(x), mode, numpy_dtype(x.dtype))
+    planes = _planes(x, n)
+    enqueue(_ctx(x), ops.forward(win, planes, as_dlprim(x), as_dlprim(out),
+                                 None if idx is None else as_dlprim(idx)))
+
+
+def _pool_backward_launch(mode, grad, x, win, n, idx=None):
+    _check_dtypes("pooling backward", grad)
+    dx = empty(x.shape, grad.dtype, x._ocl_storage.index)
+    if dx.numel():
+        ops = pooling_nd(_ctx(x), mode, numpy_dtype(grad.dtype))
+        enqueue(_ctx(x), ops.backward(win, _planes(x, n), as_dlprim(grad), as_dlprim(dx),
+                                      None if idx is None else as_dlprim(idx)))
+    return dx
+
+
+def _max_windows(x, out_shape, n, kernel_size, stride, padding, dilation):
+    k = _spread(kernel_size, n)
+    return PoolWindows(x.shape[-n:], out_shape[-n:], k, _spread(stride, n, k),
+                       _spread(padding, n), _spread(dilation, n))
+
+
+def _max_pool(n, packet):
+    def forward(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+        m = packet.default(meta_of(x), kernel_size, stride, padding, dilation, ceil_mode)[0]
+        index = x._ocl_storage.index
+        out, idx = empty(m.shape, x.dtype, index), empty(m.shape, torch.int64, index)
+        if out.numel():
+            win = _max_windows(x, m.shape, n, kernel_size, stride, padding, dilation)
+            _pool_launch("max", x, out, win, n, idx)
+        return out, idx
+
+    def backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+        win = _max_windows(x, grad.shape, n, kernel_size, stride, padding, dilation)
+        return _pool_backward_launch("max", grad, x, win, n, as_contiguous(indices))
+    return forward, backward
+
+
+def _avg_windows(x, out_shape, n, kernel_size, stride, padding, count_include_pad, divisor):
+    k = _spread(kernel_size, n)
+    return PoolWindows(x.shape[-n:], out_shape[-n:], k, _spread(stride, n, k),
+                       _spread(padding, n), (), count_include_pad, divisor)
+
+
+def _avg_pool(n, packet):
+    def forward(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+        m = packet.default(meta_of(x), kernel_size, stride, padding, ceil_mode,
+                           count_include_pad, divisor_override)
+        out = empty(m.shape, x.dtype, x._ocl_storage.index)
+        if out.numel():
+            win = _avg_windows(x, m.shape, n, kernel_size, stride, padding, count_include_pad,
+                               divisor_override)
+            _pool_launch("avg", x, out, win, n)
+        return out
+
+    def backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                 divisor_override):
+        win = _avg_windows(x, grad.shape, n, kernel_size, stride, padding, count_include_pad,
+                           divisor_override)
+        return _pool_backward_launch("avg", grad, x, win, n)
+    return forward, backward
+
+
+def _adaptive(n, max_packet, avg_packet):
+    def max_forward(x, output_size):
+        m = max_packet.default(meta_of(x), output_size)[0]
+        index = x._ocl_storage.index
+        out, idx = empty(m.shape, x.dtype, index), empty(m.shape, torch.int64, index)
+        if out.numel():
+            _pool_launch("adaptive_max", x, out, PoolWindows(x.shape[-n:], m.shape[-n:]), n, idx)
+        return out, idx
+
+    def max_backward(grad, x, indices):
+        return _pool_backward_launch("adaptive_max", grad, x,
+                                     PoolWindows(x.shape[-n:], grad.shape[-n:]), n,
+                                     as_contiguous(indices))
+
+    def avg_forward(x, output_size):
+        m = avg_packet.default(meta_of(x), output_size)
+        out = empty(m.shape, x.dtype, x._ocl_storage.index)
+        if out.numel():
+            _pool_launch("adaptive_avg", x, out, PoolWindows(x.shape[-n:], m.shape[-n:]), n)
+        return out
+
+    def avg_backward(grad, x):
+        return _pool_backward_launch("adaptive_avg", grad, x,
+                                     PoolWindows(x.shape[-n:], grad.shape[-n:]), n)
+    return max_forward, max_backward, avg_forward, avg_backward
+
+
+def as_contiguous(t):
+    return t if t.is_contiguous() else handle(aten.clone.default, (t,),
+                                              {"memory_format": torch.contiguous_format})
+
+
+for _n, _fw, _bw in ((2, aten.max_pool2d_with_indices, aten.max_pool2d_with_indices_backward),
+                     (3, aten.max_pool3d_with_indices, aten.max_pool3d_with_indices_backward)):
+    _f, _b = _max_pool(_n, _fw)
+    _register(_fw, _f)
+    _register(_bw, _b)
+for _n, _fw, _bw in ((2, aten.avg_pool2d, aten.avg_pool2d_backward),
+                     (3, aten.avg_pool3d, aten.avg_pool3d_backward)):
+    _f, _b = _avg_pool(_n, _fw)
+    _register(_fw, _f)
+    _register(_bw, _b)
+for _n, _mf, _mb, _af, _ab in (
+        (2, aten.adaptive_max_pool2d, aten.adaptive_max_pool2d_backward,
+         aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward),
+        (3, aten.adaptive_max_pool3d, aten.adaptive_max_pool3d_backward,
+         aten._adaptive_avg_pool3d, aten._adaptive_avg_pool3d_backward)):
+    for _packet, _fn in zip((_mf, _mb, _af, _ab), _adaptive(_n, _mf, _af)):
+        _register(_packet, _fn)
+
+
+def _max_unpool(n, packet):
+    def forward(x, indices, output_size, *stride_padding):
+        m = packet.default(meta_of(x), meta_of(indices), output_size, *stride_padding)
+        out = empty(m.shape, x.dtype, x._ocl_storage.index)
+        handle(aten.zero_.default, (out,), {})
+        if x.numel():
+            ops = pooling_nd(_ctx(x), "max", numpy_dtype(x.dtype))
+            in_plane, out_plane = math.prod(x.shape[-n:]), math.prod(out.shape[-n:])
+            enqueue(_ctx(x), ops.unpool(x.numel() // in_plane, in_plane, out_plane,
+                                        as_dlprim(x), as_dlprim(as_contiguous(indices)),
+                                        as_dlprim(out)))
+        return out
+    return forward
+
+
+_register(aten.max_unpool2d, _max_unpool(2, aten.max_unpool2d))
+_register(aten.max_unpool3d, _max_unpool(3, aten.max_unpool3d))
