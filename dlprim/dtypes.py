@@ -5,9 +5,9 @@ needing an OpenCL driver.
 """
 import numpy as np
 
-__all__ = ["DTYPES", "as_dtype", "cl_type", "dlp_name", "float32", "half", "bfloat16", "int32",
-           "int64", "uint8", "HALF_TYPES", "is_float", "dtype_name", "to_bfloat16",
-           "bfloat16_values"]
+__all__ = ["DTYPES", "as_dtype", "cl_type", "compute_type", "dlp_name", "float32", "half",
+           "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool_",
+           "HALF_TYPES", "is_float", "dtype_name", "cl_cast", "to_bfloat16", "bfloat16_values"]
 
 # bfloat16 (float32's sign, exponent and top 7 mantissa bits) has no numpy type: its
 # elements are the 16 bits themselves, in a one-field structured dtype, so that numpy
@@ -15,30 +15,44 @@ __all__ = ["DTYPES", "as_dtype", "cl_type", "dlp_name", "float32", "half", "bflo
 # ``bfloat16_values`` gives them back as float32 (exactly); Tensor.numpy() does that.
 bfloat16 = np.dtype([("bfloat16", "<u2")])
 
-# name -> numpy dtype; DLPrimitives spells float32 "float" and int32 "int"
+# name -> numpy dtype; DLPrimitives spells float32 "float" and int32 "int"; the OpenCL C
+# names of the others are accepted too ("double", "long", "short", "char")
 DTYPES = {
     "float32": np.float32, "float": np.float32,
     "float16": np.float16, "half": np.float16,
     "bfloat16": bfloat16, "bf16": bfloat16,
+    "float64": np.float64, "double": np.float64,
+    "int8": np.int8, "char": np.int8,
+    "int16": np.int16, "short": np.int16,
     "int32": np.int32, "int": np.int32,
     "int64": np.int64, "long": np.int64,
     "uint8": np.uint8,
+    "bool": np.bool_,
 }
-_CL_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half", bfloat16: "bfloat16",
-             np.dtype(np.int32): "int", np.dtype(np.int64): "long",
-             np.dtype(np.uint8): "uchar"}
-_DLP_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float16): "float16", bfloat16: "bfloat16",
-              np.dtype(np.int32): "int", np.dtype(np.int64): "int64",
-              np.dtype(np.uint8): "uint8"}
+# numpy dtype -> (OpenCL C storage type, DLPrimitives' name); bool is one byte, 0 or 1
+_TYPES = {np.dtype(np.float32): ("float", "float"), np.dtype(np.float16): ("half", "float16"),
+          bfloat16: ("bfloat16", "bfloat16"), np.dtype(np.float64): ("double", "double"),
+          np.dtype(np.int8): ("char", "int8"), np.dtype(np.int16): ("short", "int16"),
+          np.dtype(np.int32): ("int", "int"), np.dtype(np.int64): ("long", "int64"),
+          np.dtype(np.uint8): ("uchar", "uint8"), np.dtype(np.bool_): ("uchar", "bool")}
+_CL_TYPES = {dt: names[0] for dt, names in _TYPES.items()}
+_DLP_NAMES = {dt: names[1] for dt, names in _TYPES.items()}
+# what kernels compute a storage type in: 16-bit floats widen to float (no cl_khr_fp16
+# needed), every other type computes in itself
+_COMPUTE = {"half": "float", "bfloat16": "float"}
 
 
 # DLPrimitives' Python constants (``dp.float32``, ``dp.half`` ...) for the types dlprim
-# stores; its int8, int16, uint16, uint32 and uint64 have no kernels here
+# stores; its uint16, uint32 and uint64 have no kernels here
 float32 = np.dtype(np.float32)
 half = np.dtype(np.float16)
+float64 = np.dtype(np.float64)
+int8 = np.dtype(np.int8)
+int16 = np.dtype(np.int16)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
 uint8 = np.dtype(np.uint8)
+bool_ = np.dtype(np.bool_)
 
 # the 16-bit float storages of mixed precision ("fp16", "bf16"): loads widen them to
 # float32, stores round to nearest even
@@ -73,8 +87,16 @@ def _as_dtype(dtype):
 
 
 def cl_type(dtype):
-    """The OpenCL C type name of a dtype ('float', 'half', 'int', 'long', 'uchar')."""
+    """The OpenCL C type name of a dtype ('float', 'half', 'double', 'char', 'long', 'uchar'
+    for uint8 and bool ...)."""
     return _CL_TYPES[as_dtype(dtype)]
+
+
+def compute_type(dtype):
+    """The OpenCL C type kernels compute a dtype's values in: float for float16 and
+    bfloat16, the storage type itself otherwise."""
+    st = _CL_TYPES[as_dtype(dtype)]
+    return _COMPUTE.get(st, st)
 
 
 def dlp_name(dtype):
@@ -84,7 +106,8 @@ def dlp_name(dtype):
 
 
 def is_float(dtype):
-    """Whether elements of ``dtype`` are floating point (float32, float16, bfloat16)."""
+    """Whether elements of ``dtype`` are floating point (float32, float16, bfloat16,
+    float64)."""
     dt = as_dtype(dtype)
     return dt.kind == "f" or dt == bfloat16
 
@@ -111,3 +134,20 @@ def bfloat16_values(bits):
     if bits.dtype != bfloat16:
         raise TypeError("bfloat16_values: a bfloat16 array, got %s" % bits.dtype)
     return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(bits.shape)
+
+
+def cl_cast(src, dst, value):
+    """An OpenCL C expression: ``value`` (a ``src`` element in ``compute_type(src)``)
+    converted to ``compute_type(dst)`` as PyTorch converts: to bool is ``!= 0`` (NaN is
+    true); floats to integers truncate toward zero, to the narrow ones (uint8, int8,
+    int16) through int64 as PyTorch's uint8 cast does (-1.5 -> 255); otherwise C's
+    conversion (integers wrap, doubles round to nearest)."""
+    src, dst = as_dtype(src), as_dtype(dst)
+    ct = compute_type(dst)
+    if dst == bool_ and src != bool_:
+        return "(uchar)((%s) != 0)" % value
+    if compute_type(src) == ct:
+        return value
+    if is_float(src) and not is_float(dst) and dst.itemsize < 4:
+        return "(%s)(long)(%s)" % (ct, value)
+    return "(%s)(%s)" % (ct, value)

@@ -7,13 +7,14 @@
 import numpy as np
 
 from ..kernels import program
-from ..dtypes import HALF_TYPES, as_dtype, bfloat16, cl_type, dtype_name, to_bfloat16
+from ..dtypes import HALF_TYPES, as_dtype, bfloat16, cl_cast, cl_type, compute_type, dtype_name, \
+    to_bfloat16
 from ..tensor import Tensor
 from .pointwise import _memo, divisor_args, index_type
 from . import tuning_launch
 from ..utils import ceil_div, round_up
 
-__all__ = ["StridedCopy", "TransposeCopy", "Fill", "fill", "copy", "concat", "slice_copy",
+__all__ = ["StridedCopy", "StridedCast", "TransposeCopy", "Fill", "fill", "copy", "concat", "slice_copy",
            "contiguous_strides"]
 
 
@@ -50,7 +51,9 @@ def _buffer_elements(t):
 class StridedCopy:
     """``dst[idx] = alpha * src[idx] + beta * dst[idx]`` for idx over ``shape``; ``dst_dtype``
     (default ``dtype``): another float storage for dst, converted on the way (float32 to or
-    from float16 / bfloat16)."""
+    from float16 / bfloat16); ``StridedCast`` converts between any two dtypes."""
+
+    ANY_DTYPES = False  # whether dst_dtype may be any dtype (StridedCast) or a float only
 
     def __init__(self, ctx, shape, src_strides, dst_strides, dtype="float", dst_dtype=None):
         self.ctx = ctx
@@ -65,19 +68,22 @@ class StridedCopy:
         self.dtype = as_dtype(dtype)
         self.dst_dtype = self.dtype if dst_dtype is None else as_dtype(dst_dtype)
         floats = (np.float32,) + HALF_TYPES
-        if self.dst_dtype != self.dtype and not (self.dtype in floats and self.dst_dtype in floats):
+        if self.dst_dtype != self.dtype and not self.ANY_DTYPES and \
+                not (self.dtype in floats and self.dst_dtype in floats):
             raise ValueError("StridedCopy: converts between float32, float16 and bfloat16 only, "
-                             "got %s -> %s" % (dtype_name(self.dtype), dtype_name(self.dst_dtype)))
+                             "got %s -> %s (StridedCast converts any pair)"
+                             % (dtype_name(self.dtype), dtype_name(self.dst_dtype)))
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.src_extent = self._extent(self.src_strides)
         self.dst_extent = self._extent(self.dst_strides)
         self._dims, self._ss, self._ds = _collapse(self.shape, self.src_strides, self.dst_strides)
         big = index_type(max(self.size, self.src_extent, self.dst_extent)) is np.uint64
         self._it = np.uint64 if big else np.uint32
-        st, dt = cl_type(self.dtype), cl_type(self.dst_dtype)
-        self.program = program.get(ctx, "strided_copy", DIMS=len(self._dims), STORE=st,
-                                   DST_STORE=dt,
-                                   COMPUTE="float" if st in ("float", "half", "bfloat16") else st,
+        self.program = program.get(ctx, "strided_copy", DIMS=len(self._dims),
+                                   STORE=cl_type(self.dtype), DST_STORE=cl_type(self.dst_dtype),
+                                   COMPUTE=compute_type(self.dtype),
+                                   DST_COMPUTE=compute_type(self.dst_dtype),
+                                   CAST=cl_cast(self.dtype, self.dst_dtype, "v"),
                                    IT="ulong" if big else "uint",
                                    ELEMS=tuning_launch.POINTWISE_ELEMS)
 
@@ -116,6 +122,21 @@ class StridedCopy:
     def __call__(self, src, dst, alpha=1.0, beta=0.0, queue=None):
         for launch in self.launches(src, dst, alpha, beta):
             launch(queue if queue is not None else self.ctx.queue)
+
+
+class StridedCast(StridedCopy):
+    """``dst[idx] = src[idx]`` converted to dst's dtype as PyTorch converts
+    (``dtypes.cl_cast``: to bool is ``!= 0``, floats truncate toward zero into integers),
+    between any two dtypes; no scaling (alpha 1, beta 0)."""
+
+    ANY_DTYPES = True
+
+    def launches(self, src, dst, alpha=1.0, beta=0.0):
+        """dst = src as dst's dtype over the configured strides."""
+        if alpha != 1.0 or beta != 0.0:
+            raise ValueError("StridedCast: copies values (alpha 1, beta 0), got alpha=%r beta=%r"
+                             % (alpha, beta))
+        return super().launches(src, dst)
 
 
 def _merge_axes(shape, perm):
@@ -158,9 +179,8 @@ class TransposeCopy(StridedCopy):
         self._tiled = None
         if order in ([1, 0], [0, 2, 1]) and min(shape[-2:]) >= 8 and (len(shape) == 2 or shape[0] < 65536):
             self._bmn = ([1] + shape)[-3:]
-            st = cl_type(self.dtype)
-            self._tiled = program.get(ctx, "transpose", TILE=self.TILE, ROWS=self.ROWS, STORE=st,
-                                      COMPUTE="float" if st in ("float", "half", "bfloat16") else st)
+            self._tiled = program.get(ctx, "transpose", TILE=self.TILE, ROWS=self.ROWS,
+                                      STORE=cl_type(self.dtype), COMPUTE=compute_type(self.dtype))
 
     def launches(self, x, y, alpha=1.0, beta=0.0):
         """y = alpha * x.transpose(perm) + beta * y."""

@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from ..kernels import program
-from ..dtypes import as_dtype, cl_type
+from ..dtypes import as_dtype, cl_type, compute_type
 from ..tensor import Tensor
 from ..utils import ceil_div, round_up
 from . import tuning_launch
@@ -57,8 +57,9 @@ def _specs(specs, what):
 
 
 def _types(dtype):
-    st = cl_type(dtype)
-    return st, ("float" if st in ("float", "half", "bfloat16") else st)
+    """(storage type, compute type) in OpenCL C: float for the 16-bit floats, double for
+    float64, the integer's own type (uchar for bool)."""
+    return cl_type(dtype), compute_type(dtype)
 
 
 def _check_names(text, what, limits):
@@ -426,11 +427,20 @@ def _memo(ctx, key, make):
 _F64 = np.dtype(np.float64)
 
 
-def _param_specs(params):
+def _param_specs(params, tensors=()):
+    """The kernel types of scalar params: a numpy scalar's own dtype; a Python number, or
+    a numpy float64, is a float, or a double where one of ``tensors`` holds float64 (its
+    kernel computes in double: a float scalar would round 1e-12 away)."""
+    if not params:
+        return [], []
+    wide = any(t.dtype == _F64 for t in tensors)
     types = []
     for p in params:
         dt = p.dtype if isinstance(p, np.generic) else None
-        types.append("float" if dt is None or dt == _F64 else dt)
+        if dt is None or dt == _F64:
+            types.append(_F64 if wide and not isinstance(p, (bool, np.bool_)) else "float")
+        else:
+            types.append(dt)
     return types, list(params)
 
 
@@ -438,7 +448,7 @@ def pointwise_op(ctx, xs, ys, code, params):
     """(the memoized ``PointwiseBroadcast`` for these tensors' shapes and dtypes, the params
     typed for it): ``op.enqueue_now(xs, ys, typed, beta, queue)`` runs it over any tensors
     of those shapes and dtypes."""
-    types, values = _param_specs(params)
+    types, values = _param_specs(params, tuple(xs) + tuple(ys) if params else ())
     xsp = tuple((x.shape, x.dtype) for x in xs)  # dtype objects: .name costs microseconds
     ysp = tuple((y.shape, y.dtype) for y in ys)
     op = _memo(ctx, ("pw", xsp, ysp, code, tuple(types)),
@@ -459,7 +469,7 @@ def pointwise_launches(ctx, xs, ys, code, params=(), beta=0.0):
 
 
 def _pointwise_reduce_op(ctx, xs, ys, code, reduce_init, reduce, params):
-    types, values = _param_specs(params)
+    types, values = _param_specs(params, tuple(xs) + tuple(ys) if params else ())
     xsp = tuple((x.shape, x.dtype) for x in xs)
     ysp = tuple((y.shape, y.dtype) for y in ys)
     op = _memo(ctx, ("pwr", xsp, ysp, code, reduce_init, reduce, tuple(types)),

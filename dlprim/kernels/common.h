@@ -9,7 +9,13 @@
     # a float copy 0.4). There the bits are decoded and rounded in integer arithmetic,
     # which vectorises (0.4 and 1.1 ms); half tensors are __global there.
     INTEGER_HALF = getattr(context.get("facts"), "is_cpu", False)
+    # double needs cl_khr_fp64 enabled, and only programs that use it say so: a parameter
+    # of the template (a storage type, a code string) names it
+    USES_DOUBLE = any("double" in repr(v) for k, v in context.kwargs.items() if k != "facts")
 %>\
+% if USES_DOUBLE:
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
 // Shared by every template (Mako include of common.h).
 // dtype is the element type the template was rendered for (float unless stated)
 #ifndef DLPRIM_COMMON_H
@@ -20,6 +26,19 @@ ${epilogue_macros()}
 // computed in float, so every device stores half and none needs half arithmetic
 #define LD_float(p, i) ((p)[i])
 #define ST_float(p, i, v) ((p)[i] = (v))
+// the other storage types load and store plainly (templates may use LD_<T> for any T)
+#define LD_double LD_float
+#define ST_double ST_float
+#define LD_long LD_float
+#define ST_long ST_float
+#define LD_int LD_float
+#define ST_int ST_float
+#define LD_short LD_float
+#define ST_short ST_float
+#define LD_char LD_float
+#define ST_char ST_float
+#define LD_uchar LD_float
+#define ST_uchar ST_float
 // (ST4_half(v, p): four values at p, 2-byte aligned); on CPUs the bits are decoded and
 // rounded in integer arithmetic instead (INTEGER_HALF above)
 % if INTEGER_HALF:

@@ -1,9 +1,10 @@
 <%include file="common.h"/>
 ## dst[i] = alpha * src[i] + beta * dst[i] over an index space of DIMS dims with element
 ## strides for each side (slices, concat, transposes and their gradients).
-## IT: index type (uint when every index fits). STORE: src's storage type, DST_STORE dst's
-## (another float storage converts: float32 <-> float16 / bfloat16); COMPUTE: float for
-## float/half/bfloat16, else the integer type itself.
+## IT: index type (uint when every index fits). STORE: src's storage type, DST_STORE dst's;
+## COMPUTE / DST_COMPUTE: the types their values are computed in (float for float, half and
+## bfloat16, else the storage type itself); CAST: the C expression converting a src value
+## ``v`` to DST_COMPUTE (PyTorch's rules, dtypes.cl_cast; "v" when no conversion).
 % if IT == "uint":
 // x / n by a precomputed multiplier (Granlund-Montgomery; exact for x < 2^31)
 #define DLP_DIV(x, n) ((mul_hi((x), n##_m) + (x)) >> n##_l)
@@ -44,23 +45,23 @@ __kernel void strided_copy(${IT} dlp_total
     if (first + ${j} * step < dlp_total) {
         ${COMPUTE} v = v${j};
         ${IT} d = d${j};
-    % if COMPUTE == 'float':
+    % if COMPUTE in ('float', 'double'):
         v *= alpha;
-        if (beta != 0)
-            v += beta * ${load('dst', 'd', DST_STORE)};
     % else:
         if (alpha != 1.0f)
             v = (${COMPUTE})(alpha * v);
+    % endif
+        ${DST_COMPUTE} y = ${CAST};
+    % if DST_COMPUTE in ('float', 'double'):
+        if (beta != 0)
+            y += beta * ${load('dst', 'd', DST_STORE)};
+    % else:
         if (beta != 0) {
-            ${COMPUTE} old = dst[dst_offset + d];
-            v += (beta == 1.0f) ? old : (${COMPUTE})(beta * old);
+            ${DST_COMPUTE} old = dst[dst_offset + d];
+            y += (beta == 1.0f) ? old : (${DST_COMPUTE})(beta * old);
         }
     % endif
-    % if DST_STORE in ('half', 'bfloat16'):
-        ST_${DST_STORE}(dst + dst_offset, d, v);
-    % else:
-        dst[dst_offset + d] = v;
-    % endif
+        ST_${DST_STORE}(dst + dst_offset, d, y);
     }
 % endfor
 }

@@ -5,12 +5,11 @@ import numpy as np
 import torch
 
 from ..core.copy import fill
-from ..core.pointwise import pointwise
 from ..tensor import Tensor
 from . import device
 from .dispatch import register
-from .tensor import OclTensor, as_dlprim, assign, empty, from_numpy, numpy_dtype, to_cpu, \
-    to_numpy, write_into
+from .tensor import OclTensor, as_dlprim, assign, empty, from_numpy, host_array, numpy_dtype, \
+    to_cpu, to_numpy, write_into
 
 aten = torch.ops.aten
 
@@ -93,6 +92,14 @@ def _full_like(x, value, dtype=None, layout=None, device=None, pin_memory=None,
 
 
 # ----- fill
+def _element(value, dtype):
+    """``value`` as an element of ``dtype``, converted (and refused) as PyTorch converts a
+    fill value; exact: an int64 beyond 2^53 never passes through a float."""
+    if type(value) in (int, bool) and 0 <= value < 128:
+        return int(value)  # exact in every dtype: no conversion to check
+    return torch.full((), value, dtype=dtype).item()
+
+
 def _fill(t, value):
     if isinstance(value, torch.Tensor):
         value = value.item()
@@ -100,12 +107,12 @@ def _fill(t, value):
         return t
     ctx = t._ocl_storage.ctx
     dt = numpy_dtype(t.dtype)
-    value = bool(value) if t.dtype == torch.bool else value
+    value = _element(value, t.dtype)
     if t.is_contiguous():
-        fill(ctx, t._ocl_storage.at(t.storage_offset(), tuple(t.shape)), dt.type(value))
+        fill(ctx, t._ocl_storage.at(t.storage_offset(), tuple(t.shape)), value)
         return t
     tmp = Tensor(ctx, tuple(t.shape), dt)
-    fill(ctx, tmp, dt.type(value))
+    fill(ctx, tmp, value)
     return write_into(t, tmp)
 
 
@@ -130,6 +137,8 @@ def _zero_(t):
 
 @register(aten._local_scalar_dense.default)
 def _item(t):
+    if t.dtype == torch.bfloat16:
+        return to_cpu(t).reshape(()).item()
     value = to_numpy(t).reshape(()).item()
     return bool(value) if t.dtype == torch.bool else value
 
@@ -158,20 +167,16 @@ def _uniform_(t, from_=0.0, to=1.0, generator=None):
 
 # ----- dtype conversion and copies
 def convert(x, dtype):
-    """A new contiguous tensor with x's values as ``dtype`` (C conversion rules; bool is
-    nonzero), on x's device."""
+    """A new contiguous tensor with x's values as ``dtype`` (PyTorch's conversion rules:
+    bool is nonzero, floats truncate to integers), on x's device: one strided copy."""
     out = empty(x.shape, dtype, x._ocl_storage.index)
     if x.numel() == 0:
         return out
-    code = "y0 = (x0 != 0);" if dtype == torch.bool else "y0 = x0;"
-    pointwise(x._ocl_storage.ctx, [as_dlprim(x)], [as_dlprim(out)], code)
-    return out
+    return assign(out, x)
 
 
 def _same(dst, src):
-    """src as a tensor of dst's shape and dtype on dst's device (broadcast, converted)."""
-    if src.dtype != dst.dtype:
-        src = convert(src, dst.dtype)
+    """src broadcast to dst's shape (``assign`` converts its dtype on the way)."""
     if tuple(src.shape) != tuple(dst.shape):
         src = _view_via_meta(aten.expand.default, src, list(dst.shape))
     return src
@@ -193,7 +198,7 @@ def _copy_(dst, src, non_blocking=False):
         if dst.numel() == 0:
             return dst
         host = src.detach().to(dst.dtype).expand(dst.shape).contiguous()
-        array = np.asarray(host.numpy(), dtype=numpy_dtype(dst.dtype), order="C")
+        array = host_array(host)
         if dst.is_contiguous():  # straight into its storage
             if array.nbytes <= _QUEUED_COPY_BYTES:  # queued: no wait for the work before it
                 as_dlprim(dst).to_device(np.array(array, copy=True), wait=False)

@@ -11,22 +11,29 @@ import math
 import numpy as np
 import torch
 
-from ..core.copy import StridedCopy, contiguous_strides
+from ..core.copy import StridedCast, StridedCopy, contiguous_strides
 from ..core.pointwise import _memo
+from ..dtypes import bfloat16
 from ..kernels.program import Recording
 from ..tensor import Tensor
 from . import device
 
-__all__ = ["OclTensor", "Storage", "empty", "as_dlprim", "from_numpy", "to_numpy",
-           "numpy_dtype", "write_into", "assign", "enqueue", "enqueue_recorded",
-           "route_operators_to"]
+__all__ = ["OclTensor", "Storage", "empty", "as_dlprim", "from_numpy", "to_numpy", "to_cpu",
+           "host_array", "numpy_dtype", "check_device_dtype", "write_into", "assign", "enqueue",
+           "enqueue_recorded", "route_operators_to"]
 
-# torch dtype -> the numpy dtype of its storage (bool is stored as one byte, 0 or 1)
-_NUMPY = {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32,
-          torch.int64: np.int64, torch.uint8: np.uint8, torch.bool: np.uint8}
+# torch dtype -> the numpy dtype of its storage (bool is stored as one byte, 0 or 1;
+# bfloat16 as its 16 bits, dlprim.dtypes.bfloat16; float64 where the device has fp64)
+_NUMPY = {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: bfloat16,
+          torch.float64: np.float64, torch.int8: np.int8, torch.int16: np.int16,
+          torch.int32: np.int32, torch.int64: np.int64, torch.uint8: np.uint8,
+          torch.bool: np.uint8}
 
 
 _NUMPY = {k: np.dtype(v) for k, v in _NUMPY.items()}
+# the dtype whose values a conversion goes by: bool's bytes are uint8, its values are not
+# (a float converts to it as != 0)
+_VALUES = {**_NUMPY, torch.bool: np.dtype(np.bool_)}
 
 
 def numpy_dtype(dtype):
@@ -36,6 +43,14 @@ def numpy_dtype(dtype):
     except KeyError:
         raise TypeError("dlprim.torch: dtype %s is not supported on ocl devices (supported: %s)"
                         % (dtype, ", ".join(str(d) for d in _NUMPY))) from None
+
+
+def check_device_dtype(ctx, dtype):
+    """TypeError where the device of ``ctx`` cannot hold ``dtype`` (float64 without
+    cl_khr_fp64), as PyTorch refuses float64 on MPS."""
+    if dtype is torch.float64 and not ctx.facts.fp64:
+        raise TypeError("dlprim.torch: float64 is not supported on %s (no cl_khr_fp64); "
+                        "use float32" % ctx.facts.name)
 
 
 _route = [None]  # what runs an ATen operator: dispatch.handle, set by route_operators_to
@@ -52,8 +67,11 @@ class Storage:
 
     def __init__(self, index, size, dtype):
         ctx = device.context(index)
+        dt = numpy_dtype(dtype)  # the dtype's check
+        if dtype is torch.float64:
+            check_device_dtype(ctx, dtype)
         self.index = index
-        self.flat = Tensor(ctx, (max(int(size), 1),), numpy_dtype(dtype))  # the dtype's check
+        self.flat = Tensor(ctx, (max(int(size), 1),), dt)
 
     @classmethod
     def over(cls, index, tensor):
@@ -181,17 +199,30 @@ def enqueue_recorded(ctx, key, tensors, make):
 
 def strided_copy(ctx, shape, src, src_strides, dst, dst_strides):
     """dst[idx] = src[idx] over ``shape``: src and dst are dlprim Tensors at their start
-    element, strides in elements."""
+    element, strides in elements; another dtype for dst converts (``dtypes.cl_cast``)."""
     shape = tuple(shape)
-    op = _memo(ctx, ("torch_strided_copy", shape, tuple(src_strides), tuple(dst_strides),
-                     src.dtype),
-               lambda: StridedCopy(ctx, shape, src_strides, dst_strides, src.dtype))
+    if src.dtype == dst.dtype:
+        op = _memo(ctx, ("torch_strided_copy", shape, tuple(src_strides), tuple(dst_strides),
+                         src.dtype),
+                   lambda: StridedCopy(ctx, shape, src_strides, dst_strides, src.dtype))
+    else:
+        op = _memo(ctx, ("torch_strided_cast", shape, tuple(src_strides), tuple(dst_strides),
+                         src.dtype, dst.dtype),
+                   lambda: StridedCast(ctx, shape, src_strides, dst_strides, src.dtype,
+                                       dst.dtype))
     op(src, dst)
 
 
 def _start(t):
     """A dlprim Tensor at t's first element (strided kernels walk on from there)."""
     return t._ocl_storage.at(t.storage_offset(), (1,))
+
+
+def _start_values(t):
+    """``_start(t)`` typed by its values (bool as numpy's bool: conversions to it test != 0)."""
+    start = _start(t)
+    dt = _VALUES[t.dtype]
+    return start if dt == start.dtype else start._view(start.shape, 0, dt)
 
 
 def as_dlprim(t):
@@ -217,15 +248,35 @@ def write_into(t, values):
 
 
 def assign(dst, src):
-    """dst[...] = src for ocl tensors of one shape and dtype on one device, whatever the
-    strides of either (an expanded src too): one strided copy, nothing staged."""
-    strided_copy(dst._ocl_storage.ctx, tuple(dst.shape), _start(src), src.stride(), _start(dst),
-                 dst.stride())
+    """dst[...] = src for ocl tensors of one shape on one device, whatever the strides of
+    either (an expanded src too): one strided copy, nothing staged; another dtype converts
+    on the way as PyTorch converts."""
+    if src.dtype is dst.dtype:
+        a, b = _start(src), _start(dst)
+    else:
+        a, b = _start_values(src), _start_values(dst)
+    strided_copy(dst._ocl_storage.ctx, tuple(dst.shape), a, src.stride(), b, dst.stride())
     return dst
 
 
+def host_array(t):
+    """The numpy array of the storage bytes of a CPU torch tensor (bfloat16 as its bits,
+    dlprim.dtypes.bfloat16; bool as uint8 0/1), C-contiguous, sharing t's memory where
+    it can."""
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(bfloat16)
+    array = t.numpy()
+    return array.view(np.uint8) if t.dtype == torch.bool else array
+
+
 def from_numpy(array, index, dtype):
-    """A new ocl tensor holding ``array`` (copied to the device)."""
+    """A new ocl tensor holding ``array`` (copied to the device); a CPU torch tensor is
+    taken too (bfloat16 included)."""
+    if isinstance(array, torch.Tensor):
+        array = host_array(array.to(dtype))
+    elif _NUMPY.get(dtype) == bfloat16 and np.asarray(array).dtype != bfloat16:
+        array = host_array(torch.as_tensor(np.asarray(array)).to(dtype))
     array = np.asarray(array, dtype=numpy_dtype(dtype), order="C")
     t = empty(array.shape, dtype, index)
     if array.size:
@@ -234,7 +285,8 @@ def from_numpy(array, index, dtype):
 
 
 def to_numpy(t):
-    """t's values on the host (waits for the device)."""
+    """t's stored values on the host (waits for the device): bfloat16 as its bits
+    (dlprim.dtypes.bfloat16), bool as uint8."""
     values = as_dlprim(t)
     if values.size == 0:
         return np.empty(tuple(t.shape), values.dtype)
@@ -243,6 +295,8 @@ def to_numpy(t):
 
 def to_cpu(t):
     """A CPU torch tensor with t's values and dtype."""
-    array = to_numpy(t)
-    out = torch.from_numpy(np.asarray(array, order="C"))
+    array = np.ascontiguousarray(to_numpy(t))
+    if t.dtype == torch.bfloat16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    out = torch.from_numpy(array)
     return out.to(torch.bool) if t.dtype == torch.bool else out
