@@ -1,1 +1,333 @@
-"""ATen operators on ocl devices: ops_random."""
+"""Random operators on ocl devices, drawn on the device (``core/random_draw.py``, dlprim's
+Philox-4x32-10 stream). Each call takes a fresh 64-bit Philox key from PyTorch's
+generator (the ``generator=`` argument, else the default CPU generator), so
+``torch.manual_seed(s)`` makes ocl draws reproducible and consecutive calls differ. The
+values differ from the CPU's draws; their distributions are PyTorch's."""
+import math
+
+import numpy as np
+import torch
+
+from ..core import random_draw
+from ..core.pointwise import pointwise
+from ..tensor import Tensor
+from .dispatch import register
+from .ops_tensor import convert, device_index, meta_of
+from .tensor import OclTensor, as_dlprim, assign, empty, numpy_dtype, write_into
+
+aten = torch.ops.aten
+
+__all__ = ["register_factories", "seed_from"]
+
+_FLOAT_DIGITS = {torch.float32: 24, torch.float16: 11, torch.bfloat16: 8, torch.float64: 53}
+
+
+def seed_from(generator=None):
+    """A 63-bit Philox key taken from ``generator`` (PyTorch's default CPU generator when
+    None), consuming its state."""
+    gen = generator if generator is not None else torch.default_generator
+    return int(torch.randint(0, 2 ** 63 - 1, (), generator=gen, dtype=torch.int64))
+
+
+def _ctx(t):
+    return t._ocl_storage.ctx
+
+
+def _draw_into(t, dist, generator, **kw):
+    """t[...] = draws of ``dist``, whatever t's strides."""
+    if t.numel() == 0:
+        return t
+    seed = seed_from(generator)
+    if t.is_contiguous():
+        random_draw.draw(_ctx(t), as_dlprim(t), dist, seed, **kw)
+        return t
+    tmp = Tensor(_ctx(t), tuple(t.shape), numpy_dtype(t.dtype))
+    random_draw.draw(_ctx(t), tmp, dist, seed, **kw)
+    return write_into(t, tmp)
+
+
+def _check_float(op, t):
+    if not t.is_floating_point():
+        raise RuntimeError("%s not implemented for '%s'" % (op, str(t.dtype).replace("torch.", "")))
+
+
+def _check(ok, message):
+    if not ok:
+        raise RuntimeError(message)
+
+
+def _uniform_(t, from_=0.0, to=1.0, generator=None):
+    _check_float("check_uniform_bounds", t)
+    _check(from_ <= to, "uniform_ expects to return a [from, to) range, but found from=%s > "
+                        "to=%s" % (from_, to))
+    return _draw_into(t, "uniform", generator, p0=from_, p1=to - from_)
+
+
+def _normal_(t, mean=0.0, std=1.0, generator=None):
+    _check_float("normal_kernel_cpu", t)
+    _check(std >= 0.0, "normal expects std >= 0.0, but found std %s" % std)
+    return _draw_into(t, "normal", generator, p0=mean, p1=std)
+
+
+def _log_normal_(t, mean=1.0, std=2.0, generator=None):
+    _check_float("log_normal_cpu", t)
+    _check(std > 0.0, "log_normal_ expects std > 0.0, but found std=%s" % std)
+    return _draw_into(t, "log_normal", generator, p0=mean, p1=std)
+
+
+def _exponential_(t, lambd=1.0, generator=None):
+    _check_float("exponential_cpu", t)
+    _check(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=%s" % lambd)
+    return _draw_into(t, "exponential", generator, p0=lambd)
+
+
+def _cauchy_(t, median=0.0, sigma=1.0, generator=None):
+    _check_float("cauchy_cpu", t)
+    return _draw_into(t, "cauchy", generator, p0=median, p1=sigma)
+
+
+def _geometric_(t, p, generator=None):
+    _check(0 < p < 1, "geometric_ expects p to be in (0, 1), but got p=%s" % p)
+    return _draw_into(t, "geometric", generator, p0=p)
+
+
+def _bernoulli_float_(t, p=0.5, generator=None):
+    _check(0 <= p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=%s" % p)
+    return _draw_into(t, "bernoulli", generator, p0=p)
+
+
+def _random_limit(dtype):
+    """PyTorch's exclusive upper end of random_() without bounds: 2**digits + 1 for floats
+    (every integer there is exact), the type's maximum + 1 for integers."""
+    if dtype.is_floating_point:
+        return 2 ** _FLOAT_DIGITS[dtype] + 1
+    if dtype == torch.bool:
+        return 2
+    return torch.iinfo(dtype).max + 1
+
+
+def _random_from_(t, from_, to=None, generator=None):
+    to = _random_limit(t.dtype) if to is None else to
+    _check(from_ < to, "random_ expects 'from' to be less than 'to', but got from=%s >= to=%s"
+           % (from_, to))
+    return _draw_into(t, "integer", generator, lo=from_, span=to - from_)
+
+
+def _new_like(t, dtype=None):
+    return empty(t.shape, dtype or t.dtype, t._ocl_storage.index)
+
+
+def _into_out(out, result, op):
+    """out[...] = result (out= overloads); out must have the result's shape."""
+    if tuple(out.shape) != tuple(result.shape):
+        raise NotImplementedError("dlprim.torch: %s(out=...) on ocl devices: out has shape %s, "
+                                  "the result %s (resizing out is not implemented)"
+                                  % (op, list(out.shape), list(result.shape)))
+    return assign(out, result if result.dtype == out.dtype else convert(result, out.dtype))
+
+
+def _register_fill(name, fill):
+    """name_ (in place), name (a new tensor like self) and name.out."""
+    packet = getattr(aten, name)
+    register(getattr(aten, name + "_").default)(fill)
+    if "default" in packet.overloads():
+        register(packet.default)(lambda t, *a, **k: fill(_new_like(t), *a, **k))
+    if "out" in packet.overloads():
+        register(packet.out)(lambda t, *a, out, **k: _into_out(out, fill(_new_like(t), *a, **k),
+                                                               name))
+
+
+for _name, _fill in (("uniform", _uniform_), ("normal", _normal_), ("log_normal", _log_normal_),
+                     ("exponential", _exponential_), ("cauchy", _cauchy_),
+                     ("geometric", _geometric_)):
+    _register_fill(_name, _fill)
+
+register(aten.random_.default)(lambda t, generator=None: _random_from_(t, 0, None, generator))
+register(aten.random_.to)(lambda t, to, generator=None: _random_from_(t, 0, to, generator))
+register(getattr(aten.random_, "from"))(_random_from_)
+register(aten.random.default)(lambda t, generator=None: _random_from_(_new_like(t), 0, None,
+                                                                      generator))
+register(aten.random.to)(lambda t, to, generator=None: _random_from_(_new_like(t), 0, to,
+                                                                     generator))
+register(getattr(aten.random, "from"))(
+    lambda t, from_, to=None, generator=None: _random_from_(_new_like(t), from_, to, generator))
+
+
+# ----- normal with tensor mean / std: a standard normal draw, then mean + std * z
+def _scalar_or_tensor(v):
+    return (as_dlprim(v), None) if isinstance(v, OclTensor) else (None, float(v))
+
+
+def _normal_tensors(meta, mean, std, generator):
+    first = mean if isinstance(mean, OclTensor) else std
+    out = empty(meta.shape, meta.dtype, first._ocl_storage.index)
+    if out.numel() == 0:
+        return out
+    if isinstance(std, OclTensor):
+        _check_float("normal", std)
+    z = Tensor(_ctx(out), tuple(out.shape), np.float32)
+    random_draw.draw(_ctx(out), z, "normal", seed_from(generator))
+    xs, params, terms = [z], [], []
+    for v in (mean, std):
+        tensor, value = _scalar_or_tensor(v)
+        if tensor is not None:
+            terms.append("x%d" % len(xs))
+            xs.append(tensor)
+        else:
+            terms.append("w%d" % len(params))
+            params.append(np.float32(value))
+    pointwise(_ctx(out), xs, [as_dlprim(out)], "y0 = %s + %s * x0;" % tuple(terms), params)
+    return out
+
+
+def _meta(v):
+    return meta_of(v) if isinstance(v, OclTensor) else v
+
+
+@register(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor)
+def _normal(mean, std=1.0, generator=None):
+    if not isinstance(std, OclTensor):
+        _check(std >= 0.0, "normal expects std >= 0.0, but found std %s" % std)
+    meta = aten.normal.Tensor_Tensor(_meta(mean), _meta(std)) if all(
+        isinstance(v, OclTensor) for v in (mean, std)) else (
+        aten.normal.Tensor_float(_meta(mean), std) if isinstance(mean, OclTensor)
+        else aten.normal.float_Tensor(mean, _meta(std)))
+    return _normal_tensors(meta, mean, std, generator)
+
+
+@register(aten.normal.Tensor_float_out, aten.normal.float_Tensor_out,
+          aten.normal.Tensor_Tensor_out)
+def _normal_out(mean, std=1.0, generator=None, out=None):
+    return _into_out(out, _normal(mean, std, generator), "normal")
+
+
+@register(aten.normal.out)
+def _normal_self_out(t, mean=0.0, std=1.0, generator=None, out=None):
+    return _into_out(out, _normal_(_new_like(t), mean, std, generator), "normal")
+
+
+# ----- bernoulli: u < p, p a number or a tensor (self's values for bernoulli(self))
+def _bernoulli_tensor_(t, p, generator=None):
+    if t.numel() == 0:
+        return t
+    u = Tensor(_ctx(t), tuple(t.shape), np.float32)
+    random_draw.draw(_ctx(t), u, "uniform", seed_from(generator))
+    p = p if p.dtype == torch.float32 else convert(p, torch.float32)
+    y = Tensor(_ctx(t), tuple(t.shape), numpy_dtype(t.dtype))
+    pointwise(_ctx(t), [u, as_dlprim(p)], [y], "y0 = x0 < x1;")
+    return write_into(t, y)
+
+
+register(aten.bernoulli_.float)(_bernoulli_float_)
+register(aten.bernoulli_.Tensor)(_bernoulli_tensor_)
+register(aten.bernoulli.p)(lambda t, p, generator=None: _bernoulli_float_(_new_like(t), p,
+                                                                          generator))
+register(aten.bernoulli.Tensor)(lambda t, p, generator=None: _bernoulli_tensor_(_new_like(t), p,
+                                                                                generator))
+register(aten.bernoulli.default)(lambda t, generator=None: _bernoulli_tensor_(_new_like(t), t,
+                                                                              generator))
+register(aten.bernoulli.out)(lambda t, generator=None, out=None: _into_out(
+    out, _bernoulli_tensor_(_new_like(t), t, generator), "bernoulli"))
+register(aten.bernoulli.float_out)(lambda t, p=0.5, generator=None, out=None: _into_out(
+    out, _bernoulli_float_(_new_like(t), p, generator), "bernoulli"))
+register(aten.bernoulli.Tensor_out)(lambda t, p, generator=None, out=None: _into_out(
+    out, _bernoulli_tensor_(_new_like(t), p, generator), "bernoulli"))
+
+
+# ----- factories: *_like (self is an ocl tensor) and the ones PyTorch sends to the backend
+def _like(t, dtype=None, device=None):
+    index = t._ocl_storage.index if device is None else device_index(device)
+    return empty(t.shape, dtype or t.dtype, index)
+
+
+def _rand_like(t, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
+               memory_format=None):
+    return _uniform_(_like(t, dtype, device), 0.0, 1.0, generator)
+
+
+def _randn_like(t, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
+                memory_format=None):
+    return _normal_(_like(t, dtype, device), 0.0, 1.0, generator)
+
+
+def _randint_like(t, low, high=None, generator=None, dtype=None, layout=None, device=None,
+                  pin_memory=None, memory_format=None):
+    low, high = (0, low) if high is None else (low, high)
+    low, high = (int(v.item()) if isinstance(v, torch.Tensor) else int(v) for v in (low, high))
+    return _random_from_(_like(t, dtype, device), low, high, generator)
+
+
+register(aten.rand_like.default)(lambda t, **k: _rand_like(t, **k))
+register(aten.rand_like.generator)(_rand_like)
+register(aten.randn_like.default)(lambda t, **k: _randn_like(t, **k))
+register(aten.randn_like.generator)(_randn_like)
+register(aten.randint_like.default, aten.randint_like.Tensor)(
+    lambda t, high, **k: _randint_like(t, high, **k))
+register(aten.randint_like.low_dtype)(lambda t, low, high, **k: _randint_like(t, low, high, **k))
+for _overload in ("generator", "Tensor_generator"):
+    if _overload in aten.randint_like.overloads():
+        register(getattr(aten.randint_like, _overload))(
+            lambda t, high, generator=None, **k: _randint_like(t, high, None, generator, **k))
+if "low_generator_dtype" in aten.randint_like.overloads():
+    register(aten.randint_like.low_generator_dtype)(_randint_like)
+
+
+def _randperm_into(n, out, generator=None):
+    _check(n >= 0, "randperm: n must be non-negative, got %s" % n)
+    if not out.is_floating_point() and out.dtype != torch.bool:
+        _check(n <= torch.iinfo(out.dtype).max + 1,
+               "randperm: n is too large for result tensor type: '%s'" % out.dtype)
+    result = empty((n,), out.dtype, out._ocl_storage.index)
+    random_draw.randperm(_ctx(result), as_dlprim(result), seed_from(generator))
+    return _into_out(out, result, "randperm")
+
+
+register(aten.randperm.generator_out)(lambda n, generator=None, out=None:
+                                      _randperm_into(n, out, generator))
+register(aten.randperm.out)(lambda n, out=None: _randperm_into(n, out))
+
+
+@register(aten.multinomial.default)
+def _multinomial(p, num_samples, replacement=False, generator=None):
+    _check(p.dim() in (1, 2), "prob_dist must be 1 or 2 dim")
+    _check(p.is_floating_point(), "multinomial only supports floating-point dtypes for input, "
+                                  "got: %s" % str(p.dtype).replace("torch.", ""))
+    _check(num_samples > 0, "cannot sample n_sample <= 0 samples")
+    cats = p.shape[-1]
+    _check(replacement or num_samples <= cats,
+           "cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    rows = p.shape[0] if p.dim() == 2 else 1
+    out = empty(tuple(p.shape[:-1]) + (num_samples,), torch.int64, p._ocl_storage.index)
+    weights = as_dlprim(p).view((rows, cats))
+    random_draw.multinomial(_ctx(p), weights, as_dlprim(out).view((rows, num_samples)),
+                            num_samples, replacement, seed_from(generator))
+    return out
+
+
+register(aten.multinomial.out)(lambda p, n, replacement=False, generator=None, out=None:
+                               _into_out(out, _multinomial(p, n, replacement, generator),
+                                         "multinomial"))
+
+
+def _factory_device(device):
+    return device_index(device if device is not None else "ocl")
+
+
+def _randperm_factory(n, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
+    out = empty((n,), dtype or torch.int64, _factory_device(device))
+    return _randperm_into(n, out, generator)
+
+
+def _normal_factory(mean, std, size, generator=None, dtype=None, layout=None, device=None,
+                    pin_memory=None):
+    out = empty(size, dtype or torch.get_default_dtype(), _factory_device(device))
+    return _normal_(out, mean, std, generator)
+
+
+def register_factories(lib):
+    """The random factories that PyTorch sends to the PrivateUse1 backend key (no ocl
+    tensor among their arguments): dlprim/torch/__init__.py's _register calls this."""
+    lib.impl("randperm", lambda n, dtype=None, layout=None, device=None, pin_memory=None:
+             _randperm_factory(n, None, dtype, layout, device, pin_memory), "PrivateUse1")
+    lib.impl("randperm.generator", _randperm_factory, "PrivateUse1")
+    lib.impl("normal.float_float", _normal_factory, "PrivateUse1")
