@@ -17,6 +17,7 @@ import torch
 from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from ..core.conv_nd import conv_nd
 from ..core.pooling_nd import PoolWindows, pooling_nd
+from ..core.resample_nd import resample_nd
 from ..tensor import Tensor
 from .dispatch import handle, register
 from .ops_tensor import convert, meta_of
@@ -425,3 +426,53 @@ def _max_unpool(n, packet):
 
 _register(aten.max_unpool2d, _max_unpool(2, aten.max_unpool2d))
 _register(aten.max_unpool3d, _max_unpool(3, aten.max_unpool3d))
+
+
+# ----- resampling over 1 to 3 spatial dims (core/resample_nd.py): F.interpolate's
+# nearest, nearest-exact, (bi/tri)linear and bicubic modes; "area" is adaptive average
+# pooling, above
+def _scales(n, scales):
+    scales = tuple(scales) + (None,) * (n - len(scales))
+    return scales[:n]
+
+
+def _resample(mode, n, packet, aligned):
+    def forward(x, output_size, *rest):
+        align, scales = (bool(rest[0]), rest[1:]) if aligned else (False, rest)
+        if x.dtype not in _FLOATS:
+            _unsupported(str(packet), "float tensors only, got %s" % x.dtype)
+        m = packet.default(meta_of(x), output_size, *rest)
+        out = empty(m.shape, x.dtype, x._ocl_storage.index)
+        if out.numel():
+            ops = resample_nd(_ctx(x), mode, numpy_dtype(x.dtype))
+            enqueue(_ctx(x), ops.forward(_planes(x, n), x.shape[-n:], out.shape[-n:], align,
+                                         _scales(n, scales), as_dlprim(x), as_dlprim(out)))
+        return out
+
+    def backward(grad, output_size, input_size, *rest):
+        align, scales = (bool(rest[0]), rest[1:]) if aligned else (False, rest)
+        _check_dtypes(str(packet) + "_backward", grad)
+        dx = empty(input_size, grad.dtype, grad._ocl_storage.index)
+        if dx.numel():
+            ops = resample_nd(_ctx(grad), mode, numpy_dtype(grad.dtype))
+            enqueue(_ctx(grad), ops.backward(_planes(dx, n), tuple(input_size)[-n:],
+                                             grad.shape[-n:], align, _scales(n, scales),
+                                             as_dlprim(grad), as_dlprim(dx)))
+        return dx
+    return forward, backward
+
+
+for _mode, _n, _name, _aligned in (
+        ("nearest", 1, "upsample_nearest1d", False),
+        ("nearest", 2, "upsample_nearest2d", False),
+        ("nearest", 3, "upsample_nearest3d", False),
+        ("nearest_exact", 1, "_upsample_nearest_exact1d", False),
+        ("nearest_exact", 2, "_upsample_nearest_exact2d", False),
+        ("nearest_exact", 3, "_upsample_nearest_exact3d", False),
+        ("linear", 1, "upsample_linear1d", True),
+        ("linear", 2, "upsample_bilinear2d", True),
+        ("linear", 3, "upsample_trilinear3d", True),
+        ("cubic", 2, "upsample_bicubic2d", True)):
+    _f, _b = _resample(_mode, _n, getattr(aten, _name), _aligned)
+    _register(getattr(aten, _name), _f)
+    _register(getattr(aten, _name + "_backward"), _b)

@@ -1,0 +1,147 @@
+<%include file="common.h"/>
+// Resampling over 1 to 3 spatial dims (1-D and 2-D are 3-D with unit dims), PyTorch's
+// upsample_* rules: MODE "nearest" / "nearest_exact" (1 tap per dim), "linear" (2) or
+// "cubic" (4, A = -0.75, taps clamped to the edge). Per dim, ``scale`` is the float
+// ratio PyTorch derives from the sizes, the scale factor and align_corners (the host
+// works it out as PyTorch does). The backward kernel gathers per input element over the
+// outputs whose taps may reach it, recomputing their taps (no atomics).
+// T: the storage type (computed in float).
+% if T in ("half", "bfloat16"):
+#define LOAD(p, i) LD_${T}(p, i)
+#define STORE(p, i, v) ST_${T}(p, i, v)
+% else:
+#define LOAD(p, i) ((p)[i])
+#define STORE(p, i, v) ((p)[i] = (v))
+% endif
+<% TAPS = {"nearest": 1, "nearest_exact": 1, "linear": 2, "cubic": 4}[MODE] %>
+#define TAPS ${TAPS}
+#define SIZES int I0, int I1, int I2, int O0, int O1, int O2, \
+              float C0, float C1, float C2, int align_corners
+
+% if MODE == "cubic":
+inline float cubic1(float x) { const float A = -0.75f; return ((A + 2) * x - (A + 3)) * x * x + 1; }
+inline float cubic2(float x) { const float A = -0.75f; return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; }
+% endif
+
+// the input positions and weights output o reads along one dim
+inline void taps(int o, int I, int O, float scale, int align_corners, int *at, float *w)
+{
+% if MODE in ("nearest", "nearest_exact"):
+% if MODE == "nearest":
+    at[0] = O == I ? o : O == 2 * I ? o >> 1 : min((int)floor(o * scale), I - 1);
+% else:
+    at[0] = min((int)floor((o + 0.5f) * scale), I - 1);
+% endif
+    w[0] = 1.0f;
+% else:
+    float real = align_corners ? scale * o : scale * (o + 0.5f) - 0.5f;
+% if MODE == "linear":
+    if (!align_corners && real < 0)
+        real = 0;
+% endif
+    int base = min((int)floor(real), I - 1);
+    float t = clamp(real - base, 0.0f, 1.0f);
+% if MODE == "linear":
+    at[0] = base;
+    at[1] = base + (base < I - 1 ? 1 : 0);
+    w[0] = 1.0f - t;
+    w[1] = t;
+% else:
+    w[0] = cubic2(t + 1.0f);
+    w[1] = cubic1(t);
+    w[2] = cubic1(1.0f - t);
+    w[3] = cubic2(2.0f - t);
+    for (int k = 0; k < 4; ++k)
+        at[k] = clamp(base - 1 + k, 0, I - 1);
+% endif
+% endif
+}
+
+__kernel void resample_forward(ulong total, SIZES,
+                               __global const ${T} *x, ulong x_offset, __global ${T} *y, ulong y_offset)
+{
+    ulong g = get_global_id(0);
+    if (g >= total)
+        return;
+    int o2 = (int)(g % O2), o1 = (int)((g / O2) % O1), o0 = (int)((g / O2 / O1) % O0);
+    ulong nc = g / O2 / O1 / O0;
+    __global const ${T} *xp = x + x_offset + nc * I0 * I1 * I2;
+    int a0[TAPS], a1[TAPS], a2[TAPS];
+    float w0[TAPS], w1[TAPS], w2[TAPS];
+    taps(o0, I0, O0, C0, align_corners, a0, w0);
+    taps(o1, I1, O1, C1, align_corners, a1, w1);
+    taps(o2, I2, O2, C2, align_corners, a2, w2);
+% if TAPS == 1:
+    float sum = LOAD(xp, ((ulong)a0[0] * I1 + a1[0]) * I2 + a2[0]);
+% else:
+    float sum = 0.0f;
+    for (int k0 = 0; k0 < (I0 > 1 || O0 > 1 ? TAPS : 1); ++k0) {
+        float s1 = 0.0f;
+        for (int k1 = 0; k1 < (I1 > 1 || O1 > 1 ? TAPS : 1); ++k1) {
+            float s2 = 0.0f;
+            for (int k2 = 0; k2 < TAPS; ++k2)
+                s2 += w2[k2] * LOAD(xp, ((ulong)a0[k0] * I1 + a1[k1]) * I2 + a2[k2]);
+            s1 += (I1 > 1 || O1 > 1 ? w1[k1] : 1.0f) * s2;
+        }
+        sum += (I0 > 1 || O0 > 1 ? w0[k0] : 1.0f) * s1;
+    }
+% endif
+    STORE(y + y_offset, g, sum);
+}
+
+// the weight with which output o reads input i along one dim (0: it does not)
+inline float weight_of(int o, int i, int I, int O, float scale, int align_corners)
+{
+    int at[TAPS];
+    float w[TAPS], sum = 0.0f;
+    taps(o, I, O, scale, align_corners, at, w);
+    for (int k = 0; k < TAPS; ++k)
+        if (at[k] == i)
+            sum += w[k];
+    return sum;
+}
+
+// the outputs along one dim whose taps may reach input i: a margin around i / ratio, and
+// every output to the edge for the edge inputs (taps are clamped there)
+inline void reach(int i, int I, int O, float scale, int *first, int *last)
+{
+    if (scale <= 0 || I == 1) {
+        *first = 0;
+        *last = O - 1;
+        return;
+    }
+    *first = i == 0 ? 0 : max(0, (int)floor((i - 3) / scale) - 2);
+    *last = i == I - 1 ? O - 1 : min(O - 1, (int)ceil((i + 3) / scale) + 2);
+}
+
+__kernel void resample_backward(ulong total, SIZES,
+                                __global const ${T} *dy, ulong dy_offset, __global ${T} *dx, ulong dx_offset)
+{
+    ulong g = get_global_id(0);
+    if (g >= total)
+        return;
+    int i2 = (int)(g % I2), i1 = (int)((g / I2) % I1), i0 = (int)((g / I2 / I1) % I0);
+    ulong nc = g / I2 / I1 / I0;
+    __global const ${T} *dyp = dy + dy_offset + nc * O0 * O1 * O2;
+    int f0, l0, f1, l1, f2, l2;
+    reach(i0, I0, O0, C0, &f0, &l0);
+    reach(i1, I1, O1, C1, &f1, &l1);
+    reach(i2, I2, O2, C2, &f2, &l2);
+    float sum = 0.0f;
+    for (int o0 = f0; o0 <= l0; ++o0) {
+        float v0 = weight_of(o0, i0, I0, O0, C0, align_corners);
+        if (v0 == 0.0f)
+            continue;
+        for (int o1 = f1; o1 <= l1; ++o1) {
+            float v1 = weight_of(o1, i1, I1, O1, C1, align_corners);
+            if (v1 == 0.0f)
+                continue;
+            for (int o2 = f2; o2 <= l2; ++o2) {
+                float v2 = weight_of(o2, i2, I2, O2, C2, align_corners);
+                if (v2 != 0.0f)
+                    sum += v0 * v1 * v2 * LOAD(dyp, ((ulong)o0 * O1 + o1) * O2 + o2);
+            }
+        }
+    }
+    STORE(dx + dx_offset, g, sum);
+}
