@@ -1,1 +1,220 @@
-"""ATen operators on ocl devices: ops_loss."""
+"""Losses on ocl devices.
+
+Most of PyTorch's losses are composite (``cross_entropy``, ``kl_div``, ``l1_loss``, the
+margin and embedding losses, ``poisson_nll_loss`` ...): the dispatcher decomposes them
+above the device into operators dlprim runs. The ones with ATen kernels of their own run
+here as PyTorch's reference decompositions (``torch._decomp``), whose pieces are ocl
+operators, so nothing leaves the device; each was checked against the CPU's kernel
+(tests/test_torch_loss.py). Where a reference decomposition is missing or differs from
+the CPU (``multilabel_margin_loss_forward`` counts labels after the first -1), the loss is
+written here from its formula. ``nll_loss`` keeps dlprim's row kernel (``core.loss``) for
+the common case, (N, C) float32 scores without class weights.
+"""
+import torch
+from torch._decomp import decomposition_table
+
+from . import ops_nn
+from .dispatch import register
+
+aten = torch.ops.aten
+
+__all__ = []
+
+_MEAN, _SUM = 1, 2
+
+
+def _reference(*packets):
+    """Every overload of these packets that PyTorch decomposes (functional and out=)."""
+    for packet in packets:
+        for name in packet.overloads():
+            op = getattr(packet, name)
+            if op in decomposition_table:
+                register(op)(decomposition_table[op])
+
+
+_reference(aten.mse_loss, aten.mse_loss_backward, aten.smooth_l1_loss,
+           aten.smooth_l1_loss_backward, aten.huber_loss, aten.huber_loss_backward,
+           aten.binary_cross_entropy, aten.binary_cross_entropy_backward,
+           aten.binary_cross_entropy_with_logits, aten.soft_margin_loss,
+           aten.soft_margin_loss_backward)
+
+
+# ----- nll_loss: dlprim's row kernel where it applies, else the reference decomposition
+def _fast_nll(x, target, weight, dims=2):
+    return (weight is None and x.dim() == dims and x.dtype == torch.float32
+            and target.dtype in (torch.int64, torch.int32) and x.numel() > 0)
+
+
+def _fast_nll2d(x, target, weight):
+    return _fast_nll(x, target, weight, 4)
+
+
+@register(aten.nll_loss_forward.default)
+def _nll_loss_forward(x, target, weight, reduction, ignore_index):
+    if _fast_nll(x, target, weight):
+        return ops_nn._nll_loss_forward(x, target, weight, reduction, ignore_index)
+    return decomposition_table[aten.nll_loss_forward.default](x, target, weight, reduction,
+                                                              ignore_index)
+
+
+@register(aten.nll_loss_backward.default)
+def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    if _fast_nll(x, target, weight):
+        return ops_nn._nll_loss_backward(grad, x, target, weight, reduction, ignore_index,
+                                         total_weight)
+    return decomposition_table[aten.nll_loss_backward.default](
+        grad, x, target, weight, reduction, ignore_index, total_weight)
+
+
+@register(aten.nll_loss2d_forward.default)
+def _nll_loss2d_forward(x, target, weight, reduction, ignore_index):
+    if _fast_nll2d(x, target, weight):
+        return ops_nn._nll_loss2d_forward(x, target, weight, reduction, ignore_index)
+    return decomposition_table[aten.nll_loss2d_forward.default](x, target, weight, reduction,
+                                                                ignore_index)
+
+
+@register(aten.nll_loss2d_backward.default)
+def _nll_loss2d_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    if _fast_nll2d(x, target, weight):
+        return ops_nn._nll_loss2d_backward(grad, x, target, weight, reduction, ignore_index,
+                                           total_weight)
+    return decomposition_table[aten.nll_loss2d_backward.default](
+        grad, x, target, weight, reduction, ignore_index, total_weight)
+
+
+def _reduce_rows(per_row, reduction):
+    if reduction == _MEAN:
+        return per_row.mean()
+    if reduction == _SUM:
+        return per_row.sum()
+    return per_row
+
+
+def _row_scale(grad, n, reduction):
+    """d loss / d per-row loss, as an (n, 1) column."""
+    if reduction == _MEAN:
+        return (grad / n).expand(n).unsqueeze(1)
+    if reduction == _SUM:
+        return grad.expand(n).unsqueeze(1)
+    return grad.reshape(n, 1)
+
+
+# ----- multi_margin_loss: loss_n = sum_{i != y} max(0, m - x_y + x_i)^p w_y / C
+def _multi_margin_terms(x, target, p, margin, weight):
+    """(x as (N, C), target as (N, 1), z (N, C) with the y column and inactive terms 0,
+    the y column's weight w_y (N, 1) or None)."""
+    if p not in (1, 2):
+        raise RuntimeError("multi_margin_loss: only p == 1 and p == 2 supported")
+    x2 = torch.atleast_2d(x)
+    n, c = x2.shape
+    if x.dim() > 2 or c == 0:
+        raise RuntimeError("multi_margin_loss: expected non-empty vector or matrix with "
+                           "optional 0-dim batch size, but got: %s" % (list(x.shape),))
+    if target.numel() != n or target.dim() > 1:
+        raise RuntimeError("multi_margin_loss: inconsistent target size, expected %d but got "
+                           "%s" % (n, list(target.shape)))
+    t = target.reshape(n, 1)
+    z = margin - torch.gather(x2, 1, t) + x2
+    others = torch.ones_like(z).scatter(1, t, 0.0)  # the target's own column adds nothing
+    z = torch.where((z > 0) & (others > 0), z, torch.zeros_like(z))
+    return x2, t, z, (None if weight is None else weight.reshape(-1)[t])
+
+
+@register(aten.multi_margin_loss.default)
+def _multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=_MEAN):
+    x2, _, z, w = _multi_margin_terms(x, target, p, margin, weight)
+    terms = z if p == 1 else z * z
+    if w is not None:
+        terms = terms * w
+    per_row = terms.sum(1) / x2.shape[1]
+    if reduction not in (_MEAN, _SUM):
+        return per_row.reshape(x.shape[:-1])
+    return _reduce_rows(per_row, reduction)
+
+
+@register(aten.multi_margin_loss.out)
+def _multi_margin_loss_out(x, target, p=1, margin=1, weight=None, reduction=_MEAN, *, out):
+    return _into(out, _multi_margin_loss(x, target, p, margin, weight, reduction))
+
+
+@register(aten.multi_margin_loss_backward.default)
+def _multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reduction=_MEAN):
+    x2, t, z, w = _multi_margin_terms(x, target, p, margin, weight)
+    n, c = x2.shape
+    g = z * 2 if p == 2 else (z > 0).to(z.dtype)
+    if w is not None:
+        g = g * w
+    g = g * (_row_scale(grad, n, reduction) / c)
+    # x_y appears with a minus sign in every active term of its row
+    g = g - torch.zeros_like(g).scatter_add(1, t, g.sum(1, keepdim=True))
+    return g.reshape(x.shape)
+
+
+@register(aten.multi_margin_loss_backward.grad_input)
+def _multi_margin_loss_backward_out(grad, x, target, p, margin, weight=None, reduction=_MEAN,
+                                    *, grad_input):
+    return _into(grad_input, _multi_margin_loss_backward(grad, x, target, p, margin, weight,
+                                                         reduction))
+
+
+def _into(out, value):
+    out.resize_(value.shape)
+    return out.copy_(value)
+
+
+# ----- multilabel_margin_loss: loss_n = sum_{j labelled} sum_{i not a label}
+# max(0, 1 - (x_{y_j} - x_i)) / C, the labels being target's entries before its first -1
+def _multilabel_terms(x, target):
+    """(x, labels (N, C), counted (N, C) per label slot, is_target (N, C), z (N, J, I))."""
+    x2, t2 = torch.atleast_2d(x), torch.atleast_2d(target)
+    counted = (t2 == -1).cumsum(1) == 0
+    labels = torch.where(counted, t2, torch.zeros_like(t2))
+    hits = torch.zeros_like(x2).scatter_add(1, labels, counted.to(x2.dtype))
+    is_target = hits > 0
+    z = 1.0 - torch.gather(x2, 1, labels).unsqueeze(2) + x2.unsqueeze(1)
+    live = (z > 0) & counted.unsqueeze(2) & ~is_target.unsqueeze(1)
+    return x2, labels, is_target, torch.where(live, z, torch.zeros_like(z)), live
+
+
+@register(aten.multilabel_margin_loss_forward.default)
+def _multilabel_margin_loss_forward(x, target, reduction):
+    _check_multilabel(x, target)
+    x2, _, is_target, z, _ = _multilabel_terms(x, target)
+    per_row = z.sum((1, 2)) / x2.shape[1]
+    loss = _reduce_rows(per_row, reduction)
+    if reduction not in (_MEAN, _SUM) and x.dim() < 2:
+        loss = loss.reshape(())
+    return loss, is_target.to(x.dtype).reshape(target.shape)
+
+
+@register(aten.multilabel_margin_loss_forward.output)
+def _multilabel_margin_loss_forward_out(x, target, reduction, *, output, is_target):
+    loss, mask = _multilabel_margin_loss_forward(x, target, reduction)
+    return _into(output, loss), _into(is_target, mask)
+
+
+def _check_multilabel(x, target):
+    if x.dim() > 2 or (x.dim() > 0 and x.shape[-1] == 0):
+        raise RuntimeError("multilabel_margin_loss: expected non-empty vector or matrix with "
+                           "optional 0-dim batch size, but got: %s" % (list(x.shape),))
+    if tuple(target.shape) != tuple(x.shape):
+        raise RuntimeError("multilabel_margin_loss: inconsistent target size: %s for input "
+                           "of size: %s" % (list(target.shape), list(x.shape)))
+
+
+@register(aten.multilabel_margin_loss_backward.default)
+def _multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
+    x2, labels, _, _, live = _multilabel_terms(x, target)
+    n, c = x2.shape
+    live = live.to(x2.dtype)
+    scale = _row_scale(grad, n, reduction) / c
+    # +1 for x_i per live (j, i), -1 for x_{y_j}
+    g = live.sum(1) - torch.zeros_like(x2).scatter_add(1, labels, live.sum(2))
+    return (g * scale).reshape(x.shape)
+
+
+@register(aten.multilabel_margin_loss_backward.grad_input)
+def _multilabel_margin_loss_backward_out(grad, x, target, reduction, is_target, *, grad_input):
+    return _into(grad_input, _multilabel_margin_loss_backward(grad, x, target, reduction,
+                                                              is_target))
