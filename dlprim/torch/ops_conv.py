@@ -16,6 +16,7 @@ import torch
 
 from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from ..core.conv_nd import conv_nd
+from ..core.grid_sample import PADDINGS, grid_sample_ops
 from ..core.pooling_nd import PoolWindows, pooling_nd
 from ..core.resample_nd import resample_nd
 from ..tensor import Tensor
@@ -476,3 +477,46 @@ for _mode, _n, _name, _aligned in (
     _f, _b = _resample(_mode, _n, getattr(aten, _name), _aligned)
     _register(getattr(aten, _name), _f)
     _register(getattr(aten, _name + "_backward"), _b)
+
+
+# ----- grid_sampler_2d (F.grid_sample of 4-D inputs; core/grid_sample.py)
+def _grid_modes(op, interpolation_mode, padding_mode):
+    if interpolation_mode not in (0, 1):
+        _unsupported(op, "bilinear and nearest sampling only, got interpolation_mode %d "
+                     "(bicubic)" % interpolation_mode)
+    return ("bilinear", "nearest")[interpolation_mode], PADDINGS[padding_mode]
+
+
+@register(aten.grid_sampler_2d.default)
+def _grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
+    m = aten.grid_sampler_2d.default(meta_of(x), meta_of(grid), interpolation_mode,
+                                     padding_mode, align_corners)
+    _check_dtypes("grid_sampler_2d", x, grid)
+    interp, padding = _grid_modes("grid_sampler_2d", interpolation_mode, padding_mode)
+    out = empty(m.shape, x.dtype, x._ocl_storage.index)
+    if out.numel():
+        ops = grid_sample_ops(_ctx(x), interp, numpy_dtype(x.dtype))
+        enqueue(_ctx(x), ops.forward(as_dlprim(x), as_dlprim(grid), as_dlprim(out), padding,
+                                     align_corners))
+    return out
+
+
+@register(aten.grid_sampler_2d_backward.default)
+def _grid_sampler_2d_backward(grad, x, grid, interpolation_mode, padding_mode, align_corners,
+                              output_mask):
+    _check_dtypes("grid_sampler_2d_backward", grad, x, grid)
+    interp, padding = _grid_modes("grid_sampler_2d_backward", interpolation_mode, padding_mode)
+    index = x._ocl_storage.index
+    want_dx = bool(output_mask[0])
+    dx = empty(x.shape, torch.float32, index) if want_dx else None
+    if dx is not None:
+        handle(aten.zero_.default, (dx,), {})
+    dgrid = empty(grid.shape, grid.dtype, index)
+    if dgrid.numel():
+        ops = grid_sample_ops(_ctx(x), interp, numpy_dtype(x.dtype))
+        enqueue(_ctx(x), ops.backward(as_dlprim(grad), as_dlprim(x), as_dlprim(grid),
+                                      None if dx is None else as_dlprim(dx), as_dlprim(dgrid),
+                                      padding, align_corners))
+    if dx is not None and x.dtype != torch.float32:
+        dx = convert(dx, x.dtype)
+    return dx, (dgrid if output_mask[1] else None)
