@@ -444,3 +444,261 @@ register(aten.cumprod_.default)(_scan_inplace(aten.cumprod))
 def _cum_helper(x, values, indices, dim):
     raise NotImplementedError("dlprim.torch: _cummax_helper/_cummin_helper are reached only "
                               "through cummax/cummin, which ocl implements whole")
+
+
+# ----- sorting (core/sort.py): stable, NaN as the largest value
+def _sorted(x, dim, descending):
+    """(values, int64 indices): x sorted along dim, new contiguous tensors."""
+    values = empty(x.shape, x.dtype, x._ocl_storage.index)
+    indices = empty(x.shape, torch.int64, x._ocl_storage.index)
+    if x.numel():
+        outer, n, inner = _around(x, dim)
+        ctx = _ctx(x)
+        enqueue(ctx, sort_launches(ctx, _flat(x), _flat(values), _flat(indices), outer, n,
+                                   inner, bool(descending)))
+    return values, indices
+
+
+@register(aten.sort.default, aten.sort.stable)
+def _sort(x, dim=-1, descending=False, *, stable=None):
+    if isinstance(dim, bool) or dim is None:  # sort.stable(x, stable, dim, descending)
+        stable, dim = dim, -1
+    _meta_call(aten.sort.default, x, dim, descending)
+    return _sorted(x, dim, descending)
+
+
+@register(aten.argsort.default, aten.argsort.stable)
+def _argsort(x, dim=-1, descending=False, *, stable=False):
+    if isinstance(dim, bool):  # argsort.stable(x, stable, dim, descending)
+        stable, dim = dim, -1
+    _meta_call(aten.sort.default, x, dim, descending)
+    return _sorted(x, dim, descending)[1]
+
+
+register(aten.msort.default)(lambda x: _sort(x, 0)[0])
+
+
+def _narrow(t, dim, start, length):
+    """A contiguous copy of t[start:start+length] along dim."""
+    view = t.narrow(dim, start, length)
+    out = empty(view.shape, t.dtype, t._ocl_storage.index)
+    return write_into(out, as_dlprim(view)) if out.numel() else out
+
+
+@register(aten.topk.default)
+def _topk(x, k, dim=-1, largest=True, sorted=True):
+    _meta_call(aten.topk.default, x, k, dim, largest, sorted)
+    values, indices = _sorted(x, dim, largest)
+    d = dim % max(x.dim(), 1)
+    if x.dim() == 0:
+        return values, indices
+    return _narrow(values, d, 0, k), _narrow(indices, d, 0, k)
+
+
+def _pick(values, indices, x, dim, position, keepdim):
+    """values/indices at ``position`` (an int64 ocl tensor of x's shape with 1 along dim)."""
+    if x.dim() == 0:
+        return values, indices
+    v = handle(aten.gather.default, (values, dim, position), {})
+    i = handle(aten.gather.default, (indices, dim, position), {})
+    if not keepdim:
+        v, i = v.squeeze(dim), i.squeeze(dim)
+    return v, i
+
+
+@register(aten.kthvalue.default)
+def _kthvalue(x, k, dim=-1, keepdim=False):
+    _meta_call(aten.kthvalue.default, x, k, dim, keepdim)
+    d = dim % max(x.dim(), 1)
+    values, indices = _sorted(x, d, False)
+    if x.dim() == 0:
+        return values, indices
+    keep = _kept(x, (d,))
+    position = empty(keep, torch.int64, x._ocl_storage.index)
+    _fill(position, k - 1)
+    return _pick(values, indices, x, d, position, keepdim)
+
+
+def _median(x, dim, keepdim, ignore_nan):
+    """The lower median along dim: a NaN if the row has one (the first), or with
+    ``ignore_nan`` the median of the row's other values."""
+    values, indices = _sorted(x, dim, False)
+    if x.dim() == 0:
+        return values, indices
+    keep = _kept(x, (dim,))
+    n = x.shape[dim]
+    position = empty(keep, torch.int64, x._ocl_storage.index)
+    # numbers (not NaN) in each row: they sort first, the NaNs after them in their order
+    _fold_into(position, (dim,), x, "y0 = (x0 == x0);", *_SUM)
+    code = "y0 = x0 > 0 ? (x0 - 1) / 2 : 0;" if ignore_nan else \
+        "y0 = x0 < w0 ? x0 : (w0 - 1) / 2;"
+    pointwise(_ctx(x), [as_dlprim(position)], [as_dlprim(position)], code, [np.int64(n)])
+    return _pick(values, indices, x, dim, position, keepdim)
+
+
+def _median_dim(name, ignore_nan):
+    def run(x, dim=-1, keepdim=False):
+        _meta_call(getattr(aten, name).dim, x, dim, keepdim)
+        if x.dim() and x.shape[dim] == 0:
+            raise IndexError("%s(): Expected reduction dim %d to have non-zero size."
+                             % (name, dim % x.dim()))
+        return _median(x, dim % max(x.dim(), 1), keepdim, ignore_nan)
+    return run
+
+
+def _median_all(ignore_nan):
+    def run(x):
+        if x.numel() == 0:
+            out = empty((), x.dtype, x._ocl_storage.index)
+            return _fill(out, float("nan"))
+        return _median(x.reshape(-1), 0, False, ignore_nan)[0]
+    return run
+
+
+register(aten.median.dim)(_median_dim("median", False))
+register(aten.nanmedian.dim)(_median_dim("nanmedian", True))
+register(aten.median.default)(_median_all(False))
+register(aten.nanmedian.default)(_median_all(True))
+
+
+# ----- unique: sort (or not, for unique_consecutive), mark where a value differs from the
+# one before, count the marks (a scan) and scatter each group's value, size and members.
+# The number of groups decides the output's size: it is read back (one number), as on CUDA
+def _groups(x, values, perm, return_inverse, return_counts):
+    """(unique values, inverse, counts) of ``values`` (x's values in the order to group,
+    flat, from x's positions ``perm``)."""
+    from ..core.sort import sorter_for
+    index, ctx = x._ocl_storage.index, _ctx(x)
+    N = values.numel()
+    starts = empty((N,), torch.int64, index)   # 1 where a group starts, then its count
+    if N:
+        _fill(starts, 1)
+        if N > 1:
+            v = as_dlprim(values)
+            pointwise(ctx, [v.view((N - 1,), 1), v.view((N - 1,))],
+                      [as_dlprim(starts).view((N - 1,), 1)], "y0 = (x0 != x1);")
+    cum = empty((N,), torch.int64, index)
+    if N:
+        enqueue(ctx, scan_launches(ctx, "sum", as_dlprim(starts), as_dlprim(cum), None, 1, N, 1))
+    U = int(as_dlprim(cum).view((1,), N - 1).to_host()[0]) if N else 0
+    out = empty((U,), x.dtype, index)
+    inverse = empty(tuple(x.shape), torch.int64, index)
+    first = empty((max(U, 1),), torch.int64, index)
+    sorter = sorter_for(ctx, numpy_dtype(x.dtype))
+    enqueue(ctx, sorter.unique_launches(as_dlprim(values), as_dlprim(perm), as_dlprim(cum),
+                                        as_dlprim(out), _flat(inverse), as_dlprim(first), N))
+    counts = empty((U,), torch.int64, index)
+    if return_counts:
+        enqueue(ctx, sorter.counts_launches(as_dlprim(first), as_dlprim(counts), U, N))
+    if not return_inverse:
+        inverse = empty((0,), torch.int64, index)
+    if not return_counts:
+        counts = empty((0,), torch.int64, index)
+    return out, inverse, counts
+
+
+@register(aten._unique2.default)
+def _unique2(x, sorted=True, return_inverse=False, return_counts=False):
+    values, perm = _sorted(x.reshape(-1), 0, False)
+    return _groups(x, values, perm, return_inverse, return_counts)
+
+
+@register(aten._unique.default)
+def _unique(x, sorted=True, return_inverse=False):
+    out, inverse, _ = _unique2(x, sorted, return_inverse, False)
+    return out, inverse
+
+
+def _positions(x):
+    n = x.numel()
+    ctx = _ctx(x)
+    perm = _memo(ctx, ("torch_reduce_arange", n, 0), lambda: Tensor.from_numpy(
+        ctx, np.arange(n, dtype=np.int64)))
+    return OclTensor.__new__(OclTensor, _storage_over(x, perm), (n,), (1,), 0, torch.int64)
+
+
+def _storage_over(x, tensor):
+    from .tensor import Storage
+    return Storage.over(x._ocl_storage.index, tensor)
+
+
+def _flat_dim(op, x, dim):
+    if dim is not None and x.dim() > 1:
+        raise NotImplementedError("dlprim.torch: %s with dim=%s on ocl devices: only over "
+                                  "all elements or a 1-d tensor" % (op, dim))
+
+
+@register(aten.unique_consecutive.default)
+def _unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
+    _flat_dim("unique_consecutive", x, dim)
+    flat = x.reshape(-1)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    return _groups(x, flat, _positions(flat), return_inverse, return_counts)
+
+
+@register(aten.unique_dim.default)
+def _unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
+    _flat_dim("unique_dim", x, dim)
+    if x.dim() == 0:
+        raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but "
+                         "got %d)" % dim)
+    return _unique2(x, sorted, return_inverse, return_counts)
+
+
+# ----- searchsorted / bucketize: a binary search per value
+def _search(seq, values, out_int32, right, side, sorter):
+    if side is not None:
+        right = side == "right"
+    m = _meta_call(aten.searchsorted.Tensor, seq, values, out_int32=out_int32, right=right,
+                   side=side, sorter=sorter)
+    index = seq._ocl_storage.index
+    common = torch.promote_types(seq.dtype, values.dtype)
+    seq = seq if seq.dtype == common else convert(seq, common)
+    values = values if values.dtype == common else convert(values, common)
+    out = empty(m.shape, torch.int64, index)
+    L = seq.shape[-1] if seq.dim() else 1
+    shared = seq.dim() <= 1
+    m_per_row = values.shape[-1] if values.dim() else 1
+    if out.numel():
+        from ..core.sort import sorter_for
+        ctx = _ctx(seq)
+        s = sorter_for(ctx, numpy_dtype(common))
+        enqueue(ctx, s.search_launches(_flat(seq), None if sorter is None else _flat(sorter),
+                                       _flat(values), _flat(out), L, m_per_row, shared,
+                                       bool(right)))
+    return convert(out, torch.int32) if out_int32 else out
+
+
+@register(aten.searchsorted.Tensor)
+def _searchsorted(seq, values, *, out_int32=False, right=False, side=None, sorter=None):
+    if not isinstance(values, OclTensor):
+        values = _scalar_tensor(seq, values)
+    return _search(seq, values, out_int32, right, side, sorter)
+
+
+def _scalar_tensor(like, value):
+    from .tensor import from_numpy
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    dtype = torch.result_type(torch.empty((), dtype=like.dtype), value)
+    return from_numpy(np.array(value), like._ocl_storage.index, dtype)
+
+
+@register(aten.searchsorted.Scalar)
+def _searchsorted_scalar(seq, value, *, out_int32=False, right=False, side=None, sorter=None):
+    values = _scalar_tensor(seq, value)
+    _meta_call(aten.searchsorted.Scalar, seq, value, out_int32=out_int32, right=right,
+               side=side, sorter=sorter)
+    return _search(seq, values, out_int32, right, side, sorter)
+
+
+@register(aten.bucketize.Tensor)
+def _bucketize(x, boundaries, *, out_int32=False, right=False):
+    _meta_call(aten.bucketize.Tensor, x, boundaries, out_int32=out_int32, right=right)
+    return _search(boundaries, x, out_int32, right, None, None)
+
+
+@register(aten.bucketize.Scalar)
+def _bucketize_scalar(x, boundaries, *, out_int32=False, right=False):
+    return _search(boundaries, _scalar_tensor(boundaries, x), out_int32, right, None, None)
