@@ -251,30 +251,9 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
 
 
 
-# ----- out= overloads: the functional result resized and copied into the out tensors
-def _register_outs(packet, fn):
-    """Register every out= overload of ``packet`` (``out``, ``grad_input``, ...) as fn
-    followed by copies into its out arguments, in the schema's order."""
-    for name in packet.overloads():
-        overload = getattr(packet, name)
-        outs = [a.name for a in overload._schema.arguments if a.is_out]
-        if not outs:
-            continue
-
-        def run(*args, _outs=tuple(outs), **kwargs):
-            targets = [kwargs.pop(n) for n in _outs]
-            result = fn(*args, **kwargs)
-            values = result if isinstance(result, tuple) else (result,)
-            for t, v in zip(targets, values):
-                handle(aten.resize_.default, (t, list(v.shape)), {})
-                handle(aten.copy_.default, (t, v), {})
-            return tuple(targets) if isinstance(result, tuple) else targets[0]
-        register(overload)(run)
-
-
 def _register(packet, fn):
+    """fn for the functional overload (dispatch.py routes the out= ones through it)."""
     register(packet.default)(fn)
-    _register_outs(packet, fn)
     return fn
 
 
