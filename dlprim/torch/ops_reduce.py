@@ -702,3 +702,75 @@ def _bucketize(x, boundaries, *, out_int32=False, right=False):
 @register(aten.bucketize.Scalar)
 def _bucketize_scalar(x, boundaries, *, out_int32=False, right=False):
     return _search(boundaries, _scalar_tensor(boundaries, x), out_int32, right, None, None)
+
+
+# ----- out= overloads: the functional result, stored into out (resized where its shape
+# differs, as PyTorch's out= does)
+_OUT_OF = {  # out= overload -> the functional overload it stores the result of
+    "sum.IntList_out": "sum.dim_IntList", "sum.out": "sum.default",
+    "prod.int_out": "prod.dim_int", "prod.out": "prod.default",
+    "mean.out": "mean.dim", "mean.dtype_out": "mean.default",
+    "var.correction_out": "var.correction", "var.out": "var.dim",
+    "std.correction_out": "std.correction", "std.out": "std.dim",
+    "var_mean.correction_out": "var_mean.correction",
+    "std_mean.correction_out": "std_mean.correction",
+    "norm.dtype_out": "norm.ScalarOpt_dim_dtype", "norm.out": "norm.ScalarOpt_dim",
+    "norm.ScalarOpt_dtype_out": "norm.ScalarOpt_dtype", "norm.Scalar_out": "norm.Scalar",
+    "linalg_vector_norm.out": "linalg_vector_norm.default",
+    "logsumexp.out": "logsumexp.default",
+    "any.out": "any.dim", "any.dims_out": "any.dims", "any.all_out": "any.default",
+    "all.out": "all.dim", "all.dims_out": "all.dims", "all.all_out": "all.default",
+    "count_nonzero.dim_IntList_out": "count_nonzero.dim_IntList",
+    "count_nonzero.out": "count_nonzero.default",
+    "argmax.out": "argmax.default", "argmin.out": "argmin.default",
+    "max.dim_max": "max.dim", "max.unary_out": "max.default",
+    "min.dim_min": "min.dim", "min.unary_out": "min.default",
+    "median.dim_values": "median.dim", "median.out": "median.default",
+    "nanmedian.dim_values": "nanmedian.dim", "nanmedian.out": "nanmedian.default",
+    "nanmean.out": "nanmean.default", "nansum.out": "nansum.default",
+    "aminmax.out": "aminmax.default", "amax.out": "amax.default", "amin.out": "amin.default",
+    "cumsum.out": "cumsum.default", "cumprod.out": "cumprod.default",
+    "cummax.out": "cummax.default", "cummin.out": "cummin.default",
+    "logcumsumexp.out": "logcumsumexp.default", "_logcumsumexp.out": "_logcumsumexp.default",
+    "sort.values": "sort.default", "sort.values_stable": "sort.stable",
+    "argsort.stable_out": "argsort.stable", "msort.out": "msort.default",
+    "topk.values": "topk.default", "kthvalue.values": "kthvalue.default",
+    "_unique2.out": "_unique2.default", "_unique.out": "_unique.default",
+    "unique_dim.out": "unique_dim.default",
+    "unique_consecutive.out": "unique_consecutive.default",
+    "searchsorted.Tensor_out": "searchsorted.Tensor",
+    "searchsorted.Scalar_out": "searchsorted.Scalar",
+    "bucketize.Tensor_out": "bucketize.Tensor", "bucketize.Scalar_out": "bucketize.Scalar",
+}
+
+
+def _overload(name):
+    packet, overload = name.split(".")
+    return getattr(getattr(aten, packet), overload)
+
+
+def _store(out, result):
+    """out[...] = result, out resized to result's shape where it differs."""
+    if result.dtype != out.dtype:
+        result = convert(result, out.dtype)
+    if tuple(out.shape) != tuple(result.shape):
+        out.data = result  # sizes, strides and storage: PyTorch's resize of an out tensor
+        return out
+    return write_into(out, as_dlprim(result)) if out.numel() else out
+
+
+def _register_out(out_name, functional_name):
+    func, functional = _overload(out_name), _overload(functional_name)
+    names = [a.name for a in func._schema.arguments if a.is_out]
+
+    def run(*args, **kwargs):
+        outs = [kwargs.pop(n) for n in names]
+        result = handle(functional, args, kwargs)
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        stored = [_store(o, r) for o, r in zip(outs, results)]
+        return tuple(stored) if len(stored) > 1 else stored[0]
+    register(func)(run)
+
+
+for _out, _functional in _OUT_OF.items():
+    _register_out(_out, _functional)
