@@ -1,18 +1,26 @@
 """Normalisation on ocl devices: PyTorch's ``_native_batch_norm_legit`` family and its
 backward on dlprim's ``BatchNormOps`` (batch statistics, the running statistics updated
 in place as PyTorch does, or the running statistics in evaluation), and layer norm over
-the trailing dims on the pointwise-broadcast-reduce generator."""
+the trailing dims on the pointwise-broadcast-reduce generator.
+
+float16 and bfloat16 inputs are stored 16-bit and computed in float32; the statistics are
+float32 inside, and returned as PyTorch's CPU returns them: float32 where a parameter or
+running statistic is float32 (its "mixed type" case), else in the input's dtype."""
 import math
 
 import numpy as np
 import torch
+from torch._decomp import decomposition_table
 
 from ..core.batchnorm import BatchNormOps
 from ..core.normalization import GroupNormOps
 from ..core.pointwise import _memo, pointwise_launches
 from ..tensor import Tensor
 from .dispatch import register
-from .tensor import as_dlprim, empty, enqueue_recorded
+from .ops_tensor import convert
+from .tensor import as_dlprim, empty, enqueue_recorded, numpy_dtype
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 aten = torch.ops.aten
 
@@ -24,11 +32,34 @@ def _shape(x):
     return n, c, math.prod(x.shape[2:])
 
 
+def _check_float(what, x):
+    if x.dtype not in _FLOATS:
+        raise NotImplementedError("dlprim.torch: %s on ocl devices takes float32, float16 or "
+                                  "bfloat16, got %s" % (what, x.dtype))
+
+
+def _stat_dtype(x, *params):
+    """The dtype of the saved statistics, as on PyTorch's CPU."""
+    if x.dtype != torch.float32 and any(p is not None and p.dtype == torch.float32
+                                        for p in params):
+        return torch.float32
+    return x.dtype
+
+
+def _f32(t):
+    """t as float32 (the launchers' statistics and parameters); None stays None."""
+    return t if t is None or t.dtype == torch.float32 else convert(t, torch.float32)
+
+
+def _as(t, dtype):
+    return t if t is None or t.dtype == dtype else convert(t, dtype)
+
+
 def _op(x, eps, affine):
     ctx = x._ocl_storage.ctx
-    shape = _shape(x)
-    return _memo(ctx, ("torch_bn", shape, float(eps), bool(affine)),
-                 lambda: BatchNormOps(ctx, shape, eps, affine))
+    shape, dtype = _shape(x), numpy_dtype(x.dtype)
+    return _memo(ctx, ("torch_bn", shape, float(eps), bool(affine), dtype),
+                 lambda: BatchNormOps(ctx, shape, eps, affine, dtype=dtype))
 
 
 def _scratch(ctx, c):
@@ -44,15 +75,30 @@ def _scratch(ctx, c):
 
 
 def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    if x.dtype != torch.float32:
-        raise NotImplementedError("dlprim.torch: batch norm on ocl devices takes float32, got %s"
-                                  % x.dtype)
+    _check_float("batch norm", x)
+    stat_dtype = _stat_dtype(x, weight, bias, running_mean, running_var)
+    kept = running_mean, running_var  # updated in place, in their own dtype
+    weight, bias, running_mean, running_var = (_f32(t) for t in (weight, bias, running_mean,
+                                                                  running_var))
+    if weight is None and bias is not None:  # the launchers take a bias with a weight
+        weight = torch.ones_like(bias)
+    out, mean, rstd = _forward_f32(x, weight, bias, running_mean, running_var, training,
+                                   momentum, eps)
+    if training and kept[0] is not None and kept[0].dtype != torch.float32:
+        kept[0].copy_(running_mean)
+        kept[1].copy_(running_var)
+    return out, _as(mean, stat_dtype), _as(rstd, stat_dtype)
+
+
+def _forward_f32(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Batch norm of x with float32 parameters and running statistics."""
     ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
     n, c, s = _shape(x)
     affine = weight is not None
     op = _op(x, eps, affine)
     out = empty(x.shape, x.dtype, index)
-    mean, rstd = empty((c,), x.dtype, index), empty((c,), x.dtype, index)
+    f = torch.float32
+    mean, rstd = empty((c,), f, index), empty((c,), f, index)
     xs, ys = as_dlprim(x).view((n, c, s)), as_dlprim(out).view((n, c, s))
     gamma = as_dlprim(weight) if affine else None
     beta = as_dlprim(bias) if bias is not None else None
@@ -79,7 +125,7 @@ def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps
         return out, mean, rstd
     ts = (xs, ys, as_dlprim(running_mean), as_dlprim(running_var), gamma, beta)
     enqueue_recorded(ctx, (op, "eval"), ts, lambda: op.apply_launches(*ts))
-    return out, empty((0,), x.dtype, index), empty((0,), x.dtype, index)
+    return out, empty((0,), f, index), empty((0,), f, index)
 
 
 @register(aten._native_batch_norm_legit.default)
@@ -106,6 +152,21 @@ def _native_batch_norm(x, weight, bias, running_mean, running_var, training, mom
 @register(aten.native_batch_norm_backward.default)
 def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rstd, train, eps,
                  output_mask):
+    _check_float("batch norm", x)
+    param_dtype = weight.dtype if weight is not None else x.dtype
+    had_weight = weight is not None
+    weight = _f32(weight)
+    if weight is None and (output_mask[1] or output_mask[2]):
+        # the parameter sums are gamma's and beta's gradients whatever gamma is
+        weight = empty((x.shape[1],), torch.float32, x._ocl_storage.index).fill_(1.0)
+    dx, dw, db = _bn_backward_f32(_as(grad, x.dtype), x, weight, *(_f32(t) for t in (
+        running_mean, running_var, save_mean, save_rstd)), train, eps, output_mask)
+    return dx, _as(dw, param_dtype) if had_weight else None, _as(db, param_dtype)
+
+
+def _bn_backward_f32(grad, x, weight, running_mean, running_var, save_mean, save_rstd, train,
+                     eps, output_mask):
+    """Batch norm's gradients with float32 parameters and statistics (dw, db float32)."""
     ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
     n, c, s = _shape(x)
     affine = weight is not None
@@ -118,8 +179,8 @@ def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rst
     else:
         mean, var = as_dlprim(running_mean), as_dlprim(running_var)
     dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
-    dw = empty((c,), x.dtype, index) if output_mask[1] and affine else None
-    db = empty((c,), x.dtype, index) if output_mask[2] and affine else None
+    dw = empty((c,), torch.float32, index) if output_mask[1] and affine else None
+    db = empty((c,), torch.float32, index) if output_mask[2] and affine else None
     # the per-channel sums of dy and dy*xhat are dbeta and dgamma: reduced straight into them
     sums = tuple(as_dlprim(t) if t is not None else spare
                  for t, spare in zip((db, dw), scratch[1:3]))
@@ -141,41 +202,46 @@ def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rst
 # view, recorded per signature like batch norm's
 def _norm_op(x, view, affine, bias):
     """The launchers of one view (any eps: it is a forward launch argument)."""
-    ctx = x._ocl_storage.ctx
-    return _memo(ctx, ("torch_norm", view, affine, bias),
-                 lambda: GroupNormOps(ctx, view, 1e-5, affine, bias=bias))
+    ctx, dtype = x._ocl_storage.ctx, numpy_dtype(x.dtype)
+    return _memo(ctx, ("torch_norm", view, affine, bias, dtype),
+                 lambda: GroupNormOps(ctx, view, 1e-5, affine, bias=bias, dtype=dtype))
 
 
 def _norm_forward(x, view, weight, bias, eps, stat_shape):
-    if x.dtype != torch.float32:
-        raise NotImplementedError("dlprim.torch: layer and group norm on ocl devices take "
-                                  "float32, got %s" % x.dtype)
+    _check_float("layer and group norm", x)
     ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
+    stat_dtype = _stat_dtype(x, weight, bias)
+    weight, bias = _f32(weight), _f32(bias)
     out = empty(x.shape, x.dtype, index)
-    mean, rstd = empty(stat_shape, x.dtype, index), empty(stat_shape, x.dtype, index)
+    mean, rstd = (empty(stat_shape, torch.float32, index) for _ in range(2))
     if x.numel() == 0:
-        return out, mean, rstd
+        return out, _as(mean, stat_dtype), _as(rstd, stat_dtype)
     op = _norm_op(x, view, weight is not None, bias is not None)
     ts = (as_dlprim(x), as_dlprim(out), as_dlprim(mean), as_dlprim(rstd),
           as_dlprim(weight) if weight is not None else None,
           as_dlprim(bias) if bias is not None else None)
     enqueue_recorded(ctx, (op, "forward", float(eps)), ts,
                      lambda: op.forward_launches(*ts, eps=eps))
-    return out, mean, rstd
+    return out, _as(mean, stat_dtype), _as(rstd, stat_dtype)
 
 
-def _norm_backward(grad, x, view, mean, rstd, weight, has_bias, output_mask, param_shape):
-    """dx, dweight, dbias; ``has_bias``: the forward had a bias (its gradient is wanted)."""
+def _norm_backward(grad, x, view, mean, rstd, weight, output_mask, param_shape, param_dtype):
+    """dx, dweight, dbias (dbias wherever output_mask asks: a bias may come without a
+    weight, and its gradient is the sum of dy either way)."""
+    _check_float("layer and group norm", x)
     ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
+    grad = _as(grad, x.dtype)
+    mean, rstd, weight = _f32(mean), _f32(rstd), _f32(weight)
+    f = torch.float32
     dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
-    dw = empty(param_shape, x.dtype, index) if output_mask[1] and weight is not None else None
-    db = empty(param_shape, x.dtype, index) if output_mask[2] and has_bias else None
+    dw = empty(param_shape, f, index) if output_mask[1] and weight is not None else None
+    db = empty(param_shape, f, index) if output_mask[2] else None
     if x.numel() == 0:
         for t in (dw, db):
             if t is not None:
                 as_dlprim(t).zero_()
-        return dx, dw, db
-    op = _norm_op(x, view, weight is not None, has_bias)  # the backward reads neither
+        return dx, _as(dw, param_dtype), _as(db, param_dtype)
+    op = _norm_op(x, view, weight is not None, db is not None)  # the backward reads neither
     stats = view[0] * view[1]
     sums = (Tensor(ctx, (stats,), np.float32), Tensor(ctx, (stats,), np.float32))
     ts = (as_dlprim(x), as_dlprim(grad), as_dlprim(mean), as_dlprim(rstd),
@@ -186,7 +252,7 @@ def _norm_backward(grad, x, view, mean, rstd, weight, has_bias, output_mask, par
     enqueue_recorded(ctx, (op, "backward"), ts, lambda: op.backward_launches(
         *ts[:4], dx=ts[4], weight=ts[5], dweight=ts[6], dbias=ts[7], sums=ts[8:],
         param_beta=0.0))
-    return dx, dw, db
+    return dx, _as(dw, param_dtype), _as(db, param_dtype)
 
 
 def _layer_view(x, normalized_shape):
@@ -202,8 +268,10 @@ def _layer_norm(x, normalized_shape, weight, bias, eps):
 
 @register(aten.native_layer_norm_backward.default)
 def _layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
-    return _norm_backward(grad, x, _layer_view(x, normalized_shape), mean, rstd, weight,
-                          bias is not None, output_mask, tuple(normalized_shape))
+    mask = (output_mask[0], output_mask[1] and weight is not None,
+            output_mask[2] and bias is not None)
+    return _norm_backward(grad, x, _layer_view(x, normalized_shape), mean, rstd, weight, mask,
+                          tuple(normalized_shape), _param_dtype(x, weight, bias))
 
 
 @register(aten.native_group_norm.default)
@@ -213,7 +281,16 @@ def _group_norm(x, weight, bias, n, c, hw, groups, eps):
 
 @register(aten.native_group_norm_backward.default)
 def _group_norm_backward(grad, x, mean, rstd, weight, n, c, hw, groups, output_mask):
-    view = (n, groups, c // groups, hw)
-    # group norm's backward is not told whether there was a bias: it comes with the weight
-    return _norm_backward(grad, x, view, mean, rstd, weight, weight is not None, output_mask,
-                          (c,))
+    return _norm_backward(grad, x, (n, groups, c // groups, hw), mean, rstd, weight,
+                          output_mask, (c,), weight.dtype if weight is not None else mean.dtype)
+
+
+# PyTorch's batch_norm entry points that are not composite: its reference decompositions
+# call the batch norm above
+for _op_ in (aten._batch_norm_with_update.default, aten._batch_norm_no_update.default,
+             aten.batch_norm_backward.default):
+    register(_op_)(decomposition_table[_op_])
+
+
+def _param_dtype(x, *params):
+    return next((p.dtype for p in params if p is not None), x.dtype)
