@@ -32,3 +32,7 @@ declare("grid_sampler_2d", FAMILY, "launcher",
         "and its gradient", dtypes=("float",),
         aten=("grid_sampler_2d", "grid_sampler_2d_backward"), onnx="GridSample",
         launch=_T + "_grid_sampler_2d")
+declare("affine_grid_generator", FAMILY, "launcher",
+        "F.affine_grid: the sampling grid of 2-D or 3-D affine matrices (one batched GEMM "
+        "with the output's base coordinates)", dtypes=("float",),
+        aten=("affine_grid_generator",), launch=_T + "_affine_grid_generator")

@@ -12,6 +12,8 @@ and every error about shapes, is PyTorch's own (the operator run on meta tensors
 """
 import math
 
+import numpy as np
+
 import torch
 
 from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
@@ -22,7 +24,7 @@ from ..core.resample_nd import resample_nd
 from ..tensor import Tensor
 from .dispatch import handle, register
 from .ops_tensor import convert, meta_of
-from .tensor import as_dlprim, empty, enqueue, enqueue_recorded, numpy_dtype
+from .tensor import as_dlprim, empty, enqueue, enqueue_recorded, from_numpy, numpy_dtype
 
 aten = torch.ops.aten
 
@@ -499,3 +501,54 @@ def _grid_sampler_2d_backward(grad, x, grid, interpolation_mode, padding_mode, a
     if dx is not None and x.dtype != torch.float32:
         dx = convert(dx, x.dtype)
     return dx, (dgrid if output_mask[1] else None)
+
+
+# ----- affine_grid_generator (F.affine_grid): the grid = base · thetaᵀ, base the
+# (positions, [x, y, (z,) 1]) matrix of the output's normalised coordinates (its backward,
+# affine_grid_generator_backward, is a composite of PyTorch's that never reaches here)
+def _linspace_from_neg_one(n, align_corners):
+    """PyTorch's values of linspace(-1, 1, n) in float32 (halves from each end, as its CPU
+    kernel computes them), scaled by (n - 1) / n without align_corners."""
+    f32 = np.float32
+    if n <= 1:
+        return np.zeros(1, f32)
+    i = np.arange(n)
+    step = f32(2) / f32(n - 1)
+    r = np.where(i < n // 2, f32(-1) + step * i.astype(f32),
+                 f32(1) - step * (n - 1 - i).astype(f32)).astype(f32)
+    return r if align_corners else r * f32(n - 1) / f32(n)
+
+
+def _affine_base(theta, size, align_corners):
+    """The base matrix (positions, dims + 1) on theta's device, float32, made once per
+    shape: [x, y, (z,) 1] per output position, x along the last dim."""
+    size = tuple(int(s) for s in size)
+    key = ("torch_affine_base", size, bool(align_corners))
+    ctx = _ctx(theta)
+    base = ctx.ops.get(key)
+    if base is None:
+        spatial = size[2:]
+        axes = np.meshgrid(*[_linspace_from_neg_one(n, align_corners) for n in spatial],
+                           indexing="ij")[::-1]
+        cols = list(axes) + [np.ones(spatial, np.float32)]
+        host = np.stack(cols, axis=-1).reshape(math.prod(spatial), len(spatial) + 1)
+        base = ctx.ops[key] = from_numpy(host, theta._ocl_storage.index, torch.float32)
+    return base
+
+
+def _float32(t):
+    return t if t.dtype == torch.float32 else convert(t, torch.float32)
+
+
+@register(aten.affine_grid_generator.default)
+def _affine_grid_generator(theta, size, align_corners):
+    meta = aten.affine_grid_generator.default(meta_of(theta), size, align_corners)
+    _check_dtypes("affine_grid_generator", theta)
+    base = (_affine_base(theta, size, align_corners))
+    n = int(size[0])
+    b = handle(aten.expand.default, (handle(aten.unsqueeze.default, (base, 0), {}),
+                                     [n] + list(base.shape)), {})
+    t = handle(aten.transpose.int, (_float32(theta), 1, 2), {})
+    grid = handle(aten.bmm.default, (b, t), {})
+    grid = handle(aten.view.default, (grid, list(meta.shape)), {})
+    return grid if theta.dtype == torch.float32 else convert(grid, theta.dtype)
