@@ -25,13 +25,17 @@ _ELEMS_PER_ITEM = 8
 _WG_CAP = 256
 
 
-def accumulator(dtype):
-    """The OpenCL type a scan of ``dtype`` values is computed in: float for 16-bit and
-    32-bit floats, double for double, long for every integer type (PyTorch's acc_type)."""
+def accumulator(dtype, fp64=False):
+    """The OpenCL type a scan of ``dtype`` values is computed in (PyTorch's CPU acc_type):
+    float for 16-bit floats, double for float32 where the device has it (a long running
+    sum in float drifts, and the backward of logcumsumexp subtracts two such sums), long
+    for every integer type."""
     ct = cl_type(dtype)
-    if ct in ("half", "bfloat16", "float"):
+    if ct in ("half", "bfloat16"):
         return "float"
-    return "double" if ct == "double" else "long"
+    if ct in ("float", "double"):
+        return "double" if fp64 or ct == "double" else "float"
+    return "long"
 
 
 class Scan:
@@ -42,7 +46,7 @@ class Scan:
             raise ValueError("Scan: op %r is not one of %s" % (op, OPS))
         self.ctx, self.op, self.dtype, self.wg = ctx, op, as_dtype(dtype), int(wg)
         ct = cl_type(self.dtype)
-        self.program = program.get(ctx, "scan", T=ct, Y=ct, A=accumulator(self.dtype), OP=op,
+        self.program = program.get(ctx, "scan", T=ct, Y=ct, A=accumulator(self.dtype, ctx.facts.fp64), OP=op,
                                    WG=self.wg)
         self._dummy = None
 

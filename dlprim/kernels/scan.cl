@@ -1,4 +1,7 @@
 <%include file="common.h"/>
+% if A == "double":
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+% endif
 ## Inclusive scans along one axis (see dlprim/core/scan.py). A tensor is seen as
 ## (outer, n, inner) around the axis; a row is one (outer, inner) pair, its n elements
 ## `inner` apart. One work-group scans one row: each of its WG items folds a contiguous
@@ -7,6 +10,7 @@
 ## T: input storage type; Y: output storage type; A: the type the scan is computed in;
 ## OP: sum, prod, logsumexp, max, min (max and min also give the index, PyTorch's cummax:
 ## the last of equal values, a NaN sticks); WG: work-group size (a power of two).
+## A is double for float32 where the device has fp64 (PyTorch's CPU accumulates so).
 <% INDEXED = OP in ("max", "min") %>
 <%def name="load(p, i)">${'LD_%s(%s, %s)' % (T, p, i) if T in ('half', 'bfloat16') else '%s[%s]' % (p, i)}</%def>
 <%def name="store(p, i, v)">${'ST_%s(%s, %s, %s)' % (Y, p, i, v) if Y in ('half', 'bfloat16') else '%s[%s] = (%s)(%s)' % (p, i, Y, v)}</%def>

@@ -774,3 +774,8 @@ def _register_out(out_name, functional_name):
 
 for _out, _functional in _OUT_OF.items():
     _register_out(_out, _functional)
+
+
+# max(a, b) / min(a, b): the elementwise maximum / minimum (NaN wins)
+register(aten.max.other)(lambda a, b: handle(aten.maximum.default, (a, b), {}))
+register(aten.min.other)(lambda a, b: handle(aten.minimum.default, (a, b), {}))
