@@ -1,22 +1,37 @@
-"""Where ATen operators on ``ocl`` tensors go: the table of dlprim implementations
-(``register``), PyTorch's own decomposition for composite operators, and otherwise a
-``NotImplementedError`` naming the operator, or, after ``allow_cpu_fallback()``, the
-operator run on the CPU with its tensors copied there and back (a warning the first time
-each operator does so)."""
-import logging
-import threading
+"""Where ATen operators on ``ocl`` tensors go, in this order:
 
+1. the table of dlprim implementations (``register``);
+2. an ``out=`` overload without one whose functional overload resolves: the functional
+   result copied into ``out``, resized by PyTorch's ``resize_output`` rules;
+3. PyTorch's own decomposition (the composite's C++ one, else ``torch._decomp``'s), so an
+   operator made of implemented operators runs on the device;
+4. after ``allow_cpu_fallback()``, the operator on the CPU (``cpu_fallback.py``'s notes
+   are in ``_on_cpu``), with a warning the first time each operator does so;
+5. otherwise a ``NotImplementedError`` naming the operator, its arguments and the
+   operator whose decomposition reached it.
+
+An error inside a backward pass cannot leave the autograd engine's device thread as a
+Python exception (see ``handle``): it is held and raised from ``.backward()`` instead."""
+import logging
+import math
+import threading
+import warnings
+
+import numpy as np
 import torch
 
-from .tensor import OclTensor, from_numpy, to_cpu, write_into, as_dlprim, route_operators_to
+from ..core.copy import contiguous_strides
+from .tensor import OclTensor, Storage, empty, numpy_dtype, route_operators_to, strided_copy, \
+    to_cpu
 
 __all__ = ["register", "handle", "allow_cpu_fallback", "cpu_fallback_allowed", "implemented",
-           "describe_args"]
+           "describe_args", "resize_output"]
 
 log = logging.getLogger("dlprim.torch")
 
 _IMPLS = {}
 _fallback = {"allowed": False, "warned": set()}
+_local = threading.local()  # .decomposing: the operators whose decomposition is running
 
 
 def register(*ops):
@@ -55,97 +70,364 @@ def describe_args(args, kwargs):
     return ", ".join(parts)
 
 
+# ----- the entry point, and errors inside a backward pass
 def handle(func, args, kwargs):
     """Run one ATen operator whose tensors include ocl tensors."""
-    if threading.current_thread() is threading.main_thread():
-        return _run(func, args, kwargs)
-    # PyTorch runs a device's backward pass on a thread of its own, and an exception raised
-    # there ends the process: an operator missing in backward runs on the CPU (with the
-    # fallback's warning), and any other error is logged before it propagates
     try:
         return _run(func, args, kwargs)
-    except NotImplementedError as err:
-        log.warning("%s", err)
-        return _on_cpu(func, args, kwargs)
     except Exception as err:
+        if not _in_engine_node():
+            raise
+        return _defer(func, args, kwargs, err)
+
+
+def _in_engine_node():
+    """Whether a C++ node of the autograd engine called this operator. An exception raised
+    back into one unwinds through the engine's stream guard with Python's error indicator
+    still set; the guard's destructor (noexcept) asks the Python device guard for its type,
+    that call fails, and the process ends in std::terminate. A Python node (a custom
+    Function's backward) persists the error before any guard sees it, so it is safe."""
+    node = torch._C._current_autograd_node()
+    return node is not None and not isinstance(node, torch.autograd.function.BackwardCFunction)
+
+
+_pending = {}  # graph task id -> the first error of that backward pass
+
+
+def _defer(func, args, kwargs, err):
+    """Hold ``err`` until the engine's final callback raises it in the caller of
+    ``.backward()`` (the engine persists a callback's Python error); the node gets NaNs of
+    the right shape meanwhile, so that nothing reaches the leaves unnoticed."""
+    task = torch._C._current_graph_task_id()
+    if task not in _pending:
+        _pending[task] = err
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: _raise_held(task))
+    log.debug("dlprim.torch: %s failed in a backward pass (raised at its end): %s: %s", func,
+              type(err).__name__, err)
+    try:
+        return _placeholder(func, args, kwargs)
+    except Exception:  # noqa: BLE001 - nothing may leave this thread as a Python error
         log.error("dlprim.torch: %s failed in a backward pass: %s: %s", func,
                   type(err).__name__, err)
-        raise
+        return NotImplemented  # PyTorch refuses it with an error of its own, safely
 
 
+def _raise_held(task):
+    err = _pending.pop(task, None)
+    if err is not None:
+        raise err
+
+
+def _placeholder(func, args, kwargs):
+    """NaN-filled ocl results shaped as PyTorch's meta kernel says; mutated arguments as
+    themselves."""
+    back, index = {}, _device_of(args, kwargs)
+
+    def down(a):
+        m = _meta(a)
+        if m is not a:
+            back[id(m)] = a
+        return m
+    out = func(*_tree(args, down), **_tree(kwargs, down))
+
+    def up(m):
+        if id(m) in back:  # an argument the operator returns (in place, out=)
+            if tuple(back[id(m)].shape) != tuple(m.shape):
+                _resize(back[id(m)], m.shape)
+            return back[id(m)]
+        t = empty(m.shape, m.dtype, index, m.stride()) if m.device.type == "meta" else m
+        if t.is_floating_point() and t.numel():
+            t.fill_(float("nan"))
+        return t
+    return _tree(out, up)
+
+
+def _tree(obj, fn):
+    """fn applied to every tensor of a nest of lists, tuples and dicts."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_tree(x, fn) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _tree(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _meta(t):
+    """A meta tensor with an ocl tensor's sizes, strides, offset and dtype; others as they are."""
+    if not isinstance(t, OclTensor):
+        return t.to("meta") if isinstance(t, torch.Tensor) and t.device.type != "meta" else t
+    base = torch.empty((t._ocl_storage.flat.size,), dtype=t.dtype, device="meta")
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+# ----- implementation, out=, decomposition, fallback, refusal
 def _run(func, args, kwargs):
     impl = _IMPLS.get(func) or _IMPLS.get(func.overloadpacket)
     if impl is not None:
         return impl(*args, **kwargs)
-    decomposed = func.decompose(*args, **kwargs)
-    if decomposed is not NotImplemented:
-        return decomposed
-    if _fallback["allowed"]:
+    functional = _functional_of(func)
+    if functional is not None and _has_ocl_route(functional) \
+            and any(isinstance(a, OclTensor) for a in _leaves([args, _not_out(func, kwargs)])):
+        return _out_via(func, functional, args, kwargs)
+    decomposing = _decomposing()
+    if func not in decomposing:
+        decomposing.append(func)
+        try:
+            out = func.decompose(*args, **kwargs)
+            if out is NotImplemented and func in _decompositions():
+                out = _decompositions()[func](*args, **kwargs)
+        finally:
+            decomposing.pop()
+        if out is not NotImplemented:
+            return out
+    if _fallback["allowed"] or _in_engine_node():  # (a backward pass does not stop there)
         return _on_cpu(func, args, kwargs)
+    chain = [str(op) for op in decomposing if op is not func]
+    via = ", reached through %s" % " -> ".join(chain) if chain else ""
     raise NotImplementedError(
-        "dlprim.torch: the operator %s is not implemented for ocl devices (called with %s). "
+        "dlprim.torch: the operator %s is not implemented for ocl devices (called with %s%s). "
         "dlprim.torch.allow_cpu_fallback() runs such operators on the CPU, copying their "
-        "tensors there and back." % (func, describe_args(args, kwargs)))
+        "tensors there and back." % (func, describe_args(args, kwargs), via))
 
 
+def _decomposing():
+    stack = getattr(_local, "decomposing", None)
+    if stack is None:
+        stack = _local.decomposing = []
+    return stack
+
+
+_tables = []
+
+
+def _decompositions():
+    if not _tables:
+        from torch._decomp import decomposition_table
+        _tables.append(decomposition_table)
+    return _tables[0]
+
+
+def _leaves(obj):
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for x in obj for t in _leaves(x)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in _leaves(x)]
+    return []
+
+
+# ----- out= overloads through their functional overload
+_functionals = {}  # out overload -> its functional overload, or None
+
+
+def _out_names(func):
+    return [a.name for a in func._schema.arguments
+            if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+
+
+def _not_out(func, kwargs):
+    names = _out_names(func)
+    return {k: v for k, v in kwargs.items() if k not in names}
+
+
+def _functional_of(func):
+    """The overload of func's packet with func's arguments less its ``out`` ones, mutating
+    nothing; None where func is no ``out=`` overload or has no such twin."""
+    if func in _functionals:
+        return _functionals[func]
+    found = None
+    outs = _out_names(func)
+    if outs:
+        want = [(a.name, str(a.type)) for a in func._schema.arguments if a.name not in outs]
+        for name in func.overloadpacket.overloads():
+            other = getattr(func.overloadpacket, name)
+            args = other._schema.arguments
+            if all(a.alias_info is None or not a.alias_info.is_write for a in args) \
+                    and [(a.name, str(a.type)) for a in args] == want:
+                found = other
+                break
+    _functionals[func] = found
+    return found
+
+
+def _has_ocl_route(func):
+    return func in _IMPLS or func.overloadpacket in _IMPLS or func in _decompositions() \
+        or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(),
+                                                          "CompositeImplicitAutograd")
+
+
+def _out_via(func, functional, args, kwargs):
+    """``func(..., out=o)`` as ``o.copy_(functional(...))``. The out overload on meta
+    tensors first: PyTorch's own checks (dtypes that cannot be cast), its output shapes and
+    its warning when a non-empty ``out`` is resized."""
+    names = _out_names(func)
+    outs = [kwargs[n] for n in names]
+    try:
+        metas = func(*_tree(args, _meta), **_tree(kwargs, _meta))
+        metas = list(metas) if isinstance(metas, (list, tuple)) else [metas]
+    except NotImplementedError:  # no meta kernel: PyTorch's rules by hand
+        metas = None
+    result = _run(functional, args, _not_out(func, kwargs))
+    results = list(result) if isinstance(result, (list, tuple)) else [result]
+    for i, (out, value) in enumerate(zip(outs, results)):
+        if metas is None:
+            if not torch.can_cast(value.dtype, out.dtype):
+                raise RuntimeError("result type %s can't be cast to the desired output type %s"
+                                   % (_name(value.dtype), _name(out.dtype)))
+            resize_output(out, value.shape)
+        elif tuple(out.shape) != tuple(metas[i].shape):
+            _resize(out, metas[i].shape)  # (the meta call warned)
+        out.copy_(value)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _name(dtype):
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+            torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int",
+            torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+            torch.bool: "Bool"}.get(dtype, str(dtype))
+
+
+def resize_output(out, shape):
+    """PyTorch's ``resize_output``: ``out`` resized to ``shape`` where it differs, with
+    PyTorch's warning when it held elements; True when it was resized."""
+    shape = tuple(int(n) for n in shape)
+    if tuple(out.shape) == shape:
+        return False
+    if out.numel() != 0:
+        warnings.warn(
+            "An output with one or more elements was resized since it had shape %s, which "
+            "does not match the required output shape %s. This behavior is deprecated, and in "
+            "a future PyTorch release outputs will not be resized unless they have zero "
+            "elements. You can explicitly reuse an out tensor t by resizing it, inplace, to "
+            "zero elements with t.resize_(0)." % (list(out.shape), list(shape)), UserWarning)
+    _resize(out, shape)
+    return True
+
+
+def _resize(t, shape):
+    """t.resize_(shape) for an ocl tensor: contiguous from its offset; a larger storage
+    (its old elements copied) where the old one is too small."""
+    shape = tuple(int(n) for n in shape)
+    storage, offset = t._ocl_storage, t.storage_offset()
+    need = offset + math.prod(shape)
+    if need > storage.flat.size:
+        grown = Storage(storage.index, need, t.dtype)
+        n = storage.flat.size
+        strided_copy(storage.ctx, (n,), storage.at(0, (n,)), (1,), grown.at(0, (n,)), (1,))
+        storage = grown
+    t.data = OclTensor(storage, shape, contiguous_strides(shape), offset, t.dtype)
+
+
+# ----- the CPU fallback
 def _device_of(args, kwargs):
-    for a in list(args) + list(kwargs.values()):
+    for a in _leaves([args, kwargs]):
         if isinstance(a, OclTensor):
             return a._ocl_storage.index
-        if isinstance(a, (list, tuple)):
-            for x in a:
-                if isinstance(x, OclTensor):
-                    return x._ocl_storage.index
     return 0
 
 
+def _aliased(func):
+    """Per argument name: 'w' where the operator writes it (in place, out=), 'v' where a
+    result may be a view of it, None otherwise."""
+    kinds = {}
+    for a in func._schema.arguments:
+        kinds[a.name] = None if a.alias_info is None else ("w" if a.alias_info.is_write else "v")
+    return kinds
+
+
 def _on_cpu(func, args, kwargs):
+    """func on CPU copies of its ocl tensors. An argument the operator writes or may return
+    a view of is copied with its whole storage, as a view of the same layout, so that what
+    the operator does to it shows: new values (copied back), new sizes or strides (an
+    in-place view such as unsqueeze_, an out= resized: set on the ocl tensor), a new storage
+    (resize_ growing it), results that are views of it (made views of the ocl storage)."""
     if str(func) not in _fallback["warned"]:
         _fallback["warned"].add(str(func))
         log.warning("dlprim.torch: %s runs on the CPU (no ocl implementation; tensors are "
                     "copied to the host and back)", func)
     index = _device_of(args, kwargs)
+    kinds = _aliased(func)
+    mirrors = []  # (ocl tensor, its cpu mirror, whether written, (ptr, nbytes, layout) before)
 
-    def down(a):
+    def down(a, kind):
         if isinstance(a, OclTensor):
-            return to_cpu(a)
+            if kind is None:
+                return to_cpu(a)
+            flat = _host_storage(a)
+            cpu = flat.as_strided(a.shape, a.stride(), a.storage_offset())
+            mirrors.append((a, cpu, kind == "w", _layout(cpu)))
+            return cpu
         if isinstance(a, (list, tuple)):
-            return type(a)(down(x) for x in a)
+            return type(a)(down(x, kind) for x in a)
         if isinstance(a, torch.device) and a.type == "ocl":
             return torch.device("cpu")
         return a
-
-    cpu_args = [down(a) for a in args]
-    cpu_kwargs = {k: down(v) for k, v in kwargs.items()}
+    names = [a.name for a in func._schema.arguments]
+    cpu_args = [down(a, kinds.get(names[i]) if i < len(names) else None)
+                for i, a in enumerate(args)]
+    cpu_kwargs = {k: down(v, kinds.get(k)) for k, v in kwargs.items()}
     out = func(*cpu_args, **cpu_kwargs)
-    # operators that write into their arguments: copy those back
-    for arg, cpu_arg, schema_arg in zip(args, cpu_args, func._schema.arguments):
-        if schema_arg.alias_info is not None and schema_arg.alias_info.is_write:
-            _copy_back(arg, cpu_arg)
-    for name, value in kwargs.items():
-        spec = next((a for a in func._schema.arguments if a.name == name), None)
-        if spec is not None and spec.alias_info is not None and spec.alias_info.is_write:
-            _copy_back(value, cpu_kwargs[name])
+    for ocl, cpu, written, before in mirrors:
+        if written:
+            _write_back(ocl, cpu, before)
 
     def up(o):
-        if isinstance(o, torch.Tensor) and o.device.type == "cpu":
-            for arg, cpu_arg in zip(args, cpu_args):  # an argument returned (in-place, out=)
-                if o is cpu_arg:
-                    return arg
-            return from_numpy(o.detach().numpy(), index, o.dtype)
-        if isinstance(o, (list, tuple)):
-            return type(o)(up(x) for x in o)
-        return o
-    return up(out)
+        if not isinstance(o, torch.Tensor) or o.device.type != "cpu":
+            return o
+        for ocl, cpu, _, before in mirrors:
+            if o is cpu:
+                return ocl
+            if o.untyped_storage().data_ptr() == cpu.untyped_storage().data_ptr() \
+                    and _layout(cpu)[:2] == before[:2]:
+                return OclTensor(ocl._ocl_storage, tuple(o.shape), tuple(o.stride()),
+                                 o.storage_offset(), o.dtype)
+        return _upload(o, index)
+    return _tree(out, up)
 
 
-def _copy_back(ocl, cpu):
-    if isinstance(ocl, OclTensor):
-        fresh = from_numpy(cpu.numpy(), ocl._ocl_storage.index, ocl.dtype)
-        write_into(ocl, as_dlprim(fresh))
-    elif isinstance(ocl, (list, tuple)):
-        for a, b in zip(ocl, cpu):
-            _copy_back(a, b)
+def _layout(cpu):
+    return (cpu.untyped_storage().data_ptr(), cpu.untyped_storage().nbytes(),
+            tuple(cpu.shape), tuple(cpu.stride()), cpu.storage_offset())
+
+
+def _host_storage(t):
+    """t's whole storage on the host, as a flat CPU tensor of t's dtype (in memory of
+    PyTorch's own, which resize_ can grow: a numpy array's cannot)."""
+    array = t._ocl_storage.flat.to_host()
+    return torch.from_numpy(np.ascontiguousarray(array).view(np.uint8)).view(t.dtype).clone()
+
+
+def _upload(cpu, index):
+    """A new ocl tensor with a CPU tensor's values (contiguous)."""
+    t = empty(cpu.shape, cpu.dtype, index)
+    if cpu.numel():
+        _store(t._ocl_storage, cpu.detach().contiguous().reshape(-1), 0)
+    return t
+
+
+def _store(storage, flat, offset):
+    """storage[offset:] = flat (a 1-D CPU tensor of the storage's dtype)."""
+    array = flat.view(torch.uint8).numpy().view(numpy_dtype(flat.dtype))
+    storage.at(offset, array.shape).to_device(array)
+
+
+def _write_back(ocl, cpu, before):
+    """What the operator did to a mirrored argument, done to the ocl tensor."""
+    after = _layout(cpu)
+    whole = torch.empty(0, dtype=cpu.dtype).set_(cpu.untyped_storage())
+    if after[:2] == before[:2]:  # the same storage: its values back
+        if whole.numel():
+            _store(ocl._ocl_storage, whole, 0)
+        storage = ocl._ocl_storage
+    else:  # a storage of its own now (resize_ grew it, set_)
+        storage = Storage(ocl._ocl_storage.index, whole.numel(), ocl.dtype)
+        if whole.numel():
+            _store(storage, whole, 0)
+    if after[2:] != before[2:] or storage is not ocl._ocl_storage:
+        ocl.data = OclTensor(storage, after[2], after[3], after[4], cpu.dtype)
 
 
 route_operators_to(handle)
