@@ -3,7 +3,6 @@ Philox-4x32-10 stream). Each call takes a fresh 64-bit Philox key from PyTorch's
 generator (the ``generator=`` argument, else the default CPU generator), so
 ``torch.manual_seed(s)`` makes ocl draws reproducible and consecutive calls differ. The
 values differ from the CPU's draws; their distributions are PyTorch's."""
-import math
 
 import numpy as np
 import torch
@@ -17,7 +16,7 @@ from .tensor import OclTensor, as_dlprim, assign, empty, numpy_dtype, write_into
 
 aten = torch.ops.aten
 
-__all__ = ["register_factories", "seed_from"]
+__all__ = ["seed_from"]
 
 _FLOAT_DIGITS = {torch.float32: 24, torch.float16: 11, torch.bfloat16: 8, torch.float64: 53}
 
@@ -117,24 +116,13 @@ def _new_like(t, dtype=None):
     return empty(t.shape, dtype or t.dtype, t._ocl_storage.index)
 
 
-def _into_out(out, result, op):
-    """out[...] = result (out= overloads); out must have the result's shape."""
-    if tuple(out.shape) != tuple(result.shape):
-        raise NotImplementedError("dlprim.torch: %s(out=...) on ocl devices: out has shape %s, "
-                                  "the result %s (resizing out is not implemented)"
-                                  % (op, list(out.shape), list(result.shape)))
-    return assign(out, result if result.dtype == out.dtype else convert(result, out.dtype))
-
-
 def _register_fill(name, fill):
-    """name_ (in place), name (a new tensor like self) and name.out."""
+    """name_ (in place) and name (a new tensor like self); the out= overloads go through
+    the functional one (dispatch.py)."""
     packet = getattr(aten, name)
     register(getattr(aten, name + "_").default)(fill)
     if "default" in packet.overloads():
         register(packet.default)(lambda t, *a, **k: fill(_new_like(t), *a, **k))
-    if "out" in packet.overloads():
-        register(packet.out)(lambda t, *a, out, **k: _into_out(out, fill(_new_like(t), *a, **k),
-                                                               name))
 
 
 for _name, _fill in (("uniform", _uniform_), ("normal", _normal_), ("log_normal", _log_normal_),
@@ -195,17 +183,6 @@ def _normal(mean, std=1.0, generator=None):
     return _normal_tensors(meta, mean, std, generator)
 
 
-@register(aten.normal.Tensor_float_out, aten.normal.float_Tensor_out,
-          aten.normal.Tensor_Tensor_out)
-def _normal_out(mean, std=1.0, generator=None, out=None):
-    return _into_out(out, _normal(mean, std, generator), "normal")
-
-
-@register(aten.normal.out)
-def _normal_self_out(t, mean=0.0, std=1.0, generator=None, out=None):
-    return _into_out(out, _normal_(_new_like(t), mean, std, generator), "normal")
-
-
 # ----- bernoulli: u < p, p a number or a tensor (self's values for bernoulli(self))
 def _bernoulli_tensor_(t, p, generator=None):
     if t.numel() == 0:
@@ -226,15 +203,10 @@ register(aten.bernoulli.Tensor)(lambda t, p, generator=None: _bernoulli_tensor_(
                                                                                 generator))
 register(aten.bernoulli.default)(lambda t, generator=None: _bernoulli_tensor_(_new_like(t), t,
                                                                               generator))
-register(aten.bernoulli.out)(lambda t, generator=None, out=None: _into_out(
-    out, _bernoulli_tensor_(_new_like(t), t, generator), "bernoulli"))
-register(aten.bernoulli.float_out)(lambda t, p=0.5, generator=None, out=None: _into_out(
-    out, _bernoulli_float_(_new_like(t), p, generator), "bernoulli"))
-register(aten.bernoulli.Tensor_out)(lambda t, p, generator=None, out=None: _into_out(
-    out, _bernoulli_tensor_(_new_like(t), p, generator), "bernoulli"))
-
-
-# ----- factories: *_like (self is an ocl tensor) and the ones PyTorch sends to the backend
+# ----- factories. rand / randn / randint / normal(mean, std, size) with device="ocl" reach
+# here as empty (a PrivateUse1 kernel) and an in-place draw, randperm as randperm.out
+# into a new tensor of n elements:
+# only the *_like ones, whose self is an ocl tensor, need registering
 def _like(t, dtype=None, device=None):
     index = t._ocl_storage.index if device is None else device_index(device)
     return empty(t.shape, dtype or t.dtype, index)
@@ -277,9 +249,13 @@ def _randperm_into(n, out, generator=None):
     if not out.is_floating_point() and out.dtype != torch.bool:
         _check(n <= torch.iinfo(out.dtype).max + 1,
                "randperm: n is too large for result tensor type: '%s'" % out.dtype)
-    result = empty((n,), out.dtype, out._ocl_storage.index)
+    if tuple(out.shape) != (n,):
+        raise NotImplementedError("dlprim.torch: randperm(%d, out=...) on ocl devices: out has "
+                                  "shape %s (resizing out is not implemented)"
+                                  % (n, list(out.shape)))
+    result = out if out.is_contiguous() else empty((n,), out.dtype, out._ocl_storage.index)
     random_draw.randperm(_ctx(result), as_dlprim(result), seed_from(generator))
-    return _into_out(out, result, "randperm")
+    return out if result is out else assign(out, result)
 
 
 register(aten.randperm.generator_out)(lambda n, generator=None, out=None:
@@ -302,32 +278,3 @@ def _multinomial(p, num_samples, replacement=False, generator=None):
     random_draw.multinomial(_ctx(p), weights, as_dlprim(out).view((rows, num_samples)),
                             num_samples, replacement, seed_from(generator))
     return out
-
-
-register(aten.multinomial.out)(lambda p, n, replacement=False, generator=None, out=None:
-                               _into_out(out, _multinomial(p, n, replacement, generator),
-                                         "multinomial"))
-
-
-def _factory_device(device):
-    return device_index(device if device is not None else "ocl")
-
-
-def _randperm_factory(n, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
-    out = empty((n,), dtype or torch.int64, _factory_device(device))
-    return _randperm_into(n, out, generator)
-
-
-def _normal_factory(mean, std, size, generator=None, dtype=None, layout=None, device=None,
-                    pin_memory=None):
-    out = empty(size, dtype or torch.get_default_dtype(), _factory_device(device))
-    return _normal_(out, mean, std, generator)
-
-
-def register_factories(lib):
-    """The random factories that PyTorch sends to the PrivateUse1 backend key (no ocl
-    tensor among their arguments): dlprim/torch/__init__.py's _register calls this."""
-    lib.impl("randperm", lambda n, dtype=None, layout=None, device=None, pin_memory=None:
-             _randperm_factory(n, None, dtype, layout, device, pin_memory), "PrivateUse1")
-    lib.impl("randperm.generator", _randperm_factory, "PrivateUse1")
-    lib.impl("normal.float_float", _normal_factory, "PrivateUse1")
