@@ -13,7 +13,7 @@ the common case, (N, C) float32 scores without class weights.
 import torch
 from torch._decomp import decomposition_table
 
-from . import ops_nn
+from . import ops_nn, ops_embedding_bag  # noqa: F401  (the latter registers embedding_bag)
 from .dispatch import register
 
 aten = torch.ops.aten
