@@ -202,9 +202,11 @@ _tables = []
 
 
 def _decompositions():
+    """PyTorch's decompositions into core ATen operators (the wider table's others lower
+    to prims, which no device here implements)."""
     if not _tables:
-        from torch._decomp import decomposition_table
-        _tables.append(decomposition_table)
+        from torch._decomp import core_aten_decompositions
+        _tables.append(dict(core_aten_decompositions().items()))
     return _tables[0]
 
 
