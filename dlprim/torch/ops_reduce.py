@@ -254,25 +254,28 @@ _register_moments(aten.std_mean, True, True)
 # ----- norms: sum |x|^p, then ^(1/p); max / min |x| for +-inf; count for 0
 def _norm_into(out, x, ord, axes):
     ord = float(ord)
-    count = _count(x, axes)
-    if count == 0:
+    if _count(x, axes) == 0:
         return _fill(out, 0.0)
-    if ord == float("inf"):
-        return _fold_into(out, axes, x, "y0 = fabs((float)x0);", "reduce_y0 = 0;",
-                          "if (y0 > reduce_y0 || y0 != y0) reduce_y0 = y0;")
-    if ord == float("-inf"):
-        return _fold_into(out, axes, x, "y0 = fabs((float)x0);", "reduce_y0 = INFINITY;",
-                          "if (y0 < reduce_y0 || y0 != y0) reduce_y0 = y0;")
+    if ord in (float("inf"), float("-inf")):
+        init, cmp = ("0", ">") if ord > 0 else ("INFINITY", "<")
+        return _fold_into(out, axes, x, "y0 = fabs((float)x0);", "reduce_y0 = %s;" % init,
+                          "if (y0 %s reduce_y0 || y0 != y0) reduce_y0 = y0;" % cmp)
     if ord == 0:
         return _fold_into(out, axes, x, "y0 = (x0 != 0);", *_SUM)
+    # the sum of |x|^p in float32 at least: |x|^p of a 16-bit float overflows it
+    keep = _kept(x, axes)
+    acc = out if out.dtype in (torch.float32, torch.float64) else \
+        empty(keep, torch.float32, x._ocl_storage.index)
     if ord == 1:
-        return _fold_into(out, axes, x, "y0 = fabs((float)x0);", *_SUM)
-    if ord == 2:
-        _fold_into(out, axes, x, "float a = x0; y0 = a * a;", *_SUM)
-        pointwise(_ctx(x), [as_dlprim(out)], [as_dlprim(out)], "y0 = sqrt(x0);")
-        return out
-    _fold_into(out, axes, x, "y0 = pow(fabs((float)x0), w0);", *_SUM, params=[ord])
-    pointwise(_ctx(x), [as_dlprim(out)], [as_dlprim(out)], "y0 = pow(x0, w0);", [1.0 / ord])
+        _fold_into(acc, axes, x, "y0 = fabs((float)x0);", *_SUM)
+        root, params = "y0 = x0;", []
+    elif ord == 2:
+        _fold_into(acc, axes, x, "float a = x0; y0 = a * a;", *_SUM)
+        root, params = "y0 = sqrt(x0);", []
+    else:
+        _fold_into(acc, axes, x, "y0 = pow(fabs((float)x0), w0);", *_SUM, params=[ord])
+        root, params = "y0 = pow(x0, w0);", [1.0 / ord]
+    pointwise(_ctx(x), [as_dlprim(acc).view(keep)], [as_dlprim(out).view(keep)], root, params)
     return out
 
 
