@@ -421,6 +421,9 @@ def _scales(n, scales):
 def _resample(mode, n, packet, aligned):
     def forward(x, output_size, *rest):
         align, scales = (bool(rest[0]), rest[1:]) if aligned else (False, rest)
+        if x.dim() != n + 2:   # (the meta kernel's error would be a ValueError)
+            raise RuntimeError("It is expected input_size equals to %d, but got size %d"
+                               % (n + 2, x.dim()))
         if x.dtype not in _FLOATS:
             _unsupported(str(packet), "float tensors only, got %s" % x.dtype)
         m = packet.default(meta_of(x), output_size, *rest)
