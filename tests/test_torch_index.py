@@ -214,11 +214,13 @@ def test_isin():
 
 def test_out_overloads():
     x, i = values((4, 6), torch.float32), indices((3,), 6)
-    for fn in (lambda x, i, out: torch.index_select(x, 1, i, out=out),
-               lambda x, i, out: torch.take(x, i, out=out),
-               lambda x, i, out: torch.nonzero(x > 0, out=out.long()) if False else
-               torch.masked_select(x, x > 0, out=out)):
-        same(lambda x, i: fn(x, i, torch.empty(0, device=x.device)), x, i)
+    same(lambda x, i: torch.index_select(x, 1, i, out=torch.empty(0, device=x.device)), x, i)
+    same(lambda x, i: torch.take(x, i, out=torch.empty(0, device=x.device)), x, i)
+    same(lambda x: torch.nonzero(x > 0, out=torch.empty(0, dtype=torch.int64,
+                                                        device=x.device)), x)
+    same(lambda x, i: torch.scatter(x, 1, i.view(1, 3), 2.0, out=torch.empty_like(x)), x, i)
+    same(lambda x, i: torch.isin(x, x[0], out=torch.empty(4, 6, dtype=torch.bool,
+                                                          device=x.device)), x, i)
 
 
 # ----- gradients (float32, through PyTorch's autograd)

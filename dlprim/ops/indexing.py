@@ -55,6 +55,7 @@ _op("index_put", "self[indices] = values, or += with accumulate=True",
 _op("put", "elements of flattened self at the indices = source (or += with accumulate)",
     _WRITE + "_put_", aten=("put", "put_"))
 _op("masked_scatter", "self where a mask is true = source's elements in order",
-    _WRITE + "_masked_scatter_", aten=("masked_scatter", "masked_scatter_", "masked_scatter_backward"))
+    _WRITE + "_masked_scatter_",
+    aten=("masked_scatter", "masked_scatter_", "masked_scatter_backward"))
 _op("embedding_dense_backward", "embedding's weight gradient (padding_idx, "
     "scale_grad_by_freq)", _WRITE + "_embedding_dense_backward", dtypes=("float",))

@@ -18,8 +18,8 @@ from .tensor import OclTensor, as_dlprim, empty, enqueue, from_numpy
 
 aten = torch.ops.aten
 
-__all__ = ["advanced", "around", "checked", "device_tensor", "meta", "narrowed", "nonzero",
-           "to_out", "with_out"]
+__all__ = ["advanced", "around", "checked", "device_tensor", "linear_index", "meta",
+           "narrowed", "nonzero"]
 
 
 # ----- the shared pieces (ops_index_put.py uses them too)
@@ -64,27 +64,6 @@ def narrowed(t, shape, dim):
     if tuple(shape) == tuple(t.shape):
         return t
     return t.as_strided(shape, t.stride(), t.storage_offset())
-
-
-def to_out(out, result):
-    """Write a result into an ``out=`` argument, resizing it as PyTorch does."""
-    if out.dtype != result.dtype:
-        if not torch.can_cast(result.dtype, out.dtype):
-            raise RuntimeError("result type %s can't be cast to the desired output type %s"
-                               % (result.dtype, out.dtype))
-    if tuple(out.shape) != tuple(result.shape):
-        out.data = result if out.dtype == result.dtype else convert(result, out.dtype)
-        return out
-    if result.numel():
-        assign(out, result)
-    return out
-
-
-def with_out(functional):
-    """The ``out=`` overload of a functional implementation."""
-    def run(*args, out, **kwargs):
-        return to_out(out, functional(*args, **kwargs))
-    return run
 
 
 def _ctx(t):
@@ -145,10 +124,11 @@ def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse
     return rows.view(shape)
 
 
-for _op, _fn in ((aten.index_select, _index_select), (aten.gather, _gather),
-                 (aten.take, _take), (aten.embedding, _embedding)):
-    register(_op.default)(_fn)
-    register(_op.out)(with_out(_fn))
+# (the out= overloads: dispatch.py runs them through these functional ones)
+register(aten.index_select.default)(_index_select)
+register(aten.gather.default)(_gather)
+register(aten.take.default)(_take)
+register(aten.embedding.default)(_embedding)
 
 
 # ----- x[indices]: the index tensors broadcast together pick elements over their axes
@@ -237,7 +217,6 @@ def _index(x, indices):
 
 
 register(aten.index.Tensor, aten._unsafe_index.Tensor)(_index)
-register(aten.index.Tensor_out)(with_out(_index))
 
 
 # ----- outputs sized by the data: the kept positions of a mask, counted on the device
@@ -300,14 +279,9 @@ def _isin(elements, test_elements, *, assume_unique=False, invert=False):
 
 
 register(aten.nonzero.default)(nonzero)
-register(aten.nonzero.out)(with_out(nonzero))
 register(aten.nonzero_static.default)(_nonzero_static)
-register(aten.nonzero_static.out)(with_out(_nonzero_static))
 register(aten.masked_select.default)(_masked_select)
-register(aten.masked_select.out)(with_out(_masked_select))
 for _overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"):
     register(getattr(aten.isin, _overload))(_isin)
-    register(getattr(aten.isin, _overload + "_out"))(with_out(_isin))
-register(aten.where.self_out)(with_out(lambda cond, a, b: aten.where.self(cond, a, b)))
 
 from . import ops_index_put  # noqa: E402,F401  (the writes; they use the pieces above)

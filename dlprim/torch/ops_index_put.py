@@ -14,8 +14,7 @@ import torch
 from ..core import indexing as kernels
 from ..core.pointwise import pointwise
 from .dispatch import register
-from .ops_index import (advanced, around, checked, device_tensor, linear_index, meta, narrowed,
-                        with_out)
+from .ops_index import advanced, around, checked, device_tensor, linear_index, meta, narrowed
 from .ops_tensor import assign, convert
 from .tensor import as_dlprim, empty, enqueue, from_numpy
 
@@ -351,7 +350,8 @@ def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_gra
     return out if dtype == grad.dtype else convert(out, grad.dtype)
 
 
-# ----- the table: each in-place implementation gives its functional and out= forms
+# ----- the table: each in-place implementation gives its functional form (the out= forms
+# run through the functional ones: dispatch.py)
 def _functional(inplace):
     return lambda self, *args, **kwargs: inplace(convert(self, self.dtype), *args, **kwargs)
 
@@ -361,8 +361,6 @@ def _family(name, overloads, inplace):
         functional = _functional(inplace)
         register(getattr(getattr(aten, name + "_"), overload))(inplace)
         register(getattr(getattr(aten, name), overload))(functional)
-        register(getattr(getattr(aten, name), "out" if overload == "default"
-                         else overload + "_out"))(with_out(functional))
 
 
 _family("scatter", ("src", "reduce"), _scatter_src_)
@@ -379,7 +377,5 @@ register(aten._index_put_impl_.default)(_index_put_)
 register(aten._unsafe_index_put.default)(_functional(_index_put_))
 register(aten.masked_scatter_.default)(_masked_scatter_)
 register(aten.masked_scatter.default)(_masked_scatter)
-register(aten.masked_scatter.out)(with_out(_masked_scatter))
 register(aten.masked_scatter_backward.default)(_masked_scatter_backward)
 register(aten.embedding_dense_backward.default)(_embedding_dense_backward)
-register(aten.embedding_dense_backward.out)(with_out(_embedding_dense_backward))
