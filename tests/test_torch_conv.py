@@ -198,6 +198,15 @@ def test_interpolate(dims):
          dtype=torch.float16)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_interpolate_antialias(mode):
+    x = randn(2, 3, 17, 33)
+    for kw in (dict(size=(5, 7)), dict(size=(34, 11)), dict(scale_factor=1.7)):
+        for ac in (False, True):
+            both(lambda x: F.interpolate(x, mode=mode, antialias=True, align_corners=ac, **kw),
+                 x)
+
+
 def test_interpolate_errors():
     for dev in ("cpu", DEV):
         with pytest.raises(RuntimeError):

@@ -14,7 +14,8 @@ from .pointwise import _memo
 
 __all__ = ["MODES", "scale_of", "resample_nd"]
 
-MODES = ("nearest", "nearest_exact", "linear", "cubic")
+MODES = ("nearest", "nearest_exact", "linear", "cubic", "linear_aa", "cubic_aa")
+_AA_SUPPORT = {"linear_aa": 1.0, "cubic_aa": 2.0}  # half the filter's width at ratio 1
 
 
 def scale_of(mode, n_in, n_out, align_corners, scale_factor):
@@ -23,7 +24,7 @@ def scale_of(mode, n_in, n_out, align_corners, scale_factor):
     1 / scale_factor where one is given, else n_in / n_out; with align_corners
     (n_in - 1) / (n_out - 1)."""
     f32 = np.float32
-    if mode in ("linear", "cubic") and align_corners:
+    if mode != "nearest" and mode != "nearest_exact" and align_corners:
         return f32(n_in - 1) / f32(n_out - 1) if n_out > 1 else f32(0)
     if scale_factor is not None and scale_factor > 0:
         return f32(1.0 / scale_factor)
@@ -46,8 +47,12 @@ class ResampleND:
         scales = (1.0,) * pad + tuple(
             scale_of(self.mode, i, o, align_corners, s)
             for i, o, s in zip(in_size, out_size, scale_factors))
+        # antialiasing: the filter stretched by the ratio where it shrinks
+        stretch = [max(float(s), 1.0) for s in scales]
+        support = [np.float32(_AA_SUPPORT.get(self.mode, 0.0) * f) for f in stretch]
+        inverse = [np.float32(1.0 / f) for f in stretch]
         return ([np.int32(v) for v in in3 + out3] + [np.float32(s) for s in scales]
-                + [np.int32(bool(align_corners))])
+                + [np.int32(bool(align_corners))] + support + inverse)
 
     def _launch(self, name, total, args):
         return [program.Launch(self.program, name, (round_up(total, self._wg),), (self._wg,),

@@ -5,6 +5,9 @@
 // ratio PyTorch derives from the sizes, the scale factor and align_corners (the host
 // works it out as PyTorch does). The backward kernel gathers per input element over the
 // outputs whose taps may reach it, recomputing their taps (no atomics).
+// MODE "linear_aa" / "cubic_aa": antialiased (interpolate's antialias=True), every input
+// under a filter stretched by the ratio when shrinking (support U, 1 / stretch V per dim),
+// its weights normalised to sum to 1 (PyTorch's _upsample_*_aa, after PIL).
 // T: the storage type (computed in float).
 % if T in ("half", "bfloat16"):
 #define LOAD(p, i) LD_${T}(p, i)
@@ -13,10 +16,15 @@
 #define LOAD(p, i) ((p)[i])
 #define STORE(p, i, v) ((p)[i] = (v))
 % endif
-<% TAPS = {"nearest": 1, "nearest_exact": 1, "linear": 2, "cubic": 4}[MODE] %>
+<% AA = MODE.endswith("_aa") %>
+<% TAPS = {"nearest": 1, "nearest_exact": 1, "linear": 2, "cubic": 4}.get(MODE, 0) %>
 #define TAPS ${TAPS}
 #define SIZES int I0, int I1, int I2, int O0, int O1, int O2, \
-              float C0, float C1, float C2, int align_corners
+              float C0, float C1, float C2, int align_corners, \
+              float U0, float U1, float U2, float V0, float V1, float V2
+% if AA:
+<%include file="resample_aa.h"/>
+% else:
 
 % if MODE == "cubic":
 inline float cubic1(float x) { const float A = -0.75f; return ((A + 2) * x - (A + 3)) * x * x + 1; }
@@ -57,6 +65,9 @@ inline void taps(int o, int I, int O, float scale, int align_corners, int *at, f
 % endif
 }
 
+% endif
+
+% if not AA:
 __kernel void resample_forward(ulong total, SIZES,
                                __global const ${T} *x, ulong x_offset, __global ${T} *y, ulong y_offset)
 {
@@ -89,6 +100,9 @@ __kernel void resample_forward(ulong total, SIZES,
     STORE(y + y_offset, g, sum);
 }
 
+% endif
+
+% if not AA:
 // the weight with which output o reads input i along one dim (0: it does not)
 inline float weight_of(int o, int i, int I, int O, float scale, int align_corners)
 {
@@ -114,6 +128,13 @@ inline void reach(int i, int I, int O, float scale, int *first, int *last)
     *last = i == I - 1 ? O - 1 : min(O - 1, (int)ceil((i + 3) / scale) + 2);
 }
 
+% endif
+
+% if AA:
+#define WEIGHT_OF(d) aa_weight_of(o##d, i##d, I##d, O##d, C##d, U##d, V##d)
+% else:
+#define WEIGHT_OF(d) weight_of(o##d, i##d, I##d, O##d, C##d, align_corners)
+% endif
 __kernel void resample_backward(ulong total, SIZES,
                                 __global const ${T} *dy, ulong dy_offset, __global ${T} *dx, ulong dx_offset)
 {
@@ -124,20 +145,26 @@ __kernel void resample_backward(ulong total, SIZES,
     ulong nc = g / I2 / I1 / I0;
     __global const ${T} *dyp = dy + dy_offset + nc * O0 * O1 * O2;
     int f0, l0, f1, l1, f2, l2;
+% if AA:
+    reach(i0, I0, O0, C0, U0, &f0, &l0);
+    reach(i1, I1, O1, C1, U1, &f1, &l1);
+    reach(i2, I2, O2, C2, U2, &f2, &l2);
+% else:
     reach(i0, I0, O0, C0, &f0, &l0);
     reach(i1, I1, O1, C1, &f1, &l1);
     reach(i2, I2, O2, C2, &f2, &l2);
+% endif
     float sum = 0.0f;
     for (int o0 = f0; o0 <= l0; ++o0) {
-        float v0 = weight_of(o0, i0, I0, O0, C0, align_corners);
+        float v0 = WEIGHT_OF(0);
         if (v0 == 0.0f)
             continue;
         for (int o1 = f1; o1 <= l1; ++o1) {
-            float v1 = weight_of(o1, i1, I1, O1, C1, align_corners);
+            float v1 = WEIGHT_OF(1);
             if (v1 == 0.0f)
                 continue;
             for (int o2 = f2; o2 <= l2; ++o2) {
-                float v2 = weight_of(o2, i2, I2, O2, C2, align_corners);
+                float v2 = WEIGHT_OF(2);
                 if (v2 != 0.0f)
                     sum += v0 * v1 * v2 * LOAD(dyp, ((ulong)o0 * O1 + o1) * O2 + o2);
             }

@@ -27,6 +27,12 @@ declare("upsample_linear", FAMILY, "launcher",
 declare("upsample_bicubic", FAMILY, "launcher",
         "bicubic resampling (A = -0.75, edges clamped) and its gradient", dtypes=("float",),
         aten=("upsample_bicubic2d", "upsample_bicubic2d_backward"), launch=_T + "_resample")
+declare("upsample_antialias", FAMILY, "launcher",
+        "antialiased bilinear and bicubic resampling (interpolate's antialias=True: the "
+        "filter stretched when shrinking) and its gradient", dtypes=("float",),
+        aten=("_upsample_bilinear2d_aa", "_upsample_bilinear2d_aa_backward",
+              "_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa_backward"),
+        launch=_T + "_resample")
 declare("grid_sampler_2d", FAMILY, "launcher",
         "F.grid_sample of 4-D inputs (bilinear, nearest; zeros, border, reflection padding) "
         "and its gradient", dtypes=("float",),

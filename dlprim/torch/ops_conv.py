@@ -457,7 +457,9 @@ for _mode, _n, _name, _aligned in (
         ("linear", 1, "upsample_linear1d", True),
         ("linear", 2, "upsample_bilinear2d", True),
         ("linear", 3, "upsample_trilinear3d", True),
-        ("cubic", 2, "upsample_bicubic2d", True)):
+        ("cubic", 2, "upsample_bicubic2d", True),
+        ("linear_aa", 2, "_upsample_bilinear2d_aa", True),
+        ("cubic_aa", 2, "_upsample_bicubic2d_aa", True)):
     _f, _b = _resample(_mode, _n, getattr(aten, _name), _aligned)
     _register(getattr(aten, _name), _f)
     _register(getattr(aten, _name + "_backward"), _b)
