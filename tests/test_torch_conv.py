@@ -232,6 +232,15 @@ def test_grid_sample(mode, padding):
          tol=5e-2)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_3d(mode):
+    x = randn(2, 3, 4, 5, 6)
+    grid = torch.rand(2, 3, 4, 5, 3, generator=torch.Generator().manual_seed(2)) * 2.4 - 1.2
+    for padding, ac in (("zeros", False), ("border", True), ("reflection", False)):
+        both(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding,
+                                        align_corners=ac), x, grid)
+
+
 def test_grid_sample_bicubic_refused():
     x, grid = randn(1, 1, 4, 4).to(DEV), torch.zeros(1, 2, 2, 2).to(DEV)
     with pytest.raises(NotImplementedError, match="bicubic"):
@@ -242,5 +251,5 @@ def test_grid_sample_bicubic_refused():
 def test_affine_grid(size):
     theta = randn(2, len(size) - 2, len(size) - 1)
     for ac in (False, True):
-        both(lambda t: F.affine_grid(t, size, align_corners=ac), theta, grads=False)
+        both(lambda t: F.affine_grid(t, size, align_corners=ac), theta)
     assert math.prod(size) > 0

@@ -1,7 +1,8 @@
-"""grid_sampler_2d and its backward (``kernels/grid_sample.cl``): bilinear or nearest
-sampling of (N, C, H, W) inputs at a (N, Ho, Wo, 2) grid of normalised coordinates,
-padding by zeros, the border or reflection, PyTorch's align_corners rule. Contiguous
-dlprim Tensors of a float dtype; the input's gradient is summed in float32 with atomics.
+"""grid_sampler_2d / grid_sampler_3d and their backward (``kernels/grid_sample.cl``):
+bilinear (trilinear) or nearest sampling of (N, C, [D,] H, W) inputs at a (N, [Do,] Ho,
+Wo, dims) grid of normalised coordinates, padding by zeros, the border or reflection,
+PyTorch's align_corners rule. Contiguous dlprim Tensors of a float dtype; the input's
+gradient is summed in float32 with atomics.
 """
 import numpy as np
 
@@ -19,43 +20,47 @@ PADDINGS = ("zeros", "border", "reflection")  # padding_mode 0, 1, 2
 class GridSample:
     """The grid sampling kernels of one interpolation for one dtype."""
 
-    def __init__(self, ctx, interpolation, dtype):
+    def __init__(self, ctx, dims, interpolation, dtype):
         if interpolation not in INTERPOLATIONS:
             raise ValueError("grid_sample: interpolation %r is not one of %s"
                              % (interpolation, INTERPOLATIONS))
         self.ctx, self.dtype = ctx, as_dtype(dtype)
+        if dims not in (2, 3):
+            raise ValueError("grid_sample: 2 or 3 spatial dims, got %r" % (dims,))
+        self.dims = dims
         self.program = program.get(ctx, "grid_sample", T=cl_type(self.dtype),
-                                   INTERP=interpolation)
+                                   INTERP=interpolation, DIMS=dims)
         self._wg = min(256, ctx.facts.max_work_group)
 
     def _launch(self, name, total, args):
         return [program.Launch(self.program, name, (round_up(total, self._wg),), (self._wg,),
                                [np.uint64(total)] + args)] if total else []
 
-    @staticmethod
-    def _sizes(x_shape, out_hw, padding, align_corners):
-        n, c, h, w = x_shape
-        return [np.int32(v) for v in (c, h, w, out_hw[0], out_hw[1], PADDINGS.index(padding),
-                                      bool(align_corners))]
+    def _sizes(self, x_shape, grid_shape, padding, align_corners):
+        unit = (1,) * (3 - self.dims)
+        spatial_in = unit + tuple(x_shape[2:])
+        spatial_out = unit + tuple(grid_shape[1:-1])
+        return [np.int32(v) for v in (x_shape[1],) + spatial_in + spatial_out
+                + (PADDINGS.index(padding), bool(align_corners))]
 
     def forward(self, x, grid, y, padding, align_corners):
-        """y (N, C, Ho, Wo) sampled from x (N, C, H, W) at grid (N, Ho, Wo, 2)."""
-        n, ho, wo = grid.shape[:3]
-        return self._launch("grid_sample_forward", n * ho * wo,
-                            self._sizes(x.shape, (ho, wo), padding, align_corners)
+        """y (N, C, *out) sampled from x (N, C, *in) at grid (N, *out, dims)."""
+        total = int(np.prod(grid.shape[:-1]))
+        return self._launch("grid_sample_forward", total,
+                            self._sizes(x.shape, grid.shape, padding, align_corners)
                             + [x, grid, y])
 
     def backward(self, dy, x, grid, dx, dgrid, padding, align_corners):
         """dx (float32, zeroed by the caller; None: not wanted) += the input's gradient,
         dgrid = the grid's."""
-        n, ho, wo = grid.shape[:3]
+        total = int(np.prod(grid.shape[:-1]))
         want = dx is not None
-        return self._launch("grid_sample_backward", n * ho * wo,
-                            self._sizes(x.shape, (ho, wo), padding, align_corners)
+        return self._launch("grid_sample_backward", total,
+                            self._sizes(x.shape, grid.shape, padding, align_corners)
                             + [np.int32(want), dy, x, grid, dx if want else dgrid, dgrid])
 
 
-def grid_sample_ops(ctx, interpolation, dtype):
-    """The ``GridSample`` of this interpolation and dtype on ctx (made once)."""
-    return _memo(ctx, ("grid_sample", interpolation, as_dtype(dtype)),
-                 lambda: GridSample(ctx, interpolation, dtype))
+def grid_sample_ops(ctx, dims, interpolation, dtype):
+    """The ``GridSample`` of these dims, interpolation and dtype on ctx (made once)."""
+    return _memo(ctx, ("grid_sample", dims, interpolation, as_dtype(dtype)),
+                 lambda: GridSample(ctx, dims, interpolation, dtype))

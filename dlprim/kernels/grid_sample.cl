@@ -1,9 +1,10 @@
 <%include file="common.h"/>
-// grid_sampler_2d (F.grid_sample on 4-D inputs), PyTorch's rules (GridSampler.h):
-// INTERP "bilinear" or "nearest" (round half to even); padding 0 zeros, 1 border,
-// 2 reflection; one work-item per output location, over every channel. The backward
-// kernel adds each location's input gradient into dx with float atomics (dx float32,
-// zeroed first) and writes the grid's gradient.
+// grid_sampler_2d / _3d (F.grid_sample), PyTorch's rules (GridSampler.h): DIMS 2 or 3
+// spatial dims, INTERP "bilinear" (the 2^DIMS corners around the point) or "nearest"
+// (round half to even); padding 0 zeros, 1 border, 2 reflection; one work-item per
+// output location, over every channel. Grid entries are (x, y[, z]): x along the last
+// dim. The backward kernel adds each location's input gradient into dx with float
+// atomics (dx float32, zeroed first) and writes the grid's gradient.
 // T: the storage type (computed in float).
 % if T in ("half", "bfloat16"):
 #define LOAD(p, i) LD_${T}(p, i)
@@ -12,7 +13,10 @@
 #define LOAD(p, i) ((p)[i])
 #define STORE(p, i, v) ((p)[i] = (v))
 % endif
-#define SIZES int C, int H, int W, int HO, int WO, int padding, int align_corners
+// sizes: C; the input's D, H, W and the output's (D 1 for 2-D)
+#define SIZES int C, int D, int H, int W, int DO, int HO, int WO, int padding, int align_corners
+#define DIMS ${DIMS}
+#define CORNERS (1 << DIMS)
 
 inline float atomic_add_float(volatile __global float *p, float v)
 {
@@ -70,43 +74,82 @@ inline float source_index(float x, int size, int padding, int align_corners, flo
     return x;
 }
 
-#define INSIDE(yy, xx) ((yy) >= 0 && (yy) < H && (xx) >= 0 && (xx) < W)
+#define INSIDE(p) ((p)[0] >= 0 && (p)[0] < W && (p)[1] >= 0 && (p)[1] < H \
+                   && (DIMS == 2 || ((p)[2] >= 0 && (p)[2] < D)))
+#define OFFSET(p) ((((ulong)(DIMS == 3 ? (p)[2] : 0) * H + (p)[1]) * W) + (p)[0])
+
+// the source positions of location g (x, y[, z]) and d(position)/d(grid)
+inline void positions(__global const ${T} *grid, ulong g, int D, int H, int W, int padding,
+                      int align_corners, float *at, float *mult)
+{
+    const int size[3] = {W, H, D};
+    for (int d = 0; d < DIMS; ++d)
+        at[d] = source_index(LOAD(grid, DIMS * g + d), size[d], padding, align_corners, mult + d);
+}
+
+% if INTERP == "bilinear":
+// corner k (bit d: the upper neighbour along d) of the cell at lo: its position and
+// weight, and d(weight)/d(position d) in dw
+inline float corner(int k, const float *at, const int *lo, int *p, float *dw)
+{
+    float part[DIMS], w = 1.0f;
+    for (int d = 0; d < DIMS; ++d) {
+        int up = (k >> d) & 1;
+        p[d] = lo[d] + up;
+        part[d] = up ? at[d] - lo[d] : lo[d] + 1 - at[d];
+        w *= part[d];
+    }
+    for (int d = 0; d < DIMS; ++d) {
+        float rest = ((k >> d) & 1) ? 1.0f : -1.0f;
+        for (int e = 0; e < DIMS; ++e)
+            if (e != d)
+                rest *= part[e];
+        dw[d] = rest;
+    }
+    return w;
+}
+% endif
 
 __kernel void grid_sample_forward(ulong total, SIZES,
                                   __global const ${T} *x, ulong x_offset,
                                   __global const ${T} *grid, ulong grid_offset,
                                   __global ${T} *y, ulong y_offset)
 {
-    ulong g = get_global_id(0);    // (n, ho, wo)
+    ulong g = get_global_id(0);    // (n, location)
     if (g >= total)
         return;
-    ulong n = g / ((ulong)HO * WO), hw = g % ((ulong)HO * WO);
-    float gx, gy;
-    float ix = source_index(LOAD(grid + grid_offset, 2 * g), W, padding, align_corners, &gx);
-    float iy = source_index(LOAD(grid + grid_offset, 2 * g + 1), H, padding, align_corners, &gy);
-    __global const ${T} *xp = x + x_offset + n * C * H * W;
-    __global ${T} *yp = y + y_offset + n * C * HO * WO + hw;
+    const ulong out_plane = (ulong)DO * HO * WO, in_plane = (ulong)D * H * W;
+    ulong n = g / out_plane, loc = g % out_plane;
+    float at[DIMS], mult[DIMS];
+    positions(grid + grid_offset, g, D, H, W, padding, align_corners, at, mult);
+    __global const ${T} *xp = x + x_offset + n * C * in_plane;
+    __global ${T} *yp = y + y_offset + n * C * out_plane + loc;
 % if INTERP == "nearest":
-    int cx = (int)rint(ix), cy = (int)rint(iy);
+    int p[3] = {0, 0, 0};
+    for (int d = 0; d < DIMS; ++d)
+        p[d] = (int)rint(at[d]);
     for (int c = 0; c < C; ++c)
-        STORE(yp, (ulong)c * HO * WO, INSIDE(cy, cx) ? LOAD(xp, ((ulong)c * H + cy) * W + cx) : 0.0f);
+        STORE(yp, c * out_plane, INSIDE(p) ? LOAD(xp, c * in_plane + OFFSET(p)) : 0.0f);
 % else:
-    int x0 = (int)floor(ix), y0 = (int)floor(iy), x1 = x0 + 1, y1 = y0 + 1;
-    float nw = (x1 - ix) * (y1 - iy), ne = (ix - x0) * (y1 - iy);
-    float sw = (x1 - ix) * (iy - y0), se = (ix - x0) * (iy - y0);
+    int lo[3] = {0, 0, 0}, p[3] = {0, 0, 0};
+    float w[CORNERS], dw[DIMS];
+    for (int d = 0; d < DIMS; ++d)
+        lo[d] = (int)floor(at[d]);
+    for (int k = 0; k < CORNERS; ++k)
+        w[k] = corner(k, at, lo, p, dw);
     for (int c = 0; c < C; ++c) {
-        __global const ${T} *plane = xp + (ulong)c * H * W;
         float v = 0;
-        if (INSIDE(y0, x0)) v += LOAD(plane, (ulong)y0 * W + x0) * nw;
-        if (INSIDE(y0, x1)) v += LOAD(plane, (ulong)y0 * W + x1) * ne;
-        if (INSIDE(y1, x0)) v += LOAD(plane, (ulong)y1 * W + x0) * sw;
-        if (INSIDE(y1, x1)) v += LOAD(plane, (ulong)y1 * W + x1) * se;
-        STORE(yp, (ulong)c * HO * WO, v);
+        for (int k = 0; k < CORNERS; ++k) {
+            corner(k, at, lo, p, dw);
+            if (INSIDE(p))
+                v += LOAD(xp, c * in_plane + OFFSET(p)) * w[k];
+        }
+        STORE(yp, c * out_plane, v);
     }
 % endif
 }
 
-// dx (float32, zeroed; null: not wanted) += the adjoint; dgrid written
+// dx (float32, zeroed; not written where want_dx is 0) += the adjoint; dgrid written
 __kernel void grid_sample_backward(ulong total, SIZES, int want_dx,
                                    __global const ${T} *dy, ulong dy_offset,
                                    __global const ${T} *x, ulong x_offset,
@@ -117,53 +160,43 @@ __kernel void grid_sample_backward(ulong total, SIZES, int want_dx,
     ulong g = get_global_id(0);
     if (g >= total)
         return;
-    ulong n = g / ((ulong)HO * WO), hw = g % ((ulong)HO * WO);
-    float mx, my;
-    float ix = source_index(LOAD(grid + grid_offset, 2 * g), W, padding, align_corners, &mx);
-    float iy = source_index(LOAD(grid + grid_offset, 2 * g + 1), H, padding, align_corners, &my);
-    __global const ${T} *xp = x + x_offset + n * C * H * W;
-    __global const ${T} *dyp = dy + dy_offset + n * C * HO * WO + hw;
-    __global float *dxp = dx + dx_offset + n * C * H * W;
-    float gix = 0, giy = 0;
+    const ulong out_plane = (ulong)DO * HO * WO, in_plane = (ulong)D * H * W;
+    ulong n = g / out_plane, loc = g % out_plane;
+    float at[DIMS], mult[DIMS], gat[DIMS];
+    positions(grid + grid_offset, g, D, H, W, padding, align_corners, at, mult);
+    __global const ${T} *xp = x + x_offset + n * C * in_plane;
+    __global const ${T} *dyp = dy + dy_offset + n * C * out_plane + loc;
+    __global float *dxp = dx + dx_offset + n * C * in_plane;
+    for (int d = 0; d < DIMS; ++d)
+        gat[d] = 0.0f;
 % if INTERP == "nearest":
-    int cx = (int)rint(ix), cy = (int)rint(iy);
-    if (want_dx && INSIDE(cy, cx))
+    int p[3] = {0, 0, 0};
+    for (int d = 0; d < DIMS; ++d)
+        p[d] = (int)rint(at[d]);
+    if (want_dx && INSIDE(p))
         for (int c = 0; c < C; ++c)
-            atomic_add_float(dxp + ((ulong)c * H + cy) * W + cx, LOAD(dyp, (ulong)c * HO * WO));
+            atomic_add_float(dxp + c * in_plane + OFFSET(p), LOAD(dyp, c * out_plane));
 % else:
-    int x0 = (int)floor(ix), y0 = (int)floor(iy), x1 = x0 + 1, y1 = y0 + 1;
-    float nw = (x1 - ix) * (y1 - iy), ne = (ix - x0) * (y1 - iy);
-    float sw = (x1 - ix) * (iy - y0), se = (ix - x0) * (iy - y0);
-    for (int c = 0; c < C; ++c) {
-        float d = LOAD(dyp, (ulong)c * HO * WO);
-        __global const ${T} *plane = xp + (ulong)c * H * W;
-        __global float *dplane = dxp + (ulong)c * H * W;
-        if (INSIDE(y0, x0)) {
-            float v = LOAD(plane, (ulong)y0 * W + x0);
-            if (want_dx) atomic_add_float(dplane + (ulong)y0 * W + x0, nw * d);
-            gix -= v * (y1 - iy) * d;
-            giy -= v * (x1 - ix) * d;
+    int lo[3] = {0, 0, 0}, p[3] = {0, 0, 0};
+    float dw[DIMS];
+    for (int d = 0; d < DIMS; ++d)
+        lo[d] = (int)floor(at[d]);
+    for (int k = 0; k < CORNERS; ++k) {
+        float w = corner(k, at, lo, p, dw);
+        if (!INSIDE(p))
+            continue;
+        ulong at_k = OFFSET(p);
+        float gsum = 0.0f;   // sum over channels of value * dy
+        for (int c = 0; c < C; ++c) {
+            float d = LOAD(dyp, c * out_plane);
+            if (want_dx)
+                atomic_add_float(dxp + c * in_plane + at_k, w * d);
+            gsum += LOAD(xp, c * in_plane + at_k) * d;
         }
-        if (INSIDE(y0, x1)) {
-            float v = LOAD(plane, (ulong)y0 * W + x1);
-            if (want_dx) atomic_add_float(dplane + (ulong)y0 * W + x1, ne * d);
-            gix += v * (y1 - iy) * d;
-            giy -= v * (ix - x0) * d;
-        }
-        if (INSIDE(y1, x0)) {
-            float v = LOAD(plane, (ulong)y1 * W + x0);
-            if (want_dx) atomic_add_float(dplane + (ulong)y1 * W + x0, sw * d);
-            gix -= v * (iy - y0) * d;
-            giy += v * (x1 - ix) * d;
-        }
-        if (INSIDE(y1, x1)) {
-            float v = LOAD(plane, (ulong)y1 * W + x1);
-            if (want_dx) atomic_add_float(dplane + (ulong)y1 * W + x1, se * d);
-            gix += v * (iy - y0) * d;
-            giy += v * (ix - x0) * d;
-        }
+        for (int d = 0; d < DIMS; ++d)
+            gat[d] += dw[d] * gsum;
     }
 % endif
-    STORE(dgrid + dgrid_offset, 2 * g, mx * gix);
-    STORE(dgrid + dgrid_offset, 2 * g + 1, my * giy);
+    for (int d = 0; d < DIMS; ++d)
+        STORE(dgrid + dgrid_offset, DIMS * g + d, mult[d] * gat[d]);
 }

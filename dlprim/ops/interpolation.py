@@ -33,11 +33,11 @@ declare("upsample_antialias", FAMILY, "launcher",
         aten=("_upsample_bilinear2d_aa", "_upsample_bilinear2d_aa_backward",
               "_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa_backward"),
         launch=_T + "_resample")
-declare("grid_sampler_2d", FAMILY, "launcher",
-        "F.grid_sample of 4-D inputs (bilinear, nearest; zeros, border, reflection padding) "
-        "and its gradient", dtypes=("float",),
-        aten=("grid_sampler_2d", "grid_sampler_2d_backward"), onnx="GridSample",
-        launch=_T + "_grid_sampler_2d")
+declare("grid_sampler", FAMILY, "launcher",
+        "F.grid_sample of 4-D and 5-D inputs (bilinear/trilinear, nearest; zeros, border, "
+        "reflection padding) and its gradient", dtypes=("float",),
+        aten=("grid_sampler_2d", "grid_sampler_2d_backward", "grid_sampler_3d",
+              "grid_sampler_3d_backward"), onnx="GridSample", launch=_T + "_grid_sampler")
 declare("affine_grid_generator", FAMILY, "launcher",
         "F.affine_grid: the sampling grid of 2-D or 3-D affine matrices (one batched GEMM "
         "with the output's base coordinates)", dtypes=("float",),

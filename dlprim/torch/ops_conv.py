@@ -465,7 +465,7 @@ for _mode, _n, _name, _aligned in (
     _register(getattr(aten, _name + "_backward"), _b)
 
 
-# ----- grid_sampler_2d (F.grid_sample of 4-D inputs; core/grid_sample.py)
+# ----- grid_sampler_2d / _3d (F.grid_sample; core/grid_sample.py)
 def _grid_modes(op, interpolation_mode, padding_mode):
     if interpolation_mode not in (0, 1):
         _unsupported(op, "bilinear and nearest sampling only, got interpolation_mode %d "
@@ -473,39 +473,43 @@ def _grid_modes(op, interpolation_mode, padding_mode):
     return ("bilinear", "nearest")[interpolation_mode], PADDINGS[padding_mode]
 
 
-@register(aten.grid_sampler_2d.default)
-def _grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
-    m = aten.grid_sampler_2d.default(meta_of(x), meta_of(grid), interpolation_mode,
-                                     padding_mode, align_corners)
-    _check_dtypes("grid_sampler_2d", x, grid)
-    interp, padding = _grid_modes("grid_sampler_2d", interpolation_mode, padding_mode)
-    out = empty(m.shape, x.dtype, x._ocl_storage.index)
-    if out.numel():
-        ops = grid_sample_ops(_ctx(x), interp, numpy_dtype(x.dtype))
-        enqueue(_ctx(x), ops.forward(as_dlprim(x), as_dlprim(grid), as_dlprim(out), padding,
-                                     align_corners))
-    return out
+def _grid_sampler(dims, packet):
+    def forward(x, grid, interpolation_mode, padding_mode, align_corners):
+        m = packet.default(meta_of(x), meta_of(grid), interpolation_mode, padding_mode,
+                           align_corners)
+        _check_dtypes(str(packet), x, grid)
+        interp, padding = _grid_modes(str(packet), interpolation_mode, padding_mode)
+        out = empty(m.shape, x.dtype, x._ocl_storage.index)
+        if out.numel():
+            ops = grid_sample_ops(_ctx(x), dims, interp, numpy_dtype(x.dtype))
+            enqueue(_ctx(x), ops.forward(as_dlprim(x), as_dlprim(grid), as_dlprim(out),
+                                         padding, align_corners))
+        return out
+
+    def backward(grad, x, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+        _check_dtypes(str(packet) + "_backward", grad, x, grid)
+        interp, padding = _grid_modes(str(packet) + "_backward", interpolation_mode,
+                                      padding_mode)
+        index = x._ocl_storage.index
+        dx = empty(x.shape, torch.float32, index) if output_mask[0] else None
+        if dx is not None:
+            handle(aten.zero_.default, (dx,), {})
+        dgrid = empty(grid.shape, grid.dtype, index)
+        if dgrid.numel():
+            ops = grid_sample_ops(_ctx(x), dims, interp, numpy_dtype(x.dtype))
+            enqueue(_ctx(x), ops.backward(as_dlprim(grad), as_dlprim(x), as_dlprim(grid),
+                                          None if dx is None else as_dlprim(dx),
+                                          as_dlprim(dgrid), padding, align_corners))
+        if dx is not None and x.dtype != torch.float32:
+            dx = convert(dx, x.dtype)
+        return dx, (dgrid if output_mask[1] else None)
+    return forward, backward
 
 
-@register(aten.grid_sampler_2d_backward.default)
-def _grid_sampler_2d_backward(grad, x, grid, interpolation_mode, padding_mode, align_corners,
-                              output_mask):
-    _check_dtypes("grid_sampler_2d_backward", grad, x, grid)
-    interp, padding = _grid_modes("grid_sampler_2d_backward", interpolation_mode, padding_mode)
-    index = x._ocl_storage.index
-    want_dx = bool(output_mask[0])
-    dx = empty(x.shape, torch.float32, index) if want_dx else None
-    if dx is not None:
-        handle(aten.zero_.default, (dx,), {})
-    dgrid = empty(grid.shape, grid.dtype, index)
-    if dgrid.numel():
-        ops = grid_sample_ops(_ctx(x), interp, numpy_dtype(x.dtype))
-        enqueue(_ctx(x), ops.backward(as_dlprim(grad), as_dlprim(x), as_dlprim(grid),
-                                      None if dx is None else as_dlprim(dx), as_dlprim(dgrid),
-                                      padding, align_corners))
-    if dx is not None and x.dtype != torch.float32:
-        dx = convert(dx, x.dtype)
-    return dx, (dgrid if output_mask[1] else None)
+for _dims, _name in ((2, "grid_sampler_2d"), (3, "grid_sampler_3d")):
+    _f, _b = _grid_sampler(_dims, getattr(aten, _name))
+    _register(getattr(aten, _name), _f)
+    _register(getattr(aten, _name + "_backward"), _b)
 
 
 # ----- affine_grid_generator (F.affine_grid): the grid = base · thetaᵀ, base the
