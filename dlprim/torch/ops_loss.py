@@ -35,11 +35,32 @@ def _reference(*packets):
 _reference(aten.mse_loss, aten.mse_loss_backward, aten.smooth_l1_loss,
            aten.smooth_l1_loss_backward, aten.huber_loss, aten.huber_loss_backward,
            aten.binary_cross_entropy, aten.binary_cross_entropy_backward,
-           aten.binary_cross_entropy_with_logits, aten.soft_margin_loss,
-           aten.soft_margin_loss_backward)
+           aten.binary_cross_entropy_with_logits, aten.soft_margin_loss_backward)
+
+
+# ----- soft_margin_loss: log(1 + exp(-y x)) step by step in the input's dtype, as the
+# CPU's kernel does (in float16 exp(-y x) overflows to inf past 11: so does the CPU's loss)
+@register(aten.soft_margin_loss.default)
+def _soft_margin_loss(x, target, reduction=_MEAN):
+    return _reduce_rows(torch.log1p(torch.exp(-x * target)), reduction)
+
+
+@register(aten.soft_margin_loss.out)
+def _soft_margin_loss_out(x, target, reduction=_MEAN, *, out):
+    return _into(out, _soft_margin_loss(x, target, reduction))
 
 
 # ----- nll_loss: dlprim's row kernel where it applies, else the reference decomposition
+def _labels(target):
+    """The CPU's check of the labels' dtype; bytes become int64 (the kernels' type)."""
+    if target.dtype == torch.uint8:
+        return target.to(torch.int64)
+    if target.dtype != torch.int64:
+        raise RuntimeError("expected target dtype to be Long or Byte, but got %s"
+                           % str(target.dtype).replace("torch.", "").capitalize())
+    return target
+
+
 def _fast_nll(x, target, weight, dims=2):
     return (weight is None and x.dim() == dims and x.dtype == torch.float32
             and target.dtype in (torch.int64, torch.int32) and x.numel() > 0)
@@ -51,6 +72,7 @@ def _fast_nll2d(x, target, weight):
 
 @register(aten.nll_loss_forward.default)
 def _nll_loss_forward(x, target, weight, reduction, ignore_index):
+    target = _labels(target)
     if _fast_nll(x, target, weight):
         return ops_nn._nll_loss_forward(x, target, weight, reduction, ignore_index)
     return decomposition_table[aten.nll_loss_forward.default](x, target, weight, reduction,
@@ -59,6 +81,7 @@ def _nll_loss_forward(x, target, weight, reduction, ignore_index):
 
 @register(aten.nll_loss_backward.default)
 def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    target = _labels(target)
     if _fast_nll(x, target, weight):
         return ops_nn._nll_loss_backward(grad, x, target, weight, reduction, ignore_index,
                                          total_weight)
@@ -68,6 +91,7 @@ def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_w
 
 @register(aten.nll_loss2d_forward.default)
 def _nll_loss2d_forward(x, target, weight, reduction, ignore_index):
+    target = _labels(target)
     if _fast_nll2d(x, target, weight):
         return ops_nn._nll_loss2d_forward(x, target, weight, reduction, ignore_index)
     return decomposition_table[aten.nll_loss2d_forward.default](x, target, weight, reduction,
@@ -76,6 +100,7 @@ def _nll_loss2d_forward(x, target, weight, reduction, ignore_index):
 
 @register(aten.nll_loss2d_backward.default)
 def _nll_loss2d_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    target = _labels(target)
     if _fast_nll2d(x, target, weight):
         return ops_nn._nll_loss2d_backward(grad, x, target, weight, reduction, ignore_index,
                                            total_weight)

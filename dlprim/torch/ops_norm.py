@@ -285,11 +285,23 @@ def _group_norm_backward(grad, x, mean, rstd, weight, n, c, hw, groups, output_m
                           output_mask, (c,), weight.dtype if weight is not None else mean.dtype)
 
 
-# PyTorch's batch_norm entry points that are not composite: its reference decompositions
-# call the batch norm above
-for _op_ in (aten._batch_norm_with_update.default, aten._batch_norm_no_update.default,
-             aten.batch_norm_backward.default):
-    register(_op_)(decomposition_table[_op_])
+# PyTorch's newer batch norm entry points (what torch.nn.functional.batch_norm calls in
+# training and evaluation): the same forward, an empty reserve (cuDNN's workspace)
+@register(aten._batch_norm_with_update.default)
+def _bn_with_update(x, weight, bias, running_mean, running_var, momentum, eps):
+    out, mean, rstd = _forward(x, weight, bias, running_mean, running_var, True, momentum, eps)
+    return out, mean, rstd, empty((0,), torch.uint8, x._ocl_storage.index)
+
+
+@register(aten._batch_norm_no_update.default)
+def _bn_no_update(x, weight, bias, running_mean, running_var, momentum, eps):
+    out, mean, rstd = _forward(x, weight, bias, running_mean, running_var,
+                               running_mean is None, momentum, eps)
+    return out, mean, rstd, empty((0,), torch.uint8, x._ocl_storage.index)
+
+
+# its backward: native_batch_norm_backward, by PyTorch's reference decomposition
+register(aten.batch_norm_backward.default)(decomposition_table[aten.batch_norm_backward.default])
 
 
 def _param_dtype(x, *params):

@@ -1,0 +1,305 @@
+"""dlprim.torch: losses, normalisations and embedding_bag on ``ocl`` against PyTorch's CPU,
+forward and (float32, through PyTorch's autograd) backward, float16 where the CPU has it,
+on sizes around work-group edges; the CPU's own oddities (an overflowing float16
+soft_margin_loss, empty bags) included, and the errors."""
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dt = pytest.importorskip("dlprim.torch")
+F = torch.nn.functional
+aten = torch.ops.aten
+
+DEV = "ocl"
+REDUCTIONS = ("none", "mean", "sum")
+
+
+def _to(t, dev):
+    return t.to(dev) if isinstance(t, torch.Tensor) else t
+
+
+def close(got, want, tol):
+    assert got.dtype == want.dtype and got.shape == want.shape, \
+        (got.dtype, want.dtype, got.shape, want.shape)
+    if want.dtype.is_floating_point:
+        torch.testing.assert_close(got.cpu(), want, atol=tol, rtol=tol, equal_nan=True)
+    else:
+        assert torch.equal(got.cpu(), want)
+
+
+def both(fn, *args, grad=(0,), tol=None):
+    """fn on CPU arguments and on ocl copies: the values compared, and for float32 the
+    gradients of the arguments numbered in ``grad``."""
+    half = any(isinstance(a, torch.Tensor) and a.dtype == torch.float16 for a in args)
+    tol = tol or (2e-2 if half else 1e-4)
+    want_grad = [not half and i in grad and isinstance(a, torch.Tensor)
+                 and a.is_floating_point() for i, a in enumerate(args)]
+    cpu = [a.detach().clone().requires_grad_(w) if isinstance(a, torch.Tensor) else a
+           for a, w in zip(args, want_grad)]
+    ocl = [a.detach().to(DEV).requires_grad_(w) if isinstance(a, torch.Tensor) else a
+           for a, w in zip(args, want_grad)]
+    want, got = fn(*cpu), fn(*ocl)
+    close(got, want, tol)
+    if any(want_grad):
+        g = torch.randn(want.shape, generator=torch.Generator().manual_seed(3))
+        want.backward(g)
+        got.backward(g.to(DEV))
+        for c, o, w in zip(cpu, ocl, want_grad):
+            if w:
+                close(o.grad, c.grad, tol)
+    return got
+
+
+def randn(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def labels(n, c, seed=1):
+    return torch.randint(0, c, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+# ----- the pointwise losses (PyTorch's decompositions of the ATen ones)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_pointwise_losses(dtype, reduction):
+    x, y = randn(33, 31, dtype=dtype), randn(33, 31, dtype=dtype, seed=1)
+    p = torch.rand(33, 31).clamp(0.01, 0.99).to(dtype)
+    q = torch.rand(33, 31).to(dtype)
+    both(lambda a, b: F.mse_loss(a, b, reduction=reduction), x, y, grad=(0, 1))
+    both(lambda a, b: F.l1_loss(a, b, reduction=reduction), x, y, grad=(0, 1))
+    both(lambda a, b: F.smooth_l1_loss(a, b, reduction=reduction, beta=0.5), x, y, grad=(0, 1))
+    both(lambda a, b: F.huber_loss(a, b, reduction=reduction, delta=0.7), x, y, grad=(0, 1))
+    both(lambda a, b, w: F.binary_cross_entropy(a, b, weight=w, reduction=reduction), p, q,
+         torch.rand(31).to(dtype))
+    both(lambda a, b, w: F.binary_cross_entropy_with_logits(a, b, pos_weight=w,
+                                                           reduction=reduction),
+         x, q, torch.rand(31).to(dtype), grad=(0, 1))
+    both(lambda a, b: F.soft_margin_loss(a, b, reduction=reduction), x, y.sign())
+    both(lambda a, b: F.kl_div(a, b, reduction=reduction, log_target=True), x, y, grad=(0, 1))
+    both(lambda a, b: F.poisson_nll_loss(a, b, reduction=reduction), x, q)
+    both(lambda a, b, v: F.gaussian_nll_loss(a, b, v, reduction=reduction), x, y,
+         torch.rand(33, 31).to(dtype) + 0.1, grad=(0, 2))
+
+
+def test_soft_margin_float16_overflows_as_the_cpu():
+    """The CPU computes float16 step by step: exp(-y x) is inf past ~11, and so is the
+    loss; float32 inside would give ~30.6 and disagree."""
+    x, y = torch.tensor([-30.6, 0.5], dtype=torch.float16), torch.tensor([1.0, 1.0]).half()
+    got = both(lambda a, b: F.soft_margin_loss(a, b, reduction="none"), x, y)
+    assert torch.isinf(got.cpu()[0])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_margin_and_embedding_losses(reduction):
+    x1, x2, x3 = randn(33, 7), randn(33, 7, seed=1), randn(33, 7, seed=2)
+    y = randn(33, seed=3).sign()
+    both(lambda a, b, y: F.margin_ranking_loss(a, b, y, margin=0.3, reduction=reduction),
+         x1[:, 0], x2[:, 0], y, grad=(0, 1))
+    both(lambda a, y: F.hinge_embedding_loss(a, y, margin=0.5, reduction=reduction),
+         x1[:, 0], y)
+    both(lambda a, b, y: F.cosine_embedding_loss(a, b, y, margin=0.1, reduction=reduction),
+         x1, x2, y, grad=(0, 1))
+    both(lambda a, b, c: F.triplet_margin_loss(a, b, c, reduction=reduction), x1, x2, x3,
+         grad=(0, 1, 2))
+    both(lambda a, b: F.multilabel_soft_margin_loss(a, b, reduction=reduction), x1,
+         (x2 > 0).float())
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("p", [1, 2])
+def test_multi_margin_loss(reduction, p):
+    x, t, w = randn(33, 7), labels(33, 7), torch.rand(7)
+    both(lambda a, t, w: F.multi_margin_loss(a, t, p=p, margin=0.8, weight=w,
+                                             reduction=reduction), x, t, w)
+    both(lambda a, t: F.multi_margin_loss(a, t, p=p, reduction=reduction), x, t)
+    both(lambda a, t: F.multi_margin_loss(a, t, p=p, reduction=reduction), x[0], t[0])
+    both(lambda a, t: F.multi_margin_loss(a, t, p=p, reduction=reduction), x[:1], t[:1])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_multilabel_margin_loss(reduction):
+    """Labels end at the first -1 (what follows is not counted: PyTorch's reference
+    decomposition counts it, the CPU does not); repeated labels count twice."""
+    t = torch.tensor([[3, 0, -1, 1, 2, 2, 2], [1, 2, 3, -1, 0, 0, 0], [2, -1, 0, 0, 0, 0, 0],
+                      [6, 6, -1, 0, 0, 0, 0], [-1, 1, 1, 1, 1, 1, 1], [0, 1, 2, 3, 4, 5, 6]])
+    x = randn(6, 7)
+    both(lambda a, t: F.multilabel_margin_loss(a, t, reduction=reduction), x, t)
+    both(lambda a, t: F.multilabel_margin_loss(a, t, reduction=reduction), x[0], t[0])
+    got = aten.multilabel_margin_loss_forward(x.to(DEV), t.to(DEV), 1)[1]
+    close(got, aten.multilabel_margin_loss_forward(x, t, 1)[1], 0)
+
+
+# ----- nll_loss and cross_entropy
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_nll_loss_weights_ignore_index(reduction):
+    x = torch.log_softmax(randn(65, 33), 1)
+    t, w = labels(65, 33), torch.rand(33)
+    t[::5] = 4
+    both(lambda a, t, w: F.nll_loss(a, t, weight=w, reduction=reduction, ignore_index=4),
+         x, t, w)
+    both(lambda a, t: F.nll_loss(a, t, reduction=reduction, ignore_index=4), x, t)
+    both(lambda a, t, w: F.nll_loss(a, t, weight=w, reduction=reduction), x[0], t[0], w)
+    x4, t4 = randn(2, 5, 3, 4), torch.randint(0, 5, (2, 3, 4))
+    both(lambda a, t, w: F.nll_loss(a, t, weight=w, reduction=reduction), x4, t4,
+         torch.rand(5))
+    both(lambda a, t: F.nll_loss(a, t, reduction=reduction, ignore_index=1), x4[..., 0],
+         t4[..., 0])
+
+
+def test_nll_loss_float16_and_byte_labels():
+    x = torch.log_softmax(randn(33, 7), 1)
+    both(lambda a, t, w: F.nll_loss(a, t, weight=w), x.half(), labels(33, 7),
+         torch.rand(7).half())
+    both(lambda a, t: F.nll_loss(a, t), x, labels(33, 7).to(torch.uint8))
+    with pytest.raises(RuntimeError, match="Long or Byte"):
+        F.nll_loss(x.to(DEV), labels(33, 7).int().to(DEV))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_cross_entropy(reduction):
+    x, t, w = randn(33, 7), labels(33, 7), torch.rand(7)
+    both(lambda a, t, w: F.cross_entropy(a, t, weight=w, reduction=reduction,
+                                         label_smoothing=0.2, ignore_index=3), x, t, w)
+    both(lambda a, p: F.cross_entropy(a, p, reduction=reduction, label_smoothing=0.1), x,
+         torch.softmax(randn(33, 7, seed=4), 1), grad=(0, 1))
+    x4, t4 = randn(2, 3, 4, 5), torch.randint(0, 3, (2, 4, 5))
+    both(lambda a, t, w: F.cross_entropy(a, t, weight=w, reduction=reduction), x4, t4,
+         torch.rand(3))
+    both(lambda a, t: F.cross_entropy(a, t, reduction=reduction), x4[..., 0], t4[..., 0])
+
+
+# ----- errors
+def test_errors():
+    x = randn(4, 5).to(DEV)
+    with pytest.raises(RuntimeError):
+        aten.multi_margin_loss(x, labels(4, 5).to(DEV), 3, 1.0, None, 1)
+    with pytest.raises(RuntimeError):
+        aten.multi_margin_loss(x, labels(3, 5).to(DEV), 1, 1.0, None, 1)
+    with pytest.raises(RuntimeError):
+        F.multilabel_margin_loss(x, labels(4, 5).to(DEV))
+    w, i, o = randn(5, 3).to(DEV), labels(4, 5).to(DEV), torch.tensor([0, 2]).to(DEV)
+    with pytest.raises(NotImplementedError):
+        aten._embedding_bag(w, i, o, False, 1, False, torch.ones(4).to(DEV))
+    with pytest.raises(NotImplementedError, match="sparse"):
+        F.embedding_bag(i, w.requires_grad_(), o, sparse=True).sum().backward()
+
+
+# ----- normalisations
+@pytest.mark.parametrize("dtype, param_dtype", [(torch.float32, torch.float32),
+                                                (torch.float16, torch.float16),
+                                                (torch.float16, torch.float32)])
+@pytest.mark.parametrize("has_weight, has_bias", list(itertools.product((True, False),
+                                                                         repeat=2)))
+def test_norms(dtype, param_dtype, has_weight, has_bias):
+    x = randn(4, 6, 33, dtype=dtype)
+
+    def param(n, seed):
+        return randn(n, dtype=param_dtype, seed=seed)
+    w = param(6, 1) if has_weight else None
+    b = param(6, 2) if has_bias else None
+    w33, b33 = (param(33, 3) if has_weight else None), (param(33, 4) if has_bias else None)
+    # (the CPU's own group norm backward fails for a bias without a weight)
+    gn_grad = (0, 1, 2) if has_weight or not has_bias else ()
+    both(lambda a, w, b: F.group_norm(a, 3, w, b), x, w, b, grad=gn_grad)
+    both(lambda a, w, b: F.layer_norm(a, (33,), w, b), x, w33, b33, grad=(0, 1, 2))
+    both(lambda a, w, b: F.batch_norm(a, None, None, w, b, True), x, w, b, grad=(0, 1, 2))
+    both(lambda a, w, b: F.instance_norm(a, weight=w, bias=b), x, w, b, grad=(0, 1, 2))
+    for training in (True, False):
+        rm, rv = param(6, 5), param(6, 6).abs()
+        rm_o, rv_o = rm.to(DEV), rv.to(DEV)
+        both(lambda a, w, b: F.batch_norm(a, rm_o if a.device.type == DEV else rm,
+                                          rv_o if a.device.type == DEV else rv, w, b,
+                                          training, 0.3), x, w, b, grad=(0, 1, 2))
+        close(rm_o, rm, 2e-3)  # the running statistics, updated in place in their dtype
+        close(rv_o, rv, 2e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_native_norm_statistics(dtype):
+    """The mean / rstd outputs: their dtype is the CPU's (float16 without float32
+    parameters), their values the CPU's."""
+    x = randn(3, 6, 65, dtype=dtype)
+    for dev_out, cpu_out in [
+            (aten.native_group_norm(x.to(DEV), None, None, 3, 6, 65, 2, 1e-5),
+             aten.native_group_norm(x, None, None, 3, 6, 65, 2, 1e-5)),
+            (aten.native_layer_norm(x.to(DEV), [65], None, None, 1e-5),
+             aten.native_layer_norm(x, [65], None, None, 1e-5)),
+            (aten.native_batch_norm(x.to(DEV), None, None, None, None, True, 0.1, 1e-5),
+             aten.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5))]:
+        for got, want in zip(dev_out, cpu_out):
+            close(got, want, 2e-2 if dtype == torch.float16 else 1e-4)
+
+
+@pytest.mark.skipif("aten.unsqueeze_.default" not in dt.implemented(),
+                    reason="autograd's group norm backward with mean / rstd gradients runs "
+                           "unsqueeze_ on ocl")
+def test_group_norm_statistics_gradients():
+    x, w, b = randn(2, 6, 5), randn(6, seed=1), randn(6, seed=2)
+
+    def fn(a, w, b):
+        y, mean, rstd = aten.native_group_norm(a, w, b, 2, 6, 5, 3, 1e-5)
+        return (y * 0.5).sum() + (mean * 0.3).sum() + (rstd * rstd.detach()).sum()
+    both(fn, x, w, b, grad=(0, 1, 2))
+
+
+def test_local_response_norm_and_rms_norm():
+    x = randn(2, 7, 5, 4)
+    both(lambda a: F.local_response_norm(a, 3), x)
+    both(lambda a, w: F.rms_norm(a, (4,), w), x, randn(4, seed=1), grad=(0, 1))
+
+
+# ----- embedding_bag
+IDX = torch.tensor([1, 2, 4, 5, 4, 3, 2, 0, 12, 7, 7, 2])
+OFFSETS = torch.tensor([0, 2, 2, 5, 11])  # bag 1 is empty
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag(dtype, mode):
+    w = randn(13, 33, dtype=dtype)
+    for pad, last in itertools.product((None, 2), (False, True)):
+        offsets = torch.cat([OFFSETS, torch.tensor([len(IDX)])]) if last else OFFSETS
+        both(lambda a, i, o: F.embedding_bag(i, a, o, mode=mode, padding_idx=pad,
+                                             include_last_offset=last), w, IDX, offsets)
+    both(lambda a, i, o: F.embedding_bag(i, a, o, mode=mode), w, IDX.int(), OFFSETS.int())
+    # the raw outputs: offset2bag, bag sizes and max_indices as the CPU has them
+    for pad in (-1, 2):
+        m = ["sum", "mean", "max"].index(mode)
+        got = aten._embedding_bag(w.to(DEV), IDX.to(DEV), OFFSETS.to(DEV), False, m, False,
+                                  None, False, pad)
+        for g, want in zip(got, aten._embedding_bag(w, IDX, OFFSETS, False, m, False, None,
+                                                    False, pad)):
+            close(g, want, 2e-2 if dtype == torch.float16 else 1e-5)
+
+
+@pytest.mark.parametrize("pad", [None, 2])
+def test_embedding_bag_per_sample_weights(pad):
+    psw = randn(len(IDX), seed=4)
+    both(lambda a, p, i, o: F.embedding_bag(i, a, o, mode="sum", per_sample_weights=p,
+                                            padding_idx=pad), randn(13, 33), psw, IDX,
+         OFFSETS, grad=(0, 1))
+    both(lambda a, p, i, o: F.embedding_bag(i, a, o, mode="sum", per_sample_weights=p),
+         randn(13, 33).half(), psw.half(), IDX, OFFSETS)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_scale_grad_by_freq(mode):
+    """Each occurrence of a row's gradient divided by how often the row occurs. (PyTorch's
+    CPU divides by the count of a neighbouring index: it is not the reference here.)"""
+    w = randn(13, 33).to(DEV).requires_grad_()
+    g = randn(5, 33, seed=2).to(DEV)
+    grads = []
+    for scale in (False, True):
+        w.grad = None
+        F.embedding_bag(IDX.to(DEV), w, OFFSETS.to(DEV), mode=mode,
+                        scale_grad_by_freq=scale).backward(g)
+        grads.append(w.grad.cpu())
+    counts = torch.bincount(IDX, minlength=13).clamp(min=1).float().unsqueeze(1)
+    torch.testing.assert_close(grads[1], grads[0] / counts, atol=1e-5, rtol=1e-5)
+
+
+def test_embedding_bag_bad_index_is_nan():
+    out = F.embedding_bag(torch.tensor([0, 13]).to(DEV), randn(13, 3).to(DEV),
+                          torch.tensor([0, 1]).to(DEV)).cpu()
+    assert not out[0].isnan().any() and out[1].isnan().all()
