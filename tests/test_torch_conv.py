@@ -241,10 +241,17 @@ def test_grid_sample_3d(mode):
                                         align_corners=ac), x, grid)
 
 
-def test_grid_sample_bicubic_refused():
-    x, grid = randn(1, 1, 4, 4).to(DEV), torch.zeros(1, 2, 2, 2).to(DEV)
-    with pytest.raises(NotImplementedError, match="bicubic"):
-        F.grid_sample(x, grid, mode="bicubic", align_corners=False)
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_bicubic(padding):
+    x = randn(2, 3, 5, 7)
+    grid = torch.rand(2, 4, 6, 2, generator=torch.Generator().manual_seed(3)) * 2.4 - 1.2
+    for ac in (False, True):
+        both(lambda x, g: F.grid_sample(x, g, mode="bicubic", padding_mode=padding,
+                                        align_corners=ac), x, grid)
+    x3, grid3 = randn(1, 1, 2, 2, 2), torch.zeros(1, 1, 1, 1, 3)
+    for dev in ("cpu", DEV):   # no bicubic in 3-D
+        with pytest.raises(RuntimeError):
+            F.grid_sample(x3.to(dev), grid3.to(dev), mode="bicubic", align_corners=False)
 
 
 @pytest.mark.parametrize("size", [(2, 3, 5, 33), (2, 3, 1, 7), (2, 3, 3, 4, 5)])

@@ -1,5 +1,5 @@
 """grid_sampler_2d / grid_sampler_3d and their backward (``kernels/grid_sample.cl``):
-bilinear (trilinear) or nearest sampling of (N, C, [D,] H, W) inputs at a (N, [Do,] Ho,
+bilinear (trilinear), nearest or (2-D) bicubic sampling of (N, C, [D,] H, W) inputs at a (N, [Do,] Ho,
 Wo, dims) grid of normalised coordinates, padding by zeros, the border or reflection,
 PyTorch's align_corners rule. Contiguous dlprim Tensors of a float dtype; the input's
 gradient is summed in float32 with atomics.
@@ -13,7 +13,7 @@ from .pointwise import _memo
 
 __all__ = ["INTERPOLATIONS", "PADDINGS", "grid_sample_ops"]
 
-INTERPOLATIONS = ("bilinear", "nearest")  # PyTorch's interpolation_mode 0, 1
+INTERPOLATIONS = ("bilinear", "nearest", "bicubic")  # PyTorch's interpolation_mode 0, 1, 2
 PADDINGS = ("zeros", "border", "reflection")  # padding_mode 0, 1, 2
 
 
@@ -25,8 +25,8 @@ class GridSample:
             raise ValueError("grid_sample: interpolation %r is not one of %s"
                              % (interpolation, INTERPOLATIONS))
         self.ctx, self.dtype = ctx, as_dtype(dtype)
-        if dims not in (2, 3):
-            raise ValueError("grid_sample: 2 or 3 spatial dims, got %r" % (dims,))
+        if dims not in (2, 3) or (interpolation == "bicubic" and dims != 2):
+            raise ValueError("grid_sample: 2 or 3 spatial dims (bicubic: 2), got %r" % (dims,))
         self.dims = dims
         self.program = program.get(ctx, "grid_sample", T=cl_type(self.dtype),
                                    INTERP=interpolation, DIMS=dims)

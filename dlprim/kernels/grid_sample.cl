@@ -1,7 +1,7 @@
 <%include file="common.h"/>
 // grid_sampler_2d / _3d (F.grid_sample), PyTorch's rules (GridSampler.h): DIMS 2 or 3
-// spatial dims, INTERP "bilinear" (the 2^DIMS corners around the point) or "nearest"
-// (round half to even); padding 0 zeros, 1 border, 2 reflection; one work-item per
+// spatial dims, INTERP "bilinear" (the 2^DIMS corners around the point), "nearest"
+// (round half to even) or "bicubic" (2-D); padding 0 zeros, 1 border, 2 reflection; one work-item per
 // output location, over every channel. Grid entries are (x, y[, z]): x along the last
 // dim. The backward kernel adds each location's input gradient into dx with float
 // atomics (dx float32, zeroed first) and writes the grid's gradient.
@@ -55,10 +55,16 @@ inline float reflect_grad(float x, int twice_low, int twice_high, float *grad)
 }
 
 // the source position of normalised coordinate x along a dim of size, and d(pos)/dx
-inline float source_index(float x, int size, int padding, int align_corners, float *grad)
+// normalised coordinate x (-1 .. 1) as a position along a dim of size; *grad: d(pos)/dx
+inline float unnormalize(float x, int size, int align_corners, float *grad)
 {
-    float scale = align_corners ? (size - 1) / 2.0f : size / 2.0f;
-    x = align_corners ? (x + 1) / 2 * (size - 1) : ((x + 1) * size - 1) / 2;
+    *grad = align_corners ? (size - 1) / 2.0f : size / 2.0f;
+    return align_corners ? (x + 1) / 2 * (size - 1) : ((x + 1) * size - 1) / 2;
+}
+
+// position x brought inside by the padding rule; *grad: its derivative
+inline float pad_position(float x, int size, int padding, int align_corners, float *grad)
+{
     float g1 = 1, g2 = 1;
     if (padding == 1) {
         x = clip_grad(x, size, &g1);
@@ -67,10 +73,19 @@ inline float source_index(float x, int size, int padding, int align_corners, flo
                           : reflect_grad(x, -1, 2 * size - 1, &g2);
         x = clip_grad(x, size, &g1);
     }
-    *grad = scale * g1 * g2;
+    *grad = g1 * g2;
     // far outside (or NaN): a position that no tap reads, as PyTorch's int range guard
     if (!(x > -100.0f && x < (float)INT_MAX / 2))
         x = -100.0f;
+    return x;
+}
+
+// the source position of normalised coordinate x, and d(position)/dx
+inline float source_index(float x, int size, int padding, int align_corners, float *grad)
+{
+    float g1, g2;
+    x = pad_position(unnormalize(x, size, align_corners, &g1), size, padding, align_corners, &g2);
+    *grad = g1 * g2;
     return x;
 }
 
@@ -86,6 +101,58 @@ inline void positions(__global const ${T} *grid, ulong g, int D, int H, int W, i
     for (int d = 0; d < DIMS; ++d)
         at[d] = source_index(LOAD(grid, DIMS * g + d), size[d], padding, align_corners, mult + d);
 }
+
+% if INTERP == "bicubic":
+// bicubic (2-D only): the 4 x 4 taps around the unnormalised point (no padding rule for
+// the point itself: each tap is brought inside on its own, as PyTorch does), Keys'
+// cubic with A = -0.75 as upsample_bicubic2d
+inline void cubic_weights(float t, float *w)
+{
+    const float A = -0.75f;
+    float x = t + 1.0f;
+    w[0] = ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+    w[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+    x = 1.0f - t;
+    w[2] = ((A + 2) * x - (A + 3)) * x * x + 1;
+    x += 1.0f;
+    w[3] = ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+}
+
+inline void cubic_weight_grads(float t, float *g)
+{
+    const float A = -0.75f;
+    float x = -1 - t;
+    g[0] = (-3 * A * x - 10 * A) * x - 8 * A;
+    x = -t;
+    g[1] = (-3 * (A + 2) * x - 2 * (A + 3)) * x;
+    x = 1 - t;
+    g[2] = (3 * (A + 2) * x - 2 * (A + 3)) * x;
+    x = 2 - t;
+    g[3] = (3 * A * x - 10 * A) * x + 8 * A;
+}
+
+// the 4 taps along a dim from base: positions after the padding rule, -1 where outside
+inline void cubic_taps(float base, int size, int padding, int align_corners, int *tap)
+{
+    float unused;
+    for (int k = 0; k < 4; ++k) {
+        int p = (int)pad_position(base - 1 + k, size, padding, align_corners, &unused);
+        tap[k] = p >= 0 && p < size ? p : -1;
+    }
+}
+
+#define CUBIC_SETUP \
+    float mx, my; \
+    float ix = unnormalize(LOAD(grid + grid_offset, 2 * g), W, align_corners, &mx); \
+    float iy = unnormalize(LOAD(grid + grid_offset, 2 * g + 1), H, align_corners, &my); \
+    float bx = floor(ix), by = floor(iy); \
+    float wx[4], wy[4]; \
+    int tx[4], ty[4]; \
+    cubic_weights(ix - bx, wx); \
+    cubic_weights(iy - by, wy); \
+    cubic_taps(bx, W, padding, align_corners, tx); \
+    cubic_taps(by, H, padding, align_corners, ty);
+% endif
 
 % if INTERP == "bilinear":
 // corner k (bit d: the upper neighbour along d) of the cell at lo: its position and
@@ -121,10 +188,26 @@ __kernel void grid_sample_forward(ulong total, SIZES,
     const ulong out_plane = (ulong)DO * HO * WO, in_plane = (ulong)D * H * W;
     ulong n = g / out_plane, loc = g % out_plane;
     float at[DIMS], mult[DIMS];
+% if INTERP != "bicubic":
     positions(grid + grid_offset, g, D, H, W, padding, align_corners, at, mult);
+% endif
     __global const ${T} *xp = x + x_offset + n * C * in_plane;
     __global ${T} *yp = y + y_offset + n * C * out_plane + loc;
-% if INTERP == "nearest":
+% if INTERP == "bicubic":
+    CUBIC_SETUP
+    for (int c = 0; c < C; ++c) {
+        __global const ${T} *plane = xp + c * in_plane;
+        float v = 0;
+        for (int j = 0; j < 4; ++j) {
+            float row = 0;
+            for (int i = 0; i < 4; ++i)
+                row += (tx[i] >= 0 && ty[j] >= 0 ? LOAD(plane, (ulong)ty[j] * W + tx[i]) : 0.0f)
+                       * wx[i];
+            v += row * wy[j];
+        }
+        STORE(yp, c * out_plane, v);
+    }
+% elif INTERP == "nearest":
     int p[3] = {0, 0, 0};
     for (int d = 0; d < DIMS; ++d)
         p[d] = (int)rint(at[d]);
@@ -163,13 +246,37 @@ __kernel void grid_sample_backward(ulong total, SIZES, int want_dx,
     const ulong out_plane = (ulong)DO * HO * WO, in_plane = (ulong)D * H * W;
     ulong n = g / out_plane, loc = g % out_plane;
     float at[DIMS], mult[DIMS], gat[DIMS];
+% if INTERP != "bicubic":
     positions(grid + grid_offset, g, D, H, W, padding, align_corners, at, mult);
+% endif
     __global const ${T} *xp = x + x_offset + n * C * in_plane;
     __global const ${T} *dyp = dy + dy_offset + n * C * out_plane + loc;
     __global float *dxp = dx + dx_offset + n * C * in_plane;
     for (int d = 0; d < DIMS; ++d)
         gat[d] = 0.0f;
-% if INTERP == "nearest":
+% if INTERP == "bicubic":
+    CUBIC_SETUP
+    float gx[4], gy[4];
+    cubic_weight_grads(ix - bx, gx);
+    cubic_weight_grads(iy - by, gy);
+    mult[0] = mx;
+    mult[1] = my;
+    for (int c = 0; c < C; ++c) {
+        float d = LOAD(dyp, c * out_plane);
+        __global const ${T} *plane = xp + c * in_plane;
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) {
+                if (tx[i] < 0 || ty[j] < 0)
+                    continue;
+                ulong at_ij = (ulong)ty[j] * W + tx[i];
+                if (want_dx)
+                    atomic_add_float(dxp + c * in_plane + at_ij, d * wx[i] * wy[j]);
+                float v = LOAD(plane, at_ij);
+                gat[0] -= v * gx[i] * wy[j] * d;
+                gat[1] -= v * gy[j] * wx[i] * d;
+            }
+    }
+% elif INTERP == "nearest":
     int p[3] = {0, 0, 0};
     for (int d = 0; d < DIMS; ++d)
         p[d] = (int)rint(at[d]);

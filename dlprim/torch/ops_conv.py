@@ -18,7 +18,7 @@ import torch
 
 from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from ..core.conv_nd import conv_nd
-from ..core.grid_sample import PADDINGS, grid_sample_ops
+from ..core.grid_sample import INTERPOLATIONS, PADDINGS, grid_sample_ops
 from ..core.pooling_nd import PoolWindows, pooling_nd
 from ..core.resample_nd import resample_nd
 from ..tensor import Tensor
@@ -467,10 +467,7 @@ for _mode, _n, _name, _aligned in (
 
 # ----- grid_sampler_2d / _3d (F.grid_sample; core/grid_sample.py)
 def _grid_modes(op, interpolation_mode, padding_mode):
-    if interpolation_mode not in (0, 1):
-        _unsupported(op, "bilinear and nearest sampling only, got interpolation_mode %d "
-                     "(bicubic)" % interpolation_mode)
-    return ("bilinear", "nearest")[interpolation_mode], PADDINGS[padding_mode]
+    return INTERPOLATIONS[interpolation_mode], PADDINGS[padding_mode]
 
 
 def _grid_sampler(dims, packet):
