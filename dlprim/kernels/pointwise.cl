@@ -1,4 +1,16 @@
 <%include file="common.h"/>
+<%
+    # the operator library's helper functions (kernels/mathfun.h), for the real types
+    # the expressions call them in, and only where they do
+    import re
+    _calls = set(re.findall(r"dlp_\w+?_(float|double|char|uchar|short|ushort|int|uint|long|ulong)\b",
+                            CODE + REDUCE + REDUCE_INIT))
+    MATH_REALS = sorted(_calls & {"float", "double"})
+    MATH_INTS = sorted(_calls - {"float", "double"})
+%>\
+% if _calls:
+<%include file="mathfun.h" args="MATH_REALS=MATH_REALS, MATH_INTS=MATH_INTS"/>
+% endif
 ## Pointwise-broadcast-reduce generator (see dlprim/core/pointwise.py).
 ## XS, YS: lists of (storage type, compute type); WS: compute types of the scalar params.
 ## IT: index type. Pointwise: DIMS dims of the output shape, X_FULL[i] when x i is the

@@ -10,15 +10,21 @@ Pure Python: no driver, no torch. An ``Operator`` says
   ``"unary"`` / ``"binary"`` / ``"ternary"`` (a pointwise expression ``expr``),
   ``"reduce"`` (an expression folded over dims), or ``"launcher"`` (a function of its
   own, ``launch``);
-- ``expr``: for the pointwise kinds, OpenCL C over ``a``, ``b``, ``c`` (the inputs, already
-  in the compute type ``T``) and ``p0``, ``p1`` .. (the scalar attributes, in ``attrs``
-  order); a dict ``{dtype class: expr}`` where integers, bools or floats need their own
-  (classes: ``"float"``, ``"int"``, ``"bool"``);
+- ``expr``: for the pointwise kinds, OpenCL C over ``{a}``, ``{b}``, ``{c}`` (the operands,
+  already in the compute type ``{T}``; ``{R}``: the real type a kernels/mathfun.h function
+  is suffixed with) and ``{name}`` for a scalar attribute of that name; a dict
+  ``{dtype class: expr}`` where integers, bools or floats need their own (classes:
+  ``"float"``, ``"int"``, ``"bool"``); or a function ``(attributes, output C type) -> expr``
+  where an attribute changes the code (a rounding mode) or a default depends on the dtype;
+- ``inputs``: the names of the operands where they are not the first arguments;
+- ``double``: whether float64 computes in double (False: refused, where the expression
+  calls float-only helpers);
 - ``dtypes``: the dtype classes it takes (inputs outside them are refused, naming it);
 - ``promote``: the output dtype: ``"same"`` (PyTorch's type promotion of the inputs),
   ``"float"`` (integers and bools compute in the default float dtype, as ``torch.sin``),
   ``"bool"`` (comparisons and predicates), or ``"int64"``;
-- ``attrs``: the scalar attributes, ``(name, type, default)``;
+- ``attrs``: the attributes a callable ``expr`` consumes (any other attribute must appear
+  in the expression or keep its default, else the call is refused naming it);
 - ``grad``: the derivative for dlprim's own autograd, as an expression over ``a``, ``b``,
   ``y`` (the output) and ``dy`` per input (``None``: not differentiable);
 - ``aten``: the ATen operator packets it implements (their functional, in-place and
@@ -45,20 +51,25 @@ class Operator:
     dtypes: tuple = DTYPE_CLASSES
     promote: str = "same"
     attrs: tuple = ()
+    inputs: tuple = None
+    double: bool = True
     grad: tuple = None
     aten: tuple = ()
     onnx: str = None
     layer: str = None
     launch: object = field(default=None, compare=False)
 
-    def expr_for(self, dtype_class):
-        """The expression for inputs of this dtype class ('float', 'int', 'bool')."""
-        if isinstance(self.expr, dict):
-            for cls in (dtype_class, "int" if dtype_class == "bool" else None, "any"):
-                if cls in self.expr:
-                    return self.expr[cls]
+    def expr_for(self, dtype_class, attrs=None, out_ctype="float"):
+        """The expression for operands of this dtype class ('float', 'int', 'bool'; a bool
+        takes the integers' where it has none of its own), with these attribute values
+        (a callable expr's choice); None where there is none."""
+        expr = self.expr(attrs or {}, out_ctype) if callable(self.expr) else self.expr
+        if isinstance(expr, dict):
+            for cls in (dtype_class, "int" if dtype_class == "bool" else None):
+                if cls in expr:
+                    return expr[cls]
             return None
-        return self.expr
+        return expr
 
 
 OPS = {}  # name -> Operator, in declaration order

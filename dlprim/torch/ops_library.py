@@ -1,1 +1,170 @@
-"""ATen operators on ocl devices generated from the operator library (dlprim.ops)."""
+"""The ocl implementations of the operator library's pointwise operators (dlprim.ops),
+generated from their declarations: nothing here is written per operator.
+
+For each declared unary / binary / ternary operator, every overload of its ATen packets
+(functional, and the ``name_`` in-place packet) is registered. A call binds the overload's
+schema: the first arguments (or the declaration's ``inputs``) are the operands, tensors or
+scalars; the rest are attributes, named in the expression (``{alpha}``) or consumed by a
+callable expression. The output shape and dtype are PyTorch's (its meta kernel); the
+kernel computes in the output's dtype, or, for predicates and comparisons, in the operands'
+promoted dtype, with 16-bit floats widened to float.
+"""
+import numpy as np
+import torch
+
+from .. import ops as library
+from ..core.pointwise import pointwise
+from .dispatch import register
+from .ops_math import _BUILDS, _result, _overlaps, _promoted, _scalar
+from .ops_tensor import convert
+from .tensor import OclTensor, as_dlprim, empty, numpy_dtype, write_into
+from ..dtypes import cl_type
+
+aten = torch.ops.aten
+
+__all__ = ["generated"]
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_ARITY = {"unary": 1, "binary": 2, "ternary": 3}
+_PLACES = "abc"
+
+
+def _compute_type(dtype):
+    """(the C type a kernel computes this dtype in, its dtype class)."""
+    if dtype in _FLOATS:
+        return ("double" if dtype == torch.float64 else "float"), "float"
+    if dtype == torch.bool:
+        return "uchar", "bool"
+    return cl_type(numpy_dtype(dtype)), "int"
+
+
+def _param(value, ctype):
+    """A scalar operand or attribute as a kernel argument of the compute type's kind."""
+    if isinstance(value, bool):
+        return np.int64(value)
+    if isinstance(value, int) and ctype not in ("float", "double"):
+        return np.int64(value)
+    return np.float64(value) if ctype == "double" else np.float32(value)
+
+
+class _Call:
+    """One operator call bound to its overload's schema."""
+
+    def __init__(self, op, overload, args, kwargs):
+        schema = overload._schema.arguments
+        bound = {}
+        for spec, value in zip(schema, args):
+            bound[spec.name] = value
+        for spec in schema:
+            if spec.name in kwargs:
+                bound[spec.name] = kwargs[spec.name]
+            elif spec.name not in bound and spec.has_default_value():
+                bound[spec.name] = spec.default_value
+        names = [s.name for s in schema if not (s.alias_info and s.alias_info.is_write
+                                                and s.kwarg_only)]
+        inputs = op.inputs or names[:_ARITY[op.kind]]
+        self.op, self.inputs = op, [bound[n] for n in inputs]
+        self.attrs = {n: bound.get(n) for n in names if n not in inputs}
+        self.defaults = {s.name: s.default_value for s in schema if s.has_default_value()}
+
+    def code(self, compute_dtype, out_dtype):
+        """(dlprim tensors, params, code) of the kernel."""
+        op = self.op
+        ctype, cls = _compute_type(compute_dtype)
+        if cls not in op.dtypes or (compute_dtype == torch.float64 and not op.double):
+            raise NotImplementedError("dlprim.torch: %s is not implemented for %s on ocl "
+                                      "devices" % (op.name, compute_dtype))
+        out_ctype = cl_type(numpy_dtype(out_dtype))
+        present = tuple(v is not None for v in self.inputs)
+        expr = op.expr_for(cls, dict(self.attrs, present=present), out_ctype)
+        if expr is None:
+            raise NotImplementedError("dlprim.torch: %s with %s is not implemented for %s on "
+                                      "ocl devices" % (op.name, self.attrs, compute_dtype))
+        tensors, params, names = [], [], {"T": ctype, "R": ctype if cls == "float" else "float"}
+        for place, value in zip(_PLACES, self.inputs):
+            if value is None:
+                continue  # an absent optional operand: the expression was chosen without it
+            value = _scalar(value)
+            if isinstance(value, OclTensor):
+                tensors.append(value)
+                names[place] = "((%s)x%d)" % (ctype, len(tensors) - 1)
+            else:
+                params.append(_param(value, ctype))
+                names[place] = "((%s)w%d)" % (ctype, len(params) - 1)
+        for attr, value in self.attrs.items():
+            placeholder = "{%s}" % attr
+            if placeholder in expr and value is not None:
+                params.append(_param(_scalar(value), ctype))
+                names[attr] = "w%d" % (len(params) - 1)
+            elif attr not in op.attrs and value is not None \
+                    and value != self.defaults.get(attr):
+                raise NotImplementedError("dlprim.torch: %s with %s=%r is not implemented on "
+                                          "ocl devices" % (op.name, attr, value))
+        return tensors, params, "y0 = %s;" % expr.format(**names)
+
+
+def _compute_dtype(op, call, out_dtype):
+    if op.promote == "bool":
+        return _promoted(*[_scalar(v) for v in call.inputs])
+    return out_dtype
+
+
+def _run(op, functional, args, kwargs, out=None, result=None):
+    shape, dtype, _ = result or _result(functional, args, kwargs, None)
+    call = _Call(op, functional, args, kwargs)
+    tensors, params, code = call.code(_compute_dtype(op, call, dtype), dtype)
+    ref = next(t for t in list(args) + list(kwargs.values()) if isinstance(t, OclTensor))
+    storage = ref._ocl_storage
+    out = empty(shape, dtype, storage.index) if out is None else out
+    if out.numel():
+        pointwise(storage.ctx, [as_dlprim(t) for t in tensors], [as_dlprim(out)], code, params)
+    return out
+
+
+def _register(op, functional, inplace):
+    register(functional)(lambda *a, **k: _run(op, functional, a, k))
+
+    def build(_ctype, *args, **kwargs):
+        # what torch.optim's _foreach_ calls run as one multi-tensor kernel (ops_math)
+        dtype = _result(functional, args, kwargs, None)[1]
+        call = _Call(op, functional, args, kwargs)
+        return call.code(_compute_dtype(op, call, dtype), dtype)
+    _BUILDS[functional] = (functional, build, None)
+    if inplace is None:
+        return
+    _BUILDS[inplace] = (functional, build, None)
+
+    def run_inplace(self, *args, **kwargs):
+        full = (self,) + args
+        result = _result(functional, full, kwargs, None)
+        if result[0] == self.shape and result[1] == self.dtype and self.is_contiguous() \
+                and not _overlaps(self, args, kwargs):
+            # elementwise: each output element is written after its own inputs are read
+            return _run(op, functional, full, kwargs, out=self, result=result)
+        _result(inplace, full, kwargs, None)  # PyTorch's checks (broadcast into self, casting)
+        out = _run(op, functional, full, kwargs, result=result)
+        if out.dtype != self.dtype:
+            out = convert(out, self.dtype)
+        return write_into(self, as_dlprim(out))
+    register(inplace)(run_inplace)
+
+
+def _overload(packet, name):
+    return getattr(packet, name) if packet is not None and name in packet.overloads() else None
+
+
+generated = []  # (operator name, ATen overload) registered here, for the docs and tests
+for _op in library.OPS.values():
+    if _op.kind not in _ARITY:
+        continue
+    for _packet_name in _op.aten:
+        _packet = getattr(aten, _packet_name, None)
+        if _packet is None:
+            continue
+        _inplace_packet = getattr(aten, _packet_name + "_", None)
+        for _name in _packet.overloads():
+            if _name == "out" or _name.endswith("_out"):
+                continue  # dispatch runs the functional overload and copies into out
+            _f = getattr(_packet, _name)
+            _register(_op, _f, _overload(_inplace_packet, _name))
+            generated.append((_op.name, _f))

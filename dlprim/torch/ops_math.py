@@ -38,6 +38,10 @@ def _scalar(a):
 
 
 def _ctype(dtype):
+    """The C type a kernel computes ``dtype`` in: 16-bit floats widen to float (their
+    storage stays 16-bit; no device needs half arithmetic)."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return "float"
     return cl_type(numpy_dtype(dtype))
 
 
@@ -141,148 +145,6 @@ def _register_inplace(functional, inplace, build, compute=None):
         register(inplace)(run_inplace)
 
 
-def _binary(name, expr):
-    """name.Tensor / name.Scalar (and in-place) for ``expr`` over a, b in type T."""
-    fn, fn_ = getattr(aten, name), getattr(aten, name + "_", None)
-
-    def tensor_build(T, a, b, **kw):
-        b = _scalar(b)
-        form = expr(T) if callable(expr) else expr  # some differ between float and integer T
-        if isinstance(b, OclTensor):
-            return [a, b], [], "y0 = %s;" % form.format(T=T, a="((%s)x0)" % T, b="((%s)x1)" % T)
-        return [a], [b], "y0 = %s;" % form.format(T=T, a="((%s)x0)" % T, b="((%s)w0)" % T)
-
-    main = "Tensor" if "Tensor" in fn.overloads() else "default"
-    _register_inplace(getattr(fn, main), getattr(fn_, main) if fn_ else None, tensor_build)
-    if "Scalar" in fn.overloads():
-        _register_inplace(fn.Scalar, fn_.Scalar if fn_ and "Scalar" in fn_.overloads() else None,
-                          tensor_build)
-
-
-def _alpha_binary(name, sign):
-    """add / sub with alpha: a + sign * alpha * b."""
-    fn, fn_ = getattr(aten, name), getattr(aten, name + "_")
-
-    def build(T, a, b, alpha=1):
-        b = _scalar(b)
-        if isinstance(b, OclTensor):
-            return [a, b], [sign * alpha], "y0 = ((%s)x0) + ((%s)w0) * ((%s)x1);" % (T, T, T)
-        return [a], [sign * alpha * b], "y0 = ((%s)x0) + ((%s)w0);" % (T, T)
-
-    _register_inplace(fn.Tensor, fn_.Tensor, build)
-    _register_inplace(fn.Scalar, fn_.Scalar, build)
-
-
-_alpha_binary("add", 1)
-_alpha_binary("sub", -1)
-_binary("mul", "{a} * {b}")
-_binary("div", "{a} / {b}")
-# NaN wins, as in torch.maximum / minimum
-_binary("maximum", "(({a} != {a}) || {a} > {b} ? {a} : {b})")
-_binary("minimum", "(({a} != {a}) || {a} < {b} ? {a} : {b})")
-_FLOAT_T = ("float", "half", "double")
-# remainder takes the divisor's sign (Python's %), fmod the dividend's (C's)
-_binary("remainder", lambda T: "({a} - floor({a} / {b}) * {b})" if T in _FLOAT_T
-        else "((({a} % {b}) + {b}) % {b})")
-_binary("fmod", lambda T: "fmod({a}, {b})" if T in _FLOAT_T else "({a} % {b})")
-
-
-@register(aten.rsub.Scalar)
-def _rsub_scalar(a, b, alpha=1):
-    return elementwise(aten.rsub.Scalar, (a, b), {"alpha": alpha},
-                       lambda T, a, b, alpha=1: ([a], [_scalar(b), alpha],
-                                                 "y0 = ((%s)w0) - ((%s)w1) * ((%s)x0);" % (T, T, T)))
-
-
-@register(aten.rsub.Tensor)
-def _rsub_tensor(a, b, alpha=1):
-    return handle(aten.sub.Tensor, (b, a), {"alpha": alpha}) if isinstance(b, OclTensor) \
-        else _rsub_scalar(a, _scalar(b), alpha)
-
-
-def _compare(name, op):
-    fn = getattr(aten, name)
-
-    def build(T, a, b):
-        b = _scalar(b)
-        if isinstance(b, OclTensor):
-            return [a, b], [], "y0 = ((%s)x0) %s ((%s)x1);" % (T, op, T)
-        return [a], [b], "y0 = ((%s)x0) %s ((%s)w0);" % (T, op, T)
-
-    for overload in ("Tensor", "Scalar"):
-        _register_inplace(getattr(fn, overload), None, build,
-                          compute=lambda a, b: _promoted(a, _scalar(b)))
-
-
-for _name, _op in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"),
-                   ("ge", ">=")):
-    _compare(_name, _op)
-
-
-def _unary(name, expr):
-    fn, fn_ = getattr(aten, name), getattr(aten, name + "_", None)
-
-    def build(T, a):
-        return [a], [], "y0 = %s;" % expr.format(T=T, a="((%s)x0)" % T)
-
-    _register_inplace(fn.default, fn_.default if fn_ else None, build)
-
-
-_SIGN = "({a} > 0 ? ({T})1 : ({a} < 0 ? ({T})-1 : {a}))"
-for _name, _expr in (("neg", "-{a}"), ("abs", "({a} < 0 ? -{a} : {a})"),
-                     ("relu", "({a} > 0 || {a} != {a} ? {a} : ({T})0)"),
-                     ("exp", "exp({a})"), ("log", "log({a})"), ("sqrt", "sqrt({a})"),
-                     ("rsqrt", "rsqrt({a})"), ("sigmoid", "(1.0f / (1.0f + exp(-{a})))"),
-                     ("tanh", "tanh({a})"), ("reciprocal", "(({T})1 / {a})"),
-                     ("sign", _SIGN), ("sgn", _SIGN),  # the same for real numbers
-                     ("logical_not", "(x0 == 0)")):
-    _unary(_name, _expr)
-
-
-@register(aten.pow.Tensor_Scalar)
-def _pow(a, exponent):
-    def build(T, a, e):
-        if e == 2:
-            return [a], [], "y0 = ((%s)x0) * ((%s)x0);" % (T, T)
-        return [a], [float(e)], "y0 = pow((float)x0, w0);"
-    return elementwise(aten.pow.Tensor_Scalar, (a, exponent), {}, build)
-
-
-def _ternary(functional, inplace, expr):
-    def build(T, a, b, c, value=1):
-        return [a, b, c], [value], "y0 = %s;" % expr.replace("T", T)
-    _register_inplace(functional, inplace, build)
-
-
-_ternary(aten.addcmul.default, aten.addcmul_.default, "((T)x0) + ((T)w0) * ((T)x1) * ((T)x2)")
-_ternary(aten.addcdiv.default, aten.addcdiv_.default, "((T)x0) + ((T)w0) * ((T)x1) / ((T)x2)")
-
-
-def _lerp_build(T, a, b, weight):
-    return [a, b], [_scalar(weight)], "y0 = ((%s)x0) + ((%s)w0) * (((%s)x1) - ((%s)x0));" % (T, T, T, T)
-
-
-_register_inplace(aten.lerp.Scalar, aten.lerp_.Scalar, _lerp_build)
-
-
-@register(aten.threshold_backward.default)
-def _threshold_backward(grad, x, threshold):
-    return elementwise(aten.threshold_backward.default, (grad, x, threshold), {},
-                       lambda T, g, x, t: ([g, x], [t], "y0 = ((float)x1) <= w0 ? (%s)0 : x0;" % T))
-
-
-@register(aten.sigmoid_backward.default)
-def _sigmoid_backward(grad, y):
-    return elementwise(aten.sigmoid_backward.default, (grad, y), {},
-                       lambda T, g, y: ([g, y], [], "y0 = x0 * x1 * (1 - x1);"))
-
-
-@register(aten.tanh_backward.default)
-def _tanh_backward(grad, y):
-    return elementwise(aten.tanh_backward.default, (grad, y), {},
-                       lambda T, g, y: ([g, y], [], "y0 = x0 * (1 - x1 * x1);"))
-
-
 @register(aten.where.self)
 def _where(cond, a, b):
     def build(T, c, a, b):
@@ -308,78 +170,6 @@ def _masked_fill_build(T, a, mask, value):
 
 _register_inplace(aten.masked_fill.Scalar, aten.masked_fill_.Scalar, _masked_fill_build)
 _register_inplace(aten.masked_fill.Tensor, aten.masked_fill_.Tensor, _masked_fill_build)
-
-
-@register(aten.clamp.default)
-def _clamp(a, min=None, max=None):
-    def build(T, a, lo=None, hi=None):
-        code, params = "((%s)x0)" % T, []
-        if lo is not None:
-            params.append(lo)
-            code = "(%s < w%d ? (%s)w%d : %s)" % (code, len(params) - 1, T, len(params) - 1, code)
-        if hi is not None:
-            params.append(hi)
-            code = "(%s > w%d ? (%s)w%d : %s)" % (code, len(params) - 1, T, len(params) - 1, code)
-        return [a], params, "y0 = x0 != x0 ? x0 : %s;" % code
-    return elementwise(aten.clamp.default, (a, min, max), {}, build)
-
-
-# ----- activations with parameters, and the backward functions PyTorch's autograd calls
-def _activation(functional, inplace, code):
-    """``code`` over x0 (float), params w0.. from the operator's arguments after self."""
-    def build(T, x, *params, **kw):
-        params = [p for p in params if not isinstance(p, str)]
-        return [x], [float(p) for p in params], "float v = x0; y0 = %s;" % code
-    _register_inplace(functional, inplace, build)
-
-
-def _activation_backward(functional, code):
-    """``code`` over g = x0 (the gradient) and v = x1 (the input or output)."""
-    def build(T, g, x, *params, **kw):
-        params = [p for p in params if not isinstance(p, (str, bool))]
-        return [g, x], [float(p) for p in params], "float g = x0, v = x1; y0 = %s;" % code
-    register(functional)(lambda *a, **k: elementwise(functional, a, k, build))
-
-
-_activation(aten.hardtanh.default, aten.hardtanh_.default,
-            "v != v ? v : (v < w0 ? w0 : (v > w1 ? w1 : v))")
-_activation_backward(aten.hardtanh_backward.default, "(v <= w0 || v >= w1) ? 0.0f : g")
-_activation(aten.hardswish.default, aten.hardswish_.default,
-            "v * (v <= -3.0f ? 0.0f : (v >= 3.0f ? 1.0f : (v + 3.0f) / 6.0f))")
-_activation_backward(aten.hardswish_backward.default,
-                     "v < -3.0f ? 0.0f : (v <= 3.0f ? g * (v / 3.0f + 0.5f) : g)")
-_activation(aten.hardsigmoid.default, aten.hardsigmoid_.default,
-            "v != v ? v : (v <= -3.0f ? 0.0f : (v >= 3.0f ? 1.0f : (v + 3.0f) / 6.0f))")
-_activation_backward(aten.hardsigmoid_backward.default,
-                     "(v > -3.0f && v < 3.0f) ? g / 6.0f : 0.0f")
-_activation(aten.silu.default, aten.silu_.default, "v / (1.0f + exp(-v))")
-_activation_backward(aten.silu_backward.default,
-                     "g * (1.0f / (1.0f + exp(-v))) * (1.0f + v * (1.0f - 1.0f / (1.0f + exp(-v))))")
-_activation(aten.leaky_relu.default, aten.leaky_relu_.default, "v > 0.0f || v != v ? v : v * w0")
-_activation_backward(aten.leaky_relu_backward.default, "v > 0.0f ? g : g * w0")
-
-
-@register(aten.gelu.default)
-def _gelu(x, approximate="none"):
-    if approximate == "tanh":
-        code = "float v = x0; y0 = 0.5f * v * (1.0f + tanh(0.7978845608f * (v + 0.044715f * v * v * v)));"
-    else:
-        code = "float v = x0; y0 = 0.5f * v * (1.0f + erf(v * 0.7071067812f));"
-    return elementwise(aten.gelu.default, (x,), {"approximate": approximate},
-                       lambda T, x, approximate="none": ([x], [], code))
-
-
-@register(aten.gelu_backward.default)
-def _gelu_backward(grad, x, approximate="none"):
-    if approximate == "tanh":
-        code = ("float v = x1, k = 0.7978845608f * (v + 0.044715f * v * v * v), t = tanh(k); "
-                "y0 = x0 * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * 0.7978845608f "
-                "* (1.0f + 0.134145f * v * v));")
-    else:
-        code = ("float v = x1; y0 = x0 * (0.5f * (1.0f + erf(v * 0.7071067812f)) "
-                "+ v * 0.3989422804f * exp(-0.5f * v * v));")
-    return elementwise(aten.gelu_backward.default, (grad, x), {"approximate": approximate},
-                       lambda T, g, x, approximate="none": ([g, x], [], code))
 
 
 # ----- _foreach_: the same operator over lists (torch.optim's multi-tensor path)
