@@ -99,6 +99,14 @@ def test_conv_paths():
     assert any(isinstance(k, tuple) and k[0] == "conv_nd" and k[5] == (4, 5, 5) for k in ctx.ops)
 
 
+def test_conv3d_in_chunks(monkeypatch):
+    """A batch whose columns exceed the buffer runs in chunks, filter gradients summed."""
+    from dlprim.torch import ops_conv
+    monkeypatch.setattr(ops_conv, "COLUMN_ELEMENTS", 2 * 3 * 8 * 27)
+    both(lambda x, w: F.conv3d(x, w, padding=1), randn(5, 3, 3, 3, 3), randn(2, 3, 2, 2, 2))
+    both(lambda x, w: F.conv_transpose3d(x, w), randn(5, 3, 2, 2, 2), randn(3, 2, 2, 2, 2))
+
+
 def test_conv_errors():
     x, w = randn(1, 3, 5, 5), randn(4, 2, 3, 3)
     with pytest.raises(RuntimeError):

@@ -95,8 +95,8 @@ class ConvND:
         total = self.batch * self.in_c * int(np.prod(self.in_size))
         return launches + [self._launch("col2vol", total, col, dx)]
 
-    def backward_filter(self, x, dy_t, dw):
-        """dw from x and dyᵀ (dy laid out (C_out, N L))."""
+    def backward_filter(self, x, dy_t, dw, beta=0.0):
+        """dw = beta dw + the filter gradient from x and dyᵀ (dy laid out (C_out, N L))."""
         col = self._col()
         nl = self.batch * self.cols
         launches = [self._launch("vol2col", self.in_c * self.taps * nl, x, col)]
@@ -104,7 +104,8 @@ class ConvND:
             a = dy_t.view((self.out_g * nl,), g * self.out_g * nl)
             b = col.view((self.rows_g * nl,), g * self.rows_g * nl)
             c = dw.view((self.out_g * self.rows_g,), g * self.out_g * self.rows_g)
-            launches += self.gemm_filter.launches(a, b, c, lda=nl, ldb=nl, ldc=self.rows_g)
+            launches += self.gemm_filter.launches(a, b, c, beta=beta, lda=nl, ldb=nl,
+                                                  ldc=self.rows_g)
         return launches
 
 

@@ -78,10 +78,28 @@ class _Problem:
         return ConvGeometry(self.src[1], self.dst[1], self.src[2:], self.kernel, self.stride,
                             (p[0], p[1], p[0], p[1]), self.dilation, self.groups)
 
-    def nd(self, ctx, dtype):
-        return conv_nd(ctx, self.src[0], self.src[1], self.dst[1], self.groups, self.src[2:],
+    def nd(self, ctx, dtype, batch):
+        return conv_nd(ctx, batch, self.src[1], self.dst[1], self.groups, self.src[2:],
                        self.dst[2:], self.kernel, self.stride, self.padding, self.dilation,
                        numpy_dtype(dtype))
+
+
+# conv_nd's column buffer holds C_in K values per output position and sample: the batch
+# runs in chunks that keep it under this many elements (256 MB of float32)
+COLUMN_ELEMENTS = 1 << 26
+
+
+def _chunks(problem):
+    """(first sample, samples) of each pass of a column-unrolled convolution."""
+    batch = problem.src[0]
+    per_sample = problem.src[1] * math.prod(problem.kernel) * math.prod(problem.dst[2:])
+    step = max(1, min(batch, COLUMN_ELEMENTS // max(per_sample, 1)))
+    return [(n0, min(step, batch - n0)) for n0 in range(0, batch, step)]
+
+
+def _rows(t, n0, nb):
+    """Samples n0 .. n0 + nb of t (a view)."""
+    return t if nb == t.shape[0] else handle(aten.slice.Tensor, (t, 0, n0, n0 + nb), {})
 
 
 def _plan_2d(ctx, cls, problem, dtype, **kw):
@@ -130,8 +148,10 @@ def _run_forward(problem, src, w, dst, bias=None):
               _workspace(ctx, ws))
         enqueue_recorded(ctx, op, ts, lambda: op.launches(*ts))
         return
-    op = problem.nd(ctx, src.dtype)
-    enqueue(ctx, op.forward(_dlp(src, problem), _dlp(w, problem), _dlp(dst, problem)))
+    for n0, nb in _chunks(problem):
+        op = problem.nd(ctx, src.dtype, nb)
+        enqueue(ctx, op.forward(_dlp(_rows(src, n0, nb), problem), _dlp(w, problem),
+                                _dlp(_rows(dst, n0, nb), problem)))
     if bias is not None:
         _add_bias(dst, bias)
 
@@ -148,9 +168,10 @@ def _run_backward_data(problem, dst_grad, w, src_grad, bias=None):
               _workspace(ctx, ws))
         enqueue_recorded(ctx, op, ts, lambda: op.launches(*ts, beta=0.0))
         return
-    op = problem.nd(ctx, dst_grad.dtype)
-    enqueue(ctx, op.backward_data(_channels_first(dst_grad, problem), _dlp(w, problem),
-                                  _dlp(src_grad, problem)))
+    for n0, nb in _chunks(problem):
+        op = problem.nd(ctx, dst_grad.dtype, nb)
+        enqueue(ctx, op.backward_data(_channels_first(_rows(dst_grad, n0, nb), problem),
+                                      _dlp(w, problem), _dlp(_rows(src_grad, n0, nb), problem)))
     if bias is not None:
         _add_bias(src_grad, bias)
 
@@ -167,9 +188,11 @@ def _run_backward_filter(problem, src, dst_grad, w_grad):
         if dw is not w_grad:
             handle(aten.copy_.default, (w_grad, dw), {})
         return
-    op = problem.nd(ctx, src.dtype)
-    enqueue(ctx, op.backward_filter(_dlp(src, problem), _channels_first(dst_grad, problem),
-                                    _dlp(w_grad, problem)))
+    for n0, nb in _chunks(problem):   # the chunks' filter gradients add up
+        op = problem.nd(ctx, src.dtype, nb)
+        enqueue(ctx, op.backward_filter(_dlp(_rows(src, n0, nb), problem),
+                                        _channels_first(_rows(dst_grad, n0, nb), problem),
+                                        _dlp(w_grad, problem), beta=0.0 if n0 == 0 else 1.0))
 
 
 def _add_bias(out, bias):
