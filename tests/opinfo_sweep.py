@@ -21,7 +21,9 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 
@@ -75,6 +77,18 @@ def _leaves(obj):
 def _to_ocl(t):
     moved = t.detach().to("ocl")
     return moved.requires_grad_(t.requires_grad)
+
+
+def _on_ocl(obj):
+    """A sample's device arguments ("cpu", device="cpu": factories, ``to``) made ocl, so
+    that the ocl run makes its results there."""
+    if isinstance(obj, torch.device) and obj.type == "cpu" or obj == "cpu":
+        return torch.device("ocl") if isinstance(obj, torch.device) else "ocl"
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_on_ocl(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _on_ocl(v) for k, v in obj.items()}
+    return obj
 
 
 def _clone_cpu(t):
@@ -134,9 +148,9 @@ def _run_sample(op, sample, dtype, with_grad, random):
         expected = op(cpu_in, *cpu_args, **cpu_kwargs)
     except Exception:
         return "cpu"
-    ocl_in = _map(sample.input, _to_ocl)
-    ocl_args = _map(sample.args, _to_ocl)
-    ocl_kwargs = _map(sample.kwargs, _to_ocl)
+    ocl_in = _on_ocl(_map(sample.input, _to_ocl))
+    ocl_args = _on_ocl(_map(sample.args, _to_ocl))
+    ocl_kwargs = _on_ocl(_map(sample.kwargs, _to_ocl))
     actual = op(ocl_in, *ocl_args, **ocl_kwargs)
     _compare(expected, actual, random, "output")
     if not with_grad or random:
@@ -219,19 +233,59 @@ def entries(names=None):
     return out
 
 
-def sweep(dtype_name, names=None, samples=2, progress=True, time_limit=None):
-    dtype = DTYPES[dtype_name]
-    results = {}
-    ops = entries(names)
-    start = time.time()
-    for i, op in enumerate(ops):
-        key = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
-        if dtype not in op.supported_dtypes("cpu"):
-            continue
+class EntryTimeout(BaseException):
+    """An entry ran past its time (a BaseException: the sample loop's handlers let it by)."""
+
+
+def _on_alarm(signum, frame):
+    raise EntryTimeout()
+
+
+def run_guarded(op, dtype, samples=2, timeout=60):
+    """run_entry, but an entry that hangs (past ``timeout`` seconds, by SIGALRM where the
+    main thread runs Python) or raises anything at all gets an ``error`` verdict instead of
+    ending the sweep."""
+    alarm = timeout and hasattr(signal, "setitimer") \
+        and threading.current_thread() is threading.main_thread()
+    if alarm:  # (the timer of a caller, pytest-timeout's say, is put back afterwards)
         t0 = time.time()
+        previous = signal.signal(signal.SIGALRM, _on_alarm)
+        outer, _ = signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            verdict, detail = run_entry(op, dtype, samples)
+            return run_entry(op, dtype, samples)
+    except EntryTimeout:
+        return "error", "timed out after %ds" % timeout
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # noqa: BLE001 - one entry must not end the sweep
+        return "error", "%s: %s" % (type(err).__name__, str(err).splitlines()[0] if str(err)
+                                     else "")
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            if outer:
+                signal.setitimer(signal.ITIMER_REAL, max(outer - (time.time() - t0), 0.01))
+
+
+def entry_key(op):
+    return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+
+
+def sweep(dtype_name, names=None, samples=2, progress=True, time_limit=None, exclude=(),
+          timeout=60, ops=None):
+    dtype = DTYPES[dtype_name]
+    results = {}
+    ops = entries(names) if ops is None else ops
+    start = time.time()
+    for i, op in enumerate(ops):
+        key = entry_key(op)
+        if dtype not in op.supported_dtypes("cpu") or op.name in exclude:
+            continue
+        t0 = time.time()
+        verdict, detail = run_guarded(op, dtype, samples, timeout)
         results[key] = {"verdict": verdict, "detail": detail[:300],
                         "seconds": round(time.time() - t0, 2)}
         if progress:
@@ -256,13 +310,21 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--json")
     parser.add_argument("--ops", nargs="*")
+    parser.add_argument("--exclude", nargs="*", default=())
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--timeout", type=int, default=60, help="seconds per entry")
+    parser.add_argument("--no-decompositions", action="store_true",
+                        help="without the table of PyTorch's decompositions that the ocl "
+                             "dispatcher uses (to measure what they bring)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     import dlprim.torch  # noqa: F401
+    if args.no_decompositions:
+        from dlprim.torch import dispatch
+        dispatch._tables[:] = [{}]
     results = sweep(args.dtype, set(args.ops) if args.ops else None, args.samples,
-                    progress=not args.quiet)
+                    progress=not args.quiet, exclude=set(args.exclude), timeout=args.timeout)
     counts, ran = summary(results)
     print("%s: %s of %d pass (%.1f%%); %s" % (
         args.dtype, counts.get("pass", 0), ran, 100.0 * counts.get("pass", 0) / max(ran, 1),

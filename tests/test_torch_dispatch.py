@@ -67,6 +67,17 @@ def test_an_error_in_backward_is_raised_by_backward_every_time(monkeypatch):
     close(x.grad, torch.cos(torch.linspace(-1, 1, 33)), 1e-5)
 
 
+def test_an_error_in_backward_without_a_stand_in_result_is_still_an_error(monkeypatch):
+    def no_meta(*args, **kwargs):
+        raise RuntimeError("no meta kernel")
+    monkeypatch.setitem(dispatch._IMPLS, aten.cos.default, _boom)
+    monkeypatch.setattr(dispatch, "_placeholder", no_meta)
+    for _ in range(2):
+        x = torch.ones(5, device=DEV, requires_grad=True)
+        with pytest.raises(RuntimeError):   # PyTorch's own, on the undefined result
+            torch.sin(x).sum().backward()
+
+
 def test_an_error_in_a_custom_functions_backward_reaches_its_caller():
     class Twice(torch.autograd.Function):
         @staticmethod

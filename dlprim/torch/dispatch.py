@@ -5,8 +5,9 @@
    result copied into ``out``, resized by PyTorch's ``resize_output`` rules;
 3. PyTorch's own decomposition (the composite's C++ one, else ``torch._decomp``'s), so an
    operator made of implemented operators runs on the device;
-4. after ``allow_cpu_fallback()``, the operator on the CPU (``cpu_fallback.py``'s notes
-   are in ``_on_cpu``), with a warning the first time each operator does so;
+4. after ``allow_cpu_fallback()`` (and for an operator missing inside a backward pass,
+   which is not stopped there), the operator on the CPU, its ocl tensors copied to the
+   host and back (``_on_cpu``), with a warning the first time each operator does so;
 5. otherwise a ``NotImplementedError`` naming the operator, its arguments and the
    operator whose decomposition reached it.
 
@@ -100,6 +101,8 @@ def _defer(func, args, kwargs, err):
     the right shape meanwhile, so that nothing reaches the leaves unnoticed."""
     task = torch._C._current_graph_task_id()
     if task not in _pending:
+        while len(_pending) >= 8:  # passes that ended on an error of PyTorch's own
+            _pending.pop(next(iter(_pending)))
         _pending[task] = err
         torch.autograd.Variable._execution_engine.queue_callback(lambda: _raise_held(task))
     log.debug("dlprim.torch: %s failed in a backward pass (raised at its end): %s: %s", func,
@@ -107,9 +110,12 @@ def _defer(func, args, kwargs, err):
     try:
         return _placeholder(func, args, kwargs)
     except Exception:  # noqa: BLE001 - nothing may leave this thread as a Python error
+        # no result to stand in: None makes PyTorch's C++ fail (an error of its own, with
+        # no Python error pending, which unwinds safely); this log names the real cause
+        _pending.pop(task, None)
         log.error("dlprim.torch: %s failed in a backward pass: %s: %s", func,
                   type(err).__name__, err)
-        return NotImplemented  # PyTorch refuses it with an error of its own, safely
+        return None
 
 
 def _raise_held(task):
