@@ -54,6 +54,8 @@ def test_round_trip(dtype):
     same(o.t().contiguous(), x.t().contiguous(), "transposed")
     assert o[2, 3].item() == x[2, 3].item()
     same(o.clone(), x, "clone")
+    same(o[2, 3], x[2, 3], "0-dim")  # a scalar stays 0-dim on its way back
+    same(torch.tensor(7, dtype=dtype).to(DEV), torch.tensor(7, dtype=dtype), "0-dim")
 
 
 @pytest.mark.parametrize("src", available(DTYPES), ids=name)

@@ -130,6 +130,13 @@ def _fill_(t, value):
     return _fill(t, value)
 
 
+@register(aten.fill.Scalar, aten.fill.Tensor)
+def _fill_functional(t, value):
+    """A new tensor like t (empty_like's strides) filled with value."""
+    like = torch.empty_like(meta_of(t))
+    return _fill(empty(t.shape, t.dtype, t._ocl_storage.index, like.stride()), value)
+
+
 @register(aten.zero_.default)
 def _zero_(t):
     return _fill(t, 0)
