@@ -253,3 +253,9 @@ def test_double_pragma_only_where_double_is_used():
     assert pragma in program.render("fill", facts=facts, dtype="double")
     assert pragma not in program.render("fill", facts=facts, dtype="float")
     assert pragma not in program.render("fill", facts=facts, dtype="long")
+    # a device without fp64 gets the refusal from the compiler, naming it and the dtype
+    import types
+    bare = types.SimpleNamespace(fp64=False, is_cpu=facts.is_cpu, name="Tiny GPU")
+    source = program.render("fill", facts=bare, dtype="double")
+    assert pragma not in source
+    assert '#error "float64 is not supported on Tiny GPU (no cl_khr_fp64)' in source

@@ -13,7 +13,9 @@
     # of the template (a storage type, a code string) names it
     USES_DOUBLE = any("double" in repr(v) for k, v in context.kwargs.items() if k != "facts")
 %>\
-% if USES_DOUBLE:
+% if USES_DOUBLE and not getattr(context.get("facts"), "fp64", True):
+#error "float64 is not supported on ${context.get("facts").name} (no cl_khr_fp64); use float32"
+% elif USES_DOUBLE:
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 % endif
 // Shared by every template (Mako include of common.h).
