@@ -6,9 +6,12 @@ above the device into operators dlprim runs. The ones with ATen kernels of their
 here as PyTorch's reference decompositions (``torch._decomp``), whose pieces are ocl
 operators, so nothing leaves the device; each was checked against the CPU's kernel
 (tests/test_torch_loss.py). Where a reference decomposition is missing or differs from
-the CPU (``multilabel_margin_loss_forward`` counts labels after the first -1), the loss is
-written here from its formula. ``nll_loss`` keeps dlprim's row kernel (``core.loss``) for
-the common case, (N, C) float32 scores without class weights.
+the CPU (``multilabel_margin_loss_forward``'s counts labels after the first -1;
+``soft_margin_loss``'s computes float16 in float32, where the CPU's overflows), and for
+``multi_margin_loss`` (whose reference builds a class index with ``arange``; a scatter
+does without), the loss is written here from its formula, over ocl operators too.
+``nll_loss`` keeps dlprim's row kernel (``core.loss``) for the common case, (N, C)
+float32 scores without class weights.
 """
 import torch
 from torch._decomp import decomposition_table
@@ -63,7 +66,7 @@ def _labels(target):
 
 def _fast_nll(x, target, weight, dims=2):
     return (weight is None and x.dim() == dims and x.dtype == torch.float32
-            and target.dtype in (torch.int64, torch.int32) and x.numel() > 0)
+            and target.dtype == torch.int64 and x.numel() > 0)
 
 
 def _fast_nll2d(x, target, weight):
