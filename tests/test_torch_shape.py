@@ -82,6 +82,11 @@ def test_flip_roll_repeat_rot90(dtype):
     for k in (-1, 0, 1, 2, 3):
         _both(lambda t: torch.rot90(t, k, [1, 2]), x)
     _both(lambda t: torch.repeat_interleave(t, 3, dim=1), x)
+    counts = torch.tensor([2, 0, 31])
+    _both(lambda t, r: torch.repeat_interleave(t, r, dim=1), x, counts)
+    _both(lambda r: torch.repeat_interleave(r), counts)
+    with pytest.raises(RuntimeError):
+        torch.repeat_interleave(torch.tensor([1, -1]).to("ocl"))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -33,6 +33,9 @@ _op("view_backward", "zeros with a slice or diagonal set to the gradient",
     "_into_zeros", aten=("slice_backward", "diagonal_backward"))
 _op("diag_embed", "zeros with the last dim of x written along a diagonal", "_diag_embed")
 _op("repeat", "x tiled repeats[i] times along each dim", "_repeat", onnx="Tile")
+_op("repeat_interleave", "the index of each repeat count, repeated that often (the other "
+    "forms of repeat_interleave build on it)", "_repeat_interleave_indices",
+    dtypes=("int",))
 _op("tril", "the lower triangle of the last two dims (others zero)",
     "dlprim.torch.ops_math._triangle", aten=("tril", "tril_"), onnx="Trilu")
 _op("triu", "the upper triangle of the last two dims (others zero)",

@@ -643,3 +643,21 @@ def _unfold_backward(grad, input_sizes, dim, size, step):
 
 
 register(aten.unfold_backward.out)(_with_out(_unfold_backward))
+
+
+@register(aten.repeat_interleave.Tensor)
+def _repeat_interleave_indices(repeats, output_size=None):
+    """[0] * repeats[0] + [1] * repeats[1] + ...: the output's size depends on the counts,
+    so they are read to the host (PyTorch's CUDA kernel reads their sum too); the indices
+    are made there and copied over."""
+    if repeats.dim() != 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if repeats.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError("repeats has to be Long or Int tensor")
+    counts = repeats.cpu().numpy()
+    if (counts < 0).any():
+        raise RuntimeError("repeats can not be negative")
+    if output_size is not None and int(counts.sum()) != output_size:
+        raise RuntimeError("allocated size does not match required size")
+    indices = np.repeat(np.arange(len(counts), dtype=numpy_dtype(repeats.dtype)), counts)
+    return from_numpy(indices, _index(repeats), repeats.dtype)
