@@ -69,6 +69,14 @@ def _kept(x, axes):
     return tuple(1 if k in axes else n for k, n in enumerate(shape))
 
 
+def _nonempty(name, x, axes):
+    """PyTorch's IndexError for a reduction without identity over an empty dim."""
+    for axis in axes:
+        if x.dim() and x.shape[axis] == 0:
+            raise IndexError("%s: Expected reduction dim %d to have non-zero size."
+                             % (name, axis))
+
+
 def _count(x, axes):
     shape = tuple(x.shape) or (1,)
     return math.prod(shape[k] for k in axes)
@@ -125,6 +133,8 @@ def _fold_into(out, axes, x, code, init, red, extra=(), params=(), alpha=1.0):
 
 def _simple(kind, func, x, dim, args, kwargs):
     """A reduction of _FOLDS to PyTorch's output (identity over an empty dim)."""
+    if kind not in _IDENTITY:
+        _nonempty(kind + "()", x, _axes(x, dim))
     m = _meta_call(func, *args, **kwargs)
     out = _new(m, x)
     if out.numel() == 0:
@@ -210,6 +220,8 @@ def _correction(unbiased, correction):
 
 
 def _moments(x, dim, unbiased, keepdim, correction, root, want_mean):
+    if not x.is_floating_point():
+        raise RuntimeError("std and var only support floating point and complex dtypes")
     m = _meta_call(aten.var.correction, x, dim, correction=correction, keepdim=keepdim)
     var = _new(m, x)
     mean_out = _new(m, x) if want_mean else None
@@ -347,6 +359,7 @@ def _arg_fold_into(values, indices, x, axis, largest):
 
 def _extreme_dim(name, largest):
     def run(x, dim, keepdim=False):
+        _nonempty(name + "()", x, _axes(x, dim))
         mv, mi = _meta_call(getattr(aten, name).dim, x, dim, keepdim)
         values, indices = _new(mv, x), _new(mi, x)
         if values.numel():
@@ -357,6 +370,13 @@ def _extreme_dim(name, largest):
 
 def _arg(name, largest):
     def run(x, dim=None, keepdim=False):
+        if x.dtype == torch.bool:
+            raise RuntimeError("%s(): does not support bool input" % name)
+        if dim is None and x.numel() == 0:
+            raise IndexError("%s(): Expected reduction dim to be specified for "
+                             "input.numel() == 0." % name)
+        if dim is not None:
+            _nonempty(name + "()", x, _axes(x, dim))
         m = _meta_call(getattr(aten, name).default, x, dim, keepdim)
         indices = _new(m, x)
         if indices.numel() == 0:
@@ -388,6 +408,8 @@ register(aten.min.default)(_extreme_all("min", "amin"))
 
 @register(aten.aminmax.default)
 def _aminmax(x, *, dim=None, keepdim=False):
+    if dim is not None:
+        _nonempty("aminmax", x, _axes(x, dim))
     lo, hi = _meta_call(aten.aminmax.default, x, dim=dim, keepdim=keepdim)
     lo, hi = _new(lo, x), _new(hi, x)
     if lo.numel():
@@ -511,6 +533,7 @@ def _pick(values, indices, x, dim, position, keepdim):
 
 @register(aten.kthvalue.default)
 def _kthvalue(x, k, dim=-1, keepdim=False):
+    _nonempty("kthvalue()", x, _axes(x, dim))
     _meta_call(aten.kthvalue.default, x, k, dim, keepdim)
     d = dim % max(x.dim(), 1)
     values, indices = _sorted(x, d, False)
@@ -541,10 +564,8 @@ def _median(x, dim, keepdim, ignore_nan):
 
 def _median_dim(name, ignore_nan):
     def run(x, dim=-1, keepdim=False):
+        _nonempty("median()", x, _axes(x, dim))
         _meta_call(getattr(aten, name).dim, x, dim, keepdim)
-        if x.dim() and x.shape[dim] == 0:
-            raise IndexError("%s(): Expected reduction dim %d to have non-zero size."
-                             % (name, dim % x.dim()))
         return _median(x, dim % max(x.dim(), 1), keepdim, ignore_nan)
     return run
 
