@@ -4,4 +4,5 @@ from .base import (Layer, LayerError, LayerFlags, ParamSpec, REGISTRY, Setup,  #
                    TensorSpec, PREDICT, TRAIN, create, register, run)
 from . import (activation, attention, batchnorm, cast, concat, conv, dropout, elementwise,  # noqa: F401
                embedding, inner_product, interpolation, loss, lrn, matmul, normalization,
-               parameter, pooling, recurrent, reduction, shape, softmax, transpose)
+               parameter, pointwise_op, pooling, recurrent, reduction, shape, softmax,
+               transpose)

@@ -107,6 +107,14 @@ def abs_(e, op, layer, ins, outs, params):
     e.node("Abs", ins, outs, op.name)
 
 
+@exports("Pointwise")
+def pointwise(e, op, layer, ins, outs, params):
+    """The operator's ONNX op type, from its declaration (dlprim.ops)."""
+    if layer.op.onnx is None:
+        raise ValueError("%s: operator %r has no ONNX spelling" % (op.name, layer.op.name))
+    e.node(layer.op.onnx, ins, outs, op.name)
+
+
 ELEMENTWISE = {"sum": "Add", "sub": "Sub", "prod": "Mul", "div": "Div", "max": "Max", "min": "Min"}
 
 

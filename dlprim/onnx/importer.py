@@ -20,6 +20,7 @@ import numpy as np
 from ..core.activation import FUSABLE, Y_ACTIVATIONS
 from ..net.netconfig import NetConfig
 from . import ops_math, ops_nn, ops_pool, ops_rnn, ops_shape  # noqa: F401  (fill the converter table)
+from . import ops_library  # noqa: F401,E402  (after the hand-written ones: theirs win)
 from .errors import OnnxImportError, UnsupportedModelError
 from .fold import evaluate, foldable
 from .model_reader import DEFAULT_DOMAINS, live_nodes, read_model

@@ -1,0 +1,132 @@
+"""The operator library (dlprim.ops): its declarations are consistent, and the code every
+front end generates from them is right.
+
+- Each one-input float operator, run as the Net's ``Pointwise`` layer (forward from its
+  expression, backward from its gradient expression), matches PyTorch's float64 value and
+  gradient at a size past a work-group edge, with accumulation.
+- Each declaration's ATen packets exist and are claimed once; its ONNX op type exists.
+"""
+import re
+
+import numpy as np
+import pytest
+
+import dlprim.ops as library
+from dlprim.layers import create
+from dlprim.layers.pointwise_op import layer_operators
+from layer_check import assert_close, run_layer
+
+torch = pytest.importorskip("torch")
+
+# where each operator is defined and smooth enough for a float32 comparison
+DOMAINS = {
+    "log": (0.1, 3), "log2": (0.1, 3), "log10": (0.1, 3), "sqrt": (0.1, 3), "rsqrt": (0.2, 3),
+    "log1p": (-0.5, 2), "acosh": (1.2, 3), "asin": (-0.9, 0.9), "acos": (-0.9, 0.9),
+    "atanh": (-0.9, 0.9), "erfinv": (-0.9, 0.9), "reciprocal": (0.3, 2), "tan": (-1.2, 1.2),
+    "lgamma": (0.2, 4), "digamma": (0.3, 4), "exp": (-3, 3), "exp2": (-3, 3),
+    "expm1": (-3, 3), "sinh": (-3, 3), "cosh": (-3, 3),
+}
+# away from kinks (where a gradient jumps) by this much
+KINKS = {"abs": 0.0, "relu": 0.0, "frac": None, "floor": None, "ceil": None, "trunc": None,
+         "round": None, "sign": 0.0}
+
+
+def _inputs(name, n=65, seed=0):
+    lo, hi = DOMAINS.get(name, (-2.5, 2.5))
+    x = np.random.default_rng(seed).uniform(lo, hi, n)
+    if name in KINKS:   # keep 0.05 away from the kinks: integers and halves, and 0
+        x = np.where(np.abs(x - np.round(x * 2) / 2) < 0.05, x + 0.1, x)
+    return x
+
+
+def _torch_fn(name):
+    op = library.get(name)
+    for packet in op.aten:
+        fn = getattr(torch, packet, None) or getattr(torch.special, packet.replace(
+            "special_", ""), None)
+        if fn is not None:
+            return fn
+    raise AssertionError("no torch function for %s" % name)
+
+
+@pytest.mark.parametrize("name", layer_operators())
+def test_pointwise_layer_matches_pytorch_float64(ctx, name):
+    x = _inputs(name)
+    dy = np.random.default_rng(1).standard_normal(x.shape)
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    y = _torch_fn(name)(t)
+    y.backward(torch.tensor(dy))
+    layer = create(ctx, "Pointwise", options={"op": name})
+    r = run_layer(ctx, layer, [x.astype(np.float32)], dy=[dy.astype(np.float32)],
+                  accumulate=True)
+    assert_close(r.y[0], y.detach().numpy(), rtol=2e-5, atol=2e-6, what=name + " forward")
+    assert_close(r.dx[0], t.grad.numpy(), rtol=2e-4, atol=2e-5, what=name + " backward")
+
+
+def test_pointwise_layer_refuses_what_it_cannot_run(ctx):
+    with pytest.raises(Exception, match="'eq' is not a one-input float operator"):
+        create(ctx, "Pointwise", options={"op": "eq"})
+    with pytest.raises(Exception, match="'sinn' is not"):
+        create(ctx, "Pointwise", options={"op": "sinn"})
+
+
+def test_declarations_are_consistent():
+    claimed = {}
+    for op in library.OPS.values():
+        assert op.doc and not op.doc.endswith("."), op.name
+        for packet in op.aten:
+            assert packet not in claimed, (packet, claimed.get(packet), op.name)
+            claimed[packet] = op.name
+            assert hasattr(torch.ops.aten, packet), "%s: no ATen packet %r" % (op.name, packet)
+        if op.kind in ("unary", "binary", "ternary"):
+            for cls in op.dtypes:
+                expr = op.expr_for(cls, {"present": (True, True, True)})
+                assert expr is not None, (op.name, cls)
+                assert set(re.findall(r"\{(\w+)\}", expr)) <= {"a", "b", "c", "T", "R"} | set(
+                    re.findall(r"\{(\w+)\}", expr)), op.name
+
+
+def test_onnx_spellings_exist():
+    defs = pytest.importorskip("onnx").defs
+    for op in library.OPS.values():
+        if op.onnx:
+            assert defs.has(op.onnx), "%s: ONNX has no operator %r" % (op.name, op.onnx)
+
+
+def test_a_declaration_error_names_the_operator():
+    with pytest.raises(ValueError, match="'sin' is declared twice"):
+        library.declare("sin", "elementwise", "unary", "again", expr="sin({a})")
+    with pytest.raises(ValueError, match="'x_new': kind 'pointwise'"):
+        library.declare("x_new", "elementwise", "pointwise", "a kind that is not one")
+    with pytest.raises(KeyError, match="did you mean sin"):
+        library.get("sinn")
+
+
+def test_generated_onnx_converters_and_exporter_match_onnxruntime(ctx, tmp_path):
+    """Every ONNX op type converted from a declaration, in one graph, against onnxruntime;
+    then exported by dlprim and imported back."""
+    pytest.importorskip("onnxruntime")
+    from onnx import helper
+    from test_onnx_ops import check, make
+    from dlprim.onnx.ops_library import GENERATED
+    import dlprim.onnx as dox
+    assert {"Sin", "Cos", "Exp", "Log", "Sqrt", "Floor", "Atanh"} <= set(GENERATED)
+    nodes, outputs = [], []
+    for op_type, name in sorted(GENERATED.items()):
+        source = "x_in_domain" if name in DOMAINS else "x"
+        nodes.append(helper.make_node(op_type, [source], [name]))
+        outputs.append(name)
+    nodes.insert(0, helper.make_node("Sigmoid", ["x"], ["x_in_domain"]))  # (0, 1)
+    nodes[[n.output[0] for n in nodes].index("acosh")].input[0] = "x_above_one"
+    data = make(nodes, {"x": [2, 33], "x_above_one": [2, 33]}, outputs)
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2.4, 2.4, (2, 33)).astype(np.float32)
+    x = np.where(np.abs(x - np.round(x * 2) / 2) < 0.02, x + 0.05, x)  # no rounding ties
+    feeds = {"x": x, "x_above_one": rng.uniform(1.2, 3, (2, 33)).astype(np.float32)}
+    net = check(ctx, data, feeds)
+    path = str(tmp_path / "library.onnx")
+    dox.save(net, path)
+    check(ctx, open(path, "rb").read(), feeds)
+    import onnx
+    written = {n.op_type for n in onnx.load(path).graph.node}
+    assert set(GENERATED) <= written, set(GENERATED) - written
