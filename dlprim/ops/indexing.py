@@ -24,6 +24,9 @@ _op("take", "elements of flattened x at the indices (negative ones from the end)
     _READ + "_take")
 _op("embedding", "rows of a weight matrix at the indices", _READ + "_embedding",
     onnx="Gather")
+_op("embedding_renorm", "embedding's max_norm: the rows used scaled down to that norm",
+    _WRITE + "_embedding_renorm_", aten=("embedding_renorm", "embedding_renorm_"),
+    dtypes=("float",))
 _op("index", "x[indices]: integer index tensors broadcast together, boolean masks",
     _READ + "_index", aten=("index", "_unsafe_index"), onnx="GatherND")
 _op("nonzero", "the coordinates of the nonzero elements (count read back)", _READ + "nonzero",

@@ -59,8 +59,9 @@ def narrowed(t, shape, dim):
     """The view of t over ``shape`` from its start, except along dim (kept whole): the part
     of t that gather and scatter pair with an index smaller than t."""
     shape = list(shape)
-    if t.dim():
-        shape[dim] = t.shape[dim]
+    if t.dim() != len(shape) or not shape:  # a 0-d t: nothing to cut
+        return t
+    shape[dim] = t.shape[dim]
     if tuple(shape) == tuple(t.shape):
         return t
     return t.as_strided(shape, t.stride(), t.storage_offset())

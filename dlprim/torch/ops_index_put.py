@@ -33,14 +33,16 @@ def _accumulate_dtype(dtype):
 
 
 def _identity(reduce, dtype):
+    """What a position starts from when include_self=False leaves its own value out."""
     if reduce in ("sum", "mean"):
         return 0
     if reduce == "prod":
         return 1
-    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
-    big = float("inf") if dtype.is_floating_point else info.max
-    return -big if reduce == "amax" and dtype.is_floating_point else (
-        info.min if reduce == "amax" else big)
+    if dtype.is_floating_point:
+        low, high = float("-inf"), float("inf")
+    else:
+        low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
+    return low if reduce == "amax" else high
 
 
 _constants = {}  # (device, dtype, value) -> a 1-element tensor (identities, ones)
@@ -62,8 +64,11 @@ def _scalar_tensor(value, dtype, like):
 
 def _exactly(t, shape):
     """The view of t over ``shape`` from its start (a scatter's source, cut to the index)."""
-    return t if tuple(t.shape) == tuple(shape) else t.as_strided(shape, t.stride(),
-                                                                  t.storage_offset())
+    if tuple(t.shape) == tuple(shape):
+        return t
+    if t.dim() != len(shape):  # a 0-d source beside a 1-element index
+        return t.reshape(shape)
+    return t.as_strided(shape, t.stride(), t.storage_offset())
 
 
 def _in_place(target, work, dtype=None):
@@ -350,6 +355,16 @@ def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_gra
     return out if dtype == grad.dtype else convert(out, grad.dtype)
 
 
+def _embedding_renorm_(weight, indices, max_norm, norm_type):
+    """embedding(max_norm=): the rows that indices name, each once, scaled down to norm
+    max_norm where their norm exceeds it (PyTorch's 1e-7 in the divisor)."""
+    rows = torch.unique(indices.reshape(-1))
+    picked = weight.index_select(0, rows)
+    norms = torch.linalg.vector_norm(picked.float(), norm_type, dim=1, keepdim=True)
+    scale = torch.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+    return weight.index_copy_(0, rows, (picked * scale).to(weight.dtype))
+
+
 # ----- the table: each in-place implementation gives its functional form (the out= forms
 # run through the functional ones: dispatch.py)
 def _functional(inplace):
@@ -377,5 +392,7 @@ register(aten._index_put_impl_.default)(_index_put_)
 register(aten._unsafe_index_put.default)(_functional(_index_put_))
 register(aten.masked_scatter_.default)(_masked_scatter_)
 register(aten.masked_scatter.default)(_masked_scatter)
+register(aten.embedding_renorm_.default)(_embedding_renorm_)
+register(aten.embedding_renorm.default)(_functional(_embedding_renorm_))
 register(aten.masked_scatter_backward.default)(_masked_scatter_backward)
 register(aten.embedding_dense_backward.default)(_embedding_dense_backward)
