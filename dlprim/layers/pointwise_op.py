@@ -11,32 +11,15 @@ place; otherwise it reads the input.
 import re
 
 from .. import ops as library
+from ..ops import layer_operators
 from .activation import PointwiseLayer
 from .base import register
 
 __all__ = ["Pointwise", "layer_operators"]
 
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
-
 
 def _names(text):
     return set(re.findall(r"\b[a-z]\w*\b", text))
-
-
-def layer_operators():
-    """The names of the operators a Pointwise layer runs: unary, float, no attributes, a
-    gradient expression."""
-    out = []
-    for op in library.OPS.values():
-        if op.kind != "unary" or "float" not in op.dtypes or op.promote == "bool":
-            continue
-        expr = op.expr_for("float")
-        if expr is None or not op.grad or op.grad[0] is None:
-            continue
-        if set(_PLACEHOLDER.findall(expr)) - {"a", "T", "R"}:
-            continue  # attributes: the operator's own layer or the Activation layer has them
-        out.append(op.name)
-    return out
 
 
 @register("Pointwise")

@@ -10,6 +10,8 @@ from typing import Optional
 from .ops import (add, cat, div, dropout, flatten, hardtanh, log_softmax, matmul, mul,
                   permute, reshape, softmax, sub, transpose)
 from .ops import activation as _activation
+from .ops import pointwise as _pointwise
+from .. import ops as _library
 from .pooling import (adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, max_pool2d)
 from .value import Value
 
@@ -84,3 +86,21 @@ def softplus(x: Value, beta: float = 1.0, threshold: float = 20.0,
              name: Optional[str] = None) -> Value:
     """log(1 + exp(beta x)) / beta, x itself where beta x > threshold."""
     return _activation(x, "softplus", False, name, beta=beta, threshold=threshold)
+
+
+
+def _library_function(op):
+    def function(x: Value, name: Optional[str] = None) -> Value:
+        return _pointwise(x, op.name, name)
+    function.__name__ = function.__qualname__ = op.name
+    function.__doc__ = "%s (the operator library's ``%s``)." % (op.doc[:1].upper() + op.doc[1:],
+                                                             op.name)
+    return function
+
+
+# one function per one-input float operator of the library that has no name here yet
+# (sin, exp, log, erf, floor ...): each adds a Pointwise layer
+for _name in _library.layer_operators():
+    if _name not in globals():
+        globals()[_name] = _library_function(_library.get(_name))
+        __all__.append(_name)

@@ -112,6 +112,15 @@ def activation(x: "Value", kind: str, inplace: bool = False, name: Optional[str]
                      name=name or trace.call_name(kind))
 
 
+def pointwise(x: "Value", op: str, name: Optional[str] = None) -> "Value":
+    """Operator ``op`` of the operator library (a one-input float operator: see
+    ``dlprim.ops.layer_operators``) applied to ``x``, as a ``Pointwise`` layer."""
+    trace = _trace(x, op)
+    _float(x, op)
+    return trace.add("Pointwise", [x], x.shape, options={"op": op},
+                     name=name or trace.call_name(op))
+
+
 def hardtanh(x: "Value", min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False,
              name: Optional[str] = None) -> "Value":
     """min(max(x, min_val), max_val) (Hardtanh)."""

@@ -1,10 +1,10 @@
 """Converters generated from the operator library (dlprim.ops): every one-input float
-operator the ``Pointwise`` layer runs (``layers.pointwise_op.layer_operators``) whose
+operator the ``Pointwise`` layer runs (``ops.layer_operators``) whose
 declaration names an ONNX op type that no hand-written converter claims becomes a
 ``Pointwise`` layer. Imported after the hand-written converter modules, so those (which
 fold activations into their producers, say) keep their op types."""
 from .. import ops as library
-from ..layers.pointwise_op import layer_operators
+from ..ops import layer_operators
 from . import ops_math, ops_nn, ops_pool, ops_rnn, ops_shape  # noqa: F401  (theirs first)
 from .registry import CONVERTERS, converts
 

@@ -6,9 +6,9 @@ elementwise converters and exporters, ``dlprim.nn.functional``'s elementwise fun
 the table in docs/operators.md are generated from ``OPS``; see docs/architecture.md,
 "How to add an operator". Pure Python: importing it needs no driver and no torch.
 """
-from .declare import Operator, OPS, declare, get, by_aten, DTYPE_CLASSES
+from .declare import Operator, OPS, declare, get, by_aten, layer_operators, DTYPE_CLASSES
 from . import (elementwise, logic, activations, reductions, scans, sorting,  # noqa: F401
                indexing, creation, shape, convolution, pooling, interpolation, losses,
                normalization, random, linalg)  # (the declarations)
 
-__all__ = ["Operator", "OPS", "declare", "get", "by_aten", "DTYPE_CLASSES"]
+__all__ = ["Operator", "OPS", "declare", "get", "by_aten", "layer_operators", "DTYPE_CLASSES"]

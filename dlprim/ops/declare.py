@@ -32,9 +32,10 @@ Pure Python: no driver, no torch. An ``Operator`` says
   ``type`` (an activation name, say);
 - ``doc``: one line for the operator table.
 """
+import re
 from dataclasses import dataclass, field
 
-__all__ = ["Operator", "OPS", "declare", "get", "DTYPE_CLASSES", "by_aten"]
+__all__ = ["Operator", "OPS", "declare", "get", "DTYPE_CLASSES", "by_aten", "layer_operators"]
 
 DTYPE_CLASSES = ("float", "int", "bool")
 KINDS = ("unary", "binary", "ternary", "reduce", "launcher")
@@ -120,3 +121,20 @@ def get(name):
 def by_aten(packet):
     """The operator that implements an ATen packet (``"sin"``), or None."""
     return _BY_ATEN.get(packet)
+
+
+def layer_operators():
+    """The names of the operators the Net's ``Pointwise`` layer runs (and so ONNX import
+    and ``dlprim.nn.functional``): one input, float, no attributes, a gradient
+    expression."""
+    out = []
+    for op in OPS.values():
+        if op.kind != "unary" or "float" not in op.dtypes or op.promote == "bool":
+            continue
+        expr = op.expr_for("float")
+        if expr is None or not op.grad or op.grad[0] is None:
+            continue
+        if set(re.findall(r"\{(\w+)\}", expr)) - {"a", "T", "R"}:
+            continue  # attributes: the Activation layer or an operator's own layer has them
+        out.append(op.name)
+    return out
