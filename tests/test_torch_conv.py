@@ -18,7 +18,7 @@ def both(fn, *tensors, dtype=torch.float32, tol=None, grads=True):
     sum(out * cotangent) for every float input. float16 is held to the CPU's float32
     result of the same (rounded) inputs: the CPU lacks some float16 kernels."""
     tol = tol or (1e-4 if dtype == torch.float32 else 2e-2)
-    grads = grads and dtype == torch.float32
+    grads = grads and dtype == torch.float32 and any(t.is_floating_point() for t in tensors)
     cpu = [t.to(dtype).float().detach().requires_grad_(grads and t.is_floating_point())
            if t.is_floating_point() else t for t in tensors]
     ocl = [t.to(dtype).to(DEV).detach().requires_grad_(grads and t.is_floating_point())
@@ -97,6 +97,18 @@ def test_conv_paths():
     assert any(k[2][0] == (1, 2, 5, 5) for k in plans)
     F.conv3d(x3, w3)
     assert any(isinstance(k, tuple) and k[0] == "conv_nd" and k[5] == (4, 5, 5) for k in ctx.ops)
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_conv_integer(dims):
+    x = (randn(2, 4, *(5,) * dims) * 5).long()
+    w = (randn(4, 2, *(3,) * dims) * 5).long()
+    b = torch.arange(4)
+    conv = (F.conv1d, F.conv2d, F.conv3d)[dims - 1]
+    convt = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[dims - 1]
+    both(lambda x, w, b: conv(x, w, b, padding=1, stride=2, groups=2), x, w, b)
+    both(lambda x, w, b: convt(x, w, b, padding=1, stride=2, output_padding=1, groups=2),
+         x, w, b)
 
 
 def test_conv3d_in_chunks(monkeypatch):

@@ -11,7 +11,8 @@ writes col[c, k, n, l] (C K rows of N L columns; K taps, L output positions), so
 
 where dyᵀ is dy laid out (C_out, N L) and W[g] the (C_out/G, C_in/G K) weights of group g.
 Tensors are contiguous dlprim Tensors of one float dtype (float32, float16, bfloat16;
-the products accumulate in float32).
+the products accumulate in float32). Integer convolutions (no GEMM takes them) run one
+output element per work-item (``conv_direct``).
 """
 import numpy as np
 
@@ -22,7 +23,7 @@ from ..utils import round_up
 from .gemm import Gemm
 from .pointwise import _memo
 
-__all__ = ["ConvND", "conv_nd"]
+__all__ = ["ConvND", "conv_nd", "conv_direct"]
 
 
 def _three(values, fill):
@@ -115,3 +116,20 @@ def conv_nd(ctx, batch, in_c, out_c, groups, in_size, out_size, kernel, stride, 
     args = (batch, in_c, out_c, groups, tuple(in_size), tuple(out_size), tuple(kernel),
             tuple(stride), tuple(padding), tuple(dilation), as_dtype(dtype))
     return _memo(ctx, ("conv_nd",) + args, lambda: ConvND(ctx, *args))
+
+
+def conv_direct(ctx, x, w, y, stride, padding, dilation, groups, transposed):
+    """The launch of an integer convolution (``conv_direct`` of ``kernels/conv_nd.cl``)
+    over contiguous dlprim Tensors: x (N, C, *in), y (N, C_out, *out), w (C_out, C/G,
+    *kernel), or (C, C_out/G, *kernel) when ``transposed``; 1 to 3 spatial dims."""
+    dtype = as_dtype(x.dtype)
+    prog = program.get(ctx, "conv_nd", T=cl_type(dtype))
+    geometry = [x.shape[0], x.shape[1]] + list(_three(x.shape[2:], 1) + _three(y.shape[2:], 1)
+                                              + _three(w.shape[2:], 1) + _three(stride, 1)
+                                              + _three(padding, 0) + _three(dilation, 1))
+    total = int(np.prod(y.shape))
+    wg = min(256, ctx.facts.max_work_group)
+    args = ([np.uint64(total)] + [np.int32(v) for v in geometry]
+            + [np.int32(y.shape[1]), np.int32(groups), np.int32(bool(transposed)), x, w, y])
+    return [program.Launch(prog, "conv_direct", (round_up(total, wg),), (wg,), args)] \
+        if total else []

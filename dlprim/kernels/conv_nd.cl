@@ -73,3 +73,51 @@ __kernel void col2vol(ulong total, GEOMETRY,
     }
     STORE(dx + dx_offset, g, sum);
 }
+% if T not in ("float", "half", "bfloat16"):
+
+// Integer convolutions, one output element per work-item (PyTorch's CPU takes integer
+// dtypes; there is no GEMM for them): x (N, C, I), w, y (N, COUT, O), G groups; plain:
+// y[n, co, o] = sum x[n, ci, o S - P + k D] w[co, ci, k]; TRANSPOSED: the adjoint, each
+// x[n, ci, i] spread to y[n, co, i S - P + k D] by w[ci, co, k]. Sums wrap as C's do.
+__kernel void conv_direct(ulong total, GEOMETRY, int COUT, int G, int transposed,
+                          __global const ${T} *x, ulong x_offset, __global const ${T} *w,
+                          ulong w_offset, __global ${T} *y, ulong y_offset)
+{
+    ulong g = get_global_id(0);
+    if (g >= total)
+        return;
+    int o2 = (int)(g % O2), o1 = (int)((g / O2) % O1), o0 = (int)((g / O2 / O1) % O0);
+    ulong nco = g / O2 / O1 / O0;
+    int co = (int)(nco % COUT);
+    ulong n = nco / COUT;
+    const int CG = C / G, COG = COUT / G, grp = co / COG;
+    const ulong KK = (ulong)K0 * K1 * K2;
+    long sum = 0;
+    for (int cg = 0; cg < CG; ++cg) {
+        int ci = grp * CG + cg;
+        __global const ${T} *xp = x + x_offset + (n * C + ci) * I0 * I1 * I2;
+        __global const ${T} *wp = w + w_offset
+            + (transposed ? (ulong)ci * COG + co % COG : (ulong)co * CG + cg) * KK;
+        for (int k0 = 0; k0 < K0; ++k0)
+            for (int k1 = 0; k1 < K1; ++k1)
+                for (int k2 = 0; k2 < K2; ++k2) {
+                    int i0, i1, i2;
+                    if (transposed) {   // o = i S - P + k D
+                        int t0 = o0 + P0 - k0 * D0, t1 = o1 + P1 - k1 * D1, t2 = o2 + P2 - k2 * D2;
+                        if (t0 < 0 || t1 < 0 || t2 < 0 || t0 % S0 || t1 % S1 || t2 % S2)
+                            continue;
+                        i0 = t0 / S0; i1 = t1 / S1; i2 = t2 / S2;
+                    } else {
+                        i0 = o0 * S0 - P0 + k0 * D0;
+                        i1 = o1 * S1 - P1 + k1 * D1;
+                        i2 = o2 * S2 - P2 + k2 * D2;
+                    }
+                    if (i0 < 0 || i0 >= I0 || i1 < 0 || i1 >= I1 || i2 < 0 || i2 >= I2)
+                        continue;
+                    sum += (long)xp[((ulong)i0 * I1 + i1) * I2 + i2]
+                         * (long)wp[((ulong)k0 * K1 + k1) * K2 + k2];
+                }
+    }
+    y[y_offset + g] = (${T})sum;
+}
+% endif

@@ -1,4 +1,6 @@
-"""Convolutions on ocl devices, 1-D to 3-D, plain and transposed.
+"""Convolutions, pooling and resampling on ocl devices, in 1-D to 3-D.
+
+Convolutions, plain and transposed:
 
 - 2-D (and 1-D, seen as 2-D with a unit height: a view, no copy) run on dlprim's 2-D
   launchers (``core/conv.py``: the algorithm table of a Net's layers); a transposed
@@ -7,8 +9,13 @@
 - 3-D ones run on column unrolling + GEMM (``core/conv_nd.py``), plain and transposed.
 
 float32, float16 and bfloat16 inputs (the 2-D launchers keep the weights in float32:
-16-bit weights are widened for them and their gradient rounded back). The output shape,
-and every error about shapes, is PyTorch's own (the operator run on meta tensors).
+16-bit weights are widened for them and their gradient rounded back).
+
+Pooling (max, average, adaptive, max_unpool: ``core/pooling_nd.py``), resampling (the
+upsample_* operators of F.interpolate: ``core/resample_nd.py``), grid_sample
+(``core/grid_sample.py``) and affine_grid run on kernels of their own over 1 to 3
+spatial dims. Every output shape, and every error about shapes, is PyTorch's own (the
+operator run on meta tensors).
 """
 import math
 
@@ -17,7 +24,7 @@ import numpy as np
 import torch
 
 from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
-from ..core.conv_nd import conv_nd
+from ..core.conv_nd import conv_direct, conv_nd
 from ..core.grid_sample import INTERPOLATIONS, PADDINGS, grid_sample_ops
 from ..core.pooling_nd import PoolWindows, pooling_nd
 from ..core.resample_nd import resample_nd
@@ -31,6 +38,7 @@ aten = torch.ops.aten
 __all__ = []
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 _FAST_2D = (torch.float32, torch.float16, torch.bfloat16)  # the 2-D launchers' activations
 
 
@@ -207,6 +215,9 @@ def _unbatched(x, w):
 
 @register(aten.convolution.default)
 def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if x.dtype in _INTEGERS and w.dtype == x.dtype and not _unbatched(x, w):
+        return _integer_convolution(x, w, bias, stride, padding, dilation, transposed,
+                                    output_padding, groups)
     _check_dtypes("convolution", x, w, bias)
     m = aten.convolution.default(meta_of(x), meta_of(w), None if bias is None else meta_of(bias),
                                  stride, padding, dilation, transposed, output_padding, groups)
@@ -232,6 +243,21 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
     else:
         problem = _Problem(x.shape, out.shape, w.shape, stride, padding, dilation, groups)
         _run_forward(problem, x, w, out, bias)
+    return out
+
+
+def _integer_convolution(x, w, bias, stride, padding, dilation, transposed, output_padding,
+                         groups):
+    m = aten.convolution.default(meta_of(x), meta_of(w), None if bias is None else meta_of(bias),
+                                 stride, padding, dilation, transposed, output_padding, groups)
+    out = empty(m.shape, x.dtype, x._ocl_storage.index)
+    if out.numel():
+        n = w.dim() - 2
+        enqueue(_ctx(x), conv_direct(_ctx(x), as_dlprim(x), as_dlprim(w), as_dlprim(out),
+                                     _spread(stride, n), _spread(padding, n),
+                                     _spread(dilation, n), groups, transposed))
+        if bias is not None:
+            _add_bias(out, bias)
     return out
 
 
