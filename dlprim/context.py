@@ -15,6 +15,11 @@ import pyopencl.tools
 from .drivers import advice, icd_files, loader_vendors, probe_device, register_pip_drivers
 from .errors import DeviceMemoryError, Error
 from .staging import HostStaging
+from .utils import BoundedCache
+
+# how many memoized ops and recorded launches a context keeps (least recently used go
+# first); a training step of a large model uses a few thousand
+OPS_KEPT = 16384
 
 __all__ = ["Context", "ExecutionContext", "DeviceError", "list_devices", "DeviceFacts",
            "compile_problem", "CPU_DRIVER_PREFERENCE"]
@@ -344,7 +349,9 @@ class Context:
         self.memory = _TrackingAllocator(self)
         self.staging = HostStaging(self)  # large host-to-device copies (dlprim/staging.py)
         self.programs = {}  # filled by dlprim.kernels.program.get
-        self.ops = {}  # ops made for immediate use, by what fixes them (core.pointwise._memo)
+        # ops made for immediate use, by what fixes them (core.pointwise.memo), and the
+        # ocl device's recorded launches: the most recently used OPS_KEPT of them
+        self.ops = BoundedCache(OPS_KEPT)
 
     @property
     def name(self):

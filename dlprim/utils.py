@@ -2,6 +2,7 @@
 writes, the check before opening a file, integer rounding (grid sizes, alignment, tile
 counts), the test of what counts as a size, and the list of unknown names with the nearest
 known spelling of each."""
+import collections
 import difflib
 import numbers
 import os
@@ -12,7 +13,7 @@ from typing import Any, Iterable
 from .errors import MissingFileError
 
 __all__ = ["atomic_write", "fsync_dir", "ceil_div", "round_up", "is_int", "shape_problem",
-           "check_regular_file", "unknown_names", "cache_dir"]
+           "check_regular_file", "unknown_names", "cache_dir", "BoundedCache"]
 
 
 def is_int(value):
@@ -135,3 +136,32 @@ def check_regular_file(path, what, error):
     if os.path.exists(path):
         raise error("%s '%s' is not a regular file" % (what, path))
     raise MissingFileError("%s '%s' does not exist" % (what, path))
+
+
+class BoundedCache(collections.OrderedDict):
+    """A dict that keeps its ``maxsize`` most recently used entries: memoized ops and
+    recordings keyed by shapes (a model run over many sequence lengths makes new keys
+    without end) cannot grow memory without bound. ``get`` and ``[]`` count as a use."""
+
+    def __init__(self, maxsize):
+        super().__init__()
+        self.maxsize = int(maxsize)
+
+    def get(self, key, default=None):
+        try:
+            value = super().__getitem__(key)
+        except KeyError:
+            return default
+        self.move_to_end(key)
+        return value
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.maxsize:
+            self.popitem(last=False)

@@ -77,3 +77,17 @@ def test_devices_cli_lists_default(capsys):
     assert devices.main([]) == 0
     out = capsys.readouterr().out
     assert "device" in out and "*" in out and ":" in out
+
+
+def test_a_context_keeps_a_bounded_number_of_ops(ctx):
+    """Ops memoized per shape (and the ocl device's recordings) are the most recently used
+    ones: a model run over ever new shapes does not grow memory without end."""
+    from dlprim.context import OPS_KEPT
+    from dlprim.utils import BoundedCache
+    assert isinstance(ctx.ops, BoundedCache) and ctx.ops.maxsize == OPS_KEPT
+    cache = BoundedCache(3)
+    for k in "abc":
+        cache[k] = k
+    assert cache.get("a") == "a"          # a use: "b" is now the oldest
+    cache["d"] = "d"
+    assert list(cache) == ["c", "a", "d"] and cache.get("b") is None

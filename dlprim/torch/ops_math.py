@@ -9,6 +9,7 @@ from ..core.pointwise import _memo, pointwise, pointwise_reduce
 from ..core.reduction import ArgMax, op_code
 from ..dtypes import cl_type
 from ..tensor import Tensor
+from ..utils import BoundedCache
 from .dispatch import register, handle
 from .multi_tensor import Overlap, run_lists
 from .ops_tensor import convert, meta_of
@@ -56,7 +57,10 @@ def _signature(a):
     return a
 
 
-_result_cache = {}  # (operator, argument signatures) -> (output shape, dtype, compute dtype)
+# (operator, argument signatures) -> (output shape, dtype, compute dtype), the most
+# recently used RESULTS_KEPT
+RESULTS_KEPT = 8192
+_result_cache = BoundedCache(RESULTS_KEPT)
 
 
 def _result(func, args, kwargs, compute):
