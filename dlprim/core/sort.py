@@ -91,7 +91,7 @@ class Sort:
 
         def block(k_lo, k_hi):
             return program.Launch(self.program, "sort_block", (blocks * items,), (items,),
-                                  common + [u32(k_lo), u32(k_hi), keys, idx])
+                                  common + [u32(B), u32(k_lo), u32(k_hi), keys, idx])
         out.append(block(2, B))
         pairs = rows * P // 2
         k = 2 * B

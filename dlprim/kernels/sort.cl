@@ -60,15 +60,14 @@ __kernel void sort_unfill(ulong n, ulong inner, ulong P,
 }
 
 // stages k = k_lo .. k_hi (powers of two), each with steps j < B, on blocks of
-// B = min(P, LOCAL_N) elements in local memory: the whole sort of a row that fits
+// B = min(P, LOCAL_N or less) elements in local memory: the whole sort of a row that fits
 // (k_lo = 2, k_hi = P), else the first stages (k_hi = B) and the tail of a later one
-__kernel void sort_block(ulong P, int n, int desc, uint k_lo, uint k_hi,
+__kernel void sort_block(ulong P, int n, int desc, uint B, uint k_lo, uint k_hi,
                          __global ${K} *keys, ulong keys_offset,
                          __global int *idx, ulong idx_offset)
 {
     __local ${K} lk[${LOCAL_N}];
     __local int li[${LOCAL_N}];
-    const uint B = (uint)min(P, (ulong)${LOCAL_N});
     const ulong start = get_group_id(0) * (ulong)B;  // blocks of all rows, one after another
     const uint first = (uint)(start % P);            // the block's place in its row
     const uint lid = get_local_id(0), items = get_local_size(0);

@@ -472,8 +472,18 @@ def _cum_helper(x, values, indices, dim):
 
 
 # ----- sorting (core/sort.py): stable, NaN as the largest value
+def _wrap(dim, x):
+    """dim as a non-negative index, or PyTorch's IndexError."""
+    n = max(x.dim(), 1)
+    if not -n <= dim < n:
+        raise IndexError("Dimension out of range (expected to be in range of [%d, %d], but "
+                         "got %d)" % (-n, n - 1, dim))
+    return dim % n
+
+
 def _sorted(x, dim, descending):
     """(values, int64 indices): x sorted along dim, new contiguous tensors."""
+    dim = _wrap(dim, x)
     values = empty(x.shape, x.dtype, x._ocl_storage.index)
     indices = empty(x.shape, torch.int64, x._ocl_storage.index)
     if x.numel():
@@ -572,9 +582,9 @@ def _median_dim(name, ignore_nan):
 
 def _median_all(ignore_nan):
     def run(x):
-        if x.numel() == 0:
+        if x.numel() == 0:  # NaN, as PyTorch converts it to x's dtype
             out = empty((), x.dtype, x._ocl_storage.index)
-            return _fill(out, float("nan"))
+            return _fill(out, torch.tensor(float("nan")).to(x.dtype).item())
         return _median(x.reshape(-1), 0, False, ignore_nan)[0]
     return run
 
