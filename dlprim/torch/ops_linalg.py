@@ -20,8 +20,6 @@ aten = torch.ops.aten
 
 __all__ = ["register_composites"]
 
-_HALF = (torch.float16, torch.bfloat16)
-
 
 def _ctx(t):
     return t._ocl_storage.ctx
@@ -52,71 +50,97 @@ def _scalar(dtype, value):
     return np.uint8(bool(value)) if dtype == torch.bool else np.int64(value)
 
 
-# ----- matrix products on Gemm: float32, and 16-bit floats through float32
-def _in_float32(fn, op, *ts):
+# ----- matrix products: Gemm for float32, 16-bit floats through float32, integers as an
+# exact sum-of-products reduction (Gemm's float32 is inexact past 2**24)
+def _in_float32(fn, *ts):
     """fn over float32 operands; 16-bit float operands are widened and the result rounded
-    back; integer operands are refused (Gemm computes in float32, inexact past 2**24)."""
+    back once."""
     dtype = ts[0].dtype
     if dtype == torch.float32:
         return fn(*ts)
-    if dtype not in _HALF:
-        raise NotImplementedError("dlprim.torch: %s on ocl devices: float32, float16 and "
-                                  "bfloat16 operands only, got %s" % (op, dtype))
-    return convert(fn(*[convert(t, torch.float32) if t.dtype == dtype else t for t in ts]),
-                   dtype)
+    return convert(fn(*[convert(t, torch.float32) for t in ts]), dtype)
+
+
+def _integer_product(a, b):
+    """a @ b for integer 2-D or 3-D operands: (.., n, k, 1) * (.., 1, k, m) summed over k."""
+    n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
+    lead = tuple(a.shape[:-2])
+    out = _new(lead + (n, m), a.dtype, a)
+    if out.numel():
+        pointwise_reduce(_ctx(a), [as_dlprim(a).view(lead + (n, k, 1)),
+                                   as_dlprim(b).view(lead + (1, k, m))],
+                         [as_dlprim(out).view(lead + (n, 1, m))], "y0 = x0 * x1;")
+    return out
+
+
+def _product(a, b):
+    """a @ b for 2-D or 3-D (batched) operands of one dtype: a new contiguous tensor."""
+    if a.is_floating_point():
+        return _in_float32(ops_nn._mm if a.dim() == 2 else ops_nn._bmm, a, b)
+    return _integer_product(a, b)
 
 
 @register(aten.mm.default)
 def _mm(a, b):
-    _same_dtype("mm", a, b)
-    return _in_float32(ops_nn._mm, "mm", a, b)
+    if a.dim() == 2 and b.dim() == 2 and a.shape[1] != b.shape[0]:
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (%dx%d and %dx%d)"
+                           % (tuple(a.shape) + tuple(b.shape)))
+    aten.mm.default(meta_of(a), meta_of(b))  # PyTorch's checks
+    _same_dtype("addmm_impl_cpu_", a, b)
+    return _product(a, b)
 
 
 @register(aten.bmm.default)
 def _bmm(a, b):
+    aten.bmm.default(meta_of(a), meta_of(b))
     _same_dtype("bmm", a, b)
-    return _in_float32(ops_nn._bmm, "bmm", a, b)
+    return _product(a, b)
 
 
 def _gemm_add(c, a, b, beta, alpha):
-    """beta * c + alpha * (a @ b) for 2-D or 3-D a, b (c broadcast to the result); beta=0
-    never reads c."""
+    """beta * c + alpha * (a @ b) for float32 2-D or 3-D a, b (c broadcast to the result);
+    beta=0 never reads c."""
     out_shape = tuple(a.shape[:-1]) + (b.shape[-1],)
     out = _new(out_shape, torch.float32, a)
     if out.numel() == 0:
         return out
-    if beta != 0 and a.shape[-1]:
+    if not a.shape[-1]:  # an empty sum: beta * c alone
+        return _axpby(c, handle(aten.zero_.default, (out,), {}), beta, 0, out_shape)
+    if beta != 0:
         assign(out, c.expand(out_shape))
-    elif beta != 0:  # an empty sum: beta * c alone
-        assign(out, c.expand(out_shape))
-        return handle(aten.mul.Tensor, (out, beta), {})
-    elif not a.shape[-1]:
-        return handle(aten.zero_.default, (out,), {})
     return ops_nn._gemm(a, b, out, alpha=float(alpha), beta=float(beta) if beta != 0 else 0.0)
+
+
+def _add_product(op, c, a, b, beta, alpha):
+    _same_dtype(op, c, a, b)
+    if a.is_floating_point():
+        return _in_float32(lambda c, a, b: _gemm_add(c, a, b, beta, alpha), c, a, b)
+    shape = tuple(a.shape[:-1]) + (b.shape[-1],)
+    return _axpby(c, _integer_product(a, b), beta, alpha, shape)
 
 
 @register(aten.addmm.default)
 def _addmm(c, a, b, beta=1, alpha=1):
-    _same_dtype("addmm", c, a, b)
-    if c.dtype == torch.float32 and a.shape[1]:
+    aten.addmm.default(meta_of(c), meta_of(a), meta_of(b))
+    if c.dtype == a.dtype == b.dtype == torch.float32 and a.shape[1] and a.shape[0] and b.shape[1]:
         return ops_nn._addmm(c, a, b, beta, alpha)
-    return _in_float32(lambda c, a, b: _gemm_add(c, a, b, beta, alpha), "addmm", c, a, b)
+    return _add_product("addmm_impl_cpu_", c, a, b, beta, alpha)
 
 
 @register(aten.baddbmm.default)
 def _baddbmm(c, b1, b2, beta=1, alpha=1):
-    _same_dtype("baddbmm", c, b1, b2)
-    return _in_float32(lambda c, a, b: _gemm_add(c, a, b, beta, alpha), "baddbmm", c, b1, b2)
+    aten.baddbmm.default(meta_of(c), meta_of(b1), meta_of(b2))
+    return _add_product("baddbmm", c, b1, b2, beta, alpha)
 
 
 @register(aten.addbmm.default)
 def _addbmm(c, b1, b2, beta=1, alpha=1):
     """sum over the batch of b1[i] @ b2[i]: one (n, batch * k) @ (batch * k, m) product."""
-    _same_dtype("addbmm", c, b1, b2)
+    aten.addbmm.default(meta_of(c), meta_of(b1), meta_of(b2))
     batch, n, k = b1.shape
     a = b1.permute(1, 0, 2).reshape(n, batch * k)
     b = b2.reshape(batch * k, b2.shape[2])
-    return _in_float32(lambda c, a, b: _gemm_add(c, a, b, beta, alpha), "addbmm", c, a, b)
+    return _add_product("addbmm", c, a, b, beta, alpha)
 
 
 # ----- matrix-vector products, dot, trace: pointwise-reduce expressions (every dtype)

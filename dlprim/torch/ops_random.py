@@ -16,7 +16,7 @@ from .tensor import OclTensor, as_dlprim, assign, empty, numpy_dtype, write_into
 
 aten = torch.ops.aten
 
-__all__ = ["seed_from"]
+__all__ = ["seed_from", "get_rng_state", "set_rng_state"]
 
 _FLOAT_DIGITS = {torch.float32: 24, torch.float16: 11, torch.bfloat16: 8, torch.float64: 53}
 
@@ -26,6 +26,16 @@ def seed_from(generator=None):
     None), consuming its state."""
     gen = generator if generator is not None else torch.default_generator
     return int(torch.randint(0, 2 ** 63 - 1, (), generator=gen, dtype=torch.int64))
+
+
+def get_rng_state(device=None):
+    """``torch.ocl.get_rng_state``: ocl draws are keyed by PyTorch's CPU generator, so the
+    device has no state of its own (an empty state, which set_rng_state accepts)."""
+    return torch.empty(0, dtype=torch.uint8)
+
+
+def set_rng_state(new_state, device=None):
+    """``torch.ocl.set_rng_state``: nothing to restore (see get_rng_state)."""
 
 
 def _ctx(t):
