@@ -169,6 +169,20 @@ def test_cross_entropy(reduction):
     both(lambda a, t: F.cross_entropy(a, t, reduction=reduction), x4[..., 0], t4[..., 0])
 
 
+def test_empty_inputs():
+    """No elements: a mean is NaN, a gradient empty. (The CPU's multi-margin losses return
+    uninitialised memory there: NaN is the rule of every other mean.)"""
+    x, y = randn(0, 3), randn(0, 3)
+    both(lambda a, b: F.mse_loss(a, b), x, y, grad=(0, 1))
+    both(lambda a, b: F.smooth_l1_loss(a, b, reduction="sum"), x, y, grad=(0, 1))
+    both(lambda a, t: F.nll_loss(a, t), x, labels(0, 3))
+    both(lambda a, t: F.cross_entropy(a, t), x, labels(0, 3))
+    for loss, t in ((F.multilabel_margin_loss, torch.zeros(0, 3, dtype=torch.long)),
+                    (F.multi_margin_loss, labels(0, 3))):
+        assert loss(x.to(DEV), t.to(DEV)).cpu().isnan()
+    both(lambda a, t: F.nll_loss(a, t, ignore_index=1), randn(4, 3), torch.ones(4).long())
+
+
 # ----- errors
 def test_errors():
     x = randn(4, 5).to(DEV)
@@ -178,6 +192,10 @@ def test_errors():
         aten.multi_margin_loss(x, labels(3, 5).to(DEV), 1, 1.0, None, 1)
     with pytest.raises(RuntimeError):
         F.multilabel_margin_loss(x, labels(4, 5).to(DEV))
+    for p, t in ((torch.tensor([1.5, 0.5]), torch.tensor([1.0, 0.0])),
+                 (torch.tensor([0.5, 0.5]), torch.tensor([1.0, float("nan")]))):
+        with pytest.raises(RuntimeError, match="should be between 0 and 1"):
+            F.binary_cross_entropy(p.to(DEV), t.to(DEV))
     w, i, o = randn(5, 3).to(DEV), labels(4, 5).to(DEV), torch.tensor([0, 2]).to(DEV)
     with pytest.raises(NotImplementedError):
         aten._embedding_bag(w, i, o, False, 1, False, torch.ones(4).to(DEV))

@@ -32,13 +32,45 @@ def _reference(*packets):
         for name in packet.overloads():
             op = getattr(packet, name)
             if op in decomposition_table:
-                register(op)(decomposition_table[op])
+                fn = decomposition_table[op]
+                register(op)(_no_elements_safe(fn) if packet._qualified_op_name.endswith(
+                    "_backward") and name == "default" else fn)
+
+
+def _no_elements_safe(backward):
+    """A loss's backward whose reference divides by the element count in Python: an empty
+    input has an empty gradient."""
+    def run(grad, x, *args, **kwargs):
+        if x.numel() == 0:
+            return torch.empty_like(x)
+        return backward(grad, x, *args, **kwargs)
+    return run
 
 
 _reference(aten.mse_loss, aten.mse_loss_backward, aten.smooth_l1_loss,
            aten.smooth_l1_loss_backward, aten.huber_loss, aten.huber_loss_backward,
-           aten.binary_cross_entropy, aten.binary_cross_entropy_backward,
-           aten.binary_cross_entropy_with_logits, aten.soft_margin_loss_backward)
+           aten.binary_cross_entropy_backward, aten.binary_cross_entropy_with_logits,
+           aten.soft_margin_loss_backward)
+
+
+# ----- binary_cross_entropy: the CPU refuses probabilities outside [0, 1] (NaN included),
+# which a log would turn into a silent NaN; the check reads one pair of flags back
+def _check_probabilities(x, target):
+    bad = torch.stack([~((v >= 0) & (v <= 1)).all() for v in (x, target)]).tolist()
+    for what, flag in zip(("input", "target"), bad):
+        if flag:
+            raise RuntimeError("all elements of %s should be between 0 and 1" % what)
+
+
+@register(aten.binary_cross_entropy.default)
+def _binary_cross_entropy(x, target, weight=None, reduction=_MEAN):
+    _check_probabilities(x, target)
+    return decomposition_table[aten.binary_cross_entropy.default](x, target, weight, reduction)
+
+
+@register(aten.binary_cross_entropy.out)
+def _binary_cross_entropy_out(x, target, weight=None, reduction=_MEAN, *, out):
+    return _into(out, _binary_cross_entropy(x, target, weight, reduction))
 
 
 # ----- soft_margin_loss: log(1 + exp(-y x)) step by step in the input's dtype, as the
