@@ -234,8 +234,18 @@ def test_interpolate_errors():
         with pytest.raises(RuntimeError):
             torch.ops.aten.upsample_linear1d(randn(1, 4).to(dev), [8], False)
     with pytest.raises((NotImplementedError, RuntimeError)):
-        torch.ops.aten.upsample_nearest2d(torch.ones(1, 1, 2, 2, dtype=torch.long).to(DEV),
-                                          [4, 4])
+        torch.ops.aten.upsample_bilinear2d(torch.ones(1, 1, 2, 2, dtype=torch.long).to(DEV),
+                                           [4, 4], False)
+
+
+def test_interpolate_nearest_integers():
+    """uint8 as PyTorch's CPU; int64 (no CPU kernel) keeps every bit of large values."""
+    x = (randn(2, 3, 5, 7) * 100).to(torch.uint8)
+    for mode in ("nearest", "nearest-exact"):
+        want = F.interpolate(x, scale_factor=1.7, mode=mode)
+        assert torch.equal(F.interpolate(x.to(DEV), scale_factor=1.7, mode=mode).cpu(), want)
+        big = F.interpolate(x.long().to(DEV) + 2 ** 40, scale_factor=1.7, mode=mode)
+        assert torch.equal(big.cpu(), want.long() + 2 ** 40)
 
 
 # ----- grid_sample, affine_grid

@@ -8,7 +8,7 @@
 // MODE "linear_aa" / "cubic_aa": antialiased (interpolate's antialias=True), every input
 // under a filter stretched by the ratio when shrinking (support U, 1 / stretch V per dim),
 // its weights normalised to sum to 1 (PyTorch's _upsample_*_aa, after PIL).
-// T: the storage type (computed in float).
+// T: the storage type (computed in float; integers only for the nearest modes, forward).
 % if T in ("half", "bfloat16"):
 #define LOAD(p, i) LD_${T}(p, i)
 #define STORE(p, i, v) ST_${T}(p, i, v)
@@ -83,7 +83,8 @@ __kernel void resample_forward(ulong total, SIZES,
     taps(o1, I1, O1, C1, align_corners, a1, w1);
     taps(o2, I2, O2, C2, align_corners, a2, w2);
 % if TAPS == 1:
-    float sum = LOAD(xp, ((ulong)a0[0] * I1 + a1[0]) * I2 + a2[0]);
+    // a copy: integers (nearest resampling takes them) keep every bit
+    ${"float" if T in ("float", "half", "bfloat16") else T} sum = LOAD(xp, ((ulong)a0[0] * I1 + a1[0]) * I2 + a2[0]);
 % else:
     float sum = 0.0f;
     for (int k0 = 0; k0 < (I0 > 1 || O0 > 1 ? TAPS : 1); ++k0) {
@@ -130,6 +131,7 @@ inline void reach(int i, int I, int O, float scale, int *first, int *last)
 
 % endif
 
+% if T in ("float", "half", "bfloat16"):
 % if AA:
 #define WEIGHT_OF(d) aa_weight_of(o##d, i##d, I##d, O##d, C##d, U##d, V##d)
 % else:
@@ -172,3 +174,4 @@ __kernel void resample_backward(ulong total, SIZES,
     }
     STORE(dx + dx_offset, g, sum);
 }
+% endif

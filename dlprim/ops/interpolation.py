@@ -7,13 +7,13 @@ _T = "dlprim.torch.ops_conv."
 
 declare("upsample_nearest", FAMILY, "launcher",
         "1-D to 3-D nearest resampling (F.interpolate mode 'nearest') and its gradient",
-        dtypes=("float",),
+        dtypes=("float", "int"),
         aten=("upsample_nearest1d", "upsample_nearest1d_backward", "upsample_nearest2d",
               "upsample_nearest2d_backward", "upsample_nearest3d",
               "upsample_nearest3d_backward"), onnx="Resize", launch=_T + "_resample")
 declare("upsample_nearest_exact", FAMILY, "launcher",
         "1-D to 3-D nearest-exact resampling (pixel centres) and its gradient",
-        dtypes=("float",),
+        dtypes=("float", "int"),
         aten=("_upsample_nearest_exact1d", "_upsample_nearest_exact1d_backward",
               "_upsample_nearest_exact2d", "_upsample_nearest_exact2d_backward",
               "_upsample_nearest_exact3d", "_upsample_nearest_exact3d_backward"),

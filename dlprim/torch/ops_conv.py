@@ -473,8 +473,9 @@ def _resample(mode, n, packet, aligned):
         if x.dim() != n + 2:   # (the meta kernel's error would be a ValueError)
             raise RuntimeError("It is expected input_size equals to %d, but got size %d"
                                % (n + 2, x.dim()))
-        if x.dtype not in _FLOATS:
-            _unsupported(str(packet), "float tensors only, got %s" % x.dtype)
+        if x.dtype not in _FLOATS and not (mode.startswith("nearest") and x.dtype in _INTEGERS):
+            _unsupported(str(packet), "float tensors (and integers for nearest resampling) "
+                         "only, got %s" % x.dtype)
         m = packet.default(meta_of(x), output_size, *rest)
         out = empty(m.shape, x.dtype, x._ocl_storage.index)
         if out.numel():
