@@ -147,6 +147,17 @@ def test_nll_loss_weights_ignore_index(reduction):
          t4[..., 0])
 
 
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_nll_loss_label_out_of_range_is_nan(reduction):
+    """The CPU raises; the device shows NaN (in that row, or in the reduced loss)."""
+    t = torch.tensor([0, 7, 2, -100, -3]).to(DEV)
+    for x in (randn(5, 7), randn(5, 7, 1, 1)):
+        got = F.nll_loss(x.to(DEV), t.reshape((5,) + x.shape[2:]), reduction=reduction).cpu()
+        assert got.isnan().sum() == (2 if reduction == "none" else 1)
+        if reduction == "none":
+            assert got.flatten()[[1, 4]].isnan().all()
+
+
 def test_nll_loss_float16_and_byte_labels():
     x = torch.log_softmax(randn(33, 7), 1)
     both(lambda a, t, w: F.nll_loss(a, t, weight=w), x.half(), labels(33, 7),

@@ -105,11 +105,21 @@ def _fast_nll2d(x, target, weight):
     return _fast_nll(x, target, weight, 4)
 
 
+def _poisoned(out, target, classes, ignore_index):
+    """The row kernel leaves out a label outside [0, C) as if ignored, where the CPU raises:
+    its loss becomes NaN instead (no host round trip to raise)."""
+    bad = ((target < 0) | (target >= classes)) & (target != ignore_index)
+    if out.dim():
+        return torch.where(bad.reshape(out.shape), torch.full_like(out, float("nan")), out)
+    return torch.where(bad.any(), torch.full_like(out, float("nan")), out)
+
+
 @register(aten.nll_loss_forward.default)
 def _nll_loss_forward(x, target, weight, reduction, ignore_index):
     target = _labels(target)
     if _fast_nll(x, target, weight):
-        return ops_nn._nll_loss_forward(x, target, weight, reduction, ignore_index)
+        out, total = ops_nn._nll_loss_forward(x, target, weight, reduction, ignore_index)
+        return _poisoned(out, target, x.shape[1], ignore_index), total
     return decomposition_table[aten.nll_loss_forward.default](x, target, weight, reduction,
                                                               ignore_index)
 
@@ -128,7 +138,8 @@ def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_w
 def _nll_loss2d_forward(x, target, weight, reduction, ignore_index):
     target = _labels(target)
     if _fast_nll2d(x, target, weight):
-        return ops_nn._nll_loss2d_forward(x, target, weight, reduction, ignore_index)
+        out, total = ops_nn._nll_loss2d_forward(x, target, weight, reduction, ignore_index)
+        return _poisoned(out, target, x.shape[1], ignore_index), total
     return decomposition_table[aten.nll_loss2d_forward.default](x, target, weight, reduction,
                                                                 ignore_index)
 
