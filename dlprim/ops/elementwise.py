@@ -72,6 +72,14 @@ _unary("erfinv", "dlp_erfinv_{R}({a})", "inverse error function",
 _unary("lgamma", "lgamma({a})", "log |Gamma(x)|", grad=("dy * dlp_digamma_{R}(a)",))
 _unary("digamma", "dlp_digamma_{R}({a})", "d/dx log Gamma(x)", grad=None,
        aten=("digamma", "special_psi", "special_digamma"))
+_unary("special_ndtr", "(({T})0.5 * erfc(-{a} * ({T})0.7071067811865476))",
+       "the standard normal distribution function",
+       grad=("dy * 0.3989422804014327f * exp(-0.5f * a * a)",))
+_unary("special_log_ndtr", "log(({T})0.5 * erfc(-{a} * ({T})0.7071067811865476))",
+       "log of the standard normal distribution function",
+       grad=("dy * 0.3989422804014327f * exp(-0.5f * a * a - y)",))
+_unary("special_entr", "(isnan({a}) ? {a} : ({a} > 0 ? -{a} * log({a}) : ({a} == 0 ? ({T})0 "
+       ": -({T})INFINITY)))", "-x ln x (0 at 0, -inf below)", grad=("-dy * (1 + log(a))",))
 _unary("i0", "dlp_i0_{R}({a})", "modified Bessel function of the first kind, order 0",
        grad=None, aten=("i0", "special_i0"))
 
