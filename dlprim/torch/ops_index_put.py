@@ -160,19 +160,7 @@ def _scatter_(self, dim, index, src=None, value=None, reduce=None):
     if reduce is not None:
         return _reduce_into(self, dim, index, src, reduce, True, True, RuntimeError, message,
                             fill)
-    ctx = self._ocl_storage.ctx
-    dimn = dim % max(self.dim(), 1)
-    if index.numel() == 0:
-        return self
-    target = narrowed(self, index.shape, dimn)
-    outer, n, inner = around(target.shape, dimn)
-    m = (list(index.shape) or [1])[dimn]
-
-    def work(d):
-        checked(ctx, kernels.put(ctx, _as(src, self.dtype), as_dlprim(index), d, outer, n, m,
-                                 inner, per_element=True, fill=fill), RuntimeError, message)
-    _in_place(target, work)
-    return self
+    return _write(self, dim, index, src, True, fill, False, RuntimeError, message)
 
 
 def _scatter_src_(self, dim, index, src, *, reduce=None):
@@ -214,32 +202,36 @@ def _index_reduce_(self, dim, index, source, reduce, *, include_self=True):
                         "index %d is out of range in self")
 
 
-def _index_write_(self, dim, index, source, fill, wrap, message):
+def _write(self, dim, index, src, per_element, fill, wrap, error, message):
+    """self[... index ...] = src along dim (src[0] everywhere when ``fill``): scatter,
+    index_copy, index_fill; with repeated indices one write wins, as in PyTorch."""
     ctx = self._ocl_storage.ctx
     dim = dim % max(self.dim(), 1)
     if index.numel() == 0 or self.numel() == 0:
         return self
-    outer, n, inner = around(self.shape, dim)
+    target = narrowed(self, index.shape, dim) if per_element else self
+    outer, n, inner = around(target.shape, dim)
+    m = (list(index.shape) or [1])[dim] if per_element else index.numel()
+    idx = as_dlprim(index if per_element else index.reshape(-1))
 
     def work(d):
-        checked(ctx, kernels.put(ctx, _as(source, self.dtype), as_dlprim(index.reshape(-1)), d,
-                                 outer, n, index.numel(), inner, wrap=wrap, fill=fill),
-                IndexError, message)
-    _in_place(self, work)
+        checked(ctx, kernels.put(ctx, _as(src, self.dtype), idx, d, outer, n, m, inner,
+                                 per_element=per_element, wrap=wrap, fill=fill), error, message)
+    _in_place(target, work)
     return self
 
 
 def _index_copy_(self, dim, index, source):
     _meta_check(aten.index_copy_, self, dim, index, source)
-    return _index_write_(self, dim, index, source, False, False,
-                         "index_copy_(): " + _scatter_message(self, dim))
+    return _write(self, dim, index, source, False, False, False, IndexError,
+                  "index_copy_(): " + _scatter_message(self, dim))
 
 
 def _index_fill_(self, dim, index, value):
     _meta_check(aten.index_fill_.int_Tensor if isinstance(value, torch.Tensor)
                 else aten.index_fill_.int_Scalar, self, dim, index, value)
-    return _index_write_(self, dim, index, _scalar_tensor(value, self.dtype, self), True, True,
-                         _scatter_message(self, dim))
+    return _write(self, dim, index, _scalar_tensor(value, self.dtype, self), False, True, True,
+                  IndexError, _scatter_message(self, dim))
 
 
 # ----- flat and advanced indexing
@@ -280,13 +272,17 @@ def _write_at(self, xp, p, k, tensors, sizes, values, accumulate, message):
     return self
 
 
+def _type_name(dtype):
+    """PyTorch's name for a dtype in its messages ('Float', 'Long')."""
+    return torch.empty((), dtype=dtype).type()[len("torch."):-len("Tensor")]
+
+
 def _index_put_(self, indices, values, accumulate=False, unsafe=False):
     values = device_tensor(values, self)
     if values.dtype != self.dtype:
         raise RuntimeError("Index put requires the source and destination dtypes match, got "
                            "%s for the destination and %s for the source."
-                           % (str(self.dtype)[6:].capitalize(), str(values.dtype)[6:]
-                              .capitalize()))
+                           % (_type_name(self.dtype), _type_name(values.dtype)))
     xp, p, k, tensors, sizes, dims = advanced(self, indices)
     if not tensors:
         return assign(self, values.expand(self.shape))
@@ -308,10 +304,10 @@ def _masked_scatter_(self, mask, source):
     if self.numel() == 0:
         return self
     found = kernels.compact(ctx, as_dlprim(mask.expand(self.shape)))
-    if found.count() > source.numel():
+    count = found.count()
+    if count > source.numel():
         raise RuntimeError("masked_scatter: expected source to have at least %d elements "
-                           "(the mask's number of True), got %d"
-                           % (found.count(), source.numel()))
+                           "(the mask's number of True), got %d" % (count, source.numel()))
     _in_place(self, lambda d: found.scatter(_as(source.reshape(-1), self.dtype), d))
     return self
 
