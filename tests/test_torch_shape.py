@@ -42,6 +42,15 @@ def test_sequences(dtype):
     _same(torch.eye(31, 33, dtype=dtype, device="ocl"), torch.eye(31, 33, dtype=dtype))
 
 
+def test_filled_factories():
+    for dtype in DTYPES:
+        _same(torch.eye(33, dtype=dtype, device="ocl"), torch.eye(33, dtype=dtype))
+        _same(torch.full((2, 33), 3, dtype=dtype, device="ocl"), torch.full((2, 33), 3, dtype=dtype))
+        _same(torch.zeros(65, dtype=dtype, device="ocl"), torch.zeros(65, dtype=dtype))
+        _same(torch.ones(1, 31, dtype=dtype, device="ocl"), torch.ones(1, 31, dtype=dtype))
+        _same(torch.scalar_tensor(1, dtype=dtype, device="ocl"), torch.scalar_tensor(1, dtype=dtype))
+
+
 def test_sequence_details():
     _same(torch.arange(0.5, 3.1, 0.3, device="ocl"), torch.arange(0.5, 3.1, 0.3))
     _same(torch.arange(0.5, 5, 1.5, dtype=torch.int64, device="ocl"),
@@ -101,7 +110,7 @@ def test_pads_forward(dtype):
         _both(lambda t: F.pad(t, (-1, 2, 2, -1), mode="replicate"), x)
 
 
-@pytest.mark.parametrize("mode", ["reflect", "replicate", "constant"])
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular", "constant"])
 @pytest.mark.parametrize("shape,pad", [((2, 3, 33), (3, 31)), ((2, 3, 5, 7), (1, 2, 3, 4)),
                                        ((1, 2, 3, 4, 5), (1, 2, 2, 1, 0, 2))])
 def test_pad_gradients(mode, shape, pad):
@@ -171,6 +180,9 @@ def test_shuffles_and_im2col():
     uo.backward(g.to("ocl"))
     _same(xo.grad, xc.grad)  # col2im
     _same(F.fold(g.to("ocl"), (9, 10), **kw), F.fold(g, (9, 10), **kw))
+    x = _make((3, 5, 7), torch.float32)  # unbatched
+    _both(lambda t: F.unfold(t, (2, 3)), x)
+    _both(lambda t: F.fold(t, (5, 7), (2, 3)), F.unfold(x, (2, 3)))
 
 
 def test_unfold_backward():
