@@ -74,6 +74,26 @@ def test_cast_matrix(src):
         same(strided, want, "copy_ %s -> %s" % (name(src), name(dst)))
 
 
+def test_layouts_follow_pytorch():
+    """.to, clone and the *_like factories keep a dense layout (preserve_format) or take
+    the memory format asked for, on the device and on the way to the CPU."""
+    x = sample(torch.float32, 2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    o = x.to(DEV)
+    cases = [lambda t: t.to(torch.int16, memory_format=torch.channels_last),
+             lambda t: t.transpose(1, 2).to(torch.bfloat16), lambda t: t.transpose(1, 2).clone(),
+             lambda t: torch.zeros_like(t.permute(3, 2, 1, 0), dtype=torch.int8),
+             lambda t: t.permute(0, 2, 3, 1).to("cpu", torch.float16),
+             lambda t: t.transpose(1, 2).contiguous(),
+             lambda t: torch.full_like(t[:, :1].expand(2, 3, 4, 5), 3)]
+    for k, f in enumerate(cases):
+        want, got = f(x), f(o)
+        assert got.stride() == want.stride(), (k, got.stride(), want.stride())
+        same(got, want, "case %d" % k)
+    assert torch.empty(2, 3, 4, 5, memory_format=torch.channels_last, device=DEV).stride() == \
+        (60, 1, 15, 3)
+    same(o[:0].to(torch.int8), x[:0].to(torch.int8), "empty")
+
+
 def test_pytorch_conversion_rules():
     """Float to integer truncates toward zero; to uint8 through int64 (-1.5 -> 255); to bool
     is != 0 (NaN too); integers wrap."""

@@ -25,7 +25,10 @@ def device_index(dev):
 # ----- creation (these are also PrivateUse1 kernels: no ocl tensor among their arguments)
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None,
                         memory_format=None):
-    return empty(size, dtype or torch.get_default_dtype(), device_index(device or "ocl"))
+    stride = None
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        stride = torch.empty(size, memory_format=memory_format, device="meta").stride()
+    return empty(size, dtype or torch.get_default_dtype(), device_index(device or "ocl"), stride)
 
 
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
@@ -36,10 +39,19 @@ register(aten.empty.memory_format)(empty_memory_format)
 register(aten.empty_strided.default)(empty_strided)
 
 
+def _strides_like(x, memory_format):
+    """The strides PyTorch gives a new tensor like x (empty_like's rule: preserve_format
+    keeps a dense layout such as a transpose's); None for contiguous ones."""
+    if memory_format is torch.contiguous_format or (
+            memory_format in (None, torch.preserve_format) and x.is_contiguous()):
+        return None
+    return torch.empty_like(meta_of(x), memory_format=memory_format or torch.preserve_format).stride()
+
+
 @register(aten.empty_like.default)
 def _empty_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     index = x._ocl_storage.index if device is None else device_index(device)
-    return empty(x.shape, dtype or x.dtype, index)
+    return empty(x.shape, dtype or x.dtype, index, _strides_like(x, memory_format))
 
 
 @register(aten.new_empty.default)
@@ -54,9 +66,9 @@ def _new_empty_strided(x, size, stride, dtype=None, layout=None, device=None, pi
     return empty(size, dtype or x.dtype, index, stride)
 
 
-def _fill_new(x, size, value, dtype, device):
+def _fill_new(x, size, value, dtype, device, stride=None):
     index = x._ocl_storage.index if device is None else device_index(device)
-    out = empty(size, dtype or x.dtype, index)
+    out = empty(size, dtype or x.dtype, index, stride)
     return _fill(out, value)
 
 
@@ -77,18 +89,18 @@ def _new_full(x, size, value, dtype=None, layout=None, device=None, pin_memory=N
 
 @register(aten.zeros_like.default)
 def _zeros_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return _fill_new(x, x.shape, 0, dtype, device)
+    return _fill_new(x, x.shape, 0, dtype, device, _strides_like(x, memory_format))
 
 
 @register(aten.ones_like.default)
 def _ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return _fill_new(x, x.shape, 1, dtype, device)
+    return _fill_new(x, x.shape, 1, dtype, device, _strides_like(x, memory_format))
 
 
 @register(aten.full_like.default)
 def _full_like(x, value, dtype=None, layout=None, device=None, pin_memory=None,
                memory_format=None):
-    return _fill_new(x, x.shape, value, dtype, device)
+    return _fill_new(x, x.shape, value, dtype, device, _strides_like(x, memory_format))
 
 
 # ----- fill
@@ -230,19 +242,21 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
              memory_format=None):
     target = torch.device(device) if device is not None else x.device
     dtype = dtype or x.dtype
+    stride = _strides_like(x, memory_format)
     if target.type != "ocl":
-        return to_cpu(x).to(device=target, dtype=dtype)
+        host = to_cpu(x).to(device=target, dtype=dtype)
+        if stride is None:
+            return host
+        return torch.empty_strided(x.shape, stride, dtype=dtype, device=target).copy_(host)
     index = device_index(target)
     if index != x._ocl_storage.index:
         x = from_numpy(to_numpy(x), index, x.dtype)
-    if dtype != x.dtype:
-        return convert(x, dtype)
-    return assign(empty(x.shape, dtype, index), x)
+    return assign(empty(x.shape, dtype, index, stride), x)
 
 
 @register(aten.clone.default)
 def _clone(x, memory_format=None):
-    return assign(empty(x.shape, x.dtype, x._ocl_storage.index), x)
+    return assign(empty(x.shape, x.dtype, x._ocl_storage.index, _strides_like(x, memory_format)), x)
 
 
 @register(aten._copy_from_and_resize.default)

@@ -251,14 +251,15 @@ def assign(dst, src):
     """dst[...] = src for ocl tensors of one shape on one device, whatever the strides of
     either (an expanded src too): one strided copy, nothing staged; another dtype converts
     on the way as PyTorch converts."""
+    if dst.numel() == 0:
+        return dst
     ctx = dst._ocl_storage.ctx
     if src.dtype is dst.dtype:
         a, b = _start(src), _start(dst)
     elif src.is_contiguous() and dst.is_contiguous():
         # the pointwise generator has kernels of its own for CPU drivers (a row per loop,
         # vectorised): int64 -> float32 of 1M elements 6 ms there, 22 through StridedCast
-        if dst.numel():
-            pointwise(ctx, [as_dlprim(src)], [as_dlprim(dst)], _cast_code(src.dtype, dst.dtype))
+        pointwise(ctx, [as_dlprim(src)], [as_dlprim(dst)], _cast_code(src.dtype, dst.dtype))
         return dst
     else:
         a, b = _start_values(src), _start_values(dst)
