@@ -138,6 +138,19 @@ def test_solve_inv_det(n):
           torch.linalg.lu_solve(want_lu, want_piv, B, adjoint=True), 1e-3)
 
 
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3), (2, 33, 31), (1, 1), (64, 64)])
+def test_lu_rectangular_and_unpacked(shape):
+    A = rand(*shape)
+    LU, piv = torch.linalg.lu_factor(A.to(DEV))
+    want_lu, want_piv = torch.linalg.lu_factor(A)
+    close(LU, want_lu, 1e-3)
+    assert torch.equal(piv.cpu(), want_piv)
+    for k in range(3):
+        both(lambda a: torch.linalg.lu(a)[k], A, tol=1e-3, grads=k > 0)
+    P, L, U = torch.lu_unpack(LU, piv)
+    close(P @ L @ U, A, 1e-4)
+
+
 def test_pivoting_and_singular():
     A = torch.tensor([[0.0, 2.0, 1.0], [1.0, 1.0, 0.0], [3.0, 0.0, 1.0]])
     both(torch.linalg.det, A)

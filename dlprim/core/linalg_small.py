@@ -12,7 +12,7 @@ from ..dtypes import cl_type
 from ..kernels import program
 from ..utils import round_up
 
-__all__ = ["MAX_N", "fits", "lu_factor", "lu_solve", "tri_solve", "cholesky"]
+__all__ = ["MAX_N", "fits", "lu_factor", "lu_unpack", "lu_solve", "tri_solve", "cholesky"]
 
 MAX_N = 64  # a float matrix of 64 x 64 is 16 KiB of local memory
 
@@ -46,14 +46,26 @@ def _check(n):
                          % (MAX_N, MAX_N, n, n))
 
 
-def lu_factor(ctx, a, lu, piv, info, stats, batch, n, queue=None):
-    """lu, piv, info = LU of the matrices of a (getrf); stats (batch, 3): det, the sign of
-    det (0 when singular), log |det|."""
-    _check(n)
-    if batch * n == 0:
+def lu_factor(ctx, a, lu, piv, info, stats, batch, n, rows=None, queue=None):
+    """lu, piv, info = LU of the (rows x n, square by default) matrices of a (getrf);
+    stats (batch, 3) of square ones: det, the sign of det (0 when singular), log |det|."""
+    rows = n if rows is None else rows
+    _check(max(rows, n))
+    if batch * n * rows == 0:
         return
-    wg = _wg(ctx, n)
-    _run(ctx, a.dtype, "lu_factor", (batch * wg,), (wg,), _u(n) + [a, lu, piv, info, stats],
+    wg = _wg(ctx, rows)
+    _run(ctx, a.dtype, "lu_factor", (batch * wg,), (wg,), _u(rows, n) + [a, lu, piv, info, stats],
+         queue)
+
+
+def lu_unpack(ctx, lu, piv, p, l, u, batch, rows, n, queue=None):
+    """p (rows x rows), l (rows x k), u (k x n), k = min(rows, n): A = p l u from
+    lu_factor's lu and piv."""
+    _check(max(rows, n))
+    if batch * rows * n == 0:
+        return
+    wg = _wg(ctx, max(rows, n))
+    _run(ctx, lu.dtype, "lu_unpack", (batch * wg,), (wg,), _u(rows, n) + [lu, piv, p, l, u],
          queue)
 
 

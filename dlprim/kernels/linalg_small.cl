@@ -9,10 +9,10 @@
 
 #define AT(m, i, j) (m)[(i) * n + (j)]
 
-// A = P L U of each n x n matrix: lu gets L (unit diagonal, not stored) and U, piv the
-// row swaps, info the first zero pivot (1-based, 0 if none; LAPACK's getrf), and stats
-// (det, sign of det, log |det|) per matrix
-__kernel void lu_factor(ulong n, __global const ${T} *a, ulong a_offset,
+// A = P L U of each rows x n matrix: lu gets L (unit diagonal, not stored) and U, piv the
+// min(rows, n) row swaps, info the first zero pivot (1-based, 0 if none; LAPACK's getrf),
+// and stats (det, sign of det, log |det|: square matrices) per matrix
+__kernel void lu_factor(ulong rows, ulong n, __global const ${T} *a, ulong a_offset,
                         __global ${T} *lu, ulong lu_offset, __global int *piv, ulong piv_offset,
                         __global int *info, ulong info_offset,
                         __global ${C} *stats, ulong stats_offset)
@@ -21,16 +21,18 @@ __kernel void lu_factor(ulong n, __global const ${T} *a, ulong a_offset,
     __local int pivot_row;
     ulong b = get_group_id(0);
     int lid = get_local_id(0), ls = get_local_size(0);
-    a += a_offset + b * n * n;
-    for (ulong e = lid; e < n * n; e += ls)
+    ulong steps = min(rows, n);
+    a += a_offset + b * rows * n;
+    piv += piv_offset + b * steps;
+    for (ulong e = lid; e < rows * n; e += ls)
         m[e] = LD_${T}(a, e);
     barrier(CLK_LOCAL_MEM_FENCE);
     int first_zero = 0;
-    for (ulong k = 0; k < n; k++) {
+    for (ulong k = 0; k < steps; k++) {
         if (lid == 0) {
             ulong p = k;
             ${C} best = fabs(AT(m, k, k));
-            for (ulong i = k + 1; i < n; i++) {
+            for (ulong i = k + 1; i < rows; i++) {
                 ${C} v = fabs(AT(m, i, k));
                 if (v > best || (isnan(v) && !isnan(best))) {
                     best = v;
@@ -38,7 +40,7 @@ __kernel void lu_factor(ulong n, __global const ${T} *a, ulong a_offset,
                 }
             }
             pivot_row = (int)p;
-            piv[piv_offset + b * n + k] = (int)p + 1;
+            piv[k] = (int)p + 1;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         ulong p = pivot_row;
@@ -53,7 +55,7 @@ __kernel void lu_factor(ulong n, __global const ${T} *a, ulong a_offset,
             if (!first_zero)
                 first_zero = (int)k + 1;
         } else {
-            for (ulong i = k + 1 + lid; i < n; i += ls) {
+            for (ulong i = k + 1 + lid; i < rows; i += ls) {
                 ${C} l = AT(m, i, k) / d;
                 AT(m, i, k) = l;
                 for (ulong j = k + 1; j < n; j++)
@@ -62,18 +64,18 @@ __kernel void lu_factor(ulong n, __global const ${T} *a, ulong a_offset,
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    for (ulong e = lid; e < n * n; e += ls)
-        ST_${T}(lu + lu_offset + b * n * n, e, m[e]);
+    for (ulong e = lid; e < rows * n; e += ls)
+        ST_${T}(lu + lu_offset + b * rows * n, e, m[e]);
     if (lid == 0) {
         info[info_offset + b] = first_zero;
         ${C} sign = 1, logabs = 0, det = 1;
-        for (ulong k = 0; k < n; k++) {
+        for (ulong k = 0; k < steps; k++) {
             ${C} d = AT(m, k, k);
             det *= d;
             logabs += log(fabs(d));
             if (d < 0)
                 sign = -sign;
-            if (piv[piv_offset + b * n + k] != (int)k + 1) {
+            if (piv[k] != (int)k + 1) {
                 sign = -sign;
                 det = -det;
             }
@@ -84,6 +86,42 @@ __kernel void lu_factor(ulong n, __global const ${T} *a, ulong a_offset,
         stats[0] = det;
         stats[1] = sign;
         stats[2] = logabs;
+    }
+}
+
+// P, L, U with A = P L U from lu_factor's lu and piv of a rows x n matrix (k = min(rows,
+// n)): P rows x rows, L rows x k (unit lower), U k x n (upper)
+__kernel void lu_unpack(ulong rows, ulong n, __global const ${T} *lu, ulong lu_offset,
+                        __global const int *piv, ulong piv_offset, __global ${T} *p,
+                        ulong p_offset, __global ${T} *l, ulong l_offset,
+                        __global ${T} *u, ulong u_offset)
+{
+    __local int perm[${MAX_N}];  // perm[i]: the row of A at row i of P^T A
+    ulong b = get_group_id(0), steps = min(rows, n);
+    int lid = get_local_id(0), ls = get_local_size(0);
+    if (lid == 0) {
+        for (ulong i = 0; i < rows; i++)
+            perm[i] = (int)i;
+        for (ulong k = 0; k < steps; k++) {
+            int q = piv[piv_offset + b * steps + k] - 1, t = perm[k];
+            perm[k] = perm[q];
+            perm[q] = t;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    lu += lu_offset + b * rows * n;
+    p += p_offset + b * rows * rows;
+    l += l_offset + b * rows * steps;
+    u += u_offset + b * steps * n;
+    for (ulong e = lid; e < rows * rows; e += ls)
+        ST_${T}(p, e, (${C})(perm[e % rows] == (int)(e / rows)));
+    for (ulong e = lid; e < rows * steps; e += ls) {
+        ulong i = e / steps, j = e % steps;
+        ST_${T}(l, e, i > j ? (${C})LD_${T}(lu, i * n + j) : (${C})(i == j));
+    }
+    for (ulong e = lid; e < steps * n; e += ls) {
+        ulong i = e / n, j = e % n;
+        ST_${T}(u, e, j >= i ? (${C})LD_${T}(lu, i * n + j) : (${C})0);
     }
 }
 

@@ -29,8 +29,10 @@ declare("trace", FAMILY, "launcher", "sum of the main diagonal", dtypes=("float"
         aten=("trace", "trace_backward"), launch=_T + "_trace")
 declare("linalg_cross", FAMILY, "launcher", "cross product along a dimension of length 3",
         dtypes=("float", "int"), aten=("linalg_cross",), launch=_T + "_cross")
-declare("linalg_lu_factor", FAMILY, "launcher", "LU with partial pivoting (n <= 64)",
+declare("linalg_lu_factor", FAMILY, "launcher", "LU with partial pivoting (m, n <= 64)",
         dtypes=_FLOAT, aten=("linalg_lu_factor_ex",), launch=_T + "_lu_factor_ex")
+declare("linalg_lu", FAMILY, "launcher", "P, L, U of an LU factorization (n <= 64)",
+        dtypes=_FLOAT, aten=("linalg_lu", "lu_unpack"), launch=_T + "_linalg_lu")
 declare("linalg_lu_solve", FAMILY, "launcher", "solve from an LU factorization",
         dtypes=_FLOAT, aten=("linalg_lu_solve",), launch=_T + "_lu_solve")
 declare("linalg_solve", FAMILY, "launcher", "solve A X = B (n <= 64)", dtypes=_FLOAT,

@@ -272,20 +272,21 @@ def _cross(a, b, dim=-1):
 
 
 # ----- small dense factorizations, one work-group per matrix (n <= linalg_small.MAX_N)
-def _square(op, A):
-    if A.dim() < 2 or A.shape[-1] != A.shape[-2]:
+def _square(op, A, square=True):
+    """(batch shape, n) of A's n x n matrices (of its m x n ones where not ``square``)."""
+    if A.dim() < 2 or (square and A.shape[-1] != A.shape[-2]):
         raise RuntimeError("%s: A must be batches of square matrices, but they are %s matrices"
                            % (op, " by ".join(map(str, A.shape[-2:])) if A.dim() >= 2 else
                               "%d-D" % A.dim()))
     if A.dtype != torch.float32:
         raise (RuntimeError if A.is_floating_point() else NotImplementedError)(
             "%s: float32 matrices only on ocl devices, got %s" % (op, A.dtype))
-    n = A.shape[-1]
-    if not linalg_small.fits(n):
+    if not linalg_small.fits(max(A.shape[-2:])):
         raise NotImplementedError("dlprim.torch: %s on ocl devices: matrices up to %d x %d "
                                   "(one work-group per matrix), got %d x %d"
-                                  % (op, linalg_small.MAX_N, linalg_small.MAX_N, n, n))
-    return tuple(A.shape[:-2]), n
+                                  % ((op, linalg_small.MAX_N, linalg_small.MAX_N)
+                                     + tuple(A.shape[-2:])))
+    return tuple(A.shape[:-2]), A.shape[-1]
 
 
 def _batch(t, shape):
@@ -294,17 +295,19 @@ def _batch(t, shape):
     return d.view((max(d.size // max(int(np.prod(shape)), 1), 1),) + tuple(shape)) if d.size else d
 
 
-def _lu(A, op):
-    """(LU, pivots, info, stats) of the square matrices of A, new ocl tensors."""
-    batch, n = _square(op, A)
+def _lu(A, op, square=True):
+    """(LU, pivots, info, stats) of the matrices of A, new ocl tensors (stats: det, its
+    sign, log |det| of square ones)."""
+    batch, n = _square(op, A, square)
+    rows = A.shape[-2]
     LU = _new(A.shape, A.dtype, A)
-    piv = _new(batch + (n,), torch.int32, A)
+    piv = _new(batch + (min(rows, n),), torch.int32, A)
     info = _new(batch, torch.int32, A)
     stats = _new(batch + (3,), A.dtype, A)
     count = int(np.prod(batch))
-    if count * n:
+    if count * n * rows:
         linalg_small.lu_factor(_ctx(A), as_dlprim(A), as_dlprim(LU), as_dlprim(piv),
-                               as_dlprim(info), as_dlprim(stats), count, n)
+                               as_dlprim(info), as_dlprim(stats), count, n, rows)
     elif count:
         handle(aten.zero_.default, (info,), {})
         handle(aten.copy_.default, (stats, torch.tensor([1.0, 1.0, 0.0])), {})
@@ -325,13 +328,35 @@ def _linalg_check_errors(info, api_name, is_matrix):
 def _lu_factor_ex(A, pivot=True, check_errors=False):
     if not pivot:
         raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
-    if A.dim() >= 2 and A.shape[-1] != A.shape[-2]:
-        raise NotImplementedError("dlprim.torch: linalg.lu_factor on ocl devices: square matrices "
-                                  "only, got %d x %d" % tuple(A.shape[-2:]))
-    LU, piv, info, _ = _lu(A, "linalg.lu_factor")
+    LU, piv, info, _ = _lu(A, "linalg.lu_factor", square=False)
     if check_errors:
         _check_errors(info, "torch.linalg.lu_factor_ex")
     return LU, piv, info
+
+
+@register(aten.lu_unpack.default)
+def _lu_unpack(LU, piv, unpack_data=True, unpack_pivots=True):
+    """(P, L, U) with A = P L U; the parts not asked for are empty (PyTorch's rule)."""
+    batch, n = _square("torch.lu_unpack", LU, square=False)
+    rows, k = LU.shape[-2], min(LU.shape[-2:])
+    P = _new(batch + (rows, rows), LU.dtype, LU)
+    L = _new(batch + (rows, k), LU.dtype, LU)
+    U = _new(batch + (k, n), LU.dtype, LU)
+    count = int(np.prod(batch))
+    if count * rows * n:
+        linalg_small.lu_unpack(_ctx(LU), as_dlprim(LU), as_dlprim(piv.expand(batch + (k,))),
+                               as_dlprim(P), as_dlprim(L), as_dlprim(U), count, rows, n)
+    elif count * rows:  # no columns: P is the identity
+        handle(aten.copy_.default, (P, torch.eye(rows)), {})
+    nothing = _new((0,), LU.dtype, LU)
+    return (P if unpack_pivots else nothing), (L if unpack_data else nothing), \
+        (U if unpack_data else nothing)
+
+
+@register(aten.linalg_lu.default)
+def _linalg_lu(A, pivot=True):
+    LU, piv, _ = _lu_factor_ex(A, pivot)
+    return _lu_unpack(LU, piv)
 
 
 def _lu_solve_into(LU, piv, B, adjoint=False, identity=False):
