@@ -238,3 +238,23 @@ def test_rms_norm_exports_at_every_opset(ctx, tmp_path, opset):
     ours = net(x=x)
     dox.save(net, tmp_path / "rms.onnx", opset=opset)
     check_close(ours["rms"], run_ort(tmp_path / "rms.onnx", {"x": x})["rms"])
+
+
+def test_an_imported_constant_exports_as_its_initializer(ctx, tmp_path):
+    """A constant input of an imported model is a Parameter whose output has the
+    parameter's own name: it goes back out as that initializer alone (an Identity node
+    writing the same name would break the graph's single assignment)."""
+    from onnx import TensorProto, helper, numpy_helper
+    g = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Add", ["s", "c"], ["y"])],
+        "constant", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.full((3,), 1.25, np.float32), "c")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    net = dox.load(m.SerializeToString(), ctx)
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    path = str(tmp_path / "constant.onnx")
+    dox.save(net, path)   # checked by onnx's checker on the way
+    again = dox.load(path, ctx)
+    np.testing.assert_allclose(again(x=x)["y"], 1 / (1 + np.exp(-x)) + 1.25, rtol=1e-6)

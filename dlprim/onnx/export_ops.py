@@ -208,6 +208,8 @@ def cast(e, op, layer, ins, outs, params):
 
 @exports("Parameter")
 def parameter(e, op, layer, ins, outs, params):
+    if list(outs) == list(params):
+        return  # the value is the initializer itself (an imported constant keeps its name)
     e.node("Identity", params, outs, op.name)
 
 
