@@ -215,11 +215,14 @@ def test_errors():
 
 
 # ----- normalisations
-@pytest.mark.parametrize("dtype, param_dtype", [(torch.float32, torch.float32),
-                                                (torch.float16, torch.float16),
-                                                (torch.float16, torch.float32)])
-@pytest.mark.parametrize("has_weight, has_bias", list(itertools.product((True, False),
-                                                                         repeat=2)))
+_AFFINE = list(itertools.product((True, False), repeat=2))  # (weight, bias) given
+
+
+@pytest.mark.parametrize("dtype, param_dtype, has_weight, has_bias",
+                         [(torch.float32, torch.float32) + a for a in _AFFINE]
+                         + [(torch.float16, torch.float16) + a for a in _AFFINE]
+                         + [(torch.float16, torch.float32, True, True),
+                            (torch.float16, torch.float32, False, True)])
 def test_norms(dtype, param_dtype, has_weight, has_bias):
     x = randn(4, 6, 33, dtype=dtype)
 

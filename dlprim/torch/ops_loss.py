@@ -27,14 +27,12 @@ _MEAN, _SUM = 1, 2
 
 
 def _reference(*packets):
-    """Every overload of these packets that PyTorch decomposes (functional and out=)."""
+    """The functional overload of these packets as PyTorch decomposes it (their out=
+    overloads go through it: see dispatch)."""
     for packet in packets:
-        for name in packet.overloads():
-            op = getattr(packet, name)
-            if op in decomposition_table:
-                fn = decomposition_table[op]
-                register(op)(_no_elements_safe(fn) if packet._qualified_op_name.endswith(
-                    "_backward") and name == "default" else fn)
+        fn = decomposition_table[packet.default]
+        register(packet.default)(_no_elements_safe(fn) if packet._qualified_op_name.endswith(
+            "_backward") else fn)
 
 
 def _no_elements_safe(backward):
@@ -68,21 +66,11 @@ def _binary_cross_entropy(x, target, weight=None, reduction=_MEAN):
     return decomposition_table[aten.binary_cross_entropy.default](x, target, weight, reduction)
 
 
-@register(aten.binary_cross_entropy.out)
-def _binary_cross_entropy_out(x, target, weight=None, reduction=_MEAN, *, out):
-    return _into(out, _binary_cross_entropy(x, target, weight, reduction))
-
-
 # ----- soft_margin_loss: log(1 + exp(-y x)) step by step in the input's dtype, as the
 # CPU's kernel does (in float16 exp(-y x) overflows to inf past 11: so does the CPU's loss)
 @register(aten.soft_margin_loss.default)
 def _soft_margin_loss(x, target, reduction=_MEAN):
     return _reduce_rows(torch.log1p(torch.exp(-x * target)), reduction)
-
-
-@register(aten.soft_margin_loss.out)
-def _soft_margin_loss_out(x, target, reduction=_MEAN, *, out):
-    return _into(out, _soft_margin_loss(x, target, reduction))
 
 
 # ----- nll_loss: dlprim's row kernel where it applies, else the reference decomposition
@@ -204,11 +192,6 @@ def _multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=_MEAN):
     return _reduce_rows(per_row, reduction)
 
 
-@register(aten.multi_margin_loss.out)
-def _multi_margin_loss_out(x, target, p=1, margin=1, weight=None, reduction=_MEAN, *, out):
-    return _into(out, _multi_margin_loss(x, target, p, margin, weight, reduction))
-
-
 @register(aten.multi_margin_loss_backward.default)
 def _multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reduction=_MEAN):
     x2, t, z, w = _multi_margin_terms(x, target, p, margin, weight)
@@ -220,18 +203,6 @@ def _multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reducti
     # x_y appears with a minus sign in every active term of its row
     g = g - torch.zeros_like(g).scatter_add(1, t, g.sum(1, keepdim=True))
     return g.reshape(x.shape)
-
-
-@register(aten.multi_margin_loss_backward.grad_input)
-def _multi_margin_loss_backward_out(grad, x, target, p, margin, weight=None, reduction=_MEAN,
-                                    *, grad_input):
-    return _into(grad_input, _multi_margin_loss_backward(grad, x, target, p, margin, weight,
-                                                         reduction))
-
-
-def _into(out, value):
-    out.resize_(value.shape)
-    return out.copy_(value)
 
 
 # ----- multilabel_margin_loss: loss_n = sum_{j labelled} sum_{i not a label}
@@ -259,12 +230,6 @@ def _multilabel_margin_loss_forward(x, target, reduction):
     return loss, is_target.to(x.dtype).reshape(target.shape)
 
 
-@register(aten.multilabel_margin_loss_forward.output)
-def _multilabel_margin_loss_forward_out(x, target, reduction, *, output, is_target):
-    loss, mask = _multilabel_margin_loss_forward(x, target, reduction)
-    return _into(output, loss), _into(is_target, mask)
-
-
 def _check_multilabel(x, target):
     if x.dim() > 2 or (x.dim() > 0 and x.shape[-1] == 0):
         raise RuntimeError("multilabel_margin_loss: expected non-empty vector or matrix with "
@@ -283,9 +248,3 @@ def _multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
     # +1 for x_i per live (j, i), -1 for x_{y_j}
     g = live.sum(1) - torch.zeros_like(x2).scatter_add(1, labels, live.sum(2))
     return (g * scale).reshape(x.shape)
-
-
-@register(aten.multilabel_margin_loss_backward.grad_input)
-def _multilabel_margin_loss_backward_out(grad, x, target, reduction, is_target, *, grad_input):
-    return _into(grad_input, _multilabel_margin_loss_backward(grad, x, target, reduction,
-                                                              is_target))
