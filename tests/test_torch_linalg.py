@@ -178,6 +178,9 @@ def test_cholesky_and_triangular(n):
          T, B, tol=1e-3)
     both(lambda t, b: torch.linalg.solve_triangular(t, b, upper=False, left=False), T, B.mT,
          tol=1e-3)
+    both(lambda b, t: torch.cholesky_solve(b, t), B, T, tol=1e-3)
+    both(lambda b, t: torch.cholesky_solve(b, t.mT, upper=True), B, T, tol=1e-3)
+    both(torch.cholesky_inverse, T, tol=1e-3)
     with pytest.raises(torch.linalg.LinAlgError):
         torch.linalg.cholesky(-S.to(DEV))
 

@@ -49,3 +49,7 @@ declare("linalg_solve_triangular", FAMILY, "launcher", "solve with a triangular 
         dtypes=_FLOAT, aten=("linalg_solve_triangular",), launch=_T + "_solve_triangular")
 declare("linalg_check_errors", FAMILY, "launcher", "raise LinAlgError from LAPACK info codes",
         dtypes=("int",), aten=("_linalg_check_errors",), launch=_T + "_linalg_check_errors")
+declare("cholesky_solve", FAMILY, "launcher", "solve from a Cholesky factor",
+        dtypes=_FLOAT, aten=("cholesky_solve",), launch=_T + "_cholesky_solve")
+declare("cholesky_inverse", FAMILY, "launcher", "inverse from a Cholesky factor",
+        dtypes=_FLOAT, aten=("cholesky_inverse",), launch=_T + "_cholesky_inverse")

@@ -452,3 +452,23 @@ def _solve_triangular(A, B, upper, left=True, unitriangular=False):
                                _batch(B.expand(batch + (n, k)), (n, k)), as_dlprim(X),
                                int(np.prod(batch)), n, k, upper, unitriangular)
     return X
+
+
+def _identity(n, like):
+    eye = handle(aten.zero_.default, (_new((n, n), like.dtype, like),), {})
+    handle(aten.fill_.Scalar, (eye.diagonal(), 1.0), {})
+    return eye
+
+
+@register(aten.cholesky_solve.default)
+def _cholesky_solve(B, L, upper=False):
+    """X with A X = B for A = L L^T (U^T U where ``upper``): two triangular solves."""
+    if upper:  # A = U^T U: X = U^-1 (U^-T B)
+        return _solve_triangular(L, _solve_triangular(L.mT, B, upper=False), upper=True)
+    return _solve_triangular(L.mT, _solve_triangular(L, B, upper=False), upper=True)
+
+
+@register(aten.cholesky_inverse.default)
+def _cholesky_inverse(L, upper=False):
+    _square("cholesky_inverse", L)
+    return _cholesky_solve(_identity(L.shape[-1], L).expand(L.shape), L, upper)
