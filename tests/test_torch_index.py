@@ -109,6 +109,10 @@ def test_index_out_of_range_raises_as_pytorch():
         x[bad, bad, bad]
     with pytest.raises(IndexError):
         x[torch.tensor([1.0]).to(DEV)]
+    with pytest.raises(RuntimeError, match="same device"):
+        x.index_select(0, torch.tensor([1]))
+    with pytest.raises(RuntimeError, match="same device"):
+        x.clone().scatter_add_(0, torch.tensor([[1]]), x)
     x[:, bad.clamp(max=3)]  # the fault was cleared: a good index runs again
     with pytest.raises(RuntimeError, match="dtypes match"):
         x.index_put_((bad,), torch.tensor([1, 2]).to(DEV))

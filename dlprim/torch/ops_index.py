@@ -19,17 +19,27 @@ from .tensor import OclTensor, as_dlprim, empty, enqueue, from_numpy
 aten = torch.ops.aten
 
 __all__ = ["advanced", "around", "checked", "device_tensor", "linear_index", "meta",
-           "narrowed", "nonzero"]
+           "narrowed", "nonzero", "on_device"]
 
 
 # ----- the shared pieces (ops_index_put.py uses them too)
 def meta(a):
-    """Meta tensors for the ocl tensors in a (nested) argument."""
+    """Meta tensors for the tensors in a (nested) argument (a CPU one: a wrapped scalar)."""
     if isinstance(a, OclTensor):
         return meta_of(a)
+    if isinstance(a, torch.Tensor):
+        return a.to("meta")
     if isinstance(a, (list, tuple)):
         return type(a)(meta(x) for x in a)
     return a
+
+
+def on_device(op, x, *others):
+    """PyTorch's error where a tensor of the call is not on x's ocl device."""
+    for t in others:
+        if isinstance(t, torch.Tensor) and (not isinstance(t, OclTensor) or t.device != x.device):
+            raise RuntimeError("%s: expected all tensors to be on the same device, but found "
+                               "at least two devices, %s and %s" % (op, x.device, t.device))
 
 
 def around(shape, dim):
@@ -91,6 +101,7 @@ def _take_along(op, x, dim, index, out_shape, error, message, per_element, wrap=
 
 
 def _index_select(x, dim, index):
+    on_device("index_select", x, index)
     shape = aten.index_select(meta(x), dim, meta(index)).shape
     dim = dim % max(x.dim(), 1)
     return _take_along("index_select", x, dim, index.reshape(-1), shape, IndexError,
@@ -99,6 +110,7 @@ def _index_select(x, dim, index):
 
 
 def _gather(x, dim, index, sparse_grad=False):
+    on_device("gather", x, index)
     shape = aten.gather(meta(x), dim, meta(index)).shape
     dim = dim % max(x.dim(), 1)
     return _take_along("gather", x, dim, index, shape, RuntimeError,
@@ -107,6 +119,7 @@ def _gather(x, dim, index, sparse_grad=False):
 
 
 def _take(x, index):
+    on_device("take", x, index)
     aten.take(meta(x), meta(index))
     out = _new(index.shape, x.dtype, x)
     if out.numel():
@@ -118,6 +131,7 @@ def _take(x, index):
 
 
 def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    on_device("embedding", weight, indices)
     shape = aten.embedding(meta(weight), meta(indices), padding_idx).shape
     rows = _take_along("embedding", weight, 0, indices.reshape(-1), (indices.numel(),)
                        + tuple(weight.shape[1:]), IndexError,
@@ -251,6 +265,7 @@ def _nonzero_static(x, *, size, fill_value=-1):
 
 
 def _masked_select(x, mask):
+    on_device("masked_select", x, mask)
     if mask.dtype != torch.bool:
         raise RuntimeError("masked_select: expected BoolTensor for mask")
     full = torch.broadcast_shapes(tuple(x.shape), tuple(mask.shape))

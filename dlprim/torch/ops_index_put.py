@@ -14,7 +14,8 @@ import torch
 from ..core import indexing as kernels
 from ..core.pointwise import pointwise
 from .dispatch import register
-from .ops_index import advanced, around, checked, device_tensor, linear_index, meta, narrowed
+from .ops_index import (advanced, around, checked, device_tensor, linear_index, meta, narrowed,
+                        on_device)
 from .ops_tensor import assign, convert
 from .tensor import as_dlprim, empty, enqueue, from_numpy
 
@@ -86,8 +87,11 @@ def _as(t, dtype):
     return as_dlprim(t if t.dtype == dtype else convert(t, dtype))
 
 
-def _meta_check(op, *args, **kwargs):
-    """PyTorch's shape and dtype checks of an operator, run on meta tensors."""
+def _meta_check(op, self, *args, **kwargs):
+    """PyTorch's device, shape and dtype checks of an operator (on meta tensors)."""
+    on_device(op.__name__ if hasattr(op, "__name__") else str(op), self,
+              *[a for a in args if isinstance(a, torch.Tensor) and a.dim()])
+    args = (self,) + args
     try:
         op(*meta(list(args)), **{k: meta(v) for k, v in kwargs.items()})
     except NotImplementedError:
@@ -278,6 +282,7 @@ def _type_name(dtype):
 
 
 def _index_put_(self, indices, values, accumulate=False, unsafe=False):
+    on_device("index_put_", self, *[t for t in indices if t is not None and t.dim()])
     values = device_tensor(values, self)
     if values.dtype != self.dtype:
         raise RuntimeError("Index put requires the source and destination dtypes match, got "
@@ -328,6 +333,7 @@ def _masked_scatter_backward(grad, mask, sizes):
 
 
 def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    on_device("embedding_dense_backward", grad, indices)
     ctx = grad._ocl_storage.ctx
     width = grad.shape[-1]
     rows, idx = grad.reshape(-1, width), as_dlprim(indices.reshape(-1))
