@@ -86,7 +86,7 @@ def _new(shape, dtype, like):
 
 
 # ----- gathers
-def _take_along(op, x, dim, index, out_shape, error, message, per_element, wrap=False):
+def _take_along(x, dim, index, out_shape, error, message, per_element, wrap=False):
     """out = x[..., index, ...] along dim, over (outer, n, inner) views."""
     out = _new(out_shape, x.dtype, x)
     if out.numel() == 0:
@@ -104,7 +104,7 @@ def _index_select(x, dim, index):
     on_device("index_select", x, index)
     shape = aten.index_select(meta(x), dim, meta(index)).shape
     dim = dim % max(x.dim(), 1)
-    return _take_along("index_select", x, dim, index.reshape(-1), shape, IndexError,
+    return _take_along(x, dim, index.reshape(-1), shape, IndexError,
                        "index %%d is out of range in self (dimension %d of size %d)"
                        % (dim, (list(x.shape) or [1])[dim]), False)
 
@@ -113,7 +113,7 @@ def _gather(x, dim, index, sparse_grad=False):
     on_device("gather", x, index)
     shape = aten.gather(meta(x), dim, meta(index)).shape
     dim = dim % max(x.dim(), 1)
-    return _take_along("gather", x, dim, index, shape, RuntimeError,
+    return _take_along(x, dim, index, shape, RuntimeError,
                        "index %%d is out of bounds for dimension %d with size %d"
                        % (dim, (list(x.shape) or [1])[dim]), True)
 
@@ -133,7 +133,7 @@ def _take(x, index):
 def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     on_device("embedding", weight, indices)
     shape = aten.embedding(meta(weight), meta(indices), padding_idx).shape
-    rows = _take_along("embedding", weight, 0, indices.reshape(-1), (indices.numel(),)
+    rows = _take_along(weight, 0, indices.reshape(-1), (indices.numel(),)
                        + tuple(weight.shape[1:]), IndexError,
                        "index %d is out of range in self (embedding)", False)
     return rows.view(shape)
@@ -148,10 +148,11 @@ register(aten.embedding.default)(_embedding)
 
 # ----- x[indices]: the index tensors broadcast together pick elements over their axes
 def advanced(x, indices):
-    """PyTorch's advanced indexing plan for x[indices] (None: a whole axis):
-    (xp, p, k, index tensors of one shape B) with xp a view of x whose indexed axes are
-    p .. p+k-1 (moved to the front where they are not adjacent, as PyTorch does); the
-    result of x[indices] is xp.shape[:p] + B + xp.shape[p+k:]."""
+    """PyTorch's advanced indexing plan for x[indices] (None: a whole axis; a boolean mask
+    stands for the index tensors of its nonzero coordinates): (xp, p, k, index tensors
+    expanded to their common shape B, the indexed axes' sizes, their positions in x), with
+    xp a view of x whose indexed axes are p .. p+k-1 (moved to the front where they are not
+    adjacent, as PyTorch does). x[indices] has the shape xp.shape[:p] + B + xp.shape[p+k:]."""
     tensors = []
     for t in indices:
         if t is not None:
@@ -194,9 +195,10 @@ def advanced(x, indices):
 
 
 def linear_index(ctx, like, tensors, sizes):
-    """One int64 index over the indexed axes taken together (row-major), from the index
-    tensors (one shape) and the axes' sizes: None where there is one index tensor (its
-    own values are the index, checked by the kernel that reads it)."""
+    """One index over the indexed axes taken together (row-major), from the index tensors
+    (one shape) and the axes' sizes, as a contiguous dlprim tensor: the index tensor itself
+    where there is one (the kernel that reads it wraps and checks it), else an int64 one
+    made, wrapped and checked here."""
     if len(tensors) == 1:
         return as_dlprim(tensors[0])
     lin = _new(tensors[0].shape, torch.int64, like)
