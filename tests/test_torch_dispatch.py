@@ -146,9 +146,12 @@ def test_a_decomposition_runs_on_the_device_without_the_fallback():
 
 def test_a_decomposition_missing_an_operator_names_both():
     x = torch.ones(3, device=DEV)
-    with hidden(aten.addcmul.default, aten.mul.Tensor):
+    with hidden(aten.addcmul.default, aten.addcmul.out, aten.mul.Tensor):
         with pytest.raises(NotImplementedError, match=r"aten\.mul\.Tensor.*aten\.addcmul"):
             torch.addcmul(x, x, x)
+        with pytest.raises(NotImplementedError,
+                           match=r"aten\.mul\.Tensor.*aten\.addcmul\.out -> aten\.addcmul"):
+            torch.addcmul(x, x, x, out=torch.empty(3, device=DEV))
 
 
 # ----- the CPU fallback

@@ -169,14 +169,19 @@ def _meta(t):
 
 # ----- implementation, out=, decomposition, fallback, refusal
 def _run(func, args, kwargs):
+    """The routes of the module's docstring, in its order."""
     impl = _IMPLS.get(func) or _IMPLS.get(func.overloadpacket)
     if impl is not None:
         return impl(*args, **kwargs)
-    functional = _functional_of(func)
-    if functional is not None and _has_ocl_route(functional) \
-            and any(isinstance(a, OclTensor) for a in _leaves([args, _not_out(func, kwargs)])):
-        return _out_via(func, functional, args, kwargs)
     decomposing = _decomposing()
+    functional = _functional_of(func)
+    if functional is not None and func not in decomposing and _has_ocl_route(functional) \
+            and any(isinstance(a, OclTensor) for a in _leaves([args, _not_out(func, kwargs)])):
+        decomposing.append(func)  # (a refusal inside names the out= overload too)
+        try:
+            return _out_via(func, functional, args, kwargs)
+        finally:
+            decomposing.pop()
     if func not in decomposing:
         decomposing.append(func)
         try:
