@@ -208,7 +208,7 @@ def test_errors():
         with pytest.raises(RuntimeError, match="should be between 0 and 1"):
             F.binary_cross_entropy(p.to(DEV), t.to(DEV))
     w, i, o = randn(5, 3).to(DEV), labels(4, 5).to(DEV), torch.tensor([0, 2]).to(DEV)
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(RuntimeError, match="per_sample_weights"):
         aten._embedding_bag(w, i, o, False, 1, False, torch.ones(4).to(DEV))
     with pytest.raises(NotImplementedError, match="sparse"):
         F.embedding_bag(i, w.requires_grad_(), o, sparse=True).sum().backward()

@@ -43,8 +43,8 @@ def _check(weight, indices, offsets, mode, per_sample_weights):
         raise RuntimeError("embedding_bag: unknown mode %r" % (mode,))
     if per_sample_weights is not None:
         if mode != _SUM:
-            raise NotImplementedError("embedding_bag: per_sample_weights was not None. "
-                                      "per_sample_weights is only supported for mode='sum'")
+            raise RuntimeError("embedding_bag: per_sample_weights was not None. "
+                               "per_sample_weights is only supported for mode='sum'")
         if tuple(per_sample_weights.shape) != tuple(indices.shape):
             raise RuntimeError("embedding_bag: per_sample_weights must have the indices' shape "
                                "%s, got %s" % (list(indices.shape),
