@@ -28,3 +28,40 @@ __kernel void sequence(ulong n, ${COMPUTE} start, ${COMPUTE} step, ${COMPUTE} en
     y[y_offset + i] = (${STORE})v;
 % endif
 }
+% if COMPUTE == "long":
+
+// sum over rows i < r of clamp(i + c, 0, cols): zero rows, then a ramp, then full rows
+inline long clamped_sum(long r, long c, long cols)
+{
+    long z = clamp(-c, 0L, r);
+    long u = clamp(cols - c, z, r);
+    return (u - z) * c + (u - 1 + z) * (u - z) / 2 + cols * (r - u);
+}
+
+// the elements before row r of a triangle whose row i holds columns
+// [clamp(i + a, 0, cols), clamp(i + b, 0, cols))
+inline long before_row(long r, long a, long b, long cols)
+{
+    return clamped_sum(r, b, cols) - clamped_sum(r, a, cols);
+}
+
+// tril_indices / triu_indices: element k of the triangle (row-major) found by a binary
+// search over rows; y holds the rows, then the columns (2 x n)
+__kernel void triangle_indices(ulong n, long rows, long cols, long a, long b,
+                               __global ${STORE} *y, ulong y_offset)
+{
+    ulong k = get_global_id(0);
+    if (k >= n)
+        return;
+    long lo = 0, hi = rows;  // the last row r with before_row(r) <= k
+    while (lo < hi) {
+        long mid = (lo + hi + 1) / 2;
+        if (before_row(mid, a, b, cols) <= (long)k)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    y[y_offset + k] = (${STORE})lo;
+    y[y_offset + n + k] = (${STORE})(clamp(lo + a, 0L, cols) + (long)k - before_row(lo, a, b, cols));
+}
+% endif

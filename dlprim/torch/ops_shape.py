@@ -250,12 +250,15 @@ register(aten.eye.out)(lambda n, *, out: _eye_out(n, n, out=out))
 
 
 def _triangle_indices(lower):
+    factory = torch.tril_indices if lower else torch.triu_indices
+
     def run(row, col, offset=0, dtype=None, layout=None, device=None, pin_memory=None):
-        """The (row, column) pairs of the triangle, in PyTorch's row-major order: made on
-        the host from the three integers (nothing is read back) and copied over."""
-        cpu = (torch.tril_indices if lower else torch.triu_indices)(
-            row, col, offset, dtype=dtype or torch.int64)
-        return from_numpy(cpu.numpy(), device_index(device or "ocl"), cpu.dtype)
+        """The (row, column) pairs of the triangle, row-major (2 x count)."""
+        m = factory(row, col, offset, dtype=dtype or torch.int64, device="meta")
+        out = empty(m.shape, m.dtype, device_index(device or "ocl"))
+        if out.numel():
+            seq.triangle_indices(_ctx(out), as_dlprim(out), row, col, offset, lower)
+        return out
     return run
 
 
