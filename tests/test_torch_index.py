@@ -166,7 +166,8 @@ def test_scatter_index_writes_every_dtype(dtype):
         same(lambda x, i, s: x.put_(i, s), x, perm[:1], s9.view(-1)[:1])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.int32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.int32,
+                                   torch.uint8])
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 def test_scatter_reduce_and_index_reduce(dtype, reduce):
     x = values((5, 33), dtype)

@@ -137,13 +137,13 @@ def _reduce_into(self, dim, index, src, reduce, include_self, per_element, error
                                            as_dlprim(count), outer, n, m, inner, "add",
                                            per_element=per_element, fill=True)
         checked(ctx, launches, error, message)
-        if count is not None:
-            _divide_by_count(ctx, d, as_dlprim(count))
 
     if reduce == "mean":
         count = empty(target.shape, torch.int32, self._ocl_storage.index)
         aten.fill_.Scalar(count, 1 if include_self else 0)
     _in_place(target, work, dtype)
+    if count is not None:  # the sum wraps (or rounds) in self's dtype first, as in PyTorch
+        _in_place(target, lambda d: _divide_by_count(ctx, d, as_dlprim(count)), dtype)
     return self
 
 
