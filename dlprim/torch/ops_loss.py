@@ -208,7 +208,8 @@ def _multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reducti
 # ----- multilabel_margin_loss: loss_n = sum_{j labelled} sum_{i not a label}
 # max(0, 1 - (x_{y_j} - x_i)) / C, the labels being target's entries before its first -1
 def _multilabel_terms(x, target):
-    """(x, labels (N, C), counted (N, C) per label slot, is_target (N, C), z (N, J, I))."""
+    """x as (N, C); the labels (N, J) (0 in the slots from the first -1 on); is_target
+    (N, C); the hinge terms z (N, J, I), 0 where not counted; and where they count."""
     x2, t2 = torch.atleast_2d(x), torch.atleast_2d(target)
     counted = (t2 == -1).cumsum(1) == 0
     labels = torch.where(counted, t2, torch.zeros_like(t2))
