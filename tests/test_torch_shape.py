@@ -45,10 +45,12 @@ def test_sequences(dtype):
 def test_filled_factories():
     for dtype in DTYPES:
         _same(torch.eye(33, dtype=dtype, device="ocl"), torch.eye(33, dtype=dtype))
-        _same(torch.full((2, 33), 3, dtype=dtype, device="ocl"), torch.full((2, 33), 3, dtype=dtype))
+        _same(torch.full((2, 33), 3, dtype=dtype, device="ocl"),
+              torch.full((2, 33), 3, dtype=dtype))
         _same(torch.zeros(65, dtype=dtype, device="ocl"), torch.zeros(65, dtype=dtype))
         _same(torch.ones(1, 31, dtype=dtype, device="ocl"), torch.ones(1, 31, dtype=dtype))
-        _same(torch.scalar_tensor(1, dtype=dtype, device="ocl"), torch.scalar_tensor(1, dtype=dtype))
+        _same(torch.scalar_tensor(1, dtype=dtype, device="ocl"),
+              torch.scalar_tensor(1, dtype=dtype))
 
 
 def test_sequence_details():

@@ -62,6 +62,7 @@ __kernel void triangle_indices(ulong n, long rows, long cols, long a, long b,
             hi = mid - 1;
     }
     y[y_offset + k] = (${STORE})lo;
-    y[y_offset + n + k] = (${STORE})(clamp(lo + a, 0L, cols) + (long)k - before_row(lo, a, b, cols));
+    long first = clamp(lo + a, 0L, cols);  // the row's first column
+    y[y_offset + n + k] = (${STORE})(first + (long)k - before_row(lo, a, b, cols));
 }
 % endif

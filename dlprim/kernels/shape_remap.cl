@@ -44,7 +44,8 @@ __kernel void remap_axis(ulong total, ulong n_out, ulong inner, ulong n_in, long
 % endif
 % if STORE:
 <% COMPUTE = "float" if STORE in ("float", "half", "bfloat16") else STORE %>
-<%def name="load(idx)">${'LD_%s(dy + dy_offset, %s)' % (STORE, idx) if STORE in ('half', 'bfloat16') else 'dy[dy_offset + %s]' % idx}</%def>
+<%def name="load(idx)"><% wide = STORE not in ("half", "bfloat16") %>\
+${("dy[dy_offset + %s]" % idx) if wide else ("LD_%s(dy + dy_offset, %s)" % (STORE, idx))}</%def>
 // backward: dx[o, i, k] = sum of dy[o, j, k] over the j with map(j) == i
 __kernel void remap_axis_backward(ulong total, ulong n_in, ulong inner, ulong n_out, long lo,
                                   int mode, __global const ${STORE} *dy, ulong dy_offset,

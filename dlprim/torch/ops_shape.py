@@ -10,7 +10,6 @@ linspace and logspace. In-place view operators (``unsqueeze_``, ``transpose_``,
 """
 import math
 
-import numpy as np
 import torch
 
 from ..core import sequence as seq
@@ -21,7 +20,7 @@ from ..core.shape_remap import CIRCULAR, FLIP, REFLECT, REPLICATE, remap_axis, \
 from ..tensor import Tensor
 from .dispatch import register
 from .ops_tensor import _fill, _view_via_meta, convert, device_index, meta_of
-from .tensor import OclTensor, as_dlprim, assign, empty, from_numpy, numpy_dtype, strided_copy
+from .tensor import OclTensor, as_dlprim, assign, empty, numpy_dtype, strided_copy
 
 aten = torch.ops.aten
 
@@ -650,17 +649,26 @@ register(aten.unfold_backward.out)(_with_out(_unfold_backward))
 
 @register(aten.repeat_interleave.Tensor)
 def _repeat_interleave_indices(repeats, output_size=None):
-    """[0] * repeats[0] + [1] * repeats[1] + ...: the output's size depends on the counts,
-    so they are read to the host (PyTorch's CUDA kernel reads their sum too); the indices
-    are made there and copied over."""
+    """[0] * repeats[0] + [1] * repeats[1] + ...: each output position's index is the
+    number of cumulative counts at or below it (a search of the running sum). The output's
+    size depends on the counts, so their sum and minimum are read back (as PyTorch's CUDA
+    kernel reads them)."""
     if repeats.dim() != 1:
         raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
     if repeats.dtype not in (torch.int64, torch.int32):
         raise RuntimeError("repeats has to be Long or Int tensor")
-    counts = repeats.cpu().numpy()
-    if (counts < 0).any():
+    if repeats.numel() == 0:
+        return empty((0,), repeats.dtype, _index(repeats))
+    ends = aten.cumsum.default(repeats, 0)
+    total, least = (int(v) for v in aten.stack.default(
+        [ends[-1], aten.min.default(repeats).to(ends.dtype)]).cpu())
+    if least < 0:
         raise RuntimeError("repeats can not be negative")
-    if output_size is not None and int(counts.sum()) != output_size:
+    if output_size is not None and total != output_size:
         raise RuntimeError("allocated size does not match required size")
-    indices = np.repeat(np.arange(len(counts), dtype=numpy_dtype(repeats.dtype)), counts)
-    return from_numpy(indices, _index(repeats), repeats.dtype)
+    positions = empty((total,), ends.dtype, _index(repeats))
+    if total:
+        seq.sequence(_ctx(positions), as_dlprim(positions), seq.ARANGE, 0, 1)
+    out = aten.searchsorted.Tensor(ends, positions, out_int32=repeats.dtype == torch.int32,
+                                   right=True)
+    return out if out.dtype == repeats.dtype else convert(out, repeats.dtype)
