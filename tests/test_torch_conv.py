@@ -65,6 +65,9 @@ def test_conv(dims, x_shape, w_shape, kw):
 TRANSPOSED = [
     (1, (2, 4, 7), (4, 3, 3), dict(stride=3, padding=1, output_padding=2, dilation=2)),
     (2, (2, 4, 5, 33), (4, 3, 3, 3), dict(stride=2, padding=1, output_padding=1, groups=2)),
+    # output_padding past what the plain convolution reaches (dilation above the stride)
+    (2, (1, 2, 4, 4), (2, 1, 4, 5), dict(stride=(3, 2), padding=(1, 2), dilation=4,
+                                          output_padding=(2, 3), groups=2)),
     (3, (2, 4, 3, 4, 5), (4, 3, 3, 2, 3), dict(stride=2, padding=1, output_padding=1,
                                                 groups=2)),
 ]

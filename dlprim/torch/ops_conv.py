@@ -78,6 +78,11 @@ class _Problem:
         self.dilation, self.groups = unit(dilation, 1), groups
         self.spatial = len(self.kernel)
 
+    def consistent(self):
+        """Whether the plain convolution of src has dst's spatial size."""
+        return all((i + 2 * p - d * (k - 1) - 1) // s + 1 == o for i, o, k, s, p, d in zip(
+            self.src[2:], self.dst[2:], self.kernel, self.stride, self.padding, self.dilation))
+
     def key(self):
         return (self.src, self.dst, self.kernel, self.stride, self.padding, self.dilation,
                 self.groups)
@@ -117,9 +122,6 @@ def _plan_2d(ctx, cls, problem, dtype, **kw):
     plan = ctx.ops.get(key)
     if plan is None:
         geom = problem.geometry()
-        if tuple(geom.out_shape(problem.src[0])) != problem.dst:
-            _unsupported("convolution", "the 2-D geometry %s does not give %s"
-                         % (geom, problem.dst))
         op = cls(ctx, geom, batch=problem.src[0], dtype=numpy_dtype(dtype), **kw)
         plan = ctx.ops[key] = (op, op.workspace_bytes(problem.src[0]))
     return plan
@@ -130,7 +132,10 @@ def _float_weights(w):
 
 
 def _fast(problem, dtype):
-    return problem.spatial == 2 and dtype in _FAST_2D
+    """Whether the 2-D launchers serve: 2-D, their dtypes, and a plain side whose output
+    is what the geometry gives (a transposed convolution's output_padding can add rows
+    that no tap of the plain convolution reaches: conv_nd serves those)."""
+    return problem.spatial == 2 and dtype in _FAST_2D and problem.consistent()
 
 
 def _lifted(t, problem):
