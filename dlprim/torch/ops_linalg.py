@@ -409,15 +409,21 @@ def _inv_ex(A, check_errors=False):
     return inv, info
 
 
+def _lu_for_det(A, op):
+    """The LU that PyTorch's det and slogdet keep for their gradients: of A^T where A is
+    contiguous (det(A^T) = det(A); the backward formulas count on it), else of A."""
+    return _lu(A.mT if A.dim() >= 2 and A.is_contiguous() else A, op)
+
+
 @register(aten._linalg_det.default)
 def _det(A):
-    LU, piv, _, stats = _lu(A, "linalg.det")
+    LU, piv, _, stats = _lu_for_det(A, "linalg.det")
     return stats[..., 0].clone(), LU, piv
 
 
 @register(aten._linalg_slogdet.default)
 def _slogdet(A):
-    LU, piv, _, stats = _lu(A, "linalg.slogdet")
+    LU, piv, _, stats = _lu_for_det(A, "linalg.slogdet")
     return stats[..., 1].clone(), stats[..., 2].clone(), LU, piv
 
 
