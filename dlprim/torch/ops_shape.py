@@ -563,7 +563,7 @@ register(aten.rot90.out)(_with_out(_rot90))
 # ----- im2col / col2im (F.unfold / F.fold) and unfold's gradient: strided views of a
 # padded image, one copy out, or one accumulating copy in per kernel offset
 def _window_view(img, kernel_size, dilation, stride, oh, ow, i=None, j=None):
-    """img (N, C, H, W), contiguous: the view (N, C, kh, kw, oh, ow) of every window
+    """img (N, C, H, W), any strides: the view (N, C, kh, kw, oh, ow) of every window
     element, or (N, C, oh, ow) of the one at kernel offset (i, j)."""
     sn, sc, sh, sw = img.stride()
     (kh, kw), (dh, dw), (th, tw) = kernel_size, dilation, stride
@@ -582,7 +582,8 @@ def _im2col(x, kernel_size, dilation, padding, stride):
     batched = x.dim() == 4
     img = x if batched else _view_via_meta(aten.unsqueeze.default, x, 0)
     ph, pw = padding
-    img = _constant_pad_nd(img, [pw, pw, ph, ph]) if ph or pw else _copy_of(img)
+    if ph or pw:  # (the window view takes any strides: an unpadded x is read in place)
+        img = _constant_pad_nd(img, [pw, pw, ph, ph])
     (kh, kw), (dh, dw), (th, tw) = kernel_size, dilation, stride
     oh = (img.shape[2] - dh * (kh - 1) - 1) // th + 1
     ow = (img.shape[3] - dw * (kw - 1) - 1) // tw + 1
