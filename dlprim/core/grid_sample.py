@@ -1,7 +1,7 @@
 """grid_sampler_2d / grid_sampler_3d and their backward (``kernels/grid_sample.cl``):
-bilinear (trilinear), nearest or (2-D) bicubic sampling of (N, C, [D,] H, W) inputs at a (N, [Do,] Ho,
-Wo, dims) grid of normalised coordinates, padding by zeros, the border or reflection,
-PyTorch's align_corners rule. Contiguous dlprim Tensors of a float dtype; the input's
+bilinear (trilinear), nearest or (2-D) bicubic sampling of (N, C, [D,] H, W) inputs at
+a (N, [Do,] Ho, Wo, dims) grid of normalised coordinates, padding by zeros, the border
+or reflection, PyTorch's align_corners rule. Contiguous dlprim Tensors of a float dtype; the input's
 gradient is summed in float32 with atomics.
 """
 import numpy as np
