@@ -112,6 +112,17 @@ def _element(value, dtype):
     return torch.full((), value, dtype=dtype).item()
 
 
+def _dense(t):
+    """Whether t's elements fill a run of its storage without gaps or overlaps (a
+    permutation of a contiguous layout: a transpose, channels_last)."""
+    step = 1
+    for stride, size in sorted((s, n) for s, n in zip(t.stride(), t.shape) if n != 1):
+        if stride != step:
+            return False
+        step *= size
+    return True
+
+
 def _fill(t, value):
     if isinstance(value, torch.Tensor):
         value = value.item()
@@ -120,8 +131,8 @@ def _fill(t, value):
     ctx = t._ocl_storage.ctx
     dt = numpy_dtype(t.dtype)
     value = _element(value, t.dtype)
-    if t.is_contiguous():
-        fill(ctx, t._ocl_storage.at(t.storage_offset(), tuple(t.shape)), value)
+    if t.is_contiguous() or _dense(t):  # its elements are one run of the storage
+        fill(ctx, t._ocl_storage.at(t.storage_offset(), (t.numel(),)), value)
         return t
     tmp = Tensor(ctx, tuple(t.shape), dt)
     fill(ctx, tmp, value)

@@ -67,9 +67,8 @@ class Storage:
 
     def __init__(self, index, size, dtype):
         ctx = device.context(index)
-        dt = numpy_dtype(dtype)  # the dtype's check
-        if dtype is torch.float64:
-            check_device_dtype(ctx, dtype)
+        dt = numpy_dtype(dtype)  # the dtype's checks
+        check_device_dtype(ctx, dtype)
         self.index = index
         self.flat = Tensor(ctx, (max(int(size), 1),), dt)
 
@@ -258,7 +257,8 @@ def assign(dst, src):
         a, b = _start(src), _start(dst)
     elif src.is_contiguous() and dst.is_contiguous():
         # the pointwise generator has kernels of its own for CPU drivers (a row per loop,
-        # vectorised): int64 -> float32 of 1M elements 6 ms there, 22 through StridedCast
+        # vectorised): int64 -> float32 of 1M elements took 5 ms on Intel's CPU runtime
+        # (2-core EPYC), 22 through StridedCast
         pointwise(ctx, [as_dlprim(src)], [as_dlprim(dst)], _cast_code(src.dtype, dst.dtype))
         return dst
     else:
