@@ -3,8 +3,8 @@
 // tensors seen as (outer, n, inner) around the indexed axis, the index side as
 // (outer, m, inner). With wrap, a negative index counts from the end (PyTorch's rule for
 // x[idx], take, index_fill; its other operators refuse one); an index outside [0, n) is
-// reported through err (err[0] = 1, err[1] = the index as given) and
-// touches nothing, so the host can raise PyTorch's error after the launch.
+// reported through err (err[0] = 1, err[1] = the index as given) and touches nothing, so
+// the host can raise PyTorch's error after the launch.
 // S: the elements' storage bits (uchar, ushort, uint, ulong): these kernels only move
 // values, so one build serves every dtype of a width. I: the index type (int or long).
 // per_element: one index per element of the index side (gather, scatter) rather than one
@@ -21,7 +21,7 @@ inline long wrapped(long j, ulong n, uint wrap, __global long *err)
     return w;
 }
 
-inline ulong index_at(__global const ${I} *idx, ulong g, ulong m, ulong inner, uint per_element)
+inline ulong index_at(ulong g, ulong m, ulong inner, uint per_element)
 {
     return per_element ? g : (g / inner) % m;
 }
@@ -36,7 +36,7 @@ __kernel void take(ulong total, ulong n, ulong m, ulong inner, uint per_element,
     ulong g = get_global_id(0);
     if (g >= total)
         return;
-    long w = wrapped(idx[idx_offset + index_at(idx, g, m, inner, per_element)], n, wrap,
+    long w = wrapped(idx[idx_offset + index_at(g, m, inner, per_element)], n, wrap,
                      err + err_offset);
     ulong k = g % inner, o = g / inner / m;
     dst[dst_offset + g] = w < 0 ? 0 : src[src_offset + (o * n + w) * inner + k];
@@ -54,7 +54,7 @@ __kernel void put(ulong total, ulong n, ulong m, ulong inner, uint per_element, 
     ulong g = get_global_id(0);
     if (g >= total)
         return;
-    long w = wrapped(idx[idx_offset + index_at(idx, g, m, inner, per_element)], n, wrap,
+    long w = wrapped(idx[idx_offset + index_at(g, m, inner, per_element)], n, wrap,
                      err + err_offset);
     ulong k = g % inner, o = g / inner / m;
     if (w >= 0)
