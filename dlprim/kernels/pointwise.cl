@@ -3,13 +3,18 @@
     # the operator library's helper functions (kernels/mathfun.h), for the real types
     # the expressions call them in, and only where they do
     import re
-    _calls = set(re.findall(r"dlp_\w+?_(float|double|char|uchar|short|ushort|int|uint|long|ulong)\b",
-                            CODE + REDUCE + REDUCE_INIT))
+    _code = CODE + REDUCE + REDUCE_INIT
+    _calls = set(re.findall(r"dlp_(?!sf_)\w+?_(float|double|char|uchar|short|ushort|int|uint|long|ulong)\b",
+                            _code))
     MATH_REALS = sorted(_calls & {"float", "double"})
     MATH_INTS = sorted(_calls - {"float", "double"})
+    SPECIAL_REALS = sorted(set(re.findall(r"dlp_sf_\w+?_(float|double)\b", _code)))
 %>\
 % if _calls:
 <%include file="mathfun.h" args="MATH_REALS=MATH_REALS, MATH_INTS=MATH_INTS"/>
+% endif
+% if SPECIAL_REALS:
+<%include file="specialfun.h" args="MATH_REALS=SPECIAL_REALS"/>
 % endif
 ## Pointwise-broadcast-reduce generator (see dlprim/core/pointwise.py).
 ## XS, YS: lists of (storage type, compute type); WS: compute types of the scalar params.

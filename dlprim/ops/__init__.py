@@ -9,6 +9,7 @@ the table in docs/operators.md are generated from ``OPS``; see docs/architecture
 from .declare import Operator, OPS, declare, get, by_aten, layer_operators, DTYPE_CLASSES
 from . import (elementwise, logic, activations, reductions, scans, sorting,  # noqa: F401
                indexing, creation, shape, convolution, pooling, interpolation, losses,
-               normalization, random, linalg, tensor, softmax, attention, optim)  # (declarations)
+               normalization, random, linalg, tensor, softmax, attention, optim,
+               special)  # (declarations)
 
 __all__ = ["Operator", "OPS", "declare", "get", "by_aten", "layer_operators", "DTYPE_CLASSES"]
