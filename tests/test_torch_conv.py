@@ -89,7 +89,6 @@ def test_conv_half(dims):
 
 def test_conv_paths():
     """2-D (and 1-D) convolutions run on the 2-D launchers, 3-D on conv_nd."""
-    ctx = dt.device.context(0) if hasattr(dt, "device") else None
     x2, w2 = randn(1, 2, 5, 5).to(DEV), randn(3, 2, 3, 3).to(DEV)
     x3, w3 = randn(1, 2, 4, 5, 5).to(DEV), randn(3, 2, 3, 3, 3).to(DEV)
     ctx = x2._ocl_storage.ctx
@@ -166,6 +165,18 @@ def test_pool(name, shape, kw):
     if "max" in name:   # the indices too, and an unbatched input
         both(lambda x: fn(x, return_indices=True, **kw)[1], x, grads=False)
         both(lambda x: fn(x, **kw), x[0])
+
+
+def test_pool_paths():
+    """2-D float32 pooling stays on the Net's Pool2D; what it does not take (dilation,
+    float16) runs on pooling_nd."""
+    x = randn(1, 2, 7, 7).to(DEV)
+    ctx = x._ocl_storage.ctx
+    F.max_pool2d(x, 3, 2)
+    assert any(isinstance(k, tuple) and k[0] == "torch_pool" and k[2] == (3, 3)
+               for k in ctx.ops)
+    F.max_pool2d(x.half(), 3, 2, dilation=2)
+    assert any(isinstance(k, tuple) and k[0] == "pooling_nd" and k[1] == "max" for k in ctx.ops)
 
 
 def test_max_pool_nan_and_int():
