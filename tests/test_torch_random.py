@@ -111,6 +111,8 @@ def test_random_and_randint(dtype):
     assert r.dtype == dtype and host(r).min() >= 5 and host(r).max() < 17
     big = torch.empty(N, device=DEV, dtype=torch.int64).random_(0, 2 ** 40)
     near(host(big).mean().item() / 2 ** 40, 0.5, 0.01)
+    every = host(torch.empty(N, device=DEV, dtype=torch.int64).random_(-2 ** 63, None))
+    assert (every < 0).any() and (every > 2 ** 62).any()
     full = torch.empty(N, device=DEV, dtype=torch.int64).random_()
     near(host(full).mean().item() / 2 ** 63, 0.5, 0.01)
     assert host(torch.randint_like(x, 3, 4)).eq(3).all()

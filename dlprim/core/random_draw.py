@@ -12,7 +12,8 @@ Distributions (``u`` uniform, ``z`` standard normal by Box-Muller):
 - normal      ``p0 + p1 * z``;  log_normal ``exp(p0 + p1 * z)``;
 - exponential ``-log(1 - u) / p0``;  cauchy ``p0 + p1 * tan(pi (u - 1/2))``;
 - geometric   ``ceil(log u / log(1 - p0))`` (at least 1);  bernoulli ``u < p0``;
-- integer     ``lo + bits % span`` (64 random bits per value when span >= 2**32).
+- integer     ``lo + bits % span`` (64 random bits per value when span > 2**32; a span of
+              2**64 takes every value).
 """
 import numpy as np
 
@@ -40,7 +41,9 @@ def draw(ctx, t, dist, seed, p0=0.0, p1=1.0, lo=0, span=1, queue=None):
         raise ValueError("random draw: unknown distribution %r; known: %s"
                          % (dist, ", ".join(DISTRIBUTIONS)))
     store = cl_type(t.dtype)
-    wide = dist == "integer" and int(span) > 2 ** 32
+    span = int(span)
+    wide = dist == "integer" and span > 2 ** 32
+    span = 0 if span >= 2 ** 64 else span  # the kernel's name for every 64-bit value
     digits = _FLOAT_DIGITS.get(store, 24)
     prog = program.get(ctx, "random_draw", DIST=dist, STORE=store, DIGITS=digits, WIDE=wide)
     if t.size == 0:

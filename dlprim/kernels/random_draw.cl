@@ -3,7 +3,7 @@
 ## turns counter ``offset + block`` into four 32-bit words and those into PER values
 ## (4, or 2 where a value takes two words: 64-bit integers).
 ## DIST: uniform | normal | log_normal | exponential | cauchy | geometric | bernoulli |
-##       integer (lo + word % span);  STORE: the storage type;  DIGITS: the mantissa bits
+##       integer (lo + word % span; span 0 stands for 2**64);  STORE: the storage type;  DIGITS: the mantissa bits
 ##       of the stored float type (a uniform in [0, 1) that rounds to 1 would leave it);
 ##       WIDE: integer draws over a span of 2**32 or more take two words per value.
 #pragma OPENCL FP_CONTRACT OFF
@@ -77,7 +77,7 @@ __kernel void random_draw(ulong n, __global ${STORE} *y, ulong y_offset, ulong s
 %   else:
         ulong bits = w[j];
 %   endif
-        long value = lo + (long)(bits % span);
+        long value = span ? lo + (long)(bits % span) : (long)bits;  // span 0: all 2**64
 % endif
 % if STORE in ("half", "bfloat16"):
         ST_${STORE}(y + y_offset, first + j, (float)value);
