@@ -13,7 +13,8 @@ network's order is the stable one and no second pass is needed.
 
 CPU drivers run a work-group's items as a loop and pay for every barrier: there each row
 is one work-item's bottom-up merge sort instead (``serial``; a 64 x 4096 float sort took
-570 ms through the network on Intel's CPU runtime).
+570 ms through the network on Intel's CPU runtime, on a loaded 2-core machine), over keys
+mapped to unsigned integers of the same order so that a comparison is one compare.
 """
 import numpy as np
 
@@ -61,21 +62,21 @@ class Sort:
             return []
         if n > MAX_ROW:
             raise ValueError("sort: a row of %d elements is longer than %d" % (n, MAX_ROW))
+        u, i32 = np.uint64, np.int32
+        if self.serial:
+            wide = self.key in ("long", "double")
+            okey = np.int64 if wide else np.int32  # (bytes for the kernel's unsigned keys)
+            ws = [Tensor(self.ctx, (rows * n,), t) for t in (okey, np.int32, okey, np.int32)]
+            return [program.Launch(self.program, "sort_rows", (rows,), (1,),
+                                   [u(rows), u(n), u(inner), i32(bool(descending)), x, y, yi]
+                                   + ws)]
         P = program.pow2_at_least(n)
         keys = Tensor(self.ctx, (rows * P,), self.key_dtype)
         idx = Tensor(self.ctx, (rows * P,), np.int32)
-        u, i32, u32 = np.uint64, np.int32, np.uint32
         wg = min(self._wg, P)
         out = [program.Launch(self.program, "sort_fill", (_up(P, wg), rows), (wg, 1),
                               [u(n), u(inner), u(P), x, keys, idx])]
-        if self.serial:
-            keys2 = Tensor(self.ctx, (rows * P,), self.key_dtype)
-            idx2 = Tensor(self.ctx, (rows * P,), np.int32)
-            out.append(program.Launch(self.program, "sort_serial", (rows,), (1,),
-                                      [u(rows), u(P), i32(n), i32(bool(descending)), keys, idx,
-                                       keys2, idx2]))
-        else:
-            out += self._network(keys, idx, rows, n, P, descending)
+        out += self._network(keys, idx, rows, n, P, descending)
         out.append(program.Launch(self.program, "sort_unfill", (_up(n, wg), rows), (wg, 1),
                                   [u(n), u(inner), u(P), keys, idx, y, yi]))
         return out

@@ -186,39 +186,96 @@ __kernel void search_sorted(ulong total, ulong m, ulong L, int rows_shared, int 
     out[out_offset + g] = (long)lo;
 }
 
-// CPU drivers: a row per work-item, a bottom-up merge sort between the work rows and a
-// second buffer (stable; a work-group's barriers cost more there than the whole sort)
+// CPU drivers: a row per work-item, a bottom-up merge sort (stable) between two buffers
+// (a work-group's barriers cost more there than the whole sort). The keys are first
+// mapped to unsigned integers in the same order (NaN largest, -0 = +0; inverted for
+// descending), so a comparison is one integer compare; runs of RUN are insertion-sorted
+// before the merges. The values are then read from x at the sorted indices.
+% if K in ("long", "double"):
+typedef ulong okey;
+% else:
+typedef uint okey;
+% endif
+#define RUN 16
+
+inline okey order_key(${K} v, int desc)
+{
+    okey k;
+% if K == "float":
+    const uint b = as_uint(v);
+    k = v != v ? 0xffffffffu : (v == 0 ? 0x80000000u : ((b >> 31) ? ~b : (b | 0x80000000u)));
+% elif K == "double":
+    const ulong b = as_ulong(v);
+    k = v != v ? ~(ulong)0 : (v == 0 ? (ulong)1 << 63 : ((b >> 63) ? ~b : (b | (ulong)1 << 63)));
+% elif K in ("char", "short", "int"):
+    k = (uint)((int)v) ^ 0x80000000u;
+% elif K == "long":
+    k = (ulong)v ^ ((ulong)1 << 63);
+% else:
+    k = (uint)v;
+% endif
+    return desc ? ~k : k;
+}
+
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void sort_serial(ulong rows, ulong P, int n, int desc,
-                          __global ${K} *keys, ulong keys_offset,
-                          __global int *idx, ulong idx_offset,
-                          __global ${K} *keys2, ulong keys2_offset,
-                          __global int *idx2, ulong idx2_offset)
+void sort_rows(ulong rows, ulong n, ulong inner, int desc,
+               __global const ${T} *x, ulong x_offset,
+               __global ${T} *y, ulong y_offset,
+               __global long *yi, ulong yi_offset,
+               __global okey *keys, ulong keys_offset,
+               __global int *idx, ulong idx_offset,
+               __global okey *keys2, ulong keys2_offset,
+               __global int *idx2, ulong idx2_offset)
 {
     const ulong row = get_global_id(0);
     if (row >= rows)
         return;
-    __global ${K} *ak = keys + keys_offset + row * P, *bk = keys2 + keys2_offset + row * P;
-    __global int *ai = idx + idx_offset + row * P, *bi = idx2 + idx2_offset + row * P;
-    __global ${K} *const home = ak;
-    for (int width = 1; width < n; width *= 2) {
-        for (int lo = 0; lo < n; lo += 2 * width) {
-            const int mid = min(lo + width, n), hi = min(lo + 2 * width, n);
-            int l = lo, r = mid;
-            for (int o = lo; o < hi; o++) {
-                const int right = r < hi && (l >= mid || before(ak[r], ai[r], ak[l], ai[l], n, desc));
-                const int from = right ? r++ : l++;
+    const ulong base = (row / inner) * n * inner + row % inner;
+    __global okey *ak = keys + keys_offset + row * n, *bk = keys2 + keys2_offset + row * n;
+    __global int *ai = idx + idx_offset + row * n, *bi = idx2 + idx2_offset + row * n;
+    for (ulong i = 0; i < n; i++) {
+        ak[i] = order_key((${K})${load('x', 'x_offset + base + i * inner')}, desc);
+        ai[i] = (int)i;
+    }
+    for (ulong lo = 0; lo < n; lo += RUN) {  // insertion sort of each run (stable)
+        const ulong hi = min(lo + RUN, n);
+        for (ulong i = lo + 1; i < hi; i++) {
+            const okey k = ak[i];
+            const int id = ai[i];
+            ulong j = i;
+            for (; j > lo && ak[j - 1] > k; j--) {
+                ak[j] = ak[j - 1];
+                ai[j] = ai[j - 1];
+            }
+            ak[j] = k;
+            ai[j] = id;
+        }
+    }
+    for (ulong width = RUN; width < n; width *= 2) {  // merges: the left run wins ties
+        for (ulong lo = 0; lo < n; lo += 2 * width) {
+            const ulong mid = min(lo + width, n), hi = min(lo + 2 * width, n);
+            ulong l = lo, r = mid, o = lo;
+            while (l < mid && r < hi) {
+                const int right = ak[r] < ak[l];
+                const ulong from = right ? r++ : l++;
                 bk[o] = ak[from];
-                bi[o] = ai[from];
+                bi[o++] = ai[from];
+            }
+            for (; l < mid; l++, o++) {
+                bk[o] = ak[l];
+                bi[o] = ai[l];
+            }
+            for (; r < hi; r++, o++) {
+                bk[o] = ak[r];
+                bi[o] = ai[r];
             }
         }
-        __global ${K} *tk = ak; ak = bk; bk = tk;
+        __global okey *tk = ak; ak = bk; bk = tk;
         __global int *ti = ai; ai = bi; bi = ti;
     }
-    if (ak != home) {
-        for (int o = 0; o < n; o++) {
-            bk[o] = ak[o];
-            bi[o] = ai[o];
-        }
+    for (ulong i = 0; i < n; i++) {
+        const ulong from = ai[i];
+        ${store('y', 'y_offset + base + i * inner', capture(load, 'x', 'x_offset + base + from * inner'))};
+        yi[yi_offset + base + i * inner] = from;
     }
 }
