@@ -154,6 +154,8 @@ def test_fill_converts_as_pytorch_does():
          torch.zeros(3, dtype=torch.int16).fill_(-7.9))
     same(torch.zeros(3, dtype=torch.bool, device=DEV).fill_(0.5),
          torch.zeros(3, dtype=torch.bool).fill_(0.5))
+    same(torch.zeros(3, dtype=torch.bool, device=DEV).fill_(5), torch.zeros(3, dtype=torch.bool).fill_(5))
+    assert torch.full((2,), 7, dtype=torch.bool, device=DEV).to(torch.uint8).tolist() == [1, 1]
     same(torch.zeros(3, dtype=torch.bfloat16, device=DEV).fill_(1.00390625),
          torch.zeros(3, dtype=torch.bfloat16).fill_(1.00390625))
     with pytest.raises(RuntimeError):

@@ -107,8 +107,8 @@ def _full_like(x, value, dtype=None, layout=None, device=None, pin_memory=None,
 def _element(value, dtype):
     """``value`` as an element of ``dtype``, converted (and refused) as PyTorch converts a
     fill value; exact: an int64 beyond 2^53 never passes through a float."""
-    if type(value) in (int, bool) and 0 <= value < 128:
-        return int(value)  # exact in every dtype: no conversion to check
+    if type(value) in (int, bool) and (value == 0 or value == 1):
+        return int(value)  # the same in every dtype, bool included: nothing to convert
     return torch.full((), value, dtype=dtype).item()
 
 
