@@ -368,7 +368,21 @@ def _softmax_op(x, dim, log):
     return _memo(ctx, ("torch_softmax", rows, log), lambda: SoftmaxOps(ctx, rows, log)), rows
 
 
-def _softmax_forward(x, dim, log):
+def _softmax_composed(x, dim, log):
+    """Softmax of a float dtype the row kernel does not take (16-bit, float64), from the
+    operator library's reductions and pointwise operators in that dtype."""
+    shifted = x - torch.amax(x, dim, keepdim=True) if x.numel() else x
+    if log:
+        return shifted - torch.log(torch.sum(torch.exp(shifted), dim, keepdim=True))
+    e = torch.exp(shifted)
+    return e / torch.sum(e, dim, keepdim=True)
+
+
+def _softmax_forward(x, dim, log, half_to_float=False):
+    if half_to_float and x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
+    if x.dtype != torch.float32 and x.is_floating_point():
+        return _softmax_composed(x, dim, log)
     _check_float("softmax", x)
     out = empty(x.shape, x.dtype, x._ocl_storage.index)
     if out.numel():
@@ -377,7 +391,14 @@ def _softmax_forward(x, dim, log):
     return out
 
 
-def _softmax_backward(grad, y, dim, log):
+def _softmax_backward(grad, y, dim, log, input_dtype=None):
+    if y.dtype != torch.float32 or grad.dtype != torch.float32:
+        # d softmax: y (g - sum(g y)); d log_softmax: g - e^y sum(g)
+        if log:
+            dx = grad - torch.exp(y) * torch.sum(grad, dim, keepdim=True)
+        else:
+            dx = y * (grad - torch.sum(grad * y, dim, keepdim=True))
+        return dx if input_dtype is None or dx.dtype == input_dtype else dx.to(input_dtype)
     dx = empty(y.shape, y.dtype, y._ocl_storage.index)
     if dx.numel():
         op, rows = _softmax_op(y, dim, log)
@@ -386,12 +407,14 @@ def _softmax_backward(grad, y, dim, log):
     return dx
 
 
-register(aten._log_softmax.default)(lambda x, dim, half_to_float=False: _softmax_forward(x, dim, True))
-register(aten._softmax.default)(lambda x, dim, half_to_float=False: _softmax_forward(x, dim, False))
+register(aten._log_softmax.default)(
+    lambda x, dim, half_to_float=False: _softmax_forward(x, dim, True, half_to_float))
+register(aten._softmax.default)(
+    lambda x, dim, half_to_float=False: _softmax_forward(x, dim, False, half_to_float))
 register(aten._log_softmax_backward_data.default)(
-    lambda grad, y, dim, input_dtype: _softmax_backward(grad, y, dim, True))
+    lambda grad, y, dim, input_dtype: _softmax_backward(grad, y, dim, True, input_dtype))
 register(aten._softmax_backward_data.default)(
-    lambda grad, y, dim, input_dtype: _softmax_backward(grad, y, dim, False))
+    lambda grad, y, dim, input_dtype: _softmax_backward(grad, y, dim, False, input_dtype))
 
 
 @register(aten._safe_softmax.default)
