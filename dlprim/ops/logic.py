@@ -46,3 +46,8 @@ declare("bitwise_right_shift", FAMILY, "binary", "a >> b (arithmetic)",
         expr="(({b} < 0 || {b} >= (%s)(8 * sizeof({T}))) ? ({a} < 0 ? ({T})-1 : ({T})0) "
              ": ({T})({a} >> {b}))" % "{T}", dtypes=("int",),
         aten=("bitwise_right_shift", "__rshift__"))
+
+declare("equal", FAMILY, "launcher", "whether two tensors have the same shape and elements",
+        aten=("equal",), launch="dlprim.torch.ops_logic._equal")
+declare("allclose", FAMILY, "launcher", "whether every element is close (isclose) to the other's",
+        aten=("allclose",), launch="dlprim.torch.ops_logic._allclose")

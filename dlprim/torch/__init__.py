@@ -29,7 +29,7 @@ from .tensor import OclTensor  # noqa: E402
 # (the operator registrations; a later module's registration of an overload wins)
 from . import (ops_tensor, ops_math, ops_nn, ops_norm, ops_optim,  # noqa: E402,F401
                ops_index, ops_attention, ops_library, ops_reduce, ops_shape, ops_conv,
-               ops_loss, ops_random, ops_linalg)
+               ops_loss, ops_random, ops_linalg, ops_logic)
 
 from .compiler import compile_graph as backend, compile, explain, export_net  # noqa: E402,A004
 
