@@ -21,7 +21,7 @@ from ..utils import round_up
 from .pointwise import _memo
 
 __all__ = ["IndexFault", "fault", "take", "put", "combine", "put_reduce", "REDUCE_OPS",
-           "compact", "isin", "accumulate_type"]
+           "Compaction", "compact", "isin", "accumulate_type"]
 
 _BITS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 _INDEX = {np.dtype(np.int64): "long", np.dtype(np.int32): "int"}
@@ -155,7 +155,10 @@ class Compaction:
         self.chunk = max(_MIN_CHUNK, -(-self.total // _MAX_BLOCKS))
         self.blocks = max(1, -(-self.total // self.chunk))
         self.counts = Tensor(ctx, (self.blocks + 1,), np.int64)
-        self._walk("count_blocks", "uchar", [mask, self.counts])
+        if self.total == 0:  # (no block to count: the scan's one block must read 0)
+            self.counts.zero_()
+        else:
+            self._walk("count_blocks", "uchar", [mask, self.counts])
         program.Launch(self._program("uchar"), "scan_counts", (64,), (64,),
                        [_U64(self.blocks), self.counts])(ctx.queue)
 
