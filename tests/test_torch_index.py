@@ -137,6 +137,14 @@ def test_nonzero_masked_select_scatter(dtype):
     same(torch.masked_select, values((3, 4), dtype), values((4,), torch.bool))  # broadcast
 
 
+def test_empty_mask_selects_nothing_whatever_memory_held_before():
+    for _ in range(3):
+        garbage = torch.full((4096,), 7, dtype=torch.int64).to(DEV)  # freed to the pool
+        del garbage
+        x = torch.empty(0, 3).to(DEV)
+        assert torch.masked_select(x, x > 0).shape == (0,)
+
+
 def test_masked_scatter_short_source_raises():
     x = torch.zeros(4).to(DEV)
     with pytest.raises(RuntimeError):
