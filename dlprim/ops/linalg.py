@@ -26,7 +26,7 @@ declare("addmv", FAMILY, "launcher", "beta * c + alpha * m @ v", dtypes=("float"
 declare("addr", FAMILY, "launcher", "beta * c + alpha * the outer product of two vectors",
         dtypes=("float", "int", "bool"), aten=("addr",), launch=_T + "_addr")
 declare("trace", FAMILY, "launcher", "sum of the main diagonal", dtypes=("float", "int"),
-        aten=("trace", "trace_backward"), launch=_T + "_trace")
+        aten=("trace",), launch=_T + "_trace")
 declare("linalg_cross", FAMILY, "launcher", "cross product along a dimension of length 3",
         dtypes=("float", "int"), aten=("linalg_cross",), launch=_T + "_cross")
 declare("linalg_lu_factor", FAMILY, "launcher", "LU with partial pivoting (m, n <= 64)",

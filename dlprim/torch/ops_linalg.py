@@ -18,7 +18,7 @@ from .tensor import as_dlprim, assign, empty, numpy_dtype, to_cpu, write_into
 
 aten = torch.ops.aten
 
-__all__ = ["register_composites"]
+__all__ = []
 
 
 def _ctx(t):
@@ -233,22 +233,6 @@ def _trace(x):
     if diag.numel() == 0:
         return handle(aten.zero_.default, (_new((), dtype, x),), {})
     return _sum_of_products([diag], (1,), dtype, x, "y0 = x0;").view(())
-
-
-def _trace_backward(grad, sizes):
-    """zeros of the input's size with grad on the diagonal (PyTorch's decomposition of it
-    builds an index with arange and put_)."""
-    out = handle(aten.zero_.default, (_new(sizes, grad.dtype, grad),), {})
-    diag = out.diagonal()
-    if diag.numel():
-        assign(diag, grad.expand(diag.shape))
-    return out
-
-
-def register_composites(lib):
-    """Kernels for composite operators that PyTorch decomposes above the device unless the
-    backend key has one of its own (dlprim/torch/__init__.py's _register calls this)."""
-    lib.impl("trace_backward", _trace_backward, "PrivateUse1")
 
 
 # ----- cross product along a dimension of length 3
