@@ -116,6 +116,14 @@ def test_unique(dtype):
     x = _make((40,), dtype)
     x = torch.round(x.nan_to_num() * 2) if dtype.is_floating_point else x
     _both(lambda t: torch.unique(t, dim=0), x, "unique dim=0 of 1-d")
+    g = torch.Generator().manual_seed(4)
+    x = torch.randint(0, 2, (9, 3, 2), generator=g).to(dtype)
+    for dim in (0, 1, -1):
+        _both(lambda t: torch.unique(t, dim=dim, return_inverse=True, return_counts=True), x,
+              "unique dim=%d" % dim)
+        _both(lambda t: torch.unique_consecutive(t, dim=dim, return_inverse=True,
+                                                 return_counts=True), x,
+              "unique_consecutive dim=%d" % dim)
 
 
 def test_searchsorted_and_bucketize():
@@ -168,7 +176,7 @@ def test_errors_match_pytorch():
                lambda t: torch.median(t[:, :0], 1), lambda t: torch.searchsorted(t, t[:2])):
         _both(fn, x, "error")
     with pytest.raises(NotImplementedError):
-        torch.unique(x.to(DEV), dim=1)
+        torch.unique(torch.empty(3, 0, device=DEV), dim=0)
 
 
 @pytest.mark.parametrize("n", [1, 31, 33, 65, 1000, 9000])

@@ -598,27 +598,37 @@ register(aten.nanmedian.default)(_median_all(True))
 # ----- unique: sort (or not, for unique_consecutive), mark where a value differs from the
 # one before, count the marks (a scan) and scatter each group's value, size and members.
 # The number of groups decides the output's size: it is read back (one number), as on CUDA
-def _groups(x, values, perm, return_inverse, return_counts):
-    """(unique values, inverse, counts) of ``values`` (x's values in the order to group,
-    flat, from x's positions ``perm``)."""
-    from ..core.sort import sorter_for
-    index, ctx = x._ocl_storage.index, _ctx(x)
+def _starts_of(values):
+    """1 where a group starts in the ordered flat ``values`` (the first element, and each
+    that differs from the one before it), else 0, as int64."""
     N = values.numel()
-    starts = empty((N,), torch.int64, index)   # 1 where a group starts, then its count
+    starts = empty((N,), torch.int64, values._ocl_storage.index)
     if N:
         _fill(starts, 1)
         if N > 1:
             v = as_dlprim(values)
-            pointwise(ctx, [v.view((N - 1,), 1), v.view((N - 1,))],
+            pointwise(_ctx(values), [v.view((N - 1,), 1), v.view((N - 1,))],
                       [as_dlprim(starts).view((N - 1,), 1)], "y0 = (x0 != x1);")
+    return starts
+
+
+def _groups(x, values, perm, return_inverse, return_counts, starts=None, inverse_shape=None):
+    """(unique values, inverse, counts, first) of ``values`` (x's values in the order to
+    group, flat, from x's positions ``perm``); ``starts``: where groups start, when not
+    where values differ; ``first``: each group's first position in that order."""
+    from ..core.sort import sorter_for
+    index, ctx = x._ocl_storage.index, _ctx(x)
+    N = values.numel()
+    starts = _starts_of(values) if starts is None else starts
     cum = empty((N,), torch.int64, index)
     if N:
         enqueue(ctx, scan_launches(ctx, "sum", as_dlprim(starts), as_dlprim(cum), None, 1, N, 1))
     U = int(as_dlprim(cum).view((1,), N - 1).to_host()[0]) if N else 0
-    out = empty((U,), x.dtype, index)
-    inverse = empty(tuple(x.shape), torch.int64, index)
+    out = empty((U,), values.dtype, index)
+    inverse = empty(tuple(x.shape) if inverse_shape is None else inverse_shape, torch.int64,
+                    index)
     first = empty((max(U, 1),), torch.int64, index)
-    sorter = sorter_for(ctx, numpy_dtype(x.dtype))
+    sorter = sorter_for(ctx, numpy_dtype(values.dtype))
     enqueue(ctx, sorter.unique_launches(as_dlprim(values), as_dlprim(perm), as_dlprim(cum),
                                         as_dlprim(out), _flat(inverse), as_dlprim(first), N))
     counts = empty((U,), torch.int64, index)
@@ -628,13 +638,13 @@ def _groups(x, values, perm, return_inverse, return_counts):
         inverse = empty((0,), torch.int64, index)
     if not return_counts:
         counts = empty((0,), torch.int64, index)
-    return out, inverse, counts
+    return out, inverse, counts, first.narrow(0, 0, U)
 
 
 @register(aten._unique2.default)
 def _unique2(x, sorted=True, return_inverse=False, return_counts=False):
     values, perm = _sorted(x.reshape(-1), 0, False)
-    return _groups(x, values, perm, return_inverse, return_counts)
+    return _groups(x, values, perm, return_inverse, return_counts)[:3]
 
 
 @register(aten._unique.default)
@@ -656,28 +666,52 @@ def _storage_over(x, tensor):
     return Storage.over(x._ocl_storage.index, tensor)
 
 
-def _flat_dim(op, x, dim):
-    if dim is not None and x.dim() > 1:
-        raise NotImplementedError("dlprim.torch: %s with dim=%s on ocl devices: only over "
-                                  "all elements or a 1-d tensor" % (op, dim))
-
-
 @register(aten.unique_consecutive.default)
 def _unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
-    _flat_dim("unique_consecutive", x, dim)
+    if dim is not None and x.dim() > 1:
+        return _unique_slices(x, dim, return_inverse, return_counts, False)
     flat = x.reshape(-1)
     if not flat.is_contiguous():
         flat = flat.contiguous()
-    return _groups(x, flat, _positions(flat), return_inverse, return_counts)
+    return _groups(x, flat, _positions(flat), return_inverse, return_counts)[:3]
 
 
 @register(aten.unique_dim.default)
 def _unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
-    _flat_dim("unique_dim", x, dim)
-    if x.dim() == 0:
-        raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but "
-                         "got %d)" % dim)
-    return _unique2(x, sorted, return_inverse, return_counts)
+    _wrap(dim, x)
+    if x.dim() <= 1:
+        return _unique2(x, sorted, return_inverse, return_counts)
+    return _unique_slices(x, dim, return_inverse, return_counts, True)
+
+
+def _unique_slices(x, dim, return_inverse, return_counts, sort):
+    """The distinct slices along dim (``sort``: in order as tuples, first element first;
+    else runs of equal neighbours): the slices' order from a stable sort by each element
+    in turn, last to first (LSD radix order, one sort of R keys per element of a slice)."""
+    d = _wrap(dim, x)
+    moved = x.movedim(d, 0)
+    R, C = moved.shape[0], math.prod(moved.shape[1:])
+    if R == 0 or C == 0:
+        raise NotImplementedError("dlprim.torch: unique_dim on ocl devices over empty slices "
+                                  "(shape %s, dim %d)" % (list(x.shape), dim))
+    rows = moved.reshape(R, C)
+    perm = _positions(rows[:, 0]).clone()
+    for c in reversed(range(C) if sort else ()):
+        column = handle(aten.index_select.default, (rows[:, c], 0, perm), {})
+        perm = handle(aten.index_select.default, (perm, 0, _sorted(column, 0, False)[1]), {})
+    ordered = handle(aten.index_select.default, (rows, 0, perm), {})
+    starts = empty((R,), torch.int64, x._ocl_storage.index)
+    _fill(starts, 1)
+    if R > 1:  # a slice starts a group where any element differs from the slice before
+        o = as_dlprim(ordered)
+        pointwise_reduce(_ctx(x), [o.view((R - 1, C), C), o.view((R - 1, C))],
+                         [as_dlprim(starts).view((R - 1, 1), 1)], "y0 = (x0 != x1);",
+                         "reduce_y0 = 0;", "reduce_y0 = reduce_y0 | y0;")
+    _, inverse, counts, first = _groups(x, starts, perm, return_inverse, return_counts,
+                                        starts=starts, inverse_shape=(R,))
+    picked = handle(aten.index_select.default, (ordered, 0, first), {})
+    out = picked.reshape((first.shape[0],) + tuple(moved.shape[1:])).movedim(0, d).contiguous()
+    return out, inverse, counts
 
 
 # ----- searchsorted / bucketize: a binary search per value
