@@ -175,8 +175,9 @@ def test_errors_match_pytorch():
                lambda t: torch.kthvalue(t, 5, 1), lambda t: torch.sort(t, 2),
                lambda t: torch.median(t[:, :0], 1), lambda t: torch.searchsorted(t, t[:2])):
         _both(fn, x, "error")
-    with pytest.raises(NotImplementedError):
-        torch.unique(torch.empty(3, 0, device=DEV), dim=0)
+    for fn in (lambda t: torch.unique(t[0, 0], dim=0), lambda t: torch.unique(t[:, :0], dim=0),
+               lambda t: torch.unique(t[:0], dim=0, return_counts=True)):
+        _both(fn, x, "unique_dim's edges")
 
 
 @pytest.mark.parametrize("n", [1, 31, 33, 65, 1000, 9000])

@@ -678,8 +678,10 @@ def _unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
 
 @register(aten.unique_dim.default)
 def _unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
+    if x.dim() == 0:
+        raise IndexError("Dimension specified as %d but tensor has no dimensions" % dim)
     _wrap(dim, x)
-    if x.dim() <= 1:
+    if x.dim() == 1:
         return _unique2(x, sorted, return_inverse, return_counts)
     return _unique_slices(x, dim, return_inverse, return_counts, True)
 
@@ -691,9 +693,12 @@ def _unique_slices(x, dim, return_inverse, return_counts, sort):
     d = _wrap(dim, x)
     moved = x.movedim(d, 0)
     R, C = moved.shape[0], math.prod(moved.shape[1:])
-    if R == 0 or C == 0:
-        raise NotImplementedError("dlprim.torch: unique_dim on ocl devices over empty slices "
-                                  "(shape %s, dim %d)" % (list(x.shape), dim))
+    if C == 0 and R:
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so "
+                           "unique cannot be applied")
+    if R == 0:
+        nothing = empty((0,), torch.int64, x._ocl_storage.index)
+        return empty(x.shape, x.dtype, x._ocl_storage.index), nothing, nothing
     rows = moved.reshape(R, C)
     perm = _positions(rows[:, 0]).clone()
     for c in reversed(range(C) if sort else ()):
