@@ -25,8 +25,7 @@ declare("adaptive_avg_pool", FAMILY, "launcher",
         "2-D and 3-D adaptive average pooling (interpolate's area mode) and its gradient",
         dtypes=("float", "int"),
         aten=("_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d",
-              "_adaptive_avg_pool3d_backward"), onnx="GlobalAveragePool",
-        launch=_T + "_adaptive")
+              "_adaptive_avg_pool3d_backward"), launch=_T + "_adaptive")
 declare("max_unpool", FAMILY, "launcher",
         "2-D and 3-D max_unpool: values scattered to their pooling indices, zeros elsewhere",
         dtypes=("float", "int"), aten=("max_unpool2d", "max_unpool3d"), onnx="MaxUnpool",
