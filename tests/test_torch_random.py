@@ -199,3 +199,9 @@ def test_errors():
         torch.multinomial(torch.ones(3, device=DEV), 4)
     with pytest.raises(RuntimeError):
         torch.multinomial(torch.ones(2, 2, 2, device=DEV), 1)
+    for bad in ([1.0, -1.0, 2.0], [1.0, float("nan"), 1.0], [1.0, float("inf"), 1.0],
+                [0.0, 0.0, 0.0]):
+        with pytest.raises(RuntimeError, match="multinomial|probability"):
+            torch.multinomial(torch.tensor([[1.0, 1.0, 1.0], bad]).to(DEV), 1)
+    with pytest.raises(RuntimeError, match="not enough"):
+        torch.multinomial(torch.tensor([[1.0, 0.0, 1.0]]).to(DEV), 3)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..core import random_draw
-from ..core.pointwise import pointwise
+from ..core.pointwise import pointwise, pointwise_reduce
 from ..tensor import Tensor
 from .dispatch import register
 from .ops_tensor import convert, device_index, meta_of
@@ -273,6 +273,29 @@ register(aten.randperm.generator_out)(lambda n, generator=None, out=None:
 register(aten.randperm.out)(lambda n, out=None: _randperm_into(n, out))
 
 
+def _check_weights(ctx, weights, num_samples, replacement):
+    """PyTorch's checks of the weights (as CUDA makes them: three numbers read back):
+    any weight negative or not finite, the smallest row sum, the fewest positive weights
+    of a row."""
+    rows = weights.shape[0]
+    per_row = [Tensor(ctx, (rows, 1), np.float32) for _ in range(3)]
+    pointwise_reduce(ctx, [weights], per_row,
+                     "y0 = (x0 < 0 || isnan(x0) || isinf(x0)); y1 = x0; y2 = x0 > 0;",
+                     "reduce_y0 = 0; reduce_y1 = 0; reduce_y2 = 0;",
+                     "reduce_y0 += y0; reduce_y1 += y1; reduce_y2 += y2;")
+    worst = [Tensor(ctx, (1, 1), np.float32) for _ in range(3)]
+    pointwise_reduce(ctx, per_row, worst, "y0 = x0; y1 = x1; y2 = x2;",
+                     "reduce_y0 = 0; reduce_y1 = INFINITY; reduce_y2 = INFINITY;",
+                     "reduce_y0 = fmax(reduce_y0, y0); reduce_y1 = fmin(reduce_y1, y1); "
+                     "reduce_y2 = fmin(reduce_y2, y2);")
+    bad, smallest_sum, fewest = (float(t.to_host().reshape(())) for t in worst)
+    _check(bad == 0, "probability tensor contains either `inf`, `nan` or element < 0")
+    _check(smallest_sum > 0, "invalid multinomial distribution (sum of probabilities <= 0)")
+    _check(replacement or fewest >= num_samples,
+           "invalid multinomial distribution (with replacement=False, not enough non-negative "
+           "category to sample)")
+
+
 @register(aten.multinomial.default)
 def _multinomial(p, num_samples, replacement=False, generator=None):
     _check(p.dim() in (1, 2), "prob_dist must be 1 or 2 dim")
@@ -285,6 +308,7 @@ def _multinomial(p, num_samples, replacement=False, generator=None):
     rows = p.shape[0] if p.dim() == 2 else 1
     out = empty(tuple(p.shape[:-1]) + (num_samples,), torch.int64, p._ocl_storage.index)
     weights = as_dlprim(p).view((rows, cats))
+    _check_weights(_ctx(p), weights, num_samples, replacement)
     random_draw.multinomial(_ctx(p), weights, as_dlprim(out).view((rows, num_samples)),
                             num_samples, replacement, seed_from(generator))
     return out
