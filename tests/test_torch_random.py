@@ -185,6 +185,8 @@ def test_errors():
         x.uniform_(1.0, 0.0)
     with pytest.raises(RuntimeError):
         x.normal_(0.0, -1.0)
+    with pytest.raises(RuntimeError, match="std >= 0"):
+        torch.normal(torch.zeros(3, device=DEV), torch.tensor([1.0, -1.0, 1.0]).to(DEV))
     with pytest.raises(RuntimeError):
         x.exponential_(-1.0)
     with pytest.raises(RuntimeError):

@@ -163,6 +163,10 @@ def _normal_tensors(meta, mean, std, generator):
         return out
     if isinstance(std, OclTensor):
         _check_float("normal", std)
+        bad = Tensor(_ctx(out), (1,), np.float32)  # std < 0 or NaN anywhere: one number back
+        pointwise_reduce(_ctx(out), [as_dlprim(std).view((std.numel(),))], [bad],
+                         "y0 = !(x0 >= 0);")
+        _check(float(bad.to_host()[0]) == 0, "normal expects all elements of std >= 0.0")
     z = Tensor(_ctx(out), tuple(out.shape), np.float32)
     random_draw.draw(_ctx(out), z, "normal", seed_from(generator))
     xs, params, terms = [z], [], []
