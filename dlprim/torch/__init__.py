@@ -28,8 +28,8 @@ from .dispatch import allow_cpu_fallback, cpu_fallback_allowed, implemented  # n
 from .tensor import OclTensor  # noqa: E402
 # (the operator registrations; a later module's registration of an overload wins)
 from . import (ops_tensor, ops_math, ops_nn, ops_norm, ops_optim,  # noqa: E402,F401
-               ops_index, ops_attention, ops_library, ops_reduce, ops_shape, ops_conv,
-               ops_loss, ops_random, ops_linalg, ops_logic)
+               ops_index, ops_index_put, ops_attention, ops_library, ops_reduce, ops_shape,
+               ops_creation, ops_conv, ops_loss, ops_random, ops_linalg, ops_logic)
 
 from .compiler import compile_graph as backend, compile, explain, export_net  # noqa: E402,A004
 
@@ -72,6 +72,7 @@ def _register():
     lib.impl("empty.memory_format", ops_tensor.empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", ops_tensor.empty_strided, "PrivateUse1")
     lib.impl("_copy_from", ops_tensor.copy_from, "PrivateUse1")
+    ops_creation.register_factories(lib)
     # a composite operator, decomposed above the device unless the device's autograd key
     # has a kernel of its own
     ops_attention.register_attention(lib)

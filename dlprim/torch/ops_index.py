@@ -301,5 +301,3 @@ register(aten.nonzero_static.default)(_nonzero_static)
 register(aten.masked_select.default)(_masked_select)
 for _overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"):
     register(getattr(aten.isin, _overload))(_isin)
-
-from . import ops_index_put  # noqa: E402,F401  (the writes; they use the pieces above)

@@ -94,9 +94,10 @@ def elementwise(func, args, kwargs, build, compute=None, out=None, result=None):
 
 
 def _values(params):
-    """A build's scalar params as kernel arguments: Python floats float32, integers int64."""
-    return [np.float32(p) if isinstance(p, float) else
-            (np.int64(p) if isinstance(p, (bool, int)) else p) for p in params]
+    """A build's scalar params as kernel arguments: integers int64; Python floats stay
+    Python floats, which the pointwise generator passes as float, or as double to a
+    kernel over float64 tensors (a float would round 1e-12 away there)."""
+    return [np.int64(p) if isinstance(p, (bool, int)) else p for p in params]
 
 
 def _promoted(*args):
