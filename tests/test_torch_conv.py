@@ -113,8 +113,8 @@ def test_conv_integer(dims):
 
 def test_conv3d_in_chunks(monkeypatch):
     """A batch whose columns exceed the buffer runs in chunks, filter gradients summed."""
-    from dlprim.torch import ops_conv
-    monkeypatch.setattr(ops_conv, "COLUMN_ELEMENTS", 2 * 3 * 8 * 27)
+    from dlprim.core import conv_nd
+    monkeypatch.setattr(conv_nd, "COLUMN_ELEMENTS", 2 * 3 * 8 * 27)
     both(lambda x, w: F.conv3d(x, w, padding=1), randn(5, 3, 3, 3, 3), randn(2, 3, 2, 2, 2))
     both(lambda x, w: F.conv_transpose3d(x, w), randn(5, 3, 2, 2, 2), randn(3, 2, 2, 2, 2))
 

@@ -20,10 +20,16 @@ from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
+from .conv_geometry import ConvGeometry
 from .gemm import Gemm
 from .pointwise import _memo
 
-__all__ = ["ConvND", "conv_nd", "conv_direct"]
+__all__ = ["ConvND", "ConvProblem", "conv_nd", "conv_direct", "COLUMN_ELEMENTS"]
+
+
+# the column buffer holds C_in K values per output position and sample: a batch runs in
+# chunks that keep it under this many elements (256 MB of float32)
+COLUMN_ELEMENTS = 1 << 26
 
 
 def _three(values, fill):
@@ -133,3 +139,50 @@ def conv_direct(ctx, x, w, y, stride, padding, dilation, groups, transposed):
             + [np.int32(y.shape[1]), np.int32(groups), np.int32(bool(transposed)), x, w, y])
     return [program.Launch(prog, "conv_direct", (round_up(total, wg),), (wg,), args)] \
         if total else []
+
+
+class ConvProblem:
+    """A convolution seen from its plain side: ``src`` the input of the plain convolution
+    (a transposed one's output), ``dst`` its output, as 2-D or 3-D shapes (1-D lifted to
+    2-D with a unit height); the weights are (dst channels, src channels / groups,
+    *kernel). It says which launchers serve it: ``geometry`` for the 2-D ones of
+    ``core/conv.py``, ``nd`` for column unrolling."""
+
+    def __init__(self, src_shape, dst_shape, w_shape, stride, padding, dilation, groups):
+        self.lift = len(w_shape) == 3
+        unit = (lambda v, one: (one,) + tuple(v)) if self.lift else (lambda v, one: tuple(v))
+        self.src = tuple(src_shape[:2]) + unit(src_shape[2:], 1)
+        self.dst = tuple(dst_shape[:2]) + unit(dst_shape[2:], 1)
+        self.kernel = unit(w_shape[2:], 1)
+        self.stride, self.padding = unit(stride, 1), unit(padding, 0)
+        self.dilation, self.groups = unit(dilation, 1), groups
+        self.spatial = len(self.kernel)
+
+    def consistent(self):
+        """Whether the plain convolution of src has dst's spatial size (a transposed
+        convolution's output_padding can add rows that no tap reaches)."""
+        return all((i + 2 * p - d * (k - 1) - 1) // s + 1 == o for i, o, k, s, p, d in zip(
+            self.src[2:], self.dst[2:], self.kernel, self.stride, self.padding, self.dilation))
+
+    def key(self):
+        return (self.src, self.dst, self.kernel, self.stride, self.padding, self.dilation,
+                self.groups)
+
+    def geometry(self):
+        """The ``ConvGeometry`` of a 2-D problem."""
+        p = self.padding
+        return ConvGeometry(self.src[1], self.dst[1], self.src[2:], self.kernel, self.stride,
+                            (p[0], p[1], p[0], p[1]), self.dilation, self.groups)
+
+    def nd(self, ctx, dtype, batch):
+        """The ``ConvND`` for ``batch`` samples of ``dtype``."""
+        return conv_nd(ctx, batch, self.src[1], self.dst[1], self.groups, self.src[2:],
+                       self.dst[2:], self.kernel, self.stride, self.padding, self.dilation,
+                       dtype)
+
+    def chunks(self):
+        """(first sample, samples) of each column-unrolled pass over the batch."""
+        batch = self.src[0]
+        per_sample = self.src[1] * int(np.prod(self.kernel)) * int(np.prod(self.dst[2:]))
+        step = max(1, min(batch, COLUMN_ELEMENTS // max(per_sample, 1)))
+        return [(n0, min(step, batch - n0)) for n0 in range(0, batch, step)]

@@ -2,7 +2,8 @@
 bilinear (trilinear), nearest or (2-D) bicubic sampling of (N, C, [D,] H, W) inputs at
 a (N, [Do,] Ho, Wo, dims) grid of normalised coordinates, padding by zeros, the border
 or reflection, PyTorch's align_corners rule. Contiguous dlprim Tensors of a float dtype; the input's
-gradient is summed in float32 with atomics.
+gradient is summed in float32 with atomics. ``affine_base``: the coordinates
+F.affine_grid maps.
 """
 import numpy as np
 
@@ -11,7 +12,7 @@ from ..kernels import program
 from ..utils import round_up
 from .pointwise import _memo
 
-__all__ = ["INTERPOLATIONS", "PADDINGS", "grid_sample_ops"]
+__all__ = ["INTERPOLATIONS", "PADDINGS", "grid_sample_ops", "affine_base"]
 
 INTERPOLATIONS = ("bilinear", "nearest", "bicubic")  # PyTorch's interpolation_mode 0, 1, 2
 PADDINGS = ("zeros", "border", "reflection")  # padding_mode 0, 1, 2
@@ -64,3 +65,27 @@ def grid_sample_ops(ctx, dims, interpolation, dtype):
     """The ``GridSample`` of these dims, interpolation and dtype on ctx (made once)."""
     return _memo(ctx, ("grid_sample", dims, interpolation, as_dtype(dtype)),
                  lambda: GridSample(ctx, dims, interpolation, dtype))
+
+
+def _linspace_from_neg_one(n, align_corners):
+    """PyTorch's float32 values of linspace(-1, 1, n) (its CPU kernel fills the halves
+    from each end), scaled by (n - 1) / n without align_corners."""
+    f32 = np.float32
+    if n <= 1:
+        return np.zeros(1, f32)
+    i = np.arange(n)
+    step = f32(2) / f32(n - 1)
+    r = np.where(i < n // 2, f32(-1) + step * i.astype(f32),
+                 f32(1) - step * (n - 1 - i).astype(f32)).astype(f32)
+    return r if align_corners else r * f32(n - 1) / f32(n)
+
+
+def affine_base(spatial, align_corners):
+    """The (positions, dims + 1) float32 matrix of F.affine_grid's output coordinates over
+    ``spatial`` ((H, W) or (D, H, W)): [x, y, (z,) 1] per position, x along the last dim,
+    so that the grid is base · thetaᵀ."""
+    spatial = tuple(int(n) for n in spatial)
+    axes = np.meshgrid(*[_linspace_from_neg_one(n, align_corners) for n in spatial],
+                       indexing="ij")[::-1]
+    cols = list(axes) + [np.ones(spatial, np.float32)]
+    return np.stack(cols, axis=-1).reshape(int(np.prod(spatial)), len(spatial) + 1)

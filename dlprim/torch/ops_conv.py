@@ -19,13 +19,11 @@ operator run on meta tensors).
 """
 import math
 
-import numpy as np
-
 import torch
 
-from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
-from ..core.conv_nd import conv_direct, conv_nd
-from ..core.grid_sample import INTERPOLATIONS, PADDINGS, grid_sample_ops
+from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward
+from ..core.conv_nd import ConvProblem, conv_direct
+from ..core.grid_sample import INTERPOLATIONS, PADDINGS, affine_base, grid_sample_ops
 from ..core.pooling_nd import PoolWindows, pooling_nd
 from ..core.resample_nd import resample_nd
 from ..tensor import Tensor
@@ -59,56 +57,6 @@ def _check_dtypes(op, *ts):
 
 def _workspace(ctx, nbytes):
     return Tensor(ctx, (max(int(nbytes), 1),), "uint8")
-
-
-class _Problem:
-    """A convolution seen from its plain side: ``src`` the input of the plain
-    convolution (the transposed one's output), ``dst`` its output, as 2-D or 3-D shapes
-    (1-D made 2-D); the weights are (dst channels, src channels / groups, *kernel)."""
-
-    def __init__(self, src_shape, dst_shape, w_shape, stride, padding, dilation, groups):
-        lift = len(w_shape) == 3
-        unit = (lambda v, one: (one,) + tuple(v)) if lift else (lambda v, one: tuple(v))
-        self.lift = lift
-        self.src = tuple(src_shape[:2]) + unit(src_shape[2:], 1)
-        self.dst = tuple(dst_shape[:2]) + unit(dst_shape[2:], 1)
-        self.kernel = unit(w_shape[2:], 1)
-        self.w_shape = tuple(w_shape[:2]) + self.kernel
-        self.stride, self.padding = unit(stride, 1), unit(padding, 0)
-        self.dilation, self.groups = unit(dilation, 1), groups
-        self.spatial = len(self.kernel)
-
-    def consistent(self):
-        """Whether the plain convolution of src has dst's spatial size."""
-        return all((i + 2 * p - d * (k - 1) - 1) // s + 1 == o for i, o, k, s, p, d in zip(
-            self.src[2:], self.dst[2:], self.kernel, self.stride, self.padding, self.dilation))
-
-    def key(self):
-        return (self.src, self.dst, self.kernel, self.stride, self.padding, self.dilation,
-                self.groups)
-
-    def geometry(self):
-        p = self.padding
-        return ConvGeometry(self.src[1], self.dst[1], self.src[2:], self.kernel, self.stride,
-                            (p[0], p[1], p[0], p[1]), self.dilation, self.groups)
-
-    def nd(self, ctx, dtype, batch):
-        return conv_nd(ctx, batch, self.src[1], self.dst[1], self.groups, self.src[2:],
-                       self.dst[2:], self.kernel, self.stride, self.padding, self.dilation,
-                       numpy_dtype(dtype))
-
-
-# conv_nd's column buffer holds C_in K values per output position and sample: the batch
-# runs in chunks that keep it under this many elements (256 MB of float32)
-COLUMN_ELEMENTS = 1 << 26
-
-
-def _chunks(problem):
-    """(first sample, samples) of each pass of a column-unrolled convolution."""
-    batch = problem.src[0]
-    per_sample = problem.src[1] * math.prod(problem.kernel) * math.prod(problem.dst[2:])
-    step = max(1, min(batch, COLUMN_ELEMENTS // max(per_sample, 1)))
-    return [(n0, min(step, batch - n0)) for n0 in range(0, batch, step)]
 
 
 def _rows(t, n0, nb):
@@ -162,8 +110,8 @@ def _run_forward(problem, src, w, dst, bias=None):
               _workspace(ctx, ws))
         enqueue_recorded(ctx, op, ts, lambda: op.launches(*ts))
         return
-    for n0, nb in _chunks(problem):
-        op = problem.nd(ctx, src.dtype, nb)
+    for n0, nb in problem.chunks():
+        op = problem.nd(ctx, numpy_dtype(src.dtype), nb)
         enqueue(ctx, op.forward(_dlp(_rows(src, n0, nb), problem), _dlp(w, problem),
                                 _dlp(_rows(dst, n0, nb), problem)))
     if bias is not None:
@@ -182,8 +130,8 @@ def _run_backward_data(problem, dst_grad, w, src_grad, bias=None):
               _workspace(ctx, ws))
         enqueue_recorded(ctx, op, ts, lambda: op.launches(*ts, beta=0.0))
         return
-    for n0, nb in _chunks(problem):
-        op = problem.nd(ctx, dst_grad.dtype, nb)
+    for n0, nb in problem.chunks():
+        op = problem.nd(ctx, numpy_dtype(dst_grad.dtype), nb)
         enqueue(ctx, op.backward_data(_channels_first(_rows(dst_grad, n0, nb), problem),
                                       _dlp(w, problem), _dlp(_rows(src_grad, n0, nb), problem)))
     if bias is not None:
@@ -202,8 +150,8 @@ def _run_backward_filter(problem, src, dst_grad, w_grad):
         if dw is not w_grad:
             handle(aten.copy_.default, (w_grad, dw), {})
         return
-    for n0, nb in _chunks(problem):   # the chunks' filter gradients add up
-        op = problem.nd(ctx, src.dtype, nb)
+    for n0, nb in problem.chunks():   # the chunks' filter gradients add up
+        op = problem.nd(ctx, numpy_dtype(src.dtype), nb)
         enqueue(ctx, op.backward_filter(_dlp(_rows(src, n0, nb), problem),
                                         _channels_first(_rows(dst_grad, n0, nb), problem),
                                         _dlp(w_grad, problem), beta=0.0 if n0 == 0 else 1.0))
@@ -244,10 +192,10 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
             _add_bias(out, bias)
         return out
     if transposed:
-        problem = _Problem(out.shape, x.shape, w.shape, stride, padding, dilation, groups)
+        problem = ConvProblem(out.shape, x.shape, w.shape, stride, padding, dilation, groups)
         _run_backward_data(problem, x, w, out, bias)
     else:
-        problem = _Problem(x.shape, out.shape, w.shape, stride, padding, dilation, groups)
+        problem = ConvProblem(x.shape, out.shape, w.shape, stride, padding, dilation, groups)
         _run_forward(problem, x, w, out, bias)
     return out
 
@@ -284,9 +232,9 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
         dims = [d for d in range(grad.dim()) if d != 1]
         db = handle(aten.sum.dim_IntList, (grad, dims), {})
     if transposed:   # the plain convolution goes grad (the output's side) -> x
-        problem = _Problem(grad.shape, x.shape, w.shape, stride, padding, dilation, groups)
+        problem = ConvProblem(grad.shape, x.shape, w.shape, stride, padding, dilation, groups)
     else:
-        problem = _Problem(x.shape, grad.shape, w.shape, stride, padding, dilation, groups)
+        problem = ConvProblem(x.shape, grad.shape, w.shape, stride, padding, dilation, groups)
     empty_problem = grad.numel() == 0 or x.numel() == 0 or w.numel() == 0
     for t in (dx, dw):
         if t is not None and empty_problem and t.numel():
@@ -571,32 +519,14 @@ for _dims, _name in ((2, "grid_sampler_2d"), (3, "grid_sampler_3d")):
 # ----- affine_grid_generator (F.affine_grid): the grid = base · thetaᵀ, base the
 # (positions, [x, y, (z,) 1]) matrix of the output's normalised coordinates (its backward,
 # affine_grid_generator_backward, is a composite of PyTorch's that never reaches here)
-def _linspace_from_neg_one(n, align_corners):
-    """PyTorch's values of linspace(-1, 1, n) in float32 (halves from each end, as its CPU
-    kernel computes them), scaled by (n - 1) / n without align_corners."""
-    f32 = np.float32
-    if n <= 1:
-        return np.zeros(1, f32)
-    i = np.arange(n)
-    step = f32(2) / f32(n - 1)
-    r = np.where(i < n // 2, f32(-1) + step * i.astype(f32),
-                 f32(1) - step * (n - 1 - i).astype(f32)).astype(f32)
-    return r if align_corners else r * f32(n - 1) / f32(n)
-
-
 def _affine_base(theta, size, align_corners):
-    """The base matrix (positions, dims + 1) on theta's device, float32, made once per
-    shape: [x, y, (z,) 1] per output position, x along the last dim."""
+    """``affine_base`` of the output's spatial size on theta's device, made once."""
     size = tuple(int(s) for s in size)
     key = ("torch_affine_base", size, bool(align_corners))
     ctx = _ctx(theta)
     base = ctx.ops.get(key)
     if base is None:
-        spatial = size[2:]
-        axes = np.meshgrid(*[_linspace_from_neg_one(n, align_corners) for n in spatial],
-                           indexing="ij")[::-1]
-        cols = list(axes) + [np.ones(spatial, np.float32)]
-        host = np.stack(cols, axis=-1).reshape(math.prod(spatial), len(spatial) + 1)
+        host = affine_base(size[2:], align_corners)
         base = ctx.ops[key] = from_numpy(host, theta._ocl_storage.index, torch.float32)
     return base
 
