@@ -7,6 +7,9 @@ any length runs in one launch: each work-item folds a chunk of the row, the chun
 are scanned in local memory (Hillis & Steele, CACM 1986), and each chunk is scanned again
 from the totals before it. CPU drivers run a work-group as a loop on one thread, so there
 a work-group is one item and a row is a plain loop, rows side by side on the cores.
+
+A 64 x 4096 float32 cumsum: 0.8 ms on an H200 (NVIDIA's OpenCL), 3 ms on Intel's CPU
+runtime on a loaded 2-core machine (tests/test_torch_reduce.py times it).
 """
 import numpy as np
 

@@ -15,6 +15,9 @@ CPU drivers run a work-group's items as a loop and pay for every barrier: there 
 is one work-item's bottom-up merge sort instead (``serial``; a 64 x 4096 float sort took
 570 ms through the network on Intel's CPU runtime, on a loaded 2-core machine), over keys
 mapped to unsigned integers of the same order so that a comparison is one compare.
+
+A 64 x 4096 float32 sort: 0.46 ms on an H200 (NVIDIA's OpenCL), 84 ms on Intel's CPU
+runtime on a 2-core machine running 14 other processes (tests/test_torch_sort.py times it).
 """
 import numpy as np
 

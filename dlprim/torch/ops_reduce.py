@@ -13,11 +13,13 @@ import torch
 
 from ..core.pointwise import _memo, pointwise, pointwise_reduce
 from ..core.scan import scan_launches
-from ..core.sort import sort_launches
+from ..core.sort import sort_launches, sorter_for
+from ..dtypes import cl_type
 from ..tensor import Tensor
 from .dispatch import register, handle
 from .ops_tensor import convert, meta_of
-from .tensor import OclTensor, as_dlprim, empty, enqueue, numpy_dtype, write_into
+from .tensor import (OclTensor, Storage, as_dlprim, empty, enqueue, from_numpy, numpy_dtype,
+                     write_into)
 
 aten = torch.ops.aten
 
@@ -92,7 +94,6 @@ _HIGHEST = {"float": "INFINITY", "half": "INFINITY", "bfloat16": "INFINITY",
 
 
 def _ctype(dtype):
-    from ..dtypes import cl_type
     return cl_type(numpy_dtype(dtype))
 
 
@@ -616,7 +617,6 @@ def _groups(x, values, perm, return_inverse, return_counts, starts=None, inverse
     """(unique values, inverse, counts, first) of ``values`` (x's values in the order to
     group, flat, from x's positions ``perm``); ``starts``: where groups start, when not
     where values differ; ``first``: each group's first position in that order."""
-    from ..core.sort import sorter_for
     index, ctx = x._ocl_storage.index, _ctx(x)
     N = values.numel()
     starts = _starts_of(values) if starts is None else starts
@@ -654,16 +654,12 @@ def _unique(x, sorted=True, return_inverse=False):
 
 
 def _positions(x):
+    """0 .. numel - 1 as an int64 ocl tensor over a memoized buffer (read it, never write)."""
     n = x.numel()
     ctx = _ctx(x)
     perm = _memo(ctx, ("torch_reduce_arange", n, 0), lambda: Tensor.from_numpy(
         ctx, np.arange(n, dtype=np.int64)))
-    return OclTensor.__new__(OclTensor, _storage_over(x, perm), (n,), (1,), 0, torch.int64)
-
-
-def _storage_over(x, tensor):
-    from .tensor import Storage
-    return Storage.over(x._ocl_storage.index, tensor)
+    return OclTensor(Storage.over(x._ocl_storage.index, perm), (n,), (1,), 0, torch.int64)
 
 
 @register(aten.unique_consecutive.default)
@@ -734,8 +730,7 @@ def _search(seq, values, out_int32, right, side, sorter):
     shared = seq.dim() <= 1
     m_per_row = values.shape[-1] if values.dim() else 1
     if out.numel():
-        from ..core.sort import sorter_for
-        ctx = _ctx(seq)
+            ctx = _ctx(seq)
         s = sorter_for(ctx, numpy_dtype(common))
         enqueue(ctx, s.search_launches(_flat(seq), None if sorter is None else _flat(sorter),
                                        _flat(values), _flat(out), L, m_per_row, shared,
@@ -751,7 +746,6 @@ def _searchsorted(seq, values, *, out_int32=False, right=False, side=None, sorte
 
 
 def _scalar_tensor(like, value):
-    from .tensor import from_numpy
     if isinstance(value, torch.Tensor):
         value = value.item()
     dtype = torch.result_type(torch.empty((), dtype=like.dtype), value)
