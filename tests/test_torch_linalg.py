@@ -181,6 +181,18 @@ def test_cholesky_and_triangular(n):
         torch.linalg.cholesky(-S.to(DEV))
 
 
+def test_float64():
+    try:
+        torch.zeros(1, dtype=torch.float64).to(DEV)
+    except TypeError:
+        pytest.skip("the device has no float64")
+    A = well_conditioned(2, 33, 33).double()
+    B = rand(2, 33, 3).double()
+    for fn, args in ((torch.bmm, (A, B)), (torch.linalg.solve, (A, B)), (torch.linalg.det, (A,)),
+                     (torch.linalg.cholesky, (A @ A.mT,)), (torch.mv, (A[0], B[0, :, 0]))):
+        close(fn(*[a.to(DEV) for a in args]), fn(*args), 1e-9)
+
+
 def test_errors():
     with pytest.raises(RuntimeError):
         torch.dot(torch.ones(3, device=DEV), torch.ones(4, device=DEV))

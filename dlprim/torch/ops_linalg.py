@@ -45,13 +45,16 @@ def _same_dtype(op, *ts):
 
 def _scalar(dtype, value):
     """A pointwise parameter of the compute type of ``dtype``."""
+    if dtype == torch.float64:
+        return np.float64(value)
     if dtype.is_floating_point:
         return np.float32(value)
     return np.uint8(bool(value)) if dtype == torch.bool else np.int64(value)
 
 
-# ----- matrix products: Gemm for float32, 16-bit floats through float32, integers as an
-# exact sum-of-products reduction (Gemm's float32 is inexact past 2**24)
+# ----- matrix products: Gemm for float32, 16-bit floats through float32, integers and
+# float64 as a sum-of-products reduction in their own type (Gemm computes in float32)
+_GEMM_TYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _in_float32(fn, *ts):
     """fn over float32 operands; 16-bit float operands are widened and the result rounded
     back once."""
@@ -61,8 +64,8 @@ def _in_float32(fn, *ts):
     return convert(fn(*[convert(t, torch.float32) for t in ts]), dtype)
 
 
-def _integer_product(a, b):
-    """a @ b for integer 2-D or 3-D operands: (.., n, k, 1) * (.., 1, k, m) summed over k."""
+def _reduce_product(a, b):
+    """a @ b for 2-D or 3-D operands: (.., n, k, 1) * (.., 1, k, m) summed over k."""
     n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
     lead = tuple(a.shape[:-2])
     out = _new(lead + (n, m), a.dtype, a)
@@ -75,9 +78,9 @@ def _integer_product(a, b):
 
 def _product(a, b):
     """a @ b for 2-D or 3-D (batched) operands of one dtype: a new contiguous tensor."""
-    if a.is_floating_point():
+    if a.dtype in _GEMM_TYPES:
         return _in_float32(ops_nn._mm if a.dim() == 2 else ops_nn._bmm, a, b)
-    return _integer_product(a, b)
+    return _reduce_product(a, b)
 
 
 @register(aten.mm.default)
@@ -113,10 +116,10 @@ def _gemm_add(c, a, b, beta, alpha):
 
 def _add_product(op, c, a, b, beta, alpha):
     _same_dtype(op, c, a, b)
-    if a.is_floating_point():
+    if a.dtype in _GEMM_TYPES:
         return _in_float32(lambda c, a, b: _gemm_add(c, a, b, beta, alpha), c, a, b)
     shape = tuple(a.shape[:-1]) + (b.shape[-1],)
-    return _axpby(c, _integer_product(a, b), beta, alpha, shape)
+    return _axpby(c, _reduce_product(a, b), beta, alpha, shape)
 
 
 @register(aten.addmm.default)
@@ -262,9 +265,8 @@ def _square(op, A, square=True):
         raise RuntimeError("%s: A must be batches of square matrices, but they are %s matrices"
                            % (op, " by ".join(map(str, A.shape[-2:])) if A.dim() >= 2 else
                               "%d-D" % A.dim()))
-    if A.dtype != torch.float32:
-        raise (RuntimeError if A.is_floating_point() else NotImplementedError)(
-            "%s: float32 matrices only on ocl devices, got %s" % (op, A.dtype))
+    if A.dtype not in (torch.float32, torch.float64):  # PyTorch's CPU has no other
+        raise RuntimeError("%s: expected a float32 or float64 tensor, got %s" % (op, A.dtype))
     if not linalg_small.fits(max(A.shape[-2:])):
         raise NotImplementedError("dlprim.torch: %s on ocl devices: matrices up to %d x %d "
                                   "(one work-group per matrix), got %d x %d"
