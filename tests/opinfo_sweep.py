@@ -38,6 +38,7 @@ RANDOM_OPS = {  # outputs are draws: only shape and dtype are compared
     "empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
     "empty_permuted", "nn.functional.gumbel_softmax", "torch.empty", "normal.number_mean",
     "normal.in_place", "bernoulli.p", "uniform_"}
+HOST_ARGS = {"tensor_split"}  # their tensor arguments must stay on the CPU (as on CUDA)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64,
           "bool": torch.bool, "bfloat16": torch.bfloat16, "int32": torch.int32,
           "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
@@ -149,7 +150,8 @@ def _run_sample(op, sample, dtype, with_grad, random):
     except Exception:
         return "cpu"
     ocl_in = _on_ocl(_map(sample.input, _to_ocl))
-    ocl_args = _on_ocl(_map(sample.args, _to_ocl))
+    ocl_args = _on_ocl(_map(sample.args, _to_ocl if op.name not in HOST_ARGS
+                            else _clone_cpu))
     ocl_kwargs = _on_ocl(_map(sample.kwargs, _to_ocl))
     actual = op(ocl_in, *ocl_args, **ocl_kwargs)
     _compare(expected, actual, random, "output")

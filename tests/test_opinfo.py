@@ -11,8 +11,9 @@ By default a quick tier runs: every QUICK_STRIDE-th entry (sorted by name, so th
 entries each time) with one sample each, which fits a CI budget. ``DLPRIM_OPINFO_FULL=1``
 runs every entry with two samples (tests/opinfo_sweep.py's default; see docs/pytorch.md
 for its numbers and time). float32 checks gradients too (a ``grad`` verdict does not
-count as a pass).
+count as a pass). ``DLPRIM_OPINFO_JSON=<folder>`` keeps each dtype's verdicts there.
 """
+import json
 import os
 import sys
 
@@ -26,7 +27,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import opinfo_sweep  # noqa: E402
 
 FULL = os.environ.get("DLPRIM_OPINFO_FULL", "") not in ("", "0")
-QUICK_STRIDE = 4
+QUICK_STRIDE = 6
 ENTRY_TIMEOUT = 60  # seconds: a hung entry is an error, the sweep goes on
 
 # pass / ran (entries with CPU samples), per dtype: (quick tier, full sweep)
@@ -64,6 +65,11 @@ def test_opinfo_entries_match_the_cpu(dtype_name, chosen):
     results = opinfo_sweep.sweep(dtype_name, ops=chosen, samples=2 if FULL else 1,
                                  progress=False, timeout=ENTRY_TIMEOUT)
     counts, ran = opinfo_sweep.summary(results)
+    if os.environ.get("DLPRIM_OPINFO_JSON"):  # a folder: the verdicts, to raise floors by
+        with open(os.path.join(os.environ["DLPRIM_OPINFO_JSON"],
+                               "%s-%s.json" % ("full" if FULL else "quick", dtype_name)),
+                  "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
     wrong = sorted("%s: %s" % (k, r["detail"]) for k, r in results.items()
                    if r["verdict"] == "wrong")
     assert not wrong, "%d entries give wrong results on ocl (%s):\n%s" % (
