@@ -143,6 +143,19 @@ inline ${R} dlp_logaddexp2_${R}(${R} a, ${R} b)
 }
 % endfor
 % for I in MATH_INTS:
+// Euclid's greatest common divisor, never negative (gcd(0, 0) = 0)
+inline ${I} dlp_gcd_${I}(${I} a, ${I} b)
+{
+    a = a < 0 ? -a : a;
+    b = b < 0 ? -b : b;
+    while (b != 0) {
+        ${I} t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 // integer powers by squaring; a negative exponent gives 0 except for bases 1 and -1
 // (PyTorch's answer for integer tensors)
 inline ${I} dlp_ipow_${I}(${I} a, ${I} b)

@@ -153,6 +153,10 @@ _binary("remainder", {"float": "dlp_remainder_{R}({a}, {b})",
                              "? ({a} % {b}) + {b} : ({a} % {b}))"},
         "a mod b with b's sign (Python's %)", grad=("dy", "-dy * dlp_floordiv_{R}(a, b)"),
         dtypes=("float", "int"), onnx=None)
+_binary("gcd", "dlp_gcd_{T}({a}, {b})", "the greatest common divisor (never negative)",
+        dtypes=("int",))
+_binary("lcm", "(dlp_gcd_{T}({a}, {b}) == 0 ? ({T})0 : ({T})abs({a} / dlp_gcd_{T}({a}, {b}) * {b}))",
+        "the least common multiple (never negative)", dtypes=("int",))
 _binary("fmod", {"float": "fmod({a}, {b})", "int": "({a} % {b})"},
         "a mod b with a's sign (C's fmod)", grad=("dy", "-dy * trunc(a / b)"),
         dtypes=("float", "int"))
