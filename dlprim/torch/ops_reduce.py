@@ -730,7 +730,7 @@ def _search(seq, values, out_int32, right, side, sorter):
     shared = seq.dim() <= 1
     m_per_row = values.shape[-1] if values.dim() else 1
     if out.numel():
-            ctx = _ctx(seq)
+        ctx = _ctx(seq)
         s = sorter_for(ctx, numpy_dtype(common))
         enqueue(ctx, s.search_launches(_flat(seq), None if sorter is None else _flat(sorter),
                                        _flat(values), _flat(out), L, m_per_row, shared,
