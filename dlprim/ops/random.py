@@ -30,3 +30,7 @@ declare("randperm", FAMILY, "launcher", "a random permutation of 0 .. n-1",
 declare("multinomial", FAMILY, "launcher", "category indices drawn from rows of weights",
         dtypes=("float",), aten=("multinomial",), onnx="Multinomial",
         launch=_T + "_multinomial")
+declare("dropout", FAMILY, "launcher",
+        "each element zeroed with probability p, the rest scaled by 1 / (1 - p)",
+        dtypes=("float",), aten=("native_dropout", "native_dropout_backward"),
+        onnx="Dropout", layer="Dropout", launch="dlprim.torch.ops_nn._native_dropout")

@@ -57,6 +57,11 @@ class _Module:
     def manual_seed_all(seed):
         pass
 
+    # the device draws from keys PyTorch's CPU generator hands out (ops_random), so it has
+    # no generator state of its own; torch.random.fork_rng still asks for one
+    get_rng_state = staticmethod(lambda device=None: ops_random.get_rng_state(device))
+    set_rng_state = staticmethod(lambda state, device=None: ops_random.set_rng_state(state, device))
+
 
 def _register():
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
