@@ -200,6 +200,14 @@ def test_max_unpool(dims):
     both(lambda y, i: unpool(y, i, 2), y, idx)
 
 
+def test_max_unpool_bad_index():
+    y, idx = F.max_pool2d(randn(1, 2, 4, 4), 2, return_indices=True)
+    idx[0, 1, 1, 0] = 16
+    for dev in ("cpu", DEV):
+        with pytest.raises(RuntimeError, match="invalid max index: 16"):
+            F.max_unpool2d(y.to(dev), idx.to(dev), 2)
+
+
 def test_pool_errors():
     x = randn(1, 2, 4, 4)
     for dev in ("cpu", DEV):

@@ -73,7 +73,7 @@ class PoolND:
 
     def unpool(self, planes, in_plane, out_plane, x, idx, y):
         """y[p, idx[p, j]] = x[p, j] (y zeroed by the caller); indices outside the plane
-        write nothing."""
+        write nothing (the torch side raises PyTorch's error first)."""
         return self._launch("unpool", planes * in_plane,
                             [np.uint64(in_plane), np.uint64(out_plane), x, idx, y])
 

@@ -397,6 +397,16 @@ for _n, _mf, _mb, _af, _ab in (
         _register(_packet, _fn)
 
 
+def _check_unpool_indices(indices, out_size, out_plane):
+    """PyTorch's error for an index outside the output plane (one read of two numbers:
+    writing it anyway would drop a value silently)."""
+    lo, hi = handle(aten.aminmax.default, (indices,), {})
+    lo, hi = int(lo.cpu()), int(hi.cpu())
+    if lo < 0 or hi >= out_plane:
+        raise RuntimeError("Found an invalid max index: %d (output volumes are of size %s)"
+                           % (lo if lo < 0 else hi, "x".join(str(int(s)) for s in out_size)))
+
+
 def _max_unpool(n, packet):
     def forward(x, indices, output_size, *stride_padding):
         m = packet.default(meta_of(x), meta_of(indices), output_size, *stride_padding)
@@ -405,6 +415,7 @@ def _max_unpool(n, packet):
         if x.numel():
             ops = pooling_nd(_ctx(x), "max", numpy_dtype(x.dtype))
             in_plane, out_plane = math.prod(x.shape[-n:]), math.prod(out.shape[-n:])
+            _check_unpool_indices(indices, out.shape[-n:], out_plane)
             enqueue(_ctx(x), ops.unpool(x.numel() // in_plane, in_plane, out_plane,
                                         as_dlprim(x), as_dlprim(as_contiguous(indices)),
                                         as_dlprim(out)))
