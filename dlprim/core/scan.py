@@ -49,8 +49,8 @@ class Scan:
             raise ValueError("Scan: op %r is not one of %s" % (op, OPS))
         self.ctx, self.op, self.dtype, self.wg = ctx, op, as_dtype(dtype), int(wg)
         ct = cl_type(self.dtype)
-        self.program = program.get(ctx, "scan", T=ct, Y=ct, A=accumulator(self.dtype, ctx.facts.fp64), OP=op,
-                                   WG=self.wg)
+        self.program = program.get(ctx, "scan", T=ct, OP=op, WG=self.wg,
+                                   A=accumulator(self.dtype, ctx.facts.fp64))
         self._dummy = None
 
     def launches(self, x, y, yi, outer, n, inner):

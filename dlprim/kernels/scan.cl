@@ -7,13 +7,14 @@
 ## `inner` apart. One work-group scans one row: each of its WG items folds a contiguous
 ## chunk of the row, the chunk totals are scanned in local memory, and each item scans its
 ## chunk again from the total of the chunks before it. WG = 1 (CPU drivers) is a plain loop.
-## T: input storage type; Y: output storage type; A: the type the scan is computed in;
+## T: the storage type (the caller converts the input to the output's dtype first);
+## A: the type the scan is computed in;
 ## OP: sum, prod, logsumexp, max, min (max and min also give the index, PyTorch's cummax:
 ## the last of equal values, a NaN sticks); WG: work-group size (a power of two).
 ## A is double for float32 where the device has fp64 (PyTorch's CPU accumulates so).
 <% INDEXED = OP in ("max", "min") %>
 <%def name="load(p, i)">${'LD_%s(%s, %s)' % (T, p, i) if T in ('half', 'bfloat16') else '%s[%s]' % (p, i)}</%def>
-<%def name="store(p, i, v)">${'ST_%s(%s, %s, %s)' % (Y, p, i, v) if Y in ('half', 'bfloat16') else '%s[%s] = (%s)(%s)' % (p, i, Y, v)}</%def>
+<%def name="store(p, i, v)">${'ST_%s(%s, %s, %s)' % (T, p, i, v) if T in ('half', 'bfloat16') else '%s[%s] = (%s)(%s)' % (p, i, T, v)}</%def>
 
 % if OP == "logsumexp":
 // log(exp(a) + exp(b)), exact for two equal infinities (PyTorch's _log_add_exp_helper)
@@ -48,7 +49,7 @@ inline void combine(${A} *v, long *i, ${A} w, long j)
 __kernel __attribute__((reqd_work_group_size(${WG}, 1, 1)))
 void scan(ulong n, ulong inner,
           __global const ${T} *x, ulong x_offset,
-          __global ${Y} *y, ulong y_offset,
+          __global ${T} *y, ulong y_offset,
           __global long *yi, ulong yi_offset)
 {
     const ulong row = get_group_id(0);
