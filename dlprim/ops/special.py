@@ -69,3 +69,24 @@ _binary("special_laguerre_polynomial_l", "dlp_sf_laguerre_{R}({a}, (long){b})",
         "the Laguerre polynomial L_n(x)")
 _binary("special_legendre_polynomial_p", "dlp_sf_legendre_{R}({a}, (long){b})",
         "the Legendre polynomial P_n(x)")
+
+# the Bessel functions and friends, by Cephes' approximations (kernels/specialfun.h)
+_unary("special_bessel_j0", "dlp_sf_bessel_j0_{R}({a})",
+       "the Bessel function of the first kind, order 0")
+_unary("special_bessel_j1", "dlp_sf_bessel_j1_{R}({a})",
+       "the Bessel function of the first kind, order 1")
+_unary("special_bessel_y0", "dlp_sf_bessel_y0_{R}({a})",
+       "the Bessel function of the second kind, order 0")
+_unary("special_bessel_y1", "dlp_sf_bessel_y1_{R}({a})",
+       "the Bessel function of the second kind, order 1")
+_unary("special_modified_bessel_k0", "dlp_sf_bessel_k_{R}({a}, 0, 0)",
+       "the modified Bessel function of the second kind, order 0")
+_unary("special_modified_bessel_k1", "dlp_sf_bessel_k_{R}({a}, 1, 0)",
+       "the modified Bessel function of the second kind, order 1")
+_unary("special_scaled_modified_bessel_k0", "dlp_sf_bessel_k_{R}({a}, 0, 1)",
+       "K0(x) e^x")
+_unary("special_scaled_modified_bessel_k1", "dlp_sf_bessel_k_{R}({a}, 1, 1)",
+       "K1(x) e^x")
+_unary("special_airy_ai", "dlp_sf_airy_ai_{R}({a})", "the Airy function Ai(x)")
+_unary("special_ndtri", "dlp_sf_ndtri_{R}({a})",
+       "the inverse of the standard normal cumulative distribution function")
