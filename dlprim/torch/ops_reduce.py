@@ -148,6 +148,12 @@ def _simple(kind, func, x, dim, args, kwargs):
     return _fold_into(out, axes, x, *_FOLDS[kind](out.dtype))
 
 
+def _acc(dtype):
+    """(torch dtype, C type) that intermediate float results of ``dtype`` values keep:
+    double for float64, float for the other float types (16-bit ones accumulate in it)."""
+    return (torch.float64, "double") if dtype == torch.float64 else (torch.float32, "float")
+
+
 def _mean_into(out, x, axes):
     """out (kept shape, a float dtype) = the mean of x over axes (NaN over nothing)."""
     count = _count(x, axes)
@@ -200,8 +206,8 @@ def _nanmean(x, dim=None, keepdim=False, dtype=None):
         return out
     axes = _axes(x, dim)
     keep = _kept(x, axes)
-    sums = empty(keep, torch.float32, x._ocl_storage.index)
-    counts = empty(keep, torch.float32, x._ocl_storage.index)
+    sums = empty(keep, _acc(x.dtype)[0], x._ocl_storage.index)
+    counts = empty(keep, _acc(x.dtype)[0], x._ocl_storage.index)
     if _count(x, axes) == 0:
         return _fill(out, float("nan"))
     pointwise_reduce(_ctx(x), [_flat(x).view(tuple(x.shape) or (1,))],
@@ -232,14 +238,14 @@ def _moments(x, dim, unbiased, keepdim, correction, root, want_mean):
     keep = _kept(x, axes)
     count = _count(x, axes)
     c = _correction(unbiased, correction)
-    mean = empty(keep, torch.float32 if var.dtype != torch.float64 else var.dtype,
-                 x._ocl_storage.index)
+    acc, T = _acc(var.dtype)
+    mean = empty(keep, acc, x._ocl_storage.index)
     _mean_into(mean, x, axes)
     denom = max(0.0, count - c)
     if count == 0:
         _fill(var, float("nan"))
     else:  # no samples left after the correction: 0 * inf = NaN, as PyTorch's 0 / 0
-        _fold_into(var, axes, x, "float d = x0 - x1; y0 = d * d;", *_SUM, extra=(mean,),
+        _fold_into(var, axes, x, "%s d = x0 - x1; y0 = d * d;" % T, *_SUM, extra=(mean,),
                    alpha=(1.0 / denom) if denom else float("inf"))
     if root:
         pointwise(_ctx(x), [as_dlprim(var)], [as_dlprim(var)], "y0 = sqrt(x0);")
@@ -267,27 +273,28 @@ _register_moments(aten.std_mean, True, True)
 # ----- norms: sum |x|^p, then ^(1/p); max / min |x| for +-inf; count for 0
 def _norm_into(out, x, ord, axes):
     ord = float(ord)
+    acc_dtype, T = _acc(x.dtype)
     if _count(x, axes) == 0:
         return _fill(out, 0.0)
     if ord in (float("inf"), float("-inf")):
         init, cmp = ("0", ">") if ord > 0 else ("INFINITY", "<")
-        return _fold_into(out, axes, x, "y0 = fabs((float)x0);", "reduce_y0 = %s;" % init,
+        return _fold_into(out, axes, x, "y0 = fabs((%s)x0);" % T, "reduce_y0 = %s;" % init,
                           "if (y0 %s reduce_y0 || y0 != y0) reduce_y0 = y0;" % cmp)
     if ord == 0:
         return _fold_into(out, axes, x, "y0 = (x0 != 0);", *_SUM)
     # the sum of |x|^p in float32 at least: |x|^p of a 16-bit float overflows it
     keep = _kept(x, axes)
-    acc = out if out.dtype in (torch.float32, torch.float64) else \
-        empty(keep, torch.float32, x._ocl_storage.index)
+    acc = out if out.dtype == acc_dtype else empty(keep, acc_dtype, x._ocl_storage.index)
     if ord == 1:
-        _fold_into(acc, axes, x, "y0 = fabs((float)x0);", *_SUM)
+        _fold_into(acc, axes, x, "y0 = fabs((%s)x0);" % T, *_SUM)
         root, params = "y0 = x0;", []
     elif ord == 2:
-        _fold_into(acc, axes, x, "float a = x0; y0 = a * a;", *_SUM)
+        _fold_into(acc, axes, x, "%s a = x0; y0 = a * a;" % T, *_SUM)
         root, params = "y0 = sqrt(x0);", []
     else:
-        _fold_into(acc, axes, x, "y0 = pow(fabs((float)x0), w0);", *_SUM, params=[ord])
-        root, params = "y0 = pow(x0, w0);", [1.0 / ord]
+        _fold_into(acc, axes, x, "y0 = pow(fabs((%s)x0), (%s)w0);" % (T, T), *_SUM,
+                   params=[ord])
+        root, params = "y0 = pow(x0, (%s)w0);" % T, [1.0 / ord]
     pointwise(_ctx(x), [as_dlprim(acc).view(keep)], [as_dlprim(out).view(keep)], root, params)
     return out
 
@@ -322,12 +329,13 @@ def _logsumexp(x, dim, keepdim=False):
         return _fill(out, float("-inf"))
     keep = _kept(x, axes)
     src = x if x.is_floating_point() else convert(x, out.dtype)
-    top = empty(keep, torch.float32, x._ocl_storage.index)
+    acc, T = _acc(out.dtype)
+    top = empty(keep, acc, x._ocl_storage.index)
     _fold_into(top, axes, src, "y0 = x0;", "reduce_y0 = -INFINITY;",
                "if (y0 > reduce_y0 || y0 != y0) reduce_y0 = y0;")
     pointwise(_ctx(x), [as_dlprim(top)], [as_dlprim(top)], "y0 = isinf(x0) ? 0 : x0;")
-    total = empty(keep, torch.float32, x._ocl_storage.index)
-    _fold_into(total, axes, src, "y0 = exp((float)x0 - x1);", *_SUM, extra=(top,))
+    total = empty(keep, acc, x._ocl_storage.index)
+    _fold_into(total, axes, src, "y0 = exp((%s)x0 - x1);" % T, *_SUM, extra=(top,))
     pointwise(_ctx(x), [as_dlprim(total), as_dlprim(top)], [as_dlprim(out).view(keep)],
               "y0 = log(x0) + x1;")
     return out
