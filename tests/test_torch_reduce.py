@@ -249,3 +249,14 @@ def test_cumsum_64x4096_takes_milliseconds():
     took = time.perf_counter() - start
     _close(y, x.cpu().cumsum(1), "cumsum 64x4096")
     assert took < 1.0, took  # tens of ms on a loaded 2-core CPU runtime
+
+
+def test_float64_keeps_double():
+    x = torch.randn(5, 33, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    for name, fn in {"norm3": lambda t: torch.linalg.vector_norm(t, 3, dim=1),
+                     "var": lambda t: t.var(1), "logsumexp": lambda t: t.logsumexp(0),
+                     "nanmean": lambda t: t.nanmean(1), "cumsum": lambda t: t.cumsum(1),
+                     "sum": lambda t: t.sum()}.items():
+        got, want = fn(x.to(DEV)).cpu(), fn(x)
+        assert got.dtype == torch.float64, name
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=name)
