@@ -31,7 +31,9 @@ def _mode(x, dim=-1, keepdim=False):
     """Sorted stably, each element's count so far in its run of equal values is its position
     minus the run's start (a running max of the run starts); the first largest count is the
     smallest of the most frequent values, and its sorted position holds the largest index
-    among its occurrences, as PyTorch's CPU kernel answers."""
+    among its occurrences. PyTorch's CPU kernel answers that index for dims of up to 16
+    elements; longer, its unstable sort names some other occurrence (any is PyTorch's
+    contract)."""
     values_meta, _ = aten.mode.default(meta_of(x), dim, keepdim)
     shape = values_meta.shape
     if x.dim() == 0 or x.numel() == 0:
@@ -82,6 +84,9 @@ def _extrema(x):
 
 @register(aten.histc.default)
 def _histc(x, bins=100, min=0, max=0):
+    if x.dtype == torch.float16:
+        # the CPU bins float16 by rules of its own (neither float16 nor float32 edges)
+        _refuse("histc", "float16 input")
     lo, hi = float(min), float(max)
     if lo == hi and x.numel():
         lo, hi = _extrema(x)
