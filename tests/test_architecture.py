@@ -18,7 +18,7 @@ SHARED_LAUNCHERS = {"pointwise", "copy", "gemm", "random", "reduction", "activat
 PURE = ["dlprim.net.graph", "dlprim.net.netconfig", "dlprim.net.autograd", "dlprim.net.memory_plan",
         "dlprim.net.weights", "dlprim.train.config", "dlprim.train.config_check",
         "dlprim.train.config_data", "dlprim.dtypes", "dlprim.utils", "dlprim.errors", "dlprim.models",
-        "dlprim.lr_schedules", "dlprim.data", "dlprim.nn"]
+        "dlprim.lr_schedules", "dlprim.data", "dlprim.nn", "dlprim.ops", "dlprim.net.passes"]
 
 
 def _modules():
@@ -196,3 +196,69 @@ def test_architecture_page_maps_every_layer_type():
         assert family in rows, "docs/architecture.md: no row for layers/%s.py" % family
         assert set(types) == rows[family], "docs/architecture.md: row %s lists %s, registered %s" % (
             family, sorted(rows[family]), sorted(types))
+
+
+# ----- the operator library: one declaration per operator, the front ends generated
+def _ocl_packets():
+    pytest.importorskip("torch")
+    import dlprim.torch  # noqa: F401  (the registrations)
+    from dlprim.torch import implemented
+    return {name.split(".")[1] for name in implemented() if name.startswith("aten.")}
+
+
+def test_every_ocl_operator_has_one_declaration():
+    """An ATen operator the ocl device runs is claimed by a declaration in dlprim/ops (its
+    packet, or the functional packet of an in-place one): the operator has one home."""
+    from dlprim import ops
+    unclaimed = sorted(p for p in _ocl_packets() if not p.startswith("_foreach_")
+                       and ops.by_aten(p) is None and ops.by_aten(p[:-1]) is None)
+    assert not unclaimed, "ATen packets registered on ocl without a declaration in " \
+        "dlprim/ops: %s" % unclaimed
+
+
+def test_every_declaration_names_code_that_exists():
+    """A launcher declaration's ``launch`` names a module attribute (or module) that exists;
+    a pointwise declaration's ATen overloads are all generated on ocl."""
+    import importlib
+    from dlprim import ops
+    packets = _ocl_packets()   # (imports every module a launch may name first)
+    problems = []
+    for op in list(ops.OPS.values()):
+        if op.launch:
+            module, _, attr = op.launch.rpartition(".")
+            try:
+                found = importlib.import_module(op.launch)
+            except ImportError:
+                found = getattr(importlib.import_module(module), attr, None)
+            if found is None:
+                problems.append("%s (ops/%s.py): launch %r does not exist"
+                                % (op.name, op.family, op.launch))
+    assert not problems, "\n".join(problems)
+    missing = sorted("%s: %s" % (op.name, p) for op in ops.OPS.values()
+                     if op.kind in ("unary", "binary", "ternary") for p in op.aten
+                     if p not in packets and hasattr(__import__("torch").ops.aten, p))
+    assert not missing, "declared but not registered on ocl: %s" % missing
+
+
+def test_operator_table_is_generated_from_the_declarations():
+    from dlprim.ops.table import markdown
+    page = open(os.path.join(os.path.dirname(ROOT), "docs", "operators.md")).read()
+    assert markdown() in page, "docs/operators.md's operator table is out of date: run " \
+        "python -m dlprim.ops.table --write docs/operators.md"
+
+
+def test_the_ocl_device_uses_only_public_core_names():
+    """dlprim/torch imports no underscored name from dlprim's other parts: what it needs
+    is public API there, so core can change its insides freely."""
+    problems = []
+    for name, path in _modules().items():
+        if not name.startswith("dlprim.torch"):
+            continue
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            if isinstance(node, ast.ImportFrom) and node.level >= 2 or (
+                    isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dlprim.")
+                    and not (node.module or "").startswith("dlprim.torch")):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if private:
+                    problems.append("%s imports %s from %s" % (name, private, node.module))
+    assert not problems, "\n".join(problems)

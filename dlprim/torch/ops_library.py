@@ -149,8 +149,23 @@ def _register(op, functional, inplace):
     register(inplace)(run_inplace)
 
 
-def _overload(packet, name):
-    return getattr(packet, name) if packet is not None and name in packet.overloads() else None
+def _signature(overload):
+    """The types of an overload's arguments (the tensor written in place counts as a
+    Tensor): what pairs a functional overload with its in-place one."""
+    return tuple(str(a.type) for a in overload._schema.arguments)
+
+
+def _inplace_of(packet, functional):
+    """The overload of in-place ``packet`` taking what ``functional`` takes (pow_.Scalar
+    is pow.Tensor_Scalar's, not pow.Scalar's, whose base is a number), or None."""
+    if packet is None:
+        return None
+    want = _signature(functional)
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        if _signature(candidate) == want:
+            return candidate
+    return None
 
 
 generated = []  # (operator name, ATen overload) registered here, for the docs and tests
@@ -166,5 +181,5 @@ for _op in library.OPS.values():
             if _name == "out" or _name.endswith("_out"):
                 continue  # dispatch runs the functional overload and copies into out
             _f = getattr(_packet, _name)
-            _register(_op, _f, _overload(_inplace_packet, _name))
+            _register(_op, _f, _inplace_of(_inplace_packet, _f))
             generated.append((_op.name, _f))
