@@ -58,7 +58,7 @@ def test_mode_gradient():
     _same(xo.grad, x.grad)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("bins,lo,hi", [(1, 0, 0), (31, -1, 1), (65, 0, 0), (7, 0.5, 0.5)])
 def test_histc_matches_cpu(dtype, bins, lo, hi):
     x = torch.cat([torch.randn(333), torch.tensor([-1., 1, 0, math.nan])]).to(dtype)
@@ -67,13 +67,21 @@ def test_histc_matches_cpu(dtype, bins, lo, hi):
     _same(torch.histc(x.to(OCL), bins, lo, hi), torch.histc(x, bins, lo, hi))
 
 
+def test_histc_bins_by_linear_estimate():
+    # PyTorch bins by (x - lo) * bins / (hi - lo), not by the edges: 63 lands in bin 153
+    x = torch.tensor([-327., 63, 63, 323])
+    _same(torch.histc(x.to(OCL), 255), torch.histc(x, 255))
+    h = torch.randn(999).mul(100).round().half()
+    _same(torch.histc(h.to(OCL), 127), torch.histc(h))
+
+
 def test_histc_errors_and_out():
     with pytest.raises(RuntimeError, match="max must be larger than min"):
         torch.histc(torch.ones(3).to(OCL), 4, 2, 1)
     with pytest.raises(RuntimeError):
         torch.histc(torch.ones(3, dtype=torch.int64).to(OCL), 4)
-    with pytest.raises(NotImplementedError, match="histc"):
-        torch.histc(torch.ones(3, dtype=torch.float16).to(OCL), 4)
+    with pytest.raises(NotImplementedError, match="histc"):  # float16 overflows on the CPU
+        torch.histc(torch.tensor([-300., 300], dtype=torch.float16).to(OCL), 255)
     out = torch.empty(1).to(OCL)
     torch.histc(torch.arange(10.).to(OCL), 5, out=out)
     _same(out, torch.histc(torch.arange(10.), 5))

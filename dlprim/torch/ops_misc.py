@@ -84,9 +84,10 @@ def _extrema(x):
 
 @register(aten.histc.default)
 def _histc(x, bins=100, min=0, max=0):
-    if x.dtype == torch.float16:
-        # the CPU bins float16 by rules of its own (neither float16 nor float32 edges)
-        _refuse("histc", "float16 input")
+    """PyTorch's histc bins by the linear estimate alone, (x - lo) * bins / (hi - lo)
+    truncated, each step rounded to x's dtype (float16 too), not by the edges: so here.
+    Every step is its own operator on float32 tensors, whose results are correctly rounded
+    whatever the precision a kernel computes in; a float16 step is rounded back to float16."""
     lo, hi = float(min), float(max)
     if lo == hi and x.numel():
         lo, hi = _extrema(x)
@@ -94,8 +95,20 @@ def _histc(x, bins=100, min=0, max=0):
     torch.histc(torch.tensor([lo, hi], dtype=x.dtype), bins, min, max)
     if lo == hi:
         lo, hi = lo - 1, hi + 1
-    edges = torch.linspace(lo, hi, bins + 1, dtype=x.dtype).to(x.device)
-    return _bin_counts(x, edges, None, x.dtype)
+    edges = torch.linspace(lo, hi, bins + 1, dtype=x.dtype)
+    left, right, width = edges[0].item(), edges[-1].item(), (edges[-1] - edges[0]).item()
+    if x.dtype == torch.float16 and (width * bins > 65504 or bins > 2048):
+        # (x - lo) * bins overflows float16 in PyTorch's own arithmetic (its bin is then
+        # undefined), or bins is not exact in float16
+        _refuse("histc", "float16 input whose range times bins exceeds float16's largest")
+    flat = x.reshape(-1)
+    rounded = (lambda t: t.half().float()) if x.dtype == torch.float16 else (lambda t: t)
+    q = rounded(rounded(rounded(flat.float() - left) * float(bins)) / width)
+    slot = torch.clamp(q, 0, bins - 1).long()
+    slot = torch.where((flat >= left) & (flat <= right), slot, bins)
+    ones = torch.ones(flat.shape, dtype=torch.float32, device=x.device)
+    hist = torch.zeros(bins + 1, dtype=torch.float32, device=x.device).scatter_add_(0, slot, ones)
+    return hist[:bins].to(x.dtype)
 
 
 _register_out("histc.out", "histc.default")
