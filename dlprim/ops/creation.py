@@ -1,11 +1,11 @@
 """The creation operators (declarations: see ops/declare.py). Each runs on the ocl device
-through its ``launch`` in dlprim/torch/ops_shape.py (value sequences on
+through its ``launch`` in dlprim/torch/ops_creation.py (value sequences on
 core/sequence.py's kernel); the functional factories reach the device as the ``out=``
 overloads declared here."""
 from .declare import declare
 
 FAMILY = "creation"
-_AT = "dlprim.torch.ops_shape."
+_AT = "dlprim.torch.ops_creation."
 
 
 def _op(name, doc, launch, dtypes=("float", "int"), aten=None, onnx=None):
