@@ -4,26 +4,24 @@
 operators in call order. Two things make the graph the one dlprim's builders write by
 hand:
 
-* an activation whose input is read by nothing else is folded into the Convolution2D,
-  InnerProduct or Elementwise before it (their ``activation`` option: one kernel, the same
-  numbers), so ``relu(conv(x))`` costs no pass of its own;
+* the graph passes run over it (``dlprim.net.passes``): an activation whose input is read
+  by nothing else is folded into the Convolution2D, InnerProduct or Elementwise before it
+  (their ``activation`` option: one kernel, the same numbers), so ``relu(conv(x))`` costs
+  no pass of its own; the folded value keeps the producer's tensor name (its module path);
 * an in-place operator (``nn.ReLU(inplace=True)``, ``nn.Dropout(p, inplace=True)``) writes
   under its input's tensor name, as PyTorch's in-place ops overwrite their input.
 """
 from typing import Any, Optional, Sequence, Tuple
 
-from ..core.activation import FUSABLE, Y_ACTIVATIONS
 from ..dtypes import dlp_name
 from ..net.graph import GraphError
+from ..net import passes
 from ..net.netconfig import NetConfig
 from ..utils import shape_problem
 from .losses import add_loss, check_loss
 from .trace import Trace
 
-__all__ = ["netconfig", "run", "FUSE_INTO"]
-
-# operator type -> the activations its kernels apply as an epilogue
-FUSE_INTO = {"Convolution2D": FUSABLE, "InnerProduct": FUSABLE, "Elementwise": Y_ACTIVATIONS}
+__all__ = ["netconfig", "run"]
 
 
 def netconfig(model: Any, input_shape: Sequence[int], loss: Optional[str] = None,
@@ -38,12 +36,13 @@ def netconfig(model: Any, input_shape: Sequence[int], loss: Optional[str] = None
     if loss is not None and len(outputs) != 1:
         raise GraphError("loss=%r needs one model output, the model returns %d"
                          % (loss, len(outputs)))
-    _fuse_activations(trace.nodes, outputs)
     cfg = _write(trace)
+    cfg.set_outputs(list(dict.fromkeys(v.name for v in outputs)))
+    cfg, names = _keep_producer_names(cfg, passes.run(cfg))
     if loss is None:
-        cfg.set_outputs(list(dict.fromkeys(v.name for v in outputs)))
-    else:
-        add_loss(cfg, loss, outputs[0].name, outputs[0].shape)
+        return cfg
+    cfg.set_outputs([])
+    add_loss(cfg, loss, names.get(outputs[0].name, outputs[0].name), outputs[0].shape)
     return cfg
 
 
@@ -79,25 +78,20 @@ def _outputs(out, trace, model):
     return outputs
 
 
-def _fuse_activations(nodes, outputs):
-    """Fold each Activation into its producer where the producer's kernel applies it and
-    nothing else reads the value in between (or is given it as a net output)."""
-    readers = {}
-    for v in [v for node in nodes for v in node.inputs] + outputs:
-        readers[id(v)] = readers.get(id(v), 0) + 1
-    for node in nodes:
-        kind = node.options.get("activation")
-        # activations with parameters (leaky_relu's slope ...) have no epilogue form
-        if node.type != "Activation" or kind == "identity" or set(node.options) != {"activation"}:
-            continue
-        value = node.inputs[0]
-        producer = value.node
-        if producer is None or producer.fused or readers[id(value)] != 1:
-            continue
-        if kind in FUSE_INTO.get(producer.type, ()) and \
-                producer.options.get("activation", "identity") == "identity":
-            producer.options["activation"] = kind
-            node.fused = True
+def _keep_producer_names(written, folded):
+    """``folded`` (the passes' result over ``written``) with each folded activation's
+    value named as its producer's output was: the module path, not the activation's.
+    Returns it and {old name: new name}."""
+    kept = {op["name"] for op in folded.operators}
+    names = {op["outputs"][0]: op["inputs"][0] for op in written.operators
+             if op["name"] not in kept and op["outputs"][0] != op["inputs"][0]}
+    if not names:
+        return folded, names
+    for op in folded.operators:
+        op["inputs"] = [names.get(n, n) for n in op["inputs"]]
+        op["outputs"] = [names.get(n, n) for n in op["outputs"]]
+    folded.set_outputs([names.get(n, n) for n in folded.outputs])
+    return folded, names
 
 
 def _write(trace):
@@ -107,9 +101,6 @@ def _write(trace):
         cfg.add_input(v.name, list(v.shape), v.dtype)
     for node in trace.nodes:
         inputs = [v.name for v in node.inputs]
-        if node.fused:      # its producer computes it: same tensor
-            node.outputs[0].name = inputs[0]
-            continue
         out = inputs[0] if node.inplace else node.name
         node.outputs[0].name = out
         cfg.add(node.type, name=node.name, inputs=inputs, outputs=[out],

@@ -10,14 +10,15 @@ parameters of the dlprim layer, named as the ONNX initializers.
 
 Steps: read -> drop nodes no output needs -> fuse patterns (``rewrite``) -> list
 operators without converter -> convert the others in order, listing unsupported
-variants -> one error with every problem, or name the net outputs as the model's.
-Nothing touches a device.
+variants -> one error with every problem, or name the net outputs as the model's ->
+the graph passes (``dlprim.net.passes``: activations folded into their producers, the
+folded value named as the activation's ONNX output). Nothing touches a device.
 """
 from collections import OrderedDict
 
 import numpy as np
 
-from ..core.activation import FUSABLE, Y_ACTIVATIONS
+from ..net import passes
 from ..net.netconfig import NetConfig
 from . import ops_math, ops_nn, ops_pool, ops_rnn, ops_shape  # noqa: F401  (fill the converter table)
 from . import ops_library  # noqa: F401,E402  (after the hand-written ones: theirs win)
@@ -30,10 +31,6 @@ from .rewrite import rewrite
 __all__ = ["import_model", "Importer", "FIRST_OPSET"]
 
 FIRST_OPSET = 9
-# layers whose fused activation may absorb a following one, and which they may absorb:
-# GEMM/convolution epilogues, and Elementwise the ones whose gradient follows from y
-FUSES = {"Convolution2D": FUSABLE, "TransposedConvolution2D": FUSABLE, "InnerProduct": FUSABLE,
-         "Elementwise": Y_ACTIVATIONS}
 # layers written in place (output named as the input) when nothing else reads the input
 IN_PLACE = ("Activation", "Hardtanh", "Dropout", "Reshape", "Flatten", "Squeeze", "Softmax")
 DTYPES = {"float32": "float", "int32": "int", "int64": "int64", "float16": "float16",
@@ -87,6 +84,7 @@ class Importer:
         self.used_names = {n for node in self.nodes for n in node.inputs + node.outputs}
         self.used_names |= set(info.initializers) | {i[0] for i in info.inputs}
         self.op_names = set()
+        self.activations = []   # (index in cfg.operators, ONNX output) of Activations added
 
     # ----- the passes
     def run(self):
@@ -115,6 +113,7 @@ class Importer:
         if self.problems:
             raise UnsupportedModelError(self.problems)
         self._name_outputs()
+        self._run_passes()
         return self.cfg, self.weights
 
     def _static_constants(self):
@@ -324,40 +323,30 @@ class Importer:
         # readers still to convert, this node included (converted ones read nothing more)
         return sum(id(c) not in self.converted for n in names for c in self.consumers.get(n, ())) == 1
 
-    def _read_only_by(self, t, op):
-        """Dlprim tensor ``t`` is read by the converted operator ``op`` and by nothing
-        else: no other operator so far, no model output, no ONNX node still to convert."""
-        if sum(t in o["inputs"] for o in self.cfg.operators) != 1 or t not in op["inputs"]:
-            return False
-        names = [n for n, v in self.alias.items() if v == t]
-        return not any(n in self.graph_outputs or any(id(c) not in self.converted
-                                                      for c in self.consumers.get(n, ()))
-                       for n in names)
-
     def out(self, node, tensor, i=0):
         """Record that ONNX output i of ``node`` is dlprim tensor ``tensor``."""
         self.alias[node.outputs[i]] = tensor
 
     def fuse_activation(self, node, activation):
-        """Fold ``activation`` into the layer producing ``node``'s input when that layer has
-        none and nothing else reads its output; True if done."""
-        src = node.inputs[0]
-        t = self.alias.get(src)
-        op = self.producer.get(t)
-        if op is not None and op["type"] == "Reshape" and t == src:
-            # an activation commutes with a reshape: it goes into the layer before the
-            # reshape (a Linear over (N, L, C) is an InnerProduct over rows, reshaped),
-            # whose output only the reshape reads; the reshape's output is then the result
-            inner = self.producer.get(op["inputs"][0])
-            if inner is not None and activation in FUSES.get(inner["type"], ()) and \
-                    self._read_only_by(op["inputs"][0], op):
-                op = inner
-        if op is None or t != src or activation not in FUSES.get(op["type"], ()) or \
-                op.get("options", {}).get("activation", "identity") != "identity" or \
-                len(self.consumers.get(src, ())) != 1 or src in self.graph_outputs:
-            return False
-        op.setdefault("options", {})["activation"] = activation
-        out = node.outputs[0]
-        self._rename(t, out)
-        self.alias[out] = out
-        return True
+        """Called before an Activation of ``node`` is added: the graph passes, after
+        conversion, fold it into its producer where they can (``_run_passes``); this
+        notes the ONNX name that the folded value then takes. False: add it now."""
+        self.activations.append((len(self.cfg.operators), node.outputs[0]))
+        return False
+
+    def _run_passes(self):
+        """``passes.run`` over the net; a value into which an Activation was folded is
+        named as the activation's ONNX output (the producer's tensor was its input)."""
+        ops = self.cfg.operators
+        noted = {ops[i]["name"]: onnx for i, onnx in self.activations
+                 if i < len(ops) and ops[i]["type"] == "Activation"}
+        folded = passes.run(self.cfg)
+        kept = {op["name"] for op in folded.operators}
+        self.cfg.operators = folded.operators
+        self.cfg._last = folded.last
+        taken = {i["name"] for i in self.cfg.inputs} | {o for op in ops for o in op["outputs"]}
+        for op in [op for op in ops if op["name"] in noted and op["name"] not in kept]:
+            t, onnx = op["outputs"][0], noted[op["name"]]
+            if t != onnx and onnx not in taken and t not in self.graph_outputs:
+                self._rename(t, onnx)
+                taken.add(onnx)
