@@ -19,14 +19,13 @@ __all__ = ["Node", "Trace"]
 class Node:
     """One operator of the net under construction (a NetConfig entry before the tensor
     names are known): ``inputs`` and ``outputs`` are Values; ``inplace`` writes the output
-    under the first input's tensor name; ``fused`` marks a node folded into its producer."""
-    __slots__ = ("type", "name", "inputs", "outputs", "options", "params", "inplace", "fused")
+    under the first input's tensor name."""
+    __slots__ = ("type", "name", "inputs", "outputs", "options", "params", "inplace")
 
     def __init__(self, type, name, inputs, options, params, inplace):
         self.type, self.name, self.inputs = type, name, list(inputs)
         self.options, self.params, self.inplace = dict(options or {}), params, inplace
         self.outputs = []
-        self.fused = False
 
 
 class Trace:

@@ -327,12 +327,11 @@ class Importer:
         """Record that ONNX output i of ``node`` is dlprim tensor ``tensor``."""
         self.alias[node.outputs[i]] = tensor
 
-    def fuse_activation(self, node, activation):
+    def note_activation(self, node):
         """Called before an Activation of ``node`` is added: the graph passes, after
         conversion, fold it into its producer where they can (``_run_passes``); this
-        notes the ONNX name that the folded value then takes. False: add it now."""
+        notes the ONNX name that the folded value then takes."""
         self.activations.append((len(self.cfg.operators), node.outputs[0]))
-        return False
 
     def _run_passes(self):
         """``passes.run`` over the net; a value into which an Activation was folded is

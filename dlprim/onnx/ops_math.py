@@ -12,9 +12,10 @@ FLOAT_MAX = 3.4028234663852886e38
 
 
 def activation(b, node, act, **options):
-    """Activation ``act`` of node's first input, folded into its producer when possible."""
-    if not options and b.fuse_activation(node, act):
-        return
+    """Activation ``act`` of node's first input (the graph passes fold it into its
+    producer where they can, after conversion)."""
+    if not options:
+        b.note_activation(node)
     x = node.inputs[0]
     b.add("Activation", [b.value(x)], b.shape(x), node, options=dict(activation=act, **options))
 
