@@ -31,3 +31,6 @@ _op("cdist", "p-norm distances between the rows of two batches of matrices, and 
 _op("pdist", "p-norm distances between the row pairs i < j of a matrix, and its gradient",
     _DIST + "_pdist_forward", aten=("_pdist_forward", "_pdist_backward"))
 _op("dist", "the p-norm of a - b", _DIST + "_dist")
+_op("segment_reduce", "sum/mean/max/min/prod over segments given by lengths or offsets, "
+    "and its gradient", "dlprim.torch.ops_segment._segment_reduce",
+    aten=("segment_reduce", "_segment_reduce_backward"))

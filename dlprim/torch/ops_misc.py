@@ -8,7 +8,7 @@ PyTorch has no meta kernel, on a tiny CPU stand-in that carries the same range, 
 errors are PyTorch's own. Distances (cdist, pdist, dist) are in ``ops_distance.py``."""
 import torch
 
-from . import ops_distance  # noqa: F401  (registers the distance operators)
+from . import ops_distance, ops_segment  # noqa: F401  (register their operators)
 from .dispatch import register
 from .ops_reduce import _register_out
 from .ops_tensor import meta_of
