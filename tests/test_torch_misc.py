@@ -202,3 +202,37 @@ def test_dist_matches_cpu(p):
     _same(torch.dist(h.to(OCL), h.to(OCL) * 0, p), torch.dist(h, h * 0, p), tol=1e-2)
     with pytest.raises(RuntimeError):
         torch.dist(a.to(OCL), torch.randn(5).to(OCL))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("initial", [None, 2.0])
+def test_segment_reduce_forward_and_gradients(reduce, initial):
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([[3, 0, 31, 1], [0, 33, 1, 1]])
+    data = torch.randn(2, 35, 3, generator=g)
+    data[0, 1, 0] = 0.0  # prod's gradient where an element is zero
+    data[1, 5] = data[1, 6]  # max/min ties share the gradient
+    data.requires_grad_()
+    dd = data.detach().to(OCL).requires_grad_()
+    offsets = torch.cat([torch.zeros(2, 1, dtype=torch.int64), lengths.cumsum(1)], 1)
+    for kw, kwd in (({"lengths": lengths}, {"lengths": lengths.to(OCL)}),
+                    ({"offsets": offsets}, {"offsets": offsets.to(OCL)})):
+        want = torch.segment_reduce(data, reduce, axis=1, initial=initial, **kw)
+        got = torch.segment_reduce(dd, reduce, axis=1, initial=initial, **kwd)
+        _same(got, want, tol=1e-4)
+        cot = torch.randn(want.shape, generator=g)
+        data.grad = dd.grad = None
+        (want * cot).sum().backward()
+        (got * cot.to(OCL)).sum().backward()
+        _same(dd.grad, data.grad, tol=1e-4)
+
+
+def test_segment_reduce_float16_and_errors():
+    data = torch.randn(65).half()
+    lengths = torch.tensor([1, 31, 33, 0])
+    _same(torch.segment_reduce(data.to(OCL), "sum", lengths=lengths.to(OCL)),
+          torch.segment_reduce(data, "sum", lengths=lengths), tol=1e-2)
+    with pytest.raises(RuntimeError):  # the lengths do not cover the data
+        torch.segment_reduce(data.to(OCL), "sum", lengths=torch.tensor([1, 2]).to(OCL))
+    with pytest.raises(RuntimeError):
+        torch.segment_reduce(data.to(OCL), "median", lengths=lengths.to(OCL))

@@ -20,10 +20,9 @@ __all__ = []
 _SCATTER = {"sum": "sum", "mean": "sum", "max": "amax", "min": "amin", "prod": "prod"}
 
 
-def _empty_value(reduce, dtype):
-    info = torch.finfo(dtype)
-    return {"sum": 0.0, "mean": float("nan"), "prod": 1.0, "max": -info.max * 2,
-            "min": info.max * 2}[reduce]  # +-inf (a float dtype's max * 2 overflows)
+def _empty_value(reduce):
+    return {"sum": 0.0, "mean": float("nan"), "prod": 1.0, "max": -float("inf"),
+            "min": float("inf")}[reduce]
 
 
 def _layout(data, lengths, offsets, axis, unsafe):
@@ -73,7 +72,7 @@ def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, a
                                   "(PyTorch has it for neither device)")
     flat, lens, segment = _layout(data, lengths, offsets, axis, unsafe)
     s = lens.shape[-1]
-    fill = _empty_value(reduce, data.dtype) if initial is None else float(initial)
+    fill = _empty_value(reduce) if initial is None else float(initial)
     out = torch.full((flat.shape[0], s + 1, flat.shape[2]), fill, dtype=data.dtype,
                      device=data.device)
     out = out.scatter_reduce(1, segment, flat, _SCATTER[reduce],
