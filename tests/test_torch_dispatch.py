@@ -122,6 +122,8 @@ def test_out_overload_runs_the_functional_one_and_resizes_like_pytorch():
         wide = torch.zeros(2, 3, device=DEV, dtype=torch.int64)
         with pytest.raises(RuntimeError, match="cast"):
             torch.add(a.to(DEV), b.to(DEV), out=wide)
+        with pytest.raises(RuntimeError, match="same device"):
+            torch.add(a.to(DEV), b.to(DEV), out=torch.empty(2, 3))
 
 
 def test_out_overload_with_two_outputs():

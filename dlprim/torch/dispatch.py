@@ -277,6 +277,11 @@ def _out_via(func, functional, args, kwargs):
     its warning when a non-empty ``out`` is resized."""
     names = _out_names(func)
     outs = [kwargs[n] for n in names]
+    for out in outs:
+        if not isinstance(out, OclTensor):
+            raise RuntimeError("Expected all tensors to be on the same device, but found at "
+                               "least two devices, ocl:%d and %s! (%s's %s)"
+                               % (_device_of(args, kwargs), out.device, func, "out"))
     try:
         metas = func(*_tree(args, _meta), **_tree(kwargs, _meta))
         metas = list(metas) if isinstance(metas, (list, tuple)) else [metas]
