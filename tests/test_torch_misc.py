@@ -122,9 +122,11 @@ def test_bincount_matches_cpu(dtype):
         torch.bincount(torch.zeros(2).to(OCL))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
 def test_frexp_matches_cpu(dtype):
     special = [0., -0., math.inf, -math.inf, math.nan, 1., -3., 0.5, 1e-40, -3e-45, 6e-8, 65504.]
+    if dtype == torch.float64:
+        special += [1e-310, -5e-324, 1e300]
     x = torch.cat([torch.randn(65) * 1e3, torch.tensor(special)]).to(dtype)
     got, want = torch.frexp(x.to(OCL)), torch.frexp(x)
     _same(got.mantissa, want.mantissa, tol=0)

@@ -197,18 +197,35 @@ if ((b & 0x7fffffff) == 0 || field == 0xff) {
 }
 """
 
+_FREXP_DOUBLE = """
+long b = as_long((double)x0);
+int field = (int)((b >> 52) & 0x7ff);
+long frac = b & 0xfffffffffffffL;
+if (field == 0 && frac != 0) {
+    int shift = (int)clz(frac) - 11;
+    frac = (frac << shift) & 0xfffffffffffffL;
+    field = 1 - shift;
+}
+if ((b & 0x7fffffffffffffffL) == 0 || field == 0x7ff) {
+    y0 = x0;
+    y1 = 0;
+} else {
+    y0 = as_double((b & (long)0x8000000000000000UL) | (1022L << 52) | frac);
+    y1 = field - 1022;
+}
+"""
+
 
 @register(aten.frexp.Tensor)
 def _frexp(x):
     if not x.is_floating_point():
         torch.frexp(torch.zeros(0, dtype=x.dtype))  # PyTorch's error
-    if x.dtype == torch.float64:
-        _refuse("frexp", "float64 input (the bit fields here are float's)")
     mantissa = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     exponent = torch.empty(x.shape, dtype=torch.int32, device=x.device)
     if x.numel():
         pointwise(x._ocl_storage.ctx, [as_dlprim(x)],
-                  [as_dlprim(mantissa), as_dlprim(exponent)], _FREXP)
+                  [as_dlprim(mantissa), as_dlprim(exponent)],
+                  _FREXP_DOUBLE if x.dtype == torch.float64 else _FREXP)
     return mantissa, exponent
 
 
