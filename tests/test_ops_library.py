@@ -24,7 +24,8 @@ DOMAINS = {
     "log1p": (-0.5, 2), "acosh": (1.2, 3), "asin": (-0.9, 0.9), "acos": (-0.9, 0.9),
     "atanh": (-0.9, 0.9), "erfinv": (-0.9, 0.9), "reciprocal": (0.3, 2), "tan": (-1.2, 1.2),
     "lgamma": (0.2, 4), "digamma": (0.3, 4), "exp": (-3, 3), "exp2": (-3, 3),
-    "expm1": (-3, 3), "sinh": (-3, 3), "cosh": (-3, 3),
+    "expm1": (-3, 3), "sinh": (-3, 3), "cosh": (-3, 3), "special_entr": (0.05, 3),
+    "special_log_ndtr": (-3, 3),
 }
 # away from kinks (where a gradient jumps) by this much
 KINKS = {"abs": 0.0, "relu": 0.0, "frac": None, "floor": None, "ceil": None, "trunc": None,

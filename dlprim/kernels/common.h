@@ -49,7 +49,7 @@ ${epilogue_macros()}
 #define ST4_half(v, p) vstore4(half_bits4_rte(v), 0, (__global ushort *)(p))
 % else:
 #define LD_half(p, i) vload_half((i), (p))
-#define ST_half(p, i, v) vstore_half_rte((v), (i), (p))
+#define ST_half(p, i, v) vstore_half_rte((float)(v), (i), (p))
 #define ST4_half(v, p) vstore_half4_rte((v), 0, (p))
 % endif
 // Prefetching kernels (the GEMM and convolution tiles) keep what they load as raw bits
