@@ -149,6 +149,14 @@ def test_bilinear_and_gradients():
         _same(d.grad, c.grad, tol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.uint8, torch.int64])
+def test_bilinear_integers_keep_their_dtype(dtype):
+    x1, x2 = torch.randint(0, 5, (3, 2)).to(dtype), torch.randint(0, 5, (3, 4)).to(dtype)
+    w = torch.randint(0, 5, (2, 2, 4)).to(dtype)
+    want = torch.nn.functional.bilinear(x1, x2, w)
+    _same(torch.nn.functional.bilinear(x1.to(OCL), x2.to(OCL), w.to(OCL)), want)
+
+
 def test_unbind_copy():
     x = torch.randn(3, 33)
     for got, want in zip(torch.unbind_copy(x.to(OCL), 1), torch.unbind_copy(x, 1)):

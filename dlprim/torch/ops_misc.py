@@ -236,8 +236,8 @@ _register_out("frexp.Tensor_out", "frexp.Tensor")
 @register(aten._trilinear.default)
 def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     """sum over sumdim of i1 * i2 * i3, each first unsqueezed at its expand dims."""
-    shape = aten._trilinear.default(meta_of(i1), meta_of(i2), meta_of(i3), expand1, expand2,
-                                    expand3, sumdim, unroll_dim).shape
+    result = aten._trilinear.default(meta_of(i1), meta_of(i2), meta_of(i3), expand1, expand2,
+                                     expand3, sumdim, unroll_dim)
     factors = []
     for t, expand in ((i1, expand1), (i2, expand2), (i3, expand3)):
         for d in sorted(expand):
@@ -245,8 +245,8 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
         factors.append(t)
     product = factors[0] * factors[1] * factors[2]
     if sumdim:
-        product = product.sum(dim=list(sumdim))
-    return product.reshape(shape)
+        product = product.sum(dim=list(sumdim), dtype=result.dtype)  # integers stay narrow
+    return product.reshape(result.shape)
 
 
 _register_out("_trilinear.out", "_trilinear.default")
