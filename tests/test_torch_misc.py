@@ -82,6 +82,8 @@ def test_histc_errors_and_out():
         torch.histc(torch.ones(3, dtype=torch.int64).to(OCL), 4)
     with pytest.raises(NotImplementedError, match="histc"):  # float16 overflows on the CPU
         torch.histc(torch.tensor([-300., 300], dtype=torch.float16).to(OCL), 255)
+    with pytest.raises(NotImplementedError, match="histc"):  # its CPU counts stop at 256
+        torch.histc(torch.ones(3, dtype=torch.bfloat16).to(OCL), 4)
     out = torch.empty(1).to(OCL)
     torch.histc(torch.arange(10.).to(OCL), 5, out=out)
     _same(out, torch.histc(torch.arange(10.), 5))

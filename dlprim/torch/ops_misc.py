@@ -85,9 +85,13 @@ def _extrema(x):
 @register(aten.histc.default)
 def _histc(x, bins=100, min=0, max=0):
     """PyTorch's histc bins by the linear estimate alone, (x - lo) * bins / (hi - lo)
-    truncated, each step rounded to x's dtype (float16 too), not by the edges: so here.
+    truncated, each step rounded to x's dtype (a 16-bit one too), not by the edges: so here.
     Every step is its own operator on float32 tensors, whose results are correctly rounded
-    whatever the precision a kernel computes in; a float16 step is rounded back to float16."""
+    whatever the precision a kernel computes in; a 16-bit step is rounded back to 16 bits.
+    The CPU counts in x's dtype, so a count stops growing where that dtype's integers stop
+    being exact (256 for bfloat16): such inputs are refused."""
+    if x.dtype == torch.bfloat16 or x.numel() > 2 ** 24:
+        _refuse("histc", "bfloat16 input, or more than 2**24 elements")
     lo, hi = float(min), float(max)
     if lo == hi and x.numel():
         lo, hi = _extrema(x)
@@ -97,12 +101,14 @@ def _histc(x, bins=100, min=0, max=0):
         lo, hi = lo - 1, hi + 1
     edges = torch.linspace(lo, hi, bins + 1, dtype=x.dtype)
     left, right, width = edges[0].item(), edges[-1].item(), (edges[-1] - edges[0]).item()
-    if x.dtype == torch.float16 and (width * bins > 65504 or bins > 2048):
-        # (x - lo) * bins overflows float16 in PyTorch's own arithmetic (its bin is then
-        # undefined), or bins is not exact in float16
-        _refuse("histc", "float16 input whose range times bins exceeds float16's largest")
+    narrow = x.dtype == torch.float16
+    if narrow and (width * bins > 65504 or bins > 2048 or x.numel() > 2048):
+        # PyTorch's own float16 arithmetic: (x - lo) * bins overflows (the bin is then
+        # undefined), bins is not exact, or a count past 2048 stops growing
+        _refuse("histc", "float16 input whose range times bins passes 65504, or with more "
+                "than 2048 bins or elements")
     flat = x.reshape(-1)
-    rounded = (lambda t: t.half().float()) if x.dtype == torch.float16 else (lambda t: t)
+    rounded = (lambda t: t.to(x.dtype).float()) if narrow else (lambda t: t)
     q = rounded(rounded(rounded(flat.float() - left) * float(bins)) / width)
     slot = torch.clamp(q, 0, bins - 1).long()
     slot = torch.where((flat >= left) & (flat <= right), slot, bins)
