@@ -248,3 +248,15 @@ def test_segment_reduce_float16_and_errors():
         torch.segment_reduce(data.to(OCL), "sum", lengths=torch.tensor([1, 2]).to(OCL))
     with pytest.raises(RuntimeError):
         torch.segment_reduce(data.to(OCL), "median", lengths=lengths.to(OCL))
+
+
+def test_cdist_broadcast_batches_gradients():
+    a = torch.randn(2, 1, 4, 3, requires_grad=True)
+    b = torch.randn(3, 33, 3, requires_grad=True)
+    ad, bd = (t.detach().to(OCL).requires_grad_() for t in (a, b))
+    want, got = torch.cdist(a, b, 1.5), torch.cdist(ad, bd, 1.5)
+    _same(got, want, tol=1e-4)
+    cot = torch.randn(want.shape)
+    for w, d in zip(torch.autograd.grad((want * cot).sum(), [a, b]),
+                    torch.autograd.grad((got * cot.to(OCL)).sum(), [ad, bd])):
+        _same(d, w, tol=1e-4)
