@@ -91,5 +91,7 @@ def _pdist_backward(grad, x, p, pdist):
 
 @register(aten.dist.default)
 def _dist(a, b, p=2):
-    aten.dist.default(meta_of(a), meta_of(b), p)  # PyTorch's checks (dtypes, broadcasting)
+    if not (a.is_floating_point() and b.is_floating_point()):
+        torch.dist(torch.zeros(1, dtype=a.dtype), torch.zeros(1, dtype=b.dtype))  # its error
+    aten.dist.default(meta_of(a), meta_of(b), p)  # PyTorch's checks (broadcasting)
     return torch.linalg.vector_norm(torch.sub(a, b), p)

@@ -5,7 +5,8 @@ output's size or the histogram's range depends on the data (bincount, histc, his
 
 Argument checks and output shapes come from running the operator on meta tensors, or, where
 PyTorch has no meta kernel, on a tiny CPU stand-in that carries the same range, so the
-errors are PyTorch's own. Distances (cdist, pdist, dist) are in ``ops_distance.py``."""
+errors are PyTorch's own. Distances (cdist, pdist, dist) are in ``ops_distance.py``,
+segment_reduce in ``ops_segment.py``."""
 import torch
 
 from . import ops_distance, ops_segment  # noqa: F401  (register their operators)
@@ -267,7 +268,7 @@ def _unbind_copy(x, dim=0):
 def _unbind_copy_out(x, dim=0, *, out):
     parts = torch.unbind(x, dim)
     if len(out) != len(parts):
-        raise RuntimeError("unbind_copy_int_out() expected an out= argument of size %d, got "
+        raise RuntimeError("unbind_copy_int_out expected an out= argument of size %d, got "
                            "size %d" % (len(parts), len(out)))
     for o, part in zip(out, parts):
         if tuple(o.shape) != tuple(part.shape):
