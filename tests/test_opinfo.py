@@ -33,14 +33,14 @@ ENTRY_TIMEOUT = 60  # seconds: a hung entry is an error, the sweep goes on
 # pass / ran (entries with CPU samples), per dtype: (quick tier, full sweep); measured on
 # Intel's OpenCL CPU runtime (docs/pytorch.md has the counts)
 FLOORS = {
-    "float32": (0.83, 0.79),
-    "float16": (0.94, 0.89),
-    "int64": (0.87, 0.81),
-    "bool": (0.87, 0.78),
-    "int32": (0.86, 0.88),
-    "uint8": (0.86, 0.87),
-    "bfloat16": (0.95, 0.92),
-    "float64": (0.72, 0.73),
+    "float32": (0.86, 0.88),
+    "float16": (0.94, 0.95),
+    "int64": (0.91, 0.92),
+    "bool": (0.91, 0.90),
+    "int32": (0.91, 0.92),
+    "uint8": (0.91, 0.91),
+    "bfloat16": (0.95, 0.93),
+    "float64": (0.80, 0.80),
 }
 
 
