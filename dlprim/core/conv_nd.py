@@ -22,7 +22,7 @@ from ..tensor import Tensor
 from ..utils import round_up
 from .conv_geometry import ConvGeometry
 from .gemm import Gemm
-from .pointwise import _memo
+from .pointwise import memo
 
 __all__ = ["ConvND", "ConvProblem", "conv_nd", "conv_direct", "COLUMN_ELEMENTS"]
 
@@ -121,7 +121,7 @@ def conv_nd(ctx, batch, in_c, out_c, groups, in_size, out_size, kernel, stride, 
     """The ``ConvND`` of this geometry on ctx (made once)."""
     args = (batch, in_c, out_c, groups, tuple(in_size), tuple(out_size), tuple(kernel),
             tuple(stride), tuple(padding), tuple(dilation), as_dtype(dtype))
-    return _memo(ctx, ("conv_nd",) + args, lambda: ConvND(ctx, *args))
+    return memo(ctx, ("conv_nd",) + args, lambda: ConvND(ctx, *args))
 
 
 def conv_direct(ctx, x, w, y, stride, padding, dilation, groups, transposed):
@@ -165,6 +165,7 @@ class ConvProblem:
             self.src[2:], self.dst[2:], self.kernel, self.stride, self.padding, self.dilation))
 
     def key(self):
+        """What fixes the problem's launches (the memo key)."""
         return (self.src, self.dst, self.kernel, self.stride, self.padding, self.dilation,
                 self.groups)
 

@@ -10,7 +10,7 @@ from ..kernels import program
 from ..dtypes import HALF_TYPES, as_dtype, bfloat16, cl_cast, cl_type, compute_type, dtype_name, \
     to_bfloat16
 from ..tensor import Tensor
-from .pointwise import _memo, divisor_args, index_type
+from .pointwise import memo, divisor_args, index_type
 from . import tuning_launch
 from ..utils import ceil_div, round_up
 
@@ -230,7 +230,7 @@ class Fill:
 
 
 def _fill_op(ctx, t):
-    return _memo(ctx, ("fill", t.shape, t.dtype.name), lambda: Fill(ctx, t.shape, t.dtype))
+    return memo(ctx, ("fill", t.shape, t.dtype.name), lambda: Fill(ctx, t.shape, t.dtype))
 
 
 def fill(ctx, t, value, queue=None):
@@ -249,7 +249,7 @@ def copy(ctx, src, dst, queue=None):
     if src.shape != dst.shape or src.dtype != dst.dtype:
         raise ValueError("copy: %s %s into %s %s" % (src.shape, src.dtype.name, dst.shape, dst.dtype.name))
     strides = contiguous_strides(src.shape)
-    op = _memo(ctx, ("copy", src.shape, src.dtype.name),
+    op = memo(ctx, ("copy", src.shape, src.dtype.name),
                lambda: StridedCopy(ctx, src.shape, strides, strides, src.dtype))
     op(src, dst, queue=queue)
     return dst
@@ -281,7 +281,7 @@ def concat(ctx, tensors, axis, out=None, queue=None):
     dst_strides = contiguous_strides(shape)
     start = 0
     for t in tensors:
-        op = _memo(ctx, ("concat", t.shape, tuple(shape), axis, t.dtype.name),
+        op = memo(ctx, ("concat", t.shape, tuple(shape), axis, t.dtype.name),
                    lambda: StridedCopy(ctx, t.shape, contiguous_strides(t.shape), dst_strides, t.dtype))
         op(t, out.view((out.size,), offset=start * dst_strides[axis]), queue=queue)
         start += t.shape[axis]
@@ -301,7 +301,7 @@ def slice_copy(ctx, src, axis, start, stop, out=None, queue=None):
         raise ValueError("slice_copy: out is %s %s, expected %s %s"
                          % (out.shape, out.dtype.name, tuple(shape), src.dtype.name))
     src_strides = contiguous_strides(src.shape)
-    op = _memo(ctx, ("slice", src.shape, axis, stop - start, src.dtype.name),
+    op = memo(ctx, ("slice", src.shape, axis, stop - start, src.dtype.name),
                lambda: StridedCopy(ctx, shape, src_strides, contiguous_strides(shape), src.dtype))
     op(src.view((src.size - start * src_strides[axis],), offset=start * src_strides[axis]), out,
        queue=queue)

@@ -11,7 +11,7 @@ import numpy as np
 from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..utils import round_up
-from .pointwise import _memo
+from .pointwise import memo
 
 __all__ = ["EmbeddingBag", "embedding_bag", "MODES"]
 
@@ -65,5 +65,5 @@ def embedding_bag(ctx, dtype, index_dtype, mode, per_sample_weights=False):
     """The ``EmbeddingBag`` kernels of these parameters on ctx (built once)."""
     key = ("embedding_bag", as_dtype(dtype), as_dtype(index_dtype), mode,
            bool(per_sample_weights))
-    return _memo(ctx, key, lambda: EmbeddingBag(ctx, dtype, index_dtype, mode,
+    return memo(ctx, key, lambda: EmbeddingBag(ctx, dtype, index_dtype, mode,
                                                 per_sample_weights))

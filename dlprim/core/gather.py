@@ -12,7 +12,7 @@ import numpy as np
 from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..utils import round_up
-from .pointwise import _memo
+from .pointwise import memo
 
 __all__ = ["IndexOps", "index_ops"]
 
@@ -55,5 +55,5 @@ class IndexOps:
 
 def index_ops(ctx, dtype, index_dtype):
     """The ``IndexOps`` of these dtypes on ctx (made once)."""
-    return _memo(ctx, ("index_ops", as_dtype(dtype), as_dtype(index_dtype)),
+    return memo(ctx, ("index_ops", as_dtype(dtype), as_dtype(index_dtype)),
                  lambda: IndexOps(ctx, dtype, index_dtype))

@@ -10,7 +10,7 @@ import numpy as np
 from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..utils import round_up
-from .pointwise import _memo
+from .pointwise import memo
 
 __all__ = ["INTERPOLATIONS", "PADDINGS", "grid_sample_ops", "affine_base"]
 
@@ -63,7 +63,7 @@ class GridSample:
 
 def grid_sample_ops(ctx, dims, interpolation, dtype):
     """The ``GridSample`` of these dims, interpolation and dtype on ctx (made once)."""
-    return _memo(ctx, ("grid_sample", dims, interpolation, as_dtype(dtype)),
+    return memo(ctx, ("grid_sample", dims, interpolation, as_dtype(dtype)),
                  lambda: GridSample(ctx, dims, interpolation, dtype))
 
 

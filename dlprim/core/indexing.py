@@ -18,7 +18,7 @@ from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
-from .pointwise import _memo
+from .pointwise import memo
 
 __all__ = ["IndexFault", "fault", "take", "put", "combine", "put_reduce", "REDUCE_OPS",
            "Compaction", "compact", "isin", "accumulate_type"]
@@ -71,7 +71,7 @@ class IndexFault:
 
 def fault(ctx):
     """The context's ``IndexFault`` (made once)."""
-    return _memo(ctx, "index_fault", lambda: IndexFault(ctx))
+    return memo(ctx, "index_fault", lambda: IndexFault(ctx))
 
 
 def _launch(ctx, prog, name, total, args):

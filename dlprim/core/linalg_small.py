@@ -18,6 +18,7 @@ MAX_N = 64  # a float matrix of 64 x 64 is 16 KiB of local memory
 
 
 def fits(n):
+    """Whether an n x n matrix fits one work-group's kernels (n <= MAX_N)."""
     return int(n) <= MAX_N
 
 

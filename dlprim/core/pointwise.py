@@ -416,7 +416,10 @@ def _kernel_name(name):
 # ----- functional forms: ops memoized per context (ctx.ops) by everything that fixes them
 
 
-def _memo(ctx, key, make):
+def memo(ctx, key, make):
+    """The op memoized in ``ctx.ops`` under ``key`` (everything that fixes it: shapes,
+    dtypes, code), made by ``make()`` on first use. Every launcher and the ocl device
+    keep their ops this way; the context keeps the most recently used ones."""
     cache = ctx.ops
     op = cache.get(key)
     if op is None:
@@ -427,7 +430,7 @@ def _memo(ctx, key, make):
 _F64 = np.dtype(np.float64)
 
 
-def _param_specs(params, tensors=()):
+def param_specs(params, tensors=()):
     """The kernel types of scalar params: a numpy scalar's own dtype; a Python number, or
     a numpy float64, is a float, or a double where one of ``tensors`` holds float64 (its
     kernel computes in double: a float scalar would round 1e-12 away)."""
@@ -448,10 +451,10 @@ def pointwise_op(ctx, xs, ys, code, params):
     """(the memoized ``PointwiseBroadcast`` for these tensors' shapes and dtypes, the params
     typed for it): ``op.enqueue_now(xs, ys, typed, beta, queue)`` runs it over any tensors
     of those shapes and dtypes."""
-    types, values = _param_specs(params, tuple(xs) + tuple(ys) if params else ())
+    types, values = param_specs(params, tuple(xs) + tuple(ys) if params else ())
     xsp = tuple((x.shape, x.dtype) for x in xs)  # dtype objects: .name costs microseconds
     ysp = tuple((y.shape, y.dtype) for y in ys)
-    op = _memo(ctx, ("pw", xsp, ysp, code, tuple(types)),
+    op = memo(ctx, ("pw", xsp, ysp, code, tuple(types)),
                lambda: PointwiseBroadcast(ctx, xsp, ysp, code, types))
     return op, op._typed_params(values)
 
@@ -469,10 +472,10 @@ def pointwise_launches(ctx, xs, ys, code, params=(), beta=0.0):
 
 
 def _pointwise_reduce_op(ctx, xs, ys, code, reduce_init, reduce, params):
-    types, values = _param_specs(params, tuple(xs) + tuple(ys) if params else ())
+    types, values = param_specs(params, tuple(xs) + tuple(ys) if params else ())
     xsp = tuple((x.shape, x.dtype) for x in xs)
     ysp = tuple((y.shape, y.dtype) for y in ys)
-    op = _memo(ctx, ("pwr", xsp, ysp, code, reduce_init, reduce, tuple(types)),
+    op = memo(ctx, ("pwr", xsp, ysp, code, reduce_init, reduce, tuple(types)),
                lambda: PointwiseBroadcastReduce(ctx, xsp, ysp, code, reduce_init, reduce, types))
     return op, values
 

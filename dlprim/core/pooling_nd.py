@@ -11,7 +11,7 @@ import numpy as np
 from ..dtypes import as_dtype, cl_type, is_float
 from ..kernels import program
 from ..utils import round_up
-from .pointwise import _memo
+from .pointwise import memo
 
 __all__ = ["MODES", "PoolWindows", "pooling_nd"]
 
@@ -37,6 +37,7 @@ class PoolWindows:
         self.divisor = 0 if divisor is None else int(divisor)
 
     def args(self):
+        """The window geometry as the kernels' int arguments."""
         i32 = np.int32
         return [i32(v) for v in self.in_size + self.out_size + self.kernel + self.stride
                 + self.padding + self.dilation] + [i32(self.count_include_pad),
@@ -80,4 +81,4 @@ class PoolND:
 
 def pooling_nd(ctx, mode, dtype):
     """The ``PoolND`` of this mode and dtype on ctx (made once)."""
-    return _memo(ctx, ("pooling_nd", mode, as_dtype(dtype)), lambda: PoolND(ctx, mode, dtype))
+    return memo(ctx, ("pooling_nd", mode, as_dtype(dtype)), lambda: PoolND(ctx, mode, dtype))

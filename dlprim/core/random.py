@@ -153,8 +153,8 @@ class _Advancing:
 
 
 def _fill(ctx, t, dist, seed, offset, queue, **kw):
-    from .pointwise import _memo
-    op = _memo(ctx, ("random", t.shape, t.dtype.name, dist, tuple(sorted(kw.items()))),
+    from .pointwise import memo
+    op = memo(ctx, ("random", t.shape, t.dtype.name, dist, tuple(sorted(kw.items()))),
                lambda: RandomFill(ctx, t.shape, dist, dtype=t.dtype, **kw))
     return op(t, seed, offset, queue)
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..dtypes import as_dtype, cl_type, dtype_name, is_float
 from ..tensor import Tensor
-from .pointwise import PointwiseBroadcastReduce, _memo
+from .pointwise import PointwiseBroadcastReduce, memo
 
 __all__ = ["Reduce", "ArgMax", "reduce", "argmax", "OPS", "op_code"]
 
@@ -147,7 +147,7 @@ class ArgMax:
 def reduce(ctx, x, axes=None, op="sum", keepdims=False, queue=None):
     """A new tensor: ``op`` of ``x`` over ``axes`` (all when None)."""
     axes = _axes(x.shape, axes, "reduce")
-    r = _memo(ctx, ("reduce", x.shape, x.dtype.name, axes, op, keepdims),
+    r = memo(ctx, ("reduce", x.shape, x.dtype.name, axes, op, keepdims),
               lambda: Reduce(ctx, x.shape, axes, op, keepdims, x.dtype))
     y = Tensor(ctx, r.out_shape, x.dtype)
     r(x, y, queue=queue)
@@ -156,7 +156,7 @@ def reduce(ctx, x, axes=None, op="sum", keepdims=False, queue=None):
 
 def argmax(ctx, x, axis, keepdims=False, index_dtype="int32", queue=None):
     """A new int tensor: the index of the largest value of ``x`` along ``axis``."""
-    a = _memo(ctx, ("argmax", x.shape, x.dtype.name, int(axis), keepdims, str(index_dtype)),
+    a = memo(ctx, ("argmax", x.shape, x.dtype.name, int(axis), keepdims, str(index_dtype)),
               lambda: ArgMax(ctx, x.shape, axis, keepdims, x.dtype, index_dtype))
     y = Tensor(ctx, a.out_shape, a.index_dtype)
     a(x, y, queue=queue)

@@ -10,7 +10,7 @@ import numpy as np
 from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..utils import round_up
-from .pointwise import _memo
+from .pointwise import memo
 
 __all__ = ["MODES", "scale_of", "resample_nd"]
 
@@ -74,4 +74,4 @@ class ResampleND:
 
 def resample_nd(ctx, mode, dtype):
     """The ``ResampleND`` of this mode and dtype on ctx (made once)."""
-    return _memo(ctx, ("resample_nd", mode, as_dtype(dtype)), lambda: ResampleND(ctx, mode, dtype))
+    return memo(ctx, ("resample_nd", mode, as_dtype(dtype)), lambda: ResampleND(ctx, mode, dtype))

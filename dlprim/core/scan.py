@@ -16,7 +16,7 @@ import numpy as np
 from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..tensor import Tensor
-from .pointwise import _memo
+from .pointwise import memo
 
 __all__ = ["Scan", "scan_launches", "OPS", "accumulator"]
 
@@ -80,5 +80,5 @@ def work_group(ctx, n):
 def scan_launches(ctx, op, x, y, yi, outer, n, inner):
     """The launches of scan ``op`` over contiguous (outer, n, inner) tensors (memoized)."""
     wg = work_group(ctx, n)
-    s = _memo(ctx, ("scan", op, x.dtype, wg), lambda: Scan(ctx, op, x.dtype, wg))
+    s = memo(ctx, ("scan", op, x.dtype, wg), lambda: Scan(ctx, op, x.dtype, wg))
     return s.launches(x, y, yi, outer, n, inner)

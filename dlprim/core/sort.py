@@ -24,7 +24,7 @@ import numpy as np
 from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..tensor import Tensor
-from .pointwise import _memo
+from .pointwise import memo
 
 __all__ = ["Sort", "sort_launches", "sorter_for", "MAX_ROW"]
 
@@ -60,6 +60,7 @@ class Sort:
         self.serial = ctx.facts.is_cpu  # the merge sort per row (tests turn it off)
 
     def launches(self, x, y, yi, outer, n, inner, descending=False):
+        """Launches sorting x's rows of n (outer x n x inner) into values y and indices yi."""
         rows = outer * inner
         if rows == 0 or n == 0:
             return []
@@ -145,7 +146,7 @@ class Sort:
 def sorter_for(ctx, dtype):
     """The Sort of ``dtype`` on ctx (made once): its program also has unique's and
     searchsorted's kernels."""
-    return _memo(ctx, ("sort", as_dtype(dtype)), lambda: Sort(ctx, dtype))
+    return memo(ctx, ("sort", as_dtype(dtype)), lambda: Sort(ctx, dtype))
 
 
 def _up(n, m):

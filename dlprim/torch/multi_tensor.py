@@ -11,7 +11,7 @@ import operator
 import weakref
 
 from ..core.multi_tensor import MultiTensorPlan, MultiTensorPointwise
-from ..core.pointwise import _memo, _param_specs
+from ..core.pointwise import memo, param_specs
 from .tensor import as_dlprim, numpy_dtype
 
 __all__ = ["PlanCache", "run_lists", "plans", "Overlap"]
@@ -86,7 +86,7 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     if n == 0:
         return
     tensors = [t for lst in list(x_lists) + list(y_lists) for t in lst]
-    types, values = _param_specs(params)
+    types, values = param_specs(params)
     key = (name, code, tuple(types), tuple(one or ()), tuple(map(id, tensors)))
     plan = plans.get(key, tensors) if keep else None
     if plan is None:
@@ -95,7 +95,7 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
         ctx = y_lists[0][0]._ocl_storage.ctx
         xd = tuple(numpy_dtype(lst[0].dtype) for lst in x_lists)
         yd = tuple(numpy_dtype(lst[0].dtype) for lst in y_lists)
-        op = _memo(ctx, ("mt", name, code, xd, yd, tuple(types), tuple(one or ())),
+        op = memo(ctx, ("mt", name, code, xd, yd, tuple(types), tuple(one or ())),
                    lambda: MultiTensorPointwise(ctx, xd, yd, code, types, one, name=name))
         groups = [([as_dlprim(lst[i]) for lst in x_lists], [as_dlprim(lst[i]) for lst in y_lists])
                   for i in range(n)]

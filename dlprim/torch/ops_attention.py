@@ -17,7 +17,7 @@ import math
 import torch
 
 from ..core.attention import AttentionOps
-from ..core.pointwise import _memo
+from ..core.pointwise import memo
 from .dispatch import register
 from .tensor import OclTensor, as_dlprim, empty, enqueue, numpy_dtype
 
@@ -92,7 +92,7 @@ class _FusedAttention(torch.autograd.Function):
         ctx, index = storage.ctx, storage.index
         dtype = numpy_dtype(q.dtype)
         mask_dtype = numpy_dtype(mask.dtype) if mask is not None else dtype
-        op = _memo(ctx, ("torch_attention", b, lq, lk, d, dv, heads, causal, mask is not None,
+        op = memo(ctx, ("torch_attention", b, lq, lk, d, dv, heads, causal, mask is not None,
                          dtype, mask_dtype),
                    lambda: AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal,
                                         mask=mask is not None, dtype=dtype,

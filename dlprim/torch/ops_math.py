@@ -5,7 +5,7 @@ operator on meta tensors, so they are PyTorch's."""
 import numpy as np
 import torch
 
-from ..core.pointwise import _memo, pointwise, pointwise_reduce
+from ..core.pointwise import memo, pointwise, pointwise_reduce
 from ..core.reduction import ArgMax, op_code
 from ..dtypes import cl_type
 from ..tensor import Tensor
@@ -372,7 +372,7 @@ def _argmax(x, dim=None, keepdim=False):
         src, axis = src.view((x.numel(),)), 0
     else:
         axis = dim % x.dim()
-    op = _memo(ctx, ("torch_argmax", src.shape, axis, src.dtype),
+    op = memo(ctx, ("torch_argmax", src.shape, axis, src.dtype),
                lambda: ArgMax(ctx, src.shape, axis, keepdims=False, dtype=src.dtype,
                               index_dtype="int64"))
     for launch in op.launches(src, as_dlprim(out).view(op.out_shape)):
@@ -387,7 +387,7 @@ def _indices(ctx, rows, cols):
         r = Tensor.from_numpy(ctx, np.arange(rows, dtype=np.int64).reshape(rows, 1))
         c = Tensor.from_numpy(ctx, np.arange(cols, dtype=np.int64).reshape(1, cols))
         return r, c
-    return _memo(ctx, ("torch_tri_indices", rows, cols), make)
+    return memo(ctx, ("torch_tri_indices", rows, cols), make)
 
 
 def _triangle(x, diagonal, keep):

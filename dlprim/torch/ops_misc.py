@@ -15,7 +15,6 @@ from .ops_reduce import _register_out
 from .ops_tensor import meta_of
 from .tensor import as_dlprim
 from ..core.pointwise import pointwise
-from ..ops import misc  # noqa: F401  (until ops/__init__.py imports it)
 
 aten = torch.ops.aten
 

@@ -10,7 +10,7 @@ from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvG
 from ..core.gemm import Gemm
 from ..core.interpolation import Interpolate2D
 from ..core.loss import NLLLossOps
-from ..core.pointwise import _memo, pointwise
+from ..core.pointwise import memo, pointwise
 from ..core.pooling import Pool2D
 from ..core.random import uniform
 from ..core.softmax import SoftmaxOps
@@ -79,7 +79,7 @@ def _gemm(a, b, out, bias=None, alpha=1.0, beta=0.0):
     batch = out.shape[0] if out.dim() == 3 else 1
     mode = "col" if bias is not None else None
     precision = matmul_precision()
-    op = _memo(ctx, ("torch_gemm", M, N, K, ta, tb, mode, batch, precision),
+    op = memo(ctx, ("torch_gemm", M, N, K, ta, tb, mode, batch, precision),
                lambda: Gemm(ctx, M, N, K, ta, tb, bias=mode, batch=batch, precision=precision))
     op(A, B, as_dlprim(out), bias=bias, alpha=alpha, beta=beta, lda=lda, ldb=ldb, ldc=N,
        stride_a=sa, stride_b=sb, stride_c=M * N)
@@ -190,7 +190,7 @@ def _interp_op(x, out_hw, method, scales, align_corners):
     ctx = _ctx(x)
     scale = tuple(-1.0 if v is None else float(v) for v in scales)
     key = ("torch_interp", tuple(x.shape), tuple(out_hw), method, scale, bool(align_corners))
-    return _memo(ctx, key, lambda: Interpolate2D(ctx, tuple(x.shape), tuple(out_hw), method,
+    return memo(ctx, key, lambda: Interpolate2D(ctx, tuple(x.shape), tuple(out_hw), method,
                                                  scale, bool(align_corners)))
 
 
@@ -238,7 +238,7 @@ def _pool(mode, x, kernel, stride, padding, ceil_mode, count_include_pad=True):
     padding = tuple(padding) * (2 // len(padding))
     ctx = _ctx(x)
     key = ("torch_pool", mode, kernel, stride, padding, bool(ceil_mode), bool(count_include_pad))
-    return _memo(ctx, key, lambda: Pool2D(ctx, mode, kernel, stride, padding,
+    return memo(ctx, key, lambda: Pool2D(ctx, mode, kernel, stride, padding,
                                           count_include_pad=count_include_pad, ceil_mode=ceil_mode))
 
 
@@ -307,7 +307,7 @@ def _adaptive_matrix(ctx, n_in, n_out):
             lo, hi = (i * n_in) // n_out, -((-(i + 1) * n_in) // n_out)
             m[i, lo:hi] = 1.0 / (hi - lo)
         return Tensor.from_numpy(ctx, m)
-    return _memo(ctx, ("torch_adaptive_matrix", n_in, n_out), make)
+    return memo(ctx, ("torch_adaptive_matrix", n_in, n_out), make)
 
 
 def _separable(ctx, t, in_hw, out_hw, adjoint):
@@ -319,12 +319,12 @@ def _separable(ctx, t, in_hw, out_hw, adjoint):
     planes = t.shape[0] * t.shape[1]
     rows, k_w, n_w = (oh, ow, w) if adjoint else (h, w, ow)   # along W first
     mid = Tensor(ctx, (planes * rows * n_w,), np.float32)
-    g1 = _memo(ctx, ("torch_adaptive_w", planes * rows, n_w, k_w, adjoint),
+    g1 = memo(ctx, ("torch_adaptive_w", planes * rows, n_w, k_w, adjoint),
                lambda: Gemm(ctx, planes * rows, n_w, k_w, trans_b=not adjoint))
     enqueue(ctx, g1.launches(as_dlprim(t), pw, mid))
     m, k = (h, oh) if adjoint else (oh, h)                   # then along H, plane by plane
     out = empty((t.shape[0], t.shape[1], m, n_w), t.dtype, t._ocl_storage.index)
-    g2 = _memo(ctx, ("torch_adaptive_h", m, n_w, k, planes, adjoint),
+    g2 = memo(ctx, ("torch_adaptive_h", m, n_w, k, planes, adjoint),
                lambda: Gemm(ctx, m, n_w, k, trans_a=adjoint, batch=planes))
     enqueue(ctx, g2.launches(ph, mid, as_dlprim(out), stride_a=0, stride_b=k * n_w,
                           stride_c=m * n_w))
@@ -365,7 +365,7 @@ def _softmax_op(x, dim, log):
     inner = int(np.prod(shape[dim + 1:], dtype=np.int64))
     rows = (outer, shape[dim], inner)
     ctx = _ctx(x)
-    return _memo(ctx, ("torch_softmax", rows, log), lambda: SoftmaxOps(ctx, rows, log)), rows
+    return memo(ctx, ("torch_softmax", rows, log), lambda: SoftmaxOps(ctx, rows, log)), rows
 
 
 def _softmax_composed(x, dim, log):
@@ -443,7 +443,7 @@ def _nll_op(x, target, weight, reduction, ignore_index):
     n, c = x.shape
     reduce = _REDUCTIONS[reduction]
     dtype = np.dtype(np.int64 if target.dtype == torch.int64 else np.int32)
-    return _memo(ctx, ("torch_nll", n, c, dtype.name, reduce, int(ignore_index)),
+    return memo(ctx, ("torch_nll", n, c, dtype.name, reduce, int(ignore_index)),
                  lambda: NLLLossOps(ctx, n, c, dtype, reduce, ignore_index))
 
 

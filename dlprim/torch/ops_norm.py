@@ -14,7 +14,7 @@ from torch._decomp import decomposition_table
 
 from ..core.batchnorm import BatchNormOps
 from ..core.normalization import GroupNormOps
-from ..core.pointwise import _memo, pointwise_launches
+from ..core.pointwise import memo, pointwise_launches
 from ..tensor import Tensor
 from .dispatch import register
 from .ops_tensor import convert
@@ -58,7 +58,7 @@ def _as(t, dtype):
 def _op(x, eps, affine):
     ctx = x._ocl_storage.ctx
     shape, dtype = _shape(x), numpy_dtype(x.dtype)
-    return _memo(ctx, ("torch_bn", shape, float(eps), bool(affine), dtype),
+    return memo(ctx, ("torch_bn", shape, float(eps), bool(affine), dtype),
                  lambda: BatchNormOps(ctx, shape, eps, affine, dtype=dtype))
 
 
@@ -203,7 +203,7 @@ def _bn_backward_f32(grad, x, weight, running_mean, running_var, save_mean, save
 def _norm_op(x, view, affine, bias):
     """The launchers of one view (any eps: it is a forward launch argument)."""
     ctx, dtype = x._ocl_storage.ctx, numpy_dtype(x.dtype)
-    return _memo(ctx, ("torch_norm", view, affine, bias, dtype),
+    return memo(ctx, ("torch_norm", view, affine, bias, dtype),
                  lambda: GroupNormOps(ctx, view, 1e-5, affine, bias=bias, dtype=dtype))
 
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import torch
 
-from ..core.pointwise import _memo, pointwise, pointwise_reduce
+from ..core.pointwise import memo, pointwise, pointwise_reduce
 from ..core.scan import scan_launches
 from ..core.sort import sort_launches, sorter_for
 from ..dtypes import cl_type
@@ -348,7 +348,7 @@ def _arange(x, axis):
     n = (tuple(x.shape) or (1,))[axis]
     trail = max(x.dim(), 1) - axis - 1
     ctx = _ctx(x)
-    return _memo(ctx, ("torch_reduce_arange", n, trail), lambda: Tensor.from_numpy(
+    return memo(ctx, ("torch_reduce_arange", n, trail), lambda: Tensor.from_numpy(
         ctx, np.arange(n, dtype=np.int64).reshape((n,) + (1,) * trail)))
 
 
@@ -665,7 +665,7 @@ def _positions(x):
     """0 .. numel - 1 as an int64 ocl tensor over a memoized buffer (read it, never write)."""
     n = x.numel()
     ctx = _ctx(x)
-    perm = _memo(ctx, ("torch_reduce_arange", n, 0), lambda: Tensor.from_numpy(
+    perm = memo(ctx, ("torch_reduce_arange", n, 0), lambda: Tensor.from_numpy(
         ctx, np.arange(n, dtype=np.int64)))
     return OclTensor(Storage.over(x._ocl_storage.index, perm), (n,), (1,), 0, torch.int64)
 

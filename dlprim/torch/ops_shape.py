@@ -14,7 +14,7 @@ import torch
 
 from ..core import sequence as seq
 from ..core.copy import StridedCopy
-from ..core.pointwise import _memo
+from ..core.pointwise import memo
 from ..core.shape_remap import CIRCULAR, FLIP, REFLECT, REPLICATE, remap_axis, \
     remap_axis_backward
 from ..tensor import Tensor
@@ -76,7 +76,7 @@ def _accumulate(dst, src):
         return
     ctx, shape = _ctx(dst), tuple(dst.shape)
     dt = numpy_dtype(dst.dtype)
-    op = _memo(ctx, ("torch_strided_add", shape, src.stride(), dst.stride(), dt),
+    op = memo(ctx, ("torch_strided_add", shape, src.stride(), dst.stride(), dt),
                lambda: StridedCopy(ctx, shape, src.stride(), dst.stride(), dt))
     op(src._ocl_storage.at(src.storage_offset(), (1,)),
        dst._ocl_storage.at(dst.storage_offset(), (1,)), 1.0, 1.0)

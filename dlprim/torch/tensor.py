@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..core.copy import StridedCast, StridedCopy, contiguous_strides
-from ..core.pointwise import _memo, pointwise
+from ..core.pointwise import memo, pointwise
 from ..dtypes import bfloat16, cl_cast
 from ..kernels.program import Recording
 from ..tensor import Tensor
@@ -201,11 +201,11 @@ def strided_copy(ctx, shape, src, src_strides, dst, dst_strides):
     element, strides in elements; another dtype for dst converts (``dtypes.cl_cast``)."""
     shape = tuple(shape)
     if src.dtype == dst.dtype:
-        op = _memo(ctx, ("torch_strided_copy", shape, tuple(src_strides), tuple(dst_strides),
+        op = memo(ctx, ("torch_strided_copy", shape, tuple(src_strides), tuple(dst_strides),
                          src.dtype),
                    lambda: StridedCopy(ctx, shape, src_strides, dst_strides, src.dtype))
     else:
-        op = _memo(ctx, ("torch_strided_cast", shape, tuple(src_strides), tuple(dst_strides),
+        op = memo(ctx, ("torch_strided_cast", shape, tuple(src_strides), tuple(dst_strides),
                          src.dtype, dst.dtype),
                    lambda: StridedCast(ctx, shape, src_strides, dst_strides, src.dtype,
                                        dst.dtype))
