@@ -146,15 +146,23 @@ def _run_sample(op, sample, dtype, with_grad, random):
     cpu_args = _map(sample.args, _clone_cpu)
     cpu_kwargs = _map(sample.kwargs, _clone_cpu)
     try:
+        torch.manual_seed(0)
         expected = op(cpu_in, *cpu_args, **cpu_kwargs)
     except Exception:
         return "cpu"
+    random = random or _draws(op, sample, expected)
     ocl_in = _on_ocl(_map(sample.input, _to_ocl))
     ocl_args = _on_ocl(_map(sample.args, _to_ocl if op.name not in HOST_ARGS
                             else _clone_cpu))
     ocl_kwargs = _on_ocl(_map(sample.kwargs, _to_ocl))
     actual = op(ocl_in, *ocl_args, **ocl_kwargs)
-    _compare(expected, actual, random, "output")
+    try:
+        _compare(expected, actual, random, "output")
+    except Mismatch as err:
+        if not (_ties_only(op, sample, expected, actual)
+                or _matches_float_reference(op, sample, dtype, actual)):
+            raise err
+        return "ok"   # (nothing further to compare: these have no gradient samples)
     if not with_grad or random:
         return "ok"
     fn = sample.output_process_fn_grad
@@ -183,6 +191,89 @@ def _run_sample(op, sample, dtype, with_grad, random):
         raise GradFailure(str(err)) from None
     return "ok"
 
+
+
+# ----- what a difference from the CPU's answer may be, and is not a wrong result
+def _draws(op, sample, expected):
+    """Whether the sample draws random numbers (dropout inside attention, say): the CPU
+    run under another seed gives another answer. Only shape and dtype are compared then."""
+    try:
+        torch.manual_seed(1)
+        again = op(_map(sample.input, _clone_cpu), *_map(sample.args, _clone_cpu),
+                   **_map(sample.kwargs, _clone_cpu))
+    except Exception:
+        return False
+    try:
+        _compare(expected, again, False, "output")
+    except Mismatch:
+        return True
+    return False
+
+
+# operators whose indices of equal elements PyTorch leaves unspecified (unstable sorts,
+# selections), and where the dim is among their arguments
+def _dim_arg(position, default):
+    return lambda s: s.kwargs.get("dim", s.args[position] if len(s.args) > position and
+                                  isinstance(s.args[position], int) else default)
+
+
+TIE_DIMS = {"sort": _dim_arg(0, -1), "argsort": _dim_arg(0, -1), "msort": lambda s: 0,
+            "topk": _dim_arg(1, -1), "kthvalue": _dim_arg(1, -1), "mode": _dim_arg(0, -1),
+            "median": _dim_arg(0, None), "nanmedian": _dim_arg(0, None)}
+
+
+def _ties_only(op, sample, expected, actual):
+    """For an operator of TIE_DIMS: the values match and every index ocl gave picks the
+    same input element value as the CPU's index (a different one of equal elements)."""
+    if op.name not in TIE_DIMS or not isinstance(sample.input, torch.Tensor):
+        return False
+    dim = TIE_DIMS[op.name](sample)
+    x = sample.input.detach()
+    if dim is None or x.dim() == 0:
+        return False
+    exp, act = _leaves(expected), _leaves(actual)
+    if len(exp) != len(act):
+        return False
+    for e, a in zip(exp, act):
+        a = a.detach().cpu()
+        if e.dtype != torch.int64 or e.shape != a.shape:
+            try:
+                _compare(e, a, False, "values")
+            except Mismatch:
+                return False
+            continue
+        ei, ai = (e, a) if e.dim() == x.dim() else (e.unsqueeze(dim), a.unsqueeze(dim))
+        if ai.numel() and (ai.min() < 0 or ai.max() >= x.shape[dim]):
+            return False
+        if not torch.equal(torch.take_along_dim(x, ai, dim).isnan(),
+                           torch.take_along_dim(x, ei, dim).isnan()):
+            return False
+        picked_a = torch.take_along_dim(x, ai, dim).nan_to_num(0)
+        picked_e = torch.take_along_dim(x, ei, dim).nan_to_num(0)
+        if not torch.equal(picked_a, picked_e):
+            return False
+    return True
+
+
+def _matches_float_reference(op, sample, dtype, actual):
+    """For a 16-bit float dtype: ocl matches the CPU run in float32 on the same values,
+    rounded to the dtype (the CPU's own 16-bit arithmetic rounds every step; PyTorch's
+    tests take such a float32 reference too)."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return False
+
+    def up(t):
+        return t.detach().float() if t.dtype == dtype else t.detach().clone()
+    try:
+        ref = op(_map(sample.input, up), *_map(sample.args, up), **_map(sample.kwargs, up))
+    except Exception:
+        return False
+    ref = _map(ref, lambda t: t.to(dtype) if t.dtype == torch.float32 else t)
+    try:
+        _compare(ref, actual, False, "output")
+    except Mismatch:
+        return False
+    return True
 
 class GradFailure(Exception):
     pass
