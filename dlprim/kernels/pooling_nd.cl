@@ -6,7 +6,7 @@
 // largest; a NaN wins, the last one seen). Backward kernels gather per input element
 // over the outputs whose windows hold it, so no atomics are needed.
 // T: the storage type; A: the compute type (float for floats, long for integers).
-<% FLOAT = T in ("float", "half", "bfloat16") %>
+<% FLOAT = T in ("float", "half", "bfloat16", "double") %>
 % if T in ("half", "bfloat16"):
 #define LOAD(p, i) LD_${T}(p, i)
 #define STORE(p, i, v) ST_${T}(p, i, v)
@@ -14,7 +14,7 @@
 #define LOAD(p, i) ((p)[i])
 #define STORE(p, i, v) ((p)[i] = (${T})(v))
 % endif
-<% A = "float" if FLOAT else "long" %>
+<% A = ("double" if T == "double" else "float") if FLOAT else "long" %>
 % if not FLOAT:
 #define LOWEST ${ {"long": "LONG_MIN", "int": "INT_MIN", "short": "SHRT_MIN", "char": "CHAR_MIN", "uchar": "0"}[T] }
 % endif
@@ -158,7 +158,7 @@ __kernel void pool_backward(ulong total, SIZES,
     holders(i0, I0, O0, K0, S0, P0, D0, &f0, &l0);
     holders(i1, I1, O1, K1, S1, P1, D1, &f1, &l1);
     holders(i2, I2, O2, K2, S2, P2, D2, &f2, &l2);
-    float sum = 0.0f;
+    ${A} sum = 0;
     for (int o0 = f0; o0 <= l0; ++o0)
         for (int o1 = f1; o1 <= l1; ++o1)
             for (int o2 = f2; o2 <= l2; ++o2) {
@@ -169,7 +169,7 @@ __kernel void pool_backward(ulong total, SIZES,
 % else:
                 WINDOWS(o0, o1, o2)
                 if (lo[0] <= i0 && i0 < hi[0] && lo[1] <= i1 && i1 < hi[1] && lo[2] <= i2 && i2 < hi[2])
-                    sum += LOAD(dyp, o) / (float)divide_by(lo, hi, I0, I1, I2, P0, P1, P2,
+                    sum += LOAD(dyp, o) / (${A})divide_by(lo, hi, I0, I1, I2, P0, P1, P2,
                                                            count_include_pad, divisor);
 % endif
             }
