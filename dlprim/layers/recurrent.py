@@ -107,9 +107,9 @@ class _Recurrent(Layer):
                      self._backward_slots().size if self.training else 0)
         y = (N, L, self.D * self.H) if self.batch_first else (L, N, self.D * self.H)
         outputs = [TensorSpec(y)] + [TensorSpec(state)] * (want - 1)
-        return Setup(outputs, self.param_specs(), ws, saved)
+        return Setup(outputs, self._param_specs(), ws, saved)
 
-    def param_specs(self):
+    def _param_specs(self):
         specs = []
         for l in range(self.K):
             width = self.I if l == 0 else self.D * self.H
