@@ -34,7 +34,7 @@ def test_config_and_errors(ctx):
     again = create(ctx, "Parameter", "p", json.loads(json.dumps(layer.config())))
     assert again.config() == layer.config()
     for opts, match in (({}, "'shape' is required"), ({"shape": [2, -1]}, "'shape' must be"),
-                        ({"shape": [2], "dtype": "double"}, "'dtype'"),
+                        ({"shape": [2], "dtype": "complex64"}, "'dtype'"),
                         ({"shape": [2], "dtype": "int"}, "cannot be trainable"),
                         ({"shape": [2], "init": "ones"}, "unknown option 'init'")):
         with pytest.raises(LayerError, match="Parameter 'p': .*" + match):
