@@ -218,6 +218,8 @@ class Fill:
             v = to_bfloat16(np.float32(value)).view(np.uint16)
         elif self._store == "ushort":
             v = np.float16(value).view(np.uint16)
+        elif self.dtype == np.bool_:
+            v = np.uint8(bool(value))   # stored as uchar (a numpy bool is no kernel argument)
         else:
             v = self.dtype.type(value)
         wg = min(256, self.ctx.facts.max_work_group)
