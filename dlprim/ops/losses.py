@@ -18,7 +18,7 @@ def _loss(name, doc, launch, aten=None, onnx=None):
 
 
 _loss("nll_loss", "negative log-likelihood of integer labels (class weights, ignore_index, "
-      "(N, C, d1 ..) scores)", _OCL + "_nll_loss_forward",
+      "(N, C, d1 ..) scores)", _OCL + "_register_nll",
       aten=("nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
             "nll_loss2d_backward"), onnx="NegativeLogLikelihoodLoss")
 _loss("mse_loss", "mean squared error", _REF + "mse_loss")

@@ -102,44 +102,31 @@ def _poisoned(out, target, classes, ignore_index):
     return torch.where(bad.any(), torch.full_like(out, float("nan")), out)
 
 
-@register(aten.nll_loss_forward.default)
-def _nll_loss_forward(x, target, weight, reduction, ignore_index):
-    target = _labels(target)
-    if _fast_nll(x, target, weight):
-        out, total = ops_nn._nll_loss_forward(x, target, weight, reduction, ignore_index)
-        return _poisoned(out, target, x.shape[1], ignore_index), total
-    return decomposition_table[aten.nll_loss_forward.default](x, target, weight, reduction,
-                                                              ignore_index)
+def _register_nll(forward, backward, fast, fast_forward, fast_backward):
+    """nll_loss / nll_loss2d and their backward: the row kernel (ops_nn) where ``fast``
+    says it serves the call, else PyTorch's decomposition over ocl operators."""
+    @register(forward)
+    def run_forward(x, target, weight, reduction, ignore_index):
+        target = _labels(target)
+        if fast(x, target, weight):
+            out, total = fast_forward(x, target, weight, reduction, ignore_index)
+            return _poisoned(out, target, x.shape[1], ignore_index), total
+        return decomposition_table[forward](x, target, weight, reduction, ignore_index)
+
+    @register(backward)
+    def run_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+        target = _labels(target)
+        if fast(x, target, weight):
+            return fast_backward(grad, x, target, weight, reduction, ignore_index,
+                                 total_weight)
+        return decomposition_table[backward](grad, x, target, weight, reduction,
+                                             ignore_index, total_weight)
 
 
-@register(aten.nll_loss_backward.default)
-def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
-    target = _labels(target)
-    if _fast_nll(x, target, weight):
-        return ops_nn._nll_loss_backward(grad, x, target, weight, reduction, ignore_index,
-                                         total_weight)
-    return decomposition_table[aten.nll_loss_backward.default](
-        grad, x, target, weight, reduction, ignore_index, total_weight)
-
-
-@register(aten.nll_loss2d_forward.default)
-def _nll_loss2d_forward(x, target, weight, reduction, ignore_index):
-    target = _labels(target)
-    if _fast_nll2d(x, target, weight):
-        out, total = ops_nn._nll_loss2d_forward(x, target, weight, reduction, ignore_index)
-        return _poisoned(out, target, x.shape[1], ignore_index), total
-    return decomposition_table[aten.nll_loss2d_forward.default](x, target, weight, reduction,
-                                                                ignore_index)
-
-
-@register(aten.nll_loss2d_backward.default)
-def _nll_loss2d_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
-    target = _labels(target)
-    if _fast_nll2d(x, target, weight):
-        return ops_nn._nll_loss2d_backward(grad, x, target, weight, reduction, ignore_index,
-                                           total_weight)
-    return decomposition_table[aten.nll_loss2d_backward.default](
-        grad, x, target, weight, reduction, ignore_index, total_weight)
+_register_nll(aten.nll_loss_forward.default, aten.nll_loss_backward.default, _fast_nll,
+              ops_nn._nll_loss_forward, ops_nn._nll_loss_backward)
+_register_nll(aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default, _fast_nll2d,
+              ops_nn._nll_loss2d_forward, ops_nn._nll_loss2d_backward)
 
 
 def _reduce_rows(per_row, reduction):
