@@ -30,6 +30,10 @@ declare("copy", FAMILY, "launcher",
         "values copied between layouts, dtypes and devices (PyTorch's conversion rules)",
         dtypes=_ALL, aten=("copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "clone"),
         onnx="Cast", launch="dlprim.torch.ops_tensor._copy_")
+declare("set", FAMILY, "launcher",
+        "the tensor made a view of another's storage (set_(other)), of a storage torch.load "
+        "restored on the device, or empty", dtypes=_ALL, aten=("set_",),
+        launch="dlprim.torch.serialization.set_storage")
 declare("cat", FAMILY, "launcher", "tensors joined along a dim (stack: along a new one)",
         dtypes=_ALL, aten=("cat", "stack"), onnx="Concat", launch="dlprim.torch.ops_tensor._cat")
 declare("empty", FAMILY, "launcher", "a tensor of a shape, its values unset",

@@ -29,7 +29,9 @@ from .tensor import OclTensor  # noqa: E402
 # (the operator registrations; a later module's registration of an overload wins)
 from . import (ops_tensor, ops_math, ops_nn, ops_norm, ops_optim,  # noqa: E402,F401
                ops_index, ops_index_put, ops_attention, ops_library, ops_reduce, ops_shape,
-               ops_creation, ops_conv, ops_loss, ops_random, ops_linalg, ops_logic)
+               ops_creation, ops_conv, ops_loss, ops_random, ops_linalg, ops_logic,
+               serialization)
+from .modules import keep_parameters_shared as _keep_parameters_shared  # noqa: E402
 
 from .compiler import compile_graph as backend, compile, explain, export_net  # noqa: E402,A004
 
@@ -83,6 +85,8 @@ def _register():
     ops_attention.register_attention(lib)
     _libraries.append(lib)
     _optimizers_take_foreach()
+    _keep_parameters_shared()
+    serialization.register()
 
 
 def _optimizers_take_foreach():

@@ -6,6 +6,7 @@ every view of it. Views are metadata over the same storage; a kernel that needs 
 operand contiguous gets a view of the storage when the operand is, else a copy
 (``as_dlprim``).
 """
+import itertools
 import math
 
 import numpy as np
@@ -61,9 +62,12 @@ def route_operators_to(handler):
     _route[0] = handler
 
 
+_addresses = itertools.count(1 << 44)  # Storage.address in 4 KiB pages: 2^56 up, no pointer
+
+
 class Storage:
     """A flat buffer of ``size`` elements on device ``index``; views share it."""
-    __slots__ = ("flat", "index", "__weakref__")
+    __slots__ = ("flat", "index", "_address", "__weakref__")
 
     def __init__(self, index, size, dtype):
         ctx = device.context(index)
@@ -83,6 +87,22 @@ class Storage:
     @property
     def ctx(self):
         return self.flat.ctx
+
+    @property
+    def address(self):
+        """What ``data_ptr()`` and ``untyped_storage().data_ptr()`` say of tensors over this
+        storage: an address of its own, not a host or device pointer (nothing may
+        dereference it), given when first asked, spaced so that no two storages' ranges
+        overlap even as they grow. Libraries compare these to find tensors that share
+        memory (safetensors, HuggingFace's tied weights)."""
+        address = getattr(self, "_address", None)
+        if address is None:
+            nbytes = self.flat.size * self.flat.dtype.itemsize
+            page = next(_addresses)
+            for _ in range(2 + 2 * nbytes // 4096):  # room for the storage to grow twofold
+                next(_addresses)
+            address = self._address = page * 4096
+        return address
 
     def at(self, offset, shape):
         """A dlprim Tensor of ``shape`` (a tuple of ints: PyTorch's sizes) over the storage
@@ -142,6 +162,17 @@ class OclTensor(torch.Tensor):
                                % (type(new).__name__, new.device))
         _TENSOR_DATA.__set__(self, new)
         self._ocl_storage = new._ocl_storage
+
+    def data_ptr(self):
+        return self._ocl_storage.address + self.storage_offset() * self.element_size()
+
+    def untyped_storage(self):
+        """A stand-in for the storage (PyTorch keeps none for a Python device): its device,
+        ``nbytes()`` and ``data_ptr()`` (see ``Storage.address``) are right; it holds no
+        data."""
+        storage = self._ocl_storage
+        return torch._C._construct_storage_from_data_pointer(
+            storage.address, self.device, storage.flat.size * storage.flat.dtype.itemsize)
 
     def numpy(self, *, force=False):
         raise TypeError("can't convert ocl device tensor to numpy: use tensor.cpu() to copy "
