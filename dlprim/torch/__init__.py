@@ -30,7 +30,7 @@ from .tensor import OclTensor  # noqa: E402
 from . import (ops_tensor, ops_math, ops_nn, ops_norm, ops_optim,  # noqa: E402,F401
                ops_index, ops_index_put, ops_attention, ops_library, ops_reduce, ops_shape,
                ops_creation, ops_conv, ops_loss, ops_random, ops_linalg, ops_logic,
-               serialization)
+               serialization, autocast)
 from .modules import keep_parameters_shared as _keep_parameters_shared  # noqa: E402
 
 from .compiler import compile_graph as backend, compile, explain, export_net  # noqa: E402,A004
@@ -50,6 +50,8 @@ class _Module:
     is_available = staticmethod(lambda: device_count() > 0)
     is_initialized = staticmethod(lambda: True)
     _is_in_bad_fork = staticmethod(lambda: False)
+    # torch.autocast("ocl", dtype=...) (autocast.py): the 16-bit types every device computes
+    get_amp_supported_dtype = staticmethod(lambda: [_torch.float16, _torch.bfloat16])
     device_count = staticmethod(device_count)
     current_device = staticmethod(current_device)
     set_device = staticmethod(set_device)
@@ -84,6 +86,9 @@ def _register():
     # has a kernel of its own
     ops_attention.register_attention(lib)
     _libraries.append(lib)
+    every = _torch.library.Library("_", "IMPL")
+    autocast.register(every, lib)
+    _libraries.append(every)
     _optimizers_take_foreach()
     _keep_parameters_shared()
     serialization.register()

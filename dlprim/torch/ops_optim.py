@@ -11,7 +11,7 @@ from .multi_tensor import run_lists
 
 aten = torch.ops.aten
 
-__all__ = []
+__all__ = ["amp_unscale_", "amp_update_scale_"]
 
 
 def _check(op, tensors, grad_scale, found_inf):
@@ -90,3 +90,33 @@ def _fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay, momentum, 
     run_lists("SGD(fused=True)", code, xs, ys, values,
               check=lambda: _check("SGD(fused=True)", [t for lst in xs for t in lst],
                                    grad_scale, found_inf))
+
+
+# ----- torch.amp.GradScaler on ocl: both steps as device operators (no host round trip)
+@register(aten._amp_foreach_non_finite_check_and_unscale_.default)
+def amp_unscale_(grads, found_inf, inv_scale):
+    """Every gradient times inv_scale, in place; found_inf set to 1 where any gradient
+    holds an inf or a nan (left as it was otherwise), as PyTorch's kernel does."""
+    for g in grads:
+        if g.numel():
+            bad = torch.isfinite(g).logical_not().any().to(found_inf.dtype)
+            found_inf.copy_(torch.maximum(found_inf, bad.reshape(found_inf.shape)))
+    if grads:
+        torch._foreach_mul_(list(grads), inv_scale)
+
+
+@register(aten._amp_update_scale_.default)
+def amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                      growth_interval):
+    """PyTorch's rule: after an overflow the scale times backoff_factor and the count of
+    clean steps back to 0; after growth_interval clean steps the scale times growth_factor
+    (where that stays finite) and the count back to 0; else the count plus one."""
+    found = found_inf > 0
+    clean = growth_tracker + 1
+    grown = scale * growth_factor
+    grow = found.logical_not() & (clean >= growth_interval)
+    new_scale = torch.where(found, scale * backoff_factor,
+                            torch.where(grow & torch.isfinite(grown), grown, scale))
+    scale.copy_(new_scale)
+    growth_tracker.copy_(torch.where(found | grow, torch.zeros_like(clean), clean))
+    return scale
