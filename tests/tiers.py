@@ -19,7 +19,8 @@ MODEL = {"test_models", "test_vit", "test_convnext", "test_gpt", "test_charlm",
          "test_onnx_ops", "test_onnx_recurrent", "test_onnx_spelling", "test_onnx_errors",
          "test_dlprimitives_examples", "test_dlprim_cases", "test_fit", "test_train",
          "test_predict", "test_hostile_train", "test_layers_in_net", "test_fusion",
-         "test_half_storage", "test_multi_tensor", "test_nn"}
+         "test_half_storage", "test_multi_tensor", "test_nn",
+         "test_torch_hf_models"}
 TIERS = ("unit", "model", "system")
 
 
