@@ -392,7 +392,9 @@ class PointwiseBroadcastReduce(_Base):
         params = self._check_tensors(xs, ys, params)
         if self.outputs == 0:
             return []
-        it, f32 = self._it, np.float32
+        # alpha and beta in the kernel's scale type (kernels/pointwise.cl ``scale_type``)
+        it, f32 = self._it, (np.float64 if any(_types(d)[1] == "double" for _, d in self.y_specs)
+                             else np.float32)
         ws = self._workspace() if self.chunks > 1 else list(ys)
         args = [it(self.outputs), it(self.reduced), it(self.chunk), it(self.chunks)]
         args += [a for n in self._kept + self._red for a in divisor_args(it, n)]

@@ -46,6 +46,9 @@
     , ${wt} w${i}
 % endfor
 </%def>
+## a reduction's alpha and beta: double where an output computes in double (a float
+## 1 / count would round a float64 mean off by 1e-8)
+<%def name="scale_type()">${"double" if any(ct == "double" for _, ct in YS) else "float"}</%def>
 <%def name="yload(i, idx)">${'LD_%s(yp%d + yp%d_offset, %s)' % (YS[i][0], i, i, idx) if YS[i][0] in ('half', 'bfloat16') else 'yp%d[yp%d_offset + %s]' % (i, i, idx)}</%def>
 <%def name="ystore(i, idx, value)">
 % if YS[i][0] in ('half', 'bfloat16'):
@@ -85,7 +88,7 @@ ${xargs(['k%d' % k for k in range(KEPT)] + ['r%d' % k for k in range(RED)])}${ya
 % for i, (st, ct) in enumerate(YS):
     , __global ${ct} *dlp_ws${i}, ulong dlp_ws${i}_offset
 % endfor
-${wargs()}, float dlp_alpha, float dlp_beta</%def>
+${wargs()}, ${scale_type()} dlp_alpha, ${scale_type()} dlp_beta</%def>
 <%def name="kept_offsets()">
     // each x's offset of output dlp_o (its kept coordinates): dlp_xb0.., and dlp_rest
 % for i in range(len(XS)):
@@ -470,7 +473,7 @@ void ${NAME}_finish(${IT} dlp_O, ${IT} dlp_chunks
 % for i, (st, ct) in enumerate(YS):
     , __global ${ct} *dlp_ws${i}, ulong dlp_ws${i}_offset
 % endfor
-${yargs()}, float dlp_alpha, float dlp_beta)
+${yargs()}, ${scale_type()} dlp_alpha, ${scale_type()} dlp_beta)
 {
     int dlp_t = get_local_id(0);
     ${IT} dlp_o = get_group_id(0);
