@@ -11,8 +11,9 @@ writes col[c, k, n, l] (C K rows of N L columns; K taps, L output positions), so
 
 where dyᵀ is dy laid out (C_out, N L) and W[g] the (C_out/G, C_in/G K) weights of group g.
 Tensors are contiguous dlprim Tensors of one float dtype (float32, float16, bfloat16;
-the products accumulate in float32). Integer convolutions (no GEMM takes them) run one
-output element per work-item (``conv_direct``).
+the products accumulate in float32). Integer and float64 convolutions (no GEMM takes
+them) run one output element per work-item (``conv_direct``), their filter gradient one
+weight element per work-item (``conv_direct_filter``).
 """
 import numpy as np
 
@@ -24,7 +25,8 @@ from .conv_geometry import ConvGeometry
 from .gemm import Gemm
 from .pointwise import memo
 
-__all__ = ["ConvND", "ConvProblem", "conv_nd", "conv_direct", "COLUMN_ELEMENTS"]
+__all__ = ["ConvND", "ConvProblem", "conv_nd", "conv_direct", "conv_direct_filter",
+           "COLUMN_ELEMENTS"]
 
 
 # the column buffer holds C_in K values per output position and sample: a batch runs in
@@ -124,21 +126,36 @@ def conv_nd(ctx, batch, in_c, out_c, groups, in_size, out_size, kernel, stride, 
     return memo(ctx, ("conv_nd",) + args, lambda: ConvND(ctx, *args))
 
 
-def conv_direct(ctx, x, w, y, stride, padding, dilation, groups, transposed):
-    """The launch of an integer convolution (``conv_direct`` of ``kernels/conv_nd.cl``)
-    over contiguous dlprim Tensors: x (N, C, *in), y (N, C_out, *out), w (C_out, C/G,
-    *kernel), or (C, C_out/G, *kernel) when ``transposed``; 1 to 3 spatial dims."""
-    dtype = as_dtype(x.dtype)
-    prog = program.get(ctx, "conv_nd", T=cl_type(dtype))
-    geometry = [x.shape[0], x.shape[1]] + list(_three(x.shape[2:], 1) + _three(y.shape[2:], 1)
-                                              + _three(w.shape[2:], 1) + _three(stride, 1)
+def _direct_launch(ctx, kernel, total, x, out_shape, kernel_shape, stride, padding,
+                   dilation, tail):
+    """One work-item per element of a ``kernels/conv_nd.cl`` direct kernel's output."""
+    prog = program.get(ctx, "conv_nd", T=cl_type(as_dtype(x.dtype)))
+    geometry = [x.shape[0], x.shape[1]] + list(_three(x.shape[2:], 1) + _three(out_shape, 1)
+                                              + _three(kernel_shape, 1) + _three(stride, 1)
                                               + _three(padding, 0) + _three(dilation, 1))
-    total = int(np.prod(y.shape))
     wg = min(256, ctx.facts.max_work_group)
-    args = ([np.uint64(total)] + [np.int32(v) for v in geometry]
-            + [np.int32(y.shape[1]), np.int32(groups), np.int32(bool(transposed)), x, w, y])
-    return [program.Launch(prog, "conv_direct", (round_up(total, wg),), (wg,), args)] \
-        if total else []
+    args = [np.uint64(total)] + [np.int32(v) for v in geometry] + tail
+    return [program.Launch(prog, kernel, (round_up(total, wg),), (wg,), args)] if total else []
+
+
+def conv_direct(ctx, x, w, y, stride, padding, dilation, groups, transposed):
+    """The launch of an integer or float64 convolution (``conv_direct`` of
+    ``kernels/conv_nd.cl``; float64 sums in double) over contiguous dlprim Tensors: x (N,
+    C, *in), y (N, C_out, *out), w (C_out, C/G, *kernel), or (C, C_out/G, *kernel) when
+    ``transposed``; 1 to 3 spatial dims."""
+    return _direct_launch(ctx, "conv_direct", int(np.prod(y.shape)), x, y.shape[2:],
+                          w.shape[2:], stride, padding, dilation,
+                          [np.int32(y.shape[1]), np.int32(groups), np.int32(bool(transposed)),
+                           x, w, y])
+
+
+def conv_direct_filter(ctx, x, dy, dw, stride, padding, dilation, groups):
+    """The launch of the filter gradient ``dw`` (C_out, C/G, *kernel) of the plain integer
+    or float64 convolution x (N, C, *in) -> dy (N, C_out, *out) (``conv_direct_filter``:
+    one weight element per work-item, the batch and output positions summed in it)."""
+    return _direct_launch(ctx, "conv_direct_filter", int(np.prod(dw.shape)), x, dy.shape[2:],
+                          dw.shape[2:], stride, padding, dilation,
+                          [np.int32(dy.shape[1]), np.int32(groups), x, dy, dw])
 
 
 class ConvProblem:

@@ -74,11 +74,16 @@ __kernel void col2vol(ulong total, GEOMETRY,
     STORE(dx + dx_offset, g, sum);
 }
 % if T not in ("float", "half", "bfloat16"):
+% if T == "double":
+typedef double acc_t;
+% else:
+typedef long acc_t;
+% endif
 
-// Integer convolutions, one output element per work-item (PyTorch's CPU takes integer
-// dtypes; there is no GEMM for them): x (N, C, I), w, y (N, COUT, O), G groups; plain:
+// Integer and float64 convolutions, one output element per work-item (no GEMM takes
+// them; float64 sums in double): x (N, C, I), w, y (N, COUT, O), G groups; plain:
 // y[n, co, o] = sum x[n, ci, o S - P + k D] w[co, ci, k]; TRANSPOSED: the adjoint, each
-// x[n, ci, i] spread to y[n, co, i S - P + k D] by w[ci, co, k]. Sums wrap as C's do.
+// x[n, ci, i] spread to y[n, co, i S - P + k D] by w[ci, co, k]. Integer sums wrap as C's do.
 __kernel void conv_direct(ulong total, GEOMETRY, int COUT, int G, int transposed,
                           __global const ${T} *x, ulong x_offset, __global const ${T} *w,
                           ulong w_offset, __global ${T} *y, ulong y_offset)
@@ -92,7 +97,7 @@ __kernel void conv_direct(ulong total, GEOMETRY, int COUT, int G, int transposed
     ulong n = nco / COUT;
     const int CG = C / G, COG = COUT / G, grp = co / COG;
     const ulong KK = (ulong)K0 * K1 * K2;
-    long sum = 0;
+    acc_t sum = 0;
     for (int cg = 0; cg < CG; ++cg) {
         int ci = grp * CG + cg;
         __global const ${T} *xp = x + x_offset + (n * C + ci) * I0 * I1 * I2;
@@ -114,10 +119,52 @@ __kernel void conv_direct(ulong total, GEOMETRY, int COUT, int G, int transposed
                     }
                     if (i0 < 0 || i0 >= I0 || i1 < 0 || i1 >= I1 || i2 < 0 || i2 >= I2)
                         continue;
-                    sum += (long)xp[((ulong)i0 * I1 + i1) * I2 + i2]
-                         * (long)wp[((ulong)k0 * K1 + k1) * K2 + k2];
+                    sum += (acc_t)xp[((ulong)i0 * I1 + i1) * I2 + i2]
+                         * (acc_t)wp[((ulong)k0 * K1 + k1) * K2 + k2];
                 }
     }
     y[y_offset + g] = (${T})sum;
+}
+
+// The filter gradient of the plain convolution x -> dy, one weight element per work-item:
+// dw[co, cg, k] = sum over n, o of dy[n, co, o] x[n, ci, o S - P + k D] (ci = the group's
+// cg-th input channel); dy's channels are COUT. A transposed convolution's is this with x
+// and dy's roles swapped (its output gradient is the plain convolution's input).
+__kernel void conv_direct_filter(ulong total, GEOMETRY, int COUT, int G,
+                                 __global const ${T} *x, ulong x_offset, __global const ${T} *dy,
+                                 ulong dy_offset, __global ${T} *dw, ulong dw_offset)
+{
+    ulong g = get_global_id(0);
+    if (g >= total)
+        return;
+    const int CG = C / G, COG = COUT / G;
+    int k2 = (int)(g % K2), k1 = (int)((g / K2) % K1), k0 = (int)((g / K2 / K1) % K0);
+    ulong cocg = g / K2 / K1 / K0;
+    int cg = (int)(cocg % CG), co = (int)(cocg / CG);
+    int ci = co / COG * CG + cg;
+    const ulong IV = (ulong)I0 * I1 * I2, OV = (ulong)O0 * O1 * O2;
+    acc_t sum = 0;
+    for (ulong n = 0; n < (ulong)NB; ++n) {
+        __global const ${T} *xp = x + x_offset + (n * C + ci) * IV;
+        __global const ${T} *dp = dy + dy_offset + (n * COUT + co) * OV;
+        for (int o0 = 0; o0 < O0; ++o0) {
+            int i0 = o0 * S0 - P0 + k0 * D0;
+            if (i0 < 0 || i0 >= I0)
+                continue;
+            for (int o1 = 0; o1 < O1; ++o1) {
+                int i1 = o1 * S1 - P1 + k1 * D1;
+                if (i1 < 0 || i1 >= I1)
+                    continue;
+                for (int o2 = 0; o2 < O2; ++o2) {
+                    int i2 = o2 * S2 - P2 + k2 * D2;
+                    if (i2 < 0 || i2 >= I2)
+                        continue;
+                    sum += (acc_t)dp[((ulong)o0 * O1 + o1) * O2 + o2]
+                         * (acc_t)xp[((ulong)i0 * I1 + i1) * I2 + i2];
+                }
+            }
+        }
+    }
+    dw[dw_offset + g] = (${T})sum;
 }
 % endif

@@ -9,7 +9,9 @@ Convolutions, plain and transposed:
 - 3-D ones run on column unrolling + GEMM (``core/conv_nd.py``), plain and transposed.
 
 float32, float16 and bfloat16 inputs (the 2-D launchers keep the weights in float32:
-16-bit weights are widened for them and their gradient rounded back).
+16-bit weights are widened for them and their gradient rounded back), and float64 where
+the device has cl_khr_fp64: direct kernels that sum in double (``conv_direct``,
+``conv_direct_filter``), as integer convolutions run.
 
 Pooling (max, average, adaptive, max_unpool: ``core/pooling_nd.py``), resampling (the
 upsample_* operators of F.interpolate: ``core/resample_nd.py``), grid_sample
@@ -22,7 +24,7 @@ import math
 import torch
 
 from ..core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward
-from ..core.conv_nd import ConvProblem, conv_direct
+from ..core.conv_nd import ConvProblem, conv_direct, conv_direct_filter
 from ..core.grid_sample import INTERPOLATIONS, PADDINGS, affine_base, grid_sample_ops
 from ..core.pooling_nd import PoolWindows, pooling_nd
 from ..core.resample_nd import resample_nd
@@ -39,6 +41,9 @@ __all__ = []
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 _FAST_2D = (torch.float32, torch.float16, torch.bfloat16)  # the 2-D launchers' activations
+# what convolutions, pooling and resampling take (float64 tensors exist only where the
+# device has cl_khr_fp64, and compute in double)
+_ALL_FLOATS = _FLOATS + (torch.float64,)
 
 
 def _ctx(t):
@@ -49,10 +54,12 @@ def _unsupported(op, why):
     raise NotImplementedError("dlprim.torch: %s on ocl devices: %s" % (op, why))
 
 
-def _check_dtypes(op, *ts):
+def _check_dtypes(op, *ts, floats=_FLOATS):
     for t in ts:
-        if t is not None and t.dtype not in _FLOATS:
-            _unsupported(op, "float32, float16 or bfloat16 tensors only, got %s" % t.dtype)
+        if t is not None and t.dtype not in floats:
+            names = [str(f).split(".")[1] for f in floats]
+            _unsupported(op, "%s or %s tensors only, got %s"
+                         % (", ".join(names[:-1]), names[-1], t.dtype))
 
 
 def _workspace(ctx, nbytes):
@@ -110,10 +117,13 @@ def _run_forward(problem, src, w, dst, bias=None):
               _workspace(ctx, ws))
         enqueue_recorded(ctx, op, ts, lambda: op.launches(*ts))
         return
-    for n0, nb in problem.chunks():
-        op = problem.nd(ctx, numpy_dtype(src.dtype), nb)
-        enqueue(ctx, op.forward(_dlp(_rows(src, n0, nb), problem), _dlp(w, problem),
-                                _dlp(_rows(dst, n0, nb), problem)))
+    if src.dtype == torch.float64:
+        _direct(ctx, problem, src, w, dst, transposed=False)
+    else:
+        for n0, nb in problem.chunks():
+            op = problem.nd(ctx, numpy_dtype(src.dtype), nb)
+            enqueue(ctx, op.forward(_dlp(_rows(src, n0, nb), problem), _dlp(w, problem),
+                                    _dlp(_rows(dst, n0, nb), problem)))
     if bias is not None:
         _add_bias(dst, bias)
 
@@ -130,16 +140,24 @@ def _run_backward_data(problem, dst_grad, w, src_grad, bias=None):
               _workspace(ctx, ws))
         enqueue_recorded(ctx, op, ts, lambda: op.launches(*ts, beta=0.0))
         return
-    for n0, nb in problem.chunks():
-        op = problem.nd(ctx, numpy_dtype(dst_grad.dtype), nb)
-        enqueue(ctx, op.backward_data(_channels_first(_rows(dst_grad, n0, nb), problem),
-                                      _dlp(w, problem), _dlp(_rows(src_grad, n0, nb), problem)))
+    if dst_grad.dtype == torch.float64:
+        _direct(ctx, problem, dst_grad, w, src_grad, transposed=True)
+    else:
+        for n0, nb in problem.chunks():
+            op = problem.nd(ctx, numpy_dtype(dst_grad.dtype), nb)
+            enqueue(ctx, op.backward_data(_channels_first(_rows(dst_grad, n0, nb), problem),
+                                          _dlp(w, problem),
+                                          _dlp(_rows(src_grad, n0, nb), problem)))
     if bias is not None:
         _add_bias(src_grad, bias)
 
 
 def _run_backward_filter(problem, src, dst_grad, w_grad):
     ctx = _ctx(src)
+    if src.dtype == torch.float64:
+        enqueue(ctx, conv_direct_filter(ctx, as_dlprim(src), as_dlprim(dst_grad),
+                                        as_dlprim(w_grad), *_steps(problem)))
+        return
     if _fast(problem, src.dtype):
         op, ws = _plan_2d(ctx, ConvBackwardFilter, problem, src.dtype)
         dw = w_grad if w_grad.dtype == torch.float32 else empty(w_grad.shape, torch.float32,
@@ -157,6 +175,20 @@ def _run_backward_filter(problem, src, dst_grad, w_grad):
                                         _dlp(w_grad, problem), beta=0.0 if n0 == 0 else 1.0))
 
 
+def _steps(problem):
+    """(stride, padding, dilation, groups) of the problem as its own rank (a 1-D one
+    without the unit height it was lifted to)."""
+    k = 1 if problem.lift else 0
+    return problem.stride[k:], problem.padding[k:], problem.dilation[k:], problem.groups
+
+
+def _direct(ctx, problem, x, w, y, transposed):
+    """y = the plain convolution of x (``transposed``: its adjoint) on the direct kernels
+    (float64: they sum in double)."""
+    enqueue(ctx, conv_direct(ctx, as_dlprim(x), as_dlprim(w), as_dlprim(y), *_steps(problem),
+                             transposed))
+
+
 def _add_bias(out, bias):
     shape = [1, -1] + [1] * (out.dim() - 2)
     b = handle(aten.view.default, (bias, shape), {})
@@ -172,7 +204,7 @@ def _convolution(x, w, bias, stride, padding, dilation, transposed, output_paddi
     if x.dtype in _INTEGERS and w.dtype == x.dtype and not _unbatched(x, w):
         return _integer_convolution(x, w, bias, stride, padding, dilation, transposed,
                                     output_padding, groups)
-    _check_dtypes("convolution", x, w, bias)
+    _check_dtypes("convolution", x, w, bias, floats=_ALL_FLOATS)
     m = aten.convolution.default(meta_of(x), meta_of(w), None if bias is None else meta_of(bias),
                                  stride, padding, dilation, transposed, output_padding, groups)
     if x.dtype != w.dtype or (bias is not None and bias.dtype != x.dtype):
@@ -218,7 +250,7 @@ def _integer_convolution(x, w, bias, stride, padding, dilation, transposed, outp
 @register(aten.convolution_backward.default)
 def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
-    _check_dtypes("convolution_backward", grad, x, w)
+    _check_dtypes("convolution_backward", grad, x, w, floats=_ALL_FLOATS)
     if _unbatched(x, w):
         g0, x0 = (handle(aten.unsqueeze.default, (t, 0), {}) for t in (grad, x))
         dx, dw, db = _convolution_backward(g0, x0, w, bias_sizes, stride, padding, dilation,
@@ -289,8 +321,7 @@ def _pool_launch(mode, x, out, win, n, idx=None):
 
 
 def _pool_backward_launch(mode, grad, x, win, n, idx=None):
-    if grad.dtype != torch.float64:   # (the pooling kernels sum float64 in double)
-        _check_dtypes("pooling backward", grad)
+    _check_dtypes("pooling backward", grad, floats=_ALL_FLOATS)  # float64 sums in double
     dx = empty(x.shape, grad.dtype, x._ocl_storage.index)
     if dx.numel():
         ops = pooling_nd(_ctx(x), mode, numpy_dtype(grad.dtype))
@@ -442,7 +473,8 @@ def _resample(mode, n, packet, aligned):
         if x.dim() != n + 2:   # (the meta kernel's error would be a ValueError)
             raise RuntimeError("It is expected input_size equals to %d, but got size %d"
                                % (n + 2, x.dim()))
-        if x.dtype not in _FLOATS and not (mode.startswith("nearest") and x.dtype in _INTEGERS):
+        if x.dtype not in _ALL_FLOATS and not (mode.startswith("nearest")
+                                                and x.dtype in _INTEGERS):
             _unsupported(str(packet), "float tensors (and integers for nearest resampling) "
                          "only, got %s" % x.dtype)
         m = packet.default(meta_of(x), output_size, *rest)
@@ -455,7 +487,7 @@ def _resample(mode, n, packet, aligned):
 
     def backward(grad, output_size, input_size, *rest):
         align, scales = (bool(rest[0]), rest[1:]) if aligned else (False, rest)
-        _check_dtypes(str(packet) + "_backward", grad)
+        _check_dtypes(str(packet) + "_backward", grad, floats=_ALL_FLOATS)
         dx = empty(input_size, grad.dtype, grad._ocl_storage.index)
         if dx.numel():
             ops = resample_nd(_ctx(grad), mode, numpy_dtype(grad.dtype))
