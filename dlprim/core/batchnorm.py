@@ -34,6 +34,7 @@ from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce, divisor_arg
 __all__ = ["BatchNormOps", "default_kernels", "BN_ACTIVATIONS"]
 
 F = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
 WG = 256  # the channel kernels' reduction work-group
 # activations the channel kernels can run after BatchNorm: their gradient follows from
 # their output, and they take no options
@@ -51,8 +52,9 @@ def default_kernels(facts):
 class BatchNormOps:
     """The launchers of one BatchNorm over ``shape`` = (N, C, S); ``dtype``: the storage
     of x, y and their gradients (float32, float16 or bfloat16; statistics and parameters
-    float32). ``kernels``: "channels" or "pointwise" (None: ``default_kernels``, and the
-    generator wherever the tensor has 2^31 values or more)."""
+    float32; or float64: everything float64, computed in double on the generator).
+    ``kernels``: "channels" or "pointwise" (None: ``default_kernels``, and the generator
+    wherever the tensor has 2^31 values or more, or the dtype is float64)."""
 
     def __init__(self, ctx, shape, eps, affine, dtype=F, kernels=None):
         self.ctx = ctx
@@ -61,11 +63,18 @@ class BatchNormOps:
         self.M = n * s
         self.eps, self.affine = float(eps), bool(affine)
         small = index_type(n * c * s) is np.uint32  # the channel kernels' index math is 32-bit
+        # float64: the statistics, parameters and arithmetic in double (the channel kernels
+        # compute in float)
+        wide = np.dtype(dtype) == F64
+        acc, self.stat_dtype = ("double", F64) if wide else ("float", F)
         if kernels is None:
-            kernels = default_kernels(ctx.facts) if small else "pointwise"
+            kernels = default_kernels(ctx.facts) if small and not wide else "pointwise"
         if kernels not in ("channels", "pointwise"):
             raise ValueError("BatchNormOps: kernels must be None, 'channels' or 'pointwise', "
                              "got %r" % (kernels,))
+        if kernels == "channels" and wide:
+            raise ValueError("BatchNormOps: the channel kernels take float32, float16 or "
+                             "bfloat16, got float64 (kernels='pointwise' serves it)")
         if kernels == "channels" and not small:
             raise ValueError("BatchNormOps: the channel kernels index below 2^31 values, the "
                              "shape %s has %d" % (self.shape, n * c * s))
@@ -78,8 +87,9 @@ class BatchNormOps:
         self._part_rows = ceil_div(max(n, 1), parts)
         self._parts = ceil_div(max(n, 1), self._part_rows)
         self._parts_buffer = None
-        full, ch, vec = (self.shape, np.dtype(dtype)), ((1, c, 1), F), ((c,), F)
-        self._full, self._ch = full, ch
+        full = (self.shape, np.dtype(dtype))
+        ch, vec = ((1, c, 1), self.stat_dtype), ((c,), self.stat_dtype)
+        self._full, self._ch, self._acc = full, ch, acc
         # the generator's launchers (built only where they run: the channel kernels
         # replace them all)
         if self.kernels == "pointwise":
@@ -89,25 +99,25 @@ class BatchNormOps:
             self._moments = PointwiseBroadcastReduce(
                 ctx, [full], [ch, ch, ch], "y0 = 1.0f; y1 = x0; y2 = 0.0f;",
                 "reduce_y0 = 0; reduce_y1 = 0; reduce_y2 = 0;",
-                "if (y0 > 0) { float n = reduce_y0 + y0; float d = y1 - reduce_y1; "
+                "if (y0 > 0) { %s n = reduce_y0 + y0; %s d = y1 - reduce_y1; "
                 "reduce_y1 += d * (y0 / n); reduce_y2 += y2 + d * d * (reduce_y0 * (y0 / n)); "
-                "reduce_y0 = n; }", name="bn_moments")
+                "reduce_y0 = n; }" % (acc, acc), name="bn_moments")
             # mean, M2, running mean, running var -> mean, biased var, running mean, running var
             self._update = PointwiseBroadcast(
                 ctx, [vec] * 4, [vec] * 4,
-                "float m = x0; float v = x1 * w2; y0 = m; y1 = v; "
-                "y2 = (1.0f - w0) * x2 + w0 * m; y3 = (1.0f - w0) * x3 + w1 * v;",
-                ["float", "float", "float"], name="bn_update_stats")
+                "%s m = x0; %s v = x1 * w2; y0 = m; y1 = v; "
+                "y2 = (1.0f - w0) * x2 + w0 * m; y3 = (1.0f - w0) * x3 + w1 * v;" % (acc, acc),
+                [acc] * 3, name="bn_update_stats")
             affine_code = " * x3 + x4" if self.affine else ""
             self._apply = PointwiseBroadcast(
                 ctx, [full, ch, ch] + [ch, ch] * self.affine, [full],
-                "y0 = (x0 - x1) * rsqrt(x2 + w0)%s;" % affine_code, ["float"], name="bn_apply")
+                "y0 = (x0 - x1) * rsqrt(x2 + w0)%s;" % affine_code, [acc], name="bn_apply")
             # sum dy, sum dy * xhat over each channel
             self._grad_sums = PointwiseBroadcastReduce(
                 ctx, [full, full, ch, ch], [ch, ch],
                 "y0 = x1; y1 = x1 * (x0 - x2) * rsqrt(x3 + w0);",
                 "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
-                params=["float"], name="bn_grad_sums")
+                params=[acc], name="bn_grad_sums")
             # dgamma, dbeta += the sums (launched with beta = 1; the channel kernels'
             # finish adds them itself)
             self._param_grad = PointwiseBroadcast(ctx, [vec], [vec], "y0 = x0;",
@@ -192,15 +202,16 @@ class BatchNormOps:
             full, ch = self._full, self._ch
             xs = [full, full, ch, ch, ch, ch] + [ch] * self.affine
             gamma = "x6" if self.affine else "1.0f"
+            acc = self._acc
             if batch_stats:
                 # dx = gamma istd (dy - sum(dy)/M - xhat sum(dy xhat)/M)
-                code = ("float istd = rsqrt(x3 + w0); float xhat = (x0 - x2) * istd; "
-                        "y0 = %s * istd * (x1 - w1 * (x4 + xhat * x5));" % gamma)
+                code = ("%s istd = rsqrt(x3 + w0); %s xhat = (x0 - x2) * istd; "
+                        "y0 = %s * istd * (x1 - w1 * (x4 + xhat * x5));" % (acc, acc, gamma))
             else:
                 # fixed statistics: y is affine in x, dx = gamma istd dy
                 code = "y0 = %s * rsqrt(x3 + w0) * x1;" % gamma
             self._dx[batch_stats] = PointwiseBroadcast(self.ctx, xs, [full], code,
-                                                       ["float", "float"], name="bn_backward_data")
+                                                       [acc, acc], name="bn_backward_data")
         return self._dx[batch_stats]
 
     def backward_launches(self, x, dy, mean, var, sums, gamma=None, dx=None, beta=0.0,

@@ -29,6 +29,7 @@ from .softmax import row_work_group
 __all__ = ["GroupNormOps", "default_kernels"]
 
 F = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
 
 
 def _or(t, stand_in):
@@ -46,8 +47,9 @@ def default_kernels(facts, rows):
 class GroupNormOps:
     """The launchers of one normalisation over ``shape`` = (N, G, K, S); ``dtype``: the
     storage of x, y and their gradients (float32, float16 or bfloat16; statistics and parameters
-    float32). ``affine``: times a weight per (g, k); ``bias``: plus a bias per (g, k), by
-    default where there is a weight, and with or without one when given."""
+    float32; or float64, everything float64 and computed in double). ``affine``: times a
+    weight per (g, k); ``bias``: plus a bias per (g, k), by default where there is a weight,
+    and with or without one when given."""
 
     def __init__(self, ctx, shape, eps, affine=True, bias=None, rms=False, kernels=None,
                  dtype=F):
@@ -61,11 +63,20 @@ class GroupNormOps:
         # a bias with the weight unless told (PyTorch's functional norms take either alone)
         self.bias = self.affine if bias is None else bool(bias)
         rows = g == 1 and s == 1
+        # float64: statistics, parameters and arithmetic in double (the row kernels and the
+        # float expressions below would round to float)
+        wide = np.dtype(dtype) == F64
+        acc, stat_dtype = ("double", F64) if wide else ("float", F)
+        if kernels is None and wide:
+            kernels = "pointwise"
         if kernels is None:
             kernels = default_kernels(ctx.facts, rows)
         if kernels not in ("rows", "pointwise"):
             raise ValueError("GroupNormOps: kernels must be None, 'rows' or 'pointwise', got %r"
                              % (kernels,))
+        if kernels == "rows" and wide:
+            raise ValueError("GroupNormOps: the row kernels take float32, float16 or bfloat16, "
+                             "got float64 (kernels='pointwise' serves it)")
         if kernels == "rows" and not rows:
             raise ValueError("GroupNormOps: the row kernels need one group of contiguous "
                              "values per row (shape (N, 1, K, 1)), got %s" % (self.shape,))
@@ -75,14 +86,16 @@ class GroupNormOps:
             extra = dict(ACT_T=cl_type(dtype)) if as_dtype(dtype) in HALF_TYPES else {}
             self.rows_prg = program.get(ctx, "normalization", RMS=int(self.rms),
                                         AFFINE=int(self.affine), BIAS=int(self.bias), **extra)
-        full, stat, chan = (self.shape, np.dtype(dtype)), ((n, g, 1, 1), F), ((1, g, k, 1), F)
+        full = (self.shape, np.dtype(dtype))
+        stat, chan = ((n, g, 1, 1), stat_dtype), ((1, g, k, 1), stat_dtype)
         self._full, self._stat, self._chan = full, stat, chan
         centred = "x0" if self.rms else "(x0 - x1)"
         self._mean = PointwiseBroadcastReduce(ctx, [full], [stat], "y0 = x0;", name="norm_mean")
         # (biased) variance, or for RMSNorm the mean square; x1 is the mean (unread by RMS)
         self._var = PointwiseBroadcastReduce(
-            ctx, [full, stat], [stat], "float d = %s; y0 = d * d;" % centred, name="norm_var")
-        self._rstd = PointwiseBroadcast(ctx, [stat], [stat], "y0 = rsqrt(x0 + w0);", ["float"],
+            ctx, [full, stat], [stat], "%s d = %s; y0 = d * d;" % (acc, centred),
+            name="norm_var")
+        self._rstd = PointwiseBroadcast(ctx, [stat], [stat], "y0 = rsqrt(x0 + w0);", [acc],
                                         name="norm_rstd")
         ins, code = [full, stat, stat], "y0 = %s * x2" % centred
         if self.affine:
@@ -101,7 +114,7 @@ class GroupNormOps:
         g_ins = [full, full, stat, stat] + [chan] * self.affine
         self._sums = PointwiseBroadcastReduce(
             ctx, g_ins, [stat, stat],
-            "float g = %s, xhat = %s; y0 = g; y1 = g * xhat;" % (g_code, xhat),
+            "%s g = %s, xhat = %s; y0 = g; y1 = g * xhat;" % (acc, g_code, xhat),
             "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
             name="norm_grad_sums")
         s1, s2 = "x%d" % len(g_ins), "x%d" % (len(g_ins) + 1)
@@ -109,7 +122,8 @@ class GroupNormOps:
             "x3 * (g - xhat * %s)" % s2
         self._dx = PointwiseBroadcast(
             ctx, g_ins + [stat, stat], [full],
-            "float g = %s, xhat = %s; y0 = %s;" % (g_code, xhat, dx), name="norm_backward_data")
+            "%s g = %s, xhat = %s; y0 = %s;" % (acc, g_code, xhat, dx),
+            name="norm_backward_data")
 
     def _rows(self, kernel, args):
         """One work-group per row of ``kernels/normalization.cl``."""

@@ -5,7 +5,9 @@ the trailing dims on the pointwise-broadcast-reduce generator.
 
 float16 and bfloat16 inputs are stored 16-bit and computed in float32; the statistics are
 float32 inside, and returned as PyTorch's CPU returns them: float32 where a parameter or
-running statistic is float32 (its "mixed type" case), else in the input's dtype."""
+running statistic is float32 (its "mixed type" case), else in the input's dtype. float64
+inputs (devices with cl_khr_fp64) keep everything float64: statistics, parameters and the
+arithmetic, in double."""
 import math
 
 import numpy as np
@@ -20,7 +22,8 @@ from .dispatch import register
 from .ops_tensor import convert
 from .tensor import as_dlprim, empty, enqueue_recorded, numpy_dtype
 
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_HALF = (torch.float16, torch.bfloat16)
 
 aten = torch.ops.aten
 
@@ -34,21 +37,27 @@ def _shape(x):
 
 def _check_float(what, x):
     if x.dtype not in _FLOATS:
-        raise NotImplementedError("dlprim.torch: %s on ocl devices takes float32, float16 or "
-                                  "bfloat16, got %s" % (what, x.dtype))
+        raise NotImplementedError("dlprim.torch: %s on ocl devices takes float32, float16, "
+                                  "bfloat16 or float64, got %s" % (what, x.dtype))
 
 
 def _stat_dtype(x, *params):
     """The dtype of the saved statistics, as on PyTorch's CPU."""
-    if x.dtype != torch.float32 and any(p is not None and p.dtype == torch.float32
+    if x.dtype in _HALF and any(p is not None and p.dtype == torch.float32
                                         for p in params):
         return torch.float32
     return x.dtype
 
 
-def _f32(t):
-    """t as float32 (the launchers' statistics and parameters); None stays None."""
-    return t if t is None or t.dtype == torch.float32 else convert(t, torch.float32)
+def _acc(x):
+    """The dtype of the launchers' statistics and parameters for input x: float64 for
+    float64 (computed in double), else float32."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _scalar(x, value):
+    """A launch parameter in x's launchers' type (a float would round eps=1e-12 off)."""
+    return np.float64(value) if x.dtype == torch.float64 else np.float32(value)
 
 
 def _as(t, dtype):
@@ -62,15 +71,16 @@ def _op(x, eps, affine):
                  lambda: BatchNormOps(ctx, shape, eps, affine, dtype=dtype))
 
 
-def _scratch(ctx, c):
-    """Four (C,) float32 vectors for the values a batch norm needs only between its own
-    launches (variance, partial counts, the sums of an absent gradient, running statistics
-    nobody keeps). One set per context and C serves every such layer: the queue is in
-    order, so a layer's launches are done with them before the next layer's start."""
-    key = ("torch_bn_scratch", c)
+def _scratch(ctx, c, dtype=torch.float32):
+    """Four (C,) vectors of ``dtype`` (the statistics') for the values a batch norm needs
+    only between its own launches (variance, partial counts, the sums of an absent
+    gradient, running statistics nobody keeps). One set per context, C and dtype serves
+    every such layer: the queue is in order, so a layer's launches are done with them
+    before the next layer's start."""
+    key = ("torch_bn_scratch", c, dtype)
     vectors = ctx.ops.get(key)
     if vectors is None:
-        vectors = ctx.ops[key] = [Tensor(ctx, (c,), np.float32) for _ in range(4)]
+        vectors = ctx.ops[key] = [Tensor(ctx, (c,), numpy_dtype(dtype)) for _ in range(4)]
     return vectors
 
 
@@ -78,35 +88,36 @@ def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps
     _check_float("batch norm", x)
     stat_dtype = _stat_dtype(x, weight, bias, running_mean, running_var)
     kept = running_mean, running_var  # updated in place, in their own dtype
-    weight, bias, running_mean, running_var = (_f32(t) for t in (weight, bias, running_mean,
-                                                                  running_var))
+    acc = _acc(x)
+    weight, bias, running_mean, running_var = (_as(t, acc) for t in (weight, bias, running_mean,
+                                                                      running_var))
     if weight is None and bias is not None:  # the launchers take a bias with a weight
         weight = torch.ones_like(bias)
-    out, mean, rstd = _forward_f32(x, weight, bias, running_mean, running_var, training,
-                                   momentum, eps)
-    if training and kept[0] is not None and kept[0].dtype != torch.float32:
+    out, mean, rstd = _forward_stats(x, weight, bias, running_mean, running_var, training,
+                                     momentum, eps)
+    if training and kept[0] is not None and kept[0].dtype != acc:
         kept[0].copy_(running_mean)
         kept[1].copy_(running_var)
     return out, _as(mean, stat_dtype), _as(rstd, stat_dtype)
 
 
-def _forward_f32(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    """Batch norm of x with float32 parameters and running statistics."""
+def _forward_stats(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Batch norm of x with parameters and running statistics in ``_acc(x)``."""
     ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
     n, c, s = _shape(x)
     affine = weight is not None
     op = _op(x, eps, affine)
     out = empty(x.shape, x.dtype, index)
-    f = torch.float32
+    f = _acc(x)
     mean, rstd = empty((c,), f, index), empty((c,), f, index)
     xs, ys = as_dlprim(x).view((n, c, s)), as_dlprim(out).view((n, c, s))
     gamma = as_dlprim(weight) if affine else None
     beta = as_dlprim(bias) if bias is not None else None
     if affine and beta is None:
-        beta = Tensor(ctx, (c,), np.float32)
+        beta = Tensor(ctx, (c,), numpy_dtype(f))
         beta.zero_()
     if training:
-        var, scratch, r_mean, r_var = _scratch(ctx, c)  # r_*: where no running statistics
+        var, scratch, r_mean, r_var = _scratch(ctx, c, f)  # r_*: where no running statistics
         if running_mean is not None and not (running_mean.is_contiguous()
                                              and running_var.is_contiguous()):
             # updated in place: a copy would take the update and lose it
@@ -121,7 +132,7 @@ def _forward_f32(x, weight, bias, running_mean, running_var, training, momentum,
             op.stats_launches(ts[0], ts[2], var, ts[3], ts[4], momentum, scratch)
             + op.apply_launches(ts[0], ts[1], ts[2], var, ts[5], ts[6])
             + pointwise_launches(ctx, [var], [ts[7]], "y0 = rsqrt(x0 + w0);",
-                                 [np.float32(eps)])))
+                                 [_scalar(x, eps)])))
         return out, mean, rstd
     ts = (xs, ys, as_dlprim(running_mean), as_dlprim(running_var), gamma, beta)
     enqueue_recorded(ctx, (op, "eval"), ts, lambda: op.apply_launches(*ts))
@@ -155,32 +166,35 @@ def _bn_backward(grad, x, weight, running_mean, running_var, save_mean, save_rst
     _check_float("batch norm", x)
     param_dtype = weight.dtype if weight is not None else x.dtype
     had_weight = weight is not None
-    weight = _f32(weight)
+    acc = _acc(x)
+    weight = _as(weight, acc)
     if weight is None and (output_mask[1] or output_mask[2]):
         # the parameter sums are gamma's and beta's gradients whatever gamma is
-        weight = empty((x.shape[1],), torch.float32, x._ocl_storage.index).fill_(1.0)
-    dx, dw, db = _bn_backward_f32(_as(grad, x.dtype), x, weight, *(_f32(t) for t in (
+        weight = empty((x.shape[1],), acc, x._ocl_storage.index).fill_(1.0)
+    dx, dw, db = _bn_backward_stats(_as(grad, x.dtype), x, weight, *(_as(t, acc) for t in (
         running_mean, running_var, save_mean, save_rstd)), train, eps, output_mask)
     return dx, _as(dw, param_dtype) if had_weight else None, _as(db, param_dtype)
 
 
-def _bn_backward_f32(grad, x, weight, running_mean, running_var, save_mean, save_rstd, train,
-                     eps, output_mask):
-    """Batch norm's gradients with float32 parameters and statistics (dw, db float32)."""
+def _bn_backward_stats(grad, x, weight, running_mean, running_var, save_mean, save_rstd,
+                       train, eps, output_mask):
+    """Batch norm's gradients with parameters and statistics in ``_acc(x)`` (dw, db in it
+    too)."""
     ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
     n, c, s = _shape(x)
     affine = weight is not None
     op = _op(x, eps, affine)
     rstd = None
-    scratch = _scratch(ctx, c)
+    f = _acc(x)
+    scratch = _scratch(ctx, c, f)
     if train:
         mean, rstd = as_dlprim(save_mean), as_dlprim(save_rstd)
         var = scratch[0]  # back from 1 / sqrt(var + eps), in the plan
     else:
         mean, var = as_dlprim(running_mean), as_dlprim(running_var)
     dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
-    dw = empty((c,), torch.float32, index) if output_mask[1] and affine else None
-    db = empty((c,), torch.float32, index) if output_mask[2] and affine else None
+    dw = empty((c,), f, index) if output_mask[1] and affine else None
+    db = empty((c,), f, index) if output_mask[2] and affine else None
     # the per-channel sums of dy and dy*xhat are dbeta and dgamma: reduced straight into them
     sums = tuple(as_dlprim(t) if t is not None else spare
                  for t, spare in zip((db, dw), scratch[1:3]))
@@ -191,7 +205,7 @@ def _bn_backward_f32(grad, x, weight, running_mean, running_var, save_mean, save
 
     def plan():
         var_back = [] if rstd is None else pointwise_launches(
-            ctx, [ts[8]], [ts[3]], "y0 = 1.0f / (x0 * x0) - w0;", [np.float32(eps)])
+            ctx, [ts[8]], [ts[3]], "y0 = 1.0f / (x0 * x0) - w0;", [_scalar(x, eps)])
         return var_back + op.backward_launches(*ts[:4], ts[4:6], gamma=ts[6], dx=ts[7],
                                                sums_wanted=wanted, batch_stats=bool(train))
     enqueue_recorded(ctx, (op, "backward", bool(train), wanted), ts, plan)
@@ -211,9 +225,10 @@ def _norm_forward(x, view, weight, bias, eps, stat_shape):
     _check_float("layer and group norm", x)
     ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
     stat_dtype = _stat_dtype(x, weight, bias)
-    weight, bias = _f32(weight), _f32(bias)
+    acc = _acc(x)
+    weight, bias = _as(weight, acc), _as(bias, acc)
     out = empty(x.shape, x.dtype, index)
-    mean, rstd = (empty(stat_shape, torch.float32, index) for _ in range(2))
+    mean, rstd = (empty(stat_shape, acc, index) for _ in range(2))
     if x.numel() == 0:
         return out, _as(mean, stat_dtype), _as(rstd, stat_dtype)
     op = _norm_op(x, view, weight is not None, bias is not None)
@@ -231,8 +246,8 @@ def _norm_backward(grad, x, view, mean, rstd, weight, output_mask, param_shape, 
     _check_float("layer and group norm", x)
     ctx, index = x._ocl_storage.ctx, x._ocl_storage.index
     grad = _as(grad, x.dtype)
-    mean, rstd, weight = _f32(mean), _f32(rstd), _f32(weight)
-    f = torch.float32
+    f = _acc(x)
+    mean, rstd, weight = _as(mean, f), _as(rstd, f), _as(weight, f)
     dx = empty(x.shape, x.dtype, index) if output_mask[0] else None
     dw = empty(param_shape, f, index) if output_mask[1] and weight is not None else None
     db = empty(param_shape, f, index) if output_mask[2] else None
@@ -243,7 +258,7 @@ def _norm_backward(grad, x, view, mean, rstd, weight, output_mask, param_shape, 
         return dx, _as(dw, param_dtype), _as(db, param_dtype)
     op = _norm_op(x, view, weight is not None, db is not None)  # the backward reads neither
     stats = view[0] * view[1]
-    sums = (Tensor(ctx, (stats,), np.float32), Tensor(ctx, (stats,), np.float32))
+    sums = (Tensor(ctx, (stats,), numpy_dtype(f)), Tensor(ctx, (stats,), numpy_dtype(f)))
     ts = (as_dlprim(x), as_dlprim(grad), as_dlprim(mean), as_dlprim(rstd),
           as_dlprim(dx) if dx is not None else None,
           as_dlprim(weight) if weight is not None else None,
