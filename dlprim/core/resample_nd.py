@@ -2,8 +2,9 @@
 operators (nearest, nearest-exact, linear / bilinear / trilinear, bicubic) and their
 backward passes, on contiguous (N C, *spatial) dlprim Tensors of a float dtype.
 
-The per-dim ratio is worked out here exactly as PyTorch does (``scale_of``, in float32);
-sizes and ratios are run-time arguments: one program per (dtype, mode).
+The per-dim ratio is worked out here exactly as PyTorch does (``scale_of``: in float32,
+in float64 for float64 but in the nearest modes, as PyTorch's ``opmath_t``); sizes and
+ratios are run-time arguments: one program per (dtype, mode).
 """
 import numpy as np
 
@@ -18,12 +19,20 @@ MODES = ("nearest", "nearest_exact", "linear", "cubic", "linear_aa", "cubic_aa")
 _AA_SUPPORT = {"linear_aa": 1.0, "cubic_aa": 2.0}  # half the filter's width at ratio 1
 
 
-def scale_of(mode, n_in, n_out, align_corners, scale_factor):
-    """PyTorch's float ratio of output to input positions along one dim (``UpSample.h``:
-    ``compute_scales_value``, and ``area_pixel_compute_scale`` for linear and cubic):
-    1 / scale_factor where one is given, else n_in / n_out; with align_corners
-    (n_in - 1) / (n_out - 1)."""
-    f32 = np.float32
+def real_type(mode, dtype):
+    """The type of positions and weights of ``mode`` over ``dtype`` (the kernels'
+    ``real_t``): float64 for float64 but in the nearest modes, whose index PyTorch finds
+    in float whatever the dtype; float32 otherwise."""
+    nearest = mode in ("nearest", "nearest_exact")
+    return np.float64 if as_dtype(dtype) == np.float64 and not nearest else np.float32
+
+
+def scale_of(mode, n_in, n_out, align_corners, scale_factor, real=np.float32):
+    """PyTorch's ratio of output to input positions along one dim, in ``real``
+    (``UpSample.h``: ``compute_scales_value``, and ``area_pixel_compute_scale`` for
+    linear and cubic): 1 / scale_factor where one is given, else n_in / n_out; with
+    align_corners (n_in - 1) / (n_out - 1)."""
+    f32 = real
     if mode != "nearest" and mode != "nearest_exact" and align_corners:
         return f32(n_in - 1) / f32(n_out - 1) if n_out > 1 else f32(0)
     if scale_factor is not None and scale_factor > 0:
@@ -39,19 +48,21 @@ class ResampleND:
             raise ValueError("resampling: mode %r is not one of %s" % (mode, MODES))
         self.ctx, self.mode, self.dtype = ctx, mode, as_dtype(dtype)
         self.program = program.get(ctx, "resample_nd", T=cl_type(self.dtype), MODE=mode)
+        self.real = real_type(mode, self.dtype)
         self._wg = min(256, ctx.facts.max_work_group)
 
     def _args(self, in_size, out_size, align_corners, scale_factors):
         pad = 3 - len(in_size)
         in3, out3 = (1,) * pad + tuple(in_size), (1,) * pad + tuple(out_size)
+        real = self.real
         scales = (1.0,) * pad + tuple(
-            scale_of(self.mode, i, o, align_corners, s)
+            scale_of(self.mode, i, o, align_corners, s, real)
             for i, o, s in zip(in_size, out_size, scale_factors))
         # antialiasing: the filter stretched by the ratio where it shrinks
         stretch = [max(float(s), 1.0) for s in scales]
-        support = [np.float32(_AA_SUPPORT.get(self.mode, 0.0) * f) for f in stretch]
-        inverse = [np.float32(1.0 / f) for f in stretch]
-        return ([np.int32(v) for v in in3 + out3] + [np.float32(s) for s in scales]
+        support = [real(_AA_SUPPORT.get(self.mode, 0.0) * f) for f in stretch]
+        inverse = [real(1.0 / f) for f in stretch]
+        return ([np.int32(v) for v in in3 + out3] + [real(s) for s in scales]
                 + [np.int32(bool(align_corners))] + support + inverse)
 
     def _launch(self, name, total, args):

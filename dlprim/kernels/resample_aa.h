@@ -2,13 +2,13 @@
 // output o reads inputs [lo, hi) around centre c = scale (o + 1/2), weights
 // filter((i - c + 1/2) / stretch) normalised to sum to 1.
 
-inline float aa_filter(float x)
+inline real_t aa_filter(real_t x)
 {
     x = fabs(x);
 % if MODE == "linear_aa":
     return x < 1.0f ? 1.0f - x : 0.0f;
 % else:
-    const float a = -0.5f;   // Keys' cubic, as PIL
+    const real_t a = -0.5f;   // Keys' cubic, as PIL
     if (x < 1.0f)
         return ((a + 2) * x - (a + 3)) * x * x + 1;
     return x < 2.0f ? ((a * x - 5 * a) * x + 8 * a) * x - 4 * a : 0.0f;
@@ -16,29 +16,29 @@ inline float aa_filter(float x)
 }
 
 // trunc(f + 1/2) for f + 1/2 >= 0 (else 0), without rounding f + 1/2 to a float first
-inline int round_up_half(float f)
+inline int round_up_half(real_t f)
 {
     if (f < -0.5f)
         return 0;
-    float k = floor(f);
+    real_t k = floor(f);
     return (int)k + (f - k >= 0.5f ? 1 : 0);
 }
 
 // the window of output o: inputs [*lo, *hi) and the sum of their raw weights
-inline float aa_window(int o, int I, float scale, float support, float inv, int *lo, int *hi)
+inline real_t aa_window(int o, int I, real_t scale, real_t support, real_t inv, int *lo, int *hi)
 {
-    float centre = scale * (o + 0.5f);
+    real_t centre = scale * (o + 0.5f);
     *lo = max(round_up_half(centre - support), 0);
     *hi = min(round_up_half(centre + support), I);
-    float total = 0.0f;
+    real_t total = 0.0f;
     for (int i = *lo; i < *hi; ++i)
-        total += aa_filter(((float)i - centre + 0.5f) * inv);
+        total += aa_filter(((real_t)i - centre + 0.5f) * inv);
     return total;
 }
 
-inline float aa_weight(int i, int o, float scale, float inv, float total)
+inline real_t aa_weight(int i, int o, real_t scale, real_t inv, real_t total)
 {
-    float w = aa_filter(((float)i - scale * (o + 0.5f) + 0.5f) * inv);
+    real_t w = aa_filter(((real_t)i - scale * (o + 0.5f) + 0.5f) * inv);
     return total != 0.0f ? w / total : w;
 }
 
@@ -52,14 +52,14 @@ __kernel void resample_forward(ulong total, SIZES,
     ulong nc = g / O2 / O1 / O0;
     __global const ${T} *xp = x + x_offset + nc * I0 * I1 * I2;
     int lo0, hi0, lo1, hi1, lo2, hi2;
-    float t0 = aa_window(o0, I0, C0, U0, V0, &lo0, &hi0);
-    float t1 = aa_window(o1, I1, C1, U1, V1, &lo1, &hi1);
-    float t2 = aa_window(o2, I2, C2, U2, V2, &lo2, &hi2);
-    float sum = 0.0f;
+    real_t t0 = aa_window(o0, I0, C0, U0, V0, &lo0, &hi0);
+    real_t t1 = aa_window(o1, I1, C1, U1, V1, &lo1, &hi1);
+    real_t t2 = aa_window(o2, I2, C2, U2, V2, &lo2, &hi2);
+    acc_t sum = 0.0f;
     for (int i0 = lo0; i0 < hi0; ++i0) {
-        float s1 = 0.0f;
+        acc_t s1 = 0.0f;
         for (int i1 = lo1; i1 < hi1; ++i1) {
-            float s2 = 0.0f;
+            acc_t s2 = 0.0f;
             for (int i2 = lo2; i2 < hi2; ++i2)
                 s2 += aa_weight(i2, o2, C2, V2, t2) * LOAD(xp, ((ulong)i0 * I1 + i1) * I2 + i2);
             s1 += aa_weight(i1, o1, C1, V1, t1) * s2;
@@ -69,15 +69,15 @@ __kernel void resample_forward(ulong total, SIZES,
     STORE(y + y_offset, g, sum);
 }
 
-inline float aa_weight_of(int o, int i, int I, int O, float scale, float support, float inv)
+inline real_t aa_weight_of(int o, int i, int I, int O, real_t scale, real_t support, real_t inv)
 {
     int lo, hi;
-    float total = aa_window(o, I, scale, support, inv, &lo, &hi);
+    real_t total = aa_window(o, I, scale, support, inv, &lo, &hi);
     return lo <= i && i < hi ? aa_weight(i, o, scale, inv, total) : 0.0f;
 }
 
 // the outputs whose windows may hold input i: centres within the support (and a margin)
-inline void reach(int i, int I, int O, float scale, float support, int *first, int *last)
+inline void reach(int i, int I, int O, real_t scale, real_t support, int *first, int *last)
 {
     if (scale <= 0) {
         *first = 0;

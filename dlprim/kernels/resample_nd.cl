@@ -8,7 +8,10 @@
 // MODE "linear_aa" / "cubic_aa": antialiased (interpolate's antialias=True), every input
 // under a filter stretched by the ratio when shrinking (support U, 1 / stretch V per dim),
 // its weights normalised to sum to 1 (PyTorch's _upsample_*_aa, after PIL).
-// T: the storage type (computed in float; integers only for the nearest modes, forward).
+// T: the storage type (computed in float, float64 in double; integers only for the
+// nearest modes, forward). real_t: the type of positions and weights, double for float64
+// but in the nearest modes (PyTorch finds their index in float whatever the dtype);
+// acc_t: the type of sums, double for float64.
 % if T in ("half", "bfloat16"):
 #define LOAD(p, i) LD_${T}(p, i)
 #define STORE(p, i, v) ST_${T}(p, i, v)
@@ -16,23 +19,29 @@
 #define LOAD(p, i) ((p)[i])
 #define STORE(p, i, v) ((p)[i] = (v))
 % endif
+% if T == "double" and not MODE.startswith("nearest"):
+#define real_t double
+% else:
+#define real_t float
+% endif
+#define acc_t ${"double" if T == "double" else "float"}
 <% AA = MODE.endswith("_aa") %>
 <% TAPS = {"nearest": 1, "nearest_exact": 1, "linear": 2, "cubic": 4}.get(MODE, 0) %>
 #define TAPS ${TAPS}
 #define SIZES int I0, int I1, int I2, int O0, int O1, int O2, \
-              float C0, float C1, float C2, int align_corners, \
-              float U0, float U1, float U2, float V0, float V1, float V2
+              real_t C0, real_t C1, real_t C2, int align_corners, \
+              real_t U0, real_t U1, real_t U2, real_t V0, real_t V1, real_t V2
 % if AA:
 <%include file="resample_aa.h"/>
 % else:
 
 % if MODE == "cubic":
-inline float cubic1(float x) { const float A = -0.75f; return ((A + 2) * x - (A + 3)) * x * x + 1; }
-inline float cubic2(float x) { const float A = -0.75f; return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; }
+inline real_t cubic1(real_t x) { const real_t A = -0.75f; return ((A + 2) * x - (A + 3)) * x * x + 1; }
+inline real_t cubic2(real_t x) { const real_t A = -0.75f; return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; }
 % endif
 
 // the input positions and weights output o reads along one dim
-inline void taps(int o, int I, int O, float scale, int align_corners, int *at, float *w)
+inline void taps(int o, int I, int O, real_t scale, int align_corners, int *at, real_t *w)
 {
 % if MODE in ("nearest", "nearest_exact"):
 % if MODE == "nearest":
@@ -42,13 +51,13 @@ inline void taps(int o, int I, int O, float scale, int align_corners, int *at, f
 % endif
     w[0] = 1.0f;
 % else:
-    float real = align_corners ? scale * o : scale * (o + 0.5f) - 0.5f;
+    real_t real = align_corners ? scale * o : scale * (o + 0.5f) - 0.5f;
 % if MODE == "linear":
     if (!align_corners && real < 0)
         real = 0;
 % endif
     int base = min((int)floor(real), I - 1);
-    float t = clamp(real - base, 0.0f, 1.0f);
+    real_t t = clamp(real - base, (real_t)0, (real_t)1);
 % if MODE == "linear":
     at[0] = base;
     at[1] = base + (base < I - 1 ? 1 : 0);
@@ -78,7 +87,7 @@ __kernel void resample_forward(ulong total, SIZES,
     ulong nc = g / O2 / O1 / O0;
     __global const ${T} *xp = x + x_offset + nc * I0 * I1 * I2;
     int a0[TAPS], a1[TAPS], a2[TAPS];
-    float w0[TAPS], w1[TAPS], w2[TAPS];
+    real_t w0[TAPS], w1[TAPS], w2[TAPS];
     taps(o0, I0, O0, C0, align_corners, a0, w0);
     taps(o1, I1, O1, C1, align_corners, a1, w1);
     taps(o2, I2, O2, C2, align_corners, a2, w2);
@@ -86,11 +95,11 @@ __kernel void resample_forward(ulong total, SIZES,
     // a copy: integers (nearest resampling takes them) keep every bit
     ${"float" if T in ("float", "half", "bfloat16") else T} sum = LOAD(xp, ((ulong)a0[0] * I1 + a1[0]) * I2 + a2[0]);
 % else:
-    float sum = 0.0f;
+    acc_t sum = 0.0f;
     for (int k0 = 0; k0 < (I0 > 1 || O0 > 1 ? TAPS : 1); ++k0) {
-        float s1 = 0.0f;
+        acc_t s1 = 0.0f;
         for (int k1 = 0; k1 < (I1 > 1 || O1 > 1 ? TAPS : 1); ++k1) {
-            float s2 = 0.0f;
+            acc_t s2 = 0.0f;
             for (int k2 = 0; k2 < TAPS; ++k2)
                 s2 += w2[k2] * LOAD(xp, ((ulong)a0[k0] * I1 + a1[k1]) * I2 + a2[k2]);
             s1 += (I1 > 1 || O1 > 1 ? w1[k1] : 1.0f) * s2;
@@ -105,10 +114,10 @@ __kernel void resample_forward(ulong total, SIZES,
 
 % if not AA:
 // the weight with which output o reads input i along one dim (0: it does not)
-inline float weight_of(int o, int i, int I, int O, float scale, int align_corners)
+inline real_t weight_of(int o, int i, int I, int O, real_t scale, int align_corners)
 {
     int at[TAPS];
-    float w[TAPS], sum = 0.0f;
+    real_t w[TAPS], sum = 0.0f;
     taps(o, I, O, scale, align_corners, at, w);
     for (int k = 0; k < TAPS; ++k)
         if (at[k] == i)
@@ -118,7 +127,7 @@ inline float weight_of(int o, int i, int I, int O, float scale, int align_corner
 
 // the outputs along one dim whose taps may reach input i: a margin around i / ratio, and
 // every output to the edge for the edge inputs (taps are clamped there)
-inline void reach(int i, int I, int O, float scale, int *first, int *last)
+inline void reach(int i, int I, int O, real_t scale, int *first, int *last)
 {
     if (scale <= 0 || I == 1) {
         *first = 0;
@@ -131,7 +140,7 @@ inline void reach(int i, int I, int O, float scale, int *first, int *last)
 
 % endif
 
-% if T in ("float", "half", "bfloat16"):
+% if T in ("float", "half", "bfloat16", "double"):
 % if AA:
 #define WEIGHT_OF(d) aa_weight_of(o##d, i##d, I##d, O##d, C##d, U##d, V##d)
 % else:
@@ -156,17 +165,17 @@ __kernel void resample_backward(ulong total, SIZES,
     reach(i1, I1, O1, C1, &f1, &l1);
     reach(i2, I2, O2, C2, &f2, &l2);
 % endif
-    float sum = 0.0f;
+    acc_t sum = 0.0f;
     for (int o0 = f0; o0 <= l0; ++o0) {
-        float v0 = WEIGHT_OF(0);
+        real_t v0 = WEIGHT_OF(0);
         if (v0 == 0.0f)
             continue;
         for (int o1 = f1; o1 <= l1; ++o1) {
-            float v1 = WEIGHT_OF(1);
+            real_t v1 = WEIGHT_OF(1);
             if (v1 == 0.0f)
                 continue;
             for (int o2 = f2; o2 <= l2; ++o2) {
-                float v2 = WEIGHT_OF(2);
+                real_t v2 = WEIGHT_OF(2);
                 if (v2 != 0.0f)
                     sum += v0 * v1 * v2 * LOAD(dyp, ((ulong)o0 * O1 + o1) * O2 + o2);
             }
