@@ -37,9 +37,18 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
     mask = _fusable(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if mask is False:
         return aten._scaled_dot_product_attention_math.default(
-            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
-            enable_gqa=enable_gqa)[0]
+            query, key, value, _math_mask(attn_mask, query.dtype), dropout_p, is_causal, None,
+            scale=scale, enable_gqa=enable_gqa)[0]
     return _FusedAttention.apply(query, key, value, mask, bool(is_causal), scale)
+
+
+def _math_mask(mask, dtype):
+    """A boolean mask (True: attend) as the additive mask of ``dtype`` that PyTorch's math
+    path takes (0 where True, -inf where False), as the composite SDPA converts it before
+    that path; other masks as they are."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.zeros_like(mask, dtype=dtype).masked_fill_(mask.logical_not(), float("-inf"))
 
 
 def _fusable(q, k, v, mask, dropout_p, causal, gqa):
