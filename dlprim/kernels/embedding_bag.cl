@@ -4,10 +4,11 @@
 // its rows of the weight, leaving out padding_idx, are summed (each times its
 // per-sample weight where PSW), averaged or max-reduced. An index outside [0, rows) reads
 // as NaN, so a bad index shows in the result rather than reading other memory.
-// T: the weight's storage type (computed in float); I: the index type.
-// MODE: 0 sum, 1 mean, 2 max.
+// T: the weight's storage type (computed in float, float64 in double: real_t); I: the
+// index type. MODE: 0 sum, 1 mean, 2 max.
+#define real_t ${"double" if T == "double" else "float"}
 
-inline float embedding_value(__global const ${T} *w, ulong w_offset, long j, ulong rows,
+inline real_t embedding_value(__global const ${T} *w, ulong w_offset, long j, ulong rows,
                              ulong dim, ulong d)
 {
     return (j >= 0 && (ulong)j < rows) ? LD_${T}(w, w_offset + (ulong)j * dim + d) : NAN;
@@ -32,13 +33,13 @@ __kernel void embedding_bag_forward(ulong bags, ulong dim, ulong rows, ulong n_i
     ulong b = g / dim, d = g % dim;
     long start = off[off_offset + b];
     long end = b + 1 < n_off ? (long)off[off_offset + b + 1] : (long)n_idx;
-    float acc = 0.0f;
+    real_t acc = 0.0f;
     long count = 0, best = 0;
     for (long i = max(start, 0L); i < min(end, (long)n_idx); ++i) {
         long j = idx[idx_offset + i];
         if (j == padding_idx)
             continue;
-        float v = embedding_value(w, w_offset, j, rows, dim, d);
+        real_t v = embedding_value(w, w_offset, j, rows, dim, d);
 % if PSW:
         v *= LD_${T}(psw, psw_offset + i);
 % endif
@@ -55,7 +56,7 @@ __kernel void embedding_bag_forward(ulong bags, ulong dim, ulong rows, ulong n_i
     }
 % if MODE == 1:
     if (count > 0)
-        acc /= (float)count;
+        acc /= (real_t)count;
 % endif
     ST_${T}(y, y_offset + g, acc);
     if (d == 0)
