@@ -19,6 +19,7 @@ from .ops_math import _BUILDS, _result, _overlaps, _promoted, _scalar
 from .ops_tensor import convert
 from .tensor import OclTensor, as_dlprim, empty, numpy_dtype, write_into
 from ..dtypes import cl_type
+from ..utils import BoundedCache
 
 aten = torch.ops.aten
 
@@ -47,60 +48,119 @@ def _param(value, ctype):
     return np.float64(value) if ctype == "double" else np.float32(value)
 
 
+class _Schema:
+    """What binding a call needs of an overload's schema, read once per (operator,
+    overload): the argument names in order, which are the operands, the defaults."""
+    __slots__ = ("names", "inputs", "attrs", "defaults", "kwarg_defaults")
+
+    def __init__(self, op, overload):
+        schema = overload._schema.arguments
+        self.names = [s.name for s in schema]
+        kept = [s.name for s in schema if not (s.alias_info and s.alias_info.is_write
+                                               and s.kwarg_only)]
+        self.inputs = tuple(op.inputs or kept[:_ARITY[op.kind]])
+        self.attrs = tuple(n for n in kept if n not in self.inputs)
+        self.defaults = {s.name: s.default_value for s in schema if s.has_default_value()}
+
+
+_SCHEMAS = {}  # (operator name, overload) -> _Schema
+# (operator name, overload, compute dtype, out dtype, operand kinds, attribute values) ->
+# (code, the operands' places, the attributes passed as parameters): everything of a
+# call's kernel but its tensors and scalar values, worked out once per signature (the most
+# recent ones: attribute values are part of the key)
+_CODES = BoundedCache(4096)
+
+
+def _schema(op, overload):
+    key = (op.name, overload)
+    found = _SCHEMAS.get(key)
+    if found is None:
+        found = _SCHEMAS[key] = _Schema(op, overload)
+    return found
+
+
+def _hashable(value):
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
 class _Call:
     """One operator call bound to its overload's schema."""
 
     def __init__(self, op, overload, args, kwargs):
-        schema = overload._schema.arguments
-        bound = {}
-        for spec, value in zip(schema, args):
-            bound[spec.name] = value
-        for spec in schema:
-            if spec.name in kwargs:
-                bound[spec.name] = kwargs[spec.name]
-            elif spec.name not in bound and spec.has_default_value():
-                bound[spec.name] = spec.default_value
-        names = [s.name for s in schema if not (s.alias_info and s.alias_info.is_write
-                                                and s.kwarg_only)]
-        inputs = op.inputs or names[:_ARITY[op.kind]]
-        self.op, self.inputs = op, [bound[n] for n in inputs]
-        self.attrs = {n: bound.get(n) for n in names if n not in inputs}
-        self.defaults = {s.name: s.default_value for s in schema if s.has_default_value()}
+        schema = _schema(op, overload)
+        bound = dict(zip(schema.names, args))
+        if kwargs:
+            bound.update(kwargs)
+        defaults = schema.defaults
+        self.op, self.overload = op, overload
+        self.inputs = [bound[n] if n in bound else defaults.get(n) for n in schema.inputs]
+        self.attrs = {n: bound[n] if n in bound else defaults.get(n) for n in schema.attrs}
+        self.defaults = defaults
 
     def code(self, compute_dtype, out_dtype):
         """(dlprim tensors, params, code) of the kernel."""
+        inputs = [None if v is None else _scalar(v) for v in self.inputs]
+        kinds = tuple(None if v is None else (isinstance(v, OclTensor) or type(v))
+                      for v in inputs)
+        key = (self.op.name, self.overload, compute_dtype, out_dtype, kinds,
+               tuple((k, _hashable(v)) for k, v in self.attrs.items()))
+        found = _CODES.get(key)
+        if found is None:
+            found = _CODES[key] = self._prepare(compute_dtype, out_dtype, inputs)
+        code, ctype, attr_params = found
+        tensors, params = [], []
+        for value in inputs:
+            if value is None:
+                continue
+            if isinstance(value, OclTensor):
+                tensors.append(value)
+            else:
+                params.append(_param(value, ctype))
+        for attr in attr_params:
+            params.append(_param(_scalar(self.attrs[attr]), ctype))
+        return tensors, params, code
+
+    def _prepare(self, compute_dtype, out_dtype, inputs):
+        """(code, compute C type, the attributes the code takes as parameters, in order) of
+        this call's signature; the refusals."""
         op = self.op
         ctype, cls = _compute_type(compute_dtype)
         if cls not in op.dtypes or (compute_dtype == torch.float64 and not op.double):
             raise NotImplementedError("dlprim.torch: %s is not implemented for %s on ocl "
                                       "devices" % (op.name, compute_dtype))
         out_ctype = cl_type(numpy_dtype(out_dtype))
-        present = tuple(v is not None for v in self.inputs)
+        present = tuple(v is not None for v in inputs)
         expr = op.expr_for(cls, dict(self.attrs, present=present), out_ctype)
         if expr is None:
             raise NotImplementedError("dlprim.torch: %s with %s is not implemented for %s on "
                                       "ocl devices" % (op.name, self.attrs, compute_dtype))
-        tensors, params, names = [], [], {"T": ctype, "R": ctype if cls == "float" else "float"}
-        for place, value in zip(_PLACES, self.inputs):
+        names = {"T": ctype, "R": ctype if cls == "float" else "float"}
+        n_tensors = n_params = 0
+        for place, value in zip(_PLACES, inputs):
             if value is None:
                 continue  # an absent optional operand: the expression was chosen without it
-            value = _scalar(value)
             if isinstance(value, OclTensor):
-                tensors.append(value)
-                names[place] = "((%s)x%d)" % (ctype, len(tensors) - 1)
+                names[place] = "((%s)x%d)" % (ctype, n_tensors)
+                n_tensors += 1
             else:
-                params.append(_param(value, ctype))
-                names[place] = "((%s)w%d)" % (ctype, len(params) - 1)
+                names[place] = "((%s)w%d)" % (ctype, n_params)
+                n_params += 1
+        attr_params = []
         for attr, value in self.attrs.items():
             placeholder = "{%s}" % attr
             if placeholder in expr and value is not None:
-                params.append(_param(_scalar(value), ctype))
-                names[attr] = "w%d" % (len(params) - 1)
+                names[attr] = "w%d" % n_params
+                n_params += 1
+                attr_params.append(attr)
             elif attr not in op.attrs and value is not None \
                     and value != self.defaults.get(attr):
                 raise NotImplementedError("dlprim.torch: %s with %s=%r is not implemented on "
                                           "ocl devices" % (op.name, attr, value))
-        return tensors, params, "y0 = %s;" % expr.format(**names)
+        return "y0 = %s;" % expr.format(**names), ctype, tuple(attr_params)
 
 
 def _compute_dtype(op, call, out_dtype):
