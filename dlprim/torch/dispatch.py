@@ -25,12 +25,13 @@ from . import cpu_fallback
 from .cpu_fallback import _device_of, _leaves, _tree
 from .tensor import OclTensor, Storage, empty, route_operators_to, strided_copy
 
-__all__ = ["register", "handle", "allow_cpu_fallback", "cpu_fallback_allowed", "implemented",
-           "describe_args", "resize_output"]
+__all__ = ["register", "register_by_name", "handle", "allow_cpu_fallback",
+           "cpu_fallback_allowed", "implemented", "describe_args", "resize_output"]
 
 log = logging.getLogger("dlprim.torch")
 
 _IMPLS = {}
+_IMPLS_BY_NAME = {}  # "namespace.op.overload" -> implementation (register_by_name)
 _fallback = {"allowed": False, "warned": set()}
 _local = threading.local()  # .decomposing: the operators whose decomposition is running
 
@@ -40,6 +41,18 @@ def register(*ops):
     def wrap(fn):
         for op in ops:
             _IMPLS[op] = fn
+        return fn
+    return wrap
+
+
+def register_by_name(*names):
+    """Decorator: the implementation of operators known by their qualified overload name
+    ("torchvision.nms.default"). Operators of libraries loaded later (torchvision's) have no
+    OpOverload to key ``register`` by until that library is imported; ``_run`` looks such
+    a name up when the overload itself has no entry."""
+    def wrap(fn):
+        for name in names:
+            _IMPLS_BY_NAME[name] = fn
         return fn
     return wrap
 
@@ -162,6 +175,10 @@ def _meta(t):
 def _run(func, args, kwargs):
     """The routes of the module's docstring, in its order."""
     impl = _IMPLS.get(func) or _IMPLS.get(func.overloadpacket)
+    if impl is None and _IMPLS_BY_NAME:
+        impl = _IMPLS_BY_NAME.get(str(func))
+        if impl is not None:
+            _IMPLS[func] = impl  # found by name once; by the overload from now on
     if impl is not None:
         return impl(*args, **kwargs)
     decomposing = _decomposing()
