@@ -72,12 +72,16 @@ def _rows(t, n0, nb):
 
 
 def _plan_2d(ctx, cls, problem, dtype, **kw):
-    """(op, workspace bytes) of a 2-D launcher for this problem, made once."""
-    key = ("torch_conv2d_plan", cls, problem.key(), dtype, tuple(kw.items()))
+    """(op, workspace bytes) of a 2-D launcher for this problem, made once. 16-bit
+    activations take the precision of their type: the GEMM-based algorithms run their
+    products on tensor cores where the device has them, as a Net in "fp16" or "bf16" does."""
+    precision = ops_nn.gemm_precision(dtype, strict_float32=True)
+    key = ("torch_conv2d_plan", cls, problem.key(), dtype, precision, tuple(kw.items()))
     plan = ctx.ops.get(key)
     if plan is None:
         geom = problem.geometry()
-        op = cls(ctx, geom, batch=problem.src[0], dtype=numpy_dtype(dtype), **kw)
+        op = cls(ctx, geom, batch=problem.src[0], dtype=numpy_dtype(dtype),
+                 precision=precision, **kw)
         plan = ctx.ops[key] = (op, op.workspace_bytes(problem.src[0]))
     return plan
 

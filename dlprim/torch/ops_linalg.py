@@ -13,7 +13,7 @@ from ..core.pointwise import pointwise, pointwise_reduce
 from ..tensor import Tensor
 from . import ops_nn
 from .dispatch import handle, register
-from .ops_tensor import convert, meta_of
+from .ops_tensor import convert, meta_of, meta_result
 from .tensor import as_dlprim, assign, empty, numpy_dtype, to_cpu, write_into
 
 aten = torch.ops.aten
@@ -77,9 +77,10 @@ def _reduce_product(a, b):
 
 
 def _product(a, b):
-    """a @ b for 2-D or 3-D (batched) operands of one dtype: a new contiguous tensor."""
+    """a @ b for 2-D or 3-D (batched) operands of one dtype: a new contiguous tensor (16-bit
+    operands on the Gemm of their type: tensor cores where the device has them)."""
     if a.dtype in _GEMM_TYPES:
-        return _in_float32(ops_nn._mm if a.dim() == 2 else ops_nn._bmm, a, b)
+        return (ops_nn._mm if a.dim() == 2 else ops_nn._bmm)(a, b)
     return _reduce_product(a, b)
 
 
@@ -88,14 +89,14 @@ def _mm(a, b):
     if a.dim() == 2 and b.dim() == 2 and a.shape[1] != b.shape[0]:
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (%dx%d and %dx%d)"
                            % (tuple(a.shape) + tuple(b.shape)))
-    aten.mm.default(meta_of(a), meta_of(b))  # PyTorch's checks
+    meta_result(aten.mm.default, a, b)  # PyTorch's checks
     _same_dtype("addmm_impl_cpu_", a, b)
     return _product(a, b)
 
 
 @register(aten.bmm.default)
 def _bmm(a, b):
-    aten.bmm.default(meta_of(a), meta_of(b))
+    meta_result(aten.bmm.default, a, b)
     _same_dtype("bmm", a, b)
     return _product(a, b)
 
@@ -124,8 +125,10 @@ def _add_product(op, c, a, b, beta, alpha):
 
 @register(aten.addmm.default)
 def _addmm(c, a, b, beta=1, alpha=1):
-    aten.addmm.default(meta_of(c), meta_of(a), meta_of(b))
-    if c.dtype == a.dtype == b.dtype == torch.float32 and a.shape[1] and a.shape[0] and b.shape[1]:
+    meta_result(aten.addmm.default, c, a, b)
+    if c.dtype == a.dtype == b.dtype and a.dtype in _GEMM_TYPES and a.shape[1] and a.shape[0] \
+            and b.shape[1] and (a.dtype == torch.float32 or beta == 1 and c.numel() == b.shape[1]
+                                and c.shape[-1] == b.shape[1]):
         return ops_nn._addmm(c, a, b, beta, alpha)
     return _add_product("addmm_impl_cpu_", c, a, b, beta, alpha)
 

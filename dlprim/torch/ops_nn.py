@@ -62,6 +62,26 @@ def _check_float(op, *ts):
             _unsupported(op, "float32 operands only, got %s" % t.dtype)
 
 
+# 16-bit operands run the Gemm of their own type: tensor cores where the device has them
+# (products of the 16-bit values, sums in float32, one rounding of the result), the tiled
+# kernels widening as they load elsewhere
+_HALF_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+_GEMM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check_gemm_dtypes(op, *ts):
+    for t in ts:
+        if t.dtype not in _GEMM_DTYPES or t.dtype != ts[0].dtype:
+            _unsupported(op, "float32, float16 or bfloat16 operands of one dtype only, got %s"
+                         % ", ".join(str(t.dtype) for t in ts))
+
+
+def gemm_precision(dtype, strict_float32=False):
+    """The Gemm precision of products of ``dtype`` operands: their own 16-bit type's, and
+    for float32 ``matmul_precision()`` (or "fp32" where ``strict_float32``)."""
+    return _HALF_PRECISION.get(dtype) or ("fp32" if strict_float32 else matmul_precision())
+
+
 def matmul_precision():
     """dlprim's precision for PyTorch's float32 matrix products on ocl:
     ``torch.set_float32_matmul_precision("high")`` or ``"medium"`` allow TF32 ("tf32":
@@ -78,9 +98,11 @@ def _gemm(a, b, out, bias=None, alpha=1.0, beta=0.0):
     N = b.shape[-1]
     batch = out.shape[0] if out.dim() == 3 else 1
     mode = "col" if bias is not None else None
-    precision = matmul_precision()
-    op = memo(ctx, ("torch_gemm", M, N, K, ta, tb, mode, batch, precision),
-               lambda: Gemm(ctx, M, N, K, ta, tb, bias=mode, batch=batch, precision=precision))
+    precision = gemm_precision(a.dtype)
+    stored = A.dtype
+    op = memo(ctx, ("torch_gemm", M, N, K, ta, tb, mode, batch, precision, stored),
+               lambda: Gemm(ctx, M, N, K, ta, tb, bias=mode, batch=batch, precision=precision,
+                            dtypes=(stored,) * 3))
     op(A, B, as_dlprim(out), bias=bias, alpha=alpha, beta=beta, lda=lda, ldb=ldb, ldc=N,
        stride_a=sa, stride_b=sb, stride_c=M * N)
     return out
@@ -88,27 +110,32 @@ def _gemm(a, b, out, bias=None, alpha=1.0, beta=0.0):
 
 @register(aten.mm.default)
 def _mm(a, b):
-    _check_float("mm", a, b)
+    _check_gemm_dtypes("mm", a, b)
     out = empty((a.shape[0], b.shape[1]), a.dtype, a._ocl_storage.index)
     return _gemm(a, b, out) if out.numel() else out
 
 
 @register(aten.addmm.default)
 def _addmm(bias, a, b, beta=1, alpha=1):
-    _check_float("addmm", bias, a, b)
+    """bias (one value per output column: a linear layer's) added in the Gemm's epilogue, in
+    float32 before the result is rounded; any other bias through beta * C (float32)."""
+    _check_gemm_dtypes("addmm", bias, a, b)
     N = b.shape[1]
     out = empty((a.shape[0], N), a.dtype, a._ocl_storage.index)
     if out.numel() == 0:
         return out
     if beta == 1 and bias.numel() == N and bias.shape[-1] == N:
-        return _gemm(a, b, out, bias=as_dlprim(bias).view((N,)), alpha=alpha)
+        column = bias if bias.dtype == torch.float32 else convert(bias, torch.float32)
+        return _gemm(a, b, out, bias=as_dlprim(column).view((N,)), alpha=alpha)
+    if a.dtype != torch.float32:
+        _unsupported("addmm", "a 16-bit bias other than one value per column")
     handle(aten.copy_.default, (out, bias), {})
     return _gemm(a, b, out, alpha=alpha, beta=beta)
 
 
 @register(aten.bmm.default)
 def _bmm(a, b):
-    _check_float("bmm", a, b)
+    _check_gemm_dtypes("bmm", a, b)
     out = empty((a.shape[0], a.shape[1], b.shape[2]), a.dtype, a._ocl_storage.index)
     return _gemm(a, b, out) if out.numel() else out
 
