@@ -22,3 +22,4 @@ def _equal(a, b):
 def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     return bool(torch.all(torch.isclose(a, b, rtol, atol, equal_nan)).item())
 from . import ops_misc  # noqa: E402,F401
+from . import ops_detection  # noqa: E402,F401  (torchvision's operators, registered by name)
