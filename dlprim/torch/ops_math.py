@@ -12,7 +12,7 @@ from ..tensor import Tensor
 from ..utils import BoundedCache
 from .dispatch import register, handle
 from .multi_tensor import Overlap, run_lists
-from .ops_tensor import convert, meta_of
+from .ops_tensor import convert, meta_of, meta_result
 from .tensor import OclTensor, as_dlprim, empty, numpy_dtype, write_into
 
 aten = torch.ops.aten
@@ -298,7 +298,7 @@ def _dims(x, dim):
 def _reduce(func, op, x, dim, args, kwargs):
     """A reduction (``op`` of core/reduction.py) over ``dim`` (all dims when None or empty),
     output shape and dtype from PyTorch's meta kernel: a bool sum counts in int64."""
-    m = func(*_meta(list(args)), **{k: _meta(v) for k, v in kwargs.items()})
+    m = meta_result(func, *args, **kwargs)
     out = empty(m.shape, m.dtype, x._ocl_storage.index)
     if out.numel() == 0:
         return out
@@ -364,7 +364,7 @@ def _max_dim(x, dim, keepdim=False):
 
 @register(aten.argmax.default)
 def _argmax(x, dim=None, keepdim=False):
-    m = aten.argmax.default(meta_of(x), dim, keepdim)
+    m = meta_result(aten.argmax.default, x, dim, keepdim)
     out = empty(m.shape, torch.int64, x._ocl_storage.index)
     ctx = x._ocl_storage.ctx
     src = as_dlprim(x)

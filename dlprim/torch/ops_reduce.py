@@ -17,7 +17,7 @@ from ..core.sort import sort_launches, sorter_for
 from ..dtypes import cl_type
 from ..tensor import Tensor
 from .dispatch import register, handle
-from .ops_tensor import convert, meta_of
+from .ops_tensor import convert, meta_of, meta_result
 from .tensor import (OclTensor, Storage, as_dlprim, empty, enqueue, from_numpy, numpy_dtype,
                      write_into)
 
@@ -35,8 +35,9 @@ def _meta(a):
 
 
 def _meta_call(func, *args, **kwargs):
-    """PyTorch's meta kernel of ``func``: its output(s) (shape, dtype) and its errors."""
-    return func(*_meta(list(args)), **{k: _meta(v) for k, v in kwargs.items()})
+    """PyTorch's meta kernel of ``func``: its output(s) (shape, dtype) and its errors (once
+    per signature of the arguments: ``meta_result``)."""
+    return meta_result(func, *args, **kwargs)
 
 
 def _ctx(x):

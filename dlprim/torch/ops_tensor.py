@@ -6,6 +6,7 @@ import torch
 
 from ..core.copy import fill
 from ..tensor import Tensor
+from ..utils import BoundedCache
 from . import device
 from .dispatch import register
 from .tensor import OclTensor, as_dlprim, assign, empty, from_numpy, host_array, numpy_dtype, \
@@ -13,7 +14,7 @@ from .tensor import OclTensor, as_dlprim, assign, empty, from_numpy, host_array,
 
 aten = torch.ops.aten
 
-__all__ = ["device_index", "meta_of", "convert"]
+__all__ = ["device_index", "meta_of", "meta_result", "convert"]
 
 
 def device_index(dev):
@@ -282,6 +283,64 @@ def meta_of(t):
     return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
+def _meta_args(a):
+    if isinstance(a, OclTensor):
+        return meta_of(a)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_meta_args(x) for x in a)
+    return a
+
+
+def _meta_key(a):
+    """What a meta kernel's answer can depend on, for one argument: an ocl tensor's sizes,
+    strides and dtype, a number's type and value, a list's elements; None where the
+    answer may depend on more (a CPU tensor's values)."""
+    kind = type(a)
+    if kind is OclTensor:
+        return (a.shape, a.stride(), a.dtype)
+    if kind is int or kind is float or kind is bool:
+        return (kind, a)
+    if kind is list or kind is tuple:
+        key = [kind]
+        for x in a:
+            k = _meta_key(x)
+            if k is None:
+                return None
+            key.append(k)
+        return tuple(key)
+    if a is None or kind is str or kind is torch.dtype or kind is torch.memory_format \
+            or kind is torch.device:
+        return a
+    return None
+
+
+# (operator, argument keys) -> PyTorch's meta answer, the most recently used META_KEPT.
+# A meta kernel is a function of the sizes, strides, dtypes and non-tensor arguments
+# (nothing reads a meta tensor's values), so its answer for one key is its answer for
+# any call with that key; an error is raised again, never kept. The answers are meta
+# tensors nobody writes to (callers read shapes, dtypes and strides).
+META_KEPT = 4096
+_meta_answers = BoundedCache(META_KEPT)
+
+
+def meta_result(func, *args, **kwargs):
+    """``func`` run on the meta tensors of its arguments (PyTorch's checks, output sizes,
+    strides and dtype), once per signature of its arguments: a non-view operator's meta
+    kernel (the Python ones, addmm's say, take milliseconds)."""
+    key = _meta_key(args)
+    if key is not None and kwargs:
+        kw = _meta_key(tuple(sorted(kwargs.items())))
+        key = None if kw is None else (key, kw)
+    if key is None:
+        return func(*_meta_args(args), **{k: _meta_args(v) for k, v in kwargs.items()})
+    key = (func, key)
+    answer = _meta_answers.get(key)
+    if answer is None:
+        answer = func(*_meta_args(args), **{k: _meta_args(v) for k, v in kwargs.items()})
+        _meta_answers[key] = answer
+    return answer
+
+
 def _view_of(t, m):
     return OclTensor(t._ocl_storage, tuple(m.shape), tuple(m.stride()), m.storage_offset(),
                      t.dtype)
@@ -317,7 +376,7 @@ def _same_layout(t):
 
 @register(aten.cat.default)
 def _cat(tensors, dim=0):
-    m = aten.cat.default([meta_of(t) for t in tensors], dim)
+    m = meta_result(aten.cat.default, tensors, dim)
     first = next(t for t in tensors if isinstance(t, OclTensor))
     out = empty(m.shape, m.dtype, first._ocl_storage.index)
     dim = dim % out.dim()
