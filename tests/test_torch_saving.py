@@ -176,3 +176,24 @@ def test_set_over_another_tensor_and_empty():
     assert t.shape == (0,)
     with pytest.raises(NotImplementedError, match="torch.load did not make"):
         torch.empty(0).to("ocl").set_(a.untyped_storage())
+
+
+def test_weight_norm_modules_convert_keeping_ties_and_train_as_on_the_cpu():
+    """nn.utils.weight_norm keeps a weight computed from its parameters (so PyTorch cannot
+    swap them in place): the conversion makes new parameters and puts the sharing back."""
+    from torch.nn.utils import weight_norm
+
+    def make():
+        torch.manual_seed(3)
+        m = nn.Sequential(weight_norm(nn.Conv1d(4, 6, 3), dim=2), nn.Tanh(),
+                          weight_norm(nn.Conv1d(6, 6, 3)), nn.Conv1d(6, 6, 1), nn.Conv1d(6, 6, 1))
+        m[4].weight = m[3].weight
+        return m
+    cpu, ocl = make(), make().to("ocl")
+    assert ocl[4].weight is ocl[3].weight
+    assert len(list(ocl.parameters())) == len(list(cpu.parameters()))
+    x = torch.randn(2, 4, 11, generator=torch.Generator().manual_seed(0))
+    cpu(x).square().sum().backward()
+    ocl(x.to("ocl")).square().sum().backward()
+    for (name, p), q in zip(ocl.named_parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=name)

@@ -167,7 +167,13 @@ class ConvProblem:
 
     def __init__(self, src_shape, dst_shape, w_shape, stride, padding, dilation, groups):
         self.lift = len(w_shape) == 3
-        unit = (lambda v, one: (one,) + tuple(v)) if self.lift else (lambda v, one: tuple(v))
+        dims = len(w_shape) - 2
+
+        def spatial(v):  # one value for every dim, as PyTorch expands it ([0] for "valid")
+            v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+            return v * dims if len(v) == 1 else v
+        unit = ((lambda v, one: (one,) + spatial(v)) if self.lift
+                else (lambda v, one: spatial(v)))
         self.src = tuple(src_shape[:2]) + unit(src_shape[2:], 1)
         self.dst = tuple(dst_shape[:2]) + unit(dst_shape[2:], 1)
         self.kernel = unit(w_shape[2:], 1)

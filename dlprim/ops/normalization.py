@@ -23,3 +23,6 @@ _norm("layer_norm", "normalisation over the trailing dims of each sample", "_lay
       ("native_layer_norm", "native_layer_norm_backward"), "LayerNormalization")
 _norm("group_norm", "normalisation over groups of channels of each sample", "_group_norm",
       ("native_group_norm", "native_group_norm_backward"), "GroupNormalization")
+_norm("weight_norm", "a weight as g * v / ||v|| over every dim but one (nn.utils.weight_norm, "
+      "its parametrization): the backward pass (PyTorch decomposes the forward)",
+      "weight_norm_backward", ("_weight_norm_interface_backward",), None)

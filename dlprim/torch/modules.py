@@ -12,7 +12,9 @@ keeps its identity and takes the new tensor's contents), behind a global switch,
 ``torch.__future__.set_swap_module_params_on_conversion``. ``keep_parameters_shared``
 turns that switch on for the duration of a conversion that involves ocl (a module with
 an ocl parameter or buffer, or a conversion that produces ocl tensors) and leaves every
-other conversion as PyTorch does it.
+other conversion as PyTorch does it. Where PyTorch cannot swap a parameter (something
+else holds a reference to it), the conversion makes new Parameter objects as PyTorch
+would, and then puts back the sharing it broke.
 """
 import functools
 import logging
@@ -53,16 +55,46 @@ def _involves_ocl(module, fn):
     return any(t.device.type == "ocl" for t in _tensors(module)) or _makes_ocl(module, fn)
 
 
+def _sharing(module):
+    """The places (module, name) of every parameter that more than one place holds."""
+    places = {}
+    for owner in module.modules():
+        for name, p in owner._parameters.items():
+            if p is not None:
+                places.setdefault(id(p), []).append((owner, name))
+    return [where for where in places.values() if len(where) > 1]
+
+
+def _share_again(sharing):
+    """Each group of places holds one parameter again: the first place's."""
+    for (owner, name), *others in sharing:
+        kept = owner._parameters[name]
+        for other, other_name in others:
+            other._parameters[other_name] = kept
+
+
 @functools.wraps(_plain_apply)
 def _apply(self, fn, recurse=True):
     future = torch.__future__
     if future.get_swap_module_params_on_conversion() or not _involves_ocl(self, fn):
         return _plain_apply(self, fn, recurse)
+    sharing = _sharing(self)
     future.set_swap_module_params_on_conversion(True)
     try:
         return _plain_apply(self, fn, recurse)
+    except RuntimeError as err:
+        # swap_tensors refuses a parameter that something else holds a reference to (the
+        # graph of a weight computed from it: nn.utils.weight_norm's hook): such modules
+        # convert as PyTorch converts them, new Parameter objects, and the parameters
+        # that were shared are shared again afterwards
+        if "Couldn't swap" not in str(err):
+            raise
+        log.debug("dlprim.torch: %s; converting with new parameters instead", err)
     finally:
         future.set_swap_module_params_on_conversion(False)
+    out = _plain_apply(self, fn, recurse)
+    _share_again(sharing)
+    return out
 
 
 def keep_parameters_shared():

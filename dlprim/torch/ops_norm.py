@@ -27,7 +27,7 @@ _HALF = (torch.float16, torch.bfloat16)
 
 aten = torch.ops.aten
 
-__all__ = []
+__all__ = ["weight_norm_backward"]
 
 
 def _shape(x):
@@ -321,3 +321,22 @@ register(aten.batch_norm_backward.default)(decomposition_table[aten.batch_norm_b
 
 def _param_dtype(x, *params):
     return next((p.dtype for p in params if p is not None), x.dtype)
+
+
+# ----- weight normalization (nn.utils.weight_norm, parametrizations.weight_norm): PyTorch
+# decomposes the forward (_weight_norm_interface) into norms and products; its backward
+# has no decomposition, so it is written here in the same ATen operators, on the device
+@register(aten._weight_norm_interface_backward.default)
+def weight_norm_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """(grad_v, grad_g) of w = g * v / norms, norms the 2-norm of v over every dim but
+    ``dim`` (every dim where dim is -1), as PyTorch's kernel: grad_g = sum(grad_w * v) /
+    norms over those dims, grad_v = g / norms * (grad_w - v * sum(grad_w * v) / norms^2)."""
+    dims = [d for d in range(saved_v.dim()) if d != dim % saved_v.dim()] if dim != -1 \
+        else list(range(saved_v.dim()))
+    dots = aten.sum.dim_IntList(aten.mul.Tensor(grad_w, saved_v), dims, True)
+    norms = aten.reshape.default(saved_norms, dots.shape)
+    g = aten.reshape.default(saved_g, dots.shape)
+    grad_g = aten.div.Tensor(dots, norms)
+    scaled = aten.mul.Tensor(saved_v, aten.div.Tensor(grad_g, norms))
+    grad_v = aten.mul.Tensor(aten.div.Tensor(g, norms), aten.sub.Tensor(grad_w, scaled))
+    return grad_v, aten.reshape.default(grad_g, saved_g.shape)
