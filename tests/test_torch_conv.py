@@ -309,3 +309,19 @@ def test_affine_grid(size):
     theta = randn(2, len(size) - 2, len(size) - 1)
     for ac in (False, True):
         both(lambda t: F.affine_grid(t, size, align_corners=ac), theta)
+
+
+@pytest.mark.parametrize("kw", [dict(stride=2, padding="valid"), dict(padding="same"),
+                                dict(stride=[2], padding=[1], dilation=[1])],
+                         ids=["valid", "same", "one_value_lists"])
+def test_one_value_for_every_spatial_dim(kw):
+    """PyTorch expands a one-element stride, padding or dilation to every spatial dim
+    (padding='valid' reaches the device as [0])."""
+    g = torch.Generator().manual_seed(0)
+    for x, w in ((torch.randn(2, 3, 9, 8, generator=g), torch.randn(4, 3, 3, 2, generator=g)),
+                 (torch.randn(2, 3, 9, generator=g), torch.randn(4, 3, 3, generator=g))):
+        if kw.get("padding") == "same" and "stride" in kw:
+            continue
+        conv = torch.nn.functional.conv2d if x.dim() == 4 else torch.nn.functional.conv1d
+        torch.testing.assert_close(conv(x.to("ocl"), w.to("ocl"), **kw).cpu(), conv(x, w, **kw),
+                                   rtol=1e-5, atol=1e-5)
