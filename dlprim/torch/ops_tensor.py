@@ -346,7 +346,187 @@ def _view_of(t, m):
                      t.dtype)
 
 
+# ----- views computed directly: PyTorch's own rules for the common views, exactly as its
+# C++ kernels apply them (the meta kernel answers anything else: errors, unusual
+# arguments, empty tensors), so that a view costs no meta tensors
+def _contiguous_layout(shape):
+    """PyTorch's contiguous strides (a size-0 dimension counts as 1)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n if n > 1 else 1
+    return tuple(reversed(strides))
+
+
+def _is_int(v):
+    return type(v) is int
+
+
+def _view_rule(t, size):
+    """view / _unsafe_view of a contiguous tensor with elements (PyTorch's computeStride
+    gives the contiguous strides of the new sizes then); None otherwise."""
+    shape = t.shape
+    n = t.numel()
+    if not n or t.stride() != _contiguous_layout(shape):
+        return None
+    size = list(size)
+    known, infer = 1, None
+    for k, s in enumerate(size):
+        if type(s) is not int:
+            return None
+        if s == -1 and infer is None:
+            infer = k
+        elif s < 0:
+            return None
+        else:
+            known *= s
+    if infer is not None:
+        if not known or n % known:
+            return None
+        size[infer] = n // known
+    elif known != n:
+        return None
+    size = tuple(size)
+    return size, _contiguous_layout(size), t.storage_offset()
+
+
+def _wrap(dim, ndim):
+    """dim in [0, ndim) for ndim >= 1, else None (the meta kernel raises the error)."""
+    if type(dim) is not int or not -ndim <= dim < ndim:
+        return None
+    return dim + ndim if dim < 0 else dim
+
+
+def _transpose_rule(t, dim0, dim1):
+    ndim = t.dim()
+    a, b = _wrap(dim0, ndim), _wrap(dim1, ndim)
+    if a is None or b is None:
+        return None
+    shape, stride = list(t.shape), list(t.stride())
+    shape[a], shape[b] = shape[b], shape[a]
+    stride[a], stride[b] = stride[b], stride[a]
+    return tuple(shape), tuple(stride), t.storage_offset()
+
+
+def _t_rule(t):
+    if t.dim() != 2:
+        return None
+    (n, m), (s, r) = t.shape, t.stride()
+    return (m, n), (r, s), t.storage_offset()
+
+
+def _permute_rule(t, dims):
+    ndim = t.dim()
+    if len(dims) != ndim:
+        return None
+    order = [_wrap(d, ndim) for d in dims]
+    if None in order or len(set(order)) != ndim:
+        return None
+    shape, stride = t.shape, t.stride()
+    return tuple(shape[d] for d in order), tuple(stride[d] for d in order), t.storage_offset()
+
+
+def _unsqueeze_rule(t, dim):
+    ndim = t.dim()
+    d = _wrap(dim, ndim + 1)
+    if d is None:
+        return None
+    shape, stride = list(t.shape), list(t.stride())
+    new_stride = 1 if d >= ndim else shape[d] * stride[d]
+    shape.insert(d, 1)
+    stride.insert(d, new_stride)
+    return tuple(shape), tuple(stride), t.storage_offset()
+
+
+def _squeeze_dim_rule(t, dim):
+    ndim = t.dim()
+    d = _wrap(dim, ndim)
+    if d is None:
+        return None
+    shape, stride = list(t.shape), list(t.stride())
+    if shape[d] == 1:
+        del shape[d], stride[d]
+    return tuple(shape), tuple(stride), t.storage_offset()
+
+
+def _expand_rule(t, size, implicit=False):
+    """expand to as many dimensions as t has (new leading dimensions: the meta kernel)."""
+    shape, stride = t.shape, t.stride()
+    if len(size) != len(shape):
+        return None
+    new_shape, new_stride = [], []
+    for n, s, want in zip(shape, stride, size):
+        if type(want) is not int:
+            return None
+        if want == -1:
+            want = n
+        if want != n:
+            if n != 1 or want < 0:
+                return None
+            s = 0
+        new_shape.append(want)
+        new_stride.append(s)
+    return tuple(new_shape), tuple(new_stride), t.storage_offset()
+
+
+_BIG = 2 ** 63 - 1
+
+
+def _slice_rule(t, dim=0, start=None, end=None, step=1):
+    """PyTorch's slice: start and end clamped into [0, size], end not below start."""
+    ndim = t.dim()
+    d = _wrap(dim, ndim)
+    if d is None or type(step) is not int or step < 1:
+        return None
+    start = 0 if start is None else start
+    end = _BIG if end is None else end
+    if type(start) is not int or type(end) is not int:
+        return None
+    n = t.shape[d]
+    if start < 0:
+        start += n
+    if end < 0:
+        end += n
+    start = 0 if start < 0 else (n if start > n else start)
+    end = start if end < start else (n if end > n else end)
+    shape, stride = list(t.shape), list(t.stride())
+    shape[d] = (end - start + step - 1) // step
+    offset = t.storage_offset() + start * stride[d]
+    stride[d] *= step
+    return tuple(shape), tuple(stride), offset
+
+
+def _select_rule(t, dim, index):
+    ndim = t.dim()
+    d = _wrap(dim, ndim)
+    if d is None or type(index) is not int:
+        return None
+    n = t.shape[d]
+    if not -n <= index < n:
+        return None
+    if index < 0:
+        index += n
+    shape, stride = list(t.shape), list(t.stride())
+    offset = t.storage_offset() + index * stride[d]
+    del shape[d], stride[d]
+    return tuple(shape), tuple(stride), offset
+
+
+_VIEW_RULES = {aten.view.default: _view_rule, aten._unsafe_view.default: _view_rule,
+               aten.transpose.int: _transpose_rule, aten.t.default: _t_rule,
+               aten.permute.default: _permute_rule, aten.unsqueeze.default: _unsqueeze_rule,
+               aten.squeeze.dim: _squeeze_dim_rule, aten.expand.default: _expand_rule,
+               aten.slice.Tensor: _slice_rule, aten.select.int: _select_rule}
+
+
 def _view_via_meta(func, t, *args, **kwargs):
+    """The view ``func(t, ...)``: by its rule above where one answers, else by PyTorch's
+    meta kernel."""
+    rule = _VIEW_RULES.get(func)
+    if rule is not None:
+        layout = rule(t, *args, **kwargs)
+        if layout is not None:
+            return OclTensor(t._ocl_storage, layout[0], layout[1], layout[2], t.dtype)
     out = func(meta_of(t), *args, **kwargs)
     if isinstance(out, (list, tuple)):
         return type(out)(_view_of(t, m) for m in out)
