@@ -6,7 +6,6 @@ tensor as two arguments, ``(__global T *x, ulong x_offset)``, with the offset co
 elements, so planned tensors can sit anywhere inside one arena.
 """
 import math
-import weakref
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
@@ -63,16 +62,27 @@ class Tensor:
     def __init__(self, ctx: "Context", shape: Sequence[int], dtype: Any = "float32",
                  buffer: Any = None, offset: int = 0, name: Optional[str] = None) -> None:
         self.ctx = ctx
-        self.shape = _shape_tuple(shape)
-        self.dtype = as_dtype(dtype)
+        self.shape = shape = _shape_tuple(shape)
+        self.dtype = dtype = as_dtype(dtype)
         self.offset = int(offset)
         if buffer is None:
             if self.offset:
                 raise ValueError("an offset needs an existing buffer")
-            nbytes = self.nbytes
-            buffer = ctx.memory.allocate(nbytes, lambda: self._describe(name))
-            weakref.finalize(self, ctx.memory.release, nbytes)
+            nbytes = math.prod(shape) * dtype.itemsize
+            memory = ctx.memory
+            buffer = memory.allocate(nbytes, lambda: self._describe(name))
+            # given back in __del__: a weakref.finalize per tensor cost more than the
+            # allocation itself (an eager operator makes one or more tensors)
+            self._held = (memory, nbytes)
         self.buffer = buffer
+
+    _held = None  # (the pool, bytes) of a tensor that allocated its buffer; views: None
+
+    def __del__(self):
+        held = self._held
+        if held is not None:
+            self._held = None
+            held[0].release(held[1])
 
     def _describe(self, name):
         what = "%s %s" % (dtype_name(self.dtype), self.shape)
