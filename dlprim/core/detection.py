@@ -41,8 +41,7 @@ class Detection:
         if T == "double" and not ctx.facts.int64_atomics:
             self.grad_dtype = None  # (backward refused, naming the extension)
         D = "double" if T == "double" else "float"
-        self.program = program.get(ctx, "detection", T=T, A=cl_type(self.compute), D=D,
-                                   EXACT_DIV=bool(ctx.facts.fp64))
+        self.program = program.get(ctx, "detection", T=T, A=cl_type(self.compute), D=D)
         self._wg = min(256, ctx.facts.max_work_group)
 
     def _launch(self, name, total, args):

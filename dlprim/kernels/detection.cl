@@ -29,6 +29,27 @@ inline void atomic_add_d(volatile __global D *p, D v)
     } while (seen != old.u);
 }
 
+// a / b correctly rounded, as the CPU divides. OpenCL's float division may be 2.5 ulp
+// off (NVIDIA's is, and compilers narrow a double division of floats back to it), which
+// moves roi_pool's bin edges and nms's IoU at a tie: step to the neighbour while it
+// leaves a smaller residual a - q b (exact through fma). Double division is exact.
+inline A div(A a, A b)
+{
+    A q = a / b;
+% if A == "float":
+    if (!isfinite(q) || b == 0)
+        return q;
+    for (int k = 0; k < 4; ++k) {
+        float r = fma(-q, b, a);
+        float next = nextafter(q, (r > 0) == (b > 0) ? INFINITY : -INFINITY);
+        if (!(fabs(fma(-next, b, a)) < fabs(r)))
+            break;
+        q = next;
+    }
+% endif
+    return q;
+}
+
 // ----- nms
 // box k of the score order: dets[order[k]] (x1, y1, x2, y2)
 inline void nms_box(__global const ${T} *dets, __global const long *order, int k, A *b)
@@ -38,21 +59,14 @@ inline void nms_box(__global const ${T} *dets, __global const long *order, int k
         b[e] = LOAD(dets, at + e);
 }
 
-// the overlap of boxes a and b: inter / (area_a + area_b - inter), correctly rounded
+// the overlap of boxes a and b: inter / (area_a + area_b - inter)
 inline A nms_iou(const A *a, A area_a, const A *b)
 {
     A area_b = (b[2] - b[0]) * (b[3] - b[1]);
     A w = max((A)0, min(a[2], b[2]) - max(a[0], b[0]));
     A h = max((A)0, min(a[3], b[3]) - max(a[1], b[1]));
     A inter = w * h;
-    A uni = area_a + area_b - inter;
-% if A == "float" and EXACT_DIV:
-    // OpenCL's float division may be 2.5 ulp off; a quotient of floats rounded from
-    // double is the correctly rounded one (53 >= 2 * 24 + 2 bits)
-    return (float)((double)inter / (double)uni);
-% else:
-    return inter / uni;
-% endif
+    return div(inter, area_a + area_b - inter);
 }
 
 // mask[i, b] bit j: box 64 b + j (after i in score order) overlaps box i by more than
@@ -140,10 +154,10 @@ inline Roi align_roi(__global const ${T} *rois, int r, int batches, A scale, int
         roi_w = max(roi_w, (A)1);
         roi_h = max(roi_h, (A)1);
     }
-    g.bin_h = roi_h / (A)PH;
-    g.bin_w = roi_w / (A)PW;
-    g.grid_h = sampling_ratio > 0 ? sampling_ratio : (int)ceil(roi_h / (A)PH);
-    g.grid_w = sampling_ratio > 0 ? sampling_ratio : (int)ceil(roi_w / (A)PW);
+    g.bin_h = div(roi_h, (A)PH);
+    g.bin_w = div(roi_w, (A)PW);
+    g.grid_h = sampling_ratio > 0 ? sampling_ratio : (int)ceil(div(roi_h, (A)PH));
+    g.grid_w = sampling_ratio > 0 ? sampling_ratio : (int)ceil(div(roi_w, (A)PW));
     return g;
 }
 
@@ -169,8 +183,8 @@ inline void align_taps(A y, A x, int H, int W, int *at, A *w)
 inline void align_sample(const Roi *g, int ph, int pw, int iy, int ix, int H, int W,
                          int *at, A *w)
 {
-    A y = g->y0 + ph * g->bin_h + (A)(iy + 0.5f) * g->bin_h / (A)g->grid_h;
-    A x = g->x0 + pw * g->bin_w + (A)(ix + 0.5f) * g->bin_w / (A)g->grid_w;
+    A y = g->y0 + ph * g->bin_h + div((A)(iy + 0.5f) * g->bin_h, (A)g->grid_h);
+    A x = g->x0 + pw * g->bin_w + div((A)(ix + 0.5f) * g->bin_w, (A)g->grid_w);
     align_taps(y, x, H, W, at, w);
 }
 
@@ -203,7 +217,7 @@ __kernel void roi_align_forward(ulong total, SIZES, int batches, A scale,
             }
     }
     int count = max(roi.grid_h * roi.grid_w, 1);
-    STORE(y, y_offset + g, sum / (A)count);
+    STORE(y, y_offset + g, div(sum, (A)count));
 }
 
 // dx[batch, c] += dy[r, c, ph, pw] * w / count at each sample's taps (dx zeroed first)
@@ -233,7 +247,7 @@ __kernel void roi_align_backward(ulong total, SIZES, int batches, A scale,
             if (at[0] < 0)
                 continue;
             for (int k = 0; k < 4; ++k)
-                atomic_add_d(plane + at[k], (D)(d * w[k] / count));
+                atomic_add_d(plane + at[k], (D)div(d * w[k], count));
         }
 }
 
@@ -254,7 +268,8 @@ __kernel void roi_pool_forward(ulong total, SIZES, int batches, A scale,
     int batch = (int)LOAD(p, 0);
     int x0 = (int)round(LOAD(p, 1) * scale), y0 = (int)round(LOAD(p, 2) * scale);
     int x1 = (int)round(LOAD(p, 3) * scale), y1 = (int)round(LOAD(p, 4) * scale);
-    A bin_h = (A)max(y1 - y0 + 1, 1) / (A)PH, bin_w = (A)max(x1 - x0 + 1, 1) / (A)PW;
+    A bin_h = div((A)max(y1 - y0 + 1, 1), (A)PH);
+    A bin_w = div((A)max(x1 - x0 + 1, 1), (A)PW);
     int hs = clamp((int)floor(ph * bin_h) + y0, 0, H);
     int he = clamp((int)ceil((ph + 1) * bin_h) + y0, 0, H);
     int ws = clamp((int)floor(pw * bin_w) + x0, 0, W);
