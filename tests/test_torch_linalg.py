@@ -208,3 +208,25 @@ def test_errors():
         torch.linalg.inv(torch.ones(65, 65).to(DEV))
     with pytest.raises(NotImplementedError):
         torch.trace(torch.ones(2, 2, dtype=torch.bool, device=DEV))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_grouped_mm_every_layout(dtype):
+    """torch._grouped_mm as a mixture of experts calls it: a's rows in groups (2-D by 3-D,
+    an empty group among them), b's columns in groups (3-D by 2-D), the inner dim in groups
+    (2-D by 2-D: a 3-D result), and the batched 3-D by 3-D; against the CPU's kernel."""
+    g = torch.Generator().manual_seed(0)
+    rows = torch.tensor([3, 3, 9, 12], dtype=torch.int32)
+    cols = torch.tensor([8, 8, 24, 32], dtype=torch.int32)
+    cases = [(torch.randn(12, 16, generator=g), torch.randn(4, 16, 8, generator=g), rows),
+             (torch.randn(4, 8, 16, generator=g), torch.randn(16, 32, generator=g), cols),
+             (torch.randn(8, 32, generator=g), torch.randn(32, 8, generator=g), cols),
+             (torch.randn(4, 8, 16, generator=g), torch.randn(4, 16, 8, generator=g), None)]
+    for a, b, offs in cases:
+        a, b = a.to(dtype), b.to(dtype)
+        want = torch._grouped_mm(a, b, offs)
+        got = torch._grouped_mm(a.to("ocl"), b.to("ocl"),
+                                None if offs is None else offs.to("ocl")).cpu()
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2 if dtype != torch.float32
+                                   else 1e-5, atol=1e-2 if dtype != torch.float32 else 1e-5)

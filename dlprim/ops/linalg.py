@@ -7,12 +7,16 @@ FAMILY = "linalg"
 _T = "dlprim.torch.ops_linalg."
 _FLOAT = ("float",)
 
-declare("mm", FAMILY, "launcher", "matrix product (16-bit floats through float32)",
+declare("mm", FAMILY, "launcher", "matrix product (16-bit floats on their own Gemm)",
         dtypes=_FLOAT, aten=("mm",), onnx="MatMul", launch=_T + "_mm")
 declare("bmm", FAMILY, "launcher", "batched matrix product", dtypes=_FLOAT, aten=("bmm",),
         launch=_T + "_bmm")
 declare("addmm", FAMILY, "launcher", "beta * c + alpha * a @ b", dtypes=_FLOAT,
         aten=("addmm",), onnx="Gemm", launch=_T + "_addmm")
+declare("grouped_mm", FAMILY, "launcher",
+        "matrix products of groups of rows, columns or of the inner dim, cut by offsets "
+        "(a mixture of experts' layers)", dtypes=_FLOAT, aten=("_grouped_mm",),
+        launch=_T + "_grouped_mm")
 declare("baddbmm", FAMILY, "launcher", "beta * c + alpha * a @ b, batched", dtypes=_FLOAT,
         aten=("baddbmm",), launch=_T + "_baddbmm")
 declare("addbmm", FAMILY, "launcher", "beta * c + alpha * the sum of a batch of products",

@@ -133,6 +133,63 @@ def _addmm(c, a, b, beta=1, alpha=1):
     return _add_product("addmm_impl_cpu_", c, a, b, beta, alpha)
 
 
+def _group_bounds(offs, groups):
+    """The groups' [start, end) along the cut dim, from the device's offsets (read once)."""
+    ends = [int(v) for v in offs.cpu().tolist()]
+    if len(ends) != groups:
+        raise RuntimeError("grouped_mm: offs must have one entry per group (%d), got %d"
+                           % (groups, len(ends)))
+    return list(zip([0] + ends[:-1], ends))
+
+
+@register(aten._grouped_mm.default)
+def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
+    """torch._grouped_mm: 2-D a by 3-D b, a's rows in groups (offs: the groups' ends);
+    3-D a by 2-D b, b's columns in groups; 2-D a by 2-D b, the inner dim in groups (a
+    3-D result); 3-D by 3-D, a batched product. A product per group, on the Gemm; rows or
+    columns past the last offset are zero. The offsets are read on the host."""
+    # (PyTorch's meta kernel takes CUDA's bfloat16 alone; its CPU kernel, which
+    # transformers' mixture-of-experts layers call in float32 too, any float: its checks)
+    if a.dim() not in (2, 3) or b.dim() not in (2, 3):
+        raise RuntimeError("grouped_mm: mat_a and mat_b must be 2-D or 3-D, got %d-D and %d-D"
+                           % (a.dim(), b.dim()))
+    if a.dtype != b.dtype:
+        raise RuntimeError("grouped_mm: mat_a and mat_b must have one dtype, got %s and %s"
+                           % (a.dtype, b.dtype))
+    if a.shape[-1] != b.shape[-2]:
+        raise RuntimeError("grouped_mm: contraction dims differ: mat_a %s, mat_b %s"
+                           % (list(a.shape), list(b.shape)))
+    if (offs is None) != (a.dim() == 3 and b.dim() == 3):
+        raise RuntimeError("grouped_mm: offs is needed where an operand is 2-D, and only then")
+    if bias is not None:
+        raise NotImplementedError("dlprim.torch: _grouped_mm with a bias on ocl devices")
+    dtype = out_dtype or a.dtype
+    if a.dim() == 3 and b.dim() == 3:
+        return convert(_product(a, b), dtype)
+    if a.dim() == 2 and b.dim() == 3:
+        out = handle(aten.zeros.default, ((a.shape[0], b.shape[2]),),
+                     {"dtype": dtype, "device": a.device})
+        for g, (start, end) in enumerate(_group_bounds(offs, b.shape[0])):
+            if end > start:
+                part = _product(a[start:end], b[g])
+                out[start:end] = part
+        return out
+    if a.dim() == 3 and b.dim() == 2:
+        out = handle(aten.zeros.default, ((a.shape[1], b.shape[1]),),
+                     {"dtype": dtype, "device": a.device})
+        for g, (start, end) in enumerate(_group_bounds(offs, a.shape[0])):
+            if end > start:
+                out[:, start:end] = _product(a[g], b[:, start:end])
+        return out
+    bounds = _group_bounds(offs, offs.shape[0])
+    out = handle(aten.zeros.default, ((len(bounds), a.shape[0], b.shape[1]),),
+                 {"dtype": dtype, "device": a.device})
+    for g, (start, end) in enumerate(bounds):
+        if end > start:
+            out[g] = _product(a[:, start:end], b[start:end])
+    return out
+
+
 @register(aten.baddbmm.default)
 def _baddbmm(c, b1, b2, beta=1, alpha=1):
     aten.baddbmm.default(meta_of(c), meta_of(b1), meta_of(b2))

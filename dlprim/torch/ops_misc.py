@@ -90,6 +90,8 @@ def _histc(x, bins=100, min=0, max=0):
     whatever the precision a kernel computes in; a 16-bit step is rounded back to 16 bits.
     The CPU counts in x's dtype, so a count stops growing where that dtype's integers stop
     being exact (256 for bfloat16): such inputs are refused."""
+    if not x.is_floating_point():
+        return _histc_integers(x, bins, min, max)
     if x.dtype == torch.bfloat16 or x.numel() > 2 ** 24:
         _refuse("histc", "bfloat16 input, or more than 2**24 elements")
     lo, hi = float(min), float(max)
@@ -114,6 +116,28 @@ def _histc(x, bins=100, min=0, max=0):
     slot = torch.where((flat >= left) & (flat <= right), slot, bins)
     ones = torch.ones(flat.shape, dtype=torch.float32, device=x.device)
     hist = torch.zeros(bins + 1, dtype=torch.float32, device=x.device).scatter_add_(0, slot, ones)
+    return hist[:bins].to(x.dtype)
+
+
+def _histc_integers(x, bins, min, max):
+    """histc of integers, as PyTorch's CUDA kernel has it (its CPU one refuses them; a
+    mixture-of-experts router counts its experts so): the bin (x - lo) * bins / (hi - lo)
+    in int64 arithmetic, the last bin taking hi, counts in x's dtype."""
+    if bins <= 0:
+        raise RuntimeError("torch.histc: bins must be > 0, but got %d for dimension 0" % bins)
+    lo, hi = int(min), int(max)
+    if lo == hi and x.numel():
+        lo, hi = _extrema(x)
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if lo > hi:
+        raise RuntimeError("torch.histc: max must be larger than min")
+    flat = x.reshape(-1).long()
+    slot = torch.clamp(torch.div((flat - lo) * bins, hi - lo, rounding_mode="floor"),
+                       max=bins - 1)
+    slot = torch.where((flat >= lo) & (flat <= hi), slot, bins)
+    ones = torch.ones(flat.shape, dtype=torch.int64, device=x.device)
+    hist = torch.zeros(bins + 1, dtype=torch.int64, device=x.device).scatter_add_(0, slot, ones)
     return hist[:bins].to(x.dtype)
 
 
