@@ -449,3 +449,44 @@ def test_sampled_generation_is_reproducible_with_a_seed(generator):
     first = sampled(7)
     assert torch.equal(sampled(7), first)
     assert not torch.equal(sampled(8), first)  # the seed reaches the draws
+
+
+# ----- the dtypes a model is run in: 16-bit weights, autocast with a gradient scaler
+@pytest.mark.parametrize("mode", ["float16", "bfloat16", "autocast_float16",
+                                  "autocast_bfloat16"])
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_sixteen_bit_runs(name, mode):
+    """model.half() / .to(torch.bfloat16), or torch.autocast("ocl") with
+    torch.amp.GradScaler("ocl"): a training step with no CPU fallback, logits within the
+    format's rounding of the float64 CPU's (float16 keeps 11 significant bits, bfloat16 8;
+    a few layers of rounding)."""
+    case = CASES[name]
+    model, inputs = build(name), case.inputs()
+    ref = copy.deepcopy(model).double()
+    want = case.outputs(ref, moved(inputs, dtype=torch.float64))[0]
+    dtype = torch.bfloat16 if "bfloat16" in mode else torch.float16
+    model.to(DEV)
+    ocl_inputs = moved(inputs, DEV)
+    # AdamW on 16-bit parameters divides by eps = 1e-8, zero in float16, and gives
+    # infinities on every device; such models train with SGD (or autocast's float32
+    # parameters)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3) if mode.startswith("autocast") \
+        else torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    with cpu_fallbacks() as fell:
+        if mode.startswith("autocast"):
+            scaler = torch.amp.GradScaler(DEV)
+            with torch.autocast(DEV, dtype=dtype):
+                output, loss = case.outputs(model, ocl_inputs)
+            assert output.dtype == dtype and loss.dtype == torch.float32
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            model.to(dtype)
+            output, loss = case.outputs(model, moved(ocl_inputs, dtype=dtype))
+            assert output.dtype == dtype
+            loss.backward()
+            opt.step()
+    assert_no_fallback(fell, "%s %s step" % (name, mode))
+    assert relative(output.float(), want) < (2e-3 if dtype == torch.float16 else 2e-2)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
