@@ -132,8 +132,18 @@ def typed_params(param_types, params, name):
     another count is an error naming ``name``."""
     if len(params) != len(param_types):
         raise ValueError("%s: expected %d params, got %d" % (name, len(param_types), len(params)))
-    return [np.dtype(dt if ct != "float" else np.float32).type(p)
-            for p, (dt, ct) in zip(params, param_types)]
+    return [_scalar_type(spec)(p) for p, spec in zip(params, param_types)]
+
+
+_scalar_types = {}  # (dtype, compute type) -> the numpy scalar type of such a param
+
+
+def _scalar_type(spec):
+    kind = _scalar_types.get(spec)
+    if kind is None:
+        dt, ct = spec
+        kind = _scalar_types[spec] = np.dtype(dt if ct != "float" else np.float32).type
+    return kind
 
 
 def rebind_params(launches, values):

@@ -48,6 +48,8 @@ def _ctype(dtype):
 
 def _signature(a):
     """What an operator's output shape and dtype can depend on, for one argument."""
+    if type(a) is OclTensor:  # the common case first
+        return (a.shape, a.dtype, OclTensor)
     if isinstance(a, torch.Tensor):
         return (a.shape, a.dtype, type(a))
     if isinstance(a, (bool, int, float)):
@@ -66,7 +68,8 @@ _result_cache = BoundedCache(RESULTS_KEPT)
 def _result(func, args, kwargs, compute):
     """The output shape and dtype of an elementwise operator (PyTorch's meta kernel, once
     per operator and argument shapes/dtypes/scalar types), and the dtype to compute in."""
-    key = (func, _signature(args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
+    key = (func, tuple(map(_signature, args)),
+           tuple((k, _signature(v)) for k, v in sorted(kwargs.items())) if kwargs else ())
     hit = _result_cache.get(key)
     if hit is None:
         metas = _meta(list(args))

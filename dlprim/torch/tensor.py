@@ -65,14 +65,21 @@ def route_operators_to(handler):
 _addresses = itertools.count(1 << 44)  # Storage.address in 4 KiB pages: 2^56 up, no pointer
 
 
+# (device index, torch dtype) -> (the device's context, the numpy dtype storing it): a
+# device index names one context for the life of the process (device.context)
+_storing = {}
+
+
 class Storage:
     """A flat buffer of ``size`` elements on device ``index``; views share it."""
     __slots__ = ("flat", "index", "_address", "__weakref__")
 
     def __init__(self, index, size, dtype):
-        ctx = device.context(index)
-        dt = numpy_dtype(dtype)  # the dtype's checks
-        check_device_dtype(ctx, dtype)
+        where = _storing.get((index, dtype))
+        if where is None:
+            where = _storing[index, dtype] = (device.context(index), numpy_dtype(dtype))
+        ctx, dt = where
+        check_device_dtype(ctx, dtype)  # (each time: it reads the device's facts)
         self.index = index
         self.flat = Tensor(ctx, (max(int(size), 1),), dt)
 
