@@ -670,7 +670,7 @@ def test_float32_matmul_precision_high_asks_for_tf32():
     ctx = device.context(0)
 
     def precisions():
-        return {k[-1] for k in ctx.ops if isinstance(k, tuple) and k[:1] == ("torch_gemm",)
+        return {k[-2] for k in ctx.ops if isinstance(k, tuple) and k[:1] == ("torch_gemm",)
                 and k[1:4] == (5, 3, 7)}
     before = precisions()
     torch.set_float32_matmul_precision("high")
