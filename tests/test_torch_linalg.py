@@ -230,3 +230,21 @@ def test_grouped_mm_every_layout(dtype):
         assert got.shape == want.shape and got.dtype == want.dtype
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2 if dtype != torch.float32
                                    else 1e-5, atol=1e-2 if dtype != torch.float32 else 1e-5)
+
+
+def test_repeated_products_replay_over_new_operands():
+    """A product repeated with one signature replays the launches recorded by the first
+    call over each call's own operands: new tensors, views further into a storage, both
+    operands in one storage, and a bias; each result is its own call's."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(4 * 24 * 24, generator=g)
+    dev = base.to(DEV)
+    bias = torch.randn(24, generator=g)
+    for k in range(4):
+        a = base[k * 576:(k + 1) * 576].view(24, 24)
+        b = torch.randn(24, 24, generator=g)
+        da = dev[k * 576:(k + 1) * 576].view(24, 24)
+        torch.testing.assert_close((da @ b.to(DEV)).cpu(), a @ b, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close((da @ da.t()).cpu(), a @ a.t(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(torch.addmm(bias.to(DEV), da, b.to(DEV)).cpu(),
+                                   torch.addmm(bias, a, b), rtol=1e-5, atol=1e-5)

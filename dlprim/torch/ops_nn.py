@@ -103,8 +103,16 @@ def _gemm(a, b, out, bias=None, alpha=1.0, beta=0.0):
     op = memo(ctx, ("torch_gemm", M, N, K, ta, tb, mode, batch, precision, stored),
                lambda: Gemm(ctx, M, N, K, ta, tb, bias=mode, batch=batch, precision=precision,
                             dtypes=(stored,) * 3))
-    op(A, B, as_dlprim(out), bias=bias, alpha=alpha, beta=beta, lda=lda, ldb=ldb, ldc=N,
-       stride_a=sa, stride_b=sb, stride_c=M * N)
+    # the launches are recorded per signature and replayed over later calls' tensors
+    # (program.Recording): a repeated product prepares nothing; everything the launches
+    # depend on besides the tensors is in the key (the Gemm's own, the scalars, the layout)
+    C = as_dlprim(out)
+    tensors = (A, B, C, bias)
+    key = ("torch_gemm_launches", M, N, K, ta, tb, mode, batch, precision, stored,
+           float(alpha), float(beta), lda, ldb, sa, sb)
+    enqueue_recorded(ctx, key, tensors, lambda: op.launches(
+        A, B, C, bias=bias, alpha=alpha, beta=beta, lda=lda, ldb=ldb, ldc=N, stride_a=sa,
+        stride_b=sb, stride_c=M * N))
     return out
 
 
