@@ -206,3 +206,27 @@ def test_compiled_gradients_land_in_grad_without_copies():
     backward(ref, "cpu"), backward(fast, "ocl")
     check()
     assert seen == [(4, 3, 3, 3)]
+
+
+def test_foreach_over_fresh_tensors_replays_the_first_calls_launches():
+    """An optimizer's gradients are new tensors every step: the launches recorded by the
+    first call of a signature are replayed over each step's own tensors with that step's
+    scalars; a call whose tensors repeat in another pattern (an element reading another
+    element's output) does not take that recording."""
+    sizes = [7, 130, 1, 65]
+    state, cpu_state = [t.to("ocl") for t in _lists(4, sizes)], _lists(4, sizes)
+    for step in range(4):
+        grads = _lists(10 + step, sizes)
+        torch._foreach_lerp_(state, [g.to("ocl") for g in grads], 0.1 * (step + 1))
+        torch._foreach_lerp_(cpu_state, grads, 0.1 * (step + 1))
+        _same(state, cpu_state, 1e-6)
+    # the same sizes, but x of element i is y of element i + 1: one element reads what
+    # another writes, which the recorded pattern never had
+    ys = [t.to("ocl") for t in _lists(20, [4, 4])]
+    cpu = _lists(20, [4, 4])
+    others = _lists(21, [4, 4])
+    torch._foreach_add_(ys, [t.to("ocl") for t in others])  # recorded: four tensors apart
+    torch._foreach_add_(cpu, others)
+    torch._foreach_add_(ys, [ys[1], ys[0]])
+    torch._foreach_add_(cpu, [cpu[1], cpu[0]])
+    _same(ys, cpu, 1e-6)

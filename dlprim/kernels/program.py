@@ -285,8 +285,10 @@ class Recording:
             steps.append((kernel, launch.gsize, launch.lsize, args, patches))
         return Recording(steps)
 
-    def replay(self, queue, tensors):
-        """Enqueue the recorded launches over ``tensors`` (in the recorded order)."""
+    def replay(self, queue, tensors, last=()):
+        """Enqueue the recorded launches over ``tensors`` (in the recorded order); ``last``:
+        typed scalars that replace each launch's last arguments (the generators' params,
+        values that change from call to call)."""
         u64, enqueue = np.uint64, cl.enqueue_nd_range_kernel
         with _shared_lock:
             for kernel, gsize, lsize, template, patches in self.steps:
@@ -295,6 +297,8 @@ class Recording:
                     t = tensors[i]
                     args[k] = t.buffer
                     args[k + 1] = u64(t.offset + delta)
+                if last:
+                    args[len(args) - len(last):] = last
                 kernel.set_args(*args)
                 enqueue(queue, kernel, gsize, lsize)
 
