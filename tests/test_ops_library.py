@@ -167,3 +167,54 @@ def test_nn_functional_has_the_library_operators_and_trains_through_them(ctx):
     net.backward()
     np.testing.assert_allclose(net.param_diff("fc.weight").numpy(), twin.fc.weight.grad.numpy(),
                                rtol=1e-4, atol=1e-6)
+
+
+def _sample_args(overload, g, seed):
+    """Arguments for a pointwise overload: tensors of one shape (values in (0.1, 0.9),
+    valid for most domains), numbers for Scalars; None where another argument is needed."""
+    args = []
+    for a in overload._schema.arguments:
+        kind = str(a.type)
+        if a.kwarg_only and a.has_default_value():
+            continue
+        if kind == "Tensor":
+            args.append(0.1 + 0.8 * torch.rand(5, 7, generator=g))
+        elif kind == "Scalar":
+            args.append(0.25 + 0.5 * seed)
+        elif a.has_default_value():
+            break
+        else:
+            return None
+    return args
+
+
+def test_every_pointwise_operator_repeated_takes_each_calls_own_values():
+    """The second call of a signature runs the plan the first one made (ops_library's
+    _PLANS): with other tensors and other numbers it must give its own results."""
+    torch_ = pytest.importorskip("torch")
+    import dlprim.torch.ops_library as ol
+    g = torch_.Generator().manual_seed(0)
+    checked = 0
+    for _name, overload in ol.generated:
+        if overload.overloadpacket.__name__.endswith("_") or "out" in overload._overloadname:
+            continue
+        results = []
+        for seed in (0, 1):
+            args = _sample_args(overload, g, seed)
+            if args is None:
+                break
+            try:
+                want = overload(*args)
+            except Exception:  # noqa: BLE001 - the CPU refuses these arguments
+                break
+            if not isinstance(want, torch_.Tensor) or not want.is_floating_point():
+                break
+            got = overload(*[a.to("ocl") if isinstance(a, torch_.Tensor) else a
+                             for a in args]).cpu()
+            results.append((got, want))
+        if len(results) == 2:
+            for got, want in results:
+                torch_.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, equal_nan=True,
+                                            msg=lambda m: "%s: %s" % (overload, m))
+            checked += 1
+    assert checked > 50

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .. import ops as library
-from ..core.pointwise import pointwise
+from ..core.pointwise import pointwise, pointwise_op
 from .dispatch import register
 from .ops_math import _BUILDS, _result, _overlaps, _promoted, _scalar
 from .ops_tensor import convert
@@ -112,6 +112,7 @@ class _Call:
         if found is None:
             found = _CODES[key] = self._prepare(compute_dtype, out_dtype, inputs)
         code, ctype, attr_params = found
+        self.attr_params = attr_params
         tensors, params = [], []
         for value in inputs:
             if value is None:
@@ -170,6 +171,11 @@ def _compute_dtype(op, call, out_dtype):
 
 
 def _run(op, functional, args, kwargs, out=None, result=None):
+    key = _plan_key(op, functional, args, kwargs) if out is None and result is None else None
+    if key is not None:
+        plan = _PLANS.get(key)
+        if plan is not None:
+            return plan.run(args, kwargs)
     shape, dtype, _ = result or _result(functional, args, kwargs, None)
     call = _Call(op, functional, args, kwargs)
     tensors, params, code = call.code(_compute_dtype(op, call, dtype), dtype)
@@ -177,8 +183,93 @@ def _run(op, functional, args, kwargs, out=None, result=None):
     storage = ref._ocl_storage
     out = empty(shape, dtype, storage.index) if out is None else out
     if out.numel():
-        pointwise(storage.ctx, [as_dlprim(t) for t in tensors], [as_dlprim(out)], code, params)
+        xs, ys = [as_dlprim(t) for t in tensors], [as_dlprim(out)]
+        pw, typed = pointwise_op(storage.ctx, xs, ys, code, params)
+        pw.enqueue_now(xs, ys, typed, 0.0, storage.ctx.queue)
+        if key is not None:
+            _PLANS[key] = _Plan(call, shape, dtype, storage, pw, params)
     return out
+
+
+# (operator, overload, per operand: an ocl tensor's shape, strides, dtype and device / a
+# number's type / absent, per attribute its value) -> _Plan: what a call of that signature
+# computes is the same every time, so the second such call takes the first one's result
+# layout, kernel and argument types and binds only its own tensors and numbers
+PLANS_KEPT = 8192
+_PLANS = BoundedCache(PLANS_KEPT)
+
+
+def _operand_key(v):
+    if type(v) is OclTensor:
+        return (v.shape, v.stride(), v.dtype, v._ocl_storage.index)
+    if isinstance(v, torch.Tensor):  # a CPU scalar tensor: its value is a kernel argument
+        return (v.shape, v.dtype, v.device.type)
+    if v is None or isinstance(v, (bool, int, float)):
+        return type(v)
+    return None  # anything else: no plan
+
+
+def _plan_key(op, overload, args, kwargs):
+    schema = _schema(op, overload)
+    bound = dict(zip(schema.names, args))
+    if kwargs:
+        bound.update(kwargs)
+    defaults = schema.defaults
+    operands = []
+    for name in schema.inputs:
+        k = _operand_key(bound[name] if name in bound else defaults.get(name))
+        if k is None:
+            return None
+        operands.append(k)
+    attrs = []
+    for name in schema.attrs:
+        value = bound[name] if name in bound else defaults.get(name)
+        try:
+            hash(value)
+        except TypeError:
+            return None
+        attrs.append((type(value), value))
+    return (op.name, overload, tuple(operands), tuple(attrs))
+
+
+class _Plan:
+    """A signature's output layout, prepared kernel and argument types (see _PLANS)."""
+    __slots__ = ("schema", "op", "shape", "dtype", "index", "ctx", "pw", "attr_params",
+                 "kinds", "param_dtypes")
+
+    def __init__(self, call, shape, dtype, storage, pw, params):
+        self.schema, self.op = _schema(call.op, call.overload), call.op
+        self.shape, self.dtype = shape, dtype
+        self.index, self.ctx, self.pw = storage.index, storage.ctx, pw
+        self.kinds = tuple(None if v is None else isinstance(_scalar(v), OclTensor)
+                           for v in call.inputs)
+        self.param_dtypes = tuple(type(p) for p in params)
+        self.attr_params = call.attr_params
+
+    def run(self, args, kwargs):
+        schema = self.schema
+        bound = dict(zip(schema.names, args))
+        if kwargs:
+            bound.update(kwargs)
+        defaults = schema.defaults
+        xs, params = [], []
+        types = iter(self.param_dtypes)
+        for name, tensor in zip(schema.inputs, self.kinds):
+            if tensor is None:
+                continue
+            value = bound[name] if name in bound else defaults.get(name)
+            if tensor:
+                xs.append(as_dlprim(value))
+            else:
+                params.append(next(types)(_scalar(value)))
+        for name in self.attr_params:
+            value = bound[name] if name in bound else defaults.get(name)
+            params.append(next(types)(_scalar(value)))
+        out = empty(self.shape, self.dtype, self.index)
+        if out.numel():
+            ys = [as_dlprim(out)]
+            self.pw.enqueue_now(xs, ys, self.pw._typed_params(params), 0.0, self.ctx.queue)
+        return out
 
 
 def _register(op, functional, inplace):
