@@ -247,3 +247,20 @@ def test_network():
         # in exact arithmetic, rounding on both sides; measured against the largest)
         error = float((p.grad.cpu() - q.grad).abs().max())
         assert error < TOL * max(float(q.grad.abs().max()), 1e-4 * top), name
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_backward_sums_in_double(mode):
+    """float64 embedding_bag's weight gradient sums in double (float32 would round the
+    sums to about 1e-7)."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(70, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    idx = torch.randint(0, 70, (65,), generator=g)
+    off = torch.tensor([0, 20, 20, 41])
+    wo = w.detach().to("ocl").requires_grad_()
+    weights = torch.rand(65, dtype=torch.float64, generator=g) if mode == "sum" else None
+    F.embedding_bag(idx, w, off, mode=mode, per_sample_weights=weights).pow(2).sum().backward()
+    F.embedding_bag(idx.to("ocl"), wo, off.to("ocl"), mode=mode,
+                    per_sample_weights=None if weights is None else weights.to("ocl")
+                    ).pow(2).sum().backward()
+    torch.testing.assert_close(wo.grad.cpu(), w.grad, rtol=1e-12, atol=1e-12)

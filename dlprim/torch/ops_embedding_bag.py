@@ -112,30 +112,32 @@ def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, max_in
 def _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_indices,
                                   num_weights, scale_grad_by_freq, mode, per_sample_weights,
                                   padding_idx=-1):
-    g = grad if grad.dtype == torch.float32 else convert(grad, torch.float32)
+    # sums in float32 (16-bit gradients widened), float64 in double
+    acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
+    g = grad if grad.dtype == acc else convert(grad, acc)
     dim = grad.shape[1]
-    dw = torch.zeros((num_weights, dim), dtype=torch.float32, device=grad.device)
+    dw = torch.zeros((num_weights, dim), dtype=acc, device=grad.device)
     if mode == _MAX:
         # an empty bag's max_indices (0) is no row of it
-        live = (bag_size > 0).unsqueeze(1).to(torch.float32)
+        live = (bag_size > 0).unsqueeze(1).to(acc)
         dw.scatter_add_(0, max_indices.to(torch.int64), g * live)
     elif indices.numel():
         if offset2bag.numel() != indices.numel():
             raise RuntimeError("_embedding_bag_dense_backward: offset2bag has %d entries for "
                                "%d indices" % (offset2bag.numel(), indices.numel()))
-        scale = torch.ones(indices.shape, dtype=torch.float32, device=grad.device)
+        scale = torch.ones(indices.shape, dtype=acc, device=grad.device)
         if per_sample_weights is not None:
-            scale = scale * per_sample_weights.to(torch.float32)
+            scale = scale * per_sample_weights.to(acc)
         if mode == _MEAN:
-            scale = scale / bag_size.index_select(0, offset2bag).to(torch.float32)
+            scale = scale / bag_size.index_select(0, offset2bag).to(acc)
         if scale_grad_by_freq:
-            counts = torch.zeros((num_weights,), dtype=torch.float32, device=grad.device)
+            counts = torch.zeros((num_weights,), dtype=acc, device=grad.device)
             counts.index_add_(0, indices, torch.ones_like(scale))
             scale = scale / counts.index_select(0, indices)
         if padding_idx is not None and padding_idx >= 0:
             scale = torch.where(indices == padding_idx, torch.zeros_like(scale), scale)
         dw.index_add_(0, indices, g.index_select(0, offset2bag) * scale.unsqueeze(1))
-    return dw if grad.dtype == torch.float32 else convert(dw, grad.dtype)
+    return dw if grad.dtype == acc else convert(dw, grad.dtype)
 
 
 @register(aten._embedding_bag_per_sample_weights_backward.default)
