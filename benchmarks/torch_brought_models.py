@@ -313,21 +313,12 @@ def speed(name, batch, device, steps, warmup=3):
 
 
 def operators_per_step(step):
-    import dlprim.torch.dispatch as d
-    calls = [0]
-    handle = d.handle
-
-    def counting(func, args, kwargs):
-        calls[0] += 1
-        return handle(func, args, kwargs)
-    d.route_operators_to(counting)
-    try:
+    import dlprim.torch
+    from dlprim.torch.dispatch import counting_operators
+    with counting_operators() as count:
         step()
-        import dlprim.torch
         dlprim.torch.synchronize()
-    finally:
-        d.route_operators_to(handle)
-    return calls[0]
+    return count[0]
 
 
 def main(argv=None):

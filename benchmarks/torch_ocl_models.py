@@ -118,18 +118,9 @@ def speed(model, batch, size, device, steps, fused=False):
 def host_us_per_op(model, device):
     """(µs per operator, operators per step) of a step at batch 2 and 32x32, where the
     device's work is small: an upper bound on the host's time per operator."""
-    import dlprim.torch.dispatch as d
-    calls = [0]
-    orig = d.handle
-
-    def counting(func, args, kwargs):
-        calls[0] += 1
-        return orig(func, args, kwargs)
-    d.route_operators_to(counting)
-    try:
+    from dlprim.torch.dispatch import counting_operators
+    with counting_operators() as calls:
         ms = speed(model, 2, 32, device, 3)
-    finally:
-        d.route_operators_to(orig)
     per_step = calls[0] / 5  # speed() runs 2 warm-up steps and 3 timed ones
     return 1e3 * ms / max(per_step, 1), per_step
 

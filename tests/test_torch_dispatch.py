@@ -206,3 +206,15 @@ def test_fallback_in_place_values_tuples_scalars_and_views(caplog):
         close(z, x.cumsum(1).cumsum(1))
     warned = [r.getMessage() for r in caplog.records if "runs on the CPU" in r.getMessage()]
     assert len([m for m in warned if "aten.cumsum_" in m]) == 1   # once per operator
+
+
+def test_counting_operators_counts_what_reaches_the_device_and_restores_the_route():
+    from dlprim.torch.dispatch import counting_operators
+    x = torch.ones(3).to("ocl")
+    with counting_operators() as count:
+        y = (x + 1) * 2
+        z = y.sum()
+    assert count[0] == 3  # add, mul, sum
+    with counting_operators() as again:
+        pass
+    assert again[0] == 0 and z.item() == 12.0 and count[0] == 3

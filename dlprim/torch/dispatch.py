@@ -13,6 +13,7 @@
 
 An error inside a backward pass cannot leave the autograd engine's device thread as a
 Python exception (see ``handle``): it is held and raised from ``.backward()`` instead."""
+import contextlib
 import logging
 import math
 import threading
@@ -26,7 +27,8 @@ from .cpu_fallback import _device_of, _leaves, _tree
 from .tensor import OclTensor, Storage, empty, route_operators_to, strided_copy
 
 __all__ = ["register", "register_by_name", "handle", "allow_cpu_fallback",
-           "cpu_fallback_allowed", "implemented", "describe_args", "resize_output"]
+           "counting_operators", "cpu_fallback_allowed", "implemented", "describe_args",
+           "resize_output"]
 
 log = logging.getLogger("dlprim.torch")
 
@@ -340,3 +342,20 @@ def _resize(t, shape):
 
 
 route_operators_to(handle)
+
+
+@contextlib.contextmanager
+def counting_operators():
+    """Count the ATen operators that reach the ocl device meanwhile (a model step's
+    operator count, to divide its host time by): ``with counting_operators() as count:
+    ...`` then ``count[0]``."""
+    count = [0]
+
+    def counted(func, args, kwargs):
+        count[0] += 1
+        return handle(func, args, kwargs)
+    route_operators_to(counted)
+    try:
+        yield count
+    finally:
+        route_operators_to(handle)
