@@ -281,3 +281,20 @@ def test_double_pragma_only_where_double_is_used():
     source = program.render("fill", facts=bare, dtype="double")
     assert pragma not in source
     assert '#error "float64 is not supported on Tiny GPU (no cl_khr_fp64)' in source
+
+
+@needs_fp64
+def test_default_dtype_change_reaches_cached_signatures():
+    """A Python float promotes integers to the default dtype: a signature seen before
+    torch.set_default_dtype gives the new dtype after it (the result caches key on it)."""
+    x = torch.arange(4).to(DEV)
+    assert (x * 2.5).dtype == torch.float32 and (x / 3).dtype == torch.float32
+    torch.set_default_dtype(torch.float64)
+    try:
+        for got, want in (((x * 2.5), torch.arange(4) * 2.5), ((x / 3), torch.arange(4) / 3),
+                          (torch.true_divide(x, 3), torch.true_divide(torch.arange(4), 3))):
+            assert got.dtype == want.dtype == torch.float64
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert (x * 2.5).dtype == torch.float32

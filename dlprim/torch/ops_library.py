@@ -229,7 +229,8 @@ def _plan_key(op, overload, args, kwargs):
         except TypeError:
             return None
         attrs.append((type(value), value))
-    return (op.name, overload, tuple(operands), tuple(attrs))
+    # (a Python float operand promotes to the default dtype: part of the signature)
+    return (op.name, overload, tuple(operands), tuple(attrs), torch.get_default_dtype())
 
 
 class _Plan:

@@ -69,7 +69,8 @@ def _result(func, args, kwargs, compute):
     """The output shape and dtype of an elementwise operator (PyTorch's meta kernel, once
     per operator and argument shapes/dtypes/scalar types), and the dtype to compute in."""
     key = (func, tuple(map(_signature, args)),
-           tuple((k, _signature(v)) for k, v in sorted(kwargs.items())) if kwargs else ())
+           tuple((k, _signature(v)) for k, v in sorted(kwargs.items())) if kwargs else (),
+           torch.get_default_dtype())  # (a Python float promotes to the default dtype)
     hit = _result_cache.get(key)
     if hit is None:
         metas = _meta(list(args))

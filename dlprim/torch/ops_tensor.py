@@ -333,7 +333,7 @@ def meta_result(func, *args, **kwargs):
         key = None if kw is None else (key, kw)
     if key is None:
         return func(*_meta_args(args), **{k: _meta_args(v) for k, v in kwargs.items()})
-    key = (func, key)
+    key = (func, key, torch.get_default_dtype())  # (Python floats promote to it)
     answer = _meta_answers.get(key)
     if answer is None:
         answer = func(*_meta_args(args), **{k: _meta_args(v) for k, v in kwargs.items()})
