@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .. import ops as library
-from ..core.pointwise import pointwise, pointwise_op
+from ..core.pointwise import pointwise_op
 from .dispatch import register
 from .ops_math import _BUILDS, _result, _overlaps, _promoted, _scalar
 from .ops_tensor import convert
