@@ -218,3 +218,25 @@ def test_counting_operators_counts_what_reaches_the_device_and_restores_the_rout
     with counting_operators() as again:
         pass
     assert again[0] == 0 and z.item() == 12.0 and count[0] == 3
+
+
+def test_bare_ocl_is_the_default_device_for_copies_and_factories():
+    """ocl:0 is dlprim's default device whatever its place in dlprim-devices: PyTorch's
+    copies fill in a bare "ocl" as index 0 and the factories take the current device, so
+    both land on the device DLPRIM_DEVICE names."""
+    import subprocess
+    import sys
+    from dlprim.context import list_devices
+    devices = list_devices()
+    if len(devices) < 2:
+        pytest.skip("one OpenCL device here")
+    p, d, _, dev = devices[-1]
+    code = ("import torch, dlprim.torch as dt\n"
+            "x = torch.ones(3).to('ocl'); y = torch.zeros(3, device='ocl')\n"
+            "print(x.device, y.device, x._ocl_storage.ctx.name == y._ocl_storage.ctx.name,"
+            " dt.device.location(0), (x + y).sum().item())\n")
+    env = dict(__import__("os").environ, DLPRIM_DEVICE="%d:%d" % (p, d))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["ocl:0", "ocl:0", "True", "%d:%d" % (p, d), "3.0"]

@@ -1,5 +1,5 @@
 """PyTorch on any OpenCL device, in pure Python: ``import dlprim.torch`` makes the device
-``ocl`` exist (``torch.device("ocl:0")``, numbered as ``dlprim-devices`` lists devices),
+``ocl`` exist (``torch.device("ocl:0")``: dlprim's default device, then the others),
 with tensors whose storage is a dlprim buffer and ATen operators run on dlprim's kernels.
 PyTorch's autograd, ``nn.Module.to("ocl")`` and ``torch.optim`` work unchanged.
 
