@@ -240,3 +240,14 @@ def test_bare_ocl_is_the_default_device_for_copies_and_factories():
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["ocl:0", "ocl:0", "True", "%d:%d" % (p, d), "3.0"]
+
+
+def test_tensors_of_two_devices_are_named_as_pytorch_names_them():
+    if dt.device_count() < 2:
+        pytest.skip("one OpenCL device here")
+    x, y = torch.ones(3).to("ocl:0"), torch.ones(3).to("ocl:1")
+    for op in (lambda: x + y, lambda: torch.cat([x, y])):
+        with pytest.raises(RuntimeError, match="same device, but found at least two devices, "
+                                               "ocl:0 and ocl:1"):
+            op()
+    assert (x + y.to("ocl:0")).sum().item() == 6.0  # a copy across devices is the way

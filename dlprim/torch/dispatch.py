@@ -19,6 +19,7 @@ import math
 import threading
 import warnings
 
+import pyopencl as cl
 import torch
 
 from ..core.copy import contiguous_strides
@@ -92,9 +93,23 @@ def handle(func, args, kwargs):
     try:
         return _run(func, args, kwargs)
     except Exception as err:
+        mixed = _two_devices(args, kwargs) if isinstance(err, cl.Error) else None
+        if mixed is not None:  # the driver's answer to another context's buffer
+            err = RuntimeError("Expected all tensors to be on the same device, but found at "
+                               "least two devices, %s and %s! (%s)" % (mixed + (func,)))
         if not _in_engine_node():
+            if mixed is not None:
+                raise err from None
             raise
         return _defer(func, args, kwargs, err)
+
+
+def _two_devices(args, kwargs):
+    """Two of the ocl devices the operator's tensors are on (as "ocl:N"), or None: checked
+    only after an OpenCL error, so the common call pays nothing for it."""
+    seen = sorted({a._ocl_storage.index for a in _leaves([args, kwargs])
+                   if isinstance(a, OclTensor)})
+    return None if len(seen) < 2 else ("ocl:%d" % seen[0], "ocl:%d" % seen[1])
 
 
 def _in_engine_node():
