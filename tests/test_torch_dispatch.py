@@ -251,3 +251,16 @@ def test_tensors_of_two_devices_are_named_as_pytorch_names_them():
                                                "ocl:0 and ocl:1"):
             op()
     assert (x + y.to("ocl:0")).sum().item() == 6.0  # a copy across devices is the way
+
+
+def test_meta_answers_are_kept_for_calls_with_none_arguments():
+    """PyTorch's meta kernels (mean's is Python and costs about a millisecond) run once per
+    signature, a None argument (dtype=None) part of the signature like any other."""
+    from dlprim.torch import ops_tensor
+    x = torch.randn(2, 5, 7).to("ocl")
+    x.mean(-1, keepdim=True)
+    before = len(ops_tensor._meta_answers)
+    for _ in range(3):
+        x.mean(-1, keepdim=True)
+    x.mean(1)
+    assert len(ops_tensor._meta_answers) == before + 1  # the second signature only

@@ -291,10 +291,14 @@ def _meta_args(a):
     return a
 
 
+_UNKEYED = object()  # _meta_key's answer for an argument a meta answer may depend on more
+
+
 def _meta_key(a):
     """What a meta kernel's answer can depend on, for one argument: an ocl tensor's sizes,
-    strides and dtype, a number's type and value, a list's elements; None where the
-    answer may depend on more (a CPU tensor's values)."""
+    strides and dtype, a number's type and value, a list's elements; ``_UNKEYED`` where the
+    answer may depend on more (a CPU tensor's values). (None is an argument like any other:
+    ``dtype=None``, an absent bias.)"""
     kind = type(a)
     if kind is OclTensor:
         return (a.shape, a.stride(), a.dtype)
@@ -304,14 +308,14 @@ def _meta_key(a):
         key = [kind]
         for x in a:
             k = _meta_key(x)
-            if k is None:
-                return None
+            if k is _UNKEYED:
+                return _UNKEYED
             key.append(k)
         return tuple(key)
     if a is None or kind is str or kind is torch.dtype or kind is torch.memory_format \
             or kind is torch.device:
         return a
-    return None
+    return _UNKEYED
 
 
 # (operator, argument keys) -> PyTorch's meta answer, the most recently used META_KEPT.
@@ -328,10 +332,10 @@ def meta_result(func, *args, **kwargs):
     strides and dtype), once per signature of its arguments: a non-view operator's meta
     kernel (the Python ones, addmm's say, take milliseconds)."""
     key = _meta_key(args)
-    if key is not None and kwargs:
+    if key is not _UNKEYED and kwargs:
         kw = _meta_key(tuple(sorted(kwargs.items())))
-        key = None if kw is None else (key, kw)
-    if key is None:
+        key = _UNKEYED if kw is _UNKEYED else (key, kw)
+    if key is _UNKEYED:
         return func(*_meta_args(args), **{k: _meta_args(v) for k, v in kwargs.items()})
     key = (func, key, torch.get_default_dtype())  # (Python floats promote to it)
     answer = _meta_answers.get(key)
