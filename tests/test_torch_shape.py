@@ -240,3 +240,16 @@ def test_resize_grows_and_keeps_values():
     assert t.shape == (2, 2)
     with pytest.raises(RuntimeError):
         t.resize_(-1)
+
+
+def test_arange_repeated_and_its_errors_each_time():
+    """arange's result shape is kept per (start, end, step, dtype): repeated calls, other
+    arguments and the errors (raised every time, never kept) as on the CPU."""
+    for args in [(0, 16), (2, 17, 3), (0.5, 3.0, 0.25), (5,), (10, 0, -3), (1, 1),
+                 (0, 2 ** 40, 2 ** 38)] * 2:
+        for dtype in (torch.int64, torch.float32):
+            got = torch.arange(*args, dtype=dtype, device="ocl").cpu()
+            assert torch.equal(got, torch.arange(*args, dtype=dtype)), (args, dtype)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="step must be nonzero"):
+            torch.arange(0, 5, 0, device="ocl")

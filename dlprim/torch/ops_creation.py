@@ -11,6 +11,7 @@ from .dispatch import register
 from .ops_shape import _ctx, _index, _into, _resize_
 from .ops_tensor import _fill, _view_via_meta, convert, device_index, meta_of
 from .tensor import OclTensor, as_dlprim, empty, numpy_dtype
+from ..utils import BoundedCache
 
 aten = torch.ops.aten
 
@@ -19,10 +20,20 @@ __all__ = ["register_factories", "efficient_zero_tensor"]
 
 # ----- creation: arange / linspace / logspace / eye (their functional forms reach the
 # device as these out= overloads)
-def _sequence(out, shape_of, mode, start, step, end=0, base=10.0):
-    m = shape_of(torch.empty(0, dtype=out.dtype, device="meta"))
-    if tuple(out.shape) != tuple(m.shape):
-        _resize_(out, m.shape)
+# (operator, its number arguments, the output dtype) -> the result's shape: PyTorch's meta
+# kernels of arange and linspace are Python (about 200 us), and a model asks for the same
+# positions every step; an error (a zero step, say) is raised again, never kept
+_SHAPES = BoundedCache(1024)
+
+
+def _sequence(out, shape_of, mode, start, step, end=0, base=10.0, key=None):
+    shape = _SHAPES.get(key) if key is not None else None
+    if shape is None:
+        shape = tuple(shape_of(torch.empty(0, dtype=out.dtype, device="meta")).shape)
+        if key is not None:
+            _SHAPES[key] = shape
+    if tuple(out.shape) != shape:
+        _resize_(out, shape)
     if out.numel() == 0:
         return out
     target = out if out.is_contiguous() else empty(out.shape, out.dtype, _index(out))
@@ -39,8 +50,9 @@ def _arange_out(start, end, step=1, *, out):
     start, end, step = _scalar(start), _scalar(end), _scalar(step)
     integral = not (out.dtype.is_floating_point or out.dtype.is_complex)
     cast = int if integral else float  # PyTorch computes in the output's accumulate type
+    key = ("arange", (type(start), start), (type(end), end), (type(step), step), out.dtype)
     return _sequence(out, lambda m: aten.arange.start_out(start, end, step, out=m),
-                     seq.ARANGE, cast(start), cast(step))
+                     seq.ARANGE, cast(start), cast(step), key=key)
 
 
 @register(aten.arange.out)
