@@ -51,7 +51,7 @@ def _param(value, ctype):
 class _Schema:
     """What binding a call needs of an overload's schema, read once per (operator,
     overload): the argument names in order, which are the operands, the defaults."""
-    __slots__ = ("names", "inputs", "attrs", "defaults", "kwarg_defaults")
+    __slots__ = ("names", "inputs", "attrs", "defaults")
 
     def __init__(self, op, overload):
         schema = overload._schema.arguments
@@ -61,6 +61,15 @@ class _Schema:
         self.inputs = tuple(op.inputs or kept[:_ARITY[op.kind]])
         self.attrs = tuple(n for n in kept if n not in self.inputs)
         self.defaults = {s.name: s.default_value for s in schema if s.has_default_value()}
+
+    def bind(self, args, kwargs):
+        """(the operands in order, {attribute: value}) of a call, defaults filled in."""
+        bound = dict(zip(self.names, args))
+        if kwargs:
+            bound.update(kwargs)
+        defaults = self.defaults
+        return ([bound[n] if n in bound else defaults.get(n) for n in self.inputs],
+                {n: bound[n] if n in bound else defaults.get(n) for n in self.attrs})
 
 
 _SCHEMAS = {}  # (operator name, overload) -> _Schema
@@ -90,16 +99,10 @@ def _hashable(value):
 class _Call:
     """One operator call bound to its overload's schema."""
 
-    def __init__(self, op, overload, args, kwargs):
+    def __init__(self, op, overload, args, kwargs, bound=None):
         schema = _schema(op, overload)
-        bound = dict(zip(schema.names, args))
-        if kwargs:
-            bound.update(kwargs)
-        defaults = schema.defaults
-        self.op, self.overload = op, overload
-        self.inputs = [bound[n] if n in bound else defaults.get(n) for n in schema.inputs]
-        self.attrs = {n: bound[n] if n in bound else defaults.get(n) for n in schema.attrs}
-        self.defaults = defaults
+        self.op, self.overload, self.defaults = op, overload, schema.defaults
+        self.inputs, self.attrs = bound or schema.bind(args, kwargs)
 
     def code(self, compute_dtype, out_dtype):
         """(dlprim tensors, params, code) of the kernel."""
@@ -171,13 +174,15 @@ def _compute_dtype(op, call, out_dtype):
 
 
 def _run(op, functional, args, kwargs, out=None, result=None):
-    key = _plan_key(op, functional, args, kwargs) if out is None and result is None else None
-    if key is not None:
-        plan = _PLANS.get(key)
+    bound = key = None
+    if out is None and result is None:
+        bound = _schema(op, functional).bind(args, kwargs)
+        key = _plan_key(op, functional, *bound)
+        plan = _PLANS.get(key) if key is not None else None
         if plan is not None:
-            return plan.run(args, kwargs)
+            return plan.run(*bound)
     shape, dtype, _ = result or _result(functional, args, kwargs, None)
-    call = _Call(op, functional, args, kwargs)
+    call = _Call(op, functional, args, kwargs, bound)
     tensors, params, code = call.code(_compute_dtype(op, call, dtype), dtype)
     ref = next(t for t in list(args) + list(kwargs.values()) if isinstance(t, OclTensor))
     storage = ref._ocl_storage
@@ -209,37 +214,29 @@ def _operand_key(v):
     return None  # anything else: no plan
 
 
-def _plan_key(op, overload, args, kwargs):
-    schema = _schema(op, overload)
-    bound = dict(zip(schema.names, args))
-    if kwargs:
-        bound.update(kwargs)
-    defaults = schema.defaults
+def _plan_key(op, overload, inputs, attrs):
+    """The signature of a bound call (see _PLANS), None where it has none."""
     operands = []
-    for name in schema.inputs:
-        k = _operand_key(bound[name] if name in bound else defaults.get(name))
+    for value in inputs:
+        k = _operand_key(value)
         if k is None:
             return None
         operands.append(k)
-    attrs = []
-    for name in schema.attrs:
-        value = bound[name] if name in bound else defaults.get(name)
-        try:
-            hash(value)
-        except TypeError:
-            return None
-        attrs.append((type(value), value))
+    try:
+        attrs = tuple((type(v), v) for v in attrs.values())
+        hash(attrs)
+    except TypeError:
+        return None
     # (a Python float operand promotes to the default dtype: part of the signature)
-    return (op.name, overload, tuple(operands), tuple(attrs), torch.get_default_dtype())
+    return (op.name, overload, tuple(operands), attrs, torch.get_default_dtype())
 
 
 class _Plan:
     """A signature's output layout, prepared kernel and argument types (see _PLANS)."""
-    __slots__ = ("schema", "op", "shape", "dtype", "index", "ctx", "pw", "attr_params",
-                 "kinds", "param_dtypes")
+    __slots__ = ("shape", "dtype", "index", "ctx", "pw", "attr_params", "kinds",
+                 "param_dtypes")
 
     def __init__(self, call, shape, dtype, storage, pw, params):
-        self.schema, self.op = _schema(call.op, call.overload), call.op
         self.shape, self.dtype = shape, dtype
         self.index, self.ctx, self.pw = storage.index, storage.ctx, pw
         self.kinds = tuple(None if v is None else isinstance(_scalar(v), OclTensor)
@@ -247,25 +244,17 @@ class _Plan:
         self.param_dtypes = tuple(type(p) for p in params)
         self.attr_params = call.attr_params
 
-    def run(self, args, kwargs):
-        schema = self.schema
-        bound = dict(zip(schema.names, args))
-        if kwargs:
-            bound.update(kwargs)
-        defaults = schema.defaults
+    def run(self, inputs, attrs):
+        """The call of bound ``inputs`` and ``attrs``: a new output, the kernel enqueued."""
         xs, params = [], []
         types = iter(self.param_dtypes)
-        for name, tensor in zip(schema.inputs, self.kinds):
-            if tensor is None:
-                continue
-            value = bound[name] if name in bound else defaults.get(name)
+        for value, tensor in zip(inputs, self.kinds):
             if tensor:
                 xs.append(as_dlprim(value))
-            else:
+            elif tensor is not None:
                 params.append(next(types)(_scalar(value)))
         for name in self.attr_params:
-            value = bound[name] if name in bound else defaults.get(name)
-            params.append(next(types)(_scalar(value)))
+            params.append(next(types)(_scalar(attrs[name])))
         out = empty(self.shape, self.dtype, self.index)
         if out.numel():
             ys = [as_dlprim(out)]
