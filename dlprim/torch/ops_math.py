@@ -12,20 +12,12 @@ from ..tensor import Tensor
 from ..utils import BoundedCache
 from .dispatch import register, handle
 from .multi_tensor import Overlap, run_lists
-from .ops_tensor import convert, meta_of, meta_result
+from .ops_tensor import convert, meta_args, meta_result
 from .tensor import OclTensor, as_dlprim, empty, numpy_dtype, write_into
 
 aten = torch.ops.aten
 
 __all__ = ["elementwise"]
-
-
-def _meta(a):
-    if isinstance(a, OclTensor):
-        return meta_of(a)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_meta(x) for x in a)
-    return a
 
 
 def _scalar(a):
@@ -73,8 +65,8 @@ def _result(func, args, kwargs, compute):
            torch.get_default_dtype())  # (a Python float promotes to the default dtype)
     hit = _result_cache.get(key)
     if hit is None:
-        metas = _meta(list(args))
-        m = func(*metas, **{k: _meta(v) for k, v in kwargs.items()})
+        metas = meta_args(list(args))
+        m = func(*metas, **{k: meta_args(v) for k, v in kwargs.items()})
         hit = _result_cache[key] = (tuple(m.shape), m.dtype,
                                     compute(*metas) if compute else m.dtype)
     return hit

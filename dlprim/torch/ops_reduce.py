@@ -17,21 +17,13 @@ from ..core.sort import sort_launches, sorter_for
 from ..dtypes import cl_type
 from ..tensor import Tensor
 from .dispatch import register, handle
-from .ops_tensor import convert, meta_of, meta_result
+from .ops_tensor import convert, meta_result
 from .tensor import (OclTensor, Storage, as_dlprim, empty, enqueue, from_numpy, numpy_dtype,
                      write_into)
 
 aten = torch.ops.aten
 
 __all__ = []
-
-
-def _meta(a):
-    if isinstance(a, OclTensor):
-        return meta_of(a)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_meta(x) for x in a)
-    return a
 
 
 def _meta_call(func, *args, **kwargs):

@@ -19,7 +19,7 @@ from ..core.shape_remap import CIRCULAR, FLIP, REFLECT, REPLICATE, remap_axis, \
     remap_axis_backward
 from ..tensor import Tensor
 from .dispatch import register
-from .ops_tensor import _fill, _view_via_meta, convert, device_index, meta_of
+from .ops_tensor import _fill, _view_via_meta, convert, device_index, meta_args
 from .tensor import OclTensor, as_dlprim, assign, empty, numpy_dtype, strided_copy
 
 aten = torch.ops.aten
@@ -35,18 +35,9 @@ def _index(t):
     return t._ocl_storage.index
 
 
-def _meta(a):
-    """Arguments with every ocl tensor replaced by its meta tensor."""
-    if isinstance(a, OclTensor):
-        return meta_of(a)
-    if isinstance(a, (list, tuple)):
-        return type(a)(_meta(x) for x in a)
-    return a
-
-
 def _on_meta(op, *args, **kwargs):
     """PyTorch's answer on meta tensors: the output's shape and dtype, and its errors."""
-    return op(*_meta(args), **{k: _meta(v) for k, v in kwargs.items()})
+    return op(*meta_args(args), **{k: meta_args(v) for k, v in kwargs.items()})
 
 
 def _copy_of(view, stride=None):

@@ -14,7 +14,7 @@ from .tensor import OclTensor, as_dlprim, assign, empty, from_numpy, host_array,
 
 aten = torch.ops.aten
 
-__all__ = ["device_index", "meta_of", "meta_result", "convert"]
+__all__ = ["device_index", "meta_of", "meta_args", "meta_result", "convert"]
 
 
 def device_index(dev):
@@ -283,11 +283,13 @@ def meta_of(t):
     return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
-def _meta_args(a):
+def meta_args(a):
+    """An argument with every ocl tensor in it replaced by its meta tensor (lists and
+    tuples looked into)."""
     if isinstance(a, OclTensor):
         return meta_of(a)
     if isinstance(a, (list, tuple)):
-        return type(a)(_meta_args(x) for x in a)
+        return type(a)(meta_args(x) for x in a)
     return a
 
 
@@ -336,11 +338,11 @@ def meta_result(func, *args, **kwargs):
         kw = _meta_key(tuple(sorted(kwargs.items())))
         key = _UNKEYED if kw is _UNKEYED else (key, kw)
     if key is _UNKEYED:
-        return func(*_meta_args(args), **{k: _meta_args(v) for k, v in kwargs.items()})
+        return func(*meta_args(args), **{k: meta_args(v) for k, v in kwargs.items()})
     key = (func, key, torch.get_default_dtype())  # (Python floats promote to it)
     answer = _meta_answers.get(key)
     if answer is None:
-        answer = func(*_meta_args(args), **{k: _meta_args(v) for k, v in kwargs.items()})
+        answer = func(*meta_args(args), **{k: meta_args(v) for k, v in kwargs.items()})
         _meta_answers[key] = answer
     return answer
 
@@ -360,10 +362,6 @@ def _contiguous_layout(shape):
         strides.append(step)
         step *= n if n > 1 else 1
     return tuple(reversed(strides))
-
-
-def _is_int(v):
-    return type(v) is int
 
 
 def _view_rule(t, size):
