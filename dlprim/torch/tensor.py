@@ -6,7 +6,6 @@ every view of it. Views are metadata over the same storage; a kernel that needs 
 operand contiguous gets a view of the storage when the operand is, else a copy
 (``as_dlprim``).
 """
-import itertools
 import math
 
 import numpy as np
@@ -62,7 +61,7 @@ def route_operators_to(handler):
     _route[0] = handler
 
 
-_addresses = itertools.count(1 << 44)  # Storage.address in 4 KiB pages: 2^56 up, no pointer
+_next_address = [1 << 56]  # Storage.address: from 2^56 up, no pointer of this process
 
 
 # (device index, torch dtype) -> (the device's context, the numpy dtype storing it): a
@@ -105,10 +104,9 @@ class Storage:
         address = getattr(self, "_address", None)
         if address is None:
             nbytes = self.flat.size * self.flat.dtype.itemsize
-            page = next(_addresses)
-            for _ in range(2 + 2 * nbytes // 4096):  # room for the storage to grow twofold
-                next(_addresses)
-            address = self._address = page * 4096
+            address = self._address = _next_address[0]
+            # room for the storage to grow twofold, then the next 4 KiB page
+            _next_address[0] += (2 * nbytes // 4096 + 2) * 4096
         return address
 
     def at(self, offset, shape):
