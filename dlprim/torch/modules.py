@@ -18,6 +18,7 @@ would, and then puts back the sharing it broke.
 """
 import functools
 import logging
+import threading
 
 import torch
 
@@ -73,8 +74,23 @@ def _share_again(sharing):
             other._parameters[other_name] = kept
 
 
+_converting = threading.local()  # .active: inside a conversion the outermost call decided
+
+
 @functools.wraps(_plain_apply)
 def _apply(self, fn, recurse=True):
+    """The outermost ``_apply`` of a conversion decides for the whole tree (the calls it
+    makes on the submodules run as PyTorch's), so nothing is asked twice."""
+    if getattr(_converting, "active", False):
+        return _plain_apply(self, fn, recurse)
+    _converting.active = True
+    try:
+        return _convert(self, fn, recurse)
+    finally:
+        _converting.active = False
+
+
+def _convert(self, fn, recurse):
     future = torch.__future__
     if future.get_swap_module_params_on_conversion() or not _involves_ocl(self, fn):
         return _plain_apply(self, fn, recurse)
