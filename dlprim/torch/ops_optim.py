@@ -96,11 +96,14 @@ def _fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay, momentum, 
 @register(aten._amp_foreach_non_finite_check_and_unscale_.default)
 def amp_unscale_(grads, found_inf, inv_scale):
     """Every gradient times inv_scale, in place; found_inf set to 1 where any gradient
-    holds an inf or a nan (left as it was otherwise), as PyTorch's kernel does."""
-    for g in grads:
-        if g.numel():
-            bad = torch.isfinite(g).logical_not().any().to(found_inf.dtype)
-            found_inf.copy_(torch.maximum(found_inf, bad.reshape(found_inf.shape)))
+    holds an inf or a nan (left as it was otherwise), as PyTorch's kernel does. The check
+    is one largest magnitude per gradient (inf or nan where one is) and a few operators
+    over them, not an operator chain per gradient."""
+    held = [g for g in grads if g.numel()]
+    if held:
+        largest = torch.stack(torch._foreach_norm(held, float("inf")))
+        bad = torch.isfinite(largest).logical_not().any().to(found_inf.dtype)
+        found_inf.copy_(torch.maximum(found_inf, bad.reshape(found_inf.shape)))
     if grads:
         torch._foreach_mul_(list(grads), inv_scale)
 
