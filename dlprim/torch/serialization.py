@@ -23,7 +23,8 @@ import weakref
 
 import torch
 
-from .tensor import OclTensor, empty, numpy_dtype, to_cpu
+from ..core.copy import contiguous_strides
+from .tensor import OclTensor, empty, from_numpy, numpy_dtype, to_cpu
 from . import device
 from .dispatch import register as register_operator
 
@@ -137,13 +138,11 @@ def set_storage(t, source, storage_offset=0, size=None, stride=None):
     storage = by_dtype.get(t.dtype)
     if storage is None:
         values = torch.empty(0, dtype=t.dtype).set_(host)
-        flat = empty((values.numel(),), t.dtype, index)
-        flat.copy_(values)
-        storage = by_dtype[t.dtype] = flat._ocl_storage
+        storage = by_dtype[t.dtype] = from_numpy(values, index, t.dtype)._ocl_storage
     if size is None:
         size, stride = (storage.flat.size,), (1,)
     if stride is None:
-        stride = torch.empty(size, device="meta").stride()
+        stride = contiguous_strides(size)
     view = OclTensor(storage, tuple(size), tuple(stride), int(storage_offset), t.dtype)
     type(t).data.fset(t, view)
     return t
