@@ -166,27 +166,20 @@ def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
     dtype = out_dtype or a.dtype
     if a.dim() == 3 and b.dim() == 3:
         return convert(_product(a, b), dtype)
-    if a.dim() == 2 and b.dim() == 3:
-        out = handle(aten.zeros.default, ((a.shape[0], b.shape[2]),),
-                     {"dtype": dtype, "device": a.device})
-        for g, (start, end) in enumerate(_group_bounds(offs, b.shape[0])):
-            if end > start:
-                part = _product(a[start:end], b[g])
-                out[start:end] = part
-        return out
-    if a.dim() == 3 and b.dim() == 2:
-        out = handle(aten.zeros.default, ((a.shape[1], b.shape[1]),),
-                     {"dtype": dtype, "device": a.device})
-        for g, (start, end) in enumerate(_group_bounds(offs, a.shape[0])):
-            if end > start:
-                out[:, start:end] = _product(a[g], b[:, start:end])
-        return out
-    bounds = _group_bounds(offs, offs.shape[0])
-    out = handle(aten.zeros.default, ((len(bounds), a.shape[0], b.shape[1]),),
-                 {"dtype": dtype, "device": a.device})
-    for g, (start, end) in enumerate(bounds):
+    if a.dim() == 2 and b.dim() == 3:  # a's rows in groups
+        shape, groups = (a.shape[0], b.shape[2]), b.shape[0]
+        part = lambda g, s, e: (a[s:e], b[g], slice(s, e))  # noqa: E731
+    elif a.dim() == 3:  # b's columns in groups
+        shape, groups = (a.shape[1], b.shape[1]), a.shape[0]
+        part = lambda g, s, e: (a[g], b[:, s:e], (slice(None), slice(s, e)))  # noqa: E731
+    else:  # the inner dim in groups: a product per group
+        shape, groups = (offs.shape[0], a.shape[0], b.shape[1]), offs.shape[0]
+        part = lambda g, s, e: (a[:, s:e], b[s:e], g)  # noqa: E731
+    out = handle(aten.zeros.default, (shape,), {"dtype": dtype, "device": a.device})
+    for g, (start, end) in enumerate(_group_bounds(offs, groups)):
         if end > start:
-            out[g] = _product(a[:, start:end], b[start:end])
+            x, y, where = part(g, start, end)
+            out[where] = _product(x, y)
     return out
 
 
