@@ -55,11 +55,6 @@ def _acc(x):
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def _scalar(x, value):
-    """A launch parameter in x's launchers' type (a float would round eps=1e-12 off)."""
-    return np.float64(value) if x.dtype == torch.float64 else np.float32(value)
-
-
 def _as(t, dtype):
     return t if t is None or t.dtype == dtype else convert(t, dtype)
 
@@ -132,7 +127,7 @@ def _forward_stats(x, weight, bias, running_mean, running_var, training, momentu
             op.stats_launches(ts[0], ts[2], var, ts[3], ts[4], momentum, scratch)
             + op.apply_launches(ts[0], ts[1], ts[2], var, ts[5], ts[6])
             + pointwise_launches(ctx, [var], [ts[7]], "y0 = rsqrt(x0 + w0);",
-                                 [_scalar(x, eps)])))
+                                 [float(eps)])))
         return out, mean, rstd
     ts = (xs, ys, as_dlprim(running_mean), as_dlprim(running_var), gamma, beta)
     enqueue_recorded(ctx, (op, "eval"), ts, lambda: op.apply_launches(*ts))
@@ -205,7 +200,7 @@ def _bn_backward_stats(grad, x, weight, running_mean, running_var, save_mean, sa
 
     def plan():
         var_back = [] if rstd is None else pointwise_launches(
-            ctx, [ts[8]], [ts[3]], "y0 = 1.0f / (x0 * x0) - w0;", [_scalar(x, eps)])
+            ctx, [ts[8]], [ts[3]], "y0 = 1.0f / (x0 * x0) - w0;", [float(eps)])
         return var_back + op.backward_launches(*ts[:4], ts[4:6], gamma=ts[6], dx=ts[7],
                                                sums_wanted=wanted, batch_stats=bool(train))
     enqueue_recorded(ctx, (op, "backward", bool(train), wanted), ts, plan)
