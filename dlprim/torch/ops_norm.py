@@ -10,7 +10,6 @@ inputs (devices with cl_khr_fp64) keep everything float64: statistics, parameter
 arithmetic, in double."""
 import math
 
-import numpy as np
 import torch
 from torch._decomp import decomposition_table
 
