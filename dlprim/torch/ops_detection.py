@@ -15,7 +15,7 @@ from ..core.detection import BITS, detection_ops, nms_threshold
 from ..tensor import Tensor
 from .dispatch import handle, register_by_name
 from .ops_tensor import convert
-from .tensor import as_dlprim, empty, enqueue
+from .tensor import as_dlprim, empty, enqueue, numpy_dtype
 
 aten = torch.ops.aten
 
@@ -39,11 +39,8 @@ def _check_float(op, t):
                                   "float16 or float64 tensors only, got %s" % (op, t.dtype))
 
 
-def _zeros(shape, dtype, index):
-    t = empty(shape, dtype, index)
-    if t.numel():
-        handle(aten.zero_.default, (t,), {})
-    return t
+def _zeros(shape, dtype, like):
+    return handle(aten.zeros.default, (shape,), {"dtype": dtype, "device": like.device})
 
 
 # ----- nms
@@ -64,7 +61,7 @@ def nms(dets, scores, iou_threshold):
         return empty((0,), torch.int64, index)
     order = handle(aten.sort.stable, (scores,), {"stable": True, "dim": 0,
                                                   "descending": True})[1]
-    ctx, ops = _ctx(dets), detection_ops(_ctx(dets), _numpy(dets.dtype))
+    ctx, ops = _ctx(dets), detection_ops(_ctx(dets), numpy_dtype(dets.dtype))
     blocks = -(-n // BITS)
     mask = Tensor(ctx, (n * blocks,), "int64")  # (bit words: ulong in the kernel)
     removed = Tensor(ctx, (blocks,), "int64")
@@ -75,11 +72,6 @@ def nms(dets, scores, iou_threshold):
                          as_dlprim(keep), count))
     kept = int(count.to_host()[0])  # (the one value the host waits for)
     return keep if kept == n else handle(aten.slice.Tensor, (keep, 0, 0, kept), {})
-
-
-def _numpy(dtype):
-    return {torch.float32: "float32", torch.float16: "float16",
-            torch.float64: "float64"}[dtype]
 
 
 # ----- roi_align / roi_pool
@@ -99,7 +91,7 @@ def roi_align(x, rois, spatial_scale, pooled_height, pooled_width, sampling_rati
     shape = (rois.size(0), x.size(1), int(pooled_height), int(pooled_width))
     y = empty(shape, x.dtype, x._ocl_storage.index)
     if y.numel() and x.numel():
-        ops = detection_ops(_ctx(x), _numpy(x.dtype))
+        ops = detection_ops(_ctx(x), numpy_dtype(x.dtype))
         enqueue(_ctx(x), ops.roi_align_forward(as_dlprim(x), as_dlprim(rois), as_dlprim(y),
                                                spatial_scale, sampling_ratio, aligned))
     elif y.numel():
@@ -111,9 +103,8 @@ def roi_align(x, rois, spatial_scale, pooled_height, pooled_width, sampling_rati
 def roi_align_backward(grad, rois, spatial_scale, pooled_height, pooled_width, batch_size,
                        channels, height, width, sampling_ratio, aligned):
     _check_rois("_roi_align_backward", grad, rois)
-    ops = detection_ops(_ctx(grad), _numpy(grad.dtype))
-    dx = _zeros((batch_size, channels, height, width), _accumulated(grad),
-                grad._ocl_storage.index)
+    ops = detection_ops(_ctx(grad), numpy_dtype(grad.dtype))
+    dx = _zeros((batch_size, channels, height, width), _accumulated(grad), grad)
     if grad.numel() and dx.numel():
         enqueue(_ctx(grad), ops.roi_align_backward(as_dlprim(grad), as_dlprim(rois),
                                                    as_dlprim(dx), spatial_scale,
@@ -135,7 +126,7 @@ def roi_pool(x, rois, spatial_scale, pooled_height, pooled_width):
     index = x._ocl_storage.index
     y, argmax = empty(shape, x.dtype, index), empty(shape, torch.int32, index)
     if y.numel() and x.numel():
-        ops = detection_ops(_ctx(x), _numpy(x.dtype))
+        ops = detection_ops(_ctx(x), numpy_dtype(x.dtype))
         enqueue(_ctx(x), ops.roi_pool_forward(as_dlprim(x), as_dlprim(rois), as_dlprim(y),
                                               as_dlprim(argmax), spatial_scale))
     elif y.numel():
@@ -150,9 +141,8 @@ def roi_pool_backward(grad, rois, argmax, spatial_scale, pooled_height, pooled_w
     _check_rois("_roi_pool_backward", grad, rois)
     _check(argmax.dtype == torch.int32, "torchvision._roi_pool_backward: argmax must be "
            "int32, got %s" % argmax.dtype)
-    ops = detection_ops(_ctx(grad), _numpy(grad.dtype))
-    dx = _zeros((batch_size, channels, height, width), _accumulated(grad),
-                grad._ocl_storage.index)
+    ops = detection_ops(_ctx(grad), numpy_dtype(grad.dtype))
+    dx = _zeros((batch_size, channels, height, width), _accumulated(grad), grad)
     if grad.numel() and dx.numel():
         enqueue(_ctx(grad), ops.roi_pool_backward(as_dlprim(grad), as_dlprim(rois),
                                                   as_dlprim(argmax), as_dlprim(dx)))
