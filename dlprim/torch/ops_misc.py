@@ -70,11 +70,17 @@ def _bin_counts(x, edges, weight, dtype):
     slot = torch.searchsorted(edges, flat, right=True) - 1
     slot = torch.clamp(slot, max=bins - 1)
     inside = (flat >= edges[0]) & (flat <= edges[-1])
-    slot = torch.where(inside, slot, bins)
     acc = torch.float32 if dtype == torch.float16 else dtype
     w = torch.ones_like(flat, dtype=acc) if weight is None else weight.reshape(-1).to(acc)
-    hist = torch.zeros(bins + 1, dtype=acc, device=x.device).scatter_add_(0, slot, w)
-    return hist[:bins].to(dtype)
+    return _tally(slot, inside, bins, w, dtype)
+
+
+def _tally(slot, inside, bins, weights, dtype):
+    """The per-bin sums of ``weights`` (their dtype) by ``slot``, over the elements
+    ``inside`` (the others go to a spare bin), as ``dtype``."""
+    slot = torch.where(inside, slot, bins)
+    hist = torch.zeros(bins + 1, dtype=weights.dtype, device=slot.device)
+    return hist.scatter_add_(0, slot, weights)[:bins].to(dtype)
 
 
 def _extrema(x):
@@ -113,10 +119,8 @@ def _histc(x, bins=100, min=0, max=0):
     rounded = (lambda t: t.to(x.dtype).float()) if narrow else (lambda t: t)
     q = rounded(rounded(rounded(flat.float() - left) * float(bins)) / width)
     slot = torch.clamp(q, 0, bins - 1).long()
-    slot = torch.where((flat >= left) & (flat <= right), slot, bins)
     ones = torch.ones(flat.shape, dtype=torch.float32, device=x.device)
-    hist = torch.zeros(bins + 1, dtype=torch.float32, device=x.device).scatter_add_(0, slot, ones)
-    return hist[:bins].to(x.dtype)
+    return _tally(slot, (flat >= left) & (flat <= right), bins, ones, x.dtype)
 
 
 def _histc_integers(x, bins, min, max):
@@ -135,10 +139,8 @@ def _histc_integers(x, bins, min, max):
     flat = x.reshape(-1).long()
     slot = torch.clamp(torch.div((flat - lo) * bins, hi - lo, rounding_mode="floor"),
                        max=bins - 1)
-    slot = torch.where((flat >= lo) & (flat <= hi), slot, bins)
     ones = torch.ones(flat.shape, dtype=torch.int64, device=x.device)
-    hist = torch.zeros(bins + 1, dtype=torch.int64, device=x.device).scatter_add_(0, slot, ones)
-    return hist[:bins].to(x.dtype)
+    return _tally(slot, (flat >= lo) & (flat <= hi), bins, ones, x.dtype)
 
 
 _register_out("histc.out", "histc.default")
