@@ -15,7 +15,7 @@ from ..core.detection import BITS, detection_ops, nms_threshold
 from ..tensor import Tensor
 from .dispatch import handle, register_by_name
 from .ops_tensor import convert
-from .tensor import as_dlprim, empty, enqueue, numpy_dtype
+from .tensor import accumulate_dtype, as_dlprim, empty, enqueue, numpy_dtype
 
 aten = torch.ops.aten
 
@@ -104,17 +104,12 @@ def roi_align_backward(grad, rois, spatial_scale, pooled_height, pooled_width, b
                        channels, height, width, sampling_ratio, aligned):
     _check_rois("_roi_align_backward", grad, rois)
     ops = detection_ops(_ctx(grad), numpy_dtype(grad.dtype))
-    dx = _zeros((batch_size, channels, height, width), _accumulated(grad), grad)
+    dx = _zeros((batch_size, channels, height, width), accumulate_dtype(grad.dtype), grad)
     if grad.numel() and dx.numel():
         enqueue(_ctx(grad), ops.roi_align_backward(as_dlprim(grad), as_dlprim(rois),
                                                    as_dlprim(dx), spatial_scale,
                                                    sampling_ratio, aligned))
     return dx if dx.dtype == grad.dtype else convert(dx, grad.dtype)
-
-
-def _accumulated(grad):
-    """The dtype gradients are summed in (float32 for float16, converted after)."""
-    return torch.float64 if grad.dtype == torch.float64 else torch.float32
 
 
 @register_by_name("torchvision.roi_pool.default")
@@ -142,7 +137,7 @@ def roi_pool_backward(grad, rois, argmax, spatial_scale, pooled_height, pooled_w
     _check(argmax.dtype == torch.int32, "torchvision._roi_pool_backward: argmax must be "
            "int32, got %s" % argmax.dtype)
     ops = detection_ops(_ctx(grad), numpy_dtype(grad.dtype))
-    dx = _zeros((batch_size, channels, height, width), _accumulated(grad), grad)
+    dx = _zeros((batch_size, channels, height, width), accumulate_dtype(grad.dtype), grad)
     if grad.numel() and dx.numel():
         enqueue(_ctx(grad), ops.roi_pool_backward(as_dlprim(grad), as_dlprim(rois),
                                                   as_dlprim(argmax), as_dlprim(dx)))

@@ -15,7 +15,7 @@ import torch
 from ..core.embedding_bag import MODES, embedding_bag
 from .dispatch import register
 from .ops_tensor import convert
-from .tensor import as_dlprim, empty, enqueue
+from .tensor import accumulate_dtype, as_dlprim, empty, enqueue
 
 aten = torch.ops.aten
 
@@ -112,8 +112,7 @@ def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, max_in
 def _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_indices,
                                   num_weights, scale_grad_by_freq, mode, per_sample_weights,
                                   padding_idx=-1):
-    # sums in float32 (16-bit gradients widened), float64 in double
-    acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
+    acc = accumulate_dtype(grad.dtype)
     g = grad if grad.dtype == acc else convert(grad, acc)
     dim = grad.shape[1]
     dw = torch.zeros((num_weights, dim), dtype=acc, device=grad.device)

@@ -19,7 +19,7 @@ from ..core.pointwise import memo, pointwise_launches
 from ..tensor import Tensor
 from .dispatch import register
 from .ops_tensor import convert
-from .tensor import as_dlprim, empty, enqueue_recorded, numpy_dtype
+from .tensor import accumulate_dtype, as_dlprim, empty, enqueue_recorded, numpy_dtype
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _HALF = (torch.float16, torch.bfloat16)
@@ -49,9 +49,8 @@ def _stat_dtype(x, *params):
 
 
 def _acc(x):
-    """The dtype of the launchers' statistics and parameters for input x: float64 for
-    float64 (computed in double), else float32."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+    """The dtype of the launchers' statistics and parameters for input x."""
+    return accumulate_dtype(x.dtype)
 
 
 def _as(t, dtype):

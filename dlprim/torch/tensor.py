@@ -19,8 +19,8 @@ from ..tensor import Tensor
 from . import device
 
 __all__ = ["OclTensor", "Storage", "empty", "as_dlprim", "from_numpy", "to_numpy", "to_cpu",
-           "host_array", "numpy_dtype", "check_device_dtype", "write_into", "assign", "enqueue",
-           "enqueue_recorded", "route_operators_to"]
+           "host_array", "numpy_dtype", "accumulate_dtype", "check_device_dtype", "write_into",
+           "assign", "enqueue", "enqueue_recorded", "route_operators_to"]
 
 # torch dtype -> the numpy dtype of its storage (bool is stored as one byte, 0 or 1;
 # bfloat16 as its 16 bits, dlprim.dtypes.bfloat16; float64 where the device has fp64)
@@ -43,6 +43,12 @@ def numpy_dtype(dtype):
     except KeyError:
         raise TypeError("dlprim.torch: dtype %s is not supported on ocl devices (supported: %s)"
                         % (dtype, ", ".join(str(d) for d in _NUMPY))) from None
+
+
+def accumulate_dtype(dtype):
+    """The dtype a floating dtype's sums and statistics are kept in on the device: float64
+    for float64 (computed in double), float32 for the others (16-bit values widen)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def check_device_dtype(ctx, dtype):
