@@ -34,7 +34,8 @@ FIRST_OPSET = 9
 # layers written in place (output named as the input) when nothing else reads the input
 IN_PLACE = ("Activation", "Hardtanh", "Dropout", "Reshape", "Flatten", "Squeeze", "Softmax")
 DTYPES = {"float32": "float", "int32": "int", "int64": "int64", "float16": "float16",
-          "uint8": "uint8"}
+          "uint8": "uint8", "int8": "int8", "int16": "int16", "bool": "bool",
+          "float64": "float64", "bfloat16": "bfloat16"}
 
 
 def import_model(path_or_model, batch=None, live=()):
@@ -67,6 +68,7 @@ class Importer:
         self.consts = dict(info.initializers)
         self.live = set(live) & set(info.initializers)  # and what passes them through
         self.shapes = {}        # dlprim tensor -> shape
+        self.dtypes = {}        # dlprim tensor -> numpy dtype (float32 unless add says)
         self.alias = {}         # ONNX runtime tensor -> dlprim tensor
         self.weights = OrderedDict()
         self.producer = {}      # dlprim tensor -> the operator dict writing it
@@ -142,6 +144,7 @@ class Importer:
                                       % (name, np.dtype(dtype).name))
             self.cfg.add_input(name, shape, kind)
             self.shapes[name] = tuple(shape)
+            self.dtypes[name] = np.dtype(dtype if dtype is not None else np.float32)
             self.alias[name] = name
 
     def _convert(self, node):
@@ -218,6 +221,7 @@ class Importer:
             if v == old:
                 self.alias[k] = new
         self.shapes[new] = self.shapes[old]
+        self.dtypes[new] = self.dtypes.get(old, np.dtype(np.float32))
         if old in self.producer:
             self.producer[new] = self.producer.pop(old)
 
@@ -235,6 +239,13 @@ class Importer:
         if name in self.consts:
             return tuple(self.consts[name].shape)
         return self.shapes[self.value(name)]
+
+    def dtype(self, name):
+        """The numpy dtype of ONNX tensor ``name`` (a constant's own, else its dlprim
+        tensor's)."""
+        if name in self.consts:
+            return np.asarray(self.consts[name]).dtype
+        return self.dtypes.get(self.value(name), np.dtype(np.float32))
 
     def value(self, name):
         """The dlprim tensor holding ONNX tensor ``name`` (a constant becomes a Parameter)."""
@@ -295,9 +306,9 @@ class Importer:
         return name
 
     def add(self, type, inputs, shape, node=None, output=None, name=None, options=None,
-            params=None, frozen=False):
+            params=None, frozen=False, dtype=np.float32):
         """Append a dlprim operator writing ``output`` (default: node's first output, else a
-        fresh name) of ``shape``; returns the output tensor name."""
+        fresh name) of ``shape`` and ``dtype``; returns the output tensor name."""
         if output is None and type in IN_PLACE and inputs and self._only_reader(node, inputs[0]):
             output = inputs[0]  # in place: the planner may then share the input's memory
         if output is None:
@@ -307,6 +318,7 @@ class Importer:
         self.cfg.add(type, name=name, inputs=list(inputs), outputs=[output], options=options,
                      params=params, frozen=frozen)
         self.shapes[output] = tuple(int(s) for s in shape)
+        self.dtypes[output] = np.dtype(dtype)
         self.producer[output] = self.cfg.operators[-1]
         if node is not None and (output == node.outputs[0] or output == inputs[0]):
             self.alias[node.outputs[0]] = output
