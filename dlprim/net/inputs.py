@@ -6,9 +6,10 @@
   the buffers itself and is not checked.)
 - Each array holds numbers of the input's kind: floats for a float input (float64 and
   float16 are converted, as numpy would store them), integers for an integer input
-  (values must fit its dtype). Bools, strings, objects, complex numbers, integers for a
-  float input and floats for an integer one are refused: dlprim never rounds, truncates
-  or reinterprets what it is given.
+  (values must fit its dtype), bools for a bool input. Strings, objects, complex
+  numbers, integers for a float input, floats for an integer one and bools for anything
+  but a bool input are refused: dlprim never rounds, truncates or reinterprets what it
+  is given.
 - Each operator that reads a net input may check the values on the host before they are
   copied (``Layer.check_input_data``; the losses check labels), so the planned loop never
   waits for the device.
@@ -17,6 +18,7 @@ Pure numpy.
 """
 import numpy as np
 
+from ..dtypes import bfloat16, dtype_name, is_float, to_bfloat16
 from ..errors import InputError
 
 __all__ = ["readers", "as_arrays", "check_values", "converted"]
@@ -59,7 +61,7 @@ def as_arrays(inputs, graph, readers_of):
         except (ValueError, TypeError) as err:  # ragged lists
             raise InputError("net input '%s': not an array of numbers (%s)" % (name, err)) \
                 from None
-        if a.dtype.kind not in "iuf":
+        if a.dtype.kind not in "iufb":
             raise InputError("net input '%s' (%s) takes numbers; got %s data"
                              % (name, _who(readers_of[name]), a.dtype.name))
         arrays[name] = a
@@ -75,11 +77,16 @@ def check_values(arrays, readers_of):
 
 def converted(name, a, dtype, readers_of):
     """``a`` as a contiguous array of the input's ``dtype``; the kinds must match."""
-    if dtype.kind == "f":
+    if "b" in (dtype.kind, a.dtype.kind):  # bools only for bools, both ways
+        if dtype.kind != a.dtype.kind:
+            raise InputError("net input '%s' is %s (%s); got %s data: convert it yourself "
+                             "(dlprim does not guess)" % (name, dtype_name(dtype),
+                                                          _who(readers_of[name]), a.dtype.name))
+    elif is_float(dtype):
         if a.dtype.kind != "f":
             raise InputError("net input '%s' is %s (%s); got %s data: convert it yourself "
-                             "(dlprim does not guess)" % (name, dtype.name, _who(readers_of[name]),
-                                                          a.dtype.name))
+                             "(dlprim does not guess)" % (name, dtype_name(dtype),
+                                                          _who(readers_of[name]), a.dtype.name))
     elif a.dtype.kind == "f":
         raise InputError("net input '%s' is %s (%s); got %s data: integers are needed, and "
                          "dlprim never rounds or truncates" % (name, dtype.name,
@@ -91,4 +98,6 @@ def converted(name, a, dtype, readers_of):
             pos = np.unravel_index(int(np.flatnonzero(bad)[0]), a.shape)
             raise InputError("net input '%s' is %s; value %d at position %s does not fit"
                              % (name, dtype.name, a[pos].item(), tuple(int(p) for p in pos)))
+    if dtype == bfloat16:  # rounded to nearest even, as the device stores
+        return to_bfloat16(a)
     return np.ascontiguousarray(a, dtype=dtype)
