@@ -6,6 +6,7 @@ Reshape-like outputs keep the batch as ``0`` ("the input's size") where the firs
 is unchanged, so an imported net can still be reshaped to another batch size."""
 import numpy as np
 
+from .errors import OnnxImportError
 from .registry import Unsupported, converts
 from ..utils import ceil_div
 
@@ -45,7 +46,11 @@ def reshape(b, node):
 def flatten(b, node):
     x = node.inputs[0]
     shape = b.shape(x)
-    axis = int(node.attr("axis", 1)) % (len(shape) + 1) if shape else 0
+    rank, axis = len(shape), int(node.attr("axis", 1))
+    if not -rank <= axis <= rank:
+        raise OnnxImportError("Flatten '%s': attribute axis=%d is outside [-%d, %d] for an "
+                              "input of rank %d" % (node.name, axis, rank, rank, rank))
+    axis = axis + rank if axis < 0 else axis  # ONNX: a negative axis counts from the back
     out = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
     if axis == 1 and len(shape) > 2:
         b.add("Flatten", [b.value(x)], out, node)
