@@ -6,11 +6,15 @@
                    --std 0.229 0.224 0.226 photos/
 
 Prints, per image, the K most probable classes with their probabilities. A deploy file
-written by dlprim-train brings its weights, preprocessing and class names along.
+written by dlprim-train brings its weights, preprocessing and class names along. A training
+net runs without its loss and labels (an ONNX model's loss nodes are left out, which is
+said on stderr).
 """
 import argparse
+import contextlib
 import csv
 import json
+import logging
 import os
 import sys
 
@@ -103,9 +107,12 @@ def load_model(args, ctx):
     from ..net import PREDICT, Net
     if args.onnx:
         from .. import onnx as dox
+        from ..onnx.model_reader import load_proto
+        from ..onnx.ops_loss import without_losses
         if not os.path.isfile(args.onnx):
             raise MissingFileError("--onnx: %s: no such file" % args.onnx)
-        cfg, weights = dox.to_netconfig(args.onnx, batch=args.batch)
+        model = without_losses(load_proto(args.onnx))
+        cfg, weights = dox.to_netconfig(model, batch=args.batch)
         graph, meta = cfg.to_dict(), {}
     else:
         graph = load_graph_file(args.deploy or args.net).to_dict()
@@ -237,11 +244,42 @@ def _fail(err):
     return 2
 
 
+class _Notes(logging.Handler):
+    """dlprim's log records (what was left out of a model, say) as lines on the current
+    sys.stderr (looked up at each record), so the report on stdout stays clean."""
+
+    def emit(self, record):
+        try:
+            sys.stderr.write("dlprim-predict: %s\n" % self.format(record))
+        except Exception:  # a logging handler must not raise
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def _notes_on_stderr():
+    """While the program runs: dlprim's INFO records and above on stderr."""
+    logger = logging.getLogger("dlprim")
+    handler, level = _Notes(logging.INFO), logger.level
+    logger.addHandler(handler)
+    if level == logging.NOTSET or level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv=None):
     """The dlprim-predict program; returns the exit status (0 done, 1 some images could not
     be read (the others are reported), 2 a bad option, model or file: nothing was run,
     130 interrupted)."""
     args = parse_args(argv)
+    with _notes_on_stderr():
+        return _run(args)
+
+
+def _run(args):
     try:
         files = image_files(args.images)
         from ..context import Context  # opens OpenCL: not needed above
