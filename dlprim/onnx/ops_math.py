@@ -1,5 +1,6 @@
 """Converters of pointwise and reducing operators: activations, Clip, arithmetic,
-Softmax/LogSoftmax, Reduce*, Dropout, Identity, Cast."""
+Softmax/LogSoftmax, Reduce*, Dropout, Identity (over float32 tensors; other dtypes and
+Cast: ops_library)."""
 import math
 
 import numpy as np
@@ -198,13 +199,4 @@ def dropout(b, node):
 
 @converts("Identity")
 def identity(b, node):
-    b.out(node, b.value(node.inputs[0]))
-
-
-@converts("Cast")
-def cast(b, node):
-    from onnx import TensorProto
-    if node.attr("to") != TensorProto.FLOAT:
-        raise Unsupported("cast of a run-time tensor to type %s (only float32 tensors run)"
-                          % node.attr("to"))
     b.out(node, b.value(node.inputs[0]))
