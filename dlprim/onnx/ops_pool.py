@@ -2,6 +2,7 @@
 GlobalAveragePool, GlobalMaxPool, Pad, Resize and Upsample."""
 import numpy as np
 
+from ..core.interpolation import axis_table
 from .ops_nn import image_shape, pairs, window
 from .registry import Unsupported, converts
 from ..utils import ceil_div
@@ -89,32 +90,105 @@ def pad(b, node):
         "groups": cur[1], "bias": False})
 
 
-def _resize_method(b, node):
+# ----- Resize and Upsample
+#
+# ONNX defines resizing per axis: output position y reads the source position x(y) of
+# its coordinate_transformation_mode, and mode/nearest_mode/exclude_outside turn x into
+# weights on neighbouring input positions (onnx/reference/ops/op_resize.py). The result
+# is y = M x along each axis, M an (out, in) matrix. dlprim's Interpolation layer is
+# also one such matrix per axis (core.interpolation.axis_table): the converter builds
+# ONNX's matrices for H and W and uses the first Interpolation configuration whose
+# matrices equal them; when none does, the node is refused, never approximated.
+
+MATRIX_TOLERANCE = 1e-6  # float32 tables against float64 weights in [0, 1]
+
+
+def _source_positions(y, n_in, n_out, scale, ctm, roi):
+    """ONNX's source coordinate of each output position ``y`` along one axis (float64);
+    ``scale * n_in`` is the (fractional) output length the transformations use."""
+    length = scale * n_in
+    if ctm == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if ctm == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / length)
+        return offset + (y + 0.5) / scale - 0.5
+    if ctm == "pytorch_half_pixel":
+        return np.full(n_out, -0.5) if length == 1 else (y + 0.5) / scale - 0.5
+    if ctm == "align_corners":
+        return np.zeros(n_out) if length == 1 else y * (n_in - 1) / (length - 1)
+    if ctm == "asymmetric":
+        return y / scale
+    if ctm == "tf_crop_and_resize":
+        lo, hi = roi
+        x = (np.full(n_out, (hi - lo) * (n_in - 1) / 2) if length == 1
+             else y * (hi - lo) * (n_in - 1) / (length - 1))
+        return x + lo * (n_in - 1)
+    raise Unsupported("coordinate_transformation_mode %r" % ctm)
+
+
+def _coefficients(ratio, mode, nearest_mode):
+    """Weights of the two neighbours floor(x), floor(x) + 1 at fraction ``ratio`` (1 at
+    an integer x, whose neighbours are then x - 1, x)."""
+    if mode == "linear":
+        return np.stack([1 - ratio, ratio], axis=1)
+    whole = ratio == 1
+    upper = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+             "floor": np.zeros_like(whole), "ceil": np.ones_like(whole)}.get(nearest_mode)
+    if upper is None:
+        raise Unsupported("nearest_mode %r" % nearest_mode)
+    upper = upper | whole
+    return np.stack([~upper, upper], axis=1).astype(np.float64)
+
+
+def onnx_axis_matrix(n_in, n_out, scale, ctm, mode, nearest_mode="round_prefer_floor",
+                     exclude_outside=False, roi=(0.0, 1.0)):
+    """The (n_out, n_in) matrix ONNX's Resize applies along one axis (nearest or linear)."""
+    y = np.arange(n_out, dtype=np.float64)
+    x = _source_positions(y, n_in, n_out, float(scale), ctm, roi)
+    if ctm == "tf_crop_and_resize" and ((x < 0) | (x > n_in - 1)).any():
+        raise Unsupported("tf_crop_and_resize with a roi %s reaching outside the input "
+                          "(extrapolation_value)" % list(roi))
+    low = np.floor(x)
+    ratio = np.where(x == low, 1.0, x - low)
+    first = np.where(x == low, low - 1, low).astype(np.int64)
+    coeffs = _coefficients(ratio, mode, nearest_mode)
+    index = first[:, None] + np.arange(2)[None, :]
+    if exclude_outside:
+        coeffs = np.where((index < 0) | (index >= n_in), 0.0, coeffs)
+        total = coeffs.sum(axis=1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    m = np.zeros((n_out, n_in))
+    np.add.at(m, (np.repeat(np.arange(n_out), 2), np.clip(index, 0, n_in - 1).ravel()),
+              coeffs.ravel())
+    return m
+
+
+def dlprim_axis_matrix(n_in, n_out, method, scale, align_corners):
+    """The (n_out, n_in) matrix dlprim's Interpolation applies along one axis."""
+    index, weight = axis_table(n_in, n_out, method, scale, align_corners)
+    m = np.zeros((n_out, n_in))
+    rows = np.arange(n_out)
+    np.add.at(m, (rows, index[:n_out]), weight[:n_out])
+    np.add.at(m, (rows, index[n_out:2 * n_out]), weight[n_out:])
+    return m
+
+
+def _resize_attributes(b, node):
+    """(mode, coordinate_transformation_mode, nearest_mode) by operator and opset."""
     mode = node.attr("mode", "nearest")
-    ctm = node.attr("coordinate_transformation_mode",
-                    "half_pixel" if b.opset >= 11 and node.op_type == "Resize" else "asymmetric")
-    if node.attr("antialias", 0):
-        raise Unsupported("antialias")
-    if mode == "nearest":
-        nearest = node.attr("nearest_mode", "round_prefer_floor")
-        if ctm == "asymmetric" and (nearest == "floor" or node.op_type == "Upsample"):
-            return "nearest", False
-        if ctm in ("half_pixel", "pytorch_half_pixel") and nearest == "round_prefer_ceil":
-            return "nearest-exact", False
-        if ctm in ("half_pixel", "pytorch_half_pixel") and nearest == "round_prefer_floor":
-            return "nearest-integer", False  # exact only for integer factors, checked later
-    if mode in ("linear", "bilinear") and node.op_type == "Resize":
-        if ctm in ("half_pixel", "pytorch_half_pixel"):
-            return "bilinear", False
-        if ctm == "align_corners":
-            return "bilinear", True
-    raise Unsupported("mode %r with coordinate_transformation_mode %r" % (mode, ctm))
+    if mode == "bilinear":  # Upsample-7's spelling
+        mode = "linear"
+    if node.op_type == "Upsample" or b.opset < 11:
+        # Upsample and Resize-10: x = y / scale; nearest repeats (floor) when upsampling
+        return mode, "asymmetric", "floor"
+    return (mode, node.attr("coordinate_transformation_mode", "half_pixel"),
+            node.attr("nearest_mode", "round_prefer_floor"))
 
 
-@converts("Resize", "Upsample")
-def resize(b, node):
-    n, c, h, w = image_shape(b, node)
-    method, corners = _resize_method(b, node)
+def _resize_targets(b, node, shape):
+    """(output sizes, scales, roi) over all axes, as ONNX's Resize works them out."""
+    rank = len(shape)
+    roi = None
     if node.op_type == "Upsample" and node.input(1) is None:
         scales, sizes = node.attr("scales"), None
     elif node.op_type == "Upsample" or b.opset < 11:
@@ -122,28 +196,98 @@ def resize(b, node):
     else:
         scales = b.const(node.inputs[2], "scales") if node.input(2) else None
         sizes = b.const(node.inputs[3], "sizes") if node.input(3) else None
-    if node.attr("axes") is not None:
-        raise Unsupported("attribute axes")
-    opts = {"method": method}
-    if sizes is not None and np.asarray(sizes).size:
-        sizes = [int(s) for s in sizes]
-        if sizes[:2] != [n, c]:
-            raise Unsupported("sizes %s change N or C" % sizes)
-        oh, ow = sizes[2:]
-        factors = (oh / h, ow / w)
-        opts.update(out_h=oh, out_w=ow)
-    else:
-        scales = [float(s) for s in np.asarray(scales).reshape(-1)]
-        if len(scales) != 4 or scales[:2] != [1.0, 1.0]:
-            raise Unsupported("scales %s: only H and W may be resized" % scales)
-        oh, ow = int(h * scales[2]), int(w * scales[3])
-        factors = scales[2:]
-        opts.update(scale_y=scales[2], scale_x=scales[3])
-    if method == "nearest-integer":
-        if not all(f >= 1 and float(f).is_integer() for f in factors):
-            raise Unsupported("nearest mode %r with the non-integer factors %s"
-                              % (node.attr("nearest_mode", "round_prefer_floor"), list(factors)))
-        opts["method"] = "nearest"  # integer upsampling: every rounding rule picks floor(o/s)
-    if corners:
-        opts["align_corners"] = True
-    b.add("Interpolation", [b.value(node.inputs[0])], (n, c, oh, ow), node, options=opts)
+        roi = b.const(node.inputs[1], "roi") if node.input(1) else None
+    scales = None if scales is None or np.asarray(scales).size == 0 else \
+        [float(s) for s in np.asarray(scales).reshape(-1)]
+    sizes = None if sizes is None or np.asarray(sizes).size == 0 else \
+        [int(s) for s in np.asarray(sizes).reshape(-1)]
+    roi = None if roi is None or np.asarray(roi).size == 0 else \
+        [float(r) for r in np.asarray(roi).reshape(-1)]
+    if (scales is None) == (sizes is None):
+        raise Unsupported("exactly one of scales and sizes must be given")
+    axes = node.attr("axes")
+    axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+    given = scales if scales is not None else sizes
+    if len(given) != len(axes) or (roi is not None and len(roi) != 2 * len(axes)):
+        raise Unsupported("%s of %d values for %d axes" % (
+            "scales" if scales is not None else "sizes", len(given), len(axes)))
+    full_roi = [0.0] * rank + [1.0] * rank
+    for i, a in enumerate(axes):
+        if roi is not None:
+            full_roi[a], full_roi[rank + a] = roi[i], roi[len(axes) + i]
+    if scales is not None:
+        full = [1.0] * rank
+        for a, s in zip(axes, scales):
+            full[a] = s
+        out = [int(s * d) for s, d in zip(full, shape)]
+        return out, full, full_roi
+    out = list(shape)
+    for a, s in zip(axes, sizes):
+        out[a] = s
+    full = [o / d for o, d in zip(out, shape)]
+    policy = node.attr("keep_aspect_ratio_policy", "stretch")
+    if policy != "stretch":
+        if policy not in ("not_larger", "not_smaller"):
+            raise Unsupported("keep_aspect_ratio_policy %r" % policy)
+        pick = min if policy == "not_larger" else max
+        scale = pick(full[a] for a in axes)
+        full = [scale if i in axes else 1.0 for i in range(rank)]
+        out = [int(scale * d + 0.5) if i in axes else d for i, d in enumerate(shape)]
+    return out, full, full_roi
+
+
+def _resize_options(node, hw, out_hw, scales, matrices, sizes_given):
+    """The Interpolation options whose matrices are ``matrices``, or None."""
+    candidates = [(m, False) for m in ("nearest", "nearest-exact", "bilinear")]
+    candidates.append(("bilinear", True))
+    for method, corners in candidates:
+        spellings = [True, False] if sizes_given else [False, True]
+        for by_size in spellings:
+            if not by_size and any(int(n * s) != o for n, s, o in zip(hw, scales, out_hw)):
+                continue  # the layer's int(H * scale) would not give ONNX's size
+            scale = (-1.0, -1.0) if by_size else scales
+            if all(np.abs(dlprim_axis_matrix(n, o, method, s, corners) - m).max()
+                   <= MATRIX_TOLERANCE for n, o, s, m in zip(hw, out_hw, scale, matrices)):
+                opts = {"method": method}
+                if by_size:
+                    opts.update(out_h=out_hw[0], out_w=out_hw[1])
+                else:
+                    opts.update(scale_y=scales[0], scale_x=scales[1])
+                if corners:
+                    opts["align_corners"] = True
+                return opts
+    return None
+
+
+@converts("Resize", "Upsample")
+def resize(b, node):
+    """ONNX's Resize (and Upsample) of H and W of (N, C, H, W), exactly as the
+    specification defines it, onto the Interpolation layer (see above)."""
+    shape = image_shape(b, node)
+    if b.dtype(node.inputs[0]) != np.float32:
+        raise Unsupported("input of dtype %s (float32 only)" % b.dtype(node.inputs[0]).name)
+    mode, ctm, nearest_mode = _resize_attributes(b, node)
+    if mode not in ("nearest", "linear"):
+        raise Unsupported("mode %r (nearest and linear only)" % mode)
+    out, scales, roi = _resize_targets(b, node, shape)
+    if out[:2] != list(shape[:2]):
+        raise Unsupported("output %s changes N or C of the input %s" % (out, list(shape)))
+    if min(out[2:]) < 1:
+        raise Unsupported("empty output %s" % out)
+    if node.attr("antialias", 0) and min(scales[2:]) < 1:
+        raise Unsupported("antialias with a downscale %s" % scales[2:])  # wider filters
+    hw = shape[2:]
+    if ctm != "tf_crop_and_resize" and (roi[2:4] != [0.0, 0.0] or roi[6:8] != [1.0, 1.0]):
+        roi = [0.0] * 4 + [1.0] * 4  # the roi is read only by tf_crop_and_resize
+    matrices = [onnx_axis_matrix(hw[i], out[2 + i], scales[2 + i], ctm, mode, nearest_mode,
+                                 bool(node.attr("exclude_outside", 0)),
+                                 (roi[2 + i], roi[6 + i])) for i in range(2)]
+    sizes_given = node.op_type == "Resize" and b.opset >= 11 and node.input(3) is not None
+    opts = _resize_options(node, hw, out[2:], scales[2:], matrices, sizes_given)
+    if opts is None:
+        raise Unsupported("mode %r with coordinate_transformation_mode %r%s and these sizes "
+                          "(%s -> %s): no Interpolation computes it exactly" % (
+                              mode, ctm, ", nearest_mode %r" % nearest_mode
+                              if mode == "nearest" else "", list(hw), out[2:]))
+    b.add("Interpolation", [b.value(node.inputs[0])], (shape[0], shape[1], out[2], out[3]),
+          node, options=opts)
