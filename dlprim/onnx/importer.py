@@ -112,6 +112,7 @@ class Importer:
             else:
                 self._convert(node)
             self.converted.add(id(node))
+        self._check_outputs()
         if self.problems:
             raise UnsupportedModelError(self.problems)
         self._name_outputs()
@@ -195,6 +196,22 @@ class Importer:
         start, end = node.attr("start", 0), node.attr("end", None)
         self.consts[node.outputs[0]] = shape[start:end]
 
+    def _check_outputs(self):
+        """A model output the net cannot produce (a constant of a dtype no Parameter
+        holds) is a problem of the node that computes it."""
+        producer = {o: n for n in self.nodes for o in n.outputs if o}
+        for o in self.info.outputs:
+            if o in self.poisoned:
+                continue
+            try:
+                self.value(o)
+            except Unsupported as why:
+                node = producer.get(o)
+                self.problems.append((node.op_type if node else "Initializer",
+                                      node.name if node else o,
+                                      "model output '%s': %s" % (o, why)))
+                self.poisoned.add(o)
+
     def _name_outputs(self):
         """The net outputs carry the model's output names."""
         claimed, outputs = set(), []
@@ -206,7 +223,8 @@ class Importer:
             if t != o:
                 if t in inputs or t in claimed:
                     self.add("Reshape", [t], self.shapes[t], output=o, name=o + "/copy",
-                             options={"dims": [0] + list(self.shapes[t][1:])})
+                             options={"dims": [0] + list(self.shapes[t][1:])},
+                             dtype=self.dtypes.get(t, np.float32))
                 else:
                     self._rename(t, o)
             claimed.add(o)
