@@ -44,12 +44,14 @@ _ARITY = {"unary": 1, "binary": 2, "ternary": 3}
 _PLACES = "abc"
 _F32, _F64, _I64, _BOOL = (np.dtype(t) for t in (np.float32, np.float64, np.int64, np.bool_))
 _CAST = "copy"  # the library's conversion between dtypes (ONNX Cast)
+# launcher declarations whose pointwise case this layer runs: (arity, expression, gradients)
+_SELECT = ("({a} != 0 ? {b} : {c})", (None, "a != 0 ? dy : 0", "a != 0 ? 0 : dy"))
 
 
 def pointwise_operators():
     """The names of the operators ``LibraryOp`` runs: every unary, binary and ternary
     declaration, and ``copy`` (a dtype conversion)."""
-    return [op.name for op in library.OPS.values() if op.kind in _ARITY] + [_CAST]
+    return [op.name for op in library.OPS.values() if op.kind in _ARITY] + [_CAST, "where"]
 
 
 def _cls(dtype):
@@ -119,7 +121,7 @@ class LibraryOp(Layer):
             self.fail("option 'op': %r is not a pointwise operator of the library; known: %s"
                       % (name, ", ".join(sorted(pointwise_operators()))))
         self.op = library.get(name)
-        self.arity = 1 if name == _CAST else _ARITY[self.op.kind]
+        self.arity = {_CAST: 1, "where": 3}.get(name) or _ARITY[self.op.kind]
         attrs, scalars = self.options["attrs"] or {}, self.options["scalars"] or {}
         if not isinstance(attrs, dict) or not isinstance(scalars, dict):
             self.fail("options 'attrs' and 'scalars' must be objects {name: value}")
@@ -154,6 +156,10 @@ class LibraryOp(Layer):
         dtypes = [s.dtype for s in in_specs]
         if self.op.name == _CAST:
             self.compute, natural = dtypes[0], dtypes[0]
+        elif self.op.name == "where":  # the condition takes no part in promotion
+            chosen = [s.dtype for p, s in zip(self.places, in_specs) if p != "a"]
+            self.compute = natural = promote_types(chosen or [_BOOL], [
+                v for p, v in self.scalars.items() if p != "a"])
         else:
             self.compute, natural = result_dtype(self.op, dtypes, list(self.scalars.values()),
                                                  self.attrs)
@@ -183,6 +189,8 @@ class LibraryOp(Layer):
     def _expr(self, compute, natural):
         cls = _cls(compute)
         op = self.op
+        if op.name == "where":
+            return _SELECT[0]
         if cls not in op.dtypes:
             self.fail("%s does not take %s operands (it takes %s)"
                       % (op.name, dtype_name(compute), ", ".join(op.dtypes)))
@@ -243,7 +251,7 @@ class LibraryOp(Layer):
                 and is_float(self.in_specs[0].dtype) else {}
             return grads
         out = {}
-        grad = self.op.grad or ()
+        grad = _SELECT[1] if self.op.name == "where" else (self.op.grad or ())
         for pos, place in enumerate(self.places):
             k = _PLACES.index(place)
             if k < len(grad) and grad[k] is not None and is_float(self.in_specs[pos].dtype):
