@@ -81,6 +81,24 @@ def test_every_loss_layer_of_a_trained_net_imports_back(ctx, tmp_path):
         close(back[k], ref[k])
 
 
+def test_float_labels_come_back_through_their_cast(ctx, tmp_path):
+    """Float class indices (DLPrimitives' label inputs) export with a Cast to int64."""
+    cfg = dp.NetConfig()
+    cfg.add_input("data", (N, 5))
+    cfg.add_input("label", (N,))
+    fc = cfg.add("InnerProduct", name="fc", inputs="data", options={"outputs": C})
+    cfg.add("SoftmaxWithLoss", name="loss", inputs=[fc, "label"], outputs=["loss"])
+    cfg.set_outputs([fc, "loss"])
+    net = dp.Net(ctx, cfg, mode="predict", seed=3)
+    x = {"data": np.random.default_rng(8).standard_normal((N, 5)).astype(np.float32),
+         "label": np.array([3, 0, 1], np.float32)}
+    model = dox.save(net, tmp_path / "float_labels.onnx")
+    assert "Cast" in {n.op_type for n in model.graph.node}
+    ours, back = net(**x), dox.load(tmp_path / "float_labels.onnx", ctx)(**x)
+    for k in ours:
+        close(back[k], ours[k], 1e-6)
+
+
 def scores_and_labels(rng, nd):
     shape = (N, C) if nd == 2 else (N, C, D1, D2)
     labels = rng.integers(0, C, (shape[0],) + shape[2:])
@@ -146,6 +164,33 @@ def test_constant_labels_and_an_ignore_index_in_range(ctx):
                               [numpy_helper.from_array(t, "t")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     close(dox.load(model, ctx)(x=x)["y"], run_ort(model, {"x": x})["y"])
+
+
+def test_pytorch_training_export_matches_pytorch(ctx):
+    """torch.onnx.export of losses: cross entropy over (N, C, L) with an ignore_index, and a
+    weighted NLL (which PyTorch writes as SoftmaxCrossEntropyLoss of a Constant weight)."""
+    torch = pytest.importorskip("torch")
+    import io
+
+    class Losses(torch.nn.Module):
+        def forward(self, x, t, x2, t2):
+            logp = torch.log_softmax(x2, 1)
+            w = torch.tensor([1.0, 2.0, 0.5, 3.0])
+            return (torch.nn.functional.cross_entropy(x, t, ignore_index=2),
+                    torch.nn.functional.nll_loss(logp, t2, weight=w),
+                    torch.nn.functional.cross_entropy(x, t, reduction="none"))
+
+    rng = np.random.default_rng(7)
+    args = (torch.from_numpy(rng.standard_normal((N, C, 5)).astype(np.float32)),
+            torch.from_numpy(rng.integers(0, C, (N, 5))),
+            torch.from_numpy(rng.standard_normal((N, C)).astype(np.float32)),
+            torch.tensor([3, 0, 1]))
+    f = io.BytesIO()
+    torch.onnx.export(Losses(), args, f, opset_version=17, dynamo=False,
+                      input_names=["x", "t", "x2", "t2"], output_names=["ce", "nll", "ce_rows"])
+    ours = dox.load(f.getvalue(), ctx)(**{k: a.numpy() for k, a in zip(("x", "t", "x2", "t2"), args)})
+    for name, ref in zip(("ce", "nll", "ce_rows"), Losses()(*args)):
+        close(ours[name], ref.numpy())
 
 
 def refused(node, x_shape=(N, C), t_shape=(N,)):
