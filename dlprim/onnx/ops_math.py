@@ -194,6 +194,9 @@ def dropout(b, node):
     if ratio == 0.0:
         b.out(node, b.value(x))
         return
+    if node.input(2) and bool(b.const(node.inputs[2], "training_mode").reshape(())):
+        # ONNX drops at random here whatever the net's mode; a predicting net would not
+        raise Unsupported("training_mode true (random dropout in the model itself)")
     b.add("Dropout", [b.value(x)], b.shape(x), node, options={"ratio": float(ratio)})
 
 
