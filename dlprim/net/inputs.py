@@ -100,4 +100,4 @@ def converted(name, a, dtype, readers_of):
                              % (name, dtype.name, a[pos].item(), tuple(int(p) for p in pos)))
     if dtype == bfloat16:  # rounded to nearest even, as the device stores
         return to_bfloat16(a)
-    return np.ascontiguousarray(a, dtype=dtype)
+    return np.require(a, dtype, "C")  # keeps a 0-d input 0-d (ascontiguousarray makes it (1,))
