@@ -108,7 +108,8 @@ def scores_and_labels(rng, nd):
 
 def every_variant(weights_input=False):
     """One model with a node per (operator, rank, reduction, weights, ignore_index); the
-    SoftmaxCrossEntropyLoss nodes with weights also write log_prob."""
+    SoftmaxCrossEntropyLoss nodes without ignore_index also write log_prob (the others
+    with a plain mean are the fused SoftmaxWithLoss)."""
     nodes, outputs = [], []
     for op in ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"):
         for nd in (2, 4):
@@ -118,7 +119,8 @@ def every_variant(weights_input=False):
                         name = "%s_%dd_%s%s%s" % (op[:3], nd, reduction, "_w" * weighted,
                                                   "" if ignore is None else "_ignore")
                         ins = ["x%d" % nd, "t%d" % nd] + (["w"] if weighted else [])
-                        outs = [name] + ([name + "_log_prob"] if weighted and op[0] == "S" else [])
+                        log_prob = op[0] == "S" and ignore is None
+                        outs = [name] + ([name + "_log_prob"] if log_prob else [])
                         attrs = {"reduction": reduction}
                         if ignore is not None:
                             attrs["ignore_index"] = ignore
