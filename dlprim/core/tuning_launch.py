@@ -157,7 +157,7 @@ def reduce_cpu_chunks(facts, outputs, reduced):
     many as bring the work-items to POINTWISE_CPU_ITEMS_PER_CU per core, none shorter than
     POINTWISE_CPU_MIN_CHUNK elements."""
     target = POINTWISE_CPU_ITEMS_PER_CU * facts.compute_units
-    if outputs >= target:
+    if outputs >= target or outputs == 0:  # an empty output launches nothing
         return 1
     return max(1, min(ceil_div(target, outputs), reduced // POINTWISE_CPU_MIN_CHUNK, 1024))
 
