@@ -3,6 +3,7 @@ bias), BatchNormalization; LRN; attention (a folded pattern, and dlprim's own
 PackedAttention node); and the window helpers the pooling converters share."""
 import numpy as np
 
+from .model_reader import Node
 from .registry import Unsupported, converts
 from .rewrite import ATTENTION
 from ..utils import ceil_div
@@ -51,10 +52,16 @@ def _pad_option(pads):
 
 @converts("Conv")
 def conv(b, node):
-    n, c, h, w = image_shape(b, node)
-    weight = b.const(node.inputs[1], "weight")
+    if len(b.shape(node.inputs[0])) == 3:
+        return _one_d(b, node, _conv2d)
+    image_shape(b, node)
+    return _conv2d(b, node, b.value(node.inputs[0]), b.const(node.inputs[1], "weight"))
+
+
+def _conv2d(b, node, x, weight, output=None):
+    n, c, h, w = b.shapes[x]
     if weight.ndim != 4:
-        raise Unsupported("weight of shape %s: only 2-D convolutions" % (weight.shape,))
+        raise Unsupported("weight of shape %s: only 1-D and 2-D convolutions" % (weight.shape,))
     k, _, kh, kw = weight.shape
     group = int(node.attr("group", 1))
     strides, dil, pads = window(node, (h, w), (kh, kw))
@@ -63,18 +70,50 @@ def conv(b, node):
         params.append(b.param(node.inputs[2], b.const(node.inputs[2], "bias")))
     oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (w + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
-    b.add("Convolution2D", [b.value(node.inputs[0])], (n, k, oh, ow), node, params=params,
-          options={"channels_out": int(k), "channels_in": int(c), "kernel": [int(kh), int(kw)],
-                   "stride": strides, "pad": _pad_option(pads), "dilate": dil, "groups": group,
-                   "bias": len(params) == 2})
+    return b.add("Convolution2D", [x], (n, k, oh, ow), node, output=output, params=params,
+                 options={"channels_out": int(k), "channels_in": int(c),
+                          "kernel": [int(kh), int(kw)], "stride": strides,
+                          "pad": _pad_option(pads), "dilate": dil, "groups": group,
+                          "bias": len(params) == 2})
+
+
+# a 1-D window attribute -> the 2-D one over (N, C, 1, L): the height axis of size 1
+_LIFT = {"strides": lambda v: [1] + v, "dilations": lambda v: [1] + v,
+         "kernel_shape": lambda v: [1] + v, "output_padding": lambda v: [0] + v,
+         "output_shape": lambda v: [1] + v[-1:], "pads": lambda v: [0, v[0], 0, v[1]]}
+
+
+def _one_d(b, node, convert):
+    """A 1-D Conv or ConvTranspose (Whisper's, wav2vec's) as the 2-D one over (N, C, 1, L):
+    the same sums, the weight (K, C, kL) held as (K, C, 1, kL) under its own name, so a
+    model's parameter still maps onto it element for element."""
+    n, c, length = b.shape(node.inputs[0])
+    weight = b.const(node.inputs[1], "weight")
+    if weight.ndim != 3:
+        raise Unsupported("weight of shape %s for an input of shape %s"
+                          % (weight.shape, (n, c, length)))
+    attrs = {k: (_LIFT[k]([int(a) for a in v]) if k in _LIFT else v)
+             for k, v in node.attrs.items()}
+    lifted = Node(node.op_type, node.name, node.inputs, node.outputs, attrs, node.domain)
+    x = b.add("Reshape", [b.value(node.inputs[0])], (n, c, 1, length), name=node.name + "/2d",
+              output=b.fresh(node.outputs[0] + "/2d_in"), options={"dims": [0, c, 1, length]})
+    y = convert(b, lifted, x, weight[:, :, None, :], output=b.fresh(node.outputs[0] + "/2d"))
+    _, k, _, out_len = b.shapes[y]
+    return b.add("Reshape", [y], (n, k, out_len), node, options={"dims": [0, k, out_len]})
 
 
 @converts("ConvTranspose")
 def conv_transpose(b, node):
-    n, c, h, w = image_shape(b, node)
-    weight = b.const(node.inputs[1], "weight")
+    if len(b.shape(node.inputs[0])) == 3:
+        return _one_d(b, node, _conv_transpose2d)
+    image_shape(b, node)
+    return _conv_transpose2d(b, node, b.value(node.inputs[0]), b.const(node.inputs[1], "weight"))
+
+
+def _conv_transpose2d(b, node, x, weight, output=None):
+    n, c, h, w = b.shapes[x]
     if weight.ndim != 4:
-        raise Unsupported("weight of shape %s: only 2-D convolutions" % (weight.shape,))
+        raise Unsupported("weight of shape %s: only 1-D and 2-D convolutions" % (weight.shape,))
     group = int(node.attr("group", 1))
     _, kper, kh, kw = weight.shape
     k = kper * group
@@ -104,11 +143,12 @@ def conv_transpose(b, node):
         params.append(b.param(node.inputs[2], b.const(node.inputs[2], "bias")))
     oh = full[0] - pads[0] - pads[2] + out_pad[0]
     ow = full[1] - pads[1] - pads[3] + out_pad[1]
-    b.add("TransposedConvolution2D", [b.value(node.inputs[0])], (n, k, oh, ow), node,
-          params=params,
-          options={"channels_out": int(k), "channels_in": int(c), "kernel": [int(kh), int(kw)],
-                   "stride": strides, "pad": _pad_option(pads), "dilate": dil, "groups": group,
-                   "bias": len(params) == 2, "output_pad": out_pad})
+    return b.add("TransposedConvolution2D", [x], (n, k, oh, ow), node, output=output,
+                 params=params,
+                 options={"channels_out": int(k), "channels_in": int(c),
+                          "kernel": [int(kh), int(kw)], "stride": strides,
+                          "pad": _pad_option(pads), "dilate": dil, "groups": group,
+                          "bias": len(params) == 2, "output_pad": out_pad})
 
 
 def _inner_product(b, node, x, w, bias, w_name, b_name, output=None, name=None):
