@@ -1,11 +1,13 @@
 """Index reads and writes of tensors of any dtype by run-time integer indices (ONNX's
-Gather family), on the ocl device's index kernels (core/indexing.py).
+Gather family), on the ocl device's index kernels (core/index_map.py over core/indexing.py).
 
     Gather           y = take(x, idx, axis): out shape x[:axis] + idx + x[axis+1:]
     GatherElements   y[.., i, ..] = x[.., idx[.., i, ..], ..] along ``axis`` (out: idx's shape)
     GatherND         y[b, m] = x[b, idx[b, m, 0], ..., idx[b, m, k-1]] (``batch_dims`` b)
     ScatterElements  y = x; y[.., idx[.., i, ..], ..] op= u[.., i, ..] along ``axis``
     ScatterND        y = x; y[idx[m, 0], ..., idx[m, k-1]] op= u[m]
+    Pad              x padded or cropped along every axis, each axis a gather by an index
+                     map (numpy.pad's modes), or a fill and a copy (constant mode)
 
 Indices are int32 or int64 (GatherND/ScatterND: int64 as ONNX types them); a negative one
 counts from the end of its axis (ONNX's rule). ``reduction`` is "none" (a repeated index
@@ -21,24 +23,20 @@ import math
 
 import numpy as np
 
-from ..core import indexing
-from ..core.copy import Fill, StridedCopy, TransposeCopy, contiguous_strides
+from ..core.index_map import (REDUCE_OPS, AxisMap, ElementsBlock, NDIndex, Reversal,  # noqa: F401
+                               accumulate_type, around, pad_map, put, put_reduce, take)
+from ..core.copy import Fill, StridedCopy, contiguous_strides
 from ..dtypes import cl_type
-from ..tensor import Tensor, ws_view
+from ..tensor import ws_view
 from ..utils import is_int, round_up
 from .base import Layer, Setup, TensorSpec, register
 
-__all__ = ["around", "INDEX_TYPES"]
+__all__ = ["INDEX_TYPES", "Reversal", "around"]
 
 INDEX_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
 GRAD_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
-REDUCTIONS = ("none",) + tuple(indexing.REDUCE_OPS)
+REDUCTIONS = ("none",) + tuple(REDUCE_OPS)
 _I64 = np.dtype(np.int64)
-
-
-def around(shape, axis):
-    """(outer, n, inner): a shape seen around ``axis``."""
-    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
 
 class _Indexed(Layer):
@@ -64,7 +62,7 @@ class _Indexed(Layer):
     def scatter_add(self, dy, idx, dx, accumulate, shape, outer, n, m, inner, per_element):
         """dx (of ``shape``) = accumulate * dx + the sum of dy at idx (float adds)."""
         out = [] if accumulate else Fill(self.ctx, shape, dx.dtype).launches(dx, 0)
-        return out + indexing.put_reduce(self.ctx, dy, idx, dx, outer, n, m, inner, "add",
+        return out + put_reduce(self.ctx, dy, idx, dx, outer, n, m, inner, "add",
                                          per_element=per_element, wrap=True)
 
 
@@ -86,7 +84,7 @@ class Gather(_Indexed):
 
     def forward(self, x, y, params, ws, saved):
         outer, n, inner = self.dims
-        return indexing.take(self.ctx, x[0], x[1], y[0], outer, n, self.m, inner, wrap=True)
+        return take(self.ctx, x[0], x[1], y[0], outer, n, self.m, inner, wrap=True)
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
@@ -94,26 +92,6 @@ class Gather(_Indexed):
         outer, n, inner = self.dims
         return self.scatter_add(dy[0], x[1], dx[0], accumulate[0], self.in_specs[0].shape,
                                 outer, n, self.m, inner, per_element=False)
-
-
-class _Block:
-    """Where the index tensor of an elements op is smaller than the data outside the axis
-    (ONNX allows it), the op runs on a contiguous copy of the data's block of the index's
-    extent (the index kernels read both sides in one (outer, n, inner) layout)."""
-
-    def __init__(self, ctx, data, idx_shape, axis):
-        self.shape = tuple(data.shape[axis] if k == axis else s for k, s in enumerate(idx_shape))
-        self.needed = self.shape != tuple(data.shape)
-        self.bytes = round_up(math.prod(self.shape) * data.dtype.itemsize, 256) if self.needed else 0
-        self.dims = around(self.shape, axis)
-        strides = contiguous_strides(data.shape)
-        own = contiguous_strides(self.shape)
-        self.out = StridedCopy(ctx, self.shape, strides, own, data.dtype)
-        self.back = StridedCopy(ctx, self.shape, own, strides, data.dtype)
-        self.dtype = data.dtype
-
-    def tensor(self, ws):
-        return ws_view(ws, 0, math.prod(self.shape), self.dtype)
 
 
 @register("GatherElements")
@@ -131,7 +109,7 @@ class GatherElements(_Indexed):
                 i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
             self.fail("indices %s must have the rank of data %s and no larger size outside "
                       "axis %d" % (idx.shape, data.shape, axis))
-        self.block = _Block(self.ctx, data, idx.shape, axis)
+        self.block = ElementsBlock(self.ctx, data, idx.shape, axis)
         self.m = idx.shape[axis] if idx.shape else 1
         return Setup([TensorSpec(idx.shape, data.dtype)], workspace=self.block.bytes,
                      flags=self.grad_flags(data))
@@ -142,7 +120,7 @@ class GatherElements(_Indexed):
         if self.block.needed:
             src = self.block.tensor(ws)
             out = self.block.out.launches(x[0], src)
-        return out + indexing.take(self.ctx, src, x[1], y[0], outer, n, self.m, inner,
+        return out + take(self.ctx, src, x[1], y[0], outer, n, self.m, inner,
                                    per_element=True, wrap=True)
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
@@ -173,7 +151,7 @@ class _Scatter(Layer):
         if r == "none":
             return
         ct = cl_type(dtype)
-        if ct != indexing.accumulate_type(dtype):
+        if ct != accumulate_type(dtype):
             self.fail("reduction %r of %s values: combines float32, float64, int32 and int64 "
                       "only" % (r, dtype.name))
         if ct in ("long", "double") and not self.ctx.facts.int64_atomics:
@@ -183,9 +161,9 @@ class _Scatter(Layer):
     def write(self, u, idx, dst, outer, n, m, inner, per_element, wrap):
         r = self.options["reduction"]
         if r == "none":
-            return indexing.put(self.ctx, u, idx, dst, outer, n, m, inner,
+            return put(self.ctx, u, idx, dst, outer, n, m, inner,
                                 per_element=per_element, wrap=wrap)
-        return indexing.put_reduce(self.ctx, u, idx, dst, outer, n, m, inner, r,
+        return put_reduce(self.ctx, u, idx, dst, outer, n, m, inner, r,
                                    per_element=per_element, wrap=wrap)
 
 
@@ -208,7 +186,7 @@ class ScatterElements(_Scatter, _Indexed):
                 i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
             self.fail("indices %s must have the rank of data %s and no larger size outside "
                       "axis %d" % (idx.shape, data.shape, axis))
-        self.block = _Block(self.ctx, data, idx.shape, axis)
+        self.block = ElementsBlock(self.ctx, data, idx.shape, axis)
         self.copy = StridedCopy(self.ctx, (math.prod(data.shape),), (1,), (1,), data.dtype)
         self.m = idx.shape[axis] if idx.shape else 1
         return Setup([TensorSpec(data.shape, data.dtype)], workspace=self.block.bytes)
@@ -222,42 +200,6 @@ class ScatterElements(_Scatter, _Indexed):
         out += self.block.out.launches(y[0], block)
         out += self.write(x[2], x[1], block, outer, n, self.m, inner, True, True)
         return out + self.block.back.launches(block, y[0])
-
-
-class _ND:
-    """The rows of an (..., k) index tensor folded into one int64 index over the k indexed
-    axes (row-major; each column wrapped by its own axis), with a batch index in front
-    for GatherND's ``batch_dims``: lin = (b * n0 + i0) * n1 + i1 ... ."""
-
-    def __init__(self, ctx, idx_shape, sizes, batch):
-        self.ctx, self.sizes, self.batch = ctx, list(sizes), batch
-        self.k = idx_shape[-1]
-        self.rows = math.prod(idx_shape[:-1])
-        self.cols = TransposeCopy(ctx, (self.rows, self.k), (1, 0), _I64) if self.k > 1 else None
-        self.batch_ids = None
-        if batch > 1:
-            per = self.rows // batch
-            self.batch_ids = Tensor.from_numpy(ctx, np.repeat(np.arange(batch, dtype=np.int64), per))
-            self.start = StridedCopy(ctx, (self.rows,), (1,), (1,), _I64)
-        self.bytes = round_up(self.rows * 8, 256) + (round_up(self.rows * self.k * 8, 256)
-                                                     if self.cols else 0)
-
-    def launches(self, idx, ws):
-        """-> (launches, lin): lin the folded index, in the workspace."""
-        lin = ws_view(ws, 0, self.rows, _I64)
-        cols = idx.view((self.rows * self.k,))
-        out = []
-        if self.cols is not None:
-            t = ws_view(ws, round_up(self.rows * 8, 256), self.rows * self.k, _I64)
-            out += self.cols.launches(idx.view((self.rows, self.k)), t.view((self.k, self.rows)))
-            cols = t
-        first = self.batch_ids is None
-        if not first:
-            out += self.start.launches(self.batch_ids, lin)
-        for j, n in enumerate(self.sizes):
-            out += indexing.combine(self.ctx, cols.view((self.rows,), j * self.rows), lin, n,
-                                    first=first and j == 0)
-        return out, lin
 
 
 def _nd_shapes(layer, data, idx, batch):
@@ -287,7 +229,7 @@ class GatherND(_Indexed):
             self.fail("option 'batch_dims' must be an integer, got %r" % (b,))
         k = _nd_shapes(self, data, idx, b)
         batch = math.prod(data.shape[:b])
-        self.nd = _ND(self.ctx, idx.shape, data.shape[b:b + k], batch)
+        self.nd = NDIndex(self.ctx, idx.shape, data.shape[b:b + k], batch)
         self.n = batch * math.prod(data.shape[b:b + k])
         self.inner = math.prod(data.shape[b + k:])
         out = idx.shape[:-1] + data.shape[b + k:]
@@ -296,7 +238,7 @@ class GatherND(_Indexed):
 
     def forward(self, x, y, params, ws, saved):
         out, lin = self.nd.launches(x[1], ws)
-        return out + indexing.take(self.ctx, x[0], lin, y[0], 1, self.n, self.nd.rows,
+        return out + take(self.ctx, x[0], lin, y[0], 1, self.n, self.nd.rows,
                                    self.inner)
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
@@ -324,7 +266,7 @@ class ScatterND(_Scatter):
         if upd.shape != want or upd.dtype != data.dtype:
             self.fail("updates %s %s must be %s %s" % (upd.shape, upd.dtype.name, want,
                                                        data.dtype.name))
-        self.nd = _ND(self.ctx, idx.shape, data.shape[:k], 1)
+        self.nd = NDIndex(self.ctx, idx.shape, data.shape[:k], 1)
         self.n, self.inner = math.prod(data.shape[:k]), math.prod(data.shape[k:])
         self.copy = StridedCopy(self.ctx, (math.prod(data.shape),), (1,), (1,), data.dtype)
         return Setup([TensorSpec(data.shape, data.dtype)], workspace=self.nd.bytes)
@@ -334,3 +276,103 @@ class ScatterND(_Scatter):
         more, lin = self.nd.launches(x[1], ws)
         return out + more + self.write(x[2], lin, y[0], 1, self.n, self.nd.rows, self.inner,
                                        False, False)
+
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+def _int_list(layer, key):
+    v = layer.options[key]
+    if not isinstance(v, (list, tuple)) or not all(map(is_int, v)):
+        layer.fail("option %r must be a list of integers, got %r" % (key, v))
+    return [int(n) for n in v]
+
+
+def _at(t, element):
+    """``t`` seen from ``element`` elements further in (for strided copies)."""
+    return t.view((max(t.size - element, 0),), offset=element)
+
+
+@register("Pad")
+class Pad(Layer):
+    """x padded (or cropped, by negative pads) along every axis, as ONNX Pad: constant
+    mode is a fill and a copy of the kept block; reflect, edge and wrap gather each padded
+    axis by numpy.pad's index map of that axis."""
+    OPTIONS = {"pads": None, "mode": "constant", "value": 0.0}
+    HALF_STORAGE = "follows"
+    BACKWARD_READS_INPUTS = False
+
+    def build(self, in_specs):
+        spec = self.single_input(in_specs, float32=False)
+        r = len(spec.shape)
+        pads, mode = _int_list(self, "pads"), self.options["mode"]
+        if mode not in PAD_MODES:
+            self.fail("option 'mode' %r is not one of %s" % (mode, ", ".join(PAD_MODES)))
+        if len(pads) != 2 * r:
+            self.fail("option 'pads' %s needs 2 x %d entries for input %s" % (pads, r, spec.shape))
+        self.lo, self.hi = pads[:r], pads[r:]
+        self.out = tuple(n + a + b for n, a, b in zip(spec.shape, self.lo, self.hi))
+        if any(n < 0 for n in self.out):
+            self.fail("pads %s crop more than input %s holds" % (pads, spec.shape))
+        self.constant = mode == "constant"
+        flags = self.default_flags(has_backward=spec.dtype in GRAD_TYPES and self.constant)
+        if self.constant:
+            keep, xs, ys, _, _ = self._block()
+            self.fill = Fill(self.ctx, self.out, spec.dtype)
+            self.copy_in = StridedCopy(self.ctx, keep, xs, ys, spec.dtype)
+            self.copy_back = StridedCopy(self.ctx, keep, ys, xs, spec.dtype)
+            self.zero = Fill(self.ctx, spec.shape, spec.dtype)
+            return Setup([TensorSpec(self.out, spec.dtype)], flags=flags)
+        self.steps, shape = [], list(spec.shape)
+        for axis, (n, a, b) in enumerate(zip(spec.shape, self.lo, self.hi)):
+            if not (a or b):
+                continue
+            if n == 0:
+                self.fail("mode %r cannot pad the empty axis %d of input %s" % (mode, axis, spec.shape))
+            if mode == "reflect" and max(a, b) > n - 1:
+                self.fail("mode 'reflect': pads %s must be below the axes' sizes %s"
+                          % (pads, spec.shape))
+            src = pad_map(n, a, b, mode)
+            outer, _, inner = around(shape, axis)
+            shape[axis] = len(src)
+            self.steps.append(AxisMap(self.ctx, outer, n, inner, src))
+        biggest = max([math.prod(spec.shape)] + [s.dims[0] * s.m * s.dims[2] for s in self.steps])
+        self.step_bytes = round_up(biggest * spec.dtype.itemsize, 256)
+        self.copy = StridedCopy(self.ctx, (math.prod(spec.shape),), (1,), (1,), spec.dtype)
+        return Setup([TensorSpec(self.out, spec.dtype)], workspace=2 * self.step_bytes, flags=flags)
+
+    def _block(self):
+        """(shape, x's strides, y's strides, element offset in x, element offset in y) of
+        the block of x that y keeps."""
+        shape = self.in_specs[0].shape
+        keep = [n - max(-a, 0) - max(-b, 0) for n, a, b in zip(shape, self.lo, self.hi)]
+        xs, ys = contiguous_strides(shape), contiguous_strides(self.out)
+        x0 = sum(max(-a, 0) * s for a, s in zip(self.lo, xs))
+        y0 = sum(max(a, 0) * s for a, s in zip(self.lo, ys))
+        return keep, xs, ys, x0, y0
+
+    def forward(self, x, y, params, ws, saved):
+        dtype = x[0].dtype
+        if self.constant:
+            _, _, _, x0, y0 = self._block()
+            return self.fill.launches(y[0], self.options["value"]) + \
+                self.copy_in.launches(_at(x[0], x0), _at(y[0], y0))
+        if not self.steps:
+            return self.copy.launches(x[0].view((x[0].size,)), y[0].view((y[0].size,)))
+        bufs = [ws_view(ws, i * self.step_bytes, self.step_bytes // dtype.itemsize, dtype)
+                for i in range(2)]
+        out, src = [], x[0]
+        for i, step in enumerate(self.steps):
+            dst = y[0] if i == len(self.steps) - 1 else bufs[i % 2]
+            out += step.launches(src, dst)
+            src = dst
+        return out
+
+    def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
+        if dx[0] is None:
+            return []
+        keep, _, _, x0, y0 = self._block()
+        cropped = keep != list(self.in_specs[0].shape)
+        out = self.zero.launches(dx[0], 0) if cropped and not accumulate[0] else []
+        beta = 1.0 if cropped else float(accumulate[0])
+        return out + self.copy_back.launches(_at(dy[0], y0), _at(dx[0], x0), beta=beta)

@@ -1,35 +1,26 @@
-"""Scans, sorts and arg-extremes along one axis, for tensors of any numeric dtype (ONNX's
-CumSum, TopK, ArgMax, ArgMin), on the ocl device's launchers (core/scan.py,
-core/sort.py, the pointwise reduction).
+"""Order statistics along one axis for tensors of any numeric dtype (ONNX TopK, ArgMax,
+ArgMin), on the sort launcher (core/sort.py) and the pointwise reduction.
 
-    CumSum    y[i] = sum of x[j] for j <= i (``exclusive``: j < i; ``reverse``: from the end)
     TopK      the ``k`` largest (``largest`` true) or smallest values along ``axis``, sorted,
               and their int64 indices; equal values keep their order (the lower index first)
     ArgMax    int64 index of the largest value along ``axis`` (the first one on ties, the
               last with ``select_last_index``); ``keepdims`` keeps the axis as size 1
     ArgMin    the same for the smallest value
 
-Integer sums are computed in int64 and stored in the input's dtype (wrapping as ONNX's
-kernels do); float32 sums in double where the device has it. None of them has a backward
-(their results are indices, or, for CumSum and TopK, not yet differentiated here).
+No backward (the results are indices, or, for TopK's values, not differentiated here).
 """
 import math
 
 import numpy as np
 
-from ..core.copy import Fill, StridedCopy, contiguous_strides
+from ..core.copy import StridedCopy, contiguous_strides
 from ..core.pointwise import PointwiseBroadcastReduce
-from ..core.scan import scan_launches
-from ..core.shape_remap import FLIP
 from ..core.sort import sorter_for
 from ..dtypes import cl_type
 from ..tensor import Tensor, ws_view
 from ..utils import is_int, round_up
-from .base import Layer, Setup, TensorSpec, register
-from .broadcast import remap_launch
-from .gather import around
-
-__all__ = ["flip_launch"]
+from .base import Setup, TensorSpec, register
+from .scan import AxisLayer
 
 _LOWEST = {"float": "-INFINITY", "half": "-INFINITY", "bfloat16": "-INFINITY",
            "double": "-INFINITY", "char": "CHAR_MIN", "short": "SHRT_MIN", "int": "INT_MIN",
@@ -40,80 +31,8 @@ _HIGHEST = {"float": "INFINITY", "half": "INFINITY", "bfloat16": "INFINITY",
 _I64 = np.dtype(np.int64)
 
 
-def flip_launch(ctx, x, y, outer, n, inner):
-    """A prepared launch of y = x reversed along the middle axis of (outer, n, inner)."""
-    return remap_launch(ctx, x, y, outer, n, inner, n, 0, FLIP)
-
-
-class _AxisOp(Layer):
-    HALF_STORAGE = "follows"
-    HAS_BACKWARD = False
-    BACKWARD_READS_INPUTS = False
-
-    def one_input(self, in_specs):
-        spec = self.single_input(in_specs, float32=False)
-        if not spec.shape:
-            self.fail("input must have at least one axis, got a scalar")
-        a = self.options["axis"]
-        if not is_int(a) or not -len(spec.shape) <= a < len(spec.shape):
-            self.fail("option 'axis' %r is out of range for input %s" % (a, spec.shape))
-        self.axis = a % len(spec.shape)
-        self.dims = around(spec.shape, self.axis)
-        return spec
-
-    def flags_check(self, *names):
-        for key in names:
-            if not isinstance(self.options[key], bool):
-                self.fail("option %r must be true or false, got %r" % (key, self.options[key]))
-
-
-@register("CumSum")
-class CumSum(_AxisOp):
-    """Cumulative sum along ``axis`` (ONNX CumSum: ``exclusive``, ``reverse``)."""
-    OPTIONS = {"axis": 0, "exclusive": False, "reverse": False}
-
-    def build(self, in_specs):
-        self.flags_check("exclusive", "reverse")
-        spec = self.one_input(in_specs)
-        if spec.dtype == np.bool_:
-            self.fail("input dtype bool does not sum (cast it to an integer type first)")
-        outer, n, inner = self.dims
-        size = math.prod(spec.shape)
-        self.size = size
-        self.step = round_up(size * spec.dtype.itemsize, 256)
-        # exclusive: the input shifted one step along the axis, a 0 in front
-        shape = (outer, n - 1, inner)
-        st = contiguous_strides((outer, n, inner))
-        self.shift = StridedCopy(self.ctx, shape, st, st, spec.dtype) if n > 1 else None
-        self.zero = Fill(self.ctx, (size,), spec.dtype)
-        buffers = int(self.options["exclusive"]) + int(self.options["reverse"])
-        return Setup([TensorSpec(spec.shape, spec.dtype)], workspace=self.step * buffers)
-
-    def forward(self, x, y, params, ws, saved):
-        outer, n, inner = self.dims
-        dtype = x[0].dtype
-        bufs = [ws_view(ws, i * self.step, self.size, dtype) for i in
-                range(int(self.options["exclusive"]) + int(self.options["reverse"]))]
-        out, src = [], x[0].view((self.size,))
-        if self.options["reverse"]:
-            out.append(flip_launch(self.ctx, src, bufs[0], outer, n, inner))
-            src = bufs[0]
-        if self.options["exclusive"]:
-            dst = bufs[-1]
-            out += self.zero.launches(dst, 0)
-            if self.shift is not None:
-                out += self.shift.launches(src, dst.view((self.size - inner,), inner))
-            src = dst
-        if not self.options["reverse"]:
-            return out + scan_launches(self.ctx, "sum", src, y[0].view((self.size,)), None,
-                                       outer, n, inner)
-        tmp = bufs[0] if src is not bufs[0] else bufs[-1]
-        out += scan_launches(self.ctx, "sum", src, tmp, None, outer, n, inner)
-        return out + [flip_launch(self.ctx, tmp, y[0].view((self.size,)), outer, n, inner)]
-
-
 @register("TopK")
-class TopK(_AxisOp):
+class TopK(AxisLayer):
     """The ``k`` largest (or smallest) values along ``axis`` and their int64 indices."""
     OPTIONS = {"k": None, "axis": -1, "largest": True, "sorted": True}
 
@@ -156,7 +75,7 @@ class TopK(_AxisOp):
             self.take_i.launches(indices, y[1].view((count,)))
 
 
-class _ArgExtreme(_AxisOp):
+class _ArgExtreme(AxisLayer):
     """The index of the extreme value along ``axis``: one reduction of (value, index) pairs
     over x and an arange of the axis (a NaN wins, as in PyTorch)."""
     OPTIONS = {"axis": 0, "keepdims": True, "select_last_index": False}
