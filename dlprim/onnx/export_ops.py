@@ -405,3 +405,98 @@ def attention(e, op, layer, ins, outs, params):
     else:
         o = e.node("MatMul", [p, parts[2]], name=op.name + "/nhld")
         e.node("Transpose", [o], outs, op.name, perm=[0, 2, 1, 3])
+
+
+# library operators (LibraryOp) whose ONNX op type is not their declaration's own spelling
+_LIBRARY_ONNX = {"eq": "Equal", "lt": "Less", "le": "LessOrEqual", "gt": "Greater",
+                 "ge": "GreaterOrEqual", "logical_not": "Not", "logical_and": "And",
+                 "logical_or": "Or", "logical_xor": "Xor", "isnan": "IsNaN", "isinf": "IsInf",
+                 "bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr",
+                 "bitwise_xor": "BitwiseXor", "bitwise_not": "BitwiseNot", "add": "Add",
+                 "sub": "Sub", "mul": "Mul", "div": "Div", "maximum": "Max", "minimum": "Min",
+                 "pow": "Pow", "where": "Where", "fmod": "Mod", "remainder": "Mod",
+                 "isposinf": "IsInf", "isneginf": "IsInf",
+                 "bitwise_left_shift": "BitShift", "bitwise_right_shift": "BitShift"}
+_LIBRARY_ATTRS = {"fmod": {"fmod": 1}, "remainder": {"fmod": 0},
+                  "isposinf": {"detect_negative": 0}, "isneginf": {"detect_positive": 0},
+                  "bitwise_left_shift": {"direction": "LEFT"},
+                  "bitwise_right_shift": {"direction": "RIGHT"}}
+_ONNX_BOOL_OUT = ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And",
+                  "Or", "Xor", "IsNaN", "IsInf")
+
+
+def _onnx_type(dtype):
+    from onnx import helper
+    from ..dtypes import as_dtype, bfloat16
+    dt = as_dtype(dtype)
+    if dt == bfloat16:
+        from onnx import TensorProto
+        return TensorProto.BFLOAT16
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+
+
+def _exact_in_onnx(layer, onnx_type):
+    """Why a LibraryOp's attributes have no exact ONNX node, or None."""
+    name, attrs = layer.op.name, dict(layer.attrs)
+    alpha = attrs.pop("alpha", 1)
+    if name in ("add", "sub") and alpha != 1:
+        return None if not attrs else "attributes %s" % attrs  # alpha: a Mul before
+    rounding = attrs.pop("rounding_mode", None)
+    if name == "div" and rounding is not None and (
+            rounding != "trunc" or np.dtype(layer.compute).kind not in "iub"):
+        return "division with rounding_mode=%r over %s" % (rounding, layer.compute)
+    if name == "remainder" and np.dtype(layer.compute).kind == "f":
+        return "Python's remainder of floats (ONNX's Mod with fmod=0 takes integers only)"
+    if attrs:
+        return "attributes %s" % attrs
+    return None
+
+
+def _scalar(e, value, dtype, name):
+    """A constant of one element of ``dtype`` (bfloat16: written as float32, then Cast)."""
+    if str(dtype) == "bfloat16":
+        t = e.const(np.asarray(value, np.float32), name)
+        return e.node("Cast", [t], name=name + "/bf16", to=_onnx_type(dtype))
+    return e.const(np.asarray(value, dtype), name)
+
+
+@exports("LibraryOp")
+def library_op(e, op, layer, ins, outs, params):
+    """The operator's ONNX node over the operands cast to the layer's compute type (ONNX
+    takes one type per node), scalars as constants of it, and a Cast to the stored dtype
+    where the node's own output type differs."""
+    name = layer.op.name
+    out_dtype = e.net.graph.values[op.out_values[0]].dtype
+    if name == "copy":
+        e.node("Cast", [ins[0]], outs, op.name, to=_onnx_type(out_dtype))
+        return
+    onnx_op = _LIBRARY_ONNX.get(name) or layer.op.onnx
+    problem = None if onnx_op else "no ONNX operator"
+    problem = problem or _exact_in_onnx(layer, onnx_op)
+    if problem:
+        raise ValueError("LibraryOp '%s' (%s): %s has no exact ONNX export"
+                         % (op.name, name, problem))
+    compute = _onnx_type(layer.compute)
+    tensors = dict(zip(layer.places, zip(ins, op.in_values)))
+    operands = []
+    for place in ("a", "b", "c")[:layer.arity]:
+        if place in layer.scalars:
+            t = _scalar(e, layer.scalars[place], np.bool_ if (name, place) == ("where", "a")
+                        else layer.compute, "%s/%s" % (op.name, place))
+        else:
+            t, vid = tensors[place]
+            vdt = e.net.graph.values[vid].dtype
+            if not (name == "where" and place == "a") and _onnx_type(vdt) != compute:
+                t = e.node("Cast", [t], name=op.name + "/" + place + "/cast", to=compute)
+        operands.append(t)
+    if name in ("add", "sub") and layer.attrs.get("alpha", 1) != 1:
+        alpha = e.const(np.asarray(layer.attrs["alpha"], dtype=layer.compute),
+                        op.name + "/alpha")
+        operands[1] = e.node("Mul", [operands[1], alpha], name=op.name + "/alpha_mul")
+    natural = _onnx_type(np.bool_) if onnx_op in _ONNX_BOOL_OUT else compute
+    attrs = _LIBRARY_ATTRS.get(name, {})
+    if natural == _onnx_type(out_dtype):
+        e.node(onnx_op, operands, outs, op.name, **attrs)
+    else:
+        t = e.node(onnx_op, operands, name=op.name, **attrs)
+        e.node("Cast", [t], outs, op.name + "/cast", to=_onnx_type(out_dtype))
