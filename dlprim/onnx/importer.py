@@ -278,8 +278,10 @@ class Importer:
 
     def _parameter(self, name, array):
         a = np.asarray(array)
-        if a.dtype.kind != "f":
-            raise Unsupported("integer constant '%s' read at run time" % name)
+        if a.dtype.kind != "f":  # indices, masks: exact float32 values converted on the device
+            from .ops_library import typed_constant
+            self.materialized[name] = t = typed_constant(self, name, a)
+            return t
         a = a.astype(np.float32).reshape(a.shape or (1,))
         pname = self.param(name, a)
         trainable = name in self.info.initializers or name in self.live

@@ -21,7 +21,7 @@ from ..layers.pointwise_op import result_dtype, promote_types
 from . import ops_math, ops_nn, ops_pool, ops_rnn, ops_shape  # noqa: F401  (theirs first)
 from .registry import CONVERTERS, Unsupported, converts
 
-__all__ = ["GENERATED", "typed", "is_typed", "operand"]
+__all__ = ["GENERATED", "typed", "is_typed", "operand", "typed_constant"]
 
 _F32 = np.dtype(np.float32)
 # ONNX TensorProto data types -> the dtype names the Net holds (refused: string, complex,
@@ -55,16 +55,25 @@ def operand(b, name, dtype, rank):
         return "scalar", bool(v) if a.dtype == np.bool_ else v
     if a.dtype == np.float32:
         return "tensor", b.value(name)
+    return "tensor", typed_constant(b, name, a.astype(dtype) if a.dtype.kind == "b" else a,
+                                    dtype)
+
+
+def typed_constant(b, name, array, dtype=None):
+    """The dlprim tensor of a constant array that is not float32 (integer indices, bool
+    masks), read at run time: a float32 Parameter converted on the device to ``dtype``
+    (default: the array's), where float32 holds every value exactly; else Unsupported."""
+    a = np.asarray(array)
+    dtype = a.dtype if dtype is None else dtype
     if a.dtype.kind not in "biuf" or (a.dtype.kind in "iu" and a.size and
                                       np.abs(a).max() > _FLOAT32_EXACT) or \
             (a.dtype.kind == "f" and not np.array_equal(a.astype(np.float32), a)):
         raise Unsupported("constant '%s' (%s) read at run time is not exact in float32"
                           % (name, a.dtype))
     f = b.constant(a.astype(np.float32), name + "/float")
-    t = b.add("LibraryOp", [b.value(f)], a.shape, name=name + "/cast",
-              output=b.fresh(name + "/typed"), options={"op": "copy", "dtype": _name(dtype)},
-              dtype=dtype)
-    return "tensor", t
+    return b.add("LibraryOp", [b.value(f)], a.shape, name=name + "/cast",
+                 output=b.fresh(name + "/typed"), options={"op": "copy", "dtype": _name(dtype)},
+                 dtype=dtype)
 
 
 def typed(b, node, op, inputs=None, attrs=None, dtype=None, output=None, name=None):
