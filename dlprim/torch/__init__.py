@@ -33,11 +33,12 @@ from . import (ops_tensor, ops_math, ops_nn, ops_norm, ops_optim,  # noqa: E402,
                serialization, autocast)
 from .modules import keep_parameters_shared as _keep_parameters_shared  # noqa: E402
 
-from .compiler import compile_graph as backend, compile, explain, export_net  # noqa: E402,A004
+from .compiler import compile_graph as backend, explain, CompileFallbackWarning  # noqa: E402
+from .compiler_module import compile, export_net  # noqa: E402,A004
 
 __all__ = ["OclTensor", "context", "device_count", "current_device", "set_device",
            "allow_cpu_fallback", "cpu_fallback_allowed", "implemented", "synchronize",
-           "backend", "compile", "explain", "export_net", "MIN_TORCH"]
+           "backend", "compile", "explain", "export_net", "CompileFallbackWarning", "MIN_TORCH"]
 
 
 def synchronize(index=None):

@@ -13,24 +13,39 @@ upstream gradient g and a loss ``sum(o * g)``, whose gradient with respect to o 
 gradients are returned to autograd from the Net's gradient arena.
 
 A graph that cannot be converted (an operator the importer lacks, a parameter the
-importer would transform) runs eagerly on ``ocl`` instead; ``explain`` says which ran
-where and why. A new input shape re-plans the Net (no kernel is rebuilt).
+importer would transform) runs eagerly where its tensors are (on ``ocl`` for a model on
+ocl) instead, with a ``CompileFallbackWarning`` once per reason; ``explain`` and
+``reports`` say which ran where and why. A new input shape re-plans the Net (no kernel
+is rebuilt). Integer and boolean inputs (token ids, masks) are Net inputs of their
+dtype, and outputs are read back in theirs.
 """
 import io
 import logging
 import warnings
 import weakref
 
+import numpy as np
 import torch
 
-from .export_attention import DOMAIN, packed_attention
+from .export_attention import DOMAIN
 from .ops_nn import matmul_precision
+from . import compiler_dynamo
 from . import device as _device
 from . import tensor as _tensor
 
-__all__ = ["compile_graph", "compile", "CompiledModule", "explain", "export_net", "reports"]
+# torch.compile of ocl models: dynamo traces ocl tensors as tensors once it is imported
+compiler_dynamo.install_when_imported()
+
+# (dlprim.torch.compile, CompiledModule and export_net: compiler_module.py)
+__all__ = ["compile_graph", "CompileFallbackWarning", "explain", "reports"]
 
 log = logging.getLogger(__name__)
+
+# the numpy dtype of a Net tensor -> the torch dtype of its values
+_TORCH_DTYPES = {np.dtype(k): v for k, v in (
+    (np.float32, torch.float32), (np.float16, torch.float16), (np.float64, torch.float64),
+    (np.int8, torch.int8), (np.int16, torch.int16), (np.int32, torch.int32),
+    (np.int64, torch.int64), (np.uint8, torch.uint8), (np.bool_, torch.bool))}
 
 _REPORTS = []  # a GraphReport per graph the backend saw, newest last
 _SHARED = weakref.WeakSet()  # storages over a Net's weights (Runner.share_weights)
@@ -52,6 +67,31 @@ class GraphReport:
 def reports():
     """The GraphReports of the graphs compiled so far in this process, oldest first."""
     return list(_REPORTS)
+
+
+class CompileFallbackWarning(UserWarning):
+    """A captured graph (or a model given to ``dlprim.torch.compile``) that did not become
+    a dlprim Net: the message says why and what runs instead. Given once per reason and
+    device; ``reports()`` keeps every graph's."""
+
+
+_WARNED = set()  # (reason, where it runs instead) warned of already
+
+
+def _warn_fallback(ops, reason, example_inputs, instead):
+    """Say, once per reason and device, that a graph of ``ops`` runs as PyTorch's
+    operators (``instead`` says how), and where: on the device of its tensors."""
+    devices = sorted({str(x.device) for x in example_inputs if isinstance(x, torch.Tensor)})
+    where = ", ".join(devices) or "cpu"
+    if (reason, where) in _WARNED:
+        return
+    _WARNED.add((reason, where))
+    on_cpu = all(d == "cpu" for d in devices)
+    warnings.warn("dlprim: a graph of %d operators is not a dlprim Net (%s); %s, as PyTorch's "
+                  "operators on %s%s" % (
+                      len(ops), reason, instead, where,
+                      " (the model and its inputs are on the CPU: move them with .to('ocl'))"
+                      if on_cpu else ""), CompileFallbackWarning, stacklevel=3)
 
 
 class _Unsupported(Exception):
@@ -157,9 +197,6 @@ def _netconfig(module, example_inputs, kinds, train, index_of):
     from ..onnx import to_netconfig
     from ..onnx.errors import OnnxImportError
     data = [_cpu(x) for x, k in zip(example_inputs, kinds) if k == "data"]
-    if any(x.dtype != torch.float32 for x in data):
-        raise _Unsupported("inputs of dtype %s (float32 only)"
-                           % ", ".join(sorted({str(x.dtype) for x in data if x.dtype != torch.float32})))
     try:
         model = _to_onnx(module, data, train)
     except Exception as e:  # the exporter's errors are of many kinds
@@ -172,7 +209,7 @@ def _netconfig(module, example_inputs, kinds, train, index_of):
     except OnnxImportError as e:
         raise _Unsupported(str(e).split("\n")[0] + (" " + "; ".join(
             "%s '%s': %s" % p for p in getattr(e, "problems", [])[:5]))) from None
-    return cfg, weights, _output_shapes(model), _weight_sources(model, weights, kinds,
+    return cfg, weights, _output_types(model), _weight_sources(model, weights, kinds,
                                                                 example_inputs, index_of)
 
 
@@ -202,10 +239,12 @@ def _weight_sources(model, weights, kinds, example_inputs, index_of):
     producer = {o: n for n in onnx.load_from_string(model).graph.node for o in n.output}
     out = {}
     for name, value in weights.items():
-        if name in index_of:  # the initializer itself
+        if name in index_of and kinds[index_of[name]] == "buffer":
+            # (a buffer as it is: tracing a training graph moved the running statistics,
+            # so its values are not the model's any more)
             out[name] = (index_of[name], "same")
             continue
-        if not _reads_a_placeholder(name, producer, index_of):
+        if name not in index_of and not _reads_a_placeholder(name, producer, index_of):
             continue  # a constant of the graph itself (a scale, a mask): the Net keeps it
         source, seen = name, 0
         while source not in index_of and seen < 8:
@@ -218,6 +257,8 @@ def _weight_sources(model, weights, kinds, example_inputs, index_of):
         index = index_of.get(source, -1)
         if index < 0 or kinds[index] == "data":
             raise _Unsupported("the Net weight %s is computed from an input" % name)
+        # compared by value, a parameter's initializer too: the importer may keep its
+        # name for a transposed copy (a MatMul by a parameter, held as InnerProduct's)
         p = _cpu(example_inputs[index]).numpy()
         w = np.asarray(value)
         if w.size == p.size and np.array_equal(w.ravel(), p.ravel()):
@@ -234,19 +275,27 @@ def _weight_sources(model, weights, kinds, example_inputs, index_of):
     return out
 
 
-def _output_shapes(model):
+def _output_types(model):
+    """{output name: (shape, whether it is floating point)} of the ONNX model."""
     import onnx
     graph = onnx.load_from_string(model).graph
-    return {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in graph.output}
+    floating = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                onnx.TensorProto.BFLOAT16}
+    return {o.name: ([d.dim_value for d in o.type.tensor_type.shape.dim],
+                     o.type.tensor_type.elem_type in floating) for o in graph.output}
 
 
-def _add_gradient_losses(cfg, shapes):
-    """Per output o: an input "grad:o" and a loss sum(o * grad:o), so that the Net's
-    backward starts from the upstream gradient. Returns the output names."""
+def _add_gradient_losses(cfg, types):
+    """Per floating-point output o: an input "grad:o" and a loss sum(o * grad:o), so that
+    the Net's backward starts from the upstream gradient (integer and boolean outputs
+    have none). Returns the output names."""
     outputs = list(cfg.outputs)
     losses = []
     for k, name in enumerate(outputs):
-        g = cfg.add_input("grad:%s" % name, shapes[name])
+        shape, floating = types[name]
+        if not floating:
+            continue
+        g = cfg.add_input("grad:%s" % name, shape)
         prod = cfg.add("Elementwise", name="grad_dot%d/prod" % k, inputs=[name, g],
                        options={"operation": "prod"})
         losses.append(cfg.add("Reduction", name="grad_dot%d" % k, inputs=[prod],
@@ -274,6 +323,9 @@ class _Runner:
         self.data_names = [i["name"] for i in cfg.inputs if not i["name"].startswith("grad:")]
         self.wants_grad = {i["name"]: i.get("requires_grad", False) for i in cfg.inputs}
         self.outputs = list(outputs)
+        inputs = {i["name"] for i in cfg.inputs}
+        # the outputs that take an upstream gradient (the floating-point ones)
+        self.graded = [o for o in self.outputs if "grad:" + o in inputs]
         # in-place counters the graph bumps (BatchNorm's num_batches_tracked += 1)
         self.bumps = _bumps(gm) if bumps is None else bumps
         # PyTorch's float32 matmul precision when the graph is converted ("high": TF32)
@@ -293,10 +345,14 @@ class _Runner:
         self._candidates = None  # (weight name, input index) that _direct_grads may take
 
     def _write(self, dst, t):
-        """dlprim tensor ``dst`` = torch tensor t (an ocl tensor, else copied from the host)."""
+        """dlprim tensor ``dst`` = torch tensor t (an ocl tensor, else copied from the host),
+        of dst's dtype."""
         t = t.detach().reshape(dst.shape)
         if t.device.type == "ocl":
-            dst.copy_from(_tensor.as_dlprim(t))
+            src = _tensor.as_dlprim(t)  # (bool is stored as bytes: viewed as the Net's bool)
+            if t.dtype == torch.bool and src.dtype != dst.dtype:
+                src = src._view(src.shape, 0, dst.dtype)
+            dst.copy_from(src)
         else:
             dst.to_device(t.contiguous().numpy(), wait=False)
 
@@ -369,14 +425,16 @@ class _Runner:
         known after a re-plan of the inputs alone)."""
         if not self.train:
             return changed
-        self.net.reshape({**changed, **{"grad:" + o: (1,) for o in self.outputs}})
-        return {**changed, **{"grad:" + o: self.net.tensor(o).shape for o in self.outputs}}
+        self.net.reshape({**changed, **{"grad:" + o: (1,) for o in self.graded}})
+        return {**changed, **{"grad:" + o: self.net.tensor(o).shape for o in self.graded}}
 
     def _read(self, t):
+        """A torch tensor of the Net's tensor ``t``, of its dtype (bool included)."""
         if self.host:
             return torch.from_numpy(t.to_host())
-        out = _tensor.empty(t.shape, torch.float32, self.index)
-        _tensor.as_dlprim(out).copy_from(t)
+        out = _tensor.empty(t.shape, _TORCH_DTYPES[t.dtype], self.index)
+        dst = _tensor.as_dlprim(out)  # (a bool tensor's storage holds bytes: viewed as them)
+        dst.copy_from(t if t.dtype == dst.dtype else t._view(t.shape, 0, dst.dtype))
         return out
 
     def _running_stats_back(self, tensors):
@@ -398,6 +456,8 @@ class _Runner:
                                "ran again before this backward); call backward after each "
                                "forward, or compile with another backend")
         for o, g in zip(self.outputs, grads):
+            if o not in self.graded:
+                continue  # an integer or boolean output: no gradient
             dst = self.net.tensor("grad:" + o)
             if g is None:
                 dst.zero_()
@@ -477,6 +537,7 @@ class _NetFunction(torch.autograd.Function):
     def forward(ctx, runner, *tensors):
         outs = runner.forward(tensors)
         ctx.runner, ctx.step, ctx.tensors = runner, runner.step, tensors
+        ctx.mark_non_differentiable(*[t for t in outs if not t.is_floating_point()])
         return outs
 
     @staticmethod
@@ -528,10 +589,10 @@ def _run(runner, tensors):
 
 
 def _convert(gm, example_inputs, kinds, module=None, index_of=None, train=None, ops=None,
-             bumps=None):
+             bumps=None, instead="the graph runs as dynamo captured it"):
     """A _Runner of ``gm`` for these inputs (or of ``module``, called with the data
-    inputs, its weights named as ``index_of`` says), or None (reported) where it cannot
-    be one."""
+    inputs, its weights named as ``index_of`` says), or None where it cannot be one:
+    reported, and warned of (``instead`` says what runs in its place)."""
     if ops is None:
         ops = [str(getattr(n.target, "__name__", n.target)) for n in gm.graph.nodes
                if n.op in ("call_function", "call_method", "call_module")]
@@ -556,11 +617,17 @@ def _convert(gm, example_inputs, kinds, module=None, index_of=None, train=None, 
                 for op in cfg.operators:
                     if op["type"] == "BatchNorm":
                         op.setdefault("options", {})["use_global_stats"] = True
-        runner = _Runner(gm, example_inputs, kinds, grads, cfg, weights, outputs, sources,
-                         bumps)
+        try:
+            runner = _Runner(gm, example_inputs, kinds, grads, cfg, weights, outputs, sources,
+                             bumps)
+        except Exception as e:  # a layer the Net refuses for these dtypes or shapes
+            log.debug("dlprim backend: building the Net failed", exc_info=True)
+            raise _Unsupported("the Net could not be built: %s: %s"
+                               % (type(e).__name__, str(e).split("\n")[0])) from None
     except _Unsupported as why:
         _REPORTS.append(GraphReport(ops, "eager", str(why)))
         log.info("dlprim backend: a graph of %d operators runs eagerly: %s", len(ops), why)
+        _warn_fallback(ops, str(why), example_inputs, instead)
         return None
     _REPORTS.append(GraphReport(ops, "dlprim", layers=[op["type"] for op in cfg.operators]))
     return runner
@@ -601,123 +668,3 @@ def explain(model, *example_inputs):
     torch._dynamo.reset()
     return Explanation(graphs, [getattr(r, "reason", str(r)) for r in found.break_reasons])
 
-
-def export_net(model, example_inputs, path=None):
-    """(NetConfig, {parameter name: array}) of ``model`` in eval mode, its parameters named
-    as in its state dict: the conversion ``torch.compile`` uses, for leaving PyTorch. With
-    ``path``, also writes ``path + ".json"`` (DLPrimitives' net format) and ``path +
-    ".dlp"`` (the weights). Raises ValueError where the model cannot be converted."""
-    import copy
-
-    from ..net.weights import save_dlp
-    from ..onnx import to_netconfig
-    from ..onnx.errors import OnnxImportError
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
-    cpu_model = copy.deepcopy(model).to("cpu").eval()
-    data = [_cpu(x) for x in example_inputs]
-    try:
-        model_bytes = _to_onnx(cpu_model, data, train=False)
-        cfg, weights = to_netconfig(model_bytes)
-    except OnnxImportError as e:
-        raise ValueError("export_net: %s" % e) from None
-    except Exception as e:  # the exporter's own errors
-        raise ValueError("export_net: PyTorch's ONNX exporter: %s"
-                         % str(e).split("\n")[0]) from None
-    if path is not None:
-        from ..utils import atomic_write
-        text = cfg.to_str().encode()
-        atomic_write(str(path) + ".json", lambda f: f.write(text))
-        save_dlp(str(path) + ".dlp", weights)
-    return cfg, weights
-
-
-class CompiledModule(torch.nn.Module):
-    """``model`` running as dlprim Nets, made by ``compile``: called as the model, it
-    converts the model once per (training mode, whether gradients are needed, input
-    ranks), re-plans for new shapes, and otherwise runs the Net. ``model``'s parameters
-    stay where they are (an optimizer over them works as before) and are copied into the
-    Net only when they changed. A model that cannot be converted runs as itself, with
-    the reason in ``reports()``."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-        self._runners = {}
-        self._slots = None  # (name, module, its _parameters or _buffers, key, tensor) per weight
-
-    def forward(self, *inputs):
-        weights = [t for _, t in self._weights()]
-        grads = torch.is_grad_enabled() and any(p.requires_grad for p in weights[:self._n_params])
-        key = (self.model.training, grads, tuple(x.dim() for x in inputs))
-        tensors = weights + list(inputs)
-        runner = _pick(self._runners.setdefault(key, []), tensors,
-                       lambda: self._convert(inputs))
-        if runner is None:
-            return self.model(*inputs)
-        outs = _run(runner, tensors)
-        return outs[0] if runner.single else tuple(outs)
-
-    def _weights(self):
-        """(name, tensor) of the model's parameters, then its buffers. Walking the
-        modules costs about a millisecond for a ResNet-50, so where they were found is
-        kept and checked (every slot still holding its tensor) at each call."""
-        slots = self._slots
-        if slots is not None and all(d.get(k) is t for _, _, d, k, t in slots):
-            return [(n, t) for n, _, _, _, t in slots]
-        unique, seen = [], set()  # a tensor two modules share is one weight, as PyTorch has it
-        for kind in ("_parameters", "_buffers"):
-            for prefix, module in self.model.named_modules():
-                table = getattr(module, kind)
-                for k, t in table.items():
-                    if t is not None and id(t) not in seen:
-                        seen.add(id(t))
-                        unique.append(((prefix + "." if prefix else "") + k, module, table, k, t))
-        self._slots = unique
-        self._n_params = sum(1 for s in unique if s[2] is s[1]._parameters)
-        return [(n, t) for n, _, _, _, t in unique]
-
-    def _convert(self, inputs):
-        import copy
-        weights = self._weights()
-        names = [n for n, _ in weights]
-        kinds = (["param"] * self._n_params + ["buffer"] * (len(weights) - self._n_params) +
-                 ["data"] * len(inputs))
-        # what the exporter traces: the model with CPU copies of its weights (put in the
-        # deepcopy's memo, as an ocl tensor itself cannot be deep-copied)
-        memo = {id(t): (torch.nn.Parameter(_cpu(t), t.requires_grad)
-                        if isinstance(t, torch.nn.Parameter) else _cpu(t)) for _, t in weights}
-        shadow = copy.deepcopy(self.model, memo)
-        packed_attention(shadow)  # the exported copy only: one node per self-attention
-        single = []
-
-        class Traced(torch.nn.Module):  # the shadow, its outputs as a tuple
-            def __init__(self):
-                super().__init__()
-                self.m = shadow
-
-            def forward(self, *data):
-                out = self.m(*data)
-                single.append(isinstance(out, torch.Tensor))
-                return tuple(out) if isinstance(out, (list, tuple)) else (out,)
-        bumps = [(names.index(n + ".num_batches_tracked"), 1)
-                 for n, m in self.model.named_modules()
-                 if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training
-                 and m.track_running_stats and (n + ".num_batches_tracked") in names]
-        examples = [t for _, t in weights] + list(inputs)
-        ops = [type(m).__name__ for m in self.model.modules() if not list(m.children())]
-        index_of = {"m." + n: i for i, n in enumerate(names)}
-        runner = _convert(None, examples, kinds, module=Traced(), index_of=index_of,
-                          train=self.model.training, ops=ops, bumps=bumps)
-        if runner is not None:
-            runner.single = bool(single and single[0])
-            runner.share_weights(examples)
-        return runner
-
-
-def compile(model):
-    """``model`` (an nn.Module on ``ocl`` or the CPU) as a ``CompiledModule``: dlprim Nets
-    for its forward and backward passes, its weights kept on the device. What
-    ``torch.compile(model, backend="dlprim")`` does for graphs, for a whole model on ocl,
-    whose tensors dynamo cannot trace yet."""
-    return CompiledModule(model)

@@ -1,0 +1,215 @@
+"""torch.compile used as PyTorch users write it: models on ocl through
+``torch.compile(backend="dlprim")``, the default backend's refusal, keyword arguments and
+output objects through ``dlprim.torch.compile``, integer and boolean inputs, a parameter
+the Net holds transposed, and the warning a graph that stays eager gives."""
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+nn = torch.nn
+
+import dlprim.torch as dt  # noqa: E402
+from dlprim.torch.compiler import reports  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    import torch._dynamo
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def close(a, b, tol=1e-4):
+    a, b = a.detach().cpu().numpy(), b.detach().cpu().numpy()
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, float(np.abs(b).max())))
+
+
+def twins(make, seed=0):
+    torch.manual_seed(seed)
+    ref = make()
+    model = make()
+    model.load_state_dict(ref.state_dict())
+    return ref, model
+
+
+def cnn():
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(4, 3))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_torch_compile_of_a_model_on_ocl_runs_as_a_net():
+    ref, model = twins(cnn)
+    compiled = torch.compile(model.to("ocl"), backend="dlprim")
+    x = torch.randn(2, 3, 6, 6)
+    y = compiled(x.to("ocl"))
+    want = ref(x)
+    assert y.device.type == "ocl"
+    close(y, want)
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    y.sum().backward()
+    want.sum().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        close(p.grad, q.grad, 1e-3)
+    close(model[1].running_mean, ref[1].running_mean)
+
+
+def test_the_default_backend_on_ocl_says_what_to_use():
+    model = nn.Linear(4, 2).to("ocl")
+    with pytest.raises(Exception, match="backend='dlprim'"):
+        torch.compile(model)(torch.randn(2, 4).to("ocl"))
+
+
+class Differences(nn.Module):
+    """A graph break, then an operator PyTorch's ONNX exporter lacks (aten::diff)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 5)
+
+    def forward(self, x):
+        h = self.a(x)
+        torch._dynamo.graph_break()
+        return torch.diff(h, dim=1)
+
+
+def test_a_graph_that_stays_eager_warns_once_and_runs_on_ocl():
+    ref, model = twins(Differences)
+    compiled = torch.compile(model.to("ocl"), backend="dlprim")
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        y = compiled(x.to("ocl"))
+        compiled(torch.randn(3, 4).to("ocl"))
+    fallbacks = [w for w in seen if issubclass(w.category, dt.CompileFallbackWarning)]
+    assert len(fallbacks) == 1, [str(w.message) for w in seen]
+    text = str(fallbacks[0].message)
+    assert "aten::diff" in text and "ocl:0" in text, text
+    assert y.device.type == "ocl"
+    close(y, ref(x))
+    assert [r.where for r in reports()[-2:]] == ["dlprim", "eager"], reports()
+
+
+@dataclasses.dataclass
+class Out:
+    logits: torch.Tensor
+    extra: object = None
+    parts: dict = None
+
+
+class Keywords(nn.Module):
+    """Keyword arguments with a default, a non-tensor argument, an output object with a
+    None field, a dict and a tuple inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 3)
+
+    def forward(self, x, *, mask=None, scale=1.0):
+        y = self.a(x) * scale
+        if mask is not None:
+            y = y * mask
+        return Out(logits=y, parts={"relu": (torch.relu(y), 7)})
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("where", ["cpu", "ocl"])
+def test_compile_takes_keywords_and_returns_what_the_model_returns(where):
+    import torch.utils._pytree as pytree
+    pytree.register_dataclass(Out) if Out not in pytree.SUPPORTED_NODES else None
+    ref, model = twins(Keywords)
+    compiled = dt.compile(model.to(where))
+    x, mask = torch.randn(2, 4), (torch.randn(2, 3) > 0).float()
+    got = compiled(x.to(where), mask=mask.to(where), scale=2.0)
+    want = ref(x, mask=mask, scale=2.0)
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    assert type(got) is Out and got.extra is None and set(got.parts) == {"relu"}
+    assert got.parts["relu"][1] == 7
+    close(got.logits, want.logits)
+    close(got.parts["relu"][0], want.parts["relu"][0])
+    close(compiled(x.to(where)).logits, ref(x).logits)  # another structure: converted again
+
+
+class Tokens(nn.Module):
+    """int64 token ids and a boolean mask in, float logits and an int64 argmax out."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(11, 6), nn.Linear(6, 4)
+
+    def forward(self, ids, keep):
+        h = self.emb(ids) * keep.unsqueeze(-1).float()
+        logits = self.head(h)
+        return logits, ids + 1
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("how", ["torch.compile", "dlprim.torch.compile"])
+def test_integer_and_boolean_inputs_reach_the_net(how):
+    ref, model = twins(Tokens)
+    compiled = torch.compile(model, backend="dlprim") if how == "torch.compile" else \
+        dt.compile(model.to("ocl"))
+    put = (lambda t: t) if how == "torch.compile" else (lambda t: t.to("ocl"))
+    ids = torch.randint(0, 11, (2, 5))
+    keep = torch.rand(2, 5) > 0.3
+    logits, shifted = compiled(put(ids), put(keep))
+    want, want_shifted = ref(ids, keep)
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    close(logits, want)
+    assert shifted.dtype == torch.int64 and torch.equal(shifted.cpu(), want_shifted)
+    logits.sum().backward()
+    want.sum().backward()
+    close(model.emb.weight.grad, ref.emb.weight.grad)
+
+
+class Conv1D(nn.Module):
+    """GPT-2's Conv1D: x @ W + b with W of shape (in, out), which the Net holds transposed
+    under the parameter's own name."""
+
+    def __init__(self):
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.randn(4, 3)), nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        return torch.addmm(self.b, x, self.w)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_parameter_the_net_holds_transposed_follows_optimizer_steps():
+    ref, model = twins(Conv1D)
+    compiled = torch.compile(model, backend="dlprim")
+    x = torch.randn(2, 4)
+    for net, fn in ((ref, ref), (model, compiled)):
+        opt = torch.optim.SGD(net.parameters(), lr=0.5)
+        for _ in range(2):
+            opt.zero_grad()
+            fn(x).square().sum().backward()
+            opt.step()
+    close(compiled(x), ref(x))
+    assert reports()[-1].where == "dlprim", reports()[-1]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_gpt2_with_a_mask_returns_its_output_object():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50,
+                                     n_positions=16, use_cache=False,
+                                     attn_implementation="eager")
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 50, (2, 6))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    with torch.no_grad():
+        got = dt.compile(model)(input_ids=ids, attention_mask=mask)
+        want = model(input_ids=ids, attention_mask=mask)
+    assert type(got) is type(want) and list(got.keys()) == list(want.keys())
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    close(got.logits, want.logits)
