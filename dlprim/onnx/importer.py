@@ -280,15 +280,21 @@ class Importer:
         a = np.asarray(array)
         if a.dtype.kind != "f":  # indices, masks: exact float32 values converted on the device
             from .ops_library import typed_constant
-            self.materialized[name] = t = typed_constant(self, name, a)
-            return t
-        a = a.astype(np.float32).reshape(a.shape or (1,))
-        pname = self.param(name, a)
-        trainable = name in self.info.initializers or name in self.live
-        t = self.fresh(name) if name in self.alias.values() else name
-        return self.add("Parameter", [], a.shape, output=t, name=self.fresh_op("const/" + name),
-                        options={"shape": list(a.shape), "is_trainable": trainable},
-                        params=[pname])
+            t = typed_constant(self, name, a.reshape(a.shape or (1,)))
+        else:
+            flat = a.astype(np.float32).reshape(a.shape or (1,))
+            pname = self.param(name, flat)
+            trainable = name in self.info.initializers or name in self.live
+            t = self.fresh(name) if name in self.alias.values() else name
+            t = self.add("Parameter", [], flat.shape, output=t,
+                         name=self.fresh_op("const/" + name),
+                         options={"shape": list(flat.shape), "is_trainable": trainable},
+                         params=[pname])
+        if a.ndim == 0:  # a Parameter holds at least one axis: ONNX's scalar is a view of it
+            t = self.add("Reshape", [t], (), output=self.fresh(name + "/scalar"),
+                         name=self.fresh_op("const/" + name + "/scalar"), options={"dims": []},
+                         dtype=self.dtypes[t])
+        return t
 
     def param(self, name, array):
         """Register a weight under ``name`` (another name if taken by a different array)."""

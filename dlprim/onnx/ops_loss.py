@@ -14,8 +14,8 @@ class axis is moved last and the positions flattened into rows (Transpose, Resha
 weights scale the rows' log-probabilities (an Elementwise product); a weighted mean is the
 weighted sum divided by an NLLLoss of -w broadcast to (M, C), which sums w[t_j] over the
 positions that count. The plain mean of SoftmaxCrossEntropyLoss is dlprim's fused
-SoftmaxWithLoss (what ``dlprim.onnx.save`` writes it from). A reduced loss is dlprim's (1,)
-where ONNX has a scalar.
+SoftmaxWithLoss (what ``dlprim.onnx.save`` writes it from). A reduced loss is ONNX's scalar
+(dlprim's (1,) loss reshaped).
 """
 import logging
 
@@ -127,6 +127,11 @@ class _Loss:
             return self.b.value(name)
         return self.frozen(np.asarray(self.b.consts[name], np.float32), "class_weights")
 
+    def scalar(self, t):
+        """Output 0 of the node: the reduced loss ``t`` of dlprim's shape (1,) as ONNX's
+        scalar."""
+        return self.b.add("Reshape", [t], (), self.node, options={"dims": []})
+
     def frozen(self, array, what):
         pname = self.b.param(self.fresh(what), array)
         return self.add("Parameter", [], array.shape, what, params=[pname],
@@ -135,7 +140,9 @@ class _Loss:
     def finish(self, t):
         """Output 0 of the node: ``t``, reshaped to (N, D1..Dk) for reduction none."""
         out = self.shape[:1] + self.shape[2:]
-        if self.reduction != "none" or len(self.shape) == 2:
+        if self.reduction != "none":
+            return self.scalar(t)
+        if len(self.shape) == 2:
             self.b.out(self.node, t)
             return t
         return self.b.add("Reshape", [t], out, self.node, options={"dims": [-1] + list(out[1:])})
@@ -153,9 +160,9 @@ def softmax_cross_entropy(b, node):
     wants_log_prob = len(node.outputs) > 1 and node.outputs[1] and _used(b, node.outputs[1])
     x = b.value(node.inputs[0])
     if loss.reduction == "mean" and loss.weights is None and not wants_log_prob:
-        t = loss.add("SoftmaxWithLoss", [loss.score_rows(x), loss.labels()], (1,), "xent", True,
+        t = loss.add("SoftmaxWithLoss", [loss.score_rows(x), loss.labels()], (1,), "xent",
                      options={"ignore_index": loss.ignore})
-        b.out(node, t)
+        loss.scalar(t)
         return
     if wants_log_prob:
         # dlprim's Softmax runs over axis 1 of (N, C, D) with each position apart

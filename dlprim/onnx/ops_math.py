@@ -177,9 +177,14 @@ def reduce_(b, node):
               options={"mode": "avg" if method == "mean" else "max"})
     elif method == "max":
         raise Unsupported("max over axes %s (only over H and W of N, C, H, W, keepdims)" % axes)
-    else:
+    elif keep or len(axes) < len(shape):
         b.add("Reduction", [b.value(x)], out, node,
               options={"method": method, "dims": axes, "keep_dim": keep})
+    else:  # every axis dropped: ONNX's scalar, a view of the Reduction's (1,)
+        t = b.add("Reduction", [b.value(x)], out, name=node.name,
+                  output=b.fresh(node.outputs[0] + "/1"),
+                  options={"method": method, "dims": axes, "keep_dim": keep})
+        b.add("Reshape", [t], (), node, options={"dims": []})
 
 
 @converts("Dropout")
