@@ -197,8 +197,24 @@ def test_a_parameter_the_net_holds_transposed_follows_optimizer_steps():
     assert reports()[-1].where == "dlprim", reports()[-1]
 
 
+class Positions(nn.Module):
+    """A tensor made in the graph on the input's device (a position index)."""
+
+    def forward(self, x):
+        return x + torch.arange(x.shape[1], device=x.device, dtype=x.dtype)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_gpt2_with_a_mask_returns_its_output_object():
+def test_tensors_a_graph_makes_on_ocl_are_exported():
+    x = torch.randn(2, 5)
+    y = torch.compile(Positions(), backend="dlprim")(x.to("ocl"))
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    close(y, Positions()(x))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("how", ["dlprim.torch.compile", "torch.compile on ocl"])
+def test_gpt2_with_a_mask_is_one_net_returning_its_output_object(how):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50,
@@ -208,8 +224,12 @@ def test_gpt2_with_a_mask_returns_its_output_object():
     ids = torch.randint(0, 50, (2, 6))
     mask = torch.ones(2, 6, dtype=torch.long)
     with torch.no_grad():
-        got = dt.compile(model)(input_ids=ids, attention_mask=mask)
         want = model(input_ids=ids, attention_mask=mask)
+        if how == "dlprim.torch.compile":
+            got = dt.compile(model)(input_ids=ids, attention_mask=mask)
+        else:
+            compiled = torch.compile(model.to("ocl"), backend="dlprim")
+            got = compiled(input_ids=ids.to("ocl"), attention_mask=mask.to("ocl"))
     assert type(got) is type(want) and list(got.keys()) == list(want.keys())
     assert reports()[-1].where == "dlprim", reports()[-1]
     close(got.logits, want.logits)

@@ -147,7 +147,7 @@ class _Lifted(torch.nn.Module):
 
     def __init__(self, gm, kinds, example_inputs):
         super().__init__()
-        self.gm, self.kinds = gm, kinds
+        self.gm, self.kinds = _on_cpu(gm), kinds
         self.sizes = {}  # placeholder index -> the int it is in this conversion
         for i, (kind, x) in enumerate(zip(kinds, example_inputs)):
             if kind == "param":
@@ -163,6 +163,31 @@ class _Lifted(torch.nn.Module):
                 getattr(self, "p%d" % i) for i, k in enumerate(self.kinds)]
         out = self.gm(*args)
         return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
+
+def _on_cpu(gm):
+    """``gm``, or a copy of it whose operators create their tensors on the CPU where they
+    named an ocl device (``torch.arange(n, device=x.device)`` of a model on ocl): the
+    exporter traces the graph on the CPU."""
+    import copy
+    import torch.fx as fx
+
+    def cpu(a):
+        return torch.device("cpu") if isinstance(a, torch.device) and a.type == "ocl" else \
+            "cpu" if isinstance(a, str) and a.startswith("ocl") else a
+    graph = copy.deepcopy(gm.graph)
+    changed = False
+    for n in graph.nodes:
+        if "device" in n.kwargs:
+            new = cpu(n.kwargs["device"])
+            if new is not n.kwargs["device"]:
+                n.kwargs = {**n.kwargs, "device": new}
+                changed = True
+        args = fx.node.map_aggregate(n.args, lambda a: cpu(a) if isinstance(a, torch.device)
+                                     else a)
+        if any(x is not y for x, y in zip(args, n.args)):
+            n.args, changed = args, True
+    return fx.GraphModule(gm, graph) if changed else gm
 
 
 def _cpu(x):
