@@ -34,6 +34,7 @@ class AxisMap:
         self.m = self.idx.size
 
     def launches(self, x, y):
+        """The launches writing ``y`` = ``x`` taken along the axis at the map's indices."""
         outer, n, inner = self.dims
         return take(self.ctx, x, self.idx, y, outer, n, self.m, inner)
 
@@ -69,6 +70,7 @@ class ElementsBlock:
         self.dtype = data.dtype
 
     def tensor(self, ws):
+        """The block's tensor: its place at the start of workspace ``ws``."""
         return ws_view(ws, 0, math.prod(self.shape), self.dtype)
 
 

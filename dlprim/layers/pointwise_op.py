@@ -116,6 +116,8 @@ class LibraryOp(Layer):
         self.check_options()
 
     def check_options(self):
+        """Read the operator's declaration and check ``attrs``, ``scalars`` and ``dtype``
+        against it; a LayerError names the option."""
         name = self.options["op"]
         if name not in pointwise_operators():
             self.fail("option 'op': %r is not a pointwise operator of the library; known: %s"
@@ -325,6 +327,7 @@ class Pointwise(LibraryOp):
     OPTIONS = {"op": None}
 
     def check_options(self):
+        """Read the operator's declaration: one input, float, with a gradient."""
         name = self.options["op"]
         if name not in layer_operators():
             self.fail("option 'op': %r is not a one-input float operator with a gradient; "
