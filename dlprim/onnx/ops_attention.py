@@ -38,9 +38,9 @@ class _Steps:
         self.k += 1
         return self.b.fresh("%s/%s" % (self.node.outputs[0] or self.node.name, tag))
 
-    def add(self, type, inputs, shape, tag, dtype=np.float32, output=None, **options):
+    def add(self, type, inputs, out_shape, tag, dtype=np.float32, output=None, **options):
         b = self.b
-        t = b.add(type, [b.value(i) for i in inputs], shape, output=output or self._out(tag),
+        t = b.add(type, [b.value(i) for i in inputs], out_shape, output=output or self._out(tag),
                   name="%s/%s" % (self.node.name, tag), options=options, dtype=dtype)
         b.alias[t] = t
         return t
