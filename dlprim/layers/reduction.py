@@ -1,18 +1,36 @@
-"""Reduction: sum, sum of squares, sum of absolute values or mean over some axes.
+"""Reduction: sum, sum of squares, sum of absolute values, mean, product, largest or
+smallest value over some axes.
 
-    y = output_scale * R(x)   R = sum x | sum x^2 | sum |x| | mean x over the axes
+    y = output_scale * R(x)   R = sum x | sum x^2 | sum |x| | mean x | prod x | max x | min x
     dx = output_scale * dy * (1 | 2x | sign(x) | 1/count)   (dy broadcast back)
+
+Any dtype the Net holds (``mean``: floats only); the output keeps the input's dtype, as
+ONNX's reductions do (an int32 sum wraps in int32). A NaN wins ``max`` and ``min``, as in
+PyTorch and numpy. A reduction over an empty axis gives the method's identity (0, 1, the
+lowest or highest value, NaN for a mean) without a kernel. Backward: float32 ``sum``,
+``sumsq``, ``abssum`` and ``mean``; the others take no gradient.
 
 The axes are ``dims`` (a list, negative counts from the end) or every axis from
 ``start_axis`` on (default 0: everything); not both. ``keep_dim`` (default true) keeps
 reduced axes as size 1; reducing everything without it gives shape (1,).
 """
-from ..core.pointwise import PointwiseBroadcast
+import numpy as np
+
+from ..core.copy import Fill
+from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..core.reduction import Reduce
+from ..dtypes import cl_type, compute_type, dtype_name, is_float
 from ..utils import is_int as _is_int
 from .base import Layer, Setup, TensorSpec, register
 
-METHODS = ("sum", "sumsq", "abssum", "mean")
+METHODS = ("sum", "sumsq", "abssum", "mean", "prod", "max", "min")
+_DIFFERENTIABLE = ("sum", "sumsq", "abssum", "mean")
+# the OpenCL limits of each compute type: where max and min start
+_LIMITS = {"char": ("CHAR_MIN", "CHAR_MAX"), "short": ("SHRT_MIN", "SHRT_MAX"),
+           "int": ("INT_MIN", "INT_MAX"), "long": ("LONG_MIN", "LONG_MAX"),
+           "uchar": ("0", "UCHAR_MAX")}
+_EXTREME = "if (y0 %s reduce_y0%s) reduce_y0 = y0;"
+_NAN_WINS = " || y0 != y0"  # true for a NaN only
 # derivative factor of each method as code over x1 = x
 _DERIVATIVE = {"sum": "", "mean": "", "sumsq": " * 2.0f * x1",
                "abssum": " * (x1 > 0.0f ? 1.0f : (x1 < 0.0f ? -1.0f : 0.0f))"}
@@ -20,7 +38,9 @@ _DERIVATIVE = {"sum": "", "mean": "", "sumsq": " * 2.0f * x1",
 
 @register("Reduction")
 class Reduction(Layer):
-    """Sum, sum of squares, sum of absolute values or mean over the chosen axes."""
+    """Sum, sum of squares, sum of absolute values, mean, product, max or min over the
+    chosen axes."""
+    HALF_STORAGE = "follows"
     OPTIONS = {"method": "sum", "dims": None, "start_axis": None, "keep_dim": True,
                "output_scale": 1.0}
 
@@ -62,24 +82,47 @@ class Reduction(Layer):
         return tuple(range(start % ndim, ndim))
 
     def build(self, in_specs):
-        spec = self.single_input(in_specs, min_ndim=1)
+        spec = self.single_input(in_specs, min_ndim=1, float32=False)
+        method, dtype = self.options["method"], spec.dtype
+        if method == "mean" and not is_float(dtype):
+            self.fail("method 'mean' of %s (floats only)" % dtype_name(dtype))
+        if dtype == np.bool_ and method not in ("max", "min"):
+            self.fail("method %r of bool (max and min only)" % method)
         self.shape = spec.shape
         axes = self.axes(len(spec.shape))
-        self.op = Reduce(self.ctx, spec.shape, axes, self.options["method"],
-                         keepdims=self.options["keep_dim"])
-        self.out_shape = self.op.out_shape or (1,)
+        keep_shape = tuple(1 if k in axes else n for k, n in enumerate(spec.shape))
+        out_shape = keep_shape if self.options["keep_dim"] else tuple(
+            n for k, n in enumerate(spec.shape) if k not in axes)
+        self.out_shape = out_shape or (1,)
+        count = int(np.prod([spec.shape[a] for a in axes], dtype=np.int64))
+        self.op = self.fill = None
+        if count == 0:
+            self.fill = Fill(self.ctx, self.out_shape, dtype)
+        elif method in ("prod", "max", "min") or dtype != np.float32:
+            self.op = _reduce_any(self.ctx, spec.shape, keep_shape, method, dtype)
+        else:
+            self.op = Reduce(self.ctx, spec.shape, axes, method, keepdims=self.options["keep_dim"])
         self.coeff = float(self.options["output_scale"])
-        if self.options["method"] == "mean":
-            self.coeff /= max(self.op.count, 1)
+        self.count = count
+        if method == "mean":
+            self.coeff /= max(count, 1)
         self._bwd = None
         # sum and mean have constant derivatives: backward needs only dy
-        reads_x = self.options["method"] in ("sumsq", "abssum")
-        return Setup([TensorSpec(self.out_shape, spec.dtype)],
-                     flags=self.default_flags(backward_reads_inputs=reads_x))
+        reads_x = method in ("sumsq", "abssum")
+        grad = method in _DIFFERENTIABLE and dtype == np.float32
+        flags = self.default_flags(backward_reads_inputs=reads_x) if grad else \
+            self.default_flags(has_backward=False, backward_reads_inputs=False)
+        return Setup([TensorSpec(self.out_shape, dtype)], flags=flags)
 
     def forward(self, x, y, params, ws, saved):
-        return self.op.launches(x[0], y[0].view(self.op.out_shape),
-                                alpha=float(self.options["output_scale"]))
+        scale = float(self.options["output_scale"])
+        if self.fill is not None:
+            value = _identity(self.options["method"], x[0].dtype)
+            return self.fill.launches(y[0], value if scale == 1.0 else scale * value)
+        if isinstance(self.op, Reduce):
+            return self.op.launches(x[0], y[0].view(self.op.out_shape), alpha=scale)
+        alpha = scale / self.count if self.options["method"] == "mean" else scale
+        return self.op.launches([x[0]], [y[0].view(self.op.out_shape)], alpha=alpha)
 
     def _grad_op(self):
         # built on first use: a net that only predicts compiles no backward kernel
@@ -95,3 +138,35 @@ class Reduction(Layer):
             return []
         return self._grad_op().launches([dy[0].view(self.op.keep_shape), x[0]], [dx[0]],
                                         [self.coeff], beta=float(accumulate[0]))
+
+
+def _reduce_any(ctx, in_shape, keep_shape, method, dtype):
+    """The reduction kernel of ``method`` over any dtype, accumulating in the dtype's
+    compute type (16-bit floats in float), the result stored as the dtype."""
+    ctype = compute_type(dtype)
+    lowest, highest = ("-INFINITY", "INFINITY") if is_float(dtype) else _LIMITS[ctype]
+    nan = _NAN_WINS if is_float(dtype) else ""
+    code = {"sum": "y0 = x0;", "mean": "y0 = x0;", "sumsq": "y0 = x0 * x0;",
+            "abssum": "y0 = x0 < 0 ? -x0 : x0;"}.get(method, "y0 = x0;")
+    init, step = {"prod": ("reduce_y0 = 1;", "reduce_y0 *= y0;"),
+                  "max": ("reduce_y0 = %s;" % lowest, _EXTREME % (">", nan)),
+                  "min": ("reduce_y0 = %s;" % highest, _EXTREME % ("<", nan))}.get(
+        method, ("reduce_y0 = 0;", "reduce_y0 += y0;"))
+    return PointwiseBroadcastReduce(ctx, [(in_shape, dtype)], [(keep_shape, dtype)], code,
+                                    init, step, name="reduction_" + method)
+
+
+def _identity(method, dtype):
+    """What ``method`` gives over no elements (ONNX's empty-set results)."""
+    if method in ("sum", "sumsq", "abssum"):
+        return 0
+    if method == "prod":
+        return 1
+    if method == "mean":
+        return float("nan")
+    if dtype == np.bool_:
+        return method == "min"
+    if is_float(dtype):
+        return float("-inf") if method == "max" else float("inf")
+    info = np.iinfo(dtype)
+    return info.min if method == "max" else info.max

@@ -148,7 +148,13 @@ def softmax(b, node):
 
 
 REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceSumSquare": "sumsq",
-          "ReduceL1": "abssum", "ReduceMax": "max"}
+          "ReduceL1": "abssum", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod",
+          "ReduceL2": "sumsq", "ReduceLogSum": "sum"}
+# the library operator applied to the reduction (float inputs only)
+AFTER = {"ReduceL2": "sqrt", "ReduceLogSum": "log"}
+# noop_with_empty_axes with no axes: ONNX's reference reduces over none, leaving each
+# element's own term (x*x, |x|, log x); the others leave x itself
+NOOP = {"ReduceSumSquare": "mul", "ReduceL1": "abs", "ReduceL2": "abs", "ReduceLogSum": "log"}
 
 
 def _axes(b, node, rank):
@@ -157,34 +163,97 @@ def _axes(b, node, rank):
         else node.attr("axes")
     if axes is None or len(axes) == 0:
         return None if node.attr("noop_with_empty_axes", 0) else list(range(rank))
-    return sorted(int(a) % rank for a in np.asarray(axes).reshape(-1))
+    axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    if any(not -rank <= a < rank for a in axes) or len({a % rank for a in axes}) != len(axes):
+        raise Unsupported("axes %s for an input of rank %d" % (axes, rank))
+    return sorted(a % rank for a in axes)
 
 
-@converts(*REDUCE)
+def _is_float(dtype):
+    dt = np.dtype(dtype)
+    return dt.kind == "f" or dt.name == "bfloat16" or dt.kind == "V"
+
+
+@converts(*REDUCE, "ReduceLogSumExp")
 def reduce_(b, node):
+    from .ops_library import typed
     x = node.inputs[0]
-    shape = b.shape(x)
+    shape, dtype = b.shape(x), b.dtype(x)
     axes = _axes(b, node, len(shape))
+    if node.op_type in AFTER or node.op_type == "ReduceLogSumExp":
+        if not _is_float(dtype):
+            raise Unsupported("%s of %s (floats only)" % (node.op_type, np.dtype(dtype).name))
     if axes is None:
-        b.out(node, b.value(x))
+        op = NOOP.get(node.op_type)
+        if op is None:
+            b.out(node, b.value(x))
+        else:
+            typed(b, node, op, inputs=[x, x] if op == "mul" else [x])
         return
     keep = bool(node.attr("keepdims", 1))
     out = tuple(1 if i in axes else d for i, d in enumerate(shape)) if keep else \
-        tuple(d for i, d in enumerate(shape) if i not in axes) or (1,)
+        tuple(d for i, d in enumerate(shape) if i not in axes)
+    if node.op_type == "ReduceLogSumExp":
+        _log_sum_exp(b, node, x, axes, keep, out)
+        return
     method = REDUCE[node.op_type]
-    if len(shape) == 4 and axes == [2, 3] and keep and method in ("mean", "max"):
+    if node.op_type in AFTER:
+        t = _reduction(b, node, x, axes, keep, out, method, final=False)
+        typed(b, node, AFTER[node.op_type], inputs=[t])
+    elif len(shape) == 4 and axes == [2, 3] and keep and method in ("mean", "max") and \
+            np.dtype(dtype) == np.float32 and all(shape[2:]):
         b.add("GlobalPooling", [b.value(x)], out, node,
               options={"mode": "avg" if method == "mean" else "max"})
-    elif method == "max":
-        raise Unsupported("max over axes %s (only over H and W of N, C, H, W, keepdims)" % axes)
-    elif keep or len(axes) < len(shape):
-        b.add("Reduction", [b.value(x)], out, node,
-              options={"method": method, "dims": axes, "keep_dim": keep})
-    else:  # every axis dropped: ONNX's scalar, a view of the Reduction's (1,)
-        t = b.add("Reduction", [b.value(x)], out, name=node.name,
-                  output=b.fresh(node.outputs[0] + "/1"),
-                  options={"method": method, "dims": axes, "keep_dim": keep})
-        b.add("Reshape", [t], (), node, options={"dims": []})
+    else:
+        _reduction(b, node, x, axes, keep, out, method, final=True)
+
+
+def _reduction(b, node, x, axes, keep, out, method, final):
+    """A Reduction of ONNX tensor ``x`` to ``out`` (ONNX's shape: () when every axis is
+    dropped, where the layer gives (1,)); writes the node's output when ``final``, else
+    returns a new tensor (known under its own name)."""
+    dtype = b.dtype(x)
+    opts = {"method": method, "dims": axes, "keep_dim": keep}
+    name = node.outputs[0]
+    if out:
+        t = b.add("Reduction", [b.value(x)], out, node if final else None, name=node.name,
+                  output=None if final else b.fresh(name + "/" + method), options=opts,
+                  dtype=dtype)
+    else:
+        t = b.add("Reduction", [b.value(x)], (1,), name=node.name,
+                  output=b.fresh(name + "/1"), options=opts, dtype=dtype)
+        t = b.add("Reshape", [t], (), node if final else None, name=node.name + "/scalar",
+                  output=None if final else b.fresh(name + "/" + method),
+                  options={"dims": []}, dtype=dtype)
+    if not final:
+        b.alias[t] = t
+    return t
+
+
+def _log_sum_exp(b, node, x, axes, keep, out):
+    """log(sum(exp(x - m))) + m, m the largest value (0 where it is infinite, as PyTorch's
+    logsumexp: an all -inf slice gives -inf, a +inf gives +inf)."""
+    from .ops_library import typed
+    dtype, name = b.dtype(x), node.outputs[0]
+
+    def step(op, inputs, tag, attrs=None):
+        t = typed(b, node, op, inputs=inputs, attrs=attrs, output=b.fresh(name + "/" + tag),
+                  name=node.name + "/" + tag)
+        b.alias[t] = t
+        return t
+    kept = tuple(1 if i in axes else d for i, d in enumerate(b.shape(x)))
+    m = _reduction(b, node, x, axes, True, kept, "max", final=False)
+    zero = b.constant(np.asarray(0, dtype), node.name + "/zero")
+    m = step("where", [step("isinf", [m], "inf"), zero, m], "shift")
+    e = step("exp", [step("sub", [x, m], "sub", {"alpha": 1})], "exp")
+    s = _reduction(b, node, e, axes, keep, out, "sum", final=False)
+    s = step("log", [s], "log")
+    if not keep:
+        m = b.add("Reshape", [b.value(m)], out, name=node.name + "/shape",
+                  output=b.fresh(name + "/shifted"), options={"dims": [int(d) for d in out]},
+                  dtype=dtype)
+        b.alias[m] = m
+    typed(b, node, "add", inputs=[s, m], attrs={"alpha": 1})
 
 
 @converts("Dropout")
