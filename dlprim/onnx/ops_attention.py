@@ -1,7 +1,7 @@
 """Converters of the transformer operators ONNX defines since opset 23: Attention (onto
 the fused ScaledDotProductAttention where it computes the node, else composed of MatMul,
-Softmax and pointwise layers), RMSNormalization (RMSNorm) and RotaryEmbedding (slices and
-pointwise products).
+Softmax and pointwise layers), LayerNormalization (LayerNorm, and its statistics outputs),
+RMSNormalization (RMSNorm) and RotaryEmbedding (slices and pointwise products).
 
 Attention's additive bias is ONNX's: the mask (a bool one as 0 / -inf, a short last axis
 padded with -inf), the bottom-right causal frontier and the sliding window at offset
@@ -430,6 +430,60 @@ def rms_normalization(b, node):
           params=[b.param(node.inputs[1], weight)],
           options={"normalized_dims": len(normalized),
                    "eps": float(node.attr("epsilon", 1e-5)), "affine": True})
+
+
+# ----------------------------------------------------------------- LayerNormalization
+@converts("LayerNormalization")
+def layer_norm(b, node):
+    """The LayerNorm layer over the axes from ``axis`` on (a missing bias is zeros); the
+    Mean and InvStdDev outputs, where read, as ONNX's reference computes them: a mean, then
+    1 / sqrt(mean((x - mean)^2) + epsilon), kept as (d0 .. d(axis-1), 1, .., 1)."""
+    x = node.inputs[0]
+    shape = b.shape(x)
+    if _dtype_name(b.dtype(x)) not in _FLOATS:
+        raise Unsupported("input of dtype %s" % _dtype_name(b.dtype(x)))
+    axis = int(node.attr("axis", -1))
+    if not -len(shape) <= axis < len(shape):
+        raise Unsupported("axis %d of an input of rank %d" % (axis, len(shape)))
+    axis %= len(shape)
+    if int(node.attr("stash_type", 1)) != 1:
+        raise Unsupported("stash_type %d (statistics in float32 only)" % node.attr("stash_type"))
+    normalized = tuple(shape[axis:])
+    eps = float(node.attr("epsilon", 1e-5))
+    scale = b.const(node.inputs[1], "scale")
+    bias = b.const(node.inputs[2], "bias") if node.input(2) else np.zeros(normalized, np.float32)
+    try:
+        params = [b.param(node.inputs[1], np.broadcast_to(scale, normalized)),
+                  b.param(node.input(2) or node.name + ".bias", np.broadcast_to(bias, normalized))]
+    except ValueError:
+        raise Unsupported("scale %s / bias %s do not broadcast to the normalized shape %s"
+                          % (np.shape(scale), np.shape(bias), normalized)) from None
+    b.add("LayerNorm", [b.value(x)], shape, node, params=params, dtype=b.dtype(x), options={
+        "normalized_dims": len(normalized), "eps": eps, "affine": True})
+    outs = list(node.outputs) + [""] * (3 - len(node.outputs))
+    if any(o and (b.consumers.get(o) or o in b.graph_outputs) for o in outs[1:]):
+        _layer_norm_statistics(b, node, x, axis, eps, outs)
+
+
+def _layer_norm_statistics(b, node, x, axis, eps, outs):
+    s = _Steps(b, node)
+    shape = b.shape(x)
+    dims = list(range(axis, len(shape)))
+    kept = tuple(shape[:axis]) + (1,) * len(dims)
+    x32 = s.cast(x, np.float32, "x_f32")
+    mean = s.add("Reduction", [x32], kept, "mean", method="mean", dims=dims, keep_dim=True,
+                 output=outs[1] or None)
+    diff = s.lib("sub", [x32, mean], "centred", attrs={"alpha": 1})
+    var = s.add("Reduction", [diff], kept, "variance", method="sumsq", dims=dims,
+                keep_dim=True, output_scale=1.0 / int(np.prod(shape[axis:])))
+    t = s.lib("add", [var, s.const(np.float32(eps), "epsilon")], "variance_eps",
+              attrs={"alpha": 1})
+    t = s.lib("sqrt", [t], "std")
+    inv = s.lib("reciprocal", [t], "inv_std", output=outs[2] or None)
+    if outs[1]:
+        s.finish(1, mean)
+    if outs[2]:
+        s.finish(2, inv)
 
 
 # ----------------------------------------------------------------- RotaryEmbedding

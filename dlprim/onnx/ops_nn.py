@@ -357,29 +357,6 @@ def lrn(b, node):
         "beta": float(node.attr("beta", 0.75)), "k": float(node.attr("bias", 1.0))})
 
 
-def _outputs_unread(b, node, what):
-    if any(b.consumers.get(o) or o in b.graph_outputs for o in node.outputs[1:] if o):
-        raise Unsupported("the %s outputs are read" % what)
-
-
-@converts("LayerNormalization")
-def layer_norm(b, node):
-    x = node.inputs[0]
-    shape = b.shape(x)
-    axis = int(node.attr("axis", -1)) % len(shape)
-    _outputs_unread(b, node, "mean/inverse standard deviation")
-    if int(node.attr("stash_type", 1)) != 1:
-        raise Unsupported("stash_type %d (statistics in float32 only)" % node.attr("stash_type"))
-    normalized = tuple(shape[axis:])
-    scale = b.const(node.inputs[1], "scale")
-    bias = b.const(node.inputs[2], "bias") if node.input(2) else np.zeros(normalized, np.float32)
-    params = [b.param(node.inputs[1], np.broadcast_to(scale, normalized)),
-              b.param(node.input(2) or node.name + ".bias", np.broadcast_to(bias, normalized))]
-    b.add("LayerNorm", [b.value(x)], shape, node, params=params, options={
-        "normalized_dims": len(normalized), "eps": float(node.attr("epsilon", 1e-5)),
-        "affine": True})
-
-
 @converts("GroupNormalization")
 def group_norm(b, node):
     x = node.inputs[0]
