@@ -341,8 +341,9 @@ def _known(b, node, i, what):
     if name is None:
         raise Unsupported("input %d (%s) is missing" % (i, what))
     if not b.is_const(name):
-        raise Unsupported("%s '%s' is computed at run time: the output's shape would depend "
-                          "on the data, and a net plans its shapes before it runs" % (what, name))
+        raise Unsupported("%s '%s' must be a constant (known at import): computed at run "
+                          "time, it would make the kernels or the output's shape depend on the "
+                          "data, and a net plans both before it runs" % (what, name))
     return np.asarray(b.consts[name])
 
 
