@@ -171,9 +171,10 @@ def bit_shift(b, node):
     op = {"LEFT": "bitwise_left_shift", "RIGHT": "bitwise_right_shift"}.get(direction)
     if op is None:
         raise Unsupported("direction %r" % direction)
-    if any(_net_dtype(b.dtype(n)) != np.uint8 for n in node.inputs):
-        raise Unsupported("BitShift of %s (of the unsigned types ONNX allows, only uint8 "
-                          "runs)" % _name(b.dtype(node.inputs[0])))
+    # the library's shifts are ONNX's (opset 28): a shift below 0 or of the width or more
+    # gives 0 (a right shift of a negative number: -1); a left shift wraps in the type
+    if any(np.dtype(_net_dtype(b.dtype(n))).kind not in "iu" for n in node.inputs):
+        raise Unsupported("BitShift of %s (integers only)" % _name(b.dtype(node.inputs[0])))
     typed(b, node, op)
 
 
