@@ -51,26 +51,35 @@ def global_pool(b, node):
 
 @converts("Pad")
 def pad(b, node):
-    """Zero padding of H and W as a 1x1 depthwise convolution of ones with that padding
-    (exact: every output is 1 * x or 0); negative pads crop with Slice."""
+    """Zero padding of H and W of a float32 (N, C, H, W) tensor as a 1x1 depthwise
+    convolution of ones with that padding (exact: every output is 1 * x or 0), negative
+    pads cropping with Slice; every other padding (any axes, any dtype, a constant value,
+    modes reflect, edge and wrap) the Pad layer."""
     shape = b.shape(node.inputs[0])
-    if node.attr("mode", "constant") != "constant":
-        raise Unsupported("mode %r (only constant zero padding)" % node.attr("mode"))
+    mode = node.attr("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
     pads = node.attr("pads") if node.input(1) is None else b.const(node.inputs[1], "pads")
     value = node.attr("value", 0.0)
     if node.input(2):
-        value = float(b.const(node.inputs[2], "constant_value").reshape(-1)[0])
+        value = b.const(node.inputs[2], "constant_value").reshape(-1)[0].item()
+    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
     if node.input(3):
-        axes = [int(a) % len(shape) for a in b.const(node.inputs[3], "axes")]
+        axes = [int(a) for a in np.asarray(b.const(node.inputs[3], "axes")).reshape(-1)]
+        if len(pads) != 2 * len(axes) or any(not -len(shape) <= a < len(shape) for a in axes):
+            raise Unsupported("pads %s for axes %s of an input of shape %s"
+                              % (pads, axes, list(shape)))
         full = [0] * (2 * len(shape))
         for i, a in enumerate(axes):
-            full[a], full[a + len(shape)] = int(pads[i]), int(pads[i + len(axes)])
+            full[a % len(shape)] = pads[i]
+            full[a % len(shape) + len(shape)] = pads[i + len(axes)]
         pads = full
-    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
-    if value != 0.0:
-        raise Unsupported("padding value %g (only 0)" % value)
-    if len(shape) != 4 or any(pads[i] for i in (0, 1, 4, 5)):
-        raise Unsupported("pads %s: only H and W of (N, C, H, W) may be padded" % pads)
+    if len(pads) != 2 * len(shape):
+        raise Unsupported("pads %s for an input of shape %s" % (pads, list(shape)))
+    dtype = b.dtype(node.inputs[0])
+    if mode != "constant" or value != 0 or len(shape) != 4 or np.dtype(dtype) != np.float32 \
+            or any(pads[i] for i in (0, 1, 4, 5)):
+        _pad_layer(b, node, shape, pads, mode, value, dtype)
+        return
     x = b.value(node.inputs[0])
     cur = list(shape)
     for axis, lo, hi in ((2, pads[2], pads[6]), (3, pads[3], pads[7])):
@@ -88,6 +97,19 @@ def pad(b, node):
     b.add("Convolution2D", [x], out, node, params=[ones], frozen=True, options={
         "channels_out": cur[1], "channels_in": cur[1], "kernel": [1, 1], "pad": grow,
         "groups": cur[1], "bias": False})
+
+
+def _pad_layer(b, node, shape, pads, mode, value, dtype):
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise Unsupported("mode %r" % mode)
+    kind = np.dtype(dtype).kind
+    if mode == "constant" and kind in "iub" and float(value) != int(value):
+        raise Unsupported("padding value %r for %s" % (value, np.dtype(dtype).name))
+    r = len(shape)
+    out = [n + lo + hi for n, lo, hi in zip(shape, pads[:r], pads[r:])]
+    value = bool(value) if kind == "b" else (int(value) if kind in "iu" else float(value))
+    b.add("Pad", [b.value(node.inputs[0])], out, node, dtype=dtype,
+          options={"pads": pads, "mode": mode, "value": value})
 
 
 # ----- Resize and Upsample
