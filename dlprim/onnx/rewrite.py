@@ -18,6 +18,9 @@
                                                        itself (attribute ``SEQUENCE``),
                                                        as dlprim's LSTM and GRU do
 
+ONNX's own Attention node (opset 23 on) is not a pattern: its converter (``ops_attention``)
+gives the fused ScaledDotProductAttention wherever that computes the node.
+
 A pattern is folded only where its inner tensors are read by nothing else and are not
 model outputs. The folded nodes keep the name of the node that writes the result; they
 have no ONNX proto, so they are converted even when their inputs are all constant.
