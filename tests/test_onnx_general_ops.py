@@ -122,3 +122,53 @@ def test_onnx_reduction_over_no_axes(ctx, op, ref):
     x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
     model = one_node(op, [("x", x)], [("y", x)], noop_with_empty_axes=1)
     np.testing.assert_allclose(run_model(ctx, model, x=x)["y"], ref(x), rtol=1e-6)
+
+
+# ----- BitShift, Pad, CumProd
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+def test_onnx_bit_shift_of_signed_integers(ctx, dtype, direction):
+    """Opset 28: shifts below 0 or of the width or more give 0 (-1 for a negative number
+    shifted right); a left shift wraps in the type."""
+    bits = np.iinfo(dtype).bits
+    x = np.array([5, -7, 100, -1, 3, -128], dtype)
+    s = np.array([1, 2, bits - 1, bits, -1, 3], dtype)
+    u = x.view(np.dtype("u%d" % x.itemsize))
+    valid = (s >= 0) & (s < bits)
+    if direction == "LEFT":
+        want = np.where(valid, (u << np.where(valid, s, 0).astype(u.dtype)).view(dtype), 0)
+    else:
+        want = np.where(valid, x >> np.where(valid, s, 0), np.where(x < 0, -1, 0))
+    want = want.astype(dtype)
+    model = one_node("BitShift", [("x", x), ("s", s)], [("y", want)], opset=18,
+                     direction=direction)
+    np.testing.assert_array_equal(run_model(ctx, model, x=x, s=s)["y"], want)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap", "constant"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_onnx_pad_modes_and_axes(ctx, mode, dtype):
+    x = values(np.random.default_rng(4), (2, 5, 4), dtype)
+    pads = np.array([2, -1, 1, 0], np.int64)  # axes (1, -1): 2 before, 1 after on axis 1
+    consts = [("pads", pads), ("value", np.array(3, dtype)), ("axes", np.array([1, -1]))]
+    width = [(0, 0), (2, 1), (0, 0)]
+    if mode == "constant":
+        want = np.pad(x[:, :, 1:], width, mode="constant", constant_values=3)
+    else:
+        want = np.pad(x, width, mode={"edge": "edge", "reflect": "reflect",
+                                      "wrap": "wrap"}[mode])[:, :, 1:]
+    model = one_node("Pad", [("x", x)], [("y", want)], consts, mode=mode)
+    np.testing.assert_array_equal(run_model(ctx, model, x=x)["y"], want)
+
+
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_onnx_cumprod(ctx, exclusive, reverse):
+    x = np.random.default_rng(5).integers(-3, 4, (3, 33)).astype(np.int64)
+    a = x[:, ::-1] if reverse else x
+    if exclusive:
+        a = np.concatenate([np.ones((3, 1), a.dtype), a[:, :-1]], axis=1)
+    want = np.cumprod(a, axis=1)
+    want = want[:, ::-1] if reverse else want
+    model = one_node("CumProd", [("x", x)], [("y", want)], [("axis", np.array(1))],
+                     opset=26, exclusive=exclusive, reverse=reverse)
+    np.testing.assert_array_equal(run_model(ctx, model, x=x)["y"], want)

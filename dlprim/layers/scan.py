@@ -1,7 +1,8 @@
-"""Cumulative sums along one axis for tensors of any numeric dtype (ONNX CumSum), on the
-scan launcher (core/scan.py).
+"""Cumulative sums and products along one axis for tensors of any numeric dtype (ONNX
+CumSum, CumProd), on the scan launcher (core/scan.py).
 
     CumSum    y[i] = sum of x[j] for j <= i (``exclusive``: j < i; ``reverse``: from the end)
+    CumProd   y[i] = product of x[j], the same way (an exclusive product starts from 1)
 
 Integer sums are computed in int64 and stored in the input's dtype (wrapping as ONNX's
 kernels do); float32 sums in double where the device has it. ``exclusive`` sums the input
@@ -49,12 +50,14 @@ class AxisLayer(Layer):
 class CumSum(AxisLayer):
     """Cumulative sum along ``axis`` (ONNX CumSum: ``exclusive``, ``reverse``)."""
     OPTIONS = {"axis": 0, "exclusive": False, "reverse": False}
+    SCAN, START = "sum", 0  # the scan and what an exclusive one starts from
 
     def build(self, in_specs):
         self.flags_check("exclusive", "reverse")
         spec = self.one_input(in_specs)
         if spec.dtype == np.bool_:
-            self.fail("input dtype bool does not sum (cast it to an integer type first)")
+            self.fail("input dtype bool does not %s (cast it to an integer type first)"
+                      % self.SCAN)
         outer, n, inner = self.dims
         size = math.prod(spec.shape)
         self.size = size
@@ -79,15 +82,21 @@ class CumSum(AxisLayer):
             src = bufs[0]
         if self.options["exclusive"]:
             dst = bufs[-1]
-            out += self.zero.launches(dst, 0)
+            out += self.zero.launches(dst, self.START)
             if self.shift is not None:
                 out += self.shift.launches(src, dst.view((self.size - inner,), inner))
             src = dst
         if not self.options["reverse"]:
-            return out + scan_launches(self.ctx, "sum", src, y[0].view((self.size,)), None,
+            return out + scan_launches(self.ctx, self.SCAN, src, y[0].view((self.size,)), None,
                                        outer, n, inner)
         tmp = bufs[0] if src is not bufs[0] else bufs[-1]
-        out += scan_launches(self.ctx, "sum", src, tmp, None, outer, n, inner)
+        out += scan_launches(self.ctx, self.SCAN, src, tmp, None, outer, n, inner)
         return out + self.reversal.launches(tmp, y[0].view((self.size,)))
 
 
+
+
+@register("CumProd")
+class CumProd(CumSum):
+    """Cumulative product along ``axis`` (ONNX CumProd: ``exclusive``, ``reverse``)."""
+    SCAN, START = "prod", 1

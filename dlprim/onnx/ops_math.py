@@ -174,9 +174,20 @@ def _is_float(dtype):
     return dt.kind == "f" or dt.name == "bfloat16" or dt.kind == "V"
 
 
+def _library(b, node, op, tensors, dtype, tag=None, **options):
+    """A LibraryOp of ``op`` over dlprim ``tensors`` (broadcast), stored as ``dtype``;
+    writes the node's output unless ``tag`` names a new tensor."""
+    shape = tuple(np.broadcast_shapes(*(b.shapes[t] for t in tensors)))
+    t = b.add("LibraryOp", tensors, shape, None if tag else node, name=node.name + (
+        "/" + tag if tag else ""), output=b.fresh(node.outputs[0] + "/" + tag) if tag else None,
+        options=dict(op=op, **options), dtype=dtype)
+    if tag:
+        b.alias[t] = t
+    return t
+
+
 @converts(*REDUCE, "ReduceLogSumExp")
 def reduce_(b, node):
-    from .ops_library import typed
     x = node.inputs[0]
     shape, dtype = b.shape(x), b.dtype(x)
     axes = _axes(b, node, len(shape))
@@ -188,7 +199,7 @@ def reduce_(b, node):
         if op is None:
             b.out(node, b.value(x))
         else:
-            typed(b, node, op, inputs=[x, x] if op == "mul" else [x])
+            _library(b, node, op, [b.value(x)] * (2 if op == "mul" else 1), dtype)
         return
     keep = bool(node.attr("keepdims", 1))
     out = tuple(1 if i in axes else d for i, d in enumerate(shape)) if keep else \
@@ -199,7 +210,7 @@ def reduce_(b, node):
     method = REDUCE[node.op_type]
     if node.op_type in AFTER:
         t = _reduction(b, node, x, axes, keep, out, method, final=False)
-        typed(b, node, AFTER[node.op_type], inputs=[t])
+        _library(b, node, AFTER[node.op_type], [t], dtype)
     elif len(shape) == 4 and axes == [2, 3] and keep and method in ("mean", "max") and \
             np.dtype(dtype) == np.float32 and all(shape[2:]):
         b.add("GlobalPooling", [b.value(x)], out, node,
@@ -233,27 +244,20 @@ def _reduction(b, node, x, axes, keep, out, method, final):
 def _log_sum_exp(b, node, x, axes, keep, out):
     """log(sum(exp(x - m))) + m, m the largest value (0 where it is infinite, as PyTorch's
     logsumexp: an all -inf slice gives -inf, a +inf gives +inf)."""
-    from .ops_library import typed
     dtype, name = b.dtype(x), node.outputs[0]
-
-    def step(op, inputs, tag, attrs=None):
-        t = typed(b, node, op, inputs=inputs, attrs=attrs, output=b.fresh(name + "/" + tag),
-                  name=node.name + "/" + tag)
-        b.alias[t] = t
-        return t
     kept = tuple(1 if i in axes else d for i, d in enumerate(b.shape(x)))
     m = _reduction(b, node, x, axes, True, kept, "max", final=False)
-    zero = b.constant(np.asarray(0, dtype), node.name + "/zero")
-    m = step("where", [step("isinf", [m], "inf"), zero, m], "shift")
-    e = step("exp", [step("sub", [x, m], "sub", {"alpha": 1})], "exp")
-    s = _reduction(b, node, e, axes, keep, out, "sum", final=False)
-    s = step("log", [s], "log")
+    inf = _library(b, node, "isinf", [m], np.bool_, "inf")
+    m = _library(b, node, "where", [inf, m], dtype, "shift", scalars={"b": 0.0})
+    d = _library(b, node, "sub", [b.value(x), m], dtype, "sub", attrs={"alpha": 1})
+    e = _library(b, node, "exp", [d], dtype, "exp")
+    s = _library(b, node, "log", [_reduction(b, node, e, axes, keep, out, "sum", final=False)],
+                 dtype, "log")
     if not keep:
-        m = b.add("Reshape", [b.value(m)], out, name=node.name + "/shape",
+        m = b.add("Reshape", [m], out, name=node.name + "/shape",
                   output=b.fresh(name + "/shifted"), options={"dims": [int(d) for d in out]},
                   dtype=dtype)
-        b.alias[m] = m
-    typed(b, node, "add", inputs=[s, m], attrs={"alpha": 1})
+    _library(b, node, "add", [s, m], dtype, attrs={"alpha": 1})
 
 
 @converts("Dropout")

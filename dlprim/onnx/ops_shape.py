@@ -398,14 +398,14 @@ def scatter_nd(b, node):
          options={"reduction": node.attr("reduction", "none")})
 
 
-@converts("CumSum")
+@converts("CumSum", "CumProd")
 def cumsum(b, node):
     x = node.inputs[0]
     axis = int(_scalar(b, node, 1, "axis"))
     if not -len(b.shape(x)) <= axis < len(b.shape(x)):
         raise Unsupported("axis %d is out of range for an input of shape %s"
                           % (axis, list(b.shape(x))))
-    _add(b, "CumSum", [b.value(x)], b.shape(x), node, _dtype(b, x),
+    _add(b, node.op_type, [b.value(x)], b.shape(x), node, _dtype(b, x),
          options={"axis": axis, "exclusive": bool(node.attr("exclusive", 0)),
                   "reverse": bool(node.attr("reverse", 0))})
 
