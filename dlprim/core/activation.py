@@ -125,7 +125,12 @@ ACTIVATIONS = {
         "(1.0f + 0.134145f * x * x)))" % (_SQRT2_PI, _SQRT2_PI, _SQRT2_PI),
         onnx=[_spell(_op("Gelu", X, approximate="tanh"), since=20),
               _spell(_gelu_tree(_op("Tanh", _op("Mul", _CUBIC, math.sqrt(2 / math.pi)))),
-                     way="export")]),
+                     way="export"),
+              # x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) as PyTorch exports the
+              # transformers' formula (GPT-2's NewGELUActivation): x^3 a Pow
+              _spell(_op("Mul", _op("Mul", X, 0.5), _op("Add", _op("Tanh", _op(
+                  "Mul", _op("Add", X, _op("Mul", _op("Pow", X, 3.0), 0.044715)),
+                  math.sqrt(2 / math.pi))), 1.0)), way="import")]),
     # silu = x s(x); silu' = s (1 + x (1 - s))
     "silu": _act("(x / (1.0f + exp(-x)))",
                  "(dy * (1.0f + x * (1.0f - 1.0f / (1.0f + exp(-x)))) / (1.0f + exp(-x)))",
