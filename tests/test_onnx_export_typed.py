@@ -59,3 +59,21 @@ def test_operator_without_exact_onnx_export_is_refused(ctx, tmp_path):
     with pytest.raises(ValueError, match="LibraryOp 'r' .*remainder"):
         dox.save(net, str(tmp_path / "r.onnx"))
     assert not (tmp_path / "r.onnx").exists()
+
+
+@pytest.mark.parametrize("method", ["max", "min", "prod", "sum"])
+def test_reductions_of_integers_export(ctx, tmp_path, method):
+    cfg = dp.NetConfig()
+    cfg.add_input("a", (3, 5), dtype="int32")
+    cfg.add("Reduction", name="r", inputs=["a"], outputs=["r"],
+            options={"method": method, "dims": [1], "keep_dim": False})
+    cfg.set_outputs(["r"])
+    net = dp.Net(ctx, cfg)
+    a = np.random.default_rng(1).integers(-3, 4, (3, 5)).astype(np.int32)
+    ours = net(a=a)["r"]
+    path = str(tmp_path / "r.onnx")
+    dox.save(net, path)
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    assert ours.dtype == ref.dtype == np.int32
+    np.testing.assert_array_equal(ours, ref)
+    np.testing.assert_array_equal(ours, getattr(np, method)(a, axis=1))

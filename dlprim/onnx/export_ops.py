@@ -232,7 +232,8 @@ def interpolation(e, op, layer, ins, outs, params):
         e.node("Resize", [ins[0], "", "", sizes], outs, op.name, **attrs)
 
 
-REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "sumsq": "ReduceSumSquare", "abssum": "ReduceL1"}
+REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "sumsq": "ReduceSumSquare", "abssum": "ReduceL1",
+          "max": "ReduceMax", "min": "ReduceMin", "prod": "ReduceProd"}
 
 
 @exports("Reduction")
