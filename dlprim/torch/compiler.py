@@ -323,6 +323,9 @@ def _add_gradient_losses(cfg, types):
         g = cfg.add_input("grad:%s" % name, shape)
         prod = cfg.add("Elementwise", name="grad_dot%d/prod" % k, inputs=[name, g],
                        options={"operation": "prod"})
+        if not shape:  # a 0-d output (a reduced loss): Reduction takes an axis to reduce
+            prod = cfg.add("Reshape", name="grad_dot%d/1d" % k, inputs=[prod],
+                           options={"dims": [1]})
         losses.append(cfg.add("Reduction", name="grad_dot%d" % k, inputs=[prod],
                               outputs=["loss_grad%d" % k], options={"keep_dim": False}))
     cfg.set_outputs(outputs + losses)
