@@ -1,52 +1,340 @@
-"""Converters of windowed and resampling operators: MaxPool, AveragePool,
-GlobalAveragePool, GlobalMaxPool, Pad, Resize and Upsample."""
+"""Converters of windowed and resampling operators: MaxPool, AveragePool, LpPool,
+GlobalAveragePool, GlobalMaxPool, GlobalLpPool, MaxUnpool, Pad, Resize and Upsample."""
 import numpy as np
 
 from ..core.interpolation import axis_table
-from .ops_nn import image_shape, pairs, window
+from .ops_nn import image_shape
 from .registry import Unsupported, converts
 from ..utils import ceil_div
 
 
+# ----- pooling
+#
+# ONNX's windows (MaxPool, AveragePool, LpPool): along each spatial dim, output o reads the
+# taps t = o * stride - pad_begin + j * dilation, j < kernel, of the input; the output
+# size is floor (ceil with ceil_mode, a window starting past input + pad_begin dropped) of
+# (I + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) / stride + 1. A max reads the
+# taps inside the input; an average divides their sum by the taps inside the input, or
+# with count_include_pad by those inside [-pad_begin, I + pad_end).
+#
+# Windows of 2-D float inputs that Pooling2D computes exactly (symmetric pads at most half
+# the window, no dilation) run there (it has a backward); every other one on PoolingND
+# (core/pooling_nd.py): the leading pads and ONNX's output size, the divisor checked
+# against ONNX's count per window (a constant override, else the sum divided by the
+# counts), refused where a window reads no input element.
+
+def _pool_geometry(b, node):
+    """(spatial size, kernel, strides, dilations, pads_begin, pads_end, out size)."""
+    shape = b.shape(node.inputs[0])
+    size = list(shape[2:])
+    dims = len(size)
+    if not 1 <= dims <= 3 or len(shape) < 3:
+        raise Unsupported("input of shape %s (1 to 3 spatial dims)" % (shape,))
+    kernel = [int(k) for k in node.attr("kernel_shape", [])]
+    if len(kernel) != dims:
+        raise Unsupported("kernel_shape %s for %d spatial dims" % (kernel, dims))
+    strides = [int(v) for v in node.attr("strides", [1] * dims)]
+    dilations = [int(v) for v in node.attr("dilations", [1] * dims)]
+    pads = [int(v) for v in node.attr("pads", [0] * (2 * dims))]
+    if len(strides) != dims or len(dilations) != dims or len(pads) != 2 * dims:
+        raise Unsupported("strides %s, dilations %s, pads %s for %d spatial dims"
+                          % (strides, dilations, pads, dims))
+    if min(kernel + strides + dilations) < 1 or min(pads) < 0:
+        raise Unsupported("kernel_shape %s, strides %s, dilations %s, pads %s"
+                          % (kernel, strides, dilations, pads))
+    ceil = bool(node.attr("ceil_mode", 0))
+    auto = node.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto in ("SAME_UPPER", "SAME_LOWER", "VALID"):
+        if ceil:
+            raise Unsupported("ceil_mode with auto_pad %s" % auto)
+        pads = [0] * (2 * dims)
+        if auto != "VALID":
+            for i in range(dims):
+                out = ceil_div(size[i], strides[i])
+                total = max((out - 1) * strides[i] + spans[i] - size[i], 0)
+                small = total // 2
+                pads[i], pads[dims + i] = (small, total - small) if auto == "SAME_UPPER" \
+                    else (total - small, small)
+    elif auto != "NOTSET":
+        raise Unsupported("auto_pad %r" % auto)
+    begin, end = pads[:dims], pads[dims:]
+    out = []
+    for i in range(dims):
+        reach = size[i] + begin[i] + end[i] - spans[i]
+        if reach < 0:
+            raise Unsupported("a window of %d wider than the padded input %d"
+                              % (spans[i], size[i] + begin[i] + end[i]))
+        o = (ceil_div(reach, strides[i]) if ceil else reach // strides[i]) + 1
+        if ceil and (o - 1) * strides[i] >= size[i] + begin[i]:
+            o -= 1
+        out.append(o)
+    return size, kernel, strides, dilations, begin, end, out
+
+
+def _taps(o, k, s, p, d):
+    """(outputs, kernel) positions of the taps of each window along one dim."""
+    return np.arange(o)[:, None] * s - p + np.arange(k)[None, :] * d
+
+
+def _outer(factors):
+    """The product over dims of per-dim counts, as an array of the output's spatial shape."""
+    total = np.ones((), np.int64)
+    for f in factors:
+        total = np.multiply.outer(total, f)
+    return total
+
+
+def _window_counts(geometry, include_pad):
+    size, kernel, strides, dilations, begin, end, out = geometry
+    per_dim = []
+    for i, k, s, d, pb, pe, o in zip(size, kernel, strides, dilations, begin, end, out):
+        t = _taps(o, k, s, pb, d)
+        lo, hi = (-pb, i + pe) if include_pad else (0, i)
+        per_dim.append(((t >= lo) & (t < hi)).sum(axis=1))
+    return _outer(per_dim)
+
+
+def _kernel_counts(geometry, include_pad):
+    """The divisor core/pooling_nd's average uses per window (pads_begin on both sides)."""
+    size, kernel, strides, dilations, begin, _, out = geometry
+    per_dim = []
+    for i, k, s, d, p, o in zip(size, kernel, strides, dilations, begin, out):
+        lo = np.arange(o) * s - p
+        hi = lo + (k - 1) * d + 1
+        end = np.minimum(hi, i + p)
+        per_dim.append(end - lo if include_pad else np.minimum(end, i) - np.maximum(lo, 0))
+    return _outer(per_dim)
+
+
+def _second_output(b, node, shape, dtype):
+    """The operator just added gets a second output (a fresh tensor, returned)."""
+    op = b.cfg.operators[-1]
+    name = b.fresh(node.outputs[0] + "/picks")
+    op["outputs"].append(name)
+    b.shapes[name] = tuple(int(n) for n in shape)
+    b.producer[name] = op
+    b.dtypes[name] = np.dtype(dtype)
+    b.alias[name] = name
+    return name
+
+
+def library(b, node, op, tensors, dtype, tag=None, scalars=None, attrs=None):
+    """A LibraryOp of ``op`` over dlprim ``tensors`` (broadcast; ``scalars``: the operands
+    that are numbers, by place a/b/c), stored as ``dtype``; writes the node's output unless
+    ``tag`` names a new tensor."""
+    shape = tuple(np.broadcast_shapes(*(b.shapes[t] for t in tensors)))
+    options = {"op": op}
+    if op in ("add", "sub"):
+        attrs = dict(attrs or {}, alpha=1)
+    if op == "div" and np.dtype(dtype).kind in "iu":
+        attrs = dict(attrs or {}, rounding_mode="trunc")  # positions: whole quotients
+    if attrs:
+        options["attrs"] = attrs
+    if scalars:
+        options["scalars"] = scalars
+    t = b.add("LibraryOp", tensors, shape, None if tag else node,
+              name=node.name + ("/" + tag if tag else ""),
+              output=b.fresh(node.outputs[0] + "/" + tag) if tag else None,
+              options=options, dtype=dtype)
+    if tag:
+        b.alias[t] = t
+    return t
+
+
+def _fits_pooling2d(b, node, geometry):
+    size, kernel, strides, dilations, begin, end, out = geometry
+    if len(size) != 2 or b.dtype(node.inputs[0]) != np.float32 or dilations != [1, 1] \
+            or begin != end or any(2 * p > k for p, k in zip(begin, kernel)):
+        return False
+    ceil = bool(node.attr("ceil_mode", 0))
+    for i in range(2):  # Pooling2D's own output size must be ONNX's
+        span = size[i] + 2 * begin[i] - kernel[i]
+        o = (ceil_div(span, strides[i]) if ceil else span // strides[i]) + 1
+        if ceil and (o - 1) * strides[i] >= size[i] + begin[i]:
+            o -= 1
+        if o != out[i]:
+            return False
+    return True
+
+
+def _check_windows(geometry):
+    size, kernel, strides, dilations, begin, end, out = geometry
+    for axis, (i, k, s, d, p, o) in enumerate(zip(size, kernel, strides, dilations, begin, out)):
+        t = _taps(o, k, s, p, d)
+        empty = np.flatnonzero(((t >= 0) & (t < i)).sum(axis=1) == 0)
+        if empty.size:
+            raise Unsupported("window %d of spatial dim %d reads only padding" % (empty[0], axis))
+
+
+def _pooling_nd(b, node, x, geometry, mode, output=None, divisor=0, include_pad=False,
+                indices=False):
+    size, kernel, strides, dilations, begin, end, out = geometry
+    shape = b.shape(node.inputs[0])[:2] + tuple(out)
+    options = {"mode": mode, "kernel": kernel, "stride": strides, "pad": begin,
+               "dilation": dilations, "out_size": out, "count_include_pad": include_pad,
+               "divisor": int(divisor), "indices": indices}
+    kw = {"output": output, "name": node.name + "/" + (output or "").rpartition("/")[2]} \
+        if output else {}
+    return b.add("PoolingND", [x], shape, None if output else node,
+                 options=options, dtype=b.dtype(node.inputs[0]), **kw)
+
+
+def _average(b, node, x, geometry, include_pad, output=None):
+    """ONNX's average of the windows: the launcher's own divisor where it equals ONNX's
+    count, a constant divisor, else the window sums divided by ONNX's counts."""
+    want = _window_counts(geometry, include_pad)
+    for flag in (include_pad, not include_pad):
+        if np.array_equal(_kernel_counts(geometry, flag), want):
+            return _pooling_nd(b, node, x, geometry, "avg", output, include_pad=flag)
+    if want.min() == want.max():
+        return _pooling_nd(b, node, x, geometry, "avg", output, divisor=int(want.min()))
+    sums = _pooling_nd(b, node, x, geometry, "avg", b.fresh(node.outputs[0] + "/sum"),
+                       divisor=1)
+    b.alias[sums] = sums
+    dtype = b.dtype(node.inputs[0])
+    counts = b.value(b.constant(want.astype(dtype)[None, None], node.name + "/count"))
+    return library(b, node, "div", [sums, counts], dtype, tag=output and "divide")
+
+
+def _onnx_indices(b, node, picks, shape, size):
+    """ONNX's Indices from the in-plane picks: + the plane's offset, and with storage_order
+    1 the spatial position counted column-major."""
+    i64 = np.dtype(np.int64)
+    plane = int(np.prod(size))
+    if node.attr("storage_order", 0):
+        rest, col, row_stride, col_stride = picks, None, plane, 1
+        for i, n in enumerate(size):  # coordinate i = rest // row stride; rest -= ...
+            row_stride //= n
+            coord = library(b, node, "div", [rest], i64, "coord%d" % i, {"b": row_stride})
+            back = library(b, node, "mul", [coord], i64, "back%d" % i, {"b": row_stride})
+            rest = library(b, node, "sub", [rest, back], i64, "rest%d" % i)
+            term = library(b, node, "mul", [coord], i64, "term%d" % i, {"b": col_stride})
+            col = term if col is None else library(b, node, "add", [col, term], i64,
+                                                   "col%d" % i)
+            col_stride *= n
+        picks = col
+    offsets = (np.arange(int(np.prod(shape[:2])), dtype=np.int64) * plane).reshape(
+        tuple(shape[:2]) + (1,) * len(size))
+    out = library(b, node, "add", [picks, b.value(b.constant(offsets, node.name + "/plane"))],
+                  i64, "indices")
+    b.out(node, out, 1)
+
+
 @converts("MaxPool", "AveragePool")
 def pool(b, node):
-    n, c, h, w = image_shape(b, node)
-    if len(node.outputs) > 1 and node.outputs[1]:
-        raise Unsupported("the Indices output is read")
-    kernel = pairs(node, "kernel_shape", [1, 1])
-    strides, dil, pads = window(node, (h, w), kernel)
-    if dil != [1, 1]:
-        raise Unsupported("dilations %s" % dil)
-    if pads[:2] != pads[2:]:
-        raise Unsupported("asymmetric padding %s" % pads)
-    if any(2 * p > k for p, k in zip(pads, kernel)):
-        raise Unsupported("padding %s above half the window %s" % (pads[:2], kernel))
-    ceil = bool(node.attr("ceil_mode", 0))
-    out = []
-    for i, size in enumerate((h, w)):
-        span = size + 2 * pads[i] - kernel[i]
-        o = (ceil_div(span, strides[i]) if ceil else span // strides[i]) + 1
-        if ceil and (o - 1) * strides[i] >= size + pads[i]:
-            o -= 1  # a window may not start in the right padding (PyTorch's rule)
-        out.append(o)
+    geometry = _pool_geometry(b, node)
+    size, kernel, strides, dilations, begin, end, out = geometry
     mode = "max" if node.op_type == "MaxPool" else "avg"
-    b.add("Pooling2D", [b.value(node.inputs[0])], (n, c, out[0], out[1]), node, options={
-        "mode": mode, "kernel": kernel, "stride": strides, "pad": pads[:2], "ceil_mode": ceil,
-        "count_include_pad": bool(node.attr("count_include_pad", 0))})
+    include_pad = bool(node.attr("count_include_pad", 0))
+    indices = mode == "max" and len(node.outputs) > 1 and bool(node.outputs[1])
+    x = b.value(node.inputs[0])
+    shape = b.shape(node.inputs[0])
+    if not indices and _fits_pooling2d(b, node, geometry) and \
+            (mode == "max" or np.array_equal(_kernel_counts(geometry, include_pad),
+                                             _window_counts(geometry, include_pad))):
+        b.add("Pooling2D", [x], tuple(shape[:2]) + tuple(out), node, options={
+            "mode": mode, "kernel": kernel, "stride": strides, "pad": begin,
+            "ceil_mode": bool(node.attr("ceil_mode", 0)), "count_include_pad": include_pad})
+        return
+    _check_windows(geometry)
+    if mode == "avg":
+        _average(b, node, x, geometry, include_pad)
+        return
+    _pooling_nd(b, node, x, geometry, "max", indices=indices)
+    if indices:
+        picks = _second_output(b, node, tuple(shape[:2]) + tuple(out), np.int64)
+        _onnx_indices(b, node, picks, tuple(shape[:2]) + tuple(out), size)
 
 
-@converts("GlobalAveragePool", "GlobalMaxPool")
+@converts("LpPool")
+def lp_pool(b, node):
+    """(sum of |x|^p over the window's input taps)^(1/p): ONNX's reference scales the
+    padded window's average by the kernel's size, the same where every window holds
+    kernel-many taps of the padded input; other windows (ceil_mode's) are refused."""
+    geometry = _pool_geometry(b, node)
+    p = int(node.attr("p", 2))
+    if p < 1:
+        raise Unsupported("p %d" % p)
+    if b.dtype(node.inputs[0]).kind != "f":
+        raise Unsupported("input of dtype %s" % b.dtype(node.inputs[0]).name)
+    if (_window_counts(geometry, True) != int(np.prod(geometry[1]))).any():
+        raise Unsupported("windows reaching past the padded input (ceil_mode)")
+    _check_windows(geometry)
+    x = b.value(node.inputs[0])
+    dtype = b.dtype(node.inputs[0])
+    if p == 2:
+        powered = library(b, node, "mul", [x, x], dtype, "square")
+    else:
+        powered = library(b, node, "abs", [x], dtype, "abs")
+        if p > 2:
+            powered = library(b, node, "pow", [powered], dtype, "pow", {"b": float(p)})
+    sums = _pooling_nd(b, node, powered, geometry, "avg", b.fresh(node.outputs[0] + "/sum"),
+                       divisor=1)
+    b.alias[sums] = sums
+    if p == 1:
+        b.out(node, sums)
+    elif p == 2:
+        library(b, node, "sqrt", [sums], dtype)
+    else:
+        library(b, node, "pow", [sums], dtype, scalars={"b": 1.0 / p})
+
+
+@converts("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
 def global_pool(b, node):
     shape = b.shape(node.inputs[0])
-    mode = "avg" if node.op_type == "GlobalAveragePool" else "max"
-    if len(shape) == 4:
-        b.add("GlobalPooling", [b.value(node.inputs[0])], shape[:2] + (1, 1), node,
-              options={"mode": mode})
-    elif mode == "avg" and len(shape) > 2:
-        b.add("Reduction", [b.value(node.inputs[0])], shape[:2] + (1,) * (len(shape) - 2), node,
-              options={"method": "mean", "dims": list(range(2, len(shape))), "keep_dim": True})
+    if len(shape) < 3:
+        raise Unsupported("input of shape %s (N, C and spatial dims)" % (shape,))
+    out = tuple(shape[:2]) + (1,) * (len(shape) - 2)
+    x = b.value(node.inputs[0])
+    if node.op_type == "GlobalLpPool":
+        node.attrs = dict(node.attrs, kernel_shape=list(shape[2:]))
+        lp_pool(b, node)
+    elif len(shape) == 4 and b.dtype(node.inputs[0]) == np.float32:
+        mode = "avg" if node.op_type == "GlobalAveragePool" else "max"
+        b.add("GlobalPooling", [x], out, node, options={"mode": mode})
     else:
-        raise Unsupported("input of shape %s" % (shape,))
+        method = "mean" if node.op_type == "GlobalAveragePool" else "max"
+        if method == "mean" and b.dtype(node.inputs[0]).kind != "f":
+            raise Unsupported("input of dtype %s" % b.dtype(node.inputs[0]).name)
+        b.add("Reduction", [x], out, node, dtype=b.dtype(node.inputs[0]), options={
+            "method": method, "dims": list(range(2, len(shape))), "keep_dim": True})
+
+
+@converts("MaxUnpool")
+def max_unpool(b, node):
+    """y.flat[I.flat[j]] = X.flat[j] into zeros of the inferred shape ((in - 1) * stride +
+    kernel - pad_begin - pad_end per spatial dim); a larger output_shape holds that tensor
+    in its leading corner, zeros after it (onnx's reference)."""
+    shape = b.shape(node.inputs[0])
+    size = shape[2:]
+    dims = len(size)
+    kernel = [int(k) for k in node.attr("kernel_shape", [])]
+    strides = [int(v) for v in node.attr("strides", [1] * dims)]
+    pads = [int(v) for v in node.attr("pads", [0] * (2 * dims))]
+    if len(kernel) != dims or len(strides) != dims or len(pads) != 2 * dims:
+        raise Unsupported("kernel_shape %s, strides %s, pads %s for %d spatial dims"
+                          % (kernel, strides, pads, dims))
+    inferred = list(shape[:2]) + [(n - 1) * s + k - pads[i] - pads[dims + i]
+                                  for i, (n, s, k) in enumerate(zip(size, strides, kernel))]
+    out = inferred
+    if node.input(2):
+        out = [int(v) for v in np.asarray(b.const(node.inputs[2], "output_shape")).reshape(-1)]
+    if len(out) != len(shape) or any(o < i for o, i in zip(out, inferred)) or min(inferred) < 1:
+        raise Unsupported("output_shape %s for an unpooled shape %s" % (out, inferred))
+    if b.dtype(node.inputs[1]) != np.int64:
+        raise Unsupported("indices of dtype %s" % b.dtype(node.inputs[1]).name)
+    dtype = b.dtype(node.inputs[0])
+    inputs = [b.value(node.inputs[0]), b.value(node.inputs[1])]
+    if out == inferred:
+        b.add("MaxUnpool", inputs, out, node, options={"shape": out}, dtype=dtype)
+        return
+    y = b.add("MaxUnpool", inputs, inferred, output=b.fresh(node.outputs[0] + "/unpooled"),
+              name=node.name + "/unpool", options={"shape": inferred}, dtype=dtype)
+    grow = [0] * len(out) + [o - i for o, i in zip(out, inferred)]
+    b.add("Pad", [y], out, node, dtype=dtype,
+          options={"pads": grow, "mode": "constant", "value": 0.0})
 
 
 @converts("Pad")

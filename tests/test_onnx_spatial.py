@@ -1,0 +1,129 @@
+"""ONNX's pooling and spatial operators against onnx's ReferenceEvaluator, each through a
+one-node model: pooling of 1 to 3 spatial dims (dilations, asymmetric pads, pads above
+half the window, ceil_mode, count_include_pad, MaxPool's Indices with both storage
+orders), LpPool, the global poolings, MaxUnpool, and the spatial rearrangements,
+samplers and normalizations of ops_spatial."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import dlprim.onnx as dox  # noqa: E402
+from dlprim.onnx.errors import UnsupportedModelError  # noqa: E402
+
+
+def one_node(op, inputs, outputs, consts=(), opset=22, **attrs):
+    """A model of one node: ``inputs`` [(name, array)], ``outputs`` [name] (shapes left to
+    the importer), ``consts`` initializers."""
+    def info(name, a):
+        return helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+    node = helper.make_node(op, [n for n, _ in inputs] + [n for n, _ in consts], outputs,
+                            **attrs)
+    graph = helper.make_graph([node], "g", [info(n, a) for n, a in inputs],
+                              [helper.make_empty_tensor_value_info(n) for n in outputs],
+                              [numpy_helper.from_array(np.asarray(a), n) for n, a in consts])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def check(ctx, model, inputs, rtol=1e-4, atol=1e-5):
+    """dlprim's outputs equal onnx's reference (values, shapes, dtypes)."""
+    want = ReferenceEvaluator(model).run(None, dict(inputs))
+    got = dox.load(model, ctx)(**dict(inputs))
+    got = list(got.values()) if isinstance(got, dict) else (
+        list(got) if isinstance(got, (list, tuple)) else [got])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g = np.asarray(g)
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# ----- pooling
+POOLS = [
+    # (op, input shape, attributes)
+    ("AveragePool", (1, 2, 9), dict(kernel_shape=[3], pads=[2, 1], count_include_pad=1)),
+    ("AveragePool", (1, 2, 9), dict(kernel_shape=[3], pads=[0, 2], strides=[2],
+                                    ceil_mode=1)),
+    ("AveragePool", (1, 1, 7, 6), dict(kernel_shape=[3, 2], pads=[1, 0, 2, 1],
+                                       count_include_pad=1, ceil_mode=1, strides=[2, 2])),
+    ("AveragePool", (1, 1, 5, 5, 6), dict(kernel_shape=[2, 3, 2], dilations=[2, 1, 2],
+                                          pads=[1, 1, 0, 0, 1, 1])),
+    ("MaxPool", (2, 2, 8), dict(kernel_shape=[3], dilations=[2], pads=[2, 0])),
+    ("MaxPool", (1, 2, 5, 6, 4), dict(kernel_shape=[2, 2, 3], strides=[2, 1, 2],
+                                      auto_pad="SAME_UPPER")),
+]
+
+
+@pytest.mark.parametrize("op,shape,attrs", POOLS)
+def test_pooling_nd(ctx, op, shape, attrs):
+    x = rand(*shape)
+    check(ctx, one_node(op, [("x", x)], ["y"], **attrs), {"x": x})
+
+
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("shape,kernel", [((2, 3, 5, 6), [2, 3]), ((1, 2, 4, 3, 5), [2, 2, 3])])
+def test_max_pool_indices(ctx, order, shape, kernel):
+    x = rand(*shape, seed=1)
+    model = one_node("MaxPool", [("x", x)], ["y", "i"], kernel_shape=kernel,
+                     strides=[2] * len(kernel), pads=[1] * (2 * len(kernel)),
+                     storage_order=order)
+    check(ctx, model, {"x": x})
+
+
+def test_max_pool_uint8(ctx):
+    x = np.random.default_rng(2).integers(0, 255, (1, 2, 6, 5)).astype(np.uint8)
+    check(ctx, one_node("MaxPool", [("x", x)], ["y"], kernel_shape=[2, 2], dilations=[2, 1]),
+          {"x": x})
+
+
+def test_window_of_padding_only_is_refused(ctx):
+    x = rand(1, 1, 4)
+    model = one_node("MaxPool", [("x", x)], ["y"], kernel_shape=[2], pads=[3, 0])
+    with pytest.raises(UnsupportedModelError, match="reads only padding"):
+        dox.load(model, ctx)
+
+
+@pytest.mark.parametrize("p,attrs", [(1, dict(kernel_shape=[3])),
+                                     (2, dict(kernel_shape=[2, 2], pads=[1, 0, 1, 1])),
+                                     (3, dict(kernel_shape=[2, 3], strides=[2, 1],
+                                              dilations=[1, 2]))])
+def test_lp_pool(ctx, p, attrs):
+    x = rand(1, 2, 5, 7, seed=3)
+    if len(attrs["kernel_shape"]) == 1:
+        x = x[0]
+    check(ctx, one_node("LpPool", [("x", x)], ["y"], p=p, **attrs), {"x": x}, rtol=1e-4)
+
+
+GLOBAL = {"GlobalMaxPool": lambda x, axes: x.max(axis=axes, keepdims=True),
+          "GlobalAveragePool": lambda x, axes: x.mean(axis=axes, keepdims=True),
+          "GlobalLpPool": lambda x, axes: np.sqrt((x * x).sum(axis=axes, keepdims=True))}
+
+
+@pytest.mark.parametrize("op", sorted(GLOBAL))
+@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 2, 3, 4, 5)])
+def test_global_pooling_1d_3d(ctx, op, shape):
+    # numpy, not onnx's reference: that one reduces other axes outside 2-D inputs
+    x = rand(*shape, seed=4)
+    y = dox.load(one_node(op, [("x", x)], ["y"]), ctx)(x=x)["y"]
+    want = GLOBAL[op](x.astype(np.float64), tuple(range(2, x.ndim)))
+    assert y.shape == want.shape
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("grow", [False, True])
+def test_max_unpool(ctx, grow):
+    x = rand(1, 2, 4, 4, seed=5)
+    pooled, idx = ReferenceEvaluator(one_node("MaxPool", [("x", x)], ["y", "i"],
+                                              kernel_shape=[2, 2], strides=[2, 2])).run(
+        None, {"x": x})
+    consts = [("shape", np.array([1, 2, 5, 6], np.int64))] if grow else []
+    model = one_node("MaxUnpool", [("y", pooled), ("i", idx)], ["z"], consts,
+                     kernel_shape=[2, 2], strides=[2, 2])
+    check(ctx, model, {"y": pooled, "i": idx})
