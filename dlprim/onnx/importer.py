@@ -24,13 +24,14 @@ from . import ops_attention, ops_loss, ops_math, ops_nn, ops_pool, ops_rnn, ops_
 from . import ops_library  # noqa: F401,E402  (after the hand-written ones: theirs win)
 from .errors import OnnxImportError, UnsupportedModelError
 from .fold import evaluate, foldable
+from .legacy import FOLD_OPSET, broadcasts_by_attribute, normalize
 from .model_reader import DEFAULT_DOMAINS, live_nodes, read_model
 from .registry import CONVERTERS, Unsupported
 from .rewrite import rewrite
 
 __all__ = ["import_model", "Importer", "FIRST_OPSET"]
 
-FIRST_OPSET = 9
+FIRST_OPSET = 1  # nodes of opsets before 9 are read through ``legacy``
 # layers written in place (output named as the input) when nothing else reads the input
 IN_PLACE = ("Activation", "Hardtanh", "Dropout", "Reshape", "Flatten", "Squeeze", "Softmax")
 DTYPES = {"float32": "float", "int32": "int", "int64": "int64", "float16": "float16",
@@ -76,7 +77,9 @@ class Importer:
         self.poisoned = set()
         self.problems = []
         self.nodes = live_nodes(info.nodes, info.outputs)
-        self.nodes = rewrite(self.nodes, self.consts, info.outputs)
+        # the patterns read nodes as opset 7 on spells them: not the old broadcasting
+        if not any(broadcasts_by_attribute(n, self.opset) for n in self.nodes):
+            self.nodes = rewrite(self.nodes, self.consts, info.outputs)
         self.consumers = {}
         for node in self.nodes:
             for name in node.inputs:
@@ -156,10 +159,20 @@ class Importer:
         if node.op_type in ("Shape", "Size") and ins and not self.is_const(ins[0]):
             self._fold_shape(node)
             return
+        opsets, original = self.info.opsets, node
+        try:
+            node = normalize(self, node)
+        except Unsupported as why:
+            self.problems.append((node.op_type, node.name, str(why)))
+            self.poisoned.update(node.outputs)
+            return
+        if node is not original:  # in opset 9's spelling: evaluated so
+            opsets = {d: (FOLD_OPSET if d in DEFAULT_DOMAINS else v) for d, v in opsets.items()}
+        ins = [n for n in node.inputs if n]
         if all(self.is_const(n) for n in ins) and (ins or node.op_type == "Constant") \
                 and self._folds(node):
             values = [self.consts[n] if n else None for n in node.inputs]
-            for name, v in zip(node.outputs, evaluate(node, values, self.info.opsets)):
+            for name, v in zip(node.outputs, evaluate(node, values, opsets)):
                 if name:
                     self.consts[name] = v
             return

@@ -1,0 +1,87 @@
+"""ONNX import of operators as older opsets define them, and of the elementwise, logic
+and shape variants the node tests do not reach, against numpy references."""
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import dlprim.onnx as dox  # noqa: E402
+
+RNG = np.random.default_rng(7)
+_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
+          np.dtype(np.int32): TensorProto.INT32, np.dtype(np.bool_): TensorProto.BOOL,
+          np.dtype(np.uint32): TensorProto.UINT32, np.dtype(np.uint16): TensorProto.UINT16,
+          np.dtype(np.uint64): TensorProto.UINT64}
+
+
+def model(nodes, inputs, outputs, opset, inits=()):
+    """A model of ``nodes`` with inputs {name: array} fed at run time and constant
+    initializers {name: array}."""
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, _TYPES[a.dtype], a.shape)
+                     for n, a in inputs.items()],
+        [helper.make_tensor_value_info(o, 0, None) for o in outputs],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in dict(inits).items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def run(ctx, m, inputs):
+    net = dox.load(m, ctx)
+    return net(**inputs)
+
+
+def refused(ctx, m, *words):
+    with pytest.raises(dox.UnsupportedModelError) as err:
+        dox.load(m, ctx)
+    for w in words:
+        assert w in str(err.value), err.value
+
+
+# ----- opsets before 9
+@pytest.mark.parametrize("op, fn", [("Add", np.add), ("Mul", np.multiply), ("Sub", np.subtract),
+                                    ("Div", np.divide)])
+@pytest.mark.parametrize("bshape, axis, want", [
+    ((3, 4), 1, (1, 3, 4, 1)), ((5,), None, (5,)), ((1, 1), None, ()), ((2,), 0, (2, 1, 1, 1))])
+def test_opset6_broadcast_by_attribute(ctx, op, fn, bshape, axis, want):
+    """broadcast=1: B's axes line up with A's from ``axis`` (default: A's last ones)."""
+    a = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    bv = (RNG.random(bshape) + 0.5).astype(np.float32)
+    attrs = {"broadcast": 1} if axis is None else {"broadcast": 1, "axis": axis}
+    for const in (False, True):
+        ins = {"a": a} if const else {"a": a, "b": bv}
+        m = model([helper.make_node(op, ["a", "b"], ["y"], **attrs)], ins, ["y"], 6,
+                  {"b": bv} if const else ())
+        y = run(ctx, m, ins)["y"]
+        np.testing.assert_allclose(y, fn(a, bv.reshape(want)), rtol=1e-6, atol=1e-6)
+
+
+def test_opset6_broadcast_refusals(ctx):
+    a, bv = np.ones((2, 3), np.float32), np.ones((3,), np.float32)
+    refused(ctx, model([helper.make_node("Add", ["a", "b"], ["y"])], {"a": a, "b": bv}, ["y"], 6),
+            "broadcast=0")
+    refused(ctx, model([helper.make_node("Add", ["a", "b"], ["y"], broadcast=1, axis=0)],
+                       {"a": a, "b": bv}, ["y"], 6), "does not line up")
+    refused(ctx, model([helper.make_node("Max", ["a", "b"], ["y"])], {"a": a, "b": bv}, ["y"], 6),
+            "does not broadcast")
+    refused(ctx, model([helper.make_node("Dropout", ["a"], ["y"], ratio=0.3)], {"a": a}, ["y"], 6),
+            "is_test=0")
+    refused(ctx, model([helper.make_node("Tile", ["a", "t", "x"], ["y"])], {"a": a}, ["y"], 1,
+                       {"t": np.array(2, np.int64), "x": np.array(0, np.int64)}), "Tile-1")
+
+
+def test_opset6_constants_fold_with_the_old_broadcasting(ctx):
+    """A legacy node of constants is evaluated in its opset 9 spelling."""
+    a = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    c1, c2 = np.ones((2, 3, 4), np.float32), np.arange(3, dtype=np.float32)
+    m = model([helper.make_node("Mul", ["c1", "c2"], ["k"], broadcast=1, axis=1),
+               helper.make_node("Add", ["a", "k"], ["y"])], {"a": a}, ["y"], 6,
+              {"c1": c1, "c2": c2})
+    np.testing.assert_allclose(run(ctx, m, {"a": a})["y"], a + c2.reshape(1, 3, 1))
+
+
+def test_opset6_dropout_test_mode_and_reshape_attribute(ctx):
+    a = RNG.standard_normal((2, 6)).astype(np.float32)
+    m = model([helper.make_node("Dropout", ["a"], ["d"], is_test=1, ratio=0.5),
+               helper.make_node("Reshape", ["d"], ["y"], shape=[3, 4])], {"a": a}, ["y"], 4)
+    np.testing.assert_array_equal(run(ctx, m, {"a": a})["y"], a.reshape(3, 4))
