@@ -1,6 +1,7 @@
 """ONNX's LSTM and GRU: models PyTorch exports (stacked, bidirectional, batch-first) import
 and match onnxruntime; hand-written nodes (Y read as it is, one initial state, layout=1)
-too; dlprim's layers export and come back; unsupported variants are named."""
+too; dlprim's layers export and come back; unsupported variants are named (the
+unrolled variants: tests/test_onnx_misc_ops.py)."""
 import io
 
 import numpy as np
@@ -133,10 +134,9 @@ def test_layers_export_and_come_back(ctx, cell):
 
 
 @pytest.mark.parametrize("variant,match", [
-    (dict(cell="GRU", linear_before_reset=0), "linear_before_reset=0"),
-    (dict(cell="LSTM", clip=3.0), "clip"),
-    (dict(cell="LSTM", activations=["Sigmoid", "Relu", "Tanh"] * 2), "activations"),
-    (dict(cell="GRU", activations=["HardSigmoid", "Tanh"] * 2), "activations")])
+    (dict(cell="LSTM", input_forget=1), "input_forget"),
+    (dict(cell="LSTM", activation_alpha=[0.5, 0.5]), "activation_alpha"),
+    (dict(cell="GRU", activations=["HardSigmoid", "Tanh"] * 2), "activation")])
 def test_unsupported_variants_are_named(variant, match):
     variant = dict(variant)
     cell = variant.pop("cell")

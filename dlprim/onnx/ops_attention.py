@@ -13,6 +13,17 @@ whose scores are all -inf; the composed form selects them away).
 import numpy as np
 
 from .ops_library import typed
+from .steps import Steps, dtype_name as _dtype_name
+
+
+class TypedSteps(Steps):
+    """Steps whose LibraryOps follow ONNX's type rules (``typed``)."""
+
+    def lib(self, op, inputs, tag, dtype=None, attrs=None, output=None):
+        t = typed(self.b, self.node, op, inputs=inputs, attrs=attrs, dtype=dtype,
+                  output=output or self._out(tag), name="%s/%s" % (self.node.name, tag))
+        self.b.alias[t] = t
+        return t
 from .registry import Unsupported, converts
 
 _HALF = ("float16", "bfloat16")
@@ -20,58 +31,6 @@ _FLOATS = ("float32",) + _HALF
 # ONNX TensorProto types a softmax_precision may name: never less precise than float32's
 # arithmetic, which both paths use
 _SOFTMAX_PRECISIONS = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
-
-
-def _dtype_name(dtype):
-    dt = np.dtype(dtype)
-    return "bfloat16" if dt.name == "bfloat16" or dt.kind == "V" else dt.name
-
-
-class _Steps:
-    """Adds the operators of one node, each writing a fresh tensor registered under its
-    own name (so ``typed`` and ``b.shape`` read it as an ONNX tensor)."""
-
-    def __init__(self, b, node):
-        self.b, self.node, self.k = b, node, 0
-
-    def _out(self, tag):
-        self.k += 1
-        return self.b.fresh("%s/%s" % (self.node.outputs[0] or self.node.name, tag))
-
-    def add(self, type, inputs, out_shape, tag, dtype=np.float32, output=None, **options):
-        b = self.b
-        t = b.add(type, [b.value(i) for i in inputs], out_shape, output=output or self._out(tag),
-                  name="%s/%s" % (self.node.name, tag), options=options, dtype=dtype)
-        b.alias[t] = t
-        return t
-
-    def lib(self, op, inputs, tag, dtype=None, attrs=None, output=None):
-        t = typed(self.b, self.node, op, inputs=inputs, attrs=attrs, dtype=dtype,
-                  output=output or self._out(tag), name="%s/%s" % (self.node.name, tag))
-        self.b.alias[t] = t
-        return t
-
-    def const(self, value, tag):
-        return self.b.constant(np.asarray(value), "%s/%s" % (self.node.name, tag))
-
-    def reshape(self, x, shape, tag, output=None):
-        return self.add("Reshape", [x], shape, tag, dtype=self.b.dtype(x), output=output,
-                        dims=[int(d) for d in shape])
-
-    def transpose(self, x, perm, tag, output=None):
-        shape = tuple(self.b.shape(x)[p] for p in perm)
-        return self.add("Transpose", [x], shape, tag, dtype=self.b.dtype(x), output=output,
-                        dims=list(perm))
-
-    def cast(self, x, dtype, tag):
-        if _dtype_name(self.b.dtype(x)) == _dtype_name(dtype):
-            return x
-        return self.lib("copy", [x], tag, dtype=dtype)
-
-    def finish(self, i, t):
-        """ONNX output i of the node is ``t``: renamed to the output's name where that name
-        is still free, so the net's tensor carries it."""
-        self.b.out(self.node, t, i)
 
 
 def _softmax_last(s, x, tag):
@@ -326,7 +285,7 @@ def attention(b, node):
     the node (no softcap, the scores not an output), else the product, softcap, bias,
     softmax and product as layers."""
     spec = _Spec(b, node)
-    s = _Steps(b, node)
+    s = TypedSteps(b, node)
     q, k, v, three = _heads(s, spec)
     n, hq, lq, d = b.shape(q)
     _, hk, lk, dv = b.shape(v)
@@ -466,7 +425,7 @@ def layer_norm(b, node):
 
 
 def _layer_norm_statistics(b, node, x, axis, eps, outs):
-    s = _Steps(b, node)
+    s = TypedSteps(b, node)
     shape = b.shape(x)
     dims = list(range(axis, len(shape)))
     kept = tuple(shape[:axis]) + (1,) * len(dims)
@@ -495,7 +454,7 @@ def rotary_embedding(b, node):
 
         y1 = x1 cos - x2 sin,   y2 = x2 cos + x1 sin,   the rest of the head unchanged
     """
-    s = _Steps(b, node)
+    s = TypedSteps(b, node)
     x, cos, sin = node.inputs[:3]
     pos = node.input(3)
     shape = b.shape(x)

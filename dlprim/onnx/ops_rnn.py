@@ -1,12 +1,14 @@
 """Converters of ONNX's LSTM and GRU to dlprim's (one layer each; PyTorch exports a stack
-as successive nodes).
+as successive nodes), and of every variant those layers do not compute (the plain RNN,
+a lone reverse pass, other activations, clip, peepholes, GRU's
+``linear_before_reset=0``) to the unrolled graph of ``rnn_unrolled``.
 
 ONNX stores per direction W (G*H, I), R (G*H, H) and B = [Wb, Rb] (2*G*H) with the gates
 in its own order, LSTM i, o, f, c and GRU z, r, h; dlprim's layers have PyTorch's, LSTM
 i, f, g, o and GRU r, z, n, so the blocks are reordered here and the parameters named as
-PyTorch's state dict (``<op>.weight_ih_l0`` ...). Only ONNX's default activations, no
-clip, no peepholes and full-length sequences; a GRU must have ``linear_before_reset=1``
-(PyTorch's formula). Y is (L, D, N, H) (``layout=1``: (N, L, D, H)); dlprim writes
+PyTorch's state dict (``<op>.weight_ih_l0`` ...). The fused layers take ONNX's default
+activations, no clip, no peepholes and a GRU with ``linear_before_reset=1`` (PyTorch's
+formula); both forms need full-length sequences. Y is (L, D, N, H) (``layout=1``: (N, L, D, H)); dlprim writes
 (L, N, D * H), so Y costs a Reshape and a Transpose unless the rewrite found the
 Transpose/Reshape (or Squeeze) back to that shape that PyTorch puts after it.
 """
@@ -14,12 +16,16 @@ import numpy as np
 
 from .registry import Unsupported, converts
 from .rewrite import SEQUENCE
+from .rnn_unrolled import ACTIVATIONS, unrolled
 
 __all__ = ["ONNX_BLOCKS", "DEFAULT_ACTIVATIONS"]
 
 # PyTorch's gate k is ONNX's block ONNX_BLOCKS[cell][k]
 ONNX_BLOCKS = {"LSTM": (0, 2, 3, 1), "GRU": (1, 0, 2)}
-DEFAULT_ACTIVATIONS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}
+DEFAULT_ACTIVATIONS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"],
+                       "RNN": ["tanh"]}
+# the activations (library operators) of the fused layers
+FUSED_ACTIVATIONS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}
 
 
 def _text(value):
@@ -31,28 +37,60 @@ def to_pytorch_gates(cell: str, a: np.ndarray, hidden: int) -> np.ndarray:
     return np.concatenate([a[k * hidden:(k + 1) * hidden] for k in ONNX_BLOCKS[cell]], axis=0)
 
 
-def _check_variant(b, node, cell, directions, steps):
-    acts = node.attr("activations")
-    if acts is not None:
-        got = [_text(a).lower() for a in acts]
-        if got != DEFAULT_ACTIVATIONS[cell] * directions:
-            raise Unsupported("activations %s (only ONNX's defaults %s)"
-                              % (got, DEFAULT_ACTIVATIONS[cell]))
-    if node.attr("clip") is not None:
-        raise Unsupported("clip (cell values clipped)")
-    if cell == "LSTM" and int(node.attr("input_forget", 0)):
-        raise Unsupported("input_forget=1 (coupled input and forget gates)")
-    if cell == "GRU" and int(node.attr("linear_before_reset", 0)) != 1:
-        raise Unsupported("linear_before_reset=0 (dlprim's GRU is PyTorch's, which applies "
-                          "the reset gate after the hidden projection: linear_before_reset=1)")
-    if node.input(4):
-        lens = b.is_const(node.inputs[4]) and np.asarray(b.consts[node.inputs[4]])
-        if lens is False or not np.all(lens == steps):
-            raise Unsupported("sequence_lens other than the full length %d" % steps)
-    if cell == "LSTM" and node.input(7):
-        p = b.const(node.inputs[7], "P (peepholes)")
-        if np.any(p != 0):
-            raise Unsupported("peephole weights P")
+class _Spec:
+    """The node's checked attributes (what ``rnn_unrolled`` reads), and whether the fused
+    layer computes it."""
+
+    def __init__(self, b, node, cell):
+        self.hidden = int(node.attr("hidden_size"))
+        direction = _text(node.attr("direction", "forward"))
+        if direction not in ("forward", "reverse", "bidirectional"):
+            raise Unsupported("direction %r" % direction)
+        self.directions = 2 if direction == "bidirectional" else 1
+        self.reverse = direction == "reverse"
+        self.batch_first = bool(int(node.attr("layout", 0)))
+        shape = b.shape(node.inputs[0])
+        if len(shape) != 3:
+            raise Unsupported("input of shape %s is not 3-D" % (shape,))
+        if b.dtype(node.inputs[0]) != np.float32:
+            raise Unsupported("input X of dtype %s (float32 only)" % b.dtype(node.inputs[0]))
+        self.steps, self.batch, self.inputs = (shape[1], shape[0], shape[2]) \
+            if self.batch_first else shape
+        self.acts = self._activations(node, cell)
+        self.sequence = bool(node.attr(SEQUENCE))
+        clip = node.attr("clip")
+        self.clip = None if clip is None else float(clip)
+        if cell == "LSTM" and int(node.attr("input_forget", 0)):
+            raise Unsupported("input_forget=1 (coupled input and forget gates)")
+        self.lbr = cell == "GRU" and bool(int(node.attr("linear_before_reset", 0)))
+        if node.input(4):
+            lens = np.asarray(b.const(node.inputs[4], "sequence_lens"))
+            if not np.all(lens == self.steps):
+                raise Unsupported("sequence_lens other than the full length %d" % self.steps)
+        peephole = cell == "LSTM" and node.input(7) and \
+            np.any(b.const(node.inputs[7], "P (peepholes)"))
+        self.fused = cell != "RNN" and not self.reverse and self.clip is None and \
+            not peephole and all(a == FUSED_ACTIVATIONS[cell] for a in self.acts) and \
+            (cell != "GRU" or self.lbr)
+
+    def _activations(self, node, cell):
+        """Per direction the library operators of the cell's activations."""
+        for key in ("activation_alpha", "activation_beta"):
+            if node.attr(key) is not None:
+                raise Unsupported("%s (activations with parameters)" % key)
+        count = len(DEFAULT_ACTIVATIONS[cell])
+        acts = node.attr("activations")
+        if acts is None:
+            names = DEFAULT_ACTIVATIONS[cell] * self.directions
+        else:
+            names = [_text(a).lower() for a in acts]
+            if len(names) != count * self.directions:
+                raise Unsupported("activations %s: %d per direction expected" % (names, count))
+        for a in names:
+            if a not in ACTIVATIONS:
+                raise Unsupported("activation %r (only %s)" % (a, ", ".join(sorted(ACTIVATIONS))))
+        ops = [ACTIVATIONS[a] for a in names]
+        return [ops[d * count:(d + 1) * count] for d in range(self.directions)]
 
 
 def _weights(b, node, cell, name, directions, hidden, inputs):
@@ -92,22 +130,18 @@ def _used(b, name):
     return bool(name) and (bool(b.consumers.get(name)) or name in b.graph_outputs)
 
 
-@converts("LSTM", "GRU")
+@converts("LSTM", "GRU", "RNN")
 def recurrent(b, node) -> None:
-    """An ONNX LSTM or GRU node -> dlprim's layer of that name (and a Reshape/Transpose
-    for a Y read as ONNX lays it out, Transposes for layout=1 states)."""
+    """An ONNX LSTM or GRU node that PyTorch's formulas compute -> dlprim's layer of that
+    name (and a Reshape/Transpose for a Y read as ONNX lays it out, Transposes for
+    layout=1 states); every other variant, and the RNN, unrolled (``rnn_unrolled``)."""
     cell = node.op_type
-    hidden = int(node.attr("hidden_size"))
-    direction = _text(node.attr("direction", "forward"))
-    if direction not in ("forward", "bidirectional"):
-        raise Unsupported("direction %r (a lone reverse pass)" % direction)
-    directions = 2 if direction == "bidirectional" else 1
-    batch_first = bool(int(node.attr("layout", 0)))
-    shape = b.shape(node.inputs[0])
-    if len(shape) != 3:
-        raise Unsupported("input of shape %s is not 3-D" % (shape,))
-    steps, batch, inputs = (shape[1], shape[0], shape[2]) if batch_first else shape
-    _check_variant(b, node, cell, directions, steps)
+    spec = _Spec(b, node, cell)
+    if not spec.fused:
+        unrolled(b, node, cell, spec)
+        return
+    hidden, directions, batch_first = spec.hidden, spec.directions, spec.batch_first
+    steps, batch, inputs = spec.steps, spec.batch, spec.inputs
     name = b.fresh_op(node.name or cell)
     params, bias = _weights(b, node, cell, name, directions, hidden, inputs)
     state_shape = (directions, batch, hidden)

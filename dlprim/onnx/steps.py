@@ -1,0 +1,73 @@
+"""A converter's run of dlprim operators for one ONNX node (the composed forms of
+Attention, RotaryEmbedding and the unrolled recurrent cells). It imports no converter
+module (``ops_library`` imports them all): ``lib`` here is float32's."""
+import numpy as np
+
+__all__ = ["Steps", "dtype_name"]
+
+
+def dtype_name(dtype):
+    dt = np.dtype(dtype)
+    return "bfloat16" if dt.name == "bfloat16" or dt.kind == "V" else dt.name
+
+
+class Steps:
+    """Adds the operators of one node, each writing a fresh tensor registered under its
+    own name (so ``typed`` and ``b.shape`` read it as an ONNX tensor)."""
+
+    def __init__(self, b, node):
+        self.b, self.node, self.k = b, node, 0
+
+    def _out(self, tag):
+        self.k += 1
+        return self.b.fresh("%s/%s" % (self.node.outputs[0] or self.node.name, tag))
+
+    def add(self, type, inputs, out_shape, tag, dtype=np.float32, output=None, **options):
+        b = self.b
+        t = b.add(type, [b.value(i) for i in inputs], out_shape, output=output or self._out(tag),
+                  name="%s/%s" % (self.node.name, tag), options=options, dtype=dtype)
+        b.alias[t] = t
+        return t
+
+    def lib(self, op, inputs, tag, dtype=None, attrs=None, output=None):
+        """LibraryOp ``op`` over float32 ``inputs`` (a constant of one element after the
+        first input: a scalar operand). ``TypedSteps`` (ops_attention) follows ONNX's
+        type rules instead."""
+        b = self.b
+        if dtype is not None or any(b.dtype(n) != np.float32 for n in inputs):
+            raise ValueError("Steps.lib: float32 operands only (%s)" % op)
+        tensors, scalars = [inputs[0]], {}
+        for place, n in zip("bc", inputs[1:]):
+            if b.is_const(n) and np.asarray(b.consts[n]).size == 1:
+                scalars[place] = float(np.asarray(b.consts[n]).reshape(()))
+            else:
+                tensors.append(n)
+        shape = tuple(np.broadcast_shapes(*[b.shape(n) for n in tensors]))
+        options = {"op": op}
+        if attrs:
+            options["attrs"] = dict(attrs)
+        if scalars:
+            options["scalars"] = scalars
+        return self.add("LibraryOp", tensors, shape, tag, output=output, **options)
+
+    def const(self, value, tag):
+        return self.b.constant(np.asarray(value), "%s/%s" % (self.node.name, tag))
+
+    def reshape(self, x, shape, tag, output=None):
+        return self.add("Reshape", [x], shape, tag, dtype=self.b.dtype(x), output=output,
+                        dims=[int(d) for d in shape])
+
+    def transpose(self, x, perm, tag, output=None):
+        shape = tuple(self.b.shape(x)[p] for p in perm)
+        return self.add("Transpose", [x], shape, tag, dtype=self.b.dtype(x), output=output,
+                        dims=list(perm))
+
+    def cast(self, x, dtype, tag):
+        if dtype_name(self.b.dtype(x)) == dtype_name(dtype):
+            return x
+        return self.lib("copy", [x], tag, dtype=dtype)
+
+    def finish(self, i, t):
+        """ONNX output i of the node is ``t``: renamed to the output's name where that name
+        is still free, so the net's tensor carries it."""
+        self.b.out(self.node, t, i)

@@ -1,0 +1,71 @@
+"""ONNX operators composed of dlprim's layers at import: the RNN and the LSTM/GRU
+variants unrolled over the time steps (against onnxruntime, whose RNNs take every
+attribute), ..."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import dlprim.onnx as dox  # noqa: E402
+
+L, N, I, H = 3, 2, 3, 4
+
+
+def _ort(model, feeds):
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def _close(got, want, what, tol=1e-5):
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    assert np.abs(got - want).max() <= tol * max(1.0, float(np.abs(want).max())), what
+
+
+# ----- recurrent cells unrolled
+def _rnn_model(cell, direction="forward", initial=True, peepholes=False, **attrs):
+    rng = np.random.default_rng(3)
+    d = 2 if direction == "bidirectional" else 1
+    g = {"RNN": 1, "GRU": 3, "LSTM": 4}[cell] * H
+    consts = {"W": (d, g, I), "R": (d, g, H), "B": (d, 2 * g)}
+    if peepholes:
+        consts["P"] = (d, 3 * H)
+    consts = {n: (0.5 * rng.standard_normal(s)).astype(np.float32) for n, s in consts.items()}
+    states = ["h0", "c0"][:2 if cell == "LSTM" else 1] if initial else []
+    names = ["x", "W", "R", "B", ""] + (states or ([""] * (2 if peepholes else 0)))
+    if peepholes:
+        names = names[:7] + [""] * (7 - len(names)) + ["P"]
+    outs = ["Y", "Y_h"] + (["Y_c"] if cell == "LSTM" else [])
+    node = helper.make_node(cell, names, outs, hidden_size=H, direction=direction, **attrs)
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node], "rnn", [info("x", TensorProto.FLOAT, (L, N, I))] +
+        [info(s, TensorProto.FLOAT, (d, N, H)) for s in states],
+        [info(o, TensorProto.FLOAT, None) for o in outs],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    feeds = {"x": rng.standard_normal((L, N, I)).astype(np.float32)}
+    feeds.update((s, rng.standard_normal((d, N, H)).astype(np.float32)) for s in states)
+    return model, feeds
+
+
+@pytest.mark.parametrize("cell, attrs", [
+    ("RNN", dict(direction="bidirectional")),
+    ("RNN", dict(activations=["Relu"], initial=False)),
+    ("RNN", dict(direction="reverse", clip=0.7)),
+    ("GRU", dict(direction="bidirectional", linear_before_reset=0)),
+    ("GRU", dict(direction="reverse", linear_before_reset=1)),
+    ("LSTM", dict(direction="reverse")),
+    ("LSTM", dict(clip=0.5, activations=["Sigmoid", "Relu", "Tanh"])),
+    ("LSTM", dict(direction="bidirectional", peepholes=True)),
+])
+def test_unrolled_cells_match_onnxruntime(ctx, cell, attrs):
+    model, feeds = _rnn_model(cell, **attrs)
+    want = _ort(model, feeds)
+    net = dox.load(model, ctx)
+    assert cell not in [op["type"] for op in dox.to_netconfig(model)[0].operators]
+    got = net(**feeds)
+    for name, value in want.items():
+        _close(np.asarray(got[name]), value, name)
