@@ -21,6 +21,7 @@ dtype, and outputs are read back in theirs.
 """
 import io
 import logging
+import re
 import warnings
 import weakref
 
@@ -195,7 +196,72 @@ def _cpu(x):
     return _tensor.to_cpu(x) if x.device.type == "ocl" else x.clone()
 
 
+# aten operators PyTorch's ONNX exporter has no symbolic for, learned from its errors: the
+# exports of this process run them as their decompositions (_Decompose)
+_DECOMPOSED = set()
+_MISSING = re.compile(r"Exporting the operator '?aten::(\w+)'? to ONNX opset version \d+ "
+                      r"is not supported")
+
+
+def _decomposition(name):
+    """[OpOverload callables] computing aten operator ``name`` from other aten operators:
+    its CompositeImplicitAutograd kernel (what eager PyTorch runs: ``torch.diff`` is
+    ``narrow`` and ``sub``), else the decomposition in ``torch._decomp``; one per overload
+    (not the ``out`` ones), the default first."""
+    from torch._decomp import decomposition_table
+    packet = getattr(torch.ops.aten, name, None)
+    if packet is None:
+        return []
+    names = sorted((n for n in packet.overloads() if "out" not in n), key=lambda n: n != "default")
+    found = []
+    for n in names:
+        op = getattr(packet, n)
+        if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+            found.append(op.decompose)
+        elif op in decomposition_table:
+            found.append(decomposition_table[op])
+    return found
+
+
+class _Decompose(torch.overrides.TorchFunctionMode):
+    """While the exporter traces: a torch function whose aten operator is in
+    ``_DECOMPOSED`` runs as that operator's decomposition, so the trace records the
+    operators it is made of, which the exporter has."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = torch.overrides.resolve_name(func)
+        name = name.rsplit(".", 1)[-1] if name else None
+        if name in _DECOMPOSED:
+            for decomposed in _decomposition(name):
+                try:
+                    return decomposed(*args, **kwargs)
+                except (TypeError, RuntimeError):  # the arguments of another overload
+                    continue
+        return func(*args, **kwargs)
+
+
 def _to_onnx(module, data, train):
+    """The ONNX model (bytes) of ``module`` called with ``data``. An aten operator the
+    exporter lacks is decomposed (and remembered for later exports) and the export
+    tried again; one with no decomposition raises the exporter's error."""
+    for _ in range(16):
+        try:
+            with _Decompose():
+                return _export(module, data, train)
+        except Exception as e:  # the exporter's errors are of many kinds
+            missing = _MISSING.search(str(e))
+            if missing is None or missing.group(1) in _DECOMPOSED or \
+                    not _decomposition(missing.group(1)):
+                raise
+            log.info("dlprim backend: aten::%s is exported as its decomposition",
+                     missing.group(1))
+            _DECOMPOSED.add(missing.group(1))
+    raise RuntimeError("PyTorch's ONNX exporter: too many operators to decompose (%s)"
+                       % ", ".join(sorted(_DECOMPOSED)))
+
+
+def _export(module, data, train):
     f = io.BytesIO()
     mode = torch.onnx.TrainingMode.TRAINING if train else torch.onnx.TrainingMode.EVAL
     mha = getattr(torch.backends, "mha", None)
@@ -216,9 +282,9 @@ def _to_onnx(module, data, train):
 
 
 def _netconfig(module, example_inputs, kinds, train, index_of):
-    """(NetConfig, weights, output shapes, weight sources) of ``module`` (called with the
-    data inputs; its weights are the placeholders named as ``index_of`` says), or
-    _Unsupported."""
+    """(NetConfig, weights, output shapes, weight sources, folded buffers) of ``module``
+    (called with the data inputs; its weights are the placeholders named as ``index_of``
+    says), or _Unsupported."""
     from ..onnx import to_netconfig
     from ..onnx.errors import OnnxImportError
     data = [_cpu(x) for x, k in zip(example_inputs, kinds) if k == "data"]
@@ -234,43 +300,53 @@ def _netconfig(module, example_inputs, kinds, train, index_of):
     except OnnxImportError as e:
         raise _Unsupported(str(e).split("\n")[0] + (" " + "; ".join(
             "%s '%s': %s" % p for p in getattr(e, "problems", [])[:5]))) from None
-    return cfg, weights, _output_types(model), _weight_sources(model, weights, kinds,
-                                                                example_inputs, index_of)
+    sources, folded = _weight_sources(model, weights, kinds, example_inputs, index_of)
+    return cfg, weights, _output_types(model), sources, folded
 
 
-def _reads_a_placeholder(name, producer, index_of):
-    """Whether ONNX tensor ``name`` depends on a parameter, buffer or input (a name in
-    ``index_of`` or in<i>), rather than on constants only."""
-    todo, seen = [name], set()
+def _placeholders_read(name, producer, index_of):
+    """The placeholder indices ONNX tensor ``name`` depends on (names in ``index_of``),
+    -1 standing for any data input (in<i>); empty for a tensor of constants only."""
+    found, todo, seen = set(), [name], set()
     while todo:
         t = todo.pop()
         if t in seen or not t:
             continue
         seen.add(t)
-        if t in index_of or (t[:2] == "in" and t[2:].isdigit()):
-            return True
+        if t in index_of:
+            found.add(index_of[t])
+        elif t[:2] == "in" and t[2:].isdigit():
+            found.add(-1)
         node = producer.get(t)
         if node is not None:
             todo.extend(node.input)
-    return False
+    return found
 
 
 def _weight_sources(model, weights, kinds, example_inputs, index_of):
-    """{Net weight: (placeholder index, "same" or "t")}: the parameter or buffer each
-    weight of the Net holds, as it is or transposed (a Linear's weight the exporter wrote
-    as MatMul by its transpose); _Unsupported for any other transformation."""
+    """({Net weight: (placeholder index, "same" or "t")}, {buffer index: its values}): the
+    parameter or buffer each weight of the Net holds, as it is or transposed (a Linear's
+    weight the exporter wrote as MatMul by its transpose), and the buffers the importer
+    computed weights from at conversion (a rotary embedding's cos and sin tables from
+    ``inv_freq``), which the Net then holds as constants; _Unsupported for any other
+    transformation of a parameter."""
     import onnx
     import numpy as np
     producer = {o: n for n in onnx.load_from_string(model).graph.node for o in n.output}
-    out = {}
+    out, folded = {}, {}
     for name, value in weights.items():
         if name in index_of and kinds[index_of[name]] == "buffer":
             # (a buffer as it is: tracing a training graph moved the running statistics,
             # so its values are not the model's any more)
             out[name] = (index_of[name], "same")
             continue
-        if name not in index_of and not _reads_a_placeholder(name, producer, index_of):
+        read = _placeholders_read(name, producer, index_of) if name not in index_of else None
+        if read is not None and not read:
             continue  # a constant of the graph itself (a scale, a mask): the Net keeps it
+        if read and all(i >= 0 and kinds[i] == "buffer" for i in read):
+            for i in read:  # (the runner compares them at each call: see _Runner.takes)
+                folded[i] = _cpu(example_inputs[i])
+            continue
         source, seen = name, 0
         while source not in index_of and seen < 8:
             node = producer.get(source)  # back through Transpose, Reshape, Identity, ...
@@ -297,7 +373,7 @@ def _weight_sources(model, weights, kinds, example_inputs, index_of):
             raise _Unsupported("parameter %d is symmetric: how the Net holds it is ambiguous"
                                % index)
         out[name] = (index, how)
-    return out
+    return out, folded
 
 
 def _output_types(model):
@@ -336,7 +412,7 @@ class _Runner:
     """One converted graph: its Net, and the copies in and out of it."""
 
     def __init__(self, gm, example_inputs, kinds, train, cfg, weights, outputs, sources,
-                 bumps=None):
+                 bumps=None, folded=None):
         from ..net import Net, PREDICT, TRAIN
         self.kinds, self.train = kinds, train
         ocl = [x for x in example_inputs if isinstance(x, torch.Tensor) and x.device.type == "ocl"]
@@ -361,6 +437,9 @@ class _Runner:
                        precision=matmul_precision())
         self.net.set_parameters(weights)
         self.sources = sources  # Net weight -> (placeholder index, "same" or "t")
+        # buffer index -> its values at conversion (the Net holds constants made of them)
+        self.folded = folded or {}
+        self.folded_seen = {i: None for i in self.folded}  # index -> (id, version) checked
         self.shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None
                        for x in example_inputs]
         self.versions = {}  # weight name -> (tensor id, version) last copied into the Net
@@ -407,6 +486,8 @@ class _Runner:
         new batch size; kernels are kept). False where the exported graph fixed a size
         (a Reshape of constant dims): then the Net stays as it was."""
         from ..layers.base import LayerError
+        if not self._folded_unchanged(tensors):
+            return False
         data = [t for t, k in zip(tensors, self.kinds) if k == "data"]
         shapes = {n: tuple(t.shape) for n, t in zip(self.data_names, data)}
         changed = {n: s for n, s in shapes.items() if s != self.net.tensor(n).shape}
@@ -418,6 +499,21 @@ class _Runner:
             if self.train:  # the gradient inputs were re-planned first: undo it all
                 self.net.reshape({n: self.net.tensor(n).shape for n in self.data_names})
             return False
+        return True
+
+    def _folded_unchanged(self, tensors):
+        """Whether the buffers the Net's constants were computed from hold the values
+        they had at conversion: compared (a read to the host) only when the tensor or its
+        version counter changed, which every in-place operator but the foreach family
+        moves."""
+        for i, values in self.folded.items():
+            t = tensors[i]
+            seen = (id(t), t._version)
+            if self.folded_seen[i] == seen:
+                continue
+            if t.shape != values.shape or not torch.equal(_cpu(t), values):
+                return False
+            self.folded_seen[i] = seen
         return True
 
     def forward(self, tensors):
@@ -629,8 +725,8 @@ def _convert(gm, example_inputs, kinds, module=None, index_of=None, train=None, 
         module = _Lifted(gm, kinds, example_inputs)
         index_of = {"p%d" % i: i for i, k in enumerate(kinds) if k in ("param", "buffer")}
     try:
-        cfg, weights, shapes, sources = _netconfig(module, example_inputs, kinds, train,
-                                                   index_of)
+        cfg, weights, shapes, sources, folded = _netconfig(module, example_inputs, kinds,
+                                                           train, index_of)
         data = [x for x, k in zip(example_inputs, kinds) if k == "data"]
         wanted = [x.requires_grad for x in data] if torch.is_grad_enabled() else [False] * len(data)
         for spec, want in zip(cfg.inputs, wanted):  # an input needing its gradient (a graph
@@ -647,7 +743,7 @@ def _convert(gm, example_inputs, kinds, module=None, index_of=None, train=None, 
                         op.setdefault("options", {})["use_global_stats"] = True
         try:
             runner = _Runner(gm, example_inputs, kinds, grads, cfg, weights, outputs, sources,
-                             bumps)
+                             bumps, folded)
         except Exception as e:  # a layer the Net refuses for these dtypes or shapes
             log.debug("dlprim backend: building the Net failed", exc_info=True)
             raise _Unsupported("the Net could not be built: %s: %s"
