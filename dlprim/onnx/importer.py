@@ -20,7 +20,7 @@ import numpy as np
 
 from ..net import passes
 from ..net.netconfig import NetConfig
-from . import ops_attention, ops_loss, ops_math, ops_nn, ops_pool, ops_rnn, ops_shape  # noqa: F401  (fill the converter table)
+from . import ops_attention, ops_loss, ops_math, ops_nn, ops_pool, ops_rnn, ops_shape, ops_spatial  # noqa: F401  (fill the converter table)
 from . import ops_library  # noqa: F401,E402  (after the hand-written ones: theirs win)
 from .errors import OnnxImportError, UnsupportedModelError
 from .fold import evaluate, foldable
