@@ -69,3 +69,40 @@ def test_unrolled_cells_match_onnxruntime(ctx, cell, attrs):
     got = net(**feeds)
     for name, value in want.items():
         _close(np.asarray(got[name]), value, name)
+
+
+# ----- Einsum
+def _one_node(op, inputs, outputs, opset, consts=(), **attrs):
+    types = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
+             np.int64: TensorProto.INT64, np.bool_: TensorProto.BOOL}
+    vis = [helper.make_tensor_value_info(n, types[a.dtype.type], a.shape)
+           for n, a in inputs.items()]
+    node = helper.make_node(op, list(inputs) + [n for n, _ in consts], outputs, **attrs)
+    graph = helper.make_graph([node], "g", vis,
+                              [helper.make_tensor_value_info(o, 0, None) for o in outputs],
+                              [numpy_helper.from_array(v, n) for n, v in consts])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("eq, shapes, dtype", [
+    ("ii->i", [(4, 4)], np.float32),
+    ("...ii->...i", [(2, 3, 3)], np.float64),
+    ("ii", [(5, 5)], np.float32),                       # the trace (implicit output)
+    ("iij->j", [(3, 3, 2)], np.float32),
+    ("ij,jk", [(3, 4), (4, 5)], np.float32),
+    ("ij,jk->ik", [(3, 4), (4, 5)], np.float64),        # a broadcast product and sum
+    ("i,j->ij", [(3,), (4,)], np.float32),
+    ("ijk,ikl,il->jl", [(2, 3, 4), (2, 4, 5), (2, 5)], np.float32),
+    ("b...d,bd->b...", [(2, 3, 4, 5), (2, 5)], np.float32),
+    ("ij->", [(3, 4)], np.int64),
+    ("->", [()], np.float32),
+])
+def test_einsum_matches_numpy(ctx, eq, shapes, dtype):
+    rng = np.random.default_rng(4)
+    ins = {"x%d" % k: (rng.integers(-4, 5, s) if dtype == np.int64 else
+                       rng.standard_normal(s)).astype(dtype) for k, s in enumerate(shapes)}
+    model = _one_node("Einsum", ins, ["y"], 12, equation=eq)
+    got = np.asarray(dox.load(model, ctx)(**ins)["y"])
+    want = np.einsum(eq, *[a.astype(np.float64) for a in ins.values()])
+    assert got.shape == want.shape and got.dtype == dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -4,6 +4,7 @@ PackedAttention node); and the window helpers the pooling converters share."""
 import numpy as np
 
 from .model_reader import Node
+from .einsum import einsum as composed_einsum
 from .registry import Unsupported, converts
 from .rewrite import ATTENTION
 from ..utils import ceil_div
@@ -224,13 +225,15 @@ def _einsum_matmul(equation):
 
 @converts("Einsum")
 def einsum(b, node):
-    """A batched matrix product spelled as Einsum: the MatMul layer (with transposes)."""
+    """Einsum: a batched matrix product of two data tensors as one MatMul layer (with
+    transposes); any other equation composed of layers (``einsum.py``)."""
     eq = node.attr("equation")
     eq = eq.decode() if isinstance(eq, bytes) else str(eq)
     flags = _einsum_matmul(eq)
-    if flags is None or len(node.inputs) != 2 or any(b.is_const(i) for i in node.inputs):
-        raise Unsupported("equation %r: only a batched product of two data tensors "
-                          "(\"bij,bjk->bik\" up to transposes) is supported" % eq)
+    if flags is None or len(node.inputs) != 2 or any(b.is_const(i) for i in node.inputs) or \
+            b.dtype(node.inputs[0]) != np.float32 or b.dtype(node.inputs[1]) != np.float32:
+        composed_einsum(b, node, eq)
+        return
     ta, tb = flags
     sa, sb = b.shape(node.inputs[0]), b.shape(node.inputs[1])
     m = sa[-1] if ta else sa[-2]
