@@ -106,3 +106,26 @@ def test_einsum_matches_numpy(ctx, eq, shapes, dtype):
     want = np.einsum(eq, *[a.astype(np.float64) for a in ins.values()])
     assert got.shape == want.shape and got.dtype == dtype
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ----- BatchNormalization, training_mode=1
+@pytest.mark.parametrize("outputs", [["y"], ["y", "running_mean", "running_var"]])
+def test_batchnorm_training_mode_uses_the_batch_statistics(ctx, outputs):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 4, 2, 5)).astype(np.float32)
+    s, bias, mean = (rng.standard_normal(4).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.5, 2.0, 4).astype(np.float32)
+    model = _one_node("BatchNormalization", {"x": x}, outputs, 15,
+                      consts=[("s", s), ("bias", bias), ("mean", mean), ("var", var)],
+                      training_mode=1, momentum=0.8, epsilon=1e-3)
+    got = dox.load(model, ctx)(x=x)
+    m = x.mean(axis=(0, 2, 3), dtype=np.float64)
+    v = x.var(axis=(0, 2, 3), dtype=np.float64)   # biased, as ONNX defines it
+    c = (1, 4, 1, 1)
+    y = (x - m.reshape(c)) / np.sqrt(v.reshape(c) + 1e-3) * s.reshape(c) + bias.reshape(c)
+    np.testing.assert_allclose(np.asarray(got["y"]), y, rtol=1e-4, atol=1e-5)
+    if len(outputs) > 1:
+        np.testing.assert_allclose(np.asarray(got["running_mean"]), mean * 0.8 + m * 0.2,
+                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(got["running_var"]), var * 0.8 + v * 0.2,
+                                   rtol=1e-5, atol=1e-6)

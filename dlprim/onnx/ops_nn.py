@@ -6,6 +6,7 @@ import numpy as np
 from .model_reader import Node
 from .einsum import einsum as composed_einsum
 from .registry import Unsupported, converts
+from .steps import Steps
 from .rewrite import ATTENTION
 from ..utils import ceil_div
 
@@ -343,6 +344,9 @@ def batch_norm(b, node):
     shape = b.shape(node.inputs[0])
     if len(shape) < 2:
         raise Unsupported("input of shape %s: (N, C, ...) of rank 2 or more only" % (shape,))
+    if int(node.attr("training_mode", 0)):
+        _batch_norm_training(b, node, shape)
+        return
     if any(b.consumers.get(o) or o in b.graph_outputs for o in node.outputs[1:] if o):
         raise Unsupported("the batch mean/variance outputs are read")
     names = [node.inputs[i] for i in (3, 4, 1, 2)]  # dlprim order: mean, var, weight, bias
@@ -350,6 +354,49 @@ def batch_norm(b, node):
     b.add("BatchNorm", [b.value(node.inputs[0])], shape, node, params=params, options={
         "features": int(shape[1]), "eps": float(node.attr("epsilon", 1e-5)),
         "momentum": 1.0 - float(node.attr("momentum", 0.9)), "affine": True})
+
+
+def _batch_norm_training(b, node, shape):
+    """BatchNormalization with ``training_mode=1`` (opset 14 on), as ONNX defines it: y
+    normalized by the batch's mean and biased variance over every axis but 1; the
+    running_mean/var outputs ``input * momentum + batch * (1 - momentum)``."""
+    if b.dtype(node.inputs[0]) != np.float32:
+        raise Unsupported("training_mode=1 of a %s input (float32 only)"
+                          % np.dtype(b.dtype(node.inputs[0])).name)
+    s = Steps(b, node)
+    c = int(shape[1])
+    axes = [0] + list(range(2, len(shape)))
+    kept = tuple(c if i == 1 else 1 for i in range(len(shape)))
+    momentum = float(node.attr("momentum", 0.9))
+
+    def per_channel(i, tag):
+        if b.is_const(node.inputs[i]):
+            return s.const(np.asarray(b.consts[node.inputs[i]], np.float32).reshape(kept), tag)
+        return s.reshape(node.inputs[i], kept, tag)
+
+    def mean(t, tag):
+        return s.add("Reduction", [t], kept, tag, method="mean", dims=axes, keep_dim=True)
+    x = node.inputs[0]
+    batch_mean = mean(x, "mean")
+    d = s.lib("sub", [x, batch_mean], "centered", attrs={"alpha": 1})
+    batch_var = mean(s.lib("mul", [d, d], "squares"), "var")
+    std = s.lib("sqrt", [s.lib("add", [batch_var, s.const(np.float32(node.attr(
+        "epsilon", 1e-5)), "eps")], "var_eps", attrs={"alpha": 1})], "std")
+    scaled = s.lib("mul", [s.lib("div", [d, std], "normalized", attrs={"rounding_mode": None}),
+                           per_channel(1, "scale")], "scaled")
+    y = s.lib("add", [scaled, per_channel(2, "bias")], "y", attrs={"alpha": 1},
+              output=node.outputs[0])
+    s.finish(0, y)
+    for i, (batch, running) in enumerate(((batch_mean, 3), (batch_var, 4)), 1):
+        out = node.outputs[i] if len(node.outputs) > i else ""
+        if not out:
+            continue
+        old = s.lib("mul", [per_channel(running, "running%d" % i),
+                            s.const(np.float32(momentum), "momentum%d" % i)], "kept%d" % i)
+        new = s.lib("mul", [batch, s.const(np.float32(1.0 - momentum), "rate%d" % i)],
+                    "new%d" % i)
+        t = s.lib("add", [old, new], "updated%d" % i, attrs={"alpha": 1})
+        s.finish(i, s.reshape(t, (c,), "running%d_out" % i, output=out))
 
 
 @converts("LRN")
