@@ -127,3 +127,89 @@ def test_max_unpool(ctx, grow):
     model = one_node("MaxUnpool", [("y", pooled), ("i", idx)], ["z"], consts,
                      kernel_shape=[2, 2], strides=[2, 2])
     check(ctx, model, {"y": pooled, "i": idx})
+
+
+# ----- GridSample, AffineGrid
+@pytest.mark.parametrize("mode,padding", [("linear", "zeros"), ("linear", "border"),
+                                          ("linear", "reflection"), ("nearest", "zeros"),
+                                          ("nearest", "reflection"), ("cubic", "zeros")])
+@pytest.mark.parametrize("corners", [0, 1])
+def test_grid_sample_2d(ctx, mode, padding, corners):
+    x = rand(2, 3, 5, 6, seed=6)
+    grid = (rand(2, 4, 3, 2, seed=7) * 0.8).astype(np.float32)  # some points outside
+    model = one_node("GridSample", [("x", x), ("grid", grid)], ["y"], mode=mode,
+                     padding_mode=padding, align_corners=corners)
+    check(ctx, model, {"x": x, "grid": grid})
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_grid_sample_3d(ctx, mode):
+    x = rand(1, 2, 3, 4, 5, seed=8)
+    grid = (rand(1, 2, 3, 2, 3, seed=9) * 0.7).astype(np.float32)
+    model = one_node("GridSample", [("x", x), ("grid", grid)], ["y"], mode=mode,
+                     padding_mode="border")
+    check(ctx, model, {"x": x, "grid": grid})
+
+
+def test_grid_sample_cubic_with_border_is_refused(ctx):
+    x, grid = rand(1, 1, 4, 4), rand(1, 2, 2, 2)
+    model = one_node("GridSample", [("x", x), ("grid", grid)], ["y"], mode="cubic",
+                     padding_mode="border")
+    with pytest.raises(UnsupportedModelError, match="padding_mode 'border'"):
+        dox.load(model, ctx)
+
+
+@pytest.mark.parametrize("size", [(2, 1, 3, 4), (1, 1, 2, 3, 4)])
+@pytest.mark.parametrize("corners", [0, 1])
+def test_affine_grid(ctx, size, corners):
+    dims = len(size) - 2
+    theta = rand(size[0], dims, dims + 1, seed=10)
+    model = one_node("AffineGrid", [("theta", theta)], ["grid"],
+                     [("size", np.array(size, np.int64))], align_corners=corners)
+    check(ctx, model, {"theta": theta})
+
+
+# ----- rearrangements, crops and pads
+@pytest.mark.parametrize("op", ["DepthToSpace", "SpaceToDepth"])
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_space(ctx, op, mode):
+    x = rand(2, 8, 4, 6, seed=11)
+    check(ctx, one_node(op, [("x", x)], ["y"], opset=25, blocksize=2, mode=mode), {"x": x})
+
+
+@pytest.mark.parametrize("target,axes", [([5, 3], [1, 2]), ([2, 7, 4], None), ([6], [-1])])
+def test_center_crop_pad(ctx, target, axes):
+    x = rand(4, 6, 5, seed=12)
+    attrs = {} if axes is None else {"axes": axes}
+    model = one_node("CenterCropPad", [("x", x)], ["y"],
+                     [("shape", np.array(target, np.int64))], **attrs)
+    check(ctx, model, {"x": x})
+
+
+# ----- normalizations
+def test_instance_norm(ctx):
+    x = rand(2, 3, 4, 5, seed=13)
+    consts = [("s", rand(3, seed=14)), ("bias", rand(3, seed=15))]
+    check(ctx, one_node("InstanceNormalization", [("x", x)], ["y"], consts, epsilon=1e-3),
+          {"x": x})
+
+
+@pytest.mark.parametrize("p,axis", [(1, 1), (2, -1), (2, 0)])
+def test_lp_normalization(ctx, p, axis):
+    # numpy: onnx's reference sums x, not |x|, for p = 1
+    x = rand(3, 4, 5, seed=16)
+    x[1] = 0  # a zero norm gives 0 (onnx's reference), not NaN
+    y = dox.load(one_node("LpNormalization", [("x", x)], ["y"], p=p, axis=axis), ctx)(x=x)["y"]
+    norm = (np.abs(x.astype(np.float64)) ** p).sum(axis=axis, keepdims=True) ** (1.0 / p)
+    want = np.where(norm == 0, 0, x / np.where(norm == 0, 1, norm))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    if p == 2:
+        check(ctx, one_node("LpNormalization", [("x", x)], ["y"], p=p, axis=axis), {"x": x})
+
+
+@pytest.mark.parametrize("axes", [None, [1], [0, 2]])
+def test_mean_variance_normalization(ctx, axes):
+    x = rand(2, 3, 4, 5, seed=17)
+    attrs = {} if axes is None else {"axes": axes}
+    check(ctx, one_node("MeanVarianceNormalization", [("x", x)], ["y"], **attrs), {"x": x},
+          rtol=1e-3, atol=1e-4)

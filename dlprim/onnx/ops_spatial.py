@@ -198,7 +198,8 @@ def _reduce(b, node, x, method, axes, tag, scale=1.0):
 
 @converts("LpNormalization")
 def lp_normalization(b, node):
-    """x / ||x||_p along axis (p 1 or 2)."""
+    """x / ||x||_p along axis (p 1 or 2); 0 where the norm is 0 (x is 0 there), as onnx's
+    reference, by dividing by norm + (norm == 0)."""
     x = node.inputs[0]
     shape = b.shape(x)
     _float32(b, x)
@@ -210,6 +211,8 @@ def lp_normalization(b, node):
     norm = _reduce(b, node, xv, "abssum" if p == 1 else "sumsq", [axis], "norm")
     if p == 2:
         norm = library(b, node, "sqrt", [norm], _F32, "sqrt")
+    zero = library(b, node, "eq", [norm], np.dtype(np.bool_), "zero", {"b": 0.0})
+    norm = library(b, node, "add", [norm, zero], _F32, "safe")
     library(b, node, "div", [xv, norm], _F32)
 
 
