@@ -6,7 +6,7 @@ needing an OpenCL driver.
 import numpy as np
 
 __all__ = ["DTYPES", "as_dtype", "cl_type", "compute_type", "dlp_name", "float32", "half",
-           "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool_",
+           "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool_",
            "HALF_TYPES", "is_float", "dtype_name", "cl_cast", "to_bfloat16", "bfloat16_values"]
 
 # bfloat16 (float32's sign, exponent and top 7 mantissa bits) has no numpy type: its
@@ -27,6 +27,9 @@ DTYPES = {
     "int32": np.int32, "int": np.int32,
     "int64": np.int64, "long": np.int64,
     "uint8": np.uint8,
+    "uint16": np.uint16, "ushort": np.uint16,
+    "uint32": np.uint32, "uint": np.uint32,
+    "uint64": np.uint64, "ulong": np.uint64,
     "bool": np.bool_,
 }
 # numpy dtype -> (OpenCL C storage type, DLPrimitives' name); bool is one byte, 0 or 1
@@ -34,7 +37,9 @@ _TYPES = {np.dtype(np.float32): ("float", "float"), np.dtype(np.float16): ("half
           bfloat16: ("bfloat16", "bfloat16"), np.dtype(np.float64): ("double", "double"),
           np.dtype(np.int8): ("char", "int8"), np.dtype(np.int16): ("short", "int16"),
           np.dtype(np.int32): ("int", "int"), np.dtype(np.int64): ("long", "int64"),
-          np.dtype(np.uint8): ("uchar", "uint8"), np.dtype(np.bool_): ("uchar", "bool")}
+          np.dtype(np.uint8): ("uchar", "uint8"), np.dtype(np.uint16): ("ushort", "uint16"),
+          np.dtype(np.uint32): ("uint", "uint32"), np.dtype(np.uint64): ("ulong", "uint64"),
+          np.dtype(np.bool_): ("uchar", "bool")}
 _CL_TYPES = {dt: names[0] for dt, names in _TYPES.items()}
 _DLP_NAMES = {dt: names[1] for dt, names in _TYPES.items()}
 # what kernels compute a storage type in: 16-bit floats widen to float (no cl_khr_fp16
@@ -43,7 +48,7 @@ _COMPUTE = {"half": "float", "bfloat16": "float"}
 
 
 # DLPrimitives' Python constants (``dp.float32``, ``dp.half`` ...) for the types dlprim
-# stores; its uint16, uint32 and uint64 have no kernels here
+# stores
 float32 = np.dtype(np.float32)
 half = np.dtype(np.float16)
 float64 = np.dtype(np.float64)
@@ -52,6 +57,9 @@ int16 = np.dtype(np.int16)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
 uint8 = np.dtype(np.uint8)
+uint16 = np.dtype(np.uint16)
+uint32 = np.dtype(np.uint32)
+uint64 = np.dtype(np.uint64)
 bool_ = np.dtype(np.bool_)
 
 # the 16-bit float storages of mixed precision ("fp16", "bf16"): loads widen them to

@@ -85,3 +85,38 @@ def test_opset6_dropout_test_mode_and_reshape_attribute(ctx):
     m = model([helper.make_node("Dropout", ["a"], ["d"], is_test=1, ratio=0.5),
                helper.make_node("Reshape", ["d"], ["y"], shape=[3, 4])], {"a": a}, ["y"], 4)
     np.testing.assert_array_equal(run(ctx, m, {"a": a})["y"], a.reshape(3, 4))
+
+
+# ----- unsigned 16, 32 and 64-bit tensors
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
+def test_unsigned_arithmetic_comparison_and_shifts(ctx, dtype):
+    """Wrapping sums and products, truncating division, Mod, shifts and comparisons of
+    the full range, against numpy."""
+    info = np.iinfo(dtype)
+    x = np.array([0, 1, 7, info.max, info.max - 3, 1 << (info.bits - 1)], dtype)
+    y = np.array([3, 1, 2, 2, info.max, 5], dtype)
+    s = np.array([1, 0, 3, 1, 4, 2], dtype)
+    nodes = [helper.make_node("Add", ["x", "y"], ["add"]), helper.make_node("Mul", ["x", "y"], ["mul"]),
+             helper.make_node("Sub", ["x", "y"], ["sub"]), helper.make_node("Div", ["x", "y"], ["div"]),
+             helper.make_node("Mod", ["x", "y"], ["mod"]), helper.make_node("Greater", ["x", "y"], ["gt"]),
+             helper.make_node("BitShift", ["x", "s"], ["shl"], direction="LEFT"),
+             helper.make_node("BitShift", ["x", "s"], ["shr"], direction="RIGHT"),
+             helper.make_node("Max", ["x", "y"], ["max"]),
+             helper.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT)]
+    outs = ["add", "mul", "sub", "div", "mod", "gt", "shl", "shr", "max", "f"]
+    got = run(ctx, model(nodes, {"x": x, "y": y, "s": s}, outs, 18), {"x": x, "y": y, "s": s})
+    with np.errstate(over="ignore"):
+        want = {"add": x + y, "mul": x * y, "sub": x - y, "div": x // y, "mod": x % y,
+                "gt": x > y, "shl": x << s, "shr": x >> s, "max": np.maximum(x, y),
+                "f": x.astype(np.float32)}
+    for k, v in want.items():
+        assert got[k].dtype == v.dtype, k
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+
+
+def test_uint64_constant_above_int64(ctx):
+    """A uint64 scalar of 2^63 and more enters the kernel with its bits."""
+    x = np.array([1, 2, 3], np.uint64)
+    c = np.array(np.uint64((1 << 63) + 5))
+    m = model([helper.make_node("Add", ["x", "c"], ["y"])], {"x": x}, ["y"], 18, {"c": c})
+    np.testing.assert_array_equal(run(ctx, m, {"x": x})["y"], x + c)

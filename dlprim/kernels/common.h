@@ -41,6 +41,12 @@ ${epilogue_macros()}
 #define ST_char ST_float
 #define LD_uchar LD_float
 #define ST_uchar ST_float
+#define LD_ushort LD_float
+#define ST_ushort ST_float
+#define LD_uint LD_float
+#define ST_uint ST_float
+#define LD_ulong LD_float
+#define ST_ulong ST_float
 // (ST4_half(v, p): four values at p, 2-byte aligned); on CPUs the bits are decoded and
 // rounded in integer arithmetic instead (INTEGER_HALF above)
 % if INTEGER_HALF:

@@ -63,8 +63,8 @@ _RANK = {"bool": 0, "int": 1, "float": 2}
 
 def promote_types(dtypes, scalars=()):
     """PyTorch's type promotion of tensors of ``dtypes`` and Python numbers ``scalars``: the
-    highest dtype class wins; within it the widest tensor dtype (int8 with uint8: int16;
-    float16 with bfloat16: float32); a number of a higher class than every tensor gives that
+    highest dtype class wins; within it the widest tensor dtype (int8 with uint8: int16,
+    int32 with uint32: int64, as numpy; float16 with bfloat16: float32); a number of a higher class than every tensor gives that
     class's default (int64, float32)."""
     dtypes = [as_dtype(d) for d in dtypes]
     best = max(_RANK[_cls(d)] for d in dtypes)
@@ -86,9 +86,13 @@ def _pair(a, b):
         return _F32
     if is_float(a):
         return a if a.itemsize >= b.itemsize else b
-    if (a.kind == "u") != (b.kind == "u"):  # uint8 with a signed type
-        signed = b if a.kind == "u" else a
-        return signed if signed.itemsize > 1 else np.dtype(np.int16)
+    if (a.kind == "u") != (b.kind == "u"):  # unsigned with signed: a signed type holding both
+        unsigned, signed = (a, b) if a.kind == "u" else (b, a)
+        if signed.itemsize > unsigned.itemsize:
+            return signed
+        if unsigned.itemsize == 8:
+            raise TypeError("uint64 and %s have no common integer type" % signed)
+        return np.dtype("int%d" % (16 * unsigned.itemsize))
     return a if a.itemsize >= b.itemsize else b
 
 
@@ -102,6 +106,13 @@ def result_dtype(op, dtypes, scalars=(), attrs=None):
         common = _F32
     out = {"bool": _BOOL, "int64": _I64}.get(op.promote, common)
     return common, out
+
+
+def _int64_bits(v):
+    """An integer parameter as int64: a uint64 value above int64's range passes its bits
+    (the kernel converts the parameter to the compute type)."""
+    v = int(v)
+    return np.int64(v - (1 << 64) if v >= 1 << 63 else v)
 
 
 @register("LibraryOp")
@@ -226,7 +237,7 @@ class LibraryOp(Layer):
                 types.append(_F64 if compute == _F64 else "float")
             else:
                 types.append(_I64)
-        return types, [np.float64(v) if is_float(compute) else np.int64(v) for v in params]
+        return types, [np.float64(v) if is_float(compute) else _int64_bits(v) for v in params]
 
     def _forward_code(self, compute, natural, out):
         params = []

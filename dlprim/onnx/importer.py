@@ -36,7 +36,8 @@ FIRST_OPSET = 1  # nodes of opsets before 9 are read through ``legacy``
 IN_PLACE = ("Activation", "Hardtanh", "Dropout", "Reshape", "Flatten", "Squeeze", "Softmax")
 DTYPES = {"float32": "float", "int32": "int", "int64": "int64", "float16": "float16",
           "uint8": "uint8", "int8": "int8", "int16": "int16", "bool": "bool",
-          "float64": "float64", "bfloat16": "bfloat16"}
+          "float64": "float64", "bfloat16": "bfloat16", "uint16": "uint16", "uint32": "uint32",
+          "uint64": "uint64"}
 
 
 def import_model(path_or_model, batch=None, live=()):

@@ -25,9 +25,10 @@ __all__ = ["GENERATED", "typed", "is_typed", "operand", "typed_constant"]
 
 _F32 = np.dtype(np.float32)
 # ONNX TensorProto data types -> the dtype names the Net holds (refused: string, complex,
-# float8, uint16/32/64 (no kernels), 4-bit types)
-ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
-              9: "bool", 10: "float16", 11: "float64", 16: "bfloat16"}
+# float8, 4-bit types)
+ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
+              7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
+              16: "bfloat16"}
 _FLOAT32_EXACT = 2 ** 24  # integers up to this magnitude are exact in float32
 
 
