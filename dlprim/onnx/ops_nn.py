@@ -7,6 +7,7 @@ from .model_reader import Node
 from .einsum import einsum as composed_einsum
 from .registry import Unsupported, converts
 from .steps import Steps
+from . import ops_select  # noqa: F401  (Hardmax, ReverseSequence: registered with these)
 from .rewrite import ATTENTION
 from ..utils import ceil_div
 

@@ -31,11 +31,11 @@ class Steps:
 
     def lib(self, op, inputs, tag, dtype=None, attrs=None, output=None):
         """LibraryOp ``op`` over float32 ``inputs`` (a constant of one element after the
-        first input: a scalar operand). ``TypedSteps`` (ops_attention) follows ONNX's
-        type rules instead."""
+        first input: a scalar operand), or over any inputs stored as ``dtype`` (the
+        library's conversion). ``TypedSteps`` (ops_attention) follows ONNX's type rules."""
         b = self.b
-        if dtype is not None or any(b.dtype(n) != np.float32 for n in inputs):
-            raise ValueError("Steps.lib: float32 operands only (%s)" % op)
+        if dtype is None and any(b.dtype(n) != np.float32 for n in inputs):
+            raise ValueError("Steps.lib: %s of operands not float32 needs a dtype" % op)
         tensors, scalars = [inputs[0]], {}
         for place, n in zip("bc", inputs[1:]):
             if b.is_const(n) and np.asarray(b.consts[n]).size == 1:
@@ -44,11 +44,17 @@ class Steps:
                 tensors.append(n)
         shape = tuple(np.broadcast_shapes(*[b.shape(n) for n in tensors]))
         options = {"op": op}
+        if dtype is not None:
+            options["dtype"] = dtype_name(dtype)
         if attrs:
             options["attrs"] = dict(attrs)
         if scalars:
             options["scalars"] = scalars
-        return self.add("LibraryOp", tensors, shape, tag, output=output, **options)
+        t = b.add("LibraryOp", [b.value(n) for n in tensors], shape,
+                  output=output or self._out(tag), name="%s/%s" % (self.node.name, tag),
+                  options=options, dtype=np.float32 if dtype is None else dtype)
+        b.alias[t] = t
+        return t
 
     def const(self, value, tag):
         return self.b.constant(np.asarray(value), "%s/%s" % (self.node.name, tag))
