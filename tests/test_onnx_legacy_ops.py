@@ -120,3 +120,22 @@ def test_uint64_constant_above_int64(ctx):
     c = np.array(np.uint64((1 << 63) + 5))
     m = model([helper.make_node("Add", ["x", "c"], ["y"])], {"x": x}, ["y"], 18, {"c": c})
     np.testing.assert_array_equal(run(ctx, m, {"x": x})["y"], x + c)
+
+
+# ----- ONNX's activations declared in the operator library
+def test_activations_with_attributes(ctx):
+    x = np.array([-3, -1.5, -0.4, 0, 0.3, 0.7, 2.5, np.nan], np.float32)
+    nodes = [helper.make_node("Selu", ["x"], ["selu"], alpha=2.0, gamma=3.0),
+             helper.make_node("Celu", ["x"], ["celu"], alpha=2.0),
+             helper.make_node("ThresholdedRelu", ["x"], ["trelu"], alpha=0.5),
+             helper.make_node("Shrink", ["x"], ["shrink"], lambd=0.5, bias=0.25),
+             helper.make_node("Softsign", ["x"], ["softsign"])]
+    got = run(ctx, model(nodes, {"x": x}, [n.output[0] for n in nodes], 18), {"x": x})
+    want = {"selu": np.where(x > 0, 3 * x, 3 * 2 * (np.exp(x) - 1)),
+            "celu": np.where(x > 0, x, 2 * (np.exp(x / 2) - 1)),
+            "trelu": np.where(x > 0.5, x, 0), "softsign": x / (1 + np.abs(x)),
+            "shrink": np.where(x < -0.5, x + 0.25, np.where(x > 0.5, x - 0.25, 0))}
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-6, atol=1e-6, err_msg=k)
+    refused(ctx, model([helper.make_node("Shrink", ["x"], ["y"])], {"x": x.astype(np.int32)},
+                       ["y"], 18), "floats only")

@@ -42,9 +42,9 @@ def _inputs(name, n=65, seed=0):
 
 def _torch_fn(name):
     op = library.get(name)
-    for packet in op.aten:
+    for packet in op.aten or (name,):  # no ATen operator (softsign): PyTorch's functional
         fn = getattr(torch, packet, None) or getattr(torch.special, packet.replace(
-            "special_", ""), None)
+            "special_", ""), None) or getattr(torch.nn.functional, packet, None)
         if fn is not None:
             return fn
     raise AssertionError("no torch function for %s" % name)

@@ -2,7 +2,9 @@
 
 - Every one-input float operator the ``Pointwise`` layer runs (``ops.layer_operators``)
   whose declaration names an ONNX op type that no hand-written converter claims becomes a
-  ``Pointwise`` layer over float tensors.
+  ``Pointwise`` layer over float tensors; one whose expression takes attributes of ONNX's
+  names (Selu, Celu, ThresholdedRelu, Shrink, Swish) a ``LibraryOp`` with the node's
+  values of them (``ONNX_DEFAULTS`` where it has none).
 - The comparison, logical, bitwise and arithmetic operators over any dtype the Net holds
   (integers, bools, float16, float64) become ``LibraryOp`` layers (``typed``), with ONNX's
   type rules: the output has the inputs' type (comparisons: bool), an integer ``Div``
@@ -137,6 +139,29 @@ for _name_ in layer_operators():
     if _op.onnx and _op.onnx not in CONVERTERS:
         converts(_op.onnx)(_converter(_name_))
         GENERATED[_op.onnx] = _name_
+
+# ONNX's defaults of the attributes of the library operators whose expressions take them
+# under ONNX's names (Selu's alpha and gamma, Shrink's lambd and bias ...)
+ONNX_DEFAULTS = {"Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+                 "Celu": {"alpha": 1.0}, "ThresholdedRelu": {"alpha": 1.0},
+                 "Shrink": {"lambd": 0.5, "bias": 0.0}, "Swish": {"alpha": 1.0}}
+
+
+def _with_attributes(name, defaults):
+    def convert(b, node):
+        extra = sorted(set(node.attrs) - set(defaults))
+        if extra:
+            raise Unsupported("attribute %s" % extra[0])
+        x = node.inputs[0]
+        if _name(b.dtype(x)) not in ("float32", "float16", "float64", "bfloat16"):
+            raise Unsupported("%s of %s (floats only)" % (node.op_type, _name(b.dtype(x))))
+        typed(b, node, name, attrs={k: float(node.attr(k, v)) for k, v in defaults.items()})
+    return convert
+
+
+for _name_, _op in library.OPS.items():
+    if _op.onnx in ONNX_DEFAULTS and _op.onnx not in CONVERTERS:
+        converts(_op.onnx)(_with_attributes(_name_, ONNX_DEFAULTS[_op.onnx]))
 
 # ----- the typed operators: one library operator each, ONNX's types
 SIMPLE = {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt",

@@ -61,7 +61,7 @@ _unary("hardtanh", {"float": "(isnan({a}) ? {a} : ({a} < {min_val} ? ({T}){min_v
 _backward("hardtanh_backward", "(({b} <= {min_val} || {b} >= {max_val}) ? 0 : {a})",
           "hardtanh's gradient")
 _unary("hardshrink", "(({a} >= -{lambd} && {a} <= {lambd}) ? 0 : {a})",
-       "x outside [-lambd, lambd], else 0", onnx="Shrink")
+       "x outside [-lambd, lambd], else 0")
 _backward("hardshrink_backward", "(({b} >= -{lambd} && {b} <= {lambd}) ? 0 : {a})",
           "hardshrink's gradient")
 _unary("softshrink", "({a} > {lambd} ? {a} - {lambd} : ({a} < -{lambd} ? {a} + {lambd} "
@@ -72,6 +72,24 @@ _unary("threshold", "({a} <= {threshold} ? ({T}){value} : {a})",
        "value where x <= threshold, else x", dtypes=_FI)
 _backward("threshold_backward", "({b} <= {threshold} ? 0 : {a})", "threshold's gradient",
           dtypes=_FI)
+# ONNX's activations that PyTorch spells otherwise (or composes): the ONNX converters and
+# the LibraryOp layer run them, with their attributes
+_unary("softsign", "({a} / (({T})1 + fabs({a})))", "x / (1 + |x|)",
+       grad=("dy / ((1 + fabs(a)) * (1 + fabs(a)))",), onnx="Softsign", aten=())
+_unary("selu", "({a} > 0 ? {gamma} * {a} : {gamma} * {alpha} * (exp({a}) - 1))",
+       "gamma x above 0, gamma alpha (e^x - 1) below",
+       grad=("a > 0 ? dy * gamma : dy * gamma * alpha * exp(a)",), onnx="Selu", aten=())
+_unary("celu", "({a} > 0 ? {a} : {alpha} * (exp({a} / {alpha}) - 1))",
+       "x above 0, alpha (e^(x / alpha) - 1) below",
+       grad=("a > 0 ? dy : dy * exp(a / alpha)",), onnx="Celu", aten=())
+_unary("thresholded_relu", "({a} > {alpha} ? {a} : ({T})0)", "x above alpha, else 0",
+       grad=("a > alpha ? dy : 0",), onnx="ThresholdedRelu", aten=())
+_unary("shrink", "({a} < -{lambd} ? {a} + {bias} : ({a} > {lambd} ? {a} - {bias} : ({T})0))",
+       "x + bias below -lambd, x - bias above lambd, else 0",
+       grad=("(a < -lambd || a > lambd) ? dy : 0",), onnx="Shrink", aten=())
+_unary("swish", "({a} / (1 + exp(-{alpha} * {a})))", "x sigmoid(alpha x)",
+       grad=("dy / (1 + exp(-alpha * a)) * (1 + alpha * a * (1 - 1 / (1 + exp(-alpha * a))))",),
+       onnx="Swish", aten=())
 _backward("sigmoid_backward", "({a} * {b} * (1 - {b}))", "sigmoid's gradient from its output")
 _backward("tanh_backward", "({a} * (1 - {b} * {b}))", "tanh's gradient from its output")
 
