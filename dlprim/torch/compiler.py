@@ -440,6 +440,7 @@ class _Runner:
         # buffer index -> its values at conversion (the Net holds constants made of them)
         self.folded = folded or {}
         self.folded_seen = {i: None for i in self.folded}  # index -> (id, version) checked
+        self.refused = set()  # data input shapes the Net could not be re-planned for
         self.shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None
                        for x in example_inputs]
         self.versions = {}  # weight name -> (tensor id, version) last copied into the Net
@@ -481,21 +482,35 @@ class _Runner:
             _SHARED.add(storage)
             self.shared[name] = storage
 
+    def _data_shapes(self, tensors):
+        return tuple(tuple(t.shape) for t, k in zip(tensors, self.kinds) if k == "data")
+
+    def planned_for(self, tensors):
+        """Whether the Net is planned for these inputs' shapes as it is."""
+        return all(tuple(t.shape) == self.net.tensor(n).shape for n, t in zip(
+            self.data_names, (t for t, k in zip(tensors, self.kinds) if k == "data")))
+
     def takes(self, tensors):
         """Whether the Net runs these inputs: their shapes, or new ones it re-plans for (a
         new batch size; kernels are kept). False where the exported graph fixed a size
-        (a Reshape of constant dims): then the Net stays as it was."""
+        (a Reshape of constant dims, as PyTorch's exporter writes a sequence length):
+        then the Net stays as it was, and these shapes are not tried on it again."""
         from ..layers.base import LayerError
         if not self._folded_unchanged(tensors):
+            return False
+        if self.planned_for(tensors):
+            return True
+        key = self._data_shapes(tensors)
+        if key in self.refused:
             return False
         data = [t for t, k in zip(tensors, self.kinds) if k == "data"]
         shapes = {n: tuple(t.shape) for n, t in zip(self.data_names, data)}
         changed = {n: s for n, s in shapes.items() if s != self.net.tensor(n).shape}
-        if not changed:
-            return True
         try:
             self.net.reshape(self._grad_shapes(changed))
-        except LayerError:
+        except LayerError as e:
+            log.debug("dlprim backend: the Net does not re-plan for %s: %s", key, e)
+            self.refused.add(key)
             if self.train:  # the gradient inputs were re-planned first: undo it all
                 self.net.reshape({n: self.net.tensor(n).shape for n in self.data_names})
             return False
@@ -693,10 +708,13 @@ def compile_graph(gm, example_inputs):
 
 
 def _pick(runners, tensors, convert):
-    """The runner of ``runners`` that takes ``tensors`` (re-planned if need be), else a new
-    one from ``convert()`` added to them; None where there can be none."""
-    for runner in runners:
-        if runner is not None and runner.takes(tensors):
+    """The runner of ``runners`` that takes ``tensors``, else a new one from ``convert()``
+    added to them; None where there can be none. A runner planned for these very shapes
+    is taken first (nothing is re-planned: after a new sequence length, an earlier one
+    finds its own Net as it left it), then one that can re-plan for them."""
+    live = [r for r in runners if r is not None]
+    for runner in sorted(live, key=lambda r: not r.planned_for(tensors)):
+        if runner.takes(tensors):
             return runner
     if None in runners:
         return None
