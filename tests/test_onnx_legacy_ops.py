@@ -139,3 +139,44 @@ def test_activations_with_attributes(ctx):
         np.testing.assert_allclose(got[k], v, rtol=1e-6, atol=1e-6, err_msg=k)
     refused(ctx, model([helper.make_node("Shrink", ["x"], ["y"])], {"x": x.astype(np.int32)},
                        ["y"], 18), "floats only")
+
+
+# ----- Mod, Clip and PRelu over every dtype
+def test_mod_fmod0_floats_takes_the_divisor_sign(ctx):
+    """Opset 28's fmod=0 over floats is numpy's mod, a zero result signed as y."""
+    x = np.array([-4.3, 7.2, 0.0, -0.0, 6.0, -3.0, 1.0], np.float32)
+    y = np.array([2.1, -3.4, -2.0, 2.0, -3.0, np.inf, 0.0], np.float32)
+    m = model([helper.make_node("Mod", ["x", "y"], ["z"], fmod=0)], {"x": x, "y": y}, ["z"], 28)
+    z = run(ctx, m, {"x": x, "y": y})["z"]
+    with np.errstate(all="ignore"):
+        want = np.mod(x, y)
+    np.testing.assert_allclose(z, want, rtol=1e-6)
+    np.testing.assert_array_equal(np.signbit(z[:5]), np.signbit(want[:5]))
+    refused(ctx, model([helper.make_node("Mod", ["x", "y"], ["z"])], {"x": x, "y": y}, ["z"], 13),
+            "fmod=0")
+
+
+def test_clip_of_integers_reversed_and_runtime_bounds(ctx):
+    x = np.array([-(1 << 40), -5, 0, 7, 1 << 40], np.int64)
+    lo, hi = np.array(-(1 << 35) - 1, np.int64), np.array(6, np.int64)
+    m = model([helper.make_node("Clip", ["x", "lo", "hi"], ["a"]),
+               helper.make_node("Clip", ["x", "", "hi"], ["b"]),
+               helper.make_node("Clip", ["x", "hi", "lo"], ["c"])], {"x": x}, ["a", "b", "c"], 13,
+              {"lo": lo, "hi": hi})
+    got = run(ctx, m, {"x": x})
+    np.testing.assert_array_equal(got["a"], np.clip(x, lo, hi))
+    np.testing.assert_array_equal(got["b"], np.minimum(x, hi))
+    np.testing.assert_array_equal(got["c"], np.minimum(np.maximum(x, hi), lo))  # all lo
+    f = np.array([-2, 0.5, np.nan, 3], np.float32)
+    lo, hi = np.array(-1, np.float32), np.array(1, np.float32)
+    m = model([helper.make_node("Clip", ["f", "lo", "hi"], ["y"])], {"f": f, "lo": lo, "hi": hi},
+              ["y"], 13)
+    np.testing.assert_array_equal(run(ctx, m, {"f": f, "lo": lo, "hi": hi})["y"], np.clip(f, lo, hi))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_prelu_slope_per_channel(ctx, dtype):
+    x = (RNG.standard_normal((2, 3, 4)) * 4).astype(dtype)
+    slope = np.array([[0.5], [2], [-1]], dtype)
+    m = model([helper.make_node("PRelu", ["x", "s"], ["y"])], {"x": x}, ["y"], 16, {"s": slope})
+    np.testing.assert_array_equal(run(ctx, m, {"x": x})["y"], np.where(x < 0, x * slope, x))

@@ -167,7 +167,7 @@ for _name_, _op in library.OPS.items():
 SIMPLE = {"Equal": "eq", "Less": "lt", "LessOrEqual": "le", "Greater": "gt",
           "GreaterOrEqual": "ge", "Not": "logical_not", "And": "logical_and",
           "Or": "logical_or", "Xor": "logical_xor", "IsNaN": "isnan", "BitwiseAnd": "bitwise_and",
-          "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor", "BitwiseNot": "bitwise_not"}
+          "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor", "BitwiseNot": "bitwise_not", "PRelu": "prelu"}
 
 
 @converts(*SIMPLE)
@@ -206,11 +206,20 @@ def bit_shift(b, node):
 
 @converts("Mod")
 def mod(b, node):
+    """fmod=1: C's fmod; fmod=0: Python's %, defined over floats from opset 28 on with the
+    sign of the divisor on a zero result too (remainder gives +0 there: copysign)."""
     fmod = int(node.attr("fmod", 0))
-    if not fmod and any(np.dtype(_net_dtype(b.dtype(n))).kind == "f" or
-                        _name(b.dtype(n)) == "bfloat16" for n in node.inputs):
-        raise Unsupported("fmod=0 over floats (ONNX requires fmod=1 there)")
-    typed(b, node, "fmod" if fmod else "remainder")
+    floats = any(np.dtype(_net_dtype(b.dtype(n))).kind == "f" or
+                 _name(b.dtype(n)) == "bfloat16" for n in node.inputs)
+    if fmod or not floats:
+        typed(b, node, "fmod" if fmod else "remainder")
+        return
+    if b.opset < 28:
+        raise Unsupported("fmod=0 over floats (before opset 28 ONNX requires fmod=1 there)")
+    t = typed(b, node, "remainder", output=b.fresh(node.outputs[0] + "/remainder"),
+              name=node.name + "/remainder")
+    b.alias[t] = t
+    typed(b, node, "copysign", inputs=[t, node.inputs[1]])
 
 
 @converts("Pow")
@@ -296,6 +305,49 @@ def _typed_first(op_type, fn, reads=slice(None)):
         (fn if is_typed(b, node, node.inputs[reads]) else float32)(b, node)
     CONVERTERS[op_type] = convert
 
+
+def _clip(b, node):
+    """clamp(x, min, max) = min(max(x, min), max) (all max where min > max, NaN kept); an
+    absent bound is the dtype's lowest or highest value."""
+    x = node.inputs[0]
+    dtype = _net_dtype(b.dtype(x))
+    if dtype == bfloat16 or np.dtype(dtype).kind == "f":
+        limits = (np.float32(-np.inf), np.float32(np.inf))
+    else:
+        info = np.iinfo(dtype)
+        limits = (np.asarray(info.min, dtype), np.asarray(info.max, dtype))
+    if b.opset < 11:
+        given = [node.attr(k) for k in ("min", "max")]
+        given = [None if v is None else b.constant(np.float32(v), node.name + "/" + k)
+                 for v, k in zip(given, ("min", "max"))]
+    else:
+        given = [node.input(1), node.input(2)]
+    bounds = [g if g is not None else b.constant(lim, node.name + "/limit")
+              for g, lim in zip(given, limits)]
+    typed(b, node, "clamp", inputs=[x] + bounds, dtype=b.dtype(x))
+
+
+def _ordered_constant_bounds(b, node):
+    try:
+        lo, hi = ops_math._bounds(b, node)
+    except Unsupported:  # a bound computed at run time
+        return False
+    return lo < hi
+
+
+_float32_clip = CONVERTERS["Clip"]
+
+
+def _clip_any(b, node):
+    """float32 with constant bounds, min below max: Hardtanh (or the activation it spells);
+    otherwise the library's clamp."""
+    if is_typed(b, node, node.inputs[:1]) or not _ordered_constant_bounds(b, node):
+        _clip(b, node)
+    else:
+        _float32_clip(b, node)
+
+
+CONVERTERS["Clip"] = _clip_any
 
 for _t in list(ARITHMETIC) + ["Div"]:
     _typed_first(_t, _arithmetic)

@@ -76,6 +76,9 @@ _backward("threshold_backward", "({b} <= {threshold} ? 0 : {a})", "threshold's g
 # the LibraryOp layer run them, with their attributes
 _unary("softsign", "({a} / (({T})1 + fabs({a})))", "x / (1 + |x|)",
        grad=("dy / ((1 + fabs(a)) * (1 + fabs(a)))",), onnx="Softsign", aten=())
+declare("prelu", FAMILY, "binary", "x, or x * slope below 0 (the slope broadcast to x)",
+        expr="({a} < 0 ? {a} * {b} : {a})", dtypes=_FI,
+        grad=("a < 0 ? dy * b : dy", "a < 0 ? dy * a : 0"), onnx="PRelu", aten=())
 _unary("selu", "({a} > 0 ? {gamma} * {a} : {gamma} * {alpha} * (exp({a}) - 1))",
        "gamma x above 0, gamma alpha (e^x - 1) below",
        grad=("a > 0 ? dy * gamma : dy * gamma * alpha * exp(a)",), onnx="Selu", aten=())
