@@ -180,3 +180,16 @@ def test_prelu_slope_per_channel(ctx, dtype):
     slope = np.array([[0.5], [2], [-1]], dtype)
     m = model([helper.make_node("PRelu", ["x", "s"], ["y"])], {"x": x}, ["y"], 16, {"s": slope})
     np.testing.assert_array_equal(run(ctx, m, {"x": x})["y"], np.where(x < 0, x * slope, x))
+
+
+# ----- Dropout's mask and EyeLike: known at import
+def test_dropout_mask_in_inference_and_eyelike(ctx):
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    m = model([helper.make_node("Dropout", ["x", "r"], ["y", "mask"]),
+               helper.make_node("EyeLike", ["x"], ["eye"], k=1, dtype=TensorProto.DOUBLE)],
+              {"x": x}, ["y", "mask", "eye"], 13, {"r": np.array(0.4, np.float32)})
+    got = run(ctx, m, {"x": x})
+    np.testing.assert_array_equal(got["y"], x)
+    assert got["mask"].dtype == np.bool_ and got["mask"].all() and got["mask"].shape == x.shape
+    assert got["eye"].dtype == np.float64
+    np.testing.assert_array_equal(got["eye"], np.eye(3, 4, 1))

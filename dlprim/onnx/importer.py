@@ -292,7 +292,8 @@ class Importer:
 
     def _parameter(self, name, array):
         a = np.asarray(array)
-        if a.dtype.kind != "f":  # indices, masks: exact float32 values converted on the device
+        if a.dtype != np.float32:  # indices, masks, float64: exact float32 values converted
+            # on the device
             from .ops_library import typed_constant
             t = typed_constant(self, name, a.reshape(a.shape or (1,)))
         else:

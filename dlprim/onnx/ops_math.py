@@ -262,19 +262,25 @@ def _log_sum_exp(b, node, x, axes, keep, out):
 
 @converts("Dropout")
 def dropout(b, node):
-    if len(node.outputs) > 1 and node.outputs[1] and \
-            (b.consumers.get(node.outputs[1]) or node.outputs[1] in b.graph_outputs):
-        raise Unsupported("the mask output is read")
+    """Inference (no training_mode, or false): the input, its mask all true where read; a
+    Dropout layer where the mask is not read, so that the net drops when trained. Random
+    dropout in the model itself (training_mode true, ratio above 0) is refused."""
     ratio = node.attr("ratio", 0.5)
     if b.opset >= 12:
         ratio = float(b.const(node.inputs[1], "ratio").reshape(())) if node.input(1) else 0.5
     x = node.inputs[0]
-    if ratio == 0.0:
-        b.out(node, b.value(x))
-        return
-    if node.input(2) and bool(b.const(node.inputs[2], "training_mode").reshape(())):
+    training = node.input(2) and bool(b.const(node.inputs[2], "training_mode").reshape(()))
+    if training and ratio != 0.0:
         # ONNX drops at random here whatever the net's mode; a predicting net would not
         raise Unsupported("training_mode true (random dropout in the model itself)")
+    mask = node.outputs[1] if len(node.outputs) > 1 and node.outputs[1] else None
+    if mask and (b.consumers.get(mask) or mask in b.graph_outputs):
+        b.consts[mask] = np.ones(b.shape(x), np.bool_)
+        b.out(node, b.value(x))
+        return
+    if ratio == 0.0 or training:
+        b.out(node, b.value(x))
+        return
     b.add("Dropout", [b.value(x)], b.shape(x), node, options={"ratio": float(ratio)})
 
 

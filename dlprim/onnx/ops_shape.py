@@ -1,7 +1,7 @@
 """Converters of operators that move data without arithmetic: Reshape, Flatten, Transpose,
 Concat, Split, Slice, Squeeze, Unsqueeze, Expand, Tile, and the index operators (Gather,
 GatherElements, GatherND, ScatterElements, ScatterND, CumSum, TopK, ArgMax, ArgMin,
-Trilu, OneHot, Range) on tensors of any dtype, their indices computed at run time or
+Trilu, OneHot, Range, EyeLike) on tensors of any dtype, their indices computed at run time or
 known at import (a node whose inputs are all known is folded by the importer first).
 
 What the net cannot plan is refused naming the node: an output whose shape depends on
@@ -499,3 +499,16 @@ def _span(b, start, limit):
 def nonzero(b, node):
     raise Unsupported("the output's shape (the number of nonzero elements) depends on the "
                       "data, and a net plans its shapes before it runs")
+
+
+@converts("EyeLike")
+def eye_like(b, node):
+    """Ones on diagonal k of a matrix of the input's shape: known at import (only the
+    input's shape is read), a constant of ``dtype`` (default: the input's)."""
+    from onnx import helper
+    shape = b.shape(node.inputs[0])
+    if len(shape) != 2:
+        raise Unsupported("input of shape %s (EyeLike takes a matrix)" % (list(shape),))
+    to = node.attr("dtype")
+    dtype = helper.tensor_dtype_to_np_dtype(to) if to is not None else _dtype(b, node.inputs[0])
+    b.consts[node.outputs[0]] = np.eye(shape[0], shape[1], int(node.attr("k", 0)), dtype=dtype)
