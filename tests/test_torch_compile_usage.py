@@ -1,7 +1,9 @@
 """torch.compile used as PyTorch users write it: models on ocl through
 ``torch.compile(backend="dlprim")``, the default backend's refusal, keyword arguments and
 output objects through ``dlprim.torch.compile``, integer and boolean inputs, a parameter
-the Net holds transposed, and the warning a graph that stays eager gives."""
+the Net holds transposed, the warning a graph that stays eager gives, operators the
+exporter lacks, constants computed from buffers, a model returning its loss, and new
+sequence lengths."""
 import dataclasses
 import warnings
 
@@ -68,8 +70,9 @@ def test_the_default_backend_on_ocl_says_what_to_use():
         torch.compile(model)(torch.randn(2, 4).to("ocl"))
 
 
-class Differences(nn.Module):
-    """A graph break, then an operator PyTorch's ONNX exporter lacks (aten::diff)."""
+class RunningMax(nn.Module):
+    """A graph break, then an operator with no ONNX form (a running maximum: PyTorch's
+    exporter has no aten::cummax, and PyTorch no decomposition of it)."""
 
     def __init__(self):
         super().__init__()
@@ -78,11 +81,11 @@ class Differences(nn.Module):
     def forward(self, x):
         h = self.a(x)
         torch._dynamo.graph_break()
-        return torch.diff(h, dim=1)
+        return torch.cummax(h, dim=1).values
 
 
 def test_a_graph_that_stays_eager_warns_once_and_runs_on_ocl():
-    ref, model = twins(Differences)
+    ref, model = twins(RunningMax)
     compiled = torch.compile(model.to("ocl"), backend="dlprim")
     x = torch.randn(3, 4)
     with warnings.catch_warnings(record=True) as seen:
@@ -92,7 +95,7 @@ def test_a_graph_that_stays_eager_warns_once_and_runs_on_ocl():
     fallbacks = [w for w in seen if issubclass(w.category, dt.CompileFallbackWarning)]
     assert len(fallbacks) == 1, [str(w.message) for w in seen]
     text = str(fallbacks[0].message)
-    assert "aten::diff" in text and "ocl:0" in text, text
+    assert "aten::cummax" in text and "ocl:0" in text, text
     assert y.device.type == "ocl"
     close(y, ref(x))
     assert [r.where for r in reports()[-2:]] == ["dlprim", "eager"], reports()
@@ -233,3 +236,125 @@ def test_gpt2_with_a_mask_is_one_net_returning_its_output_object(how):
     assert type(got) is type(want) and list(got.keys()) == list(want.keys())
     assert reports()[-1].where == "dlprim", reports()[-1]
     close(got.logits, want.logits)
+
+
+class Differences(nn.Module):
+    """torch.diff, which PyTorch's ONNX exporter lacks (transformers' mask code calls it):
+    exported as its decomposition (narrow, sub)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 5)
+
+    def forward(self, x):
+        h = self.a(x)
+        return torch.diff(h, dim=1) + h.diff(dim=1, prepend=h[:, :1])[:, 1:]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("how", ["torch.compile", "dlprim.torch.compile"])
+def test_an_operator_the_exporter_lacks_is_exported_as_its_decomposition(how):
+    ref, model = twins(Differences)
+    model = model.to("ocl")
+    compiled = torch.compile(model, backend="dlprim") if how == "torch.compile" else \
+        dt.compile(model)
+    x = torch.randn(3, 4)
+    y, want = compiled(x.to("ocl")), ref(x)
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    close(y, want)
+    y.square().sum().backward()
+    want.square().sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        close(p.grad, q.grad)
+
+
+class Rotary(nn.Module):
+    """Tables computed from a buffer (a rotary embedding's cos and sin from inv_freq):
+    the importer folds them into constants of the Net."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.register_buffer("inv_freq", torch.tensor([1.0, 0.5]), persistent=False)
+
+    def forward(self, x):
+        angles = torch.arange(x.shape[1], device=x.device, dtype=x.dtype)[:, None] * self.inv_freq
+        table = torch.cat([angles.cos(), angles.sin()], -1)
+        return self.a(x) * table
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_constants_computed_from_a_buffer_follow_the_buffer():
+    ref, model = twins(Rotary)
+    model = model.to("ocl")
+    compiled = torch.compile(model, backend="dlprim")
+    x = torch.randn(2, 3, 4)
+    close(compiled(x.to("ocl")), ref(x))
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    n = len(reports())
+    close(compiled(x.to("ocl")), ref(x))
+    assert len(reports()) == n  # unchanged buffer: the same Net
+    with torch.no_grad():
+        model.inv_freq.mul_(3)
+        ref.inv_freq.mul_(3)
+    close(compiled(x.to("ocl")), ref(x))  # the Net's constants are stale: converted again
+    assert [r.where for r in reports()[n:]] == ["dlprim"], reports()[n:]
+
+
+class Scored(nn.Module):
+    """A model returning its own loss, a 0-d tensor (as HuggingFace models given labels)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 3)
+
+    def forward(self, x, target):
+        return nn.functional.cross_entropy(self.a(x), target)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("how", ["torch.compile", "dlprim.torch.compile"])
+def test_a_model_returning_its_loss_trains_as_a_net(how):
+    ref, model = twins(Scored)
+    model = model.to("ocl")
+    compiled = torch.compile(model, backend="dlprim") if how == "torch.compile" else \
+        dt.compile(model)
+    x, target = torch.randn(5, 4), torch.tensor([0, 2, 1, 1, 0])
+    loss, want = compiled(x.to("ocl"), target.to("ocl")), ref(x, target)
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    assert loss.dim() == 0
+    close(loss, want)
+    loss.backward()
+    want.backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        close(p.grad, q.grad)
+
+
+class Positioned(nn.Module):
+    """Position embeddings of the sequence length: the export fixes that length."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.pos, self.head = nn.Embedding(9, 4), nn.Embedding(16, 4), nn.Linear(4, 3)
+
+    def forward(self, ids):
+        return self.head(self.emb(ids) + self.pos(torch.arange(ids.shape[1])))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_sequence_lengths_build_no_kernels_and_keep_their_nets():
+    from dlprim.kernels import program
+    ref, model = twins(Positioned)
+    compiled = dt.compile(model.to("ocl"))
+    lengths = [5, 7, 5, 7]
+    runs = []
+    for s in lengths:
+        ids = torch.randint(0, 9, (2, s))
+        builds, n = program.stats["builds"], len(reports())
+        close(compiled(ids.to("ocl")), ref(ids))
+        runs.append((program.stats["builds"] - builds, len(reports()) - n))
+    assert runs[1] == (0, 1), runs  # a new length: a new Net, its kernels built already
+    assert runs[2:] == [(0, 0), (0, 0)], runs  # a length seen: its Net as it was
+    runners = [r for rs in compiled._runners.values() for r in rs]
+    assert sorted(r.net.tensor(r.data_names[0]).shape[1] for r in runners) == [5, 7]
+

@@ -292,6 +292,8 @@ def _netconfig(module, example_inputs, kinds, train, index_of):
         model = _to_onnx(module, data, train)
     except Exception as e:  # the exporter's errors are of many kinds
         raise _Unsupported("PyTorch's ONNX exporter: %s" % str(e).split("\n")[0]) from None
+    if train:
+        model = _batch_norm_by_the_net(model)
     try:
         # parameters stay parameters: a class token expanded over the batch is computed
         # in the net, not folded into a constant the backend could not trace back
@@ -302,6 +304,31 @@ def _netconfig(module, example_inputs, kinds, train, index_of):
             "%s '%s': %s" % p for p in getattr(e, "problems", [])[:5]))) from None
     sources, folded = _weight_sources(model, weights, kinds, example_inputs, index_of)
     return cfg, weights, _output_types(model), sources, folded
+
+
+def _batch_norm_by_the_net(model):
+    """``model`` (ONNX bytes of a training graph) with its BatchNormalization nodes of
+    ``training_mode=1`` written as in inference (``training_mode=0``, one output) where
+    nothing reads their running-statistics outputs: in the train-mode Net, that node is
+    the BatchNorm layer, which normalizes by the batch's statistics and updates its
+    running ones, held under the buffers' names (the runner copies them back to the
+    model) with the scale and bias as the trained parameters. (Imported as ONNX defines
+    the node, it would be composed of operators over constant statistics, the scale
+    and bias folded.)"""
+    import onnx
+    proto = onnx.load_from_string(model)
+    graph = proto.graph
+    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    changed = False
+    for node in graph.node:
+        if node.op_type != "BatchNormalization" or any(o in read for o in node.output[1:]):
+            continue
+        for a in node.attribute:
+            if a.name == "training_mode" and a.i:
+                a.i = 0
+                del node.output[1:]
+                changed = True
+    return proto.SerializeToString() if changed else model
 
 
 def _placeholders_read(name, producer, index_of):
