@@ -25,12 +25,21 @@ def one_node(op, inputs, outputs, consts=(), opset=22, **attrs):
                               [helper.make_empty_tensor_value_info(n) for n in outputs],
                               [numpy_helper.from_array(np.asarray(a), n) for n, a in consts
                                if n])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10  # one onnxruntime reads
+    return model
 
 
-def check(ctx, model, inputs, rtol=1e-5, atol=1e-6):
-    """dlprim's outputs equal onnx's reference (values, shapes, dtypes)."""
-    want = ReferenceEvaluator(model).run(None, dict(inputs))
+def check(ctx, model, inputs, rtol=1e-5, atol=1e-6, ort=False):
+    """dlprim's outputs equal onnx's reference (values, shapes, dtypes); ``ort``:
+    onnxruntime's, where onnx's reference is wrong (ConvTranspose's groups and
+    output_padding)."""
+    if ort:
+        rt = pytest.importorskip("onnxruntime")
+        want = rt.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, dict(inputs))
+    else:
+        want = ReferenceEvaluator(model).run(None, dict(inputs))
     got = dox.load(model, ctx)(**dict(inputs))
     got = list(got.values()) if isinstance(got, dict) else (
         list(got) if isinstance(got, (list, tuple)) else [got])
@@ -81,3 +90,35 @@ def test_gemm_runtime_c(ctx):
     a, w, c = rand(3, 5), rand(5, 4, seed=1), rand(3, 4, seed=2)
     check(ctx, one_node("Gemm", [("a", a), ("b", w), ("c", c)], ["y"], beta=0.25),
           {"a": a, "b": w, "c": c})
+
+
+# ----- Conv, ConvTranspose with the weight (and bias) given at run time
+CONVS = [
+    # (x shape, w shape, attributes)
+    ((2, 4, 7), (6, 2, 3), dict(group=2, strides=[2], pads=[1, 2], dilations=[2])),
+    ((1, 3, 6, 5), (4, 3, 3, 2), dict(auto_pad="SAME_LOWER", strides=[2, 1])),
+    ((1, 2, 4, 5, 3), (3, 2, 2, 3, 2), dict(pads=[1, 0, 1, 0, 2, 0], dilations=[1, 2, 1])),
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", CONVS)
+def test_conv_runtime_weight(ctx, xs, ws, attrs):
+    x, w, bias = rand(*xs), rand(*ws, seed=1), rand(ws[0], seed=2)
+    check(ctx, one_node("Conv", [("x", x), ("w", w), ("b", bias)], ["y"], **attrs),
+          {"x": x, "w": w, "b": bias})
+
+
+TRANSPOSED = [
+    ((2, 4, 5), (4, 3, 3), dict(group=2, strides=[3], pads=[1, 0], output_padding=[2])),
+    ((1, 2, 3, 4), (2, 3, 3, 2), dict(strides=[2, 2], dilations=[2, 1],
+                                      output_shape=[8, 9])),
+    ((1, 2, 3, 2, 3), (2, 2, 2, 3, 2), dict(strides=[1, 2, 2], auto_pad="SAME_UPPER")),
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", TRANSPOSED)
+def test_conv_transpose_runtime_weight(ctx, xs, ws, attrs):
+    x, w = rand(*xs), rand(*ws, seed=1)
+    bias = rand(ws[1] * attrs.get("group", 1), seed=2)
+    check(ctx, one_node("ConvTranspose", [("x", x), ("w", w)], ["y"], consts=[("b", bias)],
+                        **attrs), {"x": x, "w": w}, ort=True)

@@ -7,7 +7,7 @@ from .model_reader import Node
 from .einsum import einsum as composed_einsum
 from .registry import Unsupported, converts
 from .steps import Steps, dtype_name
-from . import ops_select  # noqa: F401  (Hardmax, ReverseSequence: registered with these)
+from . import conv_gather, ops_select  # noqa: F401  (Hardmax, ReverseSequence: registered with these)
 from .rewrite import ATTENTION
 from ..utils import ceil_div
 
@@ -53,8 +53,17 @@ def _pad_option(pads):
     return pads[:2] if pads[:2] == pads[2:] else list(pads)
 
 
+def _composed(b, node):
+    """Whether a Conv/ConvTranspose goes through ``conv_gather``: a weight given at run
+    time (the layers hold theirs as parameters), or spatial axes other than 1 or 2."""
+    return not b.is_const(node.inputs[1]) or len(b.shape(node.inputs[0])) not in (3, 4) or \
+        (node.input(2) is not None and not b.is_const(node.inputs[2]))
+
+
 @converts("Conv")
 def conv(b, node):
+    if _composed(b, node):
+        return conv_gather.conv(b, node)
     if len(b.shape(node.inputs[0])) == 3:
         return _one_d(b, node, _conv2d)
     image_shape(b, node)
@@ -107,6 +116,8 @@ def _one_d(b, node, convert):
 
 @converts("ConvTranspose")
 def conv_transpose(b, node):
+    if _composed(b, node):
+        return conv_gather.conv_transpose(b, node)
     if len(b.shape(node.inputs[0])) == 3:
         return _one_d(b, node, _conv_transpose2d)
     image_shape(b, node)
