@@ -358,3 +358,33 @@ def test_sequence_lengths_build_no_kernels_and_keep_their_nets():
     runners = [r for rs in compiled._runners.values() for r in rs]
     assert sorted(r.net.tensor(r.data_names[0]).shape[1] for r in runners) == [5, 7]
 
+
+
+class Dropped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.drop = nn.Linear(6, 64), nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.a(x))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("how", ["torch.compile", "dlprim.torch.compile"])
+def test_dropout_in_training_drops_in_the_net(how):
+    ref, model = twins(Dropped)
+    model = model.to("ocl").train()
+    compiled = torch.compile(model, backend="dlprim") if how == "torch.compile" else \
+        dt.compile(model)
+    x = torch.randn(8, 6)
+    y = compiled(x.to("ocl"))
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    kept = (y != 0).cpu()
+    assert 0.35 < kept.float().mean() < 0.65, kept.float().mean()
+    full = ref.a(x)
+    close(y.cpu()[kept], 2 * full[kept])  # kept elements scaled by 1 / (1 - p)
+    g = torch.randn(8, 64)
+    (y * g.to("ocl")).sum().backward()
+    (full * g * kept * 2).sum().backward()
+    close(model.a.weight.grad, ref.a.weight.grad)
+    assert not torch.equal(kept, (compiled(x.to("ocl")) != 0).cpu())  # a new mask each step

@@ -293,7 +293,7 @@ def _netconfig(module, example_inputs, kinds, train, index_of):
     except Exception as e:  # the exporter's errors are of many kinds
         raise _Unsupported("PyTorch's ONNX exporter: %s" % str(e).split("\n")[0]) from None
     if train:
-        model = _batch_norm_by_the_net(model)
+        model = _training_nodes_by_the_net(model)
     try:
         # parameters stay parameters: a class token expanded over the batch is computed
         # in the net, not folded into a constant the backend could not trace back
@@ -302,33 +302,49 @@ def _netconfig(module, example_inputs, kinds, train, index_of):
     except OnnxImportError as e:
         raise _Unsupported(str(e).split("\n")[0] + (" " + "; ".join(
             "%s '%s': %s" % p for p in getattr(e, "problems", [])[:5]))) from None
+    _seed_dropout(cfg)
     sources, folded = _weight_sources(model, weights, kinds, example_inputs, index_of)
     return cfg, weights, _output_types(model), sources, folded
 
 
-def _batch_norm_by_the_net(model):
-    """``model`` (ONNX bytes of a training graph) with its BatchNormalization nodes of
-    ``training_mode=1`` written as in inference (``training_mode=0``, one output) where
-    nothing reads their running-statistics outputs: in the train-mode Net, that node is
-    the BatchNorm layer, which normalizes by the batch's statistics and updates its
-    running ones, held under the buffers' names (the runner copies them back to the
-    model) with the scale and bias as the trained parameters. (Imported as ONNX defines
-    the node, it would be composed of operators over constant statistics, the scale
-    and bias folded.)"""
+def _training_nodes_by_the_net(model):
+    """``model`` (ONNX bytes of a training graph) with the nodes the train-mode Net's own
+    layers compute in training written as in inference, where nothing reads their extra
+    outputs: BatchNormalization of ``training_mode=1`` (the BatchNorm layer normalizes by
+    the batch's statistics and updates its running ones, held under the buffers' names,
+    which the runner copies back to the model, its scale and bias trained; imported as
+    ONNX defines the node it would be composed over constant statistics), and Dropout
+    with ``training_mode`` true (the Dropout layer drops in training, PyTorch's inverted
+    dropout with masks of its own random stream; ONNX's node drops whatever the Net's
+    mode, which the importer refuses)."""
     import onnx
     proto = onnx.load_from_string(model)
     graph = proto.graph
     read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
     changed = False
     for node in graph.node:
-        if node.op_type != "BatchNormalization" or any(o in read for o in node.output[1:]):
+        if node.op_type not in ("BatchNormalization", "Dropout") or \
+                any(o in read for o in node.output[1:]):
             continue
+        if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
+            del node.input[2:]  # (the ratio, input 1, stays)
+            del node.output[1:]
+            changed = True
         for a in node.attribute:
-            if a.name == "training_mode" and a.i:
+            if node.op_type == "BatchNormalization" and a.name == "training_mode" and a.i:
                 a.i = 0
                 del node.output[1:]
                 changed = True
     return proto.SerializeToString() if changed else model
+
+
+def _seed_dropout(cfg):
+    """Dropout layers' masks seeded from PyTorch's default generator (``torch.manual_seed``
+    reproduces them), a seed per layer drawn at conversion."""
+    for op in cfg.operators:
+        if op["type"] == "Dropout":
+            seed = int(torch.randint(0, 2 ** 32 - 1, (), dtype=torch.int64))
+            op.setdefault("options", {})["seed"] = seed
 
 
 def _placeholders_read(name, producer, index_of):
