@@ -122,3 +122,62 @@ def test_conv_transpose_runtime_weight(ctx, xs, ws, attrs):
     bias = rand(ws[1] * attrs.get("group", 1), seed=2)
     check(ctx, one_node("ConvTranspose", [("x", x), ("w", w)], ["y"], consts=[("b", bias)],
                         **attrs), {"x": x, "w": w}, ort=True)
+
+
+# ----- Resize: every mode, by ONNX's per-axis matrices (or the Interpolation layer)
+def _resize(x, target, kind="scales", roi=None, opset=19, **attrs):
+    consts = [("roi", np.asarray(roi, np.float32)) if roi is not None else ("", None)]
+    consts += [("", None)] * (kind == "sizes") + [(kind, target)]
+    order = ["x"] + [n for n, _ in consts]
+    return one_node("Resize", [("x", x)], ["y"], consts=consts, order=order, opset=opset,
+                    **attrs)
+
+
+RESIZES = [
+    # (input shape, kind, target, attributes)
+    ((1, 2, 5, 4), "scales", [1, 1, 0.6, 1.5], dict(mode="cubic")),
+    ((1, 2, 5, 4), "sizes", [1, 2, 3, 9], dict(mode="cubic", cubic_coeff_a=-0.5,
+                                               exclude_outside=1)),
+    ((1, 1, 8, 7), "scales", [1, 1, 0.4, 0.6], dict(mode="cubic", antialias=1)),
+    ((1, 1, 8, 7), "sizes", [1, 1, 3, 5], dict(mode="linear", antialias=1)),
+    ((2, 3, 5), "scales", [1, 1, 1.7], dict(mode="linear",
+                                            coordinate_transformation_mode="align_corners")),
+    ((1, 2, 3, 4, 5), "sizes", [1, 2, 5, 3, 7],
+     dict(mode="nearest", nearest_mode="ceil", coordinate_transformation_mode="half_pixel")),
+    ((3, 4, 5), "sizes", [5, 4, 2], dict(mode="linear",
+                                         coordinate_transformation_mode="half_pixel_symmetric")),
+    ((1, 2, 5, 4), "sizes", [1, 2, 3, 3], dict(mode="linear",
+                                               coordinate_transformation_mode="pytorch_half_pixel")),
+    ((2, 6, 4), "sizes", [3, 4], dict(mode="nearest", axes=[1, 0],
+                                      nearest_mode="round_prefer_ceil")),
+]
+
+
+@pytest.mark.parametrize("shape,kind,target,attrs", RESIZES)
+def test_resize_modes(ctx, shape, kind, target, attrs):
+    x = rand(*shape)
+    target = np.asarray(target, np.float32 if kind == "scales" else np.int64)
+    check(ctx, _resize(x, target, kind, **attrs), {"x": x})
+
+
+def test_resize_tf_crop_and_resize_extrapolates(ctx):
+    x = rand(1, 1, 4, 5)
+    model = _resize(x, np.array([1, 1, 3, 6], np.int64), "sizes",
+                    roi=[0, 0, 0.4, -0.3, 1, 1, 1.3, 0.8], mode="linear",
+                    coordinate_transformation_mode="tf_crop_and_resize",
+                    extrapolation_value=2.5)
+    check(ctx, model, {"x": x})
+
+
+def test_resize_float16(ctx):
+    x = rand(1, 1, 4, 5).astype(np.float16)
+    check(ctx, _resize(x, np.array([1, 1, 1.5, 0.8], np.float32), mode="cubic"), {"x": x},
+          rtol=1e-3, atol=1e-3)
+
+
+def test_resize_keeps_the_interpolation_layer_where_it_is_exact(ctx):
+    x = rand(1, 2, 4, 5)
+    model = _resize(x, np.array([1, 1, 2, 2], np.float32), mode="linear")
+    cfg, _ = dox.to_netconfig(model)
+    assert [op["type"] for op in cfg.operators] == ["Interpolation"]
+    check(ctx, model, {"x": x})

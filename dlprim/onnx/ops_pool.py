@@ -1,9 +1,12 @@
 """Converters of windowed and resampling operators: MaxPool, AveragePool, LpPool,
 GlobalAveragePool, GlobalMaxPool, GlobalLpPool, MaxUnpool, Pad, Resize and Upsample."""
+import math
+
 import numpy as np
 
 from ..core.interpolation import axis_table
 from .ops_nn import image_shape
+from . import resize as resize_matrices
 from .registry import Unsupported, converts
 from ..utils import ceil_div
 
@@ -402,75 +405,14 @@ def _pad_layer(b, node, shape, pads, mode, value, dtype):
 
 # ----- Resize and Upsample
 #
-# ONNX defines resizing per axis: output position y reads the source position x(y) of
-# its coordinate_transformation_mode, and mode/nearest_mode/exclude_outside turn x into
-# weights on neighbouring input positions (onnx/reference/ops/op_resize.py). The result
-# is y = M x along each axis, M an (out, in) matrix. dlprim's Interpolation layer is
-# also one such matrix per axis (core.interpolation.axis_table): the converter builds
-# ONNX's matrices for H and W and uses the first Interpolation configuration whose
-# matrices equal them; when none does, the node is refused, never approximated.
+# ONNX defines resizing per axis (see resize.py): y = M x along each axis, M an (out, in)
+# matrix built from ONNX's formulas. dlprim's Interpolation layer is also one such matrix
+# per axis (core.interpolation.axis_table): for H and W of (N, C, H, W) the converter uses
+# the first Interpolation configuration whose matrices equal ONNX's; every other case
+# (cubic, antialias, other axes, extrapolation, no matching configuration) is a MatMul per
+# resized axis with ONNX's matrix.
 
 MATRIX_TOLERANCE = 1e-6  # float32 tables against float64 weights in [0, 1]
-
-
-def _source_positions(y, n_in, n_out, scale, ctm, roi):
-    """ONNX's source coordinate of each output position ``y`` along one axis (float64);
-    ``scale * n_in`` is the (fractional) output length the transformations use."""
-    length = scale * n_in
-    if ctm == "half_pixel":
-        return (y + 0.5) / scale - 0.5
-    if ctm == "half_pixel_symmetric":
-        offset = n_in / 2 * (1 - n_out / length)
-        return offset + (y + 0.5) / scale - 0.5
-    if ctm == "pytorch_half_pixel":
-        return np.full(n_out, -0.5) if length == 1 else (y + 0.5) / scale - 0.5
-    if ctm == "align_corners":
-        return np.zeros(n_out) if length == 1 else y * (n_in - 1) / (length - 1)
-    if ctm == "asymmetric":
-        return y / scale
-    if ctm == "tf_crop_and_resize":
-        lo, hi = roi
-        x = (np.full(n_out, (hi - lo) * (n_in - 1) / 2) if length == 1
-             else y * (hi - lo) * (n_in - 1) / (length - 1))
-        return x + lo * (n_in - 1)
-    raise Unsupported("coordinate_transformation_mode %r" % ctm)
-
-
-def _coefficients(ratio, mode, nearest_mode):
-    """Weights of the two neighbours floor(x), floor(x) + 1 at fraction ``ratio`` (1 at
-    an integer x, whose neighbours are then x - 1, x)."""
-    if mode == "linear":
-        return np.stack([1 - ratio, ratio], axis=1)
-    whole = ratio == 1
-    upper = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
-             "floor": np.zeros_like(whole), "ceil": np.ones_like(whole)}.get(nearest_mode)
-    if upper is None:
-        raise Unsupported("nearest_mode %r" % nearest_mode)
-    upper = upper | whole
-    return np.stack([~upper, upper], axis=1).astype(np.float64)
-
-
-def onnx_axis_matrix(n_in, n_out, scale, ctm, mode, nearest_mode="round_prefer_floor",
-                     exclude_outside=False, roi=(0.0, 1.0)):
-    """The (n_out, n_in) matrix ONNX's Resize applies along one axis (nearest or linear)."""
-    y = np.arange(n_out, dtype=np.float64)
-    x = _source_positions(y, n_in, n_out, float(scale), ctm, roi)
-    if ctm == "tf_crop_and_resize" and ((x < 0) | (x > n_in - 1)).any():
-        raise Unsupported("tf_crop_and_resize with a roi %s reaching outside the input "
-                          "(extrapolation_value)" % list(roi))
-    low = np.floor(x)
-    ratio = np.where(x == low, 1.0, x - low)
-    first = np.where(x == low, low - 1, low).astype(np.int64)
-    coeffs = _coefficients(ratio, mode, nearest_mode)
-    index = first[:, None] + np.arange(2)[None, :]
-    if exclude_outside:
-        coeffs = np.where((index < 0) | (index >= n_in), 0.0, coeffs)
-        total = coeffs.sum(axis=1, keepdims=True)
-        coeffs = coeffs / np.where(total == 0, 1.0, total)
-    m = np.zeros((n_out, n_in))
-    np.add.at(m, (np.repeat(np.arange(n_out), 2), np.clip(index, 0, n_in - 1).ravel()),
-              coeffs.ravel())
-    return m
 
 
 def dlprim_axis_matrix(n_in, n_out, method, scale, align_corners):
@@ -571,33 +513,50 @@ def _resize_options(node, hw, out_hw, scales, matrices, sizes_given):
 
 @converts("Resize", "Upsample")
 def resize(b, node):
-    """ONNX's Resize (and Upsample) of H and W of (N, C, H, W), exactly as the
-    specification defines it, onto the Interpolation layer (see above)."""
-    shape = image_shape(b, node)
-    if b.dtype(node.inputs[0]) != np.float32:
-        raise Unsupported("input of dtype %s (float32 only)" % b.dtype(node.inputs[0]).name)
+    """ONNX's Resize (and Upsample) exactly as the specification defines it: the
+    Interpolation layer where its weights are ONNX's, else a MatMul per resized axis."""
+    shape = tuple(b.shape(node.inputs[0]))
     mode, ctm, nearest_mode = _resize_attributes(b, node)
-    if mode not in ("nearest", "linear"):
-        raise Unsupported("mode %r (nearest and linear only)" % mode)
+    if mode not in ("nearest", "linear", "cubic"):
+        raise Unsupported("mode %r" % mode)
+    antialias = bool(node.attr("antialias", 0))
+    if antialias and mode == "nearest":
+        raise Unsupported("antialias with mode 'nearest' (ONNX defines it for linear and "
+                          "cubic)")
     out, scales, roi = _resize_targets(b, node, shape)
-    if out[:2] != list(shape[:2]):
-        raise Unsupported("output %s changes N or C of the input %s" % (out, list(shape)))
-    if min(out[2:]) < 1:
+    if out and min(out) < 1:
         raise Unsupported("empty output %s" % out)
-    if node.attr("antialias", 0) and min(scales[2:]) < 1:
-        raise Unsupported("antialias with a downscale %s" % scales[2:])  # wider filters
-    hw = shape[2:]
-    if ctm != "tf_crop_and_resize" and (roi[2:4] != [0.0, 0.0] or roi[6:8] != [1.0, 1.0]):
-        roi = [0.0] * 4 + [1.0] * 4  # the roi is read only by tf_crop_and_resize
-    matrices = [onnx_axis_matrix(hw[i], out[2 + i], scales[2 + i], ctm, mode, nearest_mode,
-                                 bool(node.attr("exclude_outside", 0)),
-                                 (roi[2 + i], roi[6 + i])) for i in range(2)]
+    rank = len(shape)
+    matrices = {}
+    for a in range(rank):
+        lo_hi = (roi[a], roi[rank + a])
+        if math.isclose(scales[a], 1.0) and out[a] == shape[a] and \
+                math.isclose(lo_hi[0], 0.0) and math.isclose(lo_hi[1], 1.0):
+            continue  # the identity (onnx's reference skips the axis too)
+        matrices[a] = resize_matrices.axis_matrix(
+            shape[a], out[a], scales[a], ctm, mode, nearest_mode,
+            bool(node.attr("exclude_outside", 0)), lo_hi, antialias,
+            float(node.attr("cubic_coeff_a", -0.75)))
+    opts = _interpolation_options(b, node, shape, out, scales, matrices, mode)
+    if opts is not None:
+        b.add("Interpolation", [b.value(node.inputs[0])], tuple(out), node, options=opts)
+        return
+    if not matrices:
+        b.out(node, b.value(node.inputs[0]))
+        return
+    resize_matrices.apply_matrices(b, node, shape, matrices,
+                                   float(node.attr("extrapolation_value", 0.0)))
+
+
+def _interpolation_options(b, node, shape, out, scales, matrices, mode):
+    """The Interpolation layer's options where it computes ONNX's matrices: a float32
+    (N, C, H, W) resized along H and W by nearest or linear weights, nothing
+    extrapolated; else None."""
+    if len(shape) != 4 or b.dtype(node.inputs[0]) != np.float32 or mode == "cubic" or \
+            not matrices or set(matrices) - {2, 3} or \
+            any(outside.any() for _, outside in matrices.values()):
+        return None
+    hw, out_hw = shape[2:], out[2:]
+    wanted = [matrices[a][0] if a in matrices else np.eye(shape[a]) for a in (2, 3)]
     sizes_given = node.op_type == "Resize" and b.opset >= 11 and node.input(3) is not None
-    opts = _resize_options(node, hw, out[2:], scales[2:], matrices, sizes_given)
-    if opts is None:
-        raise Unsupported("mode %r with coordinate_transformation_mode %r%s and these sizes "
-                          "(%s -> %s): no Interpolation computes it exactly" % (
-                              mode, ctm, ", nearest_mode %r" % nearest_mode
-                              if mode == "nearest" else "", list(hw), out[2:]))
-    b.add("Interpolation", [b.value(node.inputs[0])], (shape[0], shape[1], out[2], out[3]),
-          node, options=opts)
+    return _resize_options(node, hw, out_hw, scales[2:], wanted, sizes_given)
