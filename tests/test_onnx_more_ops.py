@@ -181,3 +181,13 @@ def test_resize_keeps_the_interpolation_layer_where_it_is_exact(ctx):
     cfg, _ = dox.to_netconfig(model)
     assert [op["type"] for op in cfg.operators] == ["Interpolation"]
     check(ctx, model, {"x": x})
+
+
+# ----- Gather
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_gather_of_a_constant_table_counts_negative_indices_from_the_end(ctx, dtype):
+    table = rand(5, 3)
+    idx = np.array([[0, -1, 4], [-5, 2, -2]], dtype)
+    model = one_node("Gather", [("i", idx)], ["y"], consts=[("t", table)], order=["t", "i"])
+    assert "Embedding" in [op["type"] for op in dox.to_netconfig(model)[0].operators]
+    check(ctx, model, {"i": idx})

@@ -293,14 +293,28 @@ def _picked(b, node, x, shape, axis, flat, idx_shape):
 
 def _embedding(b, node):
     """A float 2-D table: its rows by run-time indices, the table a parameter of the
-    layer (no copy of it per pass). Embedding reads an index outside [0, rows) as a
-    NaN row (torch.nn.Embedding refuses a negative one; ONNX would count it from the
-    end)."""
+    layer (no copy of it per pass). Embedding reads an index outside [0, rows) as a NaN
+    row (torch.nn.Embedding refuses a negative one) while ONNX counts a negative one from
+    the end: those are wrapped first, idx + rows where idx < 0."""
+    from .ops_library import typed  # it imports this module
     table = np.asarray(b.const(node.inputs[0], "table"))
-    idx_shape = tuple(b.shape(node.inputs[1]))
-    b.add("Embedding", [b.value(node.inputs[1])], idx_shape + (table.shape[1],), node,
+    idx = node.inputs[1]
+    idx_shape = tuple(b.shape(idx))
+    dt = b.dtype(idx)
+    rows = int(table.shape[0])
+
+    def step(op, inputs, tag, attrs=None):
+        t = typed(b, node, op, inputs, attrs=attrs, output=b.fresh("%s/%s" % (idx, tag)),
+                  name="%s/%s" % (node.name, tag))
+        b.alias[t] = t
+        return t
+    negative = step("lt", [idx, b.constant(np.zeros((), dt), node.name + "/zero")], "negative")
+    shifted = step("add", [idx, b.constant(np.asarray(rows, dt), node.name + "/rows")],
+                   "shifted", attrs={"alpha": 1})
+    wrapped = step("where", [negative, shifted, idx], "wrapped")
+    b.add("Embedding", [wrapped], idx_shape + (table.shape[1],), node,
           params=[b.param(node.inputs[0], table)],
-          options={"num_embeddings": int(table.shape[0]), "embedding_dim": int(table.shape[1])})
+          options={"num_embeddings": rows, "embedding_dim": int(table.shape[1])})
 
 
 # ----- helpers of the index converters
