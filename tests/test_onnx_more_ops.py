@@ -191,3 +191,15 @@ def test_gather_of_a_constant_table_counts_negative_indices_from_the_end(ctx, dt
     model = one_node("Gather", [("i", idx)], ["y"], consts=[("t", table)], order=["t", "i"])
     assert "Embedding" in [op["type"] for op in dox.to_netconfig(model)[0].operators]
     check(ctx, model, {"i": idx})
+
+
+# ----- the pieces of the function expansions
+@pytest.mark.parametrize("pads,axes", [([1, 0, 2, 0, 1, 3], None), ([2, 0, 1, 3], [-1, 0])])
+def test_pad_by_a_value_given_at_run_time(ctx, pads, axes):
+    x, v = rand(2, 3, 4), np.array(-np.inf, np.float32)
+    consts = [("p", np.array(pads, np.int64))]
+    if axes:
+        consts.append(("a", np.array(axes, np.int64)))
+    model = one_node("Pad", [("x", x), ("v", v)], ["y"], consts=consts,
+                     order=["x", "p", "v"] + (["a"] if axes else []))
+    check(ctx, model, {"x": x, "v": v})

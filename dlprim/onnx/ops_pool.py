@@ -350,9 +350,12 @@ def pad(b, node):
     mode = node.attr("mode", "constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     pads = node.attr("pads") if node.input(1) is None else b.const(node.inputs[1], "pads")
-    value = node.attr("value", 0.0)
-    if node.input(2):
-        value = b.const(node.inputs[2], "constant_value").reshape(-1)[0].item()
+    value, runtime_value = node.attr("value", 0.0), None
+    if node.input(2) and mode == "constant":  # the other modes ignore it
+        if b.is_const(node.inputs[2]):
+            value = np.asarray(b.consts[node.inputs[2]]).reshape(-1)[0].item()
+        else:
+            runtime_value, value = node.inputs[2], 0
     pads = [int(p) for p in np.asarray(pads).reshape(-1)]
     if node.input(3):
         axes = [int(a) for a in np.asarray(b.const(node.inputs[3], "axes")).reshape(-1)]
@@ -367,6 +370,9 @@ def pad(b, node):
     if len(pads) != 2 * len(shape):
         raise Unsupported("pads %s for an input of shape %s" % (pads, list(shape)))
     dtype = b.dtype(node.inputs[0])
+    if runtime_value is not None:
+        _pad_runtime_value(b, node, shape, pads, runtime_value, dtype)
+        return
     if mode != "constant" or value != 0 or len(shape) != 4 or np.dtype(dtype) != np.float32 \
             or any(pads[i] for i in (0, 1, 4, 5)):
         _pad_layer(b, node, shape, pads, mode, value, dtype)
@@ -390,7 +396,28 @@ def pad(b, node):
         "groups": cur[1], "bias": False})
 
 
-def _pad_layer(b, node, shape, pads, mode, value, dtype):
+def _pad_runtime_value(b, node, shape, pads, value, dtype):
+    """Constant padding by a value computed at run time: the input padded with 0, then
+    where(padded position, value, that) by a constant mask of the padded positions."""
+    from .ops_library import typed  # it imports this module
+    if b.shape(value) not in ((), (1,)):
+        raise Unsupported("constant_value of shape %s (one value)" % (b.shape(value),))
+    if np.dtype(b.dtype(value)) != np.dtype(dtype):
+        raise Unsupported("constant_value of dtype %s for an input of %s"
+                          % (np.dtype(b.dtype(value)).name, np.dtype(dtype).name))
+    r = len(shape)
+    zero = _pad_layer(b, node, shape, pads, "constant", 0, dtype,
+                      output=b.fresh(node.outputs[0] + "/zero_padded"))
+    b.alias[zero] = zero
+    mask = np.pad(np.zeros(shape, bool), [(max(lo, 0), max(hi, 0)) for lo, hi in zip(pads[:r], pads[r:])],
+                  constant_values=True)
+    crop = tuple(slice(max(-lo, 0), mask.shape[i] - max(-hi, 0))
+                 for i, (lo, hi) in enumerate(zip(pads[:r], pads[r:])))
+    mask = b.constant(np.ascontiguousarray(mask[crop]), node.name + "/padded")
+    typed(b, node, "where", [mask, value, zero])
+
+
+def _pad_layer(b, node, shape, pads, mode, value, dtype, output=None):
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise Unsupported("mode %r" % mode)
     kind = np.dtype(dtype).kind
@@ -399,8 +426,8 @@ def _pad_layer(b, node, shape, pads, mode, value, dtype):
     r = len(shape)
     out = [n + lo + hi for n, lo, hi in zip(shape, pads[:r], pads[r:])]
     value = bool(value) if kind == "b" else (int(value) if kind in "iu" else float(value))
-    b.add("Pad", [b.value(node.inputs[0])], out, node, dtype=dtype,
-          options={"pads": pads, "mode": mode, "value": value})
+    return b.add("Pad", [b.value(node.inputs[0])], out, node, dtype=dtype, output=output,
+                 options={"pads": pads, "mode": mode, "value": value})
 
 
 # ----- Resize and Upsample
