@@ -7,7 +7,8 @@ import numpy as np
 
 __all__ = ["DTYPES", "as_dtype", "cl_type", "compute_type", "dlp_name", "float32", "half",
            "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool_",
-           "HALF_TYPES", "is_float", "dtype_name", "cl_cast", "to_bfloat16", "bfloat16_values"]
+           "HALF_TYPES", "is_float", "dtype_name", "cl_cast", "to_bfloat16", "bfloat16_values",
+           "NARROW_TYPES", "is_narrow"]
 
 # bfloat16 (float32's sign, exponent and top 7 mantissa bits) has no numpy type: its
 # elements are the 16 bits themselves, in a one-field structured dtype, so that numpy
@@ -32,6 +33,25 @@ DTYPES = {
     "uint64": np.uint64, "ulong": np.uint64,
     "bool": np.bool_,
 }
+# The narrow types (ONNX's float8, 4-bit and 2-bit types, named as ml_dtypes names them)
+# are storage only: a tensor of one holds its codes, one element per byte as ml_dtypes'
+# (and onnx.numpy_helper's) arrays do (sub-byte types unpacked: every kernel addresses an
+# element, and two work-items never share a byte). Nothing computes on them: conversions
+# (``cl_cast``, the LibraryOp 'copy', ONNX Cast) decode and encode the codes
+# (kernels/narrow_float.h), layout copies move the bytes (their compute type is the code,
+# uchar). Their numpy dtypes are ml_dtypes', which onnx installs; without it there are none.
+# name -> (kind, the value type they decode to in OpenCL C, the codec's name in the kernels)
+_NARROW = {"float8_e4m3fn": ("f8", "float", "e4m3fn"), "float8_e4m3fnuz": ("f8", "float", "e4m3fnuz"),
+           "float8_e5m2": ("f8", "float", "e5m2"), "float8_e5m2fnuz": ("f8", "float", "e5m2fnuz"),
+           "float8_e8m0fnu": ("e8m0", "float", "e8m0"), "float4_e2m1fn": ("f4", "float", "e2m1"),
+           "int4": ("int", "char", "int4"), "uint4": ("int", "uchar", "uint4"),
+           "int2": ("int", "char", "int2"), "uint2": ("int", "uchar", "uint2")}
+try:
+    import ml_dtypes as _ml
+except ImportError:  # pragma: no cover (onnx requires it)
+    _ml = None
+NARROW_TYPES = {} if _ml is None else {np.dtype(getattr(_ml, n)): n for n in _NARROW}
+DTYPES.update((n, dt) for dt, n in NARROW_TYPES.items())
 # numpy dtype -> (OpenCL C storage type, DLPrimitives' name); bool is one byte, 0 or 1
 _TYPES = {np.dtype(np.float32): ("float", "float"), np.dtype(np.float16): ("half", "float16"),
           bfloat16: ("bfloat16", "bfloat16"), np.dtype(np.float64): ("double", "double"),
@@ -40,6 +60,7 @@ _TYPES = {np.dtype(np.float32): ("float", "float"), np.dtype(np.float16): ("half
           np.dtype(np.uint8): ("uchar", "uint8"), np.dtype(np.uint16): ("ushort", "uint16"),
           np.dtype(np.uint32): ("uint", "uint32"), np.dtype(np.uint64): ("ulong", "uint64"),
           np.dtype(np.bool_): ("uchar", "bool")}
+_TYPES.update((dt, ("uchar", n)) for dt, n in NARROW_TYPES.items())
 _CL_TYPES = {dt: names[0] for dt, names in _TYPES.items()}
 _DLP_NAMES = {dt: names[1] for dt, names in _TYPES.items()}
 # what kernels compute a storage type in: 16-bit floats widen to float (no cl_khr_fp16
@@ -115,9 +136,15 @@ def dlp_name(dtype):
 
 def is_float(dtype):
     """Whether elements of ``dtype`` are floating point (float32, float16, bfloat16,
-    float64)."""
+    float64; the narrow float types are codes, not computed on)."""
     dt = as_dtype(dtype)
-    return dt.kind == "f" or dt == bfloat16
+    return (dt.kind == "f" and dt not in NARROW_TYPES) or dt == bfloat16
+
+
+def is_narrow(dtype):
+    """Whether ``dtype`` is one of the narrow storage types (``NARROW_TYPES``: float8,
+    float4, int4, uint4, int2, uint2), which only conversions and layout copies take."""
+    return as_dtype(dtype) in NARROW_TYPES
 
 
 def dtype_name(dtype):
@@ -144,13 +171,19 @@ def bfloat16_values(bits):
     return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(bits.shape)
 
 
-def cl_cast(src, dst, value):
+def cl_cast(src, dst, value, saturate=True, round_mode="up"):
     """An OpenCL C expression: ``value`` (a ``src`` element in ``compute_type(src)``)
     converted to ``compute_type(dst)`` as PyTorch converts: to bool is ``!= 0`` (NaN is
     true); floats to integers truncate toward zero, to the narrow ones (uint8, int8,
     int16) through int64 as PyTorch's uint8 cast does (-1.5 -> 255); otherwise C's
-    conversion (integers wrap, doubles round to nearest)."""
+    conversion (integers wrap, doubles round to nearest).
+
+    To and from the narrow types as ONNX's Cast converts (``_narrow_cast``); ``saturate``
+    (float8 and float8e8m0 destinations) and ``round_mode`` (float8e8m0: "up", "down",
+    "nearest") are Cast's attributes."""
     src, dst = as_dtype(src), as_dtype(dst)
+    if src in NARROW_TYPES or dst in NARROW_TYPES:
+        return _narrow_cast(src, dst, value, saturate, round_mode)
     ct = compute_type(dst)
     if dst == bool_ and src != bool_:
         return "(uchar)((%s) != 0)" % value
@@ -159,3 +192,36 @@ def cl_cast(src, dst, value):
     if is_float(src) and not is_float(dst) and dst.itemsize < 4:
         return "(%s)(long)(%s)" % (ct, value)
     return "(%s)(%s)" % (ct, value)
+
+
+_INT_MASKS = {"int4": 15, "uint4": 15, "int2": 3, "uint2": 3}
+_ROUND_MODES = {"up": 0, "down": 1, "nearest": 2}
+
+
+def _narrow_cast(src, dst, value, saturate, round_mode):
+    """``cl_cast`` where a side is narrow: a narrow source decodes to its value (float,
+    char or uchar, exact), which converts on as that type would; a narrow destination
+    encodes from float (doubles and wide integers rounded to float first, as
+    onnx.numpy_helper and ml_dtypes do) or, for the integer types, keeps the low bits of
+    the integer (floats truncated toward zero first): ONNX's "discard higher bits"."""
+    if src == dst:
+        return value
+    if src in NARROW_TYPES:
+        _, vtype, codec = _NARROW[NARROW_TYPES[src]]
+        value = "dlp_nf_%s_value(%s)" % (codec, value)
+        src = {"float": float32, "char": int8, "uchar": uint8}[vtype]
+        if dst not in NARROW_TYPES:
+            return cl_cast(src, dst, value)
+    name = NARROW_TYPES[dst]
+    kind, _, codec = _NARROW[name]
+    if kind == "int":
+        whole = "(long)(%s)" % value if is_float(src) else "(%s)" % value
+        return "(uchar)(%s & %d)" % (whole, _INT_MASKS[name])
+    f = value if compute_type(src) == "float" else "(float)(%s)" % value
+    if kind == "f8":
+        return "dlp_nf_%s_bits(%s, %d)" % (codec, f, 1 if saturate else 0)
+    if kind == "e8m0":
+        if round_mode not in _ROUND_MODES:
+            raise ValueError("round_mode %r: one of %s" % (round_mode, ", ".join(_ROUND_MODES)))
+        return "dlp_nf_e8m0_bits(%s, %d, %d)" % (f, 1 if saturate else 0, _ROUND_MODES[round_mode])
+    return "dlp_nf_%s_bits(%s)" % (codec, f)

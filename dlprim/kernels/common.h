@@ -12,6 +12,9 @@
     # double needs cl_khr_fp64 enabled, and only programs that use it say so: a parameter
     # of the template (a storage type, a code string) names it
     USES_DOUBLE = any("double" in repr(v) for k, v in context.kwargs.items() if k != "facts")
+    # the narrow types' codecs (narrow_float.h: float8, float4, int4 ...) only in programs
+    # whose parameters (a conversion expression) call them
+    USES_NARROW = any("dlp_nf_" in repr(v) for k, v in context.kwargs.items() if k != "facts")
 %>\
 % if USES_DOUBLE and not getattr(context.get("facts"), "fp64", True):
 #error "float64 is not supported on ${context.get("facts").name} (no cl_khr_fp64); use float32"
@@ -157,4 +160,7 @@ inline void store_half4_aligned(float4 v, __global half *p)
 {
     *(__global ushort4 *)p = half_bits4_rte(v);
 }
+% if USES_NARROW:
+<%include file="narrow_float.h"/>
+% endif
 #endif

@@ -14,6 +14,11 @@ generated from the declarations the ``ocl`` device runs, so the Net, ONNX import
   ``"dtype"`` stores the result as another dtype (PyTorch's conversion, ``dtypes.cl_cast``).
   The operator ``copy`` (ONNX Cast) is the conversion alone: ``{"op": "copy", "dtype":
   "int64"}``.
+- The narrow types (``dtypes.NARROW_TYPES``: float8, float4, int4, uint4, int2, uint2)
+  take ``copy`` only, converted as ONNX's Cast converts (``dtypes.cl_cast``), with Cast's
+  attributes ``"attrs": {"saturate": 0}`` (float8: out of range gives NaN or inf, not the
+  largest value) and ``"round_mode"`` (float8e8m0: ``up``, ``down``, ``nearest``); every
+  other operator refuses them.
 - ``"attrs"``: the attribute values the expression takes (``div``'s ``rounding_mode``,
   ``add``'s ``alpha``).
 - Backward is the declaration's gradient expression per input (over ``a``, ``b``, ``c``,
@@ -32,7 +37,8 @@ import numpy as np
 
 from .. import ops as library
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce, broadcast_shape
-from ..dtypes import as_dtype, bfloat16, cl_cast, cl_type, compute_type, dtype_name, is_float
+from ..dtypes import as_dtype, bfloat16, cl_cast, cl_type, compute_type, dtype_name, is_float, \
+    is_narrow
 from ..ops import layer_operators
 from ..utils import is_int
 from .base import Setup, TensorSpec, Layer, register
@@ -46,6 +52,8 @@ _F32, _F64, _I64, _BOOL = (np.dtype(t) for t in (np.float32, np.float64, np.int6
 _CAST = "copy"  # the library's conversion between dtypes (ONNX Cast)
 # launcher declarations whose pointwise case this layer runs: (arity, expression, gradients)
 _SELECT = ("({a} != 0 ? {b} : {c})", (None, "a != 0 ? dy : 0", "a != 0 ? 0 : dy"))
+# the attributes of a conversion (ONNX Cast's): their values and defaults
+_CAST_ATTRS = {"saturate": ((0, 1, True, False), 1), "round_mode": (("up", "down", "nearest"), "up")}
 
 
 def pointwise_operators():
@@ -154,6 +162,11 @@ class LibraryOp(Layer):
                 self.fail("option 'dtype': %s" % err)
         elif name == _CAST:
             self.fail("option 'dtype' is required by 'copy' (the dtype to convert to)")
+        if name == _CAST:
+            for k, v in self.attrs.items():
+                if k not in _CAST_ATTRS or v not in _CAST_ATTRS[k][0]:
+                    self.fail("option 'attrs': 'copy' takes saturate (0 or 1) and round_mode "
+                              "('up', 'down' or 'nearest'), got %s=%r" % (k, v))
         self.places = [p for p in _PLACES[:self.arity] if p not in self.scalars]
 
     # ----- forward
@@ -167,6 +180,11 @@ class LibraryOp(Layer):
         except ValueError as err:
             self.fail(str(err))
         dtypes = [s.dtype for s in in_specs]
+        narrow = [d for d in dtypes + [self.out_dtype] if d is not None and is_narrow(d)]
+        if narrow and self.op.name != _CAST:
+            self.fail("%s does not take %s tensors: the narrow types are stored, converted "
+                      "('copy') and moved, never computed on" % (self.op.name,
+                                                                 dtype_name(narrow[0])))
         if self.op.name == _CAST:
             self.compute, natural = dtypes[0], dtypes[0]
         elif self.op.name == "where":  # the condition takes no part in promotion
@@ -249,9 +267,15 @@ class LibraryOp(Layer):
             self._attr_params(expr, names, params, compute)
             value = expr.format(**names)
         if out != natural:
-            value = cl_cast(natural, out, "(%s)" % value)
+            value = cl_cast(natural, out, "(%s)" % value, **self._cast_attrs())
         types, values = self._param_types(params, compute)
         return "y0 = %s;" % value, types, values
+
+    def _cast_attrs(self):
+        """saturate and round_mode of a conversion (their defaults elsewhere)."""
+        if self.op.name != _CAST:
+            return {}
+        return {k: self.attrs.get(k, default) for k, (_, default) in _CAST_ATTRS.items()}
 
     def forward(self, x, y, params, ws, saved):
         return self._fwd.launches(x, y, self._values)

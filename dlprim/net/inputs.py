@@ -9,7 +9,9 @@
   (values must fit its dtype), bools for a bool input. Strings, objects, complex
   numbers, integers for a float input, floats for an integer one and bools for anything
   but a bool input are refused: dlprim never rounds, truncates or reinterprets what it
-  is given.
+  is given. A narrow input (float8, float4, int4, uint4, int2, uint2) takes an array of
+  its own ml_dtypes dtype, as onnx.numpy_helper gives them; int4, uint4, int2 and uint2
+  inputs also take integers that fit.
 - Each operator that reads a net input may check the values on the host before they are
   copied (``Layer.check_input_data``; the losses check labels), so the planned loop never
   waits for the device.
@@ -18,7 +20,7 @@ Pure numpy.
 """
 import numpy as np
 
-from ..dtypes import bfloat16, dtype_name, is_float, to_bfloat16
+from ..dtypes import NARROW_TYPES, bfloat16, dtype_name, is_float, to_bfloat16
 from ..errors import InputError
 
 __all__ = ["readers", "as_arrays", "check_values", "converted"]
@@ -61,7 +63,7 @@ def as_arrays(inputs, graph, readers_of):
         except (ValueError, TypeError) as err:  # ragged lists
             raise InputError("net input '%s': not an array of numbers (%s)" % (name, err)) \
                 from None
-        if a.dtype.kind not in "iufb":
+        if a.dtype.kind not in "iufb" and a.dtype not in NARROW_TYPES:
             raise InputError("net input '%s' (%s) takes numbers; got %s data"
                              % (name, _who(readers_of[name]), a.dtype.name))
         arrays[name] = a
@@ -77,6 +79,8 @@ def check_values(arrays, readers_of):
 
 def converted(name, a, dtype, readers_of):
     """``a`` as a contiguous array of the input's ``dtype``; the kinds must match."""
+    if dtype in NARROW_TYPES or a.dtype in NARROW_TYPES:
+        return _narrow(name, a, dtype, readers_of)
     if "b" in (dtype.kind, a.dtype.kind):  # bools only for bools, both ways
         if dtype.kind != a.dtype.kind:
             raise InputError("net input '%s' is %s (%s); got %s data: convert it yourself "
@@ -101,3 +105,24 @@ def converted(name, a, dtype, readers_of):
     if dtype == bfloat16:  # rounded to nearest even, as the device stores
         return to_bfloat16(a)
     return np.require(a, dtype, "C")  # keeps a 0-d input 0-d (ascontiguousarray makes it (1,))
+
+
+def _narrow(name, a, dtype, readers_of):
+    """A narrow input from an array of its dtype (or integers that fit a sub-byte integer
+    type); a narrow array for another input is refused."""
+    if a.dtype == dtype:
+        return np.require(a, dtype, "C")
+    if dtype in NARROW_TYPES and a.dtype.kind in "iu" and a.dtype not in NARROW_TYPES and \
+            NARROW_TYPES[dtype] in ("int4", "uint4", "int2", "uint2"):
+        bits = int(NARROW_TYPES[dtype][-1])
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dtype.name[0] == "i" \
+            else (0, (1 << bits) - 1)
+        bad = (a < lo) | (a > hi)
+        if bad.any():
+            pos = np.unravel_index(int(np.flatnonzero(bad)[0]), a.shape)
+            raise InputError("net input '%s' is %s; value %d at position %s does not fit"
+                             % (name, dtype.name, a[pos].item(), tuple(int(p) for p in pos)))
+        return np.require(a.astype(dtype), dtype, "C")
+    raise InputError("net input '%s' is %s (%s); got %s data: convert it yourself (ml_dtypes "
+                     "arrays of the input's dtype; dlprim does not guess)"
+                     % (name, dtype_name(dtype), _who(readers_of[name]), a.dtype.name))

@@ -18,6 +18,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..dtypes import NARROW_TYPES
 from ..net import passes
 from ..net.netconfig import NetConfig
 from . import ops_attention, ops_loss, ops_math, ops_nn, ops_pool, ops_rnn, ops_shape, ops_spatial  # noqa: F401  (fill the converter table)
@@ -38,6 +39,11 @@ DTYPES = {"float32": "float", "int32": "int", "int64": "int64", "float16": "floa
           "uint8": "uint8", "int8": "int8", "int16": "int16", "bool": "bool",
           "float64": "float64", "bfloat16": "bfloat16", "uint16": "uint16", "uint32": "uint32",
           "uint64": "uint64"}
+DTYPES.update((n, n) for n in NARROW_TYPES.values())
+# what takes a tensor of a narrow type (float8, float4, int4 ...: stored, never computed
+# on): conversions and the operators that move its elements unchanged
+NARROW_READERS = ("Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze",
+                  "Unsqueeze", "Transpose", "DequantizeLinear")
 
 
 def import_model(path_or_model, batch=None, live=()):
@@ -178,6 +184,7 @@ class Importer:
                     self.consts[name] = v
             return
         try:
+            self._check_narrow(node)
             if node.op_type not in CONVERTERS:
                 raise Unsupported("no converter, and its inputs are not all constant")
             CONVERTERS[node.op_type](self, node)
@@ -189,6 +196,15 @@ class Importer:
         except (KeyError, IndexError, TypeError, ValueError) as err:
             raise OnnxImportError("%s '%s': cannot convert: %s" % (node.op_type, node.name, err)) \
                 from err
+
+    def _check_narrow(self, node):
+        """Only ``NARROW_READERS`` take a runtime tensor of a narrow type."""
+        if node.op_type in NARROW_READERS:
+            return
+        for n in node.inputs:
+            if n and not self.is_const(n) and self.dtype(n) in NARROW_TYPES:
+                raise Unsupported("input '%s' is %s, which only %s take" % (
+                    n, NARROW_TYPES[self.dtype(n)], ", ".join(NARROW_READERS)))
 
     def _folds(self, node):
         """Whether ``node``, its inputs constant, is evaluated at import: foldable, and

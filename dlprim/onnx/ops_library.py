@@ -17,7 +17,7 @@ float32.
 import numpy as np
 
 from .. import ops as library
-from ..dtypes import bfloat16
+from ..dtypes import NARROW_TYPES, as_dtype, bfloat16, is_narrow
 from ..ops import layer_operators
 from ..layers.pointwise_op import result_dtype, promote_types
 from . import ops_math, ops_nn, ops_pool, ops_rnn, ops_shape  # noqa: F401  (theirs first)
@@ -27,15 +27,21 @@ __all__ = ["GENERATED", "typed", "is_typed", "operand", "typed_constant"]
 
 _F32 = np.dtype(np.float32)
 # ONNX TensorProto data types -> the dtype names the Net holds (refused: string, complex,
-# float8, 4-bit types)
+# float6); the narrow ones (float8, float4, int4, uint4, int2, uint2: dtypes.NARROW_TYPES)
+# only through conversions and layout operators
 ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
               7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
-              16: "bfloat16"}
+              16: "bfloat16", 17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2",
+              20: "float8_e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4_e2m1fn",
+              24: "float8_e8m0fnu", 25: "uint2", 26: "int2"}
+NARROW_NAMES = frozenset(NARROW_TYPES.values())
 _FLOAT32_EXACT = 2 ** 24  # integers up to this magnitude are exact in float32
 
 
 def _name(dtype):
     dt = np.dtype(dtype)
+    if dt in NARROW_TYPES:
+        return NARROW_TYPES[dt]
     return "bfloat16" if dt.name == "bfloat16" or dt.kind == "V" else dt.name
 
 
@@ -65,12 +71,15 @@ def operand(b, name, dtype, rank):
 def typed_constant(b, name, array, dtype=None):
     """The dlprim tensor of a constant array that is not float32 (integer indices, bool
     masks), read at run time: a float32 Parameter converted on the device to ``dtype``
-    (default: the array's), where float32 holds every value exactly; else Unsupported."""
+    (default: the array's), where float32 holds every value exactly (every narrow type's
+    values too); else Unsupported."""
     a = np.asarray(array)
     dtype = a.dtype if dtype is None else dtype
-    if a.dtype.kind not in "biuf" or (a.dtype.kind in "iu" and a.size and
-                                      np.abs(a).max() > _FLOAT32_EXACT) or \
-            (a.dtype.kind == "f" and not np.array_equal(a.astype(np.float32), a)):
+    inexact = a.dtype not in NARROW_TYPES and (
+        a.dtype.kind not in "biuf" or (a.dtype.kind in "iu" and a.size and
+                                       np.abs(a).max() > _FLOAT32_EXACT) or
+        (a.dtype.kind == "f" and not np.array_equal(a.astype(np.float32), a)))
+    if inexact:
         raise Unsupported("constant '%s' (%s) read at run time is not exact in float32"
                           % (name, a.dtype))
     f = b.constant(a.astype(np.float32), name + "/float")
@@ -244,12 +253,24 @@ def mean(b, node):
 def cast_to(b, node, to):
     """The node's first input converted to numpy dtype ``to`` (PyTorch's and ONNX
     Runtime's conversions: floats truncate toward 0 into integers, anything nonzero or
-    NaN is true)."""
+    NaN is true; the narrow types as ONNX's Cast tables say, with the node's
+    ``saturate`` and ``round_mode``)."""
     x = node.inputs[0]
     if _name(b.dtype(x)) == _name(to):
         b.out(node, b.value(x))
         return
-    typed(b, node, "copy", inputs=[x], dtype=to)
+    attrs = {}
+    if is_narrow(_net_dtype(to)):
+        saturate = int(node.attr("saturate", 1))
+        if saturate not in (0, 1):
+            raise Unsupported("saturate=%d (0 or 1)" % saturate)
+        round_mode = node.attr("round_mode", "up")
+        if round_mode not in ("up", "down", "nearest"):
+            raise Unsupported("round_mode %r (up, down or nearest)" % round_mode)
+        attrs = {"saturate": saturate}
+        if _name(to) == "float8_e8m0fnu":
+            attrs["round_mode"] = round_mode
+    typed(b, node, "copy", inputs=[x], dtype=to, attrs=attrs)
 
 
 @converts("Cast")
@@ -259,7 +280,8 @@ def cast(b, node):
         from onnx import helper
         raise Unsupported("cast to %s (the Net holds %s)" % (
             helper.tensor_dtype_to_string(node.attr("to")), ", ".join(ONNX_TYPES.values())))
-    cast_to(b, node, _net_dtype(to) if to != "bfloat16" else "bfloat16")
+    cast_to(b, node, as_dtype(to) if to in NARROW_NAMES else
+            _net_dtype(to) if to != "bfloat16" else "bfloat16")
 
 
 @converts("CastLike")
