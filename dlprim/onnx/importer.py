@@ -23,6 +23,7 @@ from ..net import passes
 from ..net.netconfig import NetConfig
 from . import ops_attention, ops_loss, ops_math, ops_nn, ops_pool, ops_rnn, ops_shape, ops_spatial  # noqa: F401  (fill the converter table)
 from . import ops_library  # noqa: F401,E402  (after the hand-written ones: theirs win)
+from . import ops_quantize  # noqa: F401,E402
 from .errors import OnnxImportError, UnsupportedModelError
 from .fold import evaluate, foldable
 from .legacy import FOLD_OPSET, broadcasts_by_attribute, normalize
@@ -43,7 +44,7 @@ DTYPES.update((n, n) for n in NARROW_TYPES.values())
 # what takes a tensor of a narrow type (float8, float4, int4 ...: stored, never computed
 # on): conversions and the operators that move its elements unchanged
 NARROW_READERS = ("Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze",
-                  "Unsqueeze", "Transpose", "DequantizeLinear")
+                  "Unsqueeze", "Transpose", "DequantizeLinear", "QuantizeLinear")
 
 
 def import_model(path_or_model, batch=None, live=()):
