@@ -26,6 +26,8 @@ def evaluate(node, values, opsets):
         return [constant_value(node)]
     if node.op_type == "Identity":
         return [values[0]]
+    if node.op_type in OWN:
+        return OWN[node.op_type](node, values)
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
     names = [n if v is not None else "" for n, v in zip(node.inputs, values)]
@@ -41,6 +43,28 @@ def evaluate(node, values, opsets):
         raise OnnxImportError("%s '%s': constant folding failed: %s"
                               % (node.op_type, node.name, err)) from None
     return [np.asarray(r) for r in results]
+
+
+def _gather_elements(node, values):
+    """GatherElements as its definition reads: onnx's reference takes indices of the data's
+    full size along the other axes, and fails on smaller ones (BERT's token types picked
+    by position ids: data (1, 512), indices (1, L))."""
+    data, idx = np.asarray(values[0]), np.asarray(values[1])
+    axis = int(node.attrs.get("axis", 0)) % max(data.ndim, 1)
+    if idx.ndim != data.ndim or any(i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape))
+                                    if k != axis):
+        raise OnnxImportError("GatherElements '%s': indices of shape %s do not fit data of "
+                              "shape %s" % (node.name, idx.shape, data.shape))
+    n = data.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise OnnxImportError("GatherElements '%s': an index is outside [-%d, %d)"
+                              % (node.name, n, n))
+    region = tuple(slice(0, i) if k != axis else slice(None) for k, i in enumerate(idx.shape))
+    return [np.take_along_axis(data[region], np.where(idx < 0, idx + n, idx), axis=axis)]
+
+
+# operators folded here rather than by onnx's reference evaluator (where it is wrong)
+OWN = {"GatherElements": _gather_elements}
 
 
 def foldable(node):
