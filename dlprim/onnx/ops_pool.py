@@ -7,7 +7,8 @@ import numpy as np
 from ..core.interpolation import axis_table
 from .ops_nn import image_shape
 from . import resize as resize_matrices
-from .registry import Unsupported, converts
+from .model_reader import Node
+from .registry import CONVERTERS, Unsupported, converts
 from ..utils import ceil_div
 
 
@@ -399,7 +400,6 @@ def pad(b, node):
 def _pad_runtime_value(b, node, shape, pads, value, dtype):
     """Constant padding by a value computed at run time: the input padded with 0, then
     where(padded position, value, that) by a constant mask of the padded positions."""
-    from .ops_library import typed  # it imports this module
     if b.shape(value) not in ((), (1,)):
         raise Unsupported("constant_value of shape %s (one value)" % (b.shape(value),))
     if np.dtype(b.dtype(value)) != np.dtype(dtype):
@@ -414,7 +414,7 @@ def _pad_runtime_value(b, node, shape, pads, value, dtype):
     crop = tuple(slice(max(-lo, 0), mask.shape[i] - max(-hi, 0))
                  for i, (lo, hi) in enumerate(zip(pads[:r], pads[r:])))
     mask = b.constant(np.ascontiguousarray(mask[crop]), node.name + "/padded")
-    typed(b, node, "where", [mask, value, zero])
+    CONVERTERS["Where"](b, Node("Where", node.name + "/fill", [mask, value, zero], node.outputs))
 
 
 def _pad_layer(b, node, shape, pads, mode, value, dtype, output=None):

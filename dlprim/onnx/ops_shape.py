@@ -14,7 +14,8 @@ import math
 import numpy as np
 
 from .errors import OnnxImportError
-from .registry import Unsupported, converts
+from .model_reader import Node
+from .registry import CONVERTERS, Unsupported, converts
 from ..utils import ceil_div
 
 
@@ -296,22 +297,19 @@ def _embedding(b, node):
     layer (no copy of it per pass). Embedding reads an index outside [0, rows) as a NaN
     row (torch.nn.Embedding refuses a negative one) while ONNX counts a negative one from
     the end: those are wrapped first, idx + rows where idx < 0."""
-    from .ops_library import typed  # it imports this module
     table = np.asarray(b.const(node.inputs[0], "table"))
     idx = node.inputs[1]
     idx_shape = tuple(b.shape(idx))
     dt = b.dtype(idx)
     rows = int(table.shape[0])
-
-    def step(op, inputs, tag, attrs=None):
-        t = typed(b, node, op, inputs, attrs=attrs, output=b.fresh("%s/%s" % (idx, tag)),
-                  name="%s/%s" % (node.name, tag))
-        b.alias[t] = t
-        return t
-    negative = step("lt", [idx, b.constant(np.zeros((), dt), node.name + "/zero")], "negative")
-    shifted = step("add", [idx, b.constant(np.asarray(rows, dt), node.name + "/rows")],
-                   "shifted", attrs={"alpha": 1})
-    wrapped = step("where", [negative, shifted, idx], "wrapped")
+    zero = b.constant(np.zeros((), dt), node.name + "/zero")
+    count = b.constant(np.asarray(rows, dt), node.name + "/rows")
+    negative, shifted, wrapped = (b.fresh("%s/%s" % (idx, t)) for t in ("negative", "shifted",
+                                                                         "wrapped"))
+    for op, ins, out in (("Less", [idx, zero], negative), ("Add", [idx, count], shifted),
+                         ("Where", [negative, shifted, idx], wrapped)):
+        CONVERTERS[op](b, Node(op, "%s/%s" % (node.name, out.rsplit("/", 1)[-1]), ins, [out]))
+    wrapped = b.value(wrapped)
     b.add("Embedding", [wrapped], idx_shape + (table.shape[1],), node,
           params=[b.param(node.inputs[0], table)],
           options={"num_embeddings": rows, "embedding_dim": int(table.shape[1])})
