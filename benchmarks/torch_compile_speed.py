@@ -16,7 +16,7 @@ separate processes (PyTorch's autograd cannot mix the two devices in one process
 torchvision nets (resnet50, mobilenet_v2, vit_b_16, ...): images of 224x224, batch 64,
 cross-entropy and Adam. HuggingFace nets, random weights from the default configs
 (nothing is downloaded), called with ``input_ids`` and ``labels`` (the model's own loss)
-and trained with AdamW: ``gpt2`` (GPT2LMHeadModel, 124M) at 8x256 and ``bert``
+and trained with AdamW, the loss read back each step: ``gpt2`` (GPT2LMHeadModel, 124M) at 8x256 and ``bert``
 (BertForMaskedLM, BERT-base) at 16x128; ``--batch`` and ``--seq`` override the sizes,
 ``--small`` takes two-layer configs (a quick check of the script).
 """
@@ -96,7 +96,9 @@ def hf_loop_ms(model, device, batch, seq, vocab, mode, warmup, iters, sync, fuse
         else:
             with torch.no_grad():
                 out = model(input_ids=ids, labels=ids)
-        return out.logits.cpu()
+        # the loss back to the host: the logits of a language model (8x256x50257 floats
+        # for GPT-2) would time the copy, not the model
+        return out.loss.detach().cpu()
 
     for _ in range(warmup):
         iteration()
