@@ -200,7 +200,7 @@ CASES = [
      InputError, ValueError, r"net input 'data' is float32 \(read by Convolution2D 'conv1'\); "
                              r"got int32 data"),
     ("net-bool-data", lambda c, n, p: lambda: n(data=images(dtype=bool), label=LABELS),
-     InputError, ValueError, r"net input 'data' .*takes numbers; got bool data"),
+     InputError, ValueError, r"net input 'data' is float32 .*; got bool data"),
     ("net-str-data", lambda c, n, p: lambda: n(data="images", label=LABELS),
      InputError, ValueError, r"net input 'data' .*takes numbers; got str"),
     ("net-ragged-data", lambda c, n, p: lambda: n(data=[[1.0], [1.0, 2.0]], label=LABELS),

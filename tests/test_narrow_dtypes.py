@@ -334,3 +334,29 @@ def test_dequantize_linear(ctx):
                           np.ones(1, ml.float8_e4m3fn), {}, ("zp",))
     with pytest.raises(UnsupportedModelError, match="not zero"):
         dox.to_netconfig(bad)
+
+
+@pytest.mark.parametrize("layer, options", [
+    ("CumSum", {"axis": 1}), ("Reduction", {"method": "max", "dims": [1]}),
+    ("ArgMax", {"axis": 1})])
+def test_layers_that_would_compute_on_codes_refuse_narrow_inputs(ctx, layer, options):
+    """A float8 value reaching a layer that is not a conversion or a layout copy is refused
+    naming the dtype: it would add, compare or sort the codes as if they were numbers."""
+    from dlprim.layers.base import LayerError
+    cfg = dp.NetConfig()
+    cfg.add_input("x", (2, 8), dtype="float8_e4m3fn")
+    cfg.add(layer, name="op", inputs=["x"], outputs=["y"], options=options)
+    cfg.set_outputs(["y"])
+    with pytest.raises(LayerError, match="takes no float8_e4m3fn input"):
+        dp.Net(ctx, cfg)
+
+
+def test_layout_layers_carry_narrow_codes(ctx):
+    cfg = dp.NetConfig()
+    cfg.add_input("x", (2, 3, 4), dtype="float8_e5m2")
+    cfg.add("Transpose", name="t", inputs=["x"], outputs=["t"], options={"dims": [0, 2, 1]})
+    cfg.add("Reshape", name="r", inputs=["t"], outputs=["r"], options={"dims": [2, 12]})
+    cfg.set_outputs(["r"])
+    x = (np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 12).astype(ml.float8_e5m2)
+    y = dp.Net(ctx, cfg)(x=x)["r"]
+    np.testing.assert_array_equal(y.view(np.uint8), x.transpose(0, 2, 1).reshape(2, 12).view(np.uint8))

@@ -345,8 +345,9 @@ def test_einsum_batched_products(ctx):
     data = make(nodes, inputs, ["scores", "mixed", "both"], opset=13)
     assert op_types(data) == ["MatMul"] * 3
     check(ctx, data, {k: rand(*s) for k, s in inputs.items()})
-    bad = make([node("Einsum", ["q"], ["t"], equation="bhqd->bhdq")], {"q": (2, 3, 5, 4)}, ["t"],
-               opset=13)
+    # an index of two sizes is no equation
+    bad = make([node("Einsum", ["q", "k"], ["t"], equation="bhqd,bhqd->bhq")],
+               {"q": (2, 3, 5, 4), "k": (2, 3, 6, 4)}, ["t"], opset=13)
     with pytest.raises(dox.OnnxImportError, match="Einsum"):
         dox.load(bad, ctx)
 

@@ -34,7 +34,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..dtypes import HALF_TYPES, as_dtype, dtype_name
+from ..dtypes import HALF_TYPES, as_dtype, dtype_name, is_narrow
 from ..errors import Error
 from ..utils import is_int, shape_problem, unknown_names
 
@@ -179,6 +179,10 @@ class Layer:
     # float outputs as its inputs are (memory-bound layers); "prefers" wants half (the
     # convolutions, whose traffic and products gain); "exact": Cast, as its options say
     HALF_STORAGE = "none"
+    # takes the narrow storage types (float8, float4, int4/uint4, int2/uint2: one code per
+    # byte, dtypes.NARROW_TYPES) as inputs: only conversions and layout copies, which move
+    # codes unchanged; any other layer would compute on the codes as if they were numbers
+    CARRIES_NARROW = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -256,6 +260,12 @@ class Layer:
             raise TypeError("%s '%s' sets %s on the instance; return the flags from build()"
                             % (self.type_name, self.name, ", ".join(stray)))
         self.in_specs = self._specs(TensorSpec, in_specs, "input")
+        if not self.CARRIES_NARROW:
+            narrow = [dtype_name(s.dtype) for s in self.in_specs if is_narrow(s.dtype)]
+            if narrow:
+                self.fail("takes no %s input: the narrow types are only converted (Cast, "
+                          "LibraryOp 'copy') and moved (Reshape, Flatten, Squeeze, "
+                          "Transpose); convert to a wider type first" % narrow[0])
         result = self.build(list(self.in_specs))
         if not isinstance(result, Setup):
             raise TypeError("%s '%s': build() must return a Setup, got %s"

@@ -127,6 +127,7 @@ def _int64_bits(v):
 class LibraryOp(Layer):
     """``y = op(a[, b[, c]])`` for ``op`` any pointwise operator of the library
     (``pointwise_operators()``); see the module docstring for the options."""
+    CARRIES_NARROW = True  # its own check: only 'copy' (a conversion) takes them
     OPTIONS = {"op": None, "attrs": {}, "scalars": {}, "dtype": None}
     HALF_STORAGE = "follows"
 

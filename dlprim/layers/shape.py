@@ -28,6 +28,7 @@ def same_memory(a, b):
 
 class ViewLayer(Layer):
     """A layer whose output is its input with another shape."""
+    CARRIES_NARROW = True  # moves codes unchanged
     HALF_STORAGE = "follows"
     BACKWARD_READS_INPUTS = False
     INPLACE = True

@@ -12,6 +12,7 @@ from .base import Layer, Setup, TensorSpec, register
 @register("Transpose")
 class Transpose(Layer):
     """Permutes the axes of the input as ``dims`` lists them."""
+    CARRIES_NARROW = True  # moves codes unchanged
     HALF_STORAGE = "follows"
     OPTIONS = {"dims": None}
     BACKWARD_READS_INPUTS = False

@@ -19,16 +19,23 @@ __all__ = ["to_netconfig", "load", "save", "ONNXModel", "OnnxImportError",
 
 
 def to_netconfig(path_or_model: Any, batch: Optional[int] = None,
-                 live: Any = ()) -> Tuple[Any, Dict[str, Any]]:
+                 live: Any = (), mode: str = "predict") -> Tuple[Any, Dict[str, Any]]:
     """(NetConfig, {parameter name: numpy array}) for an ONNX file path, bytes or ModelProto.
 
     ``batch`` sets the first dimension of every input (default: the model's own, or 1
     where the model leaves it symbolic). ``live``: initializer names that are parameters
     still being trained: nothing computed from them is folded into a constant at import
     (beyond reshapes and transposes), so the net computes it and trains them.
+    ``mode``: the Net's mode the config is for. For "train", a training export's
+    BatchNormalization (``training_mode=1``, its running statistics not read) becomes the
+    BatchNorm layer, which normalizes by the batch's statistics in train mode, updates its
+    running ones and trains its scale and bias; for "predict" it is composed exactly as
+    ONNX defines it (the batch's statistics, whatever the mode).
     """
     from .importer import import_model
-    return import_model(path_or_model, batch, live)
+    if mode not in ("predict", "train"):
+        raise ValueError("mode must be 'predict' or 'train', got %r" % (mode,))
+    return import_model(path_or_model, batch, live, mode)
 
 
 def load(path_or_model: Any, ctx: Any, batch: Optional[int] = None, mode: str = "predict",
@@ -40,7 +47,7 @@ def load(path_or_model: Any, ctx: Any, batch: Optional[int] = None, mode: str = 
     statistics; add a loss to the NetConfig from ``to_netconfig`` to fine-tune.
     """
     from ..net import Net
-    cfg, weights = to_netconfig(path_or_model, batch)
+    cfg, weights = to_netconfig(path_or_model, batch, mode=mode)
     net = Net(ctx, cfg, mode=mode, precision=precision)
     net.set_parameters(weights)
     return net

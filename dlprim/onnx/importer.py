@@ -47,9 +47,9 @@ NARROW_READERS = ("Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze
                   "Unsqueeze", "Transpose", "DequantizeLinear", "QuantizeLinear")
 
 
-def import_model(path_or_model, batch=None, live=()):
+def import_model(path_or_model, batch=None, live=(), mode="predict"):
     info = read_model(path_or_model)
-    imp = Importer(info, batch, live)
+    imp = Importer(info, batch, live, mode)
     return imp.run()
 
 
@@ -66,13 +66,14 @@ class Importer:
     into a constant, except through ``PASS_THROUGH`` operators; such a computation runs
     in the net, reading the initializer as a trainable Parameter."""
 
-    def __init__(self, info, batch=None, live=()):
+    def __init__(self, info, batch=None, live=(), mode="predict"):
         if info.opset is None:
             raise OnnxImportError("the model imports no default-domain opset")
         if info.opset < FIRST_OPSET:
             raise OnnxImportError("opset %d is older than the first supported, %d"
                                   % (info.opset, FIRST_OPSET))
         self.info, self.opset, self.batch = info, info.opset, batch
+        self.mode = mode  # the Net's mode the config is for (training exports' BatchNorm)
         self.cfg = NetConfig()
         self.consts = dict(info.initializers)
         self.live = set(live) & set(info.initializers)  # and what passes them through

@@ -420,10 +420,11 @@ def batch_norm(b, node):
     shape = b.shape(node.inputs[0])
     if len(shape) < 2:
         raise Unsupported("input of shape %s: (N, C, ...) of rank 2 or more only" % (shape,))
-    if int(node.attr("training_mode", 0)):
+    extra_read = any(b.consumers.get(o) or o in b.graph_outputs for o in node.outputs[1:] if o)
+    if int(node.attr("training_mode", 0)) and (extra_read or b.mode != "train"):
         _batch_norm_training(b, node, shape)
         return
-    if any(b.consumers.get(o) or o in b.graph_outputs for o in node.outputs[1:] if o):
+    if extra_read:
         raise Unsupported("the batch mean/variance outputs are read")
     names = [node.inputs[i] for i in (3, 4, 1, 2)]  # dlprim order: mean, var, weight, bias
     params = [b.param(n, b.const(n, "statistics/affine input")) for n in names]
