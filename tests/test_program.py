@@ -12,7 +12,9 @@ def test_memoized_build(ctx):
     p2 = program.get(ctx, "fill", dtype="float")
     assert p1 is p2 and program.stats["builds"] == builds
     p3 = program.get(ctx, "fill", dtype="int")
-    assert p3 is not p1 and program.stats["builds"] == builds + 1
+    built = program.stats["builds"] - builds  # 0 where a test before built it in this process
+    assert p3 is not p1 and built in (0, 1)
+    assert program.get(ctx, "fill", dtype="int") is p3 and program.stats["builds"] == builds + built
 
 
 def test_launch_with_offsets(ctx):
