@@ -369,17 +369,70 @@ def _causal(mask, lq, lk):
     return bool(np.array_equal(mask.reshape(lq, lk), np.where(above, -np.inf, 0.0)))
 
 
+def _reshaped(shape, target):
+    """The shape Reshape(allowzero 0) makes of ``shape`` with ``target``, else None."""
+    out = [int(shape[i]) if d == 0 and i < len(shape) else int(d) for i, d in enumerate(target)]
+    total = int(np.prod(shape))
+    if out.count(-1) == 1:
+        known = int(np.prod([d for d in out if d != -1]))
+        if known <= 0 or total % known:
+            return None
+        out[out.index(-1)] = total // known
+    return tuple(out) if int(np.prod(out)) == total and min(out) >= 0 else None
+
+
+def _key_layout(b, node):
+    """(k's shape (N, H, S, D), and how to make it of the folded input: ("dims", a
+    permutation), ("shape", a reshape) or None) where the pattern's k^T is that k with its
+    last two axes swapped; else (None, None)."""
+    x = node.inputs[1]
+    sx = tuple(b.shape(x))
+    if node.attrs.get("reshapes"):
+        # (..., S, D) -> (B, S, D) -> (B, D, S) -> (N, H, D, S) with N H = B: row-major
+        # reshapes that merge and split only the leading axes, so k^T is k = (N, H, S, D)
+        # (x reshaped) with its last two axes swapped
+        inner, outer = node.attrs["reshapes"]
+        if len(sx) < 3:
+            return None, None
+        merged = (int(np.prod(sx[:-2])), sx[-2], sx[-1])
+        split = _reshaped((merged[0], sx[-1], sx[-2]), outer)
+        if _reshaped(sx, inner) != merged or split is None or len(split) != 4 or \
+                split[0] * split[1] != merged[0] or split[2:] != (sx[-1], sx[-2]):
+            return None, None
+        sk = (split[0], split[1], sx[-2], sx[-1])
+        return sk, (None if sk == sx else ("shape", sk))
+    if len(sx) != 4:
+        return None, None
+    perm = node.attrs["perm"]
+    perm = [3, 2, 1, 0] if perm is None else [int(a) % 4 for a in perm]
+    if sorted(perm) != [0, 1, 2, 3]:
+        return None, None
+    kperm = [perm[0], perm[1], perm[3], perm[2]]
+    return tuple(sx[a] for a in kperm), (None if kperm == [0, 1, 2, 3] else ("dims", kperm))
+
+
+def _last_axis_softmax(b, node):
+    """Whether the folded Softmax normalizes the last axis of the rank-4 scores: axis 3 or
+    -1 (before opset 13 the rows are the axes from ``axis`` on, the same for the last)."""
+    axis = node.attrs.get("softmax_axis")
+    if axis is None:
+        axis = -1 if (b.opset or 13) >= 13 else 1
+    return int(axis) in (-1, 3)
+
+
 @converts(ATTENTION)
 def attention(b, node):
     """The fused ScaledDotProductAttention where the folded pattern fits it: q, k, v of
-    rank 4 with k transposed on its last two axes, a scalar scale, a float mask that
-    broadcasts to (N, H, L, S); otherwise the pattern's nodes as they were."""
+    rank 4 with k^T k's last two axes swapped (k itself may be the Transpose of the
+    input, as when the head split and k's transpose are one node), a scalar scale, the
+    softmax over the last axis, a float mask that broadcasts to (N, H, L, S); otherwise
+    the pattern's nodes as they were."""
     q, k, v, mask = node.inputs[:4]
-    sq, sk, sv = (b.shape(t) for t in (q, k, v))
+    sq, sv = b.shape(q), b.shape(v)
+    sk, kperm = _key_layout(b, node)
     scale = _attention_scale(b, node)
-    perm = node.attrs["perm"]
-    fits = (scale is not None and scale > 0 and len(sq) == len(sk) == len(sv) == 4
-            and perm is not None and list(perm) == [0, 1, 3, 2] and sk[:2] == sq[:2]
+    fits = (sk is not None and scale is not None and scale > 0 and len(sq) == len(sv) == 4
+            and _last_axis_softmax(b, node) and sk[:2] == sq[:2]
             and sv[:2] == sq[:2] and sk[3] == sq[3] and sv[2] == sk[2]
             and not any(b.is_const(t) for t in (k, v)))
     causal = False
@@ -396,7 +449,14 @@ def attention(b, node):
         for original in node.attrs["nodes"]:
             b._convert(original)
         return
-    inputs = [b.value(q), b.value(k), b.value(v)] + ([b.value(mask)] if mask and not causal else [])
+    key = b.value(k)
+    if kperm is not None and kperm[0] == "dims":
+        key = b.add("Transpose", [key], tuple(sk), output=b.fresh(k + "/keys"),
+                    name=node.name + "/keys", options={"dims": kperm[1]})
+    elif kperm is not None:  # -1 first: the batch is deduced, as other Reshapes do
+        key = b.add("Reshape", [key], tuple(sk), output=b.fresh(k + "/keys"),
+                    name=node.name + "/keys", options={"dims": [-1] + list(sk[1:])})
+    inputs = [b.value(q), key, b.value(v)] + ([b.value(mask)] if mask and not causal else [])
     b.add("ScaledDotProductAttention", inputs, tuple(sq[:3]) + (sv[3],), node,
           options={"scale": scale, "causal": causal})
 

@@ -8,7 +8,8 @@
     Pad(constant 0, spatial) -> AveragePool          -> its padding, counted in the average
     Add(MatMul(x, W), b), W (or W's Transpose) and b
     constant                                         -> an InnerProduct with bias
-    MatMul(Softmax(MatMul(q, Transpose(k)) [+ mask]), v), with Mul/Div by constants on
+    MatMul(Softmax(MatMul(q, k^T) [+ mask]), v), k^T a Transpose of k or the dynamo
+    exporter's Reshape, Transpose(0, 2, 1), Reshape of it, with Mul/Div by constants on
     q, on k^T or on the scores                       -> fused attention (``ATTENTION``;
                                                        its converter checks shapes and the
                                                        scale, else converts the nodes as
@@ -36,7 +37,8 @@ __all__ = ["rewrite", "ACTIVATION", "ATTENTION", "SEQUENCE"]
 
 ACTIVATION = "_Activation"  # internal op: attributes "activation" and "options" of dlprim's Activation
 # internal op: inputs q, k, v, mask ("" for none) and the scale factors; attributes
-# "factors" (Mul or Div per factor), "perm" (of k's Transpose) and "nodes" (the originals)
+# "factors" (Mul or Div per factor), "perm" (of k's Transpose) or "reshapes" (of the
+# Reshape, Transpose, Reshape writing k^T), "softmax_axis" and "nodes" (the originals)
 ATTENTION = "_Attention"
 # attribute of an LSTM/GRU node whose first output is already (L, N, D * H)
 SEQUENCE = "_sequence_output"
@@ -237,7 +239,7 @@ def _unscaled(g, name, reader, nodes, factors):
         elif n.op_type == "Mul" and g.static(a) and not g.static(b):
             source, factor = b, a
         else:
-            return name
+            return name, reader
         nodes.append(n)
         factors.append([n.op_type, factor])
         name, reader = source, n
@@ -290,16 +292,48 @@ def _attention(g, node):
     nodes.append(product)
     q, _ = _unscaled(g, product.inputs[0], product, nodes, factors)
     kt, reader = _unscaled(g, product.inputs[1], product, nodes, factors)
-    transpose = g.made_by(kt, "Transpose")
-    if transpose is None or not g.only_reader(kt, reader) or g.static(q):
+    found = _key_transposed(g, kt, reader)
+    if found is None or g.static(q):
         return False
-    nodes.append(transpose)
+    k, transposing, how = found
+    nodes += transposing
     ordered = [n for n in g.nodes if n in nodes]
-    inputs = [q, transpose.inputs[0], node.inputs[1], mask] + [f for _, f in factors]
+    inputs = [q, k, node.inputs[1], mask] + [f for _, f in factors]
     g.replace(ordered, Node(ATTENTION, node.name, inputs, node.outputs,
-                            {"factors": [k for k, _ in factors],
-                             "perm": transpose.attr("perm"), "nodes": ordered}))
+                            dict(how, factors=[kind for kind, _ in factors], nodes=ordered,
+                                 softmax_axis=softmax.attr("axis"))))
     return True
+
+
+def _key_transposed(g, kt, reader):
+    """(k, the nodes writing kt from it, how) where kt is k with its last two axes swapped
+    as exporters write it, each node read only by the next; else None. ``how`` is
+    {"perm": p} for Transpose(k, p) (the converter checks p, and gives k the layout
+    (N, H, S, D) by the permutation p makes with the last two axes swapped back), or
+    {"perm": None, "reshapes": [s1, s2]} for Reshape(Transpose(Reshape(k, s1), (0, 2, 1)),
+    s2), the dynamo exporter's spelling of k.transpose(-2, -1) (the converter checks
+    that s1 merges k's leading two axes and s2 splits them back)."""
+    if not g.only_reader(kt, reader):
+        return None
+    transpose = g.made_by(kt, "Transpose")
+    if transpose is not None:
+        return transpose.inputs[0], [transpose], {"perm": transpose.attr("perm")}
+    outer = g.made_by(kt, "Reshape")
+    if outer is None or len(outer.inputs) != 2:
+        return None
+    transpose = g.made_by(outer.inputs[0], "Transpose")
+    if transpose is None or list(transpose.attr("perm") or []) != [0, 2, 1] or \
+            not g.only_reader(outer.inputs[0], outer):
+        return None
+    inner = g.made_by(transpose.inputs[0], "Reshape")
+    if inner is None or len(inner.inputs) != 2 or not g.only_reader(transpose.inputs[0], transpose):
+        return None
+    shapes = [g.const(r.inputs[1]) for r in (inner, outer)]
+    if any(s is None for s in shapes) or any(r.attr("allowzero", 0) and 0 in np.asarray(s)
+                                             for r, s in zip((inner, outer), shapes)):
+        return None  # allowzero with a 0: an empty dimension, not a copied one
+    return inner.inputs[0], [inner, transpose, outer], \
+        {"perm": None, "reshapes": [[int(d) for d in np.asarray(s).reshape(-1)] for s in shapes]}
 
 
 def _sequence_tail(g, y):
