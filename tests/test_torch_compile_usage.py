@@ -388,3 +388,26 @@ def test_dropout_in_training_drops_in_the_net(how):
     (full * g * kept * 2).sum().backward()
     close(model.a.weight.grad, ref.a.weight.grad)
     assert not torch.equal(kept, (compiled(x.to("ocl")) != 0).cpu())  # a new mask each step
+
+
+def test_backend_name_is_known_without_the_installed_entry_point():
+    """A source tree on the path (no torch_dynamo_backends entry point): backend="dlprim"
+    is registered when dynamo is imported, also by torch.compile's own import."""
+    import subprocess
+    import sys
+    code = """
+import importlib.metadata as md
+found = md.entry_points
+def without_dlprim(**kw):
+    eps = found(**kw)
+    if kw.get("group") == "torch_dynamo_backends":
+        return md.EntryPoints([e for e in eps if e.name != "dlprim"])
+    return eps
+md.entry_points = without_dlprim
+import torch, dlprim.torch
+m = torch.nn.Linear(4, 3).to("ocl")
+print(tuple(torch.compile(m, backend="dlprim")(torch.randn(2, 4).to("ocl")).shape))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "(2, 3)" in out.stdout, out.stderr[-2000:]

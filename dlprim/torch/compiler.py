@@ -34,9 +34,6 @@ from . import compiler_dynamo
 from . import device as _device
 from . import tensor as _tensor
 
-# torch.compile of ocl models: dynamo traces ocl tensors as tensors once it is imported
-compiler_dynamo.install_when_imported()
-
 # (dlprim.torch.compile, CompiledModule and export_net: compiler_module.py)
 __all__ = ["compile_graph", "CompileFallbackWarning", "explain", "reports"]
 
@@ -853,3 +850,7 @@ def explain(model, *example_inputs):
     torch._dynamo.reset()
     return Explanation(graphs, [getattr(r, "reason", str(r)) for r in found.break_reasons])
 
+
+# torch.compile of ocl models: dynamo traces ocl tensors as tensors once it is imported,
+# and knows backend="dlprim" even where dlprim is not installed as a package
+compiler_dynamo.install_when_imported(backend=compile_graph)

@@ -73,10 +73,28 @@ def _skip_device_code(trace_rules):
         trace_rules._recompile_re()
 
 
-def install():
-    """Have dynamo trace OclTensors as tensors of the ocl device (once per process)."""
+def _register(backend):
+    """``backend`` as torch.compile's "dlprim": an installed dlprim is found through its
+    entry point (setup.cfg's torch_dynamo_backends); a source tree on the path is not."""
+    if backend is None:
+        return
+    try:
+        # the registry itself: list_backends() would import every backend (inductor) while
+        # torch.compile is still importing dynamo
+        from torch._dynamo.backends import registry
+        if "dlprim" not in registry._COMPILER_FNS:
+            registry.register_backend(backend, name="dlprim")
+    except Exception as e:  # another PyTorch's registry
+        log.warning("dlprim: could not register torch.compile's backend 'dlprim' (%s); pass "
+                    "backend=dlprim.torch.backend instead", e)
+
+
+def install(backend=None):
+    """Have dynamo trace OclTensors as tensors of the ocl device, and know ``backend`` as
+    "dlprim" (once per process)."""
     if _installed:
         return
+    _register(backend)
     try:
         import torch._dynamo.trace_rules as trace_rules
         from torch._dynamo.variables.builder import VariableBuilder
@@ -103,8 +121,9 @@ def install():
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Runs ``install`` right after ``torch._dynamo`` is imported."""
 
-    def __init__(self):
+    def __init__(self, backend=None):
         self.busy = False
+        self.backend = backend
 
     def find_spec(self, name, path=None, target=None):
         if name != "torch._dynamo" or self.busy:
@@ -127,12 +146,12 @@ class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.loader.exec_module(module)
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        install()
+        install(self.backend)
 
 
-def install_when_imported():
-    """``install`` now if dynamo is loaded, else as soon as it is."""
+def install_when_imported(backend=None):
+    """``install(backend)`` now if dynamo is loaded, else as soon as it is."""
     if "torch._dynamo" in sys.modules:
-        install()
+        install(backend)
     elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+        sys.meta_path.insert(0, _AfterImport(backend))
