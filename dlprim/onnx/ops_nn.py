@@ -434,7 +434,11 @@ def attention(b, node):
     fits = (sk is not None and scale is not None and scale > 0 and len(sq) == len(sv) == 4
             and _last_axis_softmax(b, node) and sk[:2] == sq[:2]
             and sv[:2] == sq[:2] and sk[3] == sq[3] and sv[2] == sk[2]
-            and not any(b.is_const(t) for t in (k, v)))
+            and not any(b.is_const(t) for t in (k, v))
+            # torch.compile's graphs (live parameters) keep k^T as it was spelled before
+            # the other exporters' spellings were taken: T5's trained position bias lost
+            # its gradient through the fused layer there, a cause not yet found
+            and not (b.live and kperm is not None))
     causal = False
     if fits and mask:
         target = (sq[0], sq[1], sq[2], sk[2])
@@ -445,6 +449,10 @@ def attention(b, node):
             value = np.asarray(b.consts[mask])
             fits = value.dtype.kind == "f"
             causal = fits and _causal(value, sq[2], sk[2])
+        elif fits:
+            # the fused layer takes its mask as data (no gradient): a bias computed from
+            # a trainable parameter (T5's relative positions) keeps the layers it was
+            fits = not _reads_trainable(b, b.value(mask))
     if not fits:
         for original in node.attrs["nodes"]:
             b._convert(original)
@@ -459,6 +467,29 @@ def attention(b, node):
     inputs = [b.value(q), key, b.value(v)] + ([b.value(mask)] if mask and not causal else [])
     b.add("ScaledDotProductAttention", inputs, tuple(sq[:3]) + (sv[3],), node,
           options={"scale": scale, "causal": causal})
+
+
+def _reads_trainable(b, tensor):
+    """Whether dlprim tensor ``tensor`` is computed from a weight that trains: one of the
+    ``live`` parameters (torch.compile's), or, for a train-mode Net, any weight the Net
+    trains."""
+    todo, seen = [tensor], set()
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        op = b.producer.get(t)
+        if op is None:
+            continue
+        params = op.get("params") or []
+        if any(p in b.live for p in params):
+            return True
+        if b.mode == "train" and params and not op.get("frozen") and (
+                op["type"] != "Parameter" or (op.get("options") or {}).get("is_trainable")):
+            return True
+        todo.extend(op.get("inputs", []))
+    return False
 
 
 @converts("PackedAttention")
