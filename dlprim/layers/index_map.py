@@ -55,6 +55,22 @@ class _Indexed(Layer):
             self.fail("indices must be %s, got %s" % (" or ".join(k.name for k in kinds),
                                                       spec.dtype.name))
 
+    def operands(self, in_specs, names, kinds=INDEX_TYPES):
+        """The input specs, checked: one per name of ``names`` (data, indices[, updates]),
+        the indices (the second) of ``kinds``."""
+        if len(in_specs) != len(names):
+            self.fail("expects %d inputs (%s), got %d" % (len(names), ", ".join(names),
+                                                          len(in_specs)))
+        self.check_indices(in_specs[1], kinds)
+        return in_specs
+
+    def check_elements(self, idx, data, axis):
+        """Indices of GatherElements/ScatterElements: data's rank, no larger outside axis."""
+        if len(idx.shape) != len(data.shape) or any(
+                i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
+            self.fail("indices %s must have the rank of data %s and no larger size outside "
+                      "axis %d" % (idx.shape, data.shape, axis))
+
     def grad_flags(self, data):
         """Gradients flow to float32/float64 data; other dtypes have none to give."""
         return self.default_flags(has_backward=data.dtype in GRAD_TYPES)
@@ -72,10 +88,7 @@ class Gather(_Indexed):
     OPTIONS = {"axis": 0}
 
     def build(self, in_specs):
-        if len(in_specs) != 2:
-            self.fail("expects 2 inputs (data, indices), got %d" % len(in_specs))
-        data, idx = in_specs
-        self.check_indices(idx)
+        data, idx = self.operands(in_specs, ("data", "indices"))
         axis = self.axis_of(data.shape)
         self.dims = around(data.shape, axis)
         self.m = math.prod(idx.shape)
@@ -100,15 +113,9 @@ class GatherElements(_Indexed):
     OPTIONS = {"axis": 0}
 
     def build(self, in_specs):
-        if len(in_specs) != 2:
-            self.fail("expects 2 inputs (data, indices), got %d" % len(in_specs))
-        data, idx = in_specs
-        self.check_indices(idx)
+        data, idx = self.operands(in_specs, ("data", "indices"))
         axis = self.axis_of(data.shape)
-        if len(idx.shape) != len(data.shape) or any(
-                i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
-            self.fail("indices %s must have the rank of data %s and no larger size outside "
-                      "axis %d" % (idx.shape, data.shape, axis))
+        self.check_elements(idx, data, axis)
         self.block = ElementsBlock(self.ctx, data, idx.shape, axis)
         self.m = idx.shape[axis] if idx.shape else 1
         return Setup([TensorSpec(idx.shape, data.dtype)], workspace=self.block.bytes,
@@ -173,19 +180,13 @@ class ScatterElements(_Scatter, _Indexed):
     OPTIONS = {"axis": 0, "reduction": "none"}
 
     def build(self, in_specs):
-        if len(in_specs) != 3:
-            self.fail("expects 3 inputs (data, indices, updates), got %d" % len(in_specs))
-        data, idx, upd = in_specs
-        self.check_indices(idx)
+        data, idx, upd = self.operands(in_specs, ("data", "indices", "updates"))
         self.check_reduction(data.dtype)
         axis = self.axis_of(data.shape)
         if upd.shape != idx.shape or upd.dtype != data.dtype:
             self.fail("updates %s %s must have the indices' shape %s and the data's dtype %s"
                       % (upd.shape, upd.dtype.name, idx.shape, data.dtype.name))
-        if len(idx.shape) != len(data.shape) or any(
-                i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
-            self.fail("indices %s must have the rank of data %s and no larger size outside "
-                      "axis %d" % (idx.shape, data.shape, axis))
+        self.check_elements(idx, data, axis)
         self.block = ElementsBlock(self.ctx, data, idx.shape, axis)
         self.copy = StridedCopy(self.ctx, (math.prod(data.shape),), (1,), (1,), data.dtype)
         self.m = idx.shape[axis] if idx.shape else 1
@@ -220,10 +221,7 @@ class GatherND(_Indexed):
     OPTIONS = {"batch_dims": 0}
 
     def build(self, in_specs):
-        if len(in_specs) != 2:
-            self.fail("expects 2 inputs (data, indices), got %d" % len(in_specs))
-        data, idx = in_specs
-        self.check_indices(idx, (_I64,))
+        data, idx = self.operands(in_specs, ("data", "indices"), (_I64,))
         b = self.options["batch_dims"]
         if not is_int(b):
             self.fail("option 'batch_dims' must be an integer, got %r" % (b,))
@@ -250,16 +248,12 @@ class GatherND(_Indexed):
 
 
 @register("ScatterND")
-class ScatterND(_Scatter):
+class ScatterND(_Scatter, _Indexed):
     """y = x with y[idx[m, :]] op= u[m] (ONNX ScatterND)."""
     OPTIONS = {"reduction": "none"}
 
     def build(self, in_specs):
-        if len(in_specs) != 3:
-            self.fail("expects 3 inputs (data, indices, updates), got %d" % len(in_specs))
-        data, idx, upd = in_specs
-        if idx.dtype != _I64:
-            self.fail("indices must be int64, got %s" % idx.dtype.name)
+        data, idx, upd = self.operands(in_specs, ("data", "indices", "updates"), (_I64,))
         self.check_reduction(data.dtype)
         k = _nd_shapes(self, data, idx, 0)
         want = idx.shape[:-1] + data.shape[k:]
