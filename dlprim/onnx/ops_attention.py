@@ -360,10 +360,9 @@ def _guard(s, spec, bias, p):
 
 
 # ----------------------------------------------------------------- RMSNormalization
-@converts("RMSNormalization")
-def rms_normalization(b, node):
-    """x / sqrt(mean(x^2 over axes axis..) + epsilon) * scale: the RMSNorm layer over the
-    trailing axes from ``axis``, the scale broadcast to them."""
+def _normalized_axes(b, node):
+    """(x, its shape, axis, the normalized shape) of a normalization node over the axes
+    from ``axis`` on: a float input, statistics in float32 (``stash_type`` 1)."""
     x = node.inputs[0]
     shape = b.shape(x)
     if _dtype_name(b.dtype(x)) not in _FLOATS:
@@ -375,7 +374,14 @@ def rms_normalization(b, node):
     stash = int(node.attr("stash_type", 1))
     if stash != 1:
         raise Unsupported("stash_type %d (statistics in float32 only)" % stash)
-    normalized = tuple(shape[axis:])
+    return x, shape, axis, tuple(shape[axis:])
+
+
+@converts("RMSNormalization")
+def rms_normalization(b, node):
+    """x / sqrt(mean(x^2 over axes axis..) + epsilon) * scale: the RMSNorm layer over the
+    trailing axes from ``axis``, the scale broadcast to them."""
+    x, shape, axis, normalized = _normalized_axes(b, node)
     scale = np.asarray(b.const(node.inputs[1], "scale"))
     try:
         weight = np.broadcast_to(scale, normalized)
@@ -397,17 +403,7 @@ def layer_norm(b, node):
     """The LayerNorm layer over the axes from ``axis`` on (a missing bias is zeros); the
     Mean and InvStdDev outputs, where read, as ONNX's reference computes them: a mean, then
     1 / sqrt(mean((x - mean)^2) + epsilon), kept as (d0 .. d(axis-1), 1, .., 1)."""
-    x = node.inputs[0]
-    shape = b.shape(x)
-    if _dtype_name(b.dtype(x)) not in _FLOATS:
-        raise Unsupported("input of dtype %s" % _dtype_name(b.dtype(x)))
-    axis = int(node.attr("axis", -1))
-    if not -len(shape) <= axis < len(shape):
-        raise Unsupported("axis %d of an input of rank %d" % (axis, len(shape)))
-    axis %= len(shape)
-    if int(node.attr("stash_type", 1)) != 1:
-        raise Unsupported("stash_type %d (statistics in float32 only)" % node.attr("stash_type"))
-    normalized = tuple(shape[axis:])
+    x, shape, axis, normalized = _normalized_axes(b, node)
     eps = float(node.attr("epsilon", 1e-5))
     scale = b.const(node.inputs[1], "scale")
     bias = b.const(node.inputs[2], "bias") if node.input(2) else np.zeros(normalized, np.float32)
