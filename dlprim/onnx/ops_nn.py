@@ -60,14 +60,20 @@ def _composed(b, node):
         (node.input(2) is not None and not b.is_const(node.inputs[2]))
 
 
+def _convolution(b, node, composed, two_d):
+    """Conv or ConvTranspose: composed of layers (``composed``: weights given at run time,
+    3 and more spatial axes), 1-D as the 2-D layer, or the 2-D layer (``two_d``)."""
+    if _composed(b, node):
+        return composed(b, node)
+    if len(b.shape(node.inputs[0])) == 3:
+        return _one_d(b, node, two_d)
+    image_shape(b, node)
+    return two_d(b, node, b.value(node.inputs[0]), b.const(node.inputs[1], "weight"))
+
+
 @converts("Conv")
 def conv(b, node):
-    if _composed(b, node):
-        return conv_gather.conv(b, node)
-    if len(b.shape(node.inputs[0])) == 3:
-        return _one_d(b, node, _conv2d)
-    image_shape(b, node)
-    return _conv2d(b, node, b.value(node.inputs[0]), b.const(node.inputs[1], "weight"))
+    return _convolution(b, node, conv_gather.conv, _conv2d)
 
 
 def _conv2d(b, node, x, weight, output=None):
@@ -116,12 +122,7 @@ def _one_d(b, node, convert):
 
 @converts("ConvTranspose")
 def conv_transpose(b, node):
-    if _composed(b, node):
-        return conv_gather.conv_transpose(b, node)
-    if len(b.shape(node.inputs[0])) == 3:
-        return _one_d(b, node, _conv_transpose2d)
-    image_shape(b, node)
-    return _conv_transpose2d(b, node, b.value(node.inputs[0]), b.const(node.inputs[1], "weight"))
+    return _convolution(b, node, conv_gather.conv_transpose, _conv_transpose2d)
 
 
 def _conv_transpose2d(b, node, x, weight, output=None):
