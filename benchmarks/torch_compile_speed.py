@@ -31,6 +31,20 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def timed_ms(iteration, warmup, iters, sync):
+    """Mean ms of ``iteration`` (closed by ``sync``) over ``iters`` after ``warmup``."""
+    for _ in range(warmup):
+        iteration()
+    sync()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        iteration()
+        sync()
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(np.mean(times))
+
+
 def loop_ms(model, device, batch, mode, warmup, iters, sync, fused=False):
     import torch
     x_host = torch.randn(batch, 3, 224, 224)
@@ -51,16 +65,7 @@ def loop_ms(model, device, batch, mode, warmup, iters, sync, fused=False):
                 out = model(x)
         return out.cpu()
 
-    for _ in range(warmup):
-        iteration()
-    sync()
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        iteration()
-        sync()
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.mean(times))
+    return timed_ms(iteration, warmup, iters, sync)
 
 
 HF = {"gpt2": (8, 256), "bert": (16, 128)}  # net -> (batch, sequence length)
@@ -100,16 +105,7 @@ def hf_loop_ms(model, device, batch, seq, vocab, mode, warmup, iters, sync, fuse
         # for GPT-2) would time the copy, not the model
         return out.loss.detach().cpu()
 
-    for _ in range(warmup):
-        iteration()
-    sync()
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        iteration()
-        sync()
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.mean(times))
+    return timed_ms(iteration, warmup, iters, sync)
 
 
 def _compiled(kind, model):
