@@ -5,7 +5,7 @@ needing an OpenCL driver.
 """
 import numpy as np
 
-__all__ = ["DTYPES", "as_dtype", "cl_type", "compute_type", "dlp_name", "float32", "half",
+__all__ = ["DTYPES", "as_dtype", "cl_type", "cl_limits", "compute_type", "dlp_name", "float32", "half",
            "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool_",
            "HALF_TYPES", "is_float", "dtype_name", "cl_cast", "to_bfloat16", "bfloat16_values",
            "NARROW_TYPES", "is_narrow"]
@@ -119,6 +119,20 @@ def cl_type(dtype):
     """The OpenCL C type name of a dtype ('float', 'half', 'double', 'char', 'long', 'uchar'
     for uint8 and bool ...)."""
     return _CL_TYPES[as_dtype(dtype)]
+
+
+# the OpenCL C expressions of each type's lowest and highest value (the floats' infinities):
+# where a max or a min starts
+_LIMITS = {"char": ("CHAR_MIN", "CHAR_MAX"), "short": ("SHRT_MIN", "SHRT_MAX"),
+           "int": ("INT_MIN", "INT_MAX"), "long": ("LONG_MIN", "LONG_MAX"),
+           "uchar": ("0", "UCHAR_MAX"), "ushort": ("0", "USHRT_MAX"), "uint": ("0", "UINT_MAX"),
+           "ulong": ("0", "ULONG_MAX")}
+
+
+def cl_limits(ctype):
+    """(lowest, highest) of OpenCL C type ``ctype`` as C expressions: -INFINITY and
+    INFINITY for the floating types, the limits.h constants for the integers."""
+    return _LIMITS.get(ctype, ("-INFINITY", "INFINITY"))
 
 
 def compute_type(dtype):

@@ -12,16 +12,12 @@ for the integer types too) deciding for the NaN.
 """
 import numpy as np
 
-from ..dtypes import as_dtype, cl_type, dtype_name, is_float
+from ..dtypes import as_dtype, cl_limits, cl_type, dtype_name, is_float
 from ..tensor import Tensor
 from .pointwise import PointwiseBroadcastReduce, memo
 
 __all__ = ["Reduce", "ArgMax", "reduce", "argmax", "OPS", "op_code"]
 
-_LOWEST = {"float": "-INFINITY", "half": "-INFINITY", "bfloat16": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN",
-           "uchar": "0"}
-_HIGHEST = {"float": "INFINITY", "half": "INFINITY", "bfloat16": "INFINITY", "int": "INT_MAX", "long": "LONG_MAX",
-            "uchar": "UCHAR_MAX"}
 
 
 def op_code(op, ctype):
@@ -33,10 +29,10 @@ def op_code(op, ctype):
     if op == "abssum":
         return "y0 = x0 < 0 ? -x0 : x0;", "reduce_y0 = 0;", "reduce_y0 += y0;"
     if op == "max":
-        return "y0 = x0;", "reduce_y0 = %s;" % _LOWEST[ctype], \
+        return "y0 = x0;", "reduce_y0 = %s;" % cl_limits(ctype)[0], \
             "if (y0 > reduce_y0 || y0 != y0) reduce_y0 = y0;"
     if op == "min":
-        return "y0 = x0;", "reduce_y0 = %s;" % _HIGHEST[ctype], \
+        return "y0 = x0;", "reduce_y0 = %s;" % cl_limits(ctype)[1], \
             "if (y0 < reduce_y0 || y0 != y0) reduce_y0 = y0;"
     raise ValueError("Reduce: unknown op %r; known: %s" % (op, ", ".join(OPS)))
 
@@ -123,7 +119,7 @@ class ArgMax:
         index_shape = (n,) + (1,) * (len(self.in_shape) - self.axis - 1)
         self._index = Tensor.from_numpy(ctx, np.arange(n, dtype=self.index_dtype).reshape(index_shape))
         self._values = Tensor(ctx, self.keep_shape, self.dtype)
-        lowest = _LOWEST[cl_type(self.dtype)]
+        lowest = cl_limits(cl_type(self.dtype))[0]
         self._op = PointwiseBroadcastReduce(
             ctx, [(self.in_shape, self.dtype), (index_shape, self.index_dtype)],
             [(self.keep_shape, self.dtype), (self.keep_shape, self.index_dtype)],

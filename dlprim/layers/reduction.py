@@ -19,16 +19,12 @@ import numpy as np
 from ..core.copy import Fill
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..core.reduction import Reduce
-from ..dtypes import cl_type, compute_type, dtype_name, is_float
+from ..dtypes import cl_limits, cl_type, compute_type, dtype_name, is_float
 from ..utils import is_int as _is_int
 from .base import Layer, Setup, TensorSpec, register
 
 METHODS = ("sum", "sumsq", "abssum", "mean", "prod", "max", "min")
 _DIFFERENTIABLE = ("sum", "sumsq", "abssum", "mean")
-# the OpenCL limits of each compute type: where max and min start
-_LIMITS = {"char": ("CHAR_MIN", "CHAR_MAX"), "short": ("SHRT_MIN", "SHRT_MAX"),
-           "int": ("INT_MIN", "INT_MAX"), "long": ("LONG_MIN", "LONG_MAX"),
-           "uchar": ("0", "UCHAR_MAX")}
 _EXTREME = "if (y0 %s reduce_y0%s) reduce_y0 = y0;"
 _NAN_WINS = " || y0 != y0"  # true for a NaN only
 # derivative factor of each method as code over x1 = x
@@ -144,7 +140,7 @@ def _reduce_any(ctx, in_shape, keep_shape, method, dtype):
     """The reduction kernel of ``method`` over any dtype, accumulating in the dtype's
     compute type (16-bit floats in float), the result stored as the dtype."""
     ctype = compute_type(dtype)
-    lowest, highest = ("-INFINITY", "INFINITY") if is_float(dtype) else _LIMITS[ctype]
+    lowest, highest = cl_limits(ctype)
     nan = _NAN_WINS if is_float(dtype) else ""
     code = {"sum": "y0 = x0;", "mean": "y0 = x0;", "sumsq": "y0 = x0 * x0;",
             "abssum": "y0 = x0 < 0 ? -x0 : x0;"}.get(method, "y0 = x0;")

@@ -16,18 +16,12 @@ import numpy as np
 from ..core.copy import StridedCopy, contiguous_strides
 from ..core.pointwise import PointwiseBroadcastReduce
 from ..core.sort import sorter_for
-from ..dtypes import cl_type
+from ..dtypes import cl_limits, cl_type
 from ..tensor import Tensor, ws_view
 from ..utils import is_int, round_up
 from .base import Setup, TensorSpec, register
 from .scan import AxisLayer
 
-_LOWEST = {"float": "-INFINITY", "half": "-INFINITY", "bfloat16": "-INFINITY",
-           "double": "-INFINITY", "char": "CHAR_MIN", "short": "SHRT_MIN", "int": "INT_MIN",
-           "long": "LONG_MIN", "uchar": "0"}
-_HIGHEST = {"float": "INFINITY", "half": "INFINITY", "bfloat16": "INFINITY",
-            "double": "INFINITY", "char": "CHAR_MAX", "short": "SHRT_MAX", "int": "INT_MAX",
-            "long": "LONG_MAX", "uchar": "UCHAR_MAX"}
 _I64 = np.dtype(np.int64)
 
 
@@ -93,7 +87,7 @@ class _ArgExtreme(AxisLayer):
             tuple(s for k, s in enumerate(spec.shape) if k != self.axis)
         ishape = (n,) + (1,) * (len(spec.shape) - self.axis - 1)
         self.index = Tensor.from_numpy(self.ctx, np.arange(n, dtype=np.int64).reshape(ishape))
-        cmp, init = (">", _LOWEST[ct]) if self.LARGEST else ("<", _HIGHEST[ct])
+        cmp, init = (">", cl_limits(ct)[0]) if self.LARGEST else ("<", cl_limits(ct)[1])
         tie = ">" if self.options["select_last_index"] else "<"
         self.op = PointwiseBroadcastReduce(
             self.ctx, [(spec.shape, spec.dtype), (ishape, _I64)],

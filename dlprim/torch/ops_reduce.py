@@ -14,7 +14,7 @@ import torch
 from ..core.pointwise import memo, pointwise, pointwise_reduce
 from ..core.scan import scan_launches
 from ..core.sort import sort_launches, sorter_for
-from ..dtypes import cl_type
+from ..dtypes import cl_limits, cl_type
 from ..tensor import Tensor
 from .dispatch import register, handle
 from .ops_tensor import convert, meta_result
@@ -77,13 +77,6 @@ def _count(x, axes):
     return math.prod(shape[k] for k in axes)
 
 
-# ----- extreme values of each dtype, for the max / min folds
-_LOWEST = {"float": "-INFINITY", "half": "-INFINITY", "bfloat16": "-INFINITY",
-           "double": "-INFINITY", "char": "CHAR_MIN", "short": "SHRT_MIN", "int": "INT_MIN",
-           "long": "LONG_MIN", "uchar": "0"}
-_HIGHEST = {"float": "INFINITY", "half": "INFINITY", "bfloat16": "INFINITY",
-            "double": "INFINITY", "char": "CHAR_MAX", "short": "SHRT_MAX", "int": "INT_MAX",
-            "long": "LONG_MAX", "uchar": "UCHAR_MAX"}
 
 
 def _ctype(dtype):
@@ -92,12 +85,12 @@ def _ctype(dtype):
 
 # the folds: (code over x0 -> y0, reduce_init, reduce); a NaN wins max and min
 def _max_fold(dtype):
-    return ("y0 = x0;", "reduce_y0 = %s;" % _LOWEST[_ctype(dtype)],
+    return ("y0 = x0;", "reduce_y0 = %s;" % cl_limits(_ctype(dtype))[0],
             "if (y0 > reduce_y0 || y0 != y0) reduce_y0 = y0;")
 
 
 def _min_fold(dtype):
-    return ("y0 = x0;", "reduce_y0 = %s;" % _HIGHEST[_ctype(dtype)],
+    return ("y0 = x0;", "reduce_y0 = %s;" % cl_limits(_ctype(dtype))[1],
             "if (y0 < reduce_y0 || y0 != y0) reduce_y0 = y0;")
 
 
@@ -348,7 +341,7 @@ def _arange(x, axis):
 def _arg_fold_into(values, indices, x, axis, largest):
     """values, indices (kept shape) = the extreme of x along ``axis`` and its index."""
     dtype = _ctype(x.dtype)
-    cmp, init = (">", _LOWEST[dtype]) if largest else ("<", _HIGHEST[dtype])
+    cmp, init = (">", cl_limits(dtype)[0]) if largest else ("<", cl_limits(dtype)[1])
     keep = _kept(x, (axis,))
     pointwise_reduce(
         _ctx(x), [_flat(x), _arange(x, axis)], [as_dlprim(values).view(keep),
@@ -420,7 +413,7 @@ def _aminmax(x, *, dim=None, keepdim=False):
         keep = _kept(x, axes)
         pointwise_reduce(_ctx(x), [_flat(x)], [as_dlprim(lo).view(keep), as_dlprim(hi).view(keep)],
                          "y0 = x0; y1 = x0;",
-                         "reduce_y0 = %s; reduce_y1 = %s;" % (_HIGHEST[ct], _LOWEST[ct]),
+                         "reduce_y0 = %s; reduce_y1 = %s;" % (cl_limits(ct)[1], cl_limits(ct)[0]),
                          "if (y0 < reduce_y0 || y0 != y0) reduce_y0 = y0; "
                          "if (y1 > reduce_y1 || y1 != y1) reduce_y1 = y1;")
     return lo, hi
