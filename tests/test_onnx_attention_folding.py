@@ -4,9 +4,6 @@ transpose in one Transpose (0, 2, 3, 1), the scale split between q and k^T, the 
 mask and the NaN guard after the softmax) and GPT-2 through the dynamo exporter (k^T as
 Reshape, Transpose (0, 2, 1), Reshape; the mask Where(bool, 0, finfo.min) added). The
 folded nets match onnxruntime; a softmax over another axis is not folded."""
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 
@@ -16,10 +13,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "onnx_hf_exports.py")
-_spec = importlib.util.spec_from_file_location("onnx_hf_exports", _PATH)
-hf = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hf)
+from test_onnx_hf_exports import hf  # noqa: E402  (the exports' builders)
 
 
 def _types(path):
