@@ -16,6 +16,7 @@ nn = torch.nn
 
 import dlprim.torch as dt  # noqa: E402
 from dlprim.torch.compiler import reports  # noqa: E402
+from test_torch_compile import twins  # noqa: E402  (a model and its copy, same weights)
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -33,12 +34,10 @@ def close(a, b, tol=1e-4):
     np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, float(np.abs(b).max())))
 
 
-def twins(make, seed=0):
-    torch.manual_seed(seed)
-    ref = make()
-    model = make()
-    model.load_state_dict(ref.state_dict())
-    return ref, model
+def compiled_by(how, model):
+    """``model`` (on ocl) compiled the way ``how`` names."""
+    return torch.compile(model, backend="dlprim") if how == "torch.compile" else \
+        dt.compile(model)
 
 
 def cnn():
@@ -256,8 +255,7 @@ class Differences(nn.Module):
 def test_an_operator_the_exporter_lacks_is_exported_as_its_decomposition(how):
     ref, model = twins(Differences)
     model = model.to("ocl")
-    compiled = torch.compile(model, backend="dlprim") if how == "torch.compile" else \
-        dt.compile(model)
+    compiled = compiled_by(how, model)
     x = torch.randn(3, 4)
     y, want = compiled(x.to("ocl")), ref(x)
     assert reports()[-1].where == "dlprim", reports()[-1]
@@ -317,8 +315,7 @@ class Scored(nn.Module):
 def test_a_model_returning_its_loss_trains_as_a_net(how):
     ref, model = twins(Scored)
     model = model.to("ocl")
-    compiled = torch.compile(model, backend="dlprim") if how == "torch.compile" else \
-        dt.compile(model)
+    compiled = compiled_by(how, model)
     x, target = torch.randn(5, 4), torch.tensor([0, 2, 1, 1, 0])
     loss, want = compiled(x.to("ocl"), target.to("ocl")), ref(x, target)
     assert reports()[-1].where == "dlprim", reports()[-1]
@@ -374,8 +371,7 @@ class Dropped(nn.Module):
 def test_dropout_in_training_drops_in_the_net(how):
     ref, model = twins(Dropped)
     model = model.to("ocl").train()
-    compiled = torch.compile(model, backend="dlprim") if how == "torch.compile" else \
-        dt.compile(model)
+    compiled = compiled_by(how, model)
     x = torch.randn(8, 6)
     y = compiled(x.to("ocl"))
     assert reports()[-1].where == "dlprim", reports()[-1]
