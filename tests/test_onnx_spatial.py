@@ -12,6 +12,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import dlprim.onnx as dox  # noqa: E402
 from dlprim.onnx.errors import UnsupportedModelError  # noqa: E402
+from test_onnx_more_ops import check as reference_check, rand  # noqa: E402
 
 
 def one_node(op, inputs, outputs, consts=(), opset=22, **attrs):
@@ -30,19 +31,7 @@ def one_node(op, inputs, outputs, consts=(), opset=22, **attrs):
 
 def check(ctx, model, inputs, rtol=1e-4, atol=1e-5):
     """dlprim's outputs equal onnx's reference (values, shapes, dtypes)."""
-    want = ReferenceEvaluator(model).run(None, dict(inputs))
-    got = dox.load(model, ctx)(**dict(inputs))
-    got = list(got.values()) if isinstance(got, dict) else (
-        list(got) if isinstance(got, (list, tuple)) else [got])
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        g = np.asarray(g)
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    reference_check(ctx, model, inputs, rtol=rtol, atol=atol)
 
 
 # ----- pooling
