@@ -295,7 +295,8 @@ def _netconfig(module, example_inputs, kinds, train, index_of):
         # parameters stay parameters: a class token expanded over the batch is computed
         # in the net, not folded into a constant the backend could not trace back
         cfg, weights = to_netconfig(model, live=[n for n, i in index_of.items()
-                                                 if kinds[i] == "param"])
+                                                 if kinds[i] == "param"],
+                                    mode="train" if train else "predict")
     except OnnxImportError as e:
         raise _Unsupported(str(e).split("\n")[0] + (" " + "; ".join(
             "%s '%s': %s" % p for p in getattr(e, "problems", [])[:5]))) from None
@@ -305,33 +306,23 @@ def _netconfig(module, example_inputs, kinds, train, index_of):
 
 
 def _training_nodes_by_the_net(model):
-    """``model`` (ONNX bytes of a training graph) with the nodes the train-mode Net's own
-    layers compute in training written as in inference, where nothing reads their extra
-    outputs: BatchNormalization of ``training_mode=1`` (the BatchNorm layer normalizes by
-    the batch's statistics and updates its running ones, held under the buffers' names,
-    which the runner copies back to the model, its scale and bias trained; imported as
-    ONNX defines the node it would be composed over constant statistics), and Dropout
-    with ``training_mode`` true (the Dropout layer drops in training, PyTorch's inverted
-    dropout with masks of its own random stream; ONNX's node drops whatever the Net's
-    mode, which the importer refuses)."""
+    """``model`` (ONNX bytes of a training graph) with its Dropout nodes of
+    ``training_mode`` true whose mask nothing reads written as in inference: the Dropout
+    layer drops in training (PyTorch's inverted dropout with masks of its own random
+    stream), where ONNX's node drops whatever the Net's mode, which the importer refuses.
+    (BatchNormalization of ``training_mode=1`` is the importer's, for a train-mode Net:
+    ``to_netconfig(mode="train")``.)"""
     import onnx
     proto = onnx.load_from_string(model)
     graph = proto.graph
     read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
     changed = False
     for node in graph.node:
-        if node.op_type not in ("BatchNormalization", "Dropout") or \
-                any(o in read for o in node.output[1:]):
-            continue
-        if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
+        if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2] and \
+                not any(o in read for o in node.output[1:]):
             del node.input[2:]  # (the ratio, input 1, stays)
             del node.output[1:]
             changed = True
-        for a in node.attribute:
-            if node.op_type == "BatchNormalization" and a.name == "training_mode" and a.i:
-                a.i = 0
-                del node.output[1:]
-                changed = True
     return proto.SerializeToString() if changed else model
 
 
