@@ -28,6 +28,74 @@ def _profiled_device():
     return ocl_device._contexts[0]
 
 
+class _Events:
+    """Every command enqueued while active (PyOpenCL's enqueue functions wrapped), with its
+    event: the device time of code that runs outside a Net (the optimizer), and where the
+    device waits for the host (a command queued after the one before it had finished)."""
+
+    NAMES = ("enqueue_nd_range_kernel", "enqueue_copy", "enqueue_fill_buffer")
+
+    def __init__(self):
+        self.events = []
+
+    def __enter__(self):
+        import pyopencl as cl
+        self._saved = {n: getattr(cl, n) for n in self.NAMES}
+        events = self.events
+
+        def wrap(name, fn):
+            def enqueue(queue, *args, **kwargs):
+                event = fn(queue, *args, **kwargs)
+                what = args[0].function_name if name == "enqueue_nd_range_kernel" else name[8:]
+                events.append((what, event))
+                return event
+            return enqueue
+        for n, fn in self._saved.items():
+            setattr(cl, n, wrap(n, fn))
+        return self
+
+    def __exit__(self, *exc):
+        import pyopencl as cl
+        for n, fn in self._saved.items():
+            setattr(cl, n, fn)
+
+    def _timed(self):
+        out = []
+        for name, e in self.events:
+            if e is not None:
+                e.wait()
+                p = e.profile
+                out.append((name, p.queued * 1e-6, p.start * 1e-6, p.end * 1e-6))
+        return out
+
+    def by_kernel(self):
+        out = collections.defaultdict(lambda: [0, 0.0])
+        for name, _, start, end in self._timed():
+            out[name][0] += 1
+            out[name][1] += end - start
+        return sorted(out.items(), key=lambda kv: -kv[1][1])
+
+    def timeline(self, top=12):
+        """(span ms, busy ms, idle ms the host was late for, the largest such gaps as
+        (ms, the command before, the command after))."""
+        timed = sorted(self._timed(), key=lambda r: r[2])
+        if not timed:
+            return 0.0, 0.0, 0.0, []
+        busy, late, gaps = 0.0, 0.0, []
+        end = timed[0][2]
+        before = "(start)"
+        for name, queued, start, stop in timed:
+            if start > end:
+                gap = start - end
+                if queued > end:  # the device was idle until the host enqueued this
+                    late += gap
+                    gaps.append((gap, before, name))
+            busy += max(0.0, stop - max(start, end))
+            end, before = max(end, stop), name
+        span = end - timed[0][2]
+        return span, busy, late, sorted(gaps, reverse=True)[:top]
+
+
 def _timed(fn, sync, iters):
     sync()
     start = time.perf_counter()
@@ -47,6 +115,7 @@ def main(argv=None):
     p.add_argument("--seq", type=int)
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--small", action="store_true", help="two-layer configs (a quick check)")
+    p.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
     p.add_argument("--kernels", type=int, default=25, help="backward kernels listed")
     args = p.parse_args(argv)
     batch, seq = HF[args.net]
@@ -56,7 +125,7 @@ def main(argv=None):
     model, vocab = hf_model(args.net, args.small)
     model = model.to("ocl").train()
     compiled = dlprim.torch.compile(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.fused or None)
     ids = torch.randint(0, vocab, (batch, seq)).to("ocl")
     sync = dlprim.torch.synchronize
 
@@ -73,6 +142,13 @@ def main(argv=None):
     step_ms = _timed(step, sync, args.iters)
     fwd_bwd_ms = _timed(fwd_bwd, sync, args.iters)
     opt_ms = _timed(opt.step, sync, args.iters)
+    sync()
+    with _Events() as seen:
+        opt.step()
+        sync()
+    with _Events() as whole:
+        step()
+        sync()
     runners = [r for rs in compiled._runners.values() for r in rs if r is not None]
     net = runners[0].net
     rows = _profile(ctx, net, True)
@@ -92,6 +168,15 @@ def main(argv=None):
     for (pass_, layer), ms in sorted(by.items(), key=lambda kv: (kv[0][0], -kv[1])):
         print("| %s | %s | %d | %.2f | %.1f%% |" % (pass_, layer, count[pass_, layer], ms,
                                                  100 * ms / max(passes[pass_], 1e-9)))
+    span, busy, late, gaps = whole.timeline()
+    print("one step on the device: %.2f ms from first to last command, busy %.2f, idle "
+          "waiting for the host %.2f" % (span, busy, late))
+    print("| idle gap ms | after | before |\n|---:|---|---|")
+    for gap, before, after in gaps:
+        print("| %.3f | %s | %s |" % (gap, before, after))
+    print("| optimizer kernel | launches | ms |\n|---|---:|---:|")
+    for name, (n, ms) in seen.by_kernel():
+        print("| %s | %d | %.2f |" % (name, n, ms))
     print("| backward kernel | ms |\n|---|---:|")
     kernels = [(name, ms) for kind, name, _, ms in rows if kind == "bwd-kernel"]
     for name, ms in kernels[:args.kernels]:
