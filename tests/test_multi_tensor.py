@@ -230,3 +230,38 @@ def test_foreach_over_fresh_tensors_replays_the_first_calls_launches():
     torch._foreach_add_(ys, [ys[1], ys[0]])
     torch._foreach_add_(cpu, [cpu[1], cpu[0]])
     _same(ys, cpu, 1e-6)
+
+
+def test_foreach_over_fresh_views_of_one_buffer_replays_and_checks_overlap(monkeypatch):
+    """Gradients that are views of one buffer (a Net's gradient memory) and change objects
+    every step replay the first call's launches, each view at its own place; views that
+    overlap in a later call are not run at once."""
+    sizes = [6, 40, 3]
+    ends = np.cumsum([0] + sizes)
+    flat_cpu = torch.randn(int(ends[-1]), generator=torch.Generator().manual_seed(5))
+    flat = flat_cpu.to("ocl")
+    state_cpu = _lists(6, sizes)
+    state = [t.to("ocl") for t in state_cpu]
+    built = []
+    plan = mt.MultiTensorPlan
+    monkeypatch.setattr(mt, "MultiTensorPlan", lambda *a: built.append(1) or plan(*a))
+    for step in range(3):
+        views = [flat[ends[i]:ends[i + 1]] for i in range(len(sizes))]  # new objects
+        views_cpu = [flat_cpu[ends[i]:ends[i + 1]] for i in range(len(sizes))]
+        torch._foreach_addcmul_(state, views, views, 0.5)
+        torch._foreach_addcmul_(state_cpu, views_cpu, views_cpu, 0.5)
+        _same(state, state_cpu, 1e-6)
+        flat.mul_(1.5)
+        flat_cpu.mul_(1.5)
+    assert len(built) == 1  # prepared by the first step, replayed by the others
+    # the outputs as views of one buffer, the second shifted onto the first from the
+    # next call on: a replay must not run them at once
+    base = torch.arange(12.0).to("ocl")
+    base_cpu = torch.arange(12.0)
+    for shift in (6, 3):
+        ys = [base[0:6], base[shift:shift + 6]]
+        ys_cpu = [base_cpu[0:6], base_cpu[shift:shift + 6]]
+        torch._foreach_add_(ys, [torch.ones(6).to("ocl")] * 2)
+        for y in ys_cpu:
+            y.add_(torch.ones(6))
+        _same([base], [base_cpu])

@@ -83,7 +83,7 @@ class MultiTensorPointwise:
         return typed_params(self.param_types, params, self.name)
 
     def _check(self, groups):
-        """The groups with elements, each as (xs, ys, n)."""
+        """The groups with elements, each as (xs, ys, n, the group's index)."""
         out = []
         for g, (xs, ys) in enumerate(groups):
             if len(xs) != len(self.x_dtypes) or len(ys) != len(self.y_dtypes):
@@ -99,17 +99,19 @@ class MultiTensorPointwise:
                                          "takes %s of %d" % (self.name, g, what, i, t.dtype.name,
                                                              t.size, dt.name, 1 if one else n))
             if n:
-                out.append((xs, ys, n))
+                out.append((xs, ys, n, g))
         return out
 
-    def launches(self, groups, params=()):
+    def launches(self, groups, params=(), slots=None):
         """Prepared launches over ``groups`` (a list of (xs, ys) of dlprim Tensors), the
-        scalar ``params`` their last arguments (``MultiTensorPlan.run`` re-binds them)."""
+        scalar ``params`` their last arguments (``MultiTensorPlan.run`` re-binds them).
+        ``slots``, a list, receives per launch [(argument index of a tensor's buffer,
+        (group, tensor k of the group's xs + ys))] (``program.Recording.at``)."""
         typed = self.typed_params(params)
         groups = self._check(groups)
         if not groups:
             return []
-        it = index_type(max(n for _, _, n in groups))
+        it = index_type(max(n for _, _, n, _ in groups))
         prog, kernel = self._program(it)
         out = []
         G = self.groups_per_launch
@@ -117,19 +119,22 @@ class MultiTensorPointwise:
             part = groups[first:first + G]
             if self._cpu:
                 chunk = tuning_launch.pointwise_cpu_chunk(self.ctx.facts,
-                                                          max(n for _, _, n in part))
+                                                          max(n for _, _, n, _ in part))
                 lsize = 1
             else:
                 chunk, lsize = self._wg * _GPU_ELEMS, self._wg
-            args, blocks = [it(chunk)], 0
+            args, blocks, places = [it(chunk)], 0, []
             for g in range(G):  # slots past the last group repeat its tensors, own no block
-                xs, ys, n = part[min(g, len(part) - 1)]
+                xs, ys, n, index = part[min(g, len(part) - 1)]
                 used = g < len(part)
                 args += [it(n if used else 0), np.uint32(blocks if used else _NO_BLOCK)]
-                for t in list(xs) + list(ys):
+                for k, t in enumerate(list(xs) + list(ys)):
+                    places.append((len(args), (index, k)))
                     args += [t.buffer, np.uint64(t.offset)]
                 blocks += ceil_div(n, chunk) if used else 0
             out.append(program.Launch(prog, kernel, (blocks * lsize,), (lsize,), args + typed))
+            if slots is not None:
+                slots.append(places)
         return out
 
     def __call__(self, groups, params=(), queue=None):
@@ -143,9 +148,9 @@ class MultiTensorPlan:
     """Launches of a ``MultiTensorPointwise`` prepared once over fixed groups, run again
     with new scalar params (a learning rate that a schedule moves)."""
 
-    def __init__(self, op, groups, params=()):
+    def __init__(self, op, groups, params=(), slots=None):
         self.op = op
-        self.launches = op.launches(groups, params)
+        self.launches = op.launches(groups, params, slots)
         self._params = tuple(params)
 
     def run(self, params=(), queue=None):

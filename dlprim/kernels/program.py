@@ -249,12 +249,32 @@ class Recording:
     with the same signature skips preparing its launches again.
 
     ``Recording.of`` answers None where the tensors cannot be told apart by their buffers
-    (two of them views of one buffer): such a call is prepared anew each time.
+    (two of them views of one buffer): such a call is prepared anew each time, unless its
+    maker says where each tensor's arguments are (``Recording.at``).
     """
-    __slots__ = ("steps",)
+    __slots__ = ("steps", "checked")
 
     def __init__(self, steps):
         self.steps = steps  # [(shared kernel, gsize, lsize, args, [(arg, tensor, delta)])]
+        self.checked = None  # what the user last verified a replay over (its own business)
+
+    @staticmethod
+    def at(launches, slots):
+        """The recording of ``launches`` with the tensors' places given: ``slots[i]`` lists
+        (argument index of a buffer, tensor index) for launch i, the offset argument
+        following the buffer and pointing at the tensor's first element. Views of one
+        buffer are told apart by where they sit, not by their buffer."""
+        steps = []
+        for launch, places in zip(launches, slots):
+            args = list(launch.args)
+            for k, _ in places:
+                args[k] = args[k + 1] = None
+            kernel = _shared_kernel(launch.program, launch.name)
+            with _shared_lock:
+                _declare_scalars(kernel, launch.args)
+            steps.append((kernel, launch.gsize, launch.lsize, args,
+                          [(k, i, 0) for k, i in places]))
+        return Recording(steps)
 
     @staticmethod
     def of(launches, tensors):

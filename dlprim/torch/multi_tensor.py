@@ -101,31 +101,59 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     op = memo(ctx, ("mt", name, code, xd, yd, tuple(types), tuple(one or ())),
                lambda: MultiTensorPointwise(ctx, xd, yd, code, types, one, name=name))
     # the same computation over other tensors of the same sizes and the same pattern of
-    # repeats (an optimizer's fresh gradients every step): the launches recorded by the
-    # first such call, replayed over these tensors' memory (program.Recording)
+    # repeats (an optimizer's fresh gradients every step, or gradients that are views of
+    # one buffer): the launches recorded by the first such call, replayed over these
+    # tensors' memory (program.Recording, each tensor's arguments known by their place)
     unique, pattern = _unique(tensors)
     views = [as_dlprim(t) for t in unique]
     signature = ("mt_recording", name, code, tuple(types), tuple(one or ()), xd, yd, pattern,
                  tuple((t.size, t.offset % RECORDING_ALIGN) for t in views))
-    distinct = len({id(v.buffer) for v in views}) == len(views)
-    recording = ctx.ops.get(signature) if distinct else None
-    if recording is not None:
-        recording.replay(ctx.queue, views, tuple(op.typed_params(values)))
-        return
     position = {id(t): k for k, t in enumerate(unique)}
-    groups = [([views[position[id(lst[i])]] for lst in x_lists],
-               [views[position[id(lst[i])]] for lst in y_lists]) for i in range(n)]
+    width = len(x_lists) + len(y_lists)
+    at = [position[id(lst[i])] for i in range(n) for lst in list(x_lists) + list(y_lists)]
+    recording = ctx.ops.get(signature)
+    if recording is not None:
+        _check_disjoint(recording, views, at, len(x_lists), width, n, name)
+        recording.replay(ctx.queue, [views[k] for k in at], tuple(op.typed_params(values)))
+        return
+    groups = _groups(views, at, len(x_lists), width, n)
     if not _disjoint(groups):
         raise Overlap("%s: an output shares memory with another output or with an input "
                       "in another layout; the elements cannot run at once" % name)
-    plan = MultiTensorPlan(op, groups, values)
+    slots = []
+    plan = MultiTensorPlan(op, groups, values, slots)
     if keep:
         plans.put(key, tensors, plan)
-    if distinct:
-        recorded = Recording.of(plan.launches, views)
-        if recorded is not None:
-            ctx.ops[signature] = recorded
+    recorded = Recording.at(plan.launches, [[(arg, g * width + k) for arg, (g, k) in places]
+                                            for places in slots])
+    recorded.checked = _layout(views)
+    ctx.ops[signature] = recorded
     plan.run(values)
+
+
+def _layout(views):
+    return tuple((v.buffer.int_ptr, v.offset) for v in views)
+
+
+def _groups(views, at, nx, width, n):
+    """Element i's (inputs, outputs) from the flat places ``at`` into ``views``."""
+    return [([views[k] for k in at[i * width:i * width + nx]],
+             [views[k] for k in at[i * width + nx:(i + 1) * width]]) for i in range(n)]
+
+
+def _check_disjoint(recording, views, at, nx, width, n, name):
+    """Overlap unless the outputs of a replay over ``views`` are apart (see _disjoint):
+    checked where the memory differs from what the recording last ran over and some
+    views share a buffer (apart from that, only the repeats of one tensor could overlap,
+    and those are the recording's own pattern)."""
+    layout = _layout(views)
+    if layout == recording.checked:
+        return
+    if len({b for b, _ in layout}) < len(layout) and \
+            not _disjoint(_groups(views, at, nx, width, n)):
+        raise Overlap("%s: an output shares memory with another output or with an input "
+                      "in another layout; the elements cannot run at once" % name)
+    recording.checked = layout
 
 
 def _unique(tensors):
