@@ -228,6 +228,90 @@ def test_a_parameter_expanded_over_the_batch_is_trained_in_the_net():
     close(compiled(x2.to("ocl")), ref(x2))
 
 
+class BiasedAttention(nn.Module):
+    """Self-attention with an additive bias on the scores of shape (1, H, L, L), as T5's:
+    "embedding" looks up a trained table by the relative positions, "parameter" trains
+    the bias itself, "constant" looks up a buffer (folded into a constant). ``keys``:
+    "transpose" writes k^T as k.transpose(-2, -1), "split" as one permute of the heads'
+    split (BERT's spelling, a Transpose (0, 2, 3, 1) in the graph)."""
+
+    def __init__(self, bias, keys="transpose", length=5, heads=2, width=4):
+        super().__init__()
+        self.heads, self.width, self.keys = heads, width, keys
+        self.qkv = nn.Linear(heads * width, 3 * heads * width)
+        if bias == "embedding":
+            self.table = nn.Embedding(2 * length - 1, heads)
+        elif bias == "parameter":
+            self.bias = nn.Parameter(torch.randn(1, heads, length, length))
+        else:
+            self.register_buffer("positions", torch.randn(2 * length - 1, heads))
+
+    def forward(self, x):
+        return self.attend(x, self.scores_bias(x))
+
+    def attend(self, x, bias):
+        n, length, _ = x.shape
+        qkv = self.qkv(x).view(n, length, 3, self.heads, self.width)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        kt = qkv[:, :, 1].permute(0, 2, 3, 1) if self.keys == "split" else k.transpose(-2, -1)
+        weights = (q @ kt + bias).softmax(-1)
+        return (weights @ v).transpose(1, 2).reshape(n, length, -1)
+
+    def scores_bias(self, x):
+        if hasattr(self, "bias"):
+            return self.bias
+        at = torch.arange(x.shape[1], device=x.device)
+        relative = at[None, :] - at[:, None] + x.shape[1] - 1
+        table = self.table(relative) if hasattr(self, "table") else self.positions[relative]
+        return table.permute(2, 0, 1).unsqueeze(0)
+
+
+@pytest.mark.parametrize("bias,keys", [("embedding", "transpose"), ("parameter", "transpose"),
+                                       ("constant", "transpose"), ("embedding", "split"),
+                                       ("constant", "split")])
+def test_an_attention_bias_that_trains_gets_its_gradient(bias, keys):
+    """The fused attention gives its mask no gradient: a bias that trains keeps the
+    attention unfused, a constant one is folded into it, however k^T is spelled."""
+    ref, model = twins(lambda: BiasedAttention(bias, keys))
+    compiled = dt.compile(model.to("ocl"))
+    x = torch.randn(3, 5, 8)
+    y, want = compiled(x.to("ocl")), ref(x)
+    close(y, want)
+    y.square().sum().backward()
+    want.square().sum().backward()
+    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
+        assert a.grad is not None, name
+        close(a.grad, b.grad)
+    types = [op.type for op in _net_of(compiled).graph.ops]
+    assert ("ScaledDotProductAttention" in types) == (bias == "constant"), types
+
+
+class BiasAfterBreak(BiasedAttention):
+    """The trained bias reaches the attention's graph as an input that requires grad."""
+
+    def forward(self, x):
+        bias = self.scores_bias(x)
+        torch._dynamo.graph_break()
+        return self.attend(x, bias)
+
+
+def test_an_attention_bias_given_as_an_input_after_a_break_gets_its_gradient():
+    """The importer is not told which graph inputs require grad: a bias read from a
+    float input keeps the attention unfused."""
+    ref, model = twins(lambda: BiasAfterBreak("embedding"))
+    compiled = torch.compile(model, backend=dt.backend)
+    before = len(reports())
+    x = torch.randn(3, 5, 8)
+    y, want = compiled(x), ref(x)
+    assert [r.where for r in reports()[before:]] == ["dlprim", "dlprim"]
+    assert "ScaledDotProductAttention" not in reports()[-1].layers
+    close(y, want)
+    y.square().sum().backward()
+    want.square().sum().backward()
+    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
+        close(a.grad, b.grad)
+
+
 class CrossAttention(nn.Module):
     def __init__(self):
         super().__init__()

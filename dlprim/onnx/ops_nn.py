@@ -435,25 +435,20 @@ def attention(b, node):
     fits = (sk is not None and scale is not None and scale > 0 and len(sq) == len(sv) == 4
             and _last_axis_softmax(b, node) and sk[:2] == sq[:2]
             and sv[:2] == sq[:2] and sk[3] == sq[3] and sv[2] == sk[2]
-            and not any(b.is_const(t) for t in (k, v))
-            # torch.compile's graphs (live parameters) keep k^T as it was spelled before
-            # the other exporters' spellings were taken: T5's trained position bias lost
-            # its gradient through the fused layer there, a cause not yet found
-            and not (b.live and kperm is not None))
+            and not any(b.is_const(t) for t in (k, v)))
     causal = False
     if fits and mask:
         target = (sq[0], sq[1], sq[2], sk[2])
         m = b.shape(mask)
         full = (1,) * (4 - len(m)) + tuple(m)
         fits = len(m) <= 4 and all(a in (1, t) for a, t in zip(full, target))
+        # the fused layer takes its mask as data (no gradient): a bias that trains (T5's
+        # Embedding of the relative positions) keeps the layers it was
+        fits = fits and not _mask_trains(b, mask)
         if fits and b.is_const(mask):
             value = np.asarray(b.consts[mask])
             fits = value.dtype.kind == "f"
             causal = fits and _causal(value, sq[2], sk[2])
-        elif fits:
-            # the fused layer takes its mask as data (no gradient): a bias computed from
-            # a trainable parameter (T5's relative positions) keeps the layers it was
-            fits = not _reads_trainable(b, b.value(mask))
     if not fits:
         for original in node.attrs["nodes"]:
             b._convert(original)
@@ -470,27 +465,45 @@ def attention(b, node):
           options={"scale": scale, "causal": causal})
 
 
+def _mask_trains(b, mask):
+    """Whether ONNX tensor ``mask`` may need a gradient: it is a weight that trains (a
+    constant that becomes a trainable Parameter, ``Importer._parameter``: a live parameter,
+    or an initializer of a train-mode Net), or is computed from one or from a float net
+    input (``_reads_trainable``)."""
+    if b.is_const(mask):
+        return np.asarray(b.consts[mask]).dtype == np.float32 and (
+            mask in b.live or (b.mode == "train" and mask in b.info.initializers))
+    return _reads_trainable(b, b.value(mask))
+
+
 def _reads_trainable(b, tensor):
-    """Whether dlprim tensor ``tensor`` is computed from a weight that trains: one of the
-    ``live`` parameters (torch.compile's), or, for a train-mode Net, any weight the Net
-    trains."""
-    todo, seen = [tensor], set()
-    while todo:
-        t = todo.pop()
-        if t in seen:
+    """Whether dlprim tensor ``tensor`` is computed from a weight that trains (one of the
+    ``live`` parameters, torch.compile's, or, for a train-mode Net, any weight the Net
+    trains) or from a float net input: the importer is not told which inputs require grad
+    (a torch.compile graph's input after a break, T5's position bias computed before it,
+    does), and a Net may train in predict mode (an eval-mode graph's gradients).
+    Every writer of a tensor is followed, not only ``b.producer``'s last one: an operator
+    written in place (T5's bias: the Unsqueeze after the Transpose of its Embedding, a
+    Reshape) writes its input's name, so the last writer reads the tensor it writes and
+    hides the operators before it."""
+    inputs = {name for name, _, _ in b.info.inputs}
+    needed = {tensor}
+    for op in reversed(b.cfg.operators):  # in the order they run: readers after writers
+        if needed.isdisjoint(op["outputs"]):
             continue
-        seen.add(t)
-        op = b.producer.get(t)
-        if op is None:
-            continue
-        params = op.get("params") or []
-        if any(p in b.live for p in params):
+        if _trains(b, op):
             return True
-        if b.mode == "train" and params and not op.get("frozen") and (
-                op["type"] != "Parameter" or (op.get("options") or {}).get("is_trainable")):
-            return True
-        todo.extend(op.get("inputs", []))
-    return False
+        needed.update(op.get("inputs", []))
+    return any(t in inputs and b.dtypes[t].kind == "f" for t in needed)
+
+
+def _trains(b, op):
+    """Whether dlprim operator ``op`` reads a weight that trains (``_reads_trainable``)."""
+    params = op.get("params") or []
+    if any(p in b.live for p in params):
+        return True
+    return b.mode == "train" and bool(params) and not op.get("frozen") and (
+        op["type"] != "Parameter" or bool((op.get("options") or {}).get("is_trainable")))
 
 
 @converts("PackedAttention")
