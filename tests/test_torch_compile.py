@@ -368,3 +368,44 @@ def test_compiled_nets_follow_the_float32_matmul_precision():
     fresh = dt.compile(twins(cnn)[1].to("ocl"))
     fresh(x.to("ocl"))
     assert _net_of(fresh).precision == "fp32"
+
+
+class _ByTransposed(torch.nn.Module):
+    """y = relu(x @ w + b) @ w2: weights stored (in, out), as GPT-2's Conv1D; the Net holds
+    them transposed."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.w = torch.nn.Parameter(torch.randn(5, 7, generator=g))
+        self.b = torch.nn.Parameter(torch.randn(7, generator=g))
+        self.w2 = torch.nn.Parameter(torch.randn(7, 3, generator=g))
+
+    def forward(self, x):
+        return torch.relu(x @ self.w + self.b) @ self.w2
+
+
+def test_weights_held_transposed_keep_one_gradient_tensor_that_accumulates():
+    """A weight the Net holds transposed gets its gradient in one tensor of its own that
+    the next backward writes again (an optimizer's launches stay prepared over it), adds
+    to when .grad was not reset, and keeps what was done to .grad in between."""
+    cpu, ocl = _ByTransposed(), _ByTransposed().to("ocl")
+    compiled = dt.compile(ocl)
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(4))
+    for step in range(2):
+        for m in (cpu, ocl):
+            m.zero_grad(set_to_none=True)
+        cpu(x).square().sum().backward()
+        compiled(x.to("ocl")).square().sum().backward()
+        if step == 0:
+            first = ocl.w.grad
+        for a, b in ((cpu.w, ocl.w), (cpu.w2, ocl.w2), (cpu.b, ocl.b)):
+            close(b.grad, a.grad)
+    assert ocl.w.grad is first  # the same tensor every step
+    with torch.no_grad():  # .grad changed in place, then a second backward adds
+        cpu.w.grad.mul_(0.5)
+        ocl.w.grad.mul_(0.5)
+    cpu(x).square().sum().backward()
+    compiled(x.to("ocl")).square().sum().backward()
+    for a, b in ((cpu.w, ocl.w), (cpu.w2, ocl.w2), (cpu.b, ocl.b)):
+        close(b.grad, a.grad)

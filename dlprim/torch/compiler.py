@@ -577,7 +577,10 @@ class _Runner:
             # ocl weight the Net does not share is copied at every call (a device copy)
             seen = (id(t), t._version) if t.device.type != "ocl" else None
             if seen is None or self.versions.get(name) != seen:
-                self._write(self.net.param(name), t.detach().t() if how == "t" else t)
+                if how == "t" and t.device.type == "ocl" and t.dtype == torch.float32:
+                    _transposed_into(self.net.param(name), t)
+                else:
+                    self._write(self.net.param(name), t.detach().t() if how == "t" else t)
                 self.versions[name] = seen
         for name, t in zip(self.data_names, data):
             self._write(self.net.tensor(name), t)
@@ -634,7 +637,10 @@ class _Runner:
             else:
                 self._write(dst, g.contiguous() if g.device.type == "ocl" else g)
         direct = self._direct_grads(tensors)
-        adding = {name for name, (p, view) in direct.items() if p.grad is view}
+        # (a transposed weight's gradient is added to on the torch side, its Net
+        # gradient zeroed like any other)
+        adding = {name for name, (p, view) in direct.items()
+                  if p.grad is view and self.sources[name][1] == "same"}
         if not adding:
             self.net.zero_grad()
         else:  # those .grad views sum this backward into what they hold
@@ -653,6 +659,13 @@ class _Runner:
                 continue
             d = direct.get(name)
             if d is not None:
+                if how == "t":  # the persistent gradient: the Net's, transposed into it
+                    diff = self.net.param_diff(name)
+                    if d[0].grad is d[1]:
+                        with torch.no_grad():
+                            d[1].add_(_over(self.index, diff).t())
+                    else:
+                        _transposed_into(_tensor.as_dlprim(d[1]), _over(self.index, diff))
                 if d[0].grad is not d[1]:
                     d[0].grad = d[1]
                 continue
@@ -673,8 +686,7 @@ class _Runner:
             return {}
         if self._candidates is None:  # what the graph fixes: float32 parameters held as they are
             self._candidates = [(name, i) for name, (i, how) in self.sources.items()
-                                if self.kinds[i] == "param" and how == "same"
-                                and self.uses[i] == 1]
+                                if self.kinds[i] == "param" and self.uses[i] == 1]
         out = {}
         for name, i in self._candidates:
             p = tensors[i]
@@ -684,10 +696,14 @@ class _Runner:
             view, node = self._grad_views.get(name, (None, None))
             if view is None or view.shape != p.shape:
                 diff = self.net.param_diff(name)
-                if diff.size != p.numel() or not p.requires_grad or p.grad_fn is not None:
+                if diff.size != p.numel() or not p.requires_grad or p.grad_fn is not None \
+                        or not p.is_contiguous():
                     continue
-                view = _tensor.OclTensor(_tensor.Storage.over(self.index, diff), p.shape,
-                                         p.stride(), 0, torch.float32)
+                if self.sources[name][1] == "t":  # a tensor of its own, written each backward
+                    view = _tensor.empty(p.shape, torch.float32, self.index)
+                else:
+                    view = _tensor.OclTensor(_tensor.Storage.over(self.index, diff), p.shape,
+                                             p.stride(), 0, torch.float32)
                 with torch.enable_grad():  # p's AccumulateGrad, behind a view of p
                     node = p.view_as(p).grad_fn.next_functions[0][0]
                 self._grad_views[name] = (view, node)
@@ -700,6 +716,21 @@ class _Runner:
             if grad is None or grad is view:
                 out[name] = (p, view)
         return out
+
+
+def _over(index, t):
+    """A contiguous torch view of the dlprim tensor ``t`` (float32) on ocl:index."""
+    shape = tuple(t.shape)
+    return _tensor.OclTensor(_tensor.Storage.over(index, t), shape,
+                             _tensor.contiguous_strides(shape), 0, torch.float32)
+
+
+def _transposed_into(dst, t):
+    """dlprim tensor ``dst`` (R, C) = the 2-D float32 ocl tensor ``t`` (C, R) transposed:
+    one strided copy, nothing staged (a weight the Net holds transposed, each call)."""
+    rows, cols = dst.shape
+    s0, s1 = t.stride()
+    _tensor.strided_copy(dst.ctx, (rows, cols), _tensor._start(t), (s1, s0), dst, (cols, 1))
 
 
 class _NetFunction(torch.autograd.Function):
