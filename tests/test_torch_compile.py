@@ -231,7 +231,8 @@ def test_a_parameter_expanded_over_the_batch_is_trained_in_the_net():
 class BiasedAttention(nn.Module):
     """Self-attention with an additive bias on the scores of shape (1, H, L, L), as T5's:
     "embedding" looks up a trained table by the relative positions, "parameter" trains
-    the bias itself, "constant" looks up a buffer (folded into a constant). ``keys``:
+    the bias itself, "constant" looks up a buffer (folded into a constant), "buffer" is a
+    buffer itself (an initializer of the graph that is no parameter). ``keys``:
     "transpose" writes k^T as k.transpose(-2, -1), "split" as one permute of the heads'
     split (BERT's spelling, a Transpose (0, 2, 3, 1) in the graph)."""
 
@@ -243,6 +244,8 @@ class BiasedAttention(nn.Module):
             self.table = nn.Embedding(2 * length - 1, heads)
         elif bias == "parameter":
             self.bias = nn.Parameter(torch.randn(1, heads, length, length))
+        elif bias == "buffer":
+            self.register_buffer("mask", torch.randn(1, heads, length, length))
         else:
             self.register_buffer("positions", torch.randn(2 * length - 1, heads))
 
@@ -260,6 +263,8 @@ class BiasedAttention(nn.Module):
     def scores_bias(self, x):
         if hasattr(self, "bias"):
             return self.bias
+        if hasattr(self, "mask"):
+            return self.mask
         at = torch.arange(x.shape[1], device=x.device)
         relative = at[None, :] - at[:, None] + x.shape[1] - 1
         table = self.table(relative) if hasattr(self, "table") else self.positions[relative]
@@ -268,10 +273,11 @@ class BiasedAttention(nn.Module):
 
 @pytest.mark.parametrize("bias,keys", [("embedding", "transpose"), ("parameter", "transpose"),
                                        ("constant", "transpose"), ("embedding", "split"),
-                                       ("constant", "split")])
+                                       ("constant", "split"), ("buffer", "transpose")])
 def test_an_attention_bias_that_trains_gets_its_gradient(bias, keys):
     """The fused attention gives its mask no gradient: a bias that trains keeps the
-    attention unfused, a constant one is folded into it, however k^T is spelled."""
+    attention unfused, a constant one (a buffer too: in a training graph, only the
+    parameters train) is folded into it, however k^T is spelled."""
     ref, model = twins(lambda: BiasedAttention(bias, keys))
     compiled = dt.compile(model.to("ocl"))
     x = torch.randn(3, 5, 8)
@@ -283,7 +289,7 @@ def test_an_attention_bias_that_trains_gets_its_gradient(bias, keys):
         assert a.grad is not None, name
         close(a.grad, b.grad)
     types = [op.type for op in _net_of(compiled).graph.ops]
-    assert ("ScaledDotProductAttention" in types) == (bias == "constant"), types
+    assert ("ScaledDotProductAttention" in types) == (bias in ("constant", "buffer")), types
 
 
 class BiasAfterBreak(BiasedAttention):

@@ -151,5 +151,31 @@ def test_model_is_all_nets_and_matches_eager(name, how, mode):
         same_outputs(compiled(**on_ocl), ref(**kwargs))
     graphs = reports()[start:]
     assert graphs and all(g.where == "dlprim" for g in graphs), graphs
-    if name == "t5":
-        assert any("ScaledDotProductAttention" in g.layers for g in graphs)
+    assert any("ScaledDotProductAttention" in g.layers for g in graphs)
+    if name != "t5":  # every attention fused, in training graphs too (their Casts and
+        assert not any("Softmax" in g.layers for g in graphs), graphs  # Dropouts folded)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_attention_dropout_is_the_fused_attentions(name):
+    """Attention-probability dropout (``attn_pdrop``, ``attention_probs_dropout_prob``) of a
+    training graph is the fused attention's ``dropout`` option, of the same p; in eval the
+    fused layer drops nothing and matches eager."""
+    p = 0.125
+    torch.manual_seed(0)
+    ref = MODELS[name]()
+    ref.config.update({"attn_pdrop" if name == "gpt2" else "attention_probs_dropout_prob": p})
+    ref = type(ref)(ref.config).train()
+    model = copy.deepcopy(ref).to("ocl")
+    compiled = dt.compile(model)
+    kwargs = inputs(name)
+    on_ocl = {k: v.to("ocl") for k, v in kwargs.items()}
+    compiled(**on_ocl).loss.backward()
+    nets = [r.net for rs in compiled._runners.values() for r in rs if r is not None]
+    ops = [op for net in nets for op in net.graph.ops]
+    fused = [op.options.get("dropout") for op in ops if op.type == "ScaledDotProductAttention"]
+    assert fused == [p] * 2, [op.type for op in ops]
+    assert not any(op.type in ("Softmax", "Dropout") for op in ops), [op.type for op in ops]
+    model.eval(), ref.eval()
+    with torch.no_grad():
+        same_outputs(compiled(**on_ocl), ref(**kwargs))

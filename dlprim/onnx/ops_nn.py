@@ -436,6 +436,8 @@ def attention(b, node):
             and _last_axis_softmax(b, node) and sk[:2] == sq[:2]
             and sv[:2] == sq[:2] and sk[3] == sq[3] and sv[2] == sk[2]
             and not any(b.is_const(t) for t in (k, v)))
+    dropout = _probability_dropout(b, node, q, v) if fits else None
+    fits = fits and dropout is not None
     causal = False
     if fits and mask:
         target = (sq[0], sq[1], sq[2], sk[2])
@@ -462,18 +464,60 @@ def attention(b, node):
                     name=node.name + "/keys", options={"dims": [-1] + list(sk[1:])})
     inputs = [b.value(q), key, b.value(v)] + ([b.value(mask)] if mask and not causal else [])
     b.add("ScaledDotProductAttention", inputs, tuple(sq[:3]) + (sv[3],), node,
-          options={"scale": scale, "causal": causal})
+          options=dict({"scale": scale, "causal": causal},
+                       **({"dropout": dropout} if dropout else {})))
+
+
+def _probability_dropout(b, node, q, v):
+    """The dropout ratio the fused layer applies to the attention weights for the nodes
+    between the folded Softmax and the MatMul by v (``rewrite._probability_path``): 0.0
+    for none, else the Dropout's ratio, converted as ``ops_math.dropout`` converts it (the
+    layer drops in train mode only, as the Dropout layer does). None where they do not
+    fit: a Cast that changes the dtype, a ratio not known at import or not below 1, a
+    Dropout of opset 6 or older, or one of ``training_mode`` true and a ratio above 0
+    (dropping whatever the Net's mode: its converter refuses it by name)."""
+    from .ops_library import ONNX_TYPES  # (it imports this module)
+    dtype = np.dtype(b.dtype(q))
+    if np.dtype(b.dtype(v)) != dtype:
+        return None
+    ratio = 0.0
+    for n in node.attrs.get("between", ()):
+        if n.op_type == "Cast" and ONNX_TYPES.get(n.attr("to")) != dtype_name(dtype):
+            return None
+        if n.op_type != "Dropout":
+            continue
+        if b.opset < 7 or any(i and not b.is_const(i) for i in n.inputs[1:3]):
+            return None
+        ratio = float(n.attr("ratio", 0.5))
+        if b.opset >= 12:
+            ratio = float(np.asarray(b.consts[n.inputs[1]]).reshape(())) if n.input(1) else 0.5
+        training = n.input(2) and bool(np.asarray(b.consts[n.inputs[2]]).reshape(()))
+        if training and ratio != 0.0:
+            return None
+        if training:  # of ratio 0: the identity
+            ratio = 0.0
+        elif not 0.0 <= ratio < 1.0:
+            return None
+    return ratio
 
 
 def _mask_trains(b, mask):
     """Whether ONNX tensor ``mask`` may need a gradient: it is a weight that trains (a
     constant that becomes a trainable Parameter, ``Importer._parameter``: a live parameter,
-    or an initializer of a train-mode Net), or is computed from one or from a float net
-    input (``_reads_trainable``)."""
+    or an initializer of a train-mode Net, ``_initializer_trains``), or is computed from one
+    or from a float net input (``_reads_trainable``)."""
     if b.is_const(mask):
         return np.asarray(b.consts[mask]).dtype == np.float32 and (
-            mask in b.live or (b.mode == "train" and mask in b.info.initializers))
+            mask in b.live or (b.mode == "train" and _initializer_trains(b, mask)))
     return _reads_trainable(b, b.value(mask))
+
+
+def _initializer_trains(b, name):
+    """Whether initializer ``name`` is a weight a train-mode Net trains: where the caller
+    named the parameters (``live``: torch.compile's, whose other initializers are buffers
+    such as a float mask, which require no gradient) only those; else every initializer
+    (a plain ONNX training import: the Net trains each float one)."""
+    return name in b.live if b.live else name in b.info.initializers
 
 
 def _reads_trainable(b, tensor):
@@ -502,6 +546,11 @@ def _trains(b, op):
     params = op.get("params") or []
     if any(p in b.live for p in params):
         return True
+    if op["type"] == "Parameter" and b.live:
+        # where live names the parameters, another initializer's Parameter holds a buffer
+        # (``_initializer_trains``); it holds it under its name, or with the "_<k>"
+        # ``Importer.param`` adds where another array took the name
+        return any(p.rsplit("_", 1)[0] in b.live for p in params)
     return b.mode == "train" and bool(params) and not op.get("frozen") and (
         op["type"] != "Parameter" or bool((op.get("options") or {}).get("is_trainable")))
 

@@ -10,9 +10,11 @@
     constant                                         -> an InnerProduct with bias
     MatMul(Softmax(MatMul(q, k^T) [+ mask]), v), k^T a Transpose of k or the dynamo
     exporter's Reshape, Transpose(0, 2, 1), Reshape of it, with Mul/Div by constants on
-    q, on k^T or on the scores                       -> fused attention (``ATTENTION``;
-                                                       its converter checks shapes and the
-                                                       scale, else converts the nodes as
+    q, on k^T or on the scores, Casts and a Dropout
+    between the Softmax and the last MatMul          -> fused attention (``ATTENTION``;
+                                                       its converter checks shapes, the
+                                                       scale, the Casts and the dropout
+                                                       ratio, else converts the nodes as
                                                        they were)
     LSTM/GRU -> Y (L, D, N, H) -> Transpose(0, 2, 1, 3) -> Reshape(0, 0, -1), or
     -> Squeeze(axis 1)                               -> the node writing (L, N, D * H)
@@ -38,7 +40,8 @@ __all__ = ["rewrite", "ACTIVATION", "ATTENTION", "SEQUENCE"]
 ACTIVATION = "_Activation"  # internal op: attributes "activation" and "options" of dlprim's Activation
 # internal op: inputs q, k, v, mask ("" for none) and the scale factors; attributes
 # "factors" (Mul or Div per factor), "perm" (of k's Transpose) or "reshapes" (of the
-# Reshape, Transpose, Reshape writing k^T), "softmax_axis" and "nodes" (the originals)
+# Reshape, Transpose, Reshape writing k^T), "softmax_axis", "between" (the Casts and the
+# Dropout between the Softmax and the MatMul by v) and "nodes" (the originals)
 ATTENTION = "_Attention"
 # attribute of an LSTM/GRU node whose first output is already (L, N, D * H)
 SEQUENCE = "_sequence_output"
@@ -266,13 +269,14 @@ def _attention(g, node):
     attention modules are written by hand -> ATTENTION."""
     if len(node.inputs) != 2 or g.static(node.inputs[1]):
         return False
-    nodes, probs = [node], node.inputs[0]
-    safe = _safe_softmax(g, probs, node)
+    probs, reader, between = _probability_path(g, node.inputs[0], node)
+    nodes = [node] + between
+    safe = _safe_softmax(g, probs, reader)
     if safe is not None:  # the fused kernels give a row masked whole zeros too
         nodes += safe
         probs = safe[0].inputs[2]
     softmax = g.made_by(probs, "Softmax")
-    if softmax is None or (safe is None and not g.only_reader(probs, node)):
+    if softmax is None or (safe is None and not g.only_reader(probs, reader)):
         return False
     nodes.append(softmax)
     factors, mask, reader = [], "", softmax
@@ -301,8 +305,32 @@ def _attention(g, node):
     inputs = [q, k, node.inputs[1], mask] + [f for _, f in factors]
     g.replace(ordered, Node(ATTENTION, node.name, inputs, node.outputs,
                             dict(how, factors=[kind for kind, _ in factors], nodes=ordered,
-                                 softmax_axis=softmax.attr("axis"))))
+                                 softmax_axis=softmax.attr("axis"), between=between)))
     return True
+
+
+# what may stand between the Softmax and the MatMul by v: PyTorch's exporter writes
+# ``softmax(..., dtype=float32).to(q.dtype)`` as Casts, and attention-probability dropout
+# (HuggingFace's attn_pdrop, attention_probs_dropout_prob) as a Dropout; the converter
+# checks the Casts change no dtype and gives the fused layer the Dropout's ratio
+_BETWEEN = ("Cast", "Identity", "Dropout")
+
+
+def _probability_path(g, name, reader):
+    """(the tensor before the ``_BETWEEN`` nodes writing ``name``, its reader, those nodes),
+    each read only by the next; at most one Dropout, and one whose mask nothing reads."""
+    between = []
+    while True:
+        n = g.producer.get(name)
+        if n is None or n.op_type not in _BETWEEN or not g.only_reader(name, reader) or \
+                not n.inputs or not n.inputs[0]:
+            return name, reader, between
+        if n.op_type == "Dropout" and (
+                any(d.op_type == "Dropout" for d in between) or
+                any(o and (o in g.outputs or g.readers.get(o)) for o in n.outputs[1:])):
+            return name, reader, between
+        between.append(n)
+        name, reader = n.inputs[0], n
 
 
 def _key_transposed(g, kt, reader):

@@ -327,10 +327,12 @@ def _training_nodes_by_the_net(model):
 
 
 def _seed_dropout(cfg):
-    """Dropout layers' masks seeded from PyTorch's default generator (``torch.manual_seed``
+    """Dropout layers' masks, and those of attention-probability dropout folded into the
+    fused attention, seeded from PyTorch's default generator (``torch.manual_seed``
     reproduces them), a seed per layer drawn at conversion."""
     for op in cfg.operators:
-        if op["type"] == "Dropout":
+        if op["type"] == "Dropout" or (op["type"] == "ScaledDotProductAttention" and
+                                       (op.get("options") or {}).get("dropout")):
             seed = int(torch.randint(0, 2 ** 32 - 1, (), dtype=torch.int64))
             op.setdefault("options", {})["seed"] = seed
 
