@@ -77,13 +77,13 @@ def test_attention_matches_float64(ctx, rng, kernels, b, heads, lq, lk, d, dv, c
                       kernels=kernels)
     assert op.kernels == kernels
     tq, tk, tv = f(q), f(k), f(v)
-    o, lse = dp.Tensor(ctx, (b, lq, dv)), dp.Tensor(ctx, (b, lq))
-    for launch in op.launches(tq, tk, tv, o, lse, mask=mask_t, mask_strides=strides):
+    o, stats = dp.Tensor(ctx, (b, lq, dv)), dp.Tensor(ctx, (b, lq, 2))
+    for launch in op.launches(tq, tk, tv, o, stats, mask=mask_t, mask_strides=strides):
         launch(ctx.queue)
     np.testing.assert_allclose(o.to_host(), o_ref, rtol=1e-4, atol=1e-5)
     grads = [dp.Tensor(ctx, s) for s in ((b, lq, d), (b, lk, d), (b, lk, dv))]
     delta = dp.Tensor(ctx, (b, lq))
-    for launch in op.backward_launches(tq, tk, tv, o, lse, f(g), *grads, delta, mask=mask_t,
+    for launch in op.backward_launches(tq, tk, tv, o, stats, f(g), *grads, delta, mask=mask_t,
                                        mask_strides=strides):
         launch(ctx.queue)
     for got, want, what in zip(grads, (dq_ref, dk_ref, dv_ref), ("dq", "dk", "dv")):
@@ -100,16 +100,17 @@ def _run_layout(ctx, op, q, k, v, g, mask, strides, seed):
     back = (lambda a: a.reshape(n, h, *a.shape[1:])) if op.layout == "nhld" else \
         (lambda a: a.transpose(0, 2, 1, 3))
     stat = (n * h, lq) if op.layout == "nhld" else (n, lq, h)
-    o, lse, delta = dp.Tensor(ctx, to(g).shape), dp.Tensor(ctx, stat), dp.Tensor(ctx, stat)
+    assert op.stats_shape == stat + (2,)
+    o, stats, delta = dp.Tensor(ctx, to(g).shape), dp.Tensor(ctx, stat + (2,)), dp.Tensor(ctx, stat)
     if op.layout == "packed":
         qkv = f(np.stack([to(q), to(k), to(v)], axis=2))
         ins, grads = (qkv, None, None), [dp.Tensor(ctx, qkv.shape), None, None]
     else:
         ins = (f(to(q)), f(to(k)), f(to(v)))
         grads = [dp.Tensor(ctx, to(a).shape) for a in (q, k, v)]
-    for launch in op.launches(*ins, o, lse, mask=mask, mask_strides=strides, seed=seed):
+    for launch in op.launches(*ins, o, stats, mask=mask, mask_strides=strides, seed=seed):
         launch(ctx.queue)
-    for launch in op.backward_launches(*ins, o, lse, f(to(g)), *grads, delta, mask=mask,
+    for launch in op.backward_launches(*ins, o, stats, f(to(g)), *grads, delta, mask=mask,
                                        mask_strides=strides, seed=seed):
         launch(ctx.queue)
     if op.layout == "packed":
@@ -147,11 +148,11 @@ def test_layout_errors(ctx):
     op = AttentionOps(ctx, 4, 5, 5, 8, 8, heads=2, layout="packed")
     qkv, o = dp.Tensor(ctx, (2, 5, 3, 2, 8)), dp.Tensor(ctx, (2, 5, 2, 8))
     with pytest.raises(ValueError, match="as one tensor"):
-        op.launches(qkv, qkv, None, o, dp.Tensor(ctx, (2, 5, 2)))
-    with pytest.raises(ValueError, match="lse"):
-        op.launches(qkv, None, None, o, dp.Tensor(ctx, (4, 5)))
+        op.launches(qkv, qkv, None, o, dp.Tensor(ctx, (2, 5, 2, 2)))
+    with pytest.raises(ValueError, match="stats"):
+        op.launches(qkv, None, None, o, dp.Tensor(ctx, (4, 5, 2)))
     with pytest.raises(ValueError, match="q is"):
-        op.launches(dp.Tensor(ctx, (2, 5, 2, 8)), None, None, o, dp.Tensor(ctx, (2, 5, 2)))
+        op.launches(dp.Tensor(ctx, (2, 5, 2, 8)), None, None, o, dp.Tensor(ctx, (2, 5, 2, 2)))
 
 
 def test_finite_differences(ctx, rng):
@@ -163,13 +164,13 @@ def test_finite_differences(ctx, rng):
     f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
 
     def loss(qq):
-        o, lse = dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, (b, lq))
-        for launch in op.launches(f(qq), f(k), f(v), o, lse):
+        o, stats = dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, (b, lq, 2))
+        for launch in op.launches(f(qq), f(k), f(v), o, stats):
             launch(ctx.queue)
-        return float((o.to_host().astype(np.float64) * g).sum()), o, lse
-    _, o, lse = loss(q)
+        return float((o.to_host().astype(np.float64) * g).sum()), o, stats
+    _, o, stats = loss(q)
     grads = [dp.Tensor(ctx, s) for s in ((b, lq, d), (b, lk, d), (b, lk, d))]
-    for launch in op.backward_launches(f(q), f(k), f(v), o, lse, f(g), *grads,
+    for launch in op.backward_launches(f(q), f(k), f(v), o, stats, f(g), *grads,
                                        dp.Tensor(ctx, (b, lq))):
         launch(ctx.queue)
     dq = grads[0].to_host()
@@ -185,12 +186,12 @@ def test_finite_differences(ctx, rng):
 def test_bad_shapes_are_errors(ctx):
     op = AttentionOps(ctx, 2, 4, 4, 8, 8)
     t = dp.Tensor(ctx, (2, 4, 8))
-    with pytest.raises(ValueError, match="lse"):
-        op.launches(t, t, t, t, dp.Tensor(ctx, (2, 5)))
+    with pytest.raises(ValueError, match="stats"):
+        op.launches(t, t, t, t, dp.Tensor(ctx, (2, 4)))  # one float a row: (m, log l) is two
     with pytest.raises(ValueError, match="heads"):
         AttentionOps(ctx, 3, 4, 4, 8, 8, heads=2)
     with pytest.raises(ValueError, match="mask"):
-        AttentionOps(ctx, 2, 4, 4, 8, 8, mask=True).launches(t, t, t, t, dp.Tensor(ctx, (2, 4)))
+        AttentionOps(ctx, 2, 4, 4, 8, 8, mask=True).launches(t, t, t, t, dp.Tensor(ctx, (2, 4, 2)))
     with pytest.raises(ValueError, match="multiples of 4"):
         AttentionOps(ctx, 2, 4, 4, 8, 5, kernels="tiles")
     with pytest.raises(ValueError, match="kernels must be"):
@@ -313,11 +314,11 @@ def _run(ctx, op, q, k, v, g, seed, offset):
     f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(host(a, op.dtype)))
     b, lq, lk = op.batch, op.lq, op.lk
     tq, tk, tv = f(q), f(k), f(v)
-    o, lse = dp.Tensor(ctx, (b, lq, op.dv), op.dtype), dp.Tensor(ctx, (b, lq))
-    for launch in op.launches(tq, tk, tv, o, lse, seed=seed, offset=offset):
+    o, stats = dp.Tensor(ctx, (b, lq, op.dv), op.dtype), dp.Tensor(ctx, (b, lq, 2))
+    for launch in op.launches(tq, tk, tv, o, stats, seed=seed, offset=offset):
         launch(ctx.queue)
     grads = [dp.Tensor(ctx, s, op.dtype) for s in ((b, lq, op.d), (b, lk, op.d), (b, lk, op.dv))]
-    for launch in op.backward_launches(tq, tk, tv, o, lse, f(g), *grads, dp.Tensor(ctx, (b, lq)),
+    for launch in op.backward_launches(tq, tk, tv, o, stats, f(g), *grads, dp.Tensor(ctx, (b, lq)),
                                        seed=seed, offset=offset):
         launch(ctx.queue)
     return [o.numpy()] + [t.numpy() for t in grads]
@@ -404,7 +405,7 @@ def near(actual, expected, tol, what):
 @pytest.mark.parametrize("half,mask_type", [("float16", "float16"), ("bfloat16", "float32")])
 def test_16bit_storage_matches_float64(ctx, rng, kernels, half, mask_type):
     """Causal, a mask over (batch, key) that masks sample 0 whole, lengths that end
-    mid-tile and mid-block; the mask in 16 bits or float32; lse and delta float32."""
+    mid-tile and mid-block; the mask in 16 bits or float32; stats and delta float32."""
     dtype, tol_y, tol_dx = HALVES[half]
     n, heads, lq, lk, d, dv = 2, 2, 37, 45, 16, 8
     b = n * heads
@@ -422,11 +423,12 @@ def test_16bit_storage_matches_float64(ctx, rng, kernels, half, mask_type):
     assert op.kernels == kernels
     f = lambda a, t=dtype: dp.Tensor.from_numpy(ctx, host(a, t))
     tq, tk, tv, mask = f(q), f(k), f(v), f(mask4, mask_type)
-    o, lse, delta = dp.Tensor(ctx, (b, lq, dv), dtype), dp.Tensor(ctx, (b, lq)), dp.Tensor(ctx, (b, lq))
+    o, stats, delta = (dp.Tensor(ctx, (b, lq, dv), dtype), dp.Tensor(ctx, (b, lq, 2)),
+                       dp.Tensor(ctx, (b, lq)))
     grads = [dp.Tensor(ctx, s, dtype) for s in ((b, lq, d), (b, lk, d), (b, lk, dv))]
     strides = (lk, 0, 0, 1)
-    for launch in op.launches(tq, tk, tv, o, lse, mask=mask, mask_strides=strides) + \
-            op.backward_launches(tq, tk, tv, o, lse, f(g), *grads, delta, mask=mask,
+    for launch in op.launches(tq, tk, tv, o, stats, mask=mask, mask_strides=strides) + \
+            op.backward_launches(tq, tk, tv, o, stats, f(g), *grads, delta, mask=mask,
                                  mask_strides=strides):
         launch(ctx.queue)
     got = [t.numpy() for t in [o] + grads]
@@ -461,13 +463,13 @@ def test_storage_errors(ctx):
         AttentionOps(ctx, 2, 4, 4, 8, 8, mask_dtype=np.float64)
     op = AttentionOps(ctx, 2, 4, 4, 8, 8, dtype=np.float16, mask=True)
     t, t32 = dp.Tensor(ctx, (2, 4, 8), np.float16), dp.Tensor(ctx, (2, 4, 8))
-    lse = dp.Tensor(ctx, (2, 4))
+    stats = dp.Tensor(ctx, (2, 4, 2))
     with pytest.raises(ValueError, match="k is .*expected float16"):
-        op.launches(t, t32, t, t, lse)
-    with pytest.raises(ValueError, match="lse is .*expected float32"):
-        op.launches(t, t, t, t, dp.Tensor(ctx, (2, 4), np.float16))
+        op.launches(t, t32, t, t, stats)
+    with pytest.raises(ValueError, match="stats is .*expected float32"):
+        op.launches(t, t, t, t, dp.Tensor(ctx, (2, 4, 2), np.float16))
     with pytest.raises(ValueError, match="the mask is .*expected float32"):
-        op.launches(t, t, t, t, lse, mask=dp.Tensor(ctx, (4,), np.float16),
+        op.launches(t, t, t, t, stats, mask=dp.Tensor(ctx, (4,), np.float16),
                     mask_strides=(0, 0, 0, 1))
     layer = create(ctx, "ScaledDotProductAttention", "att", {})
     h, f = TensorSpec((1, 2, 3, 4), np.float16), TensorSpec((1, 2, 3, 4))
@@ -538,3 +540,38 @@ def test_16bit_nets_take_attention_without_casts(ctx, rng, precision, half):
     for name, ref in grads["fp32"].items():
         err = np.linalg.norm(grads[precision][name] - ref) / max(np.linalg.norm(ref), 1e-12)
         assert err < tol, "%s: relative error %.3g" % (name, err)
+
+
+# masks as exporters write them: per sample and query row (N, 1, Lq, Lk), or one for the
+# batch (1, 1, Lq, Lk), holding float32's lowest value where a key is hidden (PyTorch's
+# causal masks: finfo.min, not -inf), so that a row hidden whole weighs every key alike
+# (a padded query); both kernels, lengths that end mid-tile
+@pytest.mark.parametrize("kernels", ["rows", "tiles"])
+@pytest.mark.parametrize("per_sample", [True, False])
+def test_attention_masks_of_rows_with_lowest_values(ctx, rng, kernels, per_sample):
+    heads, n, lq, lk, d = 2, 2, 37, 37, 16
+    b = n * heads
+    q, k, v = (rng.standard_normal((b, l, d)) for l in (lq, lk, lk))
+    lowest = np.finfo(np.float32).min
+    hidden = np.triu(np.ones((lq, lk), bool), 1) | (rng.random((n if per_sample else 1, 1, lq, lk)) < 0.2)
+    hidden[..., 0] = False
+    hidden[..., 3, :] = True  # a row hidden whole: softmax of equal scores, uniform weights
+    mask4 = np.where(hidden, lowest, rng.standard_normal(hidden.shape)).astype(np.float32)
+    strides = (lq * lk if per_sample else 0, 0, lk, 1)
+    mask_full = np.repeat(np.broadcast_to(mask4, (n, heads, lq, lk)).reshape(n * heads, lq, lk), 1, 0)
+    scale = 1 / np.sqrt(d)
+    o_ref, g, dq_ref, dk_ref, dv_ref = reference(q, k, v, scale, np.maximum(mask_full, -1e30))
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
+    op = AttentionOps(ctx, b, lq, lk, d, d, heads=heads, causal=False, mask=True, kernels=kernels)
+    tq, tk, tv, tm = f(q), f(k), f(v), f(mask4)
+    o, stats = dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, (b, lq, 2))
+    for launch in op.launches(tq, tk, tv, o, stats, mask=tm, mask_strides=strides):
+        launch(ctx.queue)
+    np.testing.assert_allclose(o.to_host(), o_ref, rtol=1e-4, atol=1e-5)
+    grads = [dp.Tensor(ctx, s) for s in ((b, lq, d), (b, lk, d), (b, lk, d))]
+    delta = dp.Tensor(ctx, (b, lq))
+    for launch in op.backward_launches(tq, tk, tv, o, stats, f(g), *grads, delta, mask=tm,
+                                       mask_strides=strides):
+        launch(ctx.queue)
+    for got, want, what in zip(grads, (dq_ref, dk_ref, dv_ref), ("dq", "dk", "dv")):
+        np.testing.assert_allclose(got.to_host(), want, rtol=1e-4, atol=1e-4, err_msg=what)

@@ -3,22 +3,28 @@
 grows linearly with the sequence length.
 
 Tensors are contiguous. ``layout="nhld"`` (the default): q (B, L, D), k (B, S, D), v (B,
-S, DV), o (B, L, DV) and the row log-sum-exp lse (B, L), with B = batch * heads.
+S, DV), o (B, L, DV) and the row statistics stats (B, L, 2), with B = batch * heads.
 ``"nlhd"``: the heads of a position side by side, q (N, L, H, D), k (N, S, H, D), v (N,
-S, H, DV), o (N, L, H, DV), lse (N, L, H) -- a Linear's output split into heads by a
+S, H, DV), o (N, L, H, DV), stats (N, L, H, 2) -- a Linear's output split into heads by a
 reshape alone, no transposes. ``"packed"``: q, k and v interleaved as one (N, L, 3, H, D)
 tensor (a single Linear's qkv output; self-attention, S = L, DV = D), given as q with k
-and v None, its gradient likewise as dq; o (N, L, H, D), lse (N, L, H). The mask is
+and v None, its gradient likewise as dq; o (N, L, H, D), stats (N, L, H, 2). The mask is
 additive (a boolean mask becomes 0 / -inf first), read through element strides over
 (batch, head, L, S), 0 where it broadcasts; ``causal`` drops key j > query i. A query row
-whose keys are all masked gives zeros and no gradient (PyTorch's safe softmax). The
-backward recomputes the probabilities from lse: ``dq`` walks the keys per query row and
-``dk``/``dv`` the queries per key row, so no atomics are needed.
+whose keys are all masked (-inf) gives zeros and no gradient (PyTorch's safe softmax).
+Scores round as the unfused ``fl(fl(scale q.k) + mask)``, so a row hidden whole by a
+large finite mask (float32's lowest value, as PyTorch's and HuggingFace's exporters
+write causal and padding masks) has equal scores and weighs every key alike, as eager
+PyTorch and onnxruntime do. The row statistics are the scores' maximum m and log l,
+l = sum_j exp(s_j - m), kept apart (not as one log-sum-exp m + log l, which rounds to m
+where m is that large): the backward recomputes each probability exp(s - m - log l) from
+them, ``dq`` walking the keys per query row and ``dk``/``dv`` the queries per key row, so
+no atomics are needed.
 
 Storage: q, k, v, o and the gradients dout, dq, dk, dv are ``dtype`` (float32, float16 or
 bfloat16), the mask ``mask_dtype``. 16-bit storage is only storage: every load widens to
 float32 and every store rounds to nearest even, so scores, softmax and sums are float32
-as with float32 tensors; lse and delta, the kernels' own row statistics, are float32
+as with float32 tensors; stats and delta, the kernels' own row statistics, are float32
 always (the delta pass reads dout and o as stored and sums in float32).
 
 Two kernel families compute it. ``attention_tiles.cl`` (FlashAttention-2's blocks: each
@@ -97,8 +103,8 @@ def _local_bytes(pass_, d, dv, bq, bk, tx):
         return 4 * (bq * dp_ + bk * max(dp_, vp) + bq * (bk + 4) + bq * tx)
     if pass_ == "dq":  # q and dO blocks, k and v blocks, dS
         return 4 * (bq * (dp_ + vp) + bk * (dp_ + vp) + bq * (bk + 4))
-    # k and v blocks, q and dO blocks, lse and delta, P^T and dS^T
-    return 4 * (bk * (dp_ + vp) + bq * (dp_ + vp) + 2 * bq + 2 * bk * (bq + 4))
+    # k and v blocks, q and dO blocks, the statistics (m, log l) and delta, P^T and dS^T
+    return 4 * (bk * (dp_ + vp) + bq * (dp_ + vp) + 3 * bq + 2 * bk * (bq + 4))
 
 
 def _tile_floats(pass_, d, dv, bq, bk, tx, ty):
@@ -194,9 +200,10 @@ class AttentionOps:
                 for pass_ in ("forward", "dq", "dkdv")}
             return
         facts = ctx.facts
-        # a tile of T rows of k and v (or of q and dO) in local memory, T the work-group
+        # a tile of T rows of k and v (or of q, dO, m, log l and delta) in local memory, T
+        # the work-group
         t = 64 if not facts.is_cpu else 16
-        while t > 8 and 4 * t * (self.d + self.dv + 2) > facts.local_mem // 2:
+        while t > 8 and 4 * t * (self.d + self.dv + 3) > facts.local_mem // 2:
             t //= 2
         self.tile = min(t, facts.max_work_group)
         one = program.get(ctx, "attention", D=self.d, DV=self.dv, T=self.tile, **flags)
@@ -234,8 +241,14 @@ class AttentionOps:
             return (self.batch, length, width)
         return (self.n, length, self.heads, width)
 
-    def _stat_shape(self):
+    def _row_shape(self):
+        """The shape of a per-query-row tensor (delta) in this layout."""
         return (self.batch, self.lq) if self.layout == "nhld" else (self.n, self.lq, self.heads)
+
+    @property
+    def stats_shape(self):
+        """The shape of the forward's row statistics, float32: (m, log l) per query row."""
+        return self._row_shape() + (2,)
 
     def _inputs(self, q, k, v, names):
         """q, k and v as checked kernel arguments; in the packed layout the three parts of
@@ -286,32 +299,32 @@ class AttentionOps:
         """The score scale used: ``scale``, or 1 / sqrt(D) when it is None."""
         return 1.0 / math.sqrt(self.d) if scale is None else float(scale)
 
-    def launches(self, q, k, v, o, lse, scale=None, mask=None, mask_strides=None, seed=0,
+    def launches(self, q, k, v, o, stats, scale=None, mask=None, mask_strides=None, seed=0,
                  offset=0):
-        """o = attention(q, k, v); lse (B, L) is kept for the backward pass. ``seed`` and
-        ``offset`` choose the dropout mask (when built with dropout)."""
+        """o = attention(q, k, v); stats (``stats_shape``) is kept for the backward pass.
+        ``seed`` and ``offset`` choose the dropout mask (when built with dropout)."""
         b, lq, lk = self.batch, self.lq, self.lk
         qkv = self._inputs(q, k, v, ("q", "k", "v"))
         self._check("o", o, self._shape(lq, self.dv))
-        self._check("lse", lse, self._stat_shape(), _F32)
+        self._check("stats", stats, self.stats_shape, _F32)
         if b * lq == 0:
             return []
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
-        return [self._launch("forward", lq, "BQ", head + qkv + [o, lse]
+        return [self._launch("forward", lq, "BQ", head + qkv + [o, stats]
                              + self._mask_args(mask, mask_strides) + self._drop_args(seed, offset))]
 
-    def backward_launches(self, q, k, v, o, lse, dout, dq, dk, dv, delta, scale=None,
+    def backward_launches(self, q, k, v, o, stats, dout, dq, dk, dv, delta, scale=None,
                           mask=None, mask_strides=None, seed=0, offset=0):
-        """dq, dk, dv of the attention that gave o and lse, for the output gradient dout;
-        ``delta`` is a (B, L) scratch tensor (the rows' dO . O); ``seed`` and ``offset``
-        those of the forward pass."""
+        """dq, dk, dv of the attention that gave o and stats, for the output gradient
+        dout; ``delta`` is a (B, L) scratch tensor (the rows' dO . O, float32); ``seed`` and
+        ``offset`` those of the forward pass."""
         b, lq, lk = self.batch, self.lq, self.lk
         qkv = self._inputs(q, k, v, ("q", "k", "v"))
         grads = self._inputs(dq, dk, dv, ("dq", "dk", "dv"))
         self._check("o", o, self._shape(lq, self.dv))
         self._check("dout", dout, self._shape(lq, self.dv))
-        for what, t in (("lse", lse), ("delta", delta)):
-            self._check(what, t, self._stat_shape(), _F32)
+        self._check("stats", stats, self.stats_shape, _F32)
+        self._check("delta", delta, self._row_shape(), _F32)
         if b * lk and lq == 0:  # no query reads the keys: zero gradients
             return fill_launches(self.ctx, dk, 0.0) + fill_launches(self.ctx, dv, 0.0)
         if b * lq == 0:
@@ -319,7 +332,7 @@ class AttentionOps:
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
         drops = self._drop_args(seed, offset)
         masks = self._mask_args(mask, mask_strides)
-        common = head + qkv + [dout, lse, delta]
+        common = head + qkv + [dout, stats, delta]
         rows = (b * lq, self.dv)
         out = pointwise_reduce_launches(self.ctx, [dout.view(rows), o.view(rows)],
                                          [delta.view((b * lq, 1))], "y0 = x0 * x1;")

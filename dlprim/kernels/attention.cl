@@ -24,21 +24,25 @@ inline void stage(__local float *tile, __global const ${ACT_T} *rows, uint count
         tile[e] = LD_${ACT_T}(rows, (e / width) * ld + e % width) * scale;
 }
 
-// a score: the mask's value plus the dot product of a private row (q already scaled, or
-// k) and a row staged in local memory; -inf where the mask drops the key
+// a score: the dot product of a private row (q already scaled, or k) and a row staged in
+// local memory, rounded, plus the mask's value, as the unfused fl(fl(scale q.k) + mask):
+// a large finite mask (float32's lowest, as exporters write it) then absorbs the product
+// whole, and a row hidden whole by it has equal scores (uniform weights); -inf where the
+// mask drops the key
 inline float score(const float *mine, __local const float *staged, float bias)
 {
     if (bias == NEG_INF)
         return NEG_INF;
+    float s = 0.0f;
     for (int c = 0; c < ${D}; c++)
-        bias = fma(mine[c], staged[c], bias);
-    return bias;
+        s = fma(mine[c], staged[c], s);
+    return s + bias;
 }
 
-// o[i] = sum_j p_ij v_j, lse[i] = log sum_j exp(s_ij) (-inf for a row masked whole)
+// o[i] = sum_j p_ij v_j, and the row's m_i and log l_i (attention.h)
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
 void attention_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
-                       __global float *lse, ulong lse_offset MASK_ARGS DROP_ARGS)
+                       __global float *stats, ulong stats_offset MASK_ARGS DROP_ARGS)
 {
     __local float kt[${T}][${D}];
     __local float vt[${T}][${DV}];
@@ -85,12 +89,14 @@ void attention_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
     o += o_offset + OUT_AT(bh, lq, ${DV}) + (ulong)i * OUT_ROW(${DV});
     for (int c = 0; c < ${DV}; c++)
         ST_${ACT_T}(o, c, acc[c] * inv);
-    lse[lse_offset + STAT_AT(bh, lq, i)] = l > 0.0f ? m + log(l) : NEG_INF;
+    stats += stats_offset + STATS_AT(bh, lq, i);
+    stats[0] = m;  // -inf and log 0 = -inf for a row masked whole
+    stats[1] = log(l);
 }
 
-// p_ij = exp(s_ij - lse_i), ds_ij = p_ij (k_ij dO_i . v_j - delta_i), delta_i = dO_i . O_i,
-// k_ij the dropout factor (1 without dropout): sum_j p_ij k_ij dO_i . v_j is dO_i . O_i
-// still, so delta needs no mask
+// p_ij = exp(s_ij - m_i - log l_i), ds_ij = p_ij (k_ij dO_i . v_j - delta_i),
+// delta_i = dO_i . O_i, k_ij the dropout factor (1 without dropout): sum_j p_ij k_ij
+// dO_i . v_j is dO_i . O_i still, so delta needs no mask
 
 // dq_i = scale sum_j ds_ij k_j: one work item per query row, key tiles in local memory
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
@@ -102,7 +108,8 @@ void attention_dq(BACKWARD_ARGS,
     uint bh = get_global_id(1), i = get_global_id(0), t = get_local_id(0);
     bool live = i < lq;
     ulong qrow = IN_AT(bh, lq, ${D}) + (ulong)i * IN_ROW(${D}),
-          grow = OUT_AT(bh, lq, ${DV}) + (ulong)i * OUT_ROW(${DV}), stat = STAT_AT(bh, lq, i);
+          grow = OUT_AT(bh, lq, ${DV}) + (ulong)i * OUT_ROW(${DV}), stat = STAT_AT(bh, lq, i),
+          at = stats_offset + STATS_AT(bh, lq, i);
     k += k_offset + IN_AT(bh, lk, ${D});
     v += v_offset + IN_AT(bh, lk, ${DV});
     float qi[${D}], gi[${DV}], acc[${D}];
@@ -120,15 +127,15 @@ void attention_dq(BACKWARD_ARGS,
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!live)
             continue;
-        // lse and delta read again for every tile, after its barriers: Intel's CPU compiler
-        // (2026.2) with dropout on gives every row but the last of each 8-wide vector of
-        // work items wrong values when they are read once before this loop
-        float lse_i = lse[lse_offset + stat], delta_i = delta[delta_offset + stat];
+        // stats and delta read again for every tile, after its barriers: Intel's CPU
+        // compiler (2026.2) with dropout on gives every row but the last of each 8-wide
+        // vector of work items wrong values when they are read once before this loop
+        float m_i = stats[at], log_l = stats[at + 1], delta_i = delta[delta_offset + stat];
         for (uint jj = 0; jj < jn; jj++) {
             float s = score(qi, kt[jj], MASK_AT(i, j0 + jj));
             if (s == NEG_INF)
                 continue;
-            float p = prob(s, lse_i);
+            float p = prob(s, m_i, log_l);
             float dp = 0.0f;
             for (int c = 0; c < ${DV}; c++)
                 dp = fma(gi[c], vt[jj][c], dp);
@@ -144,7 +151,7 @@ void attention_dq(BACKWARD_ARGS,
 }
 
 // dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dO_i: one work item per key row, query
-// tiles (q, dO, lse, delta) in local memory
+// tiles (q, dO, the rows' statistics and delta) in local memory
 __kernel __attribute__((reqd_work_group_size(${T}, 1, 1)))
 void attention_dkdv(BACKWARD_ARGS,
     __global ${ACT_T} *dk, ulong dk_offset, __global ${ACT_T} *dv, ulong dv_offset
@@ -152,7 +159,7 @@ void attention_dkdv(BACKWARD_ARGS,
 {
     __local float qt[${T}][${D}];
     __local float gt[${T}][${DV}];
-    __local float lt[${T}], dt[${T}];
+    __local float mt[${T}], lt[${T}], dt[${T}];
     uint bh = get_global_id(1), j = get_global_id(0), t = get_local_id(0);
     bool live = j < lk;
     ulong krow = IN_AT(bh, lk, ${D}) + (ulong)j * IN_ROW(${D}),
@@ -174,7 +181,8 @@ void attention_dkdv(BACKWARD_ARGS,
         stage(&qt[0][0], q + (ulong)i0 * IN_ROW(${D}), in, ${D}, IN_ROW(${D}), scale, t);
         stage(&gt[0][0], dout + (ulong)i0 * OUT_ROW(${DV}), in, ${DV}, OUT_ROW(${DV}), 1.0f, t);
         if (t < in) {
-            lt[t] = lse[lse_offset + STAT_AT(bh, lq, i0 + t)];
+            mt[t] = stats[stats_offset + STATS_AT(bh, lq, i0 + t)];
+            lt[t] = stats[stats_offset + STATS_AT(bh, lq, i0 + t) + 1];
             dt[t] = delta[delta_offset + STAT_AT(bh, lq, i0 + t)];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -184,7 +192,7 @@ void attention_dkdv(BACKWARD_ARGS,
             float s = score(kj, qt[ii], MASK_AT(i0 + ii, j));
             if (s == NEG_INF)
                 continue;
-            float p = prob(s, lt[ii]);
+            float p = prob(s, mt[ii], lt[ii]);
             float keep = KEEP(i0 + ii, j), pk = p * keep;
             float dp = 0.0f;
             for (int c = 0; c < ${DV}; c++) {

@@ -10,8 +10,8 @@
 // side by side (a Linear's output split into heads, no transpose); "packed": q, k and v
 // interleaved per position as (N, L, 3, H, D) (one Linear's qkv output; the three
 // tensors' offsets select the part), o and dO (N, L, H, D). IN_* address q, k, v and
-// their gradients, OUT_* o and dO, STAT_AT the per-row lse and delta, which follow o's
-// row order so that delta is a plain row-wise reduction of dO * O.
+// their gradients, OUT_* o and dO, STAT_AT the per-row statistics and delta, which follow
+// o's row order so that delta is a plain row-wise reduction of dO * O.
 % if LAYOUT == "nhld":
 #define IN_AT(bh, len, width) ((ulong)(bh) * (len) * (width))
 #define IN_ROW(width) (width)
@@ -32,14 +32,22 @@
 
 // the arguments every kernel of a pass takes first (the launcher's order). ACT_T stores
 // q, k, v, o, dO and the gradients (float, half or bfloat16: loads widen, stores round to
-// nearest even, LD_/ST_ of common.h), so the arithmetic is float whatever it is; lse and
-// delta, the kernels' own row statistics, stay float
+// nearest even, LD_/ST_ of common.h), so the arithmetic is float whatever it is; stats
+// and delta, the kernels' own row statistics, stay float
 #define FORWARD_ARGS uint lq, uint lk, float scale, \
     __global const ${ACT_T} *q, ulong q_offset, __global const ${ACT_T} *k, ulong k_offset, \
     __global const ${ACT_T} *v, ulong v_offset
 #define BACKWARD_ARGS FORWARD_ARGS, \
-    __global const ${ACT_T} *dout, ulong dout_offset, \
-    __global const float *lse, ulong lse_offset, __global const float *delta, ulong delta_offset
+    __global const ${ACT_T} *dout, ulong dout_offset, __global const float *stats, \
+    ulong stats_offset, __global const float *delta, ulong delta_offset
+
+// The forward pass's statistics of query row i, two floats at STATS_AT: the scores'
+// maximum m_i and log l_i, l_i = sum_j exp(s_ij - m_i) (-inf and -inf for a row masked
+// whole), so that the backward's p_ij = exp(s_ij - m_i - log l_i) is the forward's
+// exp(s_ij - m_i) / l_i. Not one lse_i = m_i + log l_i: where m_i is large, as in a row
+// hidden whole by float32's lowest value (exporters' masks), that sum rounds to m_i and
+// every p_ij of the row would be 1, not 1 / l_i.
+#define STATS_AT(bh, len, i) (2 * STAT_AT(bh, len, i))
 
 % if DROPOUT:
 <%include file="philox.h"/>
@@ -90,8 +98,8 @@ inline float score_mask(
 #define MASK_AT(i, j) score_mask(i, j)
 % endif
 
-// p_ij = exp(s_ij - lse_i), 0 where the key is masked or the row is masked whole
-inline float prob(float s, float lse_i)
+// p_ij = exp(s_ij - m_i - log l_i), 0 where the key is masked or the row is masked whole
+inline float prob(float s, float m_i, float log_l)
 {
-    return (s == NEG_INF || lse_i == NEG_INF) ? 0.0f : exp(s - lse_i);
+    return (s == NEG_INF || m_i == NEG_INF) ? 0.0f : exp((s - m_i) - log_l);
 }

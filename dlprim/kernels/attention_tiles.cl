@@ -9,10 +9,13 @@
 // work item until the end), so the L x S scores are never stored and memory grows
 // linearly with the sequence. Same layouts, mask, causal and dropout semantics as
 // attention.cl (attention.h holds what the two share).
-// Scores are kept in base 2 (q staged times scale * log2(e), the mask times log2(e)), so
-// each probability is one exp2; FAST_EXP takes the device's native exp2 (on GPUs a
-// hardware instruction, relative error near 2^-22). lse stays in natural units.
-// PASS: "forward" (o, lse), "dq" or "dkdv". D, DV: widths, multiples of TX;
+// Scores are natural, fl(fl(scale q.k) + mask) as in attention.cl, and each probability
+// is exp2((s - m) log2(e)): the difference is taken before the scaling by log2(e), as a
+// score of float32's lowest value (a row hidden whole by an exporter's mask) times
+// log2(e) would overflow to -inf and drop the row. FAST_EXP takes the device's native
+// exp2 (on GPUs a hardware instruction, relative error near 2^-22). The row statistics
+// (m and log l, attention.h) are natural too.
+// PASS: "forward" (o, stats), "dq" or "dkdv". D, DV: widths, multiples of TX;
 // BQ, BK: rows per query / key block, multiples of TY, TX and 4; TX x TY work items;
 // ACT_T, MASK_T: storage types (attention.h). The blocks in local memory are float
 // whatever ACT_T is, so 16-bit storage only changes the loads and stores.
@@ -33,10 +36,11 @@
 #define LD4(p) vload4(0, p)
 % endif
 
-// 2^(s - lse), both base 2; 0 where the key is masked or the row is masked whole
-inline float prob2(float s, float lse_i)
+// exp(s - m - log l) = 2^((s - m) log2(e) - log2 l), given nl2 = -log2 l; 0 where the key
+// is masked or the row is masked whole
+inline float prob2(float s, float m, float nl2)
 {
-    return (s == NEG_INF || lse_i == NEG_INF) ? 0.0f : EXP2(s - lse_i);
+    return (s == NEG_INF || m == NEG_INF) ? 0.0f : EXP2(fma(s - m, LOG2E, nl2));
 }
 <%
 NT = TX * TY
@@ -113,10 +117,11 @@ KW = max(DP, VP)  # the key block's rows, then the value block's
 row = lambda r: "ty + %d" % (TY * r)
 col = lambda c: "tx + %d" % (TX * c)
 %>
-// o = softmax(s) v and lse per query row, for the block of BQ query rows of group 0
+// o = softmax(s) v and the statistics per query row, for the block of BQ query rows of
+// group 0
 __kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
 void attention_tiles_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
-                             __global float *lse, ulong lse_offset MASK_ARGS DROP_ARGS)
+                             __global float *stats, ulong stats_offset MASK_ARGS DROP_ARGS)
 {
     __local float4 qs4[${BQ * DP // 4}], kv4[${BK * KW // 4}], ps4[${BQ * PP // 4}];
     __local float red[${BQ * TX}];  // per row, one partial maximum (or sum) per tx
@@ -127,7 +132,7 @@ void attention_tiles_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
     q += q_offset + IN_AT(bh, lq, ${D});
     k += k_offset + IN_AT(bh, lk, ${D});
     v += v_offset + IN_AT(bh, lk, ${DV});
-    ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * (scale * LOG2E)")}
+    ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * scale")}
     ${zeros("acc", RQ, CV)}
     float m[${RQ}], l[${RQ}];
     for (int r = 0; r < ${RQ}; r++) {
@@ -152,8 +157,7 @@ void attention_tiles_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
 %  for c in range(CK):
             {
                 uint j = j0 + ${col(c)};
-                s[${r}][${c}] = (i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) * LOG2E
-                                                   : NEG_INF;
+                s[${r}][${c}] = (i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) : NEG_INF;
                 mx = fmax(mx, s[${r}][${c}]);
             }
 %  endfor
@@ -168,7 +172,8 @@ void attention_tiles_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
             float mn = m[${r}];
             for (int x = 0; x < ${TX}; x++)
                 mn = fmax(mn, red[(${row(r)}) * ${TX} + x]);
-            float f = mn == NEG_INF ? 1.0f : EXP2(m[${r}] - mn);  // rescale the old sums
+            // rescale the old sums
+            float f = mn == NEG_INF ? 1.0f : EXP2((m[${r}] - mn) * LOG2E);
             m[${r}] = mn;
             l[${r}] *= f;
 %  for c in range(CV):
@@ -177,7 +182,7 @@ void attention_tiles_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
 %  for c in range(CK):
             {
                 uint j = j0 + ${col(c)};
-                float p = s[${r}][${c}] == NEG_INF ? 0.0f : EXP2(s[${r}][${c}] - mn);
+                float p = s[${r}][${c}] == NEG_INF ? 0.0f : EXP2((s[${r}][${c}] - mn) * LOG2E);
                 l[${r}] += p;
                 ps[(${row(r)}) * ${PP} + ${col(c)}] = p * KEEP(i, j);
             }
@@ -204,9 +209,11 @@ void attention_tiles_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
 %  for c in range(CV):
             ST_${ACT_T}(o, (ulong)i * OUT_ROW(${DV}) + ${col(c)}, acc[${r}][${c}] * inv);
 %  endfor
-            if (tx == 0)
-                lse[lse_offset + STAT_AT(bh, lq, i)] = total > 0.0f
-                    ? (m[${r}] + log2(total)) * M_LN2_F : NEG_INF;
+            if (tx == 0) {  // -inf and log 0 = -inf for a row masked whole
+                ulong at = stats_offset + STATS_AT(bh, lq, i);
+                stats[at] = m[${r}];
+                stats[at + 1] = log(total);
+            }
         }
     }
 % endfor
@@ -238,7 +245,7 @@ void attention_tiles_dq(BACKWARD_ARGS,
     dout += dout_offset + OUT_AT(bh, lq, ${DV});
     k += k_offset + IN_AT(bh, lk, ${D});
     v += v_offset + IN_AT(bh, lk, ${DV});
-    ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * (scale * LOG2E)")}
+    ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * scale")}
     ${stage("gs", VP, "dout", "i0", "lq", BQ, DV)}
     ${zeros("acc", RQ, CD)}
 % if CAUSAL:
@@ -251,14 +258,16 @@ void attention_tiles_dq(BACKWARD_ARGS,
         ${stage("ks", DP, "k", "j0", "lk", BK, D)}
         ${stage("vs", VP, "v", "j0", "lk", BK, DV)}
         barrier(CLK_LOCAL_MEM_FENCE);
-        // lse and delta read for every key block, after its barriers: Intel's CPU compiler
-        // (2026.2) with dropout on computes every row but i = 7 (mod 8) wrong when they are
-        // read once before this loop (right with -cl-opt-disable)
-        float lse_r[${RQ}], delta_r[${RQ}];
+        // stats and delta read for every key block, after its barriers: Intel's CPU
+        // compiler (2026.2) with dropout on computes every row but i = 7 (mod 8) wrong when
+        // they are read once before this loop (right with -cl-opt-disable)
+        float m_r[${RQ}], nl2_r[${RQ}], delta_r[${RQ}];
 % for r in range(RQ):
         {
             uint i = i0 + ${row(r)};
-            lse_r[${r}] = i < lq ? lse[lse_offset + STAT_AT(bh, lq, i)] * LOG2E : NEG_INF;
+            ulong at = stats_offset + STATS_AT(bh, lq, i);
+            m_r[${r}] = i < lq ? stats[at] : NEG_INF;
+            nl2_r[${r}] = i < lq ? -stats[at + 1] * LOG2E : 0.0f;
             delta_r[${r}] = i < lq ? delta[delta_offset + STAT_AT(bh, lq, i)] : 0.0f;
         }
 % endfor
@@ -270,8 +279,8 @@ void attention_tiles_dq(BACKWARD_ARGS,
 %  for c in range(CK):
         {
             uint i = i0 + ${row(r)}, j = j0 + ${col(c)};
-            float p = prob2((i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) * LOG2E
-                                                : NEG_INF, lse_r[${r}]);
+            float p = prob2((i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) : NEG_INF,
+                            m_r[${r}], nl2_r[${r}]);
             ps[(${row(r)}) * ${PP} + ${col(c)}] =
                 p * (dp[${r}][${c}] * KEEP(i, j) - delta_r[${r}]) * scale;
         }
@@ -295,7 +304,7 @@ void attention_tiles_dq(BACKWARD_ARGS,
 ## a work item's tile: key rows by query columns
 <% RK, CQ = BK // TY, BQ // TX %>
 // dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij k_ij dO_i for the block of BK key rows
-// of group 0 (lse and delta of the query block staged beside it)
+// of group 0 (the statistics and delta of the query block staged beside it)
 __kernel __attribute__((reqd_work_group_size(${TX}, ${TY}, 1)))
 void attention_tiles_dkdv(BACKWARD_ARGS,
     __global ${ACT_T} *dk, ulong dk_offset, __global ${ACT_T} *dv, ulong dv_offset
@@ -303,7 +312,7 @@ void attention_tiles_dkdv(BACKWARD_ARGS,
 {
     __local float4 ks4[${BK * DP // 4}], vs4[${BK * VP // 4}], qs4[${BQ * DP // 4}],
                    gs4[${BQ * VP // 4}], pt4[${BK * PQ // 4}], dst4[${BK * PQ // 4}];
-    __local float ls[${BQ}], dls[${BQ}];
+    __local float ms[${BQ}], nls[${BQ}], dls[${BQ}];
     __local float *ks = (__local float *)ks4, *vs = (__local float *)vs4,
                   *qs = (__local float *)qs4, *gs = (__local float *)gs4,
                   *pt = (__local float *)pt4, *dst = (__local float *)dst4;
@@ -324,11 +333,13 @@ void attention_tiles_dkdv(BACKWARD_ARGS,
 % endif
     for (uint i0 = istart; i0 < lq; i0 += ${BQ}) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * (scale * LOG2E)")}
+        ${stage("qs", DP, "q", "i0", "lq", BQ, D, " * scale")}
         ${stage("gs", VP, "dout", "i0", "lq", BQ, DV)}
         for (uint e = t; e < ${BQ}; e += ${NT}) {
             bool live = i0 + e < lq;
-            ls[e] = live ? lse[lse_offset + STAT_AT(bh, lq, i0 + e)] * LOG2E : NEG_INF;
+            ulong at = stats_offset + STATS_AT(bh, lq, i0 + e);
+            ms[e] = live ? stats[at] : NEG_INF;
+            nls[e] = live ? -stats[at + 1] * LOG2E : 0.0f;
             dls[e] = live ? delta[delta_offset + STAT_AT(bh, lq, i0 + e)] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -340,8 +351,8 @@ void attention_tiles_dkdv(BACKWARD_ARGS,
 %  for c in range(CQ):
         {
             uint j = j0 + ${row(r)}, i = i0 + ${col(c)};
-            float p = prob2((i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) * LOG2E
-                                                : NEG_INF, ls[${col(c)}]);
+            float p = prob2((i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) : NEG_INF,
+                            ms[${col(c)}], nls[${col(c)}]);
             float keep = KEEP(i, j);
             pt[(${row(r)}) * ${PQ} + ${col(c)}] = p * keep;
             dst[(${row(r)}) * ${PQ} + ${col(c)}] = p * (dp[${r}][${c}] * keep - dls[${col(c)}]);
@@ -350,15 +361,14 @@ void attention_tiles_dkdv(BACKWARD_ARGS,
 % endfor
         barrier(CLK_LOCAL_MEM_FENCE);
         ${axpy("av", "pt", PQ, row, "gs", VP, col, RK, CV, BQ)}
-        ${axpy("ak", "dst", PQ, row, "qs", DP, col, RK, CD, BQ)}  // qs: scale log2(e) q
+        ${axpy("ak", "dst", PQ, row, "qs", DP, col, RK, CD, BQ)}  // qs: scale q
     }
     dk += dk_offset + IN_AT(bh, lk, ${D});
     dv += dv_offset + IN_AT(bh, lk, ${DV});
 % for r in range(RK):
     if (j0 + ${row(r)} < lk) {
 %  for c in range(CD):
-        ST_${ACT_T}(dk, (ulong)(j0 + ${row(r)}) * IN_ROW(${D}) + ${col(c)},
-                    ak[${r}][${c}] * M_LN2_F);
+        ST_${ACT_T}(dk, (ulong)(j0 + ${row(r)}) * IN_ROW(${D}) + ${col(c)}, ak[${r}][${c}]);
 %  endfor
 %  for c in range(CV):
         ST_${ACT_T}(dv, (ulong)(j0 + ${row(r)}) * IN_ROW(${DV}) + ${col(c)}, av[${r}][${c}]);

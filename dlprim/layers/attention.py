@@ -129,7 +129,7 @@ class ScaledDotProductAttention(Layer):
         p = float(self.options["dropout"])
         self.train_ops = AttentionOps(*shape, dropout=p, **kinds) if p else self.ops
         grads = sum(math.prod(s) for s in self.shapes[:-1])
-        saved = [TensorSpec((self.rows,))] if self.mode == TRAIN else []
+        saved = [TensorSpec((2 * self.rows,))] if self.mode == TRAIN else []
         # lse (predict mode) and delta in float32, then the gradients to add rather than
         # write, stored as the inputs (the 4-byte start suits each 16-bit or float32 view)
         ws = 4 * 2 * self.rows + dtype.itemsize * grads
@@ -155,9 +155,9 @@ class ScaledDotProductAttention(Layer):
 
     def forward(self, x, y, params, ws, saved):
         q, k, v, o = self._views(x, y[0])
-        lse = saved[0] if saved else ws_view(ws, 0, self.rows)
+        lse = saved[0] if saved else ws_view(ws, 0, 2 * self.rows)  # over delta: no backward
         ops = self.train_ops if self.dropping else self.ops
-        out = ops.launches(q, k, v, o, lse.view(self.stat_shape),
+        out = ops.launches(q, k, v, o, lse.view(ops.stats_shape),
                            scale=self.options["scale"], **self._mask(x))
         return [_DropoutCounter(self, launch, True) for launch in out] if self.dropping else out
 
@@ -179,7 +179,7 @@ class ScaledDotProductAttention(Layer):
                 targets.append(dx[i].view(shape))
         targets += [None] * (3 - len(targets))
         ops = self.train_ops if self.dropping else self.ops
-        out = ops.backward_launches(q, k, v, o, saved[0].view(self.stat_shape),
+        out = ops.backward_launches(q, k, v, o, saved[0].view(ops.stats_shape),
                                     dy[0].view(self.shapes[-1]), *targets, delta,
                                     scale=self.options["scale"], **self._mask(x))
         if self.dropping:

@@ -6,7 +6,7 @@ their projections, normalizations and this attention.
 
 PyTorch decomposes SDPA above the device (it is a composite operator), so the fused path
 is registered for the ocl device's autograd key and carries its own backward. q, k and v
-of one dtype, float32 or float16 (stored so, computed in float32; the row log-sum-exp is
+of one dtype, float32 or float16 (stored so, computed in float32; the row statistics are
 float32 either way), with a boolean or float32 / float16 mask. Calls it does not cover
 (dropout, grouped-query heads, a mask that needs a gradient, batch dimensions that
 broadcast, mixed or other dtypes) take PyTorch's math path, which runs on the device's
@@ -107,25 +107,25 @@ class _FusedAttention(torch.autograd.Function):
                                         mask=mask is not None, dtype=dtype,
                                         mask_dtype=mask_dtype))
         out = empty(tuple(q.shape[:-1]) + (dv,), q.dtype, index)
-        lse = empty(tuple(q.shape[:-1]), torch.float32, index)  # float32 whatever q is
+        stats = empty(op.stats_shape, torch.float32, index)  # float32 whatever q is
         masks = _mask_args(mask)
-        enqueue(ctx, op.launches(_rows(q), _rows(k), _rows(v), _rows(out),
-                                 as_dlprim(lse).view((b, lq)), scale=scale, **masks))
-        fn.save_for_backward(q, k, v, out, lse)
+        enqueue(ctx, op.launches(_rows(q), _rows(k), _rows(v), _rows(out), as_dlprim(stats),
+                                 scale=scale, **masks))
+        fn.save_for_backward(q, k, v, out, stats)
         fn.op, fn.scale, fn.mask = op, scale, mask
         return out
 
     @staticmethod
     def backward(fn, dout):
-        q, k, v, out, lse = fn.saved_tensors
+        q, k, v, out, stats = fn.saved_tensors
         dout = dout.contiguous()
         index = q._ocl_storage.index
         dq, dk, dv = (empty(t.shape, t.dtype, index) for t in (q, k, v))
-        delta = empty(lse.shape, lse.dtype, index)
         b, lq = fn.op.batch, fn.op.lq
+        delta = empty((b, lq), torch.float32, index)
         enqueue(q._ocl_storage.ctx, fn.op.backward_launches(
-            _rows(q), _rows(k), _rows(v), _rows(out), as_dlprim(lse).view((b, lq)),
-            _rows(dout), _rows(dq), _rows(dk), _rows(dv), as_dlprim(delta).view((b, lq)),
+            _rows(q), _rows(k), _rows(v), _rows(out), as_dlprim(stats),
+            _rows(dout), _rows(dq), _rows(dk), _rows(dv), as_dlprim(delta),
             scale=fn.scale, **_mask_args(fn.mask)))
         return dq, dk, dv, None, None, None
 
