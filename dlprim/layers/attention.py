@@ -10,8 +10,9 @@ k, v or the output; the arithmetic stays float32, core/attention.py). Option ``l
 arrangements in place: "nlhd" takes q (N, L, H, D), k (N, S, H, D), v (N, S, H, DV) and
 gives (N, L, H, DV) -- the heads of a Linear's output split by a Reshape alone, no
 transposes; "packed" takes one input qkv (N, L, 3, H, D) (one Linear's output for
-self-attention, split by a Reshape alone) and gives (N, L, H, D). The row log-sum-exp (N*H*L
-floats, float32 whatever the storage) is saved from forward to backward; the backward takes
+self-attention, split by a Reshape alone) and gives (N, L, H, D). The row statistics (the
+largest score and the log of the sum of the exponentials, 2*N*H*L floats, float32
+whatever the storage) are saved from forward to backward; the backward takes
 another such vector of workspace, and room (in the inputs' type) for gradients it must
 add to rather than write.
 

@@ -22,6 +22,7 @@ from ..ops import layer_operators
 from ..layers.pointwise_op import result_dtype, promote_types
 from . import ops_math, ops_nn, ops_pool, ops_rnn, ops_shape  # noqa: F401  (theirs first)
 from .registry import CONVERTERS, Unsupported, converts
+from .steps import ONNX_TYPES
 
 __all__ = ["GENERATED", "typed", "is_typed", "operand", "typed_constant"]
 
@@ -29,11 +30,6 @@ _F32 = np.dtype(np.float32)
 # ONNX TensorProto data types -> the dtype names the Net holds (refused: string, complex,
 # float6); the narrow ones (float8, float4, int4, uint4, int2, uint2: dtypes.NARROW_TYPES)
 # only through conversions and layout operators
-ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
-              7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
-              16: "bfloat16", 17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2",
-              20: "float8_e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4_e2m1fn",
-              24: "float8_e8m0fnu", 25: "uint2", 26: "int2"}
 NARROW_NAMES = frozenset(NARROW_TYPES.values())
 _FLOAT32_EXACT = 2 ** 24  # integers up to this magnitude are exact in float32
 

@@ -6,7 +6,7 @@ import numpy as np
 from .model_reader import Node
 from .einsum import einsum as composed_einsum
 from .registry import Unsupported, converts
-from .steps import Steps, dtype_name
+from .steps import ONNX_TYPES, Steps, dtype_name
 from . import conv_gather, ops_select  # noqa: F401  (Hardmax, ReverseSequence: registered with these)
 from .rewrite import ATTENTION
 from ..utils import ceil_div
@@ -476,7 +476,6 @@ def _probability_dropout(b, node, q, v):
     fit: a Cast that changes the dtype, a ratio not known at import or not below 1, a
     Dropout of opset 6 or older, or one of ``training_mode`` true and a ratio above 0
     (dropping whatever the Net's mode: its converter refuses it by name)."""
-    from .ops_library import ONNX_TYPES  # (it imports this module)
     dtype = np.dtype(b.dtype(q))
     if np.dtype(b.dtype(v)) != dtype:
         return None

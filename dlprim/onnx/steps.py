@@ -6,6 +6,14 @@ import numpy as np
 __all__ = ["Steps", "dtype_name"]
 
 
+# ONNX's TensorProto element types by number, as dlprim names them
+ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
+              7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
+              16: "bfloat16", 17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2",
+              20: "float8_e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4_e2m1fn",
+              24: "float8_e8m0fnu", 25: "uint2", 26: "int2"}
+
+
 def dtype_name(dtype):
     dt = np.dtype(dtype)
     return "bfloat16" if dt.name == "bfloat16" or dt.kind == "V" else dt.name
