@@ -94,7 +94,9 @@ def _between_model(tmp_path, between, ratio=None, training=None):
     graph = helper.make_graph(nodes, "g", x, [helper.make_tensor_value_info(
         "y", TensorProto.FLOAT, shape)], initializer=inits)
     path = str(tmp_path / "between.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
     return path
 
 
