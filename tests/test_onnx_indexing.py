@@ -153,3 +153,22 @@ def test_data_dependent_shapes_are_refused_by_name(nodes, name, why):
     with pytest.raises(UnsupportedModelError, match=why) as err:
         dox.to_netconfig(data)
     assert name in str(err.value)
+
+
+def test_constant_indices_of_a_range_or_one_row_are_slices(ctx):
+    """Position ids (1, S), a range, and token type ids (B, S), one row everywhere, pick
+    rows of a table as a Slice (reshaped) and a Slice broadcast by Expand (a sum over the
+    repeats in backward), not a Gather (whose backward adds every repeat into one row at
+    once)."""
+    table = RNG.standard_normal((70, 6)).astype(np.float32)
+    feeds = {"x": RNG.standard_normal((3, 70, 6)).astype(np.float32)}
+    inits = {"table": table, "pos": np.arange(2, 69, dtype=np.int64).reshape(1, 67),
+             "types": np.full((4, 67), 3, np.int64), "ax1": np.full((2, 3), -1, np.int64)}
+    nodes = [node("Gather", ["table", "pos"], ["p"]),
+             node("Gather", ["table", "types"], ["t"]),
+             node("Gather", ["x", "ax1"], ["r"], axis=1)]
+    data = make(nodes, feeds, ["p", "t", "r"], inits)
+    check(ctx, data, feeds)
+    # the table as a parameter being trained (not folded with its constant indices)
+    types = [op["type"] for op in dox.to_netconfig(data, live=["table"])[0].operators]
+    assert "Gather" not in types and types.count("Expand") == 2, types

@@ -253,7 +253,18 @@ def _gather_as_slice(b, node, x, shape, axis):
     flat = [int(i) % shape[axis] for i in idx.reshape(-1)]
     if not flat:
         return False
-    if idx.ndim > 1 or flat != list(range(flat[0], flat[0] + len(flat))):
+    ascending = flat == list(range(flat[0], flat[0] + len(flat)))
+    out = list(shape[:axis]) + list(idx.shape) + list(shape[axis + 1:])
+    if idx.ndim > 1 and ascending:  # position ids (1, S): a Slice, reshaped
+        t = _slice(b, node, b.value(x), axis, flat[0], flat[0] + len(flat),
+                   output=b.fresh(node.outputs[0] + "/slice"))
+        b.alias[t] = t
+        reshape_to(b, node, t, out, name=node.name + "/shape")
+        return True
+    if len(flat) > 1 and len(set(flat)) == 1:  # one index everywhere (token type ids of 0)
+        _one_row_everywhere(b, node, x, shape, axis, flat[0], out)
+        return True
+    if idx.ndim > 1 or not ascending:
         if len(flat) > MAX_PICKED:
             return False
         _picked(b, node, x, shape, axis, flat, idx.shape)
@@ -270,6 +281,20 @@ def _gather_as_slice(b, node, x, shape, axis):
     reshape_to(b, node, t, [d for i, d in enumerate(shape) if i != axis],
                name=node.name + "/drop")
     return True
+
+
+def _one_row_everywhere(b, node, x, shape, axis, index, out):
+    """Index ``index`` of ``axis`` repeated over the indices' shape: a Slice of it and an
+    Expand (whose gradient is a sum over the repeats, where a Gather's adds each repeat
+    into one row at once)."""
+    t = _slice(b, node, b.value(x), axis, index, index + 1,
+               output=b.fresh(node.outputs[0] + "/row"))
+    b.alias[t] = t
+    ones = list(shape[:axis]) + [1] * (len(out) - len(shape) + 1) + list(shape[axis + 1:])
+    t = reshape_to(b, node, t, ones, output=b.fresh(node.outputs[0] + "/ones"),
+                   name=node.name + "/ones")
+    b.alias[t] = t
+    _add(b, "Expand", [t], tuple(out), node, _dtype(b, x), options={"shape": list(out)})
 
 
 # constant indices up to this many (a channel order, a few picked rows) become one Slice
