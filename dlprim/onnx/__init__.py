@@ -48,7 +48,9 @@ def load(path_or_model: Any, ctx: Any, batch: Optional[int] = None, mode: str = 
     """
     from ..net import Net
     cfg, weights = to_netconfig(path_or_model, batch, mode=mode)
-    net = Net(ctx, cfg, mode=mode, precision=precision)
+    net = Net(ctx, mode=mode, precision=precision)  # (no random initialisation: every
+    net.load(cfg)                                    # parameter is the file's)
+    net.setup()
     net.set_parameters(weights)
     return net
 

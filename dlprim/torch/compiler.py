@@ -466,8 +466,11 @@ class _Runner:
         # in-place counters the graph bumps (BatchNorm's num_batches_tracked += 1)
         self.bumps = _bumps(gm) if bumps is None else bumps
         # PyTorch's float32 matmul precision when the graph is converted ("high": TF32)
-        self.net = Net(self.ctx, cfg, mode=TRAIN if train else PREDICT,
-                       precision=matmul_precision())
+        # loaded and set up without the layers' random initialisation: every parameter
+        # is written from the model next (set_parameters is strict)
+        self.net = Net(self.ctx, mode=TRAIN if train else PREDICT, precision=matmul_precision())
+        self.net.load(cfg)
+        self.net.setup()
         self.net.set_parameters(weights)
         self.sources = sources  # Net weight -> (placeholder index, "same" or "t")
         # buffer index -> its values at conversion (the Net holds constants made of them)
