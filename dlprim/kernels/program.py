@@ -252,11 +252,14 @@ class Recording:
     (two of them views of one buffer): such a call is prepared anew each time, unless its
     maker says where each tensor's arguments are (``Recording.at``).
     """
-    __slots__ = ("steps", "checked")
+    __slots__ = ("steps", "checked", "bound", "places", "_uses")
 
     def __init__(self, steps):
         self.steps = steps  # [(shared kernel, gsize, lsize, args, [(arg, tensor, delta)])]
         self.checked = None  # what the user last verified a replay over (its own business)
+        self.bound = None  # Recording.at: per step, the arguments its own kernel holds
+        self.places = None  # Recording.at: the tensors' (address, offset) its kernels hold
+        self._uses = None  # Recording.at: tensor -> [(step, argument index)]
 
     @staticmethod
     def at(launches, slots):
@@ -269,12 +272,15 @@ class Recording:
             args = list(launch.args)
             for k, _ in places:
                 args[k] = args[k + 1] = None
-            kernel = _shared_kernel(launch.program, launch.name)
-            with _shared_lock:
-                _declare_scalars(kernel, launch.args)
+            # a kernel of its own, its arguments kept bound: a replay sets only those that
+            # moved (an optimizer's lists are mostly the same tensors step after step)
+            kernel = cl.Kernel(launch.program, launch.name)
+            _declare_scalars(kernel, launch.args)
             steps.append((kernel, launch.gsize, launch.lsize, args,
                           [(k, i, 0) for k, i in places]))
-        return Recording(steps)
+        recording = Recording(steps)
+        recording.bound = [None] * len(steps)
+        return recording
 
     @staticmethod
     def of(launches, tensors):
@@ -305,10 +311,15 @@ class Recording:
             steps.append((kernel, launch.gsize, launch.lsize, args, patches))
         return Recording(steps)
 
-    def replay(self, queue, tensors, last=()):
+    def replay(self, queue, tensors, last=(), places=None):
         """Enqueue the recorded launches over ``tensors`` (in the recorded order); ``last``:
         typed scalars that replace each launch's last arguments (the generators' params,
-        values that change from call to call)."""
+        values that change from call to call). ``places`` (``Recording.at``): each tensor's
+        (buffer address, offset), where given only the tensors whose place moved since
+        the last replay are rebound."""
+        if self.bound is not None:
+            self._replay_bound(queue, tensors, last, places)
+            return
         u64, enqueue = np.uint64, cl.enqueue_nd_range_kernel
         with _shared_lock:
             for kernel, gsize, lsize, template, patches in self.steps:
@@ -321,6 +332,74 @@ class Recording:
                     args[len(args) - len(last):] = last
                 kernel.set_args(*args)
                 enqueue(queue, kernel, gsize, lsize)
+
+
+    def _replay_bound(self, queue, tensors, last, places):
+        """``replay`` on the kernels of ``Recording.at``: each argument compared with what
+        its kernel holds (a buffer by its address, so that none is kept alive) and set
+        only where it differs; with ``places`` and a replay before, only the arguments
+        of the tensors that moved are looked at."""
+        if places is not None and self.places is not None and None not in self.bound:
+            self._rebind_moved(tensors, places, last)
+            enqueue = cl.enqueue_nd_range_kernel
+            for kernel, gsize, lsize, _, _ in self.steps:
+                enqueue(queue, kernel, gsize, lsize)
+            self.places = places
+            return
+        self.places = places
+        u64, enqueue = np.uint64, cl.enqueue_nd_range_kernel
+        for s, (kernel, gsize, lsize, template, patches) in enumerate(self.steps):
+            held = self.bound[s]
+            if held is None:
+                args = list(template)
+                for k, i, delta in patches:
+                    t = tensors[i]
+                    args[k], args[k + 1] = t.buffer, u64(t.offset + delta)
+                if last:
+                    args[len(args) - len(last):] = last
+                kernel.set_args(*args)
+                self.bound[s] = held = [a.int_ptr if isinstance(a, cl.MemoryObject) else a
+                                        for a in args]
+            else:
+                for k, i, delta in patches:
+                    t = tensors[i]
+                    buffer = t.buffer
+                    if held[k] != buffer.int_ptr:
+                        kernel.set_arg(k, buffer)
+                        held[k] = buffer.int_ptr
+                    offset = t.offset + delta
+                    if held[k + 1] != offset:
+                        kernel.set_arg(k + 1, u64(offset))
+                        held[k + 1] = offset
+                start = len(held) - len(last)
+                for j, value in enumerate(last):
+                    if held[start + j] != value:
+                        kernel.set_arg(start + j, value)
+                        held[start + j] = value
+            enqueue(queue, kernel, gsize, lsize)
+
+    def _rebind_moved(self, tensors, places, last):
+        if self._uses is None:
+            self._uses = {}
+            for s, step in enumerate(self.steps):
+                for k, i, delta in step[4]:
+                    self._uses.setdefault(i, []).append((s, k, delta))
+        u64 = np.uint64
+        for i, (now, before) in enumerate(zip(places, self.places)):
+            if now == before:
+                continue
+            t = tensors[i]
+            for s, k, delta in self._uses.get(i, ()):
+                kernel, held = self.steps[s][0], self.bound[s]
+                kernel.set_arg(k, t.buffer)
+                kernel.set_arg(k + 1, u64(t.offset + delta))
+                held[k], held[k + 1] = t.buffer.int_ptr, t.offset + delta
+        for (kernel, _, _, _, _), held in zip(self.steps, self.bound):
+            start = len(held) - len(last)
+            for j, value in enumerate(last):
+                if held[start + j] != value:
+                    kernel.set_arg(start + j, value)
+                    held[start + j] = value
 
 
 def scalar(value, dtype=np.float32):

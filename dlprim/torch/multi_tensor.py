@@ -105,17 +105,19 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     # one buffer): the launches recorded by the first such call, replayed over these
     # tensors' memory (program.Recording, each tensor's arguments known by their place)
     unique, pattern = _unique(tensors)
-    views = [as_dlprim(t) for t in unique]
+    places = list(map(_Place, unique))
     signature = ("mt_recording", name, code, tuple(types), tuple(one or ()), xd, yd, pattern,
-                 tuple((t.size, t.offset % RECORDING_ALIGN) for t in views))
+                 tuple((t.size, t.offset % RECORDING_ALIGN) for t in places))
     position = {id(t): k for k, t in enumerate(unique)}
     width = len(x_lists) + len(y_lists)
     at = [position[id(lst[i])] for i in range(n) for lst in list(x_lists) + list(y_lists)]
     recording = ctx.ops.get(signature)
     if recording is not None:
-        _check_disjoint(recording, views, at, len(x_lists), width, n, name)
-        recording.replay(ctx.queue, [views[k] for k in at], tuple(op.typed_params(values)))
+        layout = _layout(places)
+        _check_disjoint(recording, layout, places, at, len(x_lists), width, n, name)
+        recording.replay(ctx.queue, places, tuple(op.typed_params(values)), layout)
         return
+    views = [as_dlprim(t) for t in unique]
     groups = _groups(views, at, len(x_lists), width, n)
     if not _disjoint(groups):
         raise Overlap("%s: an output shares memory with another output or with an input "
@@ -124,11 +126,23 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     plan = MultiTensorPlan(op, groups, values, slots)
     if keep:
         plans.put(key, tensors, plan)
-    recorded = Recording.at(plan.launches, [[(arg, g * width + k) for arg, (g, k) in places]
-                                            for places in slots])
+    # (each tensor's arguments by its index among the distinct tensors, the replay's list)
+    recorded = Recording.at(plan.launches, [[(arg, at[g * width + k]) for arg, (g, k) in used]
+                                            for used in slots])
     recorded.checked = _layout(views)
     ctx.ops[signature] = recorded
     plan.run(values)
+
+
+class _Place:
+    """Where a contiguous ocl tensor's elements lie (what a replay rebinds, and what
+    ``_disjoint`` compares): made without a dlprim view."""
+    __slots__ = ("buffer", "offset", "size")
+
+    def __init__(self, t):
+        flat = t._ocl_storage.flat
+        self.buffer, self.offset, self.size = flat.buffer, flat.offset + t.storage_offset(), \
+            t.numel()
 
 
 def _layout(views):
@@ -141,12 +155,11 @@ def _groups(views, at, nx, width, n):
              [views[k] for k in at[i * width + nx:(i + 1) * width]]) for i in range(n)]
 
 
-def _check_disjoint(recording, views, at, nx, width, n, name):
+def _check_disjoint(recording, layout, views, at, nx, width, n, name):
     """Overlap unless the outputs of a replay over ``views`` are apart (see _disjoint):
     checked where the memory differs from what the recording last ran over and some
     views share a buffer (apart from that, only the repeats of one tensor could overlap,
     and those are the recording's own pattern)."""
-    layout = _layout(views)
     if layout == recording.checked:
         return
     if len({b for b, _ in layout}) < len(layout) and \

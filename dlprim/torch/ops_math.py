@@ -221,13 +221,13 @@ def _foreach_multi(overload, inplace, args, lists, item):
         where.append(k)
     x_lists = [args[k] for k in where]
     ys = list(args[0]) if inplace else None
-    def check():
-        for i, self_i in enumerate(args[0]):
-            for lst in x_lists + [args[0]]:
-                t = lst[i]
-                if not isinstance(t, OclTensor) or not t.is_contiguous() or \
-                        t.shape != self_i.shape or t.dtype != lst[0].dtype:
-                    raise _NotOneKernel
+    def check():  # (list by list: an optimizer's step pays it for every call)
+        shapes = [t.shape for t in args[0]]
+        for lst in x_lists + [args[0]]:
+            dtype = lst[0].dtype
+            if not all(isinstance(t, OclTensor) and t.is_contiguous() and t.dtype == dtype
+                       for t in lst) or [t.shape for t in lst] != shapes:
+                raise _NotOneKernel
     values = _values(params)
     try:
         if not inplace:
