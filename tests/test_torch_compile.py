@@ -415,3 +415,35 @@ def test_weights_held_transposed_keep_one_gradient_tensor_that_accumulates():
     compiled(x.to("ocl")).square().sum().backward()
     for a, b in ((cpu.w, ocl.w), (cpu.w2, ocl.w2), (cpu.b, ocl.b)):
         close(b.grad, a.grad)
+
+
+class _Tied(torch.nn.Module):
+    """An embedding whose table is also the output projection (GPT-2's tied head)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.emb = torch.nn.Embedding(11, 4)
+        self.mix = torch.nn.Linear(4, 4)
+
+    def forward(self, ids):
+        return torch.tanh(self.mix(self.emb(ids))) @ self.emb.weight.t()
+
+
+def test_a_tied_weight_sums_its_uses_into_one_gradient_tensor():
+    cpu, ocl = _Tied(), _Tied().to("ocl")
+    compiled = dt.compile(ocl)
+    ids = torch.tensor([[1, 4, 4, 9], [0, 10, 3, 4]])
+    for step in range(2):
+        for m in (cpu, ocl):
+            m.zero_grad(set_to_none=True)
+        cpu(ids).square().mean().backward()
+        compiled(ids.to("ocl")).square().mean().backward()
+        if step == 0:
+            first = ocl.emb.weight.grad
+        close(ocl.emb.weight.grad, cpu.emb.weight.grad)
+        close(ocl.mix.weight.grad, cpu.mix.weight.grad)
+    assert ocl.emb.weight.grad is first
+    cpu(ids).square().mean().backward()  # accumulated
+    compiled(ids.to("ocl")).square().mean().backward()
+    close(ocl.emb.weight.grad, cpu.emb.weight.grad)

@@ -485,8 +485,9 @@ class _Runner:
         self.uses = {}  # input index -> how many Net weights it is (a parameter used twice)
         for i, _ in self.sources.values():
             self.uses[i] = self.uses.get(i, 0) + 1
-        self._grad_views = {}  # weight name -> (ocl view of its gradient, AccumulateGrad)
-        self._candidates = None  # (weight name, input index) that _direct_grads may take
+        self._grad_views = {}  # parameter index -> (its gradient tensor, AccumulateGrad)
+        self._candidates = None  # parameter indices that _direct_grads may take
+        self._weights = {}  # parameter index -> [(Net weight, "same" or "t")]
 
     def _write(self, dst, t):
         """dlprim tensor ``dst`` = torch tensor t (an ocl tensor, else copied from the host),
@@ -642,10 +643,10 @@ class _Runner:
             else:
                 self._write(dst, g.contiguous() if g.device.type == "ocl" else g)
         direct = self._direct_grads(tensors)
-        # (a transposed weight's gradient is added to on the torch side, its Net
-        # gradient zeroed like any other)
-        adding = {name for name, (p, view) in direct.items()
-                  if p.grad is view and self.sources[name][1] == "same"}
+        # (a gradient of its own is added to on the torch side, the Net's gradients zeroed
+        # like any other; a view of the Net's gradient memory sums this backward into it)
+        adding = {self._weights[i][0][0] for i, (p, view) in direct.items()
+                  if p.grad is view and self._shares(i)}
         if not adding:
             self.net.zero_grad()
         else:  # those .grad views sum this backward into what they hold
@@ -659,59 +660,71 @@ class _Runner:
             name = next(names) if kind == "data" else None
             if name is not None and self.wants_grad.get(name):
                 out[i] = self._read(self.net.tensor_diff(name))
-        for name, (i, how) in self.sources.items():
-            if self.kinds[i] != "param":
-                continue
-            d = direct.get(name)
-            if d is not None:
-                if how == "t":  # the persistent gradient: the Net's, transposed into it
-                    diff = self.net.param_diff(name)
-                    if d[0].grad is d[1]:
-                        with torch.no_grad():
-                            d[1].add_(_over(self.index, diff).t())
+        for i, (p, view) in direct.items():
+            if not self._shares(i):  # its own tensor: the sum of the Net's, as p's shape
+                for k, (name, how) in enumerate(self._weights[i]):
+                    diff = _over(self.index, self.net.param_diff(name))
+                    diff = diff.t() if how == "t" else diff.view(p.shape)
+                    if k == 0 and p.grad is not view:
+                        _tensor.assign(view, diff)
                     else:
-                        _transposed_into(_tensor.as_dlprim(d[1]), _over(self.index, diff))
-                if d[0].grad is not d[1]:
-                    d[0].grad = d[1]
+                        with torch.no_grad():
+                            view.add_(diff)
+            if p.grad is not view:
+                p.grad = view
+        for name, (i, how) in self.sources.items():
+            if self.kinds[i] != "param" or i in direct:
                 continue
             g = self._read(self.net.param_diff(name))
             g = (g.t() if how == "t" else g).reshape(self.shapes[i])
             out[i] = g if out[i] is None else out[i] + g  # a parameter used twice
         return out
 
+    def _shares(self, i):
+        """Whether parameter i's gradient is a view of the Net's gradient memory (one Net
+        weight, held as the parameter is), not a tensor of its own."""
+        weights = self._weights[i]
+        return len(weights) == 1 and weights[0][1] == "same"
+
     def _direct_grads(self, tensors):
-        """{Net weight: (parameter, its gradient view)} for the parameters whose gradient
-        this backward leaves in ``.grad`` as a view of the Net's gradient memory, not
-        through autograd (no copy, no add): ocl parameters the Net holds as they are, that
-        autograd's ``backward()`` would accumulate into (``torch.autograd.grad`` takes its
-        gradients through autograd), without gradient hooks, whose ``.grad`` is None or
-        that view (then this backward adds to it, as accumulation does). The next backward
-        writes the same memory, as a later ``.grad +=`` would."""
+        """{parameter index: (parameter, its gradient tensor)} for the parameters whose
+        gradient this backward leaves in ``.grad`` itself, not through autograd: a view of
+        the Net's gradient memory (a weight the Net holds as it is: no copy, no add), or a
+        tensor of the parameter's own that each backward writes (a weight held transposed,
+        or a parameter that is several Net weights, such as tied embeddings: their sum).
+        For ocl parameters that autograd's ``backward()`` would accumulate into
+        (``torch.autograd.grad`` takes its gradients through autograd), without gradient
+        hooks, whose ``.grad`` is None or that tensor (then this backward adds to it, as
+        accumulation does). The next backward writes the same memory, as a later
+        ``.grad +=`` would."""
         if self.host or torch.is_grad_enabled():  # create_graph: gradients are graphs
             return {}
-        if self._candidates is None:  # what the graph fixes: float32 parameters held as they are
-            self._candidates = [(name, i) for name, (i, how) in self.sources.items()
-                                if self.kinds[i] == "param" and self.uses[i] == 1]
+        if self._candidates is None:  # what the graph fixes: each parameter's Net weights
+            self._weights = {}
+            for name, (i, how) in self.sources.items():
+                if self.kinds[i] == "param":
+                    self._weights.setdefault(i, []).append((name, how))
+            self._candidates = sorted(self._weights)
         out = {}
-        for name, i in self._candidates:
+        for i in self._candidates:
             p = tensors[i]
             if p._backward_hooks or p._post_accumulate_grad_hooks is not None or \
                     p.dtype != torch.float32 or p.device.type != "ocl":
                 continue
-            view, node = self._grad_views.get(name, (None, None))
+            view, node = self._grad_views.get(i, (None, None))
             if view is None or view.shape != p.shape:
-                diff = self.net.param_diff(name)
-                if diff.size != p.numel() or not p.requires_grad or p.grad_fn is not None \
-                        or not p.is_contiguous():
+                diffs = [self.net.param_diff(name) for name, _ in self._weights[i]]
+                if any(d.size != p.numel() for d in diffs) or not p.requires_grad or \
+                        p.grad_fn is not None or not p.is_contiguous():
                     continue
-                if self.sources[name][1] == "t":  # a tensor of its own, written each backward
+                if self._shares(i):
+                    view = _tensor.OclTensor(_tensor.Storage.over(self.index, diffs[0]),
+                                             p.shape, p.stride(), 0, torch.float32)
+                else:  # a tensor of its own, written each backward
                     view = _tensor.empty(p.shape, torch.float32, self.index)
-                else:
-                    view = _tensor.OclTensor(_tensor.Storage.over(self.index, diff), p.shape,
-                                             p.stride(), 0, torch.float32)
                 with torch.enable_grad():  # p's AccumulateGrad, behind a view of p
                     node = p.view_as(p).grad_fn.next_functions[0][0]
-                self._grad_views[name] = (view, node)
+                self._grad_views[i] = (view, node)
             try:
                 if not torch._C._will_engine_execute_node(node):
                     continue  # backward(inputs=...) without p
@@ -719,7 +732,7 @@ class _Runner:
                 return {}
             grad = p.grad
             if grad is None or grad is view:
-                out[name] = (p, view)
+                out[i] = (p, view)
         return out
 
 
