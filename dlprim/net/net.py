@@ -16,6 +16,7 @@ and the Pythonic one::
     net = dp.Net(ctx, models.lenet(batch=64), mode="train")
     outs = net(data=x, label=y); net.backward()
 """
+import collections
 import logging
 import os
 import weakref
@@ -36,6 +37,10 @@ from .execution_plan import ExecutionPlan
 from .graph import GraphError, load_graph, load_graph_file, parse_json
 from .mixed_precision import LossScale, with_casts
 from .parameters import ParamStore
+
+# the input shapes whose plans (and input tensors) a net keeps, the latest used: a prefill
+# and a decode, the sequence lengths a compiled graph meets, come back to theirs
+PLANS_KEPT = 8
 
 __all__ = ["Net", "TRAIN", "PREDICT"]
 
@@ -95,6 +100,7 @@ class Net:
         self.graph = graph
         self._ready = False
         self._plans = {}
+        self._shape_plans = collections.OrderedDict()
         self._handles = {}  # value id -> the Tensor tensor() gave for it (follows re-plans)
 
     def load_from_json(self, source):
@@ -153,7 +159,7 @@ class Net:
         self.store = (ParamStore(self.ctx, g.ops, specs) if self._shared_params is None
                       else self._shared_params.checked(g.ops, specs))
         self._alloc_inputs()
-        self._plans = {}
+        self._forget_plans()
         self._plan()
         self._ready = True
 
@@ -193,6 +199,8 @@ class Net:
     # ----- batch size changes
     def reshape(self, shapes=None, **kw):
         """New input shapes (``{name: shape}`` or keywords); re-plans, never rebuilds kernels.
+        The plans of the last ``PLANS_KEPT`` input shapes are kept: shapes met before take
+        theirs back (their activation memory and input tensors too) instead of planning.
 
         With no arguments, picks up shapes set on the input tensors (``tensor.shape = ...``).
         A shape no operator can take is a LayerError naming the first such operator and the
@@ -221,13 +229,35 @@ class Net:
             raise LayerError("%s (%s)" % (err, "; ".join(changes) or "no input changed")) \
                 from err
         self._setups_mode = self._mode
-        old = self._inputs
-        self._alloc_inputs()
-        for vid, t in self._inputs.items():
-            if t.shape == old[vid].shape:
-                self._inputs[vid] = old[vid]
-        self._plans = {}
+        kept = self._shape_plans.get(self._shapes_key())
+        if kept is not None:  # shapes planned before: their inputs and plans, as they were
+            self._inputs, self._plans = kept
+            self._shape_plans.move_to_end(self._shapes_key())
+        else:
+            old = self._inputs
+            self._alloc_inputs()
+            for vid, t in self._inputs.items():
+                if t.shape == old[vid].shape:
+                    self._inputs[vid] = old[vid]
+            self._plans = {}
+            self._keep_plans()
         self._plan()
+
+    def _shapes_key(self):
+        g = self.graph
+        return tuple(g.values[g.input_values[name]].shape for name in g.inputs)
+
+    def _keep_plans(self):
+        """File the current shapes' inputs and plans (the last PLANS_KEPT shapes stay)."""
+        self._shape_plans[self._shapes_key()] = (self._inputs, self._plans)
+        while len(self._shape_plans) > PLANS_KEPT:
+            self._shape_plans.popitem(last=False)
+
+    def _forget_plans(self):
+        """Drop every plan (of every shape): the next ``_plan`` makes the current one."""
+        self._plans = {}
+        self._shape_plans = collections.OrderedDict()
+        self._keep_plans()
 
     def _restore(self, shapes):
         """Back to the value shapes of the last good setup (the layers too: no kernel is
@@ -267,9 +297,11 @@ class Net:
     @keep_intermediate_tensors.setter
     def keep_intermediate_tensors(self, keep):
         self._keep = bool(keep)
-        self._plans = {}
         if self._ready:
+            self._forget_plans()
             self._plan()
+        else:
+            self._plans = {}
 
     def _plan(self):
         for layer in self.layers:

@@ -1,0 +1,45 @@
+"""Launches of a key/value cache (``kernels/kv_cache.cl``, the KVCache layer): this pass's
+rows written at a position read on the device, and the additive mask of attention over
+the cache."""
+import numpy as np
+
+from ..kernels import program
+from ..utils import round_up
+
+__all__ = ["KVCacheOps"]
+
+_BITS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}  # elements copied as their bits
+
+
+class KVCacheOps:
+    """Caches of ``length`` positions for (N, H) = (``samples``, ``heads``) rows of
+    ``t_len`` new tokens; ``itemsize``: the cached elements' bytes; ``pos_dtype``:
+    int32 or int64; ``per_row``: one position per sample (else one for all)."""
+
+    def __init__(self, ctx, samples, heads, t_len, length, itemsize, pos_dtype, per_row):
+        self.ctx, self.heads, self.t_len, self.length = ctx, heads, t_len, length
+        self.samples, self.per_row = samples, int(per_row)
+        self.program = program.get(ctx, "kv_cache", E=_BITS[itemsize],
+                                   P="int" if np.dtype(pos_dtype) == np.int32 else "long")
+        self._wg = min(256, ctx.facts.max_work_group)
+
+    def _launch(self, kernel, total, args):
+        return program.Launch(self.program, kernel, (round_up(total, self._wg),), (self._wg,),
+                              [np.uint64(total)] + args)
+
+    def write(self, new, cache, pos, width):
+        """cache[n, h, pos_n + t, :] = new[n, h, t, :] (nothing where pos_n overflows)."""
+        u32, u64 = np.uint32, np.uint64
+        total = self.samples * self.heads * self.t_len * width
+        return [self._launch("kv_write", total, [
+            u32(self.heads), u32(self.t_len), u32(self.length), u32(width), new.buffer,
+            u64(new.offset), cache.buffer, u64(cache.offset), pos.buffer, u64(pos.offset),
+            u32(self.per_row)])]
+
+    def mask(self, mask, pos):
+        """mask (N or 1, 1, T, length) float32: 0 where j <= pos + t, -inf elsewhere, NaN
+        over a sample whose position overflows the cache."""
+        u32, u64 = np.uint32, np.uint64
+        return [self._launch("kv_mask", mask.size, [
+            u32(self.t_len), u32(self.length), mask.buffer, u64(mask.offset), pos.buffer,
+            u64(pos.offset), u32(self.per_row)])]

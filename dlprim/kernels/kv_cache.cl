@@ -1,0 +1,44 @@
+<%include file="common.h"/>
+## A key/value cache kept across a Net's passes (layers/kv_cache.py). E: an unsigned
+## integer type of the element's size (the cache stores bits, whatever its float type);
+## P: the positions' type. pos holds one position per sample (per_row) or one for all.
+
+// pos of sample n, or -1 where it is outside [0, L - T] (the cache would overflow)
+inline long kv_position(__global const ${P} *pos, ulong pos_offset, uint per_row, ulong n,
+                        uint t_len, uint capacity)
+{
+    long p = (long)pos[pos_offset + (per_row ? n : 0)];
+    return (p < 0 || p + (long)t_len > (long)capacity) ? -1 : p;
+}
+
+// cache[n, h, pos_n + t, :] = new[n, h, t, :] over every (n, h, t, d)
+__kernel void kv_write(ulong total, uint heads, uint t_len, uint capacity, uint width,
+                       __global const ${E} *src, ulong src_offset,
+                       __global ${E} *cache, ulong cache_offset,
+                       __global const ${P} *pos, ulong pos_offset, uint per_row)
+{
+    ulong i = get_global_id(0);
+    if (i >= total)
+        return;
+    ulong d = i % width, row = i / width;
+    ulong t = row % t_len, nh = row / t_len;
+    long p = kv_position(pos, pos_offset, per_row, nh / heads, t_len, capacity);
+    if (p < 0)
+        return;  // (the mask of this pass is NaN: nothing reads a plausible value)
+    cache[cache_offset + (nh * capacity + (ulong)p + t) * width + d] = src[src_offset + i];
+}
+
+// mask[n, 0, t, j] = 0 where key j is in the cache and not after query t (at pos_n + t),
+// -inf elsewhere; NaN over the whole sample where its position overflows the cache
+__kernel void kv_mask(ulong total, uint t_len, uint capacity,
+                      __global float *mask, ulong mask_offset,
+                      __global const ${P} *pos, ulong pos_offset, uint per_row)
+{
+    ulong i = get_global_id(0);
+    if (i >= total)
+        return;
+    ulong j = i % capacity, row = i / capacity;
+    ulong t = row % t_len, n = row / t_len;
+    long p = kv_position(pos, pos_offset, per_row, n, t_len, capacity);
+    mask[mask_offset + i] = p < 0 ? NAN : ((long)j <= p + (long)t ? 0.0f : -INFINITY);
+}

@@ -1,0 +1,87 @@
+"""KVCache: keys and values kept in the Net between passes, a prefill of several tokens
+then decode steps of one, each pass's attention over the cache (a ScaledDotProductAttention
+with the layer's mask) against float64 causal attention over the whole sequence so far;
+positions per sample; a position past the cache gives NaN, not a plausible value."""
+import numpy as np
+import pytest
+
+import dlprim as dp
+from dlprim.layers.base import LayerError
+
+N, H, D, L = 2, 3, 8, 12
+
+
+def cached_attention_net(ctx, t, length=L, per_row=False, pos_dtype="int64"):
+    cfg = dp.NetConfig()
+    for name in "qkv":
+        cfg.add_input(name, [N, H, t, D])
+    cfg.add_input("pos", [N if per_row else 1], pos_dtype)
+    cfg.add("KVCache", name="cache", inputs=["k", "v", "pos"], outputs=["keys", "values", "mask"],
+            options={"length": length})
+    cfg.add("ScaledDotProductAttention", name="att", inputs=["q", "keys", "values", "mask"],
+            outputs=["y"])
+    cfg.set_outputs(["y"])
+    return dp.Net(ctx, cfg, mode="predict")
+
+
+def reference(q, ks, vs, pos):
+    """Attention of q (H, T, D) at positions pos.. over keys/values (H, S, D) 0..pos+t."""
+    out = np.zeros(q.shape)
+    for t in range(q.shape[1]):
+        live = pos + t + 1
+        s = q[:, t:t + 1] @ ks[:, :live].transpose(0, 2, 1) / np.sqrt(D)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        out[:, t] = (p @ vs[:, :live])[:, 0]
+    return out
+
+
+def test_prefill_then_decode_attends_over_the_cache(ctx):
+    rng = np.random.default_rng(0)
+    total = 9  # a prefill of 5, then 4 decode steps
+    q, k, v = (rng.standard_normal((N, H, total, D)).astype(np.float32) for _ in range(3))
+    net = cached_attention_net(ctx, 5)
+    steps = [(0, 5)] + [(p, 1) for p in range(5, total)]
+    for pos, t in steps:
+        feeds = {n: a[:, :, pos:pos + t] for n, a in zip("qkv", (q, k, v))}
+        y = net(pos=np.array([pos]), **feeds)["y"]
+        if pos == 0:
+            prefill = net.plan
+        for b in range(N):
+            want = reference(q[b, :, pos:pos + t].astype(np.float64), k[b].astype(np.float64),
+                             v[b].astype(np.float64), pos)
+            np.testing.assert_allclose(y[b], want, rtol=1e-5, atol=1e-5)
+    # both plans kept: a prefill of 5 again (a new sequence from 0) takes its plan back
+    decode = net.plan
+    net(pos=np.array([0]), **{n: a[:, :, :5] for n, a in zip("qkv", (q, k, v))})
+    assert net.plan is prefill and prefill is not decode
+
+
+def test_positions_per_sample_and_int32(ctx):
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((N, H, 6, D)).astype(np.float32) for _ in range(3))
+    net = cached_attention_net(ctx, 3, per_row=True, pos_dtype="int32")
+    net(pos=np.array([0, 0], np.int32), **{n: a[:, :, :3] for n, a in zip("qkv", (q, k, v))})
+    # sample 0 goes on at 3, sample 1 writes its next 3 at 2 (overwriting its third)
+    kk, vv = k.copy(), v.copy()
+    kk[1, :, 2:5], vv[1, :, 2:5] = k[1, :, 3:6], v[1, :, 3:6]
+    feeds = {"q": q[:, :, 3:6], "k": np.stack([k[0, :, 3:6], k[1, :, 3:6]]),
+             "v": np.stack([v[0, :, 3:6], v[1, :, 3:6]])}
+    y = net(pos=np.array([3, 2], np.int32), **feeds)["y"]
+    for b, pos in ((0, 3), (1, 2)):
+        want = reference(q[b, :, 3:6].astype(np.float64), kk[b].astype(np.float64),
+                         vv[b].astype(np.float64), pos)
+        np.testing.assert_allclose(y[b], want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_position_past_the_cache_gives_nan_and_bad_inputs_are_named(ctx):
+    rng = np.random.default_rng(2)
+    net = cached_attention_net(ctx, 4, length=6)
+    feeds = {n: rng.standard_normal((N, H, 4, D)).astype(np.float32) for n in "qkv"}
+    assert np.isfinite(net(pos=np.array([2]), **feeds)["y"]).all()
+    assert np.isnan(net(pos=np.array([3]), **feeds)["y"]).all()  # 3 + 4 > 6
+    assert np.isnan(net(pos=np.array([-1]), **feeds)["y"]).all()
+    with pytest.raises(LayerError, match="length"):
+        cached_attention_net(ctx, 4, length=0)
+    with pytest.raises(LayerError, match="do not fit"):
+        cached_attention_net(ctx, 7, length=6)
