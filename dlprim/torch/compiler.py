@@ -19,6 +19,7 @@ ocl) instead, with a ``CompileFallbackWarning`` once per reason; ``explain`` and
 is rebuilt). Integer and boolean inputs (token ids, masks) are Net inputs of their
 dtype, and outputs are read back in theirs.
 """
+import contextlib
 import io
 import logging
 import re
@@ -258,6 +259,28 @@ def _to_onnx(module, data, train):
                        % ", ".join(sorted(_DECOMPOSED)))
 
 
+@contextlib.contextmanager
+def _exporter_log_off():
+    """PyTorch's TorchScript exporter switches its ONNX log on for every export (its
+    ``setup_onnx_logging`` tests the function ``_jit_is_onnx_log_enabled``, always true,
+    not its value), so an export that fails, which the backend retries with a
+    decomposition, prints the whole traced graph: here the log stays off."""
+    try:
+        from torch.onnx._internal.torchscript_exporter import utils
+    except ImportError:  # another PyTorch: its exporter as it is
+        utils = None
+    setup = getattr(utils, "setup_onnx_logging", None)
+    was = torch._C._jit_is_onnx_log_enabled()
+    if setup is not None:
+        utils.setup_onnx_logging = lambda verbose: contextlib.nullcontext()
+    try:
+        yield
+    finally:
+        if setup is not None:
+            utils.setup_onnx_logging = setup
+        torch._C._jit_set_onnx_log_enabled(was)
+
+
 def _export(module, data, train):
     f = io.BytesIO()
     mode = torch.onnx.TrainingMode.TRAINING if train else torch.onnx.TrainingMode.EVAL
@@ -266,7 +289,7 @@ def _export(module, data, train):
     try:
         if mha:  # the fused transformer kernels of eval mode have no ONNX form
             mha.set_fastpath_enabled(False)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _exporter_log_off():
             warnings.simplefilter("ignore")
             torch.onnx.export(module, tuple(data), f, opset_version=17, dynamo=False,
                               do_constant_folding=False, training=mode,

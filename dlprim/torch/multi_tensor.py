@@ -115,7 +115,10 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     if recording is not None:
         layout = _layout(places)
         _check_disjoint(recording, layout, places, at, len(x_lists), width, n, name)
-        recording.replay(ctx.queue, places, tuple(op.typed_params(values)), layout)
+        replay = _Replay(op, recording, places, layout)
+        replay.run(values)
+        if keep:  # these very tensors again: the replay, without looking them over
+            plans.put(key, tensors, replay)
         return
     views = [as_dlprim(t) for t in unique]
     groups = _groups(views, at, len(x_lists), width, n)
@@ -132,6 +135,19 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     recorded.checked = _layout(views)
     ctx.ops[signature] = recorded
     plan.run(values)
+
+
+class _Replay:
+    """A recording replayed over given tensors' places: what ``PlanCache`` keeps for a
+    list of tensors whose launches were recorded over others (``run`` as a plan's)."""
+    __slots__ = ("op", "recording", "places", "layout")
+
+    def __init__(self, op, recording, places, layout):
+        self.op, self.recording, self.places, self.layout = op, recording, places, layout
+
+    def run(self, values=()):
+        self.recording.replay(self.op.ctx.queue, self.places, tuple(self.op.typed_params(values)),
+                              self.layout)
 
 
 class _Place:
