@@ -265,3 +265,18 @@ def test_foreach_over_fresh_views_of_one_buffer_replays_and_checks_overlap(monke
         for y in ys_cpu:
             y.add_(torch.ones(6))
         _same([base], [base_cpu])
+
+
+def test_a_replayed_recording_is_kept_for_its_tensors():
+    """Tensors of sizes recorded before (by other tensors) replay that recording, and the
+    next call over these very tensors takes the kept replay."""
+    sizes = [4, 9, 30]
+    first = [t.to("ocl") for t in _lists(30, sizes)]
+    torch._foreach_mul_(first, 1.5)  # records the launches over these sizes
+    mine, cpu = [t.to("ocl") for t in _lists(31, sizes)], _lists(31, sizes)
+    hits = mt.plans.hits
+    for _ in range(3):
+        torch._foreach_mul_(mine, 1.5)
+        torch._foreach_mul_(cpu, 1.5)
+    assert mt.plans.hits - hits == 2
+    _same(mine, cpu)
