@@ -100,7 +100,9 @@ def test_foreach_in_place_keeps_its_launches_per_tensor_list():
         torch._foreach_add_(ao, bo, alpha=0.5)
         torch._foreach_addcdiv_(a, b, a, [0.25 * (step + 1)] * len(a))  # scalars that move
         torch._foreach_addcdiv_(ao, bo, ao, [0.25 * (step + 1)] * len(a))
-    _same(ao, a, 1e-5)
+    # (OpenCL's float division may be 2.5 ulp off, and dividing by values near 0 three
+    # times over amplifies it: 5e-5 relative on NVIDIA's driver)
+    _same(ao, a, 1e-4)
     assert mt.plans.hits - hits == 4  # the second and third steps' two calls
     # a tensor given new memory is not run through the old launches
     ao[3].data = torch.full((1,), 7.0).to("ocl")
