@@ -252,14 +252,14 @@ class Recording:
     (two of them views of one buffer): such a call is prepared anew each time, unless its
     maker says where each tensor's arguments are (``Recording.at``).
     """
-    __slots__ = ("steps", "checked", "bound", "places", "_uses")
+    __slots__ = ("steps", "checked", "bound", "places", "_types")
 
     def __init__(self, steps):
         self.steps = steps  # [(shared kernel, gsize, lsize, args, [(arg, tensor, delta)])]
         self.checked = None  # what the user last verified a replay over (its own business)
         self.bound = None  # Recording.at: per step, the arguments its own kernel holds
         self.places = None  # Recording.at: the tensors' (address, offset) its kernels hold
-        self._uses = None  # Recording.at: tensor -> [(step, argument index)]
+        self._types = None  # Recording.at: per step, its arguments' scalar types
 
     @staticmethod
     def at(launches, slots):
@@ -280,6 +280,8 @@ class Recording:
                           [(k, i, 0) for k, i in places]))
         recording = Recording(steps)
         recording.bound = [None] * len(steps)
+        recording._types = [[a.dtype if isinstance(a, np.generic) else None for a in launch.args]
+                            for launch in launches]
         return recording
 
     @staticmethod
@@ -335,71 +337,66 @@ class Recording:
 
 
     def _replay_bound(self, queue, tensors, last, places):
-        """``replay`` on the kernels of ``Recording.at``: each argument compared with what
-        its kernel holds (a buffer by its address, so that none is kept alive) and set
-        only where it differs; with ``places`` and a replay before, only the arguments
-        of the tensors that moved are looked at."""
-        if places is not None and self.places is not None and None not in self.bound:
-            self._rebind_moved(tensors, places, last)
-            enqueue = cl.enqueue_nd_range_kernel
-            for kernel, gsize, lsize, _, _ in self.steps:
-                enqueue(queue, kernel, gsize, lsize)
-            self.places = places
-            return
+        """``replay`` on the kernels of ``Recording.at``: each kernel keeps its arguments,
+        and only those of the tensors whose place moved since the last replay (all of
+        them without ``places``) are set again: one by one where a few moved, all at
+        once where many did (a call per argument costs several times one argument of a
+        call that sets them all)."""
+        moved = None
+        if places is not None and self.places is not None:
+            moved = {i for i, (now, before) in enumerate(zip(places, self.places))
+                     if now != before}
         self.places = places
         u64, enqueue = np.uint64, cl.enqueue_nd_range_kernel
         for s, (kernel, gsize, lsize, template, patches) in enumerate(self.steps):
             held = self.bound[s]
-            if held is None:
+            todo = patches if moved is None or held is None else \
+                [p for p in patches if p[1] in moved]
+            start = len(template) - len(last)
+            if held is None or len(todo) > _ONE_BY_ONE:
                 args = list(template)
                 for k, i, delta in patches:
                     t = tensors[i]
                     args[k], args[k + 1] = t.buffer, u64(t.offset + delta)
                 if last:
-                    args[len(args) - len(last):] = last
+                    args[start:] = last
+                elif held is not None:  # the params of the last replay
+                    args[start:] = held[start:]
                 kernel.set_args(*args)
-                self.bound[s] = held = [a.int_ptr if isinstance(a, cl.MemoryObject) else a
-                                        for a in args]
+                self.bound[s] = [a.int_ptr if isinstance(a, cl.MemoryObject) else a
+                                 for a in args]
             else:
-                for k, i, delta in patches:
+                for k, i, delta in todo:
                     t = tensors[i]
-                    buffer = t.buffer
-                    if held[k] != buffer.int_ptr:
-                        kernel.set_arg(k, buffer)
-                        held[k] = buffer.int_ptr
+                    if held[k] != t.buffer.int_ptr:
+                        kernel.set_arg(k, t.buffer)
+                        held[k] = t.buffer.int_ptr
                     offset = t.offset + delta
                     if held[k + 1] != offset:
                         kernel.set_arg(k + 1, u64(offset))
                         held[k + 1] = offset
-                start = len(held) - len(last)
                 for j, value in enumerate(last):
                     if held[start + j] != value:
                         kernel.set_arg(start + j, value)
                         held[start + j] = value
             enqueue(queue, kernel, gsize, lsize)
 
-    def _rebind_moved(self, tensors, places, last):
-        if self._uses is None:
-            self._uses = {}
-            for s, step in enumerate(self.steps):
-                for k, i, delta in step[4]:
-                    self._uses.setdefault(i, []).append((s, k, delta))
-        u64 = np.uint64
-        for i, (now, before) in enumerate(zip(places, self.places)):
-            if now == before:
-                continue
-            t = tensors[i]
-            for s, k, delta in self._uses.get(i, ()):
-                kernel, held = self.steps[s][0], self.bound[s]
-                kernel.set_arg(k, t.buffer)
-                kernel.set_arg(k + 1, u64(t.offset + delta))
-                held[k], held[k + 1] = t.buffer.int_ptr, t.offset + delta
-        for (kernel, _, _, _, _), held in zip(self.steps, self.bound):
-            start = len(held) - len(last)
-            for j, value in enumerate(last):
-                if held[start + j] != value:
-                    kernel.set_arg(start + j, value)
-                    held[start + j] = value
+    def fork(self):
+        """This recording with kernels of its own (``Recording.at``'s): replays over one
+        list of tensors keep their arguments bound while another list replays the
+        original."""
+        steps = []
+        for (kernel, gsize, lsize, template, patches), types in zip(self.steps, self._types):
+            own = cl.Kernel(kernel.program, kernel.function_name)
+            own.set_scalar_arg_dtypes(types)
+            steps.append((own, gsize, lsize, template, patches))
+        forked = Recording(steps)
+        forked.bound, forked._types = [None] * len(steps), self._types
+        return forked
+
+
+# a replay sets the arguments of at most this many moved tensors one by one, else all
+_ONE_BY_ONE = 8
 
 
 def scalar(value, dtype=np.float32):

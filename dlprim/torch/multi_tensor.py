@@ -117,7 +117,7 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
         _check_disjoint(recording, layout, places, at, len(x_lists), width, n, name)
         replay = _Replay(op, recording, places, layout)
         replay.run(values)
-        if keep:  # these very tensors again: the replay, without looking them over
+        if keep and _seen_before(key):  # these very tensors a third time: the replay kept
             plans.put(key, tensors, replay)
         return
     views = [as_dlprim(t) for t in unique]
@@ -137,15 +137,37 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     plan.run(values)
 
 
+_seen = collections.OrderedDict()  # keys of lists replayed once (ids: a guess, checked later)
+
+
+def _seen_before(key):
+    """Whether a list of these ids was replayed before: only a list that comes back is
+    kept (keeping one costs a weak reference per tensor, wasted on an optimizer's
+    temporaries, which are new every step)."""
+    if key in _seen:
+        return True
+    _seen[key] = True
+    if len(_seen) > 256:
+        _seen.popitem(last=False)
+    return False
+
+
 class _Replay:
     """A recording replayed over given tensors' places: what ``PlanCache`` keeps for a
-    list of tensors whose launches were recorded over others (``run`` as a plan's)."""
-    __slots__ = ("op", "recording", "places", "layout")
+    list of tensors whose launches were recorded over others (``run`` as a plan's). Run
+    again, it takes kernels of its own (``Recording.fork``): lists of one signature (an
+    optimizer's parameters and its state) would otherwise rebind every argument as they
+    take turns on the recording's."""
+    __slots__ = ("op", "recording", "places", "layout", "runs")
 
     def __init__(self, op, recording, places, layout):
         self.op, self.recording, self.places, self.layout = op, recording, places, layout
+        self.runs = 0
 
     def run(self, values=()):
+        if self.runs == 1:
+            self.recording = self.recording.fork()
+        self.runs += 1
         self.recording.replay(self.op.ctx.queue, self.places, tuple(self.op.typed_params(values)),
                               self.layout)
 
