@@ -345,6 +345,10 @@ def test_cli_says_it_stopped_early(ctx, tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "early stopping after epoch 3: val_loss has not improved" in out
     assert "stopped early after epoch 3" in out and "(epoch 1, val_loss " in out
+    # the program's console lines end with it: a record after it is not on stdout
+    import logging
+    logging.getLogger("dlprim.test").info("after the program")
+    assert "after the program" not in capsys.readouterr().out
 
 
 def test_early_stopping_survives_an_interruption_exactly(ctx, tmp_path):

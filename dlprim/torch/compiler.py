@@ -505,9 +505,6 @@ class _Runner:
         self.versions = {}  # weight name -> (tensor id, version) last copied into the Net
         self.shared = {}  # weight name -> the Storage the model's tensor and the Net share
         self.step = 0
-        self.uses = {}  # input index -> how many Net weights it is (a parameter used twice)
-        for i, _ in self.sources.values():
-            self.uses[i] = self.uses.get(i, 0) + 1
         self._grad_views = {}  # parameter index -> (its gradient tensor, AccumulateGrad)
         self._candidates = None  # parameter indices that _direct_grads may take
         self._weights = {}  # parameter index -> [(Net weight, "same" or "t")]

@@ -111,6 +111,18 @@ def _agreed(comm, failure):
 def main(argv=None):
     """The dlprim-train program; returns the exit status (0 done, 1 training stopped by an
     error, 2 bad config, option, output folder or checkpoint, 130 interrupted)."""
+    logger = logging.getLogger("dlprim")
+    level, handlers = logger.level, list(logger.handlers)
+    try:
+        return _main(argv)
+    finally:  # the console lines end with the program: another run in this process
+        for handler in logger.handlers[:]:  # (dlprim-predict's JSON on stdout) gets none
+            if handler not in handlers:
+                logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _main(argv):
     args = parse_args(argv)
     try:
         comm = init()  # the MPI job this process is a rank of, or itself alone
