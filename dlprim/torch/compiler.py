@@ -270,7 +270,8 @@ def _exporter_log_off():
     except ImportError:  # another PyTorch: its exporter as it is
         utils = None
     setup = getattr(utils, "setup_onnx_logging", None)
-    was = torch._C._jit_is_onnx_log_enabled()
+    was = torch._C._jit_is_onnx_log_enabled()  # (on already after any earlier export)
+    torch._C._jit_set_onnx_log_enabled(False)
     if setup is not None:
         utils.setup_onnx_logging = lambda verbose: contextlib.nullcontext()
     try:
