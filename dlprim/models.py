@@ -19,7 +19,7 @@ from .net.netconfig import NetConfig
 from .nn import functional as F
 
 __all__ = ["lenet", "mlp", "alexnet", "vgg16", "resnet18", "resnet34", "resnet50",
-           "mobilenet_v2", "gpt", "vision_transformer", "vit_b_16", "convnext", "convnext_tiny", "multi_head_attention",
+           "mobilenet_v2", "gpt", "gpt_decoder", "vision_transformer", "vit_b_16", "convnext", "convnext_tiny", "multi_head_attention",
            "BUILDERS"]
 
 
@@ -400,6 +400,79 @@ def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
         cfg.set_outputs(["loss"])
     else:
         cfg.set_outputs([logits])
+    return cfg
+
+
+def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, tokens=1,
+                activation="gelu_tanh", head_bias=False, eps=1e-5):
+    """The decoder of ``gpt`` for generation, a pass at a time over a key/value cache: the
+    same blocks (GPT-2's and nanoGPT's parameter names), each attention writing this
+    pass's keys and values into a ``KVCache`` of ``context`` positions and attending over
+    it, so a prompt of T tokens and then one token per step are two plans of one Net
+    (``Net.reshape``; the caches and weights shared).
+
+    Inputs ``tokens`` and ``positions`` (batch, T) int64 (the tokens and their places),
+    and ``pos`` (1,) int64: how many tokens the cache holds before them. Output ``logits``
+    (batch * T, vocab). ``activation``: the MLP's ("gelu_tanh" for GPT-2, "gelu" for
+    nanoGPT); ``head_bias``: whether the head has a bias (GPT-2's, tied to the token
+    table, has none: give it ``transformer.wte.weight``'s values as ``lm_head.weight``).
+    The caches are parameters too (``transformer.h.<i>.attn.cache.keys`` / ``.values``)
+    that no weights file holds: load with ``set_parameters(weights, strict=False)`` and
+    compare the names left out. Inference only."""
+    if dim % heads:
+        raise ValueError("gpt_decoder: dim %d is not a multiple of heads %d" % (dim, heads))
+    width = dim // heads
+    cfg = NetConfig()
+    ids = cfg.add_input("tokens", [batch, tokens], dtype="int64")
+    places = cfg.add_input("positions", [batch, tokens], dtype="int64")
+    pos = cfg.add_input("pos", [1], dtype="int64")
+    emb = cfg.add("Embedding", name="transformer.wte", inputs=[ids],
+                  params=["transformer.wte.weight"],
+                  options={"num_embeddings": vocab, "embedding_dim": dim})
+    at = cfg.add("Embedding", name="transformer.wpe", inputs=[places],
+                 params=["transformer.wpe.weight"],
+                 options={"num_embeddings": context, "embedding_dim": dim})
+    x = cfg.add("Elementwise", name="embed", inputs=[emb, at], options={"operation": "sum"})
+
+    def linear(name, x, inputs, outputs):  # over (batch, T, inputs), T left free
+        flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": [-1, inputs]})
+        y = cfg.add("InnerProduct", name=name, inputs=[flat],
+                    params=[name + ".weight", name + ".bias"],
+                    options={"outputs": outputs, "inputs": inputs, "bias": True})
+        return cfg.add("Reshape", name=name + "/seq", inputs=[y],
+                       options={"dims": [batch, -1, outputs]})
+
+    for i in range(layers):
+        p = "transformer.h.%d." % i
+        qkv = linear(p + "attn.c_attn", _layer_norm(cfg, p + "ln_1", x, eps), dim, 3 * dim)
+        qkv = cfg.add("Reshape", name=p + "attn/heads", inputs=[qkv],
+                      options={"dims": [batch, -1, 3, heads, width]})
+        q, k, v = (cfg.add("Transpose", name=p + "attn/" + part, inputs=[cfg.add(
+            "Reshape", name=p + "attn/" + part + "/drop", inputs=[cfg.add(
+                "Slice", name=p + "attn/" + part + "/pick", inputs=[qkv],
+                options={"dim": 2, "begin": j, "end": j + 1})],
+            options={"dims": [batch, -1, heads, width]})], options={"dims": [0, 2, 1, 3]})
+            for j, part in enumerate("qkv"))
+        keys, values, mask = cfg.add("KVCache", name=p + "attn.cache", inputs=[k, v, pos],
+                                     outputs=[p + "attn/keys", p + "attn/values",
+                                              p + "attn/mask"],
+                                     options={"length": context})
+        a = cfg.add("ScaledDotProductAttention", name=p + "attn",
+                    inputs=[q, keys, values, mask])
+        a = cfg.add("Transpose", name=p + "attn/merge", inputs=[a], options={"dims": [0, 2, 1, 3]})
+        a = cfg.add("Reshape", name=p + "attn/merged", inputs=[a],
+                    options={"dims": [batch, -1, dim]})
+        x = _residual(cfg, p + "attn/residual", x, linear(p + "attn.c_proj", a, dim, dim))
+        h = linear(p + "mlp.c_fc", _layer_norm(cfg, p + "ln_2", x, eps), dim, 4 * dim)
+        h = cfg.add("Activation", name=p + "mlp.act", inputs=[h],
+                    options={"activation": activation})
+        x = _residual(cfg, p + "mlp/residual", x, linear(p + "mlp.c_proj", h, 4 * dim, dim))
+    x = _layer_norm(cfg, "transformer.ln_f", x, eps)
+    flat = cfg.add("Reshape", name="lm_head/rows", inputs=[x], options={"dims": [-1, dim]})
+    cfg.add("InnerProduct", name="lm_head", inputs=[flat], outputs=["logits"],
+            params=["lm_head.weight"] + (["lm_head.bias"] if head_bias else []),
+            options={"outputs": vocab, "inputs": dim, "bias": bool(head_bias)})
+    cfg.set_outputs(["logits"])
     return cfg
 
 

@@ -198,7 +198,8 @@ class Net:
 
     # ----- batch size changes
     def reshape(self, shapes=None, **kw):
-        """New input shapes (``{name: shape}`` or keywords); re-plans, never rebuilds kernels.
+        """New input shapes (``{name: shape}`` or keywords); re-plans with the kernels built
+        (a layer may build a variant for a shape class it has not met: a GEMM over a few rows).
         The plans of the last ``PLANS_KEPT`` input shapes are kept: shapes met before take
         theirs back (their activation memory and input tensors too) instead of planning.
 
