@@ -253,33 +253,24 @@ def _gather_as_slice(b, node, x, shape, axis):
     flat = [int(i) % shape[axis] for i in idx.reshape(-1)]
     if not flat:
         return False
-    ascending = flat == list(range(flat[0], flat[0] + len(flat)))
     out = list(shape[:axis]) + list(idx.shape) + list(shape[axis + 1:])
-    if idx.ndim > 1 and ascending:  # position ids (1, S): a Slice, reshaped
-        t = _slice(b, node, b.value(x), axis, flat[0], flat[0] + len(flat),
-                   output=b.fresh(node.outputs[0] + "/slice"))
-        b.alias[t] = t
-        reshape_to(b, node, t, out, name=node.name + "/shape")
+    if flat == list(range(flat[0], flat[0] + len(flat))):  # ascending: a Slice
+        if idx.ndim == 1 and len(flat) == shape[axis]:
+            b.out(node, b.value(x))
+        elif idx.ndim == 1:
+            _slice(b, node, b.value(x), axis, flat[0], flat[0] + len(flat))
+        else:  # a scalar (the axis dropped) or position ids (1, S): reshaped
+            t = _slice(b, node, b.value(x), axis, flat[0], flat[0] + len(flat),
+                       output=b.fresh(node.outputs[0] + "/slice"))
+            b.alias[t] = t
+            reshape_to(b, node, t, out, name=node.name + "/shape")
         return True
-    if len(flat) > 1 and len(set(flat)) == 1:  # one index everywhere (token type ids of 0)
+    if len(set(flat)) == 1:  # one index everywhere (token type ids of 0)
         _one_row_everywhere(b, node, x, shape, axis, flat[0], out)
         return True
-    if idx.ndim > 1 or not ascending:
-        if len(flat) > MAX_PICKED:
-            return False
-        _picked(b, node, x, shape, axis, flat, idx.shape)
-        return True
-    if idx.ndim == 1 and len(flat) == shape[axis]:
-        b.out(node, b.value(x))
-        return True
-    if idx.ndim == 1:
-        _slice(b, node, b.value(x), axis, flat[0], flat[0] + len(flat))
-        return True
-    t = _slice(b, node, b.value(x), axis, flat[0], flat[0] + 1,
-               output=b.fresh(node.outputs[0] + "/slice"))
-    b.alias[t] = t
-    reshape_to(b, node, t, [d for i, d in enumerate(shape) if i != axis],
-               name=node.name + "/drop")
+    if len(flat) > MAX_PICKED:
+        return False
+    _picked(b, node, x, shape, axis, flat, idx.shape)
     return True
 
 
