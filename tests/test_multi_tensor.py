@@ -133,7 +133,8 @@ def test_foreach_out_of_place_aliasing_and_per_element_scalars():
 
 def test_plans_go_with_their_tensors():
     a = [t.to("ocl") for t in _lists(3, [10, 20])]
-    torch._foreach_mul_(a, 3.0)
+    for _ in range(2):  # kept by the first call, or by the second where it replayed
+        torch._foreach_mul_(a, 3.0)  # another list's recording
     before = len(mt.plans)
     del a
     gc.collect()

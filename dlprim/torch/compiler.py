@@ -682,15 +682,8 @@ class _Runner:
             if name is not None and self.wants_grad.get(name):
                 out[i] = self._read(self.net.tensor_diff(name))
         for i, (p, view) in direct.items():
-            if not self._shares(i):  # its own tensor: the sum of the Net's, as p's shape
-                for k, (name, how) in enumerate(self._weights[i]):
-                    diff = _over(self.index, self.net.param_diff(name))
-                    diff = diff.t() if how == "t" else diff.view(p.shape)
-                    if k == 0 and p.grad is not view:
-                        _tensor.assign(view, diff)
-                    else:
-                        with torch.no_grad():
-                            view.add_(diff)
+            if not self._shares(i):
+                self._sum_into(i, view, adding=p.grad is view)
             if p.grad is not view:
                 p.grad = view
         for name, (i, how) in self.sources.items():
@@ -700,6 +693,24 @@ class _Runner:
             g = (g.t() if how == "t" else g).reshape(self.shapes[i])
             out[i] = g if out[i] is None else out[i] + g  # a parameter used twice
         return out
+
+    def _sum_into(self, i, view, adding):
+        """Parameter i's own gradient tensor ``view`` = (``adding``: +=) the sum of its Net
+        weights' gradients, each as the parameter is laid out. The first is written with
+        one copy, nothing dispatched (every step, for every such parameter); the rest (a
+        tied weight's other uses, gradients being accumulated) are added."""
+        for k, (name, how) in enumerate(self._weights[i]):
+            diff = self.net.param_diff(name)
+            if k == 0 and not adding:
+                dst = _tensor.as_dlprim(view)
+                if how == "t":
+                    _transposed_into(dst, _over(self.index, diff))
+                else:
+                    dst.copy_from(diff.view(dst.shape))
+                continue
+            diff = _over(self.index, diff)
+            with torch.no_grad():
+                view.add_(diff.t() if how == "t" else diff.view(view.shape))
 
     def _shares(self, i):
         """Whether parameter i's gradient is a view of the Net's gradient memory (one Net
@@ -738,9 +749,8 @@ class _Runner:
                 if any(d.size != p.numel() for d in diffs) or not p.requires_grad or \
                         p.grad_fn is not None or not p.is_contiguous():
                     continue
-                if self._shares(i):
-                    view = _tensor.OclTensor(_tensor.Storage.over(self.index, diffs[0]),
-                                             p.shape, p.stride(), 0, torch.float32)
+                if self._shares(i):  # (p is contiguous: its shape says its strides)
+                    view = _over(self.index, diffs[0], tuple(p.shape))
                 else:  # a tensor of its own, written each backward
                     view = _tensor.empty(p.shape, torch.float32, self.index)
                 with torch.enable_grad():  # p's AccumulateGrad, behind a view of p
@@ -757,9 +767,10 @@ class _Runner:
         return out
 
 
-def _over(index, t):
-    """A contiguous torch view of the dlprim tensor ``t`` (float32) on ocl:index."""
-    shape = tuple(t.shape)
+def _over(index, t, shape=None):
+    """A contiguous torch view of the dlprim tensor ``t`` (float32) on ocl:index, of its
+    shape or of ``shape`` (as many elements)."""
+    shape = tuple(t.shape) if shape is None else shape
     return _tensor.OclTensor(_tensor.Storage.over(index, t), shape,
                              _tensor.contiguous_strides(shape), 0, torch.float32)
 
