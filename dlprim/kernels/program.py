@@ -175,21 +175,38 @@ def enqueue_now(queue, program, kernel_name, gsize, lsize, args):
 _declared = set()  # ids of kernels (all kept alive by a Launch or a pool) with typed scalars
 
 
-def _declare_scalars(kernel, args):
-    """Tell PyOpenCL the scalar argument types once per kernel object (from numpy scalars):
-    binding arguments then takes a microsecond instead of a hundred or more."""
-    if id(kernel) in _declared:
-        return
+def _scalar_types(args):
+    """Each argument's numpy dtype (None for buffers and local memory), or None where an
+    untyped scalar leaves the kernel to PyOpenCL's generic binding."""
     types = []
     for a in args:
         if isinstance(a, np.generic):
             types.append(a.dtype)
         elif isinstance(a, (int, float, bool, np.ndarray)):
-            return  # an untyped scalar: leave the kernel to PyOpenCL's generic binding
+            return None
         else:
-            types.append(None)  # buffers and local memory
-    kernel.set_scalar_arg_dtypes(types)
-    _declared.add(id(kernel))
+            types.append(None)
+    return types
+
+
+def _declare_scalars(kernel, args):
+    """Tell PyOpenCL the scalar argument types once per kernel object (from numpy scalars):
+    binding arguments then takes a microsecond instead of a hundred or more."""
+    if id(kernel) in _declared:
+        return
+    types = _scalar_types(args)
+    if types is not None:
+        kernel.set_scalar_arg_dtypes(types)
+        _declared.add(id(kernel))
+
+
+def _bound_kernel(program, name, types):
+    """A kernel object of its own (a recording's that keeps its arguments bound), its
+    scalar types declared (``_scalar_types``)."""
+    kernel = cl.Kernel(program, name)
+    if types is not None:
+        kernel.set_scalar_arg_dtypes(types)
+    return kernel
 
 
 class Launch:
@@ -267,21 +284,18 @@ class Recording:
         (argument index of a buffer, tensor index) for launch i, the offset argument
         following the buffer and pointing at the tensor's first element. Views of one
         buffer are told apart by where they sit, not by their buffer."""
-        steps = []
+        steps, types = [], []
         for launch, places in zip(launches, slots):
             args = list(launch.args)
             for k, _ in places:
                 args[k] = args[k + 1] = None
             # a kernel of its own, its arguments kept bound: a replay sets only those that
             # moved (an optimizer's lists are mostly the same tensors step after step)
-            kernel = cl.Kernel(launch.program, launch.name)
-            _declare_scalars(kernel, launch.args)
-            steps.append((kernel, launch.gsize, launch.lsize, args,
-                          [(k, i, 0) for k, i in places]))
+            types.append(_scalar_types(launch.args))
+            steps.append((_bound_kernel(launch.program, launch.name, types[-1]), launch.gsize,
+                          launch.lsize, args, [(k, i, 0) for k, i in places]))
         recording = Recording(steps)
-        recording.bound = [None] * len(steps)
-        recording._types = [[a.dtype if isinstance(a, np.generic) else None for a in launch.args]
-                            for launch in launches]
+        recording.bound, recording._types = [None] * len(steps), types
         return recording
 
     @staticmethod
@@ -385,11 +399,10 @@ class Recording:
         """This recording with kernels of its own (``Recording.at``'s): replays over one
         list of tensors keep their arguments bound while another list replays the
         original."""
-        steps = []
-        for (kernel, gsize, lsize, template, patches), types in zip(self.steps, self._types):
-            own = cl.Kernel(kernel.program, kernel.function_name)
-            own.set_scalar_arg_dtypes(types)
-            steps.append((own, gsize, lsize, template, patches))
+        steps = [(_bound_kernel(kernel.program, kernel.function_name, types), gsize, lsize,
+                  template, patches)
+                 for (kernel, gsize, lsize, template, patches), types in zip(self.steps,
+                                                                             self._types)]
         forked = Recording(steps)
         forked.bound, forked._types = [None] * len(steps), self._types
         return forked

@@ -132,7 +132,7 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     # (each tensor's arguments by its index among the distinct tensors, the replay's list)
     recorded = Recording.at(plan.launches, [[(arg, at[g * width + k]) for arg, (g, k) in used]
                                             for used in slots])
-    recorded.checked = _layout(views)
+    recorded.checked = _layout(places)
     ctx.ops[signature] = recorded
     plan.run(values)
 
@@ -193,15 +193,15 @@ def _groups(views, at, nx, width, n):
              [views[k] for k in at[i * width + nx:(i + 1) * width]]) for i in range(n)]
 
 
-def _check_disjoint(recording, layout, views, at, nx, width, n, name):
-    """Overlap unless the outputs of a replay over ``views`` are apart (see _disjoint):
+def _check_disjoint(recording, layout, places, at, nx, width, n, name):
+    """Overlap unless the outputs of a replay over ``places`` are apart (see _disjoint):
     checked where the memory differs from what the recording last ran over and some
-    views share a buffer (apart from that, only the repeats of one tensor could overlap,
-    and those are the recording's own pattern)."""
+    tensors share a buffer (apart from that, only the repeats of one tensor could
+    overlap, and those are the recording's own pattern)."""
     if layout == recording.checked:
         return
     if len({b for b, _ in layout}) < len(layout) and \
-            not _disjoint(_groups(views, at, nx, width, n)):
+            not _disjoint(_groups(places, at, nx, width, n)):
         raise Overlap("%s: an output shares memory with another output or with an input "
                       "in another layout; the elements cannot run at once" % name)
     recording.checked = layout
