@@ -309,13 +309,16 @@ def mobilenet_v2(batch=16, image_size=224, classes=1000, train=True, dropout=Fal
     return _finish(_MobileNetV2(classes, dropout), [batch, 3, image_size, image_size], train)
 
 
-def _seq_linear(cfg, name, x, length, inputs, outputs, params=None):
-    """nn.Linear over the last axis of (batch, length, inputs): rows, InnerProduct, back."""
+def _seq_linear(cfg, name, x, length, inputs, outputs, params=None, batch=None):
+    """nn.Linear over the last axis of (batch, length, inputs): rows, InnerProduct, back.
+    With ``batch`` the batch is fixed and the length left free (``length`` None): a
+    decoder's passes of T tokens."""
     flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": [-1, inputs]})
     y = cfg.add("InnerProduct", name=name, inputs=[flat],
                 params=params or [name + ".weight", name + ".bias"],
                 options={"outputs": outputs, "inputs": inputs, "bias": True})
-    return cfg.add("Reshape", name=name + "/seq", inputs=[y], options={"dims": [-1, length, outputs]})
+    dims = [-1, length, outputs] if batch is None else [batch, -1, outputs]
+    return cfg.add("Reshape", name=name + "/seq", inputs=[y], options={"dims": dims})
 
 
 def _layer_norm(cfg, name, x, eps=1e-5):
@@ -435,24 +438,22 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
     x = cfg.add("Elementwise", name="embed", inputs=[emb, at], options={"operation": "sum"})
 
     def linear(name, x, inputs, outputs):  # over (batch, T, inputs), T left free
-        flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": [-1, inputs]})
-        y = cfg.add("InnerProduct", name=name, inputs=[flat],
-                    params=[name + ".weight", name + ".bias"],
-                    options={"outputs": outputs, "inputs": inputs, "bias": True})
-        return cfg.add("Reshape", name=name + "/seq", inputs=[y],
-                       options={"dims": [batch, -1, outputs]})
+        return _seq_linear(cfg, name, x, None, inputs, outputs, batch=batch)
 
     for i in range(layers):
         p = "transformer.h.%d." % i
         qkv = linear(p + "attn.c_attn", _layer_norm(cfg, p + "ln_1", x, eps), dim, 3 * dim)
         qkv = cfg.add("Reshape", name=p + "attn/heads", inputs=[qkv],
                       options={"dims": [batch, -1, 3, heads, width]})
-        q, k, v = (cfg.add("Transpose", name=p + "attn/" + part, inputs=[cfg.add(
-            "Reshape", name=p + "attn/" + part + "/drop", inputs=[cfg.add(
-                "Slice", name=p + "attn/" + part + "/pick", inputs=[qkv],
-                options={"dim": 2, "begin": j, "end": j + 1})],
-            options={"dims": [batch, -1, heads, width]})], options={"dims": [0, 2, 1, 3]})
-            for j, part in enumerate("qkv"))
+        parts = []  # q, k, v: (batch, heads, T, width), what the cache and attention take
+        for j, part in enumerate("qkv"):
+            t = cfg.add("Slice", name=p + "attn/%s/pick" % part, inputs=[qkv],
+                        options={"dim": 2, "begin": j, "end": j + 1})
+            t = cfg.add("Reshape", name=p + "attn/%s/drop" % part, inputs=[t],
+                        options={"dims": [batch, -1, heads, width]})
+            parts.append(cfg.add("Transpose", name=p + "attn/" + part, inputs=[t],
+                                 options={"dims": [0, 2, 1, 3]}))
+        q, k, v = parts
         keys, values, mask = cfg.add("KVCache", name=p + "attn.cache", inputs=[k, v, pos],
                                      outputs=[p + "attn/keys", p + "attn/values",
                                               p + "attn/mask"],
