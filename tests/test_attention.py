@@ -71,22 +71,29 @@ def test_attention_matches_float64(ctx, rng, kernels, b, heads, lq, lk, d, dv, c
         strides = (lk, 0, 0, 1)
     mask_full = None if mask4 is None else np.repeat(
         np.broadcast_to(mask4, (b // heads, heads, lq, lk)).reshape(b, lq, lk), 1, 0)
-    o_ref, g, dq_ref, dk_ref, dv_ref = reference(q, k, v, scale, mask_full, causal)
-    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
     op = AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal, mask=masked,
                       kernels=kernels)
     assert op.kernels == kernels
+    _matches(ctx, op, q, k, v, mask_t, strides, reference(q, k, v, scale, mask_full, causal))
+
+
+def _matches(ctx, op, q, k, v, mask, strides, refs):
+    """``op``'s forward and backward over float32 copies of q, k, v (the mask a dlprim
+    Tensor read with ``strides``) against ``reference``'s (o, g, dq, dk, dv)."""
+    o_ref, g = refs[:2]
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
     tq, tk, tv = f(q), f(k), f(v)
-    o, stats = dp.Tensor(ctx, (b, lq, dv)), dp.Tensor(ctx, (b, lq, 2))
-    for launch in op.launches(tq, tk, tv, o, stats, mask=mask_t, mask_strides=strides):
+    b, lq = q.shape[:2]
+    o, stats = dp.Tensor(ctx, o_ref.shape), dp.Tensor(ctx, op.stats_shape)
+    for launch in op.launches(tq, tk, tv, o, stats, mask=mask, mask_strides=strides):
         launch(ctx.queue)
     np.testing.assert_allclose(o.to_host(), o_ref, rtol=1e-4, atol=1e-5)
-    grads = [dp.Tensor(ctx, s) for s in ((b, lq, d), (b, lk, d), (b, lk, dv))]
+    grads = [dp.Tensor(ctx, a.shape) for a in (q, k, v)]
     delta = dp.Tensor(ctx, (b, lq))
-    for launch in op.backward_launches(tq, tk, tv, o, stats, f(g), *grads, delta, mask=mask_t,
+    for launch in op.backward_launches(tq, tk, tv, o, stats, f(g), *grads, delta, mask=mask,
                                        mask_strides=strides):
         launch(ctx.queue)
-    for got, want, what in zip(grads, (dq_ref, dk_ref, dv_ref), ("dq", "dk", "dv")):
+    for got, want, what in zip(grads, refs[2:], ("dq", "dk", "dv")):
         np.testing.assert_allclose(got.to_host(), want, rtol=1e-4, atol=1e-4, err_msg=what)
 
 
@@ -560,18 +567,6 @@ def test_attention_masks_of_rows_with_lowest_values(ctx, rng, kernels, per_sampl
     strides = (lq * lk if per_sample else 0, 0, lk, 1)
     mask_full = np.repeat(np.broadcast_to(mask4, (n, heads, lq, lk)).reshape(n * heads, lq, lk), 1, 0)
     scale = 1 / np.sqrt(d)
-    o_ref, g, dq_ref, dk_ref, dv_ref = reference(q, k, v, scale, np.maximum(mask_full, -1e30))
-    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
     op = AttentionOps(ctx, b, lq, lk, d, d, heads=heads, causal=False, mask=True, kernels=kernels)
-    tq, tk, tv, tm = f(q), f(k), f(v), f(mask4)
-    o, stats = dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, (b, lq, 2))
-    for launch in op.launches(tq, tk, tv, o, stats, mask=tm, mask_strides=strides):
-        launch(ctx.queue)
-    np.testing.assert_allclose(o.to_host(), o_ref, rtol=1e-4, atol=1e-5)
-    grads = [dp.Tensor(ctx, s) for s in ((b, lq, d), (b, lk, d), (b, lk, d))]
-    delta = dp.Tensor(ctx, (b, lq))
-    for launch in op.backward_launches(tq, tk, tv, o, stats, f(g), *grads, delta, mask=tm,
-                                       mask_strides=strides):
-        launch(ctx.queue)
-    for got, want, what in zip(grads, (dq_ref, dk_ref, dv_ref), ("dq", "dk", "dv")):
-        np.testing.assert_allclose(got.to_host(), want, rtol=1e-4, atol=1e-4, err_msg=what)
+    _matches(ctx, op, q, k, v, dp.Tensor.from_numpy(ctx, mask4), strides,
+             reference(q, k, v, scale, np.maximum(mask_full, -1e30)))
