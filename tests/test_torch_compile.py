@@ -61,6 +61,17 @@ def close(a, b, tol=1e-4):
     np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, float(np.abs(b).max())))
 
 
+def same_outputs_and_gradients(y, want, model, ref):
+    """y (the compiled model's) and want (its eager twin's) agree, and so does every
+    parameter's gradient of the sum of their squares (each parameter has one)."""
+    close(y, want)
+    y.square().sum().backward()
+    want.square().sum().backward()
+    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
+        assert a.grad is not None, name
+        close(a.grad, b.grad)
+
+
 def compiled_on(model, where):
     """(the compiled model, a function putting inputs where it takes them): torch.compile
     of a CPU model, or dlprim.torch.compile of the model moved to ocl."""
@@ -218,12 +229,7 @@ def test_a_parameter_expanded_over_the_batch_is_trained_in_the_net():
     x = torch.randn(5, 3, 6)
     y, want = compiled(x.to("ocl")), ref(x)
     assert [r.where for r in reports()[before:]] == ["dlprim"]
-    close(y, want)
-    y.square().sum().backward()
-    want.square().sum().backward()
-    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
-        assert a.grad is not None, name
-        close(a.grad, b.grad)
+    same_outputs_and_gradients(y, want, model, ref)
     x2 = torch.randn(2, 3, 6)  # another batch: the expanded shape was fixed, a Net of its own
     close(compiled(x2.to("ocl")), ref(x2))
 
@@ -282,12 +288,7 @@ def test_an_attention_bias_that_trains_gets_its_gradient(bias, keys):
     compiled = dt.compile(model.to("ocl"))
     x = torch.randn(3, 5, 8)
     y, want = compiled(x.to("ocl")), ref(x)
-    close(y, want)
-    y.square().sum().backward()
-    want.square().sum().backward()
-    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
-        assert a.grad is not None, name
-        close(a.grad, b.grad)
+    same_outputs_and_gradients(y, want, model, ref)
     types = [op.type for op in _net_of(compiled).graph.ops]
     assert ("ScaledDotProductAttention" in types) == (bias in ("constant", "buffer")), types
 
@@ -311,11 +312,7 @@ def test_an_attention_bias_given_as_an_input_after_a_break_gets_its_gradient():
     y, want = compiled(x), ref(x)
     assert [r.where for r in reports()[before:]] == ["dlprim", "dlprim"]
     assert "ScaledDotProductAttention" not in reports()[-1].layers
-    close(y, want)
-    y.square().sum().backward()
-    want.square().sum().backward()
-    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
-        close(a.grad, b.grad)
+    same_outputs_and_gradients(y, want, model, ref)
 
 
 class CrossAttention(nn.Module):
@@ -339,11 +336,7 @@ def test_self_attention_is_one_packed_attention_over_the_in_projection(training)
     compiled = dt.compile(model.to("ocl"))
     x = torch.randn(3, 5, 16)
     y, want = compiled(x.to("ocl")), ref(x)
-    close(y, want)
-    y.square().sum().backward()
-    want.square().sum().backward()
-    for a, b in zip(model.parameters(), ref.parameters()):
-        close(a.grad, b.grad)
+    same_outputs_and_gradients(y, want, model, ref)
     ops = _net_of(compiled).graph.ops
     types = [op.type for op in ops]
     assert "Transpose" not in types and "Slice" not in types, types
