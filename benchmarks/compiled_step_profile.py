@@ -11,7 +11,6 @@ the wall times here are a little above that script's.
 import argparse
 import collections
 import sys
-import time
 import os
 
 import torch
@@ -96,19 +95,10 @@ class _Events:
         return span, busy, late, sorted(gaps, reverse=True)[:top]
 
 
-def _timed(fn, sync, iters):
-    sync()
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    sync()
-    return (time.perf_counter() - start) / iters * 1e3
-
-
 def main(argv=None):
     import dlprim.torch
     from dlprim.cli.benchmark import _profile
-    from torch_compile_speed import HF, hf_model
+    from torch_compile_speed import HF, hf_model, timed_ms
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--net", default="gpt2", choices=sorted(HF))
     p.add_argument("--batch", type=int)
@@ -139,9 +129,10 @@ def main(argv=None):
 
     for _ in range(2):
         step()
-    step_ms = _timed(step, sync, args.iters)
-    fwd_bwd_ms = _timed(fwd_bwd, sync, args.iters)
-    opt_ms = _timed(opt.step, sync, args.iters)
+    # (each closed by a sync, as torch_compile_speed.py times its steps)
+    step_ms = timed_ms(step, 0, args.iters, sync)
+    fwd_bwd_ms = timed_ms(fwd_bwd, 0, args.iters, sync)
+    opt_ms = timed_ms(opt.step, 0, args.iters, sync)
     sync()
     with _Events() as seen:
         opt.step()
