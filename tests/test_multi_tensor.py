@@ -283,3 +283,37 @@ def test_a_replayed_recording_is_kept_for_its_tensors():
         torch._foreach_mul_(cpu, 1.5)
     assert mt.plans.hits - hits == 2  # kept at the second call, taken by the third and fourth
     _same(mine, cpu)
+
+
+def test_out_of_place_temporaries_replay_in_place_and_free_their_memory(monkeypatch):
+    """AdamW's pattern: ``_foreach_sqrt`` makes new tensors every step, which in-place
+    operators then change. They are views of one allocation, which the pool hands back
+    to the next step, so from the third step on a step replays on kernels that keep
+    their arguments and sets none of them; none of their memory outlives them."""
+    import pyopencl as cl
+    from dlprim.torch import device as ocl_device
+    sizes = [5, 70, 1, 300]
+    state_cpu = [t.abs() for t in _lists(40, sizes)]
+    state = [t.to("ocl") for t in state_cpu]
+    memory = ocl_device.context(0).memory
+    calls = []
+    for name in ("set_arg", "set_args"):
+        real = getattr(cl.Kernel, name)
+        monkeypatch.setattr(cl.Kernel, name,
+                            lambda self, *a, _real=real, _name=name: calls.append(_name) or
+                            _real(self, *a))
+    for step in range(5):
+        calls.clear()
+        gc.collect()
+        before = memory.bytes_in_use
+        roots = torch._foreach_sqrt(state)
+        assert len({r.untyped_storage().data_ptr() for r in roots}) == 1  # one allocation
+        torch._foreach_add_(roots, 0.5 + step)
+        got = [r.cpu() for r in roots]
+        want = torch._foreach_add(torch._foreach_sqrt(state_cpu), 0.5 + step)
+        _same(got, want, 1e-6)
+        if step >= 2:
+            assert calls.count("set_args") == 0, calls  # only the changed scalar, if any
+        del roots, got
+        gc.collect()
+        assert memory.bytes_in_use == before, (step, before, memory.bytes_in_use)

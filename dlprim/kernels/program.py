@@ -377,7 +377,7 @@ class Recording:
                 elif held is not None:  # the params of the last replay
                     args[start:] = held[start:]
                 kernel.set_args(*args)
-                self.bound[s] = [a.int_ptr if isinstance(a, cl.MemoryObject) else a
+                self.bound[s] = [a.int_ptr if isinstance(a, cl.MemoryObjectHolder) else a
                                  for a in args]
             else:
                 for k, i, delta in todo:

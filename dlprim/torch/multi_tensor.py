@@ -104,22 +104,25 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     # repeats (an optimizer's fresh gradients every step, or gradients that are views of
     # one buffer): the launches recorded by the first such call, replayed over these
     # tensors' memory (program.Recording, each tensor's arguments known by their place)
-    unique, pattern = _unique(tensors)
+    unique, pattern = _unique(list(x_lists) + list(y_lists), tensors)
     places = list(map(_Place, unique))
     signature = ("mt_recording", name, code, tuple(types), tuple(one or ()), xd, yd, pattern,
                  tuple((t.size, t.offset % RECORDING_ALIGN) for t in places))
-    position = {id(t): k for k, t in enumerate(unique)}
     width = len(x_lists) + len(y_lists)
-    at = [position[id(lst[i])] for i in range(n) for lst in list(x_lists) + list(y_lists)]
+    # each element's tensors in turn, by their index among the distinct ones
+    at = lambda: [pattern[j * n + i] for i in range(n) for j in range(width)]  # noqa: E731
     recording = ctx.ops.get(signature)
     if recording is not None:
         layout = _layout(places)
-        _check_disjoint(recording, layout, places, at, len(x_lists), width, n, name)
-        replay = _Replay(op, recording, places, layout)
-        replay.run(values)
+        replay = _replay_for(op, recording, signature, layout)
+        if replay is None:  # a layout met once so far: the shared kernels, rebound
+            _check_disjoint(recording, layout, places, at, len(x_lists), width, n, name)
+            replay = _Replay(op, recording, layout)
+        replay.run(places, values)
         if keep and _seen_before(key):  # these very tensors a third time: the replay kept
-            plans.put(key, tensors, replay)
+            plans.put(key, tensors, _Bound(replay, places))
         return
+    at = at()
     views = [as_dlprim(t) for t in unique]
     groups = _groups(views, at, len(x_lists), width, n)
     if not _disjoint(groups):
@@ -134,6 +137,7 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
                                             for used in slots])
     recorded.checked = _layout(places)
     ctx.ops[signature] = recorded
+    _met(op, signature, recorded.checked)  # a call there again takes kernels of its own
     plan.run(values)
 
 
@@ -152,24 +156,63 @@ def _seen_before(key):
     return False
 
 
-class _Replay:
-    """A recording replayed over given tensors' places: what ``PlanCache`` keeps for a
-    list of tensors whose launches were recorded over others (``run`` as a plan's). Run
-    again, it takes kernels of its own (``Recording.fork``): lists of one signature (an
-    optimizer's parameters and its state) would otherwise rebind every argument as they
-    take turns on the recording's."""
-    __slots__ = ("op", "recording", "places", "layout", "runs")
+# (op, signature, layout) -> the _Replay with kernels of its own bound at that layout. An
+# optimizer's temporaries (AdamW's sqrt of its second moments, then divided, shifted and
+# used) are new tensors every step, but the pool hands their memory back in a pattern of
+# one or two places: replayed there on kernels that keep their arguments, a step sets
+# none of them again (setting every argument of a list of hundreds cost milliseconds).
+_replays = collections.OrderedDict()
+REPLAYS_KEPT = 64
+_layouts_met = collections.OrderedDict()  # keys of _replays met once: kernels on the second
 
-    def __init__(self, op, recording, places, layout):
-        self.op, self.recording, self.places, self.layout = op, recording, places, layout
-        self.runs = 0
+
+def _replay_for(op, recording, signature, layout):
+    """The replay kept for ``layout``, made on the second call there (an eager loop whose
+    temporaries land somewhere new each time would otherwise make kernels per call);
+    None on the first (the caller replays on the recording's shared kernels)."""
+    key = (op, signature, layout)  # (the op: one per context)
+    replay = _replays.get(key)
+    if replay is not None:
+        _replays.move_to_end(key)
+        return replay
+    if key not in _layouts_met:
+        _met(op, signature, layout)
+        return None
+    # met before, so checked for overlaps then (_check_disjoint) with this very layout
+    replay = _replays[key] = _Replay(op, recording.fork(), layout)
+    if len(_replays) > REPLAYS_KEPT:
+        _replays.popitem(last=False)
+    return replay
+
+
+def _met(op, signature, layout):
+    _layouts_met[op, signature, layout] = True
+    if len(_layouts_met) > 4 * REPLAYS_KEPT:
+        _layouts_met.popitem(last=False)
+
+
+class _Replay:
+    """A recording replayed over tensors' places (``_Place``) whose layout it is given."""
+    __slots__ = ("op", "recording", "layout")
+
+    def __init__(self, op, recording, layout):
+        self.op, self.recording, self.layout = op, recording, layout
+
+    def run(self, places, values=()):
+        op = self.op
+        self.recording.replay(op.ctx.queue, places, tuple(op.typed_params(values)), self.layout)
+
+
+class _Bound:
+    """What ``PlanCache`` keeps for a list replayed a third time: its replay with the
+    list's places (``run`` as a plan's)."""
+    __slots__ = ("replay", "places")
+
+    def __init__(self, replay, places):
+        self.replay, self.places = replay, places
 
     def run(self, values=()):
-        if self.runs == 1:
-            self.recording = self.recording.fork()
-        self.runs += 1
-        self.recording.replay(self.op.ctx.queue, self.places, tuple(self.op.typed_params(values)),
-                              self.layout)
+        self.replay.run(self.places, values)
 
 
 class _Place:
@@ -194,23 +237,36 @@ def _groups(views, at, nx, width, n):
 
 
 def _check_disjoint(recording, layout, places, at, nx, width, n, name):
-    """Overlap unless the outputs of a replay over ``places`` are apart (see _disjoint):
+    """(``at()``: the element-major places, made only where needed) Overlap unless the outputs of a replay over ``places`` are apart (see _disjoint):
     checked where the memory differs from what the recording last ran over and some
     tensors share a buffer (apart from that, only the repeats of one tensor could
     overlap, and those are the recording's own pattern)."""
     if layout == recording.checked:
         return
     if len({b for b, _ in layout}) < len(layout) and \
-            not _disjoint(_groups(places, at, nx, width, n)):
+            not _disjoint(_groups(places, at(), nx, width, n)):
         raise Overlap("%s: an output shares memory with another output or with an input "
                       "in another layout; the elements cannot run at once" % name)
     recording.checked = layout
 
 
-def _unique(tensors):
+def _unique(lists, tensors):
     """(the distinct tensors in order of first appearance, each position's index among
-    them): the pattern of repeats (an in-place output that is its own input) is part of
-    what a recording may be replayed over."""
+    them) of ``tensors``, the lists' elements in turn: the pattern of repeats (an in-place
+    output that is its own input) is part of what a recording may be replayed over. Lists
+    are mostly either the same tensors as an earlier list or none of its tensors: that is
+    told list by list, the rest tensor by tensor."""
+    unique, pattern, starts = [], [], []
+    for lst in lists:
+        start = next((at for at, other in starts if len(other) == len(lst) and
+                      all(map(operator.is_, lst, other))), None)
+        if start is None:
+            start = len(unique)
+            starts.append((start, lst))
+            unique.extend(lst)
+        pattern.extend(range(start, start + len(lst)))
+    if len(set(map(id, unique))) == len(unique):
+        return unique, tuple(pattern)
     first, unique, pattern = {}, [], []
     for t in tensors:
         k = first.get(id(t))

@@ -13,7 +13,7 @@ from ..utils import BoundedCache
 from .dispatch import register, handle
 from .multi_tensor import Overlap, run_lists
 from .ops_tensor import convert, meta_args, meta_result
-from .tensor import OclTensor, as_dlprim, empty, numpy_dtype, write_into
+from .tensor import OclTensor, as_dlprim, empty, empty_list, numpy_dtype, write_into
 
 aten = torch.ops.aten
 
@@ -232,7 +232,7 @@ def _foreach_multi(overload, inplace, args, lists, item):
     try:
         if not inplace:
             check()
-            ys = [empty(tuple(t.shape), dtype, t._ocl_storage.index) for t in args[0]]
+            ys = empty_list([t.shape for t in args[0]], dtype, first._ocl_storage.index)
         run_lists(str(overload), code, x_lists, [ys], values, keep=inplace,
                   check=check if inplace else None)
     except (_NotOneKernel, Overlap):

@@ -207,6 +207,26 @@ def empty(size, dtype, index, stride=None):
     return OclTensor(Storage(index, extent, dtype), size, stride, 0, dtype)
 
 
+def empty_list(sizes, dtype, index, align=64):
+    """New contiguous tensors of ``sizes`` on ``ocl:index`` over one storage, each starting
+    at a multiple of ``align`` elements: a _foreach_ operator's outputs. One allocation
+    instead of one per tensor, and the pool hands the same memory back to the next
+    step's temporaries, so a replayed multi-tensor launch finds its arguments in place."""
+    sizes = [tuple(s) if type(s) is torch.Size else tuple(int(n) for n in s) for s in sizes]
+    starts, total = [], 0
+    for size in sizes:
+        starts.append(total)
+        total += -(-math.prod(size) // align) * align
+    storage = Storage(index, total, dtype)
+    out = []
+    for size, start in zip(sizes, starts):
+        stride = _contiguous.get(size)
+        if stride is None:
+            stride = _contiguous[size] = contiguous_strides(size)
+        out.append(OclTensor(storage, size, stride, start, dtype))
+    return out
+
+
 def enqueue(ctx, launches):
     """Enqueue prepared launches on the context's queue now (eager operators)."""
     for launch in launches:
