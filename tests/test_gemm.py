@@ -874,3 +874,40 @@ def test_16bit_operands_match_float64(ctx, rng, monkeypatch, as_float, dtypes):
         err = np.abs(got[..., :N] - want).max() / np.abs(want).max()
         assert err < tol, (M, N, K, dtypes, err)
         np.testing.assert_array_equal(got[..., N:], c[..., N:])  # the gaps are untouched
+
+
+def test_autotuning_measures_a_shape_once_and_keeps_its_pick(ctx, rng, tmp_path, monkeypatch):
+    """Per-shape autotuning (opt-in): the first Gemm of a shape times the class choice and
+    the candidates, stores the fastest under the shape, and gives correct products; the
+    next Gemm of that shape reads it back without timing; an entry that no longer fits
+    the device is ignored; with autotuning off nothing is measured or stored."""
+    from dlprim.core import gemm_autotune
+    monkeypatch.setenv("DLPRIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ctx.facts, "is_gpu", True)  # (GPUs only; the mechanics are the same)
+    monkeypatch.setattr(gemm_autotune, "TIMED_SECONDS", 0.0)
+    M, N, K = 70, 45, 33
+    a, b = rng.standard_normal((K, M)), rng.standard_normal((K, N))
+    key = gemm_autotune.shape_key(M, N, K, True, False)
+
+    def product(op):
+        return op(t(ctx, a), t(ctx, b), poisoned(ctx, (M, N))).numpy()
+
+    monkeypatch.setattr(gemm_autotune, "_on", [False])
+    Gemm(ctx, M, N, K, True, False)
+    assert not (tmp_path / "gemm_tuning.json").exists()
+    gemm_autotune.set_autotune(True)
+    timed = []
+    real = gemm_autotune._seconds
+    monkeypatch.setattr(gemm_autotune, "_seconds", lambda *x: timed.append(1) or real(*x))
+    op = Gemm(ctx, M, N, K, True, False)
+    assert len(timed) == 1 + len(tuning.candidates(ctx.facts))
+    entry = tuning.tuned_entry(ctx.facts, "gemm", key)
+    assert {k: entry[k] for k in tuning.TILE_KEYS} == op.tile
+    assert entry[gemm_autotune.SPLIT] == op.splits
+    close(product(op), reference(a.T, b), K)
+    again = Gemm(ctx, M, N, K, True, False)
+    assert len(timed) == 1 + len(tuning.candidates(ctx.facts))  # read back, not timed
+    assert again.tile == op.tile and again.splits == op.splits
+    tuning.store_tuned(ctx.facts, {key: dict(entry, TILE_M=3)})  # no longer a valid tile
+    close(product(Gemm(ctx, M, N, K, True, False)), reference(a.T, b), K)
+    assert len(timed) == 1 + len(tuning.candidates(ctx.facts))

@@ -3,15 +3,17 @@
 ``--precision fp16`` its FP16 tensor-core kernel on half operands and C beside
 torch.matmul on half tensors).
 
-    dlprim-benchmark gemm [--device gpu] [--repeat 20] [--sweep] [--transformer | --classifier]
-                          [--ptx DIR]
+    dlprim-benchmark gemm [--device gpu] [--repeat 20] [--sweep] [--transformer | --gpt2 |
+                          --classifier] [--each-tile] [--ptx DIR]
 
 Shapes: square 1024..8192 and every distinct convolution of ResNet-50 at batch 64
 (224x224 input) as conv-by-GEMM: M = out channels, N = batch*Ho*Wo, K = in_ch*kh*kw;
 then its final fully connected layer's shapes (few tiles, long K: split-K).
 ``--transformer``: a ViT-B encoder layer's GEMMs instead (forward, data and weight
 gradients of its four Linears at batch 64, with their transposes); ``--classifier``:
-AlexNet's three fully connected layers alike at batch 16 and 64.
+AlexNet's three fully connected layers alike at batch 16 and 64; ``--gpt2``: GPT-2
+(124M) training at 8x256, its four Linears and the tied LM head.
+``--each-tile`` also times every tuner candidate tile on every shape and names the best.
 Times are medians of OpenCL profiling events (CUDA events for torch) after a warm-up.
 ``--sweep`` also times every tuner candidate tile at 4096³.
 """
@@ -72,6 +74,14 @@ def transformer_gemms(batch=64, tokens=197, width=768, mlp=3072):
     """A ViT-B encoder layer's GEMMs (vit_b_16 at ``batch``), as ``linear_gemms``."""
     return linear_gemms(batch * tokens, (("qkv", width, 3 * width), ("out_proj", width, width),
                                          ("fc1", width, mlp), ("fc2", mlp, width)))
+
+
+def gpt2_gemms(batch=8, seq=256, width=768, vocab=50257):
+    """GPT-2 (124M) training's GEMMs at ``batch`` x ``seq`` tokens, as ``linear_gemms``:
+    the four Linears of a block and the LM head (tied to the token embedding)."""
+    return linear_gemms(batch * seq, (("qkv", width, 3 * width), ("attn proj", width, width),
+                                      ("fc", width, 4 * width), ("mlp proj", 4 * width, width),
+                                      ("lm head", width, vocab)))
 
 
 def classifier_gemms(batches=(16, 64)):
@@ -139,6 +149,10 @@ def main(argv=None):
                         help="time split-K 1..16 on shapes with few tiles or long K")
     parser.add_argument("--transformer", action="store_true",
                         help="time a ViT-B encoder layer's GEMMs (vit_b_16, batch 64) instead")
+    parser.add_argument("--gpt2", action="store_true",
+                        help="time GPT-2 (124M) training's GEMMs at 8x256 tokens instead")
+    parser.add_argument("--each-tile", action="store_true",
+                        help="also time every tuner candidate tile on every shape")
     parser.add_argument("--classifier", action="store_true",
                         help="time AlexNet's fully connected GEMMs (batch 16 and 64) instead")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16"],
@@ -181,6 +195,8 @@ def main(argv=None):
            (2048, 64, 1000, False, False, "fc backward-data-like")]
     if args.transformer:
         shapes = transformer_gemms()
+    if args.gpt2:
+        shapes = gpt2_gemms()
     if args.classifier:
         shapes = classifier_gemms()
     table = []
@@ -196,6 +212,16 @@ def main(argv=None):
         table.append("| %-26s | %4d | %6d | %4d | %-16s | %6.2f | %6.2f | %5.2f | %.1e |"
                      % (name, M, N, K, tile, ours, theirs, ours / theirs,
                         row.get("rel_err", np.nan)))
+        if args.each_tile and args.precision == "fp32":
+            timed = []
+            for cand in tuning.candidates(ctx.facts):
+                r = run_shape(ctx, None, M, N, K, args.repeat, cand, trans_a=ta, trans_b=tb)
+                timed.append((flop / r["dlprim_s"] / 1e12, tune._describe(r["tile"])))
+                rows.append(dict(r, name=name, each_tile=True))
+            best = max(timed)
+            print("%-26s auto %6.2f, best %6.2f TFLOP/s: %s; %s" % (
+                name, ours, best[0], best[1],
+                ", ".join("%.1f" % t for t, _ in timed)), flush=True)
     if args.ptx:
         os.makedirs(args.ptx, exist_ok=True)
         for i, (key, prg) in enumerate(ctx.programs.items()):

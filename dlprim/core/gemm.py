@@ -17,7 +17,7 @@ from .activation import FUSABLE
 from .copy import StridedCopy
 from .precision import HALF_STORAGE_TYPES, check_precision
 from ..tensor import Tensor, ws_view
-from . import tuning, tuning_launch
+from . import gemm_autotune, tuning, tuning_launch
 from ..utils import ceil_div, round_up
 
 __all__ = ["Gemm", "gemm", "BIAS_MODES", "tensor_cores"]
@@ -122,6 +122,12 @@ class Gemm:
         self.bias, self.activation = bias, activation
         self.tile = (tuning.half_tile if self.kernel_half else tuning.pick_tile)(
             ctx.facts, self.M, self.N, self.batch)
+        # measured for this very shape where autotuning is on (float32 on a GPU)
+        if not tile and split_k is None and self.batch == 1 and ctx.facts.is_gpu and \
+                min(self.M, self.N, self.K) > 0 and not (self.mma or self.subgroup_mma or self.half) and gemm_autotune.autotuning():
+            tile, split_k = gemm_autotune.tuned_choice(
+                ctx, self.M, self.N, self.K, self.trans_a, self.trans_b,
+                lambda tile: Gemm(ctx, M, N, K, trans_a, trans_b, tile=tile)) or (None, None)
         # whole waves of one-per-compute-unit tiles where that is predicted faster
         planned = None if tile or split_k is not None or self.mma or self.subgroup_mma else \
             tuning.wave_plan(ctx.facts, self.M, self.N, self.K, self.batch, self.trans_b)
