@@ -10,6 +10,8 @@ import collections
 import operator
 import weakref
 
+import torch
+
 from ..core.multi_tensor import MultiTensorPlan, MultiTensorPointwise
 from ..core.pointwise import memo, param_specs
 from ..kernels.program import Recording
@@ -104,16 +106,23 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
     # repeats (an optimizer's fresh gradients every step, or gradients that are views of
     # one buffer): the launches recorded by the first such call, replayed over these
     # tensors' memory (program.Recording, each tensor's arguments known by their place)
-    unique, pattern = _unique(list(x_lists) + list(y_lists), tensors)
-    places = list(map(_Place, unique))
+    unique, pattern, distinct = _unique(list(x_lists) + list(y_lists), tensors)
+    if distinct is not None:  # whole lists: their places as worked out for each list
+        lists = list(map(_list_places, distinct))
+        places = [p for lp in lists for p in lp.places]
+        sizes = sum((lp.sizes for lp in lists), ())
+        layout = sum((lp.layout for lp in lists), ())
+    else:
+        places = list(map(_Place, unique))
+        sizes = tuple((t.size, t.offset % RECORDING_ALIGN) for t in places)
+        layout = _layout(places)
     signature = ("mt_recording", name, code, tuple(types), tuple(one or ()), xd, yd, pattern,
-                 tuple((t.size, t.offset % RECORDING_ALIGN) for t in places))
+                 sizes)
     width = len(x_lists) + len(y_lists)
     # each element's tensors in turn, by their index among the distinct ones
     at = lambda: [pattern[j * n + i] for i in range(n) for j in range(width)]  # noqa: E731
     recording = ctx.ops.get(signature)
     if recording is not None:
-        layout = _layout(places)
         replay = _replay_for(op, recording, signature, layout)
         if replay is None:  # a layout met once so far: the shared kernels, rebound
             _check_disjoint(recording, layout, places, at, len(x_lists), width, n, name)
@@ -226,6 +235,38 @@ class _Place:
             t.numel()
 
 
+class _ListPlaces:
+    """A list's places (``_Place``), their layout and (size, alignment) pairs, and the
+    storage offsets they were worked out at."""
+    __slots__ = ("offsets", "places", "layout", "sizes")
+
+    def __init__(self, lst, offsets):
+        self.offsets = offsets
+        self.places = list(map(_Place, lst))
+        self.layout = _layout(self.places)
+        self.sizes = tuple((t.size, t.offset % RECORDING_ALIGN) for t in self.places)
+
+
+# the places of lists met before, by their tensors' ids (gone with a tensor, as plans): an
+# optimizer's parameters and state come back every step, and a step's temporaries are
+# one list through the few operators that use them
+_lists = PlanCache(limit=64)
+_offset_of = torch.Tensor.storage_offset
+
+
+def _list_places(lst):
+    """``_ListPlaces`` of a list of contiguous ocl tensors, kept while its tensors keep
+    their storages and offsets."""
+    key = tuple(map(id, lst))
+    offsets = list(map(_offset_of, lst))
+    known = _lists.get(key, lst)
+    if known is not None and known.offsets == offsets:
+        return known
+    known = _ListPlaces(lst, offsets)
+    _lists.put(key, lst, known)
+    return known
+
+
 def _layout(views):
     return tuple((v.buffer.int_ptr, v.offset) for v in views)
 
@@ -252,7 +293,8 @@ def _check_disjoint(recording, layout, places, at, nx, width, n, name):
 
 def _unique(lists, tensors):
     """(the distinct tensors in order of first appearance, each position's index among
-    them) of ``tensors``, the lists' elements in turn: the pattern of repeats (an in-place
+    them, the distinct lists where the tensors are theirs, else None) of ``tensors``, the
+    lists' elements in turn: the pattern of repeats (an in-place
     output that is its own input) is part of what a recording may be replayed over. Lists
     are mostly either the same tensors as an earlier list or none of its tensors: that is
     told list by list, the rest tensor by tensor."""
@@ -266,7 +308,7 @@ def _unique(lists, tensors):
             unique.extend(lst)
         pattern.extend(range(start, start + len(lst)))
     if len(set(map(id, unique))) == len(unique):
-        return unique, tuple(pattern)
+        return unique, tuple(pattern), [lst for _, lst in starts]
     first, unique, pattern = {}, [], []
     for t in tensors:
         k = first.get(id(t))
@@ -274,7 +316,7 @@ def _unique(lists, tensors):
             k = first[id(t)] = len(unique)
             unique.append(t)
         pattern.append(k)
-    return unique, tuple(pattern)
+    return unique, tuple(pattern), None
 
 
 class Overlap(ValueError):

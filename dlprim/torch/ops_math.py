@@ -2,6 +2,8 @@
 issues), and reductions on ocl devices, all on dlprim's pointwise-broadcast-reduce
 generator. Output shapes and dtypes (broadcasting, type promotion) come from running the
 operator on meta tensors, so they are PyTorch's."""
+import operator
+
 import numpy as np
 import torch
 
@@ -221,12 +223,11 @@ def _foreach_multi(overload, inplace, args, lists, item):
         where.append(k)
     x_lists = [args[k] for k in where]
     ys = list(args[0]) if inplace else None
-    def check():  # (list by list: an optimizer's step pays it for every call)
-        shapes = [t.shape for t in args[0]]
+    def check():  # (list by list, in C-level loops: an optimizer's step pays it every call)
+        shapes = list(map(_shape_of, args[0]))
         for lst in x_lists + [args[0]]:
-            dtype = lst[0].dtype
-            if not all(isinstance(t, OclTensor) and t.is_contiguous() and t.dtype == dtype
-                       for t in lst) or [t.shape for t in lst] != shapes:
+            if set(map(type, lst)) != {OclTensor} or len(set(map(_dtype_of, lst))) != 1 \
+                    or not all(map(_contiguous, lst)) or list(map(_shape_of, lst)) != shapes:
                 raise _NotOneKernel
     values = _values(params)
     try:
@@ -238,6 +239,10 @@ def _foreach_multi(overload, inplace, args, lists, item):
     except (_NotOneKernel, Overlap):
         return None
     return ys
+
+
+_shape_of, _dtype_of = operator.attrgetter("shape"), operator.attrgetter("dtype")
+_contiguous = torch.Tensor.is_contiguous
 
 
 class _NotOneKernel(Exception):
