@@ -205,6 +205,24 @@ def test_bad_shapes_are_errors(ctx):
         AttentionOps(ctx, 2, 4, 4, 8, 8, kernels="blocks")
 
 
+def test_given_blocks_match_float64_and_bad_ones_are_named(ctx, rng):
+    """Blocks given per pass (what benchmarks/attention_blocks.py times) replace the
+    table's for that pass only and compute the same; blocks the kernels cannot take are
+    a ValueError naming the pass."""
+    b, lq, d = 2, 45, 8
+    q, k, v = (rng.standard_normal((b, lq, d)) for _ in range(3))
+    # (8 x 8 items: Intel's CPU runtime refuses some smaller work-groups of these kernels)
+    given = {"dkdv": dict(BQ=16, BK=32, TX=8, TY=8), "dq": dict(BQ=32, BK=16, TX=8, TY=8)}
+    op = AttentionOps(ctx, b, lq, lq, d, d, causal=True, kernels="tiles", blocks=given)
+    table = AttentionOps(ctx, b, lq, lq, d, d, causal=True, kernels="tiles")
+    assert op.blocks == dict(table.blocks, **given) and op.blocks != table.blocks
+    _matches(ctx, op, q, k, v, None, None, reference(q, k, v, 1 / np.sqrt(d), None, True))
+    for bad in ({"dq": dict(BQ=20, BK=32, TX=8, TY=4)}, {"dq": dict(BQ=32, BK=32, TX=16, TY=4)},
+                {"backward": dict(BQ=32, BK=32, TX=8, TY=4)}, {"dq": dict(BQ=32)}):
+        with pytest.raises(ValueError, match="blocks"):
+            AttentionOps(ctx, b, lq, lq, d, d, kernels="tiles", blocks=bad)
+
+
 def test_kernels_follow_the_device(ctx):
     """Tiles where the widths allow and the device is a GPU; rows on CPUs and for odd
     widths; the blocks fit a GPU's 48 KiB of local memory up to width 128."""

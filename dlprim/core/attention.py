@@ -36,8 +36,10 @@ form wins (docs/benchmarks.md).
 
 With ``dropout`` p > 0 each attention weight is dropped with probability p and the rest
 scaled by 1 / (1 - p); the mask is a function of (seed, offset) and the weight's place
-(Philox, as ``core/random.py``), so the backward pass recomputes it rather than storing
-an L x S mask. A step uses ``counters()`` values of the stream from its offset.
+(Philox, as ``core/random.py``; one draw of four words serves four keys of a query row),
+so the backward pass recomputes it rather than storing an L x S mask. The tiled kernels
+draw a block's factors together into local memory, each draw used whole. A step uses
+``counters()`` values of the stream from its offset.
 """
 import math
 
@@ -150,11 +152,33 @@ def tile_blocks(facts, d, dv):
     return out
 
 
+def _checked_blocks(facts, d, dv, given):
+    """``given`` ({pass: {BQ, BK, TX, TY}}, for some passes; None: none), each checked
+    against what attention_tiles.cl takes on this device, else a ValueError naming it."""
+    for pass_, b in (given or {}).items():
+        if pass_ not in BLOCKS or set(b) != {"BQ", "BK", "TX", "TY"}:
+            raise ValueError("attention: blocks are {pass: {BQ, BK, TX, TY}} for passes %s, "
+                             "got %r for %r" % (", ".join(BLOCKS), b, pass_))
+        bq, bk, tx, ty = (int(b[k]) for k in ("BQ", "BK", "TX", "TY"))
+        if min(bq, bk, tx, ty) < 1 or d % tx or dv % tx or \
+                any(x % tx or x % ty or x % 4 for x in (bq, bk)) or \
+                tx * ty > facts.max_work_group or \
+                _local_bytes(pass_, d, dv, bq, bk, tx) > facts.local_mem:
+            raise ValueError("attention: blocks %r of the %s pass do not fit D=%d DV=%d on "
+                             "this device (BQ, BK multiples of TX, TY and 4; D, DV of TX; "
+                             "TX x TY items and the blocks' local memory within its limits)"
+                             % (b, pass_, d, dv))
+    return given or {}
+
+
 class AttentionOps:
-    """Attention over ``batch`` = batch * heads rows of q (L, D), k (S, D), v (S, DV)."""
+    """Attention over ``batch`` = batch * heads rows of q (L, D), k (S, D), v (S, DV).
+    ``blocks`` ({pass: {BQ, BK, TX, TY}}) overrides the tiled kernels' blocks of the
+    table (``tile_blocks``) for some passes (benchmarks/attention_blocks.py)."""
 
     def __init__(self, ctx, batch, lq, lk, d, dv, heads=1, causal=False, mask=False, dropout=0.0,
-                 kernels=None, layout="nhld", dtype=np.float32, mask_dtype=np.float32):
+                 kernels=None, layout="nhld", dtype=np.float32, mask_dtype=np.float32,
+                 blocks=None):
         self.ctx = ctx
         self.dtype = _float_type("dtype", dtype)
         self.mask_dtype = _float_type("mask_dtype", mask_dtype)
@@ -184,7 +208,7 @@ class AttentionOps:
         if kernels not in (None, "rows", "tiles"):
             raise ValueError("attention: kernels must be None (the device's choice), 'rows' "
                              "or 'tiles', got %r" % (kernels,))
-        blocks = tile_blocks(ctx.facts, self.d, self.dv)
+        blocks, blocks_given = tile_blocks(ctx.facts, self.d, self.dv), blocks
         if kernels == "tiles" and blocks is None:
             raise ValueError("attention: the tiled kernels need widths that are multiples of "
                              "4 and fit local memory, got D=%d DV=%d" % (self.d, self.dv))
@@ -192,7 +216,7 @@ class AttentionOps:
             kernels = "rows" if ctx.facts.is_cpu or blocks is None else "tiles"
         self.kernels = kernels
         if kernels == "tiles":
-            self.blocks = blocks
+            self.blocks = dict(blocks, **_checked_blocks(ctx.facts, self.d, self.dv, blocks_given))
             flags["FAST_EXP"] = not ctx.facts.is_cpu and native_exp2_is_accurate(ctx)
             self.programs = {
                 pass_: program.get(ctx, "attention_tiles", PASS=pass_, D=self.d, DV=self.dv,
@@ -210,8 +234,9 @@ class AttentionOps:
         self.programs = {"forward": one, "dq": one, "dkdv": one}
 
     def counters(self):
-        """Philox counters one step's dropout mask uses (one per attention weight)."""
-        return self.batch * self.lq * self.lk
+        """Philox counters one step's dropout mask uses (one per four keys of a query row:
+        a draw is four words)."""
+        return self.batch * self.lq * (-(-self.lk // 4))
 
     def _drop_args(self, seed, offset):
         if not self.dropout:

@@ -52,18 +52,27 @@
 % if DROPOUT:
 <%include file="philox.h"/>
 
-// the factor on weight (row, j): 0 when dropped, else 1 / (1 - p)
-inline float keep_factor(uint threshold, float keep_scale, ulong seed, ulong offset,
-                         ulong index)
+// one Philox draw serves four weights: keys 4g .. 4g + 3 of a query row (its four words
+// in turn), so the mask is a function of (seed, offset, row, key) whatever the tiling:
+// group (bh lq + i) ceil(lk / 4) + j / 4 draws counter offset + that group
+inline uint4 keep_draw(ulong seed, ulong offset, ulong group)
 {
-    ulong c = offset + index;
-    uint4 r = philox4x32_10((uint4)((uint)c, (uint)(c >> 32), 0, 0),
-                            (uint2)((uint)seed, (uint)(seed >> 32)));
-    return r.x < threshold ? 0.0f : keep_scale;
+    ulong c = offset + group;
+    return philox4x32_10((uint4)((uint)c, (uint)(c >> 32), 0, 0),
+                         (uint2)((uint)seed, (uint)(seed >> 32)));
 }
+
+// word ``lane`` of a draw as the factor: 0 when dropped, else 1 / (1 - p)
+inline float keep_lane(uint4 r, uint lane, uint threshold, float keep_scale)
+{
+    uint x = lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w;
+    return x < threshold ? 0.0f : keep_scale;
+}
+#define KEEP_DRAW(i, g) keep_draw(drop_seed, drop_offset, \
+                                  ((ulong)bh * lq + (i)) * ((lk + 3) / 4) + (g))
 #define DROP_ARGS , uint drop_threshold, float keep_scale, ulong drop_seed, ulong drop_offset
-#define KEEP(i, j) keep_factor(drop_threshold, keep_scale, drop_seed, drop_offset, \
-                               ((ulong)bh * lq + (i)) * lk + (j))
+// the factor on weight (i, j) alone (the row kernels; the tiled ones draw a block at once)
+#define KEEP(i, j) keep_lane(KEEP_DRAW(i, (j) >> 2), (j) & 3, drop_threshold, keep_scale)
 % else:
 #define DROP_ARGS
 #define KEEP(i, j) 1.0f

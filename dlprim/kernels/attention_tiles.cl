@@ -101,6 +101,36 @@ CD, CV = D // TX, DV // TX
     }
 </%def>
 
+## the dropout factors of queries [i0, i0 + BQ) by keys [j0, j0 + BK) into the local
+## weights' array ``buf`` (rows of ``stride``; query-major, or key-major where
+## ``by_key``), each item drawing whole groups of four keys (one Philox draw, attention.h):
+## each weight's work item then reads its factor there and writes the weight over it
+<%def name="draw_keeps(buf, stride, i0, j0, by_key=False)">
+% if DROPOUT:
+    for (uint e = t; e < ${BQ * BK // 4}; e += ${NT}) {
+        uint ii = e / ${BK // 4}, jj = e % ${BK // 4} * 4;
+        uint4 r = KEEP_DRAW(${i0} + ii, (${j0} + jj) >> 2);
+        float4 f = (float4)(r.x < drop_threshold ? 0.0f : keep_scale,
+                            r.y < drop_threshold ? 0.0f : keep_scale,
+                            r.z < drop_threshold ? 0.0f : keep_scale,
+                            r.w < drop_threshold ? 0.0f : keep_scale);
+%  if by_key:
+        ${buf}[jj * ${stride} + ii] = f.x;
+        ${buf}[(jj + 1) * ${stride} + ii] = f.y;
+        ${buf}[(jj + 2) * ${stride} + ii] = f.z;
+        ${buf}[(jj + 3) * ${stride} + ii] = f.w;
+%  else:
+        *(__local float4 *)(${buf} + ii * ${stride} + jj) = f;
+%  endif
+    }
+% endif
+</%def>
+% if DROPOUT:
+#define KEPT(x) (x)
+% else:
+#define KEPT(x) 1.0f
+% endif
+
 <%def name="zeros(name, R, C)">
     float ${name}[${R}][${C}];
 % for r in range(R):
@@ -147,6 +177,7 @@ void attention_tiles_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
     for (uint j0 = 0; j0 < jend; j0 += ${BK}) {
         barrier(CLK_LOCAL_MEM_FENCE);
         ${stage("kv", KW, "k", "j0", "lk", BK, D)}
+        ${draw_keeps("ps", PP, "i0", "j0")}
         barrier(CLK_LOCAL_MEM_FENCE);
         ${zeros("s", RQ, CK)}
         ${dots("s", "qs", DP, row, "kv", KW, col, RQ, CK, D)}
@@ -184,7 +215,8 @@ void attention_tiles_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
                 uint j = j0 + ${col(c)};
                 float p = s[${r}][${c}] == NEG_INF ? 0.0f : EXP2((s[${r}][${c}] - mn) * LOG2E);
                 l[${r}] += p;
-                ps[(${row(r)}) * ${PP} + ${col(c)}] = p * KEEP(i, j);
+                uint at = (${row(r)}) * ${PP} + ${col(c)};
+                ps[at] = p * KEPT(ps[at]);
             }
 %  endfor
         }
@@ -257,6 +289,7 @@ void attention_tiles_dq(BACKWARD_ARGS,
         barrier(CLK_LOCAL_MEM_FENCE);
         ${stage("ks", DP, "k", "j0", "lk", BK, D)}
         ${stage("vs", VP, "v", "j0", "lk", BK, DV)}
+        ${draw_keeps("ps", PP, "i0", "j0")}
         barrier(CLK_LOCAL_MEM_FENCE);
         // stats and delta read for every key block, after its barriers: Intel's CPU
         // compiler (2026.2) with dropout on computes every row but i = 7 (mod 8) wrong when
@@ -281,8 +314,8 @@ void attention_tiles_dq(BACKWARD_ARGS,
             uint i = i0 + ${row(r)}, j = j0 + ${col(c)};
             float p = prob2((i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) : NEG_INF,
                             m_r[${r}], nl2_r[${r}]);
-            ps[(${row(r)}) * ${PP} + ${col(c)}] =
-                p * (dp[${r}][${c}] * KEEP(i, j) - delta_r[${r}]) * scale;
+            uint at = (${row(r)}) * ${PP} + ${col(c)};
+            ps[at] = p * (dp[${r}][${c}] * KEPT(ps[at]) - delta_r[${r}]) * scale;
         }
 %  endfor
 % endfor
@@ -342,6 +375,7 @@ void attention_tiles_dkdv(BACKWARD_ARGS,
             nls[e] = live ? -stats[at + 1] * LOG2E : 0.0f;
             dls[e] = live ? delta[delta_offset + STAT_AT(bh, lq, i0 + e)] : 0.0f;
         }
+        ${draw_keeps("pt", PQ, "i0", "j0", by_key=True)}
         barrier(CLK_LOCAL_MEM_FENCE);
         ${zeros("s", RK, CQ)}
         ${zeros("dp", RK, CQ)}
@@ -353,8 +387,9 @@ void attention_tiles_dkdv(BACKWARD_ARGS,
             uint j = j0 + ${row(r)}, i = i0 + ${col(c)};
             float p = prob2((i < lq && j < lk) ? s[${r}][${c}] + MASK_AT(i, j) : NEG_INF,
                             ms[${col(c)}], nls[${col(c)}]);
-            float keep = KEEP(i, j);
-            pt[(${row(r)}) * ${PQ} + ${col(c)}] = p * keep;
+            uint at = (${row(r)}) * ${PQ} + ${col(c)};
+            float keep = KEPT(pt[at]);
+            pt[at] = p * keep;
             dst[(${row(r)}) * ${PQ} + ${col(c)}] = p * (dp[${r}][${c}] * keep - dls[${col(c)}]);
         }
 %  endfor
