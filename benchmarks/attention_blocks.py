@@ -58,6 +58,8 @@ def main():
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--dropout", type=float, default=0.0, help="attention dropout p")
+    p.add_argument("--table-only", action="store_true", help="time the table's blocks only")
     args = p.parse_args()
     ctx = dp.Context(args.device, profiling=True)
     b, n, d = args.rows, args.length, args.dim
@@ -68,16 +70,19 @@ def main():
     q, k, v, dout = rand(b, n, d), rand(b, n, d), rand(b, n, d), rand(b, n, d)
     o, dq, dk, dv = (dp.Tensor(ctx, (b, n, d)) for _ in range(4))
     stats, delta = dp.Tensor(ctx, (b, n, 2)), dp.Tensor(ctx, (b, n))
-    table = AttentionOps(ctx, b, n, n, d, d, causal=args.causal, kernels="tiles")
-    print("device: %s; rows %d, length %d, D %d%s; table: %s" % (
-        ctx.name, b, n, d, ", causal" if args.causal else "", table.blocks))
+    kinds = dict(causal=args.causal, kernels="tiles", dropout=args.dropout)
+    table = AttentionOps(ctx, b, n, n, d, d, **kinds)
+    print("device: %s; rows %d, length %d, D %d%s%s; table: %s" % (
+        ctx.name, b, n, d, ", causal" if args.causal else "",
+        ", dropout %g" % args.dropout if args.dropout else "", table.blocks))
     for launch in table.launches(q, k, v, o, stats):
         launch(ctx.queue)
-    for pass_, fits in _candidates(ctx, d).items():
+    candidates = {pass_: [table.blocks[pass_]] for pass_ in BLOCKS} if args.table_only \
+        else _candidates(ctx, d)
+    for pass_, fits in candidates.items():
         rows = []
         for blocks in fits:
-            ops = AttentionOps(ctx, b, n, n, d, d, causal=args.causal, kernels="tiles",
-                               blocks={pass_: blocks})
+            ops = AttentionOps(ctx, b, n, n, d, d, blocks={pass_: blocks}, **kinds)
             if pass_ == "forward":
                 launches, which = ops.launches(q, k, v, o, stats), 0
             else:
