@@ -150,3 +150,36 @@ def test_train_mode_import_matches_pytorch_training(ctx):
         np.testing.assert_allclose(params[name], buffers[name].numpy(), rtol=1e-4, atol=1e-5)
     trained = dox.load(f.getvalue(), ctx, mode="train")
     assert trained.mode == "train" and trained.trainable_size > 0
+
+
+def test_symbolic_sizes_beyond_the_batch_take_given_shapes(ctx):
+    """A model exported with a symbolic sequence length (as HuggingFace's exports are)
+    imports with ``shapes=`` for each length and matches numpy; without it, or with
+    sizes the model contradicts, the error names the input and what to give."""
+    w = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 8])
+    g = helper.make_graph(
+        [node("MatMul", ["x", "w"], ["a"]), node("Shape", ["x"], ["s"]),
+         node("Slice", ["s", "zero", "two"], ["lead"]),
+         node("Concat", ["lead", "minus"], ["to"], axis=0),
+         node("Reshape", ["a", "to"], ["flat"]), node("Softmax", ["flat"], ["y"], axis=1)],
+        "t", [x_info], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array([2], np.int64), "two"),
+         numpy_helper.from_array(np.array([-1], np.int64), "minus")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    with pytest.raises(dox.OnnxImportError, match=r"'x'.*shapes=\{'x'"):
+        dox.to_netconfig(m)
+    for n, s in ((2, 5), (3, 11)):
+        x = np.random.default_rng(s).standard_normal((n, s, 8)).astype(np.float32)
+        net = dox.load(m, ctx, shapes={"x": (n, s, 8)})
+        got = net(x=x)["y"]
+        a = x.astype(np.float64) @ w  # (n, s, 4): the Reshape to Shape(x)[:2] + [-1]
+        want = np.exp(a - a.max(1, keepdims=True))
+        np.testing.assert_allclose(got, want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+    for shapes, what in (({"x": (2, 5)}, "3 dimensions"), ({"x": (2, 5, 9)}, "size 8 on axis 2"),
+                         ({"z": (2, 5, 8)}, "not a model input"), ({"x": (2, 0, 8)}, "positive")):
+        with pytest.raises(dox.OnnxImportError, match=what):
+            dox.to_netconfig(m, shapes=shapes)

@@ -19,11 +19,16 @@ __all__ = ["to_netconfig", "load", "save", "ONNXModel", "OnnxImportError",
 
 
 def to_netconfig(path_or_model: Any, batch: Optional[int] = None,
-                 live: Any = (), mode: str = "predict") -> Tuple[Any, Dict[str, Any]]:
+                 live: Any = (), mode: str = "predict",
+                 shapes: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
     """(NetConfig, {parameter name: numpy array}) for an ONNX file path, bytes or ModelProto.
 
     ``batch`` sets the first dimension of every input (default: the model's own, or 1
-    where the model leaves it symbolic). ``live``: initializer names that are parameters
+    where the model leaves it symbolic). ``shapes`` ({input name: sizes}) gives inputs
+    their whole shape, for models that leave other dimensions symbolic (a sequence
+    length: ``shapes={"input_ids": (1, 128)}``); the model's fixed sizes must agree. A
+    Net is planned for fixed shapes: another length is another conversion (the kernels
+    built for the first are reused). ``live``: initializer names that are parameters
     still being trained: nothing computed from them is folded into a constant at import
     (beyond reshapes and transposes), so the net computes it and trains them.
     ``mode``: the Net's mode the config is for. For "train", a training export's
@@ -35,19 +40,20 @@ def to_netconfig(path_or_model: Any, batch: Optional[int] = None,
     from .importer import import_model
     if mode not in ("predict", "train"):
         raise ValueError("mode must be 'predict' or 'train', got %r" % (mode,))
-    return import_model(path_or_model, batch, live, mode)
+    return import_model(path_or_model, batch, live, mode, shapes)
 
 
 def load(path_or_model: Any, ctx: Any, batch: Optional[int] = None, mode: str = "predict",
-         precision: str = "fp32") -> Any:
+         precision: str = "fp32", shapes: Optional[Dict[str, Any]] = None) -> Any:
     """A Net on ``ctx`` with the model's weights, set up in ``mode`` ("predict" or "train")
-    and ``precision`` ("fp32", "tf32", "fp16" or "bf16": docs/precision.md).
+    and ``precision`` ("fp32", "tf32", "fp16" or "bf16": docs/precision.md); ``batch`` and
+    ``shapes`` as ``to_netconfig``'s.
 
     In train mode the imported weights are trainable parameters and BatchNorm uses batch
     statistics; add a loss to the NetConfig from ``to_netconfig`` to fine-tune.
     """
     from ..net import Net
-    cfg, weights = to_netconfig(path_or_model, batch, mode=mode)
+    cfg, weights = to_netconfig(path_or_model, batch, mode=mode, shapes=shapes)
     net = Net(ctx, mode=mode, precision=precision)  # (no random initialisation: every
     net.load(cfg)                                    # parameter is the file's)
     net.setup()

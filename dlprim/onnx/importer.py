@@ -47,9 +47,9 @@ NARROW_READERS = ("Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze
                   "Unsqueeze", "Transpose", "DequantizeLinear", "QuantizeLinear")
 
 
-def import_model(path_or_model, batch=None, live=(), mode="predict"):
+def import_model(path_or_model, batch=None, live=(), mode="predict", shapes=None):
     info = read_model(path_or_model)
-    imp = Importer(info, batch, live, mode)
+    imp = Importer(info, batch, live, mode, shapes)
     return imp.run()
 
 
@@ -60,19 +60,58 @@ OWN_DOMAINS = ("dlprim",)
 PASS_THROUGH = ("Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
 
 
+def _given_shapes(info, shapes):
+    """``shapes`` ({input name: sizes}) checked against the model's inputs: {name: tuple}."""
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, dict):
+        raise OnnxImportError("shapes must be a dict {input name: sizes}, got %r" % (shapes,))
+    names = [name for name, _, _ in info.inputs]
+    out = {}
+    for name, sizes in shapes.items():
+        if name not in names:
+            raise OnnxImportError("shapes: '%s' is not a model input; inputs: %s"
+                                  % (name, ", ".join(names)))
+        try:
+            sizes = tuple(sizes)
+            ok = all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0
+                     for d in sizes)
+        except TypeError:
+            ok = False
+        if not ok:
+            raise OnnxImportError("shapes: input '%s' needs positive integer sizes, got %r"
+                                  % (name, shapes[name]))
+        out[name] = tuple(int(d) for d in sizes)
+    return out
+
+
+def _fixed_by(name, shape, given):
+    """The model input's ``shape`` (None where symbolic) with the sizes ``given`` for it:
+    the same rank, and the model's fixed sizes kept."""
+    if len(given) != len(shape):
+        raise OnnxImportError("shapes: input '%s' has %d dimensions, %s gives %d"
+                              % (name, len(shape), given, len(given)))
+    for axis, (have, want) in enumerate(zip(shape, given)):
+        if have is not None and have != want:
+            raise OnnxImportError("shapes: input '%s' has size %d on axis %d in the model, "
+                                  "shapes gives %d" % (name, have, axis, want))
+    return list(given)
+
+
 class Importer:
     """``live``: initializers that are trainable parameters whose values change after
     import (PyTorch's, under ``torch.compile``): what is computed from them is not folded
     into a constant, except through ``PASS_THROUGH`` operators; such a computation runs
     in the net, reading the initializer as a trainable Parameter."""
 
-    def __init__(self, info, batch=None, live=(), mode="predict"):
+    def __init__(self, info, batch=None, live=(), mode="predict", shapes=None):
         if info.opset is None:
             raise OnnxImportError("the model imports no default-domain opset")
         if info.opset < FIRST_OPSET:
             raise OnnxImportError("opset %d is older than the first supported, %d"
                                   % (info.opset, FIRST_OPSET))
         self.info, self.opset, self.batch = info, info.opset, batch
+        self.given_shapes = _given_shapes(info, shapes)
         self.mode = mode  # the Net's mode the config is for (training exports' BatchNorm)
         self.cfg = NetConfig()
         self.consts = dict(info.initializers)
@@ -146,11 +185,16 @@ class Importer:
             if shape is None:
                 raise OnnxImportError("model input '%s' has no shape" % name)
             shape = list(shape)
-            if shape and (self.batch is not None or shape[0] is None):
+            if name in self.given_shapes:
+                shape = _fixed_by(name, shape, self.given_shapes[name])
+            elif shape and (self.batch is not None or shape[0] is None):
                 shape[0] = int(self.batch) if self.batch is not None else 1
             if any(d is None for d in shape):
-                raise OnnxImportError("model input '%s' has symbolic dimensions %s beyond the "
-                                      "batch; export it with fixed sizes" % (name, shape))
+                raise OnnxImportError(
+                    "model input '%s' has symbolic dimensions %s beyond the batch; give its "
+                    "sizes with shapes={'%s': (...)} (dlprim.onnx.load, to_netconfig) or "
+                    "export it with fixed sizes"
+                    % (name, ["?" if d is None else d for d in shape], name))
             kind = DTYPES.get(np.dtype(dtype).name if dtype is not None else "float32")
             if kind is None:
                 raise OnnxImportError("model input '%s' has dtype %s, not supported"
