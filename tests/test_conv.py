@@ -1,4 +1,5 @@
 """Convolution2D / TransposedConvolution2D against float64 numpy references, every algorithm."""
+import re
 import zlib
 
 import numpy as np
@@ -291,6 +292,37 @@ def test_split_reduction_forward_and_backward_data(ctx, rng, monkeypatch, direct
     op(t[0], t[1], t[2], t[3], ws=Tensor(ctx, (op.workspace_bytes(2),), "uint8"), beta=0.5)
     want = np.maximum(ref + 0.5 * out0 + bias[None, :, None, None], 0)
     assert_close(t[2].numpy(), want, rtol=1e-4, atol=1e-4, what="%s split" % direction)
+
+
+@pytest.mark.parametrize("switch_max", [4, 64])
+def test_patch_embedding_backward_data_builds_one_gemm_body(ctx, rng, monkeypatch, switch_max):
+    """A patch embedding (kernel = stride, here 4x4: 16 stride phases) on a GPU runs every
+    phase in one launch; past tuning.CONV_MERGED_SWITCH_MAX phases the kernel reads their
+    sizes from a table, so its source holds one GEMM body (ViT-B's 16x16 stride-16 layer
+    has 256 phases: a body per phase built for over a minute). Both forms match the
+    reference."""
+    from dlprim.core import tuning
+    from dlprim.kernels import program
+    monkeypatch.setattr(ctx.facts, "is_gpu", True)
+    monkeypatch.setattr(tuning, "CONV_MERGED_SWITCH_MAX", switch_max)
+    geom = ConvGeometry(3, 5, (8, 12), (4, 4), (4, 4))
+    op = ConvBackwardData(ctx, geom, algo="gemm")
+    impl = op.impl.op
+    assert impl.merged and len(impl.phase_table) == 16
+    t = impl.tile(2)  # the source as ConvGemm.program renders it for batch 2
+    source = program.render("conv_gemm", ctx.facts, TM=t["TILE_M"], TN=t["TILE_N"],
+                            TK=t["TILE_K"], WM=t["BLOCK_M"], WN=t["BLOCK_N"], WARPS_M=0,
+                            WARPS_N=0, VEC=tuning.conv_vec(t, "backward_data",
+                                                           impl.dims(2)[2]),
+                            SPLIT=False, **impl.params)
+    assert len(re.findall(r"case \d+: \{", source)) == (0 if switch_max < 16 else 16)
+    x, dy = rng.standard_normal(geom.in_shape(2)), rng.standard_normal(geom.out_shape(2))
+    w = rng.standard_normal(geom.weight_shape)
+    ref, _ = conv_backward_ref(x, w, dy, (4, 4), geom.pad, (1, 1), 1)
+    t = [Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (dy, w)]
+    dx = Tensor(ctx, geom.in_shape(2))
+    op(t[0], t[1], dx, ws=Tensor(ctx, (max(op.workspace_bytes(2), 1),), "uint8"))
+    assert_close(dx.numpy(), ref, rtol=1e-4, atol=1e-4, what="patch embedding dx")
 
 
 def test_splits_only_for_gemm(ctx):

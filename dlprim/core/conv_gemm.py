@@ -72,7 +72,8 @@ class ConvGemm:
                            ACT_T=cl_type(dtype), GEOM_BAKED=self.baked, PHASES=self.phased,
                            MERGED=self.merged, MMA=self.mma, TAPS=self.taps,
                            K_RUN=self.k_run, X_RUNS=x_runs, N_RUN=self.n_run,
-                           PHASE_LIST=tuple(self.phase_table) if self.merged else ())
+                           PHASE_LIST=tuple(self.phase_table) if self.merged else (),
+                           MERGED_SWITCH_MAX=tuning.CONV_MERGED_SWITCH_MAX)
         self.bias = bool(bias)
         self.program(batch, self.split_plan(batch)[0] > 1)  # build what batch will launch
 

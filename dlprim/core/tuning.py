@@ -398,6 +398,14 @@ CONV_VEC_READS = True
 CONV_VEC_MIN_K = 256  # below, the strided epilogue stores dominate: plain reads
 
 
+# strided backward-data with its phases merged into one launch (conv_gemm.cl MERGED):
+# up to this many phases their sizes are constants of a switch, a GEMM body per phase
+# (stride 2's four, as measured); beyond, one body reads them from a table. vit_b_16's
+# 16x16 stride-16 patch embedding has 256 phases: its fp16 backward built for over 70 s
+# on an H200 as a switch
+CONV_MERGED_SWITCH_MAX = 4
+
+
 def conv_class(facts, mode, m, n, groups=1):
     """The shape class of an m x n convolution GEMM (``groups`` of them, a float where
     stride phases weigh in): the largest of the class shapes (large 128x128, medium

@@ -14,7 +14,9 @@
 ##   backward_filter  dW[k, (c,r,s)]    = sum_(b,oh,ow) dY[k, (b,oh,ow)] * X[(b,oh,ow), (c,r,s)]
 ## MERGED (GPUs, geometry baked): every stride phase in one launch; get_group_id(2) picks
 ## the phase, whose sizes are compile-time constants (a switch over PHASE_LIST), so the
-## loads divide by constants and the phases share the device instead of queueing.
+## loads divide by constants and the phases share the device instead of queueing. Past
+## MERGED_SWITCH_MAX phases the sizes come from a constant table instead: the switch
+## builds the GEMM body once per phase, and the build time grows with them.
 ## SPLIT (split-K): each work-group sums a k_per_split slice of the reduction and writes
 ## its raw sum (no beta, bias or activation) to a partial buffer (out + split * split_stride); conv_split_reduce adds the
 ## partials and applies beta, bias and the activation.
@@ -444,6 +446,14 @@
 % endif
 </%def>
 
+% if MERGED and len(PHASE_LIST) > MERGED_SWITCH_MAX:
+// the stride phases' sizes (ph, pw, ihp, iwp, r0, s0, rh, rw, qh, qw, taps), one row each
+__constant int phase_sizes[${len(PHASE_LIST)}][11] = {
+%   for row in PHASE_LIST:
+    {${", ".join(str(v) for v in row)}},
+%   endfor
+};
+% endif
 __kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
 void conv_gemm(int batch, ${geom_params}int splits, int k_per_split,
 % if PHASES and not MERGED:
@@ -732,7 +742,19 @@ ${out_write("acc[i][j]")}
     }
 % endif
 </%def>
-% if MERGED:
+% if MERGED and len(PHASE_LIST) > MERGED_SWITCH_MAX:
+    // this work-group's stride phase, its sizes read from the table: one GEMM body for
+    // all of them (a case each would build a body per phase: 256 for a 16x16 stride-16
+    // patch embedding, over a minute of one build)
+    {
+        __constant const int *p = phase_sizes[get_group_id(2) / (GROUPS * splits)];
+        const int ph = p[0], pw = p[1], ihp = p[2], iwp = p[3], r0 = p[4], s0 = p[5];
+        const int rh = p[6], rw = p[7], qh = p[8], qw = p[9], taps = p[10];
+        if (n0 >= GEMM_N)
+            return;
+        ${gemm_body()}
+    }
+% elif MERGED:
     // this work-group's stride phase, its sizes as constants
     switch (get_group_id(2) / (GROUPS * splits)) {
 %   for i, (ph, pw, ihp, iwp, r0, s0, rh, rw, qh, qw, taps) in enumerate(PHASE_LIST):
