@@ -8,7 +8,9 @@ Sections (``--only`` picks some):
 - nets: whole ``dlprim.models`` nets at 224x224, ms per batch, beside the same NetConfig
   run by torch (``torch_from_netconfig.py``: torchvision is not needed), and the geometric
   mean of the speed torch_ms / dlprim_ms;
-- mnist: images/s of training the MNIST demo net (examples/mnist/lenet.json, batch 64).
+- mnist: images/s of training the MNIST demo net (examples/mnist/lenet.json, batch 64);
+- models: a small ViT, a GPT and an LSTM as PyTorch models, PyTorch CPU eager beside
+  ``dlprim.torch.compile`` on ``ocl`` (cpu_models.py; needs transformers).
 
 gemm and conv report wall time after ``ctx.finish()``, best of ``--repeat`` after a warm-up:
 a CPU shared with other work only ever slows a run down. nets and mnist report the mean
@@ -34,7 +36,7 @@ from dlprim.cli.benchmark import build_graph, run_net
 from dlprim.core.conv import ConvBackwardData, ConvBackwardFilter, ConvForward, ConvGeometry
 from dlprim.core.gemm import Gemm
 
-SECTIONS = ("gemm", "conv", "nets", "mnist")
+SECTIONS = ("gemm", "conv", "nets", "mnist", "models")
 CONVS = [(64, 64, 56, 3, 1), (64, 256, 56, 1, 0), (128, 128, 28, 3, 1)]  # cin, cout, hw, k, pad
 NETS = [("resnet18", 4, "infer"), ("resnet18", 4, "train"), ("mobilenet_v2", 4, "infer"),
         ("mobilenet_v2", 4, "train"), ("alexnet", 4, "infer"), ("vgg16", 2, "infer")]
@@ -231,6 +233,9 @@ def main():
         net_rows(ctx, torch, rows, args.image_size, args.warmup, args.iters)
     if "mnist" in args.only:
         mnist_rows(ctx, torch, args.mnist_net, args.warmup, args.mnist_iters)
+    if "models" in args.only and torch:
+        import cpu_models  # (beside this script)
+        cpu_models.rows(list(cpu_models.MODELS), args.warmup + 1, max(args.iters, 3))
 
 
 if __name__ == "__main__":
