@@ -10,6 +10,6 @@ from .declare import Operator, OPS, declare, get, by_aten, layer_operators, DTYP
 from . import (elementwise, logic, activations, reductions, scans, sorting,  # noqa: F401
                indexing, creation, shape, convolution, pooling, interpolation, losses,
                normalization, random, linalg, tensor, softmax, attention, optim,
-               special, misc, detection)  # (declarations)
+               special, misc, detection, recurrent)  # (declarations)
 
 __all__ = ["Operator", "OPS", "declare", "get", "by_aten", "layer_operators", "DTYPE_CLASSES"]
