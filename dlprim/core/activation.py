@@ -69,6 +69,7 @@ def _act(forward, backward, from_y=False, params=None, epilogue=None, onnx=()):
 
 _SQRT1_2 = "0.70710678118654752f"
 _SQRT2_PI = "0.79788456080286536f"   # sqrt(2/pi)
+_MINUS_2SQRT2_PI = "-1.5957691216057307f"  # -2 sqrt(2/pi)
 _INV_SQRT_2PI = "0.39894228040143268f"  # 1/sqrt(2*pi)
 _SIXTH = 1.0 / 6  # HardSigmoid(alpha=1/6, beta=1/2) is relu6(x + 3) / 6
 
@@ -116,13 +117,15 @@ ACTIVATIONS = {
                        _spell(_gelu_tree(_op("Erf", _op("Div", X, math.sqrt(2.0)))))]),
     # erf' = 2/sqrt(pi) e^(-x^2)
     "erf": _act("erf(x)", "(dy * 1.12837916709551257f * exp(-x * x))", onnx=[_spell(_op("Erf", X))]),
-    # u = sqrt(2/pi)(x + 0.044715 x^3), y = x/2 (1 + tanh u);
-    # y' = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3*0.044715 x^2)
+    # u = sqrt(2/pi)(x + 0.044715 x^3), y = x/2 (1 + tanh u) = x s with s = (1 + tanh u)/2
+    # = sigmoid(2u): one exp and a division, and no cancellation in 1 + tanh u where
+    # tanh u is near -1; y' = s + x/2 (1 - t^2) sqrt(2/pi) (1 + 3*0.044715 x^2), where
+    # (1 - t^2)/2 = 2 s (1 - s)
     "gelu_tanh": _act(
-        "(0.5f * x * (1.0f + tanh(%s * (x + 0.044715f * x * x * x))))" % _SQRT2_PI,
-        "(dy * (0.5f * (1.0f + tanh(%s * (x + 0.044715f * x * x * x))) + 0.5f * x * "
-        "(1.0f - pow(tanh(%s * (x + 0.044715f * x * x * x)), 2.0f)) * %s * "
-        "(1.0f + 0.134145f * x * x)))" % (_SQRT2_PI, _SQRT2_PI, _SQRT2_PI),
+        "(x / (1.0f + exp(%s * (x + 0.044715f * x * x * x))))" % _MINUS_2SQRT2_PI,
+        "(dy * (1.0f / (1.0f + exp(%s * (x + 0.044715f * x * x * x))) * (1.0f + 2.0f * x * "
+        "(1.0f - 1.0f / (1.0f + exp(%s * (x + 0.044715f * x * x * x)))) * %s * "
+        "(1.0f + 0.134145f * x * x))))" % (_MINUS_2SQRT2_PI, _MINUS_2SQRT2_PI, _SQRT2_PI),
         onnx=[_spell(_op("Gelu", X, approximate="tanh"), since=20),
               _spell(_gelu_tree(_op("Tanh", _op("Mul", _CUBIC, math.sqrt(2 / math.pi)))),
                      way="export"),
