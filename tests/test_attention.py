@@ -54,7 +54,8 @@ TILES_CASES = [(2, 1, 70, 45, 8, 8, False, False),
 
 @pytest.mark.parametrize("kernels,b,heads,lq,lk,d,dv,causal,masked",
                          [("rows",) + c for c in ROWS_CASES]
-                         + [("tiles",) + c for c in TILES_CASES])
+                         + [("tiles",) + c for c in TILES_CASES]
+                         + [("gemm",) + c for c in ROWS_CASES])
 def test_attention_matches_float64(ctx, rng, kernels, b, heads, lq, lk, d, dv, causal, masked):
     q = rng.standard_normal((b, lq, d))
     k = rng.standard_normal((b, lk, d))
@@ -224,12 +225,22 @@ def test_given_blocks_match_float64_and_bad_ones_are_named(ctx, rng):
 
 
 def test_kernels_follow_the_device(ctx):
-    """Tiles where the widths allow and the device is a GPU; rows on CPUs and for odd
-    widths; the blocks fit a GPU's 48 KiB of local memory up to width 128."""
+    """Tiles where the widths allow and the device is a GPU; on CPUs the gemm kernels for
+    the nhld layout in float32 without dropout while the scores stay within their bound,
+    else rows; the blocks fit a GPU's 48 KiB of local memory up to width 128."""
+    from dlprim.core import attention
     from dlprim.core.attention import tile_blocks
-    want = "rows" if ctx.facts.is_cpu else "tiles"
-    assert AttentionOps(ctx, 2, 4, 4, 64, 64).kernels == want
-    assert AttentionOps(ctx, 2, 4, 4, 6, 6).kernels == "rows"
+    cpu = ctx.facts.is_cpu
+    assert AttentionOps(ctx, 2, 4, 4, 64, 64).kernels == ("gemm" if cpu else "tiles")
+    assert AttentionOps(ctx, 2, 4, 4, 6, 6).kernels == ("gemm" if cpu else "rows")
+    if cpu:
+        for kinds in (dict(dropout=0.1), dict(layout="nlhd", heads=2),
+                      dict(dtype=np.float16)):
+            assert AttentionOps(ctx, 2, 4, 4, 8, 8, **kinds).kernels == "rows", kinds
+        rows = attention.GEMM_SCORES_MAX_BYTES // (4 * 64 * 64) + 1  # one row too many
+        assert AttentionOps(ctx, rows, 64, 64, 8, 8).kernels == "rows"
+    with pytest.raises(ValueError, match="gemm kernels take"):
+        AttentionOps(ctx, 2, 4, 4, 8, 8, dropout=0.5, kernels="gemm")
 
     class Gpu:
         local_mem, max_work_group = 49152, 1024
@@ -571,7 +582,7 @@ def test_16bit_nets_take_attention_without_casts(ctx, rng, precision, half):
 # batch (1, 1, Lq, Lk), holding float32's lowest value where a key is hidden (PyTorch's
 # causal masks: finfo.min, not -inf), so that a row hidden whole weighs every key alike
 # (a padded query); both kernels, lengths that end mid-tile
-@pytest.mark.parametrize("kernels", ["rows", "tiles"])
+@pytest.mark.parametrize("kernels", ["rows", "tiles", "gemm"])
 @pytest.mark.parametrize("per_sample", [True, False])
 def test_attention_masks_of_rows_with_lowest_values(ctx, rng, kernels, per_sample):
     heads, n, lq, lk, d = 2, 2, 37, 37, 16

@@ -27,12 +27,17 @@ float32 and every store rounds to nearest even, so scores, softmax and sums are 
 as with float32 tensors; stats and delta, the kernels' own row statistics, are float32
 always (the delta pass reads dout and o as stored and sums in float32).
 
-Two kernel families compute it. ``attention_tiles.cl`` (FlashAttention-2's blocks: each
-work-group multiplies blocks of rows staged in local memory, each work item a register
-tile) needs widths that are multiples of 4 and blocks that fit local memory; it is the
-choice on GPUs. ``attention.cl`` (one row per work item) takes any width and is the
-choice on CPUs, where a work-group's items run as vector lanes of one core and the row
-form wins (docs/benchmarks.md).
+Three kernel families compute it. ``attention_tiles.cl`` (FlashAttention-2's blocks:
+each work-group multiplies blocks of rows staged in local memory, each work item a
+register tile) needs widths that are multiples of 4 and blocks that fit local memory; it
+is the choice on GPUs. ``attention.cl`` (one row per work item) takes any width and is
+the choice on CPUs for what "gemm" does not take, where a work-group's items run as vector
+lanes of one core and the row form beat the tiles (docs/benchmarks.md). "gemm" stores the
+scores: S = scale Q K^T and O = P V (and the backward's five products) on ``Gemm``, the
+softmax and its gradient row by row (``attention_gemm.cl``), in a float32 scratch of two
+(B, L, S) arrays (``workspace_bytes``); it is the choice on CPUs in the "nhld" layout,
+float32, without dropout, while one such array stays within ``GEMM_SCORES_MAX_BYTES``:
+there the products run at GEMM speed, 4x the row kernel's at GPT-sized heads.
 
 With ``dropout`` p > 0 each attention weight is dropped with probability p and the rest
 scaled by 1 / (1 - p); the mask is a function of (seed, offset) and the weight's place
@@ -51,7 +56,7 @@ from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
 from .copy import fill_launches
-from .gemm import memo_probe
+from .gemm import Gemm, memo_probe
 from .pointwise import pointwise_reduce_launches
 
 __all__ = ["AttentionOps", "tile_blocks", "native_exp2_is_accurate", "LAYOUTS", "STORAGES"]
@@ -67,6 +72,10 @@ BLOCKS = {"forward": ((64, 32, 8), (64, 32, 16), (32, 32, 8), (32, 16, 8), (16, 
           "dq": ((64, 16, 8), (32, 32, 8), (32, 16, 8), (16, 16, 4)),
           "dkdv": ((32, 32, 8), (32, 16, 8), (16, 16, 4))}
 _MAX_TILE = 96
+
+# the "gemm" family's scores, one (B, L, S) float32 array (the scratch holds two): the
+# largest that CPUs compute that way (the row kernels never store the scores)
+GEMM_SCORES_MAX_BYTES = 32 << 20
 
 # native_exp2 is taken (FAST_EXP) where its relative error stays under this: GPUs'
 # hardware exp2 is near 2^-22; Intel's CPU runtime's is 7.5e-5, which shows in the outputs
@@ -205,9 +214,18 @@ class AttentionOps:
         flags = dict(MASK=self.mask, CAUSAL=self.causal, DROPOUT=self.dropout > 0,
                      LAYOUT=layout, HEADS=self.heads if layout != "nhld" else 0,
                      ACT_T=cl_type(self.dtype), MASK_T=cl_type(self.mask_dtype))
-        if kernels not in (None, "rows", "tiles"):
-            raise ValueError("attention: kernels must be None (the device's choice), 'rows' "
-                             "or 'tiles', got %r" % (kernels,))
+        if kernels not in (None, "rows", "tiles", "gemm"):
+            raise ValueError("attention: kernels must be None (the device's choice), 'rows', "
+                             "'tiles' or 'gemm', got %r" % (kernels,))
+        gemm_takes = (layout == "nhld" and not self.dropout and self.dtype == _F32
+                      and 4 * self.batch * self.lq * self.lk <= GEMM_SCORES_MAX_BYTES)
+        if kernels == "gemm" and not gemm_takes:
+            raise ValueError("attention: the gemm kernels take the nhld layout, float32, no "
+                             "dropout and (B, L, S) scores of at most %d bytes"
+                             % GEMM_SCORES_MAX_BYTES)
+        if kernels is None and ctx.facts.is_cpu and gemm_takes:
+            kernels = "gemm"
+        self.workspace_bytes = 0
         blocks, blocks_given = tile_blocks(ctx.facts, self.d, self.dv), blocks
         if kernels == "tiles" and blocks is None:
             raise ValueError("attention: the tiled kernels need widths that are multiples of "
@@ -215,6 +233,9 @@ class AttentionOps:
         if kernels is None:
             kernels = "rows" if ctx.facts.is_cpu or blocks is None else "tiles"
         self.kernels = kernels
+        if kernels == "gemm":
+            self._gemm_setup(flags)
+            return
         if kernels == "tiles":
             self.blocks = dict(blocks, **_checked_blocks(ctx.facts, self.d, self.dv, blocks_given))
             flags["FAST_EXP"] = not ctx.facts.is_cpu and native_exp2_is_accurate(ctx)
@@ -325,24 +346,29 @@ class AttentionOps:
         return 1.0 / math.sqrt(self.d) if scale is None else float(scale)
 
     def launches(self, q, k, v, o, stats, scale=None, mask=None, mask_strides=None, seed=0,
-                 offset=0):
+                 offset=0, workspace=None):
         """o = attention(q, k, v); stats (``stats_shape``) is kept for the backward pass.
-        ``seed`` and ``offset`` choose the dropout mask (when built with dropout)."""
+        ``seed`` and ``offset`` choose the dropout mask (when built with dropout).
+        ``workspace``: a tensor of at least ``workspace_bytes`` for the "gemm" family's
+        scores (None: one of the op's own)."""
         b, lq, lk = self.batch, self.lq, self.lk
         qkv = self._inputs(q, k, v, ("q", "k", "v"))
         self._check("o", o, self._shape(lq, self.dv))
         self._check("stats", stats, self.stats_shape, _F32)
         if b * lq == 0:
             return []
+        if self.kernels == "gemm":
+            return self._gemm_forward(qkv, o, stats, self.scale_of(scale),
+                                      self._mask_args(mask, mask_strides), workspace)
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
         return [self._launch("forward", lq, "BQ", head + qkv + [o, stats]
                              + self._mask_args(mask, mask_strides) + self._drop_args(seed, offset))]
 
     def backward_launches(self, q, k, v, o, stats, dout, dq, dk, dv, delta, scale=None,
-                          mask=None, mask_strides=None, seed=0, offset=0):
+                          mask=None, mask_strides=None, seed=0, offset=0, workspace=None):
         """dq, dk, dv of the attention that gave o and stats, for the output gradient
         dout; ``delta`` is a (B, L) scratch tensor (the rows' dO . O, float32); ``seed`` and
-        ``offset`` those of the forward pass."""
+        ``offset`` those of the forward pass; ``workspace`` as ``launches``'."""
         b, lq, lk = self.batch, self.lq, self.lk
         qkv = self._inputs(q, k, v, ("q", "k", "v"))
         grads = self._inputs(dq, dk, dv, ("dq", "dk", "dv"))
@@ -361,8 +387,68 @@ class AttentionOps:
         rows = (b * lq, self.dv)
         out = pointwise_reduce_launches(self.ctx, [dout.view(rows), o.view(rows)],
                                          [delta.view((b * lq, 1))], "y0 = x0 * x1;")
+        if self.kernels == "gemm":
+            return out + self._gemm_backward(qkv, stats, dout, grads, delta,
+                                             self.scale_of(scale), masks, workspace)
         out.append(self._launch("dq", lq, "BQ", common + grads[:1] + masks + drops))
         if lk:
             out.append(self._launch("dkdv", lk, "BK", common + grads[1:] + masks + drops))
         return out
 
+    # ----- the "gemm" family
+    def _gemm_setup(self, flags):
+        b, lq, lk, d, dv = self.batch, self.lq, self.lk, self.d, self.dv
+        self.programs = {"gemm": program.get(self.ctx, "attention_gemm", **flags)}
+        self.workspace_bytes = 2 * 4 * b * lq * lk
+        self._scratch = None
+        g = lambda m, n, k_, **kw: Gemm(self.ctx, m, n, k_, batch=b, **kw)  # noqa: E731
+        self._qk = g(lq, lk, d, trans_b=True)      # S = scale Q K^T
+        self._pv = g(lq, dv, lk)                   # O = P V
+        self._dv = g(lk, dv, lq, trans_a=True)     # dV = P^T dO
+        self._dp = g(lq, lk, dv, trans_b=True)     # dP = dO V^T
+        self._dq = g(lq, d, lk)                    # dQ = dS K
+        self._dk = g(lk, d, lq, trans_a=True)      # dK = dS^T Q
+
+    def _scores(self, workspace):
+        """The two (B, L, S) float32 arrays of the scratch."""
+        n = self.batch * self.lq * self.lk
+        if workspace is None:
+            if self._scratch is None:
+                self._scratch = Tensor(self.ctx, (2 * n,), name="attention scores")
+            workspace = self._scratch
+        if workspace.dtype != _F32 or workspace.nbytes < self.workspace_bytes:
+            raise ValueError("attention: the workspace is %r, the gemm kernels need %d bytes "
+                             "of float32" % (workspace, self.workspace_bytes))
+        return workspace.view((n,)), workspace.view((n,), n)
+
+    def _rows(self, kernel, args):
+        wg = 16
+        return program.Launch(self.programs["gemm"], "attention_gemm_" + kernel,
+                              (round_up(self.lq, wg), self.batch), (wg, 1),
+                              [np.uint32(self.lq), np.uint32(self.lk)] + args)
+
+    def _gemm_forward(self, qkv, o, stats, scale, masks, workspace):
+        (q, k, v), (lq, lk, d, dv) = qkv, (self.lq, self.lk, self.d, self.dv)
+        s, _ = self._scores(workspace)
+        out = self._qk.launches(q, k, s, alpha=scale, stride_a=lq * d, stride_b=lk * d,
+                                stride_c=lq * lk)
+        out.append(self._rows("softmax", [s, stats] + masks))
+        return out + self._pv.launches(s, v, o, stride_a=lq * lk, stride_b=lk * dv,
+                                       stride_c=lq * dv)
+
+    def _gemm_backward(self, qkv, stats, dout, grads, delta, scale, masks, workspace):
+        (q, k, v), (dq, dk, dv) = qkv, grads
+        lq, lk, d, dvw = self.lq, self.lk, self.d, self.dv
+        p, dp = self._scores(workspace)
+        sc = lq * lk
+        out = self._qk.launches(q, k, p, alpha=scale, stride_a=lq * d, stride_b=lk * d,
+                                stride_c=sc)
+        out.append(self._rows("probs", [p, stats] + masks))
+        out += self._dv.launches(p, dout, dv, stride_a=sc, stride_b=lq * dvw, stride_c=lk * dvw)
+        out += self._dp.launches(dout, v, dp, stride_a=lq * dvw, stride_b=lk * dvw, stride_c=sc)
+        out.append(program.Launch(self.programs["gemm"], "attention_gemm_dscores",
+                                  (round_up(lq, 16), self.batch), (16, 1),
+                                  [np.uint32(lq), np.uint32(lk), np.float32(scale), p, dp,
+                                   delta]))
+        out += self._dq.launches(dp, k, dq, stride_a=sc, stride_b=lk * d, stride_c=lq * d)
+        return out + self._dk.launches(dp, q, dk, stride_a=sc, stride_b=lq * d, stride_c=lk * d)

@@ -10,8 +10,9 @@
 // A row whose keys are all masked gives zeros, as PyTorch's safe softmax, and no gradient.
 // DROPOUT: each weight p_ij is dropped with probability p and the rest scaled by
 // 1 / (1 - p); the softmax sums stay those of the undropped weights. Whether (bh, i, j) is
-// dropped is Philox word x of counter offset + (bh * L + i) * S + j, so the backward
-// kernels recompute the forward's mask from (seed, offset) instead of storing it.
+// dropped is word j % 4 of Philox counter offset + (bh * L + i) * ceil(S / 4) + j / 4
+// (attention.h), so the backward kernels recompute the forward's mask from (seed,
+// offset) instead of storing it.
 
 <%include file="attention.h"/>
 

@@ -134,6 +134,10 @@ class ScaledDotProductAttention(Layer):
         # lse (predict mode) and delta in float32, then the gradients to add rather than
         # write, stored as the inputs (the 4-byte start suits each 16-bit or float32 view)
         ws = 4 * 2 * self.rows + dtype.itemsize * grads
+        # then the scores of the gemm kernels (CPUs), float32, in both passes
+        self.scores_at = (ws + 3) // 4 * 4
+        scores = max(self.ops.workspace_bytes, self.train_ops.workspace_bytes)
+        ws = self.scores_at + scores if scores else ws
         flags = self.default_flags(no_grad_inputs=(len(self.shapes) - 1,))  # the mask
         return Setup([TensorSpec(out_shape, dtype)], [], ws, saved, flags)
 
@@ -149,6 +153,12 @@ class ScaledDotProductAttention(Layer):
             return {}
         return {"mask": x[len(self.shapes) - 1], "mask_strides": self.mask_strides}
 
+    def _scores(self, ops, ws):
+        """The gemm kernels' part of the workspace (None for the fused kernels)."""
+        if not ops.workspace_bytes:
+            return None
+        return ws_view(ws, self.scores_at, ops.workspace_bytes // 4)
+
     @property
     def dropping(self):
         """Whether attention weights are dropped now (train mode and dropout > 0)."""
@@ -159,7 +169,8 @@ class ScaledDotProductAttention(Layer):
         lse = saved[0] if saved else ws_view(ws, 0, 2 * self.rows)  # over delta: no backward
         ops = self.train_ops if self.dropping else self.ops
         out = ops.launches(q, k, v, o, lse.view(ops.stats_shape),
-                           scale=self.options["scale"], **self._mask(x))
+                           scale=self.options["scale"], workspace=self._scores(ops, ws),
+                           **self._mask(x))
         return [_DropoutCounter(self, launch, True) for launch in out] if self.dropping else out
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
@@ -182,7 +193,8 @@ class ScaledDotProductAttention(Layer):
         ops = self.train_ops if self.dropping else self.ops
         out = ops.backward_launches(q, k, v, o, saved[0].view(ops.stats_shape),
                                     dy[0].view(self.shapes[-1]), *targets, delta,
-                                    scale=self.options["scale"], **self._mask(x))
+                                    scale=self.options["scale"],
+                                    workspace=self._scores(ops, ws), **self._mask(x))
         if self.dropping:
             out = [_DropoutCounter(self, launch, False)
                    if ops.is_own(launch) else launch
