@@ -599,3 +599,20 @@ def test_attention_masks_of_rows_with_lowest_values(ctx, rng, kernels, per_sampl
     op = AttentionOps(ctx, b, lq, lk, d, d, heads=heads, causal=False, mask=True, kernels=kernels)
     _matches(ctx, op, q, k, v, dp.Tensor.from_numpy(ctx, mask4), strides,
              reference(q, k, v, scale, np.maximum(mask_full, -1e30)))
+
+
+@pytest.mark.parametrize("kernels", ["rows", "tiles", "gemm"])
+def test_a_nan_query_row_gives_a_nan_output_row(ctx, rng, kernels):
+    """A NaN reaches the output row it is in (as eager softmax gives), and only that one."""
+    b, lq, d = 2, 9, 8
+    q, k, v = (rng.standard_normal((b, lq, d)).astype(np.float32) for _ in range(3))
+    q[1, 3, 2] = np.nan
+    op = AttentionOps(ctx, b, lq, lq, d, d, kernels=kernels)
+    f = lambda a: dp.Tensor.from_numpy(ctx, a)
+    o, stats = dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, op.stats_shape)
+    for launch in op.launches(f(q), f(k), f(v), o, stats):
+        launch(ctx.queue)
+    got = o.to_host()
+    assert np.isnan(got[1, 3]).all()
+    got[1, 3] = 0
+    assert np.isfinite(got).all()

@@ -21,7 +21,8 @@ __kernel void attention_gemm_softmax(uint lq, uint lk, __global float *s, ulong 
     for (uint j = 0; j < lk; j++) {
         float x = row[j] + MASK_AT(i, j);
         row[j] = x;
-        m = fmax(m, x);
+        if (x > m || isnan(x))  // a NaN score (or mask) makes the whole row NaN, as fmax
+            m = x;              // would not
     }
     float l = 0.0f;
     for (uint j = 0; j < lk; j++) {
