@@ -459,3 +459,35 @@ def test_an_export_retried_with_a_decomposition_prints_nothing(capfd):
     out, err = capfd.readouterr()
     assert "diff" in compiler._DECOMPOSED
     assert "Torch IR graph" not in out + err
+
+
+class Recurrent(nn.Module):
+    """A stacked, bidirectional LSTM or GRU, batch first, its last step into a head."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.rnn = getattr(nn, kind)(6, 9, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(18, 3)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0][:, -1])
+
+
+@pytest.mark.parametrize("where", ["ocl"])  # (torch.compile's dynamo decomposes or skips them)
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_layers_train_as_nets(kind, where):
+    """The LSTM or GRU of a training graph is the Net's recurrent layer: PyTorch's exporter
+    writes its weights as Slices of the trained parameters in ONNX's gate order, which the
+    importer follows back to the parameters themselves (no fallback to eager); outputs
+    and every gradient match eager, and an optimizer step reaches the Net."""
+    ref, model = twins(lambda: Recurrent(kind))
+    compiled, put = compiled_on(model, where)
+    x = torch.randn(3, 5, 6)
+    same_outputs_and_gradients(compiled(put(x)), ref(x), model, ref)
+    assert reports()[-1].where == "dlprim", reports()[-1]
+    assert kind in reports()[-1].layers
+    for m in (model, ref):
+        with torch.no_grad():
+            for p in m.parameters():
+                p -= 0.1 * p.grad
+    close(compiled(put(x)), ref(x))

@@ -14,6 +14,7 @@ Transpose/Reshape (or Squeeze) back to that shape that PyTorch puts after it.
 """
 import numpy as np
 
+from .fold import evaluate
 from .registry import Unsupported, converts
 from .rewrite import SEQUENCE
 from .rnn_unrolled import ACTIVATIONS, unrolled
@@ -93,25 +94,88 @@ class _Spec:
         return [ops[d * count:(d + 1) * count] for d in range(self.directions)]
 
 
+def _weight(b, name, what):
+    """W, R or B: a constant, or computed from trained parameters (``live`` initializers:
+    torch.compile's, which PyTorch's exporter writes as Slices of the parameters in ONNX's
+    gate order, Concatenated and Unsqueezed) with their current values, and then the
+    initializers it reads (``_live_sources`` names the layer's parameters after them)."""
+    if b.is_const(name):
+        return np.asarray(b.consts[name], np.float32), ()
+    value, leaves = _computed(b, name, {})
+    if value is None or not any(n in b.live for n in leaves):
+        b.const(name, what)  # the Unsupported that names it
+    return np.asarray(value, np.float32), leaves
+
+
+def _computed(b, name, memo, depth=0):
+    """(value of ONNX tensor ``name`` from initializers and constants alone, the
+    initializers read), or (None, ()) where a runtime input or a deep chain is reached."""
+    if name in memo:
+        return memo[name]
+    if name in b.info.initializers:  # (first: a live one is among the constants too)
+        return np.asarray(b.info.initializers[name]), (name,)
+    if b.is_const(name) and name not in b.live:
+        return np.asarray(b.consts[name]), ()
+    producer = getattr(b, "_onnx_producer", None)
+    if producer is None:
+        producer = b._onnx_producer = {o: n for n in b.nodes for o in n.outputs if o}
+    node = producer.get(name)
+    if node is None or depth > 16 or node.op_type not in _WEIGHT_STEPS:
+        return None, ()
+    values, leaves = [], ()
+    for i in node.inputs:
+        if not i:
+            values.append(None)
+            continue
+        v, more = _computed(b, i, memo, depth + 1)
+        if v is None:
+            return None, ()
+        values.append(v)
+        leaves += more
+    out = evaluate(node, values, b.info.opsets)
+    for o, v in zip(node.outputs, out):
+        memo[o] = (v, leaves)
+    return memo[name]
+
+
+# what PyTorch's exporter puts between an LSTM's or GRU's parameters and the node's W, R, B
+_WEIGHT_STEPS = ("Slice", "Concat", "Unsqueeze", "Reshape", "Identity", "Constant", "Squeeze",
+                 "Transpose", "Gather", "Split")
+
+
+def _live_source(b, leaves, value, fallback):
+    """The initializer among ``leaves`` that holds ``value`` (PyTorch's gate order) as it
+    is: the layer's parameter takes its name, so that torch.compile binds the model's
+    parameter to it; else ``fallback``."""
+    for leaf in dict.fromkeys(leaves):
+        init = np.asarray(b.info.initializers[leaf])
+        if init.shape == value.shape and np.array_equal(init, value):
+            return leaf
+    return fallback
+
+
 def _weights(b, node, cell, name, directions, hidden, inputs):
-    """The layer's parameters, reordered and named as PyTorch's; and whether it has bias."""
-    w = np.asarray(b.const(node.inputs[1], "W"), np.float32)
-    r = np.asarray(b.const(node.inputs[2], "R"), np.float32)
+    """The layer's parameters, reordered and named as PyTorch's (after the trained
+    parameters they are, where they are); and whether it has bias."""
+    w, w_from = _weight(b, node.inputs[1], "W")
+    r, r_from = _weight(b, node.inputs[2], "R")
     g = (4 if cell == "LSTM" else 3) * hidden
     if w.shape != (directions, g, inputs) or r.shape != (directions, g, hidden):
         raise Unsupported("W %s and R %s do not fit %d direction(s), hidden_size %d and %d inputs"
                           % (w.shape, r.shape, directions, hidden, inputs))
-    bias = np.asarray(b.const(node.inputs[3], "B"), np.float32) if node.input(3) else None
+    bias, b_from = _weight(b, node.inputs[3], "B") if node.input(3) else (None, ())
     if bias is not None and bias.shape != (directions, 2 * g):
         raise Unsupported("B of shape %s is not (%d, %d)" % (bias.shape, directions, 2 * g))
     params = []
     for d in range(directions):
         tail = "_l0" + ("_reverse" if d else "")
-        arrays = [("weight_ih", w[d]), ("weight_hh", r[d])]
+        arrays = [("weight_ih", w[d], w_from), ("weight_hh", r[d], r_from)]
         if bias is not None:
-            arrays += [("bias_ih", bias[d, :g]), ("bias_hh", bias[d, g:])]
-        params += [b.param("%s.%s%s" % (name, what, tail), to_pytorch_gates(cell, a, hidden))
-                   for what, a in arrays]
+            arrays += [("bias_ih", bias[d, :g], b_from), ("bias_hh", bias[d, g:], b_from)]
+        for what, a, leaves in arrays:
+            value = to_pytorch_gates(cell, a, hidden)
+            own = "%s.%s%s" % (name, what, tail)
+            params.append(b.param(_live_source(b, leaves, value, own), value))
     return params, bias is not None
 
 
