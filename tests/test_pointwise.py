@@ -341,3 +341,26 @@ def test_short_chunks_cross_rows_and_broadcasts(ctx, rng, monkeypatch):
     red([placed(ctx, a), placed(ctx, c)], [s])
     ref = (a.astype(np.float64) * c).sum(axis=(0, 2), keepdims=True)
     np.testing.assert_allclose(s.numpy(), ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("vendor", ["intel", "pocl"])
+def test_cpu_layout_follows_the_driver_and_the_math(ctx, rng, monkeypatch, vendor):
+    """On a CPU, statements that call a transcendental function run one element per
+    work-item on Intel's runtime (which vectorizes such calls only across work-items) and
+    in chunks elsewhere; simple statements run in chunks everywhere. Both layouts give
+    the reference values, over broadcasting and offsets."""
+    from dlprim.core import tuning_launch
+    monkeypatch.setattr(ctx.facts, "vendor_id", vendor)
+    monkeypatch.setattr(ctx.facts, "is_cpu", True)
+    exp_code, plain = "y0 = x0 * exp(-x1);", "y0 = x0 * x1;"
+    assert tuning_launch.pointwise_cpu_items(ctx.facts, exp_code) == (vendor == "intel")
+    assert not tuning_launch.pointwise_cpu_items(ctx.facts, plain)
+    assert not tuning_launch.pointwise_cpu_items(ctx.facts, "y0 = x0 * expo;")  # not a call
+    a, b = rng.standard_normal((31, 65)), rng.standard_normal((65,))
+    for code, want in ((exp_code, a * np.exp(-b)), (plain, a * b)):
+        x0, x1 = placed(ctx, a.astype(np.float32)), placed(ctx, b.astype(np.float32))
+        y = empty(ctx, (31, 65))
+        op = PointwiseBroadcast(ctx, [(x0.shape, np.float32), (x1.shape, np.float32)],
+                                [(y.shape, np.float32)], code)
+        op([x0, x1], [y])
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-6)

@@ -220,7 +220,9 @@ class PointwiseBroadcast(_Base):
         x_full = tuple(s == contiguous for s in self._xstrides)
         self._it = index_type(self.size)
         self._wg = min(tuning_launch.POINTWISE_WG, ctx.facts.max_work_group)
-        self._cpu = ctx.facts.is_cpu
+        # one element per work-item, groups the driver's (tuning_launch.pointwise_cpu_items)
+        self._per_item = tuning_launch.pointwise_cpu_items(ctx.facts, code)
+        self._cpu = ctx.facts.is_cpu and not self._per_item
         x_last = tuple("full" if full else {1: "1", 0: "0"}.get(st[-1], "s")
                        for full, st in zip(x_full, self._xstrides))
         params = dict(MODE="pointwise_cpu" if self._cpu else "pointwise",
@@ -229,7 +231,8 @@ class PointwiseBroadcast(_Base):
                       YS=tuple(_types(d) for _, d in self.y_specs),
                       WS=tuple(ct for _, ct in self.param_types), DIMS=len(self._dims),
                       X_FULL=x_full, IT="uint" if self._it is np.uint32 else "ulong",
-                      ELEMS=tuning_launch.POINTWISE_ELEMS, REDUCE_INIT="", REDUCE="", KEPT=0,
+                      ELEMS=1 if self._per_item else tuning_launch.POINTWISE_ELEMS,
+                      REDUCE_INIT="", REDUCE="", KEPT=0,
                       RED=0, L0=1, L1=1, REDUCE_DIM0=False, FINISH_WG=1,
                       REDUCE_CPU=False, R_LAST=())
         self.program = _build(ctx, code, params, ["CODE"])
@@ -263,6 +266,8 @@ class PointwiseBroadcast(_Base):
             if self._cpu:
                 chunk = tuning_launch.pointwise_cpu_chunk(self.ctx.facts, self.size)
                 self._gsize, self._lsize, self._tail = (ceil_div(self.size, chunk),), (1,), [it(chunk)]
+            elif self._per_item:
+                self._gsize, self._lsize, self._tail = (self.size,), None, []
             else:
                 items = ceil_div(self.size, tuning_launch.POINTWISE_ELEMS)
                 self._gsize, self._lsize, self._tail = (round_up(items, self._wg),), (self._wg,), []

@@ -3,6 +3,7 @@ when its outputs alone leave the device idle) and the launchers' work-group size
 by ``DeviceFacts``. GPU numbers from NVIDIA GPUs (H100, H200), CPU ones from PoCL.
 """
 import math
+import re
 
 from ..utils import ceil_div, round_up
 
@@ -184,6 +185,23 @@ def pointwise_cpu_chunk(facts, size):
     a multiple of 64 so that chunks start on cache lines."""
     want = ceil_div(size, POINTWISE_CPU_ITEMS_PER_CU * facts.compute_units)
     return round_up(max(want, POINTWISE_CPU_MIN_CHUNK), 64)
+
+
+# math functions that a CPU driver computes by a library call per element unless it
+# vectorizes the work-items themselves
+_TRANSCENDENTAL = re.compile(r"\b(?:exp|exp2|exp10|expm1|log|log2|log10|log1p|pow|pown|powr|"
+                             r"rootn|tanh|sinh|cosh|asinh|acosh|atanh|erf|erfc|sin|cos|tan|"
+                             r"asin|acos|atan|atan2|lgamma|tgamma|cbrt)\s*\(")
+
+
+def pointwise_cpu_items(facts, code):
+    """Whether a pointwise kernel on a CPU takes one element per work-item, in work-groups
+    the driver picks, rather than a contiguous chunk per work-item: on Intel's CPU runtime,
+    for statements that call a transcendental function, which it vectorizes across the
+    work-items of a group (its vector math library) and computes by a scalar call per
+    element inside a chunk's loop. 2-core EPYC, (512, 1024) float32, ms: sigmoid 2.27 ->
+    1.17, gelu_tanh 2.62 -> 1.32; a relu stays chunked (0.18 against 0.62 per element)."""
+    return facts.is_cpu and facts.vendor_id == "intel" and bool(_TRANSCENDENTAL.search(code))
 
 
 def reduce_wg(facts):
