@@ -87,7 +87,7 @@ def step_ms(model, inputs, loss_of, train, warmup, iters, compiled=None):
 def rows(names, warmup, iters):
     """The table, a row printed as soon as it is measured."""
     import dlprim.torch as dt
-    print("\n| model | batch | mode | dlprim.torch.compile, PoCL | PyTorch CPU eager | speed |")
+    print("\n| model | batch | mode | dlprim.torch.compile, CPU driver | PyTorch CPU eager | speed |")
     print("|---|---|---|---|---|---|")
     speeds = []
     for name in names:
