@@ -79,7 +79,11 @@ class StridedCopy:
         self._dims, self._ss, self._ds = _collapse(self.shape, self.src_strides, self.dst_strides)
         big = index_type(max(self.size, self.src_extent, self.dst_extent)) is np.uint64
         self._it = np.uint64 if big else np.uint32
+        # CPUs: rows of the innermost dimension per work-item (strided_copy.cl ROWS)
+        self._rows = ctx.facts.is_cpu and len(self._dims) >= 2
+        inner = self._rows and self._ss[-1] == 1 and self._ds[-1] == 1
         self.program = program.get(ctx, "strided_copy", DIMS=len(self._dims),
+                                   ROWS=self._rows, INNER=inner,
                                    STORE=cl_type(self.dtype), DST_STORE=cl_type(self.dst_dtype),
                                    COMPUTE=compute_type(self.dtype),
                                    DST_COMPUTE=compute_type(self.dst_dtype),
@@ -110,10 +114,19 @@ class StridedCopy:
         self._check(dst, "dst", self.dst_extent, self.dst_dtype)
         if self.size == 0:
             return []
-        it, args = self._it, [self._it(self.size)]
+        it = self._it
+        args = []
         for n, s, d in zip(self._dims, self._ss, self._ds):
             args += divisor_args(it, n) + [it(s), it(d)]
         args += [src, dst, np.float32(alpha), np.float32(beta)]
+        if self._rows:
+            inner = self._dims[-1]
+            rows = self.size // inner
+            per = max(1, tuning_launch.pointwise_cpu_chunk(self.ctx.facts, self.size) // inner)
+            # (work-groups of one: a CPU driver runs a group on one core)
+            return [program.Launch(self.program, "strided_copy_rows", (ceil_div(rows, per),),
+                                   (1,), [it(rows), it(per)] + args)]
+        args = [it(self.size)] + args
         wg = min(256, self.ctx.facts.max_work_group)
         items = ceil_div(self.size, tuning_launch.POINTWISE_ELEMS)
         return [program.Launch(self.program, "strided_copy", (round_up(items, wg),),
