@@ -234,13 +234,13 @@ def test_kernels_follow_the_device(ctx):
     assert AttentionOps(ctx, 2, 4, 4, 64, 64).kernels == ("gemm" if cpu else "tiles")
     assert AttentionOps(ctx, 2, 4, 4, 6, 6).kernels == ("gemm" if cpu else "rows")
     if cpu:
-        for kinds in (dict(dropout=0.1), dict(layout="nlhd", heads=2),
-                      dict(dtype=np.float16)):
+        assert AttentionOps(ctx, 2, 4, 4, 8, 8, dropout=0.1).kernels == "gemm"
+        for kinds in (dict(layout="nlhd", heads=2), dict(dtype=np.float16)):
             assert AttentionOps(ctx, 2, 4, 4, 8, 8, **kinds).kernels == "rows", kinds
         rows = attention.GEMM_SCORES_MAX_BYTES // (4 * 64 * 64) + 1  # one row too many
         assert AttentionOps(ctx, rows, 64, 64, 8, 8).kernels == "rows"
     with pytest.raises(ValueError, match="gemm kernels take"):
-        AttentionOps(ctx, 2, 4, 4, 8, 8, dropout=0.5, kernels="gemm")
+        AttentionOps(ctx, 2, 4, 4, 8, 8, layout="nlhd", heads=2, kernels="gemm")
 
     class Gpu:
         local_mem, max_work_group = 49152, 1024
@@ -364,7 +364,7 @@ def keep_factors(ctx, b, lq, lk, p, seed, offset):
     """The dropout factors the kernels use at (seed, offset), read out through the
     forward pass itself: with q = k = 0 every weight is 1 / S, and v = I puts weight
     (i, j) times its factor at o[i, j]."""
-    op = AttentionOps(ctx, b, lq, lk, 1, lk, dropout=p)
+    op = AttentionOps(ctx, b, lq, lk, 1, lk, dropout=p, kernels="rows")
     zero = np.zeros((b, lq, 1))
     v = np.broadcast_to(np.eye(lk), (b, lk, lk))
     o = _run(ctx, op, zero, np.zeros((b, lk, 1)), v, np.zeros((b, lq, lk)), seed, offset)[0]
@@ -372,7 +372,8 @@ def keep_factors(ctx, b, lq, lk, p, seed, offset):
 
 
 @pytest.mark.parametrize("causal,kernels", [(False, "rows"), (True, "rows"),
-                                            (False, "tiles"), (True, "tiles")])
+                                            (False, "tiles"), (True, "tiles"),
+                                            (False, "gemm"), (True, "gemm")])
 def test_dropout_matches_float64_with_its_mask(ctx, rng, causal, kernels):
     """Both kernel families drop the weights that keep_factors reads out (through the
     row kernels), so their masks agree."""

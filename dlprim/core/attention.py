@@ -34,10 +34,11 @@ is the choice on GPUs. ``attention.cl`` (one row per work item) takes any width 
 the choice on CPUs for what "gemm" does not take, where a work-group's items run as vector
 lanes of one core and the row form beat the tiles (docs/benchmarks.md). "gemm" stores the
 scores: S = scale Q K^T and O = P V (and the backward's five products) on ``Gemm``, the
-softmax and its gradient row by row (``attention_gemm.cl``), in a float32 scratch of two
-(B, L, S) arrays (``workspace_bytes``); it is the choice on CPUs in the "nhld" layout,
-float32, without dropout, while one such array stays within ``GEMM_SCORES_MAX_BYTES``:
-there the products run at GEMM speed, 4x the row kernel's at GPT-sized heads.
+softmax, the dropout factors and the gradient row by row (``attention_gemm.cl``), in a
+float32 scratch of two (B, L, S) arrays (``workspace_bytes``); it is the choice on CPUs
+in the "nhld" layout and float32 while one such array stays within
+``GEMM_SCORES_MAX_BYTES``: there the products run at GEMM speed, 4x the row kernel's at
+GPT-sized heads.
 
 With ``dropout`` p > 0 each attention weight is dropped with probability p and the rest
 scaled by 1 / (1 - p); the mask is a function of (seed, offset) and the weight's place
@@ -217,12 +218,11 @@ class AttentionOps:
         if kernels not in (None, "rows", "tiles", "gemm"):
             raise ValueError("attention: kernels must be None (the device's choice), 'rows', "
                              "'tiles' or 'gemm', got %r" % (kernels,))
-        gemm_takes = (layout == "nhld" and not self.dropout and self.dtype == _F32
+        gemm_takes = (layout == "nhld" and self.dtype == _F32
                       and 4 * self.batch * self.lq * self.lk <= GEMM_SCORES_MAX_BYTES)
         if kernels == "gemm" and not gemm_takes:
-            raise ValueError("attention: the gemm kernels take the nhld layout, float32, no "
-                             "dropout and (B, L, S) scores of at most %d bytes"
-                             % GEMM_SCORES_MAX_BYTES)
+            raise ValueError("attention: the gemm kernels take the nhld layout, float32 and "
+                             "(B, L, S) scores of at most %d bytes" % GEMM_SCORES_MAX_BYTES)
         if kernels is None and ctx.facts.is_cpu and gemm_takes:
             kernels = "gemm"
         self.workspace_bytes = 0
@@ -359,7 +359,8 @@ class AttentionOps:
             return []
         if self.kernels == "gemm":
             return self._gemm_forward(qkv, o, stats, self.scale_of(scale),
-                                      self._mask_args(mask, mask_strides), workspace)
+                                      self._mask_args(mask, mask_strides), workspace,
+                                      self._drop_args(seed, offset))
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
         return [self._launch("forward", lq, "BQ", head + qkv + [o, stats]
                              + self._mask_args(mask, mask_strides) + self._drop_args(seed, offset))]
@@ -389,7 +390,7 @@ class AttentionOps:
                                          [delta.view((b * lq, 1))], "y0 = x0 * x1;")
         if self.kernels == "gemm":
             return out + self._gemm_backward(qkv, stats, dout, grads, delta,
-                                             self.scale_of(scale), masks, workspace)
+                                             self.scale_of(scale), masks, workspace, drops)
         out.append(self._launch("dq", lq, "BQ", common + grads[:1] + masks + drops))
         if lk:
             out.append(self._launch("dkdv", lk, "BK", common + grads[1:] + masks + drops))
@@ -427,28 +428,30 @@ class AttentionOps:
                               (round_up(self.lq, wg), self.batch), (wg, 1),
                               [np.uint32(self.lq), np.uint32(self.lk)] + args)
 
-    def _gemm_forward(self, qkv, o, stats, scale, masks, workspace):
+    def _gemm_forward(self, qkv, o, stats, scale, masks, workspace, drops):
         (q, k, v), (lq, lk, d, dv) = qkv, (self.lq, self.lk, self.d, self.dv)
         s, _ = self._scores(workspace)
         out = self._qk.launches(q, k, s, alpha=scale, stride_a=lq * d, stride_b=lk * d,
                                 stride_c=lq * lk)
-        out.append(self._rows("softmax", [s, stats] + masks))
+        out.append(self._rows("softmax", [s, stats] + masks + drops))
         return out + self._pv.launches(s, v, o, stride_a=lq * lk, stride_b=lk * dv,
                                        stride_c=lq * dv)
 
-    def _gemm_backward(self, qkv, stats, dout, grads, delta, scale, masks, workspace):
+    def _gemm_backward(self, qkv, stats, dout, grads, delta, scale, masks, workspace, drops):
+        """P again (the statistics), dP = dO V^T, then one row pass making dS and the
+        weights P keep that dV = (P keep)^T dO reads, then the three products."""
         (q, k, v), (dq, dk, dv) = qkv, grads
         lq, lk, d, dvw = self.lq, self.lk, self.d, self.dv
         p, dp = self._scores(workspace)
         sc = lq * lk
         out = self._qk.launches(q, k, p, alpha=scale, stride_a=lq * d, stride_b=lk * d,
                                 stride_c=sc)
-        out.append(self._rows("probs", [p, stats] + masks))
-        out += self._dv.launches(p, dout, dv, stride_a=sc, stride_b=lq * dvw, stride_c=lk * dvw)
+        out.append(self._rows("probs", [p, stats] + masks + drops))
         out += self._dp.launches(dout, v, dp, stride_a=lq * dvw, stride_b=lk * dvw, stride_c=sc)
         out.append(program.Launch(self.programs["gemm"], "attention_gemm_dscores",
                                   (round_up(lq, 16), self.batch), (16, 1),
                                   [np.uint32(lq), np.uint32(lk), np.float32(scale), p, dp,
-                                   delta]))
+                                   delta] + drops))
+        out += self._dv.launches(p, dout, dv, stride_a=sc, stride_b=lq * dvw, stride_c=lk * dvw)
         out += self._dq.launches(dp, k, dq, stride_a=sc, stride_b=lk * d, stride_c=lq * d)
         return out + self._dk.launches(dp, q, dk, stride_a=sc, stride_b=lq * d, stride_c=lk * d)

@@ -171,7 +171,11 @@ class ScaledDotProductAttention(Layer):
         out = ops.launches(q, k, v, o, lse.view(ops.stats_shape),
                            scale=self.options["scale"], workspace=self._scores(ops, ws),
                            **self._mask(x))
-        return [_DropoutCounter(self, launch, True) for launch in out] if self.dropping else out
+        if not self.dropping:
+            return out
+        # (the kernels that draw the mask: not the gemm family's products)
+        return [_DropoutCounter(self, launch, True) if ops.is_own(launch) else launch
+                for launch in out]
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if not saved:
