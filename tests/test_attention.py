@@ -226,7 +226,7 @@ def test_given_blocks_match_float64_and_bad_ones_are_named(ctx, rng):
 
 def test_kernels_follow_the_device(ctx):
     """Tiles where the widths allow and the device is a GPU; on CPUs the gemm kernels for
-    the nhld layout in float32 without dropout while the scores stay within their bound,
+    the nhld layout in float32 (dropout too) while the scores stay within their bound,
     else rows; the blocks fit a GPU's 48 KiB of local memory up to width 128."""
     from dlprim.core import attention
     from dlprim.core.attention import tile_blocks
