@@ -19,13 +19,15 @@ import struct
 
 import numpy as np
 
+from ..dtypes import bfloat16
 from ..errors import FileFormatError
 from ..utils import atomic_write
 
 __all__ = ["save_safetensors", "load_safetensors", "safetensors_bytes", "is_safetensors"]
 
-DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
-          "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": bfloat16,
+          "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
+          "BOOL": np.bool_}
 NAMES = {np.dtype(t): n for n, t in DTYPES.items()}
 MAX_HEADER = 100 * 1024 * 1024  # as the reference implementation: a larger one is damage
 
