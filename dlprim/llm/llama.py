@@ -1,0 +1,154 @@
+"""The Llama family's decoder (Llama, Mistral, Qwen2) as one Net over a key/value cache:
+a prompt of T tokens and then one token a step are two plans of the same Net
+(``Net.reshape``), the caches and weights shared, as ``models.gpt_decoder`` does for GPT-2.
+
+Per block, HuggingFace's formulas and parameter names (``model.layers.<i>.self_attn.q_proj
+.weight``, ...): RMSNorm, q, k and v projections (with biases for Qwen2), the rotary
+position embedding, grouped-query attention over the cache (each key/value head serves
+H / KVH query heads), the output projection and a residual sum; RMSNorm, the SwiGLU MLP
+(``down(silu(gate(x)) * up(x))``) and a residual sum. Then RMSNorm and the head.
+
+The rotary tables are constants of the Net (``rope.cos`` and ``rope.sin``, one row per
+position; the sine's first half negated, so that rotating x is ``x cos + swap(x) sin``
+with ``swap`` the two halves exchanged): ``decoder`` returns them beside the config.
+"""
+import numpy as np
+
+from ..net.netconfig import NetConfig
+from .checkpoint import ArchitectureError
+
+__all__ = ["decoder", "rope_tables"]
+
+
+def rope_tables(config, context):
+    """(cos, sin) of the rotary embedding, (context, head width) float32: HF's default
+    frequencies (``rope_theta``), the sine's first half negated (see the module)."""
+    # (older configs: rope_theta and rope_scaling; newer: one rope_parameters dict)
+    params = dict(config.get("rope_scaling") or {}, **(config.get("rope_parameters") or {}))
+    kind = params.get("rope_type", params.get("type"))
+    if kind not in (None, "default"):
+        raise ArchitectureError("rotary embedding %r is not one dlprim builds yet (default "
+                                "only)" % (params,))
+    heads = config["num_attention_heads"]
+    width = config.get("head_dim") or config["hidden_size"] // heads
+    theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    inv = (1.0 / theta ** (np.arange(0, width, 2, dtype=np.int64).astype(np.float32) / width)
+           ).astype(np.float32)
+    freqs = np.outer(np.arange(context, dtype=np.float32), inv).astype(np.float32)
+    angles = np.concatenate([freqs, freqs], axis=1)
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    sin[:, :width // 2] *= -1
+    return cos, sin
+
+
+def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None):
+    """(NetConfig, {"rope.cos", "rope.sin"}) of the decoder for HF ``config`` (a dict):
+    inputs ``tokens`` and ``positions`` (batch, T) int64 and ``pos`` (1,) int64 (the
+    tokens the cache holds before them); output ``logits`` (batch * T, vocab). ``context``:
+    the cache's length (default: max_position_embeddings); ``qkv_bias``: whether q, k and
+    v have biases (default: Qwen2's do). Load the checkpoint's tensors with
+    ``set_parameters(weights, strict=False)`` (the caches are not weights); a tied head
+    (``tie_word_embeddings``) takes ``model.embed_tokens.weight`` as ``lm_head.weight``."""
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    width = config.get("head_dim") or hidden // heads
+    if heads % kv_heads:
+        raise ArchitectureError("%d attention heads are not a multiple of %d key/value heads"
+                                % (heads, kv_heads))
+    context = int(context or config["max_position_embeddings"])
+    if qkv_bias is None:
+        qkv_bias = config.get("model_type") == "qwen2" or bool(config.get("attention_bias"))
+    eps = float(config.get("rms_norm_eps", 1e-6))
+    vocab, inner = config["vocab_size"], config["intermediate_size"]
+    cfg = NetConfig()
+    ids = cfg.add_input("tokens", [batch, tokens], dtype="int64")
+    places = cfg.add_input("positions", [batch, tokens], dtype="int64")
+    pos = cfg.add_input("pos", [1], dtype="int64")
+    x = cfg.add("Embedding", name="model.embed_tokens", inputs=[ids],
+                params=["model.embed_tokens.weight"],
+                options={"num_embeddings": vocab, "embedding_dim": hidden})
+    tables = []
+    for part in ("cos", "sin"):  # (batch, 1, T, width): broadcast over the heads
+        t = cfg.add("Embedding", name="rope." + part, inputs=[places], params=["rope." + part],
+                    options={"num_embeddings": context, "embedding_dim": width})
+        tables.append(cfg.add("Reshape", name="rope/%s/heads" % part, inputs=[t],
+                              options={"dims": [batch, 1, -1, width]}))
+
+    def linear(name, x, inputs, outputs, bias=False):  # over (batch, T, inputs)
+        flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": [-1, inputs]})
+        y = cfg.add("InnerProduct", name=name, inputs=[flat],
+                    params=[name + ".weight"] + ([name + ".bias"] if bias else []),
+                    options={"outputs": outputs, "inputs": inputs, "bias": bias})
+        return cfg.add("Reshape", name=name + "/seq", inputs=[y],
+                       options={"dims": [batch, -1, outputs]})
+
+    def norm(name, x):
+        return cfg.add("RMSNorm", name=name, inputs=[x], params=[name + ".weight"],
+                       options={"eps": eps})
+
+    def heads_of(name, x, count):  # (batch, T, count * width) -> (batch, count, T, width)
+        x = cfg.add("Reshape", name=name + "/split", inputs=[x],
+                    options={"dims": [batch, -1, count, width]})
+        return cfg.add("Transpose", name=name + "/heads", inputs=[x], options={"dims": [0, 2, 1, 3]})
+
+    def rotate(name, x):  # x cos + swap(x) sin, the halves of the last axis swapped
+        half = width // 2
+        lo = cfg.add("Slice", name=name + "/lo", inputs=[x],
+                     options={"dim": 3, "begin": 0, "end": half})
+        hi = cfg.add("Slice", name=name + "/hi", inputs=[x],
+                     options={"dim": 3, "begin": half, "end": width})
+        swapped = cfg.add("Concat", name=name + "/swap", inputs=[hi, lo], options={"dim": 3})
+        a = cfg.add("Elementwise", name=name + "/cos", inputs=[x, tables[0]],
+                    options={"operation": "prod"})
+        b = cfg.add("Elementwise", name=name + "/sin", inputs=[swapped, tables[1]],
+                    options={"operation": "prod"})
+        return cfg.add("Elementwise", name=name, inputs=[a, b], options={"operation": "sum"})
+
+    def repeated(name, x):  # (batch, KVH, L, width) -> (batch, H, L, width)
+        if kv_heads == heads:
+            return x
+        x = cfg.add("Reshape", name=name + "/groups", inputs=[x],
+                    options={"dims": [batch, kv_heads, 1, context, width]})
+        x = cfg.add("Expand", name=name + "/repeat", inputs=[x],
+                    options={"shape": [batch, kv_heads, heads // kv_heads, context, width]})
+        return cfg.add("Reshape", name=name + "/heads", inputs=[x],
+                       options={"dims": [batch, heads, context, width]})
+
+    for i in range(config["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        h = norm(p + "input_layernorm", x)
+        q = heads_of(p + "q", linear(p + "self_attn.q_proj", h, hidden, heads * width, qkv_bias),
+                     heads)
+        k = heads_of(p + "k", linear(p + "self_attn.k_proj", h, hidden, kv_heads * width,
+                                     qkv_bias), kv_heads)
+        v = heads_of(p + "v", linear(p + "self_attn.v_proj", h, hidden, kv_heads * width,
+                                     qkv_bias), kv_heads)
+        q, k = rotate(p + "q/rope", q), rotate(p + "k/rope", k)
+        keys, values, mask = cfg.add("KVCache", name=p + "self_attn.cache", inputs=[k, v, pos],
+                                     outputs=[p + "keys", p + "values", p + "mask"],
+                                     options={"length": context})
+        a = cfg.add("ScaledDotProductAttention", name=p + "self_attn",
+                    inputs=[q, repeated(p + "keys", keys), repeated(p + "values", values), mask])
+        a = cfg.add("Transpose", name=p + "self_attn/merge", inputs=[a],
+                    options={"dims": [0, 2, 1, 3]})
+        a = cfg.add("Reshape", name=p + "self_attn/merged", inputs=[a],
+                    options={"dims": [batch, -1, heads * width]})
+        a = linear(p + "self_attn.o_proj", a, heads * width, hidden)
+        x = cfg.add("Elementwise", name=p + "attn/residual", inputs=[x, a],
+                    options={"operation": "sum"})
+        h = norm(p + "post_attention_layernorm", x)
+        gate = cfg.add("Activation", name=p + "mlp.act", options={"activation": "silu"},
+                       inputs=[linear(p + "mlp.gate_proj", h, hidden, inner)])
+        up = linear(p + "mlp.up_proj", h, hidden, inner)
+        m = cfg.add("Elementwise", name=p + "mlp.glu", inputs=[gate, up],
+                    options={"operation": "prod"})
+        x = cfg.add("Elementwise", name=p + "mlp/residual",
+                    inputs=[x, linear(p + "mlp.down_proj", m, inner, hidden)],
+                    options={"operation": "sum"})
+    x = norm("model.norm", x)
+    flat = cfg.add("Reshape", name="lm_head/rows", inputs=[x], options={"dims": [-1, hidden]})
+    cfg.add("InnerProduct", name="lm_head", inputs=[flat], outputs=["logits"],
+            params=["lm_head.weight"], options={"outputs": vocab, "inputs": hidden, "bias": False})
+    cfg.set_outputs(["logits"])
+    cos, sin = rope_tables(config, context)
+    return cfg, {"rope.cos": cos, "rope.sin": sin}

@@ -1,0 +1,68 @@
+"""dlprim.llm.llama.decoder against transformers on the CPU: Llama (grouped-query heads,
+a tied head) and Qwen2 (q, k and v biases) from small random configs, a prompt then
+greedy steps over the key/value cache, every step's logits within 1e-4."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import dlprim as dp  # noqa: E402
+from dlprim.llm import llama  # noqa: E402
+
+VOCAB, CONTEXT, BATCH, PROMPT, STEPS = 64, 16, 2, 5, 4
+
+
+def _model(kind):
+    common = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
+                  rms_norm_eps=1e-6, attn_implementation="eager")
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(tie_word_embeddings=True, rope_theta=500.0, **common)
+        return transformers.LlamaForCausalLM(cfg).eval()
+    cfg = transformers.Qwen2Config(tie_word_embeddings=False, **common)
+    return transformers.Qwen2ForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_prompt_then_greedy_steps_match_transformers(ctx, kind):
+    torch.manual_seed(0)
+    model = _model(kind)
+    config = model.config.to_dict()
+    cfg, tables = llama.decoder(config, batch=BATCH, tokens=PROMPT, context=CONTEXT)
+    net = dp.Net(ctx, cfg, mode="predict")
+    weights = {n: t.detach().float().numpy() for n, t in model.state_dict().items()}
+    if config.get("tie_word_embeddings"):
+        weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
+    weights.update(tables)
+    net.set_parameters(weights, strict=False)
+    left = set(net.get_parameters()) - set(weights)
+    assert all(".cache." in n for n in left), left  # only the caches are no weights
+    seq = np.random.default_rng(1).integers(0, VOCAB, (BATCH, PROMPT))
+    out = net(tokens=seq, positions=np.tile(np.arange(PROMPT), (BATCH, 1)),
+              pos=np.array([0]))["logits"].reshape(BATCH, PROMPT, VOCAB)
+    with torch.no_grad():
+        want = model(torch.from_numpy(seq)).logits.numpy()
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    net.reshape(tokens=(BATCH, 1), positions=(BATCH, 1))
+    for step in range(STEPS):
+        nxt = out[:, -1].argmax(-1)[:, None]
+        seq = np.concatenate([seq, nxt], axis=1)
+        at = seq.shape[1] - 1
+        out = net(tokens=nxt, positions=np.full((BATCH, 1), at),
+                  pos=np.array([at]))["logits"].reshape(BATCH, 1, VOCAB)
+        with torch.no_grad():
+            want = model(torch.from_numpy(seq)).logits[:, -1:].numpy()
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg="step %d" % step)
+
+
+def test_rotary_scalings_not_built_yet_are_named():
+    from dlprim.llm import ArchitectureError
+    config = _model("llama").config.to_dict()
+    config["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
+    with pytest.raises(ArchitectureError, match="yarn"):
+        llama.decoder(config, context=CONTEXT)
+    config["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
+    config["num_key_value_heads"] = 3  # 4 heads
+    with pytest.raises(ArchitectureError, match="key/value heads"):
+        llama.decoder(config, context=CONTEXT)
