@@ -423,6 +423,8 @@ class AttentionOps:
         return workspace.view((n,)), workspace.view((n,), n)
 
     def _rows(self, kernel, args):
+        """A launch of attention_gemm.cl's ``kernel``: a work item per query row (lq, lk
+        its first arguments)."""
         wg = 16
         return program.Launch(self.programs["gemm"], "attention_gemm_" + kernel,
                               (round_up(self.lq, wg), self.batch), (wg, 1),
@@ -448,10 +450,7 @@ class AttentionOps:
                                 stride_c=sc)
         out.append(self._rows("probs", [p, stats] + masks + drops))
         out += self._dp.launches(dout, v, dp, stride_a=lq * dvw, stride_b=lk * dvw, stride_c=sc)
-        out.append(program.Launch(self.programs["gemm"], "attention_gemm_dscores",
-                                  (round_up(lq, 16), self.batch), (16, 1),
-                                  [np.uint32(lq), np.uint32(lk), np.float32(scale), p, dp,
-                                   delta] + drops))
+        out.append(self._rows("dscores", [np.float32(scale), p, dp, delta] + drops))
         out += self._dv.launches(p, dout, dv, stride_a=sc, stride_b=lq * dvw, stride_c=lk * dvw)
         out += self._dq.launches(dp, k, dq, stride_a=sc, stride_b=lk * d, stride_c=lq * d)
         return out + self._dk.launches(dp, q, dk, stride_a=sc, stride_b=lq * d, stride_c=lk * d)
