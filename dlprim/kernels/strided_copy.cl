@@ -11,6 +11,22 @@
 % else:
 #define DLP_DIV(x, n) ((x) / (n))
 % endif
+## the source and destination offsets (s, d) of flat index ``rest`` over dims 0..dims-1
+<%def name="walk(s, d, dims)">
+    % for k in reversed(range(dims)):
+        {
+        % if k > 0:
+            ${IT} q = DLP_DIV(rest, n${k});
+            ${IT} c = rest - q * n${k};
+            rest = q;
+        % else:
+            ${IT} c = rest;
+        % endif
+            ${s} += c * ss${k};
+            ${d} += c * ds${k};
+        }
+    % endfor
+</%def>
 <%def name="store(idx)">
     % if COMPUTE in ('float', 'double'):
         v *= alpha;
@@ -48,19 +64,7 @@ __kernel void strided_copy_rows(${IT} dlp_rows, ${IT} rows_per_item
 <% L = DIMS - 1 %>
     for (${IT} r = r0; r < r1; r++) {
         ${IT} s = 0, d = 0, rest = r;
-    % for k in reversed(range(L)):
-        {
-        % if k > 0:
-            ${IT} q = DLP_DIV(rest, n${k});
-            ${IT} c = rest - q * n${k};
-            rest = q;
-        % else:
-            ${IT} c = rest;
-        % endif
-            s += c * ss${k};
-            d += c * ds${k};
-        }
-    % endfor
+${walk("s", "d", L)}
     % if INNER:
         for (${IT} e = 0; e < n${L}; e++) {
             ${COMPUTE} v = ${load('src', 's + e')};
@@ -89,19 +93,7 @@ __kernel void strided_copy(${IT} dlp_total
     ${IT} s${j} = 0, d${j} = 0;
     {
         ${IT} rest = first + ${j} * step;
-    % for k in reversed(range(DIMS)):
-        {
-        % if k > 0:
-            ${IT} q = DLP_DIV(rest, n${k});
-            ${IT} c = rest - q * n${k};
-            rest = q;
-        % else:
-            ${IT} c = rest;
-        % endif
-            s${j} += c * ss${k};
-            d${j} += c * ds${k};
-        }
-    % endfor
+${walk("s%d" % j, "d%d" % j, DIMS)}
     }
     ${COMPUTE} v${j} = (first + ${j} * step < dlp_total) ? ${load('src', 's%d' % j)} : 0;
 % endfor
@@ -109,23 +101,7 @@ __kernel void strided_copy(${IT} dlp_total
     if (first + ${j} * step < dlp_total) {
         ${COMPUTE} v = v${j};
         ${IT} d = d${j};
-    % if COMPUTE in ('float', 'double'):
-        v *= alpha;
-    % else:
-        if (alpha != 1.0f)
-            v = (${COMPUTE})(alpha * v);
-    % endif
-        ${DST_COMPUTE} y = ${CAST};
-    % if DST_COMPUTE in ('float', 'double'):
-        if (beta != 0)
-            y += beta * ${load('dst', 'd', DST_STORE)};
-    % else:
-        if (beta != 0) {
-            ${DST_COMPUTE} old = dst[dst_offset + d];
-            y += (beta == 1.0f) ? old : (${DST_COMPUTE})(beta * old);
-        }
-    % endif
-        ST_${DST_STORE}(dst + dst_offset, d, y);
+${store('d')}
     }
 % endfor
 }
