@@ -15,6 +15,7 @@ import torch
 from ..core.multi_tensor import MultiTensorPlan, MultiTensorPointwise
 from ..core.pointwise import memo, param_specs
 from ..kernels.program import Recording
+from ..utils import BoundedCache
 from .tensor import RECORDING_ALIGN, as_dlprim, numpy_dtype
 
 __all__ = ["PlanCache", "run_lists", "plans", "Overlap"]
@@ -114,8 +115,7 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
         layout = sum((lp.layout for lp in lists), ())
     else:
         places = list(map(_Place, unique))
-        sizes = tuple((t.size, t.offset % RECORDING_ALIGN) for t in places)
-        layout = _layout(places)
+        sizes, layout = _sizes(places), _layout(places)
     signature = ("mt_recording", name, code, tuple(types), tuple(one or ()), xd, yd, pattern,
                  sizes)
     width = len(x_lists) + len(y_lists)
@@ -146,23 +146,27 @@ def run_lists(name, code, x_lists, y_lists, params=(), one=None, keep=True, chec
                                             for used in slots])
     recorded.checked = _layout(places)
     ctx.ops[signature] = recorded
-    _met(op, signature, recorded.checked)  # a call there again takes kernels of its own
+    _met_before(_layouts_met, (op, signature, recorded.checked))  # next time: own kernels
     plan.run(values)
 
 
-_seen = collections.OrderedDict()  # keys of lists replayed once (ids: a guess, checked later)
+def _met_before(seen, key):
+    """Whether ``key`` is in ``seen`` (a BoundedCache of keys met once); put it there if
+    not."""
+    if seen.get(key) is not None:
+        return True
+    seen[key] = True
+    return False
+
+
+# keys of lists replayed once (ids: a guess, checked later): only a list that comes back is
+# kept (keeping one costs a weak reference per tensor, wasted on an optimizer's
+# temporaries, which are new every step)
+_seen = BoundedCache(256)
 
 
 def _seen_before(key):
-    """Whether a list of these ids was replayed before: only a list that comes back is
-    kept (keeping one costs a weak reference per tensor, wasted on an optimizer's
-    temporaries, which are new every step)."""
-    if key in _seen:
-        return True
-    _seen[key] = True
-    if len(_seen) > 256:
-        _seen.popitem(last=False)
-    return False
+    return _met_before(_seen, key)
 
 
 # (op, signature, layout) -> the _Replay with kernels of its own bound at that layout. An
@@ -170,9 +174,9 @@ def _seen_before(key):
 # used) are new tensors every step, but the pool hands their memory back in a pattern of
 # one or two places: replayed there on kernels that keep their arguments, a step sets
 # none of them again (setting every argument of a list of hundreds cost milliseconds).
-_replays = collections.OrderedDict()
 REPLAYS_KEPT = 64
-_layouts_met = collections.OrderedDict()  # keys of _replays met once: kernels on the second
+_replays = BoundedCache(REPLAYS_KEPT)
+_layouts_met = BoundedCache(4 * REPLAYS_KEPT)  # keys of _replays met once: kernels on the second
 
 
 def _replay_for(op, recording, signature, layout):
@@ -181,23 +185,10 @@ def _replay_for(op, recording, signature, layout):
     None on the first (the caller replays on the recording's shared kernels)."""
     key = (op, signature, layout)  # (the op: one per context)
     replay = _replays.get(key)
-    if replay is not None:
-        _replays.move_to_end(key)
-        return replay
-    if key not in _layouts_met:
-        _met(op, signature, layout)
-        return None
-    # met before, so checked for overlaps then (_check_disjoint) with this very layout
-    replay = _replays[key] = _Replay(op, recording.fork(), layout)
-    if len(_replays) > REPLAYS_KEPT:
-        _replays.popitem(last=False)
+    if replay is None and _met_before(_layouts_met, key):
+        # met before, so checked for overlaps then (_check_disjoint) with this very layout
+        replay = _replays[key] = _Replay(op, recording.fork(), layout)
     return replay
-
-
-def _met(op, signature, layout):
-    _layouts_met[op, signature, layout] = True
-    if len(_layouts_met) > 4 * REPLAYS_KEPT:
-        _layouts_met.popitem(last=False)
 
 
 class _Replay:
@@ -243,8 +234,7 @@ class _ListPlaces:
     def __init__(self, lst, offsets):
         self.offsets = offsets
         self.places = list(map(_Place, lst))
-        self.layout = _layout(self.places)
-        self.sizes = tuple((t.size, t.offset % RECORDING_ALIGN) for t in self.places)
+        self.layout, self.sizes = _layout(self.places), _sizes(self.places)
 
 
 # the places of lists met before, by their tensors' ids (gone with a tensor, as plans): an
@@ -265,6 +255,11 @@ def _list_places(lst):
     known = _ListPlaces(lst, offsets)
     _lists.put(key, lst, known)
     return known
+
+
+def _sizes(places):
+    """(size, offset modulo RECORDING_ALIGN) per place: what a recording may serve."""
+    return tuple((t.size, t.offset % RECORDING_ALIGN) for t in places)
 
 
 def _layout(views):
