@@ -8,11 +8,11 @@ first for it. OpenCL events, median of ``--iters`` runs of each pass alone, floa
 """
 import argparse
 import itertools
-import statistics
 
 import numpy as np
 
 import dlprim as dp
+from dlprim.benchmarks.harness import time_launches
 import pyopencl as cl
 
 from dlprim.core.attention import _MAX_TILE, BLOCKS, AttentionOps, _tile_floats
@@ -38,16 +38,11 @@ def _candidates(ctx, d):
 
 
 def _time(ctx, launches, which, iters):
-    for launch in launches:
+    """ms of launch ``which`` alone, after the launches before it ran once (the delta the
+    backward kernels read)."""
+    for launch in launches[:which]:
         launch(ctx.queue)
-    ctx.finish()
-    times = []
-    for _ in range(iters):
-        events = [launch(ctx.queue) for launch in launches]
-        ctx.finish()
-        e = events[which]
-        times.append((e.profile.end - e.profile.start) * 1e-6)
-    return statistics.median(times)
+    return time_launches(ctx, [launches[which]], iters) * 1e-3
 
 
 def main():

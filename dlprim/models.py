@@ -309,14 +309,15 @@ def mobilenet_v2(batch=16, image_size=224, classes=1000, train=True, dropout=Fal
     return _finish(_MobileNetV2(classes, dropout), [batch, 3, image_size, image_size], train)
 
 
-def _seq_linear(cfg, name, x, length, inputs, outputs, params=None, batch=None):
+def seq_linear(cfg, name, x, length, inputs, outputs, params=None, batch=None, bias=True):
     """nn.Linear over the last axis of (batch, length, inputs): rows, InnerProduct, back.
     With ``batch`` the batch is fixed and the length left free (``length`` None): a
-    decoder's passes of T tokens."""
+    decoder's passes of T tokens. Parameters ``params``, else ``name``.weight (and
+    ``name``.bias where ``bias``)."""
     flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": [-1, inputs]})
     y = cfg.add("InnerProduct", name=name, inputs=[flat],
-                params=params or [name + ".weight", name + ".bias"],
-                options={"outputs": outputs, "inputs": inputs, "bias": True})
+                params=params or [name + ".weight"] + ([name + ".bias"] if bias else []),
+                options={"outputs": outputs, "inputs": inputs, "bias": bool(bias)})
     dims = [-1, length, outputs] if batch is None else [batch, -1, outputs]
     return cfg.add("Reshape", name=name + "/seq", inputs=[y], options={"dims": dims})
 
@@ -342,19 +343,19 @@ def _self_attention(cfg, name, x, length, dim, heads, causal, qkv_params, out_pa
     The attention reads q, k and v where the Linear wrote them, (batch, length, 3, heads,
     head width), and writes (batch, length, heads, head width): the head split and merge
     are Reshapes (views), with no copies."""
-    qkv = _seq_linear(cfg, name + ".in_proj", x, length, dim, 3 * dim, qkv_params)
+    qkv = seq_linear(cfg, name + ".in_proj", x, length, dim, 3 * dim, qkv_params)
     qkv = cfg.add("Reshape", name=name + ".qkv/heads", inputs=[qkv],
                   options={"dims": [-1, length, 3, heads, dim // heads]})
     a = cfg.add("ScaledDotProductAttention", name=name, inputs=[qkv],
                 options={"causal": causal, "layout": "packed"})
     a = cfg.add("Reshape", name=name + "/merge", inputs=[a], options={"dims": [-1, length, dim]})
-    return _seq_linear(cfg, name + ".out_proj", a, length, dim, dim, out_params)
+    return seq_linear(cfg, name + ".out_proj", a, length, dim, dim, out_params)
 
 
 def _mlp(cfg, name, x, length, dim, hidden, first, second):
-    h = _seq_linear(cfg, name + "." + first, x, length, dim, hidden)
+    h = seq_linear(cfg, name + "." + first, x, length, dim, hidden)
     h = cfg.add("Activation", name=name + ".gelu", inputs=[h], options={"activation": "gelu"})
-    return _seq_linear(cfg, name + "." + second, h, length, hidden, dim)
+    return seq_linear(cfg, name + "." + second, h, length, hidden, dim)
 
 
 def _residual(cfg, name, x, y):
@@ -438,7 +439,7 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
     x = cfg.add("Elementwise", name="embed", inputs=[emb, at], options={"operation": "sum"})
 
     def linear(name, x, inputs, outputs):  # over (batch, T, inputs), T left free
-        return _seq_linear(cfg, name, x, None, inputs, outputs, batch=batch)
+        return seq_linear(cfg, name, x, None, inputs, outputs, batch=batch)
 
     for i in range(layers):
         p = "transformer.h.%d." % i

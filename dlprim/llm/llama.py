@@ -14,6 +14,7 @@ with ``swap`` the two halves exchanged): ``decoder`` returns them beside the con
 """
 import numpy as np
 
+from ..models import seq_linear
 from ..net.netconfig import NetConfig
 from .checkpoint import ArchitectureError
 
@@ -75,12 +76,7 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None):
                               options={"dims": [batch, 1, -1, width]}))
 
     def linear(name, x, inputs, outputs, bias=False):  # over (batch, T, inputs)
-        flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": [-1, inputs]})
-        y = cfg.add("InnerProduct", name=name, inputs=[flat],
-                    params=[name + ".weight"] + ([name + ".bias"] if bias else []),
-                    options={"outputs": outputs, "inputs": inputs, "bias": bias})
-        return cfg.add("Reshape", name=name + "/seq", inputs=[y],
-                       options={"dims": [batch, -1, outputs]})
+        return seq_linear(cfg, name, x, None, inputs, outputs, batch=batch, bias=bias)
 
     def norm(name, x):
         return cfg.add("RMSNorm", name=name, inputs=[x], params=[name + ".weight"],
