@@ -133,6 +133,7 @@ class Importer:
             for name in node.inputs:
                 if name:
                     self.consumers.setdefault(name, []).append(node)
+        self.node_of = {o: n for n in self.nodes for o in n.outputs if o}  # ONNX writer
         self.graph_outputs = set(info.outputs)
         self.used_names = {n for node in self.nodes for n in node.inputs + node.outputs}
         self.used_names |= set(info.initializers) | {i[0] for i in info.inputs}
@@ -275,14 +276,13 @@ class Importer:
     def _check_outputs(self):
         """A model output the net cannot produce (a constant of a dtype no Parameter
         holds) is a problem of the node that computes it."""
-        producer = {o: n for n in self.nodes for o in n.outputs if o}
         for o in self.info.outputs:
             if o in self.poisoned:
                 continue
             try:
                 self.value(o)
             except Unsupported as why:
-                node = producer.get(o)
+                node = self.node_of.get(o)
                 self.problems.append((node.op_type if node else "Initializer",
                                       node.name if node else o,
                                       "model output '%s': %s" % (o, why)))

@@ -116,10 +116,7 @@ def _computed(b, name, memo, depth=0):
         return np.asarray(b.info.initializers[name]), (name,)
     if b.is_const(name) and name not in b.live:
         return np.asarray(b.consts[name]), ()
-    producer = getattr(b, "_onnx_producer", None)
-    if producer is None:
-        producer = b._onnx_producer = {o: n for n in b.nodes for o in n.outputs if o}
-    node = producer.get(name)
+    node = b.node_of.get(name)
     if node is None or depth > 16 or node.op_type not in _WEIGHT_STEPS:
         return None, ()
     values, leaves = [], ()
