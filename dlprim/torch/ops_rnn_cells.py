@@ -68,10 +68,13 @@ def _at(t):
 
 
 def _with_bias(gates, *biases):
-    for b in biases:
-        if b is not None:
-            gates = gates + b
-    return _float(gates)
+    """gates plus the biases given (summed first: one pass over the gates, a step's
+    largest tensor), float32 and contiguous."""
+    given = [b for b in biases if b is not None]
+    if not given:
+        return _float(gates)
+    bias = given[0] if len(given) == 1 else given[0] + given[1]
+    return _float(gates + bias)
 
 
 def _zeros_or(t, shape, like):
