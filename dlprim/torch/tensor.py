@@ -197,10 +197,7 @@ def empty(size, dtype, index, stride=None):
     """A new tensor of ``size`` on ``ocl:index`` (contiguous unless ``stride`` is given)."""
     size = tuple(size) if type(size) is torch.Size else tuple(int(n) for n in size)
     if stride is None:
-        stride = _contiguous.get(size)
-        if stride is None:
-            stride = _contiguous[size] = contiguous_strides(size)
-        extent = math.prod(size)
+        stride, extent = _contiguous_strides(size), math.prod(size)
     else:
         stride = tuple(int(s) for s in stride)
         extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
@@ -218,13 +215,16 @@ def empty_list(sizes, dtype, index, align=64):
         starts.append(total)
         total += -(-math.prod(size) // align) * align
     storage = Storage(index, total, dtype)
-    out = []
-    for size, start in zip(sizes, starts):
-        stride = _contiguous.get(size)
-        if stride is None:
-            stride = _contiguous[size] = contiguous_strides(size)
-        out.append(OclTensor(storage, size, stride, start, dtype))
-    return out
+    return [OclTensor(storage, size, _contiguous_strides(size), start, dtype)
+            for size, start in zip(sizes, starts)]
+
+
+def _contiguous_strides(size):
+    """contiguous_strides(size), kept per shape (a step asks for the same shapes again)."""
+    stride = _contiguous.get(size)
+    if stride is None:
+        stride = _contiguous[size] = contiguous_strides(size)
+    return stride
 
 
 def enqueue(ctx, launches):
