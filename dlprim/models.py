@@ -407,6 +407,16 @@ def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
     return cfg
 
 
+def decoder_inputs(batch, tokens):
+    """(NetConfig, tokens, positions, pos) of a decoder over a key/value cache: ``tokens``
+    and ``positions`` (batch, T) int64, the pass's tokens and their places, and ``pos``
+    (1,) int64, how many tokens the cache holds before them."""
+    cfg = NetConfig()
+    ids = cfg.add_input("tokens", [batch, tokens], dtype="int64")
+    places = cfg.add_input("positions", [batch, tokens], dtype="int64")
+    return cfg, ids, places, cfg.add_input("pos", [1], dtype="int64")
+
+
 def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, tokens=1,
                 activation="gelu_tanh", head_bias=False, eps=1e-5):
     """The decoder of ``gpt`` for generation, a pass at a time over a key/value cache: the
@@ -426,10 +436,7 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
     if dim % heads:
         raise ValueError("gpt_decoder: dim %d is not a multiple of heads %d" % (dim, heads))
     width = dim // heads
-    cfg = NetConfig()
-    ids = cfg.add_input("tokens", [batch, tokens], dtype="int64")
-    places = cfg.add_input("positions", [batch, tokens], dtype="int64")
-    pos = cfg.add_input("pos", [1], dtype="int64")
+    cfg, ids, places, pos = decoder_inputs(batch, tokens)
     emb = cfg.add("Embedding", name="transformer.wte", inputs=[ids],
                   params=["transformer.wte.weight"],
                   options={"num_embeddings": vocab, "embedding_dim": dim})

@@ -14,8 +14,7 @@ with ``swap`` the two halves exchanged): ``decoder`` returns them beside the con
 """
 import numpy as np
 
-from ..models import seq_linear
-from ..net.netconfig import NetConfig
+from ..models import decoder_inputs, seq_linear
 from .checkpoint import ArchitectureError
 
 __all__ = ["decoder", "rope_tables"]
@@ -61,10 +60,7 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None):
         qkv_bias = config.get("model_type") == "qwen2" or bool(config.get("attention_bias"))
     eps = float(config.get("rms_norm_eps", 1e-6))
     vocab, inner = config["vocab_size"], config["intermediate_size"]
-    cfg = NetConfig()
-    ids = cfg.add_input("tokens", [batch, tokens], dtype="int64")
-    places = cfg.add_input("positions", [batch, tokens], dtype="int64")
-    pos = cfg.add_input("pos", [1], dtype="int64")
+    cfg, ids, places, pos = decoder_inputs(batch, tokens)
     x = cfg.add("Embedding", name="model.embed_tokens", inputs=[ids],
                 params=["model.embed_tokens.weight"],
                 options={"num_embeddings": vocab, "embedding_dim": hidden})
