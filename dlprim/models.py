@@ -407,18 +407,37 @@ def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
     return cfg
 
 
-def decoder_inputs(batch, tokens):
+def decoder_inputs(batch, tokens, per_sample=False, last_only=False):
     """(NetConfig, tokens, positions, pos) of a decoder over a key/value cache: ``tokens``
     and ``positions`` (batch, T) int64, the pass's tokens and their places, and ``pos``
-    (1,) int64, how many tokens the cache holds before them."""
+    int64, how many tokens the cache holds before them: (1,), or (batch,) with
+    ``per_sample`` (prompts of different lengths in one batch). ``last_only`` adds input
+    ``rows`` (batch,) int64 for ``decoder_logits``."""
     cfg = NetConfig()
     ids = cfg.add_input("tokens", [batch, tokens], dtype="int64")
     places = cfg.add_input("positions", [batch, tokens], dtype="int64")
-    return cfg, ids, places, cfg.add_input("pos", [1], dtype="int64")
+    pos = cfg.add_input("pos", [batch if per_sample else 1], dtype="int64")
+    if last_only:
+        cfg.add_input("rows", [batch], dtype="int64")
+    return cfg, ids, places, pos
+
+
+def decoder_logits(cfg, x, dim, vocab, params, bias=False):
+    """The head of a decoder over (batch, T, dim): output ``logits`` (batch * T, vocab);
+    where the net has input ``rows`` (``decoder_inputs(last_only=True)``), only the rows
+    of the flattened (batch * T) it names, (batch, vocab): each sample's last prompt token
+    in a prefill, which is all the next token needs."""
+    x = cfg.add("Reshape", name="lm_head/rows", inputs=[x], options={"dims": [-1, dim]})
+    if any(i["name"] == "rows" for i in cfg.inputs):
+        x = cfg.add("Gather", name="lm_head/picked", inputs=[x, "rows"], options={"axis": 0})
+    cfg.add("InnerProduct", name="lm_head", inputs=[x], outputs=["logits"], params=params,
+            options={"outputs": vocab, "inputs": dim, "bias": bool(bias)})
+    cfg.set_outputs(["logits"])
 
 
 def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, tokens=1,
-                activation="gelu_tanh", head_bias=False, eps=1e-5):
+                activation="gelu_tanh", head_bias=False, eps=1e-5, per_sample=False,
+                last_only=False):
     """The decoder of ``gpt`` for generation, a pass at a time over a key/value cache: the
     same blocks (GPT-2's and nanoGPT's parameter names), each attention writing this
     pass's keys and values into a ``KVCache`` of ``context`` positions and attending over
@@ -426,8 +445,9 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
     (``Net.reshape``; the caches and weights shared).
 
     Inputs ``tokens`` and ``positions`` (batch, T) int64 (the tokens and their places),
-    and ``pos`` (1,) int64: how many tokens the cache holds before them. Output ``logits``
-    (batch * T, vocab). ``activation``: the MLP's ("gelu_tanh" for GPT-2, "gelu" for
+    and ``pos`` (1,) int64: how many tokens the cache holds before them (``per_sample``:
+    (batch,), one per sample). Output ``logits`` (batch * T, vocab); ``last_only``: input
+    ``rows`` picks one row per sample, (batch, vocab) (``decoder_logits``). ``activation``: the MLP's ("gelu_tanh" for GPT-2, "gelu" for
     nanoGPT); ``head_bias``: whether the head has a bias (GPT-2's, tied to the token
     table, has none: give it ``transformer.wte.weight``'s values as ``lm_head.weight``).
     The caches are parameters too (``transformer.h.<i>.attn.cache.keys`` / ``.values``)
@@ -436,7 +456,7 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
     if dim % heads:
         raise ValueError("gpt_decoder: dim %d is not a multiple of heads %d" % (dim, heads))
     width = dim // heads
-    cfg, ids, places, pos = decoder_inputs(batch, tokens)
+    cfg, ids, places, pos = decoder_inputs(batch, tokens, per_sample, last_only)
     emb = cfg.add("Embedding", name="transformer.wte", inputs=[ids],
                   params=["transformer.wte.weight"],
                   options={"num_embeddings": vocab, "embedding_dim": dim})
@@ -477,11 +497,8 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
                     options={"activation": activation})
         x = _residual(cfg, p + "mlp/residual", x, linear(p + "mlp.c_proj", h, 4 * dim, dim))
     x = _layer_norm(cfg, "transformer.ln_f", x, eps)
-    flat = cfg.add("Reshape", name="lm_head/rows", inputs=[x], options={"dims": [-1, dim]})
-    cfg.add("InnerProduct", name="lm_head", inputs=[flat], outputs=["logits"],
-            params=["lm_head.weight"] + (["lm_head.bias"] if head_bias else []),
-            options={"outputs": vocab, "inputs": dim, "bias": bool(head_bias)})
-    cfg.set_outputs(["logits"])
+    decoder_logits(cfg, x, dim, vocab, ["lm_head.weight"] + (["lm_head.bias"] if head_bias else []),
+                   head_bias)
     return cfg
 
 

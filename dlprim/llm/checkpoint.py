@@ -16,10 +16,13 @@ naming the folder, the file and the tensor.
 import json
 import os
 
+import numpy as np
+
+from ..dtypes import bfloat16, bfloat16_values
 from ..errors import Error, FileFormatError, MissingFileError
 from ..net.safetensors import load_safetensors
 
-__all__ = ["Checkpoint", "ArchitectureError", "ARCHITECTURES"]
+__all__ = ["Checkpoint", "ArchitectureError", "ARCHITECTURES", "as_float32"]
 
 # HuggingFace's class name (config.json "architectures") -> dlprim's name for the family
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
@@ -98,6 +101,15 @@ class Checkpoint:
             raise FileFormatError("%s: %s has no tensor '%s', which %s places there"
                                   % (self.folder, shard, name, INDEX))
         return arrays[name]
+
+
+def as_float32(array):
+    """A checkpoint's float tensor (float16, bfloat16, float32, float64) as float32."""
+    if array.dtype == bfloat16:
+        return bfloat16_values(array)
+    if array.dtype.kind != "f":
+        raise FileFormatError("a weight of dtype %s is not a float tensor" % array.dtype)
+    return np.asarray(array, np.float32)
 
 
 def _json(path, what):

@@ -14,26 +14,36 @@ with ``swap`` the two halves exchanged): ``decoder`` returns them beside the con
 """
 import numpy as np
 
-from ..models import decoder_inputs, seq_linear
-from .checkpoint import ArchitectureError
+from ..models import decoder_inputs, decoder_logits, seq_linear
+from ..errors import FileFormatError
+from .checkpoint import ArchitectureError, as_float32
 
-__all__ = ["decoder", "rope_tables"]
+__all__ = ["decoder", "rope_tables", "weights"]
 
 
 def rope_tables(config, context):
-    """(cos, sin) of the rotary embedding, (context, head width) float32: HF's default
-    frequencies (``rope_theta``), the sine's first half negated (see the module)."""
+    """(cos, sin) of the rotary embedding, (context, head width) float32: HF's frequencies
+    (``rope_theta``; the scalings "linear" and "llama3"), the sine's first half negated
+    (see the module)."""
     # (older configs: rope_theta and rope_scaling; newer: one rope_parameters dict)
     params = dict(config.get("rope_scaling") or {}, **(config.get("rope_parameters") or {}))
-    kind = params.get("rope_type", params.get("type"))
-    if kind not in (None, "default"):
-        raise ArchitectureError("rotary embedding %r is not one dlprim builds yet (default "
-                                "only)" % (params,))
+    kind = params.get("rope_type", params.get("type")) or "default"
+    if kind not in ("default", "linear", "llama3"):
+        raise ArchitectureError("rotary embedding %r is not one dlprim builds yet (default, "
+                                "linear and llama3)" % (params,))
+    if float(config.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ArchitectureError("a rotary embedding over part of each head "
+                                "(partial_rotary_factor %r) is not one dlprim builds yet"
+                                % config["partial_rotary_factor"])
     heads = config["num_attention_heads"]
     width = config.get("head_dim") or config["hidden_size"] // heads
     theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
     inv = (1.0 / theta ** (np.arange(0, width, 2, dtype=np.int64).astype(np.float32) / width)
            ).astype(np.float32)
+    if kind == "linear":
+        inv = (inv / np.float32(params["factor"])).astype(np.float32)
+    elif kind == "llama3":
+        inv = _llama3_frequencies(inv, params)
     freqs = np.outer(np.arange(context, dtype=np.float32), inv).astype(np.float32)
     angles = np.concatenate([freqs, freqs], axis=1)
     cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
@@ -41,7 +51,26 @@ def rope_tables(config, context):
     return cos, sin
 
 
-def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None):
+def _llama3_frequencies(inv, params):
+    """Llama 3.1's scaling: wavelengths longer than the original context over
+    ``low_freq_factor`` divided by ``factor``, shorter than it over ``high_freq_factor``
+    kept, and a smooth blend between."""
+    try:
+        factor, low, high = (float(params[k]) for k in ("factor", "low_freq_factor",
+                                                         "high_freq_factor"))
+        old = float(params["original_max_position_embeddings"])
+    except KeyError as e:
+        raise ArchitectureError("rotary scaling llama3 without %s" % e) from None
+    wavelen = 2 * np.pi / inv
+    scaled = np.where(wavelen > old / low, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+    return np.where(medium, blended, scaled).astype(np.float32)
+
+
+def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=False,
+            last_only=False):
     """(NetConfig, {"rope.cos", "rope.sin"}) of the decoder for HF ``config`` (a dict):
     inputs ``tokens`` and ``positions`` (batch, T) int64 and ``pos`` (1,) int64 (the
     tokens the cache holds before them); output ``logits`` (batch * T, vocab). ``context``:
@@ -56,11 +85,12 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None):
         raise ArchitectureError("%d attention heads are not a multiple of %d key/value heads"
                                 % (heads, kv_heads))
     context = int(context or config["max_position_embeddings"])
+    _check_supported(config, context)
     if qkv_bias is None:
         qkv_bias = config.get("model_type") == "qwen2" or bool(config.get("attention_bias"))
     eps = float(config.get("rms_norm_eps", 1e-6))
     vocab, inner = config["vocab_size"], config["intermediate_size"]
-    cfg, ids, places, pos = decoder_inputs(batch, tokens)
+    cfg, ids, places, pos = decoder_inputs(batch, tokens, per_sample, last_only)
     x = cfg.add("Embedding", name="model.embed_tokens", inputs=[ids],
                 params=["model.embed_tokens.weight"],
                 options={"num_embeddings": vocab, "embedding_dim": hidden})
@@ -137,10 +167,53 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None):
         x = cfg.add("Elementwise", name=p + "mlp/residual",
                     inputs=[x, linear(p + "mlp.down_proj", m, inner, hidden)],
                     options={"operation": "sum"})
-    x = norm("model.norm", x)
-    flat = cfg.add("Reshape", name="lm_head/rows", inputs=[x], options={"dims": [-1, hidden]})
-    cfg.add("InnerProduct", name="lm_head", inputs=[flat], outputs=["logits"],
-            params=["lm_head.weight"], options={"outputs": vocab, "inputs": hidden, "bias": False})
-    cfg.set_outputs(["logits"])
+    decoder_logits(cfg, norm("model.norm", x), hidden, vocab, ["lm_head.weight"])
     cos, sin = rope_tables(config, context)
     return cfg, {"rope.cos": cos, "rope.sin": sin}
+
+
+def _check_supported(config, context):
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise ArchitectureError("the MLP's activation %r is not one dlprim builds for this "
+                                "family (silu)" % act)
+    if config.get("mlp_bias"):
+        raise ArchitectureError("MLP biases (mlp_bias) are not built yet")
+    window = config.get("sliding_window")
+    if config.get("use_sliding_window", True) and window and context > int(window):
+        raise ArchitectureError("a context of %d positions is beyond the model's sliding "
+                                "window of %d, which dlprim does not build: give a context "
+                                "of at most %d" % (context, window, window))
+
+
+def weights(checkpoint, context=None):
+    """(name, float32 array) of the decoder's parameters from a ``Checkpoint``: the
+    tensors under HF's names, Phi-3's fused projections split (qkv_proj into q, k and v;
+    gate_up_proj into gate and up), and a tied head given the token table. ``context``:
+    unused (the rotary tables are computed for it)."""
+    config = checkpoint.config
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    width = config.get("head_dim") or config["hidden_size"] // heads
+    for name in checkpoint.names():
+        if name.endswith("rotary_emb.inv_freq"):
+            continue  # (older checkpoints keep the frequencies, which rope_tables computes)
+        a = as_float32(checkpoint.tensor(name))
+        if name.endswith("self_attn.qkv_proj.weight"):
+            base = name[:-len("qkv_proj.weight")]
+            q, k = heads * width, kv_heads * width
+            for part, rows in (("q", a[:q]), ("k", a[q:q + k]), ("v", a[q + k:])):
+                yield base + part + "_proj.weight", rows
+        elif name.endswith("mlp.gate_up_proj.weight"):
+            base = name[:-len("gate_up_proj.weight")]
+            half = a.shape[0] // 2
+            yield base + "gate_proj.weight", a[:half]
+            yield base + "up_proj.weight", a[half:]
+        else:
+            yield name, a
+    if "lm_head.weight" not in checkpoint:
+        if not config.get("tie_word_embeddings", True):
+            raise FileFormatError("%s: the checkpoint has no lm_head.weight, and the config "
+                                  "does not tie the head to the token table"
+                                  % checkpoint.folder)
+        yield "lm_head.weight", as_float32(checkpoint.tensor("model.embed_tokens.weight"))

@@ -34,3 +34,7 @@ declare("dropout", FAMILY, "launcher",
         "each element zeroed with probability p, the rest scaled by 1 / (1 - p)",
         dtypes=("float",), aten=("native_dropout", "native_dropout_backward"),
         onnx="Dropout", layer="Dropout", launch="dlprim.torch.ops_nn._native_dropout")
+declare("sample_next_tokens", FAMILY, "launcher",
+        "a decoder's next tokens: repetition penalty, temperature, top-k, top-p, then the "
+        "largest score or a draw", dtypes=("float",),
+        aten=(), launch="dlprim.core.sampling.TokenSampler")

@@ -1,0 +1,55 @@
+"""GPT-2 checkpoints (HF's ``GPT2LMHeadModel``) as ``models.gpt_decoder`` builds them: the
+config's names mapped to the builder's, and the weights to its parameters (Conv1D's
+(in, out) weights transposed to InnerProduct's (out, in); the head tied to the token
+table)."""
+import numpy as np
+
+from ..models import gpt_decoder
+from .checkpoint import ArchitectureError, as_float32
+
+__all__ = ["decoder", "weights"]
+
+_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+
+
+def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only=False):
+    """(NetConfig, {}) of GPT-2's decoder for HF ``config`` (a dict) over a key/value
+    cache of ``context`` positions (default and at most ``n_positions``)."""
+    act = config.get("activation_function", "gelu_new")
+    if act not in _ACTIVATIONS:
+        raise ArchitectureError("GPT-2 with activation %r is not built (known: %s)"
+                                % (act, ", ".join(sorted(_ACTIVATIONS))))
+    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+        if config.get(flag):
+            raise ArchitectureError("GPT-2 with %s is not built yet" % flag)
+    positions = int(config.get("n_positions", 1024))
+    context = int(context or positions)
+    if context > positions:
+        raise ArchitectureError("a context of %d positions is beyond GPT-2's position table "
+                                "of %d (n_positions)" % (context, positions))
+    cfg = gpt_decoder(vocab=config["vocab_size"], context=context, layers=config["n_layer"],
+                      heads=config["n_head"], dim=config["n_embd"], batch=batch, tokens=tokens,
+                      activation=_ACTIVATIONS[act],
+                      eps=float(config.get("layer_norm_epsilon", 1e-5)),
+                      per_sample=per_sample, last_only=last_only)
+    return cfg, {}
+
+
+def weights(checkpoint, context=None):
+    """(name, float32 array) of the decoder's parameters from a GPT-2 ``Checkpoint``
+    (names with or without the ``transformer.`` prefix; the position table cut to
+    ``context`` rows where given)."""
+    for name in checkpoint.names():
+        if name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
+            continue  # (the causal-mask buffers older files keep)
+        full = name if name.startswith(("transformer.", "lm_head.")) else "transformer." + name
+        a = as_float32(checkpoint.tensor(name))
+        if full.endswith(".weight") and (".attn.c_" in full or ".mlp.c_" in full):
+            a = np.ascontiguousarray(a.T)
+        elif full == "transformer.wpe.weight" and context:
+            a = a[:context]
+        yield full, a
+    if "lm_head.weight" not in checkpoint:
+        table = "transformer.wte.weight" if "transformer.wte.weight" in checkpoint \
+            else "wte.weight"
+        yield "lm_head.weight", as_float32(checkpoint.tensor(table))
