@@ -48,7 +48,7 @@ class Checkpoint:
         self.folder = os.fspath(folder)
         if not os.path.isdir(self.folder):
             raise MissingFileError("%s: no such model folder" % self.folder)
-        self.config = _json(os.path.join(self.folder, "config.json"), "the model's config")
+        self.config = read_json(os.path.join(self.folder, "config.json"), "the model's config")
         self.architecture = _architecture(self.config, self.folder)
         self._shards = {}  # shard file -> {name: array}, mapped when first read
         self._where = self._weight_map()  # tensor name -> shard file
@@ -56,7 +56,7 @@ class Checkpoint:
     def _weight_map(self):
         index = os.path.join(self.folder, INDEX)
         if os.path.exists(index):
-            data = _json(index, "the weights' index")
+            data = read_json(index, "the weights' index")
             where = data.get("weight_map") if isinstance(data, dict) else None
             if not isinstance(where, dict) or not all(
                     isinstance(k, str) and isinstance(v, str) for k, v in where.items()):
@@ -112,7 +112,8 @@ def as_float32(array):
     return np.asarray(array, np.float32)
 
 
-def _json(path, what):
+def read_json(path, what):
+    """A JSON file of the folder (``what`` names it in errors: missing or not JSON)."""
     if not os.path.isfile(path):
         raise MissingFileError("%s: %s is missing" % (path, what))
     try:
@@ -136,3 +137,4 @@ def _architecture(config, folder):
         "%s: architecture %s (model_type %r) is not one dlprim builds; known: %s"
         % (folder, ", ".join(map(str, names)) or "unnamed", config.get("model_type"),
            ", ".join(sorted(ARCHITECTURES))))
+_json = read_json  # (the name the tokenizer module imports)

@@ -1,0 +1,119 @@
+"""The decoding engine: a decoder Net of ``batch`` rows over its key/value cache, each row
+one sequence, and the device's token sampler over its logits.
+
+Each row holds its own count of cached tokens (the decoder's per-sample ``pos``), so
+sequences of any lengths share a batch: a padded cache, one region of ``context``
+positions per row. A pass feeds some rows tokens and leaves the others alone:
+
+- a prefill pass feeds new rows their prompts, right-padded to a length bucket (a power
+  of two: one plan per bucket, ``Net.reshape`` keeps them). The pads are written past
+  the prompt, where the causal mask hides them until decoding overwrites them;
+- a decode pass feeds every busy row its last token.
+
+A row left alone in a pass is given the position ``context``: the cache writes nothing
+there, and its outputs, which nobody reads, are NaN (``layers/kv_cache.py``). So a
+prefill never disturbs the rows that are decoding. Why padded and not paged: every
+region is one contiguous run of the cache the fused attention already reads, at the
+price of ``batch x context`` positions reserved up front.
+"""
+import logging
+
+import numpy as np
+
+from ..core.sampling import TokenSampler
+from ..errors import Error
+from ..net.net import Net
+
+__all__ = ["DecodeEngine", "GenerationError"]
+
+log = logging.getLogger(__name__)
+
+MIN_BUCKET = 8
+
+
+class GenerationError(Error, RuntimeError):
+    """Decoding went wrong on the device: NaN or no finite logit for a sequence."""
+
+
+class DecodeEngine:
+    """``batch`` rows of a decoder (``build(batch, tokens, context)`` -> (NetConfig,
+    constant tables)) whose weights come from ``weights`` ((name, array) pairs)."""
+
+    def __init__(self, ctx, build, weights, vocab, batch=1, context=2048, precision="fp32"):
+        self.ctx, self.batch, self.context, self.vocab = ctx, int(batch), int(context), vocab
+        cfg, tables = build(self.batch, 1, self.context)
+        net = Net(ctx, mode="predict", precision=precision)
+        net.load(cfg)
+        net.setup()  # (no random initialisation: every weight is given below)
+        self.net = net
+        wanted = set(net.store.params)
+        given = set()
+        for name, array in list(tables.items()) + list(weights):
+            if name not in wanted:
+                raise GenerationError("the checkpoint's tensor %s has no place in the decoder "
+                                      "(unexpected for this architecture)" % name)
+            net.set_parameters({name: array}, strict=False)
+            given.add(name)
+        caches = {n for n in wanted if ".cache." in n}
+        missing = sorted(wanted - given - caches)
+        if missing:
+            raise GenerationError("the checkpoint lacks %d of the decoder's tensors: %s"
+                                  % (len(missing), ", ".join(missing[:5])))
+        for name in caches:  # masked positions are read as 0 x value: never NaN garbage
+            net.param(name).zero_()
+        self.lengths = np.zeros(self.batch, np.int64)  # the tokens each row's cache holds
+        self.sampler = TokenSampler(ctx, self.batch, vocab, net.tensor("logits").dtype)
+
+    def bucket(self, longest):
+        """The planned length of a pass whose longest feed is ``longest`` tokens."""
+        if longest <= 1:
+            return 1
+        return min(max(MIN_BUCKET, 1 << (int(longest) - 1).bit_length()), self.context)
+
+    def step(self, feeds):
+        """One pass: ``feeds`` {row: token ids (at least one)} appended to those rows'
+        sequences; returns the next token of each fed row {row: id}, chosen on the device
+        by the sampler's settings for the row."""
+        if not feeds:
+            return {}
+        width = self.bucket(max(len(ids) for ids in feeds.values()))
+        tokens = np.zeros((self.batch, width), np.int64)
+        positions = np.zeros((self.batch, width), np.int64)
+        pos = np.full(self.batch, self.context, np.int64)  # rows left alone: write nothing
+        rows = np.zeros(self.batch, np.int64)
+        for r, ids in feeds.items():
+            start, n = int(self.lengths[r]), len(ids)
+            if start + width > self.context:
+                raise GenerationError("row %d: %d cached tokens and a pass of %d exceed the "
+                                      "context of %d" % (r, start, width, self.context))
+            tokens[r, :n] = ids
+            # (pads get the positions after the feed, clamped: valid table rows)
+            positions[r] = np.minimum(start + np.arange(width), self.context - 1)
+            pos[r] = start
+            rows[r] = r * width + n - 1
+        net = self.net
+        if net.tensor("tokens").shape != tokens.shape:
+            net.reshape(tokens=tokens.shape, positions=tokens.shape)
+        for name, a in (("tokens", tokens), ("positions", positions), ("pos", pos),
+                        ("rows", rows)):
+            net.tensor(name).to_device(a, wait=False)
+        net.forward()
+        chosen = self.sampler.next(net.tensor("logits")).to_host()
+        out = {}
+        for r, ids in feeds.items():
+            self.lengths[r] += len(ids)
+            if chosen[r] < 0:
+                raise GenerationError("row %d: the logits are NaN or none is finite at %d "
+                                      "tokens" % (r, self.lengths[r]))
+            out[r] = int(chosen[r])
+        return out
+
+    def start(self, row, prompt, temperature=0.0, top_k=0, top_p=1.0, penalty=1.0, seed=0,
+              lane=0):
+        """Give ``row`` a new sequence: its cache emptied (by position), its sampler
+        settings, and the prompt marked as seen for the repetition penalty. The prompt
+        itself is fed by the next ``step``."""
+        self.lengths[row] = 0
+        self.sampler.configure(temperature=temperature, top_k=top_k, top_p=top_p,
+                               penalty=penalty, seed=seed, lane=lane, rows=[row])
+        self.sampler.start(np.asarray(prompt, np.int64)[None], rows=[row])

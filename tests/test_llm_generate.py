@@ -1,0 +1,177 @@
+"""dlprim.llm.load and generate against transformers on the CPU, without downloads: small
+Llama, Qwen2, Mistral, Phi-3 and GPT-2 models from their configs (random weights),
+``save_pretrained`` into a folder, loaded by dlprim. Every step's logits within 1e-4 over
+64 decoded tokens and the same greedy tokens; prompts of different lengths in one batch
+as alone; draws that follow HF's processors (a chi-square test); ends and errors."""
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from dlprim.llm import load  # noqa: E402
+from dlprim.llm.checkpoint import ArchitectureError  # noqa: E402
+from dlprim.llm.engine import GenerationError  # noqa: E402
+from dlprim.llm.scheduler import ContextError  # noqa: E402
+from dlprim.llm.settings import SettingsError  # noqa: E402
+from test_sampling import _chi_square_fits, reference  # noqa: E402
+
+VOCAB, CONTEXT, STEPS = 96, 96, 64
+
+
+def _hf_model(kind):
+    torch.manual_seed(0)
+    common = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                  initializer_range=0.3, attn_implementation="eager", eos_token_id=VOCAB - 1,
+                  bos_token_id=0)
+    if kind == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=32, n_layer=2,
+                                      n_head=4, initializer_range=0.3, eos_token_id=VOCAB - 1,
+                                      bos_token_id=0, attn_implementation="eager")
+        return transformers.GPT2LMHeadModel(cfg).eval()
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(tie_word_embeddings=True, rope_theta=500.0, **common)
+        return transformers.LlamaForCausalLM(cfg).eval()
+    if kind == "llama3":
+        cfg = transformers.LlamaConfig(rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 32}, **common)
+        return transformers.LlamaForCausalLM(cfg).eval()
+    if kind == "qwen2":
+        cfg = transformers.Qwen2Config(tie_word_embeddings=False, **common)
+        return transformers.Qwen2ForCausalLM(cfg).eval()
+    if kind == "mistral":
+        cfg = transformers.MistralConfig(sliding_window=None, **common)
+        return transformers.MistralForCausalLM(cfg).eval()
+    if kind == "phi3":
+        cfg = transformers.Phi3Config(pad_token_id=None, **common)
+        return transformers.Phi3ForCausalLM(cfg).eval()
+    raise ValueError(kind)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    made = {}
+
+    def get(kind):
+        if kind not in made:
+            model = _hf_model(kind)
+            folder = tmp_path_factory.mktemp(kind)
+            model.save_pretrained(folder)
+            made[kind] = model, str(folder)
+        return made[kind]
+    return get
+
+
+def _hf_greedy(model, prompt, steps):
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False,
+                             output_logits=True, return_dict_in_generate=True,
+                             pad_token_id=0, eos_token_id=None)
+    tokens = out.sequences[0, len(prompt):].tolist()
+    return tokens, np.stack([s[0].float().numpy() for s in out.logits])
+
+
+@pytest.mark.parametrize("kind", ["llama", "llama3", "qwen2", "mistral", "phi3", "gpt2"])
+def test_every_step_matches_transformers_over_64_tokens(ctx, saved, kind):
+    model, folder = saved(kind)
+    lm = load(folder, ctx=ctx, context=CONTEXT)
+    prompt = [3, 17, 42, 8, 64, 5, 11]
+    want_tokens, want_logits = _hf_greedy(model, prompt, STEPS)
+    got_logits = []
+    request = lm.request(prompt, max_new_tokens=STEPS, eos_ids=[])
+    request.on_token = lambda t: got_logits.append(
+        lm.engine.net.tensor("logits").to_host()[0].copy())
+    lm.scheduler.run([request])
+    result = request.result
+    assert result.finish_reason == "length" and len(result.tokens) == STEPS
+    for step, (got, want) in enumerate(zip(got_logits, want_logits)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg="step %d" % step)
+        if result.tokens[step] != want_tokens[step]:  # only where the top two nearly tie
+            top = np.sort(want)[-2:]
+            assert top[1] - top[0] < 2e-4, "step %d: token %d, transformers %d" % (
+                step, result.tokens[step], want_tokens[step])
+            break
+    else:
+        assert result.tokens == want_tokens
+
+
+def test_prompts_of_different_lengths_in_one_batch_decode_as_alone(ctx, saved):
+    model, folder = saved("qwen2")
+    prompts = [[5], [9, 2, 33, 4, 70, 1, 8, 8, 12, 40, 3], [60, 61], [7, 7, 7, 7], [1, 2, 3]]
+    lm = load(folder, ctx=ctx, context=CONTEXT, batch=2)  # 5 prompts through 2 rows
+    results = lm.generate(prompts, max_new_tokens=12, eos_ids=[])
+    for prompt, result in zip(prompts, results):
+        assert result.tokens == _hf_greedy(model, prompt, 12)[0], prompt
+        assert result.prompt_tokens == len(prompt)
+
+
+def test_draws_follow_transformers_processors(ctx, saved):
+    model, folder = saved("llama")
+    prompt = [4, 9, 31]
+    settings = dict(temperature=0.9, top_k=30, top_p=0.85, repetition_penalty=1.3)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0, -1].double().numpy()
+    seen = np.zeros(VOCAB, bool)
+    seen[prompt] = True
+    p, _ = reference(logits, seen, 0.9, 30, 0.85, 1.3)
+    lm = load(folder, ctx=ctx, context=32, batch=16)
+    counts = np.zeros(VOCAB)
+    for seed in range(25):
+        for r in lm.generate([prompt] * 64, max_new_tokens=1, seed=seed, eos_ids=[],
+                             **settings):
+            counts[r.tokens[0]] += 1
+    assert counts[p == 0].sum() == 0
+    _chi_square_fits(counts, p)
+    # the same seed draws the same tokens; the lanes of one call differ
+    a = [r.tokens for r in lm.generate([prompt] * 4, max_new_tokens=6, seed=7, **settings)]
+    b = [r.tokens for r in lm.generate([prompt] * 4, max_new_tokens=6, seed=7, **settings)]
+    assert a == b and len({tuple(t) for t in a}) > 1
+
+
+def test_ends_eos_and_the_context(ctx, saved):
+    model, folder = saved("llama")
+    prompt = [3, 17, 42]
+    tokens, _ = _hf_greedy(model, prompt, 10)
+    lm = load(folder, ctx=ctx, context=16)
+    r = lm.generate(prompt, max_new_tokens=10, eos_ids=[tokens[4]])
+    first = tokens.index(tokens[4])
+    assert r.finish_reason == "stop" and r.tokens == tokens[:first]  # the EOS not kept
+    r = lm.generate(prompt, max_new_tokens=50, eos_ids=[])
+    assert r.finish_reason == "length" and len(r.tokens) == 16 - len(prompt)
+    with pytest.raises(ContextError, match="context of 16"):
+        lm.generate(list(range(16)), max_new_tokens=1)
+    with pytest.raises(ContextError, match="empty"):
+        lm.generate([], max_new_tokens=1)
+    with pytest.raises(ValueError, match="vocabulary"):
+        lm.generate([VOCAB], max_new_tokens=1)
+    for bad in ({"top_p": 0}, {"temperature": -1}, {"max_new_tokens": 0}, {"topk": 3}):
+        with pytest.raises(SettingsError):
+            lm.generate(prompt, **bad)
+    with pytest.raises(ValueError, match="tokenizer.json"):
+        lm.generate("text without a tokenizer")
+
+
+def test_generation_config_and_folder_errors(ctx, saved, tmp_path):
+    model, folder = saved("gpt2")
+    lm = load(folder, ctx=ctx, context=32)
+    assert lm.eos_ids == {VOCAB - 1}
+    assert lm.settings().greedy and lm.settings(temperature=0.7).do_sample
+    import json
+    import shutil
+    from safetensors.numpy import load_file, save_file
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    tensors = load_file(os.path.join(folder, "model.safetensors"))
+    del tensors["transformer.h.1.mlp.c_fc.weight"]
+    save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(GenerationError, match="h.1.mlp.c_fc.weight"):
+        load(broken, ctx=ctx, context=32)
+    config = json.loads((broken / "config.json").read_text())
+    config.update(architectures=["FalconForCausalLM"], model_type="falcon")
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ArchitectureError, match="FalconForCausalLM"):
+        load(broken, ctx=ctx)
