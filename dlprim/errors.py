@@ -68,3 +68,7 @@ class MissingCheckpointError(CheckpointError, FileNotFoundError):
 
 class MissingFileError(Error, FileNotFoundError):
     """A file the user named (a net, weights, an ONNX model) that is not there; names it."""
+
+
+class MissingDependencyError(Error, ImportError):
+    """An optional package a feature needs is not installed: names it and the pip extra."""

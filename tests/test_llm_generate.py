@@ -68,7 +68,9 @@ def saved(tmp_path_factory):
 
 def _hf_greedy(model, prompt, steps):
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False,
+        ids = torch.tensor([prompt])
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=steps,
+                             do_sample=False,
                              output_logits=True, return_dict_in_generate=True,
                              pad_token_id=0, eos_token_id=None)
     tokens = out.sequences[0, len(prompt):].tolist()
@@ -84,7 +86,7 @@ def test_every_step_matches_transformers_over_64_tokens(ctx, saved, kind):
     got_logits = []
     request = lm.request(prompt, max_new_tokens=STEPS, eos_ids=[])
     request.on_token = lambda t: got_logits.append(
-        lm.engine.net.tensor("logits").to_host()[0].copy())
+        lm.engine.last.tensor("logits").to_host()[0].copy())
     lm.scheduler.run([request])
     result = request.result
     assert result.finish_reason == "length" and len(result.tokens) == STEPS
@@ -175,3 +177,71 @@ def test_generation_config_and_folder_errors(ctx, saved, tmp_path):
     (broken / "config.json").write_text(json.dumps(config))
     with pytest.raises(ArchitectureError, match="FalconForCausalLM"):
         load(broken, ctx=ctx)
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    """A small Llama with a trained tokenizer in its folder (vocabulary 300)."""
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("jinja2")
+    from test_llm_tokenizer import save_tokenizer
+    torch.manual_seed(1)
+    cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=128,
+                                   initializer_range=0.3, bos_token_id=0, eos_token_id=1)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    folder = tmp_path_factory.mktemp("chat")
+    model.save_pretrained(folder)
+    save_tokenizer(folder)
+    return model, transformers.AutoTokenizer.from_pretrained(folder), str(folder)
+
+
+def test_text_chat_streaming_and_stop_strings(ctx, chat_model):
+    model, hf_tok, folder = chat_model
+    lm = load(folder, ctx=ctx, context=96)
+    text = "Before we proceed any further"
+    ids = hf_tok(text)["input_ids"]
+    want, _ = _hf_greedy(model, ids, 24)
+    if 1 in want:  # (HF stops at the EOS too)
+        want = want[:want.index(1)]
+    result = lm.generate(text, max_new_tokens=24)
+    assert result.tokens == want and result.prompt_tokens == len(ids)
+    assert result.text == hf_tok.decode(want, skip_special_tokens=True)
+    stream = lm.generate(text, max_new_tokens=24, stream=True)
+    pieces = list(stream)
+    assert "".join(pieces) == result.text and stream.result.tokens == want
+    # a stop string ends the text before it
+    cut = result.text[len(result.text) // 3:len(result.text) // 3 + 2]
+    if cut and cut.strip():
+        stopped = lm.generate(text, max_new_tokens=24, stop=[cut])
+        assert stopped.finish_reason == "stop"
+        assert stopped.text == result.text[:result.text.index(cut)]
+    # chat messages go through the template, as transformers' apply_chat_template
+    messages = [{"role": "user", "content": "Who is Caius Marcius?"}]
+    chat_ids = hf_tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                          return_dict=False)
+    want, _ = _hf_greedy(model, list(chat_ids), 8)
+    if 1 in want:
+        want = want[:want.index(1)]
+    assert lm.generate(messages, chat=True, max_new_tokens=8).tokens == want
+
+
+def test_dlprim_generate_command(ctx, chat_model, capsys, monkeypatch):
+    from dlprim.cli import generate as cli
+    model, hf_tok, folder = chat_model
+    monkeypatch.setenv("DLPRIM_DEVICE", os.environ.get("DLPRIM_TEST_DEVICE", ""))
+    device = ["--device", os.environ["DLPRIM_TEST_DEVICE"]] \
+        if os.environ.get("DLPRIM_TEST_DEVICE") else []
+    assert cli.main([folder, "--prompt", "Before we proceed", "--max-new-tokens", "12",
+                     "--context", "64"] + device) == 0
+    out, err = capsys.readouterr()
+    want = load(folder, ctx=ctx, context=64).generate("Before we proceed", max_new_tokens=12)
+    assert out == want.text + "\n"
+    assert "tokens/s" in err and "decode" in err
+    assert cli.main([folder, "--prompt", "x", "--quantize", "q4"] + device) == 2
+    assert "not built yet" in capsys.readouterr().err
+    assert cli.main([folder + "-missing", "--prompt", "x"] + device) == 2
+    assert "no such model folder" in capsys.readouterr().err
+    assert cli.main([folder, "--prompt", "x", "--top-p", "2"] + device) == 2
+    assert "top_p" in capsys.readouterr().err

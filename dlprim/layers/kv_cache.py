@@ -35,7 +35,7 @@ class KVCache(Layer):
     OPTIONS = {"length": None}
     HAS_BACKWARD = False
     BACKWARD_READS_INPUTS = False
-    HALF_STORAGE = "follows"
+    HALF_STORAGE = "none"  # (the caches are parameters, which are float32)
 
     def build(self, in_specs):
         length = self.options["length"]

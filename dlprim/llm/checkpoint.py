@@ -137,4 +137,3 @@ def _architecture(config, folder):
         "%s: architecture %s (model_type %r) is not one dlprim builds; known: %s"
         % (folder, ", ".join(map(str, names)) or "unnamed", config.get("model_type"),
            ", ".join(sorted(ARCHITECTURES))))
-_json = read_json  # (the name the tokenizer module imports)

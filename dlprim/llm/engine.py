@@ -6,13 +6,17 @@ sequences of any lengths share a batch: a padded cache, one region of ``context`
 positions per row. A pass feeds some rows tokens and leaves the others alone:
 
 - a prefill pass feeds new rows their prompts, right-padded to a length bucket (a power
-  of two: one plan per bucket, ``Net.reshape`` keeps them). The pads are written past
-  the prompt, where the causal mask hides them until decoding overwrites them;
+  of two). The pads are written past the prompt, where the causal mask hides them until
+  decoding overwrites them;
 - a decode pass feeds every busy row its last token.
 
 A row left alone in a pass is given the position ``context``: the cache writes nothing
 there, and its outputs, which nobody reads, are NaN (``layers/kv_cache.py``). So a
-prefill never disturbs the rows that are decoding. Why padded and not paged: every
+prefill never disturbs the rows that are decoding.
+
+Each length (1 and every bucket met) has a Net of its own over the same parameters,
+caches included (``Net.twin``), planned once: switching between prefill and decode costs
+no setup. Why padded and not paged: every
 region is one contiguous run of the cache the fused attention already reads, at the
 price of ``batch x context`` positions reserved up front.
 """
@@ -41,11 +45,14 @@ class DecodeEngine:
 
     def __init__(self, ctx, build, weights, vocab, batch=1, context=2048, precision="fp32"):
         self.ctx, self.batch, self.context, self.vocab = ctx, int(batch), int(context), vocab
+        self._build = build
         cfg, tables = build(self.batch, 1, self.context)
         net = Net(ctx, mode="predict", precision=precision)
         net.load(cfg)
         net.setup()  # (no random initialisation: every weight is given below)
-        self.net = net
+        self.net = net  # the one-token step; the last pass's Net is ``last``
+        self.last = net
+        self._nets = {1: net}
         wanted = set(net.store.params)
         given = set()
         for name, array in list(tables.items()) + list(weights):
@@ -91,9 +98,7 @@ class DecodeEngine:
             positions[r] = np.minimum(start + np.arange(width), self.context - 1)
             pos[r] = start
             rows[r] = r * width + n - 1
-        net = self.net
-        if net.tensor("tokens").shape != tokens.shape:
-            net.reshape(tokens=tokens.shape, positions=tokens.shape)
+        net = self._net_for(width)
         for name, a in (("tokens", tokens), ("positions", positions), ("pos", pos),
                         ("rows", rows)):
             net.tensor(name).to_device(a, wait=False)
@@ -107,6 +112,15 @@ class DecodeEngine:
                                       "tokens" % (r, self.lengths[r]))
             out[r] = int(chosen[r])
         return out
+
+    def _net_for(self, width):
+        net = self._nets.get(width)
+        if net is None:
+            log.debug("planning a pass of %d tokens", width)
+            net = self._nets[width] = self.net.twin(self._build(self.batch, width,
+                                                                self.context)[0])
+        self.last = net
+        return net
 
     def start(self, row, prompt, temperature=0.0, top_k=0, top_p=1.0, penalty=1.0, seed=0,
               lane=0):

@@ -7,7 +7,7 @@ tokens of ``tokenizer_config.json`` / ``special_tokens_map.json`` and the stop i
 
     tok = Tokenizer("path/to/model")
     ids = tok.encode_chat([{"role": "user", "content": "Hi!"}])   # the prompt's ids
-    stream = StreamDecoder(tok, stop=("\\n\\n",))
+    stream = tok.stream(stop=("\\n\\n",))  # a StreamDecoder
     for i in generated_ids:                 # one at a time, as the model makes them
         print(stream.push(i), end="")       # text that is final: never half a character
         if i in tok.eos_ids or stream.stopped:
@@ -18,10 +18,11 @@ tokens of ``tokenizer_config.json`` / ``special_tokens_map.json`` and the stop i
 the same folder (``decode`` skips special tokens by default; ``chat`` renders as
 ``apply_chat_template(..., tokenize=False)``: jinja2's immutable sandbox, trim_blocks and
 lstrip_blocks, ``raise_exception``, ``strftime_now``, a ``tojson`` that keeps non-ASCII).
-As transformers does, special tokens that the config names but tokenizer.json lacks are
-added, and an explicit ``add_bos_token`` / ``add_eos_token`` in tokenizer_config.json
-rebuilds the post-processor. ``clean_up_tokenization_spaces`` is not applied: transformers
-5 ignores it for BPE tokenizers, which every model family dlprim builds has.
+As in transformers 5, tokenizer.json's post-processor decides the BOS/EOS that ``encode``
+adds (tokenizer_config.json's ``add_bos_token`` / ``add_eos_token`` do not), special
+tokens that the config names but tokenizer.json lacks are added, and
+``clean_up_tokenization_spaces`` is not applied (transformers ignores it for BPE
+tokenizers, which every model family dlprim builds has).
 
 A missing package is a ``MissingDependencyError`` naming the extra; a missing or damaged
 file a ``MissingFileError`` / ``FileFormatError`` naming the folder and the file; a chat
@@ -33,10 +34,10 @@ import os
 import re
 from datetime import datetime
 
-from ..errors import Error, FileFormatError, MissingFileError
-from .checkpoint import _json
+from ..errors import Error, FileFormatError, MissingDependencyError, MissingFileError
+from .checkpoint import read_json
 
-__all__ = ["Tokenizer", "StreamDecoder", "TokenizerError", "MissingDependencyError"]
+__all__ = ["Tokenizer", "StreamDecoder", "TokenizerError"]
 
 INSTALL_HINT = "pip install 'dlprim[llm]'"
 # what transformers passes to every template beside the messages (SPECIAL_TOKENS_ATTRIBUTES)
@@ -45,25 +46,24 @@ NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
 JINJA_MIN = (3, 1, 6)  # older jinja2 has known sandbox escapes; templates are untrusted code
 
 
-class MissingDependencyError(Error, ImportError):
-    """An optional package a feature needs is not installed; names it and the pip extra."""
-
-
 class TokenizerError(Error, ValueError):
     """A chat the tokenizer cannot render (no template, a message that is not a dict of
     str role and content, the template's ``raise_exception``) or a bad stop string."""
 
 
 class Tokenizer:
-    """The tokenizer of a model folder: ``encode``, ``decode``, ``chat``, ``encode_chat``;
-    ``eos_ids`` (a set), ``bos_id`` and ``pad_id`` (None when the model has none);
-    ``special_tokens`` ({"bos_token": "<s>", ...}) and ``chat_template`` (or None)."""
+    """The tokenizer of a model folder: ``encode``, ``decode``, ``chat``, ``encode_chat``,
+    ``stream``; ``eos_ids`` (a set), ``bos_id`` and ``pad_id`` (None when the model has
+    none); ``special_tokens`` ({"bos_token": "<s>", ...}) and ``chat_template`` (or None)."""
 
     def __init__(self, folder):
         self.folder = os.fspath(folder)
         if not os.path.isdir(self.folder):
             raise MissingFileError("%s: no such model folder" % self.folder)
-        tokenizers = _require("tokenizers", "dlprim.llm.Tokenizer")
+        try:
+            import tokenizers
+        except ImportError:
+            raise _missing("tokenizers", "dlprim.llm.Tokenizer") from None
         path = self._path("tokenizer.json")
         if not os.path.isfile(path):
             raise MissingFileError("%s: tokenizer.json is missing (dlprim reads the fast "
@@ -73,29 +73,28 @@ class Tokenizer:
         except Exception as e:  # the Rust side raises a bare Exception
             raise FileFormatError("%s: not a tokenizer the tokenizers package reads (%s)"
                                   % (path, e)) from None
-        config = self._optional_json("tokenizer_config.json")
+        config = self._optional_json("tokenizer_config.json", "the tokenizer's config")
         tokens = {key: (value, "tokenizer_config.json") for key, value in config.items()}
         if "added_tokens_decoder" not in config:  # transformers' legacy rule: the map wins
-            tokens.update((key, (value, "special_tokens_map.json")) for key, value
-                          in self._optional_json("special_tokens_map.json").items())
+            legacy = self._optional_json("special_tokens_map.json", "the special tokens' map")
+            tokens.update((key, (value, "special_tokens_map.json"))
+                          for key, value in legacy.items())
         self.special_tokens = {key: self._content(*tokens[key], key)
                                for key in NAMED_TOKENS if tokens.get(key, (None,))[0] is not None}
         self._add_missing_special_tokens(tokenizers, tokens)
-        if "add_bos_token" in config or "add_eos_token" in config:
-            self._rebuild_post_processor(tokenizers, config)
         self.chat_template, self._template_file = self._find_template(config)
         self._template = None  # compiled when chat() is first called
-        self._ids(self._optional_json("generation_config.json"),
-                  self._optional_json("config.json"))
+        self._ids(self._optional_json("generation_config.json", "the generation config"),
+                  self._optional_json("config.json", "the model's config"))
 
     def _path(self, name):
         return os.path.join(self.folder, name)
 
-    def _optional_json(self, name):
+    def _optional_json(self, name, what):
         path = self._path(name)
         if not os.path.exists(path):
             return {}
-        data = _json(path, name)
+        data = read_json(path, what)
         if not isinstance(data, dict):
             raise FileFormatError("%s: %s is not a JSON object" % (self.folder, name))
         return data
@@ -125,19 +124,6 @@ class Tokenizer:
                    for t in dict.fromkeys(names) if t not in known]
         if missing:
             self._tok.add_special_tokens(missing)
-
-    def _rebuild_post_processor(self, tokenizers, config):
-        # transformers' update_post_processor: "[bos] $A [eos]", each end by its flag
-        bos, eos = (self.special_tokens.get(name) if config.get("add_" + name) else None
-                    for name in ("bos_token", "eos_token"))
-
-        def sequence(name, type_id):
-            return ["%s:%d" % (t, type_id) for t in [bos] if t] + ["$%s:%d" % (name, type_id)] + \
-                   ["%s:%d" % (t, type_id) for t in [eos] if t]
-
-        self._tok.post_processor = tokenizers.processors.TemplateProcessing(
-            single=" ".join(sequence("A", 0)), pair=" ".join(sequence("A", 0) + sequence("B", 1)),
-            special_tokens=[(t, self._tok.token_to_id(t)) for t in dict.fromkeys([bos, eos]) if t])
 
     def _find_template(self, config):
         path = self._path("chat_template.jinja")
@@ -210,6 +196,10 @@ class Tokenizer:
         return self.encode(self.chat(messages, add_generation_prompt, **variables),
                            add_special_tokens=False)
 
+    def stream(self, stop=(), skip_special_tokens=True):
+        """A ``StreamDecoder`` of this tokenizer: generated ids to final text pieces."""
+        return StreamDecoder(self, stop, skip_special_tokens)
+
     def _compiled(self):
         if self._template is None:
             if self.chat_template is None:
@@ -232,7 +222,7 @@ class StreamDecoder:
     of the first ``stop`` string. Text ending in an incomplete UTF-8 character (a U+FFFD
     at the end) and text that could begin a stop string wait until known. When a stop
     string appears, ``push`` returns the text before it, ``stopped`` becomes True and
-    later pushes return "". ``text`` is all that was returned, ``ids`` all that was pushed.
+    later pushes return "". ``text`` is all that was returned, ``ids`` what was pushed.
 
     Each push decodes a window of a few ids, not the whole list: the ids from ``prefix``
     on, minus the text of ``prefix:read`` (already counted), so decoders that treat the
@@ -305,16 +295,9 @@ def _overlap(text, stop):
     return 0
 
 
-def _require(module, what):
-    try:
-        if module == "tokenizers":
-            import tokenizers as found
-        else:
-            import jinja2 as found
-    except ImportError:
-        raise MissingDependencyError("%s needs the %s package, which is not installed: %s"
-                                     % (what, module, INSTALL_HINT)) from None
-    return found
+def _missing(package, what):
+    return MissingDependencyError("%s needs the %s package, which is not installed: %s"
+                                  % (what, package, INSTALL_HINT))
 
 
 def _token_ids(value, where):
@@ -348,16 +331,19 @@ def _environment(folder):
     trim_blocks and lstrip_blocks, loop controls, {% generation %} blocks rendered as
     their body, raise_exception, strftime_now, a tojson that keeps non-ASCII, and dict and
     namespace that hand a template nothing beyond plain data."""
-    jinja2 = _require("jinja2", "Tokenizer.chat")
+    try:
+        import jinja2
+        import jinja2.ext
+        import jinja2.nodes
+        import jinja2.sandbox
+        import jinja2.utils
+    except ImportError:
+        raise _missing("jinja2", "Tokenizer.chat") from None
     version = tuple(int(v) for v in re.findall(r"\d+", jinja2.__version__)[:3])
     if version < JINJA_MIN:
         raise MissingDependencyError(
             "Tokenizer.chat needs jinja2 >= %s (older ones have sandbox escapes), found %s: %s"
             % (".".join(map(str, JINJA_MIN)), jinja2.__version__, INSTALL_HINT))
-    import jinja2.ext
-    import jinja2.nodes
-    import jinja2.sandbox
-    import jinja2.utils
 
     class Generation(jinja2.ext.Extension):  # marks assistant text for training masks
         tags = {"generation"}

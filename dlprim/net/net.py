@@ -403,6 +403,24 @@ class Net:
         batch = first[0] if first else 1
         return prediction.predict_rows(copy, inputs, self.input_names, batch)
 
+    def twin(self, graph):
+        """A predict-mode Net of ``graph`` over this net's parameters: the same operators in
+        the same order, with the same parameters (a graph built for other input shapes, a
+        decoder's prefill beside its one-token step), planned once for its own shapes and
+        kept so. Both see every write to the parameters (a key/value cache's). Shapes used
+        in turn so run without the layers' setup that each ``reshape`` runs again."""
+        self._need_setup()
+        twin = Net(self.ctx, mode=PREDICT, precision=self._precision)
+        twin.load(graph)
+        twin._shared_params = prediction.SharedParams(self.store, range(len(self.graph.ops)))
+        twin.setup()
+        mine, theirs = [op.name for op in self.graph.ops], [op.name for op in twin.graph.ops]
+        if mine != theirs:
+            first = next((a, b) for a, b in zip(mine + [None], theirs + [None]) if a != b)
+            raise GraphError("twin: the graph's operators differ from the net's (first: %r "
+                             "where the net has %r)" % (first[1], first[0]))
+        return twin
+
     def _prediction_net(self):
         """The predict-mode copy behind ``predict``, over this net's parameter store."""
         copy = self._prediction

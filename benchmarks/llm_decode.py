@@ -1,0 +1,128 @@
+"""Decoding speed of dlprim.llm beside HuggingFace generate: random-weight models built
+from configs and saved as HF folders (nothing downloaded), a prompt of --context tokens
+and --new tokens decoded greedily (EOS ignored), tokens per second of the decoding alone.
+
+    python benchmarks/llm_decode.py --kinds dlprim              # dlprim on its device
+    python benchmarks/llm_decode.py --kinds hf_cuda,hf_compiled  # PyTorch on CUDA, fp16
+
+Models: ``tinyllama`` (TinyLlama-1.1B's shape: 22 layers, 2048 wide, 32 heads, 4 KV
+heads) and ``gpt2`` (124M). ``hf_compiled`` is HF generate with a static cache and
+torch.compile of the forward. Decode time = time(prompt + N tokens) - time(prompt + 1
+token), over N - 1 tokens. The memory floor is the bytes a step must read (weights, and
+the cache up to the context) at the device's copy bandwidth (--bandwidth GB/s).
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+MODELS = {
+    "tinyllama": dict(kind="llama", vocab_size=32000, hidden_size=2048, intermediate_size=5632,
+                      num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4,
+                      max_position_embeddings=2048),
+    "gpt2": dict(kind="gpt2", vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12,
+                 n_head=12),
+}
+
+
+def save_model(name, folder):
+    import torch
+    import transformers
+    spec = dict(MODELS[name])
+    kind = spec.pop("kind")
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**spec))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**spec))
+    model.save_pretrained(folder)
+    return sum(p.numel() for p in model.parameters())
+
+
+def time_dlprim(folder, context, new, batch, precision, device):
+    import numpy as np
+
+    import dlprim as dp
+    from dlprim.llm import load
+    lm = load(folder, ctx=dp.Context(device), context=context + new + 8, batch=batch,
+              precision=precision)
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(1, 1000, context).tolist() for _ in range(batch)]
+
+    def run(n):
+        start = time.perf_counter()
+        lm.generate(prompts if batch > 1 else prompts[0], max_new_tokens=n, eos_ids=[])
+        return time.perf_counter() - start
+    run(2)
+    run(new)  # plans and kernels built
+    one = min(run(1) for _ in range(2))
+    full = min(run(new) for _ in range(2))
+    return (full - one) / (new - 1)
+
+
+def time_hf(folder, context, new, batch, compiled):
+    import torch
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, torch_dtype=torch.float16).cuda().eval()
+    ids = torch.randint(1, 1000, (batch, context), device="cuda")
+    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
+    if compiled:
+        model.generation_config.cache_implementation = "static"
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+
+    def run(n):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+    run(2)
+    run(new)
+    one = min(run(1) for _ in range(2))
+    full = min(run(new) for _ in range(2))
+    return (full - one) / (new - 1)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="gpt2,tinyllama")
+    p.add_argument("--kinds", default="dlprim", help="dlprim, dlprim_fp16, hf_cuda, hf_compiled")
+    p.add_argument("--context", type=int, default=512)
+    p.add_argument("--new", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--device", default=None)
+    p.add_argument("--folder", default=None, help="where the models are saved (kept)")
+    p.add_argument("--json", default=None, help="append the rows to this JSON-lines file")
+    args = p.parse_args(argv)
+    root = args.folder or tempfile.mkdtemp(prefix="dlprim-llm-")
+    for name in args.models.split(","):
+        folder = os.path.join(root, name)
+        if not os.path.isfile(os.path.join(folder, "config.json")):
+            save_model(name, folder)
+        for kind in args.kinds.split(","):
+            try:
+                if kind.startswith("dlprim"):
+                    s = time_dlprim(folder, args.context, args.new, args.batch,
+                                    "fp16" if kind.endswith("fp16") else "fp32", args.device)
+                else:
+                    s = time_hf(folder, args.context, args.new, args.batch,
+                                kind == "hf_compiled")
+                row = dict(model=name, kind=kind, batch=args.batch, context=args.context,
+                           ms_per_step=round(s * 1e3, 3),
+                           tokens_per_s=round(args.batch / s, 1))
+            except Exception as e:  # a row that fails is reported, the others go on
+                row = dict(model=name, kind=kind, batch=args.batch, error=repr(e)[:300])
+            print(json.dumps(row), flush=True)
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
