@@ -59,7 +59,17 @@ def time_dlprim(folder, context, new, batch, precision, device):
     run(new)  # plans and kernels built
     one = min(run(1) for _ in range(2))
     full = min(run(new) for _ in range(2))
-    return (full - one) / (new - 1)
+    net, queue = lm.engine.net, lm.ctx.queue  # the one-token pass alone: host and device
+    queue.finish()
+    start = time.perf_counter()
+    for _ in range(20):
+        net.forward()
+    host = (time.perf_counter() - start) / 20
+    queue.finish()
+    wall = (time.perf_counter() - start) / 20
+    detail = dict(launches=len(net.plan.forward), enqueue_ms=round(host * 1e3, 3),
+                  pass_ms=round(wall * 1e3, 3))
+    return (full - one) / (new - 1), detail
 
 
 def time_hf(folder, context, new, batch, compiled):
@@ -84,7 +94,7 @@ def time_hf(folder, context, new, batch, compiled):
     run(new)
     one = min(run(1) for _ in range(2))
     full = min(run(new) for _ in range(2))
-    return (full - one) / (new - 1)
+    return (full - one) / (new - 1), {}
 
 
 def main(argv=None):
@@ -107,14 +117,14 @@ def main(argv=None):
         for kind in args.kinds.split(","):
             try:
                 if kind.startswith("dlprim"):
-                    s = time_dlprim(folder, args.context, args.new, args.batch,
+                    s, detail = time_dlprim(folder, args.context, args.new, args.batch,
                                     "fp16" if kind.endswith("fp16") else "fp32", args.device)
                 else:
-                    s = time_hf(folder, args.context, args.new, args.batch,
-                                kind == "hf_compiled")
+                    s, detail = time_hf(folder, args.context, args.new, args.batch,
+                                        kind == "hf_compiled")
                 row = dict(model=name, kind=kind, batch=args.batch, context=args.context,
                            ms_per_step=round(s * 1e3, 3),
-                           tokens_per_s=round(args.batch / s, 1))
+                           tokens_per_s=round(args.batch / s, 1), **detail)
             except Exception as e:  # a row that fails is reported, the others go on
                 row = dict(model=name, kind=kind, batch=args.batch, error=repr(e)[:300])
             print(json.dumps(row), flush=True)

@@ -6,4 +6,4 @@ from . import (activation, attention, batchnorm, cast, concat, conv, dropout, el
                embedding, inner_product, interpolation, loss, lrn, matmul, normalization,
                parameter, pointwise_op, pooling, recurrent, reduction, shape, softmax,
                transpose)
-from . import broadcast, grid_sample, index_map, kv_cache, pooling_nd, scan, sort  # noqa: F401,E402
+from . import broadcast, grid_sample, index_map, kv_cache, pooling_nd, rotary, scan, sort  # noqa: F401,E402

@@ -7,7 +7,8 @@ for generation one token (or a chunk) at a time over a planned graph.
     outputs  keys (N, H, L, D) and values (N, H, L, DV): the whole cache after the write,
              and mask (N or 1, 1, T, L), float32: 0 where key j is cached and not after
              query t (j <= pos + t), -inf elsewhere; the additive mask of a
-             ScaledDotProductAttention over the outputs
+             ScaledDotProductAttention over the outputs. Option ``mask`` false leaves
+             the mask out (two outputs): the layers of a decoder share one
 
 The position is read on the device, so one plan serves every step: a prefill of T tokens
 and a decode of one are two plans of the same Net (``Net.reshape``), sharing the caches,
@@ -32,7 +33,7 @@ __all__ = ["KVCache"]
 @register("KVCache")
 class KVCache(Layer):
     """Write this pass's keys and values at ``pos`` into caches of ``length`` positions."""
-    OPTIONS = {"length": None}
+    OPTIONS = {"length": None, "mask": True}
     HAS_BACKWARD = False
     BACKWARD_READS_INPUTS = False
     HALF_STORAGE = "none"  # (the caches are parameters, which are float32)
@@ -69,8 +70,10 @@ class KVCache(Layer):
         self.copies = [StridedCopy(self.ctx, (math.prod(s),), (1,), (1,), k.dtype)
                        for s in shapes]
         masks = n if self.per_row else 1
-        return Setup([TensorSpec(shapes[0], k.dtype), TensorSpec(shapes[1], k.dtype),
-                      TensorSpec((masks, 1, t, length), "float32")],
+        outputs = [TensorSpec(shapes[0], k.dtype), TensorSpec(shapes[1], k.dtype)]
+        if self.options["mask"]:
+            outputs.append(TensorSpec((masks, 1, t, length), "float32"))
+        return Setup(outputs,
                      params=[ParamSpec(s, k.dtype, trainable=False, name=w)
                              for s, w in zip(shapes, ("keys", "values"))])
 
@@ -84,4 +87,4 @@ class KVCache(Layer):
         out = self.ops.write(x[0], params[0], pos, d) + self.ops.write(x[1], params[1], pos, dv)
         for copy, cache, dst in zip(self.copies, params, y[:2]):
             out += copy.launches(cache.view((cache.size,)), dst.view((dst.size,)))
-        return out + self.ops.mask(y[2], pos)
+        return out + (self.ops.mask(y[2], pos) if self.options["mask"] else [])

@@ -94,12 +94,11 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     x = cfg.add("Embedding", name="model.embed_tokens", inputs=[ids],
                 params=["model.embed_tokens.weight"],
                 options={"num_embeddings": vocab, "embedding_dim": hidden})
-    tables = []
-    for part in ("cos", "sin"):  # (batch, 1, T, width): broadcast over the heads
-        t = cfg.add("Embedding", name="rope." + part, inputs=[places], params=["rope." + part],
-                    options={"num_embeddings": context, "embedding_dim": width})
-        tables.append(cfg.add("Reshape", name="rope/%s/heads" % part, inputs=[t],
-                              options={"dims": [batch, 1, -1, width]}))
+    tables = [cfg.add("Embedding", name="rope." + part, inputs=[places], params=["rope." + part],
+                      options={"num_embeddings": context, "embedding_dim": width})
+              for part in ("cos", "sin")]  # (batch, T, width): each token's row
+    group = heads // kv_heads  # the query heads one key/value head serves
+    mask_rows = batch if per_sample and batch > 1 else 1
 
     def linear(name, x, inputs, outputs, bias=False):  # over (batch, T, inputs)
         return seq_linear(cfg, name, x, None, inputs, outputs, batch=batch, bias=bias)
@@ -108,49 +107,41 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         return cfg.add("RMSNorm", name=name, inputs=[x], params=[name + ".weight"],
                        options={"eps": eps})
 
-    def heads_of(name, x, count):  # (batch, T, count * width) -> (batch, count, T, width)
-        x = cfg.add("Reshape", name=name + "/split", inputs=[x],
-                    options={"dims": [batch, -1, count, width]})
-        return cfg.add("Transpose", name=name + "/heads", inputs=[x], options={"dims": [0, 2, 1, 3]})
+    def split(name, x, count):  # (batch, T, count * width) -> (batch, T, count, width)
+        return cfg.add("Reshape", name=name + "/split", inputs=[x],
+                       options={"dims": [batch, -1, count, width]})
 
-    def rotate(name, x):  # x cos + swap(x) sin, the halves of the last axis swapped
-        half = width // 2
-        lo = cfg.add("Slice", name=name + "/lo", inputs=[x],
-                     options={"dim": 3, "begin": 0, "end": half})
-        hi = cfg.add("Slice", name=name + "/hi", inputs=[x],
-                     options={"dim": 3, "begin": half, "end": width})
-        swapped = cfg.add("Concat", name=name + "/swap", inputs=[hi, lo], options={"dim": 3})
-        a = cfg.add("Elementwise", name=name + "/cos", inputs=[x, tables[0]],
-                    options={"operation": "prod"})
-        b = cfg.add("Elementwise", name=name + "/sin", inputs=[swapped, tables[1]],
-                    options={"operation": "prod"})
-        return cfg.add("Elementwise", name=name, inputs=[a, b], options={"operation": "sum"})
+    def rotated(name, x):  # the rotary embedding, written heads-major (batch, heads, T, w)
+        return cfg.add("Rotary", name=name, inputs=[x] + tables, options={"seq_first": True})
 
-    def repeated(name, x):  # (batch, KVH, L, width) -> (batch, H, L, width)
-        if kv_heads == heads:
-            return x
-        x = cfg.add("Reshape", name=name + "/groups", inputs=[x],
-                    options={"dims": [batch, kv_heads, 1, context, width]})
-        x = cfg.add("Expand", name=name + "/repeat", inputs=[x],
-                    options={"shape": [batch, kv_heads, heads // kv_heads, context, width]})
-        return cfg.add("Reshape", name=name + "/heads", inputs=[x],
-                       options={"dims": [batch, heads, context, width]})
-
+    mask = None
     for i in range(config["num_hidden_layers"]):
         p = "model.layers.%d." % i
         h = norm(p + "input_layernorm", x)
-        q = heads_of(p + "q", linear(p + "self_attn.q_proj", h, hidden, heads * width, qkv_bias),
-                     heads)
-        k = heads_of(p + "k", linear(p + "self_attn.k_proj", h, hidden, kv_heads * width,
-                                     qkv_bias), kv_heads)
-        v = heads_of(p + "v", linear(p + "self_attn.v_proj", h, hidden, kv_heads * width,
-                                     qkv_bias), kv_heads)
-        q, k = rotate(p + "q/rope", q), rotate(p + "k/rope", k)
-        keys, values, mask = cfg.add("KVCache", name=p + "self_attn.cache", inputs=[k, v, pos],
-                                     outputs=[p + "keys", p + "values", p + "mask"],
-                                     options={"length": context})
+        q = rotated(p + "q/rope", split(p + "q", linear(p + "self_attn.q_proj", h, hidden,
+                                                       heads * width, qkv_bias), heads))
+        k = rotated(p + "k/rope", split(p + "k", linear(p + "self_attn.k_proj", h, hidden,
+                                                       kv_heads * width, qkv_bias), kv_heads))
+        v = cfg.add("Transpose", name=p + "v/heads", options={"dims": [0, 2, 1, 3]},
+                    inputs=[split(p + "v", linear(p + "self_attn.v_proj", h, hidden,
+                                                  kv_heads * width, qkv_bias), kv_heads)])
+        # one mask over the cache serves every layer: the first layer's cache writes it
+        outputs = [p + "keys", p + "values"] + ([] if mask else [p + "mask"])
+        made = cfg.add("KVCache", name=p + "self_attn.cache", inputs=[k, v, pos],
+                       outputs=outputs, options={"length": context, "mask": mask is None})
+        keys, values = made[:2]
+        if mask is None:
+            mask = _grouped_mask(cfg, made[2], mask_rows, group, context)
+        # grouped-query attention without repeating the caches: the G query heads of
+        # one key/value head are G x T query rows of it (HF's head h = j * G + g)
+        if group > 1:
+            q = cfg.add("Reshape", name=p + "q/groups", inputs=[q],
+                        options={"dims": [batch, kv_heads, -1, width]})
         a = cfg.add("ScaledDotProductAttention", name=p + "self_attn",
-                    inputs=[q, repeated(p + "keys", keys), repeated(p + "values", values), mask])
+                    inputs=[q, keys, values, mask])
+        if group > 1:
+            a = cfg.add("Reshape", name=p + "self_attn/heads", inputs=[a],
+                        options={"dims": [batch, heads, -1, width]})
         a = cfg.add("Transpose", name=p + "self_attn/merge", inputs=[a],
                     options={"dims": [0, 2, 1, 3]})
         a = cfg.add("Reshape", name=p + "self_attn/merged", inputs=[a],
@@ -170,6 +161,19 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     decoder_logits(cfg, norm("model.norm", x), hidden, vocab, ["lm_head.weight"])
     cos, sin = rope_tables(config, context)
     return cfg, {"rope.cos": cos, "rope.sin": sin}
+
+
+def _grouped_mask(cfg, mask, rows, group, context):
+    """The cache's mask (rows, 1, T, L) for query rows grouped G to a key/value head: the
+    same T rows G times, (rows, 1, G * T, L)."""
+    if group == 1:
+        return mask
+    mask = cfg.add("Reshape", name="mask/groups", inputs=[mask],
+                   options={"dims": [rows, 1, 1, -1, context]})
+    mask = cfg.add("Expand", name="mask/repeat", inputs=[mask],  # (broadcast both ways)
+                   options={"shape": [rows, 1, group, 1, 1]})
+    return cfg.add("Reshape", name="mask/grouped", inputs=[mask],
+                   options={"dims": [rows, 1, -1, context]})
 
 
 def _check_supported(config, context):

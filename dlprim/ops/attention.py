@@ -9,3 +9,7 @@ declare("scaled_dot_product_attention", FAMILY, "launcher",
         dtypes=("float",), aten=("scaled_dot_product_attention", "_native_multi_head_attention",
                                  "_transformer_encoder_layer_fwd"),
         layer="ScaledDotProductAttention", launch="dlprim.core.attention.AttentionOps")
+declare("rotary_embedding", FAMILY, "launcher",
+        "a decoder's rotary position embedding: x cos + swap(x) sin over the last axis, "
+        "optionally from (N, T, H, D) to heads-major", dtypes=("float",), aten=(),
+        layer="Rotary", launch="dlprim.core.rotary.RotaryOps")
