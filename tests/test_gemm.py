@@ -911,3 +911,44 @@ def test_autotuning_measures_a_shape_once_and_keeps_its_pick(ctx, rng, tmp_path,
     tuning.store_tuned(ctx.facts, {key: dict(entry, TILE_M=3)})  # no longer a valid tile
     close(product(Gemm(ctx, M, N, K, True, False)), reference(a.T, b), K)
     assert len(timed) == 1 + len(tuning.candidates(ctx.facts))
+
+
+@pytest.mark.parametrize("M", [1, 2, 3, 5, 8])
+def test_few_rows_with_b_transposed(ctx, rng, M):
+    """A decoder step's Linear (M <= tuning.GEMV_MAX_ROWS, B^T): on GPUs (and under GPU
+    facts) one launch of kernels/gemv.cl, float4 and scalar loads, bias, activation,
+    alpha and beta, a batch with strides, 16-bit operands."""
+    for N, K, mode, act in ((1, 1, None, "identity"), (33, 129, "col", "relu"),
+                            (300, 1024, "row", "tanh"), (7, 3, "col", "identity")):
+        a = rng.standard_normal((M, K))
+        b = rng.standard_normal((K, N))
+        bias = rng.standard_normal(M if mode == "row" else N)
+        c_old = rng.standard_normal((M, N))
+        g = Gemm(ctx, M, N, K, trans_b=True, bias=mode, activation=act)
+        assert g.gemv == ctx.facts.is_gpu
+        C = t(ctx, c_old)
+        launches = g.launches(t(ctx, a), t(ctx, stored(b, True)), C,
+                              bias=t(ctx, bias) if mode else None, alpha=0.5, beta=0.25)
+        if g.gemv:
+            assert len(launches) == 1 and launches[0].name == "gemv"
+        for launch in launches:
+            launch(ctx.queue)
+        close(C.numpy(), reference(a, b, c_old, 0.5, 0.25, bias, mode, act), K)
+    # a batch with strides, rows not 16-byte aligned (scalar loads): lda = K + 1
+    K, N, batch = 65, 40, 3
+    a = rng.standard_normal((batch, M, K + 1))
+    b = rng.standard_normal((batch, N, K))
+    g = Gemm(ctx, M, N, K, trans_b=True, batch=batch)
+    C = poisoned(ctx, (batch, M, N))
+    g(t(ctx, a), t(ctx, b), C, lda=K + 1, stride_a=M * (K + 1), stride_b=N * K,
+      stride_c=M * N)
+    want = np.einsum("bmk,bnk->bmn", a[..., :K].astype(np.float64), b)
+    close(C.numpy(), want, K)
+    # 16-bit operands and result
+    a, b = rng.standard_normal((M, 256)), rng.standard_normal((96, 256))
+    h = np.float16
+    g = Gemm(ctx, M, 96, 256, trans_b=True, dtypes=(h, h, h))
+    C = dp.Tensor(ctx, (M, 96), h)
+    g(dp.Tensor.from_numpy(ctx, a.astype(h)), dp.Tensor.from_numpy(ctx, b.astype(h)), C)
+    want = a.astype(h).astype(np.float64) @ b.astype(h).astype(np.float64).T
+    np.testing.assert_allclose(C.numpy().astype(np.float64), want, rtol=2e-3, atol=2e-2)

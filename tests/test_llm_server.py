@@ -6,10 +6,10 @@ three requests at once through two rows answer as alone; a seed reproduces a dra
 same as ``generate``'s), no seed draws afresh; every kind of bad request gets its status
 and OpenAI's error body, a failed generation a 500 without the traceback; the command
 serves until interrupted."""
-import _thread
 import http.client
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -94,9 +94,11 @@ def test_greedy_completion_is_generate(served, alone):
                                "finish_reason": "length"}]
     assert got["usage"] == {"prompt_tokens": prompt_tokens, "completion_tokens": 12,
                             "total_tokens": prompt_tokens + 12}
-    # token ids as the prompt; OpenAI's default of 16 tokens; several prompts at once
+    # token ids as the prompt (OpenAI's neutral values taken); OpenAI's default of 16
+    # tokens; several prompts at once
     ids = _post(served, "/v1/completions", {"prompt": alone.encode(PROMPT), "max_tokens": 12,
-                                            "temperature": 0})
+                                            "temperature": 0, "n": 1, "logprobs": None,
+                                            "echo": False, "presence_penalty": 0.0})
     assert ids["choices"][0]["text"] == want.text
     sixteen = alone.generate(PROMPT, max_new_tokens=16, temperature=0)
     assert sixteen.finish_reason == "length"
@@ -250,7 +252,7 @@ def test_bad_requests_get_openai_errors(served, method, path, body, status, kind
     assert "Traceback" not in error["message"]
     if status == 405:
         assert headers["Allow"] == ("POST" if method == "GET" else "GET")
-    if body is not None and not raw and body.get("prompt") == LONG:
+    if isinstance(body, dict) and body.get("prompt") == LONG:
         assert error["code"] == "context_length_exceeded"
         assert "context of %d" % CONTEXT in error["message"]
 
@@ -312,7 +314,7 @@ def test_dlprim_serve_command(chat_model, capsys):  # noqa: F811
             except OSError:
                 time.sleep(0.05)
         if not finished.is_set():
-            _thread.interrupt_main()
+            os.kill(os.getpid(), signal.SIGINT)
     thread = threading.Thread(target=client, daemon=True)
     thread.start()
     try:

@@ -22,6 +22,7 @@ DTYPES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 
 def parse_args(argv):
+    """The parsed command line of dlprim-generate."""
     p = argparse.ArgumentParser(prog="dlprim-generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="a HuggingFace model folder (config.json, *.safetensors, "

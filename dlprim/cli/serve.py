@@ -9,11 +9,13 @@ Routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (with "s
 true as server-sent events). Up to --batch requests decode together; more wait for a free
 row. Sampling follows OpenAI's defaults (temperature 1, top_p 1; temperature 0 is greedy),
 not the folder's generation_config.json (dlprim/llm/server.py says what is taken). Serves
-until Ctrl-C. Needs the folder's tokenizer.json (the llm extra: pip install dlprim[llm]).
+until Ctrl-C or SIGTERM. Needs the folder's tokenizer.json (the llm extra: pip install dlprim[llm]).
 """
 import argparse
 import logging
+import signal
 import sys
+import threading
 import time
 
 from ..errors import Error
@@ -50,8 +52,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    """The dlprim-serve program; returns the exit status (0 after Ctrl-C and a clean
-    shutdown, 2 a bad option or model, or an address it cannot listen on)."""
+    """The dlprim-serve program; returns the exit status (0 after Ctrl-C or SIGTERM and a
+    clean shutdown, 2 a bad option or model, or an address it cannot listen on)."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="dlprim-serve: %(message)s")
     logging.getLogger("dlprim.llm.server").setLevel(logging.INFO)  # the requests
@@ -65,16 +67,25 @@ def main(argv=None):
     except (Error, OSError, ValueError, ImportError) as err:
         print("dlprim-serve: %s" % err, file=sys.stderr)
         return 2
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
     try:
         server.start()
         print("dlprim-serve: serving %s on %s (batch %d, context %d)"
               % (server.name, server.url, args.batch, model.context), file=sys.stderr)
         while True:
-            time.sleep(3600)
+            time.sleep(1)  # (a signal that lands in another thread: seen within 1 s)
     except KeyboardInterrupt:
         print("\ndlprim-serve: shutting down", file=sys.stderr)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     server.close()
     return 0
+
+
+def _interrupt(signum, frame):  # SIGTERM (a service manager's stop) as Ctrl-C
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

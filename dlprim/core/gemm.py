@@ -116,6 +116,10 @@ class Gemm:
         self.trans_a, self.trans_b = bool(trans_a), bool(trans_b)
         if bias not in BIAS_MODES:
             raise ValueError("Gemm: bias must be None, 'row' or 'col', got %r" % (bias,))
+        # a few rows on a GPU (a decoder's step): one launch streaming B (kernels/gemv.cl)
+        self.gemv = (tuning.gemv_rows(ctx.facts, self.M) and self.trans_b and not self.trans_a
+                     and not tile and split_k is None and not batch_sum
+                     and not self.float_copies)
         if activation not in FUSABLE:
             raise ValueError("Gemm: unknown activation %r; known: %s"
                              % (activation, ", ".join(FUSABLE)))
@@ -124,6 +128,7 @@ class Gemm:
             ctx.facts, self.M, self.N, self.batch)
         # measured for this very shape where autotuning is on (float32 on a GPU)
         if not tile and split_k is None and self.batch == 1 and ctx.facts.is_gpu and \
+                not self.gemv and \
                 min(self.M, self.N, self.K) > 0 and not (self.mma or self.subgroup_mma or self.half) and gemm_autotune.autotuning():
             tile, split_k = gemm_autotune.tuned_choice(
                 ctx, self.M, self.N, self.K, self.trans_a, self.trans_b,
@@ -144,7 +149,8 @@ class Gemm:
                                  "(VEC 1 or 4), got tile %r" % (self.tile,))
         self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile \
             and not planned
-        self.splits, self.k_chunk = (1, self.K) if self.small_m else self._split(split_k)
+        self.splits, self.k_chunk = (1, self.K) if self.small_m or self.gemv else \
+            self._split(split_k)
         self.batch_sum = bool(batch_sum)
         if self.batch_sum and not self.batch_summable(ctx, M, trans_b):
             raise ValueError("Gemm: batch_sum (C = the sum of the batch's products) needs the "
@@ -152,6 +158,9 @@ class Gemm:
         self.pack_b = tuning.pack_b(self.tile, self.M) and self.K > 0
         self.pack_a = tuning.pack_a(self.tile, self.M, self.trans_a) and self.K > 0
         self._workspace = self._packed_b = self._packed_a = None
+        if self.gemv:  # build now the variant aligned operands use
+            self._gemv_program(1)
+            return
         # build now the variant that packed, aligned operands use
         copies = self.copy_async and all(
             self._aligned(self._packed(x), 0, 0, COPY_VALUES) for x in "ab")
@@ -412,9 +421,31 @@ class Gemm:
             return []
         operands = (A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b, stride_c,
                     b_packed, workspace)
+        if self.gemv:
+            return self._gemv_launches(*operands[:12])
         if self.float_copies:
             return self._float_copy_launches(*operands)
         return self._launches(*operands)
+
+    def _gemv_program(self, vec):
+        teams = max(1, min(8, self.ctx.facts.max_work_group // 32))
+        return program.get(self.ctx, "gemv", ROWS=program.pow2_at_least(self.M), VEC=vec,
+                           TEAMS=teams, BIAS=self.bias or "none", ACTIVATION=self.activation,
+                           **self._types()), teams
+
+    def _gemv_launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
+                       stride_c):
+        """The few-rows GPU kernel: 32 work-items per column of C, one launch."""
+        i32, u64, f32 = np.int32, np.uint64, np.float32
+        vec = 4 if (self.K % 4 == 0 and self._aligned(lda, A.offset, stride_a)
+                    and self._aligned(ldb, B.offset, stride_b)) else 1
+        prg, teams = self._gemv_program(vec)
+        bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
+        args = [i32(self.M), i32(self.N), i32(self.K), A, i32(lda), u64(stride_a), B, i32(ldb),
+                u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
+        return [program.Launch(prg, "gemv", (ceil_div(self.N, teams) * 32 * teams,
+                                             self.batch), (32 * teams, 1), args,
+                               flops=self.flops)]
 
     def _float_copy_launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a,
                              stride_b, stride_c, b_packed, workspace):

@@ -27,14 +27,28 @@ class KVCacheOps:
         return program.Launch(self.program, kernel, (round_up(total, self._wg),), (self._wg,),
                               [np.uint64(total)] + args)
 
-    def write(self, new, cache, pos, width):
-        """cache[n, h, pos_n + t, :] = new[n, h, t, :] (nothing where pos_n overflows)."""
+    def write(self, k, keys, v, values, pos, key_width, value_width):
+        """keys[n, h, pos_n + t, :] = k[n, h, t, :], and values from v alike (nothing where
+        pos_n overflows), in one launch."""
         u32, u64 = np.uint32, np.uint64
-        total = self.samples * self.heads * self.t_len * width
-        return [self._launch("kv_write", total, [
-            u32(self.heads), u32(self.t_len), u32(self.length), u32(width), new.buffer,
-            u64(new.offset), cache.buffer, u64(cache.offset), pos.buffer, u64(pos.offset),
-            u32(self.per_row)])]
+        rows = self.samples * self.heads * self.t_len
+        keys_total, total = rows * key_width, rows * (key_width + value_width)
+        return [program.Launch(self.program, "kv_write", (round_up(total, self._wg),),
+                               (self._wg,), [
+            u64(keys_total), u64(total), u32(self.heads), u32(self.t_len), u32(self.length),
+            u32(key_width), u32(value_width), k.buffer, u64(k.offset), keys.buffer,
+            u64(keys.offset), v.buffer, u64(v.offset), values.buffer, u64(values.offset),
+            pos.buffer, u64(pos.offset), u32(self.per_row)])]
+
+    def read(self, keys, keys_out, values, values_out):
+        """The whole caches copied into the outputs, in one launch."""
+        u64 = np.uint64
+        total = keys.size + values.size
+        return [program.Launch(self.program, "kv_read", (round_up(total, self._wg),),
+                               (self._wg,), [
+            u64(keys.size), u64(total), keys.buffer, u64(keys.offset), keys_out.buffer,
+            u64(keys_out.offset), values.buffer, u64(values.offset), values_out.buffer,
+            u64(values_out.offset)])]
 
     def mask(self, mask, pos):
         """mask (N or 1, 1, T, length) float32: 0 where j <= pos + t, -inf elsewhere, NaN

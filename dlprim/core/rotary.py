@@ -26,6 +26,7 @@ class RotaryOps:
         self._wg = min(256, ctx.facts.max_work_group)
 
     def launches(self, x, cos, sin, y):
+        """The launch writing y from x and the tables (Tensors of the shapes given)."""
         n, h, t, d = self.shape
         total = n * h * t * d
         if total == 0:

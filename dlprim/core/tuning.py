@@ -94,6 +94,15 @@ def family(facts):
 
 
 # ----- GEMM (kernels/gemm.cl): benchmarks/gemm.py on an H100 (docs/benchmarks.md, "GEMM")
+GEMV_MAX_ROWS = 8  # GPU GEMMs of at most this many rows (B^T) run kernels/gemv.cl
+
+
+def gemv_rows(facts, M):
+    """Whether a GPU GEMM of M rows (with B transposed) runs the few-rows kernel
+    (kernels/gemv.cl): a decoder's step streams its weights once, in one launch."""
+    return facts.is_gpu and 0 < M <= GEMV_MAX_ROWS
+
+
 SMALL = 64  # M or N under this is a "small" side: big tiles would leave most threads idle
 CLASSES = ("huge", "large", "medium", "narrow_m", "narrow_n", "small_m", "small_n", "small")
 

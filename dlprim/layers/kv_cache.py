@@ -17,11 +17,9 @@ writes nothing and makes that sample's mask NaN, so its attention is NaN, never 
 plausible value. Inference only (no backward); the caches start at zero
 (``init_params``) and are reset by writing them (``Net.set_parameters``).
 """
-import math
 
 import numpy as np
 
-from ..core.copy import StridedCopy
 from ..core.kv_cache import KVCacheOps
 from ..dtypes import dtype_name
 from ..utils import is_int
@@ -67,8 +65,6 @@ class KVCache(Layer):
         self.ops = KVCacheOps(self.ctx, n, h, t, length, k.dtype.itemsize, pos.dtype,
                               self.per_row)
         shapes = [(n, h, length, d), (n, h, length, v.shape[3])]
-        self.copies = [StridedCopy(self.ctx, (math.prod(s),), (1,), (1,), k.dtype)
-                       for s in shapes]
         masks = n if self.per_row else 1
         outputs = [TensorSpec(shapes[0], k.dtype), TensorSpec(shapes[1], k.dtype)]
         if self.options["mask"]:
@@ -84,7 +80,6 @@ class KVCache(Layer):
     def forward(self, x, y, params, ws, saved):
         d, dv = self.dims[3:]
         pos = x[2]
-        out = self.ops.write(x[0], params[0], pos, d) + self.ops.write(x[1], params[1], pos, dv)
-        for copy, cache, dst in zip(self.copies, params, y[:2]):
-            out += copy.launches(cache.view((cache.size,)), dst.view((dst.size,)))
+        out = self.ops.write(x[0], params[0], x[1], params[1], pos, d, dv)
+        out += self.ops.read(params[0], y[0], params[1], y[1])
         return out + (self.ops.mask(y[2], pos) if self.options["mask"] else [])

@@ -150,11 +150,9 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         x = cfg.add("Elementwise", name=p + "attn/residual", inputs=[x, a],
                     options={"operation": "sum"})
         h = norm(p + "post_attention_layernorm", x)
-        gate = cfg.add("Activation", name=p + "mlp.act", options={"activation": "silu"},
-                       inputs=[linear(p + "mlp.gate_proj", h, hidden, inner)])
-        up = linear(p + "mlp.up_proj", h, hidden, inner)
-        m = cfg.add("Elementwise", name=p + "mlp.glu", inputs=[gate, up],
-                    options={"operation": "prod"})
+        m = cfg.add("LibraryOp", name=p + "mlp.glu", options={"op": "silu_mul"},
+                    inputs=[linear(p + "mlp.gate_proj", h, hidden, inner),
+                            linear(p + "mlp.up_proj", h, hidden, inner)])
         x = cfg.add("Elementwise", name=p + "mlp/residual",
                     inputs=[x, linear(p + "mlp.down_proj", m, inner, hidden)],
                     options={"operation": "sum"})

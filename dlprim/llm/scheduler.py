@@ -145,9 +145,6 @@ class Scheduler:
                 self._active[row] = req
                 new[row] = req
         if new:
-            for row, req in new.items():
-                req._started = time.perf_counter()
-                engine.start(row, req.prompt, lane=req.lane, **req.settings.sampler())
             feeds = {row: req.prompt for row, req in new.items()}
         else:
             feeds = {row: [req.tokens[-1] if req.tokens else req.prompt[-1]]
@@ -155,6 +152,9 @@ class Scheduler:
         if not feeds:
             return False
         try:
+            for row, req in new.items():
+                req._started = time.perf_counter()
+                engine.start(row, req.prompt, lane=req.lane, **req.settings.sampler())
             chosen = engine.step(feeds)
         except Exception as e:  # every request of the pass learns why, then the caller
             for row in feeds:

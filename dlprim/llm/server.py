@@ -36,6 +36,7 @@ import os
 import queue
 import secrets
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -120,6 +121,7 @@ class Server:
 
     @property
     def url(self):
+        """``http://host:port``."""
         host, port = self.address
         return "http://%s:%d" % ("[%s]" % host if ":" in host else host, port)
 
@@ -231,6 +233,12 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
     def __init__(self, address, handler):
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, handler)
+
+    def handle_error(self, request, address):  # socketserver would print to stderr
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.info("%s left: %s", address[0], sys.exc_info()[1])
+        else:
+            log.exception("the connection of %s failed", address[0])
 
 
 class _Feed(threading.Event):
@@ -379,12 +387,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self._route("POST")
 
-    def do_PUT(self):
-        self._route("PUT")
-
-    def do_DELETE(self):
-        self._route("DELETE")
-
     def _route(self, method):
         app, self._streaming = self.server.app, False
         path = self.path.split("?")[0]
@@ -399,7 +401,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             routes[method](self, self._body() if method == "POST" else None)
         except ApiError as e:
             self._fail(e)
-        except (BrokenPipeError, ConnectionResetError):
+        except ConnectionError:
             log.info("%s left during %s %s", self.address_string(), method, path)
             self.close_connection = True
         except Exception as e:  # a bug: logged here, a plain 500 there
@@ -432,6 +434,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise ApiError(400, "the body must be a JSON object, not %s"
                            % type(body).__name__)
         return body
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own errors (a malformed request, a method no route has) in
+        OpenAI's body."""
+        self.log_error("code %d, message %s", code, message)
+        self.send_json(code, ApiError(code, message or self.responses[code][0]).body())
 
     def send_json(self, status, obj, headers=None):
         data = json.dumps(obj).encode()

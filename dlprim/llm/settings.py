@@ -91,8 +91,8 @@ def _check(s):
         bad("top_p", s.top_p, "in (0, 1]")
     if not isinstance(s.repetition_penalty, numbers.Real) or not s.repetition_penalty > 0:
         bad("repetition_penalty", s.repetition_penalty, "a number > 0 (1: none)")
-    if not count(s.seed) or s.seed < 0:
-        bad("seed", s.seed, "an integer >= 0")
+    if not count(s.seed) or not 0 <= s.seed < 2 ** 64:
+        bad("seed", s.seed, "an integer in [0, 2^64)")
     if not all(isinstance(x, str) and x for x in s.stop):
         bad("stop", s.stop, "non-empty strings")
     if not all(count(x) and x >= 0 for x in s.eos_ids):

@@ -76,6 +76,10 @@ _backward("threshold_backward", "({b} <= {threshold} ? 0 : {a})", "threshold's g
 # the LibraryOp layer run them, with their attributes
 _unary("softsign", "({a} / (({T})1 + fabs({a})))", "x / (1 + |x|)",
        grad=("dy / ((1 + fabs(a)) * (1 + fabs(a)))",), onnx="Softsign", aten=())
+declare("silu_mul", FAMILY, "binary", "silu(a) b: the gate of a SwiGLU MLP (Llama's)",
+        expr="({a} / (1 + exp(-{a})) * {b})", grad=(
+            "dy * b / (1 + exp(-a)) * (1 + a * (1 - 1 / (1 + exp(-a))))",
+            "dy * a / (1 + exp(-a))"), aten=())
 declare("prelu", FAMILY, "binary", "x, or x * slope below 0 (the slope broadcast to x)",
         expr="({a} < 0 ? {a} * {b} : {a})", dtypes=_FI,
         grad=("a < 0 ? dy * b : dy", "a < 0 ? dy * a : 0"), onnx="PRelu", aten=())
