@@ -37,7 +37,7 @@ def save_model(name, folder):
         model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**spec))
     else:
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**spec))
-    model.save_pretrained(folder)
+    model.half().save_pretrained(folder)  # (as checkpoints ship: 16-bit)
     return sum(p.numel() for p in model.parameters())
 
 
