@@ -4,6 +4,7 @@ and --new tokens decoded greedily (EOS ignored), tokens per second of the decodi
 
     python benchmarks/llm_decode.py --kinds dlprim              # dlprim on its device
     python benchmarks/llm_decode.py --kinds hf_cuda,hf_compiled  # PyTorch on CUDA, fp16
+    python benchmarks/llm_decode.py --kinds dlprim,hf_cpu --models gpt2 --device cpu
 
 Models: ``tinyllama`` (TinyLlama-1.1B's shape: 22 layers, 2048 wide, 32 heads, 4 KV
 heads) and ``gpt2`` (124M). ``hf_compiled`` is HF generate with a static cache and
@@ -72,23 +73,26 @@ def time_dlprim(folder, context, new, batch, precision, device):
     return (full - one) / (new - 1), detail
 
 
-def time_hf(folder, context, new, batch, compiled):
+def time_hf(folder, context, new, batch, compiled, device="cuda"):
     import torch
     import transformers
+    dtype = torch.float16 if device == "cuda" else torch.float32
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        folder, torch_dtype=torch.float16).cuda().eval()
-    ids = torch.randint(1, 1000, (batch, context), device="cuda")
+        folder, torch_dtype=dtype).to(device).eval()
+    ids = torch.randint(1, 1000, (batch, context), device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
     if compiled:
         model.generation_config.cache_implementation = "static"
         model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
 
     def run(n):
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         with torch.no_grad():
-            model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
-        torch.cuda.synchronize()
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                           min_new_tokens=n, **kw)
+        sync()
         return time.perf_counter() - start
     run(2)
     run(new)
@@ -101,7 +105,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="gpt2,tinyllama")
-    p.add_argument("--kinds", default="dlprim", help="dlprim, dlprim_fp16, hf_cuda, hf_compiled")
+    p.add_argument("--kinds", default="dlprim",
+                   help="dlprim, dlprim_fp16, hf_cuda, hf_compiled, hf_cpu (float32)")
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--new", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
@@ -121,7 +126,8 @@ def main(argv=None):
                                     "fp16" if kind.endswith("fp16") else "fp32", args.device)
                 else:
                     s, detail = time_hf(folder, args.context, args.new, args.batch,
-                                        kind == "hf_compiled")
+                                        kind == "hf_compiled",
+                                        "cpu" if kind == "hf_cpu" else "cuda")
                 row = dict(model=name, kind=kind, batch=args.batch, context=args.context,
                            ms_per_step=round(s * 1e3, 3),
                            tokens_per_s=round(args.batch / s, 1), **detail)
