@@ -437,7 +437,7 @@ def decoder_logits(cfg, x, dim, vocab, params, bias=False):
 
 def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, tokens=1,
                 activation="gelu_tanh", head_bias=False, eps=1e-5, per_sample=False,
-                last_only=False):
+                last_only=False, inner=None):
     """The decoder of ``gpt`` for generation, a pass at a time over a key/value cache: the
     same blocks (GPT-2's and nanoGPT's parameter names), each attention writing this
     pass's keys and values into a ``KVCache`` of ``context`` positions and attending over
@@ -455,7 +455,7 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
     compare the names left out. Inference only."""
     if dim % heads:
         raise ValueError("gpt_decoder: dim %d is not a multiple of heads %d" % (dim, heads))
-    width = dim // heads
+    width, inner = dim // heads, inner or 4 * dim
     cfg, ids, places, pos = decoder_inputs(batch, tokens, per_sample, last_only)
     emb = cfg.add("Embedding", name="transformer.wte", inputs=[ids],
                   params=["transformer.wte.weight"],
@@ -492,10 +492,10 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
         a = cfg.add("Reshape", name=p + "attn/merged", inputs=[a],
                     options={"dims": [batch, -1, dim]})
         x = _residual(cfg, p + "attn/residual", x, linear(p + "attn.c_proj", a, dim, dim))
-        h = linear(p + "mlp.c_fc", _layer_norm(cfg, p + "ln_2", x, eps), dim, 4 * dim)
+        h = linear(p + "mlp.c_fc", _layer_norm(cfg, p + "ln_2", x, eps), dim, inner)
         h = cfg.add("Activation", name=p + "mlp.act", inputs=[h],
                     options={"activation": activation})
-        x = _residual(cfg, p + "mlp/residual", x, linear(p + "mlp.c_proj", h, 4 * dim, dim))
+        x = _residual(cfg, p + "mlp/residual", x, linear(p + "mlp.c_proj", h, inner, dim))
     x = _layer_norm(cfg, "transformer.ln_f", x, eps)
     decoder_logits(cfg, x, dim, vocab, ["lm_head.weight"] + (["lm_head.bias"] if head_bias else []),
                    head_bias)

@@ -245,3 +245,26 @@ def test_dlprim_generate_command(ctx, chat_model, capsys, monkeypatch):
     assert "no such model folder" in capsys.readouterr().err
     assert cli.main([folder, "--prompt", "x", "--top-p", "2"] + device) == 2
     assert "top_p" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind,extra", [("llama", {"attention_bias": True, "head_dim": 16}),
+                                        ("gpt2", {"n_inner": 40})])
+def test_config_variants(ctx, tmp_path, kind, extra):
+    """Llama with biases on every attention projection (o_proj too) and a head width of
+    its own; GPT-2 with an MLP width other than 4 x dim."""
+    torch.manual_seed(2)
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                                       num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, max_position_embeddings=64,
+                                       initializer_range=0.3, **extra)
+        model = transformers.LlamaForCausalLM(cfg).eval()
+    else:
+        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2,
+                                      n_head=4, initializer_range=0.3, **extra)
+        model = transformers.GPT2LMHeadModel(cfg).eval()
+    model.save_pretrained(tmp_path)
+    prompt = [5, 9, 13, 2]
+    want, _ = _hf_greedy(model, prompt, 12)
+    assert load(tmp_path, ctx=ctx, context=32).generate(
+        prompt, max_new_tokens=12, eos_ids=[]).tokens == want

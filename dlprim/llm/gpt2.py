@@ -22,6 +22,9 @@ def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only
     for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
         if config.get(flag):
             raise ArchitectureError("GPT-2 with %s is not built yet" % flag)
+    if not config.get("scale_attn_weights", True):
+        raise ArchitectureError("GPT-2 without the 1 / sqrt(d) attention scale "
+                                "(scale_attn_weights false) is not built yet")
     positions = int(config.get("n_positions", 1024))
     context = int(context or positions)
     if context > positions:
@@ -31,7 +34,8 @@ def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only
                       heads=config["n_head"], dim=config["n_embd"], batch=batch, tokens=tokens,
                       activation=_ACTIVATIONS[act],
                       eps=float(config.get("layer_norm_epsilon", 1e-5)),
-                      per_sample=per_sample, last_only=last_only)
+                      per_sample=per_sample, last_only=last_only,
+                      inner=config.get("n_inner"))
     return cfg, {}
 
 

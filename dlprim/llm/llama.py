@@ -88,6 +88,7 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     _check_supported(config, context)
     if qkv_bias is None:
         qkv_bias = config.get("model_type") == "qwen2" or bool(config.get("attention_bias"))
+    out_bias = bool(config.get("attention_bias"))  # (Llama's covers o_proj; Qwen2's q, k, v only)
     eps = float(config.get("rms_norm_eps", 1e-6))
     vocab, inner = config["vocab_size"], config["intermediate_size"]
     cfg, ids, places, pos = decoder_inputs(batch, tokens, per_sample, last_only)
@@ -146,7 +147,7 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
                     options={"dims": [0, 2, 1, 3]})
         a = cfg.add("Reshape", name=p + "self_attn/merged", inputs=[a],
                     options={"dims": [batch, -1, heads * width]})
-        a = linear(p + "self_attn.o_proj", a, heads * width, hidden)
+        a = linear(p + "self_attn.o_proj", a, heads * width, hidden, out_bias)
         x = cfg.add("Elementwise", name=p + "attn/residual", inputs=[x, a],
                     options={"operation": "sum"})
         h = norm(p + "post_attention_layernorm", x)
