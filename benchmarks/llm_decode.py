@@ -42,13 +42,13 @@ def save_model(name, folder):
     return sum(p.numel() for p in model.parameters())
 
 
-def time_dlprim(folder, context, new, batch, precision, device):
+def time_dlprim(folder, context, new, batch, precision, device, quantize=None):
     import numpy as np
 
     import dlprim as dp
     from dlprim.llm import load
     lm = load(folder, ctx=dp.Context(device), context=context + new + 8, batch=batch,
-              precision=precision)
+              precision=precision, quantize=quantize)
     rng = np.random.default_rng(0)
     prompts = [rng.integers(1, 1000, context).tolist() for _ in range(batch)]
 
@@ -69,7 +69,8 @@ def time_dlprim(folder, context, new, batch, precision, device):
     queue.finish()
     wall = (time.perf_counter() - start) / 20
     detail = dict(launches=len(net.plan.forward), enqueue_ms=round(host * 1e3, 3),
-                  pass_ms=round(wall * 1e3, 3))
+                  pass_ms=round(wall * 1e3, 3), weights_mb=round(
+                      lm.engine.memory()["weights"] / 2 ** 20, 1))
     return (full - one) / (new - 1), detail
 
 
@@ -106,7 +107,8 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="gpt2,tinyllama")
     p.add_argument("--kinds", default="dlprim",
-                   help="dlprim, dlprim_fp16, hf_cuda, hf_compiled, hf_cpu (float32)")
+                   help="dlprim, dlprim_fp16, dlprim_bf16, dlprim_int8, hf_cuda, hf_compiled, hf_cpu "
+                        "(float32)")
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--new", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
@@ -123,7 +125,10 @@ def main(argv=None):
             try:
                 if kind.startswith("dlprim"):
                     s, detail = time_dlprim(folder, args.context, args.new, args.batch,
-                                    "fp16" if kind.endswith("fp16") else "fp32", args.device)
+                                            kind[7:] if kind[7:] in ("fp16", "bf16")
+                                            else "fp32",
+                                            args.device,
+                                            "int8" if kind.endswith("int8") else None)
                 else:
                     s, detail = time_hf(folder, args.context, args.new, args.batch,
                                         kind == "hf_compiled",

@@ -309,15 +309,18 @@ def mobilenet_v2(batch=16, image_size=224, classes=1000, train=True, dropout=Fal
     return _finish(_MobileNetV2(classes, dropout), [batch, 3, image_size, image_size], train)
 
 
-def seq_linear(cfg, name, x, length, inputs, outputs, params=None, batch=None, bias=True):
+def seq_linear(cfg, name, x, length, inputs, outputs, params=None, batch=None, bias=True,
+               weights="float32"):
     """nn.Linear over the last axis of (batch, length, inputs): rows, InnerProduct, back.
     With ``batch`` the batch is fixed and the length left free (``length`` None): a
     decoder's passes of T tokens. Parameters ``params``, else ``name``.weight (and
-    ``name``.bias where ``bias``)."""
+    ``name``.bias where ``bias``, and ``name``.weight_scale for int8 ``weights``: the
+    InnerProduct's storage of W)."""
     flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": [-1, inputs]})
     y = cfg.add("InnerProduct", name=name, inputs=[flat],
-                params=params or [name + ".weight"] + ([name + ".bias"] if bias else []),
-                options={"outputs": outputs, "inputs": inputs, "bias": bool(bias)})
+                params=params or linear_params(name, bias, weights),
+                options={"outputs": outputs, "inputs": inputs, "bias": bool(bias),
+                         "weights": weights})
     dims = [-1, length, outputs] if batch is None else [batch, -1, outputs]
     return cfg.add("Reshape", name=name + "/seq", inputs=[y], options={"dims": dims})
 
@@ -422,7 +425,14 @@ def decoder_inputs(batch, tokens, per_sample=False, last_only=False):
     return cfg, ids, places, pos
 
 
-def decoder_logits(cfg, x, dim, vocab, params, bias=False):
+def linear_params(name, bias=True, weights="float32"):
+    """The parameter names of a Linear ``name`` as HF and PyTorch spell them, and the
+    scales of int8 weights (``name``.weight_scale)."""
+    return [name + ".weight"] + ([name + ".bias"] if bias else []) + \
+        ([name + ".weight_scale"] if weights == "int8" else [])
+
+
+def decoder_logits(cfg, x, dim, vocab, params, bias=False, weights="float32"):
     """The head of a decoder over (batch, T, dim): output ``logits`` (batch * T, vocab);
     where the net has input ``rows`` (``decoder_inputs(last_only=True)``), only the rows
     of the flattened (batch * T) it names, (batch, vocab): each sample's last prompt token
@@ -431,13 +441,13 @@ def decoder_logits(cfg, x, dim, vocab, params, bias=False):
     if any(i["name"] == "rows" for i in cfg.inputs):
         x = cfg.add("Gather", name="lm_head/picked", inputs=[x, "rows"], options={"axis": 0})
     cfg.add("InnerProduct", name="lm_head", inputs=[x], outputs=["logits"], params=params,
-            options={"outputs": vocab, "inputs": dim, "bias": bool(bias)})
+            options={"outputs": vocab, "inputs": dim, "bias": bool(bias), "weights": weights})
     cfg.set_outputs(["logits"])
 
 
 def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, tokens=1,
                 activation="gelu_tanh", head_bias=False, eps=1e-5, per_sample=False,
-                last_only=False, inner=None):
+                last_only=False, inner=None, weights="float32"):
     """The decoder of ``gpt`` for generation, a pass at a time over a key/value cache: the
     same blocks (GPT-2's and nanoGPT's parameter names), each attention writing this
     pass's keys and values into a ``KVCache`` of ``context`` positions and attending over
@@ -466,7 +476,7 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
     x = cfg.add("Elementwise", name="embed", inputs=[emb, at], options={"operation": "sum"})
 
     def linear(name, x, inputs, outputs):  # over (batch, T, inputs), T left free
-        return seq_linear(cfg, name, x, None, inputs, outputs, batch=batch)
+        return seq_linear(cfg, name, x, None, inputs, outputs, batch=batch, weights=weights)
 
     for i in range(layers):
         p = "transformer.h.%d." % i
@@ -497,8 +507,8 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
                     options={"activation": activation})
         x = _residual(cfg, p + "mlp/residual", x, linear(p + "mlp.c_proj", h, inner, dim))
     x = _layer_norm(cfg, "transformer.ln_f", x, eps)
-    decoder_logits(cfg, x, dim, vocab, ["lm_head.weight"] + (["lm_head.bias"] if head_bias else []),
-                   head_bias)
+    decoder_logits(cfg, x, dim, vocab, linear_params("lm_head", head_bias, weights), head_bias,
+                   weights)
     return cfg
 
 

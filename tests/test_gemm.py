@@ -845,7 +845,7 @@ def test_16bit_operands_match_float64(ctx, rng, monkeypatch, as_float, dtypes):
     copies of the operands and of C (``as_float``: tuning.CPU_HALF_AS_FLOAT), and on the
     tiled template that reads them directly (the GPUs' path). Gaps between rows (ld >
     columns), strided and shared batches, beta, bias, activation, split-K and the
-    few-rows kernel; within a few roundings of C's storage of the largest value."""
+    few-rows kernels (gemv.cl where B is bfloat16); within a few roundings of C's storage of the largest value."""
     layer_check.skip_unless_cpu(ctx)
     monkeypatch.setattr(tuning, "CPU_HALF_AS_FLOAT", as_float)
     tol = 4 * (2 ** -8 if "bfloat16" in dtypes else 2 ** -11)  # units of the storage's rounding
@@ -861,7 +861,10 @@ def test_16bit_operands_match_float64(ctx, rng, monkeypatch, as_float, dtypes):
         bias = rng.standard_normal(N).astype(np.float32)
         op = Gemm(ctx, M, N, K, trans_a, trans_b, bias="col", activation="relu", batch=batch,
                   split_k=split, dtypes=dtypes)
-        assert op.float_copies == as_float
+        # (a few rows over a 16-bit B transposed run kernels/gemv.cl, which reads it)
+        assert op.float_copies == (as_float and not op.gemv)
+        assert op.gemv == (M <= tuning.GEMV_MAX_ROWS and bool(trans_b) and not trans_a
+                           and dtypes[1] == "bfloat16")
         C = dp.Tensor.from_numpy(ctx, host(c, dtypes[2]))
         op(dp.Tensor.from_numpy(ctx, host(a, dtypes[0])), dp.Tensor.from_numpy(ctx, host(b, dtypes[1])),
            C, bias=t(ctx, bias), alpha=0.5, beta=0.25, lda=lda, ldb=ldb, ldc=ldc,
@@ -952,3 +955,27 @@ def test_few_rows_with_b_transposed(ctx, rng, M):
     g(dp.Tensor.from_numpy(ctx, a.astype(h)), dp.Tensor.from_numpy(ctx, b.astype(h)), C)
     want = a.astype(h).astype(np.float64) @ b.astype(h).astype(np.float64).T
     np.testing.assert_allclose(C.numpy().astype(np.float64), want, rtol=2e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("M", [1, 4, 8])
+def test_int8_b_with_row_scales(ctx, rng, M):
+    """Weight-only int8 (kernels/gemv.cl on any device): C = A (q * scale)^T per row of
+    the stored B, against float64; K not a multiple of 4 (scalar loads) too; refused past
+    GEMV_MAX_ROWS rows or without its scales."""
+    for N, K in ((37, 256), (5, 33)):
+        q = rng.integers(-128, 128, (N, K)).astype(np.int8)
+        scale = rng.uniform(0.001, 0.02, N).astype(np.float32)
+        a = rng.standard_normal((M, K))
+        bias = rng.standard_normal(N)
+        g = Gemm(ctx, M, N, K, trans_b=True, bias="col", dtypes=(np.float32, np.int8, np.float32),
+                 b_scale=True)
+        C = poisoned(ctx, (M, N))
+        g(t(ctx, a), dp.Tensor.from_numpy(ctx, q), C, bias=t(ctx, bias), b_scale=t(ctx, scale))
+        want = a @ (q.astype(np.float64) * scale[:, None]).T + bias
+        close(C.numpy(), want, K)
+    with pytest.raises(ValueError, match="b_scale"):
+        g(t(ctx, a), dp.Tensor.from_numpy(ctx, q), C, bias=t(ctx, bias))
+    with pytest.raises(ValueError, match="at most 8 rows"):
+        Gemm(ctx, 9, N, K, trans_b=True, dtypes=(np.float32, np.int8, np.float32), b_scale=True)
+    with pytest.raises(TypeError, match="b_scale"):
+        Gemm(ctx, M, N, K, trans_b=True, dtypes=(np.float32, np.int8, np.float32))

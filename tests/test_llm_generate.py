@@ -268,3 +268,32 @@ def test_config_variants(ctx, tmp_path, kind, extra):
     want, _ = _hf_greedy(model, prompt, 12)
     assert load(tmp_path, ctx=ctx, context=32).generate(
         prompt, max_new_tokens=12, eos_ids=[]).tokens == want
+
+
+def test_perplexity_16_bit_and_int8_weights(ctx, saved):
+    """Perplexity against transformers' own loss; 16-bit and int8 weights (memory as
+    stored) close to float32 in logits and perplexity, and the same greedy start."""
+    model, folder = saved("qwen2")
+    ids = [int(i) for i in np.random.default_rng(4).integers(0, VOCAB, 40)]
+    with torch.no_grad():
+        loss = model(torch.tensor([ids]), labels=torch.tensor([ids])).loss.item()
+    fp32 = load(folder, ctx=ctx, context=48)
+    ppl = fp32.perplexity(ids)
+    np.testing.assert_allclose(ppl, np.exp(loss), rtol=1e-4)
+    want = fp32.generate(ids[:6], max_new_tokens=4, eos_ids=[]).tokens
+    sizes = {"fp32": fp32.engine.memory()}
+    for precision, quantize, rtol in (("fp16", None, 1e-2), ("bf16", None, 5e-2),
+                                      ("fp32", "int8", 5e-2)):
+        lm = load(folder, ctx=ctx, context=48, precision=precision, quantize=quantize)
+        sizes[quantize or precision] = lm.engine.memory()
+        np.testing.assert_allclose(lm.perplexity(ids), ppl, rtol=rtol)
+        assert lm.generate(ids[:6], max_new_tokens=1, eos_ids=[]).tokens == want[:1]
+    # weights as stored: 16-bit halves the Linears, int8 quarters them (plus a scale a row)
+    linear = sum(p.numel() for n, p in model.named_parameters()
+                 if n.endswith("proj.weight") or n == "lm_head.weight")
+    assert sizes["fp32"]["weights"] - sizes["fp16"]["weights"] == 2 * linear
+    assert sizes["fp32"]["weights"] - sizes["int8"]["weights"] == 3 * linear - 4 * sum(
+        p.shape[0] for n, p in model.named_parameters()
+        if n.endswith("proj.weight") or n == "lm_head.weight")
+    with pytest.raises(ValueError, match="q4"):
+        load(folder, ctx=ctx, quantize="q4")

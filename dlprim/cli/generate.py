@@ -42,10 +42,11 @@ def parse_args(argv):
     p.add_argument("--context", type=int, help="positions of the key/value cache (default: "
                                                "the model's, at most 2048)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
-                   help="activations' storage: fp32 (default), fp16 or bf16 (the weights "
-                        "stay float32)")
+                   help="storage of the activations and weights: fp32 (default), fp16 or "
+                        "bf16 (norms, softmax and sums stay float32)")
     p.add_argument("--quantize", choices=("int8", "q4"),
-                   help="weight-only quantization (not built yet: refused)")
+                   help="weight-only quantization: int8 (a scale per output channel); q4 "
+                        "is not built yet (refused)")
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
     return p.parse_args(argv)
 
@@ -56,16 +57,16 @@ def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="dlprim-generate: %(message)s")
     try:
-        if args.quantize:
-            raise Error("--quantize %s: weight-only quantization is not built yet; run "
-                        "without it" % args.quantize)
+        if args.quantize == "q4":
+            raise Error("--quantize q4: 4-bit weights are not built yet; --quantize int8 "
+                        "is")
         prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
         if args.system and not args.chat:
             raise Error("--system needs --chat")
         from ..context import Context  # opens OpenCL: not needed above
         from ..llm import load
         model = load(args.model, ctx=Context(args.device), context=args.context,
-                     precision=DTYPES[args.dtype])
+                     precision=DTYPES[args.dtype], quantize=args.quantize)
         if model.tokenizer is None:
             raise Error("%s has no tokenizer.json: dlprim-generate needs one to read the "
                         "prompt" % args.model)

@@ -38,8 +38,10 @@ def parse_args(argv):
     p.add_argument("--context", type=int, help="positions of the key/value cache per "
                                                "sequence (default: the model's, at most 2048)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
-                   help="activations' storage: fp32 (default), fp16 or bf16 (the weights "
-                        "stay float32)")
+                   help="storage of the activations and weights: fp32 (default), fp16 or "
+                        "bf16 (norms, softmax and sums stay float32)")
+    p.add_argument("--quantize", choices=("int8",),
+                   help="weight-only int8 weights (a scale per output channel)")
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
     p.add_argument("--model-name", help="the model's id in the API (default: the folder's "
                                         "name)")
@@ -62,7 +64,8 @@ def main(argv=None):
         from ..llm import load
         from ..llm.server import Server
         model = load(args.model, ctx=Context(args.device), context=args.context,
-                     batch=args.batch, precision=DTYPES[args.dtype])
+                     batch=args.batch, precision=DTYPES[args.dtype],
+                     quantize=args.quantize)
         server = Server(model, args.host, args.port, args.model_name)
     except (Error, OSError, ValueError, ImportError) as err:
         print("dlprim-serve: %s" % err, file=sys.stderr)

@@ -62,14 +62,20 @@ class Gemm:
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
                  activation="identity", batch=1, tile=None, split_k=None, batch_sum=False,
-                 precision="fp32", dtypes=None, _mma=False, _copy_async=None, _wgmma=None,
-                 _subgroup_mma=None):
+                 precision="fp32", dtypes=None, b_scale=False, _mma=False, _copy_async=None,
+                 _wgmma=None, _subgroup_mma=None):
         self.ctx = ctx
         self.precision = check_precision(precision, "Gemm: precision")
         self.dtypes = tuple(as_dtype(d) for d in (dtypes or (np.float32,) * 3))
-        if len(self.dtypes) != 3 or any(d not in HALF_OR_FLOAT for d in self.dtypes):
+        # int8 B: weights quantized per row of the stored B (a column of C), each row times
+        # its float32 scale (b_scale); few rows only (gemv)
+        self.b_scale = bool(b_scale)
+        if self.b_scale != (len(self.dtypes) == 3 and self.dtypes[1] == np.int8):
+            raise TypeError("Gemm: b_scale goes with an int8 B, and an int8 B with b_scale")
+        if len(self.dtypes) != 3 or any(d not in HALF_OR_FLOAT for i, d in enumerate(self.dtypes)
+                                        if not (i == 1 and self.b_scale)):
             raise TypeError("Gemm: dtypes must be 3 of float32, float16 and bfloat16 (A, B, "
-                            "C), got %r" % (dtypes,))
+                            "C; B int8 with b_scale), got %r" % (dtypes,))
         self.half = any(d in HALF_TYPES for d in self.dtypes)
         # the tensor-core kernel: TF32 products for "tf32", FP16 or BF16 for the others, where the probe
         # passes (_mma: without asking it, the probe's own test)
@@ -116,10 +122,21 @@ class Gemm:
         self.trans_a, self.trans_b = bool(trans_a), bool(trans_b)
         if bias not in BIAS_MODES:
             raise ValueError("Gemm: bias must be None, 'row' or 'col', got %r" % (bias,))
-        # a few rows on a GPU (a decoder's step): one launch streaming B (kernels/gemv.cl)
-        self.gemv = (tuning.gemv_rows(ctx.facts, self.M) and self.trans_b and not self.trans_a
-                     and not tile and split_k is None and not batch_sum
-                     and not self.float_copies)
+        # a few rows (a decoder's step) on a GPU, or over an int8 or bfloat16 B anywhere:
+        # one launch streaming B (kernels/gemv.cl)
+        # (float16 not on CPUs: they decode its bits in integer arithmetic, slower than
+        # the float32 copy the CPU kernels read)
+        self.gemv = (tuning.gemv_rows(ctx.facts, self.M, self.dtypes[1] in (np.int8, bfloat16))
+                     and self.trans_b and not self.trans_a and not tile and split_k is None
+                     and not batch_sum)
+        if self.gemv:  # (it reads every storage itself: no float32 copies, no tensor cores)
+            self.float_copies, self.kernel_dtypes = False, self.dtypes
+            self.kernel_half = self.half
+        elif self.b_scale:
+            raise ValueError("Gemm: an int8 B takes at most %d rows of A with B transposed "
+                             "(tuning.GEMV_MAX_ROWS), got M=%d%s" % (
+                                 tuning.GEMV_MAX_ROWS, self.M,
+                                 "" if self.trans_b else " and B not transposed"))
         if activation not in FUSABLE:
             raise ValueError("Gemm: unknown activation %r; known: %s"
                              % (activation, ", ".join(FUSABLE)))
@@ -393,7 +410,8 @@ class Gemm:
         return ceil_div(self.N, self.tile["BLOCK_N"]) * self.K * self.tile["BLOCK_N"]
 
     def launches(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
-                 stride_a=0, stride_b=0, stride_c=0, b_packed=False, workspace=None):
+                 stride_a=0, stride_b=0, stride_c=0, b_packed=False, workspace=None,
+                 b_scale=None):
         """C = act(alpha * op(A) op(B) + bias + beta * C) over the given tensors, with leading
         dimensions and batch strides in elements (None: packed); checked before anything is built.
 
@@ -421,30 +439,49 @@ class Gemm:
             return []
         operands = (A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b, stride_c,
                     b_packed, workspace)
+        if self.b_scale:
+            if not isinstance(b_scale, Tensor) or b_scale.dtype != np.float32 or \
+                    b_scale.size != self.N:
+                raise ValueError("Gemm: an int8 B needs b_scale, a float32 Tensor of N = %d "
+                                 "scales" % self.N)
+        elif b_scale is not None:
+            raise ValueError("Gemm: b_scale given to a Gemm built without it")
         if self.gemv:
-            return self._gemv_launches(*operands[:12])
+            return self._gemv_launches(*operands[:12], b_scale)
         if self.float_copies:
             return self._float_copy_launches(*operands)
         return self._launches(*operands)
 
     def _gemv_program(self, vec):
-        teams = max(1, min(8, self.ctx.facts.max_work_group // 32))
+        # CPUs: gemv_cpu, a few columns a work-item in float8 vectors (their compilers
+        # would otherwise vectorize across work-items, gathering a row each)
+        team = 32 if self.ctx.facts.is_gpu else 1
+        teams = max(1, min(8, self.ctx.facts.max_work_group // 32)) if team > 1 else 1
+        cols = 1 if team > 1 else 2
+        types = {} if all(d == np.float32 for d in self.dtypes) else \
+            dict(zip(("A_T", "B_T", "C_T"), (cl_type(d) for d in self.dtypes)))
         return program.get(self.ctx, "gemv", ROWS=program.pow2_at_least(self.M), VEC=vec,
                            TEAMS=teams, BIAS=self.bias or "none", ACTIVATION=self.activation,
-                           **self._types()), teams
+                           SCALE=int(self.b_scale), TEAM=team, COLS=cols, **types), \
+            team, teams * cols
 
     def _gemv_launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
-                       stride_c):
-        """The few-rows GPU kernel: 32 work-items per column of C, one launch."""
+                       stride_c, b_scale=None):
+        """The few-rows kernel: a team of work-items per column of C, one launch."""
         i32, u64, f32 = np.int32, np.uint64, np.float32
         vec = 4 if (self.K % 4 == 0 and self._aligned(lda, A.offset, stride_a)
                     and self._aligned(ldb, B.offset, stride_b)) else 1
-        prg, teams = self._gemv_program(vec)
+        prg, team, teams = self._gemv_program(vec)  # teams: columns a work-group
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
+        scale_args = b_scale.kernel_args if b_scale is not None else (C.buffer, u64(0))
         args = [i32(self.M), i32(self.N), i32(self.K), A, i32(lda), u64(stride_a), B, i32(ldb),
-                u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
-        return [program.Launch(prg, "gemv", (ceil_div(self.N, teams) * 32 * teams,
-                                             self.batch), (32 * teams, 1), args,
+                u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args, *scale_args,
+                f32(alpha), f32(beta)]
+        if team == 1:
+            return [program.Launch(prg, "gemv_cpu", (ceil_div(self.N, teams), self.batch),
+                                   (1, 1), args, flops=self.flops)]
+        return [program.Launch(prg, "gemv", (ceil_div(self.N, teams) * team * teams,
+                                             self.batch), (team * teams, 1), args,
                                flops=self.flops)]
 
     def _float_copy_launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a,
@@ -585,10 +622,11 @@ class Gemm:
         return [launch], packed, ldk, (D * ldk if stride else 0)
 
     def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
-                 stride_a=0, stride_b=0, stride_c=0, queue=None, b_packed=False, workspace=None):
+                 stride_a=0, stride_b=0, stride_c=0, queue=None, b_packed=False, workspace=None,
+                 b_scale=None):
         queue = self.ctx.queue if queue is None else queue
         for launch in self.launches(A, B, C, bias, alpha, beta, lda, ldb, ldc,
-                                    stride_a, stride_b, stride_c, b_packed, workspace):
+                                    stride_a, stride_b, stride_c, b_packed, workspace, b_scale):
             launch(queue)
         return C
 

@@ -97,10 +97,12 @@ def family(facts):
 GEMV_MAX_ROWS = 8  # GPU GEMMs of at most this many rows (B^T) run kernels/gemv.cl
 
 
-def gemv_rows(facts, M):
-    """Whether a GPU GEMM of M rows (with B transposed) runs the few-rows kernel
-    (kernels/gemv.cl): a decoder's step streams its weights once, in one launch."""
-    return facts.is_gpu and 0 < M <= GEMV_MAX_ROWS
+def gemv_rows(facts, M, typed_b=False):
+    """Whether a GEMM of M rows (with B transposed) runs the few-rows kernel
+    (kernels/gemv.cl): on GPUs, a decoder's step streams its weights once, in one launch;
+    anywhere, over a B the CPU kernels would otherwise copy to float32 first (``typed_b``:
+    int8 or bfloat16 weights)."""
+    return (facts.is_gpu or typed_b) and 0 < M <= GEMV_MAX_ROWS
 
 
 SMALL = 64  # M or N under this is a "small" side: big tiles would leave most threads idle

@@ -1,22 +1,27 @@
 <%include file="common.h"/>
 ## GEMM of a few rows on GPUs (core/gemm.py, gemv): C (M, N) = act(alpha A B^T + bias +
 ## beta C) with A (M, K) and B (N, K) rows contiguous (a decoder step's Linear: the
-## weights read once, as they stream). A team of 32 work-items per column of C strides
-## over K, each keeping its M partial sums; the team's sums are added in local memory;
+## weights read once, as they stream). A team of TEAM work-items per column of C strides
+## over K, each keeping its M partial sums; the team's sums are added in local memory
+## (32 on GPUs; on CPUs work-groups of one work-item, whose float4 loads are the
+## vectors, each over COLS columns in turn: fewer groups to schedule);
 ## one launch, no split-K pass. ROWS: M rounded up (at most 8); VEC: 4 where every row
-## starts 16-byte aligned (float4 loads), else 1. A_T, B_T, C_T: the storages.
+## starts 16-byte aligned (float4 loads), else 1. A_T, B_T, C_T: the storages (B_T char:
+## int8 weights, each row of B times its scale: SCALE).
 <%
 A_T = context.get("A_T", "float")
 B_T = context.get("B_T", "float")
 C_T = context.get("C_T", "float")
 %>
-#define TEAM 32
+#define TEAM ${TEAM}
 #define TEAMS ${TEAMS}
 
 inline float4 load4_${A_T}(__global const ${A_T} *p, ulong i)
 {
 % if A_T == "float":
     return vload4(0, p + i);
+% elif A_T == "char":
+    return convert_float4(vload4(0, p + i));
 % else:
     return (float4)(LD_${A_T}(p, i), LD_${A_T}(p, i + 1), LD_${A_T}(p, i + 2),
                     LD_${A_T}(p, i + 3));
@@ -28,6 +33,8 @@ inline float4 load4_${B_T}(__global const ${B_T} *p, ulong i)
 {
 % if B_T == "float":
     return vload4(0, p + i);
+% elif B_T == "char":
+    return convert_float4(vload4(0, p + i));
 % else:
     return (float4)(LD_${B_T}(p, i), LD_${B_T}(p, i + 1), LD_${B_T}(p, i + 2),
                     LD_${B_T}(p, i + 3));
@@ -35,32 +42,40 @@ inline float4 load4_${B_T}(__global const ${B_T} *p, ulong i)
 }
 % endif
 
+% if TEAM > 1:
 __kernel __attribute__((reqd_work_group_size(TEAM * TEAMS, 1, 1)))
 void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda,
           ulong stride_a, __global const ${B_T} *B, ulong b_offset, int ldb, ulong stride_b,
           __global ${C_T} *C, ulong c_offset, int ldc, ulong stride_c,
-          __global const float *bias, ulong bias_offset, float alpha, float beta)
+          __global const float *bias, ulong bias_offset, __global const float *scale,
+          ulong scale_offset, float alpha, float beta)
 {
     __local float sums[TEAMS * TEAM * ${ROWS}];
     const int lane = get_local_id(0) % TEAM, team = get_local_id(0) / TEAM;
-    const int n = get_group_id(0) * TEAMS + team;
     const ulong batch = get_group_id(1);
+    for (int j = 0; j < ${COLS}; j++) {  // (COLS columns a team, one after the other)
+    const int n = (get_group_id(0) * TEAMS + team) * ${COLS} + j;
     const int col = min(n, N - 1);  // (teams past N compute a copy, store nothing)
     __global const ${A_T} *a = A + a_offset + batch * stride_a;
     __global const ${B_T} *b = B + b_offset + batch * stride_b + (ulong)col * ldb;
     float acc[${ROWS}];
-    for (int m = 0; m < ${ROWS}; m++)
-        acc[m] = 0.0f;
 % if VEC == 4:
+    float4 acc4[${ROWS}];  // (lanes of sums, added at the end: no horizontal add a step)
+    for (int m = 0; m < ${ROWS}; m++)
+        acc4[m] = (float4)(0.0f);
     for (int k = lane * 4; k < K; k += TEAM * 4) {
         float4 w = load4_${B_T}(b, k);
         for (int m = 0; m < ${ROWS}; m++)
             if (m < M)
-                acc[m] += dot(load4_${A_T}(a, (ulong)m * lda + k), w);
+                acc4[m] += load4_${A_T}(a, (ulong)m * lda + k) * w;
     }
+    for (int m = 0; m < ${ROWS}; m++)
+        acc[m] = (acc4[m].x + acc4[m].y) + (acc4[m].z + acc4[m].w);
 % else:
+    for (int m = 0; m < ${ROWS}; m++)
+        acc[m] = 0.0f;
     for (int k = lane; k < K; k += TEAM) {
-        float w = LD_${B_T}(b, k);
+        float w = (float)LD_${B_T}(b, k);
         for (int m = 0; m < ${ROWS}; m++)
             if (m < M)
                 acc[m] += LD_${A_T}(a, (ulong)m * lda + k) * w;
@@ -76,9 +91,11 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
                 mine[lane * ${ROWS} + m] += mine[(lane + step) * ${ROWS} + m];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (n < N && lane < M) {
-        int m = lane;
+    for (int m = lane; n < N && m < M; m += TEAM) {  // each row of C's column n
         float v = alpha * mine[m];
+% if SCALE:
+        v *= scale[scale_offset + n];
+% endif
         __global ${C_T} *c = C + c_offset + batch * stride_c + (ulong)m * ldc + n;
         if (beta != 0.0f)
             v += beta * LD_${C_T}(c, 0);
@@ -89,4 +106,82 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
 % endif
         ST_${C_T}(c, 0, ACT_${ACTIVATION}(v));
     }
+    barrier(CLK_LOCAL_MEM_FENCE);  // (the sums are written again for the next column)
+    }
 }
+% endif
+
+% if TEAM == 1:
+inline float8 load8_${B_T}(__global const ${B_T} *p, ulong i)
+{
+% if B_T == "float":
+    return vload8(0, p + i);
+% elif B_T == "char":
+    return convert_float8(vload8(0, p + i));
+% else:
+    return (float8)(load4_${B_T}(p, i), load4_${B_T}(p, i + 4));
+% endif
+}
+
+// CPUs: COLS columns a work-item, rows of B read as float8 vectors, fma into float8
+// sums (no local memory, no barrier: what their compilers keep in registers)
+__kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_offset,
+                       int lda, ulong stride_a, __global const ${B_T} *B, ulong b_offset,
+                       int ldb, ulong stride_b, __global ${C_T} *C, ulong c_offset, int ldc,
+                       ulong stride_c, __global const float *bias, ulong bias_offset,
+                       __global const float *scale, ulong scale_offset, float alpha,
+                       float beta)
+{
+    const int n0 = get_global_id(0) * ${COLS};
+    const ulong batch = get_global_id(1);
+    __global const ${A_T} *a = A + a_offset + batch * stride_a;
+    for (int m = 0; m < M; m++) {
+        __global const ${A_T} *a_row = a + (ulong)m * lda;
+        float8 acc[${COLS}];
+        float tail[${COLS}];
+        __global const ${B_T} *b_row[${COLS}];
+    % for j in range(COLS):
+        acc[${j}] = (float8)(0.0f);
+        tail[${j}] = 0.0f;
+        b_row[${j}] = B + b_offset + batch * stride_b + (ulong)min(n0 + ${j}, N - 1) * ldb;
+    % endfor
+        int k = 0;
+        for (; k + 8 <= K; k += 8) {
+% if A_T == "float":
+            const float8 x = vload8(0, a_row + k);
+% else:
+            const float8 x = (float8)(load4_${A_T}(a_row, k), load4_${A_T}(a_row, k + 4));
+% endif
+    % for j in range(COLS):
+            acc[${j}] = fma(x, load8_${B_T}(b_row[${j}], k), acc[${j}]);
+    % endfor
+        }
+        for (; k < K; k++) {
+            const float x = (float)LD_${A_T}(a_row, k);
+    % for j in range(COLS):
+            tail[${j}] = fma(x, (float)LD_${B_T}(b_row[${j}], k), tail[${j}]);
+    % endfor
+        }
+    % for j in range(COLS):
+        if (n0 + ${j} < N) {
+            const int n = n0 + ${j};
+            float8 s = acc[${j}];
+            float4 h = s.lo + s.hi;
+            float v = alpha * ((h.x + h.y) + (h.z + h.w) + tail[${j}]);
+% if SCALE:
+            v *= scale[scale_offset + n];
+% endif
+            __global ${C_T} *c = C + c_offset + batch * stride_c + (ulong)m * ldc + n;
+            if (beta != 0.0f)
+                v += beta * LD_${C_T}(c, 0);
+% if BIAS == "row":
+            v += bias[bias_offset + m];
+% elif BIAS == "col":
+            v += bias[bias_offset + n];
+% endif
+            ST_${C_T}(c, 0, ACT_${ACTIVATION}(v));
+        }
+    % endfor
+    }
+}
+% endif

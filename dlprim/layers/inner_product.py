@@ -1,7 +1,10 @@
 """InnerProduct: a fully connected layer, y = act(x W^T + b), bias and activation fused.
 
 x of any rank is flattened from axis 1 to (N, inputs); W is [outputs, inputs] (PyTorch's
-Linear). With g = dy * act'(y):
+Linear). Option ``weights`` stores W for inference in float16, bfloat16 or int8 (then
+with a third parameter, one float32 scale per output: W = q * scale, ``core/quantize.py``):
+memory and traffic of 2 or 1 bytes a weight; such a W is not trained (the layer refuses
+train mode). With g = dy * act'(y):
   dx = g W          (N x outputs @ outputs x inputs)
   dW += g^T x       (outputs x N @ N x inputs)
   db += sum over n of g
@@ -11,7 +14,10 @@ import numpy as np
 from ..core.activation import FUSABLE, backward_code
 from ..tensor import ws_view
 from ..core.gemm import Gemm
+from ..core.quantize import DequantizeRows
+from ..dtypes import as_dtype, bfloat16, to_bfloat16
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from ..core import tuning
 from ..utils import is_int, round_up
 from .base import Layer, ParamSpec, Setup, TensorSpec, register
 
@@ -21,7 +27,10 @@ __all__ = ["InnerProduct"]
 @register("InnerProduct")
 class InnerProduct(Layer):
     """y[n, o] = act(b[o] + sum_i W[o, i] x[n, i])."""
-    OPTIONS = {"outputs": None, "inputs": -1, "bias": True, "activation": "identity"}
+    OPTIONS = {"outputs": None, "inputs": -1, "bias": True, "activation": "identity",
+               "weights": "float32"}
+    WEIGHTS = {"float32": np.float32, "float16": np.float16, "bfloat16": bfloat16,
+               "int8": np.int8}
     BACKWARD_READS_INPUTS = True
     HALF_STORAGE = "prefers"  # x, y and their gradients half; W, b and their gradients float32
 
@@ -41,6 +50,11 @@ class InnerProduct(Layer):
             self.fail("option 'activation': unknown %r; known: %s"
                       % (o["activation"], ", ".join(FUSABLE)))
         self.bias, self.activation = bool(o["bias"]), o["activation"]
+        if o["weights"] not in self.WEIGHTS:
+            self.fail("option 'weights': unknown %r; known: %s"
+                      % (o["weights"], ", ".join(self.WEIGHTS)))
+        self.weight_dtype = as_dtype(self.WEIGHTS[o["weights"]])
+        self.int8 = self.weight_dtype == np.int8
 
     def build(self, in_specs):
         spec = self.single_input(in_specs, "(N, features, ...)", min_ndim=2)
@@ -54,9 +68,18 @@ class InnerProduct(Layer):
         outputs = self.options["outputs"]
         self.n, self.inputs, self.outputs = n, inputs, outputs
         self.dtype = dt = spec.dtype
+        typed = self.weight_dtype != np.float32
+        if typed and self.mode == "train":
+            self.fail("weights stored as %s are for inference (predict mode): they are not "
+                      "trained" % self.options["weights"])
+        # int8 weights: read as they are by a GEMM of a few rows, else widened first
+        self.widen = self.int8 and not tuning.gemv_rows(self.ctx.facts, n, typed_b=True)
+        w_dt = np.float32 if self.widen else self.weight_dtype
         self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,
                          bias="col" if self.bias else None, activation=self.activation,
-                         precision=self.precision, dtypes=(dt, np.float32, dt))
+                         precision=self.precision, dtypes=(dt, w_dt, dt),
+                         b_scale=self.int8 and not self.widen)
+        self._widen = DequantizeRows(self.ctx, outputs, inputs) if self.widen else None
         self._bwd = None
         y_spec = ((n, outputs), dt)
         self.act_bwd = None
@@ -73,8 +96,12 @@ class InnerProduct(Layer):
         self.act_bytes = round_up(dt.itemsize * n * outputs, 16) \
             if self.act_bwd is not None and self.mode == "train" else 0  # 16: float4 GEMM reads
         gemms = [self._fwd] + (list(self._backward_ops()) if self.mode == "train" else [])
-        ws = self.act_bytes + 4 * max(op.workspace_elements for op in gemms)
-        params = [ParamSpec((outputs, inputs))] + ([ParamSpec((outputs,))] if self.bias else [])
+        # (a widened int8 W sits after the GEMMs' own workspace)
+        self.widen_at = self.act_bytes + 4 * max(op.workspace_elements for op in gemms)
+        ws = self.widen_at + (4 * outputs * inputs if self.widen else 0)
+        params = [ParamSpec((outputs, inputs), self.weight_dtype, trainable=not typed)] + \
+            ([ParamSpec((outputs,))] if self.bias else []) + \
+            ([ParamSpec((outputs,), trainable=False)] if self.int8 else [])
         # dy * act'(y) needs y
         flags = self.default_flags(backward_reads_outputs=self.activation != "identity")
         return Setup([TensorSpec((n, outputs), dt)], params, ws, flags=flags)
@@ -83,12 +110,26 @@ class InnerProduct(Layer):
         # PyTorch Linear: kaiming_uniform(a=sqrt(5)) -> U(+-1/sqrt(inputs)); bias alike
         bound = 1.0 / np.sqrt(self.inputs)
         for p in params:
-            p.to_device(rng.uniform(-bound, bound, p.shape).astype(np.float32))
+            values = rng.uniform(-bound, bound, p.shape).astype(np.float32)
+            if p.dtype == np.int8:  # (int8 weights: values of -127..127, scales of bound/127)
+                values = np.rint(values / bound * 127).astype(np.int8)
+            elif p.dtype == bfloat16:
+                values = to_bfloat16(values)
+            elif self.int8 and p is params[-1]:
+                values = np.full(p.shape, bound / 127, np.float32)
+            p.to_device(values.astype(p.dtype) if p.dtype != bfloat16 else values)
 
     def forward(self, x, y, params, ws, saved):
-        return self._fwd.launches(x[0].reshape(self.n, self.inputs), params[0], y[0],
-                                  bias=params[1] if self.bias else None,
-                                  workspace=self._fwd.workspace_in(ws, self.act_bytes))
+        weight, out = params[0], []
+        scale = params[-1] if self.int8 else None
+        if self.widen:
+            weight = ws_view(ws, self.widen_at, self.outputs * self.inputs, np.float32).reshape(
+                self.outputs, self.inputs)
+            out = self._widen.launches(params[0], scale, weight)
+        return out + self._fwd.launches(x[0].reshape(self.n, self.inputs), weight, y[0],
+                                        bias=params[1] if self.bias else None,
+                                        workspace=self._fwd.workspace_in(ws, self.act_bytes),
+                                        b_scale=None if self.widen else scale)
 
     def _backward_ops(self):
         if self._bwd is None:

@@ -24,6 +24,7 @@ import logging
 
 import numpy as np
 
+from ..core.quantize import quantize_rows
 from ..core.sampling import TokenSampler
 from ..errors import Error
 from ..net.net import Net
@@ -55,11 +56,17 @@ class DecodeEngine:
         self._nets = {1: net}
         wanted = set(net.store.params)
         given = set()
+        stored = net.store.dtypes
         for name, array in list(tables.items()) + list(weights):
             if name not in wanted:
                 raise GenerationError("the checkpoint's tensor %s has no place in the decoder "
                                       "(unexpected for this architecture)" % name)
-            net.set_parameters({name: array}, strict=False)
+            if stored[name] == np.int8:  # weight-only int8: a scale per output channel
+                q, scale = quantize_rows(array)
+                net.set_parameters({name: q, name + "_scale": scale}, strict=False)
+                given.add(name + "_scale")
+            else:  # (float16 and bfloat16 storage round as they are written)
+                net.set_parameters({name: array}, strict=False)
             given.add(name)
         caches = {n for n in wanted if ".cache." in n}
         missing = sorted(wanted - given - caches)
@@ -70,6 +77,16 @@ class DecodeEngine:
             net.param(name).zero_()
         self.lengths = np.zeros(self.batch, np.int64)  # the tokens each row's cache holds
         self.sampler = TokenSampler(ctx, self.batch, vocab, net.tensor("logits").dtype)
+
+    def memory(self):
+        """Device bytes: {"weights": the parameters but the caches, "cache": the key/value
+        caches, "total": the parameter arena (alignment padding included)}."""
+        store = self.net.store
+        sizes = {n: int(np.prod(shape, dtype=np.int64)) * store.dtypes[n].itemsize
+                 for n, (_, shape, _) in store.layout.items()}
+        cache = sum(v for n, v in sizes.items() if ".cache." in n)
+        return {"weights": sum(sizes.values()) - cache, "cache": cache,
+                "total": store.nbytes}
 
     def bucket(self, longest):
         """The planned length of a pass whose longest feed is ``longest`` tokens."""

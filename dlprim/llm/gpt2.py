@@ -12,7 +12,8 @@ __all__ = ["decoder", "weights"]
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
 
-def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only=False):
+def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only=False,
+            weights="float32"):
     """(NetConfig, {}) of GPT-2's decoder for HF ``config`` (a dict) over a key/value
     cache of ``context`` positions (default and at most ``n_positions``)."""
     act = config.get("activation_function", "gelu_new")
@@ -35,7 +36,7 @@ def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only
                       activation=_ACTIVATIONS[act],
                       eps=float(config.get("layer_norm_epsilon", 1e-5)),
                       per_sample=per_sample, last_only=last_only,
-                      inner=config.get("n_inner"))
+                      inner=config.get("n_inner"), weights=weights)
     return cfg, {}
 
 

@@ -14,7 +14,7 @@ with ``swap`` the two halves exchanged): ``decoder`` returns them beside the con
 """
 import numpy as np
 
-from ..models import decoder_inputs, decoder_logits, seq_linear
+from ..models import decoder_inputs, decoder_logits, linear_params, seq_linear
 from ..errors import FileFormatError
 from .checkpoint import ArchitectureError, as_float32
 
@@ -70,12 +70,13 @@ def _llama3_frequencies(inv, params):
 
 
 def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=False,
-            last_only=False):
+            last_only=False, weights="float32"):
     """(NetConfig, {"rope.cos", "rope.sin"}) of the decoder for HF ``config`` (a dict):
     inputs ``tokens`` and ``positions`` (batch, T) int64 and ``pos`` (1,) int64 (the
     tokens the cache holds before them); output ``logits`` (batch * T, vocab). ``context``:
     the cache's length (default: max_position_embeddings); ``qkv_bias``: whether q, k and
-    v have biases (default: Qwen2's do). Load the checkpoint's tensors with
+    v have biases (default: Qwen2's do); ``weights``: the Linears' storage (float32,
+    float16, bfloat16, or int8 with a scale per output). Load the checkpoint's tensors with
     ``set_parameters(weights, strict=False)`` (the caches are not weights); a tied head
     (``tie_word_embeddings``) takes ``model.embed_tokens.weight`` as ``lm_head.weight``."""
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
@@ -102,7 +103,8 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     mask_rows = batch if per_sample and batch > 1 else 1
 
     def linear(name, x, inputs, outputs, bias=False):  # over (batch, T, inputs)
-        return seq_linear(cfg, name, x, None, inputs, outputs, batch=batch, bias=bias)
+        return seq_linear(cfg, name, x, None, inputs, outputs, batch=batch, bias=bias,
+                          weights=weights)
 
     def norm(name, x):
         return cfg.add("RMSNorm", name=name, inputs=[x], params=[name + ".weight"],
@@ -157,7 +159,8 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         x = cfg.add("Elementwise", name=p + "mlp/residual",
                     inputs=[x, linear(p + "mlp.down_proj", m, inner, hidden)],
                     options={"operation": "sum"})
-    decoder_logits(cfg, norm("model.norm", x), hidden, vocab, ["lm_head.weight"])
+    decoder_logits(cfg, norm("model.norm", x), hidden, vocab,
+                   linear_params("lm_head", False, weights), weights=weights)
     cos, sin = rope_tables(config, context)
     return cfg, {"rope.cos": cos, "rope.sin": sin}
 

@@ -17,11 +17,14 @@ token ids and results carry no text.
 import logging
 import os
 
+import numpy as np
+
 from ..context import Context
+from ..dtypes import bfloat16, bfloat16_values
 from . import gpt2, llama
 from .checkpoint import ArchitectureError, Checkpoint, read_json
 from .engine import DecodeEngine
-from .scheduler import Request, Scheduler
+from .scheduler import ContextError, Request, Scheduler
 from .settings import resolve
 
 __all__ = ["LanguageModel", "load", "DEFAULT_CONTEXT"]
@@ -29,6 +32,7 @@ __all__ = ["LanguageModel", "load", "DEFAULT_CONTEXT"]
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT = 2048  # positions per row when the caller names none (cache memory)
+_WEIGHTS = {"fp16": "float16", "bf16": "bfloat16"}  # precision -> the weights' storage
 _FAMILIES = {"llama": llama, "mistral": llama, "qwen2": llama, "phi3": llama, "gpt2": gpt2}
 
 
@@ -43,7 +47,8 @@ class LanguageModel:
     (sequences decoded together), ``precision`` ("fp32", "fp16" or "bf16": the
     activations' storage, Net's ``precision``)."""
 
-    def __init__(self, folder, ctx=None, context=None, batch=1, precision="fp32"):
+    def __init__(self, folder, ctx=None, context=None, batch=1, precision="fp32",
+                 quantize=None):
         self.checkpoint = ckpt = Checkpoint(folder)
         self.config, self.architecture = ckpt.config, ckpt.architecture
         family = _FAMILIES.get(self.architecture)
@@ -55,7 +60,12 @@ class LanguageModel:
         self.tokenizer = _tokenizer(ckpt.folder)
         self.generation_config = _optional_json(os.path.join(ckpt.folder,
                                                              "generation_config.json"))
+        if quantize not in (None, "int8"):
+            raise ValueError("quantize=%r: dlprim quantizes weights to 'int8' (q4 is not "
+                             "built yet)" % (quantize,))
+        weights = "int8" if quantize else _WEIGHTS.get(precision, "float32")
         extra = {} if self.architecture == "gpt2" else {"qkv_bias": None}
+        extra["weights"] = weights
 
         def build(batch, tokens, context):
             return family.decoder(self.config, batch=batch, tokens=tokens, context=context,
@@ -129,6 +139,28 @@ class LanguageModel:
         request = self.request(prompt, chat, **settings)
         self._run([request])
         return request.result
+
+    def perplexity(self, text):
+        """exp of the mean negative log-likelihood of each token of ``text`` (text, or
+        token ids) given those before it, teacher-forced one token a pass through row 0
+        of the engine; the first token is only given. Float64 on the logits read back."""
+        ids = self.encode(text)
+        if len(ids) < 2:
+            raise ValueError("perplexity needs at least 2 tokens, got %d" % len(ids))
+        if len(ids) > self.context:
+            raise ContextError("%d tokens do not fit the context of %d positions"
+                               % (len(ids), self.context))
+        engine, total = self.engine, 0.0
+        engine.start(0, ids[:1])
+        for i in range(len(ids) - 1):
+            engine.step({0: [ids[i]]})
+            logits = engine.last.tensor("logits").to_host()[0]
+            if logits.dtype == bfloat16:
+                logits = bfloat16_values(logits)
+            logits = logits.astype(np.float64)
+            top = logits.max()
+            total += top + np.log(np.exp(logits - top).sum()) - logits[ids[i + 1]]
+        return float(np.exp(total / (len(ids) - 1)))
 
     def _run(self, requests):
         self.scheduler.run(requests)

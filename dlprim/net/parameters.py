@@ -5,6 +5,11 @@ them all with one launch over ``[0, trainable_size)``; frozen and non-trainable 
 (BatchNorm running statistics) follow. Each parameter starts at a multiple of
 ``ALIGN`` elements; the padding stays zero in both arenas.
 
+Parameters that are not trained may be stored in other types (``STORED``: a Linear's
+float16, bfloat16 or int8 weights for inference): each takes the float32 slots its bytes
+fill, and its tensor is a view of that type; reading and writing them converts (float16
+and bfloat16 round to nearest even, int8 takes integers in range only).
+
 Names are ``<op>.<i>`` (``<op>.<name>`` where the layer's ParamSpec names it) unless the
 operator lists ``params`` (``OpDef.param_names``: ``"auto"``, ``""`` and missing entries
 keep the default); operators naming the same parameter share one tensor (shapes must agree).
@@ -14,6 +19,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .graph import GraphError
+from ..dtypes import as_dtype, bfloat16, dtype_name, to_bfloat16
 from ..errors import ParameterError
 from ..tensor import Tensor
 from ..utils import round_up
@@ -21,44 +27,57 @@ from ..utils import round_up
 __all__ = ["ParamStore", "ALIGN"]
 
 ALIGN = 64  # elements: 256 bytes, enough for any device's base-address alignment
+F32 = np.dtype(np.float32)
+STORED = (F32, np.dtype(np.float16), bfloat16, np.dtype(np.int8))  # what parameters hold
+
+
+def _slots(shape, dtype):
+    """float32 slots of the arena a parameter takes (whole ALIGN blocks)."""
+    return round_up(-(-int(np.prod(shape, dtype=np.int64)) * dtype.itemsize // 4), ALIGN)
 
 
 class ParamStore:
     def __init__(self, ctx, ops, param_specs):
-        entries = OrderedDict()  # name -> [shape, trainable, first op]
+        entries = OrderedDict()  # name -> [shape, trainable, first op, dtype]
         self.op_param_names = []
         for op, specs in zip(ops, param_specs):
             names = op.param_names(len(specs), [getattr(s, "name", None) for s in specs])
             for name, spec in zip(names, specs):
-                if np.dtype(spec.dtype) != np.float32:
-                    raise GraphError("operator '%s': parameter '%s' has dtype %s; parameters "
-                                     "must be float32" % (op.name, name, np.dtype(spec.dtype)))
+                dtype = as_dtype(spec.dtype)
                 trainable = bool(spec.trainable) and not op.frozen
+                if dtype not in STORED or (trainable and dtype != F32):
+                    raise GraphError("operator '%s': parameter '%s' has dtype %s; parameters "
+                                     "must be float32 (untrained ones may be %s)"
+                                     % (op.name, name, dtype_name(dtype),
+                                        ", ".join(dtype_name(d) for d in STORED[1:])))
                 if name in entries:
-                    shape, was, first = entries[name]
-                    if shape != tuple(spec.shape):
+                    shape, was, first, kind = entries[name]
+                    if shape != tuple(spec.shape) or kind != dtype:
                         raise GraphError("parameter '%s' is shared by operators '%s' and '%s' "
-                                         "with different shapes %s and %s"
-                                         % (name, first, op.name, shape, tuple(spec.shape)))
+                                         "with different shapes or dtypes %s %s and %s %s"
+                                         % (name, first, op.name, shape, dtype_name(kind),
+                                            tuple(spec.shape), dtype_name(dtype)))
                     entries[name][1] = was or trainable
                 else:
-                    entries[name] = [tuple(spec.shape), trainable, op.name]
+                    entries[name] = [tuple(spec.shape), trainable, op.name, dtype]
             self.op_param_names.append(names)
         order = [n for n, e in entries.items() if e[1]] + [n for n, e in entries.items() if not e[1]]
         self.layout = OrderedDict()
+        self.dtypes = {}  # name -> its stored dtype
         offset = 0
         self.trainable_size = 0
         for name in order:
-            shape, trainable = entries[name][0], entries[name][1]
+            shape, trainable, _, dtype = entries[name]
             self.layout[name] = (offset, shape, trainable)
-            offset += round_up(int(np.prod(shape, dtype=np.int64)), ALIGN)
+            self.dtypes[name] = dtype
+            offset += _slots(shape, dtype)
             if trainable:
                 self.trainable_size = offset
         self.total_size = offset
         self.ctx, self._ops, self._specs = ctx, ops, param_specs
         self.param_arena = Tensor.zeros(ctx, (max(offset, 1),), np.float32,
                                         name="the parameter arena (%d parameters)" % len(order))
-        self.params = OrderedDict((n, self.param_arena.view(s, o)) for n, (o, s, _) in self.layout.items())
+        self.params = OrderedDict((n, self._view(self.param_arena, n)) for n in self.layout)
         self.op_params = [[self.params[n] for n in names] for names in self.op_param_names]
         self.op_trains = [any(spec.trainable for spec in specs) and not op.frozen
                           for op, specs in zip(ops, param_specs)]
@@ -73,13 +92,19 @@ class ParamStore:
         if self._grad_arena is None:
             self._grad_arena = Tensor.zeros(self.ctx, (max(self.total_size, 1),), np.float32,
                                             name="the parameter-gradient arena")
-            self.grads = OrderedDict((n, self._grad_arena.view(s, o))
-                                     for n, (o, s, _) in self.layout.items())
+            self.grads = OrderedDict((n, self._view(self._grad_arena, n)) for n in self.layout)
             # an operator gets a gradient tensor for a parameter only if it trains it
             self.op_dparams = [[self.grads[n] if (spec.trainable and not op.frozen) else None
                                 for n, spec in zip(names, specs)]
                                for op, specs, names in zip(self._ops, self._specs, self.op_param_names)]
         return self._grad_arena
+
+    def _view(self, arena, name):
+        """Parameter ``name``'s tensor in ``arena`` (its gradient's, in the gradient arena:
+        only float32 parameters have one that is used)."""
+        offset, shape, _ = self.layout[name]
+        dtype = self.dtypes[name]
+        return arena._view(tuple(shape), offset * 4 // dtype.itemsize, dtype)
 
     def get(self, name, table, what):
         t = table.get(name)
@@ -92,10 +117,15 @@ class ParamStore:
         return self.total_size * 4
 
     def to_numpy(self):
-        """OrderedDict name -> float32 array, read with one copy of the arena."""
-        host = self.param_arena.to_host()
-        return OrderedDict((n, host[o:o + int(np.prod(s, dtype=np.int64))].reshape(s).copy())
-                           for n, (o, s, _) in self.layout.items())
+        """OrderedDict name -> array (float32, or the type the parameter is stored in), read
+        with one copy of the arena."""
+        host = self.param_arena.to_host().view(np.uint8)
+        out = OrderedDict()
+        for n, (o, s, _) in self.layout.items():
+            dtype = self.dtypes[n]
+            size = int(np.prod(s, dtype=np.int64))
+            out[n] = host[4 * o:4 * o + size * dtype.itemsize].view(dtype).reshape(s).copy()
+        return out
 
     def from_numpy(self, arrays, strict=True, source="the given arrays"):
         """Write parameters from {name: array}, all or nothing.
@@ -112,7 +142,7 @@ class ParamStore:
         values, wrong = {}, []
         for name, (_, shape, _) in self.layout.items():
             if name in arrays:
-                values[name], problem = _as_numbers(arrays[name], shape)
+                values[name], problem = _as_stored(arrays[name], shape, self.dtypes[name])
                 if problem:
                     wrong.append("'%s' %s" % (name, problem))
         if wrong:
@@ -136,9 +166,10 @@ class ParamStore:
             raise ParameterError("%s: none of its %d names is a parameter of the net (it has: "
                                  "%s)" % (source, len(arrays), _some(self.layout)))
         host = self.param_arena.to_host()
+        raw = host.view(np.uint8)
         for name, a in values.items():
             offset = self.layout[name][0]
-            host[offset:offset + a.size] = a.ravel()
+            raw[4 * offset:4 * offset + a.nbytes] = a.ravel().view(np.uint8)
         self.param_arena.to_device(host)
 
     def _counter(self, name):
@@ -148,6 +179,35 @@ class ParamStore:
 
 
 FLOAT32_EXACT_INTS = 2 ** 24   # every integer up to this size is a float32
+
+
+def _as_stored(value, shape, dtype):
+    """(array of ``dtype``, None) or (None, what is wrong): ``_as_numbers``, then float16
+    and bfloat16 rounded to nearest even (a finite value beyond float16 refused), int8
+    from integers in [-128, 127] only."""
+    if dtype == np.int8:
+        try:
+            a = np.asarray(value)
+        except (ValueError, TypeError) as err:
+            return None, "is not an array (%s)" % err
+        if tuple(a.shape) != shape:
+            return None, "has shape %s, the net needs %s" % (tuple(a.shape), shape)
+        if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(a == np.round(a))):
+            return None, "has dtype %s values that are not integers, for int8 weights" % a.dtype
+        if a.size and (a.min() < -128 or a.max() > 127):
+            return None, "has values outside int8's [-128, 127]"
+        return a.astype(np.int8), None
+    f, problem = _as_numbers(value, shape)
+    if problem or dtype == F32:
+        return f, problem
+    if dtype == bfloat16:
+        return to_bfloat16(f), None
+    with np.errstate(over="ignore"):
+        h = f.astype(np.float16)
+    bad = np.isfinite(f) & ~np.isfinite(h)
+    if bad.any():
+        return None, "has a value too large for float16 (%r)" % float(f[bad][0])
+    return h, None
 
 
 def _as_numbers(value, shape):
