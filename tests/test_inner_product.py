@@ -76,7 +76,8 @@ def test_init_and_config(ctx):
     bound = 1 / np.sqrt(50)
     assert np.abs(w).max() <= bound and np.abs(b).max() <= bound and w.std() > bound / 3
     assert_close(res.y[0], x @ w.T + b)
-    assert layer.config() == dict(outputs=7, inputs=-1, bias=True, activation="identity")
+    assert layer.config() == dict(outputs=7, inputs=-1, bias=True, activation="identity",
+                                  weights="float32")
 
 
 @pytest.mark.parametrize("options, shape, message", [

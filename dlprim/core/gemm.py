@@ -197,6 +197,12 @@ class Gemm:
         return tuning.gemm_small_m(tuning.pick_tile(ctx.facts, M, N), M)
 
     @staticmethod
+    def reads_int8(ctx, M):
+        """Whether a Gemm of M rows with B transposed takes an int8 B (``b_scale``): the
+        few-rows kernel; more rows take it widened to float32 first."""
+        return tuning.gemv_rows(ctx.facts, M, typed_b=True)
+
+    @staticmethod
     def batch_summable(ctx, M, trans_b):
         """Whether ``batch_sum=True`` is available: the few-rows kernel, a transposed B."""
         return bool(trans_b) and Gemm.few_rows(ctx, M)

@@ -42,6 +42,7 @@ class DequantizeRows:
         self._wg = min(256, ctx.facts.max_work_group)
 
     def launches(self, q, scale, out):
+        """out (rows, K) float32 = q (rows, K) int8 times scale (rows,), one launch."""
         total = self.rows * self.K
         if total == 0:
             return []

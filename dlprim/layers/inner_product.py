@@ -17,7 +17,6 @@ from ..core.gemm import Gemm
 from ..core.quantize import DequantizeRows
 from ..dtypes import as_dtype, bfloat16, to_bfloat16
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
-from ..core import tuning
 from ..utils import is_int, round_up
 from .base import Layer, ParamSpec, Setup, TensorSpec, register
 
@@ -73,7 +72,7 @@ class InnerProduct(Layer):
             self.fail("weights stored as %s are for inference (predict mode): they are not "
                       "trained" % self.options["weights"])
         # int8 weights: read as they are by a GEMM of a few rows, else widened first
-        self.widen = self.int8 and not tuning.gemv_rows(self.ctx.facts, n, typed_b=True)
+        self.widen = self.int8 and not Gemm.reads_int8(self.ctx, n)
         w_dt = np.float32 if self.widen else self.weight_dtype
         self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,
                          bias="col" if self.bias else None, activation=self.activation,
