@@ -1,8 +1,8 @@
 """Memory, perplexity and decoding speed of dlprim.llm's weight storages on a model that
 has learned something: a small Llama trained here with PyTorch on the charlm example's
 Shakespeare (a byte-level BPE tokenizer trained on it too), saved as a HF folder, then
-loaded by dlprim in float32, float16, bfloat16 and int8 (weight-only, a scale per output
-channel). Perplexity over held-out text the training never saw.
+loaded by dlprim in float32, float16, bfloat16, int8 (weight-only, a scale per output
+channel) and q4 (4-bit, a scale per 32 values). Perplexity over held-out text the training never saw.
 
     python benchmarks/llm_quantization.py [--steps 300] [--device cpu] [--folder DIR]
 """
@@ -70,7 +70,7 @@ def main(argv=None):
     held_out = train(folder, args.steps)
     ctx = dp.Context(args.device)
     for precision, quantize in (("fp32", None), ("fp16", None), ("bf16", None),
-                                ("fp32", "int8")):
+                                ("fp32", "int8"), ("fp32", "q4")):
         lm = load(folder, ctx=ctx, context=256, precision=precision, quantize=quantize)
         ids = lm.encode(held_out)[:args.tokens]
         ppl = lm.perplexity(ids)

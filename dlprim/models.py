@@ -314,7 +314,7 @@ def seq_linear(cfg, name, x, length, inputs, outputs, params=None, batch=None, b
     """nn.Linear over the last axis of (batch, length, inputs): rows, InnerProduct, back.
     With ``batch`` the batch is fixed and the length left free (``length`` None): a
     decoder's passes of T tokens. Parameters ``params``, else ``name``.weight (and
-    ``name``.bias where ``bias``, and ``name``.weight_scale for int8 ``weights``: the
+    ``name``.bias where ``bias``, and ``name``.weight_scale for int8 or q4 ``weights``: the
     InnerProduct's storage of W)."""
     flat = cfg.add("Reshape", name=name + "/rows", inputs=[x], options={"dims": [-1, inputs]})
     y = cfg.add("InnerProduct", name=name, inputs=[flat],
@@ -429,7 +429,7 @@ def linear_params(name, bias=True, weights="float32"):
     """The parameter names of a Linear ``name`` as HF and PyTorch spell them, and the
     scales of int8 weights (``name``.weight_scale)."""
     return [name + ".weight"] + ([name + ".bias"] if bias else []) + \
-        ([name + ".weight_scale"] if weights == "int8" else [])
+        ([name + ".weight_scale"] if weights in ("int8", "q4") else [])
 
 
 def decoder_logits(cfg, x, dim, vocab, params, bias=False, weights="float32"):

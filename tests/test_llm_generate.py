@@ -239,8 +239,8 @@ def test_dlprim_generate_command(ctx, chat_model, capsys, monkeypatch):
     want = load(folder, ctx=ctx, context=64).generate("Before we proceed", max_new_tokens=12)
     assert out == want.text + "\n"
     assert "tokens/s" in err and "decode" in err
-    assert cli.main([folder, "--prompt", "x", "--quantize", "q4"] + device) == 2
-    assert "not built yet" in capsys.readouterr().err
+    assert cli.main([folder, "--prompt", "x", "--system", "s"] + device) == 2
+    assert "--system needs --chat" in capsys.readouterr().err
     assert cli.main([folder + "-missing", "--prompt", "x"] + device) == 2
     assert "no such model folder" in capsys.readouterr().err
     assert cli.main([folder, "--prompt", "x", "--top-p", "2"] + device) == 2
@@ -283,11 +283,12 @@ def test_perplexity_16_bit_and_int8_weights(ctx, saved):
     want = fp32.generate(ids[:6], max_new_tokens=4, eos_ids=[]).tokens
     sizes = {"fp32": fp32.engine.memory()}
     for precision, quantize, rtol in (("fp16", None, 1e-2), ("bf16", None, 5e-2),
-                                      ("fp32", "int8", 5e-2)):
+                                      ("fp32", "int8", 5e-2), ("fp32", "q4", 0.3)):
         lm = load(folder, ctx=ctx, context=48, precision=precision, quantize=quantize)
         sizes[quantize or precision] = lm.engine.memory()
         np.testing.assert_allclose(lm.perplexity(ids), ppl, rtol=rtol)
-        assert lm.generate(ids[:6], max_new_tokens=1, eos_ids=[]).tokens == want[:1]
+        if quantize != "q4":  # (4 bits of a random model may move the first choice)
+            assert lm.generate(ids[:6], max_new_tokens=1, eos_ids=[]).tokens == want[:1]
     # weights as stored: 16-bit halves the Linears, int8 quarters them (plus a scale a row)
     linear = sum(p.numel() for n, p in model.named_parameters()
                  if n.endswith("proj.weight") or n == "lm_head.weight")
@@ -295,5 +296,6 @@ def test_perplexity_16_bit_and_int8_weights(ctx, saved):
     assert sizes["fp32"]["weights"] - sizes["int8"]["weights"] == 3 * linear - 4 * sum(
         p.shape[0] for n, p in model.named_parameters()
         if n.endswith("proj.weight") or n == "lm_head.weight")
+    assert sizes["q4"]["weights"] < sizes["int8"]["weights"]
     with pytest.raises(ValueError, match="q4"):
-        load(folder, ctx=ctx, quantize="q4")
+        load(folder, ctx=ctx, quantize="q3")

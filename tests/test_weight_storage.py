@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dlprim as dp
-from dlprim.core.quantize import quantize_rows
+from dlprim.core.quantize import dequantize_q4, quantize_q4, quantize_rows
 from dlprim.errors import ParameterError
 from dlprim.layers.base import LayerError
 from dlprim.net.graph import GraphError
@@ -17,7 +17,7 @@ def _net(ctx, rows, inputs, outputs, weights, bias=True, mode="predict"):
     cfg = NetConfig()
     cfg.add_input("x", [rows, inputs])
     params = ["fc.weight"] + (["fc.bias"] if bias else []) + \
-        (["fc.weight_scale"] if weights == "int8" else [])
+        (["fc.weight_scale"] if weights in ("int8", "q4") else [])
     cfg.add("InnerProduct", name="fc", inputs=["x"], outputs=["y"], params=params,
             options={"outputs": outputs, "inputs": inputs, "bias": bias, "weights": weights})
     cfg.add("InnerProduct", name="fc2", inputs=["y"], outputs=["z"],
@@ -27,7 +27,7 @@ def _net(ctx, rows, inputs, outputs, weights, bias=True, mode="predict"):
 
 
 @pytest.mark.parametrize("rows", [1, 5, 8, 9, 70])
-@pytest.mark.parametrize("weights", ["float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("weights", ["float16", "bfloat16", "int8", "q4"])
 def test_stored_weights_match_float64(ctx, rng, rows, weights):
     inputs, outputs = 67, 45
     net = _net(ctx, rows, inputs, outputs, weights)
@@ -37,6 +37,11 @@ def test_stored_weights_match_float64(ctx, rng, rows, weights):
         q, scale = quantize_rows(w)
         given = {"fc.weight": q, "fc.weight_scale": scale}
         stored = q.astype(np.float64) * scale[:, None]
+    elif weights == "q4":
+        q, scale = quantize_q4(w)
+        given = {"fc.weight": q, "fc.weight_scale": scale}
+        stored = dequantize_q4(q, scale, inputs).astype(np.float64)
+        np.testing.assert_allclose(stored, w, atol=np.abs(w).max() / 7)
     else:
         given = {"fc.weight": w}
         kept = dp.dtypes.bfloat16_values(dp.dtypes.to_bfloat16(w)) if weights == "bfloat16" \
@@ -68,6 +73,10 @@ def test_stored_weights_refusals(ctx, rng):
         _net(ctx, 2, 8, 4, "bfloat16", mode="train")
     with pytest.raises(LayerError, match="weights"):
         _net(ctx, 2, 8, 4, "int4")
+    net4 = _net(ctx, 2, 8, 4, "q4")
+    assert net4.param("fc.weight").shape == (4, 4) and net4.param("fc.weight_scale").shape == (4, 1)
+    with pytest.raises(ParameterError, match="uint8"):
+        net4.set_parameters({"fc.weight": np.full((4, 4), -1)}, strict=False)
 
 
 def test_arena_layout_of_stored_weights(ctx):

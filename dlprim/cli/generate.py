@@ -45,8 +45,8 @@ def parse_args(argv):
                    help="storage of the activations and weights: fp32 (default), fp16 or "
                         "bf16 (norms, softmax and sums stay float32)")
     p.add_argument("--quantize", choices=("int8", "q4"),
-                   help="weight-only quantization: int8 (a scale per output channel); q4 "
-                        "is not built yet (refused)")
+                   help="weight-only quantization: int8 (a scale per output channel) or "
+                        "q4 (4-bit, a scale per 32 values)")
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
     return p.parse_args(argv)
 
@@ -57,9 +57,6 @@ def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="dlprim-generate: %(message)s")
     try:
-        if args.quantize == "q4":
-            raise Error("--quantize q4: 4-bit weights are not built yet; --quantize int8 "
-                        "is")
         prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
         if args.system and not args.chat:
             raise Error("--system needs --chat")

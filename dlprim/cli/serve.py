@@ -40,8 +40,9 @@ def parse_args(argv):
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
                    help="storage of the activations and weights: fp32 (default), fp16 or "
                         "bf16 (norms, softmax and sums stay float32)")
-    p.add_argument("--quantize", choices=("int8",),
-                   help="weight-only int8 weights (a scale per output channel)")
+    p.add_argument("--quantize", choices=("int8", "q4"),
+                   help="weight-only quantization: int8 (a scale per output channel) or "
+                        "q4 (4-bit, a scale per 32 values)")
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
     p.add_argument("--model-name", help="the model's id in the API (default: the folder's "
                                         "name)")

@@ -6,6 +6,11 @@ row (per output channel: symmetric, the largest magnitude of the row maps to 127
     ops = DequantizeRows(ctx, N, K)          # on the device, into float32
     launches = ops.launches(q_tensor, scale_tensor, out_tensor)
 
+4-bit weights (``quantize_q4``): groups of ``Q4_GROUP`` values along each row share a
+float32 scale (the group's largest magnitude maps to 7, symmetric as llama.cpp's Q4_0),
+values q in [-8, 7] stored as q + 8, two to a byte, the low nibble first; a GEMM of a
+few rows reads them as they are (``Q4Gemv``), more rows through ``DequantizeQ4``.
+
 A GEMM of a few rows reads the int8 values itself (``Gemm(b_scale=True)``,
 ``kernels/gemv.cl``); a GEMM of many rows (a prefill) reads them widened by
 ``DequantizeRows`` (``kernels/quantize.cl``) into a float32 workspace.
@@ -15,7 +20,10 @@ import numpy as np
 from ..kernels import program
 from ..utils import round_up
 
-__all__ = ["quantize_rows", "DequantizeRows"]
+__all__ = ["quantize_rows", "DequantizeRows", "quantize_q4", "DequantizeQ4", "Q4Gemv",
+           "Q4_GROUP"]
+
+Q4_GROUP = 32  # values that share one scale in 4-bit weights (llama.cpp's Q4_0 block)
 
 
 def quantize_rows(w):
@@ -33,12 +41,91 @@ def quantize_rows(w):
     return q, scale
 
 
+def quantize_q4(w, group=Q4_GROUP):
+    """(packed uint8 (N, ceil(K / 2)), float32 scales (N, ceil(K / group))) of ``w``."""
+    w = np.asarray(w, np.float32)
+    if w.ndim != 2:
+        raise ValueError("quantize_q4: a 2-D weight, got shape %s" % (w.shape,))
+    if not np.isfinite(w).all():
+        raise ValueError("quantize_q4: the weight holds a NaN or an infinity")
+    n, k = w.shape
+    groups = -(-k // group)
+    padded = np.zeros((n, groups * group), np.float32)
+    padded[:, :k] = w
+    blocks = padded.reshape(n, groups, group)
+    peak = np.abs(blocks).max(axis=2)
+    scale = np.where(peak > 0, peak / 7.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(blocks / scale[:, :, None]), -8, 7).astype(np.int16) + 8
+    q = q.reshape(n, -1)[:, :k]
+    if k % 2:
+        q = np.concatenate([q, np.full((n, 1), 8, np.int16)], axis=1)
+    packed = (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8)
+    return packed, scale
+
+
+def dequantize_q4(packed, scale, k, group=Q4_GROUP):
+    """The float32 (N, k) values of ``quantize_q4``'s output (the reference)."""
+    packed = np.asarray(packed, np.uint8)
+    q = np.empty((packed.shape[0], packed.shape[1] * 2), np.int16)
+    q[:, 0::2], q[:, 1::2] = packed & 15, packed >> 4
+    q = q[:, :k] - 8
+    return q * np.repeat(np.asarray(scale, np.float32), group, axis=1)[:, :k]
+
+
+class DequantizeQ4:
+    """(rows, K) 4-bit weights -> float32, one launch."""
+
+    def __init__(self, ctx, rows, K, group=Q4_GROUP):
+        self.rows, self.K = int(rows), int(K)
+        self.program = program.get(ctx, "quantize", GROUP=group, TEAM=1, TEAMS=1,
+                                   BIAS=0, ACTIVATION="identity")
+        self._wg = min(256, ctx.facts.max_work_group)
+
+    def launches(self, q, scale, out):
+        """out (rows, K) float32 from the packed values and their scales."""
+        total = self.rows * self.K
+        if total == 0:
+            return []
+        u32, u64 = np.uint32, np.uint64
+        return [program.Launch(self.program, "dequantize_q4", (round_up(total, self._wg),),
+                               (self._wg,), [u64(total), u32(self.K), q.buffer, u64(q.offset),
+                                             scale.buffer, u64(scale.offset), out.buffer,
+                                             u64(out.offset)])]
+
+
+class Q4Gemv:
+    """y (M, N) = act(x (M, K) W^T + bias) over 4-bit W for a few rows M, one launch: a
+    team of 32 work-items per column on GPUs, one work-item on CPUs."""
+
+    def __init__(self, ctx, M, N, K, bias=False, activation="identity", group=Q4_GROUP):
+        self.M, self.N, self.K = int(M), int(N), int(K)
+        self.team = 32 if ctx.facts.is_gpu else 1
+        self.teams = max(1, min(8, ctx.facts.max_work_group // 32)) if self.team > 1 else 1
+        self.program = program.get(ctx, "quantize", GROUP=group, TEAM=self.team,
+                                   TEAMS=self.teams, BIAS=int(bool(bias)),
+                                   ACTIVATION=activation)
+
+    def launches(self, x, q, scale, y, bias=None):
+        """The launch over contiguous x (M, K), y (M, N) and W's packed values and scales."""
+        if self.M * self.N == 0:
+            return []
+        i32, u64 = np.int32, np.uint64
+        size = self.team * self.teams
+        bias_args = (bias.buffer, u64(bias.offset)) if bias is not None else (y.buffer, u64(0))
+        return [program.Launch(self.program, "q4_gemv",
+                               (-(-self.N // self.teams) * size,), (size,),
+                               [i32(self.M), i32(self.N), i32(self.K), x.buffer, u64(x.offset),
+                                q.buffer, u64(q.offset), scale.buffer, u64(scale.offset),
+                                *bias_args, y.buffer, u64(y.offset)])]
+
+
 class DequantizeRows:
     """(rows, K) int8 times a scale per row -> float32, one launch."""
 
     def __init__(self, ctx, rows, K):
         self.rows, self.K = int(rows), int(K)
-        self.program = program.get(ctx, "quantize")
+        self.program = program.get(ctx, "quantize", GROUP=Q4_GROUP, TEAM=1, TEAMS=1, BIAS=0,
+                                   ACTIVATION="identity")
         self._wg = min(256, ctx.facts.max_work_group)
 
     def launches(self, q, scale, out):

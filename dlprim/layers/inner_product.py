@@ -1,10 +1,12 @@
 """InnerProduct: a fully connected layer, y = act(x W^T + b), bias and activation fused.
 
 x of any rank is flattened from axis 1 to (N, inputs); W is [outputs, inputs] (PyTorch's
-Linear). Option ``weights`` stores W for inference in float16, bfloat16 or int8 (then
-with a third parameter, one float32 scale per output: W = q * scale, ``core/quantize.py``):
-memory and traffic of 2 or 1 bytes a weight; such a W is not trained (the layer refuses
-train mode). With g = dy * act'(y):
+Linear). Option ``weights`` stores W for inference in float16, bfloat16, int8 (then with
+a third parameter, one float32 scale per output: W = q * scale) or "q4" (4-bit values
+packed two to a byte, (outputs, ceil(inputs / 2)) uint8, and a scale per group of 32
+along each row, (outputs, ceil(inputs / 32)); ``core/quantize.py``): memory and traffic
+of 2, 1 or about 0.6 bytes a weight; such a W is not trained (the layer refuses train
+mode). With g = dy * act'(y):
   dx = g W          (N x outputs @ outputs x inputs)
   dW += g^T x       (outputs x N @ N x inputs)
   db += sum over n of g
@@ -14,7 +16,7 @@ import numpy as np
 from ..core.activation import FUSABLE, backward_code
 from ..tensor import ws_view
 from ..core.gemm import Gemm
-from ..core.quantize import DequantizeRows
+from ..core.quantize import Q4_GROUP, DequantizeQ4, DequantizeRows, Q4Gemv
 from ..dtypes import as_dtype, bfloat16, to_bfloat16
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..utils import is_int, round_up
@@ -29,7 +31,7 @@ class InnerProduct(Layer):
     OPTIONS = {"outputs": None, "inputs": -1, "bias": True, "activation": "identity",
                "weights": "float32"}
     WEIGHTS = {"float32": np.float32, "float16": np.float16, "bfloat16": bfloat16,
-               "int8": np.int8}
+               "int8": np.int8, "q4": np.uint8}
     BACKWARD_READS_INPUTS = True
     HALF_STORAGE = "prefers"  # x, y and their gradients half; W, b and their gradients float32
 
@@ -54,6 +56,7 @@ class InnerProduct(Layer):
                       % (o["weights"], ", ".join(self.WEIGHTS)))
         self.weight_dtype = as_dtype(self.WEIGHTS[o["weights"]])
         self.int8 = self.weight_dtype == np.int8
+        self.q4 = o["weights"] == "q4"
 
     def build(self, in_specs):
         spec = self.single_input(in_specs, "(N, features, ...)", min_ndim=2)
@@ -61,7 +64,8 @@ class InnerProduct(Layer):
         if self.options["inputs"] != -1 and self.options["inputs"] != inputs:
             self.fail("input has %d features (shape %s flattened from axis 1), option 'inputs' "
                       "is %d" % (inputs, spec.shape, self.options["inputs"]))
-        if self.param_specs is not None and inputs != self.param_specs[0].shape[1]:
+        if self.param_specs is not None and self.options["weights"] != "q4" and \
+                inputs != self.param_specs[0].shape[1]:
             self.fail("input has %d features (shape %s flattened from axis 1), the layer was "
                       "set up for %d" % (inputs, spec.shape, self.param_specs[0].shape[1]))
         outputs = self.options["outputs"]
@@ -71,14 +75,22 @@ class InnerProduct(Layer):
         if typed and self.mode == "train":
             self.fail("weights stored as %s are for inference (predict mode): they are not "
                       "trained" % self.options["weights"])
-        # int8 weights: read as they are by a GEMM of a few rows, else widened first
-        self.widen = self.int8 and not Gemm.reads_int8(self.ctx, n)
-        w_dt = np.float32 if self.widen else self.weight_dtype
+        # int8 and 4-bit weights: read as they are by a GEMM of a few rows, else widened
+        # into a float32 workspace first
+        self.q4_gemv = None
+        if self.q4 and dt == np.float32 and Gemm.reads_int8(self.ctx, n):
+            self.q4_gemv = Q4Gemv(self.ctx, n, outputs, inputs, self.bias, self.activation)
+        self.widen = (self.int8 and not Gemm.reads_int8(self.ctx, n)) or \
+            (self.q4 and self.q4_gemv is None)
+        w_dt = np.float32 if self.widen or self.q4 else self.weight_dtype
         self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,
                          bias="col" if self.bias else None, activation=self.activation,
                          precision=self.precision, dtypes=(dt, w_dt, dt),
                          b_scale=self.int8 and not self.widen)
-        self._widen = DequantizeRows(self.ctx, outputs, inputs) if self.widen else None
+        self._widen = None
+        if self.widen:
+            self._widen = (DequantizeQ4 if self.q4 else DequantizeRows)(self.ctx, outputs,
+                                                                         inputs)
         self._bwd = None
         y_spec = ((n, outputs), dt)
         self.act_bwd = None
@@ -98,9 +110,11 @@ class InnerProduct(Layer):
         # (a widened int8 W sits after the GEMMs' own workspace)
         self.widen_at = self.act_bytes + 4 * max(op.workspace_elements for op in gemms)
         ws = self.widen_at + (4 * outputs * inputs if self.widen else 0)
-        params = [ParamSpec((outputs, inputs), self.weight_dtype, trainable=not typed)] + \
-            ([ParamSpec((outputs,))] if self.bias else []) + \
-            ([ParamSpec((outputs,), trainable=False)] if self.int8 else [])
+        stored = (outputs, -(-inputs // 2)) if self.q4 else (outputs, inputs)
+        scales = [ParamSpec((outputs,), trainable=False)] if self.int8 else \
+            [ParamSpec((outputs, -(-inputs // Q4_GROUP)), trainable=False)] if self.q4 else []
+        params = [ParamSpec(stored, self.weight_dtype, trainable=not typed)] + \
+            ([ParamSpec((outputs,))] if self.bias else []) + scales
         # dy * act'(y) needs y
         flags = self.default_flags(backward_reads_outputs=self.activation != "identity")
         return Setup([TensorSpec((n, outputs), dt)], params, ws, flags=flags)
@@ -112,6 +126,10 @@ class InnerProduct(Layer):
             values = rng.uniform(-bound, bound, p.shape).astype(np.float32)
             if p.dtype == np.int8:  # (int8 weights: values of -127..127, scales of bound/127)
                 values = np.rint(values / bound * 127).astype(np.int8)
+            elif p.dtype == np.uint8:  # (4-bit: random nibbles, scales of bound/7)
+                values = rng.integers(0, 256, p.shape).astype(np.uint8)
+            elif self.q4 and p is params[-1]:
+                values = np.full(p.shape, bound / 7, np.float32)
             elif p.dtype == bfloat16:
                 values = to_bfloat16(values)
             elif self.int8 and p is params[-1]:
@@ -120,7 +138,10 @@ class InnerProduct(Layer):
 
     def forward(self, x, y, params, ws, saved):
         weight, out = params[0], []
-        scale = params[-1] if self.int8 else None
+        scale = params[-1] if self.int8 or self.q4 else None
+        if self.q4_gemv is not None:
+            return self.q4_gemv.launches(x[0], params[0], scale, y[0],
+                                         params[1] if self.bias else None)
         if self.widen:
             weight = ws_view(ws, self.widen_at, self.outputs * self.inputs, np.float32).reshape(
                 self.outputs, self.inputs)
@@ -128,7 +149,8 @@ class InnerProduct(Layer):
         return out + self._fwd.launches(x[0].reshape(self.n, self.inputs), weight, y[0],
                                         bias=params[1] if self.bias else None,
                                         workspace=self._fwd.workspace_in(ws, self.act_bytes),
-                                        b_scale=None if self.widen else scale)
+                                        b_scale=scale if self.int8 and not self.widen
+                                        else None)
 
     def _backward_ops(self):
         if self._bwd is None:

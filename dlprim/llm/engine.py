@@ -24,7 +24,7 @@ import logging
 
 import numpy as np
 
-from ..core.quantize import quantize_rows
+from ..core.quantize import quantize_q4, quantize_rows
 from ..core.sampling import TokenSampler
 from ..errors import Error
 from ..net.net import Net
@@ -61,8 +61,8 @@ class DecodeEngine:
             if name not in wanted:
                 raise GenerationError("the checkpoint's tensor %s has no place in the decoder "
                                       "(unexpected for this architecture)" % name)
-            if stored[name] == np.int8:  # weight-only int8: a scale per output channel
-                q, scale = quantize_rows(array)
+            if stored[name] in (np.int8, np.uint8):  # weight-only int8 or 4-bit
+                q, scale = (quantize_rows if stored[name] == np.int8 else quantize_q4)(array)
                 net.set_parameters({name: q, name + "_scale": scale}, strict=False)
                 given.add(name + "_scale")
             else:  # (float16 and bfloat16 storage round as they are written)

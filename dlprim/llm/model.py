@@ -60,10 +60,10 @@ class LanguageModel:
         self.tokenizer = _tokenizer(ckpt.folder)
         self.generation_config = _optional_json(os.path.join(ckpt.folder,
                                                              "generation_config.json"))
-        if quantize not in (None, "int8"):
-            raise ValueError("quantize=%r: dlprim quantizes weights to 'int8' (q4 is not "
-                             "built yet)" % (quantize,))
-        weights = "int8" if quantize else _WEIGHTS.get(precision, "float32")
+        if quantize not in (None, "int8", "q4"):
+            raise ValueError("quantize=%r: dlprim quantizes weights to 'int8' or 'q4'"
+                             % (quantize,))
+        weights = quantize or _WEIGHTS.get(precision, "float32")
         extra = {} if self.architecture == "gpt2" else {"qkv_bias": None}
         extra["weights"] = weights
 

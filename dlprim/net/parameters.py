@@ -6,9 +6,10 @@ them all with one launch over ``[0, trainable_size)``; frozen and non-trainable 
 ``ALIGN`` elements; the padding stays zero in both arenas.
 
 Parameters that are not trained may be stored in other types (``STORED``: a Linear's
-float16, bfloat16 or int8 weights for inference): each takes the float32 slots its bytes
-fill, and its tensor is a view of that type; reading and writing them converts (float16
-and bfloat16 round to nearest even, int8 takes integers in range only).
+float16, bfloat16, int8 or packed 4-bit (uint8) weights for inference): each takes the
+float32 slots its bytes fill, and its tensor is a view of that type; reading and writing
+them converts (float16 and bfloat16 round to nearest even, int8 and uint8 take integers
+in range only).
 
 Names are ``<op>.<i>`` (``<op>.<name>`` where the layer's ParamSpec names it) unless the
 operator lists ``params`` (``OpDef.param_names``: ``"auto"``, ``""`` and missing entries
@@ -28,7 +29,8 @@ __all__ = ["ParamStore", "ALIGN"]
 
 ALIGN = 64  # elements: 256 bytes, enough for any device's base-address alignment
 F32 = np.dtype(np.float32)
-STORED = (F32, np.dtype(np.float16), bfloat16, np.dtype(np.int8))  # what parameters hold
+STORED = (F32, np.dtype(np.float16), bfloat16, np.dtype(np.int8),  # what parameters hold
+          np.dtype(np.uint8))
 
 
 def _slots(shape, dtype):
@@ -183,9 +185,10 @@ FLOAT32_EXACT_INTS = 2 ** 24   # every integer up to this size is a float32
 
 def _as_stored(value, shape, dtype):
     """(array of ``dtype``, None) or (None, what is wrong): ``_as_numbers``, then float16
-    and bfloat16 rounded to nearest even (a finite value beyond float16 refused), int8
-    from integers in [-128, 127] only."""
-    if dtype == np.int8:
+    and bfloat16 rounded to nearest even (a finite value beyond float16 refused), int8 and
+    uint8 from integers in their range only."""
+    if dtype.kind in "iu":
+        lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
         try:
             a = np.asarray(value)
         except (ValueError, TypeError) as err:
@@ -193,10 +196,11 @@ def _as_stored(value, shape, dtype):
         if tuple(a.shape) != shape:
             return None, "has shape %s, the net needs %s" % (tuple(a.shape), shape)
         if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(a == np.round(a))):
-            return None, "has dtype %s values that are not integers, for int8 weights" % a.dtype
-        if a.size and (a.min() < -128 or a.max() > 127):
-            return None, "has values outside int8's [-128, 127]"
-        return a.astype(np.int8), None
+            return None, "has dtype %s values that are not integers, for %s weights" % (
+                a.dtype, dtype.name)
+        if a.size and (a.min() < lo or a.max() > hi):
+            return None, "has values outside %s's [%d, %d]" % (dtype.name, lo, hi)
+        return a.astype(dtype), None
     f, problem = _as_numbers(value, shape)
     if problem or dtype == F32:
         return f, problem
