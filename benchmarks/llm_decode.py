@@ -107,7 +107,7 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="gpt2,tinyllama")
     p.add_argument("--kinds", default="dlprim",
-                   help="dlprim, dlprim_fp16, dlprim_bf16, dlprim_int8, hf_cuda, hf_compiled, hf_cpu "
+                   help="dlprim, dlprim_fp16, dlprim_bf16, dlprim_int8, dlprim_q4, hf_cuda, hf_compiled, hf_cpu "
                         "(float32)")
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--new", type=int, default=64)
@@ -128,7 +128,7 @@ def main(argv=None):
                                             kind[7:] if kind[7:] in ("fp16", "bf16")
                                             else "fp32",
                                             args.device,
-                                            "int8" if kind.endswith("int8") else None)
+                                            kind[7:] if kind[7:] in ("int8", "q4") else None)
                 else:
                     s, detail = time_hf(folder, args.context, args.new, args.batch,
                                         kind == "hf_compiled",

@@ -55,14 +55,21 @@ void q4_gemv(int M, int N, int K, __global const float *x, ulong x_offset,
                                    (ulong)col * ((K + ${GROUP} - 1) / ${GROUP});
     for (int m = 0; m < M; m++) {
         __global const float *xr = x + x_offset + (ulong)m * K;
-        float acc = 0.0f;
-        for (int k = lane * 2; k < K; k += ${TEAM} * 2) {  // a byte: two values a step
-            uchar byte = row[k / 2];
-            float s = scales[k / ${GROUP}];
-            acc += xr[k] * (float)((int)(byte & 15) - 8) * s;
-            if (k + 1 < K)
-                acc += xr[k + 1] * (float)((int)(byte >> 4) - 8) * s;
+        // eight values (four bytes, one group's scale: GROUP is a multiple of 8) a step,
+        // the even ones in the low nibbles, the odd in the high
+        float4 acc4 = (float4)(0.0f);
+        int k = lane * 8;
+        for (; k + 8 <= K; k += ${TEAM} * 8) {
+            uchar4 b = vload4(0, row + k / 2);
+            float4 lo = convert_float4(b & (uchar4)(15)) - 8.0f;
+            float4 hi = convert_float4(b >> (uchar4)(4)) - 8.0f;
+            float8 xv = vload8(0, xr + k);
+            acc4 += (xv.even * lo + xv.odd * hi) * scales[k / ${GROUP}];
         }
+        float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);
+        if (k < K && k + 8 > K)  // the last, partial step of the lane that reaches it
+            for (; k < K; k++)
+                acc += xr[k] * q4_value(row, scales, k);
         sums[get_local_id(0)] = acc;
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int step = ${TEAM} / 2; step > 0; step /= 2) {
