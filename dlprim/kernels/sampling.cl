@@ -224,6 +224,8 @@ void sample_next(ulong vocab, __global const ${T} *logits, ulong logits_offset,
         }
         token = iscratch[0] != 0xFFFFFFFFu ? (long)iscratch[0] : (long)best_at;
     }
+    // every work-item has read seen and steps before one of them writes them
+    barrier(CLK_GLOBAL_MEM_FENCE);
     if (lid == 0) {
         tokens[tokens_offset + n] = token;
         if (token >= 0)

@@ -378,3 +378,85 @@ def test_lenet_training_step(ctx, rng, monkeypatch):
     solver.step(net)
     after = net.param_arena.numpy()
     assert np.isfinite(after).all() and not np.array_equal(before, after)
+
+
+# ---------------------------------------------------------------- a decoder's step
+
+@pytest.mark.parametrize("weights", ["float32", "int8"])
+def test_few_rows_gemm(ctx, rng, facts, weights):
+    """kernels/gemv.cl (GPU teams, or the CPU variant for int8): K past the float4 steps."""
+    from dlprim.core.quantize import quantize_rows
+    M, N, K = 3, 7, 37
+    a, w = rng.standard_normal((M, K)), rng.standard_normal((N, K)).astype(np.float32)
+    bias = rng.standard_normal(N)
+    C = t(ctx, np.zeros((M, N)))
+    if weights == "int8":
+        q, scale = quantize_rows(w)
+        op = Gemm(ctx, M, N, K, trans_b=True, bias="col", dtypes=(np.float32, np.int8,
+                                                                np.float32), b_scale=True)
+        op(t(ctx, a), dp.Tensor.from_numpy(ctx, q), C, bias=t(ctx, bias), b_scale=t(ctx, scale))
+        w = q * scale[:, None]
+    else:
+        Gemm(ctx, M, N, K, trans_b=True, bias="col")(t(ctx, a), t(ctx, w), C, bias=t(ctx, bias))
+    assert_close(C.numpy(), a @ w.T + bias, rtol=1e-4, atol=1e-4)
+
+
+def test_q4_weights(ctx, rng, facts):
+    from dlprim.core.quantize import DequantizeQ4, Q4Gemv, dequantize_q4, quantize_q4
+    M, N, K = 2, 5, 45
+    q, scale = quantize_q4(rng.standard_normal((N, K)).astype(np.float32))
+    w = dequantize_q4(q, scale, K)
+    x = rng.standard_normal((M, K))
+    Q, S = dp.Tensor.from_numpy(ctx, q), t(ctx, scale)
+    y = t(ctx, np.zeros((M, N)))
+    for launch in Q4Gemv(ctx, M, N, K).launches(t(ctx, x), Q, S, y):
+        launch(ctx.queue)
+    assert_close(y.numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
+    out = t(ctx, np.zeros((N, K)))
+    for launch in DequantizeQ4(ctx, N, K).launches(Q, S, out):
+        launch(ctx.queue)
+    assert_close(out.numpy(), w, rtol=0, atol=0)
+
+
+def test_token_sampler(ctx, rng, facts):
+    from dlprim.core.sampling import TokenSampler
+    rows, vocab = 2, 37
+    logits = t(ctx, rng.standard_normal((rows, vocab)))
+    s = TokenSampler(ctx, rows, vocab)
+    s.configure(temperature=[0.8, 0.0], top_k=5, top_p=0.9, penalty=1.2, seed=3)
+    s.start(np.array([[1, 2], [3, 4]]), lengths=[2, 1])
+    got = s.next(logits).to_host()
+    assert 0 <= got[0] < vocab and 0 <= got[1] < vocab
+
+
+def test_rotary(ctx, rng, facts):
+    from dlprim.core.rotary import RotaryOps
+    n, h, tokens, d = 2, 3, 5, 6
+    x = rng.standard_normal((n, tokens, h, d))
+    cos, sin = rng.standard_normal((2, 1, tokens, d))
+    y = t(ctx, np.zeros((n, h, tokens, d)))
+    for launch in RotaryOps(ctx, (n, h, tokens, d), np.float32, np.float32, 1,
+                            seq_first=True).launches(t(ctx, x), t(ctx, cos), t(ctx, sin), y):
+        launch(ctx.queue)
+    xh = x.transpose(0, 2, 1, 3)
+    swap = np.concatenate([xh[..., 3:], xh[..., :3]], -1)
+    assert_close(y.numpy(), xh * cos + swap * sin, rtol=1e-5, atol=1e-5)
+
+
+def test_kv_cache(ctx, rng, facts):
+    """kernels/kv_cache.cl: both caches written and read out in one launch each."""
+    from dlprim.core.kv_cache import KVCacheOps
+    n, h, tokens, length, d, dv = 2, 3, 2, 5, 4, 6
+    ops = KVCacheOps(ctx, n, h, tokens, length, 4, np.int64, True)
+    k = rng.standard_normal((n, h, tokens, d)).astype(np.float32)
+    v = rng.standard_normal((n, h, tokens, dv)).astype(np.float32)
+    keys, values = t(ctx, np.zeros((n, h, length, d))), t(ctx, np.zeros((n, h, length, dv)))
+    outs = t(ctx, np.zeros((n, h, length, d))), t(ctx, np.zeros((n, h, length, dv)))
+    pos = dp.Tensor.from_numpy(ctx, np.array([1, 4], np.int64))  # sample 1 overflows
+    for launch in ops.write(t(ctx, k), keys, t(ctx, v), values, pos, d, dv) + \
+            ops.read(keys, outs[0], values, outs[1]):
+        launch(ctx.queue)
+    want_k, want_v = np.zeros((n, h, length, d)), np.zeros((n, h, length, dv))
+    want_k[0, :, 1:3], want_v[0, :, 1:3] = k[0], v[0]
+    assert_close(outs[0].numpy(), want_k, rtol=0, atol=0)
+    assert_close(outs[1].numpy(), want_v, rtol=0, atol=0)
