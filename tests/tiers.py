@@ -20,7 +20,8 @@ MODEL = {"test_models", "test_vit", "test_convnext", "test_gpt", "test_charlm",
          "test_dlprimitives_examples", "test_dlprim_cases", "test_fit", "test_train",
          "test_predict", "test_hostile_train", "test_layers_in_net", "test_fusion",
          "test_half_storage", "test_multi_tensor", "test_nn",
-         "test_torch_hf_models", "test_onnx_hf_exports", "test_onnx_loss", "test_onnx_node"}
+         "test_torch_hf_models", "test_onnx_hf_exports", "test_onnx_loss", "test_onnx_node",
+         "test_llm_generate", "test_llm_llama", "test_gpt_decoder", "test_llm_server"}
 TIERS = ("unit", "model", "system")
 
 

@@ -39,8 +39,15 @@ def parse_args(argv):
     p.add_argument("--repetition-penalty", type=float, help="HF's repetition penalty (1: none)")
     p.add_argument("--seed", type=int, help="the random stream's seed (default 0)")
     p.add_argument("--stop", action="append", help="end the text at this string (repeatable)")
-    p.add_argument("--context", type=int, help="positions of the key/value cache (default: "
-                                               "the model's, at most 2048)")
+    add_model_options(p)
+    return p.parse_args(argv)
+
+
+def add_model_options(p):
+    """How a model loads, as dlprim-generate and dlprim-serve both take it: --context,
+    --dtype, --quantize, --device (``load_options`` reads them back)."""
+    p.add_argument("--context", type=int, help="positions of the key/value cache per "
+                                               "sequence (default: the model's, at most 2048)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
                    help="storage of the activations and weights: fp32 (default), fp16 or "
                         "bf16 (norms, softmax and sums stay float32)")
@@ -48,7 +55,14 @@ def parse_args(argv):
                    help="weight-only quantization: int8 (a scale per output channel) or "
                         "q4 (4-bit, a scale per 32 values)")
     p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
-    return p.parse_args(argv)
+
+
+def load_options(args):
+    """``dlprim.llm.load``'s keywords from the options ``add_model_options`` added; opens
+    the device."""
+    from ..context import Context  # opens OpenCL: not needed to parse
+    return dict(ctx=Context(args.device), context=args.context,
+                precision=DTYPES[args.dtype], quantize=args.quantize)
 
 
 def main(argv=None):
@@ -60,10 +74,8 @@ def main(argv=None):
         prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
         if args.system and not args.chat:
             raise Error("--system needs --chat")
-        from ..context import Context  # opens OpenCL: not needed above
         from ..llm import load
-        model = load(args.model, ctx=Context(args.device), context=args.context,
-                     precision=DTYPES[args.dtype], quantize=args.quantize)
+        model = load(args.model, **load_options(args))
         if model.tokenizer is None:
             raise Error("%s has no tokenizer.json: dlprim-generate needs one to read the "
                         "prompt" % args.model)

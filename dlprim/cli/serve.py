@@ -19,7 +19,7 @@ import threading
 import time
 
 from ..errors import Error
-from .generate import DTYPES
+from .generate import add_model_options, load_options
 
 __all__ = ["main", "parse_args"]
 
@@ -35,15 +35,7 @@ def parse_args(argv):
                    help="address to listen on (default 127.0.0.1; 0.0.0.0: every one)")
     p.add_argument("--batch", type=int, default=4,
                    help="sequences decoded together (default 4)")
-    p.add_argument("--context", type=int, help="positions of the key/value cache per "
-                                               "sequence (default: the model's, at most 2048)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
-                   help="storage of the activations and weights: fp32 (default), fp16 or "
-                        "bf16 (norms, softmax and sums stay float32)")
-    p.add_argument("--quantize", choices=("int8", "q4"),
-                   help="weight-only quantization: int8 (a scale per output channel) or "
-                        "q4 (4-bit, a scale per 32 values)")
-    p.add_argument("--device", help='OpenCL device: "cpu", "gpu", "P:D" or an index')
+    add_model_options(p)
     p.add_argument("--model-name", help="the model's id in the API (default: the folder's "
                                         "name)")
     args = p.parse_args(argv)
@@ -61,12 +53,9 @@ def main(argv=None):
     logging.basicConfig(level=logging.WARNING, format="dlprim-serve: %(message)s")
     logging.getLogger("dlprim.llm.server").setLevel(logging.INFO)  # the requests
     try:
-        from ..context import Context  # opens OpenCL: not needed above
         from ..llm import load
         from ..llm.server import Server
-        model = load(args.model, ctx=Context(args.device), context=args.context,
-                     batch=args.batch, precision=DTYPES[args.dtype],
-                     quantize=args.quantize)
+        model = load(args.model, batch=args.batch, **load_options(args))
         server = Server(model, args.host, args.port, args.model_name)
     except (Error, OSError, ValueError, ImportError) as err:
         print("dlprim-serve: %s" % err, file=sys.stderr)

@@ -3,24 +3,24 @@ row (per output channel: symmetric, the largest magnitude of the row maps to 127
 
     q, scale = quantize_rows(w)              # numpy: (N, K) int8 and (N,) float32
     w_approx = q * scale[:, None]
-    ops = DequantizeRows(ctx, N, K)          # on the device, into float32
+    ops = Dequantize(ctx, N, K, "int8")      # on the device, into float32 ("q4" too)
     launches = ops.launches(q_tensor, scale_tensor, out_tensor)
 
 4-bit weights (``quantize_q4``): groups of ``Q4_GROUP`` values along each row share a
 float32 scale (the group's largest magnitude maps to 7, symmetric as llama.cpp's Q4_0),
 values q in [-8, 7] stored as q + 8, two to a byte, the low nibble first; a GEMM of a
-few rows reads them as they are (``Q4Gemv``), more rows through ``DequantizeQ4``.
+few rows reads them as they are (``Q4Gemv``), more rows through ``Dequantize``.
 
 A GEMM of a few rows reads the int8 values itself (``Gemm(b_scale=True)``,
 ``kernels/gemv.cl``); a GEMM of many rows (a prefill) reads them widened by
-``DequantizeRows`` (``kernels/quantize.cl``) into a float32 workspace.
+``Dequantize`` (``kernels/quantize.cl``) into a float32 workspace.
 """
 import numpy as np
 
 from ..kernels import program
 from ..utils import round_up
 
-__all__ = ["quantize_rows", "DequantizeRows", "quantize_q4", "DequantizeQ4", "Q4Gemv",
+__all__ = ["quantize_rows", "quantize_q4", "dequantize_q4", "Dequantize", "Q4Gemv",
            "Q4_GROUP"]
 
 Q4_GROUP = 32  # values that share one scale in 4-bit weights (llama.cpp's Q4_0 block)
@@ -72,27 +72,6 @@ def dequantize_q4(packed, scale, k, group=Q4_GROUP):
     return q * np.repeat(np.asarray(scale, np.float32), group, axis=1)[:, :k]
 
 
-class DequantizeQ4:
-    """(rows, K) 4-bit weights -> float32, one launch."""
-
-    def __init__(self, ctx, rows, K, group=Q4_GROUP):
-        self.rows, self.K = int(rows), int(K)
-        self.program = program.get(ctx, "quantize", GROUP=group, TEAM=1, TEAMS=1,
-                                   BIAS=0, ACTIVATION="identity")
-        self._wg = min(256, ctx.facts.max_work_group)
-
-    def launches(self, q, scale, out):
-        """out (rows, K) float32 from the packed values and their scales."""
-        total = self.rows * self.K
-        if total == 0:
-            return []
-        u32, u64 = np.uint32, np.uint64
-        return [program.Launch(self.program, "dequantize_q4", (round_up(total, self._wg),),
-                               (self._wg,), [u64(total), u32(self.K), q.buffer, u64(q.offset),
-                                             scale.buffer, u64(scale.offset), out.buffer,
-                                             u64(out.offset)])]
-
-
 class Q4Gemv:
     """y (M, N) = act(x (M, K) W^T + bias) over 4-bit W for a few rows M, one launch: a
     team of 32 work-items per column on GPUs, one work-item on CPUs."""
@@ -119,22 +98,27 @@ class Q4Gemv:
                                 *bias_args, y.buffer, u64(y.offset)])]
 
 
-class DequantizeRows:
-    """(rows, K) int8 times a scale per row -> float32, one launch."""
+class Dequantize:
+    """(rows, K) quantized weights -> float32, one launch: ``kind`` "int8" (a scale per
+    row, ``quantize_rows``) or "q4" (``quantize_q4``)."""
 
-    def __init__(self, ctx, rows, K):
-        self.rows, self.K = int(rows), int(K)
+    KERNELS = {"int8": "dequantize_rows", "q4": "dequantize_q4"}
+
+    def __init__(self, ctx, rows, K, kind):
+        if kind not in self.KERNELS:
+            raise ValueError("Dequantize: kind must be 'int8' or 'q4', got %r" % (kind,))
+        self.rows, self.K, self.kernel = int(rows), int(K), self.KERNELS[kind]
         self.program = program.get(ctx, "quantize", GROUP=Q4_GROUP, TEAM=1, TEAMS=1, BIAS=0,
                                    ACTIVATION="identity")
         self._wg = min(256, ctx.facts.max_work_group)
 
     def launches(self, q, scale, out):
-        """out (rows, K) float32 = q (rows, K) int8 times scale (rows,), one launch."""
+        """out (rows, K) float32 from the stored values and their scales."""
         total = self.rows * self.K
         if total == 0:
             return []
         u32, u64 = np.uint32, np.uint64
-        return [program.Launch(self.program, "dequantize_rows", (round_up(total, self._wg),),
+        return [program.Launch(self.program, self.kernel, (round_up(total, self._wg),),
                                (self._wg,), [u64(total), u32(self.K), q.buffer, u64(q.offset),
                                              scale.buffer, u64(scale.offset), out.buffer,
                                              u64(out.offset)])]

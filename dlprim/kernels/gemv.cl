@@ -42,6 +42,26 @@ inline float4 load4_${B_T}(__global const ${B_T} *p, ulong i)
 }
 % endif
 
+// C[m, n] = act(alpha sum (times B's row scale) + beta C[m, n] + bias), the epilogue
+inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
+                    __global const float *bias, __global const float *scale, float alpha,
+                    float beta)
+{
+    float v = alpha * sum;
+% if SCALE:
+    v *= scale[n];
+% endif
+    __global ${C_T} *c = C + (ulong)m * ldc + n;
+    if (beta != 0.0f)
+        v += beta * LD_${C_T}(c, 0);
+% if BIAS == "row":
+    v += bias[m];
+% elif BIAS == "col":
+    v += bias[n];
+% endif
+    ST_${C_T}(c, 0, ACT_${ACTIVATION}(v));
+}
+
 % if TEAM > 1:
 __kernel __attribute__((reqd_work_group_size(TEAM * TEAMS, 1, 1)))
 void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda,
@@ -92,19 +112,8 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (int m = lane; n < N && m < M; m += TEAM) {  // each row of C's column n
-        float v = alpha * mine[m];
-% if SCALE:
-        v *= scale[scale_offset + n];
-% endif
-        __global ${C_T} *c = C + c_offset + batch * stride_c + (ulong)m * ldc + n;
-        if (beta != 0.0f)
-            v += beta * LD_${C_T}(c, 0);
-% if BIAS == "row":
-        v += bias[bias_offset + m];
-% elif BIAS == "col":
-        v += bias[bias_offset + n];
-% endif
-        ST_${C_T}(c, 0, ACT_${ACTIVATION}(v));
+        store_c(mine[m], m, n, C + c_offset + batch * stride_c, ldc, bias + bias_offset,
+                scale + scale_offset, alpha, beta);
     }
     barrier(CLK_LOCAL_MEM_FENCE);  // (the sums are written again for the next column)
     }
@@ -167,19 +176,9 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
             const int n = n0 + ${j};
             float8 s = acc[${j}];
             float4 h = s.lo + s.hi;
-            float v = alpha * ((h.x + h.y) + (h.z + h.w) + tail[${j}]);
-% if SCALE:
-            v *= scale[scale_offset + n];
-% endif
-            __global ${C_T} *c = C + c_offset + batch * stride_c + (ulong)m * ldc + n;
-            if (beta != 0.0f)
-                v += beta * LD_${C_T}(c, 0);
-% if BIAS == "row":
-            v += bias[bias_offset + m];
-% elif BIAS == "col":
-            v += bias[bias_offset + n];
-% endif
-            ST_${C_T}(c, 0, ACT_${ACTIVATION}(v));
+            store_c((h.x + h.y) + (h.z + h.w) + tail[${j}], m, n,
+                    C + c_offset + batch * stride_c, ldc, bias + bias_offset,
+                    scale + scale_offset, alpha, beta);
         }
     % endfor
     }

@@ -16,7 +16,7 @@ import numpy as np
 from ..core.activation import FUSABLE, backward_code
 from ..tensor import ws_view
 from ..core.gemm import Gemm
-from ..core.quantize import Q4_GROUP, DequantizeQ4, DequantizeRows, Q4Gemv
+from ..core.quantize import Q4_GROUP, Dequantize, Q4Gemv
 from ..dtypes import as_dtype, bfloat16, to_bfloat16
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..utils import is_int, round_up
@@ -89,8 +89,7 @@ class InnerProduct(Layer):
                          b_scale=self.int8 and not self.widen)
         self._widen = None
         if self.widen:
-            self._widen = (DequantizeQ4 if self.q4 else DequantizeRows)(self.ctx, outputs,
-                                                                         inputs)
+            self._widen = Dequantize(self.ctx, outputs, inputs, self.options["weights"])
         self._bwd = None
         y_spec = ((n, outputs), dt)
         self.act_bwd = None

@@ -402,7 +402,7 @@ def test_few_rows_gemm(ctx, rng, facts, weights):
 
 
 def test_q4_weights(ctx, rng, facts):
-    from dlprim.core.quantize import DequantizeQ4, Q4Gemv, dequantize_q4, quantize_q4
+    from dlprim.core.quantize import Dequantize, Q4Gemv, dequantize_q4, quantize_q4
     M, N, K = 2, 5, 45
     q, scale = quantize_q4(rng.standard_normal((N, K)).astype(np.float32))
     w = dequantize_q4(q, scale, K)
@@ -413,7 +413,7 @@ def test_q4_weights(ctx, rng, facts):
         launch(ctx.queue)
     assert_close(y.numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
     out = t(ctx, np.zeros((N, K)))
-    for launch in DequantizeQ4(ctx, N, K).launches(Q, S, out):
+    for launch in Dequantize(ctx, N, K, "q4").launches(Q, S, out):
         launch(ctx.queue)
     assert_close(out.numpy(), w, rtol=0, atol=0)
 
