@@ -167,12 +167,8 @@ class ParamStore:
         if not values and self.layout and len(arrays):
             raise ParameterError("%s: none of its %d names is a parameter of the net (it has: "
                                  "%s)" % (source, len(arrays), _some(self.layout)))
-        host = self.param_arena.to_host()
-        raw = host.view(np.uint8)
-        for name, a in values.items():
-            offset = self.layout[name][0]
-            raw[4 * offset:4 * offset + a.nbytes] = a.ravel().view(np.uint8)
-        self.param_arena.to_device(host)
+        for name, a in values.items():  # each into its own place: no read of the arena
+            self.params[name].to_device(a.reshape(self.params[name].shape))
 
     def _counter(self, name):
         """PyTorch's BatchNorm step counter beside running statistics the net has."""
