@@ -198,3 +198,18 @@ def test_reference_is_transformers_processors(rng):
         want = torch.softmax(scores, -1)[0].numpy()
         got, _ = reference(x[0], seen, temperature, top_k, top_p, penalty)
         np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_a_row_without_a_token_keeps_its_stream(ctx, rng):
+    """A row whose logits are NaN (a row the decoder left alone that pass) draws nothing
+    and its stream stays where it was: its next draw is the one it would have made."""
+    x = np.tile(rng.normal(size=300).astype(np.float32), (2, 1))
+    s, t = _sampler(ctx, x, temperature=1.0, seed=9)
+    want = s.next(t).to_host().copy()
+    s.start(np.zeros((2, 0)))
+    skipped = x.copy()
+    skipped[1] = np.nan
+    t.to_device(skipped)
+    assert s.next(t).to_host()[1] == -1
+    t.to_device(x)
+    assert s.next(t).to_host()[1] == want[1]

@@ -228,9 +228,10 @@ void sample_next(ulong vocab, __global const ${T} *logits, ulong logits_offset,
     barrier(CLK_GLOBAL_MEM_FENCE);
     if (lid == 0) {
         tokens[tokens_offset + n] = token;
-        if (token >= 0)
+        if (token >= 0) {  // (a row a pass left alone, NaN, keeps its stream where it was)
             row_seen[token] = 1;
-        steps[n] += 1;
+            steps[n] += 1;
+        }
     }
 }
 
