@@ -16,30 +16,22 @@ C_T = context.get("C_T", "float")
 #define TEAM ${TEAM}
 #define TEAMS ${TEAMS}
 
-inline float4 load4_${A_T}(__global const ${A_T} *p, ulong i)
+<%def name="load4(T)">
+// four values of a row as float4, whatever their storage
+inline float4 load4_${T}(__global const ${T} *p, ulong i)
 {
-% if A_T == "float":
+% if T == "float":
     return vload4(0, p + i);
-% elif A_T == "char":
+% elif T == "char":
     return convert_float4(vload4(0, p + i));
 % else:
-    return (float4)(LD_${A_T}(p, i), LD_${A_T}(p, i + 1), LD_${A_T}(p, i + 2),
-                    LD_${A_T}(p, i + 3));
+    return (float4)(LD_${T}(p, i), LD_${T}(p, i + 1), LD_${T}(p, i + 2), LD_${T}(p, i + 3));
 % endif
 }
+</%def>
+${load4(A_T)}
 % if B_T != A_T:
-
-inline float4 load4_${B_T}(__global const ${B_T} *p, ulong i)
-{
-% if B_T == "float":
-    return vload4(0, p + i);
-% elif B_T == "char":
-    return convert_float4(vload4(0, p + i));
-% else:
-    return (float4)(LD_${B_T}(p, i), LD_${B_T}(p, i + 1), LD_${B_T}(p, i + 2),
-                    LD_${B_T}(p, i + 3));
-% endif
-}
+${load4(B_T)}
 % endif
 
 // C[m, n] = act(alpha sum (times B's row scale) + beta C[m, n] + bias), the epilogue
