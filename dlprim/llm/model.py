@@ -44,8 +44,11 @@ def load(folder, **kw):
 class LanguageModel:
     """A HF model folder on a device: ``ctx`` (default: dlprim's choice), ``context``
     (positions per sequence; default the model's, at most DEFAULT_CONTEXT), ``batch``
-    (sequences decoded together), ``precision`` ("fp32", "fp16" or "bf16": the
-    activations' storage, Net's ``precision``)."""
+    (sequences decoded together), ``precision`` ("fp32", "fp16" or "bf16": the storage of
+    the activations and of the Linears' weights; norms, softmax and sums stay float32),
+    ``quantize`` ("int8": the Linears' weights as int8 with a float32 scale per output
+    channel; "q4": 4-bit values with a scale per group of 32, as llama.cpp's Q4_0;
+    weight-only)."""
 
     def __init__(self, folder, ctx=None, context=None, batch=1, precision="fp32",
                  quantize=None):
@@ -64,12 +67,10 @@ class LanguageModel:
             raise ValueError("quantize=%r: dlprim quantizes weights to 'int8' or 'q4'"
                              % (quantize,))
         weights = quantize or _WEIGHTS.get(precision, "float32")
-        extra = {} if self.architecture == "gpt2" else {"qkv_bias": None}
-        extra["weights"] = weights
 
         def build(batch, tokens, context):
             return family.decoder(self.config, batch=batch, tokens=tokens, context=context,
-                                  per_sample=True, last_only=True, **extra)
+                                  per_sample=True, last_only=True, weights=weights)
 
         self.engine = DecodeEngine(self.ctx, build, family.weights(ckpt, self.context),
                                    self.config["vocab_size"], batch, self.context, precision)

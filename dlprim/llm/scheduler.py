@@ -129,10 +129,6 @@ class Scheduler:
             self._wake.notify()
         return request
 
-    def busy(self):
-        with self._wake:
-            return bool(self._waiting or self._active)
-
     def step(self):
         """One pass: a prefill of the waiting requests that free rows can take, else one
         decode pass of the busy rows. False when there was nothing to do."""
@@ -147,8 +143,8 @@ class Scheduler:
         if new:
             feeds = {row: req.prompt for row, req in new.items()}
         else:
-            feeds = {row: [req.tokens[-1] if req.tokens else req.prompt[-1]]
-                     for row, req in self._active.items()}
+            # (a busy row has a token: its prefill drew one, and an EOS would end it)
+            feeds = {row: [req.tokens[-1]] for row, req in self._active.items()}
         if not feeds:
             return False
         try:
