@@ -175,8 +175,8 @@ class Gemm:
         self.pack_b = tuning.pack_b(self.tile, self.M) and self.K > 0
         self.pack_a = tuning.pack_a(self.tile, self.M, self.trans_a) and self.K > 0
         self._workspace = self._packed_b = self._packed_a = None
-        if self.gemv:  # build now the variant aligned operands use
-            self._gemv_program(1)
+        if self.gemv:  # build now the variant packed operands use
+            self._gemv_program(4 if self.K % 4 == 0 else 1)
             return
         # build now the variant that packed, aligned operands use
         copies = self.copy_async and all(
@@ -459,36 +459,37 @@ class Gemm:
         return self._launches(*operands)
 
     def _gemv_program(self, vec):
-        # CPUs: gemv_cpu, a few columns a work-item in float8 vectors (their compilers
-        # would otherwise vectorize across work-items, gathering a row each)
-        team = 32 if self.ctx.facts.is_gpu else 1
-        teams = max(1, min(8, self.ctx.facts.max_work_group // 32)) if team > 1 else 1
-        cols = 1 if team > 1 else 2
+        """(program, work-group size, columns of C a work-group) of the few-rows kernel:
+        on GPUs ``gemv``, teams of 32 work-items a column, eight teams a group, float4
+        loads where ``vec`` is 4; on CPUs ``gemv_cpu``, two columns a work-item in float8
+        vectors (their compilers would otherwise vectorize across work-items, gathering
+        a row each), VEC unused."""
+        if self.ctx.facts.is_gpu:
+            team, teams, cols = 32, max(1, min(8, self.ctx.facts.max_work_group // 32)), 1
+        else:
+            team, teams, cols, vec = 1, 1, 2, 0
         types = {} if all(d == np.float32 for d in self.dtypes) else \
             dict(zip(("A_T", "B_T", "C_T"), (cl_type(d) for d in self.dtypes)))
-        return program.get(self.ctx, "gemv", ROWS=program.pow2_at_least(self.M), VEC=vec,
-                           TEAMS=teams, BIAS=self.bias or "none", ACTIVATION=self.activation,
-                           SCALE=int(self.b_scale), TEAM=team, COLS=cols, **types), \
-            team, teams * cols
+        prg = program.get(self.ctx, "gemv", ROWS=program.pow2_at_least(self.M), VEC=vec,
+                          TEAMS=teams, BIAS=self.bias or "none", ACTIVATION=self.activation,
+                          SCALE=int(self.b_scale), TEAM=team, COLS=cols, **types)
+        return prg, team * teams, teams * cols
 
     def _gemv_launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
                        stride_c, b_scale=None):
-        """The few-rows kernel: a team of work-items per column of C, one launch."""
+        """The few-rows kernel over checked operands, one launch."""
         i32, u64, f32 = np.int32, np.uint64, np.float32
         vec = 4 if (self.K % 4 == 0 and self._aligned(lda, A.offset, stride_a)
                     and self._aligned(ldb, B.offset, stride_b)) else 1
-        prg, team, teams = self._gemv_program(vec)  # teams: columns a work-group
+        prg, size, cols = self._gemv_program(vec)
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         scale_args = b_scale.kernel_args if b_scale is not None else (C.buffer, u64(0))
         args = [i32(self.M), i32(self.N), i32(self.K), A, i32(lda), u64(stride_a), B, i32(ldb),
                 u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args, *scale_args,
                 f32(alpha), f32(beta)]
-        if team == 1:
-            return [program.Launch(prg, "gemv_cpu", (ceil_div(self.N, teams), self.batch),
-                                   (1, 1), args, flops=self.flops)]
-        return [program.Launch(prg, "gemv", (ceil_div(self.N, teams) * team * teams,
-                                             self.batch), (team * teams, 1), args,
-                               flops=self.flops)]
+        name = "gemv" if self.ctx.facts.is_gpu else "gemv_cpu"
+        return [program.Launch(prg, name, (ceil_div(self.N, cols) * size, self.batch),
+                               (size, 1), args, flops=self.flops)]
 
     def _float_copy_launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a,
                              stride_b, stride_c, b_packed, workspace):
