@@ -16,7 +16,7 @@ import numpy as np
 from ..core.activation import FUSABLE, backward_code
 from ..tensor import ws_view
 from ..core.gemm import Gemm
-from ..core.quantize import Q4_GROUP, Dequantize, Q4Gemv
+from ..core.quantize import Q4_GROUP, Dequantize, Q4Gemv, quantize_q4, quantize_rows
 from ..dtypes import as_dtype, bfloat16, to_bfloat16
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..utils import is_int, round_up
@@ -64,11 +64,12 @@ class InnerProduct(Layer):
         if self.options["inputs"] != -1 and self.options["inputs"] != inputs:
             self.fail("input has %d features (shape %s flattened from axis 1), option 'inputs' "
                       "is %d" % (inputs, spec.shape, self.options["inputs"]))
-        if self.param_specs is not None and self.options["weights"] != "q4" and \
-                inputs != self.param_specs[0].shape[1]:
-            self.fail("input has %d features (shape %s flattened from axis 1), the layer was "
-                      "set up for %d" % (inputs, spec.shape, self.param_specs[0].shape[1]))
         outputs = self.options["outputs"]
+        stored = (outputs, -(-inputs // 2)) if self.q4 else (outputs, inputs)  # W as kept
+        if self.param_specs is not None and stored != self.param_specs[0].shape:
+            self.fail("input has %d features (shape %s flattened from axis 1), the layer's "
+                      "weight %s was set up for others" % (inputs, spec.shape,
+                                                           self.param_specs[0].shape))
         self.n, self.inputs, self.outputs = n, inputs, outputs
         self.dtype = dt = spec.dtype
         typed = self.weight_dtype != np.float32
@@ -82,11 +83,13 @@ class InnerProduct(Layer):
             self.q4_gemv = Q4Gemv(self.ctx, n, outputs, inputs, self.bias, self.activation)
         self.widen = (self.int8 and not Gemm.reads_int8(self.ctx, n)) or \
             (self.q4 and self.q4_gemv is None)
-        w_dt = np.float32 if self.widen or self.q4 else self.weight_dtype
-        self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,
-                         bias="col" if self.bias else None, activation=self.activation,
-                         precision=self.precision, dtypes=(dt, w_dt, dt),
-                         b_scale=self.int8 and not self.widen)
+        self._fwd = None
+        if self.q4_gemv is None:
+            w_dt = np.float32 if self.widen else self.weight_dtype
+            self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,
+                             bias="col" if self.bias else None, activation=self.activation,
+                             precision=self.precision, dtypes=(dt, w_dt, dt),
+                             b_scale=self.int8 and not self.widen)
         self._widen = None
         if self.widen:
             self._widen = Dequantize(self.ctx, outputs, inputs, self.options["weights"])
@@ -105,11 +108,11 @@ class InnerProduct(Layer):
         # the workspace: g = dy * act'(y) (training), then any GEMM's split-K partial sums
         self.act_bytes = round_up(dt.itemsize * n * outputs, 16) \
             if self.act_bwd is not None and self.mode == "train" else 0  # 16: float4 GEMM reads
-        gemms = [self._fwd] + (list(self._backward_ops()) if self.mode == "train" else [])
-        # (a widened int8 W sits after the GEMMs' own workspace)
-        self.widen_at = self.act_bytes + 4 * max(op.workspace_elements for op in gemms)
+        gemms = [op for op in [self._fwd] if op is not None] + \
+            (list(self._backward_ops()) if self.mode == "train" else [])
+        # (a widened int8 or 4-bit W sits after the GEMMs' own workspace)
+        self.widen_at = self.act_bytes + 4 * max([op.workspace_elements for op in gemms] + [0])
         ws = self.widen_at + (4 * outputs * inputs if self.widen else 0)
-        stored = (outputs, -(-inputs // 2)) if self.q4 else (outputs, inputs)
         scales = [ParamSpec((outputs,), trainable=False)] if self.int8 else \
             [ParamSpec((outputs, -(-inputs // Q4_GROUP)), trainable=False)] if self.q4 else []
         params = [ParamSpec(stored, self.weight_dtype, trainable=not typed)] + \
@@ -119,21 +122,15 @@ class InnerProduct(Layer):
         return Setup([TensorSpec((n, outputs), dt)], params, ws, flags=flags)
 
     def init_params(self, params, rng):
-        # PyTorch Linear: kaiming_uniform(a=sqrt(5)) -> U(+-1/sqrt(inputs)); bias alike
+        # PyTorch Linear: kaiming_uniform(a=sqrt(5)) -> U(+-1/sqrt(inputs)); bias alike;
+        # int8 and 4-bit weights are those values quantized
         bound = 1.0 / np.sqrt(self.inputs)
-        for p in params:
-            values = rng.uniform(-bound, bound, p.shape).astype(np.float32)
-            if p.dtype == np.int8:  # (int8 weights: values of -127..127, scales of bound/127)
-                values = np.rint(values / bound * 127).astype(np.int8)
-            elif p.dtype == np.uint8:  # (4-bit: random nibbles, scales of bound/7)
-                values = rng.integers(0, 256, p.shape).astype(np.uint8)
-            elif self.q4 and p is params[-1]:
-                values = np.full(p.shape, bound / 7, np.float32)
-            elif p.dtype == bfloat16:
-                values = to_bfloat16(values)
-            elif self.int8 and p is params[-1]:
-                values = np.full(p.shape, bound / 127, np.float32)
-            p.to_device(values.astype(p.dtype) if p.dtype != bfloat16 else values)
+        w = rng.uniform(-bound, bound, (self.outputs, self.inputs)).astype(np.float32)
+        values = list(quantize_rows(w) if self.int8 else quantize_q4(w) if self.q4 else [w])
+        if self.bias:
+            values.insert(1, rng.uniform(-bound, bound, self.outputs).astype(np.float32))
+        for p, v in zip(params, values):
+            p.to_device(to_bfloat16(v) if p.dtype == bfloat16 else v.astype(p.dtype))
 
     def forward(self, x, y, params, ws, saved):
         weight, out = params[0], []
