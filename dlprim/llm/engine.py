@@ -68,13 +68,13 @@ class DecodeEngine:
             else:  # (float16 and bfloat16 storage round as they are written)
                 net.set_parameters({name: array}, strict=False)
             given.add(name)
+        # (the caches start at zero, as the arena does: masked positions are read as
+        # 0 x value, never NaN garbage)
         caches = {n for n in wanted if ".cache." in n}
         missing = sorted(wanted - given - caches)
         if missing:
             raise GenerationError("the checkpoint lacks %d of the decoder's tensors: %s"
                                   % (len(missing), ", ".join(missing[:5])))
-        for name in caches:  # masked positions are read as 0 x value: never NaN garbage
-            net.param(name).zero_()
         self.lengths = np.zeros(self.batch, np.int64)  # the tokens each row's cache holds
         self.sampler = TokenSampler(ctx, self.batch, vocab, net.tensor("logits").dtype)
 
