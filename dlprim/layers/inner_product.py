@@ -67,9 +67,8 @@ class InnerProduct(Layer):
         outputs = self.options["outputs"]
         stored = (outputs, -(-inputs // 2)) if self.q4 else (outputs, inputs)  # W as kept
         if self.param_specs is not None and stored != self.param_specs[0].shape:
-            self.fail("input has %d features (shape %s flattened from axis 1), the layer's "
-                      "weight %s was set up for others" % (inputs, spec.shape,
-                                                           self.param_specs[0].shape))
+            self.fail("input has %d features (shape %s flattened from axis 1), the layer was "
+                      "set up for %d" % (inputs, spec.shape, self.inputs))
         self.n, self.inputs, self.outputs = n, inputs, outputs
         self.dtype = dt = spec.dtype
         typed = self.weight_dtype != np.float32
