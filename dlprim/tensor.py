@@ -13,7 +13,23 @@ import pyopencl as cl
 
 from .dtypes import as_dtype, bfloat16, bfloat16_values, cl_type, dtype_name
 
-__all__ = ["Tensor", "Shape", "ws_view"]
+__all__ = ["Tensor", "Shape", "ws_view", "fill_bytes"]
+
+# NVIDIA's OpenCL driver faults on a fill of more than 2 GiB (the queue is then dead: the
+# next command fails with INVALID_COMMAND_QUEUE or a build with -9999): fills go in pieces
+FILL_CHUNK = 1 << 30  # bytes
+
+
+def fill_bytes(queue, buffer, pattern, offset, nbytes):
+    """``clEnqueueFillBuffer`` of ``pattern`` (a one-element array) over ``nbytes`` bytes
+    at ``offset``, in pieces of at most FILL_CHUNK bytes; returns the last piece's event."""
+    step = FILL_CHUNK - FILL_CHUNK % pattern.nbytes
+    event = None
+    for start in range(0, nbytes, step):
+        event = cl.enqueue_fill_buffer(queue, buffer, pattern, offset + start,
+                                       min(step, nbytes - start))
+    return event
+
 
 def _shape_tuple(shape):
     if type(shape) is tuple and all(type(s) is int and s >= 0 for s in shape):
@@ -252,8 +268,9 @@ class Tensor:
     def zero_(self, e=None):
         """Fill with zeros (enqueued)."""
         if self.size:
-            cl.enqueue_fill_buffer(self._queue(e), self.buffer, np.uint8(0),
-                                   self.byte_offset, self.nbytes)
+            wide = self.nbytes % 4 == 0 and self.byte_offset % 4 == 0
+            fill_bytes(self._queue(e), self.buffer, np.zeros(1, np.uint32 if wide else np.uint8),
+                       self.byte_offset, self.nbytes)
         return self
 
     def copy_from(self, other, e=None):

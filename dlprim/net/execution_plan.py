@@ -9,13 +9,12 @@ iteration is then a loop over ``forward`` (and ``backward``) calling each with a
 import contextlib
 
 import numpy as np
-import pyopencl as cl
 
 from . import fusion, memory_plan
 from .autograd import OpFacts, Autograd
 from ..dtypes import is_float
 from ..layers.base import LayerError
-from ..tensor import Tensor
+from ..tensor import Tensor, fill_bytes
 
 __all__ = ["ExecutionPlan", "Fill", "ARENA_ALIGN"]
 
@@ -33,7 +32,7 @@ class Fill:
 
     def __call__(self, queue):
         if self.nbytes:
-            return cl.enqueue_fill_buffer(queue, self.buffer, self.pattern, self.offset, self.nbytes)
+            return fill_bytes(queue, self.buffer, self.pattern, self.offset, self.nbytes)
 
 
 class ExecutionPlan:
