@@ -7,8 +7,8 @@ and --new tokens decoded greedily (EOS ignored), tokens per second of the decodi
     python benchmarks/llm_decode.py --kinds dlprim,hf_cpu --models gpt2 --device cpu
 
 Models: ``tinyllama`` (TinyLlama-1.1B's shape: 22 layers, 2048 wide, 32 heads, 4 KV
-heads) and ``gpt2`` (124M). ``hf_compiled`` is HF generate with a static cache and
-torch.compile of the forward. Decode time = time(prompt + N tokens) - time(prompt + 1
+heads) and ``gpt2`` (124M). ``hf_compiled`` is HF generate with a static cache, which
+makes generate compile the forward (torch.compile, CUDA graphs). Decode time = time(prompt + N tokens) - time(prompt + 1
 token), over N - 1 tokens. The memory floor is the bytes a step must read (weights, and
 the cache up to the context) at the device's copy bandwidth (--bandwidth GB/s).
 """
@@ -83,9 +83,8 @@ def time_hf(folder, context, new, batch, compiled, device="cuda"):
     ids = torch.randint(1, 1000, (batch, context), device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
-    if compiled:
+    if compiled:  # generate then compiles the forward itself (CUDA graphs, fullgraph)
         model.generation_config.cache_implementation = "static"
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
 
     def run(n):
         sync()

@@ -483,22 +483,14 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
         qkv = linear(p + "attn.c_attn", _layer_norm(cfg, p + "ln_1", x, eps), dim, 3 * dim)
         qkv = cfg.add("Reshape", name=p + "attn/heads", inputs=[qkv],
                       options={"dims": [batch, -1, 3, heads, width]})
-        parts = []  # q, k, v: (batch, heads, T, width), what the cache and attention take
-        for j, part in enumerate("qkv"):
-            t = cfg.add("Slice", name=p + "attn/%s/pick" % part, inputs=[qkv],
-                        options={"dim": 2, "begin": j, "end": j + 1})
-            t = cfg.add("Reshape", name=p + "attn/%s/drop" % part, inputs=[t],
-                        options={"dims": [batch, -1, heads, width]})
-            parts.append(cfg.add("Transpose", name=p + "attn/" + part, inputs=[t],
-                                 options={"dims": [0, 2, 1, 3]}))
-        q, k, v = parts
-        keys, values, mask = cfg.add("KVCache", name=p + "attn.cache", inputs=[k, v, pos],
-                                     outputs=[p + "attn/keys", p + "attn/values",
-                                              p + "attn/mask"],
-                                     options={"length": context})
+        # the cache takes the projection as it is and splits off the queries, all (batch,
+        # T, heads, width) as attention's "nlhd" layout reads them: no transposes
+        q, keys, values, mask = cfg.add(
+            "KVCache", name=p + "attn.cache", inputs=[qkv, pos],
+            outputs=[p + "attn/q", p + "attn/keys", p + "attn/values", p + "attn/mask"],
+            options={"length": context, "layout": "packed", "cache_layout": "nlhd"})
         a = cfg.add("ScaledDotProductAttention", name=p + "attn",
-                    inputs=[q, keys, values, mask])
-        a = cfg.add("Transpose", name=p + "attn/merge", inputs=[a], options={"dims": [0, 2, 1, 3]})
+                    inputs=[q, keys, values, mask], options={"layout": "nlhd"})
         a = cfg.add("Reshape", name=p + "attn/merged", inputs=[a],
                     options={"dims": [batch, -1, dim]})
         x = _residual(cfg, p + "attn/residual", x, linear(p + "attn.c_proj", a, dim, dim))

@@ -85,3 +85,86 @@ def test_a_position_past_the_cache_gives_nan_and_bad_inputs_are_named(ctx):
         cached_attention_net(ctx, 4, length=0)
     with pytest.raises(LayerError, match="do not fit"):
         cached_attention_net(ctx, 7, length=6)
+
+
+def layout_net(ctx, t, layout, cache_layout, per_row=True):
+    """A cache fed in ``layout`` ("nhld", "nlhd", a pair, or "packed"), its caches in
+    ``cache_layout``, attention reading them in that layout; output y (N, H, T, D)."""
+    cfg = dp.NetConfig()
+    nlhd = cache_layout == "nlhd"
+    shape = {"nhld": [N, H, t, D], "nlhd": [N, t, H, D]}
+    pair = [layout, layout] if isinstance(layout, str) else layout
+    if layout == "packed":
+        cfg.add_input("qkv", [N, t, 3, H, D])
+    else:
+        cfg.add_input("q", shape[cache_layout])
+        cfg.add_input("k", shape[pair[0]])
+        cfg.add_input("v", shape[pair[1]])
+    cfg.add_input("pos", [N if per_row else 1], "int64")
+    outputs = ["keys", "values", "mask"]
+    if layout == "packed":
+        made = cfg.add("KVCache", name="cache", inputs=["qkv", "pos"], outputs=["q"] + outputs,
+                       options={"length": L, "layout": "packed", "cache_layout": cache_layout})
+    else:
+        made = cfg.add("KVCache", name="cache", inputs=["k", "v", "pos"], outputs=outputs,
+                       options={"length": L, "layout": layout, "cache_layout": cache_layout})
+    cfg.add("ScaledDotProductAttention", name="att", inputs=["q", "keys", "values", "mask"],
+            outputs=["y"], options={"layout": cache_layout})
+    cfg.set_outputs(["y", "keys"] + (["q"] if layout == "packed" else []))
+    assert len(made) == 4 if layout == "packed" else 3
+    return dp.Net(ctx, cfg, mode="predict"), nlhd
+
+
+@pytest.mark.parametrize("layout,cache_layout", [
+    ("nlhd", "nhld"), (["nhld", "nlhd"], "nhld"), (["nlhd", "nhld"], "nlhd"),
+    ("nhld", "nlhd"), ("packed", "nlhd"), ("packed", "nhld")])
+def test_layouts_read_in_place_match_the_transposed_reference(ctx, layout, cache_layout):
+    # the same rows fed in every arrangement, 3 tokens at positions (0, 2): the caches,
+    # the split-off queries and attention agree with the float64 reference over
+    # (N, H, T, D) rows
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((N, H, 5, D)).astype(np.float32) for _ in range(3))
+    pair = [layout, layout] if isinstance(layout, str) else layout
+    to = {"nhld": lambda a: a, "nlhd": lambda a: a.transpose(0, 2, 1, 3)}
+    net, nlhd = layout_net(ctx, 3, layout, cache_layout)
+    start = np.array([0, 2])
+    kk, vv = np.zeros((N, H, L, D), np.float32), np.zeros((N, H, L, D), np.float32)
+    for b in range(N):
+        kk[b, :, start[b]:start[b] + 3], vv[b, :, start[b]:start[b] + 3] = k[b, :, :3], v[b, :, :3]
+    if layout == "packed":
+        feeds = {"qkv": np.stack([to["nlhd"](a[:, :, :3]) for a in (q, k, v)], 2)}
+    else:
+        feeds = {"q": to[cache_layout](q[:, :, :3]), "k": to[pair[0]](k[:, :, :3]),
+                 "v": to[pair[1]](v[:, :, :3])}
+    out = net(pos=start, **feeds)
+    y = to[cache_layout](out["y"])
+    np.testing.assert_array_equal(to[cache_layout](out["keys"]), kk)
+    if layout == "packed":
+        np.testing.assert_array_equal(to[cache_layout](out["q"]), q[:, :, :3])
+    for b in range(N):
+        want = reference(q[b, :, :3].astype(np.float64), kk[b].astype(np.float64),
+                         vv[b].astype(np.float64), start[b])
+        np.testing.assert_allclose(y[b], want, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_layouts_are_named(ctx):
+    for layout, match in (("nchw", "option 'layout'"), (["packed", "nhld"], "option 'layout'"),
+                          ("nlhd", None)):
+        cfg = dp.NetConfig()
+        cfg.add_input("k", [N, H, 3, D])
+        cfg.add_input("v", [N, H, 3, D])
+        cfg.add_input("pos", [1], "int64")
+        cfg.add("KVCache", name="cache", inputs=["k", "v", "pos"], outputs=["a", "b", "m"],
+                options={"length": L, "layout": layout,
+                         "cache_layout": "nhld" if match else "hlnd"})
+        cfg.set_outputs(["a"])
+        with pytest.raises(LayerError, match=match or "option 'cache_layout'"):
+            dp.Net(ctx, cfg, mode="predict")
+    cfg = dp.NetConfig()
+    cfg.add_input("qkv", [N, 3, 2, H, D])
+    cfg.add_input("pos", [1], "int64")
+    cfg.add("KVCache", name="cache", inputs=["qkv", "pos"], outputs=["q", "a", "b", "m"],
+            options={"length": L, "layout": "packed"})
+    cfg.set_outputs(["a"])
+    with pytest.raises(LayerError, match=r"\(N, T, 3, H, D\)"):
+        dp.Net(ctx, cfg, mode="predict")

@@ -125,13 +125,13 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
                                                        heads * width, qkv_bias), heads))
         k = rotated(p + "k/rope", split(p + "k", linear(p + "self_attn.k_proj", h, hidden,
                                                        kv_heads * width, qkv_bias), kv_heads))
-        v = cfg.add("Transpose", name=p + "v/heads", options={"dims": [0, 2, 1, 3]},
-                    inputs=[split(p + "v", linear(p + "self_attn.v_proj", h, hidden,
-                                                  kv_heads * width, qkv_bias), kv_heads)])
+        v = split(p + "v", linear(p + "self_attn.v_proj", h, hidden, kv_heads * width,
+                                  qkv_bias), kv_heads)  # (the cache reads it as it is)
         # one mask over the cache serves every layer: the first layer's cache writes it
         outputs = [p + "keys", p + "values"] + ([] if mask else [p + "mask"])
         made = cfg.add("KVCache", name=p + "self_attn.cache", inputs=[k, v, pos],
-                       outputs=outputs, options={"length": context, "mask": mask is None})
+                       outputs=outputs, options={"length": context, "mask": mask is None,
+                                                 "layout": ["nhld", "nlhd"]})
         keys, values = made[:2]
         if mask is None:
             mask = _grouped_mask(cfg, made[2], mask_rows, group, context)

@@ -444,19 +444,26 @@ def test_rotary(ctx, rng, facts):
 
 
 def test_kv_cache(ctx, rng, facts):
-    """kernels/kv_cache.cl: both caches written and read out in one launch each."""
+    """kernels/kv_cache.cl: a packed projection's rows written into nlhd caches, the caches
+    read out, the queries split off and the mask, in one launch."""
     from dlprim.core.kv_cache import KVCacheOps
-    n, h, tokens, length, d, dv = 2, 3, 2, 5, 4, 6
-    ops = KVCacheOps(ctx, n, h, tokens, length, 4, np.int64, True)
-    k = rng.standard_normal((n, h, tokens, d)).astype(np.float32)
-    v = rng.standard_normal((n, h, tokens, dv)).astype(np.float32)
-    keys, values = t(ctx, np.zeros((n, h, length, d))), t(ctx, np.zeros((n, h, length, dv)))
-    outs = t(ctx, np.zeros((n, h, length, d))), t(ctx, np.zeros((n, h, length, dv)))
+    n, h, tokens, length, d = 2, 3, 2, 5, 4
+    ops = KVCacheOps(ctx, n, h, tokens, length, 4, np.int64, True, nlhd=True)
+    qkv = rng.standard_normal((n, tokens, 3, h, d)).astype(np.float32)
+    packed = t(ctx, qkv)
+    k, v = (dp.Tensor(ctx, (n, tokens, 1, h, d), np.float32, buffer=packed.buffer,
+                      offset=packed.offset + part * h * d) for part in (1, 2))
+    keys, values = t(ctx, np.zeros((n, length, h, d))), t(ctx, np.zeros((n, length, h, d)))
+    outs = t(ctx, np.zeros((n, length, h, d))), t(ctx, np.zeros((n, length, h, d)))
+    queries, mask = t(ctx, np.zeros((n, tokens, h, d))), t(ctx, np.zeros((n, 1, tokens, length)))
     pos = dp.Tensor.from_numpy(ctx, np.array([1, 4], np.int64))  # sample 1 overflows
-    for launch in ops.write(t(ctx, k), keys, t(ctx, v), values, pos, d, dv) + \
-            ops.read(keys, outs[0], values, outs[1]):
+    for launch in ops.update(k, v, pos, keys, values, outs[0], outs[1], "packed", "packed",
+                             queries=queries, mask=mask):
         launch(ctx.queue)
-    want_k, want_v = np.zeros((n, h, length, d)), np.zeros((n, h, length, dv))
-    want_k[0, :, 1:3], want_v[0, :, 1:3] = k[0], v[0]
+    want_k, want_v = np.zeros((n, length, h, d)), np.zeros((n, length, h, d))
+    want_k[0, 1:3], want_v[0, 1:3] = qkv[0, :, 1], qkv[0, :, 2]
     assert_close(outs[0].numpy(), want_k, rtol=0, atol=0)
     assert_close(outs[1].numpy(), want_v, rtol=0, atol=0)
+    assert_close(keys.numpy(), want_k, rtol=0, atol=0)
+    assert_close(queries.numpy(), qkv[:, :, 0], rtol=0, atol=0)
+    assert np.isnan(mask.numpy()[1]).all() and np.isfinite(mask.numpy()[0, 0, 1, :3]).all()
