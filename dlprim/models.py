@@ -325,6 +325,19 @@ def seq_linear(cfg, name, x, length, inputs, outputs, params=None, batch=None, b
     return cfg.add("Reshape", name=name + "/seq", inputs=[y], options={"dims": dims})
 
 
+def row_linear(cfg, name, x, inputs, outputs, bias=True, weights="float32", residual=None):
+    """nn.Linear over rows (N, inputs), parameters as ``linear_params`` names them. With
+    ``residual`` (a value (N, outputs)), residual + Linear(x) written over it: the
+    InnerProduct takes the residual as a second input and the output its name, so the
+    planner writes it in place and no add of its own runs (inference only)."""
+    inputs_ = [x] if residual is None else [x, residual]
+    return cfg.add("InnerProduct", name=name, inputs=inputs_,
+                   outputs=[name if residual is None else residual],
+                   params=linear_params(name, bias, weights),
+                   options={"outputs": outputs, "inputs": inputs, "bias": bool(bias),
+                            "weights": weights})
+
+
 def _layer_norm(cfg, name, x, eps=1e-5):
     return cfg.add("LayerNorm", name=name, inputs=[x], params=[name + ".weight", name + ".bias"],
                    options={"eps": eps})
@@ -474,9 +487,12 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
                  params=["transformer.wpe.weight"],
                  options={"num_embeddings": context, "embedding_dim": dim})
     x = cfg.add("Elementwise", name="embed", inputs=[emb, at], options={"operation": "sum"})
+    # the residual stream as rows (batch * T, dim): each block's projections add onto it
+    # in place (row_linear's residual)
+    x = cfg.add("Reshape", name="embed/rows", inputs=[x], options={"dims": [-1, dim]})
 
-    def linear(name, x, inputs, outputs):  # over (batch, T, inputs), T left free
-        return seq_linear(cfg, name, x, None, inputs, outputs, batch=batch, weights=weights)
+    def linear(name, x, inputs, outputs, residual=None):
+        return row_linear(cfg, name, x, inputs, outputs, weights=weights, residual=residual)
 
     for i in range(layers):
         p = "transformer.h.%d." % i
@@ -491,13 +507,12 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
             options={"length": context, "layout": "packed", "cache_layout": "nlhd"})
         a = cfg.add("ScaledDotProductAttention", name=p + "attn",
                     inputs=[q, keys, values, mask], options={"layout": "nlhd"})
-        a = cfg.add("Reshape", name=p + "attn/merged", inputs=[a],
-                    options={"dims": [batch, -1, dim]})
-        x = _residual(cfg, p + "attn/residual", x, linear(p + "attn.c_proj", a, dim, dim))
+        a = cfg.add("Reshape", name=p + "attn/merged", inputs=[a], options={"dims": [-1, dim]})
+        x = linear(p + "attn.c_proj", a, dim, dim, residual=x)
         h = linear(p + "mlp.c_fc", _layer_norm(cfg, p + "ln_2", x, eps), dim, inner)
         h = cfg.add("Activation", name=p + "mlp.act", inputs=[h],
                     options={"activation": activation})
-        x = _residual(cfg, p + "mlp/residual", x, linear(p + "mlp.c_proj", h, inner, dim))
+        x = linear(p + "mlp.c_proj", h, inner, dim, residual=x)
     x = _layer_norm(cfg, "transformer.ln_f", x, eps)
     decoder_logits(cfg, x, dim, vocab, linear_params("lm_head", head_bias, weights), head_bias,
                    weights)

@@ -117,3 +117,78 @@ def test_split_gemms_use_the_layer_workspace(ctx, monkeypatch):
     assert_close(res.y[0], y, what="y")
     assert_close(res.dx[0], dx, rtol=2e-4, atol=2e-4, what="dx")
     assert_close(res.dparams[0], dw, rtol=2e-4, atol=3e-4, what="dW")
+
+
+def _residual_net(ctx, rows, inputs, outputs, weights, in_place):
+    import dlprim as dp
+    cfg = dp.NetConfig()
+    cfg.add_input("x", [rows, inputs])
+    cfg.add_input("a", [rows, outputs])
+    cfg.add_input("b", [rows, outputs])
+    # r is an activation (a net input is never written in place), read again after fc
+    cfg.add("Elementwise", name="r", inputs=["a", "b"], outputs=["r"],
+            options={"operation": "sum"})
+    params = ["fc.weight", "fc.bias"] + (["fc.weight_scale"] if weights in ("int8", "q4")
+                                         else [])
+    cfg.add("InnerProduct", name="fc", inputs=["x", "r"], outputs=["r" if in_place else "y"],
+            params=params, options={"outputs": outputs, "inputs": inputs, "weights": weights})
+    cfg.set_outputs(["r" if in_place else "y"])
+    return dp.Net(ctx, cfg, mode="predict")
+
+
+@pytest.mark.parametrize("rows", [1, 8, 9, 70])
+@pytest.mark.parametrize("weights", ["float32", "float16", "int8", "q4"])
+@pytest.mark.parametrize("in_place", [True, False])
+def test_a_residual_input_is_added_to_the_product(ctx, rng, rows, weights, in_place):
+    import dlprim as dp
+    from dlprim.core.quantize import dequantize_q4, quantize_q4, quantize_rows
+    inputs, outputs = 67, 45
+    net = _residual_net(ctx, rows, inputs, outputs, weights, in_place)
+    w = rng.standard_normal((outputs, inputs)).astype(np.float32)
+    bias = rng.standard_normal(outputs).astype(np.float32)
+    given = {"fc.bias": bias}
+    if weights == "int8":
+        q, scale = quantize_rows(w)
+        given.update({"fc.weight": q, "fc.weight_scale": scale})
+        w = q.astype(np.float64) * scale[:, None]
+    elif weights == "q4":
+        q, scale = quantize_q4(w)
+        given.update({"fc.weight": q, "fc.weight_scale": scale})
+        w = dequantize_q4(q, scale, inputs).astype(np.float64)
+    else:
+        given["fc.weight"] = w
+        w = w.astype(np.float16 if weights == "float16" else np.float64)
+    net.set_parameters(given, strict=False)
+    x = rng.standard_normal((rows, inputs)).astype(np.float32)
+    a, b = (rng.standard_normal((rows, outputs)).astype(np.float32) for _ in range(2))
+    y = net(x=x, a=a, b=b)["r" if in_place else "y"]
+    want = x.astype(np.float64) @ w.astype(np.float64).T + bias + a + b
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    # written where the residual was: no add of its own, and no copy of the residual
+    # beyond what the product alone launches (a CPU widens 16-bit weights by a copy)
+    plain = dp.NetConfig()
+    plain.add_input("x", [rows, inputs])
+    plain.add("InnerProduct", name="fc", inputs=["x"], outputs=["y"],
+              options={"outputs": outputs, "inputs": inputs, "weights": weights})
+    plain.set_outputs(["y"])
+    names = [[launch.name for launch in n.plan.forward]
+             for n in (net, dp.Net(ctx, plain, mode="predict"))]
+    assert ("fc" in net.plan.autograd.inplace_ops) == in_place
+    assert len(names[0]) == len(names[1]) + 1 + (0 if in_place else 1)  # (+1: r = a + b)
+
+
+def test_residual_input_refusals(ctx):
+    import dlprim as dp
+    from dlprim.layers.base import LayerError as NetLayerError
+    for options, shape, mode, match in (
+            ({"activation": "relu"}, [4, 5], "predict", "option 'activation' must be identity"),
+            ({}, [4, 6], "predict", r"input residual must be the output's \(N, outputs\)"),
+            ({}, [4, 5], "train", "inference")):
+        cfg = dp.NetConfig()
+        cfg.add_input("x", [4, 3])
+        cfg.add_input("r", shape)
+        cfg.add("InnerProduct", name="fc", inputs=["x", "r"], outputs=["y"],
+                options=dict({"outputs": 5}, **options))
+        cfg.set_outputs(["y"])
+        with pytest.raises(NetLayerError, match=match):
+            dp.Net(ctx, cfg, mode=mode)

@@ -84,8 +84,9 @@ class Q4Gemv:
                                    TEAMS=self.teams, BIAS=int(bool(bias)),
                                    ACTIVATION=activation)
 
-    def launches(self, x, q, scale, y, bias=None):
-        """The launch over contiguous x (M, K), y (M, N) and W's packed values and scales."""
+    def launches(self, x, q, scale, y, bias=None, beta=0.0):
+        """The launch over contiguous x (M, K), y (M, N) and W's packed values and scales;
+        ``beta`` 1 adds the product to what y holds (before the activation)."""
         if self.M * self.N == 0:
             return []
         i32, u64 = np.int32, np.uint64
@@ -95,7 +96,8 @@ class Q4Gemv:
                                (-(-self.N // self.teams) * size,), (size,),
                                [i32(self.M), i32(self.N), i32(self.K), x.buffer, u64(x.offset),
                                 q.buffer, u64(q.offset), scale.buffer, u64(scale.offset),
-                                *bias_args, y.buffer, u64(y.offset)])]
+                                *bias_args, y.buffer, u64(y.offset),
+                                np.float32(beta)])]
 
 
 class Dequantize:

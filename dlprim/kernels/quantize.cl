@@ -44,7 +44,7 @@ __kernel __attribute__((reqd_work_group_size(${TEAM} * ${TEAMS}, 1, 1)))
 void q4_gemv(int M, int N, int K, __global const float *x, ulong x_offset,
              __global const uchar *q, ulong q_offset, __global const float *scale,
              ulong scale_offset, __global const float *bias, ulong bias_offset,
-             __global float *y, ulong y_offset)
+             __global float *y, ulong y_offset, float beta)
 {
     __local float sums[${TEAM} * ${TEAMS}];
     const int lane = get_local_id(0) % ${TEAM}, team = get_local_id(0) / ${TEAM};
@@ -82,7 +82,10 @@ void q4_gemv(int M, int N, int K, __global const float *x, ulong x_offset,
 % if BIAS:
             v += bias[bias_offset + n];
 % endif
-            y[y_offset + (ulong)m * N + n] = ACT_${ACTIVATION}(v);
+            __global float *out = y + y_offset + (ulong)m * N + n;
+            if (beta != 0.0f)  // (a residual the layer put there first)
+                v += beta * *out;
+            *out = ACT_${ACTIVATION}(v);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }

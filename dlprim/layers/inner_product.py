@@ -6,7 +6,11 @@ a third parameter, one float32 scale per output: W = q * scale) or "q4" (4-bit v
 packed two to a byte, (outputs, ceil(inputs / 2)) uint8, and a scale per group of 32
 along each row, (outputs, ceil(inputs / 32)); ``core/quantize.py``): memory and traffic
 of 2, 1 or about 0.6 bytes a weight; such a W is not trained (the layer refuses train
-mode). With g = dy * act'(y):
+mode). A second input, a residual (N, outputs) of the output's type, is added to the product
+(y = x W^T + b + r, no activation; inference only): the output written where the residual
+was (the planner's in-place write when the output takes the residual's name, else a copy
+first), the GEMM accumulating onto it (beta 1): a transformer's residual add without a
+launch of its own. With g = dy * act'(y):
   dx = g W          (N x outputs @ outputs x inputs)
   dW += g^T x       (outputs x N @ N x inputs)
   db += sum over n of g
@@ -14,10 +18,11 @@ mode). With g = dy * act'(y):
 import numpy as np
 
 from ..core.activation import FUSABLE, backward_code
+from ..core.copy import StridedCopy
 from ..tensor import ws_view
 from ..core.gemm import Gemm
 from ..core.quantize import Q4_GROUP, Dequantize, Q4Gemv, quantize_q4, quantize_rows
-from ..dtypes import as_dtype, bfloat16, to_bfloat16
+from ..dtypes import as_dtype, bfloat16, dtype_name, to_bfloat16
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..utils import is_int, round_up
 from .base import Layer, ParamSpec, Setup, TensorSpec, register
@@ -59,7 +64,8 @@ class InnerProduct(Layer):
         self.q4 = o["weights"] == "q4"
 
     def build(self, in_specs):
-        spec = self.single_input(in_specs, "(N, features, ...)", min_ndim=2)
+        spec = self.single_input(in_specs[:1] if len(in_specs) == 2 else in_specs,
+                                 "(N, features, ...)", min_ndim=2)
         n, inputs = spec.shape[0], int(np.prod(spec.shape[1:]))
         if self.options["inputs"] != -1 and self.options["inputs"] != inputs:
             self.fail("input has %d features (shape %s flattened from axis 1), option 'inputs' "
@@ -71,6 +77,7 @@ class InnerProduct(Layer):
                       "set up for %d" % (inputs, spec.shape, self.inputs))
         self.n, self.inputs, self.outputs = n, inputs, outputs
         self.dtype = dt = spec.dtype
+        self.residual = self._residual(in_specs)
         typed = self.weight_dtype != np.float32
         if typed and self.mode == "train":
             self.fail("weights stored as %s are for inference (predict mode): they are not "
@@ -116,9 +123,27 @@ class InnerProduct(Layer):
             [ParamSpec((outputs, -(-inputs // Q4_GROUP)), trainable=False)] if self.q4 else []
         params = [ParamSpec(stored, self.weight_dtype, trainable=not typed)] + \
             ([ParamSpec((outputs,))] if self.bias else []) + scales
-        # dy * act'(y) needs y
-        flags = self.default_flags(backward_reads_outputs=self.activation != "identity")
+        # dy * act'(y) needs y; the output may take a residual's memory (named after it)
+        flags = self.default_flags(backward_reads_outputs=self.activation != "identity",
+                                   inplace=self.residual is not None)
         return Setup([TensorSpec((n, outputs), dt)], params, ws, flags=flags)
+
+    def _residual(self, in_specs):
+        """The copy of a second input, the residual added to the product (None without
+        one), checked: inference only, no activation, the output's shape and type."""
+        if len(in_specs) != 2:
+            return None
+        r, n, o, dt = in_specs[1], self.n, self.outputs, self.dtype
+        if self.mode == "train":
+            self.fail("a residual input is for inference (predict mode): its gradient is not "
+                      "built")
+        if self.activation != "identity":
+            self.fail("a residual input is added after the product: option 'activation' must "
+                      "be identity, got %r" % self.activation)
+        if tuple(r.shape) != (n, o) or r.dtype != dt:
+            self.fail("input residual must be the output's (N, outputs) = %s %s, got %s %s"
+                      % ((n, o), dtype_name(dt), r.shape, dtype_name(r.dtype)))
+        return StridedCopy(self.ctx, (n * o,), (1,), (1,), dt)
 
     def init_params(self, params, rng):
         # PyTorch Linear: kaiming_uniform(a=sqrt(5)) -> U(+-1/sqrt(inputs)); bias alike;
@@ -132,17 +157,21 @@ class InnerProduct(Layer):
             p.to_device(to_bfloat16(v) if p.dtype == bfloat16 else v.astype(p.dtype))
 
     def forward(self, x, y, params, ws, saved):
-        weight, out = params[0], []
+        weight, out, beta = params[0], [], 0.0
+        if self.residual is not None:  # y = product + residual: y holds it, then beta 1
+            beta, r = 1.0, x[1]
+            if r.buffer is not y[0].buffer or r.offset != y[0].offset:
+                out = self.residual.launches(r.view((r.size,)), y[0].view((y[0].size,)))
         scale = params[-1] if self.int8 or self.q4 else None
         if self.q4_gemv is not None:
-            return self.q4_gemv.launches(x[0], params[0], scale, y[0],
-                                         params[1] if self.bias else None)
+            return out + self.q4_gemv.launches(x[0], params[0], scale, y[0],
+                                               params[1] if self.bias else None, beta=beta)
         if self.widen:
             weight = ws_view(ws, self.widen_at, self.outputs * self.inputs, np.float32).reshape(
                 self.outputs, self.inputs)
-            out = self._widen.launches(params[0], scale, weight)
+            out += self._widen.launches(params[0], scale, weight)
         return out + self._fwd.launches(x[0].reshape(self.n, self.inputs), weight, y[0],
-                                        bias=params[1] if self.bias else None,
+                                        bias=params[1] if self.bias else None, beta=beta,
                                         workspace=self._fwd.workspace_in(ws, self.act_bytes),
                                         b_scale=scale if self.int8 and not self.widen
                                         else None)

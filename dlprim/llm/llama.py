@@ -14,7 +14,7 @@ with ``swap`` the two halves exchanged): ``decoder`` returns them beside the con
 """
 import numpy as np
 
-from ..models import decoder_inputs, decoder_logits, linear_params, seq_linear
+from ..models import decoder_inputs, decoder_logits, linear_params, row_linear
 from ..errors import FileFormatError
 from .checkpoint import ArchitectureError, as_float32
 
@@ -96,15 +96,18 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     x = cfg.add("Embedding", name="model.embed_tokens", inputs=[ids],
                 params=["model.embed_tokens.weight"],
                 options={"num_embeddings": vocab, "embedding_dim": hidden})
+    # the residual stream as rows (batch * T, hidden): the output and down projections
+    # add onto it in place (row_linear's residual)
+    x = cfg.add("Reshape", name="model.embed_tokens/rows", inputs=[x],
+                options={"dims": [-1, hidden]})
     tables = [cfg.add("Embedding", name="rope." + part, inputs=[places], params=["rope." + part],
                       options={"num_embeddings": context, "embedding_dim": width})
               for part in ("cos", "sin")]  # (batch, T, width): each token's row
     group = heads // kv_heads  # the query heads one key/value head serves
     mask_rows = batch if per_sample and batch > 1 else 1
 
-    def linear(name, x, inputs, outputs, bias=False):  # over (batch, T, inputs)
-        return seq_linear(cfg, name, x, None, inputs, outputs, batch=batch, bias=bias,
-                          weights=weights)
+    def linear(name, x, inputs, outputs, bias=False, residual=None):  # over rows
+        return row_linear(cfg, name, x, inputs, outputs, bias, weights, residual)
 
     def norm(name, x):
         return cfg.add("RMSNorm", name=name, inputs=[x], params=[name + ".weight"],
@@ -148,17 +151,13 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         a = cfg.add("Transpose", name=p + "self_attn/merge", inputs=[a],
                     options={"dims": [0, 2, 1, 3]})
         a = cfg.add("Reshape", name=p + "self_attn/merged", inputs=[a],
-                    options={"dims": [batch, -1, heads * width]})
-        a = linear(p + "self_attn.o_proj", a, heads * width, hidden, out_bias)
-        x = cfg.add("Elementwise", name=p + "attn/residual", inputs=[x, a],
-                    options={"operation": "sum"})
+                    options={"dims": [-1, heads * width]})
+        x = linear(p + "self_attn.o_proj", a, heads * width, hidden, out_bias, residual=x)
         h = norm(p + "post_attention_layernorm", x)
         m = cfg.add("LibraryOp", name=p + "mlp.glu", options={"op": "silu_mul"},
                     inputs=[linear(p + "mlp.gate_proj", h, hidden, inner),
                             linear(p + "mlp.up_proj", h, hidden, inner)])
-        x = cfg.add("Elementwise", name=p + "mlp/residual",
-                    inputs=[x, linear(p + "mlp.down_proj", m, inner, hidden)],
-                    options={"operation": "sum"})
+        x = linear(p + "mlp.down_proj", m, inner, hidden, residual=x)
     decoder_logits(cfg, norm("model.norm", x), hidden, vocab,
                    linear_params("lm_head", False, weights), weights=weights)
     cos, sin = rope_tables(config, context)
