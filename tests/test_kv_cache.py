@@ -168,3 +168,28 @@ def test_bad_layouts_are_named(ctx):
     cfg.set_outputs(["a"])
     with pytest.raises(LayerError, match=r"\(N, T, 3, H, D\)"):
         dp.Net(ctx, cfg, mode="predict")
+
+
+def test_grouped_packed_layout_refusals_are_named(ctx):
+    for shape, options, tables, match in (
+            ([N, 3, 7, D], {"query_heads": 4}, None, r"\(N, T, 4 \+ 2 H, D\)"),
+            ([N, 3, 8, D], {"query_heads": 0}, None, "option 'query_heads'"),
+            ([N, 3, 8, D], {"query_heads": 4}, [1, 3, D + 2], "rotary tables"),
+            ([N, 3, 8, D], {"query_heads": 4}, [N, 3, D], None)):
+        cfg = dp.NetConfig()
+        cfg.add_input("qkv", shape)
+        cfg.add_input("pos", [1], "int64")
+        inputs = ["qkv", "pos"]
+        if tables:
+            cfg.add_input("cos", tables)
+            cfg.add_input("sin", tables)
+            inputs += ["cos", "sin"]
+        cfg.add("KVCache", name="cache", inputs=inputs, outputs=["q", "a", "b", "m"],
+                options=dict({"length": L, "layout": "packed"}, **options))
+        cfg.set_outputs(["q", "a"])
+        if match is None:  # accepted: 4 query heads, 2 key/value heads
+            net = dp.Net(ctx, cfg, mode="predict")
+            assert net.tensor("q").shape == (N, 4, 3, D) and net.tensor("a").shape == (N, 2, L, D)
+            continue
+        with pytest.raises(LayerError, match=match):
+            dp.Net(ctx, cfg, mode="predict")

@@ -9,6 +9,7 @@ transformers = pytest.importorskip("transformers")
 
 import dlprim as dp  # noqa: E402
 from dlprim.llm import llama  # noqa: E402
+from dlprim.errors import FileFormatError  # noqa: E402
 
 VOCAB, CONTEXT, BATCH, PROMPT, STEPS = 64, 16, 2, 5, 4
 
@@ -31,7 +32,8 @@ def test_prompt_then_greedy_steps_match_transformers(ctx, kind):
     config = model.config.to_dict()
     cfg, tables = llama.decoder(config, batch=BATCH, tokens=PROMPT, context=CONTEXT)
     net = dp.Net(ctx, cfg, mode="predict")
-    weights = {n: t.detach().float().numpy() for n, t in model.state_dict().items()}
+    weights = dict(llama.decoder_names((n, t.detach().float().numpy())
+                                       for n, t in model.state_dict().items()))
     if config.get("tie_word_embeddings"):
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
     weights.update(tables)
@@ -66,3 +68,19 @@ def test_rotary_scalings_not_built_yet_are_named():
     config["num_key_value_heads"] = 3  # 4 heads
     with pytest.raises(ArchitectureError, match="key/value heads"):
         llama.decoder(config, context=CONTEXT)
+
+
+def test_decoder_names_join_q_k_v_and_name_a_missing_part():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((r, 4)).astype(np.float32) for r in (4, 2, 2))
+    named = [("model.layers.0.self_attn.k_proj.weight", k),
+             ("model.layers.0.self_attn.q_proj.weight", q),
+             ("model.layers.0.self_attn.v_proj.weight", v),
+             ("model.layers.0.self_attn.rotary_emb.inv_freq", q),
+             ("model.norm.weight", q[0])]
+    out = dict(llama.decoder_names(named))
+    assert sorted(out) == ["model.layers.0.self_attn.qkv_proj.weight", "model.norm.weight"]
+    np.testing.assert_array_equal(out["model.layers.0.self_attn.qkv_proj.weight"],
+                                  np.concatenate([q, k, v]))
+    with pytest.raises(FileFormatError, match="qkv_proj.weight lacks v of the q, k and v"):
+        dict(llama.decoder_names(named[:2], "folder"))

@@ -2,7 +2,9 @@
 ## A key/value cache kept across a Net's passes (layers/kv_cache.py), updated in one
 ## launch. E: an unsigned integer type of the element's size (the cache stores bits,
 ## whatever its float type); P: the positions' type. pos holds one position per sample
-## (per_row) or one for all.
+## (per_row) or one for all. ROTARY: the queries and the new keys are rotated on their way
+## (the rotary position embedding, x cos + swap(x) sin over each head's row, the sine's
+## first half negated in the table), X the elements' float type and C the tables'.
 
 // pos of sample n, or -1 where it is outside [0, L - T] (the cache would overflow)
 inline long kv_position(__global const ${P} *pos, ulong pos_offset, uint per_row, ulong n,
@@ -12,6 +14,18 @@ inline long kv_position(__global const ${P} *pos, ulong pos_offset, uint per_row
     return (p < 0 || p + (long)t_len > (long)capacity) ? -1 : p;
 }
 
+% if ROTARY:
+// element e of a head's row (width D), at src[at], rotated by the table row at `table`
+inline float kv_rotated(__global const ${E} *src, ulong at, ulong e, uint width,
+                        __global const ${C} *cosines, __global const ${C} *sines, ulong table)
+{
+    __global const ${X} *x = (__global const ${X} *)src;
+    ulong halfway = width / 2, partner = e < halfway ? at + halfway : at - halfway;
+    return LD_${X}(x, at) * LD_${C}(cosines, table + e) +
+           LD_${X}(x, partner) * LD_${C}(sines, table + e);
+}
+% endif
+
 // One element (n, h, j, e) of a cache of `width` per position, j its position: where j
 // is one of this pass's (pos_n <= j < pos_n + T) it comes from the new rows, at
 // src[n * s_n + t * s_t + h * s_h + e], and is written into the cache; either way it is
@@ -20,7 +34,12 @@ inline long kv_position(__global const ${P} *pos, ulong pos_offset, uint per_row
 inline void kv_element(ulong i, uint heads, uint t_len, uint capacity, uint width,
                        uint nlhd, ulong s_n, ulong s_t, ulong s_h,
                        __global const ${E} *src, __global ${E} *cache, __global ${E} *out,
-                       __global const ${P} *pos, ulong pos_offset, uint per_row)
+                       __global const ${P} *pos, ulong pos_offset, uint per_row
+% if ROTARY:
+                       , uint rotate, __global const ${C} *cosines,
+                       __global const ${C} *sines, uint table_rows
+% endif
+                       )
 {
     ulong e = i % width, row = i / width;
     ulong j, h, n;
@@ -36,7 +55,17 @@ inline void kv_element(ulong i, uint heads, uint t_len, uint capacity, uint widt
     long p = kv_position(pos, pos_offset, per_row, n, t_len, capacity);
     ${E} value;
     if (p >= 0 && (long)j >= p && (long)j < p + (long)t_len) {
-        value = src[n * s_n + ((ulong)((long)j - p)) * s_t + h * s_h + e];
+        ulong t = (ulong)((long)j - p), at = n * s_n + t * s_t + h * s_h + e;
+% if ROTARY:
+        if (rotate) {  // (rounded once into the storage: the cache and the output agree)
+            float v = kv_rotated(src, at, e, width, cosines, sines,
+                                 ((table_rows > 1 ? n : 0) * t_len + t) * width);
+            ST_${X}((__global ${X} *)cache, i, v);
+            ST_${X}((__global ${X} *)out, i, v);
+            return;
+        }
+% endif
+        value = src[at];
         cache[i] = value;
     } else {
         value = cache[i];
@@ -51,7 +80,8 @@ inline void kv_element(ulong i, uint heads, uint t_len, uint capacity, uint widt
 // -inf elsewhere; NaN over the whole sample where its position overflows the cache.
 // A sample whose position overflows writes nothing into the caches.
 __kernel void kv_update(ulong queries_total, ulong keys_total, ulong values_total,
-                        ulong mask_total, uint heads, uint t_len, uint capacity,
+                        ulong mask_total, uint heads, uint query_heads, uint t_len,
+                        uint capacity,
                         uint key_width, uint value_width, uint nlhd,
                         ulong k_sn, ulong k_st, ulong k_sh, ulong v_sn, ulong v_st, ulong v_sh,
                         __global const ${E} *k, ulong k_offset, ulong q_offset,
@@ -62,34 +92,54 @@ __kernel void kv_update(ulong queries_total, ulong keys_total, ulong values_tota
                         __global ${E} *values_out, ulong values_out_offset,
                         __global ${E} *queries, ulong queries_offset,
                         __global float *mask, ulong mask_offset,
-                        __global const ${P} *pos, ulong pos_offset, uint per_row)
+                        __global const ${P} *pos, ulong pos_offset, uint per_row
+% if ROTARY:
+                        , __global const ${C} *cosines, ulong cos_offset,
+                        __global const ${C} *sines, ulong sin_offset, uint table_rows
+% endif
+                        )
 {
     ulong i = get_global_id(0);
-    if (i < queries_total) {  // packed: the queries start at q_offset of k's buffer
+    if (i < queries_total) {  // packed: query_heads heads from q_offset of k's buffer
         ulong e = i % key_width, row = i / key_width, h, t, n;
         if (nlhd) {
-            h = row % heads;
-            t = (row / heads) % t_len;
-            n = row / heads / t_len;
+            h = row % query_heads;
+            t = (row / query_heads) % t_len;
+            n = row / query_heads / t_len;
         } else {
             t = row % t_len;
-            h = (row / t_len) % heads;
-            n = row / t_len / heads;
+            h = (row / t_len) % query_heads;
+            n = row / t_len / query_heads;
         }
-        queries[queries_offset + i] = k[q_offset + n * k_sn + t * k_st + h * k_sh + e];
+        ulong at = q_offset + n * k_sn + t * k_st + h * k_sh + e;
+% if ROTARY:
+        ST_${X}((__global ${X} *)(queries + queries_offset), i,
+                kv_rotated(k, at, e, key_width, cosines + cos_offset, sines + sin_offset,
+                           ((table_rows > 1 ? n : 0) * t_len + t) * key_width));
+% else:
+        queries[queries_offset + i] = k[at];
+% endif
         return;
     }
     i -= queries_total;
     if (i < keys_total) {
         kv_element(i, heads, t_len, capacity, key_width, nlhd, k_sn, k_st, k_sh, k + k_offset,
-                   keys + keys_offset, keys_out + keys_out_offset, pos, pos_offset, per_row);
+                   keys + keys_offset, keys_out + keys_out_offset, pos, pos_offset, per_row
+% if ROTARY:
+                   , 1, cosines + cos_offset, sines + sin_offset, table_rows
+% endif
+                   );
         return;
     }
     i -= keys_total;
     if (i < values_total) {
         kv_element(i, heads, t_len, capacity, value_width, nlhd, v_sn, v_st, v_sh,
                    v + v_offset, values + values_offset, values_out + values_out_offset, pos,
-                   pos_offset, per_row);
+                   pos_offset, per_row
+% if ROTARY:
+                   , 0, cosines, sines, table_rows
+% endif
+                   );
         return;
     }
     i -= values_total;

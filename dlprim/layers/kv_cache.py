@@ -13,13 +13,19 @@ for generation one token (or a chunk) at a time over a planned graph.
 Option ``layout`` says how the inputs are laid out: "nhld" as above, "nlhd" (N, T, H, D)
 (a projection split into heads by a Reshape alone), a pair of those (k's, v's), or
 "packed": one input qkv (N, T, 3, H, D) (one Linear's queries, keys and values) then pos,
-and a first output, the queries, split off in the caches' layout. Option
+and a first output, the queries, split off in the caches' layout. With option
+``query_heads`` Q the packed input is (N, T, Q + 2 H, D), Q query heads then H key and H
+value heads (grouped-query attention's projection). The packed layout may take the
+rotary tables cos and sin after pos ((N or 1, T, D), the sine's first half negated, as
+the Rotary layer reads them): the queries and the new keys are then rotated on their
+way, the rotary embedding without a launch of its own. Option
 ``cache_layout`` "nlhd" keeps the caches, their outputs and those queries as
 (N, L, H, D), what a ScaledDotProductAttention of layout "nlhd" reads; its output is then
 (N, T, H, DV), the heads merged by a Reshape alone.
 
-The whole update (the new rows written, the caches handed on, the queries and the mask)
-is one launch. The position is read on the device, so one plan serves every step: a
+The caches are stored as the keys and values come: float32, or float16 / bfloat16 in a
+net of precision "fp16" / "bf16". The whole update (the new rows written, the caches
+handed on, the queries and the mask) is one launch. The position is read on the device, so one plan serves every step: a
 prefill of T tokens and a decode of one are two plans of the same Net (``Net.reshape``),
 sharing the caches, and the caller moves ``pos`` on between passes. A position with
 pos + T > L (or pos < 0) writes nothing and makes that sample's mask NaN, so its
@@ -41,10 +47,11 @@ __all__ = ["KVCache"]
 @register("KVCache")
 class KVCache(Layer):
     """Write this pass's keys and values at ``pos`` into caches of ``length`` positions."""
-    OPTIONS = {"length": None, "mask": True, "layout": "nhld", "cache_layout": "nhld"}
+    OPTIONS = {"length": None, "mask": True, "layout": "nhld", "cache_layout": "nhld",
+               "query_heads": None}
     HAS_BACKWARD = False
     BACKWARD_READS_INPUTS = False
-    HALF_STORAGE = "none"  # (the caches are parameters, which are float32)
+    HALF_STORAGE = "follows"  # (the caches are stored as the keys and values come)
 
     def _layouts(self):
         """(k's layout, v's layout, whether the caches are nlhd), checked."""
@@ -65,17 +72,15 @@ class KVCache(Layer):
                       % (length,))
         k_layout, v_layout, nlhd = self._layouts()
         packed = k_layout == "packed"
-        if len(in_specs) != (2 if packed else 3):
-            self.fail("expects inputs %s, got %d" % ("qkv and pos" if packed else "k, v and pos",
-                                                      len(in_specs)))
+        self.tables = None
         if packed:
-            qkv, pos = in_specs
-            if len(qkv.shape) != 5 or qkv.shape[2] != 3:
-                self.fail("the packed layout's input qkv must be (N, T, 3, H, D), got shape %s"
-                          % (qkv.shape,))
-            n, t, _, h, d = qkv.shape
-            dv, dtype = d, qkv.dtype
+            n, t, h, d, q_heads = self._packed_dims(in_specs)
+            pos, dv, dtype = in_specs[1], d, in_specs[0].dtype
         else:
+            if len(in_specs) != 3:
+                self.fail("expects inputs k, v and pos, got %d" % len(in_specs))
+            if self.options["query_heads"] is not None:
+                self.fail("option 'query_heads' is for the packed layout")
             k, v, pos = in_specs
             for what, spec, lay in (("k", k, k_layout), ("v", v, v_layout)):
                 if len(spec.shape) != 4:
@@ -102,10 +107,10 @@ class KVCache(Layer):
         self.dims = (n, h, t, d, dv)
         self.packed = packed
         self.per_row = pos.shape[0] == n and n > 1
-        self.ops = KVCacheOps(self.ctx, n, h, t, length, dtype.itemsize, pos.dtype,
-                              self.per_row, nlhd)
+        self.ops = KVCacheOps(self.ctx, n, h, t, length, dtype, pos.dtype, self.per_row, nlhd,
+                              self.tables)
         masks = n if self.per_row else 1
-        outputs = [TensorSpec(order(n, h, t, d), dtype)] if packed else []
+        outputs = [TensorSpec(order(n, q_heads, t, d), dtype)] if packed else []
         outputs += [TensorSpec(shapes[0], dtype), TensorSpec(shapes[1], dtype)]
         if self.options["mask"]:
             outputs.append(TensorSpec((masks, 1, t, length), "float32"))
@@ -113,24 +118,59 @@ class KVCache(Layer):
                      params=[ParamSpec(s, dtype, trainable=False, name=w)
                              for s, w in zip(shapes, ("keys", "values"))])
 
+    def _packed_dims(self, in_specs):
+        """(N, T, H, D, query heads) of the packed layout's inputs qkv, pos and optionally
+        the rotary tables cos and sin (their type kept in ``self.tables``), checked."""
+        q_heads = self.options["query_heads"]
+        if len(in_specs) not in (2, 4):
+            self.fail("the packed layout expects inputs qkv and pos, and optionally the "
+                      "rotary tables cos and sin, got %d" % len(in_specs))
+        qkv = in_specs[0]
+        if q_heads is None:
+            if len(qkv.shape) != 5 or qkv.shape[2] != 3:
+                self.fail("the packed layout's input qkv must be (N, T, 3, H, D), got shape %s"
+                          % (qkv.shape,))
+            n, t, _, h, d = qkv.shape
+            q_heads = h
+        else:
+            if not is_int(q_heads) or q_heads < 1:
+                self.fail("option 'query_heads' must be a positive int, got %r" % (q_heads,))
+            if len(qkv.shape) != 4 or (qkv.shape[2] - q_heads) < 2 or \
+                    (qkv.shape[2] - q_heads) % 2:
+                self.fail("with query_heads %d the packed input qkv must be (N, T, %d + 2 H, "
+                          "D), got shape %s" % (q_heads, q_heads, qkv.shape))
+            n, t, parts, d = qkv.shape
+            h = (parts - q_heads) // 2
+        if len(in_specs) == 4:
+            cos, sin = in_specs[2:]
+            if cos.shape != sin.shape or cos.dtype != sin.dtype or \
+                    tuple(cos.shape) not in ((1, t, d), (n, t, d)) or d % 2:
+                self.fail("the rotary tables cos and sin must be (N or 1, T, D) = (%d or 1, "
+                          "%d, %d) of one type, D even, got %s and %s"
+                          % (n, t, d, cos.shape, sin.shape))
+            self.tables = cos.dtype
+        return n, t, h, d, q_heads
+
     def init_params(self, params, rng):
         for p in params:
             p.zero_()
 
     def forward(self, x, y, params, ws, saved):
         k_layout, v_layout, _ = self._layouts()
-        queries = None
-        if self.packed:  # keys and values: parts 1 and 2 of each token's projection
+        queries = tables = None
+        if self.packed:  # keys and values: where their heads start in each token's row
             n, h, t, d, _ = self.dims
-            qkv, pos = x
-            k, v = (Tensor(self.ctx, (n, t, 1, h, d), qkv.dtype, buffer=qkv.buffer,
-                           offset=qkv.offset + part * h * d) for part in (1, 2))
+            qkv, pos = x[:2]
+            tables = x[2:] or None
+            q_heads = qkv.size // (n * t * d) - 2 * h
+            k, v = (Tensor(self.ctx, (n, t, h, d), qkv.dtype, buffer=qkv.buffer,
+                           offset=qkv.offset + start * d) for start in (q_heads, q_heads + h))
             queries, y = y[0], y[1:]
         else:
             k, v, pos = x
         return self.ops.update(k, v, pos, params[0], params[1], y[0], y[1], k_layout,
                                v_layout, queries=queries,
-                               mask=y[2] if self.options["mask"] else None)
+                               mask=y[2] if self.options["mask"] else None, tables=tables)
 
 
 def _nhtd(shape, layout):

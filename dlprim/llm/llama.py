@@ -2,23 +2,58 @@
 a prompt of T tokens and then one token a step are two plans of the same Net
 (``Net.reshape``), the caches and weights shared, as ``models.gpt_decoder`` does for GPT-2.
 
-Per block, HuggingFace's formulas and parameter names (``model.layers.<i>.self_attn.q_proj
-.weight``, ...): RMSNorm, q, k and v projections (with biases for Qwen2), the rotary
-position embedding, grouped-query attention over the cache (each key/value head serves
-H / KVH query heads), the output projection and a residual sum; RMSNorm, the SwiGLU MLP
-(``down(silu(gate(x)) * up(x))``) and a residual sum. Then RMSNorm and the head.
+Per block, HuggingFace's formulas and parameter names (``model.layers.<i>.self_attn.o_proj
+.weight``, ...): RMSNorm, the q, k and v projections as one (``self_attn.qkv_proj``, as
+Phi-3 keeps them; ``weights`` joins HF's three; with biases for Qwen2), the rotary
+position embedding applied by the cache as it splits the heads, grouped-query attention
+over the cache (each key/value head serves H / KVH query heads), the output projection
+added onto the residual; RMSNorm, the SwiGLU MLP (``down(silu(gate(x)) * up(x))``) added
+onto it. Then RMSNorm and the head.
 
 The rotary tables are constants of the Net (``rope.cos`` and ``rope.sin``, one row per
 position; the sine's first half negated, so that rotating x is ``x cos + swap(x) sin``
 with ``swap`` the two halves exchanged): ``decoder`` returns them beside the config.
 """
+import re
+
 import numpy as np
 
 from ..models import decoder_inputs, decoder_logits, linear_params, row_linear
 from ..errors import FileFormatError
 from .checkpoint import ArchitectureError, as_float32
 
-__all__ = ["decoder", "rope_tables", "weights"]
+__all__ = ["decoder", "decoder_names", "rope_tables", "weights"]
+
+
+def decoder_names(named, where="the checkpoint"):
+    """(name, array) pairs under HF's names -> the decoder's: the q, k and v projections
+    (and their biases) joined into one ``self_attn.qkv_proj`` as Phi-3 keeps them,
+    Phi-3's gate_up_proj split into gate and up, stored rotary frequencies dropped; the
+    rest as they come. ``where`` names the source in the error for a projection whose
+    q, k or v is missing."""
+    parts = {}  # "<layer>.self_attn.qkv_proj.<weight or bias>" -> {q, k, v: array}
+    for name, a in named:
+        if name.endswith("rotary_emb.inv_freq"):
+            continue  # (older checkpoints keep the frequencies, which rope_tables computes)
+        joined = re.match(r"(.*self_attn\.)([qkv])_proj\.(weight|bias)$", name)
+        if joined:
+            base, part, kind = joined.groups()
+            held = parts.setdefault(base + "qkv_proj." + kind, {})
+            held[part] = a
+            if len(held) == 3:
+                yield base + "qkv_proj." + kind, np.concatenate([held.pop(c) for c in "qkv"])
+        elif name.endswith("mlp.gate_up_proj.weight"):
+            base = name[:-len("gate_up_proj.weight")]
+            half = a.shape[0] // 2
+            yield base + "gate_proj.weight", a[:half]
+            yield base + "up_proj.weight", a[half:]
+        else:
+            yield name, a
+    partial = sorted(n for n, held in parts.items() if held)
+    if partial:
+        raise FileFormatError("%s: %s lacks %s of the q, k and v projections"
+                              % (where, partial[0],
+                                 ", ".join(sorted(set("qkv") - set(parts[partial[0]])))))
 
 
 def rope_tables(config, context):
@@ -113,28 +148,23 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         return cfg.add("RMSNorm", name=name, inputs=[x], params=[name + ".weight"],
                        options={"eps": eps})
 
-    def split(name, x, count):  # (batch, T, count * width) -> (batch, T, count, width)
-        return cfg.add("Reshape", name=name + "/split", inputs=[x],
-                       options={"dims": [batch, -1, count, width]})
-
-    def rotated(name, x):  # the rotary embedding, written heads-major (batch, heads, T, w)
-        return cfg.add("Rotary", name=name, inputs=[x] + tables, options={"seq_first": True})
-
     mask = None
     for i in range(config["num_hidden_layers"]):
         p = "model.layers.%d." % i
         h = norm(p + "input_layernorm", x)
-        q = rotated(p + "q/rope", split(p + "q", linear(p + "self_attn.q_proj", h, hidden,
-                                                       heads * width, qkv_bias), heads))
-        k = rotated(p + "k/rope", split(p + "k", linear(p + "self_attn.k_proj", h, hidden,
-                                                       kv_heads * width, qkv_bias), kv_heads))
-        v = split(p + "v", linear(p + "self_attn.v_proj", h, hidden, kv_heads * width,
-                                  qkv_bias), kv_heads)  # (the cache reads it as it is)
+        # q, k and v in one projection (``weights`` joins HF's three, as Phi-3 keeps them),
+        # split into heads by a Reshape alone; the cache splits off the queries and
+        # rotates them and the new keys on the way: (batch, heads, T, width) queries
+        qkv = linear(p + "self_attn.qkv_proj", h, hidden, (heads + 2 * kv_heads) * width,
+                     qkv_bias)
+        qkv = cfg.add("Reshape", name=p + "self_attn/split", inputs=[qkv],
+                      options={"dims": [batch, -1, heads + 2 * kv_heads, width]})
         # one mask over the cache serves every layer: the first layer's cache writes it
-        outputs = [p + "keys", p + "values"] + ([] if mask else [p + "mask"])
-        made = cfg.add("KVCache", name=p + "self_attn.cache", inputs=[k, v, pos],
+        outputs = [p + "q", p + "keys", p + "values"] + ([] if mask else [p + "mask"])
+        made = cfg.add("KVCache", name=p + "self_attn.cache", inputs=[qkv, pos] + tables,
                        outputs=outputs, options={"length": context, "mask": mask is None,
-                                                 "layout": ["nhld", "nlhd"]})
+                                                 "layout": "packed", "query_heads": heads})
+        q, made = made[0], made[1:]
         keys, values = made[:2]
         if mask is None:
             mask = _grouped_mask(cfg, made[2], mask_rows, group, context)
@@ -192,30 +222,12 @@ def _check_supported(config, context):
 
 
 def weights(checkpoint, context=None):
-    """(name, float32 array) of the decoder's parameters from a ``Checkpoint``: the
-    tensors under HF's names, Phi-3's fused projections split (qkv_proj into q, k and v;
-    gate_up_proj into gate and up), and a tied head given the token table. ``context``:
-    unused (the rotary tables are computed for it)."""
+    """(name, float32 array) of the decoder's parameters from a ``Checkpoint``: its
+    tensors as ``decoder_names`` maps them, and a tied head given the token table.
+    ``context``: unused (the rotary tables are computed for it)."""
     config = checkpoint.config
-    heads = config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or heads
-    width = config.get("head_dim") or config["hidden_size"] // heads
-    for name in checkpoint.names():
-        if name.endswith("rotary_emb.inv_freq"):
-            continue  # (older checkpoints keep the frequencies, which rope_tables computes)
-        a = as_float32(checkpoint.tensor(name))
-        if name.endswith("self_attn.qkv_proj.weight"):
-            base = name[:-len("qkv_proj.weight")]
-            q, k = heads * width, kv_heads * width
-            for part, rows in (("q", a[:q]), ("k", a[q:q + k]), ("v", a[q + k:])):
-                yield base + part + "_proj.weight", rows
-        elif name.endswith("mlp.gate_up_proj.weight"):
-            base = name[:-len("gate_up_proj.weight")]
-            half = a.shape[0] // 2
-            yield base + "gate_proj.weight", a[:half]
-            yield base + "up_proj.weight", a[half:]
-        else:
-            yield name, a
+    yield from decoder_names(((name, as_float32(checkpoint.tensor(name)))
+                              for name in checkpoint.names()), checkpoint.folder)
     if "lm_head.weight" not in checkpoint:
         if not config.get("tie_word_embeddings", True):
             raise FileFormatError("%s: the checkpoint has no lm_head.weight, and the config "

@@ -448,10 +448,10 @@ def test_kv_cache(ctx, rng, facts):
     read out, the queries split off and the mask, in one launch."""
     from dlprim.core.kv_cache import KVCacheOps
     n, h, tokens, length, d = 2, 3, 2, 5, 4
-    ops = KVCacheOps(ctx, n, h, tokens, length, 4, np.int64, True, nlhd=True)
+    ops = KVCacheOps(ctx, n, h, tokens, length, np.float32, np.int64, True, nlhd=True)
     qkv = rng.standard_normal((n, tokens, 3, h, d)).astype(np.float32)
     packed = t(ctx, qkv)
-    k, v = (dp.Tensor(ctx, (n, tokens, 1, h, d), np.float32, buffer=packed.buffer,
+    k, v = (dp.Tensor(ctx, (n, tokens, h, d), np.float32, buffer=packed.buffer,
                       offset=packed.offset + part * h * d) for part in (1, 2))
     keys, values = t(ctx, np.zeros((n, length, h, d))), t(ctx, np.zeros((n, length, h, d)))
     outs = t(ctx, np.zeros((n, length, h, d))), t(ctx, np.zeros((n, length, h, d)))
@@ -467,3 +467,35 @@ def test_kv_cache(ctx, rng, facts):
     assert_close(keys.numpy(), want_k, rtol=0, atol=0)
     assert_close(queries.numpy(), qkv[:, :, 0], rtol=0, atol=0)
     assert np.isnan(mask.numpy()[1]).all() and np.isfinite(mask.numpy()[0, 0, 1, :3]).all()
+
+
+def test_kv_cache_rotary(ctx, rng, facts):
+    """kernels/kv_cache.cl with ROTARY: grouped-query projection (4 query heads, 2 key and
+    value heads), the queries and the new keys rotated by per-sample tables."""
+    from dlprim.core.kv_cache import KVCacheOps
+    n, qh, h, tokens, length, d = 2, 4, 2, 3, 5, 4
+    ops = KVCacheOps(ctx, n, h, tokens, length, np.float32, np.int64, False,
+                     table_dtype=np.float32)
+    proj = rng.standard_normal((n, tokens, qh + 2 * h, d)).astype(np.float32)
+    cos, sin = (rng.standard_normal((n, tokens, d)).astype(np.float32) for _ in range(2))
+    packed = t(ctx, proj)
+    k, v = (dp.Tensor(ctx, (n, tokens, h, d), np.float32, buffer=packed.buffer,
+                      offset=packed.offset + start * d) for start in (qh, qh + h))
+    keys, values = t(ctx, np.zeros((n, h, length, d))), t(ctx, np.zeros((n, h, length, d)))
+    outs = t(ctx, np.zeros((n, h, length, d))), t(ctx, np.zeros((n, h, length, d)))
+    queries = t(ctx, np.zeros((n, qh, tokens, d)))
+    pos = dp.Tensor.from_numpy(ctx, np.array([1], np.int64))
+    for launch in ops.update(k, v, pos, keys, values, outs[0], outs[1], "packed", "packed",
+                             queries=queries, tables=(t(ctx, cos), t(ctx, sin))):
+        launch(ctx.queue)
+
+    def rotated(x):  # x (n, tokens, heads, d) -> (n, heads, tokens, d)
+        swap = np.concatenate([x[..., d // 2:], x[..., :d // 2]], -1)
+        return (x * cos[:, :, None] + swap * sin[:, :, None]).transpose(0, 2, 1, 3)
+    want_k, want_v = np.zeros((n, h, length, d)), np.zeros((n, h, length, d))
+    want_k[:, :, 1:4] = rotated(proj[:, :, qh:qh + h])
+    want_v[:, :, 1:4] = proj[:, :, qh + h:].transpose(0, 2, 1, 3)
+    assert_close(queries.numpy(), rotated(proj[:, :, :qh]), rtol=1e-5, atol=1e-5)
+    assert_close(outs[0].numpy(), want_k, rtol=1e-5, atol=1e-5)
+    assert_close(keys.numpy(), want_k, rtol=1e-5, atol=1e-5)
+    assert_close(outs[1].numpy(), want_v, rtol=0, atol=0)
