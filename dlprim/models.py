@@ -325,8 +325,10 @@ def seq_linear(cfg, name, x, length, inputs, outputs, params=None, batch=None, b
     return cfg.add("Reshape", name=name + "/seq", inputs=[y], options={"dims": dims})
 
 
-def row_linear(cfg, name, x, inputs, outputs, bias=True, weights="float32", residual=None):
-    """nn.Linear over rows (N, inputs), parameters as ``linear_params`` names them. With
+def row_linear(cfg, name, x, inputs, outputs, bias=True, weights="float32", residual=None,
+               activation="identity"):
+    """nn.Linear over rows (N, inputs), parameters as ``linear_params`` names them, and
+    ``activation`` applied by the product (GELU and SiLU for inference only). With
     ``residual`` (a value (N, outputs)), residual + Linear(x) written over it: the
     InnerProduct takes the residual as a second input and the output its name, so the
     planner writes it in place and no add of its own runs (inference only)."""
@@ -335,7 +337,7 @@ def row_linear(cfg, name, x, inputs, outputs, bias=True, weights="float32", resi
                    outputs=[name if residual is None else residual],
                    params=linear_params(name, bias, weights),
                    options={"outputs": outputs, "inputs": inputs, "bias": bool(bias),
-                            "weights": weights})
+                            "weights": weights, "activation": activation})
 
 
 def _layer_norm(cfg, name, x, eps=1e-5):
@@ -491,8 +493,9 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
     # in place (row_linear's residual)
     x = cfg.add("Reshape", name="embed/rows", inputs=[x], options={"dims": [-1, dim]})
 
-    def linear(name, x, inputs, outputs, residual=None):
-        return row_linear(cfg, name, x, inputs, outputs, weights=weights, residual=residual)
+    def linear(name, x, inputs, outputs, residual=None, activation="identity"):
+        return row_linear(cfg, name, x, inputs, outputs, weights=weights, residual=residual,
+                          activation=activation)
 
     for i in range(layers):
         p = "transformer.h.%d." % i
@@ -509,9 +512,8 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
                     inputs=[q, keys, values, mask], options={"layout": "nlhd"})
         a = cfg.add("Reshape", name=p + "attn/merged", inputs=[a], options={"dims": [-1, dim]})
         x = linear(p + "attn.c_proj", a, dim, dim, residual=x)
-        h = linear(p + "mlp.c_fc", _layer_norm(cfg, p + "ln_2", x, eps), dim, inner)
-        h = cfg.add("Activation", name=p + "mlp.act", inputs=[h],
-                    options={"activation": activation})
+        h = linear(p + "mlp.c_fc", _layer_norm(cfg, p + "ln_2", x, eps), dim, inner,
+                   activation=activation)  # (the GELU in the product's epilogue)
         x = linear(p + "mlp.c_proj", h, inner, dim, residual=x)
     x = _layer_norm(cfg, "transformer.ln_f", x, eps)
     decoder_logits(cfg, x, dim, vocab, linear_params("lm_head", head_bias, weights), head_bias,

@@ -192,3 +192,31 @@ def test_residual_input_refusals(ctx):
         cfg.set_outputs(["y"])
         with pytest.raises(NetLayerError, match=match):
             dp.Net(ctx, cfg, mode=mode)
+
+
+@pytest.mark.parametrize("rows", [1, 9, 70])
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu"])
+def test_input_gradient_activations_in_the_epilogue_for_inference(ctx, rng, rows, act):
+    # GELU and SiLU are applied by the product in predict mode; training refuses them
+    # (their gradient needs the input, which the layer does not keep)
+    import math
+
+    import dlprim as dp
+    cfg = dp.NetConfig()
+    cfg.add_input("x", [rows, 37])
+    cfg.add("InnerProduct", name="fc", inputs=["x"], outputs=["y"],
+            options={"outputs": 29, "activation": act})
+    cfg.set_outputs(["y"])
+    net = dp.Net(ctx, cfg, mode="predict")
+    x = rng.standard_normal((rows, 37)).astype(np.float32)
+    p = net.get_parameters()
+    z = x.astype(np.float64) @ p["fc.0"].astype(np.float64).T + p["fc.1"]
+    erf = np.vectorize(math.erf)
+    want = {"gelu": 0.5 * z * (1 + erf(z / math.sqrt(2))),
+            "gelu_tanh": 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z ** 3))),
+            "silu": z / (1 + np.exp(-z))}[act]
+    np.testing.assert_allclose(net(x=x)["y"], want, rtol=1e-4, atol=1e-5)
+    assert [launch.name for launch in net.plan.forward if "pw_" in launch.name] == []
+    from dlprim.layers.base import LayerError as NetLayerError
+    with pytest.raises(NetLayerError, match="inference"):
+        dp.Net(ctx, cfg, mode="train")

@@ -19,7 +19,7 @@ import math
 import re
 from collections import namedtuple
 
-__all__ = ["ACTIVATIONS", "ALIASES", "Activation", "FUSABLE", "Y_ACTIVATIONS", "PARAMS",
+__all__ = ["ACTIVATIONS", "ALIASES", "Activation", "EPILOGUES", "FUSABLE", "Y_ACTIVATIONS", "PARAMS",
            "X", "Option", "OnnxNode", "Spelling", "canonical", "forward_code",
            "backward_code", "epilogue_macros"]
 
@@ -59,8 +59,9 @@ class Activation(namedtuple("Activation", "forward backward from_y params epilog
 
     @property
     def fusable(self):
-        """Whether GEMM and convolution epilogues can apply it."""
-        return self.epilogue is not None
+        """Whether GEMM and convolution epilogues can apply it in training too: its
+        gradient follows from the output, which is all such a layer's backward keeps."""
+        return self.epilogue is not None and self.from_y
 
 
 def _act(forward, backward, from_y=False, params=None, epilogue=None, onnx=()):
@@ -113,6 +114,7 @@ ACTIVATIONS = {
     "gelu": _act("(0.5f * x * (1.0f + erf(x * %s)))" % _SQRT1_2,
                  "(dy * (0.5f * (1.0f + erf(x * %s)) + x * %s * exp(-0.5f * x * x)))"
                  % (_SQRT1_2, _INV_SQRT_2PI),
+                 epilogue="(0.5f * x * (1.0f + erf(x * %s)))" % _SQRT1_2,
                  onnx=[_spell(_op("Gelu", X, approximate="none"), since=20),
                        _spell(_gelu_tree(_op("Erf", _op("Div", X, math.sqrt(2.0)))))]),
     # erf' = 2/sqrt(pi) e^(-x^2)
@@ -126,6 +128,7 @@ ACTIVATIONS = {
         "(dy * (1.0f / (1.0f + exp(%s * (x + 0.044715f * x * x * x))) * (1.0f + 2.0f * x * "
         "(1.0f - 1.0f / (1.0f + exp(%s * (x + 0.044715f * x * x * x)))) * %s * "
         "(1.0f + 0.134145f * x * x))))" % (_MINUS_2SQRT2_PI, _MINUS_2SQRT2_PI, _SQRT2_PI),
+        epilogue="(x / (1.0f + exp(%s * (x + 0.044715f * x * x * x))))" % _MINUS_2SQRT2_PI,
         onnx=[_spell(_op("Gelu", X, approximate="tanh"), since=20),
               _spell(_gelu_tree(_op("Tanh", _op("Mul", _CUBIC, math.sqrt(2 / math.pi)))),
                      way="export"),
@@ -137,6 +140,7 @@ ACTIVATIONS = {
     # silu = x s(x); silu' = s (1 + x (1 - s))
     "silu": _act("(x / (1.0f + exp(-x)))",
                  "(dy * (1.0f + x * (1.0f - 1.0f / (1.0f + exp(-x)))) / (1.0f + exp(-x)))",
+                 epilogue="(x / (1.0f + exp(-x)))",
                  onnx=[_spell(_op("Mul", X, _op("Sigmoid", X)))]),
     # hardswish = x relu6(x + 3) / 6 (the factor x carries a NaN, and makes -inf NaN as
     # PyTorch does); derivative 0 below -3, 1 above 3, (2x + 3)/6 between, dy at a NaN
@@ -173,6 +177,9 @@ def canonical():
 
 # what GEMM and convolution epilogues apply
 FUSABLE = tuple(k for k, a in canonical() if a.fusable)
+# activations a GEMM or convolution epilogue can apply: FUSABLE, and those whose gradient
+# needs the input (GELU, SiLU), for inference only
+EPILOGUES = tuple(k for k, a in canonical() if a.epilogue is not None)
 # activations whose gradient follows from the output: fusable into ops whose backward
 # sees only y (Elementwise), and in-place capable
 Y_ACTIVATIONS = tuple(k for k, a in ACTIVATIONS.items() if a.from_y)
@@ -192,9 +199,10 @@ PARAMS = _defaults()  # every activation option with its default
 
 
 def epilogue_macros():
-    """``#define ACT_<name>(x) ...`` for every fusable activation (kernels/common.h)."""
+    """``#define ACT_<name>(x) ...`` for every activation an epilogue applies
+    (kernels/common.h)."""
     return "\n".join("#define ACT_%s(x) %s" % (k, re.sub(r"\bx\b", "(x)", ACTIVATIONS[k].epilogue))
-                     for k in FUSABLE)
+                     for k in EPILOGUES)
 
 
 def _params(act, first_param):

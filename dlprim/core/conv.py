@@ -34,7 +34,7 @@ import numpy as np
 from ..dtypes import HALF_TYPES, as_dtype
 from . import (conv_depthwise, conv_direct, conv_gemm, conv_im2col, conv_winograd, tuning,
                winograd_transforms)
-from .activation import FUSABLE
+from .activation import EPILOGUES
 from .conv_geometry import ConvGeometry
 from .precision import check_precision
 
@@ -145,9 +145,9 @@ def check_workspace(ws, need):
 
 
 def _check_activation(activation):
-    if activation not in FUSABLE:
+    if activation not in EPILOGUES:
         raise ValueError("unknown activation %r; known: %s"
-                         % (activation, ", ".join(FUSABLE)))
+                         % (activation, ", ".join(EPILOGUES)))
 
 
 def _enqueue(launches, queue, ctx):

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..dtypes import HALF_TYPES, as_dtype, bfloat16, bfloat16_values, cl_type, to_bfloat16
 from ..kernels import program
-from .activation import FUSABLE
+from .activation import EPILOGUES
 from .copy import StridedCopy
 from .precision import HALF_STORAGE_TYPES, check_precision
 from ..tensor import Tensor, ws_view
@@ -137,9 +137,9 @@ class Gemm:
                              "(tuning.GEMV_MAX_ROWS), got M=%d%s" % (
                                  tuning.GEMV_MAX_ROWS, self.M,
                                  "" if self.trans_b else " and B not transposed"))
-        if activation not in FUSABLE:
+        if activation not in EPILOGUES:
             raise ValueError("Gemm: unknown activation %r; known: %s"
-                             % (activation, ", ".join(FUSABLE)))
+                             % (activation, ", ".join(EPILOGUES)))
         self.bias, self.activation = bias, activation
         self.tile = (tuning.half_tile if self.kernel_half else tuning.pick_tile)(
             ctx.facts, self.M, self.N, self.batch)

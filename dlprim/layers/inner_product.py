@@ -17,7 +17,7 @@ launch of its own. With g = dy * act'(y):
 """
 import numpy as np
 
-from ..core.activation import FUSABLE, backward_code
+from ..core.activation import EPILOGUES, FUSABLE, backward_code
 from ..core.copy import StridedCopy
 from ..tensor import ws_view
 from ..core.gemm import Gemm
@@ -52,9 +52,10 @@ class InnerProduct(Layer):
                       % (o["inputs"],))
         if o["bias"] not in (True, False, 0, 1):
             self.fail("option 'bias' must be true or false, got %r" % (o["bias"],))
-        if o["activation"] not in FUSABLE:
-            self.fail("option 'activation': unknown %r; known: %s"
-                      % (o["activation"], ", ".join(FUSABLE)))
+        if o["activation"] not in EPILOGUES:
+            self.fail("option 'activation': unknown %r; known: %s (and for inference %s)"
+                      % (o["activation"], ", ".join(FUSABLE),
+                         ", ".join(a for a in EPILOGUES if a not in FUSABLE)))
         self.bias, self.activation = bool(o["bias"]), o["activation"]
         if o["weights"] not in self.WEIGHTS:
             self.fail("option 'weights': unknown %r; known: %s"
@@ -77,6 +78,10 @@ class InnerProduct(Layer):
                       "set up for %d" % (inputs, spec.shape, self.inputs))
         self.n, self.inputs, self.outputs = n, inputs, outputs
         self.dtype = dt = spec.dtype
+        if self.activation not in FUSABLE and self.mode == "train":
+            self.fail("activation %r is applied by the product for inference (predict mode) "
+                      "only: its gradient needs the input, which the layer does not keep; "
+                      "train with a separate Activation" % self.activation)
         self.residual = self._residual(in_specs)
         typed = self.weight_dtype != np.float32
         if typed and self.mode == "train":
