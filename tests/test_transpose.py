@@ -49,3 +49,29 @@ def test_config_and_errors(ctx):
         create(ctx, "Transpose", "t", {"dims": [0, 0, 1]}).setup([TensorSpec((2, 3, 4))])
     with pytest.raises(LayerError, match="Transpose 't': option 'dims' \\[1, 0\\] is not a permutation"):
         create(ctx, "Transpose", "t", {"dims": [1, 0]}).setup([TensorSpec((2, 3, 4))])
+
+
+@pytest.mark.parametrize("mode", ["predict", "train"])
+def test_a_permutation_of_unit_axes_is_a_view(ctx, rng, mode):
+    # (N, H, 1, D) -> (N, 1, H, D) moves no element: no launch of its own, in a net that
+    # trains too (the gradient passes back through the shared memory)
+    import dlprim as dp
+    cfg = dp.NetConfig()
+    cfg.add_input("x", [2, 3, 1, 4])
+    cfg.add("Elementwise", name="twice", inputs=["x", "x"], outputs=["h"],
+            options={"operation": "sum"})
+    cfg.add("Transpose", name="merge", inputs=["h"], outputs=["t"],
+            options={"dims": [0, 2, 1, 3]})
+    cfg.add("Reshape", name="rows", inputs=["t"], outputs=["r"], options={"dims": [2, 12]})
+    cfg.add("InnerProduct", name="fc", inputs=["r"], outputs=["y"], options={"outputs": 5})
+    cfg.set_outputs(["y"])
+    net = dp.Net(ctx, cfg, mode=mode)
+    x = rng.standard_normal((2, 3, 1, 4)).astype(np.float32)
+    p = net.get_parameters()
+    r = (2 * x).transpose(0, 2, 1, 3).reshape(2, 12)
+    np.testing.assert_allclose(net(x=x)["y"], r @ p["fc.0"].T + p["fc.1"], rtol=1e-5,
+                               atol=1e-5)
+    assert "strided_copy" not in [launch.name for launch in net.plan.forward]
+    moved = create(ctx, "Transpose", "t", {"dims": [0, 2, 1, 3]})
+    moved.setup([TensorSpec((2, 3, 2, 4))])
+    assert moved.moves and not moved.flags.view
