@@ -440,6 +440,17 @@ def decoder_inputs(batch, tokens, per_sample=False, last_only=False):
     return cfg, ids, places, pos
 
 
+def token_table(cfg, name, ids, vocab, dim, weights="float32"):
+    """A decoder's token Embedding ``name`` (parameter ``name``.weight): with int8 or q4
+    ``weights`` (the Linears' storage) the table is int8 with a scale a row
+    (``name``.weight_scale), so that the largest tensor shrinks with the rest."""
+    small = weights in ("int8", "q4")
+    return cfg.add("Embedding", name=name, inputs=[ids],
+                   params=[name + ".weight"] + ([name + ".weight_scale"] if small else []),
+                   options={"num_embeddings": vocab, "embedding_dim": dim,
+                            "weights": "int8" if small else "float32"})
+
+
 def linear_params(name, bias=True, weights="float32"):
     """The parameter names of a Linear ``name`` as HF and PyTorch spell them, and the
     scales of int8 weights (``name``.weight_scale)."""
@@ -482,9 +493,7 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
         raise ValueError("gpt_decoder: dim %d is not a multiple of heads %d" % (dim, heads))
     width, inner = dim // heads, inner or 4 * dim
     cfg, ids, places, pos = decoder_inputs(batch, tokens, per_sample, last_only)
-    emb = cfg.add("Embedding", name="transformer.wte", inputs=[ids],
-                  params=["transformer.wte.weight"],
-                  options={"num_embeddings": vocab, "embedding_dim": dim})
+    emb = token_table(cfg, "transformer.wte", ids, vocab, dim, weights)
     at = cfg.add("Embedding", name="transformer.wpe", inputs=[places],
                  params=["transformer.wpe.weight"],
                  options={"num_embeddings": context, "embedding_dim": dim})

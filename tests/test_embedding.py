@@ -51,3 +51,31 @@ def test_bad_indices_and_options_are_errors(ctx):
             create(ctx, "Embedding", "emb", opts)
     again = create(ctx, "Embedding", "emb", json.loads(json.dumps(layer.config())))
     assert again.config() == layer.config()
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("rows,dim,count", [(7, 5, 3), (300, 257, 19)])
+def test_an_int8_table_gives_its_rows_times_their_scales(ctx, rng, index_dtype, rows, dim,
+                                                          count):
+    import dlprim as dp
+    from dlprim.core.quantize import quantize_rows
+    cfg = dp.NetConfig()
+    cfg.add_input("ids", [count], np.dtype(index_dtype).name)
+    cfg.add("Embedding", name="wte", inputs=["ids"], outputs=["y"],
+            params=["wte.weight", "wte.weight_scale"],
+            options={"num_embeddings": rows, "embedding_dim": dim, "weights": "int8"})
+    cfg.set_outputs(["y"])
+    net = dp.Net(ctx, cfg, mode="predict")
+    assert net.param("wte.weight").dtype == np.int8  # a quarter of float32's bytes
+    q, scale = quantize_rows(rng.standard_normal((rows, dim)).astype(np.float32))
+    net.set_parameters({"wte.weight": q, "wte.weight_scale": scale})
+    ids = rng.integers(0, rows, count).astype(index_dtype)
+    want = q[ids].astype(np.float64) * scale[ids, None]
+    np.testing.assert_allclose(net(ids=ids)["y"], want, rtol=1e-6, atol=0)
+    with pytest.raises(InputError, match="outside"):
+        net(ids=np.full(count, rows, index_dtype))
+    with pytest.raises(LayerError, match="inference"):
+        dp.Net(ctx, cfg, mode="train")
+    cfg.operators[0]["options"]["weights"] = "q4"
+    with pytest.raises(LayerError, match="option 'weights'"):
+        dp.Net(ctx, cfg, mode="predict")

@@ -289,13 +289,16 @@ def test_perplexity_16_bit_and_int8_weights(ctx, saved):
         np.testing.assert_allclose(lm.perplexity(ids), ppl, rtol=rtol)
         if quantize != "q4":  # (4 bits of a random model may move the first choice)
             assert lm.generate(ids[:6], max_new_tokens=1, eos_ids=[]).tokens == want[:1]
-    # weights as stored: 16-bit halves the Linears, int8 quarters them (plus a scale a row)
+    # weights as stored: 16-bit halves the Linears, int8 quarters them and the token
+    # table (plus a scale a row)
     linear = sum(p.numel() for n, p in model.named_parameters()
                  if n.endswith("proj.weight") or n == "lm_head.weight")
+    table = model.model.embed_tokens.weight
     assert sizes["fp32"]["weights"] - sizes["fp16"]["weights"] == 2 * linear
-    assert sizes["fp32"]["weights"] - sizes["int8"]["weights"] == 3 * linear - 4 * sum(
-        p.shape[0] for n, p in model.named_parameters()
-        if n.endswith("proj.weight") or n == "lm_head.weight")
+    assert sizes["fp32"]["weights"] - sizes["int8"]["weights"] == \
+        3 * (linear + table.numel()) - 4 * (table.shape[0] + sum(
+            p.shape[0] for n, p in model.named_parameters()
+            if n.endswith("proj.weight") or n == "lm_head.weight"))
     assert sizes["q4"]["weights"] < sizes["int8"]["weights"]
     with pytest.raises(ValueError, match="q4"):
         load(folder, ctx=ctx, quantize="q3")

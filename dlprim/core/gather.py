@@ -53,6 +53,22 @@ class IndexOps:
                                args)]
 
 
+    def select_scaled(self, src, scale, idx, dst, n, m, inner):
+        """dst (m, inner) float32 = the rows ``idx`` of an int8 table src (n, inner) times
+        their float32 ``scale`` (n,) (the IndexOps of int8 elements); NaN rows for an
+        index outside [0, n)."""
+        if self.dtype != np.int8:
+            raise TypeError("index kernels: scaled rows are of an int8 table, got %s"
+                            % self.dtype.name)
+        total = m * inner
+        if total == 0:
+            return []
+        u = np.uint64
+        return [program.Launch(self.program, "index_select_scaled",
+                               (round_up(total, self._wg),), (self._wg,),
+                               [u(total), u(n), u(m), u(inner), src, scale, idx, dst])]
+
+
 def index_ops(ctx, dtype, index_dtype):
     """The ``IndexOps`` of these dtypes on ctx (made once)."""
     return memo(ctx, ("index_ops", as_dtype(dtype), as_dtype(index_dtype)),

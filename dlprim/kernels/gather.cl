@@ -20,6 +20,26 @@ inline ${T} missing(void)
 // idx[o, i, k]. (outer, n, inner) is the other side, which the index points into.
 <%def name="index_of(per_element)">${"idx[idx_offset + g]" if per_element else "idx[idx_offset + (g / inner) % m]"}</%def>
 
+% if T == "char":
+// dst[o, i, k] = src[o, idx[i], k] * scale[o, idx[i]]: the rows of an int8 table with one
+// float32 scale a row (a weight-only quantized embedding), as float32
+__kernel void index_select_scaled(ulong total, ulong n, ulong m, ulong inner,
+                                  __global const char *src, ulong src_offset,
+                                  __global const float *scale, ulong scale_offset,
+                                  __global const ${I} *idx, ulong idx_offset,
+                                  __global float *dst, ulong dst_offset)
+{
+    ulong g = get_global_id(0);
+    if (g >= total)
+        return;
+    ulong k = g % inner, o = g / inner / m;
+    ${I} j = ${index_of(False)};
+    dst[dst_offset + g] = (j >= 0 && (ulong)j < n)
+        ? (float)src[src_offset + (o * n + j) * inner + k] * scale[scale_offset + o * n + j]
+        : NAN;
+}
+% endif
+
 % for name, per_element in (("index_select", False), ("gather", True)):
 // dst[o, i, k] = src[o, ${"idx[o, i, k]" if per_element else "idx[i]"}, k]: dst of (outer, m, inner)
 __kernel void ${name}(ulong total, ulong n, ulong m, ulong inner,

@@ -6,12 +6,17 @@ Backward adds each output row's gradient into the table row it came from (repeat
 indices sum; the padding row gets none); the indices get no gradient. An index outside
 [0, num_embeddings) is an InputError when it comes from the host, and reads as NaN when
 it is computed on the device (core/gather.py).
+
+Option ``weights`` "int8" stores the table for inference (predict mode; not trained) as
+int8 with a second parameter, one float32 scale a row (``core/quantize.quantize_rows``):
+a quarter of the bytes; the looked-up rows come out float32.
 """
 import math
 
 import numpy as np
 
 from ..core.gather import index_ops
+from ..core.quantize import quantize_rows
 from ..errors import InputError
 from ..utils import is_int
 from .base import Layer, ParamSpec, Setup, TensorSpec, register
@@ -20,7 +25,8 @@ from .base import Layer, ParamSpec, Setup, TensorSpec, register
 @register("Embedding")
 class Embedding(Layer):
     """A lookup table of ``num_embeddings`` vectors of ``embedding_dim``."""
-    OPTIONS = {"num_embeddings": None, "embedding_dim": None, "padding_idx": None}
+    OPTIONS = {"num_embeddings": None, "embedding_dim": None, "padding_idx": None,
+               "weights": "float32"}
     BACKWARD_READS_INPUTS = True
     NO_GRAD_INPUTS = (0,)
 
@@ -36,6 +42,9 @@ class Embedding(Layer):
             self.fail("option 'padding_idx' must be null or an index into the %d embeddings, "
                       "got %r" % (o["num_embeddings"], pad))
         self.rows, self.dim = int(o["num_embeddings"]), int(o["embedding_dim"])
+        if o["weights"] not in ("float32", "int8"):
+            self.fail("option 'weights': unknown %r; known: float32, int8" % (o["weights"],))
+        self.int8 = o["weights"] == "int8"
         self.padding = -1 if pad is None else int(pad) % self.rows
 
     def build(self, in_specs):
@@ -44,16 +53,21 @@ class Embedding(Layer):
         spec = in_specs[0]
         if spec.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
             self.fail("indices must be int32 or int64, got %s" % spec.dtype.name)
+        if self.int8 and self.mode == "train":
+            self.fail("an int8 table is for inference (predict mode): it is not trained")
         self.count = math.prod(spec.shape)
-        self.ops = index_ops(self.ctx, np.float32, spec.dtype)
-        return Setup([TensorSpec(tuple(spec.shape) + (self.dim,))],
-                     [ParamSpec((self.rows, self.dim))])
+        self.ops = index_ops(self.ctx, np.int8 if self.int8 else np.float32, spec.dtype)
+        table = [ParamSpec((self.rows, self.dim), np.int8, trainable=False),
+                 ParamSpec((self.rows,), trainable=False)] if self.int8 else \
+            [ParamSpec((self.rows, self.dim))]
+        return Setup([TensorSpec(tuple(spec.shape) + (self.dim,))], table)
 
     def init_params(self, params, rng):
         table = rng.standard_normal((self.rows, self.dim)).astype(np.float32)
         if self.padding >= 0:
             table[self.padding] = 0
-        params[0].to_device(table)
+        for p, values in zip(params, quantize_rows(table) if self.int8 else [table]):
+            p.to_device(values)
 
     def check_input_data(self, index, array, where):
         """Host indices must be integers in [0, num_embeddings)."""
@@ -69,6 +83,10 @@ class Embedding(Layer):
 
     def forward(self, x, y, params, ws, saved):
         idx = x[0].view((self.count,))
+        if self.int8:
+            return self.ops.select_scaled(params[0], params[1], idx,
+                                          y[0].view((self.count, self.dim)), self.rows,
+                                          self.count, self.dim)
         return self.ops.launches("index_select", params[0], idx, y[0].view((self.count, self.dim)),
                                  1, self.rows, self.count, self.dim)
 

@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from ..models import decoder_inputs, decoder_logits, linear_params, row_linear
+from ..models import decoder_inputs, decoder_logits, linear_params, row_linear, token_table
 from ..errors import FileFormatError
 from .checkpoint import ArchitectureError, as_float32
 
@@ -128,9 +128,7 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     eps = float(config.get("rms_norm_eps", 1e-6))
     vocab, inner = config["vocab_size"], config["intermediate_size"]
     cfg, ids, places, pos = decoder_inputs(batch, tokens, per_sample, last_only)
-    x = cfg.add("Embedding", name="model.embed_tokens", inputs=[ids],
-                params=["model.embed_tokens.weight"],
-                options={"num_embeddings": vocab, "embedding_dim": hidden})
+    x = token_table(cfg, "model.embed_tokens", ids, vocab, hidden, weights)
     # the residual stream as rows (batch * T, hidden): the output and down projections
     # add onto it in place (row_linear's residual)
     x = cfg.add("Reshape", name="model.embed_tokens/rows", inputs=[x],

@@ -499,3 +499,21 @@ def test_kv_cache_rotary(ctx, rng, facts):
     assert_close(outs[0].numpy(), want_k, rtol=1e-5, atol=1e-5)
     assert_close(keys.numpy(), want_k, rtol=1e-5, atol=1e-5)
     assert_close(outs[1].numpy(), want_v, rtol=0, atol=0)
+
+
+def test_int8_table_rows(ctx, rng, facts):
+    """kernels/gather.cl index_select_scaled: int8 rows times their scales, NaN for an
+    index outside the table."""
+    from dlprim.core.gather import index_ops
+    from dlprim.core.quantize import quantize_rows
+    rows, dim = 9, 7
+    q, scale = quantize_rows(rng.standard_normal((rows, dim)).astype(np.float32))
+    ids = np.array([3, 0, 8, 9], np.int64)
+    out = t(ctx, np.zeros((4, dim)))
+    for launch in index_ops(ctx, np.int8, np.int64).select_scaled(
+            dp.Tensor.from_numpy(ctx, q), t(ctx, scale), dp.Tensor.from_numpy(ctx, ids), out,
+            rows, 4, dim):
+        launch(ctx.queue)
+    got = out.numpy()
+    assert_close(got[:3], q[ids[:3]] * scale[ids[:3], None], rtol=1e-6, atol=0)
+    assert np.isnan(got[3]).all()
