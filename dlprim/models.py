@@ -511,14 +511,16 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
         qkv = linear(p + "attn.c_attn", _layer_norm(cfg, p + "ln_1", x, eps), dim, 3 * dim)
         qkv = cfg.add("Reshape", name=p + "attn/heads", inputs=[qkv],
                       options={"dims": [batch, -1, 3, heads, width]})
-        # the cache takes the projection as it is and splits off the queries, all (batch,
-        # T, heads, width) as attention's "nlhd" layout reads them: no transposes
+        # the cache takes the projection as it is and splits off the queries, (batch,
+        # heads, T, width) as the caches; the heads merge back by a Transpose, which for
+        # one token a pass moves nothing (a view)
         q, keys, values, mask = cfg.add(
             "KVCache", name=p + "attn.cache", inputs=[qkv, pos],
             outputs=[p + "attn/q", p + "attn/keys", p + "attn/values", p + "attn/mask"],
-            options={"length": context, "layout": "packed", "cache_layout": "nlhd"})
+            options={"length": context, "layout": "packed"})
         a = cfg.add("ScaledDotProductAttention", name=p + "attn",
-                    inputs=[q, keys, values, mask], options={"layout": "nlhd"})
+                    inputs=[q, keys, values, mask])
+        a = cfg.add("Transpose", name=p + "attn/merge", inputs=[a], options={"dims": [0, 2, 1, 3]})
         a = cfg.add("Reshape", name=p + "attn/merged", inputs=[a], options={"dims": [-1, dim]})
         x = linear(p + "attn.c_proj", a, dim, dim, residual=x)
         h = linear(p + "mlp.c_fc", _layer_norm(cfg, p + "ln_2", x, eps), dim, inner,

@@ -2,6 +2,8 @@
 pass's rows written at a position read on the device, the whole caches handed on, the
 queries of a packed input split off (and with the keys rotated by the rotary position
 embedding) and the additive mask of attention over the cache, all in one launch."""
+import math
+
 import numpy as np
 
 from ..dtypes import cl_type
@@ -68,7 +70,10 @@ class KVCacheOps:
         vs = source_strides(v_layout, h, t, dv, parts)
         q_total = 0 if queries is None else queries.size
         m_total = 0 if mask is None else mask.size
-        total = q_total + keys.size + values.size + m_total
+        # a work-item moves a run of elements of one row: all of it on CPUs (the index
+        # arithmetic once a row), one element on GPUs (neighbours read neighbours)
+        run = math.gcd(d, dv) if self.ctx.facts.is_cpu else 1
+        total = (q_total + keys.size + values.size) // run + m_total
         absent = keys_out  # (a valid buffer for an absent tensor's pointer; never touched)
         q = queries if queries is not None else absent
         m = mask if mask is not None else absent
@@ -79,7 +84,7 @@ class KVCacheOps:
                         u32(cos.size // (t * d))]
         return [program.Launch(self.program, "kv_update", (round_up(total, self._wg),),
                                (self._wg,), [
-            u64(q_total), u64(keys.size), u64(values.size), u64(m_total), u32(h),
+            u64(q_total), u64(keys.size), u64(values.size), u64(m_total), u32(run), u32(h),
             u32(q_heads), u32(t), u32(self.length), u32(d), u32(dv), u32(self.nlhd),
             *(u64(s) for s in ks), *(u64(s) for s in vs),
             k.buffer, u64(k.offset), u64(0 if queries is None else k.offset - q_heads * d),
