@@ -2,12 +2,11 @@
 pass's rows written at a position read on the device, the whole caches handed on, the
 queries of a packed input split off (and with the keys rotated by the rotary position
 embedding) and the additive mask of attention over the cache, all in one launch."""
-import math
-
 import numpy as np
 
 from ..dtypes import cl_type
 from ..kernels import program
+from .copy import BufferCopy
 from ..utils import round_up
 
 __all__ = ["KVCacheOps", "LAYOUTS", "source_strides"]
@@ -27,6 +26,14 @@ def source_strides(layout, heads, t_len, width, parts=None):
     if layout == "nlhd":
         return t_len * heads * width, heads * width, width
     return t_len * parts * width, parts * width, width  # packed
+
+
+def _pow2_at_most(n, limit):
+    """The largest power of two <= min(n, limit) (1 at least)."""
+    out = 1
+    while out * 2 <= min(n, limit):
+        out *= 2
+    return out
 
 
 class KVCacheOps:
@@ -70,10 +77,15 @@ class KVCacheOps:
         vs = source_strides(v_layout, h, t, dv, parts)
         q_total = 0 if queries is None else queries.size
         m_total = 0 if mask is None else mask.size
-        # a work-item moves a run of elements of one row: all of it on CPUs (the index
-        # arithmetic once a row), one element on GPUs (neighbours read neighbours)
-        run = math.gcd(d, dv) if self.ctx.facts.is_cpu else 1
-        total = (q_total + keys.size + values.size) // run + m_total
+        # 2-D: (an element of a row, the rows of every segment), the mask cut in rows too.
+        # CPUs copy the caches out with the driver's copy first, and the kernel then
+        # writes only this pass's rows (a kernel's copy is several times slower there)
+        whole = not self.ctx.facts.is_cpu
+        span = max(d, dv)
+        k_rows, v_rows = (keys.size // d, values.size // dv) if whole else (n * h * t,) * 2
+        rows = q_total // d + k_rows + v_rows + -(-m_total // span)
+        wide = _pow2_at_most(span, self._wg)
+        tall = max(1, self._wg // wide)
         absent = keys_out  # (a valid buffer for an absent tensor's pointer; never touched)
         q = queries if queries is not None else absent
         m = mask if mask is not None else absent
@@ -82,9 +94,10 @@ class KVCacheOps:
             cos, sin = tables
             rotation = [cos.buffer, u64(cos.offset), sin.buffer, u64(sin.offset),
                         u32(cos.size // (t * d))]
-        return [program.Launch(self.program, "kv_update", (round_up(total, self._wg),),
-                               (self._wg,), [
-            u64(q_total), u64(keys.size), u64(values.size), u64(m_total), u32(run), u32(h),
+        out = [] if whole else [BufferCopy(keys, keys_out), BufferCopy(values, values_out)]
+        return out + [program.Launch(self.program, "kv_update",
+                                     (round_up(span, wide), round_up(rows, tall)), (wide, tall), [
+            u64(q_total), u64(k_rows), u64(v_rows), u32(whole), u64(m_total), u32(span), u32(h),
             u32(q_heads), u32(t), u32(self.length), u32(d), u32(dv), u32(self.nlhd),
             *(u64(s) for s in ks), *(u64(s) for s in vs),
             k.buffer, u64(k.offset), u64(0 if queries is None else k.offset - q_heads * d),

@@ -25,7 +25,8 @@ way, the rotary embedding without a launch of its own. Option
 
 The caches are stored as the keys and values come: float32, or float16 / bfloat16 in a
 net of precision "fp16" / "bf16". The whole update (the new rows written, the caches
-handed on, the queries and the mask) is one launch. The position is read on the device, so one plan serves every step: a
+handed on, the queries and the mask) is one launch on GPUs; on CPUs the driver's copy
+hands the caches on first (core/kv_cache.py). The position is read on the device, so one plan serves every step: a
 prefill of T tokens and a decode of one are two plans of the same Net (``Net.reshape``),
 sharing the caches, and the caller moves ``pos`` on between passes. A position with
 pos + T > L (or pos < 0) writes nothing and makes that sample's mask NaN, so its
