@@ -60,9 +60,9 @@ class KVCacheOps:
 
     def update(self, k, v, pos, keys, values, keys_out, values_out, k_layout="nhld",
                v_layout="nhld", queries=None, mask=None, tables=None):
-        """One launch: keys[n, h, pos_n + t] = k's row (n, h, t), values from v alike
-        (nothing where pos_n overflows), the caches copied whole into ``keys_out`` and
-        ``values_out``; with ``queries`` (k and v ``packed``: views of the projection
+        """One launch (on CPUs two driver copies first): keys[n, h, pos_n + t] = k's row
+        (n, h, t), values from v alike (nothing where pos_n overflows), the caches copied
+        whole into ``keys_out`` and ``values_out``; with ``queries`` (k and v ``packed``: views of the projection
         where the keys' and the values' heads start, the queries' heads ahead of the
         keys') those heads copied there in the caches' layout; with ``mask`` (N or 1, 1,
         T, length) float32, 0 where j <= pos + t, -inf elsewhere, NaN over a sample whose

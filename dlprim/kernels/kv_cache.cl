@@ -26,11 +26,13 @@ inline float kv_rotated(__global const ${E} *src, ulong at, ulong e, uint width,
 }
 % endif
 
-// Element e of row `row` of a cache of `width` per position ((n, h, j) of it, j its
-// position): where j is one of this pass's (pos_n <= j < pos_n + T) it comes from the
-// new rows, at src[n * s_n + t * s_t + h * s_h + e], and is written into the cache;
-// either way it is copied to the layer's output. Each cache element belongs to one
-// work-item: writing the new rows and reading the whole cache need no second launch.
+// With `whole`: element e of row `row` of a cache of `width` per position ((n, h, j) of
+// it, j its position): where j is one of this pass's (pos_n <= j < pos_n + T) it comes
+// from the new rows, at src[n * s_n + t * s_t + h * s_h + e], and is written into the
+// cache; either way it is copied to the layer's output. Each cache element belongs to
+// one work-item: writing the new rows and reading the whole cache need no second
+// launch. Without: `row` is (n, h, t) of this pass, written into the cache and the
+// output at pos_n + t (the caches were copied to the outputs before).
 inline void kv_element(ulong row, ulong e, uint whole, uint heads, uint t_len,
                        uint capacity, uint width, uint nlhd, ulong s_n, ulong s_t, ulong s_h,
                        __global const ${E} *src, __global ${E} *cache, __global ${E} *out,
@@ -51,7 +53,8 @@ inline void kv_element(ulong row, ulong e, uint whole, uint heads, uint t_len,
         if (p < 0)
             return;
         j = (ulong)p + t;
-        i = (nlhd ? (n * capacity + j) * heads + h : (n * heads + h) * capacity + j) * width + e;
+        i = (nlhd ? (n * capacity + j) * heads + h : (n * heads + h) * capacity + j) * width
+            + e;
     } else {
         i = row * width + e;
         if (nlhd) {  // (N, L, H, width)
