@@ -18,7 +18,7 @@ launch of its own. With g = dy * act'(y):
 import numpy as np
 
 from ..core.activation import EPILOGUES, FUSABLE, backward_code
-from ..core.copy import StridedCopy
+from ..core.copy import BufferCopy
 from ..tensor import ws_view
 from ..core.gemm import Gemm
 from ..core.quantize import Q4_GROUP, Dequantize, Q4Gemv, quantize_q4, quantize_rows
@@ -26,6 +26,7 @@ from ..dtypes import as_dtype, bfloat16, dtype_name, to_bfloat16
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..utils import is_int, round_up
 from .base import Layer, ParamSpec, Setup, TensorSpec, register
+from .shape import same_memory
 
 __all__ = ["InnerProduct"]
 
@@ -130,14 +131,14 @@ class InnerProduct(Layer):
             ([ParamSpec((outputs,))] if self.bias else []) + scales
         # dy * act'(y) needs y; the output may take a residual's memory (named after it)
         flags = self.default_flags(backward_reads_outputs=self.activation != "identity",
-                                   inplace=self.residual is not None)
+                                   inplace=self.residual)
         return Setup([TensorSpec((n, outputs), dt)], params, ws, flags=flags)
 
     def _residual(self, in_specs):
-        """The copy of a second input, the residual added to the product (None without
-        one), checked: inference only, no activation, the output's shape and type."""
+        """Whether a second input, the residual added to the product, is given, checked:
+        inference only, no activation, the output's shape and type."""
         if len(in_specs) != 2:
-            return None
+            return False
         r, n, o, dt = in_specs[1], self.n, self.outputs, self.dtype
         if self.mode == "train":
             self.fail("a residual input is for inference (predict mode): its gradient is not "
@@ -148,7 +149,7 @@ class InnerProduct(Layer):
         if tuple(r.shape) != (n, o) or r.dtype != dt:
             self.fail("input residual must be the output's (N, outputs) = %s %s, got %s %s"
                       % ((n, o), dtype_name(dt), r.shape, dtype_name(r.dtype)))
-        return StridedCopy(self.ctx, (n * o,), (1,), (1,), dt)
+        return True
 
     def init_params(self, params, rng):
         # PyTorch Linear: kaiming_uniform(a=sqrt(5)) -> U(+-1/sqrt(inputs)); bias alike;
@@ -163,10 +164,10 @@ class InnerProduct(Layer):
 
     def forward(self, x, y, params, ws, saved):
         weight, out, beta = params[0], [], 0.0
-        if self.residual is not None:  # y = product + residual: y holds it, then beta 1
-            beta, r = 1.0, x[1]
-            if r.buffer is not y[0].buffer or r.offset != y[0].offset:
-                out = self.residual.launches(r.view((r.size,)), y[0].view((y[0].size,)))
+        if self.residual:  # y = product + residual: y holds it, then beta 1
+            beta = 1.0
+            if not same_memory(x[1], y[0]):
+                out = [BufferCopy(x[1], y[0])]
         scale = params[-1] if self.int8 or self.q4 else None
         if self.q4_gemv is not None:
             return out + self.q4_gemv.launches(x[0], params[0], scale, y[0],

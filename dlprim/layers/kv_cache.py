@@ -71,11 +71,11 @@ class KVCache(Layer):
         if not is_int(length) or length < 1:
             self.fail("option 'length' (the cache's positions) must be a positive int, got %r"
                       % (length,))
-        k_layout, v_layout, nlhd = self._layouts()
+        k_layout, v_layout, nlhd = self.layouts = self._layouts()
         packed = k_layout == "packed"
-        self.tables = None
+        tables = None
         if packed:
-            n, t, h, d, q_heads = self._packed_dims(in_specs)
+            n, t, h, d, q_heads, tables = self._packed_dims(in_specs)
             pos, dv, dtype = in_specs[1], d, in_specs[0].dtype
         else:
             if len(in_specs) != 3:
@@ -106,10 +106,10 @@ class KVCache(Layer):
             self.fail("the cache was set up as %s, the inputs need %s"
                       % (self.param_specs[0].shape, shapes[0]))
         self.dims = (n, h, t, d, dv)
-        self.packed = packed
+        self.packed, self.q_heads = packed, q_heads if packed else 0
         self.per_row = pos.shape[0] == n and n > 1
         self.ops = KVCacheOps(self.ctx, n, h, t, length, dtype, pos.dtype, self.per_row, nlhd,
-                              self.tables)
+                              tables)
         masks = n if self.per_row else 1
         outputs = [TensorSpec(order(n, q_heads, t, d), dtype)] if packed else []
         outputs += [TensorSpec(shapes[0], dtype), TensorSpec(shapes[1], dtype)]
@@ -120,8 +120,8 @@ class KVCache(Layer):
                              for s, w in zip(shapes, ("keys", "values"))])
 
     def _packed_dims(self, in_specs):
-        """(N, T, H, D, query heads) of the packed layout's inputs qkv, pos and optionally
-        the rotary tables cos and sin (their type kept in ``self.tables``), checked."""
+        """(N, T, H, D, query heads, the rotary tables' type or None) of the packed
+        layout's inputs qkv, pos and optionally the rotary tables cos and sin, checked."""
         q_heads = self.options["query_heads"]
         if len(in_specs) not in (2, 4):
             self.fail("the packed layout expects inputs qkv and pos, and optionally the "
@@ -142,6 +142,7 @@ class KVCache(Layer):
                           "D), got shape %s" % (q_heads, q_heads, qkv.shape))
             n, t, parts, d = qkv.shape
             h = (parts - q_heads) // 2
+        tables = None
         if len(in_specs) == 4:
             cos, sin = in_specs[2:]
             if cos.shape != sin.shape or cos.dtype != sin.dtype or \
@@ -149,23 +150,23 @@ class KVCache(Layer):
                 self.fail("the rotary tables cos and sin must be (N or 1, T, D) = (%d or 1, "
                           "%d, %d) of one type, D even, got %s and %s"
                           % (n, t, d, cos.shape, sin.shape))
-            self.tables = cos.dtype
-        return n, t, h, d, q_heads
+            tables = cos.dtype
+        return n, t, h, d, q_heads, tables
 
     def init_params(self, params, rng):
         for p in params:
             p.zero_()
 
     def forward(self, x, y, params, ws, saved):
-        k_layout, v_layout, _ = self._layouts()
+        k_layout, v_layout, _ = self.layouts
         queries = tables = None
         if self.packed:  # keys and values: where their heads start in each token's row
             n, h, t, d, _ = self.dims
             qkv, pos = x[:2]
             tables = x[2:] or None
-            q_heads = qkv.size // (n * t * d) - 2 * h
             k, v = (Tensor(self.ctx, (n, t, h, d), qkv.dtype, buffer=qkv.buffer,
-                           offset=qkv.offset + start * d) for start in (q_heads, q_heads + h))
+                           offset=qkv.offset + start * d)
+                    for start in (self.q_heads, self.q_heads + h))
             queries, y = y[0], y[1:]
         else:
             k, v, pos = x
