@@ -28,14 +28,6 @@ def source_strides(layout, heads, t_len, width, parts=None):
     return t_len * parts * width, parts * width, width  # packed
 
 
-def _pow2_at_most(n, limit):
-    """The largest power of two <= min(n, limit) (1 at least)."""
-    out = 1
-    while out * 2 <= min(n, limit):
-        out *= 2
-    return out
-
-
 class KVCacheOps:
     """Caches of ``length`` positions for (N, H) = (``samples``, ``heads``) rows of
     ``t_len`` new tokens; ``dtype``: the cached elements' type; ``pos_dtype``: int32 or
@@ -84,7 +76,7 @@ class KVCacheOps:
         span = max(d, dv)
         k_rows, v_rows = (keys.size // d, values.size // dv) if whole else (n * h * t,) * 2
         rows = q_total // d + k_rows + v_rows + -(-m_total // span)
-        wide = _pow2_at_most(span, self._wg)
+        wide = program.pow2_at_most(min(span, self._wg))
         tall = max(1, self._wg // wide)
         absent = keys_out  # (a valid buffer for an absent tensor's pointer; never touched)
         q = queries if queries is not None else absent

@@ -372,7 +372,7 @@ class PointwiseBroadcastReduce(_Base):
         LO outputs side by side; the contiguous axis goes to local dimension 0. When few
         work-groups would cover a large reduction, it is cut into chunks (second pass)."""
         cap = tuning_launch.reduce_wg(self.ctx.facts)
-        wg = 1 << (min(cap, self.ctx.facts.max_work_group).bit_length() - 1)
+        wg = program.pow2_at_most(min(cap, self.ctx.facts.max_work_group))
         pow2 = program.pow2_at_least
         if reduce_dim0:
             lr = min(pow2(self.reduced), wg)

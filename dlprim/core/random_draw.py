@@ -57,10 +57,6 @@ def draw(ctx, t, dist, seed, p0=0.0, p1=1.0, lo=0, span=1, queue=None):
     return t
 
 
-def _pow2(n):
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
 def randperm(ctx, t, seed, queue=None):
     """Fill the 1-D contiguous dlprim Tensor ``t`` with a random permutation of 0 .. n-1:
     the indices sorted by random 64-bit keys (a bitonic sort, log2(n)**2 / 2 passes)."""
@@ -69,7 +65,7 @@ def randperm(ctx, t, seed, queue=None):
         return t
     prog = program.get(ctx, "random_sample", MODE="perm", STORE=cl_type(t.dtype), T="float")
     queue = queue or ctx.queue
-    padded = _pow2(n)
+    padded = program.pow2_at_least(n)
     keys = Tensor(ctx, (padded,), np.int64)  # read as ulong by the kernel
     idx = Tensor(ctx, (padded,), np.int64)
     wg = min(_wg(ctx), padded)

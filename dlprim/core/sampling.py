@@ -38,7 +38,7 @@ class TokenSampler:
             raise ValueError("TokenSampler: a vocabulary of %d tokens is beyond int32" % vocab)
         self.ctx, self.rows, self.vocab, self.dtype = ctx, int(rows), int(vocab), dtype
         # the largest power of two up to 256 the device takes (the reductions halve it)
-        self._wg = 1 << (min(256, ctx.facts.max_work_group).bit_length() - 1)
+        self._wg = program.pow2_at_most(min(256, ctx.facts.max_work_group))
         self.program = program.get(ctx, "sampling", T=cl_type(dtype), WG=self._wg)
         self.seen = Tensor(ctx, (self.rows, self.vocab), np.uint8)
         self.settings = Tensor(ctx, (self.rows, 4), np.float32)

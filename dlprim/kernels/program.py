@@ -117,6 +117,11 @@ def pow2_at_least(n):
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
+def pow2_at_most(n):
+    """The largest power of two <= ``n`` (1 for n <= 1): work-group sides."""
+    return 1 << max(int(n).bit_length() - 1, 0)
+
+
 def expand_args(args):
     """Tensors become ``(buffer, ulong offset)``; everything else passes unchanged."""
     out = []
