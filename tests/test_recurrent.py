@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import dlprim as dp
+from dlprim.core import recurrent as recurrent_core
 from dlprim.core.random import counters, philox_uniform
 from dlprim.layers import LayerError, TensorSpec, create
 from layer_check import assert_close, run_layer
@@ -82,9 +83,36 @@ CASES = [(1, False, False, True, False, 1, False),
          (2, True, True, True, True, 3, True)]
 
 
+def one_launch_groups(ctx):
+    """Work-groups of the one-launch time loop under test: 1 anywhere (a CPU runtime may
+    run work-groups one after another), 3 on GPUs (H = 33: 11 units each, crossing
+    work-groups at every barrier)."""
+    return 3 if ctx.facts.is_gpu and not ctx.facts.is_cpu else 1
+
+
+@pytest.fixture(params=["default", "one launch"])
+def time_loop(request, ctx, monkeypatch):
+    """Each case runs with the device's own choice of time loop and with the whole loop in
+    one launch (``core/recurrent_persistent.py``), forced."""
+    if request.param == "one launch":
+        real = recurrent_core.persistent_plan
+        groups = one_launch_groups(ctx)
+        monkeypatch.setattr(recurrent_core, "persistent_plan",
+                            lambda c, cell, n, h, g=None: real(c, cell, n, h, groups))
+    return request.param
+
+
+def check_time_loop(layer, time_loop):
+    """The passes take the loop asked for (a forced one-launch loop that fell back to a
+    launch per step would test nothing)."""
+    if time_loop == "one launch":
+        assert all(p.persistent is not None for ps in layer.passes for p in ps)
+
+
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
 @pytest.mark.parametrize("layers,bidir,batch_first,bias,given,outputs,acc", CASES)
-def test_matches_pytorch(ctx, rng, cell, layers, bidir, batch_first, bias, given, outputs, acc):
+def test_matches_pytorch(ctx, rng, time_loop, cell, layers, bidir, batch_first, bias, given,
+                         outputs, acc):
     opts = {"hidden_size": H, "num_layers": layers, "bidirectional": bidir,
             "batch_first": batch_first, "bias": bias}
     states = (2 if cell == "LSTM" else 1) if given else 0
@@ -92,6 +120,7 @@ def test_matches_pytorch(ctx, rng, cell, layers, bidir, batch_first, bias, given
     xs, params, dys = random_case(rng, cell, opts, states, outputs)
     layer = create(ctx, cell, "rnn", opts, num_outputs=outputs)
     r = run_layer(ctx, layer, xs, params=params, dy=dys, accumulate=acc)
+    check_time_loop(layer, time_loop)
     want_y, want_dx, want_dp = reference(cell, opts, params, xs, dys)
     for i, (got, want) in enumerate(zip(r.y, want_y)):
         assert_close(got, want, rtol=1e-4, atol=2e-5, what="output %d" % i)
@@ -109,7 +138,7 @@ def test_matches_pytorch(ctx, rng, cell, layers, bidir, batch_first, bias, given
 
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
-def test_gradients_match_finite_differences(ctx, cell):
+def test_gradients_match_finite_differences(ctx, time_loop, cell):
     """dlprim's backward against central differences of its own float32 forward along
     random directions, for the input, the initial state and one weight per kind."""
     rng = np.random.default_rng(5)
@@ -141,6 +170,60 @@ def test_gradients_match_finite_differences(ctx, cell):
             numeric = (loss(xs, plus) - loss(xs, minus)) / (2 * eps)
         analytic = float(np.sum(grads[k].astype(np.float64) * v))
         assert abs(numeric - analytic) <= 2e-3 * max(abs(numeric), 1.0), (what, numeric, analytic)
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+@pytest.mark.parametrize("batch,hidden,weights_local", [(40, 33, True), (3, 70, False),
+                                                        (1, 9, True)])
+def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, hidden,
+                                           weights_local):
+    """The one-launch loop against float64 where its work-items take several batch rows
+    (40 rows of 33 units: 4 a work-item), where W_hh's rows are read from global memory
+    instead of local (weights_local False) and the staged columns end in a partial round
+    (70 = 2 x 32 + 6), and at one row."""
+    real = recurrent_core.persistent_plan
+    groups = one_launch_groups(ctx)
+
+    def forced(c, cell_, n, h, g=None):
+        p = real(c, cell_, n, h, groups)
+        p.weights_local = p.weights_local and weights_local
+        return p
+    monkeypatch.setattr(recurrent_core, "persistent_plan", forced)
+    opts = {"hidden_size": hidden, "bidirectional": True, "input_size": 6}
+    states = 2 if cell == "LSTM" else 1
+    xs = [rng.standard_normal((4, batch, 6)).astype(np.float32)]
+    xs += [rng.standard_normal((2, batch, hidden)).astype(np.float32) for _ in range(states)]
+    params = [p.detach().numpy().astype(np.float32) for p in torch_module(cell, opts).parameters()]
+    outputs = 1 + states
+    dys = [rng.standard_normal((4, batch, 2 * hidden)).astype(np.float32)]
+    dys += [rng.standard_normal((2, batch, hidden)).astype(np.float32) for _ in range(states)]
+    layer = create(ctx, cell, "rnn", opts, num_outputs=outputs)
+    r = run_layer(ctx, layer, xs, params=params, dy=dys)
+    plans = [p.persistent for ps in layer.passes for p in ps]
+    assert all(p is not None and p.weights_local == weights_local for p in plans)
+    if batch == 40 and groups == 1:
+        assert plans[0].rows > 1
+    want_y, want_dx, want_dp = reference(cell, opts, params, xs, dys)
+    for i, (got, want) in enumerate(zip(r.y, want_y)):
+        assert_close(got, want, rtol=1e-4, atol=2e-5, what="output %d" % i)
+    for i, (got, want) in enumerate(zip(r.dx, want_dx)):
+        assert_close(got, want, rtol=1e-3, atol=1e-4, what="input %d gradient" % i)
+    for i, (got, want) in enumerate(zip(r.dparams, want_dp)):
+        assert_close(got, want, rtol=1e-3, atol=1e-4, what="parameter %d gradient" % i)
+
+
+def test_one_launch_plan_is_for_gpus(ctx):
+    """CPUs keep a launch per step (their runtimes may run work-groups one after another:
+    a grid barrier would wait for ever); a forced single work-group runs anywhere."""
+    from dlprim.core import recurrent_persistent as rp
+    auto = rp.plan(ctx, "lstm", 4, 16)
+    if ctx.facts.is_cpu:
+        assert auto is None
+    forced = rp.plan(ctx, "lstm", 4, 16, groups=1)
+    assert forced is not None and forced.groups == 1 and forced.units == 16
+    assert rp.plan(ctx, "gru", 4096, 16, groups=1) is None  # rows beyond a work-group
+    ps = dp.core.recurrent.RecurrentPass(ctx, "lstm", 3, 4, 5, 16, persistent=False)
+    assert ps.persistent is None
 
 
 def dropout_reference(opts, params, x, keep_masks, p):

@@ -13,6 +13,10 @@ one GEMM sends ``dh_prev = dG_hidden W_hh`` back; then over all steps at once
 ``dx = dG W_ih``. For the LSTM dG_hidden is dG; for the GRU it differs in the n block
 (``d(hg_n) = d(n_pre) r``), so its kernel writes both.
 
+On GPUs the time loop of either pass is one launch instead
+(``core/recurrent_persistent.py``): the same formulas and saved values, the GEMMs before
+and after it unchanged.
+
 Sequences are strided views, ``Seq(tensor, offset, step, row)``: step t, batch row n
 starts at ``offset + t * step + n * row`` elements into the tensor, so time-major and
 batch-first tensors and one direction's half of a bidirectional output are read in place.
@@ -27,6 +31,7 @@ from ..utils import round_up
 from .copy import fill_launches
 from .gemm import Gemm
 from .pointwise import PointwiseBroadcastReduce, pointwise_launches
+from .recurrent_persistent import plan as persistent_plan
 from ..tensor import Tensor
 
 __all__ = ["GATES", "SAVED_GATES", "Seq", "BackwardScratch", "RecurrentPass"]
@@ -57,10 +62,14 @@ BackwardScratch = namedtuple("BackwardScratch", "dxg dhg dh dc zeros")
 class RecurrentPass:
     """``cell`` ("lstm" or "gru") over ``steps`` x ``batch`` rows of ``inputs`` features
     with ``hidden`` units, in time order or ``reverse``. ``x_batch_first``: the rows of x
-    (and so of xg) are in (n, t) order rather than (t, n); backward wants x time-major."""
+    (and so of xg) are in (n, t) order rather than (t, n); backward wants x time-major.
+    ``persistent``: None chooses the time loop's launches (one for the whole loop where
+    the device allows, else two a step); False forces two a step; an int forces one launch
+    of that many work-groups (1 runs on every device)."""
 
     def __init__(self, ctx, cell: str, steps: int, batch: int, inputs: int, hidden: int,
-                 bias: bool = True, reverse: bool = False, x_batch_first: bool = False) -> None:
+                 bias: bool = True, reverse: bool = False, x_batch_first: bool = False,
+                 persistent=None) -> None:
         if cell not in GATES:
             raise ValueError("RecurrentPass: cell must be 'lstm' or 'gru', got %r" % (cell,))
         for what, v in (("steps", steps), ("batch", batch), ("inputs", inputs),
@@ -77,6 +86,15 @@ class RecurrentPass:
         self.recur = Gemm(ctx, self.N, self.G, self.H, trans_b=True, bias=col)
         self.wg = min(64, program.pow2_at_least(self.H), ctx.facts.max_work_group)
         self._backward = None
+        self.persistent = None if persistent is False else persistent_plan(
+            ctx, cell, self.N, self.H, None if persistent is None else int(persistent))
+        self._sync = None
+
+    def _sync_counter(self):
+        """The persistent launches' barrier counter and failure flag (two uints)."""
+        if self._sync is None:
+            self._sync = Tensor.zeros(self.ctx, (2,), "uint32")
+        return self._sync
 
     @property
     def order(self) -> List[int]:
@@ -111,6 +129,10 @@ class RecurrentPass:
         out += self.project.launches(x, w_ih, xg, bias=b_ih)
         xseq = Seq(xg, 0, self.G, self.L * self.G) if self.x_batch_first \
             else Seq(xg, 0, N * self.G, self.G)
+        if self.persistent is not None:
+            return out + self.persistent.forward_launches(
+                self.L, self.reverse, xseq, w_hh, b_hh, h0, c0, y, self._sync_counter(),
+                cells=cells, gates=gates)
         prg = self._program(gates is not None, False)
         order = self.order
         for s, t in enumerate(order):
@@ -196,7 +218,11 @@ class RecurrentPass:
         prg = self._program(True, dy is not None)
         order = self.order
         dhg = sc.dxg if lstm else sc.dhg
-        for s in range(L - 1, -1, -1):
+        if self.persistent is not None:
+            out += self.persistent.backward_launches(
+                L, self.reverse, w_hh, sc.dh, sc.dc, gates, sc.dxg, dhg, self._sync_counter(),
+                dy=dy, cells=cells, c0=c0, hseq=hseq, h0=h0)
+        for s in range(L - 1, -1, -1) if self.persistent is None else ():
             t, tp = order[s], order[s - 1] if s else 0
             args = []
             if dy is not None:

@@ -1,0 +1,156 @@
+"""A recurrent layer's whole time loop in one launch per direction (``kernels/
+recurrent_persistent.cl``), where the device can keep every work-group of the launch
+resident at once: GPUs, after a probe.
+
+The step-per-launch loop of ``core/recurrent.py`` costs two launches a step (the hidden
+GEMM and the gates), and on GPUs a launch's host cost (tens of microseconds on NVIDIA's
+driver while work is pending) is more than the step's arithmetic. Here P work-groups, at
+most one per compute unit, each own U hidden units for the whole sequence and meet at a
+grid barrier (a counter in global memory) once per step.
+
+A grid barrier deadlocks if the device does not run every work-group at once, so a plan
+is used only after its own launch passed a probe on the device (memoized per context), and
+its spin is bounded: a launch that waits too long marks itself failed and writes NaN.
+CPUs never take it (their runtimes run work-groups on a few threads, one after another).
+"""
+import logging
+
+import numpy as np
+
+from ..kernels import program
+from ..tensor import Tensor
+from ..utils import ceil_div
+from .copy import fill_launches
+
+__all__ = ["PersistentPlan", "plan"]
+
+log = logging.getLogger(__name__)
+
+THREADS_MAX = 256      # work-items per work-group
+ROWS_MAX = 8           # batch rows per work-item
+STAGE_BYTES = 16384    # local memory for the staged rows
+SPINS = 1 << 24        # counter reads before a barrier gives up (seconds, not steps)
+PROBE_SPINS = 1 << 16
+
+
+class PersistentPlan:
+    """The launch shape of one ``RecurrentPass``: ``groups`` work-groups of ``threads``
+    work-items, ``units`` hidden units and ``rows`` batch rows per work-item."""
+
+    def __init__(self, ctx, cell, batch, hidden, groups=None):
+        self.ctx, self.cell, self.N, self.H = ctx, cell, int(batch), int(hidden)
+        G = 4 if cell == "lstm" else 3
+        groups = ctx.facts.compute_units if groups is None else int(groups)
+        self.units = ceil_div(self.H, max(1, min(groups, self.H)))
+        self.groups = ceil_div(self.H, self.units)
+        rows = 1
+        while self.units * ceil_div(self.N, rows) > THREADS_MAX and rows < ROWS_MAX:
+            rows *= 2
+        self.rows = rows
+        self.threads = self.units * ceil_div(self.N, rows)
+        self.kc = 32
+        while self.kc > 4 and self.N * (self.kc + 1) * 4 > STAGE_BYTES:
+            self.kc //= 2
+        stage = self.N * (self.kc + 1) * 4
+        weights = 4 * max(G * self.units * (self.H + 1), self.units * (G * self.H + 1))
+        self.weights_local = stage + weights + 64 <= ctx.facts.local_mem
+        self.fits = (self.threads <= min(THREADS_MAX, ctx.facts.max_work_group)
+                     and stage + 64 <= ctx.facts.local_mem)
+
+    def _program(self, bias, save=0, dy=0):
+        return program.get(self.ctx, "recurrent_persistent", CELL=self.cell, N=self.N,
+                           H=self.H, U=self.units, NB=self.rows, KC=self.kc,
+                           WLOCAL=int(self.weights_local), BIAS=int(bias), SAVE=int(save),
+                           DY=int(dy), THREADS=self.threads)
+
+    def _launch(self, prg, kernel, args):
+        return program.Launch(prg, kernel, (self.groups * self.threads,), (self.threads,),
+                              args)
+
+    def forward_launches(self, L, reverse, xseq, w_hh, b_hh, h0, c0, y, sync, cells=None,
+                         gates=None, spins=SPINS):
+        """The pass in one launch (after the counter's reset). ``xseq``, ``y``: Seqs of
+        the input projection and of h; ``cells``: as ``RecurrentPass.forward_launches``."""
+        prg = self._program(b_hh is not None, save=gates is not None)
+        args = [np.int32(L), np.int32(reverse), np.uint32(spins),
+                xseq.tensor, np.uint64(xseq.offset), np.uint64(xseq.step), np.uint64(xseq.row),
+                w_hh]
+        if b_hh is not None:
+            args.append(b_hh)
+        args.append(h0)
+        if self.cell == "lstm":
+            full = cells.size >= L * self.N * self.H
+            args += [c0, cells, np.int32(full)]
+        args += [y.tensor, np.uint64(y.offset), np.uint64(y.step), np.uint64(y.row)]
+        if gates is not None:
+            args.append(gates)
+        args.append(sync)
+        return fill_launches(self.ctx, sync, 0) + \
+            [self._launch(prg, self.cell + "_persistent_forward", args)]
+
+    def backward_launches(self, L, reverse, w_hh, dh, dc, gates, dxg, dhg, sync, dy=None,
+                          cells=None, c0=None, hseq=None, h0=None, spins=SPINS):
+        """The time loop of the backward pass in one launch: dxg (and the GRU's dhg) for
+        every step; ``dh``/``dc`` hold the last step's gradients on entry and the initial
+        states' on return."""
+        prg = self._program(False, dy=dy is not None)
+        args = [np.int32(L), np.int32(reverse), np.uint32(spins)]
+        if dy is not None:
+            args += [dy.tensor, np.uint64(dy.offset), np.uint64(dy.step), np.uint64(dy.row)]
+        args += [w_hh, dh]
+        if self.cell == "lstm":
+            args += [dc, cells, c0]
+        else:
+            args += [hseq.tensor, np.uint64(hseq.offset), np.uint64(hseq.step),
+                     np.uint64(hseq.row), h0, dhg]
+        args += [gates, dxg, sync]
+        return fill_launches(self.ctx, sync, 0) + \
+            [self._launch(prg, self.cell + "_persistent_backward", args)]
+
+
+def _probe(ctx, key):
+    """Whether a launch of ``key``'s shape (groups, threads, local bytes) has every
+    work-group resident: a two-step forward with a small spin bound, its failure flag
+    read back."""
+    cell, N, H, groups = key
+    from .recurrent import Seq  # (recurrent imports this module)
+    p = PersistentPlan(ctx, cell, N, H, groups)
+    G = (4 if cell == "lstm" else 3) * H
+    L = 2
+    try:
+        t = {name: Tensor.zeros(ctx, shape) for name, shape in (
+            ("xg", (L * N * G,)), ("w", (G, H)), ("h0", (N, H)), ("y", (L * N * H,)),
+            ("cells", (2 * N * H,)))}
+        sync = Tensor.zeros(ctx, (2,), "uint32")
+        for launch in p.forward_launches(L, False, Seq(t["xg"], 0, N * G, G), t["w"], None,
+                                         t["h0"], t["h0"], Seq(t["y"], 0, N * H, H), sync,
+                                         cells=t["cells"], spins=PROBE_SPINS):
+            launch(ctx.queue)
+        failed = int(sync.numpy()[1])
+    except Exception as err:  # a build or launch the driver refuses
+        log.info("recurrent layers: one launch per step on %s (%s)", ctx.facts.name,
+                 str(err).splitlines()[0])
+        return False
+    if failed:
+        log.info("recurrent layers: one launch per step on %s (%d work-groups are not "
+                 "resident at once)", ctx.facts.name, p.groups)
+    return not failed
+
+
+def plan(ctx, cell, batch, hidden, groups=None):
+    """The PersistentPlan for a pass on ``ctx``, or None where it takes one launch per step:
+    CPUs, shapes beyond the kernel's limits, launches the probe found not resident.
+    ``groups`` forces a number of work-groups (tests: 1 runs anywhere, probe-free)."""
+    f = ctx.facts
+    if groups is None and (not f.is_gpu or f.is_cpu):
+        return None
+    p = PersistentPlan(ctx, cell, batch, hidden, groups)
+    if not p.fits:
+        return None
+    if p.groups == 1:
+        return p
+    key = (cell, p.N, p.H, groups)
+    known = ctx.__dict__.setdefault("_persistent_rnn", {})
+    if key not in known:
+        known[key] = _probe(ctx, key)
+    return p if known[key] else None
