@@ -26,16 +26,21 @@ __all__ = ["PersistentPlan", "plan"]
 
 log = logging.getLogger(__name__)
 
-THREADS_MAX = 256      # work-items per work-group
+THREADS_MAX = 256      # work-items per work-group owning units and rows
+THREADS_TARGET = 512   # work-items per work-group with the columns split
+KSPLIT_MAX = 8
 ROWS_MAX = 8           # batch rows per work-item
-STAGE_BYTES = 16384    # local memory for the staged rows
+KC_MAX = 64            # columns staged per round
+KC_LOCAL_MIN = 16      # fewer with W_hh's slice in local memory: read it from global
 SPINS = 1 << 24        # counter reads before a barrier gives up (seconds, not steps)
 PROBE_SPINS = 1 << 16
 
 
 class PersistentPlan:
     """The launch shape of one ``RecurrentPass``: ``groups`` work-groups of ``threads``
-    work-items, ``units`` hidden units and ``rows`` batch rows per work-item."""
+    work-items; a work-group owns ``units`` hidden units, a work-item one unit's ``rows``
+    batch rows and 1/``ksplit`` of the columns of the step's products; ``kc`` columns
+    staged a round."""
 
     def __init__(self, ctx, cell, batch, hidden, groups=None):
         self.ctx, self.cell, self.N, self.H = ctx, cell, int(batch), int(hidden)
@@ -43,25 +48,41 @@ class PersistentPlan:
         groups = ctx.facts.compute_units if groups is None else int(groups)
         self.units = ceil_div(self.H, max(1, min(groups, self.H)))
         self.groups = ceil_div(self.H, self.units)
-        rows = 1
+        rows = 1  # batch rows per work-item, while a unit's rows need too many
         while self.units * ceil_div(self.N, rows) > THREADS_MAX and rows < ROWS_MAX:
             rows *= 2
         self.rows = rows
-        self.threads = self.units * ceil_div(self.N, rows)
-        self.kc = 32
-        while self.kc > 4 and self.N * (self.kc + 1) * 4 > STAGE_BYTES:
-            self.kc //= 2
-        stage = self.N * (self.kc + 1) * 4
-        weights = 4 * max(G * self.units * (self.H + 1), self.units * (G * self.H + 1))
-        self.weights_local = stage + weights + 64 <= ctx.facts.local_mem
-        self.fits = (self.threads <= min(THREADS_MAX, ctx.facts.max_work_group)
-                     and stage + 64 <= ctx.facts.local_mem)
+        self.row_groups = ceil_div(self.N, rows)
+        owners = self.units * self.row_groups
+        # the columns of a product split among KSPLIT work-items (then summed): more
+        # work-items to hide the latencies, where the rows alone give few
+        self.ksplit = 1
+        while owners * self.ksplit * 2 <= min(THREADS_TARGET, ctx.facts.max_work_group) \
+                and self.ksplit < KSPLIT_MAX:
+            self.ksplit *= 2
+        self.threads = owners * self.ksplit
+        # local memory: W_hh's slice (rows padded to a multiple of 4, plus 4) where it
+        # leaves room for rounds of at least KC_LOCAL_MIN columns, then N x (KC + 4) staged
+        budget = ctx.facts.local_mem - 256
+        pad4 = lambda n: (n + 3) // 4 * 4 + 4
+        weights = 4 * self.units * max(G * pad4(self.H), pad4(G * self.H))
+        self.weights_local = budget - weights >= 4 * self.N * (KC_LOCAL_MIN + 4)
+        room = budget - (weights if self.weights_local else 0)
+        self.kc = min(KC_MAX, (room // (4 * self.N) - 4) // 4 * 4)
+        # the parts' sums go through the staging memory, grown where they need more
+        stage = 4 * self.N * (self.kc + 4)
+        while self.ksplit > 1 and 4 * (self.ksplit - 1) * owners * rows * G > stage and \
+                4 * (self.ksplit - 1) * owners * rows * G > room:
+            self.ksplit //= 2
+        self.threads = owners * self.ksplit
+        self.fits = self.kc >= 4 and owners <= min(THREADS_MAX, ctx.facts.max_work_group)
 
     def _program(self, bias, save=0, dy=0):
         return program.get(self.ctx, "recurrent_persistent", CELL=self.cell, N=self.N,
                            H=self.H, U=self.units, NB=self.rows, KC=self.kc,
                            WLOCAL=int(self.weights_local), BIAS=int(bias), SAVE=int(save),
-                           DY=int(dy), THREADS=self.threads)
+                           DY=int(dy), THREADS=self.threads, NG=self.row_groups,
+                           KSPLIT=self.ksplit)
 
     def _launch(self, prg, kernel, args):
         return program.Launch(prg, kernel, (self.groups * self.threads,), (self.threads,),

@@ -21,9 +21,15 @@
 // work-item; KC columns staged per round.
 <%
     G = 4 if CELL == "lstm" else 3
-    HS = H + 1          # local row stride of the forward's weight rows (no bank conflict)
+    H4 = (H + 3) // 4 * 4
     GH = G * H
-    KS = KC + 1         # local row stride of the staged rows
+    GH4 = (GH + 3) // 4 * 4
+    HS = H4 + 4         # local row strides: float4-aligned, rows 4 banks apart
+    GHS = GH4 + 4
+    KS = KC + 4
+    SPT = (N * KC + THREADS - 1) // THREADS   # staged values per work-item and round
+    # the staged rows' memory also takes the column parts' sums
+    XS = max(N * KS, ((KSPLIT - 1) * U * NG * NB * G + 3) // 4 * 4)
     NVIDIA = getattr(facts, "vendor_id", "") == "nvidia"
 %>
 #define G ${G}
@@ -33,6 +39,9 @@
 #define NB ${NB}
 #define KC ${KC}
 #define KS ${KS}
+#define SPT ${SPT}
+#define NG ${NG}
+#define KSPLIT ${KSPLIT}
 
 inline float rnn_sigmoid(float x)
 {
@@ -71,29 +80,92 @@ inline int grid_sync(volatile __global uint *sync, uint target, uint spins, __lo
     return *failed;
 }
 
-// acc[i][r] += sum_k x[n_i, k] w(r, k) over K columns of rows x (global, row stride
-// x_row, read volatile) against R weight rows per work-item, staged KC columns a round.
-// ``WROW(r, k)`` reads weight row r of this work-item at column k.
-#define STAGED_PRODUCT(K, x, x_row, R, WROW) \
+// Loads of what other work-groups wrote in this launch: past the L1 cache (not coherent
+// between SMs), yet pipelined (NVIDIA: ld.global.cg; elsewhere a volatile load)
+% if NVIDIA:
+inline float load_fresh(__global const float *p)
+{
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+% else:
+inline float load_fresh(__global const float *p)
+{
+    return *(volatile __global const float *)p;
+}
+% endif
+
+// acc[i][r] += sum_k XP[n_i, k] w(r, k) over K columns of the rows XP (global, row stride
+// XROW, written by other work-groups) against the R weight rows of this work-item.
+// Rounds of KC columns: every work-item holds SPT of the next round's values in
+// registers, loaded while the current round computes from local memory (the loads'
+// latency, not the arithmetic, bounds a round). Columns past K stage as 0, and the weight
+// rows are zero past their end up to a multiple of 4, so the products go 4 columns at a
+// time (float4 loads from local memory). WROW4(r, k) gives weight row r's columns k..k+3.
+#define STAGE_LOAD(pre, XP, XROW, K, k0) \
+    for (int q = 0; q < SPT; q++) { \
+        int e = lid + q * ${THREADS}, n = e / KC, k = e - n * KC; \
+        pre[q] = e < N * KC && (k0) + k < (K) ? load_fresh((XP) + (ulong)n * (XROW) + (k0) + k) \
+                                             : 0.0f; \
+    }
+
+#define STAGED_PRODUCT(K, XP, XROW, R, WROW4) { \
+    float pre[SPT]; \
+    STAGE_LOAD(pre, XP, XROW, K, 0) \
     for (int k0 = 0; k0 < (K); k0 += KC) { \
         barrier(CLK_LOCAL_MEM_FENCE); \
-        for (int e = lid; e < N * KC; e += get_local_size(0)) { \
-            int n = e / KC, k = e - n * KC; \
-            xs[n * KS + k] = k0 + k < (K) ? (x)[(ulong)n * (x_row) + k0 + k] : 0.0f; \
+        for (int q = 0; q < SPT; q++) { \
+            int e = lid + q * ${THREADS}, n = e / KC; \
+            if (e < N * KC) \
+                xs[n * KS + e - n * KC] = pre[q]; \
         } \
         barrier(CLK_LOCAL_MEM_FENCE); \
-        int kend = min(KC, (K) - k0); \
-        for (int k = 0; k < kend; k++) { \
-            float xv[NB]; \
+        if (k0 + KC < (K)) \
+            STAGE_LOAD(pre, XP, XROW, K, k0 + KC) \
+        int kend = min(KC, ((K) - k0 + 3) / 4 * 4); \
+        for (int k = 4 * kp; k < kend; k += 4 * KSPLIT) { \
+            float4 xv[NB]; \
             for (int i = 0; i < NB; i++) \
-                xv[i] = xs[min(ng + i * NG, N - 1) * KS + k]; \
+                xv[i] = xs4[(min(ng + i * NG, N - 1) * KS + k) / 4]; \
             for (int r = 0; r < (R); r++) { \
-                float w = WROW(r, k0 + k); \
-                for (int i = 0; i < NB; i++) \
-                    acc[i][r] = fma(xv[i], w, acc[i][r]); \
+                float4 w = WROW4(r, k0 + k); \
+                for (int i = 0; i < NB; i++) { \
+                    acc[i][r] = fma(xv[i].x, w.x, acc[i][r]); \
+                    acc[i][r] = fma(xv[i].y, w.y, acc[i][r]); \
+                    acc[i][r] = fma(xv[i].z, w.z, acc[i][r]); \
+                    acc[i][r] = fma(xv[i].w, w.w, acc[i][r]); \
+                } \
             } \
         } \
-    }
+    } \
+    if (KSPLIT > 1) { /* the column parts' sums, into part 0's work-items */ \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        if (kp > 0) \
+            for (int i = 0; i < NB; i++) \
+                for (int r = 0; r < (R); r++) \
+                    xs[(((kp - 1) * U * NG + own) * NB + i) * (R) + r] = acc[i][r]; \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        if (kp == 0) \
+            for (int q = 1; q < KSPLIT; q++) \
+                for (int i = 0; i < NB; i++) \
+                    for (int r = 0; r < (R); r++) \
+                        acc[i][r] += xs[(((q - 1) * U * NG + own) * NB + i) * (R) + r]; \
+    } \
+}
+
+inline float col(__global const float *w, int j, int u)
+{
+    return j < G * H ? w[(ulong)j * H + u] : 0.0f;
+}
+
+// four columns of a weight row in global memory (rows too long for local memory), 0 past
+// its end
+inline float4 row4(__global const float *w, int k, int end)
+{
+    return (float4)(k < end ? w[k] : 0.0f, k + 1 < end ? w[k + 1] : 0.0f,
+                    k + 2 < end ? w[k + 2] : 0.0f, k + 3 < end ? w[k + 3] : 0.0f);
+}
 
 __kernel __attribute__((reqd_work_group_size(${THREADS}, 1, 1)))
 void ${CELL}_persistent_forward(int L, int reverse, uint spins,
@@ -113,10 +185,11 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
 % endif
         volatile __global uint *sync, ulong sync_offset)
 {
-    __local float xs[N * KS];
+    __local float4 xs4[${XS // 4}];  // float4: 16-byte local loads
+    __local float *xs = (__local float *)xs4;
     __local int failed;
-    const int lid = get_local_id(0), NG = get_local_size(0) / U;
-    const int uu = lid % U, ng = lid / U, u = get_group_id(0) * U + uu;
+    const int lid = get_local_id(0), kp = lid / (U * NG), own = lid - kp * U * NG;
+    const int uu = own % U, ng = own / U, u = get_group_id(0) * U + uu;
     const int P = get_num_groups(0);
     const bool unit = u < H;
     const int uc = min(u, H - 1);  // a unit to read for work-items past the last one
@@ -128,15 +201,16 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
         failed = 0;
 % if WLOCAL:
     // the work-group's G x U rows of W_hh: gate g of unit uu at row g U + uu
-    __local float wl[G * U * ${HS}];
-    for (int e = lid; e < G * U * H; e += get_local_size(0)) {
-        int row = e / H, k = e - row * H;
+    __local float4 wl4[G * U * ${HS // 4}];
+    __local float *wl = (__local float *)wl4;
+    for (int e = lid; e < G * U * ${H4}; e += get_local_size(0)) {
+        int row = e / ${H4}, k = e - row * ${H4};
         int g = row / U, v = min((int)get_group_id(0) * U + row - g * U, H - 1);
-        wl[row * ${HS} + k] = w_hh[(ulong)(g * H + v) * H + k];
+        wl[row * ${HS} + k] = k < H ? w_hh[(ulong)(g * H + v) * H + k] : 0.0f;
     }
-    #define WROW(r, k) wl[((r) * U + uu) * ${HS} + (k)]
+    #define WROW4(r, k) wl4[(((r) * U + uu) * ${HS} + (k)) / 4]
 % else:
-    #define WROW(r, k) w_hh[(ulong)((r) * H + uc) * H + (k)]
+    #define WROW4(r, k) row4(w_hh + (ulong)((r) * H + uc) * H, k, H)
 % endif
     float state[NB];  // c for the LSTM, h for the GRU
     for (int i = 0; i < NB; i++) {
@@ -149,22 +223,21 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
     }
     for (int s = 0; s < L; s++) {
         const int t = reverse ? L - 1 - s : s, tp = reverse ? t + 1 : t - 1;
-        volatile __global const float *hp = s == 0 ? (volatile __global const float *)(h0 + h0_offset)
-                                                   : (volatile __global const float *)(y + tp * y_step);
+        __global const float *hp = s == 0 ? h0 + h0_offset : y + tp * y_step;
         const ulong hp_row = s == 0 ? H : y_row;
         float acc[NB][G];
         for (int i = 0; i < NB; i++)
             for (int r = 0; r < G; r++)
 % if BIAS:
-                acc[i][r] = b_hh[b_hh_offset + r * H + uc];
+                acc[i][r] = kp == 0 ? b_hh[b_hh_offset + r * H + uc] : 0.0f;
 % else:
                 acc[i][r] = 0.0f;
 % endif
-        STAGED_PRODUCT(H, hp, hp_row, G, WROW)
+        STAGED_PRODUCT(H, hp, hp_row, G, WROW4)
         const int bad = failed;
         for (int i = 0; i < NB; i++) {
             int n = ng + i * NG;
-            if (!unit || n >= N)
+            if (!unit || n >= N || kp)
                 continue;
             __global const float *x = xg + t * xg_step + n * xg_row + u;
 % if CELL == "lstm":
@@ -204,7 +277,7 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
         if (s + 1 < L)
             grid_sync(sync, (uint)(s + 1) * P, spins, &failed);
     }
-    #undef WROW
+    #undef WROW4
 }
 
 // dh (N x H) and dc hold the gradients of the last step's h and c on entry (the launcher
@@ -232,10 +305,11 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
         __global float *dxg, ulong dxg_offset,
         volatile __global uint *sync, ulong sync_offset)
 {
-    __local float xs[N * KS];
+    __local float4 xs4[${XS // 4}];  // float4: 16-byte local loads
+    __local float *xs = (__local float *)xs4;
     __local int failed;
-    const int lid = get_local_id(0), NG = get_local_size(0) / U;
-    const int uu = lid % U, ng = lid / U, u = get_group_id(0) * U + uu;
+    const int lid = get_local_id(0), kp = lid / (U * NG), own = lid - kp * U * NG;
+    const int uu = own % U, ng = own / U, u = get_group_id(0) * U + uu;
     const int P = get_num_groups(0);
     const bool unit = u < H;
     const int uc = min(u, H - 1);
@@ -251,14 +325,18 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
         failed = 0;
 % if WLOCAL:
     // the work-group's U columns of W_hh, transposed: column uu at row uu
-    __local float wl[U * ${GH + 1}];
-    for (int e = lid; e < U * ${GH}; e += get_local_size(0)) {
-        int v = e / ${GH}, j = e - v * ${GH};
-        wl[v * ${GH + 1} + j] = w_hh[(ulong)j * H + min((int)get_group_id(0) * U + v, H - 1)];
+    __local float4 wl4[U * ${GHS // 4}];
+    __local float *wl = (__local float *)wl4;
+    for (int e = lid; e < U * ${GH4}; e += get_local_size(0)) {
+        int v = e / ${GH4}, j = e - v * ${GH4};
+        wl[v * ${GHS} + j] = j < ${GH} ?
+            w_hh[(ulong)j * H + min((int)get_group_id(0) * U + v, H - 1)] : 0.0f;
     }
-    #define WCOL(r, j) wl[uu * ${GH + 1} + (j)]
+    #define WCOL4(r, j) wl4[(uu * ${GHS} + (j)) / 4]
 % else:
-    #define WCOL(r, j) w_hh[(ulong)(j) * H + uc]
+    // column uc of W_hh, four rows at a time
+    #define WCOL4(r, j) (float4)(col(w_hh, j, uc), col(w_hh, (j) + 1, uc), \
+                                 col(w_hh, (j) + 2, uc), col(w_hh, (j) + 3, uc))
 % endif
     float dh_r[NB];
 % if CELL == "lstm":
@@ -277,7 +355,7 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
         for (int i = 0; i < NB; i++) {
             int n = ng + i * NG;
             keep[i] = 0.0f;
-            if (!unit || n >= N)
+            if (!unit || n >= N || kp)
                 continue;
             float dh_t = dh_r[i];
 % if DY:
@@ -317,16 +395,15 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
         float acc[NB][1];
         for (int i = 0; i < NB; i++)
             acc[i][0] = keep[i];
-        volatile __global const float *rows = (volatile __global const float *)(dhg + (ulong)t * N * G * H);
-        STAGED_PRODUCT(G * H, rows, G * H, 1, WCOL)
+        STAGED_PRODUCT(G * H, dhg + (ulong)t * N * G * H, G * H, 1, WCOL4)
         for (int i = 0; i < NB; i++)
             dh_r[i] = acc[i][0];
     }
-    #undef WCOL
+    #undef WCOL4
     const int bad = failed;
     for (int i = 0; i < NB; i++) {
         int n = ng + i * NG;
-        if (!unit || n >= N)
+        if (!unit || n >= N || kp)
             continue;
         ulong k = (ulong)n * H + u;
         dh[dh_offset + k] = bad ? NAN : dh_r[i];
