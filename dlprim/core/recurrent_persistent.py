@@ -48,7 +48,10 @@ class PersistentPlan:
         groups = ctx.facts.compute_units if groups is None else int(groups)
         self.units = ceil_div(self.H, max(1, min(groups, self.H)))
         self.groups = ceil_div(self.H, self.units)
-        rows = 1  # batch rows per work-item, while a unit's rows need too many
+        # batch rows per work-item: 2 from 32 rows (each weight read from local memory
+        # then serves two rows: 14.7 against 17.3 us a step at 64 x 512 on an H200), more
+        # while a unit's rows need too many work-items
+        rows = 2 if self.N >= 32 else 1
         while self.units * ceil_div(self.N, rows) > THREADS_MAX and rows < ROWS_MAX:
             rows *= 2
         self.rows = rows
