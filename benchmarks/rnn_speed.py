@@ -1,10 +1,11 @@
-"""A stacked LSTM in float32, forward (predict) and forward + backward (training), dlprim's
-LSTM layer beside torch.nn.LSTM (cuDNN on CUDA, TF32 off; PyTorch's CPU kernels where no
-CUDA device is found). Prints a markdown table of milliseconds per call.
+"""A stacked LSTM (or GRU) in float32, forward (predict) and forward + backward (training),
+dlprim's layer beside torch.nn.LSTM / GRU (cuDNN on CUDA, TF32 off; PyTorch's CPU kernels
+where no CUDA device is found). Prints a markdown table of milliseconds per call.
 
     python benchmarks/rnn_speed.py                      # L=256, N=64, 2 layers, 512 wide
     python benchmarks/rnn_speed.py --device gpu --torch-device cuda
     python benchmarks/rnn_speed.py --small              # tiny sizes: checks that it runs
+    python benchmarks/rnn_speed.py --cell gru
 """
 import argparse
 import time
@@ -25,13 +26,13 @@ def time_calls(fn, sync, iters):
     return 1e3 * (time.perf_counter() - start) / iters
 
 
-def dlprim_times(device, steps, batch, layers, hidden, inputs, iters):
-    """(forward ms, forward + backward ms) of dlprim's LSTM, with the output sequence as
-    the loss so that backward runs every gradient."""
+def dlprim_times(device, steps, batch, layers, hidden, inputs, iters, cell="LSTM"):
+    """(forward ms, forward + backward ms) of dlprim's LSTM (or GRU), with the output
+    sequence as the loss so that backward runs every gradient."""
     ctx = dp.Context(device)
     cfg = dp.NetConfig()
     cfg.add_input("data", [steps, batch, inputs], requires_grad=True)
-    cfg.add("LSTM", name="lstm", inputs=["data"], outputs=["loss"],
+    cfg.add(cell, name="rnn", inputs=["data"], outputs=["loss"],
             options={"hidden_size": hidden, "num_layers": layers})
     cfg.set_outputs(["loss"])
     net = dp.Net(ctx, cfg, mode=dp.PREDICT, seed=0)
@@ -46,13 +47,13 @@ def dlprim_times(device, steps, batch, layers, hidden, inputs, iters):
     return forward, time_calls(train_step, ctx.finish, iters), ctx.name
 
 
-def torch_times(device, steps, batch, layers, hidden, inputs, iters):
-    """The same two timings for torch.nn.LSTM on ``device``."""
+def torch_times(device, steps, batch, layers, hidden, inputs, iters, cell="LSTM"):
+    """The same two timings for torch.nn.LSTM (or GRU) on ``device``."""
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    lstm = torch.nn.LSTM(inputs, hidden, num_layers=layers).to(device)
+    lstm = getattr(torch.nn, cell)(inputs, hidden, num_layers=layers).to(device)
     x = torch.randn(steps, batch, inputs, device=device, requires_grad=True)
 
     def forward():
@@ -78,13 +79,15 @@ def main():
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--inputs", type=int, default=512)
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--cell", choices=["lstm", "gru"], default="lstm")
     p.add_argument("--small", action="store_true", help="L=8, N=4, 2 layers of 16, 2 iterations")
     p.add_argument("--no-torch", action="store_true", help="time dlprim only")
     args = p.parse_args()
     if args.small:
         args.steps, args.batch, args.hidden, args.inputs, args.iters = 8, 4, 16, 16, 2
     sizes = (args.steps, args.batch, args.layers, args.hidden, args.inputs)
-    rows = [("dlprim",) + dlprim_times(args.device, *sizes, args.iters)]
+    cell = args.cell.upper()
+    rows = [("dlprim " + cell,) + dlprim_times(args.device, *sizes, args.iters, cell)]
     if not args.no_torch:
         try:
             import torch
@@ -92,8 +95,9 @@ def main():
             torch = None
         if torch is not None:
             device = args.torch_device or ("cuda" if torch.cuda.is_available() else "cpu")
-            rows.append(("torch (%s)" % ("cuDNN" if device.startswith("cuda") else device),)
-                        + torch_times(device, *sizes, args.iters))
+            rows.append(("torch %s (%s)" % (cell, "cuDNN" if device.startswith("cuda")
+                                             else device),)
+                        + torch_times(device, *sizes, args.iters, cell))
     print("| implementation | device | L | N | layers | hidden | input | forward ms | "
           "forward+backward ms |")
     print("|---|---|---|---|---|---|---|---|---|")

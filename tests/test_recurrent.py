@@ -174,13 +174,13 @@ def test_gradients_match_finite_differences(ctx, time_loop, cell):
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
 @pytest.mark.parametrize("batch,hidden,weights_local", [(40, 33, True), (3, 70, False),
-                                                        (1, 9, True)])
+                                                        (5, 36, False), (1, 9, True)])
 def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, hidden,
                                            weights_local):
     """The one-launch loop against float64 where its work-items take several batch rows
-    (40 rows of 33 units: 4 a work-item), where W_hh's rows are read from global memory
-    instead of local (weights_local False) and the staged columns end in a partial round
-    (70 = 2 x 32 + 6), and at one row."""
+    (40 rows of 33 units: 8 a work-item), where W_hh's rows are read from global memory
+    instead of local (weights_local False: as float4 where 36 columns allow it, one by one
+    for 70), and at one row."""
     real = recurrent_core.persistent_plan
     groups = one_launch_groups(ctx)
 

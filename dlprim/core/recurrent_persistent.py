@@ -80,8 +80,12 @@ class PersistentPlan:
         self.threads = owners * self.ksplit
         self.fits = self.kc >= 4 and owners <= min(THREADS_MAX, ctx.facts.max_work_group)
 
-    def _program(self, bias, save=0, dy=0):
+    def _program(self, bias, save=0, dy=0, w_hh=None):
+        # W_hh's rows read from global memory as float4 where they are 16-byte aligned
+        align = not self.weights_local and w_hh is not None and self.H % 4 == 0 and \
+            w_hh.offset % 4 == 0
         return program.get(self.ctx, "recurrent_persistent", CELL=self.cell, N=self.N,
+                           WALIGN=int(align),
                            H=self.H, U=self.units, NB=self.rows, KC=self.kc,
                            WLOCAL=int(self.weights_local), BIAS=int(bias), SAVE=int(save),
                            DY=int(dy), THREADS=self.threads, NG=self.row_groups,
@@ -95,7 +99,7 @@ class PersistentPlan:
                          gates=None, spins=SPINS):
         """The pass in one launch (after the counter's reset). ``xseq``, ``y``: Seqs of
         the input projection and of h; ``cells``: as ``RecurrentPass.forward_launches``."""
-        prg = self._program(b_hh is not None, save=gates is not None)
+        prg = self._program(b_hh is not None, save=gates is not None, w_hh=w_hh)
         args = [np.int32(L), np.int32(reverse), np.uint32(spins),
                 xseq.tensor, np.uint64(xseq.offset), np.uint64(xseq.step), np.uint64(xseq.row),
                 w_hh]

@@ -209,6 +209,10 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
         wl[row * ${HS} + k] = k < H ? w_hh[(ulong)(g * H + v) * H + k] : 0.0f;
     }
     #define WROW4(r, k) wl4[(((r) * U + uu) * ${HS} + (k)) / 4]
+% elif WALIGN:
+    // rows of H % 4 == 0 floats from a 16-byte aligned start: float4 loads (L1-cached:
+    // W_hh does not change during the launch)
+    #define WROW4(r, k) (*(__global const float4 *)(w_hh + (ulong)((r) * H + uc) * H + (k)))
 % else:
     #define WROW4(r, k) row4(w_hh + (ulong)((r) * H + uc) * H, k, H)
 % endif
