@@ -31,7 +31,8 @@ THREADS_TARGET = 512   # work-items per work-group with the columns split
 KSPLIT_MAX = 8
 ROWS_MAX = 8           # batch rows per work-item
 KC_MAX = 64            # columns staged per round
-KC_LOCAL_MIN = 16      # fewer with W_hh's slice in local memory: read it from global
+KC_STREAM_MAX = 256    # with W_hh's columns staged too
+KC_LOCAL_MIN = 16      # fewer with W_hh's slice in local memory: stream it instead
 SPINS = 1 << 24        # counter reads before a barrier gives up (seconds, not steps)
 PROBE_SPINS = 1 << 16
 
@@ -56,38 +57,56 @@ class PersistentPlan:
             rows *= 2
         self.rows = rows
         self.row_groups = ceil_div(self.N, rows)
-        owners = self.units * self.row_groups
-        # the columns of a product split among KSPLIT work-items (then summed): more
-        # work-items to hide the latencies, where the rows alone give few
-        self.ksplit = 1
-        while owners * self.ksplit * 2 <= min(THREADS_TARGET, ctx.facts.max_work_group) \
-                and self.ksplit < KSPLIT_MAX:
-            self.ksplit *= 2
-        self.threads = owners * self.ksplit
-        # local memory: W_hh's slice (rows padded to a multiple of 4, plus 4) where it
-        # leaves room for rounds of at least KC_LOCAL_MIN columns, then N x (KC + 4) staged
+        self.owners = self.units * self.row_groups  # work-items owning units and rows
         budget = ctx.facts.local_mem - 256
         pad4 = lambda n: (n + 3) // 4 * 4 + 4
-        weights = 4 * self.units * max(G * pad4(self.H), pad4(G * self.H))
-        self.weights_local = budget - weights >= 4 * self.N * (KC_LOCAL_MIN + 4)
-        room = budget - (weights if self.weights_local else 0)
-        self.kc = min(KC_MAX, (room // (4 * self.N) - 4) // 4 * 4)
-        # the parts' sums go through the staging memory, grown where they need more
-        stage = 4 * self.N * (self.kc + 4)
-        while self.ksplit > 1 and 4 * (self.ksplit - 1) * owners * rows * G > stage and \
-                4 * (self.ksplit - 1) * owners * rows * G > room:
+        # W_hh's slice in local memory, rows padded to a multiple of 4 plus 4, where it
+        # leaves room for rounds of at least KC_LOCAL_MIN columns; else staged beside h
+        resident = 4 * self.units * max(G * pad4(self.H), pad4(G * self.H))
+        self.weights = self.kc = self.ksplit = self.threads = self.fits = None
+        self.use_weights("local" if budget - resident >= 4 * self.N * (KC_LOCAL_MIN + 4)
+                         else "stream")
+
+    def use_weights(self, where):
+        """Where the work-groups keep their W_hh slices: "local" (loaded once), "stream"
+        (KC columns a round beside the staged rows) or "global" (read where they are);
+        sets the round size and the column split that fit beside them."""
+        G = 4 if self.cell == "lstm" else 3
+        budget = self.ctx.facts.local_mem - 256
+        pad4 = lambda n: (n + 3) // 4 * 4 + 4
+        if where == "local":
+            room = budget - 4 * self.units * max(G * pad4(self.H), pad4(G * self.H))
+            per_column, most = 4 * self.N, KC_MAX
+        elif where == "stream":
+            room, per_column, most = budget, 4 * (self.N + G * self.units), KC_STREAM_MAX
+        elif where == "global":
+            room, per_column, most = budget, 4 * self.N, KC_MAX
+        else:
+            raise ValueError("use_weights: 'local', 'stream' or 'global', got %r" % (where,))
+        self.weights = where
+        self.kc = min(most, (room // per_column - 4) // 4 * 4)
+        # the columns of a product split among KSPLIT work-items (then summed): more
+        # work-items to hide the latencies, where the rows alone give few; the parts'
+        # sums go through the staging memory, grown where they need more
+        owners, sums = self.owners, 4 * self.owners * self.rows * G
+        self.ksplit = 1
+        while owners * self.ksplit * 2 <= min(THREADS_TARGET, self.ctx.facts.max_work_group) \
+                and self.ksplit < KSPLIT_MAX:
+            self.ksplit *= 2
+        while self.ksplit > 1 and (self.ksplit - 1) * sums > room - 4 * G * self.units * \
+                (self.kc + 4) * (where == "stream"):
             self.ksplit //= 2
         self.threads = owners * self.ksplit
-        self.fits = self.kc >= 4 and owners <= min(THREADS_MAX, ctx.facts.max_work_group)
+        self.fits = self.kc >= 4 and owners <= min(THREADS_MAX, self.ctx.facts.max_work_group)
 
     def _program(self, bias, save=0, dy=0, w_hh=None):
         # W_hh's rows read from global memory as float4 where they are 16-byte aligned
-        align = not self.weights_local and w_hh is not None and self.H % 4 == 0 and \
+        align = self.weights == "global" and w_hh is not None and self.H % 4 == 0 and \
             w_hh.offset % 4 == 0
         return program.get(self.ctx, "recurrent_persistent", CELL=self.cell, N=self.N,
                            WALIGN=int(align),
                            H=self.H, U=self.units, NB=self.rows, KC=self.kc,
-                           WLOCAL=int(self.weights_local), BIAS=int(bias), SAVE=int(save),
+                           WLOCAL={"global": 0, "local": 1, "stream": 2}[self.weights], BIAS=int(bias), SAVE=int(save),
                            DY=int(dy), THREADS=self.threads, NG=self.row_groups,
                            KSPLIT=self.ksplit)
 

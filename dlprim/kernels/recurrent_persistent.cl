@@ -28,6 +28,8 @@
     GHS = GH4 + 4
     KS = KC + 4
     SPT = (N * KC + THREADS - 1) // THREADS   # staged values per work-item and round
+    WSPT_F = (G * U * KC + THREADS - 1) // THREADS   # staged weights (WLOCAL 2)
+    WSPT_B = (U * KC + THREADS - 1) // THREADS
     # the staged rows' memory also takes the column parts' sums
     XS = max(N * KS, ((KSPLIT - 1) * U * NG * NB * G + 3) // 4 * 4)
     NVIDIA = getattr(facts, "vendor_id", "") == "nvidia"
@@ -102,7 +104,9 @@ inline float load_fresh(__global const float *p)
 // registers, loaded while the current round computes from local memory (the loads'
 // latency, not the arithmetic, bounds a round). Columns past K stage as 0, and the weight
 // rows are zero past their end up to a multiple of 4, so the products go 4 columns at a
-// time (float4 loads from local memory). WROW4(r, k) gives weight row r's columns k..k+3.
+// time (float4 loads from local memory). WROW4(r, k0, k) gives weight row r's columns
+// k0 + k .. k0 + k + 3. Weights too many for local memory (WLOCAL 2) are staged with the
+// rows, round by round: W_PRE, W_LOAD and W_STORE do it, nothing otherwise.
 #define STAGE_LOAD(pre, XP, XROW, K, k0) \
     for (int q = 0; q < SPT; q++) { \
         int e = lid + q * ${THREADS}, n = e / KC, k = e - n * KC; \
@@ -112,7 +116,9 @@ inline float load_fresh(__global const float *p)
 
 #define STAGED_PRODUCT(K, XP, XROW, R, WROW4) { \
     float pre[SPT]; \
+    W_PRE \
     STAGE_LOAD(pre, XP, XROW, K, 0) \
+    W_LOAD(0) \
     for (int k0 = 0; k0 < (K); k0 += KC) { \
         barrier(CLK_LOCAL_MEM_FENCE); \
         for (int q = 0; q < SPT; q++) { \
@@ -120,16 +126,19 @@ inline float load_fresh(__global const float *p)
             if (e < N * KC) \
                 xs[n * KS + e - n * KC] = pre[q]; \
         } \
+        W_STORE \
         barrier(CLK_LOCAL_MEM_FENCE); \
-        if (k0 + KC < (K)) \
+        if (k0 + KC < (K)) { \
             STAGE_LOAD(pre, XP, XROW, K, k0 + KC) \
+            W_LOAD(k0 + KC) \
+        } \
         int kend = min(KC, ((K) - k0 + 3) / 4 * 4); \
         for (int k = 4 * kp; k < kend; k += 4 * KSPLIT) { \
             float4 xv[NB]; \
             for (int i = 0; i < NB; i++) \
                 xv[i] = xs4[(min(ng + i * NG, N - 1) * KS + k) / 4]; \
             for (int r = 0; r < (R); r++) { \
-                float4 w = WROW4(r, k0 + k); \
+                float4 w = WROW4(r, k0, k); \
                 for (int i = 0; i < NB; i++) { \
                     acc[i][r] = fma(xv[i].x, w.x, acc[i][r]); \
                     acc[i][r] = fma(xv[i].y, w.y, acc[i][r]); \
@@ -153,6 +162,10 @@ inline float load_fresh(__global const float *p)
                         acc[i][r] += xs[(((q - 1) * U * NG + own) * NB + i) * (R) + r]; \
     } \
 }
+
+#define W_PRE
+#define W_LOAD(k0)
+#define W_STORE
 
 inline float col(__global const float *w, int j, int u)
 {
@@ -199,7 +212,7 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
     y += y_offset + y_base;
     if (lid == 0)
         failed = 0;
-% if WLOCAL:
+% if WLOCAL == 1:
     // the work-group's G x U rows of W_hh: gate g of unit uu at row g U + uu
     __local float4 wl4[G * U * ${HS // 4}];
     __local float *wl = (__local float *)wl4;
@@ -208,13 +221,35 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
         int g = row / U, v = min((int)get_group_id(0) * U + row - g * U, H - 1);
         wl[row * ${HS} + k] = k < H ? w_hh[(ulong)(g * H + v) * H + k] : 0.0f;
     }
-    #define WROW4(r, k) wl4[(((r) * U + uu) * ${HS} + (k)) / 4]
+    #define WROW4(r, k0, k) wl4[(((r) * U + uu) * ${HS} + (k0) + (k)) / 4]
+% elif WLOCAL == 2:
+    // the same rows, KC columns a round beside the staged h
+    __local float4 wl4[G * U * KS / 4];
+    __local float *wl = (__local float *)wl4;
+    #undef W_PRE
+    #undef W_LOAD
+    #undef W_STORE
+    #define W_PRE float wpre[${WSPT_F}];
+    #define W_LOAD(k0) \
+        for (int q = 0; q < ${WSPT_F}; q++) { \
+            int e = lid + q * ${THREADS}, row = e / KC, k = e - row * KC; \
+            int g = row / U, v = min((int)get_group_id(0) * U + row - g * U, H - 1); \
+            wpre[q] = e < G * U * KC && (k0) + k < H ? w_hh[(ulong)(g * H + v) * H + (k0) + k] \
+                                                     : 0.0f; \
+        }
+    #define W_STORE \
+        for (int q = 0; q < ${WSPT_F}; q++) { \
+            int e = lid + q * ${THREADS}, row = e / KC; \
+            if (e < G * U * KC) \
+                wl[row * KS + e - row * KC] = wpre[q]; \
+        }
+    #define WROW4(r, k0, k) wl4[(((r) * U + uu) * KS + (k)) / 4]
 % elif WALIGN:
     // rows of H % 4 == 0 floats from a 16-byte aligned start: float4 loads (L1-cached:
     // W_hh does not change during the launch)
-    #define WROW4(r, k) (*(__global const float4 *)(w_hh + (ulong)((r) * H + uc) * H + (k)))
+    #define WROW4(r, k0, k) (*(__global const float4 *)(w_hh + (ulong)((r) * H + uc) * H + (k0) + (k)))
 % else:
-    #define WROW4(r, k) row4(w_hh + (ulong)((r) * H + uc) * H, k, H)
+    #define WROW4(r, k0, k) row4(w_hh + (ulong)((r) * H + uc) * H, (k0) + (k), H)
 % endif
     float state[NB];  // c for the LSTM, h for the GRU
     for (int i = 0; i < NB; i++) {
@@ -282,6 +317,14 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
             grid_sync(sync, (uint)(s + 1) * P, spins, &failed);
     }
     #undef WROW4
+% if WLOCAL == 2:
+    #undef W_PRE
+    #undef W_LOAD
+    #undef W_STORE
+    #define W_PRE
+    #define W_LOAD(k0)
+    #define W_STORE
+% endif
 }
 
 // dh (N x H) and dc hold the gradients of the last step's h and c on entry (the launcher
@@ -327,7 +370,7 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
 % endif
     if (lid == 0)
         failed = 0;
-% if WLOCAL:
+% if WLOCAL == 1:
     // the work-group's U columns of W_hh, transposed: column uu at row uu
     __local float4 wl4[U * ${GHS // 4}];
     __local float *wl = (__local float *)wl4;
@@ -336,11 +379,32 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
         wl[v * ${GHS} + j] = j < ${GH} ?
             w_hh[(ulong)j * H + min((int)get_group_id(0) * U + v, H - 1)] : 0.0f;
     }
-    #define WCOL4(r, j) wl4[(uu * ${GHS} + (j)) / 4]
+    #define WCOL4(r, j0, j) wl4[(uu * ${GHS} + (j0) + (j)) / 4]
+% elif WLOCAL == 2:
+    // the same columns, KC rows of W_hh a round beside the staged gradients
+    __local float4 wl4[U * KS / 4];
+    __local float *wl = (__local float *)wl4;
+    #undef W_PRE
+    #undef W_LOAD
+    #undef W_STORE
+    #define W_PRE float wpre[${WSPT_B}];
+    #define W_LOAD(j0) \
+        for (int q = 0; q < ${WSPT_B}; q++) { \
+            int e = lid + q * ${THREADS}, j = e / U, v = e - j * U; \
+            wpre[q] = e < U * KC && (j0) + j < ${GH} ? \
+                w_hh[(ulong)((j0) + j) * H + min((int)get_group_id(0) * U + v, H - 1)] : 0.0f; \
+        }
+    #define W_STORE \
+        for (int q = 0; q < ${WSPT_B}; q++) { \
+            int e = lid + q * ${THREADS}, j = e / U; \
+            if (e < U * KC) \
+                wl[(e - j * U) * KS + j] = wpre[q]; \
+        }
+    #define WCOL4(r, j0, j) wl4[(uu * KS + (j)) / 4]
 % else:
     // column uc of W_hh, four rows at a time
-    #define WCOL4(r, j) (float4)(col(w_hh, j, uc), col(w_hh, (j) + 1, uc), \
-                                 col(w_hh, (j) + 2, uc), col(w_hh, (j) + 3, uc))
+    #define WCOL4(r, j0, j) (float4)(col(w_hh, (j0) + (j), uc), col(w_hh, (j0) + (j) + 1, uc), \
+                                     col(w_hh, (j0) + (j) + 2, uc), col(w_hh, (j0) + (j) + 3, uc))
 % endif
     float dh_r[NB];
 % if CELL == "lstm":
