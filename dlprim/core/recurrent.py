@@ -32,26 +32,13 @@ from .copy import fill_launches
 from .gemm import Gemm
 from .pointwise import PointwiseBroadcastReduce, pointwise_launches
 from .recurrent_persistent import plan as persistent_plan
+from .recurrent_seq import Seq
 from ..tensor import Tensor
 
 __all__ = ["GATES", "SAVED_GATES", "Seq", "BackwardScratch", "RecurrentPass"]
 
 GATES = {"lstm": 4, "gru": 3}
 SAVED_GATES = 4  # values per unit saved for backward: i, f, g, o or r, z, n, W_hn h + b_hn
-
-
-class Seq(namedtuple("Seq", "tensor offset step row")):
-    """Step t, batch row n of a sequence at ``offset + t * step + n * row`` elements."""
-    __slots__ = ()
-
-    def start(self, t: int, rows: int, width: int) -> Tensor:
-        """A 1-D view from step t's first element over ``rows`` rows of ``width``."""
-        return self.tensor.view(((rows - 1) * self.row + width,), self.offset + t * self.step)
-
-    def args(self, t: int) -> list:
-        """Kernel arguments of step t: buffer, offset of its first element, row stride."""
-        return [self.tensor.buffer, np.uint64(self.tensor.offset + self.offset + t * self.step),
-                np.uint64(self.row)]
 
 
 # scratch of the backward pass: dxg and dhg (L*N x G*H; dhg is dxg for the LSTM), dh and

@@ -244,14 +244,29 @@ def test_mse_loss(ctx, rng, facts):
 
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
-@pytest.mark.parametrize("bidirectional", [False, True])
-def test_recurrent(ctx, rng, facts, cell, bidirectional):
+@pytest.mark.parametrize("bidirectional, loop", [(False, None), (True, None), (True, "local"),
+                                                 (False, "stream")])
+def test_recurrent(ctx, rng, facts, monkeypatch, cell, bidirectional, loop):
+    """A launch per step, and the one-launch loop (kernels/recurrent_persistent.cl) in one
+    work-group (work-groups run one at a time here) with W_hh in local memory or staged
+    round by round."""
+    if loop is not None:
+        from dlprim.core import recurrent as recurrent_core
+        real = recurrent_core.persistent_plan
+
+        def forced(c, cell_, n, h, g=None):
+            p = real(c, cell_, n, h, 1)
+            p.use_weights(loop)
+            return p
+        monkeypatch.setattr(recurrent_core, "persistent_plan", forced)
     opts = {"hidden_size": 3, "num_layers": 2, "bidirectional": bidirectional}
     x = rng.standard_normal((4, 2, 5)).astype(np.float32)  # (steps, batch, features)
     layer = create(ctx, cell, "rnn", opts)
     out = layer.setup([layer_check.TensorSpec(x.shape)]).outputs
     dy = [rng.standard_normal(s.shape).astype(np.float32) for s in out]
     _finite(run_layer(ctx, layer, [x], dy=dy, rng=rng))
+    assert all((p.persistent is not None) == (loop is not None) for ps in layer.passes
+               for p in ps)
 
 
 @pytest.mark.parametrize("opts, shapes", [
