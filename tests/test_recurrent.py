@@ -173,21 +173,24 @@ def test_gradients_match_finite_differences(ctx, time_loop, cell):
 
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
-@pytest.mark.parametrize("batch,hidden,weights", [(40, 33, "local"), (3, 70, "global"),
-                                                 (5, 36, "global"), (6, 70, "stream"),
-                                                 (1, 9, "local")])
+@pytest.mark.parametrize("batch,hidden,weights", [(40, 33, "local"), (40, 33, "local/staged"),
+                                                 (3, 70, "global"), (5, 36, "global"),
+                                                 (6, 70, "stream"), (1, 9, "local")])
 def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, hidden,
                                            weights):
     """The one-launch loop against float64 where its work-items take several batch rows
-    (40 rows of 33 units: 8 a work-item), with W_hh's slices staged round by round beside
-    the rows ("stream"), and read from global memory (as float4 where 36 columns allow it,
+    (40 rows of 33 units: 8 a work-item), with the backward's dh_prev summed from every
+    work-group's share ("local") or staged as the forward does ("local/staged"), with
+    W_hh's slices staged round by round beside the rows ("stream"), and read from global memory (as float4 where 36 columns allow it,
     one by one for 70), and at one row."""
     real = recurrent_core.persistent_plan
     groups = one_launch_groups(ctx)
 
     def forced(c, cell_, n, h, g=None):
         p = real(c, cell_, n, h, groups)
-        p.use_weights(weights)
+        p.use_weights(weights.split("/")[0])
+        if weights.endswith("/staged"):
+            p.sums = False
         return p
     monkeypatch.setattr(recurrent_core, "persistent_plan", forced)
     opts = {"hidden_size": hidden, "bidirectional": True, "input_size": 6}
@@ -201,7 +204,9 @@ def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, h
     layer = create(ctx, cell, "rnn", opts, num_outputs=outputs)
     r = run_layer(ctx, layer, xs, params=params, dy=dys)
     plans = [p.persistent for ps in layer.passes for p in ps]
-    assert all(p is not None and p.weights == weights for p in plans)
+    assert all(p is not None and p.weights == weights.split("/")[0] for p in plans)
+    # the backward sums every work-group's share where W_hh is local, unless told to stage
+    assert all(p.sums == (weights == "local") for p in plans)
     if batch == 40 and groups == 1:
         assert plans[0].rows > 1
     want_y, want_dx, want_dp = reference(cell, opts, params, xs, dys)

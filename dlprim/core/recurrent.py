@@ -75,7 +75,15 @@ class RecurrentPass:
         self._backward = None
         self.persistent = None if persistent is False else persistent_plan(
             ctx, cell, self.N, self.H, None if persistent is None else int(persistent))
-        self._sync = None
+        self._sync = self._parts_tensor = None
+
+    def _parts(self):
+        """The one-launch backward's scratch of summed shares, where its plan sums them."""
+        if not self.persistent.sums:
+            return None
+        if self._parts_tensor is None:
+            self._parts_tensor = Tensor(self.ctx, (self.persistent.parts_elements(),))
+        return self._parts_tensor
 
     def _sync_counter(self):
         """The persistent launches' barrier counter and failure flag (two uints)."""
@@ -208,7 +216,7 @@ class RecurrentPass:
         if self.persistent is not None:
             out += self.persistent.backward_launches(
                 L, self.reverse, w_hh, sc.dh, sc.dc, gates, sc.dxg, dhg, self._sync_counter(),
-                dy=dy, cells=cells, c0=c0, hseq=hseq, h0=h0)
+                dy=dy, cells=cells, c0=c0, hseq=hseq, h0=h0, parts=self._parts())
         for s in range(L - 1, -1, -1) if self.persistent is None else ():
             t, tp = order[s], order[s - 1] if s else 0
             args = []

@@ -37,6 +37,7 @@ KC_STREAM_MAX = 256    # with W_hh's columns staged too
 KC_LOCAL_MIN = 16      # fewer with W_hh's slice in local memory: stream it instead
 SPINS = 1 << 24        # counter reads before a barrier gives up (seconds, not steps)
 PROBE_SPINS = 1 << 16
+PARTS_BYTES_MAX = 256 << 20
 
 
 class PersistentPlan:
@@ -100,8 +101,21 @@ class PersistentPlan:
             self.ksplit //= 2
         self.threads = owners * self.ksplit
         self.fits = self.kc >= 4 and owners <= min(THREADS_MAX, self.ctx.facts.max_work_group)
+        # the backward's dh_prev as every work-group's share summed by the units' owners
+        # (its own gradient columns times its own rows of W_hh): no N x G H staging a
+        # step, for a buffer of 2 P x N x P U floats; with W_hh's rows in local memory
+        # beside N x G U gradients
+        own = 4 * (self.N * ((G * self.units + 3) // 4 * 4 + 4)
+                   + G * self.units * pad4(self.H) + (self.ksplit - 1) * owners * self.rows)
+        self.sums = (where == "local" and own <= budget
+                     and self.parts_elements() * 4 <= PARTS_BYTES_MAX)
 
-    def _program(self, bias, save=0, dy=0, w_hh=None):
+    def parts_elements(self):
+        """Floats of the backward's summed shares (``sums``): two steps' P x P blocks of
+        N x units."""
+        return 2 * self.groups * self.groups * self.N * self.units
+
+    def _program(self, bias, save=0, dy=0, w_hh=None, sums=False):
         # W_hh's rows read from global memory as float4 where they are 16-byte aligned
         align = self.weights == "global" and w_hh is not None and self.H % 4 == 0 and \
             w_hh.offset % 4 == 0
@@ -110,7 +124,7 @@ class PersistentPlan:
                            H=self.H, U=self.units, NB=self.rows, KC=self.kc,
                            WLOCAL={"global": 0, "local": 1, "stream": 2}[self.weights], BIAS=int(bias), SAVE=int(save),
                            DY=int(dy), THREADS=self.threads, NG=self.row_groups,
-                           KSPLIT=self.ksplit)
+                           KSPLIT=self.ksplit, SUMS=int(sums))
 
     def _launch(self, prg, kernel, args):
         return program.Launch(prg, kernel, (self.groups * self.threads,), (self.threads,),
@@ -138,11 +152,12 @@ class PersistentPlan:
             [self._launch(prg, self.cell + "_persistent_forward", args)]
 
     def backward_launches(self, L, reverse, w_hh, dh, dc, gates, dxg, dhg, sync, dy=None,
-                          cells=None, c0=None, hseq=None, h0=None, spins=SPINS):
+                          cells=None, c0=None, hseq=None, h0=None, parts=None, spins=SPINS):
         """The time loop of the backward pass in one launch: dxg (and the GRU's dhg) for
         every step; ``dh``/``dc`` hold the last step's gradients on entry and the initial
-        states' on return."""
-        prg = self._program(False, dy=dy is not None)
+        states' on return. ``parts``: ``parts_elements()`` floats of scratch where
+        ``sums``."""
+        prg = self._program(False, dy=dy is not None, sums=self.sums)
         args = [np.int32(L), np.int32(reverse), np.uint32(spins)]
         if dy is not None:
             args += [dy.tensor, np.uint64(dy.offset), np.uint64(dy.step), np.uint64(dy.row)]
@@ -152,7 +167,10 @@ class PersistentPlan:
         else:
             args += [hseq.tensor, np.uint64(hseq.offset), np.uint64(hseq.step),
                      np.uint64(hseq.row), h0, dhg]
-        args += [gates, dxg, sync]
+        args += [gates, dxg]
+        if self.sums:
+            args.append(parts)
+        args.append(sync)
         return fill_launches(self.ctx, sync, 0) + \
             [self._launch(prg, self.cell + "_persistent_backward", args)]
 

@@ -30,8 +30,10 @@
     SPT = (N * KC + THREADS - 1) // THREADS   # staged values per work-item and round
     WSPT_F = (G * U * KC + THREADS - 1) // THREADS   # staged weights (WLOCAL 2)
     WSPT_B = (U * KC + THREADS - 1) // THREADS
+    DGS = (G * U + 3) // 4 * 4 + 4   # row stride of the backward's own gradients (SUMS)
     # the staged rows' memory also takes the column parts' sums
     XS = max(N * KS, ((KSPLIT - 1) * U * NG * NB * G + 3) // 4 * 4)
+    XSB = max(4, ((KSPLIT - 1) * U * NG * NB + 3) // 4 * 4) if SUMS else XS
     NVIDIA = getattr(facts, "vendor_id", "") == "nvidia"
 %>
 #define G ${G}
@@ -114,6 +116,22 @@ inline float load_fresh(__global const float *p)
                                              : 0.0f; \
     }
 
+// acc[i][r] of the KSPLIT work-items sharing a unit and rows, summed into part 0's
+#define SUM_PARTS(R) \
+    if (KSPLIT > 1) { \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        if (kp > 0) \
+            for (int i = 0; i < NB; i++) \
+                for (int r = 0; r < (R); r++) \
+                    xs[(((kp - 1) * U * NG + own) * NB + i) * (R) + r] = acc[i][r]; \
+        barrier(CLK_LOCAL_MEM_FENCE); \
+        if (kp == 0) \
+            for (int q = 1; q < KSPLIT; q++) \
+                for (int i = 0; i < NB; i++) \
+                    for (int r = 0; r < (R); r++) \
+                        acc[i][r] += xs[(((q - 1) * U * NG + own) * NB + i) * (R) + r]; \
+    }
+
 #define STAGED_PRODUCT(K, XP, XROW, R, WROW4) { \
     float pre[SPT]; \
     W_PRE \
@@ -148,19 +166,7 @@ inline float load_fresh(__global const float *p)
             } \
         } \
     } \
-    if (KSPLIT > 1) { /* the column parts' sums, into part 0's work-items */ \
-        barrier(CLK_LOCAL_MEM_FENCE); \
-        if (kp > 0) \
-            for (int i = 0; i < NB; i++) \
-                for (int r = 0; r < (R); r++) \
-                    xs[(((kp - 1) * U * NG + own) * NB + i) * (R) + r] = acc[i][r]; \
-        barrier(CLK_LOCAL_MEM_FENCE); \
-        if (kp == 0) \
-            for (int q = 1; q < KSPLIT; q++) \
-                for (int i = 0; i < NB; i++) \
-                    for (int r = 0; r < (R); r++) \
-                        acc[i][r] += xs[(((q - 1) * U * NG + own) * NB + i) * (R) + r]; \
-    } \
+    SUM_PARTS(R) \
 }
 
 #define W_PRE
@@ -350,9 +356,12 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
 % endif
         __global const float *gates, ulong gates_offset,
         __global float *dxg, ulong dxg_offset,
+% if SUMS:
+        __global float *parts, ulong parts_offset,
+% endif
         volatile __global uint *sync, ulong sync_offset)
 {
-    __local float4 xs4[${XS // 4}];  // float4: 16-byte local loads
+    __local float4 xs4[${XSB // 4}];  // float4: 16-byte local loads
     __local float *xs = (__local float *)xs4;
     __local int failed;
     const int lid = get_local_id(0), kp = lid / (U * NG), own = lid - kp * U * NG;
@@ -370,7 +379,20 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
 % endif
     if (lid == 0)
         failed = 0;
-% if WLOCAL == 1:
+% if SUMS:
+    // the work-group's own G x U rows of W_hh (gate g of unit v at row g U + v), and its
+    // gradients of those rows for the step, N x G U
+    __local float4 wl4[G * U * ${HS // 4}];
+    __local float *wl = (__local float *)wl4;
+    for (int e = lid; e < G * U * ${H4}; e += get_local_size(0)) {
+        int row = e / ${H4}, k = e - row * ${H4};
+        int g = row / U, v = min((int)get_group_id(0) * U + row - g * U, H - 1);
+        wl[row * ${HS} + k] = k < H ? w_hh[(ulong)(g * H + v) * H + k] : 0.0f;
+    }
+    __local float4 dgl4[N * ${DGS // 4}];
+    __local float *dgl = (__local float *)dgl4;
+    parts += parts_offset;
+% elif WLOCAL == 1:
     // the work-group's U columns of W_hh, transposed: column uu at row uu
     __local float4 wl4[U * ${GHS // 4}];
     __local float *wl = (__local float *)wl4;
@@ -423,6 +445,11 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
         for (int i = 0; i < NB; i++) {
             int n = ng + i * NG;
             keep[i] = 0.0f;
+% if SUMS:
+            if (!unit && n < N && !kp)  // a unit past H: no gradient
+                for (int g = 0; g < G; g++)
+                    dgl[n * ${DGS} + g * U + uu] = 0.0f;
+% endif
             if (!unit || n >= N || kp)
                 continue;
             float dh_t = dh_r[i];
@@ -442,6 +469,10 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
             d[2 * H] = dc_t * ig * (1.0f - gg * gg);
             d[3 * H] = dh_t * tc * og * (1.0f - og);
             dc_r[i] = dc_t * fg;
+% if SUMS:
+            for (int g = 0; g < G; g++)
+                dgl[n * ${DGS} + g * U + uu] = d[g * H];
+% endif
 % else:
             float r = sv[0], z = sv[H], nn = sv[2 * H], hn = sv[3 * H];
             float hp = s == 0 ? h0[h0_offset + (ulong)n * H + u]
@@ -457,13 +488,56 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
             e[H] = dz;
             e[2 * H] = dn * r;
             keep[i] = dh_t * z;
+% if SUMS:
+            dgl[n * ${DGS} + uu] = dr;
+            dgl[n * ${DGS} + U + uu] = dz;
+            dgl[n * ${DGS} + 2 * U + uu] = dn * r;
+% endif
 % endif
         }
+% if SUMS:
+        // this work-group's share of dh_prev for every unit: its G U gradient columns
+        // times its G U rows of W_hh, written as the block [parity][owner][this][n][v]
+        // of the unit's owner; after the barrier each work-group adds up its units' P
+        // blocks (two parities: a work-group a step ahead writes the other one)
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __global float *mine = parts + (ulong)((s & 1) * P) * P * N * U;
+        for (int c = lid; c < H; c += ${THREADS}) {
+            float wc[G * U];
+            for (int r = 0; r < G * U; r++)
+                wc[r] = wl[r * ${HS} + c];
+            __global float *block = mine + ((ulong)(c / U) * P + get_group_id(0)) * N * U
+                                    + c % U;
+            for (int n = 0; n < N; n++) {
+                float sum = 0.0f;
+                for (int r = 0; r < G * U; r += 4) {
+                    float4 g4 = dgl4[(n * ${DGS} + r) / 4];
+                    sum = fma(g4.x, wc[r], sum);
+                    sum = r + 1 < G * U ? fma(g4.y, wc[r + 1], sum) : sum;
+                    sum = r + 2 < G * U ? fma(g4.z, wc[r + 2], sum) : sum;
+                    sum = r + 3 < G * U ? fma(g4.w, wc[r + 3], sum) : sum;
+                }
+                block[n * U] = sum;
+            }
+        }
+        grid_sync(sync, (uint)(L - s) * P, spins, &failed);
+        float acc[NB][1];
+        __global const float *blocks = mine + (ulong)get_group_id(0) * P * N * U;
+        for (int i = 0; i < NB; i++) {
+            int n = min(ng + i * NG, N - 1);
+            float sum = kp == 0 ? keep[i] : 0.0f;
+            for (int q = kp; q < P; q += KSPLIT)
+                sum += load_fresh(blocks + ((ulong)q * N + n) * U + uu);
+            acc[i][0] = sum;
+        }
+        SUM_PARTS(1)
+% else:
         grid_sync(sync, (uint)(L - s) * P, spins, &failed);
         float acc[NB][1];
         for (int i = 0; i < NB; i++)
             acc[i][0] = keep[i];
         STAGED_PRODUCT(G * H, dhg + (ulong)t * N * G * H, G * H, 1, WCOL4)
+% endif
         for (int i = 0; i < NB; i++)
             dh_r[i] = acc[i][0];
     }
