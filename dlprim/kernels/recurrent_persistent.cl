@@ -109,12 +109,20 @@ inline float load_fresh(__global const float *p)
 // time (float4 loads from local memory). WROW4(r, k0, k) gives weight row r's columns
 // k0 + k .. k0 + k + 3. Weights too many for local memory (WLOCAL 2) are staged with the
 // rows, round by round: W_PRE, W_LOAD and W_STORE do it, nothing otherwise.
-#define STAGE_LOAD(pre, XP, XROW, K, k0) \
+// A work-item stages the same (row, column) places every round: sn[q], sk[q] (sk = KC for
+// a place past the N x KC of a round), worked out once per launch
+#define STAGE_PLACES \
+    int sn[SPT], sk[SPT]; \
     for (int q = 0; q < SPT; q++) { \
-        int e = lid + q * ${THREADS}, n = e / KC, k = e - n * KC; \
-        pre[q] = e < N * KC && (k0) + k < (K) ? load_fresh((XP) + (ulong)n * (XROW) + (k0) + k) \
-                                             : 0.0f; \
+        int e = lid + q * ${THREADS}; \
+        sn[q] = min(e / KC, N - 1); \
+        sk[q] = e < N * KC ? e - (e / KC) * KC : KC; \
     }
+
+#define STAGE_LOAD(pre, XP, XROW, K, k0) \
+    for (int q = 0; q < SPT; q++) \
+        pre[q] = sk[q] < KC && (k0) + sk[q] < (K) ? \
+            load_fresh((XP) + (ulong)sn[q] * (XROW) + (k0) + sk[q]) : 0.0f;
 
 // acc[i][r] of the KSPLIT work-items sharing a unit and rows, summed into part 0's
 #define SUM_PARTS(R) \
@@ -139,11 +147,9 @@ inline float load_fresh(__global const float *p)
     W_LOAD(0) \
     for (int k0 = 0; k0 < (K); k0 += KC) { \
         barrier(CLK_LOCAL_MEM_FENCE); \
-        for (int q = 0; q < SPT; q++) { \
-            int e = lid + q * ${THREADS}, n = e / KC; \
-            if (e < N * KC) \
-                xs[n * KS + e - n * KC] = pre[q]; \
-        } \
+        for (int q = 0; q < SPT; q++) \
+            if (sk[q] < KC) \
+                xs[sn[q] * KS + sk[q]] = pre[q]; \
         W_STORE \
         barrier(CLK_LOCAL_MEM_FENCE); \
         if (k0 + KC < (K)) { \
@@ -209,6 +215,7 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
     __local int failed;
     const int lid = get_local_id(0), kp = lid / (U * NG), own = lid - kp * U * NG;
     const int uu = own % U, ng = own / U, u = get_group_id(0) * U + uu;
+    STAGE_PLACES
     const int P = get_num_groups(0);
     const bool unit = u < H;
     const int uc = min(u, H - 1);  // a unit to read for work-items past the last one
@@ -366,6 +373,7 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
     __local int failed;
     const int lid = get_local_id(0), kp = lid / (U * NG), own = lid - kp * U * NG;
     const int uu = own % U, ng = own / U, u = get_group_id(0) * U + uu;
+    STAGE_PLACES
     const int P = get_num_groups(0);
     const bool unit = u < H;
     const int uc = min(u, H - 1);
