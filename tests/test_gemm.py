@@ -109,7 +109,7 @@ def test_offsets_and_leading_dims(ctx, rng, trans_a, trans_b, pad):
     B = whole.view((sb.shape[0] * ldb,), ib)
     C = whole.view((M * ldc,), ic)
     op = Gemm(ctx, M, N, K, trans_a, trans_b)
-    assert op._aligned(lda, ia, 0) == op._aligned(ldb, ib, 0) == op._aligned(ldc, ic, 0) == (pad % 2 == 0)
+    assert op.aligned(lda, ia, 0) == op.aligned(ldb, ib, 0) == op.aligned(ldc, ic, 0) == (pad % 2 == 0)
     op(A, B, C, lda=lda, ldb=ldb, ldc=ldc)
     out = whole.numpy()
     close(out[ic:end].reshape(M, ldc)[:, :N], reference(a, b), K)

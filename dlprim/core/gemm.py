@@ -17,7 +17,8 @@ from .activation import EPILOGUES
 from .copy import StridedCopy
 from .precision import HALF_STORAGE_TYPES, check_precision
 from ..tensor import Tensor, ws_view
-from . import gemm_autotune, tuning, tuning_launch
+from . import gemm_autotune, gemm_kernels as kernels, tuning, tuning_launch
+from .gemm_kernels import MMA_TYPES  # noqa: F401 (the convolutions' tensor-core kernels too)
 from ..utils import ceil_div, round_up
 
 __all__ = ["Gemm", "gemm", "BIAS_MODES", "tensor_cores"]
@@ -25,9 +26,6 @@ __all__ = ["Gemm", "gemm", "BIAS_MODES", "tensor_cores"]
 BIAS_MODES = (None, "row", "col")
 HALF_OR_FLOAT = (np.dtype(np.float32),) + HALF_TYPES  # what an operand may store
 MMA_KINDS = ("tf32", "fp16", "bf16")  # the precisions with a tensor-core kernel (gemm_mma.cl)
-# the template's MMA parameter of each: the operands' type on the tensor cores
-MMA_TYPES = {"tf32": "tf32", "fp16": "f16", "bf16": "bf16"}
-COPY_VALUES = 8  # 16-bit values in one 16-byte cp.async copy: rows must start at multiples
 
 
 def _count(name, value):
@@ -77,43 +75,6 @@ class Gemm:
             raise TypeError("Gemm: dtypes must be 3 of float32, float16 and bfloat16 (A, B, "
                             "C; B int8 with b_scale), got %r" % (dtypes,))
         self.half = any(d in HALF_TYPES for d in self.dtypes)
-        # the tensor-core kernel: TF32 products for "tf32", FP16 or BF16 for the others, where the probe
-        # passes (_mma: without asking it, the probe's own test)
-        self.mma = bool(_mma) or self.on_tensor_cores(ctx, precision)
-        # tiles copied by cp.async (gemm_mma.cl ASYNC) where A and B store the 16-bit type
-        # the products take (launches check their rows' alignment); _copy_async: without
-        # asking the probe, its own test
-        native = HALF_STORAGE_TYPES.get(self.precision)
-        self.copy_async = (self.mma and tuning.MMA_COPY_ASYNC and native is not None
-                           and self.dtypes[0] == self.dtypes[1] == as_dtype(native)
-                           and (_copy_async if _copy_async is not None
-                                else copies_async(ctx, self.precision)))
-        # Hopper's warpgroup products (gemm_wgmma.cl) where the device takes them: for the
-        # 16-bit tiles that cp.async copies, and for TF32 on float32 operands where M and N
-        # are large enough to pay for packing them (tuning.wgmma_packs_pay); _wgmma:
-        # without asking the probe or the size, its own test
-        tf32_floats = (self.mma and self.precision == "tf32"
-                       and self.dtypes[0] == self.dtypes[1] == np.float32)
-        self.wgmma = ((self.copy_async or tf32_floats) and tuning.MMA_WARPGROUP
-                      and (_wgmma if _wgmma is not None
-                           else warpgroup_products(ctx, self.precision)
-                           and (not tf32_floats or tuning.wgmma_packs_pay(M, N))))
-        # Intel's subgroup matrix products (gemm_subgroup_mma.cl) for 16-bit operands stored
-        # as they take them, where the device has them; _subgroup_mma: without asking
-        self.subgroup_mma = (native is not None and not self.mma
-                             and self.dtypes[0] == self.dtypes[1] == as_dtype(native)
-                             and (_subgroup_mma if _subgroup_mma is not None
-                                  else subgroup_matrix_products(ctx, self.precision)))
-        self.float_copies = (self.half and not self.mma and not self.subgroup_mma
-                             and ctx.facts.is_cpu
-                             and tuning.CPU_HALF_AS_FLOAT)
-        # what the kernels read and write: float32 where the operands travel as copies
-        self.kernel_dtypes = (np.dtype(np.float32),) * 3 if self.float_copies else self.dtypes
-        self.kernel_half = self.half and not self.float_copies
-        self._copies = {}  # float32 copies of 16-bit operands (float_copies), by operand
-        if (self.mma or self.subgroup_mma) and tile:
-            raise ValueError("Gemm: the tensor-core kernels have their own tiles "
-                             "(tuning.mma_tile, tuning.subgroup_mma_tile)")
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
         if max(self.M, self.N, self.K) >= 2 ** 31:
             raise ValueError("Gemm: M, N and K must be under 2^31, got %d, %d, %d"
@@ -122,67 +83,25 @@ class Gemm:
         self.trans_a, self.trans_b = bool(trans_a), bool(trans_b)
         if bias not in BIAS_MODES:
             raise ValueError("Gemm: bias must be None, 'row' or 'col', got %r" % (bias,))
-        # a few rows (a decoder's step) on a GPU, or over an int8 or bfloat16 B anywhere:
-        # one launch streaming B (kernels/gemv.cl)
-        # (float16 not on CPUs: they decode its bits in integer arithmetic, slower than
-        # the float32 copy the CPU kernels read)
-        self.gemv = (tuning.gemv_rows(ctx.facts, self.M, self.dtypes[1] in (np.int8, bfloat16))
-                     and self.trans_b and not self.trans_a and not tile and split_k is None
-                     and not batch_sum)
-        if self.gemv:  # (it reads every storage itself: no float32 copies, no tensor cores)
-            self.float_copies, self.kernel_dtypes = False, self.dtypes
-            self.kernel_half = self.half
-        elif self.b_scale:
-            raise ValueError("Gemm: an int8 B takes at most %d rows of A with B transposed "
-                             "(tuning.GEMV_MAX_ROWS), got M=%d%s" % (
-                                 tuning.GEMV_MAX_ROWS, self.M,
-                                 "" if self.trans_b else " and B not transposed"))
         if activation not in EPILOGUES:
             raise ValueError("Gemm: unknown activation %r; known: %s"
                              % (activation, ", ".join(EPILOGUES)))
         self.bias, self.activation = bias, activation
-        self.tile = (tuning.half_tile if self.kernel_half else tuning.pick_tile)(
-            ctx.facts, self.M, self.N, self.batch)
-        # measured for this very shape where autotuning is on (float32 on a GPU)
-        if not tile and split_k is None and self.batch == 1 and ctx.facts.is_gpu and \
-                not self.gemv and \
-                min(self.M, self.N, self.K) > 0 and not (self.mma or self.subgroup_mma or self.half) and gemm_autotune.autotuning():
-            tile, split_k = gemm_autotune.tuned_choice(
-                ctx, self.M, self.N, self.K, self.trans_a, self.trans_b,
-                lambda tile: Gemm(ctx, M, N, K, trans_a, trans_b, tile=tile)) or (None, None)
-        # whole waves of one-per-compute-unit tiles where that is predicted faster
-        planned = None if tile or split_k is not None or self.mma or self.subgroup_mma else \
-            tuning.wave_plan(ctx.facts, self.M, self.N, self.K, self.batch, self.trans_b)
-        if planned:
-            self.tile, split_k = planned
-        if self.mma:
-            self.tile = tuning.mma_tile(self.precision, self.M, self.N)
-        if self.subgroup_mma:
-            self.tile = tuning.subgroup_mma_tile(subgroup_mma_size(ctx))
-        if tile:
-            self.tile = tuning.check_tile(dict(self.tile, **tile), ctx.facts)
-            if self.kernel_half and tuning.gemm_kernel(self.tile) != "gemm":
-                raise ValueError("Gemm: half and bfloat16 operands run on the tiled template only "
-                                 "(VEC 1 or 4), got tile %r" % (self.tile,))
-        self.small_m = tuning.gemm_small_m(self.tile, self.M) and split_k is None and not tile \
-            and not planned
+        self.batch_sum = bool(batch_sum)
+        self._copies = {}  # float32 copies of 16-bit operands (float_copies), by operand
+        self._workspace = self._packed_b = self._packed_a = None
+        self.kernel, split_k, planned = choose(
+            self, tile, split_k, dict(mma=_mma, copy_async=_copy_async, wgmma=_wgmma,
+                                      subgroup_mma=_subgroup_mma))
+        self.small_m = isinstance(self.kernel, kernels.CpuFewRows)
         self.splits, self.k_chunk = (1, self.K) if self.small_m or self.gemv else \
             self._split(split_k)
-        self.batch_sum = bool(batch_sum)
         if self.batch_sum and not self.batch_summable(ctx, M, trans_b):
             raise ValueError("Gemm: batch_sum (C = the sum of the batch's products) needs the "
                              "few-rows CPU kernel with a transposed B; see Gemm.batch_summable")
         self.pack_b = tuning.pack_b(self.tile, self.M) and self.K > 0
         self.pack_a = tuning.pack_a(self.tile, self.M, self.trans_a) and self.K > 0
-        self._workspace = self._packed_b = self._packed_a = None
-        if self.gemv:  # build now the variant packed operands use
-            self._gemv_program(4 if self.K % 4 == 0 else 1)
-            return
-        # build now the variant that packed, aligned operands use
-        copies = self.copy_async and all(
-            self._aligned(self._packed(x), 0, 0, COPY_VALUES) for x in "ab")
-        self._program(*(self._aligned(self._packed(x), 0, 0) for x in "abc"),
-                      copy_async=copies, wgmma=self._warpgroup(copies))
+        self.kernel.prepare()
 
     @staticmethod
     def on_tensor_cores(ctx, precision):
@@ -224,7 +143,7 @@ class Gemm:
         return tuning_launch.split_k(self.K, parts, t["TILE_K"])
 
     # ----- facts about the operands
-    def _packed(self, which):
+    def packed_ld(self, which):
         """The leading dimension of a packed operand: its stored row length."""
         if which == "a":
             return self.M if self.trans_a else self.K
@@ -239,71 +158,13 @@ class Gemm:
             return (self.N, self.K) if self.trans_b else (self.K, self.N)
         return self.M, self.N
 
-    def _aligned(self, ld, offset, stride, values=4):
+    def aligned(self, ld, offset, stride, values=4):
         """Whether every row of every batch entry starts at a multiple of ``values``
         elements: 4 for float4 loads, 8 for the 16-byte copies of 16-bit values."""
         return int(ld % values == 0 and offset % values == 0
                    and (self.batch <= 1 or stride % values == 0))
 
-    def _warpgroup(self, copy_async):
-        """Whether a launch runs gemm_wgmma.cl: 16-bit tiles that cp.async copies (aligned
-        rows), or any TF32 product (packed as it needs)."""
-        return self.wgmma and (copy_async or self.precision == "tf32")
-
-    def _program(self, aligned_a, aligned_b, aligned_c, epilogue=True, copy_async=False,
-                 wgmma=False):
-        """The built kernels; with epilogue=False the split-K first pass (plain alpha * acc);
-        copy_async: the tensor-core kernel's cp.async copies (16-byte aligned rows);
-        wgmma: Hopper's warpgroup products (TF32: on operands packed K-major)."""
-        bias, act = (self.bias or "none", self.activation) if epilogue else ("none", "identity")
-        if wgmma:
-            t = self.tile
-            tf32 = self.precision == "tf32"
-            return program.get(self.ctx, "gemm_wgmma", TRANS_A=0 if tf32 else int(self.trans_a),
-                               TRANS_B=1 if tf32 else int(self.trans_b), BIAS=bias,
-                               ACTIVATION=act, TILE_M=t["TILE_M"], TILE_N=t["TILE_N"],
-                               TILE_K=16 if tf32 else 32, GROUP=t["GROUP"],
-                               WARPGROUPS=t["TILE_M"] // 64, STAGES=tuning.WGMMA_STAGES,
-                               **self._types(epilogue), MMA=MMA_TYPES[self.precision])
-        if self.subgroup_mma:
-            t = self.tile
-            return program.get(self.ctx, "gemm_subgroup_mma", TRANS_A=int(self.trans_a),
-                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
-                               TILE_M=t["TILE_M"], TILE_N=t["TILE_N"], GROUP=t["GROUP"],
-                               SUBGROUP=subgroup_mma_size(self.ctx), KIND=MMA_TYPES[self.precision],
-                               **self._types(epilogue))
-        if self.mma:
-            t = self.tile
-            warps_m, warps_n = tuning.mma_warps(t)
-            staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES) if copy_async
-                       else dict(STAGES=tuning.MMA_STAGES))
-            return program.get(self.ctx, "gemm_mma", TRANS_A=int(self.trans_a),
-                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
-                               ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, TILE_M=t["TILE_M"],
-                               TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
-                               WARPS_M=warps_m, WARPS_N=warps_n, **staging,
-                               **self._types(epilogue), MMA=MMA_TYPES.get(self.precision, "tf32"))
-        # half operands always have a tile of the tiled template (tuning.half_tile)
-        if self.small_m:
-            return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
-                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
-                               SMALL_M=min(self.M, tuning.CPU_SMALL_M_BLOCK),
-                               SMALL_N=tuning.cpu_small_n(self.trans_b), PACK_B=0, PACK_A=0, PACK_K=0,
-                               SUM_BATCH=int(self.batch_sum),
-                               **self.tile)
-        if tuning.gemm_kernel(self.tile) == "gemm_cpu":  # unaligned loads cost no more there
-            return program.get(self.ctx, "gemm_cpu", TRANS_A=int(self.trans_a),
-                               TRANS_B=int(self.trans_b), BIAS=bias, ACTIVATION=act,
-                               PACK_B=int(self.pack_b), PACK_A=int(self.pack_a), SMALL_M=0, SMALL_N=0,
-                               SUM_BATCH=0,
-                               PACK_K=tuning.CPU_PACK_K, **self.tile)
-        return program.get(self.ctx, "gemm", TRANS_A=int(self.trans_a), TRANS_B=int(self.trans_b),
-                           BIAS=bias, ACTIVATION=act,
-                           ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
-                           ALIGNED_C=aligned_c if self.tile["VEC"] == 4 else 0,
-                           **self._types(epilogue), **self.tile)
-
-    def _types(self, epilogue=True):
+    def kernel_types(self, epilogue=True):
         """The templates' A_T, B_T, C_T where an operand is half (none where all are float32,
         so those programs keep their cache entries); C is the float32 workspace in split-K's
         first pass (``epilogue=False``)."""
@@ -312,7 +173,7 @@ class Gemm:
         a_t, b_t, c_t = (cl_type(d) for d in self.kernel_dtypes)
         return dict(A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float")
 
-    def _reduce_program(self):
+    def reduce_program(self):
         c_t = self.kernel_dtypes[2]
         extra = dict(C_T=cl_type(c_t)) if c_t in HALF_TYPES else {}
         return program.get(self.ctx, "gemm_reduce", BIAS=self.bias or "none",
@@ -332,7 +193,7 @@ class Gemm:
         if t.dtype != want:
             raise TypeError("Gemm: %s must be %s, got %s" % (name, want, t.dtype))
         rows, cols = self._rows_cols(which)
-        ld = self._packed(which) if ld is None else ld
+        ld = self.packed_ld(which) if ld is None else ld
         ld = _count("ld" + which, ld)
         stride = _count("stride_" + which, stride)
         if rows and cols and ld < cols:
@@ -388,15 +249,15 @@ class Gemm:
         """float32 elements of the split-K partial sums and of TF32 warpgroup products'
         operands packed K-major (0 where neither is needed); a caller that plans memory
         passes that much as ``workspace``, else the Gemm keeps its own."""
-        return self._partials_elements + sum(self._k_major_elements())
+        return self.partials_elements + sum(self.k_major_elements())
 
     @property
-    def _partials_elements(self):
+    def partials_elements(self):
         if self.splits == 1 or self.M == 0 or self.N == 0:
             return 0
         return self.batch * self.splits * round_up(self.M * self.N, 4)
 
-    def _k_major_elements(self):
+    def k_major_elements(self):
         """float32 elements of A and B packed K-major for TF32 warpgroup products (rows of
         K padded to 16 bytes; one per batch entry), else (0, 0)."""
         if not (self.wgmma and self.precision == "tf32") or 0 in (self.M, self.N, self.K):
@@ -452,44 +313,9 @@ class Gemm:
                                  "scales" % self.N)
         elif b_scale is not None:
             raise ValueError("Gemm: b_scale given to a Gemm built without it")
-        if self.gemv:
-            return self._gemv_launches(*operands[:12], b_scale)
         if self.float_copies:
             return self._float_copy_launches(*operands)
-        return self._launches(*operands)
-
-    def _gemv_program(self, vec):
-        """(program, work-group size, columns of C a work-group) of the few-rows kernel:
-        on GPUs ``gemv``, teams of 32 work-items a column, eight teams a group, float4
-        loads where ``vec`` is 4; on CPUs ``gemv_cpu``, two columns a work-item in float8
-        vectors (their compilers would otherwise vectorize across work-items, gathering
-        a row each), VEC unused."""
-        if self.ctx.facts.is_gpu:
-            team, teams, cols = 32, max(1, min(8, self.ctx.facts.max_work_group // 32)), 1
-        else:
-            team, teams, cols, vec = 1, 1, 2, 0
-        types = {} if all(d == np.float32 for d in self.dtypes) else \
-            dict(zip(("A_T", "B_T", "C_T"), (cl_type(d) for d in self.dtypes)))
-        prg = program.get(self.ctx, "gemv", ROWS=program.pow2_at_least(self.M), VEC=vec,
-                          TEAMS=teams, BIAS=self.bias or "none", ACTIVATION=self.activation,
-                          SCALE=int(self.b_scale), TEAM=team, COLS=cols, **types)
-        return prg, team * teams, teams * cols
-
-    def _gemv_launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
-                       stride_c, b_scale=None):
-        """The few-rows kernel over checked operands, one launch."""
-        i32, u64, f32 = np.int32, np.uint64, np.float32
-        vec = 4 if (self.K % 4 == 0 and self._aligned(lda, A.offset, stride_a)
-                    and self._aligned(ldb, B.offset, stride_b)) else 1
-        prg, size, cols = self._gemv_program(vec)
-        bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
-        scale_args = b_scale.kernel_args if b_scale is not None else (C.buffer, u64(0))
-        args = [i32(self.M), i32(self.N), i32(self.K), A, i32(lda), u64(stride_a), B, i32(ldb),
-                u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args, *scale_args,
-                f32(alpha), f32(beta)]
-        name = "gemv" if self.ctx.facts.is_gpu else "gemv_cpu"
-        return [program.Launch(prg, name, (ceil_div(self.N, cols) * size, self.batch),
-                               (size, 1), args, flops=self.flops)]
+        return self.kernel.launches(*operands, b_scale)
 
     def _float_copy_launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a,
                              stride_b, stride_c, b_packed, workspace):
@@ -507,16 +333,17 @@ class Gemm:
             args[which] = (t, ld, stride)
         (A, lda, stride_a), (B, ldb, stride_b) = args["a"], args["b"]
         if C.dtype == np.float32:
-            return out + self._launches(A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a,
-                                        stride_b, stride_c, b_packed, workspace)
+            return out + self.kernel.launches(A, B, C, bias, alpha, beta, lda, ldb, ldc,
+                                              stride_a, stride_b, stride_c, b_packed,
+                                              workspace, None)
         count = 1 if self.batch_sum else self.batch
         shape, own = (count, self.M, self.N), (stride_c, ldc, 1)
         packed = (self.M * self.N, self.N, 1)
         C32 = self._float_copy("c", count * self.M * self.N)
         if beta != 0.0:  # the sum reads C
             out += StridedCopy(self.ctx, shape, own, packed, C.dtype, np.float32).launches(C, C32)
-        out += self._launches(A, B, C32, bias, alpha, beta, lda, ldb, self.N, stride_a,
-                              stride_b, self.M * self.N, b_packed, workspace)
+        out += self.kernel.launches(A, B, C32, bias, alpha, beta, lda, ldb, self.N, stride_a,
+                                    stride_b, self.M * self.N, b_packed, workspace, None)
         return out + StridedCopy(self.ctx, shape, packed, own, np.float32, C.dtype).launches(C32, C)
 
     def _float_copy(self, which, size):
@@ -527,106 +354,24 @@ class Gemm:
             held = self._copies[which] = Tensor(self.ctx, (size,))
         return held
 
-    def _launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b, stride_c,
-                  b_packed, workspace):
-        """The launches on checked operands the kernels read as they are."""
-        i32, u64, f32 = np.int32, np.uint64, np.float32
-        bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
-        aligned_ab = (self._aligned(lda, A.offset, stride_a), self._aligned(ldb, B.offset, stride_b))
-        copy_async = (self.copy_async and self._aligned(lda, A.offset, stride_a, COPY_VALUES)
-                      and self._aligned(ldb, B.offset, stride_b, COPY_VALUES))
-        t = self.tile
-        pack = []
-        if self.pack_b and not b_packed:  # op(B) -> strips of BLOCK_N columns (kernels/gemm_cpu.cl)
-            strips = ceil_div(self.N, t["BLOCK_N"])
-            if self._packed_b is None:
-                self._packed_b = Tensor(self.ctx, (self.batch * strips * self.K * t["BLOCK_N"],))
-            prg = self._program(*aligned_ab, 0)
-            pack = [program.Launch(prg, "gemm_pack_b",
-                                   (strips if self.trans_b else ceil_div(strips, 16),
-                                    ceil_div(self.K, tuning.CPU_PACK_K), self.batch), (1, 1, 1),
-                                   [i32(self.N), i32(self.K), B, i32(ldb), u64(stride_b),
-                                    self._packed_b])]
-            B, ldb, stride_b = self._packed_b, t["BLOCK_N"], strips * self.K * t["BLOCK_N"]
-        if self.pack_a:  # a transposed A -> strips of BLOCK_M rows (kernels/gemm_cpu.cl)
-            strips = ceil_div(self.M, t["BLOCK_M"])
-            copies = self.batch if stride_a else 1  # a shared A is packed once
-            if self._packed_a is None:
-                self._packed_a = Tensor(self.ctx, (copies * strips * self.K * t["BLOCK_M"],))
-            pack.append(program.Launch(
-                self._program(*aligned_ab, 0), "gemm_pack_a",
-                (ceil_div(strips, 16), ceil_div(self.K, tuning.CPU_PACK_K), copies), (1, 1, 1),
-                [i32(self.M), i32(self.K), A, i32(lda), u64(stride_a), self._packed_a]))
-            A, lda = self._packed_a, t["BLOCK_M"]
-            stride_a = strips * self.K * t["BLOCK_M"] if stride_a else 0
-        if self.small_m:
-            args = [i32(self.M), i32(self.N), i32(self.K), A, i32(lda), u64(stride_a),
-                    B, i32(ldb), u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args,
-                    f32(alpha), f32(beta), i32(self.batch)]
-            items = ceil_div(self.N, tuning.cpu_small_n(self.trans_b))
-            return pack + [program.Launch(self._program(0, 0, 0), "gemm_small_m",
-                                          (items, 1 if self.batch_sum else self.batch), (1, 1),
-                                          args, flops=self.flops)]
-        W = None
-        if self.workspace_elements:
-            if workspace is not None:
-                W = self._check_workspace(workspace)
-            else:
-                if self._workspace is None:
-                    self._workspace = Tensor(self.ctx, (self.workspace_elements,))
-                W = self._workspace
-        wg_m, wg_n = t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]
-        wgmma = self._warpgroup(copy_async)
-        if wgmma:  # warpgroups of 4 warps, one per 64 rows of the tile
-            wg_m, wg_n = t["TILE_M"] // 16, 32
-            if self.precision == "tf32" and self.K:
-                size_a, size_b = self._k_major_elements()
-                at = self._partials_elements
-                pack_a, A, lda, stride_a = self._k_major("a", A, lda, stride_a, W, at)
-                pack_b, B, ldb, stride_b = self._k_major("b", B, ldb, stride_b, W, at + size_a)
-                pack += pack_a + pack_b
-                aligned_ab = (1, 1)
-        gsize = (ceil_div(self.N, t["TILE_N"]) * wg_n, ceil_div(self.M, t["TILE_M"]) * wg_m,
-                 self.batch * self.splits)
-        head = [i32(self.M), i32(self.N), i32(self.K), i32(self.k_chunk), i32(self.splits),
-                A, i32(lda), u64(stride_a), B, i32(ldb), u64(stride_b)]
-        if self.splits == 1:
-            prg = self._program(*aligned_ab, self._aligned(ldc, C.offset, stride_c),
-                                copy_async=copy_async, wgmma=wgmma)
-            args = head + [C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
-            return pack + [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args,
-                                          flops=self.flops)]
-        # split-K: partial products into the workspace, then sum + epilogue into C
-        part = round_up(self.M * self.N, 4)  # keeps every part 16-byte aligned
-        first = self._program(*aligned_ab, self._aligned(self.N, 0, part), epilogue=False,
-                              copy_async=copy_async, wgmma=wgmma)
-        args = head + [W, i32(self.N), u64(part), W.buffer, u64(0), f32(alpha), f32(0)]
-        reduce_args = [i32(self.M), i32(self.N), i32(self.splits), W, u64(part),
-                       C, i32(ldc), u64(stride_c), *bias_args, f32(beta)]
-        return pack + [program.Launch(first, "gemm", gsize, (wg_n, wg_m, 1), args, flops=self.flops),
-                program.Launch(self._reduce_program(), "gemm_reduce",
-                               (round_up(self.N, 32), round_up(self.M, 4),
-                                self.batch), (32, 4, 1), reduce_args)]
+    def held(self, name, size):
+        """The operand layout ``name`` ("packed_a" or "packed_b") the families keep from
+        call to call, ``size`` float32 elements, made on first use."""
+        attr = "_" + name
+        if getattr(self, attr) is None:
+            setattr(self, attr, Tensor(self.ctx, (size,)))
+        return getattr(self, attr)
 
-    def _k_major(self, which, X, ld, stride, W, at):
-        """TF32 warpgroup products read A and B K-major, rounded to TF32 and with 16-byte
-        aligned rows: the launch that packs operand ``which`` so into the workspace ``W``
-        from element ``at`` on, and the operand as the product then reads it (tensor,
-        leading dimension, batch stride). Rounding each value once here costs a pass over
-        the operand; rounding it in the kernel costs every work-group that reads it."""
-        k_major = not self.trans_a if which == "a" else self.trans_b
-        D = self.M if which == "a" else self.N
-        ldk = round_up(self.K, 4)
-        copies = self.batch if stride else 1  # a shared operand is packed once
-        packed = Tensor(self.ctx, (copies * D * ldk,), buffer=W.buffer, offset=W.offset + at)
-        packed._owner = W
-        i32, u64 = np.int32, np.uint64
-        launch = program.Launch(
-            self._program(1, 1, 1, wgmma=True), "pack_from_rows" if k_major else "pack_from_columns",
-            (ceil_div(ldk, 32) * 32, ceil_div(D, 32) * 8, copies), (32, 8, 1),
-            [i32(D), i32(self.K), X, i32(ld), u64(stride), packed, i32(ldk),
-             u64(D * ldk if stride else 0)])
-        return [launch], packed, ldk, (D * ldk if stride else 0)
+    def workspace_for(self, workspace):
+        """The split-K / K-major workspace of a call: ``workspace`` checked, else the
+        Gemm's own; None where the launches need none."""
+        if not self.workspace_elements:
+            return None
+        if workspace is not None:
+            return self._check_workspace(workspace)
+        if self._workspace is None:
+            self._workspace = Tensor(self.ctx, (self.workspace_elements,))
+        return self._workspace
 
     def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
                  stride_a=0, stride_b=0, stride_c=0, queue=None, b_packed=False, workspace=None,
@@ -636,6 +381,99 @@ class Gemm:
                                     stride_a, stride_b, stride_c, b_packed, workspace, b_scale):
             launch(queue)
         return C
+
+
+
+def choose(g, tile, split_k, forced):
+    """The kernel family of the Gemm ``g`` (``core/gemm_kernels.py``), the one place that
+    decides it: sets ``g``'s tensor-core flags, storage of the kernels and tile, and
+    returns (family, split_k, planned: whether a wave plan chose tile and split).
+    ``forced``: the private switches of the probes' self-tests (mma, copy_async, wgmma,
+    subgroup_mma), taking the device's word for it."""
+    ctx, facts, M, N = g.ctx, g.ctx.facts, g.M, g.N
+    # the tensor-core kernel: TF32 products for "tf32", FP16 or BF16 for the others, where
+    # the probe passes
+    g.mma = bool(forced["mma"]) or g.on_tensor_cores(ctx, g.precision)
+    # tiles copied by cp.async (gemm_mma.cl ASYNC) where A and B store the 16-bit type the
+    # products take (launches check their rows' alignment)
+    native = HALF_STORAGE_TYPES.get(g.precision)
+    g.copy_async = (g.mma and tuning.MMA_COPY_ASYNC and native is not None
+                    and g.dtypes[0] == g.dtypes[1] == as_dtype(native)
+                    and (forced["copy_async"] if forced["copy_async"] is not None
+                         else copies_async(ctx, g.precision)))
+    # Hopper's warpgroup products (gemm_wgmma.cl) where the device takes them: for the
+    # 16-bit tiles that cp.async copies, and for TF32 on float32 operands where M and N
+    # are large enough to pay for packing them (tuning.wgmma_packs_pay)
+    tf32_floats = (g.mma and g.precision == "tf32"
+                   and g.dtypes[0] == g.dtypes[1] == np.float32)
+    g.wgmma = ((g.copy_async or tf32_floats) and tuning.MMA_WARPGROUP
+               and (forced["wgmma"] if forced["wgmma"] is not None
+                    else warpgroup_products(ctx, g.precision)
+                    and (not tf32_floats or tuning.wgmma_packs_pay(M, N))))
+    # Intel's subgroup matrix products (gemm_subgroup_mma.cl) for 16-bit operands stored
+    # as they take them, where the device has them
+    g.subgroup_mma = (native is not None and not g.mma
+                      and g.dtypes[0] == g.dtypes[1] == as_dtype(native)
+                      and (forced["subgroup_mma"] if forced["subgroup_mma"] is not None
+                           else subgroup_matrix_products(ctx, g.precision)))
+    g.subgroup = subgroup_mma_size(ctx) if g.subgroup_mma else None
+    # CPUs run 16-bit products on float32 copies (tuning.CPU_HALF_AS_FLOAT)
+    g.float_copies = (g.half and not g.mma and not g.subgroup_mma and facts.is_cpu
+                      and tuning.CPU_HALF_AS_FLOAT)
+    if (g.mma or g.subgroup_mma) and tile:
+        raise ValueError("Gemm: the tensor-core kernels have their own tiles "
+                         "(tuning.mma_tile, tuning.subgroup_mma_tile)")
+    # a few rows (a decoder's step) on a GPU, or over an int8 or bfloat16 B anywhere:
+    # one launch streaming B (kernels/gemv.cl), which reads every storage itself (float16
+    # not on CPUs: they decode its bits in integer arithmetic, slower than the float32
+    # copy the CPU kernels read)
+    g.gemv = (tuning.gemv_rows(facts, M, g.dtypes[1] in (np.int8, bfloat16))
+              and g.trans_b and not g.trans_a and not tile and split_k is None
+              and not g.batch_sum)
+    if g.gemv:
+        g.float_copies = False
+    elif g.b_scale:
+        raise ValueError("Gemm: an int8 B takes at most %d rows of A with B transposed "
+                         "(tuning.GEMV_MAX_ROWS), got M=%d%s" % (
+                             tuning.GEMV_MAX_ROWS, M, "" if g.trans_b else " and B not transposed"))
+    # what the kernels read and write: float32 where the operands travel as copies
+    g.kernel_dtypes = (np.dtype(np.float32),) * 3 if g.float_copies else g.dtypes
+    g.kernel_half = g.half and not g.float_copies
+    g.tile = (tuning.half_tile if g.kernel_half else tuning.pick_tile)(facts, M, N, g.batch)
+    # measured for this very shape where autotuning is on (float32 on a GPU)
+    if not tile and split_k is None and g.batch == 1 and facts.is_gpu and not g.gemv and \
+            min(M, N, g.K) > 0 and not (g.mma or g.subgroup_mma or g.half) and \
+            gemm_autotune.autotuning():
+        tile, split_k = gemm_autotune.tuned_choice(
+            ctx, M, N, g.K, g.trans_a, g.trans_b,
+            lambda tile: Gemm(ctx, M, N, g.K, g.trans_a, g.trans_b, tile=tile)) or (None, None)
+    # whole waves of one-per-compute-unit tiles where that is predicted faster
+    planned = None if tile or split_k is not None or g.mma or g.subgroup_mma else \
+        tuning.wave_plan(facts, M, N, g.K, g.batch, g.trans_b)
+    if planned:
+        g.tile, split_k = planned
+    if g.mma:
+        g.tile = tuning.mma_tile(g.precision, M, N)
+    if g.subgroup_mma:
+        g.tile = tuning.subgroup_mma_tile(g.subgroup)
+    if tile:
+        g.tile = tuning.check_tile(dict(g.tile, **tile), facts)
+        if g.kernel_half and tuning.gemm_kernel(g.tile) != "gemm":
+            raise ValueError("Gemm: half and bfloat16 operands run on the tiled template only "
+                             "(VEC 1 or 4), got tile %r" % (g.tile,))
+    if g.gemv:
+        family = kernels.Gemv
+    elif g.mma:
+        family = kernels.TensorCore
+    elif g.subgroup_mma:
+        family = kernels.SubgroupMatrix
+    elif tuning.gemm_small_m(g.tile, M) and split_k is None and not tile and not planned:
+        family = kernels.CpuFewRows
+    elif tuning.gemm_kernel(g.tile) == "gemm_cpu":
+        family = kernels.CpuTiled
+    else:
+        family = kernels.Tiled
+    return family(g), split_k, bool(planned)
 
 
 def gemm(ctx, A, B, C=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, bias=None,

@@ -1,0 +1,341 @@
+"""The kernel families a ``Gemm`` runs, behind one interface; ``gemm.choose`` is the one
+place that picks a family for a product.
+
+Every family builds its programs (``program``, and ``prepare`` at construction) and turns
+checked operands into launches (``launches``); ``Gemm`` checks the operands, holds the
+workspace and the float32 copies CPUs take of 16-bit operands, and asks its family for
+the rest. A new kernel is a new family here and a line in ``gemm.choose``.
+
+| family | template | where |
+|---|---|---|
+| ``Gemv`` | gemv.cl | at most ``tuning.GEMV_MAX_ROWS`` rows, B transposed: on GPUs, and anywhere over an int8 or bfloat16 B |
+| ``TensorCore`` | gemm_mma.cl, gemm_wgmma.cl | "tf32", "fp16", "bf16" on NVIDIA GPUs that pass the probes (mma.sync; cp.async tiles; Hopper's warpgroup products) |
+| ``SubgroupMatrix`` | gemm_subgroup_mma.cl | "fp16", "bf16" on Intel GPUs with subgroup matrix products |
+| ``CpuFewRows`` | gemm_cpu.cl (gemm_small_m) | CPUs, fewer than ``tuning.CPU_PACK_MIN_M`` rows |
+| ``CpuTiled`` | gemm_cpu.cl | CPUs, B (and a transposed A) packed into strips first |
+| ``Tiled`` | gemm.cl | everything else: register-blocked tiles in local memory |
+
+The tiled families (all but ``Gemv`` and ``CpuFewRows``) share one launch: one pass, or
+split-K partial products into the workspace then ``gemm_reduce``.
+"""
+import numpy as np
+
+from ..dtypes import cl_type
+from ..kernels import program
+from ..tensor import Tensor
+from ..utils import ceil_div, round_up
+from . import tuning
+
+__all__ = ["GemmKernel", "Gemv", "TensorCore", "SubgroupMatrix", "CpuFewRows", "CpuTiled",
+           "Tiled", "MMA_TYPES", "COPY_VALUES"]
+
+# the template's MMA parameter of each tensor-core precision: the operands' type there
+MMA_TYPES = {"tf32": "tf32", "fp16": "f16", "bf16": "bf16"}
+COPY_VALUES = 8  # 16-bit values in one 16-byte cp.async copy: rows must start at multiples
+
+
+def _epilogue(g, epilogue):
+    return (g.bias or "none", g.activation) if epilogue else ("none", "identity")
+
+
+class GemmKernel:
+    """One family of kernels for ``g`` (a Gemm). ``own_tile``: the family picks its tile
+    (a tile given to the Gemm is an error)."""
+    own_tile = False
+
+    def __init__(self, g):
+        self.g = g
+
+    def program(self, aligned_a, aligned_b, aligned_c, epilogue=True, copy_async=False,
+                wgmma=False):
+        """The built kernels; epilogue=False: split-K's first pass (plain alpha * acc)."""
+        raise NotImplementedError
+
+    def prepare(self):
+        """Build now what the launches of packed, aligned operands will use."""
+        g = self.g
+        self.program(*(g.aligned(g.packed_ld(x), 0, 0) for x in "abc"))
+
+    def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
+                 stride_c, b_packed, workspace, b_scale):
+        raise NotImplementedError
+
+
+class Gemv(GemmKernel):
+    """A few rows of C in one launch streaming B (kernels/gemv.cl): GPUs, ``gemv``, teams
+    of 32 work-items a column, eight teams a group, float4 loads where ``vec`` is 4;
+    CPUs, ``gemv_cpu``, two columns a work-item in float8 vectors (their compilers would
+    otherwise vectorize across work-items, gathering a row each). It reads every storage
+    itself: no float32 copies, no tensor cores."""
+
+    def program(self, vec):
+        """(program, work-group size, columns of C a work-group)."""
+        g = self.g
+        if g.ctx.facts.is_gpu:
+            team, teams, cols = 32, max(1, min(8, g.ctx.facts.max_work_group // 32)), 1
+        else:
+            team, teams, cols, vec = 1, 1, 2, 0
+        types = {} if all(d == np.float32 for d in g.dtypes) else \
+            dict(zip(("A_T", "B_T", "C_T"), (cl_type(d) for d in g.dtypes)))
+        prg = program.get(g.ctx, "gemv", ROWS=program.pow2_at_least(g.M), VEC=vec,
+                          TEAMS=teams, BIAS=g.bias or "none", ACTIVATION=g.activation,
+                          SCALE=int(g.b_scale), TEAM=team, COLS=cols, **types)
+        return prg, team * teams, teams * cols
+
+    def prepare(self):
+        self.program(4 if self.g.K % 4 == 0 else 1)
+
+    def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
+                 stride_c, b_packed, workspace, b_scale):
+        g = self.g
+        i32, u64, f32 = np.int32, np.uint64, np.float32
+        vec = 4 if (g.K % 4 == 0 and g.aligned(lda, A.offset, stride_a)
+                    and g.aligned(ldb, B.offset, stride_b)) else 1
+        prg, size, cols = self.program(vec)
+        bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
+        scale_args = b_scale.kernel_args if b_scale is not None else (C.buffer, u64(0))
+        args = [i32(g.M), i32(g.N), i32(g.K), A, i32(lda), u64(stride_a), B, i32(ldb),
+                u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args, *scale_args,
+                f32(alpha), f32(beta)]
+        name = "gemv" if g.ctx.facts.is_gpu else "gemv_cpu"
+        return [program.Launch(prg, name, (ceil_div(g.N, cols) * size, g.batch),
+                               (size, 1), args, flops=g.flops)]
+
+
+class CpuFewRows(GemmKernel):
+    """CPUs, fewer than ``tuning.CPU_PACK_MIN_M`` rows: ``gemm_small_m`` of gemm_cpu.cl,
+    ``tuning.CPU_SMALL_M_BLOCK`` rows of C a work-item; the only family that sums a
+    batch's products into one C (``batch_sum``)."""
+
+    def program(self, aligned_a=0, aligned_b=0, aligned_c=0, epilogue=True, copy_async=False,
+                wgmma=False):
+        g = self.g
+        bias, act = _epilogue(g, epilogue)
+        return program.get(g.ctx, "gemm_cpu", TRANS_A=int(g.trans_a), TRANS_B=int(g.trans_b),
+                           BIAS=bias, ACTIVATION=act,
+                           SMALL_M=min(g.M, tuning.CPU_SMALL_M_BLOCK),
+                           SMALL_N=tuning.cpu_small_n(g.trans_b), PACK_B=0, PACK_A=0, PACK_K=0,
+                           SUM_BATCH=int(g.batch_sum), **g.tile)
+
+    def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
+                 stride_c, b_packed, workspace, b_scale):
+        g = self.g
+        i32, u64, f32 = np.int32, np.uint64, np.float32
+        bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
+        args = [i32(g.M), i32(g.N), i32(g.K), A, i32(lda), u64(stride_a),
+                B, i32(ldb), u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args,
+                f32(alpha), f32(beta), i32(g.batch)]
+        items = ceil_div(g.N, tuning.cpu_small_n(g.trans_b))
+        return [program.Launch(self.program(), "gemm_small_m",
+                               (items, 1 if g.batch_sum else g.batch), (1, 1),
+                               args, flops=g.flops)]
+
+
+class _TiledLaunch(GemmKernel):
+    """The families launched as tiles of C: one pass, or split-K (partial products into
+    the workspace, then ``gemm_reduce`` sums them with the epilogue)."""
+
+    def geometry(self, copy_async):
+        """(work-items along N, along M) of a work-group, whether it runs warpgroup
+        products."""
+        t = self.g.tile
+        return t["TILE_N"] // t["BLOCK_N"], t["TILE_M"] // t["BLOCK_M"], False
+
+    def pre_launches(self, A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W,
+                     wgmma):
+        """Launches that lay A and B out for the product first, and the operands as the
+        product then reads them: ([launches], A, B, lda, ldb, stride_a, stride_b,
+        aligned_ab)."""
+        return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
+
+    def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
+                 stride_c, b_packed, workspace, b_scale):
+        g = self.g
+        i32, u64, f32 = np.int32, np.uint64, np.float32
+        bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
+        aligned_ab = (g.aligned(lda, A.offset, stride_a), g.aligned(ldb, B.offset, stride_b))
+        copy_async = (g.copy_async and g.aligned(lda, A.offset, stride_a, COPY_VALUES)
+                      and g.aligned(ldb, B.offset, stride_b, COPY_VALUES))
+        t = g.tile
+        W = g.workspace_for(workspace)
+        wg_n, wg_m, wgmma = self.geometry(copy_async)
+        pack, A, B, lda, ldb, stride_a, stride_b, aligned_ab = self.pre_launches(
+            A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W, wgmma)
+        gsize = (ceil_div(g.N, t["TILE_N"]) * wg_n, ceil_div(g.M, t["TILE_M"]) * wg_m,
+                 g.batch * g.splits)
+        head = [i32(g.M), i32(g.N), i32(g.K), i32(g.k_chunk), i32(g.splits),
+                A, i32(lda), u64(stride_a), B, i32(ldb), u64(stride_b)]
+        if g.splits == 1:
+            prg = self.program(*aligned_ab, g.aligned(ldc, C.offset, stride_c),
+                               copy_async=copy_async, wgmma=wgmma)
+            args = head + [C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
+            return pack + [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args,
+                                          flops=g.flops)]
+        part = round_up(g.M * g.N, 4)  # keeps every part 16-byte aligned
+        first = self.program(*aligned_ab, g.aligned(g.N, 0, part), epilogue=False,
+                             copy_async=copy_async, wgmma=wgmma)
+        args = head + [W, i32(g.N), u64(part), W.buffer, u64(0), f32(alpha), f32(0)]
+        reduce_args = [i32(g.M), i32(g.N), i32(g.splits), W, u64(part),
+                       C, i32(ldc), u64(stride_c), *bias_args, f32(beta)]
+        return pack + [program.Launch(first, "gemm", gsize, (wg_n, wg_m, 1), args,
+                                      flops=g.flops),
+                       program.Launch(g.reduce_program(), "gemm_reduce",
+                                      (round_up(g.N, 32), round_up(g.M, 4), g.batch),
+                                      (32, 4, 1), reduce_args)]
+
+
+class Tiled(_TiledLaunch):
+    """kernels/gemm.cl: register-blocked tiles staged in local memory (float32, or 16-bit
+    operands widened as they load: ``tuning.half_tile``)."""
+
+    def program(self, aligned_a, aligned_b, aligned_c, epilogue=True, copy_async=False,
+                wgmma=False):
+        g = self.g
+        bias, act = _epilogue(g, epilogue)
+        return program.get(g.ctx, "gemm", TRANS_A=int(g.trans_a), TRANS_B=int(g.trans_b),
+                           BIAS=bias, ACTIVATION=act,
+                           ALIGNED_A=aligned_a, ALIGNED_B=aligned_b,
+                           ALIGNED_C=aligned_c if g.tile["VEC"] == 4 else 0,
+                           **g.kernel_types(epilogue), **g.tile)
+
+
+class CpuTiled(_TiledLaunch):
+    """kernels/gemm_cpu.cl: wide tiles from global memory (a work-group is one loop on one
+    core), op(B) packed into strips of BLOCK_N columns first where enough rows read each
+    (``tuning.pack_b``), and a transposed A into strips of BLOCK_M rows
+    (``tuning.pack_a``); unaligned loads cost no more there."""
+
+    def program(self, aligned_a=0, aligned_b=0, aligned_c=0, epilogue=True, copy_async=False,
+                wgmma=False):
+        g = self.g
+        bias, act = _epilogue(g, epilogue)
+        return program.get(g.ctx, "gemm_cpu", TRANS_A=int(g.trans_a), TRANS_B=int(g.trans_b),
+                           BIAS=bias, ACTIVATION=act, PACK_B=int(g.pack_b),
+                           PACK_A=int(g.pack_a), SMALL_M=0, SMALL_N=0, SUM_BATCH=0,
+                           PACK_K=tuning.CPU_PACK_K, **g.tile)
+
+    def pre_launches(self, A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W,
+                     wgmma):
+        g = self.g
+        i32, u64 = np.int32, np.uint64
+        t, pack = g.tile, []
+        if g.pack_b and not b_packed:  # op(B) -> strips of BLOCK_N columns
+            strips = ceil_div(g.N, t["BLOCK_N"])
+            held = g.held("packed_b", g.batch * strips * g.K * t["BLOCK_N"])
+            pack.append(program.Launch(
+                self.program(*aligned_ab, 0), "gemm_pack_b",
+                (strips if g.trans_b else ceil_div(strips, 16),
+                 ceil_div(g.K, tuning.CPU_PACK_K), g.batch), (1, 1, 1),
+                [i32(g.N), i32(g.K), B, i32(ldb), u64(stride_b), held]))
+            B, ldb, stride_b = held, t["BLOCK_N"], strips * g.K * t["BLOCK_N"]
+        if g.pack_a:  # a transposed A -> strips of BLOCK_M rows
+            strips = ceil_div(g.M, t["BLOCK_M"])
+            copies = g.batch if stride_a else 1  # a shared A is packed once
+            held = g.held("packed_a", copies * strips * g.K * t["BLOCK_M"])
+            pack.append(program.Launch(
+                self.program(*aligned_ab, 0), "gemm_pack_a",
+                (ceil_div(strips, 16), ceil_div(g.K, tuning.CPU_PACK_K), copies), (1, 1, 1),
+                [i32(g.M), i32(g.K), A, i32(lda), u64(stride_a), held]))
+            A, lda = held, t["BLOCK_M"]
+            stride_a = strips * g.K * t["BLOCK_M"] if stride_a else 0
+        return pack, A, B, lda, ldb, stride_a, stride_b, aligned_ab
+
+
+class TensorCore(_TiledLaunch):
+    """NVIDIA's tensor cores: kernels/gemm_mma.cl (``mma.sync``; 16-bit tiles copied by
+    cp.async where ``g.copy_async`` and the rows are 16-byte aligned), and on Hopper
+    kernels/gemm_wgmma.cl (``wgmma``) where ``g.wgmma``: for the tiles cp.async copies,
+    and for TF32 on float32 operands packed K-major into the workspace first."""
+    own_tile = True
+
+    def warpgroup(self, copy_async):
+        """Whether a launch runs gemm_wgmma.cl: 16-bit tiles that cp.async copies (aligned
+        rows), or any TF32 product (packed as it needs)."""
+        return self.g.wgmma and (copy_async or self.g.precision == "tf32")
+
+    def prepare(self):
+        g = self.g
+        copies = g.copy_async and all(g.aligned(g.packed_ld(x), 0, 0, COPY_VALUES)
+                                      for x in "ab")
+        self.program(*(g.aligned(g.packed_ld(x), 0, 0) for x in "abc"),
+                     copy_async=copies, wgmma=self.warpgroup(copies))
+
+    def program(self, aligned_a, aligned_b, aligned_c, epilogue=True, copy_async=False,
+                wgmma=False):
+        g = self.g
+        bias, act = _epilogue(g, epilogue)
+        t = g.tile
+        if wgmma:
+            tf32 = g.precision == "tf32"
+            return program.get(g.ctx, "gemm_wgmma", TRANS_A=0 if tf32 else int(g.trans_a),
+                               TRANS_B=1 if tf32 else int(g.trans_b), BIAS=bias,
+                               ACTIVATION=act, TILE_M=t["TILE_M"], TILE_N=t["TILE_N"],
+                               TILE_K=16 if tf32 else 32, GROUP=t["GROUP"],
+                               WARPGROUPS=t["TILE_M"] // 64, STAGES=tuning.WGMMA_STAGES,
+                               **g.kernel_types(epilogue), MMA=MMA_TYPES[g.precision])
+        warps_m, warps_n = tuning.mma_warps(t)
+        staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES) if copy_async
+                   else dict(STAGES=tuning.MMA_STAGES))
+        return program.get(g.ctx, "gemm_mma", TRANS_A=int(g.trans_a),
+                           TRANS_B=int(g.trans_b), BIAS=bias, ACTIVATION=act,
+                           ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, TILE_M=t["TILE_M"],
+                           TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
+                           WARPS_M=warps_m, WARPS_N=warps_n, **staging,
+                           **g.kernel_types(epilogue), MMA=MMA_TYPES.get(g.precision, "tf32"))
+
+    def geometry(self, copy_async):
+        wgmma = self.warpgroup(copy_async)
+        if wgmma:  # warpgroups of 4 warps, one per 64 rows of the tile
+            return 32, self.g.tile["TILE_M"] // 16, True
+        return super().geometry(copy_async)
+
+    def pre_launches(self, A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W,
+                     wgmma):
+        g = self.g
+        if not (wgmma and g.precision == "tf32" and g.K):
+            return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
+        size_a, _ = g.k_major_elements()
+        at = g.partials_elements
+        pack_a, A, lda, stride_a = self._k_major("a", A, lda, stride_a, W, at)
+        pack_b, B, ldb, stride_b = self._k_major("b", B, ldb, stride_b, W, at + size_a)
+        return pack_a + pack_b, A, B, lda, ldb, stride_a, stride_b, (1, 1)
+
+    def _k_major(self, which, X, ld, stride, W, at):
+        """TF32 warpgroup products read A and B K-major, rounded to TF32 and with 16-byte
+        aligned rows: the launch that packs operand ``which`` so into the workspace ``W``
+        from element ``at`` on, and the operand as the product then reads it (tensor,
+        leading dimension, batch stride). Rounding each value once here costs a pass over
+        the operand; rounding it in the kernel costs every work-group that reads it."""
+        g = self.g
+        k_major = not g.trans_a if which == "a" else g.trans_b
+        D = g.M if which == "a" else g.N
+        ldk = round_up(g.K, 4)
+        copies = g.batch if stride else 1  # a shared operand is packed once
+        packed = Tensor(g.ctx, (copies * D * ldk,), buffer=W.buffer, offset=W.offset + at)
+        packed._owner = W
+        i32, u64 = np.int32, np.uint64
+        launch = program.Launch(
+            self.program(1, 1, 1, wgmma=True), "pack_from_rows" if k_major else
+            "pack_from_columns",
+            (ceil_div(ldk, 32) * 32, ceil_div(D, 32) * 8, copies), (32, 8, 1),
+            [i32(D), i32(g.K), X, i32(ld), u64(stride), packed, i32(ldk),
+             u64(D * ldk if stride else 0)])
+        return [launch], packed, ldk, (D * ldk if stride else 0)
+
+
+class SubgroupMatrix(_TiledLaunch):
+    """Intel's subgroup matrix products (kernels/gemm_subgroup_mma.cl,
+    ``cl_intel_subgroup_matrix_multiply_accumulate``) for 16-bit operands stored as they
+    take them."""
+    own_tile = True
+
+    def program(self, aligned_a=0, aligned_b=0, aligned_c=0, epilogue=True, copy_async=False,
+                wgmma=False):
+        g = self.g
+        bias, act = _epilogue(g, epilogue)
+        t = g.tile
+        return program.get(g.ctx, "gemm_subgroup_mma", TRANS_A=int(g.trans_a),
+                           TRANS_B=int(g.trans_b), BIAS=bias, ACTIVATION=act,
+                           TILE_M=t["TILE_M"], TILE_N=t["TILE_N"], GROUP=t["GROUP"],
+                           SUBGROUP=g.subgroup, KIND=MMA_TYPES[g.precision],
+                           **g.kernel_types(epilogue))
