@@ -31,7 +31,7 @@ from ..utils import round_up
 from .copy import fill_launches
 from .gemm import Gemm
 from .pointwise import PointwiseBroadcastReduce, pointwise_launches
-from .recurrent_persistent import plan as persistent_plan
+from .recurrent_persistent import plan as persistent_plan, shared_parts
 from .recurrent_seq import Seq
 from ..tensor import Tensor
 
@@ -75,15 +75,13 @@ class RecurrentPass:
         self._backward = None
         self.persistent = None if persistent is False else persistent_plan(
             ctx, cell, self.N, self.H, None if persistent is None else int(persistent))
-        self._sync = self._parts_tensor = None
+        self._sync = None
 
     def _parts(self):
         """The one-launch backward's scratch of summed shares, where its plan sums them."""
         if not self.persistent.sums:
             return None
-        if self._parts_tensor is None:
-            self._parts_tensor = Tensor(self.ctx, (self.persistent.parts_elements(),))
-        return self._parts_tensor
+        return shared_parts(self.ctx, self.persistent.parts_elements())
 
     def _sync_counter(self):
         """The persistent launches' barrier counter and failure flag (two uints)."""

@@ -11,7 +11,9 @@ grid barrier (a counter in global memory) once per step.
 A grid barrier deadlocks if the device does not run every work-group at once, so a plan
 is used only after its own launch passed a probe on the device (memoized per context), and
 its spin is bounded: a launch that waits too long marks itself failed and writes NaN.
-CPUs never take it (their runtimes run work-groups on a few threads, one after another).
+CPUs never take it: their runtimes run work-groups on a few threads, one after another
+(forced to one work-group on a 2-core EPYC with Intel's runtime, an LSTM took 10x the
+launch-per-step loop's time).
 """
 import logging
 
@@ -24,7 +26,7 @@ from ..utils import ceil_div
 from .recurrent_seq import Seq
 from .copy import fill_launches
 
-__all__ = ["PersistentPlan", "plan"]
+__all__ = ["PersistentPlan", "plan", "shared_parts"]
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +121,12 @@ class PersistentPlan:
         # W_hh's rows read from global memory as float4 where they are 16-byte aligned
         align = self.weights == "global" and w_hh is not None and self.H % 4 == 0 and \
             w_hh.offset % 4 == 0
+        where = {"global": 0, "local": 1, "stream": 2}[self.weights]
         return program.get(self.ctx, "recurrent_persistent", CELL=self.cell, N=self.N,
-                           WALIGN=int(align),
-                           H=self.H, U=self.units, NB=self.rows, KC=self.kc,
-                           WLOCAL={"global": 0, "local": 1, "stream": 2}[self.weights], BIAS=int(bias), SAVE=int(save),
-                           DY=int(dy), THREADS=self.threads, NG=self.row_groups,
-                           KSPLIT=self.ksplit, SUMS=int(sums))
+                           H=self.H, U=self.units, NB=self.rows, KC=self.kc, WLOCAL=where,
+                           WALIGN=int(align), BIAS=int(bias), SAVE=int(save), DY=int(dy),
+                           THREADS=self.threads, NG=self.row_groups, KSPLIT=self.ksplit,
+                           SUMS=int(sums))
 
     def _launch(self, prg, kernel, args):
         return program.Launch(prg, kernel, (self.groups * self.threads,), (self.threads,),
@@ -176,7 +178,7 @@ class PersistentPlan:
 
 
 def _probe(ctx, key):
-    """Whether a launch of ``key``'s shape (groups, threads, local bytes) has every
+    """Whether the launch of ``key``'s plan (cell, batch, hidden, forced groups) has every
     work-group resident: a two-step forward with a small spin bound, its failure flag
     read back."""
     cell, N, H, groups = key
@@ -201,6 +203,15 @@ def _probe(ctx, key):
         log.info("recurrent layers: one launch per step on %s (%d work-groups are not "
                  "resident at once)", ctx.facts.name, p.groups)
     return not failed
+
+
+def shared_parts(ctx, elements):
+    """The backward's scratch of summed shares, at least ``elements`` floats, one per
+    context: the passes run one after another on its queue."""
+    held = ctx.__dict__.get("_rnn_parts")
+    if held is None or held.size < elements:
+        held = ctx.__dict__["_rnn_parts"] = Tensor(ctx, (elements,))
+    return held
 
 
 def _real_gpu(ctx):

@@ -4,18 +4,22 @@
 // at a grid barrier once per step. A step per launch costs two launches and their host
 // time (tens of microseconds on NVIDIA's driver), more than the step's arithmetic.
 //
-// Work-group p owns units u0 = p U .. u0 + U - 1; work-item (uu, ng) of it owns unit
-// u0 + uu of batch rows ng, ng + NG, ... (NB of them, NG = local size / U). A unit's own
-// state (c, the GRU's h, the gradients dh and dc) stays in its work-item's registers; only
-// h (forward) and the pre-activation gradients (backward) cross work-groups, through
-// global memory read back with volatile loads (past the L1 cache, which another SM's
-// writes do not update).
+// Work-group p owns units u0 = p U .. u0 + U - 1; work-item (kp, ng, uu) of it owns unit
+// u0 + uu of batch rows ng, ng + NG, ... (NB of them) and part kp of KSPLIT of the
+// columns of a step's product (the parts summed through local memory). A unit's own
+// state (c, the GRU's h, the gradients dh and dc) stays in part 0's registers; only h
+// (forward) and gradients (backward) cross work-groups, through global memory read back
+// past the L1 cache (not coherent between SMs).
 //
-// Forward: hg = h_prev W_hh^T + b_hh for the work-group's G x U rows of W_hh (held in
-// local memory when they fit: WLOCAL), h_prev staged KC columns at a time; then the gate
-// formulas of kernels/recurrent.cl, the same saved gates (N x 4H per step).
+// Forward: hg = h_prev W_hh^T + b_hh for the work-group's G x U rows of W_hh (WLOCAL 1:
+// held in local memory; 2: staged with h round by round; 0: read from global memory),
+// h_prev staged KC columns a round; then the gate formulas of kernels/recurrent.cl, the
+// same saved gates (N x 4H per step).
 // Backward: dG of the step from dh and dc (recurrent.cl's formulas), a grid barrier, then
-// dh_prev = dhg W_hh over the work-group's U columns of W_hh.
+// dh_prev = dhg W_hh: SUMS, each work-group's own N x G U gradients times its own G U
+// rows of W_hh, written as the units' owners' blocks and summed by them after the
+// barrier; else the N x G H gradients staged as the forward stages h, over the
+// work-group's U columns of W_hh.
 //
 // CELL lstm | gru, G gates; N rows and H units; U units per work-group; NB rows per
 // work-item; KC columns staged per round.
