@@ -179,6 +179,26 @@ inline float load_fresh(__global const float *p)
     SUM_PARTS(R) \
 }
 
+// Who a work-item is (see the top), the places it stages, and the launch's sync counter
+#define WORK_ITEM \
+    __local int failed; \
+    const int lid = get_local_id(0), kp = lid / (U * NG), own = lid - kp * U * NG; \
+    const int uu = own % U, ng = own / U, u = get_group_id(0) * U + uu; \
+    STAGE_PLACES \
+    const int P = get_num_groups(0); \
+    const bool unit = u < H; \
+    const int uc = min(u, H - 1); /* a unit to read for work-items past the last one */ \
+    sync += sync_offset;
+
+// The work-group's G x U rows of W_hh into local memory (gate g of unit v at row g U + v,
+// rows zero past H up to a multiple of 4)
+#define OWN_ROWS(wl) \
+    for (int e = lid; e < G * U * ${H4}; e += get_local_size(0)) { \
+        int row = e / ${H4}, k = e - row * ${H4}; \
+        int g = row / U, v = min((int)get_group_id(0) * U + row - g * U, H - 1); \
+        wl[row * ${HS} + k] = k < H ? w_hh[(ulong)(g * H + v) * H + k] : 0.0f; \
+    }
+
 #define W_PRE
 #define W_LOAD(k0)
 #define W_STORE
@@ -216,14 +236,7 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
 {
     __local float4 xs4[${XS // 4}];  // float4: 16-byte local loads
     __local float *xs = (__local float *)xs4;
-    __local int failed;
-    const int lid = get_local_id(0), kp = lid / (U * NG), own = lid - kp * U * NG;
-    const int uu = own % U, ng = own / U, u = get_group_id(0) * U + uu;
-    STAGE_PLACES
-    const int P = get_num_groups(0);
-    const bool unit = u < H;
-    const int uc = min(u, H - 1);  // a unit to read for work-items past the last one
-    sync += sync_offset;
+    WORK_ITEM
     xg += xg_offset + xg_base;
     w_hh += w_hh_offset;
     y += y_offset + y_base;
@@ -233,11 +246,7 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
     // the work-group's G x U rows of W_hh: gate g of unit uu at row g U + uu
     __local float4 wl4[G * U * ${HS // 4}];
     __local float *wl = (__local float *)wl4;
-    for (int e = lid; e < G * U * ${H4}; e += get_local_size(0)) {
-        int row = e / ${H4}, k = e - row * ${H4};
-        int g = row / U, v = min((int)get_group_id(0) * U + row - g * U, H - 1);
-        wl[row * ${HS} + k] = k < H ? w_hh[(ulong)(g * H + v) * H + k] : 0.0f;
-    }
+    OWN_ROWS(wl)
     #define WROW4(r, k0, k) wl4[(((r) * U + uu) * ${HS} + (k0) + (k)) / 4]
 % elif WLOCAL == 2:
     // the same rows, KC columns a round beside the staged h
@@ -374,14 +383,7 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
 {
     __local float4 xs4[${XSB // 4}];  // float4: 16-byte local loads
     __local float *xs = (__local float *)xs4;
-    __local int failed;
-    const int lid = get_local_id(0), kp = lid / (U * NG), own = lid - kp * U * NG;
-    const int uu = own % U, ng = own / U, u = get_group_id(0) * U + uu;
-    STAGE_PLACES
-    const int P = get_num_groups(0);
-    const bool unit = u < H;
-    const int uc = min(u, H - 1);
-    sync += sync_offset;
+    WORK_ITEM
     w_hh += w_hh_offset;
     dxg += dxg_offset;
 % if CELL == "lstm":
@@ -396,11 +398,7 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
     // gradients of those rows for the step, N x G U
     __local float4 wl4[G * U * ${HS // 4}];
     __local float *wl = (__local float *)wl4;
-    for (int e = lid; e < G * U * ${H4}; e += get_local_size(0)) {
-        int row = e / ${H4}, k = e - row * ${H4};
-        int g = row / U, v = min((int)get_group_id(0) * U + row - g * U, H - 1);
-        wl[row * ${HS} + k] = k < H ? w_hh[(ulong)(g * H + v) * H + k] : 0.0f;
-    }
+    OWN_ROWS(wl)
     __local float4 dgl4[N * ${DGS // 4}];
     __local float *dgl = (__local float *)dgl4;
     parts += parts_offset;
