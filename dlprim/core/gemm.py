@@ -174,6 +174,7 @@ class Gemm:
         return dict(A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float")
 
     def reduce_program(self):
+        """The split-K sum's program (kernels/gemm_reduce.cl) with this Gemm's epilogue."""
         c_t = self.kernel_dtypes[2]
         extra = dict(C_T=cl_type(c_t)) if c_t in HALF_TYPES else {}
         return program.get(self.ctx, "gemm_reduce", BIAS=self.bias or "none",
@@ -253,6 +254,7 @@ class Gemm:
 
     @property
     def partials_elements(self):
+        """float32 elements of the split-K partial sums (0 where K is not split)."""
         if self.splits == 1 or self.M == 0 or self.N == 0:
             return 0
         return self.batch * self.splits * round_up(self.M * self.N, 4)

@@ -58,6 +58,8 @@ class GemmKernel:
 
     def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
                  stride_c, b_packed, workspace, b_scale):
+        """The product's launches over operands ``Gemm.launches`` checked (leading
+        dimensions and batch strides resolved; ``workspace`` the caller's or None)."""
         raise NotImplementedError
 
 
@@ -83,10 +85,12 @@ class Gemv(GemmKernel):
         return prg, team * teams, teams * cols
 
     def prepare(self):
+        """Build the variant float4-aligned operands use."""
         self.program(4 if self.g.K % 4 == 0 else 1)
 
     def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
                  stride_c, b_packed, workspace, b_scale):
+        """One launch: float4 loads where K and both operands' rows allow them."""
         g = self.g
         i32, u64, f32 = np.int32, np.uint64, np.float32
         vec = 4 if (g.K % 4 == 0 and g.aligned(lda, A.offset, stride_a)
@@ -119,6 +123,7 @@ class CpuFewRows(GemmKernel):
 
     def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
                  stride_c, b_packed, workspace, b_scale):
+        """One launch of gemm_small_m over the operands as they are."""
         g = self.g
         i32, u64, f32 = np.int32, np.uint64, np.float32
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
