@@ -357,6 +357,23 @@ def test_sequence_lengths_build_no_kernels_and_keep_their_nets():
 
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_dynamo_compiles_a_graph_once_for_every_sequence_length():
+    """After dynamo's second length its graph has a symbolic size; the backend reads that
+    size's value without a guard on it, so further lengths are new Nets from the same
+    graph: dynamo does not trace and compile the model again for each."""
+    from torch._dynamo.utils import counters
+    model = Positions()
+    compiled = torch.compile(model, backend="dlprim")
+    graphs = []
+    for s in (5, 7, 9, 11, 9):
+        x = torch.randn(2, s)
+        close(compiled(x.to("ocl")), model(x))
+        assert reports()[-1].where == "dlprim", reports()[-1]
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[2:] == [graphs[1]] * 3, graphs  # 9, 11 and 9 again: no new graph
+
+
 class Dropped(nn.Module):
     def __init__(self):
         super().__init__()

@@ -154,7 +154,7 @@ class _Lifted(torch.nn.Module):
             elif kind == "buffer":
                 self.register_buffer("p%d" % i, _cpu(x))
             elif kind == "size":
-                self.sizes[i] = int(x)
+                self.sizes[i] = _size_value(x)
 
     def forward(self, *data):
         it = iter(data)
@@ -162,6 +162,17 @@ class _Lifted(torch.nn.Module):
                 getattr(self, "p%d" % i) for i, k in enumerate(self.kinds)]
         out = self.gm(*args)
         return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
+
+def _size_value(x):
+    """The value of a size input. A symbolic size (dynamo's SymInt, while it compiles) is
+    read from its hint: ``int()`` of it would add a guard on that very value, and dynamo
+    would then trace and compile the graph again for every new size."""
+    if isinstance(x, torch.SymInt):
+        hint = x.node.hint
+        if hint is not None:
+            return int(hint)
+    return int(x)
 
 
 def _on_cpu(gm):
@@ -807,7 +818,7 @@ def compile_graph(gm, example_inputs):
     first = _convert(gm, example_inputs, kinds)
     if first is None:
         return gm.forward
-    runners = {tuple(int(example_inputs[i]) for i in sizes): [first]}
+    runners = {tuple(_size_value(example_inputs[i]) for i in sizes): [first]}
 
     def run(*tensors):
         key = tuple(int(tensors[i]) for i in sizes)
