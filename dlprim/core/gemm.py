@@ -90,7 +90,7 @@ class Gemm:
         self.batch_sum = bool(batch_sum)
         self._copies = {}  # float32 copies of 16-bit operands (float_copies), by operand
         self._workspace = self._packed_b = self._packed_a = None
-        self.kernel, split_k, planned = choose(
+        self.kernel, split_k = choose(
             self, tile, split_k, dict(mma=_mma, copy_async=_copy_async, wgmma=_wgmma,
                                       subgroup_mma=_subgroup_mma))
         self.small_m = isinstance(self.kernel, kernels.CpuFewRows)
@@ -389,7 +389,7 @@ class Gemm:
 def choose(g, tile, split_k, forced):
     """The kernel family of the Gemm ``g`` (``core/gemm_kernels.py``), the one place that
     decides it: sets ``g``'s tensor-core flags, storage of the kernels and tile, and
-    returns (family, split_k, planned: whether a wave plan chose tile and split).
+    returns (family, split_k).
     ``forced``: the private switches of the probes' self-tests (mma, copy_async, wgmma,
     subgroup_mma), taking the device's word for it."""
     ctx, facts, M, N = g.ctx, g.ctx.facts, g.M, g.N
@@ -475,7 +475,7 @@ def choose(g, tile, split_k, forced):
         family = kernels.CpuTiled
     else:
         family = kernels.Tiled
-    return family(g), split_k, bool(planned)
+    return family(g), split_k
 
 
 def gemm(ctx, A, B, C=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, bias=None,
