@@ -979,3 +979,31 @@ def test_int8_b_with_row_scales(ctx, rng, M):
         Gemm(ctx, 9, N, K, trans_b=True, dtypes=(np.float32, np.int8, np.float32), b_scale=True)
     with pytest.raises(TypeError, match="b_scale"):
         Gemm(ctx, M, N, K, trans_b=True, dtypes=(np.float32, np.int8, np.float32))
+
+
+def test_choose_names_one_family_per_product(ctx, monkeypatch):
+    """``gemm.choose`` is the one place a product's kernel family is decided: few rows
+    of a transposed B on GPUs (or an int8 B anywhere) stream B (Gemv); CPUs take their
+    few-rows and tiled kernels by M; GPUs the tiled template; each Gemm's flags say the
+    same as its family."""
+    from dlprim.core import gemm_kernels as kernels
+    facts = ctx.facts
+    families = {
+        (4, True): kernels.Gemv if facts.is_gpu else kernels.CpuFewRows,
+        (4, False): kernels.Tiled if facts.is_gpu else kernels.CpuFewRows,
+        (tuning.CPU_PACK_MIN_M, True): kernels.Tiled if facts.is_gpu else kernels.CpuTiled,
+    }
+    for (M, trans_b), family in families.items():
+        op = Gemm(ctx, M, 40, 24, trans_b=trans_b)
+        if family is kernels.Tiled and tuning.gemm_kernel(op.tile) == "gemm_cpu":
+            family = kernels.CpuTiled  # (a GPU table may name the wide CPU tile)
+        assert type(op.kernel) is family, (M, trans_b, type(op.kernel).__name__)
+        assert op.gemv == (family is kernels.Gemv)
+        assert op.small_m == (family is kernels.CpuFewRows)
+        assert not op.mma and not op.subgroup_mma
+    int8 = Gemm(ctx, 2, 40, 24, trans_b=True, dtypes=("float32", "int8", "float32"),
+                b_scale=True)
+    assert type(int8.kernel) is kernels.Gemv
+    # a tile given by hand keeps the tiled families, never the few-rows ones
+    tiled = Gemm(ctx, 4, 40, 24, trans_b=True, tile=dict(tuning.pick_tile(facts, 4, 40)))
+    assert type(tiled.kernel) in (kernels.Tiled, kernels.CpuTiled)
