@@ -107,6 +107,8 @@ def check_time_loop(layer, time_loop):
     launch per step would test nothing)."""
     if time_loop == "one launch":
         assert all(p.persistent is not None for ps in layer.passes for p in ps)
+        # nothing of the step-per-launch loop is built beside it
+        assert all(p.recur is None and p.recur_back is None for ps in layer.passes for p in ps)
 
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])

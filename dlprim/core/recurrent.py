@@ -70,11 +70,15 @@ class RecurrentPass:
         self.x_batch_first = bool(x_batch_first)
         col = "col" if self.bias else None
         self.project = Gemm(ctx, self.L * self.N, self.G, self.I, trans_b=True, bias=col)
-        self.recur = Gemm(ctx, self.N, self.G, self.H, trans_b=True, bias=col)
-        self.wg = min(64, program.pow2_at_least(self.H), ctx.facts.max_work_group)
-        self._backward = None
         self.persistent = None if persistent is False else persistent_plan(
             ctx, cell, self.N, self.H, None if persistent is None else int(persistent))
+        # the step-per-launch loop's hidden GEMMs (forward, and dh_prev = dG W_hh back),
+        # built only where that loop runs
+        self.recur = self.recur_back = None
+        if self.persistent is None:
+            self.recur = Gemm(ctx, self.N, self.G, self.H, trans_b=True, bias=col)
+        self.wg = min(64, program.pow2_at_least(self.H), ctx.facts.max_work_group)
+        self._backward = None
         self._sync = None
 
     def _parts(self):
@@ -168,14 +172,40 @@ class RecurrentPass:
                 ctx, [rows, rows], [((1, G), np.float32)] * 2, "y0 = x0; y1 = x1;",
                 "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
                 name="rnn_bias_backward")
+            if self.persistent is None:
+                self.recur_back = Gemm(ctx, N, H, G)                    # dh_prev = dG W_hh
             self._backward = dict(
-                dh=Gemm(ctx, N, H, G),                                  # dh_prev = dG W_hh
                 dw_ih=Gemm(ctx, G, I, L * N, trans_a=True),             # dW_ih += dG^T x
                 dw_hh=Gemm(ctx, G, H, (L - 1) * N, trans_a=True) if L > 1 else None,
                 dw_hh0=Gemm(ctx, G, H, N, trans_a=True),                # the h0 step
                 dx=Gemm(ctx, L * N, I, G),                              # dx = dG W_ih
                 sums=sums)
         return self._backward
+
+    def _backward_steps(self, w_hh, hseq, gates, sc, dhg, dy, h0, c0, cells, want_dh0):
+        """The time loop of the backward pass, two launches a step: the gate gradients,
+        then ``dh_prev = dG W_hh`` (not after the first step unless dh0 is wanted)."""
+        N, H, G, L = self.N, self.H, self.G, self.L
+        lstm, order, out = self.cell == "lstm", self.order, []
+        prg = self._program(True, dy is not None)
+        for s in range(L - 1, -1, -1):
+            t, tp = order[s], order[s - 1] if s else 0
+            args = []
+            if dy is not None:
+                args += dy.args(t)
+            step_gates = gates.view((N * 4 * H,), t * N * 4 * H)
+            dxg_t = sc.dxg.view((N * G,), t * N * G)
+            dhg_t = dhg.view((N * G,), t * N * G)
+            if lstm:
+                c_prev = c0 if s == 0 else cells.view((N * H,), tp * N * H)
+                args += [sc.dh, sc.dc, step_gates, cells.view((N * H,), t * N * H), c_prev, dxg_t]
+            else:
+                prev = Seq(h0, 0, 0, H) if s == 0 else hseq
+                args += [sc.dh, step_gates] + prev.args(tp) + [dxg_t, dhg_t]
+            out.append(self._launch(prg, self.cell + "_backward", args))
+            if s or want_dh0:  # the GRU kernel left dh z in dh: add to it
+                out += self.recur_back.launches(dhg_t, w_hh, sc.dh, beta=0.0 if lstm else 1.0)
+        return out
 
     def backward_launches(self, x: Tensor, w_ih: Tensor, w_hh: Tensor, hseq: Seq, gates: Tensor,
                           scratch: BackwardScratch, dy: Optional[Seq] = None,
@@ -208,30 +238,15 @@ class RecurrentPass:
             if target is not None:
                 out += (fill_launches(self.ctx, target, 0.0) if start is None else
                         self._copy(start, target))
-        prg = self._program(True, dy is not None)
         order = self.order
         dhg = sc.dxg if lstm else sc.dhg
         if self.persistent is not None:
             out += self.persistent.backward_launches(
                 L, self.reverse, w_hh, sc.dh, sc.dc, gates, sc.dxg, dhg, self._sync_counter(),
                 dy=dy, cells=cells, c0=c0, hseq=hseq, h0=h0, parts=self._parts())
-        for s in range(L - 1, -1, -1) if self.persistent is None else ():
-            t, tp = order[s], order[s - 1] if s else 0
-            args = []
-            if dy is not None:
-                args += dy.args(t)
-            step_gates = gates.view((N * 4 * H,), t * N * 4 * H)
-            dxg_t = sc.dxg.view((N * G,), t * N * G)
-            dhg_t = dhg.view((N * G,), t * N * G)
-            if lstm:
-                c_prev = c0 if s == 0 else cells.view((N * H,), tp * N * H)
-                args += [sc.dh, sc.dc, step_gates, cells.view((N * H,), t * N * H), c_prev, dxg_t]
-            else:
-                prev = Seq(h0, 0, 0, H) if s == 0 else hseq
-                args += [sc.dh, step_gates] + prev.args(tp) + [dxg_t, dhg_t]
-            out.append(self._launch(prg, self.cell + "_backward", args))
-            if s or dh0 is not None:  # the GRU kernel left dh z in dh: add to it
-                out += ops["dh"].launches(dhg_t, w_hh, sc.dh, beta=0.0 if lstm else 1.0)
+        else:
+            out += self._backward_steps(w_hh, hseq, gates, sc, dhg, dy, h0, c0, cells,
+                                        dh0 is not None)
         if dh0 is not None:
             out += self._copy(sc.dh, dh0, dh0_beta)
         if lstm and dc0 is not None:
