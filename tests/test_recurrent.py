@@ -176,15 +176,15 @@ def test_gradients_match_finite_differences(ctx, time_loop, cell):
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
 @pytest.mark.parametrize("batch,hidden,weights", [(40, 33, "local"), (40, 33, "local/staged"),
-                                                 (3, 70, "global"), (5, 36, "global"),
+                                                 (3, 70, "stream"), (5, 36, "stream"),
                                                  (6, 70, "stream"), (1, 9, "local")])
 def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, hidden,
                                            weights):
     """The one-launch loop against float64 where its work-items take several batch rows
     (40 rows of 33 units: 8 a work-item), with the backward's dh_prev summed from every
     work-group's share ("local") or staged as the forward does ("local/staged"), with
-    W_hh's slices staged round by round beside the rows ("stream"), and read from global memory (as float4 where 36 columns allow it,
-    one by one for 70), and at one row."""
+    W_hh's slices staged round by round beside the rows ("stream": 70 and 36 columns,
+    a multiple of 4 and not), and at one row."""
     real = recurrent_core.persistent_plan
     groups = one_launch_groups(ctx)
 

@@ -73,9 +73,10 @@ class PersistentPlan:
                          else "stream")
 
     def use_weights(self, where):
-        """Where the work-groups keep their W_hh slices: "local" (loaded once), "stream"
-        (KC columns a round beside the staged rows) or "global" (read where they are);
-        sets the round size and the column split that fit beside them."""
+        """Where the work-groups keep their W_hh slices: "local" (loaded once) or "stream"
+        (KC columns a round beside the staged rows); sets the round size and the column
+        split that fit beside them. (Read from global memory each step, the slices cost
+        150 us a step where streaming took 47: hidden 1024, batch 64, H200.)"""
         G = 4 if self.cell == "lstm" else 3
         budget = self.ctx.facts.local_mem - 256
         pad4 = lambda n: (n + 3) // 4 * 4 + 4
@@ -84,10 +85,8 @@ class PersistentPlan:
             per_column, most = 4 * self.N, KC_MAX
         elif where == "stream":
             room, per_column, most = budget, 4 * (self.N + G * self.units), KC_STREAM_MAX
-        elif where == "global":
-            room, per_column, most = budget, 4 * self.N, KC_MAX
         else:
-            raise ValueError("use_weights: 'local', 'stream' or 'global', got %r" % (where,))
+            raise ValueError("use_weights: 'local' or 'stream', got %r" % (where,))
         self.weights = where
         self.kc = min(most, (room // per_column - 4) // 4 * 4)
         # the columns of a product split among KSPLIT work-items (then summed): more
@@ -117,14 +116,10 @@ class PersistentPlan:
         N x units."""
         return 2 * self.groups * self.groups * self.N * self.units
 
-    def _program(self, bias, save=0, dy=0, w_hh=None, sums=False):
-        # W_hh's rows read from global memory as float4 where they are 16-byte aligned
-        align = self.weights == "global" and w_hh is not None and self.H % 4 == 0 and \
-            w_hh.offset % 4 == 0
-        where = {"global": 0, "local": 1, "stream": 2}[self.weights]
+    def _program(self, bias, save=0, dy=0, sums=False):
         return program.get(self.ctx, "recurrent_persistent", CELL=self.cell, N=self.N,
-                           H=self.H, U=self.units, NB=self.rows, KC=self.kc, WLOCAL=where,
-                           WALIGN=int(align), BIAS=int(bias), SAVE=int(save), DY=int(dy),
+                           H=self.H, U=self.units, NB=self.rows, KC=self.kc,
+                           WEIGHTS=self.weights, BIAS=int(bias), SAVE=int(save), DY=int(dy),
                            THREADS=self.threads, NG=self.row_groups, KSPLIT=self.ksplit,
                            SUMS=int(sums))
 
@@ -136,7 +131,7 @@ class PersistentPlan:
                          gates=None, spins=SPINS):
         """The pass in one launch (after the counter's reset). ``xseq``, ``y``: Seqs of
         the input projection and of h; ``cells``: as ``RecurrentPass.forward_launches``."""
-        prg = self._program(b_hh is not None, save=gates is not None, w_hh=w_hh)
+        prg = self._program(b_hh is not None, save=gates is not None)
         args = [np.int32(L), np.int32(reverse), np.uint32(spins),
                 xseq.tensor, np.uint64(xseq.offset), np.uint64(xseq.step), np.uint64(xseq.row),
                 w_hh]

@@ -11,8 +11,8 @@
 // (forward) and gradients (backward) cross work-groups, through global memory read back
 // past the L1 cache (not coherent between SMs).
 //
-// Forward: hg = h_prev W_hh^T + b_hh for the work-group's G x U rows of W_hh (WLOCAL 1:
-// held in local memory; 2: staged with h round by round; 0: read from global memory),
+// Forward: hg = h_prev W_hh^T + b_hh for the work-group's G x U rows of W_hh (WEIGHTS
+// "local": held in local memory; "stream": staged with h round by round),
 // h_prev staged KC columns a round; then the gate formulas of kernels/recurrent.cl, the
 // same saved gates (N x 4H per step).
 // Backward: dG of the step from dh and dc (recurrent.cl's formulas), a grid barrier, then
@@ -32,7 +32,7 @@
     GHS = GH4 + 4
     KS = KC + 4
     SPT = (N * KC + THREADS - 1) // THREADS   # staged values per work-item and round
-    WSPT_F = (G * U * KC + THREADS - 1) // THREADS   # staged weights (WLOCAL 2)
+    WSPT_F = (G * U * KC + THREADS - 1) // THREADS   # staged weights ("stream")
     WSPT_B = (U * KC + THREADS - 1) // THREADS
     DGS = (G * U + 3) // 4 * 4 + 4   # row stride of the backward's own gradients (SUMS)
     # the staged rows' memory also takes the column parts' sums
@@ -111,7 +111,7 @@ inline float load_fresh(__global const float *p)
 // latency, not the arithmetic, bounds a round). Columns past K stage as 0, and the weight
 // rows are zero past their end up to a multiple of 4, so the products go 4 columns at a
 // time (float4 loads from local memory). WROW4(r, k0, k) gives weight row r's columns
-// k0 + k .. k0 + k + 3. Weights too many for local memory (WLOCAL 2) are staged with the
+// k0 + k .. k0 + k + 3. Weights too many for local memory ("stream") are staged with the
 // rows, round by round: W_PRE, W_LOAD and W_STORE do it, nothing otherwise.
 // A work-item stages the same (row, column) places every round: sn[q], sk[q] (sk = KC for
 // a place past the N x KC of a round), worked out once per launch
@@ -203,19 +203,6 @@ inline float load_fresh(__global const float *p)
 #define W_LOAD(k0)
 #define W_STORE
 
-inline float col(__global const float *w, int j, int u)
-{
-    return j < G * H ? w[(ulong)j * H + u] : 0.0f;
-}
-
-// four columns of a weight row in global memory (rows too long for local memory), 0 past
-// its end
-inline float4 row4(__global const float *w, int k, int end)
-{
-    return (float4)(k < end ? w[k] : 0.0f, k + 1 < end ? w[k + 1] : 0.0f,
-                    k + 2 < end ? w[k + 2] : 0.0f, k + 3 < end ? w[k + 3] : 0.0f);
-}
-
 __kernel __attribute__((reqd_work_group_size(${THREADS}, 1, 1)))
 void ${CELL}_persistent_forward(int L, int reverse, uint spins,
         __global const float *xg, ulong xg_offset, ulong xg_base, ulong xg_step, ulong xg_row,
@@ -242,13 +229,13 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
     y += y_offset + y_base;
     if (lid == 0)
         failed = 0;
-% if WLOCAL == 1:
+% if WEIGHTS == "local":
     // the work-group's G x U rows of W_hh: gate g of unit uu at row g U + uu
     __local float4 wl4[G * U * ${HS // 4}];
     __local float *wl = (__local float *)wl4;
     OWN_ROWS(wl)
     #define WROW4(r, k0, k) wl4[(((r) * U + uu) * ${HS} + (k0) + (k)) / 4]
-% elif WLOCAL == 2:
+% else:
     // the same rows, KC columns a round beside the staged h
     __local float4 wl4[G * U * KS / 4];
     __local float *wl = (__local float *)wl4;
@@ -270,12 +257,6 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
                 wl[row * KS + e - row * KC] = wpre[q]; \
         }
     #define WROW4(r, k0, k) wl4[(((r) * U + uu) * KS + (k)) / 4]
-% elif WALIGN:
-    // rows of H % 4 == 0 floats from a 16-byte aligned start: float4 loads (L1-cached:
-    // W_hh does not change during the launch)
-    #define WROW4(r, k0, k) (*(__global const float4 *)(w_hh + (ulong)((r) * H + uc) * H + (k0) + (k)))
-% else:
-    #define WROW4(r, k0, k) row4(w_hh + (ulong)((r) * H + uc) * H, (k0) + (k), H)
 % endif
     float state[NB];  // c for the LSTM, h for the GRU
     for (int i = 0; i < NB; i++) {
@@ -343,7 +324,7 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
             grid_sync(sync, (uint)(s + 1) * P, spins, &failed);
     }
     #undef WROW4
-% if WLOCAL == 2:
+% if WEIGHTS == "stream":
     #undef W_PRE
     #undef W_LOAD
     #undef W_STORE
@@ -402,7 +383,7 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
     __local float4 dgl4[N * ${DGS // 4}];
     __local float *dgl = (__local float *)dgl4;
     parts += parts_offset;
-% elif WLOCAL == 1:
+% elif WEIGHTS == "local":
     // the work-group's U columns of W_hh, transposed: column uu at row uu
     __local float4 wl4[U * ${GHS // 4}];
     __local float *wl = (__local float *)wl4;
@@ -412,7 +393,7 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
             w_hh[(ulong)j * H + min((int)get_group_id(0) * U + v, H - 1)] : 0.0f;
     }
     #define WCOL4(r, j0, j) wl4[(uu * ${GHS} + (j0) + (j)) / 4]
-% elif WLOCAL == 2:
+% else:
     // the same columns, KC rows of W_hh a round beside the staged gradients
     __local float4 wl4[U * KS / 4];
     __local float *wl = (__local float *)wl4;
@@ -433,10 +414,6 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
                 wl[(e - j * U) * KS + j] = wpre[q]; \
         }
     #define WCOL4(r, j0, j) wl4[(uu * KS + (j)) / 4]
-% else:
-    // column uc of W_hh, four rows at a time
-    #define WCOL4(r, j0, j) (float4)(col(w_hh, (j0) + (j), uc), col(w_hh, (j0) + (j) + 1, uc), \
-                                     col(w_hh, (j0) + (j) + 2, uc), col(w_hh, (j0) + (j) + 3, uc))
 % endif
     float dh_r[NB];
 % if CELL == "lstm":
