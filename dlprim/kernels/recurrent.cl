@@ -13,11 +13,7 @@
 // CELL "gru":  r, z = sig(xg + hg) blocks 0, 1;  n = tanh(xg_n + r hg_n)
 //              h = (1 - z) n + z h_prev; saved: r, z, n, hg_n
 
-inline float rnn_sigmoid(float x)
-{
-    return 1.0f / (1.0f + exp(-x));
-}
-
+<%include file="recurrent.h"/>
 % if CELL == "lstm":
 __kernel void lstm_forward(int N, int H,
                            __global const float *xg, ulong xg_offset, ulong xg_row,
@@ -35,20 +31,16 @@ __kernel void lstm_forward(int N, int H,
         return;
     __global const float *x = xg + xg_offset + n * xg_row + j;
     __global const float *r = hg + hg_offset + (ulong)n * 4 * H + j;
-    float i = rnn_sigmoid(x[0] + r[0]);
-    float f = rnn_sigmoid(x[H] + r[H]);
-    float g = tanh(x[2 * H] + r[2 * H]);
-    float o = rnn_sigmoid(x[3 * H] + r[3 * H]);
     ulong k = (ulong)n * H + j;
-    float cell = f * c_prev[c_prev_offset + k] + i * g;
+    float v[4];
+    float cell = lstm_gates(x[0] + r[0], x[H] + r[H], x[2 * H] + r[2 * H], x[3 * H] + r[3 * H],
+                            c_prev[c_prev_offset + k], v);
     c[c_offset + k] = cell;
-    h[h_offset + n * h_row + j] = o * tanh(cell);
+    h[h_offset + n * h_row + j] = v[3] * tanh(cell);
 % if SAVE:
     __global float *s = gates + gates_offset + (ulong)n * 4 * H + j;
-    s[0] = i;
-    s[H] = f;
-    s[2 * H] = g;
-    s[3 * H] = o;
+    for (int q = 0; q < 4; q++)
+        s[q * H] = v[q];
 % endif
 }
 
@@ -74,15 +66,12 @@ __kernel void lstm_backward(int N, int H,
     dh_t += dy[dy_offset + n * dy_row + j];
 % endif
     __global const float *s = gates + gates_offset + (ulong)n * 4 * H + j;
-    float i = s[0], f = s[H], g = s[2 * H], o = s[3 * H];
-    float tc = tanh(c[c_offset + k]);
-    float dc_t = dc[dc_offset + k] + dh_t * o * (1.0f - tc * tc);
-    __global float *d = dg + dg_offset + (ulong)n * 4 * H + j;
-    d[0] = dc_t * g * i * (1.0f - i);
-    d[H] = dc_t * c_prev[c_prev_offset + k] * f * (1.0f - f);
-    d[2 * H] = dc_t * i * (1.0f - g * g);
-    d[3 * H] = dh_t * tc * o * (1.0f - o);
-    dc[dc_offset + k] = dc_t * f;
+    float v[4] = {s[0], s[H], s[2 * H], s[3 * H]}, d[4];
+    dc[dc_offset + k] = lstm_grads(dh_t, dc[dc_offset + k], v, c[c_offset + k],
+                                   c_prev[c_prev_offset + k], d);
+    __global float *out = dg + dg_offset + (ulong)n * 4 * H + j;
+    for (int q = 0; q < 4; q++)
+        out[q * H] = d[q];
 }
 % else:
 __kernel void gru_forward(int N, int H,
@@ -100,18 +89,13 @@ __kernel void gru_forward(int N, int H,
         return;
     __global const float *x = xg + xg_offset + n * xg_row + j;
     __global const float *q = hg + hg_offset + (ulong)n * 3 * H + j;
-    float r = rnn_sigmoid(x[0] + q[0]);
-    float z = rnn_sigmoid(x[H] + q[H]);
-    float hn = q[2 * H];
-    float nn = tanh(x[2 * H] + r * hn);
-    float hp = h_prev[h_prev_offset + n * h_prev_row + j];
-    h[h_offset + n * h_row + j] = (1.0f - z) * nn + z * hp;
+    float v[4];
+    h[h_offset + n * h_row + j] = gru_gates(x[0], x[H], x[2 * H], q[0], q[H], q[2 * H],
+                                            h_prev[h_prev_offset + n * h_prev_row + j], v);
 % if SAVE:
     __global float *s = gates + gates_offset + (ulong)n * 4 * H + j;
-    s[0] = r;
-    s[H] = z;
-    s[2 * H] = nn;
-    s[3 * H] = hn;
+    for (int p = 0; p < 4; p++)
+        s[p * H] = v[p];
 % endif
 }
 
@@ -137,18 +121,12 @@ __kernel void gru_backward(int N, int H,
     dh_t += dy[dy_offset + n * dy_row + j];
 % endif
     __global const float *s = gates + gates_offset + (ulong)n * 4 * H + j;
-    float r = s[0], z = s[H], nn = s[2 * H], hn = s[3 * H];
-    float hp = h_prev[h_prev_offset + n * h_prev_row + j];
-    float dn = dh_t * (1.0f - z) * (1.0f - nn * nn);
-    float dz = dh_t * (hp - nn) * z * (1.0f - z);
-    float dr = dn * hn * r * (1.0f - r);
+    float v[4] = {s[0], s[H], s[2 * H], s[3 * H]}, d[3];
+    dh[dh_offset + k] = gru_grads(dh_t, v, h_prev[h_prev_offset + n * h_prev_row + j], d);
     ulong row = (ulong)n * 3 * H + j;
-    dxg[dxg_offset + row] = dr;
-    dxg[dxg_offset + row + H] = dz;
-    dxg[dxg_offset + row + 2 * H] = dn;
-    dhg[dhg_offset + row] = dr;
-    dhg[dhg_offset + row + H] = dz;
-    dhg[dhg_offset + row + 2 * H] = dn * r;
-    dh[dh_offset + k] = dh_t * z;
+    for (int q = 0; q < 3; q++) {
+        dxg[dxg_offset + row + q * H] = d[q];
+        dhg[dhg_offset + row + q * H] = q == 2 ? d[2] * v[0] : d[q];
+    }
 }
 % endif

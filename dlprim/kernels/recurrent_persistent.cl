@@ -50,12 +50,9 @@
 #define SPT ${SPT}
 #define NG ${NG}
 #define KSPLIT ${KSPLIT}
+#define CELL_GRU ${int(CELL == "gru")}
 
-inline float rnn_sigmoid(float x)
-{
-    return 1.0f / (1.0f + exp(-x));
-}
-
+<%include file="recurrent.h"/>
 // Every work-group's global writes so far visible to every other work-group after it.
 // A work-group that waits longer than ``spins`` reads of the counter (work-groups not all
 // resident: the launch was too large for the device) marks the launch failed in sync[1]
@@ -258,6 +255,13 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
         }
     #define WROW4(r, k0, k) wl4[(((r) * U + uu) * KS + (k)) / 4]
 % endif
+    float bias[G];  // b_hh of the unit's gates, added by part 0 of the columns
+    for (int r = 0; r < G; r++)
+% if BIAS:
+        bias[r] = kp == 0 ? b_hh[b_hh_offset + r * H + uc] : 0.0f;
+% else:
+        bias[r] = 0.0f;
+% endif
     float state[NB];  // c for the LSTM, h for the GRU
     for (int i = 0; i < NB; i++) {
         int n = min(ng + i * NG, N - 1);
@@ -274,11 +278,7 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
         float acc[NB][G];
         for (int i = 0; i < NB; i++)
             for (int r = 0; r < G; r++)
-% if BIAS:
-                acc[i][r] = kp == 0 ? b_hh[b_hh_offset + r * H + uc] : 0.0f;
-% else:
-                acc[i][r] = 0.0f;
-% endif
+                acc[i][r] = bias[r];
         STAGED_PRODUCT(H, hp, hp_row, G, WROW4)
         const int bad = failed;
         for (int i = 0; i < NB; i++) {
@@ -286,38 +286,23 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
             if (!unit || n >= N || kp)
                 continue;
             __global const float *x = xg + t * xg_step + n * xg_row + u;
+            float v[4];
 % if CELL == "lstm":
-            float ig = rnn_sigmoid(x[0] + acc[i][0]);
-            float fg = rnn_sigmoid(x[H] + acc[i][1]);
-            float gg = tanh(x[2 * H] + acc[i][2]);
-            float og = rnn_sigmoid(x[3 * H] + acc[i][3]);
-            float cell = fg * state[i] + ig * gg;
+            float cell = lstm_gates(x[0] + acc[i][0], x[H] + acc[i][1], x[2 * H] + acc[i][2],
+                                    x[3 * H] + acc[i][3], state[i], v);
             state[i] = cell;
             ulong slot = cells_full ? t : s % 2;
             cells[cells_offset + (slot * N + n) * H + u] = bad ? NAN : cell;
-            y[t * y_step + n * y_row + u] = bad ? NAN : og * tanh(cell);
-% if SAVE:
-            __global float *sv = gates + gates_offset + ((ulong)t * N + n) * 4 * H + u;
-            sv[0] = ig;
-            sv[H] = fg;
-            sv[2 * H] = gg;
-            sv[3 * H] = og;
-% endif
+            y[t * y_step + n * y_row + u] = bad ? NAN : v[3] * tanh(cell);
 % else:
-            float r = rnn_sigmoid(x[0] + acc[i][0]);
-            float z = rnn_sigmoid(x[H] + acc[i][1]);
-            float hn = acc[i][2];
-            float nn = tanh(x[2 * H] + r * hn);
-            float h = (1.0f - z) * nn + z * state[i];
-            state[i] = h;
-            y[t * y_step + n * y_row + u] = bad ? NAN : h;
+            state[i] = gru_gates(x[0], x[H], x[2 * H], acc[i][0], acc[i][1], acc[i][2],
+                                 state[i], v);
+            y[t * y_step + n * y_row + u] = bad ? NAN : state[i];
+% endif
 % if SAVE:
             __global float *sv = gates + gates_offset + ((ulong)t * N + n) * 4 * H + u;
-            sv[0] = r;
-            sv[H] = z;
-            sv[2 * H] = nn;
-            sv[3 * H] = hn;
-% endif
+            for (int q = 0; q < 4; q++)
+                sv[q * H] = v[q];
 % endif
         }
         if (s + 1 < L)
@@ -444,43 +429,30 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
             dh_t += dy[dy_offset + dy_base + t * dy_step + n * dy_row + u];
 % endif
             __global const float *sv = gates + gates_offset + ((ulong)t * N + n) * 4 * H + u;
-            __global float *d = dxg + ((ulong)t * N + n) * G * H + u;
+            float v[4] = {sv[0], sv[H], sv[2 * H], sv[3 * H]}, d[G];
 % if CELL == "lstm":
-            float ig = sv[0], fg = sv[H], gg = sv[2 * H], og = sv[3 * H];
-            float tc = tanh(cells[cells_offset + ((ulong)t * N + n) * H + u]);
             float c_prev = s == 0 ? c0[c0_offset + (ulong)n * H + u]
                                   : cells[cells_offset + ((ulong)tp * N + n) * H + u];
-            float dc_t = dc_r[i] + dh_t * og * (1.0f - tc * tc);
-            d[0] = dc_t * gg * ig * (1.0f - ig);
-            d[H] = dc_t * c_prev * fg * (1.0f - fg);
-            d[2 * H] = dc_t * ig * (1.0f - gg * gg);
-            d[3 * H] = dh_t * tc * og * (1.0f - og);
-            dc_r[i] = dc_t * fg;
-% if SUMS:
-            for (int g = 0; g < G; g++)
-                dgl[n * ${DGS} + g * U + uu] = d[g * H];
-% endif
+            dc_r[i] = lstm_grads(dh_t, dc_r[i], v,
+                                 cells[cells_offset + ((ulong)t * N + n) * H + u], c_prev, d);
 % else:
-            float r = sv[0], z = sv[H], nn = sv[2 * H], hn = sv[3 * H];
             float hp = s == 0 ? h0[h0_offset + (ulong)n * H + u]
                               : hseq[hseq_offset + hseq_base + tp * hseq_step + n * hseq_row + u];
-            float dn = dh_t * (1.0f - z) * (1.0f - nn * nn);
-            float dz = dh_t * (hp - nn) * z * (1.0f - z);
-            float dr = dn * hn * r * (1.0f - r);
-            __global float *e = dhg + ((ulong)t * N + n) * G * H + u;
-            d[0] = dr;
-            d[H] = dz;
-            d[2 * H] = dn;
-            e[0] = dr;
-            e[H] = dz;
-            e[2 * H] = dn * r;
-            keep[i] = dh_t * z;
+            keep[i] = gru_grads(dh_t, v, hp, d);
+% endif
+            // the input parts' gradients; the hidden parts' (the GRU's n block times r)
+            // go on to dh_prev
+            __global float *dx = dxg + ((ulong)t * N + n) * G * H + u;
+            __global float *dq = dhg + ((ulong)t * N + n) * G * H + u;
+            for (int g = 0; g < G; g++) {
+                float hidden = CELL_GRU && g == 2 ? d[2] * v[0] : d[g];
+                dx[g * H] = d[g];
+                if (CELL_GRU)  // (the LSTM's dhg is dxg itself)
+                    dq[g * H] = hidden;
 % if SUMS:
-            dgl[n * ${DGS} + uu] = dr;
-            dgl[n * ${DGS} + U + uu] = dz;
-            dgl[n * ${DGS} + 2 * U + uu] = dn * r;
+                dgl[n * ${DGS} + g * U + uu] = hidden;
 % endif
-% endif
+            }
         }
 % if SUMS:
         // this work-group's share of dh_prev for every unit: its G U gradient columns
