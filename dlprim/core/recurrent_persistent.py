@@ -42,6 +42,12 @@ PROBE_SPINS = 1 << 16
 PARTS_BYTES_MAX = 256 << 20
 
 
+def _pad4(n):
+    """A local row of n floats: n rounded up to a multiple of 4, plus 4 (float4 loads,
+    rows 4 banks apart: the kernel's strides)."""
+    return (n + 3) // 4 * 4 + 4
+
+
 class PersistentPlan:
     """The launch shape of one ``RecurrentPass``: ``groups`` work-groups of ``threads``
     work-items; a work-group owns ``units`` hidden units, a work-item one unit's ``rows``
@@ -50,7 +56,7 @@ class PersistentPlan:
 
     def __init__(self, ctx, cell, batch, hidden, groups=None):
         self.ctx, self.cell, self.N, self.H = ctx, cell, int(batch), int(hidden)
-        G = 4 if cell == "lstm" else 3
+        self.G = 4 if cell == "lstm" else 3
         groups = ctx.facts.compute_units if groups is None else int(groups)
         self.units = ceil_div(self.H, max(1, min(groups, self.H)))
         self.groups = ceil_div(self.H, self.units)
@@ -63,26 +69,26 @@ class PersistentPlan:
         self.rows = rows
         self.row_groups = ceil_div(self.N, rows)
         self.owners = self.units * self.row_groups  # work-items owning units and rows
-        budget = ctx.facts.local_mem - 256
-        pad4 = lambda n: (n + 3) // 4 * 4 + 4
-        # W_hh's slice in local memory, rows padded to a multiple of 4 plus 4, where it
-        # leaves room for rounds of at least KC_LOCAL_MIN columns; else staged beside h
-        resident = 4 * self.units * max(G * pad4(self.H), pad4(G * self.H))
-        self.weights = self.kc = self.ksplit = self.threads = self.fits = None
-        self.use_weights("local" if budget - resident >= 4 * self.N * (KC_LOCAL_MIN + 4)
-                         else "stream")
+        self.budget = ctx.facts.local_mem - 256  # local bytes a work-group may use
+        # W_hh's slice in local memory where it leaves room for rounds of at least
+        # KC_LOCAL_MIN columns; else staged beside h
+        local = self.budget - self._resident_bytes() >= 4 * self.N * (KC_LOCAL_MIN + 4)
+        self.weights = self.kc = self.ksplit = self.threads = self.fits = self.sums = None
+        self.use_weights("local" if local else "stream")
+
+    def _resident_bytes(self):
+        """Local bytes of the W_hh slice held for the launch: the forward's G U rows or the
+        backward's U columns, rows padded to a multiple of 4, plus 4."""
+        return 4 * self.units * max(self.G * _pad4(self.H), _pad4(self.G * self.H))
 
     def use_weights(self, where):
         """Where the work-groups keep their W_hh slices: "local" (loaded once) or "stream"
         (KC columns a round beside the staged rows); sets the round size and the column
         split that fit beside them. (Read from global memory each step, the slices cost
         150 us a step where streaming took 47: hidden 1024, batch 64, H200.)"""
-        G = 4 if self.cell == "lstm" else 3
-        budget = self.ctx.facts.local_mem - 256
-        pad4 = lambda n: (n + 3) // 4 * 4 + 4
+        G, budget = self.G, self.budget
         if where == "local":
-            room = budget - 4 * self.units * max(G * pad4(self.H), pad4(G * self.H))
-            per_column, most = 4 * self.N, KC_MAX
+            room, per_column, most = budget - self._resident_bytes(), 4 * self.N, KC_MAX
         elif where == "stream":
             room, per_column, most = budget, 4 * (self.N + G * self.units), KC_STREAM_MAX
         else:
@@ -93,12 +99,12 @@ class PersistentPlan:
         # work-items to hide the latencies, where the rows alone give few; the parts'
         # sums go through the staging memory, grown where they need more
         owners, sums = self.owners, 4 * self.owners * self.rows * G
+        streamed = 4 * G * self.units * (self.kc + 4) if where == "stream" else 0
         self.ksplit = 1
         while owners * self.ksplit * 2 <= min(THREADS_TARGET, self.ctx.facts.max_work_group) \
                 and self.ksplit < KSPLIT_MAX:
             self.ksplit *= 2
-        while self.ksplit > 1 and (self.ksplit - 1) * sums > room - 4 * G * self.units * \
-                (self.kc + 4) * (where == "stream"):
+        while self.ksplit > 1 and (self.ksplit - 1) * sums > room - streamed:
             self.ksplit //= 2
         self.threads = owners * self.ksplit
         self.fits = self.kc >= 4 and owners <= min(THREADS_MAX, self.ctx.facts.max_work_group)
@@ -106,8 +112,8 @@ class PersistentPlan:
         # (its own gradient columns times its own rows of W_hh): no N x G H staging a
         # step, for a buffer of 2 P x N x P U floats; with W_hh's rows in local memory
         # beside N x G U gradients
-        own = 4 * (self.N * ((G * self.units + 3) // 4 * 4 + 4)
-                   + G * self.units * pad4(self.H) + (self.ksplit - 1) * owners * self.rows)
+        own = 4 * (self.N * _pad4(G * self.units) + G * self.units * _pad4(self.H)
+                   + (self.ksplit - 1) * owners * self.rows)
         self.sums = (where == "local" and own <= budget
                      and self.parts_elements() * 4 <= PARTS_BYTES_MAX)
 
@@ -178,7 +184,7 @@ def _probe(ctx, key):
     read back."""
     cell, N, H, groups = key
     p = PersistentPlan(ctx, cell, N, H, groups)
-    G = (4 if cell == "lstm" else 3) * H
+    G = p.G * H
     L = 2
     try:
         t = {name: Tensor.zeros(ctx, shape) for name, shape in (
