@@ -178,12 +178,10 @@ class PersistentPlan:
             [self._launch(prg, self.cell + "_persistent_backward", args)]
 
 
-def _probe(ctx, key):
-    """Whether the launch of ``key``'s plan (cell, batch, hidden, forced groups) has every
-    work-group resident: a two-step forward with a small spin bound, its failure flag
-    read back."""
-    cell, N, H, groups = key
-    p = PersistentPlan(ctx, cell, N, H, groups)
+def _probe(ctx, p):
+    """Whether the launch of plan ``p`` has every work-group resident: a two-step forward
+    with a small spin bound, its failure flag read back."""
+    N, H = p.N, p.H
     G = p.G * H
     L = 2
     try:
@@ -236,5 +234,5 @@ def plan(ctx, cell, batch, hidden, groups=None):
     key = (cell, p.N, p.H, groups)
     known = ctx.__dict__.setdefault("_persistent_rnn", {})
     if key not in known:
-        known[key] = _probe(ctx, key)
+        known[key] = _probe(ctx, p)
     return p if known[key] else None
