@@ -176,7 +176,8 @@ inline float load_fresh(__global const float *p)
     SUM_PARTS(R) \
 }
 
-// Who a work-item is (see the top), the places it stages, and the launch's sync counter
+// Who a work-item is (see the top), the places it stages, the launch's sync counter and
+// W_hh
 #define WORK_ITEM \
     __local int failed; \
     const int lid = get_local_id(0), kp = lid / (U * NG), own = lid - kp * U * NG; \
@@ -185,7 +186,10 @@ inline float load_fresh(__global const float *p)
     const int P = get_num_groups(0); \
     const bool unit = u < H; \
     const int uc = min(u, H - 1); /* a unit to read for work-items past the last one */ \
-    sync += sync_offset;
+    sync += sync_offset; \
+    w_hh += w_hh_offset; \
+    if (lid == 0) \
+        failed = 0;
 
 // The work-group's G x U rows of W_hh into local memory (gate g of unit v at row g U + v,
 // rows zero past H up to a multiple of 4)
@@ -222,10 +226,7 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
     __local float *xs = (__local float *)xs4;
     WORK_ITEM
     xg += xg_offset + xg_base;
-    w_hh += w_hh_offset;
     y += y_offset + y_base;
-    if (lid == 0)
-        failed = 0;
 % if WEIGHTS == "local":
     // the work-group's G x U rows of W_hh: gate g of unit uu at row g U + uu
     __local float4 wl4[G * U * ${HS // 4}];
@@ -350,15 +351,12 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
     __local float4 xs4[${XSB // 4}];  // float4: 16-byte local loads
     __local float *xs = (__local float *)xs4;
     WORK_ITEM
-    w_hh += w_hh_offset;
     dxg += dxg_offset;
 % if CELL == "lstm":
     __global float *dhg = dxg;  // the LSTM's hidden part is its whole gradient
 % else:
     dhg += dhg_offset;
 % endif
-    if (lid == 0)
-        failed = 0;
 % if SUMS:
     // the work-group's own G x U rows of W_hh (gate g of unit v at row g U + v), and its
     // gradients of those rows for the step, N x G U
