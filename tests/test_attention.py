@@ -100,8 +100,9 @@ def _matches(ctx, op, q, k, v, mask, strides, refs):
 
 def _run_layout(ctx, op, q, k, v, g, mask, strides, seed):
     """o, dq, dk, dv of ``op`` on float32 copies of the arrays as its layout stores them
-    (q, k, v, g in (N, H, L, D) order here), returned in (N, H, L, D) order."""
-    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
+    (q, k, v, g in (N, H, L, D) order here), returned in (N, H, L, D) order; stored as
+    the op stores them."""
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(host(a, op.dtype)))
     n, h, lq, lk, d, dv = q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
     to = (lambda a: a.reshape(n * h, *a.shape[2:])) if op.layout == "nhld" else \
         (lambda a: a.transpose(0, 2, 1, 3))
@@ -109,22 +110,23 @@ def _run_layout(ctx, op, q, k, v, g, mask, strides, seed):
         (lambda a: a.transpose(0, 2, 1, 3))
     stat = (n * h, lq) if op.layout == "nhld" else (n, lq, h)
     assert op.stats_shape == stat + (2,)
-    o, stats, delta = dp.Tensor(ctx, to(g).shape), dp.Tensor(ctx, stat + (2,)), dp.Tensor(ctx, stat)
+    o, stats, delta = (dp.Tensor(ctx, to(g).shape, op.dtype), dp.Tensor(ctx, stat + (2,)),
+                       dp.Tensor(ctx, stat))
     if op.layout == "packed":
         qkv = f(np.stack([to(q), to(k), to(v)], axis=2))
-        ins, grads = (qkv, None, None), [dp.Tensor(ctx, qkv.shape), None, None]
+        ins, grads = (qkv, None, None), [dp.Tensor(ctx, qkv.shape, op.dtype), None, None]
     else:
         ins = (f(to(q)), f(to(k)), f(to(v)))
-        grads = [dp.Tensor(ctx, to(a).shape) for a in (q, k, v)]
+        grads = [dp.Tensor(ctx, to(a).shape, op.dtype) for a in (q, k, v)]
     for launch in op.launches(*ins, o, stats, mask=mask, mask_strides=strides, seed=seed):
         launch(ctx.queue)
     for launch in op.backward_launches(*ins, o, stats, f(to(g)), *grads, delta, mask=mask,
                                        mask_strides=strides, seed=seed):
         launch(ctx.queue)
     if op.layout == "packed":
-        dqkv = grads[0].to_host()
-        return [back(o.to_host())] + [back(dqkv[:, :, j]) for j in range(3)]
-    return [back(t.to_host()) for t in [o] + grads]
+        dqkv = grads[0].numpy()
+        return [back(o.numpy())] + [back(dqkv[:, :, j]) for j in range(3)]
+    return [back(t.numpy()) for t in [o] + grads]
 
 
 @pytest.mark.parametrize("kernels", ["rows", "tiles"])
@@ -617,3 +619,119 @@ def test_a_nan_query_row_gives_a_nan_output_row(ctx, rng, kernels):
     assert np.isnan(got[1, 3]).all()
     got[1, 3] = 0
     assert np.isfinite(got).all()
+
+
+# ----- the tensor-core kernels (attention_mma.cl), their products emulated in OpenCL C
+# (MMA_EMULATE: all but the PTX) so that the fragments, the double-buffered blocks, the
+# online softmax across a row's four lanes and the 16-bit weights run on any CPU device;
+# on NVIDIA GPUs they run natively wherever 16-bit attention is asked for.
+@pytest.fixture
+def emulated_mma(ctx, monkeypatch):
+    from dlprim.core import attention
+    from dlprim.kernels import program
+    import layer_check
+    layer_check.skip_unless_cpu(ctx)
+    build = program.get
+    monkeypatch.setattr(attention, "tensor_cores", lambda ctx, precision="tf32": True)
+    monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
+        ctx, name, **(dict(p, MMA_EMULATE=True) if name == "attention_mma" else p)))
+
+
+# P and dS round to the storage's 16 bits between products (as FlashAttention's do), one
+# more rounding of each weight: the errors stay within the 16-bit tolerances above (seen:
+# 0.5u to 1.3u on the H200)
+MMA_CASES = [(2, 2, 37, 45, 16, 16, True, True, 0),   # blocks cut mid-way; sample 0 masked whole
+             (1, 2, 70, 33, 32, 16, False, False, 0),  # D != DV, more queries than keys
+             (2, 1, 20, 90, 16, 32, True, False, 3),   # offsets off 16 bytes: 2-byte loads
+             (1, 1, 33, 40, 128, 128, False, True, 0)]  # 32-row blocks of the widest heads
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("n,heads,lq,lk,d,dv,causal,masked,offset", MMA_CASES)
+def test_mma_kernels_match_float64(ctx, rng, emulated_mma, half, n, heads, lq, lk, d, dv,
+                                   causal, masked, offset):
+    dtype, tol_y, tol_dx = HALVES[half]
+    b = n * heads
+    q, k, v = (stored(rng.standard_normal(s), dtype) for s in ((b, lq, d), (b, lk, d), (b, lk, dv)))
+    g = stored(rng.standard_normal((b, lq, dv)), dtype)
+    full = mask = strides = None
+    if masked:
+        mask4 = np.where(rng.random((n, 1, 1, lk)) < 0.3, -np.inf, rng.standard_normal((n, 1, 1, lk)))
+        mask4[0, ..., : lk // 2] = -np.inf
+        if n > 1:
+            mask4[0] = -np.inf
+        full = np.repeat(np.broadcast_to(mask4, (n, heads, lq, lk)).reshape(b, lq, lk), 1, 0)
+        mask, strides = dp.Tensor.from_numpy(ctx, mask4.astype(np.float32)), (lk, 0, 0, 1)
+    scale = 1 / np.sqrt(d)
+    p = probabilities(q, k, scale, full, causal)
+    want = [p @ v] + list(gradients(q, k, v, p, scale, g))
+    op = AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal, mask=masked,
+                      dtype=dtype)
+    assert op.kernels == "mma"
+
+    def f(a):  # stored ``offset`` values into a buffer: rows that start off 16 bytes
+        flat = np.concatenate([np.zeros(offset, dtype), host(a, dtype).reshape(-1)])
+        return dp.Tensor.from_numpy(ctx, flat).view(a.shape, offset)
+    tq, tk, tv = f(q), f(k), f(v)
+    o, stats, delta = (dp.Tensor(ctx, (b, lq, dv), dtype), dp.Tensor(ctx, (b, lq, 2)),
+                       dp.Tensor(ctx, (b, lq)))
+    grads = [dp.Tensor(ctx, s, dtype) for s in ((b, lq, d), (b, lk, d), (b, lk, dv))]
+    launches = op.launches(tq, tk, tv, o, stats, mask=mask, mask_strides=strides) + \
+        op.backward_launches(tq, tk, tv, o, stats, f(g), *grads, delta, mask=mask,
+                             mask_strides=strides)
+    assert {l.program for l in launches if op.is_own(l)} == \
+        {p for (_, aligned), p in op.programs.items() if aligned == (offset == 0)}
+    for launch in launches:
+        launch(ctx.queue)
+    got = [t.numpy() for t in [o] + grads]
+    for a, w, what, tol in zip(got, want, ("o", "dq", "dk", "dv"), (tol_y,) + (tol_dx,) * 3):
+        near(a, w, tol, what)
+
+
+@pytest.mark.parametrize("layout", ["nhld", "packed"])
+def test_mma_dropout_and_layouts_are_the_float32_kernels(ctx, rng, emulated_mma, layout):
+    """With dropout (the same weights dropped as the float32 kernels drop), causal, in the
+    (N, H, L, D) and the packed qkv layout: the float32 tiled kernels' results, up to
+    float16's roundings."""
+    dtype, tol_y, tol_dx = HALVES["float16"]
+    n, h, lq, d, p = 2, 2, 37, 16, 0.3
+    q, k, v, g = (stored(rng.standard_normal((n, h, lq, d)), dtype) for _ in range(4))
+    kinds = dict(heads=h, causal=True, dropout=p)
+    want = _run_layout(ctx, AttentionOps(ctx, n * h, lq, lq, d, d, kernels="tiles", **kinds),
+                       q, k, v, g, None, None, 7)
+    op = AttentionOps(ctx, n * h, lq, lq, d, d, layout=layout, dtype=dtype, **kinds)
+    assert op.kernels == "mma"
+    got = _run_layout(ctx, op, q, k, v, g, None, None, 7)
+    for a, w, what, tol in zip(got, want, ("o", "dq", "dk", "dv"), (tol_y,) + (tol_dx,) * 3):
+        near(a, w, tol, what)
+
+
+def test_mma_kernels_are_chosen_and_refused_by_name(ctx, monkeypatch):
+    """16-bit storage and widths that are multiples of 16 up to 128 take the mma kernels
+    where the device has tensor cores; float32, other widths and devices without them are
+    refused by name when asked for."""
+    from dlprim.core import attention
+    from dlprim.core.attention import mma_blocks
+    assert mma_blocks(64, 64)["forward"] == dict(WARPS=4, BQ=64, BK=64)
+    assert mma_blocks(128, 64)["dkdv"] == dict(WARPS=4, BQ=32, BK=64)
+    assert mma_blocks(8, 8) is None and mma_blocks(256, 256) is None
+    half = np.dtype(np.float16)
+    if not attention.tensor_cores(ctx, "fp16"):
+        with pytest.raises(ValueError, match="mma kernels take float16 or bfloat16"):
+            AttentionOps(ctx, 2, 4, 4, 16, 16, dtype=half, kernels="mma")
+        assert AttentionOps(ctx, 2, 4, 4, 16, 16, dtype=half).kernels != "mma"
+    monkeypatch.setattr(attention, "tensor_cores", lambda ctx, precision="tf32": True)
+    assert AttentionOps(ctx, 2, 4, 4, 64, 64, dtype=half).kernels == "mma"
+    assert AttentionOps(ctx, 2, 4, 4, 64, 64, dtype=bfloat16).kernels == "mma"
+    assert AttentionOps(ctx, 2, 4, 4, 64, 64).kernels != "mma"  # float32
+    assert AttentionOps(ctx, 2, 4, 4, 24, 24, dtype=half).kernels != "mma"
+    for kinds in (dict(), dict(d=24), dict(d=256, dv=256)):
+        shape = dict(dict(d=16, dv=16, dtype=half), **kinds)
+        if "dtype" not in kinds and kinds:
+            with pytest.raises(ValueError, match="multiples of 16 up to 128"):
+                AttentionOps(ctx, 2, 4, 4, shape["d"], shape["dv"], dtype=half, kernels="mma")
+    with pytest.raises(ValueError, match="mma kernels take float16 or bfloat16"):
+        AttentionOps(ctx, 2, 4, 4, 16, 16, kernels="mma")
+    with pytest.raises(ValueError, match="do not fit the mma kernels"):
+        AttentionOps(ctx, 2, 4, 4, 16, 16, dtype=half,
+                     blocks={"forward": dict(WARPS=4, BQ=32, BK=64)})

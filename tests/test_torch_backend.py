@@ -485,15 +485,16 @@ def test_attention_runs_on_the_fused_kernels():
          rand(1, 2, 6, 8, seed=1))
 
 
-def test_half_attention_runs_on_the_fused_kernels():
-    """float16 q, k, v take the fused kernels too (half storage, float32 arithmetic):
-    values and gradients against float32 attention of the same half values, within a few
-    half roundings (2^-11) of the largest value."""
+@pytest.mark.parametrize("half, unit", [(torch.float16, 2 ** -11), (torch.bfloat16, 2 ** -8)])
+def test_half_attention_runs_on_the_fused_kernels(half, unit):
+    """float16 and bfloat16 q, k, v take the fused kernels too (16-bit storage): values
+    and gradients against float32 attention of the same 16-bit values, within a few of
+    the storage's roundings (``unit``) of the largest value."""
     sdpa = F.scaled_dot_product_attention
-    q, k, v = (rand(2, 3, 37, 16, seed=s).half() for s in range(3))
-    g = rand(2, 3, 37, 16, seed=5).half()
+    q, k, v = (rand(2, 3, 37, 16, seed=s).to(half) for s in range(3))
+    g = rand(2, 3, 37, 16, seed=5).to(half)
     keep = torch.rand(2, 1, 1, 37, generator=torch.Generator().manual_seed(4)) > 0.3
-    bias = rand(37, 37, seed=6).half()
+    bias = rand(37, 37, seed=6).to(half)
     for kwargs in ({}, {"is_causal": True}, {"attn_mask": keep}, {"attn_mask": bias}):
         cpu = [t.float().requires_grad_(True) for t in (q, k, v)]
         ocl = [t.to(DEV).requires_grad_(True) for t in (q, k, v)]
@@ -504,14 +505,14 @@ def test_half_attention_runs_on_the_fused_kernels():
         ops = _dispatched(lambda: ocl.append(sdpa(*ocl[:3], **dev_kwargs)))
         got = ocl.pop()
         assert not any("bmm" in name or "softmax" in name for name in ops), (kwargs, ops)
-        assert got.dtype == torch.float16
+        assert got.dtype == half
         want.backward(g.float())
         got.backward(g.to(DEV))
         for what, o, c in [("value", got, want)] + [
                 ("grad of " + n, a.grad, b.grad) for n, a, b in zip("qkv", ocl, cpu)]:
-            assert o.dtype == torch.float16, what
+            assert o.dtype == half, what
             err = (o.cpu().float() - c.detach()).abs().max().item()
-            assert err <= 4 * 2 ** -11 * max(c.abs().max().item(), 1.0), (kwargs, what, err)
+            assert err <= 4 * unit * max(c.abs().max().item(), 1.0), (kwargs, what, err)
 
 
 def test_attention_and_triangles():

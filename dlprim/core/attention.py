@@ -27,10 +27,15 @@ float32 and every store rounds to nearest even, so scores, softmax and sums are 
 as with float32 tensors; stats and delta, the kernels' own row statistics, are float32
 always (the delta pass reads dout and o as stored and sums in float32).
 
-Three kernel families compute it. ``attention_tiles.cl`` (FlashAttention-2's blocks:
-each work-group multiplies blocks of rows staged in local memory, each work item a
-register tile) needs widths that are multiples of 4 and blocks that fit local memory; it
-is the choice on GPUs. ``attention.cl`` (one row per work item) takes any width and is
+Four kernel families compute it. ``attention_mma.cl`` ("mma": the same blocks as
+products of NVIDIA's tensor cores, a warp's mma.sync on 16-bit operands with float32
+sums, the weights P and dS rounded to the storage's 16 bits between products) is the
+choice for float16 and bfloat16 storage where the device passes the tensor-core probe
+(``gemm.tensor_cores``) and the widths are multiples of 16 up to ``MMA_MAX_WIDTH``.
+``attention_tiles.cl`` (FlashAttention-2's blocks: each work-group multiplies blocks of
+rows staged in local memory, each work item a register tile) needs widths that are
+multiples of 4 and blocks that fit local memory; it is the choice on other GPUs and for
+float32. ``attention.cl`` (one row per work item) takes any width and is
 the choice on CPUs for what "gemm" does not take, where a work-group's items run as vector
 lanes of one core and the row form beat the tiles (docs/benchmarks.md). "gemm" stores the
 scores: S = scale Q K^T and O = P V (and the backward's five products) on ``Gemm``, the
@@ -57,10 +62,10 @@ from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
 from .copy import fill_launches
-from .gemm import Gemm, memo_probe
+from .gemm import Gemm, memo_probe, tensor_cores
 from .pointwise import pointwise_reduce_launches
 
-__all__ = ["AttentionOps", "tile_blocks", "native_exp2_is_accurate", "LAYOUTS", "STORAGES"]
+__all__ = ["AttentionOps", "tile_blocks", "mma_blocks", "native_exp2_is_accurate", "LAYOUTS", "STORAGES"]
 
 LAYOUTS = ("nhld", "nlhd", "packed")
 _F32 = np.dtype(np.float32)
@@ -73,6 +78,55 @@ BLOCKS = {"forward": ((64, 32, 8), (64, 32, 16), (32, 32, 8), (32, 16, 8), (16, 
           "dq": ((64, 16, 8), (32, 32, 8), (32, 16, 8), (16, 16, 4)),
           "dkdv": ((32, 32, 8), (32, 16, 8), (16, 16, 4))}
 _MAX_TILE = 96
+
+# the "mma" family (attention_mma.cl): warps of a work-group, and the rows of the other
+# side's blocks per pass, by the wider of D and DV (its register tiles grow with both)
+MMA_WARPS = 4
+MMA_MAX_WIDTH = 128
+
+
+def mma_blocks(d, dv):
+    """The blocks of attention_mma.cl for widths d, dv: {pass: {WARPS, BQ, BK}}, or None
+    where it does not take them (widths multiples of 16, at most MMA_MAX_WIDTH)."""
+    if d % 16 or dv % 16 or max(d, dv) > MMA_MAX_WIDTH:
+        return None
+    # two stages of the other side's blocks in local memory: 2 x 64 rows of 64 + 8 (or
+    # 2 x 32 of 128 + 8) 16-bit values each for the two operands, 36 KiB
+    own, other = 16 * MMA_WARPS, 64 if max(d, dv) <= 64 else 32
+    return {"forward": dict(WARPS=MMA_WARPS, BQ=own, BK=other),
+            "dq": dict(WARPS=MMA_WARPS, BQ=own, BK=other),
+            "dkdv": dict(WARPS=MMA_WARPS, BQ=other, BK=own)}
+
+
+def _mma_local_bytes(pass_, d, dv, b):
+    """Local memory of a kernel of attention_mma.cl: two stages of the other side's two
+    operands (rows of W + 8 16-bit values), the row statistics (dkdv)."""
+    other = b["BQ"] if pass_ == "dkdv" else b["BK"]
+    return 2 * 2 * other * (d + 8 + dv + 8) + (12 * b["BQ"] if pass_ == "dkdv" else 0)
+
+
+def _checked_mma_blocks(facts, d, dv, given):
+    """``given`` ({pass: {WARPS, BQ, BK}}, for some passes), each checked against what
+    attention_mma.cl takes, else a ValueError naming it."""
+    for pass_, b in (given or {}).items():
+        if pass_ not in BLOCKS or set(b) != {"WARPS", "BQ", "BK"}:
+            raise ValueError("attention: the mma kernels' blocks are {pass: {WARPS, BQ, BK}} "
+                             "for passes %s, got %r for %r" % (", ".join(BLOCKS), b, pass_))
+        own, other = (b["BK"], b["BQ"]) if pass_ == "dkdv" else (b["BQ"], b["BK"])
+        if b["WARPS"] < 1 or own != 16 * b["WARPS"] or other % 16 or other < 16 or \
+                own > 2 * other or 32 * b["WARPS"] > facts.max_work_group or \
+                _mma_local_bytes(pass_, d, dv, b) > facts.local_mem:
+            raise ValueError("attention: blocks %r of the %s pass do not fit the mma kernels "
+                             "(16 rows per warp on its own side, the other side a multiple of "
+                             "16 of at least half as many rows, within local memory)"
+                             % (b, pass_))
+    return given or {}
+
+
+def _mma_precision(dtype):
+    """The tensor-core precision of 16-bit storage ``dtype`` ("fp16" or "bf16")."""
+    return "fp16" if dtype == HALF_TYPES[0] else "bf16"
+
 
 # the "gemm" family's scores, one (B, L, S) float32 array (the scratch holds two): the
 # largest that CPUs compute that way (the row kernels never store the scores)
@@ -184,7 +238,8 @@ def _checked_blocks(facts, d, dv, given):
 class AttentionOps:
     """Attention over ``batch`` = batch * heads rows of q (L, D), k (S, D), v (S, DV).
     ``blocks`` ({pass: {BQ, BK, TX, TY}}) overrides the tiled kernels' blocks of the
-    table (``tile_blocks``) for some passes (benchmarks/attention_blocks.py)."""
+    table (``tile_blocks``) for some passes (benchmarks/attention_blocks.py); for the
+    mma kernels, {pass: {WARPS, BQ, BK}} overrides ``mma_blocks``'."""
 
     def __init__(self, ctx, batch, lq, lk, d, dv, heads=1, causal=False, mask=False, dropout=0.0,
                  kernels=None, layout="nhld", dtype=np.float32, mask_dtype=np.float32,
@@ -215,9 +270,18 @@ class AttentionOps:
         flags = dict(MASK=self.mask, CAUSAL=self.causal, DROPOUT=self.dropout > 0,
                      LAYOUT=layout, HEADS=self.heads if layout != "nhld" else 0,
                      ACT_T=cl_type(self.dtype), MASK_T=cl_type(self.mask_dtype))
-        if kernels not in (None, "rows", "tiles", "gemm"):
+        if kernels not in (None, "rows", "tiles", "gemm", "mma"):
             raise ValueError("attention: kernels must be None (the device's choice), 'rows', "
-                             "'tiles' or 'gemm', got %r" % (kernels,))
+                             "'tiles', 'gemm' or 'mma', got %r" % (kernels,))
+        mma_takes = (self.dtype in HALF_TYPES and mma_blocks(self.d, self.dv) is not None
+                     and tensor_cores(ctx, _mma_precision(self.dtype)))
+        if kernels == "mma" and not mma_takes:
+            raise ValueError("attention: the mma kernels take float16 or bfloat16, widths "
+                             "that are multiples of 16 up to %d, and a device with tensor "
+                             "cores, got %s D=%d DV=%d" % (MMA_MAX_WIDTH, dtype_name(self.dtype),
+                                                          self.d, self.dv))
+        if kernels is None and mma_takes:
+            kernels = "mma"
         gemm_takes = (layout == "nhld" and self.dtype == _F32
                       and 4 * self.batch * self.lq * self.lk <= GEMM_SCORES_MAX_BYTES)
         if kernels == "gemm" and not gemm_takes:
@@ -235,6 +299,12 @@ class AttentionOps:
         self.kernels = kernels
         if kernels == "gemm":
             self._gemm_setup(flags)
+            return
+        if kernels == "mma":
+            self.blocks = dict(mma_blocks(self.d, self.dv),
+                               **_checked_mma_blocks(ctx.facts, self.d, self.dv, blocks_given))
+            self._flags = dict(flags, FAST_EXP=native_exp2_is_accurate(ctx))
+            self.programs = {}
             return
         if kernels == "tiles":
             self.blocks = dict(blocks, **_checked_blocks(ctx.facts, self.d, self.dv, blocks_given))
@@ -327,6 +397,12 @@ class AttentionOps:
     def _launch(self, pass_, rows, block, args):
         """A launch of ``pass_`` over ``rows``: one row per work item, or (tiles) one
         work-group of TX x TY items per ``block`` ("BQ" or "BK") of rows, per batch row."""
+        if self.kernels == "mma":
+            b = self.blocks[pass_]
+            count = -(-max(rows, 1) // b[block])
+            return program.Launch(self._mma_program(pass_, args), "attention_mma_" + pass_,
+                                  (count * 32 * b["WARPS"], self.batch),
+                                  (32 * b["WARPS"], 1), args)
         if self.kernels == "tiles":
             b = self.blocks[pass_]
             count = -(-max(rows, 1) // b[block])
@@ -336,6 +412,18 @@ class AttentionOps:
             grid = (round_up(max(rows, 1), self.tile), self.batch), (self.tile, 1)
             name = "attention_" + pass_
         return program.Launch(self.programs[pass_], name, *grid, args)
+
+    def _mma_program(self, pass_, args):
+        """attention_mma.cl's ``pass_``, staging with 16-byte loads where every 16-bit
+        tensor of ``args`` starts on 16 bytes (its rows do: widths are multiples of 16)."""
+        aligned = all(a.offset % 8 == 0 for a in args
+                      if isinstance(a, Tensor) and a.dtype == self.dtype)
+        key = (pass_, aligned)
+        if key not in self.programs:
+            self.programs[key] = program.get(self.ctx, "attention_mma", PASS=pass_,
+                                             D=self.d, DV=self.dv, ALIGNED=aligned,
+                                             **self.blocks[pass_], **self._flags)
+        return self.programs[key]
 
     def is_own(self, launch):
         """Whether ``launch`` runs one of these attention kernels (not a helper's)."""

@@ -111,6 +111,21 @@ inline uint tf32(float x)
 {
     return (as_uint(x) + 0x1000u) & 0xffffe000u;
 }
+// the value of lane (lane ^ m) of the warp (m < 32), for the attention kernels' row
+// reductions across the four lanes of a fragment row: through the warp's scratch, so
+// every work-item must reach it
+inline float lanes_xor_emulated(float x, int m, __local uint *s, int lane)
+{
+    s[lane] = as_uint(x);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float y = as_float(s[lane ^ m]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return y;
+}
+#define LANES_XOR(x, m) lanes_xor_emulated(x, m, mma_scratch + 192 * warp, lane)
+// two floats as one word of 16-bit operands, lo in the low half, rounded to nearest even
+#define PACK_F16(lo, hi) ((uint)half_bits_rte(lo) | ((uint)half_bits_rte(hi) << 16))
+#define PACK_BF16(lo, hi) ((uint)bfloat16_bits(lo) | ((uint)bfloat16_bits(hi) << 16))
 % else:
 // the three products' operand lists: D = c (4 floats), A = a0..a3, B = b0, b1, C = c
 #define MMA_REGISTERS "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
@@ -170,4 +185,28 @@ inline uint tf32(float x)
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
+// the value of lane (lane ^ m) of the warp (shfl.sync.bfly; every lane takes part)
+inline float lanes_xor(float x, int m)
+{
+    float y;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(y) : "f"(x), "r"(m));
+    return y;
+}
+#define LANES_XOR(x, m) lanes_xor(x, m)
+// two floats as one word of 16-bit operands, lo in the low half, rounded to nearest even
+// (cvt.rn.f16x2 puts its first source in the upper half)
+inline uint pack_f16(float lo, float hi)
+{
+    uint r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+inline uint pack_bf16(float lo, float hi)
+{
+    uint r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+#define PACK_F16(lo, hi) pack_f16(lo, hi)
+#define PACK_BF16(lo, hi) pack_bf16(lo, hi)
 % endif

@@ -6,8 +6,8 @@ their projections, normalizations and this attention.
 
 PyTorch decomposes SDPA above the device (it is a composite operator), so the fused path
 is registered for the ocl device's autograd key and carries its own backward. q, k and v
-of one dtype, float32 or float16 (stored so, computed in float32; the row statistics are
-float32 either way), with a boolean or float32 / float16 mask. Calls it does not cover
+of one dtype, float32, float16 or bfloat16 (stored so; the row statistics are float32
+either way; 16-bit storage runs on tensor cores where the device has them), with a boolean or float32 / float16 mask. Calls it does not cover
 (dropout, grouped-query heads, a mask that needs a gradient, batch dimensions that
 broadcast, mixed or other dtypes) take PyTorch's math path, which runs on the device's
 matrix products and softmax.
@@ -24,7 +24,7 @@ from .tensor import OclTensor, as_dlprim, empty, enqueue, numpy_dtype
 __all__ = ["register_attention"]
 
 aten = torch.ops.aten
-_FUSED_DTYPES = (torch.float32, torch.float16)  # of q, k, v and of a float mask
+_FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # of q, k, v and a float mask
 
 
 def register_attention(library):

@@ -1,0 +1,418 @@
+<%include file="common.h"/>
+<%include file="mma.h"/>
+// Fused scaled dot-product attention on NVIDIA tensor cores, for 16-bit storage (half or
+// bfloat16): FlashAttention-2's blocks as attention_tiles.cl, with every product a warp's
+// mma.sync m16n8k16 (FP16 or BF16 operands, float32 sums; mma.h). A warp owns 16 rows of
+// its work-group's block (query rows in "forward" and "dq", key rows in "dkdv") and keeps
+// their operand fragments in registers for the whole walk over the other side, whose
+// blocks are staged in local memory as stored (16-bit, rows of W + 8 values: ldmatrix's
+// eight 16-byte rows fall in distinct banks) and read by ldmatrix.
+// A product's accumulator holds, in lane 4g + t, rows g and g + 8 by columns 2t, 2t + 1 of
+// each block of 8; two such blocks side by side are exactly the A fragment of the next
+// product (rows g, g + 8 by 16 of K), so the weights P = exp(S - m) (and dS) go from one
+// product to the next in registers, rounded to the storage's 16 bits as FlashAttention
+// does. A query row's maximum and sum are reduced across the four lanes t that share it
+// (LANES_XOR). Same layouts, mask, causal and dropout semantics as attention.cl
+// (attention.h); the score is fl(fl(scale q.k) + mask), q.k summed by the tensor cores.
+// dS is multiplied by the scale only when dQ and dK are stored, so that float16's dS
+// stays clear of its subnormals.
+// PASS: "forward", "dq" or "dkdv"; D, DV: widths, multiples of 16; WARPS warps of 32
+// items, BQ (forward, dq: 16 WARPS) query rows and BK (dkdv: 16 WARPS) key rows per block;
+// ACT_T: "half" or "bfloat16"; ALIGNED: every row of q, k, v and dO starts on 16 bytes,
+// so blocks are staged with 16-byte loads (else 2-byte ones).
+<%include file="attention.h"/>
+#define LOG2E 1.4426950408889634f
+% if FAST_EXP:
+#define EXP2(x) native_exp2(x)
+% else:
+#define EXP2(x) exp2(x)
+% endif
+<%
+EMULATE = context.get("MMA_EMULATE", False)
+UNROLL = "#pragma unroll 1" if EMULATE else "#pragma unroll"
+NT = 32 * WARPS
+LDD, LDV = D + 8, DV + 8
+PRODUCT = "MMA_BF16" if ACT_T == "bfloat16" else "MMA_F16"
+PACK = "PACK_BF16" if ACT_T == "bfloat16" else "PACK_F16"
+assert D % 16 == 0 and DV % 16 == 0 and BQ % 16 == 0 and BK % 16 == 0
+%>
+// exp(s - m - log l) = 2^((s - m) log2(e) - log2 l), given nl2 = -log2 l; 0 where the key
+// is masked or the row is masked whole
+inline float prob2(float s, float m, float nl2)
+{
+    return (s == NEG_INF || m == NEG_INF) ? 0.0f : EXP2(fma(s - m, LOG2E, nl2));
+}
+
+## rows [first, first + rows) of a global matrix of 16-bit values (rows ``row`` values
+## apart) into local rows of ``ld``; zeros past ``limit``. Eight values a copy: ALIGNED,
+## through cp.async (mma.h), in flight until the work-item's COPY_ASYNC_WAIT; else loaded
+## and stored at once.
+<%def name="fetch(dst, ld, src, first, limit, rows, width, row)">
+    for (uint e = t; e < ${rows * (width // 8)}; e += ${NT}) {
+        const uint r = e / ${width // 8}, c = (e % ${width // 8}) * 8;
+        const bool live = ${first} + r < ${limit};
+        // row 0 stands in for a row past the limit: an address that stays valid
+        __global const ushort *p = (__global const ushort *)${src}
+                                   + (live ? (ulong)(${first} + r) * ${row} + c : 0);
+% if ALIGNED:
+        COPY_ASYNC(${dst} + r * ${ld} + c, p, live ? 16 : 0);
+% else:
+        *(__local uint4 *)(${dst} + r * ${ld} + c) = live ? as_uint4(vload8(0, p)) : (uint4)(0);
+% endif
+    }
+</%def>
+
+## acc[n] (n < N / 8, 16 rows by 8 columns each) = the warp's 16 rows of fragments
+## a[W / 16][4] times the columns of a block staged as rows [n][w] (B = its transpose)
+<%def name="rows_by_rows(acc, a, b, ld, N, W)">
+    float ${acc}[${N // 8}][4];
+    ${UNROLL}
+    for (int n = 0; n < ${N // 8}; n++)
+        ${acc}[n][0] = ${acc}[n][1] = ${acc}[n][2] = ${acc}[n][3] = 0.0f;
+    ${UNROLL}
+    for (int c = 0; c < ${W // 16}; c++) {
+        ${UNROLL}
+        for (int n = 0; n < ${N // 8}; n += 2) {
+            uint bf[4];
+            B_FRAGMENTS(bf, ${b}, 8 * n, 16 * c, ${ld}, 0);
+            ${PRODUCT}(${acc}[n], ${a}[c][0], ${a}[c][1], ${a}[c][2], ${a}[c][3], bf[0], bf[1]);
+            ${PRODUCT}(${acc}[n + 1], ${a}[c][0], ${a}[c][1], ${a}[c][2], ${a}[c][3], bf[2], bf[3]);
+        }
+    }
+</%def>
+
+## acc[n] (n < N / 8) += w x (block staged as rows [k][n]): w[K / 8][4] accumulator-shaped
+## floats (16 rows by K), packed two blocks of 8 at a time into A fragments
+<%def name="weights_by_block(acc, w, b, ld, N, K)">
+    ${UNROLL}
+    for (int c = 0; c < ${K // 16}; c++) {
+        const uint a0 = ${PACK}(${w}[2 * c][0], ${w}[2 * c][1]),
+                   a1 = ${PACK}(${w}[2 * c][2], ${w}[2 * c][3]),
+                   a2 = ${PACK}(${w}[2 * c + 1][0], ${w}[2 * c + 1][1]),
+                   a3 = ${PACK}(${w}[2 * c + 1][2], ${w}[2 * c + 1][3]);
+        ${UNROLL}
+        for (int n = 0; n < ${N // 8}; n += 2) {
+            uint bf[4];
+            B_FRAGMENTS(bf, ${b}, 8 * n, 16 * c, ${ld}, 1);
+            ${PRODUCT}(${acc}[n], a0, a1, a2, a3, bf[0], bf[1]);
+            ${PRODUCT}(${acc}[n + 1], a0, a1, a2, a3, bf[2], bf[3]);
+        }
+    }
+</%def>
+
+## the warp's fragments of 16 rows from 16 w of a staged block, W wide
+<%def name="fragments(name, src, ld, W)">
+    uint ${name}[${W // 16}][4];
+    ${UNROLL}
+    for (int c = 0; c < ${W // 16}; c++)
+        A_FRAGMENTS(${name}[c], ${src}, 16 * warp, 16 * c, ${ld}, 0);
+</%def>
+
+## the walk over the other side's blocks of B rows, double-buffered: blocks(stage, x)
+## fetches the block at row x into stage 0 or 1; while block x0 is computed on in stage
+## cur (the caller's body), the next one is in flight into the other
+<%def name="walk(x0, start, end, B, blocks, before_wait='')">
+    ${blocks("0", start)}
+    COPY_ASYNC_COMMIT();
+    uint cur = 0;
+    for (uint ${x0} = ${start}; ${x0} < ${end}; ${x0} += ${B}, cur ^= 1) {
+        if (${x0} + ${B} < ${end}) {
+            ${blocks("(cur ^ 1)", "%s + %s" % (x0, B))}
+        }
+        COPY_ASYNC_COMMIT();
+        ${before_wait}
+        COPY_ASYNC_WAIT(1);  // this work-item's copies of the current block
+        barrier(CLK_LOCAL_MEM_FENCE);  // and everyone's
+        ${caller.body()}
+        barrier(CLK_LOCAL_MEM_FENCE);  // its stage is free for the block after next
+    }
+</%def>
+
+## the work-group's own block (fetched by ``fetches``) waited for and published
+<%def name="own_block(fetches)">
+    ${fetches}
+    COPY_ASYNC_COMMIT();
+    COPY_ASYNC_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+</%def>
+
+<%def name="zeros(name, N)">
+    float ${name}[${N // 8}][4];
+    for (int n = 0; n < ${N // 8}; n++)
+        ${name}[n][0] = ${name}[n][1] = ${name}[n][2] = ${name}[n][3] = 0.0f;
+</%def>
+
+## store acc (16 rows by W of the warp, accumulator-shaped) times ``factor`` (per row
+## half r: 0 row g, 1 row g + 8) to rows r0 + 16 warp + g (+ 8) of dst, below limit
+<%def name="store(dst, row, acc, r0, limit, W, factor)">
+    ${UNROLL}
+    for (int e = 0; e < 4; e++) {
+        const uint i = ${r0} + 16 * warp + g + 8 * (e >> 1);
+        if (i < ${limit}) {
+            ${UNROLL}
+            for (int n = 0; n < ${W // 8}; n++)
+                ST_${ACT_T}(${dst}, (ulong)i * ${row} + 8 * n + 2 * tq + (e & 1),
+                            ${acc}[n][e] * ${factor("e >> 1")});
+        }
+    }
+</%def>
+
+% if DROPOUT:
+// the factors of weights (i, j), (i, j + 1), j even: one draw holds both
+#define KEEP2(f, i, j) { \
+    const uint4 r_ = KEEP_DRAW(i, (j) >> 2); \
+    f[0] = keep_lane(r_, (j) & 3, drop_threshold, keep_scale); \
+    f[1] = keep_lane(r_, ((j) & 3) + 1, drop_threshold, keep_scale); }
+% else:
+#define KEEP2(f, i, j) { f[0] = f[1] = 1.0f; }
+% endif
+
+#define PROLOGUE \
+    const int t = get_local_id(0), lane = t % 32, warp = t / 32, g = lane >> 2, tq = lane & 3; \
+    const uint bh = get_group_id(1)
+% if EMULATE:
+#define SCRATCH __local uint mma_scratch[${192 * WARPS}];
+% else:
+#define SCRATCH
+% endif
+
+% if PASS == "forward":
+<%
+assert BQ <= 2 * BK
+def kv(stage, x):
+    return (capture(fetch, "ks + %s * %d" % (stage, BK * LDD), LDD, "k", x, "lk", BK, D, "IN_ROW(%d)" % D)
+            + capture(fetch, "vs + %s * %d" % (stage, BK * LDV), LDV, "v", x, "lk", BK, DV, "IN_ROW(%d)" % DV))
+%>
+// o = softmax(s) v and the statistics per query row, for the block of BQ query rows of
+// group 0
+__kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
+void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
+                           __global float *stats, ulong stats_offset MASK_ARGS DROP_ARGS)
+{
+    // two stages of the key and value blocks
+    __local uint4 ks4[${2 * BK * LDD // 8}], vs4[${2 * BK * LDV // 8}];
+    __local ushort *ks = (__local ushort *)ks4, *vs = (__local ushort *)vs4;
+    SCRATCH
+    PROLOGUE;
+    const uint i0 = get_group_id(0) * ${BQ};
+    q += q_offset + IN_AT(bh, lq, ${D});
+    k += k_offset + IN_AT(bh, lk, ${D});
+    v += v_offset + IN_AT(bh, lk, ${DV});
+    // the query block through the key blocks' place, into registers
+    ${own_block(capture(fetch, "ks", LDD, "q", "i0", "lq", BQ, D, "IN_ROW(%d)" % D))}
+    ${fragments("qf", "ks", LDD, D)}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ${zeros("acc", DV)}
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+    const uint rows[2] = {i0 + 16 * warp + g, i0 + 16 * warp + g + 8};
+% if CAUSAL:
+    const uint jend = min(lk, i0 + ${BQ});  // key j > query i is out
+% else:
+    const uint jend = lk;
+% endif
+    <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${kv}">
+        __local ushort *kc = ks + cur * ${BK * LDD}, *vc = vs + cur * ${BK * LDV};
+        ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
+        float mx[2] = {NEG_INF, NEG_INF};
+        ${UNROLL}
+        for (int n = 0; n < ${BK // 8}; n++) {
+            ${UNROLL}
+            for (int e = 0; e < 4; e++) {
+                const uint i = rows[e >> 1], j = j0 + 8 * n + 2 * tq + (e & 1);
+                s[n][e] = (i < lq && j < lk) ? s[n][e] * scale + MASK_AT(i, j) : NEG_INF;
+                mx[e >> 1] = fmax(mx[e >> 1], s[n][e]);
+            }
+        }
+        ${UNROLL}
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmax(mx[r], LANES_XOR(mx[r], 1));
+            mx[r] = fmax(mx[r], LANES_XOR(mx[r], 2));
+            const float mn = fmax(m[r], mx[r]);
+            // rescale the old sums
+            const float f = mn == NEG_INF ? 1.0f : EXP2((m[r] - mn) * LOG2E);
+            m[r] = mn;
+            l[r] *= f;
+            ${UNROLL}
+            for (int n = 0; n < ${DV // 8}; n++) {
+                acc[n][2 * r] *= f;
+                acc[n][2 * r + 1] *= f;
+            }
+        }
+        ${UNROLL}
+        for (int n = 0; n < ${BK // 8}; n++) {
+            ${UNROLL}
+            for (int r = 0; r < 2; r++) {
+                float keep[2];
+                KEEP2(keep, rows[r], j0 + 8 * n + 2 * tq);
+                ${UNROLL}
+                for (int h = 0; h < 2; h++) {
+                    const float x = s[n][2 * r + h];
+                    const float p = x == NEG_INF ? 0.0f : EXP2((x - m[r]) * LOG2E);
+                    l[r] += p;
+                    s[n][2 * r + h] = p * keep[h];
+                }
+            }
+        }
+        ${weights_by_block("acc", "s", "vc", LDV, DV, BK)}
+    </%self:walk>
+    float inv[2];
+    o += o_offset + OUT_AT(bh, lq, ${DV});
+    ${UNROLL}
+    for (int r = 0; r < 2; r++) {
+        float total = l[r] + LANES_XOR(l[r], 1);
+        total += LANES_XOR(total, 2);
+        inv[r] = total > 0.0f ? 1.0f / total : 0.0f;
+        if (tq == 0 && rows[r] < lq) {  // -inf and log 0 = -inf for a row masked whole
+            const ulong at = stats_offset + STATS_AT(bh, lq, rows[r]);
+            stats[at] = m[r];
+            stats[at + 1] = log(total);
+        }
+    }
+    ${store("o", "OUT_ROW(%d)" % DV, "acc", "i0", "lq", DV, lambda r: "inv[%s]" % r)}
+}
+% endif
+
+// backward: ds_ij = p_ij (k_ij dO_i . v_j - delta_i), delta_i = dO_i . O_i, k_ij the
+// dropout factor
+% if PASS == "dq":
+<%
+assert BQ <= 2 * BK
+def kv(stage, x):
+    return (capture(fetch, "ks + %s * %d" % (stage, BK * LDD), LDD, "k", x, "lk", BK, D, "IN_ROW(%d)" % D)
+            + capture(fetch, "vs + %s * %d" % (stage, BK * LDV), LDV, "v", x, "lk", BK, DV, "IN_ROW(%d)" % DV))
+%>
+// dq_i = scale sum_j ds_ij k_j for the block of BQ query rows of group 0
+__kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
+void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
+{
+    __local uint4 ks4[${2 * BK * LDD // 8}], vs4[${2 * BK * LDV // 8}];
+    __local ushort *ks = (__local ushort *)ks4, *vs = (__local ushort *)vs4;
+    SCRATCH
+    PROLOGUE;
+    const uint i0 = get_group_id(0) * ${BQ};
+    q += q_offset + IN_AT(bh, lq, ${D});
+    dout += dout_offset + OUT_AT(bh, lq, ${DV});
+    k += k_offset + IN_AT(bh, lk, ${D});
+    v += v_offset + IN_AT(bh, lk, ${DV});
+    ${own_block(capture(fetch, "ks", LDD, "q", "i0", "lq", BQ, D, "IN_ROW(%d)" % D)
+                + capture(fetch, "vs", LDV, "dout", "i0", "lq", BQ, DV, "OUT_ROW(%d)" % DV))}
+    ${fragments("qf", "ks", LDD, D)}
+    ${fragments("gf", "vs", LDV, DV)}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ${zeros("acc", D)}
+    const uint rows[2] = {i0 + 16 * warp + g, i0 + 16 * warp + g + 8};
+    float m_r[2], nl2_r[2], delta_r[2];
+    for (int r = 0; r < 2; r++) {
+        const bool live = rows[r] < lq;
+        const ulong at = stats_offset + STATS_AT(bh, lq, rows[r]);
+        m_r[r] = live ? stats[at] : NEG_INF;
+        nl2_r[r] = live ? -stats[at + 1] * LOG2E : 0.0f;
+        delta_r[r] = live ? delta[delta_offset + STAT_AT(bh, lq, rows[r])] : 0.0f;
+    }
+% if CAUSAL:
+    const uint jend = min(lk, i0 + ${BQ});
+% else:
+    const uint jend = lk;
+% endif
+    <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${kv}">
+        __local ushort *kc = ks + cur * ${BK * LDD}, *vc = vs + cur * ${BK * LDV};
+        ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
+        ${rows_by_rows("dp", "gf", "vc", LDV, BK, DV)}
+        ${UNROLL}
+        for (int n = 0; n < ${BK // 8}; n++) {
+            ${UNROLL}
+            for (int r = 0; r < 2; r++) {
+                float keep[2];
+                const uint i = rows[r], j = j0 + 8 * n + 2 * tq;
+                KEEP2(keep, i, j);
+                ${UNROLL}
+                for (int h = 0; h < 2; h++) {
+                    const float x = (i < lq && j + h < lk)
+                        ? s[n][2 * r + h] * scale + MASK_AT(i, j + h) : NEG_INF;
+                    const float p = prob2(x, m_r[r], nl2_r[r]);
+                    s[n][2 * r + h] = p * (dp[n][2 * r + h] * keep[h] - delta_r[r]);
+                }
+            }
+        }
+        ${weights_by_block("acc", "s", "kc", LDD, D, BK)}
+    </%self:walk>
+    dq += dq_offset + IN_AT(bh, lq, ${D});
+    ${store("dq", "IN_ROW(%d)" % D, "acc", "i0", "lq", D, lambda r: "scale")}
+}
+% endif
+
+% if PASS == "dkdv":
+<%
+assert BK <= 2 * BQ
+def qg(stage, x):
+    return (capture(fetch, "qs + %s * %d" % (stage, BQ * LDD), LDD, "q", x, "lq", BQ, D, "IN_ROW(%d)" % D)
+            + capture(fetch, "gs + %s * %d" % (stage, BQ * LDV), LDV, "dout", x, "lq", BQ, DV, "OUT_ROW(%d)" % DV))
+STATS = """
+        for (uint e = t; e < %d; e += %d) {  // the current block's statistics
+            const bool live = i0 + e < lq;
+            const ulong at = stats_offset + STATS_AT(bh, lq, i0 + e);
+            ms[e] = live ? stats[at] : NEG_INF;
+            nls[e] = live ? -stats[at + 1] * LOG2E : 0.0f;
+            dls[e] = live ? delta[delta_offset + STAT_AT(bh, lq, i0 + e)] : 0.0f;
+        }""" % (BQ, NT)
+%>
+// dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij k_ij dO_i for the block of BK key rows
+// of group 0 (the statistics and delta of the query block staged beside it)
+__kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
+void attention_mma_dkdv(BACKWARD_ARGS, __global ${ACT_T} *dk, ulong dk_offset,
+                        __global ${ACT_T} *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
+{
+    // two stages of the query and output-gradient blocks
+    __local uint4 qs4[${2 * BQ * LDD // 8}], gs4[${2 * BQ * LDV // 8}];
+    __local ushort *qs = (__local ushort *)qs4, *gs = (__local ushort *)gs4;
+    __local float ms[${BQ}], nls[${BQ}], dls[${BQ}];
+    SCRATCH
+    PROLOGUE;
+    const uint j0 = get_group_id(0) * ${BK};
+    q += q_offset + IN_AT(bh, lq, ${D});
+    dout += dout_offset + OUT_AT(bh, lq, ${DV});
+    k += k_offset + IN_AT(bh, lk, ${D});
+    v += v_offset + IN_AT(bh, lk, ${DV});
+    // the key and value blocks through the query blocks' places, into registers
+    ${own_block(capture(fetch, "qs", LDD, "k", "j0", "lk", BK, D, "IN_ROW(%d)" % D)
+                + capture(fetch, "gs", LDV, "v", "j0", "lk", BK, DV, "IN_ROW(%d)" % DV))}
+    ${fragments("kf", "qs", LDD, D)}
+    ${fragments("vf", "gs", LDV, DV)}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ${zeros("ak", D)}
+    ${zeros("av", DV)}
+    const uint keys[2] = {j0 + 16 * warp + g, j0 + 16 * warp + g + 8};
+% if CAUSAL:
+    const uint istart = j0 / ${BQ} * ${BQ};  // query i < key j is out
+% else:
+    const uint istart = 0;
+% endif
+    <%self:walk x0="i0" start="istart" end="lq" B="${BQ}" blocks="${qg}" before_wait="${STATS}">
+        __local ushort *qc = qs + cur * ${BQ * LDD}, *gc = gs + cur * ${BQ * LDV};
+        ${rows_by_rows("st", "kf", "qc", LDD, BQ, D)}
+        ${rows_by_rows("dpt", "vf", "gc", LDV, BQ, DV)}
+        ${UNROLL}
+        for (int n = 0; n < ${BQ // 8}; n++) {
+            ${UNROLL}
+            for (int e = 0; e < 4; e++) {
+                const uint c = 8 * n + 2 * tq + (e & 1), i = i0 + c, j = keys[e >> 1];
+% if DROPOUT:
+                const float keep = KEEP(i, j);
+% else:
+                const float keep = 1.0f;
+% endif
+                const float x = (i < lq && j < lk) ? st[n][e] * scale + MASK_AT(i, j) : NEG_INF;
+                const float p = prob2(x, ms[c], nls[c]);
+                st[n][e] = p * keep;
+                dpt[n][e] = p * (dpt[n][e] * keep - dls[c]);
+            }
+        }
+        ${weights_by_block("av", "st", "gc", LDV, DV, BQ)}
+        ${weights_by_block("ak", "dpt", "qc", LDD, D, BQ)}
+    </%self:walk>
+    dk += dk_offset + IN_AT(bh, lk, ${D});
+    dv += dv_offset + IN_AT(bh, lk, ${DV});
+    ${store("dk", "IN_ROW(%d)" % D, "ak", "j0", "lk", D, lambda r: "scale")}
+    ${store("dv", "IN_ROW(%d)" % DV, "av", "j0", "lk", DV, lambda r: "1.0f")}
+}
+% endif
