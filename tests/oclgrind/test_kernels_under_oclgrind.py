@@ -280,6 +280,37 @@ def test_attention(ctx, rng, facts, opts, shapes):
     _finite(run_layer(ctx, layer, xs, dy=dy, rng=rng))
 
 
+def test_attention_emulated_tensor_cores(ctx, rng, monkeypatch):
+    """attention_mma.cl's double-buffered blocks (three key blocks, two query blocks of one
+    warp each), its lanes' exchanges and its 16-bit weights with mma.h's products in
+    OpenCL C (MMA_EMULATE), causal and masked: the race checks see every stage's reuse."""
+    from dlprim.core import attention
+    from dlprim.core.attention import AttentionOps
+    from dlprim.kernels import program
+    from layer_check import host
+    monkeypatch.setattr(attention, "tensor_cores", lambda ctx, precision="tf32": True)
+    build = program.get
+    monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
+        ctx, name, **(dict(p, MMA_EMULATE=True) if name == "attention_mma" else p)))
+    b, lq, lk, d = 1, 20, 40, 16
+    one = dict(WARPS=1, BQ=16, BK=16)
+    half = np.dtype(np.float16)
+    op = AttentionOps(ctx, b, lq, lk, d, d, causal=True, mask=True, dtype=half,
+                      blocks={"forward": one, "dq": one, "dkdv": one})
+    f = lambda s: dp.Tensor.from_numpy(ctx, host(rng.standard_normal(s), half))
+    q, k, v, g = f((b, lq, d)), f((b, lk, d)), f((b, lk, d)), f((b, lq, d))
+    mask = dp.Tensor.from_numpy(ctx, rng.standard_normal((1, 1, 1, lk)).astype(np.float32))
+    masks = dict(mask=mask, mask_strides=(0, 0, 0, 1))
+    o, stats, delta = (dp.Tensor(ctx, (b, lq, d), half), dp.Tensor(ctx, op.stats_shape),
+                       dp.Tensor(ctx, (b, lq)))
+    grads = [dp.Tensor(ctx, t.shape, half) for t in (q, k, v)]
+    for launch in op.launches(q, k, v, o, stats, **masks) + \
+            op.backward_launches(q, k, v, o, stats, g, *grads, delta, **masks):
+        launch(ctx.queue)
+    for t in [o] + grads:
+        assert np.isfinite(t.numpy()).all() and np.abs(t.numpy()).sum() > 0
+
+
 def test_embedding(ctx, rng, facts):
     table = rng.standard_normal((6, 5)).astype(np.float32)
     idx = np.array([[1, 5, 1], [0, 3, 2]], np.int64)
