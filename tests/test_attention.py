@@ -688,6 +688,23 @@ def test_mma_kernels_match_float64(ctx, rng, emulated_mma, half, n, heads, lq, l
         near(a, w, tol, what)
 
 
+def test_mma_tiles_per_warp_match_float64(ctx, rng, emulated_mma):
+    """Two tiles of 16 rows per warp (MW = 2) in every pass, one warp per work-group: each
+    staged fragment feeds both tiles' products, and the lanes' rows span two tiles."""
+    dtype, tol_y, tol_dx = HALVES["float16"]
+    b, lq, lk, d = 2, 45, 50, 16
+    two = dict(WARPS=1, MW=2, BQ=32, BK=16)
+    blocks = {"forward": two, "dq": two, "dkdv": dict(two, BQ=16, BK=32)}
+    q, k, v, g = (stored(rng.standard_normal((b, n, d)), dtype) for n in (lq, lk, lk, lq))
+    p = probabilities(q, k, 0.25, None, causal=True)
+    want = [p @ v] + list(gradients(q, k, v, p, 0.25, g))
+    op = AttentionOps(ctx, b, lq, lk, d, d, causal=True, dtype=dtype, blocks=blocks)
+    assert op.kernels == "mma" and op.blocks == blocks
+    got = _run(ctx, op, q, k, v, g, 0, 0)
+    for a, w, what, tol in zip(got, want, ("o", "dq", "dk", "dv"), (tol_y,) + (tol_dx,) * 3):
+        near(a, w, tol, what)
+
+
 @pytest.mark.parametrize("layout", ["nhld", "packed"])
 def test_mma_dropout_and_layouts_are_the_float32_kernels(ctx, rng, emulated_mma, layout):
     """With dropout (the same weights dropped as the float32 kernels drop), causal, in the
@@ -712,8 +729,8 @@ def test_mma_kernels_are_chosen_and_refused_by_name(ctx, monkeypatch):
     refused by name when asked for."""
     from dlprim.core import attention
     from dlprim.core.attention import mma_blocks
-    assert mma_blocks(64, 64)["forward"] == dict(WARPS=4, BQ=64, BK=64)
-    assert mma_blocks(128, 64)["dkdv"] == dict(WARPS=4, BQ=32, BK=64)
+    assert mma_blocks(64, 64)["forward"] == dict(WARPS=4, MW=2, BQ=128, BK=64)
+    assert mma_blocks(128, 64)["dkdv"] == dict(WARPS=4, MW=1, BQ=32, BK=64)
     assert mma_blocks(8, 8) is None and mma_blocks(256, 256) is None
     half = np.dtype(np.float16)
     if not attention.tensor_cores(ctx, "fp16"):
@@ -734,4 +751,4 @@ def test_mma_kernels_are_chosen_and_refused_by_name(ctx, monkeypatch):
         AttentionOps(ctx, 2, 4, 4, 16, 16, kernels="mma")
     with pytest.raises(ValueError, match="do not fit the mma kernels"):
         AttentionOps(ctx, 2, 4, 4, 16, 16, dtype=half,
-                     blocks={"forward": dict(WARPS=4, BQ=32, BK=64)})
+                     blocks={"forward": dict(WARPS=4, MW=1, BQ=32, BK=64)})

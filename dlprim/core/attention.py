@@ -86,40 +86,47 @@ MMA_MAX_WIDTH = 128
 
 
 def mma_blocks(d, dv):
-    """The blocks of attention_mma.cl for widths d, dv: {pass: {WARPS, BQ, BK}}, or None
-    where it does not take them (widths multiples of 16, at most MMA_MAX_WIDTH)."""
+    """The blocks of attention_mma.cl for widths d, dv: {pass: {WARPS, MW, BQ, BK}}, or
+    None where it does not take them (widths multiples of 16, at most MMA_MAX_WIDTH)."""
     if d % 16 or dv % 16 or max(d, dv) > MMA_MAX_WIDTH:
         return None
     # two stages of the other side's blocks in local memory: 2 x 64 rows of 64 + 8 (or
-    # 2 x 32 of 128 + 8) 16-bit values each for the two operands, 36 KiB
-    own, other = 16 * MMA_WARPS, 64 if max(d, dv) <= 64 else 32
-    return {"forward": dict(WARPS=MMA_WARPS, BQ=own, BK=other),
-            "dq": dict(WARPS=MMA_WARPS, BQ=own, BK=other),
-            "dkdv": dict(WARPS=MMA_WARPS, BQ=other, BK=own)}
+    # 2 x 32 of 128 + 8) 16-bit values each for the two operands, 36 KiB. Two tiles of 16
+    # rows per warp (MW) halve the local-memory reads per product, but the backward's
+    # register tiles then spill at width 128 (D = 128's dK/dV with MW = 2: 18.3 ms against
+    # 2.5). Measured on an H200 at B = 32 rows of 4096 (docs/benchmarks.md), each pass
+    # over WARPS 2-8, MW 1-2 and the other side 16-64 rows; the best of each.
+    if max(d, dv) <= 64:
+        return {"forward": dict(WARPS=MMA_WARPS, MW=2, BQ=128, BK=64),
+                "dq": dict(WARPS=MMA_WARPS, MW=2, BQ=128, BK=16),
+                "dkdv": dict(WARPS=MMA_WARPS, MW=1, BQ=64, BK=64)}
+    return {"forward": dict(WARPS=MMA_WARPS, MW=1, BQ=64, BK=32),
+            "dq": dict(WARPS=MMA_WARPS, MW=1, BQ=64, BK=32),
+            "dkdv": dict(WARPS=MMA_WARPS, MW=1, BQ=32, BK=64)}
 
 
 def _mma_local_bytes(pass_, d, dv, b):
     """Local memory of a kernel of attention_mma.cl: two stages of the other side's two
-    operands (rows of W + 8 16-bit values), the row statistics (dkdv)."""
-    other = b["BQ"] if pass_ == "dkdv" else b["BK"]
-    return 2 * 2 * other * (d + 8 + dv + 8) + (12 * b["BQ"] if pass_ == "dkdv" else 0)
+    operands (rows of W + 8 16-bit values; the own block staged there first), the row
+    statistics (dkdv)."""
+    own, other = (b["BK"], b["BQ"]) if pass_ == "dkdv" else (b["BQ"], b["BK"])
+    return 2 * max(2 * other, own) * (d + 8 + dv + 8) + (12 * b["BQ"] if pass_ == "dkdv" else 0)
 
 
 def _checked_mma_blocks(facts, d, dv, given):
-    """``given`` ({pass: {WARPS, BQ, BK}}, for some passes), each checked against what
+    """``given`` ({pass: {WARPS, MW, BQ, BK}}, for some passes), each checked against what
     attention_mma.cl takes, else a ValueError naming it."""
     for pass_, b in (given or {}).items():
-        if pass_ not in BLOCKS or set(b) != {"WARPS", "BQ", "BK"}:
-            raise ValueError("attention: the mma kernels' blocks are {pass: {WARPS, BQ, BK}} "
-                             "for passes %s, got %r for %r" % (", ".join(BLOCKS), b, pass_))
+        if pass_ not in BLOCKS or set(b) != {"WARPS", "MW", "BQ", "BK"}:
+            raise ValueError("attention: the mma kernels' blocks are {pass: {WARPS, MW, BQ, "
+                             "BK}} for passes %s, got %r for %r" % (", ".join(BLOCKS), b, pass_))
         own, other = (b["BK"], b["BQ"]) if pass_ == "dkdv" else (b["BQ"], b["BK"])
-        if b["WARPS"] < 1 or own != 16 * b["WARPS"] or other % 16 or other < 16 or \
-                own > 2 * other or 32 * b["WARPS"] > facts.max_work_group or \
+        if min(b["WARPS"], b["MW"]) < 1 or own != 16 * b["MW"] * b["WARPS"] or other % 16 \
+                or other < 16 or 32 * b["WARPS"] > facts.max_work_group or \
                 _mma_local_bytes(pass_, d, dv, b) > facts.local_mem:
             raise ValueError("attention: blocks %r of the %s pass do not fit the mma kernels "
-                             "(16 rows per warp on its own side, the other side a multiple of "
-                             "16 of at least half as many rows, within local memory)"
-                             % (b, pass_))
+                             "(MW tiles of 16 rows per warp on its own side, the other side a "
+                             "multiple of 16 rows, within local memory)" % (b, pass_))
     return given or {}
 
 
@@ -239,7 +246,7 @@ class AttentionOps:
     """Attention over ``batch`` = batch * heads rows of q (L, D), k (S, D), v (S, DV).
     ``blocks`` ({pass: {BQ, BK, TX, TY}}) overrides the tiled kernels' blocks of the
     table (``tile_blocks``) for some passes (benchmarks/attention_blocks.py); for the
-    mma kernels, {pass: {WARPS, BQ, BK}} overrides ``mma_blocks``'."""
+    mma kernels, {pass: {WARPS, MW, BQ, BK}} overrides ``mma_blocks``'."""
 
     def __init__(self, ctx, batch, lq, lk, d, dv, heads=1, causal=False, mask=False, dropout=0.0,
                  kernels=None, layout="nhld", dtype=np.float32, mask_dtype=np.float32,

@@ -2,11 +2,13 @@
 <%include file="mma.h"/>
 // Fused scaled dot-product attention on NVIDIA tensor cores, for 16-bit storage (half or
 // bfloat16): FlashAttention-2's blocks as attention_tiles.cl, with every product a warp's
-// mma.sync m16n8k16 (FP16 or BF16 operands, float32 sums; mma.h). A warp owns 16 rows of
-// its work-group's block (query rows in "forward" and "dq", key rows in "dkdv") and keeps
-// their operand fragments in registers for the whole walk over the other side, whose
-// blocks are staged in local memory as stored (16-bit, rows of W + 8 values: ldmatrix's
-// eight 16-byte rows fall in distinct banks) and read by ldmatrix.
+// mma.sync m16n8k16 (FP16 or BF16 operands, float32 sums; mma.h). A warp owns MW tiles of
+// 16 rows of its work-group's block (query rows in "forward" and "dq", key rows in
+// "dkdv") and keeps their operand fragments in registers for the whole walk over the
+// other side, whose blocks are staged in local memory as stored (16-bit, rows of W + 8
+// values: ldmatrix's eight 16-byte rows fall in distinct banks) and read by ldmatrix.
+// Each fragment of the staged block that ldmatrix reads feeds MW products: local memory's
+// bandwidth, not the tensor cores, bounds a warp of one tile.
 // A product's accumulator holds, in lane 4g + t, rows g and g + 8 by columns 2t, 2t + 1 of
 // each block of 8; two such blocks side by side are exactly the A fragment of the next
 // product (rows g, g + 8 by 16 of K), so the weights P = exp(S - m) (and dS) go from one
@@ -17,7 +19,8 @@
 // dS is multiplied by the scale only when dQ and dK are stored, so that float16's dS
 // stays clear of its subnormals.
 // PASS: "forward", "dq" or "dkdv"; D, DV: widths, multiples of 16; WARPS warps of 32
-// items, BQ (forward, dq: 16 WARPS) query rows and BK (dkdv: 16 WARPS) key rows per block;
+// items, MW tiles of 16 rows each, BQ (forward, dq: 16 MW WARPS) query rows and BK (dkdv:
+// 16 MW WARPS) key rows per block;
 // ACT_T: "half" or "bfloat16"; ALIGNED: every row of q, k, v and dO starts on 16 bytes,
 // so blocks are staged with 16-byte loads (else 2-byte ones).
 <%include file="attention.h"/>
@@ -35,13 +38,15 @@ LDD, LDV = D + 8, DV + 8
 PRODUCT = "MMA_BF16" if ACT_T == "bfloat16" else "MMA_F16"
 PACK = "PACK_BF16" if ACT_T == "bfloat16" else "PACK_F16"
 assert D % 16 == 0 and DV % 16 == 0 and BQ % 16 == 0 and BK % 16 == 0
+R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r / 2
 %>
-// exp(s - m - log l) = 2^((s - m) log2(e) - log2 l), given nl2 = -log2 l; 0 where the key
-// is masked or the row is masked whole
-inline float prob2(float s, float m, float nl2)
-{
-    return (s == NEG_INF || m == NEG_INF) ? 0.0f : EXP2(fma(s - m, LOG2E, nl2));
-}
+// Weights without a branch per score (a branch each split the softmax's work into 64
+// blocks per key block): a masked score is -inf and 2^-inf is 0, so only the row's own
+// maximum needs a stand-in where it is -inf (no key seen yet, or a row masked whole):
+// 0 in the forward, and in the backward m = 0, nl2 = -inf with it, which gives 0 for
+// every score of such a row. exp(s - m - log l) = 2^((s - m) log2(e) + nl2), nl2 = -log2 l.
+#define FINITE_MAX(m) ((m) == NEG_INF ? 0.0f : (m))
+#define PROB2(s, m, nl2) EXP2(fma((s) - (m), LOG2E, (nl2)))
 
 ## rows [first, first + rows) of a global matrix of 16-bit values (rows ``row`` values
 ## apart) into local rows of ``ld``; zeros past ``limit``. Eight values a copy: ALIGNED,
@@ -62,50 +67,70 @@ inline float prob2(float s, float m, float nl2)
     }
 </%def>
 
-## acc[n] (n < N / 8, 16 rows by 8 columns each) = the warp's 16 rows of fragments
-## a[W / 16][4] times the columns of a block staged as rows [n][w] (B = its transpose)
+## acc[w][n] (tile w < MW; n < N / 8, 16 rows by 8 columns each) = the warp's rows of
+## fragments a[MW][W / 16][4] times the columns of a block staged as rows [n][w] (B = its
+## transpose)
 <%def name="rows_by_rows(acc, a, b, ld, N, W)">
-    float ${acc}[${N // 8}][4];
+    float ${acc}[${MW}][${N // 8}][4];
     ${UNROLL}
-    for (int n = 0; n < ${N // 8}; n++)
-        ${acc}[n][0] = ${acc}[n][1] = ${acc}[n][2] = ${acc}[n][3] = 0.0f;
+    for (int w = 0; w < ${MW}; w++) {
+        ${UNROLL}
+        for (int n = 0; n < ${N // 8}; n++)
+            ${acc}[w][n][0] = ${acc}[w][n][1] = ${acc}[w][n][2] = ${acc}[w][n][3] = 0.0f;
+    }
     ${UNROLL}
     for (int c = 0; c < ${W // 16}; c++) {
         ${UNROLL}
         for (int n = 0; n < ${N // 8}; n += 2) {
             uint bf[4];
             B_FRAGMENTS(bf, ${b}, 8 * n, 16 * c, ${ld}, 0);
-            ${PRODUCT}(${acc}[n], ${a}[c][0], ${a}[c][1], ${a}[c][2], ${a}[c][3], bf[0], bf[1]);
-            ${PRODUCT}(${acc}[n + 1], ${a}[c][0], ${a}[c][1], ${a}[c][2], ${a}[c][3], bf[2], bf[3]);
+            ${UNROLL}
+            for (int w = 0; w < ${MW}; w++) {
+                ${PRODUCT}(${acc}[w][n], ${a}[w][c][0], ${a}[w][c][1], ${a}[w][c][2], ${a}[w][c][3],
+                           bf[0], bf[1]);
+                ${PRODUCT}(${acc}[w][n + 1], ${a}[w][c][0], ${a}[w][c][1], ${a}[w][c][2],
+                           ${a}[w][c][3], bf[2], bf[3]);
+            }
         }
     }
 </%def>
 
-## acc[n] (n < N / 8) += w x (block staged as rows [k][n]): w[K / 8][4] accumulator-shaped
-## floats (16 rows by K), packed two blocks of 8 at a time into A fragments
-<%def name="weights_by_block(acc, w, b, ld, N, K)">
+## acc[w][n] (n < N / 8) += x[w] (block staged as rows [k][n]): x[MW][K / 8][4]
+## accumulator-shaped floats (16 rows by K per tile), packed two blocks of 8 at a time
+## into A fragments
+<%def name="weights_by_block(acc, x, b, ld, N, K)">
     ${UNROLL}
     for (int c = 0; c < ${K // 16}; c++) {
-        const uint a0 = ${PACK}(${w}[2 * c][0], ${w}[2 * c][1]),
-                   a1 = ${PACK}(${w}[2 * c][2], ${w}[2 * c][3]),
-                   a2 = ${PACK}(${w}[2 * c + 1][0], ${w}[2 * c + 1][1]),
-                   a3 = ${PACK}(${w}[2 * c + 1][2], ${w}[2 * c + 1][3]);
+        uint a[${MW}][4];
+        ${UNROLL}
+        for (int w = 0; w < ${MW}; w++) {
+            a[w][0] = ${PACK}(${x}[w][2 * c][0], ${x}[w][2 * c][1]);
+            a[w][1] = ${PACK}(${x}[w][2 * c][2], ${x}[w][2 * c][3]);
+            a[w][2] = ${PACK}(${x}[w][2 * c + 1][0], ${x}[w][2 * c + 1][1]);
+            a[w][3] = ${PACK}(${x}[w][2 * c + 1][2], ${x}[w][2 * c + 1][3]);
+        }
         ${UNROLL}
         for (int n = 0; n < ${N // 8}; n += 2) {
             uint bf[4];
             B_FRAGMENTS(bf, ${b}, 8 * n, 16 * c, ${ld}, 1);
-            ${PRODUCT}(${acc}[n], a0, a1, a2, a3, bf[0], bf[1]);
-            ${PRODUCT}(${acc}[n + 1], a0, a1, a2, a3, bf[2], bf[3]);
+            ${UNROLL}
+            for (int w = 0; w < ${MW}; w++) {
+                ${PRODUCT}(${acc}[w][n], a[w][0], a[w][1], a[w][2], a[w][3], bf[0], bf[1]);
+                ${PRODUCT}(${acc}[w][n + 1], a[w][0], a[w][1], a[w][2], a[w][3], bf[2], bf[3]);
+            }
         }
     }
 </%def>
 
-## the warp's fragments of 16 rows from 16 w of a staged block, W wide
+## the warp's fragments of its MW tiles of rows from a staged block, W wide
 <%def name="fragments(name, src, ld, W)">
-    uint ${name}[${W // 16}][4];
+    uint ${name}[${MW}][${W // 16}][4];
     ${UNROLL}
-    for (int c = 0; c < ${W // 16}; c++)
-        A_FRAGMENTS(${name}[c], ${src}, 16 * warp, 16 * c, ${ld}, 0);
+    for (int w = 0; w < ${MW}; w++) {
+        ${UNROLL}
+        for (int c = 0; c < ${W // 16}; c++)
+            A_FRAGMENTS(${name}[w][c], ${src}, 16 * (${MW} * warp + w), 16 * c, ${ld}, 0);
+    }
 </%def>
 
 ## the walk over the other side's blocks of B rows, double-buffered: blocks(stage, x)
@@ -137,22 +162,34 @@ inline float prob2(float s, float m, float nl2)
 </%def>
 
 <%def name="zeros(name, N)">
-    float ${name}[${N // 8}][4];
-    for (int n = 0; n < ${N // 8}; n++)
-        ${name}[n][0] = ${name}[n][1] = ${name}[n][2] = ${name}[n][3] = 0.0f;
+    float ${name}[${MW}][${N // 8}][4];
+    for (int w = 0; w < ${MW}; w++)
+        for (int n = 0; n < ${N // 8}; n++)
+            ${name}[w][n][0] = ${name}[w][n][1] = ${name}[w][n][2] = ${name}[w][n][3] = 0.0f;
 </%def>
 
-## store acc (16 rows by W of the warp, accumulator-shaped) times ``factor`` (per row
-## half r: 0 row g, 1 row g + 8) to rows r0 + 16 warp + g (+ 8) of dst, below limit
-<%def name="store(dst, row, acc, r0, limit, W, factor)">
+## the lane's rows of the block from x0: row r (< R) is row g (r even) or g + 8 of tile
+## r / 2 of the warp's
+<%def name="lane_rows(name, x0)">
+    uint ${name}[${R}];
+    for (int r = 0; r < ${R}; r++)
+        ${name}[r] = ${x0} + 16 * (${MW} * warp + r / 2) + g + 8 * (r & 1);
+</%def>
+
+## store acc (the warp's tiles by W, accumulator-shaped) times ``factor`` (of the lane's
+## row r) to the lane's rows ``rows`` of dst, below limit
+<%def name="store(dst, row, acc, rows, limit, W, factor)">
     ${UNROLL}
-    for (int e = 0; e < 4; e++) {
-        const uint i = ${r0} + 16 * warp + g + 8 * (e >> 1);
+    for (int r = 0; r < ${R}; r++) {
+        const uint i = ${rows}[r];
         if (i < ${limit}) {
             ${UNROLL}
-            for (int n = 0; n < ${W // 8}; n++)
-                ST_${ACT_T}(${dst}, (ulong)i * ${row} + 8 * n + 2 * tq + (e & 1),
-                            ${acc}[n][e] * ${factor("e >> 1")});
+            for (int n = 0; n < ${W // 8}; n++) {
+                ST_${ACT_T}(${dst}, (ulong)i * ${row} + 8 * n + 2 * tq,
+                            ${acc}[r / 2][n][2 * (r & 1)] * ${factor("r")});
+                ST_${ACT_T}(${dst}, (ulong)i * ${row} + 8 * n + 2 * tq + 1,
+                            ${acc}[r / 2][n][2 * (r & 1) + 1] * ${factor("r")});
+            }
         }
     }
 </%def>
@@ -178,7 +215,6 @@ inline float prob2(float s, float m, float nl2)
 
 % if PASS == "forward":
 <%
-assert BQ <= 2 * BK
 def kv(stage, x):
     return (capture(fetch, "ks + %s * %d" % (stage, BK * LDD), LDD, "k", x, "lk", BK, D, "IN_ROW(%d)" % D)
             + capture(fetch, "vs + %s * %d" % (stage, BK * LDV), LDV, "v", x, "lk", BK, DV, "IN_ROW(%d)" % DV))
@@ -190,7 +226,7 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
                            __global float *stats, ulong stats_offset MASK_ARGS DROP_ARGS)
 {
     // two stages of the key and value blocks
-    __local uint4 ks4[${2 * BK * LDD // 8}], vs4[${2 * BK * LDV // 8}];
+    __local uint4 ks4[${max(2 * BK, BQ) * LDD // 8}], vs4[${max(2 * BK, BQ) * LDV // 8}];
     __local ushort *ks = (__local ushort *)ks4, *vs = (__local ushort *)vs4;
     SCRATCH
     PROLOGUE;
@@ -203,8 +239,12 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
     ${fragments("qf", "ks", LDD, D)}
     barrier(CLK_LOCAL_MEM_FENCE);
     ${zeros("acc", DV)}
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
-    const uint rows[2] = {i0 + 16 * warp + g, i0 + 16 * warp + g + 8};
+    float m[${R}], l[${R}];
+    for (int r = 0; r < ${R}; r++) {
+        m[r] = NEG_INF;
+        l[r] = 0.0f;
+    }
+    ${lane_rows("rows", "i0")}
 % if CAUSAL:
     const uint jend = min(lk, i0 + ${BQ});  // key j > query i is out
 % else:
@@ -213,52 +253,59 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
     <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${kv}">
         __local ushort *kc = ks + cur * ${BK * LDD}, *vc = vs + cur * ${BK * LDV};
         ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
-        float mx[2] = {NEG_INF, NEG_INF};
+        float mx[${R}];
         ${UNROLL}
-        for (int n = 0; n < ${BK // 8}; n++) {
+        for (int r = 0; r < ${R}; r++) {
+            mx[r] = NEG_INF;
             ${UNROLL}
-            for (int e = 0; e < 4; e++) {
-                const uint i = rows[e >> 1], j = j0 + 8 * n + 2 * tq + (e & 1);
-                s[n][e] = (i < lq && j < lk) ? s[n][e] * scale + MASK_AT(i, j) : NEG_INF;
-                mx[e >> 1] = fmax(mx[e >> 1], s[n][e]);
+            for (int n = 0; n < ${BK // 8}; n++) {
+                ${UNROLL}
+                for (int h = 0; h < 2; h++) {
+                    const uint i = rows[r], j = j0 + 8 * n + 2 * tq + h;
+                    const float x = s[r / 2][n][2 * (r & 1) + h];
+                    const float y = (i < lq && j < lk) ? x * scale + MASK_AT(i, j) : NEG_INF;
+                    s[r / 2][n][2 * (r & 1) + h] = y;
+                    mx[r] = fmax(mx[r], y);
+                }
             }
         }
+        float mf[${R}];
         ${UNROLL}
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < ${R}; r++) {
             mx[r] = fmax(mx[r], LANES_XOR(mx[r], 1));
             mx[r] = fmax(mx[r], LANES_XOR(mx[r], 2));
             const float mn = fmax(m[r], mx[r]);
             // rescale the old sums
             const float f = mn == NEG_INF ? 1.0f : EXP2((m[r] - mn) * LOG2E);
             m[r] = mn;
+            mf[r] = FINITE_MAX(mn);
             l[r] *= f;
             ${UNROLL}
             for (int n = 0; n < ${DV // 8}; n++) {
-                acc[n][2 * r] *= f;
-                acc[n][2 * r + 1] *= f;
+                acc[r / 2][n][2 * (r & 1)] *= f;
+                acc[r / 2][n][2 * (r & 1) + 1] *= f;
             }
         }
         ${UNROLL}
-        for (int n = 0; n < ${BK // 8}; n++) {
+        for (int r = 0; r < ${R}; r++) {
             ${UNROLL}
-            for (int r = 0; r < 2; r++) {
+            for (int n = 0; n < ${BK // 8}; n++) {
                 float keep[2];
                 KEEP2(keep, rows[r], j0 + 8 * n + 2 * tq);
                 ${UNROLL}
                 for (int h = 0; h < 2; h++) {
-                    const float x = s[n][2 * r + h];
-                    const float p = x == NEG_INF ? 0.0f : EXP2((x - m[r]) * LOG2E);
+                    const float p = EXP2((s[r / 2][n][2 * (r & 1) + h] - mf[r]) * LOG2E);
                     l[r] += p;
-                    s[n][2 * r + h] = p * keep[h];
+                    s[r / 2][n][2 * (r & 1) + h] = p * keep[h];
                 }
             }
         }
         ${weights_by_block("acc", "s", "vc", LDV, DV, BK)}
     </%self:walk>
-    float inv[2];
+    float inv[${R}];
     o += o_offset + OUT_AT(bh, lq, ${DV});
     ${UNROLL}
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < ${R}; r++) {
         float total = l[r] + LANES_XOR(l[r], 1);
         total += LANES_XOR(total, 2);
         inv[r] = total > 0.0f ? 1.0f / total : 0.0f;
@@ -268,7 +315,7 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
             stats[at + 1] = log(total);
         }
     }
-    ${store("o", "OUT_ROW(%d)" % DV, "acc", "i0", "lq", DV, lambda r: "inv[%s]" % r)}
+    ${store("o", "OUT_ROW(%d)" % DV, "acc", "rows", "lq", DV, lambda r: "inv[%s]" % r)}
 }
 % endif
 
@@ -276,7 +323,6 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
 // dropout factor
 % if PASS == "dq":
 <%
-assert BQ <= 2 * BK
 def kv(stage, x):
     return (capture(fetch, "ks + %s * %d" % (stage, BK * LDD), LDD, "k", x, "lk", BK, D, "IN_ROW(%d)" % D)
             + capture(fetch, "vs + %s * %d" % (stage, BK * LDV), LDV, "v", x, "lk", BK, DV, "IN_ROW(%d)" % DV))
@@ -285,7 +331,7 @@ def kv(stage, x):
 __kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
 void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
 {
-    __local uint4 ks4[${2 * BK * LDD // 8}], vs4[${2 * BK * LDV // 8}];
+    __local uint4 ks4[${max(2 * BK, BQ) * LDD // 8}], vs4[${max(2 * BK, BQ) * LDV // 8}];
     __local ushort *ks = (__local ushort *)ks4, *vs = (__local ushort *)vs4;
     SCRATCH
     PROLOGUE;
@@ -300,13 +346,14 @@ void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK
     ${fragments("gf", "vs", LDV, DV)}
     barrier(CLK_LOCAL_MEM_FENCE);
     ${zeros("acc", D)}
-    const uint rows[2] = {i0 + 16 * warp + g, i0 + 16 * warp + g + 8};
-    float m_r[2], nl2_r[2], delta_r[2];
-    for (int r = 0; r < 2; r++) {
+    ${lane_rows("rows", "i0")}
+    float m_r[${R}], nl2_r[${R}], delta_r[${R}];
+    for (int r = 0; r < ${R}; r++) {
         const bool live = rows[r] < lq;
         const ulong at = stats_offset + STATS_AT(bh, lq, rows[r]);
-        m_r[r] = live ? stats[at] : NEG_INF;
-        nl2_r[r] = live ? -stats[at + 1] * LOG2E : 0.0f;
+        const float m = live ? stats[at] : NEG_INF;
+        m_r[r] = FINITE_MAX(m);
+        nl2_r[r] = m == NEG_INF ? NEG_INF : -stats[at + 1] * LOG2E;
         delta_r[r] = live ? delta[delta_offset + STAT_AT(bh, lq, rows[r])] : 0.0f;
     }
 % if CAUSAL:
@@ -319,31 +366,31 @@ void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK
         ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
         ${rows_by_rows("dp", "gf", "vc", LDV, BK, DV)}
         ${UNROLL}
-        for (int n = 0; n < ${BK // 8}; n++) {
+        for (int r = 0; r < ${R}; r++) {
             ${UNROLL}
-            for (int r = 0; r < 2; r++) {
+            for (int n = 0; n < ${BK // 8}; n++) {
                 float keep[2];
                 const uint i = rows[r], j = j0 + 8 * n + 2 * tq;
                 KEEP2(keep, i, j);
                 ${UNROLL}
                 for (int h = 0; h < 2; h++) {
+                    const int w = r / 2, e = 2 * (r & 1) + h;
                     const float x = (i < lq && j + h < lk)
-                        ? s[n][2 * r + h] * scale + MASK_AT(i, j + h) : NEG_INF;
-                    const float p = prob2(x, m_r[r], nl2_r[r]);
-                    s[n][2 * r + h] = p * (dp[n][2 * r + h] * keep[h] - delta_r[r]);
+                        ? s[w][n][e] * scale + MASK_AT(i, j + h) : NEG_INF;
+                    const float p = PROB2(x, m_r[r], nl2_r[r]);
+                    s[w][n][e] = p * (dp[w][n][e] * keep[h] - delta_r[r]);
                 }
             }
         }
         ${weights_by_block("acc", "s", "kc", LDD, D, BK)}
     </%self:walk>
     dq += dq_offset + IN_AT(bh, lq, ${D});
-    ${store("dq", "IN_ROW(%d)" % D, "acc", "i0", "lq", D, lambda r: "scale")}
+    ${store("dq", "IN_ROW(%d)" % D, "acc", "rows", "lq", D, lambda r: "scale")}
 }
 % endif
 
 % if PASS == "dkdv":
 <%
-assert BK <= 2 * BQ
 def qg(stage, x):
     return (capture(fetch, "qs + %s * %d" % (stage, BQ * LDD), LDD, "q", x, "lq", BQ, D, "IN_ROW(%d)" % D)
             + capture(fetch, "gs + %s * %d" % (stage, BQ * LDV), LDV, "dout", x, "lq", BQ, DV, "OUT_ROW(%d)" % DV))
@@ -351,8 +398,9 @@ STATS = """
         for (uint e = t; e < %d; e += %d) {  // the current block's statistics
             const bool live = i0 + e < lq;
             const ulong at = stats_offset + STATS_AT(bh, lq, i0 + e);
-            ms[e] = live ? stats[at] : NEG_INF;
-            nls[e] = live ? -stats[at + 1] * LOG2E : 0.0f;
+            const float m = live ? stats[at] : NEG_INF;
+            ms[e] = FINITE_MAX(m);
+            nls[e] = m == NEG_INF ? NEG_INF : -stats[at + 1] * LOG2E;
             dls[e] = live ? delta[delta_offset + STAT_AT(bh, lq, i0 + e)] : 0.0f;
         }""" % (BQ, NT)
 %>
@@ -363,7 +411,7 @@ void attention_mma_dkdv(BACKWARD_ARGS, __global ${ACT_T} *dk, ulong dk_offset,
                         __global ${ACT_T} *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
 {
     // two stages of the query and output-gradient blocks
-    __local uint4 qs4[${2 * BQ * LDD // 8}], gs4[${2 * BQ * LDV // 8}];
+    __local uint4 qs4[${max(2 * BQ, BK) * LDD // 8}], gs4[${max(2 * BQ, BK) * LDV // 8}];
     __local ushort *qs = (__local ushort *)qs4, *gs = (__local ushort *)gs4;
     __local float ms[${BQ}], nls[${BQ}], dls[${BQ}];
     SCRATCH
@@ -381,7 +429,7 @@ void attention_mma_dkdv(BACKWARD_ARGS, __global ${ACT_T} *dk, ulong dk_offset,
     barrier(CLK_LOCAL_MEM_FENCE);
     ${zeros("ak", D)}
     ${zeros("av", DV)}
-    const uint keys[2] = {j0 + 16 * warp + g, j0 + 16 * warp + g + 8};
+    ${lane_rows("keys", "j0")}
 % if CAUSAL:
     const uint istart = j0 / ${BQ} * ${BQ};  // query i < key j is out
 % else:
@@ -392,19 +440,21 @@ void attention_mma_dkdv(BACKWARD_ARGS, __global ${ACT_T} *dk, ulong dk_offset,
         ${rows_by_rows("st", "kf", "qc", LDD, BQ, D)}
         ${rows_by_rows("dpt", "vf", "gc", LDV, BQ, DV)}
         ${UNROLL}
+        for (int w = 0; w < ${MW}; w++)
+        ${UNROLL}
         for (int n = 0; n < ${BQ // 8}; n++) {
             ${UNROLL}
             for (int e = 0; e < 4; e++) {
-                const uint c = 8 * n + 2 * tq + (e & 1), i = i0 + c, j = keys[e >> 1];
+                const uint c = 8 * n + 2 * tq + (e & 1), i = i0 + c, j = keys[2 * w + (e >> 1)];
 % if DROPOUT:
                 const float keep = KEEP(i, j);
 % else:
                 const float keep = 1.0f;
 % endif
-                const float x = (i < lq && j < lk) ? st[n][e] * scale + MASK_AT(i, j) : NEG_INF;
-                const float p = prob2(x, ms[c], nls[c]);
-                st[n][e] = p * keep;
-                dpt[n][e] = p * (dpt[n][e] * keep - dls[c]);
+                const float x = (i < lq && j < lk) ? st[w][n][e] * scale + MASK_AT(i, j) : NEG_INF;
+                const float p = PROB2(x, ms[c], nls[c]);
+                st[w][n][e] = p * keep;
+                dpt[w][n][e] = p * (dpt[w][n][e] * keep - dls[c]);
             }
         }
         ${weights_by_block("av", "st", "gc", LDV, DV, BQ)}
@@ -412,7 +462,7 @@ void attention_mma_dkdv(BACKWARD_ARGS, __global ${ACT_T} *dk, ulong dk_offset,
     </%self:walk>
     dk += dk_offset + IN_AT(bh, lk, ${D});
     dv += dv_offset + IN_AT(bh, lk, ${DV});
-    ${store("dk", "IN_ROW(%d)" % D, "ak", "j0", "lk", D, lambda r: "scale")}
-    ${store("dv", "IN_ROW(%d)" % DV, "av", "j0", "lk", DV, lambda r: "1.0f")}
+    ${store("dk", "IN_ROW(%d)" % D, "ak", "keys", "lk", D, lambda r: "scale")}
+    ${store("dv", "IN_ROW(%d)" % DV, "av", "keys", "lk", DV, lambda r: "1.0f")}
 }
 % endif

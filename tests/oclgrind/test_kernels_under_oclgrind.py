@@ -293,7 +293,7 @@ def test_attention_emulated_tensor_cores(ctx, rng, monkeypatch):
     monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
         ctx, name, **(dict(p, MMA_EMULATE=True) if name == "attention_mma" else p)))
     b, lq, lk, d = 1, 20, 40, 16
-    one = dict(WARPS=1, BQ=16, BK=16)
+    one = dict(WARPS=1, MW=1, BQ=16, BK=16)
     half = np.dtype(np.float16)
     op = AttentionOps(ctx, b, lq, lk, d, d, causal=True, mask=True, dtype=half,
                       blocks={"forward": one, "dq": one, "dkdv": one})
