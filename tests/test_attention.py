@@ -705,11 +705,11 @@ def test_mma_tiles_per_warp_match_float64(ctx, rng, emulated_mma):
         near(a, w, tol, what)
 
 
-@pytest.mark.parametrize("layout", ["nhld", "packed"])
+@pytest.mark.parametrize("layout", ["nhld", "nlhd", "packed"])
 def test_mma_dropout_and_layouts_are_the_float32_kernels(ctx, rng, emulated_mma, layout):
     """With dropout (the same weights dropped as the float32 kernels drop), causal, in the
-    (N, H, L, D) and the packed qkv layout: the float32 tiled kernels' results, up to
-    float16's roundings."""
+    (N, H, L, D) layout, the heads side by side and the packed qkv layout: the float32
+    tiled kernels' results, up to float16's roundings."""
     dtype, tol_y, tol_dx = HALVES["float16"]
     n, h, lq, d, p = 2, 2, 37, 16, 0.3
     q, k, v, g = (stored(rng.standard_normal((n, h, lq, d)), dtype) for _ in range(4))
