@@ -2,6 +2,7 @@
 (forward and, through PyTorch's autograd, backward), views, copies, optimizers, the
 errors and the CPU fallback, and the MNIST example script."""
 import logging
+import math
 import os
 import sys
 
@@ -513,6 +514,44 @@ def test_half_attention_runs_on_the_fused_kernels(half, unit):
             assert o.dtype == half, what
             err = (o.cpu().float() - c.detach()).abs().max().item()
             assert err <= 4 * unit * max(c.abs().max().item(), 1.0), (kwargs, what, err)
+
+
+def test_attention_dropout_runs_on_the_fused_kernels():
+    """dropout_p takes the fused kernels: each weight is kept with probability 1 - p and
+    scaled by 1 / (1 - p), the same weights in the backward pass, a new draw per call and
+    the same after the same torch.manual_seed. The mask is read out through the kernels
+    themselves (q = k = 0 weighs every key alike, v = I puts weight (i, j) at out[i, j]),
+    then values and gradients are checked against float64 with that mask."""
+    sdpa, p = F.scaled_dot_product_attention, 0.3
+    n, h, lq, lk, d = 2, 3, 37, 45, 16
+
+    def keep(seed):  # the factors the kernels draw after torch.manual_seed(seed)
+        torch.manual_seed(seed)
+        zq, zk = torch.zeros(n, h, lq, d, device=DEV), torch.zeros(n, h, lk, d, device=DEV)
+        eye = torch.eye(lk).expand(n, h, lk, lk).contiguous().to(DEV)
+        ops = _dispatched(lambda: out.append(sdpa(zq, zk, eye, dropout_p=p)))
+        assert not any("bmm" in name or "softmax" in name for name in ops), ops
+        return out.pop().cpu().double() * lk
+    out = []
+    factors = keep(5)
+    kept = factors > 0.5
+    assert torch.allclose(factors[kept], torch.full_like(factors[kept], 1 / (1 - p)))
+    assert abs((~kept).double().mean().item() - p) < 0.03  # 9990 draws: 4.7 sigma
+    assert torch.equal(keep(5), factors) and not torch.equal(keep(6), factors)
+    q, k, v = rand(n, h, lq, d, seed=1), rand(n, h, lk, d, seed=2), rand(n, h, lk, d, seed=3)
+    g = rand(n, h, lq, d, seed=4)
+    cpu = [t.double().requires_grad_(True) for t in (q, k, v)]
+    weights = torch.softmax(cpu[0] @ cpu[1].transpose(-2, -1) / math.sqrt(d), -1)
+    want = (weights * factors) @ cpu[2]
+    want.backward(g.double())
+    ocl = [t.to(DEV).requires_grad_(True) for t in (q, k, v)]
+    torch.manual_seed(5)
+    got = sdpa(*ocl, dropout_p=p)
+    got.backward(g.to(DEV))
+    for what, a, b in [("value", got, want)] + [("grad of " + x, t.grad, c.grad)
+                                                 for x, t, c in zip("qkv", ocl, cpu)]:
+        err = (a.cpu().double() - b.detach()).abs().max().item()
+        assert err <= 1e-4 * max(b.abs().max().item(), 1.0), (what, err)
 
 
 def test_attention_and_triangles():

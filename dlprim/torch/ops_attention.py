@@ -7,10 +7,13 @@ their projections, normalizations and this attention.
 PyTorch decomposes SDPA above the device (it is a composite operator), so the fused path
 is registered for the ocl device's autograd key and carries its own backward. q, k and v
 of one dtype, float32, float16 or bfloat16 (stored so; the row statistics are float32
-either way; 16-bit storage runs on tensor cores where the device has them), with a boolean or float32 / float16 mask. Calls it does not cover
-(dropout, grouped-query heads, a mask that needs a gradient, batch dimensions that
-broadcast, mixed or other dtypes) take PyTorch's math path, which runs on the device's
-matrix products and softmax.
+either way; 16-bit storage runs on tensor cores where the device has them), with a
+boolean mask or a float mask of their dtype, and ``dropout_p`` below 1: the weights
+dropped are drawn inside the kernels from a Philox key taken from PyTorch's generator
+(as ``ops_random``), which the backward pass draws again rather than storing an L x S
+mask. Calls it does not cover (grouped-query heads, a mask that needs a gradient, batch
+dimensions that broadcast, mixed or other dtypes) take PyTorch's math path, which runs
+on the device's matrix products and softmax.
 """
 import math
 
@@ -19,6 +22,7 @@ import torch
 from ..core.attention import AttentionOps
 from ..core.pointwise import memo
 from .dispatch import register
+from .ops_random import seed_from
 from .tensor import OclTensor, as_dlprim, empty, enqueue, numpy_dtype
 
 __all__ = ["register_attention"]
@@ -39,7 +43,8 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, _math_mask(attn_mask, query.dtype), dropout_p, is_causal, None,
             scale=scale, enable_gqa=enable_gqa)[0]
-    return _FusedAttention.apply(query, key, value, mask, bool(is_causal), scale)
+    return _FusedAttention.apply(query, key, value, mask, bool(is_causal), scale,
+                                 float(dropout_p))
 
 
 def _math_mask(mask, dtype):
@@ -55,7 +60,7 @@ def _fusable(q, k, v, mask, dropout_p, causal, gqa):
     """The additive float mask to use (None for none), or False where the fused kernels do
     not apply."""
     ts = (q, k, v)
-    if dropout_p or gqa or not all(isinstance(t, OclTensor) and t.dtype == q.dtype
+    if not 0 <= dropout_p < 1 or gqa or not all(isinstance(t, OclTensor) and t.dtype == q.dtype
                                    for t in ts) or q.dtype not in _FUSED_DTYPES:
         return False
     if q.dim() not in (3, 4) or k.dim() != q.dim() or v.dim() != q.dim():
@@ -92,7 +97,7 @@ def _rows(t):
 
 class _FusedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(fn, q, k, v, mask, causal, scale):
+    def forward(fn, q, k, v, mask, causal, scale, dropout_p):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         heads = q.shape[1] if q.dim() == 4 else 1
         b, lq, d = math.prod(q.shape[:-2]), q.shape[-2], q.shape[-1]
@@ -102,15 +107,17 @@ class _FusedAttention(torch.autograd.Function):
         dtype = numpy_dtype(q.dtype)
         mask_dtype = numpy_dtype(mask.dtype) if mask is not None else dtype
         op = memo(ctx, ("torch_attention", b, lq, lk, d, dv, heads, causal, mask is not None,
-                         dtype, mask_dtype),
+                         dtype, mask_dtype, dropout_p),
                    lambda: AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal,
                                         mask=mask is not None, dtype=dtype,
-                                        mask_dtype=mask_dtype))
+                                        mask_dtype=mask_dtype, dropout=dropout_p))
+        # a fresh Philox key per call (offset 0), kept for the backward's same mask
+        fn.seed = seed_from() if dropout_p else 0
         out = empty(tuple(q.shape[:-1]) + (dv,), q.dtype, index)
         stats = empty(op.stats_shape, torch.float32, index)  # float32 whatever q is
         masks = _mask_args(mask)
         enqueue(ctx, op.launches(_rows(q), _rows(k), _rows(v), _rows(out), as_dlprim(stats),
-                                 scale=scale, **masks))
+                                 scale=scale, seed=fn.seed, **masks))
         fn.save_for_backward(q, k, v, out, stats)
         fn.op, fn.scale, fn.mask = op, scale, mask
         return out
@@ -126,8 +133,8 @@ class _FusedAttention(torch.autograd.Function):
         enqueue(q._ocl_storage.ctx, fn.op.backward_launches(
             _rows(q), _rows(k), _rows(v), _rows(out), as_dlprim(stats),
             _rows(dout), _rows(dq), _rows(dk), _rows(dv), as_dlprim(delta),
-            scale=fn.scale, **_mask_args(fn.mask)))
-        return dq, dk, dv, None, None, None
+            scale=fn.scale, seed=fn.seed, **_mask_args(fn.mask)))
+        return dq, dk, dv, None, None, None, None
 
 
 def _mask_args(mask):
