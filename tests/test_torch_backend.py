@@ -481,9 +481,19 @@ def test_attention_runs_on_the_fused_kernels():
     bias = rand(70, 45, seed=5)
     both(lambda q, k, v: sdpa(q, k, v, attn_mask=bias.to(q.device)), q, k, v)
     both(lambda q, k, v: sdpa(q, k, v), rand(4, 9, 6), rand(4, 11, 6, seed=1), rand(4, 11, 6, seed=2))
-    # what the kernels do not cover takes PyTorch's math path, on the device
-    both(lambda q, k, v: sdpa(q, k, v, enable_gqa=True), rand(1, 4, 5, 8), rand(1, 2, 6, 8),
-         rand(1, 2, 6, 8, seed=1))
+    # grouped-query heads: each of k's and v's 2 heads read by 3 query heads (gradients
+    # summed over each group), on the fused kernels
+    gqa = (rand(2, 6, 37, 8), rand(2, 2, 41, 8, seed=1), rand(2, 2, 41, 8, seed=2))
+    ops = _dispatched(lambda: both(lambda q, k, v: sdpa(q, k, v, enable_gqa=True, is_causal=True),
+                                   *gqa))
+    assert not any("bmm" in name or "softmax" in name for name in ops), ops
+    # what the kernels do not cover takes PyTorch's math path, on the device (a 3-D mask
+    # over the batch broadcast by a 4-D attention's batch and heads is, a 5-D one is not)
+    both(lambda q, k, v: sdpa(q, k, v, attn_mask=bias.reshape(1, 1, 1, 70, 45).to(q.device)),
+         q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0))
+    with pytest.raises(RuntimeError):  # heads that do not divide: PyTorch's own error
+        sdpa(*(t.to(DEV) for t in (rand(1, 4, 5, 8), rand(1, 3, 6, 8), rand(1, 3, 6, 8))),
+             enable_gqa=True)
 
 
 @pytest.mark.parametrize("half, unit", [(torch.float16, 2 ** -11), (torch.bfloat16, 2 ** -8)])

@@ -11,9 +11,10 @@ either way; 16-bit storage runs on tensor cores where the device has them), with
 boolean mask or a float mask of their dtype, and ``dropout_p`` below 1: the weights
 dropped are drawn inside the kernels from a Philox key taken from PyTorch's generator
 (as ``ops_random``), which the backward pass draws again rather than storing an L x S
-mask. Calls it does not cover (grouped-query heads, a mask that needs a gradient, batch
-dimensions that broadcast, mixed or other dtypes) take PyTorch's math path, which runs
-on the device's matrix products and softmax.
+mask. Grouped-query heads (``enable_gqa``) repeat k's and v's heads for their groups
+first. Calls it does not cover (a mask that needs a gradient, batch dimensions that
+broadcast, mixed or other dtypes) take PyTorch's math path, which runs on the device's
+matrix products and softmax.
 """
 import math
 
@@ -38,6 +39,8 @@ def register_attention(library):
 
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
+    if enable_gqa:
+        key, value, enable_gqa = _grouped(query, key, value)
     mask = _fusable(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if mask is False:
         return aten._scaled_dot_product_attention_math.default(
@@ -45,6 +48,27 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
             scale=scale, enable_gqa=enable_gqa)[0]
     return _FusedAttention.apply(query, key, value, mask, bool(is_causal), scale,
                                  float(dropout_p))
+
+
+def _grouped(q, k, v):
+    """Grouped-query heads (``enable_gqa``) as the kernels take them: k and v with each of
+    their H heads repeated for the Hq / H query heads that read it (head j reads j // (Hq /
+    H), as PyTorch's repeat_interleave), by an expand and a reshape, whose backward sums
+    each group's gradients. Memory stays linear in the sequence. Returns (k, v, whether
+    PyTorch's path is still needed: shapes this does not cover, which it then refuses or
+    runs)."""
+    if q.dim() < 3 or k.dim() != q.dim() or v.dim() != q.dim() or \
+            k.shape[-3] != v.shape[-3] or k.shape[-3] == 0 or q.shape[-3] % k.shape[-3]:
+        return k, v, True
+    group = q.shape[-3] // k.shape[-3]
+    if group == 1:
+        return k, v, False
+
+    def spread(t):
+        lead, heads = t.shape[:-3], t.shape[-3]
+        wide = t.unsqueeze(-3).expand(*lead, heads, group, *t.shape[-2:])
+        return wide.reshape(*lead, heads * group, *t.shape[-2:])
+    return spread(k), spread(v), False
 
 
 def _math_mask(mask, dtype):
