@@ -1,5 +1,6 @@
 """dlprim-benchmark on tiny nets: every mode runs and reports what it promises."""
 import json
+import time
 
 import pytest
 
@@ -17,6 +18,44 @@ def test_run_net_inference_and_training(ctx):
         assert res["launches"] > 0 and res["host_us_per_launch"] > 0
         assert res["memory"]["arena_bytes"] > 0
     assert train["launches"] > infer["launches"]
+    # the start-up: the Net's construction to its first step's end, never a timed step
+    assert all(res["first_step_s"] > 0 for res in (infer, train))
+
+
+def test_first_step_is_the_start_up_and_never_timed(ctx, monkeypatch):
+    """The first step (where the kernels are built) is reported as the start-up, not in
+    the timed steps, even with no warm-up asked for; a slow first step shows there."""
+    from dlprim import net as net_module
+    forward, calls = net_module.Net.forward, []
+
+    def slow_first(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.3)
+        return forward(self, *a, **k)
+    monkeypatch.setattr(net_module.Net, "forward", slow_first)
+    res = benchmark.run_net(ctx, models.mlp(batch=2, hidden=(8,), train=False).to_dict(),
+                            warmup=0, iters=2)
+    assert len(calls) == 3 and res["first_step_s"] >= 0.3 and res["mean_ms"] < 300
+
+
+def test_startup_rows_and_cold_caches(tmp_path):
+    """benchmarks/startup.py's rows are NET:MODE:PRECISION, and a cold run's caches are
+    all inside its fresh folder."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location(
+        "startup", os.path.join(os.path.dirname(__file__), "..", "benchmarks", "startup.py"))
+    startup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(startup)
+    assert startup.parse_row("resnet50:train:fp16") == ("resnet50", True, "fp16")
+    assert startup.parse_row("a/b.json:infer:fp32") == ("a/b.json", False, "fp32")
+    for bad in ("resnet50:fit:fp32", "resnet50:train", "resnet50"):
+        with pytest.raises(ValueError, match="NET:MODE:PRECISION"):
+            startup.parse_row(bad)
+    env = startup.cold_environment(str(tmp_path))
+    for name in startup.CACHE_VARIABLES:
+        assert env[name].startswith(str(tmp_path)) and os.path.isdir(env[name])
 
 
 def test_profile_table_names_every_operator(ctx):
