@@ -4,6 +4,14 @@
 // (bh, i, j) so the forward and backward kernels agree without storing them.
 // Expects bh, lq and lk in scope where MASK_AT and KEEP are used.
 #define NEG_INF (-INFINITY)
+// the blocks' softmax in powers of two (attention_tiles.cl, attention_mma.cl): FAST_EXP
+// takes the device's native exp2 (core/attention.py's native_exp2_is_accurate)
+#define LOG2E 1.4426950408889634f
+% if context.get("FAST_EXP", False):
+#define EXP2(x) native_exp2(x)
+% else:
+#define EXP2(x) exp2(x)
+% endif
 
 // Where (batch row bh = n * HEADS + h, position l) lives. LAYOUT "nhld": q, k, v, o as
 // (N, H, L, D), one head's rows contiguous; "nlhd": (N, L, H, D), the heads of a position

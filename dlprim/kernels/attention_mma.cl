@@ -24,12 +24,6 @@
 // ACT_T: "half" or "bfloat16"; ALIGNED: every row of q, k, v and dO starts on 16 bytes,
 // so blocks are staged with 16-byte loads (else 2-byte ones).
 <%include file="attention.h"/>
-#define LOG2E 1.4426950408889634f
-% if FAST_EXP:
-#define EXP2(x) native_exp2(x)
-% else:
-#define EXP2(x) exp2(x)
-% endif
 <%
 EMULATE = context.get("MMA_EMULATE", False)
 UNROLL = "#pragma unroll 1" if EMULATE else "#pragma unroll"
@@ -67,31 +61,30 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
     }
 </%def>
 
+## acc[w][n] += a(w) times columns n0 .. n0 + 15 of a staged block, for every n0 < N:
+## one ldmatrix of the block's 16 x 16 at (n0, k16) (k_major: staged as rows [k][n], else
+## [n][k]) feeds the products of all MW tiles; a(w) names tile w's four A registers
+<%def name="block_products(acc, a, b, ld, N, k16, k_major)">
+        ${UNROLL}
+        for (int n = 0; n < ${N // 8}; n += 2) {
+            uint bf[4];
+            B_FRAGMENTS(bf, ${b}, 8 * n, ${k16}, ${ld}, ${k_major});
+            ${UNROLL}
+            for (int w = 0; w < ${MW}; w++) {
+                ${PRODUCT}(${acc}[w][n], ${a}[0], ${a}[1], ${a}[2], ${a}[3], bf[0], bf[1]);
+                ${PRODUCT}(${acc}[w][n + 1], ${a}[0], ${a}[1], ${a}[2], ${a}[3], bf[2], bf[3]);
+            }
+        }
+</%def>
+
 ## acc[w][n] (tile w < MW; n < N / 8, 16 rows by 8 columns each) = the warp's rows of
 ## fragments a[MW][W / 16][4] times the columns of a block staged as rows [n][w] (B = its
 ## transpose)
 <%def name="rows_by_rows(acc, a, b, ld, N, W)">
-    float ${acc}[${MW}][${N // 8}][4];
-    ${UNROLL}
-    for (int w = 0; w < ${MW}; w++) {
-        ${UNROLL}
-        for (int n = 0; n < ${N // 8}; n++)
-            ${acc}[w][n][0] = ${acc}[w][n][1] = ${acc}[w][n][2] = ${acc}[w][n][3] = 0.0f;
-    }
+    ${zeros(acc, N)}
     ${UNROLL}
     for (int c = 0; c < ${W // 16}; c++) {
-        ${UNROLL}
-        for (int n = 0; n < ${N // 8}; n += 2) {
-            uint bf[4];
-            B_FRAGMENTS(bf, ${b}, 8 * n, 16 * c, ${ld}, 0);
-            ${UNROLL}
-            for (int w = 0; w < ${MW}; w++) {
-                ${PRODUCT}(${acc}[w][n], ${a}[w][c][0], ${a}[w][c][1], ${a}[w][c][2], ${a}[w][c][3],
-                           bf[0], bf[1]);
-                ${PRODUCT}(${acc}[w][n + 1], ${a}[w][c][0], ${a}[w][c][1], ${a}[w][c][2],
-                           ${a}[w][c][3], bf[2], bf[3]);
-            }
-        }
+        ${block_products(acc, a + "[w][c]", b, ld, N, "16 * c", 0)}
     }
 </%def>
 
@@ -109,16 +102,7 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
             a[w][2] = ${PACK}(${x}[w][2 * c + 1][0], ${x}[w][2 * c + 1][1]);
             a[w][3] = ${PACK}(${x}[w][2 * c + 1][2], ${x}[w][2 * c + 1][3]);
         }
-        ${UNROLL}
-        for (int n = 0; n < ${N // 8}; n += 2) {
-            uint bf[4];
-            B_FRAGMENTS(bf, ${b}, 8 * n, 16 * c, ${ld}, 1);
-            ${UNROLL}
-            for (int w = 0; w < ${MW}; w++) {
-                ${PRODUCT}(${acc}[w][n], a[w][0], a[w][1], a[w][2], a[w][3], bf[0], bf[1]);
-                ${PRODUCT}(${acc}[w][n + 1], a[w][0], a[w][1], a[w][2], a[w][3], bf[2], bf[3]);
-            }
-        }
+        ${block_products(acc, "a[w]", b, ld, N, "16 * c", 1)}
     }
 </%def>
 
@@ -204,21 +188,36 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
 #define KEEP2(f, i, j) { f[0] = f[1] = 1.0f; }
 % endif
 
-#define PROLOGUE \
-    const int t = get_local_id(0), lane = t % 32, warp = t / 32, g = lane >> 2, tq = lane & 3; \
-    const uint bh = get_group_id(1)
 % if EMULATE:
 #define SCRATCH __local uint mma_scratch[${192 * WARPS}];
 % else:
 #define SCRATCH
 % endif
 
-% if PASS == "forward":
+## what every kernel starts with: the two operands' local stages (``a``, ``b``: rows of
+## D + 8 and DV + 8, ``rows`` each), the work-item's place in its warp, the batch row and
+## the operands' rows of it (``dout``: the backward's output gradient too)
+<%def name="prologue(a, b, rows, dout=False)">
+    __local uint4 ${a}4[${rows * LDD // 8}], ${b}4[${rows * LDV // 8}];
+    __local ushort *${a} = (__local ushort *)${a}4, *${b} = (__local ushort *)${b}4;
+    SCRATCH
+    const int t = get_local_id(0), lane = t % 32, warp = t / 32, g = lane >> 2, tq = lane & 3;
+    const uint bh = get_group_id(1);
+    q += q_offset + IN_AT(bh, lq, ${D});
+    k += k_offset + IN_AT(bh, lk, ${D});
+    v += v_offset + IN_AT(bh, lk, ${DV});
+% if dout:
+    dout += dout_offset + OUT_AT(bh, lq, ${DV});
+% endif
+</%def>
+
 <%
-def kv(stage, x):
+def kv(stage, x):  # fetches of the key and value blocks at row x into a stage
     return (capture(fetch, "ks + %s * %d" % (stage, BK * LDD), LDD, "k", x, "lk", BK, D, "IN_ROW(%d)" % D)
             + capture(fetch, "vs + %s * %d" % (stage, BK * LDV), LDV, "v", x, "lk", BK, DV, "IN_ROW(%d)" % DV))
 %>
+
+% if PASS == "forward":
 // o = softmax(s) v and the statistics per query row, for the block of BQ query rows of
 // group 0
 __kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
@@ -226,14 +225,8 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
                            __global float *stats, ulong stats_offset MASK_ARGS DROP_ARGS)
 {
     // two stages of the key and value blocks
-    __local uint4 ks4[${max(2 * BK, BQ) * LDD // 8}], vs4[${max(2 * BK, BQ) * LDV // 8}];
-    __local ushort *ks = (__local ushort *)ks4, *vs = (__local ushort *)vs4;
-    SCRATCH
-    PROLOGUE;
+    ${prologue("ks", "vs", max(2 * BK, BQ))}
     const uint i0 = get_group_id(0) * ${BQ};
-    q += q_offset + IN_AT(bh, lq, ${D});
-    k += k_offset + IN_AT(bh, lk, ${D});
-    v += v_offset + IN_AT(bh, lk, ${DV});
     // the query block through the key blocks' place, into registers
     ${own_block(capture(fetch, "ks", LDD, "q", "i0", "lq", BQ, D, "IN_ROW(%d)" % D))}
     ${fragments("qf", "ks", LDD, D)}
@@ -322,24 +315,12 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
 // backward: ds_ij = p_ij (k_ij dO_i . v_j - delta_i), delta_i = dO_i . O_i, k_ij the
 // dropout factor
 % if PASS == "dq":
-<%
-def kv(stage, x):
-    return (capture(fetch, "ks + %s * %d" % (stage, BK * LDD), LDD, "k", x, "lk", BK, D, "IN_ROW(%d)" % D)
-            + capture(fetch, "vs + %s * %d" % (stage, BK * LDV), LDV, "v", x, "lk", BK, DV, "IN_ROW(%d)" % DV))
-%>
 // dq_i = scale sum_j ds_ij k_j for the block of BQ query rows of group 0
 __kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
 void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
 {
-    __local uint4 ks4[${max(2 * BK, BQ) * LDD // 8}], vs4[${max(2 * BK, BQ) * LDV // 8}];
-    __local ushort *ks = (__local ushort *)ks4, *vs = (__local ushort *)vs4;
-    SCRATCH
-    PROLOGUE;
+    ${prologue("ks", "vs", max(2 * BK, BQ), dout=True)}
     const uint i0 = get_group_id(0) * ${BQ};
-    q += q_offset + IN_AT(bh, lq, ${D});
-    dout += dout_offset + OUT_AT(bh, lq, ${DV});
-    k += k_offset + IN_AT(bh, lk, ${D});
-    v += v_offset + IN_AT(bh, lk, ${DV});
     ${own_block(capture(fetch, "ks", LDD, "q", "i0", "lq", BQ, D, "IN_ROW(%d)" % D)
                 + capture(fetch, "vs", LDV, "dout", "i0", "lq", BQ, DV, "OUT_ROW(%d)" % DV))}
     ${fragments("qf", "ks", LDD, D)}
@@ -411,16 +392,9 @@ void attention_mma_dkdv(BACKWARD_ARGS, __global ${ACT_T} *dk, ulong dk_offset,
                         __global ${ACT_T} *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
 {
     // two stages of the query and output-gradient blocks
-    __local uint4 qs4[${max(2 * BQ, BK) * LDD // 8}], gs4[${max(2 * BQ, BK) * LDV // 8}];
-    __local ushort *qs = (__local ushort *)qs4, *gs = (__local ushort *)gs4;
+    ${prologue("qs", "gs", max(2 * BQ, BK), dout=True)}
     __local float ms[${BQ}], nls[${BQ}], dls[${BQ}];
-    SCRATCH
-    PROLOGUE;
     const uint j0 = get_group_id(0) * ${BK};
-    q += q_offset + IN_AT(bh, lq, ${D});
-    dout += dout_offset + OUT_AT(bh, lq, ${DV});
-    k += k_offset + IN_AT(bh, lk, ${D});
-    v += v_offset + IN_AT(bh, lk, ${DV});
     // the key and value blocks through the query blocks' places, into registers
     ${own_block(capture(fetch, "qs", LDD, "k", "j0", "lk", BK, D, "IN_ROW(%d)" % D)
                 + capture(fetch, "gs", LDV, "v", "j0", "lk", BK, DV, "IN_ROW(%d)" % DV))}

@@ -20,12 +20,6 @@
 // ACT_T, MASK_T: storage types (attention.h). The blocks in local memory are float
 // whatever ACT_T is, so 16-bit storage only changes the loads and stores.
 <%include file="attention.h"/>
-#define LOG2E 1.4426950408889634f
-% if FAST_EXP:
-#define EXP2(x) native_exp2(x)
-% else:
-#define EXP2(x) exp2(x)
-% endif
 // four stored values as a float4: vloads, which need only the element's alignment (a row
 // of a packed or strided layout starts anywhere)
 % if ACT_T == "half":
