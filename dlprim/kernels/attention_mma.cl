@@ -135,6 +135,7 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
         ${caller.body()}
         barrier(CLK_LOCAL_MEM_FENCE);  // its stage is free for the block after next
     }
+    COPY_ASYNC_WAIT(0);  // no copy left in flight (a walk of no blocks fetched one)
 </%def>
 
 ## the work-group's own block (fetched by ``fetches``) waited for and published
