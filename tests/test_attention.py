@@ -635,6 +635,16 @@ def emulated_mma(ctx, monkeypatch):
     monkeypatch.setattr(attention, "tensor_cores", lambda ctx, precision="tf32": True)
     monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
         ctx, name, **(dict(p, MMA_EMULATE=True) if name == "attention_mma" else p)))
+    if ctx.facts.vendor_id == "pocl":
+        # PoCL 3.0's optimiser (LLVM 14, pip's build) miscompiles the emulated dK/dV pass
+        # at width 16: wrong dK and dV, where the same source is right with
+        # -cl-opt-disable, on Intel's CPU runtime, under oclgrind with its race and
+        # uninitialised-value checks, and as PTX on NVIDIA GPUs. The emulation is a test
+        # vehicle (CPUs never run these kernels), so PoCL builds it unoptimised.
+        compile_ = program._build
+        monkeypatch.setattr(program, "_build", lambda ctx, source, options: compile_(
+            ctx, source, options + ["-cl-opt-disable"] if "attention_mma_" in source
+            else options))
 
 
 # P and dS round to the storage's 16 bits between products (as FlashAttention's do), one
