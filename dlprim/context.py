@@ -213,6 +213,12 @@ class DeviceFacts:
         llvm = re.search(r"LLVM (\d+)", d.platform.version or "")
         old_pocl = self.vendor_id == "pocl" and llvm is not None and int(llvm.group(1)) < 15
         self.max_float_vector = 8 if old_pocl else 16
+        # floats in one of the device's native vectors: 16 on CPUs with AVX-512, 8 with
+        # AVX2 (the CPU GEMM's register blocks follow it, core/tuning.py)
+        try:
+            self.float_lanes = int(d.native_vector_width_float) or 1
+        except (cl.Error, AttributeError):
+            self.float_lanes = 1
 
     @staticmethod
     def _host_unified_memory(d):

@@ -150,7 +150,7 @@ def test_functional_gemm(ctx, rng):
 
 
 @pytest.mark.parametrize("tile", [dict(VEC=1, BLOCK_M=2, BLOCK_N=4, TILE_K=8),
-                                  dict(GROUP=2, TILE_M=16, TILE_N=16),
+                                  dict(GROUP=2, TILE_M=16, TILE_N=32),
                                   dict(TILE_M=16, TILE_N=48, TILE_K=8, BLOCK_M=4, BLOCK_N=12,
                                        VEC=4, GROUP=8)])
 def test_explicit_tiles(ctx, rng, tile):
