@@ -666,7 +666,8 @@ def test_mma_kernels_match_float64(ctx, rng, emulated_mma, half, n, heads, lq, l
     g = stored(rng.standard_normal((b, lq, dv)), dtype)
     full = mask = strides = None
     if masked:
-        mask4 = np.where(rng.random((n, 1, 1, lk)) < 0.3, -np.inf, rng.standard_normal((n, 1, 1, lk)))
+        mask4 = np.where(rng.random((n, 1, 1, lk)) < 0.3, -np.inf,
+                         rng.standard_normal((n, 1, 1, lk)))
         mask4[0, ..., : lk // 2] = -np.inf
         if n > 1:
             mask4[0] = -np.inf

@@ -65,7 +65,8 @@ from .copy import fill_launches
 from .gemm import Gemm, memo_probe, tensor_cores
 from .pointwise import pointwise_reduce_launches
 
-__all__ = ["AttentionOps", "tile_blocks", "mma_blocks", "native_exp2_is_accurate", "LAYOUTS", "STORAGES"]
+__all__ = ["AttentionOps", "tile_blocks", "mma_blocks", "native_exp2_is_accurate", "LAYOUTS",
+           "STORAGES"]
 
 LAYOUTS = ("nhld", "nlhd", "packed")
 _F32 = np.dtype(np.float32)
