@@ -15,7 +15,8 @@ from ..tensor import Tensor, ws_view
 from .copy import StridedCopy, fill_launches
 from .conv_geometry import ConvGeometry, geometry_args, scalar
 from . import tuning, tuning_launch
-from .gemm import _SELF_TEST_TOLERANCE, MMA_KINDS, MMA_TYPES, Gemm, memo_probe, tensor_cores
+from .gemm import _SELF_TEST_TOLERANCE, MMA_KINDS, Gemm, memo_probe, tensor_cores
+from .gemm_kernels import MMA_TYPES
 from ..utils import ceil_div, round_up
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "ConvGemm", "conv_tensor_cores"]

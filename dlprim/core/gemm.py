@@ -18,7 +18,6 @@ from .copy import StridedCopy
 from .precision import HALF_STORAGE_TYPES, check_precision
 from ..tensor import Tensor, ws_view
 from . import gemm_autotune, gemm_kernels as kernels, tuning, tuning_launch
-from .gemm_kernels import MMA_TYPES  # noqa: F401 (the convolutions' tensor-core kernels too)
 from ..utils import ceil_div, round_up
 
 __all__ = ["Gemm", "gemm", "BIAS_MODES", "tensor_cores"]
@@ -383,7 +382,6 @@ class Gemm:
                                     stride_a, stride_b, stride_c, b_packed, workspace, b_scale):
             launch(queue)
         return C
-
 
 
 def choose(g, tile, split_k, forced):

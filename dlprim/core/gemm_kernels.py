@@ -39,9 +39,7 @@ def _epilogue(g, epilogue):
 
 
 class GemmKernel:
-    """One family of kernels for ``g`` (a Gemm). ``own_tile``: the family picks its tile
-    (a tile given to the Gemm is an error)."""
-    own_tile = False
+    """One family of kernels for ``g`` (a Gemm)."""
 
     def __init__(self, g):
         self.g = g
@@ -251,7 +249,6 @@ class TensorCore(_TiledLaunch):
     cp.async where ``g.copy_async`` and the rows are 16-byte aligned), and on Hopper
     kernels/gemm_wgmma.cl (``wgmma``) where ``g.wgmma``: for the tiles cp.async copies,
     and for TF32 on float32 operands packed K-major into the workspace first."""
-    own_tile = True
 
     def warpgroup(self, copy_async):
         """Whether a launch runs gemm_wgmma.cl: 16-bit tiles that cp.async copies (aligned
@@ -332,7 +329,6 @@ class SubgroupMatrix(_TiledLaunch):
     """Intel's subgroup matrix products (kernels/gemm_subgroup_mma.cl,
     ``cl_intel_subgroup_matrix_multiply_accumulate``) for 16-bit operands stored as they
     take them."""
-    own_tile = True
 
     def program(self, aligned_a=0, aligned_b=0, aligned_c=0, epilogue=True, copy_async=False,
                 wgmma=False):
