@@ -40,6 +40,9 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
 // 0 in the forward, and in the backward m = 0, nl2 = -inf with it, which gives 0 for
 // every score of such a row. exp(s - m - log l) = 2^((s - m) log2(e) + nl2), nl2 = -log2 l.
 #define FINITE_MAX(m) ((m) == NEG_INF ? 0.0f : (m))
+// the score of query i and key j from their product x: fl(fl(scale x) + mask), -inf for
+// rows and keys past the ends
+#define SCORE(x, i, j) (((i) < lq && (j) < lk) ? (x) * scale + MASK_AT(i, j) : NEG_INF)
 #define PROB2(s, m, nl2) EXP2(fma((s) - (m), LOG2E, (nl2)))
 
 ## rows [first, first + rows) of a global matrix of 16-bit values (rows ``row`` values
@@ -136,6 +139,22 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
         barrier(CLK_LOCAL_MEM_FENCE);  // its stage is free for the block after next
     }
     COPY_ASYNC_WAIT(0);  // no copy left in flight (a walk of no blocks fetched one)
+</%def>
+
+## the query block's walk over the key and value blocks (forward, dq): causal stops at
+## its last query; in the caller's body kc and vc are the current stage's blocks and s
+## the scores' products Q K^T (qf: the warp's query fragments); blocks as walk's
+<%def name="key_walk(blocks)">
+% if CAUSAL:
+    const uint jend = min(lk, i0 + ${BQ});  // key j > query i is out
+% else:
+    const uint jend = lk;
+% endif
+    <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${blocks}">
+        __local ushort *kc = ks + cur * ${BK * LDD}, *vc = vs + cur * ${BK * LDV};
+        ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
+        ${caller.body()}
+    </%self:walk>
 </%def>
 
 ## the work-group's own block (fetched by ``fetches``) waited for and published
@@ -239,14 +258,7 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
         l[r] = 0.0f;
     }
     ${lane_rows("rows", "i0")}
-% if CAUSAL:
-    const uint jend = min(lk, i0 + ${BQ});  // key j > query i is out
-% else:
-    const uint jend = lk;
-% endif
-    <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${kv}">
-        __local ushort *kc = ks + cur * ${BK * LDD}, *vc = vs + cur * ${BK * LDV};
-        ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
+    <%call expr="key_walk(kv)">
         float mx[${R}];
         ${UNROLL}
         for (int r = 0; r < ${R}; r++) {
@@ -256,8 +268,7 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
                 ${UNROLL}
                 for (int h = 0; h < 2; h++) {
                     const uint i = rows[r], j = j0 + 8 * n + 2 * tq + h;
-                    const float x = s[r / 2][n][2 * (r & 1) + h];
-                    const float y = (i < lq && j < lk) ? x * scale + MASK_AT(i, j) : NEG_INF;
+                    const float y = SCORE(s[r / 2][n][2 * (r & 1) + h], i, j);
                     s[r / 2][n][2 * (r & 1) + h] = y;
                     mx[r] = fmax(mx[r], y);
                 }
@@ -295,7 +306,7 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
             }
         }
         ${weights_by_block("acc", "s", "vc", LDV, DV, BK)}
-    </%self:walk>
+    </%call>
     float inv[${R}];
     o += o_offset + OUT_AT(bh, lq, ${DV});
     ${UNROLL}
@@ -338,14 +349,7 @@ void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK
         nl2_r[r] = m == NEG_INF ? NEG_INF : -stats[at + 1] * LOG2E;
         delta_r[r] = live ? delta[delta_offset + STAT_AT(bh, lq, rows[r])] : 0.0f;
     }
-% if CAUSAL:
-    const uint jend = min(lk, i0 + ${BQ});
-% else:
-    const uint jend = lk;
-% endif
-    <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${kv}">
-        __local ushort *kc = ks + cur * ${BK * LDD}, *vc = vs + cur * ${BK * LDV};
-        ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
+    <%call expr="key_walk(kv)">
         ${rows_by_rows("dp", "gf", "vc", LDV, BK, DV)}
         ${UNROLL}
         for (int r = 0; r < ${R}; r++) {
@@ -357,15 +361,13 @@ void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK
                 ${UNROLL}
                 for (int h = 0; h < 2; h++) {
                     const int w = r / 2, e = 2 * (r & 1) + h;
-                    const float x = (i < lq && j + h < lk)
-                        ? s[w][n][e] * scale + MASK_AT(i, j + h) : NEG_INF;
-                    const float p = PROB2(x, m_r[r], nl2_r[r]);
+                    const float p = PROB2(SCORE(s[w][n][e], i, j + h), m_r[r], nl2_r[r]);
                     s[w][n][e] = p * (dp[w][n][e] * keep[h] - delta_r[r]);
                 }
             }
         }
         ${weights_by_block("acc", "s", "kc", LDD, D, BK)}
-    </%self:walk>
+    </%call>
     dq += dq_offset + IN_AT(bh, lq, ${D});
     ${store("dq", "IN_ROW(%d)" % D, "acc", "rows", "lq", D, lambda r: "scale")}
 }
@@ -426,8 +428,7 @@ void attention_mma_dkdv(BACKWARD_ARGS, __global ${ACT_T} *dk, ulong dk_offset,
 % else:
                 const float keep = 1.0f;
 % endif
-                const float x = (i < lq && j < lk) ? st[w][n][e] * scale + MASK_AT(i, j) : NEG_INF;
-                const float p = PROB2(x, ms[c], nls[c]);
+                const float p = PROB2(SCORE(st[w][n][e], i, j), ms[c], nls[c]);
                 st[w][n][e] = p * keep;
                 dpt[w][n][e] = p * (dpt[w][n][e] * keep - dls[c]);
             }
