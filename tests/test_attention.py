@@ -212,10 +212,13 @@ def test_given_blocks_match_float64_and_bad_ones_are_named(ctx, rng):
     """Blocks given per pass (what benchmarks/attention_blocks.py times) replace the
     table's for that pass only and compute the same; blocks the kernels cannot take are
     a ValueError naming the pass."""
-    b, lq, d = 2, 45, 8
+    b, lq, d = 2, 150, 8
     q, k, v = (rng.standard_normal((b, lq, d)) for _ in range(3))
-    # (8 x 8 items: Intel's CPU runtime refuses some smaller work-groups of these kernels)
-    given = {"dkdv": dict(BQ=16, BK=32, TX=8, TY=8), "dq": dict(BQ=32, BK=16, TX=8, TY=8)}
+    # (8 x 8 items: Intel's CPU runtime refuses some smaller work-groups of these kernels;
+    # the forward's and dK/dV's own blocks larger than the table's, so that kernels built
+    # with the table's would leave rows of a launch sized by the given ones undone)
+    given = {"dkdv": dict(BQ=16, BK=64, TX=8, TY=8), "dq": dict(BQ=32, BK=16, TX=8, TY=8),
+             "forward": dict(BQ=128, BK=32, TX=8, TY=8)}
     op = AttentionOps(ctx, b, lq, lq, d, d, causal=True, kernels="tiles", blocks=given)
     table = AttentionOps(ctx, b, lq, lq, d, d, causal=True, kernels="tiles")
     assert op.blocks == dict(table.blocks, **given) and op.blocks != table.blocks

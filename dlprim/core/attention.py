@@ -281,7 +281,9 @@ class AttentionOps:
         if kernels not in (None, "rows", "tiles", "gemm", "mma"):
             raise ValueError("attention: kernels must be None (the device's choice), 'rows', "
                              "'tiles', 'gemm' or 'mma', got %r" % (kernels,))
-        mma_takes = (self.dtype in HALF_TYPES and mma_blocks(self.d, self.dv) is not None
+        # (the tensor-core probe, a kernel build on first use, only where mma may be chosen)
+        mma_takes = (kernels in (None, "mma") and self.dtype in HALF_TYPES
+                     and mma_blocks(self.d, self.dv) is not None
                      and tensor_cores(ctx, _mma_precision(self.dtype)))
         if kernels == "mma" and not mma_takes:
             raise ValueError("attention: the mma kernels take float16 or bfloat16, widths "
@@ -308,18 +310,19 @@ class AttentionOps:
         if kernels == "gemm":
             self._gemm_setup(flags)
             return
+        # the blocks' softmax (mma, tiles) on the device's native exp2 where it is accurate
+        blocks_flags = dict(flags, FAST_EXP=not ctx.facts.is_cpu and native_exp2_is_accurate(ctx))
         if kernels == "mma":
             self.blocks = dict(mma_blocks(self.d, self.dv),
                                **_checked_mma_blocks(ctx.facts, self.d, self.dv, blocks_given))
-            self._flags = dict(flags, FAST_EXP=native_exp2_is_accurate(ctx))
+            self._flags = blocks_flags
             self.programs = {}
             return
         if kernels == "tiles":
             self.blocks = dict(blocks, **_checked_blocks(ctx.facts, self.d, self.dv, blocks_given))
-            flags["FAST_EXP"] = not ctx.facts.is_cpu and native_exp2_is_accurate(ctx)
             self.programs = {
                 pass_: program.get(ctx, "attention_tiles", PASS=pass_, D=self.d, DV=self.dv,
-                                   **blocks[pass_], **flags)
+                                   **self.blocks[pass_], **blocks_flags)
                 for pass_ in ("forward", "dq", "dkdv")}
             return
         facts = ctx.facts
