@@ -722,6 +722,46 @@ def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precis
     assert err < 1e-5, err  # the products of the values the tensor cores take, in float32
 
 
+@pytest.mark.parametrize("precision, c_dtype, M, N, K, ldc, beta, bias", [
+    ("fp16", "float16", 136, 72, 40, 72, 0.0, "row"),     # four values a store, partial tiles
+    ("bf16", "bfloat16", 70, 136, 40, 136, 0.0, "col"),
+    ("fp16", "float16", 66, 136, 40, 137, 0.0, "col"),    # rows off 4 values: one at a time
+    ("fp16", "float32", 129, 72, 40, 72, 0.5, "row"),     # beta reads C: one at a time
+    ("fp16", "float16", 64, 64, 16 * 32 + 8, 64, 0.0, "col")])  # stages reused, K partial
+def test_emulated_warpgroup_epilogue_matches_float64(ctx, rng, monkeypatch, precision, c_dtype,
+                                                     M, N, K, ldc, beta, bias):
+    # gemm_wgmma.cl's epilogue: the tile through local memory, then along C's rows, four
+    # values a store where C's rows are aligned and beta is 0, else one at a time; 16-bit
+    # C rounded once; values past N (ldc > N) never written. A K of more tiles than
+    # stages reuses each stage while a tile's products may still run (IN_FLIGHT)
+    from dlprim.core import gemm
+    layer_check.skip_unless_cpu(ctx)
+    build = program.get
+    for probe in ("tensor_cores", "copies_async", "warpgroup_products"):
+        monkeypatch.setattr(gemm, probe, lambda ctx, precision="tf32": True)
+    monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
+        ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_wgmma" else p)))
+    dtype = {"fp16": "float16", "bf16": "bfloat16"}[precision]
+    assert K <= 40 or K > 32 * tuning.WGMMA_STAGES * 2
+    a = layer_check.stored(rng.standard_normal((M, K)), dtype)
+    b = layer_check.stored(rng.standard_normal((K, N)), dtype)
+    c = layer_check.stored(rng.standard_normal((M, ldc)), c_dtype)
+    c[:, N:] = np.nan  # past N: kept as it is
+    v = rng.standard_normal(M if bias == "row" else N)
+    op = Gemm(ctx, M, N, K, False, False, precision=precision, dtypes=(dtype, dtype, c_dtype),
+              bias=bias, activation="relu")
+    assert op.wgmma
+    C = dp.Tensor.from_numpy(ctx, host(c, c_dtype))
+    op(dp.Tensor.from_numpy(ctx, host(a, dtype)), dp.Tensor.from_numpy(ctx, host(b, dtype)), C,
+       bias=t(ctx, v), ldc=ldc, alpha=0.75, beta=beta)
+    got = C.numpy().astype(np.float64)
+    assert np.isnan(got[:, N:]).all()
+    want = np.maximum(0.75 * a.astype(np.float64) @ b + beta * c[:, :N]
+                      + (v[:, None] if bias == "row" else v), 0)
+    err = np.abs(got[:, :N] - want).max() / np.abs(want).max()
+    assert err < {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}[c_dtype], err
+
+
 @pytest.mark.parametrize("precision, subgroup, trans_a, trans_b, M, N, K, batch, split", [
     ("fp16", 8, 0, 0, 130, 20, 40, 2, None),   # partial tiles, K a partial step
     ("fp16", 16, 1, 1, 40, 36, 70, 1, 3),      # split-K

@@ -274,6 +274,7 @@ class TensorCore(_TiledLaunch):
                                ACTIVATION=act, TILE_M=t["TILE_M"], TILE_N=t["TILE_N"],
                                TILE_K=16 if tf32 else 32, GROUP=t["GROUP"],
                                WARPGROUPS=t["TILE_M"] // 64, STAGES=tuning.WGMMA_STAGES,
+                               IN_FLIGHT=tuning.WGMMA_IN_FLIGHT, ALIGNED_C=aligned_c,
                                **g.kernel_types(epilogue), MMA=MMA_TYPES[g.precision])
         warps_m, warps_n = tuning.mma_warps(t)
         staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES) if copy_async

@@ -245,13 +245,22 @@ MMA_STAGES = 2
 MMA_COPY_ASYNC = True
 MMA_ASYNC_STAGES = 2
 # Hopper's warpgroup products where the device has them (gemm_wgmma.cl): for those
-# tiles and for TF32; 64 bytes of K staged at a time, WGMMA_STAGES tiles in flight. H200,
-# TFLOP/s at 8192^3 A·B, FP16 / TF32 (TF32 then rounded in the kernel): 128x128 tiles of
-# 2 warpgroups, 3 stages 440 / 140; the same with a tile's products still running past
-# the next barrier (one stage less copied ahead) 315 / 115; 64x128 of 1 warpgroup, 4
-# stages 380 / 117; 64x256 or 128x256, 2 stages 291-305 / 94-102 (docs/benchmarks.md)
+# tiles and for TF32; 64 bytes of K staged at a time, WGMMA_STAGES tiles in flight, and
+# the products of WGMMA_IN_FLIGHT tiles still running past the next barrier. NVIDIA's
+# driver reports 48 KiB of local memory a work-group, but builds and runs kernels whose
+# __local arrays take up to 227 KiB on Hopper (checked, launched and read back on an
+# H200): the stages are sized for that, two work-groups to a compute unit. H200, FP16
+# TFLOP/s at 8192^3 / ViT-B's qkv forward (12608x2304x768, B transposed) / fc1 weight
+# gradient (3072x768x12608) / fc1 data gradient (12608x768x3072), cuBLAS 760 / 655 /
+# 662 / 727: 3 stages, none in flight 448 / 218 / 264 / 318; 4 stages 455 / 222 / 271 /
+# 325; 6 stages, one in flight 457 / 228 / 300 / 342; then the epilogue through local
+# memory (C written along its rows: it had taken as long as the products at K = 768)
+# 3 stages 461 / 355 / 274 / 364; 6 stages, one in flight 477 / 361 / 315 / 410;
+# 128x256 tiles, 4 stages, one in flight 532 / 375 / 273 / 281 (one work-group a compute
+# unit). TF32 at 8192^3 222 -> 236.
 MMA_WARPGROUP = True
-WGMMA_STAGES = 3
+WGMMA_STAGES = 6
+WGMMA_IN_FLIGHT = 1
 # TF32 products on them pack A and B first (rounded, K-major): a pass of 8 (M + N) K
 # bytes against 2 M N K products, so it pays only where M N / (M + N) is large. H200s,
 # TFLOP/s, warpgroup (packing included) against mma.sync, two calls: 8192^3 221 / 115,

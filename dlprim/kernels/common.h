@@ -81,6 +81,9 @@ typedef ushort bfloat16;
 #define WIDEN_bfloat16(x) as_float((uint)(x) << 16)
 #define LD_bfloat16(p, i) WIDEN_bfloat16((p)[i])
 #define ST_bfloat16(p, i, v) ((p)[i] = bfloat16_bits(v))
+#define ST4_bfloat16(v, p) vstore4((ushort4)(bfloat16_bits((v).x), bfloat16_bits((v).y), \
+                                             bfloat16_bits((v).z), bfloat16_bits((v).w)), 0, (p))
+#define ST4_float(v, p) vstore4((v), 0, (p))
 inline ushort bfloat16_bits(float v)
 {
     const uint u = as_uint(v);

@@ -14,8 +14,9 @@
 # rows 64 w .. 64 w + 63 of it across all TILE_N columns. cp.async copies each tile of
 # TILE_K values of K (64 bytes) into one of STAGES local buffers (zero-filled past the
 # matrix's edges); the tensor cores read them in place through descriptors (wgmma.h's
-# layouts), so no operand passes through registers. One barrier per tile; the products of
-# a tile are waited for before the next barrier lets its buffer be refilled.
+# layouts), so no operand passes through registers. One barrier per tile; IN_FLIGHT tiles'
+# products (0 or 1) may still run past it, so a stage is refilled only once the products
+# of the tile IN_FLIGHT + 1 before have finished in every warpgroup.
 MMA = context.get("MMA", "f16")
 TF32 = MMA == "tf32"
 NATIVE = {"f16": "half", "bf16": "bfloat16", "tf32": "float"}[MMA]
@@ -40,12 +41,18 @@ DESC_A, DESC_B = descriptor(A_CK), descriptor(B_CK)
 WG_TYPE = MMA
 TRANSPOSES = "" if TF32 else ", %d, %d" % (int(not A_CK), int(not B_CK))
 ACC = TN // 2  # accumulators a work-item holds: 64 x TN over 128 items
-LOOKAHEAD = STAGES - 1  # tiles copied ahead of the one multiplied
+IN_FLIGHT = context.get("IN_FLIGHT", 0)  # tiles' products left running at a barrier
+LOOKAHEAD = STAGES - 1 - IN_FLIGHT  # tiles copied ahead of the one multiplied
 # the emulated products (wgmma.h, tests): the kind of wg_operand
 EMULATE = context.get("MMA_EMULATE", False)
 KIND = {"tf32": 0, "f16": 1, "bf16": 2}[MMA]
 STORAGE = "float" if TF32 else "ushort"
 assert LOOKAHEAD >= 1
+ALIGNED_C = context.get("ALIGNED_C", 0)  # C's rows start at multiples of 4 values
+# the epilogue's float tile of C, rows CT_LD apart: 8 more than TN, so that the eight
+# rows of a warp's fragment stores fall in different banks
+CT_LD = TN + 8
+LOCAL_BYTES = max(STAGES * (SIZE_A + SIZE_B) * (4 if TF32 else 2), TM * CT_LD * 4)
 %>
 
 ## this item's chunks of the tile at x_ptr into stage S (tiles.copy_chunks), in
@@ -74,7 +81,7 @@ ${tiles.copy_chunks(x, S, CK, CHUNKS, D, V, "wg_k_major_at(d, k, %d)" % V if CK 
 __kernel __attribute__((reqd_work_group_size(32, ${THREADS // 32}, 1)))
 ${tiles.signature(A_T, B_T, C_T)}{
     // the stages of A, then B's, 1024-byte aligned for the swizzle (wgmma.h)
-    __local uchar smem[${STAGES * (SIZE_A + SIZE_B) * (4 if TF32 else 2)}] __attribute__((aligned(1024)));
+    __local uchar smem[${LOCAL_BYTES}] __attribute__((aligned(1024)));
     __local ${STORAGE} *a_local = (__local ${STORAGE} *)smem;
     __local ${STORAGE} *b_local = a_local + ${STAGES * SIZE_A};
     const int lane = get_local_id(0), warp = get_local_id(1);
@@ -105,8 +112,9 @@ ${tiles.advance(A_CK, B_CK, TK)}
     COPY_ASYNC_WAIT(${LOOKAHEAD - 1});  // this item's chunks of tile 0 have landed
     for (int kt = 0; kt < tiles_k; kt++) {
         WG_FENCE_PROXY();
-        barrier(CLK_LOCAL_MEM_FENCE);  // all of tile kt landed; tile kt - 1's products done
-        if (kt + ${LOOKAHEAD} < tiles_k) {  // so tile kt + LOOKAHEAD may take their stage
+        // all of tile kt landed; tile kt - 1 - IN_FLIGHT's products done in every warpgroup
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (kt + ${LOOKAHEAD} < tiles_k) {  // so tile kt + LOOKAHEAD may take its stage
             const int stage = (kt + ${LOOKAHEAD}) % ${STAGES};
 ${copy_tile("a", "a_local + stage * %d" % SIZE_A, A_CK, CHUNKS_A, "M")}
 ${copy_tile("b", "b_local + stage * %d" % SIZE_B, B_CK, CHUNKS_B, "N")}
@@ -130,28 +138,53 @@ ${product("da", "db")}
         // while the tensor cores multiply tile kt: this item's chunks of tile kt + 1
         // landed (up to LOOKAHEAD - 1 tiles after it may still be in flight)
         COPY_ASYNC_WAIT(${LOOKAHEAD - 1});
-        WG_WAIT(0);
+        WG_WAIT(${IN_FLIGHT});
     }
+    WG_WAIT(0);
 
-    // epilogue: accumulator 4 j + e is row 16 (warp % 4) + g (+8 for e >= 2) of this
-    // warpgroup's 64, column 8 j + 2t (+1 for odd e)
-    const int g = lane >> 2, t = lane & 3;
+    // epilogue, through local memory so that C is written along its rows, four values a
+    // store (written straight from the fragments, a warp's stores hit eight rows of 16
+    // bytes each: on 8192 x 8192 x 768 that took as long as the products). Accumulator
+    // 4 j + e is row 16 (warp % 4) + g (+8 for e >= 2) of this warpgroup's 64, column
+    // 8 j + 2t (+1 for odd e).
+    barrier(CLK_LOCAL_MEM_FENCE);  // every warpgroup's products have read their stages
+    __local float *c_tile = (__local float *)smem;
+    {
+        const int g = lane >> 2, t = lane & 3;
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            __local float *row = c_tile + (64 * wg + 16 * (warp & 3) + g + 8 * h) * ${CT_LD};
+            #pragma unroll
+            for (int j = 0; j < ${TN // 8}; j++)
+                vstore2((float2)(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]), 0, row + 8 * j + 2 * t);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
     __global ${C_T} *c_ptr = C + c_offset + z * stride_c;
-    #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int m = a_d0 + 64 * wg + 16 * (warp & 3) + g + 8 * h;
-        if (m >= M)
+    for (int i = lid; i < ${TM * TN // 4}; i += ${THREADS}) {
+        const int r = i / ${TN // 4}, c = i % ${TN // 4} * 4;
+        const int m = a_d0 + r, n = b_d0 + c;
+        if (m >= M || n >= N)
             continue;
 ${tiles.row_of_c("m", BIAS, C_T)}
-        #pragma unroll
-        for (int j = 0; j < ${TN // 8}; j++) {
-            #pragma unroll
-            for (int w = 0; w < 2; w++) {
-                const int n = b_d0 + 8 * j + 2 * t + w;
-                if (n < N) {
-${tiles.store_c("acc[4 * j + 2 * h + w]", "n", BIAS, ACTIVATION, C_T)}
-                }
-            }
+        const float4 sums = vload4(0, c_tile + r * ${CT_LD} + c);
+        % if ALIGNED_C:
+        if (n + 3 < N && beta == 0.0f) {
+            float4 v = alpha * sums;
+            % if BIAS == "row":
+            v += bias_m;
+            % elif BIAS == "col":
+            v += (float4)(bias[bias_offset + n], bias[bias_offset + n + 1],
+                          bias[bias_offset + n + 2], bias[bias_offset + n + 3]);
+            % endif
+            ST4_${C_T}(((float4)(ACT_${ACTIVATION}(v.x), ACT_${ACTIVATION}(v.y),
+                                 ACT_${ACTIVATION}(v.z), ACT_${ACTIVATION}(v.w))), c_row + n);
+            continue;
+        }
+        % endif
+        const float s4[4] = {sums.x, sums.y, sums.z, sums.w};
+        for (int w = 0; w < 4 && n + w < N; w++) {
+${tiles.store_c("s4[w]", "n + w", BIAS, ACTIVATION, C_T)}
         }
     }
 }
