@@ -163,13 +163,17 @@ class Gemm:
         return int(ld % values == 0 and offset % values == 0
                    and (self.batch <= 1 or stride % values == 0))
 
-    def kernel_types(self, epilogue=True):
+    def kernel_types(self, epilogue=True, narrowed=False):
         """The templates' A_T, B_T, C_T where an operand is half (none where all are float32,
         so those programs keep their cache entries); C is the float32 workspace in split-K's
-        first pass (``epilogue=False``)."""
+        first pass (``epilogue=False``); ``narrowed``: the narrowed operand (``narrow``)
+        in its 16-bit type."""
         if not self.kernel_half:
             return {}
         a_t, b_t, c_t = (cl_type(d) for d in self.kernel_dtypes)
+        if narrowed and self.narrow:  # the narrowed operand as the products read it
+            kind = cl_type(as_dtype(HALF_STORAGE_TYPES[self.precision]))
+            a_t, b_t = (kind if self.narrow == x else t for x, t in (("a", a_t), ("b", b_t)))
         return dict(A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float")
 
     def reduce_program(self):
@@ -246,10 +250,26 @@ class Gemm:
     # ----- launching
     @property
     def workspace_elements(self):
-        """float32 elements of the split-K partial sums and of TF32 warpgroup products'
-        operands packed K-major (0 where neither is needed); a caller that plans memory
-        passes that much as ``workspace``, else the Gemm keeps its own."""
-        return self.partials_elements + sum(self.k_major_elements())
+        """float32 elements of the split-K partial sums, of TF32 warpgroup products'
+        operands packed K-major and of a narrowed operand (0 where none is needed); a
+        caller that plans memory passes that much as ``workspace``, else the Gemm keeps
+        its own."""
+        return self.partials_elements + sum(self.k_major_elements()) + \
+            self.narrowed_elements()
+
+    def narrowed_ld(self):
+        """The leading dimension of the narrowed operand (``narrow``): its stored rows
+        padded to 16 bytes of the 16-bit type."""
+        return round_up(self.packed_ld(self.narrow), 8)
+
+    def narrowed_elements(self):
+        """float32 elements (two 16-bit values each) of the float32 operand narrowed to
+        the products' 16-bit type for the warpgroup kernel (``narrow``: "a" or "b"), one
+        copy per batch entry; 0 where no operand is narrowed."""
+        if self.narrow is None or 0 in (self.M, self.N, self.K):
+            return 0
+        rows = self._rows_cols(self.narrow)[0]
+        return round_up(self.batch * rows * self.narrowed_ld(), 8) // 2
 
     @property
     def partials_elements(self):
@@ -397,8 +417,16 @@ def choose(g, tile, split_k, forced):
     # tiles copied by cp.async (gemm_mma.cl ASYNC) where A and B store the 16-bit type the
     # products take (launches check their rows' alignment)
     native = HALF_STORAGE_TYPES.get(g.precision)
+    native = as_dtype(native) if native is not None else None
+    # a float32 A or B beside the other stored in that type (an fp16 net's float32
+    # weights): narrowed into the workspace for the warpgroup products (below) where
+    # the narrowing pays (tuning.narrowing_pays)
+    floats = [x for x, d in zip("ab", g.dtypes[:2]) if d == np.float32]
+    narrow = (floats[0] if g.mma and native is not None and len(floats) == 1
+              and native in g.dtypes[:2]
+              and tuning.narrowing_pays(M, N, g.K, floats[0]) else None)
     g.copy_async = (g.mma and tuning.MMA_COPY_ASYNC and native is not None
-                    and g.dtypes[0] == g.dtypes[1] == as_dtype(native)
+                    and (g.dtypes[0] == g.dtypes[1] == native or narrow is not None)
                     and (forced["copy_async"] if forced["copy_async"] is not None
                          else copies_async(ctx, g.precision)))
     # Hopper's warpgroup products (gemm_wgmma.cl) where the device takes them: for the
@@ -410,6 +438,9 @@ def choose(g, tile, split_k, forced):
                and (forced["wgmma"] if forced["wgmma"] is not None
                     else warpgroup_products(ctx, g.precision)
                     and (not tf32_floats or tuning.wgmma_packs_pay(M, N))))
+    # only the warpgroup kernel narrows: gemm_mma.cl reads a float32 operand through registers
+    g.narrow = narrow if g.wgmma else None
+    g.copy_async = g.copy_async and (g.dtypes[0] == g.dtypes[1] or g.narrow is not None)
     # Intel's subgroup matrix products (gemm_subgroup_mma.cl) for 16-bit operands stored
     # as they take them, where the device has them
     g.subgroup_mma = (native is not None and not g.mma

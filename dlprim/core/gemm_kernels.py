@@ -20,11 +20,12 @@ split-K partial products into the workspace then ``gemm_reduce``.
 """
 import numpy as np
 
-from ..dtypes import cl_type
+from ..dtypes import as_dtype, cl_type
 from ..kernels import program
 from ..tensor import Tensor
 from ..utils import ceil_div, round_up
 from . import tuning
+from .precision import HALF_STORAGE_TYPES
 
 __all__ = ["GemmKernel", "Gemv", "TensorCore", "SubgroupMatrix", "CpuFewRows", "CpuTiled",
            "Tiled", "MMA_TYPES", "COPY_VALUES"]
@@ -151,16 +152,22 @@ class _TiledLaunch(GemmKernel):
         aligned_ab)."""
         return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
 
+    def copies_async(self, A, B, lda, ldb, stride_a, stride_b, W):
+        """Whether the launch's tiles are copied by cp.async: the Gemm's ``copy_async``
+        and every operand it copies as stored with 16-byte aligned rows."""
+        g = self.g
+        return bool(g.copy_async and g.aligned(lda, A.offset, stride_a, COPY_VALUES)
+                    and g.aligned(ldb, B.offset, stride_b, COPY_VALUES))
+
     def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
                  stride_c, b_packed, workspace, b_scale):
         g = self.g
         i32, u64, f32 = np.int32, np.uint64, np.float32
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         aligned_ab = (g.aligned(lda, A.offset, stride_a), g.aligned(ldb, B.offset, stride_b))
-        copy_async = (g.copy_async and g.aligned(lda, A.offset, stride_a, COPY_VALUES)
-                      and g.aligned(ldb, B.offset, stride_b, COPY_VALUES))
         t = g.tile
         W = g.workspace_for(workspace)
+        copy_async = self.copies_async(A, B, lda, ldb, stride_a, stride_b, W)
         wg_n, wg_m, wgmma = self.geometry(copy_async)
         pack, A, B, lda, ldb, stride_a, stride_b, aligned_ab = self.pre_launches(
             A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W, wgmma)
@@ -258,9 +265,24 @@ class TensorCore(_TiledLaunch):
     def prepare(self):
         g = self.g
         copies = g.copy_async and all(g.aligned(g.packed_ld(x), 0, 0, COPY_VALUES)
-                                      for x in "ab")
+                                      for x in "ab" if x != g.narrow)
         self.program(*(g.aligned(g.packed_ld(x), 0, 0) for x in "abc"),
                      copy_async=copies, wgmma=self.warpgroup(copies))
+
+    def copies_async(self, A, B, lda, ldb, stride_a, stride_b, W):
+        """As for every tiled family, but a narrowed operand (``g.narrow``) is copied from
+        its narrowed copy in the workspace, whose rows the Gemm aligns."""
+        g = self.g
+        if g.narrow is None:
+            return super().copies_async(A, B, lda, ldb, stride_a, stride_b, W)
+        X, ld, stride = (B, ldb, stride_b) if g.narrow == "a" else (A, lda, stride_a)
+        return bool(g.copy_async and g.aligned(ld, X.offset, stride, COPY_VALUES)
+                    and 2 * (W.offset + self._narrowed_at()) % 16 == 0)
+
+    def _narrowed_at(self):
+        """Where the narrowed operand sits in the workspace, in float32 elements: after
+        the split-K partial sums."""
+        return self.g.partials_elements
 
     def program(self, aligned_a, aligned_b, aligned_c, epilogue=True, copy_async=False,
                 wgmma=False):
@@ -275,7 +297,8 @@ class TensorCore(_TiledLaunch):
                                TILE_K=16 if tf32 else 32, GROUP=t["GROUP"],
                                WARPGROUPS=t["TILE_M"] // 64, STAGES=tuning.WGMMA_STAGES,
                                IN_FLIGHT=tuning.WGMMA_IN_FLIGHT, ALIGNED_C=aligned_c,
-                               **g.kernel_types(epilogue), MMA=MMA_TYPES[g.precision])
+                               **g.kernel_types(epilogue, narrowed=True),
+                               MMA=MMA_TYPES[g.precision])
         warps_m, warps_n = tuning.mma_warps(t)
         staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES) if copy_async
                    else dict(STAGES=tuning.MMA_STAGES))
@@ -295,6 +318,8 @@ class TensorCore(_TiledLaunch):
     def pre_launches(self, A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W,
                      wgmma):
         g = self.g
+        if wgmma and g.narrow and g.K:
+            return self._narrowed(A, B, lda, ldb, stride_a, stride_b, aligned_ab, W)
         if not (wgmma and g.precision == "tf32" and g.K):
             return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
         size_a, _ = g.k_major_elements()
@@ -302,6 +327,31 @@ class TensorCore(_TiledLaunch):
         pack_a, A, lda, stride_a = self._k_major("a", A, lda, stride_a, W, at)
         pack_b, B, ldb, stride_b = self._k_major("b", B, ldb, stride_b, W, at + size_a)
         return pack_a + pack_b, A, B, lda, ldb, stride_a, stride_b, (1, 1)
+
+    def _narrowed(self, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W):
+        """The launch that narrows the float32 operand ``g.narrow`` into the workspace in
+        the products' 16-bit type (its layout kept, rows padded to 16 bytes), and the
+        operands as the product then reads them."""
+        g = self.g
+        which = g.narrow
+        X, ld, stride = (A, lda, stride_a) if which == "a" else (B, ldb, stride_b)
+        rows, cols = g._rows_cols(which)
+        ldn = g.narrowed_ld()
+        copies = g.batch if stride else 1  # a shared operand is narrowed once
+        kind = as_dtype(HALF_STORAGE_TYPES[g.precision])
+        narrowed = Tensor(g.ctx, (copies * rows * ldn,), kind, buffer=W.buffer,
+                          offset=2 * (W.offset + self._narrowed_at()))
+        narrowed._owner = W
+        i32, u64 = np.int32, np.uint64
+        launch = program.Launch(
+            self.program(1, 1, 1, wgmma=True), "narrow",
+            (round_up(cols, 64), rows, copies), (64, 1, 1),
+            [i32(rows), i32(cols), X, i32(ld), u64(stride), narrowed, i32(ldn),
+             u64(rows * ldn if stride else 0)])
+        n_stride = rows * ldn if stride else 0
+        if which == "a":
+            return [launch], narrowed, B, ldn, ldb, n_stride, stride_b, (1, aligned_ab[1])
+        return [launch], A, narrowed, lda, ldn, stride_a, n_stride, (aligned_ab[0], 1)
 
     def _k_major(self, which, X, ld, stride, W, at):
         """TF32 warpgroup products read A and B K-major, rounded to TF32 and with 16-byte

@@ -270,6 +270,23 @@ WGMMA_IN_FLIGHT = 1
 WGMMA_TF32_MIN_SIZE = 512
 
 
+# A float32 operand beside a 16-bit one (an fp16 net's float32 weights) keeps the
+# product off the warpgroup kernel, which reads both operands as the products take them:
+# gemm_mma.cl then reads the float32 one through registers instead (ViT-B's
+# projections at batch 64 in an fp16 net ran at 119-132 TFLOP/s on an H200). Narrowing
+# it into the workspace first costs a pass of 6 bytes an element and a launch (about
+# 3 us): against a gain of about 2 M N K (1 / 130 - 1 / 360) / TFLOP/s that pays where
+# the other operand has NARROW_MIN_ROWS rows or more and the product is large.
+NARROW_MIN_ROWS = 256
+NARROW_MIN_PRODUCTS = 2 ** 28
+
+
+def narrowing_pays(M, N, K, which):
+    """Whether narrowing the float32 operand ``which`` ("a" or "b") of an M x N x K
+    16-bit product pays for itself (see NARROW_MIN_ROWS)."""
+    return (N if which == "a" else M) >= NARROW_MIN_ROWS and M * N * K >= NARROW_MIN_PRODUCTS
+
+
 # Intel's subgroup matrix products (gemm_subgroup_mma.cl): 4 subgroups of 32 rows, each
 # item on 2 columns; the tile is fixed by the kernel's layout (no Intel GPU measured yet)
 def subgroup_mma_tile(subgroup):
