@@ -146,10 +146,11 @@ class _TiledLaunch(GemmKernel):
         return t["TILE_N"] // t["BLOCK_N"], t["TILE_M"] // t["BLOCK_M"], False
 
     def pre_launches(self, A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W,
-                     wgmma):
+                     wgmma, c_layout):
         """Launches that lay A and B out for the product first, and the operands as the
         product then reads them: ([launches], A, B, lda, ldb, stride_a, stride_b,
-        aligned_ab)."""
+        aligned_ab). ``c_layout``: (aligned_c, epilogue) of the product's program, which
+        carries the warpgroup kernel's layout passes too."""
         return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
 
     def copies_async(self, A, B, lda, ldb, stride_a, stride_b, W):
@@ -169,25 +170,25 @@ class _TiledLaunch(GemmKernel):
         W = g.workspace_for(workspace)
         copy_async = self.copies_async(A, B, lda, ldb, stride_a, stride_b, W)
         wg_n, wg_m, wgmma = self.geometry(copy_async)
+        part = round_up(g.M * g.N, 4)  # split-K: keeps every part 16-byte aligned
+        c_layout = ((g.aligned(ldc, C.offset, stride_c), True) if g.splits == 1
+                    else (g.aligned(g.N, 0, part), False))
         pack, A, B, lda, ldb, stride_a, stride_b, aligned_ab = self.pre_launches(
-            A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W, wgmma)
+            A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W, wgmma, c_layout)
         gsize = (ceil_div(g.N, t["TILE_N"]) * wg_n, ceil_div(g.M, t["TILE_M"]) * wg_m,
                  g.batch * g.splits)
         head = [i32(g.M), i32(g.N), i32(g.K), i32(g.k_chunk), i32(g.splits),
                 A, i32(lda), u64(stride_a), B, i32(ldb), u64(stride_b)]
+        prg = self.program(*aligned_ab, c_layout[0], epilogue=c_layout[1],
+                           copy_async=copy_async, wgmma=wgmma)
         if g.splits == 1:
-            prg = self.program(*aligned_ab, g.aligned(ldc, C.offset, stride_c),
-                               copy_async=copy_async, wgmma=wgmma)
             args = head + [C, i32(ldc), u64(stride_c), *bias_args, f32(alpha), f32(beta)]
             return pack + [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args,
                                           flops=g.flops)]
-        part = round_up(g.M * g.N, 4)  # keeps every part 16-byte aligned
-        first = self.program(*aligned_ab, g.aligned(g.N, 0, part), epilogue=False,
-                             copy_async=copy_async, wgmma=wgmma)
         args = head + [W, i32(g.N), u64(part), W.buffer, u64(0), f32(alpha), f32(0)]
         reduce_args = [i32(g.M), i32(g.N), i32(g.splits), W, u64(part),
                        C, i32(ldc), u64(stride_c), *bias_args, f32(beta)]
-        return pack + [program.Launch(first, "gemm", gsize, (wg_n, wg_m, 1), args,
+        return pack + [program.Launch(prg, "gemm", gsize, (wg_n, wg_m, 1), args,
                                       flops=g.flops),
                        program.Launch(g.reduce_program(), "gemm_reduce",
                                       (round_up(g.N, 32), round_up(g.M, 4), g.batch),
@@ -225,7 +226,7 @@ class CpuTiled(_TiledLaunch):
                            PACK_K=tuning.CPU_PACK_K, **g.tile)
 
     def pre_launches(self, A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W,
-                     wgmma):
+                     wgmma, c_layout):
         g = self.g
         i32, u64 = np.int32, np.uint64
         t, pack = g.tile, []
@@ -277,7 +278,7 @@ class TensorCore(_TiledLaunch):
             return super().copies_async(A, B, lda, ldb, stride_a, stride_b, W)
         X, ld, stride = (B, ldb, stride_b) if g.narrow == "a" else (A, lda, stride_a)
         return bool(g.copy_async and g.aligned(ld, X.offset, stride, COPY_VALUES)
-                    and 2 * (W.offset + self._narrowed_at()) % 16 == 0)
+                    and 2 * (W.offset + self._narrowed_at()) % COPY_VALUES == 0)
 
     def _narrowed_at(self):
         """Where the narrowed operand sits in the workspace, in float32 elements: after
@@ -316,19 +317,23 @@ class TensorCore(_TiledLaunch):
         return super().geometry(copy_async)
 
     def pre_launches(self, A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W,
-                     wgmma):
+                     wgmma, c_layout):
         g = self.g
-        if wgmma and g.narrow and g.K:
-            return self._narrowed(A, B, lda, ldb, stride_a, stride_b, aligned_ab, W)
-        if not (wgmma and g.precision == "tf32" and g.K):
+        if not (wgmma and g.K):
+            return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
+        # the layout passes are kernels of the product's own program: no second build
+        prg = self.program(1, 1, c_layout[0], epilogue=c_layout[1], wgmma=True)
+        if g.narrow:
+            return self._narrowed(prg, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W)
+        if g.precision != "tf32":
             return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
         size_a, _ = g.k_major_elements()
         at = g.partials_elements
-        pack_a, A, lda, stride_a = self._k_major("a", A, lda, stride_a, W, at)
-        pack_b, B, ldb, stride_b = self._k_major("b", B, ldb, stride_b, W, at + size_a)
+        pack_a, A, lda, stride_a = self._k_major(prg, "a", A, lda, stride_a, W, at)
+        pack_b, B, ldb, stride_b = self._k_major(prg, "b", B, ldb, stride_b, W, at + size_a)
         return pack_a + pack_b, A, B, lda, ldb, stride_a, stride_b, (1, 1)
 
-    def _narrowed(self, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W):
+    def _narrowed(self, prg, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W):
         """The launch that narrows the float32 operand ``g.narrow`` into the workspace in
         the products' 16-bit type (its layout kept, rows padded to 16 bytes), and the
         operands as the product then reads them."""
@@ -344,7 +349,7 @@ class TensorCore(_TiledLaunch):
         narrowed._owner = W
         i32, u64 = np.int32, np.uint64
         launch = program.Launch(
-            self.program(1, 1, 1, wgmma=True), "narrow",
+            prg, "narrow",
             (round_up(cols, 64), rows, copies), (64, 1, 1),
             [i32(rows), i32(cols), X, i32(ld), u64(stride), narrowed, i32(ldn),
              u64(rows * ldn if stride else 0)])
@@ -353,7 +358,7 @@ class TensorCore(_TiledLaunch):
             return [launch], narrowed, B, ldn, ldb, n_stride, stride_b, (1, aligned_ab[1])
         return [launch], A, narrowed, lda, ldn, stride_a, n_stride, (aligned_ab[0], 1)
 
-    def _k_major(self, which, X, ld, stride, W, at):
+    def _k_major(self, prg, which, X, ld, stride, W, at):
         """TF32 warpgroup products read A and B K-major, rounded to TF32 and with 16-byte
         aligned rows: the launch that packs operand ``which`` so into the workspace ``W``
         from element ``at`` on, and the operand as the product then reads it (tensor,
@@ -368,7 +373,7 @@ class TensorCore(_TiledLaunch):
         packed._owner = W
         i32, u64 = np.int32, np.uint64
         launch = program.Launch(
-            self.program(1, 1, 1, wgmma=True), "pack_from_rows" if k_major else
+            prg, "pack_from_rows" if k_major else
             "pack_from_columns",
             (ceil_div(ldk, 32) * 32, ceil_div(D, 32) * 8, copies), (32, 8, 1),
             [i32(D), i32(g.K), X, i32(ld), u64(stride), packed, i32(ldk),

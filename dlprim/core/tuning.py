@@ -270,13 +270,14 @@ WGMMA_IN_FLIGHT = 1
 WGMMA_TF32_MIN_SIZE = 512
 
 
-# A float32 operand beside a 16-bit one (an fp16 net's float32 weights) keeps the
-# product off the warpgroup kernel, which reads both operands as the products take them:
-# gemm_mma.cl then reads the float32 one through registers instead (ViT-B's
-# projections at batch 64 in an fp16 net ran at 119-132 TFLOP/s on an H200). Narrowing
-# it into the workspace first costs a pass of 6 bytes an element and a launch (about
-# 3 us): against a gain of about 2 M N K (1 / 130 - 1 / 360) / TFLOP/s that pays where
-# the other operand has NARROW_MIN_ROWS rows or more and the product is large.
+# A float32 operand beside a 16-bit one (an fp16 net's float32 weights) kept the product
+# off the warpgroup kernel, which reads both operands as the products take them:
+# gemm_mma.cl read the float32 one through registers (ViT-B's projections at batch 64 in
+# an fp16 net ran at 119-132 TFLOP/s on an H200, 360-410 after narrowing). Narrowing it
+# into the workspace first costs a pass of 6 bytes an element and a launch of a few
+# microseconds; predicted to pay where the other operand has NARROW_MIN_ROWS rows or more
+# (the pass is then small beside the products) and the product is large enough to hide
+# the launch (NARROW_MIN_PRODUCTS multiply-adds, about 1.5 us of products saved).
 NARROW_MIN_ROWS = 256
 NARROW_MIN_PRODUCTS = 2 ** 28
 
