@@ -399,7 +399,7 @@ def test_16bit_layers_take_float32s_algorithms_on_cpus(ctx, dtype):
     16-bit values), the implicit GEMM for grouped layers (im2col does not apply)."""
     import layer_check
     layer_check.skip_unless_cpu(ctx)
-    wide = ConvGeometry(64, 64, (9, 9), (3, 3), (2, 2), (1, 1, 1, 1))
+    wide = ConvGeometry(256, 256, (9, 9), (3, 3), (2, 2), (1, 1, 1, 1))
     few = ConvGeometry(3, 8, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1))
     grouped = ConvGeometry(8, 8, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1), groups=2)
     for op in (ConvForward, ConvBackwardData, ConvBackwardFilter):
@@ -534,6 +534,39 @@ def test_algorithm_table():
     assert pick(gpu, 96, 96, (112, 112), (3, 3), (2, 2), (1, 1, 1, 1), groups=96) == \
         ("depthwise",) * 3
     assert pick(gpu, 256, 64, (56, 56), (1, 1)) == ("gemm",) * 3
+    # CPUs of 16-float vectors (AVX-512): the direct forward and backward-data up to 128
+    # written channels, Winograd's from 14x14; the filter gradient as on the others
+    wide = SimpleNamespace(facts=SimpleNamespace(is_gpu=False, is_cpu=True, float_lanes=16,
+                                                 max_float_vector=16))
+    assert pick(wide, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == \
+        ("direct", "direct", "winograd")
+    assert pick(wide, 128, 128, (28, 28), (3, 3), pad=(1, 1, 1, 1)) == \
+        ("direct", "direct", "winograd")
+    assert pick(wide, 256, 256, (14, 14), (3, 3), pad=(1, 1, 1, 1)) == \
+        ("winograd", "winograd", "im2col")
+    assert pick(wide, 512, 512, (7, 7), (3, 3), pad=(1, 1, 1, 1)) == ("im2col",) * 3
+    assert pick(wide, 64, 128, (56, 56), (3, 3), (2, 2), (1, 1, 1, 1)) == \
+        ("direct", "im2col", "im2col")
+    assert pick(wide, 128, 256, (28, 28), (3, 3), (2, 2), (1, 1, 1, 1)) == ("im2col",) * 3
+    assert pick(wide, 16, 32, (14, 14), (5, 5), pad=(2, 2, 2, 2)) == ("direct",) * 3
+
+
+def test_direct_register_blocks_follow_the_vector_width():
+    """The direct forward's blocks: float8 vectors, at most 32 channels, on CPUs of 8-float
+    vectors (and compilers without float16 vectors); float16 vectors, up to 64 channels by
+    4 pixels, where the CPU's native vectors hold 16 floats."""
+    from types import SimpleNamespace
+    from dlprim.core import conv_direct, tuning
+    narrow = SimpleNamespace(float_lanes=8, max_float_vector=16)
+    wide = SimpleNamespace(float_lanes=16, max_float_vector=16)
+    old_pocl = SimpleNamespace(float_lanes=16, max_float_vector=8)
+    assert [tuning.cpu_vector_width(f) for f in (narrow, wide, old_pocl)] == [8, 16, 8]
+    assert conv_direct.register_block(64, 56, 8) == (32, 2)
+    assert conv_direct.register_block(48, 28, 8) == (24, 3)
+    assert conv_direct.register_block(64, 56, 16) == (64, 4)
+    assert conv_direct.register_block(72, 11, 16) == (48, 4)  # two blocks of 48: 96 lanes
+    assert conv_direct.register_block(20, 9, 16) == (32, 3)   # 9 pixels in three runs of 3
+    assert conv_direct.register_block(5, 9, 16) == (16, 5)
 
 
 def test_conv_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):
@@ -659,6 +692,9 @@ DIRECT_GEOMS = [
     ConvGeometry(3, 19, (7, 17), (3, 2), pad=(1, 0, 2, 1)),
     ConvGeometry(5, 10, (11, 13), (5, 3), stride=(2, 3), pad=(2, 0, 1, 1), dilate=(1, 2)),
     ConvGeometry(2, 9, (6, 19), (3, 5), pad=(2, 1, 0, 3), dilate=(2, 1)),
+    # channel blocks of 48 and 64 (wide CPUs: 16-float vectors) or 24 and 32, partial runs
+    ConvGeometry(6, 72, (5, 11), (3, 3), pad=(1, 1, 1, 1)),
+    ConvGeometry(7, 64, (6, 9), (3, 3), stride=(2, 2), pad=(1, 1, 1, 1)),
 ]
 
 

@@ -81,8 +81,9 @@ def algorithm_applies(geom, algo, direction="forward"):
 
 
 def choose_algorithm(ctx, geom, direction="forward", precision="fp32", batch=16):
-    """The algorithm for one direction: depthwise wherever it applies; Winograd where it
-    applies and ``tuning.prefer_winograd`` says it pays on this device (benchmarks/conv.py,
+    """The algorithm for one direction: depthwise wherever it applies; on CPUs direct
+    where ``tuning.prefer_direct`` says so; Winograd where it applies and
+    ``tuning.prefer_winograd`` says it pays on this device (benchmarks/conv.py,
     docs/benchmarks.md "Convolutions"), except where the implicit GEMM runs tap-major on
     16-bit tensor cores and ``tuning.taps_beat_winograd`` says so; on CPUs
     im2col where ``tuning.prefer_im2col`` says so; implicit GEMM otherwise. With precision
@@ -95,14 +96,14 @@ def choose_algorithm(ctx, geom, direction="forward", precision="fp32", batch=16)
     if conv_gemm.tap_major_on_tensor_cores(ctx, geom, direction, precision) and \
             tuning.taps_beat_winograd(direction, geom.in_c, geom.out_c, geom.out_h * geom.out_w):
         return "gemm"
+    if algorithm_applies(geom, "direct", direction) and \
+            tuning.prefer_direct(ctx.facts, direction, geom.in_c, geom.out_c):
+        return "direct"
     if algorithm_applies(geom, "winograd", direction) and \
             tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c,
                                    geom.out_h * geom.out_w, geom.kh) and \
             conv_winograd.automatic_tile_serves(ctx, geom, direction, batch, precision):
         return "winograd"
-    if algorithm_applies(geom, "direct", direction) and \
-            tuning.prefer_direct(ctx.facts, direction, geom.in_c, geom.out_c):
-        return "direct"
     if algorithm_applies(geom, "im2col", direction) and \
             tuning.prefer_im2col(ctx.facts, direction, geom.is_plain_1x1):
         return "im2col"

@@ -184,12 +184,18 @@ def gemm_class(facts, M, N, batch=1):
 _CPU_WIDE_TILE = _tile(64, 64, 8, 4, 32, 16)
 
 
+def cpu_vector_width(facts):
+    """The float vector width of CPU kernels' register blocks: 16 where the CPU's native
+    vectors hold 16 floats (AVX-512) and the compiler takes float16 vectors, else 8."""
+    wide = getattr(facts, "float_lanes", 8) >= 16 and getattr(facts, "max_float_vector", 16) >= 16
+    return 16 if wide else 8
+
+
 def default_tile(facts, cls, kernel="gemm"):
     """The table's tile for a shape class of ``kernel`` ('gemm' or 'conv')."""
     if kernel == "conv":
         return dict(_CONV["gpu" if facts.is_gpu else "cpu"][cls])
-    if family(facts) == "cpu" and getattr(facts, "float_lanes", 8) >= 16 and \
-            getattr(facts, "max_float_vector", 16) >= 16:
+    if family(facts) == "cpu" and cpu_vector_width(facts) == 16:
         return dict(_CPU_WIDE_TILE)
     return dict(_GEMM[family(facts)][cls])
 
@@ -591,6 +597,11 @@ CPU_WINOGRAD_MIN_PIXELS = 28 * 28
 # 98.9 / 30.3, 110.6 / 28.8, 93.7 / 23.5; 64->64 at 56x56 148.9 / 39.8, 157.3 / 41.5,
 # 153.4 / 39.2), down to AlexNet's 27x27, the smallest measured
 CPU_WINOGRAD_K5_MIN_PIXELS = 27 * 27
+# on CPUs of 16-float vectors Winograd's forward and backward-data also win at 14x14
+# (256 -> 256, batch 4, 2-core AVX-512 EPYC, Intel's runtime, two runs, ms im2col /
+# Winograd: forward 7.30 / 6.24 and 9.22 / 6.87, backward-data 7.92 / 6.00 and 9.38 /
+# 6.56; the filter gradient 6.55 / 9.22 and 6.94 / 9.46); at 7x7 the two runs disagreed
+CPU_WIDE_WINOGRAD_MIN_PIXELS = 14 * 14
 
 # Winograd's tile. F(4x4,3x3) does 4x fewer products than direct convolution, F(2x2,3x3)
 # 2.25x, but F(4x4) rounds worse: its float32 sums over the input channels in the
@@ -668,12 +679,25 @@ def prefer_im2col(facts, direction, plain_1x1):
 # fewer than this, the GEMM of im2col would run on its few-rows kernel and its columns
 # cost as much as the products
 CPU_DIRECT_MAX_CHANNELS = 64
+# CPUs of 16-float vectors (tuning.cpu_vector_width: AVX-512's 32 registers hold 64
+# channels by 4 pixels) take the direct forward and backward-data up to this many written
+# channels, ahead of Winograd and im2col. resnet18's 3x3 layers at batch 4, 2-core AVX-512
+# EPYC, Intel's runtime, ms im2col / Winograd / direct (PyTorch CPU): 64 -> 64 at 56x56
+# forward 9.47 / 11.30 / 5.10 (6.23), backward-data 15.18 / 11.11 / 5.05 (7.28); 128 ->
+# 128 at 28x28 forward 8.17 / 5.35 / 5.12, backward-data 11.32 / 5.96 / 5.54; 64 -> 128 at
+# stride 2 forward 4.26 / - / 3.09; 256 -> 256 at 14x14 forward 7.30 / 6.24 / 6.54. The
+# filter gradient's direct kernel (float8) keeps the narrow rule: it lost at 64 and above.
+CPU_WIDE_DIRECT_MAX_CHANNELS = 128
 
 
 def prefer_direct(facts, direction, in_c, out_c):
     """Whether ``direction`` of an ungrouped convolution runs as a direct convolution."""
+    if not facts.is_cpu:
+        return False
     few = in_c if direction == "backward_data" else out_c
-    return facts.is_cpu and few < CPU_DIRECT_MAX_CHANNELS
+    if direction != "backward_filter" and cpu_vector_width(facts) == 16:
+        return few <= CPU_WIDE_DIRECT_MAX_CHANNELS
+    return few < CPU_DIRECT_MAX_CHANNELS
 
 
 def prefer_winograd(facts, direction, in_c, out_c, pixels=0, kernel=3):
@@ -685,9 +709,12 @@ def prefer_winograd(facts, direction, in_c, out_c, pixels=0, kernel=3):
     CPU_WINOGRAD_MIN_PIXELS output pixels (``pixels``): at 28x28 and above its 4x fewer
     products win by 25-40% in every direction, at 14x14 and below the transforms and the
     smaller GEMMs lose (PoCL, 2 cores, batch 4); for 5x5 layers (``kernel``) at least
-    CPU_WINOGRAD_K5_MIN_PIXELS."""
+    CPU_WINOGRAD_K5_MIN_PIXELS; on CPUs of 16-float vectors, forward and backward-data,
+    at least CPU_WIDE_WINOGRAD_MIN_PIXELS."""
     if facts.is_cpu:
         least = CPU_WINOGRAD_K5_MIN_PIXELS if kernel == 5 else CPU_WINOGRAD_MIN_PIXELS
+        if direction != "backward_filter" and cpu_vector_width(facts) == 16:
+            least = min(least, CPU_WIDE_WINOGRAD_MIN_PIXELS)
         return (in_c >= WINOGRAD_MIN_CHANNELS and out_c >= WINOGRAD_MIN_CHANNELS
                 and pixels >= least)
     if not facts.is_gpu:

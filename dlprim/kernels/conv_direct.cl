@@ -3,11 +3,15 @@
 # Direct convolution for CPU drivers (core/conv_direct.py), for layers of few output
 # channels, where im2col + GEMM spends as long writing and packing columns as the GEMM
 # takes (the MNIST net's 16 -> 32 5x5 layer). A work-item computes PX neighbouring
-# pixels of one output row for OCB output channels: PX x OCB / 8 float8 accumulators,
-# and for every input channel and tap OCB / 8 float8 of packed weights and PX broadcast
-# input values, each feeding OCB / 8 vector FMAs. The stencil (KH, KW, strides,
+# pixels of one output row for OCB output channels: PX x OCB / VW vector accumulators,
+# and for every input channel and tap OCB / VW vectors of packed weights and PX broadcast
+# input values, each feeding OCB / VW vector FMAs. The stencil (KH, KW, strides,
 # dilations), OCB and PX are compiled in, so the taps of a row are straight-line code.
-NV = OCB // 8  # float8 accumulators per pixel
+# VW: the vector width of the forward's accumulators (8, or 16 where the CPU's native
+# vectors hold 16 floats); the filter gradient's stay float8
+VW = 8 if FILTER else context.get("VW", 8)
+NV = OCB // VW  # vector accumulators per pixel (float8 in the filter gradient)
+assert NV * VW == OCB
 # ACT_T: the storage of x, y, dx and dy (float, half or bfloat16), read and written through
 # LD_/ST_ (common.h); weights, bias, the packed weights, dy's rows and sums stay float
 T = context.get("ACT_T", "float")
@@ -43,7 +47,7 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
     const int ox0 = get_global_id(0) * ${PX}, oy = get_global_id(1);
     const int ocb = get_global_id(2) % ocblocks;
     const ulong img = get_global_id(2) / ocblocks;
-    float8 acc[${PX}][${NV}];
+    float${VW} acc[${PX}][${NV}];
 % for p in range(PX):
     % for v in range(NV):
     acc[${p}][${v}] = 0.0f;
@@ -65,11 +69,11 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
     % for kw in range(KW):
                     {
         % for v in range(NV):
-                        const float8 w${v} = vload8(${(kh * KW + kw) * NV + v}, wc);
+                        const float${VW} w${v} = vload${VW}(${(kh * KW + kw) * NV + v}, wc);
         % endfor
         % for p in range(PX):
                         {
-                            const float8 xv = (float8)(LD_${T}(run, ${p * SW + kw * DW}));
+                            const float${VW} xv = (float${VW})(LD_${T}(run, ${p * SW + kw * DW}));
             % for v in range(NV):
                             acc[${p}][${v}] = fma(xv, w${v}, acc[${p}][${v}]);
             % endfor
@@ -81,12 +85,12 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
     % for kw in range(KW):
                     {
         % for v in range(NV):
-                        const float8 w${v} = vload8(${(kh * KW + kw) * NV + v}, wc);
+                        const float${VW} w${v} = vload${VW}(${(kh * KW + kw) * NV + v}, wc);
         % endfor
         % for p in range(PX):
                         {
                             const int ix = ix0 + ${p * SW + kw * DW};
-                            const float8 xv = (float8)(ix >= 0 && ix < W ? LD_${T}(row, ix) : 0.0f);
+                            const float${VW} xv = (float${VW})(ix >= 0 && ix < W ? LD_${T}(row, ix) : 0.0f);
             % for v in range(NV):
                             acc[${p}][${v}] = fma(xv, w${v}, acc[${p}][${v}]);
             % endfor
@@ -105,7 +109,7 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
     if (ox0 + ${p} < OW) {
         float r[${OCB}];
     % for v in range(NV):
-        vstore8(acc[${p}][${v}], ${v}, r);
+        vstore${VW}(acc[${p}][${v}], ${v}, r);
     % endfor
         for (int q = 0; q < ${OCB} && ocb * ${OCB} + q < OC; q++) {
             __global ${T} *o = out + (ulong)q * OH * OW + ox0 + ${p};
