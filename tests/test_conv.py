@@ -535,19 +535,22 @@ def test_algorithm_table():
         ("depthwise",) * 3
     assert pick(gpu, 256, 64, (56, 56), (1, 1)) == ("gemm",) * 3
     # CPUs of 16-float vectors (AVX-512): the direct forward and backward-data up to 128
-    # written channels, Winograd's from 14x14; the filter gradient as on the others
+    # written channels, Winograd's from 14x14; the direct filter gradient for every
+    # layer of more than one tap
     wide = SimpleNamespace(facts=SimpleNamespace(is_gpu=False, is_cpu=True, float_lanes=16,
                                                  max_float_vector=16))
-    assert pick(wide, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == \
-        ("direct", "direct", "winograd")
-    assert pick(wide, 128, 128, (28, 28), (3, 3), pad=(1, 1, 1, 1)) == \
-        ("direct", "direct", "winograd")
+    assert pick(wide, 64, 64, (56, 56), (3, 3), pad=(1, 1, 1, 1)) == ("direct",) * 3
+    assert pick(wide, 128, 128, (28, 28), (3, 3), pad=(1, 1, 1, 1)) == ("direct",) * 3
     assert pick(wide, 256, 256, (14, 14), (3, 3), pad=(1, 1, 1, 1)) == \
-        ("winograd", "winograd", "im2col")
-    assert pick(wide, 512, 512, (7, 7), (3, 3), pad=(1, 1, 1, 1)) == ("im2col",) * 3
+        ("winograd", "winograd", "direct")
+    assert pick(wide, 512, 512, (7, 7), (3, 3), pad=(1, 1, 1, 1)) == \
+        ("im2col", "im2col", "direct")
     assert pick(wide, 64, 128, (56, 56), (3, 3), (2, 2), (1, 1, 1, 1)) == \
-        ("direct", "im2col", "im2col")
-    assert pick(wide, 128, 256, (28, 28), (3, 3), (2, 2), (1, 1, 1, 1)) == ("im2col",) * 3
+        ("direct", "im2col", "direct")
+    assert pick(wide, 128, 256, (28, 28), (3, 3), (2, 2), (1, 1, 1, 1)) == \
+        ("im2col", "im2col", "direct")
+    assert pick(wide, 64, 256, (56, 56), (1, 1)) == ("gemm", "gemm", "im2col")
+    assert pick(wide, 64, 128, (56, 56), (1, 1), (2, 2)) == ("direct", "im2col", "im2col")
     assert pick(wide, 16, 32, (14, 14), (5, 5), pad=(2, 2, 2, 2)) == ("direct",) * 3
 
 
@@ -567,6 +570,11 @@ def test_direct_register_blocks_follow_the_vector_width():
     assert conv_direct.register_block(72, 11, 16) == (48, 4)  # two blocks of 48: 96 lanes
     assert conv_direct.register_block(20, 9, 16) == (32, 3)   # 9 pixels in three runs of 3
     assert conv_direct.register_block(5, 9, 16) == (16, 5)
+    # the filter gradient: KW taps by up to 2 float8 or 4 float16 vectors, 12 at most
+    assert [conv_direct.filter_block(c, 3, 8) for c in (8, 9, 64)] == [8, 16, 16]
+    assert [conv_direct.filter_block(c, 3, 16) for c in (16, 20, 33, 64, 512)] == \
+        [16, 32, 64, 64, 64]
+    assert [conv_direct.filter_block(64, kw, 16) for kw in (5, 7)] == [32, 16]
 
 
 def test_conv_tuner_round_trip(ctx, rng, tmp_path, monkeypatch, capsys):

@@ -97,7 +97,8 @@ def choose_algorithm(ctx, geom, direction="forward", precision="fp32", batch=16)
             tuning.taps_beat_winograd(direction, geom.in_c, geom.out_c, geom.out_h * geom.out_w):
         return "gemm"
     if algorithm_applies(geom, "direct", direction) and \
-            tuning.prefer_direct(ctx.facts, direction, geom.in_c, geom.out_c):
+            tuning.prefer_direct(ctx.facts, direction, geom.in_c, geom.out_c,
+                                 geom.kh * geom.kw, geom.is_plain_1x1):
         return "direct"
     if algorithm_applies(geom, "winograd", direction) and \
             tuning.prefer_winograd(ctx.facts, direction, geom.in_c, geom.out_c,

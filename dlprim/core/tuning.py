@@ -686,17 +686,25 @@ CPU_DIRECT_MAX_CHANNELS = 64
 # forward 9.47 / 11.30 / 5.10 (6.23), backward-data 15.18 / 11.11 / 5.05 (7.28); 128 ->
 # 128 at 28x28 forward 8.17 / 5.35 / 5.12, backward-data 11.32 / 5.96 / 5.54; 64 -> 128 at
 # stride 2 forward 4.26 / - / 3.09; 256 -> 256 at 14x14 forward 7.30 / 6.24 / 6.54. The
-# filter gradient's direct kernel (float8) keeps the narrow rule: it lost at 64 and above.
+# filter gradient's direct kernel in float16 vectors of 64 channels takes every layer of
+# more than one tap there (ms im2col / Winograd / direct, batch 4): 64 -> 64 at 56x56
+# 13.45 / 11.51 / 5.23, 256 -> 256 at 14x14 6.55 / 9.22 / 4.98, 512 -> 512 at 7x7 9.32 /
+# 9.80 / 8.14, 128 -> 256 at stride 2 3.87 / - / 2.47, the 7x7 stem 16.70 / - / 12.55, but
+# 128 -> 128 at 28x28 8.29 / 5.61 / 6.84; a 1x1 layer's is one GEMM (64 -> 256 at 56x56
+# 5.08 / - / 14.72).
 CPU_WIDE_DIRECT_MAX_CHANNELS = 128
 
 
-def prefer_direct(facts, direction, in_c, out_c):
-    """Whether ``direction`` of an ungrouped convolution runs as a direct convolution."""
+def prefer_direct(facts, direction, in_c, out_c, taps=9, plain_1x1=False):
+    """Whether ``direction`` of an ungrouped convolution of ``taps`` (KH x KW) runs as a
+    direct convolution (``plain_1x1``: a 1x1 layer of stride 1, a GEMM as it is)."""
     if not facts.is_cpu:
         return False
     few = in_c if direction == "backward_data" else out_c
-    if direction != "backward_filter" and cpu_vector_width(facts) == 16:
-        return few <= CPU_WIDE_DIRECT_MAX_CHANNELS
+    if cpu_vector_width(facts) == 16:
+        if direction == "backward_filter":
+            return taps > 1
+        return few <= CPU_WIDE_DIRECT_MAX_CHANNELS and not plain_1x1
     return few < CPU_DIRECT_MAX_CHANNELS
 
 

@@ -7,10 +7,10 @@
 # and for every input channel and tap OCB / VW vectors of packed weights and PX broadcast
 # input values, each feeding OCB / VW vector FMAs. The stencil (KH, KW, strides,
 # dilations), OCB and PX are compiled in, so the taps of a row are straight-line code.
-# VW: the vector width of the forward's accumulators (8, or 16 where the CPU's native
-# vectors hold 16 floats); the filter gradient's stay float8
-VW = 8 if FILTER else context.get("VW", 8)
-NV = OCB // VW  # vector accumulators per pixel (float8 in the filter gradient)
+# VW: the vector width of the accumulators (8, or 16 where the CPU's native vectors hold
+# 16 floats)
+VW = context.get("VW", 8)
+NV = OCB // VW  # vector accumulators per pixel (per tap in the filter gradient)
 assert NV * VW == OCB
 # ACT_T: the storage of x, y, dx and dy (float, half or bfloat16), read and written through
 # LD_/ST_ (common.h); weights, bias, the packed weights, dy's rows and sums stay float
@@ -130,9 +130,9 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
 <%
 # Backward-filter: dw[oc][c][kh][kw] = beta * dw + the sum over images and output pixels
 # of dy[oc] x[c] at the tap. dy is first laid out pixel-major (conv_direct_dy_rows), so
-# that a pixel's OCB channels are OCB / 8 float8 loads; a work-item takes the KW taps of
+# that a pixel's OCB channels are OCB / VW vector loads; a work-item takes the KW taps of
 # one (channel block, input channel, kh) for a chunk of the batch: per output pixel
-# OCB / 8 loads of dy, KW broadcast values of x, KW * OCB / 8 vector FMAs.
+# OCB / VW loads of dy, KW broadcast values of x, KW * OCB / VW vector FMAs.
 %>
 // dy (img, OC, P pixels) -> rows (img, P, OCP channels, zero past OC): work-item (oc, img)
 __kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const ${T} *dy,
@@ -148,17 +148,17 @@ __kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const ${T} *d
 
 <%def name="filter_taps(checked)">
                 {
-                    float8 d[${NV}];
+                    float${VW} d[${NV}];
     % for v in range(NV):
-                    d[${v}] = vload8(${v}, drow + (ulong)ox * OCP);
+                    d[${v}] = vload${VW}(${v}, drow + (ulong)ox * OCP);
     % endfor
     % for kw in range(KW):
                     {
         % if checked:
                         const int ix = ox * ${SW} - PL + ${kw * DW};
-                        const float8 xv = (float8)(ix >= 0 && ix < W ? LD_${T}(xrow, ix) : 0.0f);
+                        const float${VW} xv = (float${VW})(ix >= 0 && ix < W ? LD_${T}(xrow, ix) : 0.0f);
         % else:
-                        const float8 xv = (float8)(LD_${T}(xrow, ox * ${SW} - PL + ${kw * DW}));
+                        const float${VW} xv = (float${VW})(LD_${T}(xrow, ox * ${SW} - PL + ${kw * DW}));
         % endif
         % for v in range(NV):
                         acc[${kw}][${v}] = fma(d[${v}], xv, acc[${kw}][${v}]);
@@ -178,7 +178,7 @@ __kernel void conv_direct_filter(int C, int H, int W, int OC, int OH, int OW, in
     const int item = get_global_id(0);
     const int kh = item % ${KH}, c = (item / ${KH}) % C;
     const int ocb = (item / (${KH} * C)) % ocblocks, part = item / (${KH} * C * ocblocks);
-    float8 acc[${KW}][${NV}];
+    float${VW} acc[${KW}][${NV}];
 % for kw in range(KW):
     % for v in range(NV):
     acc[${kw}][${v}] = 0.0f;
@@ -208,10 +208,10 @@ ${filter_taps(True)}
 % for kw in range(KW):
     % for v in range(NV):
     {
-        float r[8];
-        vstore8(acc[${kw}][${v}], 0, r);
-        for (int lane = 0; lane < 8; lane++) {
-            const int oc = ocb * ${OCB} + ${v * 8} + lane;
+        float r[${VW}];
+        vstore${VW}(acc[${kw}][${v}], 0, r);
+        for (int lane = 0; lane < ${VW}; lane++) {
+            const int oc = ocb * ${OCB} + ${v * VW} + lane;
             if (oc >= OC)
                 break;
             const ulong at = (((ulong)oc * C + c) * ${KH} + kh) * ${KW} + ${kw};
