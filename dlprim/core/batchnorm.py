@@ -6,9 +6,9 @@ On CPUs every step is the pointwise-broadcast-reduce generator:
   C-sized pass: biased variance for normalising, and the running statistics updated as
   PyTorch does,
   ``running = (1 - momentum) running + momentum * batch`` with the *unbiased* variance.
-- ``apply``: ``y = (x - mean) / sqrt(var + eps) * gamma + beta``, the scale
-  ``gamma / sqrt(var + eps)`` found per channel first (as dx's coefficients below), so
-  that no pass over x computes a square root per element.
+- ``apply``: ``y = (x - mean) / sqrt(var + eps) * gamma + beta``, with
+  ``1 / sqrt(var + eps)`` found per channel first (for dx too), so that no pass over x
+  computes a square root per element.
 - ``backward``: per-channel sums of dy and dy*xhat, then dgamma/dbeta and dx.
 
 On GPUs (``kernels="channels"``) each step runs ``kernels/batchnorm.cl`` instead: the
@@ -89,7 +89,7 @@ class BatchNormOps:
         self._part_rows = ceil_div(max(n, 1), parts)
         self._parts = ceil_div(max(n, 1), self._part_rows)
         self._parts_buffer = None
-        self._coef_buffer = None
+        self._istd_buffer = None
         full = (self.shape, np.dtype(dtype))
         ch, vec = ((1, c, 1), self.stat_dtype), ((c,), self.stat_dtype)
         self._full, self._ch, self._acc = full, ch, acc
@@ -111,16 +111,16 @@ class BatchNormOps:
                 "%s m = x0; %s v = x1 * w2; y0 = m; y1 = v; "
                 "y2 = (1.0f - w0) * x2 + w0 * m; y3 = (1.0f - w0) * x3 + w1 * v;" % (acc, acc),
                 [acc] * 3, name="bn_update_stats")
-            # apply: the channel's scale gamma istd found once (a C-sized pass), so that
-            # the pass over x has no rsqrt per element (Intel's CPU runtime calls it
-            # per element: the pass took 5.8 ms at 4 x 96 x 112 x 112, 2-core EPYC)
-            self._scale = PointwiseBroadcast(
-                ctx, [vec] * (1 + self.affine), [vec],
-                "y0 = rsqrt(x0 + w0)%s;" % (" * x1" if self.affine else ""), [acc],
-                name="bn_scale")
+            # istd = 1 / sqrt(var + eps) per channel, found once for the passes over x
+            # below (Intel's CPU runtime calls rsqrt per element inside their loops: apply
+            # took 5.8 ms at 4 x 96 x 112 x 112 on a 2-core EPYC); they keep the order of
+            # their operations, so each value rounds as it did with rsqrt inside
+            self._istd = PointwiseBroadcast(ctx, [vec], [vec], "y0 = rsqrt(x0 + w0);", [acc],
+                                            name="bn_istd")
+            affine_code = " * x3 + x4" if self.affine else ""
             self._apply = PointwiseBroadcast(
-                ctx, [full, ch, ch] + [ch] * self.affine, [full],
-                "y0 = (x0 - x1) * x2%s;" % (" + x3" if self.affine else ""), name="bn_apply")
+                ctx, [full, ch, ch] + [ch, ch] * self.affine, [full],
+                "y0 = (x0 - x1) * x2%s;" % affine_code, name="bn_apply")
             # sum dy, sum dy * xhat over each channel
             self._grad_sums = PointwiseBroadcastReduce(
                 ctx, [full, full, ch, ch], [ch, ch],
@@ -200,51 +200,34 @@ class BatchNormOps:
             return self._pointwise(prg, vec, "bn_apply", [x, y, mean, var]
                                    + ([gamma, beta] if self.affine else []) + [np.float32(self.eps)])
         c = self.shape[1]
-        scale = self._coefficients()[0]
-        ch = lambda t: t.view((1, c, 1))
-        return (self._scale.launches([var] + ([gamma] if self.affine else []), [scale],
-                                     [self.eps])
-                + self._apply.launches([x, ch(mean), ch(scale)] + ([ch(beta)] if self.affine
-                                                                   else []), [y]))
+        istd = self._istd_tensor()
+        xs = [x, mean.view((1, c, 1)), istd.view((1, c, 1))]
+        if self.affine:
+            xs += [gamma.view((1, c, 1)), beta.view((1, c, 1))]
+        return self._istd.launches([var], [istd], [self.eps]) + self._apply.launches(xs, [y])
 
-    def _coefficients(self):
-        """Three (C,) vectors of the statistics' type, private to these launchers: the
-        per-channel coefficients that the pointwise passes over x take instead of
-        computing them per element."""
-        if self._coef_buffer is None:
-            c = self.shape[1]
-            buffer = Tensor(self.ctx, (3 * c,), self.stat_dtype)
-            self._coef_buffer = [buffer.view((c,), i * c) for i in range(3)]
-        return self._coef_buffer
+    def _istd_tensor(self):
+        """A (C,) vector of the statistics' type, private to these launchers, for istd."""
+        if self._istd_buffer is None:
+            self._istd_buffer = Tensor(self.ctx, (self.shape[1],), self.stat_dtype)
+        return self._istd_buffer
 
     def _dx_op(self, batch_stats):
-        """(the per-channel coefficients' launcher, the pass over x and dy) of dx.
-        Batch statistics: dx = gamma istd (dy - sum(dy)/M - xhat sum(dy xhat)/M)
-        = a dy + b (x - mean) + c with a = gamma istd, b = -a istd sum(dy xhat)/M and
-        c = -a sum(dy)/M, found per channel from var, the sums and gamma. Fixed
-        statistics: y is affine in x, dx = gamma istd dy."""
+        # inputs: x, dy, mean, istd, sum dy, sum dy*xhat, [gamma]
         if batch_stats not in self._dx:
             full, ch = self._full, self._ch
-            vec = ((self.shape[1],), self.stat_dtype)
-            gamma = " * x3" if self.affine else ""
+            xs = [full, full, ch, ch, ch, ch] + [ch] * self.affine
+            gamma = "x6" if self.affine else "1.0f"
             acc = self._acc
             if batch_stats:
-                coef = PointwiseBroadcast(
-                    self.ctx, [vec] * (3 + self.affine), [vec] * 3,
-                    "%s istd = rsqrt(x0 + w0); %s a = istd%s; y0 = a; "
-                    "y1 = -a * istd * x2 * w1; y2 = -a * x1 * w1;" % (acc, acc, gamma),
-                    [acc, acc], name="bn_backward_coefficients")
-                dx = PointwiseBroadcast(self.ctx, [full, full, ch, ch, ch, ch], [full],
-                                        "y0 = x1 * x3 + (x0 - x2) * x4 + x5;",
-                                        name="bn_backward_data")
+                # dx = gamma istd (dy - sum(dy)/M - xhat sum(dy xhat)/M)
+                code = ("%s xhat = (x0 - x2) * x3; "
+                        "y0 = %s * x3 * (x1 - w0 * (x4 + xhat * x5));" % (acc, gamma))
             else:
-                coef = PointwiseBroadcast(
-                    self.ctx, [vec] * (1 + self.affine), [vec],
-                    "y0 = rsqrt(x0 + w0)%s;" % (" * x1" if self.affine else ""), [acc, acc],
-                    name="bn_backward_coefficient")
-                dx = PointwiseBroadcast(self.ctx, [full, ch], [full], "y0 = x0 * x1;",
-                                        name="bn_backward_fixed")
-            self._dx[batch_stats] = coef, dx
+                # fixed statistics: y is affine in x, dx = gamma istd dy
+                code = "y0 = %s * x3 * x1;" % gamma
+            self._dx[batch_stats] = PointwiseBroadcast(self.ctx, xs, [full], code,
+                                                       [acc], name="bn_backward_data")
         return self._dx[batch_stats]
 
     def backward_launches(self, x, dy, mean, var, sums, gamma=None, dx=None, beta=0.0,
@@ -300,13 +283,10 @@ class BatchNormOps:
                                    + [dx, np.float32(self.eps), np.float32(1.0 / self.M),
                                       np.float32(beta)])
         elif dx is not None:
-            coef, pass_x = self._dx_op(batch_stats)
-            a, b, k = self._coefficients()
-            sums_in = [s_dy, s_dyx] if batch_stats else []
-            out += coef.launches([var] + sums_in + ([gamma] if self.affine else []),
-                                 [a, b, k] if batch_stats else [a], [self.eps, 1.0 / self.M])
-            if batch_stats:
-                out += pass_x.launches([x, dy, ch(mean), ch(a), ch(b), ch(k)], [dx], beta=beta)
-            else:
-                out += pass_x.launches([dy, ch(a)], [dx], beta=beta)
+            istd = self._istd_tensor()
+            xs = [x, dy, ch(mean), ch(istd), ch(s_dy), ch(s_dyx)]
+            if self.affine:
+                xs.append(ch(gamma))
+            out += self._istd.launches([var], [istd], [self.eps])
+            out += self._dx_op(batch_stats).launches(xs, [dx], [1.0 / self.M], beta=beta)
         return out
