@@ -178,3 +178,17 @@ void gemm(int M, int N, int K, int k_chunk, int splits,
 % endif
     ST_${C_T}(c_row, ${col}, ACT_${ACTIVATION}(v));
 </%def>
+
+## four values of C at columns col .. col + 3 (a float4 ``value``, C's row 4-aligned, beta
+## 0): store_c's epilogue, one vector store
+<%def name="store_c4(value, col, BIAS, ACTIVATION, C_T='float')">
+    float4 v = alpha * ${value};
+% if BIAS == "row":
+    v += bias_m;
+% elif BIAS == "col":
+    v += (float4)(bias[bias_offset + ${col}], bias[bias_offset + ${col} + 1],
+                  bias[bias_offset + ${col} + 2], bias[bias_offset + ${col} + 3]);
+% endif
+    ST4_${C_T}(((float4)(ACT_${ACTIVATION}(v.x), ACT_${ACTIVATION}(v.y),
+                         ACT_${ACTIVATION}(v.z), ACT_${ACTIVATION}(v.w))), c_row + ${col});
+</%def>

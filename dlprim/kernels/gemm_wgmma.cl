@@ -170,15 +170,7 @@ ${tiles.row_of_c("m", BIAS, C_T)}
         const float4 sums = vload4(0, c_tile + r * ${CT_LD} + c);
         % if ALIGNED_C:
         if (n + 3 < N && beta == 0.0f) {
-            float4 v = alpha * sums;
-            % if BIAS == "row":
-            v += bias_m;
-            % elif BIAS == "col":
-            v += (float4)(bias[bias_offset + n], bias[bias_offset + n + 1],
-                          bias[bias_offset + n + 2], bias[bias_offset + n + 3]);
-            % endif
-            ST4_${C_T}(((float4)(ACT_${ACTIVATION}(v.x), ACT_${ACTIVATION}(v.y),
-                                 ACT_${ACTIVATION}(v.z), ACT_${ACTIVATION}(v.w))), c_row + n);
+${tiles.store_c4("sums", "n", BIAS, ACTIVATION, C_T)}
             continue;
         }
         % endif
