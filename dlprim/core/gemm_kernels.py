@@ -22,9 +22,10 @@ import numpy as np
 
 from ..dtypes import as_dtype, cl_type
 from ..kernels import program
-from ..tensor import Tensor
+from ..tensor import ws_view
 from ..utils import ceil_div, round_up
 from . import tuning
+from .copy import StridedCopy
 from .precision import HALF_STORAGE_TYPES
 
 __all__ = ["GemmKernel", "Gemv", "TensorCore", "SubgroupMatrix", "CpuFewRows", "CpuTiled",
@@ -258,6 +259,10 @@ class TensorCore(_TiledLaunch):
     kernels/gemm_wgmma.cl (``wgmma``) where ``g.wgmma``: for the tiles cp.async copies,
     and for TF32 on float32 operands packed K-major into the workspace first."""
 
+    def __init__(self, g):
+        super().__init__(g)
+        self._narrowing = {}  # the narrowing copy of each (ld, batch stride) met
+
     def warpgroup(self, copy_async):
         """Whether a launch runs gemm_wgmma.cl: 16-bit tiles that cp.async copies (aligned
         rows), or any TF32 product (packed as it needs)."""
@@ -278,11 +283,11 @@ class TensorCore(_TiledLaunch):
             return super().copies_async(A, B, lda, ldb, stride_a, stride_b, W)
         X, ld, stride = (B, ldb, stride_b) if g.narrow == "a" else (A, lda, stride_a)
         return bool(g.copy_async and g.aligned(ld, X.offset, stride, COPY_VALUES)
-                    and 2 * (W.offset + self._narrowed_at()) % COPY_VALUES == 0)
+                    and (W.byte_offset + 4 * self._after_partials()) % 16 == 0)
 
-    def _narrowed_at(self):
-        """Where the narrowed operand sits in the workspace, in float32 elements: after
-        the split-K partial sums."""
+    def _after_partials(self):
+        """Where the operands' layouts (TF32 K-major packing, a narrowed operand) start in
+        the workspace, in float32 elements: after the split-K partial sums."""
         return self.g.partials_elements
 
     def program(self, aligned_a, aligned_b, aligned_c, epilogue=True, copy_async=False,
@@ -321,42 +326,39 @@ class TensorCore(_TiledLaunch):
         g = self.g
         if not (wgmma and g.K):
             return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
-        # the layout passes are kernels of the product's own program: no second build
-        prg = self.program(1, 1, c_layout[0], epilogue=c_layout[1], wgmma=True)
         if g.narrow:
-            return self._narrowed(prg, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W)
+            return self._narrowed(A, B, lda, ldb, stride_a, stride_b, aligned_ab, W)
         if g.precision != "tf32":
             return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
+        # the packing kernels are in the product's own program: no second build
+        prg = self.program(1, 1, c_layout[0], epilogue=c_layout[1], wgmma=True)
         size_a, _ = g.k_major_elements()
-        at = g.partials_elements
+        at = self._after_partials()
         pack_a, A, lda, stride_a = self._k_major(prg, "a", A, lda, stride_a, W, at)
         pack_b, B, ldb, stride_b = self._k_major(prg, "b", B, ldb, stride_b, W, at + size_a)
         return pack_a + pack_b, A, B, lda, ldb, stride_a, stride_b, (1, 1)
 
-    def _narrowed(self, prg, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W):
-        """The launch that narrows the float32 operand ``g.narrow`` into the workspace in
-        the products' 16-bit type (its layout kept, rows padded to 16 bytes), and the
-        operands as the product then reads them."""
+    def _narrowed(self, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W):
+        """The copy that narrows the float32 operand ``g.narrow`` into the workspace in the
+        products' 16-bit type (core/copy.py's StridedCopy: its layout kept, rows padded to
+        16 bytes), and the operands as the product then reads them."""
         g = self.g
         which = g.narrow
         X, ld, stride = (A, lda, stride_a) if which == "a" else (B, ldb, stride_b)
         rows, cols = g._rows_cols(which)
         ldn = g.narrowed_ld()
         copies = g.batch if stride else 1  # a shared operand is narrowed once
-        kind = as_dtype(HALF_STORAGE_TYPES[g.precision])
-        narrowed = Tensor(g.ctx, (copies * rows * ldn,), kind, buffer=W.buffer,
-                          offset=2 * (W.offset + self._narrowed_at()))
-        narrowed._owner = W
-        i32, u64 = np.int32, np.uint64
-        launch = program.Launch(
-            prg, "narrow",
-            (round_up(cols, 64), rows, copies), (64, 1, 1),
-            [i32(rows), i32(cols), X, i32(ld), u64(stride), narrowed, i32(ldn),
-             u64(rows * ldn if stride else 0)])
         n_stride = rows * ldn if stride else 0
+        kind = as_dtype(HALF_STORAGE_TYPES[g.precision])
+        narrowed = ws_view(W, 4 * self._after_partials(), copies * rows * ldn, kind)
+        key = (ld, stride)
+        if key not in self._narrowing:
+            self._narrowing[key] = StridedCopy(g.ctx, (copies, rows, cols), (stride, ld, 1),
+                                               (n_stride, ldn, 1), np.float32, kind)
+        launches = self._narrowing[key].launches(X, narrowed)
         if which == "a":
-            return [launch], narrowed, B, ldn, ldb, n_stride, stride_b, (1, aligned_ab[1])
-        return [launch], A, narrowed, lda, ldn, stride_a, n_stride, (aligned_ab[0], 1)
+            return launches, narrowed, B, ldn, ldb, n_stride, stride_b, (1, aligned_ab[1])
+        return launches, A, narrowed, lda, ldn, stride_a, n_stride, (aligned_ab[0], 1)
 
     def _k_major(self, prg, which, X, ld, stride, W, at):
         """TF32 warpgroup products read A and B K-major, rounded to TF32 and with 16-byte
@@ -369,8 +371,7 @@ class TensorCore(_TiledLaunch):
         D = g.M if which == "a" else g.N
         ldk = round_up(g.K, 4)
         copies = g.batch if stride else 1  # a shared operand is packed once
-        packed = Tensor(g.ctx, (copies * D * ldk,), buffer=W.buffer, offset=W.offset + at)
-        packed._owner = W
+        packed = ws_view(W, 4 * at, copies * D * ldk)
         i32, u64 = np.int32, np.uint64
         launch = program.Launch(
             prg, "pack_from_rows" if k_major else

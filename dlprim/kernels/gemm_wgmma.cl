@@ -181,22 +181,7 @@ ${tiles.store_c("s4[w]", "n + w", BIAS, ACTIVATION, C_T)}
     }
 }
 
-% if not TF32:
-## X (rows x cols of float32, ldx; batch entry get_global_id(2), stride_x apart) -> Y in
-## the products' 16-bit type (ldy, stride_y): a float32 operand beside a 16-bit one
-## (Gemm.narrow), narrowed once rather than by every work-group that reads it
-__kernel void narrow(int rows, int cols, __global const float *X, ulong x_offset, int ldx,
-                     ulong stride_x, __global ${NATIVE} *Y, ulong y_offset, int ldy,
-                     ulong stride_y)
-{
-    const int c = get_global_id(0), r = get_global_id(1);
-    if (r >= rows || c >= cols)
-        return;
-    X += x_offset + get_global_id(2) * stride_x;
-    Y += y_offset + get_global_id(2) * stride_y;
-    ST_${NATIVE}(Y, (ulong)r * ldy + c, X[(ulong)r * ldx + c]);
-}
-% else:
+% if TF32:
 ## op(X) (D rows or columns by K, read along K where K_MAJOR) -> Y rounded to TF32, D rows
 ## of K (ldy, 16-byte aligned, zeros past K), batch entry get_group_id(2) (stride 0: one
 ## X for all); through a 32 x 32 local tile so that both sides read and write along their
