@@ -414,37 +414,42 @@ def choose(g, tile, split_k, forced):
     # the tensor-core kernel: TF32 products for "tf32", FP16 or BF16 for the others, where
     # the probe passes
     g.mma = bool(forced["mma"]) or g.on_tensor_cores(ctx, g.precision)
-    # tiles copied by cp.async (gemm_mma.cl ASYNC) where A and B store the 16-bit type the
-    # products take (launches check their rows' alignment)
     native = HALF_STORAGE_TYPES.get(g.precision)
     native = as_dtype(native) if native is not None else None
-    # a float32 A or B beside the other stored in that type (an fp16 net's float32
-    # weights): narrowed into the workspace for the warpgroup products (below) where
-    # the narrowing pays (tuning.narrowing_pays)
-    floats = [x for x, d in zip("ab", g.dtypes[:2]) if d == np.float32]
-    narrow = (floats[0] if g.mma and native is not None and len(floats) == 1
-              and native in g.dtypes[:2]
-              and tuning.narrowing_pays(M, N, g.K, floats[0]) else None)
-    g.copy_async = (g.mma and tuning.MMA_COPY_ASYNC and native is not None
-                    and (g.dtypes[0] == g.dtypes[1] == native or narrow is not None)
-                    and (forced["copy_async"] if forced["copy_async"] is not None
-                         else copies_async(ctx, g.precision)))
+
+    def copies():  # the cp.async probe, asked only where its tiles may run
+        return (g.mma and tuning.MMA_COPY_ASYNC and native is not None
+                and (forced["copy_async"] if forced["copy_async"] is not None
+                     else copies_async(ctx, g.precision)))
+
+    def warpgroup():  # the warpgroup probe, likewise
+        return tuning.MMA_WARPGROUP and (forced["wgmma"] if forced["wgmma"] is not None
+                                         else warpgroup_products(ctx, g.precision))
+    # tiles copied by cp.async (gemm_mma.cl ASYNC) where A and B store the 16-bit type the
+    # products take (launches check their rows' alignment)
+    g.copy_async = bool(native is not None and g.dtypes[0] == g.dtypes[1] == native
+                        and copies())
     # Hopper's warpgroup products (gemm_wgmma.cl) where the device takes them: for the
     # 16-bit tiles that cp.async copies, and for TF32 on float32 operands where M and N
     # are large enough to pay for packing them (tuning.wgmma_packs_pay)
     tf32_floats = (g.mma and g.precision == "tf32"
                    and g.dtypes[0] == g.dtypes[1] == np.float32)
-    g.wgmma = ((g.copy_async or tf32_floats) and tuning.MMA_WARPGROUP
-               and (forced["wgmma"] if forced["wgmma"] is not None
-                    else warpgroup_products(ctx, g.precision)
-                    and (not tf32_floats or tuning.wgmma_packs_pay(M, N))))
-    # only the warpgroup kernel narrows: gemm_mma.cl reads a float32 operand through registers
-    g.narrow = narrow if g.wgmma else None
-    g.copy_async = g.copy_async and (g.dtypes[0] == g.dtypes[1] or g.narrow is not None)
+    g.wgmma = bool((g.copy_async or tf32_floats) and warpgroup()
+                   and (forced["wgmma"] is not None or not tf32_floats
+                        or tuning.wgmma_packs_pay(M, N)))
+    # a float32 A or B beside the other stored in the 16-bit type (an fp16 net's float32
+    # weights), where narrowing it pays (tuning.narrowing_pays): narrowed into the
+    # workspace, then copied and multiplied as if stored so (gemm.cl and gemm_mma.cl
+    # read it through registers instead)
+    floats = [x for x, d in zip("ab", g.dtypes[:2]) if d == np.float32]
+    g.narrow = None
+    if len(floats) == 1 and native in g.dtypes[:2] and \
+            tuning.narrowing_pays(M, N, g.K, floats[0]) and copies() and warpgroup():
+        g.narrow, g.copy_async, g.wgmma = floats[0], True, True
     # Intel's subgroup matrix products (gemm_subgroup_mma.cl) for 16-bit operands stored
     # as they take them, where the device has them
     g.subgroup_mma = (native is not None and not g.mma
-                      and g.dtypes[0] == g.dtypes[1] == as_dtype(native)
+                      and g.dtypes[0] == g.dtypes[1] == native
                       and (forced["subgroup_mma"] if forced["subgroup_mma"] is not None
                            else subgroup_matrix_products(ctx, g.precision)))
     g.subgroup = subgroup_mma_size(ctx) if g.subgroup_mma else None
