@@ -114,7 +114,9 @@ class BatchNormOps:
             # istd = 1 / sqrt(var + eps) per channel, found once for the passes over x
             # below (Intel's CPU runtime calls rsqrt per element inside their loops: apply
             # took 5.8 ms at 4 x 96 x 112 x 112 on a 2-core EPYC); they keep the order of
-            # their operations, so each value rounds as it did with rsqrt inside
+            # their operations, so each value rounds as it did with rsqrt inside. Backward
+            # finds it again rather than trusting forward's: one BatchNormOps may serve
+            # several layers of a shape (the ocl device memoizes them by shape).
             self._istd = PointwiseBroadcast(ctx, [vec], [vec], "y0 = rsqrt(x0 + w0);", [acc],
                                             name="bn_istd")
             affine_code = " * x3 + x4" if self.affine else ""
