@@ -1,10 +1,15 @@
 """dlprim beside PyTorch CUDA on the same GPU, with the protocol of the reference anchors.
 
 For alexnet, resnet18, resnet50, vgg16 and mobilenet_v2 (DLPrimitives' benchmark nets,
-tests/data/nets), and on request the other ``dlprim.models`` builders (``--nets vit_b_16``),
-at batch 16 and 64, inference and training:
-- infer: host->device copy of the batch, forward, device->host copy of the output;
-- train: copy in, zero grads, forward, loss, backward, Adam step.
+tests/data/nets), and on request the other ``dlprim.models`` builders (``--nets vit_b_16``)
+and the language models ``gpt2`` (GPT-2 124M over 256 tokens a sequence; beside
+transformers' GPT2LMHeadModel) and ``bert_base`` (BERT-base over 128 tokens; beside
+BertForSequenceClassification), dropout off on both sides; at batch 16 and 64 (images or
+sequences), inference and training:
+- infer: host->device copy of the batch, forward, device->host copy of the output (GPT-2:
+  the last position's logits, a prompt's pass before generation);
+- train: copy in, zero grads, forward, loss, backward, Adam step (GPT-2: next-token loss
+  over every position).
 PyTorch runs FP32 with TF32 off (the same arithmetic as OpenCL FP32) and with its
 defaults (TF32); with ``--precision fp16`` also with automatic mixed precision (autocast
 float16 and a GradScaler, TF32 on), the mode dlprim's fp16 is compared with, and with
@@ -57,12 +62,45 @@ def dlprim_ms(ctx, net, batch, mode, warmup, iters, precision="fp32"):
             graph = json.load(f)
         for inp in graph["inputs"]:
             inp["shape"] = [batch] + inp["shape"][1:]
-    else:  # a net DLPrimitives has not: the dlprim.models builder (vit_b_16, ...)
+    else:  # a net DLPrimitives has not: the dlprim.models builder (vit_b_16, gpt2, ...)
         from dlprim import models
-        graph = models.BUILDERS[net](batch=batch, train=mode == "train").to_dict()
+        builder = models.BUILDERS.get(net) or models.SEQUENCE_BUILDERS[net]
+        graph = builder(batch=batch, train=mode == "train").to_dict()
     res = run_net(ctx, graph, train=mode == "train", warmup=warmup, iters=iters,
                   precision=precision)
     return res["mean_ms"], ctx.memory.peak_bytes
+
+
+# the language models' tokens a sequence
+SEQUENCE_LENGTH = {"gpt2": 256, "bert_base": 128}
+
+
+def torch_net(net, batch, channels_last=False):
+    """PyTorch's twin of a row: (model, host inputs, loss(model, inputs), infer(model,
+    inputs)), the inputs a tuple of CPU tensors that each step copies to the GPU."""
+    import torch
+    if net not in SEQUENCE_LENGTH:
+        import torchvision
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        model = getattr(torchvision.models, net)().to(memory_format=fmt)
+        inputs = (torch.randn(batch, 3, 224, 224).contiguous(memory_format=fmt),
+                  torch.randint(0, 1000, (batch,)))
+        loss_fn = torch.nn.CrossEntropyLoss()
+        return model, inputs, lambda m, x: loss_fn(m(x[0]), x[1]), lambda m, x: m(x[0])
+    import transformers
+    length = SEQUENCE_LENGTH[net]
+    if net == "gpt2":
+        config = transformers.GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        model = transformers.GPT2LMHeadModel(config)
+        inputs = (torch.randint(0, config.vocab_size, (batch, length)),)
+        # the last position's logits alone, as dlprim's gpt2(train=False)
+        infer = lambda m, x: m.lm_head(m.transformer(input_ids=x[0]).last_hidden_state[:, -1])
+        return model, inputs, lambda m, x: m(input_ids=x[0], labels=x[0]).loss, infer
+    config = transformers.BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = transformers.BertForSequenceClassification(config)
+    inputs = (torch.randint(0, config.vocab_size, (batch, length)), torch.randint(0, 2, (batch,)))
+    return (model, inputs, lambda m, x: m(input_ids=x[0], labels=x[1]).loss,
+            lambda m, x: m(input_ids=x[0]).logits)
 
 
 def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None, channels_last=False):
@@ -71,16 +109,13 @@ def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None, channels_last=Fals
     ``channels_last``: model and input in that memory format."""
     import contextlib
     import torch
-    import torchvision
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
-    model = getattr(torchvision.models, net)().cuda().to(memory_format=fmt)
-    x_host = torch.randn(batch, 3, 224, 224).contiguous(memory_format=fmt)
-    y_host = torch.randint(0, 1000, (batch,))
+    model, host, loss_of, infer = torch_net(net, batch, channels_last)
+    model = model.cuda()
     autocast = (lambda: torch.autocast("cuda", dtype={"fp16": torch.float16,
                                                       "bf16": torch.bfloat16}[amp])) \
         if amp else contextlib.nullcontext
@@ -88,24 +123,21 @@ def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None, channels_last=Fals
     if mode == "train":
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-        loss_fn = torch.nn.CrossEntropyLoss()
     else:
         model.eval()
 
     def iteration():
-        x = x_host.cuda(non_blocking=False)
+        x = tuple(t.cuda(non_blocking=False) for t in host)
         if mode == "train":
-            y = y_host.cuda()
             opt.zero_grad()
             with autocast():
-                out = model(x)
-                loss = loss_fn(out, y)
-            scaler.scale(loss).backward()
+                out = loss_of(model, x)
+            scaler.scale(out).backward()
             scaler.step(opt)
             scaler.update()
         else:
             with torch.no_grad(), autocast():
-                out = model(x)
+                out = infer(model, x)
         return out.cpu()
 
     for _ in range(warmup):

@@ -1,7 +1,9 @@
 """Model builders: classic nets as NetConfigs, with torchvision's parameter names.
 
 Every classifier builder (``BUILDERS``) takes ``batch``, ``classes`` and ``train``; the
-image nets also take ``image_size``. ``gpt`` builds a decoder language model instead.
+image nets also take ``image_size``. ``gpt`` (and GPT-2, ``gpt2``) builds a decoder
+language model instead; ``bert`` an encoder over token ids (``SEQUENCE_BUILDERS``: the
+language models of the benchmarks).
 ``train=True`` adds an int ``label`` input and a ``SoftmaxWithLoss`` named ``loss``;
 ``train=False`` ends with a ``Softmax`` named ``prob``. The layers match DLPrimitives'
 benchmark nets operator for operator (same types and options), and each operator's
@@ -19,8 +21,9 @@ from .net.netconfig import NetConfig
 from .nn import functional as F
 
 __all__ = ["lenet", "mlp", "alexnet", "vgg16", "resnet18", "resnet34", "resnet50",
-           "mobilenet_v2", "gpt", "gpt_decoder", "vision_transformer", "vit_b_16", "convnext", "convnext_tiny", "multi_head_attention",
-           "BUILDERS"]
+           "mobilenet_v2", "gpt", "gpt2", "bert", "bert_base", "gpt_decoder",
+           "vision_transformer", "vit_b_16", "convnext", "convnext_tiny",
+           "multi_head_attention", "BUILDERS", "SEQUENCE_BUILDERS"]
 
 
 class _Builder:
@@ -51,15 +54,21 @@ class _Builder:
         return out
 
     def finish(self, train):
-        logits = self.cfg.last
-        if train:
-            self.cfg.add_input("label", [self.batch], dtype="int")
-            self.cfg.add("SoftmaxWithLoss", name="loss", inputs=[logits, "label"], outputs=["loss"])
-            self.cfg.set_outputs(["loss"])
-        else:
-            self.cfg.add("Softmax", name="prob", inputs=[logits], outputs=["prob"])
-            self.cfg.set_outputs(["prob"])
-        return self.cfg
+        return _classifier_end(self.cfg, self.batch, train)
+
+
+def _classifier_end(cfg, batch, train):
+    """End ``cfg`` at its last value, the logits: with ``train`` an int ``label`` input and
+    a ``SoftmaxWithLoss`` named ``loss``, else a ``Softmax`` named ``prob``."""
+    logits = cfg.last
+    if train:
+        cfg.add_input("label", [batch], dtype="int")
+        cfg.add("SoftmaxWithLoss", name="loss", inputs=[logits, "label"], outputs=["loss"])
+        cfg.set_outputs(["loss"])
+    else:
+        cfg.add("Softmax", name="prob", inputs=[logits], outputs=["prob"])
+        cfg.set_outputs(["prob"])
+    return cfg
 
 
 def lenet(batch=64, classes=10, train=True, image_size=28, channels=1):
@@ -370,9 +379,9 @@ def _self_attention(cfg, name, x, length, dim, heads, causal, qkv_params, out_pa
     return seq_linear(cfg, name + ".out_proj", a, length, dim, dim, out_params)
 
 
-def _mlp(cfg, name, x, length, dim, hidden, first, second):
+def _mlp(cfg, name, x, length, dim, hidden, first, second, activation="gelu"):
     h = seq_linear(cfg, name + "." + first, x, length, dim, hidden)
-    h = cfg.add("Activation", name=name + ".gelu", inputs=[h], options={"activation": "gelu"})
+    h = cfg.add("Activation", name=name + ".gelu", inputs=[h], options={"activation": activation})
     return seq_linear(cfg, name + "." + second, h, length, hidden, dim)
 
 
@@ -380,18 +389,23 @@ def _residual(cfg, name, x, y):
     return cfg.add("Elementwise", name=name, inputs=[x, y], options={"operation": "sum"})
 
 
-def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
+def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True,
+        activation="gelu", head_bias=True, last_only=False):
     """A GPT-style decoder (Radford et al. 2019, as nanoGPT lays it out): token embedding
     plus a learned position table, ``layers`` pre-norm blocks of causal multi-head
     attention and a 4x GELU MLP with residual sums, a final LayerNorm and a linear head.
 
     Input ``tokens`` (batch, context) int64; ``train=True`` adds ``targets`` of the same
     shape and a mean cross-entropy over every position (``loss``), else the output is
-    ``logits`` (batch * context, vocab). Parameter names follow nanoGPT's state dict
-    ("transformer.h.0.attn.c_attn.weight", ...; the head is not tied to the embedding).
-    The position table starts at zeros (Parameter's initialisation); every Linear as
-    PyTorch's.
+    ``logits`` (batch * context, vocab), or with ``last_only`` (batch, vocab): the last
+    position's alone, all that the next token needs. Parameter names follow nanoGPT's
+    state dict ("transformer.h.0.attn.c_attn.weight", ...; the head is not tied to the
+    embedding, and has a bias where ``head_bias``). ``activation``: the MLP's ("gelu_tanh"
+    for GPT-2). The position table starts at zeros (Parameter's initialisation); every
+    Linear as PyTorch's.
     """
+    if last_only and train:
+        raise ValueError("gpt: last_only is for inference (the loss takes every position)")
     if dim % heads:
         raise ValueError("gpt: dim %d is not a multiple of heads %d" % (dim, heads))
     cfg = NetConfig()
@@ -408,13 +422,16 @@ def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
                             [p + "attn.c_proj.weight", p + "attn.c_proj.bias"])
         x = _residual(cfg, p + "attn/residual", x, a)
         h = _mlp(cfg, p + "mlp", _layer_norm(cfg, p + "ln_2", x), context, dim, 4 * dim,
-                 "c_fc", "c_proj")
+                 "c_fc", "c_proj", activation)
         x = _residual(cfg, p + "mlp/residual", x, h)
     x = _layer_norm(cfg, "transformer.ln_f", x)
+    if last_only:
+        x = cfg.add("Slice", name="lm_head/last", inputs=[x],
+                    options={"dim": 1, "begin": context - 1, "end": context})
     flat = cfg.add("Reshape", name="lm_head/rows", inputs=[x], options={"dims": [-1, dim]})
     logits = cfg.add("InnerProduct", name="lm_head", inputs=[flat], outputs=["logits"],
-                     params=["lm_head.weight", "lm_head.bias"],
-                     options={"outputs": vocab, "inputs": dim, "bias": True})
+                     params=linear_params("lm_head", head_bias),
+                     options={"outputs": vocab, "inputs": dim, "bias": bool(head_bias)})
     if train:
         targets = cfg.add_input("targets", [batch, context], dtype="int64")
         labels = cfg.add("Reshape", name="targets/rows", inputs=[targets], options={"dims": [-1]})
@@ -423,6 +440,82 @@ def gpt(vocab=65, context=64, layers=4, heads=4, dim=128, batch=16, train=True):
     else:
         cfg.set_outputs([logits])
     return cfg
+
+
+def gpt2(batch=16, context=256, train=True, vocab=50257, layers=12, heads=12, dim=768):
+    """GPT-2 (124M) over ``context`` tokens, as transformers' GPT2LMHeadModel computes it:
+    ``gpt`` with the tanh GELU and a head without bias. ``train=False`` gives the last
+    position's logits (a prompt's pass before generation). Where its weights differ from
+    a GPT-2 checkpoint: the position table has ``context`` rows (the checkpoint's first
+    ones), the head is a tensor of its own (give it ``transformer.wte.weight``'s values),
+    the Linears are (out, in) (transformers' Conv1D keeps (in, out)), and the loss takes
+    ``targets`` as given (GPT2LMHeadModel shifts its labels by one itself)."""
+    return gpt(vocab, context, layers, heads, dim, batch, train, activation="gelu_tanh",
+               head_bias=False, last_only=not train)
+
+
+def bert(vocab=30522, positions=512, length=128, layers=12, heads=12, dim=768, inner=3072,
+         classes=2, batch=16, train=True, eps=1e-12):
+    """BERT (Devlin et al. 2019) as a sequence classifier, as transformers'
+    BertForSequenceClassification computes it without an attention mask: word, position
+    and token-type embeddings summed and normalised, ``layers`` post-norm encoder blocks
+    (self-attention, then a GELU MLP, each added to its input and normalised), the
+    pooler (tanh of a Linear of the first token) and a Linear classifier.
+
+    Input ``input_ids`` (batch, length) int64, every sequence of one segment (token type
+    0, transformers' default). ``train=True`` adds an int ``label`` (batch,) and a
+    ``SoftmaxWithLoss`` named ``loss``, else the output is ``prob``. Parameter names are
+    transformers' ("bert.encoder.layer.0.attention.output.LayerNorm.weight", ...),
+    except that each layer's query, key and value Linears are one,
+    ``attention.self.qkv`` (their weights and biases concatenated in that order), so
+    that one product computes all three."""
+    if dim % heads:
+        raise ValueError("bert: dim %d is not a multiple of heads %d" % (dim, heads))
+    if not 0 < length <= positions:
+        raise ValueError("bert: length %d must be between 1 and positions %d" % (length, positions))
+    cfg = NetConfig()
+    ids = cfg.add_input("input_ids", [batch, length], dtype="int64")
+    e = "bert.embeddings."
+    x = cfg.add("Embedding", name=e + "word_embeddings", inputs=[ids],
+                params=[e + "word_embeddings.weight"],
+                options={"num_embeddings": vocab, "embedding_dim": dim})
+    for table, rows, used in (("position_embeddings", positions, length),
+                              ("token_type_embeddings", 2, 1)):
+        t = cfg.add("Parameter", name=e + table, inputs=[], params=[e + table + ".weight"],
+                    options={"shape": [rows, dim]})
+        t = cfg.add("Slice", name=e + table + "/used", inputs=[t],
+                    options={"dim": 0, "begin": 0, "end": used})
+        x = cfg.add("Elementwise", name=e + table + "/sum", inputs=[x, t],
+                    options={"operation": "sum"})
+    x = _layer_norm(cfg, e + "LayerNorm", x, eps)
+    for i in range(layers):
+        p = "bert.encoder.layer.%d." % i
+        a = _self_attention(cfg, p + "attention", x, length, dim, heads, False,
+                            [p + "attention.self.qkv.weight", p + "attention.self.qkv.bias"],
+                            [p + "attention.output.dense.weight",
+                             p + "attention.output.dense.bias"])
+        x = _layer_norm(cfg, p + "attention.output.LayerNorm",
+                        _residual(cfg, p + "attention/residual", x, a), eps)
+        h = seq_linear(cfg, p + "intermediate.dense", x, length, dim, inner)
+        h = cfg.add("Activation", name=p + "intermediate.gelu", inputs=[h],
+                    options={"activation": "gelu"})
+        h = seq_linear(cfg, p + "output.dense", h, length, inner, dim)
+        x = _layer_norm(cfg, p + "output.LayerNorm", _residual(cfg, p + "output/residual", x, h),
+                        eps)
+    x = cfg.add("Slice", name="bert.pooler/first", inputs=[x], options={"dim": 1, "begin": 0, "end": 1})
+    x = cfg.add("Reshape", name="bert.pooler/rows", inputs=[x], options={"dims": [-1, dim]})
+    x = cfg.add("InnerProduct", name="bert.pooler.dense", inputs=[x],
+                params=linear_params("bert.pooler.dense"),
+                options={"outputs": dim, "inputs": dim, "bias": True})
+    x = cfg.add("Activation", name="bert.pooler.tanh", inputs=[x], options={"activation": "tanh"})
+    cfg.add("InnerProduct", name="classifier", inputs=[x], params=linear_params("classifier"),
+            options={"outputs": classes, "inputs": dim, "bias": True})
+    return _classifier_end(cfg, batch, train)
+
+
+def bert_base(batch=16, length=128, classes=2, train=True):
+    """BERT-base (110M): 12 layers of 12 heads, width 768, MLP 3072, over ``length`` tokens."""
+    return bert(length=length, classes=classes, batch=batch, train=train)
 
 
 def decoder_inputs(batch, tokens, per_sample=False, last_only=False):
@@ -651,3 +744,5 @@ def convnext_tiny(batch=16, image_size=224, classes=1000, train=True):
 BUILDERS = {"lenet": lenet, "mlp": mlp, "alexnet": alexnet, "vgg16": vgg16, "resnet18": resnet18,
             "resnet34": resnet34, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
             "vit_b_16": vit_b_16, "convnext_tiny": convnext_tiny}
+# the language models of the benchmarks: each takes ``batch`` and ``train``
+SEQUENCE_BUILDERS = {"gpt2": gpt2, "bert_base": bert_base}
