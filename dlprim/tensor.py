@@ -18,16 +18,42 @@ __all__ = ["Tensor", "Shape", "ws_view", "fill_bytes"]
 # NVIDIA's OpenCL driver faults on a fill of more than 2 GiB (the queue is then dead: the
 # next command fails with INVALID_COMMAND_QUEUE or a build with -9999): fills go in pieces
 FILL_CHUNK = 1 << 30  # bytes
+# It also mishandles fills that reach past 4 GiB into a buffer (driver 580, H200): a
+# 1-byte pattern at 4 GiB + 64 writes nothing, and any pattern at 8 GiB + 128 kills the
+# queue. Ranges that end past FILL_DRIVER_END go through dlprim's fill kernel instead,
+# whose offsets are 64-bit (a Net's arena passes 8 GiB in GPT-2's training at batch 64).
+FILL_DRIVER_END = 1 << 32  # bytes
+_FILL_TYPES = {1: ("uchar", np.uint8), 2: ("ushort", np.uint16), 4: ("uint", np.uint32),
+               8: ("ulong", np.uint64)}
 
 
-def fill_bytes(queue, buffer, pattern, offset, nbytes):
-    """``clEnqueueFillBuffer`` of ``pattern`` (a one-element array) over ``nbytes`` bytes
-    at ``offset``, in pieces of at most FILL_CHUNK bytes; returns the last piece's event."""
-    step = FILL_CHUNK - FILL_CHUNK % pattern.nbytes
+def fill_bytes(ctx, queue, buffer, pattern, offset, nbytes):
+    """Fill ``nbytes`` bytes at ``offset`` of ``buffer`` with ``pattern`` (a one-element
+    array; ``offset`` and ``nbytes`` multiples of its size), in pieces of at most
+    FILL_CHUNK bytes: ``clEnqueueFillBuffer``, or ``ctx``'s fill kernel where the range
+    ends past FILL_DRIVER_END; returns the last piece's event."""
+    size = pattern.nbytes
+    if offset % size or nbytes % size:
+        raise ValueError("fill_bytes: offset %d and nbytes %d must be multiples of the "
+                         "pattern's %d bytes" % (offset, nbytes, size))
+    step = FILL_CHUNK - FILL_CHUNK % size
     event = None
+    by_kernel = offset + nbytes > FILL_DRIVER_END
+    if by_kernel:
+        from .kernels import program
+        cl_name, bits = _FILL_TYPES[size]
+        prg = program.get(ctx, "fill", dtype=cl_name)
+        value = pattern.view(bits).reshape(())[()]
+        wg = min(256, ctx.facts.max_work_group)
     for start in range(0, nbytes, step):
-        event = cl.enqueue_fill_buffer(queue, buffer, pattern, offset + start,
-                                       min(step, nbytes - start))
+        count = min(step, nbytes - start)
+        if by_kernel:
+            n = count // size
+            event = program.Launch(prg, "fill", (-(-n // wg) * wg,), (wg,),
+                                   [np.uint64(n), buffer, np.uint64((offset + start) // size),
+                                    value])(queue)
+        else:
+            event = cl.enqueue_fill_buffer(queue, buffer, pattern, offset + start, count)
     return event
 
 
@@ -269,7 +295,8 @@ class Tensor:
         """Fill with zeros (enqueued)."""
         if self.size:
             wide = self.nbytes % 4 == 0 and self.byte_offset % 4 == 0
-            fill_bytes(self._queue(e), self.buffer, np.zeros(1, np.uint32 if wide else np.uint8),
+            fill_bytes(self.ctx, self._queue(e), self.buffer,
+                       np.zeros(1, np.uint32 if wide else np.uint8),
                        self.byte_offset, self.nbytes)
         return self
 

@@ -2,6 +2,7 @@
 import json
 import time
 
+import numpy as np
 import pytest
 
 import dlprim as dp
@@ -20,6 +21,18 @@ def test_run_net_inference_and_training(ctx):
     assert train["launches"] > infer["launches"]
     # the start-up: the Net's construction to its first step's end, never a timed step
     assert all(res["first_step_s"] > 0 for res in (infer, train))
+
+
+def test_token_ids_spread_over_the_embedding_table_and_labels_stay_valid(ctx):
+    """Indices crowded into a few rows of a table would time the embedding gradient's
+    contention, not the net; labels stay below 2, valid for any classifier."""
+    graph = models.gpt(vocab=500, context=32, layers=1, heads=1, dim=8, batch=8).to_dict()
+    net = dp.Net(ctx, graph, mode=dp.TRAIN)
+    arrays = benchmark._inputs(net, np.random.default_rng(0), graph)
+    assert 300 < arrays["tokens"].max() < 500 and arrays["targets"].max() == 1
+    cls = models.lenet(batch=64).to_dict()
+    arrays = benchmark._inputs(dp.Net(ctx, cls, mode=dp.TRAIN), np.random.default_rng(0), cls)
+    assert set(arrays["label"].tolist()) == {0, 1}
 
 
 def test_first_step_is_the_start_up_and_never_timed(ctx, monkeypatch):

@@ -75,14 +75,24 @@ def test_numpy_asarray_gives_the_values(ctx):
     assert np.asarray(t, dtype=np.float64).dtype == np.float64
 
 
+@pytest.mark.parametrize("by_kernel", [False, True])
 @pytest.mark.parametrize("start,count,dtype", [(0, 37, np.float32), (3, 29, np.uint8),
-                                               (1, 30, np.float16)])
-def test_fills_in_pieces_cover_exactly_their_range(ctx, monkeypatch, start, count, dtype):
+                                               (1, 30, np.float16), (2, 9, np.float64)])
+def test_fills_in_pieces_cover_exactly_their_range(ctx, monkeypatch, start, count, dtype,
+                                                   by_kernel):
     # fills go in pieces (NVIDIA's driver faults on one fill of over 2 GiB): with tiny
-    # pieces, every byte of the range is written and nothing around it
+    # pieces, every byte of the range is written and nothing around it; ranges ending
+    # past FILL_DRIVER_END (the driver's fills fail past 4-8 GiB) run the fill kernel,
+    # never clEnqueueFillBuffer
     from dlprim import tensor as tensor_module
     from dlprim.net.execution_plan import Fill
-    monkeypatch.setattr(tensor_module, "FILL_CHUNK", 8)
+    monkeypatch.setattr(tensor_module, "FILL_CHUNK", 16)
+    if by_kernel:
+        monkeypatch.setattr(tensor_module, "FILL_DRIVER_END", 0)
+
+        def refused(*args, **kwargs):
+            raise AssertionError("clEnqueueFillBuffer past FILL_DRIVER_END")
+        monkeypatch.setattr(tensor_module.cl, "enqueue_fill_buffer", refused)
     whole = dp.Tensor.from_numpy(ctx, np.full(80, 7, dtype))
     view = dp.Tensor(ctx, (count,), dtype, buffer=whole.buffer, offset=start)
     view.zero_()

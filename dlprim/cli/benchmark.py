@@ -40,14 +40,25 @@ def build_graph(net, batch, image_size, classes, train):
     return builder(**{k: v for k, v in wanted.items() if k in accepted}).to_dict()
 
 
-def _inputs(net, rng):
+def _inputs(net, rng, graph):
+    """Random values for the net's inputs: normal floats; integers below 2 (valid labels
+    for any classifier), or for an Embedding's indices spread over its whole table, as
+    real tokens are (indices crowded into a few rows would time the gradient's
+    contention instead)."""
+    tables = {}
+    graph = graph if isinstance(graph, dict) else graph.to_dict()
+    for op in graph.get("operators", []):
+        if op.get("type") == "Embedding":
+            for src in op.get("inputs", [])[:1]:
+                rows = op.get("options", {}).get("num_embeddings", 2)
+                tables[src] = min(tables.get(src, rows), rows)
     arrays = {}
     for name in net.input_names:
         t = net.tensor(name)
         if t.dtype.kind == "f":
             arrays[name] = rng.standard_normal(t.shape).astype(t.dtype)
-        else:  # labels and token ids below 2: valid for any classifier and table
-            arrays[name] = rng.integers(0, 2, size=t.shape).astype(t.dtype)
+        else:
+            arrays[name] = rng.integers(0, tables.get(name, 2), size=t.shape).astype(t.dtype)
     return arrays
 
 
@@ -62,7 +73,7 @@ def run_net(ctx, graph, train=False, warmup=5, iters=20, profile=False, seed=0,
     net = Net(ctx, graph, mode=TRAIN if train else PREDICT, seed=seed, precision=precision)
     solver = Adam(net, lr=1e-4) if train else None
     rng = np.random.default_rng(seed)
-    arrays = _inputs(net, rng)
+    arrays = _inputs(net, rng, graph)
     out_name = [n for n in net.output_names if not n.startswith("loss")] or net.output_names
     out = net.tensor(out_name[0])
     host_out = np.empty(out.shape, out.dtype)

@@ -23,16 +23,17 @@ ARENA_ALIGN = 256  # bytes
 
 class Fill:
     """A prepared fill of a tensor with one float value (a loss weight, or zero)."""
-    __slots__ = ("buffer", "offset", "nbytes", "pattern", "name")
+    __slots__ = ("ctx", "buffer", "offset", "nbytes", "pattern", "name")
 
     def __init__(self, tensor, value):
+        self.ctx = tensor.ctx
         self.buffer, self.offset, self.nbytes = tensor.buffer, tensor.byte_offset, tensor.nbytes
         self.pattern = np.asarray(value, tensor.dtype).reshape(1)
         self.name = "fill"
 
     def __call__(self, queue):
         if self.nbytes:
-            return fill_bytes(queue, self.buffer, self.pattern, self.offset, self.nbytes)
+            return fill_bytes(self.ctx, queue, self.buffer, self.pattern, self.offset, self.nbytes)
 
 
 class ExecutionPlan:
