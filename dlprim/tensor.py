@@ -20,41 +20,47 @@ __all__ = ["Tensor", "Shape", "ws_view", "fill_bytes"]
 FILL_CHUNK = 1 << 30  # bytes
 # It also mishandles fills that reach past 4 GiB into a buffer (driver 580, H200): a
 # 1-byte pattern at 4 GiB + 64 writes nothing, and any pattern at 8 GiB + 128 kills the
-# queue. Ranges that end past FILL_DRIVER_END go through dlprim's fill kernel instead,
-# whose offsets are 64-bit (a Net's arena passes 8 GiB in GPT-2's training at batch 64).
+# queue, while copies at those offsets are right (a Net's arena passes 8 GiB in GPT-2's
+# training at batch 64). Ranges that end past FILL_DRIVER_END are copied instead, device
+# to device, from a block of the pattern that the context keeps (FILL_BLOCK bytes).
 FILL_DRIVER_END = 1 << 32  # bytes
-_FILL_TYPES = {1: ("uchar", np.uint8), 2: ("ushort", np.uint16), 4: ("uint", np.uint32),
-               8: ("ulong", np.uint64)}
+FILL_BLOCK = 1 << 24
 
 
 def fill_bytes(ctx, queue, buffer, pattern, offset, nbytes):
     """Fill ``nbytes`` bytes at ``offset`` of ``buffer`` with ``pattern`` (a one-element
-    array; ``offset`` and ``nbytes`` multiples of its size), in pieces of at most
-    FILL_CHUNK bytes: ``clEnqueueFillBuffer``, or ``ctx``'s fill kernel where the range
-    ends past FILL_DRIVER_END; returns the last piece's event."""
+    array; ``offset`` and ``nbytes`` multiples of its size), in pieces: the driver's fill,
+    or copies of ``ctx``'s pattern block where the range ends past FILL_DRIVER_END;
+    returns the last piece's event."""
     size = pattern.nbytes
     if offset % size or nbytes % size:
         raise ValueError("fill_bytes: offset %d and nbytes %d must be multiples of the "
                          "pattern's %d bytes" % (offset, nbytes, size))
-    step = FILL_CHUNK - FILL_CHUNK % size
     event = None
-    by_kernel = offset + nbytes > FILL_DRIVER_END
-    if by_kernel:
-        from .kernels import program
-        cl_name, bits = _FILL_TYPES[size]
-        prg = program.get(ctx, "fill", dtype=cl_name)
-        value = pattern.view(bits).reshape(())[()]
-        wg = min(256, ctx.facts.max_work_group)
-    for start in range(0, nbytes, step):
-        count = min(step, nbytes - start)
-        if by_kernel:
-            n = count // size
-            event = program.Launch(prg, "fill", (-(-n // wg) * wg,), (wg,),
-                                   [np.uint64(n), buffer, np.uint64((offset + start) // size),
-                                    value])(queue)
-        else:
-            event = cl.enqueue_fill_buffer(queue, buffer, pattern, offset + start, count)
+    if offset + nbytes <= FILL_DRIVER_END:
+        step = FILL_CHUNK - FILL_CHUNK % size
+        for start in range(0, nbytes, step):
+            event = cl.enqueue_fill_buffer(queue, buffer, pattern, offset + start,
+                                           min(step, nbytes - start))
+        return event
+    block = _pattern_block(ctx, queue, pattern)
+    for start in range(0, nbytes, FILL_BLOCK):
+        event = cl.enqueue_copy(queue, buffer, block, byte_count=min(FILL_BLOCK, nbytes - start),
+                                src_offset=0, dst_offset=offset + start)
     return event
+
+
+def _pattern_block(ctx, queue, pattern):
+    """FILL_BLOCK bytes of ``pattern`` repeated, in a buffer ``ctx`` keeps (written once
+    from the host: no driver fill at all on this path)."""
+    blocks = ctx.__dict__.setdefault("_fill_blocks", {})
+    key = (pattern.tobytes(), FILL_BLOCK)
+    if key not in blocks:
+        host = np.resize(np.frombuffer(pattern.tobytes(), np.uint8), FILL_BLOCK)
+        block = cl.Buffer(queue.context, cl.mem_flags.READ_ONLY, FILL_BLOCK)
+        cl.enqueue_copy(queue, block, host, is_blocking=True)
+        blocks[key] = block
+    return blocks[key]
 
 
 def _shape_tuple(shape):

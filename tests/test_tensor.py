@@ -82,13 +82,14 @@ def test_fills_in_pieces_cover_exactly_their_range(ctx, monkeypatch, start, coun
                                                    by_kernel):
     # fills go in pieces (NVIDIA's driver faults on one fill of over 2 GiB): with tiny
     # pieces, every byte of the range is written and nothing around it; ranges ending
-    # past FILL_DRIVER_END (the driver's fills fail past 4-8 GiB) run the fill kernel,
-    # never clEnqueueFillBuffer
+    # past FILL_DRIVER_END (the driver's fills fail past 4-8 GiB) are copies of a block of
+    # the pattern, never clEnqueueFillBuffer
     from dlprim import tensor as tensor_module
     from dlprim.net.execution_plan import Fill
     monkeypatch.setattr(tensor_module, "FILL_CHUNK", 16)
     if by_kernel:
         monkeypatch.setattr(tensor_module, "FILL_DRIVER_END", 0)
+        monkeypatch.setattr(tensor_module, "FILL_BLOCK", 24)  # several copies a fill
 
         def refused(*args, **kwargs):
             raise AssertionError("clEnqueueFillBuffer past FILL_DRIVER_END")
