@@ -304,17 +304,21 @@ def test_dlprim_serve_command(chat_model, capsys):  # noqa: F811
     listing, finished = {}, threading.Event()
 
     def client():  # asks once the server is up, then presses Ctrl-C
-        deadline = time.time() + 120
-        while not finished.is_set() and time.time() < deadline:
-            try:
-                with urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % port,
-                                            timeout=10) as r:
-                    listing.update(json.load(r))
-                    break
-            except OSError:
-                time.sleep(0.05)
-        if not finished.is_set():
-            os.kill(os.getpid(), signal.SIGINT)
+        # whatever the request meets (a refused connection, an answer cut short: an
+        # HTTPException, not an OSError), Ctrl-C is pressed, or the server serves forever
+        try:
+            deadline = time.time() + 120
+            while not finished.is_set() and time.time() < deadline:
+                try:
+                    with urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % port,
+                                                timeout=10) as r:
+                        listing.update(json.load(r))
+                        break
+                except (OSError, http.client.HTTPException, ValueError):
+                    time.sleep(0.05)
+        finally:
+            if not finished.is_set():
+                os.kill(os.getpid(), signal.SIGINT)
     thread = threading.Thread(target=client, daemon=True)
     thread.start()
     try:
