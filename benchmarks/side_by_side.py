@@ -103,10 +103,12 @@ def torch_net(net, batch, channels_last=False):
             lambda m, x: m(input_ids=x[0]).logits)
 
 
-def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None, channels_last=False):
+def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None, channels_last=False,
+             compiled=False):
     """(ms per batch, peak bytes) of PyTorch CUDA; ``amp`` ("fp16" or "bf16"): autocast
     float16 with a GradScaler, or bfloat16 without one (PyTorch's mixed precision);
-    ``channels_last``: model and input in that memory format."""
+    ``channels_last``: model and input in that memory format; ``compiled``: the model
+    through ``torch.compile`` (inductor; its compilation falls in the warm-up)."""
     import contextlib
     import torch
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -116,6 +118,10 @@ def torch_ms(net, batch, mode, tf32, warmup, iters, amp=None, channels_last=Fals
     torch.cuda.reset_peak_memory_stats()
     model, host, loss_of, infer = torch_net(net, batch, channels_last)
     model = model.cuda()
+    if compiled:
+        import torch._dynamo
+        torch._dynamo.reset()  # each row compiles its own model
+        model = torch.compile(model)
     autocast = (lambda: torch.autocast("cuda", dtype={"fp16": torch.float16,
                                                       "bf16": torch.bfloat16}[amp])) \
         if amp else contextlib.nullcontext
@@ -174,6 +180,11 @@ def main():
     p.add_argument("--same-mode-only", action="store_true",
                    help="only PyTorch's modes that --precision names (fp32: TF32 off, tf32: "
                         "TF32 on, fp16/bf16: AMP), not all three for every row")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="also PyTorch's fastest modes: torch.compile with TF32, and with "
+                        "each AMP that --precision names (channels_last with "
+                        "--channels-last); the report compares dlprim's fastest precision "
+                        "with PyTorch's fastest column")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     precisions = args.precision.split(",")
@@ -207,6 +218,14 @@ def main():
                             row["torch_amp_" + amp], _ = torch_ms(
                                 net, batch, mode, True, args.warmup, args.iters, amp=amp,
                                 channels_last=args.channels_last)
+                if args.torch_compile and not args.no_torch:
+                    row["torch_compiled_tf32"], _ = torch_ms(
+                        net, batch, mode, True, args.warmup, args.iters, compiled=True)
+                    for amp in ("fp16", "bf16"):
+                        if amp in precisions:
+                            row["torch_compiled_amp_" + amp], _ = torch_ms(
+                                net, batch, mode, True, args.warmup, args.iters, amp=amp,
+                                channels_last=args.channels_last, compiled=True)
                 row["dlprimitives"] = DLPRIMITIVES.get((net, batch, mode))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -251,6 +270,21 @@ def report(rows, precisions):
                                             " / ".join("%.0f" % (b / 2**20) for b in peaks),
                                             r["torch_peak_bytes"] / 2**20))
     gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+    fastest = []  # dlprim's fastest precision against PyTorch's fastest mode, per row
+    if any(k.startswith("torch_compiled") for r in rows for k in r):
+        print("\ndlprim's fastest precision against PyTorch's fastest mode:")
+    for r in rows:
+        ours = [r[k] for k in ("dlprim_" + x for x in precisions) if r.get(k)]
+        theirs = [v for k, v in r.items() if k.startswith("torch_") and "peak" not in k and v]
+        if ours and any(k.startswith("torch_compiled") for k in r):
+            fastest.append(min(theirs) / min(ours))
+            print("  %s b%d %s: dlprim's fastest %.2f ms, PyTorch's fastest %.2f ms (%s): %.2fx"
+                  % (r["net"], r["batch"], r["mode"], min(ours), min(theirs),
+                     min((v, k) for k, v in r.items() if k.startswith("torch_") and
+                         "peak" not in k and v)[1][len("torch_"):], fastest[-1]))
+    if fastest:
+        print("geometric mean of speed, dlprim's fastest against PyTorch's fastest mode: "
+              "%.2fx (%d rows)" % (gm(fastest), len(fastest)))
     for x in precisions:
         print("geometric mean of speed, dlprim %s against PyTorch %s: %.2fx (%d rows)"
               % (x, SAME_MODE[x][len("torch_"):], gm(ratios[x]), len(ratios[x])))
