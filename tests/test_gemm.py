@@ -762,49 +762,56 @@ def test_emulated_warpgroup_epilogue_matches_float64(ctx, rng, monkeypatch, prec
     assert err < {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}[c_dtype], err
 
 
-@pytest.mark.parametrize("precision, narrow, trans_a, trans_b, M, N, K, batch, shared, split", [
-    ("fp16", "b", 0, 1, 136, 72, 72, 1, False, None),  # an fp16 net's X W^T: W float32
-    ("fp16", "b", 0, 0, 70, 130, 40, 2, True, None),   # G W, one W for the batch; N % 8 != 0
-    ("bf16", "a", 1, 0, 72, 64, 48, 2, False, 2),      # a float32 A, split-K
-    ("fp16", "b", 0, 1, 64, 64, 16 * 32 + 8, 1, False, None)])  # stages reused
-def test_emulated_warpgroup_narrows_a_float32_operand(ctx, rng, monkeypatch, precision, narrow,
-                                                      trans_a, trans_b, M, N, K, batch, shared,
-                                                      split):
-    # a float32 operand beside a 16-bit one: narrowed once into the workspace (rows padded
-    # to 16 bytes), then the warpgroup products; the result is the product of the 16-bit
-    # values, summed in float32
+@pytest.mark.parametrize("precision, dtypes, staged, trans_a, trans_b, M, N, K, batch, shared, "
+                         "split", [
+    # an fp16 net's X W^T: W float32
+    ("fp16", "hf", ("b",), 0, 1, 136, 72, 72, 1, False, None),
+    # G W, one W for the batch; N % 8 != 0: W's rows realigned as it narrows
+    ("fp16", "hf", ("b",), 0, 0, 70, 130, 40, 2, True, None),
+    ("bf16", "fh", ("a",), 1, 0, 72, 64, 48, 2, False, 2),      # a float32 A, split-K
+    ("fp16", "hf", ("b",), 0, 1, 64, 64, 16 * 32 + 8, 1, False, None),  # stages reused
+    # 16-bit operands whose rows miss 16 bytes (GPT-2's head's backward: K = 50,257):
+    # dY W with dY's rows realigned and W narrowed; dY^T X with dY^T realigned
+    ("fp16", "hf", ("a", "b"), 0, 0, 72, 64, 44, 1, False, None),
+    ("fp16", "hh", ("a",), 1, 0, 76, 64, 40, 2, False, None),
+    ("bf16", "hh", ("b",), 1, 1, 64, 72, 36, 1, False, 2)])
+def test_emulated_warpgroup_stages_operands(ctx, rng, monkeypatch, precision, dtypes, staged,
+                                            trans_a, trans_b, M, N, K, batch, shared, split):
+    # an operand the warpgroup kernel cannot copy as stored (float32 beside a 16-bit one,
+    # or 16-bit rows that do not start 16-byte aligned) is copied once into the workspace
+    # in the 16-bit type, rows padded to 16 bytes, then the warpgroup products run; the
+    # result is the product of the 16-bit values, summed in float32
     from dlprim.core import gemm
     layer_check.skip_unless_cpu(ctx)
     build, built = program.get, []
     for probe in ("tensor_cores", "copies_async", "warpgroup_products"):
         monkeypatch.setattr(gemm, probe, lambda ctx, precision="tf32": True)
-    assert not tuning.narrowing_pays(M, N, K, narrow)  # too small to pay: made to
-    monkeypatch.setattr(tuning, "narrowing_pays", lambda M, N, K, which: True)
+    assert not any(tuning.staging_pays(M, N, K, x) for x in staged)  # too small: made to
+    monkeypatch.setattr(tuning, "staging_pays", lambda M, N, K, which: True)
 
     def get(ctx, name, **p):
         built.append((name, p.get("A_T"), p.get("B_T")))
         return build(ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_wgmma" else p))
     monkeypatch.setattr(program, "get", get)
     kind = {"fp16": "float16", "bf16": "bfloat16"}[precision]
-    dtypes = (np.float32, kind) if narrow == "a" else (kind, np.float32)
+    types = tuple(kind if c == "h" else np.float32 for c in dtypes)
     (ra, ca), (rb, cb) = (K, M) if trans_a else (M, K), (N, K) if trans_b else (K, N)
-    a = layer_check.stored(rng.standard_normal((batch, ra, ca)), dtypes[0])
-    b = layer_check.stored(rng.standard_normal((1 if shared else batch, rb, cb)), dtypes[1])
+    a = layer_check.stored(rng.standard_normal((batch, ra, ca)), types[0])
+    b = layer_check.stored(rng.standard_normal((1 if shared else batch, rb, cb)), types[1])
     op = Gemm(ctx, M, N, K, trans_a, trans_b, batch=batch, split_k=split, precision=precision,
-              dtypes=dtypes + ("float32",), bias="col", activation="relu")
-    assert op.wgmma and op.narrow == narrow
-    assert op.workspace_elements >= op.narrowed_elements() > 0
+              dtypes=types + ("float32",), bias="col", activation="relu")
+    assert op.wgmma and op.staged == staged
+    assert op.workspace_elements >= sum(op.staged_elements(x) for x in staged) > 0
     C, bias = dp.Tensor(ctx, (batch, M, N)), rng.standard_normal(N)
     built.clear()
-    op(dp.Tensor.from_numpy(ctx, host(a, dtypes[0])), dp.Tensor.from_numpy(ctx, host(b, dtypes[1])),
+    op(dp.Tensor.from_numpy(ctx, host(a, types[0])), dp.Tensor.from_numpy(ctx, host(b, types[1])),
        C, bias=t(ctx, bias), stride_a=a[0].size, stride_b=0 if shared else b[0].size,
        stride_c=M * N)
     native = "half" if precision == "fp16" else "bfloat16"
     assert ("gemm_wgmma", native, native) in built and all(n != "gemm_mma" for n, _, _ in built)
-    rounded = layer_check.stored(a if narrow == "a" else b, kind).astype(np.float64)
-    A, B = (rounded, b) if narrow == "a" else (a, rounded)
-    A = A.astype(np.float64).transpose(0, 2, 1) if trans_a else A.astype(np.float64)
-    B = B.astype(np.float64).transpose(0, 2, 1) if trans_b else B.astype(np.float64)
+    A, B = (layer_check.stored(x, kind).astype(np.float64) for x in (a, b))
+    A = A.transpose(0, 2, 1) if trans_a else A
+    B = B.transpose(0, 2, 1) if trans_b else B
     want = np.maximum(A @ B + bias, 0)
     err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
     assert err < 1e-5, err

@@ -163,17 +163,17 @@ class Gemm:
         return int(ld % values == 0 and offset % values == 0
                    and (self.batch <= 1 or stride % values == 0))
 
-    def kernel_types(self, epilogue=True, narrowed=False):
+    def kernel_types(self, epilogue=True, staged=False):
         """The templates' A_T, B_T, C_T where an operand is half (none where all are float32,
         so those programs keep their cache entries); C is the float32 workspace in split-K's
-        first pass (``epilogue=False``); ``narrowed``: the narrowed operand (``narrow``)
-        in its 16-bit type."""
+        first pass (``epilogue=False``); ``staged``: the staged operands (``staged``) in
+        the products' 16-bit type."""
         if not self.kernel_half:
             return {}
         a_t, b_t, c_t = (cl_type(d) for d in self.kernel_dtypes)
-        if narrowed and self.narrow:  # the narrowed operand as the products read it
+        if staged and self.staged:  # the staged operands as the products read them
             kind = cl_type(as_dtype(HALF_STORAGE_TYPES[self.precision]))
-            a_t, b_t = (kind if self.narrow == x else t for x, t in (("a", a_t), ("b", b_t)))
+            a_t, b_t = (kind if x in self.staged else t for x, t in (("a", a_t), ("b", b_t)))
         return dict(A_T=a_t, B_T=b_t, C_T=c_t if epilogue else "float")
 
     def reduce_program(self):
@@ -251,25 +251,25 @@ class Gemm:
     @property
     def workspace_elements(self):
         """float32 elements of the split-K partial sums, of TF32 warpgroup products'
-        operands packed K-major and of a narrowed operand (0 where none is needed); a
+        operands packed K-major and of the staged operands (0 where none is needed); a
         caller that plans memory passes that much as ``workspace``, else the Gemm keeps
         its own."""
         return self.partials_elements + sum(self.k_major_elements()) + \
-            self.narrowed_elements()
+            sum(self.staged_elements(x) for x in self.staged)
 
-    def narrowed_ld(self):
-        """The leading dimension of the narrowed operand (``narrow``): its stored rows
-        padded to 16 bytes of the 16-bit type."""
-        return round_up(self.packed_ld(self.narrow), 8)
+    def staged_ld(self, which):
+        """The leading dimension of staged operand ``which``: its stored rows padded to 16
+        bytes of the 16-bit type."""
+        return round_up(self.packed_ld(which), 8)
 
-    def narrowed_elements(self):
-        """float32 elements (two 16-bit values each) of the float32 operand narrowed to
-        the products' 16-bit type for the warpgroup kernel (``narrow``: "a" or "b"), one
-        copy per batch entry; 0 where no operand is narrowed."""
-        if self.narrow is None or 0 in (self.M, self.N, self.K):
+    def staged_elements(self, which):
+        """float32 elements (two 16-bit values each) of operand ``which`` ("a" or "b")
+        staged in the products' 16-bit type for the warpgroup kernel (``staged``), one
+        copy per batch entry; 0 where it is not staged."""
+        if which not in self.staged or 0 in (self.M, self.N, self.K):
             return 0
-        rows = self._rows_cols(self.narrow)[0]
-        return round_up(self.batch * rows * self.narrowed_ld(), 8) // 2
+        rows = self._rows_cols(which)[0]
+        return round_up(self.batch * rows * self.staged_ld(which), 8) // 2
 
     @property
     def partials_elements(self):
@@ -437,15 +437,18 @@ def choose(g, tile, split_k, forced):
     g.wgmma = bool((g.copy_async or tf32_floats) and warpgroup()
                    and (forced["wgmma"] is not None or not tf32_floats
                         or tuning.wgmma_packs_pay(M, N)))
+    # operands copied into the workspace as the warpgroup kernel takes them (``staged``):
     # a float32 A or B beside the other stored in the 16-bit type (an fp16 net's float32
-    # weights), where narrowing it pays (tuning.narrowing_pays): narrowed into the
-    # workspace, then copied and multiplied as if stored so (gemm.cl and gemm_mma.cl
-    # read it through registers instead)
-    floats = [x for x, d in zip("ab", g.dtypes[:2]) if d == np.float32]
-    g.narrow = None
-    if len(floats) == 1 and native in g.dtypes[:2] and \
-            tuning.narrowing_pays(M, N, g.K, floats[0]) and copies() and warpgroup():
-        g.narrow, g.copy_async, g.wgmma = floats[0], True, True
+    # weights), narrowed; a 16-bit one whose contiguous rows do not start 16-byte aligned
+    # (GPT-2's 50,257 logits a row), into padded rows; each where the copy pays
+    # (tuning.staging_pays). Without it gemm_mma.cl reads them through registers.
+    wants = [x for x, d in zip("ab", g.dtypes[:2])
+             if d == np.float32 or g.packed_ld(x) % kernels.COPY_VALUES]
+    g.staged = ()
+    if wants and native in g.dtypes[:2] and \
+            all(d in (np.float32, native) for d in g.dtypes[:2]) and \
+            all(tuning.staging_pays(M, N, g.K, x) for x in wants) and copies() and warpgroup():
+        g.staged, g.copy_async, g.wgmma = tuple(wants), True, True
     # Intel's subgroup matrix products (gemm_subgroup_mma.cl) for 16-bit operands stored
     # as they take them, where the device has them
     g.subgroup_mma = (native is not None and not g.mma

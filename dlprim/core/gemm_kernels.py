@@ -261,7 +261,7 @@ class TensorCore(_TiledLaunch):
 
     def __init__(self, g):
         super().__init__(g)
-        self._narrowing = {}  # the narrowing copy of each (ld, batch stride) met
+        self._staging = {}  # the staging copy of each (operand, ld, batch stride) met
 
     def warpgroup(self, copy_async):
         """Whether a launch runs gemm_wgmma.cl: 16-bit tiles that cp.async copies (aligned
@@ -271,22 +271,25 @@ class TensorCore(_TiledLaunch):
     def prepare(self):
         g = self.g
         copies = g.copy_async and all(g.aligned(g.packed_ld(x), 0, 0, COPY_VALUES)
-                                      for x in "ab" if x != g.narrow)
+                                      for x in "ab" if x not in g.staged)
         self.program(*(g.aligned(g.packed_ld(x), 0, 0) for x in "abc"),
                      copy_async=copies, wgmma=self.warpgroup(copies))
 
     def copies_async(self, A, B, lda, ldb, stride_a, stride_b, W):
-        """As for every tiled family, but a narrowed operand (``g.narrow``) is copied from
-        its narrowed copy in the workspace, whose rows the Gemm aligns."""
+        """As for every tiled family, but a staged operand (``g.staged``) is copied from
+        its copy in the workspace, whose rows the Gemm aligns."""
         g = self.g
-        if g.narrow is None:
+        if not g.staged:
             return super().copies_async(A, B, lda, ldb, stride_a, stride_b, W)
-        X, ld, stride = (B, ldb, stride_b) if g.narrow == "a" else (A, lda, stride_a)
-        return bool(g.copy_async and g.aligned(ld, X.offset, stride, COPY_VALUES)
+        kept = [(X, ld, stride) for x, X, ld, stride in (("a", A, lda, stride_a),
+                                                        ("b", B, ldb, stride_b))
+                if x not in g.staged]
+        return bool(g.copy_async and all(g.aligned(ld, X.offset, stride, COPY_VALUES)
+                                         for X, ld, stride in kept)
                     and (W.byte_offset + 4 * self._after_partials()) % 16 == 0)
 
     def _after_partials(self):
-        """Where the operands' layouts (TF32 K-major packing, a narrowed operand) start in
+        """Where the operands' layouts (TF32 K-major packing, the staged operands) start in
         the workspace, in float32 elements: after the split-K partial sums."""
         return self.g.partials_elements
 
@@ -303,7 +306,7 @@ class TensorCore(_TiledLaunch):
                                TILE_K=16 if tf32 else 32, GROUP=t["GROUP"],
                                WARPGROUPS=t["TILE_M"] // 64, STAGES=tuning.WGMMA_STAGES,
                                IN_FLIGHT=tuning.WGMMA_IN_FLIGHT, ALIGNED_C=aligned_c,
-                               **g.kernel_types(epilogue, narrowed=True),
+                               **g.kernel_types(epilogue, staged=True),
                                MMA=MMA_TYPES[g.precision])
         warps_m, warps_n = tuning.mma_warps(t)
         staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES) if copy_async
@@ -326,8 +329,8 @@ class TensorCore(_TiledLaunch):
         g = self.g
         if not (wgmma and g.K):
             return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
-        if g.narrow:
-            return self._narrowed(A, B, lda, ldb, stride_a, stride_b, aligned_ab, W)
+        if g.staged:
+            return self._staged(A, B, lda, ldb, stride_a, stride_b, aligned_ab, W)
         if g.precision != "tf32":
             return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
         # the packing kernels are in the product's own program: no second build
@@ -338,27 +341,31 @@ class TensorCore(_TiledLaunch):
         pack_b, B, ldb, stride_b = self._k_major(prg, "b", B, ldb, stride_b, W, at + size_a)
         return pack_a + pack_b, A, B, lda, ldb, stride_a, stride_b, (1, 1)
 
-    def _narrowed(self, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W):
-        """The copy that narrows the float32 operand ``g.narrow`` into the workspace in the
-        products' 16-bit type (core/copy.py's StridedCopy: its layout kept, rows padded to
-        16 bytes), and the operands as the product then reads them."""
+    def _staged(self, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W):
+        """The copies of the staged operands (``g.staged``) into the workspace in the
+        products' 16-bit type (core/copy.py's StridedCopy: their layout kept, rows padded
+        to 16 bytes; A's copy first), and the operands as the product then reads them."""
         g = self.g
-        which = g.narrow
-        X, ld, stride = (A, lda, stride_a) if which == "a" else (B, ldb, stride_b)
-        rows, cols = g._rows_cols(which)
-        ldn = g.narrowed_ld()
-        copies = g.batch if stride else 1  # a shared operand is narrowed once
-        n_stride = rows * ldn if stride else 0
         kind = as_dtype(HALF_STORAGE_TYPES[g.precision])
-        narrowed = ws_view(W, 4 * self._after_partials(), copies * rows * ldn, kind)
-        key = (ld, stride)
-        if key not in self._narrowing:
-            self._narrowing[key] = StridedCopy(g.ctx, (copies, rows, cols), (stride, ld, 1),
-                                               (n_stride, ldn, 1), np.float32, kind)
-        launches = self._narrowing[key].launches(X, narrowed)
-        if which == "a":
-            return launches, narrowed, B, ldn, ldb, n_stride, stride_b, (1, aligned_ab[1])
-        return launches, A, narrowed, lda, ldn, stride_a, n_stride, (aligned_ab[0], 1)
+        operands = {"a": [A, lda, stride_a], "b": [B, ldb, stride_b]}
+        launches, at = [], self._after_partials()
+        for which in g.staged:
+            X, ld, stride = operands[which]
+            rows, cols = g._rows_cols(which)
+            lds = g.staged_ld(which)
+            copies = g.batch if stride else 1  # a shared operand is copied once
+            s_stride = rows * lds if stride else 0
+            staged = ws_view(W, 4 * at, copies * rows * lds, kind)
+            key = (which, ld, stride)
+            if key not in self._staging:
+                self._staging[key] = StridedCopy(g.ctx, (copies, rows, cols), (stride, ld, 1),
+                                                 (s_stride, lds, 1), X.dtype, kind)
+            launches += self._staging[key].launches(X, staged)
+            operands[which] = [staged, lds, s_stride]
+            at += g.staged_elements(which)
+        (A, lda, stride_a), (B, ldb, stride_b) = operands["a"], operands["b"]
+        aligned_ab = tuple(1 if x in g.staged else a for x, a in zip("ab", aligned_ab))
+        return launches, A, B, lda, ldb, stride_a, stride_b, aligned_ab
 
     def _k_major(self, prg, which, X, ld, stride, W, at):
         """TF32 warpgroup products read A and B K-major, rounded to TF32 and with 16-byte

@@ -279,19 +279,23 @@ WGMMA_TF32_MIN_SIZE = 512
 # A float32 operand beside a 16-bit one (an fp16 net's float32 weights) kept the product
 # off the warpgroup kernel, which reads both operands as the products take them:
 # gemm_mma.cl read the float32 one through registers (ViT-B's projections at batch 64 in
-# an fp16 net ran at 119-132 TFLOP/s on an H200, 360-410 after narrowing). Narrowing it
-# into the workspace first costs a pass of 6 bytes an element and a launch of a few
-# microseconds; predicted to pay where the other operand has NARROW_MIN_ROWS rows or more
-# (the pass is then small beside the products) and the product is large enough to hide
-# the launch (NARROW_MIN_PRODUCTS multiply-adds, about 1.5 us of products saved).
-NARROW_MIN_ROWS = 256
-NARROW_MIN_PRODUCTS = 2 ** 28
+# an fp16 net ran at 119-132 TFLOP/s on an H200, 360-410 after narrowing). So does a
+# 16-bit operand whose rows do not start 16-byte aligned (GPT-2's head at batch 64 read
+# the 50,257-wide logits' gradient so: 15.7 ms backward against 3.6 forward). Staging
+# such an operand into the workspace first costs a pass of 4-6 bytes an element and a
+# launch of a few microseconds; predicted to pay where the other operand has
+# STAGE_MIN_ROWS rows or more (the pass is then small beside the products) and the
+# product is large enough to hide the launch (STAGE_MIN_PRODUCTS multiply-adds, about
+# 1.5 us of products saved).
+STAGE_MIN_ROWS = 256
+STAGE_MIN_PRODUCTS = 2 ** 28
 
 
-def narrowing_pays(M, N, K, which):
-    """Whether narrowing the float32 operand ``which`` ("a" or "b") of an M x N x K
-    16-bit product pays for itself (see NARROW_MIN_ROWS)."""
-    return (N if which == "a" else M) >= NARROW_MIN_ROWS and M * N * K >= NARROW_MIN_PRODUCTS
+def staging_pays(M, N, K, which):
+    """Whether copying operand ``which`` ("a" or "b") of an M x N x K 16-bit product
+    into the workspace as the warpgroup kernel takes it pays for itself (see
+    STAGE_MIN_ROWS)."""
+    return (N if which == "a" else M) >= STAGE_MIN_ROWS and M * N * K >= STAGE_MIN_PRODUCTS
 
 
 # Intel's subgroup matrix products (gemm_subgroup_mma.cl): 4 subgroups of 32 rows, each
