@@ -23,6 +23,10 @@ against AMP), and the DLPrimitives figures of the anchors for comparison.
 
     python benchmarks/side_by_side.py [--nets resnet18,vgg16] [--batches 16,64] [--modes infer,train]
     python benchmarks/side_by_side.py --precision fp32,tf32,fp16 --channels-last
+    python benchmarks/side_by_side.py --nets bert_base,gpt2 --precision fp32,fp16 --torch-compile
+
+``--torch-compile`` adds PyTorch's fastest modes (inductor with TF32, and with each AMP
+asked for) and compares dlprim's fastest precision with PyTorch's fastest column.
 """
 import argparse
 import json
