@@ -54,7 +54,8 @@ def _pattern_block(ctx, queue, pattern):
     """FILL_BLOCK bytes of ``pattern`` repeated, in a buffer ``ctx`` keeps (written once
     from the host: no driver fill at all on this path)."""
     blocks = ctx.__dict__.setdefault("_fill_blocks", {})
-    key = (pattern.tobytes(), FILL_BLOCK)
+    # keyed by 8 bytes of the pattern repeated: one block of zeros serves every width
+    key = (np.resize(np.frombuffer(pattern.tobytes(), np.uint8), 8).tobytes(), FILL_BLOCK)
     if key not in blocks:
         host = np.resize(np.frombuffer(pattern.tobytes(), np.uint8), FILL_BLOCK)
         block = cl.Buffer(queue.context, cl.mem_flags.READ_ONLY, FILL_BLOCK)
