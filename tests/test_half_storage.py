@@ -175,9 +175,10 @@ def test_net_casts_where_storage_changes(ctx):
     assert kinds[0] == ("Cast", ["data"], "float16")        # into the first convolution
     assert kinds[1] == ("Convolution2D", ["data"], "float16")
     casts = [k for k in kinds if k[0] == "Cast"]
-    assert casts == [("Cast", ["data"], "float16"), ("Cast", ["fc"], "float32")]
-    assert kinds[-3] == ("InnerProduct", ["fl"], "float16")
-    assert kinds[-1][0] == "SoftmaxWithLoss"  # float32 only: the logits cast back
+    assert casts == [("Cast", ["data"], "float16")]
+    assert kinds[-2] == ("InnerProduct", ["fl"], "float16")
+    # the loss reads the half logits as they are (HALF_STORAGE "reads"), its output float32
+    assert kinds[-1] == ("SoftmaxWithLoss", ["fc", "label"], "float32")
     # what users write and read keeps its type: the input buffer, the labels, the loss
     assert net.tensor("data").dtype == F and net.tensor("label").dtype == np.int32
     assert net.tensor("loss").dtype == F
@@ -185,6 +186,29 @@ def test_net_casts_where_storage_changes(ctx):
     # a rewritten graph loads again unchanged (the predict copy does this)
     again = dp.Net(ctx, net.graph.to_dict(), mode="train", precision="fp16")
     assert [op.name for op in again.graph.ops] == [op.name for op in g.ops]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_loss_reading_half_logits_equals_the_cast_before_it(ctx, monkeypatch, precision):
+    """SoftmaxWithLoss widens 16-bit logits as it loads them and rounds their gradient once
+    as it stores it: the loss and every gradient are those of the float32 Cast around it,
+    bit for bit, without the Cast's passes (a net whose loss takes only float32 compared)."""
+    from dlprim.layers.loss import SoftmaxWithLoss
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 3, 10, 10)).astype(F)
+    y = rng.integers(0, 5, 4).astype(np.int32)
+    runs = {}
+    for storage in ("reads", "none"):
+        monkeypatch.setattr(SoftmaxWithLoss, "HALF_STORAGE", storage)
+        net = dp.Net(ctx, small_cnn(), mode="train", precision=precision, seed=1)
+        casts = [op.name for op in net.graph.ops if op.type == "Cast"]
+        assert ("loss.fc_to_float" in casts) == (storage == "none")
+        loss = net(data=x, label=y)["loss"]
+        net.backward()
+        runs[storage] = (loss, {k: v.to_host() for k, v in net.grads.items()})
+    assert np.array_equal(runs["reads"][0], runs["none"][0])
+    for k, g in runs["none"][1].items():
+        assert np.array_equal(runs["reads"][1][k], g), k
 
 
 def test_fp16_gradients_match_fp32(ctx):
@@ -343,7 +367,7 @@ def test_fp16_transformer_gradients_match_fp32(ctx):
 def test_bf16_net_casts_to_bfloat16_without_a_loss_scale(ctx):
     net = dp.Net(ctx, small_cnn(), mode="train", precision="bf16")
     casts = [(op.name, op.options["dtype"]) for op in net.graph.ops if op.type == "Cast"]
-    assert casts == [("c1.data_to_bfloat16", "bfloat16"), ("loss.fc_to_float", "float32")]
+    assert casts == [("c1.data_to_bfloat16", "bfloat16")]
     assert net.tensor("c1").dtype == bfloat16 and net.tensor("data").dtype == F
     assert net.loss_scale is None and net.precision == "bf16"
     assert all(p.dtype == F for p in net.params.values())

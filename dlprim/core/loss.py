@@ -17,7 +17,7 @@ import pyopencl as cl
 
 from ..kernels import program
 from ..kernels.program import Launch
-from ..dtypes import cl_type
+from ..dtypes import HALF_TYPES, as_dtype, cl_type, dtype_name
 from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from .softmax import row_work_group
 from ..utils import round_up
@@ -80,18 +80,26 @@ class _RowMean:
 
 
 class SoftmaxCrossEntropy:
-    """Cross entropy of logits ``(N, C)``, the mean over the rows that count."""
+    """Cross entropy of logits ``(N, C)``, the mean over the rows that count. ``dtype``:
+    the logits' storage and their gradient's (float32, or float16 / bfloat16: widened as
+    they load, the gradient rounded once as it stores; the loss stays float32)."""
 
-    def __init__(self, ctx, n, c, label_dtype="int32", ignore_index=IGNORE_INDEX):
+    def __init__(self, ctx, n, c, label_dtype="int32", ignore_index=IGNORE_INDEX,
+                 dtype=np.float32):
         self.ctx, self.n, self.c = ctx, int(n), int(c)
         self.label_dtype = np.dtype(label_dtype)
+        self.dtype = as_dtype(dtype)
+        if self.dtype != np.float32 and self.dtype not in HALF_TYPES:
+            raise ValueError("SoftmaxCrossEntropy: logits are float32, float16 or bfloat16, "
+                             "got %s" % dtype_name(self.dtype))
         self.ignore = int(ignore_index)
         self.wg = row_work_group(ctx, self.c)
-        self.prg = program.get(ctx, "loss", LABEL=_label_type(label_dtype))
+        self.prg = program.get(ctx, "loss", LABEL=_label_type(label_dtype),
+                               X_T=cl_type(self.dtype))
         self.mean = _RowMean(ctx, self.n, self.c, self.label_dtype, self.ignore)
 
     def _check(self, x, label):
-        _check("SoftmaxCrossEntropy: x", x, (self.n, self.c), np.float32)
+        _check("SoftmaxCrossEntropy: x", x, (self.n, self.c), self.dtype)
         _check("SoftmaxCrossEntropy: labels", label, (self.n,), self.label_dtype)
 
     def launches(self, x, label, rows, y, norm):
@@ -112,7 +120,7 @@ class SoftmaxCrossEntropy:
         ``norm`` as the forward pass left it."""
         self._check(x, label)
         _check("SoftmaxCrossEntropy: dy", dy, (1,), np.float32)
-        _check("SoftmaxCrossEntropy: dx", dx, (self.n, self.c), np.float32)
+        _check("SoftmaxCrossEntropy: dx", dx, (self.n, self.c), self.dtype)
         _check("SoftmaxCrossEntropy: norm", norm, (1,), np.float32)
         if self.n == 0:
             return []

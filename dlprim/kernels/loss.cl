@@ -1,4 +1,5 @@
 <%include file="common.h"/>
+<% X_T = context.get("X_T", "float") %>
 <%include file="wg_reduce.h"/>
 // Losses over rows of (N, C) with labels of type ${LABEL}: negative log-likelihood of
 // log-probabilities, and cross entropy of logits (one work-group per row). A row counts
@@ -54,13 +55,15 @@ ${scale_load(mean)}\
 
 % endfor
 // dx is not read when beta == 0
-#define STORE_DX(i, g) dx[i] = (beta == 0.0f) ? (g) : (g) + beta * dx[i]
+#define STORE_DX(i, g) ST_${X_T}(dx, i, (beta == 0.0f) ? (g) : (g) + beta * LD_${X_T}(dx, i))
 
-// Cross entropy from logits, one work-group per row of (N, C):
+// Cross entropy from logits, one work-group per row of (N, C), stored as X_T (float, or
+// the 16-bit type of an fp16 or bf16 net: widened as they load, the gradient rounded as
+// it stores, so the same values as converting them to float32 around the loss):
 // loss_n = log sum_c exp(x_nc) - x_n,label_n for a row that counts, else 0.
 // A NaN logit makes its row's loss and gradient NaN through the sum (softmax.cl says why
 // fmax, which drops it from the maximum, is enough).
-__kernel void xent_forward_rows(ulong C, long ignore, __global const float *x, ulong x_offset,
+__kernel void xent_forward_rows(ulong C, long ignore, __global const ${X_T} *x, ulong x_offset,
                                 __global const ${LABEL} *label, ulong label_offset,
                                 __global float *loss, ulong loss_offset,
                                 __local float *scratch)
@@ -70,15 +73,15 @@ __kernel void xent_forward_rows(ulong C, long ignore, __global const float *x, u
     long k = (long)label[label_offset + row];
     float2 ms = wg_row_max_sumexp(scratch, x, C);
     if (get_local_id(0) == 0)
-        loss[loss_offset + row] = COUNTS(k) ? ms.x + log(ms.y) - x[k] : 0.0f;
+        loss[loss_offset + row] = COUNTS(k) ? ms.x + log(ms.y) - LD_${X_T}(x, k) : 0.0f;
 }
 
 // d loss / d x_nc = dy * scale * (softmax(x_n)_c - [c == label_n]) for a row that counts,
 // 0 for the others; scale = norm[0] (the mean over the rows that count).
-__kernel void xent_backward_rows(ulong C, long ignore, __global const float *x, ulong x_offset,
+__kernel void xent_backward_rows(ulong C, long ignore, __global const ${X_T} *x, ulong x_offset,
                                  __global const ${LABEL} *label, ulong label_offset,
                                  __global const float *dy, ulong dy_offset,
-                                 __global float *dx, ulong dx_offset, ${scale_arg(True)},
+                                 __global ${X_T} *dx, ulong dx_offset, ${scale_arg(True)},
                                  float beta, __local float *scratch)
 {
     ulong row = get_group_id(0);
@@ -92,7 +95,7 @@ ${scale_load(True)}\
     float m = ms.x, s = ms.y;
     float inv = 1.0f / s;
     for (ulong c = lid; c < C; c += wg) {
-        float g = w * (exp(x[c] - m) * inv - ((long)c == k ? 1.0f : 0.0f));
+        float g = w * (exp(LD_${X_T}(x, c) - m) * inv - ((long)c == k ? 1.0f : 0.0f));
         STORE_DX(c, g);
     }
 }

@@ -35,17 +35,19 @@ inline float wg_reduce_max(__local float *scratch, float v)
 
 // (m, s): the maximum of a row of C values and the sum of exp(x - m) over it, computed
 // by the whole work-group; log sum exp(x) = m + log(s) without overflow. Softmax and
-// cross entropy share it.
-inline float2 wg_row_max_sumexp(__local float *scratch, __global const float *x, ulong C)
+// cross entropy share it. The row is stored as X_T (the template's, float by default:
+// 16-bit values widen as they load; LD_ of common.h).
+<% X_T = context.get("X_T", "float") %>
+inline float2 wg_row_max_sumexp(__local float *scratch, __global const ${X_T} *x, ulong C)
 {
     int lid = get_local_id(0), wg = get_local_size(0);
     float m = -INFINITY;
     for (ulong c = lid; c < C; c += wg)
-        m = fmax(m, x[c]);
+        m = fmax(m, LD_${X_T}(x, c));
     m = wg_reduce_max(scratch, m);
     float s = 0.0f;
     for (ulong c = lid; c < C; c += wg)
-        s += exp(x[c] - m);
+        s += exp(LD_${X_T}(x, c) - m);
     return (float2)(m, wg_reduce_sum(scratch, s));
 }
 #endif

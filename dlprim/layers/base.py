@@ -42,7 +42,7 @@ __all__ = ["Layer", "LayerError", "HALF_TAKERS", "TensorSpec", "ParamSpec", "Lay
            "Setup", "register", "create", "REGISTRY", "run", "TRAIN", "PREDICT"]
 
 TRAIN, PREDICT = "train", "predict"
-HALF_TAKERS = ("follows", "prefers")  # the HALF_STORAGE values that take float16 inputs
+HALF_TAKERS = ("follows", "prefers", "reads")  # HALF_STORAGE values taking 16-bit inputs
 
 REGISTRY = {}
 
@@ -177,7 +177,9 @@ class Layer:
     # float16 activations (a net of precision "fp16", net/mixed_precision.py): "none" takes
     # float32 only (the Net casts half inputs back); "follows" takes either and stores its
     # float outputs as its inputs are (memory-bound layers); "prefers" wants half (the
-    # convolutions, whose traffic and products gain); "exact": Cast, as its options say
+    # convolutions, whose traffic and products gain); "reads" takes either as it comes and
+    # keeps float32 outputs (a loss widening 16-bit logits as it loads them); "exact":
+    # Cast, as its options say
     HALF_STORAGE = "none"
     # takes the narrow storage types (float8, float4, int4/uint4, int2/uint2: one code per
     # byte, dtypes.NARROW_TYPES) as inputs: only conversions and layout copies, which move

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..core.loss import IGNORE_INDEX, LABEL_DTYPES, NLLLossOps, SoftmaxCrossEntropy
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
+from ..dtypes import HALF_TYPES, dtype_name
 from ..errors import LabelError
 from ..tensor import Tensor
 from ..utils import is_int
@@ -55,8 +56,11 @@ class _LabelLoss(Layer):
         x, label = in_specs
         if len(x.shape) != 2:
             self.fail("input 0 must be (batch, classes), got shape %s" % (x.shape,))
-        if x.dtype.name != "float32":
-            self.fail("input 0 must be float32, got %s" % x.dtype.name)
+        if x.dtype.name != "float32" and not (self.HALF_STORAGE == "reads"
+                                               and x.dtype in HALF_TYPES):
+            self.fail("input 0 must be float32%s, got %s" % (
+                " (or float16 or bfloat16)" if self.HALF_STORAGE == "reads" else "",
+                dtype_name(x.dtype)))
         n = x.shape[0]
         if not label.shape or label.shape[0] != n or int(np.prod(label.shape)) != n:
             self.fail("labels must have shape (%d,) to match the batch of input 0 %s, got %s"
@@ -109,12 +113,16 @@ class _LabelLoss(Layer):
 @register("SoftmaxWithLoss")
 class SoftmaxWithLoss(_LabelLoss):
     """Mean cross entropy of logits (N, C) against integer class labels (N,), over the rows
-    whose label is not ``ignore_index``."""
+    whose label is not ``ignore_index``. 16-bit logits (an fp16 or bf16 net's) are read as
+    they are stored and their gradient written so, the loss float32: the same values as
+    a conversion to float32 before the loss, without its passes over the logits."""
     OPTIONS = {"ignore_index": IGNORE_INDEX}
+    HALF_STORAGE = "reads"
 
     def build(self, in_specs):
         n, c = self.check_inputs(in_specs)
-        self.op = SoftmaxCrossEntropy(self.ctx, n, c, in_specs[1].dtype, self.ignore_index)
+        self.op = SoftmaxCrossEntropy(self.ctx, n, c, in_specs[1].dtype, self.ignore_index,
+                                      in_specs[0].dtype)
         self.n = n
         ws, saved = self.memory(n)
         return Setup([TensorSpec((1,), "float32")], workspace=ws, saved=saved)

@@ -4,9 +4,10 @@ scale ("fp16" only).
 **Storage.** Each layer class says how it takes 16-bit float activations (float16 for
 "fp16", bfloat16 for "bf16"; ``HALF_STORAGE``,
 ``layers/base.py``): "prefers" (the convolutions: half halves their traffic), "follows"
-(memory-bound layers: they store their float outputs as their inputs are), "none"
-(float32 only: losses, and the layers whose kernels have no half path yet) or "exact"
-(Cast). ``with_casts`` walks the graph in order and puts a ``Cast`` operator before each
+(memory-bound layers: they store their float outputs as their inputs are), "reads"
+(takes either as it comes, its outputs float32: the cross-entropy loss, which widens
+16-bit logits as it loads them), "none" (float32 only: the other losses, and the layers
+whose kernels have no half path yet) or "exact" (Cast). ``with_casts`` walks the graph in order and puts a ``Cast`` operator before each
 operator whose float input is stored otherwise than it takes it: half into a "prefers"
 layer, float32 into a "none" layer; a "follows" layer takes half when any float input of
 it is half and casts its other float inputs to half. The Cast writes the name it reads
@@ -78,7 +79,7 @@ def _wanted(storage, dtypes, half):
         return half
     if storage == "follows":
         return half if half in dtypes else None
-    if storage == "exact":
+    if storage in ("exact", "reads"):
         return None
     return FLOAT
 
