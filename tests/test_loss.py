@@ -107,6 +107,28 @@ def test_softmax_with_loss(ctx, rng, shape):
                      atol=1e-6, what="dx")
 
 
+@pytest.mark.parametrize("shape", [(3, 31), (2, 129), (3, 300)])
+def test_softmax_with_loss_reads_half_logits(ctx, rng, shape):
+    # an fp16 net's logits as stored: widened as they load (the loss is that of their
+    # float32 values), the gradient rounded to half once as it stores; NLLLoss keeps
+    # float32 only
+    n, c = shape
+    x = (rng.standard_normal(shape) * 3).astype(np.float16)
+    dy = np.array([1.7], np.float32)
+    k = labels_for(rng, n, c, np.int32)
+    layer = create(ctx, "SoftmaxWithLoss", "loss", {})
+    r = run_layer(ctx, layer, [x, k], dy=[dy], want_dx=[True, False])
+    x64 = x.astype(np.float64)
+    assert r.y[0].dtype == np.float32 and r.dx[0].dtype == np.float16
+    assert_close(r.y[0], xent_ref(x64, k), rtol=1e-5, what="loss")
+    want = xent_grad_ref(x64, k, dy.astype(np.float64))
+    assert_close(r.dx[0].astype(np.float64), want.astype(np.float16).astype(np.float64),
+                 rtol=2e-3, atol=1e-7, what="dx")
+    with pytest.raises(LayerError, match="input 0 must be float32, got float16"):
+        create(ctx, "NLLLoss", "nll", {}).setup([TensorSpec(x.shape, np.float16),
+                                                 TensorSpec((n,), np.int32)])
+
+
 @pytest.mark.parametrize("type_name", ["SoftmaxWithLoss", "NLLLoss"])
 def test_label_gradient_is_zero(ctx, rng, type_name):
     # float labels that a gradient reaches: the Net asks the loss for no label gradient
