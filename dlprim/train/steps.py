@@ -56,7 +56,9 @@ def read(net: Any, roles: Roles, y: np.ndarray,
          ks: Sequence[int] = (1,)) -> Tuple[float, Dict[int, int]]:
     """(loss, {k: top-k hits}) of the batch just run (waits for the device)."""
     loss = float(net.tensor(roles.loss).to_host().ravel()[0])
-    return loss, hits(net.tensor(roles.logits).to_host(), y, ks)
+    # the logits' values (an fp16 or bf16 net stores them in 16 bits: the loss reads them
+    # as they are; bfloat16's host copy would be its bits)
+    return loss, hits(net.tensor(roles.logits).numpy(), y, ks)
 
 
 def train_step(net: Any, solver: Any, roles: Roles, x: np.ndarray,
