@@ -22,7 +22,7 @@ from ..dtypes import HALF_TYPES, dtype_name
 from ..errors import LabelError
 from ..tensor import Tensor
 from ..utils import is_int
-from .base import TRAIN, Layer, Setup, TensorSpec, register
+from .base import HALF_TAKERS, TRAIN, Layer, Setup, TensorSpec, register
 
 REDUCTIONS = ("none", "sum", "mean")
 
@@ -56,11 +56,10 @@ class _LabelLoss(Layer):
         x, label = in_specs
         if len(x.shape) != 2:
             self.fail("input 0 must be (batch, classes), got shape %s" % (x.shape,))
-        if x.dtype.name != "float32" and not (self.HALF_STORAGE == "reads"
-                                               and x.dtype in HALF_TYPES):
+        takes_half = self.HALF_STORAGE in HALF_TAKERS
+        if x.dtype.name != "float32" and not (takes_half and x.dtype in HALF_TYPES):
             self.fail("input 0 must be float32%s, got %s" % (
-                " (or float16 or bfloat16)" if self.HALF_STORAGE == "reads" else "",
-                dtype_name(x.dtype)))
+                " (or float16 or bfloat16)" if takes_half else "", dtype_name(x.dtype)))
         n = x.shape[0]
         if not label.shape or label.shape[0] != n or int(np.prod(label.shape)) != n:
             self.fail("labels must have shape (%d,) to match the batch of input 0 %s, got %s"
