@@ -22,16 +22,18 @@ FILL_CHUNK = 1 << 30  # bytes
 # 1-byte pattern at 4 GiB + 64 writes nothing, and any pattern at 8 GiB + 128 kills the
 # queue, while copies at those offsets are right (a Net's arena passes 8 GiB in GPT-2's
 # training at batch 64). Ranges that end past FILL_DRIVER_END are copied instead, device
-# to device, from a block of the pattern that the context keeps (FILL_BLOCK bytes).
+# to device: a block of the pattern that the context keeps (FILL_BLOCK bytes) into the
+# range's start, then the filled stretch into what follows it, doubling (at most
+# FILL_CHUNK a copy), so a fill of gigabytes is a dozen commands.
 FILL_DRIVER_END = 1 << 32  # bytes
-FILL_BLOCK = 1 << 24
+FILL_BLOCK = 1 << 20
 
 
 def fill_bytes(ctx, queue, buffer, pattern, offset, nbytes):
     """Fill ``nbytes`` bytes at ``offset`` of ``buffer`` with ``pattern`` (a one-element
     array; ``offset`` and ``nbytes`` multiples of its size), in pieces: the driver's fill,
-    or copies of ``ctx``'s pattern block where the range ends past FILL_DRIVER_END;
-    returns the last piece's event."""
+    or copies (``ctx``'s pattern block, then doubling) where the range ends past
+    FILL_DRIVER_END; returns the last piece's event."""
     size = pattern.nbytes
     if offset % size or nbytes % size:
         raise ValueError("fill_bytes: offset %d and nbytes %d must be multiples of the "
@@ -43,24 +45,29 @@ def fill_bytes(ctx, queue, buffer, pattern, offset, nbytes):
             event = cl.enqueue_fill_buffer(queue, buffer, pattern, offset + start,
                                            min(step, nbytes - start))
         return event
-    block = _pattern_block(ctx, queue, pattern)
-    for start in range(0, nbytes, FILL_BLOCK):
-        event = cl.enqueue_copy(queue, buffer, block, byte_count=min(FILL_BLOCK, nbytes - start),
-                                src_offset=0, dst_offset=offset + start)
+    if not nbytes:
+        return None
+    block = _pattern_block(ctx, pattern)
+    done = min(FILL_BLOCK, nbytes)
+    event = cl.enqueue_copy(queue, buffer, block.buffer, byte_count=done,
+                            src_offset=block.byte_offset, dst_offset=offset)
+    while done < nbytes:  # the queue is in order: each copy reads what the last wrote
+        count = min(done, FILL_CHUNK, nbytes - done)
+        event = cl.enqueue_copy(queue, buffer, buffer, byte_count=count, src_offset=offset,
+                                dst_offset=offset + done)
+        done += count
     return event
 
 
-def _pattern_block(ctx, queue, pattern):
-    """FILL_BLOCK bytes of ``pattern`` repeated, in a buffer ``ctx`` keeps (written once
-    from the host: no driver fill at all on this path)."""
+def _pattern_block(ctx, pattern):
+    """A Tensor of FILL_BLOCK bytes of ``pattern`` repeated, which ``ctx`` keeps (written
+    once from the host: no driver fill at all on this path)."""
     blocks = ctx.__dict__.setdefault("_fill_blocks", {})
     # keyed by 8 bytes of the pattern repeated: one block of zeros serves every width
     key = (np.resize(np.frombuffer(pattern.tobytes(), np.uint8), 8).tobytes(), FILL_BLOCK)
     if key not in blocks:
         host = np.resize(np.frombuffer(pattern.tobytes(), np.uint8), FILL_BLOCK)
-        block = cl.Buffer(queue.context, cl.mem_flags.READ_ONLY, FILL_BLOCK)
-        cl.enqueue_copy(queue, block, host, is_blocking=True)
-        blocks[key] = block
+        blocks[key] = Tensor.from_numpy(ctx, host)
     return blocks[key]
 
 

@@ -89,7 +89,7 @@ def test_fills_in_pieces_cover_exactly_their_range(ctx, monkeypatch, start, coun
     monkeypatch.setattr(tensor_module, "FILL_CHUNK", 16)
     if by_kernel:
         monkeypatch.setattr(tensor_module, "FILL_DRIVER_END", 0)
-        monkeypatch.setattr(tensor_module, "FILL_BLOCK", 24)  # several copies a fill
+        monkeypatch.setattr(tensor_module, "FILL_BLOCK", 8)  # a block, then doubling copies
 
         def refused(*args, **kwargs):
             raise AssertionError("clEnqueueFillBuffer past FILL_DRIVER_END")
