@@ -10,6 +10,7 @@ from layer_check import assert_grads_match_torch
 
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
+from gpt_twin import GptTwin  # noqa: E402 (needs torch)
 
 V, P, L, LAYERS, HEADS, D, INNER, CLASSES, B = 13, 9, 7, 2, 2, 16, 24, 3, 2
 EPS = 1e-12
@@ -111,46 +112,11 @@ def test_bert_refuses_a_length_past_its_position_table():
         models.bert(V, P, 10, LAYERS, HEADS, D, INNER, CLASSES, B)
 
 
-class Gpt2Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1, self.ln_2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.attn = nn.Module()
-        self.attn.c_attn, self.attn.c_proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
-        self.mlp = nn.Module()
-        self.mlp.c_fc, self.mlp.c_proj = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
-
-    def forward(self, x):
-        q, k, v = self.attn.c_attn(self.ln_1(x)).split(D, dim=2)
-        heads = lambda t: t.view(B, L, HEADS, D // HEADS).transpose(1, 2)
-        a = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
-        x = x + self.attn.c_proj(a.transpose(1, 2).reshape(B, L, D))
-        h = F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh")
-        return x + self.mlp.c_proj(h)
-
-
-class Gpt2(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.transformer = nn.Module()
-        self.transformer.wte = nn.Embedding(V, D)
-        self.transformer.wpe = nn.Embedding(L, D)
-        self.transformer.h = nn.ModuleList([Gpt2Block() for _ in range(LAYERS)])
-        self.transformer.ln_f = nn.LayerNorm(D)
-        self.lm_head = nn.Linear(D, V, bias=False)
-
-    def forward(self, tokens):
-        t = self.transformer
-        x = t.wte(tokens) + t.wpe.weight
-        for block in t.h:
-            x = block(x)
-        return self.lm_head(t.ln_f(x))
-
-
 def test_gpt2_loss_gradients_and_last_logits_match_pytorch(ctx):
     rng = np.random.default_rng(6)
     cfg = models.gpt2(B, L, vocab=V, layers=LAYERS, heads=HEADS, dim=D)
-    net, twin = _twin(ctx, cfg, Gpt2(), rng)
+    net, twin = _twin(ctx, cfg, GptTwin(V, L, LAYERS, HEADS, D, gelu="tanh", head_bias=False),
+                      rng)
     assert "lm_head.bias" not in net.get_parameters()
     tokens = rng.integers(0, V, (B, L))
     targets = np.roll(tokens, -1, axis=1)
