@@ -279,13 +279,13 @@ def report(rows, precisions):
         print("\ndlprim's fastest precision against PyTorch's fastest mode:")
     for r in rows:
         ours = [r[k] for k in ("dlprim_" + x for x in precisions) if r.get(k)]
-        theirs = [v for k, v in r.items() if k.startswith("torch_") and "peak" not in k and v]
+        theirs = [(v, k[len("torch_"):]) for k, v in r.items()
+                  if k.startswith("torch_") and "peak" not in k and v]
         if ours and any(k.startswith("torch_compiled") for k in r):
-            fastest.append(min(theirs) / min(ours))
+            best, mode = min(theirs)
+            fastest.append(best / min(ours))
             print("  %s b%d %s: dlprim's fastest %.2f ms, PyTorch's fastest %.2f ms (%s): %.2fx"
-                  % (r["net"], r["batch"], r["mode"], min(ours), min(theirs),
-                     min((v, k) for k, v in r.items() if k.startswith("torch_") and
-                         "peak" not in k and v)[1][len("torch_"):], fastest[-1]))
+                  % (r["net"], r["batch"], r["mode"], min(ours), best, mode, fastest[-1]))
     if fastest:
         print("geometric mean of speed, dlprim's fastest against PyTorch's fastest mode: "
               "%.2fx (%d rows)" % (gm(fastest), len(fastest)))
