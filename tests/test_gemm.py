@@ -6,7 +6,7 @@ import pytest
 
 import dlprim as dp
 from dlprim.cli import tune
-from dlprim.core import tuning
+from dlprim.core import tuning, tuning_launch
 from dlprim.core.gemm import Gemm, gemm
 from dlprim.kernels import program
 import layer_check
@@ -544,7 +544,7 @@ def test_warpgroup_template_renders(ctx, mma, trans_a, trans_b):
     src = program.render("gemm_wgmma", facts=ctx.facts, TRANS_A=trans_a, TRANS_B=trans_b,
                          BIAS="none", ACTIVATION="identity", TILE_M=128, TILE_N=128,
                          TILE_K=16 if mma == "tf32" else 32, GROUP=8, WARPGROUPS=2,
-                         STAGES=tuning.WGMMA_STAGES, MMA=mma, **types)
+                         STAGES=6, MMA=mma, **types)
     shape = "m64n128k8" if mma == "tf32" else "m64n128k16"
     assert program.SM90A + "wgmma.mma_async.sync.aligned.%s.f32.%s.%s {" % (shape, mma, mma) in src
     tail = "p, 1, 1;" if mma == "tf32" else "p, 1, 1, %d, %d;" % (trans_a, 1 - trans_b)
@@ -672,8 +672,11 @@ def test_emulated_async_copies_match_float64(ctx, rng, monkeypatch, precision, t
     ("bf16", 0, 1, 65, 64, 40, 0, 1, None),
     ("tf32", 1, 0, 70, 130, 37, 0, 2, None),   # both packed from columns; K % 4 != 0
     ("tf32", 0, 1, 129, 65, 24, 3, 1, 2)])     # packed from rows, rows misaligned; split-K
+# the tiles of tuning.WGMMA_TILES' kinds: 64- and 128-byte swizzled rows of K, 2 and 4
+# warpgroups, 192 columns
+@pytest.mark.parametrize("wg_tile", [(128, 128, 64, 6), (128, 192, 128, 5), (256, 128, 128, 3)])
 def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precision, trans_a,
-                                                   trans_b, M, N, K, gap, batch, split):
+                                                   trans_b, M, N, K, gap, batch, split, wg_tile):
     # gemm_wgmma.cl with kernels/wgmma.h's products in OpenCL C (MMA_EMULATE), reading
     # local memory as the descriptors say: the swizzled layouts, descriptors, stages,
     # zero-fill, TF32 packing and the epilogue, on any device
@@ -685,9 +688,13 @@ def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precis
     # at these sizes TF32 packing would cost more than it saves: made to pay at any size
     assert not tuning.wgmma_packs_pay(M, N)
     monkeypatch.setattr(tuning, "WGMMA_TF32_MIN_SIZE", 0)
+    monkeypatch.setattr(tuning, "WGMMA_TILES", (wg_tile + (100.0,),))
 
     def get(ctx, name, **p):
         built.append(name)
+        assert name != "gemm_wgmma" or (
+            p["TILE_M"], p["TILE_N"], p["TILE_K"] * (4 if precision == "tf32" else 2),
+            p["STAGES"]) == wg_tile
         return build(ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_wgmma" else p))
     monkeypatch.setattr(program, "get", get)
     dtype = {"fp16": "float16", "bf16": "bfloat16", "tf32": "float32"}[precision]
@@ -702,7 +709,9 @@ def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precis
     assert op.wgmma
     # a caller's workspace: the split-K partial sums and the packed TF32 operands
     ld_k = -(-K // 4) * 4
-    assert op.workspace_elements == (batch * (split or 1) * -(-M * N // 4) * 4 if split else 0) + (
+    # split-K slices round to the kernel's TILE_K
+    assert op.splits == (tuning_launch.split_k(K, split, op.wg_tile["TILE_K"])[0] if split else 1)
+    assert op.workspace_elements == (batch * op.splits * -(-M * N // 4) * 4 if op.splits > 1 else 0) + (
         batch * (M + N) * ld_k if precision == "tf32" else 0)
     W = dp.Tensor(ctx, (op.workspace_elements,)) if op.workspace_elements else None
     C, bias = dp.Tensor(ctx, (batch, M, N)), rng.standard_normal(N)
@@ -727,7 +736,7 @@ def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precis
     ("bf16", "bfloat16", 70, 136, 40, 136, 0.0, "col"),
     ("fp16", "float16", 66, 136, 40, 137, 0.0, "col"),    # rows off 4 values: one at a time
     ("fp16", "float32", 129, 72, 40, 72, 0.5, "row"),     # beta reads C: one at a time
-    ("fp16", "float16", 64, 64, 16 * 32 + 8, 64, 0.0, "col")])  # stages reused, K partial
+    ("fp16", "float16", 64, 64, 16 * 64 + 8, 64, 0.0, "col")])  # stages reused, K partial
 def test_emulated_warpgroup_epilogue_matches_float64(ctx, rng, monkeypatch, precision, c_dtype,
                                                      M, N, K, ldc, beta, bias):
     # gemm_wgmma.cl's epilogue: the tile through local memory, then along C's rows, four
@@ -742,7 +751,8 @@ def test_emulated_warpgroup_epilogue_matches_float64(ctx, rng, monkeypatch, prec
     monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
         ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_wgmma" else p)))
     dtype = {"fp16": "float16", "bf16": "bfloat16"}[precision]
-    assert K <= 40 or K > 32 * tuning.WGMMA_STAGES * 2
+    plan, _ = tuning.wgmma_plan(132, M, N, K)
+    assert K <= 40 or K > plan["TILE_K"] * plan["STAGES"] * 2
     a = layer_check.stored(rng.standard_normal((M, K)), dtype)
     b = layer_check.stored(rng.standard_normal((K, N)), dtype)
     c = layer_check.stored(rng.standard_normal((M, ldc)), c_dtype)
@@ -886,6 +896,30 @@ def test_tensor_core_tile_fits_the_product():
     assert (t["TILE_M"], t["TILE_N"], t["TILE_K"]) == (64, 64, 32)
     # the work-group stays 4 warps of 32 lanes
     assert (t["TILE_M"] // t["BLOCK_M"], t["TILE_N"] // t["BLOCK_N"]) == (4, 32)
+
+
+def test_warpgroup_plan_fills_the_waves():
+    # H200 (132 compute units), measured: ViT-B's fc1 data gradient (12608x768x3072) ran
+    # 128x192 tiles at 512 TFLOP/s against 409-411 on 128x128 and 128x256 (396 tiles:
+    # three whole waves of one a compute unit); its qkv forward and 8192^3 ran best on
+    # 128x256 (413, 579)
+    def tile(*shape, **kw):
+        t, parts = tuning.wgmma_plan(132, *shape, **kw)
+        return t["TILE_M"], t["TILE_N"], t["TILE_K"], parts
+    assert tile(12608, 768, 3072) == (128, 192, 64, 1)
+    assert tile(12608, 2304, 768) == (128, 256, 64, 1)
+    assert tile(8192, 8192, 8192) == (128, 256, 64, 1)
+    assert tile(8192, 8192, 8192, value_bytes=4) == (128, 256, 32, 1)  # TF32: 128 bytes
+    # a small C over a long K splits it (768x768x12608: 36 tiles of 128x128)
+    assert tile(768, 768, 12608)[3] > 2
+    assert tile(768, 768, 12608, split_k=1)[3] == 1  # the caller's split stands
+    assert tile(768, 768, 12608, split_k=3)[3] == 3
+    # tiny products run whole
+    assert tile(40, 50, 60)[3] == 1
+    assert tile(0, 64, 64)[3] == 1 and tile(64, 64, 0)[3] == 1
+    # every tile fits a compute unit's local memory
+    for tm, tn, k_bytes, stages, _ in tuning.WGMMA_TILES:
+        assert tuning.wgmma_local_bytes(tm, tn, k_bytes, stages) + 1024 <= tuning.WGMMA_CU_LOCAL
 
 
 @pytest.mark.parametrize("shape", tuning.MMA_SMALLER)

@@ -139,7 +139,7 @@ class Gemm:
                                               few_rows=min(self.M, self.N) <= tuning.SMALL)
         if parts <= 1 or self.K == 0:
             return 1, self.K
-        return tuning_launch.split_k(self.K, parts, t["TILE_K"])
+        return tuning_launch.split_k(self.K, parts, (self.wg_tile or t)["TILE_K"])
 
     # ----- facts about the operands
     def packed_ld(self, which):
@@ -493,6 +493,13 @@ def choose(g, tile, split_k, forced):
         g.tile, split_k = planned
     if g.mma:
         g.tile = tuning.mma_tile(g.precision, M, N)
+    # the warpgroup kernel's own tile, stages and split (gemm_mma.cl keeps g.tile for
+    # launches whose operands turn out unaligned)
+    g.wg_tile = None
+    if g.wgmma:
+        g.wg_tile, parts = tuning.wgmma_plan(facts.compute_units, M, N, g.K, g.batch,
+                                             4 if g.precision == "tf32" else 2, split_k)
+        split_k = parts if split_k is None else split_k
     if g.subgroup_mma:
         g.tile = tuning.subgroup_mma_tile(g.subgroup)
     if tile:

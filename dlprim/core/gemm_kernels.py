@@ -140,6 +140,10 @@ class _TiledLaunch(GemmKernel):
     """The families launched as tiles of C: one pass, or split-K (partial products into
     the workspace, then ``gemm_reduce`` sums them with the epilogue)."""
 
+    def launch_tile(self, wgmma):
+        """The tile a launch runs (the warpgroup kernel has its own, ``g.wg_tile``)."""
+        return self.g.tile
+
     def geometry(self, copy_async):
         """(work-items along N, along M) of a work-group, whether it runs warpgroup
         products."""
@@ -167,10 +171,10 @@ class _TiledLaunch(GemmKernel):
         i32, u64, f32 = np.int32, np.uint64, np.float32
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         aligned_ab = (g.aligned(lda, A.offset, stride_a), g.aligned(ldb, B.offset, stride_b))
-        t = g.tile
         W = g.workspace_for(workspace)
         copy_async = self.copies_async(A, B, lda, ldb, stride_a, stride_b, W)
         wg_n, wg_m, wgmma = self.geometry(copy_async)
+        t = self.launch_tile(wgmma)
         part = round_up(g.M * g.N, 4)  # split-K: keeps every part 16-byte aligned
         c_layout = ((g.aligned(ldc, C.offset, stride_c), True) if g.splits == 1
                     else (g.aligned(g.N, 0, part), False))
@@ -299,12 +303,12 @@ class TensorCore(_TiledLaunch):
         bias, act = _epilogue(g, epilogue)
         t = g.tile
         if wgmma:
-            tf32 = g.precision == "tf32"
+            tf32, w = g.precision == "tf32", g.wg_tile
             return program.get(g.ctx, "gemm_wgmma", TRANS_A=0 if tf32 else int(g.trans_a),
                                TRANS_B=1 if tf32 else int(g.trans_b), BIAS=bias,
-                               ACTIVATION=act, TILE_M=t["TILE_M"], TILE_N=t["TILE_N"],
-                               TILE_K=16 if tf32 else 32, GROUP=t["GROUP"],
-                               WARPGROUPS=t["TILE_M"] // 64, STAGES=tuning.WGMMA_STAGES,
+                               ACTIVATION=act, TILE_M=w["TILE_M"], TILE_N=w["TILE_N"],
+                               TILE_K=w["TILE_K"], GROUP=t["GROUP"],
+                               WARPGROUPS=w["TILE_M"] // 64, STAGES=w["STAGES"],
                                IN_FLIGHT=tuning.WGMMA_IN_FLIGHT, ALIGNED_C=aligned_c,
                                **g.kernel_types(epilogue, staged=True),
                                MMA=MMA_TYPES[g.precision])
@@ -318,10 +322,13 @@ class TensorCore(_TiledLaunch):
                            WARPS_M=warps_m, WARPS_N=warps_n, **staging,
                            **g.kernel_types(epilogue), MMA=MMA_TYPES.get(g.precision, "tf32"))
 
+    def launch_tile(self, wgmma):
+        return self.g.wg_tile if wgmma else self.g.tile
+
     def geometry(self, copy_async):
         wgmma = self.warpgroup(copy_async)
         if wgmma:  # warpgroups of 4 warps, one per 64 rows of the tile
-            return 32, self.g.tile["TILE_M"] // 16, True
+            return 32, self.g.wg_tile["TILE_M"] // 16, True
         return super().geometry(copy_async)
 
     def pre_launches(self, A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W,

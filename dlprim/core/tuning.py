@@ -15,7 +15,7 @@ GPU numbers untested. Split models and work-group sizes are in ``tuning_launch``
 import math
 
 from ..kernels.program import pow2_at_least
-from ..utils import ceil_div
+from ..utils import ceil_div, round_up
 from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
 
 __all__ = ["TILE_KEYS", "CPU_VECS", "gemm_kernel", "pack_b", "CLASSES", "CONV_CLASSES",
@@ -251,22 +251,76 @@ MMA_STAGES = 2
 MMA_COPY_ASYNC = True
 MMA_ASYNC_STAGES = 2
 # Hopper's warpgroup products where the device has them (gemm_wgmma.cl): for those
-# tiles and for TF32; 64 bytes of K staged at a time, WGMMA_STAGES tiles in flight, and
-# the products of WGMMA_IN_FLIGHT tiles still running past the next barrier. NVIDIA's
+# tiles and for TF32; each stage holds 64 or 128 bytes of K of every row of the tile, and
+# the products of WGMMA_IN_FLIGHT tiles may still run past the next barrier. NVIDIA's
 # driver reports 48 KiB of local memory a work-group, but builds and runs kernels whose
 # __local arrays take up to 227 KiB on Hopper (checked, launched and read back on an
-# H200): the stages are sized for that, two work-groups to a compute unit. H200, FP16
-# TFLOP/s at 8192^3 / ViT-B's qkv forward (12608x2304x768, B transposed) / fc1 weight
-# gradient (3072x768x12608) / fc1 data gradient (12608x768x3072), cuBLAS 760 / 655 /
-# 662 / 727: 3 stages, none in flight 448 / 218 / 264 / 318; 4 stages 455 / 222 / 271 /
-# 325; 6 stages, one in flight 457 / 228 / 300 / 342; then the epilogue through local
-# memory (C written along its rows: it had taken as long as the products at K = 768)
-# 3 stages 461 / 355 / 274 / 364; 6 stages, one in flight 477 / 361 / 315 / 410;
-# 128x256 tiles, 4 stages, one in flight 532 / 375 / 273 / 281 (one work-group a compute
-# unit). TF32 at 8192^3 222 -> 236.
+# H200). H200, FP16 TFLOP/s at 8192^3 / ViT-B's qkv forward (12608x2304x768, B
+# transposed) / fc1 weight gradient (3072x768x12608) / fc1 data gradient
+# (12608x768x3072), cuBLAS 760 / 655 / 662 / 727: 3 stages of 64 bytes, none in flight
+# 448 / 218 / 264 / 318; 4 stages 455 / 222 / 271 / 325; 6 stages, one in flight 457 /
+# 228 / 300 / 342; then the epilogue through local memory (C written along its rows: it
+# had taken as long as the products at K = 768) 3 stages 461 / 355 / 274 / 364; 6
+# stages, one in flight 477 / 361 / 315 / 410; 128x256 tiles, 4 stages of 64 bytes 532 /
+# 375 / 273 / 281. TF32 at 8192^3 222 -> 236.
 MMA_WARPGROUP = True
-WGMMA_STAGES = 6
 WGMMA_IN_FLIGHT = 1
+# The tiles (TILE_M, TILE_N, bytes of K a stage, stages, FP16 TFLOP/s on a whole H200 at
+# 8192^3). Stages of 128 bytes (twice the products between barriers) pay on the tiles
+# that fill a compute unit alone: 128x256 579 against 532 with 64 (H200; TF32 286
+# against 236), 128x128 in 3 such stages 491 against 481. Which tile wins depends on how
+# C's tiles fill the waves (wgmma_plan): ViT-B's fc1 data gradient (12608x768x3072)
+# 409 / 411 / 512 / 390 on the first four, its qkv forward 362 / 413 / 393 / 392. The
+# three smaller tiles are for small products; their rates are 128x128's scaled as
+# MMA_SPEED says (not measured).
+WGMMA_TILES = ((128, 128, 64, 6, 481), (128, 256, 128, 4, 579), (128, 192, 128, 5, 542),
+               (256, 128, 128, 4, 554), (128, 64, 64, 6, 346), (64, 128, 64, 6, 346),
+               (64, 64, 64, 6, 240))
+# a compute unit's local memory (Hopper: 228 KiB, 1 KiB of it reserved a work-group)
+WGMMA_CU_LOCAL = 228 * 1024
+# each wave of tiles costs this beyond its products: filling the stages, the epilogue
+# (fitted on ViT-B's K = 768 rows: 3.8 us a wave on both 128x128 and 128x256)
+WGMMA_WAVE_OVERHEAD_S = 3.8e-6
+# split-K's partial sums, written and read in float32, and the summing launch
+WGMMA_REDUCE_BYTES_S = 3e12
+WGMMA_REDUCE_LAUNCH_S = 5e-6
+WGMMA_MAX_PARTS = 16
+
+
+def wgmma_local_bytes(tm, tn, k_bytes, stages):
+    """Local memory of a gemm_wgmma.cl work-group: its stages, or the float32 tile of C
+    the epilogue stores through (TILE_N + 8 a row), whichever is larger."""
+    return max(stages * (tm + tn) * k_bytes, tm * (tn + 8) * 4)
+
+
+def wgmma_plan(compute_units, M, N, K, batch=1, value_bytes=2, split_k=None):
+    """(tile, parts) of an M x N x K warpgroup product (``batch`` of them, operands of
+    ``value_bytes``): of WGMMA_TILES and split-K into 1..WGMMA_MAX_PARTS parts (or
+    ``split_k``), the pair with the least predicted time. A wave of tiles fills every
+    compute unit with as many work-groups as its local memory holds, and takes the
+    tile's products at the tile's rate plus WGMMA_WAVE_OVERHEAD_S; parts beyond one add
+    the partial sums' traffic. ``tile``: TILE_M, TILE_N, TILE_K (values), STAGES."""
+    best = None
+    for tm, tn, k_bytes, stages, rate in WGMMA_TILES:
+        tk = k_bytes // value_bytes
+        per_cu = min(WGMMA_CU_LOCAL // (wgmma_local_bytes(tm, tn, k_bytes, stages) + 1024),
+                     2048 // (2 * tm))
+        slots = compute_units * per_cu
+        tiles = ceil_div(M, tm) * ceil_div(N, tn) * batch
+        for want in ([split_k] if split_k else range(1, WGMMA_MAX_PARTS + 1)):
+            chunk = round_up(ceil_div(K, want), tk) if want > 1 and K else K
+            parts = ceil_div(K, chunk) if want > 1 and K else 1
+            if not split_k and want > 1 and (chunk < 256 or parts < want):
+                if chunk < 256:
+                    break
+                continue  # rounded to the same count as a smaller want
+            time = ceil_div(tiles * parts, slots) * (
+                2.0 * tm * tn * chunk * slots / (rate * 1e12) + WGMMA_WAVE_OVERHEAD_S)
+            if parts > 1:
+                time += 8.0 * parts * M * N * batch / WGMMA_REDUCE_BYTES_S + WGMMA_REDUCE_LAUNCH_S
+            if best is None or time < best[0]:
+                best = (time, dict(TILE_M=tm, TILE_N=tn, TILE_K=tk, STAGES=stages), parts)
+    return best[1], best[2]
 # TF32 products on them pack A and B first (rounded, K-major): a pass of 8 (M + N) K
 # bytes against 2 M N K products, so it pays only where M N / (M + N) is large. H200s,
 # TFLOP/s, warpgroup (packing included) against mma.sync, two calls: 8192^3 221 / 115,

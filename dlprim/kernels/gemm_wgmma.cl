@@ -14,7 +14,8 @@
 # rows 64 w .. 64 w + 63 of it across all TILE_N columns. cp.async copies each tile of
 # TILE_K values of K (64 bytes) into one of STAGES local buffers (zero-filled past the
 # matrix's edges); the tensor cores read them in place through descriptors (wgmma.h's
-# layouts), so no operand passes through registers. One barrier per tile; IN_FLIGHT tiles'
+# layouts), so no operand passes through registers. TILE_K may instead span 128 bytes
+# (K_BYTES): twice the products between barriers, 128-byte swizzled K-major rows. One barrier per tile; IN_FLIGHT tiles'
 # products (0 or 1) may still run past it, so a stage is refilled only once the products
 # of the tile IN_FLIGHT + 1 before have finished in every warpgroup.
 MMA = context.get("MMA", "f16")
@@ -24,7 +25,8 @@ V = 4 if TF32 else 8  # values in a 16-byte chunk
 KSTEP = 8 if TF32 else 16  # K of one product
 A_T, B_T, C_T = context.get("A_T", "float"), context.get("B_T", "float"), context.get("C_T", "float")
 TM, TN, TK = TILE_M, TILE_N, TILE_K
-assert TM == 64 * WARPGROUPS and TK * (4 if TF32 else 2) == 64 and TN % 64 == 0 and TN <= 256
+K_BYTES = TK * (4 if TF32 else 2)  # a K-major row of a stage
+assert TM == 64 * WARPGROUPS and K_BYTES in (64, 128) and TN % 64 == 0 and TN <= 256
 THREADS = 128 * WARPGROUPS
 A_CK = not TRANS_A  # A's rows of K in global memory: K-major tile, else M-major
 B_CK = bool(TRANS_B)
@@ -34,8 +36,8 @@ CHUNKS_A, CHUNKS_B = SIZE_A // V // THREADS, SIZE_B // V // THREADS
 assert CHUNKS_A * V * THREADS == SIZE_A and CHUNKS_B * V * THREADS == SIZE_B
 def descriptor(ck):
     """(leading, stride byte offsets, swizzle mode) of a tile"""
-    if ck:
-        return 16, 512, 2  # K-major: 8 rows of 64 bytes between atoms; 64-byte swizzle
+    if ck:  # K-major: atoms of 8 rows of K_BYTES, swizzled as wide as a row
+        return 16, 8 * K_BYTES, 2 if K_BYTES == 64 else 1
     return (TK // 8) * 1024, 1024, 1  # MN-major: atoms along M or N, along K; 128-byte
 DESC_A, DESC_B = descriptor(A_CK), descriptor(B_CK)
 WG_TYPE = MMA
@@ -58,7 +60,7 @@ LOCAL_BYTES = max(STAGES * (SIZE_A + SIZE_B) * (4 if TF32 else 2), TM * CT_LD * 
 ## this item's chunks of the tile at x_ptr into stage S (tiles.copy_chunks), in
 ## wgmma.h's layouts
 <%def name="copy_tile(x, S, CK, CHUNKS, D)">
-${tiles.copy_chunks(x, S, CK, CHUNKS, D, V, "wg_k_major_at(d, k, %d)" % V if CK else "wg_mn_major_at(d, k, %d)" % TK)}
+${tiles.copy_chunks(x, S, CK, CHUNKS, D, V, "wg_k_major_at(d, k, %d, %d)" % (V, K_BYTES) if CK else "wg_mn_major_at(d, k, %d)" % TK)}
 </%def>
 
 ## acc += the products of one K step (descriptors da, db)
@@ -98,7 +100,7 @@ ${tiles.positions("a", TM, TK, A_CK, CHUNKS_A, THREADS, "lda", V)}
 ${tiles.positions("b", TN, TK, B_CK, CHUNKS_B, THREADS, "ldb", V)}
     // this warpgroup's rows of A: 64 rows on in a K-major tile, one atom column on in an
     // M-major one
-    const uint a_rows = ${"wg * %d" % (64 * 64) if A_CK else "wg * %d" % (TK // 8 * 1024)};
+    const uint a_rows = ${"wg * %d" % (64 * K_BYTES) if A_CK else "wg * %d" % (TK // 8 * 1024)};
     int kc = 0;  // K offset of the next tile to copy
     % for s in range(LOOKAHEAD):
     if (${s} < tiles_k) {

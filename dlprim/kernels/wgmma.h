@@ -11,12 +11,14 @@
 // read 16-byte chunks; each layout XORs a chunk's index with address bits of its row, as
 // the descriptor's swizzle mode says, so that the 8 rows of one read fall in distinct
 // banks. This is a function of the absolute address: each stage starts 1024-byte aligned.
-// K-major (rows of K, 64 bytes each: 32 16-bit values or 16 floats, V values a chunk;
-// 64-byte swizzle): row d of the tile at byte 64 d; chunk c = k / V of it XOR (d / 2) % 4.
-// Eight rows (512 bytes) form an atom.
-inline int wg_k_major_at(int d, int k, int V)
+// K-major (rows of K, ROW = 64 or 128 bytes each, V values a 16-byte chunk; swizzled
+// as wide as a row): row d of the tile at byte ROW d; chunk c = k / V of it XOR the
+// address bits 7 and up of the row (64 bytes: (d / 2) % 4; 128 bytes: d % 8). Eight rows
+// form an atom.
+inline int wg_k_major_at(int d, int k, int V, int ROW)
 {
-    return 4 * V * d + ((((k / V) ^ (d >> 1)) & 3) * V) + k % V;
+    const int chunks = ROW / 16;
+    return chunks * V * d + ((((k / V) ^ ((d * ROW) >> 7)) & (chunks - 1)) * V) + k % V;
 }
 // MN-major (rows of M or N, 16-bit values only, 128-byte swizzle): atoms of 8 rows of K by 64 values of M or
 // N, 1024 bytes, row k % 8 at byte 128 (k % 8), chunk c = (d % 64) / 8 XOR k % 8; the
