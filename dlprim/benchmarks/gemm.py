@@ -127,7 +127,8 @@ def run_shape(ctx, torch, M, N, K, repeat, tile=None, split_k=None, trans_a=Fals
     op = Gemm(ctx, M, N, K, trans_a, trans_b, tile=tile, split_k=split_k, precision=precision,
               dtypes=(dt, dt, dt))
     t_ours = time_dlprim(ctx, op, A, B, C, repeat)
-    row = {"M": M, "N": N, "K": K, "dlprim_s": t_ours, "tile": op.tile, "splits": op.splits}
+    row = {"M": M, "N": N, "K": K, "dlprim_s": t_ours, "splits": op.splits,
+           "tile": op.wg_tile if op.wgmma else op.tile}  # the warpgroup kernel plans its own
     if torch is not None:
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         ta, tb = ta.t() if trans_a else ta, tb.t() if trans_b else tb
