@@ -90,25 +90,35 @@ def one_launch_groups(ctx):
     return 3 if ctx.facts.is_gpu and not ctx.facts.is_cpu else 1
 
 
-@pytest.fixture(params=["default", "one launch"])
+@pytest.fixture(params=["default", "one launch", "two launches a step"])
 def time_loop(request, ctx, monkeypatch):
-    """Each case runs with the device's own choice of time loop and with the whole loop in
-    one launch (``core/recurrent_persistent.py``), forced."""
+    """Each case runs with the device's own choice of time loop (on CPUs a launch a step,
+    the hidden product inside the gate kernel), with the whole loop in one launch
+    (``core/recurrent_persistent.py``) and with a GEMM and a gate launch a step, forced."""
     if request.param == "one launch":
         real = recurrent_core.persistent_plan
         groups = one_launch_groups(ctx)
         monkeypatch.setattr(recurrent_core, "persistent_plan",
                             lambda c, cell, n, h, g=None: real(c, cell, n, h, groups))
+    if request.param == "two launches a step":
+        monkeypatch.setattr(recurrent_core, "persistent_plan", lambda *a: None)
+        monkeypatch.setattr(recurrent_core, "fuses_steps", lambda ctx, hidden: False)
     return request.param
 
 
 def check_time_loop(layer, time_loop):
-    """The passes take the loop asked for (a forced one-launch loop that fell back to a
-    launch per step would test nothing)."""
+    """The passes take the loop asked for (a forced loop that fell back to another would
+    test nothing)."""
+    passes = [p for ps in layer.passes for p in ps]
     if time_loop == "one launch":
-        assert all(p.persistent is not None for ps in layer.passes for p in ps)
+        assert all(p.persistent is not None for p in passes)
         # nothing of the step-per-launch loop is built beside it
-        assert all(p.recur is None and p.recur_back is None for ps in layer.passes for p in ps)
+        assert all(p.recur is None and p.recur_back is None and not p.fused for p in passes)
+    elif time_loop == "two launches a step":
+        assert all(p.persistent is None and not p.fused and p.recur is not None for p in passes)
+    elif layer.ctx.facts.is_cpu:  # fused where the units fill whole vectors
+        fused = passes[0].H % recurrent_core.fused_vector(layer.ctx) == 0
+        assert all(p.fused == fused and (p.recur is None) == fused for p in passes)
 
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
@@ -137,6 +147,39 @@ def test_matches_pytorch(ctx, rng, time_loop, cell, layers, bidir, batch_first, 
     assert not p.layer.setup([TensorSpec(x.shape) for x in xs]).saved
     for i, (got, want) in enumerate(zip(p.y, want_y)):
         assert_close(got, want, rtol=1e-4, atol=2e-5, what="predict output %d" % i)
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+@pytest.mark.parametrize("layers,bidir,batch_first,bias,given,outputs,acc",
+                         [CASES[1], CASES[3], CASES[7], CASES[2]])
+@pytest.mark.parametrize("batch", [3, 6])  # a part of a block of rows; a block and a part
+def test_fused_step_matches_pytorch(ctx, rng, monkeypatch, cell, layers, bidir, batch_first,
+                                    bias, given, outputs, acc, batch):
+    # one launch a step, the hidden product inside the gate kernel on vectors of units
+    # (CPUs' default where the units fill whole vectors; forced here on any device):
+    # 32 units are whole vectors of 8 and of 16
+    monkeypatch.setattr(recurrent_core, "persistent_plan", lambda *a: None)
+    monkeypatch.setattr(recurrent_core, "fuses_steps", lambda ctx, hidden: True)
+    monkeypatch.setitem(globals(), "N", batch)  # random_case's batch
+    opts = {"hidden_size": 32, "num_layers": layers, "bidirectional": bidir,
+            "batch_first": batch_first, "bias": bias}
+    states = (2 if cell == "LSTM" else 1) if given else 0
+    outputs = min(outputs, 3 if cell == "LSTM" else 2)
+    xs, params, dys = random_case(rng, cell, opts, states, outputs)
+    layer = create(ctx, cell, "rnn", opts, num_outputs=outputs)
+    r = run_layer(ctx, layer, xs, params=params, dy=dys, accumulate=acc)
+    passes = [p for ps in layer.passes for p in ps]
+    assert all(p.fused and p.recur is None for p in passes)
+    want_y, want_dx, want_dp = reference(cell, opts, params, xs, dys)
+    for i, (got, want) in enumerate(zip(r.y, want_y)):
+        assert_close(got, want, rtol=1e-4, atol=2e-5, what="output %d" % i)
+    for i, (got, want) in enumerate(zip(r.dx, want_dx)):
+        assert_close(got, want, rtol=1e-3, atol=1e-4, what="input %d gradient" % i)
+    names = [n for n, _ in torch_module(cell, opts).named_parameters()]
+    for name, got, want in zip(names, r.dparams, want_dp):
+        assert_close(got, want, rtol=1e-3, atol=1e-4, what=name)
+    with pytest.raises(ValueError, match="multiples of"):  # forced on units that do not
+        recurrent_core.RecurrentPass(ctx, cell.lower(), 3, 2, 4, 33, fused=True)
 
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])

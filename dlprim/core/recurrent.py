@@ -15,7 +15,10 @@ one GEMM sends ``dh_prev = dG_hidden W_hh`` back; then over all steps at once
 
 On GPUs the time loop of either pass is one launch instead
 (``core/recurrent_persistent.py``): the same formulas and saved values, the GEMMs before
-and after it unchanged.
+and after it unchanged. On CPUs a step is one launch (``FUSED``): the gate kernel
+computes the step's hidden product itself on vectors of units, forward from a transposed
+copy of W_hh made once a pass, backward from the gradients of the step visited before; a
+CPU runtime's launch costs about as much as such a step's arithmetic.
 
 Sequences are strided views, ``Seq(tensor, offset, step, row)``: step t, batch row n
 starts at ``offset + t * step + n * row`` elements into the tensor, so time-major and
@@ -28,17 +31,33 @@ import numpy as np
 
 from ..kernels import program
 from ..utils import round_up
-from .copy import fill_launches
+from .copy import TransposeCopy, fill_launches
 from .gemm import Gemm
 from .pointwise import PointwiseBroadcastReduce, pointwise_launches
 from .recurrent_persistent import plan as persistent_plan, shared_parts
 from .recurrent_seq import Seq
+from .tuning import cpu_vector_width
 from ..tensor import Tensor
 
 __all__ = ["GATES", "SAVED_GATES", "Seq", "BackwardScratch", "RecurrentPass"]
 
 GATES = {"lstm": 4, "gru": 3}
 SAVED_GATES = 4  # values per unit saved for backward: i, f, g, o or r, z, n, W_hn h + b_hn
+FUSED_ROWS = 4  # batch rows a work-item of the fused step (each W_hh value read serves them)
+FUSED_GROUP = 4  # work-items a work-group along the units
+
+
+def fused_vector(ctx) -> int:
+    """Units a work-item of the fused step takes as one vector (tuning.cpu_vector_width)."""
+    return cpu_vector_width(ctx.facts)
+
+
+def fuses_steps(ctx, hidden: int) -> bool:
+    """Whether a step-per-launch time loop of ``hidden`` units on ``ctx`` computes each
+    step's hidden product inside its gate kernel (one launch a step): on CPUs, where the
+    units fill whole vectors. (2-core AMD EPYC, Intel's runtime, LSTM 2 x 256 at batch 8:
+    a step took 36 us of GEMM and 14 of gates as two launches.)"""
+    return bool(ctx.facts.is_cpu) and hidden % fused_vector(ctx) == 0
 
 
 # scratch of the backward pass: dxg and dhg (L*N x G*H; dhg is dxg for the LSTM), dh and
@@ -51,12 +70,14 @@ class RecurrentPass:
     with ``hidden`` units, in time order or ``reverse``. ``x_batch_first``: the rows of x
     (and so of xg) are in (n, t) order rather than (t, n); backward wants x time-major.
     ``persistent``: None chooses the time loop's launches (one for the whole loop where
-    the device allows, else two a step); False forces two a step; an int forces one launch
-    of that many work-groups (1 runs on every device)."""
+    the device allows, else a launch or two a step); False forces a launch or two a step;
+    an int forces one launch of that many work-groups (1 runs on every device).
+    ``fused``: whether a step-per-launch loop takes one launch a step (None:
+    ``fuses_steps``) or two (the hidden GEMM, then the gates)."""
 
     def __init__(self, ctx, cell: str, steps: int, batch: int, inputs: int, hidden: int,
                  bias: bool = True, reverse: bool = False, x_batch_first: bool = False,
-                 persistent=None) -> None:
+                 persistent=None, fused=None) -> None:
         if cell not in GATES:
             raise ValueError("RecurrentPass: cell must be 'lstm' or 'gru', got %r" % (cell,))
         for what, v in (("steps", steps), ("batch", batch), ("inputs", inputs),
@@ -72,11 +93,19 @@ class RecurrentPass:
         self.project = Gemm(ctx, self.L * self.N, self.G, self.I, trans_b=True, bias=col)
         self.persistent = None if persistent is False else persistent_plan(
             ctx, cell, self.N, self.H, None if persistent is None else int(persistent))
+        self.fused = self.persistent is None and bool(
+            fuses_steps(ctx, self.H) if fused is None else fused)
+        self.vec = fused_vector(ctx) if self.fused else 1
+        if self.H % self.vec:
+            raise ValueError("RecurrentPass: the fused step takes hidden sizes that are "
+                             "multiples of %d, got %d" % (self.vec, self.H))
         # the step-per-launch loop's hidden GEMMs (forward, and dh_prev = dG W_hh back),
-        # built only where that loop runs
-        self.recur = self.recur_back = None
-        if self.persistent is None:
+        # built only where that loop runs; the fused loop's transposed W_hh
+        self.recur = self.recur_back = self._wt = None
+        if self.persistent is None and not self.fused:
             self.recur = Gemm(ctx, self.N, self.G, self.H, trans_b=True, bias=col)
+        if self.fused:
+            self._transpose = TransposeCopy(ctx, (self.G, self.H), (1, 0))
         self.wg = min(64, program.pow2_at_least(self.H), ctx.facts.max_work_group)
         self._backward = None
         self._sync = None
@@ -99,11 +128,26 @@ class RecurrentPass:
         return list(range(self.L - 1, -1, -1) if self.reverse else range(self.L))
 
     def _program(self, save, dy):
-        return program.get(self.ctx, "recurrent", CELL=self.cell, SAVE=int(save), DY=int(dy))
+        fused = (dict(FUSED=1, RB=FUSED_ROWS, BIAS=int(self.bias), VEC=self.vec)
+                 if self.fused else {})
+        return program.get(self.ctx, "recurrent", CELL=self.cell, SAVE=int(save), DY=int(dy),
+                           **fused)
 
     def _launch(self, prg, kernel, args):
-        return program.Launch(prg, kernel, (round_up(self.H, self.wg), self.N), (self.wg, 1),
+        if self.fused:  # a work-item: vec units of FUSED_ROWS rows
+            items = self.H // self.vec
+            wg = min(FUSED_GROUP, items)
+            grid, local = (round_up(items, wg), -(-self.N // FUSED_ROWS)), (wg, 1)
+        else:
+            grid, local = (round_up(self.H, self.wg), self.N), (self.wg, 1)
+        return program.Launch(prg, kernel, grid, local,
                               [np.int32(self.N), np.int32(self.H)] + args)
+
+    def _transposed(self, w_hh):
+        """Launches of the fused forward's W_hh^T (H x G), and that tensor."""
+        if self._wt is None:
+            self._wt = Tensor(self.ctx, (self.H, self.G))
+        return self._transpose.launches(w_hh.view((self.G, self.H)), self._wt), self._wt
 
     # ----- forward
     def forward_launches(self, x: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Optional[Tensor],
@@ -132,16 +176,24 @@ class RecurrentPass:
                 cells=cells, gates=gates)
         prg = self._program(gates is not None, False)
         order = self.order
+        if self.fused:
+            transpose, wt = self._transposed(w_hh)
+            out += transpose
+            hidden = [wt, b_hh if b_hh is not None else wt]  # (the bias unread without one)
         for s, t in enumerate(order):
             prev = Seq(h0, 0, 0, H) if s == 0 else y
             tp = 0 if s == 0 else order[s - 1]
-            out += self.recur.launches(prev.start(tp, N, H), w_hh, hg, bias=b_hh, lda=prev.row)
-            args = xseq.args(t) + [hg]
+            if not self.fused:
+                out += self.recur.launches(prev.start(tp, N, H), w_hh, hg, bias=b_hh,
+                                           lda=prev.row)
+                hidden = [hg]
+            args = xseq.args(t)
             if self.cell == "lstm":
                 c_prev = c0 if s == 0 else self._cell(cells, s - 1, tp)
+                args += (prev.args(tp) if self.fused else []) + hidden
                 args += [c_prev, self._cell(cells, s, t)]
             else:
-                args += prev.args(tp)
+                args += hidden + prev.args(tp)
             args += y.args(t)
             if gates is not None:
                 args.append(gates.view((N * 4 * H,), t * N * 4 * H))
@@ -184,7 +236,9 @@ class RecurrentPass:
 
     def _backward_steps(self, w_hh, hseq, gates, sc, dhg, dy, h0, c0, cells, want_dh0):
         """The time loop of the backward pass, two launches a step: the gate gradients,
-        then ``dh_prev = dG W_hh`` (not after the first step unless dh0 is wanted)."""
+        then ``dh_prev = dG W_hh`` (not after the first step unless dh0 is wanted); fused,
+        one: each step's kernel first multiplies the gradients of the step visited before
+        by W_hh itself."""
         N, H, G, L = self.N, self.H, self.G, self.L
         lstm, order, out = self.cell == "lstm", self.order, []
         prg = self._program(True, dy is not None)
@@ -193,6 +247,9 @@ class RecurrentPass:
             args = []
             if dy is not None:
                 args += dy.args(t)
+            if self.fused:  # the step visited before: time order[s + 1]
+                later = order[s + 1] if s < L - 1 else t
+                args += [dhg.view((N * G,), later * N * G), w_hh, np.int32(s < L - 1)]
             step_gates = gates.view((N * 4 * H,), t * N * 4 * H)
             dxg_t = sc.dxg.view((N * G,), t * N * G)
             dhg_t = dhg.view((N * G,), t * N * G)
@@ -203,7 +260,8 @@ class RecurrentPass:
                 prev = Seq(h0, 0, 0, H) if s == 0 else hseq
                 args += [sc.dh, step_gates] + prev.args(tp) + [dxg_t, dhg_t]
             out.append(self._launch(prg, self.cell + "_backward", args))
-            if s or want_dh0:  # the GRU kernel left dh z in dh: add to it
+            if (s or want_dh0) and (not self.fused or s == 0):
+                # the GRU kernel left dh z in dh: add to it
                 out += self.recur_back.launches(dhg_t, w_hh, sc.dh, beta=0.0 if lstm else 1.0)
         return out
 
