@@ -121,18 +121,22 @@ def check_time_loop(layer, time_loop):
         assert all(p.fused == fused and (p.recur is None) == fused for p in passes)
 
 
-@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
-@pytest.mark.parametrize("layers,bidir,batch_first,bias,given,outputs,acc", CASES)
-def test_matches_pytorch(ctx, rng, time_loop, cell, layers, bidir, batch_first, bias, given,
-                         outputs, acc):
-    opts = {"hidden_size": H, "num_layers": layers, "bidirectional": bidir,
+def run_case(ctx, rng, cell, hidden, layers, bidir, batch_first, bias, given, outputs, acc):
+    """A layer of the options run forward and backward on a random case: (opts, inputs,
+    parameters, output gradients, outputs taken, layer, run)."""
+    opts = {"hidden_size": hidden, "num_layers": layers, "bidirectional": bidir,
             "batch_first": batch_first, "bias": bias}
     states = (2 if cell == "LSTM" else 1) if given else 0
     outputs = min(outputs, 3 if cell == "LSTM" else 2)
     xs, params, dys = random_case(rng, cell, opts, states, outputs)
     layer = create(ctx, cell, "rnn", opts, num_outputs=outputs)
     r = run_layer(ctx, layer, xs, params=params, dy=dys, accumulate=acc)
-    check_time_loop(layer, time_loop)
+    return opts, xs, params, dys, outputs, layer, r
+
+
+def check_against_reference(cell, opts, params, xs, dys, r):
+    """A layer run ``r``'s outputs and every gradient against the float64 torch twin's;
+    returns the twin's outputs."""
     want_y, want_dx, want_dp = reference(cell, opts, params, xs, dys)
     for i, (got, want) in enumerate(zip(r.y, want_y)):
         assert_close(got, want, rtol=1e-4, atol=2e-5, what="output %d" % i)
@@ -141,6 +145,17 @@ def test_matches_pytorch(ctx, rng, time_loop, cell, layers, bidir, batch_first, 
     names = [n for n, _ in torch_module(cell, opts).named_parameters()]
     for name, got, want in zip(names, r.dparams, want_dp):
         assert_close(got, want, rtol=1e-3, atol=1e-4, what=name)
+    return want_y
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+@pytest.mark.parametrize("layers,bidir,batch_first,bias,given,outputs,acc", CASES)
+def test_matches_pytorch(ctx, rng, time_loop, cell, layers, bidir, batch_first, bias, given,
+                         outputs, acc):
+    opts, xs, params, dys, outputs, layer, r = run_case(
+        ctx, rng, cell, H, layers, bidir, batch_first, bias, given, outputs, acc)
+    check_time_loop(layer, time_loop)
+    want_y = check_against_reference(cell, opts, params, xs, dys, r)
     # predict mode gives the same outputs and saves nothing
     p = run_layer(ctx, create(ctx, cell, "rnn", opts, num_outputs=outputs), xs, params=params,
                   mode="predict")
@@ -161,23 +176,11 @@ def test_fused_step_matches_pytorch(ctx, rng, monkeypatch, cell, layers, bidir, 
     monkeypatch.setattr(recurrent_core, "persistent_plan", lambda *a: None)
     monkeypatch.setattr(recurrent_core, "fuses_steps", lambda ctx, hidden: True)
     monkeypatch.setitem(globals(), "N", batch)  # random_case's batch
-    opts = {"hidden_size": 32, "num_layers": layers, "bidirectional": bidir,
-            "batch_first": batch_first, "bias": bias}
-    states = (2 if cell == "LSTM" else 1) if given else 0
-    outputs = min(outputs, 3 if cell == "LSTM" else 2)
-    xs, params, dys = random_case(rng, cell, opts, states, outputs)
-    layer = create(ctx, cell, "rnn", opts, num_outputs=outputs)
-    r = run_layer(ctx, layer, xs, params=params, dy=dys, accumulate=acc)
+    opts, xs, params, dys, outputs, layer, r = run_case(
+        ctx, rng, cell, 32, layers, bidir, batch_first, bias, given, outputs, acc)
     passes = [p for ps in layer.passes for p in ps]
     assert all(p.fused and p.recur is None for p in passes)
-    want_y, want_dx, want_dp = reference(cell, opts, params, xs, dys)
-    for i, (got, want) in enumerate(zip(r.y, want_y)):
-        assert_close(got, want, rtol=1e-4, atol=2e-5, what="output %d" % i)
-    for i, (got, want) in enumerate(zip(r.dx, want_dx)):
-        assert_close(got, want, rtol=1e-3, atol=1e-4, what="input %d gradient" % i)
-    names = [n for n, _ in torch_module(cell, opts).named_parameters()]
-    for name, got, want in zip(names, r.dparams, want_dp):
-        assert_close(got, want, rtol=1e-3, atol=1e-4, what=name)
+    check_against_reference(cell, opts, params, xs, dys, r)
     with pytest.raises(ValueError, match="multiples of"):  # forced on units that do not
         recurrent_core.RecurrentPass(ctx, cell.lower(), 3, 2, 4, 33, fused=True)
 
