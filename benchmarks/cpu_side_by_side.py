@@ -222,6 +222,8 @@ def main():
     try:
         import torch
         torch.set_num_threads(args.threads)
+        if "models" in args.only:  # before the nets' PyTorch backward passes (autograd_engine)
+            import dlprim.torch  # noqa: F401
     except ImportError:
         torch = None
         print("torch is not installed: dlprim figures only")

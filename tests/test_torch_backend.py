@@ -730,3 +730,33 @@ def test_float32_matmul_precision_high_asks_for_tf32():
         torch.set_float32_matmul_precision("highest")
     assert precisions() - before == {"tf32"}
     close(got, a @ b, 2e-3)    # TF32 operands where the device has tensor cores
+
+
+@pytest.mark.parametrize("backward_first", [True, False])
+def test_a_backward_before_the_import_is_named(backward_first):
+    # PyTorch's autograd engine counts the devices at the first backward pass of a
+    # process: one before `import dlprim.torch` leaves ocl without a queue. The first ocl
+    # tensor then warns with what to change (a fresh process: this one imported already)
+    import subprocess
+    cpu_backward = "x = torch.ones(2, requires_grad=True); (x * 2).sum().backward()\n"
+    program = ("import warnings\nwarnings.simplefilter('always')\nimport torch\n"
+               + (cpu_backward if backward_first else "")
+               + "import dlprim.torch\n"
+               + "w = torch.ones(3, device='ocl', requires_grad=True)\n"
+               + ("" if backward_first else cpu_backward)
+               + "print('forward', float((w * 2).sum()))\n"
+               + ("" if backward_first else "(w * 3).sum().backward(); print('grad', w.grad.tolist())\n"))
+    env = dict(os.environ, DLPRIM_DEVICE=os.environ.get("DLPRIM_TEST_DEVICE", "")
+               or os.environ.get("DLPRIM_DEVICE", ""))
+    if not env["DLPRIM_DEVICE"]:
+        del env["DLPRIM_DEVICE"]
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "forward 6.0" in done.stdout
+    named = "AutogradOrderWarning" in done.stderr and "<string>:" in done.stderr
+    assert named == backward_first, done.stderr
+    if backward_first:
+        assert "Import dlprim.torch before the first backward pass" in done.stderr
+    else:
+        assert "grad [3.0, 3.0, 3.0]" in done.stdout

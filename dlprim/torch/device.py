@@ -42,6 +42,7 @@ def context(index=None):
     ctx = _contexts.get(index)
     if ctx is not None:
         return ctx
+    made = False
     with _lock:
         ctx = _contexts.get(index)
         if ctx is None:
@@ -51,7 +52,11 @@ def context(index=None):
                                    "(ocl:0 .. ocl:%d; see dlprim-devices)"
                                    % (index, count, count - 1))
             ctx = _contexts[index] = Context(location(index))
-        return ctx
+            made = True
+    if made:  # whether autograd can reach the device (once a process)
+        from . import autograd_engine
+        autograd_engine.check(index)
+    return ctx
 
 
 def current_device():
