@@ -129,12 +129,13 @@ def _run_layout(ctx, op, q, k, v, g, mask, strides, seed):
     return [back(t.numpy()) for t in [o] + grads]
 
 
-@pytest.mark.parametrize("kernels", ["rows", "tiles"])
+@pytest.mark.parametrize("kernels", ["rows", "tiles", "gemm"])
 @pytest.mark.parametrize("layout", ["nlhd", "packed"])
-def test_layouts_match_nhld(ctx, rng, kernels, layout):
+@pytest.mark.parametrize("n, h", [(2, 3), (3, 1)])
+def test_layouts_match_nhld(ctx, rng, kernels, layout, n, h):
     # the heads side by side (nlhd) or q, k, v interleaved (packed) give what the (N, H,
     # L, D) layout gives, with a mask over (batch, key), causal and dropout
-    n, h, lq, d = 2, 3, 37, 8
+    lq, d = 37, 8
     lk, dv = (lq, d) if layout == "packed" else (45, 4)
     q, k, v = (rng.standard_normal(s) for s in ((n, h, lq, d), (n, h, lk, d), (n, h, lk, dv)))
     g = rng.standard_normal((n, h, lq, dv))
@@ -144,6 +145,7 @@ def test_layouts_match_nhld(ctx, rng, kernels, layout):
     want = _run_layout(ctx, AttentionOps(ctx, n * h, lq, lk, d, dv, **kinds), q, k, v, g,
                        mask_t, (lk, 0, 0, 1), 7)
     op = AttentionOps(ctx, n * h, lq, lk, d, dv, layout=layout, **kinds)
+    assert op.kernels == kernels
     got = _run_layout(ctx, op, q, k, v, g, mask_t, (lk, 0, 0, 1), 7)
     for a, b, what in zip(got, want, ("o", "dq", "dk", "dv")):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=what)
@@ -230,9 +232,9 @@ def test_given_blocks_match_float64_and_bad_ones_are_named(ctx, rng):
 
 
 def test_kernels_follow_the_device(ctx):
-    """Tiles where the widths allow and the device is a GPU; on CPUs the gemm kernels for
-    the nhld layout in float32 (dropout too) while the scores stay within their bound,
-    else rows; the blocks fit a GPU's 48 KiB of local memory up to width 128."""
+    """Tiles where the widths allow and the device is a GPU; on CPUs the gemm kernels in
+    float32 (any layout, dropout too) while the scores stay within their bound, else rows;
+    the blocks fit a GPU's 48 KiB of local memory up to width 128."""
     from dlprim.core import attention
     from dlprim.core.attention import tile_blocks
     cpu = ctx.facts.is_cpu
@@ -240,12 +242,13 @@ def test_kernels_follow_the_device(ctx):
     assert AttentionOps(ctx, 2, 4, 4, 6, 6).kernels == ("gemm" if cpu else "rows")
     if cpu:
         assert AttentionOps(ctx, 2, 4, 4, 8, 8, dropout=0.1).kernels == "gemm"
-        for kinds in (dict(layout="nlhd", heads=2), dict(dtype=np.float16)):
-            assert AttentionOps(ctx, 2, 4, 4, 8, 8, **kinds).kernels == "rows", kinds
+        for layout in ("nlhd", "packed"):
+            assert AttentionOps(ctx, 2, 4, 4, 8, 8, layout=layout, heads=2).kernels == "gemm"
+        assert AttentionOps(ctx, 2, 4, 4, 8, 8, dtype=np.float16).kernels == "rows"
         rows = attention.GEMM_SCORES_MAX_BYTES // (4 * 64 * 64) + 1  # one row too many
         assert AttentionOps(ctx, rows, 64, 64, 8, 8).kernels == "rows"
     with pytest.raises(ValueError, match="gemm kernels take"):
-        AttentionOps(ctx, 2, 4, 4, 8, 8, layout="nlhd", heads=2, kernels="gemm")
+        AttentionOps(ctx, 2, 4, 4, 8, 8, dtype=np.float16, kernels="gemm")
 
     class Gpu:
         local_mem, max_work_group = 49152, 1024

@@ -41,9 +41,9 @@ lanes of one core and the row form beat the tiles (docs/benchmarks.md). "gemm" s
 scores: S = scale Q K^T and O = P V (and the backward's five products) on ``Gemm``, the
 softmax, the dropout factors and the gradient row by row (``attention_gemm.cl``), in a
 float32 scratch of two (B, L, S) arrays (``workspace_bytes``); it is the choice on CPUs
-in the "nhld" layout and float32 while one such array stays within
-``GEMM_SCORES_MAX_BYTES``: there the products run at GEMM speed, 4x the row kernel's at
-GPT-sized heads.
+in float32 while one such array stays within ``GEMM_SCORES_MAX_BYTES``: there the
+products run at GEMM speed, 4x the row kernel's at GPT-sized heads. In the "nlhd" and
+"packed" layouts it runs a product per head.
 
 With ``dropout`` p > 0 each attention weight is dropped with probability p and the rest
 scaled by 1 / (1 - p); the mask is a function of (seed, offset) and the weight's place
@@ -292,11 +292,11 @@ class AttentionOps:
                                                           self.d, self.dv))
         if kernels is None and mma_takes:
             kernels = "mma"
-        gemm_takes = (layout == "nhld" and self.dtype == _F32
+        gemm_takes = (self.dtype == _F32
                       and 4 * self.batch * self.lq * self.lk <= GEMM_SCORES_MAX_BYTES)
         if kernels == "gemm" and not gemm_takes:
-            raise ValueError("attention: the gemm kernels take the nhld layout, float32 and "
-                             "(B, L, S) scores of at most %d bytes" % GEMM_SCORES_MAX_BYTES)
+            raise ValueError("attention: the gemm kernels take float32 and (B, L, S) scores "
+                             "of at most %d bytes" % GEMM_SCORES_MAX_BYTES)
         if kernels is None and ctx.facts.is_cpu and gemm_takes:
             kernels = "gemm"
         self.workspace_bytes = 0
@@ -501,7 +501,12 @@ class AttentionOps:
         self.programs = {"gemm": program.get(self.ctx, "attention_gemm", **flags)}
         self.workspace_bytes = 2 * 4 * b * lq * lk
         self._scratch = None
-        g = lambda m, n, k_, **kw: Gemm(self.ctx, m, n, k_, batch=b, **kw)  # noqa: E731
+        # "nhld": one product over all B rows. "nlhd" and "packed" interleave the heads of
+        # a position, so no one stride steps from row bh to bh + 1: a product per head,
+        # over the N sequences (their matrices L H D apart; over the heads of a sequence
+        # instead, D apart, they would interleave, which Gemm refuses as overlapping)
+        self._slices, batch = (1, b) if self.layout == "nhld" else (self.heads, self.n)
+        g = lambda m, n, k_, **kw: Gemm(self.ctx, m, n, k_, batch=batch, **kw)  # noqa: E731
         self._qk = g(lq, lk, d, trans_b=True)      # S = scale Q K^T
         self._pv = g(lq, dv, lk)                   # O = P V
         self._dv = g(lk, dv, lq, trans_a=True)     # dV = P^T dO
@@ -529,27 +534,51 @@ class AttentionOps:
                               (round_up(self.lq, wg), self.batch), (wg, 1),
                               [np.uint32(self.lq), np.uint32(self.lk)] + args)
 
+    def _slice(self, x, i, length, width, packed=False):
+        """(view, row stride, batch stride) of slice i of x, a tensor of rows of ``width``
+        values, ``length`` of them a batch row: q, k, v, o or a gradient (``packed``: a part
+        of the packed layout's qkv, whose rows are 3 H D apart), or, with width None, the
+        (B, L, S) scores."""
+        if self.layout == "nhld":
+            return (x, self.lk, self.lq * self.lk) if width is None else (x, width, length * width)
+        if width is None:  # the scores, (B, L, S) contiguous, row bh = n H + h
+            ls = self.lq * self.lk
+            return x.view((x.size - i * ls,), i * ls), self.lk, self.heads * ls
+        row = (3 if packed else 1) * self.heads * width
+        return x.view((x.size - i * width,), i * width), row, length * row
+
+    def _products(self, op, a, b, c, alpha=1.0):
+        """The launches of ``op`` over every slice; a, b, c: (tensor, length, width,
+        packed) as ``_slice`` takes them."""
+        out = []
+        for i in range(self._slices):
+            (x, lda, sa), (y, ldb, sb), (z, ldc, sc) = (self._slice(t[0], i, *t[1:])
+                                                       for t in (a, b, c))
+            out += op.launches(x, y, z, alpha=alpha, lda=lda, ldb=ldb, ldc=ldc,
+                               stride_a=sa, stride_b=sb, stride_c=sc)
+        return out
+
     def _gemm_forward(self, qkv, o, stats, scale, masks, workspace, drops):
         (q, k, v), (lq, lk, d, dv) = qkv, (self.lq, self.lk, self.d, self.dv)
+        packed = self.layout == "packed"
         s, _ = self._scores(workspace)
-        out = self._qk.launches(q, k, s, alpha=scale, stride_a=lq * d, stride_b=lk * d,
-                                stride_c=lq * lk)
+        scores = (s, lq, None)
+        out = self._products(self._qk, (q, lq, d, packed), (k, lk, d, packed), scores, scale)
         out.append(self._rows("softmax", [s, stats] + masks + drops))
-        return out + self._pv.launches(s, v, o, stride_a=lq * lk, stride_b=lk * dv,
-                                       stride_c=lq * dv)
+        return out + self._products(self._pv, scores, (v, lk, dv, packed), (o, lq, dv))
 
     def _gemm_backward(self, qkv, stats, dout, grads, delta, scale, masks, workspace, drops):
         """P again (the statistics), dP = dO V^T, then one row pass making dS and the
         weights P keep that dV = (P keep)^T dO reads, then the three products."""
         (q, k, v), (dq, dk, dv) = qkv, grads
         lq, lk, d, dvw = self.lq, self.lk, self.d, self.dv
+        packed = self.layout == "packed"
         p, dp = self._scores(workspace)
-        sc = lq * lk
-        out = self._qk.launches(q, k, p, alpha=scale, stride_a=lq * d, stride_b=lk * d,
-                                stride_c=sc)
+        ps, dps = (p, lq, None), (dp, lq, None)
+        out = self._products(self._qk, (q, lq, d, packed), (k, lk, d, packed), ps, scale)
         out.append(self._rows("probs", [p, stats] + masks + drops))
-        out += self._dp.launches(dout, v, dp, stride_a=lq * dvw, stride_b=lk * dvw, stride_c=sc)
+        out += self._products(self._dp, (dout, lq, dvw), (v, lk, dvw, packed), dps)
         out.append(self._rows("dscores", [np.float32(scale), p, dp, delta] + drops))
-        out += self._dv.launches(p, dout, dv, stride_a=sc, stride_b=lq * dvw, stride_c=lk * dvw)
-        out += self._dq.launches(dp, k, dq, stride_a=sc, stride_b=lk * d, stride_c=lq * d)
-        return out + self._dk.launches(dp, q, dk, stride_a=sc, stride_b=lq * d, stride_c=lk * d)
+        out += self._products(self._dv, ps, (dout, lq, dvw), (dv, lk, dvw, packed))
+        out += self._products(self._dq, dps, (k, lk, d, packed), (dq, lq, d, packed))
+        return out + self._products(self._dk, dps, (q, lq, d, packed), (dk, lk, d, packed))

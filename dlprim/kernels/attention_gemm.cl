@@ -2,8 +2,9 @@
 // Attention through GEMMs (core/attention.py, kernels "gemm"): the score rows S = scale Q K^T
 // of every (batch*head) row are stored (B, L, S) float32, made and read by Gemm; these
 // kernels do the row-wise parts, one work item per query row i of batch row bh (CPUs run
-// a row as a loop, where the fused kernels' per-item tiles do not vectorize). Layout
-// "nhld" only; the mask, the causal frontier and the dropout factors are attention.h's,
+// a row as a loop, where the fused kernels' per-item tiles do not vectorize). Any layout
+// (the statistics and delta are read through attention.h's STAT_AT; the scores are always
+// (B, L, S)); the mask, the causal frontier and the dropout factors are attention.h's,
 // with the same semantics as the fused kernels (a row masked whole by -inf gives zeros,
 // by a large finite value uniform weights).
 <%include file="attention.h"/>
