@@ -3,6 +3,7 @@ forward and (float32, through PyTorch's autograd) backward, float16 where the CP
 on sizes around work-group edges; the CPU's own oddities (an overflowing float16
 soft_margin_loss, empty bags) included, and the errors."""
 import itertools
+import math
 
 import pytest
 
@@ -335,3 +336,30 @@ def test_embedding_bag_bad_index_is_nan():
     out = F.embedding_bag(torch.tensor([0, 13]).to(DEV), randn(13, 3).to(DEV),
                           torch.tensor([0, 1]).to(DEV)).cpu()
     assert not out[0].isnan().any() and out[1].isnan().all()
+
+
+@pytest.mark.parametrize("classes", [5, 300, 5000])
+def test_softmax_and_cross_entropy_rows_with_infinities_and_nan(classes):
+    # rows with -inf entries (masked classes: finite results), every entry -inf, a +inf
+    # entry (NaN rows, as PyTorch gives) or a NaN, in rows of a few to thousands of values
+    # (one work-group a row: its items' running maxima and sums). A NaN makes its whole
+    # softmax row and its loss NaN, as the sum it enters (PyTorch's CPU softmax leaves the
+    # other values of such a row as if the NaN were not there)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, classes, generator=g) * 4
+    x[0, ::3] = -math.inf
+    x[1, :] = -math.inf
+    x[2, classes // 2] = math.inf
+    x[3, classes - 1] = math.nan
+    x[4, 1:] = -math.inf  # only the first value finite: it is the whole sum
+    labels = torch.tensor([1, 0, 0, 0, 0, classes - 1])
+    rows = [0, 1, 2, 4, 5]
+    want, got = torch.softmax(x, -1), torch.softmax(x.to("ocl"), -1).cpu()
+    torch.testing.assert_close(got[rows], want[rows], rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert got[3].isnan().all()
+    want, got = torch.log_softmax(x, -1), torch.log_softmax(x.to("ocl"), -1).cpu()
+    torch.testing.assert_close(got[rows], want[rows], rtol=1e-5, atol=1e-5, equal_nan=True)
+    want = F.cross_entropy(x, labels, reduction="none")
+    got = F.cross_entropy(x.to("ocl"), labels.to("ocl"), reduction="none").cpu()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert torch.isfinite(got[[0, 4, 5]]).all() and got[[1, 2, 3]].isnan().all()
