@@ -321,6 +321,8 @@ def wgmma_plan(compute_units, M, N, K, batch=1, value_bytes=2, split_k=None):
             if best is None or time < best[0]:
                 best = (time, dict(TILE_M=tm, TILE_N=tn, TILE_K=tk, STAGES=stages), parts)
     return best[1], best[2]
+
+
 # TF32 products on them pack A and B first (rounded, K-major): a pass of 8 (M + N) K
 # bytes against 2 M N K products, so it pays only where M N / (M + N) is large. H200s,
 # TFLOP/s, warpgroup (packing included) against mma.sync, two calls: 8192^3 221 / 115,
