@@ -12,12 +12,13 @@
 # pack_from_columns below.
 # A work-group of WARPGROUPS warpgroups computes a TILE_M x TILE_N block of C, warpgroup w
 # rows 64 w .. 64 w + 63 of it across all TILE_N columns. cp.async copies each tile of
-# TILE_K values of K (64 bytes) into one of STAGES local buffers (zero-filled past the
-# matrix's edges); the tensor cores read them in place through descriptors (wgmma.h's
-# layouts), so no operand passes through registers. TILE_K may instead span 128 bytes
-# (K_BYTES): twice the products between barriers, 128-byte swizzled K-major rows. One barrier per tile; IN_FLIGHT tiles'
-# products (0 or 1) may still run past it, so a stage is refilled only once the products
-# of the tile IN_FLIGHT + 1 before have finished in every warpgroup.
+# TILE_K values of K (K_BYTES: 64 or 128 bytes; 128 gives twice the products between
+# barriers, on K-major rows swizzled 128 bytes wide) into one of STAGES local buffers
+# (zero-filled past the matrix's edges); the tensor cores read them in place through
+# descriptors (wgmma.h's layouts), so no operand passes through registers. One barrier
+# per tile; IN_FLIGHT tiles' products (0 or 1) may still run past it, so a stage is
+# refilled only once the products of the tile IN_FLIGHT + 1 before have finished in
+# every warpgroup. core/tuning.py's wgmma_plan picks the tile, K_BYTES and STAGES.
 MMA = context.get("MMA", "f16")
 TF32 = MMA == "tf32"
 NATIVE = {"f16": "half", "bf16": "bfloat16", "tf32": "float"}[MMA]
