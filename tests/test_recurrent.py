@@ -168,18 +168,23 @@ def test_matches_pytorch(ctx, rng, time_loop, cell, layers, bidir, batch_first, 
 @pytest.mark.parametrize("layers,bidir,batch_first,bias,given,outputs,acc",
                          [CASES[1], CASES[3], CASES[7], CASES[2]])
 @pytest.mark.parametrize("batch", [3, 6])  # a part of a block of rows; a block and a part
+@pytest.mark.parametrize("vec", [8, 16])  # AVX2's vectors and AVX-512's, on any CPU
 def test_fused_step_matches_pytorch(ctx, rng, monkeypatch, cell, layers, bidir, batch_first,
-                                    bias, given, outputs, acc, batch):
+                                    bias, given, outputs, acc, batch, vec):
     # one launch a step, the hidden product inside the gate kernel on vectors of units
     # (CPUs' default where the units fill whole vectors; forced here on any device):
     # 32 units are whole vectors of 8 and of 16
+    if vec > ctx.facts.max_float_vector:
+        pytest.skip("this device's compiler takes vectors of up to %d floats"
+                    % ctx.facts.max_float_vector)
     monkeypatch.setattr(recurrent_core, "persistent_plan", lambda *a: None)
     monkeypatch.setattr(recurrent_core, "fuses_steps", lambda ctx, hidden: True)
+    monkeypatch.setattr(recurrent_core, "fused_vector", lambda ctx: vec)
     monkeypatch.setitem(globals(), "N", batch)  # random_case's batch
     opts, xs, params, dys, outputs, layer, r = run_case(
         ctx, rng, cell, 32, layers, bidir, batch_first, bias, given, outputs, acc)
     passes = [p for ps in layer.passes for p in ps]
-    assert all(p.fused and p.recur is None for p in passes)
+    assert all(p.fused and p.recur is None and p.vec == vec for p in passes)
     check_against_reference(cell, opts, params, xs, dys, r)
     with pytest.raises(ValueError, match="multiples of"):  # forced on units that do not
         recurrent_core.RecurrentPass(ctx, cell.lower(), 3, 2, 4, 33, fused=True)
