@@ -10,8 +10,8 @@
 //
 // FUSED (CPUs): the step's hidden product is computed here instead, so that a step is
 // one launch, not a GEMM and a gate launch (a CPU runtime's launch costs about as much as
-// the step's arithmetic). Work item (b, v): units j = VEC v .. VEC v + VEC - 1 (H a
-// multiple of VEC) of the RB rows of block b, as float VEC-vectors: CPU compilers run
+// the step's arithmetic). Work item v: units j = VEC v .. VEC v + VEC - 1 (H a multiple
+// of VEC) of every row, RB rows at a time, as float VEC-vectors: CPU compilers run
 // work-items as scalar code, so the vectors are written out. Forward multiplies h_prev
 // by W_hh read transposed (wt: H rows of G H values), backward the gradients of the step
 // visited before (dg_next, N x G H) by W_hh as stored (row i: H values along j); either
@@ -50,8 +50,8 @@ def hidden(r, q):
 ## the start of a kernel: j and n (or the row block's first row n0), out of range returns
 <%def name="items()">
 % if FUSED:
-    const int j = get_global_id(0) * ${VEC}, n0 = get_global_id(1) * ${RB};
-    if (j >= H || n0 >= N)
+    const int j = get_global_id(0) * ${VEC};
+    if (j >= H)
         return;
 % else:
     const int j = get_global_id(0), n = get_global_id(1);
@@ -168,9 +168,13 @@ ${forward_args()}
 {
 ${items()}
 % if FUSED:
+    for (int n0 = 0; n0 < N; n0 += ${RB}) {
 ${hidden_sums()}
-% endif
 ${rows(lstm_forward_row)}
+    }
+% else:
+${rows(lstm_forward_row)}
+% endif
 }
 
 // dh = dy + dh_next (from the step after: read from dh, or FUSED with product, the
@@ -207,9 +211,13 @@ ${backward_args()}
 {
 ${items()}
 % if FUSED:
+    for (int n0 = 0; n0 < N; n0 += ${RB}) {
 ${dh_sums()}
-% endif
 ${rows(lstm_backward_row)}
+    }
+% else:
+${rows(lstm_backward_row)}
+% endif
 }
 % else:
 <%def name="gru_forward_row(r)">
@@ -232,9 +240,13 @@ ${forward_args()}
 {
 ${items()}
 % if FUSED:
+    for (int n0 = 0; n0 < N; n0 += ${RB}) {
 ${hidden_sums()}
-% endif
 ${rows(gru_forward_row)}
+    }
+% else:
+${rows(gru_forward_row)}
+% endif
 }
 
 // dh = dy + dh_next (dh as read, plus FUSED with product the gradients of the step after
@@ -269,8 +281,12 @@ ${backward_args()}
 {
 ${items()}
 % if FUSED:
+    for (int n0 = 0; n0 < N; n0 += ${RB}) {
 ${dh_sums()}
-% endif
 ${rows(gru_backward_row)}
+    }
+% else:
+${rows(gru_backward_row)}
+% endif
 }
 % endif
