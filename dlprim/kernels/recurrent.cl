@@ -47,19 +47,6 @@ def hidden(r, q):
 %>
 <%include file="recurrent.h"/>
 
-## the start of a kernel: j and n (or the row block's first row n0), out of range returns
-<%def name="items()">
-% if FUSED:
-    const int j = get_global_id(0) * ${VEC};
-    if (j >= H)
-        return;
-% else:
-    const int j = get_global_id(0), n = get_global_id(1);
-    if (j >= H || n >= N)
-        return;
-% endif
-</%def>
-
 ## FUSED forward: s{r}_{q} = b_hh[q H + j] + sum over k of h_prev[n0 + r, k] W_hh[q H + j, k]
 <%def name="hidden_sums()">
 % for r in range(RB):
@@ -100,17 +87,28 @@ def hidden(r, q):
     }
 </%def>
 
-## each row of the work-item: body(r) with n the row and r its index in the block
-<%def name="rows(body)">
+## a kernel's body: work item (j, n) runs row(None) for unit j of row n; FUSED, work item
+## v takes units j = VEC v .. of every row, RB rows at a time: sums() (the step's product
+## for those rows), then row(r) for each row n = n0 + r that exists
+<%def name="kernel_body(sums, row)">
 % if FUSED:
+    const int j = get_global_id(0) * ${VEC};
+    if (j >= H)
+        return;
+    for (int n0 = 0; n0 < N; n0 += ${RB}) {
+${sums()}
 %   for r in range(RB):
-    if (n0 + ${r} < N) {
-        const int n = n0 + ${r};
-${body(r)}
-    }
+        if (n0 + ${r} < N) {
+            const int n = n0 + ${r};
+${row(r)}
+        }
 %   endfor
+    }
 % else:
-${body(None)}
+    const int j = get_global_id(0), n = get_global_id(1);
+    if (j >= H || n >= N)
+        return;
+${row(None)}
 % endif
 </%def>
 
@@ -166,15 +164,7 @@ ${forward_args()}
 % endif
                            )
 {
-${items()}
-% if FUSED:
-    for (int n0 = 0; n0 < N; n0 += ${RB}) {
-${hidden_sums()}
-${rows(lstm_forward_row)}
-    }
-% else:
-${rows(lstm_forward_row)}
-% endif
+${kernel_body(hidden_sums, lstm_forward_row)}
 }
 
 // dh = dy + dh_next (from the step after: read from dh, or FUSED with product, the
@@ -209,15 +199,7 @@ ${backward_args()}
                             __global const float *c_prev, ulong c_prev_offset,
                             __global float *dg, ulong dg_offset)
 {
-${items()}
-% if FUSED:
-    for (int n0 = 0; n0 < N; n0 += ${RB}) {
-${dh_sums()}
-${rows(lstm_backward_row)}
-    }
-% else:
-${rows(lstm_backward_row)}
-% endif
+${kernel_body(dh_sums, lstm_backward_row)}
 }
 % else:
 <%def name="gru_forward_row(r)">
@@ -238,15 +220,7 @@ ${forward_args()}
 % endif
                           )
 {
-${items()}
-% if FUSED:
-    for (int n0 = 0; n0 < N; n0 += ${RB}) {
-${hidden_sums()}
-${rows(gru_forward_row)}
-    }
-% else:
-${rows(gru_forward_row)}
-% endif
+${kernel_body(hidden_sums, gru_forward_row)}
 }
 
 // dh = dy + dh_next (dh as read, plus FUSED with product the gradients of the step after
@@ -279,14 +253,6 @@ ${backward_args()}
                            __global float *dxg, ulong dxg_offset,
                            __global float *dhg, ulong dhg_offset)
 {
-${items()}
-% if FUSED:
-    for (int n0 = 0; n0 < N; n0 += ${RB}) {
-${dh_sums()}
-${rows(gru_backward_row)}
-    }
-% else:
-${rows(gru_backward_row)}
-% endif
+${kernel_body(dh_sums, gru_backward_row)}
 }
 % endif
