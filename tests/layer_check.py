@@ -169,6 +169,20 @@ def assert_close(actual, expected, rtol=1e-4, atol=1e-5, what="value"):
                              % (what, i, actual[i], expected[i], err.max()))
 
 
+def assert_loss_and_grads_match_torch(net, loss, twin, logits, targets, grad_rtol=1e-3):
+    """A Net's mean cross-entropy ``loss`` (its forward just run) against a PyTorch twin's
+    whose forward gave ``logits`` for integer ``targets``; then, after backward on both,
+    every parameter gradient (``assert_grads_match_torch``)."""
+    import torch
+    net.backward()
+    want = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        torch.as_tensor(np.asarray(targets), dtype=torch.long).reshape(-1))
+    want.backward()
+    np.testing.assert_allclose(loss.reshape(()), want.item(), rtol=1e-5)
+    assert_grads_match_torch(net, twin, rtol=grad_rtol)
+
+
 def assert_grads_match_torch(net, twin, rtol=1e-3, atol=2e-5):
     """Every parameter gradient of a Net against the same-named one of a PyTorch twin
     (after backward on both)."""
