@@ -496,10 +496,7 @@ def bert(vocab=30522, positions=512, length=128, layers=12, heads=12, dim=768, i
                              p + "attention.output.dense.bias"])
         x = _layer_norm(cfg, p + "attention.output.LayerNorm",
                         _residual(cfg, p + "attention/residual", x, a), eps)
-        h = seq_linear(cfg, p + "intermediate.dense", x, length, dim, inner)
-        h = cfg.add("Activation", name=p + "intermediate.gelu", inputs=[h],
-                    options={"activation": "gelu"})
-        h = seq_linear(cfg, p + "output.dense", h, length, inner, dim)
+        h = _mlp(cfg, p[:-1], x, length, dim, inner, "intermediate.dense", "output.dense")
         x = _layer_norm(cfg, p + "output.LayerNorm", _residual(cfg, p + "output/residual", x, h),
                         eps)
     x = cfg.add("Slice", name="bert.pooler/first", inputs=[x], options={"dim": 1, "begin": 0, "end": 1})
