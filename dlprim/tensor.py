@@ -64,10 +64,10 @@ def _pattern_block(ctx, pattern):
     once from the host: no driver fill at all on this path)."""
     blocks = ctx.__dict__.setdefault("_fill_blocks", {})
     # keyed by 8 bytes of the pattern repeated: one block of zeros serves every width
-    key = (np.resize(np.frombuffer(pattern.tobytes(), np.uint8), 8).tobytes(), FILL_BLOCK)
+    repeated = np.resize(np.frombuffer(pattern.tobytes(), np.uint8), FILL_BLOCK)
+    key = repeated[:8].tobytes()
     if key not in blocks:
-        host = np.resize(np.frombuffer(pattern.tobytes(), np.uint8), FILL_BLOCK)
-        blocks[key] = Tensor.from_numpy(ctx, host)
+        blocks[key] = Tensor.from_numpy(ctx, repeated)
     return blocks[key]
 
 

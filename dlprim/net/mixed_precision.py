@@ -7,8 +7,9 @@ scale ("fp16" only).
 (memory-bound layers: they store their float outputs as their inputs are), "reads"
 (takes either as it comes, its outputs float32: the cross-entropy loss, which widens
 16-bit logits as it loads them), "none" (float32 only: the other losses, and the layers
-whose kernels have no half path yet) or "exact" (Cast). ``with_casts`` walks the graph in order and puts a ``Cast`` operator before each
-operator whose float input is stored otherwise than it takes it: half into a "prefers"
+whose kernels have no half path yet) or "exact" (Cast). ``with_casts`` walks the graph
+in order and puts a ``Cast`` operator before each operator whose float input is stored
+otherwise than it takes it: half into a "prefers"
 layer, float32 into a "none" layer; a "follows" layer takes half when any float input of
 it is half and casts its other float inputs to half. The Cast writes the name it reads
 (a new value of it), so later readers of the name share the conversion and a net input's
