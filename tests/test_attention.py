@@ -639,6 +639,8 @@ def emulated_mma(ctx, monkeypatch):
     layer_check.skip_unless_cpu(ctx)
     build = program.get
     monkeypatch.setattr(attention, "tensor_cores", lambda ctx, precision="tf32": True)
+    # D = DV = 64 and 128 forwards take the warpgroup form (wgmma.h's emulated products)
+    monkeypatch.setattr(attention, "warpgroup_products", lambda ctx, precision: True)
     monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
         ctx, name, **(dict(p, MMA_EMULATE=True) if name == "attention_mma" else p)))
     if ctx.facts.vendor_id == "pocl":
@@ -659,7 +661,11 @@ def emulated_mma(ctx, monkeypatch):
 MMA_CASES = [(2, 2, 37, 45, 16, 16, True, True, 0),   # blocks cut mid-way; sample 0 masked whole
              (1, 2, 70, 33, 32, 16, False, False, 0),  # D != DV, more queries than keys
              (2, 1, 20, 90, 16, 32, True, False, 3),   # offsets off 16 bytes: 2-byte loads
-             (1, 1, 33, 40, 128, 128, False, True, 0)]  # 32-row blocks of the widest heads
+             (1, 1, 33, 40, 128, 128, False, True, 0),  # 32-row blocks of the widest heads
+             # the warpgroup form (widths of 64 and 128): several blocks of queries and
+             # keys, cut mid-way, causal; 2-byte loads
+             (1, 1, 200, 210, 64, 64, True, True, 1),
+             (2, 1, 150, 140, 64, 128, False, True, 0)]
 
 
 @pytest.mark.parametrize("half", ["float16", "bfloat16"])
@@ -685,6 +691,7 @@ def test_mma_kernels_match_float64(ctx, rng, emulated_mma, half, n, heads, lq, l
     op = AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal, mask=masked,
                       dtype=dtype)
     assert op.kernels == "mma"
+    assert bool(op.warpgroup) == (d % 64 == 0 and dv % 64 == 0)
 
     def f(a):  # stored ``offset`` values into a buffer: rows that start off 16 bytes
         flat = np.concatenate([np.zeros(offset, dtype), host(a, dtype).reshape(-1)])
@@ -769,3 +776,26 @@ def test_mma_kernels_are_chosen_and_refused_by_name(ctx, monkeypatch):
     with pytest.raises(ValueError, match="do not fit the mma kernels"):
         AttentionOps(ctx, 2, 4, 4, 16, 16, dtype=half,
                      blocks={"forward": dict(WARPS=4, MW=1, BQ=32, BK=64)})
+
+
+def test_warpgroup_form_takes_widths_of_64_and_the_passes_not_given_blocks(ctx, monkeypatch):
+    """Widths that are multiples of 64 (up to 128) take Hopper's warpgroup products where
+    the device runs them; other widths, devices without them and the passes given warp
+    blocks keep the warp form."""
+    from dlprim.core import attention
+    from dlprim.core.attention import wgmma_blocks
+    assert set(wgmma_blocks(64, 64)) == {"forward", "dq", "dkdv"}
+    assert wgmma_blocks(64, 128) == wgmma_blocks(128, 128)
+    assert wgmma_blocks(32, 32) is None and wgmma_blocks(64, 96) is None
+    assert wgmma_blocks(256, 256) is None
+    half = np.dtype(np.float16)
+    monkeypatch.setattr(attention, "tensor_cores", lambda ctx, precision="tf32": True)
+    monkeypatch.setattr(attention, "warpgroup_products", lambda ctx, precision: False)
+    assert AttentionOps(ctx, 2, 4, 4, 64, 64, dtype=half).warpgroup == {}
+    monkeypatch.setattr(attention, "warpgroup_products", lambda ctx, precision: True)
+    taken = AttentionOps(ctx, 2, 4, 4, 64, 64, dtype=half).warpgroup
+    assert set(taken) == {"forward", "dq", "dkdv"}
+    assert AttentionOps(ctx, 2, 4, 4, 32, 32, dtype=half).warpgroup == {}
+    given = AttentionOps(ctx, 2, 4, 4, 64, 64, dtype=half,
+                         blocks={"forward": dict(WARPS=4, MW=1, BQ=64, BK=32)})
+    assert set(given.warpgroup) == {"dq", "dkdv"}

@@ -27,18 +27,21 @@ float32 and every store rounds to nearest even, so scores, softmax and sums are 
 as with float32 tensors; stats and delta, the kernels' own row statistics, are float32
 always (the delta pass reads dout and o as stored and sums in float32).
 
-Four kernel families compute it. ``attention_mma.cl`` ("mma": the same blocks as
-products of NVIDIA's tensor cores, a warp's mma.sync on 16-bit operands with float32
-sums, the weights P and dS rounded to the storage's 16 bits between products) is the
-choice for float16 and bfloat16 storage where the device passes the tensor-core probe
-(``gemm.tensor_cores``) and the widths are multiples of 16 up to ``MMA_MAX_WIDTH``.
-``attention_tiles.cl`` (FlashAttention-2's blocks: each work-group multiplies blocks of
-rows staged in local memory, each work item a register tile) needs widths that are
-multiples of 4 and blocks that fit local memory; it is the choice on other GPUs and for
-float32. ``attention.cl`` (one row per work item) takes any width and is
-the choice on CPUs for what "gemm" does not take, where a work-group's items run as vector
-lanes of one core and the row form beat the tiles (docs/benchmarks.md). "gemm" stores the
-scores: S = scale Q K^T and O = P V (and the backward's five products) on ``Gemm``, the
+Four kernel families compute it. ``attention_mma.cl`` ("mma": the same blocks as products
+of NVIDIA's tensor cores, a warp's mma.sync on 16-bit operands with float32 sums, the
+weights P and dS rounded to the storage's 16 bits between products) is the choice for
+float16 and bfloat16 storage where the device passes the tensor-core probe
+(``gemm.tensor_cores``) and the widths are multiples of 16 up to ``MMA_MAX_WIDTH``. Where
+the device also runs Hopper's warpgroup products (``gemm.warpgroup_products``) and both
+widths are multiples of 64, its passes take them instead (the warpgroup form,
+``wgmma_blocks``): a warpgroup of four warps owns 64 rows and the other side's blocks are
+read by the tensor cores in place. ``attention_tiles.cl`` (FlashAttention-2's blocks: each
+work-group multiplies blocks of rows staged in local memory, each work item a register
+tile) needs widths that are multiples of 4 and blocks that fit local memory; it is the
+choice on other GPUs and for float32. ``attention.cl`` (one row per work item) takes any
+width and is the choice on CPUs for what "gemm" does not take, where a work-group's items
+run as vector lanes of one core and the row form beat the tiles (docs/benchmarks.md).
+"gemm" stores the scores: S = scale Q K^T and O = P V (and the backward's five products) on ``Gemm``, the
 softmax, the dropout factors and the gradient row by row (``attention_gemm.cl``), in a
 float32 scratch of two (B, L, S) arrays (``workspace_bytes``); it is the choice on CPUs
 in float32 while one such array stays within ``GEMM_SCORES_MAX_BYTES``: there the
@@ -62,11 +65,11 @@ from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
 from .copy import fill_launches
-from .gemm import Gemm, memo_probe, tensor_cores
+from .gemm import Gemm, memo_probe, tensor_cores, warpgroup_products
 from .pointwise import pointwise_reduce_launches
 
-__all__ = ["AttentionOps", "tile_blocks", "mma_blocks", "native_exp2_is_accurate", "LAYOUTS",
-           "STORAGES"]
+__all__ = ["AttentionOps", "tile_blocks", "mma_blocks", "wgmma_blocks", "native_exp2_is_accurate",
+           "LAYOUTS", "STORAGES"]
 
 LAYOUTS = ("nhld", "nlhd", "packed")
 _F32 = np.dtype(np.float32)
@@ -104,6 +107,24 @@ def mma_blocks(d, dv):
     return {"forward": dict(WARPS=MMA_WARPS, MW=1, BQ=64, BK=32),
             "dq": dict(WARPS=MMA_WARPS, MW=1, BQ=64, BK=32),
             "dkdv": dict(WARPS=MMA_WARPS, MW=1, BQ=32, BK=64)}
+
+
+# the passes that run on Hopper's warpgroup products where the device takes them
+# (attention_mma.cl's WGMMA), by the wider of D and DV (both multiples of 64): warpgroups
+# of 64 own rows per work-group and the other side's rows per block (BK: keys of the
+# forward and dq; BQ: queries of dkdv)
+# (measured on an H200 at B = 32 rows of 4096, each pass over 1-3 warpgroups and the
+# other side's 32-192 rows, causal and not: docs/benchmarks.md)
+WGMMA_BLOCKS = {64: {"forward": dict(WARPGROUPS=1, BK=128), "dq": dict(WARPGROUPS=1, BK=128),
+                     "dkdv": dict(WARPGROUPS=1, BQ=128)},
+                128: {"forward": dict(WARPGROUPS=2, BK=128), "dq": dict(WARPGROUPS=2, BK=64),
+                      "dkdv": dict(WARPGROUPS=2, BQ=64)}}
+
+
+def wgmma_blocks(d, dv):
+    """{pass: {WARPGROUPS, BK or BQ}} of attention_mma.cl's warpgroup form for widths d,
+    dv, or None where it does not take them."""
+    return WGMMA_BLOCKS.get(max(d, dv)) if d % 64 == 0 and dv % 64 == 0 else None
 
 
 def _mma_local_bytes(pass_, d, dv, b):
@@ -315,6 +336,11 @@ class AttentionOps:
         if kernels == "mma":
             self.blocks = dict(mma_blocks(self.d, self.dv),
                                **_checked_mma_blocks(ctx.facts, self.d, self.dv, blocks_given))
+            # passes given blocks keep the warp form they name
+            wg = wgmma_blocks(self.d, self.dv) or {}
+            self.warpgroup = {p: b for p, b in wg.items() if p not in (blocks_given or {})}
+            if self.warpgroup and not warpgroup_products(ctx, _mma_precision(self.dtype)):
+                self.warpgroup = {}
             self._flags = blocks_flags
             self.programs = {}
             return
@@ -409,9 +435,9 @@ class AttentionOps:
         """A launch of ``pass_`` over ``rows``: one row per work item, or (tiles) one
         work-group of TX x TY items per ``block`` ("BQ" or "BK") of rows, per batch row."""
         if self.kernels == "mma":
-            b = self.blocks[pass_]
+            prog, b = self._mma_program(pass_, args)
             count = -(-max(rows, 1) // b[block])
-            return program.Launch(self._mma_program(pass_, args), "attention_mma_" + pass_,
+            return program.Launch(prog, "attention_mma_" + pass_,
                                   (count * 32 * b["WARPS"], self.batch),
                                   (32 * b["WARPS"], 1), args)
         if self.kernels == "tiles":
@@ -425,16 +451,25 @@ class AttentionOps:
         return program.Launch(self.programs[pass_], name, *grid, args)
 
     def _mma_program(self, pass_, args):
-        """attention_mma.cl's ``pass_``, staging with 16-byte loads where every 16-bit
-        tensor of ``args`` starts on 16 bytes (its rows do: widths are multiples of 16)."""
+        """attention_mma.cl's ``pass_`` and its blocks ({WARPS, MW, BQ, BK}), staging with
+        16-byte loads where every 16-bit tensor of ``args`` starts on 16 bytes (its rows
+        do: widths are multiples of 16); the passes of the warpgroup form take its products."""
         aligned = all(a.offset % 8 == 0 for a in args
                       if isinstance(a, Tensor) and a.dtype == self.dtype)
+        wg = self.warpgroup.get(pass_)
+        if wg is None:
+            b, form = self.blocks[pass_], {}
+        else:
+            n = wg["WARPGROUPS"]
+            b = dict(WARPS=4 * n, MW=1, BQ=64 * n, BK=64 * n)
+            b.update((k, v) for k, v in wg.items() if k in ("BQ", "BK"))
+            form = dict(WGMMA=n)
         key = (pass_, aligned)
         if key not in self.programs:
             self.programs[key] = program.get(self.ctx, "attention_mma", PASS=pass_,
                                              D=self.d, DV=self.dv, ALIGNED=aligned,
-                                             **self.blocks[pass_], **self._flags)
-        return self.programs[key]
+                                             **b, **form, **self._flags)
+        return self.programs[key], b
 
     def is_own(self, launch):
         """Whether ``launch`` runs one of these attention kernels (not a helper's)."""

@@ -1,5 +1,8 @@
 <%include file="common.h"/>
 <%include file="mma.h"/>
+% if context.get("WGMMA", 0):
+<%include file="wgmma.h"/>
+% endif
 // Fused scaled dot-product attention on NVIDIA tensor cores, for 16-bit storage (half or
 // bfloat16): FlashAttention-2's blocks as attention_tiles.cl, with every product a warp's
 // mma.sync m16n8k16 (FP16 or BF16 operands, float32 sums; mma.h). A warp owns MW tiles of
@@ -23,9 +26,16 @@
 // 16 MW WARPS) key rows per block;
 // ACT_T: "half" or "bfloat16"; ALIGNED: every row of q, k, v and dO starts on 16 bytes,
 // so blocks are staged with 16-byte loads (else 2-byte ones).
+// WGMMA (D and DV multiples of 64): the same kernels on Hopper's warpgroup products
+// (wgmma.h), MW = 1 and WARPS a multiple of 4, so that each warpgroup owns 64 rows: the
+// other side's blocks are staged in the layout the tensor cores read in place, so a
+// warpgroup's four warps share one read of them where each warp's ldmatrix read all of
+// them; the own rows' fragments and the weights stay registers (wgmma's A from
+// registers, the warp form's fragments tile for tile).
 <%include file="attention.h"/>
 <%
 EMULATE = context.get("MMA_EMULATE", False)
+WGMMA = context.get("WGMMA", 0)
 UNROLL = "#pragma unroll 1" if EMULATE else "#pragma unroll"
 NT = 32 * WARPS
 LDD, LDV = D + 8, DV + 8
@@ -33,6 +43,31 @@ PRODUCT = "MMA_BF16" if ACT_T == "bfloat16" else "MMA_F16"
 PACK = "PACK_BF16" if ACT_T == "bfloat16" else "PACK_F16"
 assert D % 16 == 0 and DV % 16 == 0 and BQ % 16 == 0 and BK % 16 == 0
 R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r / 2
+# the other side's staged blocks: rows of the width + 8 (ldmatrix's eight rows in distinct
+# banks) in the warp form; in the warpgroup form rows of the width in panels of 64 values,
+# each row of a panel 128 bytes swizzled 128 bytes wide (wgmma.h), which the tensor cores
+# read in place both ways: K-major (the block as the B of rows by rows, as K in Q K^T)
+# and MN-major (as the B of weights by block, as V in P V), 8 rows an atom
+SLD, SLV = (D, DV) if WGMMA else (LDD, LDV)
+PUBLISHED = "WG_FENCE_PROXY();" if WGMMA else ""  # cp.async's stores, for the tensor cores
+if WGMMA:
+    assert D % 64 == 0 and DV % 64 == 0 and MW == 1 and WARPS % 4 == 0
+    assert BQ % 16 == 0 and BK % 16 == 0 and max(BQ, BK) <= 256
+    WG_TYPE = "bf16" if ACT_T == "bfloat16" else "f16"
+    KIND = 2 if ACT_T == "bfloat16" else 1
+def k_major(b, c, rows):
+    """the descriptor of the c-th 16 values of K of the block staged at b (rows of it),
+    read K-major: 32 bytes on along a panel's swizzled rows"""
+    at = (c // 4) * 128 * rows + (c % 4) * 32
+    return "wg_descriptor(WG_ADDRESS(%s) + %d, 16, 1024, 1)" % (b, at)
+def mn_major(b, c, rows):
+    """the same read MN-major, the c-th 16 rows of the block as K: two atoms of 8 on; 64
+    values of N are 128 rows' bytes apart"""
+    return "wg_descriptor(WG_ADDRESS(%s) + %d, %d, 1024, 1)" % (b, 2048 * c, rows // 8 * 1024)
+def stage_at(rows):
+    """the offset of a staged block's row r, column c (a multiple of 8) in the warpgroup
+    form's layout (None: rows of ld)"""
+    return "(c >> 6) * %d + wg_k_major_at(r, c & 63, 8, 128)" % (64 * rows) if WGMMA else None
 %>
 // Weights without a branch per score (a branch each split the softmax's work into 64
 // blocks per key block): a masked score is -inf and 2^-inf is 0, so only the row's own
@@ -46,20 +81,22 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
 #define PROB2(s, m, nl2) EXP2(fma((s) - (m), LOG2E, (nl2)))
 
 ## rows [first, first + rows) of a global matrix of 16-bit values (rows ``row`` values
-## apart) into local rows of ``ld``; zeros past ``limit``. Eight values a copy: ALIGNED,
-## through cp.async (mma.h), in flight until the work-item's COPY_ASYNC_WAIT; else loaded
-## and stored at once.
-<%def name="fetch(dst, ld, src, first, limit, rows, width, row)">
+## apart) into local rows of ``ld`` (or, given ``at``, to the local offset it writes of
+## row r and column c); zeros past ``limit``. Eight values a copy: ALIGNED, through
+## cp.async (mma.h), in flight until the work-item's COPY_ASYNC_WAIT; else loaded and
+## stored at once.
+<%def name="fetch(dst, ld, src, first, limit, rows, width, row, at=None)">
     for (uint e = t; e < ${rows * (width // 8)}; e += ${NT}) {
         const uint r = e / ${width // 8}, c = (e % ${width // 8}) * 8;
         const bool live = ${first} + r < ${limit};
         // row 0 stands in for a row past the limit: an address that stays valid
         __global const ushort *p = (__global const ushort *)${src}
                                    + (live ? (ulong)(${first} + r) * ${row} + c : 0);
+<% where = at or "r * %s + c" % ld %>
 % if ALIGNED:
-        COPY_ASYNC(${dst} + r * ${ld} + c, p, live ? 16 : 0);
+        COPY_ASYNC(${dst} + ${where}, p, live ? 16 : 0);
 % else:
-        *(__local uint4 *)(${dst} + r * ${ld} + c) = live ? as_uint4(vload8(0, p)) : (uint4)(0);
+        *(__local uint4 *)(${dst} + ${where}) = live ? as_uint4(vload8(0, p)) : (uint4)(0);
 % endif
     }
 </%def>
@@ -80,21 +117,64 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
         }
 </%def>
 
+% if WGMMA:
+## acc (float[1][N / 8][4], wgmma's accumulators of the warp's 16 rows, laid out as the
+## warp form's tile) += A (registers a[0..3]: the warp's 16 rows by 16 of K, mma.sync's A
+## fragment) times the 16 x N block of B at descriptor desc (tnsp: MN-major)
+<%def name="wg_products(acc, N, a, desc, tnsp)">
+% if EMULATE:
+        wgmma_emulated_a(&${acc}[0][0][0], ${N}, ${a}[0], ${a}[1], ${a}[2], ${a}[3], smem,
+                         ${desc}, ${1 - tnsp}, ${KIND}, mma_scratch + 192 * warp, lane);
+% else:
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %${N // 2 + 5}, 0;\n"
+            "//SM90A wgmma.mma_async.sync.aligned.m64n${N}k16.f32.${WG_TYPE}.${WG_TYPE} {"
+            % for i in range(N // 2):
+            "%${i}${"," if i < N // 2 - 1 else "},"}"
+            % endfor
+            " {%${N // 2}, %${N // 2 + 1}, %${N // 2 + 2}, %${N // 2 + 3}}, %${N // 2 + 4}, p, 1, 1, ${tnsp};\n}"
+            : ${", ".join('"+f"(%s[0][%d][%d])' % (acc, i // 4, i % 4) for i in range(N // 2))}
+            : "r"(${a}[0]), "r"(${a}[1]), "r"(${a}[2]), "r"(${a}[3]), "l"(${desc}), "r"(1)
+            : "memory");
+% endif
+</%def>
+% endif
+
 ## acc[w][n] (tile w < MW; n < N / 8, 16 rows by 8 columns each) = the warp's rows of
 ## fragments a[MW][W / 16][4] times the columns of a block staged as rows [n][w] (B = its
-## transpose)
+## transpose). The warpgroup form only issues the products: see products_done.
 <%def name="rows_by_rows(acc, a, b, ld, N, W)">
     ${zeros(acc, N)}
+% if WGMMA:
+    WG_FENCE();
+    % for c in range(W // 16):
+    {
+${wg_products(acc, N, "%s[0][%d]" % (a, c), k_major(b, c, N), 0)}
+    }
+    % endfor
+% else:
     ${UNROLL}
     for (int c = 0; c < ${W // 16}; c++) {
         ${block_products(acc, a + "[w][c]", b, ld, N, "16 * c", 0)}
     }
+% endif
 </%def>
 
 ## acc[w][n] (n < N / 8) += x[w] (block staged as rows [k][n]): x[MW][K / 8][4]
 ## accumulator-shaped floats (16 rows by K per tile), packed two blocks of 8 at a time
-## into A fragments
+## into A fragments. The warpgroup form only issues the products: see products_done.
 <%def name="weights_by_block(acc, x, b, ld, N, K)">
+% if WGMMA:
+    % for c in range(K // 16):
+    {
+        const uint a[4] = {${PACK}(${x}[0][${2 * c}][0], ${x}[0][${2 * c}][1]),
+                           ${PACK}(${x}[0][${2 * c}][2], ${x}[0][${2 * c}][3]),
+                           ${PACK}(${x}[0][${2 * c + 1}][0], ${x}[0][${2 * c + 1}][1]),
+                           ${PACK}(${x}[0][${2 * c + 1}][2], ${x}[0][${2 * c + 1}][3])};
+        WG_FENCE();  // orders this fragment's registers, just written, before its product
+${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
+    }
+    % endfor
+% else:
     ${UNROLL}
     for (int c = 0; c < ${K // 16}; c++) {
         uint a[${MW}][4];
@@ -107,6 +187,23 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
         }
         ${block_products(acc, "a[w]", b, ld, N, "16 * c", 1)}
     }
+% endif
+</%def>
+
+## the products issued since the last products_done finished (the warpgroup form's are
+## asynchronous; the warp form's are done as issued); accs: (name, N) of their
+## accumulators. The wait names no register, so the compiler could move reads of the
+## accumulators above it (wrong sums, seen on the H200): an empty asm after it takes each
+## as an operand it may change, so that every later read follows it.
+<%def name="products_done(accs)">
+% if WGMMA:
+    WG_COMMIT();
+    WG_WAIT(0);
+    % for name, n in (accs if not EMULATE else ()):
+<% operands = ", ".join('"+f"(%s[0][%d][%d])' % (name, i // 4, i % 4) for i in range(n // 2)) %>
+    asm volatile("" : ${operands} :: "memory");
+    % endfor
+% endif
 </%def>
 
 ## the warp's fragments of its MW tiles of rows from a staged block, W wide
@@ -123,7 +220,7 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
 ## the walk over the other side's blocks of B rows, double-buffered: blocks(stage, x)
 ## fetches the block at row x into stage 0 or 1; while block x0 is computed on in stage
 ## cur (the caller's body), the next one is in flight into the other
-<%def name="walk(x0, start, end, B, blocks, before_wait='')">
+<%def name="walk(x0, start, end, B, blocks, before_wait='', published='')">
     ${blocks("0", start)}
     COPY_ASYNC_COMMIT();
     uint cur = 0;
@@ -134,6 +231,7 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
         COPY_ASYNC_COMMIT();
         ${before_wait}
         COPY_ASYNC_WAIT(1);  // this work-item's copies of the current block
+        ${published}
         barrier(CLK_LOCAL_MEM_FENCE);  // and everyone's
         ${caller.body()}
         barrier(CLK_LOCAL_MEM_FENCE);  // its stage is free for the block after next
@@ -144,17 +242,25 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
 ## the query block's walk over the key and value blocks (forward, dq): causal stops at
 ## its last query; in the caller's body kc and vc are the current stage's blocks and s
 ## the scores' products Q K^T (qf: the warp's query fragments); blocks as walk's
-<%def name="key_walk(blocks)">
+<%def name="key_walk(blocks, done=True)">
+    ${key_end()}
+    <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${blocks}" published="${PUBLISHED}">
+        __local ushort *kc = ks + cur * ${BK * SLD}, *vc = vs + cur * ${BK * SLV};
+        ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
+        % if done:
+        ${products_done([("s", BK)])}
+        % endif
+        ${caller.body()}
+    </%self:walk>
+</%def>
+
+## jend: where the query block's walk over the keys ends
+<%def name="key_end()">
 % if CAUSAL:
     const uint jend = min(lk, i0 + ${BQ});  // key j > query i is out
 % else:
     const uint jend = lk;
 % endif
-    <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${blocks}">
-        __local ushort *kc = ks + cur * ${BK * LDD}, *vc = vs + cur * ${BK * LDV};
-        ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
-        ${caller.body()}
-    </%self:walk>
 </%def>
 
 ## the work-group's own block (fetched by ``fetches``) waited for and published
@@ -217,9 +323,22 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
 ## what every kernel starts with: the two operands' local stages (``a``, ``b``: rows of
 ## D + 8 and DV + 8, ``rows`` each), the work-item's place in its warp, the batch row and
 ## the operands' rows of it (``dout``: the backward's output gradient too)
-<%def name="prologue(a, b, rows, dout=False)">
+<%def name="prologue(a, b, own, other, dout=False)">
+% if WGMMA:
+<% a_values = -(-max(2 * other * D, own * LDD) // 512) * 512 %>
+    // stages 1024-byte aligned for the swizzle (wgmma.h)
+    __local uchar smem[${2 * (a_values + max(2 * other * DV, own * LDV))}] __attribute__((aligned(1024)));
+    __local ushort *${a} = (__local ushort *)smem, *${b} = ${a} + ${a_values};
+% else:
+<% rows = max(2 * other, own) %>
     __local uint4 ${a}4[${rows * LDD // 8}], ${b}4[${rows * LDV // 8}];
     __local ushort *${a} = (__local ushort *)${a}4, *${b} = (__local ushort *)${b}4;
+% endif
+    ${operands(dout)}
+</%def>
+
+## the work-item's place in its warp, the batch row and the operands' rows of it
+<%def name="operands(dout=False)">
     SCRATCH
     const int t = get_local_id(0), lane = t % 32, warp = t / 32, g = lane >> 2, tq = lane & 3;
     const uint bh = get_group_id(1);
@@ -233,32 +352,15 @@ R = 2 * MW  # the rows a lane holds: g and g + 8 of each tile, row r in tile r /
 
 <%
 def kv(stage, x):  # fetches of the key and value blocks at row x into a stage
-    return (capture(fetch, "ks + %s * %d" % (stage, BK * LDD), LDD, "k", x, "lk", BK, D, "IN_ROW(%d)" % D)
-            + capture(fetch, "vs + %s * %d" % (stage, BK * LDV), LDV, "v", x, "lk", BK, DV, "IN_ROW(%d)" % DV))
+    return (capture(fetch, "ks + %s * %d" % (stage, BK * SLD), LDD, "k", x, "lk", BK, D, "IN_ROW(%d)" % D, stage_at(BK))
+            + capture(fetch, "vs + %s * %d" % (stage, BK * SLV), LDV, "v", x, "lk", BK, DV, "IN_ROW(%d)" % DV, stage_at(BK)))
 %>
 
 % if PASS == "forward":
-// o = softmax(s) v and the statistics per query row, for the block of BQ query rows of
-// group 0
-__kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
-void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
-                           __global float *stats, ulong stats_offset MASK_ARGS DROP_ARGS)
-{
-    // two stages of the key and value blocks
-    ${prologue("ks", "vs", max(2 * BK, BQ))}
-    const uint i0 = get_group_id(0) * ${BQ};
-    // the query block through the key blocks' place, into registers
-    ${own_block(capture(fetch, "ks", LDD, "q", "i0", "lq", BQ, D, "IN_ROW(%d)" % D))}
-    ${fragments("qf", "ks", LDD, D)}
-    barrier(CLK_LOCAL_MEM_FENCE);
-    ${zeros("acc", DV)}
-    float m[${R}], l[${R}];
-    for (int r = 0; r < ${R}; r++) {
-        m[r] = NEG_INF;
-        l[r] = 0.0f;
-    }
-    ${lane_rows("rows", "i0")}
-    <%call expr="key_walk(kv)">
+## the forward's online softmax of the block of keys from j0 whose products are in s: the
+## scores, the rows' new maxima m and sums l, acc rescaled, s the weights p (times the
+## dropout factors)
+<%def name="online_softmax()">
         float mx[${R}];
         ${UNROLL}
         for (int r = 0; r < ${R}; r++) {
@@ -305,8 +407,22 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
                 }
             }
         }
-        ${weights_by_block("acc", "s", "vc", LDV, DV, BK)}
-    </%call>
+</%def>
+
+## the forward's start after the query block is in qf: the output sums acc, the rows'
+## maxima m and sums l, the lane's rows
+<%def name="forward_state()">
+    ${zeros("acc", DV)}
+    float m[${R}], l[${R}];
+    for (int r = 0; r < ${R}; r++) {
+        m[r] = NEG_INF;
+        l[r] = 0.0f;
+    }
+    ${lane_rows("rows", "i0")}
+</%def>
+
+## the forward's end: the statistics and o = acc / l
+<%def name="forward_end()">
     float inv[${R}];
     o += o_offset + OUT_AT(bh, lq, ${DV});
     ${UNROLL}
@@ -321,17 +437,58 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
         }
     }
     ${store("o", "OUT_ROW(%d)" % DV, "acc", "rows", "lq", DV, lambda r: "inv[%s]" % r)}
+</%def>
+
+// o = softmax(s) v and the statistics per query row, for the block of BQ query rows of
+// group 0
+__kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
+void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
+                           __global float *stats, ulong stats_offset MASK_ARGS DROP_ARGS)
+{
+    // two stages of the key and value blocks
+    ${prologue("ks", "vs", BQ, BK)}
+    const uint i0 = get_group_id(0) * ${BQ};
+    // the query block through the key blocks' place, into registers
+    ${own_block(capture(fetch, "ks", LDD, "q", "i0", "lq", BQ, D, "IN_ROW(%d)" % D))}
+    ${fragments("qf", "ks", LDD, D)}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ${forward_state()}
+    <%call expr="key_walk(kv)">
+        ${online_softmax()}
+        ${weights_by_block("acc", "s", "vc", LDV, DV, BK)}
+        ${products_done([("acc", DV)])}  // before the walk's closing barrier frees the stage
+    </%call>
+    ${forward_end()}
 }
 % endif
 
 // backward: ds_ij = p_ij (k_ij dO_i . v_j - delta_i), delta_i = dO_i . O_i, k_ij the
 // dropout factor
 % if PASS == "dq":
+## s = dS of the block of keys from j0, from its scores s and dP = dO V^T in dp
+<%def name="dq_weights()">
+        ${UNROLL}
+        for (int r = 0; r < ${R}; r++) {
+            ${UNROLL}
+            for (int n = 0; n < ${BK // 8}; n++) {
+                float keep[2];
+                const uint i = rows[r], j = j0 + 8 * n + 2 * tq;
+                KEEP2(keep, i, j);
+                ${UNROLL}
+                for (int h = 0; h < 2; h++) {
+                    const int w = r / 2, e = 2 * (r & 1) + h;
+                    const float p = PROB2(SCORE(s[w][n][e], i, j + h), m_r[r], nl2_r[r]);
+                    s[w][n][e] = p * (dp[w][n][e] * keep[h] - delta_r[r]);
+                }
+            }
+        }
+</%def>
+
 // dq_i = scale sum_j ds_ij k_j for the block of BQ query rows of group 0
 __kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
 void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK_ARGS DROP_ARGS)
 {
-    ${prologue("ks", "vs", max(2 * BK, BQ), dout=True)}
+    ${prologue("ks", "vs", BQ, BK, dout=True)}
     const uint i0 = get_group_id(0) * ${BQ};
     ${own_block(capture(fetch, "ks", LDD, "q", "i0", "lq", BQ, D, "IN_ROW(%d)" % D)
                 + capture(fetch, "vs", LDV, "dout", "i0", "lq", BQ, DV, "OUT_ROW(%d)" % DV))}
@@ -349,24 +506,12 @@ void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK
         nl2_r[r] = m == NEG_INF ? NEG_INF : -stats[at + 1] * LOG2E;
         delta_r[r] = live ? delta[delta_offset + STAT_AT(bh, lq, rows[r])] : 0.0f;
     }
-    <%call expr="key_walk(kv)">
+    <%call expr="key_walk(kv, False)">
         ${rows_by_rows("dp", "gf", "vc", LDV, BK, DV)}
-        ${UNROLL}
-        for (int r = 0; r < ${R}; r++) {
-            ${UNROLL}
-            for (int n = 0; n < ${BK // 8}; n++) {
-                float keep[2];
-                const uint i = rows[r], j = j0 + 8 * n + 2 * tq;
-                KEEP2(keep, i, j);
-                ${UNROLL}
-                for (int h = 0; h < 2; h++) {
-                    const int w = r / 2, e = 2 * (r & 1) + h;
-                    const float p = PROB2(SCORE(s[w][n][e], i, j + h), m_r[r], nl2_r[r]);
-                    s[w][n][e] = p * (dp[w][n][e] * keep[h] - delta_r[r]);
-                }
-            }
-        }
+        ${products_done([("s", BK), ("dp", BK)])}
+        ${dq_weights()}
         ${weights_by_block("acc", "s", "kc", LDD, D, BK)}
+        ${products_done([("acc", D)])}
     </%call>
     dq += dq_offset + IN_AT(bh, lq, ${D});
     ${store("dq", "IN_ROW(%d)" % D, "acc", "rows", "lq", D, lambda r: "scale")}
@@ -376,8 +521,8 @@ void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK
 % if PASS == "dkdv":
 <%
 def qg(stage, x):
-    return (capture(fetch, "qs + %s * %d" % (stage, BQ * LDD), LDD, "q", x, "lq", BQ, D, "IN_ROW(%d)" % D)
-            + capture(fetch, "gs + %s * %d" % (stage, BQ * LDV), LDV, "dout", x, "lq", BQ, DV, "OUT_ROW(%d)" % DV))
+    return (capture(fetch, "qs + %s * %d" % (stage, BQ * SLD), LDD, "q", x, "lq", BQ, D, "IN_ROW(%d)" % D, stage_at(BQ))
+            + capture(fetch, "gs + %s * %d" % (stage, BQ * SLV), LDV, "dout", x, "lq", BQ, DV, "OUT_ROW(%d)" % DV, stage_at(BQ)))
 STATS = """
         for (uint e = t; e < %d; e += %d) {  // the current block's statistics
             const bool live = i0 + e < lq;
@@ -388,34 +533,9 @@ STATS = """
             dls[e] = live ? delta[delta_offset + STAT_AT(bh, lq, i0 + e)] : 0.0f;
         }""" % (BQ, NT)
 %>
-// dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij k_ij dO_i for the block of BK key rows
-// of group 0 (the statistics and delta of the query block staged beside it)
-__kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
-void attention_mma_dkdv(BACKWARD_ARGS, __global ${ACT_T} *dk, ulong dk_offset,
-                        __global ${ACT_T} *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
-{
-    // two stages of the query and output-gradient blocks
-    ${prologue("qs", "gs", max(2 * BQ, BK), dout=True)}
-    __local float ms[${BQ}], nls[${BQ}], dls[${BQ}];
-    const uint j0 = get_group_id(0) * ${BK};
-    // the key and value blocks through the query blocks' places, into registers
-    ${own_block(capture(fetch, "qs", LDD, "k", "j0", "lk", BK, D, "IN_ROW(%d)" % D)
-                + capture(fetch, "gs", LDV, "v", "j0", "lk", BK, DV, "IN_ROW(%d)" % DV))}
-    ${fragments("kf", "qs", LDD, D)}
-    ${fragments("vf", "gs", LDV, DV)}
-    barrier(CLK_LOCAL_MEM_FENCE);
-    ${zeros("ak", D)}
-    ${zeros("av", DV)}
-    ${lane_rows("keys", "j0")}
-% if CAUSAL:
-    const uint istart = j0 / ${BQ} * ${BQ};  // query i < key j is out
-% else:
-    const uint istart = 0;
-% endif
-    <%self:walk x0="i0" start="istart" end="lq" B="${BQ}" blocks="${qg}" before_wait="${STATS}">
-        __local ushort *qc = qs + cur * ${BQ * LDD}, *gc = gs + cur * ${BQ * LDV};
-        ${rows_by_rows("st", "kf", "qc", LDD, BQ, D)}
-        ${rows_by_rows("dpt", "vf", "gc", LDV, BQ, DV)}
+## st = P^T, dpt = dS^T of the block of queries from i0, from their scores st and
+## dP^T = V dO^T in dpt
+<%def name="dkdv_weights()">
         ${UNROLL}
         for (int w = 0; w < ${MW}; w++)
         ${UNROLL}
@@ -433,8 +553,41 @@ void attention_mma_dkdv(BACKWARD_ARGS, __global ${ACT_T} *dk, ulong dk_offset,
                 dpt[w][n][e] = p * (dpt[w][n][e] * keep - dls[c]);
             }
         }
+</%def>
+
+// dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij k_ij dO_i for the block of BK key rows
+// of group 0 (the statistics and delta of the query block staged beside it)
+__kernel __attribute__((reqd_work_group_size(${NT}, 1, 1)))
+void attention_mma_dkdv(BACKWARD_ARGS, __global ${ACT_T} *dk, ulong dk_offset,
+                        __global ${ACT_T} *dv, ulong dv_offset MASK_ARGS DROP_ARGS)
+{
+    // two stages of the query and output-gradient blocks
+    ${prologue("qs", "gs", BK, BQ, dout=True)}
+    __local float ms[${BQ}], nls[${BQ}], dls[${BQ}];
+    const uint j0 = get_group_id(0) * ${BK};
+    // the key and value blocks through the query blocks' places, into registers
+    ${own_block(capture(fetch, "qs", LDD, "k", "j0", "lk", BK, D, "IN_ROW(%d)" % D)
+                + capture(fetch, "gs", LDV, "v", "j0", "lk", BK, DV, "IN_ROW(%d)" % DV))}
+    ${fragments("kf", "qs", LDD, D)}
+    ${fragments("vf", "gs", LDV, DV)}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ${zeros("ak", D)}
+    ${zeros("av", DV)}
+    ${lane_rows("keys", "j0")}
+% if CAUSAL:
+    const uint istart = j0 / ${BQ} * ${BQ};  // query i < key j is out
+% else:
+    const uint istart = 0;
+% endif
+    <%self:walk x0="i0" start="istart" end="lq" B="${BQ}" blocks="${qg}" before_wait="${STATS}" published="${PUBLISHED}">
+        __local ushort *qc = qs + cur * ${BQ * SLD}, *gc = gs + cur * ${BQ * SLV};
+        ${rows_by_rows("st", "kf", "qc", LDD, BQ, D)}
+        ${rows_by_rows("dpt", "vf", "gc", LDV, BQ, DV)}
+        ${products_done([("st", BQ), ("dpt", BQ)])}
+        ${dkdv_weights()}
         ${weights_by_block("av", "st", "gc", LDV, DV, BQ)}
         ${weights_by_block("ak", "dpt", "qc", LDD, D, BQ)}
+        ${products_done([("av", DV), ("ak", D)])}
     </%self:walk>
     dk += dk_offset + IN_AT(bh, lk, ${D});
     dv += dv_offset + IN_AT(bh, lk, ${DV});

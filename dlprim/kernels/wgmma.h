@@ -1,7 +1,8 @@
-## Hopper's warpgroup products (wgmma, sm_90a) through inline PTX, for gemm_wgmma.cl.
-## A warpgroup (4 warps, 128 work-items) multiplies a 64 x N block of A by an N-wide block
-## of B, both read by the tensor cores straight from local memory through 64-bit matrix
-## descriptors, into float accumulators held across the warpgroup's registers.
+## Hopper's warpgroup products (wgmma, sm_90a) through inline PTX, for gemm_wgmma.cl and
+## attention_mma.cl. A warpgroup (4 warps, 128 work-items) multiplies a 64 x N block of A
+## by an N-wide block of B, read by the tensor cores straight from local memory through
+## 64-bit matrix descriptors (A may come from registers instead: each warp its 16 rows as
+## mma.sync's A fragment), into float accumulators held across the warpgroup's registers.
 ## NVIDIA's OpenCL compiler targets sm_90, whose assembler refuses wgmma: every sm_90a
 ## instruction is written behind the comment marker SM90A ("//SM90A "), which the first
 ## build carries as a comment; program.py then takes the PTX, removes the marker, retargets
@@ -79,6 +80,30 @@ inline void wgmma_emulated(float *acc, int n, int kstep, __local const uchar *sm
                       wg_operand(smem, db, c, k, b_k_major, kind), sum);
         acc[i] += sum;
     }
+}
+// the same with A from registers (a0..a3: the warp's 16 rows by 16 of K as mma.sync's A
+// fragment, mma.h), exchanged through the warp's scratch s (4 words a lane), so every
+// work-item must reach it
+inline void wgmma_emulated_a(float *acc, int n, uint a0, uint a1, uint a2, uint a3,
+                             __local const uchar *smem, ulong db, int b_k_major, int kind,
+                             __local uint *s, int lane)
+{
+    __local uint *mine = s + 4 * lane;
+    mine[0] = a0; mine[1] = a1; mine[2] = a2; mine[3] = a3;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < n / 2; i++) {
+        const int m = g + 8 * ((i >> 1) & 1), c = 8 * (i >> 2) + 2 * t + (i & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            const uint w = s[4 * (4 * (m % 8) + (k % 8) / 2) + (m >= 8) + 2 * (k >= 8)];
+            const uint h = (w >> (16 * (k % 2))) & 0xffffu;
+            sum = mad(kind == 1 ? half_value(h) : as_float(h << 16),
+                      wg_operand(smem, db, c, k, b_k_major, kind), sum);
+        }
+        acc[i] += sum;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
 }
 #define WG_FENCE_PROXY()
 #define WG_FENCE()
