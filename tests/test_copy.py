@@ -34,6 +34,8 @@ def test_transpose(ctx, rng, shape, perm):
     np.testing.assert_array_equal(y.numpy(), a.transpose(perm))
     tiled = shape in ((31, 65), (4, 63, 64), (2, 33, 5, 7), (2, 5, 7, 33), (1, 129, 1, 65))
     assert (op._tiled is not None) == tiled
+    # CPUs move the swaps in register blocks (alpha 1, beta 0): whole blocks and edges here
+    assert (op._blocks is not None) == (tiled and ctx.facts.is_cpu)
     if tiled:  # the tiled kernel honours alpha/beta too
         prev = y.numpy()
         op(placed(ctx, a), y, alpha=2.0, beta=-1.0)

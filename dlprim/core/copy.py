@@ -12,7 +12,7 @@ from ..dtypes import HALF_TYPES, as_dtype, bfloat16, cl_cast, cl_type, compute_t
     to_bfloat16
 from ..tensor import Tensor
 from .pointwise import memo, divisor_args, index_type
-from . import tuning_launch
+from . import tuning, tuning_launch
 from ..utils import ceil_div, round_up
 
 __all__ = ["BufferCopy", "StridedCopy", "StridedCast", "TransposeCopy", "Fill", "fill", "copy", "concat", "slice_copy",
@@ -188,12 +188,18 @@ def _merge_axes(shape, perm):
     return merged, [rank[g] for g in range(len(groups))]
 
 
+# the unsigned type transpose_blocks moves elements of a size as
+_WORDS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+
+
 class TransposeCopy(StridedCopy):
     """``y = x.transpose(perm)`` (numpy's meaning) for contiguous x and y.
 
     After merging axes, a swap of the last two ((M, N) -> (N, M), batched or not; NCHW <->
-    NHWC is one) goes through a local-memory tile; other permutations walk the output in
-    order (coalesced writes, strided reads)."""
+    NHWC is one) goes through a local-memory tile on GPUs, and on CPUs (where alpha is 1
+    and beta 0) through blocks of the CPU's vector width that each work-item moves in
+    registers (``transpose_blocks``); other permutations walk the output in order
+    (coalesced writes, strided reads)."""
 
     TILE, ROWS = 32, 8
 
@@ -209,11 +215,19 @@ class TransposeCopy(StridedCopy):
         super().__init__(ctx, self.out_shape, [src[p] for p in perm],
                          contiguous_strides(self.out_shape), dtype)
         shape, order = _merge_axes(in_shape, perm)
-        self._tiled = None
+        self._tiled = self._blocks = None
         if order in ([1, 0], [0, 2, 1]) and min(shape[-2:]) >= 8 and (len(shape) == 2 or shape[0] < 65536):
             self._bmn = ([1] + shape)[-3:]
             self._tiled = program.get(ctx, "transpose", TILE=self.TILE, ROWS=self.ROWS,
                                       STORE=cl_type(self.dtype), COMPUTE=compute_type(self.dtype))
+            if ctx.facts.is_cpu and self.dtype.itemsize in _WORDS:
+                # blocks of the CPU's vector width in floats; 8-byte elements half as many
+                # (PoCL 3 builds no kernel from ulong8 loads under CL1.2). PoCL also
+                # drops a kernel hinted with 16-wide vectors, and gains nothing from it.
+                self._block = tuning.cpu_vector_width(ctx.facts) // (2 if self.dtype.itemsize == 8 else 1)
+                self._blocks = program.get(ctx, "transpose_blocks", BLOCK=self._block,
+                                           WORD=_WORDS[self.dtype.itemsize],
+                                           HINT=ctx.facts.vendor_id != "pocl")
 
     def launches(self, x, y, alpha=1.0, beta=0.0):
         """y = alpha * x.transpose(perm) + beta * y."""
@@ -225,6 +239,10 @@ class TransposeCopy(StridedCopy):
         self._check(x, "x", self.size, self.dtype)
         self._check(y, "y", self.size, self.dst_dtype)
         b, m, n = self._bmn
+        if self._blocks is not None and alpha == 1.0 and beta == 0.0:
+            k = self._block
+            return [program.Launch(self._blocks, "transpose_blocks", (-(-n // k), -(-m // k), b),
+                                   None, [np.uint64(m), np.uint64(n), x, y])]
         t = self.TILE
         gsize = (round_up(n, t), round_up(m, t) // t * self.ROWS, b)
         return [program.Launch(self._tiled, "transpose_tiled", gsize, (t, self.ROWS, 1),
