@@ -395,6 +395,8 @@ def test_transpose_copy(ctx, rng, facts, shape, perm):
     y = t(ctx, y0)
     op(t(ctx, a), y, alpha=2.0, beta=-1.0)
     assert_close(y.numpy(), 2 * a.transpose(perm) - y0, rtol=1e-5, atol=1e-5)
+    op(t(ctx, a), y)  # a plain copy: the register blocks where the device is a CPU
+    assert_close(y.numpy(), a.astype(np.float32).transpose(perm), rtol=0, atol=0)
 
 
 def test_strided_copy(ctx, rng, facts):
