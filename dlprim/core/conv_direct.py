@@ -132,11 +132,11 @@ def filter_block(out_c, kw, vw=8):
 
 
 class BackwardFilter:
-    """dw = beta * dw + the batch sum of dy x at each tap: dy laid out pixel-major in the
-    workspace (a ``TransposeCopy``, or ``conv_direct_dy_rows`` where channels are padded
-    or dy is 16-bit), then a work-item per (channel block, input channel,
-    kernel row) and part of the batch; the parts' partial sums (where the layer alone
-    gives the cores too few work-items) are added by ``conv_direct_filter_sum``."""
+    """dw = beta * dw + the batch sum of dy x at each tap: dy laid out pixel-major in
+    the workspace (a ``TransposeCopy``, or ``conv_direct_dy_rows`` where channels are
+    padded or dy is 16-bit), then a work-item per (channel block, input channel, kernel
+    row) and part of the batch; the parts' partial sums (where the layer alone gives the
+    cores too few work-items) are added by ``conv_direct_filter_sum``."""
 
     def __init__(self, ctx, geom, splits=None, batch=16, dtype="float32"):
         self.ctx, self.geom, self.forced_parts = ctx, geom, splits
