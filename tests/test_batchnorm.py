@@ -147,14 +147,15 @@ ACT_REFS = {"identity": (lambda z: z, lambda z: 1.0),
                         lambda z: np.exp(-z) / (1 + np.exp(-z)) ** 2)}
 
 
-def _channel_kernels_match_float64(ctx, monkeypatch, shape, dtype, mode, activation):
-    """kernels/batchnorm.cl with ``dtype`` storage (vector rows where S % 4 == 0, else
-    scalar) against float64 on the values the storage holds; with an ``activation``
-    after it (net/fusion.py train_folds): y = act(z), z the BatchNorm's output, and
-    backward takes act's dy to dz = act'(z) dy."""
+def _channel_kernels_match_float64(ctx, monkeypatch, shape, dtype, mode, activation,
+                                   kernels="channels"):
+    """kernels/batchnorm.cl (or the generator) with ``dtype`` storage (vector rows where
+    S % 4 == 0, else scalar) against float64 on the values the storage holds; with an
+    ``activation`` after it (net/fusion.py train_folds): y = act(z), z the BatchNorm's
+    output, and backward takes act's dy to dz = act'(z) dy."""
     from functools import partial
     from dlprim.core import batchnorm
-    monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: "channels")
+    monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: kernels)
     rng = np.random.default_rng(11)
     x = stored(rng.standard_normal(shape) * 2 + 0.5, dtype)
     dy = stored(rng.standard_normal(shape), dtype)
@@ -167,7 +168,7 @@ def _channel_kernels_match_float64(ctx, monkeypatch, shape, dtype, mode, activat
         layer.forward = partial(layer.forward, activation=activation)
         layer.backward = partial(layer.backward, activation=activation)
     r = run_layer(ctx, layer, [host(x, dtype)], params=p, dy=[dy.astype(np.float32)], mode=mode)
-    assert layer.ops.kernels == "channels"
+    assert layer.ops.kernels == kernels
     stats = (None, None) if mode == "train" else (p[0], p[1])
     act, grad = ACT_REFS[activation]
     z = bn_ref(x, p[2], p[3], *stats)
@@ -195,15 +196,27 @@ def test_channel_kernels_run_the_activation(ctx, monkeypatch, shape, dtype, acti
     _channel_kernels_match_float64(ctx, monkeypatch, shape, dtype, mode, activation)
 
 
-def test_pointwise_kernels_refuse_an_activation(ctx, monkeypatch):
+@pytest.mark.parametrize("shape", [(4, 3, 6, 8), (3, 5, 7)])
+@pytest.mark.parametrize("dtype, activation, mode", [
+    ("float32", "relu6", "train"), ("float32", "relu", "train"), ("float32", "sigmoid", "predict"),
+    ("float16", "relu", "train")])
+def test_pointwise_kernels_run_the_activation(ctx, monkeypatch, shape, dtype, activation, mode):
+    """The generator's apply, sums and dx with the activation inline (CPUs)."""
+    _channel_kernels_match_float64(ctx, monkeypatch, shape, dtype, mode, activation,
+                                   kernels="pointwise")
+
+
+def test_float64_and_activations_with_options_are_refused(ctx, monkeypatch):
     from dlprim.core import batchnorm
     monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: "pointwise")
     layer = create(ctx, "BatchNorm", "bn", {})
     layer.setup([TensorSpec((2, 3, 4), np.float32)])
-    assert not layer.fuses_activation("relu")
+    assert layer.fuses_activation("relu") and not layer.fuses_activation("leaky_relu")
+    wide = batchnorm.BatchNormOps(ctx, (2, 3, 4), 1e-5, True, dtype=np.float64)
+    assert not wide.fuses("relu")
     with pytest.raises(ValueError, match="pointwise kernels cannot run activation 'relu'"):
-        layer.ops.apply_launches(*[Tensor(ctx, (2, 3, 4))] * 2, *[Tensor(ctx, (3,))] * 2,
-                                 activation="relu")
+        wide.apply_launches(*[Tensor(ctx, (2, 3, 4), np.float64)] * 2,
+                            *[Tensor(ctx, (3,), np.float64)] * 2, activation="relu")
 
 
 def test_init_params(ctx):

@@ -133,12 +133,14 @@ def _train_step(ctx, monkeypatch, enabled, precision, second):
 
 # fp16: relu and relu6 commute with rounding to half, so the folded net gives the same
 # bits; a sigmoid computed before rounding (folded) or after (apart) would not
+@pytest.mark.parametrize("kernels", ["channels", "pointwise"])
 @pytest.mark.parametrize("precision, second, tol", [("fp32", "sigmoid", 1e-4),
                                                     ("fp16", "relu", 0.0)])
-def test_train_folds_match_the_operators(ctx, monkeypatch, precision, second, tol):
-    # BatchNorm's channel kernels (GPUs') run the activation in train mode
+def test_train_folds_match_the_operators(ctx, monkeypatch, precision, second, tol, kernels):
+    # BatchNorm's channel kernels (GPUs') and the generator (CPUs') run the activation in
+    # train mode
     from dlprim.core import batchnorm
-    monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: "channels")
+    monkeypatch.setattr(batchnorm, "default_kernels", lambda facts: kernels)
     plain, want = _train_step(ctx, monkeypatch, False, precision, second)
     net, got = _train_step(ctx, monkeypatch, True, precision, second)
     names = {net.graph.ops[i].name: f.activation for i, f in net.plan.act_folds.items()}

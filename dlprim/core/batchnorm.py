@@ -20,7 +20,9 @@ the running statistics, the pointwise passes a vector of a row at a time. Elsewh
 The channel kernels can also run the activation that alone reads the output
 (``BN_ACTIVATIONS``, ``activation=``): ``apply`` writes act(y), and ``backward`` takes the
 activation's dy, its gradient found from y recomputed from x, so neither pass has a launch
-of the activation's own (``net/fusion.py``, ``train_folds``).
+of the activation's own (``net/fusion.py``, ``train_folds``). The generator runs it too,
+except in float64: ``apply`` writes act(y), and ``backward`` first takes dy through the
+activation's gradient in place, from the activation's output.
 
 Shapes are fixed when built (a new batch size builds new launchers, same programs).
 """
@@ -32,7 +34,7 @@ from ..kernels.program import Launch
 from ..tensor import Tensor
 from ..utils import ceil_div
 from . import tuning
-from .activation import ACTIVATIONS, FUSABLE
+from .activation import ACTIVATIONS, FUSABLE, backward_code, forward_code
 from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce, divisor_args, index_type
 
 __all__ = ["BatchNormOps", "default_kernels", "BN_ACTIVATIONS"]
@@ -142,7 +144,7 @@ class BatchNormOps:
         if (self.kernels == "pointwise" and ctx.facts.is_cpu and ctx.facts.vendor_id != "pocl"
                 and np.dtype(dtype) == F and n * c * s):
             self._rows = program.get(ctx, "batchnorm_rows", VW=tuning.cpu_vector_width(ctx.facts))
-        self._dx = {}
+        self._built = {}  # the generator's launchers built on first use, by role
 
     def _row_moments(self, x, count, mean, m2):
         """count, mean and M2 per channel through batchnorm_rows.cl."""
@@ -157,14 +159,16 @@ class BatchNormOps:
 
     # ----- kernels/batchnorm.cl ("channels")
     def fuses(self, activation):
-        """Whether apply and backward can run ``activation`` too (the channel kernels)."""
-        return self.kernels == "channels" and activation in BN_ACTIVATIONS
+        """Whether apply and backward can run ``activation`` too: the channel kernels, and
+        the generator in float arithmetic (not float64)."""
+        return activation in BN_ACTIVATIONS and (self.kernels == "channels"
+                                                 or self.stat_dtype == F)
 
     def _check_activation(self, activation):
         if activation != "identity" and not self.fuses(activation):
             raise ValueError("BatchNormOps: %s kernels cannot run activation %r (fusable: "
-                             "%s on the channel kernels)" % (self.kernels, activation,
-                                                             ", ".join(BN_ACTIVATIONS)))
+                             "%s, not in float64)" % (self.kernels, activation,
+                                                      ", ".join(BN_ACTIVATIONS)))
 
     def _program(self, *tensors, batch=True, activation="identity"):
         """The channel kernels' program: V = 4 values per load where every row and each
@@ -227,7 +231,29 @@ class BatchNormOps:
         xs = [x, mean.view((1, c, 1)), istd.view((1, c, 1))]
         if self.affine:
             xs += [gamma.view((1, c, 1)), beta.view((1, c, 1))]
-        return self._istd.launches([var], [istd], [self.eps]) + self._apply.launches(xs, [y])
+        return self._istd.launches([var], [istd], [self.eps]) + \
+            self._apply_op(activation).launches(xs, [y])
+
+    def _z_code(self, mean, istd, gamma, beta):
+        """Statements setting ``xhat`` and ``z``, the BatchNorm's output, from x0 and the
+        inputs named, in the unfused apply's order (the same bits)."""
+        affine = " * %s + %s" % (gamma, beta) if self.affine else ""
+        return "float xhat = (x0 - %s) * %s; float z = xhat%s;" % (mean, istd, affine)
+
+    def _apply_op(self, activation):
+        """The generator's apply, then ``activation`` on the float z (as the channel
+        kernels do)."""
+        if activation == "identity":
+            return self._apply
+        key = ("apply", activation)
+        if key not in self._built:
+            full, ch = self._full, self._ch
+            code = "{ %s %s }" % (self._z_code("x1", "x2", "x3", "x4"),
+                                  forward_code(activation, "z", "y0"))
+            xs = [full, ch, ch] + [ch, ch] * self.affine
+            self._built[key] = PointwiseBroadcast(self.ctx, xs, [full], code,
+                                                  name="bn_apply_" + activation)
+        return self._built[key]
 
     def _istd_tensor(self):
         """A (C,) vector of the statistics' type, private to these launchers, for istd."""
@@ -237,7 +263,7 @@ class BatchNormOps:
 
     def _dx_op(self, batch_stats):
         # inputs: x, dy, mean, istd, sum dy, sum dy*xhat, [gamma]
-        if batch_stats not in self._dx:
+        if batch_stats not in self._built:
             full, ch = self._full, self._ch
             xs = [full, full, ch, ch, ch, ch] + [ch] * self.affine
             gamma = "x6" if self.affine else "1.0f"
@@ -249,13 +275,24 @@ class BatchNormOps:
             else:
                 # fixed statistics: y is affine in x, dx = gamma istd dy
                 code = "y0 = %s * x3 * x1;" % gamma
-            self._dx[batch_stats] = PointwiseBroadcast(self.ctx, xs, [full], code,
-                                                       [acc], name="bn_backward_data")
-        return self._dx[batch_stats]
+            self._built[batch_stats] = PointwiseBroadcast(self.ctx, xs, [full], code,
+                                                          [acc], name="bn_backward_data")
+        return self._built[batch_stats]
+
+    def _activation_backward(self, activation):
+        """dy = act'(y) dy in place, y the activation's output (the generator's fused
+        backward: the activation's own pass, then the BatchNorm's)."""
+        key = ("backward", activation)
+        if key not in self._built:
+            full = self._full
+            self._built[key] = PointwiseBroadcast(
+                self.ctx, [full, full], [full], backward_code(activation, "x0", "x1", "y0"),
+                name="bn_activation_backward_" + activation)
+        return self._built[key]
 
     def backward_launches(self, x, dy, mean, var, sums, gamma=None, dx=None, beta=0.0,
                           dgamma=None, dbeta=None, batch_stats=True, sums_wanted=False,
-                          activation="identity", bn_beta=None):
+                          activation="identity", bn_beta=None, y=None):
         """Gradients of BN with statistics ``mean``/``var`` (the batch's when
         ``batch_stats``, else fixed). ``sums`` = two (C,) tensors that receive sum(dy) and
         sum(dy*xhat), which are dbeta and dgamma (``sums_wanted``: computed even without
@@ -267,9 +304,11 @@ class BatchNormOps:
             dbeta  = sum dy,   dgamma = sum dy xhat
             dx     = gamma istd / M * (M dy - sum dy - xhat sum(dy xhat))
         With fixed statistics only the first term remains: dx = gamma istd dy.
-        With ``activation`` (``fuses``), ``dy`` is the activation's: the kernels first
-        take it through the activation's gradient at z = gamma xhat + beta (``bn_beta``:
-        the layer's beta, needed then when affine).
+        With ``activation`` (``fuses``), ``dy`` is the activation's: the channel kernels
+        first take it through the activation's gradient at z = gamma xhat + beta
+        (``bn_beta``: the layer's beta, needed then when affine); the generator takes it
+        there in place from the activation's output ``y`` first (reading x again for z
+        inside its two passes made them 1.5-2x slower on CPUs).
         """
         self._check_activation(activation)
         fused = activation != "identity"
@@ -281,6 +320,12 @@ class BatchNormOps:
         s_dy, s_dyx = sums
         out = []
         channels = self.kernels == "channels"
+        if fused and not channels:
+            if y is None:
+                raise ValueError("BatchNormOps: the generator's fused activation gradient "
+                                 "needs the activation's output y")
+            out += self._activation_backward(activation).launches([dy, y], [dy])
+            fused, activation = False, "identity"
         if dx is not None or dgamma is not None or dbeta is not None or sums_wanted:
             if channels:
                 # the finish adds the sums into dbeta and dgamma itself

@@ -133,4 +133,4 @@ class BatchNorm(Layer):
             x[0].view(self.view_shape), dy[0].view(self.view_shape), mean, var, self._scratch(ws),
             gamma=params[2] if self.affine else None, dx=dxv, beta=float(accumulate[0]),
             dgamma=dgamma, dbeta=dbeta, batch_stats=self.batch_stats, activation=activation,
-            bn_beta=params[3] if self.affine else None)
+            bn_beta=params[3] if self.affine else None, y=y[0].view(self.view_shape))
