@@ -785,6 +785,31 @@ def test_direct_backward_filter(ctx, rng, geom, parts, dtype):
     assert_close(tdw.numpy(), 0.5 * dw0 + dw, rtol=1e-4, atol=1e-4, what="direct dw")
 
 
+@pytest.mark.parametrize("block", [(16, 3), (32, 2), (16, 4)])
+def test_direct_backward_filter_channel_blocks(ctx, rng, block):
+    """Several input channels a work-item (their last block short of the layer's: its
+    channels past C read the last one and store nothing), on any vector width."""
+    from dlprim.core import tuning
+    from dlprim.core.conv_direct import BackwardFilter, filter_channels
+    assert filter_channels(3, 64, 16, 64) == 2 and filter_channels(1, 64, 16, 64) == 4
+    assert filter_channels(3, 64, 16, 1) == 1 and filter_channels(7, 16, 16, 3) == 1
+    assert filter_channels(3, 16, 8, 64) == 1
+    vw = tuning.cpu_vector_width(ctx.facts)
+    if block[0] % vw:
+        pytest.skip("channel blocks of %d-float vectors" % vw)
+    geom, batch = ConvGeometry(5, 19, (9, 11), (3, 3), pad=(1, 1, 1, 1)), 2
+    x, dy = (rng.standard_normal(s) for s in (geom.in_shape(batch), geom.out_shape(batch)))
+    op = BackwardFilter(ctx, geom, batch=batch, block=block)
+    assert (op.ocb, op.cb) == block
+    tdw = Tensor(ctx, geom.weight_shape)
+    tx, tdy = (Tensor.from_numpy(ctx, a.astype(np.float32)) for a in (x, dy))
+    for launch in op.launches(tx, tdy, tdw, Tensor(ctx, (op.workspace_bytes(batch),), "uint8"),
+                              0.0):
+        launch(ctx.queue)
+    _, dw = conv_backward_ref(x, np.zeros(geom.weight_shape), dy, (1, 1), geom.pad, (1, 1), 1)
+    assert_close(tdw.numpy(), dw, rtol=1e-4, atol=1e-4, what="dw in channel blocks")
+
+
 def test_direct_filter_parts_fill_the_cores():
     """One part where the layer's work-items already give each core 8, else more parts,
     never more than the images."""

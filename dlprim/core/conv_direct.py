@@ -23,7 +23,8 @@ from .conv_geometry import scalar
 from .copy import TransposeCopy
 from . import tuning, tuning_launch
 
-__all__ = ["Forward", "BackwardData", "BackwardFilter", "register_block", "filter_block"]
+__all__ = ["Forward", "BackwardData", "BackwardFilter", "register_block", "filter_block",
+           "filter_channels"]
 
 # A work-item's register block: output channels (a multiple of 8: one float8 each per
 # pixel) by pixels of a row, about 8 float8 accumulators. More pixels would share input
@@ -131,6 +132,27 @@ def filter_block(out_c, kw, vw=8):
     return n * vw
 
 
+# Input channels per work-item of the filter gradient (CB), each load of dy shared between
+# them: on CPUs of 16-float vectors (32 vector registers) as many of 1, 2, 4 as keep
+# CB x KW x vectors accumulators within FILTER_SHARED_ACCUMULATORS, for kernels up to 3
+# wide. Same EPYC and runtime, batch 4, ms, CB 1 -> the rule's: 3x3 64 -> 64 at 56x56
+# 5.00 -> 4.41; 128 -> 128 at 28 5.44 -> 4.41; 256 at 14 4.66 -> 4.32; 512 at 7 5.72 ->
+# 6.00; 64 -> 128 at stride 2 2.82 -> 2.31; 1x1 64 -> 256 at 56 14.6 -> 9.1, 256 -> 64
+# 5.39 -> 2.38, 512 -> 128 at 28 5.91 -> 2.84. The 7x7 stem (3 channels) ran 1.5-2x
+# slower with CB 2 (spilled accumulators); 8-float vectors (16 registers) keep CB 1
+# (not measured).
+FILTER_SHARED_ACCUMULATORS = 24
+
+
+def filter_channels(kw, ocb, vw, in_c):
+    """Input channels per work-item of the filter gradient (see FILTER_SHARED_ACCUMULATORS)."""
+    cb = 1
+    if vw == 16 and kw <= 3:
+        while 2 * cb <= min(4, in_c) and 2 * cb * kw * (ocb // vw) <= FILTER_SHARED_ACCUMULATORS:
+            cb *= 2
+    return cb
+
+
 class BackwardFilter:
     """dw = beta * dw + the batch sum of dy x at each tap: dy laid out pixel-major in
     the workspace (a ``TransposeCopy``, or ``conv_direct_dy_rows`` where channels are
@@ -138,23 +160,28 @@ class BackwardFilter:
     row) and part of the batch; the parts' partial sums (where the layer alone gives the
     cores too few work-items) are added by ``conv_direct_filter_sum``."""
 
-    def __init__(self, ctx, geom, splits=None, batch=16, dtype="float32"):
+    def __init__(self, ctx, geom, splits=None, batch=16, dtype="float32", block=None):
+        """``block``: (output channels, input channels) per work-item, else
+        ``filter_block`` and ``filter_channels``."""
         self.ctx, self.geom, self.forced_parts = ctx, geom, splits
         self.dtype = np.dtype(dtype)
         g = geom
         vw = tuning.cpu_vector_width(ctx.facts)
-        self.ocb = filter_block(g.out_c, g.kw, vw)
+        if block is None:
+            ocb = filter_block(g.out_c, g.kw, vw)
+            block = ocb, filter_channels(g.kw, ocb, vw, g.in_c)
+        self.ocb, self.cb = block
         self.blocks = ceil_div(g.out_c, self.ocb)
         self.padded_c = self.blocks * self.ocb
         self.program = program.get(ctx, "conv_direct", FILTER=True, BIAS=False,
                                    ACTIVATION="identity", ACT_T=cl_type(dtype),
                                    KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw,
-                                   DH=g.dh, DW=g.dw, OCB=self.ocb, PX=0, VW=vw)
+                                   DH=g.dh, DW=g.dw, OCB=self.ocb, PX=0, VW=vw, CB=self.cb)
 
     def parts(self, batch):
         """How many parts the batch is cut into: enough work-items for every core
         (``tuning_launch.direct_filter_parts``), or the forced ``splits``."""
-        items = self.blocks * self.geom.in_c * self.geom.kh
+        items = self.blocks * ceil_div(self.geom.in_c, self.cb) * self.geom.kh
         if self.forced_parts:
             return max(1, min(batch, self.forced_parts))
         return tuning_launch.direct_filter_parts(self.ctx.facts, items, batch)
@@ -196,7 +223,8 @@ class BackwardFilter:
                                       self.blocks)]
         args += [x, rows, partial, scalar(beta), np.int32(parts)]
         out.append(program.Launch(self.program, "conv_direct_filter",
-                                  (parts * self.blocks * g.in_c * g.kh,), (1,), args,
+                                  (parts * self.blocks * ceil_div(g.in_c, self.cb) * g.kh,), (1,),
+                                  args,
                                   flops=g.flops(batch)))
         if parts > 1:
             out.append(program.Launch(self.program, "conv_direct_filter_sum", (n,), None,

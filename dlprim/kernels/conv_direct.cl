@@ -131,8 +131,11 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
 # Backward-filter: dw[oc][c][kh][kw] = beta * dw + the sum over images and output pixels
 # of dy[oc] x[c] at the tap. dy is first laid out pixel-major (conv_direct_dy_rows), so
 # that a pixel's OCB channels are OCB / VW vector loads; a work-item takes the KW taps of
-# one (channel block, input channel, kh) for a chunk of the batch: per output pixel
-# OCB / VW loads of dy, KW broadcast values of x, KW * OCB / VW vector FMAs.
+# one (channel block, CB input channels, kh) for a chunk of the batch: per output pixel
+# OCB / VW loads of dy, CB KW broadcast values of x, CB KW OCB / VW vector FMAs. CB > 1
+# shares each load of dy between CB channels: the work-items of a layer stream dy from
+# the caches CB times less often.
+CB = context.get("CB", 1)
 %>
 // dy (img, OC, P pixels) -> rows (img, P, OCP channels, zero past OC): work-item (oc, img)
 __kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const ${T} *dy,
@@ -152,37 +155,44 @@ __kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const ${T} *d
     % for v in range(NV):
                     d[${v}] = vload${VW}(${v}, drow + (ulong)ox * OCP);
     % endfor
+    % for j in range(CB):
     % for kw in range(KW):
                     {
         % if checked:
                         const int ix = ox * ${SW} - PL + ${kw * DW};
-                        const float${VW} xv = (float${VW})(ix >= 0 && ix < W ? LD_${T}(xrow, ix) : 0.0f);
+                        const float${VW} xv = (float${VW})(ix >= 0 && ix < W ? LD_${T}(xrow[${j}], ix) : 0.0f);
         % else:
-                        const float${VW} xv = (float${VW})(LD_${T}(xrow, ox * ${SW} - PL + ${kw * DW}));
+                        const float${VW} xv = (float${VW})(LD_${T}(xrow[${j}], ox * ${SW} - PL + ${kw * DW}));
         % endif
         % for v in range(NV):
-                        acc[${kw}][${v}] = fma(d[${v}], xv, acc[${kw}][${v}]);
+                        acc[${j}][${kw}][${v}] = fma(d[${v}], xv, acc[${j}][${kw}][${v}]);
         % endfor
                     }
     % endfor
+    % endfor
                 }
 </%def>
-// work-item ((part * ocblocks + ocb) * C + c) * KH + kh over images [part * chunk, ..):
-// with one part it writes dw (beta * dw + sum), else its partial sums into out[part]
+// work-item ((part * ocblocks + ocb) * cblocks + cb) * KH + kh over images [part * chunk,
+// ..), cblocks = ceil(C / CB), channels c0 = cb CB .. c0 + CB - 1 (those past C read
+// channel C - 1 and store nothing): with one part it writes dw (beta * dw + sum), else
+// its partial sums into out[part]
 __kernel void conv_direct_filter(int C, int H, int W, int OC, int OH, int OW, int PT, int PL,
                                  int OCP, int batch, int chunk, int ocblocks,
                                  __global const ${T} *x, ulong x_offset,
                                  __global const float *rows, ulong rows_offset,
                                  __global float *out, ulong out_offset, float beta, int parts)
 {
-    const int item = get_global_id(0);
-    const int kh = item % ${KH}, c = (item / ${KH}) % C;
-    const int ocb = (item / (${KH} * C)) % ocblocks, part = item / (${KH} * C * ocblocks);
-    float${VW} acc[${KW}][${NV}];
+    const int item = get_global_id(0), cblocks = (C + ${CB - 1}) / ${CB};
+    const int kh = item % ${KH}, c0 = (item / ${KH}) % cblocks * ${CB};
+    const int ocb = (item / (${KH} * cblocks)) % ocblocks;
+    const int part = item / (${KH} * cblocks * ocblocks);
+    float${VW} acc[${CB}][${KW}][${NV}];
+% for j in range(CB):
 % for kw in range(KW):
     % for v in range(NV):
-    acc[${kw}][${v}] = 0.0f;
+    acc[${j}][${kw}][${v}] = 0.0f;
     % endfor
+% endfor
 % endfor
     // the output pixels whose KW taps all land inside the row: no checks there
     const int ox_a = min(OW, (PL + ${SW - 1}) / ${SW});
@@ -194,7 +204,10 @@ __kernel void conv_direct_filter(int C, int H, int W, int OC, int OH, int OW, in
             const int iy = oy * ${SH} - PT + kh * ${DH};
             if (iy < 0 || iy >= H)
                 continue;
-            __global const ${T} *xrow = x + x_offset + (((ulong)img * C + c) * H + iy) * W;
+            __global const ${T} *xrow[${CB}];
+% for j in range(CB):
+            xrow[${j}] = x + x_offset + (((ulong)img * C + min(c0 + ${j}, C - 1)) * H + iy) * W;
+% endfor
             __global const float *drow = rows + rows_offset + ((ulong)img * OH + oy) * OW * OCP
                                          + ocb * ${OCB};
             for (int ox = 0; ox < ox_a; ox++)
@@ -205,11 +218,13 @@ ${filter_taps(False)}
 ${filter_taps(True)}
         }
     }
+% for j in range(CB):
 % for kw in range(KW):
     % for v in range(NV):
-    {
+    if (c0 + ${j} < C) {
+        const int c = c0 + ${j};
         float r[${VW}];
-        vstore${VW}(acc[${kw}][${v}], 0, r);
+        vstore${VW}(acc[${j}][${kw}][${v}], 0, r);
         for (int lane = 0; lane < ${VW}; lane++) {
             const int oc = ocb * ${OCB} + ${v * VW} + lane;
             if (oc >= OC)
@@ -222,6 +237,7 @@ ${filter_taps(True)}
         }
     }
     % endfor
+% endfor
 % endfor
 }
 
