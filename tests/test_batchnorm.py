@@ -363,3 +363,45 @@ def test_onnx_batchnorm_of_a_sequence_imports(ctx):
     x = rng.standard_normal((2, 5, 9)).astype(np.float32)
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert_close(dox.load(data, ctx)(x=x)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("affine, activation", [(True, "identity"), (False, "relu6"),
+                                                 (True, "sigmoid")])
+def test_cpu_row_kernels_give_the_generators_bits(ctx, affine, activation):
+    """batchnorm_rows_apply.cl (float32 on CPUs but PoCL) computes in the generator's
+    order: the same bits, rows cut mid-vector included; the statistics' rows agree to
+    float32's rounding."""
+    from dlprim.core.batchnorm import BatchNormOps
+    shape = (3, 5, 37)
+    ops = BatchNormOps(ctx, shape, 1e-5, affine)
+    if ops._rows is None:
+        pytest.skip("the row kernels serve float32 on CPUs other than PoCL")
+    rng = np.random.default_rng(3)
+    x = Tensor.from_numpy(ctx, (rng.standard_normal(shape) * 3 + 2).astype(np.float32))
+    c = shape[1]
+    stats = [Tensor(ctx, (c,)) for _ in range(3)]
+    params = [Tensor.from_numpy(ctx, rng.uniform(0.5, 1.5, c).astype(np.float32)) for _ in range(4)]
+    outs = {}
+    for rows in (True, False):
+        prg = ops._rows
+        ops._rows = prg if rows else None
+        mean, var, scratch = (Tensor(ctx, (c,)) for _ in range(3))
+        for launch in ops.stats_launches(x, mean, var, params[2], params[3], 0.1, scratch):
+            launch(ctx.queue)
+        outs[rows] = mean.numpy(), var.numpy()
+        ops._rows = prg
+    for got, want, what in zip(outs[True], outs[False], ("mean", "var")):
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, err_msg=what)
+    # apply alone over the same statistics: the same bits
+    mean, var = (Tensor.from_numpy(ctx, a) for a in outs[False][:2])
+    ys = []
+    for rows in (True, False):
+        prg = ops._rows
+        ops._rows = prg if rows else None
+        y = Tensor(ctx, shape)
+        for launch in ops.apply_launches(x, y, mean, var, *((params[0], params[1]) if affine
+                                                           else (None, None)), activation):
+            launch(ctx.queue)
+        ys.append(y.numpy())
+        ops._rows = prg
+    np.testing.assert_array_equal(ys[0], ys[1])

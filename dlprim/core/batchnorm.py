@@ -2,14 +2,15 @@
 
 On CPUs every step is the pointwise-broadcast-reduce generator:
 - ``stats``: per-channel count, mean and sum of squared deviations in one reduction pass
-  (partial results merged with Chan's formula, M = N*S values per channel; for float32,
-  ``kernels/batchnorm_rows.cl`` instead: each (image, channel) row in two passes while it
-  is in cache, then the rows merged), then a C-sized pass: biased variance for
-  normalising, and the running statistics updated as PyTorch does,
+  (partial results merged with Chan's formula, M = N*S values per channel; for float32
+  outside PoCL, ``kernels/batchnorm_rows.cl`` instead: each (image, channel) row in two
+  passes while it is in cache, then the rows merged), then a C-sized pass: biased
+  variance for normalising, and the running statistics updated as PyTorch does,
   ``running = (1 - momentum) running + momentum * batch`` with the *unbiased* variance.
 - ``apply``: ``y = (x - mean) / sqrt(var + eps) * gamma + beta``, with
   ``1 / sqrt(var + eps)`` found per channel first (for dx too), so that no pass over x
-  computes a square root per element.
+  computes a square root per element (float32 outside PoCL: by rows,
+  ``kernels/batchnorm_rows_apply.cl``, the same bits).
 - ``backward``: per-channel sums of dy and dy*xhat, then dgamma/dbeta and dx.
 
 On GPUs (``kernels="channels"``) each step runs ``kernels/batchnorm.cl`` instead: the
@@ -137,13 +138,15 @@ class BatchNormOps:
             # finish adds them itself)
             self._param_grad = PointwiseBroadcast(ctx, [vec], [vec], "y0 = x0;",
                                                   name="bn_param_grad")
-        # float32 statistics on CPUs: a row's two passes in cache (batchnorm_rows.cl), 7x
-        # the generator's pass on Intel's runtime; pip's PoCL ran both at about 8 GB/s
-        # and keeps the generator
+        # float32 statistics and apply on CPUs: a row's passes in cache (batchnorm_rows.cl,
+        # batchnorm_rows_apply.cl), 7x and 2.4-8x the generator's passes on Intel's
+        # runtime; pip's PoCL ran the statistics both ways at about 8 GB/s and keeps the
+        # generator
         self._rows = self._rows_buffer = None
         if (self.kernels == "pointwise" and ctx.facts.is_cpu and ctx.facts.vendor_id != "pocl"
                 and np.dtype(dtype) == F and n * c * s):
-            self._rows = program.get(ctx, "batchnorm_rows", VW=tuning.cpu_vector_width(ctx.facts))
+            self._vw = tuning.cpu_vector_width(ctx.facts)
+            self._rows = program.get(ctx, "batchnorm_rows", VW=self._vw)
         self._built = {}  # the generator's launchers built on first use, by role
 
     def _row_moments(self, x, count, mean, m2):
@@ -226,13 +229,20 @@ class BatchNormOps:
             prg, vec = self._program(x, y, activation=activation)
             return self._pointwise(prg, vec, "bn_apply", [x, y, mean, var]
                                    + ([gamma, beta] if self.affine else []) + [np.float32(self.eps)])
-        c = self.shape[1]
+        n, c, s = self.shape
         istd = self._istd_tensor()
+        out = self._istd.launches([var], [istd], [self.eps])
+        if self._rows is not None:  # float32 on CPUs: row by row (batchnorm_rows_apply.cl)
+            act = "x" if activation == "identity" else ACTIVATIONS[activation].forward
+            prg = program.get(self.ctx, "batchnorm_rows_apply", VW=self._vw,
+                              AFFINE=int(self.affine), ACT=act)
+            return out + [Launch(prg, "bn_row_apply", (c, n), None,
+                                 [np.uint32(c), np.uint32(s), x, mean, istd]
+                                 + ([gamma, beta] if self.affine else []) + [y])]
         xs = [x, mean.view((1, c, 1)), istd.view((1, c, 1))]
         if self.affine:
             xs += [gamma.view((1, c, 1)), beta.view((1, c, 1))]
-        return self._istd.launches([var], [istd], [self.eps]) + \
-            self._apply_op(activation).launches(xs, [y])
+        return out + self._apply_op(activation).launches(xs, [y])
 
     def _z_code(self, mean, istd, gamma, beta):
         """Statements setting ``xhat`` and ``z``, the BatchNorm's output, from x0 and the
