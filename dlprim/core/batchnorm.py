@@ -11,7 +11,8 @@ On CPUs every step is the pointwise-broadcast-reduce generator:
   ``1 / sqrt(var + eps)`` found per channel first (for dx too), so that no pass over x
   computes a square root per element (float32 outside PoCL: by rows,
   ``kernels/batchnorm_rows_apply.cl``, the same bits).
-- ``backward``: per-channel sums of dy and dy*xhat, then dgamma/dbeta and dx.
+- ``backward``: per-channel sums of dy and dy*xhat, then dgamma/dbeta and dx (float32
+  outside PoCL: by rows, ``kernels/batchnorm_rows_backward.cl``).
 
 On GPUs (``kernels="channels"``) each step runs ``kernels/batchnorm.cl`` instead: the
 reductions per (channel, part of the batch) then a per-channel finish that also updates
@@ -22,8 +23,9 @@ The channel kernels can also run the activation that alone reads the output
 (``BN_ACTIVATIONS``, ``activation=``): ``apply`` writes act(y), and ``backward`` takes the
 activation's dy, its gradient found from y recomputed from x, so neither pass has a launch
 of the activation's own (``net/fusion.py``, ``train_folds``). The generator runs it too,
-except in float64: ``apply`` writes act(y), and ``backward`` first takes dy through the
-activation's gradient in place, from the activation's output.
+except in float64: ``apply`` writes act(y), and ``backward`` takes dy through the
+activation's gradient from the activation's output (the row kernels inline, the
+generator in place first).
 
 Shapes are fixed when built (a new batch size builds new launchers, same programs).
 """
@@ -289,6 +291,39 @@ class BatchNormOps:
                                                           [acc], name="bn_backward_data")
         return self._built[batch_stats]
 
+    def _row_backward(self, x, dy, y, mean, var, sums, gamma, dx, beta, dgamma, dbeta,
+                      batch_stats, sums_wanted, activation):
+        """backward_launches through batchnorm_rows_backward.cl: the sums by rows, then
+        merged, and dx; a folded activation's gradient taken inline from its output y."""
+        if activation != "identity" and y is None:
+            raise ValueError("BatchNormOps: the row kernels' fused activation gradient needs "
+                             "the activation's output y")
+        n, c, s = self.shape
+        dz = "dy" if activation == "identity" else ACTIVATIONS[activation].backward
+        prg = program.get(self.ctx, "batchnorm_rows_backward", VW=self._vw,
+                          AFFINE=int(self.affine), ACT=int(activation != "identity"), DZ=dz,
+                          BATCH=int(batch_stats))
+        istd = self._istd_tensor()
+        head = [np.uint32(c), np.uint32(s), x, dy] + ([y] if activation != "identity" else []) \
+            + [mean, istd]
+        out = self._istd.launches([var], [istd], [self.eps])
+        s_dy, s_dyx = sums
+        if dx is not None or dgamma is not None or dbeta is not None or sums_wanted:
+            if self._rows_buffer is None:
+                self._rows_buffer = Tensor(self.ctx, (2 * n * c,))
+            rows = self._rows_buffer
+            out += [Launch(prg, "bn_row_grad_sums", (c, n), None, head + [rows]),
+                    Launch(prg, "bn_row_grad_sums_merge", (c,), None,
+                           [np.uint32(n), np.uint32(c), rows, s_dy, s_dyx])]
+            for grad, sm in ((dgamma, s_dyx), (dbeta, s_dy)):
+                if grad is not None:
+                    out += self._param_grad.launches([sm], [grad], beta=1.0)
+        if dx is not None:
+            out.append(Launch(prg, "bn_row_dx", (c, n), None,
+                              head + [s_dy, s_dyx] + ([gamma] if self.affine else [])
+                              + [dx, np.float32(1.0 / self.M), np.float32(beta)]))
+        return out
+
     def _activation_backward(self, activation):
         """dy = act'(y) dy in place, y the activation's output (the generator's fused
         backward: the activation's own pass, then the BatchNorm's)."""
@@ -330,6 +365,9 @@ class BatchNormOps:
         s_dy, s_dyx = sums
         out = []
         channels = self.kernels == "channels"
+        if self._rows is not None:  # float32 on CPUs: row by row
+            return self._row_backward(x, dy, y if fused else None, mean, var, sums, gamma, dx,
+                                      beta, dgamma, dbeta, batch_stats, sums_wanted, activation)
         if fused and not channels:
             if y is None:
                 raise ValueError("BatchNormOps: the generator's fused activation gradient "
