@@ -41,12 +41,13 @@ tile) needs widths that are multiples of 4 and blocks that fit local memory; it 
 choice on other GPUs and for float32. ``attention.cl`` (one row per work item) takes any
 width and is the choice on CPUs for what "gemm" does not take, where a work-group's items
 run as vector lanes of one core and the row form beat the tiles (docs/benchmarks.md).
-"gemm" stores the scores: S = scale Q K^T and O = P V (and the backward's five products) on ``Gemm``, the
-softmax, the dropout factors and the gradient row by row (``attention_gemm.cl``), in a
-float32 scratch of two (B, L, S) arrays (``workspace_bytes``); it is the choice on CPUs
-in float32 while one such array stays within ``GEMM_SCORES_MAX_BYTES``: there the
-products run at GEMM speed, 4x the row kernel's at GPT-sized heads. In the "nlhd" and
-"packed" layouts it runs a product per head.
+"gemm" stores the scores: S = scale Q K^T and O = P V (and the backward's five products)
+on ``Gemm``, the softmax, the dropout factors and the gradient row by row
+(``attention_gemm.cl``), in a float32 scratch of two (B, L, S) arrays
+(``workspace_bytes``); it is the choice on CPUs in float32 while one such array stays
+within ``GEMM_SCORES_MAX_BYTES``: there the products run at GEMM speed, 4x the row
+kernel's at GPT-sized heads. In the "nlhd" and "packed" layouts it runs a product per
+head.
 
 With ``dropout`` p > 0 each attention weight is dropped with probability p and the rest
 scaled by 1 / (1 - p); the mask is a function of (seed, offset) and the weight's place

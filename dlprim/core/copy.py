@@ -224,7 +224,8 @@ class TransposeCopy(StridedCopy):
                 # blocks of the CPU's vector width in floats; 8-byte elements half as many
                 # (PoCL 3 builds no kernel from ulong8 loads under CL1.2). PoCL also
                 # drops a kernel hinted with 16-wide vectors, and gains nothing from it.
-                self._block = tuning.cpu_vector_width(ctx.facts) // (2 if self.dtype.itemsize == 8 else 1)
+                wide = self.dtype.itemsize == 8
+                self._block = tuning.cpu_vector_width(ctx.facts) // (2 if wide else 1)
                 self._blocks = program.get(ctx, "transpose_blocks", BLOCK=self._block,
                                            WORD=_WORDS[self.dtype.itemsize],
                                            HINT=ctx.facts.vendor_id != "pocl")

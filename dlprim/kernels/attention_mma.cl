@@ -352,8 +352,10 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
 
 <%
 def kv(stage, x):  # fetches of the key and value blocks at row x into a stage
-    return (capture(fetch, "ks + %s * %d" % (stage, BK * SLD), LDD, "k", x, "lk", BK, D, "IN_ROW(%d)" % D, stage_at(BK))
-            + capture(fetch, "vs + %s * %d" % (stage, BK * SLV), LDV, "v", x, "lk", BK, DV, "IN_ROW(%d)" % DV, stage_at(BK)))
+    return (capture(fetch, "ks + %s * %d" % (stage, BK * SLD), LDD, "k", x, "lk", BK, D,
+                    "IN_ROW(%d)" % D, stage_at(BK))
+            + capture(fetch, "vs + %s * %d" % (stage, BK * SLV), LDV, "v", x, "lk", BK, DV,
+                      "IN_ROW(%d)" % DV, stage_at(BK)))
 %>
 
 % if PASS == "forward":
@@ -521,8 +523,10 @@ void attention_mma_dq(BACKWARD_ARGS, __global ${ACT_T} *dq, ulong dq_offset MASK
 % if PASS == "dkdv":
 <%
 def qg(stage, x):
-    return (capture(fetch, "qs + %s * %d" % (stage, BQ * SLD), LDD, "q", x, "lq", BQ, D, "IN_ROW(%d)" % D, stage_at(BQ))
-            + capture(fetch, "gs + %s * %d" % (stage, BQ * SLV), LDV, "dout", x, "lq", BQ, DV, "OUT_ROW(%d)" % DV, stage_at(BQ)))
+    return (capture(fetch, "qs + %s * %d" % (stage, BQ * SLD), LDD, "q", x, "lq", BQ, D,
+                    "IN_ROW(%d)" % D, stage_at(BQ))
+            + capture(fetch, "gs + %s * %d" % (stage, BQ * SLV), LDV, "dout", x, "lq", BQ, DV,
+                      "OUT_ROW(%d)" % DV, stage_at(BQ)))
 STATS = """
         for (uint e = t; e < %d; e += %d) {  // the current block's statistics
             const bool live = i0 + e < lq;
