@@ -18,8 +18,8 @@ launch of its own. With g = dy * act'(y):
 import numpy as np
 
 from ..core.activation import EPILOGUES, FUSABLE, backward_code
-from ..core.copy import BufferCopy
-from ..tensor import Tensor, ws_view
+from ..core.copy import BufferCopy, fill_launches
+from ..tensor import ws_view
 from ..core.gemm import Gemm
 from ..core.quantize import Q4_GROUP, Dequantize, Q4Gemv, quantize_q4, quantize_rows
 from ..dtypes import as_dtype, bfloat16, dtype_name, to_bfloat16
@@ -112,7 +112,7 @@ class InnerProduct(Layer):
             self.act_bwd = PointwiseBroadcast(self.ctx, [y_spec, y_spec], [y_spec],
                                               backward_code(self.activation, "x0", "x1", "y0"),
                                               name="ip_act_backward")
-        self.bias_bwd = self._ones = None
+        self.bias_bwd = None
         if self.bias and self.ctx.facts.is_cpu and dt == np.float32:
             # the bias gradient, g's column sums, as ones(1, N) @ g on CPUs: the GEMM's few-rows
             # kernel reads g at 30-80 GB/s, the generator's column reduction at 2-8 (2-core EPYC)
@@ -124,11 +124,16 @@ class InnerProduct(Layer):
         # the workspace: g = dy * act'(y) (training), then any GEMM's split-K partial sums
         self.act_bytes = round_up(dt.itemsize * n * outputs, 16) \
             if self.act_bwd is not None and self.mode == "train" else 0  # 16: float4 GEMM reads
+        ones = self.mode == "train" and isinstance(self.bias_bwd, Gemm)
         gemms = [op for op in [self._fwd] if op is not None] + \
-            (list(self._backward_ops()) if self.mode == "train" else [])
-        # (a widened int8 or 4-bit W sits after the GEMMs' own workspace)
+            (list(self._backward_ops()) if self.mode == "train" else []) + \
+            ([self.bias_bwd] if ones else [])
+        # (a widened int8 or 4-bit W sits after the GEMMs' own workspace, then the bias
+        # gradient's row of ones)
         self.widen_at = self.act_bytes + 4 * max([op.workspace_elements for op in gemms] + [0])
         ws = self.widen_at + (4 * outputs * inputs if self.widen else 0)
+        self.ones_at = round_up(ws, 16)
+        ws = self.ones_at + 4 * n if ones else ws
         scales = [ParamSpec((outputs,), trainable=False)] if self.int8 else \
             [ParamSpec((outputs, -(-inputs // Q4_GROUP)), trainable=False)] if self.q4 else []
         params = [ParamSpec(stored, self.weight_dtype, trainable=not typed)] + \
@@ -213,10 +218,11 @@ class InnerProduct(Layer):
             out += filter_op.launches(g, x[0].reshape(self.n, self.inputs), dparams[0], beta=1.0,
                                       workspace=filter_op.workspace_in(ws, self.act_bytes))
         if want_db and isinstance(self.bias_bwd, Gemm):
-            if self._ones is None:
-                self._ones = Tensor.from_numpy(self.ctx, np.ones((1, self.n), np.float32))
-            out += self.bias_bwd.launches(self._ones, g, dparams[1].reshape(1, self.outputs),
-                                          beta=1.0)
+            ones = ws_view(ws, self.ones_at, self.n).reshape(1, self.n)
+            out += fill_launches(self.ctx, ones, 1.0)
+            out += self.bias_bwd.launches(ones, g, dparams[1].reshape(1, self.outputs),
+                                          beta=1.0,
+                                          workspace=self.bias_bwd.workspace_in(ws, self.act_bytes))
         elif want_db:
             out += self.bias_bwd.launches([g], [dparams[1].reshape(1, self.outputs)],
                                           alpha=1.0, beta=1.0)
