@@ -94,21 +94,19 @@ ${row_start()}
     const float s1 = sdy[sdy_offset + c], s2 = sdyx[sdyx_offset + c];
     __global float *pdx = dx + dx_offset + row;
 <%
-def grad(T):
-    if BATCH:
-        return "g * r * (dz - inv_m * (s1 + ((X - m) * r) * s2))"
-    return "g * r * dz"
+# dx's gradient term, X standing for the value of x
+GRAD = "g * r * (dz - inv_m * (s1 + ((X - m) * r) * s2))" if BATCH else "g * r * dz"
 %>
     for (uint i = 0; i < full; i += ${VW}) {
 ${dz_at("float%d" % VW, lambda p: "vload%d(0, %s + i)" % (VW, p))}
-        float${VW} v = ${grad("v").replace("X", "vload%d(0, px + i)" % VW)};
+        float${VW} v = ${GRAD.replace("X", "vload%d(0, px + i)" % VW)};
         if (beta != 0.0f)
             v += beta * vload${VW}(0, pdx + i);
         vstore${VW}(v, 0, pdx + i);
     }
     for (uint i = full; i < S; i++) {
 ${dz_at("float", lambda p: "%s[i]" % p)}
-        float v = ${grad("s").replace("X", "px[i]")};
+        float v = ${GRAD.replace("X", "px[i]")};
         if (beta != 0.0f)
             v += beta * pdx[i];
         pdx[i] = v;
