@@ -126,10 +126,6 @@ class BatchNormOps:
             # several layers of a shape (the ocl device memoizes them by shape).
             self._istd = PointwiseBroadcast(ctx, [vec], [vec], "y0 = rsqrt(x0 + w0);", [acc],
                                             name="bn_istd")
-            affine_code = " * x3 + x4" if self.affine else ""
-            self._apply = PointwiseBroadcast(
-                ctx, [full, ch, ch] + [ch, ch] * self.affine, [full],
-                "y0 = (x0 - x1) * x2%s;" % affine_code, name="bn_apply")
             # sum dy, sum dy * xhat over each channel
             self._grad_sums = PointwiseBroadcastReduce(
                 ctx, [full, full, ch, ch], [ch, ch],
@@ -246,25 +242,18 @@ class BatchNormOps:
             xs += [gamma.view((1, c, 1)), beta.view((1, c, 1))]
         return out + self._apply_op(activation).launches(xs, [y])
 
-    def _z_code(self, mean, istd, gamma, beta):
-        """Statements setting ``xhat`` and ``z``, the BatchNorm's output, from x0 and the
-        inputs named, in the unfused apply's order (the same bits)."""
-        affine = " * %s + %s" % (gamma, beta) if self.affine else ""
-        return "float xhat = (x0 - %s) * %s; float z = xhat%s;" % (mean, istd, affine)
-
     def _apply_op(self, activation):
-        """The generator's apply, then ``activation`` on the float z (as the channel
-        kernels do)."""
-        if activation == "identity":
-            return self._apply
+        """The generator's apply, y = act((x - mean) istd [gamma + beta]): the activation
+        on the value before it is stored (as the channel kernels do)."""
         key = ("apply", activation)
         if key not in self._built:
             full, ch = self._full, self._ch
-            code = "{ %s %s }" % (self._z_code("x1", "x2", "x3", "x4"),
-                                  forward_code(activation, "z", "y0"))
+            z = "(x0 - x1) * x2" + (" * x3 + x4" if self.affine else "")
+            code = ("y0 = %s;" % z if activation == "identity"
+                    else forward_code(activation, z, "y0"))
             xs = [full, ch, ch] + [ch, ch] * self.affine
-            self._built[key] = PointwiseBroadcast(self.ctx, xs, [full], code,
-                                                  name="bn_apply_" + activation)
+            name = "bn_apply" + ("" if activation == "identity" else "_" + activation)
+            self._built[key] = PointwiseBroadcast(self.ctx, xs, [full], code, name=name)
         return self._built[key]
 
     def _istd_tensor(self):
