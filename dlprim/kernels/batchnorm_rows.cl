@@ -1,3 +1,4 @@
+<%namespace name="vectors" file="lanes_sum.h"/>
 <%
 # BatchNorm's statistics on CPUs, float32: per-channel count, mean and M2 (the sum of
 # squared deviations) of x seen as (N, C, S), as core/batchnorm.py's generator pass gives
@@ -7,12 +8,8 @@
 # mean, VW values a vector (the most accurate order there is); a second kernel merges a
 # channel's N rows with Chan et al.'s formula, a division per row. vec_type_hint: the
 # vectors are the work-item's own (Intel's CPU runtime; PoCL keeps the generator).
-LANES = "0123456789abcdef"
 %>
-inline float row_total(float${VW} v)
-{
-    return ${" + ".join("v.s%s" % LANES[i] for i in range(VW))};
-}
+${vectors.lanes_sum(VW)}
 
 // rows[2 (n C + c)]: the row's mean, then its M2; work-item (c, n)
 __kernel __attribute__((vec_type_hint(float${VW})))
@@ -26,7 +23,7 @@ void bn_row_moments(uint C, uint S, __global const float *x, ulong x_offset,
     float${VW} acc = 0.0f;
     for (uint i = 0; i < full; i += ${VW})
         acc += vload${VW}(0, p + i);
-    float sum = row_total(acc);
+    float sum = lanes_sum(acc);
     for (uint i = full; i < S; i++)
         sum += p[i];
     const float mean = sum / S;
@@ -35,7 +32,7 @@ void bn_row_moments(uint C, uint S, __global const float *x, ulong x_offset,
         const float${VW} d = vload${VW}(0, p + i) - mean;
         acc += d * d;
     }
-    float m2 = row_total(acc);
+    float m2 = lanes_sum(acc);
     for (uint i = full; i < S; i++)
         m2 += (p[i] - mean) * (p[i] - mean);
     rows[rows_offset + 2 * row] = mean;

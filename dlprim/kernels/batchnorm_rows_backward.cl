@@ -1,3 +1,4 @@
+<%namespace name="vectors" file="lanes_sum.h"/>
 <%
 # BatchNorm's backward on CPUs (float32, not PoCL; core/batchnorm.py) row by row, as
 # batchnorm_rows.cl's statistics: each work-item (c, n) one (image, channel) row of S
@@ -5,12 +6,8 @@
 # activation was folded into it, so dy is the activation's and dz = DZ (an expression
 # of dy and y, the activation's output) is taken inline, in both kernels, in place of
 # the activation's own pass. BATCH: batch statistics (dx has the sums' terms).
-LANES = "0123456789abcdef"
 %>
-inline float row_total(float${VW} v)
-{
-    return ${" + ".join("v.s%s" % LANES[i] for i in range(VW))};
-}
+${vectors.lanes_sum(VW)}
 
 ## the row's pointers and the channel's constants, at the kernel's start
 <%def name="row_start()">
@@ -52,7 +49,7 @@ ${dz_at("float%d" % VW, lambda p: "vload%d(0, %s + i)" % (VW, p))}
         a += dz;
         b += dz * (vload${VW}(0, px + i) - m) * r;
     }
-    float sa = row_total(a), sb = row_total(b);
+    float sa = lanes_sum(a), sb = lanes_sum(b);
     for (uint i = full; i < S; i++) {
 ${dz_at("float", lambda p: "%s[i]" % p)}
         sa += dz;

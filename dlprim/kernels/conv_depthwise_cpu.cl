@@ -1,4 +1,5 @@
 <%include file="common.h"/>
+<%namespace name="vectors" file="lanes_sum.h"/>
 ## Depthwise convolution for CPU drivers (core/conv_depthwise.py picks it where the
 ## device is a CPU): the three directions of conv_depthwise.cl, shaped for PoCL, which
 ## runs a work-item as one thread's loop: a pixel per work-item with index divisions and
@@ -231,16 +232,7 @@ __kernel void depthwise_backward_data(int in_c, int out_c, int in_h, int in_w, i
     }
 }
 
-// the lanes of a vector accumulator summed pairwise, halves first
-inline float lanes_sum(float${VEC} h${VEC})
-{
-<% n = VEC %>\
-% while n > 2:
-    const float${n // 2} h${n // 2} = h${n}.lo + h${n}.hi;
-<% n //= 2 %>\
-% endwhile
-    return h2.s0 + h2.s1;
-}
+${vectors.lanes_sum(VEC)}
 
 // dw[k,r,s] = beta*dw + sum_(b,oh,ow) dy[b,k,oh,ow] * x[b, k/KG, oh*SH-PH+r*DH, ow*SW-PW+s*DW]
 // work-item i: channels [(i / splits) * per_item, +per_item), rows [(i % splits) * chunk,
