@@ -243,7 +243,11 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
 ## its last query; in the caller's body kc and vc are the current stage's blocks and s
 ## the scores' products Q K^T (qf: the warp's query fragments); blocks as walk's
 <%def name="key_walk(blocks, done=True)">
-    ${key_end()}
+% if CAUSAL:
+    const uint jend = min(lk, i0 + ${BQ});  // key j > query i is out
+% else:
+    const uint jend = lk;
+% endif
     <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${blocks}" published="${PUBLISHED}">
         __local ushort *kc = ks + cur * ${BK * SLD}, *vc = vs + cur * ${BK * SLV};
         ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
@@ -252,15 +256,6 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
         % endif
         ${caller.body()}
     </%self:walk>
-</%def>
-
-## jend: where the query block's walk over the keys ends
-<%def name="key_end()">
-% if CAUSAL:
-    const uint jend = min(lk, i0 + ${BQ});  // key j > query i is out
-% else:
-    const uint jend = lk;
-% endif
 </%def>
 
 ## the work-group's own block (fetched by ``fetches``) waited for and published
@@ -320,9 +315,10 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
 #define SCRATCH
 % endif
 
-## what every kernel starts with: the two operands' local stages (``a``, ``b``: rows of
-## D + 8 and DV + 8, ``rows`` each), the work-item's place in its warp, the batch row and
-## the operands' rows of it (``dout``: the backward's output gradient too)
+## what every kernel starts with: the two operands' local stages (``a``, ``b``: two stages
+## of ``other`` rows, the work-group's ``own`` rows staged there first; rows of D + 8 and
+## DV + 8, or the warpgroup form's layout), the work-item's place in its warp, the batch
+## row and the operands' rows of it (``dout``: the backward's output gradient too)
 <%def name="prologue(a, b, own, other, dout=False)">
 % if WGMMA:
 <% a_values = -(-max(2 * other * D, own * LDD) // 512) * 512 %>
@@ -334,11 +330,6 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
     __local uint4 ${a}4[${rows * LDD // 8}], ${b}4[${rows * LDV // 8}];
     __local ushort *${a} = (__local ushort *)${a}4, *${b} = (__local ushort *)${b}4;
 % endif
-    ${operands(dout)}
-</%def>
-
-## the work-item's place in its warp, the batch row and the operands' rows of it
-<%def name="operands(dout=False)">
     SCRATCH
     const int t = get_local_id(0), lane = t % 32, warp = t / 32, g = lane >> 2, tq = lane & 3;
     const uint bh = get_group_id(1);
@@ -349,6 +340,7 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
     dout += dout_offset + OUT_AT(bh, lq, ${DV});
 % endif
 </%def>
+
 
 <%
 def kv(stage, x):  # fetches of the key and value blocks at row x into a stage
