@@ -63,11 +63,12 @@ def _pattern_block(ctx, pattern):
     """A Tensor of FILL_BLOCK bytes of ``pattern`` repeated, which ``ctx`` keeps (written
     once from the host: no driver fill at all on this path)."""
     blocks = ctx.__dict__.setdefault("_fill_blocks", {})
-    # keyed by 8 bytes of the pattern repeated: one block of zeros serves every width
-    repeated = np.resize(np.frombuffer(pattern.tobytes(), np.uint8), FILL_BLOCK)
-    key = repeated[:8].tobytes()
+    # keyed by the pattern repeated to 8 bytes (or its own size, where wider): one block
+    # of zeros serves every width, and a 16-byte pattern is told apart by all of it
+    raw = np.frombuffer(pattern.tobytes(), np.uint8)
+    key = (np.resize(raw, max(8, raw.size)).tobytes(), FILL_BLOCK)
     if key not in blocks:
-        blocks[key] = Tensor.from_numpy(ctx, repeated)
+        blocks[key] = Tensor.from_numpy(ctx, np.resize(raw, FILL_BLOCK))
     return blocks[key]
 
 

@@ -103,3 +103,15 @@ def test_fills_in_pieces_cover_exactly_their_range(ctx, monkeypatch, start, coun
     Fill(view, 5)(ctx.queue)
     expected[start:start + count] = 5
     assert np.array_equal(whole.numpy(), expected)
+
+
+def test_pattern_blocks_tell_wide_patterns_apart(ctx):
+    """The copies' pattern block (fills past FILL_DRIVER_END) is kept per pattern: one
+    block of zeros for every width, and 16-byte patterns that share their first 8 bytes
+    each get their own."""
+    from dlprim import tensor as tensor_module
+    block = tensor_module._pattern_block
+    first, second = (block(ctx, np.array([v], np.complex128)) for v in (1 + 2j, 1 + 3j))
+    assert first is not second
+    assert np.frombuffer(second.numpy().tobytes()[:16], np.complex128)[0] == 1 + 3j
+    assert block(ctx, np.zeros(1, np.float32)) is block(ctx, np.zeros(1, np.float64))
