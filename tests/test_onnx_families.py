@@ -124,6 +124,14 @@ class _Attend(torch.nn.Module):
         if self.kind == "float_mask":
             mask = torch.linspace(-2, 0, k.shape[2]).reshape(1, 1, 1, -1)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+        if self.kind in ("min_float_causal", "near_causal"):
+            # HuggingFace's eager mask: finfo.min above the diagonal, one per sequence; a
+            # mask of -1e4 there is not the causal one (a large score outweighs it)
+            low = torch.finfo(q.dtype).min if self.kind == "min_float_causal" else -1e4
+            above = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).triu(1)
+            mask = torch.zeros(q.shape[2], k.shape[2]).masked_fill(above, low)
+            mask = mask.expand(q.shape[0], 1, -1, -1)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if self.kind == "bool_mask":
             keep = torch.arange(k.shape[2]).reshape(1, 1, 1, -1) < 5
             return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
@@ -137,7 +145,8 @@ class _Attend(torch.nn.Module):
 
 @pytest.mark.parametrize("opset", [17, 18])
 @pytest.mark.parametrize("kind,fused", [("plain", True), ("causal", True), ("float_mask", True),
-                                        ("bool_mask", True), ("weights_out", False),
+                                        ("bool_mask", True), ("min_float_causal", True),
+                                        ("near_causal", True), ("weights_out", False),
                                         ("rows", False)])
 def test_attention_patterns_fold_into_fused_attention(ctx, opset, kind, fused):
     rng = np.random.default_rng(11)
@@ -151,8 +160,10 @@ def test_attention_patterns_fold_into_fused_attention(ctx, opset, kind, fused):
     cfg, _ = dox.to_netconfig(data)
     fused_ops = [op for op in cfg.operators if op["type"] == "ScaledDotProductAttention"]
     assert len(fused_ops) == (1 if fused else 0)
-    if kind == "causal":
+    if kind in ("causal", "min_float_causal"):
         assert fused_ops[0]["options"]["causal"] and len(fused_ops[0]["inputs"]) == 3
+    if kind == "near_causal":
+        assert not fused_ops[0]["options"]["causal"] and len(fused_ops[0]["inputs"]) == 4
     feeds = {n: a.numpy() for n, a in zip(names, args)}
     refs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     got = dox.load(data, ctx)(**feeds)

@@ -176,6 +176,11 @@ def test_attention_dropout_is_the_fused_attentions(name):
     fused = [op.options.get("dropout") for op in ops if op.type == "ScaledDotProductAttention"]
     assert fused == [p] * 2, [op.type for op in ops]
     assert not any(op.type in ("Softmax", "Dropout") for op in ops), [op.type for op in ops]
+    # GPT-2's eager mask (finfo.min above the diagonal, per sequence) is the causal
+    # option, read by no kernel; BERT's padding mask is the layer's mask input
+    attention = [op for op in ops if op.type == "ScaledDotProductAttention"]
+    assert [(op.options["causal"], len(op.inputs)) for op in attention] == \
+        [(True, 3) if name == "gpt2" else (False, 4)] * 2
     model.eval(), ref.eval()
     with torch.no_grad():
         same_outputs(compiled(**on_ocl), ref(**kwargs))

@@ -362,12 +362,20 @@ def _attention_scale(b, node):
 
 
 def _causal(mask, lq, lk):
-    """Whether constant ``mask`` is the causal one: -inf above the diagonal, 0 elsewhere,
-    the same for every batch and head."""
-    if mask.size != lq * lk:
+    """Whether constant ``mask`` is the causal one, the same for every batch and head: 0 on
+    and below the diagonal and, above it, -inf or a value at most half the dtype's lowest
+    (HuggingFace's eager masks add ``finfo.min``), whose weight is then exactly 0 as the
+    causal kernels' is: exp(score + mask - row max) underflows for any score below
+    half the dtype's largest."""
+    mask = np.asarray(mask)
+    if mask.dtype.kind != "f" or mask.ndim < 2 or mask.shape[-2:] != (lq, lk):
         return False
+    slices = mask.reshape(-1, lq, lk)
     above = np.triu(np.ones((lq, lk), bool), 1)
-    return bool(np.array_equal(mask.reshape(lq, lk), np.where(above, -np.inf, 0.0)))
+    if np.any(slices[:, ~above] != 0):
+        return False
+    masked = slices[:, above]
+    return bool(np.all((masked == -np.inf) | (masked <= np.finfo(mask.dtype).min / 2)))
 
 
 def _reshaped(shape, target):
