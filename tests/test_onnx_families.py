@@ -172,6 +172,46 @@ def test_attention_patterns_fold_into_fused_attention(ctx, opset, kind, fused):
         check_close(y, ref)
 
 
+class _HeadSplit(torch.nn.Module):
+    """Self-attention over the heads of Linears, written as HuggingFace's modules write it:
+    view (N, L, H, D), transpose(1, 2), q k^T (k transposed once more, ``two_transposes``)
+    plus a padding mask, softmax, times v, then transpose(1, 2) back and merge the heads
+    (``back`` False: the (N, H, L, D) result is returned as it is)."""
+
+    def __init__(self, two_transposes, back=True):
+        super().__init__()
+        torch.manual_seed(3)
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(12, 12) for _ in range(3))
+        self.two_transposes, self.back = two_transposes, back
+
+    def forward(self, x):
+        n, length, _ = x.shape
+        q, k, v = (f(x).view(n, length, 3, 4).transpose(1, 2) for f in self.qkv)
+        kt = k.transpose(-1, -2) if self.two_transposes else \
+            self.qkv[1](x).view(n, length, 3, 4).permute(0, 2, 3, 1)
+        mask = torch.zeros(n, 1, 1, length)
+        mask[1, ..., -2:] = torch.finfo(torch.float32).min  # the second sequence is padded
+        y = torch.softmax(q @ kt / 2 + mask, dim=-1) @ v
+        return y.transpose(1, 2).reshape(n, length, 12) if self.back else y
+
+
+@pytest.mark.parametrize("two_transposes,back", [(False, True), (True, True), (False, False)])
+def test_head_split_attention_reads_the_heads_in_place(ctx, two_transposes, back):
+    """The head transposes around the folded attention become its "nlhd" layout (no
+    Transpose layers) where the result is transposed back; otherwise they stay."""
+    x = torch.from_numpy(np.random.default_rng(13).standard_normal((2, 7, 12), dtype=np.float32))
+    data = export(_HeadSplit(two_transposes, back).eval(), 17, x)
+    cfg, _ = dox.to_netconfig(data)
+    fused = [op for op in cfg.operators if op["type"] == "ScaledDotProductAttention"]
+    transposes = [op for op in cfg.operators if op["type"] == "Transpose"]
+    assert len(fused) == 1 and len(fused[0]["inputs"]) == 4
+    assert fused[0]["options"].get("layout", "nhld") == ("nlhd" if back else "nhld")
+    assert (len(transposes) == 0) == back, [op["type"] for op in cfg.operators]
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(
+        None, {"data": x.numpy()})[0]
+    check_close(list(dox.load(data, ctx)(data=x.numpy()).values())[0], ref)
+
+
 class _MaskedFill(torch.nn.Module):
     """masked_fill with a constant mask and torch.where between two data tensors: ONNX
     Where with a constant boolean condition, as PyTorch exports them."""

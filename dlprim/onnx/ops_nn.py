@@ -438,9 +438,14 @@ def attention(b, node):
     the pattern's nodes as they were."""
     q, k, v, mask = node.inputs[:4]
     sq, sv = b.shape(q), b.shape(v)
-    sk, kperm = _key_layout(b, node)
+    in_place = node.attrs.get("layout") == "nlhd"  # (N, L, H, D): rewrite._heads_in_place
+    if in_place:
+        sq, sk, sv = (_heads_swapped(b.shape(t)) for t in (q, k, v))
+        kperm = None
+    else:
+        sk, kperm = _key_layout(b, node)
     scale = _attention_scale(b, node)
-    fits = (sk is not None and scale is not None and scale > 0 and len(sq) == len(sv) == 4
+    fits = (sk is not None and scale is not None and scale > 0 and len(sq) == len(sv) == len(sk) == 4
             and _last_axis_softmax(b, node) and sk[:2] == sq[:2]
             and sv[:2] == sq[:2] and sk[3] == sq[3] and sv[2] == sk[2]
             and not any(b.is_const(t) for t in (k, v)))
@@ -471,9 +476,17 @@ def attention(b, node):
         key = b.add("Reshape", [key], tuple(sk), output=b.fresh(k + "/keys"),
                     name=node.name + "/keys", options={"dims": [-1] + list(sk[1:])})
     inputs = [b.value(q), key, b.value(v)] + ([b.value(mask)] if mask and not causal else [])
-    b.add("ScaledDotProductAttention", inputs, tuple(sq[:3]) + (sv[3],), node,
+    out = tuple(sq[:3]) + (sv[3],)
+    b.add("ScaledDotProductAttention", inputs, _heads_swapped(out) if in_place else out, node,
           options=dict({"scale": scale, "causal": causal},
-                       **({"dropout": dropout} if dropout else {})))
+                       **({"dropout": dropout} if dropout else {}),
+                       **({"layout": "nlhd"} if in_place else {})))
+
+
+def _heads_swapped(shape):
+    """(N, L, H, D) <-> (N, H, L, D); a shape of another rank as it is (the checks refuse it)."""
+    shape = tuple(shape)
+    return (shape[0], shape[2], shape[1], shape[3]) if len(shape) == 4 else shape
 
 
 def _probability_dropout(b, node, q, v):

@@ -16,6 +16,11 @@
                                                        scale, the Casts and the dropout
                                                        ratio, else converts the nodes as
                                                        they were)
+    and, around it, q, k and v each a Transpose(0, 2, 1, 3) of (N, L, H, D) and the
+    result read only by one back                     -> the same, reading and writing
+                                                       (N, L, H, D) ("nlhd"): the head
+                                                       split of a transformer's Linears
+                                                       with no transposes
     LSTM/GRU -> Y (L, D, N, H) -> Transpose(0, 2, 1, 3) -> Reshape(0, 0, -1), or
     -> Squeeze(axis 1)                               -> the node writing (L, N, D * H)
                                                        itself (attribute ``SEQUENCE``),
@@ -294,19 +299,61 @@ def _attention(g, node):
     if product is None or len(product.inputs) != 2 or not g.only_reader(scores, reader):
         return False
     nodes.append(product)
-    q, _ = _unscaled(g, product.inputs[0], product, nodes, factors)
+    q, q_reader = _unscaled(g, product.inputs[0], product, nodes, factors)
     kt, reader = _unscaled(g, product.inputs[1], product, nodes, factors)
     found = _key_transposed(g, kt, reader)
     if found is None or g.static(q):
         return False
     k, transposing, how = found
     nodes += transposing
+    v, outputs = node.inputs[1], node.outputs
+    heads = _heads_in_place(g, q, q_reader, k, transposing, how, v, node)
+    if heads is not None:  # (N, L, H, D) read and written in place: no head transposes
+        (q, k, v), outputs, head_nodes = heads
+        nodes += head_nodes
+        how = {"perm": None, "layout": "nlhd"}
     ordered = [n for n in g.nodes if n in nodes]
-    inputs = [q, k, node.inputs[1], mask] + [f for _, f in factors]
-    g.replace(ordered, Node(ATTENTION, node.name, inputs, node.outputs,
+    inputs = [q, k, v, mask] + [f for _, f in factors]
+    g.replace(ordered, Node(ATTENTION, node.name, inputs, outputs,
                             dict(how, factors=[kind for kind, _ in factors], nodes=ordered,
                                  softmax_axis=softmax.attr("axis"), between=between)))
     return True
+
+
+HEADS = [0, 2, 1, 3]  # (N, L, H, D) <-> (N, H, L, D): the head split's transpose and back
+
+
+def _head_transpose(g, name, reader):
+    """The Transpose(HEADS) writing ``name``, read only by ``reader``, else None."""
+    t = g.made_by(name, "Transpose")
+    ok = t is not None and list(t.attr("perm") or []) == HEADS and g.only_reader(name, reader)
+    return t if ok else None
+
+
+def _heads_in_place(g, q, q_reader, k, k_nodes, how, v, product):
+    """((q, k, v) as (N, L, H, D), the output (N, L, H, DV), the transposes they replace)
+    where q and v are Transpose(HEADS) of rank-4 tensors, k^T the same tensor's
+    Transpose(0, 2, 3, 1) (or its Transpose(HEADS) then (0, 1, 3, 2)), and the output is
+    read only by a Transpose(HEADS) back, as the head split of a transformer's Linears
+    is exported: the fused layer's "nlhd" layout reads and writes them in place; else
+    None."""
+    tq, tv = _head_transpose(g, q, q_reader), _head_transpose(g, v, product)
+    readers = g.readers.get(product.outputs[0], [])
+    out = readers[0] if len(readers) == 1 else None
+    if tq is None or tv is None or out is None or out.op_type != "Transpose" or \
+            list(out.attr("perm") or []) != HEADS or product.outputs[0] in g.outputs:
+        return None
+    perm = list(how.get("perm") or [])
+    if perm == [0, 2, 3, 1]:
+        tk, source = [], k
+    elif perm == [0, 1, 3, 2]:
+        inner = _head_transpose(g, k, k_nodes[0])
+        if inner is None:
+            return None
+        tk, source = [inner], inner.inputs[0]
+    else:
+        return None
+    return (tq.inputs[0], source, tv.inputs[0]), [out.outputs[0]], [tq, tv, out] + tk
 
 
 # what may stand between the Softmax and the MatMul by v: PyTorch's exporter writes
