@@ -69,6 +69,33 @@ def test_inner_product(ctx, shape, outputs, bias, act, accumulate):
     assert layer.flags.backward_reads_outputs == (act != "identity")
 
 
+@pytest.mark.parametrize("shape, outputs, bias, act, accumulate", CASES[1:6])
+def test_weights_held_inputs_first(ctx, shape, outputs, bias, act, accumulate):
+    """weight_layout inputs_outputs: W stored [inputs, outputs] (x W, as GPT-2's Conv1D),
+    the same results as the default layout holding W^T; dW comes out [inputs, outputs]."""
+    rng = np.random.default_rng(outputs * 5 + len(shape))
+    layer = create(ctx, "InnerProduct", "fc", dict(outputs=outputs, bias=bias, activation=act,
+                                                   weight_layout="inputs_outputs"))
+    x = rng.standard_normal(shape).astype(np.float32)
+    inputs = int(np.prod(shape[1:]))
+    w = (rng.standard_normal((inputs, outputs)) / np.sqrt(inputs)).astype(np.float32)
+    b = rng.standard_normal(outputs).astype(np.float32) if bias else None
+    dy = rng.standard_normal((shape[0], outputs)).astype(np.float32)
+    res = run_layer(ctx, layer, [x], params=[w] + ([b] if bias else []), dy=[dy],
+                    accumulate=accumulate)
+    x64, w64 = x.astype(np.float64), w.T.astype(np.float64)
+    b64 = None if b is None else b.astype(np.float64)
+    y = ip_ref(x64, w64, b64, act)
+    dx, dw, db = ip_backward_ref(x64, w64, b64, y, dy.astype(np.float64), act)
+    assert_close(res.y[0], y, what="y")
+    assert_close(res.dx[0], dx, rtol=2e-4, atol=2e-4, what="dx")
+    assert res.dparams[0].shape == (inputs, outputs)
+    assert_close(res.dparams[0], dw.T, rtol=2e-4, atol=3e-4, what="dW")
+    if bias:
+        assert_close(res.dparams[1], db, rtol=2e-4, atol=3e-4, what="db")
+    assert layer.config()["weight_layout"] == "inputs_outputs"
+
+
 def test_init_and_config(ctx):
     layer = create(ctx, "InnerProduct", "fc", dict(outputs=7))
     x = np.random.default_rng(3).standard_normal((2, 50)).astype(np.float32)
@@ -87,6 +114,8 @@ def test_init_and_config(ctx):
     (dict(outputs=0), (2, 3), "outputs"),
     (dict(outputs=4, activation="swish"), (2, 3), "activation"),
     (dict(outputs=4), (5,), "input"),
+    (dict(outputs=4, weight_layout="transposed"), (2, 3), "weight_layout"),
+    (dict(outputs=4, weight_layout="inputs_outputs", weights="int8"), (2, 3), "float32 weights"),
 ])
 def test_option_errors(ctx, options, shape, message):
     with pytest.raises(LayerError, match=r"InnerProduct 'fc': .*%s" % message):

@@ -384,8 +384,10 @@ class _ByTransposed(torch.nn.Module):
         return torch.relu(x @ self.w + self.b) @ self.w2
 
 
-def test_weights_held_transposed_keep_one_gradient_tensor_that_accumulates():
-    """A weight the Net holds transposed gets its gradient in one tensor of its own that
+def test_weights_multiplied_as_stored_keep_one_gradient_tensor_that_accumulates():
+    """x @ w with w a parameter [inputs, outputs]: the InnerProduct holds w as it is stored
+    (weight_layout inputs_outputs), so the Net reads the parameter's memory and writes its
+    gradient in place, no transposed copies either way. The gradient is one tensor that
     the next backward writes again (an optimizer's launches stay prepared over it), adds
     to when .grad was not reset, and keeps what was done to .grad in between."""
     cpu, ocl = _ByTransposed(), _ByTransposed().to("ocl")
@@ -398,6 +400,11 @@ def test_weights_held_transposed_keep_one_gradient_tensor_that_accumulates():
         compiled(x.to("ocl")).square().sum().backward()
         if step == 0:
             first = ocl.w.grad
+            runners = [r for rs in compiled._runners.values() for r in rs if r is not None]
+            assert {how for r in runners for _, how in r.sources.values()} == {"same"}
+            layouts = [op.options.get("weight_layout") for r in runners
+                       for op in r.net.graph.ops if op.type == "InnerProduct"]
+            assert layouts == ["inputs_outputs"] * 2
         for a, b in ((cpu.w, ocl.w), (cpu.w2, ocl.w2), (cpu.b, ocl.b)):
             close(b.grad, a.grad)
     assert ocl.w.grad is first  # the same tensor every step

@@ -1,7 +1,9 @@
 """InnerProduct: a fully connected layer, y = act(x W^T + b), bias and activation fused.
 
 x of any rank is flattened from axis 1 to (N, inputs); W is [outputs, inputs] (PyTorch's
-Linear). Option ``weights`` stores W for inference in float16, bfloat16, int8 (then with
+Linear), or with option ``weight_layout`` "inputs_outputs" [inputs, outputs] (y = x W + b: a
+weight that x multiplies as it is stored, such as GPT-2's Conv1D, held without a transposed
+copy; float32 weights only). Option ``weights`` stores W for inference in float16, bfloat16, int8 (then with
 a third parameter, one float32 scale per output: W = q * scale) or "q4" (4-bit values
 packed two to a byte, (outputs, ceil(inputs / 2)) uint8, and a scale per group of 32
 along each row, (outputs, ceil(inputs / 32)); ``core/quantize.py``): memory and traffic
@@ -12,7 +14,7 @@ was (the planner's in-place write when the output takes the residual's name, els
 first), the GEMM accumulating onto it (beta 1): a transformer's residual add without a
 launch of its own. With g = dy * act'(y):
   dx = g W          (N x outputs @ outputs x inputs)
-  dW += g^T x       (outputs x N @ N x inputs)
+  dW += g^T x       (outputs x N @ N x inputs; x^T g for the inputs_outputs layout)
   db += sum over n of g
 """
 import numpy as np
@@ -35,7 +37,8 @@ __all__ = ["InnerProduct"]
 class InnerProduct(Layer):
     """y[n, o] = act(b[o] + sum_i W[o, i] x[n, i])."""
     OPTIONS = {"outputs": None, "inputs": -1, "bias": True, "activation": "identity",
-               "weights": "float32"}
+               "weights": "float32", "weight_layout": "outputs_inputs"}
+    LAYOUTS = ("outputs_inputs", "inputs_outputs")
     WEIGHTS = {"float32": np.float32, "float16": np.float16, "bfloat16": bfloat16,
                "int8": np.int8, "q4": np.uint8}
     BACKWARD_READS_INPUTS = True
@@ -64,6 +67,14 @@ class InnerProduct(Layer):
         self.weight_dtype = as_dtype(self.WEIGHTS[o["weights"]])
         self.int8 = self.weight_dtype == np.int8
         self.q4 = o["weights"] == "q4"
+        if o["weight_layout"] not in self.LAYOUTS:
+            self.fail("option 'weight_layout' must be one of %s, got %r"
+                      % (", ".join(self.LAYOUTS), o["weight_layout"]))
+        # W stored [inputs, outputs]: op(B) of the forward GEMM is W itself
+        self.inputs_first = o["weight_layout"] == "inputs_outputs"
+        if self.inputs_first and o["weights"] != "float32":
+            self.fail("option 'weight_layout' inputs_outputs takes float32 weights, got "
+                      "weights %r" % o["weights"])
 
     def build(self, in_specs):
         spec = self.single_input(in_specs[:1] if len(in_specs) == 2 else in_specs,
@@ -73,7 +84,8 @@ class InnerProduct(Layer):
             self.fail("input has %d features (shape %s flattened from axis 1), option 'inputs' "
                       "is %d" % (inputs, spec.shape, self.options["inputs"]))
         outputs = self.options["outputs"]
-        stored = (outputs, -(-inputs // 2)) if self.q4 else (outputs, inputs)  # W as kept
+        stored = (outputs, -(-inputs // 2)) if self.q4 else \
+            (inputs, outputs) if self.inputs_first else (outputs, inputs)  # W as kept
         if self.param_specs is not None and stored != self.param_specs[0].shape:
             self.fail("input has %d features (shape %s flattened from axis 1), the layer was "
                       "set up for %d" % (inputs, spec.shape, self.inputs))
@@ -98,7 +110,7 @@ class InnerProduct(Layer):
         self._fwd = None
         if self.q4_gemv is None:
             w_dt = np.float32 if self.widen else self.weight_dtype
-            self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=True,
+            self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=not self.inputs_first,
                              bias="col" if self.bias else None, activation=self.activation,
                              precision=self.precision, dtypes=(dt, w_dt, dt),
                              b_scale=self.int8 and not self.widen)
@@ -143,6 +155,14 @@ class InnerProduct(Layer):
                                    inplace=self.residual)
         return Setup([TensorSpec((n, outputs), dt)], params, ws, flags=flags)
 
+    def config(self):
+        """The options; ``weight_layout`` only where it is not the default, so a net
+        written before it, or for DLPrimitives, reads the same."""
+        cfg = super().config()
+        if cfg.get("weight_layout") == "outputs_inputs":
+            del cfg["weight_layout"]
+        return cfg
+
     def _residual(self, in_specs):
         """Whether a second input, the residual added to the product, is given, checked:
         inference only, no activation, the output's shape and type."""
@@ -165,7 +185,8 @@ class InnerProduct(Layer):
         # int8 and 4-bit weights are those values quantized
         bound = 1.0 / np.sqrt(self.inputs)
         w = rng.uniform(-bound, bound, (self.outputs, self.inputs)).astype(np.float32)
-        values = list(quantize_rows(w) if self.int8 else quantize_q4(w) if self.q4 else [w])
+        values = list(quantize_rows(w) if self.int8 else quantize_q4(w) if self.q4 else
+                      [np.ascontiguousarray(w.T)] if self.inputs_first else [w])
         if self.bias:
             values.insert(1, rng.uniform(-bound, bound, self.outputs).astype(np.float32))
         for p, v in zip(params, values):
@@ -195,9 +216,15 @@ class InnerProduct(Layer):
         if self._bwd is None:
             n, i, o = self.n, self.inputs, self.outputs
             p, dt, f = self.precision, self.dtype, np.float32
-            self._bwd = (Gemm(self.ctx, n, i, o, precision=p, dtypes=(dt, f, dt)),  # dx = g @ W
-                         Gemm(self.ctx, o, i, n, trans_a=True, precision=p,        # dW += g^T @ x
-                              dtypes=(dt, dt, f)))
+            if self.inputs_first:  # W [inputs, outputs]: dx = g @ W^T, dW += x^T @ g
+                self._bwd = (Gemm(self.ctx, n, i, o, trans_b=True, precision=p,
+                                  dtypes=(dt, f, dt)),
+                             Gemm(self.ctx, i, o, n, trans_a=True, precision=p,
+                                  dtypes=(dt, dt, f)))
+            else:
+                self._bwd = (Gemm(self.ctx, n, i, o, precision=p, dtypes=(dt, f, dt)),  # dx = g @ W
+                             Gemm(self.ctx, o, i, n, trans_a=True, precision=p,        # dW += g^T @ x
+                                  dtypes=(dt, dt, f)))
         return self._bwd
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
@@ -215,7 +242,9 @@ class InnerProduct(Layer):
             out += data_op.launches(g, params[0], dx[0].reshape(self.n, self.inputs),
                                     beta=float(accumulate[0]), workspace=data_op.workspace_in(ws, self.act_bytes))
         if want_dw:
-            out += filter_op.launches(g, x[0].reshape(self.n, self.inputs), dparams[0], beta=1.0,
+            rows = x[0].reshape(self.n, self.inputs)
+            a, b = (rows, g) if self.inputs_first else (g, rows)
+            out += filter_op.launches(a, b, dparams[0], beta=1.0,
                                       workspace=filter_op.workspace_in(ws, self.act_bytes))
         if want_db and isinstance(self.bias_bwd, Gemm):
             ones = ws_view(ws, self.ones_at, self.n).reshape(1, self.n)

@@ -69,7 +69,8 @@ def inner_product(e, op, layer, ins, outs, params):
     x = ins[0]
     if len(e.shape(op.in_values[0])) != 2:
         x = e.node("Flatten", [x], name=op.name + "/flatten", axis=1)
-    _then(e, op, layer.options["activation"], ("Gemm", [x] + params), outs, transB=1)
+    _then(e, op, layer.options["activation"], ("Gemm", [x] + params), outs,
+          transB=0 if layer.inputs_first else 1)
 
 
 @exports("BatchNorm")

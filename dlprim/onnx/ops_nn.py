@@ -166,15 +166,28 @@ def _conv_transpose2d(b, node, x, weight, output=None):
                           "bias": len(params) == 2, "output_pad": out_pad})
 
 
-def _inner_product(b, node, x, w, bias, w_name, b_name, output=None, name=None):
-    """InnerProduct of 2-D ``x`` with weight w [outputs, inputs] and optional bias."""
+def _inner_product(b, node, x, w, bias, w_name, b_name, output=None, name=None,
+                   inputs_first=False):
+    """InnerProduct of 2-D ``x`` with weight w [outputs, inputs] ([inputs, outputs] with
+    ``inputs_first``) and optional bias."""
     params = [b.param(w_name, w)]
     if bias is not None:
         params.append(b.param(b_name, bias))
     n = b.shape(x)[0]
-    return b.add("InnerProduct", [b.value(x)], (n, w.shape[0]), node, params=params,
-                 output=output, name=name, options={"outputs": int(w.shape[0]), "inputs": int(w.shape[1]),
-                                         "bias": bias is not None})
+    outputs, inputs = (w.shape[1], w.shape[0]) if inputs_first else w.shape
+    options = {"outputs": int(outputs), "inputs": int(inputs), "bias": bias is not None}
+    if inputs_first:
+        options["weight_layout"] = "inputs_outputs"
+    return b.add("InnerProduct", [b.value(x)], (n, outputs), node, params=params,
+                 output=output, name=name, options=options)
+
+
+def _trained_as_stored(b, w):
+    """Whether weight ``w`` (of a MatMul, or of a Gemm without transB) is a trainable
+    parameter itself, not a copy through a Transpose: the InnerProduct then holds it
+    [inputs, outputs] as it is, so ``torch.compile``'s Net shares the parameter's memory
+    instead of copying it transposed at every call and its gradient back."""
+    return w in b.live and w in b.info.initializers
 
 
 @converts("Gemm")
@@ -195,6 +208,11 @@ def gemm(b, node):
         _data_matmul(b, node, transpose_a=ta, transpose_b=tb, alpha=alpha, addend=c, beta=beta)
         return
     weight = b.consts[w]
+    if not tb and alpha == 1.0 and _trained_as_stored(b, w):
+        if weight.shape[0] != b.shape(a)[1]:
+            raise Unsupported("B of shape %s does not match A %s" % (weight.shape, b.shape(a)))
+        _inner_product(b, node, a, weight, bias, w, c, inputs_first=True)
+        return
     m = weight if tb else weight.T
     m = m * np.float32(alpha) if alpha != 1.0 else m
     if m.shape[1] != b.shape(a)[1]:
@@ -334,15 +352,19 @@ def matmul(b, node):
         return
     # a third input is the bias of a following Add (folded by ``rewrite``)
     bias = b.const(node.inputs[2]) if node.input(2) else None
+    as_stored = _trained_as_stored(b, node.inputs[1])
+    held = weight if as_stored else weight.T
     if len(shape) == 2:
-        _inner_product(b, node, a, weight.T, bias, node.inputs[1], node.input(2))
+        _inner_product(b, node, a, held, bias, node.inputs[1], node.input(2),
+                       inputs_first=as_stored)
         return
     rows = int(np.prod(shape[:-1]))
     flat = b.add("Reshape", [b.value(a)], (rows, shape[-1]), output=b.fresh(a + "/rows"),
                  name=node.name + "/rows", options={"dims": [-1, int(shape[-1])]})
     b.alias[flat] = flat
-    y = _inner_product(b, None, flat, weight.T, bias, node.inputs[1], node.input(2),
-                       output=b.fresh(node.outputs[0] + "/rows"), name=node.name)
+    y = _inner_product(b, None, flat, held, bias, node.inputs[1], node.input(2),
+                       output=b.fresh(node.outputs[0] + "/rows"), name=node.name,
+                       inputs_first=as_stored)
     out = tuple(shape[:-1]) + (int(weight.shape[1]),)
     b.alias[y] = y
     # -1 first: the batch is deduced, so the net still reshapes to other batch sizes
@@ -451,6 +473,13 @@ def attention(b, node):
             and not any(b.is_const(t) for t in (k, v)))
     dropout = _probability_dropout(b, node, q, v) if fits else None
     fits = fits and dropout is not None
+    if fits and in_place:  # the Reshapes folded between the result and its Transpose
+        out = tuple(sq[:3]) + (sv[3],)  # back must keep (N, H, L, DV)
+        kept = node.inputs[len(node.inputs) - node.attrs.get("kept", 0):] \
+            if node.attrs.get("kept") else []
+        fits = all(b.is_const(s) and
+                   _reshaped(out, [int(d) for d in np.asarray(b.consts[s]).reshape(-1)]) == out
+                   for s in kept)
     causal = False
     if fits and mask:
         target = (sq[0], sq[1], sq[2], sk[2])

@@ -308,12 +308,13 @@ def _attention(g, node):
     nodes += transposing
     v, outputs = node.inputs[1], node.outputs
     heads = _heads_in_place(g, q, q_reader, k, transposing, how, v, node)
+    kept = []  # the shapes of Reshapes between the result and its Transpose back
     if heads is not None:  # (N, L, H, D) read and written in place: no head transposes
-        (q, k, v), outputs, head_nodes = heads
+        (q, k, v), outputs, head_nodes, kept = heads
         nodes += head_nodes
-        how = {"perm": None, "layout": "nlhd"}
+        how = {"perm": None, "layout": "nlhd", "kept": len(kept)}
     ordered = [n for n in g.nodes if n in nodes]
-    inputs = [q, k, v, mask] + [f for _, f in factors]
+    inputs = [q, k, v, mask] + [f for _, f in factors] + kept
     g.replace(ordered, Node(ATTENTION, node.name, inputs, outputs,
                             dict(how, factors=[kind for kind, _ in factors], nodes=ordered,
                                  softmax_axis=softmax.attr("axis"), between=between)))
@@ -338,10 +339,21 @@ def _heads_in_place(g, q, q_reader, k, k_nodes, how, v, product):
     is exported: the fused layer's "nlhd" layout reads and writes them in place; else
     None."""
     tq, tv = _head_transpose(g, q, q_reader), _head_transpose(g, v, product)
-    readers = g.readers.get(product.outputs[0], [])
-    out = readers[0] if len(readers) == 1 else None
-    if tq is None or tv is None or out is None or out.op_type != "Transpose" or \
-            list(out.attr("perm") or []) != HEADS or product.outputs[0] in g.outputs:
+    if tq is None or tv is None:
+        return None
+    # the result, through Reshapes to shapes known at import (PyTorch's decomposition of
+    # scaled_dot_product_attention reshapes its result to the batch axes it was given:
+    # the converter checks they keep the shape), to the Transpose back
+    between, name = [], product.outputs[0]
+    while True:
+        readers = g.readers.get(name, [])
+        out = readers[0] if len(readers) == 1 and name not in g.outputs else None
+        if out is None or out.op_type != "Reshape" or len(out.inputs) != 2 or \
+                not g.static(out.inputs[1]) or out.attr("allowzero", 0) or len(between) == 2:
+            break
+        between.append(out)
+        name = out.outputs[0]
+    if out is None or out.op_type != "Transpose" or list(out.attr("perm") or []) != HEADS:
         return None
     perm = list(how.get("perm") or [])
     if perm == [0, 2, 3, 1]:
@@ -353,7 +365,8 @@ def _heads_in_place(g, q, q_reader, k, k_nodes, how, v, product):
         tk, source = [inner], inner.inputs[0]
     else:
         return None
-    return (tq.inputs[0], source, tv.inputs[0]), [out.outputs[0]], [tq, tv, out] + tk
+    return (tq.inputs[0], source, tv.inputs[0]), [out.outputs[0]], [tq, tv, out] + tk + between, \
+        [r.inputs[1] for r in between]
 
 
 # what may stand between the Softmax and the MatMul by v: PyTorch's exporter writes
