@@ -125,9 +125,10 @@ def test_option_errors(ctx, options, shape, message):
 def test_split_gemms_use_the_layer_workspace(ctx, monkeypatch):
     # where the GEMMs split K (the wave plan on GPUs; forced here), their partial sums
     # live in the layer's planned workspace, after g = dy * act'(y)
-    from dlprim.core import tuning
+    from dlprim.core import gemm_autotune, tuning
     tile = dict(TILE_M=16, TILE_N=48, TILE_K=8, BLOCK_M=4, BLOCK_N=12, VEC=4, GROUP=8)
     monkeypatch.setattr(tuning, "wave_plan", lambda facts, M, N, K, batch, trans_b: (dict(tile), 3))
+    monkeypatch.setattr(gemm_autotune, "_on", [False])  # (DLPRIM_AUTOTUNE=1 would choose its own)
     rng = np.random.default_rng(5)
     shape, outputs = (33, 4, 8), 31
     layer = create(ctx, "InnerProduct", "fc", dict(outputs=outputs, activation="tanh"))
