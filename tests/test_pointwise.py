@@ -1,4 +1,5 @@
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -364,3 +365,42 @@ def test_cpu_layout_follows_the_driver_and_the_math(ctx, rng, monkeypatch, vendo
                                 [(y.shape, np.float32)], code)
         op([x0, x1], [y])
         np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_vector_code_is_the_statement_on_vectors_or_refused():
+    from dlprim.core.pointwise import vector_code
+    assert vector_code("{ float x = x0; y0 = x * exp(-x * w0); }", 16) == \
+        "{ float16 x = x0; y0 = x * exp(-x * w0); }"
+    assert vector_code("y0 = fmax(erf(x0), 0.0f) + tanh(x1) / 2.0f;", 8) is not None
+    for code in ("y0 = x0 > 0.0f ? exp(x0) : 0.0f;",   # select, comparison
+                 "y0 = pow(x0, 2.0f);",                 # no scalar overload
+                 "y0 = (float)exp(x0);",                # a cast
+                 "y0 = dlp_lgamma_float(x0);",          # the library's own helpers
+                 "{ int k = 2; y0 = exp(x0) * k; }",    # an integer local
+                 "y0 = exp(x0) + x1[0];"):              # an index
+        assert vector_code(code, 16) is None, code
+    assert vector_code("y0 = exp(x0);", 1) is None
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 65537])
+def test_vector_layout_on_intel_cpus(ctx, rng, monkeypatch, n):
+    """Intel's runtime, a transcendental statement over whole float32 tensors: a
+    work-item computes a float16 vector, the last piece one value at a time; beta adds
+    to y. Against float64 at lengths around the vector width."""
+    monkeypatch.setattr(ctx.facts, "vendor_id", "intel")
+    monkeypatch.setattr(ctx.facts, "is_cpu", True)
+    code = "{ float x = x0; y0 = x1 * (1.0f / (1.0f + exp(-x))) + erf(x * w0); }"
+    a, b = rng.standard_normal(n), rng.standard_normal(n)
+    x0, x1 = placed(ctx, a.astype(np.float32)), placed(ctx, b.astype(np.float32))
+    y = placed(ctx, np.ones(n, np.float32))
+    op = PointwiseBroadcast(ctx, [((n,), np.float32)] * 2, [((n,), np.float32)], code,
+                            params=[np.float32(0.5)])
+    assert op._vector > 1
+    op([x0, x1], [y], [0.5], beta=1.0)
+    erf = np.vectorize(math.erf)
+    want = 1.0 + b / (1.0 + np.exp(-a)) + erf(0.5 * a)
+    np.testing.assert_allclose(y.numpy(), want, rtol=2e-6, atol=2e-6)
+    # a broadcast input keeps the per-work-item layout
+    half = PointwiseBroadcast(ctx, [((n,), np.float32), ((1,), np.float32)],
+                              [((n,), np.float32)], "y0 = exp(x0) * x1;")
+    assert half._vector == (op._vector if n == 1 else 0)

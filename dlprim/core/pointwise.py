@@ -21,7 +21,7 @@ from ..kernels import program
 from ..dtypes import as_dtype, cl_type, compute_type
 from ..tensor import Tensor
 from ..utils import ceil_div, round_up
-from . import tuning_launch
+from . import tuning, tuning_launch
 
 __all__ = ["PointwiseBroadcast", "PointwiseBroadcastReduce", "pointwise", "pointwise_reduce",
            "broadcast_shape"]
@@ -164,6 +164,28 @@ def _build(ctx, code, family_params, code_fields):
                             err.log.strip())) from None
 
 
+_F32 = np.dtype(np.float32)
+# what a statement may use to be computed on float vectors as it reads on floats: the
+# builtins below (each takes vectors, and fmin/fmax a scalar second operand), arithmetic,
+# and locals declared float; no comparison, select, cast, index or integer operator
+VECTOR_CALLS = frozenset(("exp", "exp2", "expm1", "log", "log2", "log1p", "erf", "erfc",
+                          "tanh", "sinh", "cosh", "sin", "cos", "sqrt", "rsqrt", "fabs",
+                          "fmin", "fmax", "native_exp", "native_recip"))
+_NOT_VECTOR = re.compile(r"[?<>!%&|^~\[\]\"']|==|\(\s*(?:float|int|uint|long|double|half)\s*\)")
+_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+_TYPE = re.compile(r"\b(?:double|half|int|uint|long|ulong|short|ushort|char|uchar|bool|"
+                   r"size_t|float\d+)\b")
+
+
+def vector_code(code, width):
+    """``code`` with its float locals declared float<width>, where it computes the same
+    on vectors of x, y and scalar w (VECTOR_CALLS and arithmetic only); else None."""
+    if width < 2 or _NOT_VECTOR.search(code) or _TYPE.search(code) or \
+            any(name not in VECTOR_CALLS for name in _CALL.findall(code)):
+        return None
+    return re.sub(r"\bfloat\b(?=\s+[A-Za-z_])", "float%d" % width, code)
+
+
 class _Base:
     def _check_tensors(self, xs, ys, params):
         for what, ts, specs in (("xs", xs, self.x_specs), ("ys", ys, self.y_specs)):
@@ -222,10 +244,19 @@ class PointwiseBroadcast(_Base):
         self._wg = min(tuning_launch.POINTWISE_WG, ctx.facts.max_work_group)
         # one element per work-item, groups the driver's (tuning_launch.pointwise_cpu_items)
         self._per_item = tuning_launch.pointwise_cpu_items(ctx.facts, code)
+        # or, over whole float32 tensors, a vector of them (vector_code)
+        self._vector = 0
+        code_vector = vector_code(code, tuning.cpu_vector_width(ctx.facts)) \
+            if self._per_item and all(x_full) and all(
+                d == _F32 for _, d in list(self.x_specs) + list(self.y_specs)) else None
+        if code_vector is not None:
+            self._vector = tuning.cpu_vector_width(ctx.facts)
         self._cpu = ctx.facts.is_cpu and not self._per_item
         x_last = tuple("full" if full else {1: "1", 0: "0"}.get(st[-1], "s")
                        for full, st in zip(x_full, self._xstrides))
-        params = dict(MODE="pointwise_cpu" if self._cpu else "pointwise",
+        mode = "pointwise_vector" if self._vector else \
+            "pointwise_cpu" if self._cpu else "pointwise"
+        params = dict(MODE=mode, VW=self._vector, CODE_VECTOR=code_vector or "",
                       NAME=_kernel_name(self.name), CODE=code, X_LAST=x_last,
                       XS=tuple(_types(d) for _, d in self.x_specs),
                       YS=tuple(_types(d) for _, d in self.y_specs),
@@ -266,6 +297,8 @@ class PointwiseBroadcast(_Base):
             if self._cpu:
                 chunk = tuning_launch.pointwise_cpu_chunk(self.ctx.facts, self.size)
                 self._gsize, self._lsize, self._tail = (ceil_div(self.size, chunk),), (1,), [it(chunk)]
+            elif self._vector:
+                self._gsize, self._lsize, self._tail = (ceil_div(self.size, self._vector),), None, []
             elif self._per_item:
                 self._gsize, self._lsize, self._tail = (self.size,), None, []
             else:

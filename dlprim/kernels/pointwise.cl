@@ -175,6 +175,58 @@ ${CODE}
     }
 % endfor
 }
+% elif MODE == "pointwise_vector":
+## CPU drivers, a statement that calls a transcendental function over whole float32
+## tensors (every x the output's shape, contiguous): a work-item computes VW contiguous
+## values as one float<VW> vector (the driver's vector math library takes the whole
+## vector), the last short piece one value at a time. CODE_VECTOR is CODE with its
+## float locals declared as vectors (core/pointwise.py checks that it reads the same).
+<% _vw = context.get("VW", 0); VT = "float%d" % _vw %>
+__kernel void ${NAME}(${IT} dlp_total
+% for k in range(DIMS):
+    , ${IT} dlp_n${k}, uint dlp_n${k}_m, uint dlp_n${k}_l
+% endfor
+${xargs(range(DIMS))}${yargs()}
+% for i in range(len(YS)):
+    , float dlp_beta${i}
+% endfor
+${wargs()})
+{
+    const ${IT} dlp_i = (${IT})get_global_id(0) * ${_vw};
+    if (dlp_i + ${_vw} <= dlp_total) {
+% for i in range(len(XS)):
+        ${VT} x${i} = vload${_vw}(0, xp${i} + xp${i}_offset + dlp_i);
+% endfor
+% for i in range(len(YS)):
+        ${VT} y${i};
+% endfor
+        {
+${context.get("CODE_VECTOR", "")}
+        }
+% for i in range(len(YS)):
+        if (dlp_beta${i} != 0)
+            y${i} += dlp_beta${i} * vload${_vw}(0, yp${i} + yp${i}_offset + dlp_i);
+        vstore${_vw}(y${i}, 0, yp${i} + yp${i}_offset + dlp_i);
+% endfor
+        return;
+    }
+    for (${IT} dlp_e = dlp_i; dlp_e < dlp_total; dlp_e++) {
+% for i in range(len(XS)):
+        float x${i} = xp${i}[xp${i}_offset + dlp_e];
+% endfor
+% for i in range(len(YS)):
+        float y${i};
+% endfor
+        {
+${CODE}
+        }
+% for i in range(len(YS)):
+        if (dlp_beta${i} != 0)
+            y${i} += dlp_beta${i} * yp${i}[yp${i}_offset + dlp_e];
+        yp${i}[yp${i}_offset + dlp_e] = y${i};
+% endfor
+    }
+}
 % elif MODE == "pointwise_cpu":
 ## CPU drivers run a work-group's items as a loop in one thread and pay for every
 ## work-group: here a work-item walks a contiguous chunk of the output, a row of the
