@@ -83,14 +83,17 @@ CASES = [  # (type, options, input shape, (N, G, K, S) view)
     ("RMSNorm", {"eps": 1e-2, "normalized_dims": 2}, (2, 3, 4), (2, 1, 12, 1))]
 
 
-@pytest.mark.parametrize("kernels", ["default", "rows"])
+@pytest.mark.parametrize("kernels", ["default", "rows", "cpu_rows", "pointwise"])
 @pytest.mark.parametrize("kind,opts,shape,view", CASES)
 def test_forward_backward(ctx, rng, monkeypatch, kind, opts, shape, view, kernels):
     rows = view[1] == 1 and view[3] == 1
-    if kernels == "rows":  # kernels/normalization.cl, the GPUs' path, on any device
-        if not rows:
+    expected = normalization.default_kernels(ctx.facts, rows)
+    if kernels != "default":  # the GPUs' row kernels, the CPUs' and the generator's
+        if not rows and kernels != "pointwise":  # paths, on any device
             pytest.skip("GroupNorm's statistics are not per row")
-        monkeypatch.setattr(normalization, "default_kernels", lambda facts, rows: "rows")
+        monkeypatch.setattr(normalization, "default_kernels",
+                            lambda facts, rows, dtype=None: kernels)
+        expected = kernels
     layer = create(ctx, kind, "norm", opts)
     x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
     dy = rng.standard_normal(shape).astype(np.float32)
@@ -113,7 +116,7 @@ def test_forward_backward(ctx, rng, monkeypatch, kind, opts, shape, view, kernel
         assert_close(r.dx[0], dx, rtol=1e-3, atol=1e-4, what="dx")
         for got, want_p in zip(r.dparams, dps):
             assert_close(got.ravel(), want_p.ravel(), rtol=1e-4, atol=1e-4, what="dparam")
-    assert (layer.ops.kernels == "rows") == (kernels == "rows" or (rows and ctx.facts.is_gpu))
+    assert layer.ops.kernels == expected
     # predict mode: the same output, statistics in the workspace
     r = run_layer(ctx, create(ctx, kind, "norm", opts), [x], params=params, mode="predict")
     assert_close(r.y[0], want, rtol=1e-4, atol=1e-5, what="predict y")
@@ -138,19 +141,61 @@ def test_row_kernels_choice_and_nan(ctx):
     # the row kernels take only per-row statistics; a NaN in a row makes that row NaN
     with pytest.raises(ValueError, match="one group of contiguous values per row"):
         GroupNormOps(ctx, (2, 4, 2, 63), 1e-5, kernels="rows")
-    with pytest.raises(ValueError, match="kernels must be None, 'rows' or 'pointwise'"):
+    with pytest.raises(ValueError, match="kernels must be None, 'rows', 'cpu_rows' or 'pointwise'"):
         GroupNormOps(ctx, (2, 1, 8, 1), 1e-5, kernels="fused")
+    with pytest.raises(ValueError, match="CPU row kernels take float32 rows"):
+        GroupNormOps(ctx, (2, 4, 2, 63), 1e-5, kernels="cpu_rows")
+    with pytest.raises(ValueError, match="CPU row kernels take float32 rows"):
+        GroupNormOps(ctx, (2, 1, 8, 1), 1e-5, kernels="cpu_rows", dtype=np.float16)
     import dlprim as dp
-    ops = GroupNormOps(ctx, (3, 1, 40, 1), 1e-5, affine=False, kernels="rows")
-    x = np.ones((3, 40), np.float32)
-    x[1, 7] = np.nan
-    x[2] = np.arange(40)
-    X, Y = dp.Tensor.from_numpy(ctx, x), dp.Tensor(ctx, (3, 40))
-    mean, rstd = dp.Tensor(ctx, (3,)), dp.Tensor(ctx, (3,))
-    for launch in ops.forward_launches(X, Y, mean, rstd):
+    for kernels in ("rows", "cpu_rows"):
+        ops = GroupNormOps(ctx, (3, 1, 40, 1), 1e-5, affine=False, kernels=kernels)
+        x = np.ones((3, 40), np.float32)
+        x[1, 7] = np.nan
+        x[2] = np.arange(40)
+        X, Y = dp.Tensor.from_numpy(ctx, x), dp.Tensor(ctx, (3, 40))
+        mean, rstd = dp.Tensor(ctx, (3,)), dp.Tensor(ctx, (3,))
+        for launch in ops.forward_launches(X, Y, mean, rstd):
+            launch(ctx.queue)
+        y = Y.numpy()
+        assert np.isnan(y[1]).all() and not np.isnan(y[[0, 2]]).any()
+        want = (x[2] - x[2].mean()) / np.sqrt(x[2].var() + 1e-5)
+        np.testing.assert_allclose(y[2], want, rtol=1e-5, atol=1e-5)
+        assert np.isnan(mean.numpy()[1]) and mean.numpy()[2] == pytest.approx(19.5)
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (3, 15), (70, 17), (131, 64), (2, 300)])
+@pytest.mark.parametrize("rms", [False, True])
+def test_cpu_row_kernels_at_vector_edges(ctx, rng, n, k, rms):
+    """kernels/normalization_cpu_rows.cl against float64 at rows shorter and longer than
+    the vector width, with a tail, and parameter gradients over several chunks of rows
+    (accumulated: param_beta 1) and dx accumulated (beta 1)."""
+    import dlprim as dp
+    ops = GroupNormOps(ctx, (n, 1, k, 1), 1e-3, rms=rms, bias=not rms, kernels="cpu_rows")
+    x = (rng.standard_normal((n, k)) * 2 + 1).astype(np.float32)
+    dy = rng.standard_normal((n, k)).astype(np.float32)
+    w = rng.standard_normal(k).astype(np.float32)
+    b = rng.standard_normal(k).astype(np.float32)
+    T = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))  # noqa: E731
+    X, DY, W, B = T(x), T(dy), T(w), T(b)
+    Y, mean, rstd = dp.Tensor(ctx, (n, k)), dp.Tensor(ctx, (n,)), dp.Tensor(ctx, (n,))
+    dx0, dw0, db0 = (rng.standard_normal(s).astype(np.float32) for s in ((n, k), k, k))
+    DX, DW, DB = T(dx0), T(dw0), T(db0)
+    launches = ops.forward_launches(X, Y, mean, rstd, W, None if rms else B)
+    launches += ops.backward_launches(X, DY, mean, rstd, DX, W, DW, None if rms else DB,
+                                      beta=1.0, param_beta=1.0)
+    for launch in launches:
         launch(ctx.queue)
-    y = Y.numpy()
-    assert np.isnan(y[1]).all() and not np.isnan(y[[0, 2]]).any()
-    want = (x[2] - x[2].mean()) / np.sqrt(x[2].var() + 1e-5)
-    np.testing.assert_allclose(y[2], want, rtol=1e-5, atol=1e-5)
-    assert np.isnan(mean.numpy()[1]) and mean.numpy()[2] == pytest.approx(19.5)
+    view = (n, 1, k, 1)
+    x64 = x.astype(np.float64)
+    want = norm_ref(x64, view, 1e-3, w.astype(np.float64), None if rms else b.astype(np.float64),
+                    rms)[0]
+    assert_close(Y.numpy(), want, rtol=1e-4, atol=1e-5, what="y")
+    dx, dps = norm_grad_ref(x64, dy.astype(np.float64), view, 1e-3, w.astype(np.float64),
+                            not rms, rms)
+    assert_close(DX.numpy(), dx + dx0, rtol=1e-3, atol=1e-4, what="dx")
+    assert_close(DW.numpy(), dps[0].ravel() + dw0, rtol=1e-4, atol=1e-4, what="dweight")
+    if not rms:
+        assert_close(DB.numpy(), dps[1].ravel() + db0, rtol=1e-4, atol=1e-4, what="dbias")
+    else:
+        np.testing.assert_array_equal(DB.numpy(), db0)  # not asked for: left alone

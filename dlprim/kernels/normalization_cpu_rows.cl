@@ -1,0 +1,189 @@
+<%namespace name="vectors" file="lanes_sum.h"/>
+<%
+# LayerNorm and RMSNorm on CPUs, float32, x seen as (N, K) rows of contiguous values
+# (core/normalization.py, kernels "cpu_rows"): a work-item takes a row in passes while it
+# is in cache (its sum, the squared deviations from its mean, then the output; in the
+# backward pass the two gradient sums, then dx), VW values a vector, the last K % VW one
+# by one. The parameters' gradients are column sums: a work-item takes VW columns of a
+# chunk of rows, a second kernel adds the chunks. RMS: no mean (written 0). AFFINE: times
+# weight[k]; BIAS: plus bias[k]. vec_type_hint: the vectors are the work-item's own.
+%>
+${vectors.lanes_sum(VW)}
+
+// y = (x - mean) rstd [* weight + bias] of row n, its mean and rstd kept: work-item n
+__kernel __attribute__((vec_type_hint(float${VW})))
+void norm_rows_forward(uint K, __global const float *x, ulong x_offset,
+                       __global float *y, ulong y_offset, __global float *mean, ulong mean_offset,
+                       __global float *rstd, ulong rstd_offset,
+                       __global const float *weight, ulong weight_offset,
+                       __global const float *bias, ulong bias_offset, float eps)
+{
+    const ulong n = get_global_id(0);
+    __global const float *p = x + x_offset + n * K;
+    __global float *q = y + y_offset + n * K;
+    const uint full = K / ${VW} * ${VW};
+    float${VW} acc = 0.0f;
+% if RMS:
+    const float mu = 0.0f;
+% else:
+    for (uint i = 0; i < full; i += ${VW})
+        acc += vload${VW}(0, p + i);
+    float sum = lanes_sum(acc);
+    for (uint i = full; i < K; i++)
+        sum += p[i];
+    const float mu = sum / K;
+    acc = 0.0f;
+% endif
+    for (uint i = 0; i < full; i += ${VW}) {
+        const float${VW} d = vload${VW}(0, p + i) - mu;
+        acc += d * d;
+    }
+    float m2 = lanes_sum(acc);
+    for (uint i = full; i < K; i++)
+        m2 += (p[i] - mu) * (p[i] - mu);
+    const float r = rsqrt(m2 / K + eps);
+    mean[mean_offset + n] = mu;
+    rstd[rstd_offset + n] = r;
+    __global const float *w = weight + weight_offset;
+    __global const float *b = bias + bias_offset;
+    for (uint i = 0; i < full; i += ${VW}) {
+        float${VW} v = (vload${VW}(0, p + i) - mu) * r;
+% if AFFINE:
+        v *= vload${VW}(0, w + i);
+% endif
+% if BIAS:
+        v += vload${VW}(0, b + i);
+% endif
+        vstore${VW}(v, 0, q + i);
+    }
+    for (uint i = full; i < K; i++) {
+        float v = (p[i] - mu) * r;
+% if AFFINE:
+        v *= w[i];
+% endif
+% if BIAS:
+        v += b[i];
+% endif
+        q[i] = v;
+    }
+}
+
+// dx = rstd (g - mean(g) - xhat mean(g xhat)) [+ beta dx] of row n, g = dy [* weight]
+// (RMS: without mean(g)): work-item n
+__kernel __attribute__((vec_type_hint(float${VW})))
+void norm_rows_backward_data(uint K, __global const float *x, ulong x_offset,
+                             __global const float *dy, ulong dy_offset,
+                             __global const float *mean, ulong mean_offset,
+                             __global const float *rstd, ulong rstd_offset,
+                             __global const float *weight, ulong weight_offset,
+                             __global float *dx, ulong dx_offset, float beta)
+{
+    const ulong n = get_global_id(0);
+    __global const float *p = x + x_offset + n * K;
+    __global const float *e = dy + dy_offset + n * K;
+    __global const float *w = weight + weight_offset;
+    __global float *q = dx + dx_offset + n * K;
+    const float mu = mean[mean_offset + n], r = rstd[rstd_offset + n];
+    const uint full = K / ${VW} * ${VW};
+    float${VW} acc_g = 0.0f, acc_gx = 0.0f;
+    for (uint i = 0; i < full; i += ${VW}) {
+% if AFFINE:
+        const float${VW} g = vload${VW}(0, e + i) * vload${VW}(0, w + i);
+% else:
+        const float${VW} g = vload${VW}(0, e + i);
+% endif
+        acc_g += g;
+        acc_gx += g * ((vload${VW}(0, p + i) - mu) * r);
+    }
+    float s1 = lanes_sum(acc_g), s2 = lanes_sum(acc_gx);
+    for (uint i = full; i < K; i++) {
+        const float g = e[i]${" * w[i]" if AFFINE else ""};
+        s1 += g;
+        s2 += g * ((p[i] - mu) * r);
+    }
+    const float m1 = ${"0.0f" if RMS else "s1 / K"}, m2 = s2 / K;
+    for (uint i = 0; i < full; i += ${VW}) {
+% if AFFINE:
+        const float${VW} g = vload${VW}(0, e + i) * vload${VW}(0, w + i);
+% else:
+        const float${VW} g = vload${VW}(0, e + i);
+% endif
+        float${VW} v = r * (g - m1 - (vload${VW}(0, p + i) - mu) * r * m2);
+        if (beta != 0.0f)
+            v += beta * vload${VW}(0, q + i);
+        vstore${VW}(v, 0, q + i);
+    }
+    for (uint i = full; i < K; i++) {
+        const float g = e[i]${" * w[i]" if AFFINE else ""};
+        float v = r * (g - m1 - (p[i] - mu) * r * m2);
+        if (beta != 0.0f)
+            v += beta * q[i];
+        q[i] = v;
+    }
+}
+
+// the chunk's sums of dy xhat and of dy over its rows, for VW columns (the last block the
+// K % VW columns left): partial[(2 c) K + k] and partial[(2 c + 1) K + k]; work-item
+// (column block, chunk c)
+__kernel __attribute__((vec_type_hint(float${VW})))
+void norm_rows_param_sums(uint N, uint K, uint chunk_rows, __global const float *x, ulong x_offset,
+                          __global const float *dy, ulong dy_offset,
+                          __global const float *mean, ulong mean_offset,
+                          __global const float *rstd, ulong rstd_offset,
+                          __global float *partial, ulong partial_offset)
+{
+    const uint k0 = get_global_id(0) * ${VW}, c = get_global_id(1);
+    const uint first = c * chunk_rows, last = min(first + chunk_rows, N);
+    __global float *pw = partial + partial_offset + (ulong)(2 * c) * K;
+    __global float *pb = pw + K;
+    if (k0 + ${VW} <= K) {
+        float${VW} sw = 0.0f, sb = 0.0f;
+        for (uint n = first; n < last; n++) {
+            const ulong row = (ulong)n * K + k0;
+            const float${VW} e = vload${VW}(0, dy + dy_offset + row);
+            sw += e * ((vload${VW}(0, x + x_offset + row) - mean[mean_offset + n])
+                       * rstd[rstd_offset + n]);
+            sb += e;
+        }
+        vstore${VW}(sw, 0, pw + k0);
+        vstore${VW}(sb, 0, pb + k0);
+        return;
+    }
+    for (uint k = k0; k < K; k++) {
+        float sw = 0.0f, sb = 0.0f;
+        for (uint n = first; n < last; n++) {
+            const ulong at = (ulong)n * K + k;
+            const float e = dy[dy_offset + at];
+            sw += e * ((x[x_offset + at] - mean[mean_offset + n]) * rstd[rstd_offset + n]);
+            sb += e;
+        }
+        pw[k] = sw;
+        pb[k] = sb;
+    }
+}
+
+// dweight[k] (= param_beta dweight[k] +) the chunks' dy xhat sums, dbias[k] their dy
+// sums, each where asked for: work-item k
+__kernel void norm_rows_param_finish(uint K, uint chunks, __global const float *partial,
+                                     ulong partial_offset, __global float *dweight,
+                                     ulong dweight_offset, __global float *dbias,
+                                     ulong dbias_offset, int want_weight, int want_bias,
+                                     float param_beta)
+{
+    const uint k = get_global_id(0);
+    if (k >= K)
+        return;
+    float sw = 0.0f, sb = 0.0f;
+    for (uint c = 0; c < chunks; c++) {
+        sw += partial[partial_offset + (ulong)(2 * c) * K + k];
+        sb += partial[partial_offset + (ulong)(2 * c + 1) * K + k];
+    }
+    if (want_weight) {
+        __global float *d = dweight + dweight_offset + k;
+        *d = (param_beta != 0.0f ? param_beta * *d : 0.0f) + sw;
+    }
+    if (want_bias) {
+        __global float *d = dbias + dbias_offset + k;
+        *d = (param_beta != 0.0f ? param_beta * *d : 0.0f) + sb;
+    }
+}
