@@ -29,3 +29,29 @@ def test_gather_elements_folding_refuses_out_of_range_indices():
                 {"table": table, "idx": np.array([[0, 4]], np.int64)})
     with pytest.raises(dox.OnnxImportError, match="GatherElements .*outside"):
         dox.to_netconfig(data)
+
+
+def test_a_bias_written_as_an_identity_of_an_equal_one_folds_into_the_product(ctx):
+    """PyTorch's exporter writes a parameter equal to one before it (the zero biases of a
+    fresh model) as an Identity of that one: Add(MatMul(x, W), Identity(b)) is still one
+    InnerProduct with its bias, not a product and an Elementwise add."""
+    import io
+    import torch
+    import dlprim.onnx as dox
+
+    class TwoLinears(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(6, 6), torch.nn.Linear(6, 6)
+            for m in (self.a, self.b):
+                torch.nn.init.zeros_(m.bias)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)))
+    x = torch.randn(2, 3, 6)
+    f = io.BytesIO()
+    torch.onnx.export(TwoLinears(), (x,), f, opset_version=17, dynamo=False,
+                      input_names=["x"], do_constant_folding=False)
+    cfg, _ = dox.to_netconfig(f.getvalue())
+    types = [op["type"] for op in cfg.operators]
+    assert types.count("InnerProduct") == 2 and "Elementwise" not in types, types

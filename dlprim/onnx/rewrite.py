@@ -88,11 +88,20 @@ class _Graph:
         return n if n is not None and n.op_type == op_type else None
 
     def const(self, name):
-        """The value of an initializer or a Constant node's output, else None."""
-        if name in self.consts:
-            return self.consts[name]
-        n = self.made_by(name, "Constant")
-        return None if n is None else constant_value(n)
+        """The value of an initializer or a Constant node's output, also through Identity
+        nodes (PyTorch's exporter writes a parameter equal to another, such as the zero
+        biases of a fresh model, as an Identity of the first), else None."""
+        for _ in range(8):
+            if name in self.consts:
+                return self.consts[name]
+            n = self.made_by(name, "Constant")
+            if n is not None:
+                return constant_value(n)
+            n = self.made_by(name, "Identity")
+            if n is None or not n.inputs:
+                return None
+            name = n.inputs[0]
+        return None
 
     def const_or_transposed(self, name):
         """``const``, or the value of a Transpose of one (PyTorch writes a Linear over
