@@ -14,6 +14,7 @@ variants -> one error with every problem, or name the net outputs as the model's
 the graph passes (``dlprim.net.passes``: activations folded into their producers, the
 folded value named as the activation's ONNX output). Nothing touches a device.
 """
+import collections
 from collections import OrderedDict
 
 import numpy as np
@@ -55,6 +56,11 @@ def import_model(path_or_model, batch=None, live=(), mode="predict", shapes=None
 
 # domains of nodes dlprim itself writes for its importer (dlprim.torch's exports)
 OWN_DOMAINS = ("dlprim",)
+
+# operators that only move or copy values: ``Importer._drop_unread`` removes them where
+# nothing reads what they write
+UNREAD_DROPPABLE = ("Slice", "Concat", "Reshape", "Flatten", "Squeeze", "Transpose", "Expand",
+                    "Parameter")
 
 # what a weight may pass through and still be the parameter it was (its values unchanged)
 PASS_THROUGH = ("Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
@@ -168,8 +174,32 @@ class Importer:
         if self.problems:
             raise UnsupportedModelError(self.problems)
         self._name_outputs()
+        self._drop_unread()
         self._run_passes()
         return self.cfg, self.weights
+
+    def _drop_unread(self):
+        """Remove operators that only move values (``UNREAD_DROPPABLE``) where nothing reads
+        what they write and it is no net output, until none is left: the ONNX nodes were
+        all live, but a converter that reads a weight at its source leaves the nodes that
+        computed it from that source unread (an LSTM whose weights PyTorch's exporter
+        reorders by gates with Slices and Concats: 60 copies a pass). A Parameter goes
+        where every weight it holds is held by another operator too."""
+        ops = self.cfg.operators
+        outputs = {o if isinstance(o, str) else o["name"] for o in self.cfg.outputs}
+        while True:
+            # (an operator writing in place reads its own output: not a reader of it)
+            readers = collections.Counter(i for op in ops for i in set(op["inputs"]))
+            held = collections.Counter(p for op in ops for p in op.get("params", ()))
+            unread = [op for op in ops if op["type"] in UNREAD_DROPPABLE
+                      and not any(o in outputs or readers[o] > (o in op["inputs"])
+                                  for o in op["outputs"])
+                      and (op["type"] != "Parameter" or
+                           all(held[p] > 1 for p in op.get("params", ())))]
+            if not unread:
+                return
+            gone = set(map(id, unread))
+            ops[:] = [op for op in ops if id(op) not in gone]
 
     def _static_constants(self):
         """Names known at import: folding needs no shapes beyond the (static) inputs."""
