@@ -19,22 +19,7 @@ void bn_row_moments(uint C, uint S, __global const float *x, ulong x_offset,
     const uint c = get_global_id(0), n = get_global_id(1);
     const ulong row = (ulong)n * C + c;
     __global const float *p = x + x_offset + row * S;
-    const uint full = S / ${VW} * ${VW};
-    float${VW} acc = 0.0f;
-    for (uint i = 0; i < full; i += ${VW})
-        acc += vload${VW}(0, p + i);
-    float sum = lanes_sum(acc);
-    for (uint i = full; i < S; i++)
-        sum += p[i];
-    const float mean = sum / S;
-    acc = 0.0f;
-    for (uint i = 0; i < full; i += ${VW}) {
-        const float${VW} d = vload${VW}(0, p + i) - mean;
-        acc += d * d;
-    }
-    float m2 = lanes_sum(acc);
-    for (uint i = full; i < S; i++)
-        m2 += (p[i] - mean) * (p[i] - mean);
+${vectors.row_moments(VW, "p", "S", "mean", "m2")}
     rows[rows_offset + 2 * row] = mean;
     rows[rows_offset + 2 * row + 1] = m2;
 }

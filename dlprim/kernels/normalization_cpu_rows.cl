@@ -9,6 +9,8 @@
 # weight[k]; BIAS: plus bias[k]. vec_type_hint: the vectors are the work-item's own.
 %>
 ${vectors.lanes_sum(VW)}
+## dy [* weight] of the VW values at i (backward: e = dy's row, w = the weights)
+<%def name="g_vector()">${"vload%d(0, e + i) * vload%d(0, w + i)" % (VW, VW) if AFFINE else "vload%d(0, e + i)" % VW}</%def>
 
 // y = (x - mean) rstd [* weight + bias] of row n, its mean and rstd kept: work-item n
 __kernel __attribute__((vec_type_hint(float${VW})))
@@ -22,25 +24,7 @@ void norm_rows_forward(uint K, __global const float *x, ulong x_offset,
     __global const float *p = x + x_offset + n * K;
     __global float *q = y + y_offset + n * K;
     const uint full = K / ${VW} * ${VW};
-    float${VW} acc = 0.0f;
-% if RMS:
-    const float mu = 0.0f;
-% else:
-    for (uint i = 0; i < full; i += ${VW})
-        acc += vload${VW}(0, p + i);
-    float sum = lanes_sum(acc);
-    for (uint i = full; i < K; i++)
-        sum += p[i];
-    const float mu = sum / K;
-    acc = 0.0f;
-% endif
-    for (uint i = 0; i < full; i += ${VW}) {
-        const float${VW} d = vload${VW}(0, p + i) - mu;
-        acc += d * d;
-    }
-    float m2 = lanes_sum(acc);
-    for (uint i = full; i < K; i++)
-        m2 += (p[i] - mu) * (p[i] - mu);
+${vectors.row_moments(VW, "p", "K", "mu", "m2", not RMS)}
     const float r = rsqrt(m2 / K + eps);
     mean[mean_offset + n] = mu;
     rstd[rstd_offset + n] = r;
@@ -87,11 +71,7 @@ void norm_rows_backward_data(uint K, __global const float *x, ulong x_offset,
     const uint full = K / ${VW} * ${VW};
     float${VW} acc_g = 0.0f, acc_gx = 0.0f;
     for (uint i = 0; i < full; i += ${VW}) {
-% if AFFINE:
-        const float${VW} g = vload${VW}(0, e + i) * vload${VW}(0, w + i);
-% else:
-        const float${VW} g = vload${VW}(0, e + i);
-% endif
+        const float${VW} g = ${g_vector()};
         acc_g += g;
         acc_gx += g * ((vload${VW}(0, p + i) - mu) * r);
     }
@@ -103,11 +83,7 @@ void norm_rows_backward_data(uint K, __global const float *x, ulong x_offset,
     }
     const float m1 = ${"0.0f" if RMS else "s1 / K"}, m2 = s2 / K;
     for (uint i = 0; i < full; i += ${VW}) {
-% if AFFINE:
-        const float${VW} g = vload${VW}(0, e + i) * vload${VW}(0, w + i);
-% else:
-        const float${VW} g = vload${VW}(0, e + i);
-% endif
+        const float${VW} g = ${g_vector()};
         float${VW} v = r * (g - m1 - (vload${VW}(0, p + i) - mu) * r * m2);
         if (beta != 0.0f)
             v += beta * vload${VW}(0, q + i);

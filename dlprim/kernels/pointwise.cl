@@ -106,7 +106,9 @@ ${wargs()}, ${scale_type()} dlp_alpha, ${scale_type()} dlp_beta</%def>
     }
 % endfor
 </%def>
-% if MODE == "pointwise":
+## the signature of the pointwise kernels (the GPU shape and the CPU vector shape): the
+## output's size and dims, each x with its strides, each y, a beta per y, the params
+<%def name="pointwise_signature()">
 __kernel void ${NAME}(${IT} dlp_total
 % for k in range(DIMS):
     , ${IT} dlp_n${k}, uint dlp_n${k}_m, uint dlp_n${k}_l
@@ -115,7 +117,9 @@ ${xargs(range(DIMS))}${yargs()}
 % for i in range(len(YS)):
     , float dlp_beta${i}
 % endfor
-${wargs()})
+${wargs()})</%def>
+% if MODE == "pointwise":
+${pointwise_signature()}
 {
     // ELEMS elements per work-item, a global size apart (coalesced); every load is
     // issued before any store so that several are in flight
@@ -182,15 +186,7 @@ ${CODE}
 ## vector), the last short piece one value at a time. CODE_VECTOR is CODE with its
 ## float locals declared as vectors (core/pointwise.py checks that it reads the same).
 <% _vw = context.get("VW", 0); VT = "float%d" % _vw %>
-__kernel void ${NAME}(${IT} dlp_total
-% for k in range(DIMS):
-    , ${IT} dlp_n${k}, uint dlp_n${k}_m, uint dlp_n${k}_l
-% endfor
-${xargs(range(DIMS))}${yargs()}
-% for i in range(len(YS)):
-    , float dlp_beta${i}
-% endfor
-${wargs()})
+${pointwise_signature()}
 {
     const ${IT} dlp_i = (${IT})get_global_id(0) * ${_vw};
     if (dlp_i + ${_vw} <= dlp_total) {
