@@ -404,3 +404,30 @@ def test_vector_layout_on_intel_cpus(ctx, rng, monkeypatch, n):
     half = PointwiseBroadcast(ctx, [((n,), np.float32), ((1,), np.float32)],
                               [((n,), np.float32)], "y0 = exp(x0) * x1;")
     assert half._vector == (op._vector if n == 1 else 0)
+
+
+@pytest.mark.parametrize("shape,out", [((4096, 65), (1, 65)), ((300, 64), (1, 64)),
+                                       ((5, 7, 130), (1, 1, 130)), ((9, 3, 70), (1, 3, 70)),
+                                       ((2, 2), (1, 2))])
+def test_cpu_column_sums_take_blocks_of_columns(ctx, rng, monkeypatch, shape, out):
+    """On a CPU, a reduction that keeps the innermost dimension takes blocks of outputs
+    side by side a work-item (REDUCE_CPU_COLUMNS), in chunks of the reduction where the
+    outputs are few: two outputs (a sum and a max), a broadcast input, a kept dimension
+    outside the block, tails shorter than a block; alpha and beta as always."""
+    from dlprim.core import tuning_launch
+    monkeypatch.setattr(ctx.facts, "is_cpu", True)
+    a = rng.standard_normal(shape).astype(np.float32)
+    col = rng.standard_normal(shape[:-1] + (1,)).astype(np.float32)
+    x0, x1 = placed(ctx, a), placed(ctx, col)
+    y0, y1 = placed(ctx, np.ones(out, np.float32)), placed(ctx, np.ones(out, np.float32))
+    red = PointwiseBroadcastReduce(ctx, [(shape, np.float32), (col.shape, np.float32)],
+                                   [(out, np.float32)] * 2, "y0 = x0 * x1; y1 = x0;",
+                                   "reduce_y0 = 0; reduce_y1 = -INFINITY;",
+                                   "reduce_y0 += y0; reduce_y1 = fmax(reduce_y1, y1);")
+    assert red._cols == (tuning_launch.REDUCE_CPU_COLUMNS if shape[-1] > 1 else 0)
+    red([x0, x1], [y0, y1], alpha=0.5, beta=(1.0))
+    axes = tuple(k for k, n in enumerate(out) if n == 1 and shape[k] != 1)
+    want_sum = 0.5 * (a.astype(np.float64) * col).sum(axis=axes, keepdims=True) + 1.0
+    np.testing.assert_allclose(y0.numpy(), want_sum, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(y1.numpy(), 0.5 * a.max(axis=axes, keepdims=True) + 1.0,
+                               rtol=1e-6, atol=1e-6)

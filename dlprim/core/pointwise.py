@@ -362,6 +362,12 @@ class PointwiseBroadcastReduce(_Base):
         self._it = index_type(int(np.prod(full, dtype=np.int64)))
         reduce_dim0 = bool(lab) and lab[-1] == 1
         self._cpu = ctx.facts.is_cpu
+        # CPUs, the innermost dimension kept, every x moving by 1 or 0 along it (a column
+        # sum): a work-item takes COLUMNS outputs side by side (REDUCE_CPU with COLS)
+        k_last = len(self._kept) - 1
+        self._cols = tuning_launch.REDUCE_CPU_COLUMNS if (
+            self._cpu and self._kept and not reduce_dim0 and self._red and
+            self._kept[-1] > 1 and all(st[k_last] in (0, 1) for st in self._xst)) else 0
         if self._cpu:
             self._layout_cpu()
         else:
@@ -377,7 +383,9 @@ class PointwiseBroadcastReduce(_Base):
                       REDUCE_DIM0=reduce_dim0, IT="uint" if self._it is np.uint32 else "ulong",
                       DIMS=0, X_FULL=(), X_LAST=(), ELEMS=tuning_launch.REDUCE_ELEMS,
                       REDUCE_CPU=self._cpu, R_LAST=r_last,
-                      FINISH_WG=self._finish_wg)
+                      FINISH_WG=self._finish_wg, COLS=self._cols,
+                      K_LAST=tuple("1" if st[k_last] == 1 else "0" for st in self._xst)
+                      if self._cols else ())
         self.program = _build(ctx, code, params, ["CODE", "REDUCE_INIT", "REDUCE"])
         self._kernel = params["NAME"]
         self._ws = None
@@ -422,9 +430,15 @@ class PointwiseBroadcastReduce(_Base):
         self._finish_wg = min(64, wg, program.pow2_at_least(self.chunks))
 
     def _layout_cpu(self):
-        """One work-item per output and chunk of its reduction (see _layout for GPUs)."""
+        """One work-item per output (or block of ``_cols`` outputs) and chunk of its
+        reduction (see _layout for GPUs)."""
         self._lr = self._lo = self._l0 = self._l1 = 1
-        self.chunks = tuning_launch.reduce_cpu_chunks(self.ctx.facts, self.outputs, self.reduced)
+        items = self.outputs
+        if self._cols:  # blocks along the innermost kept dimension
+            last = self._kept[-1]
+            items = self.outputs // last * ceil_div(last, self._cols)
+        self._items = items
+        self.chunks = tuning_launch.reduce_cpu_chunks(self.ctx.facts, items, self.reduced)
         self.chunk = ceil_div(self.reduced, self.chunks) if self.reduced else 1
         self.chunks = ceil_div(self.reduced, self.chunk) if self.reduced else 1
         self._finish_wg = 1
@@ -449,7 +463,8 @@ class PointwiseBroadcastReduce(_Base):
         for x, st in zip(xs, self._xst):
             args += [x] + [it(s) for s in st]
         args += list(ys) + ws + params + [f32(alpha), f32(beta)]
-        gsize = (self._l0 * ceil_div(self.outputs, self._lo), self._l1, self.chunks)
+        gsize = (self._items if self._cols else self._l0 * ceil_div(self.outputs, self._lo),
+                 self._l1, self.chunks)
         out = [program.Launch(self.program, self._kernel, gsize, (self._l0, self._l1, 1), args)]
         if self.chunks > 1:
             fargs = [it(self.outputs), it(self.chunks)] + ws + list(ys) + [f32(alpha), f32(beta)]

@@ -168,6 +168,7 @@ POINTWISE_WG = 256
 POINTWISE_ELEMS = 4  # elements per work-item: loads in flight (H200: 2.4 -> 3.4 TB/s on a scale)
 REDUCE_ELEMS = 4  # loads in flight per pass of a reduction loop
 REDUCE_CPU_WG = 8  # CPU drivers run a work-group's items in one thread: 2-6x faster on PoCL
+REDUCE_CPU_COLUMNS = 64  # outputs side by side a work-item of a CPU column sum
 CONV_REDUCE_WG = 256  # conv_split_reduce
 DEPTHWISE_WG = 64  # depthwise forward/backward-data and the filter-gradient sum
 DEPTHWISE_CPU_VEC = 8  # floats per vector of the CPU depthwise kernels (one AVX2 register)

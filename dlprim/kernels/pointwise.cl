@@ -330,7 +330,85 @@ ${CODE}
 ${REDUCE}
                 }
             }</%def>
-% if REDUCE_CPU:
+% if REDUCE_CPU and context.get("COLS", 0):
+## CPU drivers, the innermost dimension kept (a column sum such as a bias gradient): a
+## work-item takes COLS outputs side by side on that dimension and walks its chunk of the
+## reduction once, the COLS values of each reduced index contiguous (a loop the compiler
+## vectorises), where one output a work-item strides down the rows a value at a time.
+## K_LAST[i]: how x i moves along the block ("1", or "0" broadcast). reduce_y<i> names the
+## block's accumulator of the output at hand (a macro) in REDUCE_INIT, REDUCE and the store.
+<% _cols = context.get("COLS", 0); _klast = context.get("K_LAST", ()) %>
+__kernel void ${NAME}(${reduce_args()})
+{
+    const ${IT} dlp_k_last = dlp_k${KEPT - 1};
+    const ${IT} dlp_blocks = (dlp_k_last + ${_cols - 1}) / ${_cols};
+    const ${IT} dlp_blk = get_global_id(0), dlp_chunk_id = get_global_id(2);
+    const ${IT} dlp_line = dlp_blk / dlp_blocks;
+    const ${IT} dlp_o = dlp_line * dlp_k_last + (dlp_blk - dlp_line * dlp_blocks) * ${_cols};
+    if (dlp_line * dlp_k_last >= dlp_O)
+        return;
+    const int dlp_n = (int)min((${IT})${_cols}, dlp_line * dlp_k_last + dlp_k_last - dlp_o);
+% for i, (st, ct) in enumerate(YS):
+    ${ct} dlp_acc${i}[${_cols}];
+% endfor
+% for i in range(len(YS)):
+#define reduce_y${i} dlp_acc${i}[dlp_b]
+% endfor
+    for (int dlp_b = 0; dlp_b < ${_cols}; dlp_b++) {
+${REDUCE_INIT}
+    }
+${kept_offsets()}
+    const ${IT} dlp_end = min(dlp_chunk_id * dlp_chunk + dlp_chunk, dlp_R);
+    for (${IT} dlp_r = dlp_chunk_id * dlp_chunk; dlp_r < dlp_end; dlp_r++) {
+% for i in range(len(XS)):
+        ${IT} dlp_xo${i} = dlp_xb${i};
+% endfor
+        dlp_rest = dlp_r;
+% for k in reversed(range(RED)):
+        {
+    % if k > 0:
+            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_r${k});
+            ${IT} dlp_c = dlp_rest - dlp_q * dlp_r${k};
+            dlp_rest = dlp_q;
+    % else:
+            ${IT} dlp_c = dlp_rest;
+    % endif
+    % for i in range(len(XS)):
+            dlp_xo${i} += dlp_c * xs${i}_r${k};
+    % endfor
+        }
+% endfor
+        for (int dlp_b = 0; dlp_b < dlp_n; dlp_b++) {
+% for i, (st, ct) in enumerate(XS):
+            ${ct} x${i} = ${load(i, "dlp_xo%d + dlp_b" % i if _klast[i] == "1" else "dlp_xo%d" % i)};
+% endfor
+% for i, (st, ct) in enumerate(YS):
+            ${ct} y${i};
+% endfor
+            {
+${CODE}
+            }
+            {
+${REDUCE}
+            }
+        }
+    }
+    for (int dlp_b = 0; dlp_b < dlp_n; dlp_b++) {
+        if (dlp_chunks > 1) {
+% for i in range(len(YS)):
+            dlp_ws${i}[dlp_ws${i}_offset + dlp_chunk_id * dlp_O + dlp_o + dlp_b] = reduce_y${i};
+% endfor
+            continue;
+        }
+% for i in range(len(YS)):
+    ${final_store(i, 'dlp_o + dlp_b')}
+% endfor
+    }
+% for i in range(len(YS)):
+#undef reduce_y${i}
+% endfor
+}
+% elif REDUCE_CPU:
 ## CPU drivers: one work-item per (output, chunk of the reduction), no local memory; the
 ## reduced index walks rows of the innermost reduced dimension, offsets found once per
 ## row. R_LAST[i]: how x i moves along that row ("1", "0" broadcast, "s" strided).
