@@ -115,3 +115,33 @@ def test_pattern_blocks_tell_wide_patterns_apart(ctx):
     assert first is not second
     assert np.frombuffer(second.numpy().tobytes()[:16], np.complex128)[0] == 1 + 3j
     assert block(ctx, np.zeros(1, np.float32)) is block(ctx, np.zeros(1, np.float64))
+
+
+@pytest.mark.parametrize("start,count", [(0, 64), (3, 61), (5, 1)])
+def test_fills_on_intels_cpu_runtime_run_the_fill_kernel(ctx, monkeypatch, start, count):
+    """Intel's CPU runtime: a fill of a 4-byte pattern from KERNEL_FILL_MIN bytes on is the
+    fill kernel, never clEnqueueFillBuffer, and covers exactly its range; other widths
+    keep the driver's fill."""
+    from dlprim import tensor as tensor_module
+    from dlprim.net.execution_plan import Fill
+    monkeypatch.setattr(ctx.facts, "is_cpu", True)
+    monkeypatch.setattr(ctx.facts, "vendor_id", "intel")
+    monkeypatch.setattr(tensor_module, "KERNEL_FILL_MIN", 4)
+    driver = tensor_module.cl.enqueue_fill_buffer
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return driver(*args, **kwargs)
+    monkeypatch.setattr(tensor_module.cl, "enqueue_fill_buffer", counted)
+    whole = dp.Tensor.from_numpy(ctx, np.full(80, 7, np.float32))
+    view = dp.Tensor(ctx, (count,), np.float32, buffer=whole.buffer, offset=start)
+    view.zero_()
+    Fill(dp.Tensor(ctx, (2,), np.float32, buffer=whole.buffer, offset=78), 5)(ctx.queue)
+    expected = np.full(80, 7, np.float32)
+    expected[start:start + count] = 0
+    expected[78:] = 5
+    assert np.array_equal(whole.numpy(), expected) and not calls
+    halves = dp.Tensor.from_numpy(ctx, np.full(40, 3, np.float16))
+    Fill(halves, 1.5)(ctx.queue)
+    assert (halves.numpy() == 1.5).all() and calls  # a 2-byte pattern: the driver's fill
