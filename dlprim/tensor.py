@@ -32,24 +32,18 @@ FILL_BLOCK = 1 << 20
 # Intel's CPU runtime fills with its own command at 2-17 GB/s (7.4 MB: 0.47 ms; 64 MB:
 # 38 ms on a 2-core EPYC) where the fill kernel writes 7.4 MB in 0.07 ms and 64 MB in 2;
 # there a fill of a 4-byte pattern from this size on is the kernel (PoCL's own fill is the
-# faster one: 0.13 against 0.48 ms for 7.4 MB)
+# faster one: 0.13 against 0.48 ms for 7.4 MB). The kernel's launcher lives with the
+# other fills (core/copy.py sets KERNEL_FILL[0]: fn(ctx, queue, buffer, pattern, offset,
+# nbytes) -> event); until it is imported, fills take the driver's command.
 KERNEL_FILL_MIN = 1 << 16  # bytes
+KERNEL_FILL = [None]
 
 
 def _kernel_fills(ctx, size, offset, nbytes):
     facts = getattr(ctx, "facts", None)
-    return (facts is not None and facts.is_cpu and facts.vendor_id == "intel" and size == 4
-            and nbytes >= KERNEL_FILL_MIN and offset % 4 == 0)
-
-
-def _fill_kernel(ctx, queue, buffer, pattern, offset, nbytes):
-    """kernels/fill.cl over ``nbytes`` bytes of 4-byte ``pattern`` at ``offset``; its event."""
-    from .kernels import program
-    count, wg = nbytes // 4, min(256, ctx.facts.max_work_group)
-    return program.enqueue_now(queue, program.get(ctx, "fill", dtype="uint"), "fill",
-                               (-(-count // wg) * wg,), (wg,),
-                               [np.uint64(count), buffer, np.uint64(offset // 4),
-                                np.asarray(pattern).view(np.uint32).reshape(-1)[0]])
+    return (KERNEL_FILL[0] is not None and facts is not None and facts.is_cpu
+            and facts.vendor_id == "intel" and size == 4 and nbytes >= KERNEL_FILL_MIN
+            and offset % 4 == 0)
 
 
 def fill_bytes(ctx, queue, buffer, pattern, offset, nbytes):
@@ -63,7 +57,7 @@ def fill_bytes(ctx, queue, buffer, pattern, offset, nbytes):
                          "pattern's %d bytes" % (offset, nbytes, size))
     event = None
     if _kernel_fills(ctx, size, offset, nbytes):
-        return _fill_kernel(ctx, queue, buffer, pattern, offset, nbytes)
+        return KERNEL_FILL[0](ctx, queue, buffer, pattern, offset, nbytes)
     if offset + nbytes <= FILL_DRIVER_END:
         step = FILL_CHUNK - FILL_CHUNK % size
         for start in range(0, nbytes, step):

@@ -10,6 +10,7 @@ import pyopencl as cl
 from ..kernels import program
 from ..dtypes import HALF_TYPES, as_dtype, bfloat16, cl_cast, cl_type, compute_type, dtype_name, \
     to_bfloat16
+from .. import tensor as _tensor_module
 from ..tensor import Tensor
 from .pointwise import memo, divisor_args, index_type
 from . import tuning, tuning_launch
@@ -281,6 +282,19 @@ class Fill:
     def __call__(self, t, value, queue=None):
         for launch in self.launches(t, value):
             launch(queue if queue is not None else self.ctx.queue)
+
+
+def _fill_bytes_kernel(ctx, queue, buffer, pattern, offset, nbytes):
+    """kernels/fill.cl over ``nbytes`` bytes of 4-byte ``pattern`` at ``offset`` of
+    ``buffer``, enqueued; its event (``tensor.fill_bytes`` on Intel's CPU runtime)."""
+    count, wg = nbytes // 4, min(256, ctx.facts.max_work_group)
+    return program.enqueue_now(queue, program.get(ctx, "fill", dtype="uint"), "fill",
+                               (round_up(count, wg),), (wg,),
+                               [np.uint64(count), buffer, np.uint64(offset // 4),
+                                np.asarray(pattern).view(np.uint32).reshape(-1)[0]])
+
+
+_tensor_module.KERNEL_FILL[0] = _fill_bytes_kernel
 
 
 def _fill_op(ctx, t):
