@@ -168,8 +168,8 @@ def test_row_kernels_choice_and_nan(ctx):
 @pytest.mark.parametrize("rms", [False, True])
 def test_cpu_row_kernels_at_vector_edges(ctx, rng, n, k, rms):
     """kernels/normalization_cpu_rows.cl against float64 at rows shorter and longer than
-    the vector width, with a tail, and parameter gradients over several chunks of rows
-    (accumulated: param_beta 1) and dx accumulated (beta 1)."""
+    the vector width, with a tail, the parameter gradients beside them (accumulated:
+    param_beta 1) and dx accumulated (beta 1)."""
     import dlprim as dp
     ops = GroupNormOps(ctx, (n, 1, k, 1), 1e-3, rms=rms, bias=not rms, kernels="cpu_rows")
     x = (rng.standard_normal((n, k)) * 2 + 1).astype(np.float32)

@@ -147,12 +147,16 @@ class BatchNormOps:
             self._rows = program.get(ctx, "batchnorm_rows", VW=self._vw)
         self._built = {}  # the generator's launchers built on first use, by role
 
+    def _rows_scratch(self):
+        """Two floats per (image, channel) row, the row kernels' partial results."""
+        if self._rows_buffer is None:
+            self._rows_buffer = Tensor(self.ctx, (2 * self.shape[0] * self.shape[1],))
+        return self._rows_buffer
+
     def _row_moments(self, x, count, mean, m2):
         """count, mean and M2 per channel through batchnorm_rows.cl."""
         n, c, s = self.shape
-        if self._rows_buffer is None:  # each row's mean and M2
-            self._rows_buffer = Tensor(self.ctx, (2 * n * c,))
-        rows = self._rows_buffer
+        rows = self._rows_scratch()  # each row's mean and M2
         return [Launch(self._rows, "bn_row_moments", (c, n), None,
                        [np.uint32(c), np.uint32(s), x, rows]),
                 Launch(self._rows, "bn_row_moments_merge", (c,), None,
@@ -298,9 +302,7 @@ class BatchNormOps:
         out = self._istd.launches([var], [istd], [self.eps])
         s_dy, s_dyx = sums
         if dx is not None or dgamma is not None or dbeta is not None or sums_wanted:
-            if self._rows_buffer is None:
-                self._rows_buffer = Tensor(self.ctx, (2 * n * c,))
-            rows = self._rows_buffer
+            rows = self._rows_scratch()
             out += [Launch(prg, "bn_row_grad_sums", (c, n), None, head + [rows]),
                     Launch(prg, "bn_row_grad_sums_merge", (c,), None,
                            [np.uint32(n), np.uint32(c), rows, s_dy, s_dyx])]

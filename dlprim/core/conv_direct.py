@@ -21,6 +21,7 @@ from ..tensor import ws_view
 from ..utils import ceil_div, round_up
 from .conv_geometry import scalar
 from .copy import TransposeCopy
+from .pointwise import memo
 from . import tuning, tuning_launch
 
 __all__ = ["Forward", "BackwardData", "BackwardFilter", "register_block", "filter_block",
@@ -210,8 +211,9 @@ class BackwardFilter:
             # no channels to pad: a plain transpose, which CPUs move in register blocks
             # (conv_direct_dy_rows, a channel's pixels a work-item, was 4x slower there)
             shape = (batch, g.out_c, pixels)
-            out += TransposeCopy(self.ctx, shape, (0, 2, 1)).launches(
-                dy.view(shape), rows.view((batch, pixels, g.out_c)))
+            op = memo(self.ctx, ("transpose", shape, (0, 2, 1), "float32"),
+                      lambda: TransposeCopy(self.ctx, shape, (0, 2, 1)))
+            out += op.launches(dy.view(shape), rows.view((batch, pixels, g.out_c)))
         elif batch:
             out.append(program.Launch(self.program, "conv_direct_dy_rows",
                                       (self.padded_c, batch), (1, 1),

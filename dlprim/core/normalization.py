@@ -25,7 +25,6 @@ from . import tuning
 from .copy import fill_launches
 from .pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..dtypes import HALF_TYPES, as_dtype, cl_type
-from ..tensor import Tensor
 from .softmax import row_work_group
 
 __all__ = ["GroupNormOps", "default_kernels"]
@@ -42,9 +41,9 @@ def _or(t, stand_in):
 def default_kernels(facts, rows, dtype=F):
     """The path a normalisation takes unless told: where the statistics are per row, the
     row kernels on GPUs ("rows"), and on CPUs other than PoCL for float32 a work-item a
-    row ("cpu_rows": 2.5-4x the generator's passes on Intel's runtime, whose column sums
-    for the parameters' gradients ran at 5-10 GB/s); else "pointwise" (PoCL runs the
-    generator's vectorised loops faster than a work-group's tree reductions per row)."""
+    row ("cpu_rows": 2.5-4x the generator's passes on Intel's runtime); else "pointwise"
+    (PoCL runs the generator's vectorised loops faster than a work-group's tree
+    reductions per row)."""
     if rows and facts.is_gpu:
         return "rows"
     if rows and facts.is_cpu and facts.vendor_id != "pocl" and np.dtype(dtype) == F:
@@ -101,13 +100,18 @@ class GroupNormOps:
         full = (self.shape, np.dtype(dtype))
         stat, chan = ((n, g, 1, 1), stat_dtype), ((1, g, k, 1), stat_dtype)
         self._full, self._stat, self._chan = full, stat, chan
+        # the parameters' gradients, column sums over the rows (every path); backward
+        # inputs: x0 x, x1 dy, x2 mean, x3 rstd [, x4 weight]
+        xhat = "%s * x3" % ("x0" if self.rms else "(x0 - x2)")
+        self._dweight = PointwiseBroadcastReduce(ctx, [full, full, stat, stat], [chan],
+                                                 "y0 = x1 * %s;" % xhat, name="norm_dweight")
+        self._dbias = PointwiseBroadcastReduce(ctx, [full], [chan], "y0 = x0;", name="norm_dbias")
         if kernels == "cpu_rows":
-            self._vw = tuning.cpu_vector_width(ctx.facts)
-            self.rows_prg = program.get(ctx, "normalization_cpu_rows", VW=self._vw,
+            self.rows_prg = program.get(ctx, "normalization_cpu_rows",
+                                        VW=tuning.cpu_vector_width(ctx.facts),
                                         RMS=int(self.rms), AFFINE=int(self.affine),
                                         BIAS=int(self.bias))
-            self._partial = None  # the parameters' gradient sums by chunk of rows
-            return  # (the generator's ops below are not needed)
+            return  # (the generator's other ops are not needed)
         centred = "x0" if self.rms else "(x0 - x1)"
         self._mean = PointwiseBroadcastReduce(ctx, [full], [stat], "y0 = x0;", name="norm_mean")
         # (biased) variance, or for RMSNorm the mean square; x1 is the mean (unread by RMS)
@@ -124,11 +128,6 @@ class GroupNormOps:
             ins.append(chan)
             code += " + x%d" % (len(ins) - 1)
         self._apply = PointwiseBroadcast(ctx, ins, [full], code + ";", name="norm_apply")
-        # backward inputs: x0 x, x1 dy, x2 mean, x3 rstd [, x4 weight]
-        xhat = "%s * x3" % ("x0" if self.rms else "(x0 - x2)")
-        self._dweight = PointwiseBroadcastReduce(ctx, [full, full, stat, stat], [chan],
-                                                 "y0 = x1 * %s;" % xhat, name="norm_dweight")
-        self._dbias = PointwiseBroadcastReduce(ctx, [full], [chan], "y0 = x0;", name="norm_dbias")
         g_code = "x1 * x4" if self.affine else "x1"
         g_ins = [full, full, stat, stat] + [chan] * self.affine
         self._sums = PointwiseBroadcastReduce(
@@ -156,27 +155,6 @@ class GroupNormOps:
         n, k = self.shape[0], self.shape[2]
         return [Launch(self.rows_prg, kernel, (n,), None, [np.uint32(k)] + args)] \
             if n and k else []
-
-    def _cpu_param_grads(self, x, dy, m, r, dweight, dbias, param_beta):
-        """dweight and dbias (either may be None) by norm_rows_param_sums over chunks of
-        rows, then norm_rows_param_finish."""
-        n, k = self.shape[0], self.shape[2]
-        if k == 0:
-            return []
-        blocks = -(-k // self._vw)
-        # enough work-items for every compute unit twice over, chunks of at least 32 rows
-        chunks = max(1, min(-(-n // 32), -(-2 * self.ctx.facts.compute_units // blocks)))
-        chunk_rows = -(-n // chunks) if n else 1
-        if self._partial is None or self._partial.size < 2 * chunks * k:
-            self._partial = Tensor(self.ctx, (2 * chunks * k,), name="norm parameter sums")
-        partial, stand_in = self._partial, self._partial
-        return [Launch(self.rows_prg, "norm_rows_param_sums", (blocks, chunks), None,
-                       [np.uint32(n), np.uint32(k), np.uint32(chunk_rows), x, dy, m, r, partial]),
-                Launch(self.rows_prg, "norm_rows_param_finish", (k,), None,
-                       [np.uint32(k), np.uint32(chunks), partial,
-                        _or(dweight, stand_in), _or(dbias, stand_in),
-                        np.int32(dweight is not None), np.int32(dbias is not None),
-                        np.float32(param_beta)])]
 
     def _stats(self, t):
         return t.view(self._stat[0])
@@ -218,17 +196,13 @@ class GroupNormOps:
         x, dy = x.view(self.shape), dy.view(self.shape)
         m, r = self._stats(mean), self._stats(rstd)
         out = []
-        if self.kernels == "cpu_rows":
-            if dweight is not None or dbias is not None:
-                out += self._cpu_param_grads(x, dy, m, r, dweight, dbias, param_beta)
-            if dx is not None:
-                out += self._cpu_rows("norm_rows_backward_data", [
-                    x, dy, m, r, _or(weight, x), dx.view(self.shape), np.float32(beta)])
-            return out
         if dweight is not None:
             out += self._dweight.launches([x, dy, m, r], [self._chans(dweight)], beta=param_beta)
         if dbias is not None:
             out += self._dbias.launches([dy], [self._chans(dbias)], beta=param_beta)
+        if dx is not None and self.kernels == "cpu_rows":
+            return out + self._cpu_rows("norm_rows_backward_data", [
+                x, dy, m, r, _or(weight, x), dx.view(self.shape), np.float32(beta)])
         if dx is not None and self.kernels == "rows":
             out += self._rows("normalization_rows_backward_data",
                               [x, dy, m, r, _or(weight, x), dx.view(self.shape), np.float32(beta)])

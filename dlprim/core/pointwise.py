@@ -245,12 +245,10 @@ class PointwiseBroadcast(_Base):
         # one element per work-item, groups the driver's (tuning_launch.pointwise_cpu_items)
         self._per_item = tuning_launch.pointwise_cpu_items(ctx.facts, code)
         # or, over whole float32 tensors, a vector of them (vector_code)
-        self._vector = 0
-        code_vector = vector_code(code, tuning.cpu_vector_width(ctx.facts)) \
-            if self._per_item and all(x_full) and all(
-                d == _F32 for _, d in list(self.x_specs) + list(self.y_specs)) else None
-        if code_vector is not None:
-            self._vector = tuning.cpu_vector_width(ctx.facts)
+        width = tuning.cpu_vector_width(ctx.facts)
+        code_vector = vector_code(code, width) if self._per_item and all(x_full) and all(
+            d == _F32 for _, d in list(self.x_specs) + list(self.y_specs)) else None
+        self._vector = width if code_vector is not None else 0
         self._cpu = ctx.facts.is_cpu and not self._per_item
         x_last = tuple("full" if full else {1: "1", 0: "0"}.get(st[-1], "s")
                        for full, st in zip(x_full, self._xstrides))

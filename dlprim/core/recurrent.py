@@ -224,18 +224,10 @@ class RecurrentPass:
         if self._backward is None:
             ctx, L, N, H, G, I = self.ctx, self.L, self.N, self.H, self.G, self.I
             rows = ((L * N, G), np.float32)
-            if ctx.facts.is_cpu:
-                # the bias gradients, the gate gradients' column sums, as ones(1, L N) @ dG
-                # on CPUs: the GEMM's few-rows kernel reads dG at 30-80 GB/s, the
-                # generator's column reduction at 2-8 (2-core EPYC, as InnerProduct's)
-                ones = Tensor(ctx, (1, L * N), name="recurrent bias ones")
-                ones.to_device(np.ones((1, L * N), np.float32))
-                sums = (Gemm(ctx, 1, G, L * N), ones)
-            else:
-                sums = PointwiseBroadcastReduce(
-                    ctx, [rows, rows], [((1, G), np.float32)] * 2, "y0 = x0; y1 = x1;",
-                    "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
-                    name="rnn_bias_backward")
+            sums = PointwiseBroadcastReduce(
+                ctx, [rows, rows], [((1, G), np.float32)] * 2, "y0 = x0; y1 = x1;",
+                "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
+                name="rnn_bias_backward")
             if self.persistent is None:
                 self.recur_back = Gemm(ctx, N, H, G)                    # dh_prev = dG W_hh
             self._backward = dict(
@@ -335,11 +327,7 @@ class RecurrentPass:
                                               beta=1.0)
         if (db_ih is None) != (db_hh is None):
             raise ValueError("RecurrentPass: db_ih and db_hh are wanted together")
-        if db_ih is not None and isinstance(ops["sums"], tuple):
-            gemm, ones = ops["sums"]
-            out += gemm.launches(ones, dxg_all, db_ih.view((1, G)), beta=1.0)
-            out += gemm.launches(ones, dhg_all, db_hh.view((1, G)), beta=1.0)
-        elif db_ih is not None:
+        if db_ih is not None:
             out += ops["sums"].launches([dxg_all, dhg_all],
                                         [db_ih.view((1, G)), db_hh.view((1, G))], beta=1.0)
         if dx is not None:

@@ -4,9 +4,9 @@
 # (core/normalization.py, kernels "cpu_rows"): a work-item takes a row in passes while it
 # is in cache (its sum, the squared deviations from its mean, then the output; in the
 # backward pass the two gradient sums, then dx), VW values a vector, the last K % VW one
-# by one. The parameters' gradients are column sums: a work-item takes VW columns of a
-# chunk of rows, a second kernel adds the chunks. RMS: no mean (written 0). AFFINE: times
-# weight[k]; BIAS: plus bias[k]. vec_type_hint: the vectors are the work-item's own.
+# by one (the parameters' gradients are the generator's column sums). RMS: no mean
+# (written 0). AFFINE: times weight[k]; BIAS: plus bias[k]. vec_type_hint: the vectors
+# are the work-item's own.
 %>
 ${vectors.lanes_sum(VW)}
 ## dy [* weight] of the VW values at i (backward: e = dy's row, w = the weights)
@@ -95,71 +95,5 @@ void norm_rows_backward_data(uint K, __global const float *x, ulong x_offset,
         if (beta != 0.0f)
             v += beta * q[i];
         q[i] = v;
-    }
-}
-
-// the chunk's sums of dy xhat and of dy over its rows, for VW columns (the last block the
-// K % VW columns left): partial[(2 c) K + k] and partial[(2 c + 1) K + k]; work-item
-// (column block, chunk c)
-__kernel __attribute__((vec_type_hint(float${VW})))
-void norm_rows_param_sums(uint N, uint K, uint chunk_rows, __global const float *x, ulong x_offset,
-                          __global const float *dy, ulong dy_offset,
-                          __global const float *mean, ulong mean_offset,
-                          __global const float *rstd, ulong rstd_offset,
-                          __global float *partial, ulong partial_offset)
-{
-    const uint k0 = get_global_id(0) * ${VW}, c = get_global_id(1);
-    const uint first = c * chunk_rows, last = min(first + chunk_rows, N);
-    __global float *pw = partial + partial_offset + (ulong)(2 * c) * K;
-    __global float *pb = pw + K;
-    if (k0 + ${VW} <= K) {
-        float${VW} sw = 0.0f, sb = 0.0f;
-        for (uint n = first; n < last; n++) {
-            const ulong row = (ulong)n * K + k0;
-            const float${VW} e = vload${VW}(0, dy + dy_offset + row);
-            sw += e * ((vload${VW}(0, x + x_offset + row) - mean[mean_offset + n])
-                       * rstd[rstd_offset + n]);
-            sb += e;
-        }
-        vstore${VW}(sw, 0, pw + k0);
-        vstore${VW}(sb, 0, pb + k0);
-        return;
-    }
-    for (uint k = k0; k < K; k++) {
-        float sw = 0.0f, sb = 0.0f;
-        for (uint n = first; n < last; n++) {
-            const ulong at = (ulong)n * K + k;
-            const float e = dy[dy_offset + at];
-            sw += e * ((x[x_offset + at] - mean[mean_offset + n]) * rstd[rstd_offset + n]);
-            sb += e;
-        }
-        pw[k] = sw;
-        pb[k] = sb;
-    }
-}
-
-// dweight[k] (= param_beta dweight[k] +) the chunks' dy xhat sums, dbias[k] their dy
-// sums, each where asked for: work-item k
-__kernel void norm_rows_param_finish(uint K, uint chunks, __global const float *partial,
-                                     ulong partial_offset, __global float *dweight,
-                                     ulong dweight_offset, __global float *dbias,
-                                     ulong dbias_offset, int want_weight, int want_bias,
-                                     float param_beta)
-{
-    const uint k = get_global_id(0);
-    if (k >= K)
-        return;
-    float sw = 0.0f, sb = 0.0f;
-    for (uint c = 0; c < chunks; c++) {
-        sw += partial[partial_offset + (ulong)(2 * c) * K + k];
-        sb += partial[partial_offset + (ulong)(2 * c + 1) * K + k];
-    }
-    if (want_weight) {
-        __global float *d = dweight + dweight_offset + k;
-        *d = (param_beta != 0.0f ? param_beta * *d : 0.0f) + sw;
-    }
-    if (want_bias) {
-        __global float *d = dbias + dbias_offset + k;
-        *d = (param_beta != 0.0f ? param_beta * *d : 0.0f) + sb;
     }
 }

@@ -89,6 +89,24 @@ ${xargs(['k%d' % k for k in range(KEPT)] + ['r%d' % k for k in range(RED)])}${ya
     , __global ${ct} *dlp_ws${i}, ulong dlp_ws${i}_offset
 % endfor
 ${wargs()}, ${scale_type()} dlp_alpha, ${scale_type()} dlp_beta</%def>
+<%def name="reduced_offsets(xo)">
+## reductions: split the reduced index in dlp_rest over the RED dims dlp_r<k>, adding each
+## coordinate times x i's stride xs<i>_r<k> to its offset ``xo % i``
+% for k in reversed(range(RED)):
+        {
+    % if k > 0:
+            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_r${k});
+            ${IT} dlp_c = dlp_rest - dlp_q * dlp_r${k};
+            dlp_rest = dlp_q;
+    % else:
+            ${IT} dlp_c = dlp_rest;
+    % endif
+    % for i in range(len(XS)):
+            ${xo % i} += dlp_c * xs${i}_r${k};
+    % endfor
+        }
+% endfor
+</%def>
 <%def name="kept_offsets()">
     // each x's offset of output dlp_o (its kept coordinates): dlp_xb0.., and dlp_rest
 % for i in range(len(XS)):
@@ -364,20 +382,7 @@ ${kept_offsets()}
         ${IT} dlp_xo${i} = dlp_xb${i};
 % endfor
         dlp_rest = dlp_r;
-% for k in reversed(range(RED)):
-        {
-    % if k > 0:
-            ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_r${k});
-            ${IT} dlp_c = dlp_rest - dlp_q * dlp_r${k};
-            dlp_rest = dlp_q;
-    % else:
-            ${IT} dlp_c = dlp_rest;
-    % endif
-    % for i in range(len(XS)):
-            dlp_xo${i} += dlp_c * xs${i}_r${k};
-    % endfor
-        }
-% endfor
+${reduced_offsets("dlp_xo%d")}
         for (int dlp_b = 0; dlp_b < dlp_n; dlp_b++) {
 % for i, (st, ct) in enumerate(XS):
             ${ct} x${i} = ${load(i, "dlp_xo%d + dlp_b" % i if _klast[i] == "1" else "dlp_xo%d" % i)};
@@ -521,20 +526,7 @@ ${kept_offsets()}
             ${IT} dlp_xo${i}_${j} = dlp_xb${i};
     % endfor
             dlp_rest = dlp_r + ${j * LR};
-    % for k in reversed(range(RED)):
-            {
-        % if k > 0:
-                ${IT} dlp_q = DLP_DIV(dlp_rest, dlp_r${k});
-                ${IT} dlp_c = dlp_rest - dlp_q * dlp_r${k};
-                dlp_rest = dlp_q;
-        % else:
-                ${IT} dlp_c = dlp_rest;
-        % endif
-        % for i in range(len(XS)):
-                dlp_xo${i}_${j} += dlp_c * xs${i}_r${k};
-        % endfor
-            }
-    % endfor
+${reduced_offsets("dlp_xo%%d_%d" % j)}
     % for i, (st, ct) in enumerate(XS):
             ${ct} dlp_x${i}_${j} = (dlp_r + ${j * LR} < dlp_end) ? ${load(i, 'dlp_xo%d_%d' % (i, j))} : 0;
     % endfor

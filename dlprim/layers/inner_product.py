@@ -20,7 +20,7 @@ launch of its own. With g = dy * act'(y):
 import numpy as np
 
 from ..core.activation import EPILOGUES, FUSABLE, backward_code
-from ..core.copy import BufferCopy, fill_launches
+from ..core.copy import BufferCopy
 from ..tensor import ws_view
 from ..core.gemm import Gemm
 from ..core.quantize import Q4_GROUP, Dequantize, Q4Gemv, quantize_q4, quantize_rows
@@ -125,27 +125,18 @@ class InnerProduct(Layer):
                                               backward_code(self.activation, "x0", "x1", "y0"),
                                               name="ip_act_backward")
         self.bias_bwd = None
-        if self.bias and self.ctx.facts.is_cpu and dt == np.float32:
-            # the bias gradient, g's column sums, as ones(1, N) @ g on CPUs: the GEMM's few-rows
-            # kernel reads g at 30-80 GB/s, the generator's column reduction at 2-8 (2-core EPYC)
-            self.bias_bwd = Gemm(self.ctx, 1, outputs, n)
-        elif self.bias:
+        if self.bias:  # g's column sums (on CPUs blocks of columns a work-item: pointwise.py)
             self.bias_bwd = PointwiseBroadcastReduce(self.ctx, [y_spec],
                                                      [((1, outputs), np.float32)], "y0 = x0;",
                                                      name="ip_bias_backward")
         # the workspace: g = dy * act'(y) (training), then any GEMM's split-K partial sums
         self.act_bytes = round_up(dt.itemsize * n * outputs, 16) \
             if self.act_bwd is not None and self.mode == "train" else 0  # 16: float4 GEMM reads
-        ones = self.mode == "train" and isinstance(self.bias_bwd, Gemm)
         gemms = [op for op in [self._fwd] if op is not None] + \
-            (list(self._backward_ops()) if self.mode == "train" else []) + \
-            ([self.bias_bwd] if ones else [])
-        # (a widened int8 or 4-bit W sits after the GEMMs' own workspace, then the bias
-        # gradient's row of ones)
+            (list(self._backward_ops()) if self.mode == "train" else [])
+        # (a widened int8 or 4-bit W sits after the GEMMs' own workspace)
         self.widen_at = self.act_bytes + 4 * max([op.workspace_elements for op in gemms] + [0])
         ws = self.widen_at + (4 * outputs * inputs if self.widen else 0)
-        self.ones_at = round_up(ws, 16)
-        ws = self.ones_at + 4 * n if ones else ws
         scales = [ParamSpec((outputs,), trainable=False)] if self.int8 else \
             [ParamSpec((outputs, -(-inputs // Q4_GROUP)), trainable=False)] if self.q4 else []
         params = [ParamSpec(stored, self.weight_dtype, trainable=not typed)] + \
@@ -216,15 +207,12 @@ class InnerProduct(Layer):
         if self._bwd is None:
             n, i, o = self.n, self.inputs, self.outputs
             p, dt, f = self.precision, self.dtype, np.float32
-            if self.inputs_first:  # W [inputs, outputs]: dx = g @ W^T, dW += x^T @ g
-                self._bwd = (Gemm(self.ctx, n, i, o, trans_b=True, precision=p,
-                                  dtypes=(dt, f, dt)),
-                             Gemm(self.ctx, i, o, n, trans_a=True, precision=p,
-                                  dtypes=(dt, dt, f)))
-            else:
-                self._bwd = (Gemm(self.ctx, n, i, o, precision=p, dtypes=(dt, f, dt)),  # dx = g @ W
-                             Gemm(self.ctx, o, i, n, trans_a=True, precision=p,        # dW += g^T @ x
-                                  dtypes=(dt, dt, f)))
+            # dx = g @ W and dW += g^T @ x; W [inputs, outputs]: dx = g @ W^T, dW += x^T @ g
+            dw_shape = (i, o) if self.inputs_first else (o, i)
+            self._bwd = (Gemm(self.ctx, n, i, o, trans_b=self.inputs_first, precision=p,
+                              dtypes=(dt, f, dt)),
+                         Gemm(self.ctx, *dw_shape, n, trans_a=True, precision=p,
+                              dtypes=(dt, dt, f)))
         return self._bwd
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
@@ -246,13 +234,7 @@ class InnerProduct(Layer):
             a, b = (rows, g) if self.inputs_first else (g, rows)
             out += filter_op.launches(a, b, dparams[0], beta=1.0,
                                       workspace=filter_op.workspace_in(ws, self.act_bytes))
-        if want_db and isinstance(self.bias_bwd, Gemm):
-            ones = ws_view(ws, self.ones_at, self.n).reshape(1, self.n)
-            out += fill_launches(self.ctx, ones, 1.0)
-            out += self.bias_bwd.launches(ones, g, dparams[1].reshape(1, self.outputs),
-                                          beta=1.0,
-                                          workspace=self.bias_bwd.workspace_in(ws, self.act_bytes))
-        elif want_db:
+        if want_db:
             out += self.bias_bwd.launches([g], [dparams[1].reshape(1, self.outputs)],
                                           alpha=1.0, beta=1.0)
         return out

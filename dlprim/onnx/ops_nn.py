@@ -473,13 +473,12 @@ def attention(b, node):
             and not any(b.is_const(t) for t in (k, v)))
     dropout = _probability_dropout(b, node, q, v) if fits else None
     fits = fits and dropout is not None
-    if fits and in_place:  # the Reshapes folded between the result and its Transpose
-        out = tuple(sq[:3]) + (sv[3],)  # back must keep (N, H, L, DV)
-        kept = node.inputs[len(node.inputs) - node.attrs.get("kept", 0):] \
-            if node.attrs.get("kept") else []
+    out = tuple(sq[:3]) + (sv[3],) if fits else None  # (N, H, L, DV)
+    kept = node.attrs.get("kept", 0)  # Reshapes folded between the result and its
+    if fits and kept:                 # Transpose back: each must keep the shape
         fits = all(b.is_const(s) and
                    _reshaped(out, [int(d) for d in np.asarray(b.consts[s]).reshape(-1)]) == out
-                   for s in kept)
+                   for s in node.inputs[-kept:])
     causal = False
     if fits and mask:
         target = (sq[0], sq[1], sq[2], sk[2])
@@ -505,7 +504,6 @@ def attention(b, node):
         key = b.add("Reshape", [key], tuple(sk), output=b.fresh(k + "/keys"),
                     name=node.name + "/keys", options={"dims": [-1] + list(sk[1:])})
     inputs = [b.value(q), key, b.value(v)] + ([b.value(mask)] if mask and not causal else [])
-    out = tuple(sq[:3]) + (sv[3],)
     b.add("ScaledDotProductAttention", inputs, _heads_swapped(out) if in_place else out, node,
           options=dict({"scale": scale, "causal": causal},
                        **({"dropout": dropout} if dropout else {}),
