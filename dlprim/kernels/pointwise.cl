@@ -332,11 +332,10 @@ ${cpu_loop(False)}
     }
 % endif
 </%def>
-<%def name="reduce_step(j)">{
+## one value of a reduction: each x loaded at ``index(i)``, the code, then the reduce
+<%def name="reduce_body(index)">
 % for i, (st, ct) in enumerate(XS):
-<% e = "(dlp_e + %d)" % j if j else "dlp_e" %>\
-<% idx = {"1": "dlp_xo%d + %s" % (i, e), "0": "dlp_xo%d" % i}.get(R_LAST[i], "dlp_xo%d + %s * xs%d_r%d" % (i, e, i, RED - 1)) %>\
-                ${ct} x${i} = ${load(i, idx)};
+                ${ct} x${i} = ${load(i, index(i))};
 % endfor
 % for i, (st, ct) in enumerate(YS):
                 ${ct} y${i};
@@ -347,6 +346,10 @@ ${CODE}
                 {
 ${REDUCE}
                 }
+</%def>
+<%def name="reduce_step(j)">{
+<% e = "(dlp_e + %d)" % j if j else "dlp_e" %>\
+${reduce_body(lambda i: {"1": "dlp_xo%d + %s" % (i, e), "0": "dlp_xo%d" % i}.get(R_LAST[i], "dlp_xo%d + %s * xs%d_r%d" % (i, e, i, RED - 1)))}
             }</%def>
 % if REDUCE_CPU and context.get("COLS", 0):
 ## CPU drivers, the innermost dimension kept (a column sum such as a bias gradient): a
@@ -384,18 +387,7 @@ ${kept_offsets()}
         dlp_rest = dlp_r;
 ${reduced_offsets("dlp_xo%d")}
         for (int dlp_b = 0; dlp_b < dlp_n; dlp_b++) {
-% for i, (st, ct) in enumerate(XS):
-            ${ct} x${i} = ${load(i, "dlp_xo%d + dlp_b" % i if _klast[i] == "1" else "dlp_xo%d" % i)};
-% endfor
-% for i, (st, ct) in enumerate(YS):
-            ${ct} y${i};
-% endfor
-            {
-${CODE}
-            }
-            {
-${REDUCE}
-            }
+${reduce_body(lambda i: "dlp_xo%d + dlp_b" % i if _klast[i] == "1" else "dlp_xo%d" % i)}
         }
     }
     for (int dlp_b = 0; dlp_b < dlp_n; dlp_b++) {
