@@ -671,7 +671,9 @@ def test_emulated_async_copies_match_float64(ctx, rng, monkeypatch, precision, t
     ("fp16", 1, 1, 40, 136, 200, 0, 1, 3),     # M-major A, K-major B; split-K
     ("bf16", 0, 1, 65, 64, 40, 0, 1, None),
     ("tf32", 1, 0, 70, 130, 37, 0, 2, None),   # both packed from columns; K % 4 != 0
-    ("tf32", 0, 1, 129, 65, 24, 3, 1, 2)])     # packed from rows, rows misaligned; split-K
+    ("tf32", 0, 1, 129, 65, 24, 3, 1, 2),     # packed from rows, rows misaligned; split-K
+    ("fp32", 1, 0, 70, 130, 37, 0, 2, None),   # float32 as three TF32 products (split_tf32)
+    ("fp32", 0, 1, 129, 65, 24, 3, 1, 2)])     # split-K across the three segments of K
 # the tiles of tuning.WGMMA_TILES' kinds: 64- and 128-byte swizzled rows of K, 2 and 4
 # warpgroups, 192 columns
 @pytest.mark.parametrize("wg_tile", [(128, 128, 64, 6), (128, 192, 128, 5), (256, 128, 128, 3)])
@@ -679,9 +681,11 @@ def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precis
                                                    trans_b, M, N, K, gap, batch, split, wg_tile):
     # gemm_wgmma.cl with kernels/wgmma.h's products in OpenCL C (MMA_EMULATE), reading
     # local memory as the descriptors say: the swizzled layouts, descriptors, stages,
-    # zero-fill, TF32 packing and the epilogue, on any device
+    # zero-fill, TF32 packing (of two parts each for "fp32") and the epilogue, on any device
     from dlprim.core import gemm
     layer_check.skip_unless_cpu(ctx)
+    if precision == "fp32" and wg_tile[0] > 128:
+        pytest.skip("split_tf32 keeps to tiles of up to 128 x 192")
     build, built = program.get, []
     for probe in ("tensor_cores", "copies_async", "warpgroup_products"):
         monkeypatch.setattr(gemm, probe, lambda ctx, precision="tf32": True)
@@ -689,15 +693,16 @@ def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precis
     assert not tuning.wgmma_packs_pay(M, N)
     monkeypatch.setattr(tuning, "WGMMA_TF32_MIN_SIZE", 0)
     monkeypatch.setattr(tuning, "WGMMA_TILES", (wg_tile + (100.0,),))
+    monkeypatch.setattr(tuning, "SPLIT_TF32_TILES", (wg_tile + (100.0,),))
 
     def get(ctx, name, **p):
         built.append(name)
         assert name != "gemm_wgmma" or (
-            p["TILE_M"], p["TILE_N"], p["TILE_K"] * (4 if precision == "tf32" else 2),
+            p["TILE_M"], p["TILE_N"], p["TILE_K"] * (4 if precision in ("tf32", "fp32") else 2),
             p["STAGES"]) == wg_tile
         return build(ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_wgmma" else p))
     monkeypatch.setattr(program, "get", get)
-    dtype = {"fp16": "float16", "bf16": "bfloat16", "tf32": "float32"}[precision]
+    dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(precision, "float32")
     (ra, ca), (rb, cb) = (K, M) if trans_a else (M, K), (N, K) if trans_b else (K, N)
     lda, ldb = ca + gap, cb + gap
     a = layer_check.stored(rng.standard_normal((batch, ra, lda)), dtype)
@@ -706,13 +711,17 @@ def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precis
         a[..., ca:], b[..., cb:] = np.nan, np.nan
     op = Gemm(ctx, M, N, K, trans_a, trans_b, batch=batch, split_k=split, precision=precision,
               dtypes=(dtype, dtype, "float32"), bias="col", activation="relu")
-    assert op.wgmma
-    # a caller's workspace: the split-K partial sums and the packed TF32 operands
-    ld_k = -(-K // 4) * 4
-    # split-K slices round to the kernel's TILE_K
-    assert op.splits == (tuning_launch.split_k(K, split, op.wg_tile["TILE_K"])[0] if split else 1)
+    assert op.wgmma and op.split_tf32 == (precision == "fp32")
+    # a caller's workspace: the split-K partial sums and the packed TF32 operands (two
+    # parts in three segments each for "fp32")
+    ld_k = -(-K // 4) * 4 * (3 if precision == "fp32" else 1)
+    # split-K slices round to the kernel's TILE_K (of the three segments of K for "fp32")
+    K_run = 3 * -(-K // 4) * 4 if precision == "fp32" else K
+    assert op.product_k == K_run
+    assert op.splits == (tuning_launch.split_k(K_run, split, op.wg_tile["TILE_K"])[0]
+                         if split else 1)
     assert op.workspace_elements == (batch * op.splits * -(-M * N // 4) * 4 if op.splits > 1 else 0) + (
-        batch * (M + N) * ld_k if precision == "tf32" else 0)
+        batch * (M + N) * ld_k if precision in ("tf32", "fp32") else 0)
     W = dp.Tensor(ctx, (op.workspace_elements,)) if op.workspace_elements else None
     C, bias = dp.Tensor(ctx, (batch, M, N)), rng.standard_normal(N)
     built.clear()
@@ -729,6 +738,40 @@ def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precis
     want = np.maximum(A @ B + bias, 0)
     err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
     assert err < 1e-5, err  # the products of the values the tensor cores take, in float32
+
+
+def test_emulated_split_tf32_keeps_float32_accuracy_and_values(ctx, rng, monkeypatch):
+    # "fp32" as three TF32 products (split_tf32): float32's accuracy on long sums, where
+    # one TF32 product is 100x off; an inf stays inf (not inf - inf = NaN in its small
+    # part), a NaN NaN, and a value that rounds past float32's range to TF32 is kept
+    from dlprim.core import gemm
+    layer_check.skip_unless_cpu(ctx)
+    build = program.get
+    for probe in ("tensor_cores", "warpgroup_products"):
+        monkeypatch.setattr(gemm, probe, lambda ctx, precision="tf32": True)
+    monkeypatch.setattr(tuning, "WGMMA_TF32_MIN_SIZE", 0)
+    for tiles in ("WGMMA_TILES", "SPLIT_TF32_TILES"):
+        monkeypatch.setattr(tuning, tiles, ((64, 64, 64, 3, 100.0),))
+    monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
+        ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_wgmma" else p)))
+    M, N, K = 66, 64, 300
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.uniform(0.5, 1.0, (K, N)).astype(np.float32)
+    a[1, 5], a[2, 7], a[3, :] = np.inf, np.nan, 0
+    a[3, 9], b[9, :] = 3.4e38, 1e-30  # hi of 3.4e38 rounded to TF32 is inf
+    C = dp.Tensor(ctx, (M, N))
+    errors = {}
+    for precision in ("fp32", "tf32"):
+        op = Gemm(ctx, M, N, K, precision=precision)
+        assert op.wgmma and op.split_tf32 == (precision == "fp32")
+        op(t(ctx, a), t(ctx, b), C)
+        got, want = C.numpy().astype(np.float64), a.astype(np.float64) @ b
+        finite = np.isfinite(want).all(axis=1)
+        errors[precision] = np.abs(got - want)[finite].max() / np.abs(want[finite]).max()
+        if precision == "fp32":
+            assert np.isposinf(got[1]).all() and np.isnan(got[2]).all()
+            np.testing.assert_allclose(got[3], want[3], rtol=1e-6)
+    assert errors["fp32"] < 2e-6 and errors["tf32"] > 100 * errors["fp32"], errors
 
 
 @pytest.mark.parametrize("precision, c_dtype, M, N, K, ldc, beta, bias", [
@@ -954,6 +997,27 @@ def test_emulated_smaller_tensor_core_tiles_match_float64(ctx, rng, monkeypatch,
 def test_tf32_matches_float64(ctx, rng, trans_a, trans_b):
     # TF32 rounds each operand to 11 significant bits
     _tensor_cores_against_float64(ctx, rng, trans_a, trans_b, "tf32", ("float32",) * 3, 2e-3)
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (1, 1)])
+def test_fp32_on_tensor_cores_is_as_accurate_as_float32(ctx, rng, trans_a, trans_b):
+    # where "fp32" runs as three TF32 products (split_tf32, Hopper): the real tensor
+    # cores' sums, promoted to float32 adds, against float64 on all-positive long sums
+    # (truncated sums would be 25x off) and split-K, within the float32 kernels' error
+    M, N, K = 1024, 1030, 3002
+    probe = Gemm(ctx, M, N, K, trans_a, trans_b)
+    if not probe.split_tf32:
+        pytest.skip("no TF32 warpgroup products on %s" % ctx.facts.name)
+    a = rng.uniform(0, 1, (K, M) if trans_a else (M, K)).astype(np.float32)
+    b = rng.uniform(0, 1, (N, K) if trans_b else (K, N)).astype(np.float32)
+    A = a.T if trans_a else a
+    B = b.T if trans_b else b
+    want = A.astype(np.float64) @ B.astype(np.float64)
+    for split in (None, 3):
+        C = dp.Tensor(ctx, (M, N))
+        Gemm(ctx, M, N, K, trans_a, trans_b, split_k=split)(t(ctx, a), t(ctx, b), C)
+        err = np.abs(C.numpy() - want).max() / want.max()
+        assert err < 1.5e-6, (split, err)
 
 
 @pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])

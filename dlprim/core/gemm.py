@@ -25,6 +25,8 @@ __all__ = ["Gemm", "gemm", "BIAS_MODES", "tensor_cores"]
 BIAS_MODES = (None, "row", "col")
 HALF_OR_FLOAT = (np.dtype(np.float32),) + HALF_TYPES  # what an operand may store
 MMA_KINDS = ("tf32", "fp16", "bf16")  # the precisions with a tensor-core kernel (gemm_mma.cl)
+# float32 products as TF32 ones (split_tf32): lo hi + hi lo + hi hi, each a product over K
+SPLIT_TF32_TERMS = 3
 
 
 def _count(name, value):
@@ -42,7 +44,9 @@ class Gemm:
     by default GPUs split when C has too few tiles to occupy the device. ``precision``
     ("fp32", "tf32", "fp16" or "bf16"; ``core/precision.py``): all but "fp32" run the
     products on tensor cores (``kernels/gemm_mma.cl``: TF32, FP16 or BF16 operands) where
-    the device has them, else the float32 kernels; A and B stored in the 16-bit type of
+    the device has them, else the float32 kernels; "fp32" runs the float32 kernels, or,
+    where Hopper's TF32 warpgroup products pay (``split_tf32``), three TF32 products of
+    each operand's two TF32 parts, to float32's accuracy. A and B stored in the 16-bit type of
     "fp16" or "bf16" with rows starting 16-byte aligned have their tiles copied by
     cp.async (``copy_async``, where ``copies_async`` says the device takes it). On Hopper
     those tiles, and large TF32 products (packed K-major into the workspace first), run
@@ -138,8 +142,8 @@ class Gemm:
             parts = tuning_launch.split_parts(self.ctx.facts, "gemm", self.K, tiles, threads,
                                               few_rows=min(self.M, self.N) <= tuning.SMALL)
         if parts <= 1 or self.K == 0:
-            return 1, self.K
-        return tuning_launch.split_k(self.K, parts, (self.wg_tile or t)["TILE_K"])
+            return 1, self.product_k
+        return tuning_launch.split_k(self.product_k, parts, (self.wg_tile or t)["TILE_K"])
 
     # ----- facts about the operands
     def packed_ld(self, which):
@@ -280,11 +284,23 @@ class Gemm:
 
     def k_major_elements(self):
         """float32 elements of A and B packed K-major for TF32 warpgroup products (rows of
-        K padded to 16 bytes; one per batch entry), else (0, 0)."""
-        if not (self.wgmma and self.precision == "tf32") or 0 in (self.M, self.N, self.K):
+        K padded to 16 bytes, three of them for split_tf32; one per batch entry), else
+        (0, 0)."""
+        if not (self.wgmma and self.mma_kind == "tf32") or 0 in (self.M, self.N, self.K):
             return 0, 0
-        ldk = round_up(self.K, 4)
-        return self.batch * self.M * ldk, self.batch * self.N * ldk
+        return self.batch * self.M * self.k_major_ld, self.batch * self.N * self.k_major_ld
+
+    @property
+    def k_major_ld(self):
+        """The row length of an operand packed K-major for TF32 warpgroup products: K
+        rounded up to 4 values (16 bytes), three of those for split_tf32."""
+        return (SPLIT_TF32_TERMS if self.split_tf32 else 1) * round_up(self.K, 4)
+
+    @property
+    def product_k(self):
+        """K as the product kernel runs it: with ``split_tf32``, the SPLIT_TF32_TERMS
+        packed segments of K (each rounded up to 4 values, zeros past K) one after another."""
+        return self.k_major_ld if self.split_tf32 else self.K
 
     def workspace_in(self, ws, byte_offset=0):
         """The workspace as a view ``byte_offset`` bytes into a layer's uint8 workspace
@@ -411,9 +427,21 @@ def choose(g, tile, split_k, forced):
     ``forced``: the private switches of the probes' self-tests (mma, copy_async, wgmma,
     subgroup_mma), taking the device's word for it."""
     ctx, facts, M, N = g.ctx, g.ctx.facts, g.M, g.N
+    # "fp32" products as TF32 warpgroup products: each operand x = hi + lo, hi and lo TF32
+    # values (the rest below 2^-22 |x|), and lo hi + hi lo + hi hi summed in float32 (lo
+    # lo, under 2^-22 of the product, dropped), as accurate as the float32 kernels (see
+    # tuning.split_tf32_pays for where it is faster)
+    g.split_tf32 = bool(
+        g.precision == "fp32" and not tile and not g.b_scale and g.batch
+        and all(d == np.float32 for d in g.dtypes) and tuning.split_tf32_pays(M, N, g.K)
+        and (forced["mma"] or tensor_cores(ctx, "tf32"))
+        and tuning.MMA_WARPGROUP and (forced["wgmma"] if forced["wgmma"] is not None
+                                      else warpgroup_products(ctx, "tf32")))
+    # the products the tensor-core kernel runs
+    g.mma_kind = "tf32" if g.split_tf32 else g.precision
     # the tensor-core kernel: TF32 products for "tf32", FP16 or BF16 for the others, where
     # the probe passes
-    g.mma = bool(forced["mma"]) or g.on_tensor_cores(ctx, g.precision)
+    g.mma = bool(forced["mma"]) or g.split_tf32 or g.on_tensor_cores(ctx, g.precision)
     native = HALF_STORAGE_TYPES.get(g.precision)
     native = as_dtype(native) if native is not None else None
 
@@ -424,7 +452,7 @@ def choose(g, tile, split_k, forced):
 
     def warpgroup():  # the warpgroup probe, likewise
         return tuning.MMA_WARPGROUP and (forced["wgmma"] if forced["wgmma"] is not None
-                                         else warpgroup_products(ctx, g.precision))
+                                         else warpgroup_products(ctx, g.mma_kind))
     # tiles copied by cp.async (gemm_mma.cl ASYNC) where A and B store the 16-bit type the
     # products take (launches check their rows' alignment)
     g.copy_async = bool(native is not None and g.dtypes[0] == g.dtypes[1] == native
@@ -432,11 +460,12 @@ def choose(g, tile, split_k, forced):
     # Hopper's warpgroup products (gemm_wgmma.cl) where the device takes them: for the
     # 16-bit tiles that cp.async copies, and for TF32 on float32 operands where M and N
     # are large enough to pay for packing them (tuning.wgmma_packs_pay)
-    tf32_floats = (g.mma and g.precision == "tf32"
+    tf32_floats = (g.mma and g.mma_kind == "tf32"
                    and g.dtypes[0] == g.dtypes[1] == np.float32)
     g.wgmma = bool((g.copy_async or tf32_floats) and warpgroup()
-                   and (forced["wgmma"] is not None or not tf32_floats
+                   and (forced["wgmma"] is not None or not tf32_floats or g.split_tf32
                         or tuning.wgmma_packs_pay(M, N)))
+    assert g.wgmma or not g.split_tf32  # never plain TF32 products for "fp32"
     # operands copied into the workspace as the warpgroup kernel takes them (``staged``):
     # a float32 A or B beside the other stored in the 16-bit type (an fp16 net's float32
     # weights), narrowed; a 16-bit one whose contiguous rows do not start 16-byte aligned
@@ -492,13 +521,14 @@ def choose(g, tile, split_k, forced):
     if planned:
         g.tile, split_k = planned
     if g.mma:
-        g.tile = tuning.mma_tile(g.precision, M, N)
+        g.tile = tuning.mma_tile(g.mma_kind, M, N)
     # the warpgroup kernel's own tile, stages and split (gemm_mma.cl keeps g.tile for
     # launches whose operands turn out unaligned)
     g.wg_tile = None
     if g.wgmma:
-        g.wg_tile, parts = tuning.wgmma_plan(facts.compute_units, M, N, g.K, g.batch,
-                                             4 if g.precision == "tf32" else 2, split_k)
+        g.wg_tile, parts = tuning.wgmma_plan(facts.compute_units, M, N, g.product_k, g.batch,
+                                             4 if g.mma_kind == "tf32" else 2, split_k,
+                                             tuning.SPLIT_TF32_TILES if g.split_tf32 else None)
         split_k = parts if split_k is None else split_k
     if g.subgroup_mma:
         g.tile = tuning.subgroup_mma_tile(g.subgroup)

@@ -182,7 +182,7 @@ class _TiledLaunch(GemmKernel):
             A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W, wgmma, c_layout)
         gsize = (ceil_div(g.N, t["TILE_N"]) * wg_n, ceil_div(g.M, t["TILE_M"]) * wg_m,
                  g.batch * g.splits)
-        head = [i32(g.M), i32(g.N), i32(g.K), i32(g.k_chunk), i32(g.splits),
+        head = [i32(g.M), i32(g.N), i32(g.product_k), i32(g.k_chunk), i32(g.splits),
                 A, i32(lda), u64(stride_a), B, i32(ldb), u64(stride_b)]
         prg = self.program(*aligned_ab, c_layout[0], epilogue=c_layout[1],
                            copy_async=copy_async, wgmma=wgmma)
@@ -257,6 +257,10 @@ class CpuTiled(_TiledLaunch):
         return pack, A, B, lda, ldb, stride_a, stride_b, aligned_ab
 
 
+# split_tf32's packed parts of A and B (gemm_wgmma.cl's SPLIT_PARTS): lo hi + hi lo + hi hi
+SPLIT_PARTS = {"a": "lch", "b": "clh"}
+
+
 class TensorCore(_TiledLaunch):
     """NVIDIA's tensor cores: kernels/gemm_mma.cl (``mma.sync``; 16-bit tiles copied by
     cp.async where ``g.copy_async`` and the rows are 16-byte aligned), and on Hopper
@@ -270,7 +274,7 @@ class TensorCore(_TiledLaunch):
     def warpgroup(self, copy_async):
         """Whether a launch runs gemm_wgmma.cl: 16-bit tiles that cp.async copies (aligned
         rows), or any TF32 product (packed as it needs)."""
-        return self.g.wgmma and (copy_async or self.g.precision == "tf32")
+        return self.g.wgmma and (copy_async or self.g.mma_kind == "tf32")
 
     def prepare(self):
         g = self.g
@@ -303,15 +307,17 @@ class TensorCore(_TiledLaunch):
         bias, act = _epilogue(g, epilogue)
         t = g.tile
         if wgmma:
-            tf32, w = g.precision == "tf32", g.wg_tile
+            tf32, w = g.mma_kind == "tf32", g.wg_tile
             return program.get(g.ctx, "gemm_wgmma", TRANS_A=0 if tf32 else int(g.trans_a),
                                TRANS_B=1 if tf32 else int(g.trans_b), BIAS=bias,
                                ACTIVATION=act, TILE_M=w["TILE_M"], TILE_N=w["TILE_N"],
                                TILE_K=w["TILE_K"], GROUP=t["GROUP"],
                                WARPGROUPS=w["TILE_M"] // 64, STAGES=w["STAGES"],
-                               IN_FLIGHT=tuning.WGMMA_IN_FLIGHT, ALIGNED_C=aligned_c,
+                               IN_FLIGHT=tuning.WGMMA_IN_FLIGHT,
+                               PROMOTE=tuning.SPLIT_TF32_PROMOTE if g.split_tf32 else 0,
+                               ALIGNED_C=aligned_c,
                                **g.kernel_types(epilogue, staged=True),
-                               MMA=MMA_TYPES[g.precision])
+                               MMA=MMA_TYPES[g.mma_kind])
         warps_m, warps_n = tuning.mma_warps(t)
         staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES) if copy_async
                    else dict(STAGES=tuning.MMA_STAGES))
@@ -338,7 +344,7 @@ class TensorCore(_TiledLaunch):
             return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
         if g.staged:
             return self._staged(A, B, lda, ldb, stride_a, stride_b, aligned_ab, W)
-        if g.precision != "tf32":
+        if g.mma_kind != "tf32":
             return [], A, B, lda, ldb, stride_a, stride_b, aligned_ab
         # the packing kernels are in the product's own program: no second build
         prg = self.program(1, 1, c_layout[0], epilogue=c_layout[1], wgmma=True)
@@ -379,20 +385,24 @@ class TensorCore(_TiledLaunch):
         aligned rows: the launch that packs operand ``which`` so into the workspace ``W``
         from element ``at`` on, and the operand as the product then reads it (tensor,
         leading dimension, batch stride). Rounding each value once here costs a pass over
-        the operand; rounding it in the kernel costs every work-group that reads it."""
+        the operand; rounding it in the kernel costs every work-group that reads it. With
+        ``g.split_tf32`` each row is A's parts lo, hi, hi or B's hi, lo, hi (gemm_wgmma.cl's
+        SPLIT_PARTS, which keep an inf or NaN out of the products with a lo), a segment of K each, which the product runs as one K three times as
+        long (``g.product_k``)."""
         g = self.g
         k_major = not g.trans_a if which == "a" else g.trans_b
         D = g.M if which == "a" else g.N
-        ldk = round_up(g.K, 4)
+        ldk = g.k_major_ld
+        name = "pack_from_rows" if k_major else "pack_from_columns"
+        if g.split_tf32:
+            name += "_" + SPLIT_PARTS[which]
         copies = g.batch if stride else 1  # a shared operand is packed once
         packed = ws_view(W, 4 * at, copies * D * ldk)
         i32, u64 = np.int32, np.uint64
         launch = program.Launch(
-            prg, "pack_from_rows" if k_major else
-            "pack_from_columns",
-            (ceil_div(ldk, 32) * 32, ceil_div(D, 32) * 8, copies), (32, 8, 1),
-            [i32(D), i32(g.K), X, i32(ld), u64(stride), packed, i32(ldk),
-             u64(D * ldk if stride else 0)])
+            prg, name, (ceil_div(round_up(g.K, 4), 32) * 32, ceil_div(D, 32) * 8, copies),
+            (32, 8, 1), [i32(D), i32(g.K), X, i32(ld), u64(stride), packed, i32(ldk),
+                         u64(D * ldk if stride else 0)])
         return [launch], packed, ldk, (D * ldk if stride else 0)
 
 

@@ -293,15 +293,16 @@ def wgmma_local_bytes(tm, tn, k_bytes, stages):
     return max(stages * (tm + tn) * k_bytes, tm * (tn + 8) * 4)
 
 
-def wgmma_plan(compute_units, M, N, K, batch=1, value_bytes=2, split_k=None):
+def wgmma_plan(compute_units, M, N, K, batch=1, value_bytes=2, split_k=None, tiles=None):
     """(tile, parts) of an M x N x K warpgroup product (``batch`` of them, operands of
     ``value_bytes``): of WGMMA_TILES and split-K into 1..WGMMA_MAX_PARTS parts (or
     ``split_k``), the pair with the least predicted time. A wave of tiles fills every
     compute unit with as many work-groups as its local memory holds, and takes the
     tile's products at the tile's rate plus WGMMA_WAVE_OVERHEAD_S; parts beyond one add
-    the partial sums' traffic. ``tile``: TILE_M, TILE_N, TILE_K (values), STAGES."""
+    the partial sums' traffic. ``tile``: TILE_M, TILE_N, TILE_K (values), STAGES;
+    ``tiles``: the candidates, as WGMMA_TILES (the default)."""
     best = None
-    for tm, tn, k_bytes, stages, rate in WGMMA_TILES:
+    for tm, tn, k_bytes, stages, rate in tiles or WGMMA_TILES:
         tk = k_bytes // value_bytes
         per_cu = min(WGMMA_CU_LOCAL // (wgmma_local_bytes(tm, tn, k_bytes, stages) + 1024),
                      2048 // (2 * tm))
@@ -364,6 +365,30 @@ def subgroup_mma_tile(subgroup):
 def wgmma_packs_pay(M, N):
     """Whether an M x N TF32 product runs the warpgroup kernel (its packing pass pays)."""
     return M * N >= WGMMA_TF32_MIN_SIZE * (M + N)
+
+
+# "fp32" products as three TF32 warpgroup products (core/gemm.py's split_tf32): A and B
+# packed in two TF32 parts each, three times K for the products, each 4 tiles' products
+# (128 values of K) summed by the tensor cores, then by rounded float32 adds
+# (SPLIT_TF32_PROMOTE; the tensor cores truncate). Those sums beside the accumulators
+# take registers: one 128x192 tile a compute unit (248 registers, 5 stages of 128 bytes),
+# which beat 128x128 (188 registers: one a unit too), 128x64 (two a unit) and every
+# 128x128 tile of the tensor cores' own sums that keeps K whole. H200, microseconds,
+# split / float32 kernels (not autotuned) / cuBLAS FP32 (TF32 off), GPT-2 training at
+# 8x256: qkv forward (2048x2304x768) 153 / 254 / 193, fc data gradient (2048x768x3072) 186
+# / 260 / 212, fc weight gradient (3072x768x2048) 204 / 305 / 246, LM head forward
+# (2048x50257x768) 2130 / 4041 / 3107. Where the TF32 kernel's packing does not pay (768 x
+# 768, attention's projection weight gradient) the float32 kernels run, hence the same
+# rule as TF32's. Error against float64, all-positive 1024 x 1024 x 8192: 9.6e-7 (float32
+# kernels 1.5e-6, cuBLAS 1.6e-6; the tensor cores' own sums 4.0e-5; 8 tiles a sum 1.7e-6).
+FP32_SPLIT_TF32 = True
+SPLIT_TF32_PROMOTE = 4
+SPLIT_TF32_TILES = ((128, 192, 128, 5, 542),)
+
+
+def split_tf32_pays(M, N, K):
+    """Whether an M x N x K "fp32" product runs as three TF32 warpgroup products."""
+    return FP32_SPLIT_TF32 and K > 0 and wgmma_packs_pay(M, N)
 # Smaller tiles of the same 2 x 2 warps, for products whose M or N leave most of a
 # 128x128 tile empty: a ResNet's 1x1 layers run one GEMM per image (N = H W, 49 at 7x7),
 # MobileNet's have 16 to 96 channels. MMA_SPEED: each tile's throughput relative to

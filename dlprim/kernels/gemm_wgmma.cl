@@ -46,6 +46,17 @@ TRANSPOSES = "" if TF32 else ", %d, %d" % (int(not A_CK), int(not B_CK))
 ACC = TN // 2  # accumulators a work-item holds: 64 x TN over 128 items
 IN_FLIGHT = context.get("IN_FLIGHT", 0)  # tiles' products left running at a barrier
 LOOKAHEAD = STAGES - 1 - IN_FLIGHT  # tiles copied ahead of the one multiplied
+# PROMOTE (0: off): the products of every PROMOTE tiles summed into the float32 sums SUM
+# by the work-items, not the tensor cores, which add a product to their accumulators
+# truncated, not rounded, so that their error grows with K (H200, all-positive 1024 x
+# 1024 x 8192: 27 times the float32 kernels'); the tensor cores' sums then cover PROMOTE
+# TILE_K values of K, and rounded adds the rest (twice the accumulators' registers: at
+# most 128 x 192 tiles; those tiles' products waited for)
+PROMOTE = context.get("PROMOTE", 0)
+assert not PROMOTE or (TN <= 192 and TM <= 128)
+SUM = "total" if PROMOTE else "acc"
+# float32 products as three TF32 ones: A's and B's packed parts (see pack below)
+SPLIT_PARTS = ("lch", "clh")
 # the emulated products (wgmma.h, tests): the kind of wg_operand
 EMULATE = context.get("MMA_EMULATE", False)
 KIND = {"tf32": 0, "f16": 1, "bf16": 2}[MMA]
@@ -64,9 +75,16 @@ LOCAL_BYTES = max(STAGES * (SIZE_A + SIZE_B) * (4 if TF32 else 2), TM * CT_LD * 
 ${tiles.copy_chunks(x, S, CK, CHUNKS, D, V, "wg_k_major_at(d, k, %d, %d)" % (V, K_BYTES) if CK else "wg_mn_major_at(d, k, %d)" % TK)}
 </%def>
 
-## acc += the products of one K step (descriptors da, db)
-<%def name="product(da, db)">
+## acc += the products of one K step (descriptors da, db); acc = them where ``keep`` is 0
+## (wgmma's scale-d: the accumulators are only ever written by the products, which ptxas
+## needs to keep them in flight)
+<%def name="product(da, db, keep='1')">
 % if EMULATE:
+    % if keep != '1':
+    if (!(${keep}))
+        for (int i = 0; i < ${ACC}; i++)
+            acc[i] = 0.0f;
+    % endif
     wgmma_emulated(acc, ${TN}, ${KSTEP}, smem, ${da}, ${db}, ${int(A_CK)}, ${int(B_CK)}, ${KIND},
                    lane, warp & 3);
 % else:
@@ -77,7 +95,7 @@ ${tiles.copy_chunks(x, S, CK, CHUNKS, D, V, "wg_k_major_at(d, k, %d, %d)" % (V, 
         % endfor
         " %${ACC}, %${ACC + 1}, p, 1, 1${TRANSPOSES};\n}"
         : ${", ".join('"+f"(acc[%d])' % i for i in range(ACC))}
-        : "l"(${da}), "l"(${db}), "r"(1) : "memory");
+        : "l"(${da}), "l"(${db}), "r"(${keep}) : "memory");
 % endif
 </%def>
 
@@ -95,6 +113,12 @@ ${tiles.tile_origin(GROUP, TM, TN, A_CK, B_CK, A_T, B_T)}
     #pragma unroll
     for (int i = 0; i < ${ACC}; i++)
         acc[i] = 0.0f;
+    % if PROMOTE:
+    float total[${ACC}];
+    #pragma unroll
+    for (int i = 0; i < ${ACC}; i++)
+        total[i] = 0.0f;
+    % endif
 
     const int tiles_k = (K + ${TK - 1}) / ${TK};
 ${tiles.positions("a", TM, TK, A_CK, CHUNKS_A, THREADS, "lda", V)}
@@ -127,6 +151,9 @@ ${tiles.advance(A_CK, B_CK, TK)}
         COPY_ASYNC_COMMIT();
         const uint as = WG_ADDRESS(a_local + (kt % ${STAGES}) * ${SIZE_A}) + a_rows;
         const uint bs = WG_ADDRESS(b_local + (kt % ${STAGES}) * ${SIZE_B});
+    % if PROMOTE:
+        const int keep = kt % ${PROMOTE};  // 0: the first tile after the sums took acc
+    % endif
         WG_FENCE();
         % for step in range(TK // KSTEP):
         {
@@ -134,14 +161,25 @@ ${tiles.advance(A_CK, B_CK, TK)}
             // two atoms of 8 rows of K on
             const ulong da = wg_descriptor(as + ${32 * step if A_CK else 2048 * step}, ${DESC_A[0]}, ${DESC_A[1]}, ${DESC_A[2]});
             const ulong db = wg_descriptor(bs + ${32 * step if B_CK else 2048 * step}, ${DESC_B[0]}, ${DESC_B[1]}, ${DESC_B[2]});
-${product("da", "db")}
+${product("da", "db", "keep" if PROMOTE and step == 0 else "1")}
         }
         % endfor
         WG_COMMIT();
         // while the tensor cores multiply tile kt: this item's chunks of tile kt + 1
         // landed (up to LOOKAHEAD - 1 tiles after it may still be in flight)
         COPY_ASYNC_WAIT(${LOOKAHEAD - 1});
+    % if PROMOTE:
+        if (kt % ${PROMOTE} == ${PROMOTE - 1} || kt == tiles_k - 1) {
+            WG_WAIT(0);
+            #pragma unroll
+            for (int i = 0; i < ${ACC}; i++)
+                total[i] += acc[i];
+        } else {
+            WG_WAIT(${IN_FLIGHT});
+        }
+    % else:
         WG_WAIT(${IN_FLIGHT});
+    % endif
     }
     WG_WAIT(0);
 
@@ -159,7 +197,7 @@ ${product("da", "db")}
             __local float *row = c_tile + (64 * wg + 16 * (warp & 3) + g + 8 * h) * ${CT_LD};
             #pragma unroll
             for (int j = 0; j < ${TN // 8}; j++)
-                vstore2((float2)(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]), 0, row + 8 * j + 2 * t);
+                vstore2((float2)(${SUM}[4 * j + 2 * h], ${SUM}[4 * j + 2 * h + 1]), 0, row + 8 * j + 2 * t);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -185,11 +223,26 @@ ${tiles.store_c("s4[w]", "n + w", BIAS, ACTIVATION, C_T)}
 }
 
 % if TF32:
+// x = hi + lo + (at most 2^-22 |x|): hi x rounded to TF32, lo the rest rounded to TF32 (0
+// where x is not finite; hi truncated where rounding would carry a finite x past float's
+// range)
+inline float2 tf32_parts(float x)
+{
+    uint hi = tf32(x);
+    if (isinf(as_float(hi)) && !isinf(x))
+        hi = as_uint(x) & 0xffffe000u;
+    return (float2)(as_float(hi), isfinite(x) ? as_float(tf32(x - as_float(hi))) : 0.0f);
+}
 ## op(X) (D rows or columns by K, read along K where K_MAJOR) -> Y rounded to TF32, D rows
 ## of K (ldy, 16-byte aligned, zeros past K), batch entry get_group_id(2) (stride 0: one
 ## X for all); through a 32 x 32 local tile so that both sides read and write along their
-## rows
-<%def name="pack(name, K_MAJOR)">
+## rows. PARTS (float32 products as three TF32 ones, core/gemm.py's split_tf32): each row
+## of Y is len(PARTS) segments of ldy / len(PARTS) values, "h" the TF32 parts hi of
+## tf32_parts, "l" the parts lo, "c" hi where it meets the other operand's lo, 0 for an
+## inf or NaN there (inf times a lo of 0 would be NaN; the "h" segment carries it), so
+## that A's "lch" against B's "clh" sums lo hi + hi lo + hi hi over the segments (the
+## small products first)
+<%def name="pack(name, K_MAJOR, PARTS='')">
 __kernel __attribute__((reqd_work_group_size(32, 8, 1)))
 void ${name}(int D, int K, __global const float *X, ulong x_offset, int ldx, ulong stride_x,
              __global float *Y, ulong y_offset, int ldy, ulong stride_y)
@@ -211,11 +264,26 @@ void ${name}(int D, int K, __global const float *X, ulong x_offset, int ldx, ulo
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int i = ty; i < 32; i += 8) {
         const int d = d0 + i, k = k0 + tx;
+    % if PARTS:
+        const int width = ldy / ${len(PARTS)};
+        if (d < D && k < width) {
+            const float x = tile[i][tx];
+            const float2 parts = tf32_parts(x);
+        % for p, part in enumerate(PARTS):
+            Y[(ulong)d * ldy + ${p} * width + k] = ${dict(h="parts.x", l="parts.y", c="isfinite(x) ? parts.x : 0.0f")[part]};
+        % endfor
+        }
+    % else:
         if (d < D && k < ldy)
             Y[(ulong)d * ldy + k] = as_float(tf32(tile[i][tx]));
+    % endif
     }
 }
 </%def>
 ${pack("pack_from_rows", True)}
 ${pack("pack_from_columns", False)}
+% for parts in SPLIT_PARTS:
+${pack("pack_from_rows_" + parts, True, parts)}
+${pack("pack_from_columns_" + parts, False, parts)}
+% endfor
 % endif
