@@ -327,19 +327,38 @@ def _size(nbytes):
 
 
 class ExecutionContext:
-    """DLPrimitives' handle for 'where work is enqueued'; here the context's one queue."""
+    """DLPrimitives' handle for 'where work is enqueued'; here the context's queue."""
 
     def __init__(self, ctx):
         self.ctx = ctx
-        self.queue = ctx.queue
+
+    @property
+    def queue(self):
+        """The context's queue now (``Context.run`` may move on to the next of its ring)."""
+        return self.ctx.queue
 
     def finish(self):
         """Wait until everything enqueued on the queue has run."""
         self.queue.finish()
 
 
+# NVIDIA's driver blocks the host once about 340 commands are pending on a queue (the
+# 341st enqueue behind a 200 ms kernel waited for it, in-order or out-of-order). A Net's
+# pass enqueues more (BERT-base's backward: 900), so the host could run at most ~10 ms of
+# work ahead of the device, and the time it then spent on the optimizer's launches left
+# the device idle (20.8 of BERT's 66.3 ms step on an H200). Long runs of launches
+# therefore go round a ring of QUEUE_RING in-order queues, QUEUE_TURN launches on each:
+# a queue hands over with a marker that the next one's first command (a barrier) waits
+# for, so the order is the one queue's. H200 probe, 3000 launches behind a 200 ms
+# kernel: the first blocking enqueue was the 340th on one queue, the 1107th on a ring of
+# 4 and the 2131st on a ring of 8, results unchanged. Other devices keep one queue.
+QUEUE_RING = {"nvidia": 8}
+QUEUE_TURN = 256
+
+
 class Context:
-    """An OpenCL device with one in-order queue and a memory pool.
+    """An OpenCL device with an in-order queue (on NVIDIA GPUs, the current one of a ring
+    that runs as one: ``run``) and a memory pool.
 
     >>> ctx = Context("cpu")          # or "gpu", "0:1", 2, None
     >>> ctx.name
@@ -352,6 +371,11 @@ class Context:
         self.queue = cl.CommandQueue(self.cl_context, self.device, properties=props)
         self.profiling = profiling
         self.facts = DeviceFacts(self.device)
+        # the queue ring (QUEUE_RING): its queues, made as the ring turns onto them, and
+        # the launches run on the current one since it took over
+        self._ring = [self.queue]
+        self._ring_size = QUEUE_RING.get(self.facts.vendor_id, 1) if self.facts.is_gpu else 1
+        self._on_queue = 0
         self.memory = _TrackingAllocator(self)
         self.staging = HostStaging(self)  # large host-to-device copies (dlprim/staging.py)
         self.programs = {}  # filled by dlprim.kernels.program.get
@@ -383,6 +407,46 @@ class Context:
     def finish(self):
         """Wait until everything enqueued on the context's queue has run."""
         self.queue.finish()
+
+    # ----- the queue ring (QUEUE_RING)
+    def run(self, launches):
+        """Enqueue ``launches`` (callables taking a queue) in order on the context's queue,
+        moving on to the next queue of the ring every QUEUE_TURN launches. The caller
+        holds no queue of its own: after the call ``queue`` may be another one."""
+        if self._ring_size == 1:
+            queue = self.queue
+            for launch in launches:
+                launch(queue)
+            return
+        queue, count = self.queue, self._on_queue
+        for launch in launches:
+            if count >= QUEUE_TURN:
+                queue, count = self._turn(), 0
+            launch(queue)
+            count += 1
+        self._on_queue = count
+
+    def enqueued(self, count):
+        """Note ``count`` commands just enqueued on ``queue`` by a caller that holds no
+        queue of its own; the ring turns once QUEUE_TURN have run on the current one."""
+        if self._ring_size > 1:
+            self._on_queue += count
+            if self._on_queue >= QUEUE_TURN:
+                self._turn()
+                self._on_queue = 0
+
+    def _turn(self):
+        """The next queue of the ring, made current after everything enqueued so far: its
+        first command waits for a marker behind the current queue's last."""
+        marker = cl.enqueue_marker(self.queue)
+        self.queue.flush()  # the commands so far reach the device while the host goes on
+        at = (self._ring.index(self.queue) + 1) % self._ring_size
+        if at == len(self._ring):
+            self._ring.append(cl.CommandQueue(self.cl_context, self.device,
+                                              properties=self._ring[0].properties))
+        self.queue = self._ring[at]
+        cl.enqueue_barrier(self.queue, wait_for=[marker])
+        return self.queue
 
     def make_execution_context(self, properties: int = 0) -> "ExecutionContext":
         """The DLPrimitives-style ``ExecutionContext`` over this context's queue.

@@ -91,3 +91,34 @@ def test_a_context_keeps_a_bounded_number_of_ops(ctx):
     assert cache.get("a") == "a"          # a use: "b" is now the oldest
     cache["d"] = "d"
     assert list(cache) == ["c", "a", "d"] and cache.get("b") is None
+
+
+def test_queue_ring_keeps_the_order_of_one_queue(ctx, monkeypatch):
+    # the ring (NVIDIA GPUs: the host runs past the driver's pending-command limit): forced
+    # here to 3 queues turning every 4 launches; C = A B + beta_k C in turn, whose result
+    # depends on the order, as one queue would run it
+    import numpy as np
+    from dlprim import context
+    from dlprim.core.gemm import Gemm
+    monkeypatch.setattr(context, "QUEUE_TURN", 4)
+    ring = dp.Context(ctx.device_string)
+    ring._ring_size = 3
+    e = ring.make_execution_context()
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((96, 200)) / 14, rng.standard_normal((200, 96)) / 14
+    A, B = (dp.Tensor.from_numpy(ring, x.astype(np.float32)) for x in (a, b))
+    C = dp.Tensor.zeros(ring, (96, 96))
+    op = Gemm(ring, 96, 96, 200)
+    betas = [0.5, -1.25, 2.0, 0.75, -0.5] * 6
+    launches = [launch for beta in betas for launch in op.launches(A, B, C, beta=beta)]
+    first = ring.queue
+    ring.run(launches)
+    assert len(ring._ring) == 3 and ring.queue is not first and e.queue is ring.queue
+    ring.enqueued(4)  # commands a caller put on the current queue: the ring turns
+    assert ring._on_queue == 0
+    want = np.zeros((96, 96))
+    for beta in betas:
+        want = a @ b + beta * want
+    np.testing.assert_allclose(C.numpy(), want, rtol=1e-4, atol=1e-4)
+    assert dp.Context(ctx.device_string)._ring_size == (8 if ctx.facts.vendor_id == "nvidia"
+                                                         and ctx.facts.is_gpu else 1)

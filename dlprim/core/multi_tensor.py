@@ -159,6 +159,8 @@ class MultiTensorPlan:
         if params != self._params:
             rebind_params(self.launches, self.op.typed_params(params))
             self._params = params
-        queue = queue if queue is not None else self.op.ctx.queue
+        if queue is None:
+            self.op.ctx.run(self.launches)
+            return
         for launch in self.launches:
             launch(queue)

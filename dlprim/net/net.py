@@ -333,18 +333,22 @@ class Net:
         """Enqueue the forward pass (inputs already written into ``tensor(name)``); with
         ``sync`` (DLPrimitives' second argument), wait until it has run."""
         self._need_setup()
-        queue = e.queue if e is not None else self.ctx.queue
-        for launch in self.plan.forward:
-            launch(queue)
+        if e is not None:
+            for launch in self.plan.forward:
+                launch(e.queue)
+        else:
+            self.ctx.run(self.plan.forward)
         if sync:
-            queue.finish()
+            self.ctx.queue.finish()
 
     def backward(self, e: Any = None) -> None:
         """Enqueue the backward pass; parameter gradients are added to ``grad_arena``."""
         self.backward_check()
-        queue = e.queue if e is not None else self.ctx.queue
-        for launch in self.plan.backward:
-            launch(queue)
+        if e is not None:
+            for launch in self.plan.backward:
+                launch(e.queue)
+        else:
+            self.ctx.run(self.plan.backward)
 
     def backward_check(self) -> None:
         """Raise unless ``plan.backward`` may run now (set up, in train mode); with a loss

@@ -201,6 +201,7 @@ class _Replay:
     def run(self, places, values=()):
         op = self.op
         self.recording.replay(op.ctx.queue, places, tuple(op.typed_params(values)), self.layout)
+        op.ctx.enqueued(len(self.recording.steps))
 
 
 class _Bound:

@@ -229,8 +229,7 @@ def _contiguous_strides(size):
 
 def enqueue(ctx, launches):
     """Enqueue prepared launches on the context's queue now (eager operators)."""
-    for launch in launches:
-        launch(ctx.queue)
+    ctx.run(launches)
 
 
 # launchers pick programs by how a tensor's offset aligns (vector loads of up to 16
@@ -250,6 +249,7 @@ def enqueue_recorded(ctx, key, tensors, make):
     recording = ctx.ops.get(key)
     if recording is not None:
         recording.replay(ctx.queue, tensors)
+        ctx.enqueued(len(recording.steps))
         return
     launches = make()
     enqueue(ctx, launches)
