@@ -135,6 +135,7 @@ def test_plans_go_with_their_tensors():
     a = [t.to("ocl") for t in _lists(3, [10, 20])]
     for _ in range(2):  # kept by the first call, or by the second where it replayed
         torch._foreach_mul_(a, 3.0)  # another list's recording
+    gc.collect()  # plans of earlier tests' tensors left in garbage cycles go first
     before = len(mt.plans)
     del a
     gc.collect()
