@@ -352,8 +352,26 @@ class ExecutionContext:
 # for, so the order is the one queue's. H200 probe, 3000 launches behind a 200 ms
 # kernel: the first blocking enqueue was the 340th on one queue, the 1107th on a ring of
 # 4 and the 2131st on a ring of 8, results unchanged. Other devices keep one queue.
+# DLPRIM_QUEUE_RING="SIZE" or "SIZE,TURN" sets both for every device (1: one queue).
 QUEUE_RING = {"nvidia": 8}
 QUEUE_TURN = 256
+
+
+def _queue_ring(facts):
+    """(queues in the ring, launches a queue takes before the next takes over) for a
+    device: DLPRIM_QUEUE_RING where set, else QUEUE_RING's (GPUs) and QUEUE_TURN."""
+    env = os.environ.get("DLPRIM_QUEUE_RING", "").strip()
+    if not env:
+        return (QUEUE_RING.get(facts.vendor_id, 1) if facts.is_gpu else 1), QUEUE_TURN
+    try:
+        values = [int(v) for v in env.split(",")]
+        if len(values) not in (1, 2) or min(values) < 1:
+            raise ValueError
+    except ValueError:
+        raise ValueError("DLPRIM_QUEUE_RING must be SIZE or SIZE,TURN (positive integers: "
+                         "queues in the ring, launches on each before the next), got %r"
+                         % env) from None
+    return values[0], values[1] if len(values) == 2 else QUEUE_TURN
 
 
 class Context:
@@ -374,7 +392,7 @@ class Context:
         # the queue ring (QUEUE_RING): its queues, made as the ring turns onto them, and
         # the launches run on the current one since it took over
         self._ring = [self.queue]
-        self._ring_size = QUEUE_RING.get(self.facts.vendor_id, 1) if self.facts.is_gpu else 1
+        self._ring_size, self._turn_every = _queue_ring(self.facts)
         self._on_queue = 0
         self.memory = _TrackingAllocator(self)
         self.staging = HostStaging(self)  # large host-to-device copies (dlprim/staging.py)
@@ -411,16 +429,16 @@ class Context:
     # ----- the queue ring (QUEUE_RING)
     def run(self, launches):
         """Enqueue ``launches`` (callables taking a queue) in order on the context's queue,
-        moving on to the next queue of the ring every QUEUE_TURN launches. The caller
+        moving on to the next queue of the ring every QUEUE_TURN launches (``_turn_every``). The caller
         holds no queue of its own: after the call ``queue`` may be another one."""
         if self._ring_size == 1:
             queue = self.queue
             for launch in launches:
                 launch(queue)
             return
-        queue, count = self.queue, self._on_queue
+        queue, count, turn = self.queue, self._on_queue, self._turn_every
         for launch in launches:
-            if count >= QUEUE_TURN:
+            if count >= turn:
                 queue, count = self._turn(), 0
             launch(queue)
             count += 1
@@ -431,7 +449,7 @@ class Context:
         queue of its own; the ring turns once QUEUE_TURN have run on the current one."""
         if self._ring_size > 1:
             self._on_queue += count
-            if self._on_queue >= QUEUE_TURN:
+            if self._on_queue >= self._turn_every:
                 self._turn()
                 self._on_queue = 0
 

@@ -98,11 +98,10 @@ def test_queue_ring_keeps_the_order_of_one_queue(ctx, monkeypatch):
     # here to 3 queues turning every 4 launches; C = A B + beta_k C in turn, whose result
     # depends on the order, as one queue would run it
     import numpy as np
-    from dlprim import context
     from dlprim.core.gemm import Gemm
-    monkeypatch.setattr(context, "QUEUE_TURN", 4)
+    monkeypatch.setenv("DLPRIM_QUEUE_RING", "3,4")
     ring = dp.Context(ctx.device_string)
-    ring._ring_size = 3
+    assert (ring._ring_size, ring._turn_every) == (3, 4)
     e = ring.make_execution_context()
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((96, 200)) / 14, rng.standard_normal((200, 96)) / 14
@@ -120,5 +119,10 @@ def test_queue_ring_keeps_the_order_of_one_queue(ctx, monkeypatch):
     for beta in betas:
         want = a @ b + beta * want
     np.testing.assert_allclose(C.numpy(), want, rtol=1e-4, atol=1e-4)
+    monkeypatch.delenv("DLPRIM_QUEUE_RING")
     assert dp.Context(ctx.device_string)._ring_size == (8 if ctx.facts.vendor_id == "nvidia"
                                                          and ctx.facts.is_gpu else 1)
+    for bad in ("0", "2,x", "1,2,3"):
+        monkeypatch.setenv("DLPRIM_QUEUE_RING", bad)
+        with pytest.raises(ValueError, match="DLPRIM_QUEUE_RING must be SIZE"):
+            dp.Context(ctx.device_string)

@@ -424,3 +424,37 @@ print(tuple(torch.compile(m, backend="dlprim")(torch.randn(2, 4).to("ocl")).shap
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and "(2, 3)" in out.stdout, out.stderr[-2000:]
+
+
+def test_training_on_a_queue_ring_matches_one_queue():
+    """The queue ring (NVIDIA GPUs by default; DLPRIM_QUEUE_RING forces it here, 3 queues
+    turning every 5 launches, on runtimes that run queues side by side): a compiled model's
+    forward and backward, eager operators and AdamW's multi-tensor launches keep one
+    queue's order, so the losses and weights are bit for bit those of one queue."""
+    import os
+    import subprocess
+    import sys
+    code = """
+import torch, dlprim.torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
+                            torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 5)).to("ocl")
+compiled = dlprim.torch.compile(model)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+x, y = torch.randn(32, 16).to("ocl"), (torch.arange(32) % 5).to("ocl")
+for _ in range(4):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(compiled(x) * 1.5 + 0.25, y)
+    loss.backward()
+    opt.step()
+    print(loss.item().hex())
+print([p.detach().cpu().double().sum().item().hex() for p in model.parameters()])
+"""
+    outs = []
+    for ring in ("1", "3,5"):
+        env = dict(os.environ, DLPRIM_QUEUE_RING=ring)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        outs.append(out.stdout)
+    assert outs[0] == outs[1] and outs[0].count("\n") == 5, outs
