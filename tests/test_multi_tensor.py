@@ -318,3 +318,50 @@ def test_out_of_place_temporaries_replay_in_place_and_free_their_memory(monkeypa
         del roots, got
         gc.collect()
         assert memory.bytes_in_use == before, (step, before, memory.bytes_in_use)
+
+
+def _params(dtype=torch.float32):
+    torch.manual_seed(0)
+    sizes = [(7, 9), (9,), (5, 7), (5,), (3, 5), (3,)]
+    cpu = [torch.randn(s, dtype=dtype, requires_grad=True) for s in sizes]
+    return cpu, [p.detach().to("ocl").requires_grad_() for p in cpu]
+
+
+def _steps(make, params, device, steps=3):
+    opt = make(params)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype).to(device)
+        opt.step()
+    return [p.detach().cpu() for p in params]
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1, amsgrad=True),
+    lambda p: torch.optim.Adam(p, lr=0.01, amsgrad=True, maximize=True),
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
+    lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True),
+    lambda p: torch.optim.Adagrad(p, lr=0.1),
+    lambda p: torch.optim.NAdam(p, lr=0.01),
+    lambda p: torch.optim.RAdam(p, lr=0.01),
+    lambda p: torch.optim.Adamax(p, lr=0.01)], ids=[
+    "adamw-amsgrad", "adam-amsgrad-maximize", "sgd-nesterov", "rmsprop-centered", "adagrad",
+    "nadam", "radam", "adamax"])
+def test_foreach_optimizers_match_the_cpu(make):
+    # torch.optim's default (foreach) path over parameters of several shapes; amsgrad's
+    # _foreach_maximum_ has no in-place single-tensor operator (maximum into self)
+    cpu, ocl = _params()
+    for want, got in zip(_steps(make, cpu, "cpu"), _steps(make, ocl, "ocl")):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5, atol=2e-6)
+
+
+def test_foreach_maximum_and_minimum_write_into_self():
+    a, b = _lists(2, [5, 300, 2] * 3), _lists(3, [5, 300, 2] * 3)
+    ao, bo = [t.to("ocl") for t in a], [t.to("ocl") for t in b]
+    torch._foreach_maximum_(ao, bo)
+    torch._foreach_maximum_(a, b)
+    _same(ao, a)
+    torch._foreach_minimum_(bo, [t * 0.5 for t in ao])
+    torch._foreach_minimum_(b, [t * 0.5 for t in a])
+    _same(bo, b)

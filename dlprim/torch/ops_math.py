@@ -194,6 +194,9 @@ def _foreach(func, *args, **kwargs):
         if results is not None:
             return None if inplace else results
     results = [handle(overload, *item(i)) for i in range(len(args[0]))]
+    if inplace and not overload.overloadpacket.__name__.endswith("_"):
+        for dst, result in zip(args[0], results):  # a functional base (maximum): into self
+            dst.copy_(result)
     return None if inplace else results
 
 
@@ -258,7 +261,10 @@ def _foreach_plan(func):
     plan = _foreach_plans.get(func)
     if plan is None:
         name = func.overloadpacket.__name__.replace("_foreach_", "", 1)
-        overload = _base_overload(getattr(aten, name), func._overloadname)
+        # (no in-place single-tensor operator, as maximum_: the functional one, its
+        # result written into self)
+        base = getattr(aten, name, None) or getattr(aten, name.rstrip("_"))
+        overload = _base_overload(base, func._overloadname)
         positional = [a for a in overload._schema.arguments if not a.kwarg_only]
         keywords = [a.name for a in overload._schema.arguments if a.kwarg_only]
         plan = _foreach_plans[func] = (overload, len(positional), keywords)
@@ -280,10 +286,13 @@ def _base_overload(base, foreach_overload):
 _FOREACH = sorted({n.split("::")[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
                    if n.startswith("aten::_foreach_")})
 for _packet in _FOREACH:
-    if getattr(aten, _packet[len("_foreach_"):], None) is None:
+    _base = _packet[len("_foreach_"):]
+    _into_self = getattr(aten, _base, None) is None and _base.endswith("_") and \
+        getattr(aten, _base.rstrip("_"), None) is not None  # maximum_: maximum into self
+    if getattr(aten, _base, None) is None and not _into_self:
         continue  # no single-tensor operator to apply per element
     for _o in getattr(aten, _packet).overloads():
-        if _o != "out":
+        if _o != "out" and (not _into_self or _o == "List"):
             _f = getattr(getattr(aten, _packet), _o)
             register(_f)(lambda *a, _f=_f, **k: _foreach(_f, *a, **k))
 
