@@ -365,3 +365,38 @@ def test_foreach_maximum_and_minimum_write_into_self():
     torch._foreach_minimum_(bo, [t * 0.5 for t in ao])
     torch._foreach_minimum_(b, [t * 0.5 for t in a])
     _same(bo, b)
+
+
+@pytest.mark.parametrize("make", [
+    lambda p, **k: torch.optim.Adam(p, lr=0.01, **k),
+    lambda p, **k: torch.optim.AdamW(p, lr=0.01, amsgrad=True, **k),
+    lambda p, **k: torch.optim.NAdam(p, lr=0.01, **k),
+    lambda p, **k: torch.optim.RAdam(p, lr=0.01, **k),
+    lambda p, **k: torch.optim.ASGD(p, lr=0.01, **k)], ids=["adam", "adamw-amsgrad", "nadam",
+                                                            "radam", "asgd"])
+def test_capturable_optimizers_keep_their_step_on_the_device(make):
+    # capturable=True: the step counts are ocl tensors, the bias corrections
+    # _foreach_pow(beta, steps) (a scalar first) and ASGD's _foreach_maximum_(steps, 1.0);
+    # the CPU, which takes no capturable step, as reference
+    cpu, ocl = _params()
+    want = _steps(lambda p: make(p, foreach=True), cpu, "cpu")
+    got = _steps(lambda p: make(p, foreach=True, capturable=True), ocl, "ocl")
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6)
+
+
+def test_foreach_with_a_scalar_first_or_a_number_to_compare():
+    a = _lists(4, [5, 300, 2])
+    a[2][0] = float("nan")  # maximum and minimum keep a NaN
+    ao = [t.to("ocl") for t in a]
+    _same(torch._foreach_pow(0.9, ao), torch._foreach_pow(0.9, a))
+    for f in (torch._foreach_maximum, torch._foreach_minimum):
+        for other in (0.2, [0.1, -0.3, 0.5]):
+            got, want = f(ao, other), f(a, other)
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g.cpu().numpy(), w.numpy(), rtol=1e-6)
+            ai, aoi = [t.clone() for t in a], [t.clone() for t in ao]
+            getattr(torch, f.__name__ + "_")(ai, other)
+            getattr(torch, f.__name__ + "_")(aoi, other)
+            for g, w in zip(aoi, ai):
+                np.testing.assert_allclose(g.cpu().numpy(), w.numpy(), rtol=1e-6)

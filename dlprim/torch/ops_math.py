@@ -189,11 +189,13 @@ def _foreach(func, *args, **kwargs):
             one[1] = one[1].item()
         extra = dict(zip(keywords, one[n_positional:]))  # addcmul's value: keyword-only
         return tuple(one[:n_positional]), dict(kwargs, **extra)
-    if len(args[0]) and overload in _BUILDS:
+    # (the list's length: pow's ScalarAndTensor overload takes a scalar first)
+    n = len(next(a for a, is_list in zip(args, lists) if is_list))
+    if n and lists[0] and overload in _BUILDS:
         results = _foreach_multi(overload, inplace, args, lists, item)
         if results is not None:
             return None if inplace else results
-    results = [handle(overload, *item(i)) for i in range(len(args[0]))]
+    results = [handle(overload, *item(i)) for i in range(n)]
     if inplace and not overload.overloadpacket.__name__.endswith("_"):
         for dst, result in zip(args[0], results):  # a functional base (maximum): into self
             dst.copy_(result)
@@ -264,6 +266,9 @@ def _foreach_plan(func):
         # (no in-place single-tensor operator, as maximum_: the functional one, its
         # result written into self)
         base = getattr(aten, name, None) or getattr(aten, name.rstrip("_"))
+        if name.rstrip("_") in _CLAMPS and func._overloadname in ("Scalar", "ScalarList"):
+            # a number's maximum / minimum (aten.maximum takes two tensors): a clamp
+            base = getattr(aten, _CLAMPS[name.rstrip("_")] + name[len(name.rstrip("_")):])
         overload = _base_overload(base, func._overloadname)
         positional = [a for a in overload._schema.arguments if not a.kwarg_only]
         keywords = [a.name for a in overload._schema.arguments if a.kwarg_only]
@@ -271,12 +276,15 @@ def _foreach_plan(func):
     return plan
 
 
+_CLAMPS = {"maximum": "clamp_min", "minimum": "clamp_max"}
+
+
 def _base_overload(base, foreach_overload):
     """The single-tensor overload a _foreach_ overload maps to: Scalar/ScalarList -> Scalar,
     List/Tensor -> Tensor, where the base operator has them; else its default."""
     names = base.overloads()
     want = {"Scalar": "Scalar", "ScalarList": "Scalar", "List": "Tensor",
-            "Tensor": "Tensor"}.get(foreach_overload, "default")
+            "Tensor": "Tensor", "ScalarAndTensor": "Scalar"}.get(foreach_overload, "default")
     if want in names:
         return getattr(base, want)
     return getattr(base, "default" if "default" in names else names[0])
@@ -292,7 +300,7 @@ for _packet in _FOREACH:
     if getattr(aten, _base, None) is None and not _into_self:
         continue  # no single-tensor operator to apply per element
     for _o in getattr(aten, _packet).overloads():
-        if _o != "out" and (not _into_self or _o == "List"):
+        if _o != "out":
             _f = getattr(getattr(aten, _packet), _o)
             register(_f)(lambda *a, _f=_f, **k: _foreach(_f, *a, **k))
 
