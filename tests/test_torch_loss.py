@@ -363,3 +363,80 @@ def test_softmax_and_cross_entropy_rows_with_infinities_and_nan(classes):
     got = F.cross_entropy(x.to("ocl"), labels.to("ocl"), reduction="none").cpu()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
     assert torch.isfinite(got[[0, 4, 5]]).all() and got[[1, 2, 3]].isnan().all()
+
+
+# ----- CTC (core/ctc.py: the alpha and beta recursions and the gradient on the device)
+def _ctc_case(dev, dtype=torch.float32, reduction="mean", zero_infinity=False, flat=False,
+              lengths_as="tensor", index=torch.int64):
+    g = torch.Generator().manual_seed(0)
+    T, N, C = 30, 4, 7
+    x = torch.randn(T, N, C, generator=g, dtype=dtype).to(dev).requires_grad_()
+    # the third sequence has no alignment (12 random labels in 12 steps): an infinite loss
+    il, tl = [30, 25, 12, 3], [10, 7, 12, 0]
+    targets = torch.randint(1, C, (N, 12), generator=g).to(index)
+    if flat:
+        targets = torch.cat([targets[i, :tl[i]] for i in range(N)])
+    if lengths_as == "tensor":
+        il, tl = torch.tensor(il), torch.tensor(tl)
+    elif lengths_as == "device":
+        il, tl = torch.tensor(il).to(dev), torch.tensor(tl).to(dev)
+    loss = F.ctc_loss(x.log_softmax(2), targets.to(dev), il, tl, blank=0, reduction=reduction,
+                      zero_infinity=zero_infinity)
+    weights = torch.arange(1, loss.numel() + 1, dtype=dtype).reshape(loss.shape)
+    (loss * weights.to(dev)).sum().backward()
+    return loss.detach().cpu(), x.grad.cpu()
+
+
+@pytest.mark.parametrize("kw", [
+    dict(reduction="none"), dict(reduction="none", zero_infinity=True),
+    dict(reduction="mean", zero_infinity=True), dict(reduction="sum", zero_infinity=True),
+    dict(reduction="none", flat=True, lengths_as="list"),
+    dict(reduction="none", lengths_as="device", index=torch.int32),
+    dict(reduction="mean", zero_infinity=True, dtype=torch.float64)],
+    ids=["none", "zero_infinity", "mean", "sum", "flat targets, list lengths",
+         "lengths on ocl, int32 targets", "float64"])
+def test_ctc_loss_matches_the_cpu(kw):
+    (want, want_grad), (got, grad) = _ctc_case("cpu", **kw), _ctc_case("ocl", **kw)
+    tol = 1e-10 if kw.get("dtype") == torch.float64 else 1e-5
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    torch.testing.assert_close(got[finite], want[finite], rtol=tol, atol=tol)
+    # (an infinite loss without zero_infinity: NaN gradients, as the CPU's)
+    torch.testing.assert_close(grad, want_grad, rtol=tol * 10, atol=tol * 10, equal_nan=True)
+
+
+def test_ctc_loss_gradients_match_finite_differences():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 2, 4, generator=g, dtype=torch.float64).to("ocl").requires_grad_()
+    targets = torch.tensor([[1, 1, 2], [3, 2, 0]]).to("ocl")  # a repeat needs a blank between
+
+    def loss(x):
+        return F.ctc_loss(x.log_softmax(2), targets, [6, 5], [3, 2], reduction="sum")
+    assert torch.autograd.gradcheck(loss, (x,), eps=1e-6, atol=1e-6)
+
+
+def test_ctc_loss_refuses_bad_lengths_as_pytorch():
+    x = torch.randn(5, 1, 4).log_softmax(2)
+    targets = torch.tensor([[1, 2]])
+    for il, tl, blank, match in (([6], [2], 0, "input_lengths to have value at most 5"),
+                                 ([5], [3], 0, "size at least 3"),
+                                 ([5], [2], 4, "blank must be in label range")):
+        with pytest.raises(RuntimeError, match=match):
+            F.ctc_loss(x.to("ocl"), targets.to("ocl"), il, tl, blank=blank)
+
+
+def test_ctc_loss_of_long_targets_matches_the_cpu():
+    # 2 L + 1 = 301 label positions: more than a work-group's items, which then take
+    # several positions each (float64, where the long sums' rounding does not hide a slip)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(320, 2, 20, generator=g, dtype=torch.float64)
+    targets = torch.randint(1, 20, (2, 150), generator=g)
+    out = []
+    for dev in ("cpu", "ocl"):
+        xx = x.detach().to(dev).requires_grad_()
+        loss = F.ctc_loss(xx.log_softmax(2), targets.to(dev), [320, 300], [150, 140],
+                          reduction="sum")
+        loss.backward()
+        out.append((loss.detach().cpu(), xx.grad.cpu()))
+    torch.testing.assert_close(out[1][0], out[0][0], rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(out[1][1], out[0][1], rtol=1e-9, atol=1e-9)

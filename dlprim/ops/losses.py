@@ -40,3 +40,7 @@ _loss("embedding_bag", "sums, means or maxima of bags of embedding rows (offsets
       "per-sample weights, padding_idx)", "dlprim.torch.ops_embedding_bag._embedding_bag",
       aten=("_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_backward",
             "_embedding_bag_dense_backward", "_embedding_bag_per_sample_weights_backward"))
+_loss("ctc_loss", "connectionist temporal classification: the negative log-likelihood of "
+      "each target over every alignment (blank, padded or concatenated targets, "
+      "zero_infinity); its gradient by the alpha and beta recursions (core/ctc.py)",
+      "dlprim.torch.ops_ctc._ctc_loss", aten=("_ctc_loss", "_ctc_loss_backward"))

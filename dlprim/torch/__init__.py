@@ -30,7 +30,7 @@ from .tensor import OclTensor  # noqa: E402
 from . import (ops_tensor, ops_math, ops_nn, ops_norm, ops_optim,  # noqa: E402,F401
                ops_index, ops_index_put, ops_attention, ops_library, ops_reduce, ops_shape,
                ops_creation, ops_conv, ops_loss, ops_random, ops_linalg, ops_logic,
-               ops_rnn_cells, serialization, autocast)
+               ops_rnn_cells, ops_ctc, serialization, autocast)
 from .modules import keep_parameters_shared as _keep_parameters_shared  # noqa: E402
 
 from .compiler import compile_graph as backend, explain, CompileFallbackWarning  # noqa: E402
@@ -86,6 +86,7 @@ def _register():
     # a composite operator, decomposed above the device unless the device's autograd key
     # has a kernel of its own
     ops_attention.register_attention(lib)
+    ops_ctc.register_ctc_loss(lib)
     _libraries.append(lib)
     every = _torch.library.Library("_", "IMPL")
     autocast.register(every, lib)

@@ -16,7 +16,7 @@ float32 scores without class weights.
 import torch
 from torch._decomp import decomposition_table
 
-from . import ops_nn, ops_embedding_bag  # noqa: F401  (the latter registers embedding_bag)
+from . import ops_nn, ops_embedding_bag, ops_ctc  # noqa: F401  (embedding_bag, ctc_loss)
 from .dispatch import register
 
 aten = torch.ops.aten
