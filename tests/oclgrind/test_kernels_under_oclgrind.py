@@ -565,3 +565,17 @@ def test_int8_table_rows(ctx, rng, facts):
     got = out.numpy()
     assert_close(got[:3], q[ids[:3]] * scale[ids[:3], None], rtol=1e-6, atol=0)
     assert np.isnan(got[3]).all()
+
+
+def test_ctc(ctx, rng):
+    # the alpha and beta recursions (a barrier between steps of one work-group) and the
+    # gradient rows, against test_ctc's float64 reference
+    from test_ctc import reference, run
+    T, C = 5, 4
+    targets, lengths = [[1, 2], [3, 3], []], [5, 4, 2]
+    x = rng.standard_normal((T, len(targets), C))
+    lp = x - np.log(np.exp(x).sum(axis=2, keepdims=True))
+    want_nll, want_grad = reference(lp, targets, lengths, blank=0)
+    nll, grad = run(ctx, lp, targets, lengths, 0, np.float32, np.ones(len(targets)))
+    assert_close(nll, want_nll, rtol=2e-5, atol=2e-5)
+    assert_close(grad, want_grad, rtol=2e-5, atol=2e-5)
