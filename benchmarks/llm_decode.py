@@ -5,12 +5,16 @@ and --new tokens decoded greedily (EOS ignored), tokens per second of the decodi
     python benchmarks/llm_decode.py --kinds dlprim              # dlprim on its device
     python benchmarks/llm_decode.py --kinds hf_cuda,hf_compiled  # PyTorch on CUDA, fp16
     python benchmarks/llm_decode.py --kinds dlprim,hf_cpu --models gpt2 --device cpu
+    python benchmarks/llm_decode.py --kinds llama_cpp --models gpt2   # llama.cpp's CPU path
 
 Models: ``tinyllama`` (TinyLlama-1.1B's shape: 22 layers, 2048 wide, 32 heads, 4 KV
 heads) and ``gpt2`` (124M). ``hf_compiled`` is HF generate with a static cache, which
 makes generate compile the forward (torch.compile, CUDA graphs). Decode time = time(prompt + N tokens) - time(prompt + 1
 token), over N - 1 tokens; ``prefill_ms`` is time(prompt + 1 token). The memory floor is the bytes a step must read (weights, and
 the cache up to the context) at the device's copy bandwidth (--bandwidth GB/s).
+``llama_cpp`` (``llama_cpp_f16``): llama.cpp's CPU path (llama-cpp-python, --threads
+threads) on the same weights written as a float32 (float16) GGUF file by
+benchmarks/gguf_export.py; GPT-2 only.
 """
 import argparse
 import json
@@ -102,17 +106,45 @@ def time_hf(folder, context, new, batch, compiled, device="cuda"):
     return (full - one) / (new - 1), dict(prefill_ms=round(one * 1e3, 2))
 
 
+def time_llama_cpp(folder, context, new, batch, f16=False, threads=None):
+    import numpy as np
+    import llama_cpp
+    from gguf_export import export
+    if batch != 1:
+        raise ValueError("llama_cpp rows are batch 1")
+    path = os.path.join(folder, "model-%s.gguf" % ("f16" if f16 else "f32"))
+    if not os.path.isfile(path):
+        export(folder, path, f16)
+    llm = llama_cpp.Llama(model_path=path, n_ctx=context + new + 8, n_batch=512,
+                          n_threads=threads or os.cpu_count(), verbose=False)
+    prompt = np.random.default_rng(0).integers(1, 1000, context).tolist()
+
+    def run(n):
+        start = time.perf_counter()
+        llm.reset()
+        for i, _ in enumerate(llm.generate(prompt, top_k=1, temp=0.0, reset=True)):
+            if i + 1 == n:
+                break
+        return time.perf_counter() - start
+    run(2)
+    one = min(run(1) for _ in range(2))
+    full = min(run(new) for _ in range(2))
+    return (full - one) / (new - 1), dict(prefill_ms=round(one * 1e3, 2),
+                                          weights_mb=round(os.path.getsize(path) / 2 ** 20, 1))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="gpt2,tinyllama")
     p.add_argument("--kinds", default="dlprim",
                    help="dlprim, dlprim_fp16, dlprim_bf16, dlprim_int8, dlprim_q4, hf_cuda, hf_compiled, hf_cpu "
-                        "(float32)")
+                        "(float32), llama_cpp, llama_cpp_f16")
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--new", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--device", default=None)
+    p.add_argument("--threads", type=int, default=None, help="llama.cpp's threads (all cores)")
     p.add_argument("--folder", default=None, help="where the models are saved (kept)")
     p.add_argument("--json", default=None, help="append the rows to this JSON-lines file")
     args = p.parse_args(argv)
@@ -123,7 +155,10 @@ def main(argv=None):
             save_model(name, folder)
         for kind in args.kinds.split(","):
             try:
-                if kind.startswith("dlprim"):
+                if kind.startswith("llama_cpp"):
+                    s, detail = time_llama_cpp(folder, args.context, args.new, args.batch,
+                                               kind == "llama_cpp_f16", args.threads)
+                elif kind.startswith("dlprim"):
                     s, detail = time_dlprim(folder, args.context, args.new, args.batch,
                                             kind[7:] if kind[7:] in ("fp16", "bf16")
                                             else "fp32",
