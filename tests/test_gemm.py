@@ -1038,7 +1038,7 @@ def test_16bit_operands_match_float64(ctx, rng, monkeypatch, as_float, dtypes):
     copies of the operands and of C (``as_float``: tuning.CPU_HALF_AS_FLOAT), and on the
     tiled template that reads them directly (the GPUs' path). Gaps between rows (ld >
     columns), strided and shared batches, beta, bias, activation, split-K and the
-    few-rows kernels (gemv.cl where B is bfloat16); within a few roundings of C's storage of the largest value."""
+    few-rows kernels (gemv.cl where B is bfloat16 or float16); within a few roundings of C's storage of the largest value."""
     layer_check.skip_unless_cpu(ctx)
     monkeypatch.setattr(tuning, "CPU_HALF_AS_FLOAT", as_float)
     tol = 4 * (2 ** -8 if "bfloat16" in dtypes else 2 ** -11)  # units of the storage's rounding
@@ -1057,7 +1057,7 @@ def test_16bit_operands_match_float64(ctx, rng, monkeypatch, as_float, dtypes):
         # (a few rows over a 16-bit B transposed run kernels/gemv.cl, which reads it)
         assert op.float_copies == (as_float and not op.gemv)
         assert op.gemv == (M <= tuning.GEMV_MAX_ROWS and bool(trans_b) and not trans_a
-                           and dtypes[1] == "bfloat16")
+                           and dtypes[1] in ("bfloat16", "float16"))
         C = dp.Tensor.from_numpy(ctx, host(c, dtypes[2]))
         op(dp.Tensor.from_numpy(ctx, host(a, dtypes[0])), dp.Tensor.from_numpy(ctx, host(b, dtypes[1])),
            C, bias=t(ctx, bias), alpha=0.5, beta=0.25, lda=lda, ldb=ldb, ldc=ldc,
@@ -1200,3 +1200,32 @@ def test_choose_names_one_family_per_product(ctx, monkeypatch):
     # a tile given by hand keeps the tiled families, never the few-rows ones
     tiled = Gemm(ctx, 4, 40, 24, trans_b=True, tile=dict(tuning.pick_tile(facts, 4, 40)))
     assert type(tiled.kernel) in (kernels.Tiled, kernels.CpuTiled)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_few_rows_decode_16bit_weights_exactly(ctx, dtype):
+    # gemv.cl reads a 16-bit B eight values at a time on CPUs (float16: vload_half8, or
+    # its bits decoded on integer vectors under PoCL): subnormals, zeros and the largest
+    # value, each picked alone by a one-hot row of A, in the vector part and the
+    # tail (K = 19); an inf and a NaN reach their rows' sums
+    special = np.array([0.0, -0.0, 6.0e-8, -3.0e-5, 65504.0, -2.5, 1.0 / 3, 7.0], np.float32)
+    if dtype == "bfloat16":
+        special[2], special[4] = 1.0e-39, 3.0e38
+    K, N = 19, 9
+    b = layer_check.stored(np.resize(special, (N, K)).astype(np.float32), dtype)
+    B = dp.Tensor.from_numpy(ctx, host(b, dtype))
+    op = Gemm(ctx, 1, N, K, trans_b=True, dtypes=("float32", dtype, "float32"))
+    assert op.gemv
+    C = dp.Tensor(ctx, (1, N))
+    for n in range(K):
+        a = np.zeros((1, K), np.float32)
+        a[0, n] = 1.0
+        op(t(ctx, a), B, C)
+        got, want = C.numpy()[0], b[:, n].astype(np.float32)
+        np.testing.assert_array_equal(got, want)  # (a sum of -0 and +0 terms is +0)
+    b[3, 5], b[6, 18] = np.inf, np.nan
+    op(t(ctx, np.ones((1, K), np.float32)), dp.Tensor.from_numpy(ctx, host(b, dtype)), C)
+    got = C.numpy()[0]
+    assert got[3] == np.inf and np.isnan(got[6])
+    want = b.astype(np.float64).sum(axis=1).astype(np.float32)  # (bfloat16's 3e38s: inf)
+    np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -491,11 +491,10 @@ def choose(g, tile, split_k, forced):
     if (g.mma or g.subgroup_mma) and tile:
         raise ValueError("Gemm: the tensor-core kernels have their own tiles "
                          "(tuning.mma_tile, tuning.subgroup_mma_tile)")
-    # a few rows (a decoder's step) on a GPU, or over an int8 or bfloat16 B anywhere:
-    # one launch streaming B (kernels/gemv.cl), which reads every storage itself (float16
-    # not on CPUs: they decode its bits in integer arithmetic, slower than the float32
-    # copy the CPU kernels read)
-    g.gemv = (tuning.gemv_rows(facts, M, g.dtypes[1] in (np.int8, bfloat16))
+    # a few rows (a decoder's step) on a GPU, or over an int8, bfloat16 or float16 B
+    # anywhere: one launch streaming B (kernels/gemv.cl), which reads every storage itself
+    # (CPUs decode float16's bits eight at a time in integer vectors: half_bits8_value)
+    g.gemv = (tuning.gemv_rows(facts, M, g.dtypes[1] in (np.int8, bfloat16, np.float16))
               and g.trans_b and not g.trans_a and not tile and split_k is None
               and not g.batch_sum)
     if g.gemv:

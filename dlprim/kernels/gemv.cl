@@ -119,6 +119,10 @@ inline float8 load8_${B_T}(__global const ${B_T} *p, ulong i)
     return vload8(0, p + i);
 % elif B_T == "char":
     return convert_float8(vload8(0, p + i));
+% elif B_T == "half":
+    return load_half8(p + i);
+% elif B_T == "bfloat16":
+    return as_float8(convert_uint8(vload8(0, p + i)) << 16);
 % else:
     return (float8)(load4_${B_T}(p, i), load4_${B_T}(p, i + 4));
 % endif
@@ -150,6 +154,10 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         for (; k + 8 <= K; k += 8) {
 % if A_T == "float":
             const float8 x = vload8(0, a_row + k);
+% elif A_T == "half":
+            const float8 x = load_half8(a_row + k);
+% elif A_T == "bfloat16":
+            const float8 x = as_float8(convert_uint8(vload8(0, a_row + k)) << 16);
 % else:
             const float8 x = (float8)(load4_${A_T}(a_row, k), load4_${A_T}(a_row, k + 4));
 % endif

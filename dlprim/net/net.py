@@ -76,8 +76,9 @@ class Net:
         if self._half and ctx.facts.is_cpu and ctx not in _WARNED_FP16_ON_CPU:
             _WARNED_FP16_ON_CPU.add(ctx)
             log.warning("precision %s on the CPU device %s: 16-bit storage saves memory "
-                        "but no time there; layers with few channels run up to 1.5x slower "
-                        "than fp32 (docs/precision.md)", precision, ctx.name)
+                        "but no time there, a decoder's few-row products aside; layers with "
+                        "few channels run up to 1.5x slower than fp32 (docs/precision.md)",
+                        precision, ctx.name)
         self._keep = False
         self.graph = None
         self.layers = []
