@@ -358,11 +358,13 @@ QUEUE_TURN = 256
 
 
 def _queue_ring(facts):
-    """(queues in the ring, launches a queue takes before the next takes over) for a
-    device: DLPRIM_QUEUE_RING where set, else QUEUE_RING's (GPUs) and QUEUE_TURN."""
+    """(queues in the ring, launches a queue takes before the next takes over: never for
+    one queue) for a device: DLPRIM_QUEUE_RING where set, else QUEUE_RING's (GPUs) and
+    QUEUE_TURN."""
     env = os.environ.get("DLPRIM_QUEUE_RING", "").strip()
     if not env:
-        return (QUEUE_RING.get(facts.vendor_id, 1) if facts.is_gpu else 1), QUEUE_TURN
+        size = QUEUE_RING.get(facts.vendor_id, 1) if facts.is_gpu else 1
+        return size, QUEUE_TURN if size > 1 else float("inf")
     try:
         values = [int(v) for v in env.split(",")]
         if len(values) not in (1, 2) or min(values) < 1:
@@ -371,7 +373,8 @@ def _queue_ring(facts):
         raise ValueError("DLPRIM_QUEUE_RING must be SIZE or SIZE,TURN (positive integers: "
                          "queues in the ring, launches on each before the next), got %r"
                          % env) from None
-    return values[0], values[1] if len(values) == 2 else QUEUE_TURN
+    turn = values[1] if len(values) == 2 else QUEUE_TURN
+    return values[0], turn if values[0] > 1 else float("inf")
 
 
 class Context:
@@ -431,11 +434,6 @@ class Context:
         """Enqueue ``launches`` (callables taking a queue) in order on the context's queue,
         moving on to the next queue of the ring every QUEUE_TURN launches (``_turn_every``). The caller
         holds no queue of its own: after the call ``queue`` may be another one."""
-        if self._ring_size == 1:
-            queue = self.queue
-            for launch in launches:
-                launch(queue)
-            return
         queue, count, turn = self.queue, self._on_queue, self._turn_every
         for launch in launches:
             if count >= turn:
@@ -447,11 +445,10 @@ class Context:
     def enqueued(self, count):
         """Note ``count`` commands just enqueued on ``queue`` by a caller that holds no
         queue of its own; the ring turns once QUEUE_TURN have run on the current one."""
-        if self._ring_size > 1:
-            self._on_queue += count
-            if self._on_queue >= self._turn_every:
-                self._turn()
-                self._on_queue = 0
+        self._on_queue += count
+        if self._on_queue >= self._turn_every:
+            self._turn()
+            self._on_queue = 0
 
     def _turn(self):
         """The next queue of the ring, made current after everything enqueued so far: its

@@ -427,6 +427,10 @@ def choose(g, tile, split_k, forced):
     ``forced``: the private switches of the probes' self-tests (mma, copy_async, wgmma,
     subgroup_mma), taking the device's word for it."""
     ctx, facts, M, N = g.ctx, g.ctx.facts, g.M, g.N
+
+    def warpgroup(kind):  # the warpgroup probe of products ``kind``, asked only where they may run
+        return tuning.MMA_WARPGROUP and (forced["wgmma"] if forced["wgmma"] is not None
+                                         else warpgroup_products(ctx, kind))
     # "fp32" products as TF32 warpgroup products: each operand x = hi + lo, hi and lo TF32
     # values (the rest below 2^-22 |x|), and lo hi + hi lo + hi hi summed in float32 (lo
     # lo, under 2^-22 of the product, dropped), as accurate as the float32 kernels (see
@@ -434,9 +438,7 @@ def choose(g, tile, split_k, forced):
     g.split_tf32 = bool(
         g.precision == "fp32" and not tile and not g.b_scale and g.batch
         and all(d == np.float32 for d in g.dtypes) and tuning.split_tf32_pays(M, N, g.K)
-        and (forced["mma"] or tensor_cores(ctx, "tf32"))
-        and tuning.MMA_WARPGROUP and (forced["wgmma"] if forced["wgmma"] is not None
-                                      else warpgroup_products(ctx, "tf32")))
+        and (forced["mma"] or tensor_cores(ctx, "tf32")) and warpgroup("tf32"))
     # the products the tensor-core kernel runs
     g.mma_kind = "tf32" if g.split_tf32 else g.precision
     # the tensor-core kernel: TF32 products for "tf32", FP16 or BF16 for the others, where
@@ -450,9 +452,6 @@ def choose(g, tile, split_k, forced):
                 and (forced["copy_async"] if forced["copy_async"] is not None
                      else copies_async(ctx, g.precision)))
 
-    def warpgroup():  # the warpgroup probe, likewise
-        return tuning.MMA_WARPGROUP and (forced["wgmma"] if forced["wgmma"] is not None
-                                         else warpgroup_products(ctx, g.mma_kind))
     # tiles copied by cp.async (gemm_mma.cl ASYNC) where A and B store the 16-bit type the
     # products take (launches check their rows' alignment)
     g.copy_async = bool(native is not None and g.dtypes[0] == g.dtypes[1] == native
@@ -462,7 +461,7 @@ def choose(g, tile, split_k, forced):
     # are large enough to pay for packing them (tuning.wgmma_packs_pay)
     tf32_floats = (g.mma and g.mma_kind == "tf32"
                    and g.dtypes[0] == g.dtypes[1] == np.float32)
-    g.wgmma = bool((g.copy_async or tf32_floats) and warpgroup()
+    g.wgmma = bool((g.copy_async or tf32_floats) and warpgroup(g.mma_kind)
                    and (forced["wgmma"] is not None or not tf32_floats or g.split_tf32
                         or tuning.wgmma_packs_pay(M, N)))
     assert g.wgmma or not g.split_tf32  # never plain TF32 products for "fp32"
@@ -476,7 +475,8 @@ def choose(g, tile, split_k, forced):
     g.staged = ()
     if wants and native in g.dtypes[:2] and \
             all(d in (np.float32, native) for d in g.dtypes[:2]) and \
-            all(tuning.staging_pays(M, N, g.K, x) for x in wants) and copies() and warpgroup():
+            all(tuning.staging_pays(M, N, g.K, x) for x in wants) and copies() and \
+            warpgroup(g.mma_kind):
         g.staged, g.copy_async, g.wgmma = tuple(wants), True, True
     # Intel's subgroup matrix products (gemm_subgroup_mma.cl) for 16-bit operands stored
     # as they take them, where the device has them

@@ -8,8 +8,8 @@ the rest. A new kernel is a new family here and a line in ``gemm.choose``.
 
 | family | template | where |
 |---|---|---|
-| ``Gemv`` | gemv.cl | at most ``tuning.GEMV_MAX_ROWS`` rows, B transposed: on GPUs, and anywhere over an int8 or bfloat16 B |
-| ``TensorCore`` | gemm_mma.cl, gemm_wgmma.cl | "tf32", "fp16", "bf16" on NVIDIA GPUs that pass the probes (mma.sync; cp.async tiles; Hopper's warpgroup products) |
+| ``Gemv`` | gemv.cl | at most ``tuning.GEMV_MAX_ROWS`` rows, B transposed: on GPUs, and anywhere over an int8, bfloat16 or float16 B |
+| ``TensorCore`` | gemm_mma.cl, gemm_wgmma.cl | "tf32", "fp16", "bf16" on NVIDIA GPUs that pass the probes (mma.sync; cp.async tiles; Hopper's warpgroup products), and large "fp32" products there (``split_tf32``) |
 | ``SubgroupMatrix`` | gemm_subgroup_mma.cl | "fp16", "bf16" on Intel GPUs with subgroup matrix products |
 | ``CpuFewRows`` | gemm_cpu.cl (gemm_small_m) | CPUs, fewer than ``tuning.CPU_PACK_MIN_M`` rows |
 | ``CpuTiled`` | gemm_cpu.cl | CPUs, B (and a transposed A) packed into strips first |
@@ -257,7 +257,7 @@ class CpuTiled(_TiledLaunch):
         return pack, A, B, lda, ldb, stride_a, stride_b, aligned_ab
 
 
-# split_tf32's packed parts of A and B (gemm_wgmma.cl's SPLIT_PARTS): lo hi + hi lo + hi hi
+# split_tf32's packed parts of A and B (gemm_wgmma.cl's pack): lo hi + hi lo + hi hi
 SPLIT_PARTS = {"a": "lch", "b": "clh"}
 
 
@@ -315,6 +315,7 @@ class TensorCore(_TiledLaunch):
                                WARPGROUPS=w["TILE_M"] // 64, STAGES=w["STAGES"],
                                IN_FLIGHT=tuning.WGMMA_IN_FLIGHT,
                                PROMOTE=tuning.SPLIT_TF32_PROMOTE if g.split_tf32 else 0,
+                               SPLIT_PARTS=tuple(SPLIT_PARTS.values()) if g.split_tf32 else (),
                                ALIGNED_C=aligned_c,
                                **g.kernel_types(epilogue, staged=True),
                                MMA=MMA_TYPES[g.mma_kind])
@@ -386,9 +387,9 @@ class TensorCore(_TiledLaunch):
         from element ``at`` on, and the operand as the product then reads it (tensor,
         leading dimension, batch stride). Rounding each value once here costs a pass over
         the operand; rounding it in the kernel costs every work-group that reads it. With
-        ``g.split_tf32`` each row is A's parts lo, hi, hi or B's hi, lo, hi (gemm_wgmma.cl's
-        SPLIT_PARTS, which keep an inf or NaN out of the products with a lo), a segment of K each, which the product runs as one K three times as
-        long (``g.product_k``)."""
+        ``g.split_tf32`` each row is A's parts lo, hi, hi or B's hi, lo, hi (SPLIT_PARTS,
+        which keep an inf or NaN out of the products with a lo), a segment of K each, which
+        the product runs as one K three times as long (``g.product_k``)."""
         g = self.g
         k_major = not g.trans_a if which == "a" else g.trans_b
         D = g.M if which == "a" else g.N

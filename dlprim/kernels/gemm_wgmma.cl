@@ -55,8 +55,9 @@ LOOKAHEAD = STAGES - 1 - IN_FLIGHT  # tiles copied ahead of the one multiplied
 PROMOTE = context.get("PROMOTE", 0)
 assert not PROMOTE or (TN <= 192 and TM <= 128)
 SUM = "total" if PROMOTE else "acc"
-# float32 products as three TF32 ones: A's and B's packed parts (see pack below)
-SPLIT_PARTS = ("lch", "clh")
+# float32 products as three TF32 ones: A's and B's packed parts (see pack below; the
+# packing kernels of split_tf32's programs only)
+SPLIT_PARTS = context.get("SPLIT_PARTS", ())
 # the emulated products (wgmma.h, tests): the kind of wg_operand
 EMULATE = context.get("MMA_EMULATE", False)
 KIND = {"tf32": 0, "f16": 1, "bf16": 2}[MMA]

@@ -113,20 +113,28 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
 % endif
 
 % if TEAM == 1:
-inline float8 load8_${B_T}(__global const ${B_T} *p, ulong i)
+<%def name="load8(T)">
+// eight values of a row as float8, whatever their storage (16-bit ones as vectors: see
+// common.h's load_half8)
+inline float8 load8_${T}(__global const ${T} *p, ulong i)
 {
-% if B_T == "float":
+% if T == "float":
     return vload8(0, p + i);
-% elif B_T == "char":
+% elif T == "char":
     return convert_float8(vload8(0, p + i));
-% elif B_T == "half":
+% elif T == "half":
     return load_half8(p + i);
-% elif B_T == "bfloat16":
+% elif T == "bfloat16":
     return as_float8(convert_uint8(vload8(0, p + i)) << 16);
 % else:
-    return (float8)(load4_${B_T}(p, i), load4_${B_T}(p, i + 4));
+    return (float8)(load4_${T}(p, i), load4_${T}(p, i + 4));
 % endif
 }
+</%def>
+${load8(A_T)}
+% if B_T != A_T:
+${load8(B_T)}
+% endif
 
 // CPUs: COLS columns a work-item, rows of B read as float8 vectors, fma into float8
 // sums (no local memory, no barrier: what their compilers keep in registers)
@@ -152,15 +160,7 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
     % endfor
         int k = 0;
         for (; k + 8 <= K; k += 8) {
-% if A_T == "float":
-            const float8 x = vload8(0, a_row + k);
-% elif A_T == "half":
-            const float8 x = load_half8(a_row + k);
-% elif A_T == "bfloat16":
-            const float8 x = as_float8(convert_uint8(vload8(0, a_row + k)) << 16);
-% else:
-            const float8 x = (float8)(load4_${A_T}(a_row, k), load4_${A_T}(a_row, k + 4));
-% endif
+            const float8 x = load8_${A_T}(a_row, k);
     % for j in range(COLS):
             acc[${j}] = fma(x, load8_${B_T}(b_row[${j}], k), acc[${j}]);
     % endfor

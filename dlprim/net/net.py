@@ -334,22 +334,22 @@ class Net:
         """Enqueue the forward pass (inputs already written into ``tensor(name)``); with
         ``sync`` (DLPrimitives' second argument), wait until it has run."""
         self._need_setup()
-        if e is not None:
-            for launch in self.plan.forward:
-                launch(e.queue)
-        else:
-            self.ctx.run(self.plan.forward)
+        self._enqueue(self.plan.forward, e)
         if sync:
             self.ctx.queue.finish()
 
     def backward(self, e: Any = None) -> None:
         """Enqueue the backward pass; parameter gradients are added to ``grad_arena``."""
         self.backward_check()
-        if e is not None:
-            for launch in self.plan.backward:
-                launch(e.queue)
-        else:
-            self.ctx.run(self.plan.backward)
+        self._enqueue(self.plan.backward, e)
+
+    def _enqueue(self, launches, e):
+        """The launches on ``e``'s queue, else round the context's queue ring."""
+        if e is None:
+            self.ctx.run(launches)
+            return
+        for launch in launches:
+            launch(e.queue)
 
     def backward_check(self) -> None:
         """Raise unless ``plan.backward`` may run now (set up, in train mode); with a loss

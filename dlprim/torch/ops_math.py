@@ -263,13 +263,11 @@ def _foreach_plan(func):
     plan = _foreach_plans.get(func)
     if plan is None:
         name = func.overloadpacket.__name__.replace("_foreach_", "", 1)
-        # (no in-place single-tensor operator, as maximum_: the functional one, its
-        # result written into self)
-        base = getattr(aten, name, None) or getattr(aten, name.rstrip("_"))
-        if name.rstrip("_") in _CLAMPS and func._overloadname in ("Scalar", "ScalarList"):
+        functional, inplace = name.rstrip("_"), "_" if name.endswith("_") else ""
+        if functional in _CLAMPS and func._overloadname in ("Scalar", "ScalarList"):
             # a number's maximum / minimum (aten.maximum takes two tensors): a clamp
-            base = getattr(aten, _CLAMPS[name.rstrip("_")] + name[len(name.rstrip("_")):])
-        overload = _base_overload(base, func._overloadname)
+            name = _CLAMPS[functional] + inplace
+        overload = _base_overload(_base_packet(name), func._overloadname)
         positional = [a for a in overload._schema.arguments if not a.kwarg_only]
         keywords = [a.name for a in overload._schema.arguments if a.kwarg_only]
         plan = _foreach_plans[func] = (overload, len(positional), keywords)
@@ -277,6 +275,16 @@ def _foreach_plan(func):
 
 
 _CLAMPS = {"maximum": "clamp_min", "minimum": "clamp_max"}
+
+
+def _base_packet(name):
+    """The single-tensor ATen packet ``name`` (a _foreach_ packet's without the prefix)
+    applies per element, or None: for an in-place one that has no in-place form
+    (maximum_), the functional one, whose result _foreach writes into self."""
+    base = getattr(aten, name, None)
+    if base is None and name.endswith("_"):
+        base = getattr(aten, name[:-1], None)
+    return base
 
 
 def _base_overload(base, foreach_overload):
@@ -294,10 +302,7 @@ def _base_overload(base, foreach_overload):
 _FOREACH = sorted({n.split("::")[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
                    if n.startswith("aten::_foreach_")})
 for _packet in _FOREACH:
-    _base = _packet[len("_foreach_"):]
-    _into_self = getattr(aten, _base, None) is None and _base.endswith("_") and \
-        getattr(aten, _base.rstrip("_"), None) is not None  # maximum_: maximum into self
-    if getattr(aten, _base, None) is None and not _into_self:
+    if _base_packet(_packet[len("_foreach_"):]) is None:
         continue  # no single-tensor operator to apply per element
     for _o in getattr(aten, _packet).overloads():
         if _o != "out":
