@@ -131,6 +131,36 @@ def test_foreach_out_of_place_aliasing_and_per_element_scalars():
     _same([base], [torch.tensor([1.0, 2, 4, 6, 7, 9, 6, 7])])
 
 
+def test_foreach_lists_that_are_not_one_kernel_each_time_they_come_back():
+    # each list's facts (one dtype, contiguous, its shapes) are kept while its tensors
+    # are: a list that fails them must fail them on every call, a new list that passes
+    # must not inherit another's verdict, and an out-of-place result's list (made
+    # contiguous, of one dtype) passes through the in-place operators after it
+    g = torch.Generator().manual_seed(5)
+    a = [torch.randn(4, 3, generator=g) for _ in range(20)]
+    b = [torch.randn(4, 3, generator=g) for _ in range(20)]
+    b[7] = torch.randn(3, 4, generator=g).t()  # not contiguous
+    rows = [torch.randn(3, generator=g) for _ in range(20)]  # broadcast against a
+    ao, bo, ro = ([t.to("ocl") for t in x] for x in (a, b, rows))
+    bo[7] = bo[7].contiguous().t().contiguous().t()  # the same values, not contiguous
+    assert not bo[7].is_contiguous()
+    for _ in range(3):
+        _same(torch._foreach_add(ao, bo), torch._foreach_add(a, b))
+        _same(torch._foreach_mul(ao, ro), torch._foreach_mul(a, rows))
+        mixed = ao[:19] + [ao[19].double()]
+        _same(torch._foreach_abs(mixed), torch._foreach_abs(a[:19] + [a[19].double()]))
+        sq, want = torch._foreach_sqrt(torch._foreach_abs(ao)), \
+            torch._foreach_sqrt(torch._foreach_abs(a))
+        for x, y in ((sq, want),):
+            torch._foreach_div_(x, [2.0] * 20)
+            torch._foreach_div_(y, [2.0] * 20)
+            torch._foreach_addcmul_(x, ao, bo, 0.5)
+            torch._foreach_addcmul_(y, a, b, 0.5)
+        _same(sq, want)
+    c = [t.clone() for t in ao]  # contiguous, one dtype: one kernel, after b's refusal
+    _same(torch._foreach_add(c, ao), torch._foreach_add(a, a))
+
+
 def test_plans_go_with_their_tensors():
     a = [t.to("ocl") for t in _lists(3, [10, 20])]
     for _ in range(2):  # kept by the first call, or by the second where it replayed

@@ -363,14 +363,14 @@ class Recording:
         call that sets them all)."""
         moved = None
         if places is not None and self.places is not None:
-            moved = {i for i, (now, before) in enumerate(zip(places, self.places))
-                     if now != before}
+            moved = () if places == self.places else \
+                {i for i, (now, before) in enumerate(zip(places, self.places)) if now != before}
         self.places = places
         u64, enqueue = np.uint64, cl.enqueue_nd_range_kernel
         for s, (kernel, gsize, lsize, template, patches) in enumerate(self.steps):
             held = self.bound[s]
             todo = patches if moved is None or held is None else \
-                [p for p in patches if p[1] in moved]
+                [p for p in patches if p[1] in moved] if moved else ()
             start = len(template) - len(last)
             if held is None or len(todo) > _ONE_BY_ONE:
                 args = list(template)

@@ -18,7 +18,7 @@ from ..kernels.program import Recording
 from ..utils import BoundedCache
 from .tensor import RECORDING_ALIGN, as_dlprim, numpy_dtype
 
-__all__ = ["PlanCache", "run_lists", "plans", "Overlap"]
+__all__ = ["PlanCache", "run_lists", "plans", "Overlap", "list_shapes", "remember_shapes"]
 
 
 _storage_of = operator.attrgetter("_ocl_storage")
@@ -256,6 +256,36 @@ def _list_places(lst):
     known = _ListPlaces(lst, offsets)
     _lists.put(key, lst, known)
     return known
+
+
+# (dtype, shapes) of lists checked before, by their tensors' ids (gone with a tensor, as
+# plans): an optimizer's lists come back every step, and its temporaries (AdamW's square
+# roots) go through several operators, checked once where they are made
+_shapes = PlanCache(limit=64)
+_shape_of, _dtype_of = operator.attrgetter("shape"), operator.attrgetter("dtype")
+_contiguous = torch.Tensor.is_contiguous
+
+
+def list_shapes(lst, tensor_type):
+    """(dtype, shapes) of a list of contiguous ``tensor_type`` tensors of one dtype, None
+    where it is not one. Kept while its tensors keep their storages, as plans are (what a
+    multi-tensor launch relies on: elementwise over each tensor's memory)."""
+    key = tuple(map(id, lst))
+    known = _shapes.get(key, lst)
+    if known is not None:
+        return known
+    if set(map(type, lst)) != {tensor_type} or len(set(map(_dtype_of, lst))) != 1 \
+            or not all(map(_contiguous, lst)):
+        return None
+    known = (lst[0].dtype, tuple(map(_shape_of, lst)))
+    _shapes.put(key, lst, known)
+    return known
+
+
+def remember_shapes(lst):
+    """Note a list of new contiguous tensors of one dtype (``tensor.empty_list``'s) as
+    ``list_shapes`` would find it."""
+    _shapes.put(tuple(map(id, lst)), lst, (lst[0].dtype, tuple(map(_shape_of, lst))))
 
 
 def _sizes(places):

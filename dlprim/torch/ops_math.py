@@ -13,7 +13,7 @@ from ..dtypes import cl_type
 from ..tensor import Tensor
 from ..utils import BoundedCache
 from .dispatch import register, handle
-from .multi_tensor import Overlap, run_lists
+from .multi_tensor import Overlap, list_shapes, remember_shapes, run_lists
 from .ops_tensor import convert, meta_args, meta_result
 from .tensor import OclTensor, as_dlprim, empty, empty_list, numpy_dtype, write_into
 
@@ -228,17 +228,17 @@ def _foreach_multi(overload, inplace, args, lists, item):
         where.append(k)
     x_lists = [args[k] for k in where]
     ys = list(args[0]) if inplace else None
-    def check():  # (list by list, in C-level loops: an optimizer's step pays it every call)
-        shapes = list(map(_shape_of, args[0]))
-        for lst in x_lists + [args[0]]:
-            if set(map(type, lst)) != {OclTensor} or len(set(map(_dtype_of, lst))) != 1 \
-                    or not all(map(_contiguous, lst)) or list(map(_shape_of, lst)) != shapes:
-                raise _NotOneKernel
+    def check():  # each list's facts kept while its tensors are (an optimizer's step
+        # would pay for them every call)
+        facts = [list_shapes(lst, OclTensor) for lst in [args[0]] + x_lists]
+        if None in facts or any(f[1] != facts[0][1] for f in facts):
+            raise _NotOneKernel
     values = _values(params)
     try:
         if not inplace:
             check()
             ys = empty_list([t.shape for t in args[0]], dtype, first._ocl_storage.index)
+            remember_shapes(ys)
         run_lists(str(overload), code, x_lists, [ys], values, keep=inplace,
                   check=check if inplace else None)
     except (_NotOneKernel, Overlap):
@@ -246,8 +246,6 @@ def _foreach_multi(overload, inplace, args, lists, item):
     return ys
 
 
-_shape_of, _dtype_of = operator.attrgetter("shape"), operator.attrgetter("dtype")
-_contiguous = torch.Tensor.is_contiguous
 
 
 class _NotOneKernel(Exception):
