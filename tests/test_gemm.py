@@ -1,4 +1,5 @@
 import json
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -82,6 +83,31 @@ def test_bias_and_activation(ctx, rng, mode, act, N):
     want = reference(a, b, c, 0.7, 0.3, bias, mode, act)
     if act == "relu6":
         assert (want == 6).any() and (want == 0).any()  # the clip is exercised
+    close(C.numpy(), want, K)
+
+
+_ERF = np.vectorize(math.erf)
+INFERENCE_ACT = {"gelu": lambda x: 0.5 * x * (1 + _ERF(x / math.sqrt(2))),
+                 "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi)
+                                                             * (x + 0.044715 * x ** 3))),
+                 "silu": lambda x: x / (1 + np.exp(-x))}
+
+
+@pytest.mark.parametrize("mode, act", [("col", "gelu"), ("row", "silu"), (None, "gelu_tanh"),
+                                       ("col", "sigmoid"), ("row", "tanh"), (None, "identity"),
+                                       ("col", "relu")])
+def test_epilogue_on_whole_blocks_and_the_edge(ctx, rng, mode, act):
+    # M >= tuning.CPU_PACK_MIN_M: CPUs' tiled kernel, whose whole blocks apply the
+    # epilogue to their vectors where the activation reads the same on them (the rest,
+    # and relu, element by element); N = 70 leaves a ragged block past the whole ones
+    M, N, K = 130, 70, 37
+    a, b, c = (2 * rng.standard_normal(s) for s in ((M, K), (K, N), (M, N)))
+    bias = 2 * rng.standard_normal(M if mode == "row" else N)
+    C = t(ctx, c)
+    op = Gemm(ctx, M, N, K, bias=mode, activation=act)
+    op(t(ctx, a), t(ctx, b), C, bias=t(ctx, bias) if mode else None, alpha=0.7, beta=0.3)
+    plain = reference(a, b, c, 0.7, 0.3, bias, mode)
+    want = INFERENCE_ACT[act](plain) if act in INFERENCE_ACT else ACT[act](plain)
     close(C.numpy(), want, K)
 
 

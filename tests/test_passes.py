@@ -63,6 +63,24 @@ def test_nothing_folds_where_the_kernel_cannot_apply_it():
     assert passes.run(cfg).to_dict() == cfg.to_dict()
 
 
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu"])
+def test_inference_only_epilogues_fold_only_by_the_inference_rules(activation):
+    # their gradients need the product's output, which the epilogue does not keep: a net
+    # that trains keeps them apart; one that never runs backward folds them
+    cfg = NetConfig()
+    cfg.add_input("a", [2, 4])
+    cfg.add("InnerProduct", name="fc", options={"outputs": 3})
+    cfg.add("Activation", name="act", options={"activation": activation})
+    cfg.add("Convolution2D", name="conv", inputs=["a"], options={"channels_out": 2, "kernel": 1})
+    cfg.add("Activation", name="act2", options={"activation": activation})
+    cfg.set_outputs(["act", "act2"])
+    assert passes.run(cfg).to_dict() == cfg.to_dict()
+    out = passes.run(cfg, passes.INFERENCE_RULES)
+    assert types(out) == ["InnerProduct", "Convolution2D", "Activation"]  # (conv: training's only)
+    assert out.operators[0]["options"]["activation"] == activation
+    assert out.operators[0]["outputs"] == ["act"]
+
+
 def test_no_fold_when_a_second_operator_reads_the_value():
     cfg = conv_relu()
     cfg.add("Elementwise", name="sum", inputs=["relu", "conv"])

@@ -328,6 +328,34 @@ def _net_of(compiled):
     return [r for rs in compiled._runners.values() for r in rs if r is not None][0].net
 
 
+class Mlp(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(12, 40), act, nn.Linear(40, 6)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+@pytest.mark.parametrize("act", [nn.GELU(), nn.GELU(approximate="tanh"), nn.SiLU()])
+def test_gelu_and_silu_go_into_the_product_only_where_nothing_runs_backward(act):
+    """Their gradients need the product's output before them, which an epilogue does
+    not keep: folded into the InnerProduct under no_grad, their own operator where
+    the Net trains (the same results either way)."""
+    ref, model = twins(lambda: Mlp(act))
+    x = torch.randn(70, 12)
+    with torch.no_grad():  # (a model in train mode runs a train-mode Net: no fold)
+        compiled = dt.compile(model.to("ocl").eval())
+        close(compiled(x.to("ocl")), ref(x))
+    linears = [op.options.get("activation", "identity") for op in _net_of(compiled).graph.ops
+               if op.type == "InnerProduct"]
+    assert linears[0] != "identity" and "Activation" not in \
+        [op.type for op in _net_of(compiled).graph.ops], linears
+    trained = dt.compile(model.train())
+    same_outputs_and_gradients(trained(x.to("ocl")), ref(x), model, ref)
+    assert "Activation" in [op.type for op in _net_of(trained).graph.ops]
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_self_attention_is_one_packed_attention_over_the_in_projection(training):
     ref, model = twins(lambda: nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0,

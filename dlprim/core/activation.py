@@ -130,8 +130,8 @@ ACTIVATIONS = {
         "(1.0f + 0.134145f * x * x))))" % (_MINUS_2SQRT2_PI, _MINUS_2SQRT2_PI, _SQRT2_PI),
         epilogue="(x / (1.0f + exp(%s * (x + 0.044715f * x * x * x))))" % _MINUS_2SQRT2_PI,
         onnx=[_spell(_op("Gelu", X, approximate="tanh"), since=20),
-              _spell(_gelu_tree(_op("Tanh", _op("Mul", _CUBIC, math.sqrt(2 / math.pi)))),
-                     way="export"),
+              # (as PyTorch exports F.gelu(approximate="tanh") before opset 20, too)
+              _spell(_gelu_tree(_op("Tanh", _op("Mul", _CUBIC, math.sqrt(2 / math.pi))))),
               # x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) as PyTorch exports the
               # transformers' formula (GPT-2's NewGELUActivation): x^3 a Pow
               _spell(_op("Mul", _op("Mul", X, 0.5), _op("Add", _op("Tanh", _op(

@@ -25,7 +25,9 @@ from ..kernels import program
 from ..tensor import ws_view
 from ..utils import ceil_div, round_up
 from . import tuning
+from .activation import ACTIVATIONS
 from .copy import StridedCopy
+from .pointwise import vector_code
 from .precision import HALF_STORAGE_TYPES
 
 __all__ = ["GemmKernel", "Gemv", "TensorCore", "SubgroupMatrix", "CpuFewRows", "CpuTiled",
@@ -34,6 +36,12 @@ __all__ = ["GemmKernel", "Gemv", "TensorCore", "SubgroupMatrix", "CpuFewRows", "
 # the template's MMA parameter of each tensor-core precision: the operands' type there
 MMA_TYPES = {"tf32": "tf32", "fp16": "f16", "bf16": "bf16"}
 COPY_VALUES = 8  # 16-bit values in one 16-byte cp.async copy: rows must start at multiples
+
+
+def vector_epilogue(activation, width):
+    """Whether ``activation``'s epilogue computes the same on float``width`` vectors (so
+    gemm_cpu.cl applies it to its accumulator vectors)."""
+    return vector_code("y0 = %s;" % ACTIVATIONS[activation].epilogue, width) is not None
 
 
 def _epilogue(g, epilogue):
@@ -228,7 +236,8 @@ class CpuTiled(_TiledLaunch):
         return program.get(g.ctx, "gemm_cpu", TRANS_A=int(g.trans_a), TRANS_B=int(g.trans_b),
                            BIAS=bias, ACTIVATION=act, PACK_B=int(g.pack_b),
                            PACK_A=int(g.pack_a), SMALL_M=0, SMALL_N=0, SUM_BATCH=0,
-                           PACK_K=tuning.CPU_PACK_K, **g.tile)
+                           PACK_K=tuning.CPU_PACK_K,
+                           VECTOR_EPILOGUE=vector_epilogue(act, g.tile["VEC"]), **g.tile)
 
     def pre_launches(self, A, B, lda, ldb, stride_a, stride_b, b_packed, aligned_ab, W,
                      wgmma, c_layout):

@@ -8,6 +8,9 @@
 # loads of a B row, BLOCK_M broadcasts of A, BLOCK_M * BLOCK_N / VEC vector FMAs.
 # A work-group covers TILE_M x TILE_N of C; its items share A rows (along N) and
 # B columns (along M) while those are still in cache.
+# VECTOR_EPILOGUE: the activation reads the same on float${VEC} vectors
+# (core/pointwise.py's vector_code), so whole blocks apply it to them
+VECTOR_EPILOGUE = context.get("VECTOR_EPILOGUE", False)
 WG_M = TILE_M // BLOCK_M
 WG_N = TILE_N // BLOCK_N
 NV = BLOCK_N // VEC
@@ -276,6 +279,32 @@ ${k_loop(False)}
 
     // epilogue: alpha * acc + beta * C_old + bias, then the activation
     __global float *c_ptr = C + c_offset + z * stride_c;
+% if VECTOR_EPILOGUE:
+    // a block wholly inside N: on the vectors as they are (an activation unrolled element
+    // by element, GELU's erf BLOCK_M x BLOCK_N times, bloats the kernel and runs scalar)
+    if (n0 + ${BLOCK_N} <= N) {
+        #pragma unroll
+        for (int i = 0; i < ${BLOCK_M}; i++) {
+            const int m = m0 + i;
+            if (m >= M)
+                break;
+            __global float *c_row = c_ptr + (ulong)m * ldc + n0;
+            #pragma unroll
+            for (int v = 0; v < ${NV}; v++) {
+                ${FV} y = alpha * acc[i][v];
+                if (beta != 0.0f)
+                    y += beta * vload${VEC}(v, c_row);
+    % if BIAS == "row":
+                y += bias[bias_offset + m];
+    % elif BIAS == "col":
+                y += vload${VEC}(v, bias + bias_offset + n0);
+    % endif
+                vstore${VEC}(ACT_${ACTIVATION}(y), v, c_row);
+            }
+        }
+        return;
+    }
+% endif
     #pragma unroll
     for (int i = 0; i < ${BLOCK_M}; i++) {
         const int m = m0 + i;

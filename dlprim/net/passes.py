@@ -24,10 +24,11 @@ Pure Python: no driver is needed to import or run it.
 """
 import copy
 
-from ..core.activation import FUSABLE, Y_ACTIVATIONS
+from ..core.activation import EPILOGUES, FUSABLE, Y_ACTIVATIONS
 from .netconfig import NetConfig
 
-__all__ = ["FUSES", "RULES", "Values", "run", "fold_activation"]
+__all__ = ["FUSES", "INFERENCE_FUSES", "RULES", "INFERENCE_RULES", "Values", "run",
+           "fold_activation", "fold_inference_activation"]
 
 # operator type -> the activations its kernels apply after it (its "activation" option):
 # GEMM and convolution epilogues, and Elementwise those whose gradient follows from y.
@@ -35,6 +36,9 @@ __all__ = ["FUSES", "RULES", "Values", "run", "fold_activation"]
 # (net/fusion.py), over a set-up net.
 FUSES = {"Convolution2D": FUSABLE, "TransposedConvolution2D": FUSABLE,
          "InnerProduct": FUSABLE, "Elementwise": Y_ACTIVATIONS}
+# in a net that never runs backward: also those InnerProduct's epilogue applies for
+# inference only (GELU, SiLU: their gradients need the input, which it does not keep)
+INFERENCE_FUSES = dict(FUSES, InnerProduct=EPILOGUES)
 
 
 class Values:
@@ -70,9 +74,10 @@ def _sole_reader(graph, outputs, v, i):
     return graph.readers[v] == [i] and all(graph.last.get(name) != v for name in outputs)
 
 
-def _takes(op, activation):
-    """``op``'s kernel can apply ``activation`` and applies none yet."""
-    return activation in FUSES.get(op["type"], ()) and len(op["outputs"]) == 1 and \
+def _takes(op, activation, fuses):
+    """``op``'s kernel can apply ``activation`` (``fuses``: FUSES or INFERENCE_FUSES) and
+    applies none yet."""
+    return activation in fuses.get(op["type"], ()) and len(op["outputs"]) == 1 and \
         op.get("options", {}).get("activation", "identity") == "identity"
 
 
@@ -81,9 +86,10 @@ def _free_between(ops, name, first, last):
     return not any(name in op["inputs"] or name in op["outputs"] for op in ops[first + 1:last])
 
 
-def fold_activation(ops, graph, outputs):
+def fold_activation(ops, graph, outputs, fuses=FUSES):
     """Fold one Activation into its producer (directly, or through a Reshape that alone
-    reads the producer's output); True if one was folded."""
+    reads the producer's output), where ``fuses`` says the producer applies it; True if
+    one was folded."""
     for i, act in enumerate(ops):
         options = act.get("options", {})
         kind = options.get("activation")
@@ -102,7 +108,7 @@ def fold_activation(ops, graph, outputs):
             if q is None or not _sole_reader(graph, outputs, w, p):
                 continue
             target = q
-        if not _takes(ops[target], kind):
+        if not _takes(ops[target], kind, fuses):
             continue
         out = act["outputs"][0]
         if out != ops[writer]["outputs"][0] and (out in ops[writer]["inputs"] or
@@ -115,7 +121,13 @@ def fold_activation(ops, graph, outputs):
     return False
 
 
+def fold_inference_activation(ops, graph, outputs):
+    """``fold_activation`` with INFERENCE_FUSES: for a net set up for predict mode only."""
+    return fold_activation(ops, graph, outputs, INFERENCE_FUSES)
+
+
 RULES = (fold_activation,)
+INFERENCE_RULES = (fold_inference_activation,)
 
 
 def run(cfg, rules=RULES):

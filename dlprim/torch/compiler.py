@@ -31,6 +31,7 @@ import torch
 
 from ..core.copy import TransposeCopy
 from ..core.pointwise import memo
+from ..net import passes
 from .export_attention import DOMAIN
 from .ops_nn import matmul_precision
 from . import compiler_dynamo
@@ -884,6 +885,8 @@ def _convert(gm, example_inputs, kinds, module=None, index_of=None, train=None, 
                 spec["requires_grad"] = True
         grads = train or any(wanted) or (torch.is_grad_enabled() and any(
             x.requires_grad for x, k in zip(example_inputs, kinds) if k == "param"))
+        if not grads:  # never run backward: GELU and SiLU into the products before them
+            cfg = passes.run(cfg, passes.INFERENCE_RULES)
         outputs = list(cfg.outputs)
         if grads:
             _add_gradient_losses(cfg, shapes)
