@@ -5,7 +5,8 @@
 ## work-groups from b<g> on (ascending), so big and small tensors share the device
 ## evenly. XS, YS: (storage type, compute type); X_ONE[i]: input i holds one element per
 ## group, read for every element; WS: the compute types of the scalar params; IT: index
-## type. CPU: one work-item per work-group walks its chunk (the compiler vectorises it);
+## type. CPU: one work-item per work-group walks its chunk, VW values a vector where VW
+## (float32 storage and CODE_VECTOR), then one by one;
 ## else the work-group's items stride through it so that neighbours read neighbours.
 <%def name="load(i, idx)">${'LD_%s(xp%d, %s)' % (XS[i][0], i, idx) if XS[i][0] in ('half', 'bfloat16') else 'xp%d[%s]' % (i, idx)}</%def>
 <%def name="store(i, idx, value)">${'ST_%s(yp%d, %s, %s)' % (YS[i][0], i, idx, value) if YS[i][0] in ('half', 'bfloat16') else 'yp%d[%s] = %s' % (i, idx, value)};</%def>
@@ -62,7 +63,26 @@ __kernel void ${NAME}(${IT} dlp_chunk
     % endif
 % endfor
 % if CPU:
-    for (${IT} dlp_i = dlp_start; dlp_i < dlp_end; dlp_i++) {
+    ${IT} dlp_i = dlp_start;
+    % if VW:
+    // whole vectors of VW values first (CODE_VECTOR: CODE on float<VW> locals, which
+    // core/pointwise.py's vector_code found to read the same), the rest one by one
+    for (; dlp_i + ${VW} <= dlp_end; dlp_i += ${VW}) {
+        % for i in range(len(XS)):
+        float${VW} x${i} = ${'(float%d)(dlp_one%d)' % (VW, i) if X_ONE[i] else 'vload%d(0, xp%d + dlp_i)' % (VW, i)};
+        % endfor
+        % for i in range(len(YS)):
+        float${VW} y${i};
+        % endfor
+        {
+${CODE_VECTOR}
+        }
+        % for i in range(len(YS)):
+        vstore${VW}(y${i}, 0, yp${i} + dlp_i);
+        % endfor
+    }
+    % endif
+    for (; dlp_i < dlp_end; dlp_i++) {
 % else:
     for (${IT} dlp_i = dlp_start + get_local_id(0); dlp_i < dlp_end; dlp_i += get_local_size(0)) {
 % endif
