@@ -110,7 +110,7 @@ def test_foreach_in_place_keeps_its_launches_per_tensor_list():
     torch._foreach_mul_(ao, 2.0)
     torch._foreach_mul_(ao, 2.0)
     torch._foreach_mul_(a, 4.0)
-    _same(ao, a, 1e-5)
+    _same(ao, a, 1e-4)  # (the divisions' error above, times 4 exactly)
 
 
 def test_foreach_out_of_place_aliasing_and_per_element_scalars():
