@@ -161,6 +161,29 @@ def test_foreach_lists_that_are_not_one_kernel_each_time_they_come_back():
     _same(torch._foreach_add(c, ao), torch._foreach_add(a, a))
 
 
+def test_a_tensor_restrided_in_place_is_not_run_through_its_lists_old_facts():
+    # t_() keeps the storage and the shape of a square tensor but not its layout: the
+    # kept plan and the list's kept facts must see it (as PyTorch adds element (i, j))
+    g = torch.Generator().manual_seed(6)
+    a = [torch.randn(5, 5, generator=g) for _ in range(18)]
+    b = [torch.randn(5, 5, generator=g) for _ in range(18)]
+    ao, bo = [t.to("ocl") for t in a], [t.to("ocl") for t in b]
+    for _ in range(3):  # kept by now
+        torch._foreach_add_(ao, bo)
+        torch._foreach_add_(a, b)
+        _same(torch._foreach_mul(ao, bo), torch._foreach_mul(a, b))
+    ao[4].t_()
+    a[4].t_()
+    assert not ao[4].is_contiguous()
+    torch._foreach_add_(ao, bo)
+    torch._foreach_add_(a, b)
+    _same(ao, a)
+    _same(torch._foreach_mul(ao, bo), torch._foreach_mul(a, b))
+    bo[2].unsqueeze_(0)  # (1, 5, 5): the lists' shapes differ now, as PyTorch refuses
+    with pytest.raises(RuntimeError):
+        torch._foreach_add_(ao, bo)
+
+
 def test_plans_go_with_their_tensors():
     a = [t.to("ocl") for t in _lists(3, [10, 20])]
     for _ in range(2):  # kept by the first call, or by the second where it replayed

@@ -22,20 +22,24 @@ __all__ = ["PlanCache", "run_lists", "plans", "Overlap", "list_shapes", "remembe
 
 
 _storage_of = operator.attrgetter("_ocl_storage")
+_meta_of = operator.attrgetter("_ocl_meta")
 
 
 class _Entry:
-    __slots__ = ("plan", "refs", "storages", "__weakref__")
+    __slots__ = ("plan", "refs", "storages", "metas", "__weakref__")
 
     def __init__(self, plan, tensors, gone):
         self.plan = plan
         self.refs = [weakref.ref(t, gone) for t in tensors]  # an entry dies with a tensor
         self.storages = list(map(_storage_of, tensors))
+        self.metas = list(map(_meta_of, tensors))
 
     def holds(self, tensors):
         """Whether these tensors (alive: the entry is gone otherwise, so their ids are
-        theirs) still have the memory the plan was made for (``.data =`` gives new)."""
-        return list(map(_storage_of, tensors)) == self.storages  # identity: no Storage.__eq__
+        theirs) still have the memory, sizes and strides the plan was made for
+        (``.data =``, an in-place view operator or resize_ stamps the tensor anew)."""
+        return list(map(_storage_of, tensors)) == self.storages and \
+            list(map(_meta_of, tensors)) == self.metas  # identity: no Storage.__eq__
 
 
 class PlanCache:

@@ -6,6 +6,7 @@ every view of it. Views are metadata over the same storage; a kernel that needs 
 operand contiguous gets a view of the storage when the operand is, else a copy
 (``as_dlprim``).
 """
+import itertools
 import math
 
 import numpy as np
@@ -134,8 +135,16 @@ def torch_device(index):
 _TENSOR_DATA = torch.Tensor.data  # the descriptor OclTensor.data wraps
 
 
+_META_STAMPS = itertools.count(1)
+
+
 class OclTensor(torch.Tensor):
     """A tensor whose data is a dlprim ``Storage`` on an OpenCL device."""
+
+    # a stamp of its own each time ``.data =`` (and so every in-place view operator,
+    # resize_ and set_) gives it other sizes, strides or memory: what caches of facts
+    # about a tensor object (the multi-tensor plans) compare, besides its storage
+    _ocl_meta = 0
 
     @staticmethod
     def __new__(cls, storage, size, stride, offset, dtype, requires_grad=False):
@@ -173,6 +182,7 @@ class OclTensor(torch.Tensor):
                                % (type(new).__name__, new.device))
         _TENSOR_DATA.__set__(self, new)
         self._ocl_storage = new._ocl_storage
+        self._ocl_meta = next(_META_STAMPS)
 
     def data_ptr(self):
         return self._ocl_storage.address + self.storage_offset() * self.element_size()
