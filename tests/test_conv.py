@@ -554,6 +554,25 @@ def test_algorithm_table():
     assert pick(wide, 16, 32, (14, 14), (5, 5), pad=(2, 2, 2, 2)) == ("direct",) * 3
 
 
+def test_the_vector_width_can_be_set_from_the_environment(monkeypatch):
+    """DLPRIM_CPU_VECTOR_WIDTH: 8-wide code on a CPU that reports 16 (Intel's runtime told
+    to write AVX2 code), and back; a width the compiler lacks or another number is an
+    error naming the variable."""
+    from types import SimpleNamespace
+    from dlprim.core import tuning
+    wide = SimpleNamespace(float_lanes=16, max_float_vector=16)
+    old_pocl = SimpleNamespace(float_lanes=16, max_float_vector=8)
+    monkeypatch.setenv("DLPRIM_CPU_VECTOR_WIDTH", "8")
+    assert tuning.cpu_vector_width(wide) == 8
+    monkeypatch.setenv("DLPRIM_CPU_VECTOR_WIDTH", "16")
+    assert tuning.cpu_vector_width(wide) == 16
+    with pytest.raises(ValueError, match="DLPRIM_CPU_VECTOR_WIDTH=16: .* up to 8"):
+        tuning.cpu_vector_width(old_pocl)
+    monkeypatch.setenv("DLPRIM_CPU_VECTOR_WIDTH", "4")
+    with pytest.raises(ValueError, match="must be 8 or 16"):
+        tuning.cpu_vector_width(wide)
+
+
 def test_direct_register_blocks_follow_the_vector_width():
     """The direct forward's blocks: float8 vectors, at most 32 channels, on CPUs of 8-float
     vectors (and compilers without float16 vectors); float16 vectors, up to 64 channels by

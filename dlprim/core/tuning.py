@@ -13,6 +13,7 @@ were measured on NVIDIA GPUs (H100, H200), the CPU ones on PoCL; other GPUs shar
 GPU numbers untested. Split models and work-group sizes are in ``tuning_launch``.
 """
 import math
+import os
 
 from ..kernels.program import pow2_at_least
 from ..utils import ceil_div, round_up
@@ -186,7 +187,18 @@ _CPU_WIDE_TILE = _tile(64, 64, 8, 4, 32, 16)
 
 def cpu_vector_width(facts):
     """The float vector width of CPU kernels' register blocks: 16 where the CPU's native
-    vectors hold 16 floats (AVX-512) and the compiler takes float16 vectors, else 8."""
+    vectors hold 16 floats (AVX-512) and the compiler takes float16 vectors, else 8.
+    DLPRIM_CPU_VECTOR_WIDTH=8 or 16 decides instead (a driver that reports another
+    width than its code uses: Intel's runtime told to write AVX2 code on an AVX-512 CPU,
+    CL_CONFIG_CPU_TARGET_ARCH=core-avx2, still reports 16)."""
+    forced = os.environ.get("DLPRIM_CPU_VECTOR_WIDTH", "").strip()
+    if forced:
+        if forced not in ("8", "16"):
+            raise ValueError("DLPRIM_CPU_VECTOR_WIDTH must be 8 or 16, got %r" % forced)
+        if int(forced) > getattr(facts, "max_float_vector", 16):
+            raise ValueError("DLPRIM_CPU_VECTOR_WIDTH=%s: this device's compiler takes float "
+                             "vectors of up to %d" % (forced, facts.max_float_vector))
+        return int(forced)
     wide = getattr(facts, "float_lanes", 8) >= 16 and getattr(facts, "max_float_vector", 16) >= 16
     return 16 if wide else 8
 
