@@ -106,6 +106,24 @@ def gemv_rows(facts, M, typed_b=False):
     return (facts.is_gpu or typed_b) and 0 < M <= GEMV_MAX_ROWS
 
 
+# CPUs' few-rows kernel (gemv.cl's gemv_cpu): columns of C a work-item, by B's storage
+# on Intel's runtime (PoCL: 2). GPT-2 decoding on the 2-core EPYC (`llm_decode.py
+# --models gpt2 --device cpu --context 128 --new 16`, ms a token, two calls each), 1
+# column against 2: float16 weights 16.9 / 17.4 against 20.9 / 22.0 (4 and 8 columns
+# between, in the kernel's own time), bfloat16 16.7 / 18.8 against 20.8 / 20.3, q4 15.7
+# / 14.4 against 16.2 / 16.2, but int8 12.4 / 15.2 against 11.8 / 11.9. PoCL: float16
+# 92.3 against 74.2, bfloat16 40.2 against 38.8
+GEMV_CPU_COLS = {"int8": 2}
+GEMV_CPU_COLS_POCL = 2
+
+
+def gemv_cpu_cols(facts, b_dtype):
+    """Columns of C a work-item of gemv_cpu takes over a B stored as ``b_dtype``."""
+    if facts.vendor_id == "pocl":
+        return GEMV_CPU_COLS_POCL
+    return GEMV_CPU_COLS.get(getattr(b_dtype, "name", str(b_dtype)), 1)
+
+
 SMALL = 64  # M or N under this is a "small" side: big tiles would leave most threads idle
 CLASSES = ("huge", "large", "medium", "narrow_m", "narrow_n", "small_m", "small_n", "small")
 
