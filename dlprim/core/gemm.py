@@ -492,7 +492,8 @@ def choose(g, tile, split_k, forced):
         raise ValueError("Gemm: the tensor-core kernels have their own tiles "
                          "(tuning.mma_tile, tuning.subgroup_mma_tile)")
     # a few rows (a decoder's step) on a GPU, or over an int8, bfloat16 or float16 B
-    # anywhere: one launch streaming B (kernels/gemv.cl), which reads every storage itself
+    # anywhere, or one row on a CPU (tuning.gemv_rows): one launch streaming B
+    # (kernels/gemv.cl), which reads every storage itself
     # (CPUs decode float16's bits eight at a time in integer vectors: half_bits8_value)
     g.gemv = (tuning.gemv_rows(facts, M, g.dtypes[1] in (np.int8, bfloat16, np.float16))
               and g.trans_b and not g.trans_a and not tile and split_k is None

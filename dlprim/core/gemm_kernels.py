@@ -8,7 +8,7 @@ the rest. A new kernel is a new family here and a line in ``gemm.choose``.
 
 | family | template | where |
 |---|---|---|
-| ``Gemv`` | gemv.cl | at most ``tuning.GEMV_MAX_ROWS`` rows, B transposed: on GPUs, and anywhere over an int8, bfloat16 or float16 B |
+| ``Gemv`` | gemv.cl | at most ``tuning.GEMV_MAX_ROWS`` rows, B transposed: on GPUs, and anywhere over an int8, bfloat16 or float16 B; one row on CPUs |
 | ``TensorCore`` | gemm_mma.cl, gemm_wgmma.cl | "tf32", "fp16", "bf16" on NVIDIA GPUs that pass the probes (mma.sync; cp.async tiles; Hopper's warpgroup products), and large "fp32" products there (``split_tf32``) |
 | ``SubgroupMatrix`` | gemm_subgroup_mma.cl | "fp16", "bf16" on Intel GPUs with subgroup matrix products |
 | ``CpuFewRows`` | gemm_cpu.cl (gemm_small_m) | CPUs, fewer than ``tuning.CPU_PACK_MIN_M`` rows |
