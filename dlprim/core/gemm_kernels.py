@@ -81,15 +81,17 @@ class Gemv(GemmKernel):
     def program(self, vec):
         """(program, work-group size, columns of C a work-group)."""
         g = self.g
+        sums = 1
         if g.ctx.facts.is_gpu:
             team, teams, cols = 32, max(1, min(8, g.ctx.facts.max_work_group // 32)), 1
         else:
             team, teams, cols, vec = 1, 1, tuning.gemv_cpu_cols(g.ctx.facts, g.dtypes[1]), 0
+            sums = tuning.GEMV_CPU_SUMS
         types = {} if all(d == np.float32 for d in g.dtypes) else \
             dict(zip(("A_T", "B_T", "C_T"), (cl_type(d) for d in g.dtypes)))
         prg = program.get(g.ctx, "gemv", ROWS=program.pow2_at_least(g.M), VEC=vec,
                           TEAMS=teams, BIAS=g.bias or "none", ACTIVATION=g.activation,
-                          SCALE=int(g.b_scale), TEAM=team, COLS=cols, **types)
+                          SCALE=int(g.b_scale), TEAM=team, COLS=cols, SUMS=sums, **types)
         return prg, team * teams, teams * cols
 
     def prepare(self):

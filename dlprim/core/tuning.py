@@ -121,6 +121,7 @@ def gemv_rows(facts, M, typed_b=False):
 # 92.3 against 74.2, bfloat16 40.2 against 38.8
 GEMV_CPU_COLS = {"int8": 2}
 GEMV_CPU_COLS_POCL = 2
+GEMV_CPU_SUMS = 2  # independent sums a column (see gemv.cl's gemv_cpu)
 
 
 def gemv_cpu_cols(facts, b_dtype):

@@ -159,6 +159,24 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         b_row[${j}] = B + b_offset + batch * stride_b + (ulong)min(n0 + ${j}, N - 1) * ldb;
     % endfor
         int k = 0;
+        // SUMS sums a column, 8 SUMS values a turn: each fma waits on the one before it
+        float8 part[${SUMS}][${COLS}];
+    % for u in range(SUMS):
+        % for j in range(COLS):
+        part[${u}][${j}] = (float8)(0.0f);
+        % endfor
+    % endfor
+        for (; k + ${8 * SUMS} <= K; k += ${8 * SUMS}) {
+    % for u in range(SUMS):
+            const float8 x${u} = load8_${A_T}(a_row, k + ${8 * u});
+        % for j in range(COLS):
+            part[${u}][${j}] = fma(x${u}, load8_${B_T}(b_row[${j}], k + ${8 * u}), part[${u}][${j}]);
+        % endfor
+    % endfor
+        }
+    % for j in range(COLS):
+        acc[${j}] = ${" + ".join("part[%d][%d]" % (u, j) for u in range(SUMS))};
+    % endfor
         for (; k + 8 <= K; k += 8) {
             const float8 x = load8_${A_T}(a_row, k);
     % for j in range(COLS):
