@@ -121,7 +121,10 @@ def gemv_rows(facts, M, typed_b=False):
 # 92.3 against 74.2, bfloat16 40.2 against 38.8
 GEMV_CPU_COLS = {"int8": 2}
 GEMV_CPU_COLS_POCL = 2
-GEMV_CPU_SUMS = 2  # independent sums a column (see gemv.cl's gemv_cpu)
+# and independent sums a column, each fma otherwise waiting on the one before: the float16
+# step's kernel time 13.6 (1 sum), 9.7-10.1 (2), 8.7-9.1 ms (4); float32 and int8 weights,
+# bound by memory, moved within the noise; PoCL unchanged (float16 81.1 against 81.3)
+GEMV_CPU_SUMS = 4
 
 
 def gemv_cpu_cols(facts, b_dtype):
