@@ -112,26 +112,27 @@ def gemv_rows(facts, M, typed_b=False):
         (facts.is_cpu and M == 1)
 
 
-# CPUs' few-rows kernel (gemv.cl's gemv_cpu): columns of C a work-item, by B's storage
-# on Intel's runtime (PoCL: 2). GPT-2 decoding on the 2-core EPYC (`llm_decode.py
-# --models gpt2 --device cpu --context 128 --new 16`, ms a token, two calls each), 1
-# column against 2: float16 weights 16.9 / 17.4 against 20.9 / 22.0 (4 and 8 columns
-# between, in the kernel's own time), bfloat16 16.7 / 18.8 against 20.8 / 20.3, q4 15.7
-# / 14.4 against 16.2 / 16.2, but int8 12.4 / 15.2 against 11.8 / 11.9. PoCL: float16
-# 92.3 against 74.2, bfloat16 40.2 against 38.8
-GEMV_CPU_COLS = {"int8": 2}
+# CPUs' few-rows kernel (gemv.cl's gemv_cpu): columns of C a work-item on Intel's runtime
+# (PoCL: 2). GPT-2 decoding on the 2-core EPYC (`llm_decode.py --models gpt2 --device
+# cpu --context 128 --new 16`, ms a token, two calls each), 1 column against 2: float16
+# weights 16.9 / 17.4 against 20.9 / 22.0 (4 and 8 columns between, in the kernel's own
+# time), bfloat16 16.7 / 18.8 against 20.8 / 20.3, q4 15.7 / 14.4 against 16.2 / 16.2;
+# int8 12.4 / 15.2 against 11.8 / 11.9 with one sum a column, then 8.4 / 10.3 against
+# 15.9 / 17.5 with four (below). PoCL: float16 92.3 against 74.2, bfloat16 40.2
+# against 38.8
+GEMV_CPU_COLS = 1
 GEMV_CPU_COLS_POCL = 2
+
+
+def gemv_cpu_cols(facts):
+    """Columns of C a work-item of gemv_cpu takes on the CPU ``facts`` describe."""
+    return GEMV_CPU_COLS_POCL if facts.vendor_id == "pocl" else GEMV_CPU_COLS
+
+
 # and independent sums a column, each fma otherwise waiting on the one before: the float16
-# step's kernel time 13.6 (1 sum), 9.7-10.1 (2), 8.7-9.1 ms (4); float32 and int8 weights,
-# bound by memory, moved within the noise; PoCL unchanged (float16 81.1 against 81.3)
+# step's kernel time 13.6 (1 sum), 9.7-10.1 (2), 8.7-9.1 ms (4); float32 weights, bound by
+# memory, moved within the noise (int8: above); PoCL unchanged (float16 81.1 against 81.3)
 GEMV_CPU_SUMS = 4
-
-
-def gemv_cpu_cols(facts, b_dtype):
-    """Columns of C a work-item of gemv_cpu takes over a B stored as ``b_dtype``."""
-    if facts.vendor_id == "pocl":
-        return GEMV_CPU_COLS_POCL
-    return GEMV_CPU_COLS.get(getattr(b_dtype, "name", str(b_dtype)), 1)
 
 
 SMALL = 64  # M or N under this is a "small" side: big tiles would leave most threads idle
