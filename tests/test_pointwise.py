@@ -380,6 +380,21 @@ def test_vector_code_is_the_statement_on_vectors_or_refused():
                  "y0 = exp(x0) + x1[0];"):              # an index
         assert vector_code(code, 16) is None, code
     assert vector_code("y0 = exp(x0);", 1) is None
+    # the operator library's casts of float operands are identities, dropped; a param's
+    # only where the params are float
+    assert vector_code("y0 = sqrt(((float)x0)) * ((float)w0);", 8, float_params=True) == \
+        "y0 = sqrt((x0)) * (w0);"
+    assert vector_code("y0 = sqrt(((float)x0)) * ((float)w0);", 8) is None
+    assert vector_code("y0 = ((float)x0) + x1;", 8) == "y0 = (x0) + x1;"
+
+
+def test_cpu_multi_tensor_statements_run_on_vectors(ctx):
+    # AdamW's square root as the operator library writes it (casts and all)
+    from dlprim.core import tuning
+    from dlprim.core.multi_tensor import MultiTensorPointwise
+    op = MultiTensorPointwise(ctx, ["float32"], ["float32"], "y0 = sqrt(((float)x0)) * "
+                              "((float)w0);", params=["float32"])
+    assert op._vw == (tuning.cpu_vector_width(ctx.facts) if ctx.facts.is_cpu else 0)
 
 
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 65537])

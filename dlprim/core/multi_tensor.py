@@ -13,8 +13,6 @@ kernel-argument space holds (at most ``MAX_GROUPS``) share one launch.
 update repeated every step over the same tensors costs a few launches and no per-tensor
 Python work.
 """
-import re
-
 import numpy as np
 
 from ..kernels import program
@@ -30,9 +28,6 @@ MAX_GROUPS = 16  # groups per launch: a switch over them picks each work-item's 
 _ARG_BYTES = 8  # a buffer, an offset or an index: each at most 8 bytes of kernel arguments
 _GPU_ELEMS = 8  # elements per work-item of a GPU work-group's chunk
 _NO_BLOCK = 2 ** 32 - 1  # the first work-group of an unused group slot: none
-# "(float)x0" where every input, output and param is float32: the cast changes nothing
-# (and would keep the statement off vectors: vector_code takes no casts)
-_FLOAT_OF_FLOAT = re.compile(r"\(\s*float\s*\)\s*([xyw]\d+)\b")
 
 
 class MultiTensorPointwise:
@@ -66,10 +61,9 @@ class MultiTensorPointwise:
         # same on them and everything is float32 (a square root or a division per element
         # otherwise runs scalar: AdamW's sqrt took twice a multiplication's time)
         width = tuning.cpu_vector_width(facts) if facts.is_cpu else 0
-        floats = all(d == np.float32 for d in self.x_dtypes + self.y_dtypes) and \
-            all(ct == "float" for _, ct in self.param_types)
-        self._code_vector = (vector_code(_FLOAT_OF_FLOAT.sub(r"\1", code), width)
-                             if width and floats else None) or ""
+        floats = all(d == np.float32 for d in self.x_dtypes + self.y_dtypes)
+        self._code_vector = (vector_code(code, width, all(
+            ct == "float" for _, ct in self.param_types)) if width and floats else None) or ""
         self._vw = width if self._code_vector else 0
         self._wg = min(tuning_launch.POINTWISE_WG, facts.max_work_group)
         self._programs = {}

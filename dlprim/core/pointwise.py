@@ -177,13 +177,20 @@ _TYPE = re.compile(r"\b(?:double|half|int|uint|long|ulong|short|ushort|char|ucha
                    r"size_t|float\d+)\b")
 
 
-def vector_code(code, width):
+def vector_code(code, width, float_params=False):
     """``code`` with its float locals declared float<width>, where it computes the same
-    on vectors of x, y and scalar w (VECTOR_CALLS and arithmetic only); else None."""
+    on vectors of float x, y and scalar w (VECTOR_CALLS and arithmetic only); else None.
+    A cast ``(float)`` of an x or y, or of a w where ``float_params``, changes nothing and
+    is dropped (the operator library's statements cast every operand)."""
+    code = (_FLOAT_OF_XYW if float_params else _FLOAT_OF_XY).sub(r"\1", code)
     if width < 2 or _NOT_VECTOR.search(code) or _TYPE.search(code) or \
             any(name not in VECTOR_CALLS for name in _CALL.findall(code)):
         return None
     return re.sub(r"\bfloat\b(?=\s+[A-Za-z_])", "float%d" % width, code)
+
+
+_FLOAT_OF_XY = re.compile(r"\(\s*float\s*\)\s*([xy]\d+)\b")
+_FLOAT_OF_XYW = re.compile(r"\(\s*float\s*\)\s*([xyw]\d+)\b")
 
 
 class _Base:
@@ -246,7 +253,8 @@ class PointwiseBroadcast(_Base):
         self._per_item = tuning_launch.pointwise_cpu_items(ctx.facts, code)
         # or, over whole float32 tensors, a vector of them (vector_code)
         width = tuning.cpu_vector_width(ctx.facts)
-        code_vector = vector_code(code, width) if self._per_item and all(x_full) and all(
+        code_vector = vector_code(code, width, all(
+            ct == "float" for _, ct in self.param_types)) if self._per_item and all(x_full) and all(
             d == _F32 for _, d in list(self.x_specs) + list(self.y_specs)) else None
         self._vector = width if code_vector is not None else 0
         self._cpu = ctx.facts.is_cpu and not self._per_item

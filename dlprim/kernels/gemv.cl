@@ -154,7 +154,6 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         float tail[${COLS}];
         __global const ${B_T} *b_row[${COLS}];
     % for j in range(COLS):
-        acc[${j}] = (float8)(0.0f);
         tail[${j}] = 0.0f;
         b_row[${j}] = B + b_offset + batch * stride_b + (ulong)min(n0 + ${j}, N - 1) * ldb;
     % endfor
