@@ -16,7 +16,7 @@ from ..core.multi_tensor import MultiTensorPlan, MultiTensorPointwise
 from ..core.pointwise import memo, param_specs
 from ..kernels.program import Recording
 from ..utils import BoundedCache
-from .tensor import RECORDING_ALIGN, as_dlprim, numpy_dtype
+from .tensor import RECORDING_ALIGN, OclTensor, as_dlprim, numpy_dtype
 
 __all__ = ["PlanCache", "run_lists", "plans", "Overlap", "list_shapes", "remember_shapes"]
 
@@ -270,26 +270,25 @@ _shape_of, _dtype_of = operator.attrgetter("shape"), operator.attrgetter("dtype"
 _contiguous = torch.Tensor.is_contiguous
 
 
-def list_shapes(lst, tensor_type):
-    """(dtype, shapes) of a list of contiguous ``tensor_type`` tensors of one dtype, None
-    where it is not one. Kept while its tensors keep their storages, as plans are (what a
-    multi-tensor launch relies on: elementwise over each tensor's memory)."""
+def list_shapes(lst):
+    """(dtype, shapes) of a list of contiguous ocl tensors of one dtype, None where it is
+    not one. Kept as plans are: while its tensors keep their storages and stamps."""
     key = tuple(map(id, lst))
     known = _shapes.get(key, lst)
     if known is not None:
         return known
-    if set(map(type, lst)) != {tensor_type} or len(set(map(_dtype_of, lst))) != 1 \
+    if set(map(type, lst)) != {OclTensor} or len(set(map(_dtype_of, lst))) != 1 \
             or not all(map(_contiguous, lst)):
         return None
+    return remember_shapes(lst, key)
+
+
+def remember_shapes(lst, key=None):
+    """Note (and return) the facts of a list of contiguous ocl tensors of one dtype (new
+    ones: ``tensor.empty_list``'s) as ``list_shapes`` finds them."""
     known = (lst[0].dtype, tuple(map(_shape_of, lst)))
-    _shapes.put(key, lst, known)
+    _shapes.put(tuple(map(id, lst)) if key is None else key, lst, known)
     return known
-
-
-def remember_shapes(lst):
-    """Note a list of new contiguous tensors of one dtype (``tensor.empty_list``'s) as
-    ``list_shapes`` would find it."""
-    _shapes.put(tuple(map(id, lst)), lst, (lst[0].dtype, tuple(map(_shape_of, lst))))
 
 
 def _sizes(places):

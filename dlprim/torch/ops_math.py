@@ -230,7 +230,7 @@ def _foreach_multi(overload, inplace, args, lists, item):
     ys = list(args[0]) if inplace else None
     def check():  # each list's facts kept while its tensors are (an optimizer's step
         # would pay for them every call)
-        facts = [list_shapes(lst, OclTensor) for lst in [args[0]] + x_lists]
+        facts = [list_shapes(lst) for lst in [args[0]] + x_lists]
         if None in facts or any(f[1] != facts[0][1] for f in facts):
             raise _NotOneKernel
     values = _values(params)
