@@ -611,7 +611,7 @@ def test_attention_masks_of_rows_with_lowest_values(ctx, rng, kernels, per_sampl
              reference(q, k, v, scale, np.maximum(mask_full, -1e30)))
 
 
-@pytest.mark.parametrize("kernels", ["rows", "tiles", "gemm"])
+@pytest.mark.parametrize("kernels", ["rows", "tiles", "gemm", "split"])
 def test_a_nan_query_row_gives_a_nan_output_row(ctx, rng, kernels):
     """A NaN reaches the output row it is in (as eager softmax gives), and only that one."""
     b, lq, d = 2, 9, 8
@@ -800,3 +800,125 @@ def test_warpgroup_form_takes_widths_of_64_and_the_passes_not_given_blocks(ctx, 
     given = AttentionOps(ctx, 2, 4, 4, 64, 64, dtype=half,
                          blocks={"forward": dict(WARPS=4, MW=1, BQ=64, BK=32)})
     assert set(given.warpgroup) == {"dq", "dkdv"}
+
+
+# ----- the split forward (attention_split.cl): a few query rows, the keys in chunks
+# (lengths that end mid-block and mid-chunk; one chunk writes o itself, more are merged)
+SPLIT_CASES = [(4, 2, 8, 200, 16, 16, False, True),
+               (3, 1, 1, 150, 8, 4, False, True),
+               (2, 2, 5, 77, 32, 48, True, False),
+               (2, 1, 16, 70, 8, 8, True, True),
+               (6, 3, 3, 33, 4, 12, False, False)]
+
+
+@pytest.fixture(params=[2, 64], ids=["few-chunks", "many-chunks"])
+def split_groups(request, monkeypatch):
+    """Work-groups a compute unit the split forward aims at: the default, and enough to
+    give every block of keys a chunk of its own on a CPU's few units."""
+    from dlprim.core import attention
+    monkeypatch.setattr(attention, "SPLIT_GROUPS_PER_UNIT", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("b,heads,lq,lk,d,dv,causal,masked", SPLIT_CASES)
+def test_split_forward_matches_float64(ctx, rng, split_groups, b, heads, lq, lk, d, dv,
+                                       causal, masked):
+    """Its o and statistics, and the backward pass of the device's family on them."""
+    q = rng.standard_normal((b, lq, d))
+    k = rng.standard_normal((b, lk, d))
+    v = rng.standard_normal((b, lk, dv))
+    mask4 = mask_t = strides = mask_full = None
+    if masked:  # (batch, 1, queries, keys): a cache's lengths per sequence, a row hidden whole
+        n = b // heads
+        mask4 = np.where(rng.random((n, 1, lq, lk)) < 0.2, -np.inf, rng.standard_normal((n, 1, lq, lk)))
+        for i in range(n):
+            mask4[i, ..., lk // (i + 2):] = -np.inf
+        mask4[0, 0, 0] = -np.inf
+        mask_t = dp.Tensor.from_numpy(ctx, mask4.astype(np.float32))
+        strides = (lq * lk, 0, lk, 1)
+        mask_full = np.broadcast_to(mask4, (n, heads, lq, lk)).reshape(b, lq, lk)
+    op = AttentionOps(ctx, b, lq, lk, d, dv, heads=heads, causal=causal, mask=masked,
+                      kernels="split")
+    chunks = op.split["chunks"]
+    assert chunks == 1 or op.workspace_bytes >= 4 * b * chunks * lq * (dv + 2)
+    if split_groups == 64 and lk > op.split["BK"]:
+        assert chunks > 1
+    _matches(ctx, op, q, k, v, mask_t, strides,
+             reference(q, k, v, 1 / np.sqrt(d), mask_full, causal))
+
+
+@pytest.mark.parametrize("layout", ["nlhd", "packed"])
+@pytest.mark.parametrize("half", ["float32", "float16", "bfloat16"])
+def test_split_forward_layouts_and_storages(ctx, rng, split_groups, layout, half):
+    """The heads side by side or packed, in 16-bit storage, give what the row kernels give
+    (forward and backward, a mask over (batch, key), causal)."""
+    n, h, lq, d = 2, 3, 12, 8
+    lk, dv = (lq, d) if layout == "packed" else (90, 4)
+    dtype = {"float32": np.float32, "float16": np.float16, "bfloat16": bfloat16}[half]
+    q, k, v = (rng.standard_normal(s) for s in ((n, h, lq, d), (n, h, lk, d), (n, h, lk, dv)))
+    g = rng.standard_normal((n, h, lq, dv))
+    mask = np.where(rng.random((n, 1, 1, lk)) < 0.3, -np.inf, 0.0)
+    mask_t = dp.Tensor.from_numpy(ctx, mask.astype(np.float32))
+    kinds = dict(heads=h, causal=True, mask=True, dtype=dtype)
+    want = _run_layout(ctx, AttentionOps(ctx, n * h, lq, lk, d, dv, kernels="rows", **kinds),
+                       q, k, v, g, mask_t, (lk, 0, 0, 1), 0)
+    op = AttentionOps(ctx, n * h, lq, lk, d, dv, layout=layout, kernels="split", **kinds)
+    assert op.split is not None
+    got = _run_layout(ctx, op, q, k, v, g, mask_t, (lk, 0, 0, 1), 0)
+    tol = 1e-5 if half == "float32" else 1e-2  # (16-bit outputs round where sums differ)
+    for a, b, what in zip(got, want, ("o", "dq", "dk", "dv")):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=what)
+
+
+def test_split_forward_reads_no_key_the_mask_hides(ctx, rng, split_groups):
+    """Keys and values the mask hides (a cache's positions past a sequence's end, whatever
+    they hold, NaN too) weigh exactly nothing; rows with a large finite mask (float32's
+    lowest) weigh every key alike, as eager PyTorch does."""
+    b, lq, lk, d = 3, 4, 300, 16
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((b, lq, d), (b, lk, d), (b, lk, d)))
+    lengths = [37, 64, 300]
+    mask = np.zeros((b, 1, lq, lk), np.float32)
+    for i, n in enumerate(lengths):
+        mask[i, ..., n:] = -np.inf
+        k[i, n:] = np.nan
+        v[i, n:] = np.nan
+    mask[2, 0, 1] = np.finfo(np.float32).min
+    op = AttentionOps(ctx, b, lq, lk, d, d, mask=True, kernels="split")
+    f = lambda a: dp.Tensor.from_numpy(ctx, a)
+    o, stats = dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, op.stats_shape)
+    for launch in op.launches(f(q), f(k), f(v), o, stats, mask=f(mask),
+                              mask_strides=(lq * lk, 0, lk, 1)):
+        launch(ctx.queue)
+    got = o.to_host()
+    for i, n in enumerate(lengths):
+        want = reference(q[i:i + 1, :, :].astype(np.float64), k[i:i + 1, :n].astype(np.float64),
+                         v[i:i + 1, :n].astype(np.float64), 1 / np.sqrt(d),
+                         np.maximum(mask[i:i + 1, 0, :, :n], -1e30))[0]
+        np.testing.assert_allclose(got[i:i + 1], want, rtol=1e-4, atol=1e-5, err_msg=str(i))
+
+
+def test_split_plan_fills_the_device_and_bad_requests_are_named(ctx):
+    from dlprim.core.attention import split_plan
+
+    class Gpu:
+        local_mem, max_work_group, compute_units = 49152, 1024, 132
+    for batch, lq, lk, d in [(4, 8, 600, 64), (12, 1, 2048, 64), (384, 1, 584, 64),
+                             (2, 16, 1000, 128), (1, 3, 5, 80)]:
+        p = split_plan(Gpu, batch, lq, lk, d, d)
+        assert p["QR"] >= lq and p["span"] % p["BK"] == 0 and p["BK"] % p["LANES"] == 0
+        assert (p["chunks"] - 1) * p["span"] < lk <= p["chunks"] * p["span"]
+        # about two work-groups a compute unit (at least one: chunks are whole blocks), or
+        # a block of keys each
+        assert batch * p["chunks"] >= min(132, batch * -(-lk // p["BK"]))
+        assert batch * (p["chunks"] - 1) < 2 * 132 or p["chunks"] == 1
+    assert split_plan(Gpu, 4, 17, 100, 64, 64) is None  # more query rows: the block kernels
+    assert split_plan(Gpu, 4, 8, 100, 6, 6) is None
+    with pytest.raises(ValueError, match="split forward takes 1 to 16 query rows"):
+        AttentionOps(ctx, 2, 17, 40, 8, 8, kernels="split")
+    with pytest.raises(ValueError, match="no dropout"):
+        AttentionOps(ctx, 2, 4, 40, 8, 8, kernels="split", dropout=0.1)
+    # the device's choice: the split forward on GPUs for few query rows, never on CPUs
+    few = AttentionOps(ctx, 2, 4, 40, 8, 8)
+    assert (few.split is None) == ctx.facts.is_cpu
+    assert AttentionOps(ctx, 2, 17, 40, 8, 8).split is None
+    assert AttentionOps(ctx, 2, 4, 40, 8, 8, dropout=0.1).split is None

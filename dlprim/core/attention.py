@@ -49,6 +49,18 @@ within ``GEMM_SCORES_MAX_BYTES``: there the products run at GEMM speed, 4x the r
 kernel's at GPT-sized heads. In the "nlhd" and "packed" layouts it runs a product per
 head.
 
+A forward pass over a few query rows a batch row (at most ``SPLIT_MAX_ROWS``: a decoder's
+step, one token or the G query heads of a key/value head) gives the block kernels one
+work-group per batch row, each walking every key alone. On GPUs it runs
+``attention_split.cl`` instead ("split"): the keys are divided into chunks, enough for
+about two work-groups per compute unit, each work-group (chunk, batch row) writes its
+rows' partial softmax (m, l and unnormalised sums) to the workspace, and a second kernel
+merges them (one chunk: the first writes o itself). Keys the mask hides (a cache's
+positions past a sequence's length) weigh exactly nothing whatever they hold, and blocks
+of them are not read (the other families multiply a hidden NaN by 0, as eager PyTorch). It writes the same
+statistics, so the backward pass is the other families'; with dropout the block kernels
+keep the forward.
+
 With ``dropout`` p > 0 each attention weight is dropped with probability p and the rest
 scaled by 1 / (1 - p); the mask is a function of (seed, offset) and the weight's place
 (Philox, as ``core/random.py``; one draw of four words serves four keys of a query row),
@@ -69,8 +81,8 @@ from .copy import fill_launches
 from .gemm import Gemm, memo_probe, tensor_cores, warpgroup_products
 from .pointwise import pointwise_reduce_launches
 
-__all__ = ["AttentionOps", "tile_blocks", "mma_blocks", "wgmma_blocks", "native_exp2_is_accurate",
-           "LAYOUTS", "STORAGES"]
+__all__ = ["AttentionOps", "tile_blocks", "mma_blocks", "wgmma_blocks", "split_plan",
+           "native_exp2_is_accurate", "LAYOUTS", "STORAGES"]
 
 LAYOUTS = ("nhld", "nlhd", "packed")
 _F32 = np.dtype(np.float32)
@@ -156,6 +168,39 @@ def _checked_mma_blocks(facts, d, dv, given):
 def _mma_precision(dtype):
     """The tensor-core precision of 16-bit storage ``dtype`` ("fp16" or "bf16")."""
     return "fp16" if dtype == HALF_TYPES[0] else "bf16"
+
+
+# the "split" forward (attention_split.cl): query rows a batch row it takes at most, and
+# the work-groups it aims at per compute unit (its chunks of keys fill the device where
+# the batch rows alone do not)
+SPLIT_MAX_ROWS = 16
+SPLIT_GROUPS_PER_UNIT = 2
+
+
+def _split_local_bytes(qr, lanes, bk, d, dv):
+    """Local memory of attention_split_partial: q rows, the key-then-value block, the
+    weights, a float per work item and a flag."""
+    return 4 * (qr * (d + 4) + bk * (max(d, dv) + 4) + qr * (bk + 4) + qr * lanes + 1)
+
+
+def split_plan(facts, batch, lq, lk, d, dv):
+    """The split forward's shape for ``batch`` rows of lq queries over lk keys on a device:
+    {QR (query rows held, a power of two >= lq), LANES (work items per row), BK (keys a
+    block), chunks, span (keys a chunk)}; None where it does not take them (more than
+    SPLIT_MAX_ROWS queries, widths not multiples of 4, blocks beyond local memory)."""
+    if not 1 <= lq <= SPLIT_MAX_ROWS or lk < 1 or d % 4 or dv % 4:
+        return None
+    qr = 1 << (lq - 1).bit_length()
+    lanes = max(16, 64 // qr)  # at least 64 items a work-group, 16 a row
+    fits = [bk for bk in (64, 32, 16) if bk >= lanes and qr * lanes <= facts.max_work_group
+            and _split_local_bytes(qr, lanes, bk, d, dv) <= facts.local_mem]
+    if not fits:
+        return None
+    bk = fits[0]
+    wanted = -(-SPLIT_GROUPS_PER_UNIT * facts.compute_units // max(batch, 1))
+    chunks = max(1, min(-(-lk // bk), wanted))
+    span = -(-(-(-lk // chunks)) // bk) * bk  # whole blocks a chunk
+    return dict(QR=qr, LANES=lanes, BK=bk, chunks=-(-lk // span), span=span)
 
 
 # the "gemm" family's scores, one (B, L, S) float32 array (the scratch holds two): the
@@ -300,9 +345,13 @@ class AttentionOps:
         flags = dict(MASK=self.mask, CAUSAL=self.causal, DROPOUT=self.dropout > 0,
                      LAYOUT=layout, HEADS=self.heads if layout != "nhld" else 0,
                      ACT_T=cl_type(self.dtype), MASK_T=cl_type(self.mask_dtype))
-        if kernels not in (None, "rows", "tiles", "gemm", "mma"):
+        if kernels not in (None, "rows", "tiles", "gemm", "mma", "split"):
             raise ValueError("attention: kernels must be None (the device's choice), 'rows', "
-                             "'tiles', 'gemm' or 'mma', got %r" % (kernels,))
+                             "'tiles', 'gemm', 'mma' or 'split' (the forward; the backward "
+                             "the device's choice), got %r" % (kernels,))
+        self.split = self._split_choice(kernels, flags)
+        if kernels == "split":
+            kernels = None
         # (the tensor-core probe, a kernel build on first use, only where mma may be chosen)
         mma_takes = (kernels in (None, "mma") and self.dtype in HALF_TYPES
                      and mma_blocks(self.d, self.dv) is not None
@@ -324,7 +373,7 @@ class AttentionOps:
                              "and (B, L, S) scores of at most %d bytes" % GEMM_SCORES_MAX_BYTES)
         if kernels is None and ctx.facts.is_cpu and gemm_takes:
             kernels = "gemm"
-        self.workspace_bytes = 0
+        self.workspace_bytes, self._scratch = 0, None
         blocks, blocks_given = tile_blocks(ctx.facts, self.d, self.dv), blocks
         if kernels == "tiles" and blocks is None:
             raise ValueError("attention: the tiled kernels need widths that are multiples of "
@@ -334,7 +383,9 @@ class AttentionOps:
         self.kernels = kernels
         if kernels == "gemm":
             self._gemm_setup(flags)
+            self.workspace_bytes = max(self.workspace_bytes, self._split_bytes())
             return
+        self.workspace_bytes = self._split_bytes()
         # the blocks' softmax (mma, tiles) on the device's native exp2 where it is accurate
         blocks_flags = dict(flags, FAST_EXP=not ctx.facts.is_cpu and native_exp2_is_accurate(ctx))
         if kernels == "mma":
@@ -364,6 +415,50 @@ class AttentionOps:
         self.tile = min(t, facts.max_work_group)
         one = program.get(ctx, "attention", D=self.d, DV=self.dv, T=self.tile, **flags)
         self.programs = {"forward": one, "dq": one, "dkdv": one}
+
+    def _split_choice(self, kernels, flags):
+        """The split forward's plan (``split_plan``) and program where it runs, else None:
+        asked for (``kernels="split"``, else a ValueError), or the device's choice on GPUs
+        without dropout."""
+        ctx = self.ctx
+        plan = split_plan(ctx.facts, self.batch, self.lq, self.lk, self.d, self.dv)
+        if kernels == "split" and (plan is None or self.dropout):
+            raise ValueError("attention: the split forward takes 1 to %d query rows, widths "
+                             "that are multiples of 4 and no dropout, got L=%d D=%d DV=%d "
+                             "dropout=%g" % (SPLIT_MAX_ROWS, self.lq, self.d, self.dv,
+                                             self.dropout))
+        if plan is None or self.dropout or (kernels is None and ctx.facts.is_cpu) or \
+                kernels not in (None, "split"):
+            return None
+        built = dict(flags, FAST_EXP=not ctx.facts.is_cpu and native_exp2_is_accurate(ctx))
+        plan["program"] = program.get(ctx, "attention_split", D=self.d, DV=self.dv,
+                                      QR=plan["QR"], LANES=plan["LANES"], BK=plan["BK"],
+                                      FINAL=plan["chunks"] == 1, **built)
+        return plan
+
+    def _split_bytes(self):
+        """The split forward's partial results in the workspace (none for one chunk)."""
+        p = self.split
+        if p is None or p["chunks"] == 1:
+            return 0
+        return 4 * self.batch * p["chunks"] * self.lq * (self.dv + 2)
+
+    def _split_forward(self, qkv, o, stats, scale, masks, workspace):
+        p = self.split
+        nt, prog = p["QR"] * p["LANES"], p["program"]
+        final = p["chunks"] == 1
+        # (one chunk writes no partials: stats stands in for the unused argument)
+        part = stats if final else self._workspace(workspace).view(
+            (self._split_bytes() // 4,))
+        head = [np.uint32(self.lq), np.uint32(self.lk), np.float32(scale)] + qkv
+        out = [program.Launch(prog, "attention_split_partial", (p["chunks"] * nt, self.batch),
+                              (nt, 1), head + [np.uint32(p["span"]), part, o, stats] + masks)]
+        if not final:
+            out.append(program.Launch(prog, "attention_split_combine",
+                                      (round_up(self.lq * self.dv, 64), self.batch), (64, 1),
+                                      [np.uint32(self.lq), np.uint32(p["chunks"]), part, o,
+                                       stats]))
+        return out
 
     def counters(self):
         """Philox counters one step's dropout mask uses (one per four keys of a query row:
@@ -495,6 +590,9 @@ class AttentionOps:
         self._check("stats", stats, self.stats_shape, _F32)
         if b * lq == 0:
             return []
+        if self.split is not None:
+            return self._split_forward(qkv, o, stats, self.scale_of(scale),
+                                       self._mask_args(mask, mask_strides), workspace)
         if self.kernels == "gemm":
             return self._gemm_forward(qkv, o, stats, self.scale_of(scale),
                                       self._mask_args(mask, mask_strides), workspace,
@@ -539,7 +637,6 @@ class AttentionOps:
         b, lq, lk, d, dv = self.batch, self.lq, self.lk, self.d, self.dv
         self.programs = {"gemm": program.get(self.ctx, "attention_gemm", **flags)}
         self.workspace_bytes = 2 * 4 * b * lq * lk
-        self._scratch = None
         # "nhld": one product over all B rows. "nlhd" and "packed" interleave the heads of
         # a position, so no one stride steps from row bh to bh + 1: a product per head,
         # over the N sequences (their matrices L H D apart; over the heads of a sequence
@@ -556,16 +653,24 @@ class AttentionOps:
         self._dq = g(lq, d, lk, dtypes=from_scores)                    # dQ = dS K
         self._dk = g(lk, d, lq, trans_a=True, dtypes=from_scores)      # dK = dS^T Q
 
+    def _workspace(self, workspace):
+        """``workspace`` checked (float32, at least ``workspace_bytes``), or the op's own
+        scratch where it is None."""
+        if workspace is None:
+            if self._scratch is None:
+                self._scratch = Tensor(self.ctx, (self.workspace_bytes // 4,),
+                                       name="attention scratch")
+            workspace = self._scratch
+        if workspace.dtype != _F32 or workspace.nbytes < self.workspace_bytes:
+            raise ValueError("attention: the workspace is %r, the %s kernels need %d bytes "
+                             "of float32" % (workspace, "split" if self.split else "gemm",
+                                             self.workspace_bytes))
+        return workspace
+
     def _scores(self, workspace):
         """The two (B, L, S) float32 arrays of the scratch."""
         n = self.batch * self.lq * self.lk
-        if workspace is None:
-            if self._scratch is None:
-                self._scratch = Tensor(self.ctx, (2 * n,), name="attention scores")
-            workspace = self._scratch
-        if workspace.dtype != _F32 or workspace.nbytes < self.workspace_bytes:
-            raise ValueError("attention: the workspace is %r, the gemm kernels need %d bytes "
-                             "of float32" % (workspace, self.workspace_bytes))
+        workspace = self._workspace(workspace)
         return workspace.view((n,)), workspace.view((n,), n)
 
     def _rows(self, kernel, args):

@@ -38,6 +38,16 @@
     (((ulong)((bh) / ${HEADS}) * (len) + (i)) * ${HEADS} + (bh) % ${HEADS})
 % endif
 
+// four stored values as a float4: vloads, which need only the element's alignment (a row
+// of a packed or strided layout starts anywhere)
+% if ACT_T == "half":
+#define LD4(p) vload_half4(0, p)
+% elif ACT_T == "bfloat16":
+#define LD4(p) bfloat16_bits4_value(vload4(0, p))
+% else:
+#define LD4(p) vload4(0, p)
+% endif
+
 // the arguments every kernel of a pass takes first (the launcher's order). ACT_T stores
 // q, k, v, o, dO and the gradients (float, half or bfloat16: loads widen, stores round to
 // nearest even, LD_/ST_ of common.h), so the arithmetic is float whatever it is; stats

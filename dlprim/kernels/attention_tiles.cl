@@ -20,15 +20,6 @@
 // ACT_T, MASK_T: storage types (attention.h). The blocks in local memory are float
 // whatever ACT_T is, so 16-bit storage only changes the loads and stores.
 <%include file="attention.h"/>
-// four stored values as a float4: vloads, which need only the element's alignment (a row
-// of a packed or strided layout starts anywhere)
-% if ACT_T == "half":
-#define LD4(p) vload_half4(0, p)
-% elif ACT_T == "bfloat16":
-#define LD4(p) bfloat16_bits4_value(vload4(0, p))
-% else:
-#define LD4(p) vload4(0, p)
-% endif
 
 // exp(s - m - log l) = 2^((s - m) log2(e) - log2 l), given nl2 = -log2 l; 0 where the key
 // is masked or the row is masked whole

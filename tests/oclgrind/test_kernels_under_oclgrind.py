@@ -280,6 +280,31 @@ def test_attention(ctx, rng, facts, opts, shapes):
     _finite(run_layer(ctx, layer, xs, dy=dy, rng=rng))
 
 
+def test_attention_split_forward(ctx, rng, monkeypatch):
+    """attention_split.cl over four chunks of 16 keys (a block each), one chunk hidden
+    whole by the mask (skipped), the chunks merged; then the backward on its statistics."""
+    from dlprim.core import attention
+    from dlprim.core.attention import AttentionOps
+    monkeypatch.setattr(attention, "split_plan", lambda *a: dict(
+        QR=2, LANES=8, BK=16, chunks=4, span=16))
+    b, lq, lk, d = 2, 2, 60, 8
+    op = AttentionOps(ctx, b, lq, lk, d, d, mask=True, kernels="split")
+    f = lambda a: dp.Tensor.from_numpy(ctx, a.astype(np.float32))
+    q, k, v = f(rng.standard_normal((b, lq, d))), f(rng.standard_normal((b, lk, d))), \
+        f(rng.standard_normal((b, lk, d)))
+    hidden = np.zeros((b, 1, 1, lk))
+    hidden[..., 16:32] = -np.inf
+    masks = dict(mask=f(hidden), mask_strides=(lk, 0, 0, 1))
+    o, stats, delta = (dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, op.stats_shape),
+                       dp.Tensor(ctx, (b, lq)))
+    grads = [dp.Tensor(ctx, t.shape) for t in (q, k, v)]
+    for launch in op.launches(q, k, v, o, stats, **masks) + \
+            op.backward_launches(q, k, v, o, stats, q, *grads, delta, **masks):
+        launch(ctx.queue)
+    for t in [o] + grads:
+        assert np.isfinite(t.to_host()).all()
+
+
 def test_attention_emulated_tensor_cores(ctx, rng, monkeypatch):
     """attention_mma.cl's double-buffered blocks (three key blocks, two query blocks of one
     warp each), its lanes' exchanges and its 16-bit weights with mma.h's products in
