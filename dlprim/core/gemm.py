@@ -498,6 +498,9 @@ def choose(g, tile, split_k, forced):
     g.gemv = (tuning.gemv_rows(facts, M, g.dtypes[1] in (np.int8, bfloat16, np.float16))
               and g.trans_b and not g.trans_a and not tile and split_k is None
               and not g.batch_sum)
+    # (its teams of 32 add their sums by warp shuffles where inline PTX runs: NVIDIA)
+    g.gemv_shuffle = g.gemv and facts.is_gpu and tuning.gemv_shuffle(
+        facts, lambda: tensor_cores(ctx, "tf32"))
     if g.gemv:
         g.float_copies = False
     elif g.b_scale:

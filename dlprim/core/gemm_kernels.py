@@ -73,7 +73,9 @@ class GemmKernel:
 
 class Gemv(GemmKernel):
     """A few rows of C in one launch streaming B (kernels/gemv.cl): GPUs, ``gemv``, teams
-    of 32 work-items a column, eight teams a group, float4 loads where ``vec`` is 4;
+    of 32 work-items a column, eight teams a group, float4 loads where ``vec`` is 4 (two
+    a step where it is 8: float32 operands), the team's sums added by warp shuffles on
+    NVIDIA (``gemv_shuffle``);
     CPUs, ``gemv_cpu``, two columns a work-item in float8 vectors (their compilers would
     otherwise vectorize across work-items, gathering a row each). It reads every storage
     itself: no float32 copies, no tensor cores."""
@@ -91,20 +93,36 @@ class Gemv(GemmKernel):
             dict(zip(("A_T", "B_T", "C_T"), (cl_type(d) for d in g.dtypes)))
         prg = program.get(g.ctx, "gemv", ROWS=program.pow2_at_least(g.M), VEC=vec,
                           TEAMS=teams, BIAS=g.bias or "none", ACTIVATION=g.activation,
-                          SCALE=int(g.b_scale), TEAM=team, COLS=cols, SUMS=sums, **types)
+                          SCALE=int(g.b_scale), TEAM=team, COLS=cols, SUMS=sums,
+                          SHUFFLE=int(team == 32 and g.gemv_shuffle),
+                          **types)
         return prg, team * teams, teams * cols
 
+    def _vec(self, rows=None):
+        """Values a work item loads at once: eight on GPUs over float32 operands where K
+        is a multiple of 8 (two float4 loads; tuning.GEMV_GPU_VEC), four where rows start
+        on 4 values (float4 loads of float32), else one. ``rows``: ((ld, offset, stride)
+        of A, of B); None: packed, aligned operands."""
+        g = self.g
+        if rows is None:
+            rows = ((g.K, 0, g.M * g.K), (g.K, 0, g.N * g.K))
+        aligned = g.K % 4 == 0 and all(g.aligned(*r, values=4) for r in rows)
+        wide = tuning.GEMV_GPU_VEC
+        if aligned and g.ctx.facts.is_gpu and g.K % wide == 0 and \
+                all(d == np.float32 for d in g.dtypes[:2]):
+            return wide
+        return 4 if aligned else 1
+
     def prepare(self):
-        """Build the variant float4-aligned operands use."""
-        self.program(4 if self.g.K % 4 == 0 else 1)
+        """Build the variant packed, aligned operands use."""
+        self.program(self._vec())
 
     def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
                  stride_c, b_packed, workspace, b_scale):
-        """One launch: float4 loads where K and both operands' rows allow them."""
+        """One launch: wide loads where K and both operands' rows allow them."""
         g = self.g
         i32, u64, f32 = np.int32, np.uint64, np.float32
-        vec = 4 if (g.K % 4 == 0 and g.aligned(lda, A.offset, stride_a)
-                    and g.aligned(ldb, B.offset, stride_b)) else 1
+        vec = self._vec(((lda, A.offset, stride_a), (ldb, B.offset, stride_b)))
         prg, size, cols = self.program(vec)
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         scale_args = b_scale.kernel_args if b_scale is not None else (C.buffer, u64(0))

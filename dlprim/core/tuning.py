@@ -112,6 +112,22 @@ def gemv_rows(facts, M, typed_b=False):
         (facts.is_cpu and M == 1)
 
 
+# float32 values a work item of the GPU few-rows kernel loads a step from aligned rows.
+# H200, device time of one launch over cold weights (.. 8 against 4): float32 50257 x 768
+# 39.2 against 47.7 us, 2048 x 5632 16.1 against 18.8; float16 weights read eight at a
+# time (vloada_half8) were slower, 32000 x 2048 73.4 against 43.5 us, so they keep four
+GEMV_GPU_VEC = 8
+
+
+def gemv_shuffle(facts, ptx_runs):
+    """Whether the GPU few-rows kernel's teams of 32 add their sums by warp shuffles (inline
+    PTX: NVIDIA GPUs where ``ptx_runs()``, the tensor-core probe, passes) instead of a tree
+    in local memory. DLPRIM_GEMV_SHUFFLE=0 turns them off."""
+    if os.environ.get("DLPRIM_GEMV_SHUFFLE") == "0":
+        return False
+    return facts.is_gpu and facts.vendor_id == "nvidia" and ptx_runs()
+
+
 # CPUs' few-rows kernel (gemv.cl's gemv_cpu): columns of C a work-item on Intel's runtime
 # (PoCL: 2). GPT-2 decoding on the 2-core EPYC (`llm_decode.py --models gpt2 --device
 # cpu --context 128 --new 16`, ms a token, two calls each), 1 column against 2: float16

@@ -6,7 +6,8 @@
 ## (32 on GPUs; on CPUs work-groups of one work-item, whose float4 loads are the
 ## vectors, each over COLS columns in turn: fewer groups to schedule);
 ## one launch, no split-K pass. ROWS: M rounded up (at most 8); VEC: 4 where every row
-## starts 16-byte aligned (float4 loads), else 1. A_T, B_T, C_T: the storages (B_T char:
+## starts 16-byte aligned (float4 loads), 8 (two a step) for float32 operands on GPUs,
+## else 1; SHUFFLE: a team's sums added by warp shuffles (NVIDIA's PTX). A_T, B_T, C_T: the storages (B_T char:
 ## int8 weights, each row of B times its scale: SCALE).
 <%
 A_T = context.get("A_T", "float")
@@ -32,6 +33,26 @@ inline float4 load4_${T}(__global const ${T} *p, ulong i)
 ${load4(A_T)}
 % if B_T != A_T:
 ${load4(B_T)}
+% endif
+
+% if VEC == 8:
+// eight float32 values of a row from a 16-byte aligned place: two float4 loads
+inline float8 load8a_float(__global const float *p, ulong i)
+{
+    return (float8)(*(__global const float4 *)(p + i), *(__global const float4 *)(p + i + 4));
+}
+% endif
+% if SHUFFLE:
+// the sum over a warp's 32 lanes, in every lane (shfl.sync.bfly: NVIDIA's PTX)
+inline float warp_sum(float x)
+{
+    for (int m = 16; m > 0; m >>= 1) {
+        float y;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(y) : "f"(x), "r"(m));
+        x += y;
+    }
+    return x;
+}
 % endif
 
 // C[m, n] = act(alpha sum (times B's row scale) + beta C[m, n] + bias), the epilogue
@@ -62,7 +83,9 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
           __global const float *bias, ulong bias_offset, __global const float *scale,
           ulong scale_offset, float alpha, float beta)
 {
+% if not SHUFFLE:
     __local float sums[TEAMS * TEAM * ${ROWS}];
+% endif
     const int lane = get_local_id(0) % TEAM, team = get_local_id(0) / TEAM;
     const ulong batch = get_group_id(1);
     for (int j = 0; j < ${COLS}; j++) {  // (COLS columns a team, one after the other)
@@ -71,7 +94,21 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
     __global const ${A_T} *a = A + a_offset + batch * stride_a;
     __global const ${B_T} *b = B + b_offset + batch * stride_b + (ulong)col * ldb;
     float acc[${ROWS}];
-% if VEC == 4:
+% if VEC == 8:
+    float8 acc8[${ROWS}];  // (lanes of sums, added at the end: no horizontal add a step)
+    for (int m = 0; m < ${ROWS}; m++)
+        acc8[m] = (float8)(0.0f);
+    for (int k = lane * 8; k < K; k += TEAM * 8) {
+        float8 w = load8a_${B_T}(b, k);
+        for (int m = 0; m < ${ROWS}; m++)
+            if (m < M)
+                acc8[m] = fma(load8a_${A_T}(a, (ulong)m * lda + k), w, acc8[m]);
+    }
+    for (int m = 0; m < ${ROWS}; m++) {
+        float4 h = acc8[m].lo + acc8[m].hi;
+        acc[m] = (h.x + h.y) + (h.z + h.w);
+    }
+% elif VEC == 4:
     float4 acc4[${ROWS}];  // (lanes of sums, added at the end: no horizontal add a step)
     for (int m = 0; m < ${ROWS}; m++)
         acc4[m] = (float4)(0.0f);
@@ -93,6 +130,15 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
                 acc[m] += LD_${A_T}(a, (ulong)m * lda + k) * w;
     }
 % endif
+% if SHUFFLE:
+    // (a team is a warp: its sums meet in registers, no local memory, no barrier)
+    for (int m = 0; m < ${ROWS}; m++) {
+        float total = warp_sum(acc[m]);
+        if (lane == m && n < N && m < M)
+            store_c(total, m, n, C + c_offset + batch * stride_c, ldc, bias + bias_offset,
+                    scale + scale_offset, alpha, beta);
+    }
+% else:
     __local float *mine = sums + (team * TEAM) * ${ROWS};
     for (int m = 0; m < ${ROWS}; m++)
         mine[lane * ${ROWS} + m] = acc[m];
@@ -108,6 +154,7 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
                 scale + scale_offset, alpha, beta);
     }
     barrier(CLK_LOCAL_MEM_FENCE);  // (the sums are written again for the next column)
+% endif
     }
 }
 % endif
