@@ -1202,6 +1202,46 @@ def test_int8_b_with_row_scales(ctx, rng, M):
         Gemm(ctx, M, N, K, trans_b=True, dtypes=(np.float32, np.int8, np.float32))
 
 
+@pytest.mark.parametrize("M", [1, 3, 8])
+def test_few_rows_normalize_a_by_rms(ctx, rng, M):
+    """``a_norm``: A's rows normalized by their RMS times a weight on the way (an RMSNorm
+    before the product, no launch of its own), against float64: float32, float16 and int8
+    B (the CPU kernel takes one row of a float32 B), bias, activation, alpha and beta, K
+    not a multiple of 4 or 8; refused where the few-rows kernel does not run."""
+    eps = 1e-5
+    for N, K, b_type, act in ((33, 129, "float32", "relu"), (300, 1024, "float16", "identity"),
+                              (7, 3, "int8", "tanh"), (40, 72, "float32", "identity")):
+        if not Gemm.normalizes_a(ctx, M, b_type):
+            with pytest.raises(ValueError, match="a_norm"):
+                Gemm(ctx, M, N, K, trans_b=True, a_norm=eps)
+            continue
+        a = rng.standard_normal((M, K)) * 3
+        gamma = rng.standard_normal(K)
+        w = rng.standard_normal((N, K))
+        int8 = b_type == "int8"
+        scale = rng.uniform(0.01, 0.02, N)
+        stored_b = np.round(w / scale[:, None] / 100).clip(-127, 127) if int8 else \
+            host(w, b_type).astype(np.float64)
+        b = stored_b * scale[:, None] if int8 else stored_b
+        bias, c_old = rng.standard_normal(N), rng.standard_normal((M, N))
+        g = Gemm(ctx, M, N, K, trans_b=True, bias="col", activation=act, a_norm=eps,
+                 dtypes=("float32", b_type, "float32"), b_scale=int8)
+        C = t(ctx, c_old)
+        B = dp.Tensor.from_numpy(ctx, stored_b.astype(np.int8) if int8 else host(w, b_type))
+        g(t(ctx, a), B, C, bias=t(ctx, bias), alpha=0.5, beta=0.25, a_norm_weight=t(ctx, gamma),
+          b_scale=t(ctx, scale) if int8 else None)
+        normed = a / np.sqrt((a * a).mean(axis=1, keepdims=True) + eps) * gamma
+        close(C.numpy(), reference(normed, b.T, c_old, 0.5, 0.25, bias, "col", act), K)
+        with pytest.raises(ValueError, match="a_norm_weight"):
+            g(t(ctx, a), B, C, bias=t(ctx, bias), b_scale=t(ctx, scale) if int8 else None)
+    with pytest.raises(ValueError, match="a_norm"):
+        Gemm(ctx, tuning.GEMV_MAX_ROWS + 1, 8, 8, trans_b=True, a_norm=eps)
+    plain = Gemm(ctx, 1, 8, 8, trans_b=True)
+    with pytest.raises(ValueError, match="built without a_norm"):
+        plain(t(ctx, np.ones((1, 8))), t(ctx, np.ones((8, 8))), t(ctx, np.ones((1, 8))),
+              a_norm_weight=t(ctx, np.ones(8)))
+
+
 def test_choose_names_one_family_per_product(ctx, monkeypatch):
     """``gemm.choose`` is the one place a product's kernel family is decided: few rows
     of a transposed B on GPUs (or an int8 B anywhere) stream B (Gemv); CPUs take their

@@ -63,8 +63,8 @@ class Gemm:
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
                  activation="identity", batch=1, tile=None, split_k=None, batch_sum=False,
-                 precision="fp32", dtypes=None, b_scale=False, _mma=False, _copy_async=None,
-                 _wgmma=None, _subgroup_mma=None):
+                 precision="fp32", dtypes=None, b_scale=False, a_norm=None, _mma=False,
+                 _copy_async=None, _wgmma=None, _subgroup_mma=None):
         self.ctx = ctx
         self.precision = check_precision(precision, "Gemm: precision")
         self.dtypes = tuple(as_dtype(d) for d in (dtypes or (np.float32,) * 3))
@@ -96,6 +96,13 @@ class Gemm:
         self.kernel, split_k = choose(
             self, tile, split_k, dict(mma=_mma, copy_async=_copy_async, wgmma=_wgmma,
                                       subgroup_mma=_subgroup_mma))
+        # rows of A normalized by their RMS (an RMSNorm before the product, its weight given
+        # to the launches): the few-rows kernel only (``normalizes_a``)
+        self.a_norm = None if a_norm is None else float(a_norm)
+        if self.a_norm is not None and not (self.gemv and self.a_norm > 0):
+            raise ValueError("Gemm: a_norm (A's rows normalized by their RMS, eps > 0) runs on "
+                             "the few-rows kernel only (Gemm.normalizes_a: at most %d rows, B "
+                             "transposed), got eps %r for M=%d" % (tuning.GEMV_MAX_ROWS, a_norm, M))
         self.small_m = isinstance(self.kernel, kernels.CpuFewRows)
         self.splits, self.k_chunk = (1, self.K) if self.small_m or self.gemv else \
             self._split(split_k)
@@ -123,6 +130,13 @@ class Gemm:
         """Whether a Gemm of M rows with B transposed takes an int8 B (``b_scale``): the
         few-rows kernel; more rows take it widened to float32 first."""
         return tuning.gemv_rows(ctx.facts, M, typed_b=True)
+
+    @staticmethod
+    def normalizes_a(ctx, M, b_dtype=np.float32):
+        """Whether a Gemm of M rows with B transposed (stored as ``b_dtype``) takes
+        ``a_norm``: the few-rows kernel."""
+        return tuning.gemv_rows(ctx.facts, M, as_dtype(b_dtype) in (np.int8, bfloat16,
+                                                                   np.float16))
 
     @staticmethod
     def batch_summable(ctx, M, trans_b):
@@ -315,7 +329,7 @@ class Gemm:
 
     def launches(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
                  stride_a=0, stride_b=0, stride_c=0, b_packed=False, workspace=None,
-                 b_scale=None):
+                 b_scale=None, a_norm_weight=None):
         """C = act(alpha * op(A) op(B) + bias + beta * C) over the given tensors, with leading
         dimensions and batch strides in elements (None: packed); checked before anything is built.
 
@@ -324,6 +338,8 @@ class Gemm:
         entry, one after another), as a producer such as im2col can write it; only for a
         GEMM that packs (``pack_b``). ``workspace``: a float32 tensor of at least
         ``workspace_elements`` for the split-K partial sums (None: the Gemm's own).
+        ``a_norm_weight``: with ``a_norm``, the float32 weight of K values the normalized
+        rows of A are multiplied by.
         """
         lda, stride_a = self._check_operand("a", A, lda, stride_a)
         if b_packed:
@@ -350,6 +366,14 @@ class Gemm:
                                  "scales" % self.N)
         elif b_scale is not None:
             raise ValueError("Gemm: b_scale given to a Gemm built without it")
+        if self.a_norm is not None:
+            if not isinstance(a_norm_weight, Tensor) or a_norm_weight.dtype != np.float32 \
+                    or a_norm_weight.size != self.K:
+                raise ValueError("Gemm: a_norm needs a_norm_weight, a float32 Tensor of K = %d "
+                                 "values" % self.K)
+            return self.kernel.launches(*operands, b_scale, norm_weight=a_norm_weight)
+        if a_norm_weight is not None:
+            raise ValueError("Gemm: a_norm_weight given to a Gemm built without a_norm")
         if self.float_copies:
             return self._float_copy_launches(*operands)
         return self.kernel.launches(*operands, b_scale)
@@ -412,10 +436,11 @@ class Gemm:
 
     def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
                  stride_a=0, stride_b=0, stride_c=0, queue=None, b_packed=False, workspace=None,
-                 b_scale=None):
+                 b_scale=None, a_norm_weight=None):
         queue = self.ctx.queue if queue is None else queue
         for launch in self.launches(A, B, C, bias, alpha, beta, lda, ldb, ldc,
-                                    stride_a, stride_b, stride_c, b_packed, workspace, b_scale):
+                                    stride_a, stride_b, stride_c, b_packed, workspace, b_scale,
+                                    a_norm_weight):
             launch(queue)
         return C
 

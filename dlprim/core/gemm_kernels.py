@@ -95,6 +95,7 @@ class Gemv(GemmKernel):
                           TEAMS=teams, BIAS=g.bias or "none", ACTIVATION=g.activation,
                           SCALE=int(g.b_scale), TEAM=team, COLS=cols, SUMS=sums,
                           SHUFFLE=int(team == 32 and g.gemv_shuffle),
+                          NORM=int(g.a_norm is not None),
                           **types)
         return prg, team * teams, teams * cols
 
@@ -118,17 +119,19 @@ class Gemv(GemmKernel):
         self.program(self._vec())
 
     def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
-                 stride_c, b_packed, workspace, b_scale):
-        """One launch: wide loads where K and both operands' rows allow them."""
+                 stride_c, b_packed, workspace, b_scale, norm_weight=None):
+        """One launch: wide loads where K and both operands' rows allow them; A's rows
+        normalized by their RMS times ``norm_weight`` where the Gemm has ``a_norm``."""
         g = self.g
         i32, u64, f32 = np.int32, np.uint64, np.float32
         vec = self._vec(((lda, A.offset, stride_a), (ldb, B.offset, stride_b)))
         prg, size, cols = self.program(vec)
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         scale_args = b_scale.kernel_args if b_scale is not None else (C.buffer, u64(0))
+        norm_args = norm_weight.kernel_args if norm_weight is not None else (C.buffer, u64(0))
         args = [i32(g.M), i32(g.N), i32(g.K), A, i32(lda), u64(stride_a), B, i32(ldb),
                 u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args, *scale_args,
-                f32(alpha), f32(beta)]
+                f32(alpha), f32(beta), *norm_args, f32(g.a_norm or 0.0)]
         name = "gemv" if g.ctx.facts.is_gpu else "gemv_cpu"
         return [program.Launch(prg, name, (ceil_div(g.N, cols) * size, g.batch),
                                (size, 1), args, flops=g.flops)]

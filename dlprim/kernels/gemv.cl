@@ -8,7 +8,10 @@
 ## one launch, no split-K pass. ROWS: M rounded up (at most 8); VEC: 4 where every row
 ## starts 16-byte aligned (float4 loads), 8 (two a step) for float32 operands on GPUs,
 ## else 1; SHUFFLE: a team's sums added by warp shuffles (NVIDIA's PTX). A_T, B_T, C_T: the storages (B_T char:
-## int8 weights, each row of B times its scale: SCALE).
+## int8 weights, each row of B times its scale: SCALE). NORM: A's rows are normalized
+## by their RMS on the way, times the float32 vector norm_w (an RMSNorm before the product
+## without a launch of its own: 1 / sqrt(mean(x^2) + norm_eps), the squares summed beside
+## the product from the same loads).
 <%
 A_T = context.get("A_T", "float")
 B_T = context.get("B_T", "float")
@@ -55,12 +58,16 @@ inline float warp_sum(float x)
 }
 % endif
 
-// C[m, n] = act(alpha sum (times B's row scale) + beta C[m, n] + bias), the epilogue
+// C[m, n] = act(alpha sum (times B's row scale, and with NORM A's row's 1 / RMS) + beta
+// C[m, n] + bias), the epilogue
 inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
                     __global const float *bias, __global const float *scale, float alpha,
-                    float beta)
+                    float beta, float rs)
 {
     float v = alpha * sum;
+% if NORM:
+    v *= rs;
+% endif
 % if SCALE:
     v *= scale[n];
 % endif
@@ -74,17 +81,32 @@ inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
 % endif
     ST_${C_T}(c, 0, ACT_${ACTIVATION}(v));
 }
+% if NORM:
+// 1 / RMS of a row of K values whose squares sum to ss: 1 / sqrt(mean(x^2) + eps)
+#define ROW_RS(ss) rsqrt((ss) / (float)K + norm_eps)
+% else:
+#define ROW_RS(ss) 1.0f
+% endif
 
 % if TEAM > 1:
+<%
+# the loop's vectors: VW values a work item a step, loaded by LOAD_<operand>
+VW = {8: 8, 4: 4}.get(VEC, 1)
+VT = "float%d" % VW if VW > 1 else "float"
+LOAD = {8: "load8a_%s(%s, %s)", 4: "load4_%s(%s, %s)"}.get(VEC, "(float)LD_%s(%s, %s)")
+LOADG = {8: "vload8(0, %s + %s)", 4: "vload4(0, %s + %s)"}.get(VEC, "%s[%s]")
+NS = 2 if NORM else 1  # sums a row: the product's, and with NORM its squares'
+%>
 __kernel __attribute__((reqd_work_group_size(TEAM * TEAMS, 1, 1)))
 void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda,
           ulong stride_a, __global const ${B_T} *B, ulong b_offset, int ldb, ulong stride_b,
           __global ${C_T} *C, ulong c_offset, int ldc, ulong stride_c,
           __global const float *bias, ulong bias_offset, __global const float *scale,
-          ulong scale_offset, float alpha, float beta)
+          ulong scale_offset, float alpha, float beta, __global const float *norm_w,
+          ulong norm_w_offset, float norm_eps)
 {
 % if not SHUFFLE:
-    __local float sums[TEAMS * TEAM * ${ROWS}];
+    __local float sums[TEAMS * TEAM * ${ROWS * NS}];
 % endif
     const int lane = get_local_id(0) % TEAM, team = get_local_id(0) / TEAM;
     const ulong batch = get_group_id(1);
@@ -93,65 +115,84 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
     const int col = min(n, N - 1);  // (teams past N compute a copy, store nothing)
     __global const ${A_T} *a = A + a_offset + batch * stride_a;
     __global const ${B_T} *b = B + b_offset + batch * stride_b + (ulong)col * ldb;
-    float acc[${ROWS}];
-% if VEC == 8:
-    float8 acc8[${ROWS}];  // (lanes of sums, added at the end: no horizontal add a step)
-    for (int m = 0; m < ${ROWS}; m++)
-        acc8[m] = (float8)(0.0f);
-    for (int k = lane * 8; k < K; k += TEAM * 8) {
-        float8 w = load8a_${B_T}(b, k);
-        for (int m = 0; m < ${ROWS}; m++)
-            if (m < M)
-                acc8[m] = fma(load8a_${A_T}(a, (ulong)m * lda + k), w, acc8[m]);
-    }
-    for (int m = 0; m < ${ROWS}; m++) {
-        float4 h = acc8[m].lo + acc8[m].hi;
-        acc[m] = (h.x + h.y) + (h.z + h.w);
-    }
-% elif VEC == 4:
-    float4 acc4[${ROWS}];  // (lanes of sums, added at the end: no horizontal add a step)
-    for (int m = 0; m < ${ROWS}; m++)
-        acc4[m] = (float4)(0.0f);
-    for (int k = lane * 4; k < K; k += TEAM * 4) {
-        float4 w = load4_${B_T}(b, k);
-        for (int m = 0; m < ${ROWS}; m++)
-            if (m < M)
-                acc4[m] += load4_${A_T}(a, (ulong)m * lda + k) * w;
-    }
-    for (int m = 0; m < ${ROWS}; m++)
-        acc[m] = (acc4[m].x + acc4[m].y) + (acc4[m].z + acc4[m].w);
-% else:
-    for (int m = 0; m < ${ROWS}; m++)
-        acc[m] = 0.0f;
-    for (int k = lane; k < K; k += TEAM) {
-        float w = (float)LD_${B_T}(b, k);
-        for (int m = 0; m < ${ROWS}; m++)
-            if (m < M)
-                acc[m] += LD_${A_T}(a, (ulong)m * lda + k) * w;
-    }
+% if NORM:
+    // A's rows normalized on the way: x / RMS(x) * norm_w, the RMS from the squares
+    // summed beside the product (the row is read anyway)
+    __global const float *g = norm_w + norm_w_offset;
+    ${VT} sq[${ROWS}];
 % endif
+    ${VT} part[${ROWS}];  // (lanes of sums, added at the end: no horizontal add a step)
+    for (int m = 0; m < ${ROWS}; m++) {
+        part[m] = (${VT})(0.0f);
+% if NORM:
+        sq[m] = (${VT})(0.0f);
+% endif
+    }
+    for (int k = lane * ${VW}; k < K; k += TEAM * ${VW}) {
+        ${VT} w = ${LOAD % (B_T, "b", "k")};
+% if NORM:
+        ${VT} gk = ${LOADG % ("g", "k")};
+% endif
+        for (int m = 0; m < ${ROWS}; m++)
+            if (m < M) {
+                ${VT} x = ${LOAD % (A_T, "a", "(ulong)m * lda + k")};
+% if NORM:
+                sq[m] = fma(x, x, sq[m]);
+                x *= gk;
+% endif
+                part[m] = fma(x, w, part[m]);
+            }
+    }
+    float acc[${ROWS * NS}];  // the product's sums, then (NORM) the squares'
+<%
+def hsum(v):  # a vector's values added pairwise
+    if VW == 1:
+        return v
+    if VW == 8:
+        v = "(%s.lo + %s.hi)" % (v, v)
+    return "((%s.x + %s.y) + (%s.z + %s.w))" % (v, v, v, v)
+%>
+    for (int m = 0; m < ${ROWS}; m++) {
+        ${VT} p = part[m];
+        acc[m] = ${hsum("p")};
+% if NORM:
+        ${VT} q = sq[m];
+        acc[${ROWS} + m] = ${hsum("q")};
+% endif
+    }
 % if SHUFFLE:
     // (a team is a warp: its sums meet in registers, no local memory, no barrier)
     for (int m = 0; m < ${ROWS}; m++) {
         float total = warp_sum(acc[m]);
+% if NORM:
+        float rs = ROW_RS(warp_sum(acc[${ROWS} + m]));
+% else:
+        float rs = 1.0f;
+% endif
         if (lane == m && n < N && m < M)
             store_c(total, m, n, C + c_offset + batch * stride_c, ldc, bias + bias_offset,
-                    scale + scale_offset, alpha, beta);
+                    scale + scale_offset, alpha, beta, rs);
     }
 % else:
-    __local float *mine = sums + (team * TEAM) * ${ROWS};
-    for (int m = 0; m < ${ROWS}; m++)
-        mine[lane * ${ROWS} + m] = acc[m];
+<% R = ROWS * NS %>
+    __local float *mine = sums + (team * TEAM) * ${R};
+    for (int m = 0; m < ${R}; m++)
+        mine[lane * ${R} + m] = acc[m];
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int step = TEAM / 2; step > 0; step /= 2) {
         if (lane < step)
-            for (int m = 0; m < ${ROWS}; m++)
-                mine[lane * ${ROWS} + m] += mine[(lane + step) * ${ROWS} + m];
+            for (int m = 0; m < ${R}; m++)
+                mine[lane * ${R} + m] += mine[(lane + step) * ${R} + m];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (int m = lane; n < N && m < M; m += TEAM) {  // each row of C's column n
+% if NORM:
+        float rs = ROW_RS(mine[${ROWS} + m]);
+% else:
+        float rs = 1.0f;
+% endif
         store_c(mine[m], m, n, C + c_offset + batch * stride_c, ldc, bias + bias_offset,
-                scale + scale_offset, alpha, beta);
+                scale + scale_offset, alpha, beta, rs);
     }
     barrier(CLK_LOCAL_MEM_FENCE);  // (the sums are written again for the next column)
 % endif
@@ -190,11 +231,16 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
                        int ldb, ulong stride_b, __global ${C_T} *C, ulong c_offset, int ldc,
                        ulong stride_c, __global const float *bias, ulong bias_offset,
                        __global const float *scale, ulong scale_offset, float alpha,
-                       float beta)
+                       float beta, __global const float *norm_w, ulong norm_w_offset,
+                       float norm_eps)
 {
     const int n0 = get_global_id(0) * ${COLS};
     const ulong batch = get_global_id(1);
     __global const ${A_T} *a = A + a_offset + batch * stride_a;
+% if NORM:
+    // A's rows normalized on the way (see gemv): their squares summed beside the product
+    __global const float *g = norm_w + norm_w_offset;
+% endif
     for (int m = 0; m < M; m++) {
         __global const ${A_T} *a_row = a + (ulong)m * lda;
         float8 acc[${COLS}];
@@ -212,9 +258,17 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         part[${u}][${j}] = (float8)(0.0f);
         % endfor
     % endfor
+% if NORM:
+        float8 sq8 = (float8)(0.0f);
+        float sq1 = 0.0f;
+% endif
         for (; k + ${8 * SUMS} <= K; k += ${8 * SUMS}) {
     % for u in range(SUMS):
-            const float8 x${u} = load8_${A_T}(a_row, k + ${8 * u});
+            float8 x${u} = load8_${A_T}(a_row, k + ${8 * u});
+% if NORM:
+            sq8 = fma(x${u}, x${u}, sq8);
+            x${u} *= vload8(0, g + k + ${8 * u});
+% endif
         % for j in range(COLS):
             part[${u}][${j}] = fma(x${u}, load8_${B_T}(b_row[${j}], k + ${8 * u}), part[${u}][${j}]);
         % endfor
@@ -224,17 +278,31 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         acc[${j}] = ${" + ".join("part[%d][%d]" % (u, j) for u in range(SUMS))};
     % endfor
         for (; k + 8 <= K; k += 8) {
-            const float8 x = load8_${A_T}(a_row, k);
+            float8 x = load8_${A_T}(a_row, k);
+% if NORM:
+            sq8 = fma(x, x, sq8);
+            x *= vload8(0, g + k);
+% endif
     % for j in range(COLS):
             acc[${j}] = fma(x, load8_${B_T}(b_row[${j}], k), acc[${j}]);
     % endfor
         }
         for (; k < K; k++) {
-            const float x = (float)LD_${A_T}(a_row, k);
+            float x = (float)LD_${A_T}(a_row, k);
+% if NORM:
+            sq1 = fma(x, x, sq1);
+            x *= g[k];
+% endif
     % for j in range(COLS):
             tail[${j}] = fma(x, (float)LD_${B_T}(b_row[${j}], k), tail[${j}]);
     % endfor
         }
+% if NORM:
+        float4 sqh = sq8.lo + sq8.hi;
+        const float rs = ROW_RS((sqh.x + sqh.y) + (sqh.z + sqh.w) + sq1);
+% else:
+        const float rs = 1.0f;
+% endif
     % for j in range(COLS):
         if (n0 + ${j} < N) {
             const int n = n0 + ${j};
@@ -242,7 +310,7 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
             float4 h = s.lo + s.hi;
             store_c((h.x + h.y) + (h.z + h.w) + tail[${j}], m, n,
                     C + c_offset + batch * stride_c, ldc, bias + bias_offset,
-                    scale + scale_offset, alpha, beta);
+                    scale + scale_offset, alpha, beta, rs);
         }
     % endfor
     }

@@ -12,7 +12,10 @@ mode). A second input, a residual (N, outputs) of the output's type, is added to
 (y = x W^T + b + r, no activation; inference only): the output written where the residual
 was (the planner's in-place write when the output takes the residual's name, else a copy
 first), the GEMM accumulating onto it (beta 1): a transformer's residual add without a
-launch of its own. With g = dy * act'(y):
+launch of its own. Option ``input_rms`` (an eps; inference only) normalizes x's rows
+first, as an RMSNorm with a weight of ``inputs`` values (the last parameter) does: x / sqrt(mean(x^2)
++ eps) * weight, multiplied on the way by the few-rows kernel (a decoder's step: no launch
+of its own), else by an RMSNorm into the workspace before the product. With g = dy * act'(y):
   dx = g W          (N x outputs @ outputs x inputs)
   dW += g^T x       (outputs x N @ N x inputs; x^T g for the inputs_outputs layout)
   db += sum over n of g
@@ -23,6 +26,7 @@ from ..core.activation import EPILOGUES, FUSABLE, backward_code
 from ..core.copy import BufferCopy
 from ..tensor import ws_view
 from ..core.gemm import Gemm
+from ..core.normalization import GroupNormOps
 from ..core.quantize import Q4_GROUP, Dequantize, Q4Gemv, quantize_q4, quantize_rows
 from ..dtypes import as_dtype, bfloat16, dtype_name, to_bfloat16
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
@@ -37,7 +41,7 @@ __all__ = ["InnerProduct"]
 class InnerProduct(Layer):
     """y[n, o] = act(b[o] + sum_i W[o, i] x[n, i])."""
     OPTIONS = {"outputs": None, "inputs": -1, "bias": True, "activation": "identity",
-               "weights": "float32", "weight_layout": "outputs_inputs"}
+               "weights": "float32", "weight_layout": "outputs_inputs", "input_rms": None}
     LAYOUTS = ("outputs_inputs", "inputs_outputs")
     WEIGHTS = {"float32": np.float32, "float16": np.float16, "bfloat16": bfloat16,
                "int8": np.int8, "q4": np.uint8}
@@ -75,6 +79,12 @@ class InnerProduct(Layer):
         if self.inputs_first and o["weights"] != "float32":
             self.fail("option 'weight_layout' inputs_outputs takes float32 weights, got "
                       "weights %r" % o["weights"])
+        eps = o["input_rms"]
+        if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))
+                                or not eps > 0):
+            self.fail("option 'input_rms' (the RMSNorm's eps before the product) must be a "
+                      "positive number or null, got %r" % (eps,))
+        self.input_rms = None if eps is None else float(eps)
 
     def build(self, in_specs):
         spec = self.single_input(in_specs[:1] if len(in_specs) == 2 else in_specs,
@@ -96,6 +106,9 @@ class InnerProduct(Layer):
                       "only: its gradient needs the input, which the layer does not keep; "
                       "train with a separate Activation" % self.activation)
         self.residual = self._residual(in_specs)
+        if self.input_rms is not None and self.mode == "train":
+            self.fail("option 'input_rms' is for inference (predict mode): its gradient is not "
+                      "built; train with an RMSNorm before the product")
         typed = self.weight_dtype != np.float32
         if typed and self.mode == "train":
             self.fail("weights stored as %s are for inference (predict mode): they are not "
@@ -108,12 +121,20 @@ class InnerProduct(Layer):
         self.widen = (self.int8 and not Gemm.reads_int8(self.ctx, n)) or \
             (self.q4 and self.q4_gemv is None)
         self._fwd = None
+        w_dt = np.float32 if self.widen else self.weight_dtype
+        # the RMSNorm multiplied on the way by the few-rows kernel, else run before it
+        fused = self.input_rms is not None and self.q4_gemv is None and \
+            not self.inputs_first and Gemm.normalizes_a(self.ctx, n, w_dt)
+        self._norm = None
+        if self.input_rms is not None and not fused:
+            self._norm = GroupNormOps(self.ctx, (n, 1, inputs, 1), self.input_rms, True,
+                                      bias=False, rms=True, dtype=dt)
         if self.q4_gemv is None:
-            w_dt = np.float32 if self.widen else self.weight_dtype
             self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=not self.inputs_first,
                              bias="col" if self.bias else None, activation=self.activation,
                              precision=self.precision, dtypes=(dt, w_dt, dt),
-                             b_scale=self.int8 and not self.widen)
+                             b_scale=self.int8 and not self.widen,
+                             a_norm=self.input_rms if fused else None)
         self._widen = None
         if self.widen:
             self._widen = Dequantize(self.ctx, outputs, inputs, self.options["weights"])
@@ -137,21 +158,28 @@ class InnerProduct(Layer):
         # (a widened int8 or 4-bit W sits after the GEMMs' own workspace)
         self.widen_at = self.act_bytes + 4 * max([op.workspace_elements for op in gemms] + [0])
         ws = self.widen_at + (4 * outputs * inputs if self.widen else 0)
+        # (an RMSNorm run before the product: the normalized rows and their statistics)
+        self.norm_at = round_up(ws, 16)
+        if self._norm is not None:
+            ws = self.norm_at + round_up(dt.itemsize * n * inputs, 16) + 2 * 4 * n
         scales = [ParamSpec((outputs,), trainable=False)] if self.int8 else \
             [ParamSpec((outputs, -(-inputs // Q4_GROUP)), trainable=False)] if self.q4 else []
+        norm = [ParamSpec((inputs,))] if self.input_rms is not None else []
         params = [ParamSpec(stored, self.weight_dtype, trainable=not typed)] + \
-            ([ParamSpec((outputs,))] if self.bias else []) + scales
+            ([ParamSpec((outputs,))] if self.bias else []) + scales + norm
         # dy * act'(y) needs y; the output may take a residual's memory (named after it)
         flags = self.default_flags(backward_reads_outputs=self.activation != "identity",
                                    inplace=self.residual)
         return Setup([TensorSpec((n, outputs), dt)], params, ws, flags=flags)
 
     def config(self):
-        """The options; ``weight_layout`` only where it is not the default, so a net
-        written before it, or for DLPrimitives, reads the same."""
+        """The options; ``weight_layout`` and ``input_rms`` only where they are not the
+        default, so a net written before them, or for DLPrimitives, reads the same."""
         cfg = super().config()
         if cfg.get("weight_layout") == "outputs_inputs":
             del cfg["weight_layout"]
+        if cfg.get("input_rms", 0) is None:
+            del cfg["input_rms"]
         return cfg
 
     def _residual(self, in_specs):
@@ -180,6 +208,8 @@ class InnerProduct(Layer):
                       [np.ascontiguousarray(w.T)] if self.inputs_first else [w])
         if self.bias:
             values.insert(1, rng.uniform(-bound, bound, self.outputs).astype(np.float32))
+        if self.input_rms is not None:  # (the norm's weight starts at one, as RMSNorm's)
+            values.append(np.ones(self.inputs, np.float32))
         for p, v in zip(params, values):
             p.to_device(to_bfloat16(v) if p.dtype == bfloat16 else v.astype(p.dtype))
 
@@ -189,19 +219,28 @@ class InnerProduct(Layer):
             beta = 1.0
             if not same_memory(x[1], y[0]):
                 out = [BufferCopy(x[1], y[0])]
-        scale = params[-1] if self.int8 or self.q4 else None
+        norm_weight = params[-1] if self.input_rms is not None else None
+        scale = params[1 + self.bias] if self.int8 or self.q4 else None
+        inp = x[0]
+        if self._norm is not None:  # the RMSNorm before the product, into the workspace
+            n, k = self.n, self.inputs
+            at = self.norm_at + round_up(self.dtype.itemsize * n * k, 16)
+            inp = ws_view(ws, self.norm_at, n * k, self.dtype).reshape(n, k)
+            out += self._norm.forward_launches(x[0].reshape(n, k), inp, ws_view(ws, at, n),
+                                               ws_view(ws, at + 4 * n, n), norm_weight, None)
+            norm_weight = None
         if self.q4_gemv is not None:
-            return out + self.q4_gemv.launches(x[0], params[0], scale, y[0],
+            return out + self.q4_gemv.launches(inp, params[0], scale, y[0],
                                                params[1] if self.bias else None, beta=beta)
         if self.widen:
             weight = ws_view(ws, self.widen_at, self.outputs * self.inputs, np.float32).reshape(
                 self.outputs, self.inputs)
             out += self._widen.launches(params[0], scale, weight)
-        return out + self._fwd.launches(x[0].reshape(self.n, self.inputs), weight, y[0],
+        return out + self._fwd.launches(inp.reshape(self.n, self.inputs), weight, y[0],
                                         bias=params[1] if self.bias else None, beta=beta,
                                         workspace=self._fwd.workspace_in(ws, self.act_bytes),
                                         b_scale=scale if self.int8 and not self.widen
-                                        else None)
+                                        else None, a_norm_weight=norm_weight)
 
     def _backward_ops(self):
         if self._bwd is None:

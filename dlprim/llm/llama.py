@@ -3,7 +3,8 @@ a prompt of T tokens and then one token a step are two plans of the same Net
 (``Net.reshape``), the caches and weights shared, as ``models.gpt_decoder`` does for GPT-2.
 
 Per block, HuggingFace's formulas and parameter names (``model.layers.<i>.self_attn.o_proj
-.weight``, ...): RMSNorm, the q, k and v projections as one (``self_attn.qkv_proj``, as
+.weight``, ...): RMSNorm (taken by the products that read it on the way: InnerProduct's
+``input_rms``), the q, k and v projections as one (``self_attn.qkv_proj``, as
 Phi-3 keeps them; ``weights`` joins HF's three; with biases for Qwen2), the rotary
 position embedding applied by the cache as it splits the heads, grouped-query attention
 over the cache (each key/value head serves H / KVH query heads), the output projection
@@ -139,8 +140,9 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     group = heads // kv_heads  # the query heads one key/value head serves
     mask_rows = batch if per_sample and batch > 1 else 1
 
-    def linear(name, x, inputs, outputs, bias=False, residual=None):  # over rows
-        return row_linear(cfg, name, x, inputs, outputs, bias, weights, residual)
+    def linear(name, x, inputs, outputs, bias=False, residual=None, norm=None):  # over rows
+        return row_linear(cfg, name, x, inputs, outputs, bias, weights, residual,
+                          rms_norm=None if norm is None else (norm, eps))
 
     def norm(name, x):
         return cfg.add("RMSNorm", name=name, inputs=[x], params=[name + ".weight"],
@@ -149,12 +151,13 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     mask = None
     for i in range(config["num_hidden_layers"]):
         p = "model.layers.%d." % i
-        h = norm(p + "input_layernorm", x)
-        # q, k and v in one projection (``weights`` joins HF's three, as Phi-3 keeps them),
-        # split into heads by a Reshape alone; the cache splits off the queries and
-        # rotates them and the new keys on the way: (batch, heads, T, width) queries
-        qkv = linear(p + "self_attn.qkv_proj", h, hidden, (heads + 2 * kv_heads) * width,
-                     qkv_bias)
+        # q, k and v in one projection (``weights`` joins HF's three, as Phi-3 keeps them)
+        # of the RMSNorm of x (the product normalizes the rows on the way: a decoder's
+        # step launches no norm), split into heads by a Reshape alone; the cache splits
+        # off the queries and rotates them and the new keys on the way: (batch, heads, T,
+        # width) queries
+        qkv = linear(p + "self_attn.qkv_proj", x, hidden, (heads + 2 * kv_heads) * width,
+                     qkv_bias, norm=p + "input_layernorm")
         qkv = cfg.add("Reshape", name=p + "self_attn/split", inputs=[qkv],
                       options={"dims": [batch, -1, heads + 2 * kv_heads, width]})
         # one mask over the cache serves every layer: the first layer's cache writes it
@@ -181,10 +184,10 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         a = cfg.add("Reshape", name=p + "self_attn/merged", inputs=[a],
                     options={"dims": [-1, heads * width]})
         x = linear(p + "self_attn.o_proj", a, heads * width, hidden, out_bias, residual=x)
-        h = norm(p + "post_attention_layernorm", x)
+        post = p + "post_attention_layernorm"  # (both products normalize x themselves)
         m = cfg.add("LibraryOp", name=p + "mlp.glu", options={"op": "silu_mul"},
-                    inputs=[linear(p + "mlp.gate_proj", h, hidden, inner),
-                            linear(p + "mlp.up_proj", h, hidden, inner)])
+                    inputs=[linear(p + "mlp.gate_proj", x, hidden, inner, norm=post),
+                            linear(p + "mlp.up_proj", x, hidden, inner, norm=post)])
         x = linear(p + "mlp.down_proj", m, inner, hidden, residual=x)
     decoder_logits(cfg, norm("model.norm", x), hidden, vocab,
                    linear_params("lm_head", False, weights), weights=weights)
