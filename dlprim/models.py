@@ -335,18 +335,23 @@ def seq_linear(cfg, name, x, length, inputs, outputs, params=None, batch=None, b
 
 
 def row_linear(cfg, name, x, inputs, outputs, bias=True, weights="float32", residual=None,
-               activation="identity", rms_norm=None):
+               activation="identity", rms_norm=None, pair=None):
     """nn.Linear over rows (N, inputs), parameters as ``linear_params`` names them, and
     ``activation`` applied by the product (GELU and SiLU for inference only). With
     ``residual`` (a value (N, outputs)), residual + Linear(x) written over it: the
     InnerProduct takes the residual as a second input and the output its name, so the
     planner writes it in place and no add of its own runs (inference only). With
     ``rms_norm`` (the name of an RMSNorm, its eps), the Linear of RMSNorm(x), its weight
-    ``<name>.weight`` (inference only: the product normalizes the rows on the way)."""
+    ``<name>.weight`` (inference only: the product normalizes the rows on the way). With
+    ``pair`` (a second Linear's name), activation(Linear(x)) * pair(x): a gated MLP's gate
+    and up projections as one InnerProduct (inference only)."""
     inputs_ = [x] if residual is None else [x, residual]
     options = {"outputs": outputs, "inputs": inputs, "bias": bool(bias), "weights": weights,
                "activation": activation}
     params = linear_params(name, bias, weights)
+    if pair is not None:
+        options["gated"] = True
+        params += linear_params(pair, bias, weights)
     if rms_norm is not None:
         options["input_rms"] = float(rms_norm[1])
         params.append(rms_norm[0] + ".weight")

@@ -20,7 +20,8 @@ SHAPES = [(EDGES[i], EDGES[(i + 3) % 9], EDGES[(i + 6) % 9]) for i in range(9)]
 
 ACT = {"identity": lambda x: x, "relu": lambda x: np.maximum(x, 0),
        "relu6": lambda x: np.clip(x, 0, 6), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-       "tanh": np.tanh}
+       "tanh": np.tanh, "silu": lambda x: x / (1 + np.exp(-x)),
+       "gelu": lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))}
 
 
 def stored(a, trans):
@@ -1297,3 +1298,48 @@ def test_few_rows_decode_16bit_weights_exactly(ctx, dtype):
     assert got[3] == np.inf and np.isnan(got[6])
     want = b.astype(np.float64).sum(axis=1).astype(np.float32)  # (bfloat16's 3e38s: inf)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("M", [1, 3])
+def test_few_rows_gated_pair_in_one_launch(ctx, rng, M):
+    """``glu``: C = act(A B^T + bias) * (A B2^T + bias2) + beta C in one launch (a SwiGLU
+    MLP's gate and up projections), with a_norm too, over float32, float16 and int8 B;
+    against float64; refused off the few-rows kernel and without B2."""
+    eps = 1e-6
+    for N, K, b_type, act, norm in ((33, 129, "float32", "silu", False),
+                                    (300, 1024, "float16", "silu", True),
+                                    (7, 3, "int8", "gelu", True), (40, 72, "float32", "relu", True)):
+        if not Gemm.normalizes_a(ctx, M, b_type):
+            with pytest.raises(ValueError, match="glu"):
+                Gemm(ctx, M, N, K, trans_b=True, glu=True)
+            continue
+        int8 = b_type == "int8"
+        a = rng.standard_normal((M, K))
+        gamma = rng.standard_normal(K)
+        ws, stored_bs, scales = [], [], []
+        for _ in range(2):
+            w = rng.standard_normal((N, K))
+            scale = rng.uniform(0.01, 0.02, N)
+            q = np.round(w / scale[:, None] / 100).clip(-127, 127)
+            stored_bs.append(dp.Tensor.from_numpy(ctx, q.astype(np.int8) if int8 else host(w, b_type)))
+            ws.append(q * scale[:, None] if int8 else host(w, b_type).astype(np.float64))
+            scales.append(t(ctx, scale) if int8 else None)
+        bias, bias2, c_old = rng.standard_normal(N), rng.standard_normal(N), rng.standard_normal((M, N))
+        g = Gemm(ctx, M, N, K, trans_b=True, bias="col", activation=act, glu=True,
+                 a_norm=eps if norm else None, dtypes=("float32", b_type, "float32"), b_scale=int8)
+        C = t(ctx, c_old)
+        launches = g.launches(t(ctx, a), stored_bs[0], C, bias=t(ctx, bias), alpha=0.5, beta=0.25,
+                              b_scale=scales[0], a_norm_weight=t(ctx, gamma) if norm else None,
+                              b2=stored_bs[1], bias2=t(ctx, bias2), b2_scale=scales[1])
+        assert len(launches) == 1
+        for launch in launches:
+            launch(ctx.queue)
+        x = a / np.sqrt((a * a).mean(axis=1, keepdims=True) + eps) * gamma if norm else a
+        gate = reference(x, ws[0].T, None, 0.5, 0.0, bias, "col", act)
+        up = reference(x, ws[1].T, None, 0.5, 0.0, bias2, "col")
+        close(C.numpy(), gate * up + 0.25 * c_old, K)
+        with pytest.raises(ValueError, match="b2"):
+            g.launches(t(ctx, a), stored_bs[0], C, bias=t(ctx, bias), b_scale=scales[0],
+                       a_norm_weight=t(ctx, gamma) if norm else None)
+    with pytest.raises(ValueError, match="glu"):
+        Gemm(ctx, tuning.GEMV_MAX_ROWS + 1, 8, 8, trans_b=True, glu=True)

@@ -255,15 +255,77 @@ def test_input_rms_normalizes_the_rows_first(ctx, rng, rows, weights, residual):
     assert any("norm" in k for k in kernels) != fused, kernels
 
 
+def _stored_linear(rng, outputs, inputs, weights, name):
+    """(the parameters of a Linear ``name`` stored as ``weights``, its W in float64)."""
+    from dlprim.core.quantize import dequantize_q4, quantize_q4, quantize_rows
+    w = rng.standard_normal((outputs, inputs)).astype(np.float32)
+    given = {name + ".bias": rng.standard_normal(outputs).astype(np.float32)}
+    if weights == "int8":
+        q, scale = quantize_rows(w)
+        given.update({name + ".weight": q, name + ".weight_scale": scale})
+        return given, q.astype(np.float64) * scale[:, None]
+    if weights == "q4":
+        q, scale = quantize_q4(w)
+        given.update({name + ".weight": q, name + ".weight_scale": scale})
+        return given, dequantize_q4(q, scale, inputs).astype(np.float64)
+    given[name + ".weight"] = w
+    return given, w.astype(np.float16 if weights == "float16" else np.float64).astype(np.float64)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 9])
+@pytest.mark.parametrize("weights", ["float32", "float16", "int8", "q4"])
+@pytest.mark.parametrize("norm", [False, True])
+def test_gated_pair_is_one_product(ctx, rng, rows, weights, norm):
+    """Option gated: y = silu(x W^T + b) * (x W2^T + b2) (and of RMSNorm(x) with
+    input_rms), in one launch where the few-rows kernel runs, else two products and a
+    multiply; against float64."""
+    import dlprim as dp
+    from dlprim.core.gemm import Gemm
+    inputs, outputs, eps = 67, 45, 1e-5
+    cfg = dp.NetConfig()
+    cfg.add_input("x", [rows, inputs])
+    scales = lambda n: [n + ".weight_scale"] if weights in ("int8", "q4") else []  # noqa: E731
+    params = ["gate.weight", "gate.bias"] + scales("gate") + ["up.weight", "up.bias"] + \
+        scales("up") + (["norm.weight"] if norm else [])
+    cfg.add("InnerProduct", name="fc", inputs=["x"], outputs=["y"], params=params,
+            options={"outputs": outputs, "weights": weights, "gated": True,
+                     "activation": "silu", "input_rms": eps if norm else None})
+    cfg.set_outputs(["y"])
+    net = dp.Net(ctx, cfg, mode="predict")
+    given, w = _stored_linear(rng, outputs, inputs, weights, "gate")
+    more, w2 = _stored_linear(rng, outputs, inputs, weights, "up")
+    given.update(more)
+    gamma = rng.standard_normal(inputs).astype(np.float32)
+    if norm:
+        given["norm.weight"] = gamma
+    net.set_parameters(given, strict=False)
+    x = rng.standard_normal((rows, inputs)).astype(np.float32)
+    y = net(x=x)["y"]
+    x64 = x.astype(np.float64)
+    if norm:
+        x64 = x64 / np.sqrt((x64 * x64).mean(axis=1, keepdims=True) + eps) * gamma
+    gate = x64 @ w.T + given["gate.bias"]
+    want = gate / (1 + np.exp(-gate)) * (x64 @ w2.T + given["up.bias"])
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    layer = net.layers[0]
+    one = weights != "q4" and Gemm.normalizes_a(ctx, rows, layer._fwd.dtypes[1])
+    assert layer.one_gated == one
+    if one:
+        assert len(net.plan.forward) == 1
+
+
 def test_input_rms_refusals(ctx):
     import dlprim as dp
     from dlprim.layers.base import LayerError as NetLayerError
-    for eps, mode, match in ((0.0, "predict", "option 'input_rms'"), ("1", "predict", "input_rms"),
-                             (1e-5, "train", "inference")):
+    for options, mode, match in (({"input_rms": 0.0}, "predict", "option 'input_rms'"),
+                                 ({"input_rms": "1"}, "predict", "input_rms"),
+                                 ({"input_rms": 1e-5}, "train", "inference"),
+                                 ({"gated": "yes"}, "predict", "option 'gated'"),
+                                 ({"gated": True}, "train", "option 'gated' is for inference")):
         cfg = dp.NetConfig()
         cfg.add_input("x", [4, 3])
         cfg.add("InnerProduct", name="fc", inputs=["x"], outputs=["y"],
-                options={"outputs": 5, "input_rms": eps})
+                options=dict({"outputs": 5}, **options))
         cfg.set_outputs(["y"])
         with pytest.raises(NetLayerError, match=match):
             dp.Net(ctx, cfg, mode=mode)

@@ -63,8 +63,8 @@ class Gemm:
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
                  activation="identity", batch=1, tile=None, split_k=None, batch_sum=False,
-                 precision="fp32", dtypes=None, b_scale=False, a_norm=None, _mma=False,
-                 _copy_async=None, _wgmma=None, _subgroup_mma=None):
+                 precision="fp32", dtypes=None, b_scale=False, a_norm=None, glu=False,
+                 _mma=False, _copy_async=None, _wgmma=None, _subgroup_mma=None):
         self.ctx = ctx
         self.precision = check_precision(precision, "Gemm: precision")
         self.dtypes = tuple(as_dtype(d) for d in (dtypes or (np.float32,) * 3))
@@ -103,6 +103,13 @@ class Gemm:
             raise ValueError("Gemm: a_norm (A's rows normalized by their RMS, eps > 0) runs on "
                              "the few-rows kernel only (Gemm.normalizes_a: at most %d rows, B "
                              "transposed), got eps %r for M=%d" % (tuning.GEMV_MAX_ROWS, a_norm, M))
+        # C = act(A B^T + bias) * (A B2^T + bias2), B2 a second B (a gated MLP's two
+        # projections in one launch): the few-rows kernel only
+        self.glu = bool(glu)
+        if self.glu and not self.gemv:
+            raise ValueError("Gemm: glu (act(A B^T) * (A B2^T) in one product) runs on the "
+                             "few-rows kernel only (at most %d rows, B transposed), got M=%d"
+                             % (tuning.GEMV_MAX_ROWS, M))
         self.small_m = isinstance(self.kernel, kernels.CpuFewRows)
         self.splits, self.k_chunk = (1, self.K) if self.small_m or self.gemv else \
             self._split(split_k)
@@ -329,7 +336,7 @@ class Gemm:
 
     def launches(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
                  stride_a=0, stride_b=0, stride_c=0, b_packed=False, workspace=None,
-                 b_scale=None, a_norm_weight=None):
+                 b_scale=None, a_norm_weight=None, b2=None, bias2=None, b2_scale=None):
         """C = act(alpha * op(A) op(B) + bias + beta * C) over the given tensors, with leading
         dimensions and batch strides in elements (None: packed); checked before anything is built.
 
@@ -339,7 +346,9 @@ class Gemm:
         GEMM that packs (``pack_b``). ``workspace``: a float32 tensor of at least
         ``workspace_elements`` for the split-K partial sums (None: the Gemm's own).
         ``a_norm_weight``: with ``a_norm``, the float32 weight of K values the normalized
-        rows of A are multiplied by.
+        rows of A are multiplied by. ``b2``, ``bias2``, ``b2_scale``: with ``glu``, the
+        second B (B's shape, type and layout) and its bias and int8 scales: C = act(alpha
+        op(A) op(B) + bias) * (alpha op(A) op(B2) + bias2) + beta C.
         """
         lda, stride_a = self._check_operand("a", A, lda, stride_a)
         if b_packed:
@@ -366,14 +375,25 @@ class Gemm:
                                  "scales" % self.N)
         elif b_scale is not None:
             raise ValueError("Gemm: b_scale given to a Gemm built without it")
+        extra = {}
         if self.a_norm is not None:
             if not isinstance(a_norm_weight, Tensor) or a_norm_weight.dtype != np.float32 \
                     or a_norm_weight.size != self.K:
                 raise ValueError("Gemm: a_norm needs a_norm_weight, a float32 Tensor of K = %d "
                                  "values" % self.K)
-            return self.kernel.launches(*operands, b_scale, norm_weight=a_norm_weight)
-        if a_norm_weight is not None:
+            extra["norm_weight"] = a_norm_weight
+        elif a_norm_weight is not None:
             raise ValueError("Gemm: a_norm_weight given to a Gemm built without a_norm")
+        if self.glu:
+            if b2 is None or self._check_operand("b", b2, ldb, stride_b) != (ldb, stride_b):
+                raise ValueError("Gemm: glu needs b2, a second B of B's shape and layout")
+            if self.b_scale and (not isinstance(b2_scale, Tensor) or b2_scale.size != self.N):
+                raise ValueError("Gemm: glu over an int8 B needs b2_scale, %d scales" % self.N)
+            extra["second"] = (b2, self._check_bias(bias2), b2_scale)
+        elif b2 is not None or bias2 is not None or b2_scale is not None:
+            raise ValueError("Gemm: b2, bias2 or b2_scale given to a Gemm built without glu")
+        if extra:
+            return self.kernel.launches(*operands, b_scale, **extra)
         if self.float_copies:
             return self._float_copy_launches(*operands)
         return self.kernel.launches(*operands, b_scale)

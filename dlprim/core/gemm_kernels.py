@@ -95,15 +95,15 @@ class Gemv(GemmKernel):
                           TEAMS=teams, BIAS=g.bias or "none", ACTIVATION=g.activation,
                           SCALE=int(g.b_scale), TEAM=team, COLS=cols, SUMS=sums,
                           SHUFFLE=int(team == 32 and g.gemv_shuffle),
-                          NORM=int(g.a_norm is not None),
+                          NORM=int(g.a_norm is not None), GLU=int(g.glu),
                           **types)
         return prg, team * teams, teams * cols
 
     def _vec(self, rows=None):
         """Values a work item loads at once: eight on GPUs over float32 operands where K
         is a multiple of 8 (two float4 loads; tuning.GEMV_GPU_VEC), four where rows start
-        on 4 values (float4 loads of float32), else one. ``rows``: ((ld, offset, stride)
-        of A, of B); None: packed, aligned operands."""
+        on 4 values (float4 loads of float32), else one. ``rows``: (ld, offset, stride) of
+        A, of B (and of B2); None: packed, aligned operands."""
         g = self.g
         if rows is None:
             rows = ((g.K, 0, g.M * g.K), (g.K, 0, g.N * g.K))
@@ -119,12 +119,16 @@ class Gemv(GemmKernel):
         self.program(self._vec())
 
     def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
-                 stride_c, b_packed, workspace, b_scale, norm_weight=None):
+                 stride_c, b_packed, workspace, b_scale, norm_weight=None, second=None):
         """One launch: wide loads where K and both operands' rows allow them; A's rows
-        normalized by their RMS times ``norm_weight`` where the Gemm has ``a_norm``."""
+        normalized by their RMS times ``norm_weight`` where the Gemm has ``a_norm``; with
+        ``glu``, ``second`` = (B2, its bias, its scales)."""
         g = self.g
         i32, u64, f32 = np.int32, np.uint64, np.float32
-        vec = self._vec(((lda, A.offset, stride_a), (ldb, B.offset, stride_b)))
+        rows = [(lda, A.offset, stride_a), (ldb, B.offset, stride_b)]
+        if second is not None:
+            rows.append((ldb, second[0].offset, stride_b))
+        vec = self._vec(rows)
         prg, size, cols = self.program(vec)
         bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
         scale_args = b_scale.kernel_args if b_scale is not None else (C.buffer, u64(0))
@@ -132,6 +136,10 @@ class Gemv(GemmKernel):
         args = [i32(g.M), i32(g.N), i32(g.K), A, i32(lda), u64(stride_a), B, i32(ldb),
                 u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args, *scale_args,
                 f32(alpha), f32(beta), *norm_args, f32(g.a_norm or 0.0)]
+        if second is not None:
+            b2, bias2, scale2 = second
+            args += [b2, *(bias2.kernel_args if bias2 is not None else (C.buffer, u64(0))),
+                     *(scale2.kernel_args if scale2 is not None else (C.buffer, u64(0)))]
         name = "gemv" if g.ctx.facts.is_gpu else "gemv_cpu"
         return [program.Launch(prg, name, (ceil_div(g.N, cols) * size, g.batch),
                                (size, 1), args, flops=g.flops)]

@@ -11,7 +11,9 @@
 ## int8 weights, each row of B times its scale: SCALE). NORM: A's rows are normalized
 ## by their RMS on the way, times the float32 vector norm_w (an RMSNorm before the product
 ## without a launch of its own: 1 / sqrt(mean(x^2) + norm_eps), the squares summed beside
-## the product from the same loads).
+## the product from the same loads). GLU: C = act(the product with B) times the product
+## with B2 (a second weight of B's shape, its own scale and bias: a SwiGLU MLP's gate and
+## up projections in one launch).
 <%
 A_T = context.get("A_T", "float")
 B_T = context.get("B_T", "float")
@@ -81,6 +83,49 @@ inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
 % endif
     ST_${C_T}(c, 0, ACT_${ACTIVATION}(v));
 }
+% if GLU:
+// GLU: C[m, n] = act(the product with B, as store_c's without beta) times the product
+// with B2 (its own scale and bias), + beta C[m, n]
+inline float glu_part(float sum, int m, int n, __global const float *bias,
+                      __global const float *scale, float alpha, float rs)
+{
+    float v = alpha * sum;
+% if NORM:
+    v *= rs;
+% endif
+% if SCALE:
+    v *= scale[n];
+% endif
+% if BIAS == "row":
+    v += bias[m];
+% elif BIAS == "col":
+    v += bias[n];
+% endif
+    return v;
+}
+inline void store_glu(float sum, float sum2, int m, int n, __global ${C_T} *C, int ldc,
+                      __global const float *bias, __global const float *scale,
+                      __global const float *bias2, __global const float *scale2, float alpha,
+                      float beta, float rs)
+{
+    float v = ACT_${ACTIVATION}(glu_part(sum, m, n, bias, scale, alpha, rs))
+              * glu_part(sum2, m, n, bias2, scale2, alpha, rs);
+    __global ${C_T} *c = C + (ulong)m * ldc + n;
+    if (beta != 0.0f)
+        v += beta * LD_${C_T}(c, 0);
+    ST_${C_T}(c, 0, v);
+}
+// a column's result: with GLU its two products (B's row n, B2's row n)
+#define STORE(sum, sum2, m, n, rs) store_glu(sum, sum2, m, n, C + c_offset + batch * stride_c, \
+    ldc, bias + bias_offset, scale + scale_offset, bias2 + bias2_offset, scale2 + scale2_offset, \
+    alpha, beta, rs)
+#define GLU_ARGS , __global const ${B_T} *B2, ulong b2_offset, __global const float *bias2, \
+    ulong bias2_offset, __global const float *scale2, ulong scale2_offset
+% else:
+#define STORE(sum, sum2, m, n, rs) store_c(sum, m, n, C + c_offset + batch * stride_c, ldc, \
+    bias + bias_offset, scale + scale_offset, alpha, beta, rs)
+#define GLU_ARGS
+% endif
 % if NORM:
 // 1 / RMS of a row of K values whose squares sum to ss: 1 / sqrt(mean(x^2) + eps)
 #define ROW_RS(ss) rsqrt((ss) / (float)K + norm_eps)
@@ -95,7 +140,8 @@ VW = {8: 8, 4: 4}.get(VEC, 1)
 VT = "float%d" % VW if VW > 1 else "float"
 LOAD = {8: "load8a_%s(%s, %s)", 4: "load4_%s(%s, %s)"}.get(VEC, "(float)LD_%s(%s, %s)")
 LOADG = {8: "vload8(0, %s + %s)", 4: "vload4(0, %s + %s)"}.get(VEC, "%s[%s]")
-NS = 2 if NORM else 1  # sums a row: the product's, and with NORM its squares'
+NS = 1 + GLU + NORM  # sums a row: the product's, B2's (GLU), the squares' (NORM)
+Q = ROWS * (1 + GLU)  # where the squares' sums start
 %>
 __kernel __attribute__((reqd_work_group_size(TEAM * TEAMS, 1, 1)))
 void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda,
@@ -103,7 +149,7 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
           __global ${C_T} *C, ulong c_offset, int ldc, ulong stride_c,
           __global const float *bias, ulong bias_offset, __global const float *scale,
           ulong scale_offset, float alpha, float beta, __global const float *norm_w,
-          ulong norm_w_offset, float norm_eps)
+          ulong norm_w_offset, float norm_eps GLU_ARGS)
 {
 % if not SHUFFLE:
     __local float sums[TEAMS * TEAM * ${ROWS * NS}];
@@ -115,6 +161,10 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
     const int col = min(n, N - 1);  // (teams past N compute a copy, store nothing)
     __global const ${A_T} *a = A + a_offset + batch * stride_a;
     __global const ${B_T} *b = B + b_offset + batch * stride_b + (ulong)col * ldb;
+% if GLU:
+    __global const ${B_T} *b2 = B2 + b2_offset + batch * stride_b + (ulong)col * ldb;
+    ${VT} part2[${ROWS}];
+% endif
 % if NORM:
     // A's rows normalized on the way: x / RMS(x) * norm_w, the RMS from the squares
     // summed beside the product (the row is read anyway)
@@ -124,12 +174,18 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
     ${VT} part[${ROWS}];  // (lanes of sums, added at the end: no horizontal add a step)
     for (int m = 0; m < ${ROWS}; m++) {
         part[m] = (${VT})(0.0f);
+% if GLU:
+        part2[m] = (${VT})(0.0f);
+% endif
 % if NORM:
         sq[m] = (${VT})(0.0f);
 % endif
     }
     for (int k = lane * ${VW}; k < K; k += TEAM * ${VW}) {
         ${VT} w = ${LOAD % (B_T, "b", "k")};
+% if GLU:
+        ${VT} w2 = ${LOAD % (B_T, "b2", "k")};
+% endif
 % if NORM:
         ${VT} gk = ${LOADG % ("g", "k")};
 % endif
@@ -141,9 +197,12 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
                 x *= gk;
 % endif
                 part[m] = fma(x, w, part[m]);
+% if GLU:
+                part2[m] = fma(x, w2, part2[m]);
+% endif
             }
     }
-    float acc[${ROWS * NS}];  // the product's sums, then (NORM) the squares'
+    float acc[${ROWS * NS}];  // the product's sums, then B2's (GLU), the squares' (NORM)
 <%
 def hsum(v):  # a vector's values added pairwise
     if VW == 1:
@@ -155,23 +214,31 @@ def hsum(v):  # a vector's values added pairwise
     for (int m = 0; m < ${ROWS}; m++) {
         ${VT} p = part[m];
         acc[m] = ${hsum("p")};
+% if GLU:
+        ${VT} p2 = part2[m];
+        acc[${ROWS} + m] = ${hsum("p2")};
+% endif
 % if NORM:
         ${VT} q = sq[m];
-        acc[${ROWS} + m] = ${hsum("q")};
+        acc[${Q} + m] = ${hsum("q")};
 % endif
     }
 % if SHUFFLE:
     // (a team is a warp: its sums meet in registers, no local memory, no barrier)
     for (int m = 0; m < ${ROWS}; m++) {
         float total = warp_sum(acc[m]);
+% if GLU:
+        float total2 = warp_sum(acc[${ROWS} + m]);
+% else:
+        float total2 = 0.0f;
+% endif
 % if NORM:
-        float rs = ROW_RS(warp_sum(acc[${ROWS} + m]));
+        float rs = ROW_RS(warp_sum(acc[${Q} + m]));
 % else:
         float rs = 1.0f;
 % endif
         if (lane == m && n < N && m < M)
-            store_c(total, m, n, C + c_offset + batch * stride_c, ldc, bias + bias_offset,
-                    scale + scale_offset, alpha, beta, rs);
+            STORE(total, total2, m, n, rs);
     }
 % else:
 <% R = ROWS * NS %>
@@ -187,12 +254,11 @@ def hsum(v):  # a vector's values added pairwise
     }
     for (int m = lane; n < N && m < M; m += TEAM) {  // each row of C's column n
 % if NORM:
-        float rs = ROW_RS(mine[${ROWS} + m]);
+        float rs = ROW_RS(mine[${Q} + m]);
 % else:
         float rs = 1.0f;
 % endif
-        store_c(mine[m], m, n, C + c_offset + batch * stride_c, ldc, bias + bias_offset,
-                scale + scale_offset, alpha, beta, rs);
+        STORE(mine[m], ${"mine[%d + m]" % ROWS if GLU else "0.0f"}, m, n, rs);
     }
     barrier(CLK_LOCAL_MEM_FENCE);  // (the sums are written again for the next column)
 % endif
@@ -232,7 +298,7 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
                        ulong stride_c, __global const float *bias, ulong bias_offset,
                        __global const float *scale, ulong scale_offset, float alpha,
                        float beta, __global const float *norm_w, ulong norm_w_offset,
-                       float norm_eps)
+                       float norm_eps GLU_ARGS)
 {
     const int n0 = get_global_id(0) * ${COLS};
     const ulong batch = get_global_id(1);
@@ -241,20 +307,23 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
     // A's rows normalized on the way (see gemv): their squares summed beside the product
     __global const float *g = norm_w + norm_w_offset;
 % endif
+## rows of B a work item streams: COLS, then (GLU) the same rows of B2
+<% NST = COLS * (1 + GLU) %>
     for (int m = 0; m < M; m++) {
         __global const ${A_T} *a_row = a + (ulong)m * lda;
-        float8 acc[${COLS}];
-        float tail[${COLS}];
-        __global const ${B_T} *b_row[${COLS}];
-    % for j in range(COLS):
+        float8 acc[${NST}];
+        float tail[${NST}];
+        __global const ${B_T} *b_row[${NST}];
+    % for j in range(NST):
         tail[${j}] = 0.0f;
-        b_row[${j}] = B + b_offset + batch * stride_b + (ulong)min(n0 + ${j}, N - 1) * ldb;
+        b_row[${j}] = ${"B + b_offset" if j < COLS else "B2 + b2_offset"} + batch * stride_b
+                      + (ulong)min(n0 + ${j % COLS}, N - 1) * ldb;
     % endfor
         int k = 0;
         // SUMS sums a column, 8 SUMS values a turn: each fma waits on the one before it
-        float8 part[${SUMS}][${COLS}];
+        float8 part[${SUMS}][${NST}];
     % for u in range(SUMS):
-        % for j in range(COLS):
+        % for j in range(NST):
         part[${u}][${j}] = (float8)(0.0f);
         % endfor
     % endfor
@@ -269,12 +338,12 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
             sq8 = fma(x${u}, x${u}, sq8);
             x${u} *= vload8(0, g + k + ${8 * u});
 % endif
-        % for j in range(COLS):
+        % for j in range(NST):
             part[${u}][${j}] = fma(x${u}, load8_${B_T}(b_row[${j}], k + ${8 * u}), part[${u}][${j}]);
         % endfor
     % endfor
         }
-    % for j in range(COLS):
+    % for j in range(NST):
         acc[${j}] = ${" + ".join("part[%d][%d]" % (u, j) for u in range(SUMS))};
     % endfor
         for (; k + 8 <= K; k += 8) {
@@ -283,7 +352,7 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
             sq8 = fma(x, x, sq8);
             x *= vload8(0, g + k);
 % endif
-    % for j in range(COLS):
+    % for j in range(NST):
             acc[${j}] = fma(x, load8_${B_T}(b_row[${j}], k), acc[${j}]);
     % endfor
         }
@@ -293,7 +362,7 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
             sq1 = fma(x, x, sq1);
             x *= g[k];
 % endif
-    % for j in range(COLS):
+    % for j in range(NST):
             tail[${j}] = fma(x, (float)LD_${B_T}(b_row[${j}], k), tail[${j}]);
     % endfor
         }
@@ -303,14 +372,15 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
 % else:
         const float rs = 1.0f;
 % endif
+    % for j in range(NST):
+        float8 s${j} = acc[${j}];
+        float4 h${j} = s${j}.lo + s${j}.hi;
+        const float sum${j} = (h${j}.x + h${j}.y) + (h${j}.z + h${j}.w) + tail[${j}];
+    % endfor
     % for j in range(COLS):
         if (n0 + ${j} < N) {
             const int n = n0 + ${j};
-            float8 s = acc[${j}];
-            float4 h = s.lo + s.hi;
-            store_c((h.x + h.y) + (h.z + h.w) + tail[${j}], m, n,
-                    C + c_offset + batch * stride_c, ldc, bias + bias_offset,
-                    scale + scale_offset, alpha, beta, rs);
+            STORE(sum${j}, ${"sum%d" % (j + COLS) if GLU else "0.0f"}, m, n, rs);
         }
     % endfor
     }

@@ -15,7 +15,11 @@ first), the GEMM accumulating onto it (beta 1): a transformer's residual add wit
 launch of its own. Option ``input_rms`` (an eps; inference only) normalizes x's rows
 first, as an RMSNorm with a weight of ``inputs`` values (the last parameter) does: x / sqrt(mean(x^2)
 + eps) * weight, multiplied on the way by the few-rows kernel (a decoder's step: no launch
-of its own), else by an RMSNorm into the workspace before the product. With g = dy * act'(y):
+of its own), else by an RMSNorm into the workspace before the product. Option ``gated``
+(inference only) takes a second Linear of the same shape and storage (its weight, bias
+and scales after the first's): y = act(x W^T + b) * (x W2^T + b2), a gated MLP's gate and
+up projections (SwiGLU with activation silu); the few-rows kernel streams both in one
+launch, else two products and a multiply. With g = dy * act'(y):
   dx = g W          (N x outputs @ outputs x inputs)
   dW += g^T x       (outputs x N @ N x inputs; x^T g for the inputs_outputs layout)
   db += sum over n of g
@@ -41,7 +45,8 @@ __all__ = ["InnerProduct"]
 class InnerProduct(Layer):
     """y[n, o] = act(b[o] + sum_i W[o, i] x[n, i])."""
     OPTIONS = {"outputs": None, "inputs": -1, "bias": True, "activation": "identity",
-               "weights": "float32", "weight_layout": "outputs_inputs", "input_rms": None}
+               "weights": "float32", "weight_layout": "outputs_inputs", "input_rms": None,
+               "gated": False}
     LAYOUTS = ("outputs_inputs", "inputs_outputs")
     WEIGHTS = {"float32": np.float32, "float16": np.float16, "bfloat16": bfloat16,
                "int8": np.int8, "q4": np.uint8}
@@ -85,6 +90,9 @@ class InnerProduct(Layer):
             self.fail("option 'input_rms' (the RMSNorm's eps before the product) must be a "
                       "positive number or null, got %r" % (eps,))
         self.input_rms = None if eps is None else float(eps)
+        if o["gated"] not in (True, False, 0, 1):
+            self.fail("option 'gated' must be true or false, got %r" % (o["gated"],))
+        self.gated = bool(o["gated"])
 
     def build(self, in_specs):
         spec = self.single_input(in_specs[:1] if len(in_specs) == 2 else in_specs,
@@ -109,32 +117,46 @@ class InnerProduct(Layer):
         if self.input_rms is not None and self.mode == "train":
             self.fail("option 'input_rms' is for inference (predict mode): its gradient is not "
                       "built; train with an RMSNorm before the product")
+        if self.gated and (self.mode == "train" or self.residual or self.inputs_first):
+            self.fail("option 'gated' is for inference (predict mode), without a residual "
+                      "input, over weights stored [outputs, inputs]")
         typed = self.weight_dtype != np.float32
         if typed and self.mode == "train":
             self.fail("weights stored as %s are for inference (predict mode): they are not "
                       "trained" % self.options["weights"])
         # int8 and 4-bit weights: read as they are by a GEMM of a few rows, else widened
         # into a float32 workspace first
-        self.q4_gemv = None
+        self.q4_gemv = self.q4_up = None
         if self.q4 and dt == np.float32 and Gemm.reads_int8(self.ctx, n):
             self.q4_gemv = Q4Gemv(self.ctx, n, outputs, inputs, self.bias, self.activation)
+            if self.gated:
+                self.q4_up = Q4Gemv(self.ctx, n, outputs, inputs, self.bias, "identity")
         self.widen = (self.int8 and not Gemm.reads_int8(self.ctx, n)) or \
             (self.q4 and self.q4_gemv is None)
-        self._fwd = None
+        self._fwd = self._fwd_up = self._mul = None
         w_dt = np.float32 if self.widen else self.weight_dtype
-        # the RMSNorm multiplied on the way by the few-rows kernel, else run before it
-        fused = self.input_rms is not None and self.q4_gemv is None and \
-            not self.inputs_first and Gemm.normalizes_a(self.ctx, n, w_dt)
+        # the RMSNorm (and a gated pair) in the few-rows kernel's one launch, else apart
+        few_rows = self.q4_gemv is None and not self.inputs_first and \
+            Gemm.normalizes_a(self.ctx, n, w_dt)
+        fused = self.input_rms is not None and few_rows
+        self.one_gated = self.gated and few_rows
         self._norm = None
         if self.input_rms is not None and not fused:
             self._norm = GroupNormOps(self.ctx, (n, 1, inputs, 1), self.input_rms, True,
                                       bias=False, rms=True, dtype=dt)
         if self.q4_gemv is None:
-            self._fwd = Gemm(self.ctx, n, outputs, inputs, trans_b=not self.inputs_first,
-                             bias="col" if self.bias else None, activation=self.activation,
-                             precision=self.precision, dtypes=(dt, w_dt, dt),
-                             b_scale=self.int8 and not self.widen,
-                             a_norm=self.input_rms if fused else None)
+            kind = dict(trans_b=not self.inputs_first, bias="col" if self.bias else None,
+                        precision=self.precision, dtypes=(dt, w_dt, dt),
+                        b_scale=self.int8 and not self.widen,
+                        a_norm=self.input_rms if fused else None)
+            self._fwd = Gemm(self.ctx, n, outputs, inputs, activation=self.activation,
+                             glu=self.one_gated, **kind)
+            if self.gated and not self.one_gated:
+                self._fwd_up = Gemm(self.ctx, n, outputs, inputs, **kind)
+        if self.gated and not self.one_gated:  # y = act(gate) * up, the gate in the workspace
+            y_spec = ((n, outputs), dt)
+            self._mul = PointwiseBroadcast(self.ctx, [y_spec, y_spec], [y_spec],
+                                           "y0 = x0 * x1;", name="ip_gated")
         self._widen = None
         if self.widen:
             self._widen = Dequantize(self.ctx, outputs, inputs, self.options["weights"])
@@ -153,20 +175,25 @@ class InnerProduct(Layer):
         # the workspace: g = dy * act'(y) (training), then any GEMM's split-K partial sums
         self.act_bytes = round_up(dt.itemsize * n * outputs, 16) \
             if self.act_bwd is not None and self.mode == "train" else 0  # 16: float4 GEMM reads
-        gemms = [op for op in [self._fwd] if op is not None] + \
+        gemms = [op for op in [self._fwd, self._fwd_up] if op is not None] + \
             (list(self._backward_ops()) if self.mode == "train" else [])
         # (a widened int8 or 4-bit W sits after the GEMMs' own workspace)
         self.widen_at = self.act_bytes + 4 * max([op.workspace_elements for op in gemms] + [0])
         ws = self.widen_at + (4 * outputs * inputs if self.widen else 0)
-        # (an RMSNorm run before the product: the normalized rows and their statistics)
+        # (an RMSNorm run before the product: the normalized rows and their statistics;
+        # a gate computed apart from its pair)
         self.norm_at = round_up(ws, 16)
         if self._norm is not None:
             ws = self.norm_at + round_up(dt.itemsize * n * inputs, 16) + 2 * 4 * n
+        self.gate_at = round_up(ws, 16)
+        if self._mul is not None:
+            ws = self.gate_at + dt.itemsize * n * outputs
         scales = [ParamSpec((outputs,), trainable=False)] if self.int8 else \
             [ParamSpec((outputs, -(-inputs // Q4_GROUP)), trainable=False)] if self.q4 else []
         norm = [ParamSpec((inputs,))] if self.input_rms is not None else []
-        params = [ParamSpec(stored, self.weight_dtype, trainable=not typed)] + \
-            ([ParamSpec((outputs,))] if self.bias else []) + scales + norm
+        linear = [ParamSpec(stored, self.weight_dtype, trainable=not typed)] + \
+            ([ParamSpec((outputs,))] if self.bias else []) + scales
+        params = linear * (1 + self.gated) + norm
         # dy * act'(y) needs y; the output may take a residual's memory (named after it)
         flags = self.default_flags(backward_reads_outputs=self.activation != "identity",
                                    inplace=self.residual)
@@ -180,6 +207,8 @@ class InnerProduct(Layer):
             del cfg["weight_layout"]
         if cfg.get("input_rms", 0) is None:
             del cfg["input_rms"]
+        if cfg.get("gated") is False:
+            del cfg["gated"]
         return cfg
 
     def _residual(self, in_specs):
@@ -208,19 +237,27 @@ class InnerProduct(Layer):
                       [np.ascontiguousarray(w.T)] if self.inputs_first else [w])
         if self.bias:
             values.insert(1, rng.uniform(-bound, bound, self.outputs).astype(np.float32))
+        values = values * (1 + self.gated)  # (a gated pair starts as two equal Linears)
         if self.input_rms is not None:  # (the norm's weight starts at one, as RMSNorm's)
             values.append(np.ones(self.inputs, np.float32))
         for p, v in zip(params, values):
             p.to_device(to_bfloat16(v) if p.dtype == bfloat16 else v.astype(p.dtype))
 
+    def _linear(self, params, second=False):
+        """(weight, bias, scales) of the Linear (``second``: a gated pair's other), None
+        where it has none."""
+        size = 1 + self.bias + (self.int8 or self.q4)
+        w = params[size if second else 0:]
+        return w[0], (w[1] if self.bias else None), (w[size - 1] if size > 1 + self.bias
+                                                     else None)
+
     def forward(self, x, y, params, ws, saved):
-        weight, out, beta = params[0], [], 0.0
+        out, beta = [], 0.0
         if self.residual:  # y = product + residual: y holds it, then beta 1
             beta = 1.0
             if not same_memory(x[1], y[0]):
                 out = [BufferCopy(x[1], y[0])]
         norm_weight = params[-1] if self.input_rms is not None else None
-        scale = params[1 + self.bias] if self.int8 or self.q4 else None
         inp = x[0]
         if self._norm is not None:  # the RMSNorm before the product, into the workspace
             n, k = self.n, self.inputs
@@ -229,18 +266,41 @@ class InnerProduct(Layer):
             out += self._norm.forward_launches(x[0].reshape(n, k), inp, ws_view(ws, at, n),
                                                ws_view(ws, at + 4 * n, n), norm_weight, None)
             norm_weight = None
-        if self.q4_gemv is not None:
-            return out + self.q4_gemv.launches(inp, params[0], scale, y[0],
-                                               params[1] if self.bias else None, beta=beta)
+        inp = inp.reshape(self.n, self.inputs)
+        if not self.gated:
+            return out + self._product(inp, self._linear(params), y[0], beta, ws,
+                                       self._fwd, self.q4_gemv, norm_weight)
+        weight, bias, scale = self._linear(params)
+        w2, bias2, scale2 = self._linear(params, second=True)
+        if self.one_gated:
+            return out + self._fwd.launches(inp, weight, y[0], bias=bias, b_scale=scale,
+                                            a_norm_weight=norm_weight, b2=w2, bias2=bias2,
+                                            b2_scale=scale2)
+        gate = ws_view(ws, self.gate_at, self.n * self.outputs, self.dtype).reshape(
+            self.n, self.outputs)
+        out += self._product(inp, (weight, bias, scale), gate, 0.0, ws, self._fwd,
+                             self.q4_gemv, norm_weight)
+        out += self._product(inp, (w2, bias2, scale2), y[0], 0.0, ws, self._fwd_up,
+                             self.q4_up, norm_weight)
+        return out + self._mul.launches([gate, y[0]], [y[0]])
+
+    def _product(self, inp, linear, y, beta, ws, gemm, q4_gemv, norm_weight):
+        """The launches of y = act(inp W^T + b) (+ beta y) for one Linear (weight, bias,
+        scales) on ``gemm`` (or the 4-bit ``q4_gemv``); int8 and 4-bit weights widened
+        into the workspace first where the product does not read them."""
+        weight, bias, scale = linear
+        if q4_gemv is not None:
+            return q4_gemv.launches(inp, weight, scale, y, bias, beta=beta)
+        out = []
         if self.widen:
-            weight = ws_view(ws, self.widen_at, self.outputs * self.inputs, np.float32).reshape(
+            widened = ws_view(ws, self.widen_at, self.outputs * self.inputs, np.float32).reshape(
                 self.outputs, self.inputs)
-            out += self._widen.launches(params[0], scale, weight)
-        return out + self._fwd.launches(inp.reshape(self.n, self.inputs), weight, y[0],
-                                        bias=params[1] if self.bias else None, beta=beta,
-                                        workspace=self._fwd.workspace_in(ws, self.act_bytes),
-                                        b_scale=scale if self.int8 and not self.widen
-                                        else None, a_norm_weight=norm_weight)
+            out += self._widen.launches(weight, scale, widened)
+            weight = widened
+        return out + gemm.launches(inp, weight, y, bias=bias, beta=beta,
+                                   workspace=gemm.workspace_in(ws, self.act_bytes),
+                                   b_scale=scale if self.int8 and not self.widen else None,
+                                   a_norm_weight=norm_weight)
 
     def _backward_ops(self):
         if self._bwd is None:

@@ -8,8 +8,8 @@ Per block, HuggingFace's formulas and parameter names (``model.layers.<i>.self_a
 Phi-3 keeps them; ``weights`` joins HF's three; with biases for Qwen2), the rotary
 position embedding applied by the cache as it splits the heads, grouped-query attention
 over the cache (each key/value head serves H / KVH query heads), the output projection
-added onto the residual; RMSNorm, the SwiGLU MLP (``down(silu(gate(x)) * up(x))``) added
-onto it. Then RMSNorm and the head.
+added onto the residual; RMSNorm, the SwiGLU MLP (``down(silu(gate(x)) * up(x))``, the
+gate and up projections one gated InnerProduct) added onto it. Then RMSNorm and the head.
 
 The rotary tables are constants of the Net (``rope.cos`` and ``rope.sin``, one row per
 position; the sine's first half negated, so that rotating x is ``x cos + swap(x) sin``
@@ -140,9 +140,9 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     group = heads // kv_heads  # the query heads one key/value head serves
     mask_rows = batch if per_sample and batch > 1 else 1
 
-    def linear(name, x, inputs, outputs, bias=False, residual=None, norm=None):  # over rows
-        return row_linear(cfg, name, x, inputs, outputs, bias, weights, residual,
-                          rms_norm=None if norm is None else (norm, eps))
+    def linear(name, x, inputs, outputs, bias=False, residual=None, norm=None, **kw):
+        return row_linear(cfg, name, x, inputs, outputs, bias, weights, residual,  # over rows
+                          rms_norm=None if norm is None else (norm, eps), **kw)
 
     def norm(name, x):
         return cfg.add("RMSNorm", name=name, inputs=[x], params=[name + ".weight"],
@@ -184,10 +184,10 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         a = cfg.add("Reshape", name=p + "self_attn/merged", inputs=[a],
                     options={"dims": [-1, heads * width]})
         x = linear(p + "self_attn.o_proj", a, heads * width, hidden, out_bias, residual=x)
-        post = p + "post_attention_layernorm"  # (both products normalize x themselves)
-        m = cfg.add("LibraryOp", name=p + "mlp.glu", options={"op": "silu_mul"},
-                    inputs=[linear(p + "mlp.gate_proj", x, hidden, inner, norm=post),
-                            linear(p + "mlp.up_proj", x, hidden, inner, norm=post)])
+        # silu(gate(x)) * up(x) of the RMSNorm of x: one gated InnerProduct (a decoder's
+        # step streams both weights in one launch)
+        m = linear(p + "mlp.gate_proj", x, hidden, inner, norm=p + "post_attention_layernorm",
+                   activation="silu", pair=p + "mlp.up_proj")
         x = linear(p + "mlp.down_proj", m, inner, hidden, residual=x)
     decoder_logits(cfg, norm("model.norm", x), hidden, vocab,
                    linear_params("lm_head", False, weights), weights=weights)
