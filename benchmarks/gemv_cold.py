@@ -1,0 +1,53 @@
+"""The few-rows product (kernels/gemv.cl) one launch at a time over weights that come
+from memory, not the caches (copies of B cycled past the device's L2), at a decoder's
+shapes: device time per launch (a profiling queue, the median) and the weights' GB/s.
+
+    python benchmarks/gemv_cold.py --dtype float16
+    DLPRIM_GEMV_SHUFFLE=0 python benchmarks/gemv_cold.py   # sums through local memory
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+SHAPES = [(2560, 2048), (2048, 2048), (5632, 2048), (2048, 5632), (32000, 2048),
+          (2304, 768), (768, 3072), (50257, 768)]  # (N, K): TinyLlama's, then GPT-2's
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", default="float16", help="the weights' storage (and the rows')")
+    p.add_argument("--rows", type=int, default=1)
+    p.add_argument("--device", default=None)
+    p.add_argument("--cycle-mb", type=int, default=256, help="bytes of B copies cycled")
+    args = p.parse_args(argv)
+    import dlprim as dp
+    from dlprim.core.gemm import Gemm
+    from dlprim.tensor import Tensor
+    ctx = dp.Context(args.device, profiling=True)
+    dt = np.dtype(args.dtype)
+    rng = np.random.default_rng(0)
+    for n, k in SHAPES:
+        g = Gemm(ctx, args.rows, n, k, trans_b=True, dtypes=(dt, dt, dt))
+        a, c = Tensor(ctx, (args.rows, k), dt), Tensor(ctx, (args.rows, n), dt)
+        a.to_device(np.ones((args.rows, k), dt))
+        w = (rng.standard_normal((n, k)) * 0.01).astype(dt)
+        launches = []
+        for _ in range(max(1, -(-(args.cycle_mb << 20) // w.nbytes))):
+            b = Tensor(ctx, (n, k), dt)
+            b.to_device(w)
+            launches += g.launches(a, b, c)
+        reps = max(2, 200 // len(launches))
+        events = [launch(ctx.queue) for _ in range(reps) for launch in launches]
+        ctx.queue.finish()
+        times = sorted((e.profile.end - e.profile.start) * 1e-3 for e in events[len(launches):])
+        us = times[len(times) // 2]
+        print("%6d x %-5d %s  %7.1f us  %6.0f GB/s" % (n, k, dt.name, us, w.nbytes / us / 1e3),
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
