@@ -22,15 +22,8 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=1)
     p.add_argument("--device", default=None)
     p.add_argument("--cycle-mb", type=int, default=256, help="bytes of B copies cycled")
-    p.add_argument("--unroll", type=int, default=None, help="tuning.GEMV_GPU_UNROLL")
-    p.add_argument("--vec", type=int, default=None, help="tuning.GEMV_GPU_VEC")
     args = p.parse_args(argv)
     import dlprim as dp
-    from dlprim.core import tuning
-    if args.unroll:
-        tuning.GEMV_GPU_UNROLL = args.unroll
-    if args.vec:
-        tuning.GEMV_GPU_VEC = args.vec
     from dlprim.core.gemm import Gemm
     from dlprim.tensor import Tensor
     ctx = dp.Context(args.device, profiling=True)

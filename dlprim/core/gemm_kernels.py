@@ -96,7 +96,6 @@ class Gemv(GemmKernel):
                           SCALE=int(g.b_scale), TEAM=team, COLS=cols, SUMS=sums,
                           SHUFFLE=int(team == 32 and g.gemv_shuffle),
                           NORM=int(g.a_norm is not None), GLU=int(g.glu),
-                          UNROLL=tuning.GEMV_GPU_UNROLL if g.ctx.facts.is_gpu else 1,
                           **types)
         return prg, team * teams, teams * cols
 

@@ -117,9 +117,6 @@ def gemv_rows(facts, M, typed_b=False):
 # 39.2 against 47.7 us, 2048 x 5632 16.1 against 18.8; float16 weights read eight at a
 # time (vloada_half8) were slower, 32000 x 2048 73.4 against 43.5 us, so they keep four
 GEMV_GPU_VEC = 8
-# steps of a lane's loop in the GPU few-rows kernel whose loads are issued together: a
-# team of 32 over K = 2048 makes 16 steps, each waiting on its load otherwise
-GEMV_GPU_UNROLL = 4
 
 
 def gemv_shuffle(facts, ptx_runs):

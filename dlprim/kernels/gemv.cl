@@ -7,8 +7,7 @@
 ## vectors, each over COLS columns in turn: fewer groups to schedule);
 ## one launch, no split-K pass. ROWS: M rounded up (at most 8); VEC: 4 where every row
 ## starts 16-byte aligned (float4 loads), 8 (two a step) for float32 operands on GPUs,
-## else 1; SHUFFLE: a team's sums added by warp shuffles (NVIDIA's PTX); UNROLL: steps
-## of a lane's loop whose loads are issued together. A_T, B_T, C_T: the storages (B_T char:
+## else 1; SHUFFLE: a team's sums added by warp shuffles (NVIDIA's PTX). A_T, B_T, C_T: the storages (B_T char:
 ## int8 weights, each row of B times its scale: SCALE). NORM: A's rows are normalized
 ## by their RMS on the way, times the float32 vector norm_w (an RMSNorm before the product
 ## without a launch of its own: 1 / sqrt(mean(x^2) + norm_eps), the squares summed beside
@@ -182,45 +181,26 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
         sq[m] = (${VT})(0.0f);
 % endif
     }
-<%def name="steps(count)">
-    ## ``count`` steps of the lane's k: every weight load issued first, then the sums (a
-    ## team's loop is bound by its loads' latency, not their bytes: UNROLL steps in flight)
-% for u in range(count):
-        const int k${u} = k + ${u} * ${STEP};
-        ${VT} w${u} = ${LOAD % (B_T, "b", "k%d" % u)};
+    for (int k = lane * ${VW}; k < K; k += TEAM * ${VW}) {
+        ${VT} w = ${LOAD % (B_T, "b", "k")};
 % if GLU:
-        ${VT} v${u} = ${LOAD % (B_T, "b2", "k%d" % u)};
+        ${VT} w2 = ${LOAD % (B_T, "b2", "k")};
 % endif
-% endfor
-% for u in range(count):
-        {
 % if NORM:
-            ${VT} gk = ${LOADG % ("g", "k%d" % u)};
+        ${VT} gk = ${LOADG % ("g", "k")};
 % endif
-            for (int m = 0; m < ${ROWS}; m++)
-                if (m < M) {
-                    ${VT} x = ${LOAD % (A_T, "a", "(ulong)m * lda + k%d" % u)};
+        for (int m = 0; m < ${ROWS}; m++)
+            if (m < M) {
+                ${VT} x = ${LOAD % (A_T, "a", "(ulong)m * lda + k")};
 % if NORM:
-                    sq[m] = fma(x, x, sq[m]);
-                    x *= gk;
+                sq[m] = fma(x, x, sq[m]);
+                x *= gk;
 % endif
-                    part[m] = fma(x, w${u}, part[m]);
+                part[m] = fma(x, w, part[m]);
 % if GLU:
-                    part2[m] = fma(x, v${u}, part2[m]);
+                part2[m] = fma(x, w2, part2[m]);
 % endif
-                }
-        }
-% endfor
-</%def>
-<% STEP = "(TEAM * %d)" % VW %>
-    int k = lane * ${VW};
-% if UNROLL > 1:
-    for (; k + ${UNROLL - 1} * ${STEP} < K; k += ${UNROLL} * ${STEP}) {
-${steps(UNROLL)}
-    }
-% endif
-    for (; k < K; k += ${STEP}) {
-${steps(1)}
+            }
     }
     float acc[${ROWS * NS}];  // the product's sums, then B2's (GLU), the squares' (NORM)
 <%
