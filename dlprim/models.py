@@ -335,14 +335,15 @@ def seq_linear(cfg, name, x, length, inputs, outputs, params=None, batch=None, b
 
 
 def row_linear(cfg, name, x, inputs, outputs, bias=True, weights="float32", residual=None,
-               activation="identity", rms_norm=None, pair=None):
+               activation="identity", rms_norm=None, pair=None, layer_norm=None):
     """nn.Linear over rows (N, inputs), parameters as ``linear_params`` names them, and
     ``activation`` applied by the product (GELU and SiLU for inference only). With
     ``residual`` (a value (N, outputs)), residual + Linear(x) written over it: the
     InnerProduct takes the residual as a second input and the output its name, so the
     planner writes it in place and no add of its own runs (inference only). With
     ``rms_norm`` (the name of an RMSNorm, its eps), the Linear of RMSNorm(x), its weight
-    ``<name>.weight`` (inference only: the product normalizes the rows on the way). With
+    ``<name>.weight`` (inference only: the product normalizes the rows on the way);
+    ``layer_norm`` likewise with a LayerNorm (``<name>.weight`` and ``.bias``). With
     ``pair`` (a second Linear's name), activation(Linear(x)) * pair(x): a gated MLP's gate
     and up projections as one InnerProduct (inference only)."""
     inputs_ = [x] if residual is None else [x, residual]
@@ -352,12 +353,22 @@ def row_linear(cfg, name, x, inputs, outputs, bias=True, weights="float32", resi
     if pair is not None:
         options["gated"] = True
         params += linear_params(pair, bias, weights)
-    if rms_norm is not None:
-        options["input_rms"] = float(rms_norm[1])
-        params.append(rms_norm[0] + ".weight")
+    params += _input_norm(options, rms_norm, layer_norm)
     return cfg.add("InnerProduct", name=name, inputs=inputs_,
                    outputs=[name if residual is None else residual], params=params,
                    options=options)
+
+
+def _input_norm(options, rms_norm=None, layer_norm=None):
+    """An InnerProduct's norm of its input (``rms_norm`` or ``layer_norm``: (the norm's
+    name, eps)) set in ``options``; the norm's parameter names."""
+    if rms_norm is not None:
+        options["input_rms"] = float(rms_norm[1])
+        return [rms_norm[0] + ".weight"]
+    if layer_norm is not None:
+        options["input_ln"] = float(layer_norm[1])
+        return [layer_norm[0] + ".weight", layer_norm[0] + ".bias"]
+    return []
 
 
 def _layer_norm(cfg, name, x, eps=1e-5):
@@ -559,16 +570,20 @@ def linear_params(name, bias=True, weights="float32"):
         ([name + ".weight_scale"] if weights in ("int8", "q4") else [])
 
 
-def decoder_logits(cfg, x, dim, vocab, params, bias=False, weights="float32"):
+def decoder_logits(cfg, x, dim, vocab, params, bias=False, weights="float32", rms_norm=None,
+                   layer_norm=None):
     """The head of a decoder over (batch, T, dim): output ``logits`` (batch * T, vocab);
     where the net has input ``rows`` (``decoder_inputs(last_only=True)``), only the rows
     of the flattened (batch * T) it names, (batch, vocab): each sample's last prompt token
-    in a prefill, which is all the next token needs."""
+    in a prefill, which is all the next token needs. ``rms_norm`` / ``layer_norm``: the
+    final norm (its name, eps), taken by the head (``row_linear``'s)."""
     x = cfg.add("Reshape", name="lm_head/rows", inputs=[x], options={"dims": [-1, dim]})
     if any(i["name"] == "rows" for i in cfg.inputs):
         x = cfg.add("Gather", name="lm_head/picked", inputs=[x, "rows"], options={"axis": 0})
+    options = {"outputs": vocab, "inputs": dim, "bias": bool(bias), "weights": weights}
+    params = list(params) + _input_norm(options, rms_norm, layer_norm)
     cfg.add("InnerProduct", name="lm_head", inputs=[x], outputs=["logits"], params=params,
-            options={"outputs": vocab, "inputs": dim, "bias": bool(bias), "weights": weights})
+            options=options)
     cfg.set_outputs(["logits"])
 
 
@@ -603,13 +618,16 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
     # in place (row_linear's residual)
     x = cfg.add("Reshape", name="embed/rows", inputs=[x], options={"dims": [-1, dim]})
 
-    def linear(name, x, inputs, outputs, residual=None, activation="identity"):
+    def linear(name, x, inputs, outputs, residual=None, activation="identity", norm=None):
         return row_linear(cfg, name, x, inputs, outputs, weights=weights, residual=residual,
-                          activation=activation)
+                          activation=activation,
+                          layer_norm=None if norm is None else (norm, eps))
 
+    # (each LayerNorm is taken by the product that reads it: InnerProduct's input_ln, no
+    # launch of its own in a step)
     for i in range(layers):
         p = "transformer.h.%d." % i
-        qkv = linear(p + "attn.c_attn", _layer_norm(cfg, p + "ln_1", x, eps), dim, 3 * dim)
+        qkv = linear(p + "attn.c_attn", x, dim, 3 * dim, norm=p + "ln_1")
         qkv = cfg.add("Reshape", name=p + "attn/heads", inputs=[qkv],
                       options={"dims": [batch, -1, 3, heads, width]})
         # the cache takes the projection as it is and splits off the queries, (batch,
@@ -624,12 +642,11 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
         a = cfg.add("Transpose", name=p + "attn/merge", inputs=[a], options={"dims": [0, 2, 1, 3]})
         a = cfg.add("Reshape", name=p + "attn/merged", inputs=[a], options={"dims": [-1, dim]})
         x = linear(p + "attn.c_proj", a, dim, dim, residual=x)
-        h = linear(p + "mlp.c_fc", _layer_norm(cfg, p + "ln_2", x, eps), dim, inner,
-                   activation=activation)  # (the GELU in the product's epilogue)
+        h = linear(p + "mlp.c_fc", x, dim, inner, activation=activation,
+                   norm=p + "ln_2")  # (the GELU in the product's epilogue)
         x = linear(p + "mlp.c_proj", h, inner, dim, residual=x)
-    x = _layer_norm(cfg, "transformer.ln_f", x, eps)
     decoder_logits(cfg, x, dim, vocab, linear_params("lm_head", head_bias, weights), head_bias,
-                   weights)
+                   weights, layer_norm=("transformer.ln_f", eps))
     return cfg
 
 

@@ -15,7 +15,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 TOP_LEVEL_LIMIT = 12
 # generators that many layers share; any other launcher a layer uses is its own
 SHARED_LAUNCHERS = {"pointwise", "copy", "gemm", "random", "reduction", "activation", "gather",
-                    "quantize"}
+                    "quantize", "normalization"}
 PURE = ["dlprim.net.graph", "dlprim.net.netconfig", "dlprim.net.autograd", "dlprim.net.memory_plan",
         "dlprim.net.weights", "dlprim.train.config", "dlprim.train.config_check",
         "dlprim.train.config_data", "dlprim.dtypes", "dlprim.utils", "dlprim.errors", "dlprim.models",

@@ -1204,11 +1204,13 @@ def test_int8_b_with_row_scales(ctx, rng, M):
 
 
 @pytest.mark.parametrize("M", [1, 3, 8])
-def test_few_rows_normalize_a_by_rms(ctx, rng, M):
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_few_rows_normalize_a_by_rms(ctx, rng, M, kind):
     """``a_norm``: A's rows normalized by their RMS times a weight on the way (an RMSNorm
-    before the product, no launch of its own), against float64: float32, float16 and int8
-    B (the CPU kernel takes one row of a float32 B), bias, activation, alpha and beta, K
-    not a multiple of 4 or 8; refused where the few-rows kernel does not run."""
+    before the product, no launch of its own; ``a_norm_kind="layer"``: a LayerNorm, weight
+    and bias), against float64: float32, float16 and int8 B (the CPU kernel takes one row
+    of a float32 B), bias, activation, alpha and beta, K not a multiple of 4 or 8;
+    refused where the few-rows kernel does not run."""
     eps = 1e-5
     for N, K, b_type, act in ((33, 129, "float32", "relu"), (300, 1024, "float16", "identity"),
                               (7, 3, "int8", "tanh"), (40, 72, "float32", "identity")):
@@ -1216,8 +1218,8 @@ def test_few_rows_normalize_a_by_rms(ctx, rng, M):
             with pytest.raises(ValueError, match="a_norm"):
                 Gemm(ctx, M, N, K, trans_b=True, a_norm=eps)
             continue
-        a = rng.standard_normal((M, K)) * 3
-        gamma = rng.standard_normal(K)
+        a = rng.standard_normal((M, K)) * 3 + 5  # (a mean far from 0: LayerNorm's two passes)
+        gamma, beta_n = rng.standard_normal(K), rng.standard_normal(K)
         w = rng.standard_normal((N, K))
         int8 = b_type == "int8"
         scale = rng.uniform(0.01, 0.02, N)
@@ -1226,15 +1228,24 @@ def test_few_rows_normalize_a_by_rms(ctx, rng, M):
         b = stored_b * scale[:, None] if int8 else stored_b
         bias, c_old = rng.standard_normal(N), rng.standard_normal((M, N))
         g = Gemm(ctx, M, N, K, trans_b=True, bias="col", activation=act, a_norm=eps,
-                 dtypes=("float32", b_type, "float32"), b_scale=int8)
+                 a_norm_kind=kind, dtypes=("float32", b_type, "float32"), b_scale=int8)
         C = t(ctx, c_old)
         B = dp.Tensor.from_numpy(ctx, stored_b.astype(np.int8) if int8 else host(w, b_type))
+        layer = kind == "layer"
         g(t(ctx, a), B, C, bias=t(ctx, bias), alpha=0.5, beta=0.25, a_norm_weight=t(ctx, gamma),
-          b_scale=t(ctx, scale) if int8 else None)
-        normed = a / np.sqrt((a * a).mean(axis=1, keepdims=True) + eps) * gamma
+          a_norm_bias=t(ctx, beta_n) if layer else None, b_scale=t(ctx, scale) if int8 else None)
+        if layer:
+            d = a - a.mean(axis=1, keepdims=True)
+            normed = d / np.sqrt((d * d).mean(axis=1, keepdims=True) + eps) * gamma + beta_n
+        else:
+            normed = a / np.sqrt((a * a).mean(axis=1, keepdims=True) + eps) * gamma
         close(C.numpy(), reference(normed, b.T, c_old, 0.5, 0.25, bias, "col", act), K)
         with pytest.raises(ValueError, match="a_norm_weight"):
             g(t(ctx, a), B, C, bias=t(ctx, bias), b_scale=t(ctx, scale) if int8 else None)
+        if layer:
+            with pytest.raises(ValueError, match="a_norm_bias"):
+                g(t(ctx, a), B, C, bias=t(ctx, bias), a_norm_weight=t(ctx, gamma),
+                  b_scale=t(ctx, scale) if int8 else None)
     with pytest.raises(ValueError, match="a_norm"):
         Gemm(ctx, tuning.GEMV_MAX_ROWS + 1, 8, 8, trans_b=True, a_norm=eps)
     plain = Gemm(ctx, 1, 8, 8, trans_b=True)

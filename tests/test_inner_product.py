@@ -206,55 +206,6 @@ def test_residual_input_refusals(ctx):
             dp.Net(ctx, cfg, mode=mode)
 
 
-@pytest.mark.parametrize("rows", [1, 3, 9])
-@pytest.mark.parametrize("weights", ["float32", "float16", "int8", "q4"])
-@pytest.mark.parametrize("residual", [False, True])
-def test_input_rms_normalizes_the_rows_first(ctx, rng, rows, weights, residual):
-    """Option input_rms: the product of RMSNorm(x) (its weight the last parameter), in one
-    launch where the few-rows kernel runs (one row of a float32 W on CPUs, up to 8 rows
-    of typed W, any GPU's few rows), else an RMSNorm launch first; against float64."""
-    import dlprim as dp
-    from dlprim.core.gemm import Gemm
-    from dlprim.core.quantize import dequantize_q4, quantize_q4, quantize_rows
-    inputs, outputs, eps = 67, 45, 1e-5
-    cfg = dp.NetConfig()
-    cfg.add_input("x", [rows, inputs])
-    cfg.add_input("r", [rows, outputs])
-    scales = ["fc.weight_scale"] if weights in ("int8", "q4") else []
-    cfg.add("InnerProduct", name="fc", inputs=["x", "r"] if residual else ["x"],
-            outputs=["y"], params=["fc.weight", "fc.bias"] + scales + ["norm.weight"],
-            options={"outputs": outputs, "weights": weights, "input_rms": eps})
-    cfg.set_outputs(["y"])
-    net = dp.Net(ctx, cfg, mode="predict")
-    w = rng.standard_normal((outputs, inputs)).astype(np.float32)
-    gamma = rng.standard_normal(inputs).astype(np.float32)
-    given = {"fc.bias": rng.standard_normal(outputs).astype(np.float32), "norm.weight": gamma}
-    if weights == "int8":
-        q, scale = quantize_rows(w)
-        given.update({"fc.weight": q, "fc.weight_scale": scale})
-        w = q.astype(np.float64) * scale[:, None]
-    elif weights == "q4":
-        q, scale = quantize_q4(w)
-        given.update({"fc.weight": q, "fc.weight_scale": scale})
-        w = dequantize_q4(q, scale, inputs).astype(np.float64)
-    else:
-        given["fc.weight"] = w
-        w = w.astype(np.float16 if weights == "float16" else np.float64)
-    net.set_parameters(given, strict=False)
-    x = (rng.standard_normal((rows, inputs)) * 4).astype(np.float32)
-    r = rng.standard_normal((rows, outputs)).astype(np.float32)
-    y = net(x=x, r=r)["y"]
-    x64 = x.astype(np.float64)
-    normed = x64 / np.sqrt((x64 * x64).mean(axis=1, keepdims=True) + eps) * gamma
-    want = normed @ w.astype(np.float64).T + given["fc.bias"] + (r if residual else 0)
-    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
-    layer = net.layers[0]
-    fused = weights != "q4" and Gemm.normalizes_a(ctx, rows, layer._fwd.dtypes[1])
-    assert (layer._norm is None) == fused
-    kernels = [launch.name for launch in net.plan.forward]
-    assert any("norm" in k for k in kernels) != fused, kernels
-
-
 def _stored_linear(rng, outputs, inputs, weights, name):
     """(the parameters of a Linear ``name`` stored as ``weights``, its W in float64)."""
     from dlprim.core.quantize import dequantize_q4, quantize_q4, quantize_rows
@@ -270,6 +221,54 @@ def _stored_linear(rng, outputs, inputs, weights, name):
         return given, dequantize_q4(q, scale, inputs).astype(np.float64)
     given[name + ".weight"] = w
     return given, w.astype(np.float16 if weights == "float16" else np.float64).astype(np.float64)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 9])
+@pytest.mark.parametrize("weights", ["float32", "float16", "int8", "q4"])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("norm", ["input_rms", "input_ln"])
+def test_input_rms_normalizes_the_rows_first(ctx, rng, rows, weights, residual, norm):
+    """Options input_rms and input_ln: the product of RMSNorm(x) (its weight the last
+    parameter) or LayerNorm(x) (weight and bias the last two), in one launch where the
+    few-rows kernel runs (one row of a float32 W on CPUs, up to 8 rows of typed W, any
+    GPU's few rows), else a norm launch first; against float64."""
+    import dlprim as dp
+    from dlprim.core.gemm import Gemm
+    inputs, outputs, eps = 67, 45, 1e-5
+    layer_norm = norm == "input_ln"
+    cfg = dp.NetConfig()
+    cfg.add_input("x", [rows, inputs])
+    cfg.add_input("r", [rows, outputs])
+    scales = ["fc.weight_scale"] if weights in ("int8", "q4") else []
+    cfg.add("InnerProduct", name="fc", inputs=["x", "r"] if residual else ["x"],
+            outputs=["y"], params=["fc.weight", "fc.bias"] + scales + ["norm.weight"]
+            + (["norm.bias"] if layer_norm else []),
+            options={"outputs": outputs, "weights": weights, norm: eps})
+    cfg.set_outputs(["y"])
+    net = dp.Net(ctx, cfg, mode="predict")
+    given, w = _stored_linear(rng, outputs, inputs, weights, "fc")
+    gamma = rng.standard_normal(inputs).astype(np.float32)
+    shift = rng.standard_normal(inputs).astype(np.float32)
+    given["norm.weight"] = gamma
+    if layer_norm:
+        given["norm.bias"] = shift
+    net.set_parameters(given, strict=False)
+    x = (rng.standard_normal((rows, inputs)) * 4 + 3).astype(np.float32)
+    r = rng.standard_normal((rows, outputs)).astype(np.float32)
+    y = net(x=x, r=r)["y"]
+    x64 = x.astype(np.float64)
+    if layer_norm:
+        d = x64 - x64.mean(axis=1, keepdims=True)
+        normed = d / np.sqrt((d * d).mean(axis=1, keepdims=True) + eps) * gamma + shift
+    else:
+        normed = x64 / np.sqrt((x64 * x64).mean(axis=1, keepdims=True) + eps) * gamma
+    want = normed @ w.astype(np.float64).T + given["fc.bias"] + (r if residual else 0)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    layer = net.layers[0]
+    fused = weights != "q4" and Gemm.normalizes_a(ctx, rows, layer._fwd.dtypes[1])
+    assert (layer._norm is None) == fused
+    kernels = [launch.name for launch in net.plan.forward]
+    assert any("norm" in k for k in kernels) != fused, kernels
 
 
 @pytest.mark.parametrize("rows", [1, 3, 9])
@@ -320,6 +319,7 @@ def test_input_rms_refusals(ctx):
     for options, mode, match in (({"input_rms": 0.0}, "predict", "option 'input_rms'"),
                                  ({"input_rms": "1"}, "predict", "input_rms"),
                                  ({"input_rms": 1e-5}, "train", "inference"),
+                                 ({"input_rms": 1e-5, "input_ln": 1e-5}, "predict", "give one"),
                                  ({"gated": "yes"}, "predict", "option 'gated'"),
                                  ({"gated": True}, "train", "option 'gated' is for inference")):
         cfg = dp.NetConfig()

@@ -63,8 +63,8 @@ class Gemm:
 
     def __init__(self, ctx, M, N, K, trans_a=False, trans_b=False, bias=None,
                  activation="identity", batch=1, tile=None, split_k=None, batch_sum=False,
-                 precision="fp32", dtypes=None, b_scale=False, a_norm=None, glu=False,
-                 _mma=False, _copy_async=None, _wgmma=None, _subgroup_mma=None):
+                 precision="fp32", dtypes=None, b_scale=False, a_norm=None, a_norm_kind="rms",
+                 glu=False, _mma=False, _copy_async=None, _wgmma=None, _subgroup_mma=None):
         self.ctx = ctx
         self.precision = check_precision(precision, "Gemm: precision")
         self.dtypes = tuple(as_dtype(d) for d in (dtypes or (np.float32,) * 3))
@@ -96,13 +96,17 @@ class Gemm:
         self.kernel, split_k = choose(
             self, tile, split_k, dict(mma=_mma, copy_async=_copy_async, wgmma=_wgmma,
                                       subgroup_mma=_subgroup_mma))
-        # rows of A normalized by their RMS (an RMSNorm before the product, its weight given
-        # to the launches): the few-rows kernel only (``normalizes_a``)
+        # rows of A normalized (``a_norm_kind`` "rms": an RMSNorm before the product, its
+        # weight given to the launches; "layer": a LayerNorm, weight and bias) with eps
+        # ``a_norm``: the few-rows kernel only (``normalizes_a``)
         self.a_norm = None if a_norm is None else float(a_norm)
+        if a_norm_kind not in ("rms", "layer"):
+            raise ValueError("Gemm: a_norm_kind must be 'rms' or 'layer', got %r" % (a_norm_kind,))
+        self.a_norm_kind = a_norm_kind
         if self.a_norm is not None and not (self.gemv and self.a_norm > 0):
-            raise ValueError("Gemm: a_norm (A's rows normalized by their RMS, eps > 0) runs on "
-                             "the few-rows kernel only (Gemm.normalizes_a: at most %d rows, B "
-                             "transposed), got eps %r for M=%d" % (tuning.GEMV_MAX_ROWS, a_norm, M))
+            raise ValueError("Gemm: a_norm (A's rows normalized, eps > 0) runs on the few-rows "
+                             "kernel only (Gemm.normalizes_a: at most %d rows, B transposed), "
+                             "got eps %r for M=%d" % (tuning.GEMV_MAX_ROWS, a_norm, M))
         # C = act(A B^T + bias) * (A B2^T + bias2), B2 a second B (a gated MLP's two
         # projections in one launch): the few-rows kernel only
         self.glu = bool(glu)
@@ -336,7 +340,8 @@ class Gemm:
 
     def launches(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
                  stride_a=0, stride_b=0, stride_c=0, b_packed=False, workspace=None,
-                 b_scale=None, a_norm_weight=None, b2=None, bias2=None, b2_scale=None):
+                 b_scale=None, a_norm_weight=None, a_norm_bias=None, b2=None, bias2=None,
+                 b2_scale=None):
         """C = act(alpha * op(A) op(B) + bias + beta * C) over the given tensors, with leading
         dimensions and batch strides in elements (None: packed); checked before anything is built.
 
@@ -346,7 +351,8 @@ class Gemm:
         GEMM that packs (``pack_b``). ``workspace``: a float32 tensor of at least
         ``workspace_elements`` for the split-K partial sums (None: the Gemm's own).
         ``a_norm_weight``: with ``a_norm``, the float32 weight of K values the normalized
-        rows of A are multiplied by. ``b2``, ``bias2``, ``b2_scale``: with ``glu``, the
+        rows of A are multiplied by (and ``a_norm_bias``, K values added, for a_norm_kind
+        "layer"). ``b2``, ``bias2``, ``b2_scale``: with ``glu``, the
         second B (B's shape, type and layout) and its bias and int8 scales: C = act(alpha
         op(A) op(B) + bias) * (alpha op(A) op(B2) + bias2) + beta C.
         """
@@ -382,7 +388,15 @@ class Gemm:
                 raise ValueError("Gemm: a_norm needs a_norm_weight, a float32 Tensor of K = %d "
                                  "values" % self.K)
             extra["norm_weight"] = a_norm_weight
-        elif a_norm_weight is not None:
+            if self.a_norm_kind == "layer":
+                if not isinstance(a_norm_bias, Tensor) or a_norm_bias.dtype != np.float32 \
+                        or a_norm_bias.size != self.K:
+                    raise ValueError("Gemm: a LayerNorm's a_norm needs a_norm_bias, a float32 "
+                                     "Tensor of K = %d values" % self.K)
+                extra["norm_bias"] = a_norm_bias
+            elif a_norm_bias is not None:
+                raise ValueError("Gemm: a_norm_bias given to an RMS a_norm (no bias)")
+        elif a_norm_weight is not None or a_norm_bias is not None:
             raise ValueError("Gemm: a_norm_weight given to a Gemm built without a_norm")
         if self.glu:
             if b2 is None or self._check_operand("b", b2, ldb, stride_b) != (ldb, stride_b):
@@ -456,11 +470,11 @@ class Gemm:
 
     def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
                  stride_a=0, stride_b=0, stride_c=0, queue=None, b_packed=False, workspace=None,
-                 b_scale=None, a_norm_weight=None):
+                 b_scale=None, a_norm_weight=None, a_norm_bias=None):
         queue = self.ctx.queue if queue is None else queue
         for launch in self.launches(A, B, C, bias, alpha, beta, lda, ldb, ldc,
                                     stride_a, stride_b, stride_c, b_packed, workspace, b_scale,
-                                    a_norm_weight):
+                                    a_norm_weight, a_norm_bias):
             launch(queue)
         return C
 

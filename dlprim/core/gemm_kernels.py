@@ -95,7 +95,9 @@ class Gemv(GemmKernel):
                           TEAMS=teams, BIAS=g.bias or "none", ACTIVATION=g.activation,
                           SCALE=int(g.b_scale), TEAM=team, COLS=cols, SUMS=sums,
                           SHUFFLE=int(team == 32 and g.gemv_shuffle),
-                          NORM=int(g.a_norm is not None), GLU=int(g.glu),
+                          NORM=int(g.a_norm is not None and g.a_norm_kind == "rms"),
+                          LN=int(g.a_norm is not None and g.a_norm_kind == "layer"),
+                          GLU=int(g.glu),
                           **types)
         return prg, team * teams, teams * cols
 
@@ -119,9 +121,11 @@ class Gemv(GemmKernel):
         self.program(self._vec())
 
     def launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b,
-                 stride_c, b_packed, workspace, b_scale, norm_weight=None, second=None):
+                 stride_c, b_packed, workspace, b_scale, norm_weight=None, norm_bias=None,
+                 second=None):
         """One launch: wide loads where K and both operands' rows allow them; A's rows
-        normalized by their RMS times ``norm_weight`` where the Gemm has ``a_norm``; with
+        normalized by their RMS times ``norm_weight`` where the Gemm has ``a_norm`` (a
+        LayerNorm's, plus ``norm_bias``, for a_norm_kind "layer"); with
         ``glu``, ``second`` = (B2, its bias, its scales)."""
         g = self.g
         i32, u64, f32 = np.int32, np.uint64, np.float32
@@ -140,6 +144,8 @@ class Gemv(GemmKernel):
             b2, bias2, scale2 = second
             args += [b2, *(bias2.kernel_args if bias2 is not None else (C.buffer, u64(0))),
                      *(scale2.kernel_args if scale2 is not None else (C.buffer, u64(0)))]
+        if norm_bias is not None:
+            args.append(norm_bias)
         name = "gemv" if g.ctx.facts.is_gpu else "gemv_cpu"
         return [program.Launch(prg, name, (ceil_div(g.N, cols) * size, g.batch),
                                (size, 1), args, flops=g.flops)]

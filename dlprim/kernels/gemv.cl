@@ -13,7 +13,8 @@
 ## without a launch of its own: 1 / sqrt(mean(x^2) + norm_eps), the squares summed beside
 ## the product from the same loads). GLU: C = act(the product with B) times the product
 ## with B2 (a second weight of B's shape, its own scale and bias: a SwiGLU MLP's gate and
-## up projections in one launch).
+## up projections in one launch). LN: A's rows go through a LayerNorm on the way (mean
+## and 1 / std first, two passes over each row; weight norm_w, bias norm_b).
 <%
 A_T = context.get("A_T", "float")
 B_T = context.get("B_T", "float")
@@ -60,11 +61,24 @@ inline float warp_sum(float x)
 }
 % endif
 
-// C[m, n] = act(alpha sum (times B's row scale, and with NORM A's row's 1 / RMS) + beta
-// C[m, n] + bias), the epilogue
-inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
-                    __global const float *bias, __global const float *scale, float alpha,
-                    float beta, float rs)
+% if LN and not SHUFFLE and TEAM > 1:
+// the sum over a team's TEAM work items, in every one (``mine``: TEAM floats of local
+// memory of its own; every work item of the group calls it alike)
+inline float team_sum(float v, __local float *mine, int lane)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);  // (the last call's reads are done)
+    mine[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int step = TEAM / 2; step > 0; step /= 2) {
+        if (lane < step)
+            mine[lane] += mine[lane + step];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return mine[0];
+}
+% endif
+// alpha sum, times B's row scale (SCALE) and A's row's 1 / RMS (NORM)
+inline float scaled(float sum, int n, __global const float *scale, float alpha, float rs)
 {
     float v = alpha * sum;
 % if NORM:
@@ -73,6 +87,15 @@ inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
 % if SCALE:
     v *= scale[n];
 % endif
+    return v;
+}
+
+// C[m, n] = act(the scaled sum + beta C[m, n] + bias), the epilogue
+inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
+                    __global const float *bias, __global const float *scale, float alpha,
+                    float beta, float rs)
+{
+    float v = scaled(sum, n, scale, alpha, rs);
     __global ${C_T} *c = C + (ulong)m * ldc + n;
     if (beta != 0.0f)
         v += beta * LD_${C_T}(c, 0);
@@ -89,13 +112,7 @@ inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
 inline float glu_part(float sum, int m, int n, __global const float *bias,
                       __global const float *scale, float alpha, float rs)
 {
-    float v = alpha * sum;
-% if NORM:
-    v *= rs;
-% endif
-% if SCALE:
-    v *= scale[n];
-% endif
+    float v = scaled(sum, n, scale, alpha, rs);
 % if BIAS == "row":
     v += bias[m];
 % elif BIAS == "col":
@@ -126,6 +143,11 @@ inline void store_glu(float sum, float sum2, int m, int n, __global ${C_T} *C, i
     bias + bias_offset, scale + scale_offset, alpha, beta, rs)
 #define GLU_ARGS
 % endif
+% if LN:
+#define LN_ARGS , __global const float *norm_b, ulong norm_b_offset
+% else:
+#define LN_ARGS
+% endif
 % if NORM:
 // 1 / RMS of a row of K values whose squares sum to ss: 1 / sqrt(mean(x^2) + eps)
 #define ROW_RS(ss) rsqrt((ss) / (float)K + norm_eps)
@@ -149,13 +171,44 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
           __global ${C_T} *C, ulong c_offset, int ldc, ulong stride_c,
           __global const float *bias, ulong bias_offset, __global const float *scale,
           ulong scale_offset, float alpha, float beta, __global const float *norm_w,
-          ulong norm_w_offset, float norm_eps GLU_ARGS)
+          ulong norm_w_offset, float norm_eps GLU_ARGS LN_ARGS)
 {
 % if not SHUFFLE:
     __local float sums[TEAMS * TEAM * ${ROWS * NS}];
 % endif
     const int lane = get_local_id(0) % TEAM, team = get_local_id(0) / TEAM;
     const ulong batch = get_group_id(1);
+% if LN:
+    // LN: A's rows' mean and 1 / std first, two passes over each row (LayerNorm's own
+    // statistics), shared by the team's columns; the loop then takes (x - mean) / std *
+    // norm_w + norm_b on the way
+% if SHUFFLE:
+#define TEAM_SUM(v) warp_sum(v)
+% else:
+#define TEAM_SUM(v) team_sum(v, sums + team * TEAM, lane)
+% endif
+    float mean[${ROWS}], rstd[${ROWS}];
+    {
+        __global const ${A_T} *a0 = A + a_offset + batch * stride_a;
+        for (int m = 0; m < ${ROWS}; m++) {
+            float v = 0.0f;
+            for (int k = lane; m < M && k < K; k += TEAM)
+                v += (float)LD_${A_T}(a0, (ulong)m * lda + k);
+            mean[m] = TEAM_SUM(v) / (float)K;
+        }
+        for (int m = 0; m < ${ROWS}; m++) {
+            float v = 0.0f;
+            for (int k = lane; m < M && k < K; k += TEAM) {
+                float d = (float)LD_${A_T}(a0, (ulong)m * lda + k) - mean[m];
+                v = fma(d, d, v);
+            }
+            rstd[m] = rsqrt(TEAM_SUM(v) / (float)K + norm_eps);
+        }
+    }
+% if not SHUFFLE:
+    barrier(CLK_LOCAL_MEM_FENCE);  // (every team has read its sums before they are reused)
+% endif
+% endif
     for (int j = 0; j < ${COLS}; j++) {  // (COLS columns a team, one after the other)
     const int n = (get_group_id(0) * TEAMS + team) * ${COLS} + j;
     const int col = min(n, N - 1);  // (teams past N compute a copy, store nothing)
@@ -170,6 +223,8 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
     // summed beside the product (the row is read anyway)
     __global const float *g = norm_w + norm_w_offset;
     ${VT} sq[${ROWS}];
+% elif LN:
+    __global const float *g = norm_w + norm_w_offset, *gb = norm_b + norm_b_offset;
 % endif
     ${VT} part[${ROWS}];  // (lanes of sums, added at the end: no horizontal add a step)
     for (int m = 0; m < ${ROWS}; m++) {
@@ -186,8 +241,11 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
 % if GLU:
         ${VT} w2 = ${LOAD % (B_T, "b2", "k")};
 % endif
-% if NORM:
+% if NORM or LN:
         ${VT} gk = ${LOADG % ("g", "k")};
+% endif
+% if LN:
+        ${VT} bk = ${LOADG % ("gb", "k")};
 % endif
         for (int m = 0; m < ${ROWS}; m++)
             if (m < M) {
@@ -195,6 +253,8 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
 % if NORM:
                 sq[m] = fma(x, x, sq[m]);
                 x *= gk;
+% elif LN:
+                x = fma((x - mean[m]) * rstd[m], gk, bk);
 % endif
                 part[m] = fma(x, w, part[m]);
 % if GLU:
@@ -298,7 +358,7 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
                        ulong stride_c, __global const float *bias, ulong bias_offset,
                        __global const float *scale, ulong scale_offset, float alpha,
                        float beta, __global const float *norm_w, ulong norm_w_offset,
-                       float norm_eps GLU_ARGS)
+                       float norm_eps GLU_ARGS LN_ARGS)
 {
     const int n0 = get_global_id(0) * ${COLS};
     const ulong batch = get_global_id(1);
@@ -306,6 +366,9 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
 % if NORM:
     // A's rows normalized on the way (see gemv): their squares summed beside the product
     __global const float *g = norm_w + norm_w_offset;
+% elif LN:
+    // (LN: each row's mean and 1 / std first, see gemv)
+    __global const float *g = norm_w + norm_w_offset, *gb = norm_b + norm_b_offset;
 % endif
 ## rows of B a work item streams: COLS, then (GLU) the same rows of B2
 <% NST = COLS * (1 + GLU) %>
@@ -330,6 +393,31 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
 % if NORM:
         float8 sq8 = (float8)(0.0f);
         float sq1 = 0.0f;
+% elif LN:
+        float mu, rsd;
+        {
+            float8 s8 = (float8)(0.0f);
+            float s1 = 0.0f;
+            int kk = 0;
+            for (; kk + 8 <= K; kk += 8)
+                s8 += load8_${A_T}(a_row, kk);
+            for (; kk < K; kk++)
+                s1 += (float)LD_${A_T}(a_row, kk);
+            float4 h = s8.lo + s8.hi;
+            mu = ((h.x + h.y) + (h.z + h.w) + s1) / (float)K;
+            s8 = (float8)(0.0f);
+            s1 = 0.0f;
+            for (kk = 0; kk + 8 <= K; kk += 8) {
+                float8 d = load8_${A_T}(a_row, kk) - mu;
+                s8 = fma(d, d, s8);
+            }
+            for (; kk < K; kk++) {
+                float d = (float)LD_${A_T}(a_row, kk) - mu;
+                s1 = fma(d, d, s1);
+            }
+            h = s8.lo + s8.hi;
+            rsd = rsqrt(((h.x + h.y) + (h.z + h.w) + s1) / (float)K + norm_eps);
+        }
 % endif
         for (; k + ${8 * SUMS} <= K; k += ${8 * SUMS}) {
     % for u in range(SUMS):
@@ -337,6 +425,8 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
 % if NORM:
             sq8 = fma(x${u}, x${u}, sq8);
             x${u} *= vload8(0, g + k + ${8 * u});
+% elif LN:
+            x${u} = fma((x${u} - mu) * rsd, vload8(0, g + k + ${8 * u}), vload8(0, gb + k + ${8 * u}));
 % endif
         % for j in range(NST):
             part[${u}][${j}] = fma(x${u}, load8_${B_T}(b_row[${j}], k + ${8 * u}), part[${u}][${j}]);
@@ -351,6 +441,8 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
 % if NORM:
             sq8 = fma(x, x, sq8);
             x *= vload8(0, g + k);
+% elif LN:
+            x = fma((x - mu) * rsd, vload8(0, g + k), vload8(0, gb + k));
 % endif
     % for j in range(NST):
             acc[${j}] = fma(x, load8_${B_T}(b_row[${j}], k), acc[${j}]);
@@ -361,6 +453,8 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
 % if NORM:
             sq1 = fma(x, x, sq1);
             x *= g[k];
+% elif LN:
+            x = fma((x - mu) * rsd, g[k], gb[k]);
 % endif
     % for j in range(NST):
             tail[${j}] = fma(x, (float)LD_${B_T}(b_row[${j}], k), tail[${j}]);

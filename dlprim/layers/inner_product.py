@@ -15,7 +15,8 @@ first), the GEMM accumulating onto it (beta 1): a transformer's residual add wit
 launch of its own. Option ``input_rms`` (an eps; inference only) normalizes x's rows
 first, as an RMSNorm with a weight of ``inputs`` values (the last parameter) does: x / sqrt(mean(x^2)
 + eps) * weight, multiplied on the way by the few-rows kernel (a decoder's step: no launch
-of its own), else by an RMSNorm into the workspace before the product. Option ``gated``
+of its own), else by an RMSNorm into the workspace before the product; ``input_ln`` (an
+eps) likewise with a LayerNorm, its weight and bias the last two parameters. Option ``gated``
 (inference only) takes a second Linear of the same shape and storage (its weight, bias
 and scales after the first's): y = act(x W^T + b) * (x W2^T + b2), a gated MLP's gate and
 up projections (SwiGLU with activation silu); the few-rows kernel streams both in one
@@ -46,7 +47,7 @@ class InnerProduct(Layer):
     """y[n, o] = act(b[o] + sum_i W[o, i] x[n, i])."""
     OPTIONS = {"outputs": None, "inputs": -1, "bias": True, "activation": "identity",
                "weights": "float32", "weight_layout": "outputs_inputs", "input_rms": None,
-               "gated": False}
+               "input_ln": None, "gated": False}
     LAYOUTS = ("outputs_inputs", "inputs_outputs")
     WEIGHTS = {"float32": np.float32, "float16": np.float16, "bfloat16": bfloat16,
                "int8": np.int8, "q4": np.uint8}
@@ -84,12 +85,18 @@ class InnerProduct(Layer):
         if self.inputs_first and o["weights"] != "float32":
             self.fail("option 'weight_layout' inputs_outputs takes float32 weights, got "
                       "weights %r" % o["weights"])
-        eps = o["input_rms"]
-        if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))
-                                or not eps > 0):
-            self.fail("option 'input_rms' (the RMSNorm's eps before the product) must be a "
-                      "positive number or null, got %r" % (eps,))
-        self.input_rms = None if eps is None else float(eps)
+        # the norm of x before the product: (kind, eps), kind "rms" or "layer"; None
+        self.input_norm = None
+        for option, kind in (("input_rms", "rms"), ("input_ln", "layer")):
+            eps = o[option]
+            if eps is None:
+                continue
+            if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+                self.fail("option %r (the norm's eps before the product) must be a positive "
+                          "number or null, got %r" % (option, eps))
+            if self.input_norm is not None:
+                self.fail("options 'input_rms' and 'input_ln' name two norms of x: give one")
+            self.input_norm = (kind, float(eps))
         if o["gated"] not in (True, False, 0, 1):
             self.fail("option 'gated' must be true or false, got %r" % (o["gated"],))
         self.gated = bool(o["gated"])
@@ -114,9 +121,9 @@ class InnerProduct(Layer):
                       "only: its gradient needs the input, which the layer does not keep; "
                       "train with a separate Activation" % self.activation)
         self.residual = self._residual(in_specs)
-        if self.input_rms is not None and self.mode == "train":
-            self.fail("option 'input_rms' is for inference (predict mode): its gradient is not "
-                      "built; train with an RMSNorm before the product")
+        if self.input_norm is not None and self.mode == "train":
+            self.fail("options 'input_rms' and 'input_ln' are for inference (predict mode): "
+                      "their gradient is not built; train with a norm before the product")
         if self.gated and (self.mode == "train" or self.residual or self.inputs_first):
             self.fail("option 'gated' is for inference (predict mode), without a residual "
                       "input, over weights stored [outputs, inputs]")
@@ -138,17 +145,19 @@ class InnerProduct(Layer):
         # the RMSNorm (and a gated pair) in the few-rows kernel's one launch, else apart
         few_rows = self.q4_gemv is None and not self.inputs_first and \
             Gemm.normalizes_a(self.ctx, n, w_dt)
-        fused = self.input_rms is not None and few_rows
+        fused = self.input_norm is not None and few_rows
         self.one_gated = self.gated and few_rows
         self._norm = None
-        if self.input_rms is not None and not fused:
-            self._norm = GroupNormOps(self.ctx, (n, 1, inputs, 1), self.input_rms, True,
-                                      bias=False, rms=True, dtype=dt)
+        if self.input_norm is not None and not fused:
+            kind, eps = self.input_norm
+            self._norm = GroupNormOps(self.ctx, (n, 1, inputs, 1), eps, True,
+                                      bias=kind == "layer", rms=kind == "rms", dtype=dt)
         if self.q4_gemv is None:
             kind = dict(trans_b=not self.inputs_first, bias="col" if self.bias else None,
                         precision=self.precision, dtypes=(dt, w_dt, dt),
                         b_scale=self.int8 and not self.widen,
-                        a_norm=self.input_rms if fused else None)
+                        a_norm=self.input_norm[1] if fused else None,
+                        a_norm_kind=self.input_norm[0] if fused else "rms")
             self._fwd = Gemm(self.ctx, n, outputs, inputs, activation=self.activation,
                              glu=self.one_gated, **kind)
             if self.gated and not self.one_gated:
@@ -190,7 +199,7 @@ class InnerProduct(Layer):
             ws = self.gate_at + dt.itemsize * n * outputs
         scales = [ParamSpec((outputs,), trainable=False)] if self.int8 else \
             [ParamSpec((outputs, -(-inputs // Q4_GROUP)), trainable=False)] if self.q4 else []
-        norm = [ParamSpec((inputs,))] if self.input_rms is not None else []
+        norm = [ParamSpec((inputs,))] * self._norm_params()
         linear = [ParamSpec(stored, self.weight_dtype, trainable=not typed)] + \
             ([ParamSpec((outputs,))] if self.bias else []) + scales
         params = linear * (1 + self.gated) + norm
@@ -200,13 +209,15 @@ class InnerProduct(Layer):
         return Setup([TensorSpec((n, outputs), dt)], params, ws, flags=flags)
 
     def config(self):
-        """The options; ``weight_layout`` and ``input_rms`` only where they are not the
-        default, so a net written before them, or for DLPrimitives, reads the same."""
+        """The options; ``weight_layout``, ``input_rms``, ``input_ln`` and ``gated`` only
+        where they are not the default, so a net written before them, or for DLPrimitives,
+        reads the same."""
         cfg = super().config()
         if cfg.get("weight_layout") == "outputs_inputs":
             del cfg["weight_layout"]
-        if cfg.get("input_rms", 0) is None:
-            del cfg["input_rms"]
+        for option in ("input_rms", "input_ln"):
+            if cfg.get(option, 0) is None:
+                del cfg[option]
         if cfg.get("gated") is False:
             del cfg["gated"]
         return cfg
@@ -238,8 +249,9 @@ class InnerProduct(Layer):
         if self.bias:
             values.insert(1, rng.uniform(-bound, bound, self.outputs).astype(np.float32))
         values = values * (1 + self.gated)  # (a gated pair starts as two equal Linears)
-        if self.input_rms is not None:  # (the norm's weight starts at one, as RMSNorm's)
-            values.append(np.ones(self.inputs, np.float32))
+        # (the norm's weight starts at one and its bias at zero, as the norm layers')
+        values += [np.ones(self.inputs, np.float32), np.zeros(self.inputs, np.float32)][
+            :self._norm_params()]
         for p, v in zip(params, values):
             p.to_device(to_bfloat16(v) if p.dtype == bfloat16 else v.astype(p.dtype))
 
@@ -257,34 +269,43 @@ class InnerProduct(Layer):
             beta = 1.0
             if not same_memory(x[1], y[0]):
                 out = [BufferCopy(x[1], y[0])]
-        norm_weight = params[-1] if self.input_rms is not None else None
+        norms = self._norm_params()
+        norm_weight, norm_bias = (list(params[len(params) - norms:]) + [None, None])[:2] \
+            if norms else (None, None)
         inp = x[0]
         if self._norm is not None:  # the RMSNorm before the product, into the workspace
             n, k = self.n, self.inputs
             at = self.norm_at + round_up(self.dtype.itemsize * n * k, 16)
             inp = ws_view(ws, self.norm_at, n * k, self.dtype).reshape(n, k)
             out += self._norm.forward_launches(x[0].reshape(n, k), inp, ws_view(ws, at, n),
-                                               ws_view(ws, at + 4 * n, n), norm_weight, None)
-            norm_weight = None
+                                               ws_view(ws, at + 4 * n, n), norm_weight,
+                                               norm_bias)
+            norm_weight = norm_bias = None
         inp = inp.reshape(self.n, self.inputs)
         if not self.gated:
             return out + self._product(inp, self._linear(params), y[0], beta, ws,
-                                       self._fwd, self.q4_gemv, norm_weight)
+                                       self._fwd, self.q4_gemv, (norm_weight, norm_bias))
         weight, bias, scale = self._linear(params)
         w2, bias2, scale2 = self._linear(params, second=True)
         if self.one_gated:
             return out + self._fwd.launches(inp, weight, y[0], bias=bias, b_scale=scale,
-                                            a_norm_weight=norm_weight, b2=w2, bias2=bias2,
+                                            a_norm_weight=norm_weight, a_norm_bias=norm_bias,
+                                            b2=w2, bias2=bias2,
                                             b2_scale=scale2)
         gate = ws_view(ws, self.gate_at, self.n * self.outputs, self.dtype).reshape(
             self.n, self.outputs)
         out += self._product(inp, (weight, bias, scale), gate, 0.0, ws, self._fwd,
-                             self.q4_gemv, norm_weight)
+                             self.q4_gemv, (norm_weight, norm_bias))
         out += self._product(inp, (w2, bias2, scale2), y[0], 0.0, ws, self._fwd_up,
-                             self.q4_up, norm_weight)
+                             self.q4_up, (norm_weight, norm_bias))
         return out + self._mul.launches([gate, y[0]], [y[0]])
 
-    def _product(self, inp, linear, y, beta, ws, gemm, q4_gemv, norm_weight):
+    def _norm_params(self):
+        """Parameters of the norm before the product: 0, 1 (RMSNorm's weight) or 2
+        (LayerNorm's weight and bias)."""
+        return 0 if self.input_norm is None else 1 if self.input_norm[0] == "rms" else 2
+
+    def _product(self, inp, linear, y, beta, ws, gemm, q4_gemv, norm):
         """The launches of y = act(inp W^T + b) (+ beta y) for one Linear (weight, bias,
         scales) on ``gemm`` (or the 4-bit ``q4_gemv``); int8 and 4-bit weights widened
         into the workspace first where the product does not read them."""
@@ -300,7 +321,7 @@ class InnerProduct(Layer):
         return out + gemm.launches(inp, weight, y, bias=bias, beta=beta,
                                    workspace=gemm.workspace_in(ws, self.act_bytes),
                                    b_scale=scale if self.int8 and not self.widen else None,
-                                   a_norm_weight=norm_weight)
+                                   a_norm_weight=norm[0], a_norm_bias=norm[1])
 
     def _backward_ops(self):
         if self._bwd is None:

@@ -9,7 +9,7 @@ Phi-3 keeps them; ``weights`` joins HF's three; with biases for Qwen2), the rota
 position embedding applied by the cache as it splits the heads, grouped-query attention
 over the cache (each key/value head serves H / KVH query heads), the output projection
 added onto the residual; RMSNorm, the SwiGLU MLP (``down(silu(gate(x)) * up(x))``, the
-gate and up projections one gated InnerProduct) added onto it. Then RMSNorm and the head.
+gate and up projections one gated InnerProduct) added onto it. Then RMSNorm and the head (the norm taken by the head too).
 
 The rotary tables are constants of the Net (``rope.cos`` and ``rope.sin``, one row per
 position; the sine's first half negated, so that rotating x is ``x cos + swap(x) sin``
@@ -144,10 +144,6 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         return row_linear(cfg, name, x, inputs, outputs, bias, weights, residual,  # over rows
                           rms_norm=None if norm is None else (norm, eps), **kw)
 
-    def norm(name, x):
-        return cfg.add("RMSNorm", name=name, inputs=[x], params=[name + ".weight"],
-                       options={"eps": eps})
-
     mask = None
     for i in range(config["num_hidden_layers"]):
         p = "model.layers.%d." % i
@@ -189,8 +185,8 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         m = linear(p + "mlp.gate_proj", x, hidden, inner, norm=p + "post_attention_layernorm",
                    activation="silu", pair=p + "mlp.up_proj")
         x = linear(p + "mlp.down_proj", m, inner, hidden, residual=x)
-    decoder_logits(cfg, norm("model.norm", x), hidden, vocab,
-                   linear_params("lm_head", False, weights), weights=weights)
+    decoder_logits(cfg, x, hidden, vocab, linear_params("lm_head", False, weights),
+                   weights=weights, rms_norm=("model.norm", eps))
     cos, sin = rope_tables(config, context)
     return cfg, {"rope.cos": cos, "rope.sin": sin}
 

@@ -68,10 +68,11 @@ def conv(e, op, layer, ins, outs, params):
 def inner_product(e, op, layer, ins, outs, params):
     # (a decoder's forms: the product over RMS-normalized rows, onto a residual, or of
     # weights stored for inference; none has an exact single-Gemm spelling)
-    if layer.input_rms is not None or len(ins) > 1 or layer.int8 or layer.q4:
+    if layer.input_norm is not None or layer.gated or len(ins) > 1 or layer.int8 or layer.q4:
         raise ValueError("%s: an InnerProduct with %s has no ONNX export" % (
-            op.name, "input_rms" if layer.input_rms is not None else "a residual input"
-            if len(ins) > 1 else "%s weights" % layer.options["weights"]))
+            op.name, "a norm of its input" if layer.input_norm is not None else "gated"
+            if layer.gated else "a residual input" if len(ins) > 1
+            else "%s weights" % layer.options["weights"]))
     x = ins[0]
     if len(e.shape(op.in_values[0])) != 2:
         x = e.node("Flatten", [x], name=op.name + "/flatten", axis=1)
