@@ -1314,17 +1314,19 @@ def test_few_rows_decode_16bit_weights_exactly(ctx, dtype):
 @pytest.mark.parametrize("M", [1, 3])
 def test_few_rows_gated_pair_in_one_launch(ctx, rng, M):
     """``glu``: C = act(A B^T + bias) * (A B2^T + bias2) + beta C in one launch (a SwiGLU
-    MLP's gate and up projections), with a_norm too, over float32, float16 and int8 B;
+    MLP's gate and up projections), with a_norm too (GPUs), over float32, float16 and int8 B;
     against float64; refused off the few-rows kernel and without B2."""
     eps = 1e-6
     for N, K, b_type, act, norm in ((33, 129, "float32", "silu", False),
                                     (300, 1024, "float16", "silu", True),
                                     (7, 3, "int8", "gelu", True), (40, 72, "float32", "relu", True)):
-        if not Gemm.normalizes_a(ctx, M, b_type):
+        int8 = b_type == "int8"
+        if not Gemm(ctx, M, N, K, trans_b=True, dtypes=("float32", b_type, "float32"),
+                    b_scale=int8).gemv:
             with pytest.raises(ValueError, match="glu"):
                 Gemm(ctx, M, N, K, trans_b=True, glu=True)
             continue
-        int8 = b_type == "int8"
+        norm = norm and Gemm.normalizes_a(ctx, M, b_type)  # (GPUs only)
         a = rng.standard_normal((M, K))
         gamma = rng.standard_normal(K)
         ws, stored_bs, scales = [], [], []

@@ -103,10 +103,10 @@ class Gemm:
         if a_norm_kind not in ("rms", "layer"):
             raise ValueError("Gemm: a_norm_kind must be 'rms' or 'layer', got %r" % (a_norm_kind,))
         self.a_norm_kind = a_norm_kind
-        if self.a_norm is not None and not (self.gemv and self.a_norm > 0):
+        if self.a_norm is not None and not (self.gemv and self.a_norm > 0 and ctx.facts.is_gpu):
             raise ValueError("Gemm: a_norm (A's rows normalized, eps > 0) runs on the few-rows "
-                             "kernel only (Gemm.normalizes_a: at most %d rows, B transposed), "
-                             "got eps %r for M=%d" % (tuning.GEMV_MAX_ROWS, a_norm, M))
+                             "kernel on GPUs only (Gemm.normalizes_a: at most %d rows, B "
+                             "transposed), got eps %r for M=%d" % (tuning.GEMV_MAX_ROWS, a_norm, M))
         # C = act(A B^T + bias) * (A B2^T + bias2), B2 a second B (a gated MLP's two
         # projections in one launch): the few-rows kernel only
         self.glu = bool(glu)
@@ -143,11 +143,19 @@ class Gemm:
         return tuning.gemv_rows(ctx.facts, M, typed_b=True)
 
     @staticmethod
-    def normalizes_a(ctx, M, b_dtype=np.float32):
-        """Whether a Gemm of M rows with B transposed (stored as ``b_dtype``) takes
-        ``a_norm``: the few-rows kernel."""
+    def streams_b(ctx, M, b_dtype=np.float32):
+        """Whether a Gemm of M rows with B transposed (stored as ``b_dtype``) runs the
+        few-rows kernel, which takes ``glu``."""
         return tuning.gemv_rows(ctx.facts, M, as_dtype(b_dtype) in (np.int8, bfloat16,
                                                                    np.float16))
+
+    @staticmethod
+    def normalizes_a(ctx, M, b_dtype=np.float32):
+        """Whether such a Gemm takes ``a_norm``: the few-rows kernel on GPUs. (On CPUs a
+        work-item takes one column, and normalizing the row again for each made GPT-2's
+        decoding 2x slower on the 2-core EPYC: 11.3-12.0 -> 25.2-25.7 ms a token in
+        float16; a norm launch first is the faster there.)"""
+        return ctx.facts.is_gpu and Gemm.streams_b(ctx, M, b_dtype)
 
     @staticmethod
     def batch_summable(ctx, M, trans_b):

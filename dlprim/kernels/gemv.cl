@@ -8,7 +8,8 @@
 ## one launch, no split-K pass. ROWS: M rounded up (at most 8); VEC: 4 where every row
 ## starts 16-byte aligned (float4 loads), 8 (two a step) for float32 operands on GPUs,
 ## else 1; SHUFFLE: a team's sums added by warp shuffles (NVIDIA's PTX). A_T, B_T, C_T: the storages (B_T char:
-## int8 weights, each row of B times its scale: SCALE). NORM: A's rows are normalized
+## int8 weights, each row of B times its scale: SCALE). GPUs only (a CPU work item
+## takes one column, and normalizing the row again for each cost 2x): NORM: A's rows are normalized
 ## by their RMS on the way, times the float32 vector norm_w (an RMSNorm before the product
 ## without a launch of its own: 1 / sqrt(mean(x^2) + norm_eps), the squares summed beside
 ## the product from the same loads). GLU: C = act(the product with B) times the product
@@ -363,13 +364,6 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
     const int n0 = get_global_id(0) * ${COLS};
     const ulong batch = get_global_id(1);
     __global const ${A_T} *a = A + a_offset + batch * stride_a;
-% if NORM:
-    // A's rows normalized on the way (see gemv): their squares summed beside the product
-    __global const float *g = norm_w + norm_w_offset;
-% elif LN:
-    // (LN: each row's mean and 1 / std first, see gemv)
-    __global const float *g = norm_w + norm_w_offset, *gb = norm_b + norm_b_offset;
-% endif
 ## rows of B a work item streams: COLS, then (GLU) the same rows of B2
 <% NST = COLS * (1 + GLU) %>
     for (int m = 0; m < M; m++) {
@@ -390,44 +384,9 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         part[${u}][${j}] = (float8)(0.0f);
         % endfor
     % endfor
-% if NORM:
-        float8 sq8 = (float8)(0.0f);
-        float sq1 = 0.0f;
-% elif LN:
-        float mu, rsd;
-        {
-            float8 s8 = (float8)(0.0f);
-            float s1 = 0.0f;
-            int kk = 0;
-            for (; kk + 8 <= K; kk += 8)
-                s8 += load8_${A_T}(a_row, kk);
-            for (; kk < K; kk++)
-                s1 += (float)LD_${A_T}(a_row, kk);
-            float4 h = s8.lo + s8.hi;
-            mu = ((h.x + h.y) + (h.z + h.w) + s1) / (float)K;
-            s8 = (float8)(0.0f);
-            s1 = 0.0f;
-            for (kk = 0; kk + 8 <= K; kk += 8) {
-                float8 d = load8_${A_T}(a_row, kk) - mu;
-                s8 = fma(d, d, s8);
-            }
-            for (; kk < K; kk++) {
-                float d = (float)LD_${A_T}(a_row, kk) - mu;
-                s1 = fma(d, d, s1);
-            }
-            h = s8.lo + s8.hi;
-            rsd = rsqrt(((h.x + h.y) + (h.z + h.w) + s1) / (float)K + norm_eps);
-        }
-% endif
         for (; k + ${8 * SUMS} <= K; k += ${8 * SUMS}) {
     % for u in range(SUMS):
             float8 x${u} = load8_${A_T}(a_row, k + ${8 * u});
-% if NORM:
-            sq8 = fma(x${u}, x${u}, sq8);
-            x${u} *= vload8(0, g + k + ${8 * u});
-% elif LN:
-            x${u} = fma((x${u} - mu) * rsd, vload8(0, g + k + ${8 * u}), vload8(0, gb + k + ${8 * u}));
-% endif
         % for j in range(NST):
             part[${u}][${j}] = fma(x${u}, load8_${B_T}(b_row[${j}], k + ${8 * u}), part[${u}][${j}]);
         % endfor
@@ -438,34 +397,17 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
     % endfor
         for (; k + 8 <= K; k += 8) {
             float8 x = load8_${A_T}(a_row, k);
-% if NORM:
-            sq8 = fma(x, x, sq8);
-            x *= vload8(0, g + k);
-% elif LN:
-            x = fma((x - mu) * rsd, vload8(0, g + k), vload8(0, gb + k));
-% endif
     % for j in range(NST):
             acc[${j}] = fma(x, load8_${B_T}(b_row[${j}], k), acc[${j}]);
     % endfor
         }
         for (; k < K; k++) {
             float x = (float)LD_${A_T}(a_row, k);
-% if NORM:
-            sq1 = fma(x, x, sq1);
-            x *= g[k];
-% elif LN:
-            x = fma((x - mu) * rsd, g[k], gb[k]);
-% endif
     % for j in range(NST):
             tail[${j}] = fma(x, (float)LD_${B_T}(b_row[${j}], k), tail[${j}]);
     % endfor
         }
-% if NORM:
-        float4 sqh = sq8.lo + sq8.hi;
-        const float rs = ROW_RS((sqh.x + sqh.y) + (sqh.z + sqh.w) + sq1);
-% else:
         const float rs = 1.0f;
-% endif
     % for j in range(NST):
         float8 s${j} = acc[${j}];
         float4 h${j} = s${j}.lo + s${j}.hi;

@@ -142,10 +142,11 @@ class InnerProduct(Layer):
             (self.q4 and self.q4_gemv is None)
         self._fwd = self._fwd_up = self._mul = None
         w_dt = np.float32 if self.widen else self.weight_dtype
-        # the RMSNorm (and a gated pair) in the few-rows kernel's one launch, else apart
+        # a gated pair in the few-rows kernel's one launch, and on GPUs the norm too; else
+        # apart
         few_rows = self.q4_gemv is None and not self.inputs_first and \
-            Gemm.normalizes_a(self.ctx, n, w_dt)
-        fused = self.input_norm is not None and few_rows
+            Gemm.streams_b(self.ctx, n, w_dt)
+        fused = self.input_norm is not None and few_rows and Gemm.normalizes_a(self.ctx, n, w_dt)
         self.one_gated = self.gated and few_rows
         self._norm = None
         if self.input_norm is not None and not fused:
