@@ -258,3 +258,25 @@ def test_an_imported_constant_exports_as_its_initializer(ctx, tmp_path):
     dox.save(net, path)   # checked by onnx's checker on the way
     again = dox.load(path, ctx)
     np.testing.assert_allclose(again(x=x)["y"], 1 / (1 + np.exp(-x)) + 1.25, rtol=1e-6)
+
+
+@pytest.mark.parametrize("options,inputs,match", [
+    ({"input_rms": 1e-5}, 1, "a norm of its input"),
+    ({"input_ln": 1e-5}, 1, "a norm of its input"),
+    ({"gated": True, "activation": "silu"}, 1, "gated"),
+    ({}, 2, "a residual input"),
+    ({"weights": "int8"}, 1, "int8 weights")])
+def test_decoder_forms_of_inner_product_are_refused_by_name(ctx, tmp_path, options, inputs,
+                                                          match):
+    """The InnerProduct forms a decoder's step takes (a norm of the input, a gated pair, a
+    residual input, int8 weights) have no exact one-Gemm spelling: refused, never written
+    without them."""
+    cfg = dp.NetConfig()
+    cfg.add_input("x", [2, 6])
+    cfg.add_input("r", [2, 4])
+    cfg.add("InnerProduct", name="fc", inputs=["x", "r"][:inputs], outputs=["y"],
+            options=dict({"outputs": 4}, **options))
+    cfg.set_outputs(["y"])
+    net = dp.Net(ctx, cfg, mode="predict")
+    with pytest.raises(ValueError, match="fc: an InnerProduct with " + match):
+        dp.onnx.save(net, str(tmp_path / "m.onnx"))
