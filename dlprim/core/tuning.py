@@ -135,9 +135,11 @@ def gemv_shuffle(facts, ptx_runs):
 # time), bfloat16 16.7 / 18.8 against 20.8 / 20.3, q4 15.7 / 14.4 against 16.2 / 16.2;
 # int8 12.4 / 15.2 against 11.8 / 11.9 with one sum a column, then 8.4 / 10.3 against
 # 15.9 / 17.5 with four (below). PoCL: float16 92.3 against 74.2, bfloat16 40.2
-# against 38.8
+# against 38.8 at 1 and 2; then, with four sums (`--device 1:0`, one call each),
+# float32 / float16 at 2 columns 48.7 / 77.2 and 44.4 / 80.6, at 4 34.5 / 70.3, at 8
+# 30.5 / 60.2 and 30.0 / 60.4, at 16 49.5 / 63.5, at 32 40.3 / 63.7: 8
 GEMV_CPU_COLS = 1
-GEMV_CPU_COLS_POCL = 2
+GEMV_CPU_COLS_POCL = 8
 
 
 def gemv_cpu_cols(facts):
