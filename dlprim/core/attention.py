@@ -373,7 +373,8 @@ class AttentionOps:
                              "and (B, L, S) scores of at most %d bytes" % GEMM_SCORES_MAX_BYTES)
         if kernels is None and ctx.facts.is_cpu and gemm_takes:
             kernels = "gemm"
-        self.workspace_bytes, self._scratch = 0, None
+        # (the split forward's partials; the gemm family's scores take the max of both)
+        self.workspace_bytes, self._scratch = self._split_bytes(), None
         blocks, blocks_given = tile_blocks(ctx.facts, self.d, self.dv), blocks
         if kernels == "tiles" and blocks is None:
             raise ValueError("attention: the tiled kernels need widths that are multiples of "
@@ -383,11 +384,8 @@ class AttentionOps:
         self.kernels = kernels
         if kernels == "gemm":
             self._gemm_setup(flags)
-            self.workspace_bytes = max(self.workspace_bytes, self._split_bytes())
             return
-        self.workspace_bytes = self._split_bytes()
-        # the blocks' softmax (mma, tiles) on the device's native exp2 where it is accurate
-        blocks_flags = dict(flags, FAST_EXP=not ctx.facts.is_cpu and native_exp2_is_accurate(ctx))
+        blocks_flags = self._fast_exp(flags)
         if kernels == "mma":
             self.blocks = dict(mma_blocks(self.d, self.dv),
                                **_checked_mma_blocks(ctx.facts, self.d, self.dv, blocks_given))
@@ -422,19 +420,24 @@ class AttentionOps:
         without dropout."""
         ctx = self.ctx
         plan = split_plan(ctx.facts, self.batch, self.lq, self.lk, self.d, self.dv)
-        if kernels == "split" and (plan is None or self.dropout):
-            raise ValueError("attention: the split forward takes 1 to %d query rows, widths "
-                             "that are multiples of 4 and no dropout, got L=%d D=%d DV=%d "
-                             "dropout=%g" % (SPLIT_MAX_ROWS, self.lq, self.d, self.dv,
-                                             self.dropout))
-        if plan is None or self.dropout or (kernels is None and ctx.facts.is_cpu) or \
-                kernels not in (None, "split"):
+        if kernels == "split":
+            if plan is None or self.dropout:
+                raise ValueError("attention: the split forward takes 1 to %d query rows, "
+                                 "widths that are multiples of 4 and no dropout, got L=%d "
+                                 "D=%d DV=%d dropout=%g" % (SPLIT_MAX_ROWS, self.lq, self.d,
+                                                            self.dv, self.dropout))
+        elif kernels is not None or ctx.facts.is_cpu or plan is None or self.dropout:
             return None
-        built = dict(flags, FAST_EXP=not ctx.facts.is_cpu and native_exp2_is_accurate(ctx))
         plan["program"] = program.get(ctx, "attention_split", D=self.d, DV=self.dv,
                                       QR=plan["QR"], LANES=plan["LANES"], BK=plan["BK"],
-                                      FINAL=plan["chunks"] == 1, **built)
+                                      FINAL=plan["chunks"] == 1, **self._fast_exp(flags))
         return plan
+
+    def _fast_exp(self, flags):
+        """``flags`` with FAST_EXP: the blocks' softmax on the device's native exp2 where
+        it is accurate (mma, tiles, split)."""
+        ctx = self.ctx
+        return dict(flags, FAST_EXP=not ctx.facts.is_cpu and native_exp2_is_accurate(ctx))
 
     def _split_bytes(self):
         """The split forward's partial results in the workspace (none for one chunk)."""
@@ -636,7 +639,7 @@ class AttentionOps:
     def _gemm_setup(self, flags):
         b, lq, lk, d, dv = self.batch, self.lq, self.lk, self.d, self.dv
         self.programs = {"gemm": program.get(self.ctx, "attention_gemm", **flags)}
-        self.workspace_bytes = 2 * 4 * b * lq * lk
+        self.workspace_bytes = max(self.workspace_bytes, 2 * 4 * b * lq * lk)
         # "nhld": one product over all B rows. "nlhd" and "packed" interleave the heads of
         # a position, so no one stride steps from row bh to bh + 1: a product per head,
         # over the N sequences (their matrices L H D apart; over the heads of a sequence

@@ -382,43 +382,42 @@ class Gemm:
             return []
         operands = (A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b, stride_c,
                     b_packed, workspace)
-        if self.b_scale:
-            if not isinstance(b_scale, Tensor) or b_scale.dtype != np.float32 or \
-                    b_scale.size != self.N:
-                raise ValueError("Gemm: an int8 B needs b_scale, a float32 Tensor of N = %d "
-                                 "scales" % self.N)
-        elif b_scale is not None:
-            raise ValueError("Gemm: b_scale given to a Gemm built without it")
+        self._check_vector("b_scale", b_scale, self.b_scale, self.N, "an int8 B's scales",
+                           "b_scale")
         extra = {}
         if self.a_norm is not None:
-            if not isinstance(a_norm_weight, Tensor) or a_norm_weight.dtype != np.float32 \
-                    or a_norm_weight.size != self.K:
-                raise ValueError("Gemm: a_norm needs a_norm_weight, a float32 Tensor of K = %d "
-                                 "values" % self.K)
-            extra["norm_weight"] = a_norm_weight
-            if self.a_norm_kind == "layer":
-                if not isinstance(a_norm_bias, Tensor) or a_norm_bias.dtype != np.float32 \
-                        or a_norm_bias.size != self.K:
-                    raise ValueError("Gemm: a LayerNorm's a_norm needs a_norm_bias, a float32 "
-                                     "Tensor of K = %d values" % self.K)
-                extra["norm_bias"] = a_norm_bias
-            elif a_norm_bias is not None:
-                raise ValueError("Gemm: a_norm_bias given to an RMS a_norm (no bias)")
-        elif a_norm_weight is not None or a_norm_bias is not None:
-            raise ValueError("Gemm: a_norm_weight given to a Gemm built without a_norm")
+            layer = self.a_norm_kind == "layer"
+            self._check_vector("a_norm_weight", a_norm_weight, True, self.K, "the norm's weight",
+                               "a_norm")
+            self._check_vector("a_norm_bias", a_norm_bias, layer, self.K, "a LayerNorm's bias",
+                               "a_norm_kind 'layer'")
+            extra.update(norm_weight=a_norm_weight, norm_bias=a_norm_bias)
+        else:
+            for name, t in (("a_norm_weight", a_norm_weight), ("a_norm_bias", a_norm_bias)):
+                self._check_vector(name, t, False, self.K, "", "a_norm")
         if self.glu:
             if b2 is None or self._check_operand("b", b2, ldb, stride_b) != (ldb, stride_b):
                 raise ValueError("Gemm: glu needs b2, a second B of B's shape and layout")
-            if self.b_scale and (not isinstance(b2_scale, Tensor) or b2_scale.size != self.N):
-                raise ValueError("Gemm: glu over an int8 B needs b2_scale, %d scales" % self.N)
+            self._check_vector("b2_scale", b2_scale, self.b_scale, self.N, "B2's int8 scales",
+                               "b_scale")
             extra["second"] = (b2, self._check_bias(bias2), b2_scale)
         elif b2 is not None or bias2 is not None or b2_scale is not None:
             raise ValueError("Gemm: b2, bias2 or b2_scale given to a Gemm built without glu")
-        if extra:
-            return self.kernel.launches(*operands, b_scale, **extra)
-        if self.float_copies:
+        if self.float_copies:  # (never with extra: those run on the few-rows kernel)
             return self._float_copy_launches(*operands)
-        return self.kernel.launches(*operands, b_scale)
+        return self.kernel.launches(*operands, b_scale, **extra)
+
+    @staticmethod
+    def _check_vector(name, t, wanted, size, what, option):
+        """``t``, a launch's float32 vector of ``size`` values (``what`` it holds), is given
+        where ``wanted`` (the Gemm built with ``option``) and None elsewhere, else a
+        ValueError naming it."""
+        if not wanted:
+            if t is not None:
+                raise ValueError("Gemm: %s given to a Gemm built without %s" % (name, option))
+        elif not isinstance(t, Tensor) or t.dtype != np.float32 or t.size != size:
+            raise ValueError("Gemm: this Gemm needs %s, %s: a float32 Tensor of %d values"
+                             % (name, what, size))
 
     def _float_copy_launches(self, A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a,
                              stride_b, stride_c, b_packed, workspace):
@@ -478,11 +477,12 @@ class Gemm:
 
     def __call__(self, A, B, C, bias=None, alpha=1.0, beta=0.0, lda=None, ldb=None, ldc=None,
                  stride_a=0, stride_b=0, stride_c=0, queue=None, b_packed=False, workspace=None,
-                 b_scale=None, a_norm_weight=None, a_norm_bias=None):
+                 b_scale=None, **extra):
+        """Enqueue ``launches`` now (``extra``: its a_norm and glu arguments)."""
         queue = self.ctx.queue if queue is None else queue
         for launch in self.launches(A, B, C, bias, alpha, beta, lda, ldb, ldc,
                                     stride_a, stride_b, stride_c, b_packed, workspace, b_scale,
-                                    a_norm_weight, a_norm_bias):
+                                    **extra):
             launch(queue)
         return C
 
@@ -562,9 +562,8 @@ def choose(g, tile, split_k, forced):
     # anywhere, or one row on a CPU (tuning.gemv_rows): one launch streaming B
     # (kernels/gemv.cl), which reads every storage itself
     # (CPUs decode float16's bits eight at a time in integer vectors: half_bits8_value)
-    g.gemv = (tuning.gemv_rows(facts, M, g.dtypes[1] in (np.int8, bfloat16, np.float16))
-              and g.trans_b and not g.trans_a and not tile and split_k is None
-              and not g.batch_sum)
+    g.gemv = (Gemm.streams_b(ctx, M, g.dtypes[1]) and g.trans_b and not g.trans_a
+              and not tile and split_k is None and not g.batch_sum)
     # (its teams of 32 add their sums by warp shuffles where inline PTX runs: NVIDIA)
     g.gemv_shuffle = g.gemv and facts.is_gpu and tuning.gemv_shuffle(
         facts, lambda: tensor_cores(ctx, "tf32"))

@@ -76,7 +76,8 @@ class Gemv(GemmKernel):
     of 32 work-items a column, eight teams a group, float4 loads where ``vec`` is 4 (two
     a step where it is 8: float32 operands), the team's sums added by warp shuffles on
     NVIDIA (``gemv_shuffle``);
-    CPUs, ``gemv_cpu``, two columns a work-item in float8 vectors (their compilers would
+    CPUs, ``gemv_cpu``, ``tuning.gemv_cpu_cols`` columns a work-item in float8 vectors,
+    ``tuning.GEMV_CPU_SUMS`` sums each (their compilers would
     otherwise vectorize across work-items, gathering a row each). It reads every storage
     itself: no float32 copies, no tensor cores."""
 
@@ -134,16 +135,14 @@ class Gemv(GemmKernel):
             rows.append((ldb, second[0].offset, stride_b))
         vec = self._vec(rows)
         prg, size, cols = self.program(vec)
-        bias_args = bias.kernel_args if bias is not None else (C.buffer, u64(0))
-        scale_args = b_scale.kernel_args if b_scale is not None else (C.buffer, u64(0))
-        norm_args = norm_weight.kernel_args if norm_weight is not None else (C.buffer, u64(0))
+        def vector(t):  # (a float vector argument; C's buffer where there is none)
+            return t.kernel_args if t is not None else (C.buffer, u64(0))
         args = [i32(g.M), i32(g.N), i32(g.K), A, i32(lda), u64(stride_a), B, i32(ldb),
-                u64(stride_b), C, i32(ldc), u64(stride_c), *bias_args, *scale_args,
-                f32(alpha), f32(beta), *norm_args, f32(g.a_norm or 0.0)]
-        if second is not None:
+                u64(stride_b), C, i32(ldc), u64(stride_c), *vector(bias), *vector(b_scale),
+                f32(alpha), f32(beta), *vector(norm_weight), f32(g.a_norm or 0.0)]
+        if second is not None:  # (GLU_ARGS, then LN_ARGS: the kernel's order)
             b2, bias2, scale2 = second
-            args += [b2, *(bias2.kernel_args if bias2 is not None else (C.buffer, u64(0))),
-                     *(scale2.kernel_args if scale2 is not None else (C.buffer, u64(0)))]
+            args += [b2, *vector(bias2), *vector(scale2)]
         if norm_bias is not None:
             args.append(norm_bias)
         name = "gemv" if g.ctx.facts.is_gpu else "gemv_cpu"

@@ -1,21 +1,23 @@
 <%include file="common.h"/>
-## GEMM of a few rows on GPUs (core/gemm.py, gemv): C (M, N) = act(alpha A B^T + bias +
-## beta C) with A (M, K) and B (N, K) rows contiguous (a decoder step's Linear: the
-## weights read once, as they stream). A team of TEAM work-items per column of C strides
-## over K, each keeping its M partial sums; the team's sums are added in local memory
-## (32 on GPUs; on CPUs work-groups of one work-item, whose float4 loads are the
-## vectors, each over COLS columns in turn: fewer groups to schedule);
-## one launch, no split-K pass. ROWS: M rounded up (at most 8); VEC: 4 where every row
-## starts 16-byte aligned (float4 loads), 8 (two a step) for float32 operands on GPUs,
-## else 1; SHUFFLE: a team's sums added by warp shuffles (NVIDIA's PTX). A_T, B_T, C_T: the storages (B_T char:
-## int8 weights, each row of B times its scale: SCALE). GPUs only (a CPU work item
-## takes one column, and normalizing the row again for each cost 2x): NORM: A's rows are normalized
-## by their RMS on the way, times the float32 vector norm_w (an RMSNorm before the product
-## without a launch of its own: 1 / sqrt(mean(x^2) + norm_eps), the squares summed beside
-## the product from the same loads). GLU: C = act(the product with B) times the product
-## with B2 (a second weight of B's shape, its own scale and bias: a SwiGLU MLP's gate and
-## up projections in one launch). LN: A's rows go through a LayerNorm on the way (mean
-## and 1 / std first, two passes over each row; weight norm_w, bias norm_b).
+## GEMM of a few rows (core/gemm.py, gemv): C (M, N) = act(alpha A B^T + bias + beta C)
+## with A (M, K) and B (N, K) rows contiguous (a decoder step's Linear: the weights read
+## once, as they stream); one launch, no split-K pass.
+## GPUs (``gemv``): a team of TEAM (32) work items per column of C strides over K, each
+## keeping its M partial sums, which the team adds in local memory or (SHUFFLE, NVIDIA's
+## PTX) by warp shuffles. VEC: 4 where every row starts 16-byte aligned (float4 loads),
+## 8 (two a step) for float32 operands, else 1.
+## CPUs (``gemv_cpu``): work-groups of one work item, COLS columns each, rows read as
+## float8 vectors into SUMS independent sums.
+## ROWS: M rounded up (at most 8). A_T, B_T, C_T: the storages (B_T char: int8 weights,
+## each row of B times its scale: SCALE). GLU: C = act(the product with B) times the
+## product with B2, a second weight of B's shape with its own scale and bias (a SwiGLU
+## MLP's gate and up projections in one launch).
+## On GPUs only (a CPU work item takes one column, and normalizing the row again for
+## each cost 2x there): NORM, A's rows normalized by their RMS on the way, times the
+## float32 vector norm_w (an RMSNorm before the product without a launch of its own: 1 /
+## sqrt(mean(x^2) + norm_eps), the squares summed beside the product from the same
+## loads); LN, a LayerNorm on the way (each row's mean and 1 / std first, two passes;
+## weight norm_w, bias norm_b).
 <%
 A_T = context.get("A_T", "float")
 B_T = context.get("B_T", "float")
@@ -91,6 +93,17 @@ inline float scaled(float sum, int n, __global const float *scale, float alpha, 
     return v;
 }
 
+// v + the bias of C[m, n]
+inline float biased(float v, int m, int n, __global const float *bias)
+{
+% if BIAS == "row":
+    v += bias[m];
+% elif BIAS == "col":
+    v += bias[n];
+% endif
+    return v;
+}
+
 // C[m, n] = act(the scaled sum + beta C[m, n] + bias), the epilogue
 inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
                     __global const float *bias, __global const float *scale, float alpha,
@@ -100,12 +113,7 @@ inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
     __global ${C_T} *c = C + (ulong)m * ldc + n;
     if (beta != 0.0f)
         v += beta * LD_${C_T}(c, 0);
-% if BIAS == "row":
-    v += bias[m];
-% elif BIAS == "col":
-    v += bias[n];
-% endif
-    ST_${C_T}(c, 0, ACT_${ACTIVATION}(v));
+    ST_${C_T}(c, 0, ACT_${ACTIVATION}(biased(v, m, n, bias)));
 }
 % if GLU:
 // GLU: C[m, n] = act(the product with B, as store_c's without beta) times the product
@@ -113,13 +121,7 @@ inline void store_c(float sum, int m, int n, __global ${C_T} *C, int ldc,
 inline float glu_part(float sum, int m, int n, __global const float *bias,
                       __global const float *scale, float alpha, float rs)
 {
-    float v = scaled(sum, n, scale, alpha, rs);
-% if BIAS == "row":
-    v += bias[m];
-% elif BIAS == "col":
-    v += bias[n];
-% endif
-    return v;
+    return biased(scaled(sum, n, scale, alpha, rs), m, n, bias);
 }
 inline void store_glu(float sum, float sum2, int m, int n, __global ${C_T} *C, int ldc,
                       __global const float *bias, __global const float *scale,
@@ -293,11 +295,7 @@ def hsum(v):  # a vector's values added pairwise
 % else:
         float total2 = 0.0f;
 % endif
-% if NORM:
-        float rs = ROW_RS(warp_sum(acc[${Q} + m]));
-% else:
-        float rs = 1.0f;
-% endif
+        float rs = ROW_RS(warp_sum(acc[${Q} + m]));  // (1 without NORM: not summed)
         if (lane == m && n < N && m < M)
             STORE(total, total2, m, n, rs);
     }
@@ -314,11 +312,7 @@ def hsum(v):  # a vector's values added pairwise
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (int m = lane; n < N && m < M; m += TEAM) {  // each row of C's column n
-% if NORM:
         float rs = ROW_RS(mine[${Q} + m]);
-% else:
-        float rs = 1.0f;
-% endif
         STORE(mine[m], ${"mine[%d + m]" % ROWS if GLU else "0.0f"}, m, n, rs);
     }
     barrier(CLK_LOCAL_MEM_FENCE);  // (the sums are written again for the next column)
@@ -407,7 +401,6 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
             tail[${j}] = fma(x, (float)LD_${B_T}(b_row[${j}], k), tail[${j}]);
     % endfor
         }
-        const float rs = 1.0f;
     % for j in range(NST):
         float8 s${j} = acc[${j}];
         float4 h${j} = s${j}.lo + s${j}.hi;
@@ -416,7 +409,7 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
     % for j in range(COLS):
         if (n0 + ${j} < N) {
             const int n = n0 + ${j};
-            STORE(sum${j}, ${"sum%d" % (j + COLS) if GLU else "0.0f"}, m, n, rs);
+            STORE(sum${j}, ${"sum%d" % (j + COLS) if GLU else "0.0f"}, m, n, 1.0f);
         }
     % endfor
     }

@@ -154,15 +154,15 @@ class InnerProduct(Layer):
             self._norm = GroupNormOps(self.ctx, (n, 1, inputs, 1), eps, True,
                                       bias=kind == "layer", rms=kind == "rms", dtype=dt)
         if self.q4_gemv is None:
-            kind = dict(trans_b=not self.inputs_first, bias="col" if self.bias else None,
-                        precision=self.precision, dtypes=(dt, w_dt, dt),
-                        b_scale=self.int8 and not self.widen,
-                        a_norm=self.input_norm[1] if fused else None,
-                        a_norm_kind=self.input_norm[0] if fused else "rms")
+            common = dict(trans_b=not self.inputs_first, bias="col" if self.bias else None,
+                          precision=self.precision, dtypes=(dt, w_dt, dt),
+                          b_scale=self.int8 and not self.widen,
+                          a_norm=self.input_norm[1] if fused else None,
+                          a_norm_kind=self.input_norm[0] if fused else "rms")
             self._fwd = Gemm(self.ctx, n, outputs, inputs, activation=self.activation,
-                             glu=self.one_gated, **kind)
+                             glu=self.one_gated, **common)
             if self.gated and not self.one_gated:
-                self._fwd_up = Gemm(self.ctx, n, outputs, inputs, **kind)
+                self._fwd_up = Gemm(self.ctx, n, outputs, inputs, **common)
         if self.gated and not self.one_gated:  # y = act(gate) * up, the gate in the workspace
             y_spec = ((n, outputs), dt)
             self._mul = PointwiseBroadcast(self.ctx, [y_spec, y_spec], [y_spec],
@@ -190,7 +190,7 @@ class InnerProduct(Layer):
         # (a widened int8 or 4-bit W sits after the GEMMs' own workspace)
         self.widen_at = self.act_bytes + 4 * max([op.workspace_elements for op in gemms] + [0])
         ws = self.widen_at + (4 * outputs * inputs if self.widen else 0)
-        # (an RMSNorm run before the product: the normalized rows and their statistics;
+        # (a norm run before the product: the normalized rows and their statistics;
         # a gate computed apart from its pair)
         self.norm_at = round_up(ws, 16)
         if self._norm is not None:
@@ -259,10 +259,16 @@ class InnerProduct(Layer):
     def _linear(self, params, second=False):
         """(weight, bias, scales) of the Linear (``second``: a gated pair's other), None
         where it has none."""
-        size = 1 + self.bias + (self.int8 or self.q4)
-        w = params[size if second else 0:]
-        return w[0], (w[1] if self.bias else None), (w[size - 1] if size > 1 + self.bias
-                                                     else None)
+        scaled = self.int8 or self.q4
+        size = 1 + self.bias + scaled
+        w = params[size * second:size * (second + 1)]
+        return w[0], (w[1] if self.bias else None), (w[-1] if scaled else None)
+
+    def _norm_tensors(self, params):
+        """(weight, bias) of the norm before the product, the last parameters; None where
+        there is none (no norm; an RMSNorm has no bias)."""
+        count = self._norm_params()
+        return tuple(params[len(params) - count:]) + (None,) * (2 - count)
 
     def forward(self, x, y, params, ws, saved):
         out, beta = [], 0.0
@@ -270,11 +276,9 @@ class InnerProduct(Layer):
             beta = 1.0
             if not same_memory(x[1], y[0]):
                 out = [BufferCopy(x[1], y[0])]
-        norms = self._norm_params()
-        norm_weight, norm_bias = (list(params[len(params) - norms:]) + [None, None])[:2] \
-            if norms else (None, None)
+        norm_weight, norm_bias = self._norm_tensors(params)
         inp = x[0]
-        if self._norm is not None:  # the RMSNorm before the product, into the workspace
+        if self._norm is not None:  # the norm before the product, into the workspace
             n, k = self.n, self.inputs
             at = self.norm_at + round_up(self.dtype.itemsize * n * k, 16)
             inp = ws_view(ws, self.norm_at, n * k, self.dtype).reshape(n, k)
@@ -291,8 +295,7 @@ class InnerProduct(Layer):
         if self.one_gated:
             return out + self._fwd.launches(inp, weight, y[0], bias=bias, b_scale=scale,
                                             a_norm_weight=norm_weight, a_norm_bias=norm_bias,
-                                            b2=w2, bias2=bias2,
-                                            b2_scale=scale2)
+                                            b2=w2, bias2=bias2, b2_scale=scale2)
         gate = ws_view(ws, self.gate_at, self.n * self.outputs, self.dtype).reshape(
             self.n, self.outputs)
         out += self._product(inp, (weight, bias, scale), gate, 0.0, ws, self._fwd,

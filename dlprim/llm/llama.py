@@ -9,7 +9,8 @@ Phi-3 keeps them; ``weights`` joins HF's three; with biases for Qwen2), the rota
 position embedding applied by the cache as it splits the heads, grouped-query attention
 over the cache (each key/value head serves H / KVH query heads), the output projection
 added onto the residual; RMSNorm, the SwiGLU MLP (``down(silu(gate(x)) * up(x))``, the
-gate and up projections one gated InnerProduct) added onto it. Then RMSNorm and the head (the norm taken by the head too).
+gate and up projections one gated InnerProduct) added onto it. Then RMSNorm (taken by the
+head too) and the head.
 
 The rotary tables are constants of the Net (``rope.cos`` and ``rope.sin``, one row per
 position; the sine's first half negated, so that rotating x is ``x cos + swap(x) sin``

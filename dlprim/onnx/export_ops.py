@@ -66,13 +66,12 @@ def conv(e, op, layer, ins, outs, params):
 
 @exports("InnerProduct")
 def inner_product(e, op, layer, ins, outs, params):
-    # (a decoder's forms: the product over RMS-normalized rows, onto a residual, or of
-    # weights stored for inference; none has an exact single-Gemm spelling)
-    if layer.input_norm is not None or layer.gated or len(ins) > 1 or layer.int8 or layer.q4:
-        raise ValueError("%s: an InnerProduct with %s has no ONNX export" % (
-            op.name, "a norm of its input" if layer.input_norm is not None else "gated"
-            if layer.gated else "a residual input" if len(ins) > 1
-            else "%s weights" % layer.options["weights"]))
+    # (a decoder's forms, none of which one Gemm spells exactly)
+    for present, what in ((layer.input_norm is not None, "a norm of its input"),
+                          (layer.gated, "gated"), (len(ins) > 1, "a residual input"),
+                          (layer.int8 or layer.q4, "%s weights" % layer.options["weights"])):
+        if present:
+            raise ValueError("%s: an InnerProduct with %s has no ONNX export" % (op.name, what))
     x = ins[0]
     if len(e.shape(op.in_values[0])) != 2:
         x = e.node("Flatten", [x], name=op.name + "/flatten", axis=1)
