@@ -27,6 +27,7 @@ __all__ = ["MultiTensorPointwise", "MultiTensorPlan", "MAX_GROUPS"]
 MAX_GROUPS = 16  # groups per launch: a switch over them picks each work-item's tensors
 _ARG_BYTES = 8  # a buffer, an offset or an index: each at most 8 bytes of kernel arguments
 _GPU_ELEMS = 8  # elements per work-item of a GPU work-group's chunk
+_GPU_UNROLL = 4  # of them loaded together (kernels/multi_tensor.cl)
 _NO_BLOCK = 2 ** 32 - 1  # the first work-group of an unused group slot: none
 
 
@@ -78,6 +79,7 @@ class MultiTensorPointwise:
                           YS=tuple(_types(d) for d in self.y_dtypes), X_ONE=self.one,
                           WS=tuple(ct for _, ct in self.param_types),
                           VW=self._vw, CODE_VECTOR=self._code_vector,
+                          UNROLL=1 if self._cpu else _GPU_UNROLL,
                           IT="uint" if it is np.uint32 else "ulong")
             try:
                 prog = program.get(self.ctx, "multi_tensor", **params)

@@ -106,6 +106,11 @@ class GroupNormOps:
         self._dweight = PointwiseBroadcastReduce(ctx, [full, full, stat, stat], [chan],
                                                  "y0 = x1 * %s;" % xhat, name="norm_dweight")
         self._dbias = PointwiseBroadcastReduce(ctx, [full], [chan], "y0 = x0;", name="norm_dbias")
+        # both in one pass over dy where both are wanted (half the launches)
+        self._dweight_dbias = PointwiseBroadcastReduce(
+            ctx, [full, full, stat, stat], [chan, chan], "y0 = x1 * %s; y1 = x1;" % xhat,
+            "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
+            name="norm_dparams") if self.bias else None
         if kernels == "cpu_rows":
             self.rows_prg = program.get(ctx, "normalization_cpu_rows",
                                         VW=tuning.cpu_vector_width(ctx.facts),
@@ -196,10 +201,15 @@ class GroupNormOps:
         x, dy = x.view(self.shape), dy.view(self.shape)
         m, r = self._stats(mean), self._stats(rstd)
         out = []
-        if dweight is not None:
-            out += self._dweight.launches([x, dy, m, r], [self._chans(dweight)], beta=param_beta)
-        if dbias is not None:
-            out += self._dbias.launches([dy], [self._chans(dbias)], beta=param_beta)
+        if dweight is not None and dbias is not None and self._dweight_dbias is not None:
+            out += self._dweight_dbias.launches(
+                [x, dy, m, r], [self._chans(dweight), self._chans(dbias)], beta=param_beta)
+        else:
+            if dweight is not None:
+                out += self._dweight.launches([x, dy, m, r], [self._chans(dweight)],
+                                              beta=param_beta)
+            if dbias is not None:
+                out += self._dbias.launches([dy], [self._chans(dbias)], beta=param_beta)
         if dx is not None and self.kernels == "cpu_rows":
             return out + self._cpu_rows("norm_rows_backward_data", [
                 x, dy, m, r, _or(weight, x), dx.view(self.shape), np.float32(beta)])

@@ -7,7 +7,8 @@
 ## group, read for every element; WS: the compute types of the scalar params; IT: index
 ## type. CPU: one work-item per work-group walks its chunk, VW values a vector where VW
 ## (float32 storage and CODE_VECTOR), then one by one;
-## else the work-group's items stride through it so that neighbours read neighbours.
+## else the work-group's items stride through it so that neighbours read neighbours,
+## UNROLL elements a pass.
 <%def name="load(i, idx)">${'LD_%s(xp%d, %s)' % (XS[i][0], i, idx) if XS[i][0] in ('half', 'bfloat16') else 'xp%d[%s]' % (i, idx)}</%def>
 <%def name="store(i, idx, value)">${'ST_%s(yp%d, %s, %s)' % (YS[i][0], i, idx, value) if YS[i][0] in ('half', 'bfloat16') else 'yp%d[%s] = %s' % (i, idx, value)};</%def>
 __kernel void ${NAME}(${IT} dlp_chunk
@@ -84,8 +85,37 @@ ${CODE_VECTOR}
     % endif
     for (; dlp_i < dlp_end; dlp_i++) {
 % else:
-    for (${IT} dlp_i = dlp_start + get_local_id(0); dlp_i < dlp_end; dlp_i += get_local_size(0)) {
+    // UNROLL elements a pass, loaded before any is computed: that many loads in flight
+    // per work-item (one at a time, a step's optimizer lists ran at half the bandwidth)
+    for (${IT} dlp_pass = dlp_start + get_local_id(0); dlp_pass < dlp_end;
+         dlp_pass += ${UNROLL} * get_local_size(0)) {
+    % for u in range(UNROLL):
+        const ${IT} dlp_i${u} = dlp_pass + ${u} * get_local_size(0);
+        % for i, (st, ct) in enumerate(XS):
+            % if not X_ONE[i]:
+        const ${ct} dlp_x${i}_${u} = dlp_i${u} < dlp_end ? ${load(i, 'dlp_i%d' % u)} : 0;
+            % endif
+        % endfor
+    % endfor
+    % for u in range(UNROLL):
+        if (dlp_i${u} < dlp_end) {
+        % for i, (st, ct) in enumerate(XS):
+            ${ct} x${i} = ${'dlp_one%d' % i if X_ONE[i] else 'dlp_x%d_%d' % (i, u)};
+        % endfor
+        % for i, (st, ct) in enumerate(YS):
+            ${ct} y${i};
+        % endfor
+            {
+${CODE}
+            }
+        % for i in range(len(YS)):
+            ${store(i, 'dlp_i%d' % u, 'y%d' % i)}
+        % endfor
+        }
+    % endfor
+    }
 % endif
+% if CPU:
 % for i, (st, ct) in enumerate(XS):
         ${ct} x${i} = ${'dlp_one%d' % i if X_ONE[i] else load(i, 'dlp_i')};
 % endfor
@@ -99,4 +129,5 @@ ${CODE}
         ${store(i, 'dlp_i', 'y%d' % i)}
 % endfor
     }
+% endif
 }

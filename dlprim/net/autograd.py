@@ -18,8 +18,10 @@ value's byte size; ``Autograd`` decides:
   memory of its own. A view (``LayerFlags.view``: Reshape, Flatten, Squeeze) shares its
   input's memory under any name, unless the input is a net input; an in-place write is
   then refused on that memory, since another name still reads it. The view's gradient
-  shares the input's when the view is the input's last consumer (its backward is the
-  first to write the input's gradient, so it need not add);
+  is the input's (``grad_alias``): the view's consumers add into the input's gradient
+  in backward order with its other consumers, and the view's backward copies nothing
+  (with ``keep_all``, where every gradient stays readable, only for the input's last
+  consumer, whose gradient the input's then is);
 * the lifetime of every activation, gradient, workspace and saved tensor, as
   ``memory_plan.Block``s named ``a:<value>``, ``g:<value>``, ``w:<op>`` and
   ``s:<op>:<j>``.
@@ -59,6 +61,7 @@ class Autograd:
         self.value_bytes = list(value_bytes)
         self._mark_backward(value_is_float)
         self._share()
+        self._writers()
         self.blocks = self._blocks(value_bytes)
 
     # ----- autograd marks
@@ -97,21 +100,30 @@ class Autograd:
             for v, flow in zip(op.in_values, flows[op.index]):
                 if flow:
                     self.grad_needed[v] = True
-        # writers of each gradient in backward order: fill first, then consumers from the last
+
+    def _writers(self):
+        """Who writes each gradient, in backward order: a loss value's fill first, then its
+        consumers from the last; the first writer assigns and later ones add (fan-out
+        sums). A view whose gradient is its input's (``grad_alias``) writes nothing: what
+        its consumers write goes straight into the input's gradient, in the same order."""
+        ops, values = self.graph.ops, self.graph.values
+        key = [self._alias_key(v.id) for v in values]  # the gradient a value's writers add into
         self.accumulate = [[False] * len(op.in_values) for op in ops]
         self.fills = []  # (value id, value): the loss weight, or 0 for a gradient nobody writes
         written = [False] * len(values)
         for vid, w in self.loss_values.items():
             if self.grad_needed[vid]:
                 self.fills.append((vid, w))
-                written[vid] = True
+                written[key[vid]] = True
         for op in reversed(ops):
             for pos, v in enumerate(op.in_values):
-                if self.dx_wanted[op.index][pos]:
-                    self.accumulate[op.index][pos] = written[v]
-                    written[v] = True
+                if not self.dx_wanted[op.index][pos] or any(
+                        out in self.grad_alias for out in op.out_values):
+                    continue
+                self.accumulate[op.index][pos] = written[key[v]]
+                written[key[v]] = True
         for v in values:
-            if self.grad_needed[v.id] and not written[v.id]:
+            if self.grad_needed[v.id] and key[v.id] == v.id and not written[v.id]:
                 self.fills.append((v.id, 0.0))
 
     # ----- in-place sharing
@@ -126,6 +138,7 @@ class Autograd:
         self.storage = list(range(len(values)))
         self.grad_storage = list(range(len(values)))
         self.inplace_ops, self.view_ops = [], []
+        self.grad_alias = {}  # view output -> its input, where they share one gradient
         viewed = set()  # storage that several names read: no in-place writes on it
         for op in self.graph.ops:
             if self._view(op, viewed):
@@ -166,11 +179,27 @@ class Autograd:
         self.storage[out] = root
         viewed.add(root)
         self.view_ops.append(op.name)
+        # the view's gradient is its input's: its consumers add into the input's gradient
+        # and the view's backward copies nothing. Not for a loss value's view of another
+        # loss value's gradient (two fills), and with keep_all only for the input's last
+        # consumer (whose gradient is then the input's: it is written first)
         last = max(c for c, _ in values[old].consumers) == op.index
-        if (last and self.backward[op.index] and self.dx_wanted[op.index][0]
-                and not self.accumulate[op.index][0] and self.grad_needed[out]):
-            self.grad_storage[old] = out
+        key = self._alias_key(old)
+        if (self.backward[op.index] and self.dx_wanted[op.index][0] and self.grad_needed[out]
+                and (last or not self.keep_all)
+                and not (out in self.loss_values and self._class_has_loss(key))):
+            self.grad_alias[out] = old
+            self.grad_storage[out] = old
         return True
+
+    def _class_has_loss(self, key):
+        return any(v in self.loss_values for v in [key] + [
+            out for out in self.grad_alias if self._alias_key(out) == key])
+
+    def _alias_key(self, vid):
+        while vid in self.grad_alias:
+            vid = self.grad_alias[vid]
+        return vid
 
     # ----- lifetimes
     def _value_interval(self, v):
