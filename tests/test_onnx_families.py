@@ -132,6 +132,9 @@ class _Attend(torch.nn.Module):
             mask = torch.zeros(q.shape[2], k.shape[2]).masked_fill(above, low)
             mask = mask.expand(q.shape[0], 1, -1, -1)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if self.kind == "zero_mask":  # HuggingFace's BERT mask without padding: all 0
+            mask = torch.zeros(q.shape[0], 1, q.shape[2], k.shape[2])
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if self.kind == "bool_mask":
             keep = torch.arange(k.shape[2]).reshape(1, 1, 1, -1) < 5
             return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
@@ -146,8 +149,8 @@ class _Attend(torch.nn.Module):
 @pytest.mark.parametrize("opset", [17, 18])
 @pytest.mark.parametrize("kind,fused", [("plain", True), ("causal", True), ("float_mask", True),
                                         ("bool_mask", True), ("min_float_causal", True),
-                                        ("near_causal", True), ("weights_out", False),
-                                        ("rows", False)])
+                                        ("near_causal", True), ("zero_mask", True),
+                                        ("weights_out", False), ("rows", False)])
 def test_attention_patterns_fold_into_fused_attention(ctx, opset, kind, fused):
     rng = np.random.default_rng(11)
     args = tuple(torch.from_numpy(rng.standard_normal((2, 3, 9, 8), dtype=np.float32))
@@ -164,6 +167,8 @@ def test_attention_patterns_fold_into_fused_attention(ctx, opset, kind, fused):
         assert fused_ops[0]["options"]["causal"] and len(fused_ops[0]["inputs"]) == 3
     if kind == "near_causal":
         assert not fused_ops[0]["options"]["causal"] and len(fused_ops[0]["inputs"]) == 4
+    if kind == "zero_mask":  # adding 0 changes no score: no mask is read
+        assert not fused_ops[0]["options"]["causal"] and len(fused_ops[0]["inputs"]) == 3
     feeds = {n: a.numpy() for n, a in zip(names, args)}
     refs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     got = dox.load(data, ctx)(**feeds)

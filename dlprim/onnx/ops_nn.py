@@ -479,7 +479,7 @@ def attention(b, node):
         fits = all(b.is_const(s) and
                    _reshaped(out, [int(d) for d in np.asarray(b.consts[s]).reshape(-1)]) == out
                    for s in node.inputs[-kept:])
-    causal = False
+    causal = zero = False
     if fits and mask:
         target = (sq[0], sq[1], sq[2], sk[2])
         m = b.shape(mask)
@@ -492,6 +492,8 @@ def attention(b, node):
             value = np.asarray(b.consts[mask])
             fits = value.dtype.kind == "f"
             causal = fits and _causal(value, sq[2], sk[2])
+            # (HuggingFace's BERT adds one of zeros where nothing is padded: none is read)
+            zero = fits and not np.any(value != 0)
     if not fits:
         for original in node.attrs["nodes"]:
             b._convert(original)
@@ -503,7 +505,8 @@ def attention(b, node):
     elif kperm is not None:  # -1 first: the batch is deduced, as other Reshapes do
         key = b.add("Reshape", [key], tuple(sk), output=b.fresh(k + "/keys"),
                     name=node.name + "/keys", options={"dims": [-1] + list(sk[1:])})
-    inputs = [b.value(q), key, b.value(v)] + ([b.value(mask)] if mask and not causal else [])
+    inputs = [b.value(q), key, b.value(v)] + (
+        [b.value(mask)] if mask and not (causal or zero) else [])
     b.add("ScaledDotProductAttention", inputs, _heads_swapped(out) if in_place else out, node,
           options=dict({"scale": scale, "causal": causal},
                        **({"dropout": dropout} if dropout else {}),
