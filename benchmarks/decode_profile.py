@@ -4,6 +4,7 @@ the gaps between them (a profiling queue), and 20 passes back to back.
 
     python benchmarks/decode_profile.py --model tinyllama --dtype fp16
     python benchmarks/decode_profile.py --model gpt2 --dtype fp32 --device cpu
+    python benchmarks/decode_profile.py --model tinyllama --prompt 2040 --pass prefill
 
 The model is saved with random weights from llm_decode.py's configs (nothing downloaded)
 into --folder (kept, so later calls reuse it).
@@ -19,14 +20,16 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def profile(folder, dtype, device, profiling, context=600, prompt=512):
+def profile(folder, dtype, device, profiling, context=600, prompt=512, which="step"):
     import dlprim as dp
     from dlprim.llm import load
     ctx = dp.Context(device, profiling=profiling)
     lm = load(folder, ctx=ctx, context=context, batch=1, precision=dtype)
     lm.generate(list(np.random.default_rng(0).integers(1, 1000, prompt)), max_new_tokens=8,
                 eos_ids=[])  # (the one-token plan made, its kernels built)
-    net, queue = lm.engine.net, ctx.queue
+    # the one-token step, or the prompt's pass (the Net of the largest length bucket)
+    net = lm.engine.net if which == "step" else max(lm.engine._nets.items())[1]
+    queue = ctx.queue
     host, events = collections.defaultdict(float), []
     for _ in range(3):  # (the last of three)
         queue.finish()
@@ -76,6 +79,9 @@ def main(argv=None):
     p.add_argument("--model", default="tinyllama", help="tinyllama or gpt2")
     p.add_argument("--dtype", default="fp16", help="fp32, fp16 or bf16")
     p.add_argument("--device", default=None)
+    p.add_argument("--prompt", type=int, default=512, help="prompt tokens")
+    p.add_argument("--pass", dest="which", default="step", choices=("step", "prefill"),
+                   help="the one-token step or the prompt's pass")
     p.add_argument("--folder", default=None, help="where the model is saved (default: a "
                    "folder under the temporary directory, kept)")
     args = p.parse_args(argv)
@@ -85,7 +91,8 @@ def main(argv=None):
     if not os.path.isfile(os.path.join(folder, "config.json")):
         save_model(args.model, folder)
     for profiling in (False, True):
-        profile(folder, args.dtype, args.device, profiling)
+        profile(folder, args.dtype, args.device, profiling, context=args.prompt + 88,
+                prompt=args.prompt, which=args.which)
     return 0
 
 
