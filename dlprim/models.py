@@ -632,13 +632,14 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
                       options={"dims": [batch, -1, 3, heads, width]})
         # the cache takes the projection as it is and splits off the queries, (batch,
         # heads, T, width) as the caches; the heads merge back by a Transpose, which for
-        # one token a pass moves nothing (a view)
-        q, keys, values, mask = cfg.add(
+        # one token a pass moves nothing (a view). Attention reads the cached counts
+        # (``pos``), not a mask: each query sees the keys up to its own position
+        q, keys, values = cfg.add(
             "KVCache", name=p + "attn.cache", inputs=[qkv, pos],
-            outputs=[p + "attn/q", p + "attn/keys", p + "attn/values", p + "attn/mask"],
-            options={"length": context, "layout": "packed"})
+            outputs=[p + "attn/q", p + "attn/keys", p + "attn/values"],
+            options={"length": context, "layout": "packed", "mask": False})
         a = cfg.add("ScaledDotProductAttention", name=p + "attn",
-                    inputs=[q, keys, values, mask])
+                    inputs=[q, keys, values, pos], options={"positions": True})
         a = cfg.add("Transpose", name=p + "attn/merge", inputs=[a], options={"dims": [0, 2, 1, 3]})
         a = cfg.add("Reshape", name=p + "attn/merged", inputs=[a], options={"dims": [-1, dim]})
         x = linear(p + "attn.c_proj", a, dim, dim, residual=x)

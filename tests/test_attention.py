@@ -922,3 +922,132 @@ def test_split_plan_fills_the_device_and_bad_requests_are_named(ctx):
     assert (few.split is None) == ctx.facts.is_cpu
     assert AttentionOps(ctx, 2, 17, 40, 8, 8).split is None
     assert AttentionOps(ctx, 2, 4, 40, 8, 8, dropout=0.1).split is None
+
+
+# ----- a key/value cache's positions instead of a mask (the decoders' KVCache)
+def _position_mask(pos, n, heads, groups, t, lk):
+    """The additive mask of cache positions: row i of sequence n (G groups of T rows) sees
+    the keys j <= pos[n] + i % T; (B, G T, S) float64."""
+    i = np.arange(groups * t) % t
+    full = np.where(np.arange(lk)[None, None, :] <= (pos[:, None] + i[None, :])[..., None],
+                    0.0, -np.inf)
+    return np.repeat(full, heads, 0)
+
+
+# (sequences, key/value heads, groups G, tokens T, cache length, positions): blocks that
+# cross groups (T below the blocks) and blocks inside one group (T above them)
+POSITION_CASES = [(2, 2, 3, 5, 40, [3, 21]), (2, 1, 2, 40, 90, [0, 50]),
+                  (1, 2, 1, 7, 19, [12])]
+
+
+@pytest.mark.parametrize("kernels", ["rows", "tiles", "gemm", "split"])
+@pytest.mark.parametrize("n,heads,groups,t,lk,pos", POSITION_CASES)
+@pytest.mark.parametrize("pos_dtype", [np.int64, np.int32])
+def test_cache_positions_match_float64(ctx, rng, kernels, n, heads, groups, t, lk, pos,
+                                       pos_dtype):
+    """Each query row sees the cached keys up to its token's position, forward and
+    backward, as the same additive mask would let it (the mask is never stored)."""
+    lq, b, d = groups * t, n * heads, 8
+    if kernels == "split" and lq > 16:
+        pytest.skip("the split forward takes at most 16 query rows")
+    q, k, v = (rng.standard_normal((b, length, d)) for length in (lq, lk, lk))
+    pos = np.asarray(pos)
+    full = _position_mask(pos, n, heads, groups, t, lk)
+    refs = reference(q, k, v, 1 / np.sqrt(d), full)
+    op = AttentionOps(ctx, b, lq, lk, d, d, heads=heads, kernels=kernels, positions=t,
+                      pos_dtype=pos_dtype)
+    positions = dp.Tensor.from_numpy(ctx, pos.astype(pos_dtype))
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))  # noqa: E731
+    tq, tk, tv = f(q), f(k), f(v)
+    o, stats = dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, op.stats_shape)
+    grads = [dp.Tensor(ctx, a.shape) for a in (q, k, v)]
+    for launch in op.launches(tq, tk, tv, o, stats, positions=positions) + \
+            op.backward_launches(tq, tk, tv, o, stats, f(refs[1]), *grads,
+                                 dp.Tensor(ctx, (b, lq)), positions=positions):
+        launch(ctx.queue)
+    np.testing.assert_allclose(o.to_host(), refs[0], rtol=1e-4, atol=1e-5)
+    for got, want, what in zip(grads, refs[2:], ("dq", "dk", "dv")):
+        np.testing.assert_allclose(got.to_host(), want, rtol=1e-4, atol=1e-4, err_msg=what)
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("d", [16, 64])
+def test_mma_cache_positions_match_float64(ctx, rng, emulated_mma, half, d):
+    """The tensor-core kernels' walks end at the last position a block of rows sees."""
+    dtype, tol_y, tol_dx = HALVES[half]
+    n, heads, groups, t, lk = 2, 1, 2, 80, 150
+    lq, b = groups * t, n * heads
+    q, k, v, g = (stored(rng.standard_normal(s), dtype)
+                  for s in ((b, lq, d), (b, lk, d), (b, lk, d), (b, lq, d)))
+    pos = np.array([5, 61])
+    p = probabilities(q, k, 1 / np.sqrt(d), _position_mask(pos, n, heads, groups, t, lk))
+    want = [p @ v] + list(gradients(q, k, v, p, 1 / np.sqrt(d), g))
+    op = AttentionOps(ctx, b, lq, lk, d, d, heads=heads, dtype=dtype, positions=t)
+    assert op.kernels == "mma"
+    f = lambda a: dp.Tensor.from_numpy(ctx, host(a, dtype))  # noqa: E731
+    o, stats = dp.Tensor(ctx, (b, lq, d), dtype), dp.Tensor(ctx, (b, lq, 2))
+    grads = [dp.Tensor(ctx, s, dtype) for s in ((b, lq, d), (b, lk, d), (b, lk, d))]
+    positions = dp.Tensor.from_numpy(ctx, pos.astype(np.int64))
+    for launch in op.launches(f(q), f(k), f(v), o, stats, positions=positions) + \
+            op.backward_launches(f(q), f(k), f(v), o, stats, f(g), *grads,
+                                 dp.Tensor(ctx, (b, lq)), positions=positions):
+        launch(ctx.queue)
+    for a, w, what, tol in zip([t_.numpy() for t_ in [o] + grads], want, ("o", "dq", "dk", "dv"),
+                               (tol_y,) + (tol_dx,) * 3):
+        near(a, w, tol, what)
+
+
+def test_cache_position_errors_are_named(ctx):
+    with pytest.raises(ValueError, match="positions must be 0 .none. or the pass's tokens"):
+        AttentionOps(ctx, 2, 15, 20, 8, 8, positions=4)
+    with pytest.raises(ValueError, match="int32 or int64"):
+        AttentionOps(ctx, 2, 15, 20, 8, 8, positions=5, pos_dtype=np.float32)
+    op = AttentionOps(ctx, 2, 15, 20, 8, 8, positions=5)
+    q, o = dp.Tensor(ctx, (2, 15, 8)), dp.Tensor(ctx, (2, 15, 8))
+    k = dp.Tensor(ctx, (2, 20, 8))
+    stats = dp.Tensor(ctx, op.stats_shape)
+    with pytest.raises(ValueError, match="built with a cache's positions"):
+        op.launches(q, k, k, o, stats)
+    with pytest.raises(ValueError, match="built with a cache's positions"):
+        op.launches(q, k, k, o, stats, positions=dp.Tensor(ctx, (3,), np.int64))
+    plain = AttentionOps(ctx, 2, 15, 20, 8, 8)
+    with pytest.raises(ValueError, match="positions given to an op built without them"):
+        plain.launches(q, k, k, o, stats, positions=dp.Tensor(ctx, (2,), np.int64))
+
+
+def test_layer_over_cache_positions(ctx, rng):
+    """The layer's ``positions``: the fourth input is the cached counts (one per sequence),
+    ``query_groups`` G query rows a token; forward and backward against float64, then the
+    named errors."""
+    from dlprim.layers import LayerError, TensorSpec, create
+    from layer_check import assert_close, run_layer
+    n, kv, groups, t, lk, d = 2, 2, 2, 3, 11, 8
+    lq = groups * t
+    xs = [rng.standard_normal(s).astype(np.float32)
+          for s in ((n, kv, lq, d), (n, kv, lk, d), (n, kv, lk, d))]
+    pos = np.array([2, 7], np.int64)
+    layer = create(ctx, "ScaledDotProductAttention", "att",
+                   {"positions": True, "query_groups": groups})
+    dy = rng.standard_normal((n, kv, lq, d)).astype(np.float32)
+    flat = [x.astype(np.float64).reshape((n * kv,) + x.shape[2:]) for x in xs]
+    full = _position_mask(pos, n, kv, groups, t, lk)
+    r = run_layer(ctx, layer, xs + [pos], dy=[dy], want_dx=[True, True, True, False])
+    assert_close(r.y[0], reference(*flat, 1 / np.sqrt(d), full)[0].reshape(n, kv, lq, d),
+                 rtol=1e-4, atol=1e-5, what="y")
+    for got, want, x in zip(r.dx[:3], _grads_for(flat, 1 / np.sqrt(d), full, False,
+                                                 dy.astype(np.float64).reshape(n * kv, lq, d)),
+                            xs):
+        assert_close(got, want.reshape(x.shape), rtol=1e-3, atol=1e-4, what="dx")
+    specs = [TensorSpec(x.shape) for x in xs]
+    for options, extra, message in (
+            ({"positions": True}, [TensorSpec((3,), np.int64)], "int32 or int64 of shape"),
+            ({"positions": True}, [TensorSpec((2,), np.float32)], "int32 or int64 of shape"),
+            ({"positions": True}, [], "int32 or int64 of shape .* got none"),
+            ({"positions": True, "query_groups": 4}, [TensorSpec((2,), np.int64)],
+             "'query_groups' 4 must divide the queries' L = 6")):
+        with pytest.raises(LayerError, match=message):
+            create(ctx, "ScaledDotProductAttention", "att", options).setup(specs + extra)
+    with pytest.raises(LayerError, match="'query_groups' must be a positive int"):
+        create(ctx, "ScaledDotProductAttention", "att", {"positions": True, "query_groups": 0})
+    with pytest.raises(LayerError, match="'positions' must be true/false"):
+        create(ctx, "ScaledDotProductAttention", "att", {"positions": 3})

@@ -318,7 +318,7 @@ class AttentionOps:
 
     def __init__(self, ctx, batch, lq, lk, d, dv, heads=1, causal=False, mask=False, dropout=0.0,
                  kernels=None, layout="nhld", dtype=np.float32, mask_dtype=np.float32,
-                 blocks=None):
+                 blocks=None, positions=0, pos_dtype=np.int64):
         self.ctx = ctx
         self.dtype = _float_type("dtype", dtype)
         self.mask_dtype = _float_type("mask_dtype", mask_dtype)
@@ -342,9 +342,14 @@ class AttentionOps:
             raise ValueError("attention: the packed layout is self-attention: L = S and D = DV, "
                              "got L=%d S=%d D=%d DV=%d" % (self.lq, self.lk, self.d, self.dv))
         self.n = self.batch // max(self.heads, 1)
+        # a key/value cache's positions (``launches``' ``positions``): query row i is the
+        # pass's token i % positions, at the cached count of its sequence plus that
+        self.positions, self.pos_dtype = self._checked_positions(positions, pos_dtype)
         flags = dict(MASK=self.mask, CAUSAL=self.causal, DROPOUT=self.dropout > 0,
                      LAYOUT=layout, HEADS=self.heads if layout != "nhld" else 0,
-                     ACT_T=cl_type(self.dtype), MASK_T=cl_type(self.mask_dtype))
+                     ACT_T=cl_type(self.dtype), MASK_T=cl_type(self.mask_dtype),
+                     POSITIONS=bool(self.positions),
+                     POS_T="long" if self.pos_dtype == np.int64 else "int")
         if kernels not in (None, "rows", "tiles", "gemm", "mma", "split"):
             raise ValueError("attention: kernels must be None (the device's choice), 'rows', "
                              "'tiles', 'gemm', 'mma' or 'split' (the forward; the backward "
@@ -522,16 +527,39 @@ class AttentionOps:
         # the kernels read each part through its offset and the layout's row stride
         return [q.view((q.size - j * part,), j * part) for j in range(3)]
 
-    def _mask_args(self, mask, strides):
-        if not self.mask:
-            return []
-        if mask is None or strides is None or len(strides) != 4:
-            raise ValueError("attention: built with a mask; give it and its 4 strides "
-                             "(batch, head, query, key)")
-        if not isinstance(mask, Tensor) or mask.dtype != self.mask_dtype:
-            raise ValueError("attention: the mask is %r, expected %s"
-                             % (mask, dtype_name(self.mask_dtype)))
-        return [mask] + [np.uint64(s) for s in strides] + [np.uint32(self.heads)]
+    def _checked_positions(self, positions, pos_dtype):
+        if isinstance(positions, bool) or not isinstance(positions, (int, np.integer)) or \
+                positions < 0 or (positions and self.lq % positions):
+            raise ValueError("attention: positions must be 0 (none) or the pass's tokens, "
+                             "a divisor of L=%d (grouped query heads: G x T rows), got %r"
+                             % (self.lq, positions))
+        pos_dtype = np.dtype(pos_dtype)
+        if pos_dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise ValueError("attention: the positions are int32 or int64, got %s"
+                             % dtype_name(pos_dtype))
+        return int(positions), pos_dtype
+
+    def _mask_args(self, mask, strides, positions=None):
+        out = []
+        if self.mask:
+            if mask is None or strides is None or len(strides) != 4:
+                raise ValueError("attention: built with a mask; give it and its 4 strides "
+                                 "(batch, head, query, key)")
+            if not isinstance(mask, Tensor) or mask.dtype != self.mask_dtype:
+                raise ValueError("attention: the mask is %r, expected %s"
+                                 % (mask, dtype_name(self.mask_dtype)))
+            out = [mask] + [np.uint64(s) for s in strides] + [np.uint32(self.heads)]
+        if not self.positions:
+            if positions is not None:
+                raise ValueError("attention: positions given to an op built without them")
+            return out
+        if not isinstance(positions, Tensor) or positions.dtype != self.pos_dtype or \
+                positions.size not in (1, self.n):
+            raise ValueError("attention: built with a cache's positions; give them as %s of "
+                             "1 or N=%d elements, got %r" % (dtype_name(self.pos_dtype), self.n,
+                                                             positions))
+        return out + [positions, np.uint32(max(self.heads, 1)),
+                      np.uint32(positions.size > 1), np.uint32(self.positions)]
 
     def _launch(self, pass_, rows, block, args):
         """A launch of ``pass_`` over ``rows``: one row per work item, or (tiles) one
@@ -582,30 +610,33 @@ class AttentionOps:
         return 1.0 / math.sqrt(self.d) if scale is None else float(scale)
 
     def launches(self, q, k, v, o, stats, scale=None, mask=None, mask_strides=None, seed=0,
-                 offset=0, workspace=None):
+                 offset=0, workspace=None, positions=None):
         """o = attention(q, k, v); stats (``stats_shape``) is kept for the backward pass.
         ``seed`` and ``offset`` choose the dropout mask (when built with dropout).
         ``workspace``: a tensor of at least ``workspace_bytes`` for the "gemm" family's
-        scores (None: one of the op's own)."""
+        scores (None: one of the op's own). ``positions`` (built with them): each
+        sequence's cached count before this pass, 1 or N integers read on the device;
+        query row i then sees the keys j <= positions[n] + i % T (T the ``positions``
+        it was built with)."""
         b, lq, lk = self.batch, self.lq, self.lk
         qkv = self._inputs(q, k, v, ("q", "k", "v"))
         self._check("o", o, self._shape(lq, self.dv))
         self._check("stats", stats, self.stats_shape, _F32)
         if b * lq == 0:
             return []
+        masks = self._mask_args(mask, mask_strides, positions)
         if self.split is not None:
-            return self._split_forward(qkv, o, stats, self.scale_of(scale),
-                                       self._mask_args(mask, mask_strides), workspace)
+            return self._split_forward(qkv, o, stats, self.scale_of(scale), masks, workspace)
         if self.kernels == "gemm":
-            return self._gemm_forward(qkv, o, stats, self.scale_of(scale),
-                                      self._mask_args(mask, mask_strides), workspace,
+            return self._gemm_forward(qkv, o, stats, self.scale_of(scale), masks, workspace,
                                       self._drop_args(seed, offset))
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
-        return [self._launch("forward", lq, "BQ", head + qkv + [o, stats]
-                             + self._mask_args(mask, mask_strides) + self._drop_args(seed, offset))]
+        return [self._launch("forward", lq, "BQ", head + qkv + [o, stats] + masks
+                             + self._drop_args(seed, offset))]
 
     def backward_launches(self, q, k, v, o, stats, dout, dq, dk, dv, delta, scale=None,
-                          mask=None, mask_strides=None, seed=0, offset=0, workspace=None):
+                          mask=None, mask_strides=None, seed=0, offset=0, workspace=None,
+                          positions=None):
         """dq, dk, dv of the attention that gave o and stats, for the output gradient
         dout; ``delta`` is a (B, L) scratch tensor (the rows' dO . O, float32); ``seed`` and
         ``offset`` those of the forward pass; ``workspace`` as ``launches``'."""
@@ -622,7 +653,7 @@ class AttentionOps:
             return []
         head = [np.uint32(lq), np.uint32(lk), np.float32(self.scale_of(scale))]
         drops = self._drop_args(seed, offset)
-        masks = self._mask_args(mask, mask_strides)
+        masks = self._mask_args(mask, mask_strides, positions)
         common = head + qkv + [dout, stats, delta]
         rows = (b * lq, self.dv)
         out = pointwise_reduce_launches(self.ctx, [dout.view(rows), o.view(rows)],

@@ -96,16 +96,53 @@ inline float keep_lane(uint4 r, uint lane, uint threshold, float keep_scale)
 #define KEEP(i, j) 1.0f
 % endif
 
+<% POSITIONS = context.get("POSITIONS", False) %>
+% if POSITIONS:
+// POSITIONS: a key/value cache's (KVCache): batch entry n = bh / pos_heads holds pos[n *
+// pos_step] tokens before this pass, and query row i is the pass's token i % pos_rows
+// (grouped-query heads: G x pos_rows rows of one key/value head), at position pos[n] +
+// i % pos_rows, which sees the cached keys j at or before it
+#define POS_ARGS , __global const ${POS_T} *pos, ulong pos_offset, uint pos_heads, \
+    uint pos_step, uint pos_rows
+inline long cache_position(__global const ${POS_T} *pos, ulong pos_offset, uint pos_heads,
+                           uint pos_step, uint pos_rows, uint bh, uint i)
+{
+    return (long)pos[pos_offset + (ulong)(bh / pos_heads) * pos_step] + (long)(i % pos_rows);
+}
+#define POSITION(i) cache_position(pos, pos_offset, pos_heads, pos_step, pos_rows, bh, i)
+// the keys that query rows i0 .. i1 may see end before KEY_END(i0, i1) (a walk's
+// bound: the last row's position where the rows are one group's, else the group's end)
+inline uint key_end(__global const ${POS_T} *pos, ulong pos_offset, uint pos_heads,
+                    uint pos_step, uint pos_rows, uint bh, uint i0, uint i1, uint lk)
+{
+    const uint last = i0 / pos_rows == i1 / pos_rows ? i1 : i0 / pos_rows * pos_rows + pos_rows - 1;
+    const long end = cache_position(pos, pos_offset, pos_heads, pos_step, pos_rows, bh, last) + 1;
+    return end <= 0 ? 0u : end >= (long)lk ? lk : (uint)end;
+}
+#define KEY_END(i0, i1) key_end(pos, pos_offset, pos_heads, pos_step, pos_rows, bh, i0, i1, lk)
+% else:
+#define POS_ARGS
+#define KEY_END(i0, i1) lk
+% endif
+
 // the score's additive term at (bh, i, j): the mask (stored as MASK_T), -inf past causal
+// and past the cache position
 inline float score_mask(
 % if MASK:
     __global const ${MASK_T} *mask, ulong mask_offset, ulong ms_n, ulong ms_h, ulong ms_q,
-    ulong ms_k, uint heads, uint bh,
+    ulong ms_k, uint heads,
 % endif
-    uint i, uint j)
+% if POSITIONS:
+    long position,
+% endif
+    uint bh, uint i, uint j)
 {
 % if CAUSAL:
     if (j > i)
+        return NEG_INF;
+% endif
+% if POSITIONS:
+    if ((long)j > position)
         return NEG_INF;
 % endif
 % if MASK:
@@ -116,13 +153,15 @@ inline float score_mask(
 % endif
 }
 
+<% POSITION_ARG = "POSITION(i), " if POSITIONS else "" %>
 % if MASK:
 #define MASK_ARGS , __global const ${MASK_T} *mask, ulong mask_offset, ulong ms_n, \
-    ulong ms_h, ulong ms_q, ulong ms_k, uint heads
-#define MASK_AT(i, j) score_mask(mask, mask_offset, ms_n, ms_h, ms_q, ms_k, heads, bh, i, j)
+    ulong ms_h, ulong ms_q, ulong ms_k, uint heads POS_ARGS
+#define MASK_AT(i, j) score_mask(mask, mask_offset, ms_n, ms_h, ms_q, ms_k, heads, \
+                                 ${POSITION_ARG}bh, i, j)
 % else:
-#define MASK_ARGS
-#define MASK_AT(i, j) score_mask(i, j)
+#define MASK_ARGS POS_ARGS
+#define MASK_AT(i, j) score_mask(${POSITION_ARG}bh, i, j)
 % endif
 
 // p_ij = exp(s_ij - m_i - log l_i), 0 where the key is masked or the row is masked whole

@@ -244,10 +244,11 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
 ## the scores' products Q K^T (qf: the warp's query fragments); blocks as walk's
 <%def name="key_walk(blocks, done=True)">
 % if CAUSAL:
-    const uint jend = min(lk, i0 + ${BQ});  // key j > query i is out
+    const uint jcausal = min(lk, i0 + ${BQ});  // key j > query i is out
 % else:
-    const uint jend = lk;
+    const uint jcausal = lk;
 % endif
+    const uint jend = min(jcausal, KEY_END(i0, min(i0 + ${BQ}, lq) - 1));  // (cache positions)
     <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${blocks}" published="${PUBLISHED}">
         __local ushort *kc = ks + cur * ${BK * SLD}, *vc = vs + cur * ${BK * SLV};
         ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}

@@ -59,6 +59,7 @@ void attention_split_partial(FORWARD_ARGS, uint span, __global float *part, ulon
 % if CAUSAL:
     jend = min(jend, lq);  // key j > query i is out, for every row below lq
 % endif
+    jend = min(jend, KEY_END(0, lq - 1));  // (past the cache's positions)
     float m = NEG_INF, l = 0.0f, acc[${CC}];
     for (int c = 0; c < ${CC}; c++)
         acc[c] = 0.0f;

@@ -159,6 +159,7 @@ void attention_tiles_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
 % else:
     uint jend = lk;
 % endif
+    jend = min(jend, KEY_END(i0, min(i0 + ${BQ}, lq) - 1));  // (past the cache's positions)
     for (uint j0 = 0; j0 < jend; j0 += ${BK}) {
         barrier(CLK_LOCAL_MEM_FENCE);
         ${stage("kv", KW, "k", "j0", "lk", BK, D)}
@@ -270,6 +271,7 @@ void attention_tiles_dq(BACKWARD_ARGS,
 % else:
     uint jend = lk;
 % endif
+    jend = min(jend, KEY_END(i0, min(i0 + ${BQ}, lq) - 1));
     for (uint j0 = 0; j0 < jend; j0 += ${BK}) {
         barrier(CLK_LOCAL_MEM_FENCE);
         ${stage("ks", DP, "k", "j0", "lk", BK, D)}

@@ -16,6 +16,14 @@ whatever the storage) are saved from forward to backward; the backward takes
 another such vector of workspace, and room (in the inputs' type) for gradients it must
 add to rather than write.
 
+Option ``positions`` (a key/value cache's, the decoders' ``KVCache``): the fourth input is
+then not a mask but each sequence's cached count before this pass, int32 or int64 of (N,)
+or (1,), read on the device. The L query rows are ``query_groups`` G groups of the pass's
+T = L / G tokens (grouped-query heads: the G query heads of one key/value head), so row i
+is token i % T, at that count plus i % T, and sees the keys at or before it. The kernels
+stop at the last key a block of rows sees and read no mask; a new T (``Net.reshape``)
+needs no new options.
+
 ``dropout`` p drops attention weights in train mode (inside the fused kernels; the mask is
 recomputed in backward from a Philox counter rather than stored). As the Dropout layer,
 the stream's key is ``seed`` and a CRC of the layer's name, and each training step moves
@@ -23,6 +31,8 @@ the counter on, so a seed reproduces every mask.
 """
 import math
 import zlib
+
+import numpy as np
 
 from ..core.attention import LAYOUTS, STORAGES, AttentionOps
 from ..core.pointwise import pointwise_launches
@@ -34,7 +44,8 @@ from .base import TRAIN, Layer, Setup, TensorSpec, register
 @register("ScaledDotProductAttention")
 class ScaledDotProductAttention(Layer):
     """Fused attention (Vaswani et al. 2017; online softmax as FlashAttention, Dao 2022)."""
-    OPTIONS = {"causal": False, "scale": None, "dropout": 0.0, "seed": 0, "layout": "nhld"}
+    OPTIONS = {"causal": False, "scale": None, "dropout": 0.0, "seed": 0, "layout": "nhld",
+               "positions": False, "query_groups": 1}
     BACKWARD_READS_INPUTS = True
     BACKWARD_READS_OUTPUTS = True
     NO_GRAD_INPUTS = (3,)  # the mask (packed layout: input 1, set by build)
@@ -56,6 +67,11 @@ class ScaledDotProductAttention(Layer):
         seed = o["seed"]
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
             self.fail("option 'seed' must be an int in [0, 2**32), got %r" % (seed,))
+        if o["positions"] not in (True, False, 0, 1):
+            self.fail("option 'positions' must be true/false, got %r" % (o["positions"],))
+        g = o["query_groups"]
+        if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+            self.fail("option 'query_groups' must be a positive int, got %r" % (g,))
         if o["layout"] not in LAYOUTS:
             self.fail("option 'layout' must be one of %s, got %r" % (", ".join(LAYOUTS), o["layout"]))
         self.layout = o["layout"]
@@ -90,6 +106,9 @@ class ScaledDotProductAttention(Layer):
         if k[:2] != q[:2] or v[:2] != q[:2] or k[3] != q[3] or v[2] != k[2]:
             self.fail("shapes do not fit: q %s, k %s, v %s (k must be (N, H, S, D) and v "
                       "(N, H, S, DV) for q (N, H, L, D), as (N, H, L, D))" % (q, k, v))
+        positions = self._positions(mask_spec, q)
+        if positions:
+            mask_spec, in_specs = [], in_specs[:len(in_specs) - 1]
         dtypes = list(dict.fromkeys(s.dtype for s in in_specs))
         if len(dtypes) > 1 or dtypes[0] not in STORAGES:
             self.fail("%s must share one float dtype (float32, float16 or bfloat16), got %s"
@@ -124,7 +143,7 @@ class ScaledDotProductAttention(Layer):
         shape = (self.ctx, n * h, lq, lk, d, dv)
         kinds = dict(heads=h, causal=bool(self.options["causal"]),
                      mask=self.mask_strides is not None, layout=self.layout, dtype=dtype,
-                     mask_dtype=dtype)
+                     mask_dtype=dtype, **positions)
         self.ops = AttentionOps(*shape, **kinds)
         # built in either mode, as a Net switches modes without a new setup
         p = float(self.options["dropout"])
@@ -148,7 +167,27 @@ class ScaledDotProductAttention(Layer):
             return x[0].view(self.shapes[0]), None, None, y.view(self.shapes[1])
         return [t.view(s) for t, s in zip(list(x[:3]) + [y], self.shapes)]
 
+    def _positions(self, extra, q):
+        """AttentionOps' positions arguments ({} without option ``positions``), the
+        fourth input checked: (N,) or (1,) integers, T dividing L."""
+        if not self.options["positions"]:
+            return {}
+        n, _, lq, _ = q
+        groups = self.options["query_groups"]
+        if len(extra) != 1 or extra[0].dtype not in (np.dtype(np.int32), np.dtype(np.int64)) \
+                or tuple(extra[0].shape) not in ((1,), (n,)):
+            self.fail("option 'positions' takes a fourth input of the cached counts, int32 or "
+                      "int64 of shape (1,) or (N,) = (%d,), got %s" % (n, ", ".join(
+                          "%s %s" % (dtype_name(s.dtype), tuple(s.shape)) for s in extra)
+                          or "none"))
+        if self.layout == "packed" or lq % groups:
+            self.fail("option 'query_groups' %d must divide the queries' L = %d (G groups of "
+                      "T rows), in the nhld or nlhd layout" % (groups, lq))
+        return dict(positions=lq // groups, pos_dtype=extra[0].dtype)
+
     def _mask(self, x):
+        if self.options["positions"]:
+            return {"positions": x[3]}
         if self.mask_strides is None:
             return {}
         return {"mask": x[len(self.shapes) - 1], "mask_strides": self.mask_strides}

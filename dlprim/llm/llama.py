@@ -139,13 +139,11 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
                       options={"num_embeddings": context, "embedding_dim": width})
               for part in ("cos", "sin")]  # (batch, T, width): each token's row
     group = heads // kv_heads  # the query heads one key/value head serves
-    mask_rows = batch if per_sample and batch > 1 else 1
 
     def linear(name, x, inputs, outputs, bias=False, residual=None, norm=None, **kw):
         return row_linear(cfg, name, x, inputs, outputs, bias, weights, residual,  # over rows
                           rms_norm=None if norm is None else (norm, eps), **kw)
 
-    mask = None
     for i in range(config["num_hidden_layers"]):
         p = "model.layers.%d." % i
         # q, k and v in one projection (``weights`` joins HF's three, as Phi-3 keeps them)
@@ -157,22 +155,20 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
                      qkv_bias, norm=p + "input_layernorm")
         qkv = cfg.add("Reshape", name=p + "self_attn/split", inputs=[qkv],
                       options={"dims": [batch, -1, heads + 2 * kv_heads, width]})
-        # one mask over the cache serves every layer: the first layer's cache writes it
-        outputs = [p + "q", p + "keys", p + "values"] + ([] if mask else [p + "mask"])
-        made = cfg.add("KVCache", name=p + "self_attn.cache", inputs=[qkv, pos] + tables,
-                       outputs=outputs, options={"length": context, "mask": mask is None,
-                                                 "layout": "packed", "query_heads": heads})
-        q, made = made[0], made[1:]
-        keys, values = made[:2]
-        if mask is None:
-            mask = _grouped_mask(cfg, made[2], mask_rows, group, context)
+        q, keys, values = cfg.add(
+            "KVCache", name=p + "self_attn.cache", inputs=[qkv, pos] + tables,
+            outputs=[p + "q", p + "keys", p + "values"],
+            options={"length": context, "mask": False, "layout": "packed",
+                     "query_heads": heads})
         # grouped-query attention without repeating the caches: the G query heads of
-        # one key/value head are G x T query rows of it (HF's head h = j * G + g)
+        # one key/value head are G x T query rows of it (HF's head h = j * G + g); each
+        # query sees the cached keys up to its own position (``pos`` read on the device:
+        # no mask is written or read, and the kernels stop at the last key a block sees)
         if group > 1:
             q = cfg.add("Reshape", name=p + "q/groups", inputs=[q],
                         options={"dims": [batch, kv_heads, -1, width]})
         a = cfg.add("ScaledDotProductAttention", name=p + "self_attn",
-                    inputs=[q, keys, values, mask])
+                    inputs=[q, keys, values, pos], options={"positions": True, "query_groups": group})
         if group > 1:
             a = cfg.add("Reshape", name=p + "self_attn/heads", inputs=[a],
                         options={"dims": [batch, heads, -1, width]})
@@ -190,19 +186,6 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
                    weights=weights, rms_norm=("model.norm", eps))
     cos, sin = rope_tables(config, context)
     return cfg, {"rope.cos": cos, "rope.sin": sin}
-
-
-def _grouped_mask(cfg, mask, rows, group, context):
-    """The cache's mask (rows, 1, T, L) for query rows grouped G to a key/value head: the
-    same T rows G times, (rows, 1, G * T, L)."""
-    if group == 1:
-        return mask
-    mask = cfg.add("Reshape", name="mask/groups", inputs=[mask],
-                   options={"dims": [rows, 1, 1, -1, context]})
-    mask = cfg.add("Expand", name="mask/repeat", inputs=[mask],  # (broadcast both ways)
-                   options={"shape": [rows, 1, group, 1, 1]})
-    return cfg.add("Reshape", name="mask/grouped", inputs=[mask],
-                   options={"dims": [rows, 1, -1, context]})
 
 
 def _check_supported(config, context):

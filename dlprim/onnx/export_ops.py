@@ -381,6 +381,9 @@ def attention(e, op, layer, ins, outs, params):
     """The plain ONNX form: softmax(scale q k^T + mask) v, with a causal mask as a constant;
     the "nlhd" and "packed" layouts go through (N, H, L, D) by Transpose (and Gather of
     the packed parts) and back."""
+    if layer.options.get("positions"):
+        raise ValueError("%s: a ScaledDotProductAttention over a cache's positions has no "
+                         "ONNX export" % op.name)
     layout = layer.options.get("layout", "nhld")
     shape = e.shape(op.in_values[0])
     if layout == "packed":  # (N, L, 3, H, D)

@@ -336,6 +336,41 @@ def test_attention_emulated_tensor_cores(ctx, rng, monkeypatch):
         assert np.isfinite(t.numpy()).all() and np.abs(t.numpy()).sum() > 0
 
 
+@pytest.mark.parametrize("kernels", ["split", "mma"])
+def test_attention_cache_positions(ctx, rng, monkeypatch, kernels):
+    """A cache's positions instead of a mask: the split forward's chunks past the last
+    position do nothing, the emulated tensor-core walks stop at a block's last position
+    (two groups of query rows, as grouped-query heads), then each backward."""
+    from dlprim.core import attention
+    from dlprim.core.attention import AttentionOps
+    from dlprim.kernels import program
+    from layer_check import host
+    monkeypatch.setattr(attention, "split_plan", lambda *a: dict(
+        QR=2, LANES=8, BK=16, chunks=4, span=16))
+    monkeypatch.setattr(attention, "tensor_cores", lambda ctx, precision="tf32": True)
+    build = program.get
+    monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
+        ctx, name, **(dict(p, MMA_EMULATE=True) if name == "attention_mma" else p)))
+    b, lk, d = 2, 60, 16
+    lq, t = (2, 1) if kernels == "split" else (32, 16)
+    one = dict(WARPS=1, MW=1, BQ=16, BK=16)
+    dtype = np.dtype(np.float32 if kernels == "split" else np.float16)
+    op = AttentionOps(ctx, b, lq, lk, d, d, kernels="split" if kernels == "split" else None,
+                      dtype=dtype, positions=t,
+                      blocks=None if kernels == "split" else {p: one for p in ("forward", "dq", "dkdv")})
+    f = lambda s: dp.Tensor.from_numpy(ctx, host(rng.standard_normal(s), dtype))
+    q, k, v, g = f((b, lq, d)), f((b, lk, d)), f((b, lk, d)), f((b, lq, d))
+    pos = dp.Tensor.from_numpy(ctx, np.array([3, 30], np.int64))
+    o, stats, delta = (dp.Tensor(ctx, (b, lq, d), dtype), dp.Tensor(ctx, op.stats_shape),
+                       dp.Tensor(ctx, (b, lq)))
+    grads = [dp.Tensor(ctx, x.shape, dtype) for x in (q, k, v)]
+    for launch in op.launches(q, k, v, o, stats, positions=pos) + \
+            op.backward_launches(q, k, v, o, stats, g, *grads, delta, positions=pos):
+        launch(ctx.queue)
+    for x in [o] + grads:
+        assert np.isfinite(x.numpy()).all()
+
+
 def test_embedding(ctx, rng, facts):
     table = rng.standard_normal((6, 5)).astype(np.float32)
     idx = np.array([[1, 5, 1], [0, 3, 2]], np.int64)
