@@ -11,6 +11,21 @@
 ## UNROLL elements a pass.
 <%def name="load(i, idx)">${'LD_%s(xp%d, %s)' % (XS[i][0], i, idx) if XS[i][0] in ('half', 'bfloat16') else 'xp%d[%s]' % (i, idx)}</%def>
 <%def name="store(i, idx, value)">${'ST_%s(yp%d, %s, %s)' % (YS[i][0], i, idx, value) if YS[i][0] in ('half', 'bfloat16') else 'yp%d[%s] = %s' % (i, idx, value)};</%def>
+## one element at ``index``: the inputs' values (``value_of(i)``), CODE, the outputs stored
+<%def name="element(index, value_of)">
+% for i, (st, ct) in enumerate(XS):
+        ${ct} x${i} = ${value_of(i)};
+% endfor
+% for i, (st, ct) in enumerate(YS):
+        ${ct} y${i};
+% endfor
+        {
+${CODE}
+        }
+% for i in range(len(YS)):
+        ${store(i, index, 'y%d' % i)}
+% endfor
+</%def>
 __kernel void ${NAME}(${IT} dlp_chunk
 % for g in range(G):
     , ${IT} dlp_n${g}, uint dlp_b${g}
@@ -99,35 +114,13 @@ ${CODE_VECTOR}
     % endfor
     % for u in range(UNROLL):
         if (dlp_i${u} < dlp_end) {
-        % for i, (st, ct) in enumerate(XS):
-            ${ct} x${i} = ${'dlp_one%d' % i if X_ONE[i] else 'dlp_x%d_%d' % (i, u)};
-        % endfor
-        % for i, (st, ct) in enumerate(YS):
-            ${ct} y${i};
-        % endfor
-            {
-${CODE}
-            }
-        % for i in range(len(YS)):
-            ${store(i, 'dlp_i%d' % u, 'y%d' % i)}
-        % endfor
+${element('dlp_i%d' % u, lambda i: 'dlp_one%d' % i if X_ONE[i] else 'dlp_x%d_%d' % (i, u))}
         }
     % endfor
     }
 % endif
 % if CPU:
-% for i, (st, ct) in enumerate(XS):
-        ${ct} x${i} = ${'dlp_one%d' % i if X_ONE[i] else load(i, 'dlp_i')};
-% endfor
-% for i, (st, ct) in enumerate(YS):
-        ${ct} y${i};
-% endfor
-        {
-${CODE}
-        }
-% for i in range(len(YS)):
-        ${store(i, 'dlp_i', 'y%d' % i)}
-% endfor
+${element('dlp_i', lambda i: 'dlp_one%d' % i if X_ONE[i] else capture(load, i, 'dlp_i'))}
     }
 % endif
 }
