@@ -20,6 +20,7 @@ training the loss, backward and an Adam step; the output copied out. torch predi
 eval mode under ``no_grad``. Give the libraries the cores PoCL uses:
 
     OPENBLAS_NUM_THREADS=2 python benchmarks/cpu_side_by_side.py --threads 2
+    python benchmarks/cpu_side_by_side.py --only nets models --isa avx2  # an AVX2 CPU's code
     python benchmarks/cpu_side_by_side.py --only nets --nets resnet18 --iters 2   # quick
     python benchmarks/cpu_side_by_side.py --only nets --nets resnet50:8:train      # any row
 """
@@ -45,6 +46,27 @@ MNIST_NET = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 MNIST_BATCH = 64
 ADAM_LR = 1e-4  # run_net's; the time of a step does not depend on it
 LABEL_CLASSES = 2  # run_net's labels are drawn below 2 as well
+
+
+# ``--isa avx2``: both sides restricted to AVX2 code on a CPU that has more (AVX-512), so
+# that one machine shows the ISA's share: Intel's CPU OpenCL runtime generates AVX2 code
+# and dlprim tiles for 8-float vectors; PyTorch's own kernels (ATen), its convolutions and
+# recurrent layers (oneDNN, which ATen's setting does not reach) and its BLAS (MKL) take
+# AVX2. The kernel caches go to a directory of their own: binary caches do not key on the
+# target. Caches, clocks and vector units stay the machine's.
+ISA_ENV = {"avx2": {"CL_CONFIG_CPU_TARGET_ARCH": "core-avx2", "DLPRIM_CPU_VECTOR_WIDTH": "8",
+                    "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                    "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
+
+
+def isa_environment(isa, environ, cache_root):
+    """``environ`` with ``isa``'s restrictions (ISA_ENV) and kernel caches under
+    ``cache_root``/``isa``."""
+    env = dict(environ, **ISA_ENV[isa])
+    env["XDG_CACHE_HOME"] = os.path.join(cache_root, isa)
+    env["DLPRIM_CACHE_DIR"] = os.path.join(cache_root, isa, "dlprim")
+    env["DLPRIM_EMULATED_ISA"] = isa
+    return env
 
 
 def best(run, finish, repeat):
@@ -215,7 +237,15 @@ def main():
     parser.add_argument("--mnist-net", default=MNIST_NET, help="a net JSON or dlprim.models name")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--isa", choices=sorted(ISA_ENV),
+                        help="run both sides restricted to this ISA's code (ISA_ENV)")
     args = parser.parse_args()
+    if args.isa and os.environ.get("DLPRIM_EMULATED_ISA") != args.isa:
+        import sys
+        import tempfile
+        env = isa_environment(args.isa, os.environ, os.path.join(tempfile.gettempdir(),
+                                                                 "dlprim-isa"))
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)  # (set before any import)
     rows = parse_rows(dict.fromkeys(args.nets))  # a name given twice counts once
     ctx = dp.Context(args.device)
     print(ctx.name)
