@@ -57,6 +57,38 @@ def test_prefill_then_decode_attends_over_the_cache(ctx):
     assert net.plan is prefill and prefill is not decode
 
 
+def test_the_caches_handed_on_are_the_parameters(ctx):
+    """The layer's cache outputs are its parameters' memory in a Net (no copy a pass:
+    one launch on every device); an in-place op on them gets memory of its own and
+    leaves the cache as it was."""
+    rng = np.random.default_rng(3)
+    cfg = dp.NetConfig()
+    for name in "qkv":
+        cfg.add_input(name, [N, H, 2, D])
+    cfg.add_input("pos", [1], "int64")
+    cfg.add("KVCache", name="cache", inputs=["k", "v", "pos"], outputs=["keys", "values"],
+            options={"length": L, "mask": False})
+    cfg.add("Activation", name="relu", inputs=["keys"], outputs=["keys"],
+            options={"activation": "relu"})
+    cfg.add("ScaledDotProductAttention", name="att", inputs=["q", "keys", "values", "pos"],
+            outputs=["y"], options={"positions": True})
+    cfg.set_outputs(["y"])
+    net = dp.Net(ctx, cfg, mode="predict")
+    q, k, v = (rng.standard_normal((N, H, 2, D)).astype(np.float32) for _ in range(3))
+    net(pos=np.array([3]), q=q, k=k, v=v)
+    plan, graph = net.plan, net.graph
+    cache_op = next(op for op in graph.ops if op.name == "cache")
+    keys, values = (plan.acts[vid] for vid in cache_op.out_values)
+    assert keys.buffer is net.param("cache.keys").buffer
+    assert values.buffer is net.param("cache.values").buffer
+    assert plan.op_forward[cache_op.index] == 1
+    relu_out = plan.acts[next(op for op in graph.ops if op.name == "relu").out_values[0]]
+    assert relu_out.buffer is not keys.buffer
+    cached = net.param("cache.keys").to_host()
+    np.testing.assert_array_equal(cached[:, :, 3:5], k)  # negatives kept
+    np.testing.assert_array_equal(net.param("cache.values").to_host()[:, :, 3:5], v)
+
+
 def test_positions_per_sample_and_int32(ctx):
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((N, H, 6, D)).astype(np.float32) for _ in range(3))

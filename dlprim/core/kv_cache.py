@@ -1,5 +1,6 @@
 """The launch of a key/value cache (``kernels/kv_cache.cl``, the KVCache layer): this
-pass's rows written at a position read on the device, the whole caches handed on, the
+pass's rows written at a position read on the device, the whole caches handed on (where
+the outputs are not the caches themselves), the
 queries of a packed input split off (and with the keys rotated by the rotary position
 embedding) and the additive mask of attention over the cache, all in one launch."""
 import numpy as np
@@ -28,6 +29,10 @@ def source_strides(layout, heads, t_len, width, parts=None):
     return t_len * parts * width, parts * width, width  # packed
 
 
+def _same(a, b):
+    return a.buffer is b.buffer and a.offset == b.offset
+
+
 class KVCacheOps:
     """Caches of ``length`` positions for (N, H) = (``samples``, ``heads``) rows of
     ``t_len`` new tokens; ``dtype``: the cached elements' type; ``pos_dtype``: int32 or
@@ -52,9 +57,10 @@ class KVCacheOps:
 
     def update(self, k, v, pos, keys, values, keys_out, values_out, k_layout="nhld",
                v_layout="nhld", queries=None, mask=None, tables=None):
-        """One launch (on CPUs two driver copies first): keys[n, h, pos_n + t] = k's row
-        (n, h, t), values from v alike (nothing where pos_n overflows), the caches copied
-        whole into ``keys_out`` and ``values_out``; with ``queries`` (k and v ``packed``: views of the projection
+        """One launch: keys[n, h, pos_n + t] = k's row (n, h, t), values from v alike
+        (nothing where pos_n overflows), the caches copied whole into ``keys_out`` and
+        ``values_out`` unless those are ``keys`` and ``values`` themselves (a Net's
+        KVCache; on CPUs the copies are two driver copies first); with ``queries`` (k and v ``packed``: views of the projection
         where the keys' and the values' heads start, the queries' heads ahead of the
         keys') those heads copied there in the caches' layout; with ``mask`` (N or 1, 1,
         T, length) float32, 0 where j <= pos + t, -inf elsewhere, NaN over a sample whose
@@ -71,8 +77,10 @@ class KVCacheOps:
         m_total = 0 if mask is None else mask.size
         # 2-D: (an element of a row, the rows of every segment), the mask cut in rows too.
         # CPUs copy the caches out with the driver's copy first, and the kernel then
-        # writes only this pass's rows (a kernel's copy is several times slower there)
-        whole = not self.ctx.facts.is_cpu
+        # writes only this pass's rows (a kernel's copy is several times slower there);
+        # outputs that are the caches themselves (a Net's KVCache) need no copy at all
+        handed = not (_same(keys, keys_out) and _same(values, values_out))
+        whole = handed and not self.ctx.facts.is_cpu
         span = max(d, dv)
         k_rows, v_rows = (keys.size // d, values.size // dv) if whole else (n * h * t,) * 2
         rows = q_total // d + k_rows + v_rows + -(-m_total // span)
@@ -86,7 +94,8 @@ class KVCacheOps:
             cos, sin = tables
             rotation = [cos.buffer, u64(cos.offset), sin.buffer, u64(sin.offset),
                         u32(cos.size // (t * d))]
-        out = [] if whole else [BufferCopy(keys, keys_out), BufferCopy(values, values_out)]
+        out = [BufferCopy(keys, keys_out), BufferCopy(values, values_out)] \
+            if handed and not whole else []
         return out + [program.Launch(self.program, "kv_update",
                                      (round_up(span, wide), round_up(rows, tall)), (wide, tall), [
             u64(q_total), u64(k_rows), u64(v_rows), u32(whole), u64(m_total), u32(span), u32(h),

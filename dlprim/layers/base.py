@@ -98,18 +98,23 @@ class LayerFlags(namedtuple("LayerFlags", "backward_reads_inputs backward_reads_
                                tuple(int(i) for i in no_grad_inputs), bool(view))
 
 
-class Setup(namedtuple("Setup", "outputs params workspace saved flags")):
+class Setup(namedtuple("Setup", "outputs params workspace saved flags param_outputs")):
     """What ``Layer.build`` returns and ``Layer.setup`` hands to the Net.
 
     ``outputs``: a TensorSpec per output; ``params``: a ParamSpec per parameter;
     ``workspace``: scratch bytes for this layer's own launches; ``saved``: a TensorSpec
     per tensor that forward writes and backward reads (given to both as ``saved``);
-    ``flags``: LayerFlags, None for the class attributes' (``Layer.default_flags``).
+    ``flags``: LayerFlags, None for the class attributes' (``Layer.default_flags``);
+    ``param_outputs``: (output index, parameter index) pairs of outputs that are the
+    parameter itself (a key/value cache handed on): the Net gives them the parameter's
+    memory, not the arena's, so nothing is copied, and no in-place write may reuse it.
+    Such a parameter must have the output's shape and dtype.
     """
     __slots__ = ()
 
-    def __new__(cls, outputs, params=(), workspace=0, saved=(), flags=None):
-        return super().__new__(cls, outputs, params, workspace, saved, flags)
+    def __new__(cls, outputs, params=(), workspace=0, saved=(), flags=None, param_outputs=()):
+        return super().__new__(cls, outputs, params, workspace, saved, flags,
+                               tuple(param_outputs))
 
 
 # the class attributes behind LayerFlags, in its field order
@@ -284,7 +289,7 @@ class Layer:
         return result
 
     def _checked(self, result):
-        outputs, params, ws, saved, flags = result
+        outputs, params, ws, saved, flags, pinned = result
         if not outputs:
             self.fail("build() gives no output")
         ws = int(ws or 0)
@@ -294,9 +299,17 @@ class Layer:
         if not isinstance(flags, LayerFlags):
             raise TypeError("%s '%s': build() gives flags of type %s, not LayerFlags"
                             % (self.type_name, self.name, type(flags).__name__))
-        return Setup(self._specs(TensorSpec, outputs, "build() output"),
-                     self._specs(ParamSpec, params, "build() parameter"), ws,
-                     self._specs(TensorSpec, saved, "build() saved tensor"), flags)
+        outputs = self._specs(TensorSpec, outputs, "build() output")
+        params = self._specs(ParamSpec, params, "build() parameter")
+        for o, p in pinned:
+            if not (0 <= o < len(outputs) and 0 <= p < len(params)) or \
+                    tuple(outputs[o].shape) != tuple(params[p].shape) or \
+                    outputs[o].dtype != params[p].dtype:
+                raise TypeError("%s '%s': build() gives output %d as parameter %d, which must "
+                                "exist with the output's shape and dtype" % (self.type_name,
+                                                                             self.name, o, p))
+        return Setup(outputs, params, ws, self._specs(TensorSpec, saved, "build() saved tensor"),
+                     flags, pinned)
 
     def _specs(self, kind, items, what):
         """``kind(*item)`` for each item; a bad shape names this layer and the item."""

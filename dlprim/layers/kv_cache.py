@@ -24,9 +24,12 @@ way, the rotary embedding without a launch of its own. Option
 (N, T, H, DV), the heads merged by a Reshape alone.
 
 The caches are stored as the keys and values come: float32, or float16 / bfloat16 in a
-net of precision "fp16" / "bf16". The whole update (the new rows written, the caches
-handed on, the queries and the mask) is one launch on GPUs; on CPUs the driver's copy
-hands the caches on first (core/kv_cache.py). The position is read on the device, so one plan serves every step: a
+net of precision "fp16" / "bf16". In a Net the cache outputs are the parameters
+themselves (``Setup.param_outputs``: nothing is copied a pass, and an in-place write on
+them gets memory of its own); the update (the new rows written, the queries and the
+mask) is one launch. Given outputs of their own (a layer run alone), the caches are
+copied to them too: in that launch on GPUs, by the driver's copy first on CPUs
+(core/kv_cache.py). The position is read on the device, so one plan serves every step: a
 prefill of T tokens and a decode of one are two plans of the same Net (``Net.reshape``),
 sharing the caches, and the caller moves ``pos`` on between passes. A position with
 pos + T > L (or pos < 0) writes nothing and makes that sample's mask NaN, so its
@@ -115,9 +118,12 @@ class KVCache(Layer):
         outputs += [TensorSpec(shapes[0], dtype), TensorSpec(shapes[1], dtype)]
         if self.options["mask"]:
             outputs.append(TensorSpec((masks, 1, t, length), "float32"))
+        # the caches handed on are the parameters themselves (no copy of them a pass)
+        first = 1 if packed else 0
         return Setup(outputs,
                      params=[ParamSpec(s, dtype, trainable=False, name=w)
-                             for s, w in zip(shapes, ("keys", "values"))])
+                             for s, w in zip(shapes, ("keys", "values"))],
+                     param_outputs=[(first, 0), (first + 1, 1)])
 
     def _packed_dims(self, in_specs):
         """(N, T, H, D, query heads, the rotary tables' type or None) of the packed

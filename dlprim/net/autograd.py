@@ -22,6 +22,8 @@ value's byte size; ``Autograd`` decides:
   in backward order with its other consumers, and the view's backward copies nothing
   (with ``keep_all``, where every gradient stays readable, only for the input's last
   consumer, whose gradient the input's then is);
+* values ``pinned`` to a parameter's memory (``Setup.param_outputs``: a key/value
+  cache's outputs) get no arena block and no in-place writes; views of them share it;
 * the lifetime of every activation, gradient, workspace and saved tensor, as
   ``memory_plan.Block``s named ``a:<value>``, ``g:<value>``, ``w:<op>`` and
   ``s:<op>:<j>``.
@@ -51,8 +53,12 @@ class OpFacts:
 
 
 class Autograd:
-    def __init__(self, graph, facts, value_bytes, value_is_float, train, keep_all=False):
+    def __init__(self, graph, facts, value_bytes, value_is_float, train, keep_all=False,
+                 pinned=()):
         self.graph, self.facts, self.train, self.keep_all = graph, facts, bool(train), keep_all
+        # values whose memory is a parameter's (Setup.param_outputs): no arena block, and
+        # no in-place write over them
+        self.pinned = frozenset(pinned)
         n = len(graph.ops)
         self.n = n
         self.t_end = 2 * n + 2 if self.train else n + 1
@@ -152,7 +158,8 @@ class Autograd:
                 pos = op.inputs.index(name)
                 old = op.in_values[pos]
                 root = self.storage[old]
-                if (values[root].producer < 0 or self.value_bytes[old] != self.value_bytes[out]
+                if (values[root].producer < 0 or root in self.pinned
+                        or self.value_bytes[old] != self.value_bytes[out]
                         or root in viewed or (self.train and self._backward_reads(old))):
                     continue
                 self.storage[out] = root
@@ -232,7 +239,7 @@ class Autograd:
         acts, grads = {}, {}
         for v in values:
             root = self.storage[v.id]
-            if values[root].producer >= 0:
+            if values[root].producer >= 0 and root not in self.pinned:
                 acts.setdefault(root, []).append(self._value_interval(v))
             if self.grad_needed[v.id]:
                 grads.setdefault(self.grad_storage[v.id], []).append(self._grad_interval(v))

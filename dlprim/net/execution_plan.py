@@ -54,7 +54,11 @@ class ExecutionPlan:
                  for i, st in enumerate(setups)]
         value_bytes = [_nbytes(v) for v in g.values]
         floats = [is_float(v.dtype) for v in g.values]
-        self.autograd = s = Autograd(g, facts, value_bytes, floats, train, keep_all)
+        # outputs that are their op's parameter (Setup.param_outputs): the parameter's memory
+        pinned = {g.ops[i].out_values[o]: (i, p)
+                  for i, st in enumerate(setups) for o, p in st.param_outputs}
+        self.autograd = s = Autograd(g, facts, value_bytes, floats, train, keep_all,
+                                     pinned=set(pinned))
         # predict mode: convolution + BatchNorm (+ activation) chains run as one (fusion.py)
         self.folds = {} if train or keep_all else \
             fusion.predict_folds(g, layers, [st.workspace for st in setups])
@@ -80,6 +84,9 @@ class ExecutionPlan:
             root = s.storage[v.id]
             if g.values[root].producer < 0:
                 self.acts[v.id] = inputs[root]
+            elif root in pinned:
+                op_index, p = pinned[root]
+                self.acts[v.id] = store.op_params[op_index][p].view(v.shape)
             else:
                 self.acts[v.id] = at("a:%d" % root, v.shape, v.dtype)
         self.grads = {v.id: at("g:%d" % s.grad_storage[v.id], v.shape, v.dtype)
