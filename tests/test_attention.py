@@ -997,6 +997,40 @@ def test_mma_cache_positions_match_float64(ctx, rng, emulated_mma, half, d):
         near(a, w, tol, what)
 
 
+@pytest.mark.parametrize("half", ["float32", "float16", "bfloat16"])
+def test_cpu_cached_rows_match_float64(ctx, rng, half):
+    """The gemm family's one-pass forward over a cache's few query rows (a decode step on
+    CPUs, attention_gemm_cached) in every storage, then the family's backward on its
+    statistics; more rows than CACHED_MAX_ROWS keep the products."""
+    from dlprim.core import attention
+    n, heads, groups, t, lk, d = 2, 2, 4, 1, 70, 16
+    lq, b = groups * t, n * heads
+    dtype = np.dtype(bfloat16) if half == "bfloat16" else np.dtype(half)
+    tol_y, tol_dx = (1e-5, 1e-4) if half == "float32" else HALVES[half][1:]
+    q, k, v, g = (stored(rng.standard_normal(s), dtype)
+                  for s in ((b, lq, d), (b, lk, d), (b, lk, d), (b, lq, d)))
+    pos = np.array([9, 63])
+    p = probabilities(q, k, 1 / np.sqrt(d), _position_mask(pos, n, heads, groups, t, lk))
+    want = [p @ v] + list(gradients(q, k, v, p, 1 / np.sqrt(d), g))
+    op = AttentionOps(ctx, b, lq, lk, d, d, heads=heads, dtype=dtype, kernels="gemm",
+                      positions=t)
+    assert op.cached and lq <= attention.CACHED_MAX_ROWS
+    f = lambda a: dp.Tensor.from_numpy(ctx, host(a, dtype))  # noqa: E731
+    o, stats = dp.Tensor(ctx, (b, lq, d), dtype), dp.Tensor(ctx, op.stats_shape)
+    grads = [dp.Tensor(ctx, s, dtype) for s in ((b, lq, d), (b, lk, d), (b, lk, d))]
+    positions = dp.Tensor.from_numpy(ctx, pos.astype(np.int64))
+    forward = op.launches(f(q), f(k), f(v), o, stats, positions=positions)
+    assert [launch.name for launch in forward] == ["attention_gemm_cached"]
+    for launch in forward + op.backward_launches(f(q), f(k), f(v), o, stats, f(g), *grads,
+                                                 dp.Tensor(ctx, (b, lq)), positions=positions):
+        launch(ctx.queue)
+    for a, w, what, tol in zip([t_.numpy() for t_ in [o] + grads], want,
+                               ("o", "dq", "dk", "dv"), (tol_y,) + (tol_dx,) * 3):
+        near(a, w, tol, what)
+    many = AttentionOps(ctx, b, 24, lk, d, d, heads=heads, kernels="gemm", positions=24)
+    assert not many.cached
+
+
 def test_cache_position_errors_are_named(ctx):
     with pytest.raises(ValueError, match="positions must be 0 .none. or the pass's tokens"):
         AttentionOps(ctx, 2, 15, 20, 8, 8, positions=4)

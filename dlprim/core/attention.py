@@ -170,6 +170,12 @@ def _mma_precision(dtype):
     return "fp16" if dtype == HALF_TYPES[0] else "bf16"
 
 
+# the "gemm" family's forward over a cache's positions (CPUs): at most this many query
+# rows a batch row run attention_gemm_cached, a pass over only the keys each row sees
+# (a decode step: one token, or the G query heads of a key/value head); more rows keep
+# the products, which share each key among the rows
+CACHED_MAX_ROWS = 16
+
 # the "split" forward (attention_split.cl): query rows a batch row it takes at most, and
 # the work-groups it aims at per compute unit (its chunks of keys fill the device where
 # the batch rows alone do not)
@@ -345,6 +351,7 @@ class AttentionOps:
         # a key/value cache's positions (``launches``' ``positions``): query row i is the
         # pass's token i % positions, at the cached count of its sequence plus that
         self.positions, self.pos_dtype = self._checked_positions(positions, pos_dtype)
+        self.cached = False  # the gemm family's one-pass forward (_gemm_setup)
         flags = dict(MASK=self.mask, CAUSAL=self.causal, DROPOUT=self.dropout > 0,
                      LAYOUT=layout, HEADS=self.heads if layout != "nhld" else 0,
                      ACT_T=cl_type(self.dtype), MASK_T=cl_type(self.mask_dtype),
@@ -669,7 +676,11 @@ class AttentionOps:
     # ----- the "gemm" family
     def _gemm_setup(self, flags):
         b, lq, lk, d, dv = self.batch, self.lq, self.lk, self.d, self.dv
-        self.programs = {"gemm": program.get(self.ctx, "attention_gemm", **flags)}
+        # a cache's few query rows (a decoder's step): one pass over the keys each row sees
+        self.cached = bool(self.positions and not self.dropout and lq <= CACHED_MAX_ROWS
+                           and d % 8 == 0 and dv % 8 == 0)
+        self.programs = {"gemm": program.get(self.ctx, "attention_gemm", **flags, **(
+            dict(CACHED=1, D=d, DV=dv) if self.cached else {}))}
         self.workspace_bytes = max(self.workspace_bytes, 2 * 4 * b * lq * lk)
         # "nhld": one product over all B rows. "nlhd" and "packed" interleave the heads of
         # a position, so no one stride steps from row bh to bh + 1: a product per head,
@@ -740,6 +751,11 @@ class AttentionOps:
         return out
 
     def _gemm_forward(self, qkv, o, stats, scale, masks, workspace, drops):
+        if self.cached:  # (attention_gemm.cl's attention_gemm_cached: no scores stored)
+            return [program.Launch(self.programs["gemm"], "attention_gemm_cached",
+                                   (self.lq, self.batch), (1, 1),
+                                   [np.uint32(self.lq), np.uint32(self.lk), np.float32(scale)]
+                                   + list(qkv) + [o, stats] + masks)]
         (q, k, v), (lq, lk, d, dv) = qkv, (self.lq, self.lk, self.d, self.dv)
         packed = self.layout == "packed"
         s, _ = self._scores(workspace)

@@ -97,3 +97,78 @@ __kernel void attention_gemm_dscores(uint lq, uint lk, float scale,
         g[j] = pr[j] * (g[j] - d) * scale;
 % endif
 }
+% if context.get("CACHED", False):
+<% CD, CV = context.get("D") // 8, context.get("DV") // 8 %>
+
+// eight stored q, k or v values as float8 (16-bit storages widened on vectors)
+inline float8 act8(__global const ${ACT_T} *p)
+{
+% if ACT_T == "float":
+    return vload8(0, p);
+% elif ACT_T == "half":
+    return load_half8(p);
+% else:
+    return as_float8(convert_uint8(vload8(0, p)) << 16);
+% endif
+}
+
+// A cache's few query rows (POSITIONS; a decoder's step on CPUs): o and the statistics of
+// query row i of batch row bh in one pass over the keys it sees (KEY_END: only the
+// sequence's cached positions are read, where the products above would read the whole
+// cache), the softmax online (a running maximum rescales the sums); q, k, v and o as
+// float8 vectors along D and DV; one work item per row. The statistics are the softmax
+// kernel's, so the family's backward reads them alike.
+__kernel void attention_gemm_cached(uint lq, uint lk, float scale,
+                                    __global const ${ACT_T} *q, ulong q_offset,
+                                    __global const ${ACT_T} *k, ulong k_offset,
+                                    __global const ${ACT_T} *v, ulong v_offset,
+                                    __global ${ACT_T} *o, ulong o_offset,
+                                    __global float *stats, ulong stats_offset MASK_ARGS)
+{
+    uint i = get_global_id(0), bh = get_global_id(1);
+    if (i >= lq)
+        return;
+    __global const ${ACT_T} *qi = q + q_offset + IN_AT(bh, lq, ${8 * CD}) + (ulong)i * IN_ROW(${8 * CD});
+    __global const ${ACT_T} *kr = k + k_offset + IN_AT(bh, lk, ${8 * CD});
+    __global const ${ACT_T} *vr = v + v_offset + IN_AT(bh, lk, ${8 * CV});
+    float8 qv[${CD}], acc[${CV}];
+    for (int c = 0; c < ${CD}; c++)
+        qv[c] = act8(qi + 8 * c) * scale;
+    for (int c = 0; c < ${CV}; c++)
+        acc[c] = (float8)(0.0f);
+    float m = NEG_INF, l = 0.0f;
+    const uint end = KEY_END(i, i);
+    for (uint j = 0; j < end; j++) {
+        float8 dot = (float8)(0.0f);
+        for (int c = 0; c < ${CD}; c++)
+            dot = fma(qv[c], act8(kr + (ulong)j * IN_ROW(${8 * CD}) + 8 * c), dot);
+        const float4 h = dot.lo + dot.hi;
+        const float2 h2 = h.lo + h.hi;
+        const float s = h2.x + h2.y + MASK_AT(i, j);
+        if (s == NEG_INF)
+            continue;  // (a hidden key weighs nothing, whatever its value holds)
+        if (s > m || isnan(s)) {  // the new maximum rescales what was summed
+            const float r = m == NEG_INF ? 0.0f : exp(m - s);
+            l *= r;
+            for (int c = 0; c < ${CV}; c++)
+                acc[c] *= r;
+            m = s;
+        }
+        const float p = exp(s - m);
+        l += p;
+        for (int c = 0; c < ${CV}; c++)
+            acc[c] = fma((float8)(p), act8(vr + (ulong)j * IN_ROW(${8 * CV}) + 8 * c), acc[c]);
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    __global ${ACT_T} *oi = o + o_offset + OUT_AT(bh, lq, ${8 * CV}) + (ulong)i * OUT_ROW(${8 * CV});
+    for (int c = 0; c < ${CV}; c++) {
+        float y[8];
+        vstore8(acc[c] * inv, 0, y);
+        for (int e = 0; e < 8; e++)
+            ST_${ACT_T}(oi, 8 * c + e, y[e]);
+    }
+    ulong at = stats_offset + STATS_AT(bh, lq, i);
+    stats[at] = m;
+    stats[at + 1] = log(l);
+}
+% endif

@@ -336,11 +336,12 @@ def test_attention_emulated_tensor_cores(ctx, rng, monkeypatch):
         assert np.isfinite(t.numpy()).all() and np.abs(t.numpy()).sum() > 0
 
 
-@pytest.mark.parametrize("kernels", ["split", "mma"])
+@pytest.mark.parametrize("kernels", ["split", "mma", "gemm"])
 def test_attention_cache_positions(ctx, rng, monkeypatch, kernels):
     """A cache's positions instead of a mask: the split forward's chunks past the last
     position do nothing, the emulated tensor-core walks stop at a block's last position
-    (two groups of query rows, as grouped-query heads), then each backward."""
+    (two groups of query rows, as grouped-query heads), the CPUs' one-pass rows read only
+    the cached keys; then each backward."""
     from dlprim.core import attention
     from dlprim.core.attention import AttentionOps
     from dlprim.kernels import program
@@ -352,12 +353,14 @@ def test_attention_cache_positions(ctx, rng, monkeypatch, kernels):
     monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
         ctx, name, **(dict(p, MMA_EMULATE=True) if name == "attention_mma" else p)))
     b, lk, d = 2, 60, 16
-    lq, t = (2, 1) if kernels == "split" else (32, 16)
+    lq, t = (32, 16) if kernels == "mma" else (2, 1)
     one = dict(WARPS=1, MW=1, BQ=16, BK=16)
-    dtype = np.dtype(np.float32 if kernels == "split" else np.float16)
-    op = AttentionOps(ctx, b, lq, lk, d, d, kernels="split" if kernels == "split" else None,
+    dtype = np.dtype(np.float16 if kernels == "mma" else np.float32)
+    op = AttentionOps(ctx, b, lq, lk, d, d, kernels=None if kernels == "mma" else kernels,
                       dtype=dtype, positions=t,
-                      blocks=None if kernels == "split" else {p: one for p in ("forward", "dq", "dkdv")})
+                      blocks={p: one for p in ("forward", "dq", "dkdv")} if kernels == "mma"
+                      else None)
+    assert kernels != "gemm" or op.cached
     f = lambda s: dp.Tensor.from_numpy(ctx, host(rng.standard_normal(s), dtype))
     q, k, v, g = f((b, lq, d)), f((b, lk, d)), f((b, lk, d)), f((b, lq, d))
     pos = dp.Tensor.from_numpy(ctx, np.array([3, 30], np.int64))
