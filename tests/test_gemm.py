@@ -1284,8 +1284,8 @@ def test_choose_names_one_family_per_product(ctx, monkeypatch):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_few_rows_decode_16bit_weights_exactly(ctx, dtype):
-    # gemv.cl reads a 16-bit B eight values at a time on CPUs (float16: vload_half8, or
-    # its bits decoded on integer vectors under PoCL): subnormals, zeros and the largest
+    # gemv.cl reads a 16-bit B eight values at a time on CPUs (float16: vload_half8,
+    # bfloat16: its bits shifted on vectors): subnormals, zeros and the largest
     # value, each picked alone by a one-hot row of A, in the vector part and the
     # tail (K = 19); an inf and a NaN reach their rows' sums
     special = np.array([0.0, -0.0, 6.0e-8, -3.0e-5, 65504.0, -2.5, 1.0 / 3, 7.0], np.float32)

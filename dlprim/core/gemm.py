@@ -561,7 +561,7 @@ def choose(g, tile, split_k, forced):
     # a few rows (a decoder's step) on a GPU, or over an int8, bfloat16 or float16 B
     # anywhere, or one row on a CPU (tuning.gemv_rows): one launch streaming B
     # (kernels/gemv.cl), which reads every storage itself
-    # (CPUs decode float16's bits eight at a time in integer vectors: half_bits8_value)
+    # (CPUs read float16 eight values at a time: common.h's load_half8)
     g.gemv = (Gemm.streams_b(ctx, M, g.dtypes[1]) and g.trans_b and not g.trans_a
               and not tile and split_k is None and not g.batch_sum)
     # (its teams of 32 add their sums by warp shuffles where inline PTX runs: NVIDIA)

@@ -9,10 +9,6 @@
     # a float copy 0.4). There the bits are decoded and rounded in integer arithmetic,
     # which vectorises (0.4 and 1.1 ms); half tensors are __global there.
     INTEGER_HALF = getattr(context.get("facts"), "is_cpu", False)
-    # eight at a time, Intel's CPU runtime converts half in vector instructions
-    # (vload_half8: a GPT-2 decode step's float16 GEMVs 28.1 -> 20.2 ms on the 2-core
-    # EPYC); PoCL's stays in software, where the integer decode on vectors is faster
-    HALF8_NATIVE = not INTEGER_HALF or getattr(context.get("facts"), "vendor_id", "") != "pocl"
     # double needs cl_khr_fp64 enabled, and only programs that use it say so: a parameter
     # of the template (a storage type, a code string) names it
     USES_DOUBLE = any("double" in repr(v) for k, v in context.kwargs.items() if k != "facts")
@@ -105,24 +101,14 @@ inline ushort4 bfloat16_bits4(float4 v)
     return (ushort4)(bfloat16_bits(v.s0), bfloat16_bits(v.s1), bfloat16_bits(v.s2),
                      bfloat16_bits(v.s3));
 }
-// eight half values from their bits at once (half_bits_value's arithmetic on vectors:
-// a CPU's few-rows GEMV streams float16 weights through it)
-inline float8 half_bits8_value(ushort8 u)
-{
-    const uint8 x = convert_uint8(u);
-    const uint8 sign = (x & 0x8000u) << 16, e = (x >> 10) & 31u, m = x & 1023u;
-    uint8 bits = select(((e + 112u) << 23) | (m << 13), 0x7f800000u | (m << 13), e == 31u);
-    bits = select(bits, as_uint8(convert_float8(m) * 5.9604644775390625e-8f), e == 0u);
-    return as_float8(bits | sign);
-}
-// eight half values at p (as stored, 2-byte aligned)
+// eight half values at p (as stored, 2-byte aligned): vload_half8 is faster than any
+// integer decode on vectors here, Intel's CPU runtime converting in vector instructions
+// (a GPT-2 decode step's float16 GEMVs 28.1 -> 20.2 ms against element by element on the
+// 2-core EPYC) and pip's PoCL 3.0 (LLVM 14) in its library code at twice the speed of
+// the integer decode on vectors (the same step 54-56 -> 26-31 ms)
 inline float8 load_half8(__global const half *p)
 {
-% if HALF8_NATIVE:
     return vload_half8(0, p);
-% else:
-    return half_bits8_value(vload8(0, (__global const ushort *)p));
-% endif
 }
 // the value of half bits u, decoded in integer arithmetic (exact; NaN stays NaN)
 inline float half_bits_value(ushort u)
