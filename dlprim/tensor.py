@@ -13,7 +13,7 @@ import pyopencl as cl
 
 from .dtypes import as_dtype, bfloat16, bfloat16_values, cl_type, dtype_name
 
-__all__ = ["Tensor", "Shape", "ws_view", "fill_bytes"]
+__all__ = ["Tensor", "Shape", "ws_view", "fill_bytes", "same_memory"]
 
 # NVIDIA's OpenCL driver faults on a fill of more than 2 GiB (the queue is then dead: the
 # next command fails with INVALID_COMMAND_QUEUE or a build with -9999): fills go in pieces
@@ -343,6 +343,11 @@ class Tensor:
             cl.enqueue_copy(self._queue(e), self.buffer, other.buffer, byte_count=self.nbytes,
                             src_offset=other.byte_offset, dst_offset=self.byte_offset)
         return self
+
+
+def same_memory(a, b):
+    """Whether tensors ``a`` and ``b`` start at the same place of the same buffer."""
+    return a.buffer is b.buffer and a.offset == b.offset
 
 
 def ws_view(ws, byte_offset, count, dtype="float32"):

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..dtypes import cl_type
 from ..kernels import program
+from ..tensor import same_memory
 from .copy import BufferCopy
 from ..utils import round_up
 
@@ -27,10 +28,6 @@ def source_strides(layout, heads, t_len, width, parts=None):
     if layout == "nlhd":
         return t_len * heads * width, heads * width, width
     return t_len * parts * width, parts * width, width  # packed
-
-
-def _same(a, b):
-    return a.buffer is b.buffer and a.offset == b.offset
 
 
 class KVCacheOps:
@@ -79,7 +76,7 @@ class KVCacheOps:
         # CPUs copy the caches out with the driver's copy first, and the kernel then
         # writes only this pass's rows (a kernel's copy is several times slower there);
         # outputs that are the caches themselves (a Net's KVCache) need no copy at all
-        handed = not (_same(keys, keys_out) and _same(values, values_out))
+        handed = not (same_memory(keys, keys_out) and same_memory(values, values_out))
         whole = handed and not self.ctx.facts.is_cpu
         span = max(d, dv)
         k_rows, v_rows = (keys.size // d, values.size // dv) if whole else (n * h * t,) * 2

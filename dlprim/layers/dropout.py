@@ -14,6 +14,7 @@ import numpy as np
 
 from ..core.pointwise import PointwiseBroadcast
 from ..core.random import RandomFill, counters
+from ..tensor import same_memory
 from .base import TRAIN, Layer, Setup, TensorSpec, register
 
 
@@ -70,8 +71,7 @@ class Dropout(Layer):
 
     def forward(self, x, y, params, ws, saved):
         if not self.active:
-            same = x[0].buffer is y[0].buffer and x[0].offset == y[0].offset
-            return [] if same else self._copy.launches(x, y)
+            return [] if same_memory(x[0], y[0]) else self._copy.launches(x, y)
         u = self._mask(saved, x[0].shape)
         fill = self._fill.launches(u, self.key, self.step_offset)
         return [_NextMask(self, fill[0], u.size)] + self._apply.launches([x[0], u], y, self._scalars())

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..core.activation import EPILOGUES, FUSABLE, backward_code
 from ..core.copy import BufferCopy
-from ..tensor import ws_view
+from ..tensor import same_memory, ws_view
 from ..core.gemm import Gemm
 from ..core.normalization import GroupNormOps
 from ..core.quantize import Q4_GROUP, Dequantize, Q4Gemv, quantize_q4, quantize_rows
@@ -37,7 +37,6 @@ from ..dtypes import as_dtype, bfloat16, dtype_name, to_bfloat16
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..utils import is_int, round_up
 from .base import Layer, ParamSpec, Setup, TensorSpec, register
-from .shape import same_memory
 
 __all__ = ["InnerProduct"]
 

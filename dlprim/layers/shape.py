@@ -14,16 +14,13 @@ to), forward copies x into y and backward copies dy into dx (adding when accumul
 import numpy as np
 
 from ..core.copy import StridedCopy
+from ..tensor import same_memory
 from ..utils import is_int
 from .base import Layer, Setup, TensorSpec, register
 
 
 def _int_list(value):
     return isinstance(value, (list, tuple)) and all(map(is_int, value))
-
-
-def same_memory(a, b):
-    return a.buffer is b.buffer and a.offset == b.offset
 
 
 class ViewLayer(Layer):

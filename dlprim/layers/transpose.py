@@ -8,8 +8,8 @@ the axes longer than 1 moves no element (a decode step's heads merged back, (N, 
 """
 from ..core.copy import TransposeCopy
 from ..utils import is_int
+from ..tensor import same_memory
 from .base import Layer, Setup, TensorSpec, register
-from .shape import same_memory
 
 
 @register("Transpose")
