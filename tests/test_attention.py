@@ -997,6 +997,29 @@ def test_mma_cache_positions_match_float64(ctx, rng, emulated_mma, half, d):
         near(a, w, tol, what)
 
 
+@pytest.mark.parametrize("kernels", ["rows", "tiles", "gemm", "split"])
+@pytest.mark.parametrize("bad", [-1, 18])
+def test_a_count_the_cache_cannot_take_gives_nan(ctx, rng, kernels, bad):
+    """A sequence whose count is negative or leaves no room for the pass's T tokens (the
+    cache writes nothing for it) attends to nothing plausible: its rows are NaN, as the
+    cache's mask made them; the other sequence's rows are right."""
+    n, heads, t, lk, d = 2, 2, 3, 20, 8
+    lq, b = t, n * heads
+    q, k, v = (rng.standard_normal((b, length, d)) for length in (lq, lk, lk))
+    op = AttentionOps(ctx, b, lq, lk, d, d, heads=heads, kernels=kernels, positions=t)
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))  # noqa: E731
+    o, stats = dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, op.stats_shape)
+    pos = np.array([5, bad])
+    for launch in op.launches(f(q), f(k), f(v), o, stats,
+                              positions=dp.Tensor.from_numpy(ctx, pos)):
+        launch(ctx.queue)
+    got = o.to_host()
+    assert np.isnan(got[heads:]).all()
+    want = reference(q, k, v, 1 / np.sqrt(d), _position_mask(np.array([5, 0]), n, heads, 1, t,
+                                                             lk))[0]
+    np.testing.assert_allclose(got[:heads], want[:heads], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("half", ["float32", "float16", "bfloat16"])
 def test_cpu_cached_rows_match_float64(ctx, rng, half):
     """The gemm family's one-pass forward over a cache's few query rows (a decode step on

@@ -11,15 +11,19 @@ from dlprim.layers.base import LayerError
 N, H, D, L = 2, 3, 8, 12
 
 
-def cached_attention_net(ctx, t, length=L, per_row=False, pos_dtype="int64"):
+def cached_attention_net(ctx, t, length=L, per_row=False, pos_dtype="int64", positions=False):
+    """q, k, v and pos in, the cache's attention out: over the cache's mask, or with
+    ``positions`` over the counts themselves (the decoders' way)."""
     cfg = dp.NetConfig()
     for name in "qkv":
         cfg.add_input(name, [N, H, t, D])
     cfg.add_input("pos", [N if per_row else 1], pos_dtype)
-    cfg.add("KVCache", name="cache", inputs=["k", "v", "pos"], outputs=["keys", "values", "mask"],
-            options={"length": length})
-    cfg.add("ScaledDotProductAttention", name="att", inputs=["q", "keys", "values", "mask"],
-            outputs=["y"])
+    cfg.add("KVCache", name="cache", inputs=["k", "v", "pos"],
+            outputs=["keys", "values"] + ([] if positions else ["mask"]),
+            options={"length": length, "mask": not positions})
+    cfg.add("ScaledDotProductAttention", name="att",
+            inputs=["q", "keys", "values", "pos" if positions else "mask"], outputs=["y"],
+            options={"positions": positions})
     cfg.set_outputs(["y"])
     return dp.Net(ctx, cfg, mode="predict")
 
@@ -106,9 +110,10 @@ def test_positions_per_sample_and_int32(ctx):
         np.testing.assert_allclose(y[b], want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_position_past_the_cache_gives_nan_and_bad_inputs_are_named(ctx):
+@pytest.mark.parametrize("positions", [False, True])
+def test_a_position_past_the_cache_gives_nan_and_bad_inputs_are_named(ctx, positions):
     rng = np.random.default_rng(2)
-    net = cached_attention_net(ctx, 4, length=6)
+    net = cached_attention_net(ctx, 4, length=6, positions=positions)
     feeds = {n: rng.standard_normal((N, H, 4, D)).astype(np.float32) for n in "qkv"}
     assert np.isfinite(net(pos=np.array([2]), **feeds)["y"]).all()
     assert np.isnan(net(pos=np.array([3]), **feeds)["y"]).all()  # 3 + 4 > 6

@@ -101,23 +101,27 @@ inline float keep_lane(uint4 r, uint lane, uint threshold, float keep_scale)
 // POSITIONS: a key/value cache's (KVCache): batch entry n = bh / pos_heads holds pos[n *
 // pos_step] tokens before this pass, and query row i is the pass's token i % pos_rows
 // (grouped-query heads: G x pos_rows rows of one key/value head), at position pos[n] +
-// i % pos_rows, which sees the cached keys j at or before it
+// i % pos_rows, which sees the cached keys j at or before it. A count the cache could not
+// take (below 0, or pos_rows more overflow the lk positions: KVCache writes nothing)
+// makes the sample's scores NaN, as the cache's mask would: -1 here
 #define POS_ARGS , __global const ${POS_T} *pos, ulong pos_offset, uint pos_heads, \
     uint pos_step, uint pos_rows
 inline long cache_position(__global const ${POS_T} *pos, ulong pos_offset, uint pos_heads,
-                           uint pos_step, uint pos_rows, uint bh, uint i)
+                           uint pos_step, uint pos_rows, uint bh, uint i, uint lk)
 {
-    return (long)pos[pos_offset + (ulong)(bh / pos_heads) * pos_step] + (long)(i % pos_rows);
+    const long p = (long)pos[pos_offset + (ulong)(bh / pos_heads) * pos_step];
+    return p < 0 || p + (long)pos_rows > (long)lk ? -1 : p + (long)(i % pos_rows);
 }
-#define POSITION(i) cache_position(pos, pos_offset, pos_heads, pos_step, pos_rows, bh, i)
+#define POSITION(i) cache_position(pos, pos_offset, pos_heads, pos_step, pos_rows, bh, i, lk)
 // the keys that query rows i0 .. i1 may see end before KEY_END(i0, i1) (a walk's
-// bound: the last row's position where the rows are one group's, else the group's end)
+// bound: the last row's position where the rows are one group's, else the group's end;
+// every key where the count overflows, each score NaN)
 inline uint key_end(__global const ${POS_T} *pos, ulong pos_offset, uint pos_heads,
                     uint pos_step, uint pos_rows, uint bh, uint i0, uint i1, uint lk)
 {
     const uint last = i0 / pos_rows == i1 / pos_rows ? i1 : i0 / pos_rows * pos_rows + pos_rows - 1;
-    const long end = cache_position(pos, pos_offset, pos_heads, pos_step, pos_rows, bh, last) + 1;
-    return end <= 0 ? 0u : end >= (long)lk ? lk : (uint)end;
+    const long p = cache_position(pos, pos_offset, pos_heads, pos_step, pos_rows, bh, last, lk);
+    return p < 0 ? lk : min(lk, (uint)p + 1);
 }
 #define KEY_END(i0, i1) key_end(pos, pos_offset, pos_heads, pos_step, pos_rows, bh, i0, i1, lk)
 % else:
@@ -142,6 +146,8 @@ inline float score_mask(
         return NEG_INF;
 % endif
 % if POSITIONS:
+    if (position < 0)
+        return NAN;
     if ((long)j > position)
         return NEG_INF;
 % endif

@@ -20,9 +20,10 @@ Option ``positions`` (a key/value cache's, the decoders' ``KVCache``): the fourt
 then not a mask but each sequence's cached count before this pass, int32 or int64 of (N,)
 or (1,), read on the device. The L query rows are ``query_groups`` G groups of the pass's
 T = L / G tokens (grouped-query heads: the G query heads of one key/value head), so row i
-is token i % T, at that count plus i % T, and sees the keys at or before it. The kernels
-stop at the last key a block of rows sees and read no mask; a new T (``Net.reshape``)
-needs no new options.
+is token i % T, at that count plus i % T, and sees the keys at or before it; a count the
+cache cannot take (below 0, or no room for T more) makes the sequence's output NaN, as
+KVCache's mask does. The kernels stop at the last key a block of rows sees and read no
+mask; a new T (``Net.reshape``) needs no new options.
 
 ``dropout`` p drops attention weights in train mode (inside the fused kernels; the mask is
 recomputed in backward from a Philox counter rather than stored). As the Dropout layer,
