@@ -1,4 +1,6 @@
 <%include file="common.h"/>
+<%namespace name="loads" file="float8_loads.h"/>
+<%namespace name="vectors" file="lanes_sum.h"/>
 // Attention through GEMMs (core/attention.py, kernels "gemm"): the score rows S = scale Q K^T
 // of every (batch*head) row are stored (B, L, S) float32, made and read by Gemm; these
 // kernels do the row-wise parts, one work item per query row i of batch row bh (CPUs run
@@ -100,17 +102,8 @@ __kernel void attention_gemm_dscores(uint lq, uint lk, float scale,
 % if context.get("CACHED", False):
 <% CD, CV = context.get("D") // 8, context.get("DV") // 8 %>
 
-// eight stored q, k or v values as float8 (16-bit storages widened on vectors)
-inline float8 act8(__global const ${ACT_T} *p)
-{
-% if ACT_T == "float":
-    return vload8(0, p);
-% elif ACT_T == "half":
-    return load_half8(p);
-% else:
-    return as_float8(convert_uint8(vload8(0, p)) << 16);
-% endif
-}
+${loads.load8(ACT_T)}
+${vectors.lanes_sum(8)}
 
 // A cache's few query rows (POSITIONS; a decoder's step on CPUs): o and the statistics of
 // query row i of batch row bh in one pass over the keys it sees (KEY_END: only the
@@ -133,7 +126,7 @@ __kernel void attention_gemm_cached(uint lq, uint lk, float scale,
     __global const ${ACT_T} *vr = v + v_offset + IN_AT(bh, lk, ${8 * CV});
     float8 qv[${CD}], acc[${CV}];
     for (int c = 0; c < ${CD}; c++)
-        qv[c] = act8(qi + 8 * c) * scale;
+        qv[c] = load8_${ACT_T}(qi, 8 * c) * scale;
     for (int c = 0; c < ${CV}; c++)
         acc[c] = (float8)(0.0f);
     float m = NEG_INF, l = 0.0f;
@@ -141,10 +134,8 @@ __kernel void attention_gemm_cached(uint lq, uint lk, float scale,
     for (uint j = 0; j < end; j++) {
         float8 dot = (float8)(0.0f);
         for (int c = 0; c < ${CD}; c++)
-            dot = fma(qv[c], act8(kr + (ulong)j * IN_ROW(${8 * CD}) + 8 * c), dot);
-        const float4 h = dot.lo + dot.hi;
-        const float2 h2 = h.lo + h.hi;
-        const float s = h2.x + h2.y + MASK_AT(i, j);
+            dot = fma(qv[c], load8_${ACT_T}(kr, (ulong)j * IN_ROW(${8 * CD}) + 8 * c), dot);
+        const float s = lanes_sum(dot) + MASK_AT(i, j);
         if (s == NEG_INF)
             continue;  // (a hidden key weighs nothing, whatever its value holds)
         if (s > m || isnan(s)) {  // the new maximum rescales what was summed
@@ -157,7 +148,7 @@ __kernel void attention_gemm_cached(uint lq, uint lk, float scale,
         const float p = exp(s - m);
         l += p;
         for (int c = 0; c < ${CV}; c++)
-            acc[c] = fma((float8)(p), act8(vr + (ulong)j * IN_ROW(${8 * CV}) + 8 * c), acc[c]);
+            acc[c] = fma((float8)(p), load8_${ACT_T}(vr, (ulong)j * IN_ROW(${8 * CV}) + 8 * c), acc[c]);
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     __global ${ACT_T} *oi = o + o_offset + OUT_AT(bh, lq, ${8 * CV}) + (ulong)i * OUT_ROW(${8 * CV});

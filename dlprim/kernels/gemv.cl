@@ -1,4 +1,5 @@
 <%include file="common.h"/>
+<%namespace name="loads" file="float8_loads.h"/>
 ## GEMM of a few rows (core/gemm.py, gemv): C (M, N) = act(alpha A B^T + bias + beta C)
 ## with A (M, K) and B (N, K) rows contiguous (a decoder step's Linear: the weights read
 ## once, as they stream); one launch, no split-K pass.
@@ -322,27 +323,9 @@ def hsum(v):  # a vector's values added pairwise
 % endif
 
 % if TEAM == 1:
-<%def name="load8(T)">
-// eight values of a row as float8, whatever their storage (16-bit ones as vectors: see
-// common.h's load_half8)
-inline float8 load8_${T}(__global const ${T} *p, ulong i)
-{
-% if T == "float":
-    return vload8(0, p + i);
-% elif T == "char":
-    return convert_float8(vload8(0, p + i));
-% elif T == "half":
-    return load_half8(p + i);
-% elif T == "bfloat16":
-    return as_float8(convert_uint8(vload8(0, p + i)) << 16);
-% else:
-    return (float8)(load4_${T}(p, i), load4_${T}(p, i + 4));
-% endif
-}
-</%def>
-${load8(A_T)}
+${loads.load8(A_T)}
 % if B_T != A_T:
-${load8(B_T)}
+${loads.load8(B_T)}
 % endif
 
 // CPUs: COLS columns a work-item, rows of B read as float8 vectors, fma into float8
