@@ -100,17 +100,11 @@ class GroupNormOps:
         full = (self.shape, np.dtype(dtype))
         stat, chan = ((n, g, 1, 1), stat_dtype), ((1, g, k, 1), stat_dtype)
         self._full, self._stat, self._chan = full, stat, chan
-        # the parameters' gradients, column sums over the rows (every path); backward
-        # inputs: x0 x, x1 dy, x2 mean, x3 rstd [, x4 weight]
+        # the parameters' gradients, column sums over the rows (every path), built when
+        # a backward pass first asks for them (``_param_sums``); backward inputs: x0 x,
+        # x1 dy, x2 mean, x3 rstd [, x4 weight]
         xhat = "%s * x3" % ("x0" if self.rms else "(x0 - x2)")
-        self._dweight = PointwiseBroadcastReduce(ctx, [full, full, stat, stat], [chan],
-                                                 "y0 = x1 * %s;" % xhat, name="norm_dweight")
-        self._dbias = PointwiseBroadcastReduce(ctx, [full], [chan], "y0 = x0;", name="norm_dbias")
-        # both in one pass over dy where both are wanted (half the launches)
-        self._dweight_dbias = PointwiseBroadcastReduce(
-            ctx, [full, full, stat, stat], [chan, chan], "y0 = x1 * %s; y1 = x1;" % xhat,
-            "reduce_y0 = 0; reduce_y1 = 0;", "reduce_y0 += y0; reduce_y1 += y1;",
-            name="norm_dparams") if self.bias else None
+        self._xhat, self._param_ops = xhat, {}
         if kernels == "cpu_rows":
             self.rows_prg = program.get(ctx, "normalization_cpu_rows",
                                         VW=tuning.cpu_vector_width(ctx.facts),
@@ -147,6 +141,23 @@ class GroupNormOps:
             ctx, g_ins + [stat, stat], [full],
             "%s g = %s, xhat = %s; y0 = %s;" % (acc, g_code, xhat, dx),
             name="norm_backward_data")
+
+    def _param_sums(self, weight, bias):
+        """The column sums of dy * xhat (``weight``) and of dy (``bias``) in one reduction
+        over the rows, built once for each pair asked for."""
+        op = self._param_ops.get((weight, bias))
+        if op is None:
+            full, stat, chan = self._full, self._stat, self._chan
+            terms = (["x1 * %s" % self._xhat] + ["x1"] * bias) if weight else ["x0"]
+            ys = range(len(terms))
+            op = self._param_ops[weight, bias] = PointwiseBroadcastReduce(
+                self.ctx, [full, full, stat, stat] if weight else [full], [chan] * len(terms),
+                " ".join("y%d = %s;" % (i, t) for i, t in zip(ys, terms)),
+                " ".join("reduce_y%d = 0;" % i for i in ys),
+                " ".join("reduce_y%d += y%d;" % (i, i) for i in ys),
+                name="norm_dparams" if weight and bias else
+                "norm_dweight" if weight else "norm_dbias")
+        return op
 
     def _rows(self, kernel, args):
         """One work-group per row of ``kernels/normalization.cl``."""
@@ -201,15 +212,11 @@ class GroupNormOps:
         x, dy = x.view(self.shape), dy.view(self.shape)
         m, r = self._stats(mean), self._stats(rstd)
         out = []
-        if dweight is not None and dbias is not None and self._dweight_dbias is not None:
-            out += self._dweight_dbias.launches(
-                [x, dy, m, r], [self._chans(dweight), self._chans(dbias)], beta=param_beta)
-        else:
-            if dweight is not None:
-                out += self._dweight.launches([x, dy, m, r], [self._chans(dweight)],
-                                              beta=param_beta)
-            if dbias is not None:
-                out += self._dbias.launches([dy], [self._chans(dbias)], beta=param_beta)
+        if dweight is not None or dbias is not None:
+            wanted = [t for t in (dweight, dbias) if t is not None]
+            out += self._param_sums(dweight is not None, dbias is not None).launches(
+                [x, dy, m, r] if dweight is not None else [dy],
+                [self._chans(t) for t in wanted], beta=param_beta)
         if dx is not None and self.kernels == "cpu_rows":
             return out + self._cpu_rows("norm_rows_backward_data", [
                 x, dy, m, r, _or(weight, x), dx.view(self.shape), np.float32(beta)])
