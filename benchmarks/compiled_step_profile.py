@@ -168,10 +168,15 @@ def main(argv=None):
     print("| optimizer kernel | launches | ms |\n|---|---:|---:|")
     for name, (n, ms) in seen.by_kernel():
         print("| %s | %d | %.2f |" % (name, n, ms))
-    print("| backward kernel | ms |\n|---|---:|")
+    launches = {p: collections.Counter(getattr(launch, "name", type(launch).__name__)
+                                       for launch in getattr(net.plan, p))
+                for p in ("forward", "backward")}
+    print("launches of the forward pass by kernel: %s" % ", ".join(
+        "%s %d" % kv for kv in launches["forward"].most_common(args.kernels)))
+    print("| backward kernel | launches | ms |\n|---|---:|---:|")
     kernels = [(name, ms) for kind, name, _, ms in rows if kind == "bwd-kernel"]
     for name, ms in kernels[:args.kernels]:
-        print("| %s | %.2f |" % (name, ms))
+        print("| %s | %d | %.2f |" % (name, launches["backward"][name], ms))
 
 
 if __name__ == "__main__":

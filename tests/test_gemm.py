@@ -582,7 +582,7 @@ def test_warpgroup_template_renders(ctx, mma, trans_a, trans_b):
     for step in ("fence.proxy.async.shared::cta", "wgmma.fence", "wgmma.commit_group",
                  "wgmma.wait_group"):
         assert step in src and "WG_" in body
-    assert ("pack_from_columns" in src) == (mma == "tf32")
+    assert ("void pack_rows_columns(" in src) == (mma == "tf32")
     with pytest.raises(Exception):  # TF32 products take K-major tiles only
         program.render("gemm_wgmma", facts=ctx.facts, TRANS_A=1, TRANS_B=1, BIAS="none",
                        ACTIVATION="identity", TILE_M=128, TILE_N=128, TILE_K=16, GROUP=8,
@@ -700,9 +700,11 @@ def test_emulated_async_copies_match_float64(ctx, rng, monkeypatch, precision, t
     ("fp16", 1, 1, 40, 136, 200, 0, 1, 3),     # M-major A, K-major B; split-K
     ("bf16", 0, 1, 65, 64, 40, 0, 1, None),
     ("tf32", 1, 0, 70, 130, 37, 0, 2, None),   # both packed from columns; K % 4 != 0
+    ("tf32", 0, 0, 33, 97, 45, 1, 2, None),    # A packed from rows, B from columns
     ("tf32", 0, 1, 129, 65, 24, 3, 1, 2),     # packed from rows, rows misaligned; split-K
     ("fp32", 1, 0, 70, 130, 37, 0, 2, None),   # float32 as three TF32 products (split_tf32)
-    ("fp32", 0, 1, 129, 65, 24, 3, 1, 2)])     # split-K across the three segments of K
+    ("fp32", 0, 1, 129, 65, 24, 3, 1, 2),     # split-K across the three segments of K
+    ("fp32", 1, 1, 97, 33, 70, 0, 3, None)])   # A from columns, B from rows
 # the tiles of tuning.WGMMA_TILES' kinds: 64- and 128-byte swizzled rows of K, 2 and 4
 # warpgroups, 192 columns
 @pytest.mark.parametrize("wg_tile", [(128, 128, 64, 6), (128, 192, 128, 5), (256, 128, 128, 3)])
@@ -801,6 +803,43 @@ def test_emulated_split_tf32_keeps_float32_accuracy_and_values(ctx, rng, monkeyp
             assert np.isposinf(got[1]).all() and np.isnan(got[2]).all()
             np.testing.assert_allclose(got[3], want[3], rtol=1e-6)
     assert errors["fp32"] < 2e-6 and errors["tf32"] > 100 * errors["fp32"], errors
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+@pytest.mark.parametrize("shared", ["a", "b"])
+def test_emulated_tf32_packing_of_an_operand_the_batch_shares(ctx, rng, monkeypatch,
+                                                              precision, shared):
+    # one launch packs A and B; an operand with batch stride 0 is packed once and the
+    # other once per batch entry (the launch's third dimension covers the larger count)
+    from dlprim.core import gemm
+    layer_check.skip_unless_cpu(ctx)
+    build = program.get
+    for probe in ("tensor_cores", "warpgroup_products"):
+        monkeypatch.setattr(gemm, probe, lambda ctx, precision="tf32": True)
+    monkeypatch.setattr(tuning, "WGMMA_TF32_MIN_SIZE", 0)
+    for tiles in ("WGMMA_TILES", "SPLIT_TF32_TILES"):
+        monkeypatch.setattr(tuning, tiles, ((64, 64, 64, 3, 100.0),))
+    monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
+        ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_wgmma" else p)))
+    batch, M, N, K = 3, 70, 40, 45
+    a = rng.standard_normal((1 if shared == "a" else batch, M, K)).astype(np.float32)
+    b = rng.standard_normal((1 if shared == "b" else batch, N, K)).astype(np.float32)
+    op = Gemm(ctx, M, N, K, trans_b=True, batch=batch, precision=precision)
+    assert op.wgmma
+    launches = op.launches(t(ctx, a), t(ctx, b), dp.Tensor(ctx, (batch, M, N)),
+                           stride_a=0 if shared == "a" else M * K,
+                           stride_b=0 if shared == "b" else N * K, stride_c=M * N)
+    assert [launch.name for launch in launches] == ["pack_rows_rows", "gemm"]
+    C = dp.Tensor(ctx, (batch, M, N))
+    op(t(ctx, a), t(ctx, b), C, stride_a=0 if shared == "a" else M * K,
+       stride_b=0 if shared == "b" else N * K, stride_c=M * N)
+    A, B = (x.astype(np.float64) for x in (a, b))
+    if precision == "tf32":  # each operand rounded once, to nearest
+        A, B = (((x.astype(np.float32).view(np.uint32) + 0x1000) & 0xffffe000)
+                .view(np.float32).astype(np.float64) for x in (A, B))
+    want = A @ B.transpose(0, 2, 1)
+    err = np.abs(C.numpy().astype(np.float64) - want).max() / np.abs(want).max()
+    assert err < (2e-6 if precision == "fp32" else 1e-5), err
 
 
 @pytest.mark.parametrize("precision, c_dtype, M, N, K, ldc, beta, bias", [

@@ -396,9 +396,19 @@ class TensorCore(_TiledLaunch):
         prg = self.program(1, 1, c_layout[0], epilogue=c_layout[1], wgmma=True)
         size_a, _ = g.k_major_elements()
         at = self._after_partials()
-        pack_a, A, lda, stride_a = self._k_major(prg, "a", A, lda, stride_a, W, at)
-        pack_b, B, ldb, stride_b = self._k_major(prg, "b", B, ldb, stride_b, W, at + size_a)
-        return pack_a + pack_b, A, B, lda, ldb, stride_a, stride_b, (1, 1)
+        a_src, a_args, A, lda, stride_a = self._k_major("a", A, lda, stride_a, W, at)
+        b_src, b_args, B, ldb, stride_b = self._k_major("b", B, ldb, stride_b, W, at + size_a)
+        # one launch packs both (pack_<A's source>_<B's source>): 32 x 32 blocks of A
+        # (blocks_k along K, rows of D), then B's
+        i32 = np.int32
+        blocks_k = ceil_div(round_up(g.K, 4), 32)
+        tiles_a, tiles_b = (blocks_k * ceil_div(D, 32) for D in (g.M, g.N))
+        copies = (a_args[-1], b_args[-1])
+        launch = program.Launch(
+            prg, "pack_%s_%s" % (a_src, b_src), ((tiles_a + tiles_b) * 32, 8, max(copies)),
+            (32, 8, 1), a_args[:-1] + b_args[:-1]
+            + [i32(blocks_k), i32(tiles_a), i32(blocks_k), i32(copies[0]), i32(copies[1])])
+        return [launch], A, B, lda, ldb, stride_a, stride_b, (1, 1)
 
     def _staged(self, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W):
         """The copies of the staged operands (``g.staged``) into the workspace in the
@@ -426,30 +436,27 @@ class TensorCore(_TiledLaunch):
         aligned_ab = tuple(1 if x in g.staged else a for x, a in zip("ab", aligned_ab))
         return launches, A, B, lda, ldb, stride_a, stride_b, aligned_ab
 
-    def _k_major(self, prg, which, X, ld, stride, W, at):
+    def _k_major(self, which, X, ld, stride, W, at):
         """TF32 warpgroup products read A and B K-major, rounded to TF32 and with 16-byte
-        aligned rows: the launch that packs operand ``which`` so into the workspace ``W``
-        from element ``at`` on, and the operand as the product then reads it (tensor,
-        leading dimension, batch stride). Rounding each value once here costs a pass over
-        the operand; rounding it in the kernel costs every work-group that reads it. With
-        ``g.split_tf32`` each row is A's parts lo, hi, hi or B's hi, lo, hi (SPLIT_PARTS,
-        which keep an inf or NaN out of the products with a lo), a segment of K each, which
-        the product runs as one K three times as long (``g.product_k``)."""
+        aligned rows: how operand ``which`` is packed so into the workspace ``W`` from
+        element ``at`` on, as (its source layout, "rows" or "columns"; its arguments of the
+        pack kernel, then its copies), and the operand as the product then reads it
+        (tensor, leading dimension, batch stride). Rounding each value once here costs a
+        pass over the operand; rounding it in the kernel costs every work-group that reads
+        it. With ``g.split_tf32`` each row is A's parts lo, hi, hi or B's hi, lo, hi
+        (SPLIT_PARTS, which keep an inf or NaN out of the products with a lo), a segment of
+        K each, which the product runs as one K three times as long (``g.product_k``)."""
         g = self.g
         k_major = not g.trans_a if which == "a" else g.trans_b
         D = g.M if which == "a" else g.N
         ldk = g.k_major_ld
-        name = "pack_from_rows" if k_major else "pack_from_columns"
-        if g.split_tf32:
-            name += "_" + SPLIT_PARTS[which]
         copies = g.batch if stride else 1  # a shared operand is packed once
         packed = ws_view(W, 4 * at, copies * D * ldk)
         i32, u64 = np.int32, np.uint64
-        launch = program.Launch(
-            prg, name, (ceil_div(round_up(g.K, 4), 32) * 32, ceil_div(D, 32) * 8, copies),
-            (32, 8, 1), [i32(D), i32(g.K), X, i32(ld), u64(stride), packed, i32(ldk),
-                         u64(D * ldk if stride else 0)])
-        return [launch], packed, ldk, (D * ldk if stride else 0)
+        packed_stride = D * ldk if stride else 0
+        args = [i32(D), i32(g.K), X, i32(ld), u64(stride), packed, i32(ldk),
+                u64(packed_stride), copies]
+        return ("rows" if k_major else "columns"), args, packed, ldk, packed_stride
 
 
 class SubgroupMatrix(_TiledLaunch):

@@ -8,8 +8,8 @@
 # gemm_mma.cl. MMA "f16" / "bf16": m64nNk16 on 16-bit operands stored as the products take
 # them, with 16-byte aligned rows (Gemm decides). MMA "tf32": m64nNk8 on float operands,
 # which these products take only K-major and which must be rounded to TF32 first (the
-# tensor cores would truncate them): Gemm packs both so with pack_from_rows /
-# pack_from_columns below.
+# tensor cores would truncate them): Gemm packs both so in one launch of the
+# pack_<A source>_<B source> kernels below.
 # A work-group of WARPGROUPS warpgroups computes a TILE_M x TILE_N block of C, warpgroup w
 # rows 64 w .. 64 w + 63 of it across all TILE_N columns. cp.async copies each tile of
 # TILE_K values of K (K_BYTES: 64 or 128 bytes; 128 gives twice the products between
@@ -235,24 +235,23 @@ inline float2 tf32_parts(float x)
     return (float2)(as_float(hi), isfinite(x) ? as_float(tf32(x - as_float(hi))) : 0.0f);
 }
 ## op(X) (D rows or columns by K, read along K where K_MAJOR) -> Y rounded to TF32, D rows
-## of K (ldy, 16-byte aligned, zeros past K), batch entry get_group_id(2) (stride 0: one
-## X for all); through a 32 x 32 local tile so that both sides read and write along their
-## rows. PARTS (float32 products as three TF32 ones, core/gemm.py's split_tf32): each row
-## of Y is len(PARTS) segments of ldy / len(PARTS) values, "h" the TF32 parts hi of
-## tf32_parts, "l" the parts lo, "c" hi where it meets the other operand's lo, 0 for an
-## inf or NaN there (inf times a lo of 0 would be NaN; the "h" segment carries it), so
-## that A's "lch" against B's "clh" sums lo hi + hi lo + hi hi over the segments (the
-## small products first)
-<%def name="pack(name, K_MAJOR, PARTS='')">
-__kernel __attribute__((reqd_work_group_size(32, 8, 1)))
-void ${name}(int D, int K, __global const float *X, ulong x_offset, int ldx, ulong stride_x,
-             __global float *Y, ulong y_offset, int ldy, ulong stride_y)
+## of K (ldy, 16-byte aligned, zeros past K), batch entry z (stride 0: one X for all): the
+## 32 x 32 block (k block kx, d block dy) through a local tile so that both sides read and
+## write along their rows. PARTS (float32 products as three TF32 ones, core/gemm.py's
+## split_tf32): each row of Y is len(PARTS) segments of ldy / len(PARTS) values, "h" the
+## TF32 parts hi of tf32_parts, "l" the parts lo, "c" hi where it meets the other
+## operand's lo, 0 for an inf or NaN there (inf times a lo of 0 would be NaN; the "h"
+## segment carries it), so that A's "lch" against B's "clh" sums lo hi + hi lo + hi hi
+## over the segments (the small products first)
+<%def name="pack_block(name, K_MAJOR, PARTS='')">
+inline void ${name}(int D, int K, __global const float *X, ulong x_offset, int ldx,
+                    ulong stride_x, __global float *Y, ulong y_offset, int ldy,
+                    ulong stride_y, int kx, int dy, int z, __local float (*tile)[33])
 {
-    __local float tile[32][33];
     const int tx = get_local_id(0), ty = get_local_id(1);
-    const int d0 = get_group_id(1) * 32, k0 = get_group_id(0) * 32;
-    X += x_offset + get_group_id(2) * stride_x;
-    Y += y_offset + get_group_id(2) * stride_y;
+    const int d0 = dy * 32, k0 = kx * 32;
+    X += x_offset + z * stride_x;
+    Y += y_offset + z * stride_y;
     for (int i = ty; i < 32; i += 8) {
     % if K_MAJOR:
         const int d = d0 + i, k = k0 + tx;  // tile[d][k]
@@ -281,10 +280,41 @@ void ${name}(int D, int K, __global const float *X, ulong x_offset, int ldx, ulo
     }
 }
 </%def>
-${pack("pack_from_rows", True)}
-${pack("pack_from_columns", False)}
-% for parts in SPLIT_PARTS:
-${pack("pack_from_rows_" + parts, True, parts)}
-${pack("pack_from_columns_" + parts, False, parts)}
+<%
+# the layouts of A and B a pair kernel packs: (name, K_MAJOR, A's PARTS, B's PARTS)
+SOURCES = (("rows", True), ("columns", False))
+A_PARTS, B_PARTS = SPLIT_PARTS if SPLIT_PARTS else ("", "")
+%>
+% for src, k_major in SOURCES:
+${pack_block("pack_a_from_" + src, k_major, A_PARTS)}
+${pack_block("pack_b_from_" + src, k_major, B_PARTS)}
+% endfor
+## A and B packed in one launch (a launch costs NVIDIA's driver about as much device time
+## as packing a 768 x 768 operand): work-groups 0 .. tiles_a - 1 pack A's 32 x 32 blocks
+## (kx_a of them along K), the rest B's; batch entry get_group_id(2) of each operand that
+## has it (copies_a, copies_b: 1 for an operand shared by the batch)
+% for a_src, _ in SOURCES:
+% for b_src, _ in SOURCES:
+__kernel __attribute__((reqd_work_group_size(32, 8, 1)))
+void pack_${a_src}_${b_src}(
+        int Da, int Ka, __global const float *XA, ulong xa_offset, int ldxa, ulong stride_xa,
+        __global float *YA, ulong ya_offset, int ldya, ulong stride_ya,
+        int Db, int Kb, __global const float *XB, ulong xb_offset, int ldxb, ulong stride_xb,
+        __global float *YB, ulong yb_offset, int ldyb, ulong stride_yb,
+        int kx_a, int tiles_a, int kx_b, int copies_a, int copies_b)
+{
+    __local float tile[32][33];
+    const int g = get_group_id(0), z = get_group_id(2);
+    if (g < tiles_a) {
+        if (z < copies_a)
+            pack_a_from_${a_src}(Da, Ka, XA, xa_offset, ldxa, stride_xa, YA, ya_offset, ldya,
+                                 stride_ya, g % kx_a, g / kx_a, z, tile);
+    } else if (z < copies_b) {
+        const int h = g - tiles_a;
+        pack_b_from_${b_src}(Db, Kb, XB, xb_offset, ldxb, stride_xb, YB, yb_offset, ldyb,
+                             stride_yb, h % kx_b, h / kx_b, z, tile);
+    }
+}
+% endfor
 % endfor
 % endif
