@@ -107,6 +107,45 @@ def test_softmax_with_loss(ctx, rng, shape):
                      atol=1e-6, what="dx")
 
 
+@pytest.mark.parametrize("keep_lse", [False, True])
+@pytest.mark.parametrize("shape", [(3, 31), (4, 33), (2, 129), (3, 300)])
+def test_cross_entropy_backward_with_and_without_the_kept_log_sum_exp(ctx, rng, shape,
+                                                                      keep_lse):
+    # the backward pass from each row's log sum exp kept by the forward pass (one read of
+    # the logits), or finding it again; an ignored row and a row of -inf but one logit
+    from dlprim.core.loss import SoftmaxCrossEntropy
+    n, c = shape
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    x[0, 1:] = -np.inf
+    k = labels_for(rng, n, c, np.int64)
+    k[0], k[1] = 0, -100  # (row 0's label on its one finite logit)
+    op = SoftmaxCrossEntropy(ctx, n, c, "int64")
+    X, K = dp.Tensor.from_numpy(ctx, x), dp.Tensor.from_numpy(ctx, k)
+    rows, y, norm = (dp.Tensor(ctx, (m,)) for m in (n, 1, 1))
+    lse = dp.Tensor(ctx, (n,)) if keep_lse else None
+    dx = dp.Tensor(ctx, (n, c))
+    dy = np.array([1.7], np.float32)
+    launches = op.launches(X, K, rows, y, norm, lse=lse) + op.backward_launches(
+        X, K, dp.Tensor.from_numpy(ctx, dy), dx, norm, lse=lse)
+    assert launches[-1].name == ("xent_backward_rows_lse" if keep_lse else "xent_backward_rows")
+    for launch in launches:
+        launch(ctx.queue)
+    x64 = x.astype(np.float64)
+    assert_close(y.numpy(), xent_ref(x64, k), rtol=1e-5, what="loss")
+    if keep_lse:
+        assert_close(lse.numpy(), logsumexp(x64), rtol=1e-6, what="lse")
+    assert_close(dx.numpy(), xent_grad_ref(x64, k, dy.astype(np.float64)), rtol=1e-4,
+                 atol=1e-6, what="dx")
+
+
+def test_softmax_with_loss_keeps_log_sum_exp_for_training(ctx, rng):
+    # a training layer saves each row's log sum exp and its backward pass reads it
+    layer = create(ctx, "SoftmaxWithLoss", "loss", {})
+    layer.mode = "train"
+    setup = layer.setup([TensorSpec((6, 40), np.float32), TensorSpec((6,), np.int32)])
+    assert [tuple(s.shape) for s in setup.saved] == [(1,), (6,)]
+
+
 @pytest.mark.parametrize("shape", [(3, 31), (2, 129), (3, 300)])
 def test_softmax_with_loss_reads_half_logits(ctx, rng, shape):
     # an fp16 net's logits as stored: widened as they load (the loss is that of their

@@ -102,31 +102,44 @@ class SoftmaxCrossEntropy:
         _check("SoftmaxCrossEntropy: x", x, (self.n, self.c), self.dtype)
         _check("SoftmaxCrossEntropy: labels", label, (self.n,), self.label_dtype)
 
-    def launches(self, x, label, rows, y, norm):
+    def launches(self, x, label, rows, y, norm, lse=None):
         """``rows``: (N,) float scratch for the per-row losses; ``y``: (1,) loss;
-        ``norm``: (1,) float the backward pass reads (the factor of the mean)."""
+        ``norm``: (1,) float the backward pass reads (the factor of the mean); ``lse``:
+        (N,) float, each row's log sum exp kept for the backward pass (which then reads
+        the logits once instead of twice), or None."""
         self._check(x, label)
         _check("SoftmaxCrossEntropy: rows", rows, (self.n,), np.float32)
         _check("SoftmaxCrossEntropy: y", y, (1,), np.float32)
+        if lse is not None:
+            _check("SoftmaxCrossEntropy: lse", lse, (self.n,), np.float32)
         if self.n == 0:
             return []
-        return [Launch(self.prg, "xent_forward_rows", (self.n * self.wg,), (self.wg,),
-                       [np.uint64(self.c), np.int64(self.ignore), x, label, rows,
+        kept = [] if lse is None else [lse]
+        return [Launch(self.prg, "xent_forward_rows" + ("_lse" if kept else ""),
+                       (self.n * self.wg,), (self.wg,),
+                       [np.uint64(self.c), np.int64(self.ignore), x, label, rows, *kept,
                         cl.LocalMemory(4 * self.wg)])] \
             + self.mean.launches(rows, label, y, norm)
 
-    def backward_launches(self, x, label, dy, dx, norm, beta=0.0):
+    def backward_launches(self, x, label, dy, dx, norm, beta=0.0, lse=None):
         """dx = beta * dx + dy * norm * (softmax(x) - onehot(label)) on rows that count;
-        ``norm`` as the forward pass left it."""
+        ``norm`` (and ``lse``, where the forward pass kept it) as the forward pass left
+        it."""
         self._check(x, label)
         _check("SoftmaxCrossEntropy: dy", dy, (1,), np.float32)
         _check("SoftmaxCrossEntropy: dx", dx, (self.n, self.c), self.dtype)
         _check("SoftmaxCrossEntropy: norm", norm, (1,), np.float32)
+        if lse is not None:
+            _check("SoftmaxCrossEntropy: lse", lse, (self.n,), np.float32)
         if self.n == 0:
             return []
+        args = [np.uint64(self.c), np.int64(self.ignore), x, label, dy, dx, norm,
+                np.float32(beta)]
+        if lse is not None:
+            return [Launch(self.prg, "xent_backward_rows_lse", (self.n * self.wg,),
+                           (self.wg,), args + [lse])]
         return [Launch(self.prg, "xent_backward_rows", (self.n * self.wg,), (self.wg,),
-                       [np.uint64(self.c), np.int64(self.ignore), x, label, dy, dx, norm,
-                        np.float32(beta), cl.LocalMemory(4 * self.wg)])]
+                       args + [cl.LocalMemory(4 * self.wg)])]
 
 
 class NLLLossOps:

@@ -63,26 +63,46 @@ ${scale_load(mean)}\
 // loss_n = log sum_c exp(x_nc) - x_n,label_n for a row that counts, else 0.
 // A NaN logit makes its row's loss and gradient NaN through the sum (softmax.cl says why
 // fmax, which drops it from the maximum, is enough).
-__kernel void xent_forward_rows(ulong C, long ignore, __global const ${X_T} *x, ulong x_offset,
-                                __global const ${LABEL} *label, ulong label_offset,
-                                __global float *loss, ulong loss_offset,
-                                __local float *scratch)
+% for keep in (False, True):
+## keep: also each row's log sum exp (lse), which the backward pass then reads instead of
+## finding the row's maximum and sum again (a pass over the logits fewer)
+__kernel void xent_forward_rows${"_lse" if keep else ""}(
+        ulong C, long ignore, __global const ${X_T} *x, ulong x_offset,
+        __global const ${LABEL} *label, ulong label_offset,
+        __global float *loss, ulong loss_offset,
+% if keep:
+        __global float *lse, ulong lse_offset,
+% endif
+        __local float *scratch)
 {
     ulong row = get_group_id(0);
     x += x_offset + row * C;
     long k = (long)label[label_offset + row];
     float2 ms = wg_row_max_sumexp(scratch, x, C);
-    if (get_local_id(0) == 0)
-        loss[loss_offset + row] = COUNTS(k) ? ms.x + log(ms.y) - LD_${X_T}(x, k) : 0.0f;
+    if (get_local_id(0) == 0) {
+        const float row_lse = ms.x + log(ms.y);
+        loss[loss_offset + row] = COUNTS(k) ? row_lse - LD_${X_T}(x, k) : 0.0f;
+% if keep:
+        lse[lse_offset + row] = row_lse;
+% endif
+    }
 }
 
+% endfor
 // d loss / d x_nc = dy * scale * (softmax(x_n)_c - [c == label_n]) for a row that counts,
-// 0 for the others; scale = norm[0] (the mean over the rows that count).
-__kernel void xent_backward_rows(ulong C, long ignore, __global const ${X_T} *x, ulong x_offset,
-                                 __global const ${LABEL} *label, ulong label_offset,
-                                 __global const float *dy, ulong dy_offset,
-                                 __global ${X_T} *dx, ulong dx_offset, ${scale_arg(True)},
-                                 float beta, __local float *scratch)
+// 0 for the others; scale = norm[0] (the mean over the rows that count). The _lse kernel
+// takes softmax(x_n)_c = exp(x_nc - lse_n) from the forward pass's lse.
+% for keep in (False, True):
+__kernel void xent_backward_rows${"_lse" if keep else ""}(
+        ulong C, long ignore, __global const ${X_T} *x, ulong x_offset,
+        __global const ${LABEL} *label, ulong label_offset,
+        __global const float *dy, ulong dy_offset,
+        __global ${X_T} *dx, ulong dx_offset, ${scale_arg(True)}, float beta,
+% if keep:
+        __global const float *lse, ulong lse_offset)
+% else:
+        __local float *scratch)
+% endif
 {
     ulong row = get_group_id(0);
     int lid = get_local_id(0), wg = get_local_size(0);
@@ -91,6 +111,13 @@ ${scale_load(True)}\
     dx += dx_offset + row * C;
     long k = (long)label[label_offset + row];
     float w = COUNTS(k) ? dy[dy_offset] * scale : 0.0f;
+% if keep:
+    const float row_lse = lse[lse_offset + row];
+    for (ulong c = lid; c < C; c += wg) {
+        float g = w * (exp(LD_${X_T}(x, c) - row_lse) - ((long)c == k ? 1.0f : 0.0f));
+        STORE_DX(c, g);
+    }
+% else:
     float2 ms = wg_row_max_sumexp(scratch, x, C);
     float m = ms.x, s = ms.y;
     float inv = 1.0f / s;
@@ -98,4 +125,6 @@ ${scale_load(True)}\
         float g = w * (exp(LD_${X_T}(x, c) - m) * inv - ((long)c == k ? 1.0f : 0.0f));
         STORE_DX(c, g);
     }
+% endif
 }
+% endfor

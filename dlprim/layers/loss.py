@@ -124,17 +124,25 @@ class SoftmaxWithLoss(_LabelLoss):
                                       in_specs[0].dtype)
         self.n = n
         ws, saved = self.memory(n)
+        # training: each row's log sum exp too, so that the backward pass reads the
+        # logits once (a vocabulary's logits are the largest tensor of a language model)
+        saved = saved + ([TensorSpec((n,), "float32")] if saved else [])
         return Setup([TensorSpec((1,), "float32")], workspace=ws, saved=saved)
+
+    @staticmethod
+    def _lse(saved):
+        return saved[1] if saved else None
 
     def forward(self, x, y, params, ws, saved):
         return self.op.launches(x[0], self.flat(x[1]), float_scratch(ws, self.n), y[0],
-                                self.norm(ws, saved))
+                                self.norm(ws, saved), lse=self._lse(saved))
 
     def backward(self, x, dx, y, dy, params, dparams, ws, saved, accumulate):
         if dx[0] is None:
             return []
         return self.op.backward_launches(x[0], self.flat(x[1]), dy[0], dx[0],
-                                         self.norm(ws, saved), beta=float(accumulate[0]))
+                                         self.norm(ws, saved), beta=float(accumulate[0]),
+                                         lse=self._lse(saved))
 
 
 def _check_reduce(layer):
