@@ -3,6 +3,7 @@ from configs and saved as HF folders (nothing downloaded), a prompt of --context
 and --new tokens decoded greedily (EOS ignored), tokens per second of the decoding alone.
 
     python benchmarks/llm_decode.py --kinds dlprim              # dlprim on its device
+    python benchmarks/llm_decode.py --kinds dlprim_fp16,dlprim_fp16_q4  # activations_weights
     python benchmarks/llm_decode.py --kinds hf_cuda,hf_compiled  # PyTorch on CUDA, fp16
     python benchmarks/llm_decode.py --kinds dlprim,hf_cpu --models gpt2 --device cpu
     python benchmarks/llm_decode.py --kinds llama_cpp --models gpt2   # llama.cpp's CPU path
@@ -159,11 +160,12 @@ def main(argv=None):
                     s, detail = time_llama_cpp(folder, args.context, args.new, args.batch,
                                                kind == "llama_cpp_f16", args.threads)
                 elif kind.startswith("dlprim"):
+                    # dlprim[_fp16|_bf16][_int8|_q4]: activations, then stored weights
+                    parts = kind.split("_")[1:]
+                    precision = ([p for p in parts if p in ("fp16", "bf16")] or ["fp32"])[0]
+                    quantize = ([p for p in parts if p in ("int8", "q4")] or [None])[0]
                     s, detail = time_dlprim(folder, args.context, args.new, args.batch,
-                                            kind[7:] if kind[7:] in ("fp16", "bf16")
-                                            else "fp32",
-                                            args.device,
-                                            kind[7:] if kind[7:] in ("int8", "q4") else None)
+                                            precision, args.device, quantize)
                 else:
                     s, detail = time_hf(folder, args.context, args.new, args.batch,
                                         kind == "hf_compiled",

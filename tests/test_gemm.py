@@ -1243,6 +1243,57 @@ def test_int8_b_with_row_scales(ctx, rng, M):
 
 
 @pytest.mark.parametrize("M", [1, 3, 8])
+@pytest.mark.parametrize("a_type", ["float32", "float16"])
+def test_4bit_b_with_group_scales(ctx, rng, M, a_type):
+    """4-bit weights (a uint8 B, core/quantize.py's layout; kernels/gemv.cl on any
+    device): C = A W^T with W the values times their group's scale, against float64 of the
+    dequantized W; K odd, not a multiple of 8 (scalar loads), of 8 and of 32 (eight a
+    step); alone, as a gated pair, and (GPUs) with A's rows normalized on the way; refused
+    past GEMV_MAX_ROWS rows, without its scales or with an int8 B's one a row."""
+    from dlprim.core.quantize import Q4_GROUP, dequantize_q4, quantize_q4
+    dt = (np.float32, np.uint8, np.float32)
+    eps = 1e-5
+    for N, K in ((37, 256), (5, 45), (9, 72), (6, 33)):
+        a = layer_check.stored(rng.standard_normal((M, K)), a_type).astype(np.float64)
+        gamma = rng.standard_normal(K)
+        packed, ws = [], []
+        for _ in range(2):
+            q, scale = quantize_q4(rng.standard_normal((N, K)).astype(np.float32))
+            assert scale.shape == (N, -(-K // Q4_GROUP))
+            packed.append((dp.Tensor.from_numpy(ctx, q), t(ctx, scale.ravel())))
+            ws.append(dequantize_q4(q, scale, K).astype(np.float64))
+        bias, bias2 = rng.standard_normal(N), rng.standard_normal(N)
+        A = dp.Tensor.from_numpy(ctx, host(a, a_type))
+        g = Gemm(ctx, M, N, K, trans_b=True, bias="col", dtypes=(a_type, np.uint8, "float32"),
+                 b_scale=True)
+        assert g.gemv
+        C = poisoned(ctx, (M, N))
+        g(A, packed[0][0], C, bias=t(ctx, bias), b_scale=packed[0][1])
+        close(C.numpy(), a @ ws[0].T + bias, K)
+        norm = Gemm.normalizes_a(ctx, M, np.uint8)  # (GPUs only)
+        pair = Gemm(ctx, M, N, K, trans_b=True, bias="col", activation="silu", glu=True,
+                    a_norm=eps if norm else None, dtypes=(a_type, np.uint8, "float32"),
+                    b_scale=True)
+        launches = pair.launches(A, packed[0][0], C, bias=t(ctx, bias), b_scale=packed[0][1],
+                                 a_norm_weight=t(ctx, gamma) if norm else None,
+                                 b2=packed[1][0], bias2=t(ctx, bias2), b2_scale=packed[1][1])
+        assert len(launches) == 1
+        for launch in launches:
+            launch(ctx.queue)
+        x = a / np.sqrt((a * a).mean(axis=1, keepdims=True) + eps) * gamma if norm else a
+        gate = x @ ws[0].T + bias
+        close(C.numpy(), gate / (1 + np.exp(-gate)) * (x @ ws[1].T + bias2), K)
+    with pytest.raises(ValueError, match="b_scale"):
+        g(A, packed[0][0], C, bias=t(ctx, bias))
+    with pytest.raises(ValueError, match="4-bit"):  # one scale a row is an int8 B's
+        g(A, packed[0][0], C, bias=t(ctx, bias), b_scale=t(ctx, np.ones(N)))
+    with pytest.raises(ValueError, match="at most 8 rows"):
+        Gemm(ctx, 9, N, K, trans_b=True, dtypes=dt, b_scale=True)
+    with pytest.raises(TypeError, match="b_scale"):
+        Gemm(ctx, M, N, K, trans_b=True, dtypes=dt)
+
+
+@pytest.mark.parametrize("M", [1, 3, 8])
 @pytest.mark.parametrize("kind", ["rms", "layer"])
 def test_few_rows_normalize_a_by_rms(ctx, rng, M, kind):
     """``a_norm``: A's rows normalized by their RMS times a weight on the way (an RMSNorm

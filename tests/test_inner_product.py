@@ -265,7 +265,7 @@ def test_input_rms_normalizes_the_rows_first(ctx, rng, rows, weights, residual, 
     want = normed @ w.astype(np.float64).T + given["fc.bias"] + (r if residual else 0)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
     layer = net.layers[0]
-    fused = weights != "q4" and Gemm.normalizes_a(ctx, rows, layer._fwd.dtypes[1])
+    fused = Gemm.normalizes_a(ctx, rows, layer._fwd.dtypes[1])
     assert (layer._norm is None) == fused
     kernels = [launch.name for launch in net.plan.forward]
     assert any("norm" in k for k in kernels) != fused, kernels
@@ -307,7 +307,7 @@ def test_gated_pair_is_one_product(ctx, rng, rows, weights, norm):
     want = gate / (1 + np.exp(-gate)) * (x64 @ w2.T + given["up.bias"])
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
     layer = net.layers[0]
-    one = weights != "q4" and Gemm.streams_b(ctx, rows, layer._fwd.dtypes[1])
+    one = Gemm.streams_b(ctx, rows, layer._fwd.dtypes[1])
     assert layer.one_gated == one
     names = [launch.name for launch in net.plan.forward]
     if one:  # one product (on CPUs the norm's launches first)

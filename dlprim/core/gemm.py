@@ -17,6 +17,7 @@ from .activation import EPILOGUES
 from .copy import StridedCopy
 from .precision import HALF_STORAGE_TYPES, check_precision
 from ..tensor import Tensor, ws_view
+from .quantize import Q4_GROUP
 from . import gemm_autotune, gemm_kernels as kernels, tuning, tuning_launch
 from ..utils import ceil_div, round_up
 
@@ -69,14 +70,19 @@ class Gemm:
         self.precision = check_precision(precision, "Gemm: precision")
         self.dtypes = tuple(as_dtype(d) for d in (dtypes or (np.float32,) * 3))
         # int8 B: weights quantized per row of the stored B (a column of C), each row times
-        # its float32 scale (b_scale); few rows only (gemv)
+        # its float32 scale (b_scale); uint8 B: 4-bit weights (core/quantize.py's layout:
+        # two values a byte, a float32 scale per group of Q4_GROUP values of a row, the
+        # row's groups one after another in b_scale). Few rows only (gemv), B transposed.
         self.b_scale = bool(b_scale)
-        if self.b_scale != (len(self.dtypes) == 3 and self.dtypes[1] == np.int8):
-            raise TypeError("Gemm: b_scale goes with an int8 B, and an int8 B with b_scale")
+        typed = len(self.dtypes) == 3 and self.dtypes[1] in (np.int8, np.uint8)
+        if self.b_scale != typed:
+            raise TypeError("Gemm: b_scale goes with an int8 or a 4-bit (uint8) B, and such a "
+                            "B with b_scale")
+        self.b_q4 = self.b_scale and self.dtypes[1] == np.uint8
         if len(self.dtypes) != 3 or any(d not in HALF_OR_FLOAT for i, d in enumerate(self.dtypes)
                                         if not (i == 1 and self.b_scale)):
             raise TypeError("Gemm: dtypes must be 3 of float32, float16 and bfloat16 (A, B, "
-                            "C; B int8 with b_scale), got %r" % (dtypes,))
+                            "C; B int8 or uint8 with b_scale), got %r" % (dtypes,))
         self.half = any(d in HALF_TYPES for d in self.dtypes)
         self.M, self.N, self.K = _count("M", M), _count("N", N), _count("K", K)
         if max(self.M, self.N, self.K) >= 2 ** 31:
@@ -146,8 +152,8 @@ class Gemm:
     def streams_b(ctx, M, b_dtype=np.float32):
         """Whether a Gemm of M rows with B transposed (stored as ``b_dtype``) runs the
         few-rows kernel, which takes ``glu``."""
-        return tuning.gemv_rows(ctx.facts, M, as_dtype(b_dtype) in (np.int8, bfloat16,
-                                                                   np.float16))
+        return tuning.gemv_rows(ctx.facts, M, as_dtype(b_dtype) in (np.int8, np.uint8,
+                                                                   bfloat16, np.float16))
 
     @staticmethod
     def normalizes_a(ctx, M, b_dtype=np.float32):
@@ -181,18 +187,22 @@ class Gemm:
     # ----- facts about the operands
     def packed_ld(self, which):
         """The leading dimension of a packed operand: its stored row length."""
-        if which == "a":
-            return self.M if self.trans_a else self.K
-        if which == "b":
-            return self.K if self.trans_b else self.N
-        return self.N
+        return self._rows_cols(which)[1]
 
     def _rows_cols(self, which):
+        """(rows, columns) of an operand as stored (a 4-bit B's rows in bytes)."""
         if which == "a":
             return (self.K, self.M) if self.trans_a else (self.M, self.K)
         if which == "b":
-            return (self.N, self.K) if self.trans_b else (self.K, self.N)
+            k = ceil_div(self.K, 2) if self.b_q4 else self.K
+            return (self.N, k) if self.trans_b else (k, self.N)
         return self.M, self.N
+
+    @property
+    def b_scale_size(self):
+        """Values of ``b_scale``: one a row of B (int8), one a group of Q4_GROUP values of
+        each row (4-bit)."""
+        return self.N * ceil_div(self.K, Q4_GROUP) if self.b_q4 else self.N
 
     def aligned(self, ld, offset, stride, values=4):
         """Whether every row of every batch entry starts at a multiple of ``values``
@@ -382,8 +392,8 @@ class Gemm:
             return []
         operands = (A, B, C, bias, alpha, beta, lda, ldb, ldc, stride_a, stride_b, stride_c,
                     b_packed, workspace)
-        self._check_vector("b_scale", b_scale, self.b_scale, self.N, "an int8 B's scales",
-                           "b_scale")
+        self._check_vector("b_scale", b_scale, self.b_scale, self.b_scale_size,
+                           "an int8 or 4-bit B's scales", "b_scale")
         extra = {}
         if self.a_norm is not None:
             layer = self.a_norm_kind == "layer"
@@ -398,8 +408,8 @@ class Gemm:
         if self.glu:
             if b2 is None or self._check_operand("b", b2, ldb, stride_b) != (ldb, stride_b):
                 raise ValueError("Gemm: glu needs b2, a second B of B's shape and layout")
-            self._check_vector("b2_scale", b2_scale, self.b_scale, self.N, "B2's int8 scales",
-                               "b_scale")
+            self._check_vector("b2_scale", b2_scale, self.b_scale, self.b_scale_size,
+                               "B2's int8 or 4-bit scales", "b_scale")
             extra["second"] = (b2, self._check_bias(bias2), b2_scale)
         elif b2 is not None or bias2 is not None or b2_scale is not None:
             raise ValueError("Gemm: b2, bias2 or b2_scale given to a Gemm built without glu")
@@ -570,7 +580,7 @@ def choose(g, tile, split_k, forced):
     if g.gemv:
         g.float_copies = False
     elif g.b_scale:
-        raise ValueError("Gemm: an int8 B takes at most %d rows of A with B transposed "
+        raise ValueError("Gemm: an int8 or 4-bit B takes at most %d rows of A with B transposed "
                          "(tuning.GEMV_MAX_ROWS), got M=%d%s" % (
                              tuning.GEMV_MAX_ROWS, M, "" if g.trans_b else " and B not transposed"))
     # what the kernels read and write: float32 where the operands travel as copies

@@ -29,6 +29,7 @@ from .activation import ACTIVATIONS
 from .copy import StridedCopy
 from .pointwise import vector_code
 from .precision import HALF_STORAGE_TYPES
+from .quantize import Q4_GROUP
 
 __all__ = ["GemmKernel", "Gemv", "TensorCore", "SubgroupMatrix", "CpuFewRows", "CpuTiled",
            "Tiled", "MMA_TYPES", "COPY_VALUES"]
@@ -94,7 +95,8 @@ class Gemv(GemmKernel):
             dict(zip(("A_T", "B_T", "C_T"), (cl_type(d) for d in g.dtypes)))
         prg = program.get(g.ctx, "gemv", ROWS=program.pow2_at_least(g.M), VEC=vec,
                           TEAMS=teams, BIAS=g.bias or "none", ACTIVATION=g.activation,
-                          SCALE=int(g.b_scale), TEAM=team, COLS=cols, SUMS=sums,
+                          SCALE=int(g.b_scale and not g.b_q4),
+                          Q4=Q4_GROUP if g.b_q4 else 0, TEAM=team, COLS=cols, SUMS=sums,
                           SHUFFLE=int(team == 32 and g.gemv_shuffle),
                           NORM=int(g.a_norm is not None and g.a_norm_kind == "rms"),
                           LN=int(g.a_norm is not None and g.a_norm_kind == "layer"),
@@ -109,11 +111,13 @@ class Gemv(GemmKernel):
         A, of B (and of B2); None: packed, aligned operands."""
         g = self.g
         if rows is None:
-            rows = ((g.K, 0, g.M * g.K), (g.K, 0, g.N * g.K))
+            rows = ((g.K, 0, g.M * g.K), (g.packed_ld("b"), 0, g.N * g.packed_ld("b")))
+        if g.b_q4:  # (4-bit rows are read a byte at a time: only A's alignment counts)
+            rows = rows[:1]
         aligned = g.K % 4 == 0 and all(g.aligned(*r, values=4) for r in rows)
         wide = tuning.GEMV_GPU_VEC
         if aligned and g.ctx.facts.is_gpu and g.K % wide == 0 and \
-                all(d == np.float32 for d in g.dtypes[:2]):
+                g.dtypes[0] == np.float32 and g.dtypes[1] in (np.float32, np.uint8):
             return wide
         return 4 if aligned else 1
 

@@ -8,20 +8,19 @@ row (per output channel: symmetric, the largest magnitude of the row maps to 127
 
 4-bit weights (``quantize_q4``): groups of ``Q4_GROUP`` values along each row share a
 float32 scale (the group's largest magnitude maps to 7, symmetric as llama.cpp's Q4_0),
-values q in [-8, 7] stored as q + 8, two to a byte, the low nibble first; a GEMM of a
-few rows reads them as they are (``Q4Gemv``), more rows through ``Dequantize``.
+values q in [-8, 7] stored as q + 8, two to a byte, the low nibble first.
 
-A GEMM of a few rows reads the int8 values itself (``Gemm(b_scale=True)``,
-``kernels/gemv.cl``); a GEMM of many rows (a prefill) reads them widened by
-``Dequantize`` (``kernels/quantize.cl``) into a float32 workspace.
+A GEMM of a few rows reads int8 and 4-bit values itself (``Gemm(b_scale=True)`` over an
+int8 or a uint8 B, ``kernels/gemv.cl``, with the norm and the gated pair it takes for
+any weight); a GEMM of many rows (a prefill) reads them widened by ``Dequantize``
+(``kernels/quantize.cl``) into a float32 workspace.
 """
 import numpy as np
 
 from ..kernels import program
 from ..utils import round_up
 
-__all__ = ["quantize_rows", "quantize_q4", "dequantize_q4", "Dequantize", "Q4Gemv",
-           "Q4_GROUP"]
+__all__ = ["quantize_rows", "quantize_q4", "dequantize_q4", "Dequantize", "Q4_GROUP"]
 
 Q4_GROUP = 32  # values that share one scale in 4-bit weights (llama.cpp's Q4_0 block)
 
@@ -72,34 +71,6 @@ def dequantize_q4(packed, scale, k, group=Q4_GROUP):
     return q * np.repeat(np.asarray(scale, np.float32), group, axis=1)[:, :k]
 
 
-class Q4Gemv:
-    """y (M, N) = act(x (M, K) W^T + bias) over 4-bit W for a few rows M, one launch: a
-    team of 32 work-items per column on GPUs, one work-item on CPUs."""
-
-    def __init__(self, ctx, M, N, K, bias=False, activation="identity", group=Q4_GROUP):
-        self.M, self.N, self.K = int(M), int(N), int(K)
-        self.team = 32 if ctx.facts.is_gpu else 1
-        self.teams = max(1, min(8, ctx.facts.max_work_group // 32)) if self.team > 1 else 1
-        self.program = program.get(ctx, "quantize", GROUP=group, TEAM=self.team,
-                                   TEAMS=self.teams, BIAS=int(bool(bias)),
-                                   ACTIVATION=activation)
-
-    def launches(self, x, q, scale, y, bias=None, beta=0.0):
-        """The launch over contiguous x (M, K), y (M, N) and W's packed values and scales;
-        ``beta`` 1 adds the product to what y holds (before the activation)."""
-        if self.M * self.N == 0:
-            return []
-        i32, u64 = np.int32, np.uint64
-        size = self.team * self.teams
-        bias_args = (bias.buffer, u64(bias.offset)) if bias is not None else (y.buffer, u64(0))
-        return [program.Launch(self.program, "q4_gemv",
-                               (-(-self.N // self.teams) * size,), (size,),
-                               [i32(self.M), i32(self.N), i32(self.K), x.buffer, u64(x.offset),
-                                q.buffer, u64(q.offset), scale.buffer, u64(scale.offset),
-                                *bias_args, y.buffer, u64(y.offset),
-                                np.float32(beta)])]
-
-
 class Dequantize:
     """(rows, K) quantized weights -> float32, one launch: ``kind`` "int8" (a scale per
     row, ``quantize_rows``) or "q4" (``quantize_q4``)."""
@@ -110,8 +81,7 @@ class Dequantize:
         if kind not in self.KERNELS:
             raise ValueError("Dequantize: kind must be 'int8' or 'q4', got %r" % (kind,))
         self.rows, self.K, self.kernel = int(rows), int(K), self.KERNELS[kind]
-        self.program = program.get(ctx, "quantize", GROUP=Q4_GROUP, TEAM=1, TEAMS=1, BIAS=0,
-                                   ACTIVATION="identity")
+        self.program = program.get(ctx, "quantize", GROUP=Q4_GROUP)
         self._wg = min(256, ctx.facts.max_work_group)
 
     def launches(self, q, scale, out):

@@ -10,7 +10,9 @@
 ## CPUs (``gemv_cpu``): work-groups of one work item, COLS columns each, rows read as
 ## float8 vectors into SUMS independent sums.
 ## ROWS: M rounded up (at most 8). A_T, B_T, C_T: the storages (B_T char: int8 weights,
-## each row of B times its scale: SCALE). GLU: C = act(the product with B) times the
+## each row of B times its scale: SCALE; uchar with Q4: 4-bit weights, core/quantize.py's
+## layout, two values a byte and a scale per group of Q4 values of a row, ``scale``
+## holding a row's groups one after another). GLU: C = act(the product with B) times the
 ## product with B2, a second weight of B's shape with its own scale and bias (a SwiGLU
 ## MLP's gate and up projections in one launch).
 ## On GPUs only (a CPU work item takes one column, and normalizing the row again for
@@ -23,6 +25,8 @@
 A_T = context.get("A_T", "float")
 B_T = context.get("B_T", "float")
 C_T = context.get("C_T", "float")
+Q4 = context.get("Q4", 0)  # 4-bit B: values a scale (0: B as its storage says)
+assert not Q4 or (B_T == "uchar" and not SCALE)
 %>
 #define TEAM ${TEAM}
 #define TEAMS ${TEAMS}
@@ -41,9 +45,40 @@ inline float4 load4_${T}(__global const ${T} *p, ulong i)
 }
 </%def>
 ${load4(A_T)}
-% if B_T != A_T:
+% if B_T != A_T and not Q4:
 ${load4(B_T)}
 % endif
+% if Q4:
+// 4-bit B: value k of a row (b) in byte k / 2, the low nibble first, stored as q + 8,
+// times its group's scale (s: the row's scales); load<V>_q4 takes V values from k, a
+// multiple of V (V divides Q4: one scale)
+inline float q4_at(__global const uchar *b, __global const float *s, ulong k)
+{
+    const uchar byte = b[k / 2];
+    return (float)((int)((k & 1) ? byte >> 4 : byte & 15) - 8) * s[k / ${Q4}];
+}
+inline float4 load4_q4(__global const uchar *b, __global const float *s, ulong k)
+{
+    const uchar2 v = vload2(0, b + k / 2);
+    return ((float4)((float)(v.x & 15), (float)(v.x >> 4), (float)(v.y & 15),
+                     (float)(v.y >> 4)) - 8.0f) * s[k / ${Q4}];
+}
+inline float8 load8_q4(__global const uchar *b, __global const float *s, ulong k)
+{
+    const uchar4 v = vload4(0, b + k / 2);
+    const float4 lo = convert_float4(v & (uchar4)(15)), hi = convert_float4(v >> (uchar4)(4));
+    return ((float8)(lo.s0, hi.s0, lo.s1, hi.s1, lo.s2, hi.s2, lo.s3, hi.s3) - 8.0f)
+           * s[k / ${Q4}];
+}
+% endif
+<%
+def load_b(ptr, scales, idx, vw):
+    """4-bit B: the vw values of the row ``ptr`` (its scales ``scales``) from ``idx``, as
+    floats; None for the other storages (their own loads)."""
+    if Q4:
+        return {8: "load8_q4", 4: "load4_q4"}.get(vw, "q4_at") + "(%s, %s, %s)" % (ptr, scales, idx)
+    return None
+%>
 
 % if VEC == 8:
 // eight float32 values of a row from a 16-byte aligned place: two float4 loads
@@ -218,8 +253,15 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
     const int col = min(n, N - 1);  // (teams past N compute a copy, store nothing)
     __global const ${A_T} *a = A + a_offset + batch * stride_a;
     __global const ${B_T} *b = B + b_offset + batch * stride_b + (ulong)col * ldb;
+% if Q4:
+    const int groups = (K + ${Q4 - 1}) / ${Q4};
+    __global const float *b_s = scale + scale_offset + (ulong)col * groups;
+% endif
 % if GLU:
     __global const ${B_T} *b2 = B2 + b2_offset + batch * stride_b + (ulong)col * ldb;
+% if Q4:
+    __global const float *b2_s = scale2 + scale2_offset + (ulong)col * groups;
+% endif
     ${VT} part2[${ROWS}];
 % endif
 % if NORM:
@@ -241,9 +283,9 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
 % endif
     }
     for (int k = lane * ${VW}; k < K; k += TEAM * ${VW}) {
-        ${VT} w = ${LOAD % (B_T, "b", "k")};
+        ${VT} w = ${load_b("b", "b_s", "k", VW) or LOAD % (B_T, "b", "k")};
 % if GLU:
-        ${VT} w2 = ${LOAD % (B_T, "b2", "k")};
+        ${VT} w2 = ${load_b("b2", "b2_s", "k", VW) or LOAD % (B_T, "b2", "k")};
 % endif
 % if NORM or LN:
         ${VT} gk = ${LOADG % ("g", "k")};
@@ -324,7 +366,7 @@ def hsum(v):  # a vector's values added pairwise
 
 % if TEAM == 1:
 ${loads.load8(A_T)}
-% if B_T != A_T:
+% if B_T != A_T and not Q4:
 ${loads.load8(B_T)}
 % endif
 
@@ -348,10 +390,18 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         float8 acc[${NST}];
         float tail[${NST}];
         __global const ${B_T} *b_row[${NST}];
+    % if Q4:
+        __global const float *b_row_s[${NST}];
+        const int groups = (K + ${Q4 - 1}) / ${Q4};
+    % endif
     % for j in range(NST):
         tail[${j}] = 0.0f;
         b_row[${j}] = ${"B + b_offset" if j < COLS else "B2 + b2_offset"} + batch * stride_b
                       + (ulong)min(n0 + ${j % COLS}, N - 1) * ldb;
+        % if Q4:
+        b_row_s[${j}] = ${"scale + scale_offset" if j < COLS else "scale2 + scale2_offset"}
+                        + (ulong)min(n0 + ${j % COLS}, N - 1) * groups;
+        % endif
     % endfor
         int k = 0;
         // SUMS sums a column, 8 SUMS values a turn: each fma waits on the one before it
@@ -365,7 +415,7 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
     % for u in range(SUMS):
             float8 x${u} = load8_${A_T}(a_row, k + ${8 * u});
         % for j in range(NST):
-            part[${u}][${j}] = fma(x${u}, load8_${B_T}(b_row[${j}], k + ${8 * u}), part[${u}][${j}]);
+            part[${u}][${j}] = fma(x${u}, ${load_b("b_row[%d]" % j, "b_row_s[%d]" % j, "k + %d" % (8 * u), 8) or "load8_%s(b_row[%d], k + %d)" % (B_T, j, 8 * u)}, part[${u}][${j}]);
         % endfor
     % endfor
         }
@@ -375,13 +425,13 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         for (; k + 8 <= K; k += 8) {
             float8 x = load8_${A_T}(a_row, k);
     % for j in range(NST):
-            acc[${j}] = fma(x, load8_${B_T}(b_row[${j}], k), acc[${j}]);
+            acc[${j}] = fma(x, ${load_b("b_row[%d]" % j, "b_row_s[%d]" % j, "k", 8) or "load8_%s(b_row[%d], k)" % (B_T, j)}, acc[${j}]);
     % endfor
         }
         for (; k < K; k++) {
             float x = (float)LD_${A_T}(a_row, k);
     % for j in range(NST):
-            tail[${j}] = fma(x, (float)LD_${B_T}(b_row[${j}], k), tail[${j}]);
+            tail[${j}] = fma(x, ${load_b("b_row[%d]" % j, "b_row_s[%d]" % j, "k", 1) or "(float)LD_%s(b_row[%d], k)" % (B_T, j)}, tail[${j}]);
     % endfor
         }
     % for j in range(NST):

@@ -32,7 +32,7 @@ from ..core.copy import BufferCopy
 from ..tensor import same_memory, ws_view
 from ..core.gemm import Gemm
 from ..core.normalization import GroupNormOps
-from ..core.quantize import Q4_GROUP, Dequantize, Q4Gemv, quantize_q4, quantize_rows
+from ..core.quantize import Q4_GROUP, Dequantize, quantize_q4, quantize_rows
 from ..dtypes import as_dtype, bfloat16, dtype_name, to_bfloat16
 from ..core.pointwise import PointwiseBroadcast, PointwiseBroadcastReduce
 from ..utils import is_int, round_up
@@ -132,19 +132,13 @@ class InnerProduct(Layer):
                       "trained" % self.options["weights"])
         # int8 and 4-bit weights: read as they are by a GEMM of a few rows, else widened
         # into a float32 workspace first
-        self.q4_gemv = self.q4_up = None
-        if self.q4 and dt == np.float32 and Gemm.reads_int8(self.ctx, n):
-            self.q4_gemv = Q4Gemv(self.ctx, n, outputs, inputs, self.bias, self.activation)
-            if self.gated:
-                self.q4_up = Q4Gemv(self.ctx, n, outputs, inputs, self.bias, "identity")
-        self.widen = (self.int8 and not Gemm.reads_int8(self.ctx, n)) or \
-            (self.q4 and self.q4_gemv is None)
+        self.widen = (self.int8 or self.q4) and not Gemm.reads_int8(self.ctx, n)
+        self.typed_read = (self.int8 or self.q4) and not self.widen  # the product reads them
         self._fwd = self._fwd_up = self._mul = None
         w_dt = np.float32 if self.widen else self.weight_dtype
         # a gated pair in the few-rows kernel's one launch, and on GPUs the norm too; else
         # apart
-        few_rows = self.q4_gemv is None and not self.inputs_first and \
-            Gemm.streams_b(self.ctx, n, w_dt)
+        few_rows = not self.inputs_first and Gemm.streams_b(self.ctx, n, w_dt)
         fused = self.input_norm is not None and few_rows and Gemm.normalizes_a(self.ctx, n, w_dt)
         self.one_gated = self.gated and few_rows
         self._norm = None
@@ -152,16 +146,15 @@ class InnerProduct(Layer):
             kind, eps = self.input_norm
             self._norm = GroupNormOps(self.ctx, (n, 1, inputs, 1), eps, True,
                                       bias=kind == "layer", rms=kind == "rms", dtype=dt)
-        if self.q4_gemv is None:
-            common = dict(trans_b=not self.inputs_first, bias="col" if self.bias else None,
-                          precision=self.precision, dtypes=(dt, w_dt, dt),
-                          b_scale=self.int8 and not self.widen,
-                          a_norm=self.input_norm[1] if fused else None,
-                          a_norm_kind=self.input_norm[0] if fused else "rms")
-            self._fwd = Gemm(self.ctx, n, outputs, inputs, activation=self.activation,
-                             glu=self.one_gated, **common)
-            if self.gated and not self.one_gated:
-                self._fwd_up = Gemm(self.ctx, n, outputs, inputs, **common)
+        common = dict(trans_b=not self.inputs_first, bias="col" if self.bias else None,
+                      precision=self.precision, dtypes=(dt, w_dt, dt),
+                      b_scale=self.typed_read,
+                      a_norm=self.input_norm[1] if fused else None,
+                      a_norm_kind=self.input_norm[0] if fused else "rms")
+        self._fwd = Gemm(self.ctx, n, outputs, inputs, activation=self.activation,
+                         glu=self.one_gated, **common)
+        if self.gated and not self.one_gated:
+            self._fwd_up = Gemm(self.ctx, n, outputs, inputs, **common)
         if self.gated and not self.one_gated:  # y = act(gate) * up, the gate in the workspace
             y_spec = ((n, outputs), dt)
             self._mul = PointwiseBroadcast(self.ctx, [y_spec, y_spec], [y_spec],
@@ -288,7 +281,7 @@ class InnerProduct(Layer):
         inp = inp.reshape(self.n, self.inputs)
         if not self.gated:
             return out + self._product(inp, self._linear(params), y[0], beta, ws,
-                                       self._fwd, self.q4_gemv, (norm_weight, norm_bias))
+                                       self._fwd, (norm_weight, norm_bias))
         weight, bias, scale = self._linear(params)
         w2, bias2, scale2 = self._linear(params, second=True)
         if self.one_gated:
@@ -298,9 +291,9 @@ class InnerProduct(Layer):
         gate = ws_view(ws, self.gate_at, self.n * self.outputs, self.dtype).reshape(
             self.n, self.outputs)
         out += self._product(inp, (weight, bias, scale), gate, 0.0, ws, self._fwd,
-                             self.q4_gemv, (norm_weight, norm_bias))
+                             (norm_weight, norm_bias))
         out += self._product(inp, (w2, bias2, scale2), y[0], 0.0, ws, self._fwd_up,
-                             self.q4_up, (norm_weight, norm_bias))
+                             (norm_weight, norm_bias))
         return out + self._mul.launches([gate, y[0]], [y[0]])
 
     def _norm_params(self):
@@ -308,13 +301,11 @@ class InnerProduct(Layer):
         (LayerNorm's weight and bias)."""
         return 0 if self.input_norm is None else 1 if self.input_norm[0] == "rms" else 2
 
-    def _product(self, inp, linear, y, beta, ws, gemm, q4_gemv, norm):
+    def _product(self, inp, linear, y, beta, ws, gemm, norm):
         """The launches of y = act(inp W^T + b) (+ beta y) for one Linear (weight, bias,
-        scales) on ``gemm`` (or the 4-bit ``q4_gemv``); int8 and 4-bit weights widened
-        into the workspace first where the product does not read them."""
+        scales) on ``gemm``; int8 and 4-bit weights widened into the workspace first where
+        the product does not read them."""
         weight, bias, scale = linear
-        if q4_gemv is not None:
-            return q4_gemv.launches(inp, weight, scale, y, bias, beta=beta)
         out = []
         if self.widen:
             widened = ws_view(ws, self.widen_at, self.outputs * self.inputs, np.float32).reshape(
@@ -323,7 +314,7 @@ class InnerProduct(Layer):
             weight = widened
         return out + gemm.launches(inp, weight, y, bias=bias, beta=beta,
                                    workspace=gemm.workspace_in(ws, self.act_bytes),
-                                   b_scale=scale if self.int8 and not self.widen else None,
+                                   b_scale=scale if self.typed_read else None,
                                    a_norm_weight=norm[0], a_norm_bias=norm[1])
 
     def _backward_ops(self):

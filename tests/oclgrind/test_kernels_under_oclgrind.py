@@ -513,15 +513,15 @@ def test_few_rows_gemm(ctx, rng, facts, weights):
 
 
 def test_q4_weights(ctx, rng, facts):
-    from dlprim.core.quantize import Dequantize, Q4Gemv, dequantize_q4, quantize_q4
+    from dlprim.core.quantize import Dequantize, dequantize_q4, quantize_q4
     M, N, K = 2, 5, 45
     q, scale = quantize_q4(rng.standard_normal((N, K)).astype(np.float32))
     w = dequantize_q4(q, scale, K)
     x = rng.standard_normal((M, K))
     Q, S = dp.Tensor.from_numpy(ctx, q), t(ctx, scale)
     y = t(ctx, np.zeros((M, N)))
-    for launch in Q4Gemv(ctx, M, N, K).launches(t(ctx, x), Q, S, y):
-        launch(ctx.queue)
+    Gemm(ctx, M, N, K, trans_b=True, dtypes=(np.float32, np.uint8, np.float32),
+         b_scale=True)(t(ctx, x), Q, y, b_scale=S)
     assert_close(y.numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
     out = t(ctx, np.zeros((N, K)))
     for launch in Dequantize(ctx, N, K, "q4").launches(Q, S, out):
