@@ -771,10 +771,9 @@ def test_emulated_warpgroup_products_match_float64(ctx, rng, monkeypatch, precis
     assert err < 1e-5, err  # the products of the values the tensor cores take, in float32
 
 
-def test_emulated_split_tf32_keeps_float32_accuracy_and_values(ctx, rng, monkeypatch):
-    # "fp32" as three TF32 products (split_tf32): float32's accuracy on long sums, where
-    # one TF32 product is 100x off; an inf stays inf (not inf - inf = NaN in its small
-    # part), a NaN NaN, and a value that rounds past float32's range to TF32 is kept
+def _emulated_tf32_warpgroups(ctx, monkeypatch):
+    """TF32 warpgroup products on a CPU (gemm_wgmma.cl with wgmma.h's products in OpenCL
+    C) for any size, on 64 x 64 tiles of 3 stages."""
     from dlprim.core import gemm
     layer_check.skip_unless_cpu(ctx)
     build = program.get
@@ -785,6 +784,13 @@ def test_emulated_split_tf32_keeps_float32_accuracy_and_values(ctx, rng, monkeyp
         monkeypatch.setattr(tuning, tiles, ((64, 64, 64, 3, 100.0),))
     monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
         ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_wgmma" else p)))
+
+
+def test_emulated_split_tf32_keeps_float32_accuracy_and_values(ctx, rng, monkeypatch):
+    # "fp32" as three TF32 products (split_tf32): float32's accuracy on long sums, where
+    # one TF32 product is 100x off; an inf stays inf (not inf - inf = NaN in its small
+    # part), a NaN NaN, and a value that rounds past float32's range to TF32 is kept
+    _emulated_tf32_warpgroups(ctx, monkeypatch)
     M, N, K = 66, 64, 300
     a = rng.standard_normal((M, K)).astype(np.float32)
     b = rng.uniform(0.5, 1.0, (K, N)).astype(np.float32)
@@ -811,16 +817,7 @@ def test_emulated_tf32_packing_of_an_operand_the_batch_shares(ctx, rng, monkeypa
                                                               precision, shared):
     # one launch packs A and B; an operand with batch stride 0 is packed once and the
     # other once per batch entry (the launch's third dimension covers the larger count)
-    from dlprim.core import gemm
-    layer_check.skip_unless_cpu(ctx)
-    build = program.get
-    for probe in ("tensor_cores", "warpgroup_products"):
-        monkeypatch.setattr(gemm, probe, lambda ctx, precision="tf32": True)
-    monkeypatch.setattr(tuning, "WGMMA_TF32_MIN_SIZE", 0)
-    for tiles in ("WGMMA_TILES", "SPLIT_TF32_TILES"):
-        monkeypatch.setattr(tuning, tiles, ((64, 64, 64, 3, 100.0),))
-    monkeypatch.setattr(program, "get", lambda ctx, name, **p: build(
-        ctx, name, **(dict(p, MMA_EMULATE=True) if name == "gemm_wgmma" else p)))
+    _emulated_tf32_warpgroups(ctx, monkeypatch)
     batch, M, N, K = 3, 70, 40, 45
     a = rng.standard_normal((1 if shared == "a" else batch, M, K)).astype(np.float32)
     b = rng.standard_normal((1 if shared == "b" else batch, N, K)).astype(np.float32)
