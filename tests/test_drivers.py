@@ -46,6 +46,8 @@ def test_probe_answer_is_kept_per_driver_environment(tmp_path):
             "e = [e for e in dp.list_devices() if e[:2] == (%d, %d)][0]\n"
             "print('RESULT', json.dumps(probe_device(e[3])))\n" % (p, d))
     good = _child(code, tmp_path)
+    if "RESULT [false" in good and "unknown target CPU" in good:
+        pytest.skip("this PoCL cannot build for this CPU at all (its LLVM does not know it)")
     bad = _child(code, tmp_path, **BROKEN_POCL)
     assert "RESULT [true" in good, good
     assert "RESULT [false" in bad and "-mcpu=generic" in bad, bad
