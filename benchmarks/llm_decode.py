@@ -139,8 +139,9 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="gpt2,tinyllama")
     p.add_argument("--kinds", default="dlprim",
-                   help="dlprim, dlprim_fp16, dlprim_bf16, dlprim_int8, dlprim_q4, hf_cuda, hf_compiled, hf_cpu "
-                        "(float32), llama_cpp, llama_cpp_f16")
+                   help="dlprim[_fp16|_bf16][_int8|_q4] (activations, then stored "
+                        "weights: dlprim_q4, dlprim_fp16_q4, ...), hf_cuda, hf_compiled, "
+                        "hf_cpu (float32), llama_cpp, llama_cpp_f16")
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--new", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
