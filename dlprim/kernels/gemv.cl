@@ -1,5 +1,6 @@
 <%include file="common.h"/>
 <%namespace name="loads" file="float8_loads.h"/>
+<%namespace name="q4" file="q4_loads.h"/>
 ## GEMM of a few rows (core/gemm.py, gemv): C (M, N) = act(alpha A B^T + bias + beta C)
 ## with A (M, K) and B (N, K) rows contiguous (a decoder step's Linear: the weights read
 ## once, as they stream); one launch, no split-K pass.
@@ -49,27 +50,7 @@ ${load4(A_T)}
 ${load4(B_T)}
 % endif
 % if Q4:
-// 4-bit B: value k of a row (b) in byte k / 2, the low nibble first, stored as q + 8,
-// times its group's scale (s: the row's scales); load<V>_q4 takes V values from k, a
-// multiple of V (V divides Q4: one scale)
-inline float q4_at(__global const uchar *b, __global const float *s, ulong k)
-{
-    const uchar byte = b[k / 2];
-    return (float)((int)((k & 1) ? byte >> 4 : byte & 15) - 8) * s[k / ${Q4}];
-}
-inline float4 load4_q4(__global const uchar *b, __global const float *s, ulong k)
-{
-    const uchar2 v = vload2(0, b + k / 2);
-    return ((float4)((float)(v.x & 15), (float)(v.x >> 4), (float)(v.y & 15),
-                     (float)(v.y >> 4)) - 8.0f) * s[k / ${Q4}];
-}
-inline float8 load8_q4(__global const uchar *b, __global const float *s, ulong k)
-{
-    const uchar4 v = vload4(0, b + k / 2);
-    const float4 lo = convert_float4(v & (uchar4)(15)), hi = convert_float4(v >> (uchar4)(4));
-    return ((float8)(lo.s0, hi.s0, lo.s1, hi.s1, lo.s2, hi.s2, lo.s3, hi.s3) - 8.0f)
-           * s[k / ${Q4}];
-}
+${q4.loads(Q4)}
 % endif
 <%
 def load_b(ptr, scales, idx, vw):
