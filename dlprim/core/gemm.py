@@ -143,9 +143,10 @@ class Gemm:
         return tuning.gemm_small_m(tuning.pick_tile(ctx.facts, M, N), M)
 
     @staticmethod
-    def reads_int8(ctx, M):
-        """Whether a Gemm of M rows with B transposed takes an int8 B (``b_scale``): the
-        few-rows kernel; more rows take it widened to float32 first."""
+    def reads_quantized(ctx, M):
+        """Whether a Gemm of M rows with B transposed takes an int8 or 4-bit B
+        (``b_scale``) as stored: the few-rows kernel; more rows take it widened to float32
+        first."""
         return tuning.gemv_rows(ctx.facts, M, typed_b=True)
 
     @staticmethod

@@ -400,18 +400,18 @@ class TensorCore(_TiledLaunch):
         prg = self.program(1, 1, c_layout[0], epilogue=c_layout[1], wgmma=True)
         size_a, _ = g.k_major_elements()
         at = self._after_partials()
-        a_src, a_args, A, lda, stride_a = self._k_major("a", A, lda, stride_a, W, at)
-        b_src, b_args, B, ldb, stride_b = self._k_major("b", B, ldb, stride_b, W, at + size_a)
+        a_src, a_args, copies_a, A, lda, stride_a = self._k_major("a", A, lda, stride_a, W, at)
+        b_src, b_args, copies_b, B, ldb, stride_b = self._k_major("b", B, ldb, stride_b, W,
+                                                                  at + size_a)
         # one launch packs both (pack_<A's source>_<B's source>): 32 x 32 blocks of A
         # (blocks_k along K, rows of D), then B's
         i32 = np.int32
         blocks_k = ceil_div(round_up(g.K, 4), 32)
         tiles_a, tiles_b = (blocks_k * ceil_div(D, 32) for D in (g.M, g.N))
-        copies = (a_args[-1], b_args[-1])
         launch = program.Launch(
-            prg, "pack_%s_%s" % (a_src, b_src), ((tiles_a + tiles_b) * 32, 8, max(copies)),
-            (32, 8, 1), a_args[:-1] + b_args[:-1]
-            + [i32(blocks_k), i32(tiles_a), i32(blocks_k), i32(copies[0]), i32(copies[1])])
+            prg, "pack_%s_%s" % (a_src, b_src),
+            ((tiles_a + tiles_b) * 32, 8, max(copies_a, copies_b)), (32, 8, 1),
+            a_args + b_args + [i32(blocks_k), i32(tiles_a), i32(copies_a), i32(copies_b)])
         return [launch], A, B, lda, ldb, stride_a, stride_b, (1, 1)
 
     def _staged(self, A, B, lda, ldb, stride_a, stride_b, aligned_ab, W):
@@ -443,9 +443,10 @@ class TensorCore(_TiledLaunch):
     def _k_major(self, which, X, ld, stride, W, at):
         """TF32 warpgroup products read A and B K-major, rounded to TF32 and with 16-byte
         aligned rows: how operand ``which`` is packed so into the workspace ``W`` from
-        element ``at`` on, as (its source layout, "rows" or "columns"; its arguments of the
-        pack kernel, then its copies), and the operand as the product then reads it
-        (tensor, leading dimension, batch stride). Rounding each value once here costs a
+        element ``at`` on, as its source layout ("rows" or "columns"), its arguments of
+        the pack kernel and its copies (the batch's, or 1 for an operand the batch
+        shares), then the operand as the product then reads it (tensor, leading
+        dimension, batch stride). Rounding each value once here costs a
         pass over the operand; rounding it in the kernel costs every work-group that reads
         it. With ``g.split_tf32`` each row is A's parts lo, hi, hi or B's hi, lo, hi
         (SPLIT_PARTS, which keep an inf or NaN out of the products with a lo), a segment of
@@ -459,8 +460,8 @@ class TensorCore(_TiledLaunch):
         i32, u64 = np.int32, np.uint64
         packed_stride = D * ldk if stride else 0
         args = [i32(D), i32(g.K), X, i32(ld), u64(stride), packed, i32(ldk),
-                u64(packed_stride), copies]
-        return ("rows" if k_major else "columns"), args, packed, ldk, packed_stride
+                u64(packed_stride)]
+        return ("rows" if k_major else "columns"), args, copies, packed, ldk, packed_stride
 
 
 class SubgroupMatrix(_TiledLaunch):

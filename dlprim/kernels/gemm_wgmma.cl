@@ -290,9 +290,9 @@ ${pack_block("pack_a_from_" + src, k_major, A_PARTS)}
 ${pack_block("pack_b_from_" + src, k_major, B_PARTS)}
 % endfor
 ## A and B packed in one launch (a launch costs NVIDIA's driver about as much device time
-## as packing a 768 x 768 operand): work-groups 0 .. tiles_a - 1 pack A's 32 x 32 blocks
-## (kx_a of them along K), the rest B's; batch entry get_group_id(2) of each operand that
-## has it (copies_a, copies_b: 1 for an operand shared by the batch)
+## as packing a 768 x 768 operand): work-groups 0 .. tiles_a - 1 pack A's 32 x 32 blocks,
+## the rest B's (kx of them along K, which both share); batch entry get_group_id(2) of each
+## operand that has it (copies_a, copies_b: 1 for an operand shared by the batch)
 % for a_src, _ in SOURCES:
 % for b_src, _ in SOURCES:
 __kernel __attribute__((reqd_work_group_size(32, 8, 1)))
@@ -301,18 +301,18 @@ void pack_${a_src}_${b_src}(
         __global float *YA, ulong ya_offset, int ldya, ulong stride_ya,
         int Db, int Kb, __global const float *XB, ulong xb_offset, int ldxb, ulong stride_xb,
         __global float *YB, ulong yb_offset, int ldyb, ulong stride_yb,
-        int kx_a, int tiles_a, int kx_b, int copies_a, int copies_b)
+        int kx, int tiles_a, int copies_a, int copies_b)
 {
     __local float tile[32][33];
     const int g = get_group_id(0), z = get_group_id(2);
     if (g < tiles_a) {
         if (z < copies_a)
             pack_a_from_${a_src}(Da, Ka, XA, xa_offset, ldxa, stride_xa, YA, ya_offset, ldya,
-                                 stride_ya, g % kx_a, g / kx_a, z, tile);
+                                 stride_ya, g % kx, g / kx, z, tile);
     } else if (z < copies_b) {
         const int h = g - tiles_a;
         pack_b_from_${b_src}(Db, Kb, XB, xb_offset, ldxb, stride_xb, YB, yb_offset, ldyb,
-                             stride_yb, h % kx_b, h / kx_b, z, tile);
+                             stride_yb, h % kx, h / kx, z, tile);
     }
 }
 % endfor

@@ -132,7 +132,7 @@ class InnerProduct(Layer):
                       "trained" % self.options["weights"])
         # int8 and 4-bit weights: read as they are by a GEMM of a few rows, else widened
         # into a float32 workspace first
-        self.widen = (self.int8 or self.q4) and not Gemm.reads_int8(self.ctx, n)
+        self.widen = (self.int8 or self.q4) and not Gemm.reads_quantized(self.ctx, n)
         self.typed_read = (self.int8 or self.q4) and not self.widen  # the product reads them
         self._fwd = self._fwd_up = self._mul = None
         w_dt = np.float32 if self.widen else self.weight_dtype
