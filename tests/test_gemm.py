@@ -1215,6 +1215,43 @@ def test_few_rows_with_b_transposed(ctx, rng, M):
     np.testing.assert_allclose(C.numpy().astype(np.float64), want, rtol=2e-3, atol=2e-2)
 
 
+@pytest.mark.parametrize("M", [1, 3, 8])
+@pytest.mark.parametrize("a_type, b_type", [("float32", "float32"), ("float16", "float16"),
+                                            ("bfloat16", "bfloat16"), ("float32", "float16"),
+                                            ("float16", "int8")])
+def test_few_rows_turns_and_tails(ctx, rng, M, a_type, b_type):
+    """The few-rows kernel's steps (GPUs and GPU facts: kernels/gemv.cl's ``gemv``; CPUs
+    at one row: ``gemv_cpu``) against float64 of the stored values: K of whole turns of
+    UNROLL steps and of turns and tail steps; eight values a load where rows start on
+    eight (16-bit, int8) or four (float32) values, four where they start on four, one
+    where they start anywhere (lda = K + 1); every storage of A and B that decoders
+    read, an int8 B with its row scales."""
+    quantized = b_type == "int8"
+    for K, pad in ((1024, 0), (1288, 0), (1288, 4), (1288, 1), (1036, 0), (1291, 0)):
+        N = 70
+        a = layer_check.stored(rng.standard_normal((M, K + pad)), a_type)
+        if quantized:
+            b = rng.integers(-128, 128, (N, K)).astype(np.float64)
+            scale = rng.uniform(0.001, 0.02, N).astype(np.float32)
+            w = b * scale[:, None]
+        else:
+            b = w = layer_check.stored(rng.standard_normal((N, K)), b_type)
+        g = Gemm(ctx, M, N, K, trans_b=True, dtypes=(a_type, b_type, "float32"),
+                 b_scale=quantized)
+        if not g.gemv:
+            continue
+        if ctx.facts.is_gpu:
+            wide = K % 8 == 0 and pad % (4 if a_type == "float32" else 8) == 0
+            four = K % 4 == 0 and pad % 4 == 0
+            assert g.kernel._vec(((K + pad, 0, M * (K + pad)), (K, 0, N * K))) == \
+                (8 if wide else 4 if four else 1)
+        C = poisoned(ctx, (M, N))
+        g(dp.Tensor.from_numpy(ctx, host(a, a_type)), dp.Tensor.from_numpy(ctx, host(b, b_type)),
+          C, lda=K + pad, b_scale=t(ctx, scale) if quantized else None)
+        want = a[:, :K] @ w.T
+        np.testing.assert_allclose(C.numpy(), want, rtol=1e-4, atol=1e-4 * K ** 0.5)
+
+
 @pytest.mark.parametrize("M", [1, 4, 8])
 def test_int8_b_with_row_scales(ctx, rng, M):
     """Weight-only int8 (kernels/gemv.cl on any device): C = A (q * scale)^T per row of

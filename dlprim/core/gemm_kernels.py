@@ -85,15 +85,16 @@ class Gemv(GemmKernel):
     def program(self, vec):
         """(program, work-group size, columns of C a work-group)."""
         g = self.g
-        sums = 1
+        sums, rows, unroll = 1, program.pow2_at_least(g.M), 1
         if g.ctx.facts.is_gpu:
             team, teams, cols = 32, max(1, min(8, g.ctx.facts.max_work_group // 32)), 1
+            unroll = tuning.gemv_gpu_unroll(rows)
         else:
             team, teams, cols, vec = 1, 1, tuning.gemv_cpu_cols(g.ctx.facts), 0
             sums = tuning.GEMV_CPU_SUMS
         types = {} if all(d == np.float32 for d in g.dtypes) else \
             dict(zip(("A_T", "B_T", "C_T"), (cl_type(d) for d in g.dtypes)))
-        prg = program.get(g.ctx, "gemv", ROWS=program.pow2_at_least(g.M), VEC=vec,
+        prg = program.get(g.ctx, "gemv", ROWS=rows, VEC=vec, UNROLL=unroll,
                           TEAMS=teams, BIAS=g.bias or "none", ACTIVATION=g.activation,
                           SCALE=int(g.b_scale and not g.b_q4),
                           Q4=Q4_GROUP if g.b_q4 else 0, TEAM=team, COLS=cols, SUMS=sums,
@@ -105,21 +106,24 @@ class Gemv(GemmKernel):
         return prg, team * teams, teams * cols
 
     def _vec(self, rows=None):
-        """Values a work item loads at once: eight on GPUs over float32 operands where K
-        is a multiple of 8 (two float4 loads; tuning.GEMV_GPU_VEC), four where rows start
-        on 4 values (float4 loads of float32), else one. ``rows``: (ld, offset, stride) of
-        A, of B (and of B2); None: packed, aligned operands."""
+        """Values a work item loads at once on GPUs: eight where K is a multiple of 8 and
+        every row starts where eight values' loads may (``tuning.GEMV_GPU_VEC``: 16 bytes
+        of 16-bit values, 8 of int8, two float4 loads of float32), four where rows start
+        on 4 values, else one. ``rows``: (ld, offset, stride) of A, of B (and of B2);
+        None: packed, aligned operands."""
         g = self.g
         if rows is None:
             rows = ((g.K, 0, g.M * g.K), (g.packed_ld("b"), 0, g.N * g.packed_ld("b")))
         if g.b_q4:  # (4-bit rows are read a byte at a time: only A's alignment counts)
             rows = rows[:1]
-        aligned = g.K % 4 == 0 and all(g.aligned(*r, values=4) for r in rows)
+        if not g.ctx.facts.is_gpu:
+            return 0
         wide = tuning.GEMV_GPU_VEC
-        if aligned and g.ctx.facts.is_gpu and g.K % wide == 0 and \
-                g.dtypes[0] == np.float32 and g.dtypes[1] in (np.float32, np.uint8):
+        # (float32 rows take eight values as two float4 loads: 16-byte starts suffice)
+        starts = [4 if d == np.float32 else wide for d in (g.dtypes[0],) + (g.dtypes[1],) * 2]
+        if g.K % wide == 0 and all(g.aligned(*r, values=v) for r, v in zip(rows, starts)):
             return wide
-        return 4 if aligned else 1
+        return 4 if g.K % 4 == 0 and all(g.aligned(*r, values=4) for r in rows) else 1
 
     def prepare(self):
         """Build the variant packed, aligned operands use."""

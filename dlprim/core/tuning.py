@@ -112,11 +112,23 @@ def gemv_rows(facts, M, typed_b=False):
         (facts.is_cpu and M == 1)
 
 
-# float32 values a work item of the GPU few-rows kernel loads a step from aligned rows.
-# H200, device time of one launch over cold weights (.. 8 against 4): float32 50257 x 768
-# 39.2 against 47.7 us, 2048 x 5632 16.1 against 18.8; float16 weights read eight at a
-# time (vloada_half8) were slower, 32000 x 2048 73.4 against 43.5 us, so they keep four
+# Values a work item of the GPU few-rows kernel loads a step from aligned rows, of every
+# storage: float32 as two float4 loads, 16-bit and int8 values as one load of their bits,
+# widened after the turn's loads are all asked for (GEMV_GPU_UNROLL). H200, device time of
+# one launch over cold weights, 8 against 4 before the turns: float32 50257 x 768 39.2
+# against 47.7 us, 2048 x 5632 16.1 against 18.8; float16 weights through vloada_half8,
+# which widens as it loads, were slower (32000 x 2048 73.4 against 43.5 us)
 GEMV_GPU_VEC = 8
+# and steps a turn whose loads are in flight together: a decoder's narrow products give
+# each team one column of a few thousand, too few loads in flight to keep the memory busy
+# one step at a time
+GEMV_GPU_UNROLL = 4
+
+
+def gemv_gpu_unroll(rows):
+    """Steps a turn of the GPU few-rows kernel for ``rows`` rows of A (each row's bits are
+    held a step: at most 8 loads of A a turn)."""
+    return max(1, min(GEMV_GPU_UNROLL, 8 // rows))
 
 
 def gemv_shuffle(facts, ptx_runs):

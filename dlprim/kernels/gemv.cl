@@ -6,8 +6,9 @@
 ## once, as they stream); one launch, no split-K pass.
 ## GPUs (``gemv``): a team of TEAM (32) work items per column of C strides over K, each
 ## keeping its M partial sums, which the team adds in local memory or (SHUFFLE, NVIDIA's
-## PTX) by warp shuffles. VEC: 4 where every row starts 16-byte aligned (float4 loads),
-## 8 (two a step) for float32 operands, else 1.
+## PTX) by warp shuffles. VEC: values a work item loads a step, 8 (16 bytes of 16-bit
+## values, 8 of int8, two float4 loads of float32) or 4 where every row starts aligned to
+## them, else 1; UNROLL steps a turn, their loads' bits all asked for before any is widened.
 ## CPUs (``gemv_cpu``): work-groups of one work item, COLS columns each, rows read as
 ## float8 vectors into SUMS independent sums.
 ## ROWS: M rounded up (at most 8). A_T, B_T, C_T: the storages (B_T char: int8 weights,
@@ -32,22 +33,68 @@ assert not Q4 or (B_T == "uchar" and not SCALE)
 #define TEAM ${TEAM}
 #define TEAMS ${TEAMS}
 
-<%def name="load4(T)">
-// four values of a row as float4, whatever their storage
-inline float4 load4_${T}(__global const ${T} *p, ulong i)
-{
+<%def name="raw_loads(T, vw)">
+// vw values of a row of ${T} at p + i (i a multiple of vw, rows aligned to vw values):
+// rawload${vw}_${T} loads their bits (raw${vw}_${T}), widen${vw}_${T} makes floats of them.
+// The loop loads every bits of a turn before widening any: NVIDIA's driver widens half
+// through an inline-asm block that holds the next load back until the value arrives.
 % if T == "float":
-    return vload4(0, p + i);
-% elif T == "char":
-    return convert_float4(vload4(0, p + i));
+typedef float${vw if vw > 1 else ""} raw${vw}_float;
+inline raw${vw}_float rawload${vw}_float(__global const float *p, ulong i)
+{
+% if vw == 8:
+    return (float8)(*(__global const float4 *)(p + i), *(__global const float4 *)(p + i + 4));
+% elif vw == 4:
+    return *(__global const float4 *)(p + i);
 % else:
-    return (float4)(LD_${T}(p, i), LD_${T}(p, i + 1), LD_${T}(p, i + 2), LD_${T}(p, i + 3));
+    return p[i];
 % endif
 }
+#define widen${vw}_float(r) (r)
+% elif T in ("half", "bfloat16", "char"):
+<%
+bits = {"half": 2, "bfloat16": 2, "char": 1}[T] * vw  # bytes of vw values
+RT = {16: "uint4", 8: "uint2", 4: "uint", 2: "ushort", 1: "uchar"}[bits]
+%>typedef ${RT} raw${vw}_${T};
+inline ${RT} rawload${vw}_${T}(__global const ${T} *p, ulong i)
+{
+    return *(__global const ${RT} *)(p + i);
+}
+% if T == "half" and vw > 1:
+inline float${vw} widen${vw}_half(${RT} r)
+{
+    return vload_half${vw}(0, (const __private half *)&r);
+}
+% elif T == "half":
+#define widen1_half(r) half_bits(r)
+% elif T == "bfloat16" and vw > 1:
+#define widen${vw}_bfloat16(r) as_float${vw}(convert_uint${vw}(as_ushort${vw}(r)) << 16)
+% elif T == "bfloat16":
+#define widen1_bfloat16(r) WIDEN_bfloat16(r)
+% elif vw > 1:
+#define widen${vw}_char(r) convert_float${vw}(as_char${vw}(r))
+% else:
+#define widen1_char(r) ((float)as_char(r))
+% endif
+% else:
+## (any other storage: value by value through its LD_ macro, widened as loaded)
+typedef float${vw if vw > 1 else ""} raw${vw}_${T};
+inline raw${vw}_${T} rawload${vw}_${T}(__global const ${T} *p, ulong i)
+{
+% if vw > 1:
+    return (float${vw})(${", ".join("(float)LD_%s(p, i + %d)" % (T, k) for k in range(vw))});
+% else:
+    return (float)LD_${T}(p, i);
+% endif
+}
+#define widen${vw}_${T}(r) (r)
+% endif
 </%def>
-${load4(A_T)}
+% if TEAM > 1:
+${raw_loads(A_T, VEC)}
 % if B_T != A_T and not Q4:
-${load4(B_T)}
+${raw_loads(B_T, VEC)}
+% endif
 % endif
 % if Q4:
 ${q4.loads(Q4)}
@@ -61,13 +108,6 @@ def load_b(ptr, scales, idx, vw):
     return None
 %>
 
-% if VEC == 8:
-// eight float32 values of a row from a 16-byte aligned place: two float4 loads
-inline float8 load8a_float(__global const float *p, ulong i)
-{
-    return (float8)(*(__global const float4 *)(p + i), *(__global const float4 *)(p + i + 4));
-}
-% endif
 % if SHUFFLE:
 // the sum over a warp's 32 lanes, in every lane (shfl.sync.bfly: NVIDIA's PTX)
 inline float warp_sum(float x)
@@ -180,10 +220,48 @@ inline void store_glu(float sum, float sum2, int m, int n, __global ${C_T} *C, i
 # the loop's vectors: VW values a work item a step, loaded by LOAD_<operand>
 VW = {8: 8, 4: 4}.get(VEC, 1)
 VT = "float%d" % VW if VW > 1 else "float"
-LOAD = {8: "load8a_%s(%s, %s)", 4: "load4_%s(%s, %s)"}.get(VEC, "(float)LD_%s(%s, %s)")
+# B's bits a step and their widening: 4-bit weights widen as they load (load_b)
+RAW_B = VT if Q4 else "raw%d_%s" % (VW, B_T)
+WIDEN_B = "%s" if Q4 else "widen%d_%s(%%s)" % (VW, B_T)
+def raw_b(ptr, scales, idx):
+    return load_b(ptr, scales, idx, VW) or "rawload%d_%s(%s, %s)" % (VW, B_T, ptr, idx)
 LOADG = {8: "vload8(0, %s + %s)", 4: "vload4(0, %s + %s)"}.get(VEC, "%s[%s]")
 NS = 1 + GLU + NORM  # sums a row: the product's, B2's (GLU), the squares' (NORM)
 Q = ROWS * (1 + GLU)  # where the squares' sums start
+
+def loads_of_step(u, kk):
+    """The bits of step u's loads from k = kk: B's row (and B2's) and A's rows (the last
+    row where M is fewer than ROWS: a load of memory that exists, its sums not kept)."""
+    lines = ["%s rb%d = %s;" % (RAW_B, u, raw_b("b", "b_s", kk))]
+    if GLU:
+        lines.append("%s rc%d = %s;" % (RAW_B, u, raw_b("b2", "b2_s", kk)))
+    for m in range(ROWS):
+        row = "min(%d, M - 1)" % m if m else "0"
+        lines.append("raw%d_%s ra%d_%d = rawload%d_%s(a, (ulong)%s * lda + %s);"
+                     % (VW, A_T, u, m, VW, A_T, row, kk))
+    return "\n        ".join(lines)
+
+def step(u, kk):
+    """Step u: its loads widened and multiplied into the sums."""
+    lines = ["%s w = %s;" % (VT, WIDEN_B % ("rb%d" % u))]
+    if GLU:
+        lines.append("%s w2 = %s;" % (VT, WIDEN_B % ("rc%d" % u)))
+    if NORM or LN:
+        lines.append("%s gk = %s;" % (VT, LOADG % ("g", kk)))
+    if LN:
+        lines.append("%s bk = %s;" % (VT, LOADG % ("gb", kk)))
+    for m in range(ROWS):
+        body = ["%s x = widen%d_%s(ra%d_%d);" % (VT, VW, A_T, u, m)]
+        if NORM:
+            body += ["sq[%d] = fma(x, x, sq[%d]);" % (m, m), "x *= gk;"]
+        elif LN:
+            body.append("x = fma((x - mean[%d]) * rstd[%d], gk, bk);" % (m, m))
+        body.append("part[%d] = fma(x, w, part[%d]);" % (m, m))
+        if GLU:
+            body.append("part2[%d] = fma(x, w2, part2[%d]);" % (m, m))
+        lines.append(("if (%d < M) {" % m if m else "{") + "\n                "
+                     + "\n                ".join(body) + "\n            }")
+    return "{\n            " + "\n            ".join(lines) + "\n        }"
 %>
 __kernel __attribute__((reqd_work_group_size(TEAM * TEAMS, 1, 1)))
 void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda,
@@ -263,31 +341,22 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
         sq[m] = (${VT})(0.0f);
 % endif
     }
-    for (int k = lane * ${VW}; k < K; k += TEAM * ${VW}) {
-        ${VT} w = ${load_b("b", "b_s", "k", VW) or LOAD % (B_T, "b", "k")};
-% if GLU:
-        ${VT} w2 = ${load_b("b2", "b2_s", "k", VW) or LOAD % (B_T, "b2", "k")};
-% endif
-% if NORM or LN:
-        ${VT} gk = ${LOADG % ("g", "k")};
-% endif
-% if LN:
-        ${VT} bk = ${LOADG % ("gb", "k")};
-% endif
-        for (int m = 0; m < ${ROWS}; m++)
-            if (m < M) {
-                ${VT} x = ${LOAD % (A_T, "a", "(ulong)m * lda + k")};
-% if NORM:
-                sq[m] = fma(x, x, sq[m]);
-                x *= gk;
-% elif LN:
-                x = fma((x - mean[m]) * rstd[m], gk, bk);
-% endif
-                part[m] = fma(x, w, part[m]);
-% if GLU:
-                part2[m] = fma(x, w2, part2[m]);
-% endif
-            }
+    // UNROLL steps a turn, the bits of all their loads (B's, B2's, A's rows') asked for
+    // before any is widened: each work item keeps UNROLL of B's loads in flight, where a
+    // decoder's narrow products (a few thousand columns: a team each) otherwise leave the
+    // memory idle between one load and the next
+    int k = lane * ${VW};
+    for (; k + ${(UNROLL - 1) * VW} * TEAM < K; k += ${UNROLL * VW} * TEAM) {
+% for u in range(UNROLL):
+        ${loads_of_step(u, "k + %d * TEAM" % (u * VW) if u else "k")}
+% endfor
+% for u in range(UNROLL):
+        ${step(u, "k + %d * TEAM" % (u * VW) if u else "k")}
+% endfor
+    }
+    for (; k < K; k += ${VW} * TEAM) {  // (the last steps, one at a time)
+        ${loads_of_step(0, "k")}
+        ${step(0, "k")}
     }
     float acc[${ROWS * NS}];  // the product's sums, then B2's (GLU), the squares' (NORM)
 <%
