@@ -493,11 +493,12 @@ def test_lenet_training_step(ctx, rng, monkeypatch):
 
 # ---------------------------------------------------------------- a decoder's step
 
-@pytest.mark.parametrize("weights", ["float32", "int8"])
+@pytest.mark.parametrize("weights", ["float32", "int8", "float16"])
 def test_few_rows_gemm(ctx, rng, facts, weights):
-    """kernels/gemv.cl (GPU teams, or the CPU variant for int8): K past the float4 steps."""
+    """kernels/gemv.cl (GPU teams, or the CPU variant for int8): K past the float4 steps;
+    float16 rows eight values a load, two turns of steps and a tail step."""
     from dlprim.core.quantize import quantize_rows
-    M, N, K = 3, 7, 37
+    M, N, K = 3, 7, 1032 if weights == "float16" else 37
     a, w = rng.standard_normal((M, K)), rng.standard_normal((N, K)).astype(np.float32)
     bias = rng.standard_normal(N)
     C = t(ctx, np.zeros((M, N)))
@@ -507,6 +508,12 @@ def test_few_rows_gemm(ctx, rng, facts, weights):
                                                                 np.float32), b_scale=True)
         op(t(ctx, a), dp.Tensor.from_numpy(ctx, q), C, bias=t(ctx, bias), b_scale=t(ctx, scale))
         w = q * scale[:, None]
+    elif weights == "float16":
+        h = np.float16
+        a, w = a.astype(h).astype(np.float64), w.astype(h).astype(np.float64)
+        op = Gemm(ctx, M, N, K, trans_b=True, bias="col", dtypes=(h, h, np.float32))
+        op(dp.Tensor.from_numpy(ctx, a.astype(h)), dp.Tensor.from_numpy(ctx, w.astype(h)), C,
+           bias=t(ctx, bias))
     else:
         Gemm(ctx, M, N, K, trans_b=True, bias="col")(t(ctx, a), t(ctx, w), C, bias=t(ctx, bias))
     assert_close(C.numpy(), a @ w.T + bias, rtol=1e-4, atol=1e-4)
