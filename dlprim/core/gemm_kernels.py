@@ -74,8 +74,9 @@ class GemmKernel:
 
 class Gemv(GemmKernel):
     """A few rows of C in one launch streaming B (kernels/gemv.cl): GPUs, ``gemv``, teams
-    of 32 work-items a column, eight teams a group, float4 loads where ``vec`` is 4 (two
-    a step where it is 8: float32 operands), the team's sums added by warp shuffles on
+    of 32 work-items a column, eight teams a group, ``vec`` values a load (``_vec``: 8 or
+    4 where rows start aligned to them, else 1) and ``tuning.gemv_gpu_unroll`` steps a
+    turn whose loads are asked for together, the team's sums added by warp shuffles on
     NVIDIA (``gemv_shuffle``);
     CPUs, ``gemv_cpu``, ``tuning.gemv_cpu_cols`` columns a work-item in float8 vectors,
     ``tuning.GEMV_CPU_SUMS`` sums each (their compilers would

@@ -36,7 +36,7 @@ assert not Q4 or (B_T == "uchar" and not SCALE)
 <%def name="raw_loads(T, vw)">
 // vw values of a row of ${T} at p + i (i a multiple of vw, rows aligned to vw values):
 // rawload${vw}_${T} loads their bits (raw${vw}_${T}), widen${vw}_${T} makes floats of them.
-// The loop loads every bits of a turn before widening any: NVIDIA's driver widens half
+// The loop loads all the bits of a turn before widening any: NVIDIA's driver widens half
 // through an inline-asm block that holds the next load back until the value arrives.
 % if T == "float":
 typedef float${vw if vw > 1 else ""} raw${vw}_float;
