@@ -119,9 +119,11 @@ def gemv_rows(facts, M, typed_b=False):
 # against 47.7 us, 2048 x 5632 16.1 against 18.8; float16 weights through vloada_half8,
 # which widens as it loads, were slower (32000 x 2048 73.4 against 43.5 us)
 GEMV_GPU_VEC = 8
-# and steps a turn whose loads are in flight together: a decoder's narrow products give
-# each team one column of a few thousand, too few loads in flight to keep the memory busy
-# one step at a time
+# and steps a turn whose loads are in flight together. H200, float16, one launch over
+# cold weights, the tree of one step at a time widening as it loaded against 4 steps a turn
+# at 8 values (docs/benchmarks.md, "Language-model decoding"): 2048 x 5632 15.6 -> 13.4
+# us at one row, 37.2 -> 17.2 at four; 1, 2, 4 and 8 steps a turn within 1-2 us of each
+# other at one row, where a launch's own cost dominates
 GEMV_GPU_UNROLL = 4
 
 

@@ -217,7 +217,8 @@ inline void store_glu(float sum, float sum2, int m, int n, __global ${C_T} *C, i
 
 % if TEAM > 1:
 <%
-# the loop's vectors: VW values a work item a step, loaded by LOAD_<operand>
+# the loop's vectors: VW values a work item a step, their bits loaded by
+# rawload<VW>_<storage> and widened by widen<VW>_<storage> (raw_loads above)
 VW = {8: 8, 4: 4}.get(VEC, 1)
 VT = "float%d" % VW if VW > 1 else "float"
 # B's bits a step and their widening: 4-bit weights widen as they load (load_b)
