@@ -897,6 +897,44 @@ def test_split_forward_reads_no_key_the_mask_hides(ctx, rng, split_groups):
         np.testing.assert_allclose(got[i:i + 1], want, rtol=1e-4, atol=1e-5, err_msg=str(i))
 
 
+def test_split_forward_merges_its_chunks_in_one_launch(ctx, rng, monkeypatch):
+    """MERGE (``merges_in_launch``: NVIDIA GPUs; here forced on whatever device runs the
+    tests, whose work-groups run side by side): one launch, the last work-group of each
+    batch row merging every chunk's partials; its counts back at zero after each launch,
+    so launches after it (other inputs, the same op) merge too. o and the statistics
+    against float64, several query rows, a mask hiding a row whole."""
+    from dlprim.core import attention
+    monkeypatch.setattr(attention, "merges_in_launch", lambda facts: True)
+    monkeypatch.setattr(attention, "SPLIT_GROUPS_PER_UNIT", 64)
+    b, lq, lk, d, dv = 5, 3, 300, 16, 8
+    op = AttentionOps(ctx, b, lq, lk, d, dv, mask=True, kernels="split")
+    assert op.split["merge"] and op.split["chunks"] > 2
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))
+    for turn in range(3):
+        q = rng.standard_normal((b, lq, d))
+        k = rng.standard_normal((b, lk, d))
+        v = rng.standard_normal((b, lk, dv))
+        mask = np.where(rng.random((b, 1, lq, lk)) < 0.2, -np.inf, 0.0)
+        mask[turn, 0, 1] = -np.inf  # (a row without a key: o 0, its statistics -inf)
+        o, stats = dp.Tensor(ctx, (b, lq, dv)), dp.Tensor(ctx, op.stats_shape)
+        launches = op.launches(f(q), f(k), f(v), o, stats, mask=f(mask),
+                               mask_strides=(lq * lk, 0, lk, 1))
+        assert [launch.name for launch in launches] == ["attention_split_partial"]
+        for launch in launches:
+            launch(ctx.queue)
+        want = reference(q, k, v, 1 / np.sqrt(d), mask[:, 0], False)[0]
+        got = o.to_host()
+        assert np.all(got[turn, 1] == 0)
+        np.testing.assert_allclose(got, np.nan_to_num(want), rtol=1e-4, atol=1e-5)
+        assert np.all(op.split["done"].to_host() == 0)
+        m = stats.to_host().reshape(b, lq, 2)
+        scores = np.einsum("bqd,bkd->bqk", q, k) / np.sqrt(d) + mask[:, 0]
+        live = np.isfinite(scores.max(axis=-1))
+        np.testing.assert_allclose(m[..., 0][live], scores.max(axis=-1)[live], rtol=1e-5,
+                                   atol=1e-5)
+        assert np.all(m[turn, 1] == -np.inf)
+
+
 def test_split_plan_fills_the_device_and_bad_requests_are_named(ctx):
     from dlprim.core.attention import split_plan
 

@@ -55,7 +55,8 @@ work-group per batch row, each walking every key alone. On GPUs it runs
 ``attention_split.cl`` instead ("split"): the keys are divided into chunks, enough for
 about two work-groups per compute unit, each work-group (chunk, batch row) writes its
 rows' partial softmax (m, l and unnormalised sums) to the workspace, and a second kernel
-merges them (one chunk: the first writes o itself). Keys the mask hides (a cache's
+merges them (one chunk: the first writes o itself; on NVIDIA GPUs the last work-group of
+a batch row merges them in the first kernel's launch, ``merges_in_launch``). Keys the mask hides (a cache's
 positions past a sequence's length) weigh exactly nothing whatever they hold, and blocks
 of them are not read (the other families multiply a hidden NaN by 0, as eager PyTorch). It writes the same
 statistics, so the backward pass is the other families'; with dropout the block kernels
@@ -181,6 +182,16 @@ CACHED_MAX_ROWS = 16
 # the batch rows alone do not)
 SPLIT_MAX_ROWS = 16
 SPLIT_GROUPS_PER_UNIT = 2
+
+
+def merges_in_launch(facts):
+    """Whether the split forward's last work-group of a batch row merges the chunks in the
+    partial kernel's own launch (``MERGE``: a count per row and a device-wide fence) instead
+    of a second launch: NVIDIA GPUs, where a launch costs 5-9 us of host and 4-5 of device
+    time (a decoder's step has one such merge a layer; TinyLlama 22). Elsewhere the
+    ordering of one work-group's global writes before another's reads within a launch is
+    not promised by OpenCL 1.2, so the second launch stays."""
+    return facts.vendor_id == "nvidia"
 
 
 def _split_local_bytes(qr, lanes, bk, d, dv):
@@ -440,9 +451,16 @@ class AttentionOps:
                                                             self.dv, self.dropout))
         elif kernels is not None or ctx.facts.is_cpu or plan is None or self.dropout:
             return None
+        plan["merge"] = plan["chunks"] > 1 and merges_in_launch(ctx.facts)
+        # (membar.gl where PTX runs; the tensor-core probe says so)
+        ptx = plan["merge"] and ctx.facts.is_gpu and tensor_cores(ctx, "tf32")
         plan["program"] = program.get(ctx, "attention_split", D=self.d, DV=self.dv,
                                       QR=plan["QR"], LANES=plan["LANES"], BK=plan["BK"],
-                                      FINAL=plan["chunks"] == 1, **self._fast_exp(flags))
+                                      FINAL=plan["chunks"] == 1, MERGE=int(plan["merge"]),
+                                      PTX=int(ptx), **self._fast_exp(flags))
+        # (MERGE's counts, one a batch row: zero between launches, each launch's last
+        # work-group of a row setting its count back)
+        plan["done"] = Tensor.zeros(ctx, (self.batch,), "uint32") if plan["merge"] else None
         return plan
 
     def _fast_exp(self, flags):
@@ -466,9 +484,11 @@ class AttentionOps:
         part = stats if final else self._workspace(workspace).view(
             (self._split_bytes() // 4,))
         head = [np.uint32(self.lq), np.uint32(self.lk), np.float32(scale)] + qkv
+        done = [p["done"]] if p["merge"] else []
         out = [program.Launch(prog, "attention_split_partial", (p["chunks"] * nt, self.batch),
-                              (nt, 1), head + [np.uint32(p["span"]), part, o, stats] + masks)]
-        if not final:
+                              (nt, 1), head + [np.uint32(p["span"]), part, o, stats] + done
+                              + masks)]
+        if not final and not p["merge"]:
             out.append(program.Launch(prog, "attention_split_combine",
                                       (round_up(self.lq * self.dv, 64), self.batch), (64, 1),
                                       [np.uint32(self.lq), np.uint32(p["chunks"]), part, o,

@@ -280,13 +280,19 @@ def test_attention(ctx, rng, facts, opts, shapes):
     _finite(run_layer(ctx, layer, xs, dy=dy, rng=rng))
 
 
-def test_attention_split_forward(ctx, rng, monkeypatch):
+@pytest.mark.cross_group_reads("attention_split_partial")
+@pytest.mark.parametrize("merge", [False, True], ids=["merge-launch", "merge-in-launch"])
+def test_attention_split_forward(ctx, rng, monkeypatch, merge):
     """attention_split.cl over four chunks of 16 keys (a block each), one chunk hidden
-    whole by the mask (skipped), the chunks merged; then the backward on its statistics."""
+    whole by the mask (skipped), the chunks merged (by a second launch, or by the last
+    work-group of each batch row: MERGE, whose reads of the other work-groups' partials
+    oclgrind reports; its work items' ordering within the work-group is checked); then
+    the backward on its statistics."""
     from dlprim.core import attention
     from dlprim.core.attention import AttentionOps
     monkeypatch.setattr(attention, "split_plan", lambda *a: dict(
         QR=2, LANES=8, BK=16, chunks=4, span=16))
+    monkeypatch.setattr(attention, "merges_in_launch", lambda facts: merge)
     b, lq, lk, d = 2, 2, 60, 8
     op = AttentionOps(ctx, b, lq, lk, d, d, mask=True, kernels="split")
     f = lambda a: dp.Tensor.from_numpy(ctx, a.astype(np.float32))
