@@ -1,6 +1,8 @@
 """dlprim.torch: every common dtype on the ocl device against PyTorch CPU: round trips,
 the cast matrix (every pair, contiguous and strided), fill and the factories, add and mul,
 float64's precision, int64 beyond 2^53, and float64 refused on a device without fp64."""
+import re
+
 import numpy as np
 import pytest
 
@@ -199,7 +201,8 @@ def test_float64_refused_without_fp64(monkeypatch):
     the device and the dtype; other dtypes still work."""
     facts = ocl_device.context(0).facts
     monkeypatch.setattr(facts, "fp64", False)
-    message = r"float64 is not supported on %s \(no cl_khr_fp64\); use float32" % facts.name
+    message = (r"float64 is not supported on %s \(no cl_khr_fp64\); use float32"
+               % re.escape(facts.name))
     with pytest.raises(TypeError, match=message):
         torch.zeros(3, dtype=torch.float64, device=DEV)
     with pytest.raises(TypeError, match=message):
