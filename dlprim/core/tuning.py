@@ -238,12 +238,14 @@ def gemm_class(facts, M, N, batch=1):
 
 
 # CPUs whose native vectors hold 16 floats (AVX-512) take float16 register blocks of
-# 4 x 32 in the same 64x64 work-groups (8 accumulators of 32 registers): on a 2-core
-# AVX-512 EPYC with Intel's runtime 8-17% faster than the float8 tile on every shape
-# measured (im2col convolutions of resnet18, transformer projections; docs/benchmarks.md),
-# where float8 blocks of 8 x 16 were 4-9% slower. Where the compiler cannot take float16
-# vectors (max_float_vector, old PoCL) the float8 tile stays.
-_CPU_WIDE_TILE = _tile(64, 64, 8, 4, 32, 16)
+# 8 x 32 in the same 64x64 work-groups (16 accumulators of AVX-512's 32 registers). Two
+# 512-bit FMA units of 4 cycles' latency need 8 independent sums in flight: a 4 x 32
+# block's 8 left an Intel Xeon (Sapphire Rapids class) no slack, and 8 x 32 ran 5-14%
+# faster there on every transformer projection measured; on a 2-core AVX-512 EPYC (Zen 4,
+# 512-bit FMAs on 256-bit halves) the two were within 2% of each other, both 8-17% faster
+# than float8 blocks (docs/benchmarks.md, "CPU GEMM tiles by vector width"). Where the
+# compiler cannot take float16 vectors (max_float_vector, old PoCL) the float8 tile stays.
+_CPU_WIDE_TILE = _tile(64, 64, 8, 8, 32, 16)
 
 
 def cpu_vector_width(facts):
