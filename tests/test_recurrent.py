@@ -164,10 +164,24 @@ def test_matches_pytorch(ctx, rng, time_loop, cell, layers, bidir, batch_first, 
         assert_close(got, want, rtol=1e-4, atol=2e-5, what="predict output %d" % i)
 
 
+def test_fused_step_rows_and_gate_passes():
+    """The fused step's rows a work-item (up to 8, the power of two that holds the batch)
+    and gates a pass (16 sums live with 16-float vectors, 8 with 8-float ones)."""
+    assert [recurrent_core.fused_rows(n) for n in (1, 2, 3, 6, 8, 11, 64)] == [1, 2, 4, 8, 8, 8, 8]
+    assert recurrent_core.fused_gates("lstm", 8, 16) == 2
+    assert recurrent_core.fused_gates("gru", 8, 16) == 2
+    assert recurrent_core.fused_gates("lstm", 4, 16) == 4
+    assert recurrent_core.fused_gates("gru", 2, 16) == 3
+    assert recurrent_core.fused_gates("lstm", 8, 8) == 1
+    assert recurrent_core.fused_gates("lstm", 4, 8) == 2
+
+
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
 @pytest.mark.parametrize("layers,bidir,batch_first,bias,given,outputs,acc",
                          [CASES[1], CASES[3], CASES[7], CASES[2]])
-@pytest.mark.parametrize("batch", [3, 6])  # a part of a block of rows; a block and a part
+# a part of a block of rows (4 rows, every gate a pass with vectors of 16); a part of 8
+# rows (the gates in passes of 2 or 1); a block of 8 and a part
+@pytest.mark.parametrize("batch", [3, 6, 11])
 @pytest.mark.parametrize("vec", [8, 16])  # AVX2's vectors and AVX-512's, on any CPU
 def test_fused_step_matches_pytorch(ctx, rng, monkeypatch, cell, layers, bidir, batch_first,
                                     bias, given, outputs, acc, batch, vec):

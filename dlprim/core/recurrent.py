@@ -43,12 +43,29 @@ __all__ = ["GATES", "SAVED_GATES", "Seq", "BackwardScratch", "RecurrentPass"]
 
 GATES = {"lstm": 4, "gru": 3}
 SAVED_GATES = 4  # values per unit saved for backward: i, f, g, o or r, z, n, W_hn h + b_hn
-# the fused step: a work-item takes a vector of units of every batch row, FUSED_ROWS rows
-# at a time (each W_hh value read serves them), and a work-group a compute unit's share
-# of the units, so each core reads its own part of W_hh step after step (2-core EPYC,
-# LSTM 2 x 256 at batch 8: 35.2 us a step with 4 work-items a group over 2 row blocks,
-# 33.8 so)
-FUSED_ROWS = 4
+# the fused step: a work-item takes a vector of units of every batch row, up to
+# FUSED_ROWS rows at a time (each W_hh value read serves them), and a work-group a compute
+# unit's share of the units, so each core reads its own part of W_hh step after step
+# (2-core EPYC, LSTM 2 x 256 at batch 8: 35.2 us a step with 4 work-items a group over 2
+# row blocks, 33.8 so). The forward sums its gates a few at a time, as many as keep
+# FUSED_SUMS vectors live (a pass over k reads its gates' weights once for all the rows):
+# 8 rows and 2 gates a pass (16 sums of AVX-512's 32 registers) ran an LSTM 2 x 256 step
+# at batch 8 in 22.6-23.9 us against 27.4-30.9 for 4 rows and every gate (W_hh read twice
+# a step), on a 2-core Intel Xeon (Emerald Rapids); with AVX2 code (16 registers), 8 rows
+# a gate at a time 44.8-47.3 against 48.9-49.2 (docs/benchmarks.md, "Recurrent layers")
+FUSED_ROWS = 8
+FUSED_SUMS = {16: 16, 8: 8}
+
+
+def fused_rows(batch: int) -> int:
+    """Batch rows a work-item of the fused step sums at a time: up to FUSED_ROWS, the power
+    of two that holds ``batch`` where fewer (rows past the batch are computed and dropped)."""
+    return min(FUSED_ROWS, program.pow2_at_least(batch))
+
+
+def fused_gates(cell: str, rows: int, vec: int) -> int:
+    """Gates the fused forward sums a pass over k: FUSED_SUMS[vec] vectors over ``rows``."""
+    return max(1, min(GATES[cell], FUSED_SUMS.get(vec, 8) // rows))
 
 
 def fused_vector(ctx) -> int:
@@ -132,8 +149,9 @@ class RecurrentPass:
         return list(range(self.L - 1, -1, -1) if self.reverse else range(self.L))
 
     def _program(self, save, dy):
-        fused = (dict(FUSED=1, RB=FUSED_ROWS, BIAS=int(self.bias), VEC=self.vec)
-                 if self.fused else {})
+        rows = fused_rows(self.N)
+        fused = (dict(FUSED=1, RB=rows, GQ=fused_gates(self.cell, rows, self.vec),
+                      BIAS=int(self.bias), VEC=self.vec) if self.fused else {})
         return program.get(self.ctx, "recurrent", CELL=self.cell, SAVE=int(save), DY=int(dy),
                            **fused)
 

@@ -26,6 +26,7 @@ FUSED = context.get("FUSED", 0)
 RB = context.get("RB", 4)          # batch rows a work-item, FUSED
 BIAS = context.get("BIAS", 1)      # FUSED forward: b_hh added (else the argument is unused)
 G = 4 if CELL == "lstm" else 3     # gates
+GQ = min(G, context.get("GQ", G))  # FUSED forward: gates summed a pass over k
 VEC = context.get("VEC", 1) if FUSED else 1
 T = "float" if VEC == 1 else "float%d" % VEC  # a work-item's values of one row
 S = "" if VEC == 1 else str(VEC)              # recurrent.h's functions for T
@@ -47,27 +48,36 @@ def hidden(r, q):
 %>
 <%include file="recurrent.h"/>
 
-## FUSED forward: s{r}_{q} = b_hh[q H + j] + sum over k of h_prev[n0 + r, k] W_hh[q H + j, k]
+## FUSED forward: s{r}_{q} = b_hh[q H + j] + sum over k of h_prev[n0 + r, k] W_hh[q H + j, k],
+## GQ gates a pass over k (RB x GQ sums live; a pass's sums wait in registers or on the
+## stack while the next pass runs, and each pass reads its gates' weights once for all RB rows)
 <%def name="hidden_sums()">
 % for r in range(RB):
-%   for q in range(G):
-    ${T} s${r}_${q} = ${ld("b_hh + b_hh_offset + %d * H + j" % q) if BIAS else "0.0f"};
-%   endfor
     // rows past N read row N - 1 (in bounds) and are not written
     __global const float *h${r} = h_prev + h_prev_offset + (ulong)min(n0 + ${r}, N - 1) * h_prev_row;
 % endfor
+% for p0 in range(0, G, GQ):
+<% gates = range(p0, min(G, p0 + GQ)) %>\
+%   for r in range(RB):
+%     for q in gates:
+    ${T} s${r}_${q} = ${ld("b_hh + b_hh_offset + %d * H + j" % q) if BIAS else "0.0f"};
+%     endfor
+%   endfor
+    {
     __global const float *w = wt + wt_offset + j;
     for (int k = 0; k < H; k++, w += ${G} * H) {
-% for q in range(G):
+%   for q in gates:
         const ${T} w${q} = ${ld("w + %d * H" % q)};
-% endfor
-% for r in range(RB):
-        const ${T} x${r} = (${T})(h${r}[k]);
-%   for q in range(G):
-        s${r}_${q} = mad(x${r}, w${q}, s${r}_${q});
 %   endfor
-% endfor
+%   for r in range(RB):
+        const ${T} x${r} = (${T})(h${r}[k]);
+%     for q in gates:
+        s${r}_${q} = mad(x${r}, w${q}, s${r}_${q});
+%     endfor
+%   endfor
     }
+    }
+% endfor
 </%def>
 
 ## FUSED backward: d{r} = sum over i of dg_next[n0 + r, i] W_hh[i, j] where product != 0

@@ -245,13 +245,21 @@ def test_mse_loss(ctx, rng, facts):
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
 @pytest.mark.parametrize("bidirectional, loop", [(False, None), (True, None), (True, "local"),
-                                                 (False, "stream")])
+                                                 (False, "stream"), (False, "fused")])
 def test_recurrent(ctx, rng, facts, monkeypatch, cell, bidirectional, loop):
-    """A launch per step, and the one-launch loop (kernels/recurrent_persistent.cl) in one
+    """A launch per step; the one-launch loop (kernels/recurrent_persistent.cl) in one
     work-group (work-groups run one at a time here) with W_hh in local memory or staged
-    round by round."""
-    if loop is not None:
-        from dlprim.core import recurrent as recurrent_core
+    round by round; and the CPUs' fused step (a launch a step, the hidden product inside
+    the gate kernel on 8-float vectors of units: 3 rows of a 4-row block, the forward's
+    gates in two passes)."""
+    from dlprim.core import recurrent as recurrent_core
+    hidden = 3
+    if loop == "fused":
+        hidden = 8
+        monkeypatch.setattr(recurrent_core, "persistent_plan", lambda *a: None)
+        monkeypatch.setattr(recurrent_core, "fuses_steps", lambda c, h: True)
+        monkeypatch.setattr(recurrent_core, "fused_vector", lambda c: 8)
+    elif loop is not None:
         real = recurrent_core.persistent_plan
 
         def forced(c, cell_, n, h, g=None):
@@ -259,14 +267,15 @@ def test_recurrent(ctx, rng, facts, monkeypatch, cell, bidirectional, loop):
             p.use_weights(loop)
             return p
         monkeypatch.setattr(recurrent_core, "persistent_plan", forced)
-    opts = {"hidden_size": 3, "num_layers": 2, "bidirectional": bidirectional}
-    x = rng.standard_normal((4, 2, 5)).astype(np.float32)  # (steps, batch, features)
+    opts = {"hidden_size": hidden, "num_layers": 2, "bidirectional": bidirectional}
+    x = rng.standard_normal((4, 3, 5)).astype(np.float32)  # (steps, batch, features)
     layer = create(ctx, cell, "rnn", opts)
     out = layer.setup([layer_check.TensorSpec(x.shape)]).outputs
     dy = [rng.standard_normal(s.shape).astype(np.float32) for s in out]
     _finite(run_layer(ctx, layer, [x], dy=dy, rng=rng))
-    assert all((p.persistent is not None) == (loop is not None) for ps in layer.passes
-               for p in ps)
+    passes = [p for ps in layer.passes for p in ps]
+    assert all((p.persistent is not None) == (loop not in (None, "fused")) for p in passes)
+    assert all(p.fused == (loop == "fused") for p in passes)
 
 
 @pytest.mark.parametrize("opts, shapes", [
