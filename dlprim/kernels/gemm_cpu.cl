@@ -209,6 +209,11 @@ __kernel void gemm_small_m(int M, int N, int K,
 __kernel __attribute__((reqd_work_group_size(${WG_N}, ${WG_M}, 1)))
 ${tiles.signature()}{
     const int n0 = get_global_id(0) * ${BLOCK_N}, m0 = get_global_id(1) * ${BLOCK_M};
+    // a block wholly past the edge has nothing to store (no barriers here): a work-group
+    // of 64 x 64 over a 65 x 65 product (an attention's scores) would otherwise compute
+    // 4 times its work, and 520 rows 10% more
+    if (m0 >= M || n0 >= N)
+        return;
     // split-K as in kernels/gemm.cl: z = batch * splits + part
     const ulong z = get_global_id(2);
     const ulong batch = z / splits;
