@@ -223,9 +223,9 @@ ${tiles.signature()}{
     // results are dropped at the store), so the inner loop has no branches
     __global const float *a_ptr = A + a_offset + batch * stride_a
 % if PACK_A:
-        // A packed by gemm_pack_a: this block's rows, K x BLOCK_M, contiguous, zero-padded;
-        // blocks of the last work-group past M read the last strip (there is none beyond)
-        + ((ulong)min((int)get_global_id(1), (M - 1) / ${BLOCK_M}) * K + k_begin) * ${BLOCK_M};
+        // A packed by gemm_pack_a: this block's rows, K x BLOCK_M, contiguous, zero-padded
+        // (a strip for every block that starts inside M: the others returned above)
+        + ((ulong)get_global_id(1) * K + k_begin) * ${BLOCK_M};
 % elif TRANS_A:
         + (ulong)k_begin * lda;
     int a_m[${BLOCK_M}];
@@ -249,11 +249,10 @@ ${tiles.signature()}{
     const int k_all = K;
     K = min(K - k_begin, k_chunk);
 % if PACK_B:
-    // B packed by gemm_pack_b: this block's columns, K x BLOCK_N, contiguous, zero-padded;
-    // blocks of the last work-group past N read the last strip (there is none beyond: the
-    // strips stop at N, the work-groups at a multiple of TILE_N)
+    // B packed by gemm_pack_b: this block's columns, K x BLOCK_N, contiguous, zero-padded
+    // (a strip for every block that starts inside N: the others returned above)
     __global const float *b_ptr = B + b_offset + batch * stride_b
-        + ((ulong)min((int)get_global_id(0), (N - 1) / ${BLOCK_N}) * k_all + k_begin) * ${BLOCK_N};
+        + ((ulong)get_global_id(0) * k_all + k_begin) * ${BLOCK_N};
 ${k_loop(True)}
 % else:
     __global const float *b_ptr = B + b_offset + batch * stride_b
