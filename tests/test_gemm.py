@@ -1174,6 +1174,16 @@ def test_autotuning_measures_a_shape_once_and_keeps_its_pick(ctx, rng, tmp_path,
     assert len(timed) == 1 + len(tuning.candidates(ctx.facts))
 
 
+def test_cpu_few_rows_columns_by_runtime_and_storage():
+    """gemv_cpu's columns a work-item: PoCL 8 for every storage; Intel's runtime 8 for
+    float32 weights (bound by memory), 1 for the storages it widens."""
+    intel, pocl = SimpleNamespace(vendor_id="intel"), SimpleNamespace(vendor_id="pocl")
+    assert tuning.gemv_cpu_cols(intel, np.float32) == tuning.GEMV_CPU_COLS_FLOAT32 == 8
+    for weights in (np.float16, np.int8, np.uint8, dp.bfloat16):
+        assert tuning.gemv_cpu_cols(intel, weights) == tuning.GEMV_CPU_COLS == 1
+        assert tuning.gemv_cpu_cols(pocl, weights) == tuning.GEMV_CPU_COLS_POCL == 8
+
+
 @pytest.mark.parametrize("M", [1, 2, 3, 5, 8])
 def test_few_rows_with_b_transposed(ctx, rng, M):
     """A decoder step's Linear (M <= tuning.GEMV_MAX_ROWS, B^T): on GPUs (and under GPU

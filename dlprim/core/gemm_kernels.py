@@ -91,7 +91,7 @@ class Gemv(GemmKernel):
             team, teams, cols = 32, max(1, min(8, g.ctx.facts.max_work_group // 32)), 1
             unroll = tuning.gemv_gpu_unroll(rows)
         else:
-            team, teams, cols, vec = 1, 1, tuning.gemv_cpu_cols(g.ctx.facts), 0
+            team, teams, cols, vec = 1, 1, tuning.gemv_cpu_cols(g.ctx.facts, g.dtypes[1]), 0
             sums = tuning.GEMV_CPU_SUMS
         types = {} if all(d == np.float32 for d in g.dtypes) else \
             dict(zip(("A_T", "B_T", "C_T"), (cl_type(d) for d in g.dtypes)))

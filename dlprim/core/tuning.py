@@ -15,6 +15,8 @@ GPU numbers untested. Split models and work-group sizes are in ``tuning_launch``
 import math
 import os
 
+import numpy as np
+
 from ..kernels.program import pow2_at_least
 from ..utils import ceil_div, round_up
 from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
@@ -152,13 +154,22 @@ def gemv_shuffle(facts, ptx_runs):
 # against 38.8 at 1 and 2; then, with four sums (`--device 1:0`, one call each),
 # float32 / float16 at 2 columns 48.7 / 77.2 and 44.4 / 80.6, at 4 34.5 / 70.3, at 8
 # 30.5 / 60.2 and 30.0 / 60.4, at 16 49.5 / 63.5, at 32 40.3 / 63.7: 8
+# Float32 weights on Intel's runtime take 8 columns: on a 2-core Intel Xeon (Emerald
+# Rapids), GPT-2 float32 decoding 30.4, 32.1 and 33.3 ms a token at 1 column against
+# 24.9, 22.5 and 20.9 at 8 (alternating), its 50257-row head 9.1 -> 4.2 ms alone; the
+# other storages moved less there (int8 13.5-14.4 -> 8.5-13.4, float16 20.2-25.1 ->
+# 18.9-20.7, q4 15.9-16.9 -> 15.9-16.7) and keep the EPYC's 1 column
 GEMV_CPU_COLS = 1
+GEMV_CPU_COLS_FLOAT32 = 8
 GEMV_CPU_COLS_POCL = 8
 
 
-def gemv_cpu_cols(facts):
-    """Columns of C a work-item of gemv_cpu takes on the CPU ``facts`` describe."""
-    return GEMV_CPU_COLS_POCL if facts.vendor_id == "pocl" else GEMV_CPU_COLS
+def gemv_cpu_cols(facts, weights=np.float32):
+    """Columns of C a work-item of gemv_cpu takes on the CPU ``facts`` describe, for
+    weights (B) stored as ``weights``."""
+    if facts.vendor_id == "pocl":
+        return GEMV_CPU_COLS_POCL
+    return GEMV_CPU_COLS_FLOAT32 if np.dtype(weights) == np.float32 else GEMV_CPU_COLS
 
 
 # and independent sums a column, each fma otherwise waiting on the one before: the float16
