@@ -251,7 +251,7 @@ def gemm_class(facts, M, N, batch=1):
 # CPUs whose native vectors hold 16 floats (AVX-512) take float16 register blocks of
 # 8 x 32 in the same 64x64 work-groups (16 accumulators of AVX-512's 32 registers). Two
 # 512-bit FMA units of 4 cycles' latency need 8 independent sums in flight: a 4 x 32
-# block's 8 left an Intel Xeon (Sapphire Rapids class) no slack, and 8 x 32 ran 5-14%
+# block's 8 left an Intel Xeon (Emerald Rapids) no slack, and 8 x 32 ran 2-14%
 # faster there on every transformer projection measured; on a 2-core AVX-512 EPYC (Zen 4,
 # 512-bit FMAs on 256-bit halves) the two were within 2% of each other, both 8-17% faster
 # than float8 blocks (docs/benchmarks.md, "CPU GEMM tiles by vector width"). Where the
