@@ -83,9 +83,12 @@ def test_rows_with_nan_or_no_finite_score_give_minus_one(ctx, rng):
         assert got[1] == -1 and got[2] == -1 and got[0] >= 0 and got[3] >= 0
 
 
+# (96 and 50: fewer tokens than the work-group's items, where PoCL once drew tokens
+# outside the top k)
 @pytest.mark.parametrize("vocab,top_k,top_p", [(257, 1, 1.0), (257, 256, 1.0), (1000, 17, 1.0),
                                                (1000, 0, 0.5), (1000, 40, 0.9),
-                                               (300, 300, 0.05), (5, 0, 0.999)])
+                                               (300, 300, 0.05), (5, 0, 0.999),
+                                               (96, 30, 1.0), (50, 7, 0.9)])
 def test_draws_only_kept_tokens_and_follow_the_reference(ctx, rng, vocab, top_k, top_p):
     rows, steps = 64, 60
     row = (rng.normal(size=vocab) * 2).astype(np.float32)

@@ -72,7 +72,7 @@ inline uint kth_largest_key(__global const ${T} *row, __global const uchar *seen
                             float4 set, uint k, __local uint *hist, __local uint *chosen)
 {
     int lid = get_local_id(0);
-    uint prefix = 0, mask = 0, left = k;
+    uint prefix = 0, mask = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = lid; b < 256; b += WG)
             hist[b] = 0;
@@ -84,10 +84,15 @@ inline uint kth_largest_key(__global const ${T} *row, __global const uchar *seen
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid == 0) {  // the bin holding the k-th largest, counted from the top
+            // (the count still to pass lives in local memory, kept by work item 0: as a
+            // private value that one work item changes between barriers, PoCL drew tokens
+            // outside the top k where the vocabulary is smaller than the work-group)
+            uint left = shift == 24 ? k : chosen[1];
             int b = 255;
             for (; b > 0 && left > hist[b]; b--)
                 left -= hist[b];
             chosen[0] = (uint)b;
+            chosen[1] = left;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         prefix |= chosen[0] << shift;
@@ -125,7 +130,7 @@ void sample_next(ulong vocab, __global const ${T} *logits, ulong logits_offset,
     __local float scratch[WG];
     __local uint iscratch[WG];
     __local uint hist[256];
-    __local uint chosen[1];
+    __local uint chosen[2];
     const int lid = get_local_id(0);
     const ulong n = get_group_id(0);
     __global const ${T} *row = logits + logits_offset + n * row_stride;
