@@ -79,14 +79,16 @@ test-vendors: $(VENV)/.test opencl
 	    $(PYTEST_ARGS) || status=1; \
 	done; exit $$status
 
-# the kernel families and a Net's training step on a second OpenCL implementation: a CPU
-# driver other than the one `make test` chose (Intel's CPU runtime beside PoCL), where
-# one compiles; the MNIST example is the last check of that run (.ci/run)
+# the kernel families, a Net's training step and the language models' decoding against
+# transformers (its draws too: a sampler bug showed only there, under PoCL) on a second
+# OpenCL implementation: a CPU driver other than the one `make test` chose (Intel's CPU
+# runtime beside PoCL), where one compiles; the MNIST example is the last check of that
+# run (.ci/run)
 SECOND_DRIVER_TESTS ?= tests/test_gemm.py tests/test_conv.py tests/test_conv_depthwise.py \
   tests/test_conv_algo_options.py tests/test_pooling.py tests/test_batchnorm.py \
   tests/test_normalization.py tests/test_softmax.py tests/test_loss.py \
   tests/test_attention.py tests/test_recurrent.py tests/test_net.py tests/test_sampling.py \
-  tests/test_rotary.py tests/test_weight_storage.py
+  tests/test_rotary.py tests/test_weight_storage.py tests/test_llm_generate.py
 test-second-driver: $(VENV)/.test opencl
 	@device="$$($(BIN)/python tools/second_cpu_driver.py)"; \
 	if [ -z "$$device" ]; then \
