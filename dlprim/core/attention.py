@@ -79,7 +79,7 @@ from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
 from .copy import fill_launches
-from .gemm import Gemm, memo_probe, tensor_cores, warpgroup_products
+from .gemm import Gemm, inline_ptx, memo_probe, tensor_cores, warpgroup_products
 from .pointwise import pointwise_reduce_launches
 
 __all__ = ["AttentionOps", "tile_blocks", "mma_blocks", "wgmma_blocks", "split_plan",
@@ -452,8 +452,7 @@ class AttentionOps:
         elif kernels is not None or ctx.facts.is_cpu or plan is None or self.dropout:
             return None
         plan["merge"] = plan["chunks"] > 1 and merges_in_launch(ctx.facts)
-        # (membar.gl where PTX runs; the tensor-core probe says so)
-        ptx = plan["merge"] and ctx.facts.is_gpu and tensor_cores(ctx, "tf32")
+        ptx = plan["merge"] and inline_ptx(ctx)  # (membar.gl; else mem_fence)
         plan["program"] = program.get(ctx, "attention_split", D=self.d, DV=self.dv,
                                       QR=plan["QR"], LANES=plan["LANES"], BK=plan["BK"],
                                       FINAL=plan["chunks"] == 1, MERGE=int(plan["merge"]),

@@ -577,7 +577,7 @@ def choose(g, tile, split_k, forced):
               and not tile and split_k is None and not g.batch_sum)
     # (its teams of 32 add their sums by warp shuffles where inline PTX runs: NVIDIA)
     g.gemv_shuffle = g.gemv and facts.is_gpu and tuning.gemv_shuffle(
-        facts, lambda: tensor_cores(ctx, "tf32"))
+        facts, lambda: inline_ptx(ctx))
     if g.gemv:
         g.float_copies = False
     elif g.b_scale:
@@ -672,6 +672,12 @@ def tensor_cores(ctx, precision="tf32"):
     products ("tf32": m16n8k8 TF32, "fp16" and "bf16": m16n8k16 FP16 or BF16; memoized
     per context)."""
     return memo_probe(ctx, "_tensor_cores", precision, _probe)
+
+
+def inline_ptx(ctx):
+    """Whether ``ctx``'s device takes inline PTX (warp shuffles, fences): NVIDIA GPUs where
+    the TF32 tensor-core probe, itself a kernel of inline PTX, passes."""
+    return ctx.facts.is_gpu and ctx.facts.vendor_id == "nvidia" and tensor_cores(ctx, "tf32")
 
 
 def copies_async(ctx, precision):

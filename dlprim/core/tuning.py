@@ -137,7 +137,7 @@ def gemv_gpu_unroll(rows):
 
 def gemv_shuffle(facts, ptx_runs):
     """Whether the GPU few-rows kernel's teams of 32 add their sums by warp shuffles (inline
-    PTX: NVIDIA GPUs where ``ptx_runs()``, the tensor-core probe, passes) instead of a tree
+    PTX: NVIDIA GPUs where ``ptx_runs()``, ``gemm.inline_ptx``, says so) instead of a tree
     in local memory. DLPRIM_GEMV_SHUFFLE=0 turns them off."""
     if os.environ.get("DLPRIM_GEMV_SHUFFLE") == "0":
         return False
