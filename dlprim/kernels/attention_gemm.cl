@@ -134,7 +134,7 @@ __kernel void attention_gemm_cached(uint lq, uint lk, float scale,
     for (uint j = 0; j < end; j++) {
         float8 dot = (float8)(0.0f);
         for (int c = 0; c < ${CD}; c++)
-            dot = fma(qv[c], load8_${ACT_T}(kr, (ulong)j * IN_ROW(${8 * CD}) + 8 * c), dot);
+            dot = FMA(qv[c], load8_${ACT_T}(kr, (ulong)j * IN_ROW(${8 * CD}) + 8 * c), dot);
         const float s = lanes_sum(dot) + MASK_AT(i, j);
         if (s == NEG_INF)
             continue;  // (a hidden key weighs nothing, whatever its value holds)
@@ -148,7 +148,7 @@ __kernel void attention_gemm_cached(uint lq, uint lk, float scale,
         const float p = exp(s - m);
         l += p;
         for (int c = 0; c < ${CV}; c++)
-            acc[c] = fma((float8)(p), load8_${ACT_T}(vr, (ulong)j * IN_ROW(${8 * CV}) + 8 * c), acc[c]);
+            acc[c] = FMA((float8)(p), load8_${ACT_T}(vr, (ulong)j * IN_ROW(${8 * CV}) + 8 * c), acc[c]);
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     __global ${ACT_T} *oi = o + o_offset + OUT_AT(bh, lq, ${8 * CV}) + (ulong)i * OUT_ROW(${8 * CV});

@@ -9,6 +9,7 @@
     # a float copy 0.4). There the bits are decoded and rounded in integer arithmetic,
     # which vectorises (0.4 and 1.1 ms); half tensors are __global there.
     INTEGER_HALF = getattr(context.get("facts"), "is_cpu", False)
+    IS_POCL = getattr(context.get("facts"), "vendor_id", "") == "pocl"
     # double needs cl_khr_fp64 enabled, and only programs that use it say so: a parameter
     # of the template (a storage type, a code string) names it
     USES_DOUBLE = any("double" in repr(v) for k, v in context.kwargs.items() if k != "facts")
@@ -60,6 +61,30 @@ ${epilogue_macros()}
 #define LD_half(p, i) vload_half((i), (p))
 #define ST_half(p, i, v) vstore_half_rte((float)(v), (i), (p))
 #define ST4_half(v, p) vstore_half4_rte((v), 0, (p))
+% endif
+// The CPU kernels' inner loops multiply-add with FMA(a, b, c) (a * b + c, one rounding
+// where the hardware fuses) and move float vectors of global memory with
+// VLOAD_GLOBAL(n, i, p) and VSTORE_GLOBAL(n, v, i, p) (vloadn / vstoren). PoCL links its
+// builtins from a library built for one CPU variant, and LLVM inlines none of them into
+// kernels built for a CPU that lacks one of the variant's features (pip's PoCL 3.0 on an
+// Emerald Rapids Xeon: kernels for icelake-client, the library for skylake-avx512 with
+// CLWB): each fma() and vload8() is then a call that saves every vector register around
+// it. There the expression, which the compiler contracts into an inline fused
+// multiply-add, and a vector read through a pointer aligned as floats are (any address,
+// one load): the CPU GEMM 15 -> 180+ GFLOP/s, the few-rows product 17-23 -> 25-29 GB/s
+// (docs/benchmarks.md, "PoCL's builtins out of line").
+% if IS_POCL:
+typedef float2 __attribute__((aligned(4))) float2_any;
+typedef float4 __attribute__((aligned(4))) float4_any;
+typedef float8 __attribute__((aligned(4))) float8_any;
+typedef float16 __attribute__((aligned(4))) float16_any;
+#define FMA(a, b, c) ((a) * (b) + (c))
+#define VLOAD_GLOBAL(n, i, p) (*(__global const float##n##_any *)((p) + (ulong)(i) * n))
+#define VSTORE_GLOBAL(n, v, i, p) (*(__global float##n##_any *)((p) + (ulong)(i) * n) = (v))
+% else:
+#define FMA(a, b, c) fma(a, b, c)
+#define VLOAD_GLOBAL(n, i, p) vload##n(i, p)
+#define VSTORE_GLOBAL(n, v, i, p) vstore##n(v, i, p)
 % endif
 // Prefetching kernels (the GEMM and convolution tiles) keep what they load as raw bits
 // (REG_<T>: float, or ushort for half) and widen it only where they use it (WIDEN_<T>):

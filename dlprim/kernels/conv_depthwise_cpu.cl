@@ -15,10 +15,10 @@
         """n floats at ptr, ptr + stride, ...: loads of stride * n floats (no float16,
         whose return changes the ABI without AVX-512)."""
         if stride == 1:
-            return "vload%d(0, %s)" % (n, ptr)
+            return "VLOAD_GLOBAL(%d, 0, %s)" % (n, ptr)
         if n <= 4:
-            return "vload%d(0, %s).even" % (2 * n, ptr)
-        return "(float%d)(vload%d(0, %s).even, vload%d(0, %s + %d).even)" % (n, n, ptr, n, ptr, n)
+            return "VLOAD_GLOBAL(%d, 0, %s).even" % (2 * n, ptr)
+        return "(float%d)(VLOAD_GLOBAL(%d, 0, %s).even, VLOAD_GLOBAL(%d, 0, %s + %d).even)" % (n, n, ptr, n, ptr, n)
 
     def vtype(n):
         return "float%d" % n
@@ -113,7 +113,7 @@ __kernel void depthwise_forward(int in_c, int out_c, int in_h, int in_w, int out
 %   for r in range(KH):
                     if (ok${r}) {
 %     for s in range(KW):
-                        v = fma((${vtype(n)})(w${r * KW + s}), ${vload(n, SW, "x%d + iw + %d" % (r, s * DW))}, v);
+                        v = FMA((${vtype(n)})(w${r * KW + s}), ${vload(n, SW, "x%d + iw + %d" % (r, s * DW))}, v);
 %     endfor
                     }
 %   endfor
@@ -125,7 +125,7 @@ __kernel void depthwise_forward(int in_c, int out_c, int in_h, int in_w, int out
                 float v = 0.0f;
 % for r, s in taps:
                 if (ok${r} && (uint)(iw + ${s * DW}) < (uint)in_w)
-                    v = fma(w${r * KW + s}, x${r}[iw + ${s * DW}], v);
+                    v = FMA(w${r * KW + s}, x${r}[iw + ${s * DW}], v);
 % endfor
                 ${epilogue(1, "v", "(out + ow)", "bk")}
                 ow++;
@@ -191,7 +191,7 @@ __kernel void depthwise_backward_data(int in_c, int out_c, int in_h, int in_w, i
                         if (ok${r}) {
 %     for p in range(SW):
 %       for s, off in phases[p]:
-                            v${p} = fma((${vtype(n)})(${weight(r * KW + s)}), vload${n}(0, d${r} + j * dy_plane + m${n} + ${off}), v${p});
+                            v${p} = FMA((${vtype(n)})(${weight(r * KW + s)}), VLOAD_GLOBAL(${n}, 0, d${r} + j * dy_plane + m${n} + ${off}), v${p});
 %       endfor
 %     endfor
                         }
@@ -219,7 +219,7 @@ __kernel void depthwise_backward_data(int in_c, int out_c, int in_h, int in_w, i
 %   for r in range(KH):
 %     for s, off in phases[p]:
                         if (ok${r} && (uint)(m + ${off}) < (uint)out_w)
-                            v = fma(${weight(r * KW + s)}, d${r}[j * dy_plane + m + ${off}], v);
+                            v = FMA(${weight(r * KW + s)}, d${r}[j * dy_plane + m + ${off}], v);
 %     endfor
 %   endfor
                     }
@@ -265,12 +265,12 @@ __kernel void depthwise_backward_filter(int batch, int in_c, int out_c, int in_h
                     const int iw = ow * ${SW} - ${PW};
 % for n in widths:
                     if (${fits(n)}) {
-                        const ${vtype(n)} gv = vload${n}(0, g + ow);
+                        const ${vtype(n)} gv = VLOAD_GLOBAL(${n}, 0, g + ow);
 <% lanes = "" if n == VEC else ".lo" %>\
 %   for r in range(KH):
                         if (ok${r}) {
 %     for s in range(KW):
-                            a${r * KW + s}${lanes} = fma(gv, ${vload(n, SW, "x%d + iw + %d" % (r, s * DW))}, a${r * KW + s}${lanes});
+                            a${r * KW + s}${lanes} = FMA(gv, ${vload(n, SW, "x%d + iw + %d" % (r, s * DW))}, a${r * KW + s}${lanes});
 %     endfor
                         }
 %   endfor
@@ -281,7 +281,7 @@ __kernel void depthwise_backward_filter(int batch, int in_c, int out_c, int in_h
                     const float gs = g[ow];
 % for r, s in taps:
                     if (ok${r} && (uint)(iw + ${s * DW}) < (uint)in_w)
-                        e${r * KW + s} = fma(gs, x${r}[iw + ${s * DW}], e${r * KW + s});
+                        e${r * KW + s} = FMA(gs, x${r}[iw + ${s * DW}], e${r * KW + s});
 % endfor
                     ow++;
                 }

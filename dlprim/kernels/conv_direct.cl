@@ -69,13 +69,13 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
     % for kw in range(KW):
                     {
         % for v in range(NV):
-                        const float${VW} w${v} = vload${VW}(${(kh * KW + kw) * NV + v}, wc);
+                        const float${VW} w${v} = VLOAD_GLOBAL(${VW}, ${(kh * KW + kw) * NV + v}, wc);
         % endfor
         % for p in range(PX):
                         {
                             const float${VW} xv = (float${VW})(LD_${T}(run, ${p * SW + kw * DW}));
             % for v in range(NV):
-                            acc[${p}][${v}] = fma(xv, w${v}, acc[${p}][${v}]);
+                            acc[${p}][${v}] = FMA(xv, w${v}, acc[${p}][${v}]);
             % endfor
                         }
         % endfor
@@ -85,14 +85,14 @@ __kernel void conv_direct(int C, int H, int W, int OC, int OH, int OW, int PT, i
     % for kw in range(KW):
                     {
         % for v in range(NV):
-                        const float${VW} w${v} = vload${VW}(${(kh * KW + kw) * NV + v}, wc);
+                        const float${VW} w${v} = VLOAD_GLOBAL(${VW}, ${(kh * KW + kw) * NV + v}, wc);
         % endfor
         % for p in range(PX):
                         {
                             const int ix = ix0 + ${p * SW + kw * DW};
                             const float${VW} xv = (float${VW})(ix >= 0 && ix < W ? LD_${T}(row, ix) : 0.0f);
             % for v in range(NV):
-                            acc[${p}][${v}] = fma(xv, w${v}, acc[${p}][${v}]);
+                            acc[${p}][${v}] = FMA(xv, w${v}, acc[${p}][${v}]);
             % endfor
                         }
         % endfor
@@ -153,7 +153,7 @@ __kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const ${T} *d
                 {
                     float${VW} d[${NV}];
     % for v in range(NV):
-                    d[${v}] = vload${VW}(${v}, drow + (ulong)ox * OCP);
+                    d[${v}] = VLOAD_GLOBAL(${VW}, ${v}, drow + (ulong)ox * OCP);
     % endfor
     % for j in range(CB):
     % for kw in range(KW):
@@ -165,7 +165,7 @@ __kernel void conv_direct_dy_rows(int OC, int P, int OCP, __global const ${T} *d
                         const float${VW} xv = (float${VW})(LD_${T}(xrow[${j}], ox * ${SW} - PL + ${kw * DW}));
         % endif
         % for v in range(NV):
-                        acc[${j}][${kw}][${v}] = fma(d[${v}], xv, acc[${j}][${kw}][${v}]);
+                        acc[${j}][${kw}][${v}] = FMA(d[${v}], xv, acc[${j}][${kw}][${v}]);
         % endfor
                     }
     % endfor

@@ -7,14 +7,13 @@
 <% pocl = getattr(context.get("facts"), "vendor_id", "") == "pocl" %>\
 inline float8 load8_${T}(__global const ${T} *p, ulong i)
 {
-% if pocl and T in ("float", "char"):
-    // PoCL's vload8 reads element by element: a vector read through a pointer to the
-    // vector type aligned as its elements are (any address, one unaligned load) streamed
-    // float32 rows 1.6-2x faster (docs/benchmarks.md, "Language-model decoding")
-    typedef ${T}8 __attribute__((aligned(sizeof(${T})))) ${T}8_any;
-    return ${"" if T == "float" else "convert_float8"}(*(__global const ${T}8_any *)(p + i));
-% elif T == "float":
-    return vload8(0, p + i);
+% if T == "float":
+    return VLOAD_GLOBAL(8, 0, p + i);  // (common.h: PoCL's vload8 may be a call)
+% elif pocl and T == "char":
+    // as common.h's VLOAD_GLOBAL: PoCL's vload8 may be a call out of line (streamed
+    // float32 rows 1.6-2x faster read this way, docs/benchmarks.md, "Language-model decoding")
+    typedef char8 __attribute__((aligned(1))) char8_any;
+    return convert_float8(*(__global const char8_any *)(p + i));
 % elif T == "char":
     return convert_float8(vload8(0, p + i));
 % elif T == "half":

@@ -53,7 +53,7 @@ SV = SMALL_N // 8
             {
                 const float8 a = (float8)(${"a_ptr[(ulong)k * lda + a_m[%d]]" % i if TRANS_A else "a_ptr[(ulong)a_m[%d] * lda + k]" % i});
         % for v in range(SV):
-                acc[${i}][${v}] = fma(a, b${v}, acc[${i}][${v}]);
+                acc[${i}][${v}] = FMA(a, b${v}, acc[${i}][${v}]);
         % endfor
             }
     % endfor
@@ -95,17 +95,17 @@ __kernel void gemm_small_m(int M, int N, int K,
             for (; k + 8 <= K; k += 8) {
                 float8 b[${SN}];
         % for j in range(SN):
-                b[${j}] = vload8(0, b_row[${j}] + k);
+                b[${j}] = VLOAD_GLOBAL(8, 0, b_row[${j}] + k);
         % endfor
         % for i in range(SMALL_M):
                 {
             % if TRANS_A:
                     const float8 a = (float8)(${", ".join("a_row[%d][(ulong)(k + %d) * lda]" % (i, w) for w in range(8))});
             % else:
-                    const float8 a = vload8(0, a_row[${i}] + k);
+                    const float8 a = VLOAD_GLOBAL(8, 0, a_row[${i}] + k);
             % endif
             % for j in range(SN):
-                    acc[${i}][${j}] = fma(a, b[${j}], acc[${i}][${j}]);
+                    acc[${i}][${j}] = FMA(a, b[${j}], acc[${i}][${j}]);
             % endfor
                 }
         % endfor
@@ -113,7 +113,7 @@ __kernel void gemm_small_m(int M, int N, int K,
             for (; k < K; k++) {
         % for i in range(SMALL_M):
             % for j in range(SN):
-                out[${i}][${j}] = fma(a_row[${i}][${"(ulong)k * lda" if TRANS_A else "k"}], b_row[${j}][k], out[${i}][${j}]);
+                out[${i}][${j}] = FMA(a_row[${i}][${"(ulong)k * lda" if TRANS_A else "k"}], b_row[${j}][k], out[${i}][${j}]);
             % endfor
         % endfor
             }
@@ -143,7 +143,7 @@ __kernel void gemm_small_m(int M, int N, int K,
         if (n0 + ${SN} <= N) {
             for (int k = 0; k < K; k++) {
         % for v in range(SV):
-                const float8 b${v} = vload8(0, b_ptr + (ulong)k * ldb + n0 + ${v * 8});
+                const float8 b${v} = VLOAD_GLOBAL(8, 0, b_ptr + (ulong)k * ldb + n0 + ${v * 8});
         % endfor
                 ${small_fma()}
             }
@@ -190,7 +190,7 @@ __kernel void gemm_small_m(int M, int N, int K,
         ${FV} b[${NV}];
     % for v in range(NV):
         % if wide:
-        b[${v}] = vload${VEC}(0, b_ptr + (ulong)k * ${BLOCK_N if PACK_B else "ldb"} + ${v * VEC});
+        b[${v}] = VLOAD_GLOBAL(${VEC}, 0, b_ptr + (ulong)k * ${BLOCK_N if PACK_B else "ldb"} + ${v * VEC});
         % else:
         b[${v}] = (${FV})(${", ".join(b_at(v * VEC + w, "k") for w in range(VEC))});
         % endif
@@ -199,7 +199,7 @@ __kernel void gemm_small_m(int M, int N, int K,
         {
             const ${FV} a = (${FV})(${a_at(i, "k")});
         % for v in range(NV):
-            acc[${i}][${v}] = fma(a, b[${v}], acc[${i}][${v}]);
+            acc[${i}][${v}] = FMA(a, b[${v}], acc[${i}][${v}]);
         % endfor
         }
     % endfor
@@ -297,13 +297,13 @@ ${k_loop(False)}
             for (int v = 0; v < ${NV}; v++) {
                 ${FV} y = alpha * acc[i][v];
                 if (beta != 0.0f)
-                    y += beta * vload${VEC}(v, c_row);
+                    y += beta * VLOAD_GLOBAL(${VEC}, v, c_row);
     % if BIAS == "row":
                 y += bias[bias_offset + m];
     % elif BIAS == "col":
-                y += vload${VEC}(v, bias + bias_offset + n0);
+                y += VLOAD_GLOBAL(${VEC}, v, bias + bias_offset + n0);
     % endif
-                vstore${VEC}(ACT_${ACTIVATION}(y), v, c_row);
+                VSTORE_GLOBAL(${VEC}, ACT_${ACTIVATION}(y), v, c_row);
             }
         }
         return;
@@ -356,7 +356,7 @@ __kernel void gemm_pack_b(int N, int K, __global const float *B, ulong b_offset,
     for (; k + 8 <= k_end; k += 8, p += 8 * ${BLOCK_N}) {
         float8 v[${BLOCK_N}];
     % for j in range(BLOCK_N):
-        v[${j}] = n0 + ${j} < N ? vload8(0, rows[${j}] + k) : (float8)(0.0f);
+        v[${j}] = n0 + ${j} < N ? VLOAD_GLOBAL(8, 0, rows[${j}] + k) : (float8)(0.0f);
     % endfor
     % for kk in range(8):
         p[${kk * BLOCK_N}] = v[0].s${kk};
@@ -378,7 +378,7 @@ __kernel void gemm_pack_b(int N, int K, __global const float *B, ulong b_offset,
             const int n0 = s * ${BLOCK_N};
             if (n0 + ${BLOCK_N} <= N) {
     % for v in range(NV):
-                vstore${VEC}(vload${VEC}(0, row + n0 + ${v * VEC}), ${v}, out);
+                VSTORE_GLOBAL(${VEC}, VLOAD_GLOBAL(${VEC}, 0, row + n0 + ${v * VEC}), ${v}, out);
     % endfor
             } else {
                 for (int j = 0; j < ${BLOCK_N}; j++)
@@ -412,7 +412,7 @@ __kernel void gemm_pack_a(int M, int K, __global const float *A, ulong a_offset,
             const int m0 = s * ${BLOCK_M};
             if (m0 + ${BLOCK_M} <= M) {
 % if BLOCK_M in (2, 4, 8, 16):
-                vstore${BLOCK_M}(vload${BLOCK_M}(0, row + m0), 0, out);
+                VSTORE_GLOBAL(${BLOCK_M}, VLOAD_GLOBAL(${BLOCK_M}, 0, row + m0), 0, out);
 % else:
                 for (int i = 0; i < ${BLOCK_M}; i++)
                     out[i] = row[m0 + i];

@@ -466,7 +466,7 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
     % for u in range(SUMS):
             float8 x${u} = load8_${A_T}(a_row, k + ${8 * u});
         % for j in range(NST):
-            part[${u}][${j}] = fma(x${u}, ${load_b("b_row[%d]" % j, "b_row_s[%d]" % j, "k + %d" % (8 * u), 8) or "load8_%s(b_row[%d], k + %d)" % (B_T, j, 8 * u)}, part[${u}][${j}]);
+            part[${u}][${j}] = FMA(x${u}, ${load_b("b_row[%d]" % j, "b_row_s[%d]" % j, "k + %d" % (8 * u), 8) or "load8_%s(b_row[%d], k + %d)" % (B_T, j, 8 * u)}, part[${u}][${j}]);
         % endfor
     % endfor
         }
@@ -476,13 +476,13 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         for (; k + 8 <= K; k += 8) {
             float8 x = load8_${A_T}(a_row, k);
     % for j in range(NST):
-            acc[${j}] = fma(x, ${load_b("b_row[%d]" % j, "b_row_s[%d]" % j, "k", 8) or "load8_%s(b_row[%d], k)" % (B_T, j)}, acc[${j}]);
+            acc[${j}] = FMA(x, ${load_b("b_row[%d]" % j, "b_row_s[%d]" % j, "k", 8) or "load8_%s(b_row[%d], k)" % (B_T, j)}, acc[${j}]);
     % endfor
         }
         for (; k < K; k++) {
             float x = (float)LD_${A_T}(a_row, k);
     % for j in range(NST):
-            tail[${j}] = fma(x, ${load_b("b_row[%d]" % j, "b_row_s[%d]" % j, "k", 1) or "(float)LD_%s(b_row[%d], k)" % (B_T, j)}, tail[${j}]);
+            tail[${j}] = FMA(x, ${load_b("b_row[%d]" % j, "b_row_s[%d]" % j, "k", 1) or "(float)LD_%s(b_row[%d], k)" % (B_T, j)}, tail[${j}]);
     % endfor
         }
     % for j in range(NST):

@@ -34,7 +34,7 @@ S = "" if VEC == 1 else str(VEC)              # recurrent.h's functions for T
 
 def ld(p):
     """T at global address p"""
-    return "(*(%s))" % p if VEC == 1 else "vload%d(0, %s)" % (VEC, p)
+    return "(*(%s))" % p if VEC == 1 else "VLOAD_GLOBAL(%d, 0, %s)" % (VEC, p)
 
 
 def st(v, p):
@@ -72,7 +72,7 @@ def hidden(r, q):
 %   for r in range(RB):
         const ${T} x${r} = (${T})(h${r}[k]);
 %     for q in gates:
-        s${r}_${q} = mad(x${r}, w${q}, s${r}_${q});
+        s${r}_${q} = FMA(x${r}, w${q}, s${r}_${q});
 %     endfor
 %   endfor
     }
@@ -91,7 +91,7 @@ def hidden(r, q):
         for (int i = 0; i < ${G} * H; i++, w += H) {
             const ${T} wv = ${ld("w")};
 % for r in range(RB):
-            d${r} = mad((${T})(g${r}[i]), wv, d${r});
+            d${r} = FMA((${T})(g${r}[i]), wv, d${r});
 % endfor
         }
     }
