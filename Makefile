@@ -88,7 +88,8 @@ SECOND_DRIVER_TESTS ?= tests/test_gemm.py tests/test_conv.py tests/test_conv_dep
   tests/test_conv_algo_options.py tests/test_pooling.py tests/test_batchnorm.py \
   tests/test_normalization.py tests/test_softmax.py tests/test_loss.py \
   tests/test_attention.py tests/test_recurrent.py tests/test_net.py tests/test_sampling.py \
-  tests/test_rotary.py tests/test_weight_storage.py tests/test_llm_generate.py
+  tests/test_rotary.py tests/test_weight_storage.py tests/test_llm_generate.py \
+  tests/test_pocl_builtins.py
 test-second-driver: $(VENV)/.test opencl
 	@device="$$($(BIN)/python tools/second_cpu_driver.py)"; \
 	if [ -z "$$device" ]; then \
