@@ -68,9 +68,11 @@ inline void pool_four(__global const DT *x, int W, int hs, int ow, __global DT *
         const int4 at = base + ${h} * W + ${w};
         const float4 v = (float4)(LD(x, at.s0), LD(x, at.s1), LD(x, at.s2), LD(x, at.s3));
                 % if MODE == "max":
-        const int4 take = isgreater(v, m) | isnan(v);
-        m = select(m, v, take);
-        best = select(best, at, take);
+        // (comparisons, not isgreater/isnan/select: PoCL may call those out of line,
+        // common.h; a vector comparison is -1 where true, and v != v only for NaN)
+        const int4 take = (v > m) | (v != v);
+        m = take ? v : m;
+        best = take ? at : best;
                 % else:
         m += v;
                 % endif
