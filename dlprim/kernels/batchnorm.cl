@@ -20,7 +20,7 @@ ACTIVATION = context.get("ACTIVATION", "identity")
 FUSED = ACTIVATION != "identity"
 V = VEC
 %>
-#define DIV(x, n) ((mul_hi((x), n##_m) + (x)) >> n##_l)
+#define DIV(x, n) DLP_DIV_U32(x, n)  // (common.h)
 % if FUSED:
 #define ACT_GRAD(y, dy) ${ACTIVATIONS[ACTIVATION].backward}
 % endif

@@ -73,7 +73,13 @@ ${epilogue_macros()}
 // multiply-add, and a vector read through a pointer aligned as floats are (any address,
 // one load): the CPU GEMM 15 -> 180+ GFLOP/s, the few-rows product 17-23 -> 25-29 GB/s
 // (docs/benchmarks.md, "PoCL's builtins out of line").
+// MUL_HI_U32(a, b): the high 32 bits of uint a * b (mul_hi), the same way; and
+// DLP_DIV_U32(x, n): x / n for uint x < 2^31 by n's precomputed multiplier n_m and shift
+// n_l (Granlund-Montgomery, core/pointwise.py's divisor arguments), the index arithmetic
+// of the pointwise, copy and batch-norm kernels: a call an element through PoCL before.
+#define DLP_DIV_U32(x, n) ((MUL_HI_U32((x), n##_m) + (x)) >> n##_l)
 % if IS_POCL:
+#define MUL_HI_U32(a, b) ((uint)(((ulong)(uint)(a) * (ulong)(uint)(b)) >> 32))
 typedef float2 __attribute__((aligned(4))) float2_any;
 typedef float4 __attribute__((aligned(4))) float4_any;
 typedef float8 __attribute__((aligned(4))) float8_any;
@@ -82,6 +88,7 @@ typedef float16 __attribute__((aligned(4))) float16_any;
 #define VLOAD_GLOBAL(n, i, p) (*(__global const float##n##_any *)((p) + (ulong)(i) * n))
 #define VSTORE_GLOBAL(n, v, i, p) (*(__global float##n##_any *)((p) + (ulong)(i) * n) = (v))
 % else:
+#define MUL_HI_U32(a, b) mul_hi((uint)(a), (uint)(b))
 #define FMA(a, b, c) fma(a, b, c)
 #define VLOAD_GLOBAL(n, i, p) vload##n(i, p)
 #define VSTORE_GLOBAL(n, v, i, p) vstore##n(v, i, p)

@@ -13,8 +13,8 @@ inline uint4 philox4x32_10(uint4 c, uint2 k)
             k.x += PHILOX_W0;
             k.y += PHILOX_W1;
         }
-        uint hi0 = mul_hi(PHILOX_M0, c.x), lo0 = PHILOX_M0 * c.x;
-        uint hi1 = mul_hi(PHILOX_M1, c.z), lo1 = PHILOX_M1 * c.z;
+        uint hi0 = MUL_HI_U32(PHILOX_M0, c.x), lo0 = PHILOX_M0 * c.x;
+        uint hi1 = MUL_HI_U32(PHILOX_M1, c.z), lo1 = PHILOX_M1 * c.z;
         c = (uint4)(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
     }
     return c;

@@ -22,8 +22,7 @@
 ## whole output (indexed linearly). Reduce: KEPT / RED dims, L0 x L1 work-groups with
 ## REDUCE_DIM0 telling which local dimension walks the reduction (the contiguous one).
 % if IT == "uint":
-// x / n by a precomputed multiplier (Granlund-Montgomery; exact for x < 2^31)
-#define DLP_DIV(x, n) ((mul_hi((x), n##_m) + (x)) >> n##_l)
+#define DLP_DIV(x, n) DLP_DIV_U32(x, n)  // (common.h)
 % else:
 #define DLP_DIV(x, n) ((x) / (n))
 % endif

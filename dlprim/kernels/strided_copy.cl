@@ -6,8 +6,7 @@
 ## bfloat16, else the storage type itself); CAST: the C expression converting a src value
 ## ``v`` to DST_COMPUTE (PyTorch's rules, dtypes.cl_cast; "v" when no conversion).
 % if IT == "uint":
-// x / n by a precomputed multiplier (Granlund-Montgomery; exact for x < 2^31)
-#define DLP_DIV(x, n) ((mul_hi((x), n##_m) + (x)) >> n##_l)
+#define DLP_DIV(x, n) DLP_DIV_U32(x, n)  // (common.h)
 % else:
 #define DLP_DIV(x, n) ((x) / (n))
 % endif
