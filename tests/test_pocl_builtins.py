@@ -18,15 +18,19 @@ GLOBAL_READ = re.compile(r"\bvload(2|4|8|16)\s*\(\s*\w+\s*,\s*(b_ptr|b_row|a_row
                          r"g|x\d|d\d|row|c_row|bias|w)\b")
 
 
-@pytest.fixture
-def pocl_ctx(ctx):
-    """A context on the session's device whose kernels are rendered as for PoCL."""
+def _reporting(ctx, vendor_id):
+    """A context on ``ctx``'s CPU device whose kernels are rendered as for ``vendor_id``."""
     if not ctx.facts.is_cpu:
         pytest.skip("CPU kernels")
     c = dp.Context(ctx.device_string)
     c.facts = copy.copy(c.facts)
-    c.facts.vendor_id = "pocl"
+    c.facts.vendor_id = vendor_id
     return c
+
+
+@pytest.fixture
+def pocl_ctx(ctx):
+    return _reporting(ctx, "pocl")
 
 
 def _rendered(monkeypatch):
@@ -66,17 +70,15 @@ def test_cpu_products_rendered_for_pocl(pocl_ctx, rng, monkeypatch, M, N, K, tra
         assert not GLOBAL_READ.search(src), (name, GLOBAL_READ.search(src).group(0))
 
 
-def test_other_drivers_keep_the_builtins(pocl_ctx, monkeypatch):
+def test_other_drivers_keep_the_builtins(ctx, monkeypatch):
     """Elsewhere FMA is fma() (one rounding wherever the driver takes it) and
     VLOAD_GLOBAL vloadN: the PoCL branch is PoCL's alone."""
+    intel = _reporting(ctx, "intel")
     sources = _rendered(monkeypatch)
-    pocl_ctx.facts.vendor_id = "intel"
-    g = Gemm(pocl_ctx, 70, 45, 37)
-    g.prepare() if hasattr(g, "prepare") else None
-    a = dp.Tensor.from_numpy(pocl_ctx, np.ones((70, 37), np.float32))
-    b = dp.Tensor.from_numpy(pocl_ctx, np.ones((37, 45), np.float32))
-    C = dp.Tensor(pocl_ctx, (70, 45), np.float32)
-    g(a, b, C)
+    a = dp.Tensor.from_numpy(intel, np.ones((70, 37), np.float32))
+    b = dp.Tensor.from_numpy(intel, np.ones((37, 45), np.float32))
+    C = dp.Tensor(intel, (70, 45), np.float32)
+    Gemm(intel, 70, 45, 37)(a, b, C)
     assert np.all(C.numpy() == 37.0)
     src = dict(sources)["gemm_cpu"]
     assert "#define FMA(a, b, c) fma(a, b, c)" in src and "float8_any" not in src

@@ -20,7 +20,6 @@ ACTIVATION = context.get("ACTIVATION", "identity")
 FUSED = ACTIVATION != "identity"
 V = VEC
 %>
-#define DIV(x, n) DLP_DIV_U32(x, n)  // (common.h)
 % if FUSED:
 #define ACT_GRAD(y, dy) ${ACTIVATIONS[ACTIVATION].backward}
 % endif
@@ -51,7 +50,7 @@ typedef float vec_t;
     const uint c = get_group_id(1), part = get_group_id(2), lid = get_local_id(0); \
     const uint n0 = part * part_rows; \
     const uint vectors = (min(N, n0 + part_rows) - n0) * SV;
-#define PART_AT(j) (((ulong)(n0 + DIV(j, SV)) * C + c) * S + ((j) - DIV(j, SV) * SV) * ${V})
+#define PART_AT(j) (((ulong)(n0 + DLP_DIV_U32(j, SV)) * C + c) * S + ((j) - DLP_DIV_U32(j, SV) * SV) * ${V})
 
 // (count, mean, M2) of a += b (Chan et al. 1979): one pass, no cancellation when
 // |mean| >> std; an empty b leaves a as it is, a NaN anywhere makes the mean NaN
@@ -207,7 +206,7 @@ __kernel void bn_grad_sums_finish(uint C, uint parts_n,
 }
 
 // the channel of vector j of the whole tensor (planes of SV vectors, C planes per n)
-#define CHANNEL(j) (DIV(j, SV) - DIV(DIV(j, SV), C) * C)
+#define CHANNEL(j) (DLP_DIV_U32(j, SV) - DLP_DIV_U32(DLP_DIV_U32(j, SV), C) * C)
 #define POINTWISE_ARGS uint vectors, uint SV, uint SV_m, uint SV_l, uint C, uint C_m, uint C_l
 
 // y = (x - mean) / sqrt(var + eps) [* gamma + beta]

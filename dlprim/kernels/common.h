@@ -64,7 +64,8 @@ ${epilogue_macros()}
 % endif
 // The CPU kernels' inner loops multiply-add with FMA(a, b, c) (a * b + c, one rounding
 // where the hardware fuses) and move float vectors of global memory with
-// VLOAD_GLOBAL(n, i, p) and VSTORE_GLOBAL(n, v, i, p) (vloadn / vstoren). PoCL links its
+// VLOAD_GLOBAL(n, i, p) and VSTORE_GLOBAL(n, v, i, p) (vloadn / vstoren; other element
+// types through VLOAD_GLOBAL_OF(T, n, i, p): char and ushort). PoCL links its
 // builtins from a library built for one CPU variant, and LLVM inlines none of them into
 // kernels built for a CPU that lacks one of the variant's features (pip's PoCL 3.0 on an
 // Emerald Rapids Xeon: kernels for icelake-client, the library for skylake-avx512 with
@@ -80,19 +81,21 @@ ${epilogue_macros()}
 #define DLP_DIV_U32(x, n) ((MUL_HI_U32((x), n##_m) + (x)) >> n##_l)
 % if IS_POCL:
 #define MUL_HI_U32(a, b) ((uint)(((ulong)(uint)(a) * (ulong)(uint)(b)) >> 32))
-typedef float2 __attribute__((aligned(4))) float2_any;
-typedef float4 __attribute__((aligned(4))) float4_any;
-typedef float8 __attribute__((aligned(4))) float8_any;
-typedef float16 __attribute__((aligned(4))) float16_any;
+% for t, size in (("float", 4), ("char", 1), ("ushort", 2)):
+%   for n in (2, 4, 8, 16):
+typedef ${t}${n} __attribute__((aligned(${size}))) ${t}${n}_any;
+%   endfor
+% endfor
 #define FMA(a, b, c) ((a) * (b) + (c))
-#define VLOAD_GLOBAL(n, i, p) (*(__global const float##n##_any *)((p) + (ulong)(i) * n))
+#define VLOAD_GLOBAL_OF(T, n, i, p) (*(__global const T##n##_any *)((p) + (ulong)(i) * n))
 #define VSTORE_GLOBAL(n, v, i, p) (*(__global float##n##_any *)((p) + (ulong)(i) * n) = (v))
 % else:
 #define MUL_HI_U32(a, b) mul_hi((uint)(a), (uint)(b))
 #define FMA(a, b, c) fma(a, b, c)
-#define VLOAD_GLOBAL(n, i, p) vload##n(i, p)
+#define VLOAD_GLOBAL_OF(T, n, i, p) vload##n(i, p)
 #define VSTORE_GLOBAL(n, v, i, p) vstore##n(v, i, p)
 % endif
+#define VLOAD_GLOBAL(n, i, p) VLOAD_GLOBAL_OF(float, n, i, p)
 // Prefetching kernels (the GEMM and convolution tiles) keep what they load as raw bits
 // (REG_<T>: float, or ushort for half) and widen it only where they use it (WIDEN_<T>):
 // some drivers convert half through an inline-asm block right after each load, which
