@@ -3,7 +3,8 @@ of its own, first with every kernel cache empty (dlprim's, PyOpenCL's, PoCL's an
 NVIDIA's compute cache pointed at a fresh folder), then again with the caches that run
 left. Prints the process's wall time to its first step's end and the part of it from the
 Net's construction on (``first_step_s`` of ``run_net``: the kernel builds and the
-planning).
+planning), and of that the seconds in the driver's compiler; after the table, the
+templates whose cold builds took longest (``--slowest N``).
 
     python benchmarks/startup.py --rows resnet50:train:fp32 vit_b_16:train:fp16 [--batch 64]
     python benchmarks/startup.py --rows examples/mnist/lenet.json:train:fp32 --device cpu
@@ -43,8 +44,8 @@ def parse_row(text):
 
 
 def one_run(net, train, precision, batch, device, env):
-    """(process wall seconds, the run's first_step_s) of one dlprim-benchmark process
-    stopping after its first timed step."""
+    """(process wall seconds, the run's first_step_s, its build_s, its builds by template)
+    of one dlprim-benchmark process stopping after its first timed step."""
     cmd = [sys.executable, "-m", "dlprim.cli.benchmark", net, "--batch", str(batch),
            "--precision", precision, "--warmup", "1", "--iters", "1", "--json"]
     if train:
@@ -57,7 +58,7 @@ def one_run(net, train, precision, batch, device, env):
     if done.returncode:
         raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), done.stderr[-2000:]))
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return wall, float(result["first_step_s"])
+    return wall, float(result["first_step_s"]), float(result["build_s"]), result["builds"]
 
 
 def main(argv=None):
@@ -65,11 +66,14 @@ def main(argv=None):
     p.add_argument("--rows", nargs="+", required=True, help="NET:MODE:PRECISION")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--device", default=None)
+    p.add_argument("--slowest", type=int, default=5,
+                   help="templates listed per row after the table, by cold build seconds")
     args = p.parse_args(argv)
     rows = [parse_row(r) for r in args.rows]
     print("| net | batch | mode | precision | cold: process s | cold: net to first step s "
-          "| warm: process s | warm: net to first step s |")
-    print("|---|---:|---|---|---:|---:|---:|---:|")
+          "| cold: builds s | warm: process s | warm: net to first step s |")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|")
+    slowest = []
     for net, train, precision in rows:
         folder = tempfile.mkdtemp(prefix="dlprim-startup-")
         try:
@@ -78,9 +82,14 @@ def main(argv=None):
             warm = one_run(net, train, precision, args.batch, args.device, env)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        print("| %s | %d | %s | %s | %.1f | %.1f | %.1f | %.1f |"
-              % (net, args.batch, "train" if train else "infer", precision, *cold, *warm),
-              flush=True)
+        name = "%s %s %s" % (net, "train" if train else "infer", precision)
+        print("| %s | %d | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f |"
+              % (net, args.batch, "train" if train else "infer", precision, *cold[:3],
+                 *warm[:2]), flush=True)
+        slowest.append((name, cold[3][:args.slowest]))
+    for name, builds in slowest:
+        print("%s, cold, slowest templates: %s" % (name, ", ".join(
+            "%s %d x %.1f s" % (template, count, seconds) for template, count, seconds in builds)))
 
 
 if __name__ == "__main__":

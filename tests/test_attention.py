@@ -650,9 +650,9 @@ def emulated_mma(ctx, monkeypatch):
         # -cl-opt-disable, on Intel's CPU runtime, under oclgrind with its race and
         # uninitialised-value checks, and as PTX on NVIDIA GPUs. The emulation is a test
         # vehicle (CPUs never run these kernels), so PoCL builds it unoptimised.
-        compile_ = program._build
-        monkeypatch.setattr(program, "_build", lambda ctx, source, options: compile_(
-            ctx, source, options + ["-cl-opt-disable"] if "attention_mma_" in source
+        compile_ = program.build
+        monkeypatch.setattr(program, "build", lambda cl_context, source, options: compile_(
+            cl_context, source, options + ["-cl-opt-disable"] if "attention_mma_" in source
             else options))
 
 

@@ -85,3 +85,76 @@ def test_sm90a_instructions_retarget_the_ptx():
     assert "\twgmma.fence.sync.aligned;\n\tbar.sync 0;" in out
     with pytest.raises(Exception, match="sm_90 target"):
         program.sm90a_ptx(ptx.replace("sm_90,", "sm_80,"))
+
+
+def _ahead_templates(tmp_path, monkeypatch):
+    """A template whose source is new to every cache (a value drawn for this run), and
+    one that does not build."""
+    (tmp_path / "ahead.cl").write_text(
+        "__kernel void ahead(__global float *y, ulong y_offset)\n"
+        "{\n    y[y_offset + get_global_id(0)] = ${VALUE}.0f;  // ${SALT}\n}\n")
+    (tmp_path / "broken_ahead.cl").write_text(
+        "__kernel void broken_ahead(__global float *y)\n{\n    y[0] = undefined_${N};\n}\n")
+    monkeypatch.setattr(program, "_lookup",
+                        program.TemplateLookup(directories=[str(tmp_path), program.KERNEL_DIR]))
+    return int(np.random.default_rng().integers(1 << 30))
+
+
+def test_programs_built_ahead_by_worker_processes(ctx, tmp_path, monkeypatch):
+    salt = _ahead_templates(tmp_path, monkeypatch)
+    monkeypatch.setenv("DLPRIM_BUILD_WORKERS", "2")
+    builds = program.stats["builds"]
+    with program.building_ahead(ctx):
+        pool = program._ahead[id(ctx)]
+        for value in (1, 2, 3):
+            program.prefetch(ctx, "ahead", VALUE=value, SALT=salt)
+        program.prefetch(ctx, "ahead", VALUE=1, SALT=salt)  # asked twice: built once
+        # the workers' builds are in the caches; this process's build waits for them
+        t = dp.Tensor.from_numpy(ctx, np.zeros(8, np.float32))
+        for value in (3, 1, 2):
+            prg = program.get(ctx, "ahead", VALUE=value, SALT=salt)
+            program.Launch(prg, "ahead", (8,), (8,), [t])(ctx.queue)
+            assert np.all(t.numpy() == value)
+    assert pool.counts == {"built": 3, "failed": 0} and not pool._threads
+    assert program.stats["builds"] == builds + 3 and id(ctx) not in program._ahead
+
+
+def test_program_a_worker_cannot_build_fails_as_in_process(ctx, tmp_path, monkeypatch):
+    _ahead_templates(tmp_path, monkeypatch)
+    monkeypatch.setenv("DLPRIM_BUILD_WORKERS", "1")
+    with program.building_ahead(ctx):
+        pool = program._ahead[id(ctx)]
+        program.prefetch(ctx, "broken_ahead", N=5)
+        with pytest.raises(dp.KernelBuildError) as err:
+            program.get(ctx, "broken_ahead", N=5)
+    assert pool.counts == {"built": 0, "failed": 1}
+    assert ">>    3|     y[0] = undefined_5;" in str(err.value)
+
+
+def test_building_ahead_off_builds_at_once(ctx, tmp_path, monkeypatch):
+    salt = _ahead_templates(tmp_path, monkeypatch)
+    monkeypatch.setenv("DLPRIM_BUILD_WORKERS", "0")
+    builds = program.stats["builds"]
+    with program.building_ahead(ctx):
+        assert id(ctx) not in program._ahead
+        program.prefetch(ctx, "ahead", VALUE=4, SALT=salt)
+        assert program.stats["builds"] == builds + 1  # built here, at the request
+    monkeypatch.setenv("DLPRIM_BUILD_WORKERS", "two")
+    with pytest.raises(ValueError, match="DLPRIM_BUILD_WORKERS='two'"):
+        with program.building_ahead(ctx):
+            pass
+
+
+def test_build_workers_by_device(monkeypatch):
+    from dlprim.kernels import build_ahead
+    monkeypatch.delenv("DLPRIM_BUILD_WORKERS", raising=False)
+    monkeypatch.delenv("PYOPENCL_NO_CACHE", raising=False)
+    gpu, cpu = type("F", (), {"is_gpu": True}), type("F", (), {"is_gpu": False})
+    monkeypatch.setattr(build_ahead.os, "cpu_count", lambda: 16)
+    assert build_ahead.worker_count(gpu) == 8 and build_ahead.worker_count(cpu) == 0
+    monkeypatch.setattr(build_ahead.os, "cpu_count", lambda: 2)
+    assert build_ahead.worker_count(gpu) == 1
+    monkeypatch.setenv("PYOPENCL_NO_CACHE", "1")  # a worker's build would not be kept
+    assert build_ahead.worker_count(gpu) == 0
+    monkeypatch.setenv("DLPRIM_BUILD_WORKERS", "3")
+    assert build_ahead.worker_count(cpu) == 3

@@ -66,9 +66,12 @@ def run_net(ctx, graph, train=False, warmup=5, iters=20, profile=False, seed=0,
             precision="fp32"):
     """Time ``graph``; returns a dict of figures (and the per-kernel profile if asked).
     ``first_step_s``: from the Net's construction to the end of its first step, the kernels
-    it builds included (the start-up a user waits through)."""
+    it builds included (the start-up a user waits through); ``build_s`` and ``builds``:
+    what of it the driver's compiler took, by template (the slowest first)."""
+    from ..kernels import program
     from ..net import PREDICT, TRAIN, Net
     from ..solvers import Adam
+    built_before = {name: list(spent) for name, spent in program.build_seconds.items()}
     begin = time.perf_counter()
     net = Net(ctx, graph, mode=TRAIN if train else PREDICT, seed=seed, precision=precision)
     solver = Adam(net, lr=1e-4) if train else None
@@ -94,6 +97,7 @@ def run_net(ctx, graph, train=False, warmup=5, iters=20, profile=False, seed=0,
     iteration()  # the first step: what it builds and plans is the start-up
     ctx.finish()
     first_step = time.perf_counter() - begin
+    builds = _builds_since(built_before, program.build_seconds)
     for _ in range(warmup - 1):
         iteration()
     ctx.finish()
@@ -113,10 +117,22 @@ def run_net(ctx, graph, train=False, warmup=5, iters=20, profile=False, seed=0,
     result = {"mean_ms": 1e3 * float(np.mean(times)), "median_ms": 1e3 * float(np.median(times)),
               "launches": launches, "host_us_per_launch": 1e6 * host / max(len(net.plan.forward), 1),
               "memory": net.memory_stats(), "pool_peak_bytes": ctx.memory.peak_bytes,
-              "first_step_s": first_step}
+              "first_step_s": first_step, "build_s": sum(s for _, _, s in builds),
+              "builds": builds}
     if profile:
         result["profile"] = _profile(ctx, net, train)
     return result
+
+
+def _builds_since(before, now):
+    """[(template, builds, seconds)] built between two snapshots of
+    ``program.build_seconds``, the most seconds first."""
+    rows = []
+    for name, (count, seconds) in now.items():
+        was_count, was_seconds = before.get(name, (0, 0.0))
+        if count > was_count:
+            rows.append((name, count - was_count, seconds - was_seconds))
+    return sorted(rows, key=lambda row: -row[2])
 
 
 def _profile(ctx, net, train):
@@ -216,8 +232,9 @@ def main(argv=None):
                                           args.precision, ctx.name))
     print("time per batch: mean %.3f ms, median %.3f ms (%d iterations after %d warm-up)"
           % (res["mean_ms"], res["median_ms"], args.iters, max(args.warmup, 1)))
-    print("start-up: %.1f s from the net's construction to the end of its first step"
-          % res["first_step_s"])
+    print("start-up: %.1f s from the net's construction to the end of its first step, "
+          "%.1f s of it building %d programs" % (res["first_step_s"], res["build_s"],
+                                                 sum(n for _, n, _ in res["builds"])))
     print("launches per iteration: %d; host time %.1f us per launch"
           % (res["launches"], res["host_us_per_launch"]))
     print("device memory: arena %.1f MiB (unplanned %.1f MiB), total %.1f MiB"

@@ -76,7 +76,8 @@ class ConvGemm:
                            PHASE_LIST=tuple(self.phase_table) if self.merged else (),
                            MERGED_SWITCH_MAX=tuning.CONV_MERGED_SWITCH_MAX)
         self.bias = bool(bias)
-        self.program(batch, self.split_plan(batch)[0] > 1)  # build what batch will launch
+        # what batch will launch, built now (or by a worker, in a Net's building_ahead)
+        self.program(batch, self.split_plan(batch)[0] > 1, ahead=True)
 
     def _taps(self):
         """Whether the reduction runs tap-major (conv_gemm.cl TAPS): 16-bit products
@@ -156,11 +157,12 @@ class ConvGemm:
                 self.tiles[batch] = tuning.conv_tile(self.ctx.facts, self.mode, m, n, self.share)
         return self.tiles[batch]
 
-    def program(self, batch, split=False):
-        """The program for ``batch``; ``split``: its GEMM writes raw partial sums."""
+    def program(self, batch, split=False, ahead=False):
+        """The program for ``batch``; ``split``: its GEMM writes raw partial sums;
+        ``ahead``: only ask for it (``program.prefetch``)."""
         t = self.tile(batch)
         warps_m, warps_n = tuning.mma_warps(t) if self.mma else (0, 0)
-        return program.get(self.ctx, "conv_gemm", TM=t["TILE_M"], TN=t["TILE_N"],
+        return (program.prefetch if ahead else program.get)(self.ctx, "conv_gemm", TM=t["TILE_M"], TN=t["TILE_N"],
                            TK=t["TILE_K"], WM=t["BLOCK_M"], WN=t["BLOCK_N"],
                            WARPS_M=warps_m, WARPS_N=warps_n,
                            VEC=tuning.conv_vec(t, self.mode, self.dims(batch)[2]),

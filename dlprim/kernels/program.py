@@ -8,9 +8,11 @@ caching across processes is PyOpenCL's and the driver's business.
 Every template sees the parameters as Mako variables plus ``facts`` (the device facts);
 ``<%include file="common.h"/>`` brings in the shared helpers.
 """
+import contextlib
 import os
 import re
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -19,14 +21,18 @@ from mako.lookup import TemplateLookup
 
 from ..errors import Error
 from ..tensor import Tensor
+from . import build_ahead
+from .build_worker import SM90A, TargetError, build, sm90a_ptx  # noqa: F401 (sm90a_ptx: tests)
 
-__all__ = ["get", "render", "KernelBuildError", "Launch", "Recording", "enqueue_now",
-           "expand_args", "stats"]
+__all__ = ["get", "prefetch", "building_ahead", "render", "KernelBuildError", "Launch", "Recording", "enqueue_now",
+           "expand_args", "stats", "build_seconds"]
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 _lookup = TemplateLookup(directories=[KERNEL_DIR], strict_undefined=True)
 
 stats = {"renders": 0, "builds": 0}  # counted so tests can prove memoization
+# template -> [builds, seconds in the driver's compiler]: where a cold start goes
+build_seconds = {}
 
 
 class KernelBuildError(Error, RuntimeError):
@@ -66,32 +72,37 @@ def _key(name, params):
     return (name,) + tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
-# Instructions of NVIDIA's sm_90a (Hopper's wgmma) that the OpenCL compiler's sm_90 target
-# refuses are written in inline PTX behind this comment marker (kernels/wgmma.h); such a
-# program is built once as it is, then again from its PTX with the marker removed and the
-# target raised to sm_90a (the driver takes PTX as a program binary).
-SM90A = "//SM90A "
+OPTIONS = ["-cl-std=CL1.2"]
+_ahead = {}  # id(ctx) -> its AheadBuilds while a building_ahead block is open
 
 
-class _TargetError(Exception):
-    pass
+@contextlib.contextmanager
+def building_ahead(ctx):
+    """Within the block, ``prefetch`` hands programs to worker processes
+    (``build_ahead``); leaving it waits for them. Where nothing is built ahead (CPUs,
+    ``DLPRIM_BUILD_WORKERS=0``) or a block for ``ctx`` is open already, it does nothing."""
+    pool = None if id(ctx) in _ahead else build_ahead.open_for(ctx)
+    if pool is None:
+        yield
+        return
+    _ahead[id(ctx)] = pool
+    try:
+        yield
+    finally:
+        del _ahead[id(ctx)]
+        pool.close()
 
 
-def sm90a_ptx(ptx):
-    """The PTX of a program built for sm_90 with its SM90A-marked instructions unmarked and
-    its target raised to sm_90a; _TargetError where it was built for another target."""
-    if not re.search(r"^\.target sm_90\b", ptx, re.M):
-        raise _TargetError("its sm_90a instructions need a device of NVIDIA's sm_90 target")
-    return re.sub(r"^\.target sm_90\b", ".target sm_90a", ptx.replace(SM90A, ""), flags=re.M)
-
-
-def _build(ctx, source, options):
-    program = cl.Program(ctx.cl_context, source).build(options=options)
-    if SM90A not in source:
-        return program
-    ptx = sm90a_ptx(program.binaries[0].decode(errors="replace"))
-    return cl.Program(ctx.cl_context, ctx.cl_context.devices, [ptx.encode()]).build(
-        options=options)
+def prefetch(ctx, name, **params):
+    """Ask for the program ``get`` will be asked for: built by a worker process inside a
+    ``building_ahead`` block, at once (``get``) outside one."""
+    pool = _ahead.get(id(ctx))
+    if pool is None:
+        get(ctx, name, **params)
+        return
+    key = _key(name, params)
+    if key not in ctx.programs:
+        pool.submit(key, render(name, facts=ctx.facts, **params), OPTIONS)
 
 
 def get(ctx, name, **params):
@@ -100,13 +111,19 @@ def get(ctx, name, **params):
     program = ctx.programs.get(key)
     if program is not None:
         return program
-    source = render(name, facts=ctx.facts, **params)
-    options = ["-cl-std=CL1.2"]
+    start = time.perf_counter()  # (a wait for a worker's build counts as building)
+    pool = _ahead.get(id(ctx))
+    source = pool.source(key) if pool is not None else None
+    if source is None:
+        source = render(name, facts=ctx.facts, **params)
     try:
-        program = _build(ctx, source, options)
-    except (cl.RuntimeError, _TargetError) as err:  # build failures: RuntimeError subclasses
+        program = build(ctx.cl_context, source, OPTIONS)
+    except (cl.RuntimeError, TargetError) as err:  # build failures: RuntimeError subclasses
         log = str(err)
         raise KernelBuildError(name, ctx.name, params, source, log) from None
+    spent = build_seconds.setdefault(name, [0, 0.0])
+    spent[0] += 1
+    spent[1] += time.perf_counter() - start
     stats["builds"] += 1
     ctx.programs[key] = program
     return program

@@ -27,6 +27,7 @@ import numpy as np
 from .. import layers as _layers
 from ..dtypes import as_dtype
 from ..errors import InputError
+from ..kernels import program
 from ..layers.base import PREDICT, TRAIN, LayerError, TensorSpec
 from ..core.precision import HALF_STORAGE_TYPES, check_precision
 from ..tensor import Tensor
@@ -130,6 +131,23 @@ class Net:
         """
         if self.graph is None:
             raise GraphError("setup: no graph loaded (call load_from_json first)")
+        # the layers' kernels built while they are set up, several at once where the
+        # device allows (kernels/build_ahead.py; the plan's builds then find them cached)
+        with program.building_ahead(self.ctx):
+            self._setup_layers()
+        self._setups_mode = self._mode
+        g = self.graph
+        specs = [list(st.params) for st in self._setups]
+        self.store = (ParamStore(self.ctx, g.ops, specs) if self._shared_params is None
+                      else self._shared_params.checked(g.ops, specs))
+        self._alloc_inputs()
+        self._forget_plans()
+        self._plan()
+        self._ready = True
+
+    def _setup_layers(self):
+        """Create the layers (with the casts of a 16-bit net) and set each up on its
+        inputs' shapes: ``self.layers`` and their Setups, ``self._setups``."""
         made = {}  # fp16: operator name -> (its layer, set up by the Cast placement, Setup)
         if self._half:
             self.graph = load_graph(with_casts(self.graph, _half_storage,
@@ -155,14 +173,6 @@ class Net:
             else:
                 result = self._setup_layer(op, layer)
             self._setups.append(result)
-        self._setups_mode = self._mode
-        specs = [list(st.params) for st in self._setups]
-        self.store = (ParamStore(self.ctx, g.ops, specs) if self._shared_params is None
-                      else self._shared_params.checked(g.ops, specs))
-        self._alloc_inputs()
-        self._forget_plans()
-        self._plan()
-        self._ready = True
 
     def _specs_of(self, op, in_specs, made):
         """The output (shape, dtype)s of operator ``op`` on ``in_specs``: its layer set up
