@@ -97,6 +97,7 @@ def _ahead_templates(tmp_path, monkeypatch):
         "__kernel void broken_ahead(__global float *y)\n{\n    y[0] = undefined_${N};\n}\n")
     monkeypatch.setattr(program, "_lookup",
                         program.TemplateLookup(directories=[str(tmp_path), program.KERNEL_DIR]))
+    monkeypatch.setenv("DLPRIM_CACHE_DIR", str(tmp_path / "cache"))  # the marks of builds
     return int(np.random.default_rng().integers(1 << 30))
 
 
@@ -117,6 +118,15 @@ def test_programs_built_ahead_by_worker_processes(ctx, tmp_path, monkeypatch):
             assert np.all(t.numpy() == value)
     assert pool.counts == {"built": 3, "failed": 0} and not pool._threads
     assert program.stats["builds"] == builds + 3 and id(ctx) not in program._ahead
+    # a later start (nothing memoized) finds them marked as built: no worker starts,
+    # each is built here at its request, from the caches
+    for key in [k for k in ctx.programs if k[0] == "ahead"]:
+        del ctx.programs[key]
+    with program.building_ahead(ctx):
+        again = program._ahead[id(ctx)]
+        program.prefetch(ctx, "ahead", VALUE=2, SALT=salt)
+        assert program.stats["builds"] == builds + 4
+    assert again.counts == {"built": 0, "failed": 0} and not again._threads
 
 
 def test_program_a_worker_cannot_build_fails_as_in_process(ctx, tmp_path, monkeypatch):

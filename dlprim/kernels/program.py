@@ -101,8 +101,13 @@ def prefetch(ctx, name, **params):
         get(ctx, name, **params)
         return
     key = _key(name, params)
-    if key not in ctx.programs:
-        pool.submit(key, render(name, facts=ctx.facts, **params), OPTIONS)
+    if key in ctx.programs:
+        return
+    source = render(name, facts=ctx.facts, **params)
+    if pool.built_before(source, OPTIONS):  # in the caches: built here faster than a worker starts
+        get(ctx, name, **params)
+    else:
+        pool.submit(key, source, OPTIONS)
 
 
 def get(ctx, name, **params):
@@ -121,6 +126,8 @@ def get(ctx, name, **params):
     except (cl.RuntimeError, TargetError) as err:  # build failures: RuntimeError subclasses
         log = str(err)
         raise KernelBuildError(name, ctx.name, params, source, log) from None
+    if pool is not None:
+        pool.remember(source, OPTIONS)
     spent = build_seconds.setdefault(name, [0, 0.0])
     spent[0] += 1
     spent[1] += time.perf_counter() - start
