@@ -215,9 +215,11 @@ _ROUND_MODES = {"up": 0, "down": 1, "nearest": 2}
 def _narrow_cast(src, dst, value, saturate, round_mode):
     """``cl_cast`` where a side is narrow: a narrow source decodes to its value (float,
     char or uchar, exact), which converts on as that type would; a narrow destination
-    encodes from float (doubles and wide integers rounded to float first, as
-    onnx.numpy_helper and ml_dtypes do) or, for the integer types, keeps the low bits of
-    the integer (floats truncated toward zero first): ONNX's "discard higher bits"."""
+    encodes from float (a double rounded once, as ml_dtypes does from 0.7: through a float
+    rounded to odd; float8e8m0 from the double's nearest float, as onnx.numpy_helper's;
+    wide integers as float, exact wherever the result is finite) or, for the integer
+    types, keeps the low bits of the integer (floats truncated toward zero first): ONNX's
+    "discard higher bits", and for floats beyond the type ONNX's "undefined"."""
     if src == dst:
         return value
     if src in NARROW_TYPES:
@@ -232,6 +234,8 @@ def _narrow_cast(src, dst, value, saturate, round_mode):
         whole = "(long)(%s)" % value if is_float(src) else "(%s)" % value
         return "(uchar)(%s & %d)" % (whole, _INT_MASKS[name])
     f = value if compute_type(src) == "float" else "(float)(%s)" % value
+    if src == float64 and kind != "e8m0":
+        f = "DLP_NF_FROM_DOUBLE(%s)" % value
     if kind == "f8":
         return "dlp_nf_%s_bits(%s, %d)" % (codec, f, 1 if saturate else 0)
     if kind == "e8m0":

@@ -122,8 +122,9 @@ def test_floats_encode_as_onnx_reference(ctx, saturate):
 
 
 def test_other_sources_and_narrow_to_narrow(ctx):
-    """float16 (every value), float64 and int64 (through float32, as the reference) into
-    float8; one float8 into another; a narrow float into integers and bools."""
+    """float16 (every value), float64 (rounded once, not through float32: ml_dtypes from
+    0.7, and the tie 1.0625 + 2^-40 checked by hand) and int64 into float8; one float8
+    into another; a narrow float into integers and bools."""
     h = np.arange(65536, dtype=np.uint16).view(np.float16)
     got = convert(ctx, h, [(dt(n), {}) for n in F8])
     with np.errstate(all="ignore"):
@@ -133,6 +134,7 @@ def test_other_sources_and_narrow_to_narrow(ctx):
                      np.float64)
         g, = convert(ctx, d, [(dt("float8_e4m3fn"), {})])
         same_codes(g, numpy_helper.saturate_cast(d, dt("float8_e4m3fn")), "float64")
+        assert g.view(np.uint8)[0] == 0x39  # 1.125: past the tie of 1 and 1.125
         i = np.array([0, 1, -1, 17, 448, 449, 465, -100000, 2 ** 40 + 1], np.int64)
         g, = convert(ctx, i, [(dt("float8_e5m2"), {"saturate": False})])
         same_codes(g, i.astype(dt("float8_e5m2")), "int64")
@@ -149,7 +151,8 @@ def test_other_sources_and_narrow_to_narrow(ctx):
 
 def test_small_integers(ctx):
     """int4/uint4/int2/uint2 from integers keep the low bits (ONNX: "discard higher bits"),
-    from floats truncate first, as ml_dtypes (the reference); back to int8 exactly."""
+    from floats truncate, as ml_dtypes (the reference), where the result is in range (ONNX
+    leaves the rest undefined, and ml_dtypes' versions differ there); back to int8 exactly."""
     i8 = np.arange(-128, 128, dtype=np.int8)
     got = convert(ctx, i8, [(dt(n), {}) for n in INTS])
     for n, g in zip(INTS, got):
@@ -159,7 +162,10 @@ def test_small_integers(ctx):
                         np.array([-0.0, 7.9, -8.9, 15.5, 1000.25], np.float32)])
     got = convert(ctx, f, [(dt(n), {}) for n in INTS] + [(dt("float8_e4m3fn"), {})])
     for n, g in zip(INTS, got):
-        assert np.array_equal(g.view(np.uint8), f.astype(dt(n)).view(np.uint8)), n
+        info = ml.iinfo(dt(n))
+        fits = (np.trunc(f) >= info.min) & (np.trunc(f) <= info.max)
+        assert fits.sum() > 4 and (~fits).sum() > 4, n  # both kinds were sent
+        assert np.array_equal(g.view(np.uint8)[fits], f[fits].astype(dt(n)).view(np.uint8)), n
     back = convert(ctx, got[0], [(np.int8, {}), (np.float16, {}), (dt("uint4"), {}),
                                  (dt("float8_e4m3fn"), {})])
     ref = got[0].astype(np.int8)
@@ -188,8 +194,8 @@ def _check(ctx, model, feeds):
 
 def test_onnx_cast_chain_and_layout(ctx):
     """float32 -> e4m3fn (saturate=0) -> Reshape -> Transpose -> float16, a float8 net
-    input through Flatten and CastLike, an int4 output (of finite values: ONNX leaves a
-    float outside the integer's range undefined, and devices differ on infinities)."""
+    input through Flatten and CastLike, an int4 output (of values in its range: ONNX leaves a
+    float outside the integer's range undefined)."""
     F, H = TensorProto.FLOAT, TensorProto.FLOAT16
     nodes = [helper.make_node("Cast", ["x"], ["q"], to=TensorProto.FLOAT8E4M3FN, saturate=0),
              helper.make_node("Reshape", ["q", "shape"], ["r"]),
@@ -207,7 +213,7 @@ def test_onnx_cast_chain_and_layout(ctx):
     x = np.array([0.3, -1e6, 500, np.inf, -np.nan, 1e-7, 17, -9, 2.5, 7.5, 448, 464] * 2,
                  np.float32).reshape(4, 6)
     e = (np.arange(12, dtype=np.float32) * np.float32(-37.5)).astype(dt("float8_e5m2"))
-    _check(ctx, model, {"x": x, "xi": np.where(np.isfinite(x), x, np.float32(-3.7)),
+    _check(ctx, model, {"x": x, "xi": np.where((x > -9) & (x < 8), x, np.float32(-3.7)),
                         "e": e.reshape(2, 3, 2),
                         "like": np.zeros(1, dt("float8_e4m3fnuz"))})
 

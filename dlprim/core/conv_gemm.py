@@ -159,10 +159,10 @@ class ConvGemm:
 
     def program(self, batch, split=False, ahead=False):
         """The program for ``batch``; ``split``: its GEMM writes raw partial sums;
-        ``ahead``: only ask for it (``program.prefetch``)."""
+        ``ahead``: only ask for it (``program.prefetch``: None)."""
         t = self.tile(batch)
         warps_m, warps_n = tuning.mma_warps(t) if self.mma else (0, 0)
-        return (program.prefetch if ahead else program.get)(self.ctx, "conv_gemm", TM=t["TILE_M"], TN=t["TILE_N"],
+        return program.get(self.ctx, "conv_gemm", ahead=ahead, TM=t["TILE_M"], TN=t["TILE_N"],
                            TK=t["TILE_K"], WM=t["BLOCK_M"], WN=t["BLOCK_N"],
                            WARPS_M=warps_m, WARPS_N=warps_n,
                            VEC=tuning.conv_vec(t, self.mode, self.dims(batch)[2]),

@@ -358,33 +358,33 @@ class TensorCore(_TiledLaunch):
 
     def program(self, aligned_a, aligned_b, aligned_c, epilogue=True, copy_async=False,
                 wgmma=False, ahead=False):
-        """As the family's; ``ahead``: only ask for it (``program.prefetch``)."""
+        """As the family's; ``ahead``: only ask for it (``program.prefetch``: None)."""
         g = self.g
-        build = program.prefetch if ahead else program.get
         bias, act = _epilogue(g, epilogue)
         t = g.tile
         if wgmma:
             tf32, w = g.mma_kind == "tf32", g.wg_tile
-            return build(g.ctx, "gemm_wgmma", TRANS_A=0 if tf32 else int(g.trans_a),
-                         TRANS_B=1 if tf32 else int(g.trans_b), BIAS=bias,
-                         ACTIVATION=act, TILE_M=w["TILE_M"], TILE_N=w["TILE_N"],
-                         TILE_K=w["TILE_K"], GROUP=t["GROUP"],
-                         WARPGROUPS=w["TILE_M"] // 64, STAGES=w["STAGES"],
-                         IN_FLIGHT=tuning.WGMMA_IN_FLIGHT,
-                         PROMOTE=tuning.SPLIT_TF32_PROMOTE if g.split_tf32 else 0,
-                         SPLIT_PARTS=tuple(SPLIT_PARTS.values()) if g.split_tf32 else (),
-                         ALIGNED_C=aligned_c,
-                         **g.kernel_types(epilogue, staged=True),
-                         MMA=MMA_TYPES[g.mma_kind])
+            return program.get(g.ctx, "gemm_wgmma", ahead=ahead,
+                               TRANS_A=0 if tf32 else int(g.trans_a),
+                               TRANS_B=1 if tf32 else int(g.trans_b), BIAS=bias,
+                               ACTIVATION=act, TILE_M=w["TILE_M"], TILE_N=w["TILE_N"],
+                               TILE_K=w["TILE_K"], GROUP=t["GROUP"],
+                               WARPGROUPS=w["TILE_M"] // 64, STAGES=w["STAGES"],
+                               IN_FLIGHT=tuning.WGMMA_IN_FLIGHT,
+                               PROMOTE=tuning.SPLIT_TF32_PROMOTE if g.split_tf32 else 0,
+                               SPLIT_PARTS=tuple(SPLIT_PARTS.values()) if g.split_tf32 else (),
+                               ALIGNED_C=aligned_c,
+                               **g.kernel_types(epilogue, staged=True),
+                               MMA=MMA_TYPES[g.mma_kind])
         warps_m, warps_n = tuning.mma_warps(t)
         staging = (dict(ASYNC=1, STAGES=tuning.MMA_ASYNC_STAGES) if copy_async
                    else dict(STAGES=tuning.MMA_STAGES))
-        return build(g.ctx, "gemm_mma", TRANS_A=int(g.trans_a),
-                         TRANS_B=int(g.trans_b), BIAS=bias, ACTIVATION=act,
-                         ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, TILE_M=t["TILE_M"],
-                         TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
-                         WARPS_M=warps_m, WARPS_N=warps_n, **staging,
-                         **g.kernel_types(epilogue), MMA=MMA_TYPES.get(g.precision, "tf32"))
+        return program.get(g.ctx, "gemm_mma", ahead=ahead, TRANS_A=int(g.trans_a),
+                           TRANS_B=int(g.trans_b), BIAS=bias, ACTIVATION=act,
+                           ALIGNED_A=aligned_a, ALIGNED_B=aligned_b, TILE_M=t["TILE_M"],
+                           TILE_N=t["TILE_N"], TILE_K=t["TILE_K"], GROUP=t["GROUP"],
+                           WARPS_M=warps_m, WARPS_N=warps_n, **staging,
+                           **g.kernel_types(epilogue), MMA=MMA_TYPES.get(g.precision, "tf32"))
 
     def launch_tile(self, wgmma):
         return self.g.wg_tile if wgmma else self.g.tile

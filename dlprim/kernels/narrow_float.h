@@ -68,6 +68,16 @@ inline uint dlp_nf_round(uint a, uint M, int B)
     const uint m = (a & 0x7fffffu) | 0x800000u;
     return (m + (1u << (s - 1)) - 1u + ((m >> s) & 1u)) >> s;
 }
+// a double's nearest float toward zero, its last bit set where that dropped anything (round
+// to odd): rounding it on to a format of at most 22 mantissa bits rounds as the double
+// would itself, where rounding to the nearest float first could land on a tie and round
+// twice. A macro, so that programs without doubles never name one.
+inline float dlp_nf_sticky(float toward_zero, int inexact)
+{
+    return inexact ? as_float(as_uint(toward_zero) | 1u) : toward_zero;
+}
+#define DLP_NF_FROM_DOUBLE(x) \
+    dlp_nf_sticky(convert_float_rtz(x), (double)convert_float_rtz(x) != (x))
 // ONNX's Cast tables: saturate maps inf and what rounds past the largest finite value
 // to that value (NaN stays NaN); without it they give inf (E5M2) or NaN
 inline uchar dlp_nf_e4m3fn_bits(float x, int saturate)

@@ -110,8 +110,11 @@ def prefetch(ctx, name, **params):
         pool.submit(key, source, OPTIONS)
 
 
-def get(ctx, name, **params):
-    """A built ``pyopencl.Program`` for template ``name``, memoized on ``ctx``."""
+def get(ctx, name, ahead=False, **params):
+    """A built ``pyopencl.Program`` for template ``name``, memoized on ``ctx``; with
+    ``ahead``, only asked for (``prefetch``), and None returned."""
+    if ahead:
+        return prefetch(ctx, name, **params)
     key = _key(name, params)
     program = ctx.programs.get(key)
     if program is not None:
