@@ -127,6 +127,16 @@ def test_programs_built_ahead_by_worker_processes(ctx, tmp_path, monkeypatch):
         program.prefetch(ctx, "ahead", VALUE=2, SALT=salt)
         assert program.stats["builds"] == builds + 4
     assert again.counts == {"built": 0, "failed": 0} and not again._threads
+    # one only asked for in the block (a Net builds its programs after setup) is marked
+    # by its worker's build: the next start builds it here too
+    with program.building_ahead(ctx):
+        program.prefetch(ctx, "ahead", VALUE=5, SALT=salt)
+    for key in [k for k in ctx.programs if k[0] == "ahead"]:
+        del ctx.programs[key]
+    with program.building_ahead(ctx):
+        third = program._ahead[id(ctx)]
+        program.prefetch(ctx, "ahead", VALUE=5, SALT=salt)
+    assert third.counts == {"built": 0, "failed": 0} and not third._threads
 
 
 def test_program_a_worker_cannot_build_fails_as_in_process(ctx, tmp_path, monkeypatch):

@@ -163,6 +163,8 @@ class AheadBuilds:
                     worker.kill()
                     worker.wait()
                     worker = None
+            if ok:  # marked now: the Net may build it again only after the block
+                self.remember(source, options)
             with self._lock:
                 self.counts["built" if ok else "failed"] += 1
             done.set()

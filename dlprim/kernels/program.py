@@ -103,9 +103,10 @@ def prefetch(ctx, name, **params):
     key = _key(name, params)
     if key in ctx.programs:
         return
+    start = time.perf_counter()
     source = render(name, facts=ctx.facts, **params)
     if pool.built_before(source, OPTIONS):  # in the caches: built here faster than a worker starts
-        get(ctx, name, **params)
+        _build_kept(ctx, name, params, key, source, start)
     else:
         pool.submit(key, source, OPTIONS)
 
@@ -124,11 +125,17 @@ def get(ctx, name, ahead=False, **params):
     source = pool.source(key) if pool is not None else None
     if source is None:
         source = render(name, facts=ctx.facts, **params)
+    return _build_kept(ctx, name, params, key, source, start)
+
+
+def _build_kept(ctx, name, params, key, source, start):
+    """Build ``source`` for ``ctx``, keep it under ``key``, count the seconds since ``start``."""
     try:
         program = build(ctx.cl_context, source, OPTIONS)
     except (cl.RuntimeError, TargetError) as err:  # build failures: RuntimeError subclasses
         log = str(err)
         raise KernelBuildError(name, ctx.name, params, source, log) from None
+    pool = _ahead.get(id(ctx))
     if pool is not None:
         pool.remember(source, OPTIONS)
     spent = build_seconds.setdefault(name, [0, 0.0])
