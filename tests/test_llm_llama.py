@@ -1,6 +1,7 @@
 """dlprim.llm.llama.decoder against transformers on the CPU: Llama (grouped-query heads,
-a tied head) and Qwen2 (q, k and v biases) from small random configs, a prompt then
-greedy steps over the key/value cache, every step's logits within 1e-4."""
+a tied head), Qwen2 (q, k and v biases) and Phi-3 from small random configs, with the
+rotary scalings (linear, dynamic NTK, YaRN, LongRoPE), a prompt then greedy steps over
+the key/value cache, every step's logits within 1e-4."""
 import numpy as np
 import pytest
 
@@ -21,11 +22,30 @@ def _model(kind):
     if kind == "llama":
         cfg = transformers.LlamaConfig(tie_word_embeddings=True, rope_theta=500.0, **common)
         return transformers.LlamaForCausalLM(cfg).eval()
+    if kind in ("linear", "dynamic"):  # dynamic NTK: unscaled within the context
+        cfg = transformers.LlamaConfig(rope_scaling={"rope_type": kind, "factor": 3.0},
+                                       **common)
+        return transformers.LlamaForCausalLM(cfg).eval()
+    if kind.startswith("yarn"):  # 8 positions trained, 4x: a ramp over the dimensions
+        scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+        if kind == "yarn_mscale":
+            scaling.update(mscale=0.7, mscale_all_dim=1.0, beta_fast=16, beta_slow=2)
+        cfg = transformers.Qwen2Config(rope_scaling=scaling, **common)
+        return transformers.Qwen2ForCausalLM(cfg).eval()
+    if kind == "longrope":  # Phi-3 128k's kind: the short factors within the original context
+        phi = dict(common, max_position_embeddings=4 * CONTEXT, bos_token_id=1, eos_token_id=2,
+                   pad_token_id=0)
+        cfg = transformers.Phi3Config(
+            rope_scaling={"type": "longrope", "short_factor": [1.0, 1.5, 2.0, 3.0],
+                          "long_factor": [2.0, 4.0, 8.0, 16.0]},
+            original_max_position_embeddings=CONTEXT, **phi)
+        return transformers.Phi3ForCausalLM(cfg).eval()
     cfg = transformers.Qwen2Config(tie_word_embeddings=False, **common)
     return transformers.Qwen2ForCausalLM(cfg).eval()
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "linear", "dynamic", "yarn", "yarn_mscale",
+                                  "longrope"])
 def test_prompt_then_greedy_steps_match_transformers(ctx, kind):
     torch.manual_seed(0)
     model = _model(kind)
@@ -61,8 +81,17 @@ def test_prompt_then_greedy_steps_match_transformers(ctx, kind):
 def test_rotary_scalings_not_built_yet_are_named():
     from dlprim.llm import ArchitectureError
     config = _model("llama").config.to_dict()
-    config["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
-    with pytest.raises(ArchitectureError, match="yarn"):
+    config["rope_parameters"] = {"rope_type": "mrope", "rope_theta": 10000.0, "factor": 4.0}
+    with pytest.raises(ArchitectureError, match="mrope"):
+        llama.decoder(config, context=CONTEXT)
+    # beyond the trained context, LongRoPE and dynamic NTK change every position's
+    # frequencies with the sequence's length: refused, naming the longest context
+    for kind in ("longrope", "dynamic"):
+        with pytest.raises(ArchitectureError, match="at most %d" % CONTEXT):
+            llama.decoder(_model(kind).config.to_dict(), context=CONTEXT + 1)
+    config = _model("longrope").config.to_dict()
+    config["rope_parameters"]["short_factor"] = [1.0] * 3
+    with pytest.raises(ArchitectureError, match="short_factor must have 4 numbers"):
         llama.decoder(config, context=CONTEXT)
     config["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
     config["num_key_value_heads"] = 3  # 4 heads

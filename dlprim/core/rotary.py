@@ -1,6 +1,6 @@
 """The rotary position embedding in one launch (``kernels/rotary.cl``): y = x cos +
 swap(x) sin over the last axis of (N, H, T, D) values, ``swap`` exchanging its halves and
-the sine table's first half negated (how ``dlprim.llm.llama.rope_tables`` writes them:
+the sine table's first half negated (how ``dlprim.llm.rope.rope_tables`` writes them:
 the rotation of each pair (x_i, x_{i + D/2}) by the token's angle). With ``seq_first`` x
 is (N, T, H, D), a projection split into heads, and y is written (N, H, T, D): the heads'
 transpose costs no pass of its own."""

@@ -13,8 +13,7 @@ gate and up projections one gated InnerProduct) added onto it. Then RMSNorm (tak
 head too) and the head.
 
 The rotary tables are constants of the Net (``rope.cos`` and ``rope.sin``, one row per
-position; the sine's first half negated, so that rotating x is ``x cos + swap(x) sin``
-with ``swap`` the two halves exchanged): ``decoder`` returns them beside the config.
+position, from ``rope.py``): ``decoder`` returns them beside the config.
 """
 import re
 
@@ -23,6 +22,7 @@ import numpy as np
 from ..models import decoder_inputs, decoder_logits, linear_params, row_linear, token_table
 from ..errors import FileFormatError
 from .checkpoint import ArchitectureError, as_float32
+from .rope import rope_tables
 
 __all__ = ["decoder", "decoder_names", "rope_tables", "weights"]
 
@@ -56,54 +56,6 @@ def decoder_names(named, where="the checkpoint"):
         raise FileFormatError("%s: %s lacks %s of the q, k and v projections"
                               % (where, partial[0],
                                  ", ".join(sorted(set("qkv") - set(parts[partial[0]])))))
-
-
-def rope_tables(config, context):
-    """(cos, sin) of the rotary embedding, (context, head width) float32: HF's frequencies
-    (``rope_theta``; the scalings "linear" and "llama3"), the sine's first half negated
-    (see the module)."""
-    # (older configs: rope_theta and rope_scaling; newer: one rope_parameters dict)
-    params = dict(config.get("rope_scaling") or {}, **(config.get("rope_parameters") or {}))
-    kind = params.get("rope_type", params.get("type")) or "default"
-    if kind not in ("default", "linear", "llama3"):
-        raise ArchitectureError("rotary embedding %r is not one dlprim builds yet (default, "
-                                "linear and llama3)" % (params,))
-    if float(config.get("partial_rotary_factor", 1.0)) != 1.0:
-        raise ArchitectureError("a rotary embedding over part of each head "
-                                "(partial_rotary_factor %r) is not one dlprim builds yet"
-                                % config["partial_rotary_factor"])
-    heads = config["num_attention_heads"]
-    width = config.get("head_dim") or config["hidden_size"] // heads
-    theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
-    inv = (1.0 / theta ** (np.arange(0, width, 2, dtype=np.int64).astype(np.float32) / width)
-           ).astype(np.float32)
-    if kind == "linear":
-        inv = (inv / np.float32(params["factor"])).astype(np.float32)
-    elif kind == "llama3":
-        inv = _llama3_frequencies(inv, params)
-    freqs = np.outer(np.arange(context, dtype=np.float32), inv).astype(np.float32)
-    angles = np.concatenate([freqs, freqs], axis=1)
-    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-    sin[:, :width // 2] *= -1
-    return cos, sin
-
-
-def _llama3_frequencies(inv, params):
-    """Llama 3.1's scaling: wavelengths longer than the original context over
-    ``low_freq_factor`` divided by ``factor``, shorter than it over ``high_freq_factor``
-    kept, and a smooth blend between."""
-    try:
-        factor, low, high = (float(params[k]) for k in ("factor", "low_freq_factor",
-                                                         "high_freq_factor"))
-        old = float(params["original_max_position_embeddings"])
-    except KeyError as e:
-        raise ArchitectureError("rotary scaling llama3 without %s" % e) from None
-    wavelen = 2 * np.pi / inv
-    scaled = np.where(wavelen > old / low, inv / factor, inv)
-    smooth = (old / wavelen - low) / (high - low)
-    blended = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
-    return np.where(medium, blended, scaled).astype(np.float32)
 
 
 def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=False,
