@@ -7,9 +7,14 @@ import numpy as np
 from ..models import gpt_decoder
 from .checkpoint import ArchitectureError, as_float32
 
-__all__ = ["decoder", "weights"]
+__all__ = ["decoder", "longest_context", "weights"]
 
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+
+
+def longest_context(config):
+    """The most positions GPT-2's decoder takes: its position table's rows."""
+    return int(config.get("n_positions", 1024))
 
 
 def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only=False,

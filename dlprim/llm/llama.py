@@ -22,9 +22,9 @@ import numpy as np
 from ..models import decoder_inputs, decoder_logits, linear_params, row_linear, token_table
 from ..errors import FileFormatError
 from .checkpoint import ArchitectureError, as_float32
-from .rope import rope_tables
+from .rope import longest_context as rope_context, rope_tables
 
-__all__ = ["decoder", "decoder_names", "rope_tables", "weights"]
+__all__ = ["decoder", "decoder_names", "longest_context", "rope_tables", "weights"]
 
 
 def decoder_names(named, where="the checkpoint"):
@@ -138,6 +138,16 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
                    weights=weights, rms_norm=("model.norm", eps))
     cos, sin = rope_tables(config, context)
     return cfg, {"rope.cos": cos, "rope.sin": sin}
+
+
+def longest_context(config):
+    """The most positions the decoder follows for HF ``config`` exactly (its sliding
+    window, the trained context of its rotary scaling), or None where any number."""
+    limits = [rope_context(config)]
+    if config.get("use_sliding_window", True) and config.get("sliding_window"):
+        limits.append(int(config["sliding_window"]))
+    limits = [n for n in limits if n]
+    return min(limits) if limits else None
 
 
 def _check_supported(config, context):

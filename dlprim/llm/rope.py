@@ -19,15 +19,14 @@ import numpy as np
 
 from .checkpoint import ArchitectureError
 
-__all__ = ["rope_tables", "ROPE_KINDS"]
+__all__ = ["rope_tables", "longest_context", "ROPE_KINDS"]
 
 ROPE_KINDS = ("default", "linear", "llama3", "yarn", "longrope", "dynamic")
 _ALIASES = {"su": "longrope"}
 
 
-def rope_tables(config, context):
-    """(cos, sin) of the rotary embedding, (context, head width) float32, for HF ``config``
-    (a dict) and a cache of ``context`` positions."""
+def _scaling(config):
+    """(the scaling's parameters, its kind) of HF ``config``; an unknown kind refused."""
     # (older configs: rope_theta and rope_scaling; newer: one rope_parameters dict)
     params = dict(config.get("rope_scaling") or {}, **(config.get("rope_parameters") or {}))
     kind = params.get("rope_type", params.get("type")) or "default"
@@ -35,6 +34,33 @@ def rope_tables(config, context):
     if kind not in ROPE_KINDS:
         raise ArchitectureError("rotary embedding %r is not one dlprim builds yet (%s)"
                                 % (params, ", ".join(ROPE_KINDS)))
+    return params, kind
+
+
+def longest_context(config):
+    """The most positions whose rotary tables a planned decode follows for ``config``
+    ("longrope" and "dynamic": the trained context), or None where any number."""
+    params, kind = _scaling(config)
+    if kind == "longrope":
+        return _original(config, params)
+    if kind == "dynamic":
+        return int(config["max_position_embeddings"])
+    return None
+
+
+def _original(config, params):
+    original = params.get("original_max_position_embeddings",
+                          config.get("original_max_position_embeddings"))
+    if original is None:
+        raise ArchitectureError("rotary scaling longrope without "
+                                "original_max_position_embeddings")
+    return int(original)
+
+
+def rope_tables(config, context):
+    """(cos, sin) of the rotary embedding, (context, head width) float32, for HF ``config``
+    (a dict) and a cache of ``context`` positions."""
+    params, kind = _scaling(config)
     partial = params.get("partial_rotary_factor", config.get("partial_rotary_factor"))
     if partial is not None and float(partial) != 1.0:
         raise ArchitectureError("a rotary embedding over part of each head "
@@ -138,12 +164,7 @@ def _longrope(config, params, powers, width, context):
     """LongRoPE within the original context: the frequencies divided by the short
     factors; the attention factor from max_position_embeddings over the original context
     unless given."""
-    original = params.get("original_max_position_embeddings",
-                          config.get("original_max_position_embeddings"))
-    if original is None:
-        raise ArchitectureError("rotary scaling longrope without "
-                                "original_max_position_embeddings")
-    original = int(original)
+    original = _original(config, params)
     _within(context, original, "longrope")
     short = params.get("short_factor")
     if short is None or len(short) != width // 2:
