@@ -669,8 +669,13 @@ MMA_CASES = [(2, 2, 37, 45, 16, 16, True, True, 0),   # blocks cut mid-way; samp
              (2, 1, 150, 140, 64, 128, False, True, 0)]
 
 
-@pytest.mark.parametrize("half", ["float16", "bfloat16"])
-@pytest.mark.parametrize("n,heads,lq,lk,d,dv,causal,masked,offset", MMA_CASES)
+# bfloat16 differs from float16 only in its conversions: the heads of 128, whose emulated
+# builds take longest, run in float16 alone
+MMA_HALF_CASES = [("float16",) + c for c in MMA_CASES] + [
+    ("bfloat16",) + c for c in MMA_CASES if max(c[4], c[5]) < 128]
+
+
+@pytest.mark.parametrize("half,n,heads,lq,lk,d,dv,causal,masked,offset", MMA_HALF_CASES)
 def test_mma_kernels_match_float64(ctx, rng, emulated_mma, half, n, heads, lq, lk, d, dv,
                                    causal, masked, offset):
     dtype, tol_y, tol_dx = HALVES[half]
@@ -1008,8 +1013,7 @@ def test_cache_positions_match_float64(ctx, rng, kernels, n, heads, groups, t, l
         np.testing.assert_allclose(got.to_host(), want, rtol=1e-4, atol=1e-4, err_msg=what)
 
 
-@pytest.mark.parametrize("half", ["float16", "bfloat16"])
-@pytest.mark.parametrize("d", [16, 64])
+@pytest.mark.parametrize("half,d", [("float16", 16), ("float16", 64), ("bfloat16", 16)])
 def test_mma_cache_positions_match_float64(ctx, rng, emulated_mma, half, d):
     """The tensor-core kernels' walks end at the last position a block of rows sees."""
     dtype, tol_y, tol_dx = HALVES[half]
