@@ -968,12 +968,14 @@ def test_split_plan_fills_the_device_and_bad_requests_are_named(ctx):
 
 
 # ----- a key/value cache's positions instead of a mask (the decoders' KVCache)
-def _position_mask(pos, n, heads, groups, t, lk):
+def _position_mask(pos, n, heads, groups, t, lk, window=0):
     """The additive mask of cache positions: row i of sequence n (G groups of T rows) sees
-    the keys j <= pos[n] + i % T; (B, G T, S) float64."""
+    the keys j <= pos[n] + i % T (with a ``window``: the last ``window`` of them); (B, G T,
+    S) float64."""
     i = np.arange(groups * t) % t
-    full = np.where(np.arange(lk)[None, None, :] <= (pos[:, None] + i[None, :])[..., None],
-                    0.0, -np.inf)
+    at = (pos[:, None] + i[None, :])[..., None]
+    j = np.arange(lk)[None, None, :]
+    full = np.where((j <= at) & ((j > at - window) if window else True), 0.0, -np.inf)
     return np.repeat(full, heads, 0)
 
 
@@ -1013,18 +1015,55 @@ def test_cache_positions_match_float64(ctx, rng, kernels, n, heads, groups, t, l
         np.testing.assert_allclose(got.to_host(), want, rtol=1e-4, atol=1e-4, err_msg=what)
 
 
-@pytest.mark.parametrize("half,d", [("float16", 16), ("float16", 64), ("bfloat16", 16)])
-def test_mma_cache_positions_match_float64(ctx, rng, emulated_mma, half, d):
-    """The tensor-core kernels' walks end at the last position a block of rows sees."""
+@pytest.mark.parametrize("kernels", ["rows", "tiles", "gemm", "split"])
+@pytest.mark.parametrize("n,heads,groups,t,lk,pos,window", [
+    (2, 2, 3, 5, 40, [3, 21], 7), (1, 2, 1, 7, 30, [20], 1)])
+def test_a_sliding_window_matches_float64(ctx, rng, kernels, n, heads, groups, t, lk, pos,
+                                          window):
+    """With a window W, a cache's query row sees the W keys that end at its position (W = 1:
+    itself alone), forward and backward, as the same additive mask would let it."""
+    lq, b, d = groups * t, n * heads, 8
+    q, k, v = (rng.standard_normal((b, length, d)) for length in (lq, lk, lk))
+    pos = np.asarray(pos)
+    refs = reference(q, k, v, 1 / np.sqrt(d),
+                     _position_mask(pos, n, heads, groups, t, lk, window))
+    op = AttentionOps(ctx, b, lq, lk, d, d, heads=heads, kernels=kernels, positions=t,
+                      window=window)
+    f = lambda a: dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, np.float32))  # noqa: E731
+    tq, tk, tv = f(q), f(k), f(v)
+    o, stats = dp.Tensor(ctx, (b, lq, d)), dp.Tensor(ctx, op.stats_shape)
+    grads = [dp.Tensor(ctx, a.shape) for a in (q, k, v)]
+    positions = dp.Tensor.from_numpy(ctx, pos.astype(np.int64))
+    launches = op.launches(tq, tk, tv, o, stats, positions=positions)
+    if kernels != "split":  # (the split kernels are a forward)
+        launches += op.backward_launches(tq, tk, tv, o, stats, f(refs[1]), *grads,
+                                         dp.Tensor(ctx, (b, lq)), positions=positions)
+    for launch in launches:
+        launch(ctx.queue)
+    np.testing.assert_allclose(o.to_host(), refs[0], rtol=1e-4, atol=1e-5)
+    if kernels != "split":
+        for got, want, what in zip(grads, refs[2:], ("dq", "dk", "dv")):
+            np.testing.assert_allclose(got.to_host(), want, rtol=1e-4, atol=1e-4, err_msg=what)
+    with pytest.raises(ValueError, match="window must be 0 .none. or a positive number"):
+        AttentionOps(ctx, b, lq, lk, d, d, heads=heads, window=window)  # no positions
+
+
+@pytest.mark.parametrize("half,d,window", [("float16", 16, 0), ("float16", 64, 0),
+                                           ("bfloat16", 16, 0), ("float16", 16, 37)])
+def test_mma_cache_positions_match_float64(ctx, rng, emulated_mma, half, d, window):
+    """The tensor-core kernels' walks end at the last position a block of rows sees (and
+    with a sliding window, mask what lies before it)."""
     dtype, tol_y, tol_dx = HALVES[half]
     n, heads, groups, t, lk = 2, 1, 2, 80, 150
     lq, b = groups * t, n * heads
     q, k, v, g = (stored(rng.standard_normal(s), dtype)
                   for s in ((b, lq, d), (b, lk, d), (b, lk, d), (b, lq, d)))
     pos = np.array([5, 61])
-    p = probabilities(q, k, 1 / np.sqrt(d), _position_mask(pos, n, heads, groups, t, lk))
+    p = probabilities(q, k, 1 / np.sqrt(d),
+                      _position_mask(pos, n, heads, groups, t, lk, window))
     want = [p @ v] + list(gradients(q, k, v, p, 1 / np.sqrt(d), g))
-    op = AttentionOps(ctx, b, lq, lk, d, d, heads=heads, dtype=dtype, positions=t)
+    op = AttentionOps(ctx, b, lq, lk, d, d, heads=heads, dtype=dtype, positions=t,
+                      window=window)
     assert op.kernels == "mma"
     f = lambda a: dp.Tensor.from_numpy(ctx, host(a, dtype))  # noqa: E731
     o, stats = dp.Tensor(ctx, (b, lq, d), dtype), dp.Tensor(ctx, (b, lq, 2))
@@ -1150,3 +1189,8 @@ def test_layer_over_cache_positions(ctx, rng):
         create(ctx, "ScaledDotProductAttention", "att", {"positions": True, "query_groups": 0})
     with pytest.raises(LayerError, match="'positions' must be true/false"):
         create(ctx, "ScaledDotProductAttention", "att", {"positions": 3})
+    for window in (-1, 2.5, True):
+        with pytest.raises(LayerError, match="'window' must be 0 .none. or a positive int"):
+            create(ctx, "ScaledDotProductAttention", "att", {"positions": True, "window": window})
+    with pytest.raises(LayerError, match="with option 'positions'"):
+        create(ctx, "ScaledDotProductAttention", "att", {"window": 4})

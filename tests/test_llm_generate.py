@@ -46,9 +46,13 @@ def _hf_model(kind):
     if kind == "mistral":
         cfg = transformers.MistralConfig(sliding_window=None, **common)
         return transformers.MistralForCausalLM(cfg).eval()
-    if kind == "mistral_window":
+    if kind == "mistral_window":  # every layer's queries see the 24 keys ending at them
         cfg = transformers.MistralConfig(sliding_window=24, **common)
         return transformers.MistralForCausalLM(cfg).eval()
+    if kind == "qwen2_window":  # the window on the second layer only (max_window_layers)
+        cfg = transformers.Qwen2Config(use_sliding_window=True, sliding_window=20,
+                                       max_window_layers=1, **common)
+        return transformers.Qwen2ForCausalLM(cfg).eval()
     if kind == "phi3":
         cfg = transformers.Phi3Config(pad_token_id=None, **common)
         return transformers.Phi3ForCausalLM(cfg).eval()
@@ -80,7 +84,8 @@ def _hf_greedy(model, prompt, steps):
     return tokens, np.stack([s[0].float().numpy() for s in out.logits])
 
 
-@pytest.mark.parametrize("kind", ["llama", "llama3", "qwen2", "mistral", "phi3", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "llama3", "qwen2", "mistral", "phi3", "gpt2",
+                                  "mistral_window", "qwen2_window"])
 def test_every_step_matches_transformers_over_64_tokens(ctx, saved, kind):
     model, folder = saved(kind)
     lm = load(folder, ctx=ctx, context=CONTEXT)
@@ -102,21 +107,6 @@ def test_every_step_matches_transformers_over_64_tokens(ctx, saved, kind):
             break
     else:
         assert result.tokens == want_tokens
-
-
-def test_a_sliding_window_bounds_the_default_context(ctx, saved):
-    """Mistral with a sliding window of 24 positions, loaded without a context: the decoder
-    takes 24 (beyond them transformers' window drops the oldest keys, which dlprim does not
-    build), decodes as transformers within them and stops there; a longer one is refused."""
-    model, folder = saved("mistral_window")
-    lm = load(folder, ctx=ctx)
-    assert lm.context == 24
-    prompt = [3, 17, 42, 8, 64, 5, 11]
-    result = lm.generate([prompt], max_new_tokens=40, eos_ids=[])[0]
-    assert result.finish_reason == "length" and len(prompt) + len(result.tokens) == 24
-    assert result.tokens == _hf_greedy(model, prompt, len(result.tokens))[0]
-    with pytest.raises(ArchitectureError, match="sliding window of 24"):
-        load(folder, ctx=ctx, context=25)
 
 
 def test_prompts_of_different_lengths_in_one_batch_decode_as_alone(ctx, saved):

@@ -335,7 +335,7 @@ class AttentionOps:
 
     def __init__(self, ctx, batch, lq, lk, d, dv, heads=1, causal=False, mask=False, dropout=0.0,
                  kernels=None, layout="nhld", dtype=np.float32, mask_dtype=np.float32,
-                 blocks=None, positions=0, pos_dtype=np.int64):
+                 blocks=None, positions=0, pos_dtype=np.int64, window=0):
         self.ctx = ctx
         self.dtype = _float_type("dtype", dtype)
         self.mask_dtype = _float_type("mask_dtype", mask_dtype)
@@ -362,11 +362,18 @@ class AttentionOps:
         # a key/value cache's positions (``launches``' ``positions``): query row i is the
         # pass's token i % positions, at the cached count of its sequence plus that
         self.positions, self.pos_dtype = self._checked_positions(positions, pos_dtype)
+        # a sliding window (Mistral's): a position's query sees the ``window`` keys that end
+        # at it, not those before (0: every key up to it)
+        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or \
+                window < 0 or (window and not self.positions):
+            raise ValueError("attention: window must be 0 (none) or a positive number of keys, "
+                             "with a cache's positions, got %r" % (window,))
+        self.window = int(window)
         self.cached = False  # the gemm family's one-pass forward (_gemm_setup)
         flags = dict(MASK=self.mask, CAUSAL=self.causal, DROPOUT=self.dropout > 0,
                      LAYOUT=layout, HEADS=self.heads if layout != "nhld" else 0,
                      ACT_T=cl_type(self.dtype), MASK_T=cl_type(self.mask_dtype),
-                     POSITIONS=bool(self.positions),
+                     POSITIONS=bool(self.positions), WINDOW=self.window,
                      POS_T="long" if self.pos_dtype == np.int64 else "int")
         if kernels not in (None, "rows", "tiles", "gemm", "mma", "split"):
             raise ValueError("attention: kernels must be None (the device's choice), 'rows', "

@@ -96,7 +96,7 @@ inline float keep_lane(uint4 r, uint lane, uint threshold, float keep_scale)
 #define KEEP(i, j) 1.0f
 % endif
 
-<% POSITIONS = context.get("POSITIONS", False) %>
+<% POSITIONS = context.get("POSITIONS", False); WINDOW = context.get("WINDOW", 0) %>
 % if POSITIONS:
 // POSITIONS: a key/value cache's (KVCache): batch entry n = bh / pos_heads holds pos[n *
 // pos_step] tokens before this pass, and query row i is the pass's token i % pos_rows
@@ -130,7 +130,8 @@ inline uint key_end(__global const ${POS_T} *pos, ulong pos_offset, uint pos_hea
 % endif
 
 // the score's additive term at (bh, i, j): the mask (stored as MASK_T), -inf past causal
-// and past the cache position
+// and past the cache position, and with WINDOW before the WINDOW keys that end there (a
+// sliding window: the walks still start at key 0, and mask what lies before it)
 inline float score_mask(
 % if MASK:
     __global const ${MASK_T} *mask, ulong mask_offset, ulong ms_n, ulong ms_h, ulong ms_q,
@@ -150,6 +151,10 @@ inline float score_mask(
         return NAN;
     if ((long)j > position)
         return NEG_INF;
+% if WINDOW:
+    if ((long)j <= position - ${WINDOW})
+        return NEG_INF;
+% endif
 % endif
 % if MASK:
     return LD_${MASK_T}(mask, mask_offset + (bh / heads) * ms_n + (bh % heads) * ms_h

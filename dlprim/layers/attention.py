@@ -23,7 +23,8 @@ T = L / G tokens (grouped-query heads: the G query heads of one key/value head),
 is token i % T, at that count plus i % T, and sees the keys at or before it; a count the
 cache cannot take (below 0, or no room for T more) makes the sequence's output NaN, as
 KVCache's mask does. The kernels stop at the last key a block of rows sees and read no
-mask; a new T (``Net.reshape``) needs no new options.
+mask; a new T (``Net.reshape``) needs no new options. With it, option ``window`` W > 0 (a
+sliding window, Mistral's) lets each query see only the W keys that end at its position.
 
 ``dropout`` p drops attention weights in train mode (inside the fused kernels; the mask is
 recomputed in backward from a Philox counter rather than stored). As the Dropout layer,
@@ -46,7 +47,7 @@ from .base import TRAIN, Layer, Setup, TensorSpec, register
 class ScaledDotProductAttention(Layer):
     """Fused attention (Vaswani et al. 2017; online softmax as FlashAttention, Dao 2022)."""
     OPTIONS = {"causal": False, "scale": None, "dropout": 0.0, "seed": 0, "layout": "nhld",
-               "positions": False, "query_groups": 1}
+               "positions": False, "query_groups": 1, "window": 0}
     BACKWARD_READS_INPUTS = True
     BACKWARD_READS_OUTPUTS = True
     NO_GRAD_INPUTS = (3,)  # the mask (packed layout: input 1, set by build)
@@ -73,6 +74,10 @@ class ScaledDotProductAttention(Layer):
         g = o["query_groups"]
         if isinstance(g, bool) or not isinstance(g, int) or g < 1:
             self.fail("option 'query_groups' must be a positive int, got %r" % (g,))
+        w = o["window"]
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0 or (w and not o["positions"]):
+            self.fail("option 'window' must be 0 (none) or a positive int of keys, with option "
+                      "'positions', got %r" % (w,))
         if o["layout"] not in LAYOUTS:
             self.fail("option 'layout' must be one of %s, got %r" % (", ".join(LAYOUTS), o["layout"]))
         self.layout = o["layout"]
@@ -184,7 +189,8 @@ class ScaledDotProductAttention(Layer):
         if self.layout == "packed" or lq % groups:
             self.fail("option 'query_groups' %d must divide the queries' L = %d (G groups of "
                       "T rows), in the nhld or nlhd layout" % (groups, lq))
-        return dict(positions=lq // groups, pos_dtype=extra[0].dtype)
+        return dict(positions=lq // groups, pos_dtype=extra[0].dtype,
+                    window=self.options["window"])
 
     def _mask(self, x):
         if self.options["positions"]:

@@ -75,7 +75,8 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         raise ArchitectureError("%d attention heads are not a multiple of %d key/value heads"
                                 % (heads, kv_heads))
     context = int(context or config["max_position_embeddings"])
-    _check_supported(config, context)
+    _check_supported(config)
+    windows = _windows(config, context)
     if qkv_bias is None:
         qkv_bias = config.get("model_type") == "qwen2" or bool(config.get("attention_bias"))
     out_bias = bool(config.get("attention_bias"))  # (Llama's covers o_proj; Qwen2's q, k, v only)
@@ -120,7 +121,8 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
             q = cfg.add("Reshape", name=p + "q/groups", inputs=[q],
                         options={"dims": [batch, kv_heads, -1, width]})
         a = cfg.add("ScaledDotProductAttention", name=p + "self_attn",
-                    inputs=[q, keys, values, pos], options={"positions": True, "query_groups": group})
+                    inputs=[q, keys, values, pos],
+                    options={"positions": True, "query_groups": group, "window": windows[i]})
         if group > 1:
             a = cfg.add("Reshape", name=p + "self_attn/heads", inputs=[a],
                         options={"dims": [batch, heads, -1, width]})
@@ -141,27 +143,41 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
 
 
 def longest_context(config):
-    """The most positions the decoder follows for HF ``config`` exactly (its sliding
-    window, the trained context of its rotary scaling), or None where any number."""
-    limits = [rope_context(config)]
-    if config.get("use_sliding_window", True) and config.get("sliding_window"):
-        limits.append(int(config["sliding_window"]))
-    limits = [n for n in limits if n]
-    return min(limits) if limits else None
+    """The most positions the decoder follows for HF ``config`` exactly (the trained
+    context of its rotary scaling), or None where any number."""
+    return rope_context(config)
 
 
-def _check_supported(config, context):
+def _windows(config, context):
+    """Each layer's attention window (0: every key up to the query): ``sliding_window`` on
+    the layers ``layer_types`` names "sliding_attention" (Qwen2 without them: from
+    ``max_window_layers`` on; Mistral: every layer), none where ``use_sliding_window`` is
+    false, and none that the context does not pass."""
+    window, layers = config.get("sliding_window"), int(config["num_hidden_layers"])
+    if not window or config.get("use_sliding_window") is False:
+        return [0] * layers
+    types = config.get("layer_types")
+    if types is None:
+        first = int(config.get("max_window_layers") or 0) \
+            if config.get("model_type") == "qwen2" else 0
+        types = ["sliding_attention" if i >= first else "full_attention"
+                 for i in range(layers)]
+    unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
+    if len(types) != layers or unknown:
+        raise ArchitectureError("layer_types %r: one of full_attention or sliding_attention "
+                                "for each of the %d layers" % (types, layers))
+    window = int(window)
+    return [window if kind == "sliding_attention" and window < context else 0
+            for kind in types]
+
+
+def _check_supported(config):
     act = config.get("hidden_act", "silu")
     if act != "silu":
         raise ArchitectureError("the MLP's activation %r is not one dlprim builds for this "
                                 "family (silu)" % act)
     if config.get("mlp_bias"):
         raise ArchitectureError("MLP biases (mlp_bias) are not built yet")
-    window = config.get("sliding_window")
-    if config.get("use_sliding_window", True) and window and context > int(window):
-        raise ArchitectureError("a context of %d positions is beyond the model's sliding "
-                                "window of %d, which dlprim does not build: give a context "
-                                "of at most %d" % (context, window, window))
 
 
 def weights(checkpoint, context=None):
