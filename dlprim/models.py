@@ -589,7 +589,7 @@ def decoder_logits(cfg, x, dim, vocab, params, bias=False, weights="float32", rm
 
 def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, tokens=1,
                 activation="gelu_tanh", head_bias=False, eps=1e-5, per_sample=False,
-                last_only=False, inner=None, weights="float32"):
+                last_only=False, inner=None, weights="float32", scales=None):
     """The decoder of ``gpt`` for generation, a pass at a time over a key/value cache: the
     same blocks (GPT-2's and nanoGPT's parameter names), each attention writing this
     pass's keys and values into a ``KVCache`` of ``context`` positions and attending over
@@ -604,9 +604,12 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
     table, has none: give it ``transformer.wte.weight``'s values as ``lm_head.weight``).
     The caches are parameters too (``transformer.h.<i>.attn.cache.keys`` / ``.values``)
     that no weights file holds: load with ``set_parameters(weights, strict=False)`` and
-    compare the names left out. Inference only."""
+    compare the names left out. ``scales``: each layer's attention scale (default 1 /
+    sqrt(the head width)). Inference only."""
     if dim % heads:
         raise ValueError("gpt_decoder: dim %d is not a multiple of heads %d" % (dim, heads))
+    if scales is not None and len(scales) != layers:
+        raise ValueError("gpt_decoder: %d attention scales for %d layers" % (len(scales), layers))
     width, inner = dim // heads, inner or 4 * dim
     cfg, ids, places, pos = decoder_inputs(batch, tokens, per_sample, last_only)
     emb = token_table(cfg, "transformer.wte", ids, vocab, dim, weights)
@@ -639,7 +642,8 @@ def gpt_decoder(vocab=65, context=64, layers=4, heads=4, dim=128, batch=1, token
             outputs=[p + "attn/q", p + "attn/keys", p + "attn/values"],
             options={"length": context, "layout": "packed", "mask": False})
         a = cfg.add("ScaledDotProductAttention", name=p + "attn",
-                    inputs=[q, keys, values, pos], options={"positions": True})
+                    inputs=[q, keys, values, pos],
+                    options={"positions": True, "scale": None if scales is None else scales[i]})
         a = cfg.add("Transpose", name=p + "attn/merge", inputs=[a], options={"dims": [0, 2, 1, 3]})
         a = cfg.add("Reshape", name=p + "attn/merged", inputs=[a], options={"dims": [-1, dim]})
         x = linear(p + "attn.c_proj", a, dim, dim, residual=x)

@@ -32,6 +32,13 @@ def _hf_model(kind):
                                       n_head=4, initializer_range=0.3, eos_token_id=VOCAB - 1,
                                       bos_token_id=0, attn_implementation="eager")
         return transformers.GPT2LMHeadModel(cfg).eval()
+    if kind in ("gpt2_scales", "gpt2_unscaled"):  # the attention scale's flags
+        flags = (dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True)
+                 if kind == "gpt2_scales" else dict(scale_attn_weights=False))
+        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=32, n_layer=2,
+                                      n_head=4, initializer_range=0.3, eos_token_id=VOCAB - 1,
+                                      bos_token_id=0, attn_implementation="eager", **flags)
+        return transformers.GPT2LMHeadModel(cfg).eval()
     if kind == "llama":
         cfg = transformers.LlamaConfig(tie_word_embeddings=True, rope_theta=500.0, **common)
         return transformers.LlamaForCausalLM(cfg).eval()
@@ -85,7 +92,8 @@ def _hf_greedy(model, prompt, steps):
 
 
 @pytest.mark.parametrize("kind", ["llama", "llama3", "qwen2", "mistral", "phi3", "gpt2",
-                                  "mistral_window", "qwen2_window"])
+                                  "mistral_window", "qwen2_window", "gpt2_scales",
+                                  "gpt2_unscaled"])
 def test_every_step_matches_transformers_over_64_tokens(ctx, saved, kind):
     model, folder = saved(kind)
     lm = load(folder, ctx=ctx, context=CONTEXT)

@@ -2,6 +2,8 @@
 config's names mapped to the builder's, and the weights to its parameters (Conv1D's
 (in, out) weights transposed to InnerProduct's (out, in); the head tied to the token
 table)."""
+import math
+
 import numpy as np
 
 from ..models import gpt_decoder
@@ -25,12 +27,13 @@ def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only
     if act not in _ACTIVATIONS:
         raise ArchitectureError("GPT-2 with activation %r is not built (known: %s)"
                                 % (act, ", ".join(sorted(_ACTIVATIONS))))
-    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
-        if config.get(flag):
-            raise ArchitectureError("GPT-2 with %s is not built yet" % flag)
-    if not config.get("scale_attn_weights", True):
-        raise ArchitectureError("GPT-2 without the 1 / sqrt(d) attention scale "
-                                "(scale_attn_weights false) is not built yet")
+    # the attention's scale: 1 / sqrt(d) (none without scale_attn_weights), over layer
+    # i + 1 with scale_attn_by_inverse_layer_idx. (reorder_and_upcast_attn's float32
+    # scores are what the kernels compute whatever the storage.)
+    layers, width = config["n_layer"], config["n_embd"] // config["n_head"]
+    base = 1.0 / math.sqrt(width) if config.get("scale_attn_weights", True) else 1.0
+    inverse = bool(config.get("scale_attn_by_inverse_layer_idx"))
+    scales = [base / (i + 1) if inverse else base for i in range(layers)]
     positions = int(config.get("n_positions", 1024))
     context = int(context or positions)
     if context > positions:
@@ -41,7 +44,7 @@ def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only
                       activation=_ACTIVATIONS[act],
                       eps=float(config.get("layer_norm_epsilon", 1e-5)),
                       per_sample=per_sample, last_only=last_only,
-                      inner=config.get("n_inner"), weights=weights)
+                      inner=config.get("n_inner"), weights=weights, scales=scales)
     return cfg, {}
 
 
