@@ -42,6 +42,14 @@ def _hf_model(kind):
     if kind == "llama":
         cfg = transformers.LlamaConfig(tie_word_embeddings=True, rope_theta=500.0, **common)
         return transformers.LlamaForCausalLM(cfg).eval()
+    if kind == "llama_biases":  # attention_bias (q, k, v and o) and mlp_bias, not zeros
+        cfg = transformers.LlamaConfig(attention_bias=True, mlp_bias=True, **common)
+        model = transformers.LlamaForCausalLM(cfg).eval()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith(".bias"):
+                    p.normal_(0.0, 0.3)
+        return model
     if kind == "llama3":
         cfg = transformers.LlamaConfig(rope_scaling={
             "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -92,7 +100,7 @@ def _hf_greedy(model, prompt, steps):
 
 
 @pytest.mark.parametrize("kind", ["llama", "llama3", "qwen2", "mistral", "phi3", "gpt2",
-                                  "mistral_window", "qwen2_window", "gpt2_scales",
+                                  "mistral_window", "qwen2_window", "gpt2_scales", "llama_biases",
                                   "gpt2_unscaled"])
 def test_every_step_matches_transformers_over_64_tokens(ctx, saved, kind):
     model, folder = saved(kind)

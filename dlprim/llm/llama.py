@@ -79,6 +79,7 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     windows = _windows(config, context)
     if qkv_bias is None:
         qkv_bias = config.get("model_type") == "qwen2" or bool(config.get("attention_bias"))
+    mlp_bias = bool(config.get("mlp_bias"))  # (Llama's option: gate, up and down)
     out_bias = bool(config.get("attention_bias"))  # (Llama's covers o_proj; Qwen2's q, k, v only)
     eps = float(config.get("rms_norm_eps", 1e-6))
     vocab, inner = config["vocab_size"], config["intermediate_size"]
@@ -133,9 +134,10 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         x = linear(p + "self_attn.o_proj", a, heads * width, hidden, out_bias, residual=x)
         # silu(gate(x)) * up(x) of the RMSNorm of x: one gated InnerProduct (a decoder's
         # step streams both weights in one launch)
-        m = linear(p + "mlp.gate_proj", x, hidden, inner, norm=p + "post_attention_layernorm",
+        m = linear(p + "mlp.gate_proj", x, hidden, inner, mlp_bias,
+                   norm=p + "post_attention_layernorm",
                    activation="silu", pair=p + "mlp.up_proj")
-        x = linear(p + "mlp.down_proj", m, inner, hidden, residual=x)
+        x = linear(p + "mlp.down_proj", m, inner, hidden, mlp_bias, residual=x)
     decoder_logits(cfg, x, hidden, vocab, linear_params("lm_head", False, weights),
                    weights=weights, rms_norm=("model.norm", eps))
     cos, sin = rope_tables(config, context)
@@ -176,8 +178,6 @@ def _check_supported(config):
     if act != "silu":
         raise ArchitectureError("the MLP's activation %r is not one dlprim builds for this "
                                 "family (silu)" % act)
-    if config.get("mlp_bias"):
-        raise ArchitectureError("MLP biases (mlp_bias) are not built yet")
 
 
 def weights(checkpoint, context=None):
