@@ -32,9 +32,10 @@ def _hf_model(kind):
                                       n_head=4, initializer_range=0.3, eos_token_id=VOCAB - 1,
                                       bos_token_id=0, attn_implementation="eager")
         return transformers.GPT2LMHeadModel(cfg).eval()
-    if kind in ("gpt2_scales", "gpt2_unscaled"):  # the attention scale's flags
+    if kind in ("gpt2_scales", "gpt2_unscaled"):  # the attention scale's flags (and ReLU)
         flags = (dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True)
-                 if kind == "gpt2_scales" else dict(scale_attn_weights=False))
+                 if kind == "gpt2_scales" else dict(scale_attn_weights=False,
+                                                    activation_function="relu"))
         cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=32, n_layer=2,
                                       n_head=4, initializer_range=0.3, eos_token_id=VOCAB - 1,
                                       bos_token_id=0, attn_implementation="eager", **flags)
@@ -42,8 +43,9 @@ def _hf_model(kind):
     if kind == "llama":
         cfg = transformers.LlamaConfig(tie_word_embeddings=True, rope_theta=500.0, **common)
         return transformers.LlamaForCausalLM(cfg).eval()
-    if kind == "llama_biases":  # attention_bias (q, k, v and o) and mlp_bias, not zeros
-        cfg = transformers.LlamaConfig(attention_bias=True, mlp_bias=True, **common)
+    if kind == "llama_biases":  # attention_bias (q, k, v, o), mlp_bias (not zeros), a GELU
+        cfg = transformers.LlamaConfig(attention_bias=True, mlp_bias=True,
+                                       hidden_act="gelu_pytorch_tanh", **common)
         model = transformers.LlamaForCausalLM(cfg).eval()
         with torch.no_grad():
             for name, p in model.named_parameters():

@@ -89,6 +89,12 @@ def test_rotary_scalings_not_built_yet_are_named():
     for kind in ("longrope", "dynamic"):
         with pytest.raises(ArchitectureError, match="at most %d" % CONTEXT):
             llama.decoder(_model(kind).config.to_dict(), context=CONTEXT + 1)
+    config = _model("llama").config.to_dict()
+    with pytest.raises(ArchitectureError, match="activation 'quick_gelu'"):
+        llama.decoder(dict(config, hidden_act="quick_gelu"), context=CONTEXT)
+    with pytest.raises(ArchitectureError, match="layer_types .* for each of the 2 layers"):
+        llama.decoder(dict(config, sliding_window=4, layer_types=["chunked_attention"] * 2),
+                      context=CONTEXT)
     config = _model("longrope").config.to_dict()
     config["rope_parameters"]["short_factor"] = [1.0] * 3
     with pytest.raises(ArchitectureError, match="short_factor must have 4 numbers"):

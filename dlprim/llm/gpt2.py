@@ -11,7 +11,10 @@ from .checkpoint import ArchitectureError, as_float32
 
 __all__ = ["decoder", "longest_context", "weights"]
 
-_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+# transformers' activation names (ACT2FN) -> the product's epilogue
+_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+                "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh",
+                "sigmoid": "sigmoid"}
 
 
 def longest_context(config):

@@ -75,7 +75,7 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         raise ArchitectureError("%d attention heads are not a multiple of %d key/value heads"
                                 % (heads, kv_heads))
     context = int(context or config["max_position_embeddings"])
-    _check_supported(config)
+    activation = _activation(config)
     windows = _windows(config, context)
     if qkv_bias is None:
         qkv_bias = config.get("model_type") == "qwen2" or bool(config.get("attention_bias"))
@@ -136,7 +136,7 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         # step streams both weights in one launch)
         m = linear(p + "mlp.gate_proj", x, hidden, inner, mlp_bias,
                    norm=p + "post_attention_layernorm",
-                   activation="silu", pair=p + "mlp.up_proj")
+                   activation=activation, pair=p + "mlp.up_proj")
         x = linear(p + "mlp.down_proj", m, inner, hidden, mlp_bias, residual=x)
     decoder_logits(cfg, x, hidden, vocab, linear_params("lm_head", False, weights),
                    weights=weights, rms_norm=("model.norm", eps))
@@ -173,11 +173,18 @@ def _windows(config, context):
             for kind in types]
 
 
-def _check_supported(config):
+# transformers' activation names (ACT2FN) -> the product's epilogue: the gate's of the MLP
+MLP_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
+                   "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "relu": "relu",
+                   "tanh": "tanh", "sigmoid": "sigmoid"}
+
+
+def _activation(config):
     act = config.get("hidden_act", "silu")
-    if act != "silu":
+    if act not in MLP_ACTIVATIONS:
         raise ArchitectureError("the MLP's activation %r is not one dlprim builds for this "
-                                "family (silu)" % act)
+                                "family (%s)" % (act, ", ".join(sorted(MLP_ACTIVATIONS))))
+    return MLP_ACTIVATIONS[act]
 
 
 def weights(checkpoint, context=None):
