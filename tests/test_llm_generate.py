@@ -73,6 +73,9 @@ def _hf_model(kind):
     if kind == "phi3":
         cfg = transformers.Phi3Config(pad_token_id=None, **common)
         return transformers.Phi3ForCausalLM(cfg).eval()
+    if kind == "phi3_window":  # Phi-3 mini 4k's kind: a window one short of its context
+        cfg = transformers.Phi3Config(pad_token_id=None, sliding_window=31, **common)
+        return transformers.Phi3ForCausalLM(cfg).eval()
     raise ValueError(kind)
 
 
@@ -102,7 +105,8 @@ def _hf_greedy(model, prompt, steps):
 
 
 @pytest.mark.parametrize("kind", ["llama", "llama3", "qwen2", "mistral", "phi3", "gpt2",
-                                  "mistral_window", "qwen2_window", "gpt2_scales", "llama_biases",
+                                  "mistral_window", "qwen2_window", "phi3_window",
+                                  "gpt2_scales", "llama_biases",
                                   "gpt2_unscaled"])
 def test_every_step_matches_transformers_over_64_tokens(ctx, saved, kind):
     model, folder = saved(kind)
