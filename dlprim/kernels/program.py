@@ -24,8 +24,8 @@ from ..tensor import Tensor
 from . import build_ahead
 from .build_worker import SM90A, TargetError, build, sm90a_ptx  # noqa: F401 (sm90a_ptx: tests)
 
-__all__ = ["get", "prefetch", "building_ahead", "render", "KernelBuildError", "Launch", "Recording", "enqueue_now",
-           "expand_args", "stats", "build_seconds"]
+__all__ = ["get", "prefetch", "building_ahead", "render", "KernelBuildError", "Launch",
+           "Recording", "enqueue_now", "expand_args", "stats", "build_seconds"]
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 _lookup = TemplateLookup(directories=[KERNEL_DIR], strict_undefined=True)
