@@ -32,13 +32,13 @@ def _hf_model(kind):
                                       n_head=4, initializer_range=0.3, eos_token_id=VOCAB - 1,
                                       bos_token_id=0, attn_implementation="eager")
         return transformers.GPT2LMHeadModel(cfg).eval()
-    if kind in ("gpt2_scales", "gpt2_unscaled"):  # the attention scale's flags (and ReLU)
-        flags = (dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True)
-                 if kind == "gpt2_scales" else dict(scale_attn_weights=False,
-                                                    activation_function="relu"))
+    if kind == "gpt2_flags":  # the attention scale's flags (scale 1 / (layer + 1)), a ReLU
         cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=32, n_layer=2,
                                       n_head=4, initializer_range=0.3, eos_token_id=VOCAB - 1,
-                                      bos_token_id=0, attn_implementation="eager", **flags)
+                                      bos_token_id=0, attn_implementation="eager",
+                                      scale_attn_weights=False, reorder_and_upcast_attn=True,
+                                      scale_attn_by_inverse_layer_idx=True,
+                                      activation_function="relu")
         return transformers.GPT2LMHeadModel(cfg).eval()
     if kind == "llama":
         cfg = transformers.LlamaConfig(tie_word_embeddings=True, rope_theta=500.0, **common)
@@ -67,14 +67,14 @@ def _hf_model(kind):
         cfg = transformers.MistralConfig(sliding_window=24, **common)
         return transformers.MistralForCausalLM(cfg).eval()
     if kind == "qwen2_window":  # the window on the second layer only (max_window_layers)
-        cfg = transformers.Qwen2Config(use_sliding_window=True, sliding_window=20,
+        cfg = transformers.Qwen2Config(use_sliding_window=True, sliding_window=24,
                                        max_window_layers=1, **common)
         return transformers.Qwen2ForCausalLM(cfg).eval()
     if kind == "phi3":
         cfg = transformers.Phi3Config(pad_token_id=None, **common)
         return transformers.Phi3ForCausalLM(cfg).eval()
-    if kind == "phi3_window":  # Phi-3 mini 4k's kind: a window one short of its context
-        cfg = transformers.Phi3Config(pad_token_id=None, sliding_window=31, **common)
+    if kind == "phi3_window":  # (Phi-3 mini 4k's window is one short of its context)
+        cfg = transformers.Phi3Config(pad_token_id=None, sliding_window=24, **common)
         return transformers.Phi3ForCausalLM(cfg).eval()
     raise ValueError(kind)
 
@@ -106,8 +106,7 @@ def _hf_greedy(model, prompt, steps):
 
 @pytest.mark.parametrize("kind", ["llama", "llama3", "qwen2", "mistral", "phi3", "gpt2",
                                   "mistral_window", "qwen2_window", "phi3_window",
-                                  "gpt2_scales", "llama_biases",
-                                  "gpt2_unscaled"])
+                                  "gpt2_flags", "llama_biases"])
 def test_every_step_matches_transformers_over_64_tokens(ctx, saved, kind):
     model, folder = saved(kind)
     lm = load(folder, ctx=ctx, context=CONTEXT)
