@@ -12,7 +12,7 @@ waits for every request and stops the workers, so their contexts are gone before
 allocates its memory.
 
 A warm start needs no workers (each build takes the caches' path in tens of
-milliseconds, less than a worker takes to start): every program built inside the block
+milliseconds, less than a worker takes to start): every program a worker builds
 leaves a mark (an empty file named by a hash of its source, options and driver, under
 dlprim's cache folder), and a program with a mark is built in this process at once.
 
@@ -102,10 +102,10 @@ class AheadBuilds:
         return os.path.join(self._marks, digest)
 
     def built_before(self, source, options):
-        """Whether a program of this source was built inside a block before (its mark)."""
+        """Whether a worker built a program of this source before (its mark)."""
         return os.path.exists(self._mark(source, options))
 
-    def remember(self, source, options):
+    def _remember(self, source, options):
         """Mark this source as built (a later start finds it in the caches)."""
         try:
             os.makedirs(self._marks, exist_ok=True)
@@ -164,7 +164,7 @@ class AheadBuilds:
                     worker.wait()
                     worker = None
             if ok:  # marked now: the Net may build it again only after the block
-                self.remember(source, options)
+                self._remember(source, options)
             with self._lock:
                 self.counts["built" if ok else "failed"] += 1
             done.set()

@@ -135,9 +135,6 @@ def _build_kept(ctx, name, params, key, source, start):
     except (cl.RuntimeError, TargetError) as err:  # build failures: RuntimeError subclasses
         log = str(err)
         raise KernelBuildError(name, ctx.name, params, source, log) from None
-    pool = _ahead.get(id(ctx))
-    if pool is not None:
-        pool.remember(source, OPTIONS)
     spent = build_seconds.setdefault(name, [0, 0.0])
     spent[0] += 1
     spent[1] += time.perf_counter() - start

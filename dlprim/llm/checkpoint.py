@@ -22,7 +22,8 @@ from ..dtypes import bfloat16, bfloat16_values
 from ..errors import Error, FileFormatError, MissingFileError
 from ..net.safetensors import load_safetensors
 
-__all__ = ["Checkpoint", "ArchitectureError", "ARCHITECTURES", "as_float32"]
+__all__ = ["Checkpoint", "ArchitectureError", "ARCHITECTURES", "ACTIVATIONS", "activation",
+           "as_float32"]
 
 # HuggingFace's class name (config.json "architectures") -> dlprim's name for the family
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
@@ -31,6 +32,10 @@ ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
 _MODEL_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "phi3": "phi3",
                 "gpt2": "gpt2"}
 
+# transformers' activation names (ACT2FN) -> the InnerProduct epilogue that computes them
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
+               "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "relu": "relu",
+               "tanh": "tanh", "sigmoid": "sigmoid"}
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 
@@ -101,6 +106,15 @@ class Checkpoint:
             raise FileFormatError("%s: %s has no tensor '%s', which %s places there"
                                   % (self.folder, shard, name, INDEX))
         return arrays[name]
+
+
+def activation(name, what):
+    """The epilogue of transformers' activation ``name`` (``what`` uses it: the error's
+    subject), an ArchitectureError naming the known ones for any other."""
+    if name not in ACTIVATIONS:
+        raise ArchitectureError("%s's activation %r is not one dlprim builds (known: %s)"
+                                % (what, name, ", ".join(sorted(ACTIVATIONS))))
+    return ACTIVATIONS[name]
 
 
 def as_float32(array):

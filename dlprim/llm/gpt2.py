@@ -7,15 +7,9 @@ import math
 import numpy as np
 
 from ..models import gpt_decoder
-from .checkpoint import ArchitectureError, as_float32
+from .checkpoint import ArchitectureError, activation, as_float32
 
 __all__ = ["decoder", "longest_context", "weights"]
-
-# transformers' activation names (ACT2FN) -> the product's epilogue
-_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-                "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh",
-                "sigmoid": "sigmoid"}
-
 
 def longest_context(config):
     """The most positions GPT-2's decoder takes: its position table's rows."""
@@ -26,10 +20,7 @@ def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only
             weights="float32"):
     """(NetConfig, {}) of GPT-2's decoder for HF ``config`` (a dict) over a key/value
     cache of ``context`` positions (default and at most ``n_positions``)."""
-    act = config.get("activation_function", "gelu_new")
-    if act not in _ACTIVATIONS:
-        raise ArchitectureError("GPT-2 with activation %r is not built (known: %s)"
-                                % (act, ", ".join(sorted(_ACTIVATIONS))))
+    act = activation(config.get("activation_function", "gelu_new"), "GPT-2's MLP")
     # the attention's scale: 1 / sqrt(d) (none without scale_attn_weights), over layer
     # i + 1 with scale_attn_by_inverse_layer_idx. (reorder_and_upcast_attn's float32
     # scores are what the kernels compute whatever the storage.)
@@ -37,14 +28,14 @@ def decoder(config, batch=1, tokens=1, context=None, per_sample=False, last_only
     base = 1.0 / math.sqrt(width) if config.get("scale_attn_weights", True) else 1.0
     inverse = bool(config.get("scale_attn_by_inverse_layer_idx"))
     scales = [base / (i + 1) if inverse else base for i in range(layers)]
-    positions = int(config.get("n_positions", 1024))
+    positions = longest_context(config)
     context = int(context or positions)
     if context > positions:
         raise ArchitectureError("a context of %d positions is beyond GPT-2's position table "
                                 "of %d (n_positions)" % (context, positions))
     cfg = gpt_decoder(vocab=config["vocab_size"], context=context, layers=config["n_layer"],
                       heads=config["n_head"], dim=config["n_embd"], batch=batch, tokens=tokens,
-                      activation=_ACTIVATIONS[act],
+                      activation=act,
                       eps=float(config.get("layer_norm_epsilon", 1e-5)),
                       per_sample=per_sample, last_only=last_only,
                       inner=config.get("n_inner"), weights=weights, scales=scales)

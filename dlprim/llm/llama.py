@@ -22,7 +22,8 @@ import numpy as np
 from ..models import decoder_inputs, decoder_logits, linear_params, row_linear, token_table
 from ..errors import FileFormatError
 from .checkpoint import ArchitectureError, as_float32
-from .rope import longest_context as rope_context, rope_tables
+from .checkpoint import activation as hf_activation
+from .rope import longest_context, rope_tables
 
 __all__ = ["decoder", "decoder_names", "longest_context", "rope_tables", "weights"]
 
@@ -75,7 +76,7 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
         raise ArchitectureError("%d attention heads are not a multiple of %d key/value heads"
                                 % (heads, kv_heads))
     context = int(context or config["max_position_embeddings"])
-    activation = _activation(config)
+    activation = hf_activation(config.get("hidden_act", "silu"), "the MLP")
     windows = _windows(config, context)
     if qkv_bias is None:
         qkv_bias = config.get("model_type") == "qwen2" or bool(config.get("attention_bias"))
@@ -144,12 +145,6 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     return cfg, {"rope.cos": cos, "rope.sin": sin}
 
 
-def longest_context(config):
-    """The most positions the decoder follows for HF ``config`` exactly (the trained
-    context of its rotary scaling), or None where any number."""
-    return rope_context(config)
-
-
 def _windows(config, context):
     """Each layer's attention window (0: every key up to the query): ``sliding_window`` on
     the layers ``layer_types`` names "sliding_attention" (Qwen2 without them: from
@@ -171,20 +166,6 @@ def _windows(config, context):
     window = int(window)
     return [window if kind == "sliding_attention" and window < context else 0
             for kind in types]
-
-
-# transformers' activation names (ACT2FN) -> the product's epilogue: the gate's of the MLP
-MLP_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
-                   "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "relu": "relu",
-                   "tanh": "tanh", "sigmoid": "sigmoid"}
-
-
-def _activation(config):
-    act = config.get("hidden_act", "silu")
-    if act not in MLP_ACTIVATIONS:
-        raise ArchitectureError("the MLP's activation %r is not one dlprim builds for this "
-                                "family (%s)" % (act, ", ".join(sorted(MLP_ACTIVATIONS))))
-    return MLP_ACTIVATIONS[act]
 
 
 def weights(checkpoint, context=None):

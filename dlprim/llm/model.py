@@ -44,7 +44,7 @@ def load(folder, **kw):
 class LanguageModel:
     """A HF model folder on a device: ``ctx`` (default: dlprim's choice), ``context``
     (positions per sequence; default the model's, at most DEFAULT_CONTEXT and what the
-    decoder follows exactly: a sliding window, a rotary scaling's trained context), ``batch``
+    decoder follows exactly: a rotary scaling's trained context), ``batch``
     (sequences decoded together), ``precision`` ("fp32", "fp16" or "bf16": the storage of
     the activations and of the Linears' weights; norms, softmax and sums stay float32),
     ``quantize`` ("int8": the Linears' weights as int8 with a float32 scale per output
@@ -60,7 +60,7 @@ class LanguageModel:
             raise ArchitectureError("%s: dlprim reads %s checkpoints but does not build their "
                                     "decoder yet" % (ckpt.folder, self.architecture))
         # by default the model's positions, within what the decoder follows exactly (a
-        # sliding window, a rotary scaling's trained context) and DEFAULT_CONTEXT
+        # rotary scaling's trained context) and DEFAULT_CONTEXT
         limits = (_positions(self.config), DEFAULT_CONTEXT, family.longest_context(self.config))
         self.context = int(context or min(n for n in limits if n))
         self.ctx = ctx if ctx is not None else Context()

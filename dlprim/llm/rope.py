@@ -80,15 +80,19 @@ def rope_tables(config, context):
     elif kind == "yarn":
         inv, scale = _yarn(config, params, powers, width, theta)
     elif kind == "longrope":
-        inv, scale = _longrope(config, params, powers, width, context)
-    elif kind == "dynamic":
-        _within(context, int(config["max_position_embeddings"]), kind)
+        inv, scale = _longrope(config, params, powers, width)
+    limit = longest_context(config)  # (dynamic's frequencies within it are the unscaled ones)
+    if limit is not None and context > limit:
+        raise ArchitectureError(
+            "a context of %d positions is beyond the %d the rotary scaling %r was trained "
+            "at; beyond it, transformers changes every position's frequencies with the "
+            "sequence's length, which a planned decode does not follow: give a context of "
+            "at most %d" % (context, limit, kind, limit))
     freqs = np.outer(np.arange(context, dtype=np.float32), inv).astype(np.float32)
     angles = np.concatenate([freqs, freqs], axis=1)
     cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-    if scale != 1.0:
-        cos, sin = (cos * np.float32(scale)).astype(np.float32), (sin * np.float32(scale)
-                                                                  ).astype(np.float32)
+    cos *= np.float32(scale)  # (yarn's and longrope's attention factor; else 1)
+    sin *= np.float32(scale)
     sin[:, :width // 2] *= -1
     return cos, sin
 
@@ -98,15 +102,6 @@ def _number(params, key, kind):
         return float(params[key])
     except KeyError:
         raise ArchitectureError("rotary scaling %s without %s" % (kind, key)) from None
-
-
-def _within(context, original, kind):
-    if context > original:
-        raise ArchitectureError(
-            "a context of %d positions is beyond the %d the rotary scaling %r was trained "
-            "at; beyond it, transformers changes every position's frequencies with the "
-            "sequence's length, which a planned decode does not follow: give a context of "
-            "at most %d" % (context, original, kind, original))
 
 
 def _llama3_frequencies(inv, params):
@@ -160,12 +155,11 @@ def _yarn(config, params, powers, width, theta):
     return inv.astype(np.float32), float(attention)
 
 
-def _longrope(config, params, powers, width, context):
+def _longrope(config, params, powers, width):
     """LongRoPE within the original context: the frequencies divided by the short
     factors; the attention factor from max_position_embeddings over the original context
     unless given."""
     original = _original(config, params)
-    _within(context, original, "longrope")
     short = params.get("short_factor")
     if short is None or len(short) != width // 2:
         raise ArchitectureError("rotary scaling longrope: short_factor must have %d numbers "
