@@ -129,9 +129,13 @@ def mma_blocks(d, dv):
 # forward and dq; BQ: queries of dkdv)
 # (measured on an H200 at B = 32 rows of 4096, each pass over 1-3 warpgroups and the
 # other side's 32-192 rows, causal and not: docs/benchmarks.md)
-WGMMA_BLOCKS = {64: {"forward": dict(WARPGROUPS=1, BK=128), "dq": dict(WARPGROUPS=1, BK=128),
-                     "dkdv": dict(WARPGROUPS=1, BQ=128)},
-                128: {"forward": dict(WARPGROUPS=2, BK=128), "dq": dict(WARPGROUPS=2, BK=64),
+# OVERLAP: the forward's scores of one key block issued beside the previous one's P V
+# (at D = 64 it takes 198 registers a work-item against 168, two work-groups a compute
+# unit instead of three, and was slower: docs/benchmarks.md)
+WGMMA_BLOCKS = {64: {"forward": dict(WARPGROUPS=1, BK=128),
+                     "dq": dict(WARPGROUPS=1, BK=128), "dkdv": dict(WARPGROUPS=1, BQ=128)},
+                128: {"forward": dict(WARPGROUPS=2, BK=128, OVERLAP=1),
+                      "dq": dict(WARPGROUPS=2, BK=64),
                       "dkdv": dict(WARPGROUPS=2, BQ=64)}}
 
 
@@ -626,7 +630,7 @@ class AttentionOps:
             n = wg["WARPGROUPS"]
             b = dict(WARPS=4 * n, MW=1, BQ=64 * n, BK=64 * n)
             b.update((k, v) for k, v in wg.items() if k in ("BQ", "BK"))
-            form = dict(WGMMA=n)
+            form = dict(WGMMA=n, OVERLAP=wg.get("OVERLAP", 0))
         key = (pass_, aligned)
         if key not in self.programs:
             self.programs[key] = program.get(self.ctx, "attention_mma", PASS=pass_,

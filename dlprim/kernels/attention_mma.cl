@@ -32,10 +32,13 @@
 // warpgroup's four warps share one read of them where each warp's ldmatrix read all of
 // them; the own rows' fragments and the weights stay registers (wgmma's A from
 // registers, the warp form's fragments tile for tile).
+// OVERLAP (the warpgroup form's forward): each key block's scores issued beside the
+// previous block's P V, the softmax running while the tensor cores multiply.
 <%include file="attention.h"/>
 <%
 EMULATE = context.get("MMA_EMULATE", False)
 WGMMA = context.get("WGMMA", 0)
+OVERLAP = context.get("OVERLAP", 0)  # (forward, WGMMA)
 UNROLL = "#pragma unroll 1" if EMULATE else "#pragma unroll"
 NT = 32 * WARPS
 LDD, LDV = D + 8, DV + 8
@@ -199,11 +202,17 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
 % if WGMMA:
     WG_COMMIT();
     WG_WAIT(0);
-    % for name, n in (accs if not EMULATE else ()):
+    ${touched(accs)}
+% endif
+</%def>
+
+## after a wait for products: every later read of their accumulators (accs: (name, N))
+## follows it (see products_done)
+<%def name="touched(accs)">
+% for name, n in (accs if not EMULATE else ()):
 <% operands = ", ".join('"+f"(%s[0][%d][%d])' % (name, i // 4, i % 4) for i in range(n // 2)) %>
     asm volatile("" : ${operands} :: "memory");
-    % endfor
-% endif
+% endfor
 </%def>
 
 ## the warp's fragments of its MW tiles of rows from a staged block, W wide
@@ -243,12 +252,7 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
 ## its last query; in the caller's body kc and vc are the current stage's blocks and s
 ## the scores' products Q K^T (qf: the warp's query fragments); blocks as walk's
 <%def name="key_walk(blocks, done=True)">
-% if CAUSAL:
-    const uint jcausal = min(lk, i0 + ${BQ});  // key j > query i is out
-% else:
-    const uint jcausal = lk;
-% endif
-    const uint jend = min(jcausal, KEY_END(i0, min(i0 + ${BQ}, lq) - 1));  // (cache positions)
+    ${key_end()}
     <%self:walk x0="j0" start="0" end="jend" B="${BK}" blocks="${blocks}" published="${PUBLISHED}">
         __local ushort *kc = ks + cur * ${BK * SLD}, *vc = vs + cur * ${BK * SLV};
         ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
@@ -257,6 +261,16 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
         % endif
         ${caller.body()}
     </%self:walk>
+</%def>
+
+## jend: the end of the keys the query block from i0 sees
+<%def name="key_end()">
+% if CAUSAL:
+    const uint jcausal = min(lk, i0 + ${BQ});  // key j > query i is out
+% else:
+    const uint jcausal = lk;
+% endif
+    const uint jend = min(jcausal, KEY_END(i0, min(i0 + ${BQ}, lq) - 1));  // (cache positions)
 </%def>
 
 ## the work-group's own block (fetched by ``fetches``) waited for and published
@@ -344,18 +358,22 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
 
 
 <%
-def kv(stage, x):  # fetches of the key and value blocks at row x into a stage
-    return (capture(fetch, "ks + %s * %d" % (stage, BK * SLD), LDD, "k", x, "lk", BK, D,
-                    "IN_ROW(%d)" % D, stage_at(BK))
-            + capture(fetch, "vs + %s * %d" % (stage, BK * SLV), LDV, "v", x, "lk", BK, DV,
-                      "IN_ROW(%d)" % DV, stage_at(BK)))
+def key_block(stage, x):  # the fetches of the key block at row x into a stage
+    return capture(fetch, "ks + %s * %d" % (stage, BK * SLD), LDD, "k", x, "lk", BK, D,
+                   "IN_ROW(%d)" % D, stage_at(BK))
+def value_block(stage, x):
+    return capture(fetch, "vs + %s * %d" % (stage, BK * SLV), LDV, "v", x, "lk", BK, DV,
+                   "IN_ROW(%d)" % DV, stage_at(BK))
+def kv(stage, x):  # both
+    return key_block(stage, x) + value_block(stage, x)
 %>
 
 % if PASS == "forward":
 ## the forward's online softmax of the block of keys from j0 whose products are in s: the
 ## scores, the rows' new maxima m and sums l, acc rescaled, s the weights p (times the
-## dropout factors)
-<%def name="online_softmax()">
+## dropout factors). ``later``: acc's factors left in that array (float[R]) instead, for
+## products into acc still in flight
+<%def name="online_softmax(later=None)">
         float mx[${R}];
         ${UNROLL}
         for (int r = 0; r < ${R}; r++) {
@@ -382,11 +400,11 @@ def kv(stage, x):  # fetches of the key and value blocks at row x into a stage
             m[r] = mn;
             mf[r] = FINITE_MAX(mn);
             l[r] *= f;
-            ${UNROLL}
-            for (int n = 0; n < ${DV // 8}; n++) {
-                acc[r / 2][n][2 * (r & 1)] *= f;
-                acc[r / 2][n][2 * (r & 1) + 1] *= f;
-            }
+% if later:
+            ${later}[r] = f;
+% else:
+            ${rescaled("acc", "r", "f")}
+% endif
         }
         ${UNROLL}
         for (int r = 0; r < ${R}; r++) {
@@ -403,6 +421,107 @@ def kv(stage, x):  # fetches of the key and value blocks at row x into a stage
             }
         }
 </%def>
+
+## the output sums of the lane's row r times f
+<%def name="rescaled(acc, r, f)">
+            ${UNROLL}
+            for (int n = 0; n < ${DV // 8}; n++) {
+                ${acc}[${r} / 2][n][2 * (${r} & 1)] *= ${f};
+                ${acc}[${r} / 2][n][2 * (${r} & 1) + 1] *= ${f};
+            }
+</%def>
+
+% if WGMMA:
+## the weights in s (the warpgroup's 64 rows by BK keys, accumulator-shaped) packed into
+## A fragments pf[BK / 16][4], one per 16 keys
+<%def name="packed_weights()">
+    ${UNROLL}
+    for (int c = 0; c < ${BK // 16}; c++) {
+        pf[c][0] = ${PACK}(s[0][2 * c][0], s[0][2 * c][1]);
+        pf[c][1] = ${PACK}(s[0][2 * c][2], s[0][2 * c][3]);
+        pf[c][2] = ${PACK}(s[0][2 * c + 1][0], s[0][2 * c + 1][1]);
+        pf[c][3] = ${PACK}(s[0][2 * c + 1][2], s[0][2 * c + 1][3]);
+    }
+</%def>
+
+## acc += the packed weights pf times the value block staged at vp, issued (after a fence)
+<%def name="weights_products()">
+    % for c in range(BK // 16):
+    {
+${wg_products("acc", DV, "pf[%d]" % c, mn_major("vp", c, BK), 1)}
+    }
+    % endfor
+</%def>
+
+## The forward's walk with each key block's scores issued beside the previous block's
+## P V, so that the softmax of one block runs while the tensor cores multiply the other
+## (a warpgroup waited for its scores, ran the softmax, then waited for P V; only other
+## work-groups filled the gaps). The value blocks come one block behind the key blocks,
+## in stages of their own: the copies of K_b+1 and V_b are in flight during block b, as
+## the walk's copies of block b+1.
+<%def name="overlapped_key_walk()">
+    ${key_end()}
+    const uint blocks = (jend + ${BK - 1}) / ${BK};
+    uint pf[${BK // 16}][4];
+    if (blocks > 0) {
+        ${key_block("0", "0")}
+        COPY_ASYNC_COMMIT();
+        if (blocks > 1) {
+            ${key_block("1", BK)}
+        }
+        ${value_block("0", "0")}
+        COPY_ASYNC_COMMIT();
+        COPY_ASYNC_WAIT(1);  // K_0
+        ${PUBLISHED}
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            const uint j0 = 0;
+            ${rows_by_rows("s", "qf", "ks", LDD, BK, D)}
+            ${products_done([("s", BK)])}
+            ${online_softmax()}
+            ${packed_weights()}
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (uint b = 1; b < blocks; b++) {
+        const uint j0 = b * ${BK};
+        if (b + 1 < blocks) {
+            ${key_block("((b + 1) & 1)", "j0 + %d" % BK)}
+        }
+        ${value_block("(b & 1)", "j0")}
+        COPY_ASYNC_COMMIT();
+        COPY_ASYNC_WAIT(1);  // K_b and V_b-1
+        ${PUBLISHED}
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local ushort *kc = ks + (b & 1) * ${BK * SLD}, *vp = vs + ((b - 1) & 1) * ${BK * SLV};
+        ${rows_by_rows("s", "qf", "kc", LDD, BK, D)}
+        WG_COMMIT();
+        ${weights_products()}
+        WG_COMMIT();
+        WG_WAIT(1);  // the scores (P V may still run)
+        ${touched([("s", BK)])}
+        float later[${R}];
+        ${online_softmax("later")}
+        WG_WAIT(0);
+        ${touched([("acc", DV)])}
+        ${UNROLL}
+        for (int r = 0; r < ${R}; r++) {
+            ${rescaled("acc", "r", "later[r]")}
+        }
+        ${packed_weights()}
+        barrier(CLK_LOCAL_MEM_FENCE);  // K_b-1's and V_b-1's stages free
+    }
+    if (blocks > 0) {  // the last block's P V
+        COPY_ASYNC_WAIT(0);
+        ${PUBLISHED}
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local ushort *vp = vs + ((blocks - 1) & 1) * ${BK * SLV};
+        WG_FENCE();
+        ${weights_products()}
+        ${products_done([("acc", DV)])}
+    }
+</%def>
+% endif
 
 ## the forward's start after the query block is in qf: the output sums acc, the rows'
 ## maxima m and sums l, the lane's rows
@@ -448,11 +567,15 @@ void attention_mma_forward(FORWARD_ARGS, __global ${ACT_T} *o, ulong o_offset,
     ${fragments("qf", "ks", LDD, D)}
     barrier(CLK_LOCAL_MEM_FENCE);
     ${forward_state()}
+% if WGMMA and OVERLAP:
+    ${overlapped_key_walk()}
+% else:
     <%call expr="key_walk(kv)">
         ${online_softmax()}
         ${weights_by_block("acc", "s", "vc", LDV, DV, BK)}
         ${products_done([("acc", DV)])}  // before the walk's closing barrier frees the stage
     </%call>
+% endif
     ${forward_end()}
 }
 % endif
