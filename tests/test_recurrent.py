@@ -299,6 +299,38 @@ def test_one_launch_plan_is_for_gpus(ctx):
     assert ps.persistent is None
 
 
+
+def test_one_launch_plan_tries_the_larger_local_memory_first(ctx, monkeypatch):
+    """On NVIDIA GPUs a plan first takes the local memory their kernels may really hold
+    (more than the 48 KiB the driver reports: hidden 1024's W_hh slices then stay in it),
+    and falls back to the reported size where that plan's probe fails."""
+    from dlprim.core import recurrent_persistent as rp
+    reported = 48 * 1024
+    small = rp.PersistentPlan(ctx, "lstm", 64, 1024, groups=128, local_bytes=reported)
+    large = rp.PersistentPlan(ctx, "lstm", 64, 1024, groups=128,
+                              local_bytes=rp.LARGE_LOCAL_BYTES)
+    assert (small.weights, large.weights) == ("stream", "local")
+    monkeypatch.setattr(ctx.facts, "vendor_id", "nvidia")
+    monkeypatch.setattr(ctx.facts, "local_mem", reported)
+    monkeypatch.setattr(ctx.facts, "compute_units", 132)  # (an H200's)
+    monkeypatch.setattr(rp, "_real_gpu", lambda c: True)
+    monkeypatch.setitem(ctx.__dict__, "_persistent_rnn", {})  # (the probes' memo, faked)
+    probed = []
+
+    def probe(c, p):
+        probed.append(p.local_bytes)
+        return p.local_bytes == reported  # the larger plan does not build here
+    monkeypatch.setattr(rp, "_probe", probe)
+    got = rp.plan(ctx, "lstm", 64, 1024)
+    assert probed == [rp.LARGE_LOCAL_BYTES, reported] and got.local_bytes == reported
+    assert got.weights == "stream"
+    monkeypatch.setattr(rp, "_probe", lambda c, p: True)
+    assert rp.plan(ctx, "gru", 64, 1024).local_bytes == rp.LARGE_LOCAL_BYTES
+    # forced work-groups (tests) and other vendors keep the reported size
+    assert rp._local_sizes(ctx, 1) == (reported,)
+    monkeypatch.setattr(ctx.facts, "vendor_id", "amd")
+    assert rp._local_sizes(ctx, None) == (reported,)
+
 def dropout_reference(opts, params, x, keep_masks, p):
     """A stack of one-layer torch LSTMs with the given masks on the inputs of layers 1..;
     returns (y, dx, parameter gradients) for the loss sum(y * dy) with dy = cos(y index)."""

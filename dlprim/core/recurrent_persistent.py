@@ -40,6 +40,12 @@ KC_LOCAL_MIN = 16      # fewer with W_hh's slice in local memory: stream it inst
 SPINS = 1 << 24        # counter reads before a barrier gives up (seconds, not steps)
 PROBE_SPINS = 1 << 16
 PARTS_BYTES_MAX = 256 << 20
+# NVIDIA's driver reports 48 KiB of local memory a work-group, but Hopper builds and runs
+# kernels whose __local arrays take up to 227 KiB (core/tuning.py): a plan of this much is
+# tried first on NVIDIA GPUs, and kept where its probe builds and runs it. W_hh's slice of
+# hidden 1024 then stays in local memory (forward 28.5 -> 22.6 ms, forward + backward
+# 85.9 -> 53.0 at 64 x 1024, H200: docs/benchmarks.md)
+LARGE_LOCAL_BYTES = 226 * 1024
 
 
 def _pad4(n):
@@ -54,8 +60,9 @@ class PersistentPlan:
     batch rows and 1/``ksplit`` of the columns of the step's products; ``kc`` columns
     staged a round."""
 
-    def __init__(self, ctx, cell, batch, hidden, groups=None):
+    def __init__(self, ctx, cell, batch, hidden, groups=None, local_bytes=None):
         self.ctx, self.cell, self.N, self.H = ctx, cell, int(batch), int(hidden)
+        self.local_bytes = ctx.facts.local_mem if local_bytes is None else int(local_bytes)
         self.G = 4 if cell == "lstm" else 3
         groups = ctx.facts.compute_units if groups is None else int(groups)
         self.units = ceil_div(self.H, max(1, min(groups, self.H)))
@@ -69,7 +76,7 @@ class PersistentPlan:
         self.rows = rows
         self.row_groups = ceil_div(self.N, rows)
         self.owners = self.units * self.row_groups  # work-items owning units and rows
-        self.budget = ctx.facts.local_mem - 256  # local bytes a work-group may use
+        self.budget = self.local_bytes - 256  # local bytes a work-group may use
         # W_hh's slice in local memory where it leaves room for rounds of at least
         # KC_LOCAL_MIN columns; else staged beside h
         local = self.budget - self._resident_bytes() >= 4 * self.N * (KC_LOCAL_MIN + 4)
@@ -195,8 +202,8 @@ def _probe(ctx, p):
             launch(ctx.queue)
         failed = int(sync.numpy()[1])
     except Exception as err:  # a build or launch the driver refuses
-        log.info("recurrent layers: one launch per step on %s (%s)", ctx.facts.name,
-                 str(err).splitlines()[0])
+        log.info("recurrent layers: no one-launch loop in %d KiB of local memory on %s (%s)",
+                 p.local_bytes // 1024, ctx.facts.name, str(err).splitlines()[0])
         return False
     if failed:
         log.info("recurrent layers: one launch per step on %s (%d work-groups are not "
@@ -226,13 +233,25 @@ def plan(ctx, cell, batch, hidden, groups=None):
     ``groups`` forces a number of work-groups (tests: 1 runs anywhere, probe-free)."""
     if groups is None and not _real_gpu(ctx):
         return None
-    p = PersistentPlan(ctx, cell, batch, hidden, groups)
-    if not p.fits:
-        return None
-    if p.groups == 1:
-        return p
-    key = (cell, p.N, p.H, groups)
     known = ctx.__dict__.setdefault("_persistent_rnn", {})
-    if key not in known:
-        known[key] = _probe(ctx, p)
-    return p if known[key] else None
+    for local_bytes in _local_sizes(ctx, groups):
+        p = PersistentPlan(ctx, cell, batch, hidden, groups, local_bytes)
+        if not p.fits:
+            continue
+        if p.groups == 1:
+            return p
+        key = (cell, p.N, p.H, groups, local_bytes)
+        if key not in known:
+            known[key] = _probe(ctx, p)
+        if known[key]:
+            return p
+    return None
+
+
+def _local_sizes(ctx, groups):
+    """The local memory a plan may take, in the order tried: on NVIDIA GPUs first what
+    their kernels may really hold (LARGE_LOCAL_BYTES), then what the device reports."""
+    reported = ctx.facts.local_mem
+    if groups is None and ctx.facts.vendor_id == "nvidia" and reported < LARGE_LOCAL_BYTES:
+        return (LARGE_LOCAL_BYTES, reported)
+    return (reported,)
