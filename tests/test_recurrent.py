@@ -13,6 +13,7 @@ import dlprim as dp
 from dlprim.core import recurrent as recurrent_core
 from dlprim.core.random import counters, philox_uniform
 from dlprim.layers import LayerError, TensorSpec, create
+import layer_check
 from layer_check import assert_close, run_layer
 
 torch = pytest.importorskip("torch")
@@ -242,14 +243,18 @@ def test_gradients_match_finite_differences(ctx, time_loop, cell):
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
 @pytest.mark.parametrize("batch,hidden,weights", [(40, 33, "local"), (40, 33, "local/staged"),
                                                  (3, 70, "stream"), (5, 36, "stream"),
-                                                 (6, 70, "stream"), (1, 9, "local")])
+                                                 (6, 70, "stream"), (1, 9, "local"),
+                                                 (6, 36, "local/async")])
 def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, hidden,
                                            weights):
     """The one-launch loop against float64 where its work-items take several batch rows
     (40 rows of 33 units: 8 a work-item), with the backward's dh_prev summed from every
     work-group's share ("local") or staged as the forward does ("local/staged"), with
     W_hh's slices staged round by round beside the rows ("stream": 70 and 36 columns,
-    a multiple of 4 and not), and at one row."""
+    a multiple of 4 and not), at one row, and with the forward's rounds copied ahead
+    into three stages ("local/async": cp.async on NVIDIA GPUs, emulated elsewhere; rounds
+    of 8 columns, so that the stages turn over)."""
+    from dlprim.core import recurrent_persistent as rp
     real = recurrent_core.persistent_plan
     groups = one_launch_groups(ctx)
 
@@ -258,8 +263,18 @@ def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, h
         p.use_weights(weights.split("/")[0])
         if weights.endswith("/staged"):
             p.sums = False
+        if weights.endswith("/async"):
+            p.stages, p.kc = 3, 8
         return p
     monkeypatch.setattr(recurrent_core, "persistent_plan", forced)
+    build, stages = rp.program.get, set()
+
+    def get(c, name, **params):
+        stages.add(params.get("ASYNC", 0))
+        return build(c, name, **params)
+    monkeypatch.setattr(rp.program, "get", get)
+    if weights.endswith("/async"):  # rows of h on 16 bytes, as a Net's arena places them
+        monkeypatch.setattr(layer_check, "PAD", 8)
     opts = {"hidden_size": hidden, "bidirectional": True, "input_size": 6}
     states = 2 if cell == "LSTM" else 1
     xs = [rng.standard_normal((4, batch, 6)).astype(np.float32)]
@@ -273,7 +288,8 @@ def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, h
     plans = [p.persistent for ps in layer.passes for p in ps]
     assert all(p is not None and p.weights == weights.split("/")[0] for p in plans)
     # the backward sums every work-group's share where W_hh is local, unless told to stage
-    assert all(p.sums == (weights == "local") for p in plans)
+    assert all(p.sums == (weights in ("local", "local/async")) for p in plans)
+    assert (3 in stages) == weights.endswith("/async")
     if batch == 40 and groups == 1:
         assert plans[0].rows > 1
     want_y, want_dx, want_dp = reference(cell, opts, params, xs, dys)
@@ -314,6 +330,7 @@ def test_one_launch_plan_tries_the_larger_local_memory_first(ctx, monkeypatch):
     monkeypatch.setattr(ctx.facts, "local_mem", reported)
     monkeypatch.setattr(ctx.facts, "compute_units", 132)  # (an H200's)
     monkeypatch.setattr(rp, "_real_gpu", lambda c: True)
+    monkeypatch.setattr(rp, "_async_copies", lambda c: False)
     monkeypatch.setitem(ctx.__dict__, "_persistent_rnn", {})  # (the probes' memo, faked)
     probed = []
 

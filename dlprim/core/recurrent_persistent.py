@@ -25,6 +25,7 @@ from ..tensor import Tensor
 from ..utils import ceil_div
 from .recurrent_seq import Seq
 from .copy import fill_launches
+from .gemm import copies_async
 
 __all__ = ["PersistentPlan", "plan", "shared_parts"]
 
@@ -46,6 +47,9 @@ PARTS_BYTES_MAX = 256 << 20
 # hidden 1024 then stays in local memory (forward 28.5 -> 22.6 ms, forward + backward
 # 85.9 -> 53.0 at 64 x 1024, H200: docs/benchmarks.md)
 LARGE_LOCAL_BYTES = 226 * 1024
+# the forward's rounds of h copied by cp.async (NVIDIA, sm_80 on) into this many stages
+# where they fit beside W_hh's slice, all but one in flight while one is multiplied
+ASYNC_STAGES = 4
 
 
 def _pad4(n):
@@ -102,6 +106,11 @@ class PersistentPlan:
             raise ValueError("use_weights: 'local' or 'stream', got %r" % (where,))
         self.weights = where
         self.kc = min(most, (room // per_column - 4) // 4 * 4)
+        # rounds copied by cp.async where ASYNC_STAGES of KC_MAX columns fit
+        self.stages = 0
+        if where == "local" and room >= ASYNC_STAGES * per_column * (KC_MAX + 4) \
+                and _async_copies(self.ctx):
+            self.stages, self.kc = ASYNC_STAGES, KC_MAX
         # the columns of a product split among KSPLIT work-items (then summed): more
         # work-items to hide the latencies, where the rows alone give few; the parts'
         # sums go through the staging memory, grown where they need more
@@ -129,12 +138,14 @@ class PersistentPlan:
         N x units."""
         return 2 * self.groups * self.groups * self.N * self.units
 
-    def _program(self, bias, save=0, dy=0, sums=False):
+    def _program(self, bias, save=0, dy=0, sums=False, stages=0):
+        emulated = {"MMA_EMULATE": True} if stages and self.ctx.facts.vendor_id != "nvidia" \
+            else {}
         return program.get(self.ctx, "recurrent_persistent", CELL=self.cell, N=self.N,
                            H=self.H, U=self.units, NB=self.rows, KC=self.kc,
                            WEIGHTS=self.weights, BIAS=int(bias), SAVE=int(save), DY=int(dy),
                            THREADS=self.threads, NG=self.row_groups, KSPLIT=self.ksplit,
-                           SUMS=int(sums))
+                           SUMS=int(sums), ASYNC=stages, **emulated)
 
     def _launch(self, prg, kernel, args):
         return program.Launch(prg, kernel, (self.groups * self.threads,), (self.threads,),
@@ -144,7 +155,11 @@ class PersistentPlan:
                          gates=None, spins=SPINS):
         """The pass in one launch (after the counter's reset). ``xseq``, ``y``: Seqs of
         the input projection and of h; ``cells``: as ``RecurrentPass.forward_launches``."""
-        prg = self._program(b_hh is not None, save=gates is not None)
+        # cp.async copies 16 bytes: every row of h (h0's, y's) must start on them
+        starts = (h0.offset, y.tensor.offset + y.offset, y.step, y.row, self.H)
+        aligned = all(int(x) % 4 == 0 for x in starts)
+        prg = self._program(b_hh is not None, save=gates is not None,
+                            stages=self.stages if aligned else 0)
         args = [np.int32(L), np.int32(reverse), np.uint32(spins),
                 xseq.tensor, np.uint64(xseq.offset), np.uint64(xseq.step), np.uint64(xseq.row),
                 w_hh]
@@ -246,6 +261,12 @@ def plan(ctx, cell, batch, hidden, groups=None):
         if known[key]:
             return p
     return None
+
+
+def _async_copies(ctx):
+    """Whether the forward may copy its rounds by cp.async: NVIDIA GPUs where the
+    tensor-core GEMM's cp.async probe passes."""
+    return _real_gpu(ctx) and ctx.facts.vendor_id == "nvidia" and copies_async(ctx, "fp16")
 
 
 def _local_sizes(ctx, groups):

@@ -1,4 +1,7 @@
 <%include file="common.h"/>
+% if ASYNC:
+<%include file="mma.h"/>
+% endif
 // One recurrent layer in one direction over every time step in one launch (GPUs): P
 // work-groups stay resident for the whole sequence, each owning U hidden units, and meet
 // at a grid barrier once per step. A step per launch costs two launches and their host
@@ -22,7 +25,10 @@
 // work-group's U columns of W_hh.
 //
 // CELL lstm | gru, G gates; N rows and H units; U units per work-group; NB rows per
-// work-item; KC columns staged per round.
+// work-item; KC columns staged per round. ASYNC (the forward, W_hh's slice local, rows of
+// h on 16 bytes): the rounds copied by cp.async (mma.h; emulated elsewhere), ASYNC stages
+// of them, ASYNC - 1 rounds in flight while one is multiplied, instead of one round held in
+// registers.
 <%
     G = 4 if CELL == "lstm" else 3
     H4 = (H + 3) // 4 * 4
@@ -36,7 +42,7 @@
     WSPT_B = (U * KC + THREADS - 1) // THREADS
     DGS = (G * U + 3) // 4 * 4 + 4   # row stride of the backward's own gradients (SUMS)
     # the staged rows' memory also takes the column parts' sums
-    XS = max(N * KS, ((KSPLIT - 1) * U * NG * NB * G + 3) // 4 * 4)
+    XS = max(max(1, ASYNC) * N * KS, ((KSPLIT - 1) * U * NG * NB * G + 3) // 4 * 4)
     XSB = max(4, ((KSPLIT - 1) * U * NG * NB + 3) // 4 * 4) if SUMS else XS
     NVIDIA = getattr(facts, "vendor_id", "") == "nvidia"
 %>
@@ -176,6 +182,53 @@ inline float load_fresh(__global const float *p)
     SUM_PARTS(R) \
 }
 
+% if ASYNC:
+// STAGED_PRODUCT with the rounds copied into ASYNC stages of N x KS by cp.async: round q
+// into stage q % ASYNC, issued ASYNC - 1 rounds ahead of its products (each work-item's
+// copies of a round are one group, waited for before the barrier that publishes it);
+// columns past K copy as zeros
+#define STAGE_ASYNC(XP, XROW, K, q) \
+    for (int e = lid; e < N * (KC / 4); e += ${THREADS}) { \
+        const int n = e / (KC / 4), k = (q) * KC + (e - n * (KC / 4)) * 4; \
+        __global const float *src_ = (XP) + (ulong)n * (XROW) + (k < (K) ? k : 0); \
+        COPY_ASYNC((__local ushort *)(xs + ((q) % ${ASYNC}) * N * KS + n * KS + k - (q) * KC), \
+                   (__global const ushort *)src_, k < (K) ? 16 : 0); \
+    }
+
+#define STAGED_PRODUCT_ASYNC(K, XP, XROW, R, WROW4) { \
+    const int rounds = ((K) + KC - 1) / KC; \
+    for (int q = 0; q < ${ASYNC - 1}; q++) { \
+        if (q < rounds) \
+            STAGE_ASYNC(XP, XROW, K, q) \
+        COPY_ASYNC_COMMIT(); \
+    } \
+    for (int q = 0; q < rounds; q++) { \
+        COPY_ASYNC_WAIT(${ASYNC - 2});  /* this work-item's copies of round q */ \
+        barrier(CLK_LOCAL_MEM_FENCE);  /* everyone's; and round q - 1's stage is free */ \
+        if (q + ${ASYNC - 1} < rounds) \
+            STAGE_ASYNC(XP, XROW, K, q + ${ASYNC - 1}) \
+        COPY_ASYNC_COMMIT(); \
+        __local const float4 *xq = xs4 + (q % ${ASYNC}) * (N * KS / 4); \
+        const int k0 = q * KC, kend = min(KC, ((K) - k0 + 3) / 4 * 4); \
+        for (int k = 4 * kp; k < kend; k += 4 * KSPLIT) { \
+            float4 xv[NB]; \
+            for (int i = 0; i < NB; i++) \
+                xv[i] = xq[(min(ng + i * NG, N - 1) * KS + k) / 4]; \
+            for (int r = 0; r < (R); r++) { \
+                float4 w = WROW4(r, k0, k); \
+                for (int i = 0; i < NB; i++) { \
+                    acc[i][r] = fma(xv[i].x, w.x, acc[i][r]); \
+                    acc[i][r] = fma(xv[i].y, w.y, acc[i][r]); \
+                    acc[i][r] = fma(xv[i].z, w.z, acc[i][r]); \
+                    acc[i][r] = fma(xv[i].w, w.w, acc[i][r]); \
+                } \
+            } \
+        } \
+    } \
+    SUM_PARTS(R) \
+}
+% endif
+
 // Who a work-item is (see the top), the places it stages, the launch's sync counter and
 // W_hh
 #define WORK_ITEM \
@@ -280,7 +333,11 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
         for (int i = 0; i < NB; i++)
             for (int r = 0; r < G; r++)
                 acc[i][r] = bias[r];
+% if ASYNC:
+        STAGED_PRODUCT_ASYNC(H, hp, hp_row, G, WROW4)
+% else:
         STAGED_PRODUCT(H, hp, hp_row, G, WROW4)
+% endif
         const int bad = failed;
         for (int i = 0; i < NB; i++) {
             int n = ng + i * NG;
