@@ -47,9 +47,11 @@ PARTS_BYTES_MAX = 256 << 20
 # hidden 1024 then stays in local memory (forward 28.5 -> 22.6 ms, forward + backward
 # 85.9 -> 53.0 at 64 x 1024, H200: docs/benchmarks.md)
 LARGE_LOCAL_BYTES = 226 * 1024
-# the forward's rounds of h copied by cp.async (NVIDIA, sm_80 on) into this many stages
-# where they fit beside W_hh's slice, all but one in flight while one is multiplied
+# the forward's rounds of h copied by cp.async (NVIDIA, sm_80 on) into up to this many
+# stages of ASYNC_COLUMNS columns (the first that fits two stages) beside W_hh's slice,
+# all but one in flight while one is multiplied
 ASYNC_STAGES = 4
+ASYNC_COLUMNS = (64,)
 
 
 def _pad4(n):
@@ -106,11 +108,14 @@ class PersistentPlan:
             raise ValueError("use_weights: 'local' or 'stream', got %r" % (where,))
         self.weights = where
         self.kc = min(most, (room // per_column - 4) // 4 * 4)
-        # rounds copied by cp.async where ASYNC_STAGES of KC_MAX columns fit
+        # rounds copied by cp.async where two stages or more fit
         self.stages = 0
-        if where == "local" and room >= ASYNC_STAGES * per_column * (KC_MAX + 4) \
-                and _async_copies(self.ctx):
-            self.stages, self.kc = ASYNC_STAGES, KC_MAX
+        if where == "local" and _async_copies(self.ctx):
+            for kc in ASYNC_COLUMNS:
+                stages = min(ASYNC_STAGES, room // (per_column * (kc + 4)))
+                if stages >= 2:
+                    self.stages, self.kc = stages, kc
+                    break
         # the columns of a product split among KSPLIT work-items (then summed): more
         # work-items to hide the latencies, where the rows alone give few; the parts'
         # sums go through the staging memory, grown where they need more
