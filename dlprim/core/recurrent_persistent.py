@@ -207,11 +207,14 @@ class PersistentPlan:
 
 def _probe(ctx, p):
     """Whether the launch of plan ``p`` has every work-group resident: a two-step forward
-    with a small spin bound, its failure flag read back."""
+    with a small spin bound, its failure flag read back. A plan past the local memory the
+    device reports has its backward built too (its arrays are not the forward's)."""
     N, H = p.N, p.H
     G = p.G * H
     L = 2
     try:
+        if p.local_bytes > ctx.facts.local_mem:
+            p._program(False, sums=p.sums)
         t = {name: Tensor.zeros(ctx, shape) for name, shape in (
             ("xg", (L * N * G,)), ("w", (G, H)), ("h0", (N, H)), ("y", (L * N * H,)),
             ("cells", (2 * N * H,)))}
