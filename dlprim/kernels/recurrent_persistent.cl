@@ -147,6 +147,26 @@ inline float load_fresh(__global const float *p)
                         acc[i][r] += xs[(((q - 1) * U * NG + own) * NB + i) * (R) + r]; \
     }
 
+// acc[i][r] += a round's products: the staged rows XQ (N x KS, from column k0 of K) by
+// the weight rows, this work-item's part of the columns, 4 at a time
+#define ROUND_PRODUCT(XQ, K, k0, R, WROW4) { \
+    const int kend = min(KC, ((K) - (k0) + 3) / 4 * 4); \
+    for (int k = 4 * kp; k < kend; k += 4 * KSPLIT) { \
+        float4 xv[NB]; \
+        for (int i = 0; i < NB; i++) \
+            xv[i] = (XQ)[(min(ng + i * NG, N - 1) * KS + k) / 4]; \
+        for (int r = 0; r < (R); r++) { \
+            float4 w = WROW4(r, k0, k); \
+            for (int i = 0; i < NB; i++) { \
+                acc[i][r] = fma(xv[i].x, w.x, acc[i][r]); \
+                acc[i][r] = fma(xv[i].y, w.y, acc[i][r]); \
+                acc[i][r] = fma(xv[i].z, w.z, acc[i][r]); \
+                acc[i][r] = fma(xv[i].w, w.w, acc[i][r]); \
+            } \
+        } \
+    } \
+}
+
 #define STAGED_PRODUCT(K, XP, XROW, R, WROW4) { \
     float pre[SPT]; \
     W_PRE \
@@ -163,21 +183,7 @@ inline float load_fresh(__global const float *p)
             STAGE_LOAD(pre, XP, XROW, K, k0 + KC) \
             W_LOAD(k0 + KC) \
         } \
-        int kend = min(KC, ((K) - k0 + 3) / 4 * 4); \
-        for (int k = 4 * kp; k < kend; k += 4 * KSPLIT) { \
-            float4 xv[NB]; \
-            for (int i = 0; i < NB; i++) \
-                xv[i] = xs4[(min(ng + i * NG, N - 1) * KS + k) / 4]; \
-            for (int r = 0; r < (R); r++) { \
-                float4 w = WROW4(r, k0, k); \
-                for (int i = 0; i < NB; i++) { \
-                    acc[i][r] = fma(xv[i].x, w.x, acc[i][r]); \
-                    acc[i][r] = fma(xv[i].y, w.y, acc[i][r]); \
-                    acc[i][r] = fma(xv[i].z, w.z, acc[i][r]); \
-                    acc[i][r] = fma(xv[i].w, w.w, acc[i][r]); \
-                } \
-            } \
-        } \
+        ROUND_PRODUCT(xs4, K, k0, R, WROW4) \
     } \
     SUM_PARTS(R) \
 }
@@ -208,22 +214,7 @@ inline float load_fresh(__global const float *p)
         if (q + ${ASYNC - 1} < rounds) \
             STAGE_ASYNC(XP, XROW, K, q + ${ASYNC - 1}) \
         COPY_ASYNC_COMMIT(); \
-        __local const float4 *xq = xs4 + (q % ${ASYNC}) * (N * KS / 4); \
-        const int k0 = q * KC, kend = min(KC, ((K) - k0 + 3) / 4 * 4); \
-        for (int k = 4 * kp; k < kend; k += 4 * KSPLIT) { \
-            float4 xv[NB]; \
-            for (int i = 0; i < NB; i++) \
-                xv[i] = xq[(min(ng + i * NG, N - 1) * KS + k) / 4]; \
-            for (int r = 0; r < (R); r++) { \
-                float4 w = WROW4(r, k0, k); \
-                for (int i = 0; i < NB; i++) { \
-                    acc[i][r] = fma(xv[i].x, w.x, acc[i][r]); \
-                    acc[i][r] = fma(xv[i].y, w.y, acc[i][r]); \
-                    acc[i][r] = fma(xv[i].z, w.z, acc[i][r]); \
-                    acc[i][r] = fma(xv[i].w, w.w, acc[i][r]); \
-                } \
-            } \
-        } \
+        ROUND_PRODUCT(xs4 + (q % ${ASYNC}) * (N * KS / 4), K, q * KC, R, WROW4) \
     } \
     SUM_PARTS(R) \
 }
