@@ -82,6 +82,13 @@ def stage_at(rows):
 // rows and keys past the ends
 #define SCORE(x, i, j) (((i) < lq && (j) < lk) ? (x) * scale + MASK_AT(i, j) : NEG_INF)
 #define PROB2(s, m, nl2) EXP2(fma((s) - (m), LOG2E, (nl2)))
+// the A fragment a[0..3] of columns 16 c .. 16 c + 15 of tile w of accumulator-shaped
+// floats x (16 rows by blocks of 8): two blocks side by side, rounded to the 16-bit type
+#define PACK_A(a, x, w, c) { \
+    (a)[0] = ${PACK}((x)[w][2 * (c)][0], (x)[w][2 * (c)][1]); \
+    (a)[1] = ${PACK}((x)[w][2 * (c)][2], (x)[w][2 * (c)][3]); \
+    (a)[2] = ${PACK}((x)[w][2 * (c) + 1][0], (x)[w][2 * (c) + 1][1]); \
+    (a)[3] = ${PACK}((x)[w][2 * (c) + 1][2], (x)[w][2 * (c) + 1][3]); }
 
 ## rows [first, first + rows) of a global matrix of 16-bit values (rows ``row`` values
 ## apart) into local rows of ``ld`` (or, given ``at``, to the local offset it writes of
@@ -169,10 +176,8 @@ ${wg_products(acc, N, "%s[0][%d]" % (a, c), k_major(b, c, N), 0)}
 % if WGMMA:
     % for c in range(K // 16):
     {
-        const uint a[4] = {${PACK}(${x}[0][${2 * c}][0], ${x}[0][${2 * c}][1]),
-                           ${PACK}(${x}[0][${2 * c}][2], ${x}[0][${2 * c}][3]),
-                           ${PACK}(${x}[0][${2 * c + 1}][0], ${x}[0][${2 * c + 1}][1]),
-                           ${PACK}(${x}[0][${2 * c + 1}][2], ${x}[0][${2 * c + 1}][3])};
+        uint a[4];
+        PACK_A(a, ${x}, 0, ${c});
         WG_FENCE();  // orders this fragment's registers, just written, before its product
 ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
     }
@@ -183,10 +188,7 @@ ${wg_products(acc, N, "a", mn_major(b, c, K), 1)}
         uint a[${MW}][4];
         ${UNROLL}
         for (int w = 0; w < ${MW}; w++) {
-            a[w][0] = ${PACK}(${x}[w][2 * c][0], ${x}[w][2 * c][1]);
-            a[w][1] = ${PACK}(${x}[w][2 * c][2], ${x}[w][2 * c][3]);
-            a[w][2] = ${PACK}(${x}[w][2 * c + 1][0], ${x}[w][2 * c + 1][1]);
-            a[w][3] = ${PACK}(${x}[w][2 * c + 1][2], ${x}[w][2 * c + 1][3]);
+            PACK_A(a[w], ${x}, w, c);
         }
         ${block_products(acc, "a[w]", b, ld, N, "16 * c", 1)}
     }
@@ -437,10 +439,7 @@ def kv(stage, x):  # both
 <%def name="packed_weights()">
     ${UNROLL}
     for (int c = 0; c < ${BK // 16}; c++) {
-        pf[c][0] = ${PACK}(s[0][2 * c][0], s[0][2 * c][1]);
-        pf[c][1] = ${PACK}(s[0][2 * c][2], s[0][2 * c][3]);
-        pf[c][2] = ${PACK}(s[0][2 * c + 1][0], s[0][2 * c + 1][1]);
-        pf[c][3] = ${PACK}(s[0][2 * c + 1][2], s[0][2 * c + 1][3]);
+        PACK_A(pf[c], s, 0, c);
     }
 </%def>
 
