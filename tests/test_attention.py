@@ -666,7 +666,7 @@ MMA_CASES = [(2, 2, 37, 45, 16, 16, True, True, 0),   # blocks cut mid-way; samp
              # the warpgroup form (widths of 64 and 128): several blocks of queries and
              # keys, cut mid-way, causal; 2-byte loads
              (1, 1, 200, 210, 64, 64, True, True, 1),
-             (2, 1, 150, 300, 64, 128, False, True, 0)]
+             (2, 1, 130, 260, 64, 128, False, True, 0)]
 
 
 # bfloat16 differs from float16 only in its conversions: the heads of 128, whose emulated
