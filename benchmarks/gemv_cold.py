@@ -3,6 +3,7 @@ from memory, not the caches (copies of B cycled past the device's L2), at a deco
 shapes: device time per launch (a profiling queue, the median) and the weights' GB/s.
 
     python benchmarks/gemv_cold.py --dtype float16
+    python benchmarks/gemv_cold.py --dtype q4 --activations float32 --device cpu
     DLPRIM_GEMV_SHUFFLE=0 python benchmarks/gemv_cold.py   # sums through local memory
 """
 import argparse
@@ -18,7 +19,11 @@ SHAPES = [(2560, 2048), (2048, 2048), (5632, 2048), (2048, 5632), (32000, 2048),
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dtype", default="float16", help="the weights' storage (and the rows')")
+    p.add_argument("--dtype", default="float16", help="the weights' storage (and the rows'): "
+                   "float32, float16, bfloat16, int8 (a scale a row) or q4 (4-bit, a scale a "
+                   "group of 32)")
+    p.add_argument("--activations", default=None, help="the rows' storage where the weights "
+                   "are int8 or q4 (default float32)")
     p.add_argument("--rows", type=int, default=1)
     p.add_argument("--device", default=None)
     p.add_argument("--cycle-mb", type=int, default=256, help="bytes of B copies cycled")
@@ -27,24 +32,36 @@ def main(argv=None):
     from dlprim.core.gemm import Gemm
     from dlprim.tensor import Tensor
     ctx = dp.Context(args.device, profiling=True)
-    dt = np.dtype(args.dtype)
+    from dlprim.core.quantize import quantize_q4
+    quantized = args.dtype in ("int8", "q4")
+    dt = np.dtype(args.activations or "float32") if quantized else np.dtype(args.dtype)
+    bt = {"int8": np.int8, "q4": np.uint8}.get(args.dtype, dt)
     rng = np.random.default_rng(0)
     for n, k in SHAPES:
-        g = Gemm(ctx, args.rows, n, k, trans_b=True, dtypes=(dt, dt, dt))
+        g = Gemm(ctx, args.rows, n, k, trans_b=True, dtypes=(dt, bt, dt), b_scale=quantized)
         a, c = Tensor(ctx, (args.rows, k), dt), Tensor(ctx, (args.rows, n), dt)
         a.to_device(np.ones((args.rows, k), dt))
-        w = (rng.standard_normal((n, k)) * 0.01).astype(dt)
+        w = (rng.standard_normal((n, k)) * 0.01).astype(np.float32)
+        scale = None
+        if args.dtype == "q4":
+            w, scale = quantize_q4(w)
+        elif args.dtype == "int8":
+            w, scale = rng.integers(-127, 128, (n, k)).astype(np.int8), np.full(n, 1e-3, np.float32)
+        else:
+            w = w.astype(dt)
+        if scale is not None:
+            scale = Tensor.from_numpy(ctx, scale.ravel())
         launches = []
         for _ in range(max(1, -(-(args.cycle_mb << 20) // w.nbytes))):
-            b = Tensor(ctx, (n, k), dt)
+            b = Tensor(ctx, w.shape, w.dtype)
             b.to_device(w)
-            launches += g.launches(a, b, c)
+            launches += g.launches(a, b, c, b_scale=scale)
         reps = max(2, 200 // len(launches))
         events = [launch(ctx.queue) for _ in range(reps) for launch in launches]
         ctx.queue.finish()
         times = sorted((e.profile.end - e.profile.start) * 1e-3 for e in events[len(launches):])
         us = times[len(times) // 2]
-        print("%6d x %-5d %s  %7.1f us  %6.0f GB/s" % (n, k, dt.name, us, w.nbytes / us / 1e3),
+        print("%6d x %-5d %s  %7.1f us  %6.0f GB/s" % (n, k, args.dtype, us, w.nbytes / us / 1e3),
               flush=True)
     return 0
 

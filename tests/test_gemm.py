@@ -1176,11 +1176,14 @@ def test_autotuning_measures_a_shape_once_and_keeps_its_pick(ctx, rng, tmp_path,
 
 def test_cpu_few_rows_columns_by_runtime_and_storage():
     """gemv_cpu's columns a work-item: PoCL 8 for every storage; Intel's runtime 8 for
-    float32 weights (bound by memory), 1 for the storages it widens."""
+    float32 weights (bound by memory) and 4-bit ones read a group a turn, 1 for the other
+    storages it widens."""
     intel, pocl = SimpleNamespace(vendor_id="intel"), SimpleNamespace(vendor_id="pocl")
     assert tuning.gemv_cpu_cols(intel, np.float32) == tuning.GEMV_CPU_COLS_FLOAT32 == 8
+    assert tuning.gemv_cpu_cols(intel, np.uint8) == tuning.GEMV_CPU_COLS_Q4 == 8
     for weights in (np.float16, np.int8, np.uint8, dp.bfloat16):
-        assert tuning.gemv_cpu_cols(intel, weights) == tuning.GEMV_CPU_COLS == 1
+        if weights != np.uint8:
+            assert tuning.gemv_cpu_cols(intel, weights) == tuning.GEMV_CPU_COLS == 1
         assert tuning.gemv_cpu_cols(pocl, weights) == tuning.GEMV_CPU_COLS_POCL == 8
 
 

@@ -99,6 +99,7 @@ class Gemv(GemmKernel):
                           TEAMS=teams, BIAS=g.bias or "none", ACTIVATION=g.activation,
                           SCALE=int(g.b_scale and not g.b_q4),
                           Q4=Q4_GROUP if g.b_q4 else 0, TEAM=team, COLS=cols, SUMS=sums,
+                          Q4_GROUPS=int(team == 1 and g.b_q4 and tuning.GEMV_CPU_Q4_GROUPS),
                           SHUFFLE=int(team == 32 and g.gemv_shuffle),
                           NORM=int(g.a_norm is not None and g.a_norm_kind == "rms"),
                           LN=int(g.a_norm is not None and g.a_norm_kind == "layer"),

@@ -159,23 +159,34 @@ def gemv_shuffle(facts, ptx_runs):
 # 24.9, 22.5 and 20.9 at 8 (alternating), its 50257-row head 9.1 -> 4.2 ms alone; the
 # other storages moved less there (int8 13.5-14.4 -> 8.5-13.4, float16 20.2-25.1 ->
 # 18.9-20.7, q4 15.9-16.9 -> 15.9-16.7) and keep the EPYC's 1 column
+# 4-bit weights read a group a turn (GEMV_CPU_Q4_GROUPS) take 8 columns there too: the
+# same Xeon, Intel's runtime, one launch (OpenCL events, us) at 1 / 2 / 4 / 8 columns:
+# 2304 x 768 231 / 183 / 143 / 133, 5632 x 2048 1116 / 916 / 811 / 771 (docs/benchmarks.md)
 GEMV_CPU_COLS = 1
 GEMV_CPU_COLS_FLOAT32 = 8
+GEMV_CPU_COLS_Q4 = 8
 GEMV_CPU_COLS_POCL = 8
 
 
 def gemv_cpu_cols(facts, weights=np.float32):
     """Columns of C a work-item of gemv_cpu takes on the CPU ``facts`` describe, for
-    weights (B) stored as ``weights``."""
+    weights (B) stored as ``weights`` (uint8: 4 bits)."""
     if facts.vendor_id == "pocl":
         return GEMV_CPU_COLS_POCL
-    return GEMV_CPU_COLS_FLOAT32 if np.dtype(weights) == np.float32 else GEMV_CPU_COLS
+    weights = np.dtype(weights)
+    if weights == np.uint8 and GEMV_CPU_Q4_GROUPS:
+        return GEMV_CPU_COLS_Q4
+    return GEMV_CPU_COLS_FLOAT32 if weights == np.float32 else GEMV_CPU_COLS
 
 
 # and independent sums a column, each fma otherwise waiting on the one before: the float16
 # step's kernel time 13.6 (1 sum), 9.7-10.1 (2), 8.7-9.1 ms (4); float32 weights, bound by
 # memory, moved within the noise (int8: above); PoCL unchanged (float16 81.1 against 81.3)
 GEMV_CPU_SUMS = 4
+# 4-bit weights on CPUs a group of 32 a turn as 16-wide vectors (gemv.cl Q4_GROUPS: A split
+# by parity, the nibbles widened in place, the scale once a group) instead of eight values
+# a step interleaved into float8 (docs/benchmarks.md)
+GEMV_CPU_Q4_GROUPS = True
 
 
 SMALL = 64  # M or N under this is a "small" side: big tiles would leave most threads idle

@@ -28,6 +28,7 @@ A_T = context.get("A_T", "float")
 B_T = context.get("B_T", "float")
 C_T = context.get("C_T", "float")
 Q4 = context.get("Q4", 0)  # 4-bit B: values a scale (0: B as its storage says)
+Q4_GROUPS = context.get("Q4_GROUPS", 0)  # CPUs: 4-bit rows a group of 32 a turn
 assert not Q4 or (B_T == "uchar" and not SCALE)
 %>
 #define TEAM ${TEAM}
@@ -455,6 +456,31 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         % endif
     % endfor
         int k = 0;
+    % if Q4 == 32 and Q4_GROUPS:
+        // 4-bit rows a group a turn (32 values, one scale): its 16 bytes' low nibbles are
+        // the group's even values and the high ones its odd values, so A's values are
+        // split by parity instead (once for every row the work item streams) and the
+        // nibbles widen in place as 16-wide vectors, the scale taken once a group
+        float16 groups_sum[${NST}];
+        % for j in range(NST):
+        groups_sum[${j}] = (float16)(0.0f);
+        % endfor
+        for (; k + 32 <= K; k += 32) {
+            const float8 x0 = load8_${A_T}(a_row, k), x1 = load8_${A_T}(a_row, k + 8),
+                         x2 = load8_${A_T}(a_row, k + 16), x3 = load8_${A_T}(a_row, k + 24);
+            const float16 xe = (float16)(x0.even, x1.even, x2.even, x3.even),
+                          xo = (float16)(x0.odd, x1.odd, x2.odd, x3.odd);
+        % for j in range(NST):
+            {
+                const uchar16 v = vload16(0, b_row[${j}] + k / 2);
+                const float16 lo = convert_float16(as_char16(v & (uchar16)(15)) - (char16)(8)),
+                              hi = convert_float16(as_char16(v >> (uchar16)(4)) - (char16)(8));
+                groups_sum[${j}] = FMA(FMA(xo, hi, xe * lo), (float16)(b_row_s[${j}][k / 32]),
+                                       groups_sum[${j}]);
+            }
+        % endfor
+        }
+    % endif
         // SUMS sums a column, 8 SUMS values a turn: each fma waits on the one before it
         float8 part[${SUMS}][${NST}];
     % for u in range(SUMS):
@@ -472,6 +498,9 @@ __kernel void gemv_cpu(int M, int N, int K, __global const ${A_T} *A, ulong a_of
         }
     % for j in range(NST):
         acc[${j}] = ${" + ".join("part[%d][%d]" % (u, j) for u in range(SUMS))};
+        % if Q4 == 32 and Q4_GROUPS:
+        acc[${j}] += groups_sum[${j}].lo + groups_sum[${j}].hi;
+        % endif
     % endfor
         for (; k + 8 <= K; k += 8) {
             float8 x = load8_${A_T}(a_row, k);
