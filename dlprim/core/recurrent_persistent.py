@@ -23,6 +23,7 @@ import pyopencl as cl
 from ..kernels import program
 from ..tensor import Tensor
 from ..utils import ceil_div
+from . import tuning
 from .recurrent_seq import Seq
 from .copy import fill_launches
 from .gemm import copies_async
@@ -42,11 +43,12 @@ SPINS = 1 << 24        # counter reads before a barrier gives up (seconds, not s
 PROBE_SPINS = 1 << 16
 PARTS_BYTES_MAX = 256 << 20
 # NVIDIA's driver reports 48 KiB of local memory a work-group, but Hopper builds and runs
-# kernels whose __local arrays take up to 227 KiB (core/tuning.py): a plan of this much is
-# tried first on NVIDIA GPUs, and kept where its probe builds and runs it. W_hh's slice of
-# hidden 1024 then stays in local memory (forward 28.5 -> 22.6 ms, forward + backward
-# 85.9 -> 53.0 at 64 x 1024, H200: docs/benchmarks.md)
-LARGE_LOCAL_BYTES = 226 * 1024
+# kernels whose __local arrays take a compute unit's local memory less the 1 KiB it
+# reserves a work-group (tuning.WGMMA_CU_LOCAL): a plan of that, less a KiB for the
+# kernel's small arrays, is tried first on NVIDIA GPUs, and kept where its probe builds
+# and runs it. W_hh's slice of hidden 1024 then stays in local memory (forward 28.5 ->
+# 22.6 ms, forward + backward 85.9 -> 53.0 at 64 x 1024, H200: docs/benchmarks.md)
+LARGE_LOCAL_BYTES = tuning.WGMMA_CU_LOCAL - 2 * 1024
 # the forward's rounds of h copied by cp.async (NVIDIA, sm_80 on) into up to this many
 # stages of ASYNC_COLUMNS columns (the first that fits two stages) beside W_hh's slice,
 # all but one in flight while one is multiplied
