@@ -244,7 +244,8 @@ def test_gradients_match_finite_differences(ctx, time_loop, cell):
 @pytest.mark.parametrize("batch,hidden,weights", [(40, 33, "local"), (40, 33, "local/staged"),
                                                  (3, 70, "stream"), (5, 36, "stream"),
                                                  (6, 70, "stream"), (1, 9, "local"),
-                                                 (6, 36, "local/async")])
+                                                 (6, 36, "local/async"), (65, 7, "local/split"),
+                                                 (65, 7, "stream/split")])
 def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, hidden,
                                            weights):
     """The one-launch loop against float64 where its work-items take several batch rows
@@ -253,16 +254,19 @@ def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, h
     W_hh's slices staged round by round beside the rows ("stream": 70 and 36 columns,
     a multiple of 4 and not), at one row, and with the forward's rounds copied ahead
     into three stages ("local/async": cp.async on NVIDIA GPUs, emulated elsewhere; rounds
-    of 8 columns, so that the stages turn over)."""
+    of 8 columns, so that the stages turn over), and with the forward taking 4 rows a
+    work-item where the backward takes 2 ("local/split", "stream/split": 65 rows, two
+    plans)."""
     from dlprim.core import recurrent_persistent as rp
     real = recurrent_core.persistent_plan
     groups = one_launch_groups(ctx)
 
     def forced(c, cell_, n, h, g=None):
         p = real(c, cell_, n, h, groups)
-        p.use_weights(weights.split("/")[0])
-        if weights.endswith("/staged"):
-            p.sums = False
+        for q in {p, p.backward_plan}:
+            q.use_weights(weights.split("/")[0])
+            if weights.endswith("/staged"):
+                q.sums = False
         if weights.endswith("/async"):
             p.stages, p.kc = 3, 8
         return p
@@ -288,7 +292,10 @@ def test_one_launch_time_loop_at_its_edges(ctx, rng, monkeypatch, cell, batch, h
     plans = [p.persistent for ps in layer.passes for p in ps]
     assert all(p is not None and p.weights == weights.split("/")[0] for p in plans)
     # the backward sums every work-group's share where W_hh is local, unless told to stage
-    assert all(p.sums == (weights in ("local", "local/async")) for p in plans)
+    assert all(p.backward_plan.sums == (weights in ("local", "local/async", "local/split"))
+               for p in plans)
+    split = [(p.rows, p.backward_plan.rows) for p in plans if p.backward_plan is not p]
+    assert split == ([(4, 2)] * len(plans) if weights.endswith("/split") else [])
     assert (3 in stages) == weights.endswith("/async")
     if batch == 40 and groups == 1:
         assert plans[0].rows > 1
@@ -339,7 +346,7 @@ def test_one_launch_plan_tries_the_larger_local_memory_first(ctx, monkeypatch):
         return p.local_bytes == reported  # the larger plan does not build here
     monkeypatch.setattr(rp, "_probe", probe)
     got = rp.plan(ctx, "lstm", 64, 1024)
-    assert probed == [rp.LARGE_LOCAL_BYTES, reported] and got.local_bytes == reported
+    assert probed[:2] == [rp.LARGE_LOCAL_BYTES, reported] and got.local_bytes == reported
     assert got.weights == "stream"
     monkeypatch.setattr(rp, "_probe", lambda c, p: True)
     assert rp.plan(ctx, "gru", 64, 1024).local_bytes == rp.LARGE_LOCAL_BYTES

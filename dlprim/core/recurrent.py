@@ -133,9 +133,10 @@ class RecurrentPass:
 
     def _parts(self):
         """The one-launch backward's scratch of summed shares, where its plan sums them."""
-        if not self.persistent.sums:
+        back = self.persistent.backward_plan
+        if not back.sums:
             return None
-        return shared_parts(self.ctx, self.persistent.parts_elements())
+        return shared_parts(self.ctx, back.parts_elements())
 
     def _sync_counter(self):
         """The persistent launches' barrier counter and failure flag (two uints)."""
@@ -321,7 +322,7 @@ class RecurrentPass:
         order = self.order
         dhg = sc.dxg if lstm else sc.dhg
         if self.persistent is not None:
-            out += self.persistent.backward_launches(
+            out += self.persistent.backward_plan.backward_launches(
                 L, self.reverse, w_hh, sc.dh, sc.dc, gates, sc.dxg, dhg, self._sync_counter(),
                 dy=dy, cells=cells, c0=c0, hseq=hseq, h0=h0, parts=self._parts())
         else:

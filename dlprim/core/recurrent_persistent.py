@@ -65,20 +65,20 @@ def _pad4(n):
 class PersistentPlan:
     """The launch shape of one ``RecurrentPass``: ``groups`` work-groups of ``threads``
     work-items; a work-group owns ``units`` hidden units, a work-item one unit's ``rows``
-    batch rows and 1/``ksplit`` of the columns of the step's products; ``kc`` columns
-    staged a round."""
+    batch rows (at least ``rows`` where given) and 1/``ksplit`` of the columns of the
+    step's products; ``kc`` columns staged a round. ``backward_plan``: the plan whose
+    backward launch the pass takes (itself unless ``plan()`` splits them)."""
 
-    def __init__(self, ctx, cell, batch, hidden, groups=None, local_bytes=None):
+    def __init__(self, ctx, cell, batch, hidden, groups=None, local_bytes=None, rows=None):
         self.ctx, self.cell, self.N, self.H = ctx, cell, int(batch), int(hidden)
+        self.backward_plan = self  # the plan of the backward's launch: plan() may split
         self.local_bytes = ctx.facts.local_mem if local_bytes is None else int(local_bytes)
         self.G = 4 if cell == "lstm" else 3
         groups = ctx.facts.compute_units if groups is None else int(groups)
         self.units = ceil_div(self.H, max(1, min(groups, self.H)))
         self.groups = ceil_div(self.H, self.units)
-        # batch rows per work-item: 2 from 32 rows (each weight read from local memory
-        # then serves two rows: 14.7 against 17.3 us a step at 64 x 512 on an H200), more
-        # while a unit's rows need too many work-items
-        rows = 2 if self.N >= 32 else 1
+        # more rows a work-item while a unit's rows need too many work-items
+        rows = forward_rows(self.N) if rows is None else int(rows)
         while self.units * ceil_div(self.N, rows) > THREADS_MAX and rows < ROWS_MAX:
             rows *= 2
         self.rows = rows
@@ -145,28 +145,30 @@ class PersistentPlan:
         N x units."""
         return 2 * self.groups * self.groups * self.N * self.units
 
-    def _program(self, bias, save=0, dy=0, sums=False, stages=0):
+    def _program(self, bias, save=0, dy=0, sums=False, stages=0, timing=False):
         emulated = {"MMA_EMULATE": True} if stages and self.ctx.facts.vendor_id != "nvidia" \
             else {}
         return program.get(self.ctx, "recurrent_persistent", CELL=self.cell, N=self.N,
                            H=self.H, U=self.units, NB=self.rows, KC=self.kc,
                            WEIGHTS=self.weights, BIAS=int(bias), SAVE=int(save), DY=int(dy),
                            THREADS=self.threads, NG=self.row_groups, KSPLIT=self.ksplit,
-                           SUMS=int(sums), ASYNC=stages, **emulated)
+                           SUMS=int(sums), ASYNC=stages, TIMING=int(timing), **emulated)
 
     def _launch(self, prg, kernel, args):
         return program.Launch(prg, kernel, (self.groups * self.threads,), (self.threads,),
                               args)
 
     def forward_launches(self, L, reverse, xseq, w_hh, b_hh, h0, c0, y, sync, cells=None,
-                         gates=None, spins=SPINS):
+                         gates=None, spins=SPINS, times=None):
         """The pass in one launch (after the counter's reset). ``xseq``, ``y``: Seqs of
-        the input projection and of h; ``cells``: as ``RecurrentPass.forward_launches``."""
+        the input projection and of h; ``cells``: as ``RecurrentPass.forward_launches``;
+        ``times``: a uint64 tensor of groups x L x 8 for the steps' phase clocks (NVIDIA;
+        ``benchmarks/rnn_step_phases.py``)."""
         # cp.async copies 16 bytes: every row of h (h0's, y's) must start on them
         starts = (h0.offset, y.tensor.offset + y.offset, y.step, y.row, self.H)
         aligned = all(int(x) % 4 == 0 for x in starts)
         prg = self._program(b_hh is not None, save=gates is not None,
-                            stages=self.stages if aligned else 0)
+                            stages=self.stages if aligned else 0, timing=times is not None)
         args = [np.int32(L), np.int32(reverse), np.uint32(spins),
                 xseq.tensor, np.uint64(xseq.offset), np.uint64(xseq.step), np.uint64(xseq.row),
                 w_hh]
@@ -179,17 +181,20 @@ class PersistentPlan:
         args += [y.tensor, np.uint64(y.offset), np.uint64(y.step), np.uint64(y.row)]
         if gates is not None:
             args.append(gates)
+        if times is not None:
+            args.append(times)
         args.append(sync)
         return fill_launches(self.ctx, sync, 0) + \
             [self._launch(prg, self.cell + "_persistent_forward", args)]
 
     def backward_launches(self, L, reverse, w_hh, dh, dc, gates, dxg, dhg, sync, dy=None,
-                          cells=None, c0=None, hseq=None, h0=None, parts=None, spins=SPINS):
+                          cells=None, c0=None, hseq=None, h0=None, parts=None, spins=SPINS,
+                          times=None):
         """The time loop of the backward pass in one launch: dxg (and the GRU's dhg) for
         every step; ``dh``/``dc`` hold the last step's gradients on entry and the initial
         states' on return. ``parts``: ``parts_elements()`` floats of scratch where
-        ``sums``."""
-        prg = self._program(False, dy=dy is not None, sums=self.sums)
+        ``sums``; ``times``: as ``forward_launches``."""
+        prg = self._program(False, dy=dy is not None, sums=self.sums, timing=times is not None)
         args = [np.int32(L), np.int32(reverse), np.uint32(spins)]
         if dy is not None:
             args += [dy.tensor, np.uint64(dy.offset), np.uint64(dy.step), np.uint64(dy.row)]
@@ -202,6 +207,8 @@ class PersistentPlan:
         args += [gates, dxg]
         if self.sums:
             args.append(parts)
+        if times is not None:
+            args.append(times)
         args.append(sync)
         return fill_launches(self.ctx, sync, 0) + \
             [self._launch(prg, self.cell + "_persistent_backward", args)]
@@ -245,6 +252,22 @@ def shared_parts(ctx, elements):
     return held
 
 
+def forward_rows(batch):
+    """Batch rows a work-item takes in the forward: each weight read from local memory
+    then serves that many rows. 2 from 32 rows (14.7 against 17.3 us a step at 64 x 512,
+    H200); 4 from 64, where the forward prefetches its step's input projection (the gates'
+    loads no longer wait a row at a time: LSTM 64 x 1024 36.2 -> 29.5 us a step, GRU
+    29.0 -> 25.0; docs/benchmarks.md)."""
+    return 4 if batch >= 64 else 2 if batch >= 32 else 1
+
+
+def backward_rows(batch):
+    """Batch rows a work-item takes in the backward: 2 from 32 rows. Its shares of
+    dh_prev are summed from local memory per row, and 4 rows made them slower (LSTM
+    64 x 1024 32.7 -> 40.2 us a step, H200)."""
+    return 2 if batch >= 32 else 1
+
+
 def _real_gpu(ctx):
     """Whether the device itself says GPU and not CPU (the facts may be emulated for tests;
     oclgrind says both)."""
@@ -259,17 +282,29 @@ def plan(ctx, cell, batch, hidden, groups=None):
     if groups is None and not _real_gpu(ctx):
         return None
     known = ctx.__dict__.setdefault("_persistent_rnn", {})
-    for local_bytes in _local_sizes(ctx, groups):
-        p = PersistentPlan(ctx, cell, batch, hidden, groups, local_bytes)
+
+    def works(p):
         if not p.fits:
-            continue
+            return False
         if p.groups == 1:
-            return p
-        key = (cell, p.N, p.H, groups, local_bytes)
+            return True
+        key = (cell, p.N, p.H, groups, p.local_bytes, p.rows)
         if key not in known:
             known[key] = _probe(ctx, p)
-        if known[key]:
-            return p
+        return known[key]
+
+    for local_bytes in _local_sizes(ctx, groups):
+        back = PersistentPlan(ctx, cell, batch, hidden, groups, local_bytes,
+                              rows=backward_rows(batch))
+        if not works(back):
+            continue
+        if forward_rows(batch) > back.rows:
+            ahead = PersistentPlan(ctx, cell, batch, hidden, groups, local_bytes,
+                                   rows=forward_rows(batch))
+            if ahead.rows > back.rows and works(ahead):
+                ahead.backward_plan = back
+                return ahead
+        return back
     return None
 
 

@@ -107,6 +107,21 @@ inline float load_fresh(__global const float *p)
 }
 % endif
 
+// TIMING (benchmarks/rnn_step_phases.py, NVIDIA): work-item 0 of each work-group
+// writes the SM's clock at a step's phases to times[(group L + s) 8 + i]
+% if TIMING:
+#define STAMP(s, i) \
+    if (lid == 0) { \
+        ulong c_; \
+        asm volatile("mov.u64 %0, %%clock64;" : "=l"(c_)); \
+        times[times_offset / 2 + ((ulong)get_group_id(0) * L + (s)) * 8 + (i)] = c_; \
+    }
+#define TIMES_ARG __global ulong *times, ulong times_offset,
+% else:
+#define STAMP(s, i)
+#define TIMES_ARG
+% endif
+
 // acc[i][r] += sum_k XP[n_i, k] w(r, k) over K columns of the rows XP (global, row stride
 // XROW, written by other work-groups) against the R weight rows of this work-item.
 // Rounds of KC columns: every work-item holds SPT of the next round's values in
@@ -264,6 +279,7 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
 % if SAVE:
         __global float *gates, ulong gates_offset,
 % endif
+        TIMES_ARG
         volatile __global uint *sync, ulong sync_offset)
 {
     __local float4 xs4[${XS // 4}];  // float4: 16-byte local loads
@@ -316,10 +332,24 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
         state[i] = h0[h0_offset + (ulong)n * H + uc];
 % endif
     }
+    // the input projection's values of the unit's rows, loaded a step ahead: they do not
+    // depend on h, and read when the product is done they cost a memory latency a row
+    // (1.6 of 13 us a step at 64 x 512, 6.1 us with 4 rows a work-item; H200)
+    float xin[NB][G];
+    #define X_LOAD(s_) \
+        if (kp == 0) \
+            for (int i = 0; i < NB; i++) { \
+                __global const float *x_ = xg + (reverse ? L - 1 - (s_) : (s_)) * xg_step \
+                                           + min(ng + i * NG, N - 1) * xg_row + uc; \
+                for (int g = 0; g < G; g++) \
+                    xin[i][g] = x_[g * H]; \
+            }
+    X_LOAD(0)
     for (int s = 0; s < L; s++) {
         const int t = reverse ? L - 1 - s : s, tp = reverse ? t + 1 : t - 1;
         __global const float *hp = s == 0 ? h0 + h0_offset : y + tp * y_step;
         const ulong hp_row = s == 0 ? H : y_row;
+        STAMP(s, 0)
         float acc[NB][G];
         for (int i = 0; i < NB; i++)
             for (int r = 0; r < G; r++)
@@ -329,23 +359,23 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
 % else:
         STAGED_PRODUCT(H, hp, hp_row, G, WROW4)
 % endif
+        STAMP(s, 1)
         const int bad = failed;
         for (int i = 0; i < NB; i++) {
             int n = ng + i * NG;
             if (!unit || n >= N || kp)
                 continue;
-            __global const float *x = xg + t * xg_step + n * xg_row + u;
             float v[4];
 % if CELL == "lstm":
-            float cell = lstm_gates(x[0] + acc[i][0], x[H] + acc[i][1], x[2 * H] + acc[i][2],
-                                    x[3 * H] + acc[i][3], state[i], v);
+            float cell = lstm_gates(xin[i][0] + acc[i][0], xin[i][1] + acc[i][1],
+                                    xin[i][2] + acc[i][2], xin[i][3] + acc[i][3], state[i], v);
             state[i] = cell;
             ulong slot = cells_full ? t : s % 2;
             cells[cells_offset + (slot * N + n) * H + u] = bad ? NAN : cell;
             y[t * y_step + n * y_row + u] = bad ? NAN : v[3] * tanh(cell);
 % else:
-            state[i] = gru_gates(x[0], x[H], x[2 * H], acc[i][0], acc[i][1], acc[i][2],
-                                 state[i], v);
+            state[i] = gru_gates(xin[i][0], xin[i][1], xin[i][2], acc[i][0], acc[i][1],
+                                 acc[i][2], state[i], v);
             y[t * y_step + n * y_row + u] = bad ? NAN : state[i];
 % endif
 % if SAVE:
@@ -354,9 +384,14 @@ void ${CELL}_persistent_forward(int L, int reverse, uint spins,
                 sv[q * H] = v[q];
 % endif
         }
-        if (s + 1 < L)
+        STAMP(s, 2)
+        if (s + 1 < L) {
+            X_LOAD(s + 1)
             grid_sync(sync, (uint)(s + 1) * P, spins, &failed);
+        }
+        STAMP(s, 3)
     }
+    #undef X_LOAD
     #undef WROW4
 % if WEIGHTS == "stream":
     #undef W_PRE
@@ -394,6 +429,7 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
 % if SUMS:
         __global float *parts, ulong parts_offset,
 % endif
+        TIMES_ARG
         volatile __global uint *sync, ulong sync_offset)
 {
     __local float4 xs4[${XSB // 4}];  // float4: 16-byte local loads
@@ -457,8 +493,47 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
         dc_r[i] = dc[dc_offset + k];
 % endif
     }
+    // what a step's gate gradients read besides dh (saved gates, cells or h_prev, dy),
+    // loaded a step ahead: none of it depends on dh, and read when dh is there it costs
+    // a memory latency a row
+    float ld_v[NB][4], ld_a[NB], ld_b[NB], ld_dy[NB];
+    #define BACK_LOAD(s_) \
+        if (kp == 0) { \
+            const int t_ = reverse ? L - 1 - (s_) : (s_), tp_ = reverse ? t_ + 1 : t_ - 1; \
+            for (int i = 0; i < NB; i++) { \
+                const int n = min(ng + i * NG, N - 1); \
+                __global const float *sv = gates + gates_offset + ((ulong)t_ * N + n) * 4 * H \
+                                           + uc; \
+                for (int q = 0; q < 4; q++) \
+                    ld_v[i][q] = sv[q * H]; \
+                BACK_LOAD_CELL(s_, t_, tp_, n) \
+                BACK_LOAD_DY(t_, n) \
+            } \
+        }
+% if CELL == "lstm":
+    // ld_a: c of the step, ld_b: c of the step before
+    #define BACK_LOAD_CELL(s_, t_, tp_, n) \
+        ld_a[i] = cells[cells_offset + ((ulong)(t_) * N + (n)) * H + uc]; \
+        ld_b[i] = (s_) == 0 ? c0[c0_offset + (ulong)(n) * H + uc] \
+                            : cells[cells_offset + ((ulong)(tp_) * N + (n)) * H + uc];
+% else:
+    // ld_b: h of the step before
+    #define BACK_LOAD_CELL(s_, t_, tp_, n) \
+        ld_a[i] = 0.0f; \
+        ld_b[i] = (s_) == 0 ? h0[h0_offset + (ulong)(n) * H + uc] \
+                            : hseq[hseq_offset + hseq_base + (tp_) * hseq_step \
+                                   + (n) * hseq_row + uc];
+% endif
+% if DY:
+    #define BACK_LOAD_DY(t_, n) \
+        ld_dy[i] = dy[dy_offset + dy_base + (t_) * dy_step + (n) * dy_row + uc];
+% else:
+    #define BACK_LOAD_DY(t_, n) ld_dy[i] = 0.0f;
+% endif
+    BACK_LOAD(L - 1)
     for (int s = L - 1; s >= 0; s--) {
-        const int t = reverse ? L - 1 - s : s, tp = reverse ? t + 1 : t - 1;
+        const int t = reverse ? L - 1 - s : s;
+        STAMP(s, 0)
         float keep[NB];  // the GRU's direct part of dh_prev, dh z
         for (int i = 0; i < NB; i++) {
             int n = ng + i * NG;
@@ -470,22 +545,13 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
 % endif
             if (!unit || n >= N || kp)
                 continue;
-            float dh_t = dh_r[i];
-% if DY:
-            dh_t += dy[dy_offset + dy_base + t * dy_step + n * dy_row + u];
-% endif
-            __global const float *sv = gates + gates_offset + ((ulong)t * N + n) * 4 * H + u;
-            float v[4] = {sv[0], sv[H], sv[2 * H], sv[3 * H]}, d[G];
+            float dh_t = dh_r[i] + ld_dy[i], d[G];
 % if CELL == "lstm":
-            float c_prev = s == 0 ? c0[c0_offset + (ulong)n * H + u]
-                                  : cells[cells_offset + ((ulong)tp * N + n) * H + u];
-            dc_r[i] = lstm_grads(dh_t, dc_r[i], v,
-                                 cells[cells_offset + ((ulong)t * N + n) * H + u], c_prev, d);
+            dc_r[i] = lstm_grads(dh_t, dc_r[i], ld_v[i], ld_a[i], ld_b[i], d);
 % else:
-            float hp = s == 0 ? h0[h0_offset + (ulong)n * H + u]
-                              : hseq[hseq_offset + hseq_base + tp * hseq_step + n * hseq_row + u];
-            keep[i] = gru_grads(dh_t, v, hp, d);
+            keep[i] = gru_grads(dh_t, ld_v[i], ld_b[i], d);
 % endif
+            const float *v = ld_v[i];
             // the input parts' gradients; the hidden parts' (the GRU's n block times r)
             // go on to dh_prev
             __global float *dx = dxg + ((ulong)t * N + n) * G * H + u;
@@ -500,11 +566,14 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
 % endif
             }
         }
+        if (s > 0)
+            BACK_LOAD(s - 1)
 % if SUMS:
         // this work-group's share of dh_prev for every unit: its G U gradient columns
         // times its G U rows of W_hh, written as the block [parity][owner][this][n][v]
         // of the unit's owner; after the barrier each work-group adds up its units' P
         // blocks (two parities: a work-group a step ahead writes the other one)
+        STAMP(s, 1)
         barrier(CLK_LOCAL_MEM_FENCE);
         __global float *mine = parts + (ulong)((s & 1) * P) * P * N * U;
         for (int c = lid; c < H; c += ${THREADS}) {
@@ -525,7 +594,9 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
                 block[n * U] = sum;
             }
         }
+        STAMP(s, 2)
         grid_sync(sync, (uint)(L - s) * P, spins, &failed);
+        STAMP(s, 3)
         float acc[NB][1];
         __global const float *blocks = mine + (ulong)get_group_id(0) * P * N * U;
         for (int i = 0; i < NB; i++) {
@@ -536,17 +607,25 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
             acc[i][0] = sum;
         }
         SUM_PARTS(1)
+        STAMP(s, 4)
 % else:
+        STAMP(s, 1)
+        STAMP(s, 2)
         grid_sync(sync, (uint)(L - s) * P, spins, &failed);
         float acc[NB][1];
         for (int i = 0; i < NB; i++)
             acc[i][0] = keep[i];
+        STAMP(s, 3)
         STAGED_PRODUCT(G * H, dhg + (ulong)t * N * G * H, G * H, 1, WCOL4)
+        STAMP(s, 4)
 % endif
         for (int i = 0; i < NB; i++)
             dh_r[i] = acc[i][0];
     }
     #undef WCOL4
+    #undef BACK_LOAD
+    #undef BACK_LOAD_CELL
+    #undef BACK_LOAD_DY
     const int bad = failed;
     for (int i = 0; i < NB; i++) {
         int n = ng + i * NG;
