@@ -41,6 +41,13 @@
     WSPT_F = (G * U * KC + THREADS - 1) // THREADS   # staged weights ("stream")
     WSPT_B = (U * KC + THREADS - 1) // THREADS
     DGS = (G * U + 3) // 4 * 4 + 4   # row stride of the backward's own gradients (SUMS)
+    # the backward's shares written by teams of SH_R x U work-items, one owner's block at
+    # a time: SH_R rows of its U units a store, so that a store fills a 32-byte sector
+    # (8 floats; more rows a team read more distinct rows of the gradients from local
+    # memory: 7.7 us a step at 8 floats, 8.2 at 32, LSTM 64 x 512, H200)
+    SH_R = max(1, min(8 // U, THREADS // U, N))
+    SH_TEAM = SH_R * U
+    SH_TEAMS = max(1, THREADS // SH_TEAM)
     # the staged rows' memory also takes the column parts' sums
     XS = max(max(1, ASYNC) * N * KS, ((KSPLIT - 1) * U * NG * NB * G + 3) // 4 * 4)
     XSB = max(4, ((KSPLIT - 1) * U * NG * NB + 3) // 4 * 4) if SUMS else XS
@@ -572,17 +579,21 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
         // this work-group's share of dh_prev for every unit: its G U gradient columns
         // times its G U rows of W_hh, written as the block [parity][owner][this][n][v]
         // of the unit's owner; after the barrier each work-group adds up its units' P
-        // blocks (two parities: a work-group a step ahead writes the other one)
+        // blocks (two parities: a work-group a step ahead writes the other one). A team
+        // of work-items writes an owner's block SH_R rows at a time, a work-item a column:
+        // with fewer than 8 units a work-group, a work-item a column for every row wrote
+        // pieces of half a sector (13.4 against 7.7 us a step, LSTM 64 x 512, H200)
         STAMP(s, 1)
         barrier(CLK_LOCAL_MEM_FENCE);
         __global float *mine = parts + (ulong)((s & 1) * P) * P * N * U;
-        for (int c = lid; c < H; c += ${THREADS}) {
+        const int team = lid / ${SH_TEAM}, team_row = lid % ${SH_TEAM} / U, team_v = lid % U;
+        for (int o = team < ${SH_TEAMS} ? team : P; o < P; o += ${SH_TEAMS}) {
+            const int c = min(o * U + team_v, H - 1);
             float wc[G * U];
             for (int r = 0; r < G * U; r++)
                 wc[r] = wl[r * ${HS} + c];
-            __global float *block = mine + ((ulong)(c / U) * P + get_group_id(0)) * N * U
-                                    + c % U;
-            for (int n = 0; n < N; n++) {
+            __global float *block = mine + ((ulong)o * P + get_group_id(0)) * N * U + team_v;
+            for (int n = team_row; n < N; n += ${SH_R}) {
                 float sum = 0.0f;
                 for (int r = 0; r < G * U; r += 4) {
                     float4 g4 = dgl4[(n * ${DGS} + r) / 4];
