@@ -90,13 +90,17 @@ SECOND_DRIVER_TESTS ?= tests/test_gemm.py tests/test_conv.py tests/test_conv_dep
   tests/test_attention.py tests/test_recurrent.py tests/test_net.py tests/test_sampling.py \
   tests/test_rotary.py tests/test_weight_storage.py tests/test_llm_generate.py \
   tests/test_pocl_builtins.py
+# less the GEMM's emulated tensor-core kernels (a test vehicle: CPUs never run them; make
+# test runs them on the first driver): 9 of this step's 22 minutes with PoCL's cache empty.
+# The attention's emulated kernels stay: PoCL miscompiled one (tests/test_attention.py)
+SECOND_DRIVER_K ?= not emulated
 test-second-driver: $(VENV)/.test opencl
 	@device="$$($(BIN)/python tools/second_cpu_driver.py)"; \
 	if [ -z "$$device" ]; then \
 	  echo "test-second-driver: no second CPU driver compiles here; make test ran on the only one"; \
 	else \
 	  echo "test-second-driver: device $$device"; \
-	  DLPRIM_TEST_DEVICE=$$device $(BIN)/python -m pytest -q $(XDIST) $(SECOND_DRIVER_TESTS) $(PYTEST_ARGS); \
+	  DLPRIM_TEST_DEVICE=$$device $(BIN)/python -m pytest -q $(XDIST) $(SECOND_DRIVER_TESTS) -k "$(SECOND_DRIVER_K)" $(PYTEST_ARGS); \
 	fi
 
 # every kernel family on small cases under oclgrind, the OpenCL simulator, with its
