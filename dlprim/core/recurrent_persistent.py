@@ -217,12 +217,13 @@ class PersistentPlan:
 def _probe(ctx, p):
     """Whether the launch of plan ``p`` has every work-group resident: a two-step forward
     with a small spin bound, its failure flag read back. A plan past the local memory the
-    device reports has its backward built too (its arrays are not the forward's)."""
+    device reports has its backward built too (its arrays are not the forward's), where
+    the pass takes it (a forward plan of more rows leaves its backward to another)."""
     N, H = p.N, p.H
     G = p.G * H
     L = 2
     try:
-        if p.local_bytes > ctx.facts.local_mem:
+        if p.local_bytes > ctx.facts.local_mem and p.backward_plan is p:
             p._program(False, sums=p.sums)
         t = {name: Tensor.zeros(ctx, shape) for name, shape in (
             ("xg", (L * N * G,)), ("w", (G, H)), ("h0", (N, H)), ("y", (L * N * H,)),
@@ -301,8 +302,8 @@ def plan(ctx, cell, batch, hidden, groups=None):
         if forward_rows(batch) > back.rows:
             ahead = PersistentPlan(ctx, cell, batch, hidden, groups, local_bytes,
                                    rows=forward_rows(batch))
+            ahead.backward_plan = back  # (before the probe: it builds no backward then)
             if ahead.rows > back.rows and works(ahead):
-                ahead.backward_plan = back
                 return ahead
         return back
     return None
