@@ -24,7 +24,7 @@ from dlprim.tensor import Tensor
 def phases(times, groups, steps, count, first=1):
     """Per phase i -> i+1 (i < count - 1): (median work-group, slowest) of each step's
     cycles, medians over the steps from ``first``."""
-    t = times.view(np.uint64).reshape(groups, steps, 8)[:, first:, :count].astype(np.int64)
+    t = times.reshape(groups, steps, 8)[:, first:, :count].astype(np.int64)
     d = np.diff(t, axis=2)                       # groups x steps x phases
     return [(float(np.median(np.median(d[:, :, i], axis=0))),
              float(np.median(np.max(d[:, :, i], axis=0)))) for i in range(count - 1)]
@@ -45,7 +45,7 @@ def run(ctx, cell, N, H, L, iters, rows=None):
     w.to_device((rng.standard_normal((G, H)) / np.sqrt(H)).astype(np.float32))
     xg, h0, y, cells, gates = z(L * N * G), z(N, H), z(L * N * H), z(L * N * H), z(L * N * 4 * H)
     sync = Tensor.zeros(ctx, (2,), "uint32")
-    times = Tensor.zeros(ctx, (p.groups * L * 8 * 2,), "uint32")
+    times = Tensor.zeros(ctx, (p.groups * L * 8,), "uint64")
     fwd = p.forward_launches(L, False, Seq(xg, 0, N * G, G), w, None, h0, h0,
                              Seq(y, 0, N * H, H), sync, cells=cells, gates=gates, times=times)
     dh, dc, dxg, dhg = z(N, H), z(N, H), z(L * N * G), z(L * N * G)

@@ -299,13 +299,12 @@ def plan(ctx, cell, batch, hidden, groups=None):
                               rows=backward_rows(batch))
         if not works(back):
             continue
-        if forward_rows(batch) > back.rows:
-            ahead = PersistentPlan(ctx, cell, batch, hidden, groups, local_bytes,
-                                   rows=forward_rows(batch))
-            ahead.backward_plan = back  # (before the probe: it builds no backward then)
-            if ahead.rows > back.rows and works(ahead):
-                return ahead
-        return back
+        # the forward's own plan where it takes more rows (probed after the backward's
+        # is set: the probe then builds no backward for it)
+        ahead = PersistentPlan(ctx, cell, batch, hidden, groups, local_bytes,
+                               rows=forward_rows(batch))
+        ahead.backward_plan = back
+        return ahead if ahead.rows > back.rows and works(ahead) else back
     return None
 
 

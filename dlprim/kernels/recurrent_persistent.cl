@@ -121,7 +121,7 @@ inline float load_fresh(__global const float *p)
     if (lid == 0) { \
         ulong c_; \
         asm volatile("mov.u64 %0, %%clock64;" : "=l"(c_)); \
-        times[times_offset / 2 + ((ulong)get_group_id(0) * L + (s)) * 8 + (i)] = c_; \
+        times[times_offset + ((ulong)get_group_id(0) * L + (s)) * 8 + (i)] = c_; \
     }
 #define TIMES_ARG __global ulong *times, ulong times_offset,
 % else:
@@ -503,7 +503,10 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
     // what a step's gate gradients read besides dh (saved gates, cells or h_prev, dy),
     // loaded a step ahead: none of it depends on dh, and read when dh is there it costs
     // a memory latency a row
-    float ld_v[NB][4], ld_a[NB], ld_b[NB], ld_dy[NB];
+    float ld_v[NB][4], ld_b[NB], ld_dy[NB];
+% if CELL == "lstm":
+    float ld_a[NB];
+% endif
     #define BACK_LOAD(s_) \
         if (kp == 0) { \
             const int t_ = reverse ? L - 1 - (s_) : (s_), tp_ = reverse ? t_ + 1 : t_ - 1; \
@@ -526,7 +529,6 @@ void ${CELL}_persistent_backward(int L, int reverse, uint spins,
 % else:
     // ld_b: h of the step before
     #define BACK_LOAD_CELL(s_, t_, tp_, n) \
-        ld_a[i] = 0.0f; \
         ld_b[i] = (s_) == 0 ? h0[h0_offset + (ulong)(n) * H + uc] \
                             : hseq[hseq_offset + hseq_base + (tp_) * hseq_step \
                                    + (n) * hseq_row + uc];
