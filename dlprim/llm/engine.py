@@ -14,6 +14,9 @@ A row left alone in a pass is given the position ``context``: the cache writes n
 there, and its outputs, which nobody reads, are NaN (``layers/kv_cache.py``). So a
 prefill never disturbs the rows that are decoding.
 
+A one-token pass of a single sequence runs as one launch a decoder block where the
+device takes it (``fused_step.py``), over the same weights, caches and logits.
+
 Each length (1 and every bucket met) has a Net of its own over the same parameters,
 caches included (``Net.twin``), planned once: switching between prefill and decode costs
 no setup. Why padded and not paged: every
@@ -44,7 +47,8 @@ class DecodeEngine:
     """``batch`` rows of a decoder (``build(batch, tokens, context)`` -> (NetConfig,
     constant tables)) whose weights come from ``weights`` ((name, array) pairs)."""
 
-    def __init__(self, ctx, build, weights, vocab, batch=1, context=2048, precision="fp32"):
+    def __init__(self, ctx, build, weights, vocab, batch=1, context=2048, precision="fp32",
+                 fused=None):
         self.ctx, self.batch, self.context, self.vocab = ctx, int(batch), int(context), vocab
         self._build = build
         cfg, tables = build(self.batch, 1, self.context)
@@ -77,6 +81,9 @@ class DecodeEngine:
                                   % (len(missing), ", ".join(missing[:5])))
         self.lengths = np.zeros(self.batch, np.int64)  # the tokens each row's cache holds
         self.sampler = TokenSampler(ctx, self.batch, vocab, net.tensor("logits").dtype)
+        # the one-token pass as one launch a block where the decoder and the device take it
+        # (``fused``: the one-token Net -> a FusedStep or None; llm/fused_step.py)
+        self.fused = fused(net) if fused is not None else None
 
     def memory(self):
         """Device bytes: {"weights": the parameters but the caches, "cache": the key/value
@@ -119,7 +126,10 @@ class DecodeEngine:
         for name, a in (("tokens", tokens), ("positions", positions), ("pos", pos),
                         ("rows", rows)):
             net.tensor(name).to_device(a, wait=False)
-        net.forward()
+        if width == 1 and self.fused is not None:
+            self.fused.forward()  # (the Net's inputs, caches and logits)
+        else:
+            net.forward()
         chosen = self.sampler.next(net.tensor("logits")).to_host()
         out = {}
         for r, ids in feeds.items():

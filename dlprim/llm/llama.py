@@ -25,7 +25,8 @@ from .checkpoint import ArchitectureError, as_float32
 from .checkpoint import activation as hf_activation
 from .rope import longest_context, rope_tables
 
-__all__ = ["decoder", "decoder_names", "longest_context", "rope_tables", "weights"]
+__all__ = ["decoder", "decoder_names", "fused_spec", "longest_context", "rope_tables",
+           "weights"]
 
 
 def decoder_names(named, where="the checkpoint"):
@@ -69,21 +70,11 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
     float16, bfloat16, or int8 with a scale per output). Load the checkpoint's tensors with
     ``set_parameters(weights, strict=False)`` (the caches are not weights); a tied head
     (``tie_word_embeddings``) takes ``model.embed_tokens.weight`` as ``lm_head.weight``."""
-    hidden, heads = config["hidden_size"], config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or heads
-    width = config.get("head_dim") or hidden // heads
-    if heads % kv_heads:
-        raise ArchitectureError("%d attention heads are not a multiple of %d key/value heads"
-                                % (heads, kv_heads))
-    context = int(context or config["max_position_embeddings"])
-    activation = hf_activation(config.get("hidden_act", "silu"), "the MLP")
-    windows = _windows(config, context)
-    if qkv_bias is None:
-        qkv_bias = config.get("model_type") == "qwen2" or bool(config.get("attention_bias"))
-    mlp_bias = bool(config.get("mlp_bias"))  # (Llama's option: gate, up and down)
-    out_bias = bool(config.get("attention_bias"))  # (Llama's covers o_proj; Qwen2's q, k, v only)
-    eps = float(config.get("rms_norm_eps", 1e-6))
-    vocab, inner = config["vocab_size"], config["intermediate_size"]
+    s = _shape(config, context, qkv_bias)
+    hidden, heads, kv_heads, width = s["hidden"], s["heads"], s["kv_heads"], s["width"]
+    context, activation, windows = s["context"], s["activation"], s["windows"]
+    qkv_bias, mlp_bias, out_bias, eps = s["qkv_bias"], s["mlp_bias"], s["out_bias"], s["eps"]
+    vocab, inner = s["vocab"], s["inner"]
     cfg, ids, places, pos = decoder_inputs(batch, tokens, per_sample, last_only)
     x = token_table(cfg, "model.embed_tokens", ids, vocab, hidden, weights)
     # the residual stream as rows (batch * T, hidden): the output and down projections
@@ -143,6 +134,41 @@ def decoder(config, batch=1, tokens=1, context=None, qkv_bias=None, per_sample=F
                    weights=weights, rms_norm=("model.norm", eps))
     cos, sin = rope_tables(config, context)
     return cfg, {"rope.cos": cos, "rope.sin": sin}
+
+
+def _shape(config, context=None, qkv_bias=None):
+    """The decoder's sizes and options from HF ``config``: hidden, heads, kv_heads, width,
+    context, inner, vocab, activation, windows (each layer's), qkv_bias, mlp_bias,
+    out_bias, eps, layers."""
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    if heads % kv_heads:
+        raise ArchitectureError("%d attention heads are not a multiple of %d key/value heads"
+                                % (heads, kv_heads))
+    context = int(context or config["max_position_embeddings"])
+    if qkv_bias is None:
+        qkv_bias = config.get("model_type") == "qwen2" or bool(config.get("attention_bias"))
+    return {"hidden": hidden, "heads": heads, "kv_heads": kv_heads,
+            "width": config.get("head_dim") or hidden // heads, "context": context,
+            "inner": config["intermediate_size"], "vocab": config["vocab_size"],
+            "activation": hf_activation(config.get("hidden_act", "silu"), "the MLP"),
+            "windows": _windows(config, context), "qkv_bias": bool(qkv_bias),
+            "mlp_bias": bool(config.get("mlp_bias")),  # (Llama's option: gate, up and down)
+            # (Llama's attention_bias covers o_proj; Qwen2's biases are q, k and v only)
+            "out_bias": bool(config.get("attention_bias")),
+            "eps": float(config.get("rms_norm_eps", 1e-6)),
+            "layers": int(config["num_hidden_layers"])}
+
+
+def fused_spec(config, context=None):
+    """What ``llm/fused_step.py`` needs of the decoder ``decoder`` builds for ``config``:
+    ``_shape``'s dict and the head's eps; None where its blocks are not the fused kernel's
+    (an MLP activation other than SiLU, biases in the MLP)."""
+    s = _shape(config, context)
+    if s["activation"] != "silu" or s["mlp_bias"]:
+        return None
+    s["head_eps"] = s["eps"]
+    return s
 
 
 def _windows(config, context):

@@ -24,6 +24,7 @@ from ..dtypes import bfloat16, bfloat16_values
 from . import gpt2, llama
 from .checkpoint import ArchitectureError, Checkpoint, read_json
 from .engine import DecodeEngine
+from .fused_step import fused_step
 from .scheduler import ContextError, Request, Scheduler
 from .settings import resolve
 
@@ -76,8 +77,11 @@ class LanguageModel:
             return family.decoder(self.config, batch=batch, tokens=tokens, context=context,
                                   per_sample=True, last_only=True, weights=weights)
 
+        spec = family.fused_spec(self.config, self.context) \
+            if hasattr(family, "fused_spec") else None
         self.engine = DecodeEngine(self.ctx, build, family.weights(ckpt, self.context),
-                                   self.config["vocab_size"], batch, self.context, precision)
+                                   self.config["vocab_size"], batch, self.context, precision,
+                                   fused=lambda net: fused_step(net, spec) if spec else None)
         self.scheduler = Scheduler(self.engine)
 
     @property

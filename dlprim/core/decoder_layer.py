@@ -1,0 +1,151 @@
+"""A Llama-family decoder block at one token in one launch (``kernels/decoder_layer.cl``):
+the RMSNorms, the q/k/v, output, gate/up and down products, the rotary embedding, the
+cache write and attention over the cache, with P work-groups meeting at grid barriers
+between the phases.
+
+A decoder's one-token step on NVIDIA's driver is made of launches that each cost 5-9 us
+of host time and 4-5 us of device time whatever they do (docs/benchmarks.md, "Language-
+model decoding"): six a block took a TinyLlama step to 2 ms against 0.56 ms for its
+bytes. Here a block is one launch and its phases meet at a grid barrier (1-2 us).
+
+As with the recurrent layers' one-launch loop (``core/recurrent_persistent.py``), a grid
+barrier deadlocks where the device does not keep every work-group resident, so the launch
+shape is used only after a probe of it passed on the device (memoized per context), the
+barriers' spins are bounded, and a launch that waited too long writes NaN. ``groups=1``
+runs anywhere, probe-free (the tests' CPU runs).
+"""
+import logging
+import math
+
+import numpy as np
+import pyopencl as cl
+
+from ..dtypes import cl_type
+from ..kernels import program
+from ..tensor import Tensor
+from ..utils import round_up
+
+__all__ = ["DecoderBlockDims", "DecoderLayerOps"]
+
+log = logging.getLogger(__name__)
+
+TEAM = 32           # work-items a weight row (a warp on NVIDIA)
+GPU_TEAMS = 16      # teams a work-group on GPUs (512 work-items)
+CPU_TEAMS = 2
+SPINS = 1 << 24     # counter reads before a grid barrier gives up (seconds, not steps)
+PROBE_SPINS = 1 << 16
+VEC = 8             # values a load: rows and offsets must be multiples of it
+UNROLL = 4          # loads a work-item of a product asks for before it uses any
+
+
+class DecoderBlockDims:
+    """The shapes of a block: ``hidden``, ``inner`` (the MLP's), ``heads``, ``kv_heads``,
+    ``width`` (a head's), ``context`` (the cache's positions), ``vocab`` (the token
+    table's rows), ``window`` (0 or a sliding window's keys), ``qkv_bias``, ``out_bias``."""
+
+    def __init__(self, hidden, inner, heads, kv_heads, width, context, vocab, window=0,
+                 qkv_bias=False, out_bias=False):
+        self.hidden, self.inner, self.heads, self.kv_heads = hidden, inner, heads, kv_heads
+        self.width, self.context, self.vocab, self.window = width, context, vocab, window
+        self.qkv_bias, self.out_bias = bool(qkv_bias), bool(out_bias)
+
+    def unsupported(self):
+        """Why the kernel cannot take this block (None: it can)."""
+        if self.heads % self.kv_heads:
+            return "query heads not a multiple of key/value heads"
+        for what, n in (("hidden", self.hidden), ("inner", self.inner),
+                        ("heads x width", self.heads * self.width),
+                        ("head width", self.width)):
+            if n % VEC:
+                return "%s %d is not a multiple of %d" % (what, n, VEC)
+        return None
+
+    def key(self):
+        return tuple(sorted(vars(self).items()))
+
+
+def _type(dtype):
+    return cl_type(np.dtype(dtype))
+
+
+class DecoderLayerOps:
+    """The launches of the blocks of one decoder at one token: ``weight_dtype`` (float32,
+    float16, bfloat16 or int8 with a float32 scale a row), ``cache_dtype``,
+    ``table_dtype`` (the rotary tables), ``embed_dtype`` (the token table; int8 with a
+    scale a row), ``bias_dtype``. ``groups``: work-groups (None: a compute unit each, on
+    GPUs that pass the probe; else unusable: ``self.usable`` False); ``teams``: teams of
+    TEAM work-items a work-group; ``unroll``: the loads a work-item asks for at once in
+    the products; ``timing``: the phases' clocks written (NVIDIA)."""
+
+    def __init__(self, ctx, dims, weight_dtype, cache_dtype, table_dtype, embed_dtype,
+                 bias_dtype=np.float32, groups=None, teams=None, unroll=UNROLL, timing=False):
+        self.ctx, self.dims = ctx, dims
+        why = dims.unsupported()
+        if why is not None:
+            raise ValueError("DecoderLayerOps: %s" % why)
+        gpu = _real_gpu(ctx)
+        self.teams = int(teams or (GPU_TEAMS if gpu else CPU_TEAMS))
+        self.teams = min(self.teams, max(1, ctx.facts.max_work_group // TEAM))
+        self.threads = self.teams * TEAM
+        self.groups = int(groups) if groups is not None else ctx.facts.compute_units
+        d = dims
+        # (the staged vectors in whole blocks of 8 x TEAM: the kernel's PERM)
+        vl = max(round_up(max(d.hidden, d.inner, d.heads * d.width), VEC * TEAM),
+                 self.teams * (d.width + TEAM))
+        self.local_bytes = 4 * (vl + self.threads) + 64
+        types = {name: _type(t) for name, t in (("W_T", weight_dtype), ("C_T", cache_dtype),
+                                                 ("T_T", table_dtype), ("E_T", embed_dtype),
+                                                 ("B_T", bias_dtype))}
+        self.params = dict(
+            H=d.hidden, I=d.inner, QH=d.heads, KVH=d.kv_heads, D=d.width, CONTEXT=d.context,
+            VOCAB=d.vocab, WINDOW=d.window, QKV_BIAS=int(d.qkv_bias), O_BIAS=int(d.out_bias),
+            SCALE=int(types["W_T"] == "char"), E_SCALE=int(types["E_T"] == "char"),
+            TEAM=TEAM, TEAMS=self.teams, MULTI=int(self.groups > 1),
+            SHUFFLE=int(gpu and ctx.facts.vendor_id == "nvidia"), VL=vl,
+            UNROLL=int(unroll), TIMING=int(bool(timing)), **types)
+        self.usable = self.local_bytes <= ctx.facts.local_mem and \
+            (groups is not None or (gpu and ctx.facts.vendor_id == "nvidia"))
+        self.scale = 1.0 / math.sqrt(d.width)
+
+    def program(self, embed):
+        return program.get(self.ctx, "decoder_layer", EMBED=int(embed), **self.params)
+
+    def scratch(self):
+        """The float32 scratch every block shares: {x, qkv, part, att, mlp} and the
+        barrier's counter and failure flag (``sync``, two uint64, zero)."""
+        d, ctx = self.dims, self.ctx
+        chunks = -(-d.context // TEAM)
+        sizes = {"x": d.hidden, "qkv": (d.heads + 2 * d.kv_heads) * d.width,
+                 "part": d.heads * chunks * (d.width + 2), "att": d.heads * d.width,
+                 "mlp": d.inner}
+        out = {name: Tensor(ctx, (n,)) for name, n in sizes.items()}
+        out["sync"] = Tensor.zeros(ctx, (2,), "uint64")
+        return out
+
+    def launch(self, embed, scratch, tokens, pos, table, table_scale, block, caches, tables,
+               eps, spins=SPINS, clock=None):
+        """The launch of one block: ``embed`` (the first: its residual is the token's row of
+        ``table``, ``table_scale`` its rows' scales or None), ``block`` {norm1, w_qkv,
+        s_qkv, b_qkv, w_o, s_o, b_o, norm2, w_gate, s_gate, w_up, s_up, w_down, s_down}
+        (absent scales and biases: None), ``caches`` (keys, values), ``tables`` (cos,
+        sin); ``clock``: with ``timing``, uint64 (groups, 16) the phases' clocks go to."""
+        absent = scratch["x"]  # (a valid buffer for an absent tensor; never read)
+
+        def t(v):
+            return absent if v is None else v
+        s = scratch
+        args = [tokens, pos, s["x"].buffer, t(table), t(table_scale), block["norm1"],
+                block["w_qkv"], t(block.get("s_qkv")), t(block.get("b_qkv")),
+                block["w_o"], t(block.get("s_o")), t(block.get("b_o")), block["norm2"],
+                block["w_gate"], t(block.get("s_gate")), block["w_up"], t(block.get("s_up")),
+                block["w_down"], t(block.get("s_down")), caches[0], caches[1], tables[0],
+                tables[1], s["qkv"].buffer, s["part"].buffer, s["att"].buffer,
+                s["mlp"].buffer, s["sync"].buffer, np.uint32(spins), np.float32(eps),
+                np.float32(self.scale)] + ([clock.buffer] if self.params["TIMING"] else [])
+        return program.Launch(self.program(embed), "decoder_layer",
+                              (self.groups * self.threads,), (self.threads,), args)
+
+
+def _real_gpu(ctx):
+    kind = ctx.device.type
+    return bool(kind & cl.device_type.GPU) and not kind & cl.device_type.CPU

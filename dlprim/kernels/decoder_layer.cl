@@ -1,0 +1,543 @@
+<%include file="common.h"/>
+## One block of a Llama-family decoder at one token, in one launch (core/decoder_layer.py):
+## the RMSNorm and the q/k/v product, the rotary embedding and the cache write, attention
+## over the cache in chunks, the chunks merged, the output product added onto the
+## residual, the RMSNorm and SwiGLU's gate and up products, the down product added onto
+## the residual. P work-groups (one a compute unit) meet at a grid barrier between those
+## phases: a decoder's step is then one launch a block instead of six, where each launch
+## costs NVIDIA's driver 5-9 us of host time and 4-5 us of device time whatever it does.
+##
+## The residual stream x is float32 (H values) between the launches; each product's vector
+## operand is staged in local memory by every work-group (volatile loads: values another
+## work-group wrote in this launch are read past the L1 cache), and a team of TEAM (32)
+## work-items streams a weight row at a time, 8 values a load, UNROLL loads asked for
+## before any is used. Attention: a team a (query head, chunk of TEAM positions) pair,
+## a position a work-item; each chunk's max, sum and weighted values go to `part`, which
+## the next phase merges head by head (online softmax over the chunks).
+##
+## Template: H, I (hidden and MLP widths), QH, KVH (query and key/value heads), D (head
+## width), W_T (the Linears' weights: float, half, bfloat16, or char with a float32 scale
+## a row: SCALE), C_T (the caches), T_T (the rotary tables), E_T (the token table, read by
+## the first block: EMBED; char with a scale a row: E_SCALE), B_T (biases: QKV_BIAS,
+## O_BIAS), CONTEXT (the cache's positions), WINDOW (0, or the keys a query sees, ending at
+## its own), TEAMS (teams a work-group), MULTI (more than one work-group: grid barriers),
+## SHUFFLE (NVIDIA: teams add by warp shuffles), VL (floats of the staged vectors).
+<%
+NQKV = (QH + 2 * KVH) * D
+G = QH // KVH
+CMAX = (CONTEXT + TEAM - 1) // TEAM
+DR = (D + TEAM - 1) // TEAM   # head dimensions a work-item keeps in the merge and PV
+NVIDIA = getattr(facts, "vendor_id", "") == "nvidia"
+%>
+% if MULTI:
+#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
+% endif
+#define TEAM ${TEAM}
+#define TEAMS ${TEAMS}
+#define NT (TEAM * TEAMS)
+#define CMAX ${CMAX}
+#define H ${H}
+#define D ${D}
+#define QH ${QH}
+#define KVH ${KVH}
+#define CONTEXT ${CONTEXT}
+// Where the staged vectors keep element i: in each block of 8 x TEAM values, value j of
+// work-item l's 8 (element 8 l + j) at j TEAM + l. A product's work-item reads its 8 values
+// as 8 loads that a warp serves from 32 banks at once; kept in order (32-byte vload8s),
+// each load took 8 passes of the banks, and a block's products took 67 us (16 their
+// bytes' worth at the copy rate) in local-memory loads.
+#define PERM(i) (((i) & ~(8 * TEAM - 1)) | (((i) & 7) * TEAM) | (((i) >> 3) & (TEAM - 1)))
+
+// raw8_T holds the bits of 8 values of storage T, rawload8_T loads them (vrawload8_T past
+// the L1 cache: values another work-group wrote in this launch), widen8_T makes floats of
+// them; raw1_T and the rest likewise for one value. The loops ask for all their loads'
+// bits before they widen any: NVIDIA's driver widens half through an inline-asm block that
+// holds the next load back until its value arrives (a block took 67 us with the loads
+// widened as they came).
+<%def name="raw_type(T)">
+% if T == "float":
+typedef float8 raw8_float;
+typedef float raw1_float;
+inline raw8_float rawload8_float(__global const float *p, ulong i)
+{
+    return (float8)(*(__global const float4 *)(p + i), *(__global const float4 *)(p + i + 4));
+}
+inline raw8_float vrawload8_float(volatile __global const float *p, ulong i)
+{
+    return (float8)(*(volatile __global const float4 *)(p + i),
+                    *(volatile __global const float4 *)(p + i + 4));
+}
+inline raw1_float vrawload1_float(volatile __global const float *p, ulong i)
+{
+    return p[i];
+}
+#define widen8_float(r) (r)
+#define widen1_float(r) (r)
+% elif T in ("half", "bfloat16"):
+typedef uint4 raw8_${T};
+typedef ushort raw1_${T};
+inline raw8_${T} rawload8_${T}(__global const ${T} *p, ulong i)
+{
+    return *(__global const uint4 *)(p + i);
+}
+inline raw8_${T} vrawload8_${T}(volatile __global const ${T} *p, ulong i)
+{
+    return *(volatile __global const uint4 *)(p + i);
+}
+inline raw1_${T} vrawload1_${T}(volatile __global const ${T} *p, ulong i)
+{
+    return ((volatile __global const ushort *)p)[i];
+}
+% if T == "half":
+inline float8 widen8_half(uint4 r)
+{
+    return vload_half8(0, (const __private half *)&r);
+}
+inline float widen1_half(ushort r)
+{
+    return vload_half(0, (const __private half *)&r);
+}
+% else:
+#define widen8_bfloat16(r) as_float8(convert_uint8(as_ushort8(r)) << 16)
+#define widen1_bfloat16(r) as_float((uint)(r) << 16)
+% endif
+% elif T == "char":
+typedef char8 raw8_char;
+inline raw8_char rawload8_char(__global const char *p, ulong i)
+{
+    return *(__global const char8 *)(p + i);
+}
+#define widen8_char(r) convert_float8(r)
+% endif
+</%def>
+${raw_type(W_T)}
+% if C_T != W_T:
+${raw_type(C_T)}
+% endif
+inline float hsum8(float8 v)
+{
+    float4 h = v.lo + v.hi;
+    return (h.x + h.y) + (h.z + h.w);
+}
+
+% if TIMING:
+// TIMING: the first work-item of each work-group writes the device's nanosecond clock at
+// each phase's end (benchmarks/decode_block_phases.py)
+inline ulong now_ns(void)
+{
+    ulong t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define STAMP(k) if (lid == 0) clock[group * 16 + (k)] = now_ns()
+% else:
+#define STAMP(k)
+% endif
+
+inline void global_fence(void)
+{
+% if NVIDIA:
+    asm volatile("membar.gl;" ::: "memory");
+% else:
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+% endif
+}
+
+// Every work-group's writes so far visible to all after it. The counter only grows: a
+// barrier waits for the next multiple of P arrivals (a launch needs no reset of it). A
+// work-group that waits longer than ``spins`` reads (work-groups not all resident) marks
+// the launch failed in sync[1]; the block's output is then NaN.
+inline int grid_sync(volatile __global ulong *sync, __local int *failed, uint spins)
+{
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+% if MULTI:
+    if (get_local_id(0) == 0) {
+        const ulong P = get_num_groups(0);
+        global_fence();
+        const ulong target = (atom_inc(sync) / P + 1) * P;
+        uint n = 0;
+        while (sync[0] < target && !*failed) {
+            if (++n > spins || sync[1]) {
+                atom_or(sync + 1, 1ul);
+                *failed = 1;
+            }
+        }
+        global_fence();
+    }
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+% endif
+    return *failed;
+}
+
+% if SHUFFLE:
+inline float team_sum(float x, __local float *red)
+{
+    for (int m = TEAM / 2; m > 0; m >>= 1) {
+        float y;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(y) : "f"(x), "r"(m));
+        x += y;
+    }
+    return x;
+}
+inline float team_max(float x, __local float *red)
+{
+    for (int m = TEAM / 2; m > 0; m >>= 1) {
+        float y;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(y) : "f"(x), "r"(m));
+        x = fmax(x, y);
+    }
+    return x;
+}
+% else:
+// (every work-item of the work-group calls these alike: they hold work-group barriers;
+// ``red``: the team's TEAM floats)
+inline float team_sum(float x, __local float *red)
+{
+    const int lane = get_local_id(0) % TEAM;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    red[lane] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float s = 0.0f;
+    for (int i = 0; i < TEAM; i++)
+        s += red[i];
+    return s;
+}
+inline float team_max(float x, __local float *red)
+{
+    const int lane = get_local_id(0) % TEAM;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    red[lane] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float s = -INFINITY;
+    for (int i = 0; i < TEAM; i++)
+        s = fmax(s, red[i]);
+    return s;
+}
+% endif
+
+// the work-group's sum of x (every work-item gets it; ``red``: NT floats)
+inline float group_sum(float x, __local float *red)
+{
+    const int lid = get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    red[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int step = NT / 2; step > 0; step >>= 1) {
+        if (lid < step)
+            red[lid] += red[lid + step];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float s = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return s;
+}
+
+<%def name="product(W, N, K, epilogue, second=None)">
+    // for each of the ${N} rows c of ${W} (${K} values a row): the sum of the row times
+    // vec${" and of " + second + "'s row" if second else ""}, then: ${epilogue}
+    for (int c0 = group * TEAMS; c0 < ${N}; c0 += groups * TEAMS) {
+        const int c = min(c0 + team, ${N} - 1);  // (teams past N compute a copy, store nothing)
+        __global const ${W_T} *w = ${W} + (ulong)c * ${K};
+% if second:
+        __global const ${W_T} *w2 = ${second} + (ulong)c * ${K};
+        float8 part2 = (float8)(0.0f);
+% endif
+        float8 part = (float8)(0.0f);
+        for (int k = lane * 8; k < ${K}; k += ${UNROLL} * TEAM * 8) {
+% for u in range(UNROLL):
+            const int k${u} = min(k + ${u * 8} * TEAM, ${K} - 8);
+            const raw8_${W_T} r${u} = rawload8_${W_T}(w, k${u});
+% if second:
+            const raw8_${W_T} s${u} = rawload8_${W_T}(w2, k${u});
+% endif
+% endfor
+% for u in range(UNROLL):
+            if (k + ${u * 8} * TEAM < ${K}) {
+                __local const float *vp = vec + PERM(k${u});
+                const float8 v = (float8)(vp[0], vp[TEAM], vp[2 * TEAM], vp[3 * TEAM],
+                                          vp[4 * TEAM], vp[5 * TEAM], vp[6 * TEAM],
+                                          vp[7 * TEAM]);
+                part = fma(widen8_${W_T}(r${u}), v, part);
+% if second:
+                part2 = fma(widen8_${W_T}(s${u}), v, part2);
+% endif
+            }
+% endfor
+        }
+        const float sum = team_sum(hsum8(part), red + team * TEAM);
+% if second:
+        const float sum2 = team_sum(hsum8(part2), red + team * TEAM);
+% endif
+        if (lane == 0 && c0 + team < ${N}) {
+            ${epilogue}
+        }
+    }
+</%def>
+
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void decoder_layer(__global const long *tokens, ulong tokens_offset,
+                   __global const long *pos, ulong pos_offset,
+                   __global float *x,
+                   __global const ${E_T} *table, ulong table_offset,
+                   __global const float *table_scale, ulong table_scale_offset,
+                   __global const float *norm1, ulong norm1_offset,
+                   __global const ${W_T} *w_qkv, ulong w_qkv_offset,
+                   __global const float *s_qkv, ulong s_qkv_offset,
+                   __global const ${B_T} *b_qkv, ulong b_qkv_offset,
+                   __global const ${W_T} *w_o, ulong w_o_offset,
+                   __global const float *s_o, ulong s_o_offset,
+                   __global const ${B_T} *b_o, ulong b_o_offset,
+                   __global const float *norm2, ulong norm2_offset,
+                   __global const ${W_T} *w_gate, ulong w_gate_offset,
+                   __global const float *s_gate, ulong s_gate_offset,
+                   __global const ${W_T} *w_up, ulong w_up_offset,
+                   __global const float *s_up, ulong s_up_offset,
+                   __global const ${W_T} *w_down, ulong w_down_offset,
+                   __global const float *s_down, ulong s_down_offset,
+                   __global ${C_T} *keys, ulong keys_offset,
+                   __global ${C_T} *values, ulong values_offset,
+                   __global const ${T_T} *cosines, ulong cos_offset,
+                   __global const ${T_T} *sines, ulong sin_offset,
+                   __global float *qkv, __global float *part, __global float *att,
+                   __global float *mlp, volatile __global ulong *sync, uint spins,
+                   float eps, float scale
+% if TIMING:
+                   , __global ulong *clock
+% endif
+                   )
+{
+    __local float vec[${VL}];   // the staged vector of a product (attention: q and weights)
+    __local float red[NT];      // sums
+    __local int failed;
+    const int lid = get_local_id(0), lane = lid % TEAM, team = lid / TEAM;
+    const int group = get_group_id(0), groups = get_num_groups(0);
+    if (lid == 0)
+        failed = 0;
+    const long p = pos[pos_offset];
+    const int bad = p < 0 || p >= CONTEXT;  // (the cache would overflow: NaN, nothing written)
+    const long row = bad ? 0 : p;
+    w_qkv += w_qkv_offset; s_qkv += s_qkv_offset; b_qkv += b_qkv_offset;
+    w_o += w_o_offset; s_o += s_o_offset; b_o += b_o_offset;
+    w_gate += w_gate_offset; s_gate += s_gate_offset; w_up += w_up_offset;
+    s_up += s_up_offset; w_down += w_down_offset; s_down += s_down_offset;
+    norm1 += norm1_offset; norm2 += norm2_offset;
+    keys += keys_offset; values += values_offset;
+    cosines += cos_offset + (ulong)row * D; sines += sin_offset + (ulong)row * D;
+    // (every block checks the token: Intel's CPU compiler crashed on the kernel without
+    // the read)
+    const long token = tokens[tokens_offset];
+    const int bad_token = token < 0 || token >= ${VOCAB};
+% if EMBED:
+    // the first block's residual: the token's row of the table
+    __global const ${E_T} *x_in = table + table_offset + (ulong)(bad_token ? 0 : token) * H;
+% if E_SCALE:
+    const float x_in_scale = table_scale[table_scale_offset + (bad_token ? 0 : token)];
+% else:
+    const float x_in_scale = 1.0f;
+% endif
+#define X_IN(i) ((float)LD_${E_T}(x_in, i) * x_in_scale)
+% else:
+#define X_IN(i) (x[i])
+% endif
+
+    STAMP(0);
+    // 1. q, k and v of RMSNorm(x): vec = x * norm1, the 1 / RMS applied to the sums
+    float ss = 0.0f;
+    for (int i = lid; i < H; i += NT) {
+        const float v = X_IN(i);
+        ss = fma(v, v, ss);
+        vec[PERM(i)] = v * norm1[i];
+    }
+    float rs = rsqrt(group_sum(ss, red) / (float)H + eps);
+    ${product("w_qkv", NQKV, "H", "qkv[c] = sum * rs%s%s;" % (" * s_qkv[c]" if SCALE else "", " + (float)LD_%s(b_qkv, c)" % B_T if QKV_BIAS else ""))}
+    STAMP(1);
+    grid_sync(sync, &failed, spins);
+    STAMP(2);
+
+    // 2. the rotary embedding of the queries (in place) and of the new keys (into the
+    // cache), the new values into the cache: a work-item a pair of a head's dimensions
+    // (e, e + D/2); the sine's first half is negated in the table
+    {
+        const int half_d = D / 2;
+        const int pairs = (QH + KVH) * half_d, total = pairs + KVH * D;
+        for (int i = group * NT + lid; i < total; i += groups * NT) {
+            if (i < pairs) {
+                const int h = i / half_d, e = i % half_d;
+                const int at = h * D + e;
+                volatile __global float *src = qkv;
+                const float a = src[at], b = src[at + half_d];
+                const float ra = a * (float)LD_${T_T}(cosines, e) + b * (float)LD_${T_T}(sines, e);
+                const float rb = b * (float)LD_${T_T}(cosines, e + half_d)
+                                 + a * (float)LD_${T_T}(sines, e + half_d);
+                if (h < QH) {
+                    qkv[at] = ra;
+                    qkv[at + half_d] = rb;
+                } else if (!bad) {
+                    const ulong dst = ((ulong)(h - QH) * CONTEXT + row) * D + e;
+                    ST_${C_T}(keys, dst, ra);
+                    ST_${C_T}(keys, dst + half_d, rb);
+                }
+            } else if (!bad) {
+                const int j = i - pairs, h = j / D, e = j % D;
+                volatile __global float *src = qkv;
+                ST_${C_T}(values, ((ulong)h * CONTEXT + row) * D + e,
+                          src[(QH + KVH) * D + j]);
+            }
+        }
+    }
+    STAMP(3);
+    grid_sync(sync, &failed, spins);
+    STAMP(4);
+
+    // 3. attention over the cache: a team a (query head, chunk of TEAM positions), a
+    // work-item a position; the chunk's max, sum of exp and weighted values into `part`
+    const long last = row;  // (the new token's own position is its last key)
+% if WINDOW:
+    const long first = max(0L, last - ${WINDOW} + 1);
+% else:
+    const long first = 0;
+% endif
+    const int chunks = (int)((last - first) / TEAM) + 1;
+    {
+        __local float *q_all = vec, *w_all = vec + TEAMS * D;
+        for (int t0 = group * TEAMS; t0 < QH * chunks; t0 += groups * TEAMS) {
+            const int t = min(t0 + team, QH * chunks - 1);
+            const int h = t / chunks, chunk = t % chunks, kv = h / ${G};
+            __local float *q = q_all + team * D, *w = w_all + team * TEAM;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int e = lane; e < D; e += TEAM)
+                q[e] = ((volatile __global float *)qkv)[h * D + e];
+            barrier(CLK_LOCAL_MEM_FENCE);
+            const long j = first + (long)chunk * TEAM + lane;
+            float s = -INFINITY;
+            {
+                volatile __global const ${C_T} *k_row =
+                    keys + ((ulong)kv * CONTEXT + min(j, last)) * D;
+                raw8_${C_T} kr[D / 8];
+                for (int e = 0; e < D / 8; e++)
+                    kr[e] = vrawload8_${C_T}(k_row, e * 8);
+                float8 acc = (float8)(0.0f);
+                for (int e = 0; e < D / 8; e++)
+                    acc = fma(widen8_${C_T}(kr[e]), vload8(0, q + e * 8), acc);
+                if (j <= last)
+                    s = hsum8(acc) * scale;
+            }
+            const float m = team_max(s, red + team * TEAM);
+            const float e_s = j <= last ? exp(s - m) : 0.0f;
+            const float l = team_sum(e_s, red + team * TEAM);
+            w[lane] = e_s;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            // the weighted values, 8 positions' loads asked for before any is used (past
+            // the chunk: the last row again, weight 0)
+            float o[${DR}];
+            for (int r = 0; r < ${DR}; r++)
+                o[r] = 0.0f;
+            const long j0 = first + (long)chunk * TEAM;
+            const int n = (int)min((long)TEAM, last - j0 + 1);
+            volatile __global const ${C_T} *v_rows = values + ((ulong)kv * CONTEXT + j0) * D;
+            for (int i0 = 0; i0 < n; i0 += 16) {
+                raw1_${C_T} v[16][${DR}];
+                for (int u = 0; u < 16; u++)
+                    for (int r = 0; r < ${DR}; r++)
+                        v[u][r] = vrawload1_${C_T}(v_rows, (ulong)min(i0 + u, n - 1) * D
+                                                   + min(lane + r * TEAM, D - 1));
+                for (int u = 0; u < 16; u++)
+                    for (int r = 0; r < ${DR}; r++)
+                        o[r] = fma(i0 + u < n ? w[i0 + u] : 0.0f, widen1_${C_T}(v[u][r]), o[r]);
+            }
+            if (t0 + team < QH * chunks) {
+                __global float *out = part + ((ulong)h * CMAX + chunk) * (D + 2);
+                if (lane == 0) {
+                    out[0] = m;
+                    out[1] = l;
+                }
+                for (int r = 0; r < ${DR}; r++) {
+                    const int e = lane + r * TEAM;
+                    if (e < D)
+                        out[2 + e] = o[r];
+                }
+            }
+        }
+    }
+    STAMP(5);
+    grid_sync(sync, &failed, spins);
+    STAMP(6);
+
+    // 4. each head's chunks merged: att = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c
+    for (int h0 = group * TEAMS; h0 < QH; h0 += groups * TEAMS) {
+        const int h = min(h0 + team, QH - 1);
+        volatile __global const float *in = part + (ulong)h * CMAX * (D + 2);
+        float mx = -INFINITY;
+        for (int c = lane; c < chunks; c += TEAM)
+            mx = fmax(mx, in[(ulong)c * (D + 2)]);
+        mx = team_max(mx, red + team * TEAM);
+        // TEAM chunks at a time: a work-item a chunk's factor exp(m_c - M) into local
+        // memory, then each its dimensions' sums, 8 chunks' loads asked for at once
+        __local float *f = vec + team * TEAM;
+        float o[${DR}], l = 0.0f;
+        for (int r = 0; r < ${DR}; r++)
+            o[r] = 0.0f;
+        for (int c0 = 0; c0 < chunks; c0 += TEAM) {
+            const int c = c0 + lane;
+            volatile __global const float *pc = in + (ulong)min(c, chunks - 1) * (D + 2);
+            const float fc = c < chunks ? exp(pc[0] - mx) : 0.0f;
+            l = fma(fc, pc[1], l);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            f[lane] = fc;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            const int n = min(TEAM, chunks - c0);
+            for (int i0 = 0; i0 < n; i0 += 16) {
+                float v[16][${DR}];
+                for (int u = 0; u < 16; u++)
+                    for (int r = 0; r < ${DR}; r++)
+                        v[u][r] = in[(ulong)(c0 + min(i0 + u, n - 1)) * (D + 2) + 2
+                                     + min(lane + r * TEAM, D - 1)];
+                for (int u = 0; u < 16; u++)
+                    for (int r = 0; r < ${DR}; r++)
+                        o[r] = fma(i0 + u < n ? f[i0 + u] : 0.0f, v[u][r], o[r]);
+            }
+        }
+        l = team_sum(l, red + team * TEAM);
+        if (h0 + team < QH)
+            for (int r = 0; r < ${DR}; r++) {
+                const int e = lane + r * TEAM;
+                if (e < D)
+                    att[h * D + e] = o[r] / l;
+            }
+    }
+    STAMP(7);
+    grid_sync(sync, &failed, spins);
+    STAMP(8);
+
+    // 5. x = x + o_proj(att)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = lid; i < QH * D; i += NT)
+        vec[PERM(i)] = ((volatile __global float *)att)[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ${product("w_o", "H", QH * D, "x[c] = X_IN(c) + sum%s%s;" % (" * s_o[c]" if SCALE else "", " + (float)LD_%s(b_o, c)" % B_T if O_BIAS else ""))}
+    STAMP(9);
+    grid_sync(sync, &failed, spins);
+    STAMP(10);
+
+    // 6. mlp = silu(gate(RMSNorm(x))) * up(RMSNorm(x))
+    ss = 0.0f;
+    for (int i = lid; i < H; i += NT) {
+        const float v = ((volatile __global float *)x)[i];
+        ss = fma(v, v, ss);
+        vec[PERM(i)] = v * norm2[i];
+    }
+    rs = rsqrt(group_sum(ss, red) / (float)H + eps);
+    ${product("w_gate", I, "H", "const float g = sum * rs%s, u = sum2 * rs%s; mlp[c] = g / (1.0f + exp(-g)) * u;" % (" * s_gate[c]" if SCALE else "", " * s_up[c]" if SCALE else ""), second="w_up")}
+    STAMP(11);
+    grid_sync(sync, &failed, spins);
+    STAMP(12);
+
+    // 7. x = x + down(mlp); NaN where a position, a token or the launch went wrong
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = lid; i < ${I}; i += NT)
+        vec[PERM(i)] = ((volatile __global float *)mlp)[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int wrong = bad || bad_token || failed;
+    ${product("w_down", "H", I, "x[c] = wrong ? NAN : ((volatile __global float *)x)[c] + sum%s;" % (" * s_down[c]" if SCALE else ""))}
+    STAMP(13);
+}

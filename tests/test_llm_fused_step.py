@@ -1,0 +1,181 @@
+"""The one-token pass as one launch a decoder block (llm/fused_step.py,
+kernels/decoder_layer.cl) against transformers and against the Net's own pass: small
+Llama-family models from their configs (test_llm_generate's), every decoded step's logits,
+16-bit and int8 weights, a position past the cache, and the decoders it leaves to the Net.
+
+On CPUs the kernel runs as one work-group (``groups=1``: its grid barriers are work-group
+barriers there); on a GPU that passes the probe it also runs as the engine chooses it."""
+import functools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import dlprim.llm.model as llm_model  # noqa: E402
+from dlprim.dtypes import bfloat16, bfloat16_values  # noqa: E402
+from dlprim.llm.fused_step import fused_step  # noqa: E402
+from test_llm_generate import _hf_greedy, _hf_model  # noqa: E402
+
+CONTEXT = 96
+PROMPT = [3, 17, 42, 8, 64, 5, 11]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    made = {}
+
+    def get(kind):
+        if kind not in made:
+            model = _hf_model(kind)
+            folder = tmp_path_factory.mktemp(kind)
+            model.save_pretrained(folder)
+            made[kind] = model, str(folder)
+        return made[kind]
+    return get
+
+
+def _load(monkeypatch, ctx, folder, groups=1, **kw):
+    """dlprim.llm.load with the fused pass of ``groups`` work-groups (None: the engine's
+    choice; False: the Net's pass)."""
+    if groups is False:
+        monkeypatch.setenv("DLPRIM_FUSED_DECODE", "0")
+    else:
+        monkeypatch.delenv("DLPRIM_FUSED_DECODE", raising=False)
+        monkeypatch.setattr(llm_model, "fused_step", functools.partial(fused_step, groups=groups))
+    return llm_model.load(folder, ctx=ctx, context=CONTEXT, **kw)
+
+
+def _decode(lm, steps):
+    """(tokens, each step's logits) of greedy decoding after PROMPT."""
+    got = []
+    request = lm.request(PROMPT, max_new_tokens=steps, eos_ids=[])
+    request.on_token = lambda t: got.append(_floats(lm.engine.last.tensor("logits").to_host()[0]))
+    lm.scheduler.run([request])
+    return request.result.tokens, np.stack(got)
+
+
+def _floats(a):
+    return bfloat16_values(a) if a.dtype == bfloat16 else np.asarray(a, np.float32)
+
+
+def _groups(ctx):
+    """The launch shapes to test on ``ctx``: one work-group, and the engine's own where the
+    device takes it."""
+    out = [1]
+    if ctx.facts.is_gpu:
+        out.append(None)
+    return out
+
+
+# (40 steps: past the 24-key windows)
+@pytest.mark.parametrize("kind", ["llama", "llama3", "qwen2", "mistral_window", "qwen2_window",
+                                  "phi3"])
+def test_fused_steps_match_transformers(ctx, saved, monkeypatch, kind):
+    model, folder = saved(kind)
+    want_tokens, want_logits = _hf_greedy(model, PROMPT, 40)
+    for groups in _groups(ctx):
+        lm = _load(monkeypatch, ctx, folder, groups)
+        assert lm.engine.fused is not None, "the pass was left to the Net"
+        tokens, logits = _decode(lm, 40)
+        np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-4,
+                                   err_msg="groups %s" % groups)
+        assert tokens == want_tokens
+
+
+def test_biases_on_every_projection_of_attention(ctx, tmp_path, monkeypatch):
+    """q, k, v and o with biases (Llama's attention_bias), SiLU, no MLP bias: fused."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=128,
+                                   initializer_range=0.3, attention_bias=True,
+                                   attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.3)
+    model.save_pretrained(tmp_path)
+    lm = _load(monkeypatch, ctx, str(tmp_path))
+    assert lm.engine.fused is not None
+    _, want = _hf_greedy(model, PROMPT, 12)
+    _, got = _decode(lm, 12)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("storage", [{"precision": "fp16"}, {"precision": "bf16"},
+                                     {"quantize": "int8"}])
+def test_16_bit_and_int8_weights_follow_the_nets_pass(ctx, saved, monkeypatch, storage):
+    """The same weights and caches as the Net's pass; the fused blocks keep the residual
+    in float32 where the Net stores 16-bit activations, so the two differ by that rounding."""
+    _, folder = saved("qwen2")
+    ref_tokens, ref = _decode(_load(monkeypatch, ctx, folder, False, **storage), 24)
+    lm = _load(monkeypatch, ctx, folder, 1, **storage)
+    assert lm.engine.fused is not None
+    tokens, got = _decode(lm, 24)
+    scale = np.abs(ref).max()
+    tol = 2e-3 if "quantize" in storage else 3e-2
+    assert np.abs(got[0] - ref[0]).max() <= tol * scale
+    # (later steps may part where a token's top two logits nearly tie)
+    same = next((i for i, (a, b) in enumerate(zip(tokens, ref_tokens)) if a != b), len(tokens))
+    np.testing.assert_allclose(got[:same], ref[:same], atol=tol * scale)
+    assert same == len(tokens) or np.ptp(np.sort(ref[same])[-2:]) < 0.05 * scale
+
+
+def test_a_position_past_the_cache_gives_nan_and_writes_nothing(ctx, saved, monkeypatch):
+    _, folder = saved("llama")
+    lm = _load(monkeypatch, ctx, folder)
+    net = lm.engine.net
+    caches = {n: net.param(n).to_host().copy() for n in net.store.dtypes if ".cache." in n}
+    net.tensor("tokens").to_device(np.array([[5]], np.int64))
+    net.tensor("pos").to_device(np.array([CONTEXT], np.int64))
+    lm.engine.fused.forward()
+    assert np.isnan(net.tensor("logits").to_host()).all()
+    for name, before in caches.items():
+        np.testing.assert_array_equal(net.param(name).to_host(), before, err_msg=name)
+
+
+@pytest.mark.parametrize("kind,storage", [("gpt2", {}), ("llama_biases", {}),
+                                          ("llama", {"quantize": "q4"})])
+def test_decoders_the_kernel_does_not_take_stay_on_the_net(ctx, saved, monkeypatch, kind,
+                                                            storage):
+    """GPT-2 (no Llama blocks), an MLP with biases and a GELU, 4-bit weights."""
+    _, folder = saved(kind)
+    lm = _load(monkeypatch, ctx, folder, **storage)
+    assert lm.engine.fused is None
+    tokens, _ = _decode(lm, 4)
+    assert len(tokens) == 4
+
+
+def test_the_engine_leaves_cpus_to_the_net(ctx, saved, monkeypatch):
+    """Without a forced shape, CPUs decode through the Net (their runtimes do not keep
+    work-groups resident together)."""
+    if ctx.facts.is_gpu:
+        pytest.skip("a GPU")
+    _, folder = saved("llama")
+    assert _load(monkeypatch, ctx, folder, None).engine.fused is None
+
+
+def test_more_chunks_than_a_team_merges(ctx, saved, monkeypatch):
+    """Past 32 x 32 positions the merge takes the chunks a team's width at a time."""
+    _, folder = saved("llama")
+    rng = np.random.default_rng(1)
+    prompt = rng.integers(1, 90, 1040).tolist()
+    outs = []
+    for groups in (False, 1):
+        if groups is False:
+            monkeypatch.setenv("DLPRIM_FUSED_DECODE", "0")
+        else:
+            monkeypatch.delenv("DLPRIM_FUSED_DECODE", raising=False)
+            monkeypatch.setattr(llm_model, "fused_step",
+                                functools.partial(fused_step, groups=groups))
+        lm = llm_model.load(folder, ctx=ctx, context=1056)
+        assert (lm.engine.fused is None) == (groups is False)
+        got = []
+        request = lm.request(prompt, max_new_tokens=4, eos_ids=[])
+        request.on_token = lambda t: got.append(lm.engine.last.tensor("logits").to_host()[0].copy())
+        lm.scheduler.run([request])
+        outs.append(np.stack(got))
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-4, atol=1e-4)
