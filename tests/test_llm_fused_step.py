@@ -179,3 +179,19 @@ def test_more_chunks_than_a_team_merges(ctx, saved, monkeypatch):
         lm.scheduler.run([request])
         outs.append(np.stack(got))
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-4, atol=1e-4)
+
+
+def test_heads_wider_than_a_team(ctx, tmp_path, monkeypatch):
+    """Heads of 40 (more than a team's 32 work-items, not a multiple of them)."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=80, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=2,
+                                   num_key_value_heads=1, max_position_embeddings=128,
+                                   initializer_range=0.3, attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(tmp_path)
+    lm = _load(monkeypatch, ctx, str(tmp_path))
+    assert lm.engine.fused is not None
+    want_tokens, want = _hf_greedy(model, PROMPT, 40)
+    tokens, got = _decode(lm, 40)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -27,6 +27,7 @@ NQKV = (QH + 2 * KVH) * D
 G = QH // KVH
 CMAX = (CONTEXT + TEAM - 1) // TEAM
 DR = (D + TEAM - 1) // TEAM   # head dimensions a work-item keeps in the merge and PV
+VB = max(8, min(TEAM, 64 // DR))  # values rows a work-item loads at once in attention
 NVIDIA = getattr(facts, "vendor_id", "") == "nvidia"
 %>
 % if MULTI:
@@ -404,44 +405,50 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
             const int t = min(t0 + team, QH * chunks - 1);
             const int h = t / chunks, chunk = t % chunks, kv = h / ${G};
             __local float *q = q_all + team * D, *w = w_all + team * TEAM;
+            const long j0 = first + (long)chunk * TEAM, j = j0 + lane;
+            const int n = (int)min((long)TEAM, last - j0 + 1);
+            // every load of the task asked for before any is used: the query, this work-
+            // item's key row, and its dimensions of the first VB values rows (past the
+            // chunk: the last row again, weight 0); the softmax then waits one latency
+            float qv[${DR}];
+            for (int r = 0; r < ${DR}; r++)
+                qv[r] = ((volatile __global float *)qkv)[h * D + min(lane + r * TEAM, D - 1)];
+            volatile __global const ${C_T} *k_row = keys + ((ulong)kv * CONTEXT + min(j, last)) * D;
+            raw8_${C_T} kr[D / 8];
+            for (int e = 0; e < D / 8; e++)
+                kr[e] = vrawload8_${C_T}(k_row, e * 8);
+            volatile __global const ${C_T} *v_rows = values + ((ulong)kv * CONTEXT + j0) * D;
+            raw1_${C_T} v[${VB}][${DR}];
+            for (int u = 0; u < ${VB}; u++)
+                for (int r = 0; r < ${DR}; r++)
+                    v[u][r] = vrawload1_${C_T}(v_rows, (ulong)min(u, n - 1) * D
+                                               + min(lane + r * TEAM, D - 1));
             barrier(CLK_LOCAL_MEM_FENCE);
-            for (int e = lane; e < D; e += TEAM)
-                q[e] = ((volatile __global float *)qkv)[h * D + e];
+            for (int r = 0; r < ${DR}; r++)
+                if (lane + r * TEAM < D)
+                    q[lane + r * TEAM] = qv[r];
             barrier(CLK_LOCAL_MEM_FENCE);
-            const long j = first + (long)chunk * TEAM + lane;
-            float s = -INFINITY;
-            {
-                volatile __global const ${C_T} *k_row =
-                    keys + ((ulong)kv * CONTEXT + min(j, last)) * D;
-                raw8_${C_T} kr[D / 8];
-                for (int e = 0; e < D / 8; e++)
-                    kr[e] = vrawload8_${C_T}(k_row, e * 8);
-                float8 acc = (float8)(0.0f);
-                for (int e = 0; e < D / 8; e++)
-                    acc = fma(widen8_${C_T}(kr[e]), vload8(0, q + e * 8), acc);
-                if (j <= last)
-                    s = hsum8(acc) * scale;
-            }
+            float8 acc = (float8)(0.0f);
+            for (int e = 0; e < D / 8; e++)
+                acc = fma(widen8_${C_T}(kr[e]), vload8(0, q + e * 8), acc);
+            const float s = j <= last ? hsum8(acc) * scale : -INFINITY;
             const float m = team_max(s, red + team * TEAM);
             const float e_s = j <= last ? exp(s - m) : 0.0f;
             const float l = team_sum(e_s, red + team * TEAM);
             w[lane] = e_s;
             barrier(CLK_LOCAL_MEM_FENCE);
-            // the weighted values, 8 positions' loads asked for before any is used (past
-            // the chunk: the last row again, weight 0)
             float o[${DR}];
             for (int r = 0; r < ${DR}; r++)
                 o[r] = 0.0f;
-            const long j0 = first + (long)chunk * TEAM;
-            const int n = (int)min((long)TEAM, last - j0 + 1);
-            volatile __global const ${C_T} *v_rows = values + ((ulong)kv * CONTEXT + j0) * D;
-            for (int i0 = 0; i0 < n; i0 += 16) {
-                raw1_${C_T} v[16][${DR}];
-                for (int u = 0; u < 16; u++)
+            for (int u = 0; u < ${VB}; u++)
+                for (int r = 0; r < ${DR}; r++)
+                    o[r] = fma(u < n ? w[u] : 0.0f, widen1_${C_T}(v[u][r]), o[r]);
+            for (int i0 = ${VB}; i0 < n; i0 += ${VB}) {  // (the rest, VB rows at a time)
+                for (int u = 0; u < ${VB}; u++)
                     for (int r = 0; r < ${DR}; r++)
                         v[u][r] = vrawload1_${C_T}(v_rows, (ulong)min(i0 + u, n - 1) * D
                                                    + min(lane + r * TEAM, D - 1));
-                for (int u = 0; u < 16; u++)
+                for (int u = 0; u < ${VB}; u++)
                     for (int r = 0; r < ${DR}; r++)
                         o[r] = fma(i0 + u < n ? w[i0 + u] : 0.0f, widen1_${C_T}(v[u][r]), o[r]);
             }
@@ -478,20 +485,26 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
         for (int r = 0; r < ${DR}; r++)
             o[r] = 0.0f;
         for (int c0 = 0; c0 < chunks; c0 += TEAM) {
-            const int c = c0 + lane;
+            // (the block's first 16 chunks' values asked for with its maxima and sums)
+            const int c = c0 + lane, n = min(TEAM, chunks - c0);
             volatile __global const float *pc = in + (ulong)min(c, chunks - 1) * (D + 2);
-            const float fc = c < chunks ? exp(pc[0] - mx) : 0.0f;
-            l = fma(fc, pc[1], l);
+            const float mc = pc[0], lc = pc[1];
+            float v[16][${DR}];
+            for (int u = 0; u < 16; u++)
+                for (int r = 0; r < ${DR}; r++)
+                    v[u][r] = in[(ulong)(c0 + min(u, n - 1)) * (D + 2) + 2
+                                 + min(lane + r * TEAM, D - 1)];
+            const float fc = c < chunks ? exp(mc - mx) : 0.0f;
+            l = fma(fc, lc, l);
             barrier(CLK_LOCAL_MEM_FENCE);
             f[lane] = fc;
             barrier(CLK_LOCAL_MEM_FENCE);
-            const int n = min(TEAM, chunks - c0);
             for (int i0 = 0; i0 < n; i0 += 16) {
-                float v[16][${DR}];
-                for (int u = 0; u < 16; u++)
-                    for (int r = 0; r < ${DR}; r++)
-                        v[u][r] = in[(ulong)(c0 + min(i0 + u, n - 1)) * (D + 2) + 2
-                                     + min(lane + r * TEAM, D - 1)];
+                if (i0)
+                    for (int u = 0; u < 16; u++)
+                        for (int r = 0; r < ${DR}; r++)
+                            v[u][r] = in[(ulong)(c0 + min(i0 + u, n - 1)) * (D + 2) + 2
+                                         + min(lane + r * TEAM, D - 1)];
                 for (int u = 0; u < 16; u++)
                     for (int r = 0; r < ${DR}; r++)
                         o[r] = fma(i0 + u < n ? f[i0 + u] : 0.0f, v[u][r], o[r]);
