@@ -132,6 +132,7 @@ def test_a_position_past_the_cache_gives_nan_and_writes_nothing(ctx, saved, monk
     net.tensor("pos").to_device(np.array([CONTEXT], np.int64))
     lm.engine.fused.forward()
     assert np.isnan(net.tensor("logits").to_host()).all()
+    assert not lm.engine.fused.failed()  # (the position's NaN, not a barrier's)
     for name, before in caches.items():
         np.testing.assert_array_equal(net.param(name).to_host(), before, err_msg=name)
 

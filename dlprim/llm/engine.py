@@ -135,8 +135,15 @@ class DecodeEngine:
         for r, ids in feeds.items():
             self.lengths[r] += len(ids)
             if chosen[r] < 0:
+                why = ""
+                if width == 1 and self.fused is not None and self.fused.failed():
+                    # (work-groups not resident together: later passes take the Net's)
+                    self.fused = None
+                    why = (": the one-launch blocks waited too long at a grid barrier (the "
+                           "device did not run their work-groups together); later passes "
+                           "run the Net's launches")
                 raise GenerationError("row %d: the logits are NaN or none is finite at %d "
-                                      "tokens" % (r, self.lengths[r]))
+                                      "tokens%s" % (r, self.lengths[r], why))
             out[r] = int(chosen[r])
         return out
 

@@ -170,6 +170,10 @@ class FusedStep:
         sync.to_device(np.zeros(2, np.uint64))  # (a failed launch leaves it mid-count)
         return not failed
 
+    def failed(self):
+        """Whether a launch gave up waiting at a grid barrier (its outputs are NaN)."""
+        return bool(self.scratch["sync"].numpy()[1])
+
     def forward(self):
         """Enqueue the pass: the Net's ``tokens`` and ``pos`` in, its ``logits`` out."""
         queue = self.ctx.queue
