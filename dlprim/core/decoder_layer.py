@@ -61,6 +61,7 @@ class DecoderBlockDims:
         return None
 
     def key(self):
+        """The dims as a hashable tuple."""
         return tuple(sorted(vars(self).items()))
 
 
@@ -108,6 +109,7 @@ class DecoderLayerOps:
         self.scale = 1.0 / math.sqrt(d.width)
 
     def program(self, embed):
+        """The built program; ``embed``: the first block's (its residual the token's row)."""
         return program.get(self.ctx, "decoder_layer", EMBED=int(embed), **self.params)
 
     def scratch(self):
