@@ -16,24 +16,21 @@ transformers = pytest.importorskip("transformers")
 import dlprim.llm.model as llm_model  # noqa: E402
 from dlprim.dtypes import bfloat16, bfloat16_values  # noqa: E402
 from dlprim.llm.fused_step import fused_step  # noqa: E402
-from test_llm_generate import _hf_greedy, _hf_model  # noqa: E402
+from test_llm_generate import _hf_greedy, saved  # noqa: E402,F401 (a fixture)
 
 CONTEXT = 96
 PROMPT = [3, 17, 42, 8, 64, 5, 11]
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    made = {}
-
-    def get(kind):
-        if kind not in made:
-            model = _hf_model(kind)
-            folder = tmp_path_factory.mktemp(kind)
-            model.save_pretrained(folder)
-            made[kind] = model, str(folder)
-        return made[kind]
-    return get
+def _saved_llama(folder, **overrides):
+    """A small random Llama (``overrides`` of its config) saved into ``folder``."""
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+               initializer_range=0.3, attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**dict(cfg, **overrides)))
+    model.eval().save_pretrained(folder)
+    return model
 
 
 def _load(monkeypatch, ctx, folder, groups=1, **kw):
@@ -85,13 +82,7 @@ def test_fused_steps_match_transformers(ctx, saved, monkeypatch, kind):
 
 def test_biases_on_every_projection_of_attention(ctx, tmp_path, monkeypatch):
     """q, k, v and o with biases (Llama's attention_bias), SiLU, no MLP bias: fused."""
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=48,
-                                   num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=128,
-                                   initializer_range=0.3, attention_bias=True,
-                                   attn_implementation="eager")
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    model = _saved_llama(tmp_path, attention_bias=True)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(".bias"):
@@ -183,13 +174,8 @@ def test_more_chunks_than_a_team_merges(ctx, saved, monkeypatch):
 
 def test_heads_wider_than_a_team(ctx, tmp_path, monkeypatch):
     """Heads of 40 (more than a team's 32 work-items, not a multiple of them)."""
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=80, intermediate_size=64,
-                                   num_hidden_layers=2, num_attention_heads=2,
-                                   num_key_value_heads=1, max_position_embeddings=128,
-                                   initializer_range=0.3, attn_implementation="eager")
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    model.save_pretrained(tmp_path)
+    model = _saved_llama(tmp_path, hidden_size=80, intermediate_size=64,
+                         num_attention_heads=2, num_key_value_heads=1)
     lm = _load(monkeypatch, ctx, str(tmp_path))
     assert lm.engine.fused is not None
     _, want = _hf_greedy(model, PROMPT, 16)

@@ -18,12 +18,12 @@ import logging
 import math
 
 import numpy as np
-import pyopencl as cl
 
 from ..dtypes import cl_type
 from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
+from .recurrent_persistent import _real_gpu
 
 __all__ = ["DecoderBlockDims", "DecoderLayerOps"]
 
@@ -59,10 +59,6 @@ class DecoderBlockDims:
             if n % VEC:
                 return "%s %d is not a multiple of %d" % (what, n, VEC)
         return None
-
-    def key(self):
-        """The dims as a hashable tuple."""
-        return tuple(sorted(vars(self).items()))
 
 
 def _type(dtype):
@@ -146,8 +142,3 @@ class DecoderLayerOps:
                 np.float32(self.scale)] + ([clock.buffer] if self.params["TIMING"] else [])
         return program.Launch(self.program(embed), "decoder_layer",
                               (self.groups * self.threads,), (self.threads,), args)
-
-
-def _real_gpu(ctx):
-    kind = ctx.device.type
-    return bool(kind & cl.device_type.GPU) and not kind & cl.device_type.CPU

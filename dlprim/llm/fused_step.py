@@ -77,14 +77,14 @@ class FusedStep:
             dims = DecoderBlockDims(spec["hidden"], spec["inner"], spec["heads"],
                                     spec["kv_heads"], spec["width"], spec["context"],
                                     spec["vocab"], window, spec["qkv_bias"], spec["out_bias"])
-            why = dims.unsupported()
-            if why is not None:
-                raise Unfusable(why)
             ops = self.ops.get(window)
             if ops is None:
-                ops = self.ops[window] = DecoderLayerOps(
-                    self.ctx, dims, w_dt, cache.dtype, table.dtype, embed_dt, bias_dt,
-                    groups, **options)
+                try:
+                    ops = self.ops[window] = DecoderLayerOps(
+                        self.ctx, dims, w_dt, cache.dtype, table.dtype, embed_dt, bias_dt,
+                        groups, **options)
+                except ValueError as err:  # (shapes the kernel does not take)
+                    raise Unfusable(str(err)) from None
                 if not ops.usable:
                     raise Unfusable("the device (%s) or its local memory" % self.ctx.facts.name)
                 if self.scratch is None:
