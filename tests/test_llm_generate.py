@@ -110,6 +110,7 @@ def _hf_greedy(model, prompt, steps):
 def test_every_step_matches_transformers_over_64_tokens(ctx, saved, kind):
     model, folder = saved(kind)
     lm = load(folder, ctx=ctx, context=CONTEXT)
+    lm.engine.lookahead = False  # (the logits read are then the pass's own)
     prompt = [3, 17, 42, 8, 64, 5, 11]
     want_tokens, want_logits = _hf_greedy(model, prompt, STEPS)
     got_logits = []
@@ -184,6 +185,38 @@ def test_ends_eos_and_the_context(ctx, saved):
             lm.generate(prompt, **bad)
     with pytest.raises(ValueError, match="tokenizer.json"):
         lm.generate("text without a tokenizer")
+
+
+def test_passes_ahead_draw_what_passes_one_by_one_draw(ctx, saved, monkeypatch):
+    # each decode pass enqueues the next before its tokens are read (engine.py): the same
+    # tokens as without, the seen tokens and draw counts of sampling kept, a pass ahead
+    # that an EOS leaves unused dropped, and no pass wasted where the length ends it
+    _, folder = saved("llama")
+    settings = dict(temperature=0.8, top_k=20, repetition_penalty=1.3, seed=3)
+    runs = {}
+    for lookahead in (False, True):
+        lm = load(folder, ctx=ctx, context=CONTEXT)
+        lm.engine.lookahead = lookahead
+        passes = []  # True: a pass ahead, fed on the device
+        forward, feed = lm.engine._forward, lm.engine.sampler.feed
+        monkeypatch.setattr(lm.engine, "_forward", lambda net: passes.append(False) or forward(net))
+        monkeypatch.setattr(lm.engine.sampler, "feed",
+                            lambda *a: passes.append(True) or feed(*a))
+        first = lm.generate([3, 17, 42], max_new_tokens=12, eos_ids=[], **settings).tokens
+        firsts = passes.count(False), passes.count(True)
+        eos = first[6]
+        ended = lm.generate([3, 17, 42], max_new_tokens=12, eos_ids=[eos], **settings)
+        again = lm.generate([3, 17, 42], max_new_tokens=12, eos_ids=[], **settings).tokens
+        greedy = lm.generate([5, 6], max_new_tokens=9, eos_ids=[]).tokens
+        runs[lookahead] = (first, ended.tokens, ended.finish_reason, again, greedy,
+                           firsts, (passes.count(False), passes.count(True)))
+    first, ended, reason, again, greedy = runs[True][:5]
+    assert runs[True][:5] == runs[False][:5]
+    assert again == first and reason == "stop" and ended == first[:first.index(first[6])]
+    total = 12 + (len(ended) + 1) + 12 + 9
+    assert runs[False][5:] == ((12, 0), (total, 0))
+    # the first run's 11 decode passes: 10 of them ahead, none lost; the EOS loses one
+    assert runs[True][5] == (12, 10) and runs[True][6][0] == total + 1
 
 
 def test_generation_config_and_folder_errors(ctx, saved, tmp_path):

@@ -175,7 +175,8 @@ def test_three_requests_through_two_rows_answer_as_alone(served, alone, monkeypa
     want = [alone.generate(p, max_new_tokens=24, temperature=0).text for p in prompts]
     engine, rows = served.model.engine, []
     step = engine.step
-    monkeypatch.setattr(engine, "step", lambda feeds: rows.append(len(feeds)) or step(feeds))
+    monkeypatch.setattr(engine, "step",
+                        lambda feeds, **kw: rows.append(len(feeds)) or step(feeds, **kw))
     got, start = [None] * 3, threading.Barrier(3)
 
     def ask(i):
@@ -269,7 +270,7 @@ def test_a_body_over_the_limit_is_413(served):
 
 
 def test_a_failed_generation_is_a_500_without_the_traceback(served, monkeypatch, caplog):
-    def broken(feeds):
+    def broken(feeds, ahead=False):
         raise RuntimeError("the device fell over")
     monkeypatch.setattr(served.model.engine, "step", broken)
     status, _, payload = _call(served, "POST", "/v1/completions",

@@ -216,3 +216,27 @@ def test_a_row_without_a_token_keeps_its_stream(ctx, rng):
     assert s.next(t).to_host()[1] == -1
     t.to_device(x)
     assert s.next(t).to_host()[1] == want[1]
+
+
+@pytest.mark.parametrize("rows", [1, 3, 65])
+def test_feed_gives_the_next_one_token_pass_its_inputs(ctx, rng, rows):
+    # each row's chosen token into the decoder's tokens, its position one on, and the
+    # rotary row clamped to the table's last (a row at the end of the context)
+    vocab, context = 50, 9
+    sampler = TokenSampler(ctx, rows, vocab)
+    logits = rng.standard_normal((rows, vocab)).astype(np.float32)
+    chosen = sampler.next(dp.Tensor.from_numpy(ctx, logits)).numpy()
+    pos = rng.integers(0, context, rows)
+    pos[0] = context - 1
+    tokens, positions = dp.Tensor.zeros(ctx, (rows, 1), "int64"), dp.Tensor.zeros(
+        ctx, (rows, 1), "int64")
+    pos_t = dp.Tensor.from_numpy(ctx, pos.astype(np.int64))
+    sampler.feed(tokens, pos_t, positions, context)
+    np.testing.assert_array_equal(tokens.numpy()[:, 0], logits.argmax(1))
+    np.testing.assert_array_equal(chosen, logits.argmax(1))
+    np.testing.assert_array_equal(pos_t.numpy(), pos + 1)
+    np.testing.assert_array_equal(positions.numpy()[:, 0], np.minimum(pos + 1, context - 1))
+    with pytest.raises(ValueError, match="int64 values, one a row"):
+        sampler.feed(dp.Tensor.zeros(ctx, (rows + 1, 1), "int64"), pos_t, positions, context)
+    with pytest.raises(ValueError, match="int64 values, one a row"):
+        sampler.feed(tokens, dp.Tensor.zeros(ctx, (rows,), "float32"), positions, context)

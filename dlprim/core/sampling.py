@@ -8,13 +8,15 @@ largest score (temperature 0: greedy) or a draw from the softmax of what is kept
                       seed=[7, 0])
     sampler.start(prompt_ids, lengths)          # what each row has seen; its draws restart
     tokens = sampler.next(logits)               # Tensor (rows,) int64 on the device
+    sampler.feed(tokens_in, pos, positions, context)  # the next pass's inputs
 
 One work-group per row: the top-k threshold is a radix select (exact), the top-p one a
 bisection over the scores' keys, the draw an inverse CDF in token order over the kept
 tokens, one Philox uniform per draw from the row's stream (its seed and lane, and its
 count of draws since ``start``): a row given the same seed, lane and prompt draws the
-same tokens wherever it sits in the batch. Where HF's sort splits equal scores at a top-k or top-p boundary,
-every equal score is kept here. A row whose scores hold a NaN or no finite value gives -1.
+same tokens wherever it sits in the batch. Where HF's sort splits equal scores at a
+top-k or top-p boundary, every equal score is kept here. A row whose scores hold a NaN or
+no finite value gives -1.
 """
 import numpy as np
 
@@ -125,3 +127,21 @@ class TokenSampler:
                              self.streams.buffer, self.steps.buffer, self.tokens.buffer,
                              u64(self.tokens.offset)])
         return self.tokens
+
+    def feed(self, tokens, pos, positions, context, queue=None):
+        """Enqueue a one-token decoder pass's inputs for the next pass from the tokens just
+        chosen: ``tokens`` (rows, 1) int64 takes each row's chosen token, ``pos`` (rows,)
+        advances by one and ``positions`` (rows, 1) follows it, clamped to ``context`` - 1
+        (the rotary table's last row). All on the device: nothing is read back first."""
+        for t in (tokens, pos, positions):
+            if t.size != self.rows or as_dtype(t.dtype) != np.int64:
+                raise ValueError("TokenSampler.feed: %s %s is not %d int64 values, one a row"
+                                 % (t.shape, as_dtype(t.dtype).name, self.rows))
+        u64 = np.uint64
+        wg = min(64, self.ctx.facts.max_work_group)
+        program.enqueue_now(queue or self.ctx.queue, self.program, "feed_next",
+                            (round_up(self.rows, wg),), (wg,),
+                            [u64(self.rows), u64(context), self.tokens.buffer,
+                             u64(self.tokens.offset), tokens.buffer, u64(tokens.offset),
+                             pos.buffer, u64(pos.offset), positions.buffer,
+                             u64(positions.offset)])

@@ -269,3 +269,20 @@ __kernel void mark_seen(ulong rows, ulong width, ulong vocab, __global const lon
     if (reset[n] && (long)t < lengths[n] && tok >= 0 && (ulong)tok < vocab)
         seen[seen_offset + n * vocab + (ulong)tok] = 1;
 }
+
+// a one-token decoder pass's inputs for the pass after it, on the device: row n is fed the
+// token it was just given (tokens[n] -> feed[n]) one position on (pos[n] + 1, its rotary
+// row positions[n] clamped to the table's last, context - 1)
+__kernel void feed_next(ulong rows, ulong context, __global const long *tokens,
+                        ulong tokens_offset, __global long *feed, ulong feed_offset,
+                        __global long *pos, ulong pos_offset, __global long *positions,
+                        ulong positions_offset)
+{
+    ulong n = get_global_id(0);
+    if (n >= rows)
+        return;
+    feed[feed_offset + n] = tokens[tokens_offset + n];
+    long p = pos[pos_offset + n] + 1;
+    pos[pos_offset + n] = p;
+    positions[positions_offset + n] = min(p, (long)context - 1);
+}

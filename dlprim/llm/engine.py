@@ -17,6 +17,16 @@ prefill never disturbs the rows that are decoding.
 A one-token pass of a single sequence runs as one launch a decoder block where the
 device takes it (``fused_step.py``), over the same weights, caches and logits.
 
+A one-token pass may be asked to look ahead (``step(feeds, ahead=True)``): the pass after
+it is enqueued at once, fed on the device with the tokens just sampled, before the host
+has read them. The device then runs pass k+1 while the host reads pass k's tokens, checks
+its stop conditions and enqueues pass k+2: the host's share of a step (the reads, the
+inputs written, the launches) leaves the device's critical path. The next ``step`` takes
+the pass already run when it feeds the same rows the tokens it was given; any other feed
+drops it. A dropped pass wrote only cache positions the next feed writes again, the
+sampler's seen tokens and draw counts of rows whose sequence ends there (a new sequence
+``start``s them afresh), and the logits: with a pass ahead, the logits hold that pass's.
+
 Each length (1 and every bucket met) has a Net of its own over the same parameters,
 caches included (``Net.twin``), planned once: switching between prefill and decode costs
 no setup. Why padded and not paged: every
@@ -24,8 +34,10 @@ region is one contiguous run of the cache the fused attention already reads, at 
 price of ``batch x context`` positions reserved up front.
 """
 import logging
+import os
 
 import numpy as np
+import pyopencl as cl
 
 from ..core.quantize import quantize_q4, quantize_rows
 from ..core.sampling import TokenSampler
@@ -41,6 +53,26 @@ MIN_BUCKET = 8
 
 class GenerationError(Error, RuntimeError):
     """Decoding went wrong on the device: NaN or no finite logit for a sequence."""
+
+
+class _Read:
+    """The non-blocking read of the sampler's tokens after a pass; ``feeds``: for a pass
+    enqueued ahead, the rows it feeds and their tokens (set once the host knows them)."""
+
+    def __init__(self, tokens, feeds=None):
+        self.feeds = feeds
+        self.chosen = np.empty(tokens.shape, np.int64)
+        self.event = cl.enqueue_copy(tokens.ctx.queue, self.chosen, tokens.buffer,
+                                     src_offset=tokens.byte_offset, is_blocking=False)
+
+    def takes(self, feeds):
+        """Whether the pass ahead is the one ``feeds`` asks for."""
+        return feeds.keys() == self.feeds.keys() and \
+            all(len(ids) == 1 and int(ids[0]) == self.feeds[r] for r, ids in feeds.items())
+
+    def wait(self):
+        self.event.wait()
+        return self.chosen
 
 
 class DecodeEngine:
@@ -84,6 +116,9 @@ class DecodeEngine:
         # the one-token pass as one launch a block where the decoder and the device take it
         # (``fused``: the one-token Net -> a FusedStep or None; llm/fused_step.py)
         self.fused = fused(net) if fused is not None else None
+        # whether ``step(..., ahead=True)`` enqueues the next pass (DLPRIM_DECODE_AHEAD=0: no)
+        self.lookahead = os.environ.get("DLPRIM_DECODE_AHEAD", "1") != "0"
+        self._ahead = None  # the pass enqueued ahead (a _Read)
 
     def memory(self):
         """Device bytes: {"weights": the parameters but the caches, "cache": the key/value
@@ -101,40 +136,43 @@ class DecodeEngine:
             return 1
         return min(max(MIN_BUCKET, 1 << (int(longest) - 1).bit_length()), self.context)
 
-    def step(self, feeds):
+    def step(self, feeds, ahead=False):
         """One pass: ``feeds`` {row: token ids (at least one)} appended to those rows'
         sequences; returns the next token of each fed row {row: id}, chosen on the device
-        by the sampler's settings for the row."""
+        by the sampler's settings for the row. ``ahead`` (a one-token pass, with
+        ``lookahead`` on): also enqueue the next pass, fed these tokens (module docstring)."""
         if not feeds:
             return {}
-        width = self.bucket(max(len(ids) for ids in feeds.values()))
-        tokens = np.zeros((self.batch, width), np.int64)
-        positions = np.zeros((self.batch, width), np.int64)
-        pos = np.full(self.batch, self.context, np.int64)  # rows left alone: write nothing
-        rows = np.zeros(self.batch, np.int64)
-        for r, ids in feeds.items():
-            start, n = int(self.lengths[r]), len(ids)
-            if start + width > self.context:
-                raise GenerationError("row %d: %d cached tokens and a pass of %d exceed the "
-                                      "context of %d" % (r, start, width, self.context))
-            tokens[r, :n] = ids
-            # (pads get the positions after the feed, clamped: valid table rows)
-            positions[r] = np.minimum(start + np.arange(width), self.context - 1)
-            pos[r] = start
-            rows[r] = r * width + n - 1
-        net = self._net_for(width)
-        for name, a in (("tokens", tokens), ("positions", positions), ("pos", pos),
-                        ("rows", rows)):
-            net.tensor(name).to_device(a, wait=False)
-        if width == 1 and self.fused is not None:
-            self.fused.forward()  # (the Net's inputs, caches and logits)
+        pending, self._ahead = self._ahead, None
+        if pending is not None and pending.takes(feeds):
+            width, read = 1, pending
         else:
-            net.forward()
-        chosen = self.sampler.next(net.tensor("logits")).to_host()
-        out = {}
+            if pending is not None:
+                pending.wait()  # (dropped: its read lands before the arrays are reused)
+            width = self.bucket(max(len(ids) for ids in feeds.values()))
+            starts = {r: int(self.lengths[r]) for r in feeds}
+            self._enqueue(width, feeds, starts)
+            read = _Read(self.sampler.tokens)
         for r, ids in feeds.items():
             self.lengths[r] += len(ids)
+        if ahead and self.lookahead and width == 1 and len(feeds) == self.batch and \
+                all(self.lengths[r] < self.context for r in feeds):
+            # fed on the device with the tokens the sampler just wrote, one position on
+            # (every row is fed: none reads another row's token, which may be -1)
+            net = self._net_for(1)
+            self.sampler.feed(net.tensor("tokens"), net.tensor("pos"), net.tensor("positions"),
+                              self.context)
+            self._forward(net)
+            self._ahead = _Read(self.sampler.tokens)
+        chosen = read.wait()
+        if self._ahead is not None:
+            self._ahead.feeds = {r: int(chosen[r]) for r in feeds}
+        out = {}
+        for r in feeds:
             if chosen[r] < 0:
+                if self._ahead is not None:  # (its feed was no token)
+                    self._ahead.wait()
+                    self._ahead = None
                 why = ""
                 if width == 1 and self.fused is not None and self.fused.failed():
                     # (work-groups not resident together: later passes take the Net's)
@@ -146,6 +184,37 @@ class DecodeEngine:
                                       "tokens%s" % (r, self.lengths[r], why))
             out[r] = int(chosen[r])
         return out
+
+    def _enqueue(self, width, feeds, starts):
+        """Enqueue a pass of ``width`` tokens a row, ``feeds`` {row: ids} from ``starts``
+        {row: cached tokens}, and the sampler after it."""
+        ids = np.zeros((self.batch, width), np.int64)
+        positions = np.zeros((self.batch, width), np.int64)
+        pos = np.full(self.batch, self.context, np.int64)  # rows left alone: write nothing
+        rows = np.zeros(self.batch, np.int64)
+        for r, fed in feeds.items():
+            start, n = starts[r], len(fed)
+            if start + width > self.context:
+                raise GenerationError("row %d: %d cached tokens and a pass of %d exceed the "
+                                      "context of %d" % (r, start, width, self.context))
+            ids[r, :n] = fed
+            # (pads get the positions after the feed, clamped: valid table rows)
+            positions[r] = np.minimum(start + np.arange(width), self.context - 1)
+            pos[r] = start
+            rows[r] = r * width + n - 1
+        net = self._net_for(width)
+        for name, a in (("tokens", ids), ("positions", positions), ("pos", pos),
+                        ("rows", rows)):
+            net.tensor(name).to_device(a, wait=False)
+        self._forward(net)
+
+    def _forward(self, net):
+        """Enqueue ``net``'s pass over its inputs as they are, and the sampler after it."""
+        if net is self.net and self.fused is not None:
+            self.fused.forward()  # (the Net's inputs, caches and logits)
+        else:
+            net.forward()
+        self.sampler.next(net.tensor("logits"))
 
     def _net_for(self, width):
         net = self._nets.get(width)
@@ -162,6 +231,10 @@ class DecodeEngine:
         settings, and the prompt marked as seen for the repetition penalty. The prompt
         itself is fed by the next ``step``."""
         self.lengths[row] = 0
+        if self._ahead is not None and row in self._ahead.feeds:
+            self._ahead.wait()  # (the pass ahead of this row's last sequence: dropped)
+            self._ahead = None
         self.sampler.configure(temperature=temperature, top_k=top_k, top_p=top_p,
                                penalty=penalty, seed=seed, lane=lane, rows=[row])
         self.sampler.start(np.asarray(prompt, np.int64)[None], rows=[row])
+

@@ -4,6 +4,10 @@ one token a pass until each meets its end: an EOS token, a stop string, its
 ``max_new_tokens``, or the context. A row that ends is free for the next request at the
 next pass, so a batch is refilled as it drains (continuous batching).
 
+A decode pass asks the engine to enqueue the next one before its tokens are read (its
+``ahead``) unless a row surely ends at it: the device decodes while the host takes the
+tokens, and only a sequence's EOS or stop string leaves a pass unused.
+
 One thread runs the passes (``run`` or ``serve``); ``submit`` may be called from any
 thread. Each request reports its text as it comes through ``on_text`` and its end
 through ``done`` (a threading.Event) and its ``result``.
@@ -84,6 +88,11 @@ class Request:
             return self._finish("length", now)
         return False
 
+    def _last(self, context):
+        """Whether the next token accepted ends the sequence whatever it is."""
+        return len(self.tokens) + 1 >= self.settings.max_new_tokens or \
+            len(self.prompt) + len(self.tokens) + 1 >= context
+
     def _finish(self, reason, now):
         text = None
         if self.detokenizer is not None:
@@ -140,18 +149,22 @@ class Scheduler:
                 row, req = free.pop(0), self._waiting.popleft()
                 self._active[row] = req
                 new[row] = req
+        ahead = False
         if new:
             feeds = {row: req.prompt for row, req in new.items()}
         else:
             # (a busy row has a token: its prefill drew one, and an EOS would end it)
             feeds = {row: [req.tokens[-1]] for row, req in self._active.items()}
+            # the next pass enqueued before this one's tokens are read, unless a row
+            # surely ends at this token (engine.py: a pass ahead that is not taken is lost)
+            ahead = all(not req._last(engine.context) for req in self._active.values())
         if not feeds:
             return False
         try:
             for row, req in new.items():
                 req._started = time.perf_counter()
                 engine.start(row, req.prompt, lane=req.lane, **req.settings.sampler())
-            chosen = engine.step(feeds)
+            chosen = engine.step(feeds, ahead=ahead)
         except Exception as e:  # every request of the pass learns why, then the caller
             for row in feeds:
                 self._active.pop(row)._fail(e)
