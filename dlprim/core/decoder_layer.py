@@ -1,7 +1,8 @@
-"""A Llama-family decoder block at one token in one launch (``kernels/decoder_layer.cl``):
-the RMSNorms, the q/k/v, output, gate/up and down products, the rotary embedding, the
-cache write and attention over the cache, with P work-groups meeting at grid barriers
-between the phases.
+"""A Llama-family or GPT-2-family decoder block at one token in one launch
+(``kernels/decoder_layer.cl``): the norms (RMSNorm, or LayerNorm with a bias), the q/k/v,
+output and MLP products (SwiGLU's gate/up pair, or one product and its activation), the
+rotary embedding (or none), the cache write and attention over the cache, with P
+work-groups meeting at grid barriers between the phases.
 
 A decoder's one-token step on NVIDIA's driver is made of launches that each cost 5-9 us
 of host time and 4-5 us of device time whatever they do (docs/benchmarks.md, "Language-
@@ -38,19 +39,33 @@ VEC = 8             # values a load: rows and offsets must be multiples of it
 UNROLL = 4          # loads a work-item of a product asks for before it uses any
 
 
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "tanh", "sigmoid")
+
+
 class DecoderBlockDims:
     """The shapes of a block: ``hidden``, ``inner`` (the MLP's), ``heads``, ``kv_heads``,
     ``width`` (a head's), ``context`` (the cache's positions), ``vocab`` (the token
-    table's rows), ``window`` (0 or a sliding window's keys), ``qkv_bias``, ``out_bias``."""
+    table's rows), ``window`` (0 or a sliding window's keys), ``qkv_bias``, ``out_bias``,
+    ``mlp_bias`` (the MLP's products); the family: ``norm`` ("rms", or "layer":
+    LayerNorm with a bias), ``rotary``, ``gated`` (SwiGLU-style gate and up, else one
+    product), ``activation`` (the MLP's: ACTIVATIONS), ``pos_embed`` (a learned position
+    table added to the first block's residual)."""
 
     def __init__(self, hidden, inner, heads, kv_heads, width, context, vocab, window=0,
-                 qkv_bias=False, out_bias=False):
+                 qkv_bias=False, out_bias=False, mlp_bias=False, norm="rms", rotary=True,
+                 gated=True, activation="silu", pos_embed=False):
         self.hidden, self.inner, self.heads, self.kv_heads = hidden, inner, heads, kv_heads
         self.width, self.context, self.vocab, self.window = width, context, vocab, window
         self.qkv_bias, self.out_bias = bool(qkv_bias), bool(out_bias)
+        self.mlp_bias, self.norm, self.rotary = bool(mlp_bias), norm, bool(rotary)
+        self.gated, self.activation, self.pos_embed = bool(gated), activation, bool(pos_embed)
 
     def unsupported(self):
         """Why the kernel cannot take this block (None: it can)."""
+        if self.norm not in ("rms", "layer"):
+            return "the norm %r (rms or layer)" % (self.norm,)
+        if self.activation not in ACTIVATIONS:
+            return "the MLP's activation %r" % (self.activation,)
         if self.heads % self.kv_heads:
             return "query heads not a multiple of key/value heads"
         for what, n in (("hidden", self.hidden), ("inner", self.inner),
@@ -69,15 +84,22 @@ class DecoderLayerOps:
     """The launches of the blocks of one decoder at one token: ``weight_dtype`` (float32,
     float16, bfloat16 or int8 with a float32 scale a row), ``cache_dtype``,
     ``table_dtype`` (the rotary tables), ``embed_dtype`` (the token table; int8 with a
-    scale a row), ``bias_dtype``. ``groups``: work-groups (None: a compute unit each, on
+    scale a row), ``bias_dtype``, ``pos_dtype`` (the learned position table, where the
+    family adds one). ``groups``: work-groups (None: a compute unit each, on
     GPUs that pass the probe; else unusable: ``self.usable`` False); ``teams``: teams of
     TEAM work-items a work-group; ``unroll``: the loads a work-item asks for at once in
     the products; ``timing``: the phases' clocks written (NVIDIA)."""
 
     def __init__(self, ctx, dims, weight_dtype, cache_dtype, table_dtype, embed_dtype,
-                 bias_dtype=np.float32, groups=None, teams=None, unroll=UNROLL, timing=False):
+                 bias_dtype=np.float32, groups=None, teams=None, unroll=UNROLL, timing=False,
+                 pos_dtype=np.float32):
         self.ctx, self.dims = ctx, dims
         why = dims.unsupported()
+        if why is None and not dims.rotary and ctx.facts.vendor_id == "intel" and \
+                not ctx.facts.is_gpu:
+            # (its compiler, 2025's, crashes in a pass over values kept across barriers on
+            # this variant, whose phases hold no table reads; other devices build it)
+            why = "Intel's CPU compiler fails on blocks without a rotary embedding"
         if why is not None:
             raise ValueError("DecoderLayerOps: %s" % why)
         gpu = _real_gpu(ctx)
@@ -92,17 +114,18 @@ class DecoderLayerOps:
         self.local_bytes = 4 * (vl + self.threads) + 64
         types = {name: _type(t) for name, t in (("W_T", weight_dtype), ("C_T", cache_dtype),
                                                  ("T_T", table_dtype), ("E_T", embed_dtype),
-                                                 ("B_T", bias_dtype))}
+                                                 ("B_T", bias_dtype), ("P_T", pos_dtype))}
         self.params = dict(
             H=d.hidden, I=d.inner, QH=d.heads, KVH=d.kv_heads, D=d.width, CONTEXT=d.context,
             VOCAB=d.vocab, WINDOW=d.window, QKV_BIAS=int(d.qkv_bias), O_BIAS=int(d.out_bias),
+            MLP_BIAS=int(d.mlp_bias), NORM=d.norm, ROTARY=int(d.rotary), GATED=int(d.gated),
+            ACT=d.activation, POS_EMBED=int(d.pos_embed),
             SCALE=int(types["W_T"] == "char"), E_SCALE=int(types["E_T"] == "char"),
             TEAM=TEAM, TEAMS=self.teams, MULTI=int(self.groups > 1),
             SHUFFLE=int(gpu and ctx.facts.vendor_id == "nvidia"), VL=vl,
             UNROLL=int(unroll), TIMING=int(bool(timing)), **types)
         self.usable = self.local_bytes <= ctx.facts.local_mem and \
             (groups is not None or (gpu and ctx.facts.vendor_id == "nvidia"))
-        self.scale = 1.0 / math.sqrt(d.width)
 
     def program(self, embed):
         """The built program; ``embed``: the first block's (its residual the token's row)."""
@@ -121,24 +144,34 @@ class DecoderLayerOps:
         return out
 
     def launch(self, embed, scratch, tokens, pos, table, table_scale, block, caches, tables,
-               eps, spins=SPINS, clock=None):
+               eps, scale=None, spins=SPINS, clock=None, pos_table=None):
         """The launch of one block: ``embed`` (the first: its residual is the token's row of
-        ``table``, ``table_scale`` its rows' scales or None), ``block`` {norm1, w_qkv,
-        s_qkv, b_qkv, w_o, s_o, b_o, norm2, w_gate, s_gate, w_up, s_up, w_down, s_down}
-        (absent scales and biases: None), ``caches`` (keys, values), ``tables`` (cos,
-        sin); ``clock``: with ``timing``, uint64 (groups, 16) the phases' clocks go to."""
+        ``table``, ``table_scale`` its rows' scales or None, plus the position's row of
+        ``pos_table`` with ``pos_embed``), ``block`` {norm1, norm1_b, w_qkv, s_qkv, b_qkv,
+        w_o, s_o, b_o, norm2, norm2_b, w_gate, s_gate, b_gate, w_up, s_up, b_up, w_down,
+        s_down, b_down} (absent norm biases, scales, biases and gate: None), ``caches``
+        (keys, values), ``tables`` (cos, sin; None without rotary), ``scale`` the
+        attention's (default 1 / sqrt(width)); ``clock``: with ``timing``, uint64 (groups,
+        16) the phases' clocks go to."""
         absent = scratch["x"]  # (a valid buffer for an absent tensor; never read)
 
         def t(v):
             return absent if v is None else v
         s = scratch
-        args = [tokens, pos, s["x"].buffer, t(table), t(table_scale), block["norm1"],
-                block["w_qkv"], t(block.get("s_qkv")), t(block.get("b_qkv")),
-                block["w_o"], t(block.get("s_o")), t(block.get("b_o")), block["norm2"],
-                block["w_gate"], t(block.get("s_gate")), block["w_up"], t(block.get("s_up")),
-                block["w_down"], t(block.get("s_down")), caches[0], caches[1], tables[0],
-                tables[1], s["qkv"].buffer, s["part"].buffer, s["att"].buffer,
-                s["mlp"].buffer, s["sync"].buffer, np.uint32(spins), np.float32(eps),
-                np.float32(self.scale)] + ([clock.buffer] if self.params["TIMING"] else [])
+        if scale is None:
+            scale = 1.0 / math.sqrt(self.dims.width)
+        tables = tables or (None, None)
+        b = {k: t(block.get(k)) for k in (
+            "norm1", "norm1_b", "w_qkv", "s_qkv", "b_qkv", "w_o", "s_o", "b_o", "norm2",
+            "norm2_b", "w_gate", "s_gate", "b_gate", "w_up", "s_up", "b_up", "w_down",
+            "s_down", "b_down")}
+        args = [tokens, pos, s["x"].buffer, t(table), t(table_scale), b["norm1"],
+                b["norm1_b"], t(pos_table), b["w_qkv"], b["s_qkv"], b["b_qkv"], b["w_o"],
+                b["s_o"], b["b_o"], b["norm2"], b["norm2_b"], b["w_gate"], b["s_gate"],
+                b["b_gate"], b["w_up"], b["s_up"], b["b_up"], b["w_down"], b["s_down"],
+                b["b_down"], caches[0], caches[1], t(tables[0]), t(tables[1]),
+                s["qkv"].buffer, s["part"].buffer, s["att"].buffer, s["mlp"].buffer,
+                s["sync"].buffer, np.uint32(spins), np.float32(eps),
+                np.float32(scale)] + ([clock.buffer] if self.params["TIMING"] else [])
         return program.Launch(self.program(embed), "decoder_layer",
                               (self.groups * self.threads,), (self.threads,), args)

@@ -1,9 +1,9 @@
 <%include file="common.h"/>
-## One block of a Llama-family decoder at one token, in one launch (core/decoder_layer.py):
-## the RMSNorm and the q/k/v product, the rotary embedding and the cache write, attention
-## over the cache in chunks, the chunks merged, the output product added onto the
-## residual, the RMSNorm and SwiGLU's gate and up products, the down product added onto
-## the residual. P work-groups (one a compute unit) meet at a grid barrier between those
+## One block of a Llama-family or GPT-2-family decoder at one token, in one launch
+## (core/decoder_layer.py): the norm and the q/k/v product, the rotary embedding and the
+## cache write, attention over the cache in chunks, the chunks merged, the output product
+## added onto the residual, the norm and the MLP's products (SwiGLU's gate and up pair, or
+## one product and its activation), the down product added onto the residual. P work-groups (one a compute unit) meet at a grid barrier between those
 ## phases: a decoder's step is then one launch a block instead of six, where each launch
 ## costs NVIDIA's driver 5-9 us of host time and 4-5 us of device time whatever it does.
 ##
@@ -19,9 +19,14 @@
 ## width), W_T (the Linears' weights: float, half, bfloat16, or char with a float32 scale
 ## a row: SCALE), C_T (the caches), T_T (the rotary tables), E_T (the token table, read by
 ## the first block: EMBED; char with a scale a row: E_SCALE), B_T (biases: QKV_BIAS,
-## O_BIAS), CONTEXT (the cache's positions), WINDOW (0, or the keys a query sees, ending at
-## its own), TEAMS (teams a work-group), MULTI (more than one work-group: grid barriers),
-## SHUFFLE (NVIDIA: teams add by warp shuffles), VL (floats of the staged vectors).
+## O_BIAS, MLP_BIAS: the MLP's products), CONTEXT (the cache's positions), WINDOW (0, or
+## the keys a query sees, ending at its own), TEAMS (teams a work-group), MULTI (more than
+## one work-group: grid barriers), SHUFFLE (NVIDIA: teams add by warp shuffles), VL
+## (floats of the staged vectors). The family: NORM ("rms", or "layer": LayerNorm with a
+## bias), ROTARY (0: no rotary embedding, the keys and values written to the cache by the
+## q/k/v product itself, one phase and barrier fewer), GATED (SwiGLU-style gate and up
+## pair, else one product), ACT (the MLP's activation), POS_EMBED (the first block adds
+## the position's row of a learned table of P_T).
 <%
 NQKV = (QH + 2 * KVH) * D
 G = QH // KVH
@@ -233,6 +238,56 @@ inline float group_sum(float x, __local float *red)
     return s;
 }
 
+inline float mlp_act(float g)
+{
+% if ACT == "silu":
+    return g / (1.0f + exp(-g));
+% elif ACT == "gelu":
+    return 0.5f * g * (1.0f + erf(g * 0.70710678118654752f));
+% elif ACT == "gelu_tanh":
+    return 0.5f * g * (1.0f + tanh(0.79788456080286536f * fma(0.044715f * g, g * g, g)));
+% elif ACT == "relu":
+    return fmax(g, 0.0f);
+% elif ACT == "tanh":
+    return tanh(g);
+% elif ACT == "sigmoid":
+    return 1.0f / (1.0f + exp(-g));
+% endif
+}
+
+<%def name="stage_norm(weight, bias, value)">
+    // vec = the norm of the residual times ${weight}: RMSNorm's 1 / RMS goes onto the
+    // products' sums (rs), LayerNorm's mean and 1 / deviation (two passes) into vec
+% if NORM == "layer":
+    {
+        float s = 0.0f;
+        for (int i = lid; i < H; i += NT)
+            s += ${value};
+        const float mean = group_sum(s, red) / (float)H;
+        s = 0.0f;
+        for (int i = lid; i < H; i += NT) {
+            const float d = ${value} - mean;
+            s = fma(d, d, s);
+        }
+        const float rstd = rsqrt(group_sum(s, red) / (float)H + eps);
+        for (int i = lid; i < H; i += NT)
+            vec[PERM(i)] = fma((${value} - mean) * rstd, ${weight}[i], ${bias}[i]);
+        barrier(CLK_LOCAL_MEM_FENCE);  // (the RMS branch's group_sum holds this one)
+        rs = 1.0f;
+    }
+% else:
+    {
+        float ss = 0.0f;
+        for (int i = lid; i < H; i += NT) {
+            const float v = ${value};
+            ss = fma(v, v, ss);
+            vec[PERM(i)] = v * ${weight}[i];
+        }
+        rs = rsqrt(group_sum(ss, red) / (float)H + eps);
+    }
+% endif
+</%def>
+
 <%def name="product(W, N, K, epilogue, second=None)">
     // for each of the ${N} rows c of ${W} (${K} values a row): the sum of the row times
     // vec${" and of " + second + "'s row" if second else ""}, then: ${epilogue}
@@ -282,6 +337,8 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
                    __global const ${E_T} *table, ulong table_offset,
                    __global const float *table_scale, ulong table_scale_offset,
                    __global const float *norm1, ulong norm1_offset,
+                   __global const float *norm1_b, ulong norm1_b_offset,
+                   __global const ${P_T} *pos_table, ulong pos_table_offset,
                    __global const ${W_T} *w_qkv, ulong w_qkv_offset,
                    __global const float *s_qkv, ulong s_qkv_offset,
                    __global const ${B_T} *b_qkv, ulong b_qkv_offset,
@@ -289,12 +346,16 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
                    __global const float *s_o, ulong s_o_offset,
                    __global const ${B_T} *b_o, ulong b_o_offset,
                    __global const float *norm2, ulong norm2_offset,
+                   __global const float *norm2_b, ulong norm2_b_offset,
                    __global const ${W_T} *w_gate, ulong w_gate_offset,
                    __global const float *s_gate, ulong s_gate_offset,
+                   __global const ${B_T} *b_gate, ulong b_gate_offset,
                    __global const ${W_T} *w_up, ulong w_up_offset,
                    __global const float *s_up, ulong s_up_offset,
+                   __global const ${B_T} *b_up, ulong b_up_offset,
                    __global const ${W_T} *w_down, ulong w_down_offset,
                    __global const float *s_down, ulong s_down_offset,
+                   __global const ${B_T} *b_down, ulong b_down_offset,
                    __global ${C_T} *keys, ulong keys_offset,
                    __global ${C_T} *values, ulong values_offset,
                    __global const ${T_T} *cosines, ulong cos_offset,
@@ -319,11 +380,15 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
     const long row = bad ? 0 : p;
     w_qkv += w_qkv_offset; s_qkv += s_qkv_offset; b_qkv += b_qkv_offset;
     w_o += w_o_offset; s_o += s_o_offset; b_o += b_o_offset;
-    w_gate += w_gate_offset; s_gate += s_gate_offset; w_up += w_up_offset;
-    s_up += s_up_offset; w_down += w_down_offset; s_down += s_down_offset;
+    w_gate += w_gate_offset; s_gate += s_gate_offset; b_gate += b_gate_offset;
+    w_up += w_up_offset; s_up += s_up_offset; b_up += b_up_offset;
+    w_down += w_down_offset; s_down += s_down_offset; b_down += b_down_offset;
     norm1 += norm1_offset; norm2 += norm2_offset;
+    norm1_b += norm1_b_offset; norm2_b += norm2_b_offset;
     keys += keys_offset; values += values_offset;
+% if ROTARY:
     cosines += cos_offset + (ulong)row * D; sines += sin_offset + (ulong)row * D;
+% endif
     // (every block checks the token: Intel's CPU compiler crashed on the kernel without
     // the read)
     const long token = tokens[tokens_offset];
@@ -336,24 +401,37 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
 % else:
     const float x_in_scale = 1.0f;
 % endif
+% if POS_EMBED:
+    // (and the position's row of the learned position table)
+    __global const ${P_T} *x_at = pos_table + pos_table_offset + (ulong)row * H;
+#define X_IN(i) fma((float)LD_${E_T}(x_in, i), x_in_scale, (float)LD_${P_T}(x_at, i))
+% else:
 #define X_IN(i) ((float)LD_${E_T}(x_in, i) * x_in_scale)
+% endif
 % else:
 #define X_IN(i) (x[i])
 % endif
 
     STAMP(0);
-    // 1. q, k and v of RMSNorm(x): vec = x * norm1, the 1 / RMS applied to the sums
-    float ss = 0.0f;
-    for (int i = lid; i < H; i += NT) {
-        const float v = X_IN(i);
-        ss = fma(v, v, ss);
-        vec[PERM(i)] = v * norm1[i];
-    }
-    float rs = rsqrt(group_sum(ss, red) / (float)H + eps);
-    ${product("w_qkv", NQKV, "H", "qkv[c] = sum * rs%s%s;" % (" * s_qkv[c]" if SCALE else "", " + (float)LD_%s(b_qkv, c)" % B_T if QKV_BIAS else ""))}
+    // 1. q, k and v of the norm of x
+    float rs;
+    ${stage_norm("norm1", "norm1_b", "X_IN(i)")}
+<%
+qkv_value = "sum * rs%s%s" % (" * s_qkv[c]" if SCALE else "", " + (float)LD_%s(b_qkv, c)" % B_T if QKV_BIAS else "")
+if ROTARY:
+    qkv_epilogue = "qkv[c] = %s;" % qkv_value
+else:  # (no rotary embedding: the new key and value go to the cache as they come)
+    qkv_epilogue = ("const float y = %s; qkv[c] = y; "
+                    "if (c >= QH * D && !bad) { const int j = c - QH * D; "
+                    "const ulong at = ((ulong)((j %% (KVH * D)) / D) * CONTEXT + row) * D + j %% D; "
+                    "if (j < KVH * D) ST_%s(keys, at, y); else ST_%s(values, at, y); }"
+                    % (qkv_value, C_T, C_T))
+%>
+    ${product("w_qkv", NQKV, "H", qkv_epilogue)}
     STAMP(1);
     grid_sync(sync, &failed, spins);
     STAMP(2);
+% if ROTARY:
 
     // 2. the rotary embedding of the queries (in place) and of the new keys (into the
     // cache), the new values into the cache: a work-item a pair of a head's dimensions
@@ -389,6 +467,7 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
     STAMP(3);
     grid_sync(sync, &failed, spins);
     STAMP(4);
+% endif
 
     // 3. attention over the cache: a team a (query head, chunk of TEAM positions), a
     // work-item a position; the chunk's max, sum of exp and weighted values into `part`
@@ -532,15 +611,18 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
     grid_sync(sync, &failed, spins);
     STAMP(10);
 
-    // 6. mlp = silu(gate(RMSNorm(x))) * up(RMSNorm(x))
-    ss = 0.0f;
-    for (int i = lid; i < H; i += NT) {
-        const float v = ((volatile __global float *)x)[i];
-        ss = fma(v, v, ss);
-        vec[PERM(i)] = v * norm2[i];
-    }
-    rs = rsqrt(group_sum(ss, red) / (float)H + eps);
-    ${product("w_gate", I, "H", "const float g = sum * rs%s, u = sum2 * rs%s; mlp[c] = g / (1.0f + exp(-g)) * u;" % (" * s_gate[c]" if SCALE else "", " * s_up[c]" if SCALE else ""), second="w_up")}
+    // 6. mlp = act(gate(norm(x))) * up(norm(x)), or act(up(norm(x)))
+    ${stage_norm("norm2", "norm2_b", "((volatile __global float *)x)[i]")}
+<%
+def mlp_value(name, sum_):
+    return "%s * rs%s%s" % (sum_, " * s_%s[c]" % name if SCALE else "",
+                            " + (float)LD_%s(b_%s, c)" % (B_T, name) if MLP_BIAS else "")
+%>
+% if GATED:
+    ${product("w_gate", I, "H", "const float g = %s, u = %s; mlp[c] = mlp_act(g) * u;" % (mlp_value("gate", "sum"), mlp_value("up", "sum2")), second="w_up")}
+% else:
+    ${product("w_up", I, "H", "mlp[c] = mlp_act(%s);" % mlp_value("up", "sum"))}
+% endif
     STAMP(11);
     grid_sync(sync, &failed, spins);
     STAMP(12);
@@ -551,6 +633,6 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
         vec[PERM(i)] = ((volatile __global float *)mlp)[i];
     barrier(CLK_LOCAL_MEM_FENCE);
     const int wrong = bad || bad_token || failed;
-    ${product("w_down", "H", I, "x[c] = wrong ? NAN : ((volatile __global float *)x)[c] + sum%s;" % (" * s_down[c]" if SCALE else ""))}
+    ${product("w_down", "H", I, "x[c] = wrong ? NAN : ((volatile __global float *)x)[c] + sum%s%s;" % (" * s_down[c]" if SCALE else "", " + (float)LD_%s(b_down, c)" % B_T if MLP_BIAS else ""))}
     STAMP(13);
 }

@@ -1,5 +1,7 @@
-"""A Llama-family decoder's one-token pass as one launch a block (``core/decoder_layer.py``)
-over the decoder Net's own weights and caches, then the Net's head.
+"""A decoder's one-token pass as one launch a block (``core/decoder_layer.py``) over the
+decoder Net's own weights and caches, then the Net's head: the Llama and GPT-2 families,
+whose ``fused_spec`` (llama.py, gpt2.py) says the block's shape, family and parameter
+names.
 
 The engine takes it for a one-token pass of a single sequence where the device runs it
 (NVIDIA GPUs, after a probe of the launch shape); the prompt's passes, batches of several
@@ -41,48 +43,57 @@ def fused_step(net, spec, groups=None, **options):
 
 
 class FusedStep:
-    """The blocks of ``net`` (a Llama-family decoder of batch 1 and one token, built by
-    ``llama.decoder``) as ``DecoderLayerOps`` launches, then the final RMSNorm and the head
-    into the Net's ``logits``. ``groups``: work-groups (None: the device's, probed);
-    ``options``: ``DecoderLayerOps``' (teams, unroll, timing)."""
+    """The blocks of ``net`` (a decoder of batch 1 and one token, as ``spec``, its
+    family's ``fused_spec``, describes it) as ``DecoderLayerOps`` launches, then the final
+    norm and the head into the Net's ``logits``. ``groups``: work-groups (None: the
+    device's, probed); ``options``: ``DecoderLayerOps``' (teams, unroll, timing)."""
 
     def __init__(self, net, spec, groups=None, **options):
         if spec is None:
             raise Unfusable("the decoder's options are not the fused kernel's")
-        self.net, self.ctx = net, net.ctx
+        self.net, self.ctx, self.spec = net, net.ctx, spec
+        self.names = names = spec["names"]
         tokens, pos = net.tensor("tokens"), net.tensor("pos")
         if tokens.size != 1 or pos.size != 1:
             raise Unfusable("a pass of %d tokens over %d rows" % (tokens.size, pos.size))
         dtypes = net.store.dtypes
-        p0 = "model.layers.0."
-        w_dt = np.dtype(dtypes[p0 + "self_attn.qkv_proj.weight"])
+        p0 = names["block"] % 0
+        w_dt = np.dtype(dtypes[p0 + names["qkv"] + ".weight"])
         if w_dt == np.uint8:
             raise Unfusable("4-bit weights")
-        cache = net.param(p0 + "self_attn.cache.keys")
-        table = net.param("rope.cos")
-        embed_dt = np.dtype(dtypes["model.embed_tokens.weight"])
-        bias_dt = np.float32
-        for name in dtypes:
-            if name.endswith(".bias") and name.startswith("model.layers."):
-                bias_dt = np.dtype(dtypes[name])
-        for name in dtypes:
-            if name.startswith("model.layers.") and name.endswith("layernorm.weight") and \
-                    dtypes[name] != np.float32:
-                raise Unfusable("norm weights of %s" % dtypes[name])
+        cache = net.param(p0 + names["cache"] + ".keys")
+        table = net.param("rope.cos") if spec["rotary"] else None
+        embed_dt = np.dtype(dtypes[names["embed"]])
+        pos_dt = np.dtype(dtypes[names["positions"]]) if names.get("positions") else np.float32
+        if pos_dt not in _FLOATS and pos_dt.name != "bfloat16":
+            raise Unfusable("a position table of %s" % pos_dt)
+        bias_dt = np.float32  # (the products' biases: one storage for all)
+        for key in ("qkv", "o", "gate", "up", "down"):
+            if names.get(key) and p0 + names[key] + ".bias" in dtypes:
+                bias_dt = np.dtype(dtypes[p0 + names[key] + ".bias"])
+        for i in range(len(spec["windows"])):
+            for key in ("norm1", "norm2"):
+                for part in (".weight", ".bias"):
+                    name = names["block"] % i + names[key] + part
+                    if name in dtypes and dtypes[name] != np.float32:
+                        raise Unfusable("%s stored as %s" % (name, dtypes[name]))
         self.ops = {}
         self.launches = []
         self.clocks = []  # (timing: each block's (groups, 16) uint64 phase clocks)
         self.scratch = None
         for i, window in enumerate(spec["windows"]):
-            dims = DecoderBlockDims(spec["hidden"], spec["inner"], spec["heads"],
-                                    spec["kv_heads"], spec["width"], spec["context"],
-                                    spec["vocab"], window, spec["qkv_bias"], spec["out_bias"])
+            dims = DecoderBlockDims(
+                spec["hidden"], spec["inner"], spec["heads"], spec["kv_heads"], spec["width"],
+                spec["context"], spec["vocab"], window, spec["qkv_bias"], spec["out_bias"],
+                spec["mlp_bias"], spec["norm"], spec["rotary"], spec["gated"],
+                spec["activation"], bool(names.get("positions")))
             ops = self.ops.get(window)
             if ops is None:
                 try:
                     ops = self.ops[window] = DecoderLayerOps(
-                        self.ctx, dims, w_dt, cache.dtype, table.dtype, embed_dt, bias_dt,
-                        groups, **options)
+                        self.ctx, dims, w_dt, cache.dtype,
+                        np.float32 if table is None else table.dtype, embed_dt, bias_dt,
+                        groups, pos_dtype=pos_dt, **options)
                 except ValueError as err:  # (shapes the kernel does not take)
                     raise Unfusable(str(err)) from None
                 if not ops.usable:
@@ -96,7 +107,8 @@ class FusedStep:
 
     def _block(self, ops, net, spec, i, pos=None, spins=None):
         """Block ``i``'s launch (``pos``: another position tensor than the Net's)."""
-        p = "model.layers.%d." % i
+        names = self.names
+        p = names["block"] % i
 
         def param(name, optional=False):
             if optional and name not in net.store.dtypes:
@@ -106,50 +118,59 @@ class FusedStep:
                 raise Unfusable("%s starts at element %d, not a multiple of 8"
                                 % (name, t.offset))
             return t
-        block = {"norm1": param(p + "input_layernorm.weight"),
-                 "norm2": param(p + "post_attention_layernorm.weight")}
-        for key, name in (("qkv", "self_attn.qkv_proj"), ("o", "self_attn.o_proj"),
-                          ("gate", "mlp.gate_proj"), ("up", "mlp.up_proj"),
-                          ("down", "mlp.down_proj")):
-            block["w_" + key] = param(p + name + ".weight")
-            block["s_" + key] = param(p + name + ".weight_scale", True)
-            block["b_" + key] = param(p + name + ".bias", True)
-        caches = (net.param(p + "self_attn.cache.keys"), net.param(p + "self_attn.cache.values"))
-        tables = (net.param("rope.cos"), net.param("rope.sin"))
+        block = {}
+        for key in ("norm1", "norm2"):
+            block[key] = param(p + names[key] + ".weight")
+            block[key + "_b"] = param(p + names[key] + ".bias", spec["norm"] == "rms")
+        for key in ("qkv", "o", "gate", "up", "down"):
+            if names.get(key) is None:  # (no gate: one MLP product)
+                continue
+            block["w_" + key] = param(p + names[key] + ".weight")
+            block["s_" + key] = param(p + names[key] + ".weight_scale", True)
+            block["b_" + key] = param(p + names[key] + ".bias", True)
+        caches = (net.param(p + names["cache"] + ".keys"),
+                  net.param(p + names["cache"] + ".values"))
+        tables = (net.param("rope.cos"), net.param("rope.sin")) if spec["rotary"] else None
         extra = {} if spins is None else {"spins": spins}
         if ops.params["TIMING"]:
             extra["clock"] = Tensor.zeros(self.ctx, (ops.groups, 16), "uint64")
             if pos is None:
                 self.clocks.append(extra["clock"])
         pos = net.tensor("pos") if pos is None else pos
+        positions = names.get("positions")
         return ops.launch(i == 0, self.scratch, net.tensor("tokens"), pos,
-                          net.param("model.embed_tokens.weight"),
-                          param("model.embed_tokens.weight_scale", True), block, caches,
-                          tables, spec["eps"], **extra)
+                          net.param(names["embed"]), param(names["embed"] + "_scale", True),
+                          block, caches, tables, spec["eps"], spec["scales"][i],
+                          pos_table=param(positions) if positions else None, **extra)
 
     def _head(self, net, spec):
-        """The final RMSNorm and the head: the few-rows product normalizing x on the way
+        """The final norm and the head: the few-rows product normalizing x on the way
         where it does (GPUs), else a norm launch first."""
         ctx, hidden = self.ctx, spec["hidden"]
-        w = net.param("lm_head.weight")
-        scale = net.param("lm_head.weight_scale") if "lm_head.weight_scale" in \
+        head, final = self.names["head"], self.names["final_norm"]
+        w = net.param(head + ".weight")
+        scale = net.param(head + ".weight_scale") if head + ".weight_scale" in \
             net.store.dtypes else None
         logits = net.tensor("logits")
         x = self.scratch["x"].reshape(1, hidden)
-        norm_w = net.param("model.norm.weight")
+        layer = spec["norm"] == "layer"
+        norm_w = net.param(final + ".weight")
+        norm_b = net.param(final + ".bias") if layer else None
         eps = spec["head_eps"]
         common = dict(trans_b=True, dtypes=(np.float32, w.dtype, logits.dtype),
                       b_scale=scale is not None)
         if Gemm.normalizes_a(ctx, 1, w.dtype):
-            gemm = Gemm(ctx, 1, spec["vocab"], hidden, a_norm=eps, **common)
-            return gemm.launches(x, w, logits, b_scale=scale, a_norm_weight=norm_w)
-        norm = GroupNormOps(ctx, (1, 1, hidden, 1), eps, True, bias=False, rms=True)
+            gemm = Gemm(ctx, 1, spec["vocab"], hidden, a_norm=eps,
+                        a_norm_kind="layer" if layer else "rms", **common)
+            return gemm.launches(x, w, logits, b_scale=scale, a_norm_weight=norm_w,
+                                 a_norm_bias=norm_b)
+        norm = GroupNormOps(ctx, (1, 1, hidden, 1), eps, True, bias=layer, rms=not layer)
         stats = Tensor(ctx, (2,))
         xn = Tensor(ctx, (1, hidden))
         self._held = (stats, xn)
         gemm = Gemm(ctx, 1, spec["vocab"], hidden, **common)
-        return norm.forward_launches(x, xn, stats.view((1,)), stats.view((1,), 1), norm_w) + \
-            gemm.launches(xn, w, logits, b_scale=scale)
+        return norm.forward_launches(x, xn, stats.view((1,)), stats.view((1,), 1), norm_w,
+                                     norm_b) + gemm.launches(xn, w, logits, b_scale=scale)
 
     def _probe(self, ops, net, spec, i):
         """Whether every work-group of ``ops``' launch is resident at once: block ``i`` run

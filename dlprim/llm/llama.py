@@ -15,6 +15,7 @@ head too) and the head.
 The rotary tables are constants of the Net (``rope.cos`` and ``rope.sin``, one row per
 position, from ``rope.py``): ``decoder`` returns them beside the config.
 """
+import math
 import re
 
 import numpy as np
@@ -162,12 +163,17 @@ def _shape(config, context=None, qkv_bias=None):
 
 def fused_spec(config, context=None):
     """What ``llm/fused_step.py`` needs of the decoder ``decoder`` builds for ``config``:
-    ``_shape``'s dict and the head's eps; None where its blocks are not the fused kernel's
-    (an MLP activation other than SiLU, biases in the MLP)."""
+    ``_shape``'s dict, the head's eps, the family (RMSNorm, rotary, a gated MLP), each
+    layer's attention scale and the parameters' names."""
     s = _shape(config, context)
-    if s["activation"] != "silu" or s["mlp_bias"]:
-        return None
-    s["head_eps"] = s["eps"]
+    s.update(head_eps=s["eps"], norm="rms", rotary=True, gated=True,
+             scales=[1.0 / math.sqrt(s["width"])] * s["layers"],
+             names={"block": "model.layers.%d.", "norm1": "input_layernorm",
+                    "norm2": "post_attention_layernorm", "qkv": "self_attn.qkv_proj",
+                    "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
+                    "down": "mlp.down_proj", "cache": "self_attn.cache",
+                    "embed": "model.embed_tokens.weight", "positions": None,
+                    "final_norm": "model.norm", "head": "lm_head"})
     return s
 
 
