@@ -198,3 +198,12 @@ def test_heads_wider_than_a_team(ctx, tmp_path, monkeypatch):
     _, want = _hf_greedy(model, PROMPT, 16)
     _, got = _decode(lm, 16)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_one_block_matches_float64(ctx, rng, family):
+    """The kernel alone against decoder_block_check's float64 block: a cache of two
+    chunks, the new token's key and value written at its position."""
+    import decoder_block_check
+    _needs_rotary_free_blocks(ctx, family)
+    decoder_block_check.check_block(ctx, rng, family)

@@ -508,6 +508,15 @@ def test_lenet_training_step(ctx, rng, monkeypatch):
 
 # ---------------------------------------------------------------- a decoder's step
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_decoder_block_in_one_launch(ctx, rng, family):
+    """kernels/decoder_layer.cl as one work-group (its grid barriers work-group barriers):
+    each phase's local memory written and read across the barriers between them, against
+    decoder_block_check's float64 block (Llama's family and GPT-2's)."""
+    import decoder_block_check
+    decoder_block_check.check_block(ctx, rng, family)
+
+
 @pytest.mark.parametrize("weights", ["float32", "int8", "float16"])
 def test_few_rows_gemm(ctx, rng, facts, weights):
     """kernels/gemv.cl (GPU teams, or the CPU variant for int8): K past the float4 steps;
