@@ -17,9 +17,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-PHASES = ["q/k/v product", "barrier", "rotary + cache", "barrier", "attention chunks",
-          "barrier", "merge", "barrier", "output product", "barrier", "gate/up product",
-          "barrier", "down product"]
+PHASES = ["q/k/v product, rotary, cache", "barrier", "attention, heads merged", "barrier",
+          "output product", "barrier", "MLP product(s)", "barrier", "down product"]
+STAMPS = len(PHASES) + 1
 
 
 def main(argv=None):
@@ -29,6 +29,8 @@ def main(argv=None):
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--teams", default="16")
     p.add_argument("--unroll", default="4")
+    p.add_argument("--prefetch", default="1", help="0, 1 or 0,1: the next product's rows "
+                   "asked of the L2 cache before each grid barrier")
     p.add_argument("--dtype", default="fp16")
     p.add_argument("--steps", type=int, default=32)
     args = p.parse_args(argv)
@@ -42,11 +44,12 @@ def main(argv=None):
     ctx = dp.Context()
     rng = np.random.default_rng(0)
     prompt = rng.integers(1, 1000, args.context).tolist()
-    shapes = [(int(t), int(u)) for t in args.teams.split(",") for u in args.unroll.split(",")]
-    for teams, unroll in shapes:
+    shapes = [(int(t), int(u), int(f)) for t in args.teams.split(",")
+              for u in args.unroll.split(",") for f in args.prefetch.split(",")]
+    for teams, unroll, prefetch in shapes:
         for timing in (False, True):
             llm_model.fused_step = functools.partial(fused_step, teams=teams, unroll=unroll,
-                                                     timing=timing)
+                                                     timing=timing, prefetch=prefetch)
             lm = llm_model.load(os.path.join(folder, args.model), ctx=ctx,
                                 context=args.context + args.steps + 8, precision=args.dtype)
             step = lm.engine.fused
@@ -63,21 +66,21 @@ def main(argv=None):
                 lm.generate(prompt, max_new_tokens=2, eos_ids=[])
                 times.append((t_all - (time.perf_counter() - start)) / (args.steps - 2))
             ms = 1e3 * min(times)
-            print("teams %d (%d work-items), unroll %d, %d work-groups, timing %s: %.3f ms a "
-                  "token" % (teams, teams * 32, unroll, next(iter(step.ops.values())).groups,
-                             timing, ms))
+            print("teams %d (%d work-items), unroll %d, prefetch %d, %d work-groups, timing %s: "
+                  "%.3f ms a token" % (teams, teams * 32, unroll, prefetch,
+                                       next(iter(step.ops.values())).groups, timing, ms))
             if not timing:
                 continue
             per_block = []
             for clock in step.clocks:
-                c = clock.to_host().astype(np.int64)[:, :14]
-                d = np.diff(c, axis=1) / 1e3  # us, (groups, 13)
+                c = clock.to_host().astype(np.int64)[:, :STAMPS]
+                d = np.diff(c, axis=1) / 1e3  # us, (groups, phases)
                 per_block.append((np.median(d, axis=0), d.max(axis=0),
-                                  (c[:, 13].max() - c[:, 0].min()) / 1e3))
+                                  (c[:, -1].max() - c[:, 0].min()) / 1e3))
             med = np.median([b[0] for b in per_block], axis=0)
             worst = np.median([b[1] for b in per_block], axis=0)
             for name, m, w in zip(PHASES, med, worst):
-                print("  %-18s %7.2f / %7.2f us" % (name, m, w))
+                print("  %-30s %7.2f / %7.2f us" % (name, m, w))
             print("  a block: %.2f us (median over %d blocks)"
                   % (np.median([b[2] for b in per_block]), len(per_block)))
     return 0

@@ -29,6 +29,11 @@ def profile(folder, dtype, device, profiling, context=600, prompt=512, which="st
                 eos_ids=[])  # (the one-token plan made, its kernels built)
     # the one-token step, or the prompt's pass (the Net of the largest length bucket)
     net = lm.engine.net if which == "step" else max(lm.engine._nets.items())[1]
+    # (a step the engine runs as one launch a block: those launches and the head's)
+    fused = lm.engine.fused if which == "step" else None
+    launches = net.plan.forward if fused is None else fused.launches
+    print("the step's launches: %s" % ("the Net's plan" if fused is None else
+                                       "one launch a block (llm/fused_step.py)"))
     queue = ctx.queue
     host, events = collections.defaultdict(float), []
     for _ in range(3):  # (the last of three)
@@ -36,7 +41,7 @@ def profile(folder, dtype, device, profiling, context=600, prompt=512, which="st
         host.clear()
         events = []
         start = time.perf_counter()
-        for launch in net.plan.forward:
+        for launch in launches:
             t = time.perf_counter()
             events.append((getattr(launch, "name", type(launch).__name__), launch(queue)))
             host[events[-1][0]] += time.perf_counter() - t
@@ -65,7 +70,7 @@ def profile(folder, dtype, device, profiling, context=600, prompt=512, which="st
     queue.finish()
     start = time.perf_counter()
     for _ in range(20):
-        net.forward()
+        (net if fused is None else fused).forward()
     enqueued = time.perf_counter() - start
     ctx.finish()
     wall = time.perf_counter() - start

@@ -88,11 +88,12 @@ class DecoderLayerOps:
     family adds one). ``groups``: work-groups (None: a compute unit each, on
     GPUs that pass the probe; else unusable: ``self.usable`` False); ``teams``: teams of
     TEAM work-items a work-group; ``unroll``: the loads a work-item asks for at once in
-    the products; ``timing``: the phases' clocks written (NVIDIA)."""
+    the products; ``timing``: the phases' clocks written (NVIDIA); ``prefetch``: the next
+    product's rows asked of the L2 cache before each grid barrier (NVIDIA; None: there)."""
 
     def __init__(self, ctx, dims, weight_dtype, cache_dtype, table_dtype, embed_dtype,
                  bias_dtype=np.float32, groups=None, teams=None, unroll=UNROLL, timing=False,
-                 pos_dtype=np.float32):
+                 pos_dtype=np.float32, prefetch=None):
         self.ctx, self.dims = ctx, dims
         why = dims.unsupported()
         if why is None and not dims.rotary and ctx.facts.vendor_id == "intel" and \
@@ -103,6 +104,7 @@ class DecoderLayerOps:
         if why is not None:
             raise ValueError("DecoderLayerOps: %s" % why)
         gpu = _real_gpu(ctx)
+        nvidia = gpu and ctx.facts.vendor_id == "nvidia"
         self.teams = int(teams or (GPU_TEAMS if gpu else CPU_TEAMS))
         self.teams = min(self.teams, max(1, ctx.facts.max_work_group // TEAM))
         self.threads = self.teams * TEAM
@@ -122,8 +124,9 @@ class DecoderLayerOps:
             ACT=d.activation, POS_EMBED=int(d.pos_embed),
             SCALE=int(types["W_T"] == "char"), E_SCALE=int(types["E_T"] == "char"),
             TEAM=TEAM, TEAMS=self.teams, MULTI=int(self.groups > 1),
-            SHUFFLE=int(gpu and ctx.facts.vendor_id == "nvidia"), VL=vl,
-            UNROLL=int(unroll), TIMING=int(bool(timing)), **types)
+            SHUFFLE=int(nvidia), VL=vl,
+            UNROLL=int(unroll), TIMING=int(bool(timing)),
+            PREFETCH=int(nvidia if prefetch is None else bool(prefetch) and nvidia), **types)
         self.usable = self.local_bytes <= ctx.facts.local_mem and \
             (groups is not None or (gpu and ctx.facts.vendor_id == "nvidia"))
 
@@ -132,14 +135,16 @@ class DecoderLayerOps:
         return program.get(self.ctx, "decoder_layer", EMBED=int(embed), **self.params)
 
     def scratch(self):
-        """The float32 scratch every block shares: {x, qkv, part, att, mlp} and the
-        barrier's counter and failure flag (``sync``, two uint64, zero)."""
+        """The float32 scratch every block shares: {x, qkv, part, att, mlp}, each head's
+        count of chunks done (``count``, uint32, zero between launches) and the barrier's
+        counter and failure flag (``sync``, two uint64, zero)."""
         d, ctx = self.dims, self.ctx
         chunks = -(-d.context // TEAM)
         sizes = {"x": d.hidden, "qkv": (d.heads + 2 * d.kv_heads) * d.width,
                  "part": d.heads * chunks * (d.width + 2), "att": d.heads * d.width,
                  "mlp": d.inner}
         out = {name: Tensor(ctx, (n,)) for name, n in sizes.items()}
+        out["count"] = Tensor.zeros(ctx, (d.heads,), "uint32")
         out["sync"] = Tensor.zeros(ctx, (2,), "uint64")
         return out
 
@@ -170,7 +175,8 @@ class DecoderLayerOps:
                 b["s_o"], b["b_o"], b["norm2"], b["norm2_b"], b["w_gate"], b["s_gate"],
                 b["b_gate"], b["w_up"], b["s_up"], b["b_up"], b["w_down"], b["s_down"],
                 b["b_down"], caches[0], caches[1], t(tables[0]), t(tables[1]),
-                s["qkv"].buffer, s["part"].buffer, s["att"].buffer, s["mlp"].buffer,
+                s["qkv"].buffer, s["part"].buffer, s["count"].buffer, s["att"].buffer,
+                s["mlp"].buffer,
                 s["sync"].buffer, np.uint32(spins), np.float32(eps),
                 np.float32(scale)] + ([clock.buffer] if self.params["TIMING"] else [])
         return program.Launch(self.program(embed), "decoder_layer",

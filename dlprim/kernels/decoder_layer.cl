@@ -1,19 +1,25 @@
 <%include file="common.h"/>
 ## One block of a Llama-family or GPT-2-family decoder at one token, in one launch
-## (core/decoder_layer.py): the norm and the q/k/v product, the rotary embedding and the
-## cache write, attention over the cache in chunks, the chunks merged, the output product
-## added onto the residual, the norm and the MLP's products (SwiGLU's gate and up pair, or
-## one product and its activation), the down product added onto the residual. P work-groups (one a compute unit) meet at a grid barrier between those
-## phases: a decoder's step is then one launch a block instead of six, where each launch
-## costs NVIDIA's driver 5-9 us of host time and 4-5 us of device time whatever it does.
+## (core/decoder_layer.py): the norm and the q/k/v product with the rotary embedding and the
+## cache write in its epilogue, attention over the cache in chunks with each head's chunks
+## merged by the team that finishes its last, the output product added onto the residual,
+## the norm and the MLP's products (SwiGLU's gate and up pair, or one product and its
+## activation), the down product added onto the residual. P work-groups (one a compute
+## unit) meet at a grid barrier between those four phases: a decoder's step is then one
+## launch a block instead of six, where each launch costs NVIDIA's driver 5-9 us of host
+## time and 4-5 us of device time whatever it does.
 ##
 ## The residual stream x is float32 (H values) between the launches; each product's vector
 ## operand is staged in local memory by every work-group (volatile loads: values another
 ## work-group wrote in this launch are read past the L1 cache), and a team of TEAM (32)
-## work-items streams a weight row at a time, 8 values a load, UNROLL loads asked for
-## before any is used. Attention: a team a (query head, chunk of TEAM positions) pair,
-## a position a work-item; each chunk's max, sum and weighted values go to `part`, which
-## the next phase merges head by head (online softmax over the chunks).
+## work-items streams a weight row at a time (the q/k/v product: a head's rows e and
+## e + D/2 together, the rotary embedding's pair), 8 values a load, UNROLL loads asked for
+## before any is used. A phase's tasks are dealt team-major (task base + team P + group):
+## each work-group, and so each compute unit, takes an equal share, where dealing them
+## work-group by work-group left a quarter of the compute units with all of attention.
+## Attention: a team a (query head, chunk of TEAM positions) pair, a position a work-item;
+## each chunk's max, sum of exp and weighted values go to `part`, and the team that counts
+## a head's last chunk done (`count`) merges the head (online softmax over the chunks).
 ##
 ## Template: H, I (hidden and MLP widths), QH, KVH (query and key/value heads), D (head
 ## width), W_T (the Linears' weights: float, half, bfloat16, or char with a float32 scale
@@ -23,10 +29,9 @@
 ## the keys a query sees, ending at its own), TEAMS (teams a work-group), MULTI (more than
 ## one work-group: grid barriers), SHUFFLE (NVIDIA: teams add by warp shuffles), VL
 ## (floats of the staged vectors). The family: NORM ("rms", or "layer": LayerNorm with a
-## bias), ROTARY (0: no rotary embedding, the keys and values written to the cache by the
-## q/k/v product itself, one phase and barrier fewer), GATED (SwiGLU-style gate and up
-## pair, else one product), ACT (the MLP's activation), POS_EMBED (the first block adds
-## the position's row of a learned table of P_T).
+## bias), ROTARY (0: no rotary embedding), GATED (SwiGLU-style gate and up pair, else one
+## product), ACT (the MLP's activation), POS_EMBED (the first block adds the position's
+## row of a learned table of P_T).
 <%
 NQKV = (QH + 2 * KVH) * D
 G = QH // KVH
@@ -288,18 +293,21 @@ inline float mlp_act(float g)
 % endif
 </%def>
 
-<%def name="product(W, N, K, epilogue, second=None)">
-    // for each of the ${N} rows c of ${W} (${K} values a row): the sum of the row times
-    // vec${" and of " + second + "'s row" if second else ""}, then: ${epilogue}
-    for (int c0 = group * TEAMS; c0 < ${N}; c0 += groups * TEAMS) {
-        const int c = min(c0 + team, ${N} - 1);  // (teams past N compute a copy, store nothing)
-        __global const ${W_T} *w = ${W} + (ulong)c * ${K};
+<%def name="product(W, N, K, epilogue, second=None, row='c')">
+    // for each of the ${N} tasks c, row r = ${row} of ${W} (${K} values a row): the sum of
+    // the row times vec${" and of " + second + "'s row r" if second else ""}, then the
+    // epilogue (its first work-item)
+    for (int c0 = 0; c0 < ${N}; c0 += groups * TEAMS) {
+        const int ci = c0 + team * groups + group;
+        const int c = min(ci, ${N} - 1);  // (teams past N load nothing, store nothing)
+        const int r = ${row};
+        __global const ${W_T} *w = ${W} + (ulong)r * ${K};
 % if second:
-        __global const ${W_T} *w2 = ${second} + (ulong)c * ${K};
+        __global const ${W_T} *w2 = ${second} + (ulong)r * ${K};
         float8 part2 = (float8)(0.0f);
 % endif
         float8 part = (float8)(0.0f);
-        for (int k = lane * 8; k < ${K}; k += ${UNROLL} * TEAM * 8) {
+        for (int k = lane * 8; ci < ${N} && k < ${K}; k += ${UNROLL} * TEAM * 8) {
 % for u in range(UNROLL):
             const int k${u} = min(k + ${u * 8} * TEAM, ${K} - 8);
             const raw8_${W_T} r${u} = rawload8_${W_T}(w, k${u});
@@ -324,10 +332,33 @@ inline float mlp_act(float g)
 % if second:
         const float sum2 = team_sum(hsum8(part2), red + team * TEAM);
 % endif
-        if (lane == 0 && c0 + team < ${N}) {
+        if (lane == 0 && ci < ${N}) {
             ${epilogue}
         }
     }
+</%def>
+
+% if PREFETCH:
+// PREFETCH (NVIDIA): before a grid barrier a work-group asks the L2 cache for the rows it
+// will stream in the next product (its first ``rounds``' worth), so the device reads them
+// while the slowest work-groups finish the phase, instead of each product starting from
+// its first load's latency: 1, the output and down products' rows; 2, the MLP's too
+inline void prefetch_l2(__global const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+}
+% endif
+<%def name="prefetch(W, N, K, rounds=1, row='c')">
+% if PREFETCH:
+    for (int c0 = 0; c0 < min(${N}, ${rounds} * groups * TEAMS); c0 += groups * TEAMS) {
+        const int c = c0 + team * groups + group;
+        if (c < ${N}) {
+            __global const uchar *w = (__global const uchar *)(${W} + (ulong)(${row}) * ${K});
+            for (int b = lane * 128; b < ${K} * (int)sizeof(*${W}); b += TEAM * 128)
+                prefetch_l2(w + b);
+        }
+    }
+% endif
 </%def>
 
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
@@ -360,7 +391,8 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
                    __global ${C_T} *values, ulong values_offset,
                    __global const ${T_T} *cosines, ulong cos_offset,
                    __global const ${T_T} *sines, ulong sin_offset,
-                   __global float *qkv, __global float *part, __global float *att,
+                   __global float *qkv, __global float *part, volatile __global uint *count,
+                   __global float *att,
                    __global float *mlp, volatile __global ulong *sync, uint spins,
                    float eps, float scale
 % if TIMING:
@@ -371,6 +403,7 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
     __local float vec[${VL}];   // the staged vector of a product (attention: q and weights)
     __local float red[NT];      // sums
     __local int failed;
+    __local int merges[TEAMS];  // (the head each team merges, or -1)
     const int lid = get_local_id(0), lane = lid % TEAM, team = lid / TEAM;
     const int group = get_group_id(0), groups = get_num_groups(0);
     if (lid == 0)
@@ -413,64 +446,46 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
 % endif
 
     STAMP(0);
-    // 1. q, k and v of the norm of x
+    // 1. q, k and v of the norm of x: a team a pair of a head's rows (e, e + D/2), whose
+    // rotary embedding its first work-item applies (the sine's first half is negated in
+    // the table); the queries into qkv, the new key and value into the cache
     float rs;
     ${stage_norm("norm1", "norm1_b", "X_IN(i)")}
 <%
-qkv_value = "sum * rs%s%s" % (" * s_qkv[c]" if SCALE else "", " + (float)LD_%s(b_qkv, c)" % B_T if QKV_BIAS else "")
-if ROTARY:
-    qkv_epilogue = "qkv[c] = %s;" % qkv_value
-else:  # (no rotary embedding: the new key and value go to the cache as they come)
-    qkv_epilogue = ("const float y = %s; qkv[c] = y; "
-                    "if (c >= QH * D && !bad) { const int j = c - QH * D; "
-                    "const ulong at = ((ulong)((j %% (KVH * D)) / D) * CONTEXT + row) * D + j %% D; "
-                    "if (j < KVH * D) ST_%s(keys, at, y); else ST_%s(values, at, y); }"
-                    % (qkv_value, C_T, C_T))
+def qkv_value(at, sum_):
+    return "%s * rs%s%s" % (sum_, " * s_qkv[%s]" % at if SCALE else "",
+                            " + (float)LD_%s(b_qkv, %s)" % (B_T, at) if QKV_BIAS else "")
+rotate = """
+            if (hd < QH + KVH) {
+                const float ra = ya * (float)LD_%(T)s(cosines, e) + yb * (float)LD_%(T)s(sines, e);
+                yb = yb * (float)LD_%(T)s(cosines, e + D / 2)
+                     + ya * (float)LD_%(T)s(sines, e + D / 2);
+                ya = ra;
+            }""" % {"T": T_T}
+qkv_epilogue = """const int hd = r / D, e = r %% D;
+            float ya = %(a)s, yb = %(b)s;%(rotate)s
+            if (hd < QH) {
+                qkv[r] = ya;
+                qkv[r + D / 2] = yb;
+            } else if (!bad) {
+                const ulong at = ((ulong)((hd - QH) %% KVH) * CONTEXT + row) * D + e;
+                __global %(C)s *cache = hd < QH + KVH ? keys : values;
+                ST_%(C)s(cache, at, ya);
+                ST_%(C)s(cache, at + D / 2, yb);
+            }""" % {"a": qkv_value("r", "sum"), "b": qkv_value("r + D / 2", "sum2"),
+                    "rotate": rotate if ROTARY else "", "C": C_T}
 %>
-    ${product("w_qkv", NQKV, "H", qkv_epilogue)}
+    ${product("w_qkv", NQKV // 2, "H", qkv_epilogue, second="w_qkv + (ulong)(D / 2) * H",
+              row="(c / (D / 2)) * D + c % (D / 2)")}
     STAMP(1);
+    ${prefetch("w_o", "H", "QH * D")}
     grid_sync(sync, &failed, spins);
     STAMP(2);
-% if ROTARY:
 
-    // 2. the rotary embedding of the queries (in place) and of the new keys (into the
-    // cache), the new values into the cache: a work-item a pair of a head's dimensions
-    // (e, e + D/2); the sine's first half is negated in the table
-    {
-        const int half_d = D / 2;
-        const int pairs = (QH + KVH) * half_d, total = pairs + KVH * D;
-        for (int i = group * NT + lid; i < total; i += groups * NT) {
-            if (i < pairs) {
-                const int h = i / half_d, e = i % half_d;
-                const int at = h * D + e;
-                volatile __global float *src = qkv;
-                const float a = src[at], b = src[at + half_d];
-                const float ra = a * (float)LD_${T_T}(cosines, e) + b * (float)LD_${T_T}(sines, e);
-                const float rb = b * (float)LD_${T_T}(cosines, e + half_d)
-                                 + a * (float)LD_${T_T}(sines, e + half_d);
-                if (h < QH) {
-                    qkv[at] = ra;
-                    qkv[at + half_d] = rb;
-                } else if (!bad) {
-                    const ulong dst = ((ulong)(h - QH) * CONTEXT + row) * D + e;
-                    ST_${C_T}(keys, dst, ra);
-                    ST_${C_T}(keys, dst + half_d, rb);
-                }
-            } else if (!bad) {
-                const int j = i - pairs, h = j / D, e = j % D;
-                volatile __global float *src = qkv;
-                ST_${C_T}(values, ((ulong)h * CONTEXT + row) * D + e,
-                          src[(QH + KVH) * D + j]);
-            }
-        }
-    }
-    STAMP(3);
-    grid_sync(sync, &failed, spins);
-    STAMP(4);
-% endif
-
-    // 3. attention over the cache: a team a (query head, chunk of TEAM positions), a
-    // work-item a position; the chunk's max, sum of exp and weighted values into `part`
+    // 2. attention over the cache: a team a (query head, chunk of TEAM positions), a
+    // work-item a position; the chunk's max, sum of exp and weighted values into `part`;
+    // the team that counts its head's last chunk done merges the head's chunks into att:
+    // att = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c
     const long last = row;  // (the new token's own position is its last key)
 % if WINDOW:
     const long first = max(0L, last - ${WINDOW} + 1);
@@ -480,8 +495,11 @@ else:  # (no rotary embedding: the new key and value go to the cache as they com
     const int chunks = (int)((last - first) / TEAM) + 1;
     {
         __local float *q_all = vec, *w_all = vec + TEAMS * D;
-        for (int t0 = group * TEAMS; t0 < QH * chunks; t0 += groups * TEAMS) {
-            const int t = min(t0 + team, QH * chunks - 1);
+        for (int t0 = 0; t0 < QH * chunks; t0 += groups * TEAMS) {
+            const int ti = t0 + team * groups + group;
+            // (teams past the tasks load nothing: all of them reading the last task's
+            // rows took the phase from 7 to 34 us)
+            const int live = ti < QH * chunks, t = min(ti, QH * chunks - 1);
             const int h = t / chunks, chunk = t % chunks, kv = h / ${G};
             __local float *q = q_all + team * D, *w = w_all + team * TEAM;
             const long j0 = first + (long)chunk * TEAM, j = j0 + lane;
@@ -491,17 +509,20 @@ else:  # (no rotary embedding: the new key and value go to the cache as they com
             // chunk: the last row again, weight 0); the softmax then waits one latency
             float qv[${DR}];
             for (int r = 0; r < ${DR}; r++)
-                qv[r] = ((volatile __global float *)qkv)[h * D + min(lane + r * TEAM, D - 1)];
+                qv[r] = live ? ((volatile __global float *)qkv)[h * D
+                                                               + min(lane + r * TEAM, D - 1)]
+                             : 0.0f;
             volatile __global const ${C_T} *k_row = keys + ((ulong)kv * CONTEXT + min(j, last)) * D;
             raw8_${C_T} kr[D / 8];
             for (int e = 0; e < D / 8; e++)
-                kr[e] = vrawload8_${C_T}(k_row, e * 8);
+                kr[e] = live ? vrawload8_${C_T}(k_row, e * 8) : (raw8_${C_T})(0);
             volatile __global const ${C_T} *v_rows = values + ((ulong)kv * CONTEXT + j0) * D;
             raw1_${C_T} v[${VB}][${DR}];
             for (int u = 0; u < ${VB}; u++)
                 for (int r = 0; r < ${DR}; r++)
-                    v[u][r] = vrawload1_${C_T}(v_rows, (ulong)min(u, n - 1) * D
-                                               + min(lane + r * TEAM, D - 1));
+                    v[u][r] = live ? vrawload1_${C_T}(v_rows, (ulong)min(u, n - 1) * D
+                                                      + min(lane + r * TEAM, D - 1))
+                                   : (raw1_${C_T})0;
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int r = 0; r < ${DR}; r++)
                 if (lane + r * TEAM < D)
@@ -522,7 +543,7 @@ else:  # (no rotary embedding: the new key and value go to the cache as they com
             for (int u = 0; u < ${VB}; u++)
                 for (int r = 0; r < ${DR}; r++)
                     o[r] = fma(u < n ? w[u] : 0.0f, widen1_${C_T}(v[u][r]), o[r]);
-            for (int i0 = ${VB}; i0 < n; i0 += ${VB}) {  // (the rest, VB rows at a time)
+            for (int i0 = ${VB}; live && i0 < n; i0 += ${VB}) {  // (the rest, VB at a time)
                 for (int u = 0; u < ${VB}; u++)
                     for (int r = 0; r < ${DR}; r++)
                         v[u][r] = vrawload1_${C_T}(v_rows, (ulong)min(i0 + u, n - 1) * D
@@ -531,7 +552,7 @@ else:  # (no rotary embedding: the new key and value go to the cache as they com
                     for (int r = 0; r < ${DR}; r++)
                         o[r] = fma(i0 + u < n ? w[i0 + u] : 0.0f, widen1_${C_T}(v[u][r]), o[r]);
             }
-            if (t0 + team < QH * chunks) {
+            if (live) {
                 __global float *out = part + ((ulong)h * CMAX + chunk) * (D + 2);
                 if (lane == 0) {
                     out[0] = m;
@@ -543,75 +564,89 @@ else:  # (no rotary embedding: the new key and value go to the cache as they com
                         out[2 + e] = o[r];
                 }
             }
-        }
-    }
-    STAMP(5);
-    grid_sync(sync, &failed, spins);
-    STAMP(6);
-
-    // 4. each head's chunks merged: att = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c
-    for (int h0 = group * TEAMS; h0 < QH; h0 += groups * TEAMS) {
-        const int h = min(h0 + team, QH - 1);
-        volatile __global const float *in = part + (ulong)h * CMAX * (D + 2);
-        float mx = -INFINITY;
-        for (int c = lane; c < chunks; c += TEAM)
-            mx = fmax(mx, in[(ulong)c * (D + 2)]);
-        mx = team_max(mx, red + team * TEAM);
-        // TEAM chunks at a time: a work-item a chunk's factor exp(m_c - M) into local
-        // memory, then each its dimensions' sums, 8 chunks' loads asked for at once
-        __local float *f = vec + team * TEAM;
-        float o[${DR}], l = 0.0f;
-        for (int r = 0; r < ${DR}; r++)
-            o[r] = 0.0f;
-        for (int c0 = 0; c0 < chunks; c0 += TEAM) {
-            // (the block's first 16 chunks' values asked for with its maxima and sums)
-            const int c = c0 + lane, n = min(TEAM, chunks - c0);
-            volatile __global const float *pc = in + (ulong)min(c, chunks - 1) * (D + 2);
-            const float mc = pc[0], lc = pc[1];
-            float v[16][${DR}];
-            for (int u = 0; u < 16; u++)
-                for (int r = 0; r < ${DR}; r++)
-                    v[u][r] = in[(ulong)(c0 + min(u, n - 1)) * (D + 2) + 2
-                                 + min(lane + r * TEAM, D - 1)];
-            const float fc = c < chunks ? exp(mc - mx) : 0.0f;
-            l = fma(fc, lc, l);
+            // the chunk counted done; the team that counts a head's last merges it. Every
+            // team of the work-group runs the merge's steps alike, those with no head to
+            // merge loading nothing: they hold work-group barriers (PoCL miscompiled them
+            // under a branch on whether any team merges)
+            global_fence();  // (this work-item's partials, before the count)
+            barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+            if (lane == 0) {
+                int head = -1;
+                if (live && atomic_inc(count + h) == (uint)chunks - 1) {
+                    atomic_xchg(count + h, 0u);  // (all counted: ready for the next launch)
+                    global_fence();  // (the count, before the reads of the partials)
+                    head = h;
+                }
+                merges[team] = head;
+            }
             barrier(CLK_LOCAL_MEM_FENCE);
-            f[lane] = fc;
-            barrier(CLK_LOCAL_MEM_FENCE);
-            for (int i0 = 0; i0 < n; i0 += 16) {
-                if (i0)
-                    for (int u = 0; u < 16; u++)
-                        for (int r = 0; r < ${DR}; r++)
-                            v[u][r] = in[(ulong)(c0 + min(i0 + u, n - 1)) * (D + 2) + 2
-                                         + min(lane + r * TEAM, D - 1)];
+            const int mine = merges[team] >= 0;
+            volatile __global const float *in = part + (ulong)h * CMAX * (D + 2);
+            float mx = -INFINITY;
+            for (int c = lane; mine && c < chunks; c += TEAM)
+                mx = fmax(mx, in[(ulong)c * (D + 2)]);
+            mx = team_max(mx, red + team * TEAM);
+            // TEAM chunks at a time: a work-item a chunk's factor exp(m_c - M) into local
+            // memory, then each its dimensions' sums, 16 chunks' loads asked for at once
+            float acc_o[${DR}], acc_l = 0.0f;
+            for (int r = 0; r < ${DR}; r++)
+                acc_o[r] = 0.0f;
+            for (int c0 = 0; c0 < chunks; c0 += TEAM) {
+                // (the block's first 16 chunks' values asked for with its maxima and sums)
+                const int c = c0 + lane, nc = min(TEAM, chunks - c0);
+                volatile __global const float *pc = in + (ulong)min(c, chunks - 1) * (D + 2);
+                const float mc = mine ? pc[0] : 0.0f, lc = mine ? pc[1] : 0.0f;
+                float pv[16][${DR}];
                 for (int u = 0; u < 16; u++)
                     for (int r = 0; r < ${DR}; r++)
-                        o[r] = fma(i0 + u < n ? f[i0 + u] : 0.0f, v[u][r], o[r]);
+                        pv[u][r] = mine ? in[(ulong)(c0 + min(u, nc - 1)) * (D + 2) + 2
+                                             + min(lane + r * TEAM, D - 1)] : 0.0f;
+                const float fc = mine && c < chunks ? exp(mc - mx) : 0.0f;
+                acc_l = fma(fc, lc, acc_l);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                w[lane] = fc;
+                barrier(CLK_LOCAL_MEM_FENCE);
+                for (int i0 = 0; i0 < nc; i0 += 16) {
+                    if (i0)
+                        for (int u = 0; u < 16; u++)
+                            for (int r = 0; r < ${DR}; r++)
+                                pv[u][r] = mine ? in[(ulong)(c0 + min(i0 + u, nc - 1)) * (D + 2)
+                                                     + 2 + min(lane + r * TEAM, D - 1)] : 0.0f;
+                    for (int u = 0; u < 16; u++)
+                        for (int r = 0; r < ${DR}; r++)
+                            acc_o[r] = fma(i0 + u < nc ? w[i0 + u] : 0.0f, pv[u][r], acc_o[r]);
+                }
             }
+            acc_l = team_sum(acc_l, red + team * TEAM);
+            if (mine)
+                for (int r = 0; r < ${DR}; r++) {
+                    const int e = lane + r * TEAM;
+                    if (e < D)
+                        att[h * D + e] = acc_o[r] / acc_l;
+                }
         }
-        l = team_sum(l, red + team * TEAM);
-        if (h0 + team < QH)
-            for (int r = 0; r < ${DR}; r++) {
-                const int e = lane + r * TEAM;
-                if (e < D)
-                    att[h * D + e] = o[r] / l;
-            }
     }
-    STAMP(7);
+    STAMP(3);
+% if PREFETCH > 1:
+% if GATED:
+    ${prefetch("w_gate", I, "H")}
+% endif
+    ${prefetch("w_up", I, "H")}
+% endif
     grid_sync(sync, &failed, spins);
-    STAMP(8);
+    STAMP(4);
 
-    // 5. x = x + o_proj(att)
+    // 3. x = x + o_proj(att)
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int i = lid; i < QH * D; i += NT)
         vec[PERM(i)] = ((volatile __global float *)att)[i];
     barrier(CLK_LOCAL_MEM_FENCE);
     ${product("w_o", "H", QH * D, "x[c] = X_IN(c) + sum%s%s;" % (" * s_o[c]" if SCALE else "", " + (float)LD_%s(b_o, c)" % B_T if O_BIAS else ""))}
-    STAMP(9);
+    STAMP(5);
     grid_sync(sync, &failed, spins);
-    STAMP(10);
+    STAMP(6);
 
-    // 6. mlp = act(gate(norm(x))) * up(norm(x)), or act(up(norm(x)))
+    // 4. mlp = act(gate(norm(x))) * up(norm(x)), or act(up(norm(x)))
     ${stage_norm("norm2", "norm2_b", "((volatile __global float *)x)[i]")}
 <%
 def mlp_value(name, sum_):
@@ -623,16 +658,17 @@ def mlp_value(name, sum_):
 % else:
     ${product("w_up", I, "H", "mlp[c] = mlp_act(%s);" % mlp_value("up", "sum"))}
 % endif
-    STAMP(11);
+    STAMP(7);
+    ${prefetch("w_down", "H", I)}
     grid_sync(sync, &failed, spins);
-    STAMP(12);
+    STAMP(8);
 
-    // 7. x = x + down(mlp); NaN where a position, a token or the launch went wrong
+    // 5. x = x + down(mlp); NaN where a position, a token or the launch went wrong
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int i = lid; i < ${I}; i += NT)
         vec[PERM(i)] = ((volatile __global float *)mlp)[i];
     barrier(CLK_LOCAL_MEM_FENCE);
     const int wrong = bad || bad_token || failed;
     ${product("w_down", "H", I, "x[c] = wrong ? NAN : ((volatile __global float *)x)[c] + sum%s%s;" % (" * s_down[c]" if SCALE else "", " + (float)LD_%s(b_down, c)" % B_T if MLP_BIAS else ""))}
-    STAMP(13);
+    STAMP(9);
 }
