@@ -29,8 +29,6 @@ def main(argv=None):
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--teams", default="16")
     p.add_argument("--unroll", default="4")
-    p.add_argument("--prefetch", default="1", help="0, 1 or 0,1: the next product's rows "
-                   "asked of the L2 cache before each grid barrier")
     p.add_argument("--dtype", default="fp16")
     p.add_argument("--steps", type=int, default=32)
     args = p.parse_args(argv)
@@ -44,12 +42,11 @@ def main(argv=None):
     ctx = dp.Context()
     rng = np.random.default_rng(0)
     prompt = rng.integers(1, 1000, args.context).tolist()
-    shapes = [(int(t), int(u), int(f)) for t in args.teams.split(",")
-              for u in args.unroll.split(",") for f in args.prefetch.split(",")]
-    for teams, unroll, prefetch in shapes:
+    shapes = [(int(t), int(u)) for t in args.teams.split(",") for u in args.unroll.split(",")]
+    for teams, unroll in shapes:
         for timing in (False, True):
             llm_model.fused_step = functools.partial(fused_step, teams=teams, unroll=unroll,
-                                                     timing=timing, prefetch=prefetch)
+                                                     timing=timing)
             lm = llm_model.load(os.path.join(folder, args.model), ctx=ctx,
                                 context=args.context + args.steps + 8, precision=args.dtype)
             step = lm.engine.fused
@@ -66,9 +63,9 @@ def main(argv=None):
                 lm.generate(prompt, max_new_tokens=2, eos_ids=[])
                 times.append((t_all - (time.perf_counter() - start)) / (args.steps - 2))
             ms = 1e3 * min(times)
-            print("teams %d (%d work-items), unroll %d, prefetch %d, %d work-groups, timing %s: "
-                  "%.3f ms a token" % (teams, teams * 32, unroll, prefetch,
-                                       next(iter(step.ops.values())).groups, timing, ms))
+            print("teams %d (%d work-items), unroll %d, %d work-groups, timing %s: %.3f ms a "
+                  "token" % (teams, teams * 32, unroll, next(iter(step.ops.values())).groups,
+                             timing, ms))
             if not timing:
                 continue
             per_block = []

@@ -88,12 +88,11 @@ class DecoderLayerOps:
     family adds one). ``groups``: work-groups (None: a compute unit each, on
     GPUs that pass the probe; else unusable: ``self.usable`` False); ``teams``: teams of
     TEAM work-items a work-group; ``unroll``: the loads a work-item asks for at once in
-    the products; ``timing``: the phases' clocks written (NVIDIA); ``prefetch``: the next
-    product's rows asked of the L2 cache before each grid barrier (NVIDIA; None: there)."""
+    the products; ``timing``: the phases' clocks written (NVIDIA)."""
 
     def __init__(self, ctx, dims, weight_dtype, cache_dtype, table_dtype, embed_dtype,
                  bias_dtype=np.float32, groups=None, teams=None, unroll=UNROLL, timing=False,
-                 pos_dtype=np.float32, prefetch=None):
+                 pos_dtype=np.float32):
         self.ctx, self.dims = ctx, dims
         why = dims.unsupported()
         if why is None and not dims.rotary and ctx.facts.vendor_id == "intel" and \
@@ -125,8 +124,7 @@ class DecoderLayerOps:
             SCALE=int(types["W_T"] == "char"), E_SCALE=int(types["E_T"] == "char"),
             TEAM=TEAM, TEAMS=self.teams, MULTI=int(self.groups > 1),
             SHUFFLE=int(nvidia), VL=vl,
-            UNROLL=int(unroll), TIMING=int(bool(timing)),
-            PREFETCH=int(nvidia if prefetch is None else bool(prefetch) and nvidia), **types)
+            UNROLL=int(unroll), TIMING=int(bool(timing)), **types)
         self.usable = self.local_bytes <= ctx.facts.local_mem and \
             (groups is not None or (gpu and ctx.facts.vendor_id == "nvidia"))
 

@@ -338,29 +338,6 @@ inline float mlp_act(float g)
     }
 </%def>
 
-% if PREFETCH:
-// PREFETCH (NVIDIA): before a grid barrier a work-group asks the L2 cache for the rows it
-// will stream in the next product (its first ``rounds``' worth), so the device reads them
-// while the slowest work-groups finish the phase, instead of each product starting from
-// its first load's latency: 1, the output and down products' rows; 2, the MLP's too
-inline void prefetch_l2(__global const void *p)
-{
-    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
-}
-% endif
-<%def name="prefetch(W, N, K, rounds=1, row='c')">
-% if PREFETCH:
-    for (int c0 = 0; c0 < min(${N}, ${rounds} * groups * TEAMS); c0 += groups * TEAMS) {
-        const int c = c0 + team * groups + group;
-        if (c < ${N}) {
-            __global const uchar *w = (__global const uchar *)(${W} + (ulong)(${row}) * ${K});
-            for (int b = lane * 128; b < ${K} * (int)sizeof(*${W}); b += TEAM * 128)
-                prefetch_l2(w + b);
-        }
-    }
-% endif
-</%def>
-
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void decoder_layer(__global const long *tokens, ulong tokens_offset,
                    __global const long *pos, ulong pos_offset,
@@ -478,7 +455,6 @@ qkv_epilogue = """const int hd = r / D, e = r %% D;
     ${product("w_qkv", NQKV // 2, "H", qkv_epilogue, second="w_qkv + (ulong)(D / 2) * H",
               row="(c / (D / 2)) * D + c % (D / 2)")}
     STAMP(1);
-    ${prefetch("w_o", "H", "QH * D")}
     grid_sync(sync, &failed, spins);
     STAMP(2);
 
@@ -627,12 +603,6 @@ qkv_epilogue = """const int hd = r / D, e = r %% D;
         }
     }
     STAMP(3);
-% if PREFETCH > 1:
-% if GATED:
-    ${prefetch("w_gate", I, "H")}
-% endif
-    ${prefetch("w_up", I, "H")}
-% endif
     grid_sync(sync, &failed, spins);
     STAMP(4);
 
@@ -659,7 +629,6 @@ def mlp_value(name, sum_):
     ${product("w_up", I, "H", "mlp[c] = mlp_act(%s);" % mlp_value("up", "sum"))}
 % endif
     STAMP(7);
-    ${prefetch("w_down", "H", I)}
     grid_sync(sync, &failed, spins);
     STAMP(8);
 
