@@ -126,7 +126,7 @@ class DecoderLayerOps:
             SHUFFLE=int(nvidia), VL=vl,
             UNROLL=int(unroll), TIMING=int(bool(timing)), **types)
         self.usable = self.local_bytes <= ctx.facts.local_mem and \
-            (groups is not None or (gpu and ctx.facts.vendor_id == "nvidia"))
+            (groups is not None or nvidia)
 
     def program(self, embed):
         """The built program; ``embed``: the first block's (its residual the token's row)."""

@@ -380,7 +380,7 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
     __local float vec[${VL}];   // the staged vector of a product (attention: q and weights)
     __local float red[NT];      // sums
     __local int failed;
-    __local int merges[TEAMS];  // (the head each team merges, or -1)
+    __local int merging[TEAMS];  // (whether each team merges its task's head)
     const int lid = get_local_id(0), lane = lid % TEAM, team = lid / TEAM;
     const int group = get_group_id(0), groups = get_num_groups(0);
     if (lid == 0)
@@ -547,16 +547,15 @@ qkv_epilogue = """const int hd = r / D, e = r %% D;
             global_fence();  // (this work-item's partials, before the count)
             barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
             if (lane == 0) {
-                int head = -1;
-                if (live && atomic_inc(count + h) == (uint)chunks - 1) {
+                const int last_chunk = live && atomic_inc(count + h) == (uint)chunks - 1;
+                if (last_chunk) {
                     atomic_xchg(count + h, 0u);  // (all counted: ready for the next launch)
                     global_fence();  // (the count, before the reads of the partials)
-                    head = h;
                 }
-                merges[team] = head;
+                merging[team] = last_chunk;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-            const int mine = merges[team] >= 0;
+            const int mine = merging[team];
             volatile __global const float *in = part + (ulong)h * CMAX * (D + 2);
             float mx = -INFINITY;
             for (int c = lane; mine && c < chunks; c += TEAM)

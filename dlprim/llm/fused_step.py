@@ -189,8 +189,6 @@ class FusedStep:
                      str(err).splitlines()[0])
             return False
         sync.to_device(np.zeros(2, np.uint64))  # (a failed launch leaves it mid-count)
-        count = self.scratch["count"]
-        count.to_device(np.zeros(count.shape, np.uint32))
         return not failed
 
     def failed(self):
