@@ -20,6 +20,24 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+class _Sampler:
+    """The sampler's launch after a step (``feed``: the feed of the pass after it) as a
+    launch of the profile: called with a queue, it returns its event."""
+
+    def __init__(self, engine, net, feed):
+        self.sampler, self.context, self.net, self.feed = engine.sampler, engine.context, net, feed
+        self.name = "sampler.feed_next" if feed else "sampler.sample_next"
+
+    def __call__(self, queue):
+        t = self.net.tensor
+        if self.feed:
+            self.sampler.feed(t("tokens"), t("pos"), t("positions"), self.context,
+                              queue=queue)
+        else:
+            self.sampler.next(t("logits"), queue=queue)
+        return self.sampler.event
+
+
 def profile(folder, dtype, device, profiling, context=600, prompt=512, which="step"):
     import dlprim as dp
     from dlprim.llm import load
@@ -34,6 +52,9 @@ def profile(folder, dtype, device, profiling, context=600, prompt=512, which="st
     launches = net.plan.forward if fused is None else fused.launches
     print("the step's launches: %s" % ("the Net's plan" if fused is None else
                                        "one launch a block (llm/fused_step.py)"))
+    if which == "step":  # (then the sampler's choice and the next pass's feed)
+        launches = list(launches) + [_Sampler(lm.engine, net, feed)
+                                     for feed in (False, True)]
     queue = ctx.queue
     host, events = collections.defaultdict(float), []
     for _ in range(3):  # (the last of three)

@@ -1,5 +1,6 @@
 import json
 import math
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -1389,6 +1390,49 @@ def test_few_rows_normalize_a_by_rms(ctx, rng, M, kind):
     with pytest.raises(ValueError, match="built without a_norm"):
         plain(t(ctx, np.ones((1, 8))), t(ctx, np.ones((8, 8))), t(ctx, np.ones((1, 8))),
               a_norm_weight=t(ctx, np.ones(8)))
+
+
+@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("kind", [None, "rms", "layer"])
+def test_gpu_few_rows_staged_rows(ctx, rng, monkeypatch, M, kind):
+    """The GPU few-rows kernel with A's rows staged in local memory by each work-group
+    (gemv.cl STAGE; ``tuning.gemv_stage``: where a norm comes first, or every product with
+    DLPRIM_GEMV_STAGE=1), normalized there once (RMSNorm, LayerNorm), on the device at
+    hand as an AMD GPU's facts describe it (tests/vendor_facts.py): K of whole blocks and
+    of a ragged last one, a float16 B, against float64; refused to stage past
+    GEMV_STAGE_BYTES or unaligned, where the rows are read (and normalized) on the way."""
+    import vendor_facts
+    gpu = dp.Context(os.environ.get("DLPRIM_TEST_DEVICE") or None)
+    gpu.facts = vendor_facts.emulated(ctx.facts, "amd") if not ctx.facts.is_gpu else ctx.facts
+    monkeypatch.setenv("DLPRIM_GEMV_STAGE", "1" if kind is None else "")
+    eps = 1e-5
+    assert tuning.gemv_stage(1000, 4, 8, True) == 1024
+    assert tuning.gemv_stage(1000, 4, 4, True) == 0  # (unaligned rows: read on the way)
+    assert tuning.gemv_stage(tuning.GEMV_STAGE_BYTES // 4 + 8, 1, 8, True) == 0
+    for N, K in ((70, 1024), (33, 1288)):
+        a = rng.standard_normal((M, K)) * 3 + 2
+        gamma, beta_n = rng.standard_normal(K), rng.standard_normal(K)
+        w = host(rng.standard_normal((N, K)), "float16").astype(np.float64)
+        norm = {} if kind is None else {"a_norm": eps, "a_norm_kind": kind}
+        g = Gemm(gpu, M, N, K, trans_b=True, dtypes=("float32", "float16", "float32"), **norm)
+        built = []
+        real_get = program.get
+        monkeypatch.setattr(program, "get", lambda c, name, **params: (
+            built.append(params), real_get(c, name, **params))[1])
+        g.kernel.program(8)
+        monkeypatch.setattr(program, "get", real_get)
+        assert g.gemv and built[-1]["STAGE"] == 1 and built[-1]["KS"] == round_up(K, 256)
+        vectors = {} if kind is None else {"a_norm_weight": t(gpu, gamma)}
+        if kind == "layer":
+            vectors["a_norm_bias"] = t(gpu, beta_n)
+        C = poisoned(gpu, (M, N))
+        g(t(gpu, a), dp.Tensor.from_numpy(gpu, w.astype(np.float16)), C, **vectors)
+        if kind == "layer":
+            d = a - a.mean(axis=1, keepdims=True)
+            a = d / np.sqrt((d * d).mean(axis=1, keepdims=True) + eps) * gamma + beta_n
+        elif kind == "rms":
+            a = a / np.sqrt((a * a).mean(axis=1, keepdims=True) + eps) * gamma
+        close(C.numpy(), a @ w.T, K)
 
 
 def test_choose_names_one_family_per_product(ctx, monkeypatch):

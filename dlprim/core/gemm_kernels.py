@@ -87,9 +87,11 @@ class Gemv(GemmKernel):
         """(program, work-group size, columns of C a work-group)."""
         g = self.g
         sums, rows, unroll = 1, program.pow2_at_least(g.M), 1
+        stage = 0
         if g.ctx.facts.is_gpu:
             team, teams, cols = 32, max(1, min(8, g.ctx.facts.max_work_group // 32)), 1
             unroll = tuning.gemv_gpu_unroll(rows)
+            stage = tuning.gemv_stage(g.K, rows, vec, g.a_norm is not None)
         else:
             team, teams, cols, vec = 1, 1, tuning.gemv_cpu_cols(g.ctx.facts, g.dtypes[1]), 0
             sums = tuning.GEMV_CPU_SUMS
@@ -103,7 +105,7 @@ class Gemv(GemmKernel):
                           SHUFFLE=int(team == 32 and g.gemv_shuffle),
                           NORM=int(g.a_norm is not None and g.a_norm_kind == "rms"),
                           LN=int(g.a_norm is not None and g.a_norm_kind == "layer"),
-                          GLU=int(g.glu),
+                          GLU=int(g.glu), STAGE=int(bool(stage)), KS=stage,
                           **types)
         return prg, team * teams, teams * cols
 

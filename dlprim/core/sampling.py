@@ -108,10 +108,12 @@ class TokenSampler:
             program.enqueue_now(queue, self.program, kernel, (round_up(total, wg),), (wg,), args)
         queue.finish()  # (the staged arrays go when this returns)
 
-    def next(self, logits, row_stride=None, queue=None):
+    def next(self, logits, row_stride=None, queue=None, wait_for=None):
         """Enqueue the choice of each row's next token from ``logits`` (a Tensor whose rows
         are ``row_stride`` elements apart, default ``vocab``); returns ``tokens`` (rows,)
-        int64, written on the device (-1: the row's logits were NaN or all -inf)."""
+        int64, written on the device (-1: the row's logits were NaN or all -inf), and
+        keeps the launch's event in ``event``. ``wait_for``: events of other queues the
+        launch waits for (reads of the last tokens: it overwrites them)."""
         if as_dtype(logits.dtype) != self.dtype:
             raise TypeError("TokenSampler: built for %s logits, given %s"
                             % (self.dtype.name, as_dtype(logits.dtype).name))
@@ -120,12 +122,12 @@ class TokenSampler:
             raise ValueError("TokenSampler: logits of shape %s hold no %d rows of %d"
                              % (logits.shape, self.rows, self.vocab))
         u64 = np.uint64
-        program.enqueue_now(queue or self.ctx.queue, self.program, "sample_next",
-                            (self.rows * self._wg,), (self._wg,),
-                            [u64(self.vocab), logits.buffer, u64(logits.offset), u64(stride),
-                             self.seen.buffer, u64(self.seen.offset), self.settings.buffer,
-                             self.streams.buffer, self.steps.buffer, self.tokens.buffer,
-                             u64(self.tokens.offset)])
+        self.event = program.enqueue_now(
+            queue or self.ctx.queue, self.program, "sample_next", (self.rows * self._wg,),
+            (self._wg,),
+            [u64(self.vocab), logits.buffer, u64(logits.offset), u64(stride), self.seen.buffer,
+             u64(self.seen.offset), self.settings.buffer, self.streams.buffer,
+             self.steps.buffer, self.tokens.buffer, u64(self.tokens.offset)], wait_for)
         return self.tokens
 
     def feed(self, tokens, pos, positions, context, queue=None):
@@ -139,7 +141,7 @@ class TokenSampler:
                                  % (t.shape, as_dtype(t.dtype).name, self.rows))
         u64 = np.uint64
         wg = min(64, self.ctx.facts.max_work_group)
-        program.enqueue_now(queue or self.ctx.queue, self.program, "feed_next",
+        self.event = program.enqueue_now(queue or self.ctx.queue, self.program, "feed_next",
                             (round_up(self.rows, wg),), (wg,),
                             [u64(self.rows), u64(context), self.tokens.buffer,
                              u64(self.tokens.offset), tokens.buffer, u64(tokens.offset),

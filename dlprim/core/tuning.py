@@ -144,6 +144,27 @@ def gemv_shuffle(facts, ptx_runs):
     return facts.is_gpu and facts.vendor_id == "nvidia" and ptx_runs()
 
 
+# GPUs' few-rows kernel with A's rows staged in local memory by each work-group
+# (gemv.cl STAGE), normalized there where a norm comes first: at most this many bytes of
+# rows, and only at VEC 8. H200, a decoder's head (float32 rows, float16 weights, cold,
+# gemv_cold.py --activations float32 --norm rms|layer), us against the rows read and
+# normalized on the way by each team: 50257 x 768 RMSNorm 57.6 -> 33.2, LayerNorm 112.2
+# -> 40.5; TinyLlama's 32000 x 2048 head in its step 92.3 -> 46.8
+GEMV_STAGE_BYTES = 32768
+
+
+def gemv_stage(K, rows, vec, normalizes):
+    """K rounded up to the staged layout's blocks (gemv.cl KS) where the GPU few-rows
+    kernel stages A's ``rows`` rows of K values (``normalizes``: a norm comes first), else
+    0. DLPRIM_GEMV_STAGE=1 stages every product that fits, 0 none."""
+    forced = os.environ.get("DLPRIM_GEMV_STAGE")
+    ks = -(-K // 256) * 256
+    if vec != 8 or rows * ks * 4 > GEMV_STAGE_BYTES or forced == "0":
+        return 0
+    return ks if normalizes or forced == "1" else 0
+
+
+
 # CPUs' few-rows kernel (gemv.cl's gemv_cpu): columns of C a work-item on Intel's runtime
 # (PoCL: 2). GPT-2 decoding on the 2-core EPYC (`llm_decode.py --models gpt2 --device
 # cpu --context 128 --new 16`, ms a token, two calls each), 1 column against 2: float16

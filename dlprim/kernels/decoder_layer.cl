@@ -13,8 +13,8 @@
 ## operand is staged in local memory by every work-group (volatile loads: values another
 ## work-group wrote in this launch are read past the L1 cache), and a team of TEAM (32)
 ## work-items streams a weight row at a time (the q/k/v product: a head's rows e and
-## e + D/2 together, the rotary embedding's pair), 8 values a load, UNROLL loads asked for
-## before any is used. A phase's tasks are dealt team-major (task base + team P + group):
+## e + D/2 together, the rotary embedding's pair), 8 values a load, UNROLL loads of each
+## weight (a product of one weight: SINGLE_UNROLL) asked for before any is used. A phase's tasks are dealt team-major (task base + team P + group):
 ## each work-group, and so each compute unit, takes an equal share, where dealing them
 ## work-group by work-group left a quarter of the compute units with all of attention.
 ## Attention: a team a (query head, chunk of TEAM positions) pair, a position a work-item;
@@ -294,6 +294,7 @@ inline float mlp_act(float g)
 </%def>
 
 <%def name="product(W, N, K, epilogue, second=None, row='c')">
+<% U = UNROLL if second else SINGLE_UNROLL %>
     // for each of the ${N} tasks c, row r = ${row} of ${W} (${K} values a row): the sum of
     // the row times vec${" and of " + second + "'s row r" if second else ""}, then the
     // epilogue (its first work-item)
@@ -307,15 +308,15 @@ inline float mlp_act(float g)
         float8 part2 = (float8)(0.0f);
 % endif
         float8 part = (float8)(0.0f);
-        for (int k = lane * 8; ci < ${N} && k < ${K}; k += ${UNROLL} * TEAM * 8) {
-% for u in range(UNROLL):
+        for (int k = lane * 8; ci < ${N} && k < ${K}; k += ${U} * TEAM * 8) {
+% for u in range(U):
             const int k${u} = min(k + ${u * 8} * TEAM, ${K} - 8);
             const raw8_${W_T} r${u} = rawload8_${W_T}(w, k${u});
 % if second:
             const raw8_${W_T} s${u} = rawload8_${W_T}(w2, k${u});
 % endif
 % endfor
-% for u in range(UNROLL):
+% for u in range(U):
             if (k + ${u * 8} * TEAM < ${K}) {
                 __local const float *vp = vec + PERM(k${u});
                 const float8 v = (float8)(vp[0], vp[TEAM], vp[2 * TEAM], vp[3 * TEAM],

@@ -23,12 +23,20 @@
 ## sqrt(mean(x^2) + norm_eps), the squares summed beside the product from the same
 ## loads); LN, a LayerNorm on the way (each row's mean and 1 / std first, two passes;
 ## weight norm_w, bias norm_b).
+## STAGE (GPUs, VEC 8, KS: K rounded up to 8 TEAM values): each work-group first writes
+## A's rows, normalized where NORM or LN (the rows' statistics summed once, by the whole
+## work-group), into local memory, and its teams read them there: one team a column
+## otherwise loads A's rows (and the norm's vectors) again from the caches for each
+## column, more load traffic than B's own bytes.
 <%
 A_T = context.get("A_T", "float")
 B_T = context.get("B_T", "float")
 C_T = context.get("C_T", "float")
 Q4 = context.get("Q4", 0)  # 4-bit B: values a scale (0: B as its storage says)
 Q4_GROUPS = context.get("Q4_GROUPS", 0)  # CPUs: 4-bit rows a group of 32 a turn
+STAGE = context.get("STAGE", 0)
+KS = context.get("KS", 0)
+assert not STAGE or (VEC == 8 and KS % (8 * TEAM) == 0)
 assert not Q4 or (B_T == "uchar" and not SCALE)
 %>
 #define TEAM ${TEAM}
@@ -122,6 +130,31 @@ inline float warp_sum(float x)
 }
 % endif
 
+% if STAGE:
+// Where the staged rows keep element i: in each block of 8 x TEAM values, value j of work
+// item l's 8 (element 8 l + j) at j TEAM + l: a team's 8 loads of a step each hit the 32
+// banks once (kept in order, each load of 8 took 8 passes of the banks)
+#define PERM(i) (((i) & ~(8 * TEAM - 1)) | (((i) & 7) * TEAM) | (((i) >> 3) & (TEAM - 1)))
+inline float8 vstaged(__local const float *vp)  // (8 values from PERM(k))
+{
+    return (float8)(vp[0], vp[TEAM], vp[2 * TEAM], vp[3 * TEAM], vp[4 * TEAM], vp[5 * TEAM],
+                    vp[6 * TEAM], vp[7 * TEAM]);
+}
+// the sum of v over the work-group, in every work item (``red``: TEAM TEAMS floats)
+inline float group_total(float v, __local float *red)
+{
+    const int lid = get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);  // (the last call's reads are done)
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int step = TEAM * TEAMS / 2; step > 0; step /= 2) {
+        if (lid < step)
+            red[lid] += red[lid + step];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return red[0];
+}
+% endif
 % if LN and not SHUFFLE and TEAM > 1:
 // the sum over a team's TEAM work items, in every one (``mine``: TEAM floats of local
 // memory of its own; every work item of the group calls it alike)
@@ -209,7 +242,7 @@ inline void store_glu(float sum, float sum2, int m, int n, __global ${C_T} *C, i
 % else:
 #define LN_ARGS
 % endif
-% if NORM:
+% if NORM and not STAGE:
 // 1 / RMS of a row of K values whose squares sum to ss: 1 / sqrt(mean(x^2) + eps)
 #define ROW_RS(ss) rsqrt((ss) / (float)K + norm_eps)
 % else:
@@ -228,7 +261,8 @@ WIDEN_B = "%s" if Q4 else "widen%d_%s(%%s)" % (VW, B_T)
 def raw_b(ptr, scales, idx):
     return load_b(ptr, scales, idx, VW) or "rawload%d_%s(%s, %s)" % (VW, B_T, ptr, idx)
 LOADG = {8: "vload8(0, %s + %s)", 4: "vload4(0, %s + %s)"}.get(VEC, "%s[%s]")
-NS = 1 + GLU + NORM  # sums a row: the product's, B2's (GLU), the squares' (NORM)
+NORM_ON_WAY, LN_ON_WAY = NORM and not STAGE, LN and not STAGE  # (STAGE: normalized staged)
+NS = 1 + GLU + NORM_ON_WAY  # sums a row: the product's, B2's (GLU), the squares' (NORM)
 Q = ROWS * (1 + GLU)  # where the squares' sums start
 
 def loads_of_step(u, kk):
@@ -237,26 +271,32 @@ def loads_of_step(u, kk):
     lines = ["%s rb%d = %s;" % (RAW_B, u, raw_b("b", "b_s", kk))]
     if GLU:
         lines.append("%s rc%d = %s;" % (RAW_B, u, raw_b("b2", "b2_s", kk)))
-    for m in range(ROWS):
+    for m in range(0 if STAGE else ROWS):
         row = "min(%d, M - 1)" % m if m else "0"
         lines.append("raw%d_%s ra%d_%d = rawload%d_%s(a, (ulong)%s * lda + %s);"
                      % (VW, A_T, u, m, VW, A_T, row, kk))
     return "\n        ".join(lines)
+
+def staged(m, kk):
+    """STAGE: row m's 8 values from k = kk, read from local memory."""
+    at = "avec + %d + PERM(%s)" % (m * KS, kk)
+    return "vstaged(%s)" % at
 
 def step(u, kk):
     """Step u: its loads widened and multiplied into the sums."""
     lines = ["%s w = %s;" % (VT, WIDEN_B % ("rb%d" % u))]
     if GLU:
         lines.append("%s w2 = %s;" % (VT, WIDEN_B % ("rc%d" % u)))
-    if NORM or LN:
+    if NORM_ON_WAY or LN_ON_WAY:
         lines.append("%s gk = %s;" % (VT, LOADG % ("g", kk)))
-    if LN:
+    if LN_ON_WAY:
         lines.append("%s bk = %s;" % (VT, LOADG % ("gb", kk)))
     for m in range(ROWS):
-        body = ["%s x = widen%d_%s(ra%d_%d);" % (VT, VW, A_T, u, m)]
-        if NORM:
+        body = ["%s x = %s;" % (VT, staged(m, kk) if STAGE else
+                                  "widen%d_%s(ra%d_%d)" % (VW, A_T, u, m))]
+        if NORM_ON_WAY:
             body += ["sq[%d] = fma(x, x, sq[%d]);" % (m, m), "x *= gk;"]
-        elif LN:
+        elif LN_ON_WAY:
             body.append("x = fma((x - mean[%d]) * rstd[%d], gk, bk);" % (m, m))
         body.append("part[%d] = fma(x, w, part[%d]);" % (m, m))
         if GLU:
@@ -278,7 +318,52 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
 % endif
     const int lane = get_local_id(0) % TEAM, team = get_local_id(0) / TEAM;
     const ulong batch = get_group_id(1);
+% if STAGE:
+    // A's rows (normalized: NORM, LN) into local memory once, for every column of the group
+    __local float avec[${ROWS * KS}];
+    __local float red[TEAM * TEAMS];
+    {
+        const int lid = get_local_id(0);
+        __global const ${A_T} *a0 = A + a_offset + batch * stride_a;
 % if LN:
+        __global const float *g = norm_w + norm_w_offset, *gb = norm_b + norm_b_offset;
+% elif NORM:
+        __global const float *g = norm_w + norm_w_offset;
+% endif
+        for (int m = 0; m < ${ROWS}; m++) {
+            __global const ${A_T} *ar = a0 + (ulong)min(m, M - 1) * lda;
+% if LN:
+            float s = 0.0f;
+            for (int i = lid; i < K; i += TEAM * TEAMS)
+                s += (float)LD_${A_T}(ar, i);
+            const float mean = group_total(s, red) / (float)K;
+            s = 0.0f;
+            for (int i = lid; i < K; i += TEAM * TEAMS) {
+                const float d = (float)LD_${A_T}(ar, i) - mean;
+                s = fma(d, d, s);
+            }
+            const float rstd = rsqrt(group_total(s, red) / (float)K + norm_eps);
+% elif NORM:
+            float s = 0.0f;
+            for (int i = lid; i < K; i += TEAM * TEAMS) {
+                const float v = (float)LD_${A_T}(ar, i);
+                s = fma(v, v, s);
+            }
+            const float rs = rsqrt(group_total(s, red) / (float)K + norm_eps);
+% endif
+            for (int i = lid; i < ${KS}; i += TEAM * TEAMS) {
+                float v = i < K ? (float)LD_${A_T}(ar, min(i, K - 1)) : 0.0f;
+% if LN:
+                v = i < K ? fma((v - mean) * rstd, g[i], gb[i]) : 0.0f;
+% elif NORM:
+                v = i < K ? v * rs * g[i] : 0.0f;
+% endif
+                avec[${"m * %d + " % KS if ROWS > 1 else ""}PERM(i)] = v;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+% elif LN:
     // LN: A's rows' mean and 1 / std first, two passes over each row (LayerNorm's own
     // statistics), shared by the team's columns; the loop then takes (x - mean) / std *
     // norm_w + norm_b on the way
@@ -325,12 +410,12 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
 % endif
     ${VT} part2[${ROWS}];
 % endif
-% if NORM:
+% if NORM_ON_WAY:
     // A's rows normalized on the way: x / RMS(x) * norm_w, the RMS from the squares
     // summed beside the product (the row is read anyway)
     __global const float *g = norm_w + norm_w_offset;
     ${VT} sq[${ROWS}];
-% elif LN:
+% elif LN_ON_WAY:
     __global const float *g = norm_w + norm_w_offset, *gb = norm_b + norm_b_offset;
 % endif
     ${VT} part[${ROWS}];  // (lanes of sums, added at the end: no horizontal add a step)
@@ -339,7 +424,7 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
 % if GLU:
         part2[m] = (${VT})(0.0f);
 % endif
-% if NORM:
+% if NORM_ON_WAY:
         sq[m] = (${VT})(0.0f);
 % endif
     }
@@ -376,7 +461,7 @@ def hsum(v):  # a vector's values added pairwise
         ${VT} p2 = part2[m];
         acc[${ROWS} + m] = ${hsum("p2")};
 % endif
-% if NORM:
+% if NORM_ON_WAY:
         ${VT} q = sq[m];
         acc[${Q} + m] = ${hsum("q")};
 % endif

@@ -198,14 +198,15 @@ def _shared_kernel(program, kernel_name):
     return entry[1]
 
 
-def enqueue_now(queue, program, kernel_name, gsize, lsize, args):
+def enqueue_now(queue, program, kernel_name, gsize, lsize, args, wait_for=None):
     """Enqueue one launch of a kernel now with these (expanded) arguments, on the kernel
-    object shared for launches made once: no Launch to prepare or keep."""
+    object shared for launches made once: no Launch to prepare or keep. ``wait_for``:
+    events (of other queues) it waits for."""
     kernel = _shared_kernel(program, kernel_name)
     with _shared_lock:
         _declare_scalars(kernel, args)
         kernel.set_args(*args)
-        return cl.enqueue_nd_range_kernel(queue, kernel, gsize, lsize)
+        return cl.enqueue_nd_range_kernel(queue, kernel, gsize, lsize, wait_for=wait_for)
 
 
 _declared = set()  # ids of kernels (all kept alive by a Launch or a pool) with typed scalars

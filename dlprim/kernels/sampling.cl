@@ -24,7 +24,7 @@ inline float score_of(__global const ${T} *row, __global const uchar *seen, ulon
                       float4 set)
 {
     float x = LD_${T}(row, v);
-    if (seen[v] && set.z != 1.0f)
+    if (set.z != 1.0f && seen[v])  // (no penalty: seen is not read)
         x = x < 0.0f ? x * set.z : x / set.z;
     return set.x > 0.0f ? x / set.x : x;
 }

@@ -56,14 +56,18 @@ class GenerationError(Error, RuntimeError):
 
 
 class _Read:
-    """The non-blocking read of the sampler's tokens after a pass; ``feeds``: for a pass
-    enqueued ahead, the rows it feeds and their tokens (set once the host knows them)."""
+    """The non-blocking read of the sampler's tokens after a pass, on ``queue`` once the
+    sampler's launch ``after`` (an event of the passes' queue) has run; ``feeds``: for a
+    pass enqueued ahead, the rows it feeds and their tokens (set once the host knows
+    them)."""
 
-    def __init__(self, tokens, feeds=None):
+    def __init__(self, tokens, queue, after, feeds=None):
         self.feeds = feeds
         self.chosen = np.empty(tokens.shape, np.int64)
-        self.event = cl.enqueue_copy(tokens.ctx.queue, self.chosen, tokens.buffer,
-                                     src_offset=tokens.byte_offset, is_blocking=False)
+        self.event = cl.enqueue_copy(queue, self.chosen, tokens.buffer,
+                                     src_offset=tokens.byte_offset, is_blocking=False,
+                                     wait_for=[after])
+        queue.flush()  # (the read starts as soon as the sampler is done)
 
     def takes(self, feeds):
         """Whether the pass ahead is the one ``feeds`` asks for."""
@@ -119,6 +123,12 @@ class DecodeEngine:
         # whether ``step(..., ahead=True)`` enqueues the next pass (DLPRIM_DECODE_AHEAD=0: no)
         self.lookahead = os.environ.get("DLPRIM_DECODE_AHEAD", "1") != "0"
         self._ahead = None  # the pass enqueued ahead (a _Read)
+        # the tokens are read on a queue of their own: in the passes' queue a pass enqueued
+        # ahead would wait for each read before it (the copy, then its completion seen by
+        # the host). The sampler's next launch waits for the last read instead (it
+        # overwrites the tokens), long done by then.
+        self._reader = cl.CommandQueue(ctx.cl_context, ctx.device)
+        self._last_read = None  # (the reader's last read's event)
 
     def memory(self):
         """Device bytes: {"weights": the parameters but the caches, "cache": the key/value
@@ -152,7 +162,7 @@ class DecodeEngine:
             width = self.bucket(max(len(ids) for ids in feeds.values()))
             starts = {r: int(self.lengths[r]) for r in feeds}
             self._enqueue(width, feeds, starts)
-            read = _Read(self.sampler.tokens)
+            read = self._read()
         for r, ids in feeds.items():
             self.lengths[r] += len(ids)
         if ahead and self.lookahead and width == 1 and len(feeds) == self.batch and \
@@ -163,7 +173,7 @@ class DecodeEngine:
             self.sampler.feed(net.tensor("tokens"), net.tensor("pos"), net.tensor("positions"),
                               self.context)
             self._forward(net)
-            self._ahead = _Read(self.sampler.tokens)
+            self._ahead = self._read()
         chosen = read.wait()
         if self._ahead is not None:
             self._ahead.feeds = {r: int(chosen[r]) for r in feeds}
@@ -184,6 +194,12 @@ class DecodeEngine:
                                       "tokens%s" % (r, self.lengths[r], why))
             out[r] = int(chosen[r])
         return out
+
+    def _read(self):
+        """The read of the tokens the sampler's last launch writes."""
+        read = _Read(self.sampler.tokens, self._reader, self.sampler.event)
+        self._last_read = read.event
+        return read
 
     def _enqueue(self, width, feeds, starts):
         """Enqueue a pass of ``width`` tokens a row, ``feeds`` {row: ids} from ``starts``
@@ -214,7 +230,8 @@ class DecodeEngine:
             self.fused.forward()  # (the Net's inputs, caches and logits)
         else:
             net.forward()
-        self.sampler.next(net.tensor("logits"))
+        self.sampler.next(net.tensor("logits"), wait_for=None if self._last_read is None
+                          else [self._last_read])
 
     def _net_for(self, width):
         net = self._nets.get(width)
