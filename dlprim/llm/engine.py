@@ -57,17 +57,18 @@ class GenerationError(Error, RuntimeError):
 
 class _Read:
     """The non-blocking read of the sampler's tokens after a pass, on ``queue`` once the
-    sampler's launch ``after`` (an event of the passes' queue) has run; ``feeds``: for a
-    pass enqueued ahead, the rows it feeds and their tokens (set once the host knows
-    them)."""
+    sampler's launch ``after`` (an event of the passes' queue; None: ``queue`` is that
+    queue) has run; ``feeds``: for a pass enqueued ahead, the rows it feeds and their
+    tokens (set once the host knows them)."""
 
-    def __init__(self, tokens, queue, after, feeds=None):
+    def __init__(self, tokens, queue, after=None, feeds=None):
         self.feeds = feeds
         self.chosen = np.empty(tokens.shape, np.int64)
         self.event = cl.enqueue_copy(queue, self.chosen, tokens.buffer,
                                      src_offset=tokens.byte_offset, is_blocking=False,
-                                     wait_for=[after])
-        queue.flush()  # (the read starts as soon as the sampler is done)
+                                     wait_for=None if after is None else [after])
+        if after is not None:
+            queue.flush()  # (the read starts as soon as the sampler is done)
 
     def takes(self, feeds):
         """Whether the pass ahead is the one ``feeds`` asks for."""
@@ -123,11 +124,12 @@ class DecodeEngine:
         # whether ``step(..., ahead=True)`` enqueues the next pass (DLPRIM_DECODE_AHEAD=0: no)
         self.lookahead = os.environ.get("DLPRIM_DECODE_AHEAD", "1") != "0"
         self._ahead = None  # the pass enqueued ahead (a _Read)
-        # the tokens are read on a queue of their own: in the passes' queue a pass enqueued
-        # ahead would wait for each read before it (the copy, then its completion seen by
-        # the host). The sampler's next launch waits for the last read instead (it
-        # overwrites the tokens), long done by then.
-        self._reader = cl.CommandQueue(ctx.cl_context, ctx.device)
+        # GPUs read the tokens on a queue of their own: in the passes' queue a pass
+        # enqueued ahead would wait for each read before it (the copy, then its completion
+        # seen by the host). The sampler's next launch waits for the last read instead
+        # (it overwrites the tokens), long done by then.
+        self._reader = cl.CommandQueue(ctx.cl_context, ctx.device) if ctx.facts.is_gpu \
+            else None
         self._last_read = None  # (the reader's last read's event)
 
     def memory(self):
@@ -197,6 +199,8 @@ class DecodeEngine:
 
     def _read(self):
         """The read of the tokens the sampler's last launch writes."""
+        if self._reader is None:
+            return _Read(self.sampler.tokens, self.ctx.queue)
         read = _Read(self.sampler.tokens, self._reader, self.sampler.event)
         self._last_read = read.event
         return read
