@@ -156,6 +156,21 @@ def test_decoders_the_kernel_does_not_take_stay_on_the_net(ctx, saved, monkeypat
     assert len(tokens) == 4
 
 
+def test_a_small_blocks_later_weights_are_prefetched_on_nvidia(ctx, saved, monkeypatch):
+    """NVIDIA GPUs ask the L2 cache for a block's output, MLP and down weights as attention
+    ends, where they fit PREFETCH_BYTES (inline PTX: other devices never); the same logits
+    either way, and a budget the block does not fit turns it off."""
+    _, folder = saved("llama")
+    nvidia = ctx.facts.is_gpu and ctx.facts.vendor_id == "nvidia"
+    lm = _load(monkeypatch, ctx, folder, None if nvidia else 1)
+    assert {ops.params["PREFETCH"] for ops in lm.engine.fused.ops.values()} == {int(nvidia)}
+    _, logits = _decode(lm, 8)
+    monkeypatch.setenv("DLPRIM_DECODE_PREFETCH_MB", "0.001")
+    lm = _load(monkeypatch, ctx, folder, None if nvidia else 1)
+    assert {ops.params["PREFETCH"] for ops in lm.engine.fused.ops.values()} == {0}
+    np.testing.assert_array_equal(_decode(lm, 8)[1], logits)
+
+
 def test_the_engine_leaves_cpus_to_the_net(ctx, saved, monkeypatch):
     """Without a forced shape, CPUs decode through the Net (their runtimes do not keep
     work-groups resident together)."""

@@ -17,6 +17,7 @@ runs anywhere, probe-free (the tests' CPU runs).
 """
 import logging
 import math
+import os
 
 import numpy as np
 
@@ -41,6 +42,13 @@ UNROLL = 4          # loads a work-item of a product asks for before it uses any
 # UNROLL of each weight): H200, TinyLlama's block, fp16, decode_block_phases.py, one call:
 # down 8.67 -> 8.03 us, 1.233 -> 1.190 ms a token (8 against 4)
 SINGLE_UNROLL = 8
+# The rest of a block's weights (output, MLP and down products) is asked of the L2 cache as
+# each work-group ends attention (NVIDIA), where it is at most this many bytes (read from
+# the cache, GPT-2's products took 9.8 us a block instead of 11.8); more than the cache
+# can keep while the products stream past it gained nothing (TinyLlama's 8.4 MB output
+# product and the MLP's first rows: a block 46.6 -> 46.9 us, attention's slowest work-
+# groups waiting on the prefetches' traffic). H200, fp16, decode_block_phases.py, one call.
+PREFETCH_BYTES = 16 << 20
 
 
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "tanh", "sigmoid")
@@ -130,8 +138,17 @@ class DecoderLayerOps:
             SHUFFLE=int(nvidia), VL=vl,
             UNROLL=int(unroll), SINGLE_UNROLL=max(SINGLE_UNROLL, int(unroll)),
             TIMING=int(bool(timing)), **types)
+        self.params["PREFETCH"] = self._prefetches(nvidia, np.dtype(weight_dtype).itemsize)
         self.usable = self.local_bytes <= ctx.facts.local_mem and \
             (groups is not None or nvidia)
+
+    def _prefetches(self, nvidia, itemsize):
+        """Whether attention's end asks the L2 cache for the rest of the block's weights
+        (PREFETCH_BYTES; ``DLPRIM_DECODE_PREFETCH_MB`` overrides it)."""
+        budget = float(os.environ.get("DLPRIM_DECODE_PREFETCH_MB", PREFETCH_BYTES / 2**20))
+        d = self.dims
+        rest = d.hidden * (d.heads * d.width + d.inner * (3 if d.gated else 2)) * itemsize
+        return int(nvidia and rest <= budget * 2**20)
 
     def program(self, embed):
         """The built program; ``embed``: the first block's (its residual the token's row)."""

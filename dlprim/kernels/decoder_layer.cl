@@ -180,6 +180,16 @@ inline int grid_sync(volatile __global ulong *sync, __local int *failed, uint sp
     return *failed;
 }
 
+% if PREFETCH:
+// Work-item ``who`` of ``among`` asks the L2 cache for its share of [p, p + bytes), a line
+// (128 bytes) at a time
+inline void l2_prefetch(__global const char *p, ulong bytes, uint who, uint among)
+{
+    for (ulong o = (ulong)who * 128; o < bytes; o += (ulong)among * 128)
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(p + o));
+}
+% endif
+
 % if SHUFFLE:
 inline float team_sum(float x, __local float *red)
 {
@@ -602,6 +612,20 @@ qkv_epilogue = """const int hd = r / D, e = r %% D;
                 }
         }
     }
+% if PREFETCH:
+    // the rest of the block's weights asked of the L2 cache while the slowest work-groups
+    // finish attention: its loads wait on latency and leave the memory idle
+    {
+        const uint who = (uint)(team * groups + group) * TEAM + lane;
+        const uint among = (uint)(groups * TEAMS * TEAM);
+        l2_prefetch((__global const char *)w_o, (ulong)H * QH * D * sizeof(${W_T}), who, among);
+% if GATED:
+        l2_prefetch((__global const char *)w_gate, (ulong)${I} * H * sizeof(${W_T}), who, among);
+% endif
+        l2_prefetch((__global const char *)w_up, (ulong)${I} * H * sizeof(${W_T}), who, among);
+        l2_prefetch((__global const char *)w_down, (ulong)H * ${I} * sizeof(${W_T}), who, among);
+    }
+% endif
     STAMP(3);
     grid_sync(sync, &failed, spins);
     STAMP(4);
