@@ -44,15 +44,7 @@ CC = -(-DV // LANES)  # output columns per work item
 
 % if not FINAL:
 % if MERGE:
-// every global write of this work item so far seen by every work-group after it
-inline void global_fence(void)
-{
-% if PTX:
-    asm volatile("membar.gl;" ::: "memory");
-% else:
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
-% endif
-}
+<%include file="global_fence.h" args="ptx=PTX"/>
 % endif
 
 // value e (row e / DV, column e % DV) of batch row bh's o, and (column 0) the row's

@@ -52,12 +52,7 @@ NVIDIA = getattr(facts, "vendor_id", "") == "nvidia"
 #define QH ${QH}
 #define KVH ${KVH}
 #define CONTEXT ${CONTEXT}
-// Where the staged vectors keep element i: in each block of 8 x TEAM values, value j of
-// work-item l's 8 (element 8 l + j) at j TEAM + l. A product's work-item reads its 8 values
-// as 8 loads that a warp serves from 32 banks at once; kept in order (32-byte vload8s),
-// each load took 8 passes of the banks, and a block's products took 67 us (16 their
-// bytes' worth at the copy rate) in local-memory loads.
-#define PERM(i) (((i) & ~(8 * TEAM - 1)) | (((i) & 7) * TEAM) | (((i) >> 3) & (TEAM - 1)))
+<%include file="staged_vector.h"/>
 
 // raw8_T holds the bits of 8 values of storage T, rawload8_T loads them (vrawload8_T past
 // the L1 cache: values another work-group wrote in this launch), widen8_T makes floats of
@@ -145,14 +140,7 @@ inline ulong now_ns(void)
 #define STAMP(k)
 % endif
 
-inline void global_fence(void)
-{
-% if NVIDIA:
-    asm volatile("membar.gl;" ::: "memory");
-% else:
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
-% endif
-}
+<%include file="global_fence.h" args="ptx=NVIDIA"/>
 
 // Every work-group's writes so far visible to all after it. The counter only grows: a
 // barrier waits for the next multiple of P arrivals (a launch needs no reset of it). A
@@ -236,22 +224,7 @@ inline float team_max(float x, __local float *red)
 }
 % endif
 
-// the work-group's sum of x (every work-item gets it; ``red``: NT floats)
-inline float group_sum(float x, __local float *red)
-{
-    const int lid = get_local_id(0);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    red[lid] = x;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int step = NT / 2; step > 0; step >>= 1) {
-        if (lid < step)
-            red[lid] += red[lid + step];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    float s = red[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return s;
-}
+<%include file="wg_reduce.h"/>
 
 inline float mlp_act(float g)
 {
@@ -278,16 +251,16 @@ inline float mlp_act(float g)
         float s = 0.0f;
         for (int i = lid; i < H; i += NT)
             s += ${value};
-        const float mean = group_sum(s, red) / (float)H;
+        const float mean = wg_reduce_sum(red, s) / (float)H;
         s = 0.0f;
         for (int i = lid; i < H; i += NT) {
             const float d = ${value} - mean;
             s = fma(d, d, s);
         }
-        const float rstd = rsqrt(group_sum(s, red) / (float)H + eps);
+        const float rstd = rsqrt(wg_reduce_sum(red, s) / (float)H + eps);
         for (int i = lid; i < H; i += NT)
             vec[PERM(i)] = fma((${value} - mean) * rstd, ${weight}[i], ${bias}[i]);
-        barrier(CLK_LOCAL_MEM_FENCE);  // (the RMS branch's group_sum holds this one)
+        barrier(CLK_LOCAL_MEM_FENCE);  // (the RMS branch's wg_reduce_sum holds this one)
         rs = 1.0f;
     }
 % else:
@@ -298,7 +271,7 @@ inline float mlp_act(float g)
             ss = fma(v, v, ss);
             vec[PERM(i)] = v * ${weight}[i];
         }
-        rs = rsqrt(group_sum(ss, red) / (float)H + eps);
+        rs = rsqrt(wg_reduce_sum(red, ss) / (float)H + eps);
     }
 % endif
 </%def>
@@ -328,10 +301,7 @@ inline float mlp_act(float g)
 % endfor
 % for u in range(U):
             if (k + ${u * 8} * TEAM < ${K}) {
-                __local const float *vp = vec + PERM(k${u});
-                const float8 v = (float8)(vp[0], vp[TEAM], vp[2 * TEAM], vp[3 * TEAM],
-                                          vp[4 * TEAM], vp[5 * TEAM], vp[6 * TEAM],
-                                          vp[7 * TEAM]);
+                const float8 v = vstaged(vec + PERM(k${u}));
                 part = fma(widen8_${W_T}(r${u}), v, part);
 % if second:
                 part2 = fma(widen8_${W_T}(s${u}), v, part2);

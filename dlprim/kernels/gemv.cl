@@ -131,29 +131,8 @@ inline float warp_sum(float x)
 % endif
 
 % if STAGE:
-// Where the staged rows keep element i: in each block of 8 x TEAM values, value j of work
-// item l's 8 (element 8 l + j) at j TEAM + l: a team's 8 loads of a step each hit the 32
-// banks once (kept in order, each load of 8 took 8 passes of the banks)
-#define PERM(i) (((i) & ~(8 * TEAM - 1)) | (((i) & 7) * TEAM) | (((i) >> 3) & (TEAM - 1)))
-inline float8 vstaged(__local const float *vp)  // (8 values from PERM(k))
-{
-    return (float8)(vp[0], vp[TEAM], vp[2 * TEAM], vp[3 * TEAM], vp[4 * TEAM], vp[5 * TEAM],
-                    vp[6 * TEAM], vp[7 * TEAM]);
-}
-// the sum of v over the work-group, in every work item (``red``: TEAM TEAMS floats)
-inline float group_total(float v, __local float *red)
-{
-    const int lid = get_local_id(0);
-    barrier(CLK_LOCAL_MEM_FENCE);  // (the last call's reads are done)
-    red[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int step = TEAM * TEAMS / 2; step > 0; step /= 2) {
-        if (lid < step)
-            red[lid] += red[lid + step];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    return red[0];
-}
+<%include file="staged_vector.h"/>
+<%include file="wg_reduce.h"/>
 % endif
 % if LN and not SHUFFLE and TEAM > 1:
 // the sum over a team's TEAM work items, in every one (``mine``: TEAM floats of local
@@ -336,20 +315,20 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
             float s = 0.0f;
             for (int i = lid; i < K; i += TEAM * TEAMS)
                 s += (float)LD_${A_T}(ar, i);
-            const float mean = group_total(s, red) / (float)K;
+            const float mean = wg_reduce_sum(red, s) / (float)K;
             s = 0.0f;
             for (int i = lid; i < K; i += TEAM * TEAMS) {
                 const float d = (float)LD_${A_T}(ar, i) - mean;
                 s = fma(d, d, s);
             }
-            const float rstd = rsqrt(group_total(s, red) / (float)K + norm_eps);
+            const float rstd = rsqrt(wg_reduce_sum(red, s) / (float)K + norm_eps);
 % elif NORM:
             float s = 0.0f;
             for (int i = lid; i < K; i += TEAM * TEAMS) {
                 const float v = (float)LD_${A_T}(ar, i);
                 s = fma(v, v, s);
             }
-            const float rs = rsqrt(group_total(s, red) / (float)K + norm_eps);
+            const float rs = rsqrt(wg_reduce_sum(red, s) / (float)K + norm_eps);
 % endif
             for (int i = lid; i < ${KS}; i += TEAM * TEAMS) {
                 float v = i < K ? (float)LD_${A_T}(ar, min(i, K - 1)) : 0.0f;

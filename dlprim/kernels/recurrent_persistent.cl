@@ -66,18 +66,12 @@
 #define CELL_GRU ${int(CELL == "gru")}
 
 <%include file="recurrent.h"/>
+<%include file="global_fence.h" args="ptx=NVIDIA"/>
+
 // Every work-group's global writes so far visible to every other work-group after it.
 // A work-group that waits longer than ``spins`` reads of the counter (work-groups not all
 // resident: the launch was too large for the device) marks the launch failed in sync[1]
 // and stops waiting; its results are then NaN (never a plausible value).
-inline void global_fence(void)
-{
-% if NVIDIA:
-    asm volatile("membar.gl;");
-% else:
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
-% endif
-}
 
 inline int grid_sync(volatile __global uint *sync, uint target, uint spins, __local int *failed)
 {
