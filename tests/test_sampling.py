@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import dlprim as dp
+from dlprim.core import sampling
 from dlprim.core.sampling import TokenSampler
 
 
@@ -41,6 +42,14 @@ def reference(logits, seen=None, temperature=1.0, top_k=0, top_p=1.0, penalty=1.
     return p / p.sum(), greedy
 
 
+@pytest.fixture(params=[256, 1024], ids=["wg256", "wg1024"])
+def wg(request, monkeypatch):
+    """The work-group a row (CPUs take 256, GPUs 1024: both run on every device)."""
+    monkeypatch.setattr(sampling, "WG_GPU", request.param)
+    monkeypatch.setattr(sampling, "WG_CPU", request.param)
+    return request.param
+
+
 def _sampler(ctx, x, dtype=np.float32, **settings):
     rows, vocab = x.shape
     t = dp.Tensor(ctx, x.shape, dtype)
@@ -50,8 +59,8 @@ def _sampler(ctx, x, dtype=np.float32, **settings):
     return s, t
 
 
-@pytest.mark.parametrize("vocab", [1, 7, 255, 256, 257, 1000])
-def test_greedy_is_the_first_largest_score_with_the_penalty(ctx, rng, vocab):
+@pytest.mark.parametrize("vocab", [1, 7, 255, 256, 257, 1000, 1023, 1024, 1025])
+def test_greedy_is_the_first_largest_score_with_the_penalty(ctx, rng, vocab, wg):
     x = rng.normal(size=(3, vocab)).astype(np.float32)
     x[1, vocab // 2:] = x[1].max()  # equal largest scores: the lowest index wins
     s, t = _sampler(ctx, x)
@@ -89,7 +98,7 @@ def test_rows_with_nan_or_no_finite_score_give_minus_one(ctx, rng):
                                                (1000, 0, 0.5), (1000, 40, 0.9),
                                                (300, 300, 0.05), (5, 0, 0.999),
                                                (96, 30, 1.0), (50, 7, 0.9)])
-def test_draws_only_kept_tokens_and_follow_the_reference(ctx, rng, vocab, top_k, top_p):
+def test_draws_only_kept_tokens_and_follow_the_reference(ctx, rng, vocab, top_k, top_p, wg):
     rows, steps = 64, 60
     row = (rng.normal(size=vocab) * 2).astype(np.float32)
     x = np.tile(row, (rows, 1))

@@ -184,28 +184,27 @@ void sample_next(ulong vocab, __global const ${T} *logits, ulong logits_offset,
             if (key >= lo && key <= hi)
                 mine += exp(x - best);
         }
+        // the runs' inclusive prefix sums in scratch (log2 WG steps, each adding the sum
+        // `off` runs back); run i claims [scratch[i - 1], scratch[i]), so the claims tile
+        // [0, total) exactly
         scratch[lid] = mine;
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid == 0) {  // exclusive prefix sums of the runs, in order
-            float acc = 0.0f;
-            for (int i = 0; i < WG; i++) {
-                float s = scratch[i];
-                scratch[i] = acc;
-                acc += s;
-            }
-            chosen[0] = as_uint(acc);
+        for (int off = 1; off < WG; off <<= 1) {
+            const float before = lid >= off ? scratch[lid - off] : 0.0f;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            scratch[lid] += before;
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
         ulong2 stream = streams[n];
         ulong counter = steps[n];
         uint4 r = philox4x32_10((uint4)((uint)counter, (uint)(counter >> 32), (uint)stream.y,
                                         (uint)(stream.y >> 32)),
                                 (uint2)((uint)stream.x, (uint)(stream.x >> 32)));
         float u = ((float)(r.x >> 8) + 0.5f) * (1.0f / 16777216.0f);  // (0, 1)
-        float target = u * as_float(chosen[0]);
-        float start = scratch[lid];
+        float target = u * scratch[WG - 1];
+        float start = lid ? scratch[lid - 1] : 0.0f;
         uint pick = 0xFFFFFFFFu;
-        if (target >= start && target < start + mine) {
+        if (target >= start && target < scratch[lid]) {
             float acc = start;
             for (ulong v = first; v < last; v++) {
                 float x = score_of(row, row_seen, v, set);
