@@ -31,7 +31,8 @@
 ## (floats of the staged vectors). The family: NORM ("rms", or "layer": LayerNorm with a
 ## bias), ROTARY (0: no rotary embedding), GATED (SwiGLU-style gate and up pair, else one
 ## product), ACT (the MLP's activation), POS_EMBED (the first block adds the position's
-## row of a learned table of P_T).
+## row of a learned table of P_T); PREFETCH (NVIDIA: each work-group asks the L2 cache for its
+## share of the output, MLP and down products' weights as it ends attention).
 <%
 NQKV = (QH + 2 * KVH) * D
 G = QH // KVH
