@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from ..kernels.program import pow2_at_least
+from ..utils import round_up
 from ..utils import ceil_div, round_up
 from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
 
@@ -158,11 +159,10 @@ def gemv_stage(K, rows, vec, normalizes):
     kernel stages A's ``rows`` rows of K values (``normalizes``: a norm comes first), else
     0. DLPRIM_GEMV_STAGE=1 stages every product that fits, 0 none."""
     forced = os.environ.get("DLPRIM_GEMV_STAGE")
-    ks = -(-K // 256) * 256
+    ks = round_up(K, 8 * 32)  # (blocks of 8 values a work-item of a team of 32)
     if vec != 8 or rows * ks * 4 > GEMV_STAGE_BYTES or forced == "0":
         return 0
     return ks if normalizes or forced == "1" else 0
-
 
 
 # CPUs' few-rows kernel (gemv.cl's gemv_cpu): columns of C a work-item on Intel's runtime

@@ -258,8 +258,7 @@ def loads_of_step(u, kk):
 
 def staged(m, kk):
     """STAGE: row m's 8 values from k = kk, read from local memory."""
-    at = "avec + %d + PERM(%s)" % (m * KS, kk)
-    return "vstaged(%s)" % at
+    return "vstaged(avec + %d + PERM(%s))" % (m * KS, kk)
 
 def step(u, kk):
     """Step u: its loads widened and multiplied into the sums."""
@@ -331,12 +330,15 @@ void gemv(int M, int N, int K, __global const ${A_T} *A, ulong a_offset, int lda
             const float rs = rsqrt(wg_reduce_sum(red, s) / (float)K + norm_eps);
 % endif
             for (int i = lid; i < ${KS}; i += TEAM * TEAMS) {
-                float v = i < K ? (float)LD_${A_T}(ar, min(i, K - 1)) : 0.0f;
+                float v = 0.0f;  // (past K: the padding the last block multiplies by)
+                if (i < K) {
+                    v = (float)LD_${A_T}(ar, i);
 % if LN:
-                v = i < K ? fma((v - mean) * rstd, g[i], gb[i]) : 0.0f;
+                    v = fma((v - mean) * rstd, g[i], gb[i]);
 % elif NORM:
-                v = i < K ? v * rs * g[i] : 0.0f;
+                    v = v * rs * g[i];
 % endif
+                }
                 avec[${"m * %d + " % KS if ROWS > 1 else ""}PERM(i)] = v;
             }
         }
