@@ -4,7 +4,8 @@ first work-item of each work-group writes the device's clock at each phase's end
 tool prints microseconds a phase (the median work-group / the slowest, the median over
 the blocks), and the whole step's time with and without TIMING. NVIDIA GPUs only.
 
-    python benchmarks/decode_block_phases.py --folder /tmp/llmb [--teams 8,16] [--unroll 4,8]
+    python benchmarks/decode_block_phases.py --folder /tmp/llmb [--teams 8,16] [--unroll 4,8] \
+        [--quantize int8|q4]
 """
 import argparse
 import functools
@@ -30,6 +31,7 @@ def main(argv=None):
     p.add_argument("--teams", default="16")
     p.add_argument("--unroll", default="4")
     p.add_argument("--dtype", default="fp16")
+    p.add_argument("--quantize", default=None, help="int8 or q4 weights")
     p.add_argument("--steps", type=int, default=32)
     args = p.parse_args(argv)
     import dlprim as dp
@@ -48,7 +50,8 @@ def main(argv=None):
             llm_model.fused_step = functools.partial(fused_step, teams=teams, unroll=unroll,
                                                      timing=timing)
             lm = llm_model.load(os.path.join(folder, args.model), ctx=ctx,
-                                context=args.context + args.steps + 8, precision=args.dtype)
+                                context=args.context + args.steps + 8, precision=args.dtype,
+                                quantize=args.quantize)
             step = lm.engine.fused
             if step is None:
                 print("teams %d: the device does not take the fused blocks" % teams)

@@ -5,12 +5,15 @@ oclgrind run (tests/oclgrind/).
 
 FAMILIES: "llama" (RMSNorm, rotary, a gated SiLU MLP, grouped key/value heads, the block's
 residual given) and "gpt2" (LayerNorm with biases, no rotary, one GELU product, biases on
-every product, the first block's residual a token's and a position's rows).
+every product, the first block's residual a token's and a position's rows). WEIGHTS: the
+Linears' storages (int8 with a scale a row, 4-bit with a scale a group: the reference
+takes the values they stand for).
 """
 import numpy as np
 
 import dlprim as dp
 from dlprim.core.decoder_layer import DecoderBlockDims, DecoderLayerOps
+from dlprim.core.quantize import dequantize_q4, quantize_q4, quantize_rows
 
 FAMILIES = {
     "llama": dict(norm="rms", rotary=True, gated=True, activation="silu", pos_embed=False,
@@ -18,6 +21,7 @@ FAMILIES = {
     "gpt2": dict(norm="layer", rotary=False, gated=False, activation="gelu_tanh",
                  pos_embed=True, qkv_bias=True, out_bias=True, mlp_bias=True, kv_heads=4),
 }
+WEIGHTS = {"float32": np.float32, "int8": np.int8, "q4": np.uint8}
 # (two chunks of 32 positions: the merge; an MLP of 24, a third of a team's 8-value loads)
 HIDDEN, INNER, HEADS, WIDTH, CONTEXT, VOCAB, EPS = 32, 24, 4, 8, 40, 11, 1e-5
 
@@ -35,16 +39,29 @@ def _norm(kind, x, w, b):
     return (x - m) / np.sqrt(((x - m) ** 2).mean() + EPS) * w + b
 
 
-def run_block(ctx, rng, family, pos=35, token=7, scale=0.3):
+def _stored(weights, w):
+    """(what the kernel reads of float32 weight ``w`` as ``weights``, its scales or None,
+    the float32 values they stand for)."""
+    if weights == "int8":
+        q, s = quantize_rows(w)
+        return q, s, q * s[:, None]
+    if weights == "q4":
+        q, s = quantize_q4(w)
+        return q, s, dequantize_q4(q, s, w.shape[1])
+    return w, None, w
+
+
+def run_block(ctx, rng, family, pos=35, token=7, scale=0.3, weights="float32"):
     """(the kernel's residual, the reference's, the caches' row ``pos``: kernel and
-    reference) for one block of ``family`` with random float32 parameters."""
+    reference) for one block of ``family`` with random float32 parameters, the Linears'
+    weights stored as ``weights`` (WEIGHTS)."""
     f = FAMILIES[family]
     H, I, QH, KVH, D = HIDDEN, INNER, HEADS, f["kv_heads"], WIDTH
     nqkv = (QH + 2 * KVH) * D
     dims = DecoderBlockDims(H, I, QH, KVH, D, CONTEXT, VOCAB, 0, f["qkv_bias"],
                             f["out_bias"], f["mlp_bias"], f["norm"], f["rotary"], f["gated"],
                             f["activation"], f["pos_embed"])
-    ops = DecoderLayerOps(ctx, dims, np.float32, np.float32, np.float32, np.float32,
+    ops = DecoderLayerOps(ctx, dims, WEIGHTS[weights], np.float32, np.float32, np.float32,
                           groups=1)
 
     def r(*shape, s=0.3):
@@ -59,6 +76,11 @@ def run_block(ctx, rng, family, pos=35, token=7, scale=0.3):
                     ("down", f["mlp_bias"]), ("gate", f["mlp_bias"] and f["gated"])):
         if on:
             p["b_" + key] = r(p["w_" + key].shape[0])
+    stored = {}  # (the kernel's weights and scales; p keeps the values they stand for)
+    for key in [k for k in p if k.startswith("w_")]:
+        stored[key], scales, p[key] = _stored(weights, p[key])
+        if scales is not None:
+            stored["s_" + key[2:]] = scales
     keys, values = r(KVH, CONTEXT, D, s=1.0), r(KVH, CONTEXT, D, s=1.0)
     angles = np.arange(CONTEXT)[:, None] * 0.1 * (np.arange(D // 2) + 1)[None]
     cos = np.concatenate([np.cos(angles)] * 2, 1).astype(np.float32)
@@ -73,7 +95,7 @@ def run_block(ctx, rng, family, pos=35, token=7, scale=0.3):
     caches = (t(keys), t(values))
     launch = ops.launch(embed, scratch, t(np.array([token]), np.int64),
                         t(np.array([pos]), np.int64), t(table), None,
-                        {k: t(v) for k, v in p.items()}, caches,
+                        {k: t(v, v.dtype) for k, v in dict(p, **stored).items()}, caches,
                         (t(cos), t(sin)) if f["rotary"] else None, EPS, scale,
                         pos_table=t(pos_table) if embed else None)
     launch(ctx.queue)
@@ -109,8 +131,8 @@ def run_block(ctx, rng, family, pos=35, token=7, scale=0.3):
     return got, want, got_rows, [K[:, pos], V[:, pos]]
 
 
-def check_block(ctx, rng, family):
-    got, want, got_rows, want_rows = run_block(ctx, rng, family)
+def check_block(ctx, rng, family, weights="float32"):
+    got, want, got_rows, want_rows = run_block(ctx, rng, family, weights=weights)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     for g, w in zip(got_rows, want_rows):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

@@ -1,7 +1,7 @@
 """The one-token pass as one launch a decoder block (llm/fused_step.py,
 kernels/decoder_layer.cl) against transformers and against the Net's own pass: small
 Llama-family and GPT-2 models from their configs (test_llm_generate's), every decoded
-step's logits, 16-bit and int8 weights, a position past the cache, and the decoders it
+step's logits, 16-bit, int8 and 4-bit weights, a position past the cache, and the decoders it
 leaves to the Net.
 
 On CPUs the kernel runs as one work-group (``groups=1``: its grid barriers are work-group
@@ -110,9 +110,11 @@ def test_biases_on_every_projection_of_attention(ctx, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind,storage", [
     ("qwen2", {"precision": "fp16"}), ("qwen2", {"precision": "bf16"}),
-    ("qwen2", {"quantize": "int8"}), ("gpt2", {"precision": "fp16"}),
-    ("gpt2", {"quantize": "int8"})])
-def test_16_bit_and_int8_weights_follow_the_nets_pass(ctx, saved, monkeypatch, kind, storage):
+    ("qwen2", {"quantize": "int8"}), ("qwen2", {"quantize": "q4"}),
+    ("gpt2", {"precision": "fp16"}), ("gpt2", {"quantize": "int8"}),
+    ("gpt2", {"quantize": "q4"})])
+def test_16_bit_and_quantized_weights_follow_the_nets_pass(ctx, saved, monkeypatch, kind,
+                                                           storage):
     """The same weights and caches as the Net's pass; the fused blocks keep the residual
     in float32 where the Net stores 16-bit activations, so the two differ by that rounding."""
     _needs_rotary_free_blocks(ctx, kind)
@@ -144,16 +146,14 @@ def test_a_position_past_the_cache_gives_nan_and_writes_nothing(ctx, saved, monk
         np.testing.assert_array_equal(net.param(name).to_host(), before, err_msg=name)
 
 
-@pytest.mark.parametrize("kind,storage", [("llama", {"quantize": "q4"}),
-                                          ("gpt2", {"quantize": "q4"})])
-def test_decoders_the_kernel_does_not_take_stay_on_the_net(ctx, saved, monkeypatch, kind,
-                                                            storage):
-    """4-bit weights."""
-    _, folder = saved(kind)
-    lm = _load(monkeypatch, ctx, folder, **storage)
+def test_decoders_the_kernel_does_not_take_stay_on_the_net(ctx, tmp_path, monkeypatch):
+    """Heads of 4 (the kernel loads 8 values a step)."""
+    model = _saved_llama(tmp_path, hidden_size=16, intermediate_size=24)
+    lm = _load(monkeypatch, ctx, str(tmp_path))
     assert lm.engine.fused is None
-    tokens, _ = _decode(lm, 4)
-    assert len(tokens) == 4
+    _, want = _hf_greedy(model, PROMPT, 4)
+    _, got = _decode(lm, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_small_blocks_later_weights_are_prefetched_on_nvidia(ctx, saved, monkeypatch):
@@ -215,10 +215,13 @@ def test_heads_wider_than_a_team(ctx, tmp_path, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_one_block_matches_float64(ctx, rng, family):
+@pytest.mark.parametrize("family,weights", [("llama", "float32"), ("gpt2", "float32"),
+                                            ("llama", "int8"), ("llama", "q4"),
+                                            ("gpt2", "q4")])
+def test_one_block_matches_float64(ctx, rng, family, weights):
     """The kernel alone against decoder_block_check's float64 block: a cache of two
-    chunks, the new token's key and value written at its position."""
+    chunks, the new token's key and value written at its position; int8 and 4-bit weights
+    against the values they stand for."""
     import decoder_block_check
     _needs_rotary_free_blocks(ctx, family)
-    decoder_block_check.check_block(ctx, rng, family)
+    decoder_block_check.check_block(ctx, rng, family, weights)

@@ -25,6 +25,7 @@ from ..dtypes import cl_type
 from ..kernels import program
 from ..tensor import Tensor
 from ..utils import round_up
+from .quantize import Q4_GROUP
 from .recurrent_persistent import _real_gpu
 
 __all__ = ["DecoderBlockDims", "DecoderLayerOps"]
@@ -94,7 +95,8 @@ def _type(dtype):
 
 class DecoderLayerOps:
     """The launches of the blocks of one decoder at one token: ``weight_dtype`` (float32,
-    float16, bfloat16 or int8 with a float32 scale a row), ``cache_dtype``,
+    float16, bfloat16, int8 with a float32 scale a row, or uint8: 4-bit values with a
+    float32 scale a group of Q4_GROUP, core/quantize.py's ``quantize_q4``), ``cache_dtype``,
     ``table_dtype`` (the rotary tables), ``embed_dtype`` (the token table; int8 with a
     scale a row), ``bias_dtype``, ``pos_dtype`` (the learned position table, where the
     family adds one). ``groups``: work-groups (None: a compute unit each, on
@@ -133,12 +135,15 @@ class DecoderLayerOps:
             VOCAB=d.vocab, WINDOW=d.window, QKV_BIAS=int(d.qkv_bias), O_BIAS=int(d.out_bias),
             MLP_BIAS=int(d.mlp_bias), NORM=d.norm, ROTARY=int(d.rotary), GATED=int(d.gated),
             ACT=d.activation, POS_EMBED=int(d.pos_embed),
-            SCALE=int(types["W_T"] == "char"), E_SCALE=int(types["E_T"] == "char"),
+            SCALE=int(types["W_T"] == "char"), Q4=Q4_GROUP if types["W_T"] == "uchar" else 0,
+            E_SCALE=int(types["E_T"] == "char"),
             TEAM=TEAM, TEAMS=self.teams, MULTI=int(self.groups > 1),
             SHUFFLE=int(nvidia), VL=vl,
             UNROLL=int(unroll), SINGLE_UNROLL=max(SINGLE_UNROLL, int(unroll)),
             TIMING=int(bool(timing)), **types)
-        self.params["PREFETCH"] = self._prefetches(nvidia, np.dtype(weight_dtype).itemsize)
+        # (4-bit weights: half a byte a value and a float32 scale a group)
+        itemsize = 0.5 + 4 / Q4_GROUP if self.params["Q4"] else np.dtype(weight_dtype).itemsize
+        self.params["PREFETCH"] = self._prefetches(nvidia, itemsize)
         self.usable = self.local_bytes <= ctx.facts.local_mem and \
             (groups is not None or nvidia)
 

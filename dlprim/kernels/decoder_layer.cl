@@ -1,4 +1,5 @@
 <%include file="common.h"/>
+<%namespace name="q4" file="q4_loads.h"/>
 ## One block of a Llama-family or GPT-2-family decoder at one token, in one launch
 ## (core/decoder_layer.py): the norm and the q/k/v product with the rotary embedding and the
 ## cache write in its epilogue, attention over the cache in chunks with each head's chunks
@@ -22,8 +23,9 @@
 ## a head's last chunk done (`count`) merges the head (online softmax over the chunks).
 ##
 ## Template: H, I (hidden and MLP widths), QH, KVH (query and key/value heads), D (head
-## width), W_T (the Linears' weights: float, half, bfloat16, or char with a float32 scale
-## a row: SCALE), C_T (the caches), T_T (the rotary tables), E_T (the token table, read by
+## width), W_T (the Linears' weights: float, half, bfloat16, char with a float32 scale a
+## row: SCALE, or uchar: 4-bit values with a float32 scale a group of Q4 values of a row,
+## core/quantize.py's layout), C_T (the caches), T_T (the rotary tables), E_T (the token table, read by
 ## the first block: EMBED; char with a scale a row: E_SCALE), B_T (biases: QKV_BIAS,
 ## O_BIAS, MLP_BIAS: the MLP's products), CONTEXT (the cache's positions), WINDOW (0, or
 ## the keys a query sees, ending at its own), TEAMS (teams a work-group), MULTI (more than
@@ -115,8 +117,16 @@ inline raw8_char rawload8_char(__global const char *p, ulong i)
     return *(__global const char8 *)(p + i);
 }
 #define widen8_char(r) convert_float8(r)
+% elif T == "uchar":
+// (4-bit weights: unscaled here; the products multiply by their group's scale)
+typedef uint raw8_uchar;
+#define rawload8_uchar(p, i) q4_bits8(p, i)
+#define widen8_uchar(r) q4_widen8(r)
 % endif
 </%def>
+% if Q4:
+${q4.loads(Q4)}
+% endif
 ${raw_type(W_T)}
 % if C_T != W_T:
 ${raw_type(C_T)}
@@ -277,18 +287,33 @@ inline float mlp_act(float g)
 % endif
 </%def>
 
-<%def name="product(W, N, K, epilogue, second=None, row='c')">
-<% U = UNROLL if second else SINGLE_UNROLL %>
+<%def name="product(W, N, K, epilogue, second=None, row='c', row2='r')">
+<%
+U = UNROLL if second else SINGLE_UNROLL
+def row_at(r):  # (where row r of a weight starts, and with Q4 its scales)
+    return "(ulong)(%s) * (%s / 2)" % (r, K) if Q4 else "(ulong)(%s) * %s" % (r, K)
+def scales(w, r):
+    return "s_%s + (ulong)(%s) * ((%s + %d) / %d)" % (w[2:], r, K, Q4 - 1, Q4)
+def widened(raw, u):
+    return "widen8_%s(%s%d)%s" % (W_T, raw, u, " * g%s%d" % (raw, u) if Q4 else "")
+%>
     // for each of the ${N} tasks c, row r = ${row} of ${W} (${K} values a row): the sum of
-    // the row times vec${" and of " + second + "'s row r" if second else ""}, then the
+    // the row times vec${" and of %s's row %s" % (second, row2) if second else ""}, then the
     // epilogue (its first work-item)
     for (int c0 = 0; c0 < ${N}; c0 += groups * TEAMS) {
         const int ci = c0 + team * groups + group;
         const int c = min(ci, ${N} - 1);  // (teams past N load nothing, store nothing)
         const int r = ${row};
-        __global const ${W_T} *w = ${W} + (ulong)r * ${K};
+        __global const ${W_T} *w = ${W} + ${row_at("r")};
+% if Q4:
+        __global const float *sw = ${scales(W, "r")};
+% endif
 % if second:
-        __global const ${W_T} *w2 = ${second} + (ulong)r * ${K};
+        const int r2 = ${row2};
+        __global const ${W_T} *w2 = ${second} + ${row_at("r2")};
+% if Q4:
+        __global const float *sw2 = ${scales(second, "r2")};
+% endif
         float8 part2 = (float8)(0.0f);
 % endif
         float8 part = (float8)(0.0f);
@@ -296,16 +321,22 @@ inline float mlp_act(float g)
 % for u in range(U):
             const int k${u} = min(k + ${u * 8} * TEAM, ${K} - 8);
             const raw8_${W_T} r${u} = rawload8_${W_T}(w, k${u});
+% if Q4:
+            const float gr${u} = sw[k${u} / ${Q4}];
+% endif
 % if second:
             const raw8_${W_T} s${u} = rawload8_${W_T}(w2, k${u});
+% if Q4:
+            const float gs${u} = sw2[k${u} / ${Q4}];
+% endif
 % endif
 % endfor
 % for u in range(U):
             if (k + ${u * 8} * TEAM < ${K}) {
                 const float8 v = vstaged(vec + PERM(k${u}));
-                part = fma(widen8_${W_T}(r${u}), v, part);
+                part = fma(${widened("r", u)}, v, part);
 % if second:
-                part2 = fma(widen8_${W_T}(s${u}), v, part2);
+                part2 = fma(${widened("s", u)}, v, part2);
 % endif
             }
 % endfor
@@ -434,8 +465,8 @@ qkv_epilogue = """const int hd = r / D, e = r %% D;
             }""" % {"a": qkv_value("r", "sum"), "b": qkv_value("r + D / 2", "sum2"),
                     "rotate": rotate if ROTARY else "", "C": C_T}
 %>
-    ${product("w_qkv", NQKV // 2, "H", qkv_epilogue, second="w_qkv + (ulong)(D / 2) * H",
-              row="(c / (D / 2)) * D + c % (D / 2)")}
+    ${product("w_qkv", NQKV // 2, "H", qkv_epilogue, second="w_qkv",
+              row="(c / (D / 2)) * D + c % (D / 2)", row2="r + D / 2")}
     STAMP(1);
     grid_sync(sync, &failed, spins);
     STAMP(2);
@@ -589,12 +620,19 @@ qkv_epilogue = """const int hd = r / D, e = r %% D;
     {
         const uint who = (uint)(team * groups + group) * TEAM + lane;
         const uint among = (uint)(groups * TEAMS * TEAM);
-        l2_prefetch((__global const char *)w_o, (ulong)H * QH * D * sizeof(${W_T}), who, among);
-% if GATED:
-        l2_prefetch((__global const char *)w_gate, (ulong)${I} * H * sizeof(${W_T}), who, among);
+<%
+mats = [("o", "H", QH * D)] + ([("gate", I, "H")] if GATED else []) + \
+    [("up", I, "H"), ("down", "H", I)]
+%>
+% for name, n, k in mats:
+        l2_prefetch((__global const char *)w_${name},
+                    (ulong)${n} * ${"(%s / 2)" % k if Q4 else "%s * sizeof(%s)" % (k, W_T)},
+                    who, among);
+% if Q4:
+        l2_prefetch((__global const char *)s_${name},
+                    (ulong)${n} * ((${k} + ${Q4 - 1}) / ${Q4}) * sizeof(float), who, among);
 % endif
-        l2_prefetch((__global const char *)w_up, (ulong)${I} * H * sizeof(${W_T}), who, among);
-        l2_prefetch((__global const char *)w_down, (ulong)H * ${I} * sizeof(${W_T}), who, among);
+% endfor
     }
 % endif
     STAMP(3);

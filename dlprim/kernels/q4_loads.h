@@ -2,8 +2,21 @@
 ## low nibble first, stored as q + 8 for q in [-8, 7], times the float32 scale of its
 ## group of GROUP values (a row's scales one after another). loads(GROUP) writes
 ## q4_at(row, scales, k), one value, and load4_q4 / load8_q4(row, scales, k), four or
-## eight from k, a multiple of them (GROUP a multiple of 8: one scale), as floats.
+## eight from k, a multiple of them (GROUP a multiple of 8: one scale), as floats; and,
+## for kernels that ask for all their loads before widening any, q4_bits8(row, k) (the 4
+## bytes of the 8 values from k, a multiple of 8, in a row that starts 4-byte aligned) and
+## q4_widen8(bits) (those values, unscaled).
 <%def name="loads(GROUP)">
+inline uint q4_bits8(__global const uchar *b, ulong k)
+{
+    return *(__global const uint *)(b + k / 2);
+}
+inline float8 q4_widen8(uint bits)
+{
+    // (value i of the 8 in nibble i, the low byte's low nibble first)
+    const uint8 q = ((uint8)(bits) >> (uint8)(0, 4, 8, 12, 16, 20, 24, 28)) & (uint8)(15);
+    return convert_float8(q) - 8.0f;
+}
 inline float q4_at(__global const uchar *b, __global const float *s, ulong k)
 {
     const uchar byte = b[k / 2];

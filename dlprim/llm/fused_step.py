@@ -58,9 +58,7 @@ class FusedStep:
             raise Unfusable("a pass of %d tokens over %d rows" % (tokens.size, pos.size))
         dtypes = net.store.dtypes
         p0 = names["block"] % 0
-        w_dt = np.dtype(dtypes[p0 + names["qkv"] + ".weight"])
-        if w_dt == np.uint8:
-            raise Unfusable("4-bit weights")
+        w_dt = np.dtype(dtypes[p0 + names["qkv"] + ".weight"])  # (uint8: 4-bit weights)
         cache = net.param(p0 + names["cache"] + ".keys")
         table = net.param("rope.cos") if spec["rotary"] else None
         embed_dt = np.dtype(dtypes[names["embed"]])
