@@ -5,7 +5,7 @@ tool prints microseconds a phase (the median work-group / the slowest, the media
 the blocks), and the whole step's time with and without TIMING. NVIDIA GPUs only.
 
     python benchmarks/decode_block_phases.py --folder /tmp/llmb [--teams 8,16] [--unroll 4,8] \
-        [--quantize int8|q4 --load-values auto,8]
+        [--quantize int8|q4]
 """
 import argparse
 import functools
@@ -32,8 +32,6 @@ def main(argv=None):
     p.add_argument("--unroll", default="4")
     p.add_argument("--dtype", default="fp16")
     p.add_argument("--quantize", default=None, help="int8 or q4 weights")
-    p.add_argument("--load-values", default="auto",
-                   help="the weights' values a load: auto (DecoderLayerOps' choice) or 8; a list")
     p.add_argument("--steps", type=int, default=32)
     args = p.parse_args(argv)
     import dlprim as dp
@@ -46,13 +44,11 @@ def main(argv=None):
     ctx = dp.Context()
     rng = np.random.default_rng(0)
     prompt = rng.integers(1, 1000, args.context).tolist()
-    shapes = [(int(t), int(u), None if lv == "auto" else int(lv))
-              for t in args.teams.split(",") for u in args.unroll.split(",")
-              for lv in args.load_values.split(",")]
-    for teams, unroll, load_values in shapes:
+    shapes = [(int(t), int(u)) for t in args.teams.split(",") for u in args.unroll.split(",")]
+    for teams, unroll in shapes:
         for timing in (False, True):
             llm_model.fused_step = functools.partial(fused_step, teams=teams, unroll=unroll,
-                                                     timing=timing, load_values=load_values)
+                                                     timing=timing)
             lm = llm_model.load(os.path.join(folder, args.model), ctx=ctx,
                                 context=args.context + args.steps + 8, precision=args.dtype,
                                 quantize=args.quantize)
@@ -70,10 +66,9 @@ def main(argv=None):
                 lm.generate(prompt, max_new_tokens=2, eos_ids=[])
                 times.append((t_all - (time.perf_counter() - start)) / (args.steps - 2))
             ms = 1e3 * min(times)
-            ops = next(iter(step.ops.values()))
-            print("teams %d (%d work-items), unroll %d, %d values a load, %d work-groups, "
-                  "timing %s: %.3f ms a token" % (teams, teams * 32, unroll, ops.load_values,
-                                                  ops.groups, timing, ms))
+            print("teams %d (%d work-items), unroll %d, %d work-groups, timing %s: %.3f ms a "
+                  "token" % (teams, teams * 32, unroll, next(iter(step.ops.values())).groups,
+                             timing, ms))
             if not timing:
                 continue
             per_block = []

@@ -51,13 +51,12 @@ def _stored(weights, w):
     return w, None, w
 
 
-def run_block(ctx, rng, family, pos=35, token=7, scale=0.3, weights="float32", hidden=HIDDEN,
-              inner=INNER):
+def run_block(ctx, rng, family, pos=35, token=7, scale=0.3, weights="float32"):
     """(the kernel's residual, the reference's, the caches' row ``pos``: kernel and
-    reference, the launch's ``DecoderLayerOps``) for one block of ``family`` with random
-    float32 parameters, the Linears' weights stored as ``weights`` (WEIGHTS)."""
+    reference) for one block of ``family`` with random float32 parameters, the Linears'
+    weights stored as ``weights`` (WEIGHTS)."""
     f = FAMILIES[family]
-    H, I, QH, KVH, D = hidden, inner, HEADS, f["kv_heads"], WIDTH
+    H, I, QH, KVH, D = HIDDEN, INNER, HEADS, f["kv_heads"], WIDTH
     nqkv = (QH + 2 * KVH) * D
     dims = DecoderBlockDims(H, I, QH, KVH, D, CONTEXT, VOCAB, 0, f["qkv_bias"],
                             f["out_bias"], f["mlp_bias"], f["norm"], f["rotary"], f["gated"],
@@ -129,15 +128,11 @@ def run_block(ctx, rng, family, pos=35, token=7, scale=0.3, weights="float32", h
     else:
         mlp = _act(f["activation"], up)
     want = x + q["w_down"] @ mlp + q.get("b_down", 0)
-    return got, want, got_rows, [K[:, pos], V[:, pos]], ops
+    return got, want, got_rows, [K[:, pos], V[:, pos]]
 
 
-def check_block(ctx, rng, family, weights="float32", **shape):
-    """run_block's kernel against its reference (``shape``: hidden, inner); the weights'
-    values a work-item loads at once (``DecoderLayerOps.load_values``)."""
-    got, want, got_rows, want_rows, ops = run_block(ctx, rng, family, weights=weights,
-                                                    **shape)
+def check_block(ctx, rng, family, weights="float32"):
+    got, want, got_rows, want_rows = run_block(ctx, rng, family, weights=weights)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     for g, w in zip(got_rows, want_rows):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-    return ops.load_values

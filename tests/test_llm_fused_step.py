@@ -215,19 +215,13 @@ def test_heads_wider_than_a_team(ctx, tmp_path, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-# (hidden 1,088 and inner 96: every row a multiple of 32 values, so int8 and 4-bit rows
-# load 16 bytes a work-item, the second of the 4-bit rows' loads past the team's first
-# 1,024 values; the default shapes' MLP of 24 keeps 8 values a load)
-@pytest.mark.parametrize("family,weights,shape,load_values", [
-    ("llama", "float32", {}, 8), ("gpt2", "float32", {}, 8), ("llama", "int8", {}, 8),
-    ("llama", "q4", {}, 8), ("gpt2", "q4", {}, 8),
-    ("llama", "int8", {"hidden": 1088, "inner": 96}, 16),
-    ("llama", "q4", {"hidden": 1088, "inner": 96}, 32),
-    ("gpt2", "q4", {"hidden": 1088, "inner": 96}, 32)])
-def test_one_block_matches_float64(ctx, rng, family, weights, shape, load_values):
+@pytest.mark.parametrize("family,weights", [("llama", "float32"), ("gpt2", "float32"),
+                                            ("llama", "int8"), ("llama", "q4"),
+                                            ("gpt2", "q4")])
+def test_one_block_matches_float64(ctx, rng, family, weights):
     """The kernel alone against decoder_block_check's float64 block: a cache of two
     chunks, the new token's key and value written at its position; int8 and 4-bit weights
     against the values they stand for."""
     import decoder_block_check
     _needs_rotary_free_blocks(ctx, family)
-    assert decoder_block_check.check_block(ctx, rng, family, weights, **shape) == load_values
+    decoder_block_check.check_block(ctx, rng, family, weights)

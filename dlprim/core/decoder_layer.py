@@ -102,13 +102,11 @@ class DecoderLayerOps:
     family adds one). ``groups``: work-groups (None: a compute unit each, on
     GPUs that pass the probe; else unusable: ``self.usable`` False); ``teams``: teams of
     TEAM work-items a work-group; ``unroll``: the loads a work-item asks for at once in
-    the products; ``load_values``: the weights' values a work-item loads at once (8, or
-    None: 16 bytes of int8 or 4-bit values where the rows allow, else 8); ``timing``: the
-    phases' clocks written (NVIDIA)."""
+    the products; ``timing``: the phases' clocks written (NVIDIA)."""
 
     def __init__(self, ctx, dims, weight_dtype, cache_dtype, table_dtype, embed_dtype,
                  bias_dtype=np.float32, groups=None, teams=None, unroll=UNROLL, timing=False,
-                 pos_dtype=np.float32, load_values=None):
+                 pos_dtype=np.float32):
         self.ctx, self.dims = ctx, dims
         why = dims.unsupported()
         if why is None and not dims.rotary and ctx.facts.vendor_id == "intel" and \
@@ -125,14 +123,13 @@ class DecoderLayerOps:
         self.threads = self.teams * TEAM
         self.groups = int(groups) if groups is not None else ctx.facts.compute_units
         d = dims
+        # (the staged vectors in whole blocks of 8 x TEAM: the kernel's PERM)
+        vl = max(round_up(max(d.hidden, d.inner, d.heads * d.width), VEC * TEAM),
+                 self.teams * (d.width + TEAM))
+        self.local_bytes = 4 * (vl + self.threads) + 64
         types = {name: _type(t) for name, t in (("W_T", weight_dtype), ("C_T", cache_dtype),
                                                  ("T_T", table_dtype), ("E_T", embed_dtype),
                                                  ("B_T", bias_dtype), ("P_T", pos_dtype))}
-        self.load_values = self._load_values(types["W_T"], load_values)
-        # (the staged vectors in whole blocks of LV x TEAM: the kernel's PERM)
-        vl = max(round_up(max(d.hidden, d.inner, d.heads * d.width),
-                          self.load_values * TEAM), self.teams * (d.width + TEAM))
-        self.local_bytes = 4 * (vl + self.threads) + 64
         self.params = dict(
             H=d.hidden, I=d.inner, QH=d.heads, KVH=d.kv_heads, D=d.width, CONTEXT=d.context,
             VOCAB=d.vocab, WINDOW=d.window, QKV_BIAS=int(d.qkv_bias), O_BIAS=int(d.out_bias),
@@ -141,7 +138,7 @@ class DecoderLayerOps:
             SCALE=int(types["W_T"] == "char"), Q4=Q4_GROUP if types["W_T"] == "uchar" else 0,
             E_SCALE=int(types["E_T"] == "char"),
             TEAM=TEAM, TEAMS=self.teams, MULTI=int(self.groups > 1),
-            SHUFFLE=int(nvidia), VL=vl, LV=self.load_values,
+            SHUFFLE=int(nvidia), VL=vl,
             UNROLL=int(unroll), SINGLE_UNROLL=max(SINGLE_UNROLL, int(unroll)),
             TIMING=int(bool(timing)), **types)
         # (4-bit weights: half a byte a value and a float32 scale a group)
@@ -149,20 +146,6 @@ class DecoderLayerOps:
         self.params["PREFETCH"] = self._prefetches(nvidia, itemsize)
         self.usable = self.local_bytes <= ctx.facts.local_mem and \
             (groups is not None or nvidia)
-
-    def _load_values(self, w_type, asked):
-        """Values of a weight row a work-item loads at once: 16 bytes of int8 or 4-bit
-        values (as 16-bit weights load) where every row length is a multiple of them, so a
-        step's loads ask for as many bytes as 16-bit weights' do; else 8."""
-        d = self.dims
-        takes = {"char": (VEC, 16), "uchar": (VEC, 32)}.get(w_type, (VEC,))
-        wide = takes[-1] if asked is None else int(asked)
-        if wide not in takes:
-            raise ValueError("DecoderLayerOps: load_values %r for %s weights (%s)"
-                             % (asked, w_type, " or ".join(map(str, takes))))
-        if any(n % wide for n in (d.hidden, d.inner, d.heads * d.width)):
-            return VEC
-        return wide
 
     def _prefetches(self, nvidia, itemsize):
         """Whether attention's end asks the L2 cache for the rest of the block's weights

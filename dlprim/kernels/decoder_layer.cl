@@ -30,8 +30,7 @@
 ## O_BIAS, MLP_BIAS: the MLP's products), CONTEXT (the cache's positions), WINDOW (0, or
 ## the keys a query sees, ending at its own), TEAMS (teams a work-group), MULTI (more than
 ## one work-group: grid barriers), SHUFFLE (NVIDIA: teams add by warp shuffles), VL
-## (floats of the staged vectors), LV (values a work-item's load of a product's weights:
-## 8, or 16 bytes of int8 (16) or 4-bit (32) values where every row length is a multiple). The family: NORM ("rms", or "layer": LayerNorm with a
+## (floats of the staged vectors). The family: NORM ("rms", or "layer": LayerNorm with a
 ## bias), ROTARY (0: no rotary embedding), GATED (SwiGLU-style gate and up pair, else one
 ## product), ACT (the MLP's activation), POS_EMBED (the first block adds the position's
 ## row of a learned table of P_T); PREFETCH (NVIDIA: each work-group asks the L2 cache for its
@@ -56,7 +55,7 @@ NVIDIA = getattr(facts, "vendor_id", "") == "nvidia"
 #define QH ${QH}
 #define KVH ${KVH}
 #define CONTEXT ${CONTEXT}
-<%include file="staged_vector.h" args="values=LV"/>
+<%include file="staged_vector.h"/>
 
 // raw8_T holds the bits of 8 values of storage T, rawload8_T loads them (vrawload8_T past
 // the L1 cache: values another work-group wrote in this launch), widen8_T makes floats of
@@ -125,15 +124,6 @@ typedef uint raw8_uchar;
 #define widen8_uchar(r) q4_widen8(r)
 % endif
 </%def>
-## LV > 8: a load of 16 bytes, LV values (rows start 16-byte aligned), widened 8 at a
-## time by the products (int8: its halves; 4-bit: its four words)
-% if LV > 8 and W_T == "char":
-typedef char16 rawv_char;
-#define rawloadv_char(p, i) (*(__global const char16 *)((p) + (i)))
-% elif LV > 8 and W_T == "uchar":
-typedef uint4 rawv_uchar;
-#define rawloadv_uchar(p, i) (*(__global const uint4 *)((p) + (i) / 2))
-% endif
 % if Q4:
 ${q4.loads(Q4)}
 % endif
@@ -304,16 +294,8 @@ def row_at(r):  # (where row r of a weight starts, and with Q4 its scales)
     return "(ulong)(%s) * (%s / 2)" % (r, K) if Q4 else "(ulong)(%s) * %s" % (r, K)
 def scales(w, r):
     return "s_%s + (ulong)(%s) * ((%s + %d) / %d)" % (w[2:], r, K, Q4 - 1, Q4)
-RAW, LOAD = ("raw8_%s" % W_T, "rawload8_%s" % W_T) if LV == 8 else \
-    ("rawv_%s" % W_T, "rawloadv_%s" % W_T)
-def widened(raw, u, e):  # (values 8 e ... 8 e + 7 of load u)
-    if LV == 8:
-        at = "widen8_%s(%s%d)" % (W_T, raw, u)
-    elif W_T == "char":
-        at = "convert_float8(%s%d.%s)" % (raw, u, ("lo", "hi")[e])
-    else:
-        at = "q4_widen8(%s%d.s%d)" % (raw, u, e)
-    return at + (" * g%s%d" % (raw, u) if Q4 else "")
+def widened(raw, u):
+    return "widen8_%s(%s%d)%s" % (W_T, raw, u, " * g%s%d" % (raw, u) if Q4 else "")
 %>
     // for each of the ${N} tasks c, row r = ${row} of ${W} (${K} values a row): the sum of
     // the row times vec${" and of %s's row %s" % (second, row2) if second else ""}, then the
@@ -335,29 +317,27 @@ def widened(raw, u, e):  # (values 8 e ... 8 e + 7 of load u)
         float8 part2 = (float8)(0.0f);
 % endif
         float8 part = (float8)(0.0f);
-        for (int k = lane * ${LV}; ci < ${N} && k < ${K}; k += ${U * LV} * TEAM) {
+        for (int k = lane * 8; ci < ${N} && k < ${K}; k += ${U} * TEAM * 8) {
 % for u in range(U):
-            const int k${u} = min(k + ${u * LV} * TEAM, ${K} - ${LV});
-            const ${RAW} r${u} = ${LOAD}(w, k${u});
+            const int k${u} = min(k + ${u * 8} * TEAM, ${K} - 8);
+            const raw8_${W_T} r${u} = rawload8_${W_T}(w, k${u});
 % if Q4:
-            const float gr${u} = sw[k${u} / ${Q4}];  // (LV <= Q4: one group)
+            const float gr${u} = sw[k${u} / ${Q4}];
 % endif
 % if second:
-            const ${RAW} s${u} = ${LOAD}(w2, k${u});
+            const raw8_${W_T} s${u} = rawload8_${W_T}(w2, k${u});
 % if Q4:
             const float gs${u} = sw2[k${u} / ${Q4}];
 % endif
 % endif
 % endfor
 % for u in range(U):
-            if (k + ${u * LV} * TEAM < ${K}) {
-% for e in range(LV // 8):
-                const float8 v${e} = vstaged(vec + PERM(k${u}) + ${8 * e} * TEAM);
-                part = fma(${widened("r", u, e)}, v${e}, part);
+            if (k + ${u * 8} * TEAM < ${K}) {
+                const float8 v = vstaged(vec + PERM(k${u}));
+                part = fma(${widened("r", u)}, v, part);
 % if second:
-                part2 = fma(${widened("s", u, e)}, v${e}, part2);
+                part2 = fma(${widened("s", u)}, v, part2);
 % endif
-% endfor
             }
 % endfor
         }

@@ -112,10 +112,9 @@ class FusedStep:
             if optional and name not in net.store.dtypes:
                 return None
             t = net.param(name)
-            if t.offset % 8 or (name.endswith(".weight") and t.offset * t.itemsize % 16):
-                # (loads of 8 values, and of 16 bytes of a weight's row)
-                raise Unfusable("%s starts at element %d, not a multiple of 8 and of 16 "
-                                "bytes" % (name, t.offset))
+            if t.offset % 8:
+                raise Unfusable("%s starts at element %d, not a multiple of 8"
+                                % (name, t.offset))
             return t
         block = {}
         for key in ("norm1", "norm2"):
