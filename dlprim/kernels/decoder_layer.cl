@@ -116,13 +116,7 @@ inline raw8_char rawload8_char(__global const char *p, ulong i)
 {
     return *(__global const char8 *)(p + i);
 }
-// (a byte b + 128 under 2^23's exponent is the float 2^23 + 128 + b: one exact
-// subtraction instead of a conversion, which issues at a quarter of the float rate on NVIDIA)
-inline float8 widen8_char(char8 r)
-{
-    const uint8 u = convert_uint8(as_uchar8(r) ^ (uchar8)(0x80));
-    return as_float8(u | (uint8)(0x4B000000u)) - 8388736.0f;
-}
+#define widen8_char(r) convert_float8(r)
 % elif T == "uchar":
 // (4-bit weights: unscaled here; the products multiply by their group's scale)
 typedef uint raw8_uchar;
