@@ -156,6 +156,19 @@ def test_decoders_the_kernel_does_not_take_stay_on_the_net(ctx, tmp_path, monkey
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_products_of_another_storage_than_the_first_stay_on_the_net(ctx, saved, monkeypatch):
+    """The kernel reads every product of every block as the first q/k/v weight's storage: a
+    block whose down product is stored otherwise leaves the pass to the Net."""
+    import dlprim.llm.llama as llama
+    _, folder = saved("llama")
+    lm = _load(monkeypatch, ctx, folder, False, quantize="q4")
+    monkeypatch.delenv("DLPRIM_FUSED_DECODE")
+    net, spec = lm.engine.net, llama.fused_spec(lm.config, CONTEXT)
+    assert fused_step(net, spec, groups=1) is not None
+    monkeypatch.setitem(net.store.dtypes, "model.layers.1.mlp.down_proj.weight", np.int8)
+    assert fused_step(net, spec, groups=1) is None
+
+
 def test_a_small_blocks_later_weights_are_prefetched_on_nvidia(ctx, saved, monkeypatch):
     """NVIDIA GPUs ask the L2 cache for a block's output, MLP and down weights as attention
     ends, where they fit PREFETCH_BYTES (inline PTX: other devices never); the same logits

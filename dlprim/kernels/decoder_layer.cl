@@ -25,8 +25,8 @@
 ## Template: H, I (hidden and MLP widths), QH, KVH (query and key/value heads), D (head
 ## width), W_T (the Linears' weights: float, half, bfloat16, char with a float32 scale a
 ## row: SCALE, or uchar: 4-bit values with a float32 scale a group of Q4 values of a row,
-## core/quantize.py's layout), C_T (the caches), T_T (the rotary tables), E_T (the token table, read by
-## the first block: EMBED; char with a scale a row: E_SCALE), B_T (biases: QKV_BIAS,
+## core/quantize.py's layout), C_T (the caches), T_T (the rotary tables), E_T (the token
+## table, read by the first block: EMBED; char with a scale a row: E_SCALE), B_T (biases: QKV_BIAS,
 ## O_BIAS, MLP_BIAS: the MLP's products), CONTEXT (the cache's positions), WINDOW (0, or
 ## the keys a query sees, ending at its own), TEAMS (teams a work-group), MULTI (more than
 ## one work-group: grid barriers), SHUFFLE (NVIDIA: teams add by warp shuffles), VL

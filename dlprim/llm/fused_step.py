@@ -75,6 +75,11 @@ class FusedStep:
                     name = names["block"] % i + names[key] + part
                     if name in dtypes and dtypes[name] != np.float32:
                         raise Unfusable("%s stored as %s" % (name, dtypes[name]))
+            for key in ("qkv", "o", "gate", "up", "down"):  # (the kernel's one W_T)
+                name = names["block"] % i + names[key] + ".weight" if names.get(key) else None
+                if name in dtypes and np.dtype(dtypes[name]) != w_dt:
+                    raise Unfusable("%s stored as %s, the first q/k/v weight as %s"
+                                    % (name, np.dtype(dtypes[name]), w_dt))
         self.ops = {}
         self.launches = []
         self.clocks = []  # (timing: each block's (groups, 16) uint64 phase clocks)
