@@ -18,7 +18,6 @@ import os
 import numpy as np
 
 from ..kernels.program import pow2_at_least
-from ..utils import round_up
 from ..utils import ceil_div, round_up
 from .tuning_cache import cache_dir, cache_file, device_key, store_tuned, tuned_entry
 

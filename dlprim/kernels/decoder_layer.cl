@@ -42,6 +42,8 @@ CMAX = (CONTEXT + TEAM - 1) // TEAM
 DR = (D + TEAM - 1) // TEAM   # head dimensions a work-item keeps in the merge and PV
 VB = max(8, min(TEAM, 64 // DR))  # values rows a work-item loads at once in attention
 NVIDIA = getattr(facts, "vendor_id", "") == "nvidia"
+def q4_groups(k):  # (Q4: the scales of a row of k values)
+    return "((%s + %d) / %d)" % (k, Q4 - 1, Q4)
 %>
 % if MULTI:
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
@@ -293,7 +295,7 @@ U = UNROLL if second else SINGLE_UNROLL
 def row_at(r):  # (where row r of a weight starts, and with Q4 its scales)
     return "(ulong)(%s) * (%s / 2)" % (r, K) if Q4 else "(ulong)(%s) * %s" % (r, K)
 def scales(w, r):
-    return "s_%s + (ulong)(%s) * ((%s + %d) / %d)" % (w[2:], r, K, Q4 - 1, Q4)
+    return "s_%s + (ulong)(%s) * %s" % (w[2:], r, q4_groups(K))
 def widened(raw, u):
     return "widen8_%s(%s%d)%s" % (W_T, raw, u, " * g%s%d" % (raw, u) if Q4 else "")
 %>
@@ -630,7 +632,7 @@ mats = [("o", "H", QH * D)] + ([("gate", I, "H")] if GATED else []) + \
                     who, among);
 % if Q4:
         l2_prefetch((__global const char *)s_${name},
-                    (ulong)${n} * ((${k} + ${Q4 - 1}) / ${Q4}) * sizeof(float), who, among);
+                    (ulong)${n} * ${q4_groups(k)} * sizeof(float), who, among);
 % endif
 % endfor
     }

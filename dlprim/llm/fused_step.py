@@ -76,8 +76,10 @@ class FusedStep:
                     if name in dtypes and dtypes[name] != np.float32:
                         raise Unfusable("%s stored as %s" % (name, dtypes[name]))
             for key in ("qkv", "o", "gate", "up", "down"):  # (the kernel's one W_T)
-                name = names["block"] % i + names[key] + ".weight" if names.get(key) else None
-                if name in dtypes and np.dtype(dtypes[name]) != w_dt:
+                if not names.get(key):  # (no gate: one MLP product)
+                    continue
+                name = names["block"] % i + names[key] + ".weight"
+                if np.dtype(dtypes[name]) != w_dt:
                     raise Unfusable("%s stored as %s, the first q/k/v weight as %s"
                                     % (name, np.dtype(dtypes[name]), w_dt))
         self.ops = {}
