@@ -71,18 +71,24 @@ def main(argv=None):
                              timing, ms))
             if not timing:
                 continue
-            per_block = []
-            for clock in step.clocks:
-                c = clock.to_host().astype(np.int64)[:, :STAMPS]
-                d = np.diff(c, axis=1) / 1e3  # us, (groups, phases)
-                per_block.append((np.median(d, axis=0), d.max(axis=0),
-                                  (c[:, -1].max() - c[:, 0].min()) / 1e3))
+            per_block, between = [], []
+            for clocks in step.clocks:  # (a launch's: blocks x groups x 16)
+                launch = clocks.to_host().astype(np.int64)[:, :, :STAMPS]
+                for c in launch:
+                    d = np.diff(c, axis=1) / 1e3  # us, (groups, phases)
+                    per_block.append((np.median(d, axis=0), d.max(axis=0),
+                                      (c[:, -1].max() - c[:, 0].min()) / 1e3))
+                # (the grid barrier between a launch's blocks: a block's end to the next's start)
+                between += [(b[:, 0] - a[:, -1]) / 1e3 for a, b in zip(launch, launch[1:])]
             med = np.median([b[0] for b in per_block], axis=0)
             worst = np.median([b[1] for b in per_block], axis=0)
             for name, m, w in zip(PHASES, med, worst):
                 print("  %-30s %7.2f / %7.2f us" % (name, m, w))
-            print("  a block: %.2f us (median over %d blocks)"
-                  % (np.median([b[2] for b in per_block]), len(per_block)))
+            if between:
+                print("  %-30s %7.2f / %7.2f us" % ("barrier between blocks", np.median(
+                    [np.median(b) for b in between]), np.median([b.max() for b in between])))
+            print("  a block: %.2f us (median over %d blocks, %d launches)"
+                  % (np.median([b[2] for b in per_block]), len(per_block), len(step.clocks)))
     return 0
 
 

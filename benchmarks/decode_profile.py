@@ -47,11 +47,11 @@ def profile(folder, dtype, device, profiling, context=600, prompt=512, which="st
                 eos_ids=[])  # (the one-token plan made, its kernels built)
     # the one-token step, or the prompt's pass (the Net of the largest length bucket)
     net = lm.engine.net if which == "step" else max(lm.engine._nets.items())[1]
-    # (a step the engine runs as one launch a block: those launches and the head's)
+    # (a step the engine runs as one launch of the blocks: that launch and the head's)
     fused = lm.engine.fused if which == "step" else None
     launches = net.plan.forward if fused is None else fused.launches
     print("the step's launches: %s" % ("the Net's plan" if fused is None else
-                                       "one launch a block (llm/fused_step.py)"))
+                                       "the blocks' launches (llm/fused_step.py)"))
     if which == "step":  # (then the sampler's choice and the next pass's feed)
         launches = list(launches) + [_Sampler(lm.engine, net, feed)
                                      for feed in (False, True)]

@@ -51,18 +51,11 @@ def _stored(weights, w):
     return w, None, w
 
 
-def run_block(ctx, rng, family, pos=35, token=7, scale=0.3, weights="float32"):
-    """(the kernel's residual, the reference's, the caches' row ``pos``: kernel and
-    reference) for one block of ``family`` with random float32 parameters, the Linears'
-    weights stored as ``weights`` (WEIGHTS)."""
-    f = FAMILIES[family]
+def _block_params(rng, f, weights):
+    """(the values a block stands for, float32; what the kernel reads: its Linears' stored
+    weights and scales) for one random block of family ``f``."""
     H, I, QH, KVH, D = HIDDEN, INNER, HEADS, f["kv_heads"], WIDTH
     nqkv = (QH + 2 * KVH) * D
-    dims = DecoderBlockDims(H, I, QH, KVH, D, CONTEXT, VOCAB, 0, f["qkv_bias"],
-                            f["out_bias"], f["mlp_bias"], f["norm"], f["rotary"], f["gated"],
-                            f["activation"], f["pos_embed"])
-    ops = DecoderLayerOps(ctx, dims, WEIGHTS[weights], np.float32, np.float32, np.float32,
-                          groups=1)
 
     def r(*shape, s=0.3):
         return (rng.standard_normal(shape) * s).astype(np.float32)
@@ -76,35 +69,19 @@ def run_block(ctx, rng, family, pos=35, token=7, scale=0.3, weights="float32"):
                     ("down", f["mlp_bias"]), ("gate", f["mlp_bias"] and f["gated"])):
         if on:
             p["b_" + key] = r(p["w_" + key].shape[0])
-    stored = {}  # (the kernel's weights and scales; p keeps the values they stand for)
+    stored = {}
     for key in [k for k in p if k.startswith("w_")]:
         stored[key], scales, p[key] = _stored(weights, p[key])
         if scales is not None:
             stored["s_" + key[2:]] = scales
-    keys, values = r(KVH, CONTEXT, D, s=1.0), r(KVH, CONTEXT, D, s=1.0)
-    angles = np.arange(CONTEXT)[:, None] * 0.1 * (np.arange(D // 2) + 1)[None]
-    cos = np.concatenate([np.cos(angles)] * 2, 1).astype(np.float32)
-    sin = np.concatenate([-np.sin(angles), np.sin(angles)], 1).astype(np.float32)
-    table, pos_table, x0 = r(VOCAB, H, s=1.0), r(CONTEXT, H, s=1.0), r(H, s=1.0)
-    embed = f["pos_embed"]
+    p["keys"], p["values"] = r(KVH, CONTEXT, D, s=1.0), r(KVH, CONTEXT, D, s=1.0)
+    return p, dict(p, **stored)
 
-    def t(a, dtype=np.float32):
-        return dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, dtype))
-    scratch = ops.scratch()
-    scratch["x"].to_device(x0)
-    caches = (t(keys), t(values))
-    launch = ops.launch(embed, scratch, t(np.array([token]), np.int64),
-                        t(np.array([pos]), np.int64), t(table), None,
-                        {k: t(v, v.dtype) for k, v in dict(p, **stored).items()}, caches,
-                        (t(cos), t(sin)) if f["rotary"] else None, EPS, scale,
-                        pos_table=t(pos_table) if embed else None)
-    launch(ctx.queue)
-    got = scratch["x"].to_host()
-    got_rows = [c.to_host()[:, pos] for c in caches]
 
-    # the reference, float64
-    q = {k: v.astype(np.float64) for k, v in p.items()}
-    x = (table[token] + pos_table[pos] if embed else x0).astype(np.float64)
+def _reference_block(f, q, x, pos, scale, cos, sin):
+    """(the residual after the block, its new cache rows) in float64; ``q`` the block's
+    values, float64."""
+    QH, KVH, D = HEADS, f["kv_heads"], WIDTH
     qkv = q["w_qkv"] @ _norm(f["norm"], x, q["norm1"], q.get("norm1_b")) + q.get("b_qkv", 0)
     heads = qkv.reshape(QH + 2 * KVH, D)
     if f["rotary"]:
@@ -112,7 +89,7 @@ def run_block(ctx, rng, family, pos=35, token=7, scale=0.3, weights="float32"):
         c, s = cos[pos].astype(np.float64), sin[pos].astype(np.float64)
         heads[:QH + KVH, :D // 2] = a * c[:D // 2] + b * s[:D // 2]
         heads[:QH + KVH, D // 2:] = b * c[D // 2:] + a * s[D // 2:]
-    K, V = keys.astype(np.float64), values.astype(np.float64)
+    K, V = q["keys"].copy(), q["values"].copy()
     K[:, pos], V[:, pos] = heads[QH:QH + KVH], heads[QH + KVH:]
     att = np.empty((QH, D))
     for h in range(QH):
@@ -127,12 +104,69 @@ def run_block(ctx, rng, family, pos=35, token=7, scale=0.3, weights="float32"):
         mlp = _act(f["activation"], q["w_gate"] @ n2 + q.get("b_gate", 0)) * up
     else:
         mlp = _act(f["activation"], up)
-    want = x + q["w_down"] @ mlp + q.get("b_down", 0)
-    return got, want, got_rows, [K[:, pos], V[:, pos]]
+    return x + q["w_down"] @ mlp + q.get("b_down", 0), [K[:, pos], V[:, pos]]
 
 
-def check_block(ctx, rng, family, weights="float32"):
-    got, want, got_rows, want_rows = run_block(ctx, rng, family, weights=weights)
+def run_block(ctx, rng, family, pos=35, token=7, scale=0.3, weights="float32", blocks=1):
+    """(the kernel's residual, the reference's, the caches' rows ``pos``: kernel and
+    reference, a list a block) for ``blocks`` blocks of ``family`` in one launch, with
+    random float32 parameters, the Linears' weights stored as ``weights`` (WEIGHTS). Each
+    of a tensor's blocks lies in one buffer (the kernel's table of offsets past the first
+    block's), each block with an attention scale of its own."""
+    f = FAMILIES[family]
+    H, I, QH, KVH, D = HIDDEN, INNER, HEADS, f["kv_heads"], WIDTH
+    dims = DecoderBlockDims(H, I, QH, KVH, D, CONTEXT, VOCAB, 0, f["qkv_bias"],
+                            f["out_bias"], f["mlp_bias"], f["norm"], f["rotary"], f["gated"],
+                            f["activation"], f["pos_embed"])
+    ops = DecoderLayerOps(ctx, dims, WEIGHTS[weights], np.float32, np.float32, np.float32,
+                          groups=1)
+    made = [_block_params(rng, f, weights) for _ in range(blocks)]
+    scales = [scale * (1 + 0.5 * b) for b in range(blocks)]
+    angles = np.arange(CONTEXT)[:, None] * 0.1 * (np.arange(D // 2) + 1)[None]
+    cos = np.concatenate([np.cos(angles)] * 2, 1).astype(np.float32)
+    sin = np.concatenate([-np.sin(angles), np.sin(angles)], 1).astype(np.float32)
+    table = rng.standard_normal((VOCAB, H)).astype(np.float32)
+    pos_table = rng.standard_normal((CONTEXT, H)).astype(np.float32)
+    x0 = rng.standard_normal(H).astype(np.float32)
+    embed = f["pos_embed"]
+
+    def t(a, dtype=np.float32):
+        return dp.Tensor.from_numpy(ctx, np.ascontiguousarray(a, dtype))
+    # each tensor's blocks one after another in a buffer of their own (8 values apart)
+    kernel_blocks = [{} for _ in made]
+    for name, first in made[0][1].items():
+        flat = [np.ravel(m[1][name]) for m in made]
+        step = -(-flat[0].size // 8) * 8 + 8
+        whole = t(np.concatenate([np.pad(a, (0, step - a.size)) for a in flat]), first.dtype)
+        for b, a in enumerate(flat):
+            kernel_blocks[b][name] = dp.Tensor(ctx, a.shape, first.dtype, whole.buffer,
+                                               b * step)
+            kernel_blocks[b][name]._owner = whole
+    scratch = ops.scratch()
+    scratch["x"].to_device(x0)
+    launch = ops.launch(embed, scratch, t(np.array([token]), np.int64),
+                        t(np.array([pos]), np.int64), t(table), None, kernel_blocks,
+                        (t(cos), t(sin)) if f["rotary"] else None, EPS, scales,
+                        pos_table=t(pos_table) if embed else None)
+    launch(ctx.queue)
+    got = scratch["x"].to_host()
+    got_rows = [[kb[c].to_host().reshape(KVH, CONTEXT, D)[:, pos] for c in ("keys", "values")]
+                for kb in kernel_blocks]
+
+    # the reference, float64
+    x = (table[token] + pos_table[pos] if embed else x0).astype(np.float64)
+    want_rows = []
+    for (p, _), s in zip(made, scales):
+        x, rows = _reference_block(f, {k: v.astype(np.float64) for k, v in p.items()}, x,
+                                   pos, s, cos, sin)
+        want_rows.append(rows)
+    return got, x, got_rows, want_rows
+
+
+def check_block(ctx, rng, family, weights="float32", blocks=1):
+    got, want, got_rows, want_rows = run_block(ctx, rng, family, weights=weights,
+                                               blocks=blocks)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    for g, w in zip(got_rows, want_rows):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    for gb, wb in zip(got_rows, want_rows):
+        for g, w in zip(gb, wb):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

@@ -132,6 +132,21 @@ def test_16_bit_and_quantized_weights_follow_the_nets_pass(ctx, saved, monkeypat
     assert same == len(tokens) or np.ptp(np.sort(ref[same])[-2:]) < 0.05 * scale
 
 
+@pytest.mark.parametrize("max_blocks,launches", [(64, 1), (2, 2)])
+def test_blocks_share_launches(ctx, tmp_path, monkeypatch, max_blocks, launches):
+    """Three blocks whose tensors share the Net's buffer: one launch, or runs of at most
+    ``MAX_BLOCKS`` (the first run alone reads the token's row), with transformers' logits."""
+    import dlprim.core.decoder_layer as decoder_layer
+    monkeypatch.setattr(decoder_layer, "MAX_BLOCKS", max_blocks)
+    model = _saved_llama(tmp_path, num_hidden_layers=3)
+    lm = _load(monkeypatch, ctx, str(tmp_path))
+    blocks = [launch for launch in lm.engine.fused.launches if launch.name == "decoder_layer"]
+    assert len(blocks) == launches
+    _, want = _hf_greedy(model, PROMPT, 8)
+    _, got = _decode(lm, 8)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_position_past_the_cache_gives_nan_and_writes_nothing(ctx, saved, monkeypatch):
     _, folder = saved("llama")
     lm = _load(monkeypatch, ctx, folder)
@@ -228,13 +243,40 @@ def test_heads_wider_than_a_team(ctx, tmp_path, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("family,weights", [("llama", "float32"), ("gpt2", "float32"),
-                                            ("llama", "int8"), ("llama", "q4"),
-                                            ("gpt2", "q4")])
-def test_one_block_matches_float64(ctx, rng, family, weights):
-    """The kernel alone against decoder_block_check's float64 block: a cache of two
+@pytest.mark.parametrize("family,weights,blocks", [
+    ("llama", "float32", 1), ("gpt2", "float32", 1), ("llama", "int8", 1), ("llama", "q4", 1),
+    ("gpt2", "q4", 1), ("llama", "float32", 3), ("gpt2", "int8", 2)])
+def test_blocks_match_float64(ctx, rng, family, weights, blocks):
+    """The kernel alone against decoder_block_check's float64 blocks: a cache of two
     chunks, the new token's key and value written at its position; int8 and 4-bit weights
-    against the values they stand for."""
+    against the values they stand for; several blocks in one launch, each tensor's blocks
+    in one buffer, each block's attention scale its own (GPT-2's: only the first block
+    reads the token's rows)."""
     import decoder_block_check
     _needs_rotary_free_blocks(ctx, family)
-    decoder_block_check.check_block(ctx, rng, family, weights)
+    decoder_block_check.check_block(ctx, rng, family, weights, blocks)
+
+
+def test_a_launchs_blocks_must_share_each_tensors_buffer(ctx):
+    """The kernel finds a block's tensors past the first block's: a block whose tensor lies
+    in another buffer, or that lacks one the first has, is refused by name."""
+    from dlprim.core.decoder_layer import DecoderBlockDims, DecoderLayerOps
+    import dlprim as dp
+    ops = DecoderLayerOps(ctx, DecoderBlockDims(32, 24, 4, 2, 8, 40, 11), np.float32,
+                          np.float32, np.float32, np.float32, groups=1)
+    scratch = ops.scratch()
+
+    def block():
+        return {"norm1": dp.Tensor.zeros(ctx, (32,)), "w_qkv": dp.Tensor.zeros(ctx, (64, 32))}
+    one, two = block(), block()
+    with pytest.raises(ValueError, match="block 1's norm1 is not in the first block's buffer"):
+        ops.launch(False, scratch, scratch["x"], scratch["x"], scratch["x"], None, [one, two],
+                   None, 1e-5)
+    del two["w_qkv"]
+    two["norm1"] = one["norm1"]
+    with pytest.raises(ValueError, match="block 1's w_qkv"):
+        ops.launch(False, scratch, scratch["x"], scratch["x"], scratch["x"], None, [one, two],
+                   None, 1e-5)
+    with pytest.raises(ValueError, match="1 to"):
+        ops.launch(False, scratch, scratch["x"], scratch["x"], scratch["x"], None,
+                   [one] * (ops.max_blocks + 1), None, 1e-5)

@@ -1,5 +1,5 @@
-"""A Llama-family or GPT-2-family decoder block at one token in one launch
-(``kernels/decoder_layer.cl``): the norms (RMSNorm, or LayerNorm with a bias), the q/k/v,
+"""Llama-family or GPT-2-family decoder blocks at one token, a run of them in one launch
+(``kernels/decoder_layer.cl``): each block's norms (RMSNorm, or LayerNorm with a bias), the q/k/v,
 output and MLP products (SwiGLU's gate/up pair, or one product and its activation), the
 rotary embedding (or none), the cache write and attention over the cache, with P
 work-groups meeting at grid barriers between the phases.
@@ -7,7 +7,8 @@ work-groups meeting at grid barriers between the phases.
 A decoder's one-token step on NVIDIA's driver is made of launches that each cost 5-9 us
 of host time and 4-5 us of device time whatever they do (docs/benchmarks.md, "Language-
 model decoding"): six a block took a TinyLlama step to 2 ms against 0.56 ms for its
-bytes. Here a block is one launch and its phases meet at a grid barrier (1-2 us).
+bytes. Here the blocks are one launch, their phases and the blocks themselves meeting at
+grid barriers (1-3 us).
 
 As with the recurrent layers' one-launch loop (``core/recurrent_persistent.py``), a grid
 barrier deadlocks where the device does not keep every work-group resident, so the launch
@@ -20,6 +21,7 @@ import math
 import os
 
 import numpy as np
+import pyopencl as cl
 
 from ..dtypes import cl_type
 from ..kernels import program
@@ -50,6 +52,16 @@ SINGLE_UNROLL = 8
 # product and the MLP's first rows: a block 46.6 -> 46.9 us, attention's slowest work-
 # groups waiting on the prefetches' traffic). H200, fp16, decode_block_phases.py, one call.
 PREFETCH_BYTES = 16 << 20
+# Blocks a launch at most (its table of the blocks' tensors is local memory): a step is one
+# launch for most decoders. Where a block's launch ends, its slowest work-group's tail and
+# the next launch's start cost about 7 us against a grid barrier's 2-3 (H200, TinyLlama's
+# blocks: 52.4 us a launch, 47.1 of phases).
+MAX_BLOCKS = 64
+# a block's tensors in the kernel's order (None where the block has none)
+BLOCK_TENSORS = ("norm1", "norm1_b", "w_qkv", "s_qkv", "b_qkv", "w_o", "s_o", "b_o", "norm2",
+                 "norm2_b", "w_gate", "s_gate", "b_gate", "w_up", "s_up", "b_up", "w_down",
+                 "s_down", "b_down", "keys", "values")
+_BLOCK_BYTES = 8 * len(BLOCK_TENSORS) + 4  # (a block's deltas and attention scale)
 
 
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "tanh", "sigmoid")
@@ -126,7 +138,9 @@ class DecoderLayerOps:
         # (the staged vectors in whole blocks of 8 x TEAM: the kernel's PERM)
         vl = max(round_up(max(d.hidden, d.inner, d.heads * d.width), VEC * TEAM),
                  self.teams * (d.width + TEAM))
-        self.local_bytes = 4 * (vl + self.threads) + 64
+        base = 4 * (vl + self.threads) + 64
+        self.max_blocks = max(1, min(MAX_BLOCKS, (ctx.facts.local_mem - base) // _BLOCK_BYTES))
+        self.local_bytes = base + self.max_blocks * _BLOCK_BYTES
         types = {name: _type(t) for name, t in (("W_T", weight_dtype), ("C_T", cache_dtype),
                                                  ("T_T", table_dtype), ("E_T", embed_dtype),
                                                  ("B_T", bias_dtype), ("P_T", pos_dtype))}
@@ -140,7 +154,8 @@ class DecoderLayerOps:
             TEAM=TEAM, TEAMS=self.teams, MULTI=int(self.groups > 1),
             SHUFFLE=int(nvidia), VL=vl,
             UNROLL=int(unroll), SINGLE_UNROLL=max(SINGLE_UNROLL, int(unroll)),
-            TIMING=int(bool(timing)), **types)
+            TIMING=int(bool(timing)), BLOCK_TENSORS=",".join(BLOCK_TENSORS),
+            MAX_BLOCKS=self.max_blocks, **types)
         # (4-bit weights: half a byte a value and a float32 scale a group)
         itemsize = 0.5 + 4 / Q4_GROUP if self.params["Q4"] else np.dtype(weight_dtype).itemsize
         self.params["PREFETCH"] = self._prefetches(nvidia, itemsize)
@@ -173,36 +188,49 @@ class DecoderLayerOps:
         out["sync"] = Tensor.zeros(ctx, (2,), "uint64")
         return out
 
-    def launch(self, embed, scratch, tokens, pos, table, table_scale, block, caches, tables,
-               eps, scale=None, spins=SPINS, clock=None, pos_table=None):
-        """The launch of one block: ``embed`` (the first: its residual is the token's row of
-        ``table``, ``table_scale`` its rows' scales or None, plus the position's row of
-        ``pos_table`` with ``pos_embed``), ``block`` {norm1, norm1_b, w_qkv, s_qkv, b_qkv,
-        w_o, s_o, b_o, norm2, norm2_b, w_gate, s_gate, b_gate, w_up, s_up, b_up, w_down,
-        s_down, b_down} (absent norm biases, scales, biases and gate: None), ``caches``
-        (keys, values), ``tables`` (cos, sin; None without rotary), ``scale`` the
-        attention's (default 1 / sqrt(width)); ``clock``: with ``timing``, uint64 (groups,
-        16) the phases' clocks go to."""
+    def launch(self, embed, scratch, tokens, pos, table, table_scale, blocks, tables, eps,
+               scales=None, spins=SPINS, clock=None, pos_table=None):
+        """One launch of ``blocks`` (at most ``max_blocks``), each a dict of BLOCK_TENSORS
+        (absent norm biases, scales, biases and gate: None or missing; ``keys`` and
+        ``values`` its caches): each block's tensor lies in the buffer of the first block's
+        (the Net's parameters). ``embed``: the first block is the decoder's first (its
+        residual is the token's row of ``table``, ``table_scale`` its rows' scales or None,
+        plus the position's row of ``pos_table`` with ``pos_embed``); ``tables`` (cos, sin;
+        None without rotary); ``scales`` each block's attention scale (None: 1 / sqrt(width));
+        ``clock``: with ``timing``, uint64 (blocks, groups, 16) the phases' clocks go to."""
+        if not 1 <= len(blocks) <= self.max_blocks:
+            raise ValueError("DecoderLayerOps: %d blocks a launch (1 to %d)"
+                             % (len(blocks), self.max_blocks))
         absent = scratch["x"]  # (a valid buffer for an absent tensor; never read)
+        first = [blocks[0].get(k) for k in BLOCK_TENSORS]
+        deltas = np.zeros((len(blocks), len(BLOCK_TENSORS)), np.int64)
+        for b, block in enumerate(blocks):
+            for k, name in enumerate(BLOCK_TENSORS):
+                t, t0 = block.get(name), first[k]
+                if (t is None) != (t0 is None) or \
+                        (t is not None and (t.buffer != t0.buffer or t.dtype != t0.dtype)):
+                    raise ValueError("DecoderLayerOps: block %d's %s is not in the first "
+                                     "block's buffer as %s" % (b, name, None if t0 is None
+                                                               else t0.dtype))
+                if t is not None:
+                    deltas[b, k] = t.offset - t0.offset
+        default = 1.0 / math.sqrt(self.dims.width)
+        scales = np.array([default if s is None else s
+                           for s in (scales or [None] * len(blocks))], np.float32)
+        mf = cl.mem_flags
+        # (buffers of their own: the launch holds them)
+        deltas_buf, scales_buf = (cl.Buffer(self.ctx.cl_context, mf.READ_ONLY | mf.COPY_HOST_PTR,
+                                            hostbuf=a) for a in (deltas, scales))
+        s = scratch
+        tables = tables or (None, None)
 
         def t(v):
             return absent if v is None else v
-        s = scratch
-        if scale is None:
-            scale = 1.0 / math.sqrt(self.dims.width)
-        tables = tables or (None, None)
-        b = {k: t(block.get(k)) for k in (
-            "norm1", "norm1_b", "w_qkv", "s_qkv", "b_qkv", "w_o", "s_o", "b_o", "norm2",
-            "norm2_b", "w_gate", "s_gate", "b_gate", "w_up", "s_up", "b_up", "w_down",
-            "s_down", "b_down")}
-        args = [tokens, pos, s["x"].buffer, t(table), t(table_scale), b["norm1"],
-                b["norm1_b"], t(pos_table), b["w_qkv"], b["s_qkv"], b["b_qkv"], b["w_o"],
-                b["s_o"], b["b_o"], b["norm2"], b["norm2_b"], b["w_gate"], b["s_gate"],
-                b["b_gate"], b["w_up"], b["s_up"], b["b_up"], b["w_down"], b["s_down"],
-                b["b_down"], caches[0], caches[1], t(tables[0]), t(tables[1]),
-                s["qkv"].buffer, s["part"].buffer, s["count"].buffer, s["att"].buffer,
-                s["mlp"].buffer,
-                s["sync"].buffer, np.uint32(spins), np.float32(eps),
-                np.float32(scale)] + ([clock.buffer] if self.params["TIMING"] else [])
+        args = [tokens, pos, s["x"].buffer, t(table), t(table_scale), t(pos_table)] + \
+            [t(v) for v in first] + \
+            [deltas_buf, scales_buf, np.uint32(len(blocks)), t(tables[0]), t(tables[1]),
+             s["qkv"].buffer, s["part"].buffer, s["count"].buffer, s["att"].buffer,
+             s["mlp"].buffer, s["sync"].buffer, np.uint32(spins), np.float32(eps)] + \
+            ([clock.buffer] if self.params["TIMING"] else [])
         return program.Launch(self.program(embed), "decoder_layer",
                               (self.groups * self.threads,), (self.threads,), args)

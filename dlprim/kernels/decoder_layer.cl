@@ -1,14 +1,18 @@
 <%include file="common.h"/>
 <%namespace name="q4" file="q4_loads.h"/>
-## One block of a Llama-family or GPT-2-family decoder at one token, in one launch
-## (core/decoder_layer.py): the norm and the q/k/v product with the rotary embedding and the
-## cache write in its epilogue, attention over the cache in chunks with each head's chunks
-## merged by the team that finishes its last, the output product added onto the residual,
-## the norm and the MLP's products (SwiGLU's gate and up pair, or one product and its
-## activation), the down product added onto the residual. P work-groups (one a compute
-## unit) meet at a grid barrier between those four phases: a decoder's step is then one
-## launch a block instead of six, where each launch costs NVIDIA's driver 5-9 us of host
-## time and 4-5 us of device time whatever it does.
+## The blocks of a Llama-family or GPT-2-family decoder at one token, in one launch
+## (core/decoder_layer.py); each block: the norm and the q/k/v product with the rotary
+## embedding and the cache write in its epilogue, attention over the cache in chunks with
+## each head's chunks merged by the team that finishes its last, the output product added
+## onto the residual, the norm and the MLP's products (SwiGLU's gate and up pair, or one
+## product and its activation), the down product added onto the residual. P work-groups (one a compute
+## unit) meet at a grid barrier between those four phases and between the blocks: a
+## decoder's step is then one launch instead of six a block, where each launch costs
+## NVIDIA's driver 5-9 us of host time and 4-5 us of device time whatever it does, and a
+## block's launch its slowest work-group's tail (5 us of a TinyLlama block's 52 on an H200).
+## The blocks' tensors lie in one buffer each (the Net's parameters): the kernel takes the
+## first block's and a table of each block's elements past them (``deltas``, BLOCK_TENSORS
+## in order a block), and each block's attention scale.
 ##
 ## The residual stream x is float32 (H values) between the launches; each product's vector
 ## operand is staged in local memory by every work-group (volatile loads: values another
@@ -34,7 +38,9 @@
 ## bias), ROTARY (0: no rotary embedding), GATED (SwiGLU-style gate and up pair, else one
 ## product), ACT (the MLP's activation), POS_EMBED (the first block adds the position's
 ## row of a learned table of P_T); PREFETCH (NVIDIA: each work-group asks the L2 cache for its
-## share of the output, MLP and down products' weights as it ends attention).
+## share of the output, MLP and down products' weights as it ends attention);
+## BLOCK_TENSORS (the names of a block's tensors, comma-separated), MAX_BLOCKS (blocks a
+## launch at most: its local table's size).
 <%
 NQKV = (QH + 2 * KVH) * D
 G = QH // KVH
@@ -148,7 +154,7 @@ inline ulong now_ns(void)
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-#define STAMP(k) if (lid == 0) clock[group * 16 + (k)] = now_ns()
+#define STAMP(k) if (lid == 0) clock[((ulong)blk * groups + group) * 16 + (k)] = now_ns()
 % else:
 #define STAMP(k)
 % endif
@@ -353,40 +359,31 @@ def widened(raw, u):
     }
 </%def>
 
+<%
+def block_type(name):  # (the pointer type of a block's tensor, by its name: caches written)
+    if name in ("keys", "values"):
+        return C_T
+    return "const " + {"w": W_T, "b": B_T}.get(name.split("_")[0], "float")
+BT = BLOCK_TENSORS.split(",")
+NB = len(BT)
+%>
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void decoder_layer(__global const long *tokens, ulong tokens_offset,
                    __global const long *pos, ulong pos_offset,
                    __global float *x,
                    __global const ${E_T} *table, ulong table_offset,
                    __global const float *table_scale, ulong table_scale_offset,
-                   __global const float *norm1, ulong norm1_offset,
-                   __global const float *norm1_b, ulong norm1_b_offset,
                    __global const ${P_T} *pos_table, ulong pos_table_offset,
-                   __global const ${W_T} *w_qkv, ulong w_qkv_offset,
-                   __global const float *s_qkv, ulong s_qkv_offset,
-                   __global const ${B_T} *b_qkv, ulong b_qkv_offset,
-                   __global const ${W_T} *w_o, ulong w_o_offset,
-                   __global const float *s_o, ulong s_o_offset,
-                   __global const ${B_T} *b_o, ulong b_o_offset,
-                   __global const float *norm2, ulong norm2_offset,
-                   __global const float *norm2_b, ulong norm2_b_offset,
-                   __global const ${W_T} *w_gate, ulong w_gate_offset,
-                   __global const float *s_gate, ulong s_gate_offset,
-                   __global const ${B_T} *b_gate, ulong b_gate_offset,
-                   __global const ${W_T} *w_up, ulong w_up_offset,
-                   __global const float *s_up, ulong s_up_offset,
-                   __global const ${B_T} *b_up, ulong b_up_offset,
-                   __global const ${W_T} *w_down, ulong w_down_offset,
-                   __global const float *s_down, ulong s_down_offset,
-                   __global const ${B_T} *b_down, ulong b_down_offset,
-                   __global ${C_T} *keys, ulong keys_offset,
-                   __global ${C_T} *values, ulong values_offset,
+% for name in BT:
+                   __global ${block_type(name)} *${name}_0, ulong ${name}_0_offset,
+% endfor
+                   __global const long *deltas, __global const float *scales, uint blocks,
                    __global const ${T_T} *cosines, ulong cos_offset,
                    __global const ${T_T} *sines, ulong sin_offset,
                    __global float *qkv, __global float *part, volatile __global uint *count,
                    __global float *att,
                    __global float *mlp, volatile __global ulong *sync, uint spins,
-                   float eps, float scale
+                   float eps
 % if TIMING:
                    , __global ulong *clock
 % endif
@@ -396,21 +393,20 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
     __local float red[NT];      // sums
     __local int failed;
     __local int merging[TEAMS];  // (whether each team merges its task's head)
+    // each block's tensors: elements past the first block's (deltas), its attention scale
+    __local long block_at[${MAX_BLOCKS * NB}];
+    __local float block_scale[${MAX_BLOCKS}];
     const int lid = get_local_id(0), lane = lid % TEAM, team = lid / TEAM;
     const int group = get_group_id(0), groups = get_num_groups(0);
     if (lid == 0)
         failed = 0;
+    for (uint i = lid; i < blocks * ${NB}; i += NT)
+        block_at[i] = deltas[i];
+    for (uint i = lid; i < blocks; i += NT)
+        block_scale[i] = scales[i];
     const long p = pos[pos_offset];
     const int bad = p < 0 || p >= CONTEXT;  // (the cache would overflow: NaN, nothing written)
     const long row = bad ? 0 : p;
-    w_qkv += w_qkv_offset; s_qkv += s_qkv_offset; b_qkv += b_qkv_offset;
-    w_o += w_o_offset; s_o += s_o_offset; b_o += b_o_offset;
-    w_gate += w_gate_offset; s_gate += s_gate_offset; b_gate += b_gate_offset;
-    w_up += w_up_offset; s_up += s_up_offset; b_up += b_up_offset;
-    w_down += w_down_offset; s_down += s_down_offset; b_down += b_down_offset;
-    norm1 += norm1_offset; norm2 += norm2_offset;
-    norm1_b += norm1_b_offset; norm2_b += norm2_b_offset;
-    keys += keys_offset; values += values_offset;
 % if ROTARY:
     cosines += cos_offset + (ulong)row * D; sines += sin_offset + (ulong)row * D;
 % endif
@@ -418,6 +414,8 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
     // the read)
     const long token = tokens[tokens_offset];
     const int bad_token = token < 0 || token >= ${VOCAB};
+    // (x is read past the L1 cache: the blocks before, in this launch, wrote it)
+    volatile __global float *xv = x;
 % if EMBED:
     // the first block's residual: the token's row of the table
     __global const ${E_T} *x_in = table + table_offset + (ulong)(bad_token ? 0 : token) * H;
@@ -429,13 +427,23 @@ void decoder_layer(__global const long *tokens, ulong tokens_offset,
 % if POS_EMBED:
     // (and the position's row of the learned position table)
     __global const ${P_T} *x_at = pos_table + pos_table_offset + (ulong)row * H;
-#define X_IN(i) fma((float)LD_${E_T}(x_in, i), x_in_scale, (float)LD_${P_T}(x_at, i))
+#define X_IN(i) (blk ? xv[i] \
+                     : fma((float)LD_${E_T}(x_in, i), x_in_scale, (float)LD_${P_T}(x_at, i)))
 % else:
-#define X_IN(i) ((float)LD_${E_T}(x_in, i) * x_in_scale)
+#define X_IN(i) (blk ? xv[i] : (float)LD_${E_T}(x_in, i) * x_in_scale)
 % endif
 % else:
-#define X_IN(i) (x[i])
+#define X_IN(i) (xv[i])
 % endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    // the launch's blocks in turn, a grid barrier between them
+    for (uint blk = 0; blk < blocks; blk++) {
+% for k, name in enumerate(BT):
+    __global ${block_type(name)} *${name} =
+        ${name}_0 + ${name}_0_offset + block_at[blk * ${NB} + ${k}];
+% endfor
+    const float scale = block_scale[blk];
 
     STAMP(0);
     // 1. q, k and v of the norm of x: a team a pair of a head's rows (e, e + D/2), whose
@@ -564,7 +572,7 @@ qkv_epilogue = """const int hd = r / D, e = r %% D;
             if (lane == 0) {
                 const int last_chunk = live && atomic_inc(count + h) == (uint)chunks - 1;
                 if (last_chunk) {
-                    atomic_xchg(count + h, 0u);  // (all counted: ready for the next launch)
+                    atomic_xchg(count + h, 0u);  // (all counted: ready for the next block)
                     global_fence();  // (the count, before the reads of the partials)
                 }
                 merging[team] = last_chunk;
@@ -652,7 +660,7 @@ mats = [("o", "H", QH * D)] + ([("gate", I, "H")] if GATED else []) + \
     STAMP(6);
 
     // 4. mlp = act(gate(norm(x))) * up(norm(x)), or act(up(norm(x)))
-    ${stage_norm("norm2", "norm2_b", "((volatile __global float *)x)[i]")}
+    ${stage_norm("norm2", "norm2_b", "xv[i]")}
 <%
 def mlp_value(name, sum_):
     return "%s * rs%s%s" % (sum_, " * s_%s[c]" % name if SCALE else "",
@@ -673,6 +681,9 @@ def mlp_value(name, sum_):
         vec[PERM(i)] = ((volatile __global float *)mlp)[i];
     barrier(CLK_LOCAL_MEM_FENCE);
     const int wrong = bad || bad_token || failed;
-    ${product("w_down", "H", I, "x[c] = wrong ? NAN : ((volatile __global float *)x)[c] + sum%s%s;" % (" * s_down[c]" if SCALE else "", " + (float)LD_%s(b_down, c)" % B_T if MLP_BIAS else ""))}
+    ${product("w_down", "H", I, "x[c] = wrong ? NAN : xv[c] + sum%s%s;" % (" * s_down[c]" if SCALE else "", " + (float)LD_%s(b_down, c)" % B_T if MLP_BIAS else ""))}
     STAMP(9);
+    if (blk + 1 < blocks)
+        grid_sync(sync, &failed, spins);
+    }
 }

@@ -118,7 +118,8 @@ class DecodeEngine:
                                   % (len(missing), ", ".join(missing[:5])))
         self.lengths = np.zeros(self.batch, np.int64)  # the tokens each row's cache holds
         self.sampler = TokenSampler(ctx, self.batch, vocab, net.tensor("logits").dtype)
-        # the one-token pass as one launch a block where the decoder and the device take it
+        # the one-token pass as one launch of its blocks where the decoder and the device
+        # take it
         # (``fused``: the one-token Net -> a FusedStep or None; llm/fused_step.py)
         self.fused = fused(net) if fused is not None else None
         # whether ``step(..., ahead=True)`` enqueues the next pass (DLPRIM_DECODE_AHEAD=0: no)

@@ -1,7 +1,8 @@
-"""A decoder's one-token pass as one launch a block (``core/decoder_layer.py``) over the
-decoder Net's own weights and caches, then the Net's head: the Llama and GPT-2 families,
-whose ``fused_spec`` (llama.py, gpt2.py) says the block's shape, family and parameter
-names.
+"""A decoder's one-token pass as one launch of all its blocks (``core/decoder_layer.py``;
+consecutive blocks of one kernel whose tensors share the Net's parameter buffer, at most
+``max_blocks`` a launch) over the decoder Net's own weights and caches, then the Net's
+head: the Llama and GPT-2 families, whose ``fused_spec`` (llama.py, gpt2.py) says the
+block's shape, family and parameter names.
 
 The engine takes it for a one-token pass of a single sequence where the device runs it
 (NVIDIA GPUs, after a probe of the launch shape); the prompt's passes, batches of several
@@ -40,6 +41,17 @@ def fused_step(net, spec, groups=None, **options):
     except Unfusable as why:
         log.debug("decoding one token a pass through the Net: %s", why)
         return None
+
+
+def _aligned(net, name, optional=False):
+    """``net``'s parameter ``name`` (None where ``optional`` and absent), which the kernel
+    reads 8 values a load."""
+    if optional and name not in net.store.dtypes:
+        return None
+    t = net.param(name)
+    if t.offset % 8:
+        raise Unfusable("%s starts at element %d, not a multiple of 8" % (name, t.offset))
+    return t
 
 
 class FusedStep:
@@ -84,8 +96,9 @@ class FusedStep:
                                     % (name, np.dtype(dtypes[name]), w_dt))
         self.ops = {}
         self.launches = []
-        self.clocks = []  # (timing: each block's (groups, 16) uint64 phase clocks)
+        self.clocks = []  # (timing: each launch's (blocks, groups, 16) uint64 phase clocks)
         self.scratch = None
+        runs = []  # ([block], ops): consecutive blocks of one kernel, a launch each
         for i, window in enumerate(spec["windows"]):
             dims = DecoderBlockDims(
                 spec["hidden"], spec["inner"], spec["heads"], spec["kv_heads"], spec["width"],
@@ -107,46 +120,59 @@ class FusedStep:
                     self.scratch = ops.scratch()
                 if groups is None and not self._probe(ops, net, spec, i):
                     raise Unfusable("%d work-groups are not resident at once" % ops.groups)
-            self.launches.append(self._block(ops, net, spec, i))
+            block = self._tensors(net, spec, i)
+            if runs and runs[-1][1] is ops and len(runs[-1][0]) < ops.max_blocks and \
+                    self._shares_buffers(runs[-1][0][0], block):
+                runs[-1][0].append((i, block))
+            else:
+                runs.append(([(i, block)], ops))
+        for run, ops in runs:
+            self.launches.append(self._launch(ops, net, spec, run))
         self.launches += self._head(net, spec)
 
-    def _block(self, ops, net, spec, i, pos=None, spins=None):
-        """Block ``i``'s launch (``pos``: another position tensor than the Net's)."""
+    @staticmethod
+    def _shares_buffers(first, block):
+        """Whether each of ``block``'s tensors lies where the kernel finds it from
+        ``first``'s ((index, tensors) pairs): the same buffer and storage, or absent alike."""
+        a, b = first[1], block
+        return a.keys() == b.keys() and all(
+            a[k].buffer == b[k].buffer and a[k].dtype == b[k].dtype for k in a)
+
+    def _tensors(self, net, spec, i):
+        """Block ``i``'s tensors (BLOCK_TENSORS' names; absent ones left out)."""
         names = self.names
         p = names["block"] % i
-
-        def param(name, optional=False):
-            if optional and name not in net.store.dtypes:
-                return None
-            t = net.param(name)
-            if t.offset % 8:
-                raise Unfusable("%s starts at element %d, not a multiple of 8"
-                                % (name, t.offset))
-            return t
         block = {}
         for key in ("norm1", "norm2"):
-            block[key] = param(p + names[key] + ".weight")
-            block[key + "_b"] = param(p + names[key] + ".bias", spec["norm"] == "rms")
+            block[key] = _aligned(net, p + names[key] + ".weight")
+            block[key + "_b"] = _aligned(net, p + names[key] + ".bias", spec["norm"] == "rms")
         for key in ("qkv", "o", "gate", "up", "down"):
             if names.get(key) is None:  # (no gate: one MLP product)
                 continue
-            block["w_" + key] = param(p + names[key] + ".weight")
-            block["s_" + key] = param(p + names[key] + ".weight_scale", True)
-            block["b_" + key] = param(p + names[key] + ".bias", True)
-        caches = (net.param(p + names["cache"] + ".keys"),
-                  net.param(p + names["cache"] + ".values"))
+            block["w_" + key] = _aligned(net, p + names[key] + ".weight")
+            block["s_" + key] = _aligned(net, p + names[key] + ".weight_scale", True)
+            block["b_" + key] = _aligned(net, p + names[key] + ".bias", True)
+        block["keys"] = net.param(p + names["cache"] + ".keys")
+        block["values"] = net.param(p + names["cache"] + ".values")
+        return {k: v for k, v in block.items() if v is not None}
+
+    def _launch(self, ops, net, spec, run, pos=None, spins=None):
+        """The launch of ``run``'s blocks ((index, tensors) pairs; ``pos``: another position
+        tensor than the Net's)."""
+        names = self.names
         tables = (net.param("rope.cos"), net.param("rope.sin")) if spec["rotary"] else None
         extra = {} if spins is None else {"spins": spins}
         if ops.params["TIMING"]:
-            extra["clock"] = Tensor.zeros(self.ctx, (ops.groups, 16), "uint64")
+            extra["clock"] = Tensor.zeros(self.ctx, (len(run), ops.groups, 16), "uint64")
             if pos is None:
                 self.clocks.append(extra["clock"])
         pos = net.tensor("pos") if pos is None else pos
-        positions = names.get("positions")
-        return ops.launch(i == 0, self.scratch, net.tensor("tokens"), pos,
-                          net.param(names["embed"]), param(names["embed"] + "_scale", True),
-                          block, caches, tables, spec["eps"], spec["scales"][i],
-                          pos_table=param(positions) if positions else None, **extra)
+        positions, embed = names.get("positions"), names["embed"]
+        return ops.launch(run[0][0] == 0, self.scratch, net.tensor("tokens"), pos,
+                          net.param(embed), _aligned(net, embed + "_scale", True),
+                          [block for _, block in run], tables, spec["eps"],
+                          [spec["scales"][i] for i, _ in run],
+                          pos_table=_aligned(net, positions) if positions else None, **extra)
 
     def _head(self, net, spec):
         """The final norm and the head: the few-rows product normalizing x on the way
@@ -185,7 +211,8 @@ class FusedStep:
         pos.to_device(np.array([spec["context"]], np.int64))
         sync = self.scratch["sync"]
         try:
-            self._block(ops, net, spec, i, pos, PROBE_SPINS)(self.ctx.queue)
+            run = [(i, self._tensors(net, spec, i))]
+            self._launch(ops, net, spec, run, pos, PROBE_SPINS)(self.ctx.queue)
             failed = int(sync.numpy()[1])
         except Unfusable:
             raise

@@ -508,15 +508,15 @@ def test_lenet_training_step(ctx, rng, monkeypatch):
 
 # ---------------------------------------------------------------- a decoder's step
 
-@pytest.mark.parametrize("family,weights", [("llama", "float32"), ("gpt2", "float32"),
-                                            ("llama", "q4")])
-def test_decoder_block_in_one_launch(ctx, rng, family, weights):
+@pytest.mark.parametrize("family,weights,blocks", [("llama", "float32", 2),
+                                                   ("gpt2", "float32", 1), ("llama", "q4", 1)])
+def test_decoder_blocks_in_one_launch(ctx, rng, family, weights, blocks):
     """kernels/decoder_layer.cl as one work-group (its grid barriers work-group barriers):
-    each phase's local memory written and read across the barriers between them, against
-    decoder_block_check's float64 block (Llama's family and GPT-2's; 4-bit weights' rows
-    read 4 bytes a load)."""
+    each phase's local memory written and read across the barriers between them and
+    between two blocks, against decoder_block_check's float64 blocks (Llama's family and
+    GPT-2's; 4-bit weights' rows read 4 bytes a load)."""
     import decoder_block_check
-    decoder_block_check.check_block(ctx, rng, family, weights)
+    decoder_block_check.check_block(ctx, rng, family, weights, blocks)
 
 
 @pytest.mark.parametrize("weights", ["float32", "int8", "float16"])
