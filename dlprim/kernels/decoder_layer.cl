@@ -244,6 +244,26 @@ inline float team_max(float x, __local float *red)
 % endif
 
 <%include file="wg_reduce.h"/>
+% if SHUFFLE:
+// the work-group's sum: each team's by shuffles, then the TEAMS partials (every work-item
+// reads them in the same order: the same sum for all), where wg_reduce_sum's tree takes
+// log2(NT) barriers; ``red``: NT floats, free again on return
+inline float group_sum(__local float *red, float x)
+{
+    const int lid = get_local_id(0);
+    x = team_sum(x, red);
+    if (lid % TEAM == 0)
+        red[lid / TEAM] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float s = 0.0f;
+    for (int i = 0; i < TEAMS; i++)
+        s += red[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return s;
+}
+% else:
+#define group_sum(red, x) wg_reduce_sum(red, x)
+% endif
 
 inline float mlp_act(float g)
 {
@@ -270,16 +290,16 @@ inline float mlp_act(float g)
         float s = 0.0f;
         for (int i = lid; i < H; i += NT)
             s += ${value};
-        const float mean = wg_reduce_sum(red, s) / (float)H;
+        const float mean = group_sum(red, s) / (float)H;
         s = 0.0f;
         for (int i = lid; i < H; i += NT) {
             const float d = ${value} - mean;
             s = fma(d, d, s);
         }
-        const float rstd = rsqrt(wg_reduce_sum(red, s) / (float)H + eps);
+        const float rstd = rsqrt(group_sum(red, s) / (float)H + eps);
         for (int i = lid; i < H; i += NT)
             vec[PERM(i)] = fma((${value} - mean) * rstd, ${weight}[i], ${bias}[i]);
-        barrier(CLK_LOCAL_MEM_FENCE);  // (the RMS branch's wg_reduce_sum holds this one)
+        barrier(CLK_LOCAL_MEM_FENCE);  // (the RMS branch's group_sum holds this one)
         rs = 1.0f;
     }
 % else:
@@ -290,7 +310,7 @@ inline float mlp_act(float g)
             ss = fma(v, v, ss);
             vec[PERM(i)] = v * ${weight}[i];
         }
-        rs = rsqrt(wg_reduce_sum(red, ss) / (float)H + eps);
+        rs = rsqrt(group_sum(red, ss) / (float)H + eps);
     }
 % endif
 </%def>
