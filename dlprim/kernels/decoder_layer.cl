@@ -198,24 +198,10 @@ inline void l2_prefetch(__global const char *p, ulong bytes, uint who, uint amon
 % endif
 
 % if SHUFFLE:
-inline float team_sum(float x, __local float *red)
-{
-    for (int m = TEAM / 2; m > 0; m >>= 1) {
-        float y;
-        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(y) : "f"(x), "r"(m));
-        x += y;
-    }
-    return x;
-}
-inline float team_max(float x, __local float *red)
-{
-    for (int m = TEAM / 2; m > 0; m >>= 1) {
-        float y;
-        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(y) : "f"(x), "r"(m));
-        x = fmax(x, y);
-    }
-    return x;
-}
+<%include file="warp_shuffle.h"/>
+// (a team is a warp)
+#define team_sum(x, red) warp_sum(x)
+#define team_max(x, red) warp_max(x)
 % else:
 // (every work-item of the work-group calls these alike: they hold work-group barriers;
 // ``red``: the team's TEAM floats)

@@ -118,16 +118,7 @@ def load_b(ptr, scales, idx, vw):
 %>
 
 % if SHUFFLE:
-// the sum over a warp's 32 lanes, in every lane (shfl.sync.bfly: NVIDIA's PTX)
-inline float warp_sum(float x)
-{
-    for (int m = 16; m > 0; m >>= 1) {
-        float y;
-        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(y) : "f"(x), "r"(m));
-        x += y;
-    }
-    return x;
-}
+<%include file="warp_shuffle.h"/>
 % endif
 
 % if STAGE:

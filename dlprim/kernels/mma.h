@@ -185,13 +185,7 @@ inline uint tf32(float x)
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
-// the value of lane (lane ^ m) of the warp (shfl.sync.bfly; every lane takes part)
-inline float lanes_xor(float x, int m)
-{
-    float y;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(y) : "f"(x), "r"(m));
-    return y;
-}
+<%include file="warp_shuffle.h"/>
 #define LANES_XOR(x, m) lanes_xor(x, m)
 // two floats as one word of 16-bit operands, lo in the low half, rounded to nearest even
 // (cvt.rn.f16x2 puts its first source in the upper half)
