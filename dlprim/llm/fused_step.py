@@ -98,7 +98,7 @@ class FusedStep:
         self.launches = []
         self.clocks = []  # (timing: each launch's (blocks, groups, 16) uint64 phase clocks)
         self.scratch = None
-        runs = []  # ([block], ops): consecutive blocks of one kernel, a launch each
+        runs = []  # ([(index, tensors)], ops): consecutive blocks of one kernel, a launch each
         for i, window in enumerate(spec["windows"]):
             dims = DecoderBlockDims(
                 spec["hidden"], spec["inner"], spec["heads"], spec["kv_heads"], spec["width"],
