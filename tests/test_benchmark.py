@@ -71,6 +71,29 @@ def test_startup_rows_and_cold_caches(tmp_path):
         assert env[name].startswith(str(tmp_path)) and os.path.isdir(env[name])
 
 
+def test_decode_steps_plot(tmp_path):
+    """benchmarks/plot_decode_steps.py draws each model's measured steps from the docs'
+    data file into an SVG written whole (nothing else left in the folder)."""
+    pytest.importorskip("matplotlib")
+    import importlib.util
+    import json
+    import os
+    spec = importlib.util.spec_from_file_location(
+        "plot_decode_steps", os.path.join(os.path.dirname(__file__), "..", "benchmarks",
+                                          "plot_decode_steps.py"))
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    with open(plot.DATA) as f:
+        data = json.load(f)
+    fig = plot.figure(data)
+    for ax, (key, _) in zip(fig.axes, plot.MODELS):
+        measured = [s[key] for s in data["steps"] if key in s]
+        assert list(ax.lines[0].get_ydata()) == measured
+    out = tmp_path / "steps.svg"
+    assert plot.main(["--out", str(out)]) == 0
+    assert out.read_text().lstrip().startswith("<?xml") and os.listdir(tmp_path) == ["steps.svg"]
+
+
 def test_profile_table_names_every_operator(ctx):
     pctx = dp.Context(ctx.device_string, profiling=True)
     graph = models.lenet(batch=2, train=True).to_dict()
