@@ -139,9 +139,7 @@ def run_block(ctx, rng, family, pos=35, token=7, scale=0.3, weights="float32", b
         step = -(-flat[0].size // 8) * 8 + 8
         whole = t(np.concatenate([np.pad(a, (0, step - a.size)) for a in flat]), first.dtype)
         for b, a in enumerate(flat):
-            kernel_blocks[b][name] = dp.Tensor(ctx, a.shape, first.dtype, whole.buffer,
-                                               b * step)
-            kernel_blocks[b][name]._owner = whole
+            kernel_blocks[b][name] = whole.view(a.shape, b * step)
     scratch = ops.scratch()
     scratch["x"].to_device(x0)
     launch = ops.launch(embed, scratch, t(np.array([token]), np.int64),

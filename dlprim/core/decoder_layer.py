@@ -1,6 +1,6 @@
 """Llama-family or GPT-2-family decoder blocks at one token, a run of them in one launch
-(``kernels/decoder_layer.cl``): each block's norms (RMSNorm, or LayerNorm with a bias), the q/k/v,
-output and MLP products (SwiGLU's gate/up pair, or one product and its activation), the
+(``kernels/decoder_layer.cl``): each block's norms (RMSNorm, or LayerNorm with a bias), the
+q/k/v, output and MLP products (SwiGLU's gate/up pair, or one product and its activation), the
 rotary embedding (or none), the cache write and attention over the cache, with P
 work-groups meeting at grid barriers between the phases.
 
@@ -30,7 +30,7 @@ from ..utils import round_up
 from .quantize import Q4_GROUP
 from .recurrent_persistent import _real_gpu
 
-__all__ = ["DecoderBlockDims", "DecoderLayerOps"]
+__all__ = ["BLOCK_TENSORS", "DecoderBlockDims", "DecoderLayerOps", "misplaced"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,18 @@ BLOCK_TENSORS = ("norm1", "norm1_b", "w_qkv", "s_qkv", "b_qkv", "w_o", "s_o", "b
                  "norm2_b", "w_gate", "s_gate", "b_gate", "w_up", "s_up", "b_up", "w_down",
                  "s_down", "b_down", "keys", "values")
 _BLOCK_BYTES = 8 * len(BLOCK_TENSORS) + 4  # (a block's deltas and attention scale)
+
+
+def misplaced(first, block):
+    """The first of BLOCK_TENSORS that ``block`` does not hold where one launch with
+    ``first`` finds it (the same buffer and storage as ``first``'s, or absent from both),
+    or None. Blocks: dicts of tensors, an absent one None or missing."""
+    for name in BLOCK_TENSORS:
+        t, t0 = block.get(name), first.get(name)
+        if (t is None) != (t0 is None) or \
+                (t is not None and (t.buffer != t0.buffer or t.dtype != t0.dtype)):
+            return name
+    return None
 
 
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "tanh", "sigmoid")
@@ -205,15 +217,14 @@ class DecoderLayerOps:
         first = [blocks[0].get(k) for k in BLOCK_TENSORS]
         deltas = np.zeros((len(blocks), len(BLOCK_TENSORS)), np.int64)
         for b, block in enumerate(blocks):
+            name = misplaced(blocks[0], block)
+            if name is not None:
+                t0 = blocks[0].get(name)
+                raise ValueError("DecoderLayerOps: block %d's %s is not in the first block's "
+                                 "buffer as %s" % (b, name, None if t0 is None else t0.dtype))
             for k, name in enumerate(BLOCK_TENSORS):
-                t, t0 = block.get(name), first[k]
-                if (t is None) != (t0 is None) or \
-                        (t is not None and (t.buffer != t0.buffer or t.dtype != t0.dtype)):
-                    raise ValueError("DecoderLayerOps: block %d's %s is not in the first "
-                                     "block's buffer as %s" % (b, name, None if t0 is None
-                                                               else t0.dtype))
-                if t is not None:
-                    deltas[b, k] = t.offset - t0.offset
+                if first[k] is not None:
+                    deltas[b, k] = block[name].offset - first[k].offset
         default = 1.0 / math.sqrt(self.dims.width)
         scales = np.array([default if s is None else s
                            for s in (scales or [None] * len(blocks))], np.float32)

@@ -5,11 +5,12 @@
 ## embedding and the cache write in its epilogue, attention over the cache in chunks with
 ## each head's chunks merged by the team that finishes its last, the output product added
 ## onto the residual, the norm and the MLP's products (SwiGLU's gate and up pair, or one
-## product and its activation), the down product added onto the residual. P work-groups (one a compute
-## unit) meet at a grid barrier between those four phases and between the blocks: a
-## decoder's step is then one launch instead of six a block, where each launch costs
-## NVIDIA's driver 5-9 us of host time and 4-5 us of device time whatever it does, and a
-## block's launch its slowest work-group's tail (5 us of a TinyLlama block's 52 on an H200).
+## product and its activation), the down product added onto the residual. P work-groups
+## (one a compute unit) meet at a grid barrier between those four phases and between the
+## blocks: a decoder's step is then one launch instead of six a block, where each launch
+## costs NVIDIA's driver 5-9 us of host time and 4-5 us of device time whatever it does,
+## and a block's launch its slowest work-group's tail (5 us of a TinyLlama block's 52 on
+## an H200).
 ## The blocks' tensors lie in one buffer each (the Net's parameters): the kernel takes the
 ## first block's and a table of each block's elements past them (``deltas``, BLOCK_TENSORS
 ## in order a block), and each block's attention scale.

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from ..core.decoder_layer import PROBE_SPINS, DecoderBlockDims, DecoderLayerOps
+from ..core.decoder_layer import PROBE_SPINS, DecoderBlockDims, DecoderLayerOps, misplaced
 from ..core.gemm import Gemm
 from ..core.normalization import GroupNormOps
 from ..tensor import Tensor
@@ -122,21 +122,13 @@ class FusedStep:
                     raise Unfusable("%d work-groups are not resident at once" % ops.groups)
             block = self._tensors(net, spec, i)
             if runs and runs[-1][1] is ops and len(runs[-1][0]) < ops.max_blocks and \
-                    self._shares_buffers(runs[-1][0][0], block):
+                    misplaced(runs[-1][0][0][1], block) is None:
                 runs[-1][0].append((i, block))
             else:
                 runs.append(([(i, block)], ops))
         for run, ops in runs:
             self.launches.append(self._launch(ops, net, spec, run))
         self.launches += self._head(net, spec)
-
-    @staticmethod
-    def _shares_buffers(first, block):
-        """Whether each of ``block``'s tensors lies where the kernel finds it from
-        ``first``'s ((index, tensors) pairs): the same buffer and storage, or absent alike."""
-        a, b = first[1], block
-        return a.keys() == b.keys() and all(
-            a[k].buffer == b[k].buffer and a[k].dtype == b[k].dtype for k in a)
 
     def _tensors(self, net, spec, i):
         """Block ``i``'s tensors (BLOCK_TENSORS' names; absent ones left out)."""
